@@ -1,0 +1,112 @@
+# keel — build, test and set-up. `make` builds build/libkeel.a and build/keel.
+# Modules are discovered: src/<module>/*.c go into libkeel, app/*.c into keel,
+# tests/unit/**/*.c into the one unit-test runner. Extra rules of a module
+# (generated code, ...) live in mk/<module>.mk.
+
+SHELL    := /bin/bash
+comma    := ,
+SANITIZE ?=
+CC       ?= cc
+ifeq ($(origin CC),default)
+CC       := gcc
+endif
+
+ifeq ($(SANITIZE),)
+BUILD    ?= build
+SANFLAGS :=
+else
+BUILD    ?= build/san-$(subst $(comma),-,$(SANITIZE))
+SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+
+PKGS := openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libturbojpeg \
+        libpng libcurl libmicrohttpd sqlite3 libprotobuf-c
+
+# Kernels use AVX2/FMA/F16C when the build machine has them (keel doctor reports it).
+ARCHFLAGS := $(shell grep -q ' avx2 ' /proc/cpuinfo 2>/dev/null && grep -q ' fma ' /proc/cpuinfo && echo -march=x86-64-v3)
+
+OPT      ?= -O2
+GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CFLAGS   ?= $(OPT) -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation \
+            -Iinclude -Isrc -I$(BUILD)/gen $(ARCHFLAGS) $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
+LDFLAGS  += -pthread $(SANFLAGS)
+LDLIBS   += -Wl,--as-needed $(PKG_LIBS) -lm -ldl
+BUILD_INFO = -DKEEL_VERSION='"$(VERSION)"' -DKEEL_GIT_COMMIT='"$(GIT_COMMIT)"' \
+             -DKEEL_CC='"$(shell $(CC) --version | head -1)"' -DKEEL_CFLAGS='"$(OPT) $(ARCHFLAGS) $(SANFLAGS)"'
+
+GEN_SRCS   =
+-include mk/*.mk
+
+LIB_SRCS   = $(sort $(wildcard src/*/*.c src/*/*/*.c)) $(GEN_SRCS)
+APP_SRCS   = $(sort $(wildcard app/*.c))
+UNIT_SRCS  = $(sort $(wildcard tests/unit/*.c tests/unit/*/*.c))
+LIB_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS:$(BUILD)/%=%))
+APP_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(APP_SRCS))
+UNIT_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_SRCS))
+
+LIB   = $(BUILD)/libkeel.a
+KEEL  = $(BUILD)/keel
+UNIT  = $(BUILD)/keel-unit
+
+.PHONY: all deps test test-unit quickstart bench fuzz clean
+all: $(LIB) $(KEEL) $(UNIT)
+
+deps:
+	@sh mk/deps.sh
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) -Wno-error -c $< -o $@
+
+$(BUILD)/obj/app/cmd_version.o: CFLAGS += $(BUILD_INFO)
+$(BUILD)/obj/app/cmd_version.o: .git/HEAD $(wildcard .git/index)
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	@echo "  AR      $@"
+	@ar rcs $@ $^
+
+$(KEEL): $(APP_OBJS) $(LIB)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $(APP_OBJS) $(LIB) $(LDLIBS)
+
+$(UNIT): $(UNIT_OBJS) $(LIB)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $(UNIT_OBJS) $(LIB) $(LDLIBS)
+
+# make test = deps + build + every test; ends with "N passed, N failed".
+test: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) bash tests/run.sh
+
+# Unit tests only (CI runs these under the sanitizers).
+test-unit: deps
+	@$(MAKE) --no-print-directory $(UNIT) $(KEEL)
+	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) KEEL_TEST_ONLY=unit bash tests/run.sh
+
+# The main job. Until the pipeline lands it builds keel and runs `keel doctor`.
+quickstart: deps
+	@$(MAKE) --no-print-directory all
+	@bash tools/quickstart.sh $(BUILD)
+
+bench: deps
+	@$(MAKE) --no-print-directory all OPT=-O3
+	@BUILD=$(BUILD) bash bench/run.sh
+
+fuzz: deps
+	@bash tools/fuzz.sh
+
+clean:
+	rm -rf build
+
+-include $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(UNIT_OBJS:.o=.d)

@@ -1,0 +1,445 @@
+/* keel core: errors, logging, the tagged caching allocator, SHA-256, the
+ * thread pool, progress display, YAML/JSON spec documents, configuration
+ * precedence and atomic file writes. Everything else in keel builds on this. */
+#ifndef KEEL_CORE_H
+#define KEEL_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==================================================================
+ * Errors
+ * Functions return KL_OK (0) or a negative code: a KL_E* below, or -errno
+ * for system failures. The detail goes into a kl_err the caller passes
+ * (may be NULL). No global error state.
+ * ================================================================== */
+
+#define KL_OK 0
+enum {
+    KL_EINVAL = -1001,       /* invalid argument or value */
+    KL_EPARSE = -1002,       /* malformed input (CSV, Parquet, ONNX, JSON, YAML, HTTP) */
+    KL_ENOMEM = -1003,       /* out of memory or over a memory budget */
+    KL_ENOTFOUND = -1004,    /* file, key, model, run ... not found */
+    KL_EUNSUPPORTED = -1005, /* valid but not supported (op, codec, feature) */
+    KL_ESHAPE = -1006,       /* shape mismatch */
+    KL_ETYPE = -1007,        /* dtype / type mismatch */
+    KL_ECHECKSUM = -1008,    /* checksum / sha256 mismatch */
+    KL_EEXIST = -1009,       /* already exists */
+    KL_ETIMEOUT = -1010,     /* timed out */
+    KL_EBUSY = -1011,        /* busy / locked / queue full */
+    KL_ECANCELED = -1012,    /* cancelled / shutting down */
+    KL_EUSAGE = -1013,       /* command-line usage error */
+    KL_ERANGE = -1014,       /* value out of range / overflow */
+    KL_ESTATE = -1015,       /* operation not valid in the current state */
+    KL_EINTERNAL = -1016,    /* bug: an invariant did not hold */
+};
+
+/* Human-readable name of a code (KL_E* or -errno). Never NULL. */
+const char *kl_strerror(int code);
+
+/* Error detail. Zero-initialise ("kl_err e = {0};") or kl_err_clear(). */
+typedef struct kl_err {
+    int code;           /* KL_OK when no error was recorded */
+    char msg[768];      /* the message proper */
+    char file[256];     /* optional location: file ("" when none) */
+    int line, col;      /* 1-based; 0 when unknown */
+    char field[192];    /* optional field path: "train.epochs", "column item_price", "node 17 (Conv)" */
+    char text[1280];    /* scratch for kl_err_what() */
+} kl_err;
+
+void kl_err_clear(kl_err *e);
+/* Records code and message; returns code so callers can `return kl_err_set(...)`.
+ * e may be NULL (then only the code is returned). Overwrites an earlier error. */
+int kl_err_set(kl_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int kl_err_vset(kl_err *e, int code, const char *fmt, va_list ap);
+/* Same with a location; file may be NULL, line/col 0 when unknown. */
+int kl_err_setloc(kl_err *e, int code, const char *file, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* Sets the field path of the recorded error (keeps code and message). */
+void kl_err_field(kl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prepends context to the message: "loading model.onnx: <old message>". */
+void kl_err_prefix(kl_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* "file:line:col: field: message" (parts omitted when unknown). Valid until e changes. */
+const char *kl_err_what(kl_err *e);
+
+/* Abort only for bugs: invariants, never for bad input. */
+#define KL_ASSERT(cond)                                                        \
+    do {                                                                       \
+        if (!(cond)) kl__assert_fail(#cond, __FILE__, __LINE__, __func__);     \
+    } while (0)
+void kl__assert_fail(const char *expr, const char *file, int line, const char *func)
+    __attribute__((noreturn));
+
+#define KL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+#define KL_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define KL_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ==================================================================
+ * Logging
+ * Text on a terminal, JSON lines otherwise (or when asked). One writer
+ * lock; RFC 3339 UTC timestamps with microseconds. Writes to stderr.
+ * ================================================================== */
+
+typedef enum {
+    KL_LOG_TRACE, KL_LOG_DEBUG, KL_LOG_INFO, KL_LOG_WARN, KL_LOG_ERROR, KL_LOG_OFF
+} kl_log_level;
+
+typedef enum { KL_LOG_AUTO, KL_LOG_TEXT, KL_LOG_JSON } kl_log_format;
+
+/* Parses "trace|debug|info|warn|error|off"; KL_EINVAL otherwise. */
+int kl_log_level_parse(const char *s, kl_log_level *out);
+/* Parses "auto|text|json". */
+int kl_log_format_parse(const char *s, kl_log_format *out);
+void kl_log_set_level(kl_log_level lvl);
+kl_log_level kl_log_get_level(void);
+void kl_log_set_format(kl_log_format fmt);
+/* Effective format (AUTO resolved against the output being a terminal). */
+kl_log_format kl_log_get_format(void);
+/* Output stream (default stderr). The stream is not closed by keel. */
+void kl_log_set_output(FILE *f);
+/* Reads KEEL_LOG_LEVEL and KEEL_LOG_FORMAT. Invalid values are reported in e. */
+int kl_log_init_from_env(kl_err *e);
+int kl_log_enabled(kl_log_level lvl);
+
+void kl_log(kl_log_level lvl, const char *module, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void kl_vlog(kl_log_level lvl, const char *module, const char *fmt, va_list ap);
+
+/* Structured fields: in JSON they become members, in text "key=value". */
+typedef struct {
+    const char *key;
+    const char *str; /* string value, or NULL to use num */
+    double num;
+    int is_int;      /* print num as an integer */
+} kl_log_field;
+#define KL_LF_STR(k, v) ((kl_log_field){(k), (v) ? (v) : "", 0, 0})
+#define KL_LF_NUM(k, v) ((kl_log_field){(k), NULL, (double)(v), 0})
+#define KL_LF_INT(k, v) ((kl_log_field){(k), NULL, (double)(v), 1})
+void kl_log_fields(kl_log_level lvl, const char *module, const char *msg,
+                   const kl_log_field *fields, size_t n);
+
+#define KL_LOG_DEBUG_(mod, ...) kl_log(KL_LOG_DEBUG, mod, __VA_ARGS__)
+#define KL_LOG_INFO_(mod, ...) kl_log(KL_LOG_INFO, mod, __VA_ARGS__)
+#define KL_LOG_WARN_(mod, ...) kl_log(KL_LOG_WARN, mod, __VA_ARGS__)
+#define KL_LOG_ERROR_(mod, ...) kl_log(KL_LOG_ERROR, mod, __VA_ARGS__)
+
+/* RFC 3339 UTC with microseconds, e.g. "2026-11-29T20:51:22.123456Z". buf >= 32. */
+void kl_time_rfc3339(int64_t unix_us, char *buf, size_t n);
+int64_t kl_time_now_us(void);   /* wall clock, µs since epoch */
+int64_t kl_time_mono_ns(void);  /* monotonic clock, ns */
+
+/* ==================================================================
+ * Memory: a tagged caching allocator with statistics and budgets
+ * All large memory in keel goes through here. Blocks are 64-byte aligned.
+ * Freed blocks are kept in size-class caches for reuse until kl_mem_trim().
+ * ================================================================== */
+
+typedef enum {
+    KL_TAG_PARAMS, KL_TAG_GRADS, KL_TAG_OPTIMIZER, KL_TAG_ACTIVATIONS,
+    KL_TAG_WORKSPACE, KL_TAG_REQUEST, KL_TAG_DATASET, KL_TAG_OTHER,
+    KL_TAG_COUNT
+} kl_mem_tag;
+
+#define KL_MEM_ALIGN 64
+
+const char *kl_mem_tag_name(kl_mem_tag tag);
+int kl_mem_tag_parse(const char *name, kl_mem_tag *out);
+
+/* NULL on failure (out of memory or over a budget; a snapshot is written when
+ * a snapshot path is configured). size 0 returns a valid unique block. */
+void *kl_mem_alloc(size_t size, kl_mem_tag tag);
+/* As kl_mem_alloc, with the reason in e ("budget: activations would reach ..."). */
+void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e);
+void *kl_mem_calloc(size_t n, size_t size, kl_mem_tag tag);
+/* Keeps the tag of p (or uses tag when p is NULL). NULL on failure, p untouched. */
+void *kl_mem_realloc(void *p, size_t size, kl_mem_tag tag);
+void kl_mem_free(void *p);                 /* NULL is a no-op */
+size_t kl_mem_size(const void *p);         /* requested size of a live block */
+char *kl_mem_strdup(const char *s, kl_mem_tag tag);
+
+typedef struct {
+    uint64_t allocated;       /* bytes requested by live blocks */
+    uint64_t peak_allocated;
+    uint64_t reserved;        /* bytes held from the OS (live + cached + slack) */
+    uint64_t peak_reserved;
+    uint64_t n_allocs, n_frees;
+    uint64_t cache_hits;      /* allocations served from the cache */
+    uint64_t n_failed;        /* allocations refused (budget or OS) */
+} kl_mem_stats;
+
+/* tag = KL_TAG_COUNT gives the totals. Per-tag reserved counts the blocks
+ * in use by that tag (cached blocks belong to no tag). */
+void kl_mem_stats_get(kl_mem_tag tag, kl_mem_stats *out);
+/* (reserved - allocated) / reserved over all memory; 0 when nothing reserved. */
+double kl_mem_fragmentation(void);
+/* Sets peaks to current values. */
+void kl_mem_reset_peaks(void);
+
+/* Total cap on reserved bytes (0 = none). */
+void kl_mem_set_budget(uint64_t bytes);
+/* Total cap as a fraction of physical memory (0 < frac <= 1). */
+int kl_mem_set_budget_fraction(double frac, kl_err *e);
+uint64_t kl_mem_get_budget(void);
+/* Per-tag cap on allocated bytes (0 = none). */
+void kl_mem_set_tag_budget(kl_mem_tag tag, uint64_t bytes);
+uint64_t kl_mem_get_tag_budget(kl_mem_tag tag);
+/* Parses "512M", "2G", "1.5GiB", "70%" (of physical memory), "0" (none). */
+int kl_mem_parse_size(const char *s, uint64_t *out, kl_err *e);
+
+/* Where a snapshot is written when an allocation is refused (NULL = none). */
+void kl_mem_set_snapshot_path(const char *path);
+/* Writes a JSON snapshot: totals, per tag, every segment and block with tag,
+ * size and state (allocated/cached). Atomic write. */
+int kl_mem_snapshot(const char *path, kl_err *e);
+/* Returns cached blocks to the OS; returns the bytes released. */
+uint64_t kl_mem_trim(void);
+uint64_t kl_mem_physical_bytes(void);
+
+/* Arena: bump allocation out of allocator blocks, freed with one call.
+ * For per-request and per-graph memory. Not thread-safe. */
+typedef struct kl_arena kl_arena;
+kl_arena *kl_arena_new(size_t chunk_size, kl_mem_tag tag);
+void *kl_arena_alloc(kl_arena *a, size_t size);  /* 64-byte aligned; NULL on failure */
+char *kl_arena_strdup(kl_arena *a, const char *s);
+void kl_arena_reset(kl_arena *a);                /* keeps the first chunk */
+size_t kl_arena_used(const kl_arena *a);
+void kl_arena_free(kl_arena *a);
+
+/* ==================================================================
+ * SHA-256 (OpenSSL libcrypto)
+ * ================================================================== */
+
+typedef struct kl_sha256 kl_sha256;
+kl_sha256 *kl_sha256_new(void);
+void kl_sha256_update(kl_sha256 *h, const void *data, size_t len);
+void kl_sha256_final(kl_sha256 *h, uint8_t out[32]);  /* then h may be reused */
+void kl_sha256_free(kl_sha256 *h);
+void kl_sha256_buf(const void *data, size_t len, uint8_t out[32]);
+int kl_sha256_file(const char *path, uint8_t out[32], kl_err *e);
+int kl_sha256_stream(FILE *f, uint8_t out[32], kl_err *e);
+void kl_sha256_hex(const uint8_t digest[32], char hex[65]);
+/* Hex digest of a buffer / file into hex[65]. */
+void kl_sha256_buf_hex(const void *data, size_t len, char hex[65]);
+int kl_sha256_file_hex(const char *path, char hex[65], kl_err *e);
+
+/* ==================================================================
+ * Thread pool: fixed workers; parallel_for with static chunking so that
+ * which thread computes which range never depends on scheduling.
+ * ================================================================== */
+
+typedef struct kl_pool kl_pool;
+/* fn computes items [begin, end); chunk is the chunk index (0..nchunks-1). */
+typedef void (*kl_range_fn)(void *ctx, size_t begin, size_t end, int chunk);
+
+/* nthreads <= 0 means kl_threads_default(). The caller's thread is worker 0. */
+int kl_pool_new(int nthreads, kl_pool **out, kl_err *e);
+void kl_pool_free(kl_pool *p);
+int kl_pool_threads(const kl_pool *p);
+/* Splits [0, n) into min(threads, ceil(n/grain)) contiguous chunks of equal
+ * size and runs them. Returns when all are done. grain 0 means 1. Safe to call
+ * from several threads (a busy pool runs the caller's chunks inline, same
+ * chunking) and from inside a task (runs inline). p NULL = default pool. */
+void kl_pool_parallel_for(kl_pool *p, size_t n, size_t grain, kl_range_fn fn, void *ctx);
+/* Number of chunks parallel_for would use for n items (for per-chunk scratch). */
+int kl_pool_chunks(const kl_pool *p, size_t n, size_t grain);
+
+/* KEEL_THREADS or the number of online cores. */
+int kl_threads_default(void);
+/* Sets the thread count of the default pool (before its first use, or it is recreated). */
+void kl_threads_set(int n);
+/* The process-wide default pool (created on first use). */
+kl_pool *kl_pool_default(void);
+int kl_cpu_count(void);
+
+/* ==================================================================
+ * Progress: rate, ETA and extra fields for long work. Redraws in place on
+ * a terminal (stderr), plain periodic log lines otherwise; never writes to
+ * stdout.
+ * ================================================================== */
+
+typedef struct kl_progress kl_progress;
+/* unit: "B" (printed as KiB/MiB...), "rows", "steps", ... total 0 = unknown. */
+kl_progress *kl_progress_new(const char *label, uint64_t total, const char *unit);
+void kl_progress_set_total(kl_progress *p, uint64_t total);
+/* Sets absolute progress; redraws at most every 100 ms (terminal) or logs
+ * every KEEL_PROGRESS_INTERVAL seconds (default 10) otherwise. Thread-safe. */
+void kl_progress_update(kl_progress *p, uint64_t done);
+void kl_progress_add(kl_progress *p, uint64_t delta);
+/* Extra field shown after the rate, e.g. ("loss", "%.4f", loss). */
+void kl_progress_field(kl_progress *p, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Final line (always printed), then frees. NULL is a no-op. */
+void kl_progress_finish(kl_progress *p);
+/* Formats a rendered line into buf (for tests and logs). */
+void kl_progress_render(kl_progress *p, char *buf, size_t n);
+/* Forces the mode: 1 terminal, 0 plain, -1 auto (default). */
+void kl_progress_set_mode(int tty);
+
+/* ==================================================================
+ * Spec documents: YAML (libyaml) or JSON loaded into a small tree with
+ * positions, and typed getters whose errors say
+ *   file:line:col: train.epochs: expected an integer, got "ten"
+ * ================================================================== */
+
+typedef struct kl_doc kl_doc;
+typedef struct kl_node kl_node;
+typedef enum { KL_NODE_NULL, KL_NODE_SCALAR, KL_NODE_SEQ, KL_NODE_MAP } kl_node_kind;
+
+int kl_doc_load_file(const char *path, kl_doc **out, kl_err *e);
+/* name is used in error locations (e.g. the file name). */
+int kl_doc_load_str(const char *text, size_t len, const char *name, kl_doc **out, kl_err *e);
+void kl_doc_free(kl_doc *d);
+const kl_node *kl_doc_root(const kl_doc *d);  /* valid until kl_doc_free */
+const char *kl_doc_name(const kl_doc *d);
+
+kl_node_kind kl_node_kind_of(const kl_node *n);
+const char *kl_node_kind_name(kl_node_kind k);
+size_t kl_node_len(const kl_node *n);                      /* items of a seq/map */
+const kl_node *kl_node_at(const kl_node *n, size_t i);     /* i-th item / value */
+const char *kl_node_key_at(const kl_node *map, size_t i);  /* i-th key of a map */
+const kl_node *kl_node_get(const kl_node *map, const char *key); /* NULL if absent */
+/* Dotted path "train.optimizer.lr"; numeric parts index sequences. */
+const kl_node *kl_node_find(const kl_node *n, const char *path);
+const char *kl_node_scalar(const kl_node *n);   /* NULL unless a scalar */
+int kl_node_is_quoted(const kl_node *n);
+int kl_node_line(const kl_node *n);
+int kl_node_col(const kl_node *n);
+const char *kl_node_path(const kl_node *n);     /* "train.epochs", "layers.2.units", "" for root */
+const char *kl_node_file(const kl_node *n);
+
+/* Typed reads; errors carry file:line:col and the node's path. */
+int kl_node_int(const kl_node *n, int64_t *out, kl_err *e);
+int kl_node_double(const kl_node *n, double *out, kl_err *e);
+int kl_node_bool(const kl_node *n, int *out, kl_err *e);
+int kl_node_str(const kl_node *n, const char **out, kl_err *e); /* any scalar */
+/* Field getters on a map: missing → default (or KL_ENOTFOUND when required). */
+int kl_spec_int(const kl_node *map, const char *key, int64_t def, int64_t *out, kl_err *e);
+int kl_spec_double(const kl_node *map, const char *key, double def, double *out, kl_err *e);
+int kl_spec_bool(const kl_node *map, const char *key, int def, int *out, kl_err *e);
+int kl_spec_str(const kl_node *map, const char *key, const char *def, const char **out, kl_err *e);
+int kl_spec_require(const kl_node *map, const char *key, const kl_node **out, kl_err *e);
+/* Unknown keys → KL_EINVAL naming the key, its position and a suggestion. */
+int kl_spec_check_keys(const kl_node *map, const char *const *allowed, size_t n, kl_err *e);
+/* Error at a node's position: "file:line:col: path: msg". Returns code. */
+int kl_node_error(const kl_node *n, kl_err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Scalar parsing shared by all readers (strict: whole string, no overflow). */
+int kl_parse_int64(const char *s, int64_t *out);
+int kl_parse_double(const char *s, double *out);  /* accepts nan, inf, -inf */
+int kl_parse_bool(const char *s, int *out);       /* true/false/yes/no/on/off/1/0 */
+
+/* ==================================================================
+ * JSON helpers (cJSON). Opaque here as a void* to keep cJSON out of the API
+ * of callers that do not use it; include <cjson/cJSON.h> to use them.
+ * ================================================================== */
+
+/* Parses a file; errors say "file:line:col: expected ..." */
+int kl_json_load_file(const char *path, void **out_cjson, kl_err *e);
+int kl_json_parse(const char *text, size_t len, const char *name, void **out_cjson, kl_err *e);
+/* Writes cJSON (pretty when pretty != 0) atomically. */
+int kl_json_write_file(const char *path, const void *cjson, int pretty, kl_err *e);
+
+/* ==================================================================
+ * Growable string buffer (used for JSON, HTML, SVG, messages)
+ * ================================================================== */
+
+typedef struct {
+    char *data; /* always NUL-terminated when cap > 0 */
+    size_t len, cap;
+    int failed; /* an allocation failed; contents truncated */
+} kl_buf;
+
+void kl_buf_init(kl_buf *b);
+void kl_buf_free(kl_buf *b);
+void kl_buf_reset(kl_buf *b);
+int kl_buf_append(kl_buf *b, const void *data, size_t len);
+int kl_buf_puts(kl_buf *b, const char *s);
+int kl_buf_printf(kl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int kl_buf_vprintf(kl_buf *b, const char *fmt, va_list ap);
+int kl_buf_json_str(kl_buf *b, const char *s);   /* "..." with JSON escapes */
+int kl_buf_html(kl_buf *b, const char *s);       /* HTML-escaped text */
+/* Takes the data (caller frees with free()); leaves b empty. */
+char *kl_buf_take(kl_buf *b);
+
+/* ==================================================================
+ * Configuration precedence: defaults < spec file < KEEL_* environment <
+ * command-line flags. Every value remembers where it came from.
+ * ================================================================== */
+
+typedef struct kl_config kl_config;
+typedef enum { KL_CFG_STR, KL_CFG_INT, KL_CFG_DOUBLE, KL_CFG_BOOL, KL_CFG_SIZE } kl_cfg_type;
+typedef enum { KL_SRC_DEFAULT, KL_SRC_FILE, KL_SRC_ENV, KL_SRC_FLAG } kl_cfg_source;
+
+kl_config *kl_config_new(void);
+void kl_config_free(kl_config *c);
+/* Declares a setting. env may be NULL (then KEEL_<KEY> with '.'→'_', upper
+ * case); flag may be NULL (then "--set key=value" only). def may be NULL. */
+int kl_config_define(kl_config *c, const char *key, kl_cfg_type type, const char *def,
+                     const char *env, const char *flag, const char *help);
+/* Declares the settings every command shares: threads, log.level,
+ * log.format, tracking, memory.limit, memory.snapshot. */
+int kl_config_define_common(kl_config *c);
+/* Loads every scalar of a spec document (as dotted keys). Declared keys are
+ * type-checked; undeclared ones are kept as strings. */
+int kl_config_load_doc(kl_config *c, const kl_doc *d, kl_err *e);
+/* Applies KEEL_* variables of declared keys and of loaded keys. */
+int kl_config_load_env(kl_config *c, kl_err *e);
+/* "key=value" from --set, or a declared flag's value. */
+int kl_config_set(kl_config *c, const char *key, const char *value, kl_cfg_source src,
+                  const char *origin, kl_err *e);
+int kl_config_set_flag(kl_config *c, const char *flag, const char *value, kl_err *e);
+const char *kl_config_get(const kl_config *c, const char *key); /* NULL if unset */
+int kl_config_get_int(const kl_config *c, const char *key, int64_t *out, kl_err *e);
+int kl_config_get_double(const kl_config *c, const char *key, double *out, kl_err *e);
+int kl_config_get_bool(const kl_config *c, const char *key, int *out, kl_err *e);
+int kl_config_get_size(const kl_config *c, const char *key, uint64_t *out, kl_err *e);
+/* "default", "spec.yaml:3:10", "env KEEL_THREADS", "flag --threads" */
+const char *kl_config_origin(const kl_config *c, const char *key);
+kl_cfg_source kl_config_source(const kl_config *c, const char *key);
+/* Table (text) or {"settings":[{"key","value","source","origin"}]} (json). */
+void kl_config_print(const kl_config *c, FILE *out, int json);
+/* Applies the common settings to the process (log level/format, threads,
+ * memory budget and snapshot path). */
+int kl_config_apply_common(const kl_config *c, kl_err *e);
+
+/* ==================================================================
+ * Files and strings
+ * ================================================================== */
+
+/* Atomic file write: temp file in the same folder, fsync, rename, fsync dir. */
+typedef struct kl_afile kl_afile;
+int kl_afile_open(const char *path, kl_afile **out, kl_err *e);
+FILE *kl_afile_stream(kl_afile *f);
+int kl_afile_write(kl_afile *f, const void *data, size_t len, kl_err *e);
+/* Flush, fsync, rename into place, fsync the folder; frees f. */
+int kl_afile_commit(kl_afile *f, kl_err *e);
+/* Removes the temp file; frees f. NULL is a no-op. */
+void kl_afile_abort(kl_afile *f);
+int kl_write_file_atomic(const char *path, const void *data, size_t len, kl_err *e);
+/* Reads a whole file (NUL-terminated; caller frees with free()). */
+int kl_read_file(const char *path, char **out, size_t *len, kl_err *e);
+int kl_mkdir_p(const char *path, kl_err *e);
+int kl_fsync_dir(const char *dir, kl_err *e);
+int kl_path_exists(const char *path);
+/* Removes a file or a folder tree (like rm -rf). */
+int kl_rm_rf(const char *path, kl_err *e);
+
+/* Levenshtein distance; and the closest candidate within a small distance (or NULL). */
+size_t kl_edit_distance(const char *a, const char *b);
+const char *kl_suggest(const char *word, const char *const *candidates, size_t n);
+
+/* Human-readable sizes and durations into buf: "1.5 GiB", "230 ms". */
+const char *kl_fmt_bytes(uint64_t bytes, char *buf, size_t n);
+const char *kl_fmt_duration(double seconds, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

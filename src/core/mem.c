@@ -1,0 +1,615 @@
+/* The tagged caching allocator: size classes, slab segments for small
+ * blocks and one mapping per large block, freed blocks cached for reuse,
+ * per-tag statistics, budgets with a JSON snapshot on refusal, trim.
+ * Also the bump arena built on top of it.
+ *
+ * Layout: every block is preceded by a 64-byte header, so the user pointer
+ * is 64-byte aligned and kl_mem_free finds its class without a lookup.
+ * Small classes (block <= SLAB_MAX) are carved from slab segments of
+ * 256 KiB..4 MiB; larger blocks get a mapping each. reserved counts whole
+ * segments; allocated counts requested bytes of live blocks. */
+#include "core_int.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define HDR 64
+#define MAGIC_LIVE 0x6b6c4d31u /* "klM1" */
+#define MAGIC_FREE 0x6b6c4d30u
+#define SMALL_LINEAR 16        /* classes 0..15: 64..1024 in steps of 64 */
+#define STEPS 8                /* classes per power of two above 1024 */
+#define NCLASSES (SMALL_LINEAR + STEPS * 40)
+#define SLAB_MAX (256u << 10)  /* blocks up to 256 KiB live in slabs */
+
+typedef struct seg seg;
+typedef struct blk {
+    uint32_t magic;
+    uint16_t cls;
+    uint8_t tag;
+    uint8_t pad0;
+    uint64_t req;   /* requested bytes (live blocks) */
+    seg *sg;
+    struct blk *next; /* free-list link (cached blocks) */
+    char pad[HDR - 32];
+} blk;
+_Static_assert(sizeof(blk) == HDR, "block header must be 64 bytes");
+
+struct seg {
+    seg *prev, *next; /* all segments */
+    char *base;
+    size_t size;      /* mapped bytes */
+    uint32_t cls, nblocks, nfree;
+    int large, dying;
+    seg *dead_next;   /* trim's list of segments to unmap */
+};
+
+typedef struct {
+    pthread_mutex_t mu;
+    blk *free;
+    uint64_t ncached;
+} klass;
+
+static klass classes[NCLASSES];
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t seg_mu = PTHREAD_MUTEX_INITIALIZER;
+static seg *segments;
+
+typedef struct {
+    _Atomic uint64_t allocated, peak_allocated, reserved, peak_reserved;
+    _Atomic uint64_t n_allocs, n_frees, cache_hits, n_failed;
+} stats_t;
+static stats_t tag_stats[KL_TAG_COUNT];
+static stats_t total;
+static _Atomic uint64_t budget_total;
+static _Atomic uint64_t budget_tag[KL_TAG_COUNT];
+static pthread_mutex_t snap_mu = PTHREAD_MUTEX_INITIALIZER;
+static char snap_path[1024];
+
+static const char *tag_names[KL_TAG_COUNT] = {"params",    "grads",   "optimizer", "activations",
+                                              "workspace", "request", "dataset",   "other"};
+
+const char *kl_mem_tag_name(kl_mem_tag t) { return (unsigned)t < KL_TAG_COUNT ? tag_names[t] : "?"; }
+
+int kl_mem_tag_parse(const char *name, kl_mem_tag *out) {
+    for (int i = 0; i < KL_TAG_COUNT; i++)
+        if (strcmp(name, tag_names[i]) == 0) { *out = (kl_mem_tag)i; return KL_OK; }
+    return KL_EINVAL;
+}
+
+static void init_classes(void) {
+    for (int i = 0; i < NCLASSES; i++) pthread_mutex_init(&classes[i].mu, NULL);
+}
+
+/* ---- size classes ------------------------------------------------------ */
+
+static int size_class(size_t s, size_t *bsize) {
+    if (s <= 1024) {
+        size_t i = s ? (s + 63) / 64 - 1 : 0;
+        *bsize = (i + 1) * 64;
+        return (int)i;
+    }
+    int k = 63 - __builtin_clzll((unsigned long long)(s - 1)); /* 2^k < s <= 2^(k+1) */
+    size_t base = (size_t)1 << k, step = base / STEPS;
+    size_t m = (s - base + step - 1) / step; /* 1..STEPS */
+    int idx = SMALL_LINEAR + (k - 10) * STEPS + (int)(m - 1);
+    if (idx >= NCLASSES) return -1;
+    *bsize = base + m * step;
+    return idx;
+}
+
+static size_t class_size(int c) {
+    if (c < SMALL_LINEAR) return (size_t)(c + 1) * 64;
+    int k = 10 + (c - SMALL_LINEAR) / STEPS, m = (c - SMALL_LINEAR) % STEPS + 1;
+    size_t base = (size_t)1 << k;
+    return base + (size_t)m * (base / STEPS);
+}
+
+static size_t slab_bytes(size_t bsize) {
+    size_t s = (bsize + HDR) * 16;
+    if (s < (256u << 10)) s = 256u << 10;
+    if (s > (4u << 20)) s = 4u << 20;
+    return (s + 4095) & ~(size_t)4095;
+}
+
+/* ---- statistics -------------------------------------------------------- */
+
+static void peak_update(_Atomic uint64_t *peak, uint64_t v) {
+    uint64_t p = atomic_load_explicit(peak, memory_order_relaxed);
+    while (v > p && !atomic_compare_exchange_weak(peak, &p, v)) {}
+}
+
+static void stat_alloc(int tag, uint64_t req, uint64_t blockbytes, int hit) {
+    stats_t *s[2] = {&tag_stats[tag], &total};
+    for (int i = 0; i < 2; i++) {
+        uint64_t a = atomic_fetch_add_explicit(&s[i]->allocated, req, memory_order_relaxed) + req;
+        peak_update(&s[i]->peak_allocated, a);
+        atomic_fetch_add_explicit(&s[i]->n_allocs, 1, memory_order_relaxed);
+        if (hit) atomic_fetch_add_explicit(&s[i]->cache_hits, 1, memory_order_relaxed);
+    }
+    /* per tag, "reserved" is the block bytes in use by that tag */
+    uint64_t r = atomic_fetch_add_explicit(&tag_stats[tag].reserved, blockbytes, memory_order_relaxed) + blockbytes;
+    peak_update(&tag_stats[tag].peak_reserved, r);
+}
+
+static void stat_free(int tag, uint64_t req, uint64_t blockbytes) {
+    atomic_fetch_sub_explicit(&tag_stats[tag].allocated, req, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&total.allocated, req, memory_order_relaxed);
+    atomic_fetch_add_explicit(&tag_stats[tag].n_frees, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&total.n_frees, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&tag_stats[tag].reserved, blockbytes, memory_order_relaxed);
+}
+
+void kl_mem_stats_get(kl_mem_tag tag, kl_mem_stats *o) {
+    stats_t *s = (unsigned)tag < KL_TAG_COUNT ? &tag_stats[tag] : &total;
+    o->allocated = s->allocated;
+    o->peak_allocated = s->peak_allocated;
+    o->reserved = s->reserved;
+    o->peak_reserved = s->peak_reserved;
+    o->n_allocs = s->n_allocs;
+    o->n_frees = s->n_frees;
+    o->cache_hits = s->cache_hits;
+    o->n_failed = s->n_failed;
+}
+
+double kl_mem_fragmentation(void) {
+    uint64_t r = total.reserved, a = total.allocated;
+    if (r == 0) return 0.0;
+    return a >= r ? 0.0 : (double)(r - a) / (double)r;
+}
+
+void kl_mem_reset_peaks(void) {
+    for (int i = 0; i < KL_TAG_COUNT; i++) {
+        tag_stats[i].peak_allocated = (uint64_t)tag_stats[i].allocated;
+        tag_stats[i].peak_reserved = (uint64_t)tag_stats[i].reserved;
+    }
+    total.peak_allocated = (uint64_t)total.allocated;
+    total.peak_reserved = (uint64_t)total.reserved;
+}
+
+/* ---- budgets ----------------------------------------------------------- */
+
+uint64_t kl_mem_physical_bytes(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+    return pages > 0 && ps > 0 ? (uint64_t)pages * (uint64_t)ps : 0;
+}
+
+void kl_mem_set_budget(uint64_t bytes) { budget_total = bytes; }
+uint64_t kl_mem_get_budget(void) { return budget_total; }
+void kl_mem_set_tag_budget(kl_mem_tag t, uint64_t bytes) {
+    if ((unsigned)t < KL_TAG_COUNT) budget_tag[t] = bytes;
+}
+uint64_t kl_mem_get_tag_budget(kl_mem_tag t) { return (unsigned)t < KL_TAG_COUNT ? budget_tag[t] : 0; }
+
+int kl_mem_set_budget_fraction(double frac, kl_err *e) {
+    if (!(frac > 0 && frac <= 1))
+        return kl_err_set(e, KL_EINVAL, "memory budget fraction %g is not in (0, 1]", frac);
+    budget_total = (uint64_t)((double)kl_mem_physical_bytes() * frac);
+    return KL_OK;
+}
+
+int kl_mem_parse_size(const char *s, uint64_t *out, kl_err *e) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0) || v != v)
+        return kl_err_set(e, KL_EINVAL, "'%s' is not a size (like 512M, 2G, 70%%)", s);
+    while (*end == ' ') end++;
+    double mul = 1;
+    if (*end == '%') {
+        if (end[1] || v > 100) return kl_err_set(e, KL_EINVAL, "'%s' is not a percentage of memory", s);
+        *out = (uint64_t)((double)kl_mem_physical_bytes() * v / 100.0);
+        return KL_OK;
+    }
+    switch (*end) {
+    case 'k': case 'K': mul = 1024.0; end++; break;
+    case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+    case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+    case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+    }
+    if (mul > 1 && (*end == 'i' || *end == 'I')) end++;
+    if (*end == 'b' || *end == 'B') end++;
+    if (*end) return kl_err_set(e, KL_EINVAL, "'%s' is not a size (like 512M, 2G, 70%%)", s);
+    if (v * mul > 1.8e19) return kl_err_set(e, KL_ERANGE, "size '%s' is too large", s);
+    *out = (uint64_t)(v * mul);
+    return KL_OK;
+}
+
+void kl_mem_set_snapshot_path(const char *path) {
+    pthread_mutex_lock(&snap_mu);
+    snprintf(snap_path, sizeof snap_path, "%s", path ? path : "");
+    pthread_mutex_unlock(&snap_mu);
+}
+
+/* ---- segments ---------------------------------------------------------- */
+
+static void *os_map(size_t n) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void seg_link(seg *s) {
+    pthread_mutex_lock(&seg_mu);
+    s->prev = NULL;
+    s->next = segments;
+    if (segments) segments->prev = s;
+    segments = s;
+    pthread_mutex_unlock(&seg_mu);
+    uint64_t r = atomic_fetch_add(&total.reserved, s->size) + s->size;
+    peak_update(&total.peak_reserved, r);
+}
+
+static void seg_unlink_unmap(seg *s) {
+    pthread_mutex_lock(&seg_mu);
+    if (s->prev) s->prev->next = s->next;
+    else segments = s->next;
+    if (s->next) s->next->prev = s->prev;
+    pthread_mutex_unlock(&seg_mu);
+    atomic_fetch_sub(&total.reserved, s->size);
+    munmap(s->base, s->size);
+    free(s);
+}
+
+/* Reserves budget for n more bytes; 0 when it fits. */
+static int budget_take(uint64_t n) {
+    uint64_t b = budget_total;
+    if (!b) return 0;
+    return total.reserved + n > b;
+}
+
+/* Creates a segment for class c (caller holds the class lock); for a slab
+ * all blocks go to the free list. Returns NULL on OS failure. */
+static seg *seg_new(int c, size_t bsize) {
+    seg *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->cls = (uint32_t)c;
+    s->large = bsize > SLAB_MAX;
+    s->size = s->large ? ((bsize + HDR + 4095) & ~(size_t)4095) : slab_bytes(bsize);
+    s->base = os_map(s->size);
+    if (!s->base) { free(s); return NULL; }
+    s->nblocks = s->large ? 1 : (uint32_t)(s->size / (bsize + HDR));
+    s->nfree = s->nblocks;
+    klass *k = &classes[c];
+    for (uint32_t i = s->nblocks; i-- > 0;) {
+        blk *b = (blk *)(s->base + (size_t)i * (bsize + HDR));
+        b->magic = MAGIC_FREE;
+        b->cls = (uint16_t)c;
+        b->tag = 0xff;
+        b->sg = s;
+        b->next = k->free;
+        k->free = b;
+        k->ncached++;
+    }
+    seg_link(s);
+    return s;
+}
+
+/* ---- snapshot ---------------------------------------------------------- */
+
+static void snap_stats(kl_buf *b, const stats_t *s) {
+    kl_buf_printf(b,
+                  "{\"allocated\":%llu,\"peak_allocated\":%llu,\"reserved\":%llu,\"peak_reserved\":%llu,"
+                  "\"allocs\":%llu,\"frees\":%llu,\"cache_hits\":%llu,\"failed\":%llu}",
+                  (unsigned long long)s->allocated, (unsigned long long)s->peak_allocated,
+                  (unsigned long long)s->reserved, (unsigned long long)s->peak_reserved,
+                  (unsigned long long)s->n_allocs, (unsigned long long)s->n_frees,
+                  (unsigned long long)s->cache_hits, (unsigned long long)s->n_failed);
+}
+
+static int snapshot_to(const char *path, const char *reason, kl_err *e) {
+    kl_buf b;
+    kl_buf_init(&b);
+    char ts[40];
+    kl_time_rfc3339(kl_time_now_us(), ts, sizeof ts);
+    kl_buf_printf(&b, "{\n\"time\":\"%s\",\n\"reason\":", ts);
+    kl_buf_json_str(&b, reason ? reason : "requested");
+    kl_buf_printf(&b, ",\n\"budget\":%llu,\n\"fragmentation\":%.6f,\n\"totals\":",
+                  (unsigned long long)budget_total, kl_mem_fragmentation());
+    snap_stats(&b, &total);
+    kl_buf_puts(&b, ",\n\"tags\":{");
+    for (int t = 0; t < KL_TAG_COUNT; t++) {
+        kl_buf_printf(&b, "%s\n \"%s\":", t ? "," : "", tag_names[t]);
+        snap_stats(&b, &tag_stats[t]);
+        if (budget_tag[t]) {
+            b.len--; /* reopen the object */
+            kl_buf_printf(&b, ",\"budget\":%llu}", (unsigned long long)budget_tag[t]);
+        }
+    }
+    kl_buf_puts(&b, "},\n\"segments\":[");
+    for (int c = 0; c < NCLASSES; c++) pthread_mutex_lock(&classes[c].mu);
+    pthread_mutex_lock(&seg_mu);
+    int first = 1;
+    for (seg *s = segments; s; s = s->next) {
+        size_t bs = class_size((int)s->cls);
+        kl_buf_printf(&b, "%s\n {\"address\":\"%p\",\"size\":%zu,\"kind\":\"%s\",\"block_size\":%zu,\"blocks\":[",
+                      first ? "" : ",", (void *)s->base, s->size, s->large ? "large" : "slab", bs);
+        first = 0;
+        int bfirst = 1;
+        for (uint32_t i = 0; i < s->nblocks;) {
+            blk *h = (blk *)(s->base + (size_t)i * (bs + HDR));
+            if (h->magic == MAGIC_LIVE) {
+                kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"requested\":%llu,\"tag\":\"%s\",\"state\":\"allocated\"}",
+                              bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs,
+                              (unsigned long long)h->req, kl_mem_tag_name((kl_mem_tag)h->tag));
+                i++;
+            } else {
+                uint32_t j = i;
+                while (j < s->nblocks && ((blk *)(s->base + (size_t)j * (bs + HDR)))->magic != MAGIC_LIVE) j++;
+                kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"count\":%u,\"state\":\"cached\"}",
+                              bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs, j - i);
+                i = j;
+            }
+            bfirst = 0;
+        }
+        kl_buf_puts(&b, "]}");
+    }
+    pthread_mutex_unlock(&seg_mu);
+    for (int c = NCLASSES; c-- > 0;) pthread_mutex_unlock(&classes[c].mu);
+    kl_buf_puts(&b, "\n]\n}\n");
+    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory while writing the memory snapshot")
+                      : kl_write_file_atomic(path, b.data, b.len, e);
+    kl_buf_free(&b);
+    return rc;
+}
+
+int kl_mem_snapshot(const char *path, kl_err *e) {
+    pthread_once(&init_once, init_classes);
+    return snapshot_to(path, NULL, e);
+}
+
+/* ---- alloc / free ------------------------------------------------------ */
+
+static void *refuse(kl_mem_tag tag, kl_err *e, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void *refuse(kl_mem_tag tag, kl_err *e, int code, const char *fmt, ...) {
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    atomic_fetch_add(&tag_stats[tag].n_failed, 1);
+    atomic_fetch_add(&total.n_failed, 1);
+    char path[1024];
+    pthread_mutex_lock(&snap_mu);
+    snprintf(path, sizeof path, "%s", snap_path);
+    pthread_mutex_unlock(&snap_mu);
+    if (path[0]) {
+        kl_err se = {0};
+        if (snapshot_to(path, msg, &se) == KL_OK) {
+            kl_err_set(e, code, "%s; memory snapshot written to %s", msg, path);
+        } else {
+            kl_err_set(e, code, "%s; writing the memory snapshot failed: %s", msg, kl_err_what(&se));
+        }
+    } else {
+        kl_err_set(e, code, "%s", msg);
+    }
+    errno = ENOMEM;
+    return NULL;
+}
+
+void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e) {
+    pthread_once(&init_once, init_classes);
+    if ((unsigned)tag >= KL_TAG_COUNT) tag = KL_TAG_OTHER;
+    size_t bsize;
+    int c = size_class(size, &bsize);
+    char b1[32], b2[32], b3[32], b4[32];
+    if (c < 0) return refuse(tag, e, KL_ENOMEM, "allocation of %zu bytes is too large", size);
+    uint64_t tb = budget_tag[tag];
+    if (tb && tag_stats[tag].allocated + size > tb)
+        return refuse(tag, e, KL_ENOMEM, "memory budget of tag %s exceeded: %s in use + %s requested > %s",
+                      tag_names[tag], kl_fmt_bytes(tag_stats[tag].allocated, b1, sizeof b1),
+                      kl_fmt_bytes(size, b2, sizeof b2), kl_fmt_bytes(tb, b3, sizeof b3));
+    klass *k = &classes[c];
+    int hit = 1;
+    pthread_mutex_lock(&k->mu);
+    if (!k->free) {
+        hit = 0;
+        size_t need = bsize > SLAB_MAX ? ((bsize + HDR + 4095) & ~(size_t)4095) : slab_bytes(bsize);
+        if (budget_take(need)) {
+            pthread_mutex_unlock(&k->mu);
+            kl_mem_trim();
+            pthread_mutex_lock(&k->mu);
+            if (!k->free && budget_take(need)) {
+                pthread_mutex_unlock(&k->mu);
+                return refuse(tag, e, KL_ENOMEM,
+                              "memory budget exceeded: %s reserved + %s for a %s block (tag %s) > budget %s",
+                              kl_fmt_bytes(total.reserved, b1, sizeof b1), kl_fmt_bytes(need, b2, sizeof b2),
+                              kl_fmt_bytes(size, b3, sizeof b3), tag_names[tag],
+                              kl_fmt_bytes(budget_total, b4, sizeof b4));
+            }
+        }
+        if (!k->free && !seg_new(c, bsize)) {
+            pthread_mutex_unlock(&k->mu);
+            kl_mem_trim();
+            pthread_mutex_lock(&k->mu);
+            if (!k->free && !seg_new(c, bsize)) {
+                pthread_mutex_unlock(&k->mu);
+                return refuse(tag, e, KL_ENOMEM, "the operating system refused %s (tag %s)",
+                              kl_fmt_bytes(size, b1, sizeof b1), tag_names[tag]);
+            }
+        }
+    }
+    blk *b = k->free;
+    k->free = b->next;
+    k->ncached--;
+    b->sg->nfree--;
+    b->magic = MAGIC_LIVE;
+    b->tag = (uint8_t)tag;
+    b->req = size;
+    b->next = NULL;
+    pthread_mutex_unlock(&k->mu);
+    stat_alloc(tag, size, bsize + HDR, hit);
+    return (char *)b + HDR;
+}
+
+void *kl_mem_alloc(size_t size, kl_mem_tag tag) { return kl_mem_alloc_e(size, tag, NULL); }
+
+void *kl_mem_calloc(size_t n, size_t size, kl_mem_tag tag) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = kl_mem_alloc(n * size, tag);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+static blk *hdr_of(const void *p) {
+    blk *b = (blk *)((char *)p - HDR);
+    KL_ASSERT(b->magic == MAGIC_LIVE); /* double free or not from kl_mem_alloc */
+    return b;
+}
+
+size_t kl_mem_size(const void *p) { return p ? hdr_of(p)->req : 0; }
+
+void kl_mem_free(void *p) {
+    if (!p) return;
+    blk *b = hdr_of(p);
+    int c = b->cls, tag = b->tag;
+    uint64_t req = b->req;
+    klass *k = &classes[c];
+    pthread_mutex_lock(&k->mu);
+    b->magic = MAGIC_FREE;
+    b->tag = 0xff;
+    b->next = k->free;
+    k->free = b;
+    k->ncached++;
+    b->sg->nfree++;
+    pthread_mutex_unlock(&k->mu);
+    stat_free(tag, req, class_size(c) + HDR);
+}
+
+void *kl_mem_realloc(void *p, size_t size, kl_mem_tag tag) {
+    if (!p) return kl_mem_alloc(size, tag);
+    blk *b = hdr_of(p);
+    size_t bs = class_size(b->cls);
+    if (size <= bs && size >= bs / 2) {
+        int t = b->tag;
+        uint64_t old = b->req;
+        b->req = size;
+        if (size > old) {
+            uint64_t d = size - old;
+            peak_update(&tag_stats[t].peak_allocated, atomic_fetch_add(&tag_stats[t].allocated, d) + d);
+            peak_update(&total.peak_allocated, atomic_fetch_add(&total.allocated, d) + d);
+        } else {
+            atomic_fetch_sub(&tag_stats[t].allocated, old - size);
+            atomic_fetch_sub(&total.allocated, old - size);
+        }
+        return p;
+    }
+    void *q = kl_mem_alloc(size, (kl_mem_tag)b->tag);
+    if (!q) return NULL;
+    memcpy(q, p, b->req < size ? b->req : size);
+    kl_mem_free(p);
+    return q;
+}
+
+char *kl_mem_strdup(const char *s, kl_mem_tag tag) {
+    size_t n = strlen(s) + 1;
+    char *d = kl_mem_alloc(n, tag);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+uint64_t kl_mem_trim(void) {
+    pthread_once(&init_once, init_classes);
+    uint64_t released = 0;
+    for (int c = 0; c < NCLASSES; c++) {
+        klass *k = &classes[c];
+        seg *dead = NULL;
+        pthread_mutex_lock(&k->mu);
+        /* unlink every cached block of a fully free segment */
+        for (blk **pp = &k->free; *pp;) {
+            blk *b = *pp;
+            seg *s = b->sg;
+            if (s->nfree == s->nblocks) {
+                if (!s->dying) { s->dying = 1; s->dead_next = dead; dead = s; }
+                *pp = b->next;
+                k->ncached--;
+            } else {
+                pp = &b->next;
+            }
+        }
+        pthread_mutex_unlock(&k->mu);
+        while (dead) {
+            seg *s = dead;
+            dead = s->dead_next;
+            released += s->size;
+            seg_unlink_unmap(s);
+        }
+    }
+    return released;
+}
+
+/* ---- arena ------------------------------------------------------------- */
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t size, used;
+    char pad[KL_MEM_ALIGN - 3 * sizeof(size_t)];
+} chunk;
+
+struct kl_arena {
+    chunk *head;
+    size_t chunk_size, used_total;
+    kl_mem_tag tag;
+};
+
+kl_arena *kl_arena_new(size_t chunk_size, kl_mem_tag tag) {
+    kl_arena *a = kl_mem_calloc(1, sizeof *a, tag);
+    if (!a) return NULL;
+    a->chunk_size = chunk_size ? chunk_size : 64 * 1024;
+    a->tag = tag;
+    return a;
+}
+
+void *kl_arena_alloc(kl_arena *a, size_t size) {
+    size = (size + KL_MEM_ALIGN - 1) & ~(size_t)(KL_MEM_ALIGN - 1);
+    chunk *c = a->head;
+    if (!c || c->size - c->used < size) {
+        size_t cs = size > a->chunk_size ? size : a->chunk_size;
+        chunk *n = kl_mem_alloc(sizeof(chunk) + cs, a->tag);
+        if (!n) return NULL;
+        n->size = cs;
+        n->used = 0;
+        n->next = c;
+        a->head = c = n;
+    }
+    void *p = (char *)(c + 1) + c->used;
+    c->used += size;
+    a->used_total += size;
+    return p;
+}
+
+char *kl_arena_strdup(kl_arena *a, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = kl_arena_alloc(a, n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+size_t kl_arena_used(const kl_arena *a) { return a->used_total; }
+
+void kl_arena_reset(kl_arena *a) {
+    chunk *c = a->head;
+    while (c && c->next) {
+        chunk *n = c->next;
+        kl_mem_free(c);
+        c = n;
+    }
+    a->head = c;
+    if (c) c->used = 0;
+    a->used_total = 0;
+}
+
+void kl_arena_free(kl_arena *a) {
+    if (!a) return;
+    chunk *c = a->head;
+    while (c) {
+        chunk *n = c->next;
+        kl_mem_free(c);
+        c = n;
+    }
+    kl_mem_free(a);
+}

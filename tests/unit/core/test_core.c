@@ -1,0 +1,293 @@
+/* Core pieces: errors, SHA-256 (known vectors and sha256sum), thread pool,
+ * YAML documents and their error messages, config precedence, atomic files,
+ * progress, suggestions. */
+#include "../harness.h"
+
+#include <keel/core.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+KL_TEST(err_format) {
+    kl_err e = {0};
+    KT_EQ_INT(kl_err_setloc(&e, KL_EPARSE, "clicks.csv", 1042, 7, "'%s' is not a float64", "N/A"), KL_EPARSE);
+    kl_err_field(&e, "column item_price");
+    KT_EQ_STR(kl_err_what(&e), "clicks.csv:1042:7: column item_price: 'N/A' is not a float64");
+    kl_err_prefix(&e, "ingest");
+    KT_CONTAINS(kl_err_what(&e), "ingest: 'N/A'");
+    KT_EQ_INT(kl_err_set(NULL, KL_EINVAL, "x"), KL_EINVAL);
+    KT_EQ_STR(kl_strerror(-2), "No such file or directory");
+    KT_EQ_STR(kl_strerror(KL_ECHECKSUM), "checksum mismatch");
+}
+
+KL_TEST(sha256_vectors) {
+    char hex[65];
+    kl_sha256_buf_hex("", 0, hex);
+    KT_EQ_STR(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    kl_sha256_buf_hex("abc", 3, hex);
+    KT_EQ_STR(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    kl_sha256 *h = kl_sha256_new();
+    for (const char *p = m; *p; p++) kl_sha256_update(h, p, 1);
+    uint8_t d[32];
+    kl_sha256_final(h, d);
+    kl_sha256_free(h);
+    kl_sha256_hex(d, hex);
+    KT_EQ_STR(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+KL_TEST(sha256_file_matches_sha256sum) {
+    const char *p = kt_path("data.bin");
+    size_t n = 3 * 1000 * 1000 + 17;
+    unsigned char *buf = malloc(n);
+    for (size_t i = 0; i < n; i++) buf[i] = (unsigned char)(i * 2654435761u >> 13);
+    kl_err e = {0};
+    KT_OK(kl_write_file_atomic(p, buf, n, &e), &e);
+    free(buf);
+    char hex[65], cmd[1200], want[65] = {0};
+    KT_OK(kl_sha256_file_hex(p, hex, &e), &e);
+    snprintf(cmd, sizeof cmd, "sha256sum '%s'", p);
+    FILE *f = popen(cmd, "r");
+    KT_CHECK(f && fscanf(f, "%64s", want) == 1);
+    pclose(f);
+    KT_EQ_STR(hex, want);
+    KT_CHECK(kl_sha256_file_hex(kt_path("missing"), hex, &e) < 0);
+    KT_CONTAINS(kl_err_what(&e), "missing");
+}
+
+typedef struct { double *out; const double *in; _Atomic int calls; } sq_ctx;
+static void sq(void *c, size_t b, size_t e, int chunk) {
+    sq_ctx *s = c;
+    for (size_t i = b; i < e; i++) s->out[i] = s->in[i] * s->in[i] + (double)chunk * 0;
+    atomic_fetch_add(&s->calls, 1);
+}
+
+typedef struct { const double *in; double part[64]; } sum_ctx;
+static void psum(void *c, size_t b, size_t e, int chunk) {
+    sum_ctx *s = c;
+    double acc = 0;
+    for (size_t i = b; i < e; i++) acc += s->in[i];
+    s->part[chunk] = acc;
+}
+
+static double pool_sum(kl_pool *p, const double *in, size_t n) {
+    sum_ctx s = {.in = in};
+    kl_pool_parallel_for(p, n, 1024, psum, &s);
+    double t = 0;
+    for (int c = 0; c < kl_pool_chunks(p, n, 1024); c++) t += s.part[c];
+    return t;
+}
+
+KL_TEST(pool_parallel_for) {
+    kl_err e = {0};
+    kl_pool *p;
+    KT_OK(kl_pool_new(4, &p, &e), &e);
+    KT_EQ_INT(kl_pool_threads(p), 4);
+    size_t n = 100003;
+    double *in = malloc(n * sizeof *in), *out = calloc(n, sizeof *out);
+    for (size_t i = 0; i < n; i++) in[i] = (double)i * 0.5;
+    for (int rep = 0; rep < 200; rep++) {
+        sq_ctx c = {out, in, 0};
+        kl_pool_parallel_for(p, n, 1, sq, &c);
+        KT_EQ_INT(atomic_load(&c.calls), 4);
+    }
+    for (size_t i = 0; i < n; i++) KT_CHECK(out[i] == in[i] * in[i]);
+    /* static chunking: the same per-chunk partial sums at every run */
+    double s1 = pool_sum(p, in, n);
+    for (int rep = 0; rep < 50; rep++) KT_CHECK(pool_sum(p, in, n) == s1);
+    kl_pool_parallel_for(p, 0, 1, sq, NULL);
+    kl_pool_free(p);
+    free(in);
+    free(out);
+}
+
+typedef struct { kl_pool *p; double *in; size_t n; double result; } conc_arg;
+static void *conc(void *a) {
+    conc_arg *c = a;
+    double r = 0;
+    for (int i = 0; i < 100; i++) r = pool_sum(c->p, c->in, c->n);
+    c->result = r;
+    return NULL;
+}
+
+#include <pthread.h>
+KL_TEST(pool_concurrent_callers) {
+    kl_err e = {0};
+    kl_pool *p;
+    KT_OK(kl_pool_new(2, &p, &e), &e);
+    size_t n = 50000;
+    double *in = malloc(n * sizeof *in);
+    for (size_t i = 0; i < n; i++) in[i] = 1.0 / (double)(i + 1);
+    double want = pool_sum(p, in, n);
+    pthread_t th[3];
+    conc_arg a[3];
+    for (int i = 0; i < 3; i++) { a[i] = (conc_arg){p, in, n, 0}; pthread_create(&th[i], NULL, conc, &a[i]); }
+    for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 3; i++) KT_CHECK(a[i].result == want);
+    kl_pool_free(p);
+    free(in);
+}
+
+static const char *spec_yaml =
+    "train:\n"
+    "  epochs: ten\n"
+    "  lr: 0.001\n"
+    "  shuffle: yes\n"
+    "layers:\n"
+    "  - {type: linear, units: 128}\n"
+    "  - type: relu\n"
+    "name: \"quoted\"\n"
+    "empty: ~\n";
+
+KL_TEST(doc_yaml_typed_errors) {
+    kl_err e = {0};
+    kl_doc *d;
+    KT_OK(kl_doc_load_str(spec_yaml, strlen(spec_yaml), "spec.yaml", &d, &e), &e);
+    const kl_node *r = kl_doc_root(d);
+    int64_t v;
+    KT_CHECK(kl_node_int(kl_node_find(r, "train.epochs"), &v, &e) == KL_EINVAL);
+    KT_EQ_STR(kl_err_what(&e), "spec.yaml:2:11: train.epochs: expected an integer, got \"ten\"");
+    double lr;
+    KT_OK(kl_spec_double(kl_node_get(r, "train"), "lr", 0, &lr, &e), &e);
+    KT_NEAR(lr, 0.001, 0);
+    int b;
+    KT_OK(kl_spec_bool(kl_node_get(r, "train"), "shuffle", 0, &b, &e), &e);
+    KT_EQ_INT(b, 1);
+    KT_OK(kl_spec_int(kl_node_find(r, "layers.0"), "units", 0, &v, &e), &e);
+    KT_EQ_INT(v, 128);
+    KT_EQ_STR(kl_node_path(kl_node_find(r, "layers.1.type")), "layers.1.type");
+    KT_EQ_INT(kl_node_line(kl_node_find(r, "layers.1.type")), 7);
+    KT_EQ_INT(kl_node_kind_of(kl_node_get(r, "empty")), KL_NODE_NULL);
+    KT_CHECK(kl_node_is_quoted(kl_node_get(r, "name")));
+    KT_OK(kl_spec_int(kl_node_get(r, "train"), "missing", 5, &v, &e), &e);
+    KT_EQ_INT(v, 5);
+    static const char *const allowed[] = {"epochs", "lr", "shufle"};
+    KT_CHECK(kl_spec_check_keys(kl_node_get(r, "train"), allowed, 3, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "unknown key 'shuffle' (did you mean 'shufle'?)");
+    KT_CONTAINS(kl_err_what(&e), "spec.yaml:4:");
+    const kl_node *req;
+    KT_CHECK(kl_spec_require(kl_node_get(r, "train"), "batch", &req, &e) == KL_ENOTFOUND);
+    KT_CONTAINS(kl_err_what(&e), "train.batch");
+    kl_doc_free(d);
+}
+
+KL_TEST(doc_yaml_syntax_errors) {
+    kl_err e = {0};
+    kl_doc *d = NULL;
+    const char *bad = "a: 1\nb: [1, 2\nc: 3\n";
+    KT_CHECK(kl_doc_load_str(bad, strlen(bad), "bad.yaml", &d, &e) == KL_EPARSE);
+    KT_CHECK(d == NULL);
+    KT_CONTAINS(kl_err_what(&e), "bad.yaml:");
+    const char *dup = "a: 1\na: 2\n";
+    KT_CHECK(kl_doc_load_str(dup, strlen(dup), "dup.yaml", &d, &e) == KL_EPARSE);
+    KT_CONTAINS(kl_err_what(&e), "duplicate key");
+    const char *json = "{\"x\": [1, 2, {\"y\": \"z\"}]}";
+    KT_OK(kl_doc_load_str(json, strlen(json), "j.json", &d, &e), &e);
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d), "x.2.y")), "z");
+    kl_doc_free(d);
+    KT_CHECK(kl_doc_load_file(kt_path("nope.yaml"), &d, &e) == KL_ENOTFOUND);
+}
+
+KL_TEST(parse_scalars) {
+    int64_t i;
+    double x;
+    KT_CHECK(kl_parse_int64("12", &i) == 0 && i == 12);
+    KT_CHECK(kl_parse_int64("-9223372036854775808", &i) == 0);
+    KT_CHECK(kl_parse_int64("9223372036854775808", &i) == KL_ERANGE);
+    KT_CHECK(kl_parse_int64("1.5", &i) == KL_EINVAL);
+    KT_CHECK(kl_parse_int64(" 1", &i) == KL_EINVAL);
+    KT_CHECK(kl_parse_double("1e-3", &x) == 0 && x == 1e-3);
+    KT_CHECK(kl_parse_double("-inf", &x) == 0 && isinf(x) && x < 0);
+    KT_CHECK(kl_parse_double("nan", &x) == 0 && isnan(x));
+    KT_CHECK(kl_parse_double("0x10", &x) == KL_EINVAL);
+    KT_CHECK(kl_parse_double("1.5 ", &x) == KL_EINVAL);
+}
+
+KL_TEST(config_precedence) {
+    kl_config *c = kl_config_new();
+    KT_OK(kl_config_define(c, "train.epochs", KL_CFG_INT, "10", NULL, "--epochs", "epochs"), &(kl_err){0});
+    KT_OK(kl_config_define(c, "train.lr", KL_CFG_DOUBLE, "0.1", NULL, NULL, "lr"), &(kl_err){0});
+    KT_OK(kl_config_define(c, "train.batch", KL_CFG_INT, "32", NULL, NULL, "batch"), &(kl_err){0});
+    const char *y = "train:\n  epochs: 20\n  lr: 0.01\n  batch: 64\n  extra: hello\n";
+    kl_err e = {0};
+    kl_doc *d;
+    KT_OK(kl_doc_load_str(y, strlen(y), "spec.yaml", &d, &e), &e);
+    KT_OK(kl_config_load_doc(c, d, &e), &e);
+    setenv("KEEL_TRAIN_EPOCHS", "30", 1);
+    setenv("KEEL_TRAIN_LR", "0.5", 1);
+    int rc = kl_config_load_env(c, &e);
+    unsetenv("KEEL_TRAIN_LR");
+    unsetenv("KEEL_TRAIN_EPOCHS");
+    KT_OK(rc, &e);
+    KT_OK(kl_config_set_flag(c, "--epochs", "40", &e), &e);
+    int64_t v;
+    KT_OK(kl_config_get_int(c, "train.epochs", &v, &e), &e);
+    KT_EQ_INT(v, 40);
+    KT_EQ_STR(kl_config_origin(c, "train.epochs"), "flag --epochs");
+    KT_EQ_STR(kl_config_get(c, "train.lr"), "0.5");
+    KT_EQ_STR(kl_config_origin(c, "train.lr"), "env KEEL_TRAIN_LR");
+    KT_EQ_STR(kl_config_get(c, "train.batch"), "64");
+    KT_EQ_STR(kl_config_origin(c, "train.batch"), "spec.yaml:4:10");
+    KT_EQ_STR(kl_config_get(c, "train.extra"), "hello");
+    KT_EQ_INT(kl_config_source(c, "train.extra"), KL_SRC_FILE);
+    setenv("KEEL_TRAIN_BATCH", "many", 1);
+    rc = kl_config_load_env(c, &e);
+    unsetenv("KEEL_TRAIN_BATCH");
+    KT_CHECK(rc == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "env KEEL_TRAIN_BATCH: train.batch: expected an integer, got \"many\"");
+    const char *bad = "train:\n  epochs: ten\n";
+    kl_doc *d2;
+    KT_OK(kl_doc_load_str(bad, strlen(bad), "bad.yaml", &d2, &e), &e);
+    KT_CHECK(kl_config_load_doc(c, d2, &e) == KL_EINVAL);
+    KT_EQ_STR(kl_err_what(&e), "bad.yaml:2:11: train.epochs: expected an integer, got \"ten\"");
+    kl_doc_free(d2);
+    kl_doc_free(d);
+    kl_config_free(c);
+}
+
+KL_TEST(atomic_write_leaves_nothing_on_abort) {
+    kl_err e = {0};
+    const char *p = kt_path("out.txt");
+    KT_OK(kl_write_file_atomic(p, "one", 3, &e), &e);
+    kl_afile *f;
+    KT_OK(kl_afile_open(p, &f, &e), &e);
+    KT_OK(kl_afile_write(f, "two-partial", 11, &e), &e);
+    kl_afile_abort(f);
+    char *s;
+    size_t n;
+    KT_OK(kl_read_file(p, &s, &n, &e), &e);
+    KT_EQ_STR(s, "one");
+    free(s);
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", kt_tmpdir());
+    FILE *pp = popen(cmd, "r");
+    int files = 0;
+    KT_CHECK(fscanf(pp, "%d", &files) == 1);
+    pclose(pp);
+    KT_EQ_INT(files, 1); /* no temp file left behind */
+    KT_CHECK(kl_write_file_atomic("/nonexistent-dir/x", "a", 1, &e) < 0);
+    KT_CONTAINS(kl_err_what(&e), "/nonexistent-dir/x");
+}
+
+KL_TEST(progress_render) {
+    kl_progress_set_mode(0);
+    kl_progress *p = kl_progress_new("ingest", 1000, "rows");
+    kl_progress_update(p, 250);
+    kl_progress_field(p, "loss", "%.3f", 0.25);
+    char line[256];
+    kl_progress_render(p, line, sizeof line);
+    KT_CONTAINS(line, "ingest");
+    KT_CONTAINS(line, "25.0%");
+    KT_CONTAINS(line, "loss=0.250");
+    kl_progress_finish(p);
+    kl_progress_set_mode(-1);
+}
+
+KL_TEST(suggest_words) {
+    const char *c[] = {"doctor", "config", "version", "serve"};
+    KT_EQ_STR(kl_suggest("doctr", c, 4), "doctor");
+    KT_EQ_STR(kl_suggest("serv", c, 4), "serve");
+    KT_CHECK(kl_suggest("xyzzy", c, 4) == NULL);
+    char b[32];
+    KT_EQ_STR(kl_fmt_bytes(1536, b, sizeof b), "1.50 KiB");
+}
