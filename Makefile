@@ -69,7 +69,7 @@ $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@$(CC) $(CFLAGS) -Wno-error -c $< -o $@
 
 $(BUILD)/obj/app/cmd_version.o: CFLAGS += $(BUILD_INFO)
-$(BUILD)/obj/app/cmd_version.o: .git/HEAD $(wildcard .git/index)
+$(BUILD)/obj/app/cmd_version.o: $(wildcard .git/HEAD .git/index)
 
 $(LIB): $(LIB_OBJS)
 	@rm -f $@
