@@ -112,7 +112,8 @@ int kl_track_runs_find(kl_track *t, const char *filter, const char *sort_key, in
  * {"id","experiment","name","status","start_us","end_us","parent_id",
  *  "pid","host","params":{k:v},"metrics":{k:{"step","ts_us","value"}},
  *  "tags":{k:v},"artifacts":[{"path","size","sha256"}],
- *  "lineage":{"dataset_version","feature_hash","code_version","spec_hash"}}
+ *  "lineage":{"dataset_version","feature_hash","code_version","spec_hash"},
+ *  "children":[ids],"points":N (metric points in the history)}
  * Non-finite metric values are the strings "NaN", "Infinity", "-Infinity". */
 int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e);
 

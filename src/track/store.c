@@ -1027,6 +1027,8 @@ static void row_lineage(cJSON *o, sqlite3_stmt *st) {
     add_text(o, "spec_hash", st, 3);
 }
 
+static void row_count(cJSON *o, sqlite3_stmt *st) { cJSON_AddNumberToObject(o, "points", (double)sqlite3_column_int64(st, 0)); }
+
 static void row_child(cJSON *a, sqlite3_stmt *st) { cJSON_AddItemToArray(a, cJSON_CreateNumber((double)sqlite3_column_int64(st, 0))); }
 
 int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) {
@@ -1080,6 +1082,7 @@ int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) 
                        row_lineage, lin, e)))
         goto fail;
     if ((rc = each_row(t, "SELECT id FROM runs WHERE parent_id=? ORDER BY id", run_id, row_child, kids, e))) goto fail;
+    if ((rc = each_row(t, "SELECT count(*) FROM metrics WHERE run_id=?", run_id, row_count, o, e))) goto fail;
     kl__track_unlock(t);
     *out_cjson = o;
     return KL_OK;
