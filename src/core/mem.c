@@ -40,7 +40,7 @@ typedef struct blk {
 _Static_assert(sizeof(blk) == HDR, "block header must be 64 bytes");
 
 struct seg {
-    seg *prev, *next; /* all segments */
+    seg *prev, *next; /* the segments of this class (guarded by the class lock) */
     char *base;
     size_t size;      /* mapped bytes */
     uint32_t cls, nblocks, nfree;
@@ -52,12 +52,11 @@ typedef struct {
     pthread_mutex_t mu;
     blk *free;
     uint64_t ncached;
+    seg *segs;
 } klass;
 
 static klass classes[NCLASSES];
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t seg_mu = PTHREAD_MUTEX_INITIALIZER;
-static seg *segments;
 
 typedef struct {
     _Atomic uint64_t allocated, peak_allocated, reserved, peak_reserved;
@@ -324,23 +323,24 @@ static void *os_map(size_t n) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-static void seg_link(seg *s) {
-    pthread_mutex_lock(&seg_mu);
+/* Caller holds the class lock. */
+static void seg_link(klass *k, seg *s) {
     s->prev = NULL;
-    s->next = segments;
-    if (segments) segments->prev = s;
-    segments = s;
-    pthread_mutex_unlock(&seg_mu);
+    s->next = k->segs;
+    if (k->segs) k->segs->prev = s;
+    k->segs = s;
     uint64_t r = atomic_fetch_add(&total.reserved, s->size) + s->size;
     peak_update(&total.peak_reserved, r);
 }
 
-static void seg_unlink_unmap(seg *s) {
-    pthread_mutex_lock(&seg_mu);
+/* Caller holds the class lock; the mapping is released later with seg_unmap. */
+static void seg_unlink(klass *k, seg *s) {
     if (s->prev) s->prev->next = s->next;
-    else segments = s->next;
+    else k->segs = s->next;
     if (s->next) s->next->prev = s->prev;
-    pthread_mutex_unlock(&seg_mu);
+}
+
+static void seg_unmap(seg *s) {
     atomic_fetch_sub(&total.reserved, s->size);
     munmap(s->base, s->size);
     free(s);
@@ -376,7 +376,7 @@ static seg *seg_new(int c, size_t bsize) {
         k->free = b;
         k->ncached++;
     }
-    seg_link(s);
+    seg_link(k, s);
     return s;
 }
 
@@ -414,35 +414,37 @@ static int snapshot_to(const char *path, const char *reason, kl_err *e) {
         }
     }
     kl_buf_puts(&b, "},\n\"segments\":[");
-    for (int c = 0; c < NCLASSES; c++) pthread_mutex_lock(&classes[c].mu);
-    pthread_mutex_lock(&seg_mu);
     int first = 1;
-    for (seg *s = segments; s; s = s->next) {
-        size_t bs = class_size((int)s->cls);
-        kl_buf_printf(&b, "%s\n {\"address\":\"%p\",\"size\":%zu,\"kind\":\"%s\",\"block_size\":%zu,\"blocks\":[",
-                      first ? "" : ",", (void *)s->base, s->size, s->large ? "large" : "slab", bs);
-        first = 0;
-        int bfirst = 1;
-        for (uint32_t i = 0; i < s->nblocks;) {
-            blk *h = (blk *)(s->base + (size_t)i * (bs + HDR));
-            if (h->magic == MAGIC_LIVE) {
-                kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"requested\":%llu,\"tag\":\"%s\",\"state\":\"allocated\"}",
-                              bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs,
-                              (unsigned long long)h->req, kl_mem_tag_name((kl_mem_tag)h->tag));
-                i++;
-            } else {
-                uint32_t j = i;
-                while (j < s->nblocks && ((blk *)(s->base + (size_t)j * (bs + HDR)))->magic != MAGIC_LIVE) j++;
-                kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"count\":%u,\"state\":\"cached\"}",
-                              bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs, j - i);
-                i = j;
+    /* one class at a time: each segment is consistent, and no thread ever
+     * holds more than one class lock */
+    for (int c = 0; c < NCLASSES; c++) {
+        pthread_mutex_lock(&classes[c].mu);
+        for (seg *s = classes[c].segs; s; s = s->next) {
+            size_t bs = class_size((int)s->cls);
+            kl_buf_printf(&b, "%s\n {\"address\":\"%p\",\"size\":%zu,\"kind\":\"%s\",\"block_size\":%zu,\"blocks\":[",
+                          first ? "" : ",", (void *)s->base, s->size, s->large ? "large" : "slab", bs);
+            first = 0;
+            int bfirst = 1;
+            for (uint32_t i = 0; i < s->nblocks;) {
+                blk *h = (blk *)(s->base + (size_t)i * (bs + HDR));
+                if (h->magic == MAGIC_LIVE) {
+                    kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"requested\":%llu,\"tag\":\"%s\",\"state\":\"allocated\"}",
+                                  bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs,
+                                  (unsigned long long)h->req, kl_mem_tag_name((kl_mem_tag)h->tag));
+                    i++;
+                } else {
+                    uint32_t j = i;
+                    while (j < s->nblocks && ((blk *)(s->base + (size_t)j * (bs + HDR)))->magic != MAGIC_LIVE) j++;
+                    kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"count\":%u,\"state\":\"cached\"}",
+                                  bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs, j - i);
+                    i = j;
+                }
+                bfirst = 0;
             }
-            bfirst = 0;
+            kl_buf_puts(&b, "]}");
         }
-        kl_buf_puts(&b, "]}");
+        pthread_mutex_unlock(&classes[c].mu);
     }
-    pthread_mutex_unlock(&seg_mu);
-    for (int c = NCLASSES; c-- > 0;) pthread_mutex_unlock(&classes[c].mu);
     kl_buf_puts(&b, "\n]\n}\n");
     int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory while writing the memory snapshot")
                       : kl_write_file_atomic(path, b.data, b.len, e);
@@ -672,7 +674,7 @@ uint64_t kl_mem_trim(void) {
             blk *b = *pp;
             seg *s = b->sg;
             if (s->nfree == s->nblocks) {
-                if (!s->dying) { s->dying = 1; s->dead_next = dead; dead = s; }
+                if (!s->dying) { s->dying = 1; s->dead_next = dead; dead = s; seg_unlink(k, s); }
                 *pp = b->next;
                 k->ncached--;
             } else {
@@ -684,7 +686,7 @@ uint64_t kl_mem_trim(void) {
             seg *s = dead;
             dead = s->dead_next;
             released += s->size;
-            seg_unlink_unmap(s);
+            seg_unmap(s);
         }
     }
     return released;
