@@ -2,6 +2,7 @@
  * typed getters and config loading run over whatever tree comes out. */
 #include <keel/core.h>
 
+#include <cjson/cJSON.h>
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -32,6 +33,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kl_err_what(&e);
     }
     void *j = NULL;
-    if (kl_json_parse((const char *)data, size, "fuzz.json", &j, &e) == KL_OK) free(j), j = NULL;
+    if (kl_json_parse((const char *)data, size, "fuzz.json", &j, &e) == KL_OK) cJSON_Delete(j);
     return 0;
 }
