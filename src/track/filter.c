@@ -387,10 +387,19 @@ static int parse_cmp(lexer *L) {
         if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
         return next(L);
     }
-    kl_buf_puts(sql, "(");
-    if ((rc = field_sql(&f, numeric, sql, L->b))) return kl_err_set(L->e, rc, "out of memory");
-    if (like) kl_buf_printf(sql, " %s ?)", not_like ? "NOT LIKE" : "LIKE");
-    else kl_buf_printf(sql, " %s ?)", op);
+    const char *cmp = like ? (not_like ? "NOT LIKE" : "LIKE") : op;
+    if (f.kind == F_ATTR_TEXT || f.kind == F_ATTR_NUM) {
+        kl_buf_printf(sql, "(%s %s ?)", f.expr, cmp);
+    } else if (f.kind == F_METRIC) {
+        /* driven by the (key_id, value) index: only matching runs are visited */
+        kl_buf_printf(sql, "r.id IN (SELECT ml.run_id FROM metric_latest ml WHERE ml.key_id = "
+                           "(SELECT id FROM metric_keys WHERE name = ?) AND ml.value %s ?)", cmp);
+        if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
+    } else {
+        const char *tab = f.kind == F_PARAM ? "params" : "tags";
+        kl_buf_printf(sql, "r.id IN (SELECT run_id FROM %s WHERE key = ? AND %s %s ?)", tab, numeric ? "CAST(value AS REAL)" : "value", cmp);
+        if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
+    }
     if (is_num) rc = bind_add(L->b, 1, num, NULL, 0);
     else rc = bind_add(L->b, 0, 0, L->str, L->slen);
     if (rc) return kl_err_set(L->e, rc, "out of memory");

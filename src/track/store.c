@@ -33,9 +33,9 @@ static const char *const migrations[] = {
     " PRIMARY KEY(run_id, key)) WITHOUT ROWID;"
     "CREATE TRIGGER params_immutable BEFORE UPDATE ON params BEGIN SELECT RAISE(ABORT, 'params are immutable'); END;"
     "CREATE TABLE metric_keys(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+    /* one B-tree clustered by (run, key, step); seq orders repeated steps; NULL value = NaN */
     "CREATE TABLE metrics(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
-    " ts_us INTEGER NOT NULL, value REAL);" /* NULL value = NaN */
-    "CREATE INDEX metrics_run_key ON metrics(run_id, key_id, step);"
+    " seq INTEGER NOT NULL, ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id, step, seq)) WITHOUT ROWID;"
     "CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'metric history is append-only'); END;"
     "CREATE TABLE metric_latest(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
     " ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id)) WITHOUT ROWID;"
@@ -62,6 +62,12 @@ static const char *const migrations[] = {
     "CREATE TABLE alias_history(id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, alias TEXT NOT NULL,"
     " version INTEGER, set_us INTEGER NOT NULL);"
     "CREATE INDEX alias_history_lookup ON alias_history(model_id, alias, set_us);",
+    /* 2 -> 3: filters drive from the matching rows (key, value) instead of probing every run */
+    "CREATE INDEX metric_latest_key_value ON metric_latest(key_id, value);"
+    "CREATE INDEX params_key_value ON params(key, value);"
+    "CREATE INDEX tags_key_value ON tags(key, value);"
+    "CREATE INDEX runs_parent ON runs(parent_id);"
+    "CREATE INDEX runs_start ON runs(start_us);",
 };
 
 /* ==================================================================
@@ -97,6 +103,22 @@ int kl__track_prep(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e) {
         *st = NULL;
         return kl__track_sqlerr(t, rc, e, "preparing a query");
     }
+    return KL_OK;
+}
+
+int kl__track_cached(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e) {
+    size_t i;
+    for (i = 0; i < KL_ARRAY_LEN(t->cache) && t->cache[i].sql; i++)
+        if (t->cache[i].sql == sql) {
+            *st = t->cache[i].st;
+            sqlite3_reset(*st);
+            sqlite3_clear_bindings(*st);
+            return KL_OK;
+        }
+    int rc = kl__track_prep(t, sql, st, e);
+    if (rc || i == KL_ARRAY_LEN(t->cache)) return rc ? rc : kl_err_set(e, KL_EINTERNAL, "statement cache full");
+    t->cache[i].sql = sql;
+    t->cache[i].st = *st;
     return KL_OK;
 }
 
@@ -327,7 +349,8 @@ int kl_track_open(const char *dir, kl_track **out, kl_err *e) {
         sleep_ms(10);
     }
     /* NORMAL in WAL mode: a committed batch survives a crash of the process. */
-    if ((rc = kl__track_exec(t, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;", e))) goto fail;
+    if ((rc = kl__track_exec(t, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+                                 " PRAGMA cache_size=-65536;", e))) goto fail;
     if ((rc = migrate(t, e))) goto fail;
     if (kl__track_target_version == KL_TRACK_SCHEMA_VERSION && (rc = mark_stale(t, e))) goto fail;
     *out = t;
@@ -352,6 +375,7 @@ void kl_track_close(kl_track *t) {
     sqlite3_finalize(t->st_key_ins);
     sqlite3_finalize(t->st_key_get);
     sqlite3_finalize(t->st_heartbeat);
+    for (size_t i = 0; i < KL_ARRAY_LEN(t->cache); i++) sqlite3_finalize(t->cache[i].st);
     if (t->db) sqlite3_close_v2(t->db);
     keycache_clear(t);
     pthread_mutex_destroy(&t->mu);
@@ -632,8 +656,11 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
         return rc;
     }
     if (!t->st_metric_ins &&
-        (rc = kl__track_prep(t, "INSERT INTO metrics(run_id, key_id, step, ts_us, value) VALUES(?, ?, ?, ?, ?)", &t->st_metric_ins, e)))
+        (rc = kl__track_prep(t, "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value) VALUES(?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+                             &t->st_metric_ins, e)))
         goto fail;
+    static const char *const again = "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
+                                     " SELECT ?1, ?2, ?3, max(seq) + 1, ?4, ?5 FROM metrics WHERE run_id=?1 AND key_id=?2 AND step=?3";
     if (!t->st_latest_up &&
         (rc = kl__track_prep(t,
                              "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value) VALUES(?, ?, ?, ?, ?)"
@@ -679,6 +706,17 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
         bind_value(ins, 5, pts[i].value);
         int s = sqlite3_step(ins);
         sqlite3_reset(ins);
+        if (s == SQLITE_DONE && sqlite3_changes(t->db) == 0) { /* this step was logged before: append after it */
+            sqlite3_stmt *st2 = NULL;
+            if ((rc = kl__track_cached(t, again, &st2, e))) goto fail_touched;
+            sqlite3_bind_int64(st2, 1, r->id);
+            sqlite3_bind_int64(st2, 2, k->id);
+            sqlite3_bind_int64(st2, 3, pts[i].step);
+            sqlite3_bind_int64(st2, 4, ts);
+            bind_value(st2, 5, pts[i].value);
+            s = sqlite3_step(st2);
+            sqlite3_reset(st2);
+        }
         if (s != SQLITE_DONE) {
             rc = kl__track_sqlerr(t, s, e, "logging metrics");
             goto fail_touched;
@@ -989,13 +1027,13 @@ static void add_int(cJSON *o, const char *name, sqlite3_stmt *st, int col) {
 /* Runs a one-parameter (run id) query; calls fn for each row. */
 static int each_row(kl_track *t, const char *sql, int64_t id, void (*fn)(cJSON *, sqlite3_stmt *), cJSON *into, kl_err *e) {
     sqlite3_stmt *st = NULL;
-    int rc = kl__track_prep(t, sql, &st, e);
+    int rc = kl__track_cached(t, sql, &st, e);
     if (rc) return rc;
     sqlite3_bind_int64(st, 1, id);
     int s;
     while ((s = sqlite3_step(st)) == SQLITE_ROW) fn(into, st);
     if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "reading a run");
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     return rc;
 }
 
@@ -1036,10 +1074,9 @@ int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) 
     sqlite3_stmt *st = NULL;
     cJSON *o = NULL;
     kl__track_lock(t);
-    int rc = kl__track_prep(t,
-                            "SELECT r.id, x.name, r.name, r.status, r.start_us, r.end_us, r.parent_id, r.pid, r.host, r.heartbeat_us"
-                            " FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE r.id=?",
-                            &st, e);
+    static const char *const q = "SELECT r.id, x.name, r.name, r.status, r.start_us, r.end_us, r.parent_id, r.pid, r.host, r.heartbeat_us"
+                                 " FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE r.id=?";
+    int rc = kl__track_cached(t, q, &st, e);
     if (rc) goto fail;
     sqlite3_bind_int64(st, 1, run_id);
     if (sqlite3_step(st) != SQLITE_ROW) {
@@ -1061,7 +1098,7 @@ int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) 
     add_int(o, "pid", st, 7);
     add_text(o, "host", st, 8);
     add_int(o, "heartbeat_us", st, 9);
-    sqlite3_finalize(st);
+    sqlite3_reset(st);
     st = NULL;
     cJSON *params = cJSON_AddObjectToObject(o, "params");
     cJSON *metrics = cJSON_AddObjectToObject(o, "metrics");
@@ -1087,7 +1124,7 @@ int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) 
     *out_cjson = o;
     return KL_OK;
 fail:
-    sqlite3_finalize(st);
+    if (st) sqlite3_reset(st);
     kl__track_unlock(t);
     cJSON_Delete(o);
     return rc;
@@ -1106,7 +1143,7 @@ int kl_track_metric_history(kl_track *t, int64_t run_id, const char *key, int64_
     kl__track_lock(t);
     int rc = kl__track_prep(t,
                             "SELECT m.step, m.ts_us, m.value FROM metrics m WHERE m.run_id=?1"
-                            " AND m.key_id=(SELECT id FROM metric_keys WHERE name=?2) ORDER BY m.step, m.rowid",
+                            " AND m.key_id=(SELECT id FROM metric_keys WHERE name=?2) ORDER BY m.step, m.seq",
                             &st, e);
     if (rc) goto fail;
     sqlite3_bind_int64(st, 1, run_id);

@@ -23,6 +23,10 @@ struct kl_track {
     int stale_marked;
     /* cached statements */
     sqlite3_stmt *st_metric_ins, *st_latest_up, *st_key_ins, *st_key_get, *st_heartbeat;
+    struct {
+        const char *sql; /* a static string: cached by address */
+        sqlite3_stmt *st;
+    } cache[32];
     kl__keyent *keys;
     size_t nkeys, capkeys;
     uint64_t gen;
@@ -42,6 +46,9 @@ extern int kl__track_target_version;
 int kl__track_sqlerr(kl_track *t, int rc, kl_err *e, const char *what);
 int kl__track_exec(kl_track *t, const char *sql, kl_err *e);
 int kl__track_prep(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e);
+/* A prepared statement cached on the handle for a static SQL string; reset
+ * and unbound. Do not finalize it. */
+int kl__track_cached(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e);
 /* BEGIN IMMEDIATE, retried while the database is busy (beyond the busy timeout). */
 int kl__track_begin(kl_track *t, kl_err *e);
 int kl__track_commit(kl_track *t, kl_err *e);

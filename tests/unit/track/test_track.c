@@ -86,6 +86,18 @@ KL_TEST(track_metrics_nan_inf_roundtrip) {
     KT_OK(kl_track_runs_find(t, "metrics.loss = nan", NULL, 0, &ids, &nids, &e), &e);
     KT_EQ_INT(nids, 0); /* latest loss is -inf */
     free(ids);
+    /* the same step logged again is appended, in order, never overwritten */
+    kl_metric_point dup[] = {{"acc", 1, 0, 0.2}, {"acc", 1, 0, 0.3}};
+    KT_OK(kl_track_log_metrics(r, dup, 2, &e), &e);
+    KT_OK(kl_track_metric_history(t, kl_track_run_id(r), "acc", &steps, NULL, &v, &n, &e), &e);
+    KT_EQ_INT(n, 5);
+    KT_EQ_INT(steps[0], 1);
+    KT_NEAR(v[0], 0.1, 0);
+    KT_NEAR(v[1], 0.2, 0);
+    KT_NEAR(v[2], 0.3, 0);
+    KT_EQ_INT(steps[4], 5);
+    free(steps);
+    free(v);
     KT_OK(kl_track_run_end(r, KL_RUN_FINISHED, &e), &e);
     kl_track_close(t);
 }
