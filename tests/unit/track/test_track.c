@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <keel/track.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -317,4 +318,46 @@ KL_TEST(track_svg_chart) {
     KT_CONTAINS(b.data, "run &lt;2&gt;");
     KT_CONTAINS(b.data, " M"); /* the NaN broke the line */
     kl_buf_free(&b);
+}
+
+/* Threads sharing one handle, each logging its own run. */
+typedef struct {
+    kl_track *t;
+    int64_t run_id;
+    int rc;
+} thr_arg;
+
+static void *thr_log(void *p) {
+    thr_arg *a = p;
+    kl_err e = {0};
+    kl_track_run *r = NULL;
+    if ((a->rc = kl_track_run_start(a->t, "threads", NULL, 0, &r, &e))) return NULL;
+    a->run_id = kl_track_run_id(r);
+    kl_metric_point pts[20];
+    for (int b = 0; b < 25 && !a->rc; b++) {
+        for (int i = 0; i < 20; i++) pts[i] = (kl_metric_point){i % 2 ? "acc" : "loss", b * 10 + i / 2, 0, (double)i};
+        a->rc = kl_track_log_metrics(r, pts, 20, &e);
+    }
+    kl_track_run_end(r, KL_RUN_FINISHED, &e);
+    return NULL;
+}
+
+KL_TEST(track_threads_share_handle) {
+    kl_err e = {0};
+    kl_track *t = open_store("store");
+    KT_CHECK(t);
+    pthread_t th[4];
+    thr_arg args[4];
+    for (int i = 0; i < 4; i++) {
+        args[i] = (thr_arg){t, 0, 0};
+        pthread_create(&th[i], NULL, thr_log, &args[i]);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        KT_EQ_INT(args[i].rc, 0);
+        int64_t n = 0;
+        KT_OK(kl_track_metric_count(t, args[i].run_id, NULL, &n, &e), &e);
+        KT_EQ_INT(n, 500);
+    }
+    kl_track_close(t);
 }
