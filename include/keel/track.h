@@ -30,7 +30,7 @@ const char *kl_run_status_name(kl_run_status s);
 int kl_run_status_parse(const char *s, kl_run_status *out);
 
 /* Current schema version (PRAGMA user_version of keel.db). */
-#define KL_TRACK_SCHEMA_VERSION 3
+#define KL_TRACK_SCHEMA_VERSION 4
 
 /* Opens (creating and migrating when needed) the store in dir (NULL: the
  * KEEL_TRACKING variable, else ./keel-runs). Marks runs of dead processes

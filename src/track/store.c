@@ -68,6 +68,10 @@ static const char *const migrations[] = {
     "CREATE INDEX tags_key_value ON tags(key, value);"
     "CREATE INDEX runs_parent ON runs(parent_id);"
     "CREATE INDEX runs_start ON runs(start_us);",
+    /* 3 -> 4: point counts kept with the latest values (no history scans to count) */
+    "ALTER TABLE metric_latest ADD COLUMN n INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE metric_latest SET n = (SELECT count(*) FROM metrics m WHERE m.run_id = metric_latest.run_id"
+    " AND m.key_id = metric_latest.key_id);",
 };
 
 /* ==================================================================
@@ -663,9 +667,11 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
                                      " SELECT ?1, ?2, ?3, max(seq) + 1, ?4, ?5 FROM metrics WHERE run_id=?1 AND key_id=?2 AND step=?3";
     if (!t->st_latest_up &&
         (rc = kl__track_prep(t,
-                             "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value) VALUES(?, ?, ?, ?, ?)"
-                             " ON CONFLICT(run_id, key_id) DO UPDATE SET step=excluded.step, ts_us=excluded.ts_us,"
-                             " value=excluded.value WHERE excluded.step >= metric_latest.step",
+                             "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value, n) VALUES(?, ?, ?, ?, ?, ?)"
+                             " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
+                             " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
+                             " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
+                             " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END",
                              &t->st_latest_up, e)))
         goto fail;
     uint64_t gen = ++t->gen;
@@ -695,8 +701,10 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
             touched[ntouched++] = i;
             k->gen = gen;
             k->idx = i;
-        } else if (pts[i].step >= pts[k->idx].step) {
-            k->idx = i;
+            k->cnt = 1;
+        } else {
+            if (pts[i].step >= pts[k->idx].step) k->idx = i;
+            k->cnt++;
         }
         int64_t ts = pts[i].ts_us ? pts[i].ts_us : now;
         sqlite3_bind_int64(ins, 1, r->id);
@@ -732,6 +740,7 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
         sqlite3_bind_int64(up, 3, p->step);
         sqlite3_bind_int64(up, 4, p->ts_us ? p->ts_us : now);
         bind_value(up, 5, p->value);
+        sqlite3_bind_int64(up, 6, k->cnt);
         int s = sqlite3_step(up);
         sqlite3_reset(up);
         if (s != SQLITE_DONE) {
@@ -1119,7 +1128,7 @@ int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) 
                        row_lineage, lin, e)))
         goto fail;
     if ((rc = each_row(t, "SELECT id FROM runs WHERE parent_id=? ORDER BY id", run_id, row_child, kids, e))) goto fail;
-    if ((rc = each_row(t, "SELECT count(*) FROM metrics WHERE run_id=?", run_id, row_count, o, e))) goto fail;
+    if ((rc = each_row(t, "SELECT coalesce(sum(n), 0) FROM metric_latest WHERE run_id=?", run_id, row_count, o, e))) goto fail;
     kl__track_unlock(t);
     *out_cjson = o;
     return KL_OK;
@@ -1246,8 +1255,8 @@ int kl_track_metric_count(kl_track *t, int64_t run_id, const char *key, int64_t 
     sqlite3_stmt *st = NULL;
     kl__track_lock(t);
     int rc = kl__track_prep(t,
-                            key ? "SELECT count(*) FROM metrics WHERE run_id=?1 AND key_id=(SELECT id FROM metric_keys WHERE name=?2)"
-                                : "SELECT count(*) FROM metrics WHERE run_id=?1",
+                            key ? "SELECT coalesce(sum(n), 0) FROM metric_latest WHERE run_id=?1 AND key_id=(SELECT id FROM metric_keys WHERE name=?2)"
+                                : "SELECT coalesce(sum(n), 0) FROM metric_latest WHERE run_id=?1",
                             &st, e);
     if (!rc) {
         sqlite3_bind_int64(st, 1, run_id);

@@ -13,6 +13,7 @@ typedef struct {
     int64_t id;
     uint64_t gen; /* batch generation that last touched it */
     size_t idx;   /* index of the batch's latest point for this key */
+    int64_t cnt;  /* points of this key in the batch */
 } kl__keyent;
 
 struct kl_track {

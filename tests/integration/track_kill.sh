@@ -5,7 +5,7 @@ export KEEL_TRACKING="$T/store"
 $KEEL runs simulate --name heavy --steps 100000000 --metrics 4 --batch 500 --progress > "$T/progress" 2> "$T/sim.err" &
 pid=$!
 # wait until a good number of batches are committed
-for _ in $(seq 100); do
+for _ in $(seq 600); do
   n=$(grep -c committed "$T/progress" 2>/dev/null || true)
   [ "${n:-0}" -ge 40 ] && break
   sleep 0.05
@@ -26,9 +26,13 @@ assert r["points"] % 500 == 0, r["points"]
 assert r["end_us"] is not None
 PY
 # a live run is not marked killed by another process opening the store
-$KEEL runs simulate --name live --duration 2 --batch 50 > /dev/null 2>&1 &
+$KEEL runs simulate --name live --duration 6 --batch 50 > /dev/null 2>&1 &
 live=$!
-sleep 0.5
+for _ in $(seq 100); do
+  $KEEL runs list --filter 'name = "live"' --json > "$T/live.json" 2>/dev/null
+  grep -q '"live"' "$T/live.json" && break
+  sleep 0.1
+done
 expect_rc track_kill_live_list 0 $KEEL runs list --filter 'name = "live"' --json
 grep -q '"running"' "$T/out" && pass track_kill_live_not_stale || fail track_kill_live_not_stale "$(grep status "$T/out")"
 wait $live

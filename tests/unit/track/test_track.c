@@ -113,8 +113,14 @@ KL_TEST(track_migration_forward) {
     kl_track_run *r = NULL;
     KT_OK(kl_track_run_start(t, "exp", "old-run", 0, &r, &e), &e);
     int64_t id = kl_track_run_id(r);
-    kl_metric_point p = {"loss", 1, 0, 0.25};
-    KT_OK(kl_track_log_metrics(r, &p, 1, &e), &e);
+    /* rows as a version-1 keel wrote them */
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO metric_keys(id, name) VALUES(1, 'loss');"
+             "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value) VALUES(%lld, 1, 1, 0, 5, 0.25);"
+             "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value) VALUES(%lld, 1, 1, 5, 0.25);",
+             (long long)id, (long long)id);
+    KT_OK(kl__track_exec(t, sql, &e), &e);
     KT_OK(kl_track_run_end(r, KL_RUN_FINISHED, &e), &e);
     void *j = NULL;
     KT_CHECK(kl_registry_json(t, NULL, &j, &e) != 0); /* no registry yet */
@@ -126,7 +132,13 @@ KL_TEST(track_migration_forward) {
     cJSON_Delete(j);
     KT_OK(kl_track_run_json(t, id, &j, &e), &e);
     KT_EQ_STR(cJSON_GetObjectItem(j, "name")->valuestring, "old-run");
+    KT_EQ_INT(cJSON_GetObjectItem(j, "points")->valuedouble, 1); /* counts backfilled by migration 4 */
     cJSON_Delete(j);
+    int64_t *ids = NULL;
+    size_t nids = 0;
+    KT_OK(kl_track_runs_find(t, "metrics.loss < 0.5", NULL, 0, &ids, &nids, &e), &e);
+    KT_EQ_INT(nids, 1);
+    free(ids);
     kl_track_close(t);
     /* a store from a newer keel is refused */
     char cmd[1024];
