@@ -110,5 +110,25 @@ finally:
         ui.kill()
         rc = -1
 ok("track_ui_sigterm_exit_0", rc == 0, "exit %s" % rc)
+# a given port, then SIGINT
+import socket
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+port = sock.getsockname()[1]
+sock.close()
+ui = subprocess.Popen([KEEL, "ui", "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+line = ui.stdout.readline()
+ok("track_ui_given_port", ("127.0.0.1:%d/" % port) in line, line)
+base = "http://127.0.0.1:%d/" % port
+try:
+    ok("track_ui_healthz", fetch("healthz").strip() == "ok")
+finally:
+    ui.send_signal(signal.SIGINT)
+    try:
+        rc = ui.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        ui.kill()
+        rc = -1
+ok("track_ui_sigint_exit_0", rc == 0, "exit %s" % rc)
 shutil.rmtree(T, ignore_errors=True)
 sys.exit(1 if failed else 0)
