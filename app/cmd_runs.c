@@ -654,6 +654,7 @@ static const app_opt sim_opts[] = {
     {"duration", 0, 1, "SECONDS", "log for this long instead of --steps", 0},
     {"param", 'p', 1, "KEY=VALUE", "log a param", 1},
     {"tag", 't', 1, "KEY=VALUE", "set a tag", 1},
+    {"artifact", 0, 1, "FILE", "log a file as an artifact", 1},
     {"seed", 0, 1, "N", "seed of the synthetic curves (default: run id)", 0},
     {"status", 0, 1, "STATUS", "final status (default finished)", 0},
     {"progress", 0, 0, NULL, "print 'committed N' to stdout after every batch", 0},
@@ -721,6 +722,9 @@ static int runs_simulate(int argc, char **argv) {
         }
         if (kl_track_set_tag(r, key, v, &e)) goto fail_err;
     }
+    int nart = app_get_all(&a, "artifact", vals, APP_MAX_VALUES);
+    for (int i = 0; i < nart; i++)
+        if (kl_track_log_artifact(r, vals[i], &e)) goto fail_err;
     kl_track_lineage lin = {0};
     if (kl_track_set_lineage(r, &lin, &e)) goto fail_err;
     names = calloc((size_t)nmet, sizeof *names);

@@ -29,7 +29,9 @@ if not chromium:
     print("FAIL track_ui_chromium: chromium is not installed (make deps installs it)")
     sys.exit(1)
 
-keel("runs", "simulate", "--experiment", "ui", "--name", "alpha", "--steps", "60", "--param", "lr=0.001", "--tag", "team=ads")
+open(os.path.join(T, "notes.txt"), "w").write("artifact bytes")
+keel("runs", "simulate", "--experiment", "ui", "--name", "alpha", "--steps", "60", "--param", "lr=0.001", "--tag", "team=ads",
+     "--artifact", os.path.join(T, "notes.txt"))
 keel("runs", "simulate", "--experiment", "ui", "--name", "beta", "--steps", "90", "--param", "lr=0.01", "--tag", "team=search")
 mdir = os.path.join(T, "model")
 os.makedirs(mdir)
@@ -85,7 +87,7 @@ try:
     d = fetch_err("runs?filter=metrics.acc+%3E%3E+1")
     ok("track_ui_filter_error_column", 'id="filter-error"' in d and "column 14" in d)
     d = dom("run/1")
-    ok("track_ui_run_page", 'class="params"' in d and "0.001" in d and 'id="artifacts"' in d)
+    ok("track_ui_run_page", 'class="params"' in d and "0.001" in d and 'id="artifacts"' in d and "notes.txt" in d)
     ok("track_ui_run_charts", d.count("<svg") >= 2 and len(re.findall(r'<path class="series"[^>]* d="M[0-9.]+ [0-9.]+ L', d)) >= 2,
        "no chart paths")
     d = dom("compare?ids=1&ids=2")

@@ -373,3 +373,50 @@ KL_TEST(track_threads_share_handle) {
     }
     kl_track_close(t);
 }
+
+KL_TEST(track_artifacts_and_lineage) {
+    kl_err e = {0};
+    kl_track *t = open_store("store");
+    KT_CHECK(t);
+    kl_track_run *parent = NULL, *r = NULL;
+    KT_OK(kl_track_run_start(t, "exp", "parent", 0, &parent, &e), &e);
+    KT_OK(kl_track_run_start(t, "exp", "child", kl_track_run_id(parent), &r, &e), &e);
+    KT_CHECK(kl_track_run_start(t, "exp", "orphan", 999, &r, &e) == KL_ENOTFOUND && r == NULL);
+    KT_OK(kl_track_run_attach(t, 2, &r, &e), &e);
+    write_file(kt_path("report.txt"), "hello artifact");
+    KT_OK(kl_track_log_artifact(r, kt_path("report.txt"), &e), &e);
+    kl_track_lineage l = {"ds-7", "feat-abc", "deadbeef", "spec-1"};
+    KT_OK(kl_track_set_lineage(r, &l, &e), &e);
+    kl_track_lineage l2 = {NULL, NULL, NULL, "spec-2"};
+    KT_OK(kl_track_set_lineage(r, &l2, &e), &e);
+    KT_OK(kl_track_set_tag(r, "k", "v1", &e), &e);
+    KT_OK(kl_track_set_tag(r, "k", "v2", &e), &e); /* tags are mutable */
+    void *j = NULL;
+    KT_OK(kl_track_run_json(t, 2, &j, &e), &e);
+    cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItem(j, "artifacts"), 0);
+    KT_EQ_STR(cJSON_GetObjectItem(a, "path")->valuestring, "report.txt");
+    KT_EQ_INT(cJSON_GetObjectItem(a, "size")->valuedouble, 14);
+    char hex[65], obj[1024];
+    kl_sha256_buf_hex("hello artifact", 14, hex);
+    KT_EQ_STR(cJSON_GetObjectItem(a, "sha256")->valuestring, hex);
+    snprintf(obj, sizeof obj, "%s/objects/%.2s/%s", kt_path("store"), hex, hex + 2);
+    KT_CHECK(kl_path_exists(obj));
+    cJSON *lin = cJSON_GetObjectItem(j, "lineage");
+    KT_EQ_STR(cJSON_GetObjectItem(lin, "dataset_version")->valuestring, "ds-7");
+    KT_EQ_STR(cJSON_GetObjectItem(lin, "code_version")->valuestring, "deadbeef");
+    KT_EQ_STR(cJSON_GetObjectItem(lin, "spec_hash")->valuestring, "spec-2");
+    KT_EQ_STR(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "tags"), "k")->valuestring, "v2");
+    KT_EQ_INT(cJSON_GetObjectItem(j, "parent_id")->valuedouble, 1);
+    cJSON_Delete(j);
+    KT_OK(kl_track_run_json(t, 1, &j, &e), &e);
+    KT_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(j, "children")), 1);
+    cJSON_Delete(j);
+    KT_OK(kl_track_run_end(r, KL_RUN_FAILED, &e), &e);
+    KT_OK(kl_track_run_end(parent, KL_RUN_FINISHED, &e), &e);
+    int64_t *ids = NULL;
+    size_t n = 0;
+    KT_OK(kl_track_runs_find(t, "status = failed and parent_id = 1", NULL, 0, &ids, &n, &e), &e);
+    KT_EQ_INT(n, 1);
+    free(ids);
+    kl_track_close(t);
+}
