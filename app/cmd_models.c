@@ -236,7 +236,10 @@ static int models_verify(int argc, char **argv) {
         rc = vr ? APP_EXIT_FAIL : APP_EXIT_OK;
         if (vr && vr != KL_ECHECKSUM) rc = app_fail(&e);
     } else if (vr == KL_ECHECKSUM) {
+        /* one line per bad file, then the summary */
         fprintf(stderr, "%s", rep.data ? rep.data : "");
+        char *colon = strchr(e.msg, ';');
+        if (colon) *colon = 0;
         rc = app_fail(&e);
     } else if (vr) {
         rc = app_fail(&e);
