@@ -304,6 +304,27 @@ static int migrate(kl_track *t, kl_err *e) {
                         (int)KL_ARRAY_LEN(migrations));
         goto fail;
     }
+    if (v >= 1) {
+        /* stores written by development builds of schema 1-2 (before the
+         * history was clustered): rebuild the metrics table in place */
+        if ((rc = kl__track_prep(t, "SELECT count(*) FROM pragma_table_info('metrics') WHERE name='seq'", &st, e))) goto fail;
+        int has_seq = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
+        sqlite3_finalize(st);
+        if (!has_seq &&
+            (rc = kl__track_exec(t,
+                                 "ALTER TABLE metrics RENAME TO metrics_rowid;"
+                                 "DROP TRIGGER IF EXISTS metrics_append_only;"
+                                 "CREATE TABLE metrics(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
+                                 " seq INTEGER NOT NULL, ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id, step, seq)) WITHOUT ROWID;"
+                                 "INSERT INTO metrics SELECT run_id, key_id, step,"
+                                 " row_number() OVER (PARTITION BY run_id, key_id, step ORDER BY rowid) - 1, ts_us, value FROM metrics_rowid;"
+                                 "DROP TABLE metrics_rowid;"
+                                 "CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'metric history is append-only'); END;",
+                                 e))) {
+            kl_err_prefix(e, "rebuilding the metric history table");
+            goto fail;
+        }
+    }
     for (; v < target; v++) {
         if ((rc = kl__track_exec(t, migrations[v], e))) {
             kl_err_prefix(e, "migrating the store from schema version %d to %d", v, v + 1);

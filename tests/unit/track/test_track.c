@@ -421,3 +421,42 @@ KL_TEST(track_artifacts_and_lineage) {
     free(ids);
     kl_track_close(t);
 }
+
+KL_TEST(track_migration_dev_layout) {
+    /* a schema-1 store written by a development build: metrics as a rowid
+     * table without seq; opening rebuilds it and keeps every point in order */
+    kl_err e = {0};
+    kl__track_target_version = 1;
+    kl_track *t = NULL;
+    int rc = kl_track_open(kt_path("dev"), &t, &e);
+    kl__track_target_version = KL_TRACK_SCHEMA_VERSION;
+    KT_OK(rc, &e);
+    KT_OK(kl__track_exec(t,
+                         "DROP TABLE metrics;"
+                         "CREATE TABLE metrics(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
+                         " ts_us INTEGER NOT NULL, value REAL);"
+                         "INSERT INTO experiments(id, name, created_us) VALUES(1, 'e', 1);"
+                         "INSERT INTO runs(id, experiment_id, name, status, start_us) VALUES(1, 1, 'r', 'finished', 1);"
+                         "INSERT INTO metric_keys(id, name) VALUES(1, 'loss');"
+                         "INSERT INTO metrics VALUES(1, 1, 0, 1, 0.5), (1, 1, 1, 2, 0.4), (1, 1, 1, 3, 0.3), (1, 1, 2, 4, NULL);"
+                         "INSERT INTO metric_latest VALUES(1, 1, 2, 4, NULL);",
+                         &e),
+          &e);
+    kl_track_close(t);
+    t = open_store("dev");
+    KT_CHECK(t);
+    int64_t *steps = NULL;
+    double *v = NULL;
+    size_t n = 0;
+    KT_OK(kl_track_metric_history(t, 1, "loss", &steps, NULL, &v, &n, &e), &e);
+    KT_EQ_INT(n, 4);
+    KT_NEAR(v[1], 0.4, 0);
+    KT_NEAR(v[2], 0.3, 0);
+    KT_CHECK(isnan(v[3]));
+    free(steps);
+    free(v);
+    int64_t cnt = 0;
+    KT_OK(kl_track_metric_count(t, 1, "loss", &cnt, &e), &e);
+    KT_EQ_INT(cnt, 4);
+    kl_track_close(t);
+}
