@@ -382,6 +382,7 @@ KL_TEST(track_artifacts_and_lineage) {
     kl_track_run *parent = NULL, *r = NULL;
     KT_OK(kl_track_run_start(t, "exp", "parent", 0, &parent, &e), &e);
     KT_OK(kl_track_run_start(t, "exp", "child", kl_track_run_id(parent), &r, &e), &e);
+    kl_track_run_free(r); /* re-attached below */
     KT_CHECK(kl_track_run_start(t, "exp", "orphan", 999, &r, &e) == KL_ENOTFOUND && r == NULL);
     KT_OK(kl_track_run_attach(t, 2, &r, &e), &e);
     write_file(kt_path("report.txt"), "hello artifact");
