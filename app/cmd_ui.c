@@ -284,6 +284,12 @@ static int page_run(ui_ctx *c, int64_t id, kl_buf *b) {
                   jstr(r, "status"), jstr(r, "status"), st, en);
     if (!isnan(jnum(r, "parent_id")))
         kl_buf_printf(b, "<tr><th>parent</th><td><a href=\"/run/%.0f\">%.0f</a></td></tr>", jnum(r, "parent_id"), jnum(r, "parent_id"));
+    const cJSON *kids = cJSON_GetObjectItem(r, "children"), *kid;
+    if (cJSON_GetArraySize(kids)) {
+        kl_buf_puts(b, "<tr><th>child runs</th><td id=\"children\">");
+        cJSON_ArrayForEach(kid, kids) kl_buf_printf(b, "<a href=\"/run/%.0f\">%.0f</a> ", kid->valuedouble, kid->valuedouble);
+        kl_buf_puts(b, "</td></tr>");
+    }
     kl_buf_puts(b, "</table>\n");
     kv_table(b, "params", cJSON_GetObjectItem(r, "params"));
     kl_buf_puts(b, "<h2>latest metrics</h2><table id=\"metrics\"><tr><th>key</th><th>value</th><th>step</th></tr>");
