@@ -54,8 +54,9 @@ static inline int un_vec(kl_unary_op op, __m256 x, float a, float b, __m256 *out
         *out = _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(x, _mm256_set1_ps(a), _mm256_set1_ps(b))));
         return 1;
     case KL_UN_HARDSWISH: {
-        __m256 h = _mm256_max_ps(zero, _mm256_min_ps(one, _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 6.0f), _mm256_set1_ps(0.5f))));
-        *out = _mm256_mul_ps(x, h);
+        /* x * relu6(x + 3) / 6: exact near the kink at -3 */
+        __m256 h = _mm256_max_ps(zero, _mm256_min_ps(_mm256_set1_ps(6.0f), _mm256_add_ps(x, _mm256_set1_ps(3.0f))));
+        *out = _mm256_div_ps(_mm256_mul_ps(x, h), _mm256_set1_ps(6.0f));
         return 1;
     }
     case KL_UN_CLIP: *out = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(a)), _mm256_set1_ps(b)); return 1;
@@ -74,8 +75,8 @@ static inline float un_scalar(kl_unary_op op, float x, float a, float b) {
     case KL_UN_SIN: return sinf(x);
     case KL_UN_COS: return cosf(x);
     case KL_UN_SOFTPLUS: return x > 20.0f ? x : log1pf(kl__exp1(x));
-    case KL_UN_ELU: return x < 0 ? a * (kl__exp1(x) - 1.0f) : x;
-    case KL_UN_SELU: return x <= 0 ? b * (a * (kl__exp1(x) - 1.0f)) : b * x;
+    case KL_UN_ELU: return x < 0 ? a * expm1f(x) : x;
+    case KL_UN_SELU: return x <= 0 ? b * (a * expm1f(x)) : b * x;
     default: {
         __m256 r;
         un_vec(op, _mm256_set1_ps(x), a, b, &r);
