@@ -133,11 +133,11 @@ KL_TEST(tensor_gather_tile_expand) {
     KT_EQ_INT(kl_expand(4, 2, (int64_t[]){3, 2}, x, 2, (int64_t[]){3, 4}, ex, NULL, &e), KL_ESHAPE);
     /* large expand deterministic */
     int64_t n = 64 * 1000;
-    float *big = malloc(4 * (size_t)n), *big2 = malloc(4 * (size_t)n);
-    KT_OK(kl_expand(4, 1, (int64_t[]){1000}, x, 2, (int64_t[]){64, 1000}, big, tt_pool(2), &e), &e);
-    KT_OK(kl_expand(4, 1, (int64_t[]){1000}, x, 2, (int64_t[]){64, 1000}, big2, tt_pool(1), &e), &e);
-    int same = memcmp(big, big2, 4 * (size_t)n) == 0;
-    free(big); free(big2);
+    float *big = malloc(4 * (size_t)n), *big2 = malloc(4 * (size_t)n), *src = tt_randn(1000, 3);
+    KT_OK(kl_expand(4, 1, (int64_t[]){1000}, src, 2, (int64_t[]){64, 1000}, big, tt_pool(2), &e), &e);
+    KT_OK(kl_expand(4, 1, (int64_t[]){1000}, src, 2, (int64_t[]){64, 1000}, big2, tt_pool(1), &e), &e);
+    int same = memcmp(big, big2, 4 * (size_t)n) == 0 && big[63 * 1000 + 999] == src[999];
+    free(big); free(big2); free(src);
     KT_CHECK(same);
 }
 
