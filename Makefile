@@ -33,6 +33,9 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation \
             -Iinclude -Isrc -I$(BUILD)/gen $(ARCHFLAGS) $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
+ifneq ($(findstring clang,$(CC)),)
+CFLAGS   += -Wno-unknown-warning-option
+endif
 LDFLAGS  += -pthread $(SANFLAGS)
 LDLIBS   += -Wl,--as-needed $(PKG_LIBS) -lm -ldl
 BUILD_INFO = -DKEEL_VERSION='"$(VERSION)"' -DKEEL_GIT_COMMIT='"$(GIT_COMMIT)"' \
