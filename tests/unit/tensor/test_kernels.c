@@ -20,7 +20,7 @@ static void ref_gemm(int ta, int tb, int M, int N, int K, float alpha, const flo
 }
 
 KL_TEST(tensor_gemm_vs_ref) {
-    int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {1, 1000, 64}, {65, 33, 129}, {300, 520, 40}, {17, 700, 300}, {600, 8, 200}};
+    int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {1, 1000, 64}, {70, 1, 33}, {4, 900, 300}, {2, 1, 5}, {65, 33, 129}, {300, 520, 40}, {17, 700, 300}, {600, 8, 200}};
     for (size_t s = 0; s < KL_ARRAY_LEN(shapes); s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
