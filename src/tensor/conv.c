@@ -383,9 +383,66 @@ typedef struct {
     int avg;
 } pool_ctx;
 
+/* 2-D (and 1-D) fast path without indices: per output row, accumulate
+ * window rows with vectorisable loops over the valid output columns. */
+static void pool_plane_2d(const pool_ctx *c, size_t pl) {
+    const sp3 *s = &c->s;
+    int64_t H = s->in[1], W = s->in[2], OH = s->out[1], OW = s->out[2];
+    int64_t KH = s->k[1], KW = s->k[2], SY = s->s[1], SX = s->s[2], DY = s->d[1], DX = s->d[2];
+    int64_t PY = s->pb[1], PX = s->pb[2];
+    const float *x = c->x + (int64_t)pl * H * W;
+    float *y = c->y + (int64_t)pl * OH * OW;
+    for (int64_t oy = 0; oy < OH; oy++) {
+        float *acc = y + oy * OW;
+        float init = c->avg ? 0.0f : -INFINITY;
+        for (int64_t ox = 0; ox < OW; ox++) acc[ox] = init;
+        int64_t nky = 0, nky_pad = 0;
+        for (int64_t ky = 0; ky < KH; ky++) {
+            int64_t iy = oy * SY - PY + ky * DY;
+            if (iy < H + c->pe[1]) nky_pad++;
+            if (iy < 0 || iy >= H) continue;
+            nky++;
+            const float *xr = x + iy * W;
+            for (int64_t kx = 0; kx < KW; kx++) {
+                int64_t off = kx * DX - PX;
+                int64_t lo = off >= 0 ? 0 : (-off + SX - 1) / SX;
+                int64_t hi = W - off <= 0 ? 0 : (W - off + SX - 1) / SX;
+                if (hi > OW) hi = OW;
+                const float *xs = xr + off;
+                if (c->avg) {
+                    if (SX == 1) for (int64_t ox = lo; ox < hi; ox++) acc[ox] += xs[ox];
+                    else for (int64_t ox = lo; ox < hi; ox++) acc[ox] += xs[ox * SX];
+                } else {
+                    if (SX == 1)
+                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[ox]; acc[ox] = acc[ox] >= v ? acc[ox] : v; }
+                    else if (SX == 2)
+                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[2 * ox]; acc[ox] = acc[ox] >= v ? acc[ox] : v; }
+                    else
+                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[ox * SX]; acc[ox] = acc[ox] >= v ? acc[ox] : v; }
+                }
+            }
+        }
+        if (c->avg)
+            for (int64_t ox = 0; ox < OW; ox++) {
+                int64_t nkx = 0, nkx_pad = 0;
+                for (int64_t kx = 0; kx < KW; kx++) {
+                    int64_t ix = ox * SX - PX + kx * DX;
+                    if (ix < W + c->pe[2]) nkx_pad++;
+                    if (ix >= 0 && ix < W) nkx++;
+                }
+                int64_t div = c->p->count_include_pad ? nky_pad * nkx_pad : nky * nkx;
+                acc[ox] = div > 0 ? acc[ox] / (float)div : 0.0f;
+            }
+    }
+}
+
 static void pool_planes(void *vc, size_t p0, size_t p1, int chunk) {
     pool_ctx *c = vc;
     const sp3 *s = &c->s;
+    if (!c->idx && s->in[0] == 1 && s->k[0] == 1 && s->out[0] == 1) {
+        for (size_t pl = p0; pl < p1; pl++) pool_plane_2d(c, pl);
+        return;
+    }
     for (size_t pl = p0; pl < p1; pl++) {
         const float *x = c->x + (int64_t)pl * s->in_vol;
         float *y = c->y + (int64_t)pl * s->out_vol;

@@ -78,7 +78,7 @@ static inline float un_scalar(kl_unary_op op, float x, float a, float b) {
     case KL_UN_ELU: return x < 0 ? a * expm1f(x) : x;
     case KL_UN_SELU: return x <= 0 ? b * (a * expm1f(x)) : b * x;
     default: {
-        __m256 r;
+        __m256 r = _mm256_setzero_ps();
         un_vec(op, _mm256_set1_ps(x), a, b, &r);
         return _mm256_cvtss_f32(r);
     }
@@ -96,15 +96,27 @@ typedef struct {
 static void un_range(void *vc, size_t b0, size_t b1, int chunk) {
     un_ctx *c = vc;
     int64_t i0 = (int64_t)b0 * KL__ELEM_BLOCK, i1 = KL_MIN((int64_t)b1 * KL__ELEM_BLOCK, c->n);
-    __m256 probe;
-    int vec = un_vec(c->op, _mm256_setzero_ps(), c->a, c->b, &probe);
     int64_t i = i0;
-    if (vec)
-        for (; i + 8 <= i1; i += 8) {
-            __m256 r;
-            un_vec(c->op, _mm256_loadu_ps(c->x + i), c->a, c->b, &r);
-            _mm256_storeu_ps(c->y + i, r);
-        }
+    float a = c->a, b = c->b;
+    const float *x = c->x;
+    float *y = c->y;
+    /* one loop per op so the op's switch folds away */
+#define UCASE(OP)                                                                  \
+    case OP:                                                                       \
+        for (; i + 8 <= i1; i += 8) {                                              \
+            __m256 r = _mm256_setzero_ps();                                        \
+            un_vec(OP, _mm256_loadu_ps(x + i), a, b, &r);                          \
+            _mm256_storeu_ps(y + i, r);                                            \
+        }                                                                          \
+        break;
+    switch (c->op) {
+        UCASE(KL_UN_IDENTITY) UCASE(KL_UN_RELU) UCASE(KL_UN_LEAKY_RELU) UCASE(KL_UN_SIGMOID) UCASE(KL_UN_TANH)
+        UCASE(KL_UN_EXP) UCASE(KL_UN_SQRT) UCASE(KL_UN_NEG) UCASE(KL_UN_ABS) UCASE(KL_UN_RECIPROCAL) UCASE(KL_UN_ERF)
+        UCASE(KL_UN_GELU) UCASE(KL_UN_GELU_TANH) UCASE(KL_UN_HARDSIGMOID) UCASE(KL_UN_HARDSWISH) UCASE(KL_UN_CLIP)
+        UCASE(KL_UN_FLOOR) UCASE(KL_UN_CEIL) UCASE(KL_UN_ROUND) UCASE(KL_UN_SQUARE)
+    default: break;
+    }
+#undef UCASE
     for (; i < i1; i++) c->y[i] = un_scalar(c->op, c->x[i], c->a, c->b);
 }
 

@@ -307,3 +307,58 @@ KL_TEST(tensor_norms) {
     }
     free(x); free(y); free(y2); free(lsc); free(lbi);
 }
+
+/* Naive pooling reference (2-D) for random configurations. */
+static void ref_pool2d(const kl_pooling_params *p, const float *x, float *y, int avg) {
+    for (int64_t pl = 0; pl < p->N * p->C; pl++)
+        for (int64_t oy = 0; oy < p->out[0]; oy++)
+            for (int64_t ox = 0; ox < p->out[1]; ox++) {
+                double s = 0, m = -INFINITY;
+                int64_t n = 0, np = 0;
+                for (int64_t ky = 0; ky < p->k[0]; ky++)
+                    for (int64_t kx = 0; kx < p->k[1]; kx++) {
+                        int64_t iy = oy * p->stride[0] - p->pad_begin[0] + ky * p->dilation[0];
+                        int64_t ix = ox * p->stride[1] - p->pad_begin[1] + kx * p->dilation[1];
+                        if (iy < p->in[0] + p->pad_end[0] && ix < p->in[1] + p->pad_end[1]) np++;
+                        if (iy < 0 || iy >= p->in[0] || ix < 0 || ix >= p->in[1]) continue;
+                        double v = x[(pl * p->in[0] + iy) * p->in[1] + ix];
+                        s += v; n++;
+                        if (v > m) m = v;
+                    }
+                double r = avg ? s / (double)(p->count_include_pad ? np : n) : m;
+                y[(pl * p->out[0] + oy) * p->out[1] + ox] = (float)r;
+            }
+}
+
+KL_TEST(tensor_pooling_random) {
+    kl_err e = {0};
+    uint64_t seed = 99;
+    for (int t = 0; t < 60; t++) {
+        kl_pooling_params p;
+        memset(&p, 0, sizeof p);
+        p.nsp = 2; p.N = 1; p.C = 3;
+        for (int i = 0; i < 2; i++) {
+            p.k[i] = 1 + (int64_t)((tt_rand(&seed) + 1) * 2);       /* 1..4 */
+            p.stride[i] = 1 + (int64_t)((tt_rand(&seed) + 1) * 1.5); /* 1..3 */
+            p.dilation[i] = t % 3 == 0 ? 2 : 1;
+            p.in[i] = p.k[i] * p.dilation[i] + 3 + (int64_t)((tt_rand(&seed) + 1) * 8);
+            p.pad_begin[i] = (int64_t)((tt_rand(&seed) + 1) * 0.5 * (double)p.k[i]) % p.k[i];
+            p.pad_end[i] = (int64_t)((tt_rand(&seed) + 1) * 0.5 * (double)p.k[i]) % p.k[i];
+        }
+        p.ceil_mode = t % 2;
+        p.count_include_pad = (t / 2) % 2;
+        KT_OK(kl_pooling_prepare(&p, &e), &e);
+        int64_t xn = p.C * p.in[0] * p.in[1], yn = p.C * p.out[0] * p.out[1];
+        float *x = tt_randn(xn, 100 + t), *y = malloc(4 * (size_t)yn), *r = malloc(4 * (size_t)yn), *y2 = malloc(4 * (size_t)yn);
+        int64_t *ix = malloc(8 * (size_t)yn);
+        for (int avg = 0; avg < 2; avg++) {
+            if (avg) kl_avgpool_f32(&p, x, y, tt_pool(1));
+            else kl_maxpool_f32(&p, x, y, NULL, tt_pool(1));
+            ref_pool2d(&p, x, r, avg);
+            double d = tt_maxdiff(y, r, yn);
+            if (!avg) { kl_maxpool_f32(&p, x, y2, ix, tt_pool(2)); d = fmax(d, tt_maxdiff(y2, r, yn)); }
+            KT_CHECKF(d < 1e-6, "pool case %d avg=%d maxdiff %g", t, avg, d);
+        }
+        free(x); free(y); free(r); free(y2); free(ix);
+    }
+}
