@@ -79,11 +79,16 @@ static int is_depthwise2d(const kl_conv_params *p) {
     return p->nsp == 2 && p->group == p->C && p->M == p->C;
 }
 
+/* Many groups: one work item per group (im2col + serial GEMM), each with its
+ * own slice of the workspace. */
+#define GROUP_PARALLEL_MIN 4
+
 size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
     if (is_pointwise(p) || is_depthwise2d(p)) return 0;
     sp3 s;
     to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
-    return (size_t)((p->C / p->group) * s.k_vol * s.out_vol) * sizeof(float);
+    int64_t groups = p->group >= GROUP_PARALLEL_MIN ? p->group : 1;
+    return (size_t)(groups * (p->C / p->group) * s.k_vol * s.out_vol) * sizeof(float);
 }
 
 /* ==================================================================
@@ -307,6 +312,34 @@ static void dw_planes(void *vc, size_t p0, size_t p1, int chunk) {
 }
 
 /* ==================================================================
+ * Grouped (many groups): parallel over groups
+ * ================================================================== */
+
+typedef struct {
+    const kl_conv_params *p;
+    const sp3 *s;
+    const float *x, *w, *bias;
+    float *y, *col;
+    int64_t n;
+} grp_ctx;
+
+static void grp_range(void *vc, size_t g0, size_t g1, int chunk) {
+    grp_ctx *c = vc;
+    const kl_conv_params *p = c->p;
+    const sp3 *s = c->s;
+    int64_t G = p->group, Cg = p->C / G, Mg = p->M / G, rows = Cg * s->k_vol;
+    for (size_t gi = g0; gi < g1; gi++) {
+        int64_t g = (int64_t)gi;
+        float *col = c->col + g * rows * s->out_vol;
+        i2c_ctx ic = {s, c->x + (c->n * p->C + g * Cg) * s->in_vol, col};
+        im2col_rows(&ic, 0, (size_t)rows, 0);
+        kl__gemm_serial(0, 0, Mg, s->out_vol, rows, 1.0f, c->w + g * Mg * rows, rows, col, s->out_vol, 0.0f,
+                        c->y + (c->n * p->M + g * Mg) * s->out_vol, s->out_vol, c->bias ? c->bias + g * Mg : NULL, 1,
+                        p->act);
+    }
+}
+
+/* ==================================================================
  * Entry
  * ================================================================== */
 
@@ -337,6 +370,15 @@ int kl_conv_f32(const kl_conv_params *p, const float *x, const float *w, const f
     }
     float *col = ws;
     int64_t rows = Cg * s.k_vol;
+    if (G >= GROUP_PARALLEL_MIN) {
+        grp_ctx gc = {p, &s, x, w, bias, y, col, 0};
+        for (int64_t n = 0; n < p->N; n++) {
+            gc.n = n;
+            kl_pool_parallel_for(pool, (size_t)G, 1, grp_range, &gc);
+        }
+        kl_mem_free(own);
+        return rc;
+    }
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t g = 0; g < G; g++) {
             i2c_ctx c = {&s, x + (n * p->C + g * Cg) * s.in_vol, col};

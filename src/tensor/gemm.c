@@ -144,8 +144,9 @@ void kl__gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
 /* Serial GEMM with the same tiling as kl_gemm_f32 (for callers that already
  * parallelise over an outer loop): identical results. */
 void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, kl_act act) {
-    gemm_job g = {ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, 0, 0, 0, 0, bias, 0, act};
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int bias_rows,
+                     kl_act act) {
+    gemm_job g = {ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, 0, 0, 0, 0, bias, bias_rows, act};
     pthread_once(&blas_once, blas_init);
     if (M <= 0 || N <= 0) return;
     gemm_plan(&g);
@@ -203,7 +204,7 @@ static void mm_range(void *vc, size_t b0, size_t b1, int chunk) {
             ob += ix * c->sb[i];
         }
         kl__gemm_serial(0, 0, c->M, c->N, c->K, 1.0f, c->a + oa * c->M * c->K, c->K, c->b + ob * c->K * c->N, c->N,
-                        0.0f, c->y + (int64_t)bi * c->M * c->N, c->N, NULL, (kl_act){KL_ACT_NONE, 0, 0});
+                        0.0f, c->y + (int64_t)bi * c->M * c->N, c->N, NULL, 0, (kl_act){KL_ACT_NONE, 0, 0});
     }
 }
 
