@@ -37,21 +37,26 @@ typedef struct {
     kl_act act;
 } gemm_job;
 
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* Tile plan from the shape only (never the thread count): about 256 x 256
+ * tiles (wider when M is small so each tile amortises the packing of A), split
+ * evenly, and an even number of tiles for mid-sized problems so two threads
+ * get equal work. */
 static void gemm_plan(gemm_job *g) {
     double flops = 2.0 * (double)g->M * (double)g->N * (double)g->K;
-    if (flops < GEMM_SMALL_FLOPS) {
-        g->mb = g->M; g->nb = g->N;
-    } else {
-        /* rows: 256 (or all when fewer); columns: 256, or wider when M is small so a
-         * tile keeps enough work to amortise the packing of A. */
-        g->mb = g->M <= 320 ? g->M : 256;
-        g->nb = g->N <= 384 ? g->N : (g->M >= 64 ? 256 : 512);
-        /* make sure large-K thin problems still split over N */
-        if (g->mb == g->M && g->nb == g->N && g->N >= 128 && flops >= 8.0 * GEMM_SMALL_FLOPS)
-            g->nb = (g->N + 1) / 2 < 64 ? g->N : 64 * ((g->N / 2 + 63) / 64);
-        if (g->mb == g->M && g->nb == g->N && g->M >= 128 && flops >= 8.0 * GEMM_SMALL_FLOPS)
-            g->mb = 64 * ((g->M / 2 + 63) / 64);
+    int64_t mt = 1, nt = 1;
+    if (flops >= GEMM_SMALL_FLOPS) {
+        mt = (g->M + 255) / 256;
+        nt = (g->N + (g->M >= 64 ? 255 : 511)) / (g->M >= 64 ? 256 : 512);
+        if (flops >= 8.0 * GEMM_SMALL_FLOPS && mt * nt < 8 && (mt * nt) % 2) {
+            if (g->M >= 2 * g->N && g->M >= 16) mt++;
+            else if (g->N >= 32) nt++;
+            else if (g->M >= 16) mt++;
+        }
     }
+    g->mb = mt > 1 ? round_up((g->M + mt - 1) / mt, 8) : g->M;
+    g->nb = nt > 1 ? round_up((g->N + nt - 1) / nt, 16) : g->N;
     if (g->mb < 1) g->mb = 1;
     if (g->nb < 1) g->nb = 1;
     g->tm = (g->M + g->mb - 1) / g->mb;
