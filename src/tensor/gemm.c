@@ -249,8 +249,20 @@ int kl_matmul_f32(int ra, const int64_t *da, const float *a, int rb, const int64
         kl_gemm_f32(0, 0, c.M * c.nbatch, c.N, c.K, 1.0f, a, c.K, b, c.N, 0.0f, y, c.N, pool);
         return KL_OK;
     }
-    if (c.nbatch == 1) {
-        mm_range(&c, 0, 1, 0);  /* serial tiles ... */
+    /* few large products: batches in turn, tiles in parallel; otherwise batches in
+     * parallel. Both run the same tiles, so the results are identical. */
+    if (c.nbatch < 4 && 2.0 * (double)c.M * (double)c.N * (double)c.K >= 8.0 * GEMM_SMALL_FLOPS) {
+        for (int64_t bi = 0; bi < c.nbatch; bi++) {
+            int64_t rem = bi, oa = 0, ob = 0;
+            for (int i = c.br - 1; i >= 0; i--) {
+                int64_t ix = rem % c.bd[i];
+                rem /= c.bd[i];
+                oa += ix * c.sa[i];
+                ob += ix * c.sb[i];
+            }
+            kl_gemm_f32(0, 0, c.M, c.N, c.K, 1.0f, a + oa * c.M * c.K, c.K, b + ob * c.K * c.N, c.N, 0.0f,
+                        y + bi * c.M * c.N, c.N, pool);
+        }
         return KL_OK;
     }
     kl_pool_parallel_for(pool, (size_t)c.nbatch, 1, mm_range, &c);
