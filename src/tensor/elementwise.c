@@ -398,6 +398,40 @@ static int bin_bool(kl_binary_op op, const void *a, int sa, const void *b, int s
     }
 }
 
+/* f16 / bf16: through f32 in small stack blocks (same rounding as casting
+ * the inputs to f32, computing, and casting back). */
+static int bin_half(kl_binary_op op, const void *a, int sa, const void *b, int sb, void *y, int64_t n, int bf) {
+    float fa[256], fb[256], fy[256];
+    const uint16_t *A = a, *B = b;
+    if (n == 0) {
+        float z = 0;
+        return bin_f32(op, &z, 1, &z, 1, &z, 0);
+    }
+    int cmp = kl_binary_is_compare(op);
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t m = KL_MIN(256, n - i0);
+        for (int64_t i = 0; i < m; i++) {
+            uint16_t ha = A[sa ? i0 + i : 0], hb = B[sb ? i0 + i : 0];
+            fa[i] = bf ? kl_bf16_to_f32(ha) : kl_f16_to_f32(ha);
+            fb[i] = bf ? kl_bf16_to_f32(hb) : kl_f16_to_f32(hb);
+        }
+        if (cmp) {
+            if (!bin_f32(op, fa, 1, fb, 1, (uint8_t *)y + i0, m)) return 0;
+            continue;
+        }
+        if (!bin_f32(op, fa, 1, fb, 1, fy, m)) return 0;
+        if (bf) kl_f32_to_bf16_n(fy, (uint16_t *)y + i0, (size_t)m);
+        else kl_f32_to_f16_n(fy, (uint16_t *)y + i0, (size_t)m);
+    }
+    return 1;
+}
+static int bin_f16(kl_binary_op op, const void *a, int sa, const void *b, int sb, void *y, int64_t n) {
+    return bin_half(op, a, sa, b, sb, y, n, 0);
+}
+static int bin_bf16(kl_binary_op op, const void *a, int sa, const void *b, int sb, void *y, int64_t n) {
+    return bin_half(op, a, sa, b, sb, y, n, 1);
+}
+
 typedef int (*bin_fn)(kl_binary_op, const void *, int, const void *, int, void *, int64_t);
 
 static bin_fn bin_for(kl_dtype dt) {
@@ -413,6 +447,8 @@ static bin_fn bin_for(kl_dtype dt) {
     case KL_U32: return bin_u32;
     case KL_U64: return bin_u64;
     case KL_BOOL: return bin_bool;
+    case KL_F16: return bin_f16;
+    case KL_BF16: return bin_bf16;
     default: return NULL;
     }
 }
