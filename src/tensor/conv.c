@@ -297,18 +297,20 @@ static void dw_scratch_dims(const sp3 *s, int64_t *pw, int64_t *floats) {
 
 static void dw_planes(void *vc, size_t p0, size_t p1, int chunk) {
     dw_ctx *c = vc;
-    int64_t pw, nf;
-    float *scratch = NULL;
+    int64_t pw = 0, nf = 0;
+    float stackbuf[16384];  /* 64 KiB: planes up to ~112x112 need no allocation */
+    float *scratch = NULL, *heap = NULL;
     int fast = c->s->k[1] * c->s->k[2] <= 64;
     if (fast) {
         dw_scratch_dims(c->s, &pw, &nf);
-        scratch = kl_mem_alloc((size_t)nf * sizeof(float), KL_TAG_WORKSPACE);
+        if (nf <= (int64_t)KL_ARRAY_LEN(stackbuf)) scratch = stackbuf;
+        else scratch = heap = kl_mem_alloc((size_t)nf * sizeof(float), KL_TAG_WORKSPACE);
     }
     for (size_t pl = p0; pl < p1; pl++) {
         if (scratch) dw_plane_fast(c, pl, scratch, pw);
         else dw_plane_generic(c, pl);
     }
-    kl_mem_free(scratch);
+    kl_mem_free(heap);
 }
 
 /* ==================================================================
