@@ -369,3 +369,21 @@ KL_TEST(tensor_pooling_random) {
         free(x); free(y); free(r); free(y2); free(ix);
     }
 }
+
+KL_TEST(tensor_pooling_3d) {
+    kl_err e = {0};
+    float x[64], y[8], ya[8];
+    for (int i = 0; i < 64; i++) x[i] = (float)i;
+    kl_pooling_params p = {.nsp = 3, .N = 1, .C = 1, .in = {4, 4, 4}, .k = {2, 2, 2}, .stride = {2, 2, 2}};
+    KT_OK(kl_pooling_prepare(&p, &e), &e);
+    KT_EQ_INT(p.out[0] * p.out[1] * p.out[2], 8);
+    kl_maxpool_f32(&p, x, y, NULL, NULL);
+    kl_avgpool_f32(&p, x, ya, NULL);
+    for (int oz = 0; oz < 2; oz++)
+        for (int oy = 0; oy < 2; oy++)
+            for (int ox = 0; ox < 2; ox++) {
+                int o = (oz * 2 + oy) * 2 + ox, base = (oz * 2) * 16 + (oy * 2) * 4 + ox * 2;
+                KT_NEAR(y[o], base + 16 + 4 + 1, 0);
+                KT_NEAR(ya[o], base + (16 + 4 + 1) / 2.0, 1e-6);
+            }
+}
