@@ -14,6 +14,6 @@ $(FUZZ_PQ): tests/fuzz/parquet_fuzz.c $(wildcard src/data/parquet*.c src/data/th
 # The Parquet test/benchmark driver (tests/integration/parquet_*.py, bench/parquet).
 PQ_TOOL = $(BUILD)/parquet-tool
 all: $(PQ_TOOL)
-$(PQ_TOOL): $(BUILD)/obj/tests/integration/parquet_tool.o $(LIB)
+$(PQ_TOOL): $(BUILD)/obj/tests/integration/parquet_tool.o $(BUILD)/libkeel.a
 	@echo "  LD      $@"
-	@$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	@$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkeel.a $(LDLIBS)

@@ -287,6 +287,10 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
             for (int c = 0; c < root->num_children && rc == KL_OK; c++) rc = walk_schema(&w, 1, 0, 0, 0, "", &nl);
             if (rc) return rc;
             if (w.at != n) return kl_err_set(e, KL_EPARSE, "%s: schema has %u elements but the tree covers %u", R->name, n, w.at);
+            for (size_t i = 0; i < R->nleaves; i++) { /* leaves moved while growing */
+                R->leaves[i].info.logical = R->leaves[i].logicalbuf;
+                if (!R->leaves[i].info.supported) R->leaves[i].info.why = R->leaves[i].whybuf;
+            }
             have_schema = 1;
         } else if (id == 3 && t == TT_I64) {
             R->num_rows = tr_int(&r);

@@ -692,7 +692,11 @@ static int decode_chunk(chunk_job *J) {
     int64_t start = ch->data_page_offset;
     if (ch->dict_page_offset > 0 && ch->dict_page_offset < start) start = ch->dict_page_offset;
     if (start < 4 || (uint64_t)start >= R->footer_start) return BAD(&c, "chunk offset %lld outside the data", (long long)start);
-    const uint8_t *pos = R->data + start, *end = R->data + R->footer_start;
+    /* pages are bounded by the chunk (total_compressed_size), never by the
+     * next column's data */
+    if (ch->total_compressed <= 0 || ch->total_compressed > (int64_t)R->footer_start - start)
+        return BAD(&c, "chunk size %lld outside the data", (long long)ch->total_compressed);
+    const uint8_t *pos = R->data + start, *end = R->data + start + ch->total_compressed;
     int64_t done = 0;
     if (ch->num_values != rows && L->max_rep == 0)
         return BAD(&c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values, (long long)rows);
@@ -936,6 +940,11 @@ static int page_ranges(const pq_reader_t *R, size_t rg, const pq_pred *p, range 
  * ================================================================== */
 
 static int scan_init(pq_reader_t *R, kl_err *e) {
+    if (R->nsel == 0 && R->nleaves > 0) {
+        const char *why = "";
+        for (size_t i = 0; i < R->nleaves && !*why; i++) why = R->leaves[i].info.why;
+        return kl_err_set(e, KL_EUNSUPPORTED, "%s: no readable columns selected (%s)", R->name, *why ? why : "empty selection");
+    }
     pq_scan *s = calloc(1, sizeof *s);
     if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
     R->scan = s;
