@@ -453,8 +453,8 @@ int pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v
     case K_I64: case K_TS_MS: case K_TS_NS: case K_DEC64: {
         if (n < 8) return 0;
         int64_t x; memcpy(&x, b, 8);
-        if (L->kind == K_TS_MS) v->i = x * 1000;
-        else if (L->kind == K_TS_NS) v->i = x >= 0 ? x / 1000 : -((-x + 999) / 1000);
+        if (L->kind == K_TS_MS) v->i = (int64_t)((uint64_t)x * 1000u);
+        else if (L->kind == K_TS_NS) v->i = x / 1000 - (x % 1000 < 0);
         else if (L->kind == K_DEC64) v->f = (double)x / pow(10, L->scale);
         else v->i = x;
         return 1;
