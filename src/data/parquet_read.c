@@ -251,6 +251,7 @@ typedef struct {
     uint8_t *fx; size_t fx_cap;          /* fixed-size physical values */
     bref *br; size_t br_cap;             /* byte-array physical values */
     int64_t *tmp; size_t tmp_cap;
+    uint32_t *idx; size_t idx_cap;       /* dictionary indexes */
     pq_buf scratch;                      /* built strings (DELTA_BYTE_ARRAY, BSS FLBA) */
     /* dictionary */
     uint8_t *dpage; size_t dpage_len;
@@ -271,7 +272,7 @@ static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
 #define GROW(ptr, cap, need) grow_((void **)&(ptr), &(cap), (need), sizeof *(ptr))
 
 static void dec_free(dec *d) {
-    free(d->page); free(d->lev); free(d->fx); free(d->br); free(d->tmp);
+    free(d->page); free(d->lev); free(d->fx); free(d->br); free(d->tmp); free(d->idx);
     pq_buf_free(&d->scratch);
     free(d->dpage); free(d->dfx); free(d->dbr);
 }
@@ -334,11 +335,15 @@ static int decode_dict_idx(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end
     if (p >= end) return BAD(c, "dictionary page data is empty");
     int bw = *p++;
     if (bw > 32) return BAD(c, "dictionary index bit width %d", bw);
-    if (GROW(d->lev, d->lev_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-    uint32_t *idx = d->lev;   /* levels are consumed before values: reuse */
+    if (GROW(d->idx, d->idx_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+    uint32_t *idx = d->idx;
     if (pq_rle_decode(p, (size_t)(end - p), bw, idx, nn)) return BAD(c, "dictionary indexes truncated or corrupt");
-    for (size_t i = 0; i < nn; i++)
-        if (idx[i] >= d->dn) return BAD(c, "dictionary index %u out of range (dictionary has %zu entries)", idx[i], d->dn);
+    uint32_t bad = 0, dn = (uint32_t)KL_MIN(d->dn, (size_t)UINT32_MAX);
+    for (size_t i = 0; i < nn; i++) bad |= idx[i] >= dn;
+    if (bad)
+        for (size_t i = 0; i < nn; i++)
+            if (idx[i] >= d->dn) return BAD(c, "dictionary index %u out of range (dictionary has %zu entries)", idx[i], d->dn);
+    if (!fx && !br) return KL_OK;  /* indexes only (fused path) */
     if (is_varphys(c->L)) {
         if (GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         for (size_t i = 0; i < nn; i++) d->br[i] = d->dbr[idx[i]];
@@ -366,9 +371,9 @@ static int decode_values(ctxt *c, dec *d, int enc, const uint8_t *p, const uint8
         if (end - p < 4) return BAD(c, "RLE booleans: truncated length");
         uint32_t l; memcpy(&l, p, 4); p += 4;
         if (l > (size_t)(end - p)) return BAD(c, "RLE booleans: length %u exceeds the page", l);
-        if (GROW(d->lev, d->lev_cap, nn + 8) || GROW(d->fx, d->fx_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-        if (pq_rle_decode(p, l, 1, d->lev, nn)) return BAD(c, "RLE booleans truncated or corrupt");
-        for (size_t i = 0; i < nn; i++) d->fx[i] = (uint8_t)d->lev[i];
+        if (GROW(d->idx, d->idx_cap, nn + 8) || GROW(d->fx, d->fx_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+        if (pq_rle_decode(p, l, 1, d->idx, nn)) return BAD(c, "RLE booleans truncated or corrupt");
+        for (size_t i = 0; i < nn; i++) d->fx[i] = (uint8_t)d->idx[i];
         *fx = d->fx;
         return KL_OK;
     }
@@ -823,24 +828,46 @@ static int decode_chunk(chunk_job *J) {
                 nn += d.lev[i] == (uint32_t)max_def;
             }
         }
-        /* values: copy levels aside when the decoder reuses the level buffer */
         uint8_t *fx = NULL; bref *br = NULL;
         uint32_t *levs = d.lev;
-        uint32_t *lev_copy = NULL;
-        if (max_def > 0 && nn < n && (h.enc == ENC_PLAIN_DICTIONARY || h.enc == ENC_RLE_DICTIONARY || h.enc == ENC_RLE)) {
-            lev_copy = malloc(n * sizeof *lev_copy + 1);
-            if (!lev_copy) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            memcpy(lev_copy, d.lev, n * sizeof *lev_copy);
-            levs = lev_copy;
+        size_t base = col->len;
+        int is_dict = h.enc == ENC_PLAIN_DICTIONARY || h.enc == ENC_RLE_DICTIONARY;
+        size_t w = kl_col_type_size(col->type);
+        if (is_dict && (L->kind == K_I64 || L->kind == K_F64 || L->kind == K_I32 || L->kind == K_F32) && w == phys_size(L) && n > 0) {
+            /* fused path: dictionary indexes straight into the column */
+            if ((rc = decode_dict_idx(&c, &d, vals, vend, nn, NULL, NULL))) goto out;
+            if (kl_column_reserve(col, col->len + n, 0)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+            int has_nulls = nn < n;
+            if (has_nulls && !col->valid) {
+                col->valid = kl_mem_alloc(col->cap, KL_TAG_DATASET);
+                if (!col->valid) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+                memset(col->valid, 1, col->len);
+            }
+            if (col->valid) {
+                if (has_nulls) for (size_t r = 0; r < n; r++) col->valid[base + r] = levs[r] == (uint32_t)max_def;
+                else memset(col->valid + base, 1, n);
+            }
+            const uint32_t *ix = d.idx;
+            size_t j = 0;
+            char *dst = (char *)col->values + base * w;
+            const char *dv = (const char *)d.dfx;
+            static const char zero8[8];
+            if (w == 8) {
+                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, dv + 8 * (size_t)ix[r], 8);
+                else for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, levs[r] == (uint32_t)max_def ? dv + 8 * (size_t)ix[j++] : zero8, 8);
+            } else {
+                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, dv + 4 * (size_t)ix[r], 4);
+                else for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, levs[r] == (uint32_t)max_def ? dv + 4 * (size_t)ix[j++] : zero8, 4);
+            }
+            col->len += n;
+        } else {
+            rc = decode_values(&c, &d, h.enc, vals, vend, nn, &fx, &br);
+            if (rc == KL_OK) {
+                if (L->type != col->type) rc = BAD(&c, "internal type mismatch");
+                else rc = materialize(&c, col, levs, max_def, n, nn, fx, br);
+            }
         }
-        rc = decode_values(&c, &d, h.enc, vals, vend, nn, &fx, &br);
-        if (rc == KL_OK) {
-            size_t base = col->len;
-            if (L->type != col->type) rc = BAD(&c, "internal type mismatch");
-            else rc = materialize(&c, col, levs, max_def, n, nn, fx, br);
-            if (rc == KL_OK && partial) keep_ranges(col, base, first, n, J->ranges, J->nranges);
-        }
-        free(lev_copy);
+        if (rc == KL_OK && partial) keep_ranges(col, base, first, n, J->ranges, J->nranges);
         if (rc) goto out;
     }
 out:
