@@ -6,6 +6,7 @@
 #include <string.h>
 
 static const app_command commands[] = {
+    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"config", "show effective settings and where each came from", cmd_config},
     {"version", "version, build and linked library versions", cmd_version},
 };
