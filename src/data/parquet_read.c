@@ -38,7 +38,7 @@ void pq_scan_free(pq_reader_t *R) {
         for (size_t i = 0; i < s->nneed; i++) kl_column_free(s->cols ? s->cols[i] : NULL);
         if (s->rowbuf) for (size_t i = 0; i < R->nsel; i++) kl_column_free(s->rowbuf[i]);
         free(s->rowbuf);
-        free(s->cols); free(s->need); free(s->sel_need); free(s->selv);
+        free(s->cols); free(s->need); free(s->sel_need); kl_mem_free(s->selv);
         free(s);
         R->scan = NULL;
     }
@@ -263,7 +263,7 @@ static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t nc = *cap ? *cap : 1024;
     while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
+    void *q = kl_mem_realloc(*p, nc * elem, KL_TAG_DATASET); /* cached: no page faults per chunk */
     if (!q) return -1;
     *p = q;
     *cap = nc;
@@ -272,7 +272,7 @@ static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
 #define GROW(ptr, cap, need) grow_((void **)&(ptr), &(cap), (need), sizeof *(ptr))
 
 static void dec_free(dec *d) {
-    free(d->page); free(d->lev); free(d->fx); free(d->br); free(d->tmp); free(d->idx);
+    kl_mem_free(d->page); kl_mem_free(d->lev); kl_mem_free(d->fx); kl_mem_free(d->br); kl_mem_free(d->tmp); kl_mem_free(d->idx);
     pq_buf_free(&d->scratch);
     free(d->dpage); free(d->dfx); free(d->dbr);
 }

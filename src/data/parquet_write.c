@@ -30,7 +30,7 @@ void kl_pq_write_opts_default(kl_pq_write_opts *o) {
     memset(o, 0, sizeof *o);
     o->codec = KL_PQ_ZSTD;
     o->zstd_level = 3;
-    o->row_group_rows = 1u << 20;
+    o->row_group_rows = 131072;
     o->row_group_bytes = 128u << 20;
     o->page_bytes = 1u << 20;
     o->dictionary = 1;
@@ -247,10 +247,10 @@ static uint64_t value_hash(const kl_column *c, size_t i) {
 static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, size_t *nidx) {
     memset(d, 0, sizeof *d);
     size_t nslots = 1024;
-    d->slots = calloc(nslots, sizeof *d->slots);
+    d->slots = kl_mem_calloc(nslots, sizeof *d->slots, KL_TAG_WORKSPACE);
     d->mask = nslots - 1;
     d->cap = 256;
-    d->rows = malloc(d->cap * sizeof *d->rows);
+    d->rows = kl_mem_alloc(d->cap * sizeof *d->rows, KL_TAG_WORKSPACE);
     if (!d->slots || !d->rows) return 0;
     size_t k = 0, w = kl_col_type_size(c->type);
     for (size_t i = 0; i < rows; i++) {
@@ -263,7 +263,7 @@ static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, s
             if (!v) {
                 if (d->n >= DICT_MAX_ENTRIES) return 0;
                 if (d->n == d->cap) {
-                    uint32_t *nr = realloc(d->rows, 2 * d->cap * sizeof *nr);
+                    uint32_t *nr = kl_mem_realloc(d->rows, 2 * d->cap * sizeof *nr, KL_TAG_WORKSPACE);
                     if (!nr) return 0;
                     d->rows = nr; d->cap *= 2;
                 }
@@ -276,14 +276,14 @@ static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, s
                 if (d->bytes > DICT_MAX_BYTES) return 0;
                 if (d->n * 2 > d->mask) { /* grow and rehash */
                     size_t ns = (d->mask + 1) * 2;
-                    uint32_t *sl = calloc(ns, sizeof *sl);
+                    uint32_t *sl = kl_mem_calloc(ns, sizeof *sl, KL_TAG_WORKSPACE);
                     if (!sl) return 0;
                     for (size_t j = 0; j < d->n; j++) {
                         size_t q = value_hash(c, d->rows[j]) & (ns - 1);
                         while (sl[q]) q = (q + 1) & (ns - 1);
                         sl[q] = (uint32_t)j + 1;
                     }
-                    free(d->slots);
+                    kl_mem_free(d->slots);
                     d->slots = sl;
                     d->mask = ns - 1;
                 }
@@ -306,7 +306,7 @@ static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, s
     return d->n > 0 && est * 4 < plain * 3;
 }
 
-static void dict_free(dict *d) { free(d->slots); free(d->rows); memset(d, 0, sizeof *d); }
+static void dict_free(dict *d) { kl_mem_free(d->slots); kl_mem_free(d->rows); memset(d, 0, sizeof *d); }
 
 /* ==================================================================
  * Column chunk encoding
@@ -437,7 +437,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     /* dictionary */
     int use_dict = 0;
     if (o->dictionary && c->type != KL_COL_BOOL && rows > 0) {
-        idx = malloc((rows ? rows : 1) * sizeof *idx);
+        idx = kl_mem_alloc((rows ? rows : 1) * sizeof *idx, KL_TAG_WORKSPACE);
         if (!idx) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
         use_dict = dict_build(c, rows, &d, idx, &nidx);
     }
@@ -470,7 +470,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     size_t w8 = kl_col_type_size(c->type);
     uint64_t pb = o->page_bytes ? o->page_bytes : (1u << 20);
     size_t max_rows = (size_t)KL_MAX(pb / 8, 1);
-    lv = malloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv);
+    lv = kl_mem_alloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv, KL_TAG_WORKSPACE);
     if (!lv) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     size_t cap_pages = rows / 64 + 16;
     out->pages = malloc(cap_pages * sizeof *out->pages);
@@ -594,7 +594,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
 done:
     out->rc = rc;
     dict_free(&d);
-    free(idx); free(lv);
+    kl_mem_free(idx); kl_mem_free(lv);
     free(pc.ci_nullpage); free(pc.ci_nulls);
     pq_buf_free(&pc.ci_min); pq_buf_free(&pc.ci_max);
     pq_buf_free(&vals); pq_buf_free(&lev); pq_buf_free(&page); pq_buf_free(&comp); pq_buf_free(&hdr);

@@ -183,8 +183,8 @@ static int parse_opts(int argc, char **argv, kl_pq_write_opts *o) {
     if (kl_pq_codec_parse(codec, &o->codec)) { fprintf(stderr, "bad codec %s\n", codec); return 2; }
     o->dictionary = atoi(opt(argc, argv, "--dict", "1"));
     o->data_page_v2 = flag(argc, argv, "--v2");
-    o->page_bytes = strtoull(opt(argc, argv, "--page-bytes", "1048576"), NULL, 10);
-    o->row_group_rows = strtoull(opt(argc, argv, "--rg-rows", "1048576"), NULL, 10);
+    if (opt(argc, argv, "--page-bytes", NULL)) o->page_bytes = strtoull(opt(argc, argv, "--page-bytes", NULL), NULL, 10);
+    if (opt(argc, argv, "--rg-rows", NULL)) o->row_group_rows = strtoull(opt(argc, argv, "--rg-rows", NULL), NULL, 10);
     return 0;
 }
 
