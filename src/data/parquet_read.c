@@ -10,6 +10,7 @@
 #include "data/parquet_read_int.h"
 
 typedef struct { int64_t a, b; } range;   /* rows [a, b) of a row group */
+#define PQ_PREFETCH 4
 typedef struct { const uint8_t *p; uint32_t n; } bref;
 
 struct pq_scan {
@@ -19,6 +20,10 @@ struct pq_scan {
     kl_column **cols;          /* decoded rows of the current row group, per need */
     uint32_t *selv; size_t nselv, capselv; int use_selv;
     int swap_ok;               /* selected leaves are distinct and not predicate-only */
+    /* prefetch without predicates: up to PQ_PREFETCH row groups decoded in one
+     * parallel pass (balances columns of unequal cost over the threads) */
+    kl_column **slot[PQ_PREFETCH];
+    size_t slot_rows[PQ_PREFETCH], slot_rg[PQ_PREFETCH], nslot, slot_at;
     size_t count, pos;         /* rows available in the current row group, next */
     int loaded;
     kl_column **rowbuf; size_t row_pos, row_n;
@@ -35,10 +40,14 @@ static void scan_reset(pq_reader_t *R) {
 void pq_scan_free(pq_reader_t *R) {
     pq_scan *s = R->scan;
     if (s) {
-        for (size_t i = 0; i < s->nneed; i++) kl_column_free(s->cols ? s->cols[i] : NULL);
+        for (int k = 0; k < PQ_PREFETCH; k++) {
+            if (!s->slot[k]) continue;
+            for (size_t i = 0; i < s->nneed; i++) kl_column_free(s->slot[k][i]);
+            free(s->slot[k]);
+        }
         if (s->rowbuf) for (size_t i = 0; i < R->nsel; i++) kl_column_free(s->rowbuf[i]);
         free(s->rowbuf);
-        free(s->cols); free(s->need); free(s->sel_need); kl_mem_free(s->selv);
+        free(s->need); free(s->sel_need); kl_mem_free(s->selv);
         free(s);
         R->scan = NULL;
     }
@@ -1016,6 +1025,7 @@ static int scan_init(pq_reader_t *R, kl_err *e) {
             if (s->sel_need[i] == s->sel_need[j]) s->swap_ok = 0;
     s->cols = calloc(s->nneed + 1, sizeof *s->cols);
     if (!s->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    s->slot[0] = s->cols;
     for (size_t k = 0; k < s->nneed; k++) {
         const pq_leaf *L = &R->leaves[s->need[k]];
         int rc = kl_column_new(L->name, L->type, L->max_def > 0, 0, &s->cols[k], e);
@@ -1030,8 +1040,74 @@ static size_t pred_need(const pq_scan *s, size_t leaf) {
 }
 
 /* Loads the next row group that may hold matching rows. 0 = loaded, 1 = end. */
+static int slot_cols(pq_reader_t *R, pq_scan *s, int k, kl_err *e) {
+    if (s->slot[k]) return KL_OK;
+    s->slot[k] = calloc(s->nneed + 1, sizeof **s->slot);
+    if (!s->slot[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t j = 0; j < s->nneed; j++) {
+        const pq_leaf *L = &R->leaves[s->need[j]];
+        int rc = kl_column_new(L->name, L->type, L->max_def > 0, 0, &s->slot[k][j], e);
+        if (rc) return rc;
+    }
+    return KL_OK;
+}
+
+/* No predicates: serves prefetched row groups, decoding the next ones
+ * PQ_PREFETCH at a time. 0 = loaded, 1 = end. */
+static int load_prefetch(pq_reader_t *R, kl_err *e) {
+    pq_scan *s = R->scan;
+    if (s->slot_at >= s->nslot) {
+        s->nslot = s->slot_at = 0;
+        while (s->nslot < PQ_PREFETCH && s->rg < R->nrg) {
+            size_t g = s->rg++;
+            if (R->rgs[g].num_rows == 0) { R->ss.row_groups_skipped++; continue; }
+            int rc = slot_cols(R, s, (int)s->nslot, e);
+            if (rc) return rc;
+            s->slot_rg[s->nslot] = g;
+            s->slot_rows[s->nslot] = (size_t)R->rgs[g].num_rows;
+            s->nslot++;
+        }
+        if (s->nslot == 0) { s->loaded = 0; return 1; }
+        size_t nj = s->nslot * s->nneed;
+        chunk_job *jobs = calloc(nj + 1, sizeof *jobs);
+        range *rs = calloc(s->nslot, sizeof *rs);
+        if (!jobs || !rs) { free(jobs); free(rs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        for (size_t k = 0; k < s->nslot; k++) {
+            rs[k] = (range){0, (int64_t)s->slot_rows[k]};
+            for (size_t j = 0; j < s->nneed; j++)
+                jobs[k * s->nneed + j] = (chunk_job){R, s->slot_rg[k], s->need[j], &rs[k], 1, 1, s->slot[k][j], 0, 0, 0, {0}};
+        }
+        kl_pool_parallel_for(NULL, nj, 1, chunk_task, jobs);
+        int rc = KL_OK;
+        for (size_t t = 0; t < nj; t++) {
+            R->ss.pages_read += jobs[t].pages_read;
+            if (jobs[t].rc && !rc) { rc = jobs[t].rc; if (e) *e = jobs[t].err; }
+        }
+        for (size_t t = 0; t < nj && !rc; t++) {
+            size_t k = t / s->nneed;
+            const kl_column *c = s->slot[k][t % s->nneed];
+            if (c->len != s->slot_rows[k])
+                rc = kl_err_set(e, KL_EPARSE, "%s: column %s (row group %zu): %zu rows decoded, expected %zu",
+                                R->name, c->name, s->slot_rg[k], c->len, s->slot_rows[k]);
+        }
+        free(jobs);
+        free(rs);
+        if (rc) { s->nslot = 0; return rc; }
+    }
+    size_t k = s->slot_at++;
+    s->cols = s->slot[k];
+    s->count = s->slot_rows[k];
+    s->pos = 0;
+    s->use_selv = 0;
+    s->loaded = 1;
+    R->ss.row_groups_read++;
+    R->ss.rows_scanned += s->count;
+    return 0;
+}
+
 static int load_next(pq_reader_t *R, kl_err *e) {
     pq_scan *s = R->scan;
+    if (R->npreds == 0) return load_prefetch(R, e);
     for (; s->rg < R->nrg; s->rg++) {
         size_t g = s->rg;
         int64_t rows = R->rgs[g].num_rows;
