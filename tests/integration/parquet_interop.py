@@ -186,6 +186,27 @@ def duck_writes():
         report(f"parquet_reads_duckdb_{name}", why is None, why or "")
 
 
+def nested_columns():
+    """Nested columns: reported unsupported with a clear error; the flat
+    columns of the same file read by projection, identical to DuckDB."""
+    path = os.path.join(TMP, "duck_nested.parquet")
+    duck("sql", f"COPY (SELECT i::INTEGER AS id, {{'a': i, 'b': 'x' || i}} AS st, [i, i + 1] AS lst, "
+                f"'s' || (i % 7) AS s FROM range(3000) t(i)) TO '{path}' (FORMAT parquet)")
+    exp = duck("dump", path)[0]
+    _, mine = keel("dump", path)
+    m = mine[0]
+    why = None if m.get("ok") else f"keel: {m.get('error')}"
+    if why is None and sorted(c["name"] for c in m["columns"]) != ["id", "s"]:
+        why = f"flat columns {[c['name'] for c in m['columns']]}, expected id and s"
+    if why is None:
+        why = compare(exp, m, "keel vs DuckDB (flat columns of a nested file)")
+    report("parquet_nested_flat_columns", why is None, why or "")
+    r, out = keel("dump", path, "--cols", "id,lst.list.element")
+    err = out[0].get("error", "") if out else r.stderr
+    report("parquet_nested_unsupported_error", r.returncode == 1 and "nested" in err and "lst" in err,
+           f"status {r.returncode}: {err[:300]}")
+
+
 def testing_files():
     d = os.path.join(TESTDATA, "data")
     if not os.path.isdir(d):
@@ -267,7 +288,7 @@ def main():
     if not os.access(TOOL, os.X_OK):
         report("parquet_tool_built", False, f"{TOOL} missing (make)")
         return 1
-    for fn in (keel_writes, duck_writes, testing_files, bad_files):
+    for fn in (keel_writes, duck_writes, nested_columns, testing_files, bad_files):
         try:
             fn()
         except Exception as ex:
