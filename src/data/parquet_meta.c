@@ -125,6 +125,7 @@ static int parse_rowgroup(tr *r, pq_reader_t *R, pq_rowgroup *g, kl_err *e) {
             if (tr_list(r, &et, &n) || et != TT_STRUCT) { r->err = 1; break; }
             if (n != R->nleaves)
                 return kl_err_set(e, KL_EPARSE, "%s: a row group has %u column chunks, the schema has %zu leaf columns", R->name, n, R->nleaves);
+            if (got_cols) return kl_err_set(e, KL_EPARSE, "%s: a row group lists its columns twice", R->name);
             g->cols = calloc(n ? n : 1, sizeof *g->cols);
             if (!g->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
             for (uint32_t i = 0; i < n && !r->err; i++) parse_chunk(r, &g->cols[i]);
@@ -274,6 +275,7 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
     while (tr_field(&r, &last, &t, &id)) {
         if (id == 2 && t == TT_LIST) {
             int et; uint32_t n;
+            if (have_schema) return kl_err_set(e, KL_EPARSE, "%s: the footer has two schemas", R->name);
             if (tr_list(&r, &et, &n) || et != TT_STRUCT || n == 0) { r.err = 1; break; }
             R->schema = calloc(n, sizeof *R->schema);
             if (!R->schema) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -297,6 +299,7 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
         } else if (id == 4 && t == TT_LIST) {
             int et; uint32_t n;
             if (!have_schema) return kl_err_set(e, KL_EPARSE, "%s: row groups before the schema in the footer", R->name);
+            if (R->rgs) return kl_err_set(e, KL_EPARSE, "%s: the footer lists row groups twice", R->name);
             if (tr_list(&r, &et, &n) || et != TT_STRUCT) { r.err = 1; break; }
             R->rgs = calloc(n ? n : 1, sizeof *R->rgs);
             if (!R->rgs) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -306,6 +309,7 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
         } else if (id == 5 && t == TT_LIST) {
             int et; uint32_t n;
             if (tr_list(&r, &et, &n) || et != TT_STRUCT) { r.err = 1; break; }
+            if (R->kv) return kl_err_set(e, KL_EPARSE, "%s: the footer lists key/value metadata twice", R->name);
             R->kv = calloc(2 * (size_t)n + 1, sizeof *R->kv);
             if (!R->kv) return kl_err_set(e, KL_ENOMEM, "out of memory");
             for (uint32_t i = 0; i < n && !r.err; i++) {
