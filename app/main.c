@@ -6,6 +6,7 @@
 #include <string.h>
 
 static const app_command commands[] = {
+    {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
     {"config", "show effective settings and where each came from", cmd_config},
     {"version", "version, build and linked library versions", cmd_version},
 };

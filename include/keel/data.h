@@ -191,10 +191,11 @@ typedef struct kl_ingest_opts {
     const char *partition_by;   /* column name or NULL */
     const char *codec;          /* zstd (default), snappy, gzip, none */
     int zstd_level;             /* 0 = default */
-    size_t chunk_bytes;         /* parse chunk size (default 8 MiB); fixed => deterministic */
+    size_t chunk_bytes;         /* parse chunk size (default 4 MiB); fixed => deterministic */
     size_t row_group_rows;      /* default 131072 */
     const char *rejects_path;   /* where to write rejects of a failed ingest (optional) */
     int progress;               /* show progress */
+    const char *keel_version;   /* recorded in the manifest (not part of the version id) */
 } kl_ingest_opts;
 
 typedef struct kl_ingest_result {
