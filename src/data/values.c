@@ -205,7 +205,8 @@ static int parse_offset(const char *s, size_t n, size_t *i, int *minutes) {
     if (s[*i] != '+' && s[*i] != '-') return KL_EINVAL;
     int neg = s[*i] == '-', h, m = 0;
     (*i)++;
-    if (num(s, n, i, 2, &h)) return KL_EINVAL;
+    if (num(s, n, i, 1, &h)) return KL_EINVAL;
+    if (*i < n && (unsigned)(s[*i] - '0') <= 9) h = h * 10 + (s[(*i)++] - '0');
     if (*i < n && s[*i] == ':') (*i)++;
     if (*i < n && num(s, n, i, 2, &m)) return KL_EINVAL;
     if (h > 18 || m > 59) return KL_ERANGE;
