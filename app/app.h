@@ -76,5 +76,7 @@ int cmd_version(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_ingest(int argc, char **argv);
+int cmd_schema(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 
 #endif

@@ -111,6 +111,9 @@ int kl_schema_load_str(const char *text, size_t len, const char *name, kl_schema
 void kl_schema_free(kl_schema *s);
 /* Index of a field by name, -1 when absent. */
 int kl_schema_find(const kl_schema *s, const char *name);
+/* Sniffs dialect and column types from the first max_rows records of
+ * buf (0 = 20000); name labels errors and names the schema. */
+int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, kl_schema **out, kl_err *e);
 /* Writes the schema as YAML (for `keel schema infer`). */
 int kl_schema_to_yaml(const kl_schema *s, kl_buf *out);
 

@@ -395,9 +395,49 @@ static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_rejec
 }
 
 static int is_null_token(const kl_dialect *d, const char *s, size_t n) {
-    for (int k = 0; k < d->n_null; k++)
-        if (strlen(d->null_tokens[k]) == n && !memcmp(d->null_tokens[k], s, n)) return 1;
+    if (n >= sizeof d->null_tokens[0]) return 0;
+    for (int k = 0; k < d->n_null; k++) {
+        const char *t = d->null_tokens[k];
+        if (t[n] == 0 && !memcmp(t, s, n) && !memchr(t, 0, n)) return 1;
+    }
     return 0;
+}
+
+/* Appends without the generic push path (the hot loop of ingestion). */
+static inline int ensure_room(kl_column *c, size_t extra_data) {
+    if (c->len == c->cap || (c->type == KL_COL_STRING && c->data_len + extra_data > c->data_cap))
+        return kl_column_reserve(c, c->len + 1, c->data_len + extra_data);
+    return KL_OK;
+}
+
+static inline int mark_valid(kl_column *c, int present) {
+    if (!c->valid) {
+        if (present) return KL_OK;
+        c->valid = kl_mem_alloc(c->cap ? c->cap : 1, KL_TAG_DATASET);
+        if (!c->valid) return KL_ENOMEM;
+        memset(c->valid, 1, c->len);
+    }
+    c->valid[c->len] = (uint8_t)present;
+    return KL_OK;
+}
+
+static int fast_push(kl_column *c, int isnull, const kl_value *v) {
+    size_t n = isnull || c->type != KL_COL_STRING ? 0 : v->n;
+    if (ensure_room(c, n) || mark_valid(c, !isnull)) return KL_ENOMEM;
+    switch (c->type) {
+    case KL_COL_BOOL: ((uint8_t *)c->values)[c->len] = isnull ? 0 : (uint8_t)(v->i != 0); break;
+    case KL_COL_INT32: case KL_COL_DATE: ((int32_t *)c->values)[c->len] = isnull ? 0 : (int32_t)v->i; break;
+    case KL_COL_INT64: case KL_COL_TIMESTAMP: ((int64_t *)c->values)[c->len] = isnull ? 0 : v->i; break;
+    case KL_COL_FLOAT32: ((float *)c->values)[c->len] = isnull ? 0.0f : (float)v->d; break;
+    case KL_COL_FLOAT64: ((double *)c->values)[c->len] = isnull ? 0.0 : v->d; break;
+    default:
+        if (n) memcpy(c->data + c->data_len, v->s, n);
+        c->data_len += n;
+        c->offsets[c->len + 1] = (int64_t)c->data_len;
+        break;
+    }
+    c->len++;
+    return KL_OK;
 }
 
 /* Parses and pushes one row of texts (NULL text = missing/null). Returns
@@ -433,17 +473,8 @@ static int push_row(ictx *x, chunk *c, const char *const *txt, const uint32_t *l
             goto done;
         }
     }
-    for (size_t j = 0; j < s->n_fields; j++) {
-        kl_column *col = c->cols[j];
-        int r;
-        if (nul[j]) r = kl_column_push_null(col);
-        else switch (s->fields[j].type) {
-            case KL_T_FLOAT32: case KL_T_FLOAT64: r = kl_column_push_f64(col, v[j].d); break;
-            case KL_T_STRING: case KL_T_CATEGORY: r = kl_column_push_str(col, v[j].s, v[j].n); break;
-            default: r = kl_column_push_i64(col, v[j].i); break;
-            }
-        if (r) { rc = KL_ENOMEM; goto done; }
-    }
+    for (size_t j = 0; j < s->n_fields; j++)
+        if (fast_push(c->cols[j], nul[j], &v[j])) { rc = KL_ENOMEM; goto done; }
     c->rows++;
 done:
     if (v != vals) free(v);

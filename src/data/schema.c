@@ -257,7 +257,9 @@ static void bound_str(const kl_field *f, int is_max, char *buf, size_t n) {
     } else if (f->type == KL_T_INT32 || f->type == KL_T_INT64) {
         snprintf(buf, n, "%lld", (long long)iv);
     } else {
-        snprintf(buf, n, "%.17g", is_max ? f->max : f->min);
+        double v = is_max ? f->max : f->min;
+        snprintf(buf, n, "%.15g", v);
+        if (strtod(buf, NULL) != v) snprintf(buf, n, "%.17g", v);
     }
 }
 
