@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -241,22 +242,13 @@ static int load_zst(source *s, kl_err *e) {
     size_t cap = 0, len = 0;
     ZSTD_inBuffer in = {raw, rawlen, 0};
     size_t last = 0;
-    while (in.pos < in.size) {
-        if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); goto done; }
-        ZSTD_outBuffer out = {buf + len, cap - len, 0};
-        last = ZSTD_decompressStream(dc, &out, &in);
-        if (ZSTD_isError(last)) { rc = kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(last)); goto done; }
-        len += out.pos;
-        if (out.pos == 0 && in.pos == in.size) break;
-    }
-    /* flush what remains buffered */
     for (;;) {
         if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); goto done; }
         ZSTD_outBuffer out = {buf + len, cap - len, 0};
         last = ZSTD_decompressStream(dc, &out, &in);
         if (ZSTD_isError(last)) { rc = kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(last)); goto done; }
         len += out.pos;
-        if (out.pos < out.size) break;
+        if (in.pos == in.size && out.pos < out.size) break;
     }
     if (last != 0) rc = kl_err_set(e, KL_EPARSE, "%s: truncated zstd file", s->name);
 done:
@@ -1153,12 +1145,19 @@ fail:
     return rc;
 }
 
+/* Test hook: KEEL_TEST_KILL_AFTER_FILES=N makes the process SIGKILL itself
+ * after N Parquet files were finished (crash-consistency tests). */
+static atomic_int files_done;
+
 static void write_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
     wctx *w = ctx;
+    const char *kill_after = getenv("KEEL_TEST_KILL_AFTER_FILES");
     for (;;) {
         size_t i = atomic_fetch_add(&w->next, 1);
         if (i >= w->nf) break;
         w->f[i].rc = write_one(w, &w->f[i]);
+        if (kill_after && !w->f[i].rc && !w->f[i].reused && atomic_fetch_add(&files_done, 1) + 1 >= atoi(kill_after))
+            raise(SIGKILL);
     }
 }
 
@@ -1440,6 +1439,23 @@ static void summarize(ictx *x, const int64_t *by_kind, const char *extra, kl_ing
     }
     snprintf(res->summary, sizeof res->summary, "%s", b.data ? b.data : "");
     kl_buf_free(&b);
+}
+
+/* Removes leftovers of killed runs (writers' dot-named temp files). */
+static void prune_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (lstat(p, &st)) continue;
+        if (de->d_name[0] == '.') kl_rm_rf(p, NULL);
+        else if (S_ISDIR(st.st_mode)) prune_temps(p);
+    }
+    closedir(d);
 }
 
 static int fsync_tree(const char *dir, kl_err *e) {
@@ -1728,6 +1744,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     snprintf(p, sizeof p, "%s/manifest.json", staging);
     if ((rc = kl_write_file_atomic(p, mb.data, mb.len, e))) goto fail;
+    prune_temps(staging);
     if ((rc = fsync_tree(staging, e))) goto fail;
 
     /* ---- publish ---- */
