@@ -156,6 +156,8 @@ static int fetch_source(source_list *l, const char *url, const kl_ingest_opts *o
     if (!kl_path_exists(path)) {
         kl_fetch_opts fo = {0};
         fo.expected_sha256 = expect;
+        const char *rt = getenv("KEEL_FETCH_RETRIES");
+        if (rt) fo.retries = atoi(rt) > 0 ? atoi(rt) : -1;
         if ((rc = kl_fetch_url(url, path, &fo, NULL, e))) return rc;
     }
     return add_source(l, path, url, e);
