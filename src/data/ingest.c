@@ -280,7 +280,7 @@ static int load_source(source *s, kl_err *e) {
     }
     int fd = open(s->path, O_RDONLY);
     if (fd < 0) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return kl_err_set(e, -errno, "%s: mmap: %s", s->path, strerror(errno));
     madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
@@ -392,7 +392,7 @@ static int is_null_token(const kl_dialect *d, const char *s, size_t n) {
     if (n >= sizeof d->null_tokens[0]) return 0;
     for (int k = 0; k < d->n_null; k++) {
         const char *t = d->null_tokens[k];
-        if (t[n] == 0 && !memcmp(t, s, n) && !memchr(t, 0, n)) return 1;
+        if (t[n] == 0 && (n == 0 || (t[0] == s[0] && !memcmp(t, s, n) && !memchr(t, 0, n)))) return 1;
     }
     return 0;
 }
@@ -973,36 +973,56 @@ static int chunk_stats(ictx *x, chunk *c) {
         const kl_column *col = c->cols[j];
         colstat *st = &c->st[j];
         const kl_type t = s->fields[j].type;
-        st->count = (int64_t)col->len;
-        uint64_t last_h = 0;
-        for (size_t i = 0; i < col->len; i++) {
-            if (kl_column_is_null(col, i)) { st->nulls++; continue; }
-            if (col->type == KL_COL_STRING) {
-                size_t n;
-                const char *v = kl_column_get_str(col, i, &n);
-                uint64_t h = kl_hash64(v, n);
-                if (h == last_h) continue; /* same as the previous value */
-                last_h = h;
+        const size_t n = col->len;
+        const uint8_t *valid = col->valid;
+        st->count = (int64_t)n;
+        if (col->type == KL_COL_STRING) {
+            uint64_t cache[64] = {0}; /* recently seen values: skip repeated work for low-cardinality columns */
+            for (size_t i = 0; i < n; i++) {
+                if (valid && !valid[i]) { st->nulls++; continue; }
+                size_t vn = (size_t)(col->offsets[i + 1] - col->offsets[i]);
+                const char *v = col->data + col->offsets[i];
+                uint64_t h = kl_hash64(v, vn) | 1;
+                if (cache[h & 63] == h) continue;
+                cache[h & 63] = h;
                 kl_hll_add_hash(&st->hll, h);
-                if (!st->has || strcmp_n(v, n, st->smin) < 0) { if (set_str(&st->smin, v, n)) return KL_ENOMEM; }
-                if (!st->has || strcmp_n(v, n, st->smax) > 0) { if (set_str(&st->smax, v, n)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smin) < 0) { if (set_str(&st->smin, v, vn)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smax) > 0) { if (set_str(&st->smax, v, vn)) return KL_ENOMEM; }
                 st->has = 1;
-                if (t == KL_T_CATEGORY && vocab_add(st, v, n)) return KL_ENOMEM;
-            } else if (col->type == KL_COL_FLOAT32 || col->type == KL_COL_FLOAT64) {
-                double v = kl_column_get_f64(col, i);
-                double hv = v == 0 ? 0 : v;
-                kl_hll_add_hash(&st->hll, kl_hash64(&hv, sizeof hv));
-                if (isnan(v)) continue;
-                if (!st->has || v < st->dmin) st->dmin = v;
-                if (!st->has || v > st->dmax) st->dmax = v;
-                st->has = 1;
-            } else {
-                int64_t v = kl_column_get_i64(col, i);
-                kl_hll_add_hash(&st->hll, kl_hash64(&v, sizeof v));
-                if (!st->has || v < st->imin) st->imin = v;
-                if (!st->has || v > st->imax) st->imax = v;
-                st->has = 1;
+                if (t == KL_T_CATEGORY && vocab_add(st, v, vn)) return KL_ENOMEM;
             }
+        } else if (col->type == KL_COL_FLOAT32 || col->type == KL_COL_FLOAT64) {
+            double mn = INFINITY, mx = -INFINITY;
+            int has = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (valid && !valid[i]) { st->nulls++; continue; }
+                double v = col->type == KL_COL_FLOAT64 ? ((const double *)col->values)[i] : ((const float *)col->values)[i];
+                double hv = v == 0 ? 0 : v;
+                uint64_t bits;
+                memcpy(&bits, &hv, 8);
+                kl_hll_add_hash(&st->hll, kl_hash64(&bits, 8));
+                if (v < mn) mn = v;
+                if (v > mx) mx = v;
+                has |= v == v;
+            }
+            if (has) { st->has = 1; st->dmin = mn; st->dmax = mx; }
+        } else {
+            int64_t mn = INT64_MAX, mx = INT64_MIN;
+            int has = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (valid && !valid[i]) { st->nulls++; continue; }
+                int64_t v;
+                switch (col->type) {
+                case KL_COL_BOOL: v = ((const uint8_t *)col->values)[i]; break;
+                case KL_COL_INT32: case KL_COL_DATE: v = ((const int32_t *)col->values)[i]; break;
+                default: v = ((const int64_t *)col->values)[i]; break;
+                }
+                kl_hll_add_hash(&st->hll, kl_hash64(&v, 8));
+                if (v < mn) mn = v;
+                if (v > mx) mx = v;
+                has = 1;
+            }
+            if (has) { st->has = 1; st->imin = mn; st->imax = mx; }
         }
     }
     return KL_OK;
@@ -1634,6 +1654,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         }
     }
 
+    int64_t t_load = kl_time_mono_ns();
     /* ---- semantics: split, parse, validate ---- */
     x.colmap = calloc(x.src.n, sizeof *x.colmap);
     x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
@@ -1667,6 +1688,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
     for (size_t i = 0; i < x.nch; i++)
         if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
+    int64_t t_parse = kl_time_mono_ns();
     if ((rc = check_unique(&x, e))) goto fail;
     int64_t by_kind[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0;
     for (size_t i = 0; i < x.nch; i++) {
@@ -1707,6 +1729,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         }
     }
 
+    int64_t t_stats = kl_time_mono_ns();
     /* ---- write into staging ---- */
     if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
     snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
@@ -1717,6 +1740,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         for (size_t i = 0; i < nfiles; i++)
             if (files[i].rc) { rc = files[i].rc; if (e) *e = files[i].err; goto fail; }
     }
+    int64_t t_write = kl_time_mono_ns();
     char p[4300];
     if (rejected) {
         snprintf(p, sizeof p, "%s/rejects.jsonl", staging);
@@ -1775,6 +1799,9 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     res->files_written = (int64_t)nfiles;
     res->seconds = (kl_time_mono_ns() - t0) / 1e9;
+    kl_log(KL_LOG_DEBUG, "ingest", "phases: load+sha256 %.3f s, parse+validate %.3f s, unique+stats %.3f s, write %.3f s, publish %.3f s",
+           (t_load - t0) / 1e9, (t_parse - t_load) / 1e9, (t_stats - t_parse) / 1e9, (t_write - t_stats) / 1e9,
+           (kl_time_mono_ns() - t_write) / 1e9);
     snprintf(p, sizeof p, "%s/.staging", o->out_dir);
     rmdir(p);
     rc = KL_OK;

@@ -1,7 +1,7 @@
 // DuckDB (npm @duckdb/node-api, installed into build/npm by the tests and
 // bench/ingest/run.sh) for keel's ingest tests and benchmark:
 //   node ingest_duckdb.mjs query SQL     prints the result rows as one JSON array
-//   node ingest_duckdb.mjs time SQL N    runs SQL N times, prints the seconds of each run
+//   node ingest_duckdb.mjs time SQL N    runs SQL N times, prints [{wall, cpu}] seconds of each run
 import { createRequire } from 'module';
 const require = createRequire(process.env.DUCKDB_NODE_PATH + '/');
 const { DuckDBInstance } = require('@duckdb/node-api');
@@ -15,9 +15,10 @@ if (mode === 'query') {
 } else if (mode === 'time') {
   const times = [];
   for (let i = 0; i < Number(n || 3); i++) {
-    const t0 = process.hrtime.bigint();
+    const t0 = process.hrtime.bigint(), c0 = process.cpuUsage();
     await conn.run(sql);
-    times.push(Number(process.hrtime.bigint() - t0) / 1e9);
+    const c = process.cpuUsage(c0);
+    times.push({ wall: Number(process.hrtime.bigint() - t0) / 1e9, cpu: (c.user + c.system) / 1e6 });
   }
   console.log(JSON.stringify(times));
 } else {
