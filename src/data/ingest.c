@@ -347,6 +347,7 @@ typedef struct ictx {
     size_t nch;
     int need_row_pos;
     atomic_size_t next;
+    kl_progress *prog;    /* NULL unless o->progress */
 } ictx;
 
 static kl_col_type col_type(kl_type t) {
@@ -683,6 +684,7 @@ static void parse_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
         c->rc = chunk_init_cols(x, c);
         if (!c->rc)
             c->rc = x->src.v[c->src].d.format == KL_FMT_JSONL ? parse_jsonl_chunk(x, c) : parse_csv_chunk(x, c);
+        if (x->prog) kl_progress_add(x->prog, c->end - c->begin);
         if (c->rc == KL_ENOMEM) kl_err_set(&c->err, KL_ENOMEM, "out of memory while parsing");
         else if (c->rc && !c->err.code) kl_err_set(&c->err, c->rc, "parse failed");
     }
@@ -1685,7 +1687,14 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         }
     }
     atomic_store(&x.next, 0);
+    if (o->progress) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < x.nch; i++) total += x.ch[i].end - x.ch[i].begin;
+        x.prog = kl_progress_new("parse+validate", total, "B");
+    }
     kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+    kl_progress_finish(x.prog);
+    x.prog = NULL;
     for (size_t i = 0; i < x.nch; i++)
         if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
     int64_t t_parse = kl_time_mono_ns();
