@@ -3,6 +3,7 @@
  * progress, suggestions. */
 #include "../harness.h"
 
+#include <cjson/cJSON.h>
 #include <keel/core.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -290,4 +291,76 @@ KL_TEST(suggest_words) {
     KT_CHECK(kl_suggest("xyzzy", c, 4) == NULL);
     char b[32];
     KT_EQ_STR(kl_fmt_bytes(1536, b, sizeof b), "1.50 KiB");
+}
+
+KL_TEST(log_json_lines) {
+    const char *p = kt_path("log.txt");
+    FILE *f = fopen(p, "w+");
+    KT_CHECK(f);
+    kl_log_set_output(f);
+    kl_log_set_format(KL_LOG_JSON);
+    kl_log_level old = kl_log_get_level();
+    kl_log_set_level(KL_LOG_INFO);
+    kl_log(KL_LOG_DEBUG, "test", "hidden %d", 1);
+    kl_log(KL_LOG_WARN, "test", "disk \"%s\" is %d%% full", "/data", 93);
+    kl_log_field fl[] = {KL_LF_STR("model", "mlp"), KL_LF_INT("batch", 8), KL_LF_NUM("queue_ms", 0.25)};
+    kl_log_fields(KL_LOG_INFO, "serve", "request", fl, 3);
+    kl_log_set_output(NULL);
+    kl_log_set_format(KL_LOG_AUTO);
+    kl_log_set_level(old);
+    fflush(f);
+    rewind(f);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        n++;
+        void *j = NULL;
+        kl_err e = {0};
+        KT_OK(kl_json_parse(line, strlen(line), "log", &j, &e), &e);
+        cJSON *o = j;
+        const char *ts = cJSON_GetObjectItem(o, "ts")->valuestring;
+        KT_CHECK(strlen(ts) == 27 && ts[10] == 'T' && ts[26] == 'Z');
+        if (n == 1) {
+            KT_EQ_STR(cJSON_GetObjectItem(o, "level")->valuestring, "warn");
+            KT_EQ_STR(cJSON_GetObjectItem(o, "msg")->valuestring, "disk \"/data\" is 93% full");
+        } else {
+            KT_EQ_STR(cJSON_GetObjectItem(o, "model")->valuestring, "mlp");
+            KT_EQ_INT(cJSON_GetObjectItem(o, "batch")->valueint, 8);
+        }
+        cJSON_Delete(o);
+    }
+    fclose(f);
+    KT_EQ_INT(n, 2);
+}
+
+KL_TEST(doc_set_and_json_round_trip) {
+    const char *y = "seed: 1\noptimizer: {type: adamw, lr: 0.003}\nlayers:\n  - {type: linear, out: 128}\n  - {type: relu}\nname: \"007\"\n";
+    kl_err e = {0};
+    kl_doc *d;
+    KT_OK(kl_doc_load_str(y, strlen(y), "spec.yaml", &d, &e), &e);
+    KT_OK(kl_doc_set(d, "optimizer.lr", "0.01", "--set", &e), &e);
+    KT_OK(kl_doc_set(d, "layers.0.out", "256", "--set", &e), &e);
+    KT_OK(kl_doc_set(d, "train.epochs", "5", "--set", &e), &e);
+    KT_CHECK(kl_doc_set(d, "layers.7.out", "1", "--set", &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "not an item of the list layers");
+    KT_CHECK(kl_doc_set(d, "seed.x", "1", "--set", &e) == KL_EINVAL);
+    KT_CHECK(kl_doc_set(d, "layers", "1", "--set", &e) == KL_EINVAL);
+    const kl_node *lr = kl_node_find(kl_doc_root(d), "optimizer.lr");
+    KT_EQ_STR(kl_node_scalar(lr), "0.01");
+    int64_t v;
+    KT_CHECK(kl_node_int(lr, &v, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "--set: optimizer.lr: expected an integer");
+    kl_buf b;
+    kl_buf_init(&b);
+    KT_OK(kl_doc_to_json(d, &b), &e);
+    kl_doc *d2;
+    KT_OK(kl_doc_load_str(b.data, b.len, "spec.json", &d2, &e), &e);
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "layers.0.out")), "256");
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "train.epochs")), "5");
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "name")), "007");
+    KT_CHECK(kl_node_is_quoted(kl_node_find(kl_doc_root(d2), "name")));
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "layers.1.type")), "relu");
+    kl_buf_free(&b);
+    kl_doc_free(d2);
+    kl_doc_free(d);
 }
