@@ -1173,15 +1173,52 @@ fail:
  * after N Parquet files were finished (crash-consistency tests). */
 static atomic_int files_done;
 
+static void write_file(wctx *w, outfile *f) {
+    const char *kill_after = getenv("KEEL_TEST_KILL_AFTER_FILES");
+    f->rc = write_one(w, f);
+    if (kill_after && !f->rc && !f->reused && atomic_fetch_add(&files_done, 1) + 1 >= atoi(kill_after)) raise(SIGKILL);
+}
+
 static void write_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
     wctx *w = ctx;
-    const char *kill_after = getenv("KEEL_TEST_KILL_AFTER_FILES");
     for (;;) {
         size_t i = atomic_fetch_add(&w->next, 1);
         if (i >= w->nf) break;
-        w->f[i].rc = write_one(w, &w->f[i]);
-        if (kill_after && !w->f[i].rc && !w->f[i].reused && atomic_fetch_add(&files_done, 1) + 1 >= atoi(kill_after))
-            raise(SIGKILL);
+        write_file(w, &w->f[i]);
+    }
+}
+
+static void parse_one(ictx *x, chunk *c) {
+    c->rc = chunk_init_cols(x, c);
+    if (!c->rc) c->rc = x->src.v[c->src].d.format == KL_FMT_JSONL ? parse_jsonl_chunk(x, c) : parse_csv_chunk(x, c);
+    if (x->prog) kl_progress_add(x->prog, c->end - c->begin);
+    if (!c->rc && chunk_stats(x, c)) c->rc = KL_ENOMEM;
+    if (c->rc == KL_ENOMEM) kl_err_set(&c->err, KL_ENOMEM, "out of memory while parsing");
+    else if (c->rc && !c->err.code) kl_err_set(&c->err, c->rc, "parse failed");
+}
+
+/* Streaming (unpartitioned, no unique columns): each work item is one part
+ * file's group of chunks: parse + validate + statistics, write the file into
+ * staging, free the columns. Memory stays at about one group per thread and
+ * parsing overlaps encoding. Validation verdicts come after all groups; a
+ * failure removes the staging folder. */
+static void stream_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
+    wctx *w = ctx;
+    ictx *x = w->x;
+    for (;;) {
+        size_t g = atomic_fetch_add(&w->next, 1);
+        if (g >= w->nf) break;
+        outfile *f = &w->f[g];
+        int bad = 0;
+        for (size_t ci = f->c0; ci < f->c1; ci++) {
+            parse_one(x, &x->ch[ci]);
+            bad |= x->ch[ci].rc != 0;
+            f->rows_total += (int64_t)x->ch[ci].rows;
+        }
+        if (!bad && f->rows_total) write_file(w, f);
+        for (size_t ci = f->c0; ci < f->c1; ci++)
+            if (x->ch[ci].cols)
+                for (size_t j = 0; j < x->schema->n_fields; j++) { kl_column_free(x->ch[ci].cols[j]); x->ch[ci].cols[j] = NULL; }
     }
 }
 
@@ -1692,11 +1729,35 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         for (size_t i = 0; i < x.nch; i++) total += x.ch[i].end - x.ch[i].begin;
         x.prog = kl_progress_new("parse+validate", total, "B");
     }
-    kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+    const int streaming = pcol < 0 && !x.need_row_pos;
+    if (streaming) {
+        snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
+        if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
+        nfiles = (x.nch + CHUNKS_PER_FILE - 1) / CHUNKS_PER_FILE;
+        if (!(files = calloc(nfiles ? nfiles : 1, sizeof *files))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (size_t g = 0; g < nfiles; g++) {
+            files[g].c0 = g * CHUNKS_PER_FILE;
+            files[g].c1 = KL_MIN(files[g].c0 + CHUNKS_PER_FILE, x.nch);
+            if (asprintf(&files[g].rel, "part-%05zu.parquet", g) < 0) { files[g].rel = NULL; rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        }
+        wctx w = {&x, files, nfiles, staging, wo, 0};
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stream_worker, &w);
+    } else {
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+    }
     kl_progress_finish(x.prog);
     x.prog = NULL;
     for (size_t i = 0; i < x.nch; i++)
         if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
+    if (streaming) {
+        size_t k = 0;
+        for (size_t g = 0; g < nfiles; g++) {
+            if (files[g].rc) { rc = files[g].rc; if (e) *e = files[g].err; goto fail; }
+            if (files[g].rows_total) files[k++] = files[g];
+            else free(files[g].rel);
+        }
+        nfiles = k;
+    }
     int64_t t_parse = kl_time_mono_ns();
     if ((rc = check_unique(&x, e))) goto fail;
     int64_t by_kind[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0;
@@ -1721,7 +1782,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     if (accepted == 0) { rc = kl_err_set(e, KL_EPARSE, "no rows accepted"); goto fail; }
     atomic_store(&x.next, 0);
-    kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stats_worker, &x);
+    if (!streaming) kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stats_worker, &x);
     for (size_t i = 0; i < x.nch; i++)
         if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
     if (!(tot = calloc(x.schema->n_fields, sizeof *tot)) || merge_stats(&x, tot)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
@@ -1740,10 +1801,11 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
 
     int64_t t_stats = kl_time_mono_ns();
     /* ---- write into staging ---- */
-    if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
-    snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
-    if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
-    {
+    if (!streaming) {
+        if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
+        snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
+        if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
+        atomic_store(&x.next, 0);
         wctx w = {&x, files, nfiles, staging, wo, 0};
         kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, write_worker, &w);
         for (size_t i = 0; i < nfiles; i++)
