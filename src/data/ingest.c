@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -1593,6 +1594,32 @@ static int read_pointer(const char *path, char id[65]) {
     return ok ? KL_OK : KL_EPARSE;
 }
 
+/* One ingest per ingest key at a time: an flock on DIR/.staging/<key>.lock
+ * (released by the kernel when a process dies, so kill -9 never leaves it held). */
+static int lock_staging(const char *out_dir, const char *key, int *fd, char *path, size_t pn, kl_err *e) {
+    snprintf(path, pn, "%s/.staging", out_dir);
+    int rc = kl_mkdir_p(path, e);
+    if (rc) return rc;
+    snprintf(path, pn, "%s/.staging/%s.lock", out_dir, key);
+    *fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (*fd < 0) return kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB)) {
+        int en = errno;
+        close(*fd);
+        *fd = -1;
+        if (en == EWOULDBLOCK) return kl_err_set(e, KL_EBUSY, "another ingest of the same sources into %s is running", out_dir);
+        return kl_err_set(e, -en, "%s: %s", path, strerror(en));
+    }
+    return KL_OK;
+}
+
+static void unlock_staging(int *fd, const char *path) {
+    if (*fd < 0) return;
+    unlink(path);
+    close(*fd);
+    *fd = -1;
+}
+
 static int set_current(const char *out_dir, const char *id, kl_err *e) {
     char p[4200], line[80];
     snprintf(p, sizeof p, "%s/current", out_dir);
@@ -1609,7 +1636,8 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     outfile *files = NULL;
     size_t nfiles = 0;
     colstat *tot = NULL;
-    char staging[4200] = "", key[65];
+    char staging[4200] = "", key[65], lock_path[4300];
+    int lock_fd = -1;
     int created_out = 0;
     kl_buf mb;
     kl_buf_init(&mb);
@@ -1695,6 +1723,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
 
     int64_t t_load = kl_time_mono_ns();
     /* ---- semantics: split, parse, validate ---- */
+    if ((rc = lock_staging(o->out_dir, key, &lock_fd, lock_path, sizeof lock_path, e))) goto fail;
     x.colmap = calloc(x.src.n, sizeof *x.colmap);
     x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
     x.hdr_lines = calloc(x.src.n, sizeof *x.hdr_lines);
@@ -1873,12 +1902,14 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     kl_log(KL_LOG_DEBUG, "ingest", "phases: load+sha256 %.3f s, parse+validate %.3f s, unique+stats %.3f s, write %.3f s, publish %.3f s",
            (t_load - t0) / 1e9, (t_parse - t_load) / 1e9, (t_stats - t_parse) / 1e9, (t_write - t_stats) / 1e9,
            (kl_time_mono_ns() - t_write) / 1e9);
+    unlock_staging(&lock_fd, lock_path);
     snprintf(p, sizeof p, "%s/.staging", o->out_dir);
     rmdir(p);
     rc = KL_OK;
     goto done;
 fail:
     if (staging[0]) kl_rm_rf(staging, NULL);
+    unlock_staging(&lock_fd, lock_path);
     {
         char p2[4200];
         snprintf(p2, sizeof p2, "%s/.staging", o->out_dir);
