@@ -231,7 +231,7 @@ static int show(int argc, char **argv) {
             kl_buf_json_str(&b, ci->logical ? ci->logical : "");
             kl_buf_puts(&b, "}");
         } else {
-            kl_buf_printf(&b, "  %-20s %-10s %s%s %s%s\n", ci->name, kl_col_type_name(ci->type), ci->physical,
+            kl_buf_printf(&b, "  %-20s %-10s %s%s%s%s\n", ci->name, kl_col_type_name(ci->type), ci->physical,
                           ci->logical && *ci->logical ? "/" : "", ci->logical ? ci->logical : "",
                           ci->nullable ? "" : " not null");
         }
