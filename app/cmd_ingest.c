@@ -19,7 +19,7 @@ static const app_opt opts[] = {
     {"partition-by", 0, 1, "COL", "hive partitioning by a date, timestamp (by day) or category column", 0},
     {"codec", 0, 1, "CODEC", "zstd (default), snappy, gzip, none", 0},
     {"zstd-level", 0, 1, "N", "zstd level (default 3)", 0},
-    {"row-group-rows", 0, 1, "N", "Parquet row group size in rows (default: the writer's, 1M)", 0},
+    {"row-group-rows", 0, 1, "N", "Parquet row group size in rows (default: the writer's, 131072)", 0},
     {"rejects", 0, 1, "PATH", "also write the rejects of a failed ingest here (JSON lines)", 0},
     {"chunk-size", 0, 1, "SIZE", "parse chunk size (default 4M; part of the ingest identity)", 0},
     {"progress", 0, 0, NULL, "show parsing progress (stderr)", 0},
