@@ -504,12 +504,12 @@ static int64_t floordiv(int64_t a, int64_t b) { return a / b - (a % b < 0); }
 
 /* Appends prow rows (levels lev, nn present values) to col. */
 static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def, size_t prow, size_t nn,
-                       const uint8_t *fx, const bref *br) {
+                       const uint8_t *fx, const bref *br, int padded) {
     const pq_leaf *L = c->L;
     if (prow == 0) return KL_OK;
     size_t data = 0;
     if (L->kind == K_BYTES) for (size_t i = 0; i < nn; i++) data += br[i].n;
-    if (kl_column_reserve(col, col->len + prow, col->data_len + data)) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
+    if (kl_column_reserve(col, col->len + prow, col->data_len + data + 16)) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
     int has_nulls = nn < prow;
     if (has_nulls && !col->valid) {
         col->valid = kl_mem_alloc(col->cap, KL_TAG_DATASET);
@@ -532,7 +532,8 @@ static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def
             if (PRESENT(r)) {
                 const uint8_t *p = br[j].p;
                 uint32_t n = br[j].n;
-                if (n) memcpy(dd + dl, p, n);
+                if (padded && n <= 16) memcpy(dd + dl, p, 16); /* source and destination have 16 bytes of slack */
+                else if (n) memcpy(dd + dl, p, n);
                 dl += n;
                 j++;
             }
@@ -677,7 +678,7 @@ static int read_dict(ctxt *c, dec *d, const pq_chunk *ch, const page_hdr *h, con
     if (h->enc != ENC_PLAIN && h->enc != ENC_PLAIN_DICTIONARY) return BAD(c, "dictionary page encoding %d (expected PLAIN)", h->enc);
     free(d->dpage); free(d->dfx); free(d->dbr);
     d->dpage = NULL; d->dfx = NULL; d->dbr = NULL; d->dn = 0;
-    d->dpage = malloc((size_t)h->unc + 1);
+    d->dpage = malloc((size_t)h->unc + 16); /* +16: short values are copied 16 bytes at a time */
     if (!d->dpage) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
     int rc = pq_decompress(ch->codec, src, (size_t)h->comp, d->dpage, (size_t)h->unc, c->e);
     if (rc) { kl_err_prefix(c->e, "%s: column %s: dictionary page", c->R->name, L->name); return rc; }
@@ -873,7 +874,7 @@ static int decode_chunk(chunk_job *J) {
             rc = decode_values(&c, &d, h.enc, vals, vend, nn, &fx, &br);
             if (rc == KL_OK) {
                 if (L->type != col->type) rc = BAD(&c, "internal type mismatch");
-                else rc = materialize(&c, col, levs, max_def, n, nn, fx, br);
+                else rc = materialize(&c, col, levs, max_def, n, nn, fx, br, is_dict && L->kind == K_BYTES);
             }
         }
         if (rc == KL_OK && partial) keep_ranges(col, base, first, n, J->ranges, J->nranges);
