@@ -6,6 +6,9 @@
 #include <string.h>
 
 static const app_command commands[] = {
+    {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
+    {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},
+    {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"config", "show effective settings and where each came from", cmd_config},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
