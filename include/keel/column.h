@@ -1,0 +1,76 @@
+/* keel columns: one typed, growable column of rows with an optional validity
+ * mask. The in-memory unit exchanged by ingestion, the Parquet writer and
+ * reader, features and training. Transparent: readers use the fields. */
+#ifndef KEEL_COLUMN_H
+#define KEEL_COLUMN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    KL_COL_BOOL,      /* values: uint8 0/1 */
+    KL_COL_INT32,     /* values: int32 */
+    KL_COL_INT64,     /* values: int64 */
+    KL_COL_FLOAT32,   /* values: float */
+    KL_COL_FLOAT64,   /* values: double */
+    KL_COL_STRING,    /* offsets/data, UTF-8 */
+    KL_COL_DATE,      /* values: int32 days since 1970-01-01 */
+    KL_COL_TIMESTAMP, /* values: int64 µs since epoch, UTC */
+    /* Extension (reader): raw bytes (Parquet BYTE_ARRAY without a string
+     * annotation, FIXED_LEN_BYTE_ARRAY, UUID); same layout as STRING. */
+    KL_COL_BINARY,
+    KL_COL_TYPE_COUNT
+} kl_col_type;
+/* Further reader mappings (no extra types): DECIMAL → FLOAT64 (value /
+ * 10^scale, documented in docs/parquet.md); INT96 and TIMESTAMP(MILLIS|NANOS)
+ * → TIMESTAMP µs (nanoseconds truncated toward −∞); INT8/INT16/UINT8/UINT16 →
+ * INT32; UINT32 → INT64; UINT64 → INT64 (bit pattern); TIME → INT64 µs. */
+
+typedef struct kl_column {
+    char *name; kl_col_type type; int nullable;
+    size_t len, cap;          /* rows */
+    void *values;             /* len elements (BOOL: uint8 0/1); unused for STRING */
+    uint8_t *valid;           /* NULL = no nulls; else one byte per row, 1 = present */
+    int64_t *offsets;         /* STRING/BINARY: len+1 offsets into data */
+    char *data; size_t data_len, data_cap;
+} kl_column;
+
+/* A new empty column; cap_rows is the initial capacity (0 is fine). Memory
+ * through the core allocator (tag dataset). */
+int kl_column_new(const char *name, kl_col_type t, int nullable, size_t cap_rows, kl_column **out, kl_err *e);
+void kl_column_free(kl_column *c);        /* NULL is a no-op */
+void kl_column_clear(kl_column *c);       /* len 0, keeps capacity; valid reset to NULL */
+/* Grows capacity to at least rows (and data bytes for STRING/BINARY). */
+int kl_column_reserve(kl_column *c, size_t rows, size_t data_bytes);
+
+/* Appends. KL_EINVAL for a null into a non-nullable column; KL_ENOMEM. */
+int kl_column_push_null(kl_column *c);
+int kl_column_push_i64(kl_column *c, int64_t v);  /* INT32/INT64/DATE/TIMESTAMP/BOOL */
+int kl_column_push_f64(kl_column *c, double v);   /* FLOAT32/FLOAT64 */
+int kl_column_push_str(kl_column *c, const char *s, size_t n); /* STRING/BINARY */
+
+/* Readers of one row. is_null: 1 when row i is null. */
+static inline int kl_column_is_null(const kl_column *c, size_t i) {
+    return c->valid != NULL && c->valid[i] == 0;
+}
+int64_t kl_column_get_i64(const kl_column *c, size_t i);  /* integer-like types (and BOOL) */
+double kl_column_get_f64(const kl_column *c, size_t i);   /* any numeric type */
+const char *kl_column_get_str(const kl_column *c, size_t i, size_t *n); /* STRING/BINARY */
+/* Number of null rows. */
+size_t kl_column_null_count(const kl_column *c);
+/* Bytes per value (0 for STRING/BINARY). */
+size_t kl_col_type_size(kl_col_type t);
+
+const char *kl_col_type_name(kl_col_type t);   /* "bool","int32",...,"timestamp","binary" */
+int kl_col_type_parse(const char *name, kl_col_type *out); /* the names above */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,206 @@
+/* kl_column: typed growable columns with an optional validity mask (see
+ * include/keel/column.h). Memory through the core allocator, tag dataset. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "keel/column.h"
+
+static const char *const type_names[KL_COL_TYPE_COUNT] = {
+    "bool", "int32", "int64", "float32", "float64", "string", "date", "timestamp", "binary",
+};
+
+const char *kl_col_type_name(kl_col_type t) {
+    return (unsigned)t < KL_COL_TYPE_COUNT ? type_names[t] : "?";
+}
+
+int kl_col_type_parse(const char *name, kl_col_type *out) {
+    for (int i = 0; i < KL_COL_TYPE_COUNT; i++)
+        if (name && strcmp(name, type_names[i]) == 0) { *out = (kl_col_type)i; return KL_OK; }
+    return KL_EINVAL;
+}
+
+size_t kl_col_type_size(kl_col_type t) {
+    switch (t) {
+    case KL_COL_BOOL: return 1;
+    case KL_COL_INT32: case KL_COL_DATE: case KL_COL_FLOAT32: return 4;
+    case KL_COL_INT64: case KL_COL_TIMESTAMP: case KL_COL_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+static int is_varlen(kl_col_type t) { return t == KL_COL_STRING || t == KL_COL_BINARY; }
+
+int kl_column_new(const char *name, kl_col_type t, int nullable, size_t cap_rows, kl_column **out, kl_err *e) {
+    *out = NULL;
+    if ((unsigned)t >= KL_COL_TYPE_COUNT) return kl_err_set(e, KL_EINVAL, "column %s: bad type %d", name ? name : "?", (int)t);
+    kl_column *c = calloc(1, sizeof *c);
+    if (!c) return kl_err_set(e, KL_ENOMEM, "column: out of memory");
+    c->name = strdup(name ? name : "");
+    c->type = t;
+    c->nullable = nullable != 0;
+    if (!c->name) { free(c); return kl_err_set(e, KL_ENOMEM, "column: out of memory"); }
+    if (is_varlen(t)) {
+        c->offsets = kl_mem_alloc(sizeof(int64_t), KL_TAG_DATASET);
+        if (!c->offsets) { kl_column_free(c); return kl_err_set(e, KL_ENOMEM, "column %s: out of memory", name); }
+        c->offsets[0] = 0;
+    }
+    if (cap_rows && kl_column_reserve(c, cap_rows, 0) != KL_OK) {
+        kl_column_free(c);
+        return kl_err_set(e, KL_ENOMEM, "column %s: out of memory for %zu rows", name, cap_rows);
+    }
+    *out = c;
+    return KL_OK;
+}
+
+void kl_column_free(kl_column *c) {
+    if (!c) return;
+    free(c->name);
+    kl_mem_free(c->values);
+    kl_mem_free(c->valid);
+    kl_mem_free(c->offsets);
+    kl_mem_free(c->data);
+    free(c);
+}
+
+void kl_column_clear(kl_column *c) {
+    c->len = 0;
+    c->data_len = 0;
+    if (c->valid) { kl_mem_free(c->valid); c->valid = NULL; }
+    if (c->offsets) c->offsets[0] = 0;
+}
+
+static void *grow(void *p, size_t bytes) {
+    return kl_mem_realloc(p, bytes ? bytes : 1, KL_TAG_DATASET);
+}
+
+int kl_column_reserve(kl_column *c, size_t rows, size_t data_bytes) {
+    if (rows > c->cap) {
+        size_t ncap = c->cap ? c->cap : 16;
+        while (ncap < rows) ncap *= 2;
+        if (is_varlen(c->type)) {
+            int64_t *o = grow(c->offsets, (ncap + 1) * sizeof(int64_t));
+            if (!o) return KL_ENOMEM;
+            c->offsets = o;
+        } else {
+            void *v = grow(c->values, ncap * kl_col_type_size(c->type));
+            if (!v) return KL_ENOMEM;
+            c->values = v;
+        }
+        if (c->valid) {
+            uint8_t *m = grow(c->valid, ncap);
+            if (!m) return KL_ENOMEM;
+            c->valid = m;
+        }
+        c->cap = ncap;
+    }
+    if (is_varlen(c->type) && data_bytes > c->data_cap) {
+        size_t ncap = c->data_cap ? c->data_cap : 64;
+        while (ncap < data_bytes) ncap *= 2;
+        char *d = grow(c->data, ncap);
+        if (!d) return KL_ENOMEM;
+        c->data = d;
+        c->data_cap = ncap;
+    }
+    return KL_OK;
+}
+
+static int room(kl_column *c) {
+    return c->len < c->cap ? KL_OK : kl_column_reserve(c, c->len + 1, 0);
+}
+
+/* Marks row c->len (about to be appended) present or not. */
+static int set_valid(kl_column *c, int present) {
+    if (!c->valid) {
+        if (present) return KL_OK;
+        c->valid = kl_mem_alloc(c->cap ? c->cap : 1, KL_TAG_DATASET);
+        if (!c->valid) return KL_ENOMEM;
+        memset(c->valid, 1, c->len);
+    }
+    c->valid[c->len] = (uint8_t)(present != 0);
+    return KL_OK;
+}
+
+int kl_column_push_null(kl_column *c) {
+    if (!c->nullable) return KL_EINVAL;
+    int rc = room(c);
+    if (rc) return rc;
+    if ((rc = set_valid(c, 0))) return rc;
+    if (is_varlen(c->type)) c->offsets[c->len + 1] = (int64_t)c->data_len;
+    else memset((char *)c->values + c->len * kl_col_type_size(c->type), 0, kl_col_type_size(c->type));
+    c->len++;
+    return KL_OK;
+}
+
+int kl_column_push_i64(kl_column *c, int64_t v) {
+    int rc = room(c);
+    if (rc) return rc;
+    switch (c->type) {
+    case KL_COL_BOOL: ((uint8_t *)c->values)[c->len] = v != 0; break;
+    case KL_COL_INT32: case KL_COL_DATE: ((int32_t *)c->values)[c->len] = (int32_t)v; break;
+    case KL_COL_INT64: case KL_COL_TIMESTAMP: ((int64_t *)c->values)[c->len] = v; break;
+    case KL_COL_FLOAT32: ((float *)c->values)[c->len] = (float)v; break;
+    case KL_COL_FLOAT64: ((double *)c->values)[c->len] = (double)v; break;
+    default: return KL_ETYPE;
+    }
+    if ((rc = set_valid(c, 1))) return rc;
+    c->len++;
+    return KL_OK;
+}
+
+int kl_column_push_f64(kl_column *c, double v) {
+    int rc = room(c);
+    if (rc) return rc;
+    switch (c->type) {
+    case KL_COL_FLOAT32: ((float *)c->values)[c->len] = (float)v; break;
+    case KL_COL_FLOAT64: ((double *)c->values)[c->len] = v; break;
+    default: return KL_ETYPE;
+    }
+    if ((rc = set_valid(c, 1))) return rc;
+    c->len++;
+    return KL_OK;
+}
+
+int kl_column_push_str(kl_column *c, const char *s, size_t n) {
+    if (!is_varlen(c->type)) return KL_ETYPE;
+    int rc = kl_column_reserve(c, c->len + 1, c->data_len + n);
+    if (rc) return rc;
+    if ((rc = set_valid(c, 1))) return rc;
+    if (n) memcpy(c->data + c->data_len, s, n);
+    c->data_len += n;
+    c->offsets[c->len + 1] = (int64_t)c->data_len;
+    c->len++;
+    return KL_OK;
+}
+
+int64_t kl_column_get_i64(const kl_column *c, size_t i) {
+    switch (c->type) {
+    case KL_COL_BOOL: return ((const uint8_t *)c->values)[i];
+    case KL_COL_INT32: case KL_COL_DATE: return ((const int32_t *)c->values)[i];
+    case KL_COL_INT64: case KL_COL_TIMESTAMP: return ((const int64_t *)c->values)[i];
+    case KL_COL_FLOAT32: return (int64_t)((const float *)c->values)[i];
+    case KL_COL_FLOAT64: return (int64_t)((const double *)c->values)[i];
+    default: return 0;
+    }
+}
+
+double kl_column_get_f64(const kl_column *c, size_t i) {
+    switch (c->type) {
+    case KL_COL_FLOAT32: return ((const float *)c->values)[i];
+    case KL_COL_FLOAT64: return ((const double *)c->values)[i];
+    case KL_COL_STRING: case KL_COL_BINARY: return 0;
+    default: return (double)kl_column_get_i64(c, i);
+    }
+}
+
+const char *kl_column_get_str(const kl_column *c, size_t i, size_t *n) {
+    if (!is_varlen(c->type)) { if (n) *n = 0; return ""; }
+    if (n) *n = (size_t)(c->offsets[i + 1] - c->offsets[i]);
+    return c->data ? c->data + c->offsets[i] : "";
+}
+
+size_t kl_column_null_count(const kl_column *c) {
+    if (!c->valid) return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < c->len; i++) k += c->valid[i] == 0;
+    return k;
+}
