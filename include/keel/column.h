@@ -55,6 +55,10 @@ int kl_column_push_i64(kl_column *c, int64_t v);  /* INT32/INT64/DATE/TIMESTAMP/
 int kl_column_push_f64(kl_column *c, double v);   /* FLOAT32/FLOAT64 */
 int kl_column_push_str(kl_column *c, const char *s, size_t n); /* STRING/BINARY */
 
+/* Appends rows [from, to) of src (same type) to dst. KL_ETYPE, KL_EINVAL (nulls
+ * into a non-nullable column), KL_ENOMEM. */
+int kl_column_append(kl_column *dst, const kl_column *src, size_t from, size_t to);
+
 /* Readers of one row. is_null: 1 when row i is null. */
 static inline int kl_column_is_null(const kl_column *c, size_t i) {
     return c->valid != NULL && c->valid[i] == 0;

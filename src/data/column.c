@@ -204,3 +204,36 @@ size_t kl_column_null_count(const kl_column *c) {
     for (size_t i = 0; i < c->len; i++) k += c->valid[i] == 0;
     return k;
 }
+
+/* Appends rows [a, b) of src to dst. */
+int kl_column_append(kl_column *dst, const kl_column *src, size_t a, size_t b) {
+    if (dst->type != src->type) return KL_ETYPE;
+    if (!dst->nullable && src->valid) for (size_t i = a; i < b; i++) if (!src->valid[i]) return KL_EINVAL;
+    size_t n = b - a;
+    if (!n) return KL_OK;
+    size_t data = 0;
+    if (is_varlen(src->type)) data = (size_t)(src->offsets[b] - src->offsets[a]);
+    int rc = kl_column_reserve(dst, dst->len + n, dst->data_len + data);
+    if (rc) return rc;
+    if (src->valid && !dst->valid) {
+        dst->valid = kl_mem_alloc(dst->cap, KL_TAG_DATASET);
+        if (!dst->valid) return KL_ENOMEM;
+        memset(dst->valid, 1, dst->len);
+    }
+    if (dst->valid) {
+        if (src->valid) memcpy(dst->valid + dst->len, src->valid + a, n);
+        else memset(dst->valid + dst->len, 1, n);
+    }
+    if (is_varlen(src->type)) {
+        memcpy(dst->data + dst->data_len, src->data + src->offsets[a], data);
+        int64_t delta = (int64_t)dst->data_len - src->offsets[a];
+        for (size_t i = 1; i <= n; i++) dst->offsets[dst->len + i] = src->offsets[a + i] + delta;
+        dst->data_len += data;
+    } else {
+        size_t w = kl_col_type_size(src->type);
+        memcpy((char *)dst->values + dst->len * w, (const char *)src->values + a * w, n * w);
+    }
+    dst->len += n;
+    return KL_OK;
+}
+

@@ -1,0 +1,270 @@
+/* Parquet building blocks shared by writer and reader: page compression
+ * codecs (snappy, gzip incl. multi-member, zstd, lz4_raw, legacy Hadoop LZ4),
+ * the RLE/bit-packed hybrid encoding and CRC-32. */
+#include <lz4.h>
+#include <snappy-c.h>
+#include <stdlib.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "data/parquet_int.h"
+
+/* ==================================================================
+ * Codecs
+ * ================================================================== */
+
+int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out, kl_err *e) {
+    size_t bound;
+    switch (codec) {
+    case CODEC_UNCOMPRESSED:
+        if (pq_buf_put(out, src, n)) goto oom;
+        return KL_OK;
+    case CODEC_SNAPPY: {
+        bound = snappy_max_compressed_length(n);
+        if (pq_buf_reserve(out, bound)) goto oom;
+        size_t ol = bound;
+        if (snappy_compress((const char *)src, n, (char *)out->p + out->len, &ol) != SNAPPY_OK)
+            return kl_err_set(e, KL_EINTERNAL, "snappy: compression failed");
+        out->len += ol;
+        return KL_OK;
+    }
+    case CODEC_GZIP: {
+        bound = compressBound((uLong)n) + 64;
+        if (pq_buf_reserve(out, bound)) goto oom;
+        z_stream z;
+        memset(&z, 0, sizeof z);
+        if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+            return kl_err_set(e, KL_EINTERNAL, "gzip: deflateInit failed");
+        z.next_in = (Bytef *)src;
+        z.avail_in = (uInt)n;
+        z.next_out = out->p + out->len;
+        z.avail_out = (uInt)bound;
+        int zr = deflate(&z, Z_FINISH);
+        size_t ol = bound - z.avail_out;
+        deflateEnd(&z);
+        if (zr != Z_STREAM_END) return kl_err_set(e, KL_EINTERNAL, "gzip: compression failed");
+        out->len += ol;
+        return KL_OK;
+    }
+    case CODEC_ZSTD: {
+        bound = ZSTD_compressBound(n);
+        if (pq_buf_reserve(out, bound)) goto oom;
+        size_t r = ZSTD_compress(out->p + out->len, bound, src, n, level);
+        if (ZSTD_isError(r)) return kl_err_set(e, KL_EINTERNAL, "zstd: %s", ZSTD_getErrorName(r));
+        out->len += r;
+        return KL_OK;
+    }
+    case CODEC_LZ4_RAW: {
+        bound = (size_t)LZ4_compressBound((int)n);
+        if (pq_buf_reserve(out, bound)) goto oom;
+        int r = LZ4_compress_default((const char *)src, (char *)out->p + out->len, (int)n, (int)bound);
+        if (r <= 0 && n) return kl_err_set(e, KL_EINTERNAL, "lz4: compression failed");
+        out->len += (size_t)r;
+        return KL_OK;
+    }
+    default:
+        return kl_err_set(e, KL_EUNSUPPORTED, "codec %d not supported for writing", codec);
+    }
+oom:
+    return kl_err_set(e, KL_ENOMEM, "out of memory compressing a page");
+}
+
+static int gunzip(const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e) {
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, 15 + 32) != Z_OK) return kl_err_set(e, KL_EINTERNAL, "gzip: inflateInit failed");
+    z.next_in = (Bytef *)src;
+    z.avail_in = (uInt)n;
+    z.next_out = dst;
+    z.avail_out = (uInt)dst_len;
+    int rc = KL_OK;
+    for (;;) {
+        int zr = inflate(&z, Z_FINISH);
+        if (zr == Z_STREAM_END) {
+            /* multi-member gzip: continue with the next member if bytes remain */
+            if (z.avail_in > 0 && z.avail_out > 0) {
+                if (inflateReset(&z) != Z_OK) { rc = kl_err_set(e, KL_EPARSE, "gzip: reset failed"); break; }
+                continue;
+            }
+            break;
+        }
+        if (zr == Z_BUF_ERROR && z.avail_out == 0) break; /* full: checked below */
+        rc = kl_err_set(e, KL_EPARSE, "gzip: corrupt page data (%s)", z.msg ? z.msg : "inflate error");
+        break;
+    }
+    size_t got = dst_len - z.avail_out;
+    inflateEnd(&z);
+    if (rc == KL_OK && got != dst_len)
+        rc = kl_err_set(e, KL_EPARSE, "gzip: page decompressed to %zu bytes, expected %zu", got, dst_len);
+    return rc;
+}
+
+/* Hadoop's LZ4 framing: blocks of [BE32 raw length][BE32 compressed length][lz4]. */
+static int lz4_hadoop(const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len) {
+    size_t ip = 0, op = 0;
+    while (ip + 8 <= n) {
+        uint32_t raw = (uint32_t)src[ip] << 24 | (uint32_t)src[ip + 1] << 16 | (uint32_t)src[ip + 2] << 8 | src[ip + 3];
+        uint32_t cl = (uint32_t)src[ip + 4] << 24 | (uint32_t)src[ip + 5] << 16 | (uint32_t)src[ip + 6] << 8 | src[ip + 7];
+        ip += 8;
+        if (cl > n - ip || raw > dst_len - op) return -1;
+        int r = LZ4_decompress_safe((const char *)src + ip, (char *)dst + op, (int)cl, (int)raw);
+        if (r < 0 || (uint32_t)r != raw) return -1;
+        ip += cl;
+        op += raw;
+    }
+    return ip == n && op == dst_len ? 0 : -1;
+}
+
+int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e) {
+    switch (codec) {
+    case CODEC_UNCOMPRESSED:
+        if (n != dst_len) return kl_err_set(e, KL_EPARSE, "uncompressed page: %zu bytes, header says %zu", n, dst_len);
+        memcpy(dst, src, n);
+        return KL_OK;
+    case CODEC_SNAPPY: {
+        size_t ol = 0;
+        if (snappy_uncompressed_length((const char *)src, n, &ol) != SNAPPY_OK || ol != dst_len)
+            return kl_err_set(e, KL_EPARSE, "snappy: bad page (length %zu, expected %zu)", ol, dst_len);
+        if (snappy_uncompress((const char *)src, n, (char *)dst, &ol) != SNAPPY_OK || ol != dst_len)
+            return kl_err_set(e, KL_EPARSE, "snappy: corrupt page data");
+        return KL_OK;
+    }
+    case CODEC_GZIP:
+        return gunzip(src, n, dst, dst_len, e);
+    case CODEC_ZSTD: {
+        size_t r = ZSTD_decompress(dst, dst_len, src, n);
+        if (ZSTD_isError(r)) return kl_err_set(e, KL_EPARSE, "zstd: %s", ZSTD_getErrorName(r));
+        if (r != dst_len) return kl_err_set(e, KL_EPARSE, "zstd: page decompressed to %zu bytes, expected %zu", r, dst_len);
+        return KL_OK;
+    }
+    case CODEC_LZ4_RAW: {
+        if (n > INT32_MAX || dst_len > INT32_MAX) return kl_err_set(e, KL_EPARSE, "lz4: page too large");
+        int r = LZ4_decompress_safe((const char *)src, (char *)dst, (int)n, (int)dst_len);
+        if (r < 0 || (size_t)r != dst_len) return kl_err_set(e, KL_EPARSE, "lz4_raw: corrupt page data");
+        return KL_OK;
+    }
+    case CODEC_LZ4: {
+        if (n > INT32_MAX || dst_len > INT32_MAX) return kl_err_set(e, KL_EPARSE, "lz4: page too large");
+        if (lz4_hadoop(src, n, dst, dst_len) == 0) return KL_OK;
+        int r = LZ4_decompress_safe((const char *)src, (char *)dst, (int)n, (int)dst_len);
+        if (r >= 0 && (size_t)r == dst_len) return KL_OK;
+        return kl_err_set(e, KL_EPARSE, "lz4: corrupt page data (neither Hadoop framing nor a raw block)");
+    }
+    case CODEC_LZO: return kl_err_set(e, KL_EUNSUPPORTED, "codec LZO is not supported");
+    case CODEC_BROTLI: return kl_err_set(e, KL_EUNSUPPORTED, "codec BROTLI is not supported");
+    default: return kl_err_set(e, KL_EPARSE, "unknown compression codec %d", codec);
+    }
+}
+
+/* ==================================================================
+ * RLE / bit-packed hybrid
+ * ================================================================== */
+
+static void put_bitpacked(pq_buf *b, const uint32_t *v, int bw) { /* 8 values */
+    uint64_t acc = 0;
+    int nb = 0;
+    uint8_t out[32];
+    int o = 0;
+    for (int i = 0; i < 8; i++) {
+        acc |= (uint64_t)v[i] << nb;
+        nb += bw;
+        while (nb >= 8) { out[o++] = (uint8_t)acc; acc >>= 8; nb -= 8; }
+    }
+    pq_buf_put(b, out, (size_t)o);
+}
+
+void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw) {
+    size_t i = 0;
+    int vb = (bw + 7) / 8;
+    while (i < n) {
+        size_t run = 1;
+        while (i + run < n && v[i + run] == v[i]) run++;
+        if (run >= 8 || i + run == n) {
+            pq_buf_uvarint(b, (uint64_t)run << 1);
+            uint32_t x = v[i];
+            for (int k = 0; k < vb; k++) pq_buf_byte(b, (uint8_t)(x >> (8 * k)));
+            i += run;
+            continue;
+        }
+        /* literal groups of 8 until a run of >= 8 starts at a group boundary */
+        size_t start = i, groups = 0;
+        while (i < n) {
+            i += 8;
+            groups++;
+            if (i >= n) break;
+            size_t r = 1;
+            while (i + r < n && r < 8 && v[i + r] == v[i]) r++;
+            if (r >= 8) break;
+        }
+        pq_buf_uvarint(b, (uint64_t)groups << 1 | 1);
+        for (size_t g = 0; g < groups; g++) {
+            uint32_t tmp[8] = {0};
+            size_t base = start + g * 8;
+            for (int k = 0; k < 8; k++) tmp[k] = base + k < n ? v[base + k] : 0;
+            put_bitpacked(b, tmp, bw);
+        }
+        if (i > n) i = n;
+    }
+}
+
+static void unpack(const uint8_t *p, int bw, uint32_t *out, size_t count) {
+    uint64_t acc = 0;
+    int nb = 0;
+    uint32_t mask = bw == 32 ? 0xFFFFFFFFu : ((1u << bw) - 1);
+    for (size_t i = 0; i < count; i++) {
+        while (nb < bw) { acc |= (uint64_t)*p++ << nb; nb += 8; }
+        out[i] = (uint32_t)acc & mask;
+        acc >>= bw;
+        nb -= bw;
+    }
+}
+
+int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n) {
+    const uint8_t *end = p + len;
+    size_t got = 0;
+    if (bw < 0 || bw > 32) return -1;
+    int vb = (bw + 7) / 8;
+    while (got < n) {
+        uint64_t h = 0;
+        int shift = 0;
+        for (;;) {
+            if (p >= end || shift > 35) return -1;
+            uint8_t c = *p++;
+            h |= (uint64_t)(c & 0x7F) << shift;
+            shift += 7;
+            if (!(c & 0x80)) break;
+        }
+        if (h & 1) {
+            uint64_t groups = h >> 1;
+            if (groups == 0) continue;
+            uint64_t bytes = groups * (uint64_t)bw;
+            uint64_t cnt = groups * 8;
+            if (bytes > (uint64_t)(end - p)) {
+                /* a truncated last group: decode what the bytes hold */
+                cnt = bw ? (uint64_t)(end - p) * 8 / (uint64_t)bw : cnt;
+                bytes = (uint64_t)(end - p);
+                if (cnt == 0) return -1;
+            }
+            size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
+            if (bw == 0) memset(out + got, 0, take * sizeof *out);
+            else unpack(p, bw, out + got, take);
+            got += take;
+            p += bytes;
+        } else {
+            uint64_t run = h >> 1;
+            if (run == 0) return -1;
+            if (end - p < vb) return -1;
+            uint32_t x = 0;
+            for (int k = 0; k < vb; k++) x |= (uint32_t)p[k] << (8 * k);
+            p += vb;
+            size_t take = (size_t)KL_MIN(run, (uint64_t)(n - got));
+            for (size_t k = 0; k < take; k++) out[got + k] = x;
+            got += take;
+        }
+    }
+    return 0;
+}
+
+uint32_t pq_crc32(const uint8_t *p, size_t n) {
+    return (uint32_t)crc32(0L, p, (uInt)n);
+}

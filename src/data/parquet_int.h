@@ -1,0 +1,93 @@
+/* Private to the Parquet code: byte buffers, the Thrift compact protocol
+ * (thrift.c), codecs, the RLE/bit-packed hybrid and the Parquet enums. */
+#ifndef KEEL_PARQUET_INT_H
+#define KEEL_PARQUET_INT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "keel/parquet.h"
+
+#ifndef KL_PQ_VERSION
+#define KL_PQ_VERSION "0"
+#endif
+
+/* ---- Parquet enums (parquet.thrift) ---- */
+enum { PT_BOOLEAN, PT_INT32, PT_INT64, PT_INT96, PT_FLOAT, PT_DOUBLE, PT_BYTE_ARRAY, PT_FLBA };
+enum { ENC_PLAIN = 0, ENC_PLAIN_DICTIONARY = 2, ENC_RLE = 3, ENC_BIT_PACKED = 4,
+       ENC_DELTA_BINARY_PACKED = 5, ENC_DELTA_LENGTH_BYTE_ARRAY = 6, ENC_DELTA_BYTE_ARRAY = 7,
+       ENC_RLE_DICTIONARY = 8, ENC_BYTE_STREAM_SPLIT = 9 };
+enum { CODEC_UNCOMPRESSED, CODEC_SNAPPY, CODEC_GZIP, CODEC_LZO, CODEC_BROTLI, CODEC_LZ4,
+       CODEC_ZSTD, CODEC_LZ4_RAW };
+enum { PAGE_DATA = 0, PAGE_INDEX = 1, PAGE_DICT = 2, PAGE_DATA_V2 = 3 };
+enum { REP_REQUIRED = 0, REP_OPTIONAL = 1, REP_REPEATED = 2 };
+enum { CT_UTF8 = 0, CT_MAP = 1, CT_MAP_KEY_VALUE = 2, CT_LIST = 3, CT_ENUM = 4, CT_DECIMAL = 5,
+       CT_DATE = 6, CT_TIME_MILLIS = 7, CT_TIME_MICROS = 8, CT_TIMESTAMP_MILLIS = 9,
+       CT_TIMESTAMP_MICROS = 10, CT_UINT_8 = 11, CT_UINT_16 = 12, CT_UINT_32 = 13, CT_UINT_64 = 14,
+       CT_INT_8 = 15, CT_INT_16 = 16, CT_INT_32 = 17, CT_INT_64 = 18, CT_JSON = 19, CT_BSON = 20,
+       CT_INTERVAL = 21 };
+
+/* ---- growable byte buffer (core allocator, tag dataset) ---- */
+typedef struct { uint8_t *p; size_t len, cap; int failed; } pq_buf;
+int pq_buf_reserve(pq_buf *b, size_t extra);
+void pq_buf_free(pq_buf *b);
+static inline int pq_buf_put(pq_buf *b, const void *d, size_t n) {
+    if (b->len + n > b->cap && pq_buf_reserve(b, n)) return -1;
+    if (n) memcpy(b->p + b->len, d, n);
+    b->len += n;
+    return 0;
+}
+static inline int pq_buf_byte(pq_buf *b, uint8_t v) { return pq_buf_put(b, &v, 1); }
+void pq_buf_uvarint(pq_buf *b, uint64_t v);
+
+/* ---- Thrift compact protocol: writer ---- */
+enum { TT_STOP = 0, TT_TRUE = 1, TT_FALSE = 2, TT_BYTE = 3, TT_I16 = 4, TT_I32 = 5, TT_I64 = 6,
+       TT_DOUBLE = 7, TT_BINARY = 8, TT_LIST = 9, TT_SET = 10, TT_MAP = 11, TT_STRUCT = 12 };
+typedef struct { pq_buf *b; int16_t last[32]; int depth; } tw;
+void tw_init(tw *w, pq_buf *b);
+void tw_field(tw *w, int16_t id, int type);  /* field header */
+void tw_i32(tw *w, int16_t id, int32_t v);
+void tw_i64(tw *w, int16_t id, int64_t v);
+void tw_bool(tw *w, int16_t id, int v);
+void tw_bin(tw *w, int16_t id, const void *d, size_t n);
+void tw_begin(tw *w, int16_t id);            /* struct field: opens a nested struct */
+void tw_end(tw *w);                          /* STOP of the current struct */
+void tw_list(tw *w, int16_t id, int etype, uint32_t n); /* then n elements: */
+void tw_elem_i32(tw *w, int64_t v);          /* zigzag varint (i16/i32/i64) */
+void tw_elem_bin(tw *w, const void *d, size_t n);
+void tw_elem_bool(tw *w, int v);
+void tw_elem_begin(tw *w);                   /* a struct element; close with tw_end */
+
+/* ---- Thrift compact protocol: reader ---- */
+typedef struct {
+    const uint8_t *p, *end;
+    int err;            /* set on malformed/truncated input; all reads then return 0 */
+    int depth;
+} tr;
+/* Next field of the current struct: returns 0 at STOP (or error), else 1
+ * with *type and *id. last: the struct's previous field id (start at 0). */
+int tr_field(tr *r, int16_t *last, int *type, int16_t *id);
+int64_t tr_int(tr *r);                          /* zigzag varint */
+uint64_t tr_uvarint(tr *r);
+double tr_double(tr *r);
+int tr_bin(tr *r, const uint8_t **d, uint32_t *n);
+int tr_list(tr *r, int *etype, uint32_t *n);    /* list/set header */
+int tr_bool_elem(tr *r);                        /* a bool inside a list */
+void tr_skip(tr *r, int type);                  /* any value of that type */
+static inline int tr_bool_field(int type) { return type == TT_TRUE; }
+
+/* ---- codecs ---- */
+/* Compresses src into out (appended). */
+int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out, kl_err *e);
+/* Decompresses exactly dst_len bytes. */
+int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e);
+
+/* ---- RLE / bit-packed hybrid ---- */
+void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw);
+/* Decodes n values into out; returns 0 or -1 when the input is short/bad. */
+int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n);
+static inline int pq_bit_width(uint64_t maxv) { int w = 0; while (maxv) { w++; maxv >>= 1; } return w; }
+
+uint32_t pq_crc32(const uint8_t *p, size_t n);
+
+#endif

@@ -1,0 +1,74 @@
+/* Private to the Parquet reader (parquet_meta.c, parquet_read.c). */
+#ifndef KEEL_PARQUET_READ_INT_H
+#define KEEL_PARQUET_READ_INT_H
+
+#include "data/parquet_int.h"
+
+/* How a leaf's physical values become kl_column values. */
+enum { K_BOOL = 1, K_I32, K_U32, K_I64, K_F32, K_F64, K_TS_MS, K_TS_NS, K_TIME32MS,
+       K_INT96, K_DEC32, K_DEC64, K_DECBIN, K_F16, K_BYTES };
+
+typedef struct {
+    const uint8_t *name; uint32_t name_len;
+    int ptype, type_length, rep, num_children, has_children, conv, scale, precision;
+    int logical, unit, utc, bit_width, is_signed;
+} pq_schema_el;
+
+typedef struct {
+    char *name;
+    kl_pq_column_info info;
+    char logicalbuf[48], whybuf[200];
+    kl_col_type type;
+    int ptype, type_length, max_def, max_rep, kind, scale, unsigned_order;
+} pq_leaf;
+
+typedef struct {
+    int has_minmax, legacy, has_null_count;
+    const uint8_t *min, *max; uint32_t nmin, nmax;
+    int64_t null_count;
+} pq_stats;
+
+typedef struct {
+    int has_meta, external, encrypted;
+    int ptype, codec;
+    int64_t num_values, total_uncompressed, total_compressed, data_page_offset, dict_page_offset;
+    pq_stats stats;
+    int64_t ci_off, ci_len, oi_off, oi_len;
+} pq_chunk;
+
+typedef struct { int64_t num_rows; pq_chunk *cols; } pq_rowgroup;
+
+typedef struct {
+    size_t col;          /* leaf index */
+    kl_pq_op op;
+    kl_pq_value *vals;   /* owned copies (strings too) */
+    size_t n;
+} pq_pred;
+
+typedef struct pq_scan pq_scan;
+
+typedef struct {
+    const uint8_t *data; size_t len;
+    void *map;
+    char *name;
+    size_t footer_start;
+    pq_schema_el *schema; uint32_t nschema;
+    pq_leaf *leaves; size_t nleaves, capleaves;
+    pq_rowgroup *rgs; size_t nrg;
+    int64_t num_rows;
+    char **kv; size_t nkv;
+    char *created_by;
+    /* selection, predicates, scan state */
+    size_t *sel; size_t nsel;
+    pq_pred *preds; size_t npreds;
+    pq_scan *scan;
+    kl_pq_scan_stats ss;
+} pq_reader_t;
+
+int pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v);
+int pq_stats_usable(const pq_reader_t *R, const pq_leaf *L, const pq_stats *s);
+int pq_value_cmp(kl_col_type t, const kl_pq_value *a, const kl_pq_value *b);
+void pq_scan_free(pq_reader_t *R);
+void pq_read_free(pq_reader_t *R);  /* scan, predicates, selection */
+
+#endif

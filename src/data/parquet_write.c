@@ -1,0 +1,948 @@
+/* The Parquet writer: buffers batches of kl_columns into row groups (cut by
+ * rows or bytes), encodes each column chunk (PLAIN or RLE_DICTIONARY values,
+ * RLE definition levels, data page v1 or v2, page statistics, CRCs) in
+ * parallel, compresses pages, then writes the column and offset indexes and
+ * the Thrift footer. The file appears at its path only on a successful close
+ * (temp file + fsync + rename). */
+#include <math.h>
+#include <stdlib.h>
+
+#include "data/parquet_int.h"
+
+/* ==================================================================
+ * Options and names
+ * ================================================================== */
+
+const char *kl_pq_codec_name(kl_pq_codec c) {
+    static const char *n[] = {"none", "snappy", "gzip", "zstd", "lz4_raw"};
+    return (unsigned)c < 5 ? n[c] : "?";
+}
+
+int kl_pq_codec_parse(const char *s, kl_pq_codec *out) {
+    if (!s) return KL_EINVAL;
+    if (!strcmp(s, "uncompressed")) { *out = KL_PQ_UNCOMPRESSED; return KL_OK; }
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(s, kl_pq_codec_name((kl_pq_codec)i))) { *out = (kl_pq_codec)i; return KL_OK; }
+    return KL_EINVAL;
+}
+
+void kl_pq_write_opts_default(kl_pq_write_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->codec = KL_PQ_ZSTD;
+    o->zstd_level = 3;
+    o->row_group_rows = 1u << 20;
+    o->row_group_bytes = 128u << 20;
+    o->page_bytes = 1u << 20;
+    o->dictionary = 1;
+    o->page_stats = 1;
+}
+
+static int codec_id(kl_pq_codec c) {
+    switch (c) {
+    case KL_PQ_SNAPPY: return CODEC_SNAPPY;
+    case KL_PQ_GZIP: return CODEC_GZIP;
+    case KL_PQ_ZSTD: return CODEC_ZSTD;
+    case KL_PQ_LZ4_RAW: return CODEC_LZ4_RAW;
+    default: return CODEC_UNCOMPRESSED;
+    }
+}
+
+static int phys_type(kl_col_type t) {
+    switch (t) {
+    case KL_COL_BOOL: return PT_BOOLEAN;
+    case KL_COL_INT32: case KL_COL_DATE: return PT_INT32;
+    case KL_COL_INT64: case KL_COL_TIMESTAMP: return PT_INT64;
+    case KL_COL_FLOAT32: return PT_FLOAT;
+    case KL_COL_FLOAT64: return PT_DOUBLE;
+    default: return PT_BYTE_ARRAY;
+    }
+}
+
+static int is_var(kl_col_type t) { return t == KL_COL_STRING || t == KL_COL_BINARY; }
+
+void kl_pq_file_info_clear(kl_pq_file_info *info) {
+    if (!info) return;
+    for (size_t i = 0; i < info->ncols; i++) {
+        free(info->cols[i].name);
+        if (is_var(info->cols[i].type)) {
+            free((void *)info->cols[i].stats.min.s);
+            free((void *)info->cols[i].stats.max.s);
+        }
+    }
+    free(info->cols);
+    memset(info, 0, sizeof *info);
+}
+
+/* ==================================================================
+ * Statistics
+ * ================================================================== */
+
+typedef struct {
+    int has;            /* min/max set */
+    int64_t imin, imax;
+    double fmin, fmax;
+    const char *smin, *smax; size_t nmin, nmax;
+    uint64_t nulls;
+} wstats;
+
+static int strcmp_n(const char *a, size_t na, const char *b, size_t nb) {
+    int c = memcmp(a, b, KL_MIN(na, nb));
+    if (c) return c;
+    return na < nb ? -1 : na > nb;
+}
+
+/* Adds non-null row i of c. */
+static inline void stats_add(wstats *s, const kl_column *c, size_t i) {
+    switch (c->type) {
+    case KL_COL_FLOAT32: case KL_COL_FLOAT64: {
+        double v = kl_column_get_f64(c, i);
+        if (isnan(v)) return;
+        if (!s->has) { s->fmin = s->fmax = v; s->has = 1; return; }
+        if (v < s->fmin) s->fmin = v;
+        if (v > s->fmax) s->fmax = v;
+        return;
+    }
+    case KL_COL_STRING: case KL_COL_BINARY: {
+        size_t n;
+        const char *p = kl_column_get_str(c, i, &n);
+        if (!s->has) { s->smin = s->smax = p; s->nmin = s->nmax = n; s->has = 1; return; }
+        if (strcmp_n(p, n, s->smin, s->nmin) < 0) { s->smin = p; s->nmin = n; }
+        if (strcmp_n(p, n, s->smax, s->nmax) > 0) { s->smax = p; s->nmax = n; }
+        return;
+    }
+    default: {
+        int64_t v = kl_column_get_i64(c, i);
+        if (!s->has) { s->imin = s->imax = v; s->has = 1; return; }
+        if (v < s->imin) s->imin = v;
+        if (v > s->imax) s->imax = v;
+    }
+    }
+}
+
+/* Plain encoding of the min (which=0) or max (1) into buf; returns its length. */
+static size_t stats_bytes(const wstats *s, kl_col_type t, int which, uint8_t *buf, const char **ptr) {
+    *ptr = (const char *)buf;
+    switch (phys_type(t)) {
+    case PT_BOOLEAN: buf[0] = (uint8_t)(which ? s->imax : s->imin); return 1;
+    case PT_INT32: { int32_t v = (int32_t)(which ? s->imax : s->imin); memcpy(buf, &v, 4); return 4; }
+    case PT_INT64: { int64_t v = which ? s->imax : s->imin; memcpy(buf, &v, 8); return 8; }
+    case PT_FLOAT: {
+        float v = (float)(which ? s->fmax : s->fmin);
+        if (v == 0) v = which ? 0.0f : -0.0f;
+        memcpy(buf, &v, 4);
+        return 4;
+    }
+    case PT_DOUBLE: {
+        double v = which ? s->fmax : s->fmin;
+        if (v == 0) v = which ? 0.0 : -0.0;
+        memcpy(buf, &v, 8);
+        return 8;
+    }
+    default:
+        *ptr = which ? s->smax : s->smin;
+        return which ? s->nmax : s->nmin;
+    }
+}
+
+/* Serializes a Statistics struct (fields only + STOP) as a nested struct. */
+static void write_stats(tw *w, int16_t id, const wstats *s, kl_col_type t) {
+    tw_begin(w, id);
+    uint8_t b1[8], b2[8];
+    const char *pmin, *pmax;
+    size_t nmin = 0, nmax = 0;
+    if (s->has) {
+        nmin = stats_bytes(s, t, 0, b1, &pmin);
+        nmax = stats_bytes(s, t, 1, b2, &pmax);
+        if (!is_var(t)) { tw_bin(w, 1, pmax, nmax); tw_bin(w, 2, pmin, nmin); }
+    }
+    tw_i64(w, 3, (int64_t)s->nulls);
+    if (s->has) { tw_bin(w, 5, pmax, nmax); tw_bin(w, 6, pmin, nmin); }
+    tw_end(w);
+}
+
+/* ==================================================================
+ * Dictionary building (open addressing hash over values)
+ * ================================================================== */
+
+typedef struct {
+    uint32_t *slots;  /* index+1, 0 = empty */
+    size_t mask;
+    uint32_t *rows;   /* first row of each dictionary entry */
+    size_t n, cap;
+    size_t bytes;     /* plain size of the dictionary */
+} dict;
+
+static uint64_t hash_bytes(const void *p, size_t n) {
+    const uint8_t *s = p;
+    uint64_t h = 0xcbf29ce484222325ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) { uint64_t x; memcpy(&x, s + i, 8); h = (h ^ x) * 0x100000001b3ull; h ^= h >> 29; }
+    for (; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
+    h ^= h >> 32; h *= 0xd6e8feb86659fd93ull; h ^= h >> 32;
+    return h;
+}
+
+static int value_eq(const kl_column *c, size_t a, size_t b) {
+    if (is_var(c->type)) {
+        size_t na, nb;
+        const char *pa = kl_column_get_str(c, a, &na), *pb = kl_column_get_str(c, b, &nb);
+        return na == nb && memcmp(pa, pb, na) == 0;
+    }
+    size_t w = kl_col_type_size(c->type);
+    return memcmp((const char *)c->values + a * w, (const char *)c->values + b * w, w) == 0;
+}
+
+static uint64_t value_hash(const kl_column *c, size_t i) {
+    if (is_var(c->type)) { size_t n; const char *p = kl_column_get_str(c, i, &n); return hash_bytes(p, n); }
+    size_t w = kl_col_type_size(c->type);
+    return hash_bytes((const char *)c->values + i * w, w);
+}
+
+#define DICT_MAX_BYTES (1u << 20)
+#define DICT_MAX_ENTRIES 65536u
+
+/* Builds idx[] (one per non-null row, in order) or returns 0 when a
+ * dictionary does not pay. */
+static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, size_t *nidx) {
+    memset(d, 0, sizeof *d);
+    size_t nslots = 1024;
+    d->slots = calloc(nslots, sizeof *d->slots);
+    d->mask = nslots - 1;
+    d->cap = 256;
+    d->rows = malloc(d->cap * sizeof *d->rows);
+    if (!d->slots || !d->rows) return 0;
+    size_t k = 0, w = kl_col_type_size(c->type);
+    for (size_t i = 0; i < rows; i++) {
+        if (kl_column_is_null(c, i)) continue;
+        uint64_t h = value_hash(c, i);
+        size_t s = h & d->mask;
+        uint32_t id;
+        for (;;) {
+            uint32_t v = d->slots[s];
+            if (!v) {
+                if (d->n >= DICT_MAX_ENTRIES) return 0;
+                if (d->n == d->cap) {
+                    uint32_t *nr = realloc(d->rows, 2 * d->cap * sizeof *nr);
+                    if (!nr) return 0;
+                    d->rows = nr; d->cap *= 2;
+                }
+                d->rows[d->n] = (uint32_t)i;
+                id = (uint32_t)d->n++;
+                d->slots[s] = id + 1;
+                size_t n = w;
+                if (is_var(c->type)) { kl_column_get_str(c, i, &n); n += 4; }
+                d->bytes += n;
+                if (d->bytes > DICT_MAX_BYTES) return 0;
+                if (d->n * 2 > d->mask) { /* grow and rehash */
+                    size_t ns = (d->mask + 1) * 2;
+                    uint32_t *sl = calloc(ns, sizeof *sl);
+                    if (!sl) return 0;
+                    for (size_t j = 0; j < d->n; j++) {
+                        size_t q = value_hash(c, d->rows[j]) & (ns - 1);
+                        while (sl[q]) q = (q + 1) & (ns - 1);
+                        sl[q] = (uint32_t)j + 1;
+                    }
+                    free(d->slots);
+                    d->slots = sl;
+                    d->mask = ns - 1;
+                }
+                break;
+            }
+            if (value_eq(c, d->rows[v - 1], i)) { id = v - 1; break; }
+            s = (s + 1) & d->mask;
+        }
+        idx[k++] = id;
+    }
+    *nidx = k;
+    /* pays when dictionary + indexes are clearly smaller than plain values */
+    size_t plain = 0;
+    if (is_var(c->type)) plain = (size_t)(c->offsets[rows] - c->offsets[0]) + 4 * k;
+    else plain = w * k;
+    int bw = pq_bit_width(d->n ? d->n - 1 : 0);
+    size_t est = d->bytes + (k * (size_t)bw + 7) / 8 + 16;
+    return d->n > 0 && est * 4 < plain * 3;
+}
+
+static void dict_free(dict *d) { free(d->slots); free(d->rows); memset(d, 0, sizeof *d); }
+
+/* ==================================================================
+ * Column chunk encoding
+ * ================================================================== */
+
+typedef struct {
+    int64_t rel_off;     /* from the start of the chunk */
+    int32_t size;        /* header + compressed data */
+    int64_t first_row;
+} page_loc;
+
+typedef struct {
+    int rc; kl_err err;
+    pq_buf bytes;         /* the encoded chunk: [dict page] data pages */
+    int has_dict;
+    int64_t data_rel;     /* offset of the first data page in bytes */
+    int64_t num_values, unc_size;
+    wstats st;            /* chunk statistics (strings point into the buffered column) */
+    pq_buf stats_ser;     /* the serialized Statistics struct */
+    pq_buf ci;            /* serialized ColumnIndex */
+    page_loc *pages; size_t npages;
+} chunk_out;
+
+typedef struct {
+    int64_t data_page_offset, dict_page_offset, num_values, unc, comp;
+    int has_dict;
+    pq_buf stats_ser, ci, oi;
+    int64_t ci_off, oi_off;
+} chunk_meta;
+
+typedef struct { int64_t rows, unc, comp, offset; chunk_meta *cols; } rg_meta;
+
+struct kl_pq_writer {
+    kl_afile *f;
+    char *path;
+    kl_pq_write_opts o;
+    size_t ncols;
+    kl_column **buf;         /* buffered rows of the current row group */
+    uint64_t buf_bytes;
+    uint64_t offset;
+    uint64_t total_rows;
+    rg_meta *rgs; size_t nrg, caprg;
+    char **kv; size_t nkv;
+    kl_pq_file_info info;    /* file statistics being accumulated */
+    kl_pq_col_stats *fst;    /* = info.cols[i].stats */
+};
+
+static void plain_values(pq_buf *b, const kl_column *c, size_t from, size_t to) {
+    size_t w = kl_col_type_size(c->type);
+    switch (c->type) {
+    case KL_COL_BOOL: {
+        uint8_t acc = 0; int nb = 0;
+        for (size_t i = from; i < to; i++) {
+            if (kl_column_is_null(c, i)) continue;
+            acc |= (uint8_t)(((const uint8_t *)c->values)[i] & 1) << nb;
+            if (++nb == 8) { pq_buf_byte(b, acc); acc = 0; nb = 0; }
+        }
+        if (nb) pq_buf_byte(b, acc);
+        return;
+    }
+    case KL_COL_STRING: case KL_COL_BINARY:
+        for (size_t i = from; i < to; i++) {
+            if (kl_column_is_null(c, i)) continue;
+            size_t n;
+            const char *p = kl_column_get_str(c, i, &n);
+            uint32_t l = (uint32_t)n;
+            pq_buf_put(b, &l, 4);
+            pq_buf_put(b, p, n);
+        }
+        return;
+    default:
+        if (!c->valid) { pq_buf_put(b, (const char *)c->values + from * w, (to - from) * w); return; }
+        for (size_t i = from; i < to; i++)
+            if (c->valid[i]) pq_buf_put(b, (const char *)c->values + i * w, w);
+    }
+}
+
+typedef struct {
+    const kl_pq_write_opts *o;
+    int nullable;
+    uint8_t *ci_nullpage; uint64_t *ci_nulls;
+    pq_buf ci_min, ci_max;  /* concatenated [u32 len][bytes] */
+    size_t ci_n;
+    int asc, desc;
+    wstats prev;
+} page_ctx;
+
+static void ci_add(page_ctx *pc, const wstats *s, kl_col_type t) {
+    uint8_t b1[8], b2[8];
+    const char *pmin = "", *pmax = "";
+    size_t nmin = 0, nmax = 0;
+    if (s->has) { nmin = stats_bytes(s, t, 0, b1, &pmin); nmax = stats_bytes(s, t, 1, b2, &pmax); }
+    uint32_t l = (uint32_t)nmin;
+    pq_buf_put(&pc->ci_min, &l, 4); pq_buf_put(&pc->ci_min, pmin, nmin);
+    l = (uint32_t)nmax;
+    pq_buf_put(&pc->ci_max, &l, 4); pq_buf_put(&pc->ci_max, pmax, nmax);
+    if (s->has && pc->prev.has) {
+        int cmin, cmax;
+        if (is_var(t)) { cmin = strcmp_n(s->smin, s->nmin, pc->prev.smin, pc->prev.nmin); cmax = strcmp_n(s->smax, s->nmax, pc->prev.smax, pc->prev.nmax); }
+        else if (t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64) { cmin = (s->fmin > pc->prev.fmin) - (s->fmin < pc->prev.fmin); cmax = (s->fmax > pc->prev.fmax) - (s->fmax < pc->prev.fmax); }
+        else { cmin = (s->imin > pc->prev.imin) - (s->imin < pc->prev.imin); cmax = (s->imax > pc->prev.imax) - (s->imax < pc->prev.imax); }
+        if (cmin < 0 || cmax < 0) pc->asc = 0;
+        if (cmin > 0 || cmax > 0) pc->desc = 0;
+    }
+    if (s->has) pc->prev = *s;
+}
+
+/* Encodes one column chunk of rows [0, rows) of c. */
+static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int nullable, size_t rows, chunk_out *out) {
+    kl_err *e = &out->err;
+    int codec = codec_id(o->codec);
+    dict d;
+    memset(&d, 0, sizeof d);
+    uint32_t *idx = NULL, *lv = NULL;
+    size_t nidx = 0;
+    pq_buf vals = {0}, lev = {0}, page = {0}, comp = {0}, hdr = {0};
+    page_ctx pc;
+    memset(&pc, 0, sizeof pc);
+    pc.asc = pc.desc = 1;
+    int rc = KL_OK;
+    out->num_values = (int64_t)rows;
+
+    /* chunk statistics */
+    for (size_t i = 0; i < rows; i++) {
+        if (kl_column_is_null(c, i)) out->st.nulls++;
+        else stats_add(&out->st, c, i);
+    }
+
+    /* dictionary */
+    int use_dict = 0;
+    if (o->dictionary && c->type != KL_COL_BOOL && rows > 0) {
+        idx = malloc((rows ? rows : 1) * sizeof *idx);
+        if (!idx) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+        use_dict = dict_build(c, rows, &d, idx, &nidx);
+    }
+    int bw = use_dict ? pq_bit_width(d.n ? d.n - 1 : 0) : 0;
+    if (use_dict) {
+        for (size_t j = 0; j < d.n; j++) plain_values(&vals, c, d.rows[j], d.rows[j] + 1);
+        comp.len = 0;
+        if ((rc = pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
+        tw w;
+        hdr.len = 0;
+        tw_init(&w, &hdr);
+        tw_i32(&w, 1, PAGE_DICT);
+        tw_i32(&w, 2, (int32_t)vals.len);
+        tw_i32(&w, 3, (int32_t)comp.len);
+        tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
+        tw_begin(&w, 7);
+        tw_i32(&w, 1, (int32_t)d.n);
+        tw_i32(&w, 2, ENC_PLAIN);
+        tw_end(&w);
+        tw_end(&w);
+        pq_buf_put(&out->bytes, hdr.p, hdr.len);
+        pq_buf_put(&out->bytes, comp.p, comp.len);
+        out->unc_size += (int64_t)(hdr.len + vals.len);
+        out->has_dict = 1;
+        vals.len = 0;
+    }
+    out->data_rel = (int64_t)out->bytes.len;
+
+    /* pages */
+    size_t w8 = kl_col_type_size(c->type);
+    uint64_t pb = o->page_bytes ? o->page_bytes : (1u << 20);
+    size_t max_rows = (size_t)KL_MAX(pb / 8, 1);
+    lv = malloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv);
+    if (!lv) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    size_t cap_pages = rows / 64 + 16;
+    out->pages = malloc(cap_pages * sizeof *out->pages);
+    pc.ci_nullpage = malloc(cap_pages);
+    pc.ci_nulls = malloc(cap_pages * sizeof *pc.ci_nulls);
+    if (!out->pages || !pc.ci_nullpage || !pc.ci_nulls) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    size_t row = 0, ix = 0;
+    do {
+        /* pick the page's rows */
+        size_t end = row;
+        uint64_t bytes = 0;
+        while (end < rows && end - row < max_rows && bytes < pb) {
+            if (use_dict) bytes += (uint64_t)(bw + 1) / 8 + 1;
+            else if (is_var(c->type)) { size_t n; kl_column_get_str(c, end, &n); bytes += n + 4; }
+            else bytes += w8 ? w8 : 1;
+            end++;
+        }
+        size_t prow = end - row;
+        wstats ps;
+        memset(&ps, 0, sizeof ps);
+        for (size_t i = row; i < end; i++) {
+            if (kl_column_is_null(c, i)) ps.nulls++;
+            else stats_add(&ps, c, i);
+        }
+        /* levels */
+        lev.len = 0;
+        if (nullable) {
+            for (size_t i = row; i < end; i++) lv[i - row] = !kl_column_is_null(c, i);
+            pq_rle_encode(&lev, lv, prow, 1);
+        }
+        /* values */
+        vals.len = 0;
+        size_t nn = prow - ps.nulls;
+        if (use_dict) {
+            pq_buf_byte(&vals, (uint8_t)bw);
+            pq_rle_encode(&vals, idx + ix, nn, bw);
+            ix += nn;
+        } else {
+            plain_values(&vals, c, row, end);
+        }
+        page.len = 0;
+        comp.len = 0;
+        size_t unc;
+        if (!o->data_page_v2) {
+            if (nullable) { uint32_t l = (uint32_t)lev.len; pq_buf_put(&page, &l, 4); pq_buf_put(&page, lev.p, lev.len); }
+            pq_buf_put(&page, vals.p, vals.len);
+            if (page.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+            unc = page.len;
+            if ((rc = pq_compress(codec, o->zstd_level, page.p, page.len, &comp, e))) goto done;
+        } else {
+            pq_buf_put(&comp, lev.p, lev.len);
+            if ((rc = pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
+            unc = lev.len + vals.len;
+        }
+        tw w;
+        hdr.len = 0;
+        tw_init(&w, &hdr);
+        tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
+        tw_i32(&w, 2, (int32_t)unc);
+        tw_i32(&w, 3, (int32_t)comp.len);
+        tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
+        if (!o->data_page_v2) {
+            tw_begin(&w, 5);
+            tw_i32(&w, 1, (int32_t)prow);
+            tw_i32(&w, 2, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
+            tw_i32(&w, 3, ENC_RLE);
+            tw_i32(&w, 4, ENC_RLE);
+            if (o->page_stats) write_stats(&w, 5, &ps, c->type);
+            tw_end(&w);
+        } else {
+            tw_begin(&w, 8);
+            tw_i32(&w, 1, (int32_t)prow);
+            tw_i32(&w, 2, (int32_t)ps.nulls);
+            tw_i32(&w, 3, (int32_t)prow);
+            tw_i32(&w, 4, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
+            tw_i32(&w, 5, (int32_t)lev.len);
+            tw_i32(&w, 6, 0);
+            if (o->page_stats) write_stats(&w, 8, &ps, c->type);
+            tw_end(&w);
+        }
+        tw_end(&w);
+        if (out->npages == cap_pages) { rc = kl_err_set(e, KL_EINTERNAL, "page table overflow"); goto done; }
+        page_loc *pl = &out->pages[out->npages];
+        pl->rel_off = (int64_t)out->bytes.len;
+        pl->size = (int32_t)(hdr.len + comp.len);
+        pl->first_row = (int64_t)row;
+        pc.ci_nullpage[out->npages] = prow > 0 && ps.nulls == prow;
+        pc.ci_nulls[out->npages] = ps.nulls;
+        ci_add(&pc, &ps, c->type);
+        out->npages++;
+        pq_buf_put(&out->bytes, hdr.p, hdr.len);
+        pq_buf_put(&out->bytes, comp.p, comp.len);
+        out->unc_size += (int64_t)(hdr.len + unc);
+        row = end;
+    } while (row < rows);
+    if (out->bytes.failed || pc.ci_min.failed || pc.ci_max.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+
+    /* statistics and column index */
+    {
+        tw w;
+        tw_init(&w, &out->stats_ser);
+        write_stats(&w, 12, &out->st, c->type);
+        if (o->page_stats) {
+            tw_init(&w, &out->ci);
+            tw_list(&w, 1, TT_TRUE, (uint32_t)out->npages);
+            for (size_t p = 0; p < out->npages; p++) tw_elem_bool(&w, pc.ci_nullpage[p]);
+            pq_buf *mm[2] = {&pc.ci_min, &pc.ci_max};
+            for (int m = 0; m < 2; m++) {
+                tw_list(&w, (int16_t)(2 + m), TT_BINARY, (uint32_t)out->npages);
+                size_t off = 0;
+                for (size_t p = 0; p < out->npages; p++) {
+                    uint32_t l;
+                    memcpy(&l, mm[m]->p + off, 4);
+                    tw_elem_bin(&w, mm[m]->p + off + 4, l);
+                    off += 4 + l;
+                }
+            }
+            tw_i32(&w, 4, pc.asc ? 1 : pc.desc ? 2 : 0);
+            tw_list(&w, 5, TT_I64, (uint32_t)out->npages);
+            for (size_t p = 0; p < out->npages; p++) tw_elem_i32(&w, (int64_t)pc.ci_nulls[p]);
+            tw_end(&w);
+        }
+    }
+done:
+    out->rc = rc;
+    dict_free(&d);
+    free(idx); free(lv);
+    free(pc.ci_nullpage); free(pc.ci_nulls);
+    pq_buf_free(&pc.ci_min); pq_buf_free(&pc.ci_max);
+    pq_buf_free(&vals); pq_buf_free(&lev); pq_buf_free(&page); pq_buf_free(&comp); pq_buf_free(&hdr);
+}
+
+/* ==================================================================
+ * Writer: buffering and row groups
+ * ================================================================== */
+
+static int wr(kl_pq_writer *w, const void *d, size_t n, kl_err *e) {
+    int rc = kl_afile_write(w->f, d, n, e);
+    if (rc == KL_OK) w->offset += n;
+    return rc;
+}
+
+typedef struct { kl_pq_writer *w; chunk_out *outs; size_t rows; } enc_ctx;
+
+static void enc_task(void *ctx, size_t begin, size_t end, int chunk) {
+    enc_ctx *x = ctx;
+    for (size_t j = begin; j < end; j++)
+        encode_chunk(&x->w->o, x->w->buf[j], x->w->buf[j]->nullable, x->rows, &x->outs[j]);
+}
+
+static void stats_merge(kl_pq_col_stats *f, const wstats *s, kl_col_type t, uint64_t rows) {
+    f->has_null_count = 1;
+    f->null_count += s->nulls;
+    f->num_values += rows;
+    if (!s->has) return;
+    f->min.type = f->max.type = t;
+    if (is_var(t)) {
+        if (!f->has_min_max || strcmp_n(s->smin, s->nmin, f->min.s, f->min.n) < 0) {
+            char *p = malloc(s->nmin + 1);
+            if (!p) return;
+            memcpy(p, s->smin, s->nmin); p[s->nmin] = 0;
+            free((void *)f->min.s); f->min.s = p; f->min.n = s->nmin;
+        }
+        if (!f->has_min_max || strcmp_n(s->smax, s->nmax, f->max.s, f->max.n) > 0) {
+            char *p = malloc(s->nmax + 1);
+            if (!p) return;
+            memcpy(p, s->smax, s->nmax); p[s->nmax] = 0;
+            free((void *)f->max.s); f->max.s = p; f->max.n = s->nmax;
+        }
+    } else if (t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64) {
+        if (!f->has_min_max || s->fmin < f->min.f) f->min.f = s->fmin;
+        if (!f->has_min_max || s->fmax > f->max.f) f->max.f = s->fmax;
+    } else {
+        if (!f->has_min_max || s->imin < f->min.i) f->min.i = s->imin;
+        if (!f->has_min_max || s->imax > f->max.i) f->max.i = s->imax;
+    }
+    f->has_min_max = 1;
+}
+
+static int flush_rg(kl_pq_writer *w, kl_err *e) {
+    size_t rows = w->buf[0]->len;
+    if (rows == 0) return KL_OK;
+    int rc = KL_OK;
+    chunk_out *outs = calloc(w->ncols, sizeof *outs);
+    if (!outs) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (w->nrg == w->caprg) {
+        size_t nc = w->caprg ? w->caprg * 2 : 8;
+        rg_meta *nr = realloc(w->rgs, nc * sizeof *nr);
+        if (!nr) { free(outs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        w->rgs = nr; w->caprg = nc;
+    }
+    rg_meta *rg = &w->rgs[w->nrg];
+    memset(rg, 0, sizeof *rg);
+    rg->cols = calloc(w->ncols, sizeof *rg->cols);
+    if (!rg->cols) { free(outs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    w->nrg++;
+    rg->rows = (int64_t)rows;
+    rg->offset = (int64_t)w->offset;
+
+    enc_ctx x = {w, outs, rows};
+    kl_pool_parallel_for(NULL, w->ncols, 1, enc_task, &x);
+
+    for (size_t j = 0; j < w->ncols && rc == KL_OK; j++) {
+        chunk_out *o = &outs[j];
+        if (o->rc) { rc = o->rc; if (e) *e = o->err; kl_err_prefix(e, "column %s", w->buf[j]->name); break; }
+        chunk_meta *m = &rg->cols[j];
+        int64_t base = (int64_t)w->offset;
+        m->has_dict = o->has_dict;
+        m->dict_page_offset = o->has_dict ? base : -1;
+        m->data_page_offset = base + o->data_rel;
+        m->num_values = o->num_values;
+        m->unc = o->unc_size;
+        m->comp = (int64_t)o->bytes.len;
+        m->stats_ser = o->stats_ser; memset(&o->stats_ser, 0, sizeof o->stats_ser);
+        m->ci = o->ci; memset(&o->ci, 0, sizeof o->ci);
+        if (w->o.page_stats) {
+            tw t;
+            tw_init(&t, &m->oi);
+            tw_list(&t, 1, TT_STRUCT, (uint32_t)o->npages);
+            for (size_t p = 0; p < o->npages; p++) {
+                tw_elem_begin(&t);
+                tw_i64(&t, 1, base + o->pages[p].rel_off);
+                tw_i32(&t, 2, o->pages[p].size);
+                tw_i64(&t, 3, o->pages[p].first_row);
+                tw_end(&t);
+            }
+            tw_end(&t);
+        }
+        rg->unc += m->unc;
+        rg->comp += m->comp;
+        stats_merge(&w->fst[j], &o->st, w->buf[j]->type, rows);
+        rc = wr(w, o->bytes.p, o->bytes.len, e);
+    }
+    for (size_t j = 0; j < w->ncols; j++) {
+        pq_buf_free(&outs[j].bytes); pq_buf_free(&outs[j].stats_ser); pq_buf_free(&outs[j].ci);
+        free(outs[j].pages);
+    }
+    free(outs);
+    w->total_rows += rows;
+    for (size_t j = 0; j < w->ncols; j++) kl_column_clear(w->buf[j]);
+    w->buf_bytes = 0;
+    return rc;
+}
+
+int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
+                      const kl_pq_write_opts *o, kl_pq_writer **out, kl_err *e) {
+    *out = NULL;
+    if (ncols == 0) return kl_err_set(e, KL_EINVAL, "%s: a Parquet file needs at least one column", path);
+    kl_pq_writer *w = calloc(1, sizeof *w);
+    if (!w) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int rc = KL_OK;
+    if (o) w->o = *o; else kl_pq_write_opts_default(&w->o);
+    if (w->o.codec > KL_PQ_LZ4_RAW) { rc = kl_err_set(e, KL_EINVAL, "%s: unknown codec %d", path, (int)w->o.codec); goto fail; }
+    w->ncols = ncols;
+    w->path = strdup(path);
+    w->buf = calloc(ncols, sizeof *w->buf);
+    w->info.cols = calloc(ncols, sizeof *w->info.cols);
+    w->fst = calloc(ncols, sizeof *w->fst);
+    if (!w->path || !w->buf || !w->info.cols || !w->fst) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    w->info.ncols = ncols;
+    for (size_t j = 0; j < ncols; j++) {
+        const kl_column *s = schema[j];
+        if ((unsigned)s->type >= KL_COL_TYPE_COUNT) { rc = kl_err_set(e, KL_EINVAL, "column %s: bad type", s->name); goto fail; }
+        for (size_t k = 0; k < j; k++)
+            if (!strcmp(schema[k]->name, s->name)) { rc = kl_err_set(e, KL_EINVAL, "%s: duplicate column name \"%s\"", path, s->name); goto fail; }
+        if ((rc = kl_column_new(s->name, s->type, s->nullable, 0, &w->buf[j], e))) goto fail;
+        w->info.cols[j].name = strdup(s->name);
+        w->info.cols[j].type = s->type;
+        if (!w->info.cols[j].name) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    }
+    if ((rc = kl_afile_open(path, &w->f, e))) goto fail;
+    if ((rc = wr(w, "PAR1", 4, e))) goto fail;
+    *out = w;
+    return KL_OK;
+fail:
+    kl_pq_writer_abort(w);
+    return rc;
+}
+
+int kl_pq_writer_set_kv(kl_pq_writer *w, const char *key, const char *value, kl_err *e) {
+    char **nk = realloc(w->kv, (w->nkv + 1) * 2 * sizeof *nk);
+    if (!nk) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    w->kv = nk;
+    w->kv[2 * w->nkv] = strdup(key);
+    w->kv[2 * w->nkv + 1] = strdup(value ? value : "");
+    w->nkv++;
+    return KL_OK;
+}
+
+int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl_err *e) {
+    if (ncols != w->ncols) return kl_err_set(e, KL_ESHAPE, "%s: batch has %zu columns, schema has %zu", w->path, ncols, w->ncols);
+    size_t n = cols[0]->len;
+    for (size_t j = 0; j < ncols; j++) {
+        const kl_column *c = cols[j], *s = w->buf[j];
+        if (c->type != s->type)
+            return kl_err_set(e, KL_ETYPE, "%s: column %s is %s, schema says %s", w->path, s->name, kl_col_type_name(c->type), kl_col_type_name(s->type));
+        if (c->len != n)
+            return kl_err_set(e, KL_ESHAPE, "%s: column %s has %zu rows, column %s has %zu", w->path, c->name, c->len, cols[0]->name, n);
+        if (!s->nullable && c->valid && kl_column_null_count(c))
+            return kl_err_set(e, KL_EINVAL, "%s: column %s is not nullable but the batch has nulls", w->path, s->name);
+    }
+    uint64_t rg_rows = w->o.row_group_rows ? w->o.row_group_rows : UINT64_MAX;
+    uint64_t rg_bytes = w->o.row_group_bytes ? w->o.row_group_bytes : UINT64_MAX;
+    size_t at = 0;
+    while (at < n) {
+        size_t have = w->buf[0]->len;
+        size_t take = (size_t)KL_MIN((uint64_t)(n - at), rg_rows - have);
+        take = KL_MIN(take, (size_t)65536);
+        uint64_t bytes = 0;
+        for (size_t j = 0; j < ncols; j++) {
+            const kl_column *c = cols[j];
+            if (is_var(c->type)) bytes += (uint64_t)(c->offsets[at + take] - c->offsets[at]) + 4 * take;
+            else bytes += kl_col_type_size(c->type) * take;
+            if (kl_column_append(w->buf[j], c, at, at + take))
+                return kl_err_set(e, KL_ENOMEM, "%s: out of memory buffering column %s", w->path, c->name);
+        }
+        w->buf_bytes += bytes;
+        at += take;
+        if (w->buf[0]->len >= rg_rows || w->buf_bytes >= rg_bytes) {
+            int rc = flush_rg(w, e);
+            if (rc) return rc;
+        }
+    }
+    return KL_OK;
+}
+
+static void write_schema_elem(tw *t, const kl_column *c) {
+    tw_elem_begin(t);
+    tw_i32(t, 1, phys_type(c->type));
+    tw_i32(t, 3, c->nullable ? REP_OPTIONAL : REP_REQUIRED);
+    tw_bin(t, 4, c->name, strlen(c->name));
+    switch (c->type) {
+    case KL_COL_STRING:
+        tw_i32(t, 6, CT_UTF8);
+        tw_begin(t, 10); tw_begin(t, 1); tw_end(t); tw_end(t);
+        break;
+    case KL_COL_DATE:
+        tw_i32(t, 6, CT_DATE);
+        tw_begin(t, 10); tw_begin(t, 6); tw_end(t); tw_end(t);
+        break;
+    case KL_COL_TIMESTAMP:
+        tw_i32(t, 6, CT_TIMESTAMP_MICROS);
+        tw_begin(t, 10);
+        tw_begin(t, 8);
+        tw_bool(t, 1, 1);
+        tw_begin(t, 2); tw_begin(t, 2); tw_end(t); tw_end(t);
+        tw_end(t);
+        tw_end(t);
+        break;
+    default: break;
+    }
+    tw_end(t);
+}
+
+static void free_meta(kl_pq_writer *w) {
+    for (size_t r = 0; r < w->nrg; r++) {
+        for (size_t j = 0; j < w->ncols; j++) {
+            pq_buf_free(&w->rgs[r].cols[j].stats_ser);
+            pq_buf_free(&w->rgs[r].cols[j].ci);
+            pq_buf_free(&w->rgs[r].cols[j].oi);
+        }
+        free(w->rgs[r].cols);
+    }
+    free(w->rgs);
+    w->rgs = NULL;
+    w->nrg = 0;
+}
+
+static void writer_free(kl_pq_writer *w) {
+    if (w->buf) for (size_t j = 0; j < w->ncols; j++) kl_column_free(w->buf[j]);
+    free(w->buf);
+    free_meta(w);
+    for (size_t i = 0; i < 2 * w->nkv; i++) free(w->kv[i]);
+    free(w->kv);
+    for (size_t j = 0; j < w->info.ncols; j++) w->info.cols[j].stats = w->fst ? w->fst[j] : w->info.cols[j].stats;
+    kl_pq_file_info_clear(&w->info);
+    free(w->fst);
+    free(w->path);
+    free(w);
+}
+
+void kl_pq_writer_abort(kl_pq_writer *w) {
+    if (!w) return;
+    kl_afile_abort(w->f);
+    writer_free(w);
+}
+
+int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
+    if (info) memset(info, 0, sizeof *info);
+    int rc = flush_rg(w, e);
+    if (rc) goto fail;
+    /* column indexes, then offset indexes */
+    for (size_t r = 0; r < w->nrg && !rc; r++)
+        for (size_t j = 0; j < w->ncols && !rc; j++) {
+            chunk_meta *m = &w->rgs[r].cols[j];
+            m->ci_off = m->ci.len ? (int64_t)w->offset : -1;
+            if (m->ci.len) rc = wr(w, m->ci.p, m->ci.len, e);
+        }
+    for (size_t r = 0; r < w->nrg && !rc; r++)
+        for (size_t j = 0; j < w->ncols && !rc; j++) {
+            chunk_meta *m = &w->rgs[r].cols[j];
+            m->oi_off = m->oi.len ? (int64_t)w->offset : -1;
+            if (m->oi.len) rc = wr(w, m->oi.p, m->oi.len, e);
+        }
+    if (rc) goto fail;
+
+    /* footer */
+    pq_buf fb = {0};
+    tw t;
+    tw_init(&t, &fb);
+    tw_i32(&t, 1, 2);
+    tw_list(&t, 2, TT_STRUCT, (uint32_t)(w->ncols + 1));
+    tw_elem_begin(&t);
+    tw_bin(&t, 4, "schema", 6);
+    tw_i32(&t, 5, (int32_t)w->ncols);
+    tw_end(&t);
+    for (size_t j = 0; j < w->ncols; j++) write_schema_elem(&t, w->buf[j]);
+    tw_i64(&t, 3, (int64_t)w->total_rows);
+    tw_list(&t, 4, TT_STRUCT, (uint32_t)w->nrg);
+    for (size_t r = 0; r < w->nrg; r++) {
+        rg_meta *g = &w->rgs[r];
+        tw_elem_begin(&t);
+        tw_list(&t, 1, TT_STRUCT, (uint32_t)w->ncols);
+        for (size_t j = 0; j < w->ncols; j++) {
+            chunk_meta *m = &g->cols[j];
+            const kl_column *c = w->buf[j];
+            tw_elem_begin(&t);
+            tw_i64(&t, 2, m->has_dict ? m->dict_page_offset : m->data_page_offset);
+            tw_begin(&t, 3);
+            tw_i32(&t, 1, phys_type(c->type));
+            tw_list(&t, 2, TT_I32, m->has_dict ? 3 : 2);
+            tw_elem_i32(&t, ENC_PLAIN);
+            tw_elem_i32(&t, ENC_RLE);
+            if (m->has_dict) tw_elem_i32(&t, ENC_RLE_DICTIONARY);
+            tw_list(&t, 3, TT_BINARY, 1);
+            tw_elem_bin(&t, c->name, strlen(c->name));
+            tw_i32(&t, 4, codec_id(w->o.codec));
+            tw_i64(&t, 5, m->num_values);
+            tw_i64(&t, 6, m->unc);
+            tw_i64(&t, 7, m->comp);
+            tw_i64(&t, 9, m->data_page_offset);
+            if (m->has_dict) tw_i64(&t, 11, m->dict_page_offset);
+            tw_field(&t, 12, TT_STRUCT);
+            /* the serialized Statistics begins with its own field header: skip it */
+            {
+                tr rr = {m->stats_ser.p, m->stats_ser.p + m->stats_ser.len, 0, 0};
+                int16_t last = 0, id; int ty;
+                tr_field(&rr, &last, &ty, &id);
+                pq_buf_put(&fb, rr.p, (size_t)(rr.end - rr.p));
+            }
+            tw_end(&t);
+            if (m->oi.len) { tw_i64(&t, 4, m->oi_off); tw_i32(&t, 5, (int32_t)m->oi.len); }
+            if (m->ci.len) { tw_i64(&t, 6, m->ci_off); tw_i32(&t, 7, (int32_t)m->ci.len); }
+            tw_end(&t);
+        }
+        tw_i64(&t, 2, g->unc);
+        tw_i64(&t, 3, g->rows);
+        tw_i64(&t, 5, g->offset);
+        tw_i64(&t, 6, g->comp);
+        tw_field(&t, 7, TT_I16);
+        tw_elem_i32(&t, (int64_t)r);
+        tw_end(&t);
+    }
+    if (w->nkv) {
+        tw_list(&t, 5, TT_STRUCT, (uint32_t)w->nkv);
+        for (size_t i = 0; i < w->nkv; i++) {
+            tw_elem_begin(&t);
+            tw_bin(&t, 1, w->kv[2 * i], strlen(w->kv[2 * i]));
+            tw_bin(&t, 2, w->kv[2 * i + 1], strlen(w->kv[2 * i + 1]));
+            tw_end(&t);
+        }
+    }
+    static const char created[] = "keel version " KL_PQ_VERSION;
+    tw_bin(&t, 6, created, strlen(created));
+    tw_list(&t, 7, TT_STRUCT, (uint32_t)w->ncols);
+    for (size_t j = 0; j < w->ncols; j++) {
+        tw_elem_begin(&t);
+        tw_begin(&t, 1); tw_end(&t);
+        tw_end(&t);
+    }
+    tw_end(&t);
+    if (fb.failed) { pq_buf_free(&fb); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    uint32_t flen = (uint32_t)fb.len;
+    rc = wr(w, fb.p, fb.len, e);
+    pq_buf_free(&fb);
+    if (!rc) rc = wr(w, &flen, 4, e);
+    if (!rc) rc = wr(w, "PAR1", 4, e);
+    if (rc) goto fail;
+    uint64_t size = w->offset;
+    kl_afile *f = w->f;
+    w->f = NULL;
+    if ((rc = kl_afile_commit(f, e))) goto fail;
+    if (info) {
+        *info = w->info;
+        for (size_t j = 0; j < w->ncols; j++) info->cols[j].stats = w->fst[j];
+        info->rows = w->total_rows;
+        info->bytes = size;
+        info->row_groups = w->nrg;
+        memset(&w->info, 0, sizeof w->info);
+        free(w->fst);
+        w->fst = NULL;
+    }
+    writer_free(w);
+    return KL_OK;
+fail:
+    kl_pq_writer_abort(w);
+    return rc;
+}
+
+int kl_pq_write_file(const char *path, kl_column *const *cols, size_t ncols,
+                     const kl_pq_write_opts *o, kl_pq_file_info *info, kl_err *e) {
+    kl_pq_writer *w;
+    int rc = kl_pq_writer_open(path, cols, ncols, o, &w, e);
+    if (rc) return rc;
+    if ((rc = kl_pq_writer_write(w, cols, ncols, e))) { kl_pq_writer_abort(w); return rc; }
+    return kl_pq_writer_close(w, info, e);
+}
