@@ -7,6 +7,9 @@
 
 static const app_command commands[] = {
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
+    {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
+    {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},
+    {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
     {"config", "show effective settings and where each came from", cmd_config},
     {"version", "version, build and linked library versions", cmd_version},
 };

@@ -1,0 +1,706 @@
+/* keel data head|show|stats|validate|report PATH: look at a dataset (folder
+ * with `current`, a version folder, or one .parquet file) through keel's
+ * Parquet reader; `keel data gen-clicks` writes the deterministic click log
+ * used by tests and benchmarks. */
+#include "app.h"
+
+#include <cjson/cJSON.h>
+#include <keel/clickgen.h>
+#include <keel/column.h>
+#include <keel/data.h>
+#include <keel/parquet.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==================================================================
+ * Shared: resolve, scan, format
+ * ================================================================== */
+
+typedef struct {
+    char **files;
+    size_t nfiles;
+    char *manifest_path;
+    cJSON *manifest;
+} dset;
+
+static void dset_free(dset *d) {
+    for (size_t i = 0; i < d->nfiles; i++) free(d->files[i]);
+    free(d->files);
+    free(d->manifest_path);
+    cJSON_Delete(d->manifest);
+}
+
+static int dset_open(const char *path, dset *d, kl_err *e) {
+    memset(d, 0, sizeof *d);
+    int rc = kl_dataset_resolve(path, &d->files, &d->nfiles, &d->manifest_path, e);
+    if (rc) return rc;
+    if (d->manifest_path && (rc = kl_json_load_file(d->manifest_path, (void **)&d->manifest, e))) { dset_free(d); return rc; }
+    return KL_OK;
+}
+
+/* Calls fn for every batch of every file (all columns). */
+typedef int (*batch_fn)(void *ctx, size_t file, kl_column **cols, size_t ncols, size_t nrows, kl_err *e);
+
+static int scan(dset *d, size_t max_rows, batch_fn fn, void *ctx, kl_err *e) {
+    size_t done = 0;
+    for (size_t fi = 0; fi < d->nfiles && done < max_rows; fi++) {
+        kl_pq_reader *r;
+        int rc = kl_pq_open(d->files[fi], &r, e);
+        if (rc) return rc;
+        if ((rc = kl_pq_select(r, NULL, 0, e))) { kl_pq_close(r); return rc; }
+        size_t nc = kl_pq_num_selected(r);
+        kl_column **cols = calloc(nc ? nc : 1, sizeof *cols);
+        if (!cols) { kl_pq_close(r); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        for (;;) {
+            size_t n = 0, want = KL_MIN((size_t)65536, max_rows - done);
+            if (want == 0) break;
+            if ((rc = kl_pq_read_batch(r, want, cols, &n, e))) { kl_err_prefix(e, "%s", d->files[fi]); break; }
+            if (n == 0) break;
+            if ((rc = fn(ctx, fi, cols, nc, n, e))) break;
+            done += n;
+        }
+        for (size_t i = 0; i < nc; i++) kl_column_free(cols[i]);
+        free(cols);
+        kl_pq_close(r);
+        if (rc) return rc;
+    }
+    return KL_OK;
+}
+
+static void fmt_value(const kl_column *c, size_t i, kl_buf *b, int json) {
+    if (kl_column_is_null(c, i)) { kl_buf_puts(b, json ? "null" : "NULL"); return; }
+    char tmp[64];
+    switch (c->type) {
+    case KL_COL_BOOL: kl_buf_puts(b, kl_column_get_i64(c, i) ? "true" : "false"); break;
+    case KL_COL_INT32: case KL_COL_INT64: kl_buf_printf(b, "%lld", (long long)kl_column_get_i64(c, i)); break;
+    case KL_COL_FLOAT32: case KL_COL_FLOAT64: {
+        double v = kl_column_get_f64(c, i);
+        if (!isfinite(v)) { kl_buf_printf(b, json ? "\"%g\"" : "%g", v); break; }
+        kl_buf_printf(b, "%.*g", c->type == KL_COL_FLOAT32 ? 9 : 17, v);
+        break;
+    }
+    case KL_COL_DATE: {
+        int y, m, d;
+        kl_civil_from_days(kl_column_get_i64(c, i), &y, &m, &d);
+        kl_buf_printf(b, json ? "\"%04d-%02d-%02d\"" : "%04d-%02d-%02d", y, m, d);
+        break;
+    }
+    case KL_COL_TIMESTAMP:
+        kl_time_rfc3339(kl_column_get_i64(c, i), tmp, sizeof tmp);
+        kl_buf_printf(b, json ? "\"%s\"" : "%s", tmp);
+        break;
+    default: {
+        size_t n;
+        const char *s = kl_column_get_str(c, i, &n);
+        char *z = strndup(s, n);
+        if (json) kl_buf_json_str(b, z ? z : "");
+        else kl_buf_puts(b, z ? z : "");
+        free(z);
+    }
+    }
+}
+
+static int is_numeric(kl_col_type t) {
+    return t == KL_COL_INT32 || t == KL_COL_INT64 || t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64 || t == KL_COL_DATE ||
+           t == KL_COL_TIMESTAMP;
+}
+
+/* ==================================================================
+ * head
+ * ================================================================== */
+
+static const app_opt head_opts[] = {
+    {"rows", 'n', 1, "N", "rows to print (default 10)", 0},
+    {"json", 0, 0, NULL, "JSON lines, one object per row", 0},
+};
+static const app_cmd_spec head_spec = {"data head", "keel data head PATH [-n N] [--json]",
+                                       "Print the first rows of a dataset or Parquet file.", NULL, head_opts,
+                                       KL_ARRAY_LEN(head_opts), 1, 1};
+
+typedef struct { int json, header_done; } head_ctx;
+
+static int head_batch(void *ctx, size_t file, kl_column **cols, size_t nc, size_t n, kl_err *e) {
+    head_ctx *h = ctx;
+    kl_buf b;
+    kl_buf_init(&b);
+    if (!h->json && !h->header_done) {
+        for (size_t j = 0; j < nc; j++) kl_buf_printf(&b, "%s%s", j ? "\t" : "", cols[j]->name);
+        kl_buf_puts(&b, "\n");
+        h->header_done = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (h->json) kl_buf_puts(&b, "{");
+        for (size_t j = 0; j < nc; j++) {
+            if (h->json) {
+                if (j) kl_buf_puts(&b, ", ");
+                kl_buf_json_str(&b, cols[j]->name);
+                kl_buf_puts(&b, ": ");
+            } else if (j) kl_buf_puts(&b, "\t");
+            fmt_value(cols[j], i, &b, h->json);
+        }
+        kl_buf_puts(&b, h->json ? "}\n" : "\n");
+    }
+    fputs(b.data ? b.data : "", stdout);
+    kl_buf_free(&b);
+    return KL_OK;
+}
+
+static int head(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&head_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    int64_t n;
+    if ((rc = app_get_int(&a, &head_spec, "rows", 10, &n)) >= 0) return rc;
+    kl_err e = {0};
+    dset d;
+    if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
+    head_ctx h = {app_flag(&a, "json"), 0};
+    rc = scan(&d, n < 0 ? 0 : (size_t)n, head_batch, &h, &e);
+    dset_free(&d);
+    return rc ? app_fail(&e) : APP_EXIT_OK;
+}
+
+/* ==================================================================
+ * show
+ * ================================================================== */
+
+static const app_opt show_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}};
+static const app_cmd_spec show_spec = {"data show", "keel data show PATH [--json]",
+                                       "Describe a dataset version or Parquet file: version, sources, files, schema.",
+                                       NULL, show_opts, KL_ARRAY_LEN(show_opts), 1, 1};
+
+static int show(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&show_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    dset d;
+    if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
+    int json = app_flag(&a, "json");
+    kl_buf b;
+    kl_buf_init(&b);
+    uint64_t total = 0;
+    kl_buf_puts(&b, json ? "{\"files\": [" : "");
+    if (d.manifest && !json) {
+        cJSON *m = d.manifest, *rows = cJSON_GetObjectItem(m, "rows");
+        kl_buf_printf(&b, "version   %s\nkeel      %s\nrows      %.0f accepted, %.0f rejected\npartition %s\ncodec     %s\nsources:\n",
+                      cJSON_GetStringValue(cJSON_GetObjectItem(m, "version_id")),
+                      cJSON_GetStringValue(cJSON_GetObjectItem(m, "keel_version")),
+                      cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted")),
+                      cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected")),
+                      cJSON_IsString(cJSON_GetObjectItem(m, "partition_by")) ? cJSON_GetObjectItem(m, "partition_by")->valuestring : "(none)",
+                      cJSON_GetStringValue(cJSON_GetObjectItem(m, "codec")));
+        cJSON *s;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItem(m, "sources"))
+            kl_buf_printf(&b, "  %s  sha256 %s  %.0f bytes\n", cJSON_GetStringValue(cJSON_GetObjectItem(s, "name")),
+                          cJSON_GetStringValue(cJSON_GetObjectItem(s, "sha256")), cJSON_GetNumberValue(cJSON_GetObjectItem(s, "bytes")));
+    }
+    if (!json) kl_buf_puts(&b, "files:\n");
+    kl_pq_reader *first = NULL;
+    for (size_t i = 0; i < d.nfiles; i++) {
+        kl_pq_reader *r;
+        if ((rc = kl_pq_open(d.files[i], &r, &e))) goto fail;
+        total += kl_pq_num_rows(r);
+        if (json) {
+            kl_buf_puts(&b, i ? ", {\"path\": " : "{\"path\": ");
+            kl_buf_json_str(&b, d.files[i]);
+            kl_buf_printf(&b, ", \"rows\": %llu, \"row_groups\": %zu}", (unsigned long long)kl_pq_num_rows(r), kl_pq_num_row_groups(r));
+        } else {
+            kl_buf_printf(&b, "  %s  %llu rows, %zu row groups\n", d.files[i], (unsigned long long)kl_pq_num_rows(r),
+                          kl_pq_num_row_groups(r));
+        }
+        if (!first) first = r;
+        else kl_pq_close(r);
+    }
+    if (json) kl_buf_printf(&b, "], \"rows\": %llu, \"columns\": [", (unsigned long long)total);
+    else kl_buf_printf(&b, "rows      %llu\ncreated by %s\ncolumns:\n", (unsigned long long)total, kl_pq_created_by(first));
+    for (size_t j = 0; j < kl_pq_num_columns(first); j++) {
+        const kl_pq_column_info *ci = kl_pq_column(first, j);
+        if (json) {
+            kl_buf_puts(&b, j ? ", {\"name\": " : "{\"name\": ");
+            kl_buf_json_str(&b, ci->name);
+            kl_buf_printf(&b, ", \"type\": \"%s\", \"nullable\": %s, \"physical\": \"%s\", \"logical\": ", kl_col_type_name(ci->type),
+                          ci->nullable ? "true" : "false", ci->physical);
+            kl_buf_json_str(&b, ci->logical ? ci->logical : "");
+            kl_buf_puts(&b, "}");
+        } else {
+            kl_buf_printf(&b, "  %-20s %-10s %s%s %s%s\n", ci->name, kl_col_type_name(ci->type), ci->physical,
+                          ci->logical && *ci->logical ? "/" : "", ci->logical ? ci->logical : "",
+                          ci->nullable ? "" : " not null");
+        }
+    }
+    if (json) {
+        kl_buf_puts(&b, "], \"manifest\": ");
+        if (d.manifest) {
+            char *m = cJSON_PrintUnformatted(d.manifest);
+            kl_buf_puts(&b, m ? m : "null");
+            free(m);
+        } else kl_buf_puts(&b, "null");
+        kl_buf_puts(&b, "}\n");
+    }
+    kl_pq_close(first);
+    fputs(b.data ? b.data : "", stdout);
+    kl_buf_free(&b);
+    dset_free(&d);
+    return APP_EXIT_OK;
+fail:
+    kl_pq_close(first);
+    kl_buf_free(&b);
+    dset_free(&d);
+    return app_fail(&e);
+}
+
+/* ==================================================================
+ * stats (and the data the report needs)
+ * ================================================================== */
+
+typedef struct { char *s; int64_t n; } topv;
+
+typedef struct {
+    char *name;
+    kl_col_type type;
+    int64_t rows, nulls;
+    int has;
+    double dmin, dmax;
+    char *smin, *smax;
+    kl_hll hll;
+    double *vals;        /* numeric values (report histograms) */
+    size_t nvals, capvals;
+    topv *top;           /* strings/bools: value counts (capped) */
+    size_t ntop, captop;
+} cstat;
+
+typedef struct {
+    cstat *c;
+    size_t nc;
+    int keep_values;
+} stats_ctx;
+
+static int top_add(cstat *c, const char *s, size_t n) {
+    for (size_t k = 0; k < c->ntop; k++)
+        if (strlen(c->top[k].s) == n && !memcmp(c->top[k].s, s, n)) { c->top[k].n++; return KL_OK; }
+    if (c->ntop >= 5000) return KL_OK;
+    if (c->ntop == c->captop) {
+        size_t nc = c->captop ? c->captop * 2 : 16;
+        topv *t = realloc(c->top, nc * sizeof *t);
+        if (!t) return KL_ENOMEM;
+        c->top = t;
+        c->captop = nc;
+    }
+    if (!(c->top[c->ntop].s = strndup(s, n))) return KL_ENOMEM;
+    c->top[c->ntop++].n = 1;
+    return KL_OK;
+}
+
+static int stats_batch(void *ctx, size_t file, kl_column **cols, size_t nc, size_t n, kl_err *e) {
+    stats_ctx *s = ctx;
+    if (!s->c) {
+        s->nc = nc;
+        if (!(s->c = calloc(nc, sizeof *s->c))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        for (size_t j = 0; j < nc; j++) { s->c[j].name = strdup(cols[j]->name); s->c[j].type = cols[j]->type; }
+    }
+    if (nc != s->nc) return kl_err_set(e, KL_ESHAPE, "files of the dataset have different columns");
+    for (size_t j = 0; j < nc; j++) {
+        cstat *c = &s->c[j];
+        const kl_column *col = cols[j];
+        c->rows += (int64_t)n;
+        for (size_t i = 0; i < n; i++) {
+            if (kl_column_is_null(col, i)) { c->nulls++; continue; }
+            if (is_numeric(col->type)) {
+                double v = kl_column_get_f64(col, i);
+                if (col->type != KL_COL_FLOAT32 && col->type != KL_COL_FLOAT64) {
+                    int64_t iv = kl_column_get_i64(col, i);
+                    v = (double)iv;
+                    kl_hll_add_hash(&c->hll, kl_hash64(&iv, sizeof iv));
+                } else {
+                    kl_hll_add_hash(&c->hll, kl_hash64(&v, sizeof v));
+                }
+                if (!isnan(v)) {
+                    if (!c->has || v < c->dmin) c->dmin = v;
+                    if (!c->has || v > c->dmax) c->dmax = v;
+                    c->has = 1;
+                }
+                if (s->keep_values && isfinite(v)) {
+                    if (c->nvals == c->capvals) {
+                        size_t ncap = c->capvals ? c->capvals * 2 : 65536;
+                        double *nv = realloc(c->vals, ncap * sizeof *nv);
+                        if (!nv) return kl_err_set(e, KL_ENOMEM, "out of memory");
+                        c->vals = nv;
+                        c->capvals = ncap;
+                    }
+                    c->vals[c->nvals++] = v;
+                }
+            } else {
+                size_t sl;
+                const char *sv;
+                char bb[8];
+                if (col->type == KL_COL_BOOL) {
+                    snprintf(bb, sizeof bb, "%s", kl_column_get_i64(col, i) ? "true" : "false");
+                    sv = bb;
+                    sl = strlen(bb);
+                } else sv = kl_column_get_str(col, i, &sl);
+                kl_hll_add_hash(&c->hll, kl_hash64(sv, sl));
+                if (s->keep_values || col->type == KL_COL_BOOL) { if (top_add(c, sv, sl)) return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+                char *z = NULL;
+                if (!c->has || strncmp(sv, c->smin, sl) < 0 || (strlen(c->smin) > sl && !strncmp(sv, c->smin, sl))) {
+                    if (!(z = strndup(sv, sl))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+                    free(c->smin);
+                    c->smin = z;
+                }
+                if (!c->has || strncmp(sv, c->smax, sl) > 0 || (strlen(c->smax) < sl && !strncmp(sv, c->smax, strlen(c->smax)))) {
+                    if (!(z = strndup(sv, sl))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+                    free(c->smax);
+                    c->smax = z;
+                }
+                c->has = 1;
+            }
+        }
+    }
+    return KL_OK;
+}
+
+static void stats_free(stats_ctx *s) {
+    for (size_t j = 0; j < s->nc; j++) {
+        cstat *c = &s->c[j];
+        free(c->name); free(c->smin); free(c->smax); free(c->vals);
+        for (size_t k = 0; k < c->ntop; k++) free(c->top[k].s);
+        free(c->top);
+    }
+    free(s->c);
+}
+
+static void fmt_num(kl_col_type t, double v, char *buf, size_t n) {
+    if (t == KL_COL_DATE) {
+        int y, m, d;
+        kl_civil_from_days((int64_t)v, &y, &m, &d);
+        snprintf(buf, n, "%04d-%02d-%02d", y, m, d);
+    } else if (t == KL_COL_TIMESTAMP) kl_time_rfc3339((int64_t)v, buf, n);
+    else if (t == KL_COL_INT32 || t == KL_COL_INT64) snprintf(buf, n, "%.0f", v);
+    else snprintf(buf, n, "%.10g", v);
+}
+
+static const app_opt stats_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}};
+static const app_cmd_spec stats_spec = {"data stats", "keel data stats PATH [--json]",
+                                        "Per-column statistics (rows, nulls, min, max, approximate distinct) by a full scan.",
+                                        NULL, stats_opts, KL_ARRAY_LEN(stats_opts), 1, 1};
+
+static int stats(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&stats_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    dset d;
+    if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
+    stats_ctx s = {0};
+    rc = scan(&d, SIZE_MAX, stats_batch, &s, &e);
+    dset_free(&d);
+    if (rc) { stats_free(&s); return app_fail(&e); }
+    int json = app_flag(&a, "json");
+    kl_buf b;
+    kl_buf_init(&b);
+    if (json) kl_buf_puts(&b, "{\"columns\": [");
+    else kl_buf_printf(&b, "%-20s %-10s %10s %10s %26s %26s %10s\n", "column", "type", "rows", "nulls", "min", "max", "distinct~");
+    for (size_t j = 0; j < s.nc; j++) {
+        cstat *c = &s.c[j];
+        char mn[64] = "", mx[64] = "";
+        if (c->has) {
+            if (is_numeric(c->type)) { fmt_num(c->type, c->dmin, mn, sizeof mn); fmt_num(c->type, c->dmax, mx, sizeof mx); }
+            else { snprintf(mn, sizeof mn, "%s", c->smin); snprintf(mx, sizeof mx, "%s", c->smax); }
+        }
+        double dist = c->has ? kl_hll_estimate(&c->hll) : 0;
+        if (json) {
+            kl_buf_puts(&b, j ? ", {\"name\": " : "{\"name\": ");
+            kl_buf_json_str(&b, c->name);
+            kl_buf_printf(&b, ", \"type\": \"%s\", \"rows\": %lld, \"nulls\": %lld, \"min\": ", kl_col_type_name(c->type),
+                          (long long)c->rows, (long long)c->nulls);
+            if (c->has) kl_buf_json_str(&b, mn); else kl_buf_puts(&b, "null");
+            kl_buf_puts(&b, ", \"max\": ");
+            if (c->has) kl_buf_json_str(&b, mx); else kl_buf_puts(&b, "null");
+            kl_buf_printf(&b, ", \"distinct_approx\": %.0f}", dist);
+        } else {
+            kl_buf_printf(&b, "%-20s %-10s %10lld %10lld %26s %26s %10.0f\n", c->name, kl_col_type_name(c->type),
+                          (long long)c->rows, (long long)c->nulls, mn, mx, dist);
+        }
+    }
+    if (json) kl_buf_puts(&b, "]}\n");
+    fputs(b.data ? b.data : "", stdout);
+    kl_buf_free(&b);
+    stats_free(&s);
+    return APP_EXIT_OK;
+}
+
+/* ==================================================================
+ * validate
+ * ================================================================== */
+
+static const app_opt validate_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}};
+static const app_cmd_spec validate_spec = {
+    "data validate", "keel data validate PATH [--json]",
+    "Check a dataset: every file's sha256, rows and readability against manifest.json.",
+    "For a dataset version: each file listed in the manifest exists with the recorded sha256,\n"
+    "row count and size, no unlisted Parquet files are present, the total matches the accepted\n"
+    "rows, and every page decodes. For a single .parquet file: every page decodes.",
+    validate_opts, KL_ARRAY_LEN(validate_opts), 1, 1};
+
+static int count_batch(void *ctx, size_t file, kl_column **cols, size_t nc, size_t n, kl_err *e) {
+    *(uint64_t *)ctx += n;
+    return KL_OK;
+}
+
+static int validate(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&validate_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    dset d;
+    if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
+    kl_buf prob;
+    kl_buf_init(&prob);
+    int nprob = 0;
+    uint64_t rows = 0;
+    if (d.manifest) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s", d.manifest_path);
+        *strrchr(dir, '/') = 0;
+        cJSON *files = cJSON_GetObjectItem(d.manifest, "files"), *f;
+        size_t listed = 0;
+        double total = 0;
+        cJSON_ArrayForEach(f, files) {
+            listed++;
+            const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
+            const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
+            double frows = cJSON_GetNumberValue(cJSON_GetObjectItem(f, "rows"));
+            total += frows;
+            char p[4400], hex[65];
+            snprintf(p, sizeof p, "%s/%s", dir, rel ? rel : "");
+            kl_err fe = {0};
+            if (kl_sha256_file_hex(p, hex, &fe)) { kl_buf_printf(&prob, "%s: %s\n", rel, kl_err_what(&fe)); nprob++; continue; }
+            if (!sha || strcmp(sha, hex)) { kl_buf_printf(&prob, "%s: sha256 %s, manifest says %s\n", rel, hex, sha ? sha : "?"); nprob++; }
+            kl_pq_reader *r;
+            if (kl_pq_open(p, &r, &fe)) { kl_buf_printf(&prob, "%s: %s\n", rel, kl_err_what(&fe)); nprob++; continue; }
+            if ((double)kl_pq_num_rows(r) != frows) {
+                kl_buf_printf(&prob, "%s: %llu rows, manifest says %.0f\n", rel, (unsigned long long)kl_pq_num_rows(r), frows);
+                nprob++;
+            }
+            kl_pq_close(r);
+        }
+        if (listed != d.nfiles) { kl_buf_printf(&prob, "%zu Parquet files present, manifest lists %zu\n", d.nfiles, listed); nprob++; }
+        double acc = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(d.manifest, "rows"), "accepted"));
+        if (acc != total) { kl_buf_printf(&prob, "files hold %.0f rows, manifest accepted %.0f\n", total, acc); nprob++; }
+    }
+    if (scan(&d, SIZE_MAX, count_batch, &rows, &e)) { kl_buf_printf(&prob, "%s\n", kl_err_what(&e)); nprob++; }
+    if (app_flag(&a, "json")) {
+        kl_buf b;
+        kl_buf_init(&b);
+        kl_buf_printf(&b, "{\"ok\": %s, \"files\": %zu, \"rows\": %llu, \"problems\": ", nprob ? "false" : "true", d.nfiles,
+                      (unsigned long long)rows);
+        kl_buf_json_str(&b, prob.data ? prob.data : "");
+        kl_buf_puts(&b, "}\n");
+        fputs(b.data, stdout);
+        kl_buf_free(&b);
+    } else if (nprob) {
+        fprintf(stderr, "%s", prob.data);
+        fprintf(stderr, "keel: error: %s: %d problem%s\n", a.pos[0], nprob, nprob == 1 ? "" : "s");
+    } else {
+        printf("ok: %zu files, %llu rows%s\n", d.nfiles, (unsigned long long)rows, d.manifest ? ", hashes match the manifest" : "");
+    }
+    kl_buf_free(&prob);
+    dset_free(&d);
+    return nprob ? APP_EXIT_FAIL : APP_EXIT_OK;
+}
+
+/* ==================================================================
+ * report
+ * ================================================================== */
+
+static const app_opt report_opts[] = {
+    {"out", 'o', 1, "report.html", "output file (required)", 0},
+    {"max-rows", 0, 1, "N", "rows to scan (default all)", 0},
+};
+static const app_cmd_spec report_spec = {
+    "data report", "keel data report PATH --out report.html [--max-rows N]",
+    "Write a self-contained HTML data-quality page: histograms, top values, null ratios, rejects.", NULL,
+    report_opts, KL_ARRAY_LEN(report_opts), 1, 1};
+
+static int cmp_top(const void *a, const void *b) {
+    const topv *x = a, *y = b;
+    return x->n != y->n ? (x->n < y->n ? 1 : -1) : strcmp(x->s, y->s);
+}
+
+static void svg_hist(kl_buf *b, const cstat *c) {
+    enum { BINS = 30, W = 420, H = 140 };
+    int64_t cnt[BINS] = {0}, mx = 0;
+    double lo = c->dmin, hi = c->dmax, w = (hi - lo) / BINS;
+    for (size_t i = 0; i < c->nvals; i++) {
+        int k = w > 0 ? (int)((c->vals[i] - lo) / w) : 0;
+        if (k >= BINS) k = BINS - 1;
+        if (k < 0) k = 0;
+        cnt[k]++;
+    }
+    for (int k = 0; k < BINS; k++) if (cnt[k] > mx) mx = cnt[k];
+    kl_buf_printf(b, "<svg width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" role=\"img\">", W, H + 20, W, H + 20);
+    for (int k = 0; k < BINS; k++) {
+        double bh = mx ? (double)cnt[k] / (double)mx * H : 0;
+        kl_buf_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#4c78a8\"><title>%lld</title></rect>",
+                      k * (double)W / BINS + 0.5, H - bh, (double)W / BINS - 1, bh, (long long)cnt[k]);
+    }
+    char l[64], r[64];
+    fmt_num(c->type, lo, l, sizeof l);
+    fmt_num(c->type, hi, r, sizeof r);
+    kl_buf_puts(b, "<text x=\"0\" y=\"155\" font-size=\"11\">");
+    kl_buf_html(b, l);
+    kl_buf_printf(b, "</text><text x=\"%d\" y=\"155\" font-size=\"11\" text-anchor=\"end\">", W);
+    kl_buf_html(b, r);
+    kl_buf_puts(b, "</text></svg>");
+}
+
+static int report(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&report_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    const char *outp = app_get(&a, "out");
+    if (!outp) return app_usage_error(&report_spec, "--out is required");
+    int64_t maxr;
+    if ((rc = app_get_int(&a, &report_spec, "max-rows", INT64_MAX, &maxr)) >= 0) return rc;
+    kl_err e = {0};
+    dset d;
+    if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
+    stats_ctx s = {0};
+    s.keep_values = 1;
+    if (scan(&d, (size_t)maxr, stats_batch, &s, &e)) { stats_free(&s); dset_free(&d); return app_fail(&e); }
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "<!doctype html><html><head><meta charset=\"utf-8\"><title>keel data report</title><style>"
+                    "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
+                    "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}"
+                    ".col{display:inline-block;vertical-align:top;margin:0 2em 2em 0;padding:1em;border:1px solid #ddd;border-radius:6px}"
+                    ".bar{background:#f58518;height:10px;display:inline-block}.warn{color:#b00}</style></head><body>");
+    kl_buf_puts(&b, "<h1>Data report: ");
+    kl_buf_html(&b, a.pos[0]);
+    kl_buf_puts(&b, "</h1>");
+    if (d.manifest) {
+        cJSON *m = d.manifest, *rows = cJSON_GetObjectItem(m, "rows");
+        kl_buf_printf(&b, "<p>version <code>%s</code> &middot; %.0f rows accepted &middot; %.0f rejected</p>",
+                      cJSON_GetStringValue(cJSON_GetObjectItem(m, "version_id")),
+                      cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted")),
+                      cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected")));
+    }
+    kl_buf_puts(&b, "<h2>Null ratios</h2><table><tr><th>column</th><th>type</th><th>nulls</th><th>ratio</th><th></th></tr>");
+    for (size_t j = 0; j < s.nc; j++) {
+        cstat *c = &s.c[j];
+        double r = c->rows ? (double)c->nulls / (double)c->rows : 0;
+        kl_buf_puts(&b, "<tr><td>");
+        kl_buf_html(&b, c->name);
+        kl_buf_printf(&b, "</td><td>%s</td><td>%lld</td><td>%.2f%%</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span></td></tr>",
+                      kl_col_type_name(c->type), (long long)c->nulls, r * 100, r * 200);
+    }
+    kl_buf_puts(&b, "</table><h2>Columns</h2>");
+    for (size_t j = 0; j < s.nc; j++) {
+        cstat *c = &s.c[j];
+        kl_buf_puts(&b, "<div class=\"col\"><h3>");
+        kl_buf_html(&b, c->name);
+        kl_buf_printf(&b, " <small>%s</small></h3><p>%lld rows, %lld nulls, ~%.0f distinct</p>", kl_col_type_name(c->type),
+                      (long long)c->rows, (long long)c->nulls, c->has ? kl_hll_estimate(&c->hll) : 0.0);
+        if (is_numeric(c->type) && c->nvals) svg_hist(&b, c);
+        else if (c->ntop) {
+            qsort(c->top, c->ntop, sizeof *c->top, cmp_top);
+            int64_t mx = c->top[0].n, nonnull = c->rows - c->nulls;
+            kl_buf_puts(&b, "<table><tr><th>top values</th><th>count</th><th></th></tr>");
+            for (size_t k = 0; k < c->ntop && k < 10; k++) {
+                kl_buf_puts(&b, "<tr><td>");
+                kl_buf_html(&b, c->top[k].s);
+                kl_buf_printf(&b, "</td><td>%lld (%.1f%%)</td><td><svg width=\"160\" height=\"12\"><rect width=\"%.1f\" height=\"12\" fill=\"#4c78a8\"/></svg></td></tr>",
+                              (long long)c->top[k].n, nonnull ? 100.0 * (double)c->top[k].n / (double)nonnull : 0,
+                              160.0 * (double)c->top[k].n / (double)mx);
+            }
+            kl_buf_puts(&b, "</table>");
+        }
+        kl_buf_puts(&b, "</div>");
+    }
+    kl_buf_puts(&b, "<h2>Rejects</h2>");
+    cJSON *rej = d.manifest ? cJSON_GetObjectItem(d.manifest, "rejects") : NULL;
+    if (!rej || !cJSON_GetArraySize(rej)) kl_buf_puts(&b, "<p>No rejected rows.</p>");
+    else {
+        kl_buf_puts(&b, "<table><tr><th>kind</th><th>rows</th></tr>");
+        cJSON *k;
+        cJSON_ArrayForEach(k, rej) kl_buf_printf(&b, "<tr><td class=\"warn\">%s</td><td>%.0f</td></tr>", k->string, k->valuedouble);
+        kl_buf_puts(&b, "</table>");
+        char p[4300];
+        snprintf(p, sizeof p, "%s", d.manifest_path);
+        *strrchr(p, '/') = 0;
+        strcat(p, "/rejects.jsonl");
+        char *txt = NULL;
+        size_t tl;
+        if (kl_read_file(p, &txt, &tl, NULL) == KL_OK) {
+            kl_buf_puts(&b, "<h3>First rejected rows</h3><table><tr><th>where</th><th>error</th><th>raw</th></tr>");
+            char *line = txt;
+            for (int n = 0; n < 20 && line && *line; n++) {
+                char *nl = strchr(line, '\n');
+                if (nl) *nl = 0;
+                cJSON *o = cJSON_Parse(line);
+                if (o) {
+                    char where[512];
+                    snprintf(where, sizeof where, "%s:%.0f", cJSON_GetStringValue(cJSON_GetObjectItem(o, "source")),
+                             cJSON_GetNumberValue(cJSON_GetObjectItem(o, "line")));
+                    kl_buf_puts(&b, "<tr><td>");
+                    kl_buf_html(&b, where);
+                    kl_buf_puts(&b, "</td><td>");
+                    kl_buf_html(&b, cJSON_GetStringValue(cJSON_GetObjectItem(o, "error")));
+                    kl_buf_puts(&b, "</td><td><code>");
+                    kl_buf_html(&b, cJSON_GetStringValue(cJSON_GetObjectItem(o, "raw")));
+                    kl_buf_puts(&b, "</code></td></tr>");
+                    cJSON_Delete(o);
+                }
+                line = nl ? nl + 1 : NULL;
+            }
+            kl_buf_puts(&b, "</table>");
+            free(txt);
+        }
+    }
+    kl_buf_puts(&b, "</body></html>\n");
+    stats_free(&s);
+    dset_free(&d);
+    if (b.failed) { kl_buf_free(&b); kl_err_set(&e, KL_ENOMEM, "out of memory"); return app_fail(&e); }
+    rc = kl_write_file_atomic(outp, b.data, b.len, &e);
+    kl_buf_free(&b);
+    if (rc) return app_fail(&e);
+    printf("wrote %s\n", outp);
+    return APP_EXIT_OK;
+}
+
+/* ==================================================================
+ * gen-clicks
+ * ================================================================== */
+
+static const app_opt gen_opts[] = {
+    {"rows", 'n', 1, "N", "rows (default 50000)", 0},
+    {"seed", 0, 1, "S", "seed (default 42)", 0},
+};
+static const app_cmd_spec gen_spec = {"data gen-clicks", "keel data gen-clicks OUT.csv [--rows N] [--seed S]",
+                                      "Write the deterministic synthetic click log (tests, benchmarks).", NULL, gen_opts,
+                                      KL_ARRAY_LEN(gen_opts), 1, 1};
+
+static int gen_clicks(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&gen_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    int64_t rows, seed;
+    if ((rc = app_get_int(&a, &gen_spec, "rows", 50000, &rows)) >= 0) return rc;
+    if ((rc = app_get_int(&a, &gen_spec, "seed", 42, &seed)) >= 0) return rc;
+    kl_err e = {0};
+    if (kl_clickgen_write_csv(a.pos[0], (uint64_t)rows, (uint64_t)seed, &e)) return app_fail(&e);
+    return APP_EXIT_OK;
+}
+
+int cmd_data(int argc, char **argv) {
+    static const app_command sub[] = {
+        {"head", "print the first rows", head},
+        {"show", "describe a dataset version or Parquet file", show},
+        {"stats", "per-column statistics by a full scan", stats},
+        {"validate", "check hashes, row counts and readability against the manifest", validate},
+        {"report", "self-contained HTML data-quality report", report},
+        {"gen-clicks", "write the deterministic synthetic click log", gen_clicks},
+    };
+    return app_dispatch("data", sub, KL_ARRAY_LEN(sub), argc, argv);
+}

@@ -1,0 +1,230 @@
+/* keel data: validated ingestion. CSV/TSV/JSONL dialects and the record
+ * parser, the schema (types, constraints, null rules) loaded from YAML,
+ * value parsing against a column type, dialect/type sniffing, resumable
+ * downloads, and `kl_ingest`: sources -> validated columns -> partitioned
+ * Parquet + manifest.json, published atomically as a content-addressed
+ * dataset version. Parquet itself and kl_column live in parquet.h/column.h. */
+#ifndef KEEL_DATA_H
+#define KEEL_DATA_H
+
+#include <keel/core.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==================================================================
+ * Dialect and the CSV record parser
+ * ================================================================== */
+
+typedef enum { KL_FMT_CSV, KL_FMT_JSONL } kl_src_format;
+
+#define KL_MAX_NULL_TOKENS 8
+typedef struct kl_dialect {
+    kl_src_format format;
+    char delim;            /* ',' '\t' ';' '|' */
+    char quote;            /* '"' or 0 for none; escapes are doubled quotes (RFC 4180) */
+    int header;            /* first record holds the column names */
+    int bom;               /* (sniffed) the file starts with a UTF-8 BOM; always skipped */
+    int crlf;              /* (sniffed) lines end in CRLF; CR before LF is always accepted */
+    int n_null;            /* unquoted fields equal to one of these are null */
+    char null_tokens[KL_MAX_NULL_TOKENS][16];
+    size_t max_record;     /* bytes per record; default 10 MiB */
+} kl_dialect;
+
+/* Defaults: CSV, ',', '"', header, null token "", 10 MiB records. */
+void kl_dialect_default(kl_dialect *d);
+
+/* One parsed record. Field i is f[i] (not NUL-terminated) of len[i] bytes;
+ * quoted[i] says it was quoted. Pointers refer to the input buffer or to the
+ * record's scratch (unescaped quoted fields) and are valid until the next
+ * kl_csv_next on this record. */
+typedef struct kl_csv_rec {
+    size_t n, cap;
+    const char **f;
+    uint32_t *len;
+    uint8_t *quoted;
+    size_t *off;           /* internal: scratch offsets (SIZE_MAX = in buffer) */
+    char *scratch;
+    size_t slen, scap;
+    int64_t lines;         /* physical lines this record spans */
+} kl_csv_rec;
+
+void kl_csv_rec_init(kl_csv_rec *r);
+void kl_csv_rec_free(kl_csv_rec *r);
+
+/* Outcome of kl_csv_next besides KL_OK. */
+enum { KL_CSV_END = 1 };
+
+/* Parses the record starting at buf[*pos]; on KL_OK advances *pos past its
+ * line ending. Returns KL_CSV_END at the end of the buffer, KL_EPARSE for an
+ * unterminated quote or a quote inside an unquoted field (with a message),
+ * KL_ERANGE when the record exceeds max_record bytes; on errors *pos is set to
+ * the start of the next line so parsing can go on. */
+int kl_csv_next(const kl_dialect *d, const char *buf, size_t len, size_t *pos, kl_csv_rec *r, kl_err *e);
+
+/* Sniffs the dialect from the first bytes of a file. */
+int kl_dialect_sniff(const char *buf, size_t len, kl_dialect *d, kl_err *e);
+
+/* ==================================================================
+ * Schema
+ * ================================================================== */
+
+typedef enum {
+    KL_T_INT32, KL_T_INT64, KL_T_FLOAT32, KL_T_FLOAT64, KL_T_BOOL, KL_T_STRING,
+    KL_T_CATEGORY, KL_T_DATE, KL_T_TIMESTAMP, KL_T_COUNT
+} kl_type;
+
+const char *kl_type_name(kl_type t);
+int kl_type_parse(const char *name, kl_type *out);
+
+typedef struct kl_field {
+    char *name;
+    kl_type type;
+    int nullable;              /* default 1 */
+    int has_min, has_max;
+    double min, max;           /* numeric; for date/timestamp in days / µs */
+    int64_t imin, imax;        /* integer/date/timestamp bounds (exact) */
+    int64_t max_length;        /* strings: characters (UTF-8 code points); 0 = none */
+    char **allowed;            /* allowed values (string) / fixed vocabulary (category) */
+    size_t n_allowed;
+    int unique;
+    double max_null_ratio;     /* 1.0 = no limit */
+    int tz_offset_min;         /* timestamp: offset applied to naive values (UTC = 0) */
+    char *timezone;            /* as written ("UTC", "+02:00") */
+    int line, col;             /* position in the schema file */
+} kl_field;
+
+typedef struct kl_schema {
+    char *name;                /* dataset name (optional) */
+    kl_dialect dialect;
+    int dialect_given;         /* the schema had a dialect section */
+    char *sha256;              /* expected source sha256 (optional) */
+    kl_field *fields;
+    size_t n_fields;
+    char *text;                /* canonical JSON of the schema (for the manifest and hashing) */
+} kl_schema;
+
+int kl_schema_load_file(const char *path, kl_schema **out, kl_err *e);
+int kl_schema_load_str(const char *text, size_t len, const char *name, kl_schema **out, kl_err *e);
+void kl_schema_free(kl_schema *s);
+/* Index of a field by name, -1 when absent. */
+int kl_schema_find(const kl_schema *s, const char *name);
+/* Sniffs dialect and column types from the first max_rows records of
+ * buf (0 = 20000); name labels errors and names the schema. */
+int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, kl_schema **out, kl_err *e);
+/* Writes the schema as YAML (for `keel schema infer`). */
+int kl_schema_to_yaml(const kl_schema *s, kl_buf *out);
+
+/* ==================================================================
+ * Value parsing (strict; used by the ingest and by tests)
+ * ================================================================== */
+
+/* Error kinds of rejected values / rows. */
+typedef enum {
+    KL_REJ_TYPE, KL_REJ_NULL, KL_REJ_RANGE, KL_REJ_ALLOWED, KL_REJ_LENGTH, KL_REJ_UNIQUE,
+    KL_REJ_UTF8, KL_REJ_RAGGED, KL_REJ_QUOTE, KL_REJ_RECORD_SIZE, KL_REJ_JSON, KL_REJ_COUNT
+} kl_reject_kind;
+const char *kl_reject_kind_name(kl_reject_kind k);
+
+/* A parsed value: i (int types, bool, date, timestamp), d (floats), or
+ * s/n (string, category). */
+typedef struct { int64_t i; double d; const char *s; size_t n; } kl_value;
+
+/* Parses text s[0..n) as field f's type and checks its constraints (not
+ * uniqueness, not nullness). Returns KL_OK or the kind of failure + 1 as a
+ * positive number (kind = rc - 1), with a message in msg (may be NULL). */
+int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char *msg, size_t msgn);
+
+/* Individual parsers: KL_OK, KL_EINVAL (malformed) or KL_ERANGE (overflow). */
+int kl_parse_i64n(const char *s, size_t n, int64_t *out);
+int kl_parse_f64n(const char *s, size_t n, double *out);
+int kl_parse_booln(const char *s, size_t n, int *out);
+int kl_parse_date(const char *s, size_t n, int32_t *days);
+/* ISO 8601 "YYYY-MM-DD[( |T)HH:MM[:SS[.ffffff]]][Z|±HH[:MM]]"; naive times use
+ * tz_offset_min. Result in µs since the epoch, UTC. */
+int kl_parse_timestamp(const char *s, size_t n, int tz_offset_min, int64_t *us);
+/* Parses "UTC", "Z", "+02:00", "-0530", "UTC+1" into minutes east of UTC. */
+int kl_parse_tz(const char *s, int *minutes);
+int64_t kl_days_from_civil(int64_t y, unsigned m, unsigned d);
+void kl_civil_from_days(int64_t z, int *y, int *m, int *d);
+/* 1 when s[0..n) is valid UTF-8; *chars gets the code point count (may be NULL). */
+int kl_utf8_valid(const char *s, size_t n, size_t *chars);
+
+/* ==================================================================
+ * HyperLogLog (approximate distinct counts in the manifest)
+ * ================================================================== */
+
+#define KL_HLL_P 12
+typedef struct { uint8_t reg[1 << KL_HLL_P]; } kl_hll;
+void kl_hll_add_hash(kl_hll *h, uint64_t hash);
+void kl_hll_merge(kl_hll *dst, const kl_hll *src);
+double kl_hll_estimate(const kl_hll *h);
+uint64_t kl_hash64(const void *data, size_t n);
+
+/* ==================================================================
+ * Downloads: libcurl with HTTP Range resume
+ * ================================================================== */
+
+typedef struct {
+    const char *expected_sha256; /* hex or NULL */
+    int retries;                 /* attempts after a dropped transfer (default 5) */
+    long connect_timeout_s;      /* default 30 */
+    long low_speed_time_s;       /* abort when < 1 B/s for this long (default 60) */
+} kl_fetch_opts;
+
+/* Downloads url into dest: the transfer goes to dest.part (resumed with Range
+ * when it exists; If-Range with the ETag remembered in dest.part.etag), then is
+ * checked (Content-MD5 when the server sent one, expected sha256) and renamed
+ * into place. sha256_hex (65 bytes, may be NULL) gets the file's digest. */
+int kl_fetch_url(const char *url, const char *dest, const kl_fetch_opts *o, char *sha256_hex, kl_err *e);
+
+/* ==================================================================
+ * Ingest
+ * ================================================================== */
+
+typedef struct kl_ingest_opts {
+    const char *const *sources; /* files, folders, globs, URLs */
+    size_t n_sources;
+    const char *schema_path;
+    const char *out_dir;        /* dataset folder */
+    double max_reject_ratio;    /* default 0 */
+    const char *sha256;         /* expected sha256 of the (single) source, or NULL */
+    const char *partition_by;   /* column name or NULL */
+    const char *codec;          /* zstd (default), snappy, gzip, none */
+    int zstd_level;             /* 0 = default */
+    size_t chunk_bytes;         /* parse chunk size (default 4 MiB); fixed => deterministic */
+    size_t row_group_rows;      /* default 131072 */
+    const char *rejects_path;   /* where to write rejects of a failed ingest (optional) */
+    int progress;               /* show progress */
+    const char *keel_version;   /* recorded in the manifest (not part of the version id) */
+} kl_ingest_opts;
+
+typedef struct kl_ingest_result {
+    char version_id[65];
+    int reused;                 /* 1: the same ingest was already published (no-op) */
+    int published;              /* 1: a version is current after this call */
+    int64_t rows_read, rows_accepted, rows_rejected;
+    int64_t files_written, bytes_written;
+    int64_t partitions_reused;
+    double seconds;
+    char version_dir[1024];
+    /* the first errors, grouped by kind: "kind: count" lines and examples */
+    char summary[4096];
+} kl_ingest_result;
+
+void kl_ingest_opts_default(kl_ingest_opts *o);
+/* Returns KL_OK when a version was published (or already existed);
+ * KL_EPARSE/KL_EINVAL... when the data failed validation (summary filled). */
+int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e);
+
+/* Resolves PATH (a dataset folder, a version folder or a .parquet file) to
+ * the list of Parquet files (sorted) and the manifest path (or NULL). The
+ * caller frees each string and the arrays with free(). */
+int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **manifest, kl_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

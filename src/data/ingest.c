@@ -1,0 +1,1778 @@
+/* keel ingest: sources (files, folders, globs, URLs; plain, .gz, .zst) ->
+ * storage check (sha256 of every source) -> parallel CSV/JSONL parsing over
+ * fixed-size chunks split at safe record boundaries -> semantic validation
+ * (types, constraints, nulls, uniqueness, null ratios) with a rejects file ->
+ * Parquet files (optionally hive-partitioned) written into a staging folder
+ * keyed by the ingest's inputs -> manifest.json with a content-derived
+ * version id -> atomic publish by rename, `current` pointer file.
+ *
+ * Determinism: chunks have a fixed byte size independent of the thread count
+ * and results are combined in chunk order, so the same inputs give the same
+ * bytes. A killed ingest leaves its staging folder; the re-run reuses every
+ * finished Parquet file there (they appear only by rename once complete). */
+#include "data_int.h"
+
+#include <keel/column.h>
+#include <keel/parquet.h>
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#define MAX_RAW 4096 /* bytes of a rejected line kept in the rejects file */
+
+/* ==================================================================
+ * Sources
+ * ================================================================== */
+
+typedef struct {
+    char *path;           /* local file */
+    char *name;           /* as recorded (basename, or the URL) */
+    char *url;            /* NULL unless downloaded */
+    char sha[65];
+    int64_t bytes;        /* stored size */
+    char *buf;            /* contents (decompressed) */
+    size_t len;
+    int mapped;           /* buf is an mmap */
+    kl_dialect d;
+} source;
+
+static int has_suffix(const char *s, const char *suf) {
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcasecmp(s + a - b, suf);
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static int is_data_file(const char *name) {
+    static const char *const ext[] = {".csv", ".tsv", ".txt", ".jsonl", ".ndjson", ".json"};
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", name);
+    size_t n = strlen(tmp);
+    if (has_suffix(tmp, ".gz")) tmp[n - 3] = 0;
+    else if (has_suffix(tmp, ".zst")) tmp[n - 4] = 0;
+    for (size_t i = 0; i < KL_ARRAY_LEN(ext); i++)
+        if (has_suffix(tmp, ext[i])) return 1;
+    return 0;
+}
+
+static int cmpstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+typedef struct { source *v; size_t n, cap; } source_list;
+
+static int add_source(source_list *l, const char *path, const char *url, kl_err *e) {
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 8;
+        source *v = realloc(l->v, nc * sizeof *v);
+        if (!v) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        l->v = v;
+        l->cap = nc;
+    }
+    source *s = &l->v[l->n];
+    memset(s, 0, sizeof *s);
+    s->path = strdup(path);
+    s->name = strdup(url ? url : base_name(path));
+    s->url = url ? strdup(url) : NULL;
+    if (!s->path || !s->name) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    l->n++;
+    return KL_OK;
+}
+
+static void source_unload(source *s) {
+    if (!s->buf) return;
+    if (s->mapped) munmap(s->buf, s->len);
+    else kl_mem_free(s->buf);
+    s->buf = NULL;
+}
+
+static void sources_free(source_list *l) {
+    for (size_t i = 0; i < l->n; i++) {
+        source_unload(&l->v[i]);
+        free(l->v[i].path);
+        free(l->v[i].name);
+        free(l->v[i].url);
+    }
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
+static int expand_dir(source_list *l, const char *dir, kl_err *e) {
+    DIR *d = opendir(dir);
+    if (!d) return kl_err_set(e, -errno, "%s: %s", dir, strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    int rc = KL_OK;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.' || !is_data_file(de->d_name)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nn = realloc(names, cap * sizeof *nn);
+            if (!nn) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+            names = nn;
+        }
+        if (!(names[n] = malloc(strlen(dir) + strlen(de->d_name) + 2))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+        sprintf(names[n], "%s/%s", dir, de->d_name);
+        n++;
+    }
+    closedir(d);
+    if (!rc) qsort(names, n, sizeof *names, cmpstr);
+    if (!rc && n == 0) rc = kl_err_set(e, KL_ENOTFOUND, "%s: no .csv/.tsv/.jsonl files in the folder", dir);
+    for (size_t i = 0; i < n; i++) {
+        if (!rc) rc = add_source(l, names[i], NULL, e);
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+/* Downloads a URL into out_dir/.downloads/<sha256(url)>/<basename>. */
+static int fetch_source(source_list *l, const char *url, const kl_ingest_opts *o, const char *expect, kl_err *e) {
+    char key[65], dir[4096], path[4200];
+    kl_sha256_buf_hex(url, strlen(url), key);
+    snprintf(dir, sizeof dir, "%s/.downloads/%.16s", o->out_dir, key);
+    int rc = kl_mkdir_p(dir, e);
+    if (rc) return rc;
+    const char *b = base_name(url);
+    char fname[256];
+    snprintf(fname, sizeof fname, "%.*s", (int)strcspn(b, "?#"), b);
+    if (!*fname) snprintf(fname, sizeof fname, "download");
+    snprintf(path, sizeof path, "%s/%s", dir, fname);
+    if (!kl_path_exists(path)) {
+        kl_fetch_opts fo = {0};
+        fo.expected_sha256 = expect;
+        if ((rc = kl_fetch_url(url, path, &fo, NULL, e))) return rc;
+    }
+    return add_source(l, path, url, e);
+}
+
+static int expand_sources(const kl_ingest_opts *o, const char *expect, source_list *l, kl_err *e) {
+    int rc = KL_OK;
+    for (size_t i = 0; i < o->n_sources && !rc; i++) {
+        const char *s = o->sources[i];
+        struct stat st;
+        if (!strncmp(s, "http://", 7) || !strncmp(s, "https://", 8)) {
+            rc = fetch_source(l, s, o, o->n_sources == 1 ? expect : NULL, e);
+        } else if (stat(s, &st) == 0) {
+            rc = S_ISDIR(st.st_mode) ? expand_dir(l, s, e) : add_source(l, s, NULL, e);
+        } else if (strpbrk(s, "*?[")) {
+            glob_t g;
+            int gr = glob(s, 0, NULL, &g);
+            if (gr == GLOB_NOMATCH) return kl_err_set(e, KL_ENOTFOUND, "%s: no files match", s);
+            if (gr) return kl_err_set(e, KL_EINVAL, "%s: bad pattern", s);
+            for (size_t k = 0; k < g.gl_pathc && !rc; k++)
+                if (stat(g.gl_pathv[k], &st) == 0 && S_ISREG(st.st_mode)) rc = add_source(l, g.gl_pathv[k], NULL, e);
+            globfree(&g);
+        } else {
+            rc = kl_err_set(e, KL_ENOTFOUND, "%s: %s", s, strerror(errno));
+        }
+    }
+    if (!rc && l->n == 0) rc = kl_err_set(e, KL_ENOTFOUND, "no source files");
+    return rc;
+}
+
+/* Grows a decompression buffer. */
+static int grow_buf(char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return KL_OK;
+    size_t nc = *cap ? *cap : (1u << 20);
+    while (nc < need) nc *= 2;
+    char *p = kl_mem_realloc(*buf, nc, KL_TAG_DATASET);
+    if (!p) return KL_ENOMEM;
+    *buf = p;
+    *cap = nc;
+    return KL_OK;
+}
+
+static int load_gz(source *s, kl_err *e) {
+    gzFile g = gzopen(s->path, "rb");
+    if (!g) return kl_err_set(e, -errno, "%s: %s", s->name, strerror(errno));
+    gzbuffer(g, 1 << 17);
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    int rc = KL_OK;
+    for (;;) {
+        if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); break; }
+        int n = gzread(g, buf + len, (unsigned)(cap - len));
+        if (n < 0) {
+            int ge;
+            const char *m = gzerror(g, &ge);
+            rc = kl_err_set(e, KL_EPARSE, "%s: corrupt gzip data after %zu bytes: %s", s->name, len, m);
+            break;
+        }
+        if (n == 0) {
+            int ge;
+            const char *m = gzerror(g, &ge);
+            if (ge != Z_OK && ge != Z_STREAM_END) rc = kl_err_set(e, KL_EPARSE, "%s: gzip: %s", s->name, m);
+            break;
+        }
+        len += (size_t)n;
+    }
+    /* zlib reports a truncated member as a plain EOF; detect it via gzclose */
+    int cr = gzclose(g);
+    if (!rc && cr == Z_BUF_ERROR)
+        rc = kl_err_set(e, KL_EPARSE, "%s: truncated gzip file (ends inside a compressed member)", s->name);
+    if (rc) { kl_mem_free(buf); return rc; }
+    s->buf = buf;
+    s->len = len;
+    return KL_OK;
+}
+
+static int load_zst(source *s, kl_err *e) {
+    char *raw = NULL;
+    size_t rawlen = 0;
+    int rc = kl_read_file(s->path, &raw, &rawlen, e);
+    if (rc) return rc;
+    ZSTD_DCtx *dc = ZSTD_createDCtx();
+    char *buf = NULL;
+    size_t cap = 0, len = 0;
+    ZSTD_inBuffer in = {raw, rawlen, 0};
+    size_t last = 0;
+    while (in.pos < in.size) {
+        if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); goto done; }
+        ZSTD_outBuffer out = {buf + len, cap - len, 0};
+        last = ZSTD_decompressStream(dc, &out, &in);
+        if (ZSTD_isError(last)) { rc = kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(last)); goto done; }
+        len += out.pos;
+        if (out.pos == 0 && in.pos == in.size) break;
+    }
+    /* flush what remains buffered */
+    for (;;) {
+        if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); goto done; }
+        ZSTD_outBuffer out = {buf + len, cap - len, 0};
+        last = ZSTD_decompressStream(dc, &out, &in);
+        if (ZSTD_isError(last)) { rc = kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(last)); goto done; }
+        len += out.pos;
+        if (out.pos < out.size) break;
+    }
+    if (last != 0) rc = kl_err_set(e, KL_EPARSE, "%s: truncated zstd file", s->name);
+done:
+    ZSTD_freeDCtx(dc);
+    free(raw);
+    if (rc) { kl_mem_free(buf); return rc; }
+    s->buf = buf;
+    s->len = len;
+    return KL_OK;
+}
+
+/* Loads the contents and computes the sha256 of the stored file. */
+static int load_source(source *s, kl_err *e) {
+    struct stat st;
+    if (stat(s->path, &st)) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
+    s->bytes = st.st_size;
+    if (has_suffix(s->path, ".gz") || has_suffix(s->path, ".zst")) {
+        int rc = kl_sha256_file_hex(s->path, s->sha, e);
+        if (rc) return rc;
+        return has_suffix(s->path, ".gz") ? load_gz(s, e) : load_zst(s, e);
+    }
+    if (st.st_size == 0) {
+        kl_sha256_buf_hex("", 0, s->sha);
+        s->buf = kl_mem_alloc(1, KL_TAG_DATASET);
+        s->len = 0;
+        return s->buf ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
+    int fd = open(s->path, O_RDONLY);
+    if (fd < 0) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return kl_err_set(e, -errno, "%s: mmap: %s", s->path, strerror(errno));
+    madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
+    s->buf = p;
+    s->len = (size_t)st.st_size;
+    s->mapped = 1;
+    kl_sha256_buf_hex(p, s->len, s->sha);
+    return KL_OK;
+}
+
+/* ==================================================================
+ * Chunks: parsing and validation
+ * ================================================================== */
+
+typedef struct {
+    int64_t line;        /* 1-based line in the source */
+    int64_t offset;      /* byte offset of the record (decompressed) */
+    int src, col;        /* col -1 = the whole row */
+    kl_reject_kind kind;
+    char *msg;           /* "column item_price: 'N/A' is not a float64" */
+    char *raw;
+} reject;
+
+typedef struct {
+    int64_t nulls, count;
+    int has;             /* min/max valid */
+    int64_t imin, imax;
+    double dmin, dmax;
+    char *smin, *smax;   /* malloc'ed */
+    kl_hll hll;
+    char **vocab;        /* category: distinct values (up to VOCAB_MAX) */
+    size_t nvocab, capvocab;
+    int vocab_overflow;
+} colstat;
+
+#define VOCAB_MAX 1000
+
+typedef struct {
+    int src;
+    size_t begin, end;
+    int64_t line0;        /* first line number of the chunk (absolute, after the fix-up) */
+    int64_t lines;        /* physical lines in the chunk */
+    kl_column **cols;
+    size_t rows;
+    int64_t *row_line;    /* per accepted row (relative line) and offset: only when unique checks need them */
+    int64_t *row_off;
+    size_t rl_cap;
+    reject *rej;
+    size_t nrej, caprej;
+    int64_t records;      /* data records seen (accepted + rejected) */
+    colstat *st;
+    int rc;
+    kl_err err;
+} chunk;
+
+typedef struct ictx {
+    const kl_ingest_opts *o;
+    kl_schema *schema;
+    source_list src;
+    int **colmap;         /* per source: schema field -> field index in the file */
+    int *nfile_cols;      /* per source: fields per record */
+    int64_t *hdr_lines;   /* per source: lines taken by the header */
+    chunk *ch;
+    size_t nch;
+    int need_row_pos;
+    atomic_size_t next;
+} ictx;
+
+static kl_col_type col_type(kl_type t) {
+    switch (t) {
+    case KL_T_INT32: return KL_COL_INT32;
+    case KL_T_INT64: return KL_COL_INT64;
+    case KL_T_FLOAT32: return KL_COL_FLOAT32;
+    case KL_T_FLOAT64: return KL_COL_FLOAT64;
+    case KL_T_BOOL: return KL_COL_BOOL;
+    case KL_T_DATE: return KL_COL_DATE;
+    case KL_T_TIMESTAMP: return KL_COL_TIMESTAMP;
+    default: return KL_COL_STRING;
+    }
+}
+
+static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_reject_kind kind, const char *msg,
+                      const char *raw, size_t rawn) {
+    if (c->nrej == c->caprej) {
+        size_t nc = c->caprej ? c->caprej * 2 : 64;
+        reject *r = realloc(c->rej, nc * sizeof *r);
+        if (!r) return KL_ENOMEM;
+        c->rej = r;
+        c->caprej = nc;
+    }
+    reject *r = &c->rej[c->nrej];
+    while (rawn && (raw[rawn - 1] == '\n' || raw[rawn - 1] == '\r')) rawn--;
+    if (rawn > MAX_RAW) rawn = MAX_RAW;
+    r->line = rel_line;
+    r->offset = off;
+    r->src = c->src;
+    r->col = col;
+    r->kind = kind;
+    r->msg = strdup(msg);
+    r->raw = malloc(rawn + 1);
+    if (!r->msg || !r->raw) { free(r->msg); free(r->raw); return KL_ENOMEM; }
+    memcpy(r->raw, raw, rawn);
+    r->raw[rawn] = 0;
+    c->nrej++;
+    return KL_OK;
+}
+
+static int is_null_token(const kl_dialect *d, const char *s, size_t n) {
+    if (n >= sizeof d->null_tokens[0]) return 0;
+    for (int k = 0; k < d->n_null; k++) {
+        const char *t = d->null_tokens[k];
+        if (t[n] == 0 && !memcmp(t, s, n) && !memchr(t, 0, n)) return 1;
+    }
+    return 0;
+}
+
+/* Appends without the generic push path (the hot loop of ingestion). */
+static inline int ensure_room(kl_column *c, size_t extra_data) {
+    if (c->len == c->cap || (c->type == KL_COL_STRING && c->data_len + extra_data > c->data_cap))
+        return kl_column_reserve(c, c->len + 1, c->data_len + extra_data);
+    return KL_OK;
+}
+
+static inline int mark_valid(kl_column *c, int present) {
+    if (!c->valid) {
+        if (present) return KL_OK;
+        c->valid = kl_mem_alloc(c->cap ? c->cap : 1, KL_TAG_DATASET);
+        if (!c->valid) return KL_ENOMEM;
+        memset(c->valid, 1, c->len);
+    }
+    c->valid[c->len] = (uint8_t)present;
+    return KL_OK;
+}
+
+static int fast_push(kl_column *c, int isnull, const kl_value *v) {
+    size_t n = isnull || c->type != KL_COL_STRING ? 0 : v->n;
+    if (ensure_room(c, n) || mark_valid(c, !isnull)) return KL_ENOMEM;
+    switch (c->type) {
+    case KL_COL_BOOL: ((uint8_t *)c->values)[c->len] = isnull ? 0 : (uint8_t)(v->i != 0); break;
+    case KL_COL_INT32: case KL_COL_DATE: ((int32_t *)c->values)[c->len] = isnull ? 0 : (int32_t)v->i; break;
+    case KL_COL_INT64: case KL_COL_TIMESTAMP: ((int64_t *)c->values)[c->len] = isnull ? 0 : v->i; break;
+    case KL_COL_FLOAT32: ((float *)c->values)[c->len] = isnull ? 0.0f : (float)v->d; break;
+    case KL_COL_FLOAT64: ((double *)c->values)[c->len] = isnull ? 0.0 : v->d; break;
+    default:
+        if (n) memcpy(c->data + c->data_len, v->s, n);
+        c->data_len += n;
+        c->offsets[c->len + 1] = (int64_t)c->data_len;
+        break;
+    }
+    c->len++;
+    return KL_OK;
+}
+
+/* Parses and pushes one row of texts (NULL text = missing/null). Returns
+ * KL_OK, a positive reject (kind+1, with col and msg), or a negative error. */
+static int push_row(ictx *x, chunk *c, const char *const *txt, const uint32_t *len, const uint8_t *quoted,
+                    int *bad_col, char *msg, size_t msgn) {
+    const kl_schema *s = x->schema;
+    kl_value vals[256];
+    kl_value *v = s->n_fields <= 256 ? vals : malloc(s->n_fields * sizeof *v);
+    uint8_t isnull[256];
+    uint8_t *nul = s->n_fields <= 256 ? isnull : malloc(s->n_fields);
+    int rc = KL_OK;
+    if (!v || !nul) { rc = KL_ENOMEM; goto done; }
+    const kl_dialect *d = &x->src.v[c->src].d;
+    for (size_t j = 0; j < s->n_fields; j++) {
+        const kl_field *f = &s->fields[j];
+        nul[j] = !txt[j] || (!(quoted && quoted[j]) && is_null_token(d, txt[j], len[j]));
+        if (nul[j]) {
+            if (!f->nullable) {
+                *bad_col = (int)j;
+                snprintf(msg, msgn, "column %s: null in a non-nullable column", f->name);
+                rc = KL_REJ_NULL + 1;
+                goto done;
+            }
+            continue;
+        }
+        char m[256];
+        int r = kl_value_parse(f, txt[j], len[j], &v[j], m, sizeof m);
+        if (r) {
+            *bad_col = (int)j;
+            snprintf(msg, msgn, "column %s: %s", f->name, m);
+            rc = r;
+            goto done;
+        }
+    }
+    for (size_t j = 0; j < s->n_fields; j++)
+        if (fast_push(c->cols[j], nul[j], &v[j])) { rc = KL_ENOMEM; goto done; }
+    c->rows++;
+done:
+    if (v != vals) free(v);
+    if (nul != isnull) free(nul);
+    return rc;
+}
+
+static int note_row_pos(ictx *x, chunk *c, int64_t line, int64_t off) {
+    if (!x->need_row_pos) return KL_OK;
+    if (c->rows > c->rl_cap) {
+        size_t nc = c->rl_cap ? c->rl_cap * 2 : 4096;
+        while (nc < c->rows) nc *= 2;
+        int64_t *a = realloc(c->row_line, nc * sizeof *a), *b;
+        if (!a) return KL_ENOMEM;
+        c->row_line = a;
+        if (!(b = realloc(c->row_off, nc * sizeof *b))) return KL_ENOMEM;
+        c->row_off = b;
+        c->rl_cap = nc;
+    }
+    c->row_line[c->rows - 1] = line;
+    c->row_off[c->rows - 1] = off;
+    return KL_OK;
+}
+
+static int count_nl(const char *p, size_t n) {
+    int k = 0;
+    const char *end = p + n;
+    while ((p = memchr(p, '\n', (size_t)(end - p)))) { k++; p++; }
+    return k;
+}
+
+static int parse_csv_chunk(ictx *x, chunk *c) {
+    const source *s = &x->src.v[c->src];
+    const kl_dialect *d = &s->d;
+    const int *map = x->colmap[c->src];
+    const size_t nf = x->schema->n_fields, nfile = (size_t)x->nfile_cols[c->src];
+    kl_csv_rec r;
+    kl_csv_rec_init(&r);
+    const char **txt = calloc(nf, sizeof *txt);
+    uint32_t *len = calloc(nf, sizeof *len);
+    uint8_t *q = calloc(nf, 1);
+    int rc = KL_OK;
+    if (!txt || !len || !q) { rc = KL_ENOMEM; goto done; }
+    size_t pos = c->begin;
+    int64_t line = 0; /* relative line of the current record */
+    char msg[512];
+    while (pos < c->end) {
+        size_t start = pos;
+        kl_err pe = {0};
+        int prc = kl_csv_next(d, s->buf, c->end, &pos, &r, &pe);
+        if (prc == KL_CSV_END) break;
+        if (prc == KL_ENOMEM) { rc = prc; goto done; }
+        if (prc) {
+            int64_t nl = count_nl(s->buf + start, pos - start);
+            snprintf(msg, sizeof msg, "%s", pe.msg);
+            c->records++;
+            if ((rc = add_reject(c, line, (int64_t)start, -1, prc == KL_ERANGE ? KL_REJ_RECORD_SIZE : KL_REJ_QUOTE, msg,
+                                 s->buf + start, pos - start)))
+                goto done;
+            line += nl ? nl : 1;
+            continue;
+        }
+        int64_t rl = line;
+        line += r.lines;
+        if (r.n == 1 && r.len[0] == 0 && !r.quoted[0]) continue; /* blank line */
+        c->records++;
+        if (r.n != nfile) {
+            snprintf(msg, sizeof msg, "%zu fields, expected %zu", r.n, nfile);
+            if ((rc = add_reject(c, rl, (int64_t)start, -1, KL_REJ_RAGGED, msg, s->buf + start, pos - start))) goto done;
+            continue;
+        }
+        for (size_t j = 0; j < nf; j++) {
+            txt[j] = r.f[map[j]];
+            len[j] = r.len[map[j]];
+            q[j] = r.quoted[map[j]];
+        }
+        int bad = -1;
+        int pr = push_row(x, c, txt, len, q, &bad, msg, sizeof msg);
+        if (pr < 0) { rc = pr; goto done; }
+        if (pr > 0) {
+            if ((rc = add_reject(c, rl, (int64_t)start, bad, (kl_reject_kind)(pr - 1), msg, s->buf + start, pos - start)))
+                goto done;
+            continue;
+        }
+        if ((rc = note_row_pos(x, c, rl, (int64_t)start))) goto done;
+    }
+    c->lines = line;
+done:
+    kl_csv_rec_free(&r);
+    free(txt);
+    free(len);
+    free(q);
+    return rc;
+}
+
+/* Text of a JSON value for the type parsers; numbers are printed exactly. */
+static int json_text(const cJSON *it, const kl_field *f, char *buf, size_t n, const char **out, uint32_t *olen,
+                     char *msg, size_t msgn) {
+    if (cJSON_IsString(it)) {
+        *out = it->valuestring;
+        *olen = (uint32_t)strlen(it->valuestring);
+        return KL_OK;
+    }
+    if (cJSON_IsBool(it)) {
+        *out = cJSON_IsTrue(it) ? "true" : "false";
+        *olen = (uint32_t)strlen(*out);
+        return KL_OK;
+    }
+    if (cJSON_IsNumber(it)) {
+        double v = it->valuedouble;
+        if (f->type == KL_T_INT32 || f->type == KL_T_INT64 || f->type == KL_T_BOOL) {
+            if (v != floor(v)) { snprintf(msg, msgn, "column %s: %.17g is not an integer", f->name, v); return KL_REJ_TYPE + 1; }
+            if (fabs(v) > 9007199254740992.0) {
+                snprintf(msg, msgn, "column %s: %.17g is beyond 2^53 (not exact in JSON; quote it)", f->name, v);
+                return KL_REJ_RANGE + 1;
+            }
+            snprintf(buf, n, "%lld", (long long)v);
+        } else {
+            snprintf(buf, n, "%.17g", v);
+        }
+        *out = buf;
+        *olen = (uint32_t)strlen(buf);
+        return KL_OK;
+    }
+    snprintf(msg, msgn, "column %s: expected a scalar, got %s", f->name, cJSON_IsArray(it) ? "an array" : "an object");
+    return KL_REJ_TYPE + 1;
+}
+
+static int parse_jsonl_chunk(ictx *x, chunk *c) {
+    const source *s = &x->src.v[c->src];
+    const size_t nf = x->schema->n_fields;
+    const char **txt = calloc(nf, sizeof *txt);
+    uint32_t *len = calloc(nf, sizeof *len);
+    uint8_t *q = calloc(nf, 1);
+    char (*nb)[40] = calloc(nf, 40);
+    int rc = KL_OK;
+    if (!txt || !len || !q || !nb) { rc = KL_ENOMEM; goto done; }
+    size_t pos = c->begin;
+    int64_t line = 0;
+    char msg[512];
+    size_t maxr = s->d.max_record;
+    while (pos < c->end) {
+        size_t start = pos;
+        const char *nl = memchr(s->buf + pos, '\n', c->end - pos);
+        size_t end = nl ? (size_t)(nl - s->buf) : c->end;
+        pos = nl ? end + 1 : c->end;
+        int64_t rl = line++;
+        size_t n = end - start;
+        if (n && s->buf[end - 1] == '\r') n--;
+        size_t k = 0;
+        while (k < n && (s->buf[start + k] == ' ' || s->buf[start + k] == '\t')) k++;
+        if (k == n) continue; /* blank */
+        c->records++;
+        if (n > maxr) {
+            snprintf(msg, sizeof msg, "record longer than %zu bytes", maxr);
+            if ((rc = add_reject(c, rl, (int64_t)start, -1, KL_REJ_RECORD_SIZE, msg, s->buf + start, n))) goto done;
+            continue;
+        }
+        cJSON *obj = cJSON_ParseWithLength(s->buf + start, n);
+        if (!obj || !cJSON_IsObject(obj)) {
+            snprintf(msg, sizeof msg, "%s", obj ? "not a JSON object" : "malformed JSON");
+            cJSON_Delete(obj);
+            if ((rc = add_reject(c, rl, (int64_t)start, -1, KL_REJ_JSON, msg, s->buf + start, n))) goto done;
+            continue;
+        }
+        int bad = -1, pr = KL_OK;
+        for (size_t j = 0; j < nf && !pr; j++) {
+            const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, x->schema->fields[j].name);
+            q[j] = 0;
+            if (!it || cJSON_IsNull(it)) { txt[j] = NULL; len[j] = 0; continue; }
+            pr = json_text(it, &x->schema->fields[j], nb[j], sizeof nb[j], &txt[j], &len[j], msg, sizeof msg);
+            q[j] = cJSON_IsString(it);
+            if (pr) bad = (int)j;
+        }
+        if (!pr) pr = push_row(x, c, txt, len, q, &bad, msg, sizeof msg);
+        cJSON_Delete(obj);
+        if (pr < 0) { rc = pr; goto done; }
+        if (pr > 0) {
+            if ((rc = add_reject(c, rl, (int64_t)start, bad, (kl_reject_kind)(pr - 1), msg, s->buf + start, n))) goto done;
+            continue;
+        }
+        if ((rc = note_row_pos(x, c, rl, (int64_t)start))) goto done;
+    }
+    c->lines = line;
+done:
+    free(txt);
+    free(len);
+    free(q);
+    free(nb);
+    return rc;
+}
+
+static int chunk_init_cols(ictx *x, chunk *c) {
+    const kl_schema *s = x->schema;
+    if (!(c->cols = calloc(s->n_fields, sizeof *c->cols))) return KL_ENOMEM;
+    size_t est = (c->end - c->begin) / 40 + 16;
+    for (size_t j = 0; j < s->n_fields; j++) {
+        const kl_field *f = &s->fields[j];
+        if (kl_column_new(f->name, col_type(f->type), f->nullable, est, &c->cols[j], NULL)) return KL_ENOMEM;
+        if (f->type == KL_T_STRING || f->type == KL_T_CATEGORY)
+            if (kl_column_reserve(c->cols[j], est, (c->end - c->begin) / 4)) return KL_ENOMEM;
+    }
+    return KL_OK;
+}
+
+static void parse_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
+    ictx *x = ctx;
+    for (;;) {
+        size_t i = atomic_fetch_add(&x->next, 1);
+        if (i >= x->nch) break;
+        chunk *c = &x->ch[i];
+        c->rc = chunk_init_cols(x, c);
+        if (!c->rc)
+            c->rc = x->src.v[c->src].d.format == KL_FMT_JSONL ? parse_jsonl_chunk(x, c) : parse_csv_chunk(x, c);
+        if (c->rc == KL_ENOMEM) kl_err_set(&c->err, KL_ENOMEM, "out of memory while parsing");
+        else if (c->rc && !c->err.code) kl_err_set(&c->err, c->rc, "parse failed");
+    }
+}
+
+/* ---- splitting a source into chunks at safe record boundaries ------------ */
+
+typedef struct { const char *buf; size_t len, bs; char quote; uint64_t *quotes; } qcount_ctx;
+
+static void qcount_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
+    qcount_ctx *q = ctx;
+    for (size_t k = b; k < e_; k++) {
+        size_t s = k * q->bs, e = KL_MIN(s + q->bs, q->len);
+        uint64_t n = 0;
+        const char *p = q->buf + s, *end = q->buf + e;
+        if (q->quote)
+            while ((p = memchr(p, q->quote, (size_t)(end - p)))) { n++; p++; }
+        q->quotes[k] = n;
+    }
+}
+
+typedef struct { size_t *v; size_t n, cap; } szvec;
+static int szpush(szvec *v, size_t x) {
+    if (v->n == v->cap) {
+        size_t nc = v->cap ? v->cap * 2 : 64;
+        size_t *p = realloc(v->v, nc * sizeof *p);
+        if (!p) return KL_ENOMEM;
+        v->v = p;
+        v->cap = nc;
+    }
+    v->v[v->n++] = x;
+    return KL_OK;
+}
+
+/* Appends the chunk boundaries of [begin, len) to bounds (starts; the caller adds len). */
+static int split_source(const source *s, size_t begin, size_t bs, szvec *starts, kl_err *e) {
+    size_t len = s->len;
+    if (szpush(starts, begin)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (len - begin <= bs) return KL_OK;
+    size_t nb = (len - begin + bs - 1) / bs;
+    uint64_t *quotes = calloc(nb, sizeof *quotes);
+    if (!quotes) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    char quote = s->d.format == KL_FMT_CSV ? s->d.quote : 0;
+    qcount_ctx q = {s->buf + begin, len - begin, bs, quote, quotes};
+    if (quote) kl_pool_parallel_for(NULL, nb, 1, qcount_worker, &q);
+    uint64_t parity = 0;
+    size_t last = begin;
+    for (size_t k = 1; k < nb; k++) {
+        parity += quotes[k - 1];
+        size_t p = begin + k * bs;
+        if (p <= last) continue;
+        /* scan forward to the first newline outside quotes */
+        int inq = (int)(parity & 1);
+        size_t i = p;
+        for (; i < len; i++) {
+            char ch = s->buf[i];
+            if (quote && ch == quote) inq ^= 1;
+            else if (ch == '\n' && !inq) break;
+        }
+        if (i >= len) break;
+        /* account for quotes passed beyond this block: recomputed at next block start anyway */
+        if (szpush(starts, i + 1)) { free(quotes); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        last = i + 1;
+    }
+    free(quotes);
+    return KL_OK;
+}
+
+/* ---- header ---------------------------------------------------------------- */
+
+static int setup_source(ictx *x, int si, size_t *data_begin, kl_err *e) {
+    source *s = &x->src.v[si];
+    const kl_schema *sc = x->schema;
+    const size_t nf = sc->n_fields;
+    int *map = malloc(nf * sizeof *map);
+    if (!map) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    x->colmap[si] = map;
+    size_t bom = s->len >= 3 && !memcmp(s->buf, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    size_t k = bom;
+    while (k < s->len && (s->buf[k] == '\n' || s->buf[k] == '\r' || s->buf[k] == ' ' || s->buf[k] == '\t')) k++;
+    if (k >= s->len) return kl_err_set(e, KL_EPARSE, "%s: empty file (no records)", s->name);
+    *data_begin = bom;
+    x->hdr_lines[si] = 0;
+    if (s->d.format == KL_FMT_JSONL || !s->d.header) {
+        for (size_t j = 0; j < nf; j++) map[j] = (int)j;
+        x->nfile_cols[si] = (int)nf;
+        return KL_OK;
+    }
+    kl_csv_rec r;
+    kl_csv_rec_init(&r);
+    size_t pos = 0;
+    kl_err pe = {0};
+    int rc = kl_csv_next(&s->d, s->buf, s->len, &pos, &r, &pe);
+    if (rc) {
+        kl_csv_rec_free(&r);
+        return kl_err_setloc(e, KL_EPARSE, s->name, 1, 0, "header: %s", pe.msg);
+    }
+    x->hdr_lines[si] = r.lines;
+    x->nfile_cols[si] = (int)r.n;
+    rc = KL_OK;
+    for (size_t j = 0; j < nf && !rc; j++) {
+        map[j] = -1;
+        for (size_t i = 0; i < r.n; i++)
+            if (strlen(sc->fields[j].name) == r.len[i] && !memcmp(sc->fields[j].name, r.f[i], r.len[i])) { map[j] = (int)i; break; }
+        if (map[j] < 0)
+            rc = kl_err_setloc(e, KL_EINVAL, s->name, 1, 0, "column '%s' of the schema is missing from the header",
+                               sc->fields[j].name);
+    }
+    if (!rc && r.n > nf) {
+        for (size_t i = 0; i < r.n; i++) {
+            int used = 0;
+            for (size_t j = 0; j < nf; j++) used |= map[j] == (int)i;
+            if (!used) kl_log(KL_LOG_WARN, "ingest", "%s: column '%.*s' is not in the schema; ignored", s->name,
+                              (int)r.len[i], r.f[i]);
+        }
+    }
+    kl_csv_rec_free(&r);
+    if (rc) return rc;
+    *data_begin = pos;
+    if (pos >= s->len) return kl_err_setloc(e, KL_EPARSE, s->name, 2, 0, "no data rows after the header");
+    return KL_OK;
+}
+
+/* ==================================================================
+ * Uniqueness, statistics
+ * ================================================================== */
+
+typedef struct { uint64_t *slot; size_t cap, n; } hset;
+
+/* Returns 1 if h was already present. Hash 0 is remapped. */
+static int hset_add(hset *s, uint64_t h, int *err) {
+    if (!h) h = 1;
+    if (s->n * 2 >= s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 1 << 16;
+        uint64_t *ns = calloc(nc, sizeof *ns);
+        if (!ns) { *err = KL_ENOMEM; return 0; }
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slot[i]) {
+                size_t k = s->slot[i] & (nc - 1);
+                while (ns[k]) k = (k + 1) & (nc - 1);
+                ns[k] = s->slot[i];
+            }
+        free(s->slot);
+        s->slot = ns;
+        s->cap = nc;
+    }
+    size_t k = h & (s->cap - 1);
+    while (s->slot[k]) {
+        if (s->slot[k] == h) return 1;
+        k = (k + 1) & (s->cap - 1);
+    }
+    s->slot[k] = h;
+    s->n++;
+    return 0;
+}
+
+static uint64_t value_hash(const kl_column *c, size_t i) {
+    if (c->type == KL_COL_STRING) {
+        size_t n;
+        const char *s = kl_column_get_str(c, i, &n);
+        return kl_hash64(s, n);
+    }
+    if (c->type == KL_COL_FLOAT32 || c->type == KL_COL_FLOAT64) {
+        double d = kl_column_get_f64(c, i);
+        if (d == 0) d = 0; /* -0 == 0 */
+        return kl_hash64(&d, sizeof d);
+    }
+    int64_t v = kl_column_get_i64(c, i);
+    return kl_hash64(&v, sizeof v);
+}
+
+/* New column with rows idx[0..n) of c. */
+static int gather(const kl_column *c, const uint32_t *idx, size_t n, kl_column **out) {
+    kl_column *g;
+    *out = NULL;
+    if (kl_column_new(c->name, c->type, c->nullable, n ? n : 1, &g, NULL)) return KL_ENOMEM;
+    int rc = KL_OK;
+    for (size_t k = 0; k < n && !rc; k++) {
+        size_t i = idx[k];
+        if (kl_column_is_null(c, i)) rc = kl_column_push_null(g);
+        else if (c->type == KL_COL_STRING) {
+            size_t sl;
+            const char *s = kl_column_get_str(c, i, &sl);
+            rc = kl_column_push_str(g, s, sl);
+        } else if (c->type == KL_COL_FLOAT32 || c->type == KL_COL_FLOAT64) rc = kl_column_push_f64(g, kl_column_get_f64(c, i));
+        else rc = kl_column_push_i64(g, kl_column_get_i64(c, i));
+    }
+    if (rc) { kl_column_free(g); return KL_ENOMEM; }
+    *out = g;
+    return KL_OK;
+}
+
+static int check_unique(ictx *x, kl_err *e) {
+    const kl_schema *s = x->schema;
+    int rc = KL_OK;
+    for (size_t j = 0; j < s->n_fields && !rc; j++) {
+        if (!s->fields[j].unique) continue;
+        hset set = {0};
+        for (size_t ci = 0; ci < x->nch && !rc; ci++) {
+            chunk *c = &x->ch[ci];
+            uint32_t *keep = NULL;
+            size_t nkeep = 0;
+            for (size_t i = 0; i < c->rows; i++) {
+                int err = 0;
+                int dup = !kl_column_is_null(c->cols[j], i) && hset_add(&set, value_hash(c->cols[j], i), &err);
+                if (err) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+                if (dup && !keep) {
+                    if (!(keep = malloc(c->rows * sizeof *keep))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+                    for (size_t k = 0; k < i; k++) keep[nkeep++] = (uint32_t)k;
+                }
+                if (dup) {
+                    const source *src = &x->src.v[c->src];
+                    int64_t off = c->row_off[i];
+                    const char *nl = memchr(src->buf + off, '\n', src->len - (size_t)off);
+                    size_t rawn = nl ? (size_t)(nl - src->buf - off) : src->len - (size_t)off;
+                    char msg[300];
+                    snprintf(msg, sizeof msg, "column %s: duplicate value in a unique column", s->fields[j].name);
+                    if (add_reject(c, c->row_line[i], off, (int)j, KL_REJ_UNIQUE, msg, src->buf + off, rawn)) {
+                        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                        break;
+                    }
+                } else if (keep) {
+                    keep[nkeep++] = (uint32_t)i;
+                }
+            }
+            if (keep && !rc) { /* compact the chunk */
+                for (size_t k = 0; k < s->n_fields && !rc; k++) {
+                    kl_column *g;
+                    if (gather(c->cols[k], keep, nkeep, &g)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+                    kl_column_free(c->cols[k]);
+                    c->cols[k] = g;
+                }
+                for (size_t k = 0; k < nkeep; k++) {
+                    c->row_line[k] = c->row_line[keep[k]];
+                    c->row_off[k] = c->row_off[keep[k]];
+                }
+                c->rows = nkeep;
+            }
+            free(keep);
+        }
+        free(set.slot);
+    }
+    return rc;
+}
+
+static void stat_free(colstat *st) {
+    free(st->smin);
+    free(st->smax);
+    for (size_t k = 0; k < st->nvocab; k++) free(st->vocab[k]);
+    free(st->vocab);
+}
+
+static int vocab_add(colstat *st, const char *s, size_t n) {
+    /* linear scan; categories are few (the cap keeps this bounded) */
+    for (size_t k = 0; k < st->nvocab; k++)
+        if (strlen(st->vocab[k]) == n && !memcmp(st->vocab[k], s, n)) return KL_OK;
+    if (st->nvocab >= VOCAB_MAX) { st->vocab_overflow = 1; return KL_OK; }
+    if (st->nvocab == st->capvocab) {
+        size_t nc = st->capvocab ? st->capvocab * 2 : 16;
+        char **v = realloc(st->vocab, nc * sizeof *v);
+        if (!v) return KL_ENOMEM;
+        st->vocab = v;
+        st->capvocab = nc;
+    }
+    if (!(st->vocab[st->nvocab] = strndup(s, n))) return KL_ENOMEM;
+    st->nvocab++;
+    return KL_OK;
+}
+
+static int set_str(char **dst, const char *s, size_t n) {
+    char *p = strndup(s, n);
+    if (!p) return KL_ENOMEM;
+    free(*dst);
+    *dst = p;
+    return KL_OK;
+}
+
+static int strcmp_n(const char *a, size_t an, const char *b) {
+    size_t bn = strlen(b);
+    int r = memcmp(a, b, KL_MIN(an, bn));
+    return r ? r : (an < bn ? -1 : an > bn);
+}
+
+static int chunk_stats(ictx *x, chunk *c) {
+    const kl_schema *s = x->schema;
+    if (!(c->st = calloc(s->n_fields, sizeof *c->st))) return KL_ENOMEM;
+    for (size_t j = 0; j < s->n_fields; j++) {
+        const kl_column *col = c->cols[j];
+        colstat *st = &c->st[j];
+        const kl_type t = s->fields[j].type;
+        st->count = (int64_t)col->len;
+        uint64_t last_h = 0;
+        for (size_t i = 0; i < col->len; i++) {
+            if (kl_column_is_null(col, i)) { st->nulls++; continue; }
+            if (col->type == KL_COL_STRING) {
+                size_t n;
+                const char *v = kl_column_get_str(col, i, &n);
+                uint64_t h = kl_hash64(v, n);
+                if (h == last_h) continue; /* same as the previous value */
+                last_h = h;
+                kl_hll_add_hash(&st->hll, h);
+                if (!st->has || strcmp_n(v, n, st->smin) < 0) { if (set_str(&st->smin, v, n)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, n, st->smax) > 0) { if (set_str(&st->smax, v, n)) return KL_ENOMEM; }
+                st->has = 1;
+                if (t == KL_T_CATEGORY && vocab_add(st, v, n)) return KL_ENOMEM;
+            } else if (col->type == KL_COL_FLOAT32 || col->type == KL_COL_FLOAT64) {
+                double v = kl_column_get_f64(col, i);
+                double hv = v == 0 ? 0 : v;
+                kl_hll_add_hash(&st->hll, kl_hash64(&hv, sizeof hv));
+                if (isnan(v)) continue;
+                if (!st->has || v < st->dmin) st->dmin = v;
+                if (!st->has || v > st->dmax) st->dmax = v;
+                st->has = 1;
+            } else {
+                int64_t v = kl_column_get_i64(col, i);
+                kl_hll_add_hash(&st->hll, kl_hash64(&v, sizeof v));
+                if (!st->has || v < st->imin) st->imin = v;
+                if (!st->has || v > st->imax) st->imax = v;
+                st->has = 1;
+            }
+        }
+    }
+    return KL_OK;
+}
+
+static void stats_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
+    ictx *x = ctx;
+    for (;;) {
+        size_t i = atomic_fetch_add(&x->next, 1);
+        if (i >= x->nch) break;
+        chunk *c = &x->ch[i];
+        if (chunk_stats(x, c)) { c->rc = KL_ENOMEM; kl_err_set(&c->err, KL_ENOMEM, "out of memory"); }
+    }
+}
+
+/* Merges chunk statistics into tot[n_fields] (in chunk order). */
+static int merge_stats(ictx *x, colstat *tot) {
+    const kl_schema *s = x->schema;
+    for (size_t j = 0; j < s->n_fields; j++) {
+        colstat *t = &tot[j];
+        for (size_t ci = 0; ci < x->nch; ci++) {
+            colstat *c = &x->ch[ci].st[j];
+            t->nulls += c->nulls;
+            t->count += c->count;
+            kl_hll_merge(&t->hll, &c->hll);
+            if (c->has) {
+                if (c->smin) {
+                    if (!t->has || strcmp(c->smin, t->smin) < 0) { if (set_str(&t->smin, c->smin, strlen(c->smin))) return KL_ENOMEM; }
+                    if (!t->has || strcmp(c->smax, t->smax) > 0) { if (set_str(&t->smax, c->smax, strlen(c->smax))) return KL_ENOMEM; }
+                } else {
+                    if (!t->has || c->imin < t->imin) t->imin = c->imin;
+                    if (!t->has || c->imax > t->imax) t->imax = c->imax;
+                    if (!t->has || c->dmin < t->dmin) t->dmin = c->dmin;
+                    if (!t->has || c->dmax > t->dmax) t->dmax = c->dmax;
+                }
+                t->has = 1;
+            }
+            for (size_t k = 0; k < c->nvocab; k++)
+                if (vocab_add(t, c->vocab[k], strlen(c->vocab[k]))) return KL_ENOMEM;
+            t->vocab_overflow |= c->vocab_overflow;
+        }
+        if (t->nvocab) qsort(t->vocab, t->nvocab, sizeof *t->vocab, cmpstr);
+    }
+    return KL_OK;
+}
+
+/* ==================================================================
+ * Output files: plan (partitions or chunk groups), write, hash
+ * ================================================================== */
+
+#define CHUNKS_PER_FILE 6 /* unpartitioned: part files of 6 chunks (24 MiB of CSV by default) */
+
+typedef struct { uint32_t chunk, row; } rowref;
+
+typedef struct {
+    char *rel;            /* "part-00000.parquet" or "ts=2023-11-14/part-00000.parquet" */
+    char *pkey, *pval;    /* partition column and value (NULL when unpartitioned) */
+    size_t c0, c1;        /* unpartitioned: chunks [c0, c1) */
+    rowref *rows;         /* partitioned: the rows, in order */
+    size_t nrows, caprows;
+    int64_t rows_total;
+    char sha[65];
+    int64_t bytes;
+    int reused;
+    int rc;
+    kl_err err;
+} outfile;
+
+typedef struct {
+    ictx *x;
+    outfile *f;
+    size_t nf;
+    const char *dir;      /* staging dir */
+    kl_pq_write_opts wo;
+    atomic_size_t next;
+} wctx;
+
+static void hive_escape(kl_buf *b, const char *s) {
+    if (!*s) { kl_buf_puts(b, "__HIVE_DEFAULT_PARTITION__"); return; }
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || strchr("\"#%'*/:=?\\\x7f{[]^<>|", *p) || (p == (const unsigned char *)s && *p == '.'))
+            kl_buf_printf(b, "%%%02X", *p);
+        else
+            kl_buf_append(b, p, 1);
+    }
+}
+
+static int write_one(wctx *w, outfile *f) {
+    ictx *x = w->x;
+    const size_t nf = x->schema->n_fields;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", w->dir, f->rel);
+    kl_err *e = &f->err;
+    struct stat st;
+    if (stat(path, &st) == 0) { /* finished by an earlier (killed) run: reuse */
+        f->reused = 1;
+        f->bytes = st.st_size;
+        return kl_sha256_file_hex(path, f->sha, e);
+    }
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = 0;
+    int rc = kl_mkdir_p(dir, e);
+    if (rc) return rc;
+    kl_pq_writer *pw = NULL;
+    kl_column *const *schema_cols = x->ch[f->pkey ? f->rows[0].chunk : f->c0].cols;
+    if ((rc = kl_pq_writer_open(path, schema_cols, nf, &w->wo, &pw, e))) return rc;
+    kl_column **tmp = calloc(nf, sizeof *tmp);
+    uint32_t *idx = NULL;
+    if (!tmp) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (!f->pkey) {
+        for (size_t ci = f->c0; ci < f->c1; ci++) {
+            if (!x->ch[ci].rows) continue;
+            if ((rc = kl_pq_writer_write(pw, x->ch[ci].cols, nf, e))) goto fail;
+        }
+    } else {
+        if (!(idx = malloc(f->nrows * sizeof *idx))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (size_t k = 0; k < f->nrows;) { /* one batch per source chunk */
+            size_t k1 = k, n = 0;
+            uint32_t ci = f->rows[k].chunk;
+            while (k1 < f->nrows && f->rows[k1].chunk == ci) idx[n++] = f->rows[k1++].row;
+            for (size_t j = 0; j < nf; j++)
+                if (gather(x->ch[ci].cols[j], idx, n, &tmp[j])) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+            if ((rc = kl_pq_writer_write(pw, tmp, nf, e))) goto fail;
+            for (size_t j = 0; j < nf; j++) { kl_column_free(tmp[j]); tmp[j] = NULL; }
+            k = k1;
+        }
+    }
+    kl_pq_file_info info = {0};
+    rc = kl_pq_writer_close(pw, &info, e);
+    pw = NULL;
+    if (rc) goto fail;
+    f->bytes = (int64_t)info.bytes;
+    kl_pq_file_info_clear(&info);
+    rc = kl_sha256_file_hex(path, f->sha, e);
+fail:
+    if (pw) kl_pq_writer_abort(pw);
+    if (tmp) for (size_t j = 0; j < nf; j++) kl_column_free(tmp[j]);
+    free(tmp);
+    free(idx);
+    if (rc) kl_err_prefix(e, "writing %s", f->rel);
+    return rc;
+}
+
+static void write_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
+    wctx *w = ctx;
+    for (;;) {
+        size_t i = atomic_fetch_add(&w->next, 1);
+        if (i >= w->nf) break;
+        w->f[i].rc = write_one(w, &w->f[i]);
+    }
+}
+
+static void outfiles_free(outfile *f, size_t n) {
+    for (size_t i = 0; i < n; i++) { free(f[i].rel); free(f[i].pkey); free(f[i].pval); free(f[i].rows); }
+    free(f);
+}
+
+/* Partition value of row i of column c, as text. */
+static void part_value(const kl_column *c, size_t i, kl_type t, char *buf, size_t n, const char **s, size_t *sl) {
+    if (kl_column_is_null(c, i)) { *s = ""; *sl = 0; return; }
+    if (t == KL_T_DATE || t == KL_T_TIMESTAMP) {
+        int64_t v = kl_column_get_i64(c, i);
+        int64_t days = t == KL_T_DATE ? v : (v >= 0 ? v / 86400000000LL : -((-v + 86400000000LL - 1) / 86400000000LL));
+        int y, m, d;
+        kl_civil_from_days(days, &y, &m, &d);
+        snprintf(buf, n, "%04d-%02d-%02d", y, m, d);
+        *s = buf;
+        *sl = strlen(buf);
+    } else {
+        *s = kl_column_get_str(c, i, sl);
+    }
+}
+
+static int cmp_outfile(const void *a, const void *b) {
+    return strcmp(((const outfile *)a)->rel, ((const outfile *)b)->rel);
+}
+
+static int plan_files(ictx *x, int pcol, outfile **out, size_t *nout, kl_err *e) {
+    outfile *f = NULL;
+    size_t n = 0, cap = 0;
+    *out = NULL;
+    *nout = 0;
+    if (pcol < 0) {
+        for (size_t c0 = 0; c0 < x->nch; c0 += CHUNKS_PER_FILE) {
+            size_t c1 = KL_MIN(c0 + CHUNKS_PER_FILE, x->nch);
+            int64_t rows = 0;
+            for (size_t ci = c0; ci < c1; ci++) rows += (int64_t)x->ch[ci].rows;
+            if (!rows) continue;
+            if (n == cap) {
+                cap = cap ? cap * 2 : 16;
+                outfile *nf = realloc(f, cap * sizeof *nf);
+                if (!nf) goto nomem;
+                f = nf;
+            }
+            memset(&f[n], 0, sizeof f[n]);
+            f[n].c0 = c0;
+            f[n].c1 = c1;
+            f[n].rows_total = rows;
+            if (asprintf(&f[n].rel, "part-%05zu.parquet", n) < 0) { f[n].rel = NULL; goto nomem; }
+            n++;
+        }
+    } else {
+        const kl_type t = x->schema->fields[pcol].type;
+        const char *pname = x->schema->fields[pcol].name;
+        size_t last = SIZE_MAX;
+        for (size_t ci = 0; ci < x->nch; ci++) {
+            const kl_column *c = x->ch[ci].cols[pcol];
+            for (size_t i = 0; i < x->ch[ci].rows; i++) {
+                char buf[32];
+                const char *v;
+                size_t vl;
+                part_value(c, i, t, buf, sizeof buf, &v, &vl);
+                size_t k = SIZE_MAX;
+                if (last != SIZE_MAX && strlen(f[last].pval) == vl && !memcmp(f[last].pval, v, vl)) k = last;
+                for (size_t q = 0; q < n && k == SIZE_MAX; q++)
+                    if (strlen(f[q].pval) == vl && !memcmp(f[q].pval, v, vl)) k = q;
+                if (k == SIZE_MAX) {
+                    if (n >= 10000) { kl_err_set(e, KL_ERANGE, "partitioning by %s makes more than 10000 partitions", pname); goto fail; }
+                    if (n == cap) {
+                        cap = cap ? cap * 2 : 16;
+                        outfile *nf = realloc(f, cap * sizeof *nf);
+                        if (!nf) goto nomem;
+                        f = nf;
+                    }
+                    memset(&f[n], 0, sizeof f[n]);
+                    if (!(f[n].pval = strndup(v, vl)) || !(f[n].pkey = strdup(pname))) { n++; goto nomem; }
+                    kl_buf b;
+                    kl_buf_init(&b);
+                    hive_escape(&b, pname);
+                    kl_buf_puts(&b, "=");
+                    hive_escape(&b, f[n].pval);
+                    kl_buf_puts(&b, "/part-00000.parquet");
+                    if (b.failed) { kl_buf_free(&b); n++; goto nomem; }
+                    f[n].rel = kl_buf_take(&b);
+                    k = n++;
+                }
+                last = k;
+                outfile *o = &f[k];
+                if (o->nrows == o->caprows) {
+                    size_t nc = o->caprows ? o->caprows * 2 : 1024;
+                    rowref *r = realloc(o->rows, nc * sizeof *r);
+                    if (!r) goto nomem;
+                    o->rows = r;
+                    o->caprows = nc;
+                }
+                o->rows[o->nrows++] = (rowref){(uint32_t)ci, (uint32_t)i};
+                o->rows_total++;
+            }
+        }
+        qsort(f, n, sizeof *f, cmp_outfile);
+    }
+    *out = f;
+    *nout = n;
+    return KL_OK;
+nomem:
+    kl_err_set(e, KL_ENOMEM, "out of memory");
+fail:
+    outfiles_free(f, n);
+    return e ? e->code : KL_ENOMEM;
+}
+
+/* ==================================================================
+ * Manifest, rejects, publish
+ * ================================================================== */
+
+static void json_stat_value(kl_buf *b, kl_type t, const colstat *st, int is_max) {
+    char tmp[64];
+    switch (t) {
+    case KL_T_FLOAT32: case KL_T_FLOAT64: {
+        double v = is_max ? st->dmax : st->dmin;
+        if (isfinite(v)) kl_buf_printf(b, "%.17g", v);
+        else kl_buf_printf(b, "\"%s\"", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+        break;
+    }
+    case KL_T_BOOL: kl_buf_puts(b, (is_max ? st->imax : st->imin) ? "true" : "false"); break;
+    case KL_T_DATE: {
+        int y, m, d;
+        kl_civil_from_days(is_max ? st->imax : st->imin, &y, &m, &d);
+        kl_buf_printf(b, "\"%04d-%02d-%02d\"", y, m, d);
+        break;
+    }
+    case KL_T_TIMESTAMP:
+        kl_time_rfc3339(is_max ? st->imax : st->imin, tmp, sizeof tmp);
+        kl_buf_printf(b, "\"%s\"", tmp);
+        break;
+    case KL_T_STRING: case KL_T_CATEGORY: kl_buf_json_str(b, is_max ? st->smax : st->smin); break;
+    default: kl_buf_printf(b, "%lld", (long long)(is_max ? st->imax : st->imin)); break;
+    }
+}
+
+/* The manifest body (everything but version_id and keel_version), canonical. */
+static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf, colstat *tot, int64_t accepted,
+                         int64_t rejected, const int64_t *by_kind, int pcol, kl_buf *b) {
+    const kl_ingest_opts *o = x->o;
+    const kl_schema *s = x->schema;
+    kl_buf_puts(b, "\"format\": \"keel-dataset-1\",\n  \"ingest_key\": ");
+    kl_buf_json_str(b, ingest_key);
+    kl_buf_puts(b, ",\n  \"schema\": ");
+    kl_buf_puts(b, s->text);
+    kl_buf_puts(b, ",\n  \"partition_by\": ");
+    if (pcol >= 0) kl_buf_json_str(b, s->fields[pcol].name);
+    else kl_buf_puts(b, "null");
+    kl_buf_printf(b, ",\n  \"codec\": \"%s\",\n  \"sources\": [", o->codec ? o->codec : "zstd");
+    for (size_t i = 0; i < x->src.n; i++) {
+        const source *sr = &x->src.v[i];
+        kl_buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
+        kl_buf_json_str(b, sr->name);
+        kl_buf_printf(b, ", \"sha256\": \"%s\", \"bytes\": %lld}", sr->sha, (long long)sr->bytes);
+    }
+    kl_buf_printf(b, "\n  ],\n  \"rows\": {\"read\": %lld, \"accepted\": %lld, \"rejected\": %lld},\n",
+                  (long long)(accepted + rejected), (long long)accepted, (long long)rejected);
+    kl_buf_puts(b, "  \"rejects\": {");
+    int first = 1;
+    for (int k = 0; k < KL_REJ_COUNT; k++)
+        if (by_kind[k]) {
+            kl_buf_printf(b, "%s\"%s\": %lld", first ? "" : ", ", kl_reject_kind_name((kl_reject_kind)k), (long long)by_kind[k]);
+            first = 0;
+        }
+    kl_buf_printf(b, "}%s,\n  \"files\": [", rejected ? ",\n  \"rejects_file\": \"rejects.jsonl\"" : "");
+    for (size_t i = 0; i < nf; i++) {
+        kl_buf_puts(b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
+        kl_buf_json_str(b, f[i].rel);
+        kl_buf_printf(b, ", \"sha256\": \"%s\", \"rows\": %lld, \"bytes\": %lld", f[i].sha, (long long)f[i].rows_total,
+                      (long long)f[i].bytes);
+        if (f[i].pkey) {
+            kl_buf_puts(b, ", \"partition\": {");
+            kl_buf_json_str(b, f[i].pkey);
+            kl_buf_puts(b, ": ");
+            kl_buf_json_str(b, f[i].pval);
+            kl_buf_puts(b, "}");
+        }
+        kl_buf_puts(b, "}");
+    }
+    kl_buf_puts(b, "\n  ],\n  \"columns\": [");
+    for (size_t j = 0; j < s->n_fields; j++) {
+        const colstat *st = &tot[j];
+        kl_buf_puts(b, j ? ",\n    {\"name\": " : "\n    {\"name\": ");
+        kl_buf_json_str(b, s->fields[j].name);
+        kl_buf_printf(b, ", \"type\": \"%s\", \"rows\": %lld, \"nulls\": %lld", kl_type_name(s->fields[j].type),
+                      (long long)st->count, (long long)st->nulls);
+        if (st->has) {
+            kl_buf_puts(b, ", \"min\": ");
+            json_stat_value(b, s->fields[j].type, st, 0);
+            kl_buf_puts(b, ", \"max\": ");
+            json_stat_value(b, s->fields[j].type, st, 1);
+        }
+        kl_buf_printf(b, ", \"distinct_approx\": %.0f", st->has ? kl_hll_estimate(&st->hll) : 0.0);
+        if (s->fields[j].type == KL_T_CATEGORY) {
+            kl_buf_puts(b, ", \"vocabulary\": [");
+            for (size_t k = 0; k < st->nvocab; k++) {
+                if (k) kl_buf_puts(b, ", ");
+                kl_buf_json_str(b, st->vocab[k]);
+            }
+            kl_buf_printf(b, "]%s", st->vocab_overflow ? ", \"vocabulary_truncated\": true" : "");
+        }
+        kl_buf_puts(b, "}");
+    }
+    kl_buf_puts(b, "\n  ]\n}\n");
+    return b->failed ? KL_ENOMEM : KL_OK;
+}
+
+/* Absolute line of a reject (fix-up from chunk-relative). */
+static int64_t abs_line(ictx *x, size_t ci, int64_t rel) {
+    int64_t line = x->hdr_lines[x->ch[ci].src] + 1 + rel;
+    for (size_t k = ci; k-- > 0 && x->ch[k].src == x->ch[ci].src;) line += x->ch[k].lines;
+    return line;
+}
+
+static int write_rejects(ictx *x, const char *path, kl_err *e) {
+    kl_afile *af;
+    int rc = kl_afile_open(path, &af, e);
+    if (rc) return rc;
+    FILE *fp = kl_afile_stream(af);
+    kl_buf b;
+    kl_buf_init(&b);
+    for (size_t ci = 0; ci < x->nch; ci++) {
+        chunk *c = &x->ch[ci];
+        int64_t base = abs_line(x, ci, 0);
+        for (size_t k = 0; k < c->nrej; k++) {
+            reject *r = &c->rej[k];
+            kl_buf_reset(&b);
+            kl_buf_puts(&b, "{\"source\": ");
+            kl_buf_json_str(&b, x->src.v[r->src].name);
+            kl_buf_printf(&b, ", \"line\": %lld, \"offset\": %lld, \"column\": ", (long long)(base + r->line), (long long)r->offset);
+            if (r->col >= 0) kl_buf_json_str(&b, x->schema->fields[r->col].name);
+            else kl_buf_puts(&b, "null");
+            kl_buf_printf(&b, ", \"kind\": \"%s\", \"error\": ", kl_reject_kind_name(r->kind));
+            kl_buf_json_str(&b, r->msg);
+            kl_buf_puts(&b, ", \"raw\": ");
+            /* raw bytes may be invalid UTF-8: replace bad bytes for valid JSON */
+            size_t rn = strlen(r->raw);
+            if (kl_utf8_valid(r->raw, rn, NULL)) kl_buf_json_str(&b, r->raw);
+            else {
+                char *cp = strdup(r->raw);
+                if (cp) { for (char *p = cp; *p; p++) if ((unsigned char)*p >= 0x80) *p = '?'; kl_buf_json_str(&b, cp); free(cp); }
+            }
+            kl_buf_puts(&b, "}\n");
+            if (b.failed || fwrite(b.data, 1, b.len, fp) != b.len) {
+                rc = kl_err_set(e, b.failed ? KL_ENOMEM : -errno, "%s: %s", path, b.failed ? "out of memory" : strerror(errno));
+                break;
+            }
+        }
+        if (rc) break;
+    }
+    kl_buf_free(&b);
+    if (rc) { kl_afile_abort(af); return rc; }
+    return kl_afile_commit(af, e);
+}
+
+/* Summary of the first errors by kind into res->summary. */
+static void summarize(ictx *x, const int64_t *by_kind, const char *extra, kl_ingest_result *res) {
+    kl_buf b;
+    kl_buf_init(&b);
+    if (extra && *extra) kl_buf_printf(&b, "%s\n", extra);
+    for (int k = 0; k < KL_REJ_COUNT; k++) {
+        if (!by_kind[k]) continue;
+        kl_buf_printf(&b, "%s: %lld rows\n", kl_reject_kind_name((kl_reject_kind)k), (long long)by_kind[k]);
+        int shown = 0;
+        for (size_t ci = 0; ci < x->nch && shown < 3; ci++) {
+            chunk *c = &x->ch[ci];
+            for (size_t i = 0; i < c->nrej && shown < 3; i++)
+                if (c->rej[i].kind == (kl_reject_kind)k) {
+                    kl_buf_printf(&b, "  %s:%lld: %s\n", x->src.v[c->src].name, (long long)abs_line(x, ci, c->rej[i].line),
+                                  c->rej[i].msg);
+                    shown++;
+                }
+        }
+    }
+    snprintf(res->summary, sizeof res->summary, "%s", b.data ? b.data : "");
+    kl_buf_free(&b);
+}
+
+static int fsync_tree(const char *dir, kl_err *e) {
+    DIR *d = opendir(dir);
+    if (!d) return kl_err_set(e, -errno, "%s: %s", dir, strerror(errno));
+    struct dirent *de;
+    int rc = KL_OK;
+    while ((de = readdir(d)) && !rc) {
+        if (de->d_name[0] == '.') continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (stat(p, &st) == 0 && S_ISDIR(st.st_mode)) rc = fsync_tree(p, e);
+    }
+    closedir(d);
+    return rc ? rc : kl_fsync_dir(dir, e);
+}
+
+void kl_ingest_opts_default(kl_ingest_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->codec = "zstd";
+    o->chunk_bytes = (size_t)4 << 20;
+}
+
+/* ==================================================================
+ * kl_ingest
+ * ================================================================== */
+
+static void ictx_free(ictx *x) {
+    for (size_t i = 0; i < x->nch; i++) {
+        chunk *c = &x->ch[i];
+        if (c->cols) for (size_t j = 0; j < x->schema->n_fields; j++) kl_column_free(c->cols[j]);
+        free(c->cols);
+        for (size_t k = 0; k < c->nrej; k++) { free(c->rej[k].msg); free(c->rej[k].raw); }
+        free(c->rej);
+        if (c->st) for (size_t j = 0; j < x->schema->n_fields; j++) stat_free(&c->st[j]);
+        free(c->st);
+        free(c->row_line);
+        free(c->row_off);
+    }
+    free(x->ch);
+    if (x->colmap) for (size_t i = 0; i < x->src.n; i++) free(x->colmap[i]);
+    free(x->colmap);
+    free(x->nfile_cols);
+    free(x->hdr_lines);
+    sources_free(&x->src);
+    kl_schema_free(x->schema);
+}
+
+static void pick_dialect(const kl_schema *s, source *src) {
+    src->d = s->dialect;
+    if (s->dialect_given) return;
+    char nm[1024];
+    snprintf(nm, sizeof nm, "%s", src->path);
+    size_t n = strlen(nm);
+    if (has_suffix(nm, ".gz")) nm[n - 3] = 0;
+    else if (has_suffix(nm, ".zst")) nm[n - 4] = 0;
+    if (has_suffix(nm, ".jsonl") || has_suffix(nm, ".ndjson") || has_suffix(nm, ".json")) { src->d.format = KL_FMT_JSONL; return; }
+    if (has_suffix(nm, ".tsv")) { src->d.delim = '\t'; return; }
+    kl_dialect sn;
+    if (kl_dialect_sniff(src->buf, KL_MIN(src->len, (size_t)65536), &sn, NULL) == KL_OK) {
+        if (sn.format == KL_FMT_JSONL) src->d.format = KL_FMT_JSONL;
+        else src->d.delim = sn.delim;
+    }
+}
+
+static int read_pointer(const char *path, char id[65]) {
+    char *t = NULL;
+    size_t n = 0;
+    if (kl_read_file(path, &t, &n, NULL)) return KL_ENOTFOUND;
+    int ok = n >= 64 && strspn(t, "0123456789abcdef") >= 64;
+    if (ok) { memcpy(id, t, 64); id[64] = 0; }
+    free(t);
+    return ok ? KL_OK : KL_EPARSE;
+}
+
+static int set_current(const char *out_dir, const char *id, kl_err *e) {
+    char p[4200], line[80];
+    snprintf(p, sizeof p, "%s/current", out_dir);
+    snprintf(line, sizeof line, "%s\n", id);
+    return kl_write_file_atomic(p, line, strlen(line), e);
+}
+
+int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
+    ictx x;
+    memset(&x, 0, sizeof x);
+    memset(res, 0, sizeof *res);
+    x.o = o;
+    int64_t t0 = kl_time_mono_ns();
+    outfile *files = NULL;
+    size_t nfiles = 0;
+    colstat *tot = NULL;
+    char staging[4200] = "", key[65];
+    int created_out = 0;
+    kl_buf mb;
+    kl_buf_init(&mb);
+    int rc;
+    if (!o->out_dir || !o->schema_path || !o->n_sources) return kl_err_set(e, KL_EINVAL, "ingest needs sources, a schema and an output folder");
+    if ((rc = kl_schema_load_file(o->schema_path, &x.schema, e))) return rc;
+    kl_pq_write_opts wo;
+    kl_pq_write_opts_default(&wo);
+    if (o->codec && kl_pq_codec_parse(o->codec, &wo.codec)) { rc = kl_err_set(e, KL_EINVAL, "unknown codec '%s' (zstd, snappy, gzip, none)", o->codec); goto fail; }
+    if (o->zstd_level) wo.zstd_level = o->zstd_level;
+    if (o->row_group_rows) wo.row_group_rows = o->row_group_rows;
+    int pcol = -1;
+    if (o->partition_by) {
+        pcol = kl_schema_find(x.schema, o->partition_by);
+        if (pcol < 0) { rc = kl_err_set(e, KL_EINVAL, "--partition-by %s: no such column in the schema", o->partition_by); goto fail; }
+        kl_type pt = x.schema->fields[pcol].type;
+        if (pt != KL_T_DATE && pt != KL_T_TIMESTAMP && pt != KL_T_CATEGORY && pt != KL_T_STRING) {
+            rc = kl_err_set(e, KL_EINVAL, "--partition-by %s: a %s column; partition by a date, timestamp or category column",
+                            o->partition_by, kl_type_name(pt));
+            goto fail;
+        }
+    }
+    const char *expect = o->sha256 ? o->sha256 : x.schema->sha256;
+    created_out = !kl_path_exists(o->out_dir);
+
+    /* ---- transport + storage: fetch, load, hash ---- */
+    if ((rc = expand_sources(o, expect, &x.src, e))) goto fail;
+    if (expect && x.src.n != 1) { rc = kl_err_set(e, KL_EINVAL, "an expected sha256 needs exactly one source file (got %zu)", x.src.n); goto fail; }
+    for (size_t i = 0; i < x.src.n; i++) {
+        if ((rc = load_source(&x.src.v[i], e))) goto fail;
+        if (expect && strcasecmp(expect, x.src.v[i].sha)) {
+            rc = kl_err_set(e, KL_ECHECKSUM, "%s: sha256 mismatch: expected %s, got %s", x.src.v[i].name, expect, x.src.v[i].sha);
+            goto fail;
+        }
+        pick_dialect(x.schema, &x.src.v[i]);
+    }
+
+    /* ---- idempotency: the ingest key ---- */
+    {
+        kl_buf kb;
+        kl_buf_init(&kb);
+        kl_buf_printf(&kb, "keel-ingest-1\n%s\ncodec=%s level=%d rg=%llu part=%s ratio=%.17g chunk=%zu\n", x.schema->text,
+                      kl_pq_codec_name(wo.codec), wo.zstd_level, (unsigned long long)wo.row_group_rows,
+                      o->partition_by ? o->partition_by : "", o->max_reject_ratio, o->chunk_bytes);
+        for (size_t i = 0; i < x.src.n; i++) {
+            char dl[2] = {x.src.v[i].d.delim, 0};
+            kl_buf_printf(&kb, "%s %s %d %s\n", x.src.v[i].name, x.src.v[i].sha, (int)x.src.v[i].d.format, dl);
+        }
+        if (kb.failed) { kl_buf_free(&kb); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        kl_sha256_buf_hex(kb.data, kb.len, key);
+        kl_buf_free(&kb);
+    }
+    {
+        char p[4200], id[65];
+        snprintf(p, sizeof p, "%s/ingests/%s", o->out_dir, key);
+        if (read_pointer(p, id) == KL_OK) {
+            snprintf(p, sizeof p, "%s/versions/%s/manifest.json", o->out_dir, id);
+            if (kl_path_exists(p)) {
+                char cur[65];
+                snprintf(p, sizeof p, "%s/current", o->out_dir);
+                if (read_pointer(p, cur) != KL_OK || strcmp(cur, id))
+                    if ((rc = set_current(o->out_dir, id, e))) goto fail;
+                memcpy(res->version_id, id, 65);
+                snprintf(res->version_dir, sizeof res->version_dir, "%s/versions/%s", o->out_dir, id);
+                res->reused = res->published = 1;
+                /* counts from the manifest */
+                cJSON *m = NULL;
+                snprintf(p, sizeof p, "%s/manifest.json", res->version_dir);
+                if (kl_json_load_file(p, (void **)&m, NULL) == KL_OK) {
+                    cJSON *rows = cJSON_GetObjectItem(m, "rows");
+                    res->rows_accepted = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted"));
+                    res->rows_rejected = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));
+                    res->rows_read = res->rows_accepted + res->rows_rejected;
+                    res->files_written = cJSON_GetArraySize(cJSON_GetObjectItem(m, "files"));
+                    cJSON_Delete(m);
+                }
+                res->seconds = (kl_time_mono_ns() - t0) / 1e9;
+                rc = KL_OK;
+                goto done;
+            }
+        }
+    }
+
+    /* ---- semantics: split, parse, validate ---- */
+    x.colmap = calloc(x.src.n, sizeof *x.colmap);
+    x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
+    x.hdr_lines = calloc(x.src.n, sizeof *x.hdr_lines);
+    if (!x.colmap || !x.nfile_cols || !x.hdr_lines) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    for (size_t j = 0; j < x.schema->n_fields; j++) x.need_row_pos |= x.schema->fields[j].unique;
+    {
+        size_t cap = 0;
+        for (size_t si = 0; si < x.src.n; si++) {
+            size_t begin = 0;
+            if ((rc = setup_source(&x, (int)si, &begin, e))) goto fail;
+            szvec starts = {0};
+            if ((rc = split_source(&x.src.v[si], begin, o->chunk_bytes ? o->chunk_bytes : (4u << 20), &starts, e))) { free(starts.v); goto fail; }
+            for (size_t k = 0; k < starts.n; k++) {
+                if (x.nch == cap) {
+                    cap = cap ? cap * 2 : 64;
+                    chunk *nc = realloc(x.ch, cap * sizeof *nc);
+                    if (!nc) { free(starts.v); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+                    x.ch = nc;
+                }
+                chunk *c = &x.ch[x.nch++];
+                memset(c, 0, sizeof *c);
+                c->src = (int)si;
+                c->begin = starts.v[k];
+                c->end = k + 1 < starts.n ? starts.v[k + 1] : x.src.v[si].len;
+            }
+            free(starts.v);
+        }
+    }
+    atomic_store(&x.next, 0);
+    kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+    for (size_t i = 0; i < x.nch; i++)
+        if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
+    if ((rc = check_unique(&x, e))) goto fail;
+    int64_t by_kind[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0;
+    for (size_t i = 0; i < x.nch; i++) {
+        accepted += (int64_t)x.ch[i].rows;
+        rejected += (int64_t)x.ch[i].nrej;
+        for (size_t k = 0; k < x.ch[i].nrej; k++) by_kind[x.ch[i].rej[k].kind]++;
+    }
+    res->rows_accepted = accepted;
+    res->rows_rejected = rejected;
+    res->rows_read = accepted + rejected;
+    if (accepted + rejected == 0) { rc = kl_err_set(e, KL_EPARSE, "%s: no data rows", x.src.v[0].name); goto fail; }
+    double ratio = (double)rejected / (double)(accepted + rejected);
+    if (rejected && ratio > o->max_reject_ratio) {
+        char extra[256];
+        snprintf(extra, sizeof extra, "%lld of %lld rows rejected (%.4g%%, allowed %.4g%%)", (long long)rejected,
+                 (long long)(accepted + rejected), ratio * 100, o->max_reject_ratio * 100);
+        summarize(&x, by_kind, extra, res);
+        if (o->rejects_path) write_rejects(&x, o->rejects_path, NULL);
+        rc = kl_err_set(e, KL_EPARSE, "validation failed: %s; nothing was published", extra);
+        goto fail;
+    }
+    if (accepted == 0) { rc = kl_err_set(e, KL_EPARSE, "no rows accepted"); goto fail; }
+    atomic_store(&x.next, 0);
+    kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stats_worker, &x);
+    for (size_t i = 0; i < x.nch; i++)
+        if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
+    if (!(tot = calloc(x.schema->n_fields, sizeof *tot)) || merge_stats(&x, tot)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    for (size_t j = 0; j < x.schema->n_fields; j++) {
+        const kl_field *f = &x.schema->fields[j];
+        double nr = tot[j].count ? (double)tot[j].nulls / (double)tot[j].count : 0;
+        if (nr > f->max_null_ratio) {
+            char extra[300];
+            snprintf(extra, sizeof extra, "column %s: null ratio %.4g exceeds max_null_ratio %.4g (%lld of %lld rows)",
+                     f->name, nr, f->max_null_ratio, (long long)tot[j].nulls, (long long)tot[j].count);
+            summarize(&x, by_kind, extra, res);
+            rc = kl_err_setloc(e, KL_EPARSE, o->schema_path, f->line, f->col, "validation failed: %s; nothing was published", extra);
+            goto fail;
+        }
+    }
+
+    /* ---- write into staging ---- */
+    if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
+    snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
+    if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
+    {
+        wctx w = {&x, files, nfiles, staging, wo, 0};
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, write_worker, &w);
+        for (size_t i = 0; i < nfiles; i++)
+            if (files[i].rc) { rc = files[i].rc; if (e) *e = files[i].err; goto fail; }
+    }
+    char p[4300];
+    if (rejected) {
+        snprintf(p, sizeof p, "%s/rejects.jsonl", staging);
+        if ((rc = write_rejects(&x, p, e))) goto fail;
+    }
+    {
+        kl_buf body;
+        kl_buf_init(&body);
+        if (manifest_body(&x, key, files, nfiles, tot, accepted, rejected, by_kind, pcol, &body)) {
+            kl_buf_free(&body);
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            goto fail;
+        }
+        kl_sha256 *h = kl_sha256_new();
+        uint8_t dg[32];
+        kl_sha256_update(h, "keel-dataset-1\n", 15);
+        kl_sha256_update(h, body.data, body.len);
+        kl_sha256_final(h, dg);
+        kl_sha256_free(h);
+        kl_sha256_hex(dg, res->version_id);
+        kl_buf_printf(&mb, "{\n  \"version_id\": \"%s\",\n  \"keel_version\": ", res->version_id);
+        kl_buf_json_str(&mb, o->keel_version ? o->keel_version : "");
+        kl_buf_puts(&mb, ",\n  ");
+        kl_buf_append(&mb, body.data, body.len);
+        kl_buf_free(&body);
+        if (mb.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    }
+    snprintf(p, sizeof p, "%s/manifest.json", staging);
+    if ((rc = kl_write_file_atomic(p, mb.data, mb.len, e))) goto fail;
+    if ((rc = fsync_tree(staging, e))) goto fail;
+
+    /* ---- publish ---- */
+    snprintf(p, sizeof p, "%s/versions", o->out_dir);
+    if ((rc = kl_mkdir_p(p, e))) goto fail;
+    snprintf(res->version_dir, sizeof res->version_dir, "%s/versions/%s", o->out_dir, res->version_id);
+    if (rename(staging, res->version_dir)) {
+        if (errno != EEXIST && errno != ENOTEMPTY) { rc = kl_err_set(e, -errno, "publishing %s: %s", res->version_dir, strerror(errno)); goto fail; }
+        kl_rm_rf(staging, NULL); /* the same content is already published */
+    }
+    staging[0] = 0;
+    if ((rc = kl_fsync_dir(p, e))) goto fail;
+    snprintf(p, sizeof p, "%s/ingests", o->out_dir);
+    if ((rc = kl_mkdir_p(p, e))) goto fail;
+    snprintf(p, sizeof p, "%s/ingests/%s", o->out_dir, key);
+    {
+        char line[80];
+        snprintf(line, sizeof line, "%s\n", res->version_id);
+        if ((rc = kl_write_file_atomic(p, line, strlen(line), e))) goto fail;
+    }
+    if ((rc = set_current(o->out_dir, res->version_id, e))) goto fail;
+    res->published = 1;
+    for (size_t i = 0; i < nfiles; i++) {
+        res->bytes_written += files[i].bytes;
+        res->partitions_reused += files[i].reused;
+    }
+    res->files_written = (int64_t)nfiles;
+    res->seconds = (kl_time_mono_ns() - t0) / 1e9;
+    snprintf(p, sizeof p, "%s/.staging", o->out_dir);
+    rmdir(p);
+    rc = KL_OK;
+    goto done;
+fail:
+    if (staging[0]) kl_rm_rf(staging, NULL);
+    {
+        char p2[4200];
+        snprintf(p2, sizeof p2, "%s/.staging", o->out_dir);
+        rmdir(p2);
+        if (created_out) rmdir(o->out_dir);
+    }
+    res->seconds = (kl_time_mono_ns() - t0) / 1e9;
+done:
+    if (tot) { for (size_t j = 0; j < x.schema->n_fields; j++) stat_free(&tot[j]); free(tot); }
+    outfiles_free(files, nfiles);
+    kl_buf_free(&mb);
+    ictx_free(&x);
+    return rc;
+}

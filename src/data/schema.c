@@ -1,0 +1,353 @@
+/* The ingest schema: YAML (via core's kl_doc, so errors say file:line:col)
+ * with a dialect section and a list of typed columns with constraints;
+ * canonical JSON form for manifests and hashing; YAML output for
+ * `keel schema infer`. */
+#include "data_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void kl_schema_free(kl_schema *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n_fields; i++) {
+        kl_field *f = &s->fields[i];
+        free(f->name);
+        free(f->timezone);
+        for (size_t k = 0; k < f->n_allowed; k++) free(f->allowed[k]);
+        free(f->allowed);
+    }
+    free(s->fields);
+    free(s->name);
+    free(s->sha256);
+    free(s->text);
+    free(s);
+}
+
+int kl_schema_find(const kl_schema *s, const char *name) {
+    for (size_t i = 0; i < s->n_fields; i++)
+        if (!strcmp(s->fields[i].name, name)) return (int)i;
+    return -1;
+}
+
+static int one_char(const kl_node *n, char *out, int allow_empty, kl_err *e) {
+    const char *v;
+    int rc = kl_node_str(n, &v, e);
+    if (rc) return rc;
+    if (!strcmp(v, "\\t") || !strcmp(v, "tab")) { *out = '\t'; return KL_OK; }
+    if (allow_empty && (!*v || !strcmp(v, "none"))) { *out = 0; return KL_OK; }
+    if (strlen(v) != 1) return kl_node_error(n, e, KL_EINVAL, "expected one character, got \"%s\"", v);
+    *out = v[0];
+    return KL_OK;
+}
+
+static int load_dialect(const kl_node *m, kl_dialect *d, kl_err *e) {
+    static const char *const keys[] = {"format", "delimiter", "quote", "header", "null", "max_record_bytes"};
+    int rc = kl_spec_check_keys(m, keys, KL_ARRAY_LEN(keys), e);
+    if (rc) return rc;
+    if (kl_node_kind_of(m) != KL_NODE_MAP) return kl_node_error(m, e, KL_EINVAL, "expected a map");
+    const kl_node *n;
+    if ((n = kl_node_get(m, "format"))) {
+        const char *v;
+        if ((rc = kl_node_str(n, &v, e))) return rc;
+        if (!strcmp(v, "csv") || !strcmp(v, "tsv")) { d->format = KL_FMT_CSV; if (v[0] == 't') d->delim = '\t'; }
+        else if (!strcmp(v, "jsonl") || !strcmp(v, "ndjson")) d->format = KL_FMT_JSONL;
+        else return kl_node_error(n, e, KL_EINVAL, "format must be csv, tsv or jsonl, got \"%s\"", v);
+    }
+    if ((n = kl_node_get(m, "delimiter")) && (rc = one_char(n, &d->delim, 0, e))) return rc;
+    if ((n = kl_node_get(m, "quote")) && (rc = one_char(n, &d->quote, 1, e))) return rc;
+    if ((rc = kl_spec_bool(m, "header", d->header, &d->header, e))) return rc;
+    if ((n = kl_node_get(m, "null"))) {
+        d->n_null = 0;
+        size_t cnt = kl_node_kind_of(n) == KL_NODE_SEQ ? kl_node_len(n) : 1;
+        for (size_t i = 0; i < cnt; i++) {
+            const kl_node *x = kl_node_kind_of(n) == KL_NODE_SEQ ? kl_node_at(n, i) : n;
+            const char *v = "";
+            if (kl_node_kind_of(x) != KL_NODE_NULL && (rc = kl_node_str(x, &v, e))) return rc;
+            if (d->n_null >= KL_MAX_NULL_TOKENS || strlen(v) >= sizeof d->null_tokens[0])
+                return kl_node_error(x, e, KL_EINVAL, "at most %d null tokens of up to 15 bytes", KL_MAX_NULL_TOKENS);
+            strcpy(d->null_tokens[d->n_null++], v);
+        }
+    }
+    int64_t mr;
+    if ((rc = kl_spec_int(m, "max_record_bytes", (int64_t)d->max_record, &mr, e))) return rc;
+    if (mr < 16) return kl_node_error(kl_node_get(m, "max_record_bytes"), e, KL_EINVAL, "must be at least 16");
+    d->max_record = (size_t)mr;
+    return KL_OK;
+}
+
+/* min/max of a field: numbers for numeric types, ISO strings for date/timestamp. */
+static int load_bound(const kl_node *n, kl_field *f, int is_max, kl_err *e) {
+    const char *v;
+    int rc = kl_node_str(n, &v, e);
+    if (rc) return rc;
+    int64_t iv = 0;
+    double dv = 0;
+    switch (f->type) {
+    case KL_T_INT32: case KL_T_INT64:
+        if (kl_parse_i64n(v, strlen(v), &iv)) return kl_node_error(n, e, KL_EINVAL, "expected an integer, got \"%s\"", v);
+        dv = (double)iv;
+        break;
+    case KL_T_FLOAT32: case KL_T_FLOAT64:
+        if (kl_parse_double(v, &dv)) return kl_node_error(n, e, KL_EINVAL, "expected a number, got \"%s\"", v);
+        break;
+    case KL_T_DATE: {
+        int32_t d;
+        if (kl_parse_date(v, strlen(v), &d)) return kl_node_error(n, e, KL_EINVAL, "expected a date YYYY-MM-DD, got \"%s\"", v);
+        iv = d; dv = d;
+        break;
+    }
+    case KL_T_TIMESTAMP:
+        if (kl_parse_timestamp(v, strlen(v), f->tz_offset_min, &iv))
+            return kl_node_error(n, e, KL_EINVAL, "expected an ISO 8601 timestamp, got \"%s\"", v);
+        dv = (double)iv;
+        break;
+    default:
+        return kl_node_error(n, e, KL_EINVAL, "min/max apply to numeric, date and timestamp columns, not %s",
+                             kl_type_name(f->type));
+    }
+    if (is_max) { f->has_max = 1; f->imax = iv; f->max = dv; }
+    else { f->has_min = 1; f->imin = iv; f->min = dv; }
+    return KL_OK;
+}
+
+static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
+    static const char *const keys[] = {"name", "type", "nullable", "min", "max", "allowed", "values",
+                                       "max_length", "unique", "max_null_ratio", "timezone", "description"};
+    if (kl_node_kind_of(m) != KL_NODE_MAP)
+        return kl_node_error(m, e, KL_EINVAL, "a column is a map with at least name and type");
+    int rc = kl_spec_check_keys(m, keys, KL_ARRAY_LEN(keys), e);
+    if (rc) return rc;
+    f->line = kl_node_line(m);
+    f->col = kl_node_col(m);
+    const kl_node *n;
+    const char *v;
+    if ((rc = kl_spec_require(m, "name", &n, e)) || (rc = kl_node_str(n, &v, e))) return rc;
+    if (!*v) return kl_node_error(n, e, KL_EINVAL, "empty column name");
+    if (!(f->name = strdup(v))) return KL_ENOMEM;
+    if ((rc = kl_spec_require(m, "type", &n, e)) || (rc = kl_node_str(n, &v, e))) return rc;
+    if (kl_type_parse(v, &f->type)) {
+        const char *s = kl_suggest(v, (const char *const[]){"int32", "int64", "float32", "float64", "bool", "string",
+                                                            "category", "date", "timestamp"}, 9);
+        return kl_node_error(n, e, KL_EINVAL, "unknown type \"%s\"%s%s%s", v, s ? " (did you mean '" : "",
+                             s ? s : "", s ? "'?)" : "");
+    }
+    if ((rc = kl_spec_bool(m, "nullable", 1, &f->nullable, e))) return rc;
+    if ((rc = kl_spec_bool(m, "unique", 0, &f->unique, e))) return rc;
+    if ((rc = kl_spec_double(m, "max_null_ratio", 1.0, &f->max_null_ratio, e))) return rc;
+    if (f->max_null_ratio < 0 || f->max_null_ratio > 1)
+        return kl_node_error(kl_node_get(m, "max_null_ratio"), e, KL_EINVAL, "must be between 0 and 1");
+    if ((rc = kl_spec_int(m, "max_length", 0, &f->max_length, e))) return rc;
+    if (f->max_length && f->type != KL_T_STRING && f->type != KL_T_CATEGORY)
+        return kl_node_error(kl_node_get(m, "max_length"), e, KL_EINVAL, "max_length applies to string columns");
+    if ((n = kl_node_get(m, "timezone"))) {
+        if (f->type != KL_T_TIMESTAMP)
+            return kl_node_error(n, e, KL_EINVAL, "timezone applies to timestamp columns");
+        if ((rc = kl_node_str(n, &v, e))) return rc;
+        if (kl_parse_tz(v, &f->tz_offset_min))
+            return kl_node_error(n, e, KL_EINVAL, "timezone must be UTC or a fixed offset like +02:00, got \"%s\"", v);
+        if (!(f->timezone = strdup(v))) return KL_ENOMEM;
+    } else if (f->type == KL_T_TIMESTAMP) {
+        return kl_node_error(m, e, KL_EINVAL,
+                             "timestamp column '%s' needs an explicit timezone rule (timezone: UTC or an offset)",
+                             f->name);
+    }
+    if ((n = kl_node_get(m, "min")) && (rc = load_bound(n, f, 0, e))) return rc;
+    if ((n = kl_node_get(m, "max")) && (rc = load_bound(n, f, 1, e))) return rc;
+    if (f->has_min && f->has_max && f->min > f->max)
+        return kl_node_error(kl_node_get(m, "max"), e, KL_EINVAL, "max is below min");
+    const kl_node *al = kl_node_get(m, "allowed");
+    if (!al) al = kl_node_get(m, "values");
+    if (al) {
+        if (f->type != KL_T_STRING && f->type != KL_T_CATEGORY)
+            return kl_node_error(al, e, KL_EINVAL, "allowed values apply to string and category columns");
+        if (kl_node_kind_of(al) != KL_NODE_SEQ) return kl_node_error(al, e, KL_EINVAL, "expected a list of values");
+        f->n_allowed = kl_node_len(al);
+        if (!(f->allowed = calloc(f->n_allowed + 1, sizeof *f->allowed))) return KL_ENOMEM;
+        for (size_t i = 0; i < f->n_allowed; i++) {
+            if ((rc = kl_node_str(kl_node_at(al, i), &v, e))) return rc;
+            if (!(f->allowed[i] = strdup(v))) return KL_ENOMEM;
+        }
+    }
+    return KL_OK;
+}
+
+static int load(const kl_doc *d, kl_schema **out, kl_err *e) {
+    static const char *const keys[] = {"name", "description", "sha256", "dialect", "columns"};
+    const kl_node *root = kl_doc_root(d), *n;
+    kl_schema *s = calloc(1, sizeof *s);
+    int rc;
+    if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    kl_dialect_default(&s->dialect);
+    if (kl_node_kind_of(root) != KL_NODE_MAP) { rc = kl_node_error(root, e, KL_EINVAL, "a schema is a map with 'columns'"); goto fail; }
+    if ((rc = kl_spec_check_keys(root, keys, KL_ARRAY_LEN(keys), e))) goto fail;
+    const char *v;
+    if ((rc = kl_spec_str(root, "name", "", &v, e))) goto fail;
+    s->name = strdup(v);
+    if ((rc = kl_spec_str(root, "sha256", "", &v, e))) goto fail;
+    if (*v) {
+        if (strlen(v) != 64 || strspn(v, "0123456789abcdefABCDEF") != 64) {
+            rc = kl_node_error(kl_node_get(root, "sha256"), e, KL_EINVAL, "expected 64 hex digits");
+            goto fail;
+        }
+        s->sha256 = strdup(v);
+    }
+    if ((n = kl_node_get(root, "dialect"))) {
+        s->dialect_given = 1;
+        if ((rc = load_dialect(n, &s->dialect, e))) goto fail;
+    }
+    if ((rc = kl_spec_require(root, "columns", &n, e))) goto fail;
+    if (kl_node_kind_of(n) != KL_NODE_SEQ || kl_node_len(n) == 0) {
+        rc = kl_node_error(n, e, KL_EINVAL, "columns must be a non-empty list");
+        goto fail;
+    }
+    s->n_fields = kl_node_len(n);
+    if (!(s->fields = calloc(s->n_fields, sizeof *s->fields))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    for (size_t i = 0; i < s->n_fields; i++) {
+        if ((rc = load_field(kl_node_at(n, i), &s->fields[i], e))) goto fail;
+        for (size_t j = 0; j < i; j++)
+            if (!strcmp(s->fields[j].name, s->fields[i].name)) {
+                rc = kl_node_error(kl_node_at(n, i), e, KL_EINVAL, "duplicate column '%s'", s->fields[i].name);
+                goto fail;
+            }
+    }
+    kl_buf b;
+    kl_buf_init(&b);
+    if ((rc = kl__schema_canonical(s, &b)) || b.failed) { kl_buf_free(&b); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    s->text = kl_buf_take(&b);
+    *out = s;
+    return KL_OK;
+fail:
+    if (rc == KL_ENOMEM && e && !e->code) kl_err_set(e, KL_ENOMEM, "out of memory");
+    kl_schema_free(s);
+    *out = NULL;
+    return rc;
+}
+
+int kl_schema_load_file(const char *path, kl_schema **out, kl_err *e) {
+    kl_doc *d = NULL;
+    *out = NULL;
+    int rc = kl_doc_load_file(path, &d, e);
+    if (rc) return rc;
+    rc = load(d, out, e);
+    kl_doc_free(d);
+    return rc;
+}
+
+int kl_schema_load_str(const char *text, size_t len, const char *name, kl_schema **out, kl_err *e) {
+    kl_doc *d = NULL;
+    *out = NULL;
+    int rc = kl_doc_load_str(text, len, name, &d, e);
+    if (rc) return rc;
+    rc = load(d, out, e);
+    kl_doc_free(d);
+    return rc;
+}
+
+/* ---- canonical JSON and YAML ----------------------------------------------- */
+
+static void bound_str(const kl_field *f, int is_max, char *buf, size_t n) {
+    int64_t iv = is_max ? f->imax : f->imin;
+    if (f->type == KL_T_DATE) {
+        int y, m, d;
+        kl_civil_from_days(iv, &y, &m, &d);
+        snprintf(buf, n, "%04d-%02d-%02d", y, m, d);
+    } else if (f->type == KL_T_TIMESTAMP) {
+        kl_time_rfc3339(iv, buf, n);
+    } else if (f->type == KL_T_INT32 || f->type == KL_T_INT64) {
+        snprintf(buf, n, "%lld", (long long)iv);
+    } else {
+        double v = is_max ? f->max : f->min;
+        snprintf(buf, n, "%.15g", v);
+        if (strtod(buf, NULL) != v) snprintf(buf, n, "%.17g", v);
+    }
+}
+
+int kl__schema_canonical(const kl_schema *s, kl_buf *b) {
+    const kl_dialect *d = &s->dialect;
+    char q[2] = {d->quote, 0}, dl[2] = {d->delim, 0};
+    kl_buf_puts(b, "{\"columns\":[");
+    for (size_t i = 0; i < s->n_fields; i++) {
+        const kl_field *f = &s->fields[i];
+        char tmp[64];
+        kl_buf_puts(b, i ? ",{" : "{");
+        if (f->n_allowed) {
+            kl_buf_puts(b, "\"allowed\":[");
+            for (size_t k = 0; k < f->n_allowed; k++) {
+                if (k) kl_buf_puts(b, ",");
+                kl_buf_json_str(b, f->allowed[k]);
+            }
+            kl_buf_puts(b, "],");
+        }
+        if (f->has_max) { bound_str(f, 1, tmp, sizeof tmp); kl_buf_puts(b, "\"max\":"); kl_buf_json_str(b, tmp); kl_buf_puts(b, ","); }
+        if (f->max_length) kl_buf_printf(b, "\"max_length\":%lld,", (long long)f->max_length);
+        if (f->max_null_ratio < 1) kl_buf_printf(b, "\"max_null_ratio\":%.17g,", f->max_null_ratio);
+        if (f->has_min) { bound_str(f, 0, tmp, sizeof tmp); kl_buf_puts(b, "\"min\":"); kl_buf_json_str(b, tmp); kl_buf_puts(b, ","); }
+        kl_buf_puts(b, "\"name\":");
+        kl_buf_json_str(b, f->name);
+        kl_buf_printf(b, ",\"nullable\":%s", f->nullable ? "true" : "false");
+        if (f->type == KL_T_TIMESTAMP) kl_buf_printf(b, ",\"timezone_offset_minutes\":%d", f->tz_offset_min);
+        kl_buf_printf(b, ",\"type\":\"%s\"", kl_type_name(f->type));
+        if (f->unique) kl_buf_puts(b, ",\"unique\":true");
+        kl_buf_puts(b, "}");
+    }
+    kl_buf_puts(b, "],\"dialect\":{\"delimiter\":");
+    kl_buf_json_str(b, dl);
+    kl_buf_printf(b, ",\"format\":\"%s\",\"header\":%s,\"max_record_bytes\":%zu,\"null\":[",
+                  d->format == KL_FMT_JSONL ? "jsonl" : "csv", d->header ? "true" : "false", d->max_record);
+    for (int i = 0; i < d->n_null; i++) {
+        if (i) kl_buf_puts(b, ",");
+        kl_buf_json_str(b, d->null_tokens[i]);
+    }
+    kl_buf_puts(b, "],\"quote\":");
+    kl_buf_json_str(b, q);
+    kl_buf_puts(b, "},\"name\":");
+    kl_buf_json_str(b, s->name ? s->name : "");
+    if (s->sha256) { kl_buf_puts(b, ",\"sha256\":"); kl_buf_json_str(b, s->sha256); }
+    kl_buf_puts(b, "}");
+    return b->failed ? KL_ENOMEM : KL_OK;
+}
+
+/* YAML scalar, double-quoted (JSON escapes are valid YAML). */
+static void yq(kl_buf *b, const char *s) { kl_buf_json_str(b, s); }
+
+int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
+    const kl_dialect *d = &s->dialect;
+    char q[2] = {d->quote, 0};
+    kl_buf_puts(b, "# keel ingest schema (review before use: types, nullability, constraints)\n");
+    if (s->name && *s->name) { kl_buf_puts(b, "name: "); yq(b, s->name); kl_buf_puts(b, "\n"); }
+    kl_buf_puts(b, "dialect:\n");
+    kl_buf_printf(b, "  format: %s\n", d->format == KL_FMT_JSONL ? "jsonl" : "csv");
+    if (d->format == KL_FMT_CSV) {
+        kl_buf_printf(b, "  delimiter: %s\n", d->delim == '\t' ? "\"\\t\"" : (char[]){'"', d->delim, '"', 0});
+        kl_buf_puts(b, "  quote: ");
+        yq(b, q);
+        kl_buf_printf(b, "\n  header: %s\n", d->header ? "true" : "false");
+        kl_buf_printf(b, "  # sniffed: line endings %s%s\n", d->crlf ? "CRLF" : "LF", d->bom ? ", UTF-8 BOM" : "");
+    }
+    kl_buf_puts(b, "  null: [");
+    for (int i = 0; i < d->n_null; i++) {
+        if (i) kl_buf_puts(b, ", ");
+        yq(b, d->null_tokens[i]);
+    }
+    kl_buf_puts(b, "]\ncolumns:\n");
+    for (size_t i = 0; i < s->n_fields; i++) {
+        const kl_field *f = &s->fields[i];
+        kl_buf_puts(b, "  - name: ");
+        yq(b, f->name);
+        kl_buf_printf(b, "\n    type: %s\n    nullable: %s\n", kl_type_name(f->type), f->nullable ? "true" : "false");
+        if (f->type == KL_T_TIMESTAMP) kl_buf_printf(b, "    timezone: %s\n", f->timezone ? f->timezone : "UTC");
+        if (f->n_allowed) {
+            kl_buf_puts(b, "    values: [");
+            for (size_t k = 0; k < f->n_allowed; k++) {
+                if (k) kl_buf_puts(b, ", ");
+                yq(b, f->allowed[k]);
+            }
+            kl_buf_puts(b, "]\n");
+        }
+        char tmp[64];
+        if (f->has_min) { bound_str(f, 0, tmp, sizeof tmp); kl_buf_printf(b, "    # observed min: %s\n", tmp); }
+        if (f->has_max) { bound_str(f, 1, tmp, sizeof tmp); kl_buf_printf(b, "    # observed max: %s\n", tmp); }
+    }
+    return b->failed ? KL_ENOMEM : KL_OK;
+}
