@@ -78,5 +78,6 @@ int cmd_config(int argc, char **argv);
 int cmd_ingest(int argc, char **argv);
 int cmd_schema(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_features(int argc, char **argv);
 
 #endif

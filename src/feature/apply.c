@@ -80,6 +80,60 @@ static void row_chunk(void *ctx, size_t b, size_t end, int chunk) {
     }
 }
 
+/* Typed loops for one-input numeric and time kinds: the same value
+ * functions as kl__tf_eval (kl__tf_num1 / kl__tf_time1), without the
+ * per-value gather. */
+#define STORE_LOOP(EXPR)                                                                       \
+    do {                                                                                       \
+        switch (dst->type) {                                                                   \
+        case KL_COL_FLOAT32: for (size_t r = b; r < end; r++) { if (NULLCHK) continue; ((float *)dst->values)[r] = (float)(EXPR); } break; \
+        case KL_COL_FLOAT64: for (size_t r = b; r < end; r++) { if (NULLCHK) continue; ((double *)dst->values)[r] = (EXPR); } break; \
+        case KL_COL_INT32: for (size_t r = b; r < end; r++) { if (NULLCHK) continue; ((int32_t *)dst->values)[r] = (int32_t)(EXPR); } break; \
+        default: for (size_t r = b; r < end; r++) { if (NULLCHK) continue; ((int64_t *)dst->values)[r] = (int64_t)(EXPR); } break; \
+        }                                                                                      \
+    } while (0)
+#define NULLCHK (valid && !valid[r])
+
+static void fast_chunk(void *ctx, size_t b, size_t end, int chunk) {
+    job *J = ctx;
+    const feat *F = J->F;
+    const kl_column *c = J->in[F->in[0].col];
+    kl_column *dst = J->slots[F->slot0];
+    const uint8_t *valid = c->valid;
+    kl_features_counts *cnt = &J->counts[chunk];
+    /* nulls first: fill or fail (then the loops skip them) */
+    if (valid) {
+        for (size_t r = b; r < end; r++) {
+            if (valid[r]) continue;
+            if (!F->in[0].has_fill) {
+                J->rcs[chunk] = kl_err_set(&J->errs[chunk], KL_EINVAL, "feature %s: input %s is null and has no fill (not nullable)", F->name, F->in[0].column);
+                J->err_row[chunk] = r;
+                return;
+            }
+            cnt->null_filled++;
+            double v = kl__tf_is_num1(F) ? kl__tf_num1(F, F->in[0].fill, cnt)
+                                         : kl__tf_time1(F, (int64_t)F->in[0].fill, F->since_us);
+            kl__store_slot(dst, r, v);
+        }
+    }
+    if (kl__tf_is_num1(F)) {
+        switch (c->type) {
+        case KL_COL_FLOAT64: { const double *x = c->values; STORE_LOOP(kl__tf_num1(F, x[r], cnt)); break; }
+        case KL_COL_FLOAT32: { const float *x = c->values; STORE_LOOP(kl__tf_num1(F, (double)x[r], cnt)); break; }
+        case KL_COL_INT64: case KL_COL_TIMESTAMP: { const int64_t *x = c->values; STORE_LOOP(kl__tf_num1(F, (double)x[r], cnt)); break; }
+        case KL_COL_INT32: case KL_COL_DATE: { const int32_t *x = c->values; STORE_LOOP(kl__tf_num1(F, (double)x[r], cnt)); break; }
+        default: { const uint8_t *x = c->values; STORE_LOOP(kl__tf_num1(F, (double)x[r], cnt)); break; }
+        }
+    } else {
+        int64_t ref = F->since_us;
+        switch (c->type) {
+        case KL_COL_DATE: { const int32_t *x = c->values; STORE_LOOP(kl__tf_time1(F, (int64_t)x[r] * 86400000000LL, ref)); break; }
+        default: { const int64_t *x = c->values; STORE_LOOP(kl__tf_time1(F, x[r], ref)); break; }
+        }
+    }
+}
+#undef NULLCHK
+
 static void win_chunk(void *ctx, size_t b, size_t end, int chunk) {
     job *J = ctx;
     const feat *F = J->F;
@@ -107,62 +161,91 @@ static int tsrow_cmp(const void *a, const void *b) {
     return (x->row > y->row) - (x->row < y->row);
 }
 
+/* Stable LSD radix sort of rows by an unsigned key (11-bit digits, only as
+ * many passes as the key range needs): perm gets the rows grouped by key,
+ * in row order within a key; keys ends up sorted alongside. */
+static int radix_rows(uint64_t *keys, uint32_t *perm, size_t n, kl_err *e) {
+    uint64_t mx = 0;
+    for (size_t r = 0; r < n; r++) { perm[r] = (uint32_t)r; if (keys[r] > mx) mx = keys[r]; }
+    int bits = mx ? 64 - __builtin_clzll(mx) : 0, passes = (bits + 10) / 11;
+    if (!passes) return KL_OK;
+    uint64_t *k2 = kl_mem_alloc(n * sizeof *k2 + 1, KL_TAG_WORKSPACE);
+    uint32_t *p2 = kl_mem_alloc(n * sizeof *p2 + 1, KL_TAG_WORKSPACE);
+    size_t *h = calloc(2048, sizeof *h);
+    if (!k2 || !p2 || !h) { kl_mem_free(k2); kl_mem_free(p2); free(h); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    uint64_t *ka = keys, *kb = k2;
+    uint32_t *pa = perm, *pb = p2;
+    for (int pass = 0; pass < passes; pass++) {
+        int sh = 11 * pass;
+        memset(h, 0, 2048 * sizeof *h);
+        for (size_t r = 0; r < n; r++) h[(ka[r] >> sh) & 2047]++;
+        size_t sum = 0;
+        for (int d = 0; d < 2048; d++) { size_t c = h[d]; h[d] = sum; sum += c; }
+        for (size_t r = 0; r < n; r++) {
+            size_t pos = h[(ka[r] >> sh) & 2047]++;
+            kb[pos] = ka[r];
+            pb[pos] = pa[r];
+        }
+        uint64_t *tk = ka; ka = kb; kb = tk;
+        uint32_t *tp = pa; pa = pb; pb = tp;
+    }
+    if (pa != perm) { memcpy(perm, pa, n * sizeof *perm); memcpy(keys, ka, n * sizeof *keys); }
+    kl_mem_free(k2);
+    kl_mem_free(p2);
+    free(h);
+    return KL_OK;
+}
+
 static int build_grouping(const feat *F, const kl_column **in, size_t n, grouping *G, kl_err *e) {
     int rc = KL_OK;
     fmap m = {0};
     uint32_t *gid = NULL, *cnt = NULL;
+    uint64_t *keys = NULL;
+    tsrow *tmp = NULL;
     G->perm = kl_mem_alloc(n * sizeof *G->perm + 1, KL_TAG_WORKSPACE);
     G->gs = kl_mem_alloc(n * sizeof *G->gs + 1, KL_TAG_WORKSPACE);
     G->ts = kl_mem_alloc(n * sizeof *G->ts + 1, KL_TAG_WORKSPACE);
-    gid = kl_mem_alloc(n * sizeof *gid + 1, KL_TAG_WORKSPACE);
-    if (!G->perm || !G->gs || !G->ts || !gid || kl__fmap_init(&m, n / 4 + 16)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if (!G->perm || !G->gs || !G->ts) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     const kl_column *ec = in[F->in[0].col], *tc = in[F->in[1].col];
+    int intkey = ec->type != KL_COL_STRING && ec->type != KL_COL_BINARY;
+    if (intkey) keys = kl_mem_alloc(n * sizeof *keys + 1, KL_TAG_WORKSPACE);
+    else gid = kl_mem_alloc(n * sizeof *gid + 1, KL_TAG_WORKSPACE);
+    if ((intkey && !keys) || (!intkey && (!gid || kl__fmap_init(&m, 64)))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     size_t ng = 0;
+    int64_t kmin = INT64_MAX;
     for (size_t r = 0; r < n; r++) {
         fval v, t;
         kl__fval_from_col(ec, r, &v);
         kl__fval_from_col(tc, r, &t);
         if (v.null || t.null) { rc = kl_err_set(e, KL_EINVAL, "feature %s: row %zu: %s is null (entity and time are not nullable)", F->name, r, v.null ? F->in[0].column : F->in[1].column); goto done; }
-        char buf[8];
-        size_t kn;
-        const char *k = kl__entity_key(F, &v, buf, &kn);
-        int created;
-        uint64_t *slot = kl__fmap_put(&m, k, kn, &created);
-        if (!slot) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-        if (created) *slot = ng++;
-        gid[r] = (uint32_t)*slot;
+        if (intkey) {
+            keys[r] = (uint64_t)v.i;
+            if (v.i < kmin) kmin = v.i;
+        } else {
+            char buf[8];
+            size_t kn;
+            const char *k = kl__entity_key(F, &v, buf, &kn);
+            int created;
+            uint64_t *slot = kl__fmap_put(&m, k, kn, &created);
+            if (!slot) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+            if (created) *slot = ng++;
+            gid[r] = (uint32_t)*slot;
+        }
         G->ts[r] = kl__win_time(F, &t);
     }
-    cnt = calloc(ng + 1, sizeof *cnt);
-    if (!cnt) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-    for (size_t r = 0; r < n; r++) cnt[gid[r] + 1]++;
-    for (size_t g = 0; g < ng; g++) cnt[g + 1] += cnt[g];
-    /* stable counting sort by group; gid reused as start-of-group per position */
-    for (size_t r = 0; r < n; r++) G->perm[cnt[gid[r]]++] = (uint32_t)r;
-    /* cnt[g] is now the end of group g; walk groups in order */
-    size_t start = 0;
-    tsrow *tmp = NULL;
-    size_t tmpcap = 0;
-    for (size_t g = 0; g < ng; g++) {
-        size_t end = cnt[g];
-        int sorted = 1;
-        for (size_t p = start + 1; p < end && sorted; p++) sorted = G->ts[G->perm[p]] >= G->ts[G->perm[p - 1]];
-        if (!sorted) {
-            if (end - start > tmpcap) {
-                tmpcap = (end - start) * 2;
-                tsrow *nt = realloc(tmp, tmpcap * sizeof *tmp);
-                if (!nt) { free(tmp); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-                tmp = nt;
-            }
-            for (size_t p = start; p < end; p++) tmp[p - start] = (tsrow){G->ts[G->perm[p]], G->perm[p]};
-            qsort(tmp, end - start, sizeof *tmp, tsrow_cmp);
-            for (size_t p = start; p < end; p++) G->perm[p] = tmp[p - start].row;
-        }
-        for (size_t p = start; p < end; p++) G->gs[p] = (uint32_t)start;
-        start = end;
+    if (intkey) {
+        /* integer entities: radix sort by key (no hash table) */
+        for (size_t r = 0; r < n; r++) keys[r] -= (uint64_t)kmin;
+        if ((rc = radix_rows(keys, G->perm, n, e))) goto done;
+    } else {
+        /* strings: dense ids from the map, then a stable counting sort */
+        cnt = calloc(ng + 1, sizeof *cnt);
+        if (!cnt) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+        for (size_t r = 0; r < n; r++) cnt[gid[r] + 1]++;
+        for (size_t g = 0; g < ng; g++) cnt[g + 1] += cnt[g];
+        for (size_t r = 0; r < n; r++) G->perm[cnt[gid[r]]++] = (uint32_t)r;
     }
-    free(tmp);
-    /* ts by position from now on */
+    /* ts by position */
     {
         int64_t *tp = kl_mem_alloc(n * sizeof *tp + 1, KL_TAG_WORKSPACE);
         if (!tp) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
@@ -170,9 +253,34 @@ static int build_grouping(const feat *F, const kl_column **in, size_t n, groupin
         kl_mem_free(G->ts);
         G->ts = tp;
     }
+    /* walk the groups: order each by (time, row) when the rows are not in
+     * time order already; record the group start of every position */
+    size_t tmpcap = 0;
+    for (size_t start = 0; start < n;) {
+        size_t end = start + 1;
+        if (intkey) while (end < n && keys[end] == keys[start]) end++;
+        else while (end < n && gid[G->perm[end]] == gid[G->perm[start]]) end++;
+        int sorted = 1;
+        for (size_t p = start + 1; p < end && sorted; p++) sorted = G->ts[p] >= G->ts[p - 1];
+        if (!sorted) {
+            if (end - start > tmpcap) {
+                tmpcap = (end - start) * 2;
+                tsrow *nt = realloc(tmp, tmpcap * sizeof *tmp);
+                if (!nt) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+                tmp = nt;
+            }
+            for (size_t p = start; p < end; p++) tmp[p - start] = (tsrow){G->ts[p], G->perm[p]};
+            qsort(tmp, end - start, sizeof *tmp, tsrow_cmp);
+            for (size_t p = start; p < end; p++) { G->perm[p] = tmp[p - start].row; G->ts[p] = tmp[p - start].ts; }
+        }
+        for (size_t p = start; p < end; p++) G->gs[p] = (uint32_t)start;
+        start = end;
+    }
 done:
+    free(tmp);
     kl__fmap_free(&m);
     kl_mem_free(gid);
+    kl_mem_free(keys);
     free(cnt);
     return rc;
 }
@@ -239,8 +347,7 @@ static int new_slot(const char *name, kl_col_type t, size_t n, kl_column **out, 
     int rc = kl_column_new(name, t, 0, n, out, e);
     if (rc) return rc;
     if ((rc = kl_column_reserve(*out, n, 0))) { kl_column_free(*out); *out = NULL; return kl_err_set(e, rc, "out of memory"); }
-    (*out)->len = n;
-    if (n) memset((*out)->values, 0, n * kl_col_type_size(t));
+    (*out)->len = n;   /* every row is written by apply */
     return KL_OK;
 }
 
@@ -271,7 +378,8 @@ static int apply_range(const kl_features *f, size_t f0, size_t f1, const kl_colu
             rc = run_window(F, in, n, &G, &J, pool, nch, e);
         } else {
             J.F = F;
-            kl_pool_parallel_for(pool, n, 4096, row_chunk, &J);
+            int fast = F->nin == 1 && (kl__tf_is_num1(F) || F->kind == TF_DATEPART || F->kind == TF_TIME_SINCE);
+            kl_pool_parallel_for(pool, n, 4096, fast ? fast_chunk : row_chunk, &J);
             for (int c = 0; c < nch; c++) {
                 if (J.rcs[c]) {
                     rc = J.rcs[c];

@@ -130,6 +130,42 @@ uint64_t *kl__fmap_get(const fmap *m, const void *k, size_t n);   /* NULL when a
 uint64_t *kl__fmap_put(fmap *m, const void *k, size_t n, int *created);
 static inline const char *kl__fmap_key(const fmap *m, const fmap_ent *x) { return m->pool + x->off; }
 
+/* ---- the value transforms of one-input kinds, shared by kl__tf_eval and
+ * the typed column loops of apply.c (one implementation of each) ---- */
+#include <math.h>
+double kl__datepart(dp_part p, int64_t us);
+static inline double kl__tf_num1(const feat *F, double x, kl_features_counts *c) {
+    switch (F->kind) {
+    case TF_CLIP:
+        if (F->has_lo && x < F->lo) x = F->lo;
+        if (F->has_hi && x > F->hi) x = F->hi;
+        return x;
+    case TF_LOG1P:
+        if (!(x >= 0)) { if (c) c->clamped++; x = 0; }
+        return log1p(x);
+    case TF_STANDARDIZE: return (x - F->mean) / F->std;
+    case TF_MINMAX: return F->max > F->min ? (x - F->min) / (F->max - F->min) : 0.0;
+    case TF_BUCKETIZE: {
+        size_t lo = 0, hi = F->nedges;   /* number of edges <= x */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (F->edges[mid] <= x) lo = mid + 1; else hi = mid;
+        }
+        return (double)lo;
+    }
+    default: return x;   /* passthrough, fill_null */
+    }
+}
+/* datepart of t, or time_since (t - ref) in the feature's unit; t, ref in µs. */
+static inline double kl__tf_time1(const feat *F, int64_t t, int64_t ref) {
+    if (F->kind == TF_DATEPART) return kl__datepart(F->part, t);
+    return (double)(t - ref) / (F->unit_s * 1e6);
+}
+static inline int kl__tf_is_num1(const feat *F) {
+    return F->kind == TF_PASSTHROUGH || F->kind == TF_FILL_NULL || F->kind == TF_CLIP || F->kind == TF_LOG1P ||
+           F->kind == TF_STANDARDIZE || F->kind == TF_MINMAX || F->kind == TF_BUCKETIZE;
+}
+
 /* ---- window inputs, shared by both paths ---- */
 static inline int64_t kl__win_time(const feat *F, const fval *t) {
     return F->in[1].type == KL_COL_DATE ? t->i * 86400000000LL : t->i;

@@ -259,7 +259,7 @@ size_t kl__vocab_find(const feat *F, const char *s, size_t n) {
 
 static inline int64_t floordiv(int64_t a, int64_t b) { int64_t q = a / b; return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q; }
 
-static double datepart(dp_part p, int64_t us) {
+double kl__datepart(dp_part p, int64_t us) {
     int64_t days = floordiv(us, 86400000000LL);
     int64_t sod = (us - days * 86400000000LL) / 1000000;   /* second of day */
     if (p == DP_HOUR) return (double)(sod / 3600);
@@ -314,39 +314,11 @@ int kl__tf_eval(const feat *F, const fval *in, double *out, kl_features_counts *
     double x = 0, y = 0;
     int rc;
     switch (F->kind) {
-    case TF_PASSTHROUGH: case TF_FILL_NULL:
+    case TF_PASSTHROUGH: case TF_FILL_NULL: case TF_CLIP: case TF_LOG1P: case TF_STANDARDIZE:
+    case TF_MINMAX: case TF_BUCKETIZE:
         if ((rc = num_in(F, 0, in, &x, c, e))) return rc;
-        out[0] = x;
+        out[0] = kl__tf_num1(F, x, c);
         return KL_OK;
-    case TF_CLIP:
-        if ((rc = num_in(F, 0, in, &x, c, e))) return rc;
-        if (F->has_lo && x < F->lo) x = F->lo;
-        if (F->has_hi && x > F->hi) x = F->hi;
-        out[0] = x;
-        return KL_OK;
-    case TF_LOG1P:
-        if ((rc = num_in(F, 0, in, &x, c, e))) return rc;
-        if (!(x >= 0)) { if (c) c->clamped++; x = 0; }
-        out[0] = log1p(x);
-        return KL_OK;
-    case TF_STANDARDIZE:
-        if ((rc = num_in(F, 0, in, &x, c, e))) return rc;
-        out[0] = (x - F->mean) / F->std;
-        return KL_OK;
-    case TF_MINMAX:
-        if ((rc = num_in(F, 0, in, &x, c, e))) return rc;
-        out[0] = F->max > F->min ? (x - F->min) / (F->max - F->min) : 0.0;
-        return KL_OK;
-    case TF_BUCKETIZE: {
-        if ((rc = num_in(F, 0, in, &x, c, e))) return rc;
-        size_t lo = 0, hi = F->nedges;   /* number of edges <= x */
-        while (lo < hi) {
-            size_t mid = (lo + hi) / 2;
-            if (F->edges[mid] <= x) lo = mid + 1; else hi = mid;
-        }
-        out[0] = (double)lo;
-        return KL_OK;
-    }
     case TF_ONEHOT: case TF_INDEX: case TF_HASH: {
         size_t idx;
         if (in[0].null) {
@@ -373,17 +345,11 @@ int kl__tf_eval(const feat *F, const fval *in, double *out, kl_features_counts *
         }
         return KL_OK;
     }
-    case TF_DATEPART: {
-        int64_t t;
+    case TF_DATEPART: case TF_TIME_SINCE: {
+        int64_t t = 0, r = F->since_us;
         if ((rc = int_in(F, 0, in, &t, c, e))) return rc;
-        out[0] = datepart(F->part, t);
-        return KL_OK;
-    }
-    case TF_TIME_SINCE: {
-        int64_t t, r = F->since_us;
-        if ((rc = int_in(F, 0, in, &t, c, e))) return rc;
-        if (!F->has_since && (rc = int_in(F, 1, in, &r, c, e))) return rc;
-        out[0] = (double)(t - r) / (F->unit_s * 1e6);
+        if (F->kind == TF_TIME_SINCE && !F->has_since && (rc = int_in(F, 1, in, &r, c, e))) return rc;
+        out[0] = kl__tf_time1(F, t, r);
         return KL_OK;
     }
     case TF_RATIO:
