@@ -316,7 +316,16 @@ static int transform(int argc, char **argv) {
     char *line = NULL;
     size_t cap = 0, lineno = 0;
     if (kl_features_load(a.pos[0], &f, &e)) return app_fail(&e);
-    if (kl_fstore_open(f, app_get(&a, "store"), &s, &e)) { kl_features_free(f); return app_fail(&e); }
+    /* without --store, window features fail with a clear error (never an
+     * empty history standing in for the real one) */
+    struct stat sb;
+    if (app_get(&a, "store") && !app_flag(&a, "append") && stat(app_get(&a, "store"), &sb) != 0) {
+        kl_features_free(f);
+        kl_err_set(&e, KL_ENOTFOUND, "online store %s not found (keel features materialize fills it)", app_get(&a, "store"));
+        return app_fail(&e);
+    }
+    if (app_get(&a, "store") && kl_fstore_open(f, app_get(&a, "store"), &s, &e)) { kl_features_free(f); return app_fail(&e); }
+    if (app_flag(&a, "append") && !s) { kl_features_free(f); return app_usage_error(&tr_spec, "--append needs --store"); }
     size_t w = kl_features_width(f);
     v = malloc((w + 1) * sizeof *v);
     rc = APP_EXIT_OK;
