@@ -360,7 +360,7 @@ static const app_opt desc_opts[] = {
 };
 static const app_cmd_spec desc_spec = {"features describe", "keel features describe features.json [--json]",
                                        "list features: inputs, output dtype, version, fitted state, cost per row",
-                                       "The cost per row was measured at fit (one thread, up to 100k rows); a\n"
+                                       "The cost per row was measured at fit (one thread, up to 50k rows, best of 3); a\n"
                                        "feature above 10 µs/row is flagged heavy.",
                                        desc_opts, KL_ARRAY_LEN(desc_opts), 1, 1};
 
