@@ -14,6 +14,13 @@ $(FUZZ_PQ): tests/fuzz/parquet_fuzz.c $(wildcard src/data/parquet*.c src/data/th
 # The Parquet test/benchmark driver (tests/integration/parquet_*.py, bench/parquet).
 PQ_TOOL = $(BUILD)/parquet-tool
 all: $(PQ_TOOL)
-$(PQ_TOOL): $(BUILD)/obj/tests/integration/parquet_tool.o $(LIB)
+$(PQ_TOOL): $(BUILD)/obj/tests/integration/parquet_tool.o $(BUILD)/libkeel.a
 	@echo "  LD      $@"
-	@$(CC) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+	@$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkeel.a $(LDLIBS)
+
+# Runs the reader fuzzer for FUZZ_SECONDS (default 600) on a corpus seeded
+# with parquet-testing files and keel-written files.
+FUZZ_SECONDS ?= 600
+.PHONY: fuzz-parquet-run
+fuzz-parquet-run: $(FUZZ_PQ) $(BUILD)/parquet-tool
+	@bash tests/fuzz/run_parquet.sh $(FUZZ_PQ) $(FUZZ_SECONDS) $(BUILD)

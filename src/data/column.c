@@ -225,7 +225,7 @@ int kl_column_append(kl_column *dst, const kl_column *src, size_t a, size_t b) {
         else memset(dst->valid + dst->len, 1, n);
     }
     if (is_varlen(src->type)) {
-        memcpy(dst->data + dst->data_len, src->data + src->offsets[a], data);
+        if (data) memcpy(dst->data + dst->data_len, src->data + src->offsets[a], data);
         int64_t delta = (int64_t)dst->data_len - src->offsets[a];
         for (size_t i = 1; i <= n; i++) dst->offsets[dst->len + i] = src->offsets[a + i] + delta;
         dst->data_len += data;

@@ -287,6 +287,10 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
             for (int c = 0; c < root->num_children && rc == KL_OK; c++) rc = walk_schema(&w, 1, 0, 0, 0, "", &nl);
             if (rc) return rc;
             if (w.at != n) return kl_err_set(e, KL_EPARSE, "%s: schema has %u elements but the tree covers %u", R->name, n, w.at);
+            for (size_t i = 0; i < R->nleaves; i++) { /* leaves moved while growing */
+                R->leaves[i].info.logical = R->leaves[i].logicalbuf;
+                if (!R->leaves[i].info.supported) R->leaves[i].info.why = R->leaves[i].whybuf;
+            }
             have_schema = 1;
         } else if (id == 3 && t == TT_I64) {
             R->num_rows = tr_int(&r);
@@ -449,8 +453,8 @@ int pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v
     case K_I64: case K_TS_MS: case K_TS_NS: case K_DEC64: {
         if (n < 8) return 0;
         int64_t x; memcpy(&x, b, 8);
-        if (L->kind == K_TS_MS) v->i = x * 1000;
-        else if (L->kind == K_TS_NS) v->i = x >= 0 ? x / 1000 : -((-x + 999) / 1000);
+        if (L->kind == K_TS_MS) v->i = (int64_t)((uint64_t)x * 1000u);
+        else if (L->kind == K_TS_NS) v->i = x / 1000 - (x % 1000 < 0);
         else if (L->kind == K_DEC64) v->f = (double)x / pow(10, L->scale);
         else v->i = x;
         return 1;

@@ -18,6 +18,7 @@ struct pq_scan {
     size_t *sel_need;          /* position in need of each selected column */
     kl_column **cols;          /* decoded rows of the current row group, per need */
     uint32_t *selv; size_t nselv, capselv; int use_selv;
+    int swap_ok;               /* selected leaves are distinct and not predicate-only */
     size_t count, pos;         /* rows available in the current row group, next */
     int loaded;
     kl_column **rowbuf; size_t row_pos, row_n;
@@ -485,12 +486,13 @@ static float half_to_float(uint16_t h) {
     return out;
 }
 
-static int64_t floordiv(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+static int64_t floordiv(int64_t a, int64_t b) { return a / b - (a % b < 0); }
 
 /* Appends prow rows (levels lev, nn present values) to col. */
 static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def, size_t prow, size_t nn,
                        const uint8_t *fx, const bref *br) {
     const pq_leaf *L = c->L;
+    if (prow == 0) return KL_OK;
     size_t data = 0;
     if (L->kind == K_BYTES) for (size_t i = 0; i < nn; i++) data += br[i].n;
     if (kl_column_reserve(col, col->len + prow, col->data_len + data)) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
@@ -511,8 +513,15 @@ static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def
     case K_BYTES: {
         int64_t *off = col->offsets;
         size_t dl = col->data_len;
+        char *dd = col->data;
         for (size_t r = 0; r < prow; r++) {
-            if (PRESENT(r)) { memcpy(col->data + dl, br[j].p, br[j].n); dl += br[j].n; j++; }
+            if (PRESENT(r)) {
+                const uint8_t *p = br[j].p;
+                uint32_t n = br[j].n;
+                if (n) memcpy(dd + dl, p, n);
+                dl += n;
+                j++;
+            }
             off[base + r + 1] = (int64_t)dl;
         }
         col->data_len = dl;
@@ -522,9 +531,23 @@ static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def
         size_t w = kl_col_type_size(col->type);
         char *dst = (char *)col->values + base * w;
         if (!has_nulls) memcpy(dst, fx, prow * w);
-        else for (size_t r = 0; r < prow; r++) {
-            if (PRESENT(r)) { memcpy(dst + r * w, fx + j * w, w); j++; }
-            else memset(dst + r * w, 0, w);
+        else if (w == 8) {
+            uint64_t *d8 = (uint64_t *)dst;
+            for (size_t r = 0; r < prow; r++) {
+                uint64_t v = 0;
+                if (lev[r] == (uint32_t)max_def) { memcpy(&v, fx + 8 * j, 8); j++; }
+                d8[r] = v;
+            }
+        } else if (w == 4) {
+            uint32_t *d4 = (uint32_t *)dst;
+            for (size_t r = 0; r < prow; r++) {
+                uint32_t v = 0;
+                if (lev[r] == (uint32_t)max_def) { memcpy(&v, fx + 4 * j, 4); j++; }
+                d4[r] = v;
+            }
+        } else for (size_t r = 0; r < prow; r++) {
+            if (PRESENT(r)) { dst[r] = (char)fx[j]; j++; }
+            else dst[r] = 0;
         }
         break;
     }
@@ -534,13 +557,13 @@ static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def
             if (PRESENT(r)) {
                 switch (L->kind) {
                 case K_U32: { uint32_t x; memcpy(&x, fx + 4 * j, 4); iv = x; break; }
-                case K_TIME32MS: { int32_t x; memcpy(&x, fx + 4 * j, 4); iv = (int64_t)x * 1000; break; }
-                case K_TS_MS: { int64_t x; memcpy(&x, fx + 8 * j, 8); iv = x * 1000; break; }
+                case K_TIME32MS: { int32_t x; memcpy(&x, fx + 4 * j, 4); iv = (int64_t)x * 1000; break; } /* fits */
+                case K_TS_MS: { int64_t x; memcpy(&x, fx + 8 * j, 8); iv = (int64_t)((uint64_t)x * 1000u); break; } /* wraps on absurd input */
                 case K_TS_NS: { int64_t x; memcpy(&x, fx + 8 * j, 8); iv = floordiv(x, 1000); break; }
                 case K_INT96: {
                     int64_t ns; uint32_t jd;
                     memcpy(&ns, fx + 12 * j, 8); memcpy(&jd, fx + 12 * j + 8, 4);
-                    iv = ((int64_t)jd - 2440588) * INT64_C(86400000000) + floordiv(ns, 1000);
+                    iv = (int64_t)((uint64_t)((int64_t)jd - 2440588) * UINT64_C(86400000000) + (uint64_t)floordiv(ns, 1000));
                     break;
                 }
                 case K_DEC32: { int32_t x; memcpy(&x, fx + 4 * j, 4); dv = (double)x / scale; break; }
@@ -574,7 +597,7 @@ static void keep_ranges(kl_column *col, size_t base, int64_t first, size_t prow,
         if (col->valid) col->valid[o] = col->valid[src];
         if (var) {
             int64_t s0 = col->offsets[src], s1 = col->offsets[src + 1], l = s1 - s0;
-            memmove(col->data + col->offsets[o], col->data + s0, (size_t)l);
+            if (l) memmove(col->data + col->offsets[o], col->data + s0, (size_t)l);
             col->offsets[o + 1] = col->offsets[o] + l;
         } else if (o != src) memmove((char *)col->values + o * w, (char *)col->values + src * w, w);
         o++;
@@ -692,11 +715,17 @@ static int decode_chunk(chunk_job *J) {
     int64_t start = ch->data_page_offset;
     if (ch->dict_page_offset > 0 && ch->dict_page_offset < start) start = ch->dict_page_offset;
     if (start < 4 || (uint64_t)start >= R->footer_start) return BAD(&c, "chunk offset %lld outside the data", (long long)start);
-    const uint8_t *pos = R->data + start, *end = R->data + R->footer_start;
+    /* pages are bounded by the chunk (total_compressed_size), never by the
+     * next column's data */
+    if (ch->total_compressed <= 0 || ch->total_compressed > (int64_t)R->footer_start - start)
+        return BAD(&c, "chunk size %lld outside the data", (long long)ch->total_compressed);
+    const uint8_t *pos = R->data + start, *end = R->data + start + ch->total_compressed;
     int64_t done = 0;
     if (ch->num_values != rows && L->max_rep == 0)
         return BAD(&c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values, (long long)rows);
     int max_def = L->max_def, bw = pq_bit_width((uint64_t)max_def);
+    if (rows > 0 && rows <= (int64_t)1 << 31 && kl_column_reserve(col, (size_t)rows, 0))
+        return kl_err_set(e, KL_ENOMEM, "out of memory for %lld rows of column %s", (long long)rows, L->name);
     int guard = 0;
     while (done < rows) {
         if (pos >= end) { rc = BAD(&c, "chunk ends after %lld of %lld rows", (long long)done, (long long)rows); goto out; }
@@ -936,6 +965,11 @@ static int page_ranges(const pq_reader_t *R, size_t rg, const pq_pred *p, range 
  * ================================================================== */
 
 static int scan_init(pq_reader_t *R, kl_err *e) {
+    if (R->nsel == 0 && R->nleaves > 0) {
+        const char *why = "";
+        for (size_t i = 0; i < R->nleaves && !*why; i++) why = R->leaves[i].info.why;
+        return kl_err_set(e, KL_EUNSUPPORTED, "%s: no readable columns selected (%s)", R->name, *why ? why : "empty selection");
+    }
     pq_scan *s = calloc(1, sizeof *s);
     if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
     R->scan = s;
@@ -949,6 +983,10 @@ static int scan_init(pq_reader_t *R, kl_err *e) {
         if (k == s->nneed) s->need[s->nneed++] = leaf;
         if (i < R->nsel) s->sel_need[i] = k;
     }
+    s->swap_ok = 1;
+    for (size_t i = 0; i < R->nsel; i++)
+        for (size_t j = 0; j < i; j++)
+            if (s->sel_need[i] == s->sel_need[j]) s->swap_ok = 0;
     s->cols = calloc(s->nneed + 1, sizeof *s->cols);
     if (!s->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (size_t k = 0; k < s->nneed; k++) {
@@ -1039,6 +1077,7 @@ static int load_next(pq_reader_t *R, kl_err *e) {
 }
 
 static int gather(kl_column *dst, const kl_column *src, const uint32_t *idx, size_t n) {
+    if (n == 0) return KL_OK;
     size_t data = 0;
     int var = src->type == KL_COL_STRING || src->type == KL_COL_BINARY;
     if (var) for (size_t i = 0; i < n; i++) data += (size_t)(src->offsets[idx[i] + 1] - src->offsets[idx[i]]);
@@ -1054,7 +1093,7 @@ static int gather(kl_column *dst, const kl_column *src, const uint32_t *idx, siz
     if (var) {
         for (size_t i = 0; i < n; i++) {
             int64_t a = src->offsets[idx[i]], l = src->offsets[idx[i] + 1] - a;
-            memcpy(dst->data + dst->data_len, src->data + a, (size_t)l);
+            if (l) memcpy(dst->data + dst->data_len, src->data + a, (size_t)l);
             dst->data_len += (size_t)l;
             dst->offsets[dst->len + i + 1] = (int64_t)dst->data_len;
         }
@@ -1089,6 +1128,20 @@ int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t 
         if (rc == 1) return KL_OK;
     }
     size_t k = KL_MIN(max_rows, s->count - s->pos);
+    if (!s->use_selv && s->pos == 0 && k == s->count && s->swap_ok) {
+        /* the whole row group in one batch: hand the decoded buffers over */
+        for (size_t i = 0; i < R->nsel; i++) {
+            kl_column *a = cols[i], *b = s->cols[s->sel_need[i]], t = *a;
+            char *an = a->name, *bn = b->name;
+            *a = *b; a->name = an;
+            *b = t; b->name = bn;
+            kl_column_clear(b);
+        }
+        s->pos = k;
+        R->ss.rows_returned += k;
+        *nrows = k;
+        return KL_OK;
+    }
     for (size_t i = 0; i < R->nsel; i++) {
         const kl_column *src = s->cols[s->sel_need[i]];
         int q = s->use_selv ? gather(cols[i], src, s->selv + s->pos, k) : kl_column_append(cols[i], src, s->pos, s->pos + k);

@@ -11,6 +11,7 @@ const { DuckDBInstance } = require('@duckdb/node-api');
 
 const inst = await DuckDBInstance.create(':memory:', { threads: process.env.DUCKDB_THREADS || '2' });
 const conn = await inst.connect();
+await conn.run('SET enable_geoparquet_conversion = false');
 const q = (s) => "'" + s.replace(/'/g, "''") + "'";
 const id = (s) => '"' + s.replace(/"/g, '""') + '"';
 
@@ -44,7 +45,7 @@ async function dump(file) {
     if (type === 'DATE') { e = `(${e} - DATE '1970-01-01')::BIGINT`; kt = 'date'; }
     else if (type === 'TIMESTAMP_NS') { e = `epoch_ns(${e})`; kt = 'timestamp_ns'; }
     else if (type.startsWith('TIMESTAMP')) { e = `epoch_us(${e})`; kt = 'timestamp'; }
-    else if (type.startsWith('TIME')) { e = `(epoch_us(TIMESTAMP '1970-01-01' + ${e}))`; kt = 'int64'; }
+    else if (type.startsWith('TIME')) { e = `(hour(${e})::BIGINT * 3600000000 + minute(${e})::BIGINT * 60000000 + microsecond(${e}))`; kt = 'int64'; }
     else if (type.startsWith('DECIMAL')) { e = `${e}::DOUBLE`; kt = 'float64'; }
     else if (type === 'BLOB' || type === 'UUID') { e = type === 'UUID' ? `replace(${e}::VARCHAR, '-', '')` : `lower(hex(${e}))`; kt = 'binary'; }
     else if (type === 'HUGEINT' || type === 'UBIGINT') { e = `${e}::VARCHAR`; kt = 'bigstr'; }
@@ -55,7 +56,7 @@ async function dump(file) {
   const data = exprs.length ? res.getColumnsJS() : [];
   const out = [];
   for (let j = 0; j < cols.length; j++) {
-    out.push(data[j].map((v) => {
+    out.push((data[j] || []).map((v) => {
       if (cols[j].type === 'timestamp_ns' && typeof v === 'bigint') {
         let d = v / 1000n; if (v < 0n && d * 1000n !== v) d -= 1n; return jsval(d);
       }

@@ -1,0 +1,279 @@
+#!/usr/bin/env python3
+"""Parquet interoperability with DuckDB 1.5 (the oracle, npm @duckdb/node-api
+installed into build/npm): DuckDB reads every file keel writes with identical
+values, nulls and row counts; keel reads DuckDB-written files identically;
+keel reads the flat files of parquet-testing/data like DuckDB does; every
+file of parquet-testing/bad_data gives a clear error, never a crash.
+Prints PASS/FAIL lines. A missing DuckDB is a FAIL, never a skip."""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+SRC = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+BUILD = os.path.join(SRC, os.environ.get("BUILD", "build"))
+TOOL = os.path.join(BUILD, "parquet-tool")
+SHARED = next((p for p in (os.environ.get("KEEL_SHARED"), os.path.join(SRC, "..", "shared"),
+                            os.path.join(SRC, "..", "..", "shared"))
+               if p and os.path.isdir(os.path.join(p, "testdata", "parquet-testing"))),
+              os.environ.get("KEEL_SHARED", os.path.join(SRC, "..", "shared")))
+TESTDATA = os.path.join(SHARED, "testdata", "parquet-testing")
+NPM = os.path.join(SRC, "build", "npm")
+JS = os.path.join(SRC, "tests", "integration", "parquet_duckdb.mjs")
+TMP = tempfile.mkdtemp(prefix="pq-", dir=os.environ.get("KEEL_TEST_TMP"))
+failed = 0
+
+
+def report(name, ok, why=""):
+    global failed
+    if ok:
+        print(f"PASS {name}", flush=True)
+    else:
+        failed += 1
+        print(f"FAIL {name}: {why}"[:1500], flush=True)
+
+
+def ensure_duckdb():
+    mod = os.path.join(NPM, "node_modules", "@duckdb", "node-api")
+    if os.path.isdir(mod):
+        return True, ""
+    os.makedirs(NPM, exist_ok=True)
+    try:
+        r = subprocess.run(["npm", "install", "--prefix", NPM, "@duckdb/node-api"], capture_output=True, text=True, timeout=600)
+    except Exception as e:  # npm missing or hung
+        return False, f"npm install @duckdb/node-api failed: {e}"
+    if r.returncode != 0 or not os.path.isdir(mod):
+        return False, "npm install @duckdb/node-api failed: " + (r.stderr or r.stdout)[-500:]
+    return True, ""
+
+
+def duck(*args):
+    env = dict(os.environ, DUCKDB_NODE_PATH=os.path.join(NPM, "node_modules"))
+    r = subprocess.run(["node", JS, *args], capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError("duckdb: " + r.stderr[-800:])
+    return [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+
+
+def keel(*args):
+    r = subprocess.run([TOOL, *args], capture_output=True, text=True, timeout=600)
+    if r.returncode < 0 or r.returncode > 2:
+        raise RuntimeError(f"parquet-tool {args[0]} crashed (status {r.returncode}): {r.stderr[-500:]}")
+    return r, [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+
+
+def norm(v):
+    if isinstance(v, bool) or v is None:
+        return v
+    return v
+
+
+def same(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, bool) or isinstance(b, bool):
+        return bool(a) == bool(b) and isinstance(a, bool) == isinstance(b, bool)
+    if isinstance(a, str) and isinstance(b, str):
+        return a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return False
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    a, b = float(a), float(b)
+    if a == b:
+        return True
+    return abs(a - b) <= 1e-12 * max(1.0, abs(a), abs(b))
+
+
+def compare(exp, got, label):
+    """exp: expected dump (JSON), got: the other side. Compares the columns of exp."""
+    if not got.get("ok"):
+        return f"{label}: read failed: {got.get('error')}"
+    if exp["rows"] != got["rows"]:
+        return f"{label}: {got['rows']} rows, expected {exp['rows']}"
+    gcols = {c["name"]: i for i, c in enumerate(got["columns"])}
+    for j, c in enumerate(exp["columns"]):
+        if c["name"] not in gcols:
+            return f"{label}: column {c['name']} missing (have {list(gcols)})"
+        gv = got["data"][gcols[c["name"]]]
+        ev = exp["data"][j]
+        if len(gv) != len(ev):
+            return f"{label}: column {c['name']}: {len(gv)} values, expected {len(ev)}"
+        for i, (x, y) in enumerate(zip(ev, gv)):
+            if not same(x, y):
+                return f"{label}: column {c['name']} row {i}: {y!r}, expected {x!r}"
+    return None
+
+
+def keel_writes():
+    """DuckDB reads what keel writes."""
+    cases = []
+    for codec in ["none", "snappy", "gzip", "zstd", "lz4_raw"]:
+        for d in ("1", "0"):
+            cases.append((f"{codec}_dict{d}", ["--codec", codec, "--dict", d, "--rows", "2500"]))
+    cases.append(("zstd_v2_pages", ["--codec", "zstd", "--v2", "--rows", "2500", "--page-bytes", "2000"]))
+    cases.append(("snappy_v2_plain", ["--codec", "snappy", "--v2", "--dict", "0", "--rows", "2500"]))
+    cases.append(("rowgroups_smallpages", ["--rows", "5000", "--rg-rows", "1200", "--page-bytes", "1000"]))
+    cases.append(("empty", ["--rows", "0"]))
+    files, expected = [], {}
+    for name, args in cases:
+        path = os.path.join(TMP, f"keel_{name}.parquet")
+        r, out = keel("write", path, *args)
+        if r.returncode != 0 or not out:
+            report(f"parquet_keel_writes_{name}", False, r.stderr[-400:])
+            continue
+        expected[path] = (name, out[0])
+        files.append(path)
+    got = {g["file"]: g for g in duck("dump", *files)} if files else {}
+    for path in files:
+        name, exp = expected[path]
+        why = compare(exp, got.get(path, {"ok": False, "error": "no output"}), f"DuckDB reading keel {name}")
+        if why is None:  # keel reads its own file too
+            _, mine = keel("dump", path)
+            why = compare(exp, mine[0], f"keel reading keel {name}")
+        report(f"parquet_keel_writes_{name}", why is None, why or "")
+
+
+DUCK_TABLE = """CREATE TABLE t AS SELECT
+  i::INTEGER AS i32,
+  CASE WHEN i % 7 = 0 THEN NULL ELSE i * 1000003 - 2000000000 END::BIGINT AS i64n,
+  (i * 0.25 - 100)::DOUBLE AS f64,
+  CASE WHEN i % 5 = 0 THEN NULL ELSE (i / 3.0)::FLOAT END AS f32n,
+  'str' || (i % 13) AS s,
+  CASE WHEN i % 3 = 0 THEN NULL ELSE 'value number ' || i END AS sn,
+  DATE '2020-01-01' + (i % 1000)::INTEGER AS d,
+  CASE WHEN i % 4 = 1 THEN NULL ELSE TIMESTAMP '2021-01-01' + INTERVAL (i * 7919) SECOND END AS tsn,
+  (TIMESTAMPTZ '2022-06-01 00:00:00+00' + INTERVAL (i) MINUTE) AS tstz,
+  (i % 2 = 0) AS b,
+  CASE WHEN i % 11 = 0 THEN NULL ELSE i % 3 = 1 END AS bn,
+  ((i % 1000) / 100.0)::DECIMAL(9,2) AS dec9,
+  (i * 12345.678)::DECIMAL(18,3) AS dec18,
+  (i % 5)::TINYINT AS tiny,
+  (i % 300)::SMALLINT AS small
+FROM range(5000) t(i)"""
+
+
+def duck_writes():
+    """keel reads what DuckDB writes."""
+    cases = {
+        "zstd": "COMPRESSION zstd",
+        "snappy": "COMPRESSION snappy",
+        "gzip": "COMPRESSION gzip",
+        "uncompressed": "COMPRESSION uncompressed",
+        "lz4_raw": "COMPRESSION lz4_raw",
+        "plain_zstd": "COMPRESSION zstd, DICTIONARY_SIZE_LIMIT 1",
+        "rowgroups": "COMPRESSION zstd, ROW_GROUP_SIZE 1000",
+        "v2_zstd": "COMPRESSION zstd, PARQUET_VERSION V2",
+        "v2_snappy_rowgroups": "COMPRESSION snappy, PARQUET_VERSION V2, ROW_GROUP_SIZE 700",
+        "v2_plain_gzip": "COMPRESSION gzip, PARQUET_VERSION V2, DICTIONARY_SIZE_LIMIT 1",
+    }
+    stmts, files = [DUCK_TABLE], {}
+    for name, opts in cases.items():
+        path = os.path.join(TMP, f"duck_{name}.parquet")
+        stmts.append(f"COPY t TO '{path}' (FORMAT parquet, {opts})")
+        files[path] = name
+    duck("sql", *stmts)
+    exp = {g["file"]: g for g in duck("dump", *files)}
+    for path, name in files.items():
+        e = exp[path]
+        if not e.get("ok"):
+            report(f"parquet_reads_duckdb_{name}", False, "DuckDB cannot read its own file: " + e.get("error", ""))
+            continue
+        _, mine = keel("dump", path)
+        why = compare(e, mine[0], f"keel reading DuckDB {name}")
+        report(f"parquet_reads_duckdb_{name}", why is None, why or "")
+
+
+def testing_files():
+    d = os.path.join(TESTDATA, "data")
+    if not os.path.isdir(d):
+        report("parquet_testing_data", False, f"{d} is missing")
+        return
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".parquet"))
+    exp = {g["file"]: g for g in duck("dump", *files)}
+    for f in files:
+        name = os.path.basename(f)
+        r, mine = keel("dump", f)
+        m = mine[0] if mine else {"ok": False, "error": r.stderr}
+        e = exp.get(f, {"ok": False, "error": "no DuckDB output"})
+        if "corrupt-checksum" in name:
+            # DuckDB does not verify page CRCs; keel does and must refuse the file
+            report(f"parquet_testing_{name}", not m.get("ok") and "CRC mismatch" in m.get("error", ""),
+                   f"expected a CRC error, got {str(m)[:300]}")
+            continue
+        if name.startswith("byte_stream_split_extended"):
+            # DuckDB 1.5 reads BYTE_STREAM_SPLIT only for FLOAT/DOUBLE: compare each
+            # *_byte_stream_split column with its PLAIN twin instead
+            why = None if m.get("ok") else f"keel: {m.get('error')}"
+            cols = {c["name"]: j for j, c in enumerate(m.get("columns", []))}
+            pairs = [(n, n.replace("_byte_stream_split", "_plain")) for n in cols if n.endswith("_byte_stream_split")]
+            if why is None and len(pairs) < 5:
+                why = f"only {len(pairs)} byte_stream_split columns: {list(cols)}"
+            for a, b in pairs if why is None else []:
+                if b not in cols or m["data"][cols[a]] != m["data"][cols[b]]:
+                    why = f"column {a} differs from {b}"
+                    break
+            report(f"parquet_testing_{name}", why is None, why or "")
+            continue
+        if not e.get("ok"):
+            # DuckDB refuses the file (corrupt checksums ...): keel must refuse it too, cleanly
+            report(f"parquet_testing_{name}", not m.get("ok"), f"DuckDB fails ({e.get('error', '')[:200]}) but keel reads it")
+            continue
+        if not m.get("ok"):
+            report(f"parquet_testing_{name}", False, f"keel: {m.get('error')}")
+            continue
+        # compare the columns keel reads (nested ones are reported unsupported)
+        keep = [j for j, c in enumerate(e["columns"]) if c["name"] not in m.get("unsupported", [])]
+        e2 = dict(e, columns=[e["columns"][j] for j in keep], data=[e["data"][j] for j in keep])
+        why = compare(e2, m, "keel vs DuckDB")
+        report(f"parquet_testing_{name}", why is None, why or "")
+
+
+def bad_files():
+    """bad_data/: keel never crashes; it gives a clear error, or (for files DuckDB
+    reads, e.g. a legal zero bit width) exactly DuckDB's values."""
+    d = os.path.join(TESTDATA, "bad_data")
+    files = sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".parquet")) if os.path.isdir(d) else []
+    if not files:
+        report("parquet_bad_data", False, f"no files in {d}")
+        return
+    exp = {g["file"]: g for g in duck("dump", *files)}
+    for f in files:
+        name = os.path.basename(f)
+        try:
+            r, out = keel("dump", f)
+        except RuntimeError as ex:
+            report(f"parquet_bad_{name}", False, str(ex))
+            continue
+        m = out[0] if out else {}
+        if r.returncode == 1 and not m.get("ok") and m.get("error"):
+            report(f"parquet_bad_{name}", True)
+            continue
+        e = exp.get(f, {})
+        if r.returncode == 0 and m.get("ok") and e.get("ok") and e["columns"]:
+            why = compare(e, m, "keel vs DuckDB")
+            report(f"parquet_bad_{name}", why is None, why or "")
+            continue
+        report(f"parquet_bad_{name}", False, f"expected a clean error, got status {r.returncode}: {r.stdout[:300]}")
+
+
+def main():
+    ok, why = ensure_duckdb()
+    report("parquet_duckdb_available", ok, why)
+    if not ok:
+        return 1
+    if not os.access(TOOL, os.X_OK):
+        report("parquet_tool_built", False, f"{TOOL} missing (make)")
+        return 1
+    for fn in (keel_writes, duck_writes, testing_files, bad_files):
+        try:
+            fn()
+        except Exception as ex:
+            report(f"parquet_{fn.__name__}", False, f"{type(ex).__name__}: {ex}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
