@@ -77,7 +77,13 @@ static void fmt_value(const kl_column *c, size_t i, kl_buf *b, int json) {
     case KL_COL_FLOAT32: case KL_COL_FLOAT64: {
         double v = kl_column_get_f64(c, i);
         if (!isfinite(v)) { kl_buf_printf(b, json ? "\"%g\"" : "%g", v); break; }
-        kl_buf_printf(b, "%.*g", c->type == KL_COL_FLOAT32 ? 9 : 17, v);
+        char t[40];
+        int prec = c->type == KL_COL_FLOAT32 ? 6 : 15;
+        for (;; prec++) { /* shortest text that reads back as the same value */
+            snprintf(t, sizeof t, "%.*g", prec, v);
+            if (prec >= 17 || (c->type == KL_COL_FLOAT32 ? (float)strtod(t, NULL) == (float)v : strtod(t, NULL) == v)) break;
+        }
+        kl_buf_puts(b, t);
         break;
     }
     case KL_COL_DATE: {

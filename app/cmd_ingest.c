@@ -21,6 +21,7 @@ static const app_opt opts[] = {
     {"zstd-level", 0, 1, "N", "zstd level (default 3)", 0},
     {"rejects", 0, 1, "PATH", "also write the rejects of a failed ingest here (JSON lines)", 0},
     {"chunk-size", 0, 1, "SIZE", "parse chunk size (default 4M; part of the ingest identity)", 0},
+    {"progress", 0, 0, NULL, "show parsing progress (stderr)", 0},
     {"json", 0, 0, NULL, "machine-readable result", 0},
 };
 static const app_cmd_spec spec = {
@@ -67,6 +68,7 @@ int cmd_ingest(int argc, char **argv) {
         o.chunk_bytes = (size_t)cs;
     }
     o.keel_version = KEEL_VERSION;
+    o.progress = app_flag(&a, "progress");
     int json = app_flag(&a, "json");
     kl_ingest_result res;
     rc = kl_ingest(&o, &res, &e);

@@ -6,10 +6,10 @@
 #include <string.h>
 
 static const app_command commands[] = {
-    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
     {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},
     {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
+    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"features", "fit, apply and serve declared features (offline == online)", cmd_features},
     {"config", "show effective settings and where each came from", cmd_config},
     {"version", "version, build and linked library versions", cmd_version},

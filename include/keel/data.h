@@ -169,7 +169,7 @@ uint64_t kl_hash64(const void *data, size_t n);
 
 typedef struct {
     const char *expected_sha256; /* hex or NULL */
-    int retries;                 /* attempts after a dropped transfer (default 5) */
+    int retries;                 /* attempts after a dropped transfer (0: default 5; <0: none) */
     long connect_timeout_s;      /* default 30 */
     long low_speed_time_s;       /* abort when < 1 B/s for this long (default 60) */
 } kl_fetch_opts;

@@ -72,7 +72,7 @@ static int md5_file_b64(const char *path, char *out, size_t outn) {
 int kl_fetch_url(const char *url, const char *dest, const kl_fetch_opts *o, char *sha256_hex, kl_err *e) {
     kl_fetch_opts def = {0};
     if (!o) o = &def;
-    int retries = o->retries > 0 ? o->retries : 5;
+    int retries = o->retries > 0 ? o->retries : o->retries < 0 ? 0 : 5;
     pthread_once(&curl_once, curl_init);
     char part[4200], etagp[4300];
     snprintf(part, sizeof part, "%s.part", dest);

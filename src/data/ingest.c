@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,8 @@ static int fetch_source(source_list *l, const char *url, const kl_ingest_opts *o
     if (!kl_path_exists(path)) {
         kl_fetch_opts fo = {0};
         fo.expected_sha256 = expect;
+        const char *rt = getenv("KEEL_FETCH_RETRIES");
+        if (rt) fo.retries = atoi(rt) > 0 ? atoi(rt) : -1;
         if ((rc = kl_fetch_url(url, path, &fo, NULL, e))) return rc;
     }
     return add_source(l, path, url, e);
@@ -241,22 +244,13 @@ static int load_zst(source *s, kl_err *e) {
     size_t cap = 0, len = 0;
     ZSTD_inBuffer in = {raw, rawlen, 0};
     size_t last = 0;
-    while (in.pos < in.size) {
-        if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); goto done; }
-        ZSTD_outBuffer out = {buf + len, cap - len, 0};
-        last = ZSTD_decompressStream(dc, &out, &in);
-        if (ZSTD_isError(last)) { rc = kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(last)); goto done; }
-        len += out.pos;
-        if (out.pos == 0 && in.pos == in.size) break;
-    }
-    /* flush what remains buffered */
     for (;;) {
         if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); goto done; }
         ZSTD_outBuffer out = {buf + len, cap - len, 0};
         last = ZSTD_decompressStream(dc, &out, &in);
         if (ZSTD_isError(last)) { rc = kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(last)); goto done; }
         len += out.pos;
-        if (out.pos < out.size) break;
+        if (in.pos == in.size && out.pos < out.size) break;
     }
     if (last != 0) rc = kl_err_set(e, KL_EPARSE, "%s: truncated zstd file", s->name);
 done:
@@ -286,7 +280,7 @@ static int load_source(source *s, kl_err *e) {
     }
     int fd = open(s->path, O_RDONLY);
     if (fd < 0) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED) return kl_err_set(e, -errno, "%s: mmap: %s", s->path, strerror(errno));
     madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
@@ -353,6 +347,7 @@ typedef struct ictx {
     size_t nch;
     int need_row_pos;
     atomic_size_t next;
+    kl_progress *prog;    /* NULL unless o->progress */
 } ictx;
 
 static kl_col_type col_type(kl_type t) {
@@ -398,7 +393,7 @@ static int is_null_token(const kl_dialect *d, const char *s, size_t n) {
     if (n >= sizeof d->null_tokens[0]) return 0;
     for (int k = 0; k < d->n_null; k++) {
         const char *t = d->null_tokens[k];
-        if (t[n] == 0 && !memcmp(t, s, n) && !memchr(t, 0, n)) return 1;
+        if (t[n] == 0 && (n == 0 || (t[0] == s[0] && !memcmp(t, s, n) && !memchr(t, 0, n)))) return 1;
     }
     return 0;
 }
@@ -689,6 +684,7 @@ static void parse_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
         c->rc = chunk_init_cols(x, c);
         if (!c->rc)
             c->rc = x->src.v[c->src].d.format == KL_FMT_JSONL ? parse_jsonl_chunk(x, c) : parse_csv_chunk(x, c);
+        if (x->prog) kl_progress_add(x->prog, c->end - c->begin);
         if (c->rc == KL_ENOMEM) kl_err_set(&c->err, KL_ENOMEM, "out of memory while parsing");
         else if (c->rc && !c->err.code) kl_err_set(&c->err, c->rc, "parse failed");
     }
@@ -979,36 +975,56 @@ static int chunk_stats(ictx *x, chunk *c) {
         const kl_column *col = c->cols[j];
         colstat *st = &c->st[j];
         const kl_type t = s->fields[j].type;
-        st->count = (int64_t)col->len;
-        uint64_t last_h = 0;
-        for (size_t i = 0; i < col->len; i++) {
-            if (kl_column_is_null(col, i)) { st->nulls++; continue; }
-            if (col->type == KL_COL_STRING) {
-                size_t n;
-                const char *v = kl_column_get_str(col, i, &n);
-                uint64_t h = kl_hash64(v, n);
-                if (h == last_h) continue; /* same as the previous value */
-                last_h = h;
+        const size_t n = col->len;
+        const uint8_t *valid = col->valid;
+        st->count = (int64_t)n;
+        if (col->type == KL_COL_STRING) {
+            uint64_t cache[64] = {0}; /* recently seen values: skip repeated work for low-cardinality columns */
+            for (size_t i = 0; i < n; i++) {
+                if (valid && !valid[i]) { st->nulls++; continue; }
+                size_t vn = (size_t)(col->offsets[i + 1] - col->offsets[i]);
+                const char *v = col->data + col->offsets[i];
+                uint64_t h = kl_hash64(v, vn) | 1;
+                if (cache[h & 63] == h) continue;
+                cache[h & 63] = h;
                 kl_hll_add_hash(&st->hll, h);
-                if (!st->has || strcmp_n(v, n, st->smin) < 0) { if (set_str(&st->smin, v, n)) return KL_ENOMEM; }
-                if (!st->has || strcmp_n(v, n, st->smax) > 0) { if (set_str(&st->smax, v, n)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smin) < 0) { if (set_str(&st->smin, v, vn)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smax) > 0) { if (set_str(&st->smax, v, vn)) return KL_ENOMEM; }
                 st->has = 1;
-                if (t == KL_T_CATEGORY && vocab_add(st, v, n)) return KL_ENOMEM;
-            } else if (col->type == KL_COL_FLOAT32 || col->type == KL_COL_FLOAT64) {
-                double v = kl_column_get_f64(col, i);
-                double hv = v == 0 ? 0 : v;
-                kl_hll_add_hash(&st->hll, kl_hash64(&hv, sizeof hv));
-                if (isnan(v)) continue;
-                if (!st->has || v < st->dmin) st->dmin = v;
-                if (!st->has || v > st->dmax) st->dmax = v;
-                st->has = 1;
-            } else {
-                int64_t v = kl_column_get_i64(col, i);
-                kl_hll_add_hash(&st->hll, kl_hash64(&v, sizeof v));
-                if (!st->has || v < st->imin) st->imin = v;
-                if (!st->has || v > st->imax) st->imax = v;
-                st->has = 1;
+                if (t == KL_T_CATEGORY && vocab_add(st, v, vn)) return KL_ENOMEM;
             }
+        } else if (col->type == KL_COL_FLOAT32 || col->type == KL_COL_FLOAT64) {
+            double mn = INFINITY, mx = -INFINITY;
+            int has = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (valid && !valid[i]) { st->nulls++; continue; }
+                double v = col->type == KL_COL_FLOAT64 ? ((const double *)col->values)[i] : ((const float *)col->values)[i];
+                double hv = v == 0 ? 0 : v;
+                uint64_t bits;
+                memcpy(&bits, &hv, 8);
+                kl_hll_add_hash(&st->hll, kl_hash64(&bits, 8));
+                if (v < mn) mn = v;
+                if (v > mx) mx = v;
+                has |= v == v;
+            }
+            if (has) { st->has = 1; st->dmin = mn; st->dmax = mx; }
+        } else {
+            int64_t mn = INT64_MAX, mx = INT64_MIN;
+            int has = 0;
+            for (size_t i = 0; i < n; i++) {
+                if (valid && !valid[i]) { st->nulls++; continue; }
+                int64_t v;
+                switch (col->type) {
+                case KL_COL_BOOL: v = ((const uint8_t *)col->values)[i]; break;
+                case KL_COL_INT32: case KL_COL_DATE: v = ((const int32_t *)col->values)[i]; break;
+                default: v = ((const int64_t *)col->values)[i]; break;
+                }
+                kl_hll_add_hash(&st->hll, kl_hash64(&v, 8));
+                if (v < mn) mn = v;
+                if (v > mx) mx = v;
+                has = 1;
+            }
+            if (has) { st->has = 1; st->imin = mn; st->imax = mx; }
         }
     }
     return KL_OK;
@@ -1153,12 +1169,19 @@ fail:
     return rc;
 }
 
+/* Test hook: KEEL_TEST_KILL_AFTER_FILES=N makes the process SIGKILL itself
+ * after N Parquet files were finished (crash-consistency tests). */
+static atomic_int files_done;
+
 static void write_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
     wctx *w = ctx;
+    const char *kill_after = getenv("KEEL_TEST_KILL_AFTER_FILES");
     for (;;) {
         size_t i = atomic_fetch_add(&w->next, 1);
         if (i >= w->nf) break;
         w->f[i].rc = write_one(w, &w->f[i]);
+        if (kill_after && !w->f[i].rc && !w->f[i].reused && atomic_fetch_add(&files_done, 1) + 1 >= atoi(kill_after))
+            raise(SIGKILL);
     }
 }
 
@@ -1442,6 +1465,23 @@ static void summarize(ictx *x, const int64_t *by_kind, const char *extra, kl_ing
     kl_buf_free(&b);
 }
 
+/* Removes leftovers of killed runs (writers' dot-named temp files). */
+static void prune_temps(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char p[4200];
+        snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        struct stat st;
+        if (lstat(p, &st)) continue;
+        if (de->d_name[0] == '.') kl_rm_rf(p, NULL);
+        else if (S_ISDIR(st.st_mode)) prune_temps(p);
+    }
+    closedir(d);
+}
+
 static int fsync_tree(const char *dir, kl_err *e) {
     DIR *d = opendir(dir);
     if (!d) return kl_err_set(e, -errno, "%s: %s", dir, strerror(errno));
@@ -1616,6 +1656,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         }
     }
 
+    int64_t t_load = kl_time_mono_ns();
     /* ---- semantics: split, parse, validate ---- */
     x.colmap = calloc(x.src.n, sizeof *x.colmap);
     x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
@@ -1646,9 +1687,17 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         }
     }
     atomic_store(&x.next, 0);
+    if (o->progress) {
+        uint64_t total = 0;
+        for (size_t i = 0; i < x.nch; i++) total += x.ch[i].end - x.ch[i].begin;
+        x.prog = kl_progress_new("parse+validate", total, "B");
+    }
     kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+    kl_progress_finish(x.prog);
+    x.prog = NULL;
     for (size_t i = 0; i < x.nch; i++)
         if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
+    int64_t t_parse = kl_time_mono_ns();
     if ((rc = check_unique(&x, e))) goto fail;
     int64_t by_kind[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0;
     for (size_t i = 0; i < x.nch; i++) {
@@ -1689,6 +1738,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         }
     }
 
+    int64_t t_stats = kl_time_mono_ns();
     /* ---- write into staging ---- */
     if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
     snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
@@ -1699,6 +1749,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         for (size_t i = 0; i < nfiles; i++)
             if (files[i].rc) { rc = files[i].rc; if (e) *e = files[i].err; goto fail; }
     }
+    int64_t t_write = kl_time_mono_ns();
     char p[4300];
     if (rejected) {
         snprintf(p, sizeof p, "%s/rejects.jsonl", staging);
@@ -1728,6 +1779,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     snprintf(p, sizeof p, "%s/manifest.json", staging);
     if ((rc = kl_write_file_atomic(p, mb.data, mb.len, e))) goto fail;
+    prune_temps(staging);
     if ((rc = fsync_tree(staging, e))) goto fail;
 
     /* ---- publish ---- */
@@ -1756,6 +1808,9 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     res->files_written = (int64_t)nfiles;
     res->seconds = (kl_time_mono_ns() - t0) / 1e9;
+    kl_log(KL_LOG_DEBUG, "ingest", "phases: load+sha256 %.3f s, parse+validate %.3f s, unique+stats %.3f s, write %.3f s, publish %.3f s",
+           (t_load - t0) / 1e9, (t_parse - t_load) / 1e9, (t_stats - t_parse) / 1e9, (t_write - t_stats) / 1e9,
+           (kl_time_mono_ns() - t_write) / 1e9);
     snprintf(p, sizeof p, "%s/.staging", o->out_dir);
     rmdir(p);
     rc = KL_OK;

@@ -1,0 +1,207 @@
+# Integration tests of `keel ingest`, `keel schema` and `keel data`: a generated
+# click log end to end, rejects and failure-publishes-nothing, idempotent
+# re-runs, kill -9 then re-run gives identical hashes, write failures leave
+# nothing behind, partitioning, compressed sources, JSONL, bad inputs.
+. "$KEEL_SRC/tests/integration/lib.sh"
+
+cd "$T"
+"$KEEL" data gen-clicks clicks.csv --rows 50000 --seed 7 || { fail ingest_gen "gen-clicks failed"; exit 0; }
+cat > clicks.yaml <<'EOF'
+name: clicks
+columns:
+  - {name: user_id, type: int64, nullable: false, min: 1}
+  - {name: item_price, type: float64, min: 0, max_null_ratio: 0.05}
+  - {name: ts, type: timestamp, timezone: UTC, nullable: false}
+  - {name: category, type: category, nullable: false, values: [books, toys, home, sports, garden, beauty]}
+  - {name: clicked, type: bool, nullable: false}
+EOF
+
+json_get() { $PYTHON -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$@"; }
+tree_hashes() { (cd "$1" && find . -type f ! -name '.*' | LC_ALL=C sort | xargs sha256sum); }
+
+# ---- basic ingest + validate ----
+if expect_rc ingest_clicks_ok 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out ds --json; then
+  id=$(json_get "$T/out" "d['version_id']")
+  m="ds/versions/$id/manifest.json"
+  [ "$(cat ds/current)" = "$id" ] && pass ingest_current_pointer || fail ingest_current_pointer "current=$(cat ds/current)"
+  rows=$(json_get "$m" "d['rows']['accepted']")
+  [ "$rows" = 50000 ] && pass ingest_manifest_rows || fail ingest_manifest_rows "rows=$rows"
+  src_sha=$(sha256sum clicks.csv | cut -d' ' -f1)
+  [ "$(json_get "$m" "d['sources'][0]['sha256']")" = "$src_sha" ] && pass ingest_manifest_source_sha || fail ingest_manifest_source_sha "mismatch"
+  ok=1
+  for f in $(json_get "$m" "' '.join(x['path']+':'+x['sha256'] for x in d['files'])"); do
+    [ "$(sha256sum "ds/versions/$id/${f%%:*}" | cut -d' ' -f1)" = "${f##*:}" ] || ok=0
+  done
+  [ $ok = 1 ] && pass ingest_manifest_file_hashes || fail ingest_manifest_file_hashes "a file hash differs"
+  nulls=$(json_get "$m" "[c for c in d['columns'] if c['name']=='item_price'][0]['nulls']")
+  [ "$nulls" -gt 0 ] && pass ingest_manifest_column_stats || fail ingest_manifest_column_stats "nulls=$nulls"
+  expect_rc ingest_data_validate 0 "$KEEL" data validate ds
+  expect_rc ingest_data_head 0 "$KEEL" data head ds -n 3 --json
+  [ "$(wc -l < "$T/out")" = 3 ] && pass ingest_data_head_rows || fail ingest_data_head_rows "$(cat "$T/out")"
+  expect_rc ingest_data_stats 0 "$KEEL" data stats ds --json
+  expect_rc ingest_data_show 0 "$KEEL" data show ds
+  expect_rc ingest_data_report 0 "$KEEL" data report ds --out report.html
+  grep -q "<svg" report.html && grep -q "Null ratios" report.html && pass ingest_report_html || fail ingest_report_html "no svg"
+
+  # ---- idempotent re-run ----
+  if expect_rc ingest_rerun_ok 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out ds --json; then
+    [ "$(json_get "$T/out" "d['version_id']")" = "$id" ] && [ "$(json_get "$T/out" "d['reused']")" = True ] &&
+      [ "$(ls ds/versions | wc -l)" = 1 ] && pass ingest_rerun_noop || fail ingest_rerun_noop "$(cat "$T/out")"
+  fi
+
+  # ---- tampering is detected ----
+  cp -r ds ds_t
+  f=$(ls ds_t/versions/$id/*.parquet | head -1)
+  printf 'x' >> "$f"
+  expect_rc ingest_validate_detects_tamper 1 "$KEEL" data validate ds_t
+  grep -q "sha256" "$T/err" && pass ingest_validate_tamper_msg || fail ingest_validate_tamper_msg "$(head -c 300 "$T/err")"
+
+  # ---- kill -9 after the first finished file, re-run: identical to a clean run ----
+  ref_hashes=$(tree_hashes "ds/versions/$id")
+  KEEL_TEST_KILL_AFTER_FILES=1 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dk --chunk-size 256K >/dev/null 2>&1
+  krc=$?
+  [ $krc = 137 ] && pass ingest_killed_midway || fail ingest_killed_midway "exit $krc (expected SIGKILL)"
+  [ ! -e dk/current ] && pass ingest_killed_publishes_nothing || fail ingest_killed_publishes_nothing "current exists"
+  if expect_rc ingest_resume_after_kill 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dk --chunk-size 256K --json; then
+    [ "$(json_get "$T/out" "d['partitions_reused']")" -ge 1 ] && pass ingest_resume_reuses_files || fail ingest_resume_reuses_files "$(cat "$T/out")"
+    id2=$(json_get "$T/out" "d['version_id']")
+    "$KEEL" ingest clicks.csv --schema clicks.yaml --out dclean --chunk-size 256K > /dev/null 2>&1
+    [ "$(tree_hashes "dk/versions/$id2")" = "$(tree_hashes "dclean/versions/$(cat dclean/current)")" ] &&
+      [ "$id2" = "$(cat dclean/current)" ] && pass ingest_resume_identical_hashes || fail ingest_resume_identical_hashes "differs"
+    [ -z "$(find dk/versions -name '.*')" ] && pass ingest_resume_no_temp_files || fail ingest_resume_no_temp_files "$(find dk/versions -name '.*')"
+  fi
+  # a kill at an arbitrary moment (timer), then re-run
+  ( "$KEEL" ingest clicks.csv --schema clicks.yaml --out dk2 --chunk-size 256K >/dev/null 2>&1 & p=$!; sleep 0.15; kill -9 $p 2>/dev/null; wait $p 2>/dev/null )
+  "$KEEL" ingest clicks.csv --schema clicks.yaml --out dk2 --chunk-size 256K >/dev/null 2>&1
+  [ -f dk2/current ] && [ "$(tree_hashes "dk2/versions/$(cat dk2/current)")" = "$(tree_hashes "dclean/versions/$(cat dclean/current)")" ] &&
+    pass ingest_timed_kill_identical || fail ingest_timed_kill_identical "differs"
+  # same content, any thread count
+  "$KEEL" --threads 1 ingest clicks.csv --schema clicks.yaml --out d1t >/dev/null 2>&1
+  [ "$(cat d1t/current 2>/dev/null)" = "$id" ] && [ "$(tree_hashes "d1t/versions/$id")" = "$ref_hashes" ] &&
+    pass ingest_deterministic_threads || fail ingest_deterministic_threads "1-thread version differs"
+fi
+
+# ---- write failure (file size limit: EFBIG, as ENOSPC would) leaves nothing behind ----
+( trap '' XFSZ; ulimit -f 200; "$KEEL" ingest clicks.csv --schema clicks.yaml --out dfull > out.full 2> err.full ); frc=$?
+[ $frc = 1 ] && pass ingest_write_failure_fails || fail ingest_write_failure_fails "exit $frc: $(head -c 300 err.full)"
+[ ! -e dfull ] && pass ingest_write_failure_leaves_nothing || fail ingest_write_failure_leaves_nothing "$(find dfull | head)"
+
+# ---- rejects ----
+$PYTHON - <<'EOF'
+lines = open("clicks.csv").read().split("\n")
+lines[1041] = "12,N/A,2023-11-01 00:00:01,books,0"       # line 1042
+lines[2000] = "13,1.5,2023-11-01 00:00:01,books"          # ragged
+lines[3000] = "14,2.5,2023-11-01 00:00:01,cars,1"         # not an allowed value
+lines[4000] = "99999999999999999999,2.5,2023-11-01 00:00:01,toys,1"  # overflow
+lines[4500] = "15,2.5,2023-11-01 00:00:01,to\xffys,1"     # invalid UTF-8 (written as latin-1 below)
+open("bad.csv", "w", encoding="latin-1").write("\n".join(lines))
+EOF
+expect_rc ingest_rejects_fail_by_default 1 "$KEEL" ingest bad.csv --schema clicks.yaml --out dbad --rejects bad.rejects.jsonl
+grep -q "bad.csv:1042: column item_price: 'N/A' is not a float64" "$T/err" && pass ingest_reject_message || fail ingest_reject_message "$(head -c 600 "$T/err")"
+grep -q "ragged" "$T/err" && grep -q "range" "$T/err" && grep -q "allowed" "$T/err" && grep -q "utf8" "$T/err" &&
+  pass ingest_reject_summary_kinds || fail ingest_reject_summary_kinds "$(head -c 600 "$T/err")"
+[ ! -e dbad ] && pass ingest_failure_publishes_nothing || fail ingest_failure_publishes_nothing "dbad exists"
+[ "$(wc -l < bad.rejects.jsonl)" = 5 ] && pass ingest_failed_rejects_file || fail ingest_failed_rejects_file "$(wc -l < bad.rejects.jsonl)"
+if expect_rc ingest_rejects_within_ratio 0 "$KEEL" ingest bad.csv --schema clicks.yaml --out dbad --max-reject-ratio 0.001 --json; then
+  v=$(json_get "$T/out" "d['path']")
+  $PYTHON - "$v/rejects.jsonl" <<'EOF' && pass ingest_rejects_jsonl || fail ingest_rejects_jsonl "bad rejects file"
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+assert len(r) == 5, r
+a = r[0]
+assert a["line"] == 1042 and a["column"] == "item_price" and a["kind"] == "type" and a["raw"].startswith("12,N/A"), a
+assert a["offset"] == sum(len(l) + 1 for l in open("bad.csv", encoding="latin-1").read().split("\n")[:1041]), a
+EOF
+fi
+
+# ---- null ratio ----
+sed 's/max_null_ratio: 0.05/max_null_ratio: 0.001/' clicks.yaml > strict.yaml
+expect_rc ingest_null_ratio_fails 1 "$KEEL" ingest clicks.csv --schema strict.yaml --out dnull
+grep -q "null ratio" "$T/err" && grep -q "strict.yaml:4:" "$T/err" && pass ingest_null_ratio_message || fail ingest_null_ratio_message "$(head -c 300 "$T/err")"
+
+# ---- unique ----
+printf 'id,name\n1,a\n2,b\n1,c\n' > u.csv
+printf 'columns:\n  - {name: id, type: int32, unique: true}\n  - {name: name, type: string}\n' > u.yaml
+expect_rc ingest_unique_rejects 1 "$KEEL" ingest u.csv --schema u.yaml --out du
+grep -q "u.csv:4: column id: duplicate value" "$T/err" && pass ingest_unique_message || fail ingest_unique_message "$(head -c 300 "$T/err")"
+
+# ---- partitioning ----
+if expect_rc ingest_partition_by_ts 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dp --partition-by ts --json; then
+  v=$(json_get "$T/out" "d['path']")
+  [ -f "$v/ts=2023-11-01/part-00000.parquet" ] && pass ingest_partition_layout || fail ingest_partition_layout "$(ls "$v")"
+  expect_rc ingest_partition_validate 0 "$KEEL" data validate dp
+fi
+expect_rc ingest_partition_by_category 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dpc --partition-by category --codec snappy
+expect_rc ingest_partition_bad_column 1 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dpx --partition-by clicked
+
+# ---- compressed sources, folders, globs ----
+mkdir -p srcdir && head -20001 clicks.csv > srcdir/a.csv && (head -1 clicks.csv; tail -n +20002 clicks.csv) > srcdir/b.csv
+gzip -c srcdir/b.csv > b.csv.gz
+expect_rc ingest_gz_source 0 "$KEEL" ingest b.csv.gz --schema clicks.yaml --out dgz --codec gzip
+zstd -q -c srcdir/b.csv > b.csv.zst 2>/dev/null && expect_rc ingest_zst_source 0 "$KEEL" ingest b.csv.zst --schema clicks.yaml --out dzst --codec none
+if expect_rc ingest_folder_source 0 "$KEEL" ingest srcdir --schema clicks.yaml --out ddir --json; then
+  [ "$(json_get "$T/out" "d['rows_accepted']")" = 50000 ] && pass ingest_folder_rows || fail ingest_folder_rows "$(cat "$T/out")"
+fi
+expect_rc ingest_glob_source 0 "$KEEL" ingest "srcdir/*.csv" --schema clicks.yaml --out dglob
+head -c 300000 b.csv.gz > trunc.csv.gz
+expect_rc ingest_truncated_gz 1 "$KEEL" ingest trunc.csv.gz --schema clicks.yaml --out dtr
+grep -qi "truncated\|gzip" "$T/err" && [ ! -e dtr ] && pass ingest_truncated_gz_message || fail ingest_truncated_gz_message "$(head -c 300 "$T/err")"
+expect_rc ingest_sha256_mismatch 1 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dsha --sha256 "$(printf '0%.0s' $(seq 64))"
+grep -q "sha256 mismatch" "$T/err" && pass ingest_sha256_message || fail ingest_sha256_message "$(head -c 300 "$T/err")"
+expect_rc ingest_sha256_match 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dsha --sha256 "$(sha256sum clicks.csv | cut -d' ' -f1)"
+
+# ---- JSONL ----
+$PYTHON - <<'EOF'
+import csv, json
+with open("clicks.csv") as f, open("c.jsonl", "w") as o:
+    for i, r in enumerate(csv.DictReader(f)):
+        if i >= 1000: break
+        o.write(json.dumps({"user_id": int(r["user_id"]), "item_price": float(r["item_price"]) if r["item_price"] else None,
+                            "ts": r["ts"], "category": r["category"], "clicked": r["clicked"] == "1"}) + "\n")
+    o.write('{"user_id": 5, "item_price": "cheap", "ts": "2023-11-01", "category": "toys", "clicked": true}\n')
+    o.write('{"user_id": 6, oops}\n')
+EOF
+expect_rc ingest_jsonl_rejects 1 "$KEEL" ingest c.jsonl --schema clicks.yaml --out dj
+grep -q "c.jsonl:1001: column item_price: 'cheap' is not a float64" "$T/err" && grep -q "c.jsonl:1002: malformed JSON" "$T/err" &&
+  pass ingest_jsonl_messages || fail ingest_jsonl_messages "$(head -c 400 "$T/err")"
+expect_rc ingest_jsonl_ok 0 "$KEEL" ingest c.jsonl --schema clicks.yaml --out dj --max-reject-ratio 0.01
+
+# ---- dialects and bad input ----
+printf '\xef\xbb\xbfid;name\r\n1;"a;b"\r\n2;"multi\r\nline"\r\n' > bom.csv
+printf 'dialect: {delimiter: ";"}\ncolumns:\n  - {name: id, type: int32}\n  - {name: name, type: string}\n' > bom.yaml
+expect_rc ingest_bom_crlf_quoted 0 "$KEEL" ingest bom.csv --schema bom.yaml --out dbom
+"$KEEL" data head dbom --json > bom.out 2>&1
+grep -q '"multi\\r\\nline"' bom.out && grep -q '"a;b"' bom.out && pass ingest_bom_crlf_values || fail ingest_bom_crlf_values "$(cat bom.out)"
+: > empty.csv
+expect_rc ingest_empty_file 1 "$KEEL" ingest empty.csv --schema u.yaml --out de
+grep -q "empty.csv: empty file" "$T/err" && pass ingest_empty_message || fail ingest_empty_message "$(head -c 300 "$T/err")"
+printf 'id,name\n' > hdr.csv
+expect_rc ingest_header_only 1 "$KEEL" ingest hdr.csv --schema u.yaml --out dh
+grep -q "no data rows" "$T/err" && pass ingest_header_only_message || fail ingest_header_only_message "$(head -c 300 "$T/err")"
+printf 'id,name\n1,"open\n2,b\n' > q.csv
+expect_rc ingest_unbalanced_quote 1 "$KEEL" ingest q.csv --schema u.yaml --out dq
+grep -q "q.csv:2: unterminated quoted field" "$T/err" && pass ingest_unbalanced_quote_message || fail ingest_unbalanced_quote_message "$(head -c 300 "$T/err")"
+printf 'id,other\n1,2\n' > mis.csv
+expect_rc ingest_missing_column 1 "$KEEL" ingest mis.csv --schema u.yaml --out dm
+grep -q "column 'name' of the schema is missing from the header" "$T/err" && pass ingest_missing_column_message || fail ingest_missing_column_message "$(head -c 300 "$T/err")"
+$PYTHON -c "
+open('long.csv','w').write('id,name\n1,' + 'x'*(11<<20) + '\n2,b\n')"
+expect_rc ingest_long_line 1 "$KEEL" ingest long.csv --schema u.yaml --out dl
+grep -q "long.csv:2: record longer than 10485760 bytes" "$T/err" && pass ingest_long_line_message || fail ingest_long_line_message "$(head -c 300 "$T/err")"
+cp u.csv u_orig.csv
+cmp -s u.csv u_orig.csv && pass ingest_source_untouched || fail ingest_source_untouched "source changed"
+printf 'columns:\n  - name: a\n    type: flaot64\n' > badschema.yaml
+expect_rc ingest_schema_error 1 "$KEEL" ingest u.csv --schema badschema.yaml --out dx
+grep -q "badschema.yaml:3:11" "$T/err" && pass ingest_schema_error_position || fail ingest_schema_error_position "$(head -c 300 "$T/err")"
+expect_rc ingest_usage_no_schema 2 "$KEEL" ingest u.csv --out dx
+
+# ---- schema infer ----
+if expect_rc ingest_schema_infer 0 "$KEEL" schema infer clicks.csv --out inferred.yaml; then
+  grep -q "type: timestamp" inferred.yaml && grep -q "type: category" inferred.yaml && grep -q "type: float64" inferred.yaml &&
+    pass ingest_schema_infer_types || fail ingest_schema_infer_types "$(cat inferred.yaml)"
+  expect_rc ingest_with_inferred_schema 0 "$KEEL" ingest clicks.csv --schema inferred.yaml --out dinf
+fi
+printf 'a\tb\n1\tx\n2\ty\n' > t.tsv
+"$KEEL" schema infer t.tsv > t.yaml 2>&1
+grep -q 'delimiter: "\\t"' t.yaml && pass ingest_schema_infer_tsv || fail ingest_schema_infer_tsv "$(cat t.yaml)"
+exit 0
