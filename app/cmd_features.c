@@ -119,13 +119,17 @@ static size_t nrows_of(kl_column **c, size_t n) { return n ? c[0]->len : 0; }
 static const app_opt fit_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
     {"out", 'o', 1, "FILE", "features.json to write (default features.json)", 0},
+    {"train-fraction", 0, 1, "F", "fit on the first F (0 < F <= 1) of the rows only: the training split", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
 };
 static const app_cmd_spec fit_spec = {"features fit", "keel features fit SPEC --data DATASET [--out features.json]",
                                       "learn the fitted state and freeze spec + state into features.json",
                                       "SPEC is a YAML feature spec (docs/features.md). The fitted state (means,\n"
                                       "ranges, quantile edges, vocabularies) is learned from DATASET and written\n"
-                                      "with feature_hash = sha256(canonical spec + state + library version).",
+                                      "with feature_hash = sha256(canonical spec + state + library version).\n"
+                                      "--train-fraction F fits on the first F of the rows in dataset order (for a\n"
+                                      "time-ordered log: the earliest rows), so that nothing of the evaluation\n"
+                                      "rows leaks into the fitted state.",
                                       fit_opts, KL_ARRAY_LEN(fit_opts), 1, 1};
 
 static int fit(int argc, char **argv) {
@@ -135,12 +139,23 @@ static int fit(int argc, char **argv) {
     const char *data = app_get(&a, "data"), *out = app_get(&a, "out");
     if (!data) return app_usage_error(&fit_spec, "--data is required");
     if (!out) out = "features.json";
+    double frac;
+    if ((rc = app_get_double(&a, &fit_spec, "train-fraction", 1.0, &frac)) >= 0) return rc;
+    if (!(frac > 0 && frac <= 1)) return app_usage_error(&fit_spec, "--train-fraction must be in (0, 1]");
     kl_err e = {0};
     kl_features *f = NULL;
     kl_column **cols = NULL;
     size_t ncols = 0;
-    if (kl_features_spec_load(a.pos[0], &f, &e) || read_data(data, f, 0, &cols, &ncols, &e) ||
-        kl_features_fit(f, cols, ncols, &e) || kl_features_save(f, out, &e)) {
+    if (kl_features_spec_load(a.pos[0], &f, &e) || read_data(data, f, 0, &cols, &ncols, &e)) {
+        free_cols(cols, ncols);
+        kl_features_free(f);
+        return app_fail(&e);
+    }
+    if (frac < 1) {   /* the first rows only: shorten the columns (their tails stay allocated) */
+        size_t keep = (size_t)ceil(frac * (double)nrows_of(cols, ncols));
+        for (size_t i = 0; i < ncols; i++) if (cols[i]->len > keep) cols[i]->len = keep;
+    }
+    if (kl_features_fit(f, cols, ncols, &e) || kl_features_save(f, out, &e)) {
         free_cols(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);

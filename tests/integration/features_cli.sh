@@ -100,3 +100,8 @@ expect_rc features_null_not_nullable 1 "$KEEL" features fit nonull.yaml --data d
 grep -q "item_price is null and has no fill" "$T/err" && pass features_null_msg || fail features_null_msg "$(cat "$T/err")"
 expect_rc features_usage 2 "$KEEL" features apply f.json
 expect_rc features_help 0 "$KEEL" features fit --help
+# a training split: fitted on the first half → other state, other hash
+if expect_rc features_fit_split 0 "$KEEL" features fit spec.yaml --data ds --train-fraction 0.5 --out half.json --json; then
+  [ "$(json_get "$T/out" "d['rows']")" = "10000" ] && [ "$(json_get half.json "d['feature_hash']")" != "$(json_get f.json "d['feature_hash']")" ] \
+    && pass features_fit_split_state || fail features_fit_split_state "$(cat "$T/out")"
+fi
