@@ -3,6 +3,7 @@
  * bit for bit for every feature type on a generated click log replayed in
  * time order — plus determinism (threads, shuffled rows) and bad input. */
 #include <stdlib.h>
+#include <time.h>
 
 #include <cjson/cJSON.h>
 
@@ -48,17 +49,34 @@ static const char *ALL_SPEC =
     "  - {name: u_last, transform: window, agg: last, events: 1, entity: {column: user_id, type: int64}, time: {column: ts, type: timestamp}, value: {column: clicked, type: int32}}\n"
     "  - {name: u_gap3, transform: window, agg: mean_interval, events: 3, entity: {column: user_id, type: int64}, time: {column: ts, type: timestamp}}\n"
     "  - {name: u_since, transform: window, agg: since_last, unit: min, entity: {column: user_id, type: int64}, time: {column: ts, type: timestamp}}\n"
-    "  - {name: c_count, transform: window, agg: count, within: 600, entity: {column: category, type: string}, time: {column: ts, type: timestamp}}\n";
+    "  - {name: c_count, transform: window, agg: count, within: 600, entity: {column: category, type: string}, time: {column: ts, type: timestamp}}\n"
+    "  - {name: pf_log, transform: log1p, input: pf, type: float32}\n"
+    "  - {name: pf_z, transform: standardize, input: pf, type: float32, dtype: float64}\n"
+    "  - {name: flag, transform: passthrough, input: flag, type: bool}\n"
+    "  - {name: since_day, transform: time_since, inputs: [{column: ts, type: timestamp}, {column: day, type: date, fill: 0}], unit: d}\n"
+    "  - {name: day_wd, transform: datepart, input: day, type: date, part: weekday, fill: 0}\n"
+    "  - {name: u_pf_sum, transform: window, agg: sum, events: 2, entity: {column: user_id, type: int64}, time: {column: ts, type: timestamp}, value: {column: pf, type: float32}}\n"
+    "  - {name: f_count, transform: window, agg: count, within: 120, entity: {column: flag, type: bool}, time: {column: ts, type: timestamp}}\n";
 
+#define NC 8
 /* A click log with repeat users (user_id mod 300) and ties (ts on a 30 s
- * grid), so that windows and tie handling are exercised. */
-static int make_log(size_t n, kl_column *c[5], kl_err *e) {
+ * grid), so that windows and tie handling are exercised; plus a date column
+ * with nulls (day), a float32 column (pf) and a bool column (flag). */
+static int make_log(size_t n, kl_column *c[NC], kl_err *e) {
     int rc = kl_clickgen_columns(n, 7, c, e);
     if (rc) return rc;
     int64_t *u = c[0]->values, *t = c[2]->values;
+    c[5] = c[6] = c[7] = NULL;
+    if ((rc = kl_column_new("day", KL_COL_DATE, 1, n, &c[5], e)) || (rc = kl_column_new("pf", KL_COL_FLOAT32, 0, n, &c[6], e)) ||
+        (rc = kl_column_new("flag", KL_COL_BOOL, 0, n, &c[7], e)))
+        return rc;
     for (size_t i = 0; i < n; i++) {
         u[i] = u[i] % 300;
         t[i] = t[i] / 30000000 * 30000000;
+        if (i % 17 == 3) kl_column_push_null(c[5]);
+        else kl_column_push_i64(c[5], t[i] / 86400000000LL - (int64_t)(i % 5));
+        kl_column_push_f64(c[6], (double)(float)(kl_column_is_null(c[1], i) ? 0.1 : kl_column_get_f64(c[1], i) / 3.0));
+        kl_column_push_i64(c[7], kl_column_get_i64(c[4], i) ^ (int64_t)(i % 2));
     }
     return KL_OK;
 }
@@ -67,16 +85,27 @@ static void free_cols(kl_column **c, size_t n) {
     for (size_t i = 0; i < n; i++) kl_column_free(c[i]);
 }
 
-static char *row_json(kl_column *c[5], size_t r) {
+static char *row_json(kl_column *c[NC], size_t r) {
     static char buf[512];
     size_t n;
     const char *cat = kl_column_get_str(c[3], r, &n);
     char price[64];
     if (kl_column_is_null(c[1], r)) snprintf(price, sizeof price, "null");
     else snprintf(price, sizeof price, "%.17g", kl_column_get_f64(c[1], r));
-    snprintf(buf, sizeof buf, "{\"user_id\": %lld, \"item_price\": %s, \"ts\": %lld, \"category\": \"%.*s\", \"clicked\": %lld}",
+    char day[64];   /* dates as day numbers and as text, alternating */
+    int64_t dn = kl_column_is_null(c[5], r) ? 0 : kl_column_get_i64(c[5], r);
+    if (kl_column_is_null(c[5], r)) snprintf(day, sizeof day, "null");
+    else if (r % 2) snprintf(day, sizeof day, "%lld", (long long)dn);
+    else {
+        time_t tt = (time_t)(dn * 86400);
+        struct tm tm;
+        gmtime_r(&tt, &tm);
+        strftime(day, sizeof day, "\"%Y-%m-%d\"", &tm);
+    }
+    snprintf(buf, sizeof buf, "{\"user_id\": %lld, \"item_price\": %s, \"ts\": %lld, \"category\": \"%.*s\", \"clicked\": %lld, "
+             "\"day\": %s, \"pf\": %.9g, \"flag\": %s}",
              (long long)kl_column_get_i64(c[0], r), price, (long long)kl_column_get_i64(c[2], r), (int)n, cat,
-             (long long)kl_column_get_i64(c[4], r));
+             (long long)kl_column_get_i64(c[4], r), day, kl_column_get_f64(c[6], r), kl_column_get_i64(c[7], r) ? "true" : "false");
     return buf;
 }
 
@@ -125,17 +154,17 @@ KL_TEST(feature_spec_errors) {
 
 KL_TEST(feature_online_equals_offline) {
     kl_err e = {0};
-    kl_column *c[5];
+    kl_column *c[NC];
     kl_features *f = NULL;
     kl_column **out = NULL;
     size_t nout = 0, n = 20000;
     kl_features_counts cnt;
     KT_OK(make_log(n, c, &e), &e);
     KT_OK(kl_features_spec_parse(ALL_SPEC, strlen(ALL_SPEC), "all.yaml", &f, &e), &e);
-    KT_OK(kl_features_fit(f, c, 5, &e), &e);
+    KT_OK(kl_features_fit(f, c, NC, &e), &e);
     KT_CHECK(kl_features_is_fitted(f));
-    KT_EQ_INT(kl_features_width(f), 29 - 1 + 5);   /* cat: 4 + unknown */
-    KT_OK(kl_features_apply(f, c, 5, NULL, &out, &nout, &cnt, &e), &e);
+    KT_EQ_INT(kl_features_width(f), 36 - 1 + 5);   /* cat: 4 + unknown */
+    KT_OK(kl_features_apply(f, c, NC, NULL, &out, &nout, &cnt, &e), &e);
     KT_EQ_INT(nout, kl_features_width(f) + 1);
     KT_CHECK(cnt.unknown > 0);          /* max_size 4 of 6 categories */
     KT_CHECK(cnt.null_filled > 0);
@@ -168,7 +197,7 @@ KL_TEST(feature_online_equals_offline) {
             }
             if (memcmp(&a, &fl[j], 4)) bad++;
         }
-        nonzero_windows += d[w - 9] > 0;
+        nonzero_windows += d[kl_features_width(f) - 16] > 0;   /* u_count5 */
         KT_OK(kl_fstore_append(s, js, strlen(js), &e), &e);
     }
     KT_EQ_INT(bad, 0);
@@ -178,24 +207,24 @@ KL_TEST(feature_online_equals_offline) {
     kl_fstore_free(s);
     free_cols(out, nout);
     free(out);
-    free_cols(c, 5);
+    free_cols(c, NC);
     kl_features_free(f);
 }
 
 KL_TEST(feature_apply_deterministic_and_order_free) {
     kl_err e = {0};
-    kl_column *c[5], *sh[5];
+    kl_column *c[NC], *sh[NC];
     kl_features *f = NULL;
     kl_column **a = NULL, **b = NULL, **x = NULL;
     size_t na, nb, nx, n = 20000;
     KT_OK(make_log(n, c, &e), &e);
     KT_OK(kl_features_spec_parse(ALL_SPEC, strlen(ALL_SPEC), "all.yaml", &f, &e), &e);
-    KT_OK(kl_features_fit(f, c, 5, &e), &e);
+    KT_OK(kl_features_fit(f, c, NC, &e), &e);
     kl_pool *p1 = NULL, *p3 = NULL;
     KT_OK(kl_pool_new(1, &p1, &e), &e);
     KT_OK(kl_pool_new(3, &p3, &e), &e);
-    KT_OK(kl_features_apply(f, c, 5, p1, &a, &na, NULL, &e), &e);
-    KT_OK(kl_features_apply(f, c, 5, p3, &b, &nb, NULL, &e), &e);
+    KT_OK(kl_features_apply(f, c, NC, p1, &a, &na, NULL, &e), &e);
+    KT_OK(kl_features_apply(f, c, NC, p3, &b, &nb, NULL, &e), &e);
     /* shuffled rows: perm[i] = source row of shuffled row i */
     size_t *perm = malloc(n * sizeof *perm);
     for (size_t i = 0; i < n; i++) perm[i] = i;
@@ -206,17 +235,17 @@ KL_TEST(feature_apply_deterministic_and_order_free) {
         perm[i] = perm[j];
         perm[j] = t;
     }
-    for (int k = 0; k < 5; k++) {
+    for (int k = 0; k < NC; k++) {
         KT_OK(kl_column_new(c[k]->name, c[k]->type, c[k]->nullable, n, &sh[k], &e), &e);
         for (size_t i = 0; i < n; i++) {
             size_t r = perm[i];
             if (kl_column_is_null(c[k], r)) kl_column_push_null(sh[k]);
             else if (c[k]->type == KL_COL_STRING) { size_t sn; const char *s = kl_column_get_str(c[k], r, &sn); kl_column_push_str(sh[k], s, sn); }
-            else if (c[k]->type == KL_COL_FLOAT64) kl_column_push_f64(sh[k], kl_column_get_f64(c[k], r));
+            else if (c[k]->type == KL_COL_FLOAT64 || c[k]->type == KL_COL_FLOAT32) kl_column_push_f64(sh[k], kl_column_get_f64(c[k], r));
             else kl_column_push_i64(sh[k], kl_column_get_i64(c[k], r));
         }
     }
-    KT_OK(kl_features_apply(f, sh, 5, p3, &x, &nx, NULL, &e), &e);
+    KT_OK(kl_features_apply(f, sh, NC, p3, &x, &nx, NULL, &e), &e);
     KT_EQ_INT(na, nb);
     KT_EQ_INT(na, nx);
     size_t diff = 0;
@@ -231,8 +260,8 @@ KL_TEST(feature_apply_deterministic_and_order_free) {
     free_cols(a, na); free(a);
     free_cols(b, nb); free(b);
     free_cols(x, nx); free(x);
-    free_cols(sh, 5);
-    free_cols(c, 5);
+    free_cols(sh, NC);
+    free_cols(c, NC);
     kl_pool_free(p1);
     kl_pool_free(p3);
     kl_features_free(f);
@@ -240,11 +269,11 @@ KL_TEST(feature_apply_deterministic_and_order_free) {
 
 KL_TEST(feature_save_load_hash) {
     kl_err e = {0};
-    kl_column *c[5];
+    kl_column *c[NC];
     kl_features *f = NULL, *g = NULL;
     KT_OK(make_log(3000, c, &e), &e);
     KT_OK(kl_features_spec_parse(ALL_SPEC, strlen(ALL_SPEC), "all.yaml", &f, &e), &e);
-    KT_OK(kl_features_fit(f, c, 5, &e), &e);
+    KT_OK(kl_features_fit(f, c, NC, &e), &e);
     const char *p = kt_path("features.json");
     KT_OK(kl_features_save(f, p, &e), &e);
     KT_OK(kl_features_load(p, &g, &e), &e);
@@ -266,22 +295,22 @@ KL_TEST(feature_save_load_hash) {
     KT_CHECK(!g);
     KT_CONTAINS(kl_err_what(&e), "feature_hash mismatch");
     free(txt);
-    free_cols(c, 5);
+    free_cols(c, NC);
     kl_features_free(f);
 }
 
 KL_TEST(feature_store_persist) {
     kl_err e = {0};
-    kl_column *c[5];
+    kl_column *c[NC];
     kl_features *f = NULL;
     kl_fstore *s = NULL, *s2 = NULL;
     size_t n = 4000, half = 3000;
     KT_OK(make_log(n, c, &e), &e);
     KT_OK(kl_features_spec_parse(ALL_SPEC, strlen(ALL_SPEC), "all.yaml", &f, &e), &e);
-    KT_OK(kl_features_fit(f, c, 5, &e), &e);
+    KT_OK(kl_features_fit(f, c, NC, &e), &e);
     const char *db = kt_path("store.db");
     KT_OK(kl_fstore_open(f, db, &s, &e), &e);
-    for (size_t r = 0; r < half; r++) KT_OK(kl_fstore_append_columns(s, c, 5, r, &e), &e);
+    for (size_t r = 0; r < half; r++) KT_OK(kl_fstore_append_columns(s, c, NC, r, &e), &e);
     KT_OK(kl_fstore_flush(s, &e), &e);
     KT_OK(kl_fstore_open(f, db, &s2, &e), &e);
     KT_EQ_INT(kl_fstore_entities(s2), kl_fstore_entities(s));
@@ -307,13 +336,13 @@ KL_TEST(feature_store_persist) {
     free(b);
     kl_fstore_free(s);
     kl_fstore_free(s2);
-    free_cols(c, 5);
+    free_cols(c, NC);
     kl_features_free(f);
 }
 
 KL_TEST(feature_bad_input) {
     kl_err e = {0};
-    kl_column *c[5];
+    kl_column *c[NC];
     kl_features *f = NULL;
     kl_column **out = NULL;
     size_t nout;
@@ -321,19 +350,19 @@ KL_TEST(feature_bad_input) {
     /* unknown column */
     const char *s1 = "features:\n  - {name: a, transform: log1p, input: nope, type: float64}\n";
     KT_OK(kl_features_spec_parse(s1, strlen(s1), "s1", &f, &e), &e);
-    KT_EQ_INT(kl_features_apply(f, c, 5, NULL, &out, &nout, NULL, &e), KL_ENOTFOUND);
+    KT_EQ_INT(kl_features_apply(f, c, NC, NULL, &out, &nout, NULL, &e), KL_ENOTFOUND);
     KT_CONTAINS(kl_err_what(&e), "'nope' not found");
     kl_features_free(f);
     /* type mismatch */
     const char *s2 = "features:\n  - {name: a, transform: log1p, input: category, type: float64}\n";
     KT_OK(kl_features_spec_parse(s2, strlen(s2), "s2", &f, &e), &e);
-    KT_EQ_INT(kl_features_apply(f, c, 5, NULL, &out, &nout, NULL, &e), KL_ETYPE);
+    KT_EQ_INT(kl_features_apply(f, c, NC, NULL, &out, &nout, NULL, &e), KL_ETYPE);
     KT_CONTAINS(kl_err_what(&e), "category");
     kl_features_free(f);
     /* null in a non-nullable input (item_price has nulls) */
     const char *s3 = "features:\n  - {name: a, transform: log1p, input: item_price, type: float64}\n";
     KT_OK(kl_features_spec_parse(s3, strlen(s3), "s3", &f, &e), &e);
-    KT_EQ_INT(kl_features_apply(f, c, 5, NULL, &out, &nout, NULL, &e), KL_EINVAL);
+    KT_EQ_INT(kl_features_apply(f, c, NC, NULL, &out, &nout, NULL, &e), KL_EINVAL);
     KT_CONTAINS(kl_err_what(&e), "null");
     KT_CHECK(out == NULL);
     /* online: wrong JSON type, missing field */
@@ -347,7 +376,7 @@ KL_TEST(feature_bad_input) {
     /* unseen category → unknown bucket, counted */
     const char *s4 = "features:\n  - {name: cat, transform: onehot, input: category, type: string}\n";
     KT_OK(kl_features_spec_parse(s4, strlen(s4), "s4", &f, &e), &e);
-    KT_OK(kl_features_fit(f, c, 5, &e), &e);
+    KT_OK(kl_features_fit(f, c, NC, &e), &e);
     KT_EQ_INT(kl_features_width(f), 7);
     kl_features_counts cnt = {0};
     float o[7];
@@ -357,7 +386,7 @@ KL_TEST(feature_bad_input) {
     KT_CHECK(o[6] == 1.0f && o[0] == 0.0f);
     KT_EQ_STR(kl_features_slot_name(f, 6), "cat=<unknown>");
     kl_features_free(f);
-    free_cols(c, 5);
+    free_cols(c, NC);
 }
 
 KL_TEST(feature_dateparts) {
