@@ -177,7 +177,7 @@ static int fit(int argc, char **argv) {
 
 static const app_opt apply_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
-    {"out", 'o', 1, "PATH", "output: a .parquet file, or a folder (gets features.parquet + features.json)", 0},
+    {"out", 'o', 1, "PATH", "output: a .parquet file, or a folder (features.parquet, features.json, manifest.json)", 0},
     {"codec", 0, 1, "CODEC", "Parquet codec: zstd (default), snappy, none, ...", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
 };
@@ -192,6 +192,30 @@ static const app_cmd_spec apply_spec = {"features apply", "keel features apply f
 static int ends_with(const char *s, const char *suf) {
     size_t n = strlen(s), m = strlen(suf);
     return n >= m && !strcmp(s + n - m, suf);
+}
+
+/* manifest.json of an output folder, in the style of dataset versions
+ * (`keel data validate DIR` checks it): the files with sha256 and rows, the
+ * feature_hash and where the rows came from. */
+static int write_manifest(const char *dir, const kl_features *f, const char *data, uint64_t rows, kl_err *e) {
+    char p[4200], hp[65], hj[65];
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/features.parquet", dir);
+    if (kl_sha256_file_hex(p, hp, e) || stat(p, &sb)) return e->code ? e->code : kl_err_set(e, KL_EINVAL, "%s: stat failed", p);
+    snprintf(p, sizeof p, "%s/features.json", dir);
+    if (kl_sha256_file_hex(p, hj, e)) return e->code;
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_printf(&b, "{\n  \"format\": \"keel-features-dataset-1\",\n  \"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
+    kl_buf_json_str(&b, data);
+    kl_buf_printf(&b, ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"},\n"
+                      "  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n"
+                      "  \"files\": [\n    {\"path\": \"features.parquet\", \"sha256\": \"%s\", \"rows\": %llu, \"bytes\": %lld}\n  ]\n}\n",
+                  hj, (unsigned long long)rows, (unsigned long long)rows, hp, (unsigned long long)rows, (long long)sb.st_size);
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    kl_buf_free(&b);
+    return rc;
 }
 
 static int apply(int argc, char **argv) {
@@ -234,6 +258,7 @@ static int apply(int argc, char **argv) {
     rc = kl_pq_writer_close(w, NULL, &e);
     w = NULL;
     if (rc) goto fail;
+    if (!ends_with(out, ".parquet") && write_manifest(out, f, data, cnt.rows, &e)) goto fail;
     double tr = (double)(t1 - t0) / 1e9, ta = (double)(t2 - t1) / 1e9, tw = (double)(kl_time_mono_ns() - t2) / 1e9;
     if (app_flag(&a, "json"))
         printf("{\"rows\": %llu, \"outputs\": %zu, \"feature_hash\": \"%s\", \"out\": \"%s\", \"read_s\": %.3f, \"apply_s\": %.3f, "

@@ -60,7 +60,8 @@ s1=$(sha256sum < out1.parquet); s2=$(sha256sum < out2.parquet); s3=$(sha256sum <
 [ "$s1" = "$s2" ] && [ "$s1" = "$s3" ] && pass features_apply_deterministic || fail features_apply_deterministic "outputs differ across runs/threads"
 
 expect_rc features_apply_dir 0 "$KEEL" features apply f.json --data ds --out fds && [ -f fds/features.parquet ] && [ -f fds/features.json ] \
-  && pass features_apply_dir_files || fail features_apply_dir_files "missing fds/features.parquet or features.json"
+  && [ -f fds/manifest.json ] && pass features_apply_dir_files || fail features_apply_dir_files "missing fds/features.parquet, features.json or manifest.json"
+expect_rc features_apply_dir_validates 0 "$KEEL" data validate fds
 
 # online: materialize the store, then transform a record (windows read the store)
 if expect_rc features_materialize 0 "$KEEL" features materialize f.json --data ds --store store.db --json; then
