@@ -106,8 +106,8 @@ double kl_features_cost_ns(const kl_features *f, size_t feature);
 /* The online store of recent events per entity for the window features.
  * In memory; path (may be NULL) is a SQLite file it is loaded from (when it
  * exists) and flushed to. The store records the feature_hash it was filled
- * for; opening it with other features fails (KL_ESTATE). Not thread-safe for
- * appends; concurrent transform_row calls are safe when no append runs. */
+ * for; opening it with other features fails (KL_ESTATE). Thread-safe:
+ * transforms share a read lock, appends and flushes take the write lock. */
 typedef struct kl_fstore kl_fstore;
 int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_err *e);
 void kl_fstore_free(kl_fstore *s);     /* NULL is a no-op; does not flush */

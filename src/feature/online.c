@@ -3,6 +3,7 @@
  * events per entity for window features (in memory, persisted to SQLite),
  * filled by materialize and by appends. The window of a record sees only
  * events strictly before its timestamp, as offline. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@ typedef struct {
 } fwin;
 
 struct kl_fstore {
+    pthread_rwlock_t lock;   /* transforms read, appends and flushes write */
     const kl_features *f;
     fwin *w;        /* one per feature (used by window features) */
     char *path;
@@ -44,6 +46,7 @@ void kl_fstore_free(kl_fstore *s) {
     }
     free(s->w);
     free(s->path);
+    pthread_rwlock_destroy(&s->lock);
     free(s);
 }
 
@@ -165,8 +168,16 @@ done:
     return rc;
 }
 
+static int flush_locked(kl_fstore *s, kl_err *e);
 int kl_fstore_flush(kl_fstore *s, kl_err *e) {
     if (!s->path) return KL_OK;
+    pthread_rwlock_wrlock(&s->lock);
+    int rc = flush_locked(s, e);
+    pthread_rwlock_unlock(&s->lock);
+    return rc;
+}
+
+static int flush_locked(kl_fstore *s, kl_err *e) {
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     int rc = KL_OK;
@@ -229,6 +240,7 @@ int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_e
     kl_fstore *s = calloc(1, sizeof *s);
     if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
     s->f = f;
+    pthread_rwlock_init(&s->lock, NULL);
     s->w = calloc(f->nf + 1, sizeof *s->w);
     if (!s->w || (path && !(s->path = strdup(path)))) { kl_fstore_free(s); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
     struct stat sb;
@@ -253,11 +265,13 @@ static int append_vals(kl_fstore *s, size_t i, const fval *ent, const fval *tm, 
     char kb[8];
     size_t kn;
     const char *k = kl__entity_key(F, ent, kb, &kn);
-    hist *h = get_hist(&s->w[i], k, kn, 1);
     fevent x = {kl__win_time(F, tm), kl__win_value(F, val, NULL)};
-    if (!h || hist_add(F, h, x)) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    s->events++;
-    return KL_OK;
+    pthread_rwlock_wrlock(&s->lock);
+    hist *h = get_hist(&s->w[i], k, kn, 1);
+    int rc = !h || hist_add(F, h, x) ? KL_ENOMEM : KL_OK;
+    if (!rc) s->events++;
+    pthread_rwlock_unlock(&s->lock);
+    return rc ? kl_err_set(e, rc, "out of memory") : KL_OK;
 }
 
 int kl_fstore_append_record(kl_fstore *s, const void *obj, kl_err *e) {
@@ -377,10 +391,13 @@ int kl_features_transform_record(const kl_features *f, const kl_fstore *store, c
         char kb[8];
         size_t kn;
         const char *k = kl__entity_key(F, &in[0], kb, &kn);
-        const hist *h = get_hist((fwin *)&store->w[i], k, kn, 0);
         int64_t t = kl__win_time(F, &in[1]);
+        pthread_rwlock_t *lk = (pthread_rwlock_t *)&store->lock;
+        pthread_rwlock_rdlock(lk);
+        const hist *h = get_hist((fwin *)&store->w[i], k, kn, 0);
         size_t n = h ? lower_ts(h->ev, h->n, t) : 0;
         out[F->slot0] = kl__tf_window(F, h ? h->ev : NULL, n, t, counts);
+        pthread_rwlock_unlock(lk);
     }
     if (counts) counts->rows++;
     return KL_OK;
