@@ -111,8 +111,8 @@ static void fast_chunk(void *ctx, size_t b, size_t end, int chunk) {
                 return;
             }
             cnt->null_filled++;
-            double v = kl__tf_is_num1(F) ? kl__tf_num1(F, F->in[0].fill, cnt)
-                                         : kl__tf_time1(F, (int64_t)F->in[0].fill, F->since_us);
+            int64_t tf = (int64_t)F->in[0].fill * (F->in[0].type == KL_COL_DATE ? 86400000000LL : 1);
+            double v = kl__tf_is_num1(F) ? kl__tf_num1(F, F->in[0].fill, cnt) : kl__tf_time1(F, tf, F->since_us);
             kl__store_slot(dst, r, v);
         }
     }

@@ -302,9 +302,10 @@ static int int_in(const feat *F, int k, const fval *in, int64_t *x, kl_features_
         *x = F->in[k].type == KL_COL_DATE ? in[k].i * 86400000000LL : in[k].i;
         return KL_OK;
     }
-    if (F->in[k].has_fill) {
+    if (F->in[k].has_fill) {   /* fill in the input's unit: days for a date, µs for a timestamp */
         if (c) c->null_filled++;
         *x = (int64_t)F->in[k].fill;
+        if (F->in[k].type == KL_COL_DATE) *x *= 86400000000LL;
         return KL_OK;
     }
     return kl_err_set(e, KL_EINVAL, "feature %s: input %s is null and has no fill (not nullable)", F->name, F->in[k].column);

@@ -54,8 +54,8 @@ static const char *ALL_SPEC =
     "  - {name: pf_log, transform: log1p, input: pf, type: float32}\n"
     "  - {name: pf_z, transform: standardize, input: pf, type: float32, dtype: float64}\n"
     "  - {name: flag, transform: passthrough, input: flag, type: bool}\n"
-    "  - {name: since_day, transform: time_since, inputs: [{column: ts, type: timestamp}, {column: day, type: date, fill: 0}], unit: d}\n"
-    "  - {name: day_wd, transform: datepart, input: day, type: date, part: weekday, fill: 0}\n"
+    "  - {name: since_day, transform: time_since, inputs: [{column: ts, type: timestamp}, {column: day, type: date, fill: 19001}], unit: d}\n"
+    "  - {name: day_wd, transform: datepart, input: day, type: date, part: weekday, fill: 19000}\n"
     "  - {name: u_pf_sum, transform: window, agg: sum, events: 2, entity: {column: user_id, type: int64}, time: {column: ts, type: timestamp}, value: {column: pf, type: float32}}\n"
     "  - {name: f_count, transform: window, agg: count, within: 120, entity: {column: flag, type: bool}, time: {column: ts, type: timestamp}}\n";
 
