@@ -6,7 +6,7 @@ $(BUILD)/obj/src/data/parquet_write.o: CFLAGS += -DKL_PQ_VERSION='"$(VERSION)"'
 FUZZ_PQ = build/fuzz/parquet_fuzz
 .PHONY: fuzz-parquet
 fuzz-parquet: $(FUZZ_PQ)
-$(FUZZ_PQ): tests/fuzz/parquet_fuzz.c $(wildcard src/data/parquet*.c src/data/thrift.c src/data/column.c src/core/*.c)
+$(FUZZ_PQ): fuzz/fuzz_parquet.c $(wildcard src/data/parquet*.c src/data/thrift.c src/data/column.c src/core/*.c)
 	@mkdir -p $(dir $@)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -DKL_PQ_VERSION='"fuzz"' -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=undefined -Iinclude -Isrc $(PKG_CFLAGS) $^ -o $@ $(PKG_LIBS) -lm -ldl -pthread
@@ -23,4 +23,4 @@ $(PQ_TOOL): $(BUILD)/obj/tests/integration/parquet_tool.o $(BUILD)/libkeel.a
 FUZZ_SECONDS ?= 600
 .PHONY: fuzz-parquet-run
 fuzz-parquet-run: $(FUZZ_PQ) $(BUILD)/parquet-tool
-	@bash tests/fuzz/run_parquet.sh $(FUZZ_PQ) $(FUZZ_SECONDS) $(BUILD)
+	@bash fuzz/run_parquet.sh $(FUZZ_PQ) $(FUZZ_SECONDS) $(BUILD)

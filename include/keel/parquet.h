@@ -55,7 +55,7 @@ typedef struct {
 typedef struct {
     kl_pq_codec codec;        /* default ZSTD */
     int zstd_level;           /* default 3 */
-    uint64_t row_group_rows;  /* cut a row group at this many rows (default 1M; 0 = no limit) */
+    uint64_t row_group_rows;  /* cut a row group at this many rows (default 131072; 0 = no limit) */
     uint64_t row_group_bytes; /* ... or at this many uncompressed bytes (default 128 MiB; 0 = no limit) */
     uint64_t page_bytes;      /* target uncompressed data-page size (default 1 MiB) */
     int dictionary;           /* 1 (default): RLE_DICTIONARY when it pays (strings, low cardinality); 0: PLAIN */

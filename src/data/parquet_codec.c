@@ -207,15 +207,29 @@ void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw) {
     }
 }
 
-static void unpack(const uint8_t *p, int bw, uint32_t *out, size_t count) {
-    uint64_t acc = 0;
-    int nb = 0;
-    uint32_t mask = bw == 32 ? 0xFFFFFFFFu : ((1u << bw) - 1);
-    for (size_t i = 0; i < count; i++) {
-        while (nb < bw) { acc |= (uint64_t)*p++ << nb; nb += 8; }
-        out[i] = (uint32_t)acc & mask;
-        acc >>= bw;
-        nb -= bw;
+/* count values of bw bits (LSB first) from p, which holds nbytes bytes. */
+static void unpack(const uint8_t *p, size_t nbytes, int bw, uint32_t *out, size_t count) {
+    uint64_t mask = bw == 32 ? 0xFFFFFFFFu : ((UINT64_C(1) << bw) - 1);
+    size_t i = 0;
+    /* fast path: one unaligned 8-byte load per value while 8 bytes remain */
+    for (; i < count; i++) {
+        size_t bit = i * (size_t)bw, byte = bit >> 3;
+        if (byte + 8 > nbytes) break;
+        uint64_t w;
+        memcpy(&w, p + byte, 8);
+        out[i] = (uint32_t)((w >> (bit & 7)) & mask);
+    }
+    for (; i < count; i++) {
+        size_t bit = i * (size_t)bw;
+        uint64_t v = 0;
+        for (int got = 0; got < bw;) {
+            size_t byte = bit >> 3;
+            int off = (int)(bit & 7), take = KL_MIN(8 - off, bw - got);
+            v |= (uint64_t)((p[byte] >> off) & ((1u << take) - 1)) << got;
+            got += take;
+            bit += (size_t)take;
+        }
+        out[i] = (uint32_t)v;
     }
 }
 
@@ -247,7 +261,7 @@ int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n)
             }
             size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
             if (bw == 0) memset(out + got, 0, take * sizeof *out);
-            else unpack(p, bw, out + got, take);
+            else unpack(p, (size_t)bytes, bw, out + got, take);
             got += take;
             p += bytes;
         } else {

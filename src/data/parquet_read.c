@@ -10,6 +10,7 @@
 #include "data/parquet_read_int.h"
 
 typedef struct { int64_t a, b; } range;   /* rows [a, b) of a row group */
+#define PQ_PREFETCH 4
 typedef struct { const uint8_t *p; uint32_t n; } bref;
 
 struct pq_scan {
@@ -19,6 +20,10 @@ struct pq_scan {
     kl_column **cols;          /* decoded rows of the current row group, per need */
     uint32_t *selv; size_t nselv, capselv; int use_selv;
     int swap_ok;               /* selected leaves are distinct and not predicate-only */
+    /* prefetch without predicates: up to PQ_PREFETCH row groups decoded in one
+     * parallel pass (balances columns of unequal cost over the threads) */
+    kl_column **slot[PQ_PREFETCH];
+    size_t slot_rows[PQ_PREFETCH], slot_rg[PQ_PREFETCH], nslot, slot_at;
     size_t count, pos;         /* rows available in the current row group, next */
     int loaded;
     kl_column **rowbuf; size_t row_pos, row_n;
@@ -35,10 +40,14 @@ static void scan_reset(pq_reader_t *R) {
 void pq_scan_free(pq_reader_t *R) {
     pq_scan *s = R->scan;
     if (s) {
-        for (size_t i = 0; i < s->nneed; i++) kl_column_free(s->cols ? s->cols[i] : NULL);
+        for (int k = 0; k < PQ_PREFETCH; k++) {
+            if (!s->slot[k]) continue;
+            for (size_t i = 0; i < s->nneed; i++) kl_column_free(s->slot[k][i]);
+            free(s->slot[k]);
+        }
         if (s->rowbuf) for (size_t i = 0; i < R->nsel; i++) kl_column_free(s->rowbuf[i]);
         free(s->rowbuf);
-        free(s->cols); free(s->need); free(s->sel_need); free(s->selv);
+        free(s->need); free(s->sel_need); kl_mem_free(s->selv);
         free(s);
         R->scan = NULL;
     }
@@ -251,6 +260,7 @@ typedef struct {
     uint8_t *fx; size_t fx_cap;          /* fixed-size physical values */
     bref *br; size_t br_cap;             /* byte-array physical values */
     int64_t *tmp; size_t tmp_cap;
+    uint32_t *idx; size_t idx_cap;       /* dictionary indexes */
     pq_buf scratch;                      /* built strings (DELTA_BYTE_ARRAY, BSS FLBA) */
     /* dictionary */
     uint8_t *dpage; size_t dpage_len;
@@ -262,7 +272,7 @@ static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t nc = *cap ? *cap : 1024;
     while (nc < need) nc *= 2;
-    void *q = realloc(*p, nc * elem);
+    void *q = kl_mem_realloc(*p, nc * elem, KL_TAG_DATASET); /* cached: no page faults per chunk */
     if (!q) return -1;
     *p = q;
     *cap = nc;
@@ -271,7 +281,7 @@ static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
 #define GROW(ptr, cap, need) grow_((void **)&(ptr), &(cap), (need), sizeof *(ptr))
 
 static void dec_free(dec *d) {
-    free(d->page); free(d->lev); free(d->fx); free(d->br); free(d->tmp);
+    kl_mem_free(d->page); kl_mem_free(d->lev); kl_mem_free(d->fx); kl_mem_free(d->br); kl_mem_free(d->tmp); kl_mem_free(d->idx);
     pq_buf_free(&d->scratch);
     free(d->dpage); free(d->dfx); free(d->dbr);
 }
@@ -334,11 +344,15 @@ static int decode_dict_idx(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end
     if (p >= end) return BAD(c, "dictionary page data is empty");
     int bw = *p++;
     if (bw > 32) return BAD(c, "dictionary index bit width %d", bw);
-    if (GROW(d->lev, d->lev_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-    uint32_t *idx = d->lev;   /* levels are consumed before values: reuse */
+    if (GROW(d->idx, d->idx_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+    uint32_t *idx = d->idx;
     if (pq_rle_decode(p, (size_t)(end - p), bw, idx, nn)) return BAD(c, "dictionary indexes truncated or corrupt");
-    for (size_t i = 0; i < nn; i++)
-        if (idx[i] >= d->dn) return BAD(c, "dictionary index %u out of range (dictionary has %zu entries)", idx[i], d->dn);
+    uint32_t bad = 0, dn = (uint32_t)KL_MIN(d->dn, (size_t)UINT32_MAX);
+    for (size_t i = 0; i < nn; i++) bad |= idx[i] >= dn;
+    if (bad)
+        for (size_t i = 0; i < nn; i++)
+            if (idx[i] >= d->dn) return BAD(c, "dictionary index %u out of range (dictionary has %zu entries)", idx[i], d->dn);
+    if (!fx && !br) return KL_OK;  /* indexes only (fused path) */
     if (is_varphys(c->L)) {
         if (GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         for (size_t i = 0; i < nn; i++) d->br[i] = d->dbr[idx[i]];
@@ -366,9 +380,9 @@ static int decode_values(ctxt *c, dec *d, int enc, const uint8_t *p, const uint8
         if (end - p < 4) return BAD(c, "RLE booleans: truncated length");
         uint32_t l; memcpy(&l, p, 4); p += 4;
         if (l > (size_t)(end - p)) return BAD(c, "RLE booleans: length %u exceeds the page", l);
-        if (GROW(d->lev, d->lev_cap, nn + 8) || GROW(d->fx, d->fx_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-        if (pq_rle_decode(p, l, 1, d->lev, nn)) return BAD(c, "RLE booleans truncated or corrupt");
-        for (size_t i = 0; i < nn; i++) d->fx[i] = (uint8_t)d->lev[i];
+        if (GROW(d->idx, d->idx_cap, nn + 8) || GROW(d->fx, d->fx_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+        if (pq_rle_decode(p, l, 1, d->idx, nn)) return BAD(c, "RLE booleans truncated or corrupt");
+        for (size_t i = 0; i < nn; i++) d->fx[i] = (uint8_t)d->idx[i];
         *fx = d->fx;
         return KL_OK;
     }
@@ -490,12 +504,12 @@ static int64_t floordiv(int64_t a, int64_t b) { return a / b - (a % b < 0); }
 
 /* Appends prow rows (levels lev, nn present values) to col. */
 static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def, size_t prow, size_t nn,
-                       const uint8_t *fx, const bref *br) {
+                       const uint8_t *fx, const bref *br, int padded) {
     const pq_leaf *L = c->L;
     if (prow == 0) return KL_OK;
     size_t data = 0;
     if (L->kind == K_BYTES) for (size_t i = 0; i < nn; i++) data += br[i].n;
-    if (kl_column_reserve(col, col->len + prow, col->data_len + data)) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
+    if (kl_column_reserve(col, col->len + prow, col->data_len + data + 16)) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
     int has_nulls = nn < prow;
     if (has_nulls && !col->valid) {
         col->valid = kl_mem_alloc(col->cap, KL_TAG_DATASET);
@@ -518,7 +532,8 @@ static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def
             if (PRESENT(r)) {
                 const uint8_t *p = br[j].p;
                 uint32_t n = br[j].n;
-                if (n) memcpy(dd + dl, p, n);
+                if (padded && n <= 16) memcpy(dd + dl, p, 16); /* source and destination have 16 bytes of slack */
+                else if (n) memcpy(dd + dl, p, n);
                 dl += n;
                 j++;
             }
@@ -663,7 +678,7 @@ static int read_dict(ctxt *c, dec *d, const pq_chunk *ch, const page_hdr *h, con
     if (h->enc != ENC_PLAIN && h->enc != ENC_PLAIN_DICTIONARY) return BAD(c, "dictionary page encoding %d (expected PLAIN)", h->enc);
     free(d->dpage); free(d->dfx); free(d->dbr);
     d->dpage = NULL; d->dfx = NULL; d->dbr = NULL; d->dn = 0;
-    d->dpage = malloc((size_t)h->unc + 1);
+    d->dpage = malloc((size_t)h->unc + 16); /* +16: short values are copied 16 bytes at a time */
     if (!d->dpage) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
     int rc = pq_decompress(ch->codec, src, (size_t)h->comp, d->dpage, (size_t)h->unc, c->e);
     if (rc) { kl_err_prefix(c->e, "%s: column %s: dictionary page", c->R->name, L->name); return rc; }
@@ -823,24 +838,46 @@ static int decode_chunk(chunk_job *J) {
                 nn += d.lev[i] == (uint32_t)max_def;
             }
         }
-        /* values: copy levels aside when the decoder reuses the level buffer */
         uint8_t *fx = NULL; bref *br = NULL;
         uint32_t *levs = d.lev;
-        uint32_t *lev_copy = NULL;
-        if (max_def > 0 && nn < n && (h.enc == ENC_PLAIN_DICTIONARY || h.enc == ENC_RLE_DICTIONARY || h.enc == ENC_RLE)) {
-            lev_copy = malloc(n * sizeof *lev_copy + 1);
-            if (!lev_copy) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            memcpy(lev_copy, d.lev, n * sizeof *lev_copy);
-            levs = lev_copy;
+        size_t base = col->len;
+        int is_dict = h.enc == ENC_PLAIN_DICTIONARY || h.enc == ENC_RLE_DICTIONARY;
+        size_t w = kl_col_type_size(col->type);
+        if (is_dict && (L->kind == K_I64 || L->kind == K_F64 || L->kind == K_I32 || L->kind == K_F32) && w == phys_size(L) && n > 0) {
+            /* fused path: dictionary indexes straight into the column */
+            if ((rc = decode_dict_idx(&c, &d, vals, vend, nn, NULL, NULL))) goto out;
+            if (kl_column_reserve(col, col->len + n, 0)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+            int has_nulls = nn < n;
+            if (has_nulls && !col->valid) {
+                col->valid = kl_mem_alloc(col->cap, KL_TAG_DATASET);
+                if (!col->valid) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+                memset(col->valid, 1, col->len);
+            }
+            if (col->valid) {
+                if (has_nulls) for (size_t r = 0; r < n; r++) col->valid[base + r] = levs[r] == (uint32_t)max_def;
+                else memset(col->valid + base, 1, n);
+            }
+            const uint32_t *ix = d.idx;
+            size_t j = 0;
+            char *dst = (char *)col->values + base * w;
+            const char *dv = (const char *)d.dfx;
+            static const char zero8[8];
+            if (w == 8) {
+                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, dv + 8 * (size_t)ix[r], 8);
+                else for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, levs[r] == (uint32_t)max_def ? dv + 8 * (size_t)ix[j++] : zero8, 8);
+            } else {
+                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, dv + 4 * (size_t)ix[r], 4);
+                else for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, levs[r] == (uint32_t)max_def ? dv + 4 * (size_t)ix[j++] : zero8, 4);
+            }
+            col->len += n;
+        } else {
+            rc = decode_values(&c, &d, h.enc, vals, vend, nn, &fx, &br);
+            if (rc == KL_OK) {
+                if (L->type != col->type) rc = BAD(&c, "internal type mismatch");
+                else rc = materialize(&c, col, levs, max_def, n, nn, fx, br, is_dict && L->kind == K_BYTES);
+            }
         }
-        rc = decode_values(&c, &d, h.enc, vals, vend, nn, &fx, &br);
-        if (rc == KL_OK) {
-            size_t base = col->len;
-            if (L->type != col->type) rc = BAD(&c, "internal type mismatch");
-            else rc = materialize(&c, col, levs, max_def, n, nn, fx, br);
-            if (rc == KL_OK && partial) keep_ranges(col, base, first, n, J->ranges, J->nranges);
-        }
-        free(lev_copy);
+        if (rc == KL_OK && partial) keep_ranges(col, base, first, n, J->ranges, J->nranges);
         if (rc) goto out;
     }
 out:
@@ -989,6 +1026,7 @@ static int scan_init(pq_reader_t *R, kl_err *e) {
             if (s->sel_need[i] == s->sel_need[j]) s->swap_ok = 0;
     s->cols = calloc(s->nneed + 1, sizeof *s->cols);
     if (!s->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    s->slot[0] = s->cols;
     for (size_t k = 0; k < s->nneed; k++) {
         const pq_leaf *L = &R->leaves[s->need[k]];
         int rc = kl_column_new(L->name, L->type, L->max_def > 0, 0, &s->cols[k], e);
@@ -1003,8 +1041,74 @@ static size_t pred_need(const pq_scan *s, size_t leaf) {
 }
 
 /* Loads the next row group that may hold matching rows. 0 = loaded, 1 = end. */
+static int slot_cols(pq_reader_t *R, pq_scan *s, int k, kl_err *e) {
+    if (s->slot[k]) return KL_OK;
+    s->slot[k] = calloc(s->nneed + 1, sizeof **s->slot);
+    if (!s->slot[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t j = 0; j < s->nneed; j++) {
+        const pq_leaf *L = &R->leaves[s->need[j]];
+        int rc = kl_column_new(L->name, L->type, L->max_def > 0, 0, &s->slot[k][j], e);
+        if (rc) return rc;
+    }
+    return KL_OK;
+}
+
+/* No predicates: serves prefetched row groups, decoding the next ones
+ * PQ_PREFETCH at a time. 0 = loaded, 1 = end. */
+static int load_prefetch(pq_reader_t *R, kl_err *e) {
+    pq_scan *s = R->scan;
+    if (s->slot_at >= s->nslot) {
+        s->nslot = s->slot_at = 0;
+        while (s->nslot < PQ_PREFETCH && s->rg < R->nrg) {
+            size_t g = s->rg++;
+            if (R->rgs[g].num_rows == 0) { R->ss.row_groups_skipped++; continue; }
+            int rc = slot_cols(R, s, (int)s->nslot, e);
+            if (rc) return rc;
+            s->slot_rg[s->nslot] = g;
+            s->slot_rows[s->nslot] = (size_t)R->rgs[g].num_rows;
+            s->nslot++;
+        }
+        if (s->nslot == 0) { s->loaded = 0; return 1; }
+        size_t nj = s->nslot * s->nneed;
+        chunk_job *jobs = calloc(nj + 1, sizeof *jobs);
+        range *rs = calloc(s->nslot, sizeof *rs);
+        if (!jobs || !rs) { free(jobs); free(rs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        for (size_t k = 0; k < s->nslot; k++) {
+            rs[k] = (range){0, (int64_t)s->slot_rows[k]};
+            for (size_t j = 0; j < s->nneed; j++)
+                jobs[k * s->nneed + j] = (chunk_job){R, s->slot_rg[k], s->need[j], &rs[k], 1, 1, s->slot[k][j], 0, 0, 0, {0}};
+        }
+        kl_pool_parallel_for(NULL, nj, 1, chunk_task, jobs);
+        int rc = KL_OK;
+        for (size_t t = 0; t < nj; t++) {
+            R->ss.pages_read += jobs[t].pages_read;
+            if (jobs[t].rc && !rc) { rc = jobs[t].rc; if (e) *e = jobs[t].err; }
+        }
+        for (size_t t = 0; t < nj && !rc; t++) {
+            size_t k = t / s->nneed;
+            const kl_column *c = s->slot[k][t % s->nneed];
+            if (c->len != s->slot_rows[k])
+                rc = kl_err_set(e, KL_EPARSE, "%s: column %s (row group %zu): %zu rows decoded, expected %zu",
+                                R->name, c->name, s->slot_rg[k], c->len, s->slot_rows[k]);
+        }
+        free(jobs);
+        free(rs);
+        if (rc) { s->nslot = 0; return rc; }
+    }
+    size_t k = s->slot_at++;
+    s->cols = s->slot[k];
+    s->count = s->slot_rows[k];
+    s->pos = 0;
+    s->use_selv = 0;
+    s->loaded = 1;
+    R->ss.row_groups_read++;
+    R->ss.rows_scanned += s->count;
+    return 0;
+}
+
 static int load_next(pq_reader_t *R, kl_err *e) {
     pq_scan *s = R->scan;
+    if (R->npreds == 0) return load_prefetch(R, e);
     for (; s->rg < R->nrg; s->rg++) {
         size_t g = s->rg;
         int64_t rows = R->rgs[g].num_rows;

@@ -30,7 +30,7 @@ void kl_pq_write_opts_default(kl_pq_write_opts *o) {
     memset(o, 0, sizeof *o);
     o->codec = KL_PQ_ZSTD;
     o->zstd_level = 3;
-    o->row_group_rows = 1u << 20;
+    o->row_group_rows = 131072;
     o->row_group_bytes = 128u << 20;
     o->page_bytes = 1u << 20;
     o->dictionary = 1;
@@ -119,6 +119,36 @@ static inline void stats_add(wstats *s, const kl_column *c, size_t i) {
     }
 }
 
+/* Statistics of rows [from, to) of c, with typed fast paths. */
+static void stats_range(wstats *s, const kl_column *c, size_t from, size_t to) {
+    const uint8_t *ok = c->valid;
+    if (c->type == KL_COL_INT64 || c->type == KL_COL_TIMESTAMP || c->type == KL_COL_FLOAT64) {
+        const int64_t *iv = c->values;
+        const double *dv = c->values;
+        int fl = c->type == KL_COL_FLOAT64;
+        for (size_t i = from; i < to; i++) {
+            if (ok && !ok[i]) { s->nulls++; continue; }
+            if (fl) {
+                double v = dv[i];
+                if (isnan(v)) continue;
+                if (!s->has) { s->fmin = s->fmax = v; s->has = 1; continue; }
+                if (v < s->fmin) s->fmin = v;
+                if (v > s->fmax) s->fmax = v;
+            } else {
+                int64_t v = iv[i];
+                if (!s->has) { s->imin = s->imax = v; s->has = 1; continue; }
+                if (v < s->imin) s->imin = v;
+                if (v > s->imax) s->imax = v;
+            }
+        }
+        return;
+    }
+    for (size_t i = from; i < to; i++) {
+        if (ok && !ok[i]) s->nulls++;
+        else stats_add(s, c, i);
+    }
+}
+
 /* Plain encoding of the min (which=0) or max (1) into buf; returns its length. */
 static size_t stats_bytes(const wstats *s, kl_col_type t, int which, uint8_t *buf, const char **ptr) {
     *ptr = (const char *)buf;
@@ -183,6 +213,9 @@ static uint64_t hash_bytes(const void *p, size_t n) {
 }
 
 static int value_eq(const kl_column *c, size_t a, size_t b) {
+    size_t w0 = kl_col_type_size(c->type);
+    if (w0 == 8) return ((const uint64_t *)c->values)[a] == ((const uint64_t *)c->values)[b];
+    if (w0 == 4) return ((const uint32_t *)c->values)[a] == ((const uint32_t *)c->values)[b];
     if (is_var(c->type)) {
         size_t na, nb;
         const char *pa = kl_column_get_str(c, a, &na), *pb = kl_column_get_str(c, b, &nb);
@@ -192,7 +225,15 @@ static int value_eq(const kl_column *c, size_t a, size_t b) {
     return memcmp((const char *)c->values + a * w, (const char *)c->values + b * w, w) == 0;
 }
 
+static uint64_t mix64(uint64_t h) {
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdull; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ull; h ^= h >> 33;
+    return h;
+}
+
 static uint64_t value_hash(const kl_column *c, size_t i) {
+    size_t w0 = kl_col_type_size(c->type);
+    if (w0 == 8) return mix64(((const uint64_t *)c->values)[i]);
+    if (w0 == 4) return mix64(((const uint32_t *)c->values)[i]);
     if (is_var(c->type)) { size_t n; const char *p = kl_column_get_str(c, i, &n); return hash_bytes(p, n); }
     size_t w = kl_col_type_size(c->type);
     return hash_bytes((const char *)c->values + i * w, w);
@@ -206,10 +247,10 @@ static uint64_t value_hash(const kl_column *c, size_t i) {
 static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, size_t *nidx) {
     memset(d, 0, sizeof *d);
     size_t nslots = 1024;
-    d->slots = calloc(nslots, sizeof *d->slots);
+    d->slots = kl_mem_calloc(nslots, sizeof *d->slots, KL_TAG_WORKSPACE);
     d->mask = nslots - 1;
     d->cap = 256;
-    d->rows = malloc(d->cap * sizeof *d->rows);
+    d->rows = kl_mem_alloc(d->cap * sizeof *d->rows, KL_TAG_WORKSPACE);
     if (!d->slots || !d->rows) return 0;
     size_t k = 0, w = kl_col_type_size(c->type);
     for (size_t i = 0; i < rows; i++) {
@@ -222,7 +263,7 @@ static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, s
             if (!v) {
                 if (d->n >= DICT_MAX_ENTRIES) return 0;
                 if (d->n == d->cap) {
-                    uint32_t *nr = realloc(d->rows, 2 * d->cap * sizeof *nr);
+                    uint32_t *nr = kl_mem_realloc(d->rows, 2 * d->cap * sizeof *nr, KL_TAG_WORKSPACE);
                     if (!nr) return 0;
                     d->rows = nr; d->cap *= 2;
                 }
@@ -235,14 +276,14 @@ static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, s
                 if (d->bytes > DICT_MAX_BYTES) return 0;
                 if (d->n * 2 > d->mask) { /* grow and rehash */
                     size_t ns = (d->mask + 1) * 2;
-                    uint32_t *sl = calloc(ns, sizeof *sl);
+                    uint32_t *sl = kl_mem_calloc(ns, sizeof *sl, KL_TAG_WORKSPACE);
                     if (!sl) return 0;
                     for (size_t j = 0; j < d->n; j++) {
                         size_t q = value_hash(c, d->rows[j]) & (ns - 1);
                         while (sl[q]) q = (q + 1) & (ns - 1);
                         sl[q] = (uint32_t)j + 1;
                     }
-                    free(d->slots);
+                    kl_mem_free(d->slots);
                     d->slots = sl;
                     d->mask = ns - 1;
                 }
@@ -252,6 +293,8 @@ static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, s
             s = (s + 1) & d->mask;
         }
         idx[k++] = id;
+        /* mostly distinct values: a dictionary will not pay, stop early */
+        if (k == 16384 && d->n > 12000) return 0;
     }
     *nidx = k;
     /* pays when dictionary + indexes are clearly smaller than plain values */
@@ -263,7 +306,7 @@ static int dict_build(const kl_column *c, size_t rows, dict *d, uint32_t *idx, s
     return d->n > 0 && est * 4 < plain * 3;
 }
 
-static void dict_free(dict *d) { free(d->slots); free(d->rows); memset(d, 0, sizeof *d); }
+static void dict_free(dict *d) { kl_mem_free(d->slots); kl_mem_free(d->rows); memset(d, 0, sizeof *d); }
 
 /* ==================================================================
  * Column chunk encoding
@@ -386,16 +429,15 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     int rc = KL_OK;
     out->num_values = (int64_t)rows;
 
+    /* output: roughly the plain size, compressed */
+    pq_buf_reserve(&out->bytes, rows * (kl_col_type_size(c->type) ? kl_col_type_size(c->type) : 8) / 2 + 4096);
     /* chunk statistics */
-    for (size_t i = 0; i < rows; i++) {
-        if (kl_column_is_null(c, i)) out->st.nulls++;
-        else stats_add(&out->st, c, i);
-    }
+    stats_range(&out->st, c, 0, rows);
 
     /* dictionary */
     int use_dict = 0;
     if (o->dictionary && c->type != KL_COL_BOOL && rows > 0) {
-        idx = malloc((rows ? rows : 1) * sizeof *idx);
+        idx = kl_mem_alloc((rows ? rows : 1) * sizeof *idx, KL_TAG_WORKSPACE);
         if (!idx) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
         use_dict = dict_build(c, rows, &d, idx, &nidx);
     }
@@ -428,7 +470,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     size_t w8 = kl_col_type_size(c->type);
     uint64_t pb = o->page_bytes ? o->page_bytes : (1u << 20);
     size_t max_rows = (size_t)KL_MAX(pb / 8, 1);
-    lv = malloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv);
+    lv = kl_mem_alloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv, KL_TAG_WORKSPACE);
     if (!lv) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     size_t cap_pages = rows / 64 + 16;
     out->pages = malloc(cap_pages * sizeof *out->pages);
@@ -449,10 +491,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         size_t prow = end - row;
         wstats ps;
         memset(&ps, 0, sizeof ps);
-        for (size_t i = row; i < end; i++) {
-            if (kl_column_is_null(c, i)) ps.nulls++;
-            else stats_add(&ps, c, i);
-        }
+        stats_range(&ps, c, row, end);
         /* levels */
         lev.len = 0;
         if (nullable) {
@@ -555,7 +594,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
 done:
     out->rc = rc;
     dict_free(&d);
-    free(idx); free(lv);
+    kl_mem_free(idx); kl_mem_free(lv);
     free(pc.ci_nullpage); free(pc.ci_nulls);
     pq_buf_free(&pc.ci_min); pq_buf_free(&pc.ci_max);
     pq_buf_free(&vals); pq_buf_free(&lev); pq_buf_free(&page); pq_buf_free(&comp); pq_buf_free(&hdr);
@@ -571,12 +610,16 @@ static int wr(kl_pq_writer *w, const void *d, size_t n, kl_err *e) {
     return rc;
 }
 
-typedef struct { kl_pq_writer *w; chunk_out *outs; size_t rows; } enc_ctx;
+/* Encoding tasks: ngroups row groups × ncols columns, one chunk each. */
+typedef struct { kl_pq_writer *w; kl_column *const *src; chunk_out *outs; size_t rows; } enc_ctx;
 
 static void enc_task(void *ctx, size_t begin, size_t end, int chunk) {
     enc_ctx *x = ctx;
-    for (size_t j = begin; j < end; j++)
-        encode_chunk(&x->w->o, x->w->buf[j], x->w->buf[j]->nullable, x->rows, &x->outs[j]);
+    size_t nc = x->w->ncols;
+    for (size_t t = begin; t < end; t++) {
+        size_t j = t % nc;
+        encode_chunk(&x->w->o, x->src[t], x->w->buf[j]->nullable, x->rows, &x->outs[t]);
+    }
 }
 
 static void stats_merge(kl_pq_col_stats *f, const wstats *s, kl_col_type t, uint64_t rows) {
@@ -608,28 +651,26 @@ static void stats_merge(kl_pq_col_stats *f, const wstats *s, kl_col_type t, uint
     f->has_min_max = 1;
 }
 
-static int flush_rg(kl_pq_writer *w, kl_err *e) {
-    size_t rows = w->buf[0]->len;
-    if (rows == 0) return KL_OK;
+/* Encodes and writes one row group from src (the buffer, or views of a
+ * caller's batch) of rows rows. */
+/* Writes one encoded row group (outs: ncols chunks) and records its metadata;
+ * frees the chunk buffers. */
+static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_out *outs, kl_err *e) {
     int rc = KL_OK;
-    chunk_out *outs = calloc(w->ncols, sizeof *outs);
-    if (!outs) return kl_err_set(e, KL_ENOMEM, "out of memory");
     if (w->nrg == w->caprg) {
         size_t nc = w->caprg ? w->caprg * 2 : 8;
         rg_meta *nr = realloc(w->rgs, nc * sizeof *nr);
-        if (!nr) { free(outs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        if (!nr) return kl_err_set(e, KL_ENOMEM, "out of memory");
         w->rgs = nr; w->caprg = nc;
     }
     rg_meta *rg = &w->rgs[w->nrg];
     memset(rg, 0, sizeof *rg);
     rg->cols = calloc(w->ncols, sizeof *rg->cols);
-    if (!rg->cols) { free(outs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (!rg->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
     w->nrg++;
     rg->rows = (int64_t)rows;
     rg->offset = (int64_t)w->offset;
 
-    enc_ctx x = {w, outs, rows};
-    kl_pool_parallel_for(NULL, w->ncols, 1, enc_task, &x);
 
     for (size_t j = 0; j < w->ncols && rc == KL_OK; j++) {
         chunk_out *o = &outs[j];
@@ -665,12 +706,49 @@ static int flush_rg(kl_pq_writer *w, kl_err *e) {
     for (size_t j = 0; j < w->ncols; j++) {
         pq_buf_free(&outs[j].bytes); pq_buf_free(&outs[j].stats_ser); pq_buf_free(&outs[j].ci);
         free(outs[j].pages);
+        memset(&outs[j], 0, sizeof outs[j]);
+    }
+    w->total_rows += rows;
+    return rc;
+}
+
+/* Encodes ngroups row groups of rows rows each (src: ngroups × ncols columns)
+ * in parallel, then writes them in order. */
+static int write_rgs(kl_pq_writer *w, kl_column *const *src, size_t ngroups, size_t rows, kl_err *e) {
+    if (rows == 0 || ngroups == 0) return KL_OK;
+    size_t nt = ngroups * w->ncols;
+    chunk_out *outs = calloc(nt, sizeof *outs);
+    if (!outs) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    enc_ctx x = {w, src, outs, rows};
+    kl_pool_parallel_for(NULL, nt, 1, enc_task, &x);
+    int rc = KL_OK;
+    for (size_t g = 0; g < ngroups; g++) {
+        if (rc == KL_OK) rc = emit_rg(w, src + g * w->ncols, rows, outs + g * w->ncols, e);
+        else for (size_t j = 0; j < w->ncols; j++) {
+            chunk_out *o = &outs[g * w->ncols + j];
+            pq_buf_free(&o->bytes); pq_buf_free(&o->stats_ser); pq_buf_free(&o->ci); free(o->pages);
+        }
     }
     free(outs);
-    w->total_rows += rows;
+    return rc;
+}
+
+static int flush_rg(kl_pq_writer *w, kl_err *e) {
+    int rc = write_rgs(w, w->buf, 1, w->buf[0]->len, e);
     for (size_t j = 0; j < w->ncols; j++) kl_column_clear(w->buf[j]);
     w->buf_bytes = 0;
     return rc;
+}
+
+/* A view of rows [at, at+n) of c (no copy). */
+static kl_column view_of(const kl_column *c, size_t at, size_t n) {
+    kl_column v = *c;
+    size_t wsz = kl_col_type_size(c->type);
+    v.len = v.cap = n;
+    if (c->values) v.values = (char *)c->values + at * wsz;
+    if (c->valid) v.valid = c->valid + at;
+    if (c->offsets) v.offsets = c->offsets + at;
+    return v;
 }
 
 int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
@@ -733,8 +811,40 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
     uint64_t rg_rows = w->o.row_group_rows ? w->o.row_group_rows : UINT64_MAX;
     uint64_t rg_bytes = w->o.row_group_bytes ? w->o.row_group_bytes : UINT64_MAX;
     size_t at = 0;
+    kl_column *views = NULL, **vp = NULL;
     while (at < n) {
         size_t have = w->buf[0]->len;
+        if (have == 0 && rg_rows != UINT64_MAX && (uint64_t)(n - at) >= rg_rows) {
+            /* whole row groups inside the batch: encode up to 4 in place, in parallel */
+            size_t ng = 0, rr = (size_t)rg_rows;
+            while (ng < 4 && (uint64_t)(n - at) >= (uint64_t)(ng + 1) * rg_rows) {
+                uint64_t bytes = 0;
+                size_t a = at + ng * rr;
+                for (size_t j = 0; j < ncols; j++) {
+                    const kl_column *c = cols[j];
+                    if (is_var(c->type)) bytes += (uint64_t)(c->offsets[a + rr] - c->offsets[a]) + 4 * (uint64_t)rr;
+                    else bytes += kl_col_type_size(c->type) * (uint64_t)rr;
+                }
+                if (bytes > rg_bytes) break;
+                ng++;
+            }
+            if (ng > 0) {
+                if (!views) {
+                    views = calloc(4 * ncols, sizeof *views);
+                    vp = calloc(4 * ncols, sizeof *vp);
+                    if (!views || !vp) { free(views); free(vp); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+                }
+                for (size_t g = 0; g < ng; g++)
+                    for (size_t j = 0; j < ncols; j++) {
+                        views[g * ncols + j] = view_of(cols[j], at + g * rr, rr);
+                        vp[g * ncols + j] = &views[g * ncols + j];
+                    }
+                int rc = write_rgs(w, vp, ng, rr, e);
+                if (rc) { free(views); free(vp); return rc; }
+                at += ng * rr;
+                continue;
+            }
+        }
         size_t take = (size_t)KL_MIN((uint64_t)(n - at), rg_rows - have);
         take = KL_MIN(take, (size_t)65536);
         uint64_t bytes = 0;
@@ -742,16 +852,20 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
             const kl_column *c = cols[j];
             if (is_var(c->type)) bytes += (uint64_t)(c->offsets[at + take] - c->offsets[at]) + 4 * take;
             else bytes += kl_col_type_size(c->type) * take;
-            if (kl_column_append(w->buf[j], c, at, at + take))
+            if (kl_column_append(w->buf[j], c, at, at + take)) {
+                free(views); free(vp);
                 return kl_err_set(e, KL_ENOMEM, "%s: out of memory buffering column %s", w->path, c->name);
+            }
         }
         w->buf_bytes += bytes;
         at += take;
         if (w->buf[0]->len >= rg_rows || w->buf_bytes >= rg_bytes) {
             int rc = flush_rg(w, e);
-            if (rc) return rc;
+            if (rc) { free(views); free(vp); return rc; }
         }
     }
+    free(views);
+    free(vp);
     return KL_OK;
 }
 

@@ -183,8 +183,8 @@ static int parse_opts(int argc, char **argv, kl_pq_write_opts *o) {
     if (kl_pq_codec_parse(codec, &o->codec)) { fprintf(stderr, "bad codec %s\n", codec); return 2; }
     o->dictionary = atoi(opt(argc, argv, "--dict", "1"));
     o->data_page_v2 = flag(argc, argv, "--v2");
-    o->page_bytes = strtoull(opt(argc, argv, "--page-bytes", "1048576"), NULL, 10);
-    o->row_group_rows = strtoull(opt(argc, argv, "--rg-rows", "1048576"), NULL, 10);
+    if (opt(argc, argv, "--page-bytes", NULL)) o->page_bytes = strtoull(opt(argc, argv, "--page-bytes", NULL), NULL, 10);
+    if (opt(argc, argv, "--rg-rows", NULL)) o->row_group_rows = strtoull(opt(argc, argv, "--rg-rows", NULL), NULL, 10);
     return 0;
 }
 
@@ -307,20 +307,35 @@ static int cmd_scan(int argc, char **argv) {
             double s = 0;
             for (size_t i = 0; i < n; i++) if (!ok || ok[i]) s += v[i];
             sum += s;
+            /* count by category: a small hash on (length, first, last byte) gives
+             * the candidate, one inline compare confirms it */
             size_t lens[64];
             for (int c = 0; c < ncat; c++) lens[c] = strlen(cats[c]);
+            int slot[1024];
+            for (int q = 0; q < 1024; q++) slot[q] = -1;
+            for (int c = 0; c < ncat; c++) {
+                size_t l = lens[c];
+                unsigned h = l ? ((unsigned)l * 31u + (unsigned char)cats[c][0] * 7u + (unsigned char)cats[c][l - 1]) & 1023u : 0;
+                slot[h] = c;
+            }
             const int64_t *off = cols[1]->offsets;
             const char *data = cols[1]->data;
             for (size_t i = 0; i < n; i++) {
                 size_t l = (size_t)(off[i + 1] - off[i]);
                 const char *p = data + off[i];
-                int c = 0;
-                while (c < ncat && !(lens[c] == l && !memcmp(cats[c], p, l))) c++;
-                if (c == ncat) {
-                    if (ncat == 64) continue;
-                    snprintf(cats[ncat], 32, "%.*s", (int)KL_MIN(l, 31), p);
-                    lens[ncat] = strlen(cats[ncat]);
-                    counts[ncat++] = 0;
+                unsigned h = l ? ((unsigned)l * 31u + (unsigned char)p[0] * 7u + (unsigned char)p[l - 1]) & 1023u : 0;
+                int c = slot[h];
+                int ok = c >= 0 && lens[c] == l;
+                for (size_t q = 0; ok && q < l; q++) ok = cats[c][q] == p[q];
+                if (!ok) {
+                    for (c = 0; c < ncat; c++) if (lens[c] == l && !memcmp(cats[c], p, l)) break;
+                    if (c == ncat) {
+                        if (ncat == 64) continue;
+                        snprintf(cats[ncat], 32, "%.*s", (int)KL_MIN(l, 31), p);
+                        lens[ncat] = strlen(cats[ncat]);
+                        counts[ncat++] = 0;
+                    }
+                    if (lens[c] == l) slot[h] = c;
                 }
                 counts[c]++;
             }

@@ -288,3 +288,54 @@ KL_TEST(parquet_rle_hybrid) {
         free(v); free(w);
     }
 }
+
+/* Every parquet-testing file (data/ and bad_data/) read in full: under
+ * `make test-unit SANITIZE=address,undefined` this is the ASan check that no
+ * file crashes the reader. Values are compared with DuckDB in
+ * tests/integration/parquet_interop.py. */
+#include <dirent.h>
+
+static const char *testing_dir(void) {
+    static char buf[1024];
+    const char *env = getenv("KEEL_SHARED");
+    const char *cands[] = {env, "../shared", "../../shared", "/work/shared"};
+    for (size_t i = 0; i < 4; i++) {
+        if (!cands[i]) continue;
+        snprintf(buf, sizeof buf, "%s/testdata/parquet-testing", cands[i]);
+        if (kl_path_exists(buf)) return buf;
+    }
+    return NULL;
+}
+
+KL_TEST(parquet_testing_files_no_crash) {
+    const char *dir = testing_dir();
+    KT_CHECKF(dir != NULL, "parquet-testing not found (KEEL_SHARED=%s)", getenv("KEEL_SHARED") ? getenv("KEEL_SHARED") : "");
+    const char *subs[2] = {"data", "bad_data"};
+    int nread = 0, nfail = 0;
+    for (int k = 0; k < 2; k++) {
+        char path[1200];
+        snprintf(path, sizeof path, "%s/%s", dir, subs[k]);
+        DIR *d = opendir(path);
+        KT_CHECKF(d != NULL, "cannot open %s", path);
+        struct dirent *de;
+        while ((de = readdir(d))) {
+            size_t l = strlen(de->d_name);
+            if (l < 8 || strcmp(de->d_name + l - 8, ".parquet")) continue;
+            char f[1500];
+            snprintf(f, sizeof f, "%s/%s", path, de->d_name);
+            kl_err e = {0};
+            kl_column **cols = NULL; size_t n = 0;
+            int rc = kl_pq_read_file(f, NULL, 0, &cols, &n, &e);
+            if (rc == 0) {
+                nread++;
+                for (size_t i = 0; i < n; i++) kl_column_free(cols[i]);
+                free(cols);
+            } else {
+                nfail++;
+                KT_CHECKF(e.msg[0] != 0, "%s: error %d without a message", f, rc);
+            }
+        }
+        closedir(d);
+    }
+    KT_CHECKF(nread >= 36 && nfail >= 8, "read %d files, %d failed cleanly", nread, nfail);
+}

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Runs the Parquet reader fuzzer (tests/fuzz/parquet_fuzz.c) for N seconds on a
+# Runs the Parquet reader fuzzer (fuzz/fuzz_parquet.c) for N seconds on a
 # corpus in build/fuzz/corpus-parquet seeded with parquet-testing files and
 # small keel-written files. Findings land in build/fuzz/ (crash-*, leak-*).
 set -eu
 FUZZ=${1:-build/fuzz/parquet_fuzz}; SECS=${2:-600}; BUILD=${3:-build}
-root=$(cd "$(dirname "$0")/../.." && pwd)
+root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/build/fuzz/corpus-parquet"
 mkdir -p "$corpus"
 shared=${KEEL_SHARED:-$root/../shared}
