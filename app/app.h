@@ -78,6 +78,9 @@ int cmd_config(int argc, char **argv);
 int cmd_ingest(int argc, char **argv);
 int cmd_schema(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_runs(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_ui(int argc, char **argv);
 int cmd_features(int argc, char **argv);
 
 #endif

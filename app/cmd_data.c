@@ -231,7 +231,7 @@ static int show(int argc, char **argv) {
             kl_buf_json_str(&b, ci->logical ? ci->logical : "");
             kl_buf_puts(&b, "}");
         } else {
-            kl_buf_printf(&b, "  %-20s %-10s %s%s %s%s\n", ci->name, kl_col_type_name(ci->type), ci->physical,
+            kl_buf_printf(&b, "  %-20s %-10s %s%s%s%s\n", ci->name, kl_col_type_name(ci->type), ci->physical,
                           ci->logical && *ci->logical ? "/" : "", ci->logical ? ci->logical : "",
                           ci->nullable ? "" : " not null");
         }
@@ -529,6 +529,19 @@ static const app_cmd_spec report_spec = {
     "Write a self-contained HTML data-quality page: histograms, top values, null ratios, rejects.", NULL,
     report_opts, KL_ARRAY_LEN(report_opts), 1, 1};
 
+/* The schema type of a column from the manifest ("category", ...), else the Parquet-level type. */
+static const char *type_label(const dset *d, const cstat *c) {
+    if (d->manifest) {
+        cJSON *col;
+        cJSON_ArrayForEach(col, cJSON_GetObjectItem(d->manifest, "columns")) {
+            const char *n = cJSON_GetStringValue(cJSON_GetObjectItem(col, "name"));
+            const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(col, "type"));
+            if (n && t && !strcmp(n, c->name)) return t;
+        }
+    }
+    return kl_col_type_name(c->type);
+}
+
 static int cmp_top(const void *a, const void *b) {
     const topv *x = a, *y = b;
     return x->n != y->n ? (x->n < y->n ? 1 : -1) : strcmp(x->s, y->s);
@@ -599,14 +612,14 @@ static int report(int argc, char **argv) {
         kl_buf_puts(&b, "<tr><td>");
         kl_buf_html(&b, c->name);
         kl_buf_printf(&b, "</td><td>%s</td><td>%lld</td><td>%.2f%%</td><td><span class=\"bar\" style=\"width:%.0fpx\"></span></td></tr>",
-                      kl_col_type_name(c->type), (long long)c->nulls, r * 100, r * 200);
+                      type_label(&d, c), (long long)c->nulls, r * 100, r * 200);
     }
     kl_buf_puts(&b, "</table><h2>Columns</h2>");
     for (size_t j = 0; j < s.nc; j++) {
         cstat *c = &s.c[j];
         kl_buf_puts(&b, "<div class=\"col\"><h3>");
         kl_buf_html(&b, c->name);
-        kl_buf_printf(&b, " <small>%s</small></h3><p>%lld rows, %lld nulls, ~%.0f distinct</p>", kl_col_type_name(c->type),
+        kl_buf_printf(&b, " <small>%s</small></h3><p>%lld rows, %lld nulls, ~%.0f distinct</p>", type_label(&d, c),
                       (long long)c->rows, (long long)c->nulls, c->has ? kl_hll_estimate(&c->hll) : 0.0);
         if (is_numeric(c->type) && c->nvals) svg_hist(&b, c);
         else if (c->ntop) {

@@ -19,6 +19,7 @@ static const app_opt opts[] = {
     {"partition-by", 0, 1, "COL", "hive partitioning by a date, timestamp (by day) or category column", 0},
     {"codec", 0, 1, "CODEC", "zstd (default), snappy, gzip, none", 0},
     {"zstd-level", 0, 1, "N", "zstd level (default 3)", 0},
+    {"row-group-rows", 0, 1, "N", "Parquet row group size in rows (default: the writer's, 131072)", 0},
     {"rejects", 0, 1, "PATH", "also write the rejects of a failed ingest here (JSON lines)", 0},
     {"chunk-size", 0, 1, "SIZE", "parse chunk size (default 4M; part of the ingest identity)", 0},
     {"progress", 0, 0, NULL, "show parsing progress (stderr)", 0},
@@ -60,6 +61,10 @@ int cmd_ingest(int argc, char **argv) {
     if ((rc = app_get_int(&a, &spec, "zstd-level", 0, &lvl)) >= 0) return rc;
     o.zstd_level = (int)lvl;
     o.rejects_path = app_get(&a, "rejects");
+    int64_t rg;
+    if ((rc = app_get_int(&a, &spec, "row-group-rows", 0, &rg)) >= 0) return rc;
+    if (rg < 0) return app_usage_error(&spec, "--row-group-rows must be positive");
+    o.row_group_rows = (size_t)rg;
     kl_err e = {0};
     if (app_get(&a, "chunk-size")) {
         uint64_t cs;

@@ -70,6 +70,15 @@ int kl_csv_next(const kl_dialect *d, const char *buf, size_t len, size_t *pos, k
         p = 3;
     if (p >= len) { *pos = len; return KL_CSV_END; }
     const char delim = d->delim, quote = d->quote;
+    static _Thread_local unsigned char special[256];
+    static _Thread_local int sp_delim = -1, sp_quote = -1;
+    if (sp_delim != (unsigned char)delim || sp_quote != (unsigned char)quote) {
+        memset(special, 0, sizeof special);
+        special[(unsigned char)delim] = special['\n'] = 1;
+        if (quote) special[(unsigned char)quote] = 1;
+        sp_delim = (unsigned char)delim;
+        sp_quote = (unsigned char)quote;
+    }
     const size_t start = p, maxr = d->max_record ? d->max_record : (size_t)10 << 20;
     r->n = 0;
     r->slen = 0;
@@ -113,16 +122,12 @@ int kl_csv_next(const kl_dialect *d, const char *buf, size_t len, size_t *pos, k
             *pos = next_line(buf, len, p);
             return kl_err_set(e, KL_EPARSE, "unexpected character after closing quote (field %zu)", fi + 1);
         }
-        /* unquoted field */
+        /* unquoted field: scan to the next special byte (delimiter, newline, quote) */
         size_t fs = p;
-        while (p < len) {
-            char c = buf[p];
-            if (c == delim || c == '\n') break;
-            if (c == quote && quote) {
-                *pos = next_line(buf, len, p);
-                return kl_err_set(e, KL_EPARSE, "quote inside an unquoted field (field %zu)", fi + 1);
-            }
-            p++;
+        while (p < len && !special[(unsigned char)buf[p]]) p++;
+        if (p < len && quote && buf[p] == quote) {
+            *pos = next_line(buf, len, p);
+            return kl_err_set(e, KL_EPARSE, "quote inside an unquoted field (field %zu)", fi + 1);
         }
         size_t fe = p;
         if (p - start > maxr) goto too_long;

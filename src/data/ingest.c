@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -1173,15 +1174,52 @@ fail:
  * after N Parquet files were finished (crash-consistency tests). */
 static atomic_int files_done;
 
+static void write_file(wctx *w, outfile *f) {
+    const char *kill_after = getenv("KEEL_TEST_KILL_AFTER_FILES");
+    f->rc = write_one(w, f);
+    if (kill_after && !f->rc && !f->reused && atomic_fetch_add(&files_done, 1) + 1 >= atoi(kill_after)) raise(SIGKILL);
+}
+
 static void write_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
     wctx *w = ctx;
-    const char *kill_after = getenv("KEEL_TEST_KILL_AFTER_FILES");
     for (;;) {
         size_t i = atomic_fetch_add(&w->next, 1);
         if (i >= w->nf) break;
-        w->f[i].rc = write_one(w, &w->f[i]);
-        if (kill_after && !w->f[i].rc && !w->f[i].reused && atomic_fetch_add(&files_done, 1) + 1 >= atoi(kill_after))
-            raise(SIGKILL);
+        write_file(w, &w->f[i]);
+    }
+}
+
+static void parse_one(ictx *x, chunk *c) {
+    c->rc = chunk_init_cols(x, c);
+    if (!c->rc) c->rc = x->src.v[c->src].d.format == KL_FMT_JSONL ? parse_jsonl_chunk(x, c) : parse_csv_chunk(x, c);
+    if (x->prog) kl_progress_add(x->prog, c->end - c->begin);
+    if (!c->rc && chunk_stats(x, c)) c->rc = KL_ENOMEM;
+    if (c->rc == KL_ENOMEM) kl_err_set(&c->err, KL_ENOMEM, "out of memory while parsing");
+    else if (c->rc && !c->err.code) kl_err_set(&c->err, c->rc, "parse failed");
+}
+
+/* Streaming (unpartitioned, no unique columns): each work item is one part
+ * file's group of chunks: parse + validate + statistics, write the file into
+ * staging, free the columns. Memory stays at about one group per thread and
+ * parsing overlaps encoding. Validation verdicts come after all groups; a
+ * failure removes the staging folder. */
+static void stream_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
+    wctx *w = ctx;
+    ictx *x = w->x;
+    for (;;) {
+        size_t g = atomic_fetch_add(&w->next, 1);
+        if (g >= w->nf) break;
+        outfile *f = &w->f[g];
+        int bad = 0;
+        for (size_t ci = f->c0; ci < f->c1; ci++) {
+            parse_one(x, &x->ch[ci]);
+            bad |= x->ch[ci].rc != 0;
+            f->rows_total += (int64_t)x->ch[ci].rows;
+        }
+        if (!bad && f->rows_total) write_file(w, f);
+        for (size_t ci = f->c0; ci < f->c1; ci++)
+            if (x->ch[ci].cols)
+                for (size_t j = 0; j < x->schema->n_fields; j++) { kl_column_free(x->ch[ci].cols[j]); x->ch[ci].cols[j] = NULL; }
     }
 }
 
@@ -1556,6 +1594,32 @@ static int read_pointer(const char *path, char id[65]) {
     return ok ? KL_OK : KL_EPARSE;
 }
 
+/* One ingest per ingest key at a time: an flock on DIR/.staging/<key>.lock
+ * (released by the kernel when a process dies, so kill -9 never leaves it held). */
+static int lock_staging(const char *out_dir, const char *key, int *fd, char *path, size_t pn, kl_err *e) {
+    snprintf(path, pn, "%s/.staging", out_dir);
+    int rc = kl_mkdir_p(path, e);
+    if (rc) return rc;
+    snprintf(path, pn, "%s/.staging/%s.lock", out_dir, key);
+    *fd = open(path, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (*fd < 0) return kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB)) {
+        int en = errno;
+        close(*fd);
+        *fd = -1;
+        if (en == EWOULDBLOCK) return kl_err_set(e, KL_EBUSY, "another ingest of the same sources into %s is running", out_dir);
+        return kl_err_set(e, -en, "%s: %s", path, strerror(en));
+    }
+    return KL_OK;
+}
+
+static void unlock_staging(int *fd, const char *path) {
+    if (*fd < 0) return;
+    unlink(path);
+    close(*fd);
+    *fd = -1;
+}
+
 static int set_current(const char *out_dir, const char *id, kl_err *e) {
     char p[4200], line[80];
     snprintf(p, sizeof p, "%s/current", out_dir);
@@ -1572,7 +1636,8 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     outfile *files = NULL;
     size_t nfiles = 0;
     colstat *tot = NULL;
-    char staging[4200] = "", key[65];
+    char staging[4200] = "", key[65], lock_path[4300];
+    int lock_fd = -1;
     int created_out = 0;
     kl_buf mb;
     kl_buf_init(&mb);
@@ -1658,6 +1723,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
 
     int64_t t_load = kl_time_mono_ns();
     /* ---- semantics: split, parse, validate ---- */
+    if ((rc = lock_staging(o->out_dir, key, &lock_fd, lock_path, sizeof lock_path, e))) goto fail;
     x.colmap = calloc(x.src.n, sizeof *x.colmap);
     x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
     x.hdr_lines = calloc(x.src.n, sizeof *x.hdr_lines);
@@ -1692,11 +1758,35 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         for (size_t i = 0; i < x.nch; i++) total += x.ch[i].end - x.ch[i].begin;
         x.prog = kl_progress_new("parse+validate", total, "B");
     }
-    kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+    const int streaming = pcol < 0 && !x.need_row_pos;
+    if (streaming) {
+        snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
+        if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
+        nfiles = (x.nch + CHUNKS_PER_FILE - 1) / CHUNKS_PER_FILE;
+        if (!(files = calloc(nfiles ? nfiles : 1, sizeof *files))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (size_t g = 0; g < nfiles; g++) {
+            files[g].c0 = g * CHUNKS_PER_FILE;
+            files[g].c1 = KL_MIN(files[g].c0 + CHUNKS_PER_FILE, x.nch);
+            if (asprintf(&files[g].rel, "part-%05zu.parquet", g) < 0) { files[g].rel = NULL; rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        }
+        wctx w = {&x, files, nfiles, staging, wo, 0};
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stream_worker, &w);
+    } else {
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+    }
     kl_progress_finish(x.prog);
     x.prog = NULL;
     for (size_t i = 0; i < x.nch; i++)
         if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
+    if (streaming) {
+        size_t k = 0;
+        for (size_t g = 0; g < nfiles; g++) {
+            if (files[g].rc) { rc = files[g].rc; if (e) *e = files[g].err; goto fail; }
+            if (files[g].rows_total) files[k++] = files[g];
+            else free(files[g].rel);
+        }
+        nfiles = k;
+    }
     int64_t t_parse = kl_time_mono_ns();
     if ((rc = check_unique(&x, e))) goto fail;
     int64_t by_kind[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0;
@@ -1721,7 +1811,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     if (accepted == 0) { rc = kl_err_set(e, KL_EPARSE, "no rows accepted"); goto fail; }
     atomic_store(&x.next, 0);
-    kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stats_worker, &x);
+    if (!streaming) kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stats_worker, &x);
     for (size_t i = 0; i < x.nch; i++)
         if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
     if (!(tot = calloc(x.schema->n_fields, sizeof *tot)) || merge_stats(&x, tot)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
@@ -1740,10 +1830,11 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
 
     int64_t t_stats = kl_time_mono_ns();
     /* ---- write into staging ---- */
-    if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
-    snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
-    if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
-    {
+    if (!streaming) {
+        if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
+        snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
+        if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
+        atomic_store(&x.next, 0);
         wctx w = {&x, files, nfiles, staging, wo, 0};
         kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, write_worker, &w);
         for (size_t i = 0; i < nfiles; i++)
@@ -1811,12 +1902,14 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     kl_log(KL_LOG_DEBUG, "ingest", "phases: load+sha256 %.3f s, parse+validate %.3f s, unique+stats %.3f s, write %.3f s, publish %.3f s",
            (t_load - t0) / 1e9, (t_parse - t_load) / 1e9, (t_stats - t_parse) / 1e9, (t_write - t_stats) / 1e9,
            (kl_time_mono_ns() - t_write) / 1e9);
+    unlock_staging(&lock_fd, lock_path);
     snprintf(p, sizeof p, "%s/.staging", o->out_dir);
     rmdir(p);
     rc = KL_OK;
     goto done;
 fail:
     if (staging[0]) kl_rm_rf(staging, NULL);
+    unlock_staging(&lock_fd, lock_path);
     {
         char p2[4200];
         snprintf(p2, sizeof p2, "%s/.staging", o->out_dir);

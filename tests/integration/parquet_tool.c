@@ -255,10 +255,12 @@ static int cmd_gen(int argc, char **argv) {
     int reps = atoi(opt(argc, argv, "--reps", "1"));
     double best = 1e9, times[32];
     kl_pq_file_info info = {0};
-    for (int k = 0; k < reps && k < 32; k++) {
+    int warm = atoi(opt(argc, argv, "--warmup", "1"));  /* untimed runs first, like the DuckDB side */
+    for (int k = -warm; k < reps && k < 32; k++) {
         double t0 = now_s();
         kl_pq_file_info_clear(&info);
         if (kl_pq_write_file(argv[2], c, 5, &o, &info, &e)) { fprintf(stderr, "%s\n", kl_err_what(&e)); return 1; }
+        if (k < 0) continue;
         times[k] = now_s() - t0;
         if (times[k] < best) best = times[k];
     }
@@ -290,7 +292,8 @@ static int cmd_scan(int argc, char **argv) {
     int reps = atoi(opt(argc, argv, "--reps", "1"));
     double sum = 0; long long counts[64]; char cats[64][32]; int ncat = 0;
     printf("{\"seconds\":[");
-    for (int k = 0; k < reps; k++) {
+    int warm = atoi(opt(argc, argv, "--warmup", "1"));  /* untimed runs first, like the DuckDB side */
+    for (int k = -warm; k < reps; k++) {
         double t0 = now_s();
         kl_err e = {0};
         kl_pq_reader *r;
@@ -342,7 +345,7 @@ static int cmd_scan(int argc, char **argv) {
         }
         kl_column_free(cols[0]); kl_column_free(cols[1]);
         kl_pq_close(r);
-        printf("%s%.4f", k ? "," : "", now_s() - t0);
+        if (k >= 0) printf("%s%.4f", k ? "," : "", now_s() - t0);
     }
     printf("],\"sum\":%.6f,\"counts\":{", sum);
     for (int c = 0; c < ncat; c++) printf("%s\"%s\":%lld", c ? "," : "", cats[c], counts[c]);

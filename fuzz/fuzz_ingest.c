@@ -1,6 +1,6 @@
 /* libFuzzer target of the ingest parsers: CSV records (with and without
  * quotes), dialect/type sniffing (schema infer, JSONL included) and every
- * value parser. `make fuzz-ingest` builds build/fuzz/ingest_fuzz. */
+ * value parser. Run by `make fuzz` (tools/fuzz.sh) or `make fuzz-ingest`. */
 #include <keel/core.h>
 #include <keel/data.h>
 #include <stdlib.h>
