@@ -81,5 +81,6 @@ int cmd_data(int argc, char **argv);
 int cmd_runs(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_ui(int argc, char **argv);
+int cmd_features(int argc, char **argv);
 
 #endif

@@ -10,6 +10,7 @@ static const app_command commands[] = {
     {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},
     {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
+    {"features", "fit, apply and serve declared features (offline == online)", cmd_features},
     {"config", "show effective settings and where each came from", cmd_config},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
     {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},

@@ -1,0 +1,143 @@
+/* keel features: declared, pure, versioned feature transforms. A spec (YAML)
+ * is fitted once on a dataset and frozen into features.json (spec + fitted
+ * state + feature_hash). One executor runs the same per-value transform code
+ * offline over columns (kl_features_apply) and online over one JSON record
+ * (kl_features_transform_row), with per-entity windows served from an online
+ * store (kl_fstore). See docs/features.md. */
+#ifndef KEEL_FEATURE_H
+#define KEEL_FEATURE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "keel/column.h"
+#include "keel/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Version of the transform library; part of every feature_hash. Bump when
+ * any transform's output changes for some input. */
+#define KL_FEATURES_LIBRARY_VERSION "keel-features/1"
+
+typedef struct kl_features kl_features;
+
+/* ==================================================================
+ * Spec, fitted state, features.json
+ * ================================================================== */
+
+/* Loads a YAML (or JSON) spec; errors carry file:line:col. Not yet fitted
+ * unless no transform needs fitting (then kl_features_fit is a no-op). */
+int kl_features_spec_load(const char *path, kl_features **out, kl_err *e);
+int kl_features_spec_parse(const char *text, size_t len, const char *name, kl_features **out, kl_err *e);
+void kl_features_free(kl_features *f);   /* NULL is a no-op */
+
+/* Input columns the features (and the label) read: names and types. The
+ * pointers are valid until kl_features_free. */
+size_t kl_features_num_inputs(const kl_features *f);
+const char *kl_features_input_name(const kl_features *f, size_t i);
+kl_col_type kl_features_input_type(const kl_features *f, size_t i);
+const char *kl_features_label(const kl_features *f);  /* NULL when none */
+
+/* Learns the fitted state (means, vocabularies, quantile edges ...) from
+ * columns (matched by name; types checked). Deterministic: serial sums in
+ * row order. Also measures the cost per row of each feature on these rows
+ * (informational; not hashed). */
+int kl_features_fit(kl_features *f, kl_column *const *cols, size_t ncols, kl_err *e);
+int kl_features_is_fitted(const kl_features *f);
+
+/* features.json: {"format":"keel.features/1", "library_version", "feature_hash",
+ * "features":[...spec + "state"...], "outputs":[layout], "measured":{...}}.
+ * Save needs a fitted set. Load re-derives the hash from the content and
+ * fails with KL_ECHECKSUM when it does not match. */
+int kl_features_save(const kl_features *f, const char *path, kl_err *e);
+int kl_features_load(const char *path, kl_features **out, kl_err *e);
+int kl_features_load_str(const char *text, size_t len, const char *name, kl_features **out, kl_err *e);
+/* Hex sha256 of the canonical spec + fitted state + library version. */
+const char *kl_features_hash(const kl_features *f);
+/* Canonical JSON of the features (what the hash covers); caller frees. */
+char *kl_features_canonical(const kl_features *f);
+
+/* ==================================================================
+ * Output layout: a float32 vector of kl_features_width() values; one slot
+ * per scalar feature, k+1 slots for a one-hot over k vocabulary entries
+ * (the last one is the unknown bucket).
+ * ================================================================== */
+
+size_t kl_features_count(const kl_features *f);
+const char *kl_features_name(const kl_features *f, size_t feature);
+size_t kl_features_width(const kl_features *f);
+const char *kl_features_slot_name(const kl_features *f, size_t slot);   /* "category=books" */
+kl_col_type kl_features_slot_type(const kl_features *f, size_t slot);   /* declared output dtype */
+size_t kl_features_slot_feature(const kl_features *f, size_t slot);
+
+/* Counted fallbacks (unknown categories, nulls filled, divisions by zero,
+ * negative log1p inputs clamped, out-of-window rows). */
+typedef struct {
+    uint64_t rows;
+    uint64_t unknown;        /* values not in a vocabulary → unknown bucket */
+    uint64_t null_filled;    /* nulls replaced by the declared fill */
+    uint64_t div_zero;       /* ratio with a zero denominator → on_zero */
+    uint64_t clamped;        /* log1p of a negative value → log1p(0) */
+    uint64_t empty_window;   /* window with too few earlier events → empty */
+} kl_features_counts;
+
+/* ==================================================================
+ * Offline: columnar apply
+ * ================================================================== */
+
+/* Computes every output slot for every row of cols (matched by name, types
+ * checked). *out: kl_features_width() new columns named by slot and typed by
+ * the slot dtype, plus the label column (a copy) when the spec has one, in
+ * that order (*nout of them; free each with kl_column_free and the array with
+ * free). Multi-threaded over rows (pool NULL = default); the result does not
+ * depend on the thread count or on the order of the rows. */
+int kl_features_apply(const kl_features *f, kl_column *const *cols, size_t ncols, kl_pool *pool,
+                      kl_column ***out, size_t *nout, kl_features_counts *counts, kl_err *e);
+
+/* Cost per row of feature i measured at fit (ns; 0 when unknown). */
+double kl_features_cost_ns(const kl_features *f, size_t feature);
+
+/* ==================================================================
+ * Online: one record at a time
+ * ================================================================== */
+
+/* The online store of recent events per entity for the window features.
+ * In memory; path (may be NULL) is a SQLite file it is loaded from (when it
+ * exists) and flushed to. The store records the feature_hash it was filled
+ * for; opening it with other features fails (KL_ESTATE). Thread-safe:
+ * transforms share a read lock, appends and flushes take the write lock. */
+typedef struct kl_fstore kl_fstore;
+int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_err *e);
+void kl_fstore_free(kl_fstore *s);     /* NULL is a no-op; does not flush */
+/* Adds one event (a raw record as a JSON object) to every window feature's
+ * history. cjson: a cJSON object (void* to keep cJSON out of the API). */
+int kl_fstore_append(kl_fstore *s, const char *json, size_t len, kl_err *e);
+int kl_fstore_append_record(kl_fstore *s, const void *cjson, kl_err *e);
+/* Appends row `row` of columns (matched by name) — materialize. */
+int kl_fstore_append_columns(kl_fstore *s, kl_column *const *cols, size_t ncols, size_t row, kl_err *e);
+/* Writes the changed entities to the SQLite file (one transaction). */
+int kl_fstore_flush(kl_fstore *s, kl_err *e);
+uint64_t kl_fstore_entities(const kl_fstore *s);
+uint64_t kl_fstore_events(const kl_fstore *s);
+
+/* Fills the store from every row of cols in time order (stable). */
+int kl_features_materialize(const kl_features *f, kl_column *const *cols, size_t ncols,
+                            kl_fstore *s, kl_err *e);
+
+/* One raw record (a JSON object with the input fields) → the model's input
+ * values: out[kl_features_width()] float32. Windows read store (may be NULL
+ * when there are no window features) using only events strictly before the
+ * record's timestamp; the record itself is not appended. counts may be NULL. */
+int kl_features_transform_row(const kl_features *f, const kl_fstore *store, const char *json,
+                              size_t len, float *out, kl_features_counts *counts, kl_err *e);
+/* Same from a parsed cJSON object, giving the values in double (the value
+ * before the cast to each slot's dtype; cast it to compare with apply). */
+int kl_features_transform_record(const kl_features *f, const kl_fstore *store, const void *cjson,
+                                 double *out, kl_features_counts *counts, kl_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
