@@ -26,6 +26,9 @@ int kl_onnx_load_mem(const void *buf, size_t len, const char *name, const char *
 /* Reads a serialized TensorProto file; *name (malloc'd, may be NULL) gets its name. */
 int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *e);
 int kl_onnx_tensor_load_mem(const void *buf, size_t len, kl_tensor **out, char **name, kl_err *e);
+/* Reads a tensor file by extension: .npy (NumPy) or anything else as a
+ * serialized ONNX TensorProto (.pb). */
+int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e);
 /* Maps an ONNX TensorProto data_type to a kl_dtype (KL_EUNSUPPORTED otherwise). */
 int kl_onnx_dtype(int onnx_type, kl_dtype *out, kl_err *e);
 

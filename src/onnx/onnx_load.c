@@ -163,6 +163,12 @@ int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *
     return rc;
 }
 
+int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e) {
+    size_t n = strlen(path);
+    if (n >= 4 && !strcmp(path + n - 4, ".npy")) return kl_npy_load(path, out, e);
+    return kl_onnx_tensor_load(path, out, NULL, e);
+}
+
 /* ================================================================== *
  * Graph
  * ================================================================== */
