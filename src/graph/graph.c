@@ -239,6 +239,8 @@ static int check_node(kl_graph *g, kl_node *n, kl_err *e) {
         return kl__fail_node(e, n, KL_EPARSE, "%d outputs, %s gives %d to %d", n->n_out, n->op_type, o->min_out, o->max_out);
     for (int k = 0; k < n->n_in && k < o->min_in; k++)
         if (n->inputs[k] < 0) return kl__fail_node(e, n, KL_EPARSE, "required input %d is empty", k);
+    for (int k = 0; k < n->n_out && k < (o->min_out > 0 ? o->min_out : 1); k++)
+        if (n->outputs[k] < 0) return kl__fail_node(e, n, KL_EPARSE, "required output %d is empty", k);
     for (int i = 0; i < n->n_attrs; i++) {
         kl_attr *a = &n->attrs[i];
         if (a->type == KL_ATTR_GRAPH)
