@@ -589,7 +589,7 @@ static int dropout_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
 }
 static int dropout_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t m = kl_tensor_numel(in[0]);
-    if (n_in > 2 && in[2] && in[2]->data && kl__int_at(in[2], 0))
+    if (n_in > 2 && in[2] && in[2]->data && kl_tensor_numel(in[2]) > 0 && kl__int_at(in[2], 0))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "training_mode=true is not supported");
     if (out[0]->data != in[0]->data) memcpy(out[0]->data, in[0]->data, (size_t)m * kl_dtype_size(in[0]->dtype));
     if (n_out > 1 && out[1]) memset(out[1]->data, 1, (size_t)m);
@@ -602,6 +602,8 @@ static int dropout_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *co
 
 static int clip_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     double lo = -INFINITY, hi = INFINITY;
+    for (int k = 1; k < n_in; k++)
+        if (in[k] && kl_tensor_numel(in[k]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "min/max must be scalars");
     if (n->opset < 11) {
         lo = kl_node_attr_float(n, "min", -INFINITY);
         hi = kl_node_attr_float(n, "max", INFINITY);

@@ -676,6 +676,7 @@ static int arg_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 
 static int topk_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[1]);
+    if (kl_tensor_numel(in[1]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "K must be a one-element tensor");
     int64_t ax, k = kl__int_at(in[1], 0);
     if (kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
     if (k < 0 || k > in[0]->dims[ax]) return kl__fail_node(e, n, KL_EINVAL, "k %lld out of range", (long long)k);

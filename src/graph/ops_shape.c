@@ -363,12 +363,11 @@ static int gather_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *con
 }
 
 /* ---- GatherElements / ScatterElements ---- */
-static int same_shape_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
-    return KL_OK;
-}
 static int idxshape_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    if (in[1]->rank != in[0]->rank) return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs from data rank");
+    if (in[1]->rank != in[0]->rank || in[0]->rank == 0) return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs from data rank");
+    for (int i = 0; i < in[0]->rank; i++)
+        if (in[1]->dims[i] > in[0]->dims[i] && i != (kl_node_attr_int(n, "axis", 0) + in[0]->rank) % in[0]->rank)
+            return kl__fail_node(e, n, KL_ESHAPE, "indices dim %d exceeds the data", i);
     kl__set_shape(&out[0], in[0]->dtype, in[1]->rank, in[1]->dims);
     return KL_OK;
 }
@@ -562,6 +561,7 @@ static int cos_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     for (int i = 0; i < r; i++) if (d[i] < 0) return kl__fail_node(e, n, KL_ESHAPE, "negative dimension");
     if (kl_shape_numel(r, d) < 0) return kl__fail_node(e, n, KL_ERANGE, "dimension overflow");
     const kl_attr *a = kl_node_attr(n, "value");
+    if (a && (!a->t || kl_tensor_numel(a->t) != 1)) return kl__fail_node(e, n, KL_EINVAL, "value must be a one-element tensor");
     kl__set_shape(&out[0], a && a->t ? a->t->dtype : KL_F32, r, d);
     return KL_OK;
 }
@@ -649,6 +649,7 @@ static int tile_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
 /* ---- Range ---- */
 static int range_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[0]); NEED(in[1]); NEED(in[2]);
+    if (kl_tensor_numel(in[0]) < 1 || kl_tensor_numel(in[1]) < 1 || kl_tensor_numel(in[2]) < 1) return kl__fail_node(e, n, KL_ESHAPE, "start/limit/delta must be scalars");
     double s = kl__dbl_at(in[0], 0), l = kl__dbl_at(in[1], 0), d = kl__dbl_at(in[2], 0);
     if (d == 0) return kl__fail_node(e, n, KL_EINVAL, "delta is 0");
     double c = ceil((l - s) / d);
@@ -822,6 +823,7 @@ static int d2s_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 /* ---- OneHot ---- */
 static int onehot_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[1]);
+    if (kl_tensor_numel(in[1]) < 1 || kl_tensor_numel(in[2]) != 2) return kl__fail_node(e, n, KL_ESHAPE, "depth must be a scalar and values have 2 entries");
     int64_t depth = (int64_t)kl__dbl_at(in[1], 0);
     if (depth < 0) return kl__fail_node(e, n, KL_EINVAL, "negative depth");
     int r = in[0]->rank + 1;
@@ -875,6 +877,31 @@ static int nonzero_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *co
 }
 
 /* ---- CumSum ---- */
+static int cumsum_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (kl_tensor_numel(in[1]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "axis must be a scalar");
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+static int trilu_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (n_in > 1 && in[1] && kl_tensor_numel(in[1]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "k must be a scalar");
+    if (in[0]->rank < 2) return kl__fail_node(e, n, KL_ESHAPE, "rank < 2");
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+static int scatter_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[1]->rank != in[0]->rank && !strcmp(n->op_type, "ScatterElements")) return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs");
+    if (kl_tensor_numel(in[2]) != kl_tensor_numel(in[1]) && !strcmp(n->op_type, "ScatterElements")) return kl__fail_node(e, n, KL_ESHAPE, "updates and indices differ");
+    if (in[2]->dtype != in[0]->dtype) return kl__fail_node(e, n, KL_ETYPE, "updates dtype differs");
+    if (!strcmp(n->op_type, "ScatterND")) {
+        int q = in[1]->rank;
+        if (q < 1 || in[1]->dims[q - 1] > in[0]->rank) return kl__fail_node(e, n, KL_ESHAPE, "bad indices shape");
+        int64_t k = in[1]->dims[q - 1], want = kl_tensor_numel(in[1]) / (k ? k : 1);
+        for (int i = (int)k; i < in[0]->rank; i++) want *= in[0]->dims[i];
+        if (kl_tensor_numel(in[2]) != want) return kl__fail_node(e, n, KL_ESHAPE, "updates have the wrong size");
+    }
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
 static int cumsum_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax;
     if (kl__norm_axis(kl__int_at(in[1], 0), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
@@ -946,9 +973,9 @@ const kl_op kl__ops_shape[] = {
     {"Slice", "", 1, 17, 1, 5, 1, 1, a_slice, slice_check, slice_infer, slice_run, 0},
     {"Gather", "", 1, 17, 2, 2, 1, 1, a_axis, NULL, gather_infer, gather_run, 0},
     {"GatherElements", "", 11, 17, 2, 2, 1, 1, a_axis, NULL, idxshape_infer, gather_el_run, 0},
-    {"ScatterElements", "", 11, 17, 3, 3, 1, 1, a_scatter, NULL, same_shape_infer, scatter_el_run, 0},
+    {"ScatterElements", "", 11, 17, 3, 3, 1, 1, a_scatter, NULL, scatter_infer, scatter_el_run, 0},
     {"GatherND", "", 11, 17, 2, 2, 1, 1, a_gnd, NULL, gather_nd_infer, gather_nd_run, 0},
-    {"ScatterND", "", 11, 17, 3, 3, 1, 1, a_red, NULL, same_shape_infer, scatter_nd_run, 0},
+    {"ScatterND", "", 11, 17, 3, 3, 1, 1, a_red, NULL, scatter_infer, scatter_nd_run, 0},
     {"Shape", "", 1, 17, 1, 1, 1, 1, a_shape, NULL, shape_infer, shape_run, KL_OP_SHAPE_ONLY},
     {"Size", "", 1, 17, 1, 1, 1, 1, no_attrs, NULL, size_infer, size_run, KL_OP_SHAPE_ONLY},
     {"Constant", "", 1, 17, 0, 0, 1, 1, a_const, constant_check, constant_infer, constant_run, 0},
@@ -958,11 +985,11 @@ const kl_op kl__ops_shape[] = {
     {"Range", "", 11, 17, 3, 3, 1, 1, no_attrs, NULL, range_infer, range_run, 0},
     {"Pad", "", 2, 17, 1, 4, 1, 1, a_pad, pad_check, pad_infer, pad_run, 0},
     {"EyeLike", "", 9, 17, 1, 1, 1, 1, a_eye, NULL, eyelike_infer, eyelike_run, 0},
-    {"Trilu", "", 14, 17, 1, 2, 1, 1, a_trilu, NULL, same_shape_infer, trilu_run, 0},
+    {"Trilu", "", 14, 17, 1, 2, 1, 1, a_trilu, NULL, trilu_infer, trilu_run, 0},
     {"DepthToSpace", "", 1, 17, 1, 1, 1, 1, a_d2s, NULL, d2s_infer, d2s_run, 0},
     {"SpaceToDepth", "", 1, 17, 1, 1, 1, 1, a_d2s, NULL, d2s_infer, d2s_run, 0},
     {"OneHot", "", 9, 17, 3, 3, 1, 1, a_axis, NULL, onehot_infer, onehot_run, 0},
     {"NonZero", "", 9, 17, 1, 1, 1, 1, no_attrs, NULL, nonzero_infer, nonzero_run, 0},
-    {"CumSum", "", 11, 17, 2, 2, 1, 1, a_cumsum, NULL, same_shape_infer, cumsum_run, 0},
+    {"CumSum", "", 11, 17, 2, 2, 1, 1, a_cumsum, NULL, cumsum_infer, cumsum_run, 0},
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };
