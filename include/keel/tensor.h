@@ -186,8 +186,10 @@ int kl_conv_prepare(kl_conv_params *p, kl_err *e);
  * the thread count. */
 size_t kl_conv_workspace_bytes(const kl_conv_params *p);
 /* ws: kl_conv_workspace_bytes(p) bytes (64-byte aligned), or NULL to let the
- * kernel allocate it (KL_TAG_WORKSPACE). Paths: 1x1 stride 1 -> GEMM; depthwise
- * 3x3/5x5 -> direct AVX2; else im2col + GEMM. */
+ * kernel allocate it (KL_TAG_WORKSPACE). Paths: 1x1 stride 1 no pad -> GEMM;
+ * depthwise 2-D (group == C == M) -> direct AVX2 (kernels up to 64 taps; larger
+ * ones a direct scalar loop); >= 4 groups -> one work item per group;
+ * else im2col + GEMM. */
 int kl_conv_f32(const kl_conv_params *p, const float *x, const float *w, const float *bias,
                 float *y, void *ws, kl_pool *pool, kl_err *e);
 
@@ -286,8 +288,9 @@ int kl_binary_is_compare(kl_binary_op op);   /* output dtype is BOOL */
 int kl_broadcast_shape(int ra, const int64_t *da, int rb, const int64_t *db,
                        int *rout, int64_t *dout, kl_err *e);
 /* y = a op b with NumPy broadcasting. Inputs have dtype dt; y has dtype dt, or
- * BOOL for comparisons/logic. Supported dt: F32, F64 and all integer types for
- * arithmetic and comparisons; BOOL for AND/OR/XOR/EQ/NE. (F16/BF16: cast to F32.)
+ * BOOL for comparisons/logic. Supported dt: F32, F64, F16, BF16 (computed in
+ * f32) and all integer types for arithmetic and comparisons; BOOL for
+ * AND/OR/XOR/EQ/NE.
  * Unsupported -> KL_EUNSUPPORTED. Integer division by zero gives 0 (no trap);
  * integer DIV truncates toward zero (as C / ONNX), integer POW by repeated
  * multiplication (negative exponents give 0 unless the base is +-1).
@@ -352,7 +355,7 @@ void kl_softmax_f32(int rank, const int64_t *dims, const float *x, int axis, int
 void kl_transpose(size_t esize, int rank, const int64_t *dims, const int *perm,
                   const void *x, void *y, kl_pool *pool);
 /* General strided copy: dst[idx] = src[idx] over dims, strides in elements
- * (src strides may be 0 (broadcast) or negative). */
+ * (src strides may be 0 (broadcast) or negative). rank <= 2 * KL_MAX_DIMS. */
 void kl_copy_strided(size_t esize, int rank, const int64_t *dims, const void *src,
                      const int64_t *src_strides, void *dst, const int64_t *dst_strides,
                      kl_pool *pool);

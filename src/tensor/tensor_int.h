@@ -22,7 +22,8 @@
 
 static inline __m256 kl__exp256(__m256 x) {
     const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
-    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), x0 = x;
     x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
     __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
     fx = _mm256_floor_ps(fx);
@@ -40,7 +41,9 @@ static inline __m256 kl__exp256(__m256 x) {
     n = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
     y = _mm256_mul_ps(y, _mm256_castsi256_ps(n));
     /* below the normal range: exp underflows to (almost) 0; keep it exact 0 */
-    return _mm256_andnot_ps(under, y);
+    y = _mm256_andnot_ps(under, y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+    return _mm256_blendv_ps(y, x0, nan);
 }
 
 static inline __m256 kl__sigmoid256(__m256 x) {
@@ -91,6 +94,10 @@ static inline __m256 kl__erf256(__m256 a) {
     q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-7.37332916720468e-03f));
     q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-1.42647390514189e-02f));
     __m256 r = _mm256_div_ps(p, q);
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-1.0f)), _mm256_set1_ps(1.0f));
+    /* |erf| rounds to 1 in float beyond ~3.86: return exactly +-1 there */
+    __m256 sat = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a), _mm256_set1_ps(3.86f), _CMP_GE_OQ);
+    r = _mm256_blendv_ps(r, _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(_mm256_set1_ps(-0.0f), a)), sat);
     return _mm256_blendv_ps(r, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
 }
 
@@ -114,6 +121,7 @@ float kl__sum_f32(const float *x, int64_t n);
 void kl__gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                  int64_t ldb, float *C, int64_t ldc, const float *bias, int bias_rows, kl_act act, kl_pool *pool);
 void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, kl_act act);
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int bias_rows,
+                     kl_act act);
 
 #endif
