@@ -9,12 +9,15 @@ static const app_command commands[] = {
     {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
     {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},
     {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
+    {"bench", "benchmark an ONNX model: latency percentiles, throughput, memory", cmd_bench},
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"features", "fit, apply and serve declared features (offline == online)", cmd_features},
     {"config", "show effective settings and where each came from", cmd_config},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
     {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
     {"ui", "read-only web UI over runs and models", cmd_ui},
+    {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
+    {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
     {"version", "version, build and linked library versions", cmd_version},
 };
 
