@@ -128,7 +128,7 @@ int cmd_inspect(int argc, char **argv) {
         act = kl_plan_activation_bytes(plan);
         naive = kl_plan_naive_bytes(plan);
         for (int i = 0; i < g->n_nodes; i++) {
-            const kl_node *n = &g->nodes[i];
+            const kl_gnode *n = &g->nodes[i];
             const kl_tensor *y = n->n_out > 0 && n->outputs[0] >= 0 ? kl_plan_value(plan, n->outputs[0]) : NULL;
             const kl_tensor *x0 = n->n_in > 0 && n->inputs[0] >= 0 ? kl_plan_value(plan, n->inputs[0]) : NULL;
             const kl_tensor *x1 = n->n_in > 1 && n->inputs[1] >= 0 ? kl_plan_value(plan, n->inputs[1]) : NULL;
@@ -141,7 +141,7 @@ int cmd_inspect(int argc, char **argv) {
             } else if ((!strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "FusedMatMul")) && x0 && x0->rank > 0) {
                 flops += 2 * out * (double)x0->dims[x0->rank - 1];
             } else if (!strcmp(n->op_type, "Gemm") && x0) {
-                flops += 2 * out * (double)(kl_node_attr_int(n, "transA", 0) ? x0->dims[0] : x0->dims[x0->rank - 1]);
+                flops += 2 * out * (double)(kl_gnode_attr_int(n, "transA", 0) ? x0->dims[0] : x0->dims[x0->rank - 1]);
             } else {
                 flops += out;
             }

@@ -44,7 +44,7 @@ typedef struct kl_value {
 } kl_value;
 
 struct kl_op;
-typedef struct kl_node {
+typedef struct kl_gnode {
     char *name;         /* may be "" */
     char *op_type;
     char *domain;       /* "" = ai.onnx */
@@ -59,13 +59,13 @@ typedef struct kl_node {
     int index;          /* original index in the model (for messages) */
     int dead;           /* removed by a pass */
     void *priv;         /* op-private prepared data, freed by op->free_priv */
-} kl_node;
+} kl_gnode;
 
 typedef struct kl_graph {
     char *name;
     kl_value *values;
     int n_values, cap_values;
-    kl_node *nodes;     /* in topological order after kl_graph_finalize */
+    kl_gnode *nodes;     /* in topological order after kl_graph_finalize */
     int n_nodes, cap_nodes;
     int *inputs;        /* graph inputs (not initializers) */
     int n_inputs;
@@ -83,13 +83,13 @@ int kl_graph_find_value(const kl_graph *g, const char *name); /* -1 when absent 
 /* Appends a node; returns its index or -1 on OOM. Inputs/outputs by name ("" = omitted). */
 int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const char *const *inputs,
                       int n_in, const char *const *outputs, int n_out);
-kl_attr *kl_node_attr_add(kl_node *n, const char *name, kl_attr_type type);
-const kl_attr *kl_node_attr(const kl_node *n, const char *name);
-int64_t kl_node_attr_int(const kl_node *n, const char *name, int64_t def);
-float kl_node_attr_float(const kl_node *n, const char *name, float def);
-const char *kl_node_attr_str(const kl_node *n, const char *name, const char *def);
+kl_attr *kl_gnode_attr_add(kl_gnode *n, const char *name, kl_attr_type type);
+const kl_attr *kl_gnode_attr(const kl_gnode *n, const char *name);
+int64_t kl_gnode_attr_int(const kl_gnode *n, const char *name, int64_t def);
+float kl_gnode_attr_float(const kl_gnode *n, const char *name, float def);
+const char *kl_gnode_attr_str(const kl_gnode *n, const char *name, const char *def);
 /* "node 17 'conv1' (Conv)" into buf. */
-const char *kl_node_desc(const kl_node *n, char *buf, size_t len);
+const char *kl_gnode_desc(const kl_gnode *n, char *buf, size_t len);
 
 /* Checks ops against the registry (op type, opset, attributes), dangling
  * inputs, duplicate producers and cycles; sorts nodes topologically; counts

@@ -130,7 +130,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
     }
     p->dyn_from = -1;
     for (int ni = 0; ni < g->n_nodes; ni++) {
-        kl_node *n = &g->nodes[ni];
+        kl_gnode *n = &g->nodes[ni];
         kl_tensor *in[MAX_IO], meta[MAX_IO];
         if (n->n_in > MAX_IO || n->n_out > MAX_IO) { rc = kl__fail_node(e, n, KL_EUNSUPPORTED, "more than %d inputs/outputs", MAX_IO); goto fail; }
         int known = 1, dyn_in = 0;
@@ -169,7 +169,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
             rc = KL_OK;
             if (kl_log_enabled(KL_LOG_DEBUG)) {
                 char d[300];
-                kl_log(KL_LOG_DEBUG, "graph", "plan: %s needs run-time data for its output shape; dynamic from here", kl_node_desc(n, d, sizeof d));
+                kl_log(KL_LOG_DEBUG, "graph", "plan: %s needs run-time data for its output shape; dynamic from here", kl_gnode_desc(n, d, sizeof d));
             }
             p->dyn_from = p->n_steps;
             p->steps[p->n_steps++] = ni;
@@ -277,7 +277,7 @@ int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, s
     }
     kl_exec x = {pool, A + p->ws_off, p->ws_bytes};
     for (int s = 0; s < p->n_steps; s++) {
-        kl_node *n = &g->nodes[p->steps[s]];
+        kl_gnode *n = &g->nodes[p->steps[s]];
         kl_tensor *in[MAX_IO], *o[MAX_IO];
         for (int k = 0; k < n->n_in; k++) in[k] = n->inputs[k] >= 0 ? &T[n->inputs[k]] : NULL;
         if (s < p->dyn_from) {

@@ -38,7 +38,7 @@ void kl_graph_free(kl_graph *g) {
         kl_tensor_free(v->init);
     }
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         free(n->name);
         free(n->op_type);
         free(n->domain);
@@ -87,12 +87,12 @@ int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const 
                       const char *const *outputs, int n_out) {
     if (g->n_nodes == g->cap_nodes) {
         int nc = g->cap_nodes ? g->cap_nodes * 2 : 64;
-        kl_node *nn = realloc(g->nodes, sizeof(kl_node) * nc);
+        kl_gnode *nn = realloc(g->nodes, sizeof(kl_gnode) * nc);
         if (!nn) return -1;
         g->nodes = nn;
         g->cap_nodes = nc;
     }
-    kl_node *n = &g->nodes[g->n_nodes];
+    kl_gnode *n = &g->nodes[g->n_nodes];
     memset(n, 0, sizeof *n);
     n->op_type = strdup(op_type);
     n->name = strdup(name ? name : "");
@@ -121,7 +121,7 @@ int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const 
     return g->n_nodes - 1;
 }
 
-kl_attr *kl_node_attr_add(kl_node *n, const char *name, kl_attr_type type) {
+kl_attr *kl_gnode_attr_add(kl_gnode *n, const char *name, kl_attr_type type) {
     kl_attr *na = realloc(n->attrs, sizeof(kl_attr) * (n->n_attrs + 1));
     if (!na) return NULL;
     n->attrs = na;
@@ -134,39 +134,39 @@ kl_attr *kl_node_attr_add(kl_node *n, const char *name, kl_attr_type type) {
     return a;
 }
 
-const kl_attr *kl_node_attr(const kl_node *n, const char *name) {
+const kl_attr *kl_gnode_attr(const kl_gnode *n, const char *name) {
     for (int i = 0; i < n->n_attrs; i++)
         if (!strcmp(n->attrs[i].name, name)) return &n->attrs[i];
     return NULL;
 }
-int64_t kl_node_attr_int(const kl_node *n, const char *name, int64_t def) {
-    const kl_attr *a = kl_node_attr(n, name);
+int64_t kl_gnode_attr_int(const kl_gnode *n, const char *name, int64_t def) {
+    const kl_attr *a = kl_gnode_attr(n, name);
     return a && a->type == KL_ATTR_INT ? a->i : def;
 }
-float kl_node_attr_float(const kl_node *n, const char *name, float def) {
-    const kl_attr *a = kl_node_attr(n, name);
+float kl_gnode_attr_float(const kl_gnode *n, const char *name, float def) {
+    const kl_attr *a = kl_gnode_attr(n, name);
     if (a && a->type == KL_ATTR_FLOAT) return a->f;
     if (a && a->type == KL_ATTR_INT) return (float)a->i;
     return def;
 }
-const char *kl_node_attr_str(const kl_node *n, const char *name, const char *def) {
-    const kl_attr *a = kl_node_attr(n, name);
+const char *kl_gnode_attr_str(const kl_gnode *n, const char *name, const char *def) {
+    const kl_attr *a = kl_gnode_attr(n, name);
     return a && a->type == KL_ATTR_STRING ? a->s : def;
 }
 
-const char *kl_node_desc(const kl_node *n, char *buf, size_t len) {
+const char *kl_gnode_desc(const kl_gnode *n, char *buf, size_t len) {
     if (n->name && *n->name) snprintf(buf, len, "node %d '%s' (%s)", n->index, n->name, n->op_type);
     else snprintf(buf, len, "node %d (%s)", n->index, n->op_type);
     return buf;
 }
 
-int kl__fail_node(kl_err *e, const kl_node *n, int code, const char *fmt, ...) {
+int kl__fail_node(kl_err *e, const kl_gnode *n, int code, const char *fmt, ...) {
     char d[300], m[600];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(m, sizeof m, fmt, ap);
     va_end(ap);
-    kl_node_desc(n, d, sizeof d);
+    kl_gnode_desc(n, d, sizeof d);
     kl_err_set(e, code, "%s: %s", d, m);
     return code;
 }
@@ -212,7 +212,7 @@ const char *kl_op_name(int i) {
 
 /* Picks the registry entry for (domain, op, opset): several entries may
  * share a name with different opset ranges. */
-static const kl_op *op_for(const kl_node *n, const kl_op **any) {
+static const kl_op *op_for(const kl_gnode *n, const kl_op **any) {
     *any = NULL;
     for (size_t t = 0; t < KL_ARRAY_LEN(tables); t++)
         for (const kl_op *o = tables[t]; o->name; o++) {
@@ -223,7 +223,7 @@ static const kl_op *op_for(const kl_node *n, const kl_op **any) {
     return NULL;
 }
 
-static int check_node(kl_graph *g, kl_node *n, kl_err *e) {
+static int check_node(kl_graph *g, kl_gnode *n, kl_err *e) {
     const kl_op *any;
     const kl_op *o = op_for(n, &any);
     if (!o) {
@@ -263,12 +263,12 @@ static int check_node(kl_graph *g, kl_node *n, kl_err *e) {
 int kl_graph_finalize(kl_graph *g, kl_err *e) {
     int rc = KL_OK;
     int *order = NULL, *indeg = NULL, *queue = NULL;
-    kl_node *sorted = NULL;
+    kl_gnode *sorted = NULL;
     /* the live nodes first (passes mark nodes dead) */
     int m = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         if (g->nodes[i].dead) {
-            kl_node *n = &g->nodes[i];
+            kl_gnode *n = &g->nodes[i];
             free(n->name); free(n->op_type); free(n->domain); free(n->inputs); free(n->outputs);
             for (int k = 0; k < n->n_attrs; k++) attr_clear(&n->attrs[k]);
             free(n->attrs);
@@ -283,7 +283,7 @@ int kl_graph_finalize(kl_graph *g, kl_err *e) {
         g->values[i].n_uses = 0;
     }
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         if ((rc = check_node(g, n, e))) goto done;
         for (int k = 0; k < n->n_out; k++) {
             int v = n->outputs[k];
@@ -297,7 +297,7 @@ int kl_graph_finalize(kl_graph *g, kl_err *e) {
         }
     }
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         for (int k = 0; k < n->n_in; k++) {
             int v = n->inputs[k];
             if (v < 0) continue;
@@ -324,7 +324,7 @@ int kl_graph_finalize(kl_graph *g, kl_err *e) {
     order = malloc(sizeof(int) * (N + 1));
     if (!indeg || !queue || !order) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     for (int i = 0; i < N; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         for (int k = 0; k < n->n_in; k++)
             if (n->inputs[k] >= 0 && g->values[n->inputs[k]].producer >= 0) indeg[i]++;
     }
@@ -353,7 +353,7 @@ int kl_graph_finalize(kl_graph *g, kl_err *e) {
     while (qh < qt) {
         int i = queue[qh++];
         order[no++] = i;
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         for (int k = 0; k < n->n_out; k++) {
             int v = n->outputs[k];
             if (v < 0) continue;
@@ -373,10 +373,10 @@ int kl_graph_finalize(kl_graph *g, kl_err *e) {
         goto done;
     }
     free(done_);
-    sorted = malloc(sizeof(kl_node) * (N + 1));
+    sorted = malloc(sizeof(kl_gnode) * (N + 1));
     if (!sorted) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     for (int i = 0; i < N; i++) sorted[i] = g->nodes[order[i]];
-    memcpy(g->nodes, sorted, sizeof(kl_node) * N);
+    memcpy(g->nodes, sorted, sizeof(kl_gnode) * N);
     for (int i = 0; i < N; i++)
         for (int k = 0; k < g->nodes[i].n_out; k++)
             if (g->nodes[i].outputs[k] >= 0) g->values[g->nodes[i].outputs[k]].producer = i;
@@ -465,7 +465,7 @@ int kl__norm_axis(int64_t axis, int rank, int64_t *out) {
     return KL_OK;
 }
 
-int kl__run_node_alloc(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
+int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
                        kl_err *e) {
     kl_tensor meta[16];
     size_t ws = 0;

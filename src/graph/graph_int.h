@@ -21,11 +21,11 @@ typedef struct kl_exec {
 /* in[i]: NULL for an omitted optional input; in[i]->data NULL when the value
  * is unknown (planning). infer sets dtype/rank/dims of out[0..n_out) (the
  * executor fills strides/data) and the workspace bytes run needs. */
-typedef int (*kl_infer_fn)(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out,
+typedef int (*kl_infer_fn)(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out,
                            size_t *ws, kl_err *e);
-typedef int (*kl_run_fn)(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out,
+typedef int (*kl_run_fn)(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out,
                          kl_exec *x, kl_err *e);
-typedef int (*kl_check_fn)(kl_node *n, const kl_graph *g, kl_err *e);
+typedef int (*kl_check_fn)(kl_gnode *n, const kl_graph *g, kl_err *e);
 
 typedef struct kl_op {
     const char *name;
@@ -50,7 +50,7 @@ extern const kl_op kl__ops_misc[];
 
 /* ---- helpers (graph.c) ---- */
 void kl__set_shape(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims);
-int kl__fail_node(kl_err *e, const kl_node *n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int kl__fail_node(kl_err *e, const kl_gnode *n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* Integer value i of a (small) int tensor of any integer dtype. */
 int64_t kl__int_at(const kl_tensor *t, int64_t i);
 double kl__dbl_at(const kl_tensor *t, int64_t i);
@@ -59,7 +59,7 @@ void kl__set_dbl(kl_tensor *t, int64_t i, double v);
 int kl__dtype_from_onnx(int t, kl_dtype *out);
 int kl__norm_axis(int64_t axis, int rank, int64_t *out);
 /* Runs one node standalone, allocating outputs (constant folding, dynamic steps). */
-int kl__run_node_alloc(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
+int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
                        kl_err *e);
 
 #endif

@@ -271,14 +271,14 @@ static void bin_row(void *vctx, char *o, const char *const *in, const int64_t *i
     }
 }
 
-static binop binop_of(const kl_node *n) {
+static binop binop_of(const kl_gnode *n) {
     const char *t = n->op_type;
     if (!strcmp(t, "Add") || !strcmp(t, "Sum")) return B_ADD;
     if (!strcmp(t, "Sub")) return B_SUB;
     if (!strcmp(t, "Mul")) return B_MUL;
     if (!strcmp(t, "Div") || !strcmp(t, "Mean")) return B_DIV;
     if (!strcmp(t, "Pow")) return B_POW;
-    if (!strcmp(t, "Mod")) return kl_node_attr_int(n, "fmod", 0) ? B_FMOD : B_MOD;
+    if (!strcmp(t, "Mod")) return kl_gnode_attr_int(n, "fmod", 0) ? B_FMOD : B_MOD;
     if (!strcmp(t, "Min")) return B_MIN;
     if (!strcmp(t, "Max")) return B_MAX;
     if (!strcmp(t, "PRelu")) return B_PRELU;
@@ -290,7 +290,7 @@ static binop binop_of(const kl_node *n) {
     if (!strcmp(t, "And")) return B_AND;
     if (!strcmp(t, "Or")) return B_OR;
     if (!strcmp(t, "Xor")) return B_XOR;
-    if (!strcmp(t, "BitShift")) return !strcmp(kl_node_attr_str(n, "direction", "LEFT"), "LEFT") ? B_SHL : B_SHR;
+    if (!strcmp(t, "BitShift")) return !strcmp(kl_gnode_attr_str(n, "direction", "LEFT"), "LEFT") ? B_SHL : B_SHR;
     if (!strcmp(t, "BitwiseAnd")) return B_BAND;
     if (!strcmp(t, "BitwiseOr")) return B_BOR;
     return B_BXOR;
@@ -298,7 +298,7 @@ static binop binop_of(const kl_node *n) {
 
 static int is_half(kl_dtype d) { return d == KL_F16 || d == KL_BF16; }
 
-static int bin_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int bin_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int r;
     int64_t dims[KL_MAX_DIMS];
     for (int i = 0; i < n_in; i++)
@@ -330,7 +330,7 @@ static void to_f64(const kl_tensor *t, double *d) {
     for (int64_t i = 0; i < m; i++) d[i] = kl__dbl_at(t, i);
 }
 
-static int bin_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int bin_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     binop op = binop_of(n);
     kl_dtype dt = in[0]->dtype;
     if ((op == B_POW || op == B_PRELU) && in[1]->dtype != dt && !is_half(dt)) {
@@ -371,7 +371,7 @@ static int bin_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     binctx c = {op, dt};
     kl_tensor *ins[2] = {in[0], in[1]};
     bcast_run(ins, 2, out[0], x->pool, bin_row, &c);
-    if (kl_node_attr_int(n, "_act", 0) == 1) { /* Add + Relu fused by a pass */
+    if (kl_gnode_attr_int(n, "_act", 0) == 1) { /* Add + Relu fused by a pass */
         if (dt == KL_F32) {
             kl_act a = {KL_ACT_RELU, 0, 0};
             kl_act_apply_f32(a, out[0]->data, kl_tensor_numel(out[0]), x->pool);
@@ -384,7 +384,7 @@ static int bin_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 }
 
 /* Variadic Sum/Mean/Max/Min: pairwise accumulation into the output. */
-static int var_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int var_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     binop op = binop_of(n);
     kl_dtype dt = in[0]->dtype;
     if (is_half(dt)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "dtype %s", kl_dtype_name(dt));
@@ -483,30 +483,30 @@ static double un_f(const unctx *c, double v) {
     }
 }
 
-static unop unop_of(const kl_node *n) {
+static unop unop_of(const kl_gnode *n) {
     for (size_t i = 0; i < KL_ARRAY_LEN(unops); i++)
         if (!strcmp(unops[i].name, n->op_type)) return unops[i].op;
     return U_IDENT;
 }
 
-static void unctx_init(const kl_node *n, unctx *c) {
+static void unctx_init(const kl_gnode *n, unctx *c) {
     c->op = unop_of(n);
     c->a = c->b = 0;
     switch (c->op) {
-    case U_LRELU: c->a = kl_node_attr_float(n, "alpha", 0.01f); break;
-    case U_HSIG: c->a = kl_node_attr_float(n, "alpha", 0.2f); c->b = kl_node_attr_float(n, "beta", 0.5f); break;
-    case U_ELU: c->a = kl_node_attr_float(n, "alpha", 1.0f); break;
-    case U_CELU: c->a = kl_node_attr_float(n, "alpha", 1.0f); break;
-    case U_SELU: c->a = kl_node_attr_float(n, "alpha", 1.67326319217681884765625f);
-                 c->b = kl_node_attr_float(n, "gamma", 1.05070102214813232421875f); break;
-    case U_THRELU: c->a = kl_node_attr_float(n, "alpha", 1.0f); break;
-    case U_SHRINK: c->a = kl_node_attr_float(n, "lambd", 0.5f); c->b = kl_node_attr_float(n, "bias", 0.0f); break;
-    case U_ISINF: c->det_neg = (int)kl_node_attr_int(n, "detect_negative", 1); c->det_pos = (int)kl_node_attr_int(n, "detect_positive", 1); break;
+    case U_LRELU: c->a = kl_gnode_attr_float(n, "alpha", 0.01f); break;
+    case U_HSIG: c->a = kl_gnode_attr_float(n, "alpha", 0.2f); c->b = kl_gnode_attr_float(n, "beta", 0.5f); break;
+    case U_ELU: c->a = kl_gnode_attr_float(n, "alpha", 1.0f); break;
+    case U_CELU: c->a = kl_gnode_attr_float(n, "alpha", 1.0f); break;
+    case U_SELU: c->a = kl_gnode_attr_float(n, "alpha", 1.67326319217681884765625f);
+                 c->b = kl_gnode_attr_float(n, "gamma", 1.05070102214813232421875f); break;
+    case U_THRELU: c->a = kl_gnode_attr_float(n, "alpha", 1.0f); break;
+    case U_SHRINK: c->a = kl_gnode_attr_float(n, "lambd", 0.5f); c->b = kl_gnode_attr_float(n, "bias", 0.0f); break;
+    case U_ISINF: c->det_neg = (int)kl_gnode_attr_int(n, "detect_negative", 1); c->det_pos = (int)kl_gnode_attr_int(n, "detect_positive", 1); break;
     default: break;
     }
 }
 
-static int un_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int un_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (!in[0]) return kl__fail_node(e, n, KL_EINVAL, "missing input");
     unop op = unop_of(n);
     kl_dtype dt = in[0]->dtype;
@@ -566,7 +566,7 @@ static void un_range(void *vctx, size_t b, size_t en, int chunk) {
     for (size_t i = b; i < en; i++) kl__set_dbl(u->y, (int64_t)i, un_f(c, kl__dbl_at(u->x, (int64_t)i)));
 }
 
-static int un_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int un_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     unrun u;
     unctx_init(n, &u.c);
     u.x = in[0];
@@ -582,12 +582,12 @@ static int un_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *
 }
 
 /* Dropout (inference): identity; optional mask output all true. */
-static int dropout_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int dropout_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
     if (n_out > 1) kl__set_shape(&out[1], KL_BOOL, in[0]->rank, in[0]->dims);
     return KL_OK;
 }
-static int dropout_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int dropout_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t m = kl_tensor_numel(in[0]);
     if (n_in > 2 && in[2] && in[2]->data && kl_tensor_numel(in[2]) > 0 && kl__int_at(in[2], 0))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "training_mode=true is not supported");
@@ -600,13 +600,13 @@ static int dropout_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *co
  * Clip, Where, Cast
  * ================================================================== */
 
-static int clip_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int clip_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     double lo = -INFINITY, hi = INFINITY;
     for (int k = 1; k < n_in; k++)
         if (in[k] && kl_tensor_numel(in[k]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "min/max must be scalars");
     if (n->opset < 11) {
-        lo = kl_node_attr_float(n, "min", -INFINITY);
-        hi = kl_node_attr_float(n, "max", INFINITY);
+        lo = kl_gnode_attr_float(n, "min", -INFINITY);
+        hi = kl_gnode_attr_float(n, "max", INFINITY);
     } else {
         if (n_in > 1 && in[1]) lo = kl__dbl_at(in[1], 0);
         if (n_in > 2 && in[2]) hi = kl__dbl_at(in[2], 0);
@@ -637,7 +637,7 @@ static int clip_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
     return KL_OK;
 }
 
-static int where_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int where_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int r;
     int64_t dims[KL_MAX_DIMS];
     if (broadcast_dims(in, 3, &r, dims)) return kl__fail_node(e, n, KL_ESHAPE, "shapes do not broadcast");
@@ -655,18 +655,18 @@ static void where_row(void *vctx, char *o, const char *const *in, const int64_t 
     }
 }
 
-static int where_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int where_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     size_t es = kl_dtype_size(in[1]->dtype);
     kl_tensor *ins[3] = {in[0], in[1], in[2]};
     bcast_run(ins, 3, out[0], x->pool, where_row, &es);
     return KL_OK;
 }
 
-static int cast_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int cast_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl_dtype to;
     if (!strcmp(n->op_type, "CastLike")) to = in[1]->dtype;
     else {
-        const kl_attr *a = kl_node_attr(n, "to");
+        const kl_attr *a = kl_gnode_attr(n, "to");
         if (!a || a->type != KL_ATTR_INT) return kl__fail_node(e, n, KL_EINVAL, "attribute 'to' missing");
         int rc = kl__dtype_from_onnx((int)a->i, &to);
         if (rc) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: cast to ONNX type %lld is not supported", n->opset, (long long)a->i);
@@ -675,7 +675,7 @@ static int cast_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out
     return KL_OK;
 }
 
-static int cast_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int cast_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     kl_dtype from = in[0]->dtype, to = out[0]->dtype;
     int64_t m = kl_tensor_numel(in[0]);
     if (from == to) { memcpy(out[0]->data, in[0]->data, (size_t)m * kl_dtype_size(from)); return KL_OK; }

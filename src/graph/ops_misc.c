@@ -6,14 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int loss_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int loss_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     const kl_tensor *x = in[0], *t = in[1];
     if (x->rank < 2 || t->rank != x->rank - 1) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d, target rank %d", x->rank, t->rank);
     if (t->dims[0] != x->dims[0]) return kl__fail_node(e, n, KL_ESHAPE, "batch sizes differ");
     for (int i = 1; i < t->rank; i++)
         if (t->dims[i] != x->dims[i + 1]) return kl__fail_node(e, n, KL_ESHAPE, "target dim %d differs", i);
     if (n_in > 2 && in[2] && kl_tensor_numel(in[2]) != x->dims[1]) return kl__fail_node(e, n, KL_ESHAPE, "weight must have C entries");
-    const char *red = kl_node_attr_str(n, "reduction", "mean");
+    const char *red = kl_gnode_attr_str(n, "reduction", "mean");
     if (!strcmp(red, "none")) kl__set_shape(&out[0], x->dtype, t->rank, t->dims);
     else if (!strcmp(red, "sum") || !strcmp(red, "mean")) kl__set_shape(&out[0], x->dtype, 0, NULL);
     else return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: reduction '%s'", n->opset, red);
@@ -23,12 +23,12 @@ static int loss_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out
 }
 
 /* loss over log-probabilities lp (N, C, S) as doubles */
-static int nll(kl_node *n, const double *lp, const kl_tensor *x, const kl_tensor *t, const kl_tensor *w, kl_tensor *out, kl_err *e) {
+static int nll(kl_gnode *n, const double *lp, const kl_tensor *x, const kl_tensor *t, const kl_tensor *w, kl_tensor *out, kl_err *e) {
     int64_t N = x->dims[0], C = x->dims[1], S = 1;
     for (int i = 2; i < x->rank; i++) S *= x->dims[i];
-    const kl_attr *ia = kl_node_attr(n, "ignore_index");
+    const kl_attr *ia = kl_gnode_attr(n, "ignore_index");
     int64_t ign = ia ? ia->i : INT64_MIN;
-    const char *red = kl_node_attr_str(n, "reduction", "mean");
+    const char *red = kl_gnode_attr_str(n, "reduction", "mean");
     double sum = 0, wsum = 0;
     for (int64_t b = 0; b < N; b++)
         for (int64_t s = 0; s < S; s++) {
@@ -48,14 +48,14 @@ static int nll(kl_node *n, const double *lp, const kl_tensor *x, const kl_tensor
     return KL_OK;
 }
 
-static int nll_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int nll_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     double *lp = x->ws;
     int64_t m = kl_tensor_numel(in[0]);
     for (int64_t i = 0; i < m; i++) lp[i] = kl__dbl_at(in[0], i);
     return nll(n, lp, in[0], in[1], n_in > 2 ? in[2] : NULL, out[0], e);
 }
 
-static int sce_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int sce_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     double *lp = x->ws;
     const kl_tensor *X = in[0];
     int64_t N = X->dims[0], C = X->dims[1], S = 1;

@@ -26,7 +26,7 @@ static void gemv_row(int transB, int64_t N, int64_t K, const float *x, const flo
 
 #define NEED(t) do { if (!(t) || !(t)->data) return KL__NEED_DATA; } while (0)
 
-static int need_f32(kl_node *n, const kl_tensor *t, kl_err *e) {
+static int need_f32(kl_gnode *n, const kl_tensor *t, kl_err *e) {
     if (t->dtype != KL_F32)
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s is not supported (float32 only)", n->opset, kl_dtype_name(t->dtype));
     return KL_OK;
@@ -36,7 +36,7 @@ static int need_f32(kl_node *n, const kl_tensor *t, kl_err *e) {
  * MatMul, Gemm
  * ================================================================== */
 
-static int matmul_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int matmul_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int r;
     int64_t d[KL_MAX_DIMS];
     if (in[0]->dtype != in[1]->dtype) return kl__fail_node(e, n, KL_ETYPE, "input dtypes differ");
@@ -76,14 +76,14 @@ static int matmul_generic(kl_tensor *const *in, kl_tensor *out) {
     return KL_OK;
 }
 
-static int matmul_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int matmul_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (in[0]->dtype != KL_F32) return matmul_generic(in, out[0]);
     return kl_matmul_f32(in[0]->rank, in[0]->dims, in[0]->data, in[1]->rank, in[1]->dims, in[1]->data, out[0]->data, x->pool, e);
 }
 
-static int gemm_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int gemm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (in[0]->rank != 2 || in[1]->rank != 2) return kl__fail_node(e, n, KL_ESHAPE, "A and B must be 2-D");
-    int ta = (int)kl_node_attr_int(n, "transA", 0), tb = (int)kl_node_attr_int(n, "transB", 0);
+    int ta = (int)kl_gnode_attr_int(n, "transA", 0), tb = (int)kl_gnode_attr_int(n, "transB", 0);
     int64_t M = ta ? in[0]->dims[1] : in[0]->dims[0], K = ta ? in[0]->dims[0] : in[0]->dims[1];
     int64_t K2 = tb ? in[1]->dims[1] : in[1]->dims[0], N = tb ? in[1]->dims[0] : in[1]->dims[1];
     if (K != K2) return kl__fail_node(e, n, KL_ESHAPE, "inner dimensions %lld and %lld differ", (long long)K, (long long)K2);
@@ -98,12 +98,12 @@ static int gemm_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out
     return KL_OK;
 }
 
-static int gemm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int ta = (int)kl_node_attr_int(n, "transA", 0), tb = (int)kl_node_attr_int(n, "transB", 0);
-    float alpha = kl_node_attr_float(n, "alpha", 1.f), beta = kl_node_attr_float(n, "beta", 1.f);
+static int gemm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int ta = (int)kl_gnode_attr_int(n, "transA", 0), tb = (int)kl_gnode_attr_int(n, "transB", 0);
+    float alpha = kl_gnode_attr_float(n, "alpha", 1.f), beta = kl_gnode_attr_float(n, "beta", 1.f);
     int64_t M = out[0]->dims[0], N = out[0]->dims[1], K = ta ? in[0]->dims[0] : in[0]->dims[1];
     const kl_tensor *c = n_in > 2 ? in[2] : NULL;
-    int act = (int)kl_node_attr_int(n, "_act", 0);
+    int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (in[0]->dtype != KL_F32) {
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
@@ -150,18 +150,18 @@ static int gemm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
 /* keel::FusedMatMul(A, W, bias): MatMul with a 2-D weight, bias and an
  * optional activation, as one GEMM over A's flattened rows (made by the
  * MatMul+Add pass). */
-static int fmm_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int fmm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (in[1]->rank != 2 || in[0]->rank < 1) return kl__fail_node(e, n, KL_ESHAPE, "weight must be 2-D");
     return matmul_infer(n, in, 2, out, n_out, ws, e);
 }
-static int fmm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
     kl_act a = {KL_ACT_NONE, 0, 0};
-    int act = (int)kl_node_attr_int(n, "_act", 0);
+    int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (act == 1) a.kind = KL_ACT_RELU;
-    else if (act == 2) { a.kind = KL_ACT_CLIP; a.a = kl_node_attr_float(n, "_act_a", 0); a.b = kl_node_attr_float(n, "_act_b", 6); }
+    else if (act == 2) { a.kind = KL_ACT_CLIP; a.a = kl_gnode_attr_float(n, "_act_a", 0); a.b = kl_gnode_attr_float(n, "_act_b", 6); }
     if (rows == 1 && N < INT32_MAX && K < INT32_MAX) {
         gemv_row(0, N, K, in[0]->data, in[1]->data, in[2]->data, act, a.a, a.b, out[0]->data);
         return KL_OK;
@@ -174,17 +174,17 @@ static int fmm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
  * Conv
  * ================================================================== */
 
-static int conv_params(kl_node *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
+static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
     const kl_tensor *X = in[0], *W = in[1];
     memset(p, 0, sizeof *p);
     if (X->rank < 3 || X->rank > 5 || W->rank != X->rank) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d / weight rank %d (need 3-5, equal)", X->rank, W->rank);
     int nsp = X->rank - 2;
     p->nsp = nsp;
     p->N = X->dims[0]; p->C = X->dims[1]; p->M = W->dims[0];
-    p->group = kl_node_attr_int(n, "group", 1);
+    p->group = kl_gnode_attr_int(n, "group", 1);
     if (p->group <= 0 || p->C % p->group || p->M % p->group || W->dims[1] != p->C / p->group)
         return kl__fail_node(e, n, KL_ESHAPE, "channels %lld, weight %lldx%lld, group %lld do not match", (long long)p->C, (long long)W->dims[0], (long long)W->dims[1], (long long)p->group);
-    const kl_attr *ks = kl_node_attr(n, "kernel_shape"), *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations"), *pd = kl_node_attr(n, "pads");
+    const kl_attr *ks = kl_gnode_attr(n, "kernel_shape"), *st = kl_gnode_attr(n, "strides"), *dl = kl_gnode_attr(n, "dilations"), *pd = kl_gnode_attr(n, "pads");
     for (int i = 0; i < nsp; i++) {
         p->in[i] = X->dims[2 + i];
         p->k[i] = W->dims[2 + i];
@@ -195,21 +195,21 @@ static int conv_params(kl_node *n, kl_tensor *const *in, int n_in, kl_conv_param
         p->pad_end[i] = pd && pd->n == 2 * nsp ? pd->ints[i + nsp] : 0;
         if (p->stride[i] <= 0 || p->dilation[i] <= 0) return kl__fail_node(e, n, KL_EINVAL, "strides/dilations must be positive");
     }
-    const char *ap = kl_node_attr_str(n, "auto_pad", "NOTSET");
+    const char *ap = kl_gnode_attr_str(n, "auto_pad", "NOTSET");
     if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"))
         for (int i = 0; i < nsp; i++) kl_auto_pad(p->in[i], p->k[i], p->stride[i], p->dilation[i], ap[5] == 'U', &p->pad_begin[i], &p->pad_end[i]);
     else if (!strcmp(ap, "VALID"))
         for (int i = 0; i < nsp; i++) p->pad_begin[i] = p->pad_end[i] = 0;
     if (n_in > 2 && in[2] && (in[2]->rank != 1 || in[2]->dims[0] != p->M)) return kl__fail_node(e, n, KL_ESHAPE, "bias must have %lld entries", (long long)p->M);
-    int act = (int)kl_node_attr_int(n, "_act", 0);
+    int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (act == 1) p->act.kind = KL_ACT_RELU;
-    else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_node_attr_float(n, "_act_a", 0); p->act.b = kl_node_attr_float(n, "_act_b", 6); }
+    else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_gnode_attr_float(n, "_act_a", 0); p->act.b = kl_gnode_attr_float(n, "_act_b", 6); }
     int rc = kl_conv_prepare(p, e);
     if (rc) { char m[600]; snprintf(m, sizeof m, "%s", e ? e->msg : ""); return kl__fail_node(e, n, rc, "%s", m); }
     return KL_OK;
 }
 
-static int conv_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_conv_params p;
@@ -220,7 +220,7 @@ static int conv_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out
     return KL_OK;
 }
 
-static int conv_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int conv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     kl_conv_params p;
     int rc = conv_params(n, in, n_in, &p, e);
     if (rc) return rc;
@@ -228,15 +228,15 @@ static int conv_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
 }
 
 /* ConvTranspose: direct scatter (simple, correct; not a hot path here). */
-static int convt_params(kl_node *n, kl_tensor *const *in, int64_t *od, int64_t *pb, kl_err *e) {
+static int convt_params(kl_gnode *n, kl_tensor *const *in, int64_t *od, int64_t *pb, kl_err *e) {
     const kl_tensor *X = in[0], *W = in[1];
     int nsp = X->rank - 2;
     if (nsp < 1 || nsp > 3 || W->rank != X->rank) return kl__fail_node(e, n, KL_ESHAPE, "bad ranks");
-    int64_t G = kl_node_attr_int(n, "group", 1);
+    int64_t G = kl_gnode_attr_int(n, "group", 1);
     if (G <= 0 || X->dims[1] != W->dims[0] || X->dims[1] % G) return kl__fail_node(e, n, KL_ESHAPE, "channel mismatch");
-    const kl_attr *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations"), *pd = kl_node_attr(n, "pads"),
-                  *op = kl_node_attr(n, "output_padding"), *os = kl_node_attr(n, "output_shape");
-    const char *ap = kl_node_attr_str(n, "auto_pad", "NOTSET");
+    const kl_attr *st = kl_gnode_attr(n, "strides"), *dl = kl_gnode_attr(n, "dilations"), *pd = kl_gnode_attr(n, "pads"),
+                  *op = kl_gnode_attr(n, "output_padding"), *os = kl_gnode_attr(n, "output_shape");
+    const char *ap = kl_gnode_attr_str(n, "auto_pad", "NOTSET");
     od[0] = X->dims[0];
     od[1] = W->dims[1] * G;
     for (int i = 0; i < nsp; i++) {
@@ -259,7 +259,7 @@ static int convt_params(kl_node *n, kl_tensor *const *in, int64_t *od, int64_t *
     }
     return KL_OK;
 }
-static int convt_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int convt_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     int64_t od[5], pb[3];
@@ -267,14 +267,14 @@ static int convt_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     kl__set_shape(&out[0], KL_F32, in[0]->rank, od);
     return KL_OK;
 }
-static int convt_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int convt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t od[5], pb[3];
     int rc = convt_params(n, in, od, pb, e);
     if (rc) return rc;
     const kl_tensor *X = in[0], *W = in[1];
     int nsp = X->rank - 2;
-    int64_t G = kl_node_attr_int(n, "group", 1);
-    const kl_attr *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations");
+    int64_t G = kl_gnode_attr_int(n, "group", 1);
+    const kl_attr *st = kl_gnode_attr(n, "strides"), *dl = kl_gnode_attr(n, "dilations");
     int64_t s[3] = {1, 1, 1}, dd[3] = {1, 1, 1}, in3[3] = {1, 1, 1}, k3[3] = {1, 1, 1}, o3[3] = {1, 1, 1}, p3[3] = {0, 0, 0};
     for (int i = 0; i < nsp; i++) {
         s[i] = st && st->n == nsp ? st->ints[i] : 1; dd[i] = dl && dl->n == nsp ? dl->ints[i] : 1;
@@ -318,13 +318,13 @@ static int convt_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *cons
  * Pooling
  * ================================================================== */
 
-static int pool_params(kl_node *n, const kl_tensor *X, kl_pooling_params *p, kl_err *e) {
+static int pool_params(kl_gnode *n, const kl_tensor *X, kl_pooling_params *p, kl_err *e) {
     memset(p, 0, sizeof *p);
     if (X->rank < 3 || X->rank > 5) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d (need 3-5)", X->rank);
     int nsp = X->rank - 2;
     p->nsp = nsp;
     p->N = X->dims[0]; p->C = X->dims[1];
-    const kl_attr *ks = kl_node_attr(n, "kernel_shape"), *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations"), *pd = kl_node_attr(n, "pads");
+    const kl_attr *ks = kl_gnode_attr(n, "kernel_shape"), *st = kl_gnode_attr(n, "strides"), *dl = kl_gnode_attr(n, "dilations"), *pd = kl_gnode_attr(n, "pads");
     if (!ks || ks->n != nsp) return kl__fail_node(e, n, KL_EINVAL, "kernel_shape needs %d entries", nsp);
     for (int i = 0; i < nsp; i++) {
         p->in[i] = X->dims[2 + i];
@@ -335,9 +335,9 @@ static int pool_params(kl_node *n, const kl_tensor *X, kl_pooling_params *p, kl_
         p->pad_end[i] = pd && pd->n == 2 * nsp ? pd->ints[i + nsp] : 0;
         if (p->k[i] <= 0 || p->stride[i] <= 0 || p->dilation[i] <= 0) return kl__fail_node(e, n, KL_EINVAL, "kernel/strides/dilations must be positive");
     }
-    p->ceil_mode = (int)kl_node_attr_int(n, "ceil_mode", 0);
-    p->count_include_pad = (int)kl_node_attr_int(n, "count_include_pad", 0);
-    const char *ap = kl_node_attr_str(n, "auto_pad", "NOTSET");
+    p->ceil_mode = (int)kl_gnode_attr_int(n, "ceil_mode", 0);
+    p->count_include_pad = (int)kl_gnode_attr_int(n, "count_include_pad", 0);
+    const char *ap = kl_gnode_attr_str(n, "auto_pad", "NOTSET");
     if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"))
         for (int i = 0; i < nsp; i++) kl_auto_pad(p->in[i], p->k[i], p->stride[i], p->dilation[i], ap[5] == 'U', &p->pad_begin[i], &p->pad_end[i]);
     else if (!strcmp(ap, "VALID"))
@@ -347,7 +347,7 @@ static int pool_params(kl_node *n, const kl_tensor *X, kl_pooling_params *p, kl_
     return KL_OK;
 }
 
-static int pool_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int pool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_pooling_params p;
@@ -355,13 +355,13 @@ static int pool_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out
     int64_t d[5] = {p.N, p.C, p.out[0], p.out[1], p.out[2]};
     kl__set_shape(&out[0], KL_F32, p.nsp + 2, d);
     if (n_out > 1) {
-        if (kl_node_attr_int(n, "storage_order", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: storage_order=1 is not supported", n->opset);
+        if (kl_gnode_attr_int(n, "storage_order", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: storage_order=1 is not supported", n->opset);
         kl__set_shape(&out[1], KL_I64, p.nsp + 2, d);
     }
     return KL_OK;
 }
 
-static int pool_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int pool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     kl_pooling_params p;
     int rc = pool_params(n, in[0], &p, e);
     if (rc) return rc;
@@ -370,7 +370,7 @@ static int pool_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
     return KL_OK;
 }
 
-static int gpool_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int gpool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (in[0]->rank < 3) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d < 3", in[0]->rank);
@@ -379,7 +379,7 @@ static int gpool_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     kl__set_shape(&out[0], KL_F32, in[0]->rank, d);
     return KL_OK;
 }
-static int gpool_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int gpool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
     if (!strcmp(n->op_type, "GlobalMaxPool")) kl_global_maxpool_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, out[0]->data, x->pool);
@@ -391,34 +391,34 @@ static int gpool_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *cons
  * Normalisation
  * ================================================================== */
 
-static int same_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int same_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
     return KL_OK;
 }
 
-static int bn_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int bn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
-    if (kl_node_attr_int(n, "training_mode", 0) || n_out > 1) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training mode is not supported", n->opset);
+    if (kl_gnode_attr_int(n, "training_mode", 0) || n_out > 1) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training mode is not supported", n->opset);
     if (in[0]->rank < 2) return kl__fail_node(e, n, KL_ESHAPE, "input rank < 2");
     for (int i = 1; i < 5; i++)
         if (kl_tensor_numel(in[i]) != in[0]->dims[1]) return kl__fail_node(e, n, KL_ESHAPE, "input %d must have %lld entries", i, (long long)in[0]->dims[1]);
     kl__set_shape(&out[0], KL_F32, in[0]->rank, in[0]->dims);
     return KL_OK;
 }
-static int bn_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int bn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
     kl_batchnorm_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
-                     kl_node_attr_float(n, "epsilon", 1e-5f), out[0]->data, x->pool);
+                     kl_gnode_attr_float(n, "epsilon", 1e-5f), out[0]->data, x->pool);
     return KL_OK;
 }
 
-static int ln_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int ln_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
     int64_t cols = 1;
     for (int i = (int)ax; i < in[0]->rank; i++) cols *= in[0]->dims[i];
     if (kl_tensor_numel(in[1]) != cols || (n_in > 2 && in[2] && kl_tensor_numel(in[2]) != cols))
@@ -429,33 +429,33 @@ static int ln_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, 
     for (int k = 1; k < n_out; k++) kl__set_shape(&out[k], KL_F32, in[0]->rank, d);
     return KL_OK;
 }
-static int ln_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int ln_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax;
-    kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax);
+    kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax);
     int64_t rows = 1, cols = 1;
     for (int i = 0; i < in[0]->rank; i++) { if (i < ax) rows *= in[0]->dims[i]; else cols *= in[0]->dims[i]; }
-    kl_layernorm_f32(rows, cols, in[0]->data, in[1]->data, n_in > 2 && in[2] ? in[2]->data : NULL, kl_node_attr_float(n, "epsilon", 1e-5f),
+    kl_layernorm_f32(rows, cols, in[0]->data, in[1]->data, n_in > 2 && in[2] ? in[2]->data : NULL, kl_gnode_attr_float(n, "epsilon", 1e-5f),
                      out[0]->data, n_out > 1 && out[1] ? out[1]->data : NULL, n_out > 2 && out[2] ? out[2]->data : NULL, x->pool);
     return KL_OK;
 }
 
-static int in_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int in_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (in[0]->rank < 3) return kl__fail_node(e, n, KL_ESHAPE, "input rank < 3");
     kl__set_shape(&out[0], KL_F32, in[0]->rank, in[0]->dims);
     return KL_OK;
 }
-static int in_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int in_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
-    kl_instancenorm_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, in[1]->data, in[2]->data, kl_node_attr_float(n, "epsilon", 1e-5f), out[0]->data, x->pool);
+    kl_instancenorm_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, in[1]->data, in[2]->data, kl_gnode_attr_float(n, "epsilon", 1e-5f), out[0]->data, x->pool);
     return KL_OK;
 }
 
-static int lrn_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    float alpha = kl_node_attr_float(n, "alpha", 1e-4f), beta = kl_node_attr_float(n, "beta", 0.75f), bias = kl_node_attr_float(n, "bias", 1.f);
-    int64_t size = kl_node_attr_int(n, "size", 1);
+static int lrn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    float alpha = kl_gnode_attr_float(n, "alpha", 1e-4f), beta = kl_gnode_attr_float(n, "beta", 0.75f), bias = kl_gnode_attr_float(n, "bias", 1.f);
+    int64_t size = kl_gnode_attr_int(n, "size", 1);
     int64_t N = in[0]->dims[0], C = in[0]->dims[1], S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
     const float *xd = in[0]->data;
@@ -476,10 +476,10 @@ static int lrn_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
  * Softmax family
  * ================================================================== */
 
-static int softmax_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int softmax_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int r = in[0]->rank;
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", n->opset < 13 ? 1 : -1), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", n->opset < 13 ? 1 : -1), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
     int lg = !strcmp(n->op_type, "LogSoftmax"), hard = !strcmp(n->op_type, "Hardmax");
     int64_t d2[2], *dims = in[0]->dims;
     int rr = r, axis = (int)ax;
@@ -534,7 +534,7 @@ static const struct { const char *name; kl_reduce_op op; } reds[] = {
     {"ReduceL2", KL_RED_L2}, {"ReduceLogSum", KL_RED_LOG_SUM}, {"ReduceLogSumExp", KL_RED_LOG_SUM_EXP},
 };
 
-static int red_axes(kl_node *n, kl_tensor *const *in, int n_in, uint32_t *mask, kl_err *e) {
+static int red_axes(kl_gnode *n, kl_tensor *const *in, int n_in, uint32_t *mask, kl_err *e) {
     int r = in[0]->rank;
     int64_t axes[2 * KL_MAX_DIMS];
     int na = -1;
@@ -545,7 +545,7 @@ static int red_axes(kl_node *n, kl_tensor *const *in, int n_in, uint32_t *mask, 
         if (na > 2 * KL_MAX_DIMS) return kl__fail_node(e, n, KL_EINVAL, "too many axes");
         for (int i = 0; i < na; i++) axes[i] = kl__int_at(in[1], i);
     } else {
-        const kl_attr *a = kl_node_attr(n, "axes");
+        const kl_attr *a = kl_gnode_attr(n, "axes");
         if (a) {
             na = a->n > 2 * KL_MAX_DIMS ? 2 * KL_MAX_DIMS : a->n;
             for (int i = 0; i < na; i++) axes[i] = a->ints[i];
@@ -553,7 +553,7 @@ static int red_axes(kl_node *n, kl_tensor *const *in, int n_in, uint32_t *mask, 
     }
     *mask = 0;
     if (na <= 0) {
-        if (na == 0 && kl_node_attr_int(n, "noop_with_empty_axes", 0)) return KL_OK;
+        if (na == 0 && kl_gnode_attr_int(n, "noop_with_empty_axes", 0)) return KL_OK;
         *mask = r ? (uint32_t)((1u << r) - 1) : 0;
         return KL_OK;
     }
@@ -565,11 +565,11 @@ static int red_axes(kl_node *n, kl_tensor *const *in, int n_in, uint32_t *mask, 
     return KL_OK;
 }
 
-static int red_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int red_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     uint32_t mask;
     int rc = red_axes(n, in, n_in, &mask, e);
     if (rc) return rc;
-    int keep = (int)kl_node_attr_int(n, "keepdims", 1);
+    int keep = (int)kl_gnode_attr_int(n, "keepdims", 1);
     int64_t d[KL_MAX_DIMS];
     int o = 0;
     for (int i = 0; i < in[0]->rank; i++) {
@@ -580,7 +580,7 @@ static int red_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 
-static int red_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int red_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     uint32_t mask;
     int rc = red_axes(n, in, n_in, &mask, e);
     if (rc) return rc;
@@ -632,10 +632,10 @@ static int red_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     return KL_OK;
 }
 
-static int arg_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int arg_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", 0), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
-    int keep = (int)kl_node_attr_int(n, "keepdims", 1);
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    int keep = (int)kl_gnode_attr_int(n, "keepdims", 1);
     int64_t d[KL_MAX_DIMS];
     int o = 0;
     for (int i = 0; i < in[0]->rank; i++) {
@@ -645,10 +645,10 @@ static int arg_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     kl__set_shape(&out[0], KL_I64, o, d);
     return KL_OK;
 }
-static int arg_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int arg_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax;
-    kl__norm_axis(kl_node_attr_int(n, "axis", 0), in[0]->rank, &ax);
-    int last = (int)kl_node_attr_int(n, "select_last_index", 0), mx = !strcmp(n->op_type, "ArgMax");
+    kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), in[0]->rank, &ax);
+    int last = (int)kl_gnode_attr_int(n, "select_last_index", 0), mx = !strcmp(n->op_type, "ArgMax");
     if (in[0]->dtype == KL_F32) {
         if (mx) kl_argmax_f32(in[0]->rank, in[0]->dims, in[0]->data, (int)ax, last, out[0]->data, x->pool);
         else kl_argmin_f32(in[0]->rank, in[0]->dims, in[0]->data, (int)ax, last, out[0]->data, x->pool);
@@ -674,11 +674,11 @@ static int arg_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
  * TopK
  * ================================================================== */
 
-static int topk_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int topk_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[1]);
     if (kl_tensor_numel(in[1]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "K must be a one-element tensor");
     int64_t ax, k = kl__int_at(in[1], 0);
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
     if (k < 0 || k > in[0]->dims[ax]) return kl__fail_node(e, n, KL_EINVAL, "k %lld out of range", (long long)k);
     int64_t d[KL_MAX_DIMS];
     memcpy(d, in[0]->dims, sizeof d);
@@ -698,10 +698,10 @@ static int vi_asc(const void *a, const void *b) {
     if (x->v != y->v) return x->v < y->v ? -1 : 1;
     return x->i < y->i ? -1 : 1;
 }
-static int topk_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int topk_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax, k = kl__int_at(in[1], 0);
-    kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax);
-    int largest = (int)kl_node_attr_int(n, "largest", 1);
+    kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax);
+    int largest = (int)kl_gnode_attr_int(n, "largest", 1);
     int64_t outer = 1, inner = 1, D = in[0]->dims[ax];
     for (int i = 0; i < ax; i++) outer *= in[0]->dims[i];
     for (int i = (int)ax + 1; i < in[0]->rank; i++) inner *= in[0]->dims[i];
@@ -725,20 +725,20 @@ static int topk_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
  * Resize
  * ================================================================== */
 
-static int resize_check(kl_node *n, const kl_graph *g, kl_err *e) {
-    const char *m = kl_node_attr_str(n, "mode", "nearest");
-    const char *c = kl_node_attr_str(n, "coordinate_transformation_mode", "half_pixel");
-    const char *nm = kl_node_attr_str(n, "nearest_mode", "round_prefer_floor");
+static int resize_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
+    const char *m = kl_gnode_attr_str(n, "mode", "nearest");
+    const char *c = kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    const char *nm = kl_gnode_attr_str(n, "nearest_mode", "round_prefer_floor");
     if (strcmp(m, "nearest") && strcmp(m, "linear"))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: Resize mode '%s' is not supported (nearest, linear)", n->opset, m);
     if (strcmp(c, "half_pixel") && strcmp(c, "align_corners") && strcmp(c, "asymmetric") && strcmp(c, "pytorch_half_pixel"))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: coordinate_transformation_mode '%s' is not supported", n->opset, c);
     if (strcmp(nm, "round_prefer_floor") && strcmp(nm, "round_prefer_ceil") && strcmp(nm, "floor") && strcmp(nm, "ceil"))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: nearest_mode '%s' is not supported", n->opset, nm);
-    if (kl_node_attr_int(n, "exclude_outside", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: exclude_outside=1 is not supported", n->opset);
+    if (kl_gnode_attr_int(n, "exclude_outside", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: exclude_outside=1 is not supported", n->opset);
     return KL_OK;
 }
-static int resize_params(kl_node *n, kl_tensor *const *in, int n_in, int64_t *od, float *sc, int *have_sc, kl_err *e) {
+static int resize_params(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t *od, float *sc, int *have_sc, kl_err *e) {
     int r = in[0]->rank;
     const kl_tensor *scales = n_in > 2 ? in[2] : NULL, *sizes = n_in > 3 ? in[3] : NULL;
     if (n->opset < 11) scales = n_in > 1 ? in[1] : NULL;
@@ -762,7 +762,7 @@ static int resize_params(kl_node *n, kl_tensor *const *in, int n_in, int64_t *od
     *have_sc = 1;
     return KL_OK;
 }
-static int resize_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int resize_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc, hs;
     if ((rc = need_f32(n, in[0], e))) return rc;
     int64_t od[KL_MAX_DIMS];
@@ -771,14 +771,14 @@ static int resize_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *o
     kl__set_shape(&out[0], KL_F32, in[0]->rank, od);
     return KL_OK;
 }
-static int resize_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int resize_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int rc, hs;
     int64_t od[KL_MAX_DIMS];
     float sc[KL_MAX_DIMS];
     if ((rc = resize_params(n, in, n_in, od, sc, &hs, e))) return rc;
-    const char *m = kl_node_attr_str(n, "mode", "nearest");
-    const char *c = kl_node_attr_str(n, "coordinate_transformation_mode", "half_pixel");
-    const char *nm = kl_node_attr_str(n, "nearest_mode", "round_prefer_floor");
+    const char *m = kl_gnode_attr_str(n, "mode", "nearest");
+    const char *c = kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    const char *nm = kl_gnode_attr_str(n, "nearest_mode", "round_prefer_floor");
     kl_resize_coord ct = !strcmp(c, "align_corners") ? KL_CT_ALIGN_CORNERS : !strcmp(c, "asymmetric") ? KL_CT_ASYMMETRIC :
                          !strcmp(c, "pytorch_half_pixel") ? KL_CT_PYTORCH_HALF_PIXEL : KL_CT_HALF_PIXEL;
     kl_resize_nearest nr = !strcmp(nm, "round_prefer_ceil") ? KL_NEAREST_ROUND_PREFER_CEIL : !strcmp(nm, "floor") ? KL_NEAREST_FLOOR :

@@ -27,19 +27,19 @@ static int read_ints(const kl_tensor *t, int64_t *buf, int n_max, int *n) {
     return KL_OK;
 }
 
-static int copy_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int copy_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (out[0]->data != in[0]->data)
         memcpy(out[0]->data, in[0]->data, (size_t)kl_tensor_numel(in[0]) * esz(in[0]));
     return KL_OK;
 }
 
 /* ---- Reshape ---- */
-static int reshape_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int reshape_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[1]);
     int64_t sh[KL_MAX_DIMS];
     int r;
     if (read_ints(in[1], sh, KL_MAX_DIMS, &r)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "shape of rank > %d", KL_MAX_DIMS);
-    int allowzero = (int)kl_node_attr_int(n, "allowzero", 0);
+    int allowzero = (int)kl_gnode_attr_int(n, "allowzero", 0);
     int64_t known = 1, neg = -1;
     for (int i = 0; i < r; i++) {
         if (sh[i] == 0 && !allowzero) {
@@ -65,8 +65,8 @@ static int reshape_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
 }
 
 /* ---- Flatten ---- */
-static int flatten_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    int64_t ax = kl_node_attr_int(n, "axis", 1);
+static int flatten_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int64_t ax = kl_gnode_attr_int(n, "axis", 1);
     if (ax < 0) ax += in[0]->rank;
     if (ax < 0 || ax > in[0]->rank) return kl__fail_node(e, n, KL_EINVAL, "axis %lld out of range", (long long)ax);
     int64_t d[2] = {1, 1};
@@ -76,20 +76,20 @@ static int flatten_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
 }
 
 /* ---- Squeeze / Unsqueeze ---- */
-static int axes_of(kl_node *n, kl_tensor *const *in, int n_in, int64_t *axes, int *na, int *given) {
+static int axes_of(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t *axes, int *na, int *given) {
     *na = 0;
     *given = 0;
-    if (n->opset >= 13 || !kl_node_attr(n, "axes")) {
+    if (n->opset >= 13 || !kl_gnode_attr(n, "axes")) {
         if (n_in > 1 && in[1]) {
             if (!in[1]->data) return KL__NEED_DATA;
             if (read_ints(in[1], axes, KL_MAX_DIMS * 2, na)) return KL_ERANGE;
             *given = 1;
         }
-        if (!*given && kl_node_attr(n, "axes")) goto attr;
+        if (!*given && kl_gnode_attr(n, "axes")) goto attr;
         return KL_OK;
     }
 attr:;
-    const kl_attr *a = kl_node_attr(n, "axes");
+    const kl_attr *a = kl_gnode_attr(n, "axes");
     if (a->n > KL_MAX_DIMS * 2) return KL_ERANGE;
     for (int i = 0; i < a->n; i++) axes[i] = a->ints[i];
     *na = a->n;
@@ -97,7 +97,7 @@ attr:;
     return KL_OK;
 }
 
-static int squeeze_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int squeeze_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t axes[KL_MAX_DIMS * 2];
     int na, given, rc = axes_of(n, in, n_in, axes, &na, &given);
     if (rc) return rc == KL__NEED_DATA ? rc : kl__fail_node(e, n, KL_EINVAL, "bad axes");
@@ -117,7 +117,7 @@ static int squeeze_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
     return KL_OK;
 }
 
-static int unsqueeze_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int unsqueeze_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t axes[KL_MAX_DIMS * 2];
     int na, given, rc = axes_of(n, in, n_in, axes, &na, &given);
     if (rc) return rc == KL__NEED_DATA ? rc : kl__fail_node(e, n, KL_EINVAL, "bad axes");
@@ -137,8 +137,8 @@ static int unsqueeze_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor
 }
 
 /* ---- Transpose ---- */
-static int perm_of(kl_node *n, int rank, int *perm, kl_err *e) {
-    const kl_attr *a = kl_node_attr(n, "perm");
+static int perm_of(kl_gnode *n, int rank, int *perm, kl_err *e) {
+    const kl_attr *a = kl_gnode_attr(n, "perm");
     if (!a) { for (int i = 0; i < rank; i++) perm[i] = rank - 1 - i; return KL_OK; }
     if (a->n != rank) return kl__fail_node(e, n, KL_EINVAL, "perm has %d entries, input rank %d", a->n, rank);
     int seen[KL_MAX_DIMS] = {0};
@@ -150,7 +150,7 @@ static int perm_of(kl_node *n, int rank, int *perm, kl_err *e) {
     }
     return KL_OK;
 }
-static int transpose_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int transpose_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int perm[KL_MAX_DIMS], rc;
     if ((rc = perm_of(n, in[0]->rank, perm, e))) return rc;
     int64_t d[KL_MAX_DIMS];
@@ -158,7 +158,7 @@ static int transpose_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, d);
     return KL_OK;
 }
-static int transpose_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int transpose_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int perm[KL_MAX_DIMS], rc;
     if ((rc = perm_of(n, in[0]->rank, perm, e))) return rc;
     int64_t st[KL_MAX_DIMS], pst[KL_MAX_DIMS], ost[KL_MAX_DIMS];
@@ -170,10 +170,10 @@ static int transpose_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
 }
 
 /* ---- Concat ---- */
-static int concat_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int concat_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int r = in[0]->rank;
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", 0), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
     int64_t d[KL_MAX_DIMS];
     memcpy(d, in[0]->dims, sizeof d);
     d[ax] = 0;
@@ -187,10 +187,10 @@ static int concat_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *o
     kl__set_shape(&out[0], in[0]->dtype, r, d);
     return KL_OK;
 }
-static int concat_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int concat_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int r = out[0]->rank;
     int64_t ax;
-    kl__norm_axis(kl_node_attr_int(n, "axis", 0), r, &ax);
+    kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), r, &ax);
     int64_t ost[KL_MAX_DIMS];
     contig_strides(r, out[0]->dims, ost);
     size_t es = esz(out[0]);
@@ -206,11 +206,11 @@ static int concat_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *con
 }
 
 /* ---- Split ---- */
-static int split_sizes(kl_node *n, kl_tensor *const *in, int n_in, int n_out, int64_t *ax, int64_t *sizes, kl_err *e) {
+static int split_sizes(kl_gnode *n, kl_tensor *const *in, int n_in, int n_out, int64_t *ax, int64_t *sizes, kl_err *e) {
     int r = in[0]->rank;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", 0), r, ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), r, ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
     int64_t D = in[0]->dims[*ax];
-    const kl_attr *a = kl_node_attr(n, "split");
+    const kl_attr *a = kl_gnode_attr(n, "split");
     if (n_in > 1 && in[1]) {
         if (!in[1]->data) return KL__NEED_DATA;
         if (kl_tensor_numel(in[1]) != n_out) return kl__fail_node(e, n, KL_EINVAL, "split has %lld entries for %d outputs", (long long)kl_tensor_numel(in[1]), n_out);
@@ -219,7 +219,7 @@ static int split_sizes(kl_node *n, kl_tensor *const *in, int n_in, int n_out, in
         if (a->n != n_out) return kl__fail_node(e, n, KL_EINVAL, "split has %d entries for %d outputs", a->n, n_out);
         for (int i = 0; i < n_out; i++) sizes[i] = a->ints[i];
     } else {
-        int64_t ns = kl_node_attr_int(n, "num_outputs", n_out);
+        int64_t ns = kl_gnode_attr_int(n, "num_outputs", n_out);
         int64_t chunk = (D + ns - 1) / ns;
         for (int i = 0; i < n_out; i++) { sizes[i] = KL_MIN(chunk, D - chunk * i); if (sizes[i] < 0) sizes[i] = 0; }
     }
@@ -228,7 +228,7 @@ static int split_sizes(kl_node *n, kl_tensor *const *in, int n_in, int n_out, in
     if (s != D) return kl__fail_node(e, n, KL_ESHAPE, "split sizes sum to %lld, axis has %lld", (long long)s, (long long)D);
     return KL_OK;
 }
-static int split_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int split_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t ax, sizes[64];
     if (n_out > 64) return kl__fail_node(e, n, KL_EUNSUPPORTED, "more than 64 outputs");
     int rc = split_sizes(n, in, n_in, n_out, &ax, sizes, e);
@@ -241,7 +241,7 @@ static int split_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     }
     return KL_OK;
 }
-static int split_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int split_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax, sizes[64];
     int rc = split_sizes(n, in, n_in, n_out, &ax, sizes, e);
     if (rc) return rc;
@@ -262,15 +262,15 @@ static int split_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 }
 
 /* ---- Slice ---- */
-static int slice_params(kl_node *n, kl_tensor *const *in, int n_in, int64_t *start, int64_t *step, int64_t *od, kl_err *e) {
+static int slice_params(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t *start, int64_t *step, int64_t *od, kl_err *e) {
     int r = in[0]->rank;
     int64_t st[KL_MAX_DIMS * 2], en[KL_MAX_DIMS * 2], ax[KL_MAX_DIMS * 2], sp[KL_MAX_DIMS * 2];
     int ns = 0, ne = 0, na = -1, nsp = -1;
     if (n->opset < 10) {
         const kl_attr *a;
-        if ((a = kl_node_attr(n, "starts"))) { ns = KL_MIN(a->n, KL_MAX_DIMS * 2); for (int i = 0; i < ns; i++) st[i] = a->ints[i]; }
-        if ((a = kl_node_attr(n, "ends"))) { ne = KL_MIN(a->n, KL_MAX_DIMS * 2); for (int i = 0; i < ne; i++) en[i] = a->ints[i]; }
-        if ((a = kl_node_attr(n, "axes"))) { na = KL_MIN(a->n, KL_MAX_DIMS * 2); for (int i = 0; i < na; i++) ax[i] = a->ints[i]; }
+        if ((a = kl_gnode_attr(n, "starts"))) { ns = KL_MIN(a->n, KL_MAX_DIMS * 2); for (int i = 0; i < ns; i++) st[i] = a->ints[i]; }
+        if ((a = kl_gnode_attr(n, "ends"))) { ne = KL_MIN(a->n, KL_MAX_DIMS * 2); for (int i = 0; i < ne; i++) en[i] = a->ints[i]; }
+        if ((a = kl_gnode_attr(n, "axes"))) { na = KL_MIN(a->n, KL_MAX_DIMS * 2); for (int i = 0; i < na; i++) ax[i] = a->ints[i]; }
     } else {
         for (int k = 1; k < n_in && k < 5; k++)
             if (in[k] && !in[k]->data) return KL__NEED_DATA;
@@ -304,14 +304,14 @@ static int slice_params(kl_node *n, kl_tensor *const *in, int n_in, int64_t *sta
     }
     return KL_OK;
 }
-static int slice_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int slice_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t s[KL_MAX_DIMS], p[KL_MAX_DIMS], d[KL_MAX_DIMS];
     int rc = slice_params(n, in, n_in, s, p, d, e);
     if (rc) return rc;
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, d);
     return KL_OK;
 }
-static int slice_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int slice_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t s[KL_MAX_DIMS], p[KL_MAX_DIMS], d[KL_MAX_DIMS];
     int rc = slice_params(n, in, n_in, s, p, d, e);
     if (rc) return rc;
@@ -326,9 +326,9 @@ static int slice_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 }
 
 /* ---- Gather ---- */
-static int gather_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int gather_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", 0), in[0]->rank, &ax) || in[0]->rank == 0) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), in[0]->rank, &ax) || in[0]->rank == 0) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
     int r = in[0]->rank - 1 + in[1]->rank;
     if (r > KL_MAX_DIMS) return kl__fail_node(e, n, KL_EUNSUPPORTED, "rank %d", r);
     int64_t d[KL_MAX_DIMS];
@@ -339,9 +339,9 @@ static int gather_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *o
     kl__set_shape(&out[0], in[0]->dtype, r, d);
     return KL_OK;
 }
-static int gather_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int gather_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax;
-    kl__norm_axis(kl_node_attr_int(n, "axis", 0), in[0]->rank, &ax);
+    kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), in[0]->rank, &ax);
     int64_t outer = 1, inner = 1, D = in[0]->dims[ax], ni = kl_tensor_numel(in[1]);
     for (int i = 0; i < ax; i++) outer *= in[0]->dims[i];
     for (int i = (int)ax + 1; i < in[0]->rank; i++) inner *= in[0]->dims[i];
@@ -363,18 +363,18 @@ static int gather_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *con
 }
 
 /* ---- GatherElements / ScatterElements ---- */
-static int idxshape_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int idxshape_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (in[1]->rank != in[0]->rank || in[0]->rank == 0) return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs from data rank");
     for (int i = 0; i < in[0]->rank; i++)
-        if (in[1]->dims[i] > in[0]->dims[i] && i != (kl_node_attr_int(n, "axis", 0) + in[0]->rank) % in[0]->rank)
+        if (in[1]->dims[i] > in[0]->dims[i] && i != (kl_gnode_attr_int(n, "axis", 0) + in[0]->rank) % in[0]->rank)
             return kl__fail_node(e, n, KL_ESHAPE, "indices dim %d exceeds the data", i);
     kl__set_shape(&out[0], in[0]->dtype, in[1]->rank, in[1]->dims);
     return KL_OK;
 }
-static int gather_el_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int gather_el_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int r = in[0]->rank;
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", 0), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
     int64_t ist[KL_MAX_DIMS], m = kl_tensor_numel(in[1]);
     contig_strides(r, in[0]->dims, ist);
     size_t es = esz(in[0]);
@@ -394,11 +394,11 @@ static int gather_el_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
     }
     return KL_OK;
 }
-static int scatter_el_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int scatter_el_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int r = in[0]->rank;
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", 0), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
-    const char *red = kl_node_attr_str(n, "reduction", "none");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
+    const char *red = kl_gnode_attr_str(n, "reduction", "none");
     memcpy(out[0]->data, in[0]->data, (size_t)kl_tensor_numel(in[0]) * esz(in[0]));
     int64_t ost[KL_MAX_DIMS], m = kl_tensor_numel(in[1]);
     contig_strides(r, in[0]->dims, ost);
@@ -423,8 +423,8 @@ static int scatter_el_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor 
 }
 
 /* ---- GatherND / ScatterND ---- */
-static int gather_nd_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    int64_t b = kl_node_attr_int(n, "batch_dims", 0);
+static int gather_nd_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int64_t b = kl_gnode_attr_int(n, "batch_dims", 0);
     int q = in[1]->rank, r = in[0]->rank;
     if (q < 1) return kl__fail_node(e, n, KL_ESHAPE, "indices rank 0");
     int64_t k = in[1]->dims[q - 1];
@@ -437,8 +437,8 @@ static int gather_nd_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor
     kl__set_shape(&out[0], in[0]->dtype, o, d);
     return KL_OK;
 }
-static int gather_nd_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int64_t b = kl_node_attr_int(n, "batch_dims", 0);
+static int gather_nd_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t b = kl_gnode_attr_int(n, "batch_dims", 0);
     int q = in[1]->rank, r = in[0]->rank;
     int64_t k = in[1]->dims[q - 1], ist[KL_MAX_DIMS];
     contig_strides(r, in[0]->dims, ist);
@@ -461,9 +461,9 @@ static int gather_nd_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
     }
     return KL_OK;
 }
-static int scatter_nd_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int scatter_nd_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int q = in[1]->rank, r = in[0]->rank;
-    const char *red = kl_node_attr_str(n, "reduction", "none");
+    const char *red = kl_gnode_attr_str(n, "reduction", "none");
     memcpy(out[0]->data, in[0]->data, (size_t)kl_tensor_numel(in[0]) * esz(in[0]));
     int64_t k = in[1]->dims[q - 1], ost[KL_MAX_DIMS];
     contig_strides(r, in[0]->dims, ost);
@@ -491,8 +491,8 @@ static int scatter_nd_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor 
 }
 
 /* ---- Shape / Size ---- */
-static int shape_range(kl_node *n, int r, int64_t *s, int64_t *t) {
-    int64_t a = kl_node_attr_int(n, "start", 0), b = kl_node_attr_int(n, "end", r);
+static int shape_range(kl_gnode *n, int r, int64_t *s, int64_t *t) {
+    int64_t a = kl_gnode_attr_int(n, "start", 0), b = kl_gnode_attr_int(n, "end", r);
     if (a < 0) a += r;
     if (b < 0) b += r;
     a = a < 0 ? 0 : a > r ? r : a;
@@ -501,37 +501,37 @@ static int shape_range(kl_node *n, int r, int64_t *s, int64_t *t) {
     *t = b > a ? b : a;
     return KL_OK;
 }
-static int shape_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int shape_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t s, t;
     shape_range(n, in[0]->rank, &s, &t);
     int64_t d = t - s;
     kl__set_shape(&out[0], KL_I64, 1, &d);
     return KL_OK;
 }
-static int shape_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int shape_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t s, t;
     shape_range(n, in[0]->rank, &s, &t);
     for (int64_t i = s; i < t; i++) ((int64_t *)out[0]->data)[i - s] = in[0]->dims[i];
     return KL_OK;
 }
-static int size_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int size_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl__set_shape(&out[0], KL_I64, 0, NULL);
     return KL_OK;
 }
-static int size_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int size_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     *(int64_t *)out[0]->data = kl_tensor_numel(in[0]);
     return KL_OK;
 }
 
 /* ---- Constant ---- */
-static int constant_check(kl_node *n, const kl_graph *g, kl_err *e) {
+static int constant_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     if (n->n_attrs != 1) return kl__fail_node(e, n, KL_EPARSE, "Constant needs exactly one value attribute");
     const kl_attr *a = &n->attrs[0];
     if (!strcmp(a->name, "sparse_value")) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: sparse_value is not supported", n->opset);
     if (!strcmp(a->name, "value_string") || !strcmp(a->name, "value_strings")) return kl__fail_node(e, n, KL_EUNSUPPORTED, "string constants are not supported");
     return KL_OK;
 }
-static int constant_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int constant_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     const kl_attr *a = &n->attrs[0];
     int64_t d = a->n;
     if (!strcmp(a->name, "value") && a->t) kl__set_shape(&out[0], a->t->dtype, a->t->rank, a->t->dims);
@@ -542,7 +542,7 @@ static int constant_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor 
     else return kl__fail_node(e, n, KL_EUNSUPPORTED, "attribute %s", a->name);
     return KL_OK;
 }
-static int constant_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int constant_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     const kl_attr *a = &n->attrs[0];
     if (!strcmp(a->name, "value")) memcpy(out[0]->data, a->t->data, (size_t)kl_tensor_numel(a->t) * esz(a->t));
     else if (!strcmp(a->name, "value_float")) *(float *)out[0]->data = a->f;
@@ -553,20 +553,20 @@ static int constant_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *c
 }
 
 /* ---- ConstantOfShape ---- */
-static int cos_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int cos_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[0]);
     int64_t d[KL_MAX_DIMS];
     int r;
     if (read_ints(in[0], d, KL_MAX_DIMS, &r)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "rank > %d", KL_MAX_DIMS);
     for (int i = 0; i < r; i++) if (d[i] < 0) return kl__fail_node(e, n, KL_ESHAPE, "negative dimension");
     if (kl_shape_numel(r, d) < 0) return kl__fail_node(e, n, KL_ERANGE, "dimension overflow");
-    const kl_attr *a = kl_node_attr(n, "value");
+    const kl_attr *a = kl_gnode_attr(n, "value");
     if (a && (!a->t || kl_tensor_numel(a->t) != 1)) return kl__fail_node(e, n, KL_EINVAL, "value must be a one-element tensor");
     kl__set_shape(&out[0], a && a->t ? a->t->dtype : KL_F32, r, d);
     return KL_OK;
 }
-static int cos_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    const kl_attr *a = kl_node_attr(n, "value");
+static int cos_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    const kl_attr *a = kl_gnode_attr(n, "value");
     int64_t m = kl_tensor_numel(out[0]);
     size_t es = esz(out[0]);
     if (!a || !a->t) { memset(out[0]->data, 0, (size_t)m * es); return KL_OK; }
@@ -575,7 +575,7 @@ static int cos_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 }
 
 /* ---- Expand ---- */
-static int expand_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int expand_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[1]);
     int64_t sh[KL_MAX_DIMS], d[KL_MAX_DIMS];
     int r;
@@ -590,7 +590,7 @@ static int expand_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *o
     kl__set_shape(&out[0], in[0]->dtype, R, d);
     return KL_OK;
 }
-static int expand_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int expand_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int R = out[0]->rank;
     int64_t ist[KL_MAX_DIMS], bst[KL_MAX_DIMS], ost[KL_MAX_DIMS];
     contig_strides(in[0]->rank, in[0]->dims, ist);
@@ -604,7 +604,7 @@ static int expand_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *con
 }
 
 /* ---- Tile ---- */
-static int tile_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int tile_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[1]);
     if (kl_tensor_numel(in[1]) != in[0]->rank) return kl__fail_node(e, n, KL_ESHAPE, "repeats length differs from rank");
     int64_t d[KL_MAX_DIMS];
@@ -616,7 +616,7 @@ static int tile_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, d);
     return KL_OK;
 }
-static int tile_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int tile_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int r = in[0]->rank;
     /* view output as (rep0, d0, rep1, d1, ...) and copy with 0-strides over reps */
     int64_t dims[2 * KL_MAX_DIMS], sst[2 * KL_MAX_DIMS], dst_st[2 * KL_MAX_DIMS], ist[KL_MAX_DIMS], ost[KL_MAX_DIMS];
@@ -647,7 +647,7 @@ static int tile_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
 }
 
 /* ---- Range ---- */
-static int range_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int range_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[0]); NEED(in[1]); NEED(in[2]);
     if (kl_tensor_numel(in[0]) < 1 || kl_tensor_numel(in[1]) < 1 || kl_tensor_numel(in[2]) < 1) return kl__fail_node(e, n, KL_ESHAPE, "start/limit/delta must be scalars");
     double s = kl__dbl_at(in[0], 0), l = kl__dbl_at(in[1], 0), d = kl__dbl_at(in[2], 0);
@@ -658,7 +658,7 @@ static int range_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     kl__set_shape(&out[0], in[0]->dtype, 1, &m);
     return KL_OK;
 }
-static int range_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int range_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t m = out[0]->dims[0];
     if (kl_dtype_is_int(in[0]->dtype)) {
         int64_t s = kl__int_at(in[0], 0), d = kl__int_at(in[2], 0);
@@ -673,12 +673,12 @@ static int range_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 }
 
 /* ---- Pad ---- */
-static int pad_params(kl_node *n, kl_tensor *const *in, int n_in, int64_t *pads, kl_err *e) {
+static int pad_params(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t *pads, kl_err *e) {
     int r = in[0]->rank;
     int np = 0;
     int64_t raw[2 * KL_MAX_DIMS];
     if (n->opset < 11) {
-        const kl_attr *a = kl_node_attr(n, "pads");
+        const kl_attr *a = kl_gnode_attr(n, "pads");
         if (!a || a->n != 2 * r) return kl__fail_node(e, n, KL_EINVAL, "pads needs %d entries", 2 * r);
         for (int i = 0; i < 2 * r; i++) pads[i] = a->ints[i];
         return KL_OK;
@@ -702,7 +702,7 @@ static int pad_params(kl_node *n, kl_tensor *const *in, int n_in, int64_t *pads,
     memcpy(pads, raw, sizeof(int64_t) * 2 * r);
     return KL_OK;
 }
-static int pad_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int pad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int64_t pads[2 * KL_MAX_DIMS], d[KL_MAX_DIMS];
     int rc = pad_params(n, in, n_in, pads, e);
     if (rc) return rc;
@@ -714,14 +714,14 @@ static int pad_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     kl__set_shape(&out[0], in[0]->dtype, r, d);
     return KL_OK;
 }
-static int pad_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int pad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t pads[2 * KL_MAX_DIMS];
     int rc = pad_params(n, in, n_in, pads, e);
     if (rc) return rc;
     int r = in[0]->rank;
-    const char *mode = kl_node_attr_str(n, "mode", "constant");
+    const char *mode = kl_gnode_attr_str(n, "mode", "constant");
     size_t es = esz(in[0]);
-    double cv = n->opset < 11 ? kl_node_attr_float(n, "value", 0.f) : (n_in > 2 && in[2] && kl_tensor_numel(in[2]) ? kl__dbl_at(in[2], 0) : 0);
+    double cv = n->opset < 11 ? kl_gnode_attr_float(n, "value", 0.f) : (n_in > 2 && in[2] && kl_tensor_numel(in[2]) ? kl__dbl_at(in[2], 0) : 0);
     int64_t m = kl_tensor_numel(out[0]), ist[KL_MAX_DIMS];
     contig_strides(r, in[0]->dims, ist);
     char cval[16];
@@ -749,23 +749,23 @@ static int pad_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 }
 
 /* ---- EyeLike, Trilu ---- */
-static int eyelike_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int eyelike_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl_dtype dt = in[0]->dtype;
-    const kl_attr *a = kl_node_attr(n, "dtype");
+    const kl_attr *a = kl_gnode_attr(n, "dtype");
     if (a && kl__dtype_from_onnx((int)a->i, &dt)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "dtype");
     if (in[0]->rank != 2) return kl__fail_node(e, n, KL_ESHAPE, "input must be 2-D");
     kl__set_shape(&out[0], dt, 2, in[0]->dims);
     return KL_OK;
 }
-static int eyelike_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int64_t k = kl_node_attr_int(n, "k", 0), R = out[0]->dims[0], C = out[0]->dims[1];
+static int eyelike_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t k = kl_gnode_attr_int(n, "k", 0), R = out[0]->dims[0], C = out[0]->dims[1];
     memset(out[0]->data, 0, (size_t)(R * C) * esz(out[0]));
     for (int64_t i = 0; i < R; i++) if (i + k >= 0 && i + k < C) kl__set_dbl(out[0], i * C + i + k, 1);
     return KL_OK;
 }
-static int trilu_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int trilu_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t k = n_in > 1 && in[1] ? kl__int_at(in[1], 0) : 0;
-    int upper = (int)kl_node_attr_int(n, "upper", 1);
+    int upper = (int)kl_gnode_attr_int(n, "upper", 1);
     int r = in[0]->rank;
     if (r < 2) return kl__fail_node(e, n, KL_ESHAPE, "rank < 2");
     int64_t R = in[0]->dims[r - 2], C = in[0]->dims[r - 1], m = kl_tensor_numel(in[0]);
@@ -780,8 +780,8 @@ static int trilu_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 }
 
 /* ---- DepthToSpace / SpaceToDepth ---- */
-static int d2s_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    int64_t b = kl_node_attr_int(n, "blocksize", 0);
+static int d2s_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int64_t b = kl_gnode_attr_int(n, "blocksize", 0);
     if (in[0]->rank != 4 || b <= 0) return kl__fail_node(e, n, KL_EINVAL, "needs 4-D input and blocksize > 0");
     int64_t d[4];
     memcpy(d, in[0]->dims, sizeof d);
@@ -795,9 +795,9 @@ static int d2s_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     kl__set_shape(&out[0], in[0]->dtype, 4, d);
     return KL_OK;
 }
-static int d2s_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int64_t b = kl_node_attr_int(n, "blocksize", 0);
-    int crd = !strcmp(kl_node_attr_str(n, "mode", "DCR"), "CRD");
+static int d2s_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t b = kl_gnode_attr_int(n, "blocksize", 0);
+    int crd = !strcmp(kl_gnode_attr_str(n, "mode", "DCR"), "CRD");
     /* express as a 6-D transpose */
     int64_t N = in[0]->dims[0], C = in[0]->dims[1], H = in[0]->dims[2], W = in[0]->dims[3];
     int64_t d6[6], st6[6], od[6], ost[6];
@@ -821,7 +821,7 @@ static int d2s_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 }
 
 /* ---- OneHot ---- */
-static int onehot_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int onehot_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[1]);
     if (kl_tensor_numel(in[1]) < 1 || kl_tensor_numel(in[2]) != 2) return kl__fail_node(e, n, KL_ESHAPE, "depth must be a scalar and values have 2 entries");
     int64_t depth = (int64_t)kl__dbl_at(in[1], 0);
@@ -829,17 +829,17 @@ static int onehot_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *o
     int r = in[0]->rank + 1;
     if (r > KL_MAX_DIMS) return kl__fail_node(e, n, KL_EUNSUPPORTED, "rank");
     int64_t ax;
-    if (kl__norm_axis(kl_node_attr_int(n, "axis", -1), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
     int64_t d[KL_MAX_DIMS];
     int k = 0;
     for (int i = 0; i < r; i++) d[i] = i == ax ? depth : in[0]->dims[k++];
     kl__set_shape(&out[0], in[2]->dtype, r, d);
     return KL_OK;
 }
-static int onehot_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int onehot_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int r = out[0]->rank;
     int64_t ax;
-    kl__norm_axis(kl_node_attr_int(n, "axis", -1), r, &ax);
+    kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), r, &ax);
     int64_t depth = out[0]->dims[ax], outer = 1, inner = 1;
     for (int i = 0; i < ax; i++) outer *= out[0]->dims[i];
     for (int i = (int)ax + 1; i < r; i++) inner *= out[0]->dims[i];
@@ -855,7 +855,7 @@ static int onehot_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *con
 }
 
 /* ---- NonZero (data-dependent shape) ---- */
-static int nonzero_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int nonzero_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     NEED(in[0]);
     int64_t m = kl_tensor_numel(in[0]), c = 0;
     for (int64_t i = 0; i < m; i++) c += kl__dbl_at(in[0], i) != 0;
@@ -863,7 +863,7 @@ static int nonzero_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
     kl__set_shape(&out[0], KL_I64, 2, d);
     return KL_OK;
 }
-static int nonzero_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int nonzero_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t m = kl_tensor_numel(in[0]), c = 0, C = out[0]->dims[1];
     int r = in[0]->rank;
     int64_t *o = out[0]->data;
@@ -877,18 +877,18 @@ static int nonzero_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *co
 }
 
 /* ---- CumSum ---- */
-static int cumsum_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int cumsum_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (kl_tensor_numel(in[1]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "axis must be a scalar");
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
     return KL_OK;
 }
-static int trilu_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int trilu_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (n_in > 1 && in[1] && kl_tensor_numel(in[1]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "k must be a scalar");
     if (in[0]->rank < 2) return kl__fail_node(e, n, KL_ESHAPE, "rank < 2");
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
     return KL_OK;
 }
-static int scatter_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+static int scatter_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (in[1]->rank != in[0]->rank && !strcmp(n->op_type, "ScatterElements")) return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs");
     if (kl_tensor_numel(in[2]) != kl_tensor_numel(in[1]) && !strcmp(n->op_type, "ScatterElements")) return kl__fail_node(e, n, KL_ESHAPE, "updates and indices differ");
     if (in[2]->dtype != in[0]->dtype) return kl__fail_node(e, n, KL_ETYPE, "updates dtype differs");
@@ -902,10 +902,10 @@ static int scatter_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
     return KL_OK;
 }
-static int cumsum_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int cumsum_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax;
     if (kl__norm_axis(kl__int_at(in[1], 0), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
-    int excl = (int)kl_node_attr_int(n, "exclusive", 0), rev = (int)kl_node_attr_int(n, "reverse", 0);
+    int excl = (int)kl_gnode_attr_int(n, "exclusive", 0), rev = (int)kl_gnode_attr_int(n, "reverse", 0);
     int64_t outer = 1, inner = 1, D = in[0]->dims[ax];
     for (int i = 0; i < ax; i++) outer *= in[0]->dims[i];
     for (int i = (int)ax + 1; i < in[0]->rank; i++) inner *= in[0]->dims[i];
@@ -945,18 +945,18 @@ static const char *const a_red[] = {"reduction", NULL};
 static const char *const a_gnd[] = {"batch_dims", NULL};
 static const char *const a_cumsum[] = {"exclusive", "reverse", NULL};
 
-static int need_inputs(kl_node *n, int since, int k, kl_err *e) {
+static int need_inputs(kl_gnode *n, int since, int k, kl_err *e) {
     if (n->opset < since) return KL_OK;
     for (int i = 0; i < k; i++)
         if (i >= n->n_in || n->inputs[i] < 0) return kl__fail_node(e, n, KL_EPARSE, "opset %d: needs %d inputs", n->opset, k);
     return KL_OK;
 }
-static int slice_check(kl_node *n, const kl_graph *g, kl_err *e) { return need_inputs(n, 10, 3, e); }
-static int unsqueeze_check(kl_node *n, const kl_graph *g, kl_err *e) { return need_inputs(n, 13, 2, e); }
+static int slice_check(kl_gnode *n, const kl_graph *g, kl_err *e) { return need_inputs(n, 10, 3, e); }
+static int unsqueeze_check(kl_gnode *n, const kl_graph *g, kl_err *e) { return need_inputs(n, 13, 2, e); }
 
-static int pad_check(kl_node *n, const kl_graph *g, kl_err *e) {
+static int pad_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     if (need_inputs(n, 11, 2, e)) return e ? e->code : KL_EPARSE;
-    const char *m = kl_node_attr_str(n, "mode", "constant");
+    const char *m = kl_gnode_attr_str(n, "mode", "constant");
     if (strcmp(m, "constant") && strcmp(m, "reflect") && strcmp(m, "edge") && strcmp(m, "wrap"))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: Pad mode '%s' is not supported", n->opset, m);
     return KL_OK;

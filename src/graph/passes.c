@@ -70,7 +70,7 @@ static int only_consumer(const kl_graph *g, const uses_t *u, int v) {
     return u->list[u->start[v]];
 }
 
-static int is_op(const kl_node *n, const char *op) { return !n->dead && !strcmp(n->op_type, op) && !*n->domain; }
+static int is_op(const kl_gnode *n, const char *op) { return !n->dead && !strcmp(n->op_type, op) && !*n->domain; }
 
 static const kl_tensor *init_of(const kl_graph *g, int v) { return v >= 0 ? g->values[v].init : NULL; }
 
@@ -82,7 +82,7 @@ static double scalar_of(const kl_graph *g, int v) {
 }
 
 /* the other input of a binary node given one of them, or -1 */
-static int other_input(const kl_node *n, int v) {
+static int other_input(const kl_gnode *n, int v) {
     if (n->n_in != 2) return -1;
     if (n->inputs[0] == v) return n->inputs[1];
     if (n->inputs[1] == v) return n->inputs[0];
@@ -91,7 +91,7 @@ static int other_input(const kl_node *n, int v) {
 
 static void replace_uses(kl_graph *g, int from, int to) {
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         if (n->dead) continue;
         for (int k = 0; k < n->n_in; k++) if (n->inputs[k] == from) n->inputs[k] = to;
     }
@@ -112,18 +112,18 @@ static int new_init(kl_graph *g, const char *base, kl_tensor *t) {
     return v;
 }
 
-static int set_int_attr(kl_node *n, const char *name, int64_t v) {
+static int set_int_attr(kl_gnode *n, const char *name, int64_t v) {
     for (int i = 0; i < n->n_attrs; i++)
         if (!strcmp(n->attrs[i].name, name)) { n->attrs[i].type = KL_ATTR_INT; n->attrs[i].i = v; return KL_OK; }
-    kl_attr *a = kl_node_attr_add(n, name, KL_ATTR_INT);
+    kl_attr *a = kl_gnode_attr_add(n, name, KL_ATTR_INT);
     if (!a) return KL_ENOMEM;
     a->i = v;
     return KL_OK;
 }
-static int set_float_attr(kl_node *n, const char *name, float v) {
+static int set_float_attr(kl_gnode *n, const char *name, float v) {
     for (int i = 0; i < n->n_attrs; i++)
         if (!strcmp(n->attrs[i].name, name)) { n->attrs[i].type = KL_ATTR_FLOAT; n->attrs[i].f = v; return KL_OK; }
-    kl_attr *a = kl_node_attr_add(n, name, KL_ATTR_FLOAT);
+    kl_attr *a = kl_gnode_attr_add(n, name, KL_ATTR_FLOAT);
     if (!a) return KL_ENOMEM;
     a->f = v;
     return KL_OK;
@@ -136,7 +136,7 @@ static int set_float_attr(kl_node *n, const char *name, float v) {
 /* Identity and Dropout (inference) are removed by rewiring their consumers. */
 static int pass_eliminate(kl_graph *g, int *changed) {
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         if (n->dead || *n->domain) continue;
         int drop = !strcmp(n->op_type, "Identity") ||
                    (!strcmp(n->op_type, "Dropout") && (n->n_out < 2 || n->outputs[1] < 0) && (n->n_in < 3 || n->inputs[2] < 0));
@@ -153,7 +153,7 @@ static int pass_eliminate(kl_graph *g, int *changed) {
 /* Nodes whose inputs are all initializers become initializers. */
 static int pass_fold(kl_graph *g, int *changed, kl_err *e) {
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         if (n->dead || !n->op || (n->op->flags & KL_OP_NOFOLD) || n->n_out > 8) continue;
         int ok = 1;
         kl_tensor *in[64];
@@ -192,15 +192,15 @@ static int pass_conv_bn(kl_graph *g, int *changed, kl_err *e) {
         int c = g->nodes[i].outputs[0];
         int j = only_consumer(g, &u, c);
         if (j < 0 || !is_op(&g->nodes[j], "BatchNormalization") || g->nodes[j].inputs[0] != c || g->nodes[j].n_out != 1) continue;
-        kl_node *conv = &g->nodes[i], *bn = &g->nodes[j];
+        kl_gnode *conv = &g->nodes[i], *bn = &g->nodes[j];
         const kl_tensor *W = init_of(g, conv->inputs[1]), *B = conv->n_in > 2 ? init_of(g, conv->inputs[2]) : NULL;
         const kl_tensor *sc = init_of(g, bn->inputs[1]), *bb = init_of(g, bn->inputs[2]), *mu = init_of(g, bn->inputs[3]), *var = init_of(g, bn->inputs[4]);
         if (!W || !sc || !bb || !mu || !var || W->dtype != KL_F32 || sc->dtype != KL_F32 || bb->dtype != KL_F32 || mu->dtype != KL_F32 || var->dtype != KL_F32) continue;
         if (conv->n_in > 2 && conv->inputs[2] >= 0 && (!B || B->dtype != KL_F32)) continue;
         int64_t M = W->dims[0];
         if (kl_tensor_numel(sc) != M || kl_tensor_numel(bb) != M || kl_tensor_numel(mu) != M || kl_tensor_numel(var) != M) continue;
-        if (kl_node_attr_int(bn, "training_mode", 0)) continue;
-        float eps = kl_node_attr_float(bn, "epsilon", 1e-5f);
+        if (kl_gnode_attr_int(bn, "training_mode", 0)) continue;
+        float eps = kl_gnode_attr_float(bn, "epsilon", 1e-5f);
         kl_tensor *W2 = NULL, *B2 = NULL;
         if ((rc = kl_tensor_new_uninit(KL_F32, W->rank, W->dims, KL_TAG_PARAMS, &W2, e))) goto done;
         if ((rc = kl_tensor_new_uninit(KL_F32, 1, &M, KL_TAG_PARAMS, &B2, e))) { kl_tensor_free(W2); goto done; }
@@ -240,19 +240,19 @@ static int pass_act(kl_graph *g, int *changed, kl_err *e) {
     uses_t u;
     if (uses_build(g, &u)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         int conv = is_op(n, "Conv"), gemm = is_op(n, "Gemm"), fmm = !n->dead && !strcmp(n->op_type, "FusedMatMul") && !strcmp(n->domain, "keel");
         int add = is_op(n, "Add");
-        if ((!conv && !gemm && !fmm && !add) || kl_node_attr_int(n, "_act", 0)) continue;
+        if ((!conv && !gemm && !fmm && !add) || kl_gnode_attr_int(n, "_act", 0)) continue;
         if (conv && g->values[n->inputs[0]].dtype != KL_F32 && g->values[n->inputs[0]].dtype != KL_DTYPE_COUNT) continue;
         int j = only_consumer(g, &u, n->outputs[0]);
         if (j < 0) continue;
-        kl_node *a = &g->nodes[j];
+        kl_gnode *a = &g->nodes[j];
         int act = 0;
         float lo = 0, hi = 0;
         if (is_op(a, "Relu")) act = 1;
         else if (is_op(a, "Clip")) {
-            if (a->opset < 11) { lo = kl_node_attr_float(a, "min", -INFINITY); hi = kl_node_attr_float(a, "max", INFINITY); act = 2; }
+            if (a->opset < 11) { lo = kl_gnode_attr_float(a, "min", -INFINITY); hi = kl_gnode_attr_float(a, "max", INFINITY); act = 2; }
             else {
                 double l = a->n_in > 1 && a->inputs[1] >= 0 ? scalar_of(g, a->inputs[1]) : -INFINITY;
                 double h = a->n_in > 2 && a->inputs[2] >= 0 ? scalar_of(g, a->inputs[2]) : INFINITY;
@@ -278,13 +278,13 @@ static int pass_matmul_add(kl_graph *g, int *changed, kl_err *e) {
     uses_t u;
     if (uses_build(g, &u)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (int i = 0; i < g->n_nodes; i++) {
-        kl_node *n = &g->nodes[i];
+        kl_gnode *n = &g->nodes[i];
         if (!is_op(n, "MatMul")) continue;
         const kl_tensor *W = init_of(g, n->inputs[1]);
         if (!W || W->rank != 2 || W->dtype != KL_F32) continue;
         int j = only_consumer(g, &u, n->outputs[0]);
         if (j < 0 || !is_op(&g->nodes[j], "Add")) continue;
-        kl_node *a = &g->nodes[j];
+        kl_gnode *a = &g->nodes[j];
         int bv = other_input(a, n->outputs[0]);
         const kl_tensor *B = init_of(g, bv);
         if (!B || B->dtype != KL_F32 || kl_tensor_numel(B) != W->dims[1] || (B->rank != 1 && !(B->rank == 2 && B->dims[0] == 1))) continue;
@@ -308,8 +308,8 @@ static int pass_matmul_add(kl_graph *g, int *changed, kl_err *e) {
 
 /* ReduceMean -> Sub -> Pow(2) -> ReduceMean -> Add(eps) -> Sqrt -> Div -> Mul(g) -> Add(b)
  * over the last axis -> LayerNormalization. */
-static int last_axis_only(const kl_graph *g, const kl_node *n) {
-    const kl_attr *a = kl_node_attr(n, "axes");
+static int last_axis_only(const kl_graph *g, const kl_gnode *n) {
+    const kl_attr *a = kl_gnode_attr(n, "axes");
     if (a) return a->n == 1 && a->ints[0] == -1;
     if (n->n_in > 1 && n->inputs[1] >= 0) {
         const kl_tensor *t = init_of(g, n->inputs[1]);
@@ -324,8 +324,8 @@ static int pass_layernorm(kl_graph *g, int *changed, kl_err *e) {
     int rc = KL_OK;
     int n0 = g->n_nodes;
     for (int i = 0; i < n0; i++) {
-        kl_node *rm = &g->nodes[i];
-        if (!is_op(rm, "ReduceMean") || !last_axis_only(g, rm) || !kl_node_attr_int(rm, "keepdims", 1)) continue;
+        kl_gnode *rm = &g->nodes[i];
+        if (!is_op(rm, "ReduceMean") || !last_axis_only(g, rm) || !kl_gnode_attr_int(rm, "keepdims", 1)) continue;
         int x = rm->inputs[0], mean = rm->outputs[0];
         int isub = only_consumer(g, &u, mean);
         if (isub < 0 || !is_op(&g->nodes[isub], "Sub") || g->nodes[isub].inputs[0] != x || g->nodes[isub].inputs[1] != mean) continue;
@@ -333,7 +333,7 @@ static int pass_layernorm(kl_graph *g, int *changed, kl_err *e) {
         if (g->values[d].is_output || n_consumers(&u, d) != 2) continue;
         int ipow = -1, idiv = -1;
         for (int k = u.start[d]; k < u.start[d + 1]; k++) {
-            kl_node *c = &g->nodes[u.list[k]];
+            kl_gnode *c = &g->nodes[u.list[k]];
             if (is_op(c, "Pow") && c->inputs[0] == d && scalar_of(g, c->inputs[1]) == 2.0) ipow = u.list[k];
             else if (is_op(c, "Mul") && c->inputs[0] == d && c->inputs[1] == d) ipow = u.list[k];
             else if (is_op(c, "Div") && c->inputs[0] == d) idiv = u.list[k];
@@ -368,7 +368,7 @@ static int pass_layernorm(kl_graph *g, int *changed, kl_err *e) {
         const char *outs[1] = {g->values[y].name};
         int ni = kl_graph_add_node(g, "LayerNormalization", nm, ins, bv >= 0 ? 3 : 2, outs, 1);
         if (ni < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
-        kl_node *ln = &g->nodes[ni];
+        kl_gnode *ln = &g->nodes[ni];
         ln->opset = 17;
         ln->index = g->nodes[i].index;
         if (set_int_attr(ln, "axis", -1) || set_float_attr(ln, "epsilon", (float)eps)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
@@ -385,7 +385,7 @@ static int pass_gelu(kl_graph *g, int *changed, kl_err *e) {
     if (uses_build(g, &u)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     int rc = KL_OK, n0 = g->n_nodes;
     for (int i = 0; i < n0; i++) {
-        kl_node *dv = &g->nodes[i];
+        kl_gnode *dv = &g->nodes[i];
         if (!is_op(dv, "Div") || fabs(scalar_of(g, dv->inputs[1]) - 1.41421356) > 1e-3) continue;
         int x = dv->inputs[0];
         int ierf = only_consumer(g, &u, dv->outputs[0]);

@@ -209,7 +209,7 @@ static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_
     return KL_OK;
 }
 
-static int load_attr(kl_node *n, const Onnx__AttributeProto *ap, kl_err *e) {
+static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
     if (!ap->name) return kl_err_set(e, KL_EPARSE, "attribute without a name");
     kl_attr_type ty;
     switch (ap->has_type ? (int)ap->type : 0) {
@@ -225,7 +225,7 @@ static int load_attr(kl_node *n, const Onnx__AttributeProto *ap, kl_err *e) {
     }
     if (ap->ref_attr_name && *ap->ref_attr_name)
         return kl_err_set(e, KL_EUNSUPPORTED, "attribute '%s' refers to a function attribute", ap->name);
-    kl_attr *a = kl_node_attr_add(n, ap->name, ty);
+    kl_attr *a = kl_gnode_attr_add(n, ap->name, ty);
     if (!a) return kl_err_set(e, KL_ENOMEM, "out of memory");
     int rc = KL_OK;
     switch (ty) {
@@ -338,7 +338,7 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
         int ni = kl_graph_add_node(g, np->op_type, np->name ? np->name : "", (const char *const *)np->input,
                                    (int)np->n_input, (const char *const *)np->output, (int)np->n_output);
         if (ni < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        kl_node *n = &g->nodes[ni];
+        kl_gnode *n = &g->nodes[ni];
         n->index = (int)i;
         free(n->domain);
         n->domain = strdup(!strcmp(dom, "ai.onnx") ? "" : dom);
@@ -351,7 +351,7 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
         for (size_t k = 0; k < np->n_attribute; k++) {
             if ((rc = load_attr(n, np->attribute[k], e))) {
                 char d[256];
-                kl_err_prefix(e, "%s", kl_node_desc(n, d, sizeof d));
+                kl_err_prefix(e, "%s", kl_gnode_desc(n, d, sizeof d));
                 goto fail;
             }
         }
