@@ -9,6 +9,8 @@ static const app_command commands[] = {
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"config", "show effective settings and where each came from", cmd_config},
     {"version", "version, build and linked library versions", cmd_version},
+    {"train", "train a model from a YAML spec (deterministic, resumable)", cmd_train},
+    {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
 };
 
 /* Options every command accepts, anywhere on the line; they set the
