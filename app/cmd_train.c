@@ -46,6 +46,7 @@ int cmd_train(int argc, char **argv) {
     uint64_t lim = 0;
     if (app_config() && kl_config_get(app_config(), "memory.limit") && kl_config_get_size(app_config(), "memory.limit", &lim, &e)) return app_fail(&e);
     o.memory_limit = lim;
+    if (lim) kl_mem_set_budget(0); /* checked against the plan up front, then enforced */
     if (kl_train_run(a.pos[0], &o, &e)) return app_fail(&e);
     return APP_EXIT_OK;
 }

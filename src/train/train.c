@@ -280,6 +280,7 @@ typedef struct {
     int64_t step, epoch, batch;     /* next position: epoch, batch within the epoch */
     double best; int64_t best_epoch, bad_epochs;
     int stopped;
+    double ep_loss; int64_t ep_n;   /* running train loss of the current epoch */
 } tr_pos;
 
 static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *dir, int64_t step, kl_err *e) {
@@ -306,11 +307,12 @@ static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *d
     char meta[1024];
     snprintf(meta, sizeof meta,
              "{\"format\":\"keel-checkpoint-1\",\"step\":\"%lld\",\"epoch\":\"%lld\",\"batch\":\"%lld\",\"opt_t\":\"%lld\",\"opt_has_buf\":\"%d\","
-             "\"drop_rng\":\"%016llx%016llx%016llx%016llx\",\"best\":\"%a\",\"best_epoch\":\"%lld\",\"bad_epochs\":\"%lld\",\"seed\":\"%llu\"}",
+             "\"drop_rng\":\"%016llx%016llx%016llx%016llx\",\"best\":\"%a\",\"best_epoch\":\"%lld\",\"bad_epochs\":\"%lld\",\"seed\":\"%llu\","
+             "\"ep_loss\":\"%a\",\"ep_n\":\"%lld\"}",
              (long long)pos->step, (long long)pos->epoch, (long long)pos->batch, (long long)o->t, o->has_buf,
              (unsigned long long)m->drop_rng.s[0], (unsigned long long)m->drop_rng.s[1], (unsigned long long)m->drop_rng.s[2],
              (unsigned long long)m->drop_rng.s[3], pos->best, (long long)pos->best_epoch, (long long)pos->bad_epochs,
-             (unsigned long long)m->spec->seed);
+             (unsigned long long)m->spec->seed, pos->ep_loss, (long long)pos->ep_n);
     char path[4096];
     snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)step);
     rc = tr_safetensors_write(path, ent, n, meta, e);
@@ -387,9 +389,9 @@ static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, const char *path, kl
     if (rc) return rc;
     cJSON *j = meta ? cJSON_Parse(meta) : NULL;
     free(meta);
-    const char *keys[] = {"step", "epoch", "batch", "opt_t", "opt_has_buf", "drop_rng", "best", "best_epoch", "bad_epochs"};
-    const char *v[9];
-    for (int i = 0; i < 9; i++) {
+    const char *keys[] = {"step", "epoch", "batch", "opt_t", "opt_has_buf", "drop_rng", "best", "best_epoch", "bad_epochs", "ep_loss", "ep_n"};
+    const char *v[11];
+    for (int i = 0; i < 11; i++) {
         cJSON *it = cJSON_GetObjectItem(j, keys[i]);
         v[i] = cJSON_IsString(it) ? it->valuestring : NULL;
         if (!v[i]) { cJSON_Delete(j); return kl_err_set(e, KL_EPARSE, "%s: metadata lacks '%s'", path, keys[i]); }
@@ -403,6 +405,7 @@ static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, const char *path, kl
         m->drop_rng.s[w] = x;
     }
     pos->best = strtod(v[6], NULL); pos->best_epoch = strtoll(v[7], NULL, 10); pos->bad_epochs = strtoll(v[8], NULL, 10);
+    pos->ep_loss = strtod(v[9], NULL); pos->ep_n = strtoll(v[10], NULL, 10);
     cJSON_Delete(j);
     return KL_OK;
 }
@@ -606,6 +609,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                         big == 3 || big == 4 ? " - a smaller batch_size reduces it" : "");
         goto fail;
     }
+    if (o->memory_limit) { kl_mem_trim(); kl_mem_set_budget(o->memory_limit); }
     if ((rc = tr_model_alloc(m, B, e))) goto fail;
     if ((rc = tr_optim_init(&opt, s, m->nparams, e))) goto fail;
     tr_rng init_rng;
@@ -620,7 +624,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     snprintf(ckdir, sizeof ckdir, "%s/checkpoints", o->out_dir);
     if ((rc = kl_mkdir_p(ckdir, e))) goto fail;
     int lower_better = !strcmp(s->monitor, "val_loss");
-    tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0};
+    tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0};
     char bestp[4096];
     snprintf(bestp, sizeof bestp, "%s/best.safetensors", ckdir);
     if (o->resume) {
@@ -641,7 +645,6 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t samples = 0;
     tr_eval fin_val = {NAN, 0, 0};
-    double ep_loss = 0; int64_t ep_n = 0;
     int64_t *base_tr = malloc((size_t)(ntr + 1) * 8);
     if (!base_tr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     memcpy(base_tr, idx_tr, (size_t)ntr * 8);
@@ -664,7 +667,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             tr_optim_step(&opt, s, m->params, m->grads, lr);
             pos.step++;
             samples += nb;
-            ep_loss += loss * (double)nb; ep_n += nb;
+            pos.ep_loss += loss * (double)nb; pos.ep_n += nb;
             rows_add(&rows, (tr_row){pos.step, pos.epoch, 0, loss, NAN, lr, gn});
             if (pr) {
                 struct timespec t1;
@@ -687,8 +690,8 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
         }
         if (pos.batch >= steps_per_epoch) {
             /* end of epoch: validation, early stopping, best weights */
-            if (ep_n) rows_add(&rows, (tr_row){pos.step, pos.epoch, 2, ep_loss / (double)ep_n, NAN, NAN, NAN});
-            ep_loss = 0; ep_n = 0;
+            if (pos.ep_n) rows_add(&rows, (tr_row){pos.step, pos.epoch, 2, pos.ep_loss / (double)pos.ep_n, NAN, NAN, NAN});
+            pos.ep_loss = 0; pos.ep_n = 0;
             if (nva) {
                 tr_eval ev;
                 evaluate(m, vd, idx_va, nva, xb, yb, yfb, dz, &ev, NULL);
