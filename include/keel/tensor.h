@@ -274,6 +274,7 @@ typedef enum {
     KL_BIN_ADD, KL_BIN_SUB, KL_BIN_MUL, KL_BIN_DIV, KL_BIN_POW, KL_BIN_MIN, KL_BIN_MAX,
     KL_BIN_MOD,         /* integer: Python-style (sign of divisor); float: fmod */
     KL_BIN_PRELU,       /* a < 0 ? a * b : a */
+    KL_BIN_FMOD,        /* C-style remainder (sign of dividend): fmod / % */
     /* comparisons and logic: the output is BOOL (uint8 0/1) */
     KL_BIN_EQ, KL_BIN_NE, KL_BIN_LT, KL_BIN_LE, KL_BIN_GT, KL_BIN_GE,
     KL_BIN_AND, KL_BIN_OR, KL_BIN_XOR,
@@ -285,10 +286,11 @@ int kl_binary_is_compare(kl_binary_op op);   /* output dtype is BOOL */
 int kl_broadcast_shape(int ra, const int64_t *da, int rb, const int64_t *db,
                        int *rout, int64_t *dout, kl_err *e);
 /* y = a op b with NumPy broadcasting. Inputs have dtype dt; y has dtype dt, or
- * BOOL for comparisons/logic. Supported dt: F32, F64, I32, I64 for all arithmetic
- * and comparisons; plus I8 I16 U8 U16 U32 U64 F16/BF16 (via f32) for
- * ADD/SUB/MUL/DIV/MIN/MAX/comparisons; BOOL for AND/OR/XOR/EQ/NE.
- * Unsupported -> KL_EUNSUPPORTED. Integer division by zero gives 0 (no trap).
+ * BOOL for comparisons/logic. Supported dt: F32, F64 and all integer types for
+ * arithmetic and comparisons; BOOL for AND/OR/XOR/EQ/NE. (F16/BF16: cast to F32.)
+ * Unsupported -> KL_EUNSUPPORTED. Integer division by zero gives 0 (no trap);
+ * integer DIV truncates toward zero (as C / ONNX), integer POW by repeated
+ * multiplication (negative exponents give 0 unless the base is +-1).
  * Fast paths: same shape, scalar operand, row/column broadcast. */
 int kl_binary(kl_binary_op op, kl_dtype dt, int ra, const int64_t *da, const void *a,
               int rb, const int64_t *db, const void *b, void *y, kl_pool *pool, kl_err *e);
