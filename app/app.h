@@ -77,5 +77,8 @@ int cmd_doctor(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

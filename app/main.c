@@ -7,7 +7,10 @@
 
 static const app_command commands[] = {
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
+    {"bench", "benchmark an ONNX model: latency percentiles, throughput, memory", cmd_bench},
     {"config", "show effective settings and where each came from", cmd_config},
+    {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
+    {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
     {"version", "version, build and linked library versions", cmd_version},
     {"train", "train a model from a YAML spec (deterministic, resumable)", cmd_train},
     {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
