@@ -34,9 +34,11 @@ int kl_train_run(const char *spec_path, const kl_train_opts *opts, kl_err *e);
 int kl_train_check(const char *spec_path, kl_err *e);
 
 /* Evaluates a trained model folder on X/y .npy files: accuracy, AUC (binary),
- * loss and the confusion matrix, printed to out (json: one JSON object). */
-int kl_train_eval(const char *dir, const char *x_path, const char *y_path, int json, FILE *out,
-                  kl_err *e);
+ * loss and the confusion matrix, printed to out (json: one JSON object).
+ * logits_out (may be NULL): writes the model outputs (rows, outputs) as .npy.
+ * The forward is the training graph's eval mode (the graph model.onnx holds). */
+int kl_train_eval(const char *dir, const char *x_path, const char *y_path, int json,
+                  const char *logits_out, FILE *out, kl_err *e);
 
 #ifdef __cplusplus
 }

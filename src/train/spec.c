@@ -149,6 +149,16 @@ static int parse_layer(const kl_node *n, tr_lspec *L, int idx, kl_err *e) {
     return KL_OK;
 }
 
+static int rel_path(const tr_spec *s, const char *v, char **out, kl_err *e) {
+    const char *slash = s->path ? strrchr(s->path, '/') : NULL;
+    size_t dl = (v[0] != '/' && slash) ? (size_t)(slash - s->path + 1) : 0;
+    *out = malloc(dl + strlen(v) + 1);
+    if (!*out) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    memcpy(*out, s->path, dl);
+    strcpy(*out + dl, v);
+    return KL_OK;
+}
+
 static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     int rc;
     if (kl_node_kind_of(root) != KL_NODE_MAP) return kl_node_error(root, e, KL_EINVAL, "a model spec must be a map");
@@ -264,7 +274,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     snprintf(s->monitor, sizeof s->monitor, "val_loss");
     if (tr) {
         static const char *k[] = {"epochs", "batch_size", "max_steps", "grad_clip", "val_fraction", "shuffle",
-                                  "drop_last", "checkpoint_every", "early_stopping"};
+                                  "drop_last", "checkpoint_every", "early_stopping", "init"};
         if ((rc = kl_spec_check_keys(tr, k, KL_ARRAY_LEN(k), e))) return rc;
         if ((rc = pos_int(tr, "epochs", 10, 1, &s->epochs, e)) || (rc = pos_int(tr, "batch_size", 32, 1, &s->batch, e)) ||
             (rc = pos_int(tr, "max_steps", 0, 0, &s->max_steps, e)) || (rc = pos_int(tr, "checkpoint_every", 0, 0, &s->ckpt_every, e)))
@@ -272,6 +282,9 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         if ((rc = rng_double(tr, "grad_clip", 0, 0, 1e12, &s->clip, e)) || (rc = rng_double(tr, "val_fraction", 0.1, 0, 0.9, &s->val_fraction, e)))
             return rc;
         if ((rc = kl_spec_bool(tr, "shuffle", 1, &s->shuffle, e)) || (rc = kl_spec_bool(tr, "drop_last", 0, &s->drop_last, e))) return rc;
+        const char *ip;
+        if ((rc = kl_spec_str(tr, "init", "", &ip, e))) return rc;
+        if (*ip && (rc = rel_path(s, ip, &s->init_path, e))) return rc;
         const kl_node *es = kl_node_get(tr, "early_stopping");
         if (es) {
             static const char *ek[] = {"patience", "monitor", "min_delta"};
@@ -295,12 +308,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
             const char *v;
             if ((rc = kl_spec_str(da, k[i], "", &v, e))) return rc;
             if (!*v) continue;
-            const char *slash = s->path ? strrchr(s->path, '/') : NULL;
-            size_t dl = (v[0] != '/' && slash) ? (size_t)(slash - s->path + 1) : 0;
-            *dst[i] = malloc(dl + strlen(v) + 1);
-            if (!*dst[i]) return kl_err_set(e, KL_ENOMEM, "out of memory");
-            memcpy(*dst[i], s->path, dl);
-            strcpy(*dst[i] + dl, v);
+            if ((rc = rel_path(s, v, dst[i], e))) return rc;
         }
     }
     return KL_OK;
@@ -338,6 +346,6 @@ int tr_spec_load(const char *path, tr_spec **out, kl_err *e) {
 
 void tr_spec_free(tr_spec *s) {
     if (!s) return;
-    free(s->path); free(s->text); free(s->x_path); free(s->y_path); free(s->val_x); free(s->val_y);
+    free(s->path); free(s->text); free(s->x_path); free(s->y_path); free(s->val_x); free(s->val_y); free(s->init_path);
     free(s);
 }

@@ -615,6 +615,13 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     tr_rng init_rng;
     tr_rng_seed(&init_rng, s->seed);
     tr_model_init(m, &init_rng);
+    if (s->init_path) {
+        load_ctx lc = {m, NULL, 0};
+        tr_tensor_ref refs[TR_MAX_LAYERS * 4];
+        int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+        if ((rc = tr_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) { kl_err_prefix(e, "train.init %s", s->init_path); goto fail; }
+        if (lc.found != nt) { rc = kl_err_set(e, KL_ENOTFOUND, "train.init %s: %d of the model's %d tensors found", s->init_path, lc.found, nt); goto fail; }
+    }
     xb = kl_mem_alloc_e((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE, e);
     yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
     yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
@@ -781,7 +788,7 @@ int kl_train_check(const char *spec_path, kl_err *e) {
 
 /* ================================================================ eval */
 
-int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, FILE *out, kl_err *e) {
+int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, const char *logits_out, FILE *out, kl_err *e) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
     tr_data d = {0};
@@ -810,6 +817,10 @@ int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, FIL
     tr_eval ev;
     evaluate(m, &d, idx, d.n, xb, yb, yfb, dz, &ev, all);
     double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
+    if (logits_out) {
+        int64_t dd[2] = {d.n, K};
+        if ((rc = tr_npy_write_f32(logits_out, 2, dd, all, e))) goto fail;
+    }
     /* AUC: binary CE (score = p1) or a single BCE output (score = logit) */
     double auc = NAN;
     if ((s->loss == TR_LOSS_CE && K == 2) || (s->loss == TR_LOSS_BCE && K == 1)) {

@@ -10,4 +10,5 @@ typedef struct {
 } tr_array;
 int tr_npy_read(const char *path, tr_array *out, kl_err *e);
 void tr_array_free(tr_array *a);
+int tr_npy_write_f32(const char *path, int rank, const int64_t *dims, const float *data, kl_err *e);
 #endif

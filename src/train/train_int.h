@@ -121,6 +121,7 @@ typedef struct {
     char monitor[32];           /* val_loss | val_acc */
     /* data */
     char *x_path, *y_path, *val_x, *val_y;
+    char *init_path;            /* train.init: initial weights (safetensors) */
     char *text;                 /* spec file contents (for meta.json) */
 } tr_spec;
 
