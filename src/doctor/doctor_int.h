@@ -20,11 +20,6 @@ void kl__doctor_fix(kl_doctor_check *c, const char *fmt, ...) __attribute__((for
 void kl__doctor_eval_memory(const char *meminfo, uint64_t cg_limit, kl_doctor_check *c);
 void kl__doctor_eval_cpu_model(const char *cpuinfo, int usable, double quota, kl_doctor_check *c);
 
-/* Reads a whole file, also the /proc and /sys ones whose size stat reports
- * as 0 or 4096 (so reads until EOF). NUL-terminated; free() it. Returns 0 or
- * -errno. At most 16 MiB. */
-int kl__doctor_read(const char *path, char **out);
-
 /* Looks name up in $PATH; 1 and the full path in out when found. */
 int kl__doctor_which(const char *name, char *out, size_t n);
 

@@ -28,38 +28,6 @@ extern char **environ;
  * Files and programs
  * ================================================================== */
 
-int kl__doctor_read(const char *path, char **out) {
-    *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return -errno;
-    size_t cap = 4096, len = 0, max = 16u << 20;
-    char *buf = malloc(cap);
-    if (!buf) { close(fd); return -ENOMEM; }
-    for (;;) {
-        if (len + 1 >= cap) {
-            if (cap >= max) break;
-            char *p = realloc(buf, cap * 2);
-            if (!p) { free(buf); close(fd); return -ENOMEM; }
-            buf = p;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, buf + len, cap - 1 - len);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            int err = errno;
-            free(buf);
-            close(fd);
-            return -err;
-        }
-        if (r == 0) break;
-        len += (size_t)r;
-    }
-    close(fd);
-    buf[len] = 0;
-    *out = buf;
-    return 0;
-}
-
 int kl__doctor_which(const char *name, char *out, size_t n) {
     const char *path = getenv("PATH");
     if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
@@ -193,7 +161,7 @@ static char *rread(const ctx *x, const char *p) {
     char path[PATH_MAX + 256];
     char *t;
     rpath(x, p, path, sizeof path);
-    return kl__doctor_read(path, &t) == 0 ? t : NULL;
+    return kl_read_file(path, &t, NULL, NULL) == KL_OK ? t : NULL;
 }
 
 static void fs_of(const char *path, kl_doctor_fs *fs) {

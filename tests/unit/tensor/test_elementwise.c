@@ -191,10 +191,9 @@ KL_TEST(tensor_where_cast) {
     float x[2 * 3] = {1, 2, 3, 4, 5, 6}, z[1] = {-1}, y[6];
     KT_OK(kl_where(4, 1, (int64_t[]){3}, c, 2, (int64_t[]){2, 3}, x, 0, NULL, z, y, NULL, &e), &e);
     KT_NEAR(y[0], 1, 0); KT_NEAR(y[1], -1, 0); KT_NEAR(y[5], 6, 0); KT_NEAR(y[4], -1, 0);
-    int64_t i8[2] = {1, 2}, o8[2], iz[1] = {0};
-    KT_OK(kl_where(8, 2, (int64_t[]){2, 1}, (uint8_t[]){0, 1}, 1, (int64_t[]){2}, i8, 0, NULL, iz, y, NULL, &e), &e);
-    memcpy(o8, y, 16);
-    KT_EQ_INT(o8[0], 0); KT_EQ_INT(o8[1], 0);
+    int64_t i8[2] = {1, 2}, o8[4], iz[1] = {0};
+    KT_OK(kl_where(8, 2, (int64_t[]){2, 1}, (uint8_t[]){0, 1}, 1, (int64_t[]){2}, i8, 0, NULL, iz, o8, NULL, &e), &e);
+    KT_EQ_INT(o8[0], 0); KT_EQ_INT(o8[1], 0); KT_EQ_INT(o8[2], 1); KT_EQ_INT(o8[3], 2);
     KT_EQ_INT(kl_where(4, 1, (int64_t[]){3}, c, 1, (int64_t[]){2}, x, 0, NULL, z, y, NULL, &e), KL_ESHAPE);
     /* casts */
     float f[6] = {1.7f, -1.7f, 300.0f, -1.0f, NAN, 0.0f};
