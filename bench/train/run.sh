@@ -53,11 +53,11 @@ for t in "${threads[@]}"; do
     steps=$SM; b=128; [ $m = cnn ] && { steps=$SC; b=64; }
     k=$(for i in $(seq "$REPS"); do keel_sps $m "$t" "$steps"; done | median)
     p=$(for i in $(seq "$REPS"); do /usr/bin/python3 "$root/bench/train/torch_bench.py" $m "$W/x_$m.npy" "$W/y_$m.npy" $b "$steps" "$t"; done | median)
-    printf "%-8s %-4s %12.0f %12.0f %7.2f %14s\n" $m "$t" "$k" "$p" "$(echo "$k / $p" | bc -l)" "$g"
+    printf "%-8s %-4s %12.0f %12.0f %7.2f %14s\n" $m "$t" "$k" "$p" "$(awk -v a="$k" -v b="$p" 'BEGIN{print a/b}')" "$g"
     if [ $m = mlp ]; then
       # MLP FLOPs per sample: 3 GEMMs forward + 6 backward (2 per layer; first layer's dx skipped)
-      f=$(echo "2*(784*512+512*512+512*10)*3 - 2*784*512" | bc)
-      echo "         keel MLP GEMM rate: $(echo "$k * $f / 1e9" | bc -l | cut -c1-6) GFLOP/s = $(echo "100 * $k * $f / 1e9 / $g" | bc -l | cut -c1-5) % of SGEMM"
+      f=$(awk "BEGIN{print 2*(784*512+512*512+512*10)*3 - 2*784*512}")
+      awk -v k="$k" -v f="$f" -v g="$g" 'BEGIN{printf "         keel MLP: %.1f GFLOP/s in GEMMs = %.0f %% of SGEMM\n", k*f/1e9, 100*k*f/1e9/g}'
     fi
   done
 done

@@ -303,14 +303,36 @@ const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train)
     return m->L[m->n - 1].y;
 }
 
+/* Ops whose backward can write dx instead of adding to it. */
+static int can_overwrite(const tr_layer *l) {
+    tr_ltype t = l->sp.type;
+    if (t == TR_L_MAXPOOL2D) /* non-overlapping 2x2 windows tiling the input */
+        return l->pl.kh == 2 && l->pl.kw == 2 && l->pl.sh == 2 && l->pl.sw == 2 && l->pl.ph == 0 && l->pl.pw == 0 &&
+               l->pl.H == 2 * l->pl.OH && l->pl.W == 2 * l->pl.OW;
+    return t == TR_L_LINEAR || t == TR_L_RELU || t == TR_L_DROPOUT || t == TR_L_FLATTEN;
+}
+
 void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B) {
     kl_pool *pool = m->pool;
-    for (int i = 0; i < m->n - 1; i++) memset(m->L[i].dy, 0, (size_t)(B * numel_of(m->L[i].rank, m->L[i].dims)) * 4);
+    /* A layer's gradient buffer is zeroed lazily, except when its only
+     * consumer overwrites it (Linear, ReLU, Dropout, Flatten). */
+    int ncons[TR_MAX_LAYERS] = {0}, ready[TR_MAX_LAYERS] = {0};
+    for (int i = 0; i < m->n; i++)
+        for (int k = 0; k < (m->L[i].sp.type == TR_L_ADD ? 2 : 1); k++)
+            if (m->L[i].in[k] >= 0) ncons[m->L[i].in[k]]++;
     memcpy(m->L[m->n - 1].dy, dout, (size_t)(B * m->out_numel) * 4);
     for (int i = m->n - 1; i >= 0; i--) {
         tr_layer *l = &m->L[i];
         const float *xi = in_ptr(m, l->in[0], x);
         float *dx = l->in[0] >= 0 ? m->L[l->in[0]].dy : NULL;
+        int ow = 0; /* overwrite dx */
+        for (int k = 0; k < (l->sp.type == TR_L_ADD ? 2 : 1); k++) {
+            int j = l->in[k];
+            if (j < 0 || ready[j]) continue;
+            if (ncons[j] == 1 && can_overwrite(l)) ow = 1;
+            else memset(m->L[j].dy, 0, (size_t)(B * numel_of(m->L[j].rank, m->L[j].dims)) * 4);
+            ready[j] = 1;
+        }
         const float *w = l->w_off >= 0 ? m->params + l->w_off : NULL;
         float *gw = l->w_off >= 0 ? m->grads + l->w_off : NULL, *gb = l->b_off >= 0 ? m->grads + l->b_off : NULL;
         int r_in = l->in[0] < 0 ? m->spec->in_rank : m->L[l->in[0]].rank;
@@ -319,17 +341,32 @@ void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B
         int64_t last = l->dims[l->rank - 1];
         switch (l->sp.type) {
         case TR_L_LINEAR:
-            tr_linear_bwd_f32(n_in / d_in[r_in - 1], d_in[r_in - 1], l->sp.out, xi, w, l->dy, dx, gw, gb, pool);
+            tr_linear_bwd_f32(n_in / d_in[r_in - 1], d_in[r_in - 1], l->sp.out, xi, w, l->dy, dx, gw, gb, ow, pool);
             break;
         case TR_L_CONV2D: l->cv.N = B; tr_conv_bwd_f32(&l->cv, xi, w, l->dy, dx, gw, gb, m->ws, pool); break;
-        case TR_L_MAXPOOL2D: if (dx) { l->pl.N = B; tr_maxpool_bwd_f32(&l->pl, l->idx, l->dy, dx); } break;
+        case TR_L_MAXPOOL2D:
+            if (dx && ow) { /* every input element belongs to exactly one window */
+                int64_t P = l->pl.OH * l->pl.OW, HW = l->pl.H * l->pl.W, Wd = l->pl.W;
+                for (int64_t nc = 0; nc < B * l->pl.C; nc++) {
+                    float *d = dx + nc * HW;
+                    for (int64_t oh = 0; oh < l->pl.OH; oh++)
+                        for (int64_t owi = 0; owi < l->pl.OW; owi++) {
+                            int64_t o = nc * P + oh * l->pl.OW + owi, a = 2 * oh * Wd + 2 * owi;
+                            d[a] = d[a + 1] = d[a + Wd] = d[a + Wd + 1] = 0;
+                            d[l->idx[o]] = l->dy[o];
+                        }
+                }
+            } else if (dx) { l->pl.N = B; tr_maxpool_bwd_f32(&l->pl, l->idx, l->dy, dx); }
+            break;
         case TR_L_AVGPOOL2D: if (dx) { l->pl.N = B; tr_avgpool_bwd_f32(&l->pl, l->dy, dx); } break;
         case TR_L_GAP: if (dx) tr_gap_bwd_f32(B * d_in[0], d_in[1] * d_in[2], l->dy, dx); break;
         case TR_L_BATCHNORM2D: tr_bn_bwd_f32(B, l->dims[0], l->dims[1] * l->dims[2], l->save, l->invstd, w, l->dy, dx, gw, gb); break;
         case TR_L_LAYERNORM: tr_ln_bwd_f32(n_out / last, last, l->save, l->invstd, w, l->dy, dx, gw, gb); break;
         case TR_L_DROPOUT:
             if (dx) {
-                if (l->sp.p_drop > 0) for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k] * l->save[k];
+                if (ow && l->sp.p_drop > 0) for (int64_t k = 0; k < n_out; k++) dx[k] = l->dy[k] * l->save[k];
+                else if (ow) memcpy(dx, l->dy, (size_t)n_out * 4);
+                else if (l->sp.p_drop > 0) for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k] * l->save[k];
                 else for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k];
             }
             break;
@@ -337,8 +374,14 @@ void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B
             memset(gw, 0, (size_t)l->w_n * 4);
             tr_embed_bwd_f32(n_in, l->sp.out, l->ids, l->dy, gw);
             break;
-        case TR_L_FLATTEN: if (dx) for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k]; break;
-        case TR_L_RELU: if (dx) tr_act_bwd_f32(TR_ACT_RELU, n_out, xi, l->y, l->dy, dx); break;
+        case TR_L_FLATTEN:
+            if (dx && ow) memcpy(dx, l->dy, (size_t)n_out * 4);
+            else if (dx) for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k];
+            break;
+        case TR_L_RELU:
+            if (dx && ow) for (int64_t k = 0; k < n_out; k++) dx[k] = l->y[k] > 0 ? l->dy[k] : 0.0f;
+            else if (dx) tr_act_bwd_f32(TR_ACT_RELU, n_out, xi, l->y, l->dy, dx);
+            break;
         case TR_L_GELU: if (dx) tr_act_bwd_f32(TR_ACT_GELU, n_out, xi, l->y, l->dy, dx); break;
         case TR_L_SIGMOID: if (dx) tr_act_bwd_f32(TR_ACT_SIGMOID, n_out, xi, l->y, l->dy, dx); break;
         case TR_L_TANH: if (dx) tr_act_bwd_f32(TR_ACT_TANH, n_out, xi, l->y, l->dy, dx); break;

@@ -57,10 +57,10 @@ void FN(tr_linear_fwd)(int64_t B, int64_t In, int64_t O, const R *x, const R *W,
     FN(gemm)(0, 1, B, O, In, 1, x, In, W, In, b ? 1 : 0, y, O, pool);
 }
 
-/* dx += dy W (when dx); dW = dy^T x; db = column sums of dy. */
+/* dx += dy W (dx = dy W when overwrite); dW = dy^T x; db = column sums of dy. */
 void FN(tr_linear_bwd)(int64_t B, int64_t In, int64_t O, const R *x, const R *W, const R *dy,
-                       R *dx, R *dW, R *db, kl_pool *pool) {
-    if (dx) FN(gemm)(0, 0, B, In, O, 1, dy, O, W, In, 1, dx, In, pool);
+                       R *dx, R *dW, R *db, int overwrite, kl_pool *pool) {
+    if (dx) FN(gemm)(0, 0, B, In, O, 1, dy, O, W, In, overwrite ? 0 : 1, dx, In, pool);
     FN(gemm)(1, 0, O, In, B, 1, dy, O, x, In, 0, dW, In, pool);
     if (db) {
         for (int64_t o = 0; o < O; o++) db[o] = 0;
@@ -165,6 +165,25 @@ void FN(tr_conv_bwd)(const tr_conv *p, const R *x, const R *W, const R *dy, R *d
 
 /* Max pool; idx (N,C,OH,OW) records the flat index in the (h,w) plane. */
 void FN(tr_maxpool_fwd)(const tr_pool2 *p, const R *x, R *y, int32_t *idx) {
+    if (p->kh == 2 && p->kw == 2 && p->sh == 2 && p->sw == 2 && p->ph == 0 && p->pw == 0) {
+        /* fast path: 2x2 stride 2, no padding (same choice rule as below) */
+        for (int64_t nc = 0; nc < p->N * p->C; nc++) {
+            const R *s = x + nc * p->H * p->W;
+            for (int64_t oh = 0; oh < p->OH; oh++) {
+                const R *r0 = s + 2 * oh * p->W, *r1 = r0 + p->W;
+                int64_t o = (nc * p->OH + oh) * p->OW;
+                for (int64_t ow = 0; ow < p->OW; ow++) {
+                    int64_t c = 2 * ow;
+                    R best = r0[c]; int32_t bi = (int32_t)(2 * oh * p->W + c);
+                    if (r0[c + 1] > best || r0[c + 1] != r0[c + 1]) { best = r0[c + 1]; bi = (int32_t)(2 * oh * p->W + c + 1); }
+                    if (r1[c] > best || r1[c] != r1[c]) { best = r1[c]; bi = (int32_t)((2 * oh + 1) * p->W + c); }
+                    if (r1[c + 1] > best || r1[c + 1] != r1[c + 1]) { best = r1[c + 1]; bi = (int32_t)((2 * oh + 1) * p->W + c + 1); }
+                    y[o + ow] = best; idx[o + ow] = bi;
+                }
+            }
+        }
+        return;
+    }
     for (int64_t nc = 0; nc < p->N * p->C; nc++) {
         const R *s = x + nc * p->H * p->W;
         for (int64_t oh = 0; oh < p->OH; oh++)

@@ -27,7 +27,7 @@ int64_t tr_conv_ws_elems(const tr_conv *p);
     void tr_linear_fwd_##S(int64_t B, int64_t In, int64_t O, const R *x, const R *W, const R *b,   \
                            R *y, kl_pool *pool);                                                   \
     void tr_linear_bwd_##S(int64_t B, int64_t In, int64_t O, const R *x, const R *W, const R *dy,  \
-                           R *dx, R *dW, R *db, kl_pool *pool);                                    \
+                           R *dx, R *dW, R *db, int overwrite, kl_pool *pool);                   \
     void tr_conv_fwd_##S(const tr_conv *p, const R *x, const R *W, const R *b, R *y, R *ws,       \
                          kl_pool *pool);                                                           \
     void tr_conv_bwd_##S(const tr_conv *p, const R *x, const R *W, const R *dy, R *dx, R *dW,     \

@@ -72,7 +72,7 @@ static void gc_out(gc *g, int64_t n) {
 
 /* ---- linear: x (4,5), W (3,5), b (3) ---- */
 static double lin_f(gc *g) { tr_linear_fwd_f64(4, 5, 3, g->in[0], g->in[1], g->in[2], g->y, TR_NOPOOL); return dot(g->y, g->r, g->ny); }
-static void lin_b(gc *g) { lin_f(g); tr_linear_bwd_f64(4, 5, 3, g->in[0], g->in[1], g->dy, g->gin[0], g->gin[1], g->gin[2], TR_NOPOOL); }
+static void lin_b(gc *g) { lin_f(g); tr_linear_bwd_f64(4, 5, 3, g->in[0], g->in[1], g->dy, g->gin[0], g->gin[1], g->gin[2], 0, TR_NOPOOL); }
 
 KL_TEST(train_gradcheck_linear) {
     tr_rng_seed(&grng, 1);
