@@ -7,6 +7,20 @@
 #include <string.h>
 
 #include "train/train_int.h"
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
+
+void tr_round_f16(float *x, int64_t n) {
+    int64_t i = 0;
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+    for (; i < n; i++) x[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT));
+#else
+    for (; i < n; i++) x[i] = (float)(_Float16)x[i];
+#endif
+}
 
 static int64_t numel_of(int rank, const int64_t *d) {
     int64_t n = 1;
@@ -299,6 +313,7 @@ const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train)
         }
         default: break;
         }
+        if (m->fp16) tr_round_f16(l->y, n_out); /* activations stored at float16 precision */
     }
     return m->L[m->n - 1].y;
 }
@@ -323,6 +338,7 @@ void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B
     memcpy(m->L[m->n - 1].dy, dout, (size_t)(B * m->out_numel) * 4);
     for (int i = m->n - 1; i >= 0; i--) {
         tr_layer *l = &m->L[i];
+        if (m->fp16) tr_round_f16(l->dy, B * numel_of(l->rank, l->dims)); /* gradients at float16 precision */
         const float *xi = in_ptr(m, l->in[0], x);
         float *dx = l->in[0] >= 0 ? m->L[l->in[0]].dy : NULL;
         int ow = 0; /* overwrite dx */
@@ -395,6 +411,7 @@ void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B
         default: break;
         }
     }
+    if (m->fp16) tr_round_f16(m->grads, m->nparams);
 }
 
 int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {

@@ -272,9 +272,10 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     const kl_node *tr = kl_node_get(root, "train");
     s->epochs = 10; s->batch = 32; s->shuffle = 1; s->val_fraction = 0.1; s->log_every = 1;
     snprintf(s->monitor, sizeof s->monitor, "val_loss");
+    s->ls_init = 65536; s->ls_growth = 2; s->ls_backoff = 0.5; s->ls_interval = 2000; s->ls_min = 1.0 / 65536;
     if (tr) {
         static const char *k[] = {"epochs", "batch_size", "max_steps", "grad_clip", "val_fraction", "shuffle",
-                                  "drop_last", "checkpoint_every", "early_stopping", "init"};
+                                  "drop_last", "checkpoint_every", "early_stopping", "init", "precision", "loss_scale"};
         if ((rc = kl_spec_check_keys(tr, k, KL_ARRAY_LEN(k), e))) return rc;
         if ((rc = pos_int(tr, "epochs", 10, 1, &s->epochs, e)) || (rc = pos_int(tr, "batch_size", 32, 1, &s->batch, e)) ||
             (rc = pos_int(tr, "max_steps", 0, 0, &s->max_steps, e)) || (rc = pos_int(tr, "checkpoint_every", 0, 0, &s->ckpt_every, e)))
@@ -282,6 +283,19 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         if ((rc = rng_double(tr, "grad_clip", 0, 0, 1e12, &s->clip, e)) || (rc = rng_double(tr, "val_fraction", 0.1, 0, 0.9, &s->val_fraction, e)))
             return rc;
         if ((rc = kl_spec_bool(tr, "shuffle", 1, &s->shuffle, e)) || (rc = kl_spec_bool(tr, "drop_last", 0, &s->drop_last, e))) return rc;
+        const char *prec;
+        if ((rc = kl_spec_str(tr, "precision", "fp32", &prec, e))) return rc;
+        if (!strcmp(prec, "fp16")) s->fp16 = 1;
+        else if (strcmp(prec, "fp32")) return kl_node_error(kl_node_get(tr, "precision"), e, KL_EINVAL, "precision: fp32 or fp16, got '%s'", prec);
+        const kl_node *ls = kl_node_get(tr, "loss_scale");
+        if (ls) {
+            static const char *lk[] = {"init", "growth", "backoff", "interval", "min"};
+            if ((rc = kl_spec_check_keys(ls, lk, 5, e))) return rc;
+            if ((rc = rng_double(ls, "init", 65536, 1e-30, 1e38, &s->ls_init, e)) || (rc = rng_double(ls, "growth", 2, 1, 1e6, &s->ls_growth, e)) ||
+                (rc = rng_double(ls, "backoff", 0.5, 1e-6, 1, &s->ls_backoff, e)) || (rc = pos_int(ls, "interval", 2000, 1, &s->ls_interval, e)) ||
+                (rc = rng_double(ls, "min", 1.0 / 65536, 0, 1e38, &s->ls_min, e)))
+                return rc;
+        }
         const char *ip;
         if ((rc = kl_spec_str(tr, "init", "", &ip, e))) return rc;
         if (*ip && (rc = rel_path(s, ip, &s->init_path, e))) return rc;

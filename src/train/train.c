@@ -281,6 +281,7 @@ typedef struct {
     double best; int64_t best_epoch, bad_epochs;
     int stopped;
     double ep_loss; int64_t ep_n;   /* running train loss of the current epoch */
+    double scale; int64_t tracker, skipped; /* fp16 dynamic loss scaling */
 } tr_pos;
 
 static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *dir, int64_t step, kl_err *e) {
@@ -308,11 +309,11 @@ static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *d
     snprintf(meta, sizeof meta,
              "{\"format\":\"keel-checkpoint-1\",\"step\":\"%lld\",\"epoch\":\"%lld\",\"batch\":\"%lld\",\"opt_t\":\"%lld\",\"opt_has_buf\":\"%d\","
              "\"drop_rng\":\"%016llx%016llx%016llx%016llx\",\"best\":\"%a\",\"best_epoch\":\"%lld\",\"bad_epochs\":\"%lld\",\"seed\":\"%llu\","
-             "\"ep_loss\":\"%a\",\"ep_n\":\"%lld\"}",
+             "\"ep_loss\":\"%a\",\"ep_n\":\"%lld\",\"scale\":\"%a\",\"tracker\":\"%lld\",\"skipped\":\"%lld\"}",
              (long long)pos->step, (long long)pos->epoch, (long long)pos->batch, (long long)o->t, o->has_buf,
              (unsigned long long)m->drop_rng.s[0], (unsigned long long)m->drop_rng.s[1], (unsigned long long)m->drop_rng.s[2],
              (unsigned long long)m->drop_rng.s[3], pos->best, (long long)pos->best_epoch, (long long)pos->bad_epochs,
-             (unsigned long long)m->spec->seed, pos->ep_loss, (long long)pos->ep_n);
+             (unsigned long long)m->spec->seed, pos->ep_loss, (long long)pos->ep_n, pos->scale, (long long)pos->tracker, (long long)pos->skipped);
     char path[4096];
     snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)step);
     rc = tr_safetensors_write(path, ent, n, meta, e);
@@ -389,9 +390,9 @@ static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, const char *path, kl
     if (rc) return rc;
     cJSON *j = meta ? cJSON_Parse(meta) : NULL;
     free(meta);
-    const char *keys[] = {"step", "epoch", "batch", "opt_t", "opt_has_buf", "drop_rng", "best", "best_epoch", "bad_epochs", "ep_loss", "ep_n"};
-    const char *v[11];
-    for (int i = 0; i < 11; i++) {
+    const char *keys[] = {"step", "epoch", "batch", "opt_t", "opt_has_buf", "drop_rng", "best", "best_epoch", "bad_epochs", "ep_loss", "ep_n", "scale", "tracker", "skipped"};
+    const char *v[14];
+    for (int i = 0; i < 14; i++) {
         cJSON *it = cJSON_GetObjectItem(j, keys[i]);
         v[i] = cJSON_IsString(it) ? it->valuestring : NULL;
         if (!v[i]) { cJSON_Delete(j); return kl_err_set(e, KL_EPARSE, "%s: metadata lacks '%s'", path, keys[i]); }
@@ -406,6 +407,7 @@ static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, const char *path, kl
     }
     pos->best = strtod(v[6], NULL); pos->best_epoch = strtoll(v[7], NULL, 10); pos->bad_epochs = strtoll(v[8], NULL, 10);
     pos->ep_loss = strtod(v[9], NULL); pos->ep_n = strtoll(v[10], NULL, 10);
+    pos->scale = strtod(v[11], NULL); pos->tracker = strtoll(v[12], NULL, 10); pos->skipped = strtoll(v[13], NULL, 10);
     cJSON_Delete(j);
     return KL_OK;
 }
@@ -631,7 +633,10 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     snprintf(ckdir, sizeof ckdir, "%s/checkpoints", o->out_dir);
     if ((rc = kl_mkdir_p(ckdir, e))) goto fail;
     int lower_better = !strcmp(s->monitor, "val_loss");
-    tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0};
+    tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
+    m->fp16 = s->fp16;
+    double scale_hist[16];
+    int nhist = 0;
     char bestp[4096];
     snprintf(bestp, sizeof bestp, "%s/best.safetensors", ckdir);
     if (o->resume) {
@@ -668,10 +673,43 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                 free(base_tr);
                 goto fail;
             }
-            tr_model_backward(m, xb, dz, nb);
-            double gn = tr_clip_grad(m->grads, m->nparams, s->clip);
-            double lr = tr_sched_lr(s, pos.step, pos.epoch, total);
-            tr_optim_step(&opt, s, m->params, m->grads, lr);
+            double lr = tr_sched_lr(s, pos.step, pos.epoch, total), gn;
+            if (s->fp16) {
+                /* dynamic loss scaling (as torch.cuda.amp.GradScaler) */
+                float sc = (float)pos.scale;
+                for (int64_t k = 0; k < nb * m->out_numel; k++) dz[k] *= sc;
+                tr_model_backward(m, xb, dz, nb);
+                int finite = 1;
+                for (int64_t k = 0; k < m->nparams && finite; k++) finite = isfinite(m->grads[k]);
+                if (nhist == 16) { memmove(scale_hist, scale_hist + 1, 15 * sizeof(double)); nhist = 15; }
+                scale_hist[nhist++] = pos.scale;
+                if (!finite) {
+                    pos.skipped++;
+                    pos.tracker = 0;
+                    pos.scale *= s->ls_backoff;
+                    gn = NAN;
+                    if (pos.scale < s->ls_min) {
+                        kl_buf hb;
+                        kl_buf_init(&hb);
+                        for (int k = 0; k < nhist; k++) kl_buf_printf(&hb, "%s%g", k ? ", " : "", scale_hist[k]);
+                        rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss scale collapsed to %g, below the floor %g (%lld steps skipped for inf/NaN gradients); last scales: %s",
+                                        (long long)pos.step, (long long)pos.epoch, pos.scale, s->ls_min, (long long)pos.skipped, hb.data ? hb.data : "");
+                        kl_buf_free(&hb);
+                        free(base_tr);
+                        goto fail;
+                    }
+                } else {
+                    float inv = (float)(1.0 / (double)sc);
+                    for (int64_t k = 0; k < m->nparams; k++) m->grads[k] *= inv;
+                    gn = tr_clip_grad(m->grads, m->nparams, s->clip);
+                    tr_optim_step(&opt, s, m->params, m->grads, lr);
+                    if (++pos.tracker >= s->ls_interval) { pos.scale *= s->ls_growth; pos.tracker = 0; }
+                }
+            } else {
+                tr_model_backward(m, xb, dz, nb);
+                gn = tr_clip_grad(m->grads, m->nparams, s->clip);
+                tr_optim_step(&opt, s, m->params, m->grads, lr);
+            }
             pos.step++;
             samples += nb;
             pos.ep_loss += loss * (double)nb; pos.ep_n += nb;
@@ -761,6 +799,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             if (fin_val.count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fin_val.correct / (double)fin_val.count);
             fprintf(rep, "%s\n", best_used ? " (best epoch)" : "");
         }
+        if (s->fp16) fprintf(rep, "fp16: final loss scale %g, %lld steps skipped for inf/NaN gradients\n", pos.scale, (long long)pos.skipped);
         fprintf(rep, "artifacts in %s: model.onnx model.safetensors meta.json card.md metrics.csv curves.svg\n", o->out_dir);
     }
     rc = KL_OK;

@@ -119,6 +119,8 @@ typedef struct {
     double clip, val_fraction, min_delta;
     int shuffle, drop_last;
     char monitor[32];           /* val_loss | val_acc */
+    int fp16;                   /* train.precision: fp16 (mixed precision, loss scaling) */
+    double ls_init, ls_growth, ls_backoff, ls_min; int64_t ls_interval;
     /* data */
     char *x_path, *y_path, *val_x, *val_y;
     char *init_path;            /* train.init: initial weights (safetensors) */
@@ -165,6 +167,7 @@ typedef struct tr_model {
     float *dx_in;               /* unused sink for the input gradient */
     tr_rng drop_rng;
     kl_pool *pool;
+    int fp16;                   /* round activations and gradients to float16 */
 } tr_model;
 
 /* Builds the model from a spec: shapes, parameter layout (no memory). */
@@ -182,6 +185,8 @@ void tr_model_init(tr_model *m, tr_rng *rng);
 const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train);
 /* Backward from dout (B, out_numel); fills m->grads. */
 void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B);
+/* Rounds n floats to float16 precision in place (F16C); overflow -> inf. */
+void tr_round_f16(float *x, int64_t n);
 /* Parameter names and tensors, for checkpoints and export. */
 typedef struct { char name[96]; float *data; int rank; int64_t dims[4]; int64_t n; int buffer; } tr_tensor_ref;
 int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max);

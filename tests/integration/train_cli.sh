@@ -106,3 +106,16 @@ sed "s#$D/x_train.npy#$T/x_nan.npy#" "$T/mlp.yaml" > "$T/bad4.yaml"
 expect_rc train_nan_data 1 $KEEL train "$T/bad4.yaml" --out "$T/b"
 grep -q "row 5, value 3 is NaN" "$T/err" && pass train_nan_data_message || fail train_nan_data_message "$(head -c 300 "$T/err")"
 [ ! -e "$T/b/model.onnx" ] && pass train_bad_input_no_artifacts || fail train_bad_input_no_artifacts "artifacts written"
+
+# ---- mixed precision: fp16 activations/gradients with dynamic loss scaling
+sed 's/  grad_clip: 5.0/  grad_clip: 5.0\n  precision: fp16\n  loss_scale: {init: 1.0e12}/' "$T/mlp.yaml" > "$T/fp16.yaml"
+if $KEEL train "$T/fp16.yaml" --out "$T/fp16" --quiet > "$T/fp16.out" 2>&1 && grep -q "steps skipped for inf/NaN" "$T/fp16.out"; then
+  acc=$($KEEL eval "$T/fp16" --data "$D/x_test.npy,$D/y_test.npy" --json | sed -E 's/.*"accuracy":([0-9.]+).*/\1/')
+  skipped=$(sed -nE 's/.*, ([0-9]+) steps skipped.*/\1/p' "$T/fp16.out")
+  if awk -v a="${acc:-0}" -v s="${skipped:-0}" 'BEGIN{exit !(a >= 0.95 && s >= 20 && s <= 30)}'; then pass train_fp16_loss_scaling;
+  else fail train_fp16_loss_scaling "accuracy ${acc:-?}, skipped ${skipped:-?} (expected ~23 back-offs from 1e12)"; fi
+else fail train_fp16_loss_scaling "$(tail -c 300 "$T/fp16.out")"; fi
+sed 's/  grad_clip: 5.0/  grad_clip: 5.0\n  precision: fp16\n  loss_scale: {init: 1.0e12, min: 1.0e9}/' "$T/mlp.yaml" > "$T/fp16c.yaml"
+expect_rc train_fp16_scale_collapse 1 $KEEL train "$T/fp16c.yaml" --out "$T/fp16c" --quiet
+grep -q "loss scale collapsed to .* below the floor" "$T/err" && grep -q "last scales: 1e+12, 5e+11" "$T/err" && grep -q "step 9" "$T/err" \
+  && pass train_fp16_scale_collapse_message || fail train_fp16_scale_collapse_message "$(head -c 300 "$T/err")"
