@@ -7,6 +7,7 @@
 #include "train/train_int.h"
 
 #define GEMM_ROWS 64
+#define GEMM_COLS 1024
 
 int64_t tr_conv_ws_elems(const tr_conv *p) {
     int64_t K = p->C * p->kh * p->kw, NP = p->N * p->OH * p->OW;

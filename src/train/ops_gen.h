@@ -20,6 +20,18 @@ typedef struct {
     R *C; int64_t ldc;
 } FN(gemm_job);
 
+/* Column blocks (used when C has few rows, e.g. conv with few channels). */
+static void FN(gemm_cblock)(void *ctx, size_t b0, size_t b1, int chunk) {
+    const FN(gemm_job) *j = ctx;
+    for (size_t b = b0; b < b1; b++) {
+        int64_t n0 = (int64_t)b * GEMM_COLS, n = KL_MIN(GEMM_COLS, j->N - n0);
+        const R *bp = j->tb ? j->B + n0 * j->ldb : j->B + n0;
+        GEMM(CblasRowMajor, j->ta ? CblasTrans : CblasNoTrans, j->tb ? CblasTrans : CblasNoTrans,
+             (int)j->M, (int)n, (int)j->K, j->alpha, j->A, (int)j->lda, bp, (int)j->ldb, j->beta,
+             j->C + n0, (int)j->ldc);
+    }
+}
+
 static void FN(gemm_block)(void *ctx, size_t b0, size_t b1, int chunk) {
     const FN(gemm_job) *j = ctx;
     for (size_t b = b0; b < b1; b++) {
@@ -43,6 +55,12 @@ static void FN(gemm)(int ta, int tb, int64_t M, int64_t N, int64_t K, R alpha, c
     }
     FN(gemm_job) j = {ta, tb, M, N, K, alpha, beta, A, lda, B, ldb, C, ldc};
     size_t nb = (size_t)((M + GEMM_ROWS - 1) / GEMM_ROWS);
+    if (nb <= 2 && N >= 4 * GEMM_COLS) { /* few rows, many columns: fixed column blocks */
+        size_t nc = (size_t)((N + GEMM_COLS - 1) / GEMM_COLS);
+        if (pool == TR_NOPOOL) FN(gemm_cblock)(&j, 0, nc, 0);
+        else kl_pool_parallel_for(pool, nc, 1, FN(gemm_cblock), &j);
+        return;
+    }
     if (nb == 1 || pool == TR_NOPOOL) FN(gemm_block)(&j, 0, nb, 0);
     else kl_pool_parallel_for(pool, nb, 1, FN(gemm_block), &j);
 }
