@@ -2,6 +2,7 @@
  * layer and its spec line), one parameter block, one gradient block, the
  * per-batch memory planned up front in one activations block, PyTorch default
  * initialisation, and the forward/backward tape over the kernels in ops.c. */
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,10 +81,10 @@ int tr_model_new(tr_spec *s, tr_model **out, kl_err *e) {
         memcpy(l->dims, d, sizeof l->dims);
         switch (L->type) {
         case TR_L_LINEAR: {
-            int64_t I = d[r - 1];
-            if (L->in && L->in != I) { rc = LERR(L, "in: %lld, but '%s' gives shape %s (last dim %lld)", (long long)L->in, src, shape_s(r, d, b1, sizeof b1), (long long)I); goto fail; }
+            int64_t In = d[r - 1];
+            if (L->in && L->in != In) { rc = LERR(L, "in: %lld, but '%s' gives shape %s (last dim %lld)", (long long)L->in, src, shape_s(r, d, b1, sizeof b1), (long long)In); goto fail; }
             l->dims[r - 1] = L->out;
-            l->w_n = L->out * I; l->b_n = L->bias ? L->out : 0;
+            l->w_n = L->out * In; l->b_n = L->bias ? L->out : 0;
             break;
         }
         case TR_L_CONV2D: case TR_L_MAXPOOL2D: case TR_L_AVGPOOL2D: case TR_L_BATCHNORM2D: case TR_L_GAP:
@@ -199,6 +200,7 @@ static void *zalloc(size_t n, kl_mem_tag tag, kl_err *e) {
 }
 
 int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
+    openblas_set_num_threads(1); /* parallelism (and determinism) come from fixed GEMM blocks on the keel pool */
     m->B = B;
     m->params = zalloc((size_t)(m->nparams + m->nbuf) * 4, KL_TAG_PARAMS, e);
     if (!m->params) return KL_ENOMEM;

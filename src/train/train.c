@@ -599,6 +599,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     /* memory plan, before any allocation of the model */
     uint64_t plan[5], tot = 0, data_bytes = (uint64_t)(d.n + dv.n) * (uint64_t)(m->in_numel * 4 + (d.yi ? 8 : m->out_numel * 4));
     tr_model_plan(m, B, tr_optim_slots(s), plan);
+    plan[4] += (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 8); /* batch, labels, loss gradient */
     for (int i = 0; i < 5; i++) tot += plan[i];
     if (o->memory_report) print_plan(rep, plan, data_bytes);
     if (o->memory_limit && tot + data_bytes > o->memory_limit) {
@@ -763,6 +764,19 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     free(base_tr);
     kl_progress_finish(pr);
     pr = NULL;
+    if (o->memory_report) { /* the plan against what the allocator measured */
+        static const kl_mem_tag tags[6] = {KL_TAG_PARAMS, KL_TAG_GRADS, KL_TAG_OPTIMIZER, KL_TAG_ACTIVATIONS, KL_TAG_WORKSPACE, KL_TAG_DATASET};
+        char b[32];
+        fprintf(rep, "measured peaks (allocator):");
+        for (int i = 0; i < 6; i++) {
+            kl_mem_stats st;
+            kl_mem_stats_get(tags[i], &st);
+            fprintf(rep, " %s %s%s", kl_mem_tag_name(tags[i]), kl_fmt_bytes(st.peak_allocated, b, sizeof b), i < 5 ? "," : "");
+        }
+        kl_mem_stats tot;
+        kl_mem_stats_get(KL_TAG_COUNT, &tot);
+        fprintf(rep, "; total peak %s\n", kl_fmt_bytes(tot.peak_allocated, b, sizeof b));
+    }
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
