@@ -317,6 +317,12 @@ static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *d
     char path[4096];
     snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)step);
     rc = tr_safetensors_write(path, ent, n, meta, e);
+    if (!rc && step > 3 * m->spec->ckpt_every) { /* keep the newest three */
+        snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)(step - 3 * m->spec->ckpt_every));
+        remove(path);
+        strncat(path, ".sha256", sizeof path - strlen(path) - 1);
+        remove(path);
+    }
     free(ent);
     free(names);
     return rc;
