@@ -41,6 +41,10 @@ LDLIBS   += -Wl,--as-needed $(PKG_LIBS) -lm -ldl
 BUILD_INFO = -DKEEL_VERSION='"$(VERSION)"' -DKEEL_GIT_COMMIT='"$(GIT_COMMIT)"' \
              -DKEEL_CC='"$(shell $(CC) --version | head -1)"' -DKEEL_CFLAGS='"$(OPT) $(ARCHFLAGS) $(SANFLAGS)"'
 
+LIB   = $(BUILD)/libkeel.a
+KEEL  = $(BUILD)/keel
+UNIT  = $(BUILD)/keel-unit
+
 GEN_SRCS   =
 -include mk/*.mk
 
@@ -50,10 +54,6 @@ UNIT_SRCS  = $(sort $(wildcard tests/unit/*.c tests/unit/*/*.c))
 LIB_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS:$(BUILD)/%=%))
 APP_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(APP_SRCS))
 UNIT_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_SRCS))
-
-LIB   = $(BUILD)/libkeel.a
-KEEL  = $(BUILD)/keel
-UNIT  = $(BUILD)/keel-unit
 
 .PHONY: all deps test test-unit quickstart bench fuzz clean
 all: $(LIB) $(KEEL) $(UNIT)

@@ -6,8 +6,8 @@
 #include <string.h>
 
 static const app_command commands[] = {
-    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"bench", "benchmark an ONNX model: latency percentiles, throughput, memory", cmd_bench},
+    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"config", "show effective settings and where each came from", cmd_config},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},

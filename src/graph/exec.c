@@ -149,7 +149,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
                 if (n->outputs[k] >= 0) p->v[n->outputs[k]].kind = V_DYN, p->v[n->outputs[k]].def = p->n_steps - 1;
             goto uses;
         }
-        if (known && !(n->op->flags & KL_OP_NOFOLD)) {
+        if ((known && !(n->op->flags & KL_OP_NOFOLD)) || ((n->op->flags & KL_OP_SHAPE_ONLY) && !dyn_in)) {
             kl_tensor *outs[MAX_IO];
             if ((rc = kl__run_node_alloc(n, in, n->n_in, outs, n->n_out, NULL, e))) goto fail;
             for (int k = 0; k < n->n_out; k++) {
@@ -167,6 +167,10 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
         rc = n->op->infer(n, in, n->n_in, meta, n->n_out, &ws, e);
         if (rc == KL__NEED_DATA) {
             rc = KL_OK;
+            if (kl_log_enabled(KL_LOG_DEBUG)) {
+                char d[300];
+                kl_log(KL_LOG_DEBUG, "graph", "plan: %s needs run-time data for its output shape; dynamic from here", kl_node_desc(n, d, sizeof d));
+            }
             p->dyn_from = p->n_steps;
             p->steps[p->n_steps++] = ni;
             for (int k = 0; k < n->n_out; k++)
