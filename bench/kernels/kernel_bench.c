@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "keel/core.h"
 #include "keel/tensor.h"
@@ -13,6 +14,13 @@
 extern void openblas_set_num_threads(int);
 
 static double now_s(void) { return (double)kl_time_mono_ns() * 1e-9; }
+/* CPU time of the calling thread: robust to other load on a shared machine
+ * (meaningful for 1-thread runs, which execute on the caller's thread). */
+static double cpu_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
 
 static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -96,43 +104,60 @@ static void bench_gemm(int iters) {
     }
 }
 
-typedef struct { const char *name; int C, M, G, H, k, s; } layer;
+/* Every conv of the network (reps = how many times the shape occurs). */
+typedef struct { const char *name; int C, M, G, H, k, s, reps; } layer;
 
 static const layer RESNET18[] = {
-    {"conv1 7x7/2 3->64 @224", 3, 64, 1, 224, 7, 2},
-    {"layer1 3x3 64->64 @56", 64, 64, 1, 56, 3, 1},
-    {"layer2.0 3x3/2 64->128 @56", 64, 128, 1, 56, 3, 2},
-    {"layer2 3x3 128->128 @28", 128, 128, 1, 28, 3, 1},
-    {"layer2.ds 1x1/2 64->128 @56", 64, 128, 1, 56, 1, 2},
-    {"layer3.0 3x3/2 128->256 @28", 128, 256, 1, 28, 3, 2},
-    {"layer3 3x3 256->256 @14", 256, 256, 1, 14, 3, 1},
-    {"layer4.0 3x3/2 256->512 @14", 256, 512, 1, 14, 3, 2},
-    {"layer4 3x3 512->512 @7", 512, 512, 1, 7, 3, 1},
+    {"conv1 7x7/2 3->64 @224", 3, 64, 1, 224, 7, 2, 1},
+    {"layer1 3x3 64->64 @56", 64, 64, 1, 56, 3, 1, 4},
+    {"layer2.0 3x3/2 64->128 @56", 64, 128, 1, 56, 3, 2, 1},
+    {"layer2 3x3 128->128 @28", 128, 128, 1, 28, 3, 1, 3},
+    {"layer2.ds 1x1/2 64->128 @56", 64, 128, 1, 56, 1, 2, 1},
+    {"layer3.0 3x3/2 128->256 @28", 128, 256, 1, 28, 3, 2, 1},
+    {"layer3 3x3 256->256 @14", 256, 256, 1, 14, 3, 1, 3},
+    {"layer3.ds 1x1/2 128->256 @28", 128, 256, 1, 28, 1, 2, 1},
+    {"layer4.0 3x3/2 256->512 @14", 256, 512, 1, 14, 3, 2, 1},
+    {"layer4 3x3 512->512 @7", 512, 512, 1, 7, 3, 1, 3},
+    {"layer4.ds 1x1/2 256->512 @14", 256, 512, 1, 14, 1, 2, 1},
 };
 
 static const layer MOBILENETV2[] = {
-    {"conv 3x3/2 3->32 @224", 3, 32, 1, 224, 3, 2},
-    {"dw 3x3 32 @112", 32, 32, 32, 112, 3, 1},
-    {"pw 32->16 @112", 32, 16, 1, 112, 1, 1},
-    {"pw 16->96 @112", 16, 96, 1, 112, 1, 1},
-    {"dw 3x3/2 96 @112", 96, 96, 96, 112, 3, 2},
-    {"pw 96->24 @56", 96, 24, 1, 56, 1, 1},
-    {"pw 24->144 @56", 24, 144, 1, 56, 1, 1},
-    {"dw 3x3 144 @56", 144, 144, 144, 56, 3, 1},
-    {"dw 3x3/2 144 @56", 144, 144, 144, 56, 3, 2},
-    {"pw 192->32 @28", 192, 32, 1, 28, 1, 1},
-    {"dw 3x3 192 @28", 192, 192, 192, 28, 3, 1},
-    {"dw 3x3 384 @14", 384, 384, 384, 14, 3, 1},
-    {"pw 384->64 @14", 384, 64, 1, 14, 1, 1},
-    {"dw 3x3 576 @14", 576, 576, 576, 14, 3, 1},
-    {"dw 3x3 960 @7", 960, 960, 960, 7, 3, 1},
-    {"pw 960->160 @7", 960, 160, 1, 7, 1, 1},
-    {"pw 320->1280 @7", 320, 1280, 1, 7, 1, 1},
+    {"conv 3x3/2 3->32 @224", 3, 32, 1, 224, 3, 2, 1},
+    {"dw 3x3 32 @112", 32, 32, 32, 112, 3, 1, 1},
+    {"pw 32->16 @112", 32, 16, 1, 112, 1, 1, 1},
+    {"pw 16->96 @112", 16, 96, 1, 112, 1, 1, 1},
+    {"dw 3x3/2 96 @112", 96, 96, 96, 112, 3, 2, 1},
+    {"pw 96->24 @56", 96, 24, 1, 56, 1, 1, 1},
+    {"pw 24->144 @56", 24, 144, 1, 56, 1, 1, 2},
+    {"dw 3x3 144 @56", 144, 144, 144, 56, 3, 1, 1},
+    {"pw 144->24 @56", 144, 24, 1, 56, 1, 1, 1},
+    {"dw 3x3/2 144 @56", 144, 144, 144, 56, 3, 2, 1},
+    {"pw 144->32 @28", 144, 32, 1, 28, 1, 1, 1},
+    {"pw 32->192 @28", 32, 192, 1, 28, 1, 1, 3},
+    {"dw 3x3 192 @28", 192, 192, 192, 28, 3, 1, 2},
+    {"pw 192->32 @28", 192, 32, 1, 28, 1, 1, 2},
+    {"dw 3x3/2 192 @28", 192, 192, 192, 28, 3, 2, 1},
+    {"pw 192->64 @14", 192, 64, 1, 14, 1, 1, 1},
+    {"pw 64->384 @14", 64, 384, 1, 14, 1, 1, 4},
+    {"dw 3x3 384 @14", 384, 384, 384, 14, 3, 1, 4},
+    {"pw 384->64 @14", 384, 64, 1, 14, 1, 1, 3},
+    {"pw 384->96 @14", 384, 96, 1, 14, 1, 1, 1},
+    {"pw 96->576 @14", 96, 576, 1, 14, 1, 1, 3},
+    {"dw 3x3 576 @14", 576, 576, 576, 14, 3, 1, 2},
+    {"pw 576->96 @14", 576, 96, 1, 14, 1, 1, 2},
+    {"dw 3x3/2 576 @14", 576, 576, 576, 14, 3, 2, 1},
+    {"pw 576->160 @7", 576, 160, 1, 7, 1, 1, 1},
+    {"pw 160->960 @7", 160, 960, 1, 7, 1, 1, 3},
+    {"dw 3x3 960 @7", 960, 960, 960, 7, 3, 1, 3},
+    {"pw 960->160 @7", 960, 160, 1, 7, 1, 1, 2},
+    {"pw 960->320 @7", 960, 320, 1, 7, 1, 1, 1},
+    {"pw 320->1280 @7", 320, 1280, 1, 7, 1, 1, 1},
 };
 
 static void bench_layers(const char *model, const layer *L, size_t n, int iters) {
     printf("\n## %s conv layers (batch 1, median of %d, bias + ReLU fused)\n", model, iters);
-    printf("| layer | GFLOP | 1 thread ms | 2 threads ms | 1t GFLOP/s | 2t GFLOP/s |\n|---|---|---|---|---|---|\n");
+    printf("| layer | reps | GFLOP | 1 thread CPU ms | 1 thread ms | 2 threads ms | 1t CPU GFLOP/s |\n|---|---|---|---|---|---|---|\n");
+    double tot_cpu = 0, tot1 = 0, tot2 = 0;
     for (size_t i = 0; i < n; i++) {
         kl_conv_params p;
         memset(&p, 0, sizeof p);
@@ -148,24 +173,31 @@ static void bench_layers(const char *model, const layer *L, size_t n, int iters)
         float *x = rnd(xn), *w = rnd(wn), *b = rnd((size_t)p.M), *y = rnd(yn);
         size_t wsb = kl_conv_workspace_bytes(&p);
         void *ws = wsb ? kl_mem_alloc(wsb, KL_TAG_WORKSPACE) : NULL;
-        double gf = 2.0 * (double)wn * (double)(p.out[0] * p.out[1]) * 1e-9, ms[2];
+        double gf = 2.0 * (double)wn * (double)(p.out[0] * p.out[1]) * 1e-9, ms[2], cpu_ms = 0;
         for (int th = 1; th <= 2; th++) {
             kl_pool *pool;
             kl_pool_new(th, &pool, NULL);
             double t[256];
             kl_conv_f32(&p, x, w, b, y, ws, pool, NULL);
+            double tc[256];
             for (int it = 0; it < iters; it++) {
-                double t0 = now_s();
+                double t0 = now_s(), c0 = cpu_s();
                 kl_conv_f32(&p, x, w, b, y, ws, pool, NULL);
                 t[it] = now_s() - t0;
+                tc[it] = cpu_s() - c0;
             }
             ms[th - 1] = median(t, iters) * 1e3;
+            if (th == 1) cpu_ms = median(tc, iters) * 1e3;
             kl_pool_free(pool);
         }
-        printf("| %s | %.3f | %.3f | %.3f | %.1f | %.1f |\n", L[i].name, gf, ms[0], ms[1], gf / ms[0] * 1e3,
-               gf / ms[1] * 1e3);
+        printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.1f |\n", L[i].name, L[i].reps, gf, cpu_ms, ms[0], ms[1],
+               gf / cpu_ms * 1e3);
+        tot_cpu += cpu_ms * L[i].reps;
+        tot1 += ms[0] * L[i].reps;
+        tot2 += ms[1] * L[i].reps;
         kl_mem_free(x); kl_mem_free(w); kl_mem_free(b); kl_mem_free(y); kl_mem_free(ws);
     }
+    printf("| **all convs of the network** (sum x reps) | | | %.2f | %.2f | %.2f | |\n", tot_cpu, tot1, tot2);
 }
 
 int main(int argc, char **argv) {

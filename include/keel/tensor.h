@@ -286,8 +286,9 @@ int kl_binary_is_compare(kl_binary_op op);   /* output dtype is BOOL */
 int kl_broadcast_shape(int ra, const int64_t *da, int rb, const int64_t *db,
                        int *rout, int64_t *dout, kl_err *e);
 /* y = a op b with NumPy broadcasting. Inputs have dtype dt; y has dtype dt, or
- * BOOL for comparisons/logic. Supported dt: F32, F64 and all integer types for
- * arithmetic and comparisons; BOOL for AND/OR/XOR/EQ/NE. (F16/BF16: cast to F32.)
+ * BOOL for comparisons/logic. Supported dt: F32, F64, F16, BF16 (computed in
+ * f32) and all integer types for arithmetic and comparisons; BOOL for
+ * AND/OR/XOR/EQ/NE.
  * Unsupported -> KL_EUNSUPPORTED. Integer division by zero gives 0 (no trap);
  * integer DIV truncates toward zero (as C / ONNX), integer POW by repeated
  * multiplication (negative exponents give 0 unless the base is +-1).

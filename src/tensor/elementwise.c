@@ -78,7 +78,7 @@ static inline float un_scalar(kl_unary_op op, float x, float a, float b) {
     case KL_UN_ELU: return x < 0 ? a * expm1f(x) : x;
     case KL_UN_SELU: return x <= 0 ? b * (a * expm1f(x)) : b * x;
     default: {
-        __m256 r;
+        __m256 r = _mm256_setzero_ps();
         un_vec(op, _mm256_set1_ps(x), a, b, &r);
         return _mm256_cvtss_f32(r);
     }
@@ -96,15 +96,27 @@ typedef struct {
 static void un_range(void *vc, size_t b0, size_t b1, int chunk) {
     un_ctx *c = vc;
     int64_t i0 = (int64_t)b0 * KL__ELEM_BLOCK, i1 = KL_MIN((int64_t)b1 * KL__ELEM_BLOCK, c->n);
-    __m256 probe;
-    int vec = un_vec(c->op, _mm256_setzero_ps(), c->a, c->b, &probe);
     int64_t i = i0;
-    if (vec)
-        for (; i + 8 <= i1; i += 8) {
-            __m256 r;
-            un_vec(c->op, _mm256_loadu_ps(c->x + i), c->a, c->b, &r);
-            _mm256_storeu_ps(c->y + i, r);
-        }
+    float a = c->a, b = c->b;
+    const float *x = c->x;
+    float *y = c->y;
+    /* one loop per op so the op's switch folds away */
+#define UCASE(OP)                                                                  \
+    case OP:                                                                       \
+        for (; i + 8 <= i1; i += 8) {                                              \
+            __m256 r = _mm256_setzero_ps();                                        \
+            un_vec(OP, _mm256_loadu_ps(x + i), a, b, &r);                          \
+            _mm256_storeu_ps(y + i, r);                                            \
+        }                                                                          \
+        break;
+    switch (c->op) {
+        UCASE(KL_UN_IDENTITY) UCASE(KL_UN_RELU) UCASE(KL_UN_LEAKY_RELU) UCASE(KL_UN_SIGMOID) UCASE(KL_UN_TANH)
+        UCASE(KL_UN_EXP) UCASE(KL_UN_SQRT) UCASE(KL_UN_NEG) UCASE(KL_UN_ABS) UCASE(KL_UN_RECIPROCAL) UCASE(KL_UN_ERF)
+        UCASE(KL_UN_GELU) UCASE(KL_UN_GELU_TANH) UCASE(KL_UN_HARDSIGMOID) UCASE(KL_UN_HARDSWISH) UCASE(KL_UN_CLIP)
+        UCASE(KL_UN_FLOOR) UCASE(KL_UN_CEIL) UCASE(KL_UN_ROUND) UCASE(KL_UN_SQUARE)
+    default: break;
+    }
+#undef UCASE
     for (; i < i1; i++) c->y[i] = un_scalar(c->op, c->x[i], c->a, c->b);
 }
 
@@ -386,6 +398,40 @@ static int bin_bool(kl_binary_op op, const void *a, int sa, const void *b, int s
     }
 }
 
+/* f16 / bf16: through f32 in small stack blocks (same rounding as casting
+ * the inputs to f32, computing, and casting back). */
+static int bin_half(kl_binary_op op, const void *a, int sa, const void *b, int sb, void *y, int64_t n, int bf) {
+    float fa[256], fb[256], fy[256];
+    const uint16_t *A = a, *B = b;
+    if (n == 0) {
+        float z = 0;
+        return bin_f32(op, &z, 1, &z, 1, &z, 0);
+    }
+    int cmp = kl_binary_is_compare(op);
+    for (int64_t i0 = 0; i0 < n; i0 += 256) {
+        int64_t m = KL_MIN(256, n - i0);
+        for (int64_t i = 0; i < m; i++) {
+            uint16_t ha = A[sa ? i0 + i : 0], hb = B[sb ? i0 + i : 0];
+            fa[i] = bf ? kl_bf16_to_f32(ha) : kl_f16_to_f32(ha);
+            fb[i] = bf ? kl_bf16_to_f32(hb) : kl_f16_to_f32(hb);
+        }
+        if (cmp) {
+            if (!bin_f32(op, fa, 1, fb, 1, (uint8_t *)y + i0, m)) return 0;
+            continue;
+        }
+        if (!bin_f32(op, fa, 1, fb, 1, fy, m)) return 0;
+        if (bf) kl_f32_to_bf16_n(fy, (uint16_t *)y + i0, (size_t)m);
+        else kl_f32_to_f16_n(fy, (uint16_t *)y + i0, (size_t)m);
+    }
+    return 1;
+}
+static int bin_f16(kl_binary_op op, const void *a, int sa, const void *b, int sb, void *y, int64_t n) {
+    return bin_half(op, a, sa, b, sb, y, n, 0);
+}
+static int bin_bf16(kl_binary_op op, const void *a, int sa, const void *b, int sb, void *y, int64_t n) {
+    return bin_half(op, a, sa, b, sb, y, n, 1);
+}
+
 typedef int (*bin_fn)(kl_binary_op, const void *, int, const void *, int, void *, int64_t);
 
 static bin_fn bin_for(kl_dtype dt) {
@@ -401,6 +447,8 @@ static bin_fn bin_for(kl_dtype dt) {
     case KL_U32: return bin_u32;
     case KL_U64: return bin_u64;
     case KL_BOOL: return bin_bool;
+    case KL_F16: return bin_f16;
+    case KL_BF16: return bin_bf16;
     default: return NULL;
     }
 }

@@ -18,6 +18,8 @@ static void blas_init(void) { openblas_set_num_threads(1); }
  * Tiling
  * ================================================================== */
 
+/* Tiles with at most this many rows use GEMV per row. */
+#define GEMV_MAX_ROWS 4
 /* Problems below this many flops run as one call. */
 #define GEMM_SMALL_FLOPS (1 << 20)
 
@@ -35,21 +37,26 @@ typedef struct {
     kl_act act;
 } gemm_job;
 
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* Tile plan from the shape only (never the thread count): about 256 x 256
+ * tiles (wider when M is small so each tile amortises the packing of A), split
+ * evenly, and an even number of tiles for mid-sized problems so two threads
+ * get equal work. */
 static void gemm_plan(gemm_job *g) {
     double flops = 2.0 * (double)g->M * (double)g->N * (double)g->K;
-    if (flops < GEMM_SMALL_FLOPS) {
-        g->mb = g->M; g->nb = g->N;
-    } else {
-        /* rows: 256 (or all when fewer); columns: 256, or wider when M is small so a
-         * tile keeps enough work to amortise the packing of A. */
-        g->mb = g->M <= 320 ? g->M : 256;
-        g->nb = g->N <= 384 ? g->N : (g->M >= 64 ? 256 : 512);
-        /* make sure large-K thin problems still split over N */
-        if (g->mb == g->M && g->nb == g->N && g->N >= 128 && flops >= 8.0 * GEMM_SMALL_FLOPS)
-            g->nb = (g->N + 1) / 2 < 64 ? g->N : 64 * ((g->N / 2 + 63) / 64);
-        if (g->mb == g->M && g->nb == g->N && g->M >= 128 && flops >= 8.0 * GEMM_SMALL_FLOPS)
-            g->mb = 64 * ((g->M / 2 + 63) / 64);
+    int64_t mt = 1, nt = 1;
+    if (flops >= GEMM_SMALL_FLOPS) {
+        mt = (g->M + 255) / 256;
+        nt = (g->N + (g->M >= 64 ? 255 : 511)) / (g->M >= 64 ? 256 : 512);
+        if (flops >= 8.0 * GEMM_SMALL_FLOPS && mt * nt < 8 && (mt * nt) % 2) {
+            if (g->M >= 2 * g->N && g->M >= 16) mt++;
+            else if (g->N >= 32) nt++;
+            else if (g->M >= 16) mt++;
+        }
     }
+    g->mb = mt > 1 ? round_up((g->M + mt - 1) / mt, 8) : g->M;
+    g->nb = nt > 1 ? round_up((g->N + nt - 1) / nt, 16) : g->N;
     if (g->mb < 1) g->mb = 1;
     if (g->nb < 1) g->nb = 1;
     g->tm = (g->M + g->mb - 1) / g->mb;
@@ -65,6 +72,30 @@ static void gemm_tile(const gemm_job *g, int64_t t) {
     if (g->K == 0) {
         for (int64_t i = 0; i < m; i++)
             for (int64_t j = 0; j < n; j++) c[i * g->ldc + j] = g->beta == 0 ? 0.0f : g->beta * c[i * g->ldc + j];
+    } else if (m <= GEMV_MAX_ROWS) {
+        /* a few rows: one GEMV per row is several times faster than GEMM */
+        for (int64_t i = 0; i < m; i++) {
+            float *ci = c + i * g->ldc;
+            const float *ai = g->ta ? a + i : a + i * g->lda;
+            int inca = g->ta ? (int)g->lda : 1;
+            if (g->beta == 0) memset(ci, 0, (size_t)n * sizeof(float));
+            if (g->tb)
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)n, (int)g->K, g->alpha, b, (int)g->ldb, ai, inca,
+                            g->beta, ci, 1);
+            else
+                cblas_sgemv(CblasRowMajor, CblasTrans, (int)g->K, (int)n, g->alpha, b, (int)g->ldb, ai, inca,
+                            g->beta, ci, 1);
+        }
+    } else if (n == 1) {
+        if (g->beta == 0)
+            for (int64_t i = 0; i < m; i++) c[i * g->ldc] = 0.0f;
+        int incb = g->tb ? 1 : (int)g->ldb;
+        if (g->ta)
+            cblas_sgemv(CblasRowMajor, CblasTrans, (int)g->K, (int)m, g->alpha, a, (int)g->lda, b, incb, g->beta, c,
+                        (int)g->ldc);
+        else
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)m, (int)g->K, g->alpha, a, (int)g->lda, b, incb, g->beta, c,
+                        (int)g->ldc);
     } else {
         cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans, (int)m, (int)n,
                     (int)g->K, g->alpha, a, (int)g->lda, b, (int)g->ldb, g->beta, c, (int)g->ldc);
@@ -118,8 +149,9 @@ void kl__gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A
 /* Serial GEMM with the same tiling as kl_gemm_f32 (for callers that already
  * parallelise over an outer loop): identical results. */
 void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, kl_act act) {
-    gemm_job g = {ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, 0, 0, 0, 0, bias, 0, act};
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int bias_rows,
+                     kl_act act) {
+    gemm_job g = {ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, 0, 0, 0, 0, bias, bias_rows, act};
     pthread_once(&blas_once, blas_init);
     if (M <= 0 || N <= 0) return;
     gemm_plan(&g);
@@ -177,7 +209,7 @@ static void mm_range(void *vc, size_t b0, size_t b1, int chunk) {
             ob += ix * c->sb[i];
         }
         kl__gemm_serial(0, 0, c->M, c->N, c->K, 1.0f, c->a + oa * c->M * c->K, c->K, c->b + ob * c->K * c->N, c->N,
-                        0.0f, c->y + (int64_t)bi * c->M * c->N, c->N, NULL, (kl_act){KL_ACT_NONE, 0, 0});
+                        0.0f, c->y + (int64_t)bi * c->M * c->N, c->N, NULL, 0, (kl_act){KL_ACT_NONE, 0, 0});
     }
 }
 
@@ -217,8 +249,20 @@ int kl_matmul_f32(int ra, const int64_t *da, const float *a, int rb, const int64
         kl_gemm_f32(0, 0, c.M * c.nbatch, c.N, c.K, 1.0f, a, c.K, b, c.N, 0.0f, y, c.N, pool);
         return KL_OK;
     }
-    if (c.nbatch == 1) {
-        mm_range(&c, 0, 1, 0);  /* serial tiles ... */
+    /* few large products: batches in turn, tiles in parallel; otherwise batches in
+     * parallel. Both run the same tiles, so the results are identical. */
+    if (c.nbatch < 4 && 2.0 * (double)c.M * (double)c.N * (double)c.K >= 8.0 * GEMM_SMALL_FLOPS) {
+        for (int64_t bi = 0; bi < c.nbatch; bi++) {
+            int64_t rem = bi, oa = 0, ob = 0;
+            for (int i = c.br - 1; i >= 0; i--) {
+                int64_t ix = rem % c.bd[i];
+                rem /= c.bd[i];
+                oa += ix * c.sa[i];
+                ob += ix * c.sb[i];
+            }
+            kl_gemm_f32(0, 0, c.M, c.N, c.K, 1.0f, a + oa * c.M * c.K, c.K, b + ob * c.K * c.N, c.N, 0.0f,
+                        y + bi * c.M * c.N, c.N, pool);
+        }
         return KL_OK;
     }
     kl_pool_parallel_for(pool, (size_t)c.nbatch, 1, mm_range, &c);

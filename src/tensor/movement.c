@@ -344,7 +344,8 @@ typedef struct {
     size_t es;
     int64_t outer, nidx, inner, d;
     const char *x;
-    const int64_t *idx;
+    const void *idx;
+    int i64;
     char *y;
 } gather_ctx;
 
@@ -353,7 +354,9 @@ static void gather_range(void *vc, size_t b0, size_t b1, int chunk) {
     size_t row = (size_t)c->inner * c->es;
     for (size_t it = b0; it < b1; it++) {
         int64_t o = (int64_t)it / c->nidx, j = (int64_t)it % c->nidx;
-        memcpy(c->y + (int64_t)it * (int64_t)row, c->x + (o * c->d + c->idx[j]) * (int64_t)row, row);
+        int64_t v = c->i64 ? ((const int64_t *)c->idx)[j] : ((const int32_t *)c->idx)[j];
+        if (v < 0) v += c->d;
+        memcpy(c->y + (int64_t)it * (int64_t)row, c->x + (o * c->d + v) * (int64_t)row, row);
     }
 }
 
@@ -363,26 +366,19 @@ int kl_gather(size_t esize, int rank, const int64_t *dims, const void *x, int ax
     if (axis < 0 || axis >= rank) return kl_err_set(e, KL_EINVAL, "gather: axis out of range for rank %d", rank);
     if (idx_dtype != KL_I32 && idx_dtype != KL_I64)
         return kl_err_set(e, KL_ETYPE, "gather: indices must be int32 or int64, not %s", kl_dtype_name(idx_dtype));
-    gather_ctx c = {.es = esize, .outer = 1, .nidx = nidx, .inner = 1, .d = dims[axis], .x = x, .y = y};
+    gather_ctx c = {.es = esize, .outer = 1, .nidx = nidx, .inner = 1, .d = dims[axis], .x = x, .idx = idx,
+                    .i64 = idx_dtype == KL_I64, .y = y};
     for (int i = 0; i < axis; i++) c.outer *= dims[i];
     for (int i = axis + 1; i < rank; i++) c.inner *= dims[i];
-    int64_t *norm = kl_mem_alloc_e((size_t)(nidx > 0 ? nidx : 1) * sizeof(int64_t), KL_TAG_WORKSPACE, e);
-    if (!norm) return e ? e->code : KL_ENOMEM;
     for (int64_t j = 0; j < nidx; j++) {
-        int64_t v = idx_dtype == KL_I64 ? ((const int64_t *)idx)[j] : ((const int32_t *)idx)[j];
-        int64_t w = v < 0 ? v + c.d : v;
-        if (w < 0 || w >= c.d) {
-            kl_mem_free(norm);
+        int64_t v = c.i64 ? ((const int64_t *)idx)[j] : ((const int32_t *)idx)[j];
+        if (v < -c.d || v >= c.d)
             return kl_err_set(e, KL_ERANGE, "gather: index %lld (position %lld) out of range for axis %d of size %lld",
                               (long long)v, (long long)j, axis, (long long)c.d);
-        }
-        norm[j] = w;
     }
-    c.idx = norm;
     size_t items = (size_t)(c.outer * nidx);
     if (items && c.inner)
         kl_pool_parallel_for(pool, items, (size_t)KL_MAX(1, 4096 / KL_MAX(1, c.inner)), gather_range, &c);
-    kl_mem_free(norm);
     return KL_OK;
 }
 

@@ -76,12 +76,19 @@ int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *
         tot += out_dims[i];
     }
     for (int i = 0; i < rank; i++) if (out_dims[i] == 0) return KL_OK;
-    int64_t *ibuf = kl_mem_alloc_e((size_t)(2 * tot) * sizeof(int64_t) + 1, KL_TAG_WORKSPACE, e);
-    float *wbuf = kl_mem_alloc_e((size_t)tot * sizeof(float) + 1, KL_TAG_WORKSPACE, e);
-    if (!ibuf || !wbuf) {
-        kl_mem_free(ibuf);
-        kl_mem_free(wbuf);
-        return e ? e->code : KL_ENOMEM;
+    /* index/weight tables: on the stack for the usual sizes */
+    int64_t istack[2 * 2048];
+    float wstack[2048];
+    int64_t *ibuf = istack, *iheap = NULL;
+    float *wbuf = wstack, *wheap = NULL;
+    if (tot > 2048) {
+        ibuf = iheap = kl_mem_alloc_e((size_t)(2 * tot) * sizeof(int64_t), KL_TAG_WORKSPACE, e);
+        wbuf = wheap = kl_mem_alloc_e((size_t)tot * sizeof(float), KL_TAG_WORKSPACE, e);
+        if (!iheap || !wheap) {
+            kl_mem_free(iheap);
+            kl_mem_free(wheap);
+            return e ? e->code : KL_ENOMEM;
+        }
     }
     int64_t pos = 0;
     for (int i = 0; i < rank; i++) {
@@ -125,7 +132,7 @@ int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *
     int64_t rows = 1;
     for (int i = 0; i < rank - 1; i++) rows *= out_dims[i];
     kl_pool_parallel_for(pool, (size_t)rows, (size_t)KL_MAX(1, 2048 / KL_MAX(1, out_dims[rank - 1])), rs_rows, &c);
-    kl_mem_free(ibuf);
-    kl_mem_free(wbuf);
+    kl_mem_free(iheap);
+    kl_mem_free(wheap);
     return KL_OK;
 }

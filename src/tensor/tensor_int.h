@@ -121,6 +121,7 @@ float kl__sum_f32(const float *x, int64_t n);
 void kl__gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                  int64_t ldb, float *C, int64_t ldc, const float *bias, int bias_rows, kl_act act, kl_pool *pool);
 void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, kl_act act);
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int bias_rows,
+                     kl_act act);
 
 #endif

@@ -178,7 +178,16 @@ KL_TEST(tensor_binary_int_dtypes) {
     KT_OK(kl_binary(KL_BIN_GE, KL_F64, 1, d2, da, 0, NULL, &da[1], cy, NULL, &e), &e);
     KT_EQ_INT(cy[0], 1); KT_EQ_INT(cy[1], 1);
     KT_EQ_INT(kl_binary(KL_BIN_ADD, KL_BOOL, 1, d2, t1, 1, d2, t2, ty, NULL, &e), KL_EUNSUPPORTED);
-    KT_EQ_INT(kl_binary(KL_BIN_ADD, KL_F16, 1, d2, t1, 1, d2, t2, ty, NULL, &e), KL_EUNSUPPORTED);
+    uint16_t h1[3] = {kl_f32_to_f16(1.5f), kl_f32_to_f16(-2.0f), kl_f32_to_f16(0.25f)}, h2[1] = {kl_f32_to_f16(2.0f)}, hy[3];
+    KT_OK(kl_binary(KL_BIN_MUL, KL_F16, 1, d3, h1, 0, NULL, h2, hy, NULL, &e), &e);
+    KT_NEAR(kl_f16_to_f32(hy[0]), 3.0, 0); KT_NEAR(kl_f16_to_f32(hy[1]), -4.0, 0); KT_NEAR(kl_f16_to_f32(hy[2]), 0.5, 0);
+    uint8_t hc[3];
+    KT_OK(kl_binary(KL_BIN_GT, KL_F16, 1, d3, h1, 0, NULL, h2, hc, NULL, &e), &e);
+    KT_EQ_INT(hc[0], 0); KT_EQ_INT(hc[1], 0);
+    uint16_t g1[2] = {kl_f32_to_bf16(3.0f), kl_f32_to_bf16(1.0f)}, gy[2];
+    KT_OK(kl_binary(KL_BIN_SUB, KL_BF16, 1, d2, g1, 1, d2, g1 + 0, gy, NULL, &e), &e);
+    KT_NEAR(kl_bf16_to_f32(gy[0]), 0.0, 0);
+    KT_EQ_INT(kl_binary(KL_BIN_ADD, KL_F16, 1, d2, t1, 1, d2, t2, ty, NULL, &e) == KL_OK, 1);
     /* float NaN propagation in min/max */
     float fa[2] = {NAN, 1}, fb[2] = {1, NAN}, fy[2];
     KT_OK(kl_binary(KL_BIN_MAX, KL_F32, 1, d2, fa, 1, d2, fb, fy, NULL, &e), &e);
