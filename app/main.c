@@ -19,6 +19,8 @@ static const app_command commands[] = {
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
     {"version", "version, build and linked library versions", cmd_version},
+    {"train", "train a model from a YAML spec (deterministic, resumable)", cmd_train},
+    {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
 };
 
 /* Options every command accepts, anywhere on the line; they set the
