@@ -7,6 +7,7 @@
 
 static const app_command commands[] = {
     {"config", "show effective settings and where each came from", cmd_config},
+    {"serve", "serve models over HTTP (KServe v2, priorities, batching, metrics)", cmd_serve},
     {"version", "version, build and linked library versions", cmd_version},
 };
 
