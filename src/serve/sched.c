@@ -180,6 +180,7 @@ static int same_shape_tail(const sv_req *a, const sv_req *b) {
 
 static void execute(kl_server *s, sv_req **rq, int n) {
     sv_version *v = rq[0]->ver;
+    sv_version_ref(v); /* answered requests may drop theirs before we are done */
     sv_tensor in[SV_MAX_IO], out[SV_MAX_IO];
     void *cat[SV_MAX_IO] = {0};
     memset(out, 0, sizeof out);
@@ -213,6 +214,10 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     for (int k = 0; k < n; k++) rq[k]->t_start = t0;
     if (!rc) rc = sb_run(v->sess, in, v->n_in, out, v->n_out, &e);
     int64_t t1 = kl_time_mono_ns();
+    /* give back the planned bytes before answering: an answered request may be freed at once */
+    pthread_mutex_lock(&s->lock);
+    for (int k = 0; k < n; k++) release_bytes(s, rq[k]);
+    pthread_mutex_unlock(&s->lock);
     int64_t row0 = 0;
     for (int k = 0; k < n; k++) {
         sv_req *r = rq[k];
@@ -235,6 +240,7 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     }
     for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
     for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
+    sv_version_unref(v);
 }
 
 /* lock held: the next batch to run (0 requests = nothing runnable) */
@@ -300,7 +306,6 @@ static void *worker_main(void *arg) {
         pthread_mutex_unlock(&s->lock);
         execute(s, rq, n);
         pthread_mutex_lock(&s->lock);
-        for (int i = 0; i < n; i++) release_bytes(s, rq[i]);
         m->running--;
         s->nrunning--;
         pthread_cond_broadcast(&s->dcond);

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
+# 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
+# at 16 connections in one run. Prints a markdown table row per server.
+# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
+KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
+dur=${1:-10}; conns=${2:-16}
+for t in wrk "$KEEL"; do command -v "$t" >/dev/null || { echo "bench/serve: $t missing (make deps / make)"; exit 1; }; done
+w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-serve-XXXXXX"); trap 'kill $kp $fp 2>/dev/null; rm -rf "$w"' EXIT
+kp=; fp=
+$PY - "$w" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ.get("KEEL_SRC", "."), "tests/integration/serve"))
+from helpers import write_mlp
+import numpy as np
+w = sys.argv[1]
+write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
+with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
+    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: 0\n")
+x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
+with open(os.path.join(w, "body.json"), "w") as f:
+    json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
+                                          "data": [float("%.6g" % v) for v in x.ravel()]}]}, f)
+PY
+export BODY_FILE="$w/body.json"
+workers=${WORKERS:-$(nproc)}
+"$KEEL" serve "$w/repo" --port 0 --workers "$workers" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
+for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done
+kport=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/keel.out")
+fport=$((kport + 1))
+$PY "$here/fastapi_server.py" "$w/repo/mlp/1/model.onnx" "$fport" > "$w/fa.out" 2>&1 & fp=$!
+for i in $(seq 200); do curl -s -o /dev/null -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/mlp/infer" && break; sleep 0.1; done
+# same answer from both
+curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$kport/v2/models/mlp/infer" > "$w/k.json"
+curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/mlp/infer" > "$w/f.json"
+$PY -c "
+import json,sys; a=json.load(open('$w/k.json'))['outputs'][0]['data']; b=json.load(open('$w/f.json'))['outputs'][0]['data']
+d=max(abs(x-y) for x,y in zip(a,b)); print('max |keel - torch| = %.2g' % d); sys.exit(d > 1e-3)"
+run() { # name port
+  wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$w/$1.wrk")
+  p50=$(awk '$1=="50%" {print $2}' "$w/$1.wrk"); p99=$(awk '$1=="99%" {print $2}' "$w/$1.wrk")
+  errs=$(grep -E "Non-2xx|Socket errors" "$w/$1.wrk" | tr '\n' ' ' || true)
+  echo "$1 $rps $p50 $p99 $errs"
+}
+wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
+k=$(run keel "$kport"); f=$(run fastapi "$fport")
+echo "| server | req/s | p50 | p99 | errors |"; echo "|---|---|---|---|---|"
+for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4; shift 4; echo "| $n | $r | $a | $b | ${*:-none} |"; done
+kr=$(echo "$k" | awk '{print $2}'); fr=$(echo "$f" | awk '{print $2}')
+echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x"
