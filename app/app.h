@@ -75,6 +75,9 @@ kl_config *app_config(void);
 int cmd_version(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_config(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 #endif

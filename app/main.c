@@ -6,7 +6,10 @@
 #include <string.h>
 
 static const app_command commands[] = {
+    {"bench", "benchmark an ONNX model: latency percentiles, throughput, memory", cmd_bench},
     {"config", "show effective settings and where each came from", cmd_config},
+    {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
+    {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
     {"serve", "serve models over HTTP (KServe v2, priorities, batching, metrics)", cmd_serve},
     {"version", "version, build and linked library versions", cmd_version},
 };

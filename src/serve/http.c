@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 enum {
     R_NONE, R_LIVE, R_READY, R_SERVER, R_MODEL_META, R_MODEL_READY, R_INFER, R_REPO_INDEX, R_REPO_LOAD,
@@ -599,6 +600,7 @@ int sv_http_start(kl_server *s, kl_err *e) {
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
         {MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, 4096, NULL},
+        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 256 * 1024, NULL},
         {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
         {threads ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL},
@@ -705,12 +707,23 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     }
     pthread_mutex_unlock(&s->lock);
     sv_sched_stop(s); /* running batches finish */
-    /* give the last answers a moment to be written */
+    /* stop accepting connections; requests already on open connections (even
+     * half uploaded) are answered (503) before the daemon stops: wait until no
+     * request has been in progress for 100 ms (at most 3 s) */
+    if (s->d) {
+        MHD_socket ls = MHD_quiesce_daemon(s->d);
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+    }
     pthread_mutex_lock(&s->lock);
-    int64_t grace = kl_time_mono_ns() + 2000000000LL;
-    while (s->nlive > 0 && kl_time_mono_ns() < grace) {
+    int64_t grace = kl_time_mono_ns() + 3000000000LL, idle_since = 0;
+    for (;;) {
+        int64_t now = kl_time_mono_ns();
+        if (now >= grace) break;
+        if (s->nlive > 0) idle_since = 0;
+        else if (!idle_since) idle_since = now;
+        else if (now - idle_since >= 100000000LL) break;
         struct timespec ts;
-        int64_t w = kl_time_mono_ns() + 20000000;
+        int64_t w = now + 10000000;
         ts.tv_sec = (time_t)(w / 1000000000);
         ts.tv_nsec = (long)(w % 1000000000);
         pthread_cond_timedwait(&s->dcond, &s->lock, &ts);

@@ -111,7 +111,7 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     pthread_mutex_lock(&s->lock);
     int nm = s->nmodels;
     int qlen[256][SV_MAX_LEVELS];
-    int levels[256], ready[256];
+    int levels[256], ready[256], running[256];
     sv_model *ms[256];
     uint64_t level_bytes[SV_MAX_LEVELS];
     memcpy(level_bytes, s->level_bytes, sizeof level_bytes);
@@ -121,6 +121,7 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
         memcpy(qlen[i], s->models[i]->qlen, sizeof qlen[i]);
         levels[i] = s->models[i]->cfg.levels;
         ready[i] = s->models[i]->state == SV_M_READY;
+        running[i] = s->models[i]->running;
     }
     pthread_mutex_unlock(&s->lock);
 
@@ -176,6 +177,11 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
             model_label(lb, sizeof lb, ms[i]->name, l + 1);
             kl_buf_printf(&b, "keel_queue_length{%s} %d\n", lb, qlen[i][l]);
         }
+    head(&b, "keel_inference_running", "gauge", "Batches of the model being executed now.");
+    for (int i = 0; i < nm; i++) {
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        kl_buf_printf(&b, "keel_inference_running{%s} %d\n", lb, running[i]);
+    }
     head(&b, "keel_model_ready", "gauge", "1 when the model has a ready version.");
     for (int i = 0; i < nm; i++) {
         model_label(lb, sizeof lb, ms[i]->name, 0);
