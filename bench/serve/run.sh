@@ -38,16 +38,21 @@ curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/m
 $PY -c "
 import json,sys; a=json.load(open('$w/k.json'))['outputs'][0]['data']; b=json.load(open('$w/f.json'))['outputs'][0]['data']
 d=max(abs(x-y) for x,y in zip(a,b)); print('max |keel - torch| = %.2g' % d); sys.exit(d > 1e-3)"
-run() { # name port
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime in clock ticks
+run() { # name port pid
+  local c0=$(cpu "$3")
   wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
+  local c1=$(cpu "$3")
   rps=$(awk '/^Requests\/sec/ {print $2}' "$w/$1.wrk")
+  nreq=$(awk '/requests in/ {print $1}' "$w/$1.wrk")
+  cpu_us=$(awk -v a="$c0" -v b="$c1" -v n="$nreq" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.0f", (b-a)/hz*1e6/n}')
   p50=$(awk '$1=="50%" {print $2}' "$w/$1.wrk"); p99=$(awk '$1=="99%" {print $2}' "$w/$1.wrk")
   errs=$(grep -E "Non-2xx|Socket errors" "$w/$1.wrk" | tr '\n' ' ' || true)
-  echo "$1 $rps $p50 $p99 $errs"
+  echo "$1 $rps $p50 $p99 $cpu_us $errs"
 }
 wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
-k=$(run keel "$kport"); f=$(run fastapi "$fport")
-echo "| server | req/s | p50 | p99 | errors |"; echo "|---|---|---|---|---|"
-for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4; shift 4; echo "| $n | $r | $a | $b | ${*:-none} |"; done
+k=$(run keel "$kport" "$kp"); f=$(run fastapi "$fport" "$fp")
+echo "| server | req/s | p50 | p99 | server CPU µs/request | errors |"; echo "|---|---|---|---|---|---|"
+for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5; shift 5; echo "| $n | $r | $a | $b | $c | ${*:-none} |"; done
 kr=$(echo "$k" | awk '{print $2}'); fr=$(echo "$f" | awk '{print $2}')
 echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x"

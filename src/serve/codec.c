@@ -201,13 +201,10 @@ static int parse_priority(const cJSON *p, int *out) {
 int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin, size_t bin_len, kl_err *e) {
     sv_version *v = r->ver;
     int rc = KL_OK;
-    cJSON *root = cJSON_ParseWithLength(json, json_len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= json && at <= json + json_len ? (long)(at - json) : -1;
-        return kl_err_set(e, KL_EPARSE, "request body: malformed JSON%s%.0ld", off >= 0 ? " at byte " : "",
-                          off >= 0 ? off : 0);
-    }
+    sv_json_doc *doc = NULL;
+    rc = sv_json_parse(json, json_len, &doc, e);
+    if (rc) return rc;
+    const cJSON *root = sv_json_root(doc);
     if (!cJSON_IsObject(root)) { rc = kl_err_set(e, KL_EPARSE, "request body: expected a JSON object"); goto done; }
 
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
@@ -403,7 +400,7 @@ int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bi
         }
     }
 done:
-    cJSON_Delete(root);
+    sv_json_free(doc);
     return rc;
 }
 

@@ -276,6 +276,14 @@ sv_model *sv_model_find(kl_server *s, const char *name); /* lock held */
 int sv_version_probe(kl_server *s, sv_version *v, kl_err *e);
 void sv_model_free(sv_model *m);
 
+/* json.c: a cJSON tree in one arena (read it with the cJSON accessors;
+ * never cJSON_Delete it). */
+typedef struct sv_json_doc sv_json_doc;
+struct cJSON;
+int sv_json_parse(const char *text, size_t len, sv_json_doc **out, kl_err *e);
+const struct cJSON *sv_json_root(const sv_json_doc *d);
+void sv_json_free(sv_json_doc *d);
+
 /* codec.c */
 /* Parses a KServe v2 infer request (JSON, or JSON + binary tail) into r->in,
  * checked against the version's inputs; 400-style errors name the field. */

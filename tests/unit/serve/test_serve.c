@@ -225,3 +225,56 @@ KL_TEST(serve_dtypes_all_kserve_names) {
     sv_dtype t;
     KT_CHECK(sv_dtype_parse("float32", &t) != KL_OK);
 }
+
+#include <cjson/cJSON.h>
+
+KL_TEST(serve_json_numbers_match_strtod) {
+    /* the fast path must give exactly what strtod gives */
+    const char *fixed[] = {"0", "-0", "1", "-1.5", "0.1", "3.14159265358979", "1e22", "1e23", "-2.5e-300", "1.7976931348623157e308",
+                           "4.9406564584124654e-324", "123456789012345678901234567890", "0.000000000000000000001234",
+                           "9007199254740993", "2.2250738585072014e-308", "1E+2", "7e-1"};
+    uint64_t x = 88172645463325252ull;
+    char buf[64];
+    for (int i = 0; i < 20000 + (int)KL_ARRAY_LEN(fixed); i++) {
+        const char *s = buf;
+        if (i < (int)KL_ARRAY_LEN(fixed)) s = fixed[i];
+        else {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            double d;
+            uint64_t bits = x;
+            memcpy(&d, &bits, 8);
+            if (isnan(d) || isinf(d)) continue;
+            if (i % 3 == 0) d = (double)(float)((x >> 11) * 0x1.0p-53 * 8 - 4);
+            snprintf(buf, sizeof buf, i % 2 ? "%.9g" : "%.17g", d);
+        }
+        sv_json_doc *doc = NULL;
+        kl_err e = {0};
+        KT_OK(sv_json_parse(s, strlen(s), &doc, &e), &e);
+        double want = strtod(s, NULL), got = sv_json_root(doc)->valuedouble;
+        sv_json_free(doc);
+        KT_CHECKF(memcmp(&want, &got, 8) == 0, "%s: got %.17g, strtod %.17g", s, got, want);
+    }
+}
+
+KL_TEST(serve_json_structure_and_errors) {
+    const char *j = "{\"a\" : [1, [2, 3], {\"b\": \"x\\n\\u00e9\\ud83d\\ude00\"}], \"t\": true, \"n\": null}";
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    KT_OK(sv_json_parse(j, strlen(j), &doc, &e), &e);
+    const cJSON *r = sv_json_root(doc);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "a");
+    KT_EQ_INT(cJSON_GetArraySize(a), 3);
+    KT_NEAR(cJSON_GetArrayItem(cJSON_GetArrayItem(a, 1), 1)->valuedouble, 3, 0);
+    KT_EQ_STR(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(a, 2), "b")->valuestring, "x\n\xc3\xa9\xf0\x9f\x98\x80");
+    KT_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "t")));
+    KT_CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "n")));
+    sv_json_free(doc);
+    const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "[1 2]", "\"abc", "[01]", "{} x", "[-]", "[1.]", "[\"\\q\"]", "tru"};
+    for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
+        doc = NULL;
+        int rc = sv_json_parse(bad[i], strlen(bad[i]), &doc, &e);
+        sv_json_free(doc);
+        KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", bad[i]);
+        KT_CONTAINS(e.msg, "malformed JSON at byte");
+    }
+}
