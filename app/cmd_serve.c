@@ -44,6 +44,11 @@ int cmd_serve(int argc, char **argv) {
     if (rc >= 0) return rc;
     kl_serve_opts o = {0};
     o.repo = a.pos[0];
+    /* hook: registry references resolve to a repository folder here once the
+     * model registry (src/track, issue 7) exists */
+    if (!kl_path_exists(o.repo) && strchr(o.repo, '@'))
+        return app_usage_error(&spec, "'%s' looks like a registry reference (name@alias); the model registry is not "
+                                      "part of this build: give a repository folder", o.repo);
     o.host = app_get(&a, "host");
     o.access_log = !app_flag(&a, "no-access-log");
     o.snapshot_dir = app_get(&a, "snapshot-dir");

@@ -144,4 +144,6 @@ finally:
     t0 = time.time()
     rc = s.stop()
 check("serve_http_sigterm_exit_0", rc == 0 and time.time() - t0 < 10, rc)
+p = subprocess.run([os.environ.get("KEEL", "build/keel"), "serve", "mlp@champion"], capture_output=True, text=True)
+check("serve_http_registry_reference_hook", p.returncode == 2 and "registry" in p.stderr, (p.returncode, p.stderr))
 done()
