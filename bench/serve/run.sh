@@ -26,7 +26,7 @@ with open(os.path.join(w, "body.json"), "w") as f:
 PY
 export BODY_FILE="$w/body.json"
 workers=${WORKERS:-$(nproc)}
-"$KEEL" serve "$w/repo" --port 0 --workers "$workers" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
+"$KEEL" serve "$w/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-1}" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
 for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done
 kport=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/keel.out")
 fport=$((kport + 1))
