@@ -289,9 +289,9 @@ static void *repo_job(void *arg) {
         r->resp_header_len = -1;
         sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
     } else {
+        /* r is not ours after this call */
         sv_req_finish(r, rc == KL_ENOTFOUND ? 404 : 400, rc == KL_ENOTFOUND ? SV_R_NOT_FOUND : SV_R_BAD_REQUEST,
                       kl_err_what(&e));
-        r->retry_after = 0;
     }
     return NULL;
 }
@@ -351,6 +351,23 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         json_len = (size_t)n;
     }
     if (!r->body_len) return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "request body: empty (expected a JSON object)");
+    int prio = 0;
+    const char *ph = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Priority");
+    if (ph && parse_prio_header(ph, &prio))
+        return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "X-Priority: expected a level 1..%d, high or low, got '%s'",
+                          levels, ph);
+    if (prio) { /* shed a full level before paying for the JSON decode (submit checks again) */
+        int lvl = (prio > levels ? levels : prio) - 1;
+        pthread_mutex_lock(&s->lock);
+        int64_t maxq = m->cfg.level[lvl].max_queue;
+        int full = maxq > 0 && m->qlen[lvl] >= maxq;
+        pthread_mutex_unlock(&s->lock);
+        if (full) {
+            r->level = lvl;
+            return send_error(s, c, r, 503, SV_R_QUEUE_FULL, 1, "model '%s' priority %d: queue full (%lld requests)",
+                              m->name, lvl + 1, (long long)maxq);
+        }
+    }
     kl_err e = {0};
     int rc = sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
     if (rc) {
@@ -361,11 +378,6 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     kl_mem_free(r->body);
     r->body = NULL;
     r->body_len = r->body_cap = 0;
-    int prio = 0;
-    const char *ph = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Priority");
-    if (ph && parse_prio_header(ph, &prio))
-        return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "X-Priority: expected a level 1..%d, high or low, got '%s'",
-                          levels, ph);
     if (!prio) prio = r->prio_param;
     if (!prio) prio = def_level;
     if (prio > levels) prio = levels;
