@@ -33,10 +33,17 @@ PKG_LIBS   = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CFLAGS   ?= $(OPT) -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -pthread -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation \
             -Iinclude -Isrc -I$(BUILD)/gen $(ARCHFLAGS) $(SANFLAGS) $(PKG_CFLAGS) -MMD -MP
+ifneq ($(findstring clang,$(CC)),)
+CFLAGS   += -Wno-unknown-warning-option
+endif
 LDFLAGS  += -pthread $(SANFLAGS)
 LDLIBS   += -Wl,--as-needed $(PKG_LIBS) -lm -ldl
 BUILD_INFO = -DKEEL_VERSION='"$(VERSION)"' -DKEEL_GIT_COMMIT='"$(GIT_COMMIT)"' \
              -DKEEL_CC='"$(shell $(CC) --version | head -1)"' -DKEEL_CFLAGS='"$(OPT) $(ARCHFLAGS) $(SANFLAGS)"'
+
+LIB   = $(BUILD)/libkeel.a
+KEEL  = $(BUILD)/keel
+UNIT  = $(BUILD)/keel-unit
 
 GEN_SRCS   =
 -include mk/*.mk
@@ -47,10 +54,6 @@ UNIT_SRCS  = $(sort $(wildcard tests/unit/*.c tests/unit/*/*.c))
 LIB_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS:$(BUILD)/%=%))
 APP_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(APP_SRCS))
 UNIT_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_SRCS))
-
-LIB   = $(BUILD)/libkeel.a
-KEEL  = $(BUILD)/keel
-UNIT  = $(BUILD)/keel-unit
 
 .PHONY: all deps test test-unit quickstart bench fuzz clean
 all: $(LIB) $(KEEL) $(UNIT)

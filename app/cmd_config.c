@@ -29,7 +29,7 @@ static int show(int argc, char **argv) {
             kl_doc_free(d);
             return app_fail(&e);
         }
-        /* the environment and the flags outrank the file: apply them again */
+        /* the environment outranks the file: apply it to the keys the file added */
         if (kl_config_load_env(c, &e)) { kl_doc_free(d); return app_fail(&e); }
     }
     const char *sets[APP_MAX_VALUES];

@@ -7,6 +7,7 @@
 
 static const app_command commands[] = {
     {"bench", "benchmark an ONNX model: latency percentiles, throughput, memory", cmd_bench},
+    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"config", "show effective settings and where each came from", cmd_config},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},

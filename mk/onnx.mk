@@ -15,7 +15,7 @@ $(ONNX_GEN_C) $(ONNX_GEN_H) &: $(ONNX_PROTO)
 	@cd $(BUILD)/gen/onnx && protoc-c --c_out=. onnx.proto
 
 # Everything in src/onnx and src/graph may include the generated header.
-$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/onnx/*.c src/graph/*.c)): $(ONNX_GEN_H)
+$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/onnx/*.c src/graph/*.c tests/unit/onnx/*.c tests/onnx/*.c)): $(ONNX_GEN_H)
 
 # The ONNX backend node-test runner (tests/integration/onnx_node.sh runs it).
 ONNX_TEST = $(BUILD)/keel-onnx-test

@@ -84,7 +84,10 @@ static int check_type(const entry *x, const char *value, const char *origin, kl_
     return kl_err_set(e, KL_EINVAL, "%s: %s: expected %s, got \"%s\"", origin, x->key, what, value);
 }
 
+/* A value replaces the current one only from a source of equal or higher
+ * precedence, so the order in which sources are loaded does not matter. */
 static int assign(entry *x, const char *value, kl_cfg_source src, const char *origin) {
+    if (x->value && src < x->src) return KL_OK;
     char *v = strdup(value), *o = strdup(origin);
     if (!v || !o) { free(v); free(o); return KL_ENOMEM; }
     free(x->value); free(x->origin);

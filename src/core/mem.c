@@ -40,7 +40,7 @@ typedef struct blk {
 _Static_assert(sizeof(blk) == HDR, "block header must be 64 bytes");
 
 struct seg {
-    seg *prev, *next; /* all segments */
+    seg *prev, *next; /* the segments of this class (guarded by the class lock) */
     char *base;
     size_t size;      /* mapped bytes */
     uint32_t cls, nblocks, nfree;
@@ -52,16 +52,15 @@ typedef struct {
     pthread_mutex_t mu;
     blk *free;
     uint64_t ncached;
+    seg *segs;
 } klass;
 
 static klass classes[NCLASSES];
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
-static pthread_mutex_t seg_mu = PTHREAD_MUTEX_INITIALIZER;
-static seg *segments;
 
 typedef struct {
     _Atomic uint64_t allocated, peak_allocated, reserved, peak_reserved;
-    _Atomic uint64_t n_allocs, n_frees, cache_hits, n_failed;
+    _Atomic uint64_t n_failed;
 } stats_t;
 static stats_t tag_stats[KL_TAG_COUNT];
 static stats_t total;
@@ -81,8 +80,70 @@ int kl_mem_tag_parse(const char *name, kl_mem_tag *out) {
     return KL_EINVAL;
 }
 
+
+/* ---- per-thread state ------------------------------------------------------
+ * Each thread keeps a small cache of free blocks per small class (no lock on
+ * the fast path) and its own event counters (allocs, frees, cache hits),
+ * summed over all threads when statistics are read. Byte counters stay
+ * global atomics so that peaks are exact. */
+
+#define NTC 56            /* classes with blocks <= 32 KiB are thread-cached */
+#define TC_BYTES (256u << 10)
+
+typedef struct tstate {
+    struct tstate *next;
+    blk *head[NTC];
+    uint32_t count[NTC];
+    _Atomic uint64_t n_allocs[KL_TAG_COUNT], n_frees[KL_TAG_COUNT], hits[KL_TAG_COUNT];
+} tstate;
+
+static pthread_mutex_t ts_mu = PTHREAD_MUTEX_INITIALIZER;
+static tstate *ts_all;      /* live threads' states */
+static tstate ts_retired;   /* counters of threads that exited */
+static pthread_key_t ts_key;
+static _Thread_local tstate *ts_me;
+
+static void tc_flush(tstate *t);
+static void init_classes(void);
+
+static void ts_exit(void *arg) {
+    tstate *t = arg;
+    tc_flush(t);
+    pthread_mutex_lock(&ts_mu);
+    for (tstate **pp = &ts_all; *pp; pp = &(*pp)->next)
+        if (*pp == t) { *pp = t->next; break; }
+    for (int i = 0; i < KL_TAG_COUNT; i++) {
+        ts_retired.n_allocs[i] += t->n_allocs[i];
+        ts_retired.n_frees[i] += t->n_frees[i];
+        ts_retired.hits[i] += t->hits[i];
+    }
+    pthread_mutex_unlock(&ts_mu);
+    free(t);
+    ts_me = NULL;
+}
+
+static tstate *ts_get(void) {
+    if (ts_me) return ts_me;
+    pthread_once(&init_once, init_classes);
+    tstate *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    pthread_mutex_lock(&ts_mu);
+    t->next = ts_all;
+    ts_all = t;
+    pthread_mutex_unlock(&ts_mu);
+    pthread_setspecific(ts_key, t);
+    ts_me = t;
+    return t;
+}
+
+/* owner-only increment: a plain load and store, read racily-but-atomically by stats */
+static inline void bump(_Atomic uint64_t *c) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
 static void init_classes(void) {
     for (int i = 0; i < NCLASSES; i++) pthread_mutex_init(&classes[i].mu, NULL);
+    pthread_key_create(&ts_key, ts_exit);
 }
 
 /* ---- size classes ------------------------------------------------------ */
@@ -109,6 +170,11 @@ static size_t class_size(int c) {
     return base + (size_t)m * (base / STEPS);
 }
 
+static uint32_t tc_limit(size_t bsize) {
+    size_t n = TC_BYTES / (bsize + HDR);
+    return n < 8 ? 8 : n > 64 ? 64 : (uint32_t)n;
+}
+
 static size_t slab_bytes(size_t bsize) {
     size_t s = (bsize + HDR) * 16;
     if (s < (256u << 10)) s = 256u << 10;
@@ -123,25 +189,48 @@ static void peak_update(_Atomic uint64_t *peak, uint64_t v) {
     while (v > p && !atomic_compare_exchange_weak(peak, &p, v)) {}
 }
 
-static void stat_alloc(int tag, uint64_t req, uint64_t blockbytes, int hit) {
+static void stat_alloc(tstate *t, int tag, uint64_t req, uint64_t blockbytes, int hit) {
     stats_t *s[2] = {&tag_stats[tag], &total};
     for (int i = 0; i < 2; i++) {
         uint64_t a = atomic_fetch_add_explicit(&s[i]->allocated, req, memory_order_relaxed) + req;
         peak_update(&s[i]->peak_allocated, a);
-        atomic_fetch_add_explicit(&s[i]->n_allocs, 1, memory_order_relaxed);
-        if (hit) atomic_fetch_add_explicit(&s[i]->cache_hits, 1, memory_order_relaxed);
+    }
+    if (t) {
+        bump(&t->n_allocs[tag]);
+        if (hit) bump(&t->hits[tag]);
+    } else {
+        atomic_fetch_add(&ts_retired.n_allocs[tag], 1);
+        if (hit) atomic_fetch_add(&ts_retired.hits[tag], 1);
     }
     /* per tag, "reserved" is the block bytes in use by that tag */
     uint64_t r = atomic_fetch_add_explicit(&tag_stats[tag].reserved, blockbytes, memory_order_relaxed) + blockbytes;
     peak_update(&tag_stats[tag].peak_reserved, r);
 }
 
-static void stat_free(int tag, uint64_t req, uint64_t blockbytes) {
+static void stat_free(tstate *t, int tag, uint64_t req, uint64_t blockbytes) {
     atomic_fetch_sub_explicit(&tag_stats[tag].allocated, req, memory_order_relaxed);
     atomic_fetch_sub_explicit(&total.allocated, req, memory_order_relaxed);
-    atomic_fetch_add_explicit(&tag_stats[tag].n_frees, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&total.n_frees, 1, memory_order_relaxed);
+    if (t) bump(&t->n_frees[tag]);
+    else atomic_fetch_add(&ts_retired.n_frees[tag], 1);
     atomic_fetch_sub_explicit(&tag_stats[tag].reserved, blockbytes, memory_order_relaxed);
+}
+
+/* Sums the per-thread event counters of one tag (or all when tag is KL_TAG_COUNT). */
+static void sum_events(int tag, uint64_t *allocs, uint64_t *frees, uint64_t *hits) {
+    *allocs = *frees = *hits = 0;
+    pthread_mutex_lock(&ts_mu);
+    for (int i = 0; i < KL_TAG_COUNT; i++) {
+        if (tag != KL_TAG_COUNT && tag != i) continue;
+        *allocs += ts_retired.n_allocs[i];
+        *frees += ts_retired.n_frees[i];
+        *hits += ts_retired.hits[i];
+        for (tstate *t = ts_all; t; t = t->next) {
+            *allocs += atomic_load_explicit(&t->n_allocs[i], memory_order_relaxed);
+            *frees += atomic_load_explicit(&t->n_frees[i], memory_order_relaxed);
+            *hits += atomic_load_explicit(&t->hits[i], memory_order_relaxed);
+        }
+    }
+    pthread_mutex_unlock(&ts_mu);
 }
 
 void kl_mem_stats_get(kl_mem_tag tag, kl_mem_stats *o) {
@@ -150,9 +239,11 @@ void kl_mem_stats_get(kl_mem_tag tag, kl_mem_stats *o) {
     o->peak_allocated = s->peak_allocated;
     o->reserved = s->reserved;
     o->peak_reserved = s->peak_reserved;
-    o->n_allocs = s->n_allocs;
-    o->n_frees = s->n_frees;
-    o->cache_hits = s->cache_hits;
+    uint64_t a, f, h;
+    sum_events((unsigned)tag < KL_TAG_COUNT ? (int)tag : KL_TAG_COUNT, &a, &f, &h);
+    o->n_allocs = a;
+    o->n_frees = f;
+    o->cache_hits = h;
     o->n_failed = s->n_failed;
 }
 
@@ -232,23 +323,24 @@ static void *os_map(size_t n) {
     return p == MAP_FAILED ? NULL : p;
 }
 
-static void seg_link(seg *s) {
-    pthread_mutex_lock(&seg_mu);
+/* Caller holds the class lock. */
+static void seg_link(klass *k, seg *s) {
     s->prev = NULL;
-    s->next = segments;
-    if (segments) segments->prev = s;
-    segments = s;
-    pthread_mutex_unlock(&seg_mu);
+    s->next = k->segs;
+    if (k->segs) k->segs->prev = s;
+    k->segs = s;
     uint64_t r = atomic_fetch_add(&total.reserved, s->size) + s->size;
     peak_update(&total.peak_reserved, r);
 }
 
-static void seg_unlink_unmap(seg *s) {
-    pthread_mutex_lock(&seg_mu);
+/* Caller holds the class lock; the mapping is released later with seg_unmap. */
+static void seg_unlink(klass *k, seg *s) {
     if (s->prev) s->prev->next = s->next;
-    else segments = s->next;
+    else k->segs = s->next;
     if (s->next) s->next->prev = s->prev;
-    pthread_mutex_unlock(&seg_mu);
+}
+
+static void seg_unmap(seg *s) {
     atomic_fetch_sub(&total.reserved, s->size);
     munmap(s->base, s->size);
     free(s);
@@ -284,20 +376,22 @@ static seg *seg_new(int c, size_t bsize) {
         k->free = b;
         k->ncached++;
     }
-    seg_link(s);
+    seg_link(k, s);
     return s;
 }
 
 /* ---- snapshot ---------------------------------------------------------- */
 
-static void snap_stats(kl_buf *b, const stats_t *s) {
+static void snap_stats(kl_buf *b, const stats_t *s, int tag) {
+    uint64_t na, nf, nh;
+    sum_events(tag, &na, &nf, &nh);
     kl_buf_printf(b,
                   "{\"allocated\":%llu,\"peak_allocated\":%llu,\"reserved\":%llu,\"peak_reserved\":%llu,"
                   "\"allocs\":%llu,\"frees\":%llu,\"cache_hits\":%llu,\"failed\":%llu}",
                   (unsigned long long)s->allocated, (unsigned long long)s->peak_allocated,
                   (unsigned long long)s->reserved, (unsigned long long)s->peak_reserved,
-                  (unsigned long long)s->n_allocs, (unsigned long long)s->n_frees,
-                  (unsigned long long)s->cache_hits, (unsigned long long)s->n_failed);
+                  (unsigned long long)na, (unsigned long long)nf,
+                  (unsigned long long)nh, (unsigned long long)s->n_failed);
 }
 
 static int snapshot_to(const char *path, const char *reason, kl_err *e) {
@@ -309,46 +403,48 @@ static int snapshot_to(const char *path, const char *reason, kl_err *e) {
     kl_buf_json_str(&b, reason ? reason : "requested");
     kl_buf_printf(&b, ",\n\"budget\":%llu,\n\"fragmentation\":%.6f,\n\"totals\":",
                   (unsigned long long)budget_total, kl_mem_fragmentation());
-    snap_stats(&b, &total);
+    snap_stats(&b, &total, KL_TAG_COUNT);
     kl_buf_puts(&b, ",\n\"tags\":{");
     for (int t = 0; t < KL_TAG_COUNT; t++) {
         kl_buf_printf(&b, "%s\n \"%s\":", t ? "," : "", tag_names[t]);
-        snap_stats(&b, &tag_stats[t]);
+        snap_stats(&b, &tag_stats[t], t);
         if (budget_tag[t]) {
             b.len--; /* reopen the object */
             kl_buf_printf(&b, ",\"budget\":%llu}", (unsigned long long)budget_tag[t]);
         }
     }
     kl_buf_puts(&b, "},\n\"segments\":[");
-    for (int c = 0; c < NCLASSES; c++) pthread_mutex_lock(&classes[c].mu);
-    pthread_mutex_lock(&seg_mu);
     int first = 1;
-    for (seg *s = segments; s; s = s->next) {
-        size_t bs = class_size((int)s->cls);
-        kl_buf_printf(&b, "%s\n {\"address\":\"%p\",\"size\":%zu,\"kind\":\"%s\",\"block_size\":%zu,\"blocks\":[",
-                      first ? "" : ",", (void *)s->base, s->size, s->large ? "large" : "slab", bs);
-        first = 0;
-        int bfirst = 1;
-        for (uint32_t i = 0; i < s->nblocks;) {
-            blk *h = (blk *)(s->base + (size_t)i * (bs + HDR));
-            if (h->magic == MAGIC_LIVE) {
-                kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"requested\":%llu,\"tag\":\"%s\",\"state\":\"allocated\"}",
-                              bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs,
-                              (unsigned long long)h->req, kl_mem_tag_name((kl_mem_tag)h->tag));
-                i++;
-            } else {
-                uint32_t j = i;
-                while (j < s->nblocks && ((blk *)(s->base + (size_t)j * (bs + HDR)))->magic != MAGIC_LIVE) j++;
-                kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"count\":%u,\"state\":\"cached\"}",
-                              bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs, j - i);
-                i = j;
+    /* one class at a time: each segment is consistent, and no thread ever
+     * holds more than one class lock */
+    for (int c = 0; c < NCLASSES; c++) {
+        pthread_mutex_lock(&classes[c].mu);
+        for (seg *s = classes[c].segs; s; s = s->next) {
+            size_t bs = class_size((int)s->cls);
+            kl_buf_printf(&b, "%s\n {\"address\":\"%p\",\"size\":%zu,\"kind\":\"%s\",\"block_size\":%zu,\"blocks\":[",
+                          first ? "" : ",", (void *)s->base, s->size, s->large ? "large" : "slab", bs);
+            first = 0;
+            int bfirst = 1;
+            for (uint32_t i = 0; i < s->nblocks;) {
+                blk *h = (blk *)(s->base + (size_t)i * (bs + HDR));
+                if (h->magic == MAGIC_LIVE) {
+                    kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"requested\":%llu,\"tag\":\"%s\",\"state\":\"allocated\"}",
+                                  bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs,
+                                  (unsigned long long)h->req, kl_mem_tag_name((kl_mem_tag)h->tag));
+                    i++;
+                } else {
+                    uint32_t j = i;
+                    while (j < s->nblocks && ((blk *)(s->base + (size_t)j * (bs + HDR)))->magic != MAGIC_LIVE) j++;
+                    kl_buf_printf(&b, "%s{\"offset\":%zu,\"size\":%zu,\"count\":%u,\"state\":\"cached\"}",
+                                  bfirst ? "" : ",", (size_t)i * (bs + HDR) + HDR, bs, j - i);
+                    i = j;
+                }
+                bfirst = 0;
             }
-            bfirst = 0;
+            kl_buf_puts(&b, "]}");
         }
-        kl_buf_puts(&b, "]}");
+        pthread_mutex_unlock(&classes[c].mu);
     }
-    pthread_mutex_unlock(&seg_mu);
-    for (int c = NCLASSES; c-- > 0;) pthread_mutex_unlock(&classes[c].mu);
     kl_buf_puts(&b, "\n]\n}\n");
     int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory while writing the memory snapshot")
                       : kl_write_file_atomic(path, b.data, b.len, e);
@@ -403,6 +499,18 @@ void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e) {
         return refuse(tag, e, KL_ENOMEM, "memory budget of tag %s exceeded: %s in use + %s requested > %s",
                       tag_names[tag], kl_fmt_bytes(tag_stats[tag].allocated, b1, sizeof b1),
                       kl_fmt_bytes(size, b2, sizeof b2), kl_fmt_bytes(tb, b3, sizeof b3));
+    tstate *t = ts_get();
+    if (t && c < NTC && t->head[c]) { /* fast path: this thread's cache */
+        blk *b = t->head[c];
+        t->head[c] = b->next;
+        t->count[c]--;
+        b->magic = MAGIC_LIVE;
+        b->tag = (uint8_t)tag;
+        b->req = size;
+        b->next = NULL;
+        stat_alloc(t, tag, size, bsize + HDR, 1);
+        return (char *)b + HDR;
+    }
     klass *k = &classes[c];
     int hit = 1;
     pthread_mutex_lock(&k->mu);
@@ -437,12 +545,24 @@ void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e) {
     k->free = b->next;
     k->ncached--;
     b->sg->nfree--;
+    if (t && c < NTC) { /* refill this thread's cache with a few more */
+        uint32_t want = tc_limit(bsize) / 2;
+        while (k->free && t->count[c] < want) {
+            blk *x = k->free;
+            k->free = x->next;
+            k->ncached--;
+            x->sg->nfree--;
+            x->next = t->head[c];
+            t->head[c] = x;
+            t->count[c]++;
+        }
+    }
     b->magic = MAGIC_LIVE;
     b->tag = (uint8_t)tag;
     b->req = size;
     b->next = NULL;
     pthread_mutex_unlock(&k->mu);
-    stat_alloc(tag, size, bsize + HDR, hit);
+    stat_alloc(t, tag, size, bsize + HDR, hit);
     return (char *)b + HDR;
 }
 
@@ -463,21 +583,50 @@ static blk *hdr_of(const void *p) {
 
 size_t kl_mem_size(const void *p) { return p ? hdr_of(p)->req : 0; }
 
+/* Returns n blocks from the head of a thread cache list to the global class list. */
+static void tc_release(tstate *t, int c, uint32_t n) {
+    klass *k = &classes[c];
+    pthread_mutex_lock(&k->mu);
+    while (n-- && t->head[c]) {
+        blk *b = t->head[c];
+        t->head[c] = b->next;
+        t->count[c]--;
+        b->next = k->free;
+        k->free = b;
+        k->ncached++;
+        b->sg->nfree++;
+    }
+    pthread_mutex_unlock(&k->mu);
+}
+
+static void tc_flush(tstate *t) {
+    for (int c = 0; c < NTC; c++)
+        if (t->head[c]) tc_release(t, c, t->count[c]);
+}
+
 void kl_mem_free(void *p) {
     if (!p) return;
     blk *b = hdr_of(p);
     int c = b->cls, tag = b->tag;
     uint64_t req = b->req;
-    klass *k = &classes[c];
-    pthread_mutex_lock(&k->mu);
+    size_t bs = class_size(c);
     b->magic = MAGIC_FREE;
     b->tag = 0xff;
-    b->next = k->free;
-    k->free = b;
-    k->ncached++;
-    b->sg->nfree++;
-    pthread_mutex_unlock(&k->mu);
-    stat_free(tag, req, class_size(c) + HDR);
+    tstate *t = ts_get();
+    if (t && c < NTC) {
+        b->next = t->head[c];
+        t->head[c] = b;
+        if (++t->count[c] > tc_limit(bs)) tc_release(t, c, t->count[c] / 2);
+    } else {
+        klass *k = &classes[c];
+        pthread_mutex_lock(&k->mu);
+        b->next = k->free;
+        k->free = b;
+        k->ncached++;
+        b->sg->nfree++;
+        pthread_mutex_unlock(&k->mu);
+    }
+    stat_free(t, tag, req, bs + HDR);
 }
 
 void *kl_mem_realloc(void *p, size_t size, kl_mem_tag tag) {
@@ -514,6 +663,7 @@ char *kl_mem_strdup(const char *s, kl_mem_tag tag) {
 
 uint64_t kl_mem_trim(void) {
     pthread_once(&init_once, init_classes);
+    if (ts_me) tc_flush(ts_me); /* other threads keep their (small) caches */
     uint64_t released = 0;
     for (int c = 0; c < NCLASSES; c++) {
         klass *k = &classes[c];
@@ -524,7 +674,7 @@ uint64_t kl_mem_trim(void) {
             blk *b = *pp;
             seg *s = b->sg;
             if (s->nfree == s->nblocks) {
-                if (!s->dying) { s->dying = 1; s->dead_next = dead; dead = s; }
+                if (!s->dying) { s->dying = 1; s->dead_next = dead; dead = s; seg_unlink(k, s); }
                 *pp = b->next;
                 k->ncached--;
             } else {
@@ -536,7 +686,7 @@ uint64_t kl_mem_trim(void) {
             seg *s = dead;
             dead = s->dead_next;
             released += s->size;
-            seg_unlink_unmap(s);
+            seg_unmap(s);
         }
     }
     return released;

@@ -9,33 +9,39 @@
 #include <string.h>
 #include <unistd.h>
 
+/* One parallel_for call. Lives on the caller's stack; the caller returns
+ * only after every worker that picked it up has left it (active == 0). */
+typedef struct job {
+    kl_range_fn fn;
+    void *ctx;
+    size_t n, chunk;
+    int nchunks;
+    _Atomic int next_chunk; /* chunks are claimed by index; a chunk's range is fixed */
+    _Atomic int pending;    /* chunks not yet finished */
+    _Atomic int active;     /* workers inside the job (changed under the pool lock) */
+} job;
+
 struct kl_pool {
     int nthreads;
     pthread_t *threads;
     pthread_mutex_t run_mu; /* one parallel_for at a time */
     pthread_mutex_t mu;
     pthread_cond_t cv, done_cv;
-    uint64_t gen;           /* bumped for each job */
-    int stop;
-    /* the current job */
-    kl_range_fn fn;
-    void *ctx;
-    size_t n, chunk;
-    int nchunks;
-    _Atomic int next_chunk; /* chunks are claimed by index; the range of a chunk is fixed */
-    _Atomic int pending;
+    _Atomic uint64_t gen;   /* bumped for each job */
+    _Atomic int stop;
+    job *cur;               /* the current job (guarded by mu) */
 };
 
 static _Thread_local int in_task;
 
-static void run_chunks(kl_pool *p) {
+static void run_chunks(kl_pool *p, job *j) {
     for (;;) {
-        int c = atomic_fetch_add(&p->next_chunk, 1);
-        if (c >= p->nchunks) break;
-        size_t b = (size_t)c * p->chunk, e = b + p->chunk;
-        if (e > p->n) e = p->n;
-        if (b < e) p->fn(p->ctx, b, e, c);
-        if (atomic_fetch_sub(&p->pending, 1) == 1) {
+        int c = atomic_fetch_add(&j->next_chunk, 1);
+        if (c >= j->nchunks) break;
+        size_t b = (size_t)c * j->chunk, e = b + j->chunk;
+        if (e > j->n) e = j->n;
+        if (b < e) j->fn(j->ctx, b, e, c);
+        if (atomic_fetch_sub(&j->pending, 1) == 1) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_broadcast(&p->done_cv);
             pthread_mutex_unlock(&p->mu);
@@ -49,20 +55,23 @@ static void *worker(void *arg) {
     in_task = 1;
     for (;;) {
         /* spin briefly for low latency between back-to-back kernels, then sleep */
-        int spins = 0;
-        while (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == seen && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE) &&
-               spins < 20000) {
-            spins++;
+        for (int spins = 0; atomic_load(&p->gen) == seen && !atomic_load(&p->stop) && spins < 20000; spins++) {
 #if defined(__x86_64__)
             __builtin_ia32_pause();
 #endif
         }
         pthread_mutex_lock(&p->mu);
-        while (p->gen == seen && !p->stop) pthread_cond_wait(&p->cv, &p->mu);
-        if (p->stop) { pthread_mutex_unlock(&p->mu); break; }
-        seen = p->gen;
+        while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->cv, &p->mu);
+        if (atomic_load(&p->stop)) { pthread_mutex_unlock(&p->mu); break; }
+        seen = atomic_load(&p->gen);
+        job *j = p->cur;
+        if (j) atomic_fetch_add(&j->active, 1);
         pthread_mutex_unlock(&p->mu);
-        run_chunks(p);
+        if (!j) continue;
+        run_chunks(p, j);
+        pthread_mutex_lock(&p->mu);
+        if (atomic_fetch_sub(&j->active, 1) == 1) pthread_cond_broadcast(&p->done_cv);
+        pthread_mutex_unlock(&p->mu);
     }
     return NULL;
 }
@@ -102,7 +111,7 @@ int kl_pool_new(int nthreads, kl_pool **out, kl_err *e) {
 void kl_pool_free(kl_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->nthreads - 1; i++) pthread_join(p->threads[i], NULL);
@@ -148,30 +157,26 @@ void kl_pool_parallel_for(kl_pool *p, size_t n, size_t grain, kl_range_fn fn, vo
         }
         return;
     }
+    job j = {.fn = fn, .ctx = ctx, .n = n, .chunk = chunk, .nchunks = k};
+    atomic_store(&j.next_chunk, 0);
+    atomic_store(&j.pending, k);
+    atomic_store(&j.active, 0);
     pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n = n;
-    p->chunk = chunk;
-    p->nchunks = k;
-    atomic_store(&p->next_chunk, 0);
-    atomic_store(&p->pending, k);
-    __atomic_add_fetch(&p->gen, 1, __ATOMIC_RELEASE);
+    p->cur = &j;
+    atomic_fetch_add(&p->gen, 1);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     in_task = 1;
-    run_chunks(p);
+    run_chunks(p, &j);
     in_task = 0;
-    /* wait for the others */
-    int spins = 0;
-    while (atomic_load(&p->pending) > 0 && spins < 200000) {
-        spins++;
+    for (int spins = 0; atomic_load(&j.pending) > 0 && spins < 200000; spins++) {
 #if defined(__x86_64__)
         __builtin_ia32_pause();
 #endif
     }
     pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->pending) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
+    while (atomic_load(&j.pending) > 0 || atomic_load(&j.active) > 0) pthread_cond_wait(&p->done_cv, &p->mu);
+    p->cur = NULL;
     pthread_mutex_unlock(&p->mu);
     pthread_mutex_unlock(&p->run_mu);
 }

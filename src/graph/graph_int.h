@@ -40,6 +40,7 @@ typedef struct kl_op {
 } kl_op;
 
 #define KL_OP_NOFOLD 1       /* never constant-fold (random ops) */
+#define KL_OP_SHAPE_ONLY 2   /* output depends on input shapes only (Shape, Size): folded per plan */
 
 /* Registry tables defined in the ops_*.c files. */
 extern const kl_op kl__ops_elem[];

@@ -152,7 +152,11 @@ typedef struct { binop op; kl_dtype dt; } binctx;
             if (sa == 1 && sb == 1) { for (int64_t i = 0; i < n; i++) o[i] = a[i] / b[i]; }              \
             else { for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] / b[i * sb]; }                       \
             break;                                                                                       \
-        case B_POW: for (int64_t i = 0; i < n; i++) o[i] = (T)pow(a[i * sa], b[i * sb]); break;          \
+        case B_POW:                                                                                      \
+            if (sb == 0 && b[0] == 2) { for (int64_t i = 0; i < n; i++) o[i] = a[i * sa] * a[i * sa]; }     \
+            else if (sb == 0 && b[0] == 0.5) { for (int64_t i = 0; i < n; i++) o[i] = (T)sqrt(a[i * sa]); } \
+            else { for (int64_t i = 0; i < n; i++) o[i] = (T)pow(a[i * sa], b[i * sb]); }                \
+            break;                                                                                       \
         case B_MOD: case B_FMOD: for (int64_t i = 0; i < n; i++) o[i] = (T)fmod(a[i * sa], b[i * sb]); break; \
         case B_MIN: for (int64_t i = 0; i < n; i++) { T x = a[i * sa], y = b[i * sb]; o[i] = isnan(x) || isnan(y) ? NAN : (x < y ? x : y); } break; \
         case B_MAX: for (int64_t i = 0; i < n; i++) { T x = a[i * sa], y = b[i * sb]; o[i] = isnan(x) || isnan(y) ? NAN : (x > y ? x : y); } break; \

@@ -127,6 +127,25 @@ static int gemm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
     return KL_OK;
 }
 
+/* keel::FusedMatMul(A, W, bias): MatMul with a 2-D weight, bias and an
+ * optional activation, as one GEMM over A's flattened rows (made by the
+ * MatMul+Add pass). */
+static int fmm_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    if (in[1]->rank != 2 || in[0]->rank < 1) return kl__fail_node(e, n, KL_ESHAPE, "weight must be 2-D");
+    return matmul_infer(n, in, 2, out, n_out, ws, e);
+}
+static int fmm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
+    kl_act a = {KL_ACT_NONE, 0, 0};
+    int act = (int)kl_node_attr_int(n, "_act", 0);
+    if (act == 1) a.kind = KL_ACT_RELU;
+    else if (act == 2) { a.kind = KL_ACT_CLIP; a.a = kl_node_attr_float(n, "_act_a", 0); a.b = kl_node_attr_float(n, "_act_b", 6); }
+    kl_gemm_bias_act_f32(0, 0, rows, N, K, in[0]->data, K, in[1]->data, N, in[2]->data, a, out[0]->data, N, x->pool);
+    return KL_OK;
+}
+
 /* ================================================================== *
  * Conv
  * ================================================================== */
@@ -748,6 +767,7 @@ static int resize_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *con
  * ================================================================== */
 
 static const char *const no_attrs[] = {NULL};
+static const char *const a_fmm[] = {"_act", "_act_a", "_act_b", NULL};
 static const char *const a_gemm[] = {"alpha", "beta", "transA", "transB", "_act", NULL};
 static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "_act", "_act_a", "_act_b", NULL};
 static const char *const a_convt[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "output_padding", "output_shape", NULL};
@@ -766,6 +786,7 @@ static const char *const a_resize[] = {"mode", "coordinate_transformation_mode",
 
 const kl_op kl__ops_nn[] = {
     {"MatMul", "", 1, 17, 2, 2, 1, 1, no_attrs, NULL, matmul_infer, matmul_run, 0},
+    {"FusedMatMul", "keel", 1, 1, 3, 3, 1, 1, a_fmm, NULL, fmm_infer, fmm_run, 0},
     {"Gemm", "", 7, 17, 2, 3, 1, 1, a_gemm, NULL, gemm_infer, gemm_run, 0},
     {"Conv", "", 1, 17, 2, 3, 1, 1, a_conv, NULL, conv_infer, conv_run, 0},
     {"ConvTranspose", "", 1, 17, 2, 3, 1, 1, a_convt, NULL, convt_infer, convt_run, 0},

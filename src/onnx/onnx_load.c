@@ -93,7 +93,7 @@ static int tensor_from_proto(const Onnx__TensorProto *tp, const char *base_dir, 
     if (numel > ((uint64_t)1 << 40) / es) return kl_err_set(e, KL_ERANGE, "tensor of %llu elements is too large", (unsigned long long)numel);
     size_t nbytes = (size_t)numel * es;
     kl_tensor *t = NULL;
-    if ((rc = kl_tensor_new(dt, (int)tp->n_dims, dims, KL_TAG_PARAMS, &t, e))) return rc;
+    if ((rc = kl_tensor_new_uninit(dt, (int)tp->n_dims, dims, KL_TAG_PARAMS, &t, e))) return rc;
     uint8_t *d = t->data;
     if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
         if ((rc = read_external(tp, base_dir, d, nbytes, e))) goto fail;

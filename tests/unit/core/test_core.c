@@ -3,6 +3,7 @@
  * progress, suggestions. */
 #include "../harness.h"
 
+#include <cjson/cJSON.h>
 #include <keel/core.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -290,4 +291,44 @@ KL_TEST(suggest_words) {
     KT_CHECK(kl_suggest("xyzzy", c, 4) == NULL);
     char b[32];
     KT_EQ_STR(kl_fmt_bytes(1536, b, sizeof b), "1.50 KiB");
+}
+
+KL_TEST(log_json_lines) {
+    const char *p = kt_path("log.txt");
+    FILE *f = fopen(p, "w+");
+    KT_CHECK(f);
+    kl_log_set_output(f);
+    kl_log_set_format(KL_LOG_JSON);
+    kl_log_level old = kl_log_get_level();
+    kl_log_set_level(KL_LOG_INFO);
+    kl_log(KL_LOG_DEBUG, "test", "hidden %d", 1);
+    kl_log(KL_LOG_WARN, "test", "disk \"%s\" is %d%% full", "/data", 93);
+    kl_log_field fl[] = {KL_LF_STR("model", "mlp"), KL_LF_INT("batch", 8), KL_LF_NUM("queue_ms", 0.25)};
+    kl_log_fields(KL_LOG_INFO, "serve", "request", fl, 3);
+    kl_log_set_output(NULL);
+    kl_log_set_format(KL_LOG_AUTO);
+    kl_log_set_level(old);
+    fflush(f);
+    rewind(f);
+    char line[1024];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        n++;
+        void *j = NULL;
+        kl_err e = {0};
+        KT_OK(kl_json_parse(line, strlen(line), "log", &j, &e), &e);
+        cJSON *o = j;
+        const char *ts = cJSON_GetObjectItem(o, "ts")->valuestring;
+        KT_CHECK(strlen(ts) == 27 && ts[10] == 'T' && ts[26] == 'Z');
+        if (n == 1) {
+            KT_EQ_STR(cJSON_GetObjectItem(o, "level")->valuestring, "warn");
+            KT_EQ_STR(cJSON_GetObjectItem(o, "msg")->valuestring, "disk \"/data\" is 93% full");
+        } else {
+            KT_EQ_STR(cJSON_GetObjectItem(o, "model")->valuestring, "mlp");
+            KT_EQ_INT(cJSON_GetObjectItem(o, "batch")->valueint, 8);
+        }
+        cJSON_Delete(o);
+    }
+    fclose(f);
+    KT_EQ_INT(n, 2);
 }

@@ -1,0 +1,116 @@
+/* keel tune: search spaces, samplers (random, grid, TPE) and pruners
+ * (median, successive halving). Pure functions of the study history and a
+ * seed: the same history and trial number give the same suggestion in any
+ * process, which makes studies resumable and parallel trials reproducible. */
+#ifndef KEEL_TUNE_H
+#define KEEL_TUNE_H
+
+#include <keel/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- search space ------------------------------------------------------ */
+
+typedef enum { KL_TUNE_FLOAT, KL_TUNE_INT, KL_TUNE_CAT } kl_tune_kind;
+
+typedef struct {
+    char *name;
+    kl_tune_kind kind;
+    double low, high;   /* FLOAT and INT bounds (inclusive) */
+    double step;        /* INT: step (>= 1); FLOAT: 0, or a step for a discretised float */
+    int log;            /* sample on a log scale (low > 0) */
+    char **choices;     /* CAT: the choices as written */
+    int nchoices;
+    int cond;           /* index of the parameter this one depends on, or -1 */
+    char *cond_value;   /* present only when that parameter's value (as text) equals this */
+} kl_tune_param;
+
+typedef struct {
+    kl_tune_param *p;
+    int n;
+} kl_tune_space;
+
+/* YAML: a mapping name -> {type: float|int|categorical, low, high, log, step,
+ * choices: [...], when: {param: value}}. Parameters a condition refers to must
+ * come earlier. Errors name the line and the parameter. */
+int kl_tune_space_load(const char *path, kl_tune_space **out, kl_err *e);
+int kl_tune_space_parse(const kl_node *map, kl_tune_space **out, kl_err *e);
+void kl_tune_space_free(kl_tune_space *s);
+int kl_tune_space_find(const kl_tune_space *s, const char *name);
+
+/* A value of one parameter in one trial: numeric value, or the choice index
+ * of a categorical (as a double). */
+typedef struct {
+    int present;
+    double v;
+} kl_tune_value;
+
+/* Formats a value as text ("0.001", "64", "relu"). */
+const char *kl_tune_value_str(const kl_tune_param *p, kl_tune_value v, char *buf, size_t n);
+/* Parses text into a value of p; KL_EINVAL when outside the space. */
+int kl_tune_value_parse(const kl_tune_param *p, const char *text, kl_tune_value *out);
+
+/* ---- trials ------------------------------------------------------------ */
+
+typedef enum { KL_TRIAL_RUNNING, KL_TRIAL_COMPLETE, KL_TRIAL_PRUNED, KL_TRIAL_FAILED } kl_trial_state;
+
+typedef struct {
+    int number;
+    kl_trial_state state;
+    double value;           /* final objective (COMPLETE) */
+    kl_tune_value *params;  /* space->n values */
+    double *inter;          /* intermediate values by step (NaN = not reported) */
+    int ninter;
+} kl_trial;
+
+/* ---- samplers ---------------------------------------------------------- */
+
+typedef enum { KL_SAMPLER_RANDOM, KL_SAMPLER_GRID, KL_SAMPLER_TPE } kl_sampler_kind;
+
+typedef struct {
+    kl_sampler_kind kind;
+    uint64_t seed;
+    int n_startup;          /* TPE: random trials first (default 10) */
+    int n_ei_candidates;    /* TPE: candidates drawn from l(x) (default 64) */
+    int multivariate;       /* TPE: one joint estimator over the unconditional numerical parameters */
+    double bandwidth;       /* TPE multivariate: kernel width factor (default 0.05) */
+    int grid_points;        /* GRID: points per float parameter without a step (default 5) */
+} kl_sampler_opts;
+
+void kl_sampler_opts_default(kl_sampler_opts *o);
+int kl_sampler_kind_parse(const char *s, kl_sampler_kind *out);
+
+/* Suggests the parameters of trial `number` from the finished trials in
+ * history (any order; RUNNING ones are ignored except by GRID, which skips
+ * points already taken). minimize: 1 to minimise, 0 to maximise. out has
+ * space->n values. KL_ENOTFOUND when a grid is exhausted. */
+int kl_tune_suggest(const kl_tune_space *s, const kl_sampler_opts *o, const kl_trial *history, size_t n,
+                    int minimize, int number, kl_tune_value *out, kl_err *e);
+/* Number of grid points (0 when the space has an unbounded float). */
+uint64_t kl_tune_grid_size(const kl_tune_space *s, const kl_sampler_opts *o);
+
+/* ---- pruners ----------------------------------------------------------- */
+
+typedef enum { KL_PRUNER_NONE, KL_PRUNER_MEDIAN, KL_PRUNER_ASHA } kl_pruner_kind;
+
+typedef struct {
+    kl_pruner_kind kind;
+    int n_startup_trials;   /* MEDIAN: finished trials before pruning starts (default 5) */
+    int n_warmup_steps;     /* MEDIAN: steps of a trial before it may be pruned (default 0) */
+    int min_resource;       /* ASHA: steps at the first rung (default 1) */
+    int reduction_factor;   /* ASHA: eta (default 3) */
+} kl_pruner_opts;
+
+void kl_pruner_opts_default(kl_pruner_opts *o);
+int kl_pruner_kind_parse(const char *s, kl_pruner_kind *out);
+/* 1 when `current`, having reported its value for `step` (0-based), should
+ * stop now, judged against the other trials in history. */
+int kl_tune_should_prune(const kl_pruner_opts *o, const kl_trial *history, size_t n, const kl_trial *current,
+                         int step, int minimize);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

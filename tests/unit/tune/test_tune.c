@@ -1,0 +1,187 @@
+/* Search spaces, samplers and pruners. */
+#include "../harness.h"
+
+#include <keel/tune.h>
+#include <stdlib.h>
+
+static kl_tune_space *space_of(const char *yaml, kl_err *e) {
+    kl_doc *d;
+    kl_tune_space *s = NULL;
+    if (kl_doc_load_str(yaml, strlen(yaml), "space.yaml", &d, e)) return NULL;
+    kl_tune_space_parse(kl_doc_root(d), &s, e);
+    kl_doc_free(d);
+    return s;
+}
+
+static const char *SPACE =
+    "lr: {type: float, low: 0.0001, high: 0.1, log: true}\n"
+    "width: {type: int, low: 32, high: 512, step: 32}\n"
+    "opt: {type: categorical, choices: [adamw, sgd]}\n"
+    "momentum: {type: float, low: 0.5, high: 0.99, when: {opt: sgd}}\n";
+
+KL_TEST(tune_space_errors) {
+    kl_err e = {0};
+    KT_CHECK(space_of("{}", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "empty");
+    KT_CHECK(space_of("x: {type: float, low: 2, high: 1}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "space.yaml:1:");
+    KT_CONTAINS(kl_err_what(&e), "low (2) must be below high (1)");
+    KT_CHECK(space_of("x: {type: float, low: 0, high: 1, log: true}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "log scale needs low > 0");
+    KT_CHECK(space_of("x: {type: float, low: 0, high: 1, when: {y: 1}}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "not an earlier parameter");
+    KT_CHECK(space_of("o: {type: categorical, choices: [a, b]}\nx: {type: float, low: 0, high: 1, when: {o: c}}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "never a value of o");
+    KT_CHECK(space_of("x: {type: integer, low: 0, high: 1}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "unknown type 'integer'");
+    KT_CHECK(space_of("x: {type: float, low: 0, hgh: 1}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "did you mean 'high'");
+}
+
+static void run_study(const kl_tune_space *s, const kl_sampler_opts *o, int n, kl_trial *h,
+                      double (*f)(const kl_tune_space *, const kl_tune_value *)) {
+    for (int t = 0; t < n; t++) {
+        h[t].number = t;
+        h[t].params = calloc((size_t)s->n, sizeof(kl_tune_value));
+        kl_err e = {0};
+        if (kl_tune_suggest(s, o, h, (size_t)t, 1, t, h[t].params, &e)) abort();
+        h[t].value = f(s, h[t].params);
+        h[t].state = KL_TRIAL_COMPLETE;
+    }
+}
+
+static void free_study(kl_trial *h, int n) {
+    for (int t = 0; t < n; t++) free(h[t].params);
+}
+
+static double obj(const kl_tune_space *s, const kl_tune_value *v) {
+    double lr = log10(v[0].v) + 2.5, w = (v[1].v - 256) / 256;
+    double m = v[3].present ? (v[3].v - 0.9) : 0;
+    return lr * lr + w * w + m * m + (v[2].v == 1 ? 0 : 0.2);
+}
+
+KL_TEST(tune_random_respects_space_and_seed) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of(SPACE, &e);
+    KT_CHECK(s);
+    kl_sampler_opts o;
+    kl_sampler_opts_default(&o);
+    o.kind = KL_SAMPLER_RANDOM;
+    o.seed = 7;
+    kl_trial h[200];
+    memset(h, 0, sizeof h);
+    run_study(s, &o, 200, h, obj);
+    int sgd = 0;
+    for (int t = 0; t < 200; t++) {
+        kl_tune_value *v = h[t].params;
+        KT_CHECK(v[0].present && v[0].v >= 1e-4 && v[0].v <= 0.1);
+        KT_CHECK(v[1].present && v[1].v >= 32 && v[1].v <= 512 && fmod(v[1].v - 32, 32) == 0);
+        KT_CHECK(v[2].v == 0 || v[2].v == 1);
+        KT_CHECK(v[3].present == (v[2].v == 1)); /* momentum only with sgd */
+        sgd += v[2].v == 1;
+    }
+    KT_CHECK(sgd > 60 && sgd < 140);
+    /* same seed and trial number: same suggestion, in any process */
+    kl_tune_value again[4];
+    KT_OK(kl_tune_suggest(s, &o, h, 10, 1, 10, again, &e), &e);
+    KT_CHECK(!memcmp(again, h[10].params, sizeof again));
+    char buf[32];
+    KT_EQ_STR(kl_tune_value_str(&s->p[2], h[0].params[2], buf, sizeof buf), h[0].params[2].v ? "sgd" : "adamw");
+    free_study(h, 200);
+    kl_tune_space_free(s);
+}
+
+KL_TEST(tune_tpe_beats_random) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of(SPACE, &e);
+    KT_CHECK(s);
+    kl_sampler_opts o;
+    kl_sampler_opts_default(&o);
+    int wins = 0;
+    for (int seed = 0; seed < 5; seed++) {
+        kl_trial a[40], b[40];
+        memset(a, 0, sizeof a);
+        memset(b, 0, sizeof b);
+        o.seed = (uint64_t)seed;
+        o.kind = KL_SAMPLER_TPE;
+        run_study(s, &o, 40, a, obj);
+        o.kind = KL_SAMPLER_RANDOM;
+        run_study(s, &o, 40, b, obj);
+        double ba = 1e9, bb = 1e9;
+        for (int t = 0; t < 40; t++) { if (a[t].value < ba) ba = a[t].value; if (b[t].value < bb) bb = b[t].value; }
+        wins += ba < bb;
+        free_study(a, 40);
+        free_study(b, 40);
+    }
+    KT_CHECKF(wins >= 4, "TPE beat random in only %d of 5 seeds", wins);
+    kl_tune_space_free(s);
+}
+
+KL_TEST(tune_grid_enumerates_then_exhausts) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of("a: {type: int, low: 1, high: 3}\nb: {type: categorical, choices: [x, y]}\n", &e);
+    KT_CHECK(s);
+    kl_sampler_opts o;
+    kl_sampler_opts_default(&o);
+    o.kind = KL_SAMPLER_GRID;
+    KT_EQ_INT(kl_tune_grid_size(s, &o), 6);
+    kl_trial h[7];
+    memset(h, 0, sizeof h);
+    for (int t = 0; t < 6; t++) {
+        h[t].number = t;
+        h[t].params = calloc(2, sizeof(kl_tune_value));
+        KT_OK(kl_tune_suggest(s, &o, h, (size_t)t, 1, t, h[t].params, &e), &e);
+        for (int u = 0; u < t; u++) KT_CHECK(memcmp(h[u].params, h[t].params, 2 * sizeof(kl_tune_value)) != 0);
+        h[t].state = KL_TRIAL_COMPLETE;
+    }
+    kl_tune_value v[2];
+    KT_CHECK(kl_tune_suggest(s, &o, h, 6, 1, 6, v, &e) == KL_ENOTFOUND);
+    KT_CONTAINS(kl_err_what(&e), "all 6 points");
+    free_study(h, 6);
+    kl_tune_space_free(s);
+}
+
+static kl_trial curve(int number, kl_trial_state st, const double *v, int n) {
+    kl_trial t;
+    memset(&t, 0, sizeof t);
+    t.number = number;
+    t.state = st;
+    t.inter = (double *)v;
+    t.ninter = n;
+    t.value = v[n - 1];
+    return t;
+}
+
+KL_TEST(tune_median_pruner) {
+    kl_pruner_opts o;
+    kl_pruner_opts_default(&o);
+    o.kind = KL_PRUNER_MEDIAN;
+    o.n_startup_trials = 3;
+    static const double c1[] = {0.5, 0.4, 0.3}, c2[] = {0.6, 0.5, 0.4}, c3[] = {0.7, 0.6, 0.5};
+    kl_trial h[3] = {curve(0, KL_TRIAL_COMPLETE, c1, 3), curve(1, KL_TRIAL_COMPLETE, c2, 3), curve(2, KL_TRIAL_COMPLETE, c3, 3)};
+    static const double bad[] = {0.9}, good[] = {0.55};
+    kl_trial cur = curve(3, KL_TRIAL_RUNNING, bad, 1);
+    KT_EQ_INT(kl_tune_should_prune(&o, h, 3, &cur, 0, 1), 1);  /* 0.9 > median 0.6 */
+    cur = curve(3, KL_TRIAL_RUNNING, good, 1);
+    KT_EQ_INT(kl_tune_should_prune(&o, h, 3, &cur, 0, 1), 0);
+    KT_EQ_INT(kl_tune_should_prune(&o, h, 2, &cur, 0, 1), 0);  /* too few finished trials */
+    cur = curve(3, KL_TRIAL_RUNNING, bad, 1);
+    KT_EQ_INT(kl_tune_should_prune(&o, h, 3, &cur, 0, 0), 0);  /* maximising: 0.9 is good */
+}
+
+KL_TEST(tune_asha_pruner) {
+    kl_pruner_opts o;
+    kl_pruner_opts_default(&o);
+    o.kind = KL_PRUNER_ASHA;
+    o.min_resource = 1;
+    o.reduction_factor = 3;
+    static const double a[] = {0.1, 0.1, 0.1}, b[] = {0.2, 0.2, 0.2}, c[] = {0.3, 0.3, 0.3};
+    kl_trial h[3] = {curve(0, KL_TRIAL_COMPLETE, a, 3), curve(1, KL_TRIAL_COMPLETE, b, 3), curve(2, KL_TRIAL_PRUNED, c, 1)};
+    static const double x[] = {0.25, 0.25};
+    kl_trial cur = curve(3, KL_TRIAL_RUNNING, x, 2);
+    KT_EQ_INT(kl_tune_should_prune(&o, h, 3, &cur, 0, 1), 1);  /* rung 1: keeps 4/3 -> 1 best (0.1) */
+    KT_EQ_INT(kl_tune_should_prune(&o, h, 3, &cur, 1, 1), 0);  /* step 2 is not a rung */
+    static const double y[] = {0.05};
+    cur = curve(3, KL_TRIAL_RUNNING, y, 1);
+    KT_EQ_INT(kl_tune_should_prune(&o, h, 3, &cur, 0, 1), 0);
+}
