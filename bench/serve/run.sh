@@ -18,7 +18,7 @@ import numpy as np
 w = sys.argv[1]
 write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
 with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
-    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: 0\n")
+    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "0")))
 x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
 with open(os.path.join(w, "body.json"), "w") as f:
     json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
@@ -54,5 +54,7 @@ wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/m
 k=$(run keel "$kport" "$kp"); f=$(run fastapi "$fport" "$fp")
 echo "| server | req/s | p50 | p99 | server CPU µs/request | errors |"; echo "|---|---|---|---|---|---|"
 for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5; shift 5; echo "| $n | $r | $a | $b | $c | ${*:-none} |"; done
+curl -s "http://127.0.0.1:$kport/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp"\}/ {v[$1 ~ /sum/]=$2}
+  END {if (v[0]) printf "keel mean batch size: %.2f rows\n", v[1]/v[0]}'
 kr=$(echo "$k" | awk '{print $2}'); fr=$(echo "$f" | awk '{print $2}')
 echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x"

@@ -612,7 +612,6 @@ int sv_http_start(kl_server *s, kl_err *e) {
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
         {MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, 4096, NULL},
-        {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 256 * 1024, NULL},
         {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
         {threads ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL},

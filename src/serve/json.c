@@ -52,7 +52,7 @@ static void *alloc(sv_json_doc *d, size_t n) {
 static cJSON *node(parser *ps, int type) {
     cJSON *n = alloc(ps->doc, sizeof *n);
     if (!n) { ps->err = "out of memory"; return NULL; }
-    memset(n, 0, sizeof *n);
+    *n = (cJSON){0};
     n->type = type;
     return n;
 }
