@@ -10,7 +10,7 @@ dur=${1:-10}; conns=${2:-16}
 for t in wrk "$KEEL"; do command -v "$t" >/dev/null || { echo "bench/serve: $t missing (make deps / make)"; exit 1; }; done
 w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-serve-XXXXXX"); trap 'kill $kp $fp 2>/dev/null; rm -rf "$w"' EXIT
 kp=; fp=
-$PY - "$w" <<'PY'
+KEEL_SRC=$root $PY - "$w" <<'PY'
 import json, os, sys
 sys.path.insert(0, os.path.join(os.environ.get("KEEL_SRC", "."), "tests/integration/serve"))
 from helpers import write_mlp
@@ -18,7 +18,7 @@ import numpy as np
 w = sys.argv[1]
 write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
 with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
-    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "0")))
+    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "300")))
 x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
 with open(os.path.join(w, "body.json"), "w") as f:
     json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
