@@ -34,8 +34,9 @@ static const app_cmd_spec spec = {
     "Endpoints: /v2/health/live, /v2/health/ready (deep probe), /v2, /v2/models/M[/versions/V][/ready],\n"
     "POST /v2/models/M[/versions/V]/infer (JSON or binary tensor extension), POST /v2/repository/index,\n"
     "POST /v2/repository/models/M/load|unload, GET /metrics (Prometheus).\n"
-    "Signals: SIGHUP rescans the repository; SIGTERM/SIGINT drain and exit 0 (1 when the exit\n"
-    "timeout cut requests off). Global --memory-limit caps the allocator (see 'keel --help').",
+    "Signals: SIGHUP rescans the repository; SIGTERM/SIGINT drain (queued and running requests\n"
+    "finish, up to --exit-timeout; what is left then gets 503) and exit 0.\n"
+    "Global --memory-limit caps the allocator (see 'keel --help').",
     opts, KL_ARRAY_LEN(opts), 1, 1};
 
 int cmd_serve(int argc, char **argv) {
@@ -102,7 +103,6 @@ int cmd_serve(int argc, char **argv) {
     else
         printf("keel serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host, ipv6 ? "]" : "", kl_server_port(s));
     fflush(stdout);
-    int exit_code = APP_EXIT_OK;
     for (;;) {
         int sig = 0;
         if (sigwait(&set, &sig)) continue;
@@ -113,12 +113,11 @@ int cmd_serve(int argc, char **argv) {
         }
         kl_log(KL_LOG_INFO, "serve", "%s received", sig == SIGINT ? "SIGINT" : "SIGTERM");
         kl_err se = {0};
-        if (kl_server_shutdown(s, &se)) {
-            kl_log(KL_LOG_ERROR, "serve", "%s", kl_err_what(&se));
-            exit_code = APP_EXIT_FAIL;
-        }
+        /* a drain cut short by --exit-timeout is logged (the cut requests got
+         * 503s); the exit is still a clean, requested one: 0 */
+        if (kl_server_shutdown(s, &se)) kl_log(KL_LOG_ERROR, "serve", "%s", kl_err_what(&se));
         break;
     }
     kl_server_free(s);
-    return exit_code;
+    return APP_EXIT_OK;
 }

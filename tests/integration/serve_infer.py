@@ -298,4 +298,30 @@ check("serve_sigterm_no_request_lost", not lost and outcomes.count((0, 0)) == 0 
 check("serve_sigterm_drains_then_503", any(o == 200 for t, o in outcomes) and all(o in (200, 503) or isinstance(o, str) for o in after), after[:8])
 check("serve_sigterm_exit_0", rc == 0 and ended - term_at[0] < 20, (rc, ended - term_at[0]))
 s.log.close()
+
+# SIGTERM with --exit-timeout shorter than the work: the running batch finishes,
+# what is still queued is answered 503, exit 0
+s = Server(repo, "--workers", "1", "--exit-timeout", "0.2")
+res = {}
+big = rng.standard_normal((1024, slow_sizes[0])).astype(np.float32)
+blk = threading.Thread(target=lambda: res.__setitem__("blocker", s.req("POST", "/v2/models/slow/infer",
+                                                                        *bin_req(big, {"X-Priority": "1"}))[0]))
+blk.start()
+for _ in range(300):
+    if 'keel_inference_running{model="slow"} 1' in s.req("GET", "/metrics")[2].decode():
+        break
+    time.sleep(0.01)
+queued = []
+qs = [threading.Thread(target=lambda: queued.append(s.json("POST", "/v2/models/slow/infer",
+                                                           *bin_req(xs, {"X-Priority": "1"})))) for _ in range(3)]
+[t.start() for t in qs]
+time.sleep(0.1)
+s.signal(signal.SIGTERM)
+[t.join(30) for t in qs]
+blk.join(30)
+rc = s.p.wait(30)
+s.log.close()
+check("serve_exit_timeout_running_finishes_queued_503", res.get("blocker") == 200 and len(queued) == 3
+      and all(st == 503 and "shutting down" in b.get("error", "") for st, h, b in queued) and rc == 0,
+      (res, [(st, b) for st, h, b in queued], rc))
 done()
