@@ -79,5 +79,8 @@ int cmd_run(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_runs(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_ui(int argc, char **argv);
 
 #endif

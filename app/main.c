@@ -10,8 +10,11 @@ static const app_command commands[] = {
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"config", "show effective settings and where each came from", cmd_config},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
+    {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
+    {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
     {"serve", "serve models over HTTP (KServe v2, priorities, batching, metrics)", cmd_serve},
+    {"ui", "read-only web UI over runs and models", cmd_ui},
     {"version", "version, build and linked library versions", cmd_version},
 };
 

@@ -298,6 +298,17 @@ void kl_doc_free(kl_doc *d);
 const kl_node *kl_doc_root(const kl_doc *d);  /* valid until kl_doc_free */
 const char *kl_doc_name(const kl_doc *d);
 
+/* Sets the scalar at a dotted path ("optimizer.lr", "layers.0.out"),
+ * replacing what is there or creating the missing mapping keys; numeric parts
+ * index existing list items. For command-line overrides (--set KEY=VALUE):
+ * the node's location reads `origin` (e.g. "--set"). KL_EINVAL when the path
+ * runs through a scalar or past the end of a list. */
+int kl_doc_set(kl_doc *d, const char *path, const char *value, const char *origin, kl_err *e);
+/* Writes the document as JSON (which kl_doc_load reads back): scalars that
+ * parse as numbers, booleans or null are written bare, others as strings. */
+struct kl_buf;
+int kl_doc_to_json(const kl_doc *d, struct kl_buf *out);
+
 kl_node_kind kl_node_kind_of(const kl_node *n);
 const char *kl_node_kind_name(kl_node_kind k);
 size_t kl_node_len(const kl_node *n);                      /* items of a seq/map */
@@ -350,7 +361,7 @@ int kl_json_write_file(const char *path, const void *cjson, int pretty, kl_err *
  * Growable string buffer (used for JSON, HTML, SVG, messages)
  * ================================================================== */
 
-typedef struct {
+typedef struct kl_buf {
     char *data; /* always NUL-terminated when cap > 0 */
     size_t len, cap;
     int failed; /* an allocation failed; contents truncated */

@@ -72,10 +72,10 @@ typedef enum { KL_SAMPLER_RANDOM, KL_SAMPLER_GRID, KL_SAMPLER_TPE } kl_sampler_k
 typedef struct {
     kl_sampler_kind kind;
     uint64_t seed;
-    int n_startup;          /* TPE: random trials first (default 10) */
+    int n_startup;          /* TPE: random trials first (default 8) */
     int n_ei_candidates;    /* TPE: candidates drawn from l(x) (default 64) */
     int multivariate;       /* TPE: one joint estimator over the unconditional numerical parameters */
-    double bandwidth;       /* TPE multivariate: kernel width factor (default 0.05) */
+    double bandwidth;       /* TPE multivariate: kernel width factor (default 0.03) */
     int grid_points;        /* GRID: points per float parameter without a step (default 5) */
 } kl_sampler_opts;
 

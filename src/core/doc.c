@@ -452,3 +452,94 @@ int kl_spec_check_keys(const kl_node *map, const char *const *allowed, size_t n,
     }
     return KL_OK;
 }
+
+/* ---- editing and writing --------------------------------------------------- */
+
+int kl_doc_set(kl_doc *d, const char *path, const char *value, const char *origin, kl_err *e) {
+    char part[256], sofar[1024] = "";
+    kl_node *n = d->root;
+    yaml_mark_t m = {0, 0, 0};
+    const char *p = path;
+    if (!*path) return kl_err_set(e, KL_EINVAL, "%s: empty key", origin);
+    if (n->kind == KL_NODE_NULL) n->kind = KL_NODE_MAP; /* an empty document becomes a mapping */
+    for (;;) {
+        const char *dot = strchr(p, '.');
+        size_t len = dot ? (size_t)(dot - p) : strlen(p);
+        if (len == 0 || len >= sizeof part) return kl_err_set(e, KL_EINVAL, "%s: bad key '%s'", origin, path);
+        memcpy(part, p, len);
+        part[len] = 0;
+        char cpath[1024];
+        child_path(n, part, 0, cpath, sizeof cpath);
+        kl_node *child = NULL;
+        size_t slot = 0;
+        if (n->kind == KL_NODE_SEQ) {
+            int64_t i;
+            if (kl_parse_int64(part, &i) || i < 0 || (size_t)i >= n->n)
+                return kl_err_set(e, KL_EINVAL, "%s: %s: '%s' is not an item of the list %s (it has %zu)", origin, path,
+                                  part, *sofar ? sofar : "(root)", n->n);
+            slot = (size_t)i;
+            child = n->items[slot];
+            child_path(n, NULL, slot, cpath, sizeof cpath);
+        } else if (n->kind == KL_NODE_MAP) {
+            for (slot = 0; slot < n->n; slot++)
+                if (!strcmp(n->keys[slot], part)) { child = n->items[slot]; break; }
+        } else {
+            return kl_err_set(e, KL_EINVAL, "%s: %s: %s is a value, not a mapping", origin, path, sofar);
+        }
+        int last = !dot;
+        if (!child || (last && child->kind != KL_NODE_MAP && child->kind != KL_NODE_SEQ) ||
+            (!last && child->kind == KL_NODE_NULL)) {
+            kl_node *nn = node_new(d, last ? KL_NODE_SCALAR : KL_NODE_MAP, &m, cpath);
+            if (!nn) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            nn->file = kl_arena_strdup(d->arena, origin);
+            nn->line = nn->col = 0;
+            if (last) {
+                nn->scalar = kl_arena_strdup(d->arena, value);
+                if (!nn->scalar) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            }
+            if (child) n->items[slot] = nn;
+            else if (node_push(d, n, part, nn)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            child = nn;
+        } else if (last) {
+            return kl_err_set(e, KL_EINVAL, "%s: %s is %s, not a value", origin, path, kl_node_kind_name(child->kind));
+        }
+        if (last) return KL_OK;
+        snprintf(sofar, sizeof sofar, "%s", cpath);
+        n = child;
+        p = dot + 1;
+    }
+}
+
+static void node_json(const kl_node *n, kl_buf *b) {
+    switch (n->kind) {
+    case KL_NODE_NULL: kl_buf_puts(b, "null"); return;
+    case KL_NODE_SCALAR: {
+        double v;
+        int bo;
+        if (!n->quoted && kl_parse_double(n->scalar, &v) == KL_OK && isfinite(v)) kl_buf_puts(b, n->scalar);
+        else if (!n->quoted && (!strcmp(n->scalar, "true") || !strcmp(n->scalar, "false"))) kl_buf_puts(b, n->scalar);
+        else if (!n->quoted && kl_parse_bool(n->scalar, &bo) == KL_OK && strcmp(n->scalar, "1") && strcmp(n->scalar, "0"))
+            kl_buf_puts(b, bo ? "true" : "false");
+        else kl_buf_json_str(b, n->scalar);
+        return;
+    }
+    case KL_NODE_SEQ:
+    case KL_NODE_MAP:
+        kl_buf_puts(b, n->kind == KL_NODE_SEQ ? "[" : "{");
+        for (size_t i = 0; i < n->n; i++) {
+            if (i) kl_buf_puts(b, ",");
+            if (n->kind == KL_NODE_MAP) {
+                kl_buf_json_str(b, n->keys[i]);
+                kl_buf_puts(b, ":");
+            }
+            node_json(n->items[i], b);
+        }
+        kl_buf_puts(b, n->kind == KL_NODE_SEQ ? "]" : "}");
+        return;
+    }
+}
+
+int kl_doc_to_json(const kl_doc *d, struct kl_buf *out) {
+    node_json(d->root, out);
+    return out->failed ? KL_ENOMEM : KL_OK;
+}

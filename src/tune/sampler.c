@@ -9,8 +9,9 @@
  * (below) and the one maximising log l(x) - log g(x) is suggested.
  * Bandwidths: univariate = distance to the farther neighbour, clipped to
  * [range/min(100, 1+n), range]; multivariate = Scott's rule b n^(-1/(d+4))
- * range with b = 0.05 by default (0.2 is the textbook value; the narrower
- * kernel exploits more and measured better on bench/tune at 30 seeds).
+ * range with b = 0.03 by default (0.2 is the textbook value; the narrower
+ * kernel exploits more). The defaults (b = 0.03, 64 candidates, 8 startup
+ * trials) were chosen on bench/tune at 10 and 30 seeds; see bench/README.md.
  * Multivariate mode models the unconditional numerical parameters jointly
  * and categoricals and conditional parameters one by one. Older observations get lower weight once a
  * group has more than 25. Everything is a deterministic function of the
@@ -25,10 +26,10 @@ void kl_sampler_opts_default(kl_sampler_opts *o) {
     memset(o, 0, sizeof *o);
     o->kind = KL_SAMPLER_TPE;
     o->seed = 0;
-    o->n_startup = 10;
+    o->n_startup = 8;
     o->n_ei_candidates = 64;
     o->multivariate = 1;
-    o->bandwidth = 0.05;
+    o->bandwidth = 0.03;
     o->grid_points = 5;
 }
 
@@ -333,7 +334,7 @@ static int tpe_group(const kl_tune_space *s, const kl_sampler_opts *o, const kl_
                 double v = h[src[i].idx].params[dims[k]].v;
                 obs[(size_t)i * d + k] = p->kind == KL_TUNE_CAT ? v : to_t(p, v);
             }
-        if ((rc = parzen_fit(pass ? &gz : &lz, s, dims, d, obs, m, multivariate, o->bandwidth > 0 ? o->bandwidth : 0.05)))
+        if ((rc = parzen_fit(pass ? &gz : &lz, s, dims, d, obs, m, multivariate, o->bandwidth > 0 ? o->bandwidth : 0.03)))
             goto done;
     }
     double best_score = -INFINITY;

@@ -332,3 +332,35 @@ KL_TEST(log_json_lines) {
     fclose(f);
     KT_EQ_INT(n, 2);
 }
+
+KL_TEST(doc_set_and_json_round_trip) {
+    const char *y = "seed: 1\noptimizer: {type: adamw, lr: 0.003}\nlayers:\n  - {type: linear, out: 128}\n  - {type: relu}\nname: \"007\"\n";
+    kl_err e = {0};
+    kl_doc *d;
+    KT_OK(kl_doc_load_str(y, strlen(y), "spec.yaml", &d, &e), &e);
+    KT_OK(kl_doc_set(d, "optimizer.lr", "0.01", "--set", &e), &e);
+    KT_OK(kl_doc_set(d, "layers.0.out", "256", "--set", &e), &e);
+    KT_OK(kl_doc_set(d, "train.epochs", "5", "--set", &e), &e);
+    KT_CHECK(kl_doc_set(d, "layers.7.out", "1", "--set", &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "not an item of the list layers");
+    KT_CHECK(kl_doc_set(d, "seed.x", "1", "--set", &e) == KL_EINVAL);
+    KT_CHECK(kl_doc_set(d, "layers", "1", "--set", &e) == KL_EINVAL);
+    const kl_node *lr = kl_node_find(kl_doc_root(d), "optimizer.lr");
+    KT_EQ_STR(kl_node_scalar(lr), "0.01");
+    int64_t v;
+    KT_CHECK(kl_node_int(lr, &v, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "--set: optimizer.lr: expected an integer");
+    kl_buf b;
+    kl_buf_init(&b);
+    KT_OK(kl_doc_to_json(d, &b), &e);
+    kl_doc *d2;
+    KT_OK(kl_doc_load_str(b.data, b.len, "spec.json", &d2, &e), &e);
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "layers.0.out")), "256");
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "train.epochs")), "5");
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "name")), "007");
+    KT_CHECK(kl_node_is_quoted(kl_node_find(kl_doc_root(d2), "name")));
+    KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "layers.1.type")), "relu");
+    kl_buf_free(&b);
+    kl_doc_free(d2);
+    kl_doc_free(d);
+}
