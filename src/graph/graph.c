@@ -237,6 +237,8 @@ static int check_node(kl_graph *g, kl_node *n, kl_err *e) {
         return kl__fail_node(e, n, KL_EPARSE, "%d inputs, %s takes %d to %d", n->n_in, n->op_type, o->min_in, o->max_in);
     if (n->n_out < o->min_out || (o->max_out >= 0 && n->n_out > o->max_out))
         return kl__fail_node(e, n, KL_EPARSE, "%d outputs, %s gives %d to %d", n->n_out, n->op_type, o->min_out, o->max_out);
+    for (int k = 0; k < n->n_in && k < o->min_in; k++)
+        if (n->inputs[k] < 0) return kl__fail_node(e, n, KL_EPARSE, "required input %d is empty", k);
     for (int i = 0; i < n->n_attrs; i++) {
         kl_attr *a = &n->attrs[i];
         if (a->type == KL_ATTR_GRAPH)

@@ -371,6 +371,15 @@ static int bin_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     binctx c = {op, dt};
     kl_tensor *ins[2] = {in[0], in[1]};
     bcast_run(ins, 2, out[0], x->pool, bin_row, &c);
+    if (kl_node_attr_int(n, "_act", 0) == 1) { /* Add + Relu fused by a pass */
+        if (dt == KL_F32) {
+            kl_act a = {KL_ACT_RELU, 0, 0};
+            kl_act_apply_f32(a, out[0]->data, kl_tensor_numel(out[0]), x->pool);
+        } else {
+            for (int64_t i = 0; i < kl_tensor_numel(out[0]); i++)
+                if (kl__dbl_at(out[0], i) < 0) kl__set_dbl(out[0], i, 0);
+        }
+    }
     return KL_OK;
 }
 
@@ -699,6 +708,7 @@ static int cast_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
 
 static const char *const no_attrs[] = {NULL};
 static const char *const a_alpha[] = {"alpha", NULL};
+static const char *const a_fused[] = {"_act", NULL};
 static const char *const a_alpha_beta[] = {"alpha", "beta", NULL};
 static const char *const a_selu[] = {"alpha", "gamma", NULL};
 static const char *const a_mod[] = {"fmod", NULL};
@@ -727,7 +737,7 @@ const kl_op kl__ops_elem[] = {
     UN("Identity", 1, no_attrs), UN("Shrink", 9, a_shrink), UN("BitwiseNot", 18, no_attrs),
     {"Gelu", "com.microsoft", 1, 1, 1, 1, 1, 1, no_attrs, NULL, un_infer, un_run, 0},
     {"Dropout", "", 7, 17, 1, 3, 1, 2, a_dropout, NULL, dropout_infer, dropout_run, 0},
-    BIN("Add", 7), BIN("Sub", 7), BIN("Mul", 7), BIN("Div", 7), BIN("Pow", 7),
+    {"Add", "", 7, 17, 2, 2, 1, 1, a_fused, NULL, bin_infer, bin_run, 0}, BIN("Sub", 7), BIN("Mul", 7), BIN("Div", 7), BIN("Pow", 7),
     {"Mod", "", 10, 17, 2, 2, 1, 1, a_mod, NULL, bin_infer, bin_run, 0},
     BIN("PRelu", 7), BIN("Equal", 7), BIN("Less", 7), BIN("LessOrEqual", 12), BIN("Greater", 7),
     BIN("GreaterOrEqual", 12), BIN("And", 7), BIN("Or", 7), BIN("Xor", 7),

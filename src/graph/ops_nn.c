@@ -5,9 +5,24 @@
  * through simple generic loops where the node tests need them. */
 #include "graph/graph_int.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* One output row (M == 1): a GEMV reads the weights once instead of packing
+ * them for a GEMM on every call (the MLP batch-1 case). y = op(B)^T x + bias. */
+static void gemv_row(int transB, int64_t N, int64_t K, const float *x, const float *B, const float *bias, int act,
+                     float lo, float hi, float *y) {
+    if (transB) cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)N, (int)K, 1.f, B, (int)K, x, 1, 0.f, y, 1);
+    else cblas_sgemv(CblasRowMajor, CblasTrans, (int)K, (int)N, 1.f, B, (int)N, x, 1, 0.f, y, 1);
+    for (int64_t j = 0; j < N; j++) {
+        float v = y[j] + (bias ? bias[j] : 0.f);
+        if (act == 1) v = v > 0 ? v : 0;
+        else if (act == 2) v = v < lo ? lo : v > hi ? hi : v;
+        y[j] = v;
+    }
+}
 
 #define NEED(t) do { if (!(t) || !(t)->data) return KL__NEED_DATA; } while (0)
 
@@ -108,7 +123,12 @@ static int gemm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const
     const float *A = in[0]->data, *B = in[1]->data;
     kl_act a = {KL_ACT_NONE, 0, 0};
     if (act == 1) a.kind = KL_ACT_RELU;
-    if (c && beta == 1.f && alpha == 1.f && ((c->rank == 1 && c->dims[0] == N) || (c->rank == 2 && c->dims[0] == 1 && c->dims[1] == N))) {
+    int bias_row = c && beta == 1.f && alpha == 1.f && ((c->rank == 1 && c->dims[0] == N) || (c->rank == 2 && c->dims[0] == 1 && c->dims[1] == N));
+    if (M == 1 && !ta && (bias_row || !c) && alpha == 1.f && N < INT32_MAX && K < INT32_MAX) {
+        gemv_row(tb, N, K, A, B, c ? c->data : NULL, act, 0, 0, y);
+        return KL_OK;
+    }
+    if (bias_row) {
         kl_gemm_bias_act_f32(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, c->data, a, y, N, x->pool);
         return KL_OK;
     }
@@ -142,6 +162,10 @@ static int fmm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     int act = (int)kl_node_attr_int(n, "_act", 0);
     if (act == 1) a.kind = KL_ACT_RELU;
     else if (act == 2) { a.kind = KL_ACT_CLIP; a.a = kl_node_attr_float(n, "_act_a", 0); a.b = kl_node_attr_float(n, "_act_b", 6); }
+    if (rows == 1 && N < INT32_MAX && K < INT32_MAX) {
+        gemv_row(0, N, K, in[0]->data, in[1]->data, in[2]->data, act, a.a, a.b, out[0]->data);
+        return KL_OK;
+    }
     kl_gemm_bias_act_f32(0, 0, rows, N, K, in[0]->data, K, in[1]->data, N, in[2]->data, a, out[0]->data, N, x->pool);
     return KL_OK;
 }

@@ -918,7 +918,17 @@ static const char *const a_red[] = {"reduction", NULL};
 static const char *const a_gnd[] = {"batch_dims", NULL};
 static const char *const a_cumsum[] = {"exclusive", "reverse", NULL};
 
+static int need_inputs(kl_node *n, int since, int k, kl_err *e) {
+    if (n->opset < since) return KL_OK;
+    for (int i = 0; i < k; i++)
+        if (i >= n->n_in || n->inputs[i] < 0) return kl__fail_node(e, n, KL_EPARSE, "opset %d: needs %d inputs", n->opset, k);
+    return KL_OK;
+}
+static int slice_check(kl_node *n, const kl_graph *g, kl_err *e) { return need_inputs(n, 10, 3, e); }
+static int unsqueeze_check(kl_node *n, const kl_graph *g, kl_err *e) { return need_inputs(n, 13, 2, e); }
+
 static int pad_check(kl_node *n, const kl_graph *g, kl_err *e) {
+    if (need_inputs(n, 11, 2, e)) return e ? e->code : KL_EPARSE;
     const char *m = kl_node_attr_str(n, "mode", "constant");
     if (strcmp(m, "constant") && strcmp(m, "reflect") && strcmp(m, "edge") && strcmp(m, "wrap"))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: Pad mode '%s' is not supported", n->opset, m);
@@ -929,11 +939,11 @@ const kl_op kl__ops_shape[] = {
     {"Reshape", "", 5, 17, 2, 2, 1, 1, a_reshape, NULL, reshape_infer, copy_run, 0},
     {"Flatten", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, flatten_infer, copy_run, 0},
     {"Squeeze", "", 1, 17, 1, 2, 1, 1, a_axes, NULL, squeeze_infer, copy_run, 0},
-    {"Unsqueeze", "", 1, 17, 1, 2, 1, 1, a_axes, NULL, unsqueeze_infer, copy_run, 0},
+    {"Unsqueeze", "", 1, 17, 1, 2, 1, 1, a_axes, unsqueeze_check, unsqueeze_infer, copy_run, 0},
     {"Transpose", "", 1, 17, 1, 1, 1, 1, a_perm, NULL, transpose_infer, transpose_run, 0},
     {"Concat", "", 4, 17, 1, -1, 1, 1, a_axis, NULL, concat_infer, concat_run, 0},
     {"Split", "", 2, 17, 1, 2, 1, -1, a_split, NULL, split_infer, split_run, 0},
-    {"Slice", "", 1, 17, 1, 5, 1, 1, a_slice, NULL, slice_infer, slice_run, 0},
+    {"Slice", "", 1, 17, 1, 5, 1, 1, a_slice, slice_check, slice_infer, slice_run, 0},
     {"Gather", "", 1, 17, 2, 2, 1, 1, a_axis, NULL, gather_infer, gather_run, 0},
     {"GatherElements", "", 11, 17, 2, 2, 1, 1, a_axis, NULL, idxshape_infer, gather_el_run, 0},
     {"ScatterElements", "", 11, 17, 3, 3, 1, 1, a_scatter, NULL, same_shape_infer, scatter_el_run, 0},

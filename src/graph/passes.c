@@ -242,7 +242,8 @@ static int pass_act(kl_graph *g, int *changed, kl_err *e) {
     for (int i = 0; i < g->n_nodes; i++) {
         kl_node *n = &g->nodes[i];
         int conv = is_op(n, "Conv"), gemm = is_op(n, "Gemm"), fmm = !n->dead && !strcmp(n->op_type, "FusedMatMul") && !strcmp(n->domain, "keel");
-        if ((!conv && !gemm && !fmm) || kl_node_attr_int(n, "_act", 0)) continue;
+        int add = is_op(n, "Add");
+        if ((!conv && !gemm && !fmm && !add) || kl_node_attr_int(n, "_act", 0)) continue;
         if (conv && g->values[n->inputs[0]].dtype != KL_F32 && g->values[n->inputs[0]].dtype != KL_DTYPE_COUNT) continue;
         int j = only_consumer(g, &u, n->outputs[0]);
         if (j < 0) continue;
@@ -258,7 +259,7 @@ static int pass_act(kl_graph *g, int *changed, kl_err *e) {
                 if (isnan(l) || isnan(h)) continue;
                 lo = (float)l; hi = (float)h; act = 2;
             }
-            if (!conv && !fmm) continue; /* Gemm fuses Relu only */
+            if (!conv && !fmm) continue; /* Gemm and Add fuse Relu only */
         }
         if (!act) continue;
         if (set_int_attr(n, "_act", act)) { uses_free(&u); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
