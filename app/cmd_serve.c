@@ -4,10 +4,57 @@
 #include "app.h"
 
 #include <keel/serve.h>
+#include <keel/track.h>
 
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* ==================================================================
+ * Registry references: keel serve name@alias | name/3 | name
+ * The version is materialised (sha256-verified by the registry) into a
+ * private repository folder REPO/<name>/<version>/; SIGHUP re-resolves the
+ * reference, so moving the alias swaps the served version (the new one is
+ * verified and warmed up before it serves; the old one drains).
+ * ================================================================== */
+
+typedef struct {
+    const char *ref;
+    char repo[1024];
+    char *name;
+    int64_t version;
+} reg_src;
+
+static int reg_resolve(reg_src *r, kl_err *e) {
+    kl_track *t = NULL;
+    char *name = NULL, dir[1400];
+    int64_t version = 0;
+    int rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, e);
+    if (!rc) rc = kl_registry_parse_ref(t, r->ref, &name, &version, e);
+    if (!rc && r->name && !strcmp(name, r->name) && version == r->version) goto done; /* unchanged */
+    if (!rc) {
+        snprintf(dir, sizeof dir, "%s/%s/%lld", r->repo, name, (long long)version);
+        kl_rm_rf(dir, NULL);
+        rc = kl_registry_resolve(t, r->ref, dir, e);
+    }
+    if (!rc) {
+        if (r->name) { /* the previous version leaves the repository (it drains in the server) */
+            snprintf(dir, sizeof dir, "%s/%s/%lld", r->repo, r->name, (long long)r->version);
+            kl_rm_rf(dir, NULL);
+        }
+        free(r->name);
+        r->name = name;
+        r->version = version;
+        name = NULL;
+        kl_log(KL_LOG_INFO, "serve", "%s resolved to %s version %lld (sha256 verified)", r->ref, r->name,
+               (long long)r->version);
+    }
+done:
+    free(name);
+    kl_track_close(t);
+    return rc;
+}
 
 static const app_opt opts[] = {
     {"host", 0, 1, "ADDR", "bind address (default 127.0.0.1)", 0},
@@ -30,6 +77,8 @@ static const app_cmd_spec spec = {
     "                 [--exit-timeout S] [--memory-limit SIZE] ...",
     "Serve the models of a repository over the KServe v2 REST protocol.",
     "REPO holds REPO/<model>/<version>/model.onnx with optional config.yaml (per model),\n"
+    "or is a registry reference (name@alias, name/3, name; store from --tracking): the version\n"
+    "is verified and served, and SIGHUP re-resolves the alias.\n"
     "meta.json (sha256 of the files; checked before a version is served) and features.json.\n"
     "Endpoints: /v2/health/live, /v2/health/ready (deep probe), /v2, /v2/models/M[/versions/V][/ready],\n"
     "POST /v2/models/M[/versions/V]/infer (JSON or binary tensor extension), POST /v2/repository/index,\n"
@@ -45,11 +94,19 @@ int cmd_serve(int argc, char **argv) {
     if (rc >= 0) return rc;
     kl_serve_opts o = {0};
     o.repo = a.pos[0];
-    /* hook: registry references resolve to a repository folder here once the
-     * model registry (src/track, issue 7) exists */
-    if (!kl_path_exists(o.repo) && strchr(o.repo, '@'))
-        return app_usage_error(&spec, "'%s' looks like a registry reference (name@alias); the model registry is not "
-                                      "part of this build: give a repository folder", o.repo);
+    reg_src reg = {0};
+    kl_err re = {0};
+    if (kl_registry_is_ref(o.repo)) {
+        reg.ref = o.repo;
+        const char *tmp = getenv("TMPDIR");
+        snprintf(reg.repo, sizeof reg.repo, "%s/keel-serve-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+        if (kl_mkdir_p(reg.repo, &re) || reg_resolve(&reg, &re)) {
+            kl_rm_rf(reg.repo, NULL);
+            free(reg.name);
+            return app_fail(&re);
+        }
+        o.repo = reg.repo;
+    }
     o.host = app_get(&a, "host");
     o.access_log = !app_flag(&a, "no-access-log");
     o.snapshot_dir = app_get(&a, "snapshot-dir");
@@ -93,8 +150,13 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     kl_server *s = NULL;
-    if (kl_server_new(&o, &s, &e)) return app_fail(&e);
-    if (kl_server_start(s, &e)) { kl_server_free(s); return app_fail(&e); }
+    int rc2 = kl_server_new(&o, &s, &e);
+    if (!rc2 && (rc2 = kl_server_start(s, &e))) kl_server_free(s);
+    if (rc2) {
+        if (reg.ref) kl_rm_rf(reg.repo, NULL);
+        free(reg.name);
+        return app_fail(&e);
+    }
     const char *host = o.host ? o.host : "127.0.0.1";
     int ipv6 = strchr(host, ':') != NULL;
     if (app_flag(&a, "json"))
@@ -107,7 +169,10 @@ int cmd_serve(int argc, char **argv) {
         int sig = 0;
         if (sigwait(&set, &sig)) continue;
         if (sig == SIGHUP) {
-            kl_err re = {0};
+            kl_err_clear(&re);
+            if (reg.ref && reg_resolve(&reg, &re))
+                kl_log(KL_LOG_ERROR, "serve", "%s: %s (the current version keeps serving)", reg.ref, kl_err_what(&re));
+            kl_err_clear(&re);
             if (kl_server_rescan(s, &re)) kl_log(KL_LOG_WARN, "serve", "rescan: %s", kl_err_what(&re));
             continue;
         }
@@ -119,5 +184,7 @@ int cmd_serve(int argc, char **argv) {
         break;
     }
     kl_server_free(s);
+    if (reg.ref) kl_rm_rf(reg.repo, NULL);
+    free(reg.name);
     return APP_EXIT_OK;
 }

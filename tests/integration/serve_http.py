@@ -144,6 +144,7 @@ finally:
     t0 = time.time()
     rc = s.stop()
 check("serve_http_sigterm_exit_0", rc == 0 and time.time() - t0 < 10, rc)
-p = subprocess.run([os.environ.get("KEEL", "build/keel"), "serve", "mlp@champion"], capture_output=True, text=True)
-check("serve_http_registry_reference_hook", p.returncode == 2 and "registry" in p.stderr, (p.returncode, p.stderr))
+p = subprocess.run([os.environ.get("KEEL", "build/keel"), "--tracking", tmpdir("serve-store-"), "serve", "ghost@champion"],
+                   capture_output=True, text=True)
+check("serve_http_registry_unknown_ref", p.returncode == 1 and "ghost" in p.stderr, (p.returncode, p.stderr))
 done()

@@ -324,4 +324,34 @@ s.log.close()
 check("serve_exit_timeout_running_finishes_queued_503", res.get("blocker") == 200 and len(queued) == 3
       and all(st == 503 and "shutting down" in b.get("error", "") for st, h, b in queued) and rc == 0,
       (res, [(st, b) for st, h, b in queued], rc))
+
+# registry references: serve mlp@champion from the model registry; moving the
+# alias and SIGHUP swap the served version
+import subprocess  # noqa: E402
+store = tmpdir("serve-store-")
+keel = os.environ.get("KEEL", "build/keel")
+def models(*args):
+    return subprocess.run([keel, "--tracking", store, "models"] + list(args), capture_output=True, text=True)
+r1 = models("register", os.path.join(repo, "mlp", "1"), "--name", "mlp", "--alias", "champion")
+r2 = models("register", os.path.join(repo, "mlp", "2"), "--name", "mlp")
+check("serve_registry_setup", r1.returncode == 0 and r2.returncode == 0, (r1.stderr, r2.stderr))
+s = Server("mlp@champion", env={"KEEL_TRACKING": store})
+try:
+    st, h, b = s.json("POST", "/v2/models/mlp/infer", infer_body(x[:1]))
+    check("serve_registry_alias_served", st == 200 and b["model_version"] == "1" and np.allclose(
+        np.array(b["outputs"][0]["data"]), ref(x[:1]).ravel(), rtol=1e-4, atol=1e-4), (st, b))
+    ra = models("alias", "mlp", "champion", "2")
+    s.signal(signal.SIGHUP)
+    v = None
+    for _ in range(100):
+        st, h, b = s.json("POST", "/v2/models/mlp/infer", infer_body(x[:1]))
+        v = b.get("model_version") if st == 200 else st
+        if v == "2":
+            break
+        time.sleep(0.05)
+    check("serve_registry_alias_moved_sighup", ra.returncode == 0 and v == "2" and np.allclose(
+        np.array(b["outputs"][0]["data"]), mlp_ref(params2, x[:1]).ravel(), rtol=1e-4, atol=1e-4), (ra.stderr, v))
+finally:
+    rc = s.stop()
+check("serve_registry_exit_0", rc == 0, rc)
 done()
