@@ -77,7 +77,7 @@ static const app_cmd_spec spec = {
     "                 [--exit-timeout S] [--memory-limit SIZE] ...",
     "Serve the models of a repository over the KServe v2 REST protocol.",
     "REPO holds REPO/<model>/<version>/model.onnx with optional config.yaml (per model),\n"
-    "or is a registry reference (name@alias, name/3, name; store from --tracking): the version\n"
+    "or is a registry reference (name@alias or name/3; store from --tracking): the version\n"
     "is verified and served, and SIGHUP re-resolves the alias.\n"
     "meta.json (sha256 of the files; checked before a version is served) and features.json.\n"
     "Endpoints: /v2/health/live, /v2/health/ready (deep probe), /v2, /v2/models/M[/versions/V][/ready],\n"
