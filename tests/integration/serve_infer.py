@@ -303,7 +303,7 @@ s.log.close()
 # what is still queued is answered 503, exit 0
 s = Server(repo, "--workers", "1", "--exit-timeout", "0.2")
 res = {}
-big = rng.standard_normal((1024, slow_sizes[0])).astype(np.float32)
+big = rng.standard_normal((3072, slow_sizes[0])).astype(np.float32)  # runs well over 0.3 s
 blk = threading.Thread(target=lambda: res.__setitem__("blocker", s.req("POST", "/v2/models/slow/infer",
                                                                         *bin_req(big, {"X-Priority": "1"}))[0]))
 blk.start()
