@@ -1,0 +1,190 @@
+/* keel serve REPO: the production inference server (KServe v2 REST on
+ * libmicrohttpd). Prints the listening address, rescans the repository on
+ * SIGHUP, drains and exits on SIGTERM/SIGINT. See docs/serving.md. */
+#include "app.h"
+
+#include <keel/serve.h>
+#include <keel/track.h>
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ==================================================================
+ * Registry references: keel serve name@alias | name/3 | name
+ * The version is materialised (sha256-verified by the registry) into a
+ * private repository folder REPO/<name>/<version>/; SIGHUP re-resolves the
+ * reference, so moving the alias swaps the served version (the new one is
+ * verified and warmed up before it serves; the old one drains).
+ * ================================================================== */
+
+typedef struct {
+    const char *ref;
+    char repo[1024];
+    char *name;
+    int64_t version;
+} reg_src;
+
+static int reg_resolve(reg_src *r, kl_err *e) {
+    kl_track *t = NULL;
+    char *name = NULL, dir[1400];
+    int64_t version = 0;
+    int rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, e);
+    if (!rc) rc = kl_registry_parse_ref(t, r->ref, &name, &version, e);
+    if (!rc && r->name && !strcmp(name, r->name) && version == r->version) goto done; /* unchanged */
+    if (!rc) {
+        snprintf(dir, sizeof dir, "%s/%s/%lld", r->repo, name, (long long)version);
+        kl_rm_rf(dir, NULL);
+        rc = kl_registry_resolve(t, r->ref, dir, e);
+    }
+    if (!rc) {
+        if (r->name) { /* the previous version leaves the repository (it drains in the server) */
+            snprintf(dir, sizeof dir, "%s/%s/%lld", r->repo, r->name, (long long)r->version);
+            kl_rm_rf(dir, NULL);
+        }
+        free(r->name);
+        r->name = name;
+        r->version = version;
+        name = NULL;
+        kl_log(KL_LOG_INFO, "serve", "%s resolved to %s version %lld (sha256 verified)", r->ref, r->name,
+               (long long)r->version);
+    }
+done:
+    free(name);
+    kl_track_close(t);
+    return rc;
+}
+
+static const app_opt opts[] = {
+    {"host", 0, 1, "ADDR", "bind address (default 127.0.0.1)", 0},
+    {"port", 'p', 1, "N", "port; 0 picks a free one (default 8000)", 0},
+    {"workers", 0, 1, "N", "inference workers (default: online cores)", 0},
+    {"threads-per-worker", 0, 1, "N", "intra-op threads of each inference (default 1)", 0},
+    {"http-threads", 0, 1, "N", "HTTP polling threads (default 1)", 0},
+    {"max-body", 0, 1, "BYTES", "request body limit, e.g. 64M (default 64 MiB); larger bodies get 413", 0},
+    {"exit-timeout", 0, 1, "S", "drain limit on SIGTERM/SIGINT in seconds (default 30)", 0},
+    {"probe-interval", 0, 1, "S", "background health probe period in seconds (default 10)", 0},
+    {"conn-timeout", 0, 1, "S", "idle/slow connection timeout in seconds (default 30)", 0},
+    {"memory-budget", 0, 1, "SIZE", "serving budget that priority memory shares divide (default: --memory-limit, else 80% of RAM)", 0},
+    {"snapshot-dir", 0, 1, "DIR", "where memory-quota refusals write allocator snapshots (default $TMPDIR)", 0},
+    {"no-access-log", 0, 0, NULL, "no log line per inference request", 0},
+    {"json", 0, 0, NULL, "print the listening address as JSON", 0},
+};
+static const app_cmd_spec spec = {
+    "serve",
+    "keel serve REPO [--host 127.0.0.1] [--port 8000] [--workers N] [--threads-per-worker N] [--max-body BYTES]\n"
+    "                 [--exit-timeout S] [--memory-limit SIZE] ...",
+    "Serve the models of a repository over the KServe v2 REST protocol.",
+    "REPO holds REPO/<model>/<version>/model.onnx with optional config.yaml (per model),\n"
+    "or is a registry reference (name@alias or name/3; store from --tracking): the version\n"
+    "is verified and served, and SIGHUP re-resolves the alias.\n"
+    "meta.json (sha256 of the files; checked before a version is served) and features.json.\n"
+    "Endpoints: /v2/health/live, /v2/health/ready (deep probe), /v2, /v2/models/M[/versions/V][/ready],\n"
+    "POST /v2/models/M[/versions/V]/infer (JSON or binary tensor extension), POST /v2/repository/index,\n"
+    "POST /v2/repository/models/M/load|unload, GET /metrics (Prometheus).\n"
+    "Signals: SIGHUP rescans the repository; SIGTERM/SIGINT drain (queued and running requests\n"
+    "finish, up to --exit-timeout; what is left then gets 503) and exit 0.\n"
+    "Global --memory-limit caps the allocator (see 'keel --help').",
+    opts, KL_ARRAY_LEN(opts), 1, 1};
+
+int cmd_serve(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_serve_opts o = {0};
+    o.repo = a.pos[0];
+    reg_src reg = {0};
+    kl_err re = {0};
+    if (kl_registry_is_ref(o.repo)) {
+        reg.ref = o.repo;
+        const char *tmp = getenv("TMPDIR");
+        snprintf(reg.repo, sizeof reg.repo, "%s/keel-serve-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+        if (kl_mkdir_p(reg.repo, &re) || reg_resolve(&reg, &re)) {
+            kl_rm_rf(reg.repo, NULL);
+            free(reg.name);
+            return app_fail(&re);
+        }
+        o.repo = reg.repo;
+    }
+    o.host = app_get(&a, "host");
+    o.access_log = !app_flag(&a, "no-access-log");
+    o.snapshot_dir = app_get(&a, "snapshot-dir");
+    int64_t v;
+    double d;
+    if ((rc = app_get_int(&a, &spec, "port", 8000, &v)) >= 0) return rc;
+    if (v < 0 || v > 65535) return app_usage_error(&spec, "--port must be 0..65535");
+    o.port = (int)v;
+    if ((rc = app_get_int(&a, &spec, "workers", 0, &v)) >= 0) return rc;
+    if (v < 0 || v > 1024) return app_usage_error(&spec, "--workers must be 0..1024");
+    o.workers = (int)v;
+    if ((rc = app_get_int(&a, &spec, "threads-per-worker", 1, &v)) >= 0) return rc;
+    if (v < 1 || v > 256) return app_usage_error(&spec, "--threads-per-worker must be 1..256");
+    o.threads_per_worker = (int)v;
+    if ((rc = app_get_int(&a, &spec, "http-threads", 1, &v)) >= 0) return rc;
+    if (v < 1 || v > 64) return app_usage_error(&spec, "--http-threads must be 1..64");
+    o.http_threads = (int)v;
+    if ((rc = app_get_int(&a, &spec, "conn-timeout", 30, &v)) >= 0) return rc;
+    if (v < 1) return app_usage_error(&spec, "--conn-timeout must be at least 1");
+    o.conn_timeout_s = (int)v;
+    if ((rc = app_get_double(&a, &spec, "exit-timeout", 30, &d)) >= 0) return rc;
+    if (d <= 0) return app_usage_error(&spec, "--exit-timeout must be positive");
+    o.exit_timeout_s = d;
+    if ((rc = app_get_double(&a, &spec, "probe-interval", 10, &d)) >= 0) return rc;
+    if (d <= 0) return app_usage_error(&spec, "--probe-interval must be positive");
+    o.probe_interval_s = d;
+    kl_err e = {0};
+    const char *mb = app_get(&a, "max-body");
+    if (mb && (kl_mem_parse_size(mb, &o.max_body, &e) || o.max_body == 0))
+        return app_usage_error(&spec, "--max-body: %s", e.code ? kl_err_what(&e) : "must be positive");
+    const char *bud = app_get(&a, "memory-budget");
+    if (bud && kl_mem_parse_size(bud, &o.memory_budget, &e)) return app_usage_error(&spec, "--memory-budget: %s", kl_err_what(&e));
+
+    /* signals are taken by this thread only (sigwait); every other thread inherits the mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    kl_server *s = NULL;
+    int rc2 = kl_server_new(&o, &s, &e);
+    if (!rc2 && (rc2 = kl_server_start(s, &e))) kl_server_free(s);
+    if (rc2) {
+        if (reg.ref) kl_rm_rf(reg.repo, NULL);
+        free(reg.name);
+        return app_fail(&e);
+    }
+    const char *host = o.host ? o.host : "127.0.0.1";
+    int ipv6 = strchr(host, ':') != NULL;
+    if (app_flag(&a, "json"))
+        printf("{\"host\":\"%s\",\"port\":%d,\"url\":\"http://%s%s%s:%d\"}\n", host, kl_server_port(s), ipv6 ? "[" : "",
+               host, ipv6 ? "]" : "", kl_server_port(s));
+    else
+        printf("keel serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host, ipv6 ? "]" : "", kl_server_port(s));
+    fflush(stdout);
+    for (;;) {
+        int sig = 0;
+        if (sigwait(&set, &sig)) continue;
+        if (sig == SIGHUP) {
+            kl_err_clear(&re);
+            if (reg.ref && reg_resolve(&reg, &re))
+                kl_log(KL_LOG_ERROR, "serve", "%s: %s (the current version keeps serving)", reg.ref, kl_err_what(&re));
+            kl_err_clear(&re);
+            if (kl_server_rescan(s, &re)) kl_log(KL_LOG_WARN, "serve", "rescan: %s", kl_err_what(&re));
+            continue;
+        }
+        kl_log(KL_LOG_INFO, "serve", "%s received", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        kl_err se = {0};
+        /* a drain cut short by --exit-timeout is logged (the cut requests got
+         * 503s); the exit is still a clean, requested one: 0 */
+        if (kl_server_shutdown(s, &se)) kl_log(KL_LOG_ERROR, "serve", "%s", kl_err_what(&se));
+        break;
+    }
+    kl_server_free(s);
+    if (reg.ref) kl_rm_rf(reg.repo, NULL);
+    free(reg.name);
+    return APP_EXIT_OK;
+}

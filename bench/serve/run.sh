@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
+# 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
+# at 16 connections in one run. Prints a markdown table row per server.
+# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
+KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
+dur=${1:-10}; conns=${2:-16}
+for t in wrk "$KEEL"; do command -v "$t" >/dev/null || { echo "bench/serve: $t missing (make deps / make)"; exit 1; }; done
+w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-serve-XXXXXX"); trap 'kill $kp $fp 2>/dev/null; rm -rf "$w"' EXIT
+kp=; fp=
+KEEL_SRC=$root $PY - "$w" <<'PY'
+import json, os, sys
+sys.path.insert(0, os.path.join(os.environ.get("KEEL_SRC", "."), "tests/integration/serve"))
+from helpers import write_mlp
+import numpy as np
+w = sys.argv[1]
+write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
+with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
+    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "300")))
+x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
+with open(os.path.join(w, "body.json"), "w") as f:
+    json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
+                                          "data": [float("%.6g" % v) for v in x.ravel()]}]}, f)
+PY
+export BODY_FILE="$w/body.json"
+workers=${WORKERS:-$(nproc)}
+"$KEEL" serve "$w/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-1}" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
+for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done
+kport=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/keel.out")
+fport=$((kport + 1))
+$PY "$here/fastapi_server.py" "$w/repo/mlp/1/model.onnx" "$fport" > "$w/fa.out" 2>&1 & fp=$!
+for i in $(seq 200); do curl -s -o /dev/null -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/mlp/infer" && break; sleep 0.1; done
+# same answer from both
+curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$kport/v2/models/mlp/infer" > "$w/k.json"
+curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/mlp/infer" > "$w/f.json"
+$PY -c "
+import json,sys; a=json.load(open('$w/k.json'))['outputs'][0]['data']; b=json.load(open('$w/f.json'))['outputs'][0]['data']
+d=max(abs(x-y) for x,y in zip(a,b)); print('max |keel - torch| = %.2g' % d); sys.exit(d > 1e-3)"
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime in clock ticks
+run() { # name port pid
+  local c0=$(cpu "$3")
+  wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
+  local c1=$(cpu "$3")
+  rps=$(awk '/^Requests\/sec/ {print $2}' "$w/$1.wrk")
+  nreq=$(awk '/requests in/ {print $1}' "$w/$1.wrk")
+  cpu_us=$(awk -v a="$c0" -v b="$c1" -v n="$nreq" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.0f", (b-a)/hz*1e6/n}')
+  p50=$(awk '$1=="50%" {print $2}' "$w/$1.wrk"); p99=$(awk '$1=="99%" {print $2}' "$w/$1.wrk")
+  errs=$(grep -E "Non-2xx|Socket errors" "$w/$1.wrk" | tr '\n' ' ' || true)
+  echo "$1 $rps $p50 $p99 $cpu_us $errs"
+}
+wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
+k=$(run keel "$kport" "$kp"); f=$(run fastapi "$fport" "$fp")
+echo "| server | req/s | p50 | p99 | server CPU µs/request | errors |"; echo "|---|---|---|---|---|---|"
+for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5; shift 5; echo "| $n | $r | $a | $b | $c | ${*:-none} |"; done
+curl -s "http://127.0.0.1:$kport/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp"\}/ {v[$1 ~ /sum/]=$2}
+  END {if (v[0]) printf "keel mean batch size: %.2f rows\n", v[1]/v[0]}'
+kr=$(echo "$k" | awk '{print $2}'); fr=$(echo "$f" | awk '{print $2}')
+echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x"

@@ -1,0 +1,57 @@
+/* keel serve: the production inference server. A model repository
+ * (REPO/<model>/<version>/model.onnx + config.yaml, meta.json, features.json)
+ * served over HTTP/1.1 with the KServe v2 (Open Inference Protocol) REST API,
+ * the binary tensor extension, priority scheduling with dynamic batching,
+ * per-level queue limits, timeouts, rate limits and memory quotas, a deep
+ * readiness probe, Prometheus metrics and graceful drain on shutdown.
+ * See docs/serving.md. */
+#ifndef KEEL_SERVE_H
+#define KEEL_SERVE_H
+
+#include <keel/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kl_server kl_server;
+
+typedef struct {
+    const char *repo;          /* model repository folder (required) */
+    const char *host;          /* bind address; NULL = "127.0.0.1" */
+    int port;                  /* 0 = pick a free port (kl_server_port says which) */
+    int workers;               /* inference workers; 0 = online cores */
+    int threads_per_worker;    /* intra-op threads of each session run; 0 = 1 */
+    int http_threads;          /* libmicrohttpd polling threads; 0 = 1 */
+    uint64_t max_body;         /* request body limit in bytes; 0 = 64 MiB */
+    double exit_timeout_s;     /* drain limit on shutdown; <= 0 = 30 s */
+    double probe_interval_s;   /* background health probe period; <= 0 = 10 s */
+    int conn_timeout_s;        /* idle connection timeout; 0 = 30 s */
+    uint64_t memory_budget;    /* serving memory budget for priority quotas; 0 = the
+                                  core allocator budget, else 80 % of physical memory */
+    const char *snapshot_dir;  /* where memory-quota snapshots go; NULL = $TMPDIR or /tmp */
+    int access_log;            /* one log line per inference request (default on: pass 1) */
+} kl_serve_opts;
+
+/* Loads the repository (integrity checks, warm-up) and prepares the server.
+ * Models that fail to load are reported in the log and in the repository
+ * index; they do not make kl_server_new fail. */
+int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e);
+/* Binds and starts the HTTP daemon, the workers and the probe thread. */
+int kl_server_start(kl_server *s, kl_err *e);
+/* The bound port (after start). */
+int kl_server_port(const kl_server *s);
+/* Rescans the repository (new versions are loaded, checked and warmed up
+ * before being swapped in; removed ones drain). Thread-safe (SIGHUP). */
+int kl_server_rescan(kl_server *s, kl_err *e);
+/* Graceful shutdown: readiness false at once, new inference refused with 503,
+ * queued and running requests finish (up to exit_timeout_s), then the daemon
+ * stops. Returns KL_OK when everything drained, KL_ETIMEOUT otherwise. */
+int kl_server_shutdown(kl_server *s, kl_err *e);
+/* Frees (stops first when still running). NULL is a no-op. */
+void kl_server_free(kl_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

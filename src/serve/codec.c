@@ -1,0 +1,515 @@
+/* KServe v2 tensor codec: datatypes, decoding an infer request (JSON tensors
+ * with nested or flat data, or the binary tensor data extension) into
+ * request tensors checked against the model's declared inputs, and encoding
+ * the response (JSON data or binary_data_output). Errors name the field:
+ * "inputs[0].shape: ...". */
+#include "serve_int.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ==================================================================
+ * Datatypes and tensors
+ * ================================================================== */
+
+static const char *const dt_names[SV_DTYPE_COUNT] = {
+    "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32",
+    "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"};
+static const size_t dt_sizes[SV_DTYPE_COUNT] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8, 0};
+
+const char *sv_dtype_name(sv_dtype t) {
+    return (int)t >= 0 && t < SV_DTYPE_COUNT ? dt_names[t] : "?";
+}
+size_t sv_dtype_size(sv_dtype t) { return (int)t >= 0 && t < SV_DTYPE_COUNT ? dt_sizes[t] : 0; }
+
+int sv_dtype_parse(const char *name, sv_dtype *out) {
+    for (int i = 0; i < SV_DTYPE_COUNT; i++)
+        if (!strcmp(name, dt_names[i])) { *out = (sv_dtype)i; return KL_OK; }
+    return KL_EINVAL;
+}
+
+int64_t sv_numel(const sv_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= t->dims[i];
+    return n;
+}
+
+void sv_tensor_release(sv_tensor *t) {
+    if (!t) return;
+    if (t->release) t->release(t->owner);
+    else if (t->own) kl_mem_free(t->data);
+    memset(t, 0, sizeof *t);
+}
+
+/* half / bfloat16 <-> float (round to nearest even) */
+static float half_to_float(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, ex = (h >> 10) & 0x1f, m = h & 0x3ff, f;
+    if (ex == 0) {
+        if (m == 0) f = s;
+        else { /* subnormal */
+            int k = -1;
+            do { k++; m <<= 1; } while (!(m & 0x400));
+            f = s | ((uint32_t)(127 - 15 - k) << 23) | ((m & 0x3ff) << 13);
+        }
+    } else if (ex == 31) f = s | 0x7f800000u | (m << 13);
+    else f = s | ((ex + 112) << 23) | (m << 13);
+    float out;
+    memcpy(&out, &f, 4);
+    return out;
+}
+static uint16_t float_to_half(float x) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    uint32_t s = (f >> 16) & 0x8000;
+    int32_t ex = (int32_t)((f >> 23) & 0xff) - 127 + 15;
+    uint32_t m = f & 0x7fffff;
+    if (((f >> 23) & 0xff) == 0xff) return (uint16_t)(s | 0x7c00 | (m ? 0x200 : 0));
+    if (ex >= 31) return (uint16_t)(s | 0x7c00);
+    if (ex <= 0) {
+        if (ex < -10) return (uint16_t)s;
+        m |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - ex);
+        uint32_t hm = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (hm & 1))) hm++;
+        return (uint16_t)(s | hm);
+    }
+    uint32_t hm = m >> 13, rem = m & 0x1fff;
+    uint32_t h = s | ((uint32_t)ex << 10) | hm;
+    if (rem > 0x1000 || (rem == 0x1000 && (hm & 1))) h++;
+    return (uint16_t)h;
+}
+static float bf16_to_float(uint16_t b) {
+    uint32_t f = (uint32_t)b << 16;
+    float out;
+    memcpy(&out, &f, 4);
+    return out;
+}
+static uint16_t float_to_bf16(float x) {
+    uint32_t f;
+    memcpy(&f, &x, 4);
+    if ((f & 0x7fffffff) > 0x7f800000) return (uint16_t)((f >> 16) | 0x40);
+    return (uint16_t)((f + 0x7fff + ((f >> 16) & 1)) >> 16);
+}
+
+/* ==================================================================
+ * Decoding
+ * ================================================================== */
+
+typedef struct {
+    sv_dtype dt;
+    char *dst;
+    int64_t n, cap;
+    const char *field;
+    kl_err *e;
+} fill_ctx;
+
+static int put_value(fill_ctx *c, const cJSON *v) {
+    if (c->n >= c->cap)
+        return kl_err_set(c->e, KL_ESHAPE, "%s.data: more values than the shape holds (%lld)", c->field,
+                          (long long)c->cap);
+    size_t sz = dt_sizes[c->dt];
+    char *p = c->dst + (size_t)c->n * sz;
+    if (c->dt == SV_BOOL) {
+        if (cJSON_IsBool(v)) *(uint8_t *)p = cJSON_IsTrue(v) ? 1 : 0;
+        else if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1)) *(uint8_t *)p = (uint8_t)v->valuedouble;
+        else return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: expected true or false", c->field, (long long)c->n);
+        c->n++;
+        return KL_OK;
+    }
+    if (!cJSON_IsNumber(v))
+        return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: expected a number", c->field, (long long)c->n);
+    double d = v->valuedouble;
+    switch (c->dt) {
+    case SV_FP32: *(float *)p = (float)d; break;
+    case SV_FP64: *(double *)p = d; break;
+    case SV_FP16: *(uint16_t *)p = float_to_half((float)d); break;
+    case SV_BF16: *(uint16_t *)p = float_to_bf16((float)d); break;
+    default: {
+        static const double lo[SV_DTYPE_COUNT] = {[SV_UINT8] = 0, [SV_UINT16] = 0, [SV_UINT32] = 0, [SV_UINT64] = 0,
+                                                  [SV_INT8] = -128, [SV_INT16] = -32768, [SV_INT32] = -2147483648.0,
+                                                  [SV_INT64] = -9223372036854775808.0};
+        static const double hi[SV_DTYPE_COUNT] = {[SV_UINT8] = 255, [SV_UINT16] = 65535, [SV_UINT32] = 4294967295.0,
+                                                  [SV_UINT64] = 18446744073709551615.0, [SV_INT8] = 127,
+                                                  [SV_INT16] = 32767, [SV_INT32] = 2147483647.0,
+                                                  [SV_INT64] = 9223372036854775807.0};
+        if (d != floor(d) || d < lo[c->dt] || d > hi[c->dt])
+            return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: %g is not a valid %s", c->field, (long long)c->n, d,
+                              dt_names[c->dt]);
+        switch (c->dt) {
+        case SV_UINT8: *(uint8_t *)p = (uint8_t)d; break;
+        case SV_UINT16: *(uint16_t *)p = (uint16_t)d; break;
+        case SV_UINT32: *(uint32_t *)p = (uint32_t)d; break;
+        case SV_UINT64: *(uint64_t *)p = d >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)d; break;
+        case SV_INT8: *(int8_t *)p = (int8_t)d; break;
+        case SV_INT16: *(int16_t *)p = (int16_t)d; break;
+        case SV_INT32: *(int32_t *)p = (int32_t)d; break;
+        default: *(int64_t *)p = d >= 9223372036854775807.0 ? INT64_MAX : (int64_t)d; break;
+        }
+    }
+    }
+    c->n++;
+    return KL_OK;
+}
+
+static int fill(fill_ctx *c, const cJSON *arr, int depth) {
+    if (depth > 32) return kl_err_set(c->e, KL_EPARSE, "%s.data: nested too deep", c->field);
+    for (const cJSON *v = arr->child; v; v = v->next) {
+        int rc = cJSON_IsArray(v) ? fill(c, v, depth + 1) : put_value(c, v);
+        if (rc) return rc;
+    }
+    return KL_OK;
+}
+
+/* BYTES elements: JSON strings, stored as the binary extension's layout
+ * (4-byte little-endian length + bytes per element). */
+static int fill_bytes(const cJSON *arr, kl_buf *b, int64_t *n, const char *field, kl_err *e, int depth) {
+    if (depth > 32) return kl_err_set(e, KL_EPARSE, "%s.data: nested too deep", field);
+    for (const cJSON *v = arr->child; v; v = v->next) {
+        if (cJSON_IsArray(v)) {
+            int rc = fill_bytes(v, b, n, field, e, depth + 1);
+            if (rc) return rc;
+            continue;
+        }
+        if (!cJSON_IsString(v)) return kl_err_set(e, KL_EPARSE, "%s.data[%lld]: expected a string", field, (long long)*n);
+        uint32_t len = (uint32_t)strlen(v->valuestring);
+        kl_buf_append(b, &len, 4);
+        kl_buf_append(b, v->valuestring, len);
+        (*n)++;
+    }
+    return KL_OK;
+}
+
+static int parse_priority(const cJSON *p, int *out) {
+    if (cJSON_IsNumber(p)) {
+        if (p->valuedouble != floor(p->valuedouble) || p->valuedouble < 1 || p->valuedouble > SV_MAX_LEVELS) return -1;
+        *out = (int)p->valuedouble;
+        return 0;
+    }
+    if (cJSON_IsString(p)) {
+        int64_t v;
+        if (!strcmp(p->valuestring, "high")) { *out = 1; return 0; }
+        if (!strcmp(p->valuestring, "low")) { *out = SV_MAX_LEVELS + 1; return 0; } /* lowest level */
+        if (kl_parse_int64(p->valuestring, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
+        *out = (int)v;
+        return 0;
+    }
+    return -1;
+}
+
+int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin, size_t bin_len, kl_err *e) {
+    sv_version *v = r->ver;
+    int rc = KL_OK;
+    sv_json_doc *doc = NULL;
+    rc = sv_json_parse(json, json_len, &doc, e);
+    if (rc) return rc;
+    const cJSON *root = sv_json_root(doc);
+    if (!cJSON_IsObject(root)) { rc = kl_err_set(e, KL_EPARSE, "request body: expected a JSON object"); goto done; }
+
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
+    if (id) {
+        if (!cJSON_IsString(id)) { rc = kl_err_set(e, KL_EPARSE, "id: expected a string"); goto done; }
+        snprintf(r->id, sizeof r->id, "%s", id->valuestring);
+        r->has_id = 1;
+    }
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
+    if (params) {
+        if (!cJSON_IsObject(params)) { rc = kl_err_set(e, KL_EPARSE, "parameters: expected an object"); goto done; }
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(params, "priority");
+        if (p && parse_priority(p, &r->prio_param)) {
+            rc = kl_err_set(e, KL_EINVAL, "parameters.priority: expected a level 1..%d, \"high\" or \"low\"", SV_MAX_LEVELS);
+            goto done;
+        }
+        p = cJSON_GetObjectItemCaseSensitive(params, "timeout");
+        if (p) {
+            if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble != floor(p->valuedouble)) {
+                rc = kl_err_set(e, KL_EINVAL, "parameters.timeout: expected microseconds (a non-negative integer)");
+                goto done;
+            }
+            r->timeout_us = (int64_t)p->valuedouble;
+        }
+        p = cJSON_GetObjectItemCaseSensitive(params, "binary_data_output");
+        if (p) {
+            if (!cJSON_IsBool(p)) { rc = kl_err_set(e, KL_EINVAL, "parameters.binary_data_output: expected true or false"); goto done; }
+            r->all_binary = cJSON_IsTrue(p);
+        }
+    }
+
+    const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(root, "inputs");
+    if (!inputs) { rc = kl_err_set(e, KL_EPARSE, "inputs: missing"); goto done; }
+    if (!cJSON_IsArray(inputs)) { rc = kl_err_set(e, KL_EPARSE, "inputs: expected an array"); goto done; }
+    int seen[SV_MAX_IO] = {0};
+    size_t bin_off = 0;
+    int idx = 0;
+    r->n_in = v->n_in;
+    r->rows = -1;
+    for (const cJSON *in = inputs->child; in; in = in->next, idx++) {
+        char field[64];
+        snprintf(field, sizeof field, "inputs[%d]", idx);
+        if (!cJSON_IsObject(in)) { rc = kl_err_set(e, KL_EPARSE, "%s: expected an object", field); goto done; }
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(in, "name");
+        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(in, "shape");
+        const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "data");
+        const cJSON *ip = cJSON_GetObjectItemCaseSensitive(in, "parameters");
+        if (!cJSON_IsString(nm)) { rc = kl_err_set(e, KL_EPARSE, "%s.name: missing or not a string", field); goto done; }
+        size_t k;
+        for (k = 0; k < v->n_in; k++)
+            if (!strcmp(v->in[k].name, nm->valuestring)) break;
+        if (k == v->n_in) {
+            rc = kl_err_set(e, KL_ENOTFOUND, "%s.name: model '%s' has no input '%s' (its inputs: %s%s)", field,
+                            v->model->name, nm->valuestring, v->in[0].name, v->n_in > 1 ? ", ..." : "");
+            goto done;
+        }
+        if (seen[k]++) { rc = kl_err_set(e, KL_EINVAL, "%s.name: input '%s' given twice", field, nm->valuestring); goto done; }
+        const sv_io *io = &v->in[k];
+        sv_dtype dtype;
+        if (!cJSON_IsString(dt) || sv_dtype_parse(dt->valuestring, &dtype)) {
+            rc = kl_err_set(e, KL_ETYPE, "%s.datatype: expected one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES",
+                            field);
+            goto done;
+        }
+        if (dtype != io->dtype) {
+            rc = kl_err_set(e, KL_ETYPE, "%s.datatype: input '%s' is %s, got %s", field, io->name,
+                            dt_names[io->dtype], dt_names[dtype]);
+            goto done;
+        }
+        if (!cJSON_IsArray(sh)) { rc = kl_err_set(e, KL_ESHAPE, "%s.shape: missing or not an array", field); goto done; }
+        sv_tensor *t = &r->in[k];
+        int rank = cJSON_GetArraySize(sh);
+        if (rank != io->rank) {
+            rc = kl_err_set(e, KL_ESHAPE, "%s.shape: input '%s' has rank %d, got %d", field, io->name, io->rank, rank);
+            goto done;
+        }
+        t->dtype = dtype;
+        t->rank = rank;
+        int d = 0;
+        int64_t numel = 1;
+        for (const cJSON *x = sh->child; x; x = x->next, d++) {
+            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != floor(x->valuedouble) || x->valuedouble > 1e12) {
+                rc = kl_err_set(e, KL_ESHAPE, "%s.shape[%d]: expected a non-negative integer", field, d);
+                goto done;
+            }
+            t->dims[d] = (int64_t)x->valuedouble;
+            if (io->dims[d] >= 0 && io->dims[d] != t->dims[d]) {
+                rc = kl_err_set(e, KL_ESHAPE, "%s.shape[%d]: input '%s' needs %lld, got %lld", field, d, io->name,
+                                (long long)io->dims[d], (long long)t->dims[d]);
+                goto done;
+            }
+            numel *= t->dims[d];
+            if (numel > ((int64_t)1 << 40)) { rc = kl_err_set(e, KL_ESHAPE, "%s.shape: too many elements", field); goto done; }
+        }
+        if (rank > 0) {
+            if (r->rows < 0) r->rows = t->dims[0];
+            else if (r->rows != t->dims[0]) r->rows = -2; /* inconsistent batch: not batchable */
+        }
+        const cJSON *bds = ip ? cJSON_GetObjectItemCaseSensitive(ip, "binary_data_size") : NULL;
+        if (bds) {
+            if (!cJSON_IsNumber(bds) || bds->valuedouble < 0) {
+                rc = kl_err_set(e, KL_EINVAL, "%s.parameters.binary_data_size: expected a byte count", field);
+                goto done;
+            }
+            size_t nb = (size_t)bds->valuedouble;
+            if (bin_off + nb > bin_len) {
+                rc = kl_err_set(e, KL_EPARSE, "%s.parameters.binary_data_size: %zu bytes, only %zu left in the body", field,
+                                nb, bin_len - bin_off);
+                goto done;
+            }
+            if (dtype != SV_BYTES && nb != (size_t)numel * dt_sizes[dtype]) {
+                rc = kl_err_set(e, KL_ESHAPE, "%s.parameters.binary_data_size: %zu bytes, shape needs %lld", field, nb,
+                                (long long)numel * (long long)dt_sizes[dtype]);
+                goto done;
+            }
+            t->data = kl_mem_alloc(nb, KL_TAG_REQUEST);
+            if (!t->data) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory (%zu bytes)", field, nb); goto done; }
+            t->own = 1;
+            t->nbytes = nb;
+            memcpy(t->data, bin + bin_off, nb);
+            bin_off += nb;
+            continue;
+        }
+        if (!cJSON_IsArray(data)) { rc = kl_err_set(e, KL_EPARSE, "%s.data: missing or not an array", field); goto done; }
+        if (dtype == SV_BYTES) {
+            kl_buf b;
+            kl_buf_init(&b);
+            int64_t n = 0;
+            rc = fill_bytes(data, &b, &n, field, e, 0);
+            if (!rc && n != numel)
+                rc = kl_err_set(e, KL_ESHAPE, "%s.data: %lld values, shape holds %lld", field, (long long)n, (long long)numel);
+            if (!rc) {
+                t->data = kl_mem_alloc(b.len, KL_TAG_REQUEST);
+                if (t->data) { memcpy(t->data, b.data, b.len); t->own = 1; t->nbytes = b.len; }
+                else rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", field);
+            }
+            kl_buf_free(&b);
+            if (rc) goto done;
+            continue;
+        }
+        size_t nb = (size_t)numel * dt_sizes[dtype];
+        t->data = kl_mem_alloc(nb, KL_TAG_REQUEST);
+        if (!t->data) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory (%zu bytes)", field, nb); goto done; }
+        t->own = 1;
+        t->nbytes = nb;
+        fill_ctx fc = {dtype, t->data, 0, numel, field, e};
+        rc = fill(&fc, data, 0);
+        if (rc) goto done;
+        if (fc.n != numel) {
+            rc = kl_err_set(e, KL_ESHAPE, "%s.data: %lld values, shape [%s] holds %lld", field, (long long)fc.n,
+                            "...", (long long)numel);
+            goto done;
+        }
+    }
+    for (size_t k = 0; k < v->n_in; k++)
+        if (!seen[k]) { rc = kl_err_set(e, KL_EINVAL, "inputs: missing input '%s'", v->in[k].name); goto done; }
+    if (bin_off != bin_len) {
+        rc = kl_err_set(e, KL_EPARSE, "request body: %zu bytes of binary data not claimed by any input", bin_len - bin_off);
+        goto done;
+    }
+
+    const cJSON *outs = cJSON_GetObjectItemCaseSensitive(root, "outputs");
+    r->n_out_sel = 0;
+    if (outs) {
+        if (!cJSON_IsArray(outs)) { rc = kl_err_set(e, KL_EPARSE, "outputs: expected an array"); goto done; }
+        idx = 0;
+        for (const cJSON *o = outs->child; o; o = o->next, idx++) {
+            const cJSON *nm = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
+            if (!cJSON_IsString(nm)) { rc = kl_err_set(e, KL_EPARSE, "outputs[%d].name: missing or not a string", idx); goto done; }
+            size_t k;
+            for (k = 0; k < v->n_out; k++)
+                if (!strcmp(v->out[k].name, nm->valuestring)) break;
+            if (k == v->n_out) {
+                rc = kl_err_set(e, KL_ENOTFOUND, "outputs[%d].name: model '%s' has no output '%s'", idx, v->model->name,
+                                nm->valuestring);
+                goto done;
+            }
+            if (r->n_out_sel >= SV_MAX_IO) { rc = kl_err_set(e, KL_EINVAL, "outputs: too many"); goto done; }
+            const cJSON *op = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+            const cJSON *bo = op ? cJSON_GetObjectItemCaseSensitive(op, "binary_data_output") : NULL;
+            if (bo && !cJSON_IsBool(bo)) {
+                rc = kl_err_set(e, KL_EINVAL, "outputs[%d].parameters.binary_data_output: expected true or false", idx);
+                goto done;
+            }
+            r->out_bin[r->n_out_sel] = bo ? cJSON_IsTrue(bo) : r->all_binary;
+            r->out_sel[r->n_out_sel++] = (int)k;
+        }
+    } else {
+        for (size_t k = 0; k < v->n_out; k++) {
+            r->out_bin[r->n_out_sel] = r->all_binary;
+            r->out_sel[r->n_out_sel++] = (int)k;
+        }
+    }
+done:
+    sv_json_free(doc);
+    return rc;
+}
+
+/* ==================================================================
+ * Encoding
+ * ================================================================== */
+
+static void put_num(kl_buf *b, double d, int prec) {
+    if (isnan(d) || isinf(d)) { kl_buf_puts(b, "null"); return; }
+    char tmp[40];
+    int n = snprintf(tmp, sizeof tmp, "%.*g", prec, d);
+    kl_buf_append(b, tmp, (size_t)n);
+}
+
+static void put_int(kl_buf *b, long long v) {
+    char tmp[24];
+    int n = snprintf(tmp, sizeof tmp, "%lld", v);
+    kl_buf_append(b, tmp, (size_t)n);
+}
+
+static void json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
+    kl_buf_puts(b, "[");
+    for (int64_t i = 0; i < n; i++) {
+        if (i) kl_buf_append(b, ",", 1);
+        switch (dt) {
+        case SV_BOOL: kl_buf_puts(b, p[i] ? "true" : "false"); break;
+        case SV_UINT8: put_int(b, ((const uint8_t *)p)[i]); break;
+        case SV_UINT16: put_int(b, ((const uint16_t *)p)[i]); break;
+        case SV_UINT32: put_int(b, ((const uint32_t *)p)[i]); break;
+        case SV_UINT64: kl_buf_printf(b, "%llu", (unsigned long long)((const uint64_t *)p)[i]); break;
+        case SV_INT8: put_int(b, ((const int8_t *)p)[i]); break;
+        case SV_INT16: put_int(b, ((const int16_t *)p)[i]); break;
+        case SV_INT32: put_int(b, ((const int32_t *)p)[i]); break;
+        case SV_INT64: put_int(b, (long long)((const int64_t *)p)[i]); break;
+        case SV_FP16: put_num(b, half_to_float(((const uint16_t *)p)[i]), 5); break;
+        case SV_BF16: put_num(b, bf16_to_float(((const uint16_t *)p)[i]), 4); break;
+        case SV_FP32: put_num(b, ((const float *)p)[i], 9); break;
+        case SV_FP64: put_num(b, ((const double *)p)[i], 17); break;
+        default: kl_buf_puts(b, "null"); break;
+        }
+    }
+    kl_buf_puts(b, "]");
+}
+
+int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0, int64_t total_rows, kl_err *e) {
+    kl_buf b;
+    kl_buf_init(&b);
+    const char *bin_ptr[SV_MAX_IO];
+    size_t bin_len[SV_MAX_IO];
+    int nbin = 0;
+    kl_buf_puts(&b, "{\"model_name\":");
+    kl_buf_json_str(&b, r->model->name);
+    kl_buf_printf(&b, ",\"model_version\":\"%lld\"", (long long)r->ver->version);
+    if (r->has_id) {
+        kl_buf_puts(&b, ",\"id\":");
+        kl_buf_json_str(&b, r->id);
+    }
+    kl_buf_puts(&b, ",\"outputs\":[");
+    for (int i = 0; i < r->n_out_sel; i++) {
+        int k = r->out_sel[i];
+        if ((size_t)k >= n_out) { kl_buf_free(&b); return kl_err_set(e, KL_EINTERNAL, "output %d missing", k); }
+        const sv_tensor *t = &outs[k];
+        if (t->dtype == SV_BYTES) { kl_buf_free(&b); return kl_err_set(e, KL_EUNSUPPORTED, "BYTES outputs"); }
+        int64_t dims[SV_MAX_DIMS];
+        memcpy(dims, t->dims, sizeof dims);
+        const char *p = t->data;
+        int64_t numel = sv_numel(t);
+        if (total_rows != r->rows || row0 != 0) { /* a slice of a batched output */
+            if (t->rank < 1 || t->dims[0] != total_rows) {
+                kl_buf_free(&b);
+                return kl_err_set(e, KL_EINTERNAL, "output '%s': dim 0 is not the batch", r->ver->out[k].name);
+            }
+            int64_t per_row = numel / (t->dims[0] ? t->dims[0] : 1);
+            p += (size_t)(row0 * per_row) * dt_sizes[t->dtype];
+            dims[0] = r->rows;
+            numel = per_row * r->rows;
+        }
+        if (i) kl_buf_puts(&b, ",");
+        kl_buf_puts(&b, "{\"name\":");
+        kl_buf_json_str(&b, r->ver->out[k].name);
+        kl_buf_printf(&b, ",\"datatype\":\"%s\",\"shape\":[", dt_names[t->dtype]);
+        for (int d = 0; d < t->rank; d++) kl_buf_printf(&b, d ? ",%lld" : "%lld", (long long)dims[d]);
+        kl_buf_puts(&b, "]");
+        size_t nbytes = (size_t)numel * dt_sizes[t->dtype];
+        if (r->out_bin[i]) {
+            kl_buf_printf(&b, ",\"parameters\":{\"binary_data_size\":%zu}}", nbytes);
+            bin_ptr[nbin] = p;
+            bin_len[nbin++] = nbytes;
+        } else {
+            kl_buf_puts(&b, ",\"data\":");
+            json_data(&b, t->dtype, p, numel);
+            kl_buf_puts(&b, "}");
+        }
+    }
+    kl_buf_puts(&b, "]}");
+    r->resp_header_len = nbin ? (int64_t)b.len : -1;
+    for (int i = 0; i < nbin; i++) kl_buf_append(&b, bin_ptr[i], bin_len[i]);
+    if (b.failed) { kl_buf_free(&b); return kl_err_set(e, KL_ENOMEM, "out of memory building the response"); }
+    r->resp_len = b.len;
+    r->resp = kl_buf_take(&b);
+    return KL_OK;
+}
+
+char *sv_error_json(const char *msg, size_t *len) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "{\"error\":");
+    kl_buf_json_str(&b, msg);
+    kl_buf_puts(&b, "}");
+    *len = b.len;
+    return kl_buf_take(&b);
+}

@@ -1,0 +1,764 @@
+/* HTTP front of the server on libmicrohttpd: routing of the KServe v2 REST
+ * API (health, server/model metadata and readiness, infer with JSON or the
+ * binary tensor extension, repository index/load/unload), /metrics, the
+ * :predict hook, body limits, and the decoupling of connections from
+ * inference: an infer request's connection is suspended while the request
+ * waits in the scheduler and resumed when its answer is ready. Also the
+ * server's life cycle (new, start, rescan, shutdown with drain, free). */
+#include "serve_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+enum {
+    R_NONE, R_LIVE, R_READY, R_SERVER, R_MODEL_META, R_MODEL_READY, R_INFER, R_REPO_INDEX, R_REPO_LOAD,
+    R_REPO_UNLOAD, R_METRICS, R_PREDICT, R_NOT_FOUND
+};
+
+/* ==================================================================
+ * Routing
+ * ================================================================== */
+
+/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer]. */
+static int route_models(const char *p, sv_req *r, int post) {
+    const char *slash = strchr(p, '/');
+    size_t n = slash ? (size_t)(slash - p) : strlen(p);
+    if (n == 0 || n >= SV_NAME_MAX) return R_NOT_FOUND;
+    memcpy(r->model_name, p, n);
+    r->model_name[n] = 0;
+    r->want_version = -1;
+    p += n;
+    if (!strncmp(p, "/versions/", 10)) {
+        p += 10;
+        char vb[32];
+        slash = strchr(p, '/');
+        n = slash ? (size_t)(slash - p) : strlen(p);
+        if (n == 0 || n >= sizeof vb) return R_NOT_FOUND;
+        memcpy(vb, p, n);
+        vb[n] = 0;
+        if (kl_parse_int64(vb, &r->want_version) || r->want_version < 0) return R_NOT_FOUND;
+        p += n;
+    }
+    if (!*p) { r->method_ok = !post; return R_MODEL_META; }
+    if (!strcmp(p, "/ready")) { r->method_ok = !post; return R_MODEL_READY; }
+    if (!strcmp(p, "/infer")) { r->method_ok = post; return R_INFER; }
+    return R_NOT_FOUND;
+}
+
+static int route(const char *url, const char *method, sv_req *r) {
+    int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    r->method_ok = get;
+    if (!strcmp(url, "/v2/health/live")) return R_LIVE;
+    if (!strcmp(url, "/v2/health/ready")) return R_READY;
+    if (!strcmp(url, "/v2") || !strcmp(url, "/v2/")) return R_SERVER;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
+    if (!strncmp(url, "/v2/models/", 11)) {
+        int rt = route_models(url + 11, r, post);
+        if (rt != R_INFER && !get && !post) r->method_ok = 0;
+        return rt;
+    }
+    if (!strcmp(url, "/v2/repository/index")) { r->method_ok = post; return R_REPO_INDEX; }
+    if (!strncmp(url, "/v2/repository/models/", 22)) {
+        const char *p = url + 22, *slash = strrchr(p, '/');
+        if (!slash || slash == p || (size_t)(slash - p) >= SV_NAME_MAX) return R_NOT_FOUND;
+        memcpy(r->model_name, p, (size_t)(slash - p));
+        r->model_name[slash - p] = 0;
+        r->method_ok = post;
+        if (!strcmp(slash, "/load")) return R_REPO_LOAD;
+        if (!strcmp(slash, "/unload")) return R_REPO_UNLOAD;
+        return R_NOT_FOUND;
+    }
+    if (!strncmp(url, "/v1/models/", 11)) {
+        const char *p = url + 11, *c = strstr(p, ":predict");
+        if (!c || c[8] || c == p || (size_t)(c - p) >= SV_NAME_MAX) return R_NOT_FOUND;
+        memcpy(r->model_name, p, (size_t)(c - p));
+        r->model_name[c - p] = 0;
+        r->method_ok = post;
+        return R_PREDICT;
+    }
+    return R_NOT_FOUND;
+}
+
+/* ==================================================================
+ * Responses
+ * ================================================================== */
+
+static enum MHD_Result send_body(kl_server *s, struct MHD_Connection *c, sv_req *r, int status, char *body, size_t len,
+                                 const char *ctype, int retry_after, int64_t header_len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) { free(body); return MHD_NO; }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    char tmp[32];
+    if (retry_after > 0) {
+        snprintf(tmp, sizeof tmp, "%d", retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, tmp);
+    }
+    if (header_len >= 0) {
+        snprintf(tmp, sizeof tmp, "%lld", (long long)header_len);
+        MHD_add_response_header(resp, "Inference-Header-Content-Length", tmp);
+    }
+    if (atomic_load(&s->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
+    MHD_destroy_response(resp);
+    (void)r;
+    return ret;
+}
+
+static enum MHD_Result send_json(kl_server *s, struct MHD_Connection *c, sv_req *r, int status, kl_buf *b) {
+    size_t len = b->len;
+    char *body = kl_buf_take(b);
+    if (!body) { body = strdup("{}"); len = 2; }
+    return send_body(s, c, r, status, body, len, "application/json", 0, -1);
+}
+
+/* An error answer that is not an inference result: logged and counted. */
+static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req *r, int status, int reason,
+                                  int retry_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req *r, int status, int reason,
+                                  int retry_after, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t len;
+    char *body = sv_error_json(msg, &len);
+    r->status = status;
+    r->reason = reason;
+    if (r->route == R_INFER && !r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+    if (status == 503 && retry_after <= 0) retry_after = 1;
+    return send_body(s, c, r, status, body, len, "application/json", retry_after, -1);
+}
+
+/* ==================================================================
+ * Readiness
+ * ================================================================== */
+
+int sv_ready(kl_server *s, char *reason, size_t n) {
+    if (reason && n) reason[0] = 0;
+    if (atomic_load(&s->draining)) {
+        if (reason) snprintf(reason, n, "shutting down");
+        return 0;
+    }
+    double iv = s->o.probe_interval_s > 0 ? s->o.probe_interval_s : 10;
+    int64_t now = kl_time_mono_ns(), stale = (int64_t)((3 * iv + 10) * 1e9);
+    int ok = 1;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->nmodels && ok; i++) {
+        sv_model *m = s->models[i];
+        if (m->unloaded) continue;
+        if (m->state != SV_M_READY) {
+            ok = 0;
+            if (reason) snprintf(reason, n, "model %s is not ready: %s", m->name, m->reason);
+            break;
+        }
+        for (int j = 0; j < m->nver; j++) {
+            sv_version *v = m->ver[j];
+            if (!v->probe_ok || now - v->probe_ns > stale) {
+                ok = 0;
+                if (reason)
+                    snprintf(reason, n, "model %s version %lld: %s", m->name, (long long)v->version,
+                             v->probe_ok ? "no recent health probe" : v->probe_err);
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ok;
+}
+
+/* ==================================================================
+ * Metadata and repository endpoints
+ * ================================================================== */
+
+static void io_json(kl_buf *b, const sv_io *io, size_t n) {
+    kl_buf_puts(b, "[");
+    for (size_t i = 0; i < n; i++) {
+        kl_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        kl_buf_json_str(b, io[i].name);
+        kl_buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", sv_dtype_name(io[i].dtype));
+        for (int d = 0; d < io[i].rank; d++) kl_buf_printf(b, d ? ",%lld" : "%lld", (long long)io[i].dims[d]);
+        kl_buf_puts(b, "]}");
+    }
+    kl_buf_puts(b, "]");
+}
+
+/* lock held: the version r asks for (or the latest); NULL when none */
+static sv_version *pick_version(sv_model *m, int64_t want) {
+    for (int i = 0; i < m->nver; i++)
+        if (want < 0 || m->ver[i]->version == want) return m->ver[i];
+    return NULL;
+}
+
+static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req *r, int ready_only) {
+    pthread_mutex_lock(&s->lock);
+    sv_model *m = sv_model_find(s, r->model_name);
+    if (!m) {
+        pthread_mutex_unlock(&s->lock);
+        return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
+    }
+    sv_version *v = pick_version(m, r->want_version);
+    kl_buf b;
+    kl_buf_init(&b);
+    if (ready_only) {
+        int ok = v && v->probe_ok;
+        kl_buf_puts(&b, "{\"name\":");
+        kl_buf_json_str(&b, m->name);
+        if (v) kl_buf_printf(&b, ",\"version\":\"%lld\"", (long long)v->version);
+        kl_buf_printf(&b, ",\"ready\":%s", ok ? "true" : "false");
+        if (!ok) {
+            kl_buf_puts(&b, ",\"reason\":");
+            kl_buf_json_str(&b, !v ? (r->want_version >= 0 && m->nver ? "version not loaded" : m->reason) : v->probe_err);
+        }
+        kl_buf_puts(&b, "}");
+        pthread_mutex_unlock(&s->lock);
+        return send_json(s, c, r, ok ? 200 : 503, &b);
+    }
+    if (!v) {
+        char reason[600];
+        snprintf(reason, sizeof reason, "%s", m->reason);
+        int has_any = m->nver > 0;
+        pthread_mutex_unlock(&s->lock);
+        kl_buf_free(&b);
+        if (r->want_version >= 0 && has_any)
+            return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "model '%s' has no version %lld loaded", r->model_name,
+                              (long long)r->want_version);
+        return send_error(s, c, r, 503, SV_R_NOT_READY, 5, "model '%s' is not ready: %s", r->model_name, reason);
+    }
+    kl_buf_puts(&b, "{\"name\":");
+    kl_buf_json_str(&b, m->name);
+    kl_buf_puts(&b, ",\"versions\":[");
+    for (int i = 0; i < m->nver; i++) kl_buf_printf(&b, i ? ",\"%lld\"" : "\"%lld\"", (long long)m->ver[i]->version);
+    kl_buf_puts(&b, "],\"platform\":\"onnx\",\"inputs\":");
+    io_json(&b, v->in, v->n_in);
+    kl_buf_puts(&b, ",\"outputs\":");
+    io_json(&b, v->out, v->n_out);
+    kl_buf_printf(&b, ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"priority_levels\":%d,"
+                      "\"default_priority\":%d,\"instances\":%d}}",
+                  m->cfg.max_batch, m->cfg.dynamic_batching ? "true" : "false", m->cfg.levels, m->cfg.default_level,
+                  m->cfg.instances);
+    pthread_mutex_unlock(&s->lock);
+    return send_json(s, c, r, 200, &b);
+}
+
+static enum MHD_Result repo_index(kl_server *s, struct MHD_Connection *c, sv_req *r) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "[");
+    int first = 1;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->nmodels; i++) {
+        sv_model *m = s->models[i];
+        static const char *const st[] = {"READY", "UNAVAILABLE", "UNLOADED"};
+        if (m->nver == 0) {
+            kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
+            kl_buf_json_str(&b, m->name);
+            kl_buf_printf(&b, ",\"state\":\"%s\",\"reason\":", st[m->state]);
+            kl_buf_json_str(&b, m->reason);
+            kl_buf_puts(&b, "}");
+            first = 0;
+        }
+        for (int j = 0; j < m->nver; j++) {
+            kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
+            kl_buf_json_str(&b, m->name);
+            kl_buf_printf(&b, ",\"version\":\"%lld\",\"state\":\"READY\",\"reason\":\"\"}", (long long)m->ver[j]->version);
+            first = 0;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    kl_buf_puts(&b, "]");
+    return send_json(s, c, r, 200, &b);
+}
+
+/* load/unload run on their own thread (a load verifies and warms up) while
+ * the connection is suspended. */
+static void *repo_job(void *arg) {
+    sv_req *r = arg;
+    kl_server *s = r->srv;
+    kl_err e = {0};
+    int rc = r->route == R_REPO_LOAD ? sv_repo_scan(s, r->model_name, &e) : sv_repo_unload(s, r->model_name, &e);
+    if (!rc) {
+        r->resp = strdup("{}");
+        r->resp_len = 2;
+        r->resp_header_len = -1;
+        sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
+    } else {
+        /* r is not ours after this call */
+        sv_req_finish(r, rc == KL_ENOTFOUND ? 404 : 400, rc == KL_ENOTFOUND ? SV_R_NOT_FOUND : SV_R_BAD_REQUEST,
+                      kl_err_what(&e));
+    }
+    return NULL;
+}
+
+/* ==================================================================
+ * Inference
+ * ================================================================== */
+
+static int parse_prio_header(const char *h, int *out) {
+    int64_t v;
+    if (!strcasecmp(h, "high")) { *out = 1; return 0; }
+    if (!strcasecmp(h, "low")) { *out = SV_MAX_LEVELS + 1; return 0; }
+    if (kl_parse_int64(h, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
+    if (atomic_load(&s->draining))
+        return send_error(s, c, r, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
+    pthread_mutex_lock(&s->lock);
+    s->ninfer++;
+    r->in_infer = 1;
+    sv_model *m = sv_model_find(s, r->model_name);
+    if (!m) {
+        pthread_mutex_unlock(&s->lock);
+        return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
+    }
+    r->model = m;
+    sv_version *v = pick_version(m, r->want_version);
+    if (!v) {
+        char reason[600];
+        snprintf(reason, sizeof reason, "%s", m->reason);
+        int has_any = m->nver > 0;
+        pthread_mutex_unlock(&s->lock);
+        if (r->want_version >= 0 && has_any)
+            return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "model '%s' has no version %lld loaded", r->model_name,
+                              (long long)r->want_version);
+        return send_error(s, c, r, 503, SV_R_NOT_READY, 5, "model '%s' is not ready: %s", r->model_name, reason);
+    }
+    sv_version_ref(v);
+    r->ver = v;
+    int levels = m->cfg.levels, def_level = m->cfg.default_level;
+    int quota = m->cfg.memory_quota > 0;
+    for (int l = 0; l < levels; l++) quota |= m->cfg.level[l].memory_share < 1;
+    pthread_mutex_unlock(&s->lock);
+
+    /* body: JSON, or JSON header + binary tensors */
+    size_t json_len = r->body_len;
+    const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    if (hl) {
+        int64_t n;
+        if (kl_parse_int64(hl, &n) || n < 0 || (size_t)n > r->body_len)
+            return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0,
+                              "Inference-Header-Content-Length: '%s' is not a length within the %zu-byte body", hl,
+                              r->body_len);
+        json_len = (size_t)n;
+    }
+    if (!r->body_len) return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "request body: empty (expected a JSON object)");
+    int prio = 0;
+    const char *ph = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Priority");
+    if (ph && parse_prio_header(ph, &prio))
+        return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "X-Priority: expected a level 1..%d, high or low, got '%s'",
+                          levels, ph);
+    if (prio) { /* shed a full level before paying for the JSON decode (submit checks again) */
+        int lvl = (prio > levels ? levels : prio) - 1;
+        pthread_mutex_lock(&s->lock);
+        int64_t maxq = m->cfg.level[lvl].max_queue;
+        int full = maxq > 0 && m->qlen[lvl] >= maxq;
+        pthread_mutex_unlock(&s->lock);
+        if (full) {
+            r->level = lvl;
+            return send_error(s, c, r, 503, SV_R_QUEUE_FULL, 1, "model '%s' priority %d: queue full (%lld requests)",
+                              m->name, lvl + 1, (long long)maxq);
+        }
+    }
+    kl_err e = {0};
+    int rc = sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
+    if (rc) {
+        if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
+        return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
+    }
+    /* the decoded tensors hold the data now */
+    kl_mem_free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+    if (!prio) prio = r->prio_param;
+    if (!prio) prio = def_level;
+    if (prio > levels) prio = levels;
+    r->level = prio - 1;
+    if (r->rows == -2 && v->batchable)
+        return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "inputs: dimension 0 (the batch) differs between inputs");
+    if (quota) {
+        uint64_t bytes = 0;
+        if (sb_plan_bytes(v->sess, r->in, r->n_in, &bytes, &e) == KL_OK) {
+            for (size_t i = 0; i < r->n_in; i++) bytes += r->in[i].nbytes;
+            r->plan_bytes = bytes ? bytes : 1;
+        }
+    }
+    MHD_suspend_connection(c);
+    r->suspended = 1;
+    sv_sched_submit(s, r);
+    return MHD_YES;
+}
+
+void sv_req_resume(sv_req *r) {
+    if (r->suspended) MHD_resume_connection(r->conn);
+}
+
+static void log_request(kl_server *s, sv_req *r) {
+    if (!s->o.access_log || !kl_log_enabled(KL_LOG_INFO)) return;
+    char shapes[256] = "", ver[24] = "";
+    size_t off = 0;
+    for (size_t i = 0; i < r->n_in && off < sizeof shapes - 40; i++) {
+        off += (size_t)snprintf(shapes + off, sizeof shapes - off, "%s[", i ? "," : "");
+        for (int d = 0; d < r->in[i].rank && off < sizeof shapes - 24; d++)
+            off += (size_t)snprintf(shapes + off, sizeof shapes - off, d ? ",%lld" : "%lld", (long long)r->in[i].dims[d]);
+        off += (size_t)snprintf(shapes + off, sizeof shapes - off, "]");
+    }
+    if (r->ver) snprintf(ver, sizeof ver, "%lld", (long long)r->ver->version);
+    double qms = r->t_start ? (r->t_start - r->t_enq) / 1e6 : r->t_enq ? (kl_time_mono_ns() - r->t_enq) / 1e6 : 0;
+    double cms = r->t_start ? (r->t_end - r->t_start) / 1e6 : 0;
+    kl_log_field f[] = {
+        KL_LF_STR("request_id", r->has_id ? r->id : r->rid), KL_LF_STR("model", r->model_name), (kl_log_field){"version", ver, 0, 0},
+        KL_LF_INT("priority", r->level + 1), (kl_log_field){"input_shapes", shapes, 0, 0}, KL_LF_INT("batch_size", r->batch_size),
+        KL_LF_NUM("queue_ms", qms), KL_LF_NUM("compute_ms", cms),
+        KL_LF_NUM("total_ms", (kl_time_mono_ns() - r->t_recv) / 1e6), KL_LF_INT("status", r->status),
+        KL_LF_STR("result", sv_reason_name(r->reason))};
+    kl_log_fields(r->status >= 500 && r->reason == SV_R_INTERNAL ? KL_LOG_ERROR : KL_LOG_INFO, "serve", "request", f,
+                  KL_ARRAY_LEN(f));
+}
+
+/* ==================================================================
+ * The access handler
+ * ================================================================== */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    kl_server *s = cls;
+    sv_req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->srv = s;
+        r->conn = c;
+        r->t_recv = kl_time_mono_ns();
+        r->timeout_us = -1;
+        r->resp_header_len = -1;
+        snprintf(r->rid, sizeof r->rid, "r%llu", (unsigned long long)atomic_fetch_add(&s->next_rid, 1));
+        r->route = route(url, method, r);
+        pthread_mutex_lock(&s->lock);
+        s->nlive++;
+        pthread_mutex_unlock(&s->lock);
+        *con_cls = r;
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        int64_t n;
+        if (cl && !kl_parse_int64(cl, &n) && n > 0) {
+            if ((uint64_t)n > s->o.max_body) {
+                r->too_large = 1;
+                return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "request body of %lld bytes is over the limit of %llu",
+                                  (long long)n, (unsigned long long)s->o.max_body);
+            }
+            r->body = kl_mem_alloc((size_t)n + 1, KL_TAG_REQUEST);
+            if (!r->body) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "no memory for a %lld-byte body", (long long)n);
+            r->body_cap = (size_t)n + 1;
+        }
+        return MHD_YES;
+    }
+    if (r->qstate == SV_Q_DONE) { /* resumed: the answer is ready */
+        if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+        if (r->route == R_INFER) log_request(s, r);
+        char *body = r->resp;
+        size_t len = r->resp_len;
+        r->resp = NULL;
+        if (!body) { body = strdup("{}"); len = 2; }
+        return send_body(s, c, r, r->status ? r->status : 500, body, len,
+                         r->resp_header_len >= 0 ? "application/octet-stream" : "application/json", r->retry_after,
+                         r->resp_header_len);
+    }
+    if (*upload_size) {
+        if (r->too_large) { *upload_size = 0; return MHD_YES; }
+        size_t need = r->body_len + *upload_size;
+        if (need > s->o.max_body) {
+            r->too_large = 1;
+            *upload_size = 0;
+            return MHD_YES;
+        }
+        if (need + 1 > r->body_cap) {
+            size_t cap = r->body_cap ? r->body_cap * 2 : 16384;
+            while (cap < need + 1) cap *= 2;
+            char *nb = kl_mem_realloc(r->body, cap, KL_TAG_REQUEST);
+            if (!nb) return MHD_NO;
+            r->body = nb;
+            r->body_cap = cap;
+        }
+        memcpy(r->body + r->body_len, upload, *upload_size);
+        r->body_len += *upload_size;
+        r->body[r->body_len] = 0;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->too_large)
+        return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "request body is over the limit of %llu bytes",
+                          (unsigned long long)s->o.max_body);
+    if (r->route == R_NOT_FOUND) return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "no such endpoint: %s %s", method, url);
+    if (!r->method_ok) {
+        return send_error(s, c, r, 405, SV_R_BAD_REQUEST, 0, "method %s is not allowed on %s", method, url);
+    }
+    kl_buf b;
+    kl_buf_init(&b);
+    switch (r->route) {
+    case R_LIVE:
+        kl_buf_puts(&b, "{\"live\":true}");
+        return send_json(s, c, r, 200, &b);
+    case R_READY: {
+        char why[800];
+        int ok = sv_ready(s, why, sizeof why);
+        kl_buf_printf(&b, "{\"ready\":%s", ok ? "true" : "false");
+        if (!ok) { kl_buf_puts(&b, ",\"reason\":"); kl_buf_json_str(&b, why); }
+        kl_buf_puts(&b, "}");
+        if (ok) return send_json(s, c, r, 200, &b);
+        size_t len = b.len;
+        return send_body(s, c, r, 503, kl_buf_take(&b), len, "application/json", 1, -1);
+    }
+    case R_SERVER:
+        kl_buf_puts(&b, "{\"name\":\"keel\",\"version\":\"2\",\"extensions\":[\"binary_tensor_data\",\"model_repository\","
+                        "\"priorities\",\"dynamic_batching\",\"metrics\"]}");
+        return send_json(s, c, r, 200, &b);
+    case R_METRICS: {
+        size_t len;
+        char *body = sv_metrics_render(s, &len);
+        return send_body(s, c, r, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, -1);
+    }
+    case R_MODEL_META: return model_meta(s, c, r, 0);
+    case R_MODEL_READY: return model_meta(s, c, r, 1);
+    case R_REPO_INDEX: return repo_index(s, c, r);
+    case R_REPO_LOAD:
+    case R_REPO_UNLOAD: {
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        MHD_suspend_connection(c);
+        r->suspended = 1;
+        if (pthread_create(&t, &at, repo_job, r)) {
+            pthread_attr_destroy(&at);
+            sv_req_finish(r, 500, SV_R_INTERNAL, "could not start the repository job");
+            return MHD_YES;
+        }
+        pthread_attr_destroy(&at);
+        return MHD_YES;
+    }
+    case R_PREDICT: {
+        pthread_mutex_lock(&s->lock);
+        int known = sv_model_find(s, r->model_name) != NULL;
+        pthread_mutex_unlock(&s->lock);
+        if (!known) return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
+        return send_error(s, c, r, 501, SV_R_BAD_REQUEST, 0,
+                          "model '%s': :predict runs the model's features.json pipeline, and the feature layer "
+                          "(src/feature, issue 8) is not part of this build; send tensors to POST "
+                          "/v2/models/%s/infer instead",
+                          r->model_name, r->model_name);
+    }
+    case R_INFER: return infer(s, c, r);
+    default: return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "no such endpoint: %s %s", method, url);
+    }
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    kl_server *s = cls;
+    sv_req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    if (r->qstate == SV_Q_QUEUED || r->qstate == SV_Q_RUNNING) {
+        /* cannot happen: a suspended connection is not terminated before it is resumed */
+        kl_log(KL_LOG_ERROR, "serve", "request %s completed while in the scheduler", r->rid);
+    }
+    for (size_t i = 0; i < SV_MAX_IO; i++) sv_tensor_release(&r->in[i]);
+    if (r->ver) sv_version_unref(r->ver);
+    int r_in_infer = r->in_infer;
+    kl_mem_free(r->body);
+    free(r->resp);
+    free(r);
+    pthread_mutex_lock(&s->lock);
+    s->nlive--;
+    if (r_in_infer) s->ninfer--;
+    pthread_cond_broadcast(&s->dcond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* ==================================================================
+ * Daemon
+ * ================================================================== */
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r')) msg[--n] = 0;
+    kl_log(KL_LOG_DEBUG, "serve", "microhttpd: %s", msg);
+}
+
+int sv_http_start(kl_server *s, kl_err *e) {
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV | AI_PASSIVE;
+    char port[16];
+    snprintf(port, sizeof port, "%d", s->o.port);
+    int grc = getaddrinfo(s->host, port, &hints, &ai);
+    if (grc || !ai) return kl_err_set(e, KL_EINVAL, "--host %s: %s", s->host, gai_strerror(grc));
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                     MHD_USE_TURBO;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    unsigned threads = s->o.http_threads > 1 ? (unsigned)s->o.http_threads : 0;
+    struct MHD_OptionItem ops[] = {
+        {MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, 4096, NULL},
+        {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
+        {threads ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL},
+        {MHD_OPTION_END, 0, NULL}};
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) return kl_err_set(e, KL_EBUSY, "cannot listen on %s:%d (in use, or not an address of this machine)", s->host,
+                                 s->o.port);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : s->o.port;
+    return KL_OK;
+}
+
+void sv_http_stop(kl_server *s) {
+    if (s->d) MHD_stop_daemon(s->d);
+    s->d = NULL;
+}
+
+/* ==================================================================
+ * Server life cycle
+ * ================================================================== */
+
+int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
+    *out = NULL;
+    if (!o || !o->repo) return kl_err_set(e, KL_EINVAL, "no model repository given");
+    if (!kl_path_exists(o->repo)) return kl_err_set(e, KL_ENOTFOUND, "model repository %s does not exist", o->repo);
+    kl_server *s = calloc(1, sizeof *s);
+    if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    s->o = *o;
+    snprintf(s->repo, sizeof s->repo, "%s", o->repo);
+    snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");
+    const char *tmp = getenv("TMPDIR");
+    snprintf(s->snapdir, sizeof s->snapdir, "%s", o->snapshot_dir ? o->snapshot_dir : tmp && *tmp ? tmp : "/tmp");
+    if (!s->o.max_body) s->o.max_body = 64u << 20;
+    if (s->o.exit_timeout_s <= 0) s->o.exit_timeout_s = 30;
+    if (s->o.probe_interval_s <= 0) s->o.probe_interval_s = 10;
+    if (s->o.conn_timeout_s <= 0) s->o.conn_timeout_s = 30;
+    s->budget = o->memory_budget ? o->memory_budget : kl_mem_get_budget();
+    if (!s->budget) s->budget = (uint64_t)(kl_mem_physical_bytes() * 0.8);
+    s->t_start_ns = kl_time_mono_ns();
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->scan_lock, NULL);
+    pthread_mutex_init(&s->mx, NULL);
+    pthread_cond_init(&s->qcond, &ca);
+    pthread_cond_init(&s->dcond, &ca);
+    pthread_cond_init(&s->rcond, &ca);
+    pthread_cond_init(&s->pcond, &ca);
+    pthread_condattr_destroy(&ca);
+    atomic_init(&s->draining, 0);
+    atomic_init(&s->next_rid, 1);
+    if (!sb_available())
+        kl_log(KL_LOG_WARN, "serve", "this build has no ONNX runtime: models will be listed as unavailable");
+    kl_err se = {0};
+    if (sv_repo_scan(s, NULL, &se) && se.code != KL_OK) {
+        if (!s->nmodels && (se.code == KL_ENOTFOUND || se.code < 0) && !kl_path_exists(s->repo)) {
+            kl_server_free(s);
+            if (e) *e = se;
+            return se.code;
+        }
+        /* per-model failures are logged and listed; the server still starts */
+    }
+    *out = s;
+    return KL_OK;
+}
+
+int kl_server_start(kl_server *s, kl_err *e) {
+    int rc = sv_sched_start(s, e);
+    if (rc) return rc;
+    rc = sv_http_start(s, e);
+    if (rc) { sv_sched_stop(s); return rc; }
+    s->started = 1;
+    return KL_OK;
+}
+
+int kl_server_port(const kl_server *s) { return s->port; }
+
+int kl_server_rescan(kl_server *s, kl_err *e) {
+    kl_log(KL_LOG_INFO, "serve", "rescanning repository %s", s->repo);
+    return sv_repo_scan(s, NULL, e);
+}
+
+int kl_server_shutdown(kl_server *s, kl_err *e) {
+    if (!s->started) return KL_OK;
+    atomic_store(&s->draining, 1);
+    int64_t t0 = kl_time_mono_ns(), deadline = t0 + (int64_t)(s->o.exit_timeout_s * 1e9);
+    int rc = KL_OK;
+    pthread_mutex_lock(&s->lock);
+    kl_log(KL_LOG_INFO, "serve", "shutting down: %d queued, %d running batch(es); draining up to %.0f s", s->nqueued,
+           s->nrunning, s->o.exit_timeout_s);
+    while ((s->nqueued || s->nrunning || s->ninfer > 0) && kl_time_mono_ns() < deadline) {
+        struct timespec ts;
+        int64_t w = kl_time_mono_ns() + 50000000;
+        ts.tv_sec = (time_t)(w / 1000000000);
+        ts.tv_nsec = (long)(w % 1000000000);
+        pthread_cond_timedwait(&s->dcond, &s->lock, &ts);
+    }
+    if (s->nqueued || s->nrunning) {
+        rc = kl_err_set(e, KL_ETIMEOUT, "exit timeout: %d request(s) still queued, %d batch(es) running", s->nqueued,
+                        s->nrunning);
+        sv_sched_flush(s, "server is shutting down (exit timeout reached before this request ran)");
+    }
+    pthread_mutex_unlock(&s->lock);
+    sv_sched_stop(s); /* running batches finish */
+    /* stop accepting connections; requests already on open connections (even
+     * half uploaded) are answered (503) before the daemon stops: wait until no
+     * request has been in progress for 100 ms (at most 3 s) */
+    if (s->d) {
+        MHD_socket ls = MHD_quiesce_daemon(s->d);
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+    }
+    pthread_mutex_lock(&s->lock);
+    int64_t grace = kl_time_mono_ns() + 3000000000LL, idle_since = 0;
+    for (;;) {
+        int64_t now = kl_time_mono_ns();
+        if (now >= grace) break;
+        if (s->nlive > 0) idle_since = 0;
+        else if (!idle_since) idle_since = now;
+        else if (now - idle_since >= 100000000LL) break;
+        struct timespec ts;
+        int64_t w = now + 10000000;
+        ts.tv_sec = (time_t)(w / 1000000000);
+        ts.tv_nsec = (long)(w % 1000000000);
+        pthread_cond_timedwait(&s->dcond, &s->lock, &ts);
+    }
+    pthread_mutex_unlock(&s->lock);
+    sv_http_stop(s);
+    s->started = 0;
+    kl_log(KL_LOG_INFO, "serve", "stopped after draining for %.2f s", (kl_time_mono_ns() - t0) / 1e9);
+    return rc;
+}
+
+void kl_server_free(kl_server *s) {
+    if (!s) return;
+    if (s->started) kl_server_shutdown(s, NULL);
+    sv_sched_stop(s);
+    sv_http_stop(s);
+    for (int i = 0; i < s->nmodels; i++) sv_model_free(s->models[i]);
+    free(s->models);
+    pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->scan_lock);
+    pthread_mutex_destroy(&s->mx);
+    pthread_cond_destroy(&s->qcond);
+    pthread_cond_destroy(&s->dcond);
+    pthread_cond_destroy(&s->rcond);
+    pthread_cond_destroy(&s->pcond);
+    free(s);
+}

@@ -1,0 +1,236 @@
+/* Metrics of the server in the Prometheus text exposition format (checked
+ * with `promtool check metrics`): request latency histograms per model and
+ * priority, queue and compute time, batch sizes, queue lengths, request
+ * results by reason, model loads, memory in use and budgets per allocator
+ * tag, process CPU. */
+#include "serve_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const double lat_le[SV_LAT_BUCKETS - 1] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                  0.05, 0.1, 0.25, 0.5, 1, 2.5, 5};
+static const double batch_le[SV_BATCH_BUCKETS - 1] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+static const char *const reason_names[SV_R_COUNT] = {
+    "success", "bad_request", "not_found", "queue_full", "timeout", "memory_quota",
+    "rate_limited", "shutting_down", "not_ready", "body_too_large", "internal"};
+
+const char *sv_reason_name(int r) { return r >= 0 && r < SV_R_COUNT ? reason_names[r] : "internal"; }
+
+void sv_hist_add(sv_hist *h, double x) {
+    int i = 0;
+    while (i < SV_LAT_BUCKETS - 1 && x > lat_le[i]) i++;
+    h->b[i]++;
+    h->count++;
+    h->sum += x;
+}
+
+/* Records a finished request (called once per answered request). */
+void sv_metrics_request(kl_server *s, sv_req *r) {
+    double total = (kl_time_mono_ns() - r->t_recv) * 1e-9;
+    pthread_mutex_lock(&s->mx);
+    if (!r->model) {
+        s->http_errors[r->reason]++;
+    } else {
+        sv_mstats *st = &r->model->st;
+        st->requests[r->reason]++;
+        if (r->reason == SV_R_SUCCESS) sv_hist_add(&st->latency[r->level], total);
+        if (r->t_start) {
+            sv_hist_add(&st->queue, (r->t_start - r->t_enq) * 1e-9);
+            sv_hist_add(&st->compute, (r->t_end - r->t_start) * 1e-9);
+        }
+        if (r->batch_size > 0 && r->reason == SV_R_SUCCESS) {
+            int i = 0;
+            while (i < SV_BATCH_BUCKETS - 1 && r->batch_size > batch_le[i]) i++;
+            st->batch[i]++;
+            st->batch_count++;
+            st->batch_sum += r->batch_size;
+        }
+    }
+    pthread_mutex_unlock(&s->mx);
+}
+
+static void label(kl_buf *b, const char *v) {
+    kl_buf_puts(b, "\"");
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') kl_buf_printf(b, "\\%c", *v);
+        else if (*v == '\n') kl_buf_puts(b, "\\n");
+        else kl_buf_append(b, v, 1);
+    }
+    kl_buf_puts(b, "\"");
+}
+
+static void head(kl_buf *b, const char *name, const char *type, const char *help) {
+    kl_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void hist(kl_buf *b, const char *name, const char *labels, const uint64_t *bk, int nb, const double *le,
+                 uint64_t count, double sum) {
+    uint64_t cum = 0;
+    for (int i = 0; i < nb - 1; i++) {
+        cum += bk[i];
+        kl_buf_printf(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, labels[0] ? "," : "", le[i],
+                      (unsigned long long)cum);
+    }
+    kl_buf_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, labels[0] ? "," : "", (unsigned long long)count);
+    kl_buf_printf(b, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, labels, sum, name, labels, (unsigned long long)count);
+}
+
+static void model_label(char *out, size_t n, const char *model, int level) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "model=");
+    label(&b, model);
+    if (level > 0) kl_buf_printf(&b, ",priority=\"%d\"", level);
+    snprintf(out, n, "%s", b.data ? b.data : "");
+    kl_buf_free(&b);
+}
+
+static void cpu_seconds(double *cpu) {
+    *cpu = 0;
+    char *text = NULL;
+    size_t len = 0;
+    if (kl_read_file("/proc/self/stat", &text, &len, NULL)) return;
+    const char *p = strrchr(text, ')'); /* the command name may hold spaces */
+    if (p) {
+        unsigned long ut = 0, st = 0;
+        /* after ") ": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime */
+        if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+            *cpu = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    }
+    free(text);
+}
+
+char *sv_metrics_render(kl_server *s, size_t *len) {
+    kl_buf b;
+    kl_buf_init(&b);
+    char lb[512];
+    /* snapshot of the model list and queue lengths */
+    pthread_mutex_lock(&s->lock);
+    int nm = s->nmodels;
+    int qlen[256][SV_MAX_LEVELS];
+    int levels[256], ready[256], running[256];
+    sv_model *ms[256];
+    uint64_t level_bytes[SV_MAX_LEVELS];
+    memcpy(level_bytes, s->level_bytes, sizeof level_bytes);
+    if (nm > 256) nm = 256;
+    for (int i = 0; i < nm; i++) {
+        ms[i] = s->models[i];
+        memcpy(qlen[i], s->models[i]->qlen, sizeof qlen[i]);
+        levels[i] = s->models[i]->cfg.levels;
+        ready[i] = s->models[i]->state == SV_M_READY;
+        running[i] = s->models[i]->running;
+    }
+    pthread_mutex_unlock(&s->lock);
+
+    pthread_mutex_lock(&s->mx);
+    head(&b, "keel_inference_request_duration_seconds", "histogram",
+         "Time from request received to response ready, successful inference requests.");
+    for (int i = 0; i < nm; i++)
+        for (int l = 0; l < levels[i]; l++) {
+            const sv_hist *h = &ms[i]->st.latency[l];
+            model_label(lb, sizeof lb, ms[i]->name, l + 1);
+            hist(&b, "keel_inference_request_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
+        }
+    head(&b, "keel_inference_queue_duration_seconds", "histogram", "Time requests waited in the scheduler queue.");
+    for (int i = 0; i < nm; i++) {
+        const sv_hist *h = &ms[i]->st.queue;
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        hist(&b, "keel_inference_queue_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
+    }
+    head(&b, "keel_inference_compute_duration_seconds", "histogram", "Model execution time of the batch a request ran in.");
+    for (int i = 0; i < nm; i++) {
+        const sv_hist *h = &ms[i]->st.compute;
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        hist(&b, "keel_inference_compute_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
+    }
+    head(&b, "keel_inference_batch_size", "histogram", "Rows of the batch each successful request ran in.");
+    for (int i = 0; i < nm; i++) {
+        const sv_mstats *st = &ms[i]->st;
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        hist(&b, "keel_inference_batch_size", lb, st->batch, SV_BATCH_BUCKETS, batch_le, st->batch_count, st->batch_sum);
+    }
+    head(&b, "keel_inference_requests_total", "counter", "Inference requests answered, by model and result.");
+    for (int i = 0; i < nm; i++)
+        for (int r = 0; r < SV_R_COUNT; r++) {
+            model_label(lb, sizeof lb, ms[i]->name, 0);
+            kl_buf_printf(&b, "keel_inference_requests_total{%s,result=\"%s\"} %llu\n", lb, reason_names[r],
+                          (unsigned long long)ms[i]->st.requests[r]);
+        }
+    head(&b, "keel_http_requests_failed_total", "counter", "Requests refused before reaching a model, by reason.");
+    for (int r = 1; r < SV_R_COUNT; r++)
+        kl_buf_printf(&b, "keel_http_requests_failed_total{reason=\"%s\"} %llu\n", reason_names[r],
+                      (unsigned long long)s->http_errors[r]);
+    head(&b, "keel_model_loads_total", "counter", "Model version loads (integrity check, load, warm-up), by result.");
+    for (int i = 0; i < nm; i++) {
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        kl_buf_printf(&b, "keel_model_loads_total{%s,result=\"success\"} %llu\n", lb, (unsigned long long)ms[i]->st.load_ok);
+        kl_buf_printf(&b, "keel_model_loads_total{%s,result=\"failure\"} %llu\n", lb, (unsigned long long)ms[i]->st.load_fail);
+    }
+    pthread_mutex_unlock(&s->mx);
+
+    head(&b, "keel_queue_length", "gauge", "Requests waiting in the scheduler, by model and priority.");
+    for (int i = 0; i < nm; i++)
+        for (int l = 0; l < levels[i]; l++) {
+            model_label(lb, sizeof lb, ms[i]->name, l + 1);
+            kl_buf_printf(&b, "keel_queue_length{%s} %d\n", lb, qlen[i][l]);
+        }
+    head(&b, "keel_inference_running", "gauge", "Batches of the model being executed now.");
+    for (int i = 0; i < nm; i++) {
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        kl_buf_printf(&b, "keel_inference_running{%s} %d\n", lb, running[i]);
+    }
+    head(&b, "keel_model_ready", "gauge", "1 when the model has a ready version.");
+    for (int i = 0; i < nm; i++) {
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        kl_buf_printf(&b, "keel_model_ready{%s} %d\n", lb, ready[i]);
+    }
+    head(&b, "keel_memory_allocated_bytes", "gauge", "Bytes allocated through the core allocator, by tag.");
+    for (int t = 0; t < KL_TAG_COUNT; t++) {
+        kl_mem_stats ms;
+        kl_mem_stats_get((kl_mem_tag)t, &ms);
+        kl_buf_printf(&b, "keel_memory_allocated_bytes{tag=\"%s\"} %llu\n", kl_mem_tag_name((kl_mem_tag)t),
+                      (unsigned long long)ms.allocated);
+    }
+    head(&b, "keel_memory_reserved_bytes", "gauge", "Bytes held from the OS by the core allocator, by tag.");
+    for (int t = 0; t < KL_TAG_COUNT; t++) {
+        kl_mem_stats ms;
+        kl_mem_stats_get((kl_mem_tag)t, &ms);
+        kl_buf_printf(&b, "keel_memory_reserved_bytes{tag=\"%s\"} %llu\n", kl_mem_tag_name((kl_mem_tag)t),
+                      (unsigned long long)ms.reserved);
+    }
+    head(&b, "keel_memory_budget_bytes", "gauge", "Memory budgets by tag (0 = none); tag=\"total\" is the allocator cap.");
+    for (int t = 0; t < KL_TAG_COUNT; t++)
+        kl_buf_printf(&b, "keel_memory_budget_bytes{tag=\"%s\"} %llu\n", kl_mem_tag_name((kl_mem_tag)t),
+                      (unsigned long long)kl_mem_get_tag_budget((kl_mem_tag)t));
+    kl_buf_printf(&b, "keel_memory_budget_bytes{tag=\"total\"} %llu\n", (unsigned long long)kl_mem_get_budget());
+    head(&b, "keel_serving_memory_budget_bytes", "gauge", "Serving budget that priority memory shares divide.");
+    kl_buf_printf(&b, "keel_serving_memory_budget_bytes %llu\n", (unsigned long long)s->budget);
+    head(&b, "keel_serving_planned_bytes", "gauge", "Planned activation bytes of admitted requests, by priority.");
+    for (int l = 0; l < SV_MAX_LEVELS; l++)
+        kl_buf_printf(&b, "keel_serving_planned_bytes{priority=\"%d\"} %llu\n", l + 1, (unsigned long long)level_bytes[l]);
+
+    double cpu;
+    cpu_seconds(&cpu);
+    int64_t now = kl_time_mono_ns();
+    pthread_mutex_lock(&s->mx);
+    double util = 0;
+    if (s->cpu_last_ns && now > s->cpu_last_ns) util = (cpu - s->cpu_last_s) / ((now - s->cpu_last_ns) * 1e-9);
+    else if (now > s->t_start_ns) util = cpu / ((now - s->t_start_ns) * 1e-9);
+    s->cpu_last_s = cpu;
+    s->cpu_last_ns = now;
+    pthread_mutex_unlock(&s->mx);
+    head(&b, "process_cpu_seconds_total", "counter", "User and system CPU time of the process.");
+    kl_buf_printf(&b, "process_cpu_seconds_total %.3f\n", cpu);
+    head(&b, "keel_process_cpu_utilisation_ratio", "gauge",
+         "CPU seconds per second since the previous scrape (1 = one core busy).");
+    kl_buf_printf(&b, "keel_process_cpu_utilisation_ratio %.4f\n", util);
+    head(&b, "keel_cpu_cores", "gauge", "Online CPU cores.");
+    kl_buf_printf(&b, "keel_cpu_cores %d\n", kl_cpu_count());
+    head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
+    kl_buf_printf(&b, "keel_ready %d\n", sv_ready(s, NULL, 0));
+    *len = b.len;
+    return kl_buf_take(&b);
+}

@@ -1,0 +1,542 @@
+/* The model repository: REPO/<model>/<version>/model.onnx with an optional
+ * per-model config.yaml (batching, instances, priority levels and queue
+ * policies, memory quota, version policy) and per-version meta.json (sha256
+ * of every file) and features.json. A scan loads new or changed versions —
+ * integrity check, session load, warm-up on synthetic inputs — outside the
+ * server lock and swaps the version list atomically; replaced versions drain
+ * through their reference counts. A refused version never replaces the one
+ * that is serving. */
+#include "serve_int.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ==================================================================
+ * config.yaml
+ * ================================================================== */
+
+void sv_cfg_default(sv_model_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->instances = 1;
+    c->levels = 1;
+    c->default_level = 1;
+    c->policy = SV_POLICY_LATEST;
+    c->latest_n = 1;
+    for (int i = 0; i < SV_MAX_LEVELS; i++) {
+        c->level[i].allow_timeout_override = 1;
+        c->level[i].memory_share = 1.0;
+    }
+}
+
+static int parse_level(const kl_node *n, sv_level_cfg *l, kl_err *e) {
+    static const char *const keys[] = {"max_queue_size", "default_timeout_us", "allow_timeout_override",
+                                       "rate_limit", "memory_share"};
+    if (kl_node_kind_of(n) != KL_NODE_MAP) return kl_node_error(n, e, KL_EINVAL, "expected a map");
+    int rc = kl_spec_check_keys(n, keys, KL_ARRAY_LEN(keys), e);
+    if (rc) return rc;
+    if ((rc = kl_spec_int(n, "max_queue_size", l->max_queue, &l->max_queue, e))) return rc;
+    if ((rc = kl_spec_int(n, "default_timeout_us", l->default_timeout_us, &l->default_timeout_us, e))) return rc;
+    if ((rc = kl_spec_bool(n, "allow_timeout_override", l->allow_timeout_override, &l->allow_timeout_override, e)))
+        return rc;
+    if ((rc = kl_spec_double(n, "rate_limit", l->rate_limit, &l->rate_limit, e))) return rc;
+    if ((rc = kl_spec_double(n, "memory_share", l->memory_share, &l->memory_share, e))) return rc;
+    if (l->max_queue < 0 || l->default_timeout_us < 0 || l->rate_limit < 0)
+        return kl_node_error(n, e, KL_EINVAL, "queue policy values must not be negative");
+    if (l->memory_share < 0 || l->memory_share > 1)
+        return kl_node_error(n, e, KL_EINVAL, "memory_share must be within 0..1, got %g", l->memory_share);
+    return KL_OK;
+}
+
+int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e) {
+    static const char *const keys[] = {"max_batch_size", "dynamic_batching", "instances", "priority_levels",
+                                       "default_priority", "queue_policy", "default_queue_policy",
+                                       "memory_quota", "version_policy"};
+    kl_doc *d = NULL;
+    sv_cfg_default(c);
+    int rc = kl_doc_load_str(text, len, name, &d, e);
+    if (rc) return rc;
+    const kl_node *root = kl_doc_root(d);
+    int64_t v;
+    if (!root || kl_node_kind_of(root) == KL_NODE_NULL) goto done;
+    if (kl_node_kind_of(root) != KL_NODE_MAP) { rc = kl_node_error(root, e, KL_EINVAL, "expected a map"); goto done; }
+    if ((rc = kl_spec_check_keys(root, keys, KL_ARRAY_LEN(keys), e))) goto done;
+    if ((rc = kl_spec_int(root, "max_batch_size", 0, &v, e))) goto done;
+    if (v < 0 || v > 65536) { rc = kl_node_error(kl_node_get(root, "max_batch_size"), e, KL_EINVAL, "must be 0..65536"); goto done; }
+    c->max_batch = (int)v;
+    if ((rc = kl_spec_int(root, "instances", 1, &v, e))) goto done;
+    if (v < 1 || v > 64) { rc = kl_node_error(kl_node_get(root, "instances"), e, KL_EINVAL, "must be 1..64"); goto done; }
+    c->instances = (int)v;
+    if ((rc = kl_spec_int(root, "priority_levels", 1, &v, e))) goto done;
+    if (v < 1 || v > SV_MAX_LEVELS) {
+        rc = kl_node_error(kl_node_get(root, "priority_levels"), e, KL_EINVAL, "must be 1..%d", SV_MAX_LEVELS);
+        goto done;
+    }
+    c->levels = (int)v;
+    if ((rc = kl_spec_int(root, "default_priority", c->levels, &v, e))) goto done;
+    if (v < 1 || v > c->levels) {
+        rc = kl_node_error(kl_node_get(root, "default_priority"), e, KL_EINVAL, "must be 1..%d", c->levels);
+        goto done;
+    }
+    c->default_level = (int)v;
+    const kl_node *n = kl_node_get(root, "dynamic_batching");
+    if (n) {
+        static const char *const dk[] = {"max_queue_delay_us", "preferred_batch_sizes"};
+        c->dynamic_batching = 1;
+        if (kl_node_kind_of(n) == KL_NODE_MAP) {
+            if ((rc = kl_spec_check_keys(n, dk, 2, e))) goto done;
+            if ((rc = kl_spec_int(n, "max_queue_delay_us", 0, &c->max_queue_delay_us, e))) goto done;
+            const kl_node *p = kl_node_get(n, "preferred_batch_sizes");
+            if (p) {
+                if (kl_node_kind_of(p) != KL_NODE_SEQ) { rc = kl_node_error(p, e, KL_EINVAL, "expected a list"); goto done; }
+                for (size_t i = 0; i < kl_node_len(p) && c->n_preferred < 8; i++) {
+                    if ((rc = kl_node_int(kl_node_at(p, i), &v, e))) goto done;
+                    c->preferred[c->n_preferred++] = (int)v;
+                }
+            }
+        } else if (kl_node_kind_of(n) != KL_NODE_NULL) {
+            int on;
+            if ((rc = kl_node_bool(n, &on, e))) goto done;
+            c->dynamic_batching = on;
+        }
+        if (c->dynamic_batching && c->max_batch == 0) c->max_batch = 32;
+    }
+    n = kl_node_get(root, "default_queue_policy");
+    if (n) {
+        sv_level_cfg l = c->level[0];
+        if ((rc = parse_level(n, &l, e))) goto done;
+        for (int i = 0; i < SV_MAX_LEVELS; i++) c->level[i] = l;
+    }
+    n = kl_node_get(root, "queue_policy");
+    if (n) {
+        if (kl_node_kind_of(n) == KL_NODE_SEQ) {
+            for (size_t i = 0; i < kl_node_len(n) && i < SV_MAX_LEVELS; i++)
+                if ((rc = parse_level(kl_node_at(n, i), &c->level[i], e))) goto done;
+        } else if (kl_node_kind_of(n) == KL_NODE_MAP) {
+            for (size_t i = 0; i < kl_node_len(n); i++) {
+                int64_t lv;
+                if (kl_parse_int64(kl_node_key_at(n, i), &lv) || lv < 1 || lv > c->levels) {
+                    rc = kl_node_error(kl_node_at(n, i), e, KL_EINVAL, "queue_policy key '%s' is not a level 1..%d",
+                                       kl_node_key_at(n, i), c->levels);
+                    goto done;
+                }
+                if ((rc = parse_level(kl_node_at(n, i), &c->level[lv - 1], e))) goto done;
+            }
+        } else {
+            rc = kl_node_error(n, e, KL_EINVAL, "expected a list or a map of levels");
+            goto done;
+        }
+    }
+    n = kl_node_get(root, "memory_quota");
+    if (n) {
+        const char *s;
+        if ((rc = kl_node_str(n, &s, e))) goto done;
+        if ((rc = kl_mem_parse_size(s, &c->memory_quota, e))) { kl_node_error(n, e, rc, "%s", e ? e->msg : ""); goto done; }
+    }
+    n = kl_node_get(root, "version_policy");
+    if (n) {
+        const char *s = kl_node_scalar(n);
+        if (s && !strcmp(s, "all")) c->policy = SV_POLICY_ALL;
+        else if (kl_node_kind_of(n) == KL_NODE_MAP && kl_node_get(n, "latest")) {
+            c->policy = SV_POLICY_LATEST;
+            if ((rc = kl_spec_int(n, "latest", 1, &v, e))) goto done;
+            if (v < 1 || v > SV_MAX_VERSIONS) { rc = kl_node_error(n, e, KL_EINVAL, "latest must be 1..%d", SV_MAX_VERSIONS); goto done; }
+            c->latest_n = (int)v;
+        } else if (kl_node_kind_of(n) == KL_NODE_MAP && kl_node_get(n, "specific")) {
+            const kl_node *p = kl_node_get(n, "specific");
+            c->policy = SV_POLICY_SPECIFIC;
+            if (kl_node_kind_of(p) != KL_NODE_SEQ) { rc = kl_node_error(p, e, KL_EINVAL, "expected a list of versions"); goto done; }
+            for (size_t i = 0; i < kl_node_len(p) && c->n_specific < SV_MAX_VERSIONS; i++)
+                if ((rc = kl_node_int(kl_node_at(p, i), &c->specific[c->n_specific++], e))) goto done;
+        } else {
+            rc = kl_node_error(n, e, KL_EINVAL, "expected 'all', {latest: N} or {specific: [versions]}");
+            goto done;
+        }
+    }
+done:
+    kl_doc_free(d);
+    return rc;
+}
+
+/* ==================================================================
+ * Versions
+ * ================================================================== */
+
+void sv_version_ref(sv_version *v) { atomic_fetch_add(&v->refs, 1); }
+
+static void version_free(sv_version *v) {
+    if (!v) return;
+    for (size_t i = 0; i < v->n_in; i++) sv_tensor_release(&v->warm[i]);
+    sb_free(v->sess);
+    free(v);
+}
+
+void sv_version_unref(sv_version *v) {
+    if (v && atomic_fetch_sub(&v->refs, 1) == 1) {
+        kl_log(KL_LOG_INFO, "serve", "model %s version %lld drained and freed", v->model->name, (long long)v->version);
+        version_free(v);
+    }
+}
+
+static void file_sig(const char *dir, const char *name, kl_buf *b) {
+    char p[1400];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    if (stat(p, &st)) { kl_buf_printf(b, "%s:-;", name); return; }
+    kl_buf_printf(b, "%s:%lld:%lld.%09ld;", name, (long long)st.st_size, (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+}
+
+static void version_sig(const char *dir, char *out, size_t n) {
+    kl_buf b;
+    kl_buf_init(&b);
+    file_sig(dir, "model.onnx", &b);
+    file_sig(dir, "meta.json", &b);
+    file_sig(dir, "features.json", &b);
+    snprintf(out, n, "%s", b.data ? b.data : "");
+    kl_buf_free(&b);
+}
+
+/* meta.json: {"files": {"model.onnx": "<sha256>" | {"sha256": "..."}}} or
+ * {"files": [{"path"|"name": "model.onnx", "sha256": "..."}]} or
+ * {"sha256": {"model.onnx": "..."}}. Every listed file is verified. */
+static int check_one(const char *dir, const char *file, const char *want, kl_err *e) {
+    char p[1400], hex[65];
+    if (!file || !want) return kl_err_set(e, KL_EPARSE, "%s/meta.json: file entry without a name or sha256", dir);
+    if (strstr(file, "..") || file[0] == '/')
+        return kl_err_set(e, KL_EPARSE, "%s/meta.json: file '%s' is outside the version folder", dir, file);
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    int rc = kl_sha256_file_hex(p, hex, e);
+    if (rc) return rc;
+    if (strcasecmp(hex, want))
+        return kl_err_set(e, KL_ECHECKSUM, "%s: sha256 is %s, meta.json says %s", p, hex, want);
+    return KL_OK;
+}
+
+static int check_integrity(const char *dir, int *nchecked, kl_err *e) {
+    char p[1400];
+    *nchecked = 0;
+    snprintf(p, sizeof p, "%s/meta.json", dir);
+    if (!kl_path_exists(p)) return KL_OK;
+    void *j = NULL;
+    int rc = kl_json_load_file(p, &j, e);
+    if (rc) return rc;
+    cJSON *root = j;
+    cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
+    if (!files) files = cJSON_GetObjectItemCaseSensitive(root, "sha256");
+    if (cJSON_IsObject(files)) {
+        for (cJSON *f = files->child; f && !rc; f = f->next) {
+            const char *want = cJSON_IsString(f) ? f->valuestring
+                                                 : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "sha256"));
+            rc = check_one(dir, f->string, want, e);
+            (*nchecked)++;
+        }
+    } else if (cJSON_IsArray(files)) {
+        for (cJSON *f = files->child; f && !rc; f = f->next) {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
+            if (!name) name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "name"));
+            rc = check_one(dir, name, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "sha256")), e);
+            (*nchecked)++;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+int sv_version_probe(kl_server *s, sv_version *v, kl_err *e) {
+    sv_tensor out[SV_MAX_IO];
+    memset(out, 0, sizeof out);
+    int rc = sb_run(v->sess, v->warm, v->n_in, out, v->n_out, e);
+    for (size_t i = 0; i < v->n_out && !rc; i++) sv_tensor_release(&out[i]);
+    pthread_mutex_lock(&s->lock);
+    v->probe_ok = rc == KL_OK;
+    v->probe_ns = kl_time_mono_ns();
+    snprintf(v->probe_err, sizeof v->probe_err, "%s", rc ? (e ? e->msg : kl_strerror(rc)) : "");
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+static int version_load(kl_server *s, sv_model *m, const char *dir, int64_t ver, sv_version **out, kl_err *e) {
+    *out = NULL;
+    sv_version *v = calloc(1, sizeof *v);
+    if (!v) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    v->model = m;
+    v->version = ver;
+    atomic_init(&v->refs, 1);
+    snprintf(v->dir, sizeof v->dir, "%s", dir);
+    version_sig(dir, v->sig, sizeof v->sig);
+    int nchecked = 0;
+    int rc = check_integrity(dir, &nchecked, e);
+    if (rc) goto fail;
+    char p[1400];
+    snprintf(p, sizeof p, "%s/model.onnx", dir);
+    int threads = s->o.threads_per_worker > 0 ? s->o.threads_per_worker : 1;
+    if ((rc = sb_load(p, threads, &v->sess, e))) goto fail;
+    if ((rc = sb_describe(v->sess, v->in, &v->n_in, v->out, &v->n_out, e))) goto fail;
+    if (v->n_in == 0 || v->n_out == 0) { rc = kl_err_set(e, KL_EUNSUPPORTED, "%s: model has no inputs or outputs", p); goto fail; }
+    v->batchable = 1;
+    for (size_t i = 0; i < v->n_in; i++) {
+        sv_io *io = &v->in[i];
+        if (io->rank < 1 || io->dims[0] >= 0) v->batchable = 0;
+        if (io->dtype == SV_BYTES) { rc = kl_err_set(e, KL_EUNSUPPORTED, "input '%s': BYTES inputs", io->name); goto fail; }
+        sv_tensor *t = &v->warm[i];
+        t->dtype = io->dtype;
+        t->rank = io->rank;
+        for (int d = 0; d < io->rank; d++) t->dims[d] = io->dims[d] < 0 ? 1 : io->dims[d];
+        t->nbytes = (size_t)sv_numel(t) * sv_dtype_size(t->dtype);
+        t->data = kl_mem_calloc(1, t->nbytes ? t->nbytes : 1, KL_TAG_WORKSPACE);
+        if (!t->data) { rc = kl_err_set(e, KL_ENOMEM, "warm-up input '%s': out of memory", io->name); goto fail; }
+        t->own = 1;
+    }
+    for (size_t i = 0; i < v->n_out; i++)
+        if (v->out[i].rank < 1 || v->out[i].dims[0] >= 0) v->batchable = 0;
+    int64_t t0 = kl_time_mono_ns();
+    if ((rc = sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
+    kl_log(KL_LOG_INFO, "serve", "model %s version %lld ready (%s, %zu input(s), warm-up %.2f ms%s)", m->name,
+           (long long)ver, nchecked ? "sha256 verified" : "no meta.json", v->n_in, (kl_time_mono_ns() - t0) / 1e6,
+           v->batchable ? ", batchable" : "");
+    *out = v;
+    return KL_OK;
+fail:
+    version_free(v);
+    return rc;
+}
+
+/* ==================================================================
+ * Scanning
+ * ================================================================== */
+
+sv_model *sv_model_find(kl_server *s, const char *name) {
+    for (int i = 0; i < s->nmodels; i++)
+        if (!strcmp(s->models[i]->name, name)) return s->models[i];
+    return NULL;
+}
+
+static sv_model *model_get(kl_server *s, const char *name) {
+    pthread_mutex_lock(&s->lock);
+    sv_model *m = sv_model_find(s, name);
+    if (!m) {
+        if (s->nmodels == s->capmodels) {
+            int cap = s->capmodels ? 2 * s->capmodels : 16;
+            sv_model **nm = realloc(s->models, sizeof *nm * (size_t)cap);
+            if (!nm) { pthread_mutex_unlock(&s->lock); return NULL; }
+            s->models = nm;
+            s->capmodels = cap;
+        }
+        m = calloc(1, sizeof *m);
+        if (m) {
+            snprintf(m->name, sizeof m->name, "%s", name);
+            sv_cfg_default(&m->cfg);
+            m->state = SV_M_UNAVAILABLE;
+            snprintf(m->reason, sizeof m->reason, "loading");
+            s->models[s->nmodels++] = m;
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
+    return m;
+}
+
+void sv_model_free(sv_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->nver; i++) sv_version_unref(m->ver[i]);
+    free(m);
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void count_load(kl_server *s, sv_model *m, int ok) {
+    pthread_mutex_lock(&s->mx);
+    if (ok) m->st.load_ok++;
+    else m->st.load_fail++;
+    pthread_mutex_unlock(&s->mx);
+}
+
+/* Replaces the version list (and config) of m; unreferences what dropped out. */
+static void swap_versions(kl_server *s, sv_model *m, sv_version **nv, int n, const sv_model_cfg *cfg, const char *reason) {
+    sv_version *old[SV_MAX_VERSIONS];
+    int nold = 0;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < m->nver; i++) old[nold++] = m->ver[i];
+    for (int i = 0; i < n; i++) m->ver[i] = nv[i];
+    m->nver = n;
+    if (cfg) m->cfg = *cfg;
+    m->state = n ? SV_M_READY : SV_M_UNAVAILABLE;
+    snprintf(m->reason, sizeof m->reason, "%s", n ? "" : reason);
+    pthread_cond_broadcast(&s->qcond);
+    pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < nold; i++) sv_version_unref(old[i]);
+}
+
+static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
+    char p[1400];
+    sv_model_cfg cfg;
+    sv_cfg_default(&cfg);
+    int rc = KL_OK;
+    snprintf(p, sizeof p, "%s/config.yaml", mdir);
+    if (kl_path_exists(p)) {
+        char *text = NULL;
+        size_t len = 0;
+        rc = kl_read_file(p, &text, &len, e);
+        if (!rc) rc = sv_cfg_parse(text, len, p, &cfg, e);
+        free(text);
+        if (rc) {
+            kl_log(KL_LOG_ERROR, "serve", "model %s: %s (keeping the current configuration)", m->name, kl_err_what(e));
+            count_load(s, m, 0);
+            pthread_mutex_lock(&s->lock);
+            int has = m->nver > 0;
+            if (!has) { m->state = SV_M_UNAVAILABLE; snprintf(m->reason, sizeof m->reason, "%s", kl_err_what(e)); }
+            pthread_mutex_unlock(&s->lock);
+            return rc;
+        }
+    }
+    /* versions on disk */
+    int64_t found[256];
+    int nfound = 0;
+    DIR *dd = opendir(mdir);
+    if (!dd) return kl_err_set(e, -errno, "%s: %s", mdir, strerror(errno));
+    struct dirent *de;
+    while ((de = readdir(dd)) && nfound < 256) {
+        int64_t v;
+        if (de->d_name[0] == '.' || kl_parse_int64(de->d_name, &v) || v < 0) continue;
+        snprintf(p, sizeof p, "%s/%s/model.onnx", mdir, de->d_name);
+        if (kl_path_exists(p)) found[nfound++] = v;
+    }
+    closedir(dd);
+    qsort(found, (size_t)nfound, sizeof found[0], cmp_desc);
+    int64_t want[SV_MAX_VERSIONS];
+    int nwant = 0;
+    for (int i = 0; i < nfound && nwant < SV_MAX_VERSIONS; i++) {
+        int keep = 0;
+        if (cfg.policy == SV_POLICY_ALL) keep = 1;
+        else if (cfg.policy == SV_POLICY_LATEST) keep = nwant < cfg.latest_n;
+        else
+            for (int j = 0; j < cfg.n_specific; j++) keep |= cfg.specific[j] == found[i];
+        if (keep) want[nwant++] = found[i];
+    }
+    /* current versions (referenced while we work) */
+    sv_version *cur[SV_MAX_VERSIONS];
+    int ncur = 0;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < m->nver; i++) { cur[ncur++] = m->ver[i]; sv_version_ref(m->ver[i]); }
+    pthread_mutex_unlock(&s->lock);
+
+    sv_version *nv[SV_MAX_VERSIONS];
+    int n = 0;
+    char reason[512] = "no version folder with a model.onnx";
+    if (nwant == 0 && nfound > 0) snprintf(reason, sizeof reason, "the version policy selects none of the %d version(s)", nfound);
+    for (int i = 0; i < nwant; i++) {
+        char vdir[1200], sig[512];
+        snprintf(vdir, sizeof vdir, "%s/%lld", mdir, (long long)want[i]);
+        version_sig(vdir, sig, sizeof sig);
+        sv_version *have = NULL;
+        for (int j = 0; j < ncur; j++)
+            if (cur[j]->version == want[i]) have = cur[j];
+        if (have && !strcmp(have->sig, sig)) { sv_version_ref(have); nv[n++] = have; continue; }
+        sv_version *v = NULL;
+        kl_err le = {0};
+        int lrc = version_load(s, m, vdir, want[i], &v, &le);
+        count_load(s, m, lrc == KL_OK);
+        if (lrc) {
+            kl_log(KL_LOG_ERROR, "serve", "model %s version %lld refused: %s%s", m->name, (long long)want[i],
+                   kl_err_what(&le), have ? " (the loaded copy keeps serving)" : "");
+            snprintf(reason, sizeof reason, "version %lld: %s", (long long)want[i], kl_err_what(&le));
+            if (!rc) { rc = lrc; if (e) *e = le; }
+            if (have) { sv_version_ref(have); nv[n++] = have; }
+            continue;
+        }
+        nv[n++] = v;
+    }
+    /* a refused newer version must not take away the serving older one */
+    if (n == 0 && ncur > 0 && nwant > 0) {
+        for (int j = 0; j < ncur && n < SV_MAX_VERSIONS; j++) { sv_version_ref(cur[j]); nv[n++] = cur[j]; }
+        kl_log(KL_LOG_WARN, "serve", "model %s: no new version could be loaded; the current one(s) keep serving", m->name);
+    }
+    swap_versions(s, m, nv, n, &cfg, reason);
+    for (int j = 0; j < ncur; j++) sv_version_unref(cur[j]);
+    return rc;
+}
+
+int sv_repo_scan(kl_server *s, const char *only, kl_err *e) {
+    pthread_mutex_lock(&s->scan_lock);
+    int rc = KL_OK, found_only = 0;
+    char **names = NULL;
+    int nnames = 0, cap = 0;
+    DIR *d = opendir(s->repo);
+    if (!d) {
+        rc = kl_err_set(e, -errno, "%s: %s", s->repo, strerror(errno));
+        goto done;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char p[1400];
+        struct stat st;
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= SV_NAME_MAX) continue;
+        snprintf(p, sizeof p, "%s/%s", s->repo, de->d_name);
+        if (stat(p, &st) || !S_ISDIR(st.st_mode)) continue;
+        if (nnames == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **nn = realloc(names, sizeof *nn * (size_t)cap);
+            if (!nn) break;
+            names = nn;
+        }
+        names[nnames++] = strdup(de->d_name);
+    }
+    closedir(d);
+    for (int i = 0; i < nnames; i++) {
+        if (only && strcmp(only, names[i])) continue;
+        found_only |= only != NULL;
+        sv_model *m = model_get(s, names[i]);
+        if (!m) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+        pthread_mutex_lock(&s->lock);
+        if (only) m->unloaded = 0;
+        int skip = m->unloaded;
+        pthread_mutex_unlock(&s->lock);
+        if (skip) continue;
+        char mdir[1400];
+        snprintf(mdir, sizeof mdir, "%s/%s", s->repo, names[i]);
+        kl_err me = {0};
+        int mrc = scan_model(s, m, mdir, &me);
+        if (mrc && !rc) { rc = mrc; if (e) *e = me; }
+    }
+    /* models whose folder disappeared */
+    pthread_mutex_lock(&s->lock);
+    int nm = s->nmodels;
+    pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < nm; i++) {
+        sv_model *m = s->models[i];
+        if (only && strcmp(only, m->name)) continue;
+        int present = 0;
+        for (int j = 0; j < nnames; j++) present |= !strcmp(names[j], m->name);
+        if (!present && m->state != SV_M_UNLOADED) swap_versions(s, m, NULL, 0, NULL, "removed from the repository");
+    }
+    if (only && !found_only) rc = kl_err_set(e, KL_ENOTFOUND, "no model '%s' in repository %s", only, s->repo);
+done:
+    for (int i = 0; i < nnames; i++) free(names[i]);
+    free(names);
+    pthread_mutex_unlock(&s->scan_lock);
+    return rc;
+}
+
+int sv_repo_unload(kl_server *s, const char *name, kl_err *e) {
+    pthread_mutex_lock(&s->scan_lock);
+    pthread_mutex_lock(&s->lock);
+    sv_model *m = sv_model_find(s, name);
+    if (m) m->unloaded = 1;
+    pthread_mutex_unlock(&s->lock);
+    int rc = KL_OK;
+    if (!m) rc = kl_err_set(e, KL_ENOTFOUND, "unknown model '%s'", name);
+    else {
+        swap_versions(s, m, NULL, 0, NULL, "unloaded");
+        pthread_mutex_lock(&s->lock);
+        m->state = SV_M_UNLOADED;
+        pthread_mutex_unlock(&s->lock);
+        kl_log(KL_LOG_INFO, "serve", "model %s unloaded (queued requests finish)", name);
+    }
+    pthread_mutex_unlock(&s->scan_lock);
+    return rc;
+}

@@ -1,0 +1,439 @@
+/* The scheduler: per-model, per-priority FIFO queues with strict priority
+ * between levels, admission control (shutdown, rate limits → 429, queue
+ * limits → 503, memory quotas → 503 + allocator snapshot), queue timeouts
+ * (answered 503, never executed), dynamic batching (same model version,
+ * concatenated along dim 0 up to max_batch_size or max_queue_delay_us, split
+ * back per request), a fixed pool of inference workers, the reaper that
+ * expires queued requests and the background health prober. */
+#include "serve_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static void abs_time(struct timespec *ts, int64_t mono_deadline_ns) {
+    /* condition variables use CLOCK_MONOTONIC (set in kl_server_new) */
+    ts->tv_sec = (time_t)(mono_deadline_ns / 1000000000);
+    ts->tv_nsec = (long)(mono_deadline_ns % 1000000000);
+}
+
+/* ==================================================================
+ * Finishing a request
+ * ================================================================== */
+
+void sv_req_finish(sv_req *r, int status, int reason, const char *msg) {
+    r->status = status;
+    r->reason = reason;
+    if (msg) {
+        free(r->resp);
+        r->resp = sv_error_json(msg, &r->resp_len);
+        r->resp_header_len = -1;
+    }
+    if (status == 503 && !r->retry_after) r->retry_after = 1;
+    r->qstate = SV_Q_DONE;
+    sv_req_resume(r);
+}
+
+/* lock held: removes r from its queue */
+static void unqueue(kl_server *s, sv_req *r) {
+    sv_model *m = r->model;
+    int l = r->level;
+    if (r->prev) r->prev->next = r->next;
+    else m->qhead[l] = r->next;
+    if (r->next) r->next->prev = r->prev;
+    else m->qtail[l] = r->prev;
+    r->next = r->prev = NULL;
+    m->qlen[l]--;
+    s->nqueued--;
+}
+
+/* lock held: gives back the planned bytes of r */
+static void release_bytes(kl_server *s, sv_req *r) {
+    if (!r->plan_bytes) return;
+    s->level_bytes[r->level] -= r->plan_bytes;
+    r->model->inflight_bytes -= r->plan_bytes;
+    r->plan_bytes = 0;
+}
+
+/* ==================================================================
+ * Admission
+ * ================================================================== */
+
+static int64_t snapshot_ns;
+
+static void write_snapshot(kl_server *s, char *path, size_t n) {
+    static atomic_int seq;
+    int64_t now = kl_time_mono_ns();
+    path[0] = 0;
+    /* at most one snapshot a second under overload */
+    int64_t last = __atomic_load_n(&snapshot_ns, __ATOMIC_RELAXED);
+    if (last && now - last < 1000000000LL) return;
+    __atomic_store_n(&snapshot_ns, now, __ATOMIC_RELAXED);
+    snprintf(path, n, "%s/keel-serve-memory-%d-%d.json", s->snapdir, (int)getpid(), atomic_fetch_add(&seq, 1));
+    kl_err e = {0};
+    if (kl_mem_snapshot(path, &e)) {
+        kl_log(KL_LOG_WARN, "serve", "memory snapshot: %s", kl_err_what(&e));
+        path[0] = 0;
+    }
+}
+
+int sv_sched_submit(kl_server *s, sv_req *r) {
+    sv_model *m = r->model;
+    char msg[768];
+    int status = 0, reason = 0, snap = 0;
+    pthread_mutex_lock(&s->lock);
+    const sv_level_cfg *lc = &m->cfg.level[r->level];
+    int64_t now = kl_time_mono_ns();
+    if (atomic_load(&s->draining)) {
+        status = 503; reason = SV_R_SHUTDOWN;
+        snprintf(msg, sizeof msg, "server is shutting down");
+        r->retry_after = 5;
+        goto reject;
+    }
+    if (lc->rate_limit > 0) {
+        double burst = lc->rate_limit < 1 ? 1 : lc->rate_limit;
+        if (!m->tok_ns[r->level]) { m->tokens[r->level] = burst; m->tok_ns[r->level] = now; }
+        m->tokens[r->level] += (double)(now - m->tok_ns[r->level]) * 1e-9 * lc->rate_limit;
+        if (m->tokens[r->level] > burst) m->tokens[r->level] = burst;
+        m->tok_ns[r->level] = now;
+        if (m->tokens[r->level] < 1) {
+            status = 429; reason = SV_R_RATE;
+            snprintf(msg, sizeof msg, "model '%s' priority %d: over its rate limit of %g requests/s", m->name,
+                     r->level + 1, lc->rate_limit);
+            r->retry_after = 1;
+            goto reject;
+        }
+        m->tokens[r->level] -= 1;
+    }
+    if (lc->max_queue > 0 && m->qlen[r->level] >= lc->max_queue) {
+        status = 503; reason = SV_R_QUEUE_FULL;
+        snprintf(msg, sizeof msg, "model '%s' priority %d: queue full (%lld requests)", m->name, r->level + 1,
+                 (long long)lc->max_queue);
+        r->retry_after = 1;
+        goto reject;
+    }
+    if (r->plan_bytes) {
+        uint64_t lim = (uint64_t)(lc->memory_share * (double)s->budget);
+        if (lc->memory_share < 1 && s->level_bytes[r->level] + r->plan_bytes > lim) {
+            status = 503; reason = SV_R_MEMORY; snap = 1;
+            snprintf(msg, sizeof msg, "priority %d: memory quota exceeded (%llu planned bytes in flight + %llu > %.0f%% of %llu)",
+                     r->level + 1, (unsigned long long)s->level_bytes[r->level], (unsigned long long)r->plan_bytes,
+                     lc->memory_share * 100, (unsigned long long)s->budget);
+            goto reject;
+        }
+        if (m->cfg.memory_quota && m->inflight_bytes + r->plan_bytes > m->cfg.memory_quota) {
+            status = 503; reason = SV_R_MEMORY; snap = 1;
+            snprintf(msg, sizeof msg, "model '%s': memory quota exceeded (%llu planned bytes in flight + %llu > %llu)",
+                     m->name, (unsigned long long)m->inflight_bytes, (unsigned long long)r->plan_bytes,
+                     (unsigned long long)m->cfg.memory_quota);
+            goto reject;
+        }
+        s->level_bytes[r->level] += r->plan_bytes;
+        m->inflight_bytes += r->plan_bytes;
+    }
+    /* timeout: the level's default, or the request's when allowed */
+    int64_t to = lc->default_timeout_us;
+    if (r->timeout_us >= 0 && lc->allow_timeout_override && (to == 0 || r->timeout_us < to)) to = r->timeout_us;
+    r->deadline = to > 0 ? now + to * 1000 : 0;
+    r->t_enq = now;
+    r->qstate = SV_Q_QUEUED;
+    r->prev = m->qtail[r->level];
+    r->next = NULL;
+    if (m->qtail[r->level]) m->qtail[r->level]->next = r;
+    else m->qhead[r->level] = r;
+    m->qtail[r->level] = r;
+    m->qlen[r->level]++;
+    s->nqueued++;
+    pthread_cond_signal(&s->qcond);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+reject:
+    r->plan_bytes = 0;
+    pthread_mutex_unlock(&s->lock);
+    if (snap) {
+        char path[1200];
+        write_snapshot(s, path, sizeof path);
+        if (path[0]) {
+            size_t n = strlen(msg);
+            snprintf(msg + n, sizeof msg - n, "; allocator snapshot: %s", path);
+            kl_log(KL_LOG_WARN, "serve", "%s", msg);
+        }
+    }
+    sv_req_finish(r, status, reason, msg);
+    return -1;
+}
+
+/* ==================================================================
+ * Workers
+ * ================================================================== */
+
+static int same_shape_tail(const sv_req *a, const sv_req *b) {
+    for (size_t i = 0; i < a->n_in; i++) {
+        if (a->in[i].rank != b->in[i].rank) return 0;
+        for (int d = 1; d < a->in[i].rank; d++)
+            if (a->in[i].dims[d] != b->in[i].dims[d]) return 0;
+    }
+    return 1;
+}
+
+static void execute(kl_server *s, sv_req **rq, int n) {
+    sv_version *v = rq[0]->ver;
+    sv_version_ref(v); /* answered requests may drop theirs before we are done */
+    sv_tensor in[SV_MAX_IO], out[SV_MAX_IO];
+    void *cat[SV_MAX_IO] = {0};
+    memset(out, 0, sizeof out);
+    int64_t total = 0;
+    for (int i = 0; i < n; i++) total += rq[i]->rows > 0 ? rq[i]->rows : 0;
+    kl_err e = {0};
+    int rc = KL_OK;
+    if (n == 1) {
+        memcpy(in, rq[0]->in, sizeof(sv_tensor) * v->n_in);
+        if (rq[0]->rows > 0) total = rq[0]->rows;
+    } else {
+        for (size_t i = 0; i < v->n_in && !rc; i++) {
+            size_t bytes = 0;
+            for (int k = 0; k < n; k++) bytes += rq[k]->in[i].nbytes;
+            cat[i] = kl_mem_alloc(bytes ? bytes : 1, KL_TAG_REQUEST);
+            if (!cat[i]) { rc = kl_err_set(&e, KL_ENOMEM, "batch input '%s': out of memory", v->in[i].name); break; }
+            size_t off = 0;
+            for (int k = 0; k < n; k++) {
+                memcpy((char *)cat[i] + off, rq[k]->in[i].data, rq[k]->in[i].nbytes);
+                off += rq[k]->in[i].nbytes;
+            }
+            in[i] = rq[0]->in[i];
+            in[i].dims[0] = total;
+            in[i].data = cat[i];
+            in[i].nbytes = bytes;
+            in[i].own = 0;
+            in[i].release = NULL;
+        }
+    }
+    int64_t t0 = kl_time_mono_ns();
+    for (int k = 0; k < n; k++) rq[k]->t_start = t0;
+    if (!rc) rc = sb_run(v->sess, in, v->n_in, out, v->n_out, &e);
+    int64_t t1 = kl_time_mono_ns();
+    /* give back the planned bytes before answering: an answered request may be freed at once */
+    pthread_mutex_lock(&s->lock);
+    for (int k = 0; k < n; k++) release_bytes(s, rq[k]);
+    pthread_mutex_unlock(&s->lock);
+    int64_t row0 = 0;
+    for (int k = 0; k < n; k++) {
+        sv_req *r = rq[k];
+        r->t_end = t1;
+        r->batch_size = (int)total;
+        if (rc) {
+            int bad = rc == KL_ESHAPE || rc == KL_ETYPE || rc == KL_EINVAL;
+            char msg[900];
+            snprintf(msg, sizeof msg, "%s%s", bad ? "" : "inference failed: ", e.msg);
+            if (!bad) kl_log(KL_LOG_ERROR, "serve", "model %s version %lld: %s", v->model->name, (long long)v->version, e.msg);
+            sv_req_finish(r, bad ? 400 : rc == KL_ENOMEM ? 503 : 500,
+                          bad ? SV_R_BAD_REQUEST : rc == KL_ENOMEM ? SV_R_MEMORY : SV_R_INTERNAL, msg);
+            continue;
+        }
+        kl_err ee = {0};
+        int erc = sv_encode_infer(r, out, v->n_out, n == 1 ? 0 : row0, n == 1 ? r->rows : total, &ee);
+        row0 += r->rows;
+        if (erc) sv_req_finish(r, 500, SV_R_INTERNAL, ee.msg);
+        else sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
+    }
+    for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
+    for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
+    sv_version_unref(v);
+}
+
+/* lock held: the next batch to run (0 requests = nothing runnable) */
+static int pick(kl_server *s, sv_req **rq, int64_t *wait_until) {
+    sv_model *best = NULL;
+    int bl = 0;
+    int64_t bt = 0;
+    *wait_until = 0;
+    for (int i = 0; i < s->nmodels; i++) {
+        sv_model *m = s->models[i];
+        if (m->running >= m->cfg.instances) continue;
+        for (int l = 0; l < SV_MAX_LEVELS; l++) {
+            if (!m->qhead[l]) continue;
+            if (!best || l < bl || (l == bl && m->qhead[l]->t_enq < bt)) { best = m; bl = l; bt = m->qhead[l]->t_enq; }
+            break;
+        }
+    }
+    if (!best) return 0;
+    sv_req *h = best->qhead[bl];
+    int n = 1;
+    rq[0] = h;
+    const sv_model_cfg *c = &best->cfg;
+    if (c->dynamic_batching && c->max_batch > 0 && h->ver->batchable && h->rows > 0) {
+        int64_t rows = h->rows;
+        for (sv_req *r = h->next; r && n < SV_MAX_BATCH_REQS; r = r->next) {
+            if (r->ver != h->ver || r->rows <= 0 || rows + r->rows > c->max_batch || !same_shape_tail(h, r)) continue;
+            rq[n++] = r;
+            rows += r->rows;
+        }
+        int preferred = rows >= c->max_batch;
+        for (int i = 0; i < c->n_preferred; i++) preferred |= rows == c->preferred[i];
+        int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
+        if (!preferred && c->max_queue_delay_us > 0 && kl_time_mono_ns() < due && !atomic_load(&s->draining)) {
+            *wait_until = due;
+            return 0;
+        }
+    }
+    for (int i = 0; i < n; i++) { unqueue(s, rq[i]); rq[i]->qstate = SV_Q_RUNNING; }
+    best->running++;
+    s->nrunning++;
+    return n;
+}
+
+static void *worker_main(void *arg) {
+    kl_server *s = arg;
+    sv_req *rq[SV_MAX_BATCH_REQS];
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        if (s->stop) break;
+        int64_t wait_until = 0;
+        int n = pick(s, rq, &wait_until);
+        if (!n) {
+            if (wait_until) {
+                struct timespec ts;
+                abs_time(&ts, wait_until);
+                pthread_cond_timedwait(&s->qcond, &s->lock, &ts);
+            } else {
+                pthread_cond_wait(&s->qcond, &s->lock);
+            }
+            continue;
+        }
+        sv_model *m = rq[0]->model;
+        pthread_mutex_unlock(&s->lock);
+        execute(s, rq, n);
+        pthread_mutex_lock(&s->lock);
+        m->running--;
+        s->nrunning--;
+        pthread_cond_broadcast(&s->dcond);
+        pthread_cond_signal(&s->qcond);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* ==================================================================
+ * Reaper: queue timeouts
+ * ================================================================== */
+
+static void *reaper_main(void *arg) {
+    kl_server *s = arg;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop) {
+        int64_t now = kl_time_mono_ns(), next = now + 20000000; /* 20 ms */
+        for (int i = 0; i < s->nmodels; i++) {
+            sv_model *m = s->models[i];
+            for (int l = 0; l < SV_MAX_LEVELS; l++) {
+                sv_req *r = m->qhead[l];
+                while (r) {
+                    sv_req *nx = r->next;
+                    if (r->deadline && now >= r->deadline) {
+                        unqueue(s, r);
+                        release_bytes(s, r);
+                        char msg[256];
+                        snprintf(msg, sizeof msg, "timed out after %.0f us in the queue of model '%s' (not executed)",
+                                 (now - r->t_enq) / 1e3, m->name);
+                        sv_req_finish(r, 503, SV_R_TIMEOUT, msg);
+                        pthread_cond_broadcast(&s->dcond);
+                    } else if (r->deadline && r->deadline < next) {
+                        next = r->deadline;
+                    }
+                    r = nx;
+                }
+            }
+        }
+        struct timespec ts;
+        abs_time(&ts, next);
+        pthread_cond_timedwait(&s->rcond, &s->lock, &ts);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* lock held: answers everything still queued (shutdown timed out) */
+void sv_sched_flush(kl_server *s, const char *why) {
+    for (int i = 0; i < s->nmodels; i++) {
+        sv_model *m = s->models[i];
+        for (int l = 0; l < SV_MAX_LEVELS; l++)
+            while (m->qhead[l]) {
+                sv_req *r = m->qhead[l];
+                unqueue(s, r);
+                release_bytes(s, r);
+                sv_req_finish(r, 503, SV_R_SHUTDOWN, why);
+            }
+    }
+}
+
+/* ==================================================================
+ * Prober: background health inference
+ * ================================================================== */
+
+static void *prober_main(void *arg) {
+    kl_server *s = arg;
+    double iv = s->o.probe_interval_s > 0 ? s->o.probe_interval_s : 10;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stop) {
+        struct timespec ts;
+        abs_time(&ts, kl_time_mono_ns() + (int64_t)(iv * 1e9));
+        pthread_cond_timedwait(&s->pcond, &s->lock, &ts);
+        if (s->stop) break;
+        sv_version *vs[256];
+        int n = 0;
+        for (int i = 0; i < s->nmodels; i++)
+            for (int j = 0; j < s->models[i]->nver && n < 256; j++) {
+                vs[n] = s->models[i]->ver[j];
+                sv_version_ref(vs[n++]);
+            }
+        pthread_mutex_unlock(&s->lock);
+        for (int i = 0; i < n; i++) {
+            kl_err e = {0};
+            if (sv_version_probe(s, vs[i], &e))
+                kl_log(KL_LOG_ERROR, "serve", "health probe of model %s version %lld failed: %s", vs[i]->model->name,
+                       (long long)vs[i]->version, kl_err_what(&e));
+            sv_version_unref(vs[i]);
+        }
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* ==================================================================
+ * Start / stop
+ * ================================================================== */
+
+int sv_sched_start(kl_server *s, kl_err *e) {
+    int n = s->o.workers > 0 ? s->o.workers : kl_cpu_count();
+    if (n < 1) n = 1;
+    s->workers = calloc((size_t)n, sizeof *s->workers);
+    if (!s->workers) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        int rc = pthread_create(&s->workers[i], NULL, worker_main, s);
+        if (rc) { sv_sched_stop(s); return kl_err_set(e, -rc, "starting worker %d: %s", i, strerror(rc)); }
+        s->nworkers++;
+    }
+    int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
+    if (!rc) { s->have_reaper = 1; rc = pthread_create(&s->prober, NULL, prober_main, s); }
+    if (!rc) s->have_prober = 1;
+    if (rc) { sv_sched_stop(s); return kl_err_set(e, -rc, "starting scheduler threads: %s", strerror(rc)); }
+    return KL_OK;
+}
+
+void sv_sched_stop(kl_server *s) {
+    pthread_mutex_lock(&s->lock);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->qcond);
+    pthread_cond_broadcast(&s->rcond);
+    pthread_cond_broadcast(&s->pcond);
+    pthread_mutex_unlock(&s->lock);
+    for (int i = 0; i < s->nworkers; i++) pthread_join(s->workers[i], NULL);
+    s->nworkers = 0;
+    free(s->workers);
+    s->workers = NULL;
+    if (s->have_reaper) pthread_join(s->reaper, NULL);
+    if (s->have_prober) pthread_join(s->prober, NULL);
+    s->have_reaper = s->have_prober = 0;
+}

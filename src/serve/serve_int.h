@@ -1,0 +1,320 @@
+/* Private header of the serving layer: request tensors and the KServe v2
+ * codec, the runtime adapter, the model repository (models, versions,
+ * config.yaml), the scheduler queues and the metrics. Included only inside
+ * src/serve/ (and by its unit tests). */
+#ifndef KEEL_SERVE_INT_H
+#define KEEL_SERVE_INT_H
+
+#include <keel/serve.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define SV_MAX_LEVELS 8
+#define SV_MAX_IO 16
+#define SV_MAX_VERSIONS 16
+#define SV_MAX_DIMS 8
+#define SV_MAX_BATCH_REQS 256
+#define SV_NAME_MAX 128
+
+/* ==================================================================
+ * Tensors of requests and responses (codec.c)
+ * ================================================================== */
+
+typedef enum {
+    SV_BOOL, SV_UINT8, SV_UINT16, SV_UINT32, SV_UINT64, SV_INT8, SV_INT16, SV_INT32,
+    SV_INT64, SV_FP16, SV_BF16, SV_FP32, SV_FP64, SV_BYTES, SV_DTYPE_COUNT
+} sv_dtype;
+
+const char *sv_dtype_name(sv_dtype t);          /* KServe name: "FP32" */
+int sv_dtype_parse(const char *name, sv_dtype *out); /* KL_EINVAL when unknown */
+size_t sv_dtype_size(sv_dtype t);               /* 0 for BYTES */
+
+typedef struct sv_tensor {
+    sv_dtype dtype;
+    int rank;
+    int64_t dims[SV_MAX_DIMS];
+    void *data;            /* row-major contiguous */
+    size_t nbytes;
+    void *owner;           /* released with release(owner) when set */
+    void (*release)(void *owner);
+    int own;               /* data is a kl_mem block freed on release */
+} sv_tensor;
+
+int64_t sv_numel(const sv_tensor *t);
+void sv_tensor_release(sv_tensor *t);  /* frees what it owns; leaves it empty */
+
+/* Declared input/output of a model version. dims -1 = symbolic. */
+typedef struct {
+    char name[SV_NAME_MAX];
+    sv_dtype dtype;
+    int rank;
+    int64_t dims[SV_MAX_DIMS];
+} sv_io;
+
+/* ==================================================================
+ * Runtime adapter (backend.c): the only file that talks to runtime.h
+ * ================================================================== */
+
+typedef struct sb_session sb_session;
+int sb_available(void);
+int sb_load(const char *path, int threads, sb_session **out, kl_err *e);
+void sb_free(sb_session *s);
+int sb_describe(sb_session *s, sv_io *in, size_t *n_in, sv_io *out, size_t *n_out, kl_err *e);
+/* out[] are filled with new tensors (release with sv_tensor_release). */
+int sb_run(sb_session *s, const sv_tensor *in, size_t n_in, sv_tensor *out, size_t n_out, kl_err *e);
+int sb_plan_bytes(sb_session *s, const sv_tensor *in, size_t n_in, uint64_t *bytes, kl_err *e);
+
+/* ==================================================================
+ * Configuration of a model (config.yaml) (repo.c)
+ * ================================================================== */
+
+typedef struct {
+    int64_t max_queue;          /* 0 = unlimited */
+    int64_t default_timeout_us; /* 0 = none */
+    int allow_timeout_override; /* a request may ask for a shorter timeout */
+    double rate_limit;          /* requests/s of this level; 0 = none */
+    double memory_share;        /* share of the serving budget (0..1]; 1 = all */
+} sv_level_cfg;
+
+typedef enum { SV_POLICY_LATEST, SV_POLICY_SPECIFIC, SV_POLICY_ALL } sv_policy;
+
+typedef struct {
+    int max_batch;              /* rows per run; 0 = requests run as sent */
+    int dynamic_batching;
+    int64_t max_queue_delay_us;
+    int preferred[8];
+    int n_preferred;
+    int instances;              /* concurrent runs of one version */
+    int levels;                 /* priority levels, 1 = highest */
+    int default_level;          /* 1-based */
+    sv_level_cfg level[SV_MAX_LEVELS];
+    uint64_t memory_quota;      /* planned in-flight bytes of this model; 0 = none */
+    sv_policy policy;
+    int latest_n;
+    int64_t specific[SV_MAX_VERSIONS];
+    int n_specific;
+} sv_model_cfg;
+
+void sv_cfg_default(sv_model_cfg *c);
+/* Parses config.yaml text (name for error positions). */
+int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e);
+
+/* ==================================================================
+ * Metrics (metrics.c)
+ * ================================================================== */
+
+#define SV_LAT_BUCKETS 16
+#define SV_BATCH_BUCKETS 10
+typedef struct {
+    uint64_t b[SV_LAT_BUCKETS]; /* cumulative at render time; stored per bucket */
+    uint64_t count;
+    double sum;
+} sv_hist;
+
+enum {
+    SV_R_SUCCESS, SV_R_BAD_REQUEST, SV_R_NOT_FOUND, SV_R_QUEUE_FULL, SV_R_TIMEOUT,
+    SV_R_MEMORY, SV_R_RATE, SV_R_SHUTDOWN, SV_R_NOT_READY, SV_R_TOO_LARGE, SV_R_INTERNAL,
+    SV_R_COUNT
+};
+const char *sv_reason_name(int r);
+
+typedef struct {
+    sv_hist latency[SV_MAX_LEVELS];
+    sv_hist queue, compute;
+    uint64_t batch[SV_BATCH_BUCKETS];
+    uint64_t batch_count;
+    double batch_sum;
+    uint64_t requests[SV_R_COUNT];
+    uint64_t load_ok, load_fail;
+} sv_mstats;
+
+void sv_hist_add(sv_hist *h, double seconds);
+
+/* ==================================================================
+ * Repository: models and versions (repo.c)
+ * ================================================================== */
+
+typedef struct sv_model sv_model;
+
+typedef struct sv_version {
+    sv_model *model;
+    int64_t version;
+    char dir[1024];
+    char sig[512];          /* sizes and mtimes of the files: detects changes */
+    sb_session *sess;
+    sv_io in[SV_MAX_IO], out[SV_MAX_IO];
+    size_t n_in, n_out;
+    int batchable;          /* every input and output has a symbolic dim 0 */
+    atomic_int refs;
+    sv_tensor warm[SV_MAX_IO]; /* synthetic warm-up / probe inputs */
+    int64_t probe_ns;       /* last probe (monotonic); guarded by server lock */
+    int probe_ok;
+    char probe_err[256];
+} sv_version;
+
+enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
+
+typedef struct sv_req sv_req;
+
+struct sv_model {
+    char name[SV_NAME_MAX];
+    sv_model_cfg cfg;
+    sv_version *ver[SV_MAX_VERSIONS]; /* ready versions, highest first */
+    int nver;
+    int state;
+    char reason[512];
+    int unloaded;           /* explicitly unloaded: scans skip it until load */
+    /* scheduler (server lock) */
+    sv_req *qhead[SV_MAX_LEVELS], *qtail[SV_MAX_LEVELS];
+    int qlen[SV_MAX_LEVELS];
+    int running;
+    double tokens[SV_MAX_LEVELS];
+    int64_t tok_ns[SV_MAX_LEVELS];
+    uint64_t inflight_bytes;
+    /* metrics (metrics lock) */
+    sv_mstats st;
+};
+
+void sv_version_ref(sv_version *v);
+void sv_version_unref(sv_version *v);
+
+/* ==================================================================
+ * Requests (http.c, sched.c)
+ * ================================================================== */
+
+enum { SV_Q_NEW, SV_Q_QUEUED, SV_Q_RUNNING, SV_Q_DONE };
+
+struct sv_req {
+    sv_req *next, *prev;
+    kl_server *srv;
+    struct MHD_Connection *conn;
+    int route, method_ok;
+    char model_name[SV_NAME_MAX];
+    int64_t want_version;   /* -1 = latest */
+    /* body */
+    char *body;
+    size_t body_len, body_cap;
+    int too_large;
+    int64_t header_len;     /* Inference-Header-Content-Length; -1 none */
+    /* parsed inference request */
+    char id[256];
+    int has_id;
+    char rid[32];
+    sv_model *model;
+    sv_version *ver;        /* referenced while the request lives */
+    int level;              /* 0-based */
+    int prio_param;         /* 1-based level from the request; 0 = none */
+    int64_t timeout_us;     /* from the request parameters; -1 = none */
+    int all_binary;         /* request parameter binary_data_output */
+    sv_tensor in[SV_MAX_IO];
+    size_t n_in;
+    int64_t rows;
+    int out_sel[SV_MAX_IO]; /* model output indices to return, in order */
+    int out_bin[SV_MAX_IO];
+    int n_out_sel;
+    int64_t t_recv, t_enq, t_start, t_end, deadline; /* monotonic ns */
+    uint64_t plan_bytes;
+    int batch_size;
+    /* state and answer */
+    int qstate;
+    int suspended;
+    int status;
+    int reason;             /* SV_R_* */
+    int retry_after;        /* seconds; 0 = no header */
+    char *resp;             /* malloc'd */
+    size_t resp_len;
+    int64_t resp_header_len; /* binary extension: JSON part length; -1 none */
+    int counted;
+    int in_infer;           /* counted in ninfer */
+};
+
+/* ==================================================================
+ * The server
+ * ================================================================== */
+
+struct kl_server {
+    kl_serve_opts o;
+    char repo[1024], host[256], snapdir[1024];
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t lock;       /* models, versions, queues, states */
+    pthread_cond_t qcond;       /* work for the workers */
+    pthread_cond_t dcond;       /* drain progress */
+    pthread_cond_t rcond;       /* reaper wake-up */
+    pthread_cond_t pcond;       /* prober wake-up */
+    pthread_mutex_t scan_lock;  /* one repository scan at a time */
+    pthread_mutex_t mx;         /* metrics */
+    sv_model **models;
+    int nmodels, capmodels;
+    int nqueued;                /* over all models */
+    int nrunning;               /* batches running */
+    int nlive;                  /* request contexts alive (accepted, not completed) */
+    int ninfer;                 /* inference requests admitted and not yet completed */
+    atomic_int draining;
+    int stop;                   /* workers exit */
+    pthread_t *workers;
+    int nworkers;
+    pthread_t reaper, prober;
+    int have_reaper, have_prober;
+    int started;
+    uint64_t level_bytes[SV_MAX_LEVELS]; /* planned in-flight bytes per level */
+    uint64_t budget;
+    atomic_uint_fast64_t next_rid;
+    uint64_t http_errors[SV_R_COUNT]; /* requests not tied to a model (mx) */
+    int64_t t_start_ns;
+    double cpu_last_s;
+    int64_t cpu_last_ns;
+};
+
+/* repo.c */
+int sv_repo_scan(kl_server *s, const char *only_model, kl_err *e);
+int sv_repo_unload(kl_server *s, const char *model, kl_err *e);
+sv_model *sv_model_find(kl_server *s, const char *name); /* lock held */
+/* Runs the warm-up inference of v; records the probe result. */
+int sv_version_probe(kl_server *s, sv_version *v, kl_err *e);
+void sv_model_free(sv_model *m);
+
+/* json.c: a cJSON tree in one arena (read it with the cJSON accessors;
+ * never cJSON_Delete it). */
+typedef struct sv_json_doc sv_json_doc;
+struct cJSON;
+int sv_json_parse(const char *text, size_t len, sv_json_doc **out, kl_err *e);
+const struct cJSON *sv_json_root(const sv_json_doc *d);
+void sv_json_free(sv_json_doc *d);
+
+/* codec.c */
+/* Parses a KServe v2 infer request (JSON, or JSON + binary tail) into r->in,
+ * checked against the version's inputs; 400-style errors name the field. */
+int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin,
+                    size_t bin_len, kl_err *e);
+/* Builds the response of r from outputs (rows [row0, row0+rows) of each). */
+int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0,
+                    int64_t total_rows, kl_err *e);
+/* {"error": msg} */
+char *sv_error_json(const char *msg, size_t *len);
+
+/* sched.c */
+/* Queues r (or answers it at once: queue full, rate, memory); 0 = queued. */
+int sv_sched_submit(kl_server *s, sv_req *r);
+int sv_sched_start(kl_server *s, kl_err *e);
+void sv_sched_stop(kl_server *s);
+/* lock held: answers every queued request with 503 (why) */
+void sv_sched_flush(kl_server *s, const char *why);
+/* Marks r answered and wakes its connection. */
+void sv_req_finish(sv_req *r, int status, int reason, const char *msg);
+
+/* metrics.c */
+void sv_metrics_request(kl_server *s, sv_req *r);
+char *sv_metrics_render(kl_server *s, size_t *len);
+
+/* http.c */
+int sv_http_start(kl_server *s, kl_err *e);
+void sv_http_stop(kl_server *s);
+void sv_req_resume(sv_req *r);
+/* Deep readiness: not draining and every model's versions probed fine
+ * recently. reason (may be NULL) says why not. */
+int sv_ready(kl_server *s, char *reason, size_t n);
+
+#endif

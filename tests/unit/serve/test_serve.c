@@ -1,0 +1,281 @@
+/* Unit tests of the serving layer's pure parts: config.yaml parsing, the
+ * KServe v2 request decoder (JSON nested/flat, binary extension, errors that
+ * name the field) and the response encoder (batch slices, binary outputs). */
+#include "../harness.h"
+
+#include "serve/serve_int.h"
+
+#include <stdlib.h>
+
+KL_TEST(serve_cfg_parse_full) {
+    const char *y = "max_batch_size: 16\n"
+                    "dynamic_batching:\n  max_queue_delay_us: 200\n  preferred_batch_sizes: [4, 8]\n"
+                    "instances: 2\npriority_levels: 2\ndefault_priority: 2\n"
+                    "queue_policy:\n  1: {max_queue_size: 100, memory_share: 0.7}\n"
+                    "  2: {max_queue_size: 10, default_timeout_us: 5000, allow_timeout_override: false, rate_limit: 50, memory_share: 0.2}\n"
+                    "memory_quota: 64M\nversion_policy: {latest: 2}\n";
+    sv_model_cfg c;
+    kl_err e = {0};
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.max_batch, 16);
+    KT_EQ_INT(c.dynamic_batching, 1);
+    KT_EQ_INT(c.max_queue_delay_us, 200);
+    KT_EQ_INT(c.n_preferred, 2);
+    KT_EQ_INT(c.preferred[1], 8);
+    KT_EQ_INT(c.instances, 2);
+    KT_EQ_INT(c.levels, 2);
+    KT_EQ_INT(c.default_level, 2);
+    KT_EQ_INT(c.level[0].max_queue, 100);
+    KT_NEAR(c.level[0].memory_share, 0.7, 1e-12);
+    KT_EQ_INT(c.level[1].default_timeout_us, 5000);
+    KT_EQ_INT(c.level[1].allow_timeout_override, 0);
+    KT_NEAR(c.level[1].rate_limit, 50, 1e-12);
+    KT_EQ_INT(c.memory_quota, 64ull << 20);
+    KT_EQ_INT(c.policy, SV_POLICY_LATEST);
+    KT_EQ_INT(c.latest_n, 2);
+}
+
+KL_TEST(serve_cfg_errors_name_the_key) {
+    sv_model_cfg c;
+    kl_err e = {0};
+    const char *y = "max_batch_size: 4\nmax_bach: 3\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "max_bach");
+    KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
+    kl_err_clear(&e);
+    y = "priority_levels: 2\ndefault_priority: 3\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "default_priority");
+    kl_err_clear(&e);
+    y = "version_policy: {specific: [1, 3]}\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.policy, SV_POLICY_SPECIFIC);
+    KT_EQ_INT(c.n_specific, 2);
+    KT_EQ_INT(c.specific[1], 3);
+}
+
+/* a model version description without a session: enough for the codec */
+static void fake_version(sv_model *m, sv_version *v) {
+    memset(m, 0, sizeof *m);
+    memset(v, 0, sizeof *v);
+    snprintf(m->name, sizeof m->name, "mlp");
+    v->model = m;
+    v->version = 3;
+    v->n_in = 2;
+    snprintf(v->in[0].name, SV_NAME_MAX, "x");
+    v->in[0].dtype = SV_FP32;
+    v->in[0].rank = 2;
+    v->in[0].dims[0] = -1;
+    v->in[0].dims[1] = 3;
+    snprintf(v->in[1].name, SV_NAME_MAX, "mask");
+    v->in[1].dtype = SV_BOOL;
+    v->in[1].rank = 1;
+    v->in[1].dims[0] = -1;
+    v->n_out = 2;
+    snprintf(v->out[0].name, SV_NAME_MAX, "y");
+    v->out[0].dtype = SV_FP32;
+    snprintf(v->out[1].name, SV_NAME_MAX, "k");
+    v->out[1].dtype = SV_INT64;
+}
+
+static void req_init(sv_req *r, sv_model *m, sv_version *v) {
+    memset(r, 0, sizeof *r);
+    r->model = m;
+    r->ver = v;
+    r->timeout_us = -1;
+    r->resp_header_len = -1;
+}
+
+static void req_clear(sv_req *r) {
+    for (int i = 0; i < SV_MAX_IO; i++) sv_tensor_release(&r->in[i]);
+    free(r->resp);
+    r->resp = NULL;
+}
+
+KL_TEST(serve_decode_nested_and_flat) {
+    sv_model m;
+    sv_version v;
+    sv_req r;
+    fake_version(&m, &v);
+    req_init(&r, &m, &v);
+    const char *j = "{\"id\":\"abc\",\"parameters\":{\"priority\":2,\"timeout\":1500},"
+                    "\"inputs\":[{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[2],\"data\":[true,false]},"
+                    "{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,3],\"data\":[[1,2,3],[4.5,5,-6]]}],"
+                    "\"outputs\":[{\"name\":\"k\"}]}";
+    kl_err e = {0};
+    KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
+    KT_EQ_STR(r.id, "abc");
+    KT_EQ_INT(r.prio_param, 2);
+    KT_EQ_INT(r.timeout_us, 1500);
+    KT_EQ_INT(r.rows, 2);
+    const float *x = r.in[0].data;
+    KT_NEAR(x[3], 4.5, 0);
+    KT_NEAR(x[5], -6, 0);
+    KT_EQ_INT(((uint8_t *)r.in[1].data)[0], 1);
+    KT_EQ_INT(r.n_out_sel, 1);
+    KT_EQ_INT(r.out_sel[0], 1);
+    req_clear(&r);
+    /* flat data is the same */
+    req_init(&r, &m, &v);
+    j = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,3],\"data\":[1,2,3,4.5,5,-6]},"
+        "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[2],\"data\":[1,0]}]}";
+    KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
+    x = r.in[0].data;
+    KT_NEAR(x[3], 4.5, 0);
+    KT_EQ_INT(r.n_out_sel, 2);
+    req_clear(&r);
+}
+
+static void expect_error(const char *json, const char *needle) {
+    sv_model m;
+    sv_version v;
+    sv_req r;
+    fake_version(&m, &v);
+    req_init(&r, &m, &v);
+    kl_err e = {0};
+    int rc = sv_decode_infer(&r, json, strlen(json), NULL, 0, &e);
+    req_clear(&r);
+    KT_CHECKF(rc != KL_OK, "accepted: %s", json);
+    KT_CONTAINS(e.msg, needle);
+}
+
+KL_TEST(serve_decode_errors_name_the_field) {
+    const char *mask = "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[1],\"data\":[true]}";
+    char j[1024];
+    expect_error("{\"inputs\": [", "malformed JSON");
+    expect_error("[]", "expected a JSON object");
+    expect_error("{}", "inputs: missing");
+    snprintf(j, sizeof j, "{\"inputs\":[%s]}", mask);
+    expect_error(j, "missing input 'x'");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"z\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,2,3]}]}", mask);
+    expect_error(j, "inputs[1].name");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP64\",\"shape\":[1,3],\"data\":[1,2,3]}]}", mask);
+    expect_error(j, "inputs[1].datatype");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,4],\"data\":[1,2,3,4]}]}", mask);
+    expect_error(j, "inputs[1].shape[1]");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,2]}]}", mask);
+    expect_error(j, "inputs[1].data");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,\"a\",3]}]}", mask);
+    expect_error(j, "inputs[1].data[1]");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[1,2,3]}],"
+                          "\"outputs\":[{\"name\":\"nope\"}]}", mask);
+    expect_error(j, "outputs[0].name");
+    snprintf(j, sizeof j, "{\"parameters\":{\"timeout\":-3},\"inputs\":[]}");
+    expect_error(j, "parameters.timeout");
+}
+
+KL_TEST(serve_decode_binary_and_encode) {
+    sv_model m;
+    sv_version v;
+    sv_req r;
+    fake_version(&m, &v);
+    req_init(&r, &m, &v);
+    const char *j = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,3],\"parameters\":{\"binary_data_size\":24}},"
+                    "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[2],\"parameters\":{\"binary_data_size\":2}}],"
+                    "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"binary_data_output\":true}},{\"name\":\"k\"}]}";
+    char bin[26];
+    float xs[6] = {1, 2, 3, 4, 5, 6};
+    memcpy(bin, xs, 24);
+    bin[24] = 1;
+    bin[25] = 0;
+    kl_err e = {0};
+    KT_OK(sv_decode_infer(&r, j, strlen(j), bin, sizeof bin, &e), &e);
+    KT_NEAR(((float *)r.in[0].data)[5], 6, 0);
+    /* this request is rows 1..2 of a batch of 3 */
+    float y[3 * 2] = {0, 0, 1.5f, 2.5f, 3.5f, 4.5f};
+    int64_t k[3] = {7, 8, 9};
+    sv_tensor outs[2];
+    memset(outs, 0, sizeof outs);
+    outs[0].dtype = SV_FP32;
+    outs[0].rank = 2;
+    outs[0].dims[0] = 3;
+    outs[0].dims[1] = 2;
+    outs[0].data = y;
+    outs[1].dtype = SV_INT64;
+    outs[1].rank = 1;
+    outs[1].dims[0] = 3;
+    outs[1].data = k;
+    KT_OK(sv_encode_infer(&r, outs, 2, 1, 3, &e), &e);
+    KT_CHECK(r.resp_header_len > 0);
+    char *hdr = strndup(r.resp, (size_t)r.resp_header_len);
+    KT_CONTAINS(hdr, "\"model_version\":\"3\"");
+    KT_CONTAINS(hdr, "\"shape\":[2,2],\"parameters\":{\"binary_data_size\":16}");
+    KT_CONTAINS(hdr, "\"name\":\"k\",\"datatype\":\"INT64\",\"shape\":[2],\"data\":[8,9]");
+    free(hdr);
+    KT_EQ_INT(r.resp_len, (size_t)r.resp_header_len + 16);
+    float yb[4]; /* the binary part follows the JSON: not aligned */
+    memcpy(yb, r.resp + r.resp_header_len, sizeof yb);
+    KT_NEAR(yb[0], 1.5, 0);
+    KT_NEAR(yb[3], 4.5, 0);
+    req_clear(&r);
+    /* binary sizes that do not match the shape are refused */
+    req_init(&r, &m, &v);
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), bin, 20, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "binary_data_size");
+    req_clear(&r);
+}
+
+KL_TEST(serve_dtypes_all_kserve_names) {
+    const char *names[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
+                           "INT32", "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"};
+    for (size_t i = 0; i < KL_ARRAY_LEN(names); i++) {
+        sv_dtype t;
+        KT_EQ_INT(sv_dtype_parse(names[i], &t), KL_OK);
+        KT_EQ_STR(sv_dtype_name(t), names[i]);
+    }
+    sv_dtype t;
+    KT_CHECK(sv_dtype_parse("float32", &t) != KL_OK);
+}
+
+#include <cjson/cJSON.h>
+
+KL_TEST(serve_json_numbers_match_strtod) {
+    /* the fast path must give exactly what strtod gives */
+    const char *fixed[] = {"0", "-0", "1", "-1.5", "0.1", "3.14159265358979", "1e22", "1e23", "-2.5e-300", "1.7976931348623157e308",
+                           "4.9406564584124654e-324", "123456789012345678901234567890", "0.000000000000000000001234",
+                           "9007199254740993", "2.2250738585072014e-308", "1E+2", "7e-1"};
+    uint64_t x = 88172645463325252ull;
+    char buf[64];
+    for (int i = 0; i < 20000 + (int)KL_ARRAY_LEN(fixed); i++) {
+        const char *s = buf;
+        if (i < (int)KL_ARRAY_LEN(fixed)) s = fixed[i];
+        else {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            double d;
+            uint64_t bits = x;
+            memcpy(&d, &bits, 8);
+            if (isnan(d) || isinf(d)) continue;
+            if (i % 3 == 0) d = (double)(float)((x >> 11) * 0x1.0p-53 * 8 - 4);
+            snprintf(buf, sizeof buf, i % 2 ? "%.9g" : "%.17g", d);
+        }
+        sv_json_doc *doc = NULL;
+        kl_err e = {0};
+        KT_OK(sv_json_parse(s, strlen(s), &doc, &e), &e);
+        double want = strtod(s, NULL), got = sv_json_root(doc)->valuedouble;
+        sv_json_free(doc);
+        KT_CHECKF(memcmp(&want, &got, 8) == 0, "%s: got %.17g, strtod %.17g", s, got, want);
+    }
+}
+
+KL_TEST(serve_json_structure_and_errors) {
+    const char *j = "{\"a\" : [1, [2, 3], {\"b\": \"x\\n\\u00e9\\ud83d\\ude00\"}], \"t\": true, \"n\": null}";
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    KT_OK(sv_json_parse(j, strlen(j), &doc, &e), &e);
+    const cJSON *r = sv_json_root(doc);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "a");
+    KT_EQ_INT(cJSON_GetArraySize(a), 3);
+    KT_NEAR(cJSON_GetArrayItem(cJSON_GetArrayItem(a, 1), 1)->valuedouble, 3, 0);
+    KT_EQ_STR(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(a, 2), "b")->valuestring, "x\n\xc3\xa9\xf0\x9f\x98\x80");
+    KT_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "t")));
+    KT_CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "n")));
+    sv_json_free(doc);
+    const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "[1 2]", "\"abc", "[01]", "{} x", "[-]", "[1.]", "[\"\\q\"]", "tru"};
+    for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
+        doc = NULL;
+        int rc = sv_json_parse(bad[i], strlen(bad[i]), &doc, &e);
+        sv_json_free(doc);
+        KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", bad[i]);
+        KT_CONTAINS(e.msg, "malformed JSON at byte");
+    }
+}
