@@ -75,5 +75,8 @@ kl_config *app_config(void);
 int cmd_version(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_config(int argc, char **argv);
+int cmd_runs(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_ui(int argc, char **argv);
 
 #endif

@@ -8,6 +8,9 @@
 static const app_command commands[] = {
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
     {"config", "show effective settings and where each came from", cmd_config},
+    {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
+    {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
+    {"ui", "read-only web UI over runs and models", cmd_ui},
     {"version", "version, build and linked library versions", cmd_version},
 };
 

@@ -1,0 +1,423 @@
+/* keel models: the model registry. register DIR --name N, list, show,
+ * verify (sha256 of every stored file), alias (champion, any name; history
+ * kept), history (alias changes; "what was champion at time T"), resolve
+ * (materialize a verified version: NAME@ALIAS or NAME/VERSION), tag. */
+#include "app.h"
+
+#include <cjson/cJSON.h>
+#include <keel/track.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int open_store(kl_track **t, kl_err *e) { return kl_track_open(kl_config_get(app_config(), "tracking"), t, e); }
+
+static void print_json(const cJSON *j) {
+    char *s = cJSON_Print(j);
+    if (s) printf("%s\n", s);
+    cJSON_free(s);
+}
+
+static void fmt_time(double us, char *buf, size_t n) {
+    char r[40];
+    kl_time_rfc3339((int64_t)us, r, sizeof r);
+    snprintf(buf, n, "%.10s %.8s", r, r + 11);
+}
+
+/* ==================================================================
+ * register
+ * ================================================================== */
+
+static const app_opt reg_opts[] = {
+    {"name", 'n', 1, "NAME", "registered model name (required)", 0},
+    {"run", 0, 1, "ID", "run that produced the model (default: run_id in meta.json)", 0},
+    {"signature", 0, 1, "JSON", "signature when DIR has no meta.json: {\"inputs\":[...],\"outputs\":[...]}", 0},
+    {"alias", 'a', 1, "ALIAS", "also point this alias at the new version", 1},
+    {"tag", 't', 1, "KEY=VALUE", "tag the new version", 1},
+    {"json", 0, 0, NULL, "machine-readable output", 0},
+};
+static const app_cmd_spec reg_spec = {
+    "models register", "keel models register DIR --name NAME [--run ID] [--alias A]... [--tag K=V]...",
+    "Store the files of DIR as a new immutable version of a registered model.",
+    "Files are copied into the content-addressed object store (sha256). The signature (inputs and\n"
+    "outputs with dtypes and shapes) is read from DIR/meta.json when present.",
+    reg_opts, KL_ARRAY_LEN(reg_opts), 1, 1};
+
+static int models_register(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&reg_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    const char *name = app_get(&a, "name");
+    if (!name) return app_usage_error(&reg_spec, "--name is required");
+    int64_t run;
+    if ((rc = app_get_int(&a, &reg_spec, "run", 0, &run)) >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    int64_t v = 0;
+    if (open_store(&t, &e) || kl_registry_register(t, name, a.pos[0], run, app_get(&a, "signature"), &v, &e)) goto fail;
+    const char *vals[APP_MAX_VALUES];
+    int na = app_get_all(&a, "alias", vals, APP_MAX_VALUES);
+    for (int i = 0; i < na; i++)
+        if (kl_registry_set_alias(t, name, vals[i], v, &e)) goto fail;
+    int nt = app_get_all(&a, "tag", vals, APP_MAX_VALUES);
+    for (int i = 0; i < nt; i++) {
+        const char *eq = strchr(vals[i], '=');
+        if (!eq || eq == vals[i]) {
+            kl_track_close(t);
+            return app_usage_error(&reg_spec, "--tag expects KEY=VALUE, got '%s'", vals[i]);
+        }
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - vals[i]), vals[i]);
+        if (kl_registry_set_tag(t, name, v, key, eq + 1, &e)) goto fail;
+    }
+    if (app_flag(&a, "json")) printf("{\"name\":\"%s\",\"version\":%lld}\n", name, (long long)v);
+    else printf("registered %s version %lld\n", name, (long long)v);
+    kl_track_close(t);
+    return APP_EXIT_OK;
+fail:
+    kl_track_close(t);
+    return app_fail(&e);
+}
+
+/* ==================================================================
+ * list / show
+ * ================================================================== */
+
+static const app_opt list_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}};
+static const app_cmd_spec list_spec = {"models list", "keel models list [--json]", "List registered models, their versions and aliases.",
+                                       NULL, list_opts, KL_ARRAY_LEN(list_opts), 0, 0};
+static const app_cmd_spec show_spec = {"models show", "keel models show NAME[/VERSION|@ALIAS] [--json]",
+                                       "Show a model: versions (files, sha256, signature, producing run), aliases, tags.", NULL,
+                                       list_opts, KL_ARRAY_LEN(list_opts), 1, 1};
+
+static void aliases_of(const cJSON *m, double version, char *buf, size_t n) {
+    buf[0] = 0;
+    const cJSON *al;
+    size_t len = 0;
+    cJSON_ArrayForEach(al, cJSON_GetObjectItem(m, "aliases")) if (al->valuedouble == version && len < n) len +=
+        (size_t)snprintf(buf + len, n - len, "%s@%s", len ? ", " : "", al->string);
+}
+
+static int models_list(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&list_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    void *j = NULL;
+    if (open_store(&t, &e) || kl_registry_json(t, NULL, &j, &e)) {
+        kl_track_close(t);
+        return app_fail(&e);
+    }
+    if (app_flag(&a, "json")) print_json(j);
+    else {
+        printf("%-24s %8s %-20s %s\n", "NAME", "VERSIONS", "CREATED", "ALIASES");
+        const cJSON *m;
+        cJSON_ArrayForEach(m, (cJSON *)j) {
+            char c[40], al[512] = "";
+            size_t len = 0;
+            fmt_time(cJSON_GetObjectItem(m, "created_us")->valuedouble, c, sizeof c);
+            const cJSON *x;
+            cJSON_ArrayForEach(x, cJSON_GetObjectItem(m, "aliases")) if (len < sizeof al) len +=
+                (size_t)snprintf(al + len, sizeof al - len, "%s%s=%g", len ? " " : "", x->string, x->valuedouble);
+            printf("%-24s %8d %-20s %s\n", cJSON_GetObjectItem(m, "name")->valuestring, cJSON_GetArraySize(cJSON_GetObjectItem(m, "versions")),
+                   c, al);
+        }
+    }
+    cJSON_Delete(j);
+    kl_track_close(t);
+    return APP_EXIT_OK;
+}
+
+static int models_show(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&show_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    void *j = NULL;
+    char *name = NULL;
+    int64_t only = 0;
+    if (open_store(&t, &e)) return app_fail(&e);
+    if (strchr(a.pos[0], '@') || strchr(a.pos[0], '/')) {
+        if (kl_registry_parse_ref(t, a.pos[0], &name, &only, &e)) goto fail;
+    } else if (!(name = strdup(a.pos[0]))) {
+        kl_err_set(&e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (kl_registry_json(t, name, &j, &e)) goto fail;
+    cJSON *m = cJSON_GetArrayItem(j, 0);
+    if (only) { /* keep only the asked version */
+        cJSON *vs = cJSON_GetObjectItem(m, "versions");
+        for (int i = cJSON_GetArraySize(vs) - 1; i >= 0; i--)
+            if (cJSON_GetObjectItem(cJSON_GetArrayItem(vs, i), "version")->valuedouble != (double)only) cJSON_DeleteItemFromArray(vs, i);
+    }
+    if (app_flag(&a, "json")) print_json(m);
+    else {
+        printf("model %s\n", name);
+        const cJSON *tg;
+        cJSON_ArrayForEach(tg, cJSON_GetObjectItem(m, "tags")) printf("  tag %s = %s\n", tg->string, tg->valuestring);
+        const cJSON *v;
+        cJSON_ArrayForEach(v, cJSON_GetObjectItem(m, "versions")) {
+            char c[40], al[256];
+            double ver = cJSON_GetObjectItem(v, "version")->valuedouble;
+            fmt_time(cJSON_GetObjectItem(v, "created_us")->valuedouble, c, sizeof c);
+            aliases_of(m, ver, al, sizeof al);
+            printf("version %.0f  created %s%s%s\n", ver, c, al[0] ? "  " : "", al);
+            const cJSON *run = cJSON_GetObjectItem(v, "run_id");
+            if (cJSON_IsNumber(run)) printf("  run        %.0f\n", run->valuedouble);
+            const cJSON *src = cJSON_GetObjectItem(v, "source");
+            if (cJSON_IsString(src)) printf("  source     %s\n", src->valuestring);
+            const cJSON *sig = cJSON_GetObjectItem(v, "signature");
+            if (cJSON_IsObject(sig)) {
+                char *s = cJSON_PrintUnformatted(sig);
+                printf("  signature  %s\n", s);
+                cJSON_free(s);
+            }
+            cJSON_ArrayForEach(tg, cJSON_GetObjectItem(v, "tags")) printf("  tag        %s = %s\n", tg->string, tg->valuestring);
+            const cJSON *f;
+            cJSON_ArrayForEach(f, cJSON_GetObjectItem(v, "files"))
+                printf("  file       %-28s %10.0f  %.16s...\n", cJSON_GetObjectItem(f, "path")->valuestring,
+                       cJSON_GetObjectItem(f, "size")->valuedouble, cJSON_GetObjectItem(f, "sha256")->valuestring);
+        }
+    }
+    cJSON_Delete(j);
+    free(name);
+    kl_track_close(t);
+    return APP_EXIT_OK;
+fail:
+    cJSON_Delete(j);
+    free(name);
+    kl_track_close(t);
+    return app_fail(&e);
+}
+
+/* ==================================================================
+ * verify
+ * ================================================================== */
+
+static const app_cmd_spec verify_spec = {"models verify", "keel models verify [NAME[/VERSION]] [--json]",
+                                         "Check the sha256 of every stored file of a model (or of all models).",
+                                         "Exit 0 when every file matches, 1 when a file is tampered or missing (each is named).",
+                                         list_opts, KL_ARRAY_LEN(list_opts), 0, 1};
+
+static int models_verify(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&verify_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    char *name = NULL;
+    int64_t v = 0;
+    kl_buf rep;
+    kl_buf_init(&rep);
+    if (open_store(&t, &e)) return app_fail(&e);
+    if (a.npos && strchr(a.pos[0], '/')) {
+        if (kl_registry_parse_ref(t, a.pos[0], &name, &v, &e)) {
+            kl_track_close(t);
+            return app_fail(&e);
+        }
+    } else if (a.npos) {
+        name = strdup(a.pos[0]);
+    }
+    int vr = kl_registry_verify(t, name, v, &rep, &e);
+    if (app_flag(&a, "json")) {
+        printf("{\"ok\":%s,\"problems\":[", vr ? "false" : "true");
+        char *line = rep.data, *save = NULL;
+        int first = 1;
+        for (char *l = line ? strtok_r(line, "\n", &save) : NULL; l; l = strtok_r(NULL, "\n", &save)) {
+            kl_buf b;
+            kl_buf_init(&b);
+            kl_buf_json_str(&b, l);
+            printf("%s%s", first ? "" : ",", b.data);
+            kl_buf_free(&b);
+            first = 0;
+        }
+        printf("]}\n");
+        rc = vr ? APP_EXIT_FAIL : APP_EXIT_OK;
+        if (vr && vr != KL_ECHECKSUM) rc = app_fail(&e);
+    } else if (vr == KL_ECHECKSUM) {
+        fprintf(stderr, "%s", rep.data ? rep.data : "");
+        rc = app_fail(&e);
+    } else if (vr) {
+        rc = app_fail(&e);
+    } else {
+        printf("ok: every file of %s matches its sha256\n", name ? a.pos[0] : "every model");
+        rc = APP_EXIT_OK;
+    }
+    kl_buf_free(&rep);
+    free(name);
+    kl_track_close(t);
+    return rc;
+}
+
+/* ==================================================================
+ * alias / history / resolve / tag
+ * ================================================================== */
+
+static const app_opt alias_opts[] = {{"delete", 'd', 0, NULL, "remove the alias (no VERSION)", 0}};
+static const app_cmd_spec alias_spec = {"models alias", "keel models alias NAME ALIAS VERSION | keel models alias NAME ALIAS --delete",
+                                        "Point an alias (champion, challenger, any name) at a version; one version per alias.",
+                                        "Every change is kept with its time: see 'keel models history NAME'.", alias_opts,
+                                        KL_ARRAY_LEN(alias_opts), 2, 3};
+
+static int models_alias(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&alias_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    int64_t v = 0;
+    int del = app_flag(&a, "delete");
+    if (del && a.npos != 2) return app_usage_error(&alias_spec, "--delete takes no VERSION");
+    if (!del && (a.npos != 3 || kl_parse_int64(a.pos[2], &v) || v <= 0))
+        return app_usage_error(&alias_spec, "expected NAME ALIAS VERSION (a positive version number)");
+    kl_err e = {0};
+    kl_track *t = NULL;
+    if (open_store(&t, &e) || kl_registry_set_alias(t, a.pos[0], a.pos[1], v, &e)) {
+        kl_track_close(t);
+        return app_fail(&e);
+    }
+    if (del) printf("%s@%s removed\n", a.pos[0], a.pos[1]);
+    else printf("%s@%s -> version %lld\n", a.pos[0], a.pos[1], (long long)v);
+    kl_track_close(t);
+    return APP_EXIT_OK;
+}
+
+static const app_opt hist_opts[] = {
+    {"at", 0, 1, "TIME", "which version each alias pointed to at TIME (RFC 3339 UTC, or µs since epoch)", 0},
+    {"json", 0, 0, NULL, "machine-readable output", 0},
+};
+static const app_cmd_spec hist_spec = {"models history", "keel models history NAME [--at TIME] [--json]",
+                                       "Alias history of a model: every change with its time.", NULL, hist_opts,
+                                       KL_ARRAY_LEN(hist_opts), 1, 1};
+
+/* "2026-11-29T21:04:14Z" / "2026-11-29T21:04:14.123456Z" / "2026-11-29 21:04:14" / µs. */
+static int parse_time(const char *s, int64_t *us) {
+    if (!kl_parse_int64(s, us)) return 0;
+    int Y, M, D, h = 0, m = 0;
+    double sec = 0;
+    if (sscanf(s, "%d-%d-%d%*[T ]%d:%d:%lf", &Y, &M, &D, &h, &m, &sec) < 3) return -1;
+    /* days from civil (Howard Hinnant) */
+    int y = Y - (M <= 2);
+    int era = (y >= 0 ? y : y - 399) / 400;
+    unsigned yoe = (unsigned)(y - era * 400);
+    unsigned doy = (unsigned)((153 * (M + (M > 2 ? -3 : 9)) + 2) / 5 + D - 1);
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    int64_t days = (int64_t)era * 146097 + (int64_t)doe - 719468;
+    *us = ((days * 86400 + h * 3600 + m * 60) * 1000000LL) + (int64_t)(sec * 1e6 + 0.5);
+    return 0;
+}
+
+static int models_history(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&hist_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    void *j = NULL;
+    int64_t at = 0;
+    if (app_get(&a, "at") && parse_time(app_get(&a, "at"), &at))
+        return app_usage_error(&hist_spec, "--at expects an RFC 3339 time (2026-11-29T21:04:14Z) or µs since epoch");
+    if (open_store(&t, &e) || kl_registry_history_json(t, a.pos[0], &j, &e)) {
+        kl_track_close(t);
+        return app_fail(&e);
+    }
+    int json = app_flag(&a, "json");
+    if (at) {
+        /* the version of each alias at that time */
+        cJSON *res = cJSON_CreateObject();
+        const cJSON *h;
+        cJSON_ArrayForEach(h, (cJSON *)j) {
+            const char *al = cJSON_GetObjectItem(h, "alias")->valuestring;
+            if (cJSON_GetObjectItem(res, al)) continue;
+            int64_t v = 0;
+            if (kl_registry_alias_at(t, a.pos[0], al, at, &v, &e)) {
+                cJSON_Delete(res);
+                cJSON_Delete(j);
+                kl_track_close(t);
+                return app_fail(&e);
+            }
+            if (v) cJSON_AddNumberToObject(res, al, (double)v);
+            else cJSON_AddNullToObject(res, al);
+        }
+        if (json) print_json(res);
+        else {
+            const cJSON *x;
+            cJSON_ArrayForEach(x, res) {
+                if (cJSON_IsNumber(x)) printf("%s@%s -> version %.0f\n", a.pos[0], x->string, x->valuedouble);
+                else printf("%s@%s -> (none)\n", a.pos[0], x->string);
+            }
+        }
+        cJSON_Delete(res);
+    } else if (json) {
+        print_json(j);
+    } else {
+        printf("%-28s %-16s %s\n", "TIME (UTC)", "ALIAS", "VERSION");
+        const cJSON *h;
+        cJSON_ArrayForEach(h, (cJSON *)j) {
+            char ts[40];
+            kl_time_rfc3339((int64_t)cJSON_GetObjectItem(h, "time_us")->valuedouble, ts, sizeof ts);
+            const cJSON *v = cJSON_GetObjectItem(h, "version");
+            if (cJSON_IsNumber(v)) printf("%-28s %-16s %.0f\n", ts, cJSON_GetObjectItem(h, "alias")->valuestring, v->valuedouble);
+            else printf("%-28s %-16s (removed)\n", ts, cJSON_GetObjectItem(h, "alias")->valuestring);
+        }
+    }
+    cJSON_Delete(j);
+    kl_track_close(t);
+    return APP_EXIT_OK;
+}
+
+static const app_cmd_spec resolve_spec = {"models resolve", "keel models resolve NAME@ALIAS|NAME/VERSION|NAME OUT_DIR",
+                                          "Write the files of a version to OUT_DIR, verifying each sha256 (a tampered file is never written).",
+                                          NULL, NULL, 0, 2, 2};
+
+static int models_resolve(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&resolve_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    if (open_store(&t, &e) || kl_registry_resolve(t, a.pos[0], a.pos[1], &e)) {
+        kl_track_close(t);
+        return app_fail(&e);
+    }
+    printf("%s -> %s\n", a.pos[0], a.pos[1]);
+    kl_track_close(t);
+    return APP_EXIT_OK;
+}
+
+static const app_opt tag_opts[] = {{"delete", 'd', 0, NULL, "remove the tag", 0}};
+static const app_cmd_spec tag_spec = {"models tag", "keel models tag NAME[/VERSION] KEY [VALUE] [--delete]",
+                                      "Set (or remove) a tag of a model or of one of its versions.", NULL, tag_opts,
+                                      KL_ARRAY_LEN(tag_opts), 2, 3};
+
+static int models_tag(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&tag_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    int del = app_flag(&a, "delete");
+    if (del != (a.npos == 2)) return app_usage_error(&tag_spec, "give VALUE, or --delete without VALUE");
+    kl_err e = {0};
+    kl_track *t = NULL;
+    char *name = NULL;
+    int64_t v = 0;
+    if (open_store(&t, &e)) return app_fail(&e);
+    if (strchr(a.pos[0], '/') || strchr(a.pos[0], '@')) rc = kl_registry_parse_ref(t, a.pos[0], &name, &v, &e);
+    else rc = (name = strdup(a.pos[0])) ? KL_OK : kl_err_set(&e, KL_ENOMEM, "out of memory");
+    if (!rc) rc = kl_registry_set_tag(t, name, v, a.pos[1], del ? NULL : a.pos[2], &e);
+    free(name);
+    kl_track_close(t);
+    return rc ? app_fail(&e) : APP_EXIT_OK;
+}
+
+int cmd_models(int argc, char **argv) {
+    static const app_command sub[] = {
+        {"register", "store a model folder as a new immutable version", models_register},
+        {"list", "registered models", models_list},
+        {"show", "versions, files, signature, aliases of a model", models_show},
+        {"verify", "check the sha256 of stored files", models_verify},
+        {"alias", "point an alias at a version", models_alias},
+        {"history", "alias history (and --at TIME)", models_history},
+        {"resolve", "write a verified version to a folder", models_resolve},
+        {"tag", "tag a model or a version", models_tag},
+    };
+    return app_dispatch("models", sub, KL_ARRAY_LEN(sub), argc, argv);
+}

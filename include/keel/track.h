@@ -1,0 +1,192 @@
+/* keel track: the experiment store (experiments, runs, params, metrics,
+ * tags, artifacts, lineage) and the model registry (registered models,
+ * immutable content-addressed versions, signatures, tags, aliases with
+ * history), embedded in SQLite under one folder:
+ *
+ *   <dir>/keel.db              SQLite database (WAL mode)
+ *   <dir>/objects/ab/cdef...   content-addressed files (sha256), read-only
+ *
+ * The folder comes from the caller, else KEEL_TRACKING, else ./keel-runs.
+ * A kl_track handle may be shared by threads (calls are serialized); several
+ * processes may write to the same store at once (WAL, busy timeout, retry). */
+#ifndef KEEL_TRACK_H
+#define KEEL_TRACK_H
+
+#include <keel/core.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==================================================================
+ * Store and runs
+ * ================================================================== */
+
+typedef struct kl_track kl_track;
+typedef struct kl_track_run kl_track_run;
+
+typedef enum { KL_RUN_RUNNING, KL_RUN_FINISHED, KL_RUN_FAILED, KL_RUN_KILLED } kl_run_status;
+const char *kl_run_status_name(kl_run_status s);
+int kl_run_status_parse(const char *s, kl_run_status *out);
+
+/* Current schema version (PRAGMA user_version of keel.db). */
+#define KL_TRACK_SCHEMA_VERSION 4
+
+/* Opens (creating and migrating when needed) the store in dir (NULL: the
+ * KEEL_TRACKING variable, else ./keel-runs). Marks runs of dead processes
+ * killed (same host: pid no longer alive; other hosts: no heartbeat for
+ * KL_TRACK_STALE_S seconds). */
+#define KL_TRACK_STALE_S 900
+int kl_track_open(const char *dir, kl_track **out, kl_err *e);
+void kl_track_close(kl_track *t); /* NULL is a no-op; does not end open runs */
+const char *kl_track_dir(const kl_track *t);
+/* Runs marked killed by the stale check of the last open. */
+int kl_track_stale_marked(const kl_track *t);
+
+/* Starts a run in experiment (created when new; NULL = "default"). run_name
+ * may be NULL (then "run-<id>"); parent_id 0 = no parent. */
+int kl_track_run_start(kl_track *t, const char *experiment, const char *run_name, int64_t parent_id,
+                       kl_track_run **out, kl_err *e);
+/* Re-attaches to an existing running run (for processes that continue one). */
+int kl_track_run_attach(kl_track *t, int64_t run_id, kl_track_run **out, kl_err *e);
+int64_t kl_track_run_id(const kl_track_run *r);
+
+typedef struct {
+    const char *key;
+    const char *value;
+} kl_kv;
+
+/* Params are immutable: writing a key again with the same value is a no-op,
+ * with a different value KL_EEXIST (the whole batch is rejected). */
+int kl_track_log_params(kl_track_run *r, const kl_kv *params, size_t n, kl_err *e);
+
+/* A metric point; ts_us 0 = now. value may be NaN or +-Inf. */
+typedef struct {
+    const char *key;
+    int64_t step;
+    int64_t ts_us;
+    double value;
+} kl_metric_point;
+/* Appends a batch in one transaction (history + latest value per key). */
+int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, kl_err *e);
+
+/* Copies a file into the object store and records (path, size, sha256);
+ * name is the path recorded (NULL: the file's base name). */
+int kl_track_log_artifact(kl_track_run *r, const char *path, kl_err *e);
+int kl_track_log_artifact_as(kl_track_run *r, const char *path, const char *name, kl_err *e);
+/* Tags are mutable (value NULL deletes). */
+int kl_track_set_tag(kl_track_run *r, const char *key, const char *value, kl_err *e);
+
+/* Lineage of a run. NULL fields are left unchanged; code_version NULL on
+ * the first call records the git commit of the working directory when there
+ * is one. */
+typedef struct {
+    const char *dataset_version;
+    const char *feature_hash;
+    const char *code_version;
+    const char *spec_hash;
+} kl_track_lineage;
+int kl_track_set_lineage(kl_track_run *r, const kl_track_lineage *l, kl_err *e);
+
+/* Ends the run with a final status and frees the handle (always freed). */
+int kl_track_run_end(kl_track_run *r, kl_run_status status, kl_err *e);
+/* Frees the handle without ending the run (it stays running until a stale
+ * check or another process ends it). NULL is a no-op. */
+void kl_track_run_free(kl_track_run *r);
+/* Sets the status of any run by id (e.g. `keel runs end`). */
+int kl_track_run_set_status(kl_track *t, int64_t run_id, kl_run_status status, kl_err *e);
+
+/* ==================================================================
+ * Queries
+ * ================================================================== */
+
+/* Run ids matching a filter expression (NULL/"" = all), sorted by sort_key
+ * ("start_time" default; "metrics.loss", "params.lr", "name", "-metrics.acc"
+ * or "metrics.acc desc" for descending), at most limit (0 = no limit).
+ * Filter syntax errors are KL_EPARSE with e->col the 1-based column.
+ * ids is malloc'ed (caller frees). */
+int kl_track_runs_find(kl_track *t, const char *filter, const char *sort_key, int64_t limit,
+                       int64_t **ids, size_t *n, kl_err *e);
+
+/* A run as a cJSON object (caller frees with cJSON_Delete):
+ * {"id","experiment","name","status","start_us","end_us","parent_id",
+ *  "pid","host","params":{k:v},"metrics":{k:{"step","ts_us","value"}},
+ *  "tags":{k:v},"artifacts":[{"path","size","sha256"}],
+ *  "lineage":{"dataset_version","feature_hash","code_version","spec_hash"},
+ *  "children":[ids],"points":N (metric points in the history)}
+ * Non-finite metric values are the strings "NaN", "Infinity", "-Infinity". */
+int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e);
+
+/* Metric history of one run and key, in (step, insertion) order. Arrays
+ * malloc'ed (caller frees each). */
+int kl_track_metric_history(kl_track *t, int64_t run_id, const char *key, int64_t **steps,
+                            int64_t **ts_us, double **values, size_t *n, kl_err *e);
+/* Metric keys of a run (sorted; a malloc'ed array of malloc'ed strings;
+ * free with kl_track_strv_free). */
+int kl_track_metric_keys(kl_track *t, int64_t run_id, char ***keys, size_t *n, kl_err *e);
+void kl_track_strv_free(char **v, size_t n);
+/* Number of metric points in the history of a run (key NULL = all keys). */
+int kl_track_metric_count(kl_track *t, int64_t run_id, const char *key, int64_t *out, kl_err *e);
+
+/* Compiles a filter into an SQL boolean expression over runs r with bound
+ * parameters (exposed for tests). *sql malloc'ed. */
+int kl_track_filter_compile(const char *filter, char **sql, kl_err *e);
+
+/* ==================================================================
+ * Charts (SVG line chart, shared by `keel runs plot` and `keel ui`)
+ * ================================================================== */
+
+typedef struct {
+    const char *label;
+    const int64_t *x;  /* steps */
+    const double *y;   /* NaN/Inf points break the line */
+    size_t n;
+} kl_chart_series;
+/* Appends an <svg> element: axes with ticks, one path per series, legend. */
+int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const char *ylabel,
+                       const kl_chart_series *series, size_t nseries, int width, int height);
+
+/* ==================================================================
+ * Model registry
+ * ================================================================== */
+
+/* Registers the files of dir (recursively) as a new immutable version of
+ * model name (created when new). run_id 0 = no producing run. The signature
+ * comes from dir/meta.json ("inputs"/"outputs", or "signature":{...}) when
+ * present, else from signature_json (may be NULL). *version gets the number. */
+int kl_registry_register(kl_track *t, const char *name, const char *dir, int64_t run_id,
+                         const char *signature_json, int64_t *version, kl_err *e);
+/* Sets alias (e.g. "champion") of a model to version (0 removes it). The
+ * history keeps every change with its time. */
+int kl_registry_set_alias(kl_track *t, const char *name, const char *alias, int64_t version, kl_err *e);
+/* The version an alias pointed to at time at_us (0 = now); 0 when none. */
+int kl_registry_alias_at(kl_track *t, const char *name, const char *alias, int64_t at_us,
+                         int64_t *version, kl_err *e);
+/* Tags of a model (version 0) or of a version. value NULL deletes. */
+int kl_registry_set_tag(kl_track *t, const char *name, int64_t version, const char *key,
+                        const char *value, kl_err *e);
+/* "name@alias", "name/3", "name" (latest version) -> name and version. */
+int kl_registry_parse_ref(kl_track *t, const char *ref, char **name, int64_t *version, kl_err *e);
+/* 1 when s looks like a registry reference (name@alias or name/N) and is
+ * not an existing path. */
+int kl_registry_is_ref(const char *s);
+/* Verifies the sha256 of every file of a version (version 0 = all versions);
+ * problems (one line per bad file: "name/3: model.onnx: sha256 mismatch")
+ * are appended to report; returns KL_ECHECKSUM when any file is bad. */
+int kl_registry_verify(kl_track *t, const char *name, int64_t version, kl_buf *report, kl_err *e);
+/* Materializes a version into out_dir (created; files written atomically),
+ * verifying every file's sha256 as it is copied. A tampered or missing
+ * object is KL_ECHECKSUM naming the file; nothing is served then (files
+ * already written to out_dir are removed). */
+int kl_registry_resolve(kl_track *t, const char *ref, const char *out_dir, kl_err *e);
+/* Models as JSON: [{"name","created_us","versions":[{"version","created_us",
+ * "run_id","signature","files":[{"path","size","sha256"}],"tags":{}}],
+ * "aliases":{alias:version},"tags":{}}] (name NULL = all models). */
+int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e);
+/* Alias history: [{"alias","version" (null when removed),"time_us"}]. */
+int kl_registry_history_json(kl_track *t, const char *name, void **out_cjson, kl_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,1271 @@
+/* The experiment store: opening (WAL, busy timeout, forward schema
+ * migrations, stale-run detection), runs and their params, metrics
+ * (history + latest value, batched), tags, artifacts and lineage, and the
+ * read side used by the commands and the UI. */
+#include "track_int.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int kl__track_target_version = KL_TRACK_SCHEMA_VERSION;
+
+/* ==================================================================
+ * Schema and migrations (index i migrates version i to i+1)
+ * ================================================================== */
+
+static const char *const migrations[] = {
+    /* 0 -> 1: the experiment store */
+    "CREATE TABLE experiments(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_us INTEGER NOT NULL);"
+    "CREATE TABLE runs(id INTEGER PRIMARY KEY, experiment_id INTEGER NOT NULL REFERENCES experiments(id),"
+    " name TEXT NOT NULL, status TEXT NOT NULL, start_us INTEGER NOT NULL, end_us INTEGER,"
+    " parent_id INTEGER, pid INTEGER, pid_start INTEGER, host TEXT, heartbeat_us INTEGER);"
+    "CREATE INDEX runs_status ON runs(status);"
+    "CREATE INDEX runs_experiment ON runs(experiment_id);"
+    "CREATE TABLE params(run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+    " PRIMARY KEY(run_id, key)) WITHOUT ROWID;"
+    "CREATE TRIGGER params_immutable BEFORE UPDATE ON params BEGIN SELECT RAISE(ABORT, 'params are immutable'); END;"
+    "CREATE TABLE metric_keys(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);"
+    /* one B-tree clustered by (run, key, step); seq orders repeated steps; NULL value = NaN */
+    "CREATE TABLE metrics(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
+    " seq INTEGER NOT NULL, ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id, step, seq)) WITHOUT ROWID;"
+    "CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'metric history is append-only'); END;"
+    "CREATE TABLE metric_latest(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
+    " ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id)) WITHOUT ROWID;"
+    "CREATE TABLE tags(run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
+    " PRIMARY KEY(run_id, key)) WITHOUT ROWID;"
+    "CREATE TABLE artifacts(run_id INTEGER NOT NULL, path TEXT NOT NULL, size INTEGER NOT NULL,"
+    " sha256 TEXT NOT NULL, created_us INTEGER NOT NULL, PRIMARY KEY(run_id, path)) WITHOUT ROWID;"
+    "CREATE TABLE lineage(run_id INTEGER PRIMARY KEY, dataset_version TEXT, feature_hash TEXT,"
+    " code_version TEXT, spec_hash TEXT);",
+    /* 1 -> 2: the model registry */
+    "CREATE TABLE models(id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_us INTEGER NOT NULL);"
+    "CREATE TABLE model_versions(model_id INTEGER NOT NULL, version INTEGER NOT NULL, created_us INTEGER NOT NULL,"
+    " run_id INTEGER, signature TEXT, source TEXT, PRIMARY KEY(model_id, version)) WITHOUT ROWID;"
+    "CREATE TABLE model_files(model_id INTEGER NOT NULL, version INTEGER NOT NULL, path TEXT NOT NULL,"
+    " size INTEGER NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY(model_id, version, path)) WITHOUT ROWID;"
+    "CREATE TRIGGER model_versions_immutable BEFORE UPDATE ON model_versions BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;"
+    "CREATE TRIGGER model_versions_nodelete BEFORE DELETE ON model_versions BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;"
+    "CREATE TRIGGER model_files_immutable BEFORE UPDATE ON model_files BEGIN SELECT RAISE(ABORT, 'model files are immutable'); END;"
+    "CREATE TRIGGER model_files_nodelete BEFORE DELETE ON model_files BEGIN SELECT RAISE(ABORT, 'model files are immutable'); END;"
+    "CREATE TABLE model_tags(model_id INTEGER NOT NULL, version INTEGER NOT NULL, key TEXT NOT NULL,"
+    " value TEXT NOT NULL, PRIMARY KEY(model_id, version, key)) WITHOUT ROWID;"
+    "CREATE TABLE model_aliases(model_id INTEGER NOT NULL, alias TEXT NOT NULL, version INTEGER NOT NULL,"
+    " set_us INTEGER NOT NULL, PRIMARY KEY(model_id, alias)) WITHOUT ROWID;"
+    "CREATE TABLE alias_history(id INTEGER PRIMARY KEY, model_id INTEGER NOT NULL, alias TEXT NOT NULL,"
+    " version INTEGER, set_us INTEGER NOT NULL);"
+    "CREATE INDEX alias_history_lookup ON alias_history(model_id, alias, set_us);",
+    /* 2 -> 3: filters drive from the matching rows (key, value) instead of probing every run */
+    "CREATE INDEX metric_latest_key_value ON metric_latest(key_id, value);"
+    "CREATE INDEX params_key_value ON params(key, value);"
+    "CREATE INDEX tags_key_value ON tags(key, value);"
+    "CREATE INDEX runs_parent ON runs(parent_id);"
+    "CREATE INDEX runs_start ON runs(start_us);",
+    /* 3 -> 4: point counts kept with the latest values (no history scans to count) */
+    "ALTER TABLE metric_latest ADD COLUMN n INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE metric_latest SET n = (SELECT count(*) FROM metrics m WHERE m.run_id = metric_latest.run_id"
+    " AND m.key_id = metric_latest.key_id);",
+};
+
+/* ==================================================================
+ * SQLite helpers
+ * ================================================================== */
+
+int kl__track_sqlerr(kl_track *t, int rc, kl_err *e, const char *what) {
+    int code = KL_EINTERNAL;
+    int prim = rc & 0xff;
+    if (prim == SQLITE_BUSY || prim == SQLITE_LOCKED) code = KL_EBUSY;
+    else if (prim == SQLITE_CONSTRAINT) code = KL_EEXIST;
+    else if (prim == SQLITE_NOMEM) code = KL_ENOMEM;
+    else if (prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB) code = KL_EPARSE;
+    else if (prim == SQLITE_CANTOPEN || prim == SQLITE_IOERR || prim == SQLITE_FULL || prim == SQLITE_READONLY) code = -EIO;
+    return kl_err_set(e, code, "%s: %s (sqlite %d)", what, t && t->db ? sqlite3_errmsg(t->db) : sqlite3_errstr(rc), rc);
+}
+
+int kl__track_exec(kl_track *t, const char *sql, kl_err *e) {
+    char *msg = NULL;
+    int rc = sqlite3_exec(t->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        int c = kl__track_sqlerr(t, rc, e, "sqlite");
+        if (msg) kl_err_set(e, c, "%s (sqlite %d)", msg, rc);
+        sqlite3_free(msg);
+        return c;
+    }
+    return KL_OK;
+}
+
+int kl__track_prep(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e) {
+    int rc = sqlite3_prepare_v2(t->db, sql, -1, st, NULL);
+    if (rc != SQLITE_OK) {
+        *st = NULL;
+        return kl__track_sqlerr(t, rc, e, "preparing a query");
+    }
+    return KL_OK;
+}
+
+int kl__track_cached(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e) {
+    size_t i;
+    for (i = 0; i < KL_ARRAY_LEN(t->cache) && t->cache[i].sql; i++)
+        if (t->cache[i].sql == sql) {
+            *st = t->cache[i].st;
+            sqlite3_reset(*st);
+            sqlite3_clear_bindings(*st);
+            return KL_OK;
+        }
+    int rc = kl__track_prep(t, sql, st, e);
+    if (rc || i == KL_ARRAY_LEN(t->cache)) return rc ? rc : kl_err_set(e, KL_EINTERNAL, "statement cache full");
+    t->cache[i].sql = sql;
+    t->cache[i].st = *st;
+    return KL_OK;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int kl__track_begin(kl_track *t, kl_err *e) {
+    /* The busy timeout already waits; this loop covers the cases where
+     * SQLite returns BUSY at once (WAL recovery, deadlock avoidance). */
+    for (int attempt = 0;; attempt++) {
+        int rc = sqlite3_exec(t->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+        if (rc == SQLITE_OK) return KL_OK;
+        if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) return kl__track_sqlerr(t, rc, e, "begin");
+        if (attempt >= 200) return kl__track_sqlerr(t, rc, e, "begin (database stayed locked)");
+        sleep_ms(5 + attempt % 50);
+    }
+}
+
+int kl__track_commit(kl_track *t, kl_err *e) {
+    for (int attempt = 0;; attempt++) {
+        int rc = sqlite3_exec(t->db, "COMMIT", NULL, NULL, NULL);
+        if (rc == SQLITE_OK) return KL_OK;
+        if ((rc & 0xff) != SQLITE_BUSY || attempt >= 200) {
+            int c = kl__track_sqlerr(t, rc, e, "commit");
+            kl__track_rollback(t);
+            return c;
+        }
+        sleep_ms(5 + attempt % 50);
+    }
+}
+
+static void keycache_clear(kl_track *t);
+
+void kl__track_rollback(kl_track *t) {
+    if (!sqlite3_get_autocommit(t->db)) sqlite3_exec(t->db, "ROLLBACK", NULL, NULL, NULL);
+    keycache_clear(t); /* ids created in the rolled-back transaction are gone */
+}
+
+void kl__track_lock(kl_track *t) { pthread_mutex_lock(&t->mu); }
+void kl__track_unlock(kl_track *t) { pthread_mutex_unlock(&t->mu); }
+
+void kl__json_num(void *obj, const char *name, double v) {
+    if (isnan(v)) cJSON_AddStringToObject(obj, name, "NaN");
+    else if (isinf(v)) cJSON_AddStringToObject(obj, name, v > 0 ? "Infinity" : "-Infinity");
+    else cJSON_AddNumberToObject(obj, name, v);
+}
+
+static double col_value(sqlite3_stmt *st, int i) {
+    return sqlite3_column_type(st, i) == SQLITE_NULL ? NAN : sqlite3_column_double(st, i);
+}
+
+static int bind_value(sqlite3_stmt *st, int i, double v) {
+    return isnan(v) ? sqlite3_bind_null(st, i) : sqlite3_bind_double(st, i, v);
+}
+
+/* ==================================================================
+ * Status names
+ * ================================================================== */
+
+static const char *const status_names[] = {"running", "finished", "failed", "killed"};
+
+const char *kl_run_status_name(kl_run_status s) {
+    return (unsigned)s < KL_ARRAY_LEN(status_names) ? status_names[s] : "unknown";
+}
+
+int kl_run_status_parse(const char *s, kl_run_status *out) {
+    for (size_t i = 0; i < KL_ARRAY_LEN(status_names); i++)
+        if (s && !strcmp(s, status_names[i])) {
+            *out = (kl_run_status)i;
+            return KL_OK;
+        }
+    return KL_EINVAL;
+}
+
+/* ==================================================================
+ * Processes: liveness with pid-reuse protection
+ * ================================================================== */
+
+/* Start time of a process (clock ticks since boot), 0 when it does not exist. */
+static int64_t proc_start_time(int64_t pid) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%lld/stat", (long long)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    p++;
+    /* fields after the name: state(3) ... starttime(22) */
+    int field = 2;
+    while (*p && field < 22) {
+        if (*p == ' ') field++;
+        p++;
+    }
+    /* a zombie is dead for our purpose */
+    const char *st = strrchr(buf, ')');
+    if (st && st[1] == ' ' && (st[2] == 'Z' || st[2] == 'X')) return 0;
+    return strtoll(p, NULL, 10);
+}
+
+static int proc_alive(int64_t pid, int64_t start) {
+    if (pid <= 0) return 0;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH) return 0;
+    int64_t s = proc_start_time(pid);
+    if (s == 0) return access("/proc/self/stat", R_OK) == 0 ? 0 : 1; /* no /proc: trust kill() */
+    return start == 0 || s == start;
+}
+
+/* Marks running runs whose process is gone as killed. */
+static int mark_stale(kl_track *t, kl_err *e) {
+    sqlite3_stmt *st = NULL, *up = NULL;
+    int rc = KL_OK;
+    int64_t now = kl_time_now_us();
+    int64_t dead[256];
+    int64_t dead_hb[256];
+    size_t nd = 0;
+    if ((rc = kl__track_prep(t, "SELECT id, pid, pid_start, host, heartbeat_us FROM runs WHERE status='running'", &st, e)))
+        goto fail;
+    while (sqlite3_step(st) == SQLITE_ROW && nd < KL_ARRAY_LEN(dead)) {
+        int64_t id = sqlite3_column_int64(st, 0), pid = sqlite3_column_int64(st, 1);
+        int64_t pstart = sqlite3_column_int64(st, 2), hb = sqlite3_column_int64(st, 4);
+        const char *host = (const char *)sqlite3_column_text(st, 3);
+        int alive;
+        if (host && !strcmp(host, t->host)) alive = proc_alive(pid, pstart);
+        else alive = now - hb < (int64_t)KL_TRACK_STALE_S * 1000000;
+        if (!alive) {
+            dead[nd] = id;
+            dead_hb[nd++] = hb;
+        }
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (!nd) return KL_OK;
+    if ((rc = kl__track_begin(t, e))) goto fail;
+    if ((rc = kl__track_prep(t, "UPDATE runs SET status='killed', end_us=? WHERE id=? AND status='running'", &up, e))) {
+        kl__track_rollback(t);
+        goto fail;
+    }
+    for (size_t i = 0; i < nd; i++) {
+        sqlite3_bind_int64(up, 1, dead_hb[i]);
+        sqlite3_bind_int64(up, 2, dead[i]);
+        int s = sqlite3_step(up);
+        sqlite3_reset(up);
+        if (s != SQLITE_DONE) {
+            rc = kl__track_sqlerr(t, s, e, "marking stale runs");
+            kl__track_rollback(t);
+            goto fail;
+        }
+        t->stale_marked += sqlite3_changes(t->db);
+    }
+    rc = kl__track_commit(t, e);
+    if (!rc && t->stale_marked) kl_log(KL_LOG_INFO, "track", "marked %d run(s) of dead processes killed", t->stale_marked);
+fail:
+    sqlite3_finalize(st);
+    sqlite3_finalize(up);
+    return rc;
+}
+
+/* ==================================================================
+ * Open / close
+ * ================================================================== */
+
+static int migrate(kl_track *t, kl_err *e) {
+    int rc;
+    int target = kl__track_target_version;
+    if (target > (int)KL_ARRAY_LEN(migrations)) target = (int)KL_ARRAY_LEN(migrations);
+    if ((rc = kl__track_begin(t, e))) return rc;
+    sqlite3_stmt *st = NULL;
+    if ((rc = kl__track_prep(t, "PRAGMA user_version", &st, e))) goto fail;
+    int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
+    sqlite3_finalize(st);
+    if (v > (int)KL_ARRAY_LEN(migrations)) {
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "%s/keel.db: schema version %d is newer than this keel supports (%d)", t->dir, v,
+                        (int)KL_ARRAY_LEN(migrations));
+        goto fail;
+    }
+    for (; v < target; v++) {
+        if ((rc = kl__track_exec(t, migrations[v], e))) {
+            kl_err_prefix(e, "migrating the store from schema version %d to %d", v, v + 1);
+            goto fail;
+        }
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version=%d", v + 1);
+        if ((rc = kl__track_exec(t, sql, e))) goto fail;
+    }
+    return kl__track_commit(t, e);
+fail:
+    kl__track_rollback(t);
+    return rc;
+}
+
+int kl_track_open(const char *dir, kl_track **out, kl_err *e) {
+    *out = NULL;
+    int rc;
+    if (!dir || !*dir) dir = getenv("KEEL_TRACKING");
+    if (!dir || !*dir) dir = "./keel-runs";
+    kl_track *t = calloc(1, sizeof *t);
+    if (!t) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    pthread_mutex_init(&t->mu, NULL);
+    t->dir = strdup(dir);
+    if (!t->dir) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (gethostname(t->host, sizeof t->host - 1) != 0) strcpy(t->host, "localhost");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/objects", dir);
+    if ((rc = kl_mkdir_p(path, e))) goto fail;
+    snprintf(path, sizeof path, "%s/keel.db", dir);
+    int s = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+    if (s != SQLITE_OK) {
+        rc = kl__track_sqlerr(t, s, e, path);
+        goto fail;
+    }
+    sqlite3_busy_timeout(t->db, 30000);
+    /* WAL: readers never block the writer; switching needs a lock, retry. */
+    for (int attempt = 0;; attempt++) {
+        char *msg = NULL;
+        s = sqlite3_exec(t->db, "PRAGMA journal_mode=WAL", NULL, NULL, &msg);
+        sqlite3_free(msg);
+        if (s == SQLITE_OK) break;
+        if ((s & 0xff) != SQLITE_BUSY || attempt > 200) {
+            rc = kl__track_sqlerr(t, s, e, path);
+            goto fail;
+        }
+        sleep_ms(10);
+    }
+    /* NORMAL in WAL mode: a committed batch survives a crash of the process. */
+    if ((rc = kl__track_exec(t, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+                                 " PRAGMA cache_size=-65536;", e))) goto fail;
+    if ((rc = migrate(t, e))) goto fail;
+    if (kl__track_target_version == KL_TRACK_SCHEMA_VERSION && (rc = mark_stale(t, e))) goto fail;
+    *out = t;
+    return KL_OK;
+fail:
+    kl_err_prefix(e, "tracking store %s", dir);
+    kl_track_close(t);
+    return rc;
+}
+
+static void keycache_clear(kl_track *t) {
+    for (size_t i = 0; i < t->capkeys; i++) free(t->keys[i].key);
+    free(t->keys);
+    t->keys = NULL;
+    t->nkeys = t->capkeys = 0;
+}
+
+void kl_track_close(kl_track *t) {
+    if (!t) return;
+    sqlite3_finalize(t->st_metric_ins);
+    sqlite3_finalize(t->st_latest_up);
+    sqlite3_finalize(t->st_key_ins);
+    sqlite3_finalize(t->st_key_get);
+    sqlite3_finalize(t->st_heartbeat);
+    for (size_t i = 0; i < KL_ARRAY_LEN(t->cache); i++) sqlite3_finalize(t->cache[i].st);
+    if (t->db) sqlite3_close_v2(t->db);
+    keycache_clear(t);
+    pthread_mutex_destroy(&t->mu);
+    free(t->dir);
+    free(t);
+}
+
+const char *kl_track_dir(const kl_track *t) { return t->dir; }
+int kl_track_stale_marked(const kl_track *t) { return t->stale_marked; }
+
+/* ==================================================================
+ * Metric keys: name -> id, cached in an open-addressing table
+ * ================================================================== */
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ULL;
+    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ULL;
+    return h;
+}
+
+static kl__keyent *keycache_find(kl_track *t, const char *key) {
+    if (!t->capkeys) return NULL;
+    size_t mask = t->capkeys - 1;
+    for (size_t i = hash_str(key) & mask;; i = (i + 1) & mask) {
+        if (!t->keys[i].key) return NULL;
+        if (!strcmp(t->keys[i].key, key)) return &t->keys[i];
+    }
+}
+
+static kl__keyent *keycache_add(kl_track *t, const char *key, int64_t id) {
+    if ((t->nkeys + 1) * 2 > t->capkeys) {
+        size_t ncap = t->capkeys ? t->capkeys * 2 : 64;
+        kl__keyent *nk = calloc(ncap, sizeof *nk);
+        if (!nk) return NULL;
+        for (size_t i = 0; i < t->capkeys; i++) {
+            if (!t->keys[i].key) continue;
+            size_t j = hash_str(t->keys[i].key) & (ncap - 1);
+            while (nk[j].key) j = (j + 1) & (ncap - 1);
+            nk[j] = t->keys[i];
+        }
+        free(t->keys);
+        t->keys = nk;
+        t->capkeys = ncap;
+    }
+    size_t mask = t->capkeys - 1, i = hash_str(key) & mask;
+    while (t->keys[i].key) i = (i + 1) & mask;
+    t->keys[i].key = strdup(key);
+    if (!t->keys[i].key) return NULL;
+    t->keys[i].id = id;
+    t->keys[i].gen = 0;
+    t->nkeys++;
+    return &t->keys[i];
+}
+
+/* Inside a write transaction: the entry of a metric key, created when new. */
+static int metric_key(kl_track *t, const char *key, kl__keyent **out, kl_err *e) {
+    kl__keyent *k = keycache_find(t, key);
+    if (k) {
+        *out = k;
+        return KL_OK;
+    }
+    int rc;
+    if (!t->st_key_ins && (rc = kl__track_prep(t, "INSERT OR IGNORE INTO metric_keys(name) VALUES(?)", &t->st_key_ins, e))) return rc;
+    if (!t->st_key_get && (rc = kl__track_prep(t, "SELECT id FROM metric_keys WHERE name=?", &t->st_key_get, e))) return rc;
+    sqlite3_bind_text(t->st_key_ins, 1, key, -1, SQLITE_STATIC);
+    int s = sqlite3_step(t->st_key_ins);
+    sqlite3_reset(t->st_key_ins);
+    sqlite3_clear_bindings(t->st_key_ins);
+    if (s != SQLITE_DONE) return kl__track_sqlerr(t, s, e, "adding a metric key");
+    sqlite3_bind_text(t->st_key_get, 1, key, -1, SQLITE_STATIC);
+    s = sqlite3_step(t->st_key_get);
+    int64_t id = s == SQLITE_ROW ? sqlite3_column_int64(t->st_key_get, 0) : -1;
+    sqlite3_reset(t->st_key_get);
+    sqlite3_clear_bindings(t->st_key_get);
+    if (id < 0) return kl__track_sqlerr(t, s, e, "looking up a metric key");
+    k = keycache_add(t, key, id);
+    if (!k) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    *out = k;
+    return KL_OK;
+}
+
+/* ==================================================================
+ * Runs
+ * ================================================================== */
+
+static int experiment_id(kl_track *t, const char *name, int64_t *id, kl_err *e) {
+    sqlite3_stmt *st = NULL;
+    int rc = kl__track_prep(t, "INSERT INTO experiments(name, created_us) VALUES(?, ?) ON CONFLICT(name) DO NOTHING", &st, e);
+    if (rc) return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, kl_time_now_us());
+    int s = sqlite3_step(st);
+    sqlite3_finalize(st);
+    if (s != SQLITE_DONE) return kl__track_sqlerr(t, s, e, "creating an experiment");
+    if ((rc = kl__track_prep(t, "SELECT id FROM experiments WHERE name=?", &st, e))) return rc;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    s = sqlite3_step(st);
+    if (s == SQLITE_ROW) *id = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return s == SQLITE_ROW ? KL_OK : kl__track_sqlerr(t, s, e, "finding an experiment");
+}
+
+int kl_track_run_start(kl_track *t, const char *experiment, const char *run_name, int64_t parent_id,
+                       kl_track_run **out, kl_err *e) {
+    *out = NULL;
+    if (!experiment || !*experiment) experiment = "default";
+    kl_track_run *r = calloc(1, sizeof *r);
+    if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    r->t = t;
+    sqlite3_stmt *st = NULL;
+    int rc;
+    kl__track_lock(t);
+    if ((rc = kl__track_begin(t, e))) goto fail_unlocked_tx;
+    int64_t exp_id = 0;
+    if ((rc = experiment_id(t, experiment, &exp_id, e))) goto fail;
+    if (parent_id > 0) {
+        if ((rc = kl__track_prep(t, "SELECT 1 FROM runs WHERE id=?", &st, e))) goto fail;
+        sqlite3_bind_int64(st, 1, parent_id);
+        int found = sqlite3_step(st) == SQLITE_ROW;
+        sqlite3_finalize(st);
+        st = NULL;
+        if (!found) {
+            rc = kl_err_set(e, KL_ENOTFOUND, "parent run %lld not found", (long long)parent_id);
+            goto fail;
+        }
+    }
+    if ((rc = kl__track_prep(t,
+                             "INSERT INTO runs(experiment_id, name, status, start_us, parent_id, pid, pid_start, host, heartbeat_us)"
+                             " VALUES(?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                             &st, e)))
+        goto fail;
+    int64_t now = kl_time_now_us();
+    sqlite3_bind_int64(st, 1, exp_id);
+    sqlite3_bind_text(st, 2, run_name ? run_name : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now);
+    if (parent_id > 0) sqlite3_bind_int64(st, 4, parent_id);
+    else sqlite3_bind_null(st, 4);
+    sqlite3_bind_int64(st, 5, (int64_t)getpid());
+    sqlite3_bind_int64(st, 6, proc_start_time(getpid()));
+    sqlite3_bind_text(st, 7, t->host, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 8, now);
+    int s = sqlite3_step(st);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (s != SQLITE_DONE) {
+        rc = kl__track_sqlerr(t, s, e, "starting a run");
+        goto fail;
+    }
+    r->id = sqlite3_last_insert_rowid(t->db);
+    r->last_hb_us = now;
+    if (!run_name || !*run_name) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "UPDATE runs SET name='run-%lld' WHERE id=%lld", (long long)r->id, (long long)r->id);
+        if ((rc = kl__track_exec(t, sql, e))) goto fail;
+    }
+    if ((rc = kl__track_commit(t, e))) goto fail_unlocked_tx;
+    kl__track_unlock(t);
+    *out = r;
+    return KL_OK;
+fail:
+    kl__track_rollback(t);
+fail_unlocked_tx:
+    kl__track_unlock(t);
+    free(r);
+    return rc;
+}
+
+int kl_track_run_attach(kl_track *t, int64_t run_id, kl_track_run **out, kl_err *e) {
+    *out = NULL;
+    sqlite3_stmt *st = NULL;
+    int rc = kl__track_prep(t, "SELECT status FROM runs WHERE id=?", &st, e);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, run_id);
+    int found = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    if (!found) return kl_err_set(e, KL_ENOTFOUND, "run %lld not found", (long long)run_id);
+    kl_track_run *r = calloc(1, sizeof *r);
+    if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    r->t = t;
+    r->id = run_id;
+    *out = r;
+    return KL_OK;
+}
+
+int64_t kl_track_run_id(const kl_track_run *r) { return r->id; }
+
+void kl_track_run_free(kl_track_run *r) { free(r); }
+
+int kl_track_run_set_status(kl_track *t, int64_t run_id, kl_run_status status, kl_err *e) {
+    sqlite3_stmt *st = NULL;
+    kl__track_lock(t);
+    int rc = kl__track_prep(t, "UPDATE runs SET status=?, end_us=? WHERE id=?", &st, e);
+    if (!rc) {
+        sqlite3_bind_text(st, 1, kl_run_status_name(status), -1, SQLITE_STATIC);
+        if (status == KL_RUN_RUNNING) sqlite3_bind_null(st, 2);
+        else sqlite3_bind_int64(st, 2, kl_time_now_us());
+        sqlite3_bind_int64(st, 3, run_id);
+        int s = sqlite3_step(st);
+        if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "setting the run status");
+        else if (sqlite3_changes(t->db) == 0) rc = kl_err_set(e, KL_ENOTFOUND, "run %lld not found", (long long)run_id);
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    return rc;
+}
+
+int kl_track_run_end(kl_track_run *r, kl_run_status status, kl_err *e) {
+    if (!r) return kl_err_set(e, KL_EINVAL, "no run");
+    int rc = kl_track_run_set_status(r->t, r->id, status, e);
+    free(r);
+    return rc;
+}
+
+/* ==================================================================
+ * Params, metrics, tags
+ * ================================================================== */
+
+int kl_track_log_params(kl_track_run *r, const kl_kv *params, size_t n, kl_err *e) {
+    kl_track *t = r->t;
+    sqlite3_stmt *ins = NULL, *get = NULL;
+    int rc;
+    kl__track_lock(t);
+    if ((rc = kl__track_begin(t, e))) {
+        kl__track_unlock(t);
+        return rc;
+    }
+    if ((rc = kl__track_prep(t, "INSERT INTO params(run_id, key, value) VALUES(?, ?, ?) ON CONFLICT(run_id, key) DO NOTHING", &ins, e)))
+        goto fail;
+    if ((rc = kl__track_prep(t, "SELECT value FROM params WHERE run_id=? AND key=?", &get, e))) goto fail;
+    for (size_t i = 0; i < n; i++) {
+        if (!params[i].key || !*params[i].key || !params[i].value) {
+            rc = kl_err_set(e, KL_EINVAL, "param %zu: empty key or missing value", i);
+            goto fail;
+        }
+        sqlite3_bind_int64(ins, 1, r->id);
+        sqlite3_bind_text(ins, 2, params[i].key, -1, SQLITE_STATIC);
+        sqlite3_bind_text(ins, 3, params[i].value, -1, SQLITE_STATIC);
+        int s = sqlite3_step(ins);
+        sqlite3_reset(ins);
+        if (s != SQLITE_DONE) {
+            rc = kl__track_sqlerr(t, s, e, "logging params");
+            goto fail;
+        }
+        if (sqlite3_changes(t->db) == 0) {
+            sqlite3_bind_int64(get, 1, r->id);
+            sqlite3_bind_text(get, 2, params[i].key, -1, SQLITE_STATIC);
+            int differs = sqlite3_step(get) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(get, 0), params[i].value);
+            if (differs) {
+                rc = kl_err_set(e, KL_EEXIST, "run %lld: param %s is already %s; params are immutable (got %s)", (long long)r->id,
+                                params[i].key, (const char *)sqlite3_column_text(get, 0), params[i].value);
+                kl_err_field(e, "params.%s", params[i].key);
+                sqlite3_reset(get);
+                goto fail;
+            }
+            sqlite3_reset(get);
+        }
+    }
+    sqlite3_finalize(ins);
+    sqlite3_finalize(get);
+    rc = kl__track_commit(t, e);
+    kl__track_unlock(t);
+    return rc;
+fail:
+    sqlite3_finalize(ins);
+    sqlite3_finalize(get);
+    kl__track_rollback(t);
+    kl__track_unlock(t);
+    return rc;
+}
+
+int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, kl_err *e) {
+    kl_track *t = r->t;
+    int rc;
+    if (n == 0) return KL_OK;
+    kl__track_lock(t);
+    if ((rc = kl__track_begin(t, e))) {
+        kl__track_unlock(t);
+        return rc;
+    }
+    if (!t->st_metric_ins &&
+        (rc = kl__track_prep(t, "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value) VALUES(?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+                             &t->st_metric_ins, e)))
+        goto fail;
+    static const char *const again = "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
+                                     " SELECT ?1, ?2, ?3, max(seq) + 1, ?4, ?5 FROM metrics WHERE run_id=?1 AND key_id=?2 AND step=?3";
+    if (!t->st_latest_up &&
+        (rc = kl__track_prep(t,
+                             "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value, n) VALUES(?, ?, ?, ?, ?, ?)"
+                             " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
+                             " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
+                             " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
+                             " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END",
+                             &t->st_latest_up, e)))
+        goto fail;
+    uint64_t gen = ++t->gen;
+    int64_t now = kl_time_now_us();
+    /* touched keys of this batch, to write the latest values once per key */
+    size_t *touched = NULL; /* first index of each key in the batch */
+    size_t ntouched = 0, captouched = 0;
+    sqlite3_stmt *ins = t->st_metric_ins;
+    for (size_t i = 0; i < n; i++) {
+        if (!pts[i].key || !*pts[i].key) {
+            rc = kl_err_set(e, KL_EINVAL, "metric point %zu: empty key", i);
+            goto fail_touched;
+        }
+        kl__keyent *k = NULL;
+        if ((rc = metric_key(t, pts[i].key, &k, e))) goto fail_touched;
+        if (k->gen != gen) {
+            if (ntouched == captouched) {
+                captouched = captouched ? captouched * 2 : 16;
+                size_t *nt = realloc(touched, captouched * sizeof *nt);
+                if (!nt) {
+                    rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                    goto fail_touched;
+                }
+                touched = nt;
+            }
+            /* keep the index, not the entry: the cache may grow and move */
+            touched[ntouched++] = i;
+            k->gen = gen;
+            k->idx = i;
+            k->cnt = 1;
+        } else {
+            if (pts[i].step >= pts[k->idx].step) k->idx = i;
+            k->cnt++;
+        }
+        int64_t ts = pts[i].ts_us ? pts[i].ts_us : now;
+        sqlite3_bind_int64(ins, 1, r->id);
+        sqlite3_bind_int64(ins, 2, k->id);
+        sqlite3_bind_int64(ins, 3, pts[i].step);
+        sqlite3_bind_int64(ins, 4, ts);
+        bind_value(ins, 5, pts[i].value);
+        int s = sqlite3_step(ins);
+        sqlite3_reset(ins);
+        if (s == SQLITE_DONE && sqlite3_changes(t->db) == 0) { /* this step was logged before: append after it */
+            sqlite3_stmt *st2 = NULL;
+            if ((rc = kl__track_cached(t, again, &st2, e))) goto fail_touched;
+            sqlite3_bind_int64(st2, 1, r->id);
+            sqlite3_bind_int64(st2, 2, k->id);
+            sqlite3_bind_int64(st2, 3, pts[i].step);
+            sqlite3_bind_int64(st2, 4, ts);
+            bind_value(st2, 5, pts[i].value);
+            s = sqlite3_step(st2);
+            sqlite3_reset(st2);
+        }
+        if (s != SQLITE_DONE) {
+            rc = kl__track_sqlerr(t, s, e, "logging metrics");
+            goto fail_touched;
+        }
+    }
+    /* latest value per key: touched[] holds the first index of each key */
+    for (size_t j = 0; j < ntouched; j++) {
+        kl__keyent *k = keycache_find(t, pts[touched[j]].key);
+        const kl_metric_point *p = &pts[k->idx];
+        sqlite3_stmt *up = t->st_latest_up;
+        sqlite3_bind_int64(up, 1, r->id);
+        sqlite3_bind_int64(up, 2, k->id);
+        sqlite3_bind_int64(up, 3, p->step);
+        sqlite3_bind_int64(up, 4, p->ts_us ? p->ts_us : now);
+        bind_value(up, 5, p->value);
+        sqlite3_bind_int64(up, 6, k->cnt);
+        int s = sqlite3_step(up);
+        sqlite3_reset(up);
+        if (s != SQLITE_DONE) {
+            rc = kl__track_sqlerr(t, s, e, "updating latest metrics");
+            goto fail_touched;
+        }
+    }
+    free(touched);
+    touched = NULL;
+    if (now - r->last_hb_us > 1000000) {
+        if (!t->st_heartbeat && (rc = kl__track_prep(t, "UPDATE runs SET heartbeat_us=? WHERE id=?", &t->st_heartbeat, e))) goto fail;
+        sqlite3_bind_int64(t->st_heartbeat, 1, now);
+        sqlite3_bind_int64(t->st_heartbeat, 2, r->id);
+        sqlite3_step(t->st_heartbeat);
+        sqlite3_reset(t->st_heartbeat);
+        r->last_hb_us = now;
+    }
+    rc = kl__track_commit(t, e);
+    kl__track_unlock(t);
+    return rc;
+fail_touched:
+    free(touched);
+fail:
+    kl__track_rollback(t);
+    kl__track_unlock(t);
+    return rc;
+}
+
+int kl_track_set_tag(kl_track_run *r, const char *key, const char *value, kl_err *e) {
+    kl_track *t = r->t;
+    if (!key || !*key) return kl_err_set(e, KL_EINVAL, "empty tag key");
+    sqlite3_stmt *st = NULL;
+    kl__track_lock(t);
+    int rc = kl__track_prep(t,
+                            value ? "INSERT INTO tags(run_id, key, value) VALUES(?, ?, ?) ON CONFLICT(run_id, key) DO UPDATE SET value=excluded.value"
+                                  : "DELETE FROM tags WHERE run_id=? AND key=?",
+                            &st, e);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, r->id);
+        sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+        if (value) sqlite3_bind_text(st, 3, value, -1, SQLITE_STATIC);
+        int s = sqlite3_step(st);
+        if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "setting a tag");
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    return rc;
+}
+
+/* ==================================================================
+ * Lineage
+ * ================================================================== */
+
+static int git_commit(char *out, size_t n) {
+    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
+    if (!p) return -1;
+    char buf[128] = {0};
+    char *ok = fgets(buf, sizeof buf, p);
+    int st = pclose(p);
+    if (!ok || st != 0) return -1;
+    buf[strcspn(buf, "\r\n")] = 0;
+    if (strlen(buf) < 7) return -1;
+    snprintf(out, n, "%s", buf);
+    return 0;
+}
+
+int kl_track_set_lineage(kl_track_run *r, const kl_track_lineage *l, kl_err *e) {
+    kl_track *t = r->t;
+    char commit[128];
+    const char *code = l ? l->code_version : NULL;
+    if (!code && !r->lineage_set && git_commit(commit, sizeof commit) == 0) code = commit;
+    sqlite3_stmt *st = NULL;
+    kl__track_lock(t);
+    int rc = kl__track_prep(t,
+                            "INSERT INTO lineage(run_id, dataset_version, feature_hash, code_version, spec_hash) VALUES(?1, ?2, ?3, ?4, ?5)"
+                            " ON CONFLICT(run_id) DO UPDATE SET dataset_version=coalesce(?2, dataset_version),"
+                            " feature_hash=coalesce(?3, feature_hash), code_version=coalesce(?4, code_version),"
+                            " spec_hash=coalesce(?5, spec_hash)",
+                            &st, e);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, r->id);
+        const char *v[4] = {l ? l->dataset_version : NULL, l ? l->feature_hash : NULL, code, l ? l->spec_hash : NULL};
+        for (int i = 0; i < 4; i++)
+            if (v[i]) sqlite3_bind_text(st, i + 2, v[i], -1, SQLITE_TRANSIENT);
+        int s = sqlite3_step(st);
+        if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "setting lineage");
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    if (!rc) r->lineage_set = 1;
+    return rc;
+}
+
+/* ==================================================================
+ * Object store and artifacts
+ * ================================================================== */
+
+void kl__track_object_path(const kl_track *t, const char *hex, char *buf, size_t n) {
+    snprintf(buf, n, "%s/objects/%.2s/%s", t->dir, hex, hex + 2);
+}
+
+int kl__track_put_object(kl_track *t, const char *path, char hex[65], int64_t *size, kl_err *e) {
+    char tmp[4096], dst[4096], dir[4096];
+    int in = -1, out = -1, rc = KL_OK;
+    kl_sha256 *h = NULL;
+    char *buf = NULL;
+    tmp[0] = 0;
+    in = open(path, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    snprintf(tmp, sizeof tmp, "%s/objects/.tmp-XXXXXX", t->dir);
+    out = mkstemp(tmp);
+    if (out < 0) {
+        rc = kl_err_set(e, -errno, "%s: %s", tmp, strerror(errno));
+        tmp[0] = 0;
+        goto fail;
+    }
+    h = kl_sha256_new();
+    buf = malloc(1 << 20);
+    if (!h || !buf) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    int64_t total = 0;
+    for (;;) {
+        ssize_t r = read(in, buf, 1 << 20);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            rc = kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (r == 0) break;
+        kl_sha256_update(h, buf, (size_t)r);
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(out, buf + off, (size_t)(r - off));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                rc = kl_err_set(e, -errno, "%s: %s", tmp, strerror(errno));
+                goto fail;
+            }
+            off += w;
+        }
+        total += r;
+    }
+    uint8_t d[32];
+    kl_sha256_final(h, d);
+    kl_sha256_hex(d, hex);
+    if (fsync(out) != 0) {
+        rc = kl_err_set(e, -errno, "%s: fsync: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    fchmod(out, 0444);
+    close(out);
+    out = -1;
+    snprintf(dir, sizeof dir, "%s/objects/%.2s", t->dir, hex);
+    if ((rc = kl_mkdir_p(dir, e))) goto fail;
+    kl__track_object_path(t, hex, dst, sizeof dst);
+    char have[65];
+    kl_err ign = {0};
+    if (kl_path_exists(dst) && kl_sha256_file_hex(dst, have, &ign) == 0 && !strcmp(have, hex)) {
+        unlink(tmp); /* identical content already stored */
+    } else if (rename(tmp, dst) != 0) {
+        rc = kl_err_set(e, -errno, "%s: %s", dst, strerror(errno));
+        goto fail;
+    } else {
+        kl_fsync_dir(dir, NULL);
+    }
+    tmp[0] = 0;
+    *size = total;
+fail:
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    if (tmp[0]) unlink(tmp);
+    kl_sha256_free(h);
+    free(buf);
+    return rc;
+}
+
+int kl_track_log_artifact_as(kl_track_run *r, const char *path, const char *name, kl_err *e) {
+    kl_track *t = r->t;
+    char hex[65];
+    int64_t size = 0;
+    int rc = kl__track_put_object(t, path, hex, &size, e);
+    if (rc) return rc;
+    if (!name) {
+        name = strrchr(path, '/');
+        name = name ? name + 1 : path;
+    }
+    sqlite3_stmt *st = NULL;
+    kl__track_lock(t);
+    rc = kl__track_prep(t,
+                        "INSERT INTO artifacts(run_id, path, size, sha256, created_us) VALUES(?, ?, ?, ?, ?)"
+                        " ON CONFLICT(run_id, path) DO UPDATE SET size=excluded.size, sha256=excluded.sha256, created_us=excluded.created_us",
+                        &st, e);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, r->id);
+        sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, size);
+        sqlite3_bind_text(st, 4, hex, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, kl_time_now_us());
+        int s = sqlite3_step(st);
+        if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "recording an artifact");
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    return rc;
+}
+
+int kl_track_log_artifact(kl_track_run *r, const char *path, kl_err *e) { return kl_track_log_artifact_as(r, path, NULL, e); }
+
+/* ==================================================================
+ * Queries
+ * ================================================================== */
+
+int kl_track_runs_find(kl_track *t, const char *filter, const char *sort_key, int64_t limit, int64_t **ids, size_t *n,
+                       kl_err *e) {
+    *ids = NULL;
+    *n = 0;
+    kl_buf sql;
+    kl_buf_init(&sql);
+    kl__binds b = {0};
+    sqlite3_stmt *st = NULL;
+    int64_t *v = NULL;
+    size_t nv = 0, cap = 0;
+    int rc;
+    kl_buf_puts(&sql, "SELECT r.id FROM runs r JOIN experiments x ON x.id = r.experiment_id");
+    if (filter && *filter) {
+        kl_buf_puts(&sql, " WHERE ");
+        if ((rc = kl__filter_sql(filter, &sql, &b, e))) goto fail;
+    }
+    kl_buf_puts(&sql, " ORDER BY ");
+    if ((rc = kl__sort_sql(sort_key && *sort_key ? sort_key : "-start_time", &sql, &b, e))) goto fail;
+    kl_buf_puts(&sql, ", r.id DESC");
+    if (limit > 0) kl_buf_printf(&sql, " LIMIT %lld", (long long)limit);
+    if (sql.failed) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    kl__track_lock(t);
+    rc = kl__track_prep(t, sql.data, &st, e);
+    if (!rc) rc = kl__binds_apply(&b, st, 1);
+    int s = SQLITE_DONE;
+    while (!rc && (s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nv == cap) {
+            cap = cap ? cap * 2 : 256;
+            int64_t *nvv = realloc(v, cap * sizeof *v);
+            if (!nvv) {
+                rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                break;
+            }
+            v = nvv;
+        }
+        v[nv++] = sqlite3_column_int64(st, 0);
+    }
+    if (!rc && s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "listing runs");
+    kl__track_unlock(t);
+    if (rc) goto fail;
+    *ids = v;
+    *n = nv;
+    v = NULL;
+fail:
+    free(v);
+    sqlite3_finalize(st);
+    kl_buf_free(&sql);
+    kl__binds_free(&b);
+    return rc;
+}
+
+int kl_track_filter_compile(const char *filter, char **sql, kl_err *e) {
+    *sql = NULL;
+    kl_buf b;
+    kl_buf_init(&b);
+    kl__binds binds = {0};
+    int rc = kl__filter_sql(filter, &b, &binds, e);
+    kl__binds_free(&binds);
+    if (rc) {
+        kl_buf_free(&b);
+        return rc;
+    }
+    *sql = kl_buf_take(&b);
+    return *sql ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+}
+
+static void add_text(cJSON *o, const char *name, sqlite3_stmt *st, int col) {
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, name);
+    else cJSON_AddStringToObject(o, name, (const char *)sqlite3_column_text(st, col));
+}
+
+static void add_int(cJSON *o, const char *name, sqlite3_stmt *st, int col) {
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, name);
+    else cJSON_AddNumberToObject(o, name, (double)sqlite3_column_int64(st, col));
+}
+
+/* Runs a one-parameter (run id) query; calls fn for each row. */
+static int each_row(kl_track *t, const char *sql, int64_t id, void (*fn)(cJSON *, sqlite3_stmt *), cJSON *into, kl_err *e) {
+    sqlite3_stmt *st = NULL;
+    int rc = kl__track_cached(t, sql, &st, e);
+    if (rc) return rc;
+    sqlite3_bind_int64(st, 1, id);
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) fn(into, st);
+    if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "reading a run");
+    sqlite3_reset(st);
+    return rc;
+}
+
+static void row_kv(cJSON *o, sqlite3_stmt *st) {
+    cJSON_AddStringToObject(o, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
+}
+
+static void row_metric(cJSON *o, sqlite3_stmt *st) {
+    cJSON *m = cJSON_AddObjectToObject(o, (const char *)sqlite3_column_text(st, 0));
+    if (!m) return;
+    cJSON_AddNumberToObject(m, "step", (double)sqlite3_column_int64(st, 1));
+    cJSON_AddNumberToObject(m, "ts_us", (double)sqlite3_column_int64(st, 2));
+    kl__json_num(m, "value", col_value(st, 3));
+}
+
+static void row_artifact(cJSON *a, sqlite3_stmt *st) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddStringToObject(o, "path", (const char *)sqlite3_column_text(st, 0));
+    cJSON_AddNumberToObject(o, "size", (double)sqlite3_column_int64(st, 1));
+    cJSON_AddStringToObject(o, "sha256", (const char *)sqlite3_column_text(st, 2));
+    cJSON_AddItemToArray(a, o);
+}
+
+static void row_lineage(cJSON *o, sqlite3_stmt *st) {
+    add_text(o, "dataset_version", st, 0);
+    add_text(o, "feature_hash", st, 1);
+    add_text(o, "code_version", st, 2);
+    add_text(o, "spec_hash", st, 3);
+}
+
+static void row_count(cJSON *o, sqlite3_stmt *st) { cJSON_AddNumberToObject(o, "points", (double)sqlite3_column_int64(st, 0)); }
+
+static void row_child(cJSON *a, sqlite3_stmt *st) { cJSON_AddItemToArray(a, cJSON_CreateNumber((double)sqlite3_column_int64(st, 0))); }
+
+int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) {
+    *out_cjson = NULL;
+    sqlite3_stmt *st = NULL;
+    cJSON *o = NULL;
+    kl__track_lock(t);
+    static const char *const q = "SELECT r.id, x.name, r.name, r.status, r.start_us, r.end_us, r.parent_id, r.pid, r.host, r.heartbeat_us"
+                                 " FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE r.id=?";
+    int rc = kl__track_cached(t, q, &st, e);
+    if (rc) goto fail;
+    sqlite3_bind_int64(st, 1, run_id);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        rc = kl_err_set(e, KL_ENOTFOUND, "run %lld not found", (long long)run_id);
+        goto fail;
+    }
+    o = cJSON_CreateObject();
+    if (!o) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    add_int(o, "id", st, 0);
+    add_text(o, "experiment", st, 1);
+    add_text(o, "name", st, 2);
+    add_text(o, "status", st, 3);
+    add_int(o, "start_us", st, 4);
+    add_int(o, "end_us", st, 5);
+    add_int(o, "parent_id", st, 6);
+    add_int(o, "pid", st, 7);
+    add_text(o, "host", st, 8);
+    add_int(o, "heartbeat_us", st, 9);
+    sqlite3_reset(st);
+    st = NULL;
+    cJSON *params = cJSON_AddObjectToObject(o, "params");
+    cJSON *metrics = cJSON_AddObjectToObject(o, "metrics");
+    cJSON *tags = cJSON_AddObjectToObject(o, "tags");
+    cJSON *arts = cJSON_AddArrayToObject(o, "artifacts");
+    cJSON *lin = cJSON_AddObjectToObject(o, "lineage");
+    cJSON *kids = cJSON_AddArrayToObject(o, "children");
+    if ((rc = each_row(t, "SELECT key, value FROM params WHERE run_id=? ORDER BY key", run_id, row_kv, params, e))) goto fail;
+    if ((rc = each_row(t,
+                       "SELECT k.name, l.step, l.ts_us, l.value FROM metric_latest l JOIN metric_keys k ON k.id = l.key_id"
+                       " WHERE l.run_id=? ORDER BY k.name",
+                       run_id, row_metric, metrics, e)))
+        goto fail;
+    if ((rc = each_row(t, "SELECT key, value FROM tags WHERE run_id=? ORDER BY key", run_id, row_kv, tags, e))) goto fail;
+    if ((rc = each_row(t, "SELECT path, size, sha256 FROM artifacts WHERE run_id=? ORDER BY path", run_id, row_artifact, arts, e)))
+        goto fail;
+    if ((rc = each_row(t, "SELECT dataset_version, feature_hash, code_version, spec_hash FROM lineage WHERE run_id=?", run_id,
+                       row_lineage, lin, e)))
+        goto fail;
+    if ((rc = each_row(t, "SELECT id FROM runs WHERE parent_id=? ORDER BY id", run_id, row_child, kids, e))) goto fail;
+    if ((rc = each_row(t, "SELECT coalesce(sum(n), 0) FROM metric_latest WHERE run_id=?", run_id, row_count, o, e))) goto fail;
+    kl__track_unlock(t);
+    *out_cjson = o;
+    return KL_OK;
+fail:
+    if (st) sqlite3_reset(st);
+    kl__track_unlock(t);
+    cJSON_Delete(o);
+    return rc;
+}
+
+int kl_track_metric_history(kl_track *t, int64_t run_id, const char *key, int64_t **steps, int64_t **ts_us, double **values,
+                            size_t *n, kl_err *e) {
+    *steps = NULL;
+    if (ts_us) *ts_us = NULL;
+    *values = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    int64_t *sv = NULL, *tv = NULL;
+    double *vv = NULL;
+    size_t cnt = 0, cap = 0;
+    kl__track_lock(t);
+    int rc = kl__track_prep(t,
+                            "SELECT m.step, m.ts_us, m.value FROM metrics m WHERE m.run_id=?1"
+                            " AND m.key_id=(SELECT id FROM metric_keys WHERE name=?2) ORDER BY m.step, m.seq",
+                            &st, e);
+    if (rc) goto fail;
+    sqlite3_bind_int64(st, 1, run_id);
+    sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 256;
+            int64_t *a = realloc(sv, cap * sizeof *a);
+            if (a) sv = a;
+            int64_t *b = realloc(tv, cap * sizeof *b);
+            if (b) tv = b;
+            double *c = realloc(vv, cap * sizeof *c);
+            if (c) vv = c;
+            if (!a || !b || !c) {
+                rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                goto fail;
+            }
+        }
+        sv[cnt] = sqlite3_column_int64(st, 0);
+        tv[cnt] = sqlite3_column_int64(st, 1);
+        vv[cnt] = col_value(st, 2);
+        cnt++;
+    }
+    if (s != SQLITE_DONE) {
+        rc = kl__track_sqlerr(t, s, e, "reading metric history");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    *steps = sv;
+    if (ts_us) *ts_us = tv;
+    else free(tv);
+    *values = vv;
+    *n = cnt;
+    return KL_OK;
+fail:
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    free(sv);
+    free(tv);
+    free(vv);
+    return rc;
+}
+
+void kl_track_strv_free(char **v, size_t n) {
+    if (!v) return;
+    for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+int kl_track_metric_keys(kl_track *t, int64_t run_id, char ***keys, size_t *n, kl_err *e) {
+    *keys = NULL;
+    *n = 0;
+    sqlite3_stmt *st = NULL;
+    char **v = NULL;
+    size_t cnt = 0, cap = 0;
+    kl__track_lock(t);
+    int rc = kl__track_prep(t,
+                            "SELECT k.name FROM metric_latest l JOIN metric_keys k ON k.id = l.key_id WHERE l.run_id=? ORDER BY k.name",
+                            &st, e);
+    if (rc) goto fail;
+    sqlite3_bind_int64(st, 1, run_id);
+    int s;
+    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+        if (cnt == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, cap * sizeof *nv);
+            if (!nv) {
+                rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                goto fail;
+            }
+            v = nv;
+        }
+        v[cnt] = strdup((const char *)sqlite3_column_text(st, 0));
+        if (!v[cnt]) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            goto fail;
+        }
+        cnt++;
+    }
+    if (s != SQLITE_DONE) {
+        rc = kl__track_sqlerr(t, s, e, "reading metric keys");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    *keys = v;
+    *n = cnt;
+    return KL_OK;
+fail:
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    kl_track_strv_free(v, cnt);
+    return rc;
+}
+
+int kl_track_metric_count(kl_track *t, int64_t run_id, const char *key, int64_t *out, kl_err *e) {
+    *out = 0;
+    sqlite3_stmt *st = NULL;
+    kl__track_lock(t);
+    int rc = kl__track_prep(t,
+                            key ? "SELECT coalesce(sum(n), 0) FROM metric_latest WHERE run_id=?1 AND key_id=(SELECT id FROM metric_keys WHERE name=?2)"
+                                : "SELECT coalesce(sum(n), 0) FROM metric_latest WHERE run_id=?1",
+                            &st, e);
+    if (!rc) {
+        sqlite3_bind_int64(st, 1, run_id);
+        if (key) sqlite3_bind_text(st, 2, key, -1, SQLITE_STATIC);
+        int s = sqlite3_step(st);
+        if (s == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
+        else rc = kl__track_sqlerr(t, s, e, "counting metrics");
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    return rc;
+}

@@ -1,0 +1,84 @@
+/* Private to src/track: the store handle, SQLite helpers shared by the
+ * store, the registry and the filter compiler, and the object store. */
+#ifndef KEEL_TRACK_INT_H
+#define KEEL_TRACK_INT_H
+
+#include <keel/track.h>
+#include <pthread.h>
+#include <sqlite3.h>
+
+/* Metric-key cache entry (key -> id), plus per-batch scratch. */
+typedef struct {
+    char *key;
+    int64_t id;
+    uint64_t gen; /* batch generation that last touched it */
+    size_t idx;   /* index of the batch's latest point for this key */
+    int64_t cnt;  /* points of this key in the batch */
+} kl__keyent;
+
+struct kl_track {
+    sqlite3 *db;
+    char *dir;
+    char host[256];
+    pthread_mutex_t mu;
+    int stale_marked;
+    /* cached statements */
+    sqlite3_stmt *st_metric_ins, *st_latest_up, *st_key_ins, *st_key_get, *st_heartbeat;
+    struct {
+        const char *sql; /* a static string: cached by address */
+        sqlite3_stmt *st;
+    } cache[32];
+    kl__keyent *keys;
+    size_t nkeys, capkeys;
+    uint64_t gen;
+};
+
+struct kl_track_run {
+    kl_track *t;
+    int64_t id;
+    int64_t last_hb_us;
+    int lineage_set;
+};
+
+/* Schema version a new store is migrated to (tests lower it to build an
+ * old store, then reopen to check the forward migration). */
+extern int kl__track_target_version;
+
+int kl__track_sqlerr(kl_track *t, int rc, kl_err *e, const char *what);
+int kl__track_exec(kl_track *t, const char *sql, kl_err *e);
+int kl__track_prep(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e);
+/* A prepared statement cached on the handle for a static SQL string; reset
+ * and unbound. Do not finalize it. */
+int kl__track_cached(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e);
+/* BEGIN IMMEDIATE, retried while the database is busy (beyond the busy timeout). */
+int kl__track_begin(kl_track *t, kl_err *e);
+int kl__track_commit(kl_track *t, kl_err *e);
+void kl__track_rollback(kl_track *t);
+void kl__track_lock(kl_track *t);
+void kl__track_unlock(kl_track *t);
+
+/* Object store: copies a file in (sha256 computed while copying); an
+ * existing object that no longer matches its name is replaced. */
+int kl__track_put_object(kl_track *t, const char *path, char hex[65], int64_t *size, kl_err *e);
+void kl__track_object_path(const kl_track *t, const char *hex, char *buf, size_t n);
+
+/* A bound value of a compiled filter. */
+typedef struct {
+    int is_num;
+    double num;
+    char *str;
+} kl__bind;
+typedef struct {
+    kl__bind *v;
+    size_t n, cap;
+} kl__binds;
+void kl__binds_free(kl__binds *b);
+int kl__binds_apply(const kl__binds *b, sqlite3_stmt *st, int first);
+/* Appends the SQL of filter (over runs r, experiments x) to sql. */
+int kl__filter_sql(const char *filter, kl_buf *sql, kl__binds *b, kl_err *e);
+/* Appends the ORDER BY expression of a sort key ("-metrics.acc", "name desc"). */
+int kl__sort_sql(const char *key, kl_buf *sql, kl__binds *b, kl_err *e);
+
+void kl__json_num(void *obj, const char *name, double v); /* non-finite as strings */
+
+#endif
