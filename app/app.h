@@ -78,5 +78,10 @@ int cmd_config(int argc, char **argv);
 int cmd_runs(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_ui(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

@@ -7,11 +7,16 @@
 
 static const app_command commands[] = {
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
+    {"bench", "benchmark an ONNX model: latency percentiles, throughput, memory", cmd_bench},
     {"config", "show effective settings and where each came from", cmd_config},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
     {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
     {"ui", "read-only web UI over runs and models", cmd_ui},
+    {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
+    {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
     {"version", "version, build and linked library versions", cmd_version},
+    {"train", "train a model from a YAML spec (deterministic, resumable)", cmd_train},
+    {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
 };
 
 /* Options every command accepts, anywhere on the line; they set the

@@ -1,0 +1,52 @@
+/* keel train: trains a model spec (YAML) into an artifacts folder. */
+#include "app.h"
+
+#include <keel/train.h>
+#include <string.h>
+
+static const app_opt opts[] = {
+    {"out", 'o', 1, "DIR", "artifacts folder (model.onnx, meta.json, card.md, metrics.csv, curves.svg, checkpoints/)", 0},
+    {"resume", 0, 0, NULL, "continue from the newest valid checkpoint in DIR/checkpoints", 0},
+    {"memory-report", 0, 0, NULL, "print the memory plan (params, grads, optimizer, activations, workspace, peak)", 0},
+    {"max-steps", 0, 1, "N", "stop after N optimizer steps (overrides train.max_steps when lower)", 0},
+    {"check", 0, 0, NULL, "only validate the spec (shapes, keys) and exit", 0},
+    {"quiet", 'q', 0, NULL, "no progress line", 0},
+    {"json", 0, 0, NULL, "summary as JSON", 0},
+};
+static const app_cmd_spec spec = {
+    "train", "keel train SPEC.yaml --out DIR [--resume] [--memory-report] [--memory-limit SIZE]",
+    "Train a model from a YAML spec; write model.onnx and its lineage.",
+    "The spec names the input shape, the layers and their wiring, the loss, the optimizer,\n"
+    "the schedule, the training settings and the data (.npy X and y). Same spec + data + seed\n"
+    "gives bit-identical weights at any thread count. --memory-limit (global) makes a plan\n"
+    "above it fail before training. See docs/training.md.",
+    opts, KL_ARRAY_LEN(opts), 1, 1};
+
+int cmd_train(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    if (app_flag(&a, "check")) {
+        if (kl_train_check(a.pos[0], &e)) return app_fail(&e);
+        printf("%s: ok\n", a.pos[0]);
+        return APP_EXIT_OK;
+    }
+    const char *out = app_get(&a, "out");
+    if (!out) return app_usage_error(&spec, "--out DIR is required");
+    int64_t max_steps;
+    if ((rc = app_get_int(&a, &spec, "max-steps", 0, &max_steps)) >= 0) return rc;
+    kl_train_opts o = {0};
+    o.out_dir = out;
+    o.resume = app_flag(&a, "resume");
+    o.memory_report = app_flag(&a, "memory-report");
+    o.max_steps = max_steps;
+    o.quiet = app_flag(&a, "quiet");
+    o.json = app_flag(&a, "json");
+    uint64_t lim = 0;
+    if (app_config() && kl_config_get(app_config(), "memory.limit") && kl_config_get_size(app_config(), "memory.limit", &lim, &e)) return app_fail(&e);
+    o.memory_limit = lim;
+    if (lim) kl_mem_set_budget(0); /* checked against the plan up front, then enforced */
+    if (kl_train_run(a.pos[0], &o, &e)) return app_fail(&e);
+    return APP_EXIT_OK;
+}

@@ -1,0 +1,182 @@
+/* Kernel benchmark: SGEMM GFLOP/s (keel's pooled GEMM vs OpenBLAS's own
+ * threading, same run) and per-layer conv times of ResNet-18 and MobileNetV2
+ * (batch 1, 224x224) at 1 and 2 threads. Medians of several runs.
+ * Usage: kernel_bench [gemm|conv|all] [iters] */
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keel/core.h"
+#include "keel/tensor.h"
+
+extern void openblas_set_num_threads(int);
+
+static double now_s(void) { return (double)kl_time_mono_ns() * 1e-9; }
+
+static int cmpd(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmpd);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static float *rnd(size_t n) {
+    float *p = kl_mem_alloc(n * sizeof(float), KL_TAG_OTHER);
+    uint64_t s = 42;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
+    }
+    return p;
+}
+
+static void bench_gemm(int iters) {
+    int sizes[] = {2048, 512};
+    printf("## SGEMM (row-major NN, median of %d)\n", iters);
+    printf("| size | threads | keel GFLOP/s | OpenBLAS GFLOP/s | keel/OpenBLAS |\n|---|---|---|---|---|\n");
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        int n = sizes[si];
+        float *A = rnd((size_t)n * n), *B = rnd((size_t)n * n), *C = rnd((size_t)n * n);
+        double flops = 2.0 * n * (double)n * n;
+        for (int th = 1; th <= 2; th++) {
+            kl_pool *pool;
+            kl_pool_new(th, &pool, NULL);
+            double tk[64], to[64];
+            kl_gemm_f32(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n, pool); /* warm-up, sets BLAS to 1 thread */
+            for (int i = 0; i < iters; i++) {
+                double t0 = now_s();
+                kl_gemm_f32(0, 0, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n, pool);
+                tk[i] = now_s() - t0;
+            }
+            openblas_set_num_threads(th);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+            for (int i = 0; i < iters; i++) {
+                double t0 = now_s();
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
+                to[i] = now_s() - t0;
+            }
+            openblas_set_num_threads(1);
+            double k = flops / median(tk, iters) * 1e-9, o = flops / median(to, iters) * 1e-9;
+            printf("| %d³ | %d | %.1f | %.1f | %.2f |\n", n, th, k, o, k / o);
+            kl_pool_free(pool);
+        }
+        kl_mem_free(A); kl_mem_free(B); kl_mem_free(C);
+    }
+    /* batch-1 fully connected shapes (M = 1) */
+    printf("\n| GEMV-like M=1 (N x K) | threads | keel µs | OpenBLAS µs |\n|---|---|---|---|\n");
+    int fc[][2] = {{1000, 512}, {1000, 1280}, {2048, 2048}};
+    for (size_t f = 0; f < 3; f++) {
+        int N = fc[f][0], K = fc[f][1];
+        float *A = rnd((size_t)K), *B = rnd((size_t)K * N), *C = rnd((size_t)N);
+        for (int th = 1; th <= 2; th++) {
+            kl_pool *pool;
+            kl_pool_new(th, &pool, NULL);
+            double tk[200], to[200];
+            int it = 100;
+            for (int i = 0; i < it; i++) {
+                double t0 = now_s();
+                kl_gemm_f32(0, 1, 1, N, K, 1.0f, A, K, B, K, 0.0f, C, N, pool);
+                tk[i] = now_s() - t0;
+            }
+            openblas_set_num_threads(th);
+            for (int i = 0; i < it; i++) {
+                double t0 = now_s();
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, 1, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+                to[i] = now_s() - t0;
+            }
+            openblas_set_num_threads(1);
+            printf("| %d x %d | %d | %.1f | %.1f |\n", N, K, th, median(tk, it) * 1e6, median(to, it) * 1e6);
+            kl_pool_free(pool);
+        }
+        kl_mem_free(A); kl_mem_free(B); kl_mem_free(C);
+    }
+}
+
+typedef struct { const char *name; int C, M, G, H, k, s; } layer;
+
+static const layer RESNET18[] = {
+    {"conv1 7x7/2 3->64 @224", 3, 64, 1, 224, 7, 2},
+    {"layer1 3x3 64->64 @56", 64, 64, 1, 56, 3, 1},
+    {"layer2.0 3x3/2 64->128 @56", 64, 128, 1, 56, 3, 2},
+    {"layer2 3x3 128->128 @28", 128, 128, 1, 28, 3, 1},
+    {"layer2.ds 1x1/2 64->128 @56", 64, 128, 1, 56, 1, 2},
+    {"layer3.0 3x3/2 128->256 @28", 128, 256, 1, 28, 3, 2},
+    {"layer3 3x3 256->256 @14", 256, 256, 1, 14, 3, 1},
+    {"layer4.0 3x3/2 256->512 @14", 256, 512, 1, 14, 3, 2},
+    {"layer4 3x3 512->512 @7", 512, 512, 1, 7, 3, 1},
+};
+
+static const layer MOBILENETV2[] = {
+    {"conv 3x3/2 3->32 @224", 3, 32, 1, 224, 3, 2},
+    {"dw 3x3 32 @112", 32, 32, 32, 112, 3, 1},
+    {"pw 32->16 @112", 32, 16, 1, 112, 1, 1},
+    {"pw 16->96 @112", 16, 96, 1, 112, 1, 1},
+    {"dw 3x3/2 96 @112", 96, 96, 96, 112, 3, 2},
+    {"pw 96->24 @56", 96, 24, 1, 56, 1, 1},
+    {"pw 24->144 @56", 24, 144, 1, 56, 1, 1},
+    {"dw 3x3 144 @56", 144, 144, 144, 56, 3, 1},
+    {"dw 3x3/2 144 @56", 144, 144, 144, 56, 3, 2},
+    {"pw 192->32 @28", 192, 32, 1, 28, 1, 1},
+    {"dw 3x3 192 @28", 192, 192, 192, 28, 3, 1},
+    {"dw 3x3 384 @14", 384, 384, 384, 14, 3, 1},
+    {"pw 384->64 @14", 384, 64, 1, 14, 1, 1},
+    {"dw 3x3 576 @14", 576, 576, 576, 14, 3, 1},
+    {"dw 3x3 960 @7", 960, 960, 960, 7, 3, 1},
+    {"pw 960->160 @7", 960, 160, 1, 7, 1, 1},
+    {"pw 320->1280 @7", 320, 1280, 1, 7, 1, 1},
+};
+
+static void bench_layers(const char *model, const layer *L, size_t n, int iters) {
+    printf("\n## %s conv layers (batch 1, median of %d, bias + ReLU fused)\n", model, iters);
+    printf("| layer | GFLOP | 1 thread ms | 2 threads ms | 1t GFLOP/s | 2t GFLOP/s |\n|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < n; i++) {
+        kl_conv_params p;
+        memset(&p, 0, sizeof p);
+        p.nsp = 2; p.N = 1; p.C = L[i].C; p.M = L[i].M; p.group = L[i].G;
+        p.in[0] = p.in[1] = L[i].H;
+        p.k[0] = p.k[1] = L[i].k;
+        p.stride[0] = p.stride[1] = L[i].s;
+        p.pad_begin[0] = p.pad_begin[1] = p.pad_end[0] = p.pad_end[1] = L[i].k / 2;
+        p.act.kind = KL_ACT_RELU;
+        kl_conv_prepare(&p, NULL);
+        size_t xn = (size_t)p.C * L[i].H * L[i].H, wn = (size_t)p.M * (p.C / p.group) * L[i].k * L[i].k;
+        size_t yn = (size_t)p.M * p.out[0] * p.out[1];
+        float *x = rnd(xn), *w = rnd(wn), *b = rnd((size_t)p.M), *y = rnd(yn);
+        size_t wsb = kl_conv_workspace_bytes(&p);
+        void *ws = wsb ? kl_mem_alloc(wsb, KL_TAG_WORKSPACE) : NULL;
+        double gf = 2.0 * (double)wn * (double)(p.out[0] * p.out[1]) * 1e-9, ms[2];
+        for (int th = 1; th <= 2; th++) {
+            kl_pool *pool;
+            kl_pool_new(th, &pool, NULL);
+            double t[256];
+            kl_conv_f32(&p, x, w, b, y, ws, pool, NULL);
+            for (int it = 0; it < iters; it++) {
+                double t0 = now_s();
+                kl_conv_f32(&p, x, w, b, y, ws, pool, NULL);
+                t[it] = now_s() - t0;
+            }
+            ms[th - 1] = median(t, iters) * 1e3;
+            kl_pool_free(pool);
+        }
+        printf("| %s | %.3f | %.3f | %.3f | %.1f | %.1f |\n", L[i].name, gf, ms[0], ms[1], gf / ms[0] * 1e3,
+               gf / ms[1] * 1e3);
+        kl_mem_free(x); kl_mem_free(w); kl_mem_free(b); kl_mem_free(y); kl_mem_free(ws);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "all";
+    int iters = argc > 2 ? atoi(argv[2]) : 9;
+    if (iters < 1) iters = 1;
+    if (iters > 64) iters = 64;
+    if (!strcmp(what, "gemm") || !strcmp(what, "all")) bench_gemm(iters);
+    if (!strcmp(what, "conv") || !strcmp(what, "all")) {
+        bench_layers("ResNet-18", RESNET18, sizeof RESNET18 / sizeof *RESNET18, iters * 2);
+        bench_layers("MobileNetV2", MOBILENETV2, sizeof MOBILENETV2 / sizeof *MOBILENETV2, iters * 4);
+    }
+    return 0;
+}

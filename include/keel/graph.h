@@ -1,0 +1,134 @@
+/* keel graph IR: values (dtype + possibly symbolic shape), nodes with ONNX
+ * operator semantics and attributes, initializers as kl_tensor; topological
+ * order, validation against the op registry, shape inference, optimisation
+ * passes. Loaded from ONNX by src/onnx, built directly by training, executed
+ * by the runtime (include/keel/runtime.h). */
+#ifndef KEEL_GRAPH_H
+#define KEEL_GRAPH_H
+
+#include "keel/core.h"
+#include "keel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    KL_ATTR_UNDEF, KL_ATTR_FLOAT, KL_ATTR_INT, KL_ATTR_STRING, KL_ATTR_TENSOR,
+    KL_ATTR_FLOATS, KL_ATTR_INTS, KL_ATTR_STRINGS, KL_ATTR_GRAPH, KL_ATTR_OTHER
+} kl_attr_type;
+
+typedef struct kl_attr {
+    char *name;
+    kl_attr_type type;
+    float f;
+    int64_t i;
+    char *s;            /* STRING (NUL-terminated copy) */
+    kl_tensor *t;       /* TENSOR (owned) */
+    float *floats;      /* FLOATS */
+    int64_t *ints;      /* INTS */
+    char **strings;     /* STRINGS */
+    int n;              /* element count of FLOATS/INTS/STRINGS */
+} kl_attr;
+
+typedef struct kl_value {
+    char *name;
+    kl_dtype dtype;     /* KL_DTYPE_COUNT when unknown */
+    int rank;           /* -1 when unknown */
+    int64_t dims[KL_MAX_DIMS];     /* -1 when symbolic/unknown */
+    char *dim_names[KL_MAX_DIMS];  /* symbolic name or NULL */
+    kl_tensor *init;    /* initializer / constant data (owned), else NULL */
+    int producer;       /* node index, -1 for graph inputs and initializers */
+    int is_input, is_output;
+    int n_uses;         /* consumer count (set by kl_graph_finalize) */
+} kl_value;
+
+struct kl_op;
+typedef struct kl_node {
+    char *name;         /* may be "" */
+    char *op_type;
+    char *domain;       /* "" = ai.onnx */
+    int *inputs;        /* value indices; -1 = omitted optional input */
+    int n_in;
+    int *outputs;       /* value indices; -1 = omitted optional output */
+    int n_out;
+    kl_attr *attrs;
+    int n_attrs;
+    int opset;          /* opset of the node's domain */
+    const struct kl_op *op; /* registry entry (set by kl_graph_finalize) */
+    int index;          /* original index in the model (for messages) */
+    int dead;           /* removed by a pass */
+    void *priv;         /* op-private prepared data, freed by op->free_priv */
+} kl_node;
+
+typedef struct kl_graph {
+    char *name;
+    kl_value *values;
+    int n_values, cap_values;
+    kl_node *nodes;     /* in topological order after kl_graph_finalize */
+    int n_nodes, cap_nodes;
+    int *inputs;        /* graph inputs (not initializers) */
+    int n_inputs;
+    int *outputs;
+    int n_outputs;
+    int opset;          /* default-domain opset */
+    char *producer;     /* producer_name + version, may be NULL */
+} kl_graph;
+
+int kl_graph_new(kl_graph **out, kl_err *e);
+void kl_graph_free(kl_graph *g);
+/* Index of the value called name, creating it (unknown type) when absent; -1 on OOM. */
+int kl_graph_value(kl_graph *g, const char *name);
+int kl_graph_find_value(const kl_graph *g, const char *name); /* -1 when absent */
+/* Appends a node; returns its index or -1 on OOM. Inputs/outputs by name ("" = omitted). */
+int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const char *const *inputs,
+                      int n_in, const char *const *outputs, int n_out);
+kl_attr *kl_node_attr_add(kl_node *n, const char *name, kl_attr_type type);
+const kl_attr *kl_node_attr(const kl_node *n, const char *name);
+int64_t kl_node_attr_int(const kl_node *n, const char *name, int64_t def);
+float kl_node_attr_float(const kl_node *n, const char *name, float def);
+const char *kl_node_attr_str(const kl_node *n, const char *name, const char *def);
+/* "node 17 'conv1' (Conv)" into buf. */
+const char *kl_node_desc(const kl_node *n, char *buf, size_t len);
+
+/* Checks ops against the registry (op type, opset, attributes), dangling
+ * inputs, duplicate producers and cycles; sorts nodes topologically; counts
+ * uses. Errors name the node. */
+int kl_graph_finalize(kl_graph *g, kl_err *e);
+/* Optimisation passes (constant folding, eliminations, fusions). level 0: none. */
+int kl_graph_optimize(kl_graph *g, int level, kl_err *e);
+/* Op registry lookup (NULL when unsupported). */
+const struct kl_op *kl_op_find(const char *domain, const char *op_type);
+/* Number of registered op types (for reports). */
+int kl_op_count(void);
+const char *kl_op_name(int i);
+
+/* ---- Execution plans ----
+ * A plan fixes, for one set of concrete input shapes, the output shape of
+ * every value, constant-folds what the shapes determine (Shape -> Gather ->
+ * Concat -> Reshape chains), and gives every intermediate an offset in one
+ * arena by liveness (greedy best fit, largest first). Nodes whose output
+ * shape depends on run-time data (NonZero, ...) and everything after them
+ * run in dynamic mode (shapes inferred and memory allocated at run time).
+ * A plan is immutable: concurrent runs share it, each with its own arena. */
+typedef struct kl_plan kl_plan;
+int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_plan **out, kl_err *e);
+void kl_plan_free(kl_plan *p);
+/* Bytes of the arena a run needs (activations + workspace + headers). */
+uint64_t kl_plan_arena_bytes(const kl_plan *p);
+/* Bytes of planned activations alone (the planned peak). */
+uint64_t kl_plan_activation_bytes(const kl_plan *p);
+/* Sum of all intermediate sizes (what a planner-less runtime would hold). */
+uint64_t kl_plan_naive_bytes(const kl_plan *p);
+int kl_plan_is_dynamic(const kl_plan *p);
+/* Runs the plan. arena: kl_plan_arena_bytes(p) bytes, 64-byte aligned.
+ * outputs[i] are new tensors (caller frees). pool NULL = default pool. */
+int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
+                size_t n_out, void *arena, kl_pool *pool, kl_err *e);
+/* Shape of value v under the plan (NULL when not planned / dynamic). */
+const kl_tensor *kl_plan_value(const kl_plan *p, int v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

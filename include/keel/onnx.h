@@ -1,0 +1,38 @@
+/* keel onnx: loading ONNX models (protobuf, via protobuf-c code generated at
+ * build time from Debian's onnx.proto) into the graph IR, and ONNX TensorProto
+ * (.pb) files as used by the ONNX backend test suite. */
+#ifndef KEEL_ONNX_H
+#define KEEL_ONNX_H
+
+#include "keel/core.h"
+#include "keel/graph.h"
+#include "keel/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Default-domain opsets the loader accepts (the op registry further limits
+ * each op to the versions whose semantics it implements). */
+#define KL_ONNX_OPSET_MIN 1
+#define KL_ONNX_OPSET_MAX 17
+
+/* Parses a model file; external data files are resolved relative to it. */
+int kl_onnx_load(const char *path, kl_graph **out, kl_err *e);
+/* Parses a model from memory. base_dir resolves external data (NULL: refused);
+ * name is used in messages. */
+int kl_onnx_load_mem(const void *buf, size_t len, const char *name, const char *base_dir, kl_graph **out,
+                     kl_err *e);
+/* Reads a serialized TensorProto file; *name (malloc'd, may be NULL) gets its name. */
+int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *e);
+int kl_onnx_tensor_load_mem(const void *buf, size_t len, kl_tensor **out, char **name, kl_err *e);
+/* Reads a tensor file by extension: .npy (NumPy) or anything else as a
+ * serialized ONNX TensorProto (.pb). */
+int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e);
+/* Maps an ONNX TensorProto data_type to a kl_dtype (KL_EUNSUPPORTED otherwise). */
+int kl_onnx_dtype(int onnx_type, kl_dtype *out, kl_err *e);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* Private header of the graph module: the op registry entry, the per-run
+ * execution context and helpers shared by the op files (ops_*.c), the
+ * passes and the executor. */
+#ifndef KEEL_GRAPH_INT_H
+#define KEEL_GRAPH_INT_H
+
+#include "keel/graph.h"
+#include "keel/tensor.h"
+
+/* Returned by an op's infer when it needs the value (not only the shape) of
+ * an input that is unknown at planning time: the executor then infers that
+ * node's output shapes at run time. */
+#define KL__NEED_DATA 1
+
+typedef struct kl_exec {
+    kl_pool *pool;
+    void *ws;          /* workspace of at least the bytes infer asked for */
+    size_t ws_bytes;
+} kl_exec;
+
+/* in[i]: NULL for an omitted optional input; in[i]->data NULL when the value
+ * is unknown (planning). infer sets dtype/rank/dims of out[0..n_out) (the
+ * executor fills strides/data) and the workspace bytes run needs. */
+typedef int (*kl_infer_fn)(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out,
+                           size_t *ws, kl_err *e);
+typedef int (*kl_run_fn)(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out,
+                         kl_exec *x, kl_err *e);
+typedef int (*kl_check_fn)(kl_node *n, const kl_graph *g, kl_err *e);
+
+typedef struct kl_op {
+    const char *name;
+    const char *domain;      /* "" = ai.onnx */
+    int since, until;        /* opset versions whose semantics are implemented */
+    int min_in, max_in, min_out, max_out;
+    const char *const *attrs; /* accepted attribute names (NULL-terminated); NULL = any */
+    kl_check_fn check;       /* attribute value validation (may be NULL) */
+    kl_infer_fn infer;
+    kl_run_fn run;
+    int flags;
+} kl_op;
+
+#define KL_OP_NOFOLD 1       /* never constant-fold (random ops) */
+
+/* Registry tables defined in the ops_*.c files. */
+extern const kl_op kl__ops_elem[];
+extern const kl_op kl__ops_nn[];
+extern const kl_op kl__ops_shape[];
+extern const kl_op kl__ops_misc[];
+
+/* ---- helpers (graph.c) ---- */
+void kl__set_shape(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims);
+int kl__fail_node(kl_err *e, const kl_node *n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* Integer value i of a (small) int tensor of any integer dtype. */
+int64_t kl__int_at(const kl_tensor *t, int64_t i);
+double kl__dbl_at(const kl_tensor *t, int64_t i);
+void kl__set_dbl(kl_tensor *t, int64_t i, double v);
+/* ONNX TensorProto data_type -> kl_dtype; KL_EUNSUPPORTED otherwise. */
+int kl__dtype_from_onnx(int t, kl_dtype *out);
+int kl__norm_axis(int64_t axis, int rank, int64_t *out);
+/* Runs one node standalone, allocating outputs (constant folding, dynamic steps). */
+int kl__run_node_alloc(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
+                       kl_err *e);
+
+#endif

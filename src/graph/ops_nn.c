@@ -1,0 +1,811 @@
+/* Neural-network operators on top of the tensor kernels: MatMul Gemm Conv
+ * ConvTranspose MaxPool AveragePool Global*Pool BatchNormalization
+ * LayerNormalization InstanceNormalization Softmax LogSoftmax Hardmax
+ * Reduce* ArgMax ArgMin Resize LRN TopK. f32 fast paths; other dtypes
+ * through simple generic loops where the node tests need them. */
+#include "graph/graph_int.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NEED(t) do { if (!(t) || !(t)->data) return KL__NEED_DATA; } while (0)
+
+static int need_f32(kl_node *n, const kl_tensor *t, kl_err *e) {
+    if (t->dtype != KL_F32)
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s is not supported (float32 only)", n->opset, kl_dtype_name(t->dtype));
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * MatMul, Gemm
+ * ================================================================== */
+
+static int matmul_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int r;
+    int64_t d[KL_MAX_DIMS];
+    if (in[0]->dtype != in[1]->dtype) return kl__fail_node(e, n, KL_ETYPE, "input dtypes differ");
+    if (kl_matmul_shape(in[0]->rank, in[0]->dims, in[1]->rank, in[1]->dims, &r, d, e)) {
+        char m[600];
+        snprintf(m, sizeof m, "%s", e ? e->msg : "");
+        return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
+    }
+    kl__set_shape(&out[0], in[0]->dtype, r, d);
+    return KL_OK;
+}
+
+static int matmul_generic(kl_tensor *const *in, kl_tensor *out) {
+    /* batch broadcast over doubles; small tensors only (node tests, ints) */
+    const kl_tensor *a = in[0], *b = in[1];
+    int ra = a->rank, rb = b->rank;
+    int64_t M = ra >= 2 ? a->dims[ra - 2] : 1, K = a->dims[ra - 1], N = rb >= 2 ? b->dims[rb - 1] : 1;
+    int64_t MN = M * N;
+    int64_t batch = MN ? kl_tensor_numel(out) / MN : 0;
+    int br = out->rank - (ra >= 2 && rb >= 2 ? 2 : 1);
+    for (int64_t bt = 0; bt < batch; bt++) {
+        int64_t rem = bt, oa = 0, ob = 0, sa = 1, sb = 1;
+        for (int d = br - 1; d >= 0; d--) {
+            int64_t od = out->dims[d], c = rem % od;
+            rem /= od;
+            int ia = d - (br - (ra - 2)), ib = d - (br - (rb - 2));
+            if (ra > 2 && ia >= 0) { if (a->dims[ia] != 1) oa += c * sa; sa *= a->dims[ia]; }
+            if (rb > 2 && ib >= 0) { if (b->dims[ib] != 1) ob += c * sb; sb *= b->dims[ib]; }
+        }
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++) s += kl__dbl_at(a, oa * M * K + i * K + k) * kl__dbl_at(b, ob * K * N + k * N + j);
+                kl__set_dbl(out, bt * M * N + i * N + j, s);
+            }
+    }
+    return KL_OK;
+}
+
+static int matmul_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype != KL_F32) return matmul_generic(in, out[0]);
+    return kl_matmul_f32(in[0]->rank, in[0]->dims, in[0]->data, in[1]->rank, in[1]->dims, in[1]->data, out[0]->data, x->pool, e);
+}
+
+static int gemm_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->rank != 2 || in[1]->rank != 2) return kl__fail_node(e, n, KL_ESHAPE, "A and B must be 2-D");
+    int ta = (int)kl_node_attr_int(n, "transA", 0), tb = (int)kl_node_attr_int(n, "transB", 0);
+    int64_t M = ta ? in[0]->dims[1] : in[0]->dims[0], K = ta ? in[0]->dims[0] : in[0]->dims[1];
+    int64_t K2 = tb ? in[1]->dims[1] : in[1]->dims[0], N = tb ? in[1]->dims[0] : in[1]->dims[1];
+    if (K != K2) return kl__fail_node(e, n, KL_ESHAPE, "inner dimensions %lld and %lld differ", (long long)K, (long long)K2);
+    int64_t d[2] = {M, N};
+    if (n_in > 2 && in[2]) {
+        const kl_tensor *c = in[2];
+        if (c->rank > 2 || (c->rank >= 1 && c->dims[c->rank - 1] != N && c->dims[c->rank - 1] != 1) ||
+            (c->rank == 2 && c->dims[0] != M && c->dims[0] != 1))
+            return kl__fail_node(e, n, KL_ESHAPE, "C does not broadcast to (%lld, %lld)", (long long)M, (long long)N);
+    }
+    kl__set_shape(&out[0], in[0]->dtype, 2, d);
+    return KL_OK;
+}
+
+static int gemm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int ta = (int)kl_node_attr_int(n, "transA", 0), tb = (int)kl_node_attr_int(n, "transB", 0);
+    float alpha = kl_node_attr_float(n, "alpha", 1.f), beta = kl_node_attr_float(n, "beta", 1.f);
+    int64_t M = out[0]->dims[0], N = out[0]->dims[1], K = ta ? in[0]->dims[0] : in[0]->dims[1];
+    const kl_tensor *c = n_in > 2 ? in[2] : NULL;
+    int act = (int)kl_node_attr_int(n, "_act", 0);
+    if (in[0]->dtype != KL_F32) {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += kl__dbl_at(in[0], ta ? k * M + i : i * K + k) * kl__dbl_at(in[1], tb ? j * K + k : k * N + j);
+                s *= alpha;
+                if (c) {
+                    int64_t ci = c->rank == 2 ? (c->dims[0] == 1 ? 0 : i) * c->dims[1] + (c->dims[1] == 1 ? 0 : j) : c->rank == 1 ? (c->dims[0] == 1 ? 0 : j) : 0;
+                    s += beta * kl__dbl_at(c, ci);
+                }
+                kl__set_dbl(out[0], i * N + j, s);
+            }
+        return KL_OK;
+    }
+    float *y = out[0]->data;
+    const float *A = in[0]->data, *B = in[1]->data;
+    kl_act a = {KL_ACT_NONE, 0, 0};
+    if (act == 1) a.kind = KL_ACT_RELU;
+    if (c && beta == 1.f && alpha == 1.f && ((c->rank == 1 && c->dims[0] == N) || (c->rank == 2 && c->dims[0] == 1 && c->dims[1] == N))) {
+        kl_gemm_bias_act_f32(ta, tb, M, N, K, A, ta ? M : K, B, tb ? K : N, c->data, a, y, N, x->pool);
+        return KL_OK;
+    }
+    float b2 = 0.f;
+    if (c && beta != 0.f) {
+        const float *cd = c->data;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                int64_t ci = c->rank == 2 ? (c->dims[0] == 1 ? 0 : i) * c->dims[1] + (c->dims[1] == 1 ? 0 : j) : c->rank == 1 ? (c->dims[0] == 1 ? 0 : j) : 0;
+                y[i * N + j] = beta * cd[ci];
+            }
+        b2 = 1.f;
+    }
+    kl_gemm_f32(ta, tb, M, N, K, alpha, A, ta ? M : K, B, tb ? K : N, b2, y, N, x->pool);
+    if (act) kl_act_apply_f32(a, y, M * N, x->pool);
+    return KL_OK;
+}
+
+/* keel::FusedMatMul(A, W, bias): MatMul with a 2-D weight, bias and an
+ * optional activation, as one GEMM over A's flattened rows (made by the
+ * MatMul+Add pass). */
+static int fmm_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    if (in[1]->rank != 2 || in[0]->rank < 1) return kl__fail_node(e, n, KL_ESHAPE, "weight must be 2-D");
+    return matmul_infer(n, in, 2, out, n_out, ws, e);
+}
+static int fmm_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
+    kl_act a = {KL_ACT_NONE, 0, 0};
+    int act = (int)kl_node_attr_int(n, "_act", 0);
+    if (act == 1) a.kind = KL_ACT_RELU;
+    else if (act == 2) { a.kind = KL_ACT_CLIP; a.a = kl_node_attr_float(n, "_act_a", 0); a.b = kl_node_attr_float(n, "_act_b", 6); }
+    kl_gemm_bias_act_f32(0, 0, rows, N, K, in[0]->data, K, in[1]->data, N, in[2]->data, a, out[0]->data, N, x->pool);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Conv
+ * ================================================================== */
+
+static int conv_params(kl_node *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
+    const kl_tensor *X = in[0], *W = in[1];
+    memset(p, 0, sizeof *p);
+    if (X->rank < 3 || X->rank > 5 || W->rank != X->rank) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d / weight rank %d (need 3-5, equal)", X->rank, W->rank);
+    int nsp = X->rank - 2;
+    p->nsp = nsp;
+    p->N = X->dims[0]; p->C = X->dims[1]; p->M = W->dims[0];
+    p->group = kl_node_attr_int(n, "group", 1);
+    if (p->group <= 0 || p->C % p->group || p->M % p->group || W->dims[1] != p->C / p->group)
+        return kl__fail_node(e, n, KL_ESHAPE, "channels %lld, weight %lldx%lld, group %lld do not match", (long long)p->C, (long long)W->dims[0], (long long)W->dims[1], (long long)p->group);
+    const kl_attr *ks = kl_node_attr(n, "kernel_shape"), *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations"), *pd = kl_node_attr(n, "pads");
+    for (int i = 0; i < nsp; i++) {
+        p->in[i] = X->dims[2 + i];
+        p->k[i] = W->dims[2 + i];
+        if (ks && ks->n == nsp && ks->ints[i] != p->k[i]) return kl__fail_node(e, n, KL_ESHAPE, "kernel_shape differs from the weight shape");
+        p->stride[i] = st && st->n == nsp ? st->ints[i] : 1;
+        p->dilation[i] = dl && dl->n == nsp ? dl->ints[i] : 1;
+        p->pad_begin[i] = pd && pd->n == 2 * nsp ? pd->ints[i] : 0;
+        p->pad_end[i] = pd && pd->n == 2 * nsp ? pd->ints[i + nsp] : 0;
+        if (p->stride[i] <= 0 || p->dilation[i] <= 0) return kl__fail_node(e, n, KL_EINVAL, "strides/dilations must be positive");
+    }
+    const char *ap = kl_node_attr_str(n, "auto_pad", "NOTSET");
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"))
+        for (int i = 0; i < nsp; i++) kl_auto_pad(p->in[i], p->k[i], p->stride[i], p->dilation[i], ap[5] == 'U', &p->pad_begin[i], &p->pad_end[i]);
+    else if (!strcmp(ap, "VALID"))
+        for (int i = 0; i < nsp; i++) p->pad_begin[i] = p->pad_end[i] = 0;
+    if (n_in > 2 && in[2] && (in[2]->rank != 1 || in[2]->dims[0] != p->M)) return kl__fail_node(e, n, KL_ESHAPE, "bias must have %lld entries", (long long)p->M);
+    int act = (int)kl_node_attr_int(n, "_act", 0);
+    if (act == 1) p->act.kind = KL_ACT_RELU;
+    else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_node_attr_float(n, "_act_a", 0); p->act.b = kl_node_attr_float(n, "_act_b", 6); }
+    int rc = kl_conv_prepare(p, e);
+    if (rc) { char m[600]; snprintf(m, sizeof m, "%s", e ? e->msg : ""); return kl__fail_node(e, n, rc, "%s", m); }
+    return KL_OK;
+}
+
+static int conv_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    kl_conv_params p;
+    if ((rc = conv_params(n, in, n_in, &p, e))) return rc;
+    int64_t d[5] = {p.N, p.M, p.out[0], p.out[1], p.out[2]};
+    kl__set_shape(&out[0], KL_F32, p.nsp + 2, d);
+    *ws = kl_conv_workspace_bytes(&p);
+    return KL_OK;
+}
+
+static int conv_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    kl_conv_params p;
+    int rc = conv_params(n, in, n_in, &p, e);
+    if (rc) return rc;
+    return kl_conv_f32(&p, in[0]->data, in[1]->data, n_in > 2 && in[2] ? in[2]->data : NULL, out[0]->data, x->ws, x->pool, e);
+}
+
+/* ConvTranspose: direct scatter (simple, correct; not a hot path here). */
+static int convt_params(kl_node *n, kl_tensor *const *in, int64_t *od, int64_t *pb, kl_err *e) {
+    const kl_tensor *X = in[0], *W = in[1];
+    int nsp = X->rank - 2;
+    if (nsp < 1 || nsp > 3 || W->rank != X->rank) return kl__fail_node(e, n, KL_ESHAPE, "bad ranks");
+    int64_t G = kl_node_attr_int(n, "group", 1);
+    if (G <= 0 || X->dims[1] != W->dims[0] || X->dims[1] % G) return kl__fail_node(e, n, KL_ESHAPE, "channel mismatch");
+    const kl_attr *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations"), *pd = kl_node_attr(n, "pads"),
+                  *op = kl_node_attr(n, "output_padding"), *os = kl_node_attr(n, "output_shape");
+    const char *ap = kl_node_attr_str(n, "auto_pad", "NOTSET");
+    od[0] = X->dims[0];
+    od[1] = W->dims[1] * G;
+    for (int i = 0; i < nsp; i++) {
+        int64_t s = st && st->n == nsp ? st->ints[i] : 1, d = dl && dl->n == nsp ? dl->ints[i] : 1;
+        int64_t k = W->dims[2 + i], o = op && op->n == nsp ? op->ints[i] : 0;
+        int64_t b = pd && pd->n == 2 * nsp ? pd->ints[i] : 0, en = pd && pd->n == 2 * nsp ? pd->ints[i + nsp] : 0;
+        int64_t full = s * (X->dims[2 + i] - 1) + o + (k - 1) * d + 1;
+        if (os && os->n >= nsp) {
+            int64_t want = os->ints[os->n - nsp + i], tot = full - want;
+            int64_t half = tot >= 0 ? tot / 2 : -((-tot + 1) / 2); /* floor */
+            if (!strcmp(ap, "SAME_UPPER")) { b = half; en = tot - half; } else { en = half; b = tot - half; }
+        } else if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER")) {
+            int64_t want = X->dims[2 + i] * s, tot = full - want;
+            if (tot < 0) tot = 0;
+            if (!strcmp(ap, "SAME_UPPER")) { b = tot / 2; en = tot - b; } else { en = tot / 2; b = tot - en; }
+        }
+        pb[i] = b;
+        od[2 + i] = full - b - en;
+        if (od[2 + i] <= 0) return kl__fail_node(e, n, KL_ESHAPE, "non-positive output size");
+    }
+    return KL_OK;
+}
+static int convt_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    int64_t od[5], pb[3];
+    if ((rc = convt_params(n, in, od, pb, e))) return rc;
+    kl__set_shape(&out[0], KL_F32, in[0]->rank, od);
+    return KL_OK;
+}
+static int convt_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t od[5], pb[3];
+    int rc = convt_params(n, in, od, pb, e);
+    if (rc) return rc;
+    const kl_tensor *X = in[0], *W = in[1];
+    int nsp = X->rank - 2;
+    int64_t G = kl_node_attr_int(n, "group", 1);
+    const kl_attr *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations");
+    int64_t s[3] = {1, 1, 1}, dd[3] = {1, 1, 1}, in3[3] = {1, 1, 1}, k3[3] = {1, 1, 1}, o3[3] = {1, 1, 1}, p3[3] = {0, 0, 0};
+    for (int i = 0; i < nsp; i++) {
+        s[i] = st && st->n == nsp ? st->ints[i] : 1; dd[i] = dl && dl->n == nsp ? dl->ints[i] : 1;
+        in3[i] = X->dims[2 + i]; k3[i] = W->dims[2 + i]; o3[i] = od[2 + i]; p3[i] = pb[i];
+    }
+    int64_t N = X->dims[0], C = X->dims[1], Mg = W->dims[1], Cg = C / G, M = Mg * G;
+    int64_t isz = in3[0] * in3[1] * in3[2], osz = o3[0] * o3[1] * o3[2], ksz = k3[0] * k3[1] * k3[2];
+    float *y = out[0]->data;
+    const float *xd = X->data, *w = W->data, *bias = n_in > 2 && in[2] ? in[2]->data : NULL;
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t i = 0; i < osz; i++) y[(b * M + m) * osz + i] = bias ? bias[m] : 0.f;
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t c = 0; c < C; c++) {
+            int64_t g = c / Cg;
+            for (int64_t ml = 0; ml < Mg; ml++) {
+                int64_t m = g * Mg + ml;
+                const float *wk = w + (c * Mg + ml) * ksz;
+                for (int64_t i0 = 0; i0 < in3[0]; i0++) for (int64_t i1 = 0; i1 < in3[1]; i1++) for (int64_t i2 = 0; i2 < in3[2]; i2++) {
+                    float v = xd[(b * C + c) * isz + (i0 * in3[1] + i1) * in3[2] + i2];
+                    for (int64_t k0 = 0; k0 < k3[0]; k0++) {
+                        int64_t o0 = i0 * s[0] + k0 * dd[0] - p3[0];
+                        if (o0 < 0 || o0 >= o3[0]) continue;
+                        for (int64_t k1 = 0; k1 < k3[1]; k1++) {
+                            int64_t o1 = i1 * s[1] + k1 * dd[1] - p3[1];
+                            if (o1 < 0 || o1 >= o3[1]) continue;
+                            for (int64_t k2 = 0; k2 < k3[2]; k2++) {
+                                int64_t o2 = i2 * s[2] + k2 * dd[2] - p3[2];
+                                if (o2 < 0 || o2 >= o3[2]) continue;
+                                y[(b * M + m) * osz + (o0 * o3[1] + o1) * o3[2] + o2] += v * wk[(k0 * k3[1] + k1) * k3[2] + k2];
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Pooling
+ * ================================================================== */
+
+static int pool_params(kl_node *n, const kl_tensor *X, kl_pooling_params *p, kl_err *e) {
+    memset(p, 0, sizeof *p);
+    if (X->rank < 3 || X->rank > 5) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d (need 3-5)", X->rank);
+    int nsp = X->rank - 2;
+    p->nsp = nsp;
+    p->N = X->dims[0]; p->C = X->dims[1];
+    const kl_attr *ks = kl_node_attr(n, "kernel_shape"), *st = kl_node_attr(n, "strides"), *dl = kl_node_attr(n, "dilations"), *pd = kl_node_attr(n, "pads");
+    if (!ks || ks->n != nsp) return kl__fail_node(e, n, KL_EINVAL, "kernel_shape needs %d entries", nsp);
+    for (int i = 0; i < nsp; i++) {
+        p->in[i] = X->dims[2 + i];
+        p->k[i] = ks->ints[i];
+        p->stride[i] = st && st->n == nsp ? st->ints[i] : 1;
+        p->dilation[i] = dl && dl->n == nsp ? dl->ints[i] : 1;
+        p->pad_begin[i] = pd && pd->n == 2 * nsp ? pd->ints[i] : 0;
+        p->pad_end[i] = pd && pd->n == 2 * nsp ? pd->ints[i + nsp] : 0;
+        if (p->k[i] <= 0 || p->stride[i] <= 0 || p->dilation[i] <= 0) return kl__fail_node(e, n, KL_EINVAL, "kernel/strides/dilations must be positive");
+    }
+    p->ceil_mode = (int)kl_node_attr_int(n, "ceil_mode", 0);
+    p->count_include_pad = (int)kl_node_attr_int(n, "count_include_pad", 0);
+    const char *ap = kl_node_attr_str(n, "auto_pad", "NOTSET");
+    if (!strcmp(ap, "SAME_UPPER") || !strcmp(ap, "SAME_LOWER"))
+        for (int i = 0; i < nsp; i++) kl_auto_pad(p->in[i], p->k[i], p->stride[i], p->dilation[i], ap[5] == 'U', &p->pad_begin[i], &p->pad_end[i]);
+    else if (!strcmp(ap, "VALID"))
+        for (int i = 0; i < nsp; i++) p->pad_begin[i] = p->pad_end[i] = 0;
+    int rc = kl_pooling_prepare(p, e);
+    if (rc) { char m[600]; snprintf(m, sizeof m, "%s", e ? e->msg : ""); return kl__fail_node(e, n, rc, "%s", m); }
+    return KL_OK;
+}
+
+static int pool_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    kl_pooling_params p;
+    if ((rc = pool_params(n, in[0], &p, e))) return rc;
+    int64_t d[5] = {p.N, p.C, p.out[0], p.out[1], p.out[2]};
+    kl__set_shape(&out[0], KL_F32, p.nsp + 2, d);
+    if (n_out > 1) {
+        if (kl_node_attr_int(n, "storage_order", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: storage_order=1 is not supported", n->opset);
+        kl__set_shape(&out[1], KL_I64, p.nsp + 2, d);
+    }
+    return KL_OK;
+}
+
+static int pool_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    kl_pooling_params p;
+    int rc = pool_params(n, in[0], &p, e);
+    if (rc) return rc;
+    if (!strcmp(n->op_type, "MaxPool")) kl_maxpool_f32(&p, in[0]->data, out[0]->data, n_out > 1 && out[1] ? out[1]->data : NULL, x->pool);
+    else kl_avgpool_f32(&p, in[0]->data, out[0]->data, x->pool);
+    return KL_OK;
+}
+
+static int gpool_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    if (in[0]->rank < 3) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d < 3", in[0]->rank);
+    int64_t d[KL_MAX_DIMS];
+    for (int i = 0; i < in[0]->rank; i++) d[i] = i < 2 ? in[0]->dims[i] : 1;
+    kl__set_shape(&out[0], KL_F32, in[0]->rank, d);
+    return KL_OK;
+}
+static int gpool_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t S = 1;
+    for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
+    if (!strcmp(n->op_type, "GlobalMaxPool")) kl_global_maxpool_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, out[0]->data, x->pool);
+    else kl_global_avgpool_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, out[0]->data, x->pool);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Normalisation
+ * ================================================================== */
+
+static int same_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+
+static int bn_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    if (kl_node_attr_int(n, "training_mode", 0) || n_out > 1) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training mode is not supported", n->opset);
+    if (in[0]->rank < 2) return kl__fail_node(e, n, KL_ESHAPE, "input rank < 2");
+    for (int i = 1; i < 5; i++)
+        if (kl_tensor_numel(in[i]) != in[0]->dims[1]) return kl__fail_node(e, n, KL_ESHAPE, "input %d must have %lld entries", i, (long long)in[0]->dims[1]);
+    kl__set_shape(&out[0], KL_F32, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+static int bn_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t S = 1;
+    for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
+    kl_batchnorm_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
+                     kl_node_attr_float(n, "epsilon", 1e-5f), out[0]->data, x->pool);
+    return KL_OK;
+}
+
+static int ln_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    int64_t ax;
+    if (kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    int64_t cols = 1;
+    for (int i = (int)ax; i < in[0]->rank; i++) cols *= in[0]->dims[i];
+    if (kl_tensor_numel(in[1]) != cols || (n_in > 2 && in[2] && kl_tensor_numel(in[2]) != cols))
+        return kl__fail_node(e, n, KL_ESHAPE, "scale/bias must have %lld entries", (long long)cols);
+    kl__set_shape(&out[0], KL_F32, in[0]->rank, in[0]->dims);
+    int64_t d[KL_MAX_DIMS];
+    for (int i = 0; i < in[0]->rank; i++) d[i] = i < ax ? in[0]->dims[i] : 1;
+    for (int k = 1; k < n_out; k++) kl__set_shape(&out[k], KL_F32, in[0]->rank, d);
+    return KL_OK;
+}
+static int ln_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t ax;
+    kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax);
+    int64_t rows = 1, cols = 1;
+    for (int i = 0; i < in[0]->rank; i++) { if (i < ax) rows *= in[0]->dims[i]; else cols *= in[0]->dims[i]; }
+    kl_layernorm_f32(rows, cols, in[0]->data, in[1]->data, n_in > 2 && in[2] ? in[2]->data : NULL, kl_node_attr_float(n, "epsilon", 1e-5f),
+                     out[0]->data, n_out > 1 && out[1] ? out[1]->data : NULL, n_out > 2 && out[2] ? out[2]->data : NULL, x->pool);
+    return KL_OK;
+}
+
+static int in_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    if (in[0]->rank < 3) return kl__fail_node(e, n, KL_ESHAPE, "input rank < 3");
+    kl__set_shape(&out[0], KL_F32, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+static int in_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t S = 1;
+    for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
+    kl_instancenorm_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, in[1]->data, in[2]->data, kl_node_attr_float(n, "epsilon", 1e-5f), out[0]->data, x->pool);
+    return KL_OK;
+}
+
+static int lrn_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    float alpha = kl_node_attr_float(n, "alpha", 1e-4f), beta = kl_node_attr_float(n, "beta", 0.75f), bias = kl_node_attr_float(n, "bias", 1.f);
+    int64_t size = kl_node_attr_int(n, "size", 1);
+    int64_t N = in[0]->dims[0], C = in[0]->dims[1], S = 1;
+    for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
+    const float *xd = in[0]->data;
+    float *y = out[0]->data;
+    int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+    for (int64_t b = 0; b < N; b++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++) {
+                double sq = 0;
+                for (int64_t k = c - lo; k <= c + hi; k++)
+                    if (k >= 0 && k < C) { double v = xd[(b * C + k) * S + s]; sq += v * v; }
+                y[(b * C + c) * S + s] = (float)(xd[(b * C + c) * S + s] / pow(bias + alpha / size * sq, beta));
+            }
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Softmax family
+ * ================================================================== */
+
+static int softmax_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int r = in[0]->rank;
+    int64_t ax;
+    if (kl__norm_axis(kl_node_attr_int(n, "axis", n->opset < 13 ? 1 : -1), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    int lg = !strcmp(n->op_type, "LogSoftmax"), hard = !strcmp(n->op_type, "Hardmax");
+    int64_t d2[2], *dims = in[0]->dims;
+    int rr = r, axis = (int)ax;
+    if (n->opset < 13) {
+        d2[0] = d2[1] = 1;
+        for (int i = 0; i < r; i++) d2[i < ax ? 0 : 1] *= in[0]->dims[i];
+        dims = d2; rr = 2; axis = 1;
+    }
+    if (r == 0) { rr = 1; d2[0] = 1; dims = d2; axis = 0; }
+    if (hard) {
+        int64_t outer = 1, inner = 1, D = dims[axis];
+        for (int i = 0; i < axis; i++) outer *= dims[i];
+        for (int i = axis + 1; i < rr; i++) inner *= dims[i];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < inner; j++) {
+                int64_t best = 0;
+                for (int64_t k = 0; k < D; k++) {
+                    double v = kl__dbl_at(in[0], (o * D + k) * inner + j), bv = kl__dbl_at(in[0], (o * D + best) * inner + j);
+                    if (v > bv) best = k;
+                }
+                for (int64_t k = 0; k < D; k++) kl__set_dbl(out[0], (o * D + k) * inner + j, k == best);
+            }
+        return KL_OK;
+    }
+    if (in[0]->dtype != KL_F32) {
+        int64_t outer = 1, inner = 1, D = dims[axis];
+        for (int i = 0; i < axis; i++) outer *= dims[i];
+        for (int i = axis + 1; i < rr; i++) inner *= dims[i];
+        for (int64_t o = 0; o < outer; o++)
+            for (int64_t j = 0; j < inner; j++) {
+                double mx = -INFINITY, s = 0;
+                for (int64_t k = 0; k < D; k++) mx = fmax(mx, kl__dbl_at(in[0], (o * D + k) * inner + j));
+                for (int64_t k = 0; k < D; k++) s += exp(kl__dbl_at(in[0], (o * D + k) * inner + j) - mx);
+                for (int64_t k = 0; k < D; k++) {
+                    double v = kl__dbl_at(in[0], (o * D + k) * inner + j) - mx;
+                    kl__set_dbl(out[0], (o * D + k) * inner + j, lg ? v - log(s) : exp(v) / s);
+                }
+            }
+        return KL_OK;
+    }
+    kl_softmax_f32(rr, dims, in[0]->data, axis, lg, out[0]->data, x->pool);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Reductions, ArgMax/ArgMin
+ * ================================================================== */
+
+static const struct { const char *name; kl_reduce_op op; } reds[] = {
+    {"ReduceSum", KL_RED_SUM}, {"ReduceMean", KL_RED_MEAN}, {"ReduceMax", KL_RED_MAX}, {"ReduceMin", KL_RED_MIN},
+    {"ReduceProd", KL_RED_PROD}, {"ReduceSumSquare", KL_RED_SUM_SQUARE}, {"ReduceL1", KL_RED_L1},
+    {"ReduceL2", KL_RED_L2}, {"ReduceLogSum", KL_RED_LOG_SUM}, {"ReduceLogSumExp", KL_RED_LOG_SUM_EXP},
+};
+
+static int red_axes(kl_node *n, kl_tensor *const *in, int n_in, uint32_t *mask, kl_err *e) {
+    int r = in[0]->rank;
+    int64_t axes[2 * KL_MAX_DIMS];
+    int na = -1;
+    int axes_input = !strcmp(n->op_type, "ReduceSum") ? n->opset >= 13 : n->opset >= 18;
+    if (axes_input && n_in > 1 && in[1]) {
+        if (!in[1]->data) return KL__NEED_DATA;
+        na = (int)kl_tensor_numel(in[1]);
+        if (na > 2 * KL_MAX_DIMS) return kl__fail_node(e, n, KL_EINVAL, "too many axes");
+        for (int i = 0; i < na; i++) axes[i] = kl__int_at(in[1], i);
+    } else {
+        const kl_attr *a = kl_node_attr(n, "axes");
+        if (a) {
+            na = a->n > 2 * KL_MAX_DIMS ? 2 * KL_MAX_DIMS : a->n;
+            for (int i = 0; i < na; i++) axes[i] = a->ints[i];
+        }
+    }
+    *mask = 0;
+    if (na <= 0) {
+        if (na == 0 && kl_node_attr_int(n, "noop_with_empty_axes", 0)) return KL_OK;
+        *mask = r ? (uint32_t)((1u << r) - 1) : 0;
+        return KL_OK;
+    }
+    for (int i = 0; i < na; i++) {
+        int64_t a;
+        if (kl__norm_axis(axes[i], r, &a)) return kl__fail_node(e, n, KL_EINVAL, "axis %lld out of range", (long long)axes[i]);
+        *mask |= 1u << a;
+    }
+    return KL_OK;
+}
+
+static int red_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    uint32_t mask;
+    int rc = red_axes(n, in, n_in, &mask, e);
+    if (rc) return rc;
+    int keep = (int)kl_node_attr_int(n, "keepdims", 1);
+    int64_t d[KL_MAX_DIMS];
+    int o = 0;
+    for (int i = 0; i < in[0]->rank; i++) {
+        if (mask & (1u << i)) { if (keep) d[o++] = 1; }
+        else d[o++] = in[0]->dims[i];
+    }
+    kl__set_shape(&out[0], in[0]->dtype, o, d);
+    return KL_OK;
+}
+
+static int red_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    uint32_t mask;
+    int rc = red_axes(n, in, n_in, &mask, e);
+    if (rc) return rc;
+    kl_reduce_op op = KL_RED_SUM;
+    for (size_t i = 0; i < KL_ARRAY_LEN(reds); i++) if (!strcmp(reds[i].name, n->op_type)) op = reds[i].op;
+    int r = in[0]->rank;
+    if (in[0]->dtype == KL_F32) {
+        kl_reduce_f32(op, r, in[0]->dims, in[0]->data, mask, out[0]->data, x->pool);
+        return KL_OK;
+    }
+    /* generic (doubles) */
+    int64_t m = kl_tensor_numel(out[0]), total = kl_tensor_numel(in[0]);
+    int64_t od[KL_MAX_DIMS], ost[KL_MAX_DIMS], s = 1;
+    for (int i = 0; i < r; i++) od[i] = mask & (1u << i) ? 1 : in[0]->dims[i];
+    for (int i = r - 1; i >= 0; i--) { ost[i] = s; s *= od[i]; }
+    double *acc = calloc((size_t)(m ? m : 1), sizeof(double));
+    int64_t *cnt = calloc((size_t)(m ? m : 1), sizeof(int64_t));
+    if (!acc || !cnt) { free(acc); free(cnt); return kl__fail_node(e, n, KL_ENOMEM, "out of memory"); }
+    for (int64_t i = 0; i < m; i++) acc[i] = op == KL_RED_MAX ? -INFINITY : op == KL_RED_MIN ? INFINITY : op == KL_RED_PROD ? 1 : 0;
+    for (int64_t i = 0; i < total; i++) {
+        int64_t rem = i, o = 0;
+        for (int d = r - 1; d >= 0; d--) { int64_t c = rem % in[0]->dims[d]; rem /= in[0]->dims[d]; if (!(mask & (1u << d))) o += c * ost[d]; }
+        double v = kl__dbl_at(in[0], i);
+        switch (op) {
+        case KL_RED_MAX: if (v > acc[o]) acc[o] = v; break;
+        case KL_RED_MIN: if (v < acc[o]) acc[o] = v; break;
+        case KL_RED_PROD: acc[o] *= v; break;
+        case KL_RED_SUM_SQUARE: case KL_RED_L2: acc[o] += v * v; break;
+        case KL_RED_L1: acc[o] += fabs(v); break;
+        case KL_RED_LOG_SUM_EXP: acc[o] += exp(v); break;
+        default: acc[o] += v; break;
+        }
+        cnt[o]++;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        double v = acc[i];
+        if (op == KL_RED_MEAN) v = cnt[i] ? v / cnt[i] : NAN;
+        else if (op == KL_RED_L2) v = sqrt(v);
+        else if (op == KL_RED_LOG_SUM || op == KL_RED_LOG_SUM_EXP) v = log(v);
+        if (out[0]->dtype == KL_I64 && (op == KL_RED_SUM || op == KL_RED_PROD || op == KL_RED_MAX || op == KL_RED_MIN)) {
+            /* exact integer path */
+            int64_t iv = op == KL_RED_PROD ? 1 : op == KL_RED_MAX ? INT64_MIN : op == KL_RED_MIN ? INT64_MAX : 0;
+            (void)iv;
+        }
+        kl__set_dbl(out[0], i, v);
+    }
+    free(acc);
+    free(cnt);
+    return KL_OK;
+}
+
+static int arg_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int64_t ax;
+    if (kl__norm_axis(kl_node_attr_int(n, "axis", 0), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    int keep = (int)kl_node_attr_int(n, "keepdims", 1);
+    int64_t d[KL_MAX_DIMS];
+    int o = 0;
+    for (int i = 0; i < in[0]->rank; i++) {
+        if (i == ax) { if (keep) d[o++] = 1; }
+        else d[o++] = in[0]->dims[i];
+    }
+    kl__set_shape(&out[0], KL_I64, o, d);
+    return KL_OK;
+}
+static int arg_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t ax;
+    kl__norm_axis(kl_node_attr_int(n, "axis", 0), in[0]->rank, &ax);
+    int last = (int)kl_node_attr_int(n, "select_last_index", 0), mx = !strcmp(n->op_type, "ArgMax");
+    if (in[0]->dtype == KL_F32) {
+        if (mx) kl_argmax_f32(in[0]->rank, in[0]->dims, in[0]->data, (int)ax, last, out[0]->data, x->pool);
+        else kl_argmin_f32(in[0]->rank, in[0]->dims, in[0]->data, (int)ax, last, out[0]->data, x->pool);
+        return KL_OK;
+    }
+    int64_t outer = 1, inner = 1, D = in[0]->dims[ax];
+    for (int i = 0; i < ax; i++) outer *= in[0]->dims[i];
+    for (int i = (int)ax + 1; i < in[0]->rank; i++) inner *= in[0]->dims[i];
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            int64_t best = 0;
+            double bv = kl__dbl_at(in[0], o * D * inner + j);
+            for (int64_t k = 1; k < D; k++) {
+                double v = kl__dbl_at(in[0], (o * D + k) * inner + j);
+                if (mx ? (v > bv || (last && v == bv)) : (v < bv || (last && v == bv))) { bv = v; best = k; }
+            }
+            ((int64_t *)out[0]->data)[o * inner + j] = best;
+        }
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * TopK
+ * ================================================================== */
+
+static int topk_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    NEED(in[1]);
+    int64_t ax, k = kl__int_at(in[1], 0);
+    if (kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis");
+    if (k < 0 || k > in[0]->dims[ax]) return kl__fail_node(e, n, KL_EINVAL, "k %lld out of range", (long long)k);
+    int64_t d[KL_MAX_DIMS];
+    memcpy(d, in[0]->dims, sizeof d);
+    d[ax] = k;
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, d);
+    kl__set_shape(&out[1], KL_I64, in[0]->rank, d);
+    return KL_OK;
+}
+typedef struct { double v; int64_t i; } vi_t;
+static int vi_desc(const void *a, const void *b) {
+    const vi_t *x = a, *y = b;
+    if (x->v != y->v) return x->v > y->v ? -1 : 1;
+    return x->i < y->i ? -1 : 1;
+}
+static int vi_asc(const void *a, const void *b) {
+    const vi_t *x = a, *y = b;
+    if (x->v != y->v) return x->v < y->v ? -1 : 1;
+    return x->i < y->i ? -1 : 1;
+}
+static int topk_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t ax, k = kl__int_at(in[1], 0);
+    kl__norm_axis(kl_node_attr_int(n, "axis", -1), in[0]->rank, &ax);
+    int largest = (int)kl_node_attr_int(n, "largest", 1);
+    int64_t outer = 1, inner = 1, D = in[0]->dims[ax];
+    for (int i = 0; i < ax; i++) outer *= in[0]->dims[i];
+    for (int i = (int)ax + 1; i < in[0]->rank; i++) inner *= in[0]->dims[i];
+    vi_t *buf = malloc(sizeof(vi_t) * (size_t)(D + 1));
+    if (!buf) return kl__fail_node(e, n, KL_ENOMEM, "out of memory");
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < inner; j++) {
+            for (int64_t t = 0; t < D; t++) { buf[t].v = kl__dbl_at(in[0], (o * D + t) * inner + j); buf[t].i = t; }
+            qsort(buf, (size_t)D, sizeof(vi_t), largest ? vi_desc : vi_asc);
+            for (int64_t t = 0; t < k; t++) {
+                int64_t oi = (o * k + t) * inner + j;
+                kl__set_dbl(out[0], oi, buf[t].v);
+                ((int64_t *)out[1]->data)[oi] = buf[t].i;
+            }
+        }
+    free(buf);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Resize
+ * ================================================================== */
+
+static int resize_check(kl_node *n, const kl_graph *g, kl_err *e) {
+    const char *m = kl_node_attr_str(n, "mode", "nearest");
+    const char *c = kl_node_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    const char *nm = kl_node_attr_str(n, "nearest_mode", "round_prefer_floor");
+    if (strcmp(m, "nearest") && strcmp(m, "linear"))
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: Resize mode '%s' is not supported (nearest, linear)", n->opset, m);
+    if (strcmp(c, "half_pixel") && strcmp(c, "align_corners") && strcmp(c, "asymmetric") && strcmp(c, "pytorch_half_pixel"))
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: coordinate_transformation_mode '%s' is not supported", n->opset, c);
+    if (strcmp(nm, "round_prefer_floor") && strcmp(nm, "round_prefer_ceil") && strcmp(nm, "floor") && strcmp(nm, "ceil"))
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: nearest_mode '%s' is not supported", n->opset, nm);
+    if (kl_node_attr_int(n, "exclude_outside", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: exclude_outside=1 is not supported", n->opset);
+    return KL_OK;
+}
+static int resize_params(kl_node *n, kl_tensor *const *in, int n_in, int64_t *od, float *sc, int *have_sc, kl_err *e) {
+    int r = in[0]->rank;
+    const kl_tensor *scales = n_in > 2 ? in[2] : NULL, *sizes = n_in > 3 ? in[3] : NULL;
+    if (n->opset < 11) scales = n_in > 1 ? in[1] : NULL;
+    if (scales && !kl_tensor_numel(scales)) scales = NULL;
+    if (sizes && !kl_tensor_numel(sizes)) sizes = NULL;
+    *have_sc = 0;
+    if (sizes) {
+        if (!sizes->data) return KL__NEED_DATA;
+        if (kl_tensor_numel(sizes) != r) return kl__fail_node(e, n, KL_EINVAL, "sizes must have %d entries", r);
+        for (int i = 0; i < r; i++) { od[i] = kl__int_at(sizes, i); sc[i] = in[0]->dims[i] ? (float)od[i] / (float)in[0]->dims[i] : 1.f; }
+        return KL_OK;
+    }
+    if (!scales) return kl__fail_node(e, n, KL_EINVAL, "needs scales or sizes");
+    if (!scales->data) return KL__NEED_DATA;
+    if (kl_tensor_numel(scales) != r) return kl__fail_node(e, n, KL_EINVAL, "scales must have %d entries", r);
+    for (int i = 0; i < r; i++) {
+        sc[i] = (float)kl__dbl_at(scales, i);
+        if (!(sc[i] > 0)) return kl__fail_node(e, n, KL_EINVAL, "scale must be positive");
+        od[i] = (int64_t)floor(in[0]->dims[i] * (double)sc[i]);
+    }
+    *have_sc = 1;
+    return KL_OK;
+}
+static int resize_infer(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc, hs;
+    if ((rc = need_f32(n, in[0], e))) return rc;
+    int64_t od[KL_MAX_DIMS];
+    float sc[KL_MAX_DIMS];
+    if ((rc = resize_params(n, in, n_in, od, sc, &hs, e))) return rc;
+    kl__set_shape(&out[0], KL_F32, in[0]->rank, od);
+    return KL_OK;
+}
+static int resize_run(kl_node *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int rc, hs;
+    int64_t od[KL_MAX_DIMS];
+    float sc[KL_MAX_DIMS];
+    if ((rc = resize_params(n, in, n_in, od, sc, &hs, e))) return rc;
+    const char *m = kl_node_attr_str(n, "mode", "nearest");
+    const char *c = kl_node_attr_str(n, "coordinate_transformation_mode", "half_pixel");
+    const char *nm = kl_node_attr_str(n, "nearest_mode", "round_prefer_floor");
+    kl_resize_coord ct = !strcmp(c, "align_corners") ? KL_CT_ALIGN_CORNERS : !strcmp(c, "asymmetric") ? KL_CT_ASYMMETRIC :
+                         !strcmp(c, "pytorch_half_pixel") ? KL_CT_PYTORCH_HALF_PIXEL : KL_CT_HALF_PIXEL;
+    kl_resize_nearest nr = !strcmp(nm, "round_prefer_ceil") ? KL_NEAREST_ROUND_PREFER_CEIL : !strcmp(nm, "floor") ? KL_NEAREST_FLOOR :
+                           !strcmp(nm, "ceil") ? KL_NEAREST_CEIL : KL_NEAREST_ROUND_PREFER_FLOOR;
+    return kl_resize_f32(in[0]->rank, in[0]->dims, in[0]->data, od, hs ? sc : NULL, !strcmp(m, "linear") ? KL_RESIZE_LINEAR : KL_RESIZE_NEAREST,
+                         ct, nr, out[0]->data, x->pool, e);
+}
+
+/* ================================================================== *
+ * Registry
+ * ================================================================== */
+
+static const char *const no_attrs[] = {NULL};
+static const char *const a_fmm[] = {"_act", "_act_a", "_act_b", NULL};
+static const char *const a_gemm[] = {"alpha", "beta", "transA", "transB", "_act", NULL};
+static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "_act", "_act_a", "_act_b", NULL};
+static const char *const a_convt[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "output_padding", "output_shape", NULL};
+static const char *const a_pool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", "storage_order", NULL};
+static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", "spatial", NULL};
+static const char *const a_ln[] = {"axis", "epsilon", "stash_type", NULL};
+static const char *const a_eps[] = {"epsilon", NULL};
+static const char *const a_axis[] = {"axis", NULL};
+static const char *const a_red[] = {"axes", "keepdims", "noop_with_empty_axes", NULL};
+static const char *const a_arg[] = {"axis", "keepdims", "select_last_index", NULL};
+static const char *const a_lrn[] = {"alpha", "beta", "bias", "size", NULL};
+static const char *const a_topk[] = {"axis", "largest", "sorted", NULL};
+static const char *const a_resize[] = {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value", NULL};
+
+#define RED(name, since) {name, "", since, 17, 1, 2, 1, 1, a_red, NULL, red_infer, red_run, 0}
+
+const kl_op kl__ops_nn[] = {
+    {"MatMul", "", 1, 17, 2, 2, 1, 1, no_attrs, NULL, matmul_infer, matmul_run, 0},
+    {"FusedMatMul", "keel", 1, 1, 3, 3, 1, 1, a_fmm, NULL, fmm_infer, fmm_run, 0},
+    {"Gemm", "", 7, 17, 2, 3, 1, 1, a_gemm, NULL, gemm_infer, gemm_run, 0},
+    {"Conv", "", 1, 17, 2, 3, 1, 1, a_conv, NULL, conv_infer, conv_run, 0},
+    {"ConvTranspose", "", 1, 17, 2, 3, 1, 1, a_convt, NULL, convt_infer, convt_run, 0},
+    {"MaxPool", "", 8, 17, 1, 1, 1, 2, a_pool, NULL, pool_infer, pool_run, 0},
+    {"AveragePool", "", 7, 17, 1, 1, 1, 1, a_pool, NULL, pool_infer, pool_run, 0},
+    {"GlobalAveragePool", "", 1, 17, 1, 1, 1, 1, no_attrs, NULL, gpool_infer, gpool_run, 0},
+    {"GlobalMaxPool", "", 1, 17, 1, 1, 1, 1, no_attrs, NULL, gpool_infer, gpool_run, 0},
+    {"BatchNormalization", "", 7, 17, 5, 5, 1, 3, a_bn, NULL, bn_infer, bn_run, 0},
+    {"LayerNormalization", "", 17, 17, 2, 3, 1, 3, a_ln, NULL, ln_infer, ln_run, 0},
+    {"InstanceNormalization", "", 6, 17, 3, 3, 1, 1, a_eps, NULL, in_infer, in_run, 0},
+    {"LRN", "", 1, 17, 1, 1, 1, 1, a_lrn, NULL, same_infer, lrn_run, 0},
+    {"Softmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
+    {"LogSoftmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
+    {"Hardmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
+    RED("ReduceSum", 1), RED("ReduceMean", 1), RED("ReduceMax", 1), RED("ReduceMin", 1), RED("ReduceProd", 1),
+    RED("ReduceSumSquare", 1), RED("ReduceL1", 1), RED("ReduceL2", 1), RED("ReduceLogSum", 1), RED("ReduceLogSumExp", 1),
+    {"ArgMax", "", 1, 17, 1, 1, 1, 1, a_arg, NULL, arg_infer, arg_run, 0},
+    {"ArgMin", "", 1, 17, 1, 1, 1, 1, a_arg, NULL, arg_infer, arg_run, 0},
+    {"TopK", "", 10, 17, 2, 2, 2, 2, a_topk, NULL, topk_infer, topk_run, 0},
+    {"Resize", "", 11, 17, 1, 4, 1, 1, a_resize, resize_check, resize_infer, resize_run, 0},
+    {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+};

@@ -1,0 +1,407 @@
+/* ONNX loader: protobuf (protobuf-c generated code) -> kl_graph. Handles
+ * raw_data and typed data fields, external data files (relative to the model,
+ * bounds-checked), initializers, Constant nodes' tensors, opset imports and
+ * symbolic dimensions. Malformed input gives an error, never a crash. */
+#include "keel/onnx.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "onnx/onnx.pb-c.h"
+
+/* ================================================================== *
+ * dtypes and tensors
+ * ================================================================== */
+
+int kl_onnx_dtype(int t, kl_dtype *out, kl_err *e) {
+    switch (t) {
+    case 1: *out = KL_F32; return KL_OK;
+    case 2: *out = KL_U8; return KL_OK;
+    case 3: *out = KL_I8; return KL_OK;
+    case 4: *out = KL_U16; return KL_OK;
+    case 5: *out = KL_I16; return KL_OK;
+    case 6: *out = KL_I32; return KL_OK;
+    case 7: *out = KL_I64; return KL_OK;
+    case 9: *out = KL_BOOL; return KL_OK;
+    case 10: *out = KL_F16; return KL_OK;
+    case 11: *out = KL_F64; return KL_OK;
+    case 12: *out = KL_U32; return KL_OK;
+    case 13: *out = KL_U64; return KL_OK;
+    case 16: *out = KL_BF16; return KL_OK;
+    }
+    static const char *names[] = {"UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64",
+                                  "STRING", "BOOL", "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64",
+                                  "COMPLEX128", "BFLOAT16"};
+    return kl_err_set(e, KL_EUNSUPPORTED, "unsupported tensor data type %s (%d)",
+                      t >= 0 && t < (int)KL_ARRAY_LEN(names) ? names[t] : "unknown", t);
+}
+
+/* Reads external data: location/offset/length relative to base_dir. */
+static int read_external(const Onnx__TensorProto *tp, const char *base_dir, void *dst, size_t nbytes, kl_err *e) {
+    const char *loc = NULL;
+    int64_t off = 0, len = -1;
+    for (size_t i = 0; i < tp->n_external_data; i++) {
+        const Onnx__StringStringEntryProto *kv = tp->external_data[i];
+        if (!kv->key || !kv->value) continue;
+        if (!strcmp(kv->key, "location")) loc = kv->value;
+        else if (!strcmp(kv->key, "offset")) off = strtoll(kv->value, NULL, 10);
+        else if (!strcmp(kv->key, "length")) len = strtoll(kv->value, NULL, 10);
+    }
+    if (!loc || !*loc) return kl_err_set(e, KL_EPARSE, "external data without a location");
+    if (!base_dir) return kl_err_set(e, KL_EUNSUPPORTED, "external data '%s' but the model was loaded from memory", loc);
+    if (loc[0] == '/' || strstr(loc, "..")) return kl_err_set(e, KL_EPARSE, "external data location '%s' leaves the model folder", loc);
+    if (off < 0) return kl_err_set(e, KL_EPARSE, "external data '%s': negative offset", loc);
+    if (len >= 0 && (uint64_t)len != nbytes)
+        return kl_err_set(e, KL_EPARSE, "external data '%s': length %lld, tensor needs %zu bytes", loc, (long long)len, nbytes);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", base_dir, loc);
+    FILE *f = fopen(path, "rb");
+    if (!f) return kl_err_set(e, -errno, "external data %s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = KL_OK;
+    if (fstat(fileno(f), &st) || (uint64_t)off > (uint64_t)st.st_size || (uint64_t)st.st_size - (uint64_t)off < nbytes) {
+        rc = kl_err_set(e, KL_EPARSE, "external data %s: offset %lld + %zu bytes beyond the file end", path, (long long)off, nbytes);
+        goto done;
+    }
+    if (fseeko(f, off, SEEK_SET) || fread(dst, 1, nbytes, f) != nbytes)
+        rc = kl_err_set(e, KL_EPARSE, "external data %s: read failed", path);
+done:
+    fclose(f);
+    return rc;
+}
+
+static int tensor_from_proto(const Onnx__TensorProto *tp, const char *base_dir, kl_tensor **out, kl_err *e) {
+    *out = NULL;
+    kl_dtype dt;
+    int rc;
+    if (!tp->has_data_type) return kl_err_set(e, KL_EPARSE, "tensor '%s' has no data type", tp->name ? tp->name : "");
+    if ((rc = kl_onnx_dtype(tp->data_type, &dt, e))) return rc;
+    if (tp->n_dims > KL_MAX_DIMS) return kl_err_set(e, KL_EUNSUPPORTED, "tensor rank %zu > %d", tp->n_dims, KL_MAX_DIMS);
+    int64_t dims[KL_MAX_DIMS];
+    uint64_t numel = 1;
+    for (size_t i = 0; i < tp->n_dims; i++) {
+        if (tp->dims[i] < 0) return kl_err_set(e, KL_EPARSE, "negative dimension %lld", (long long)tp->dims[i]);
+        dims[i] = tp->dims[i];
+        if (dims[i] && numel > (UINT64_MAX >> 8) / (uint64_t)dims[i])
+            return kl_err_set(e, KL_ERANGE, "tensor dimensions overflow");
+        numel *= (uint64_t)dims[i];
+    }
+    size_t es = kl_dtype_size(dt);
+    if (numel > ((uint64_t)1 << 40) / es) return kl_err_set(e, KL_ERANGE, "tensor of %llu elements is too large", (unsigned long long)numel);
+    size_t nbytes = (size_t)numel * es;
+    kl_tensor *t = NULL;
+    if ((rc = kl_tensor_new_uninit(dt, (int)tp->n_dims, dims, KL_TAG_PARAMS, &t, e))) return rc;
+    uint8_t *d = t->data;
+    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+        if ((rc = read_external(tp, base_dir, d, nbytes, e))) goto fail;
+    } else if (tp->has_raw_data) {
+        if (tp->raw_data.len != nbytes) {
+            rc = kl_err_set(e, KL_EPARSE, "raw_data has %zu bytes, shape needs %zu", tp->raw_data.len, nbytes);
+            goto fail;
+        }
+        if (nbytes) memcpy(d, tp->raw_data.data, nbytes);
+    } else {
+        size_t n = 0;
+        switch (dt) {
+        case KL_F32: n = tp->n_float_data; break;
+        case KL_F64: n = tp->n_double_data; break;
+        case KL_I64: n = tp->n_int64_data; break;
+        case KL_U32: case KL_U64: n = tp->n_uint64_data; break;
+        default: n = tp->n_int32_data; break;
+        }
+        if (n != numel) {
+            rc = kl_err_set(e, KL_EPARSE, "tensor has %zu typed values, shape needs %llu", n, (unsigned long long)numel);
+            goto fail;
+        }
+        for (size_t i = 0; i < n; i++) {
+            switch (dt) {
+            case KL_F32: ((float *)d)[i] = tp->float_data[i]; break;
+            case KL_F64: ((double *)d)[i] = tp->double_data[i]; break;
+            case KL_I64: ((int64_t *)d)[i] = tp->int64_data[i]; break;
+            case KL_U32: ((uint32_t *)d)[i] = (uint32_t)tp->uint64_data[i]; break;
+            case KL_U64: ((uint64_t *)d)[i] = tp->uint64_data[i]; break;
+            case KL_I32: ((int32_t *)d)[i] = tp->int32_data[i]; break;
+            case KL_I16: ((int16_t *)d)[i] = (int16_t)tp->int32_data[i]; break;
+            case KL_U16: case KL_F16: case KL_BF16: ((uint16_t *)d)[i] = (uint16_t)tp->int32_data[i]; break;
+            case KL_I8: ((int8_t *)d)[i] = (int8_t)tp->int32_data[i]; break;
+            case KL_U8: ((uint8_t *)d)[i] = (uint8_t)tp->int32_data[i]; break;
+            case KL_BOOL: ((uint8_t *)d)[i] = tp->int32_data[i] != 0; break;
+            default: break;
+            }
+        }
+    }
+    *out = t;
+    return KL_OK;
+fail:
+    kl_tensor_free(t);
+    return rc;
+}
+
+int kl_onnx_tensor_load_mem(const void *buf, size_t len, kl_tensor **out, char **name, kl_err *e) {
+    *out = NULL;
+    if (name) *name = NULL;
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, len, buf);
+    if (!tp) return kl_err_set(e, KL_EPARSE, "not a valid ONNX TensorProto (corrupt or truncated protobuf)");
+    int rc = tensor_from_proto(tp, NULL, out, e);
+    if (!rc && name && tp->name) *name = strdup(tp->name);
+    onnx__tensor_proto__free_unpacked(tp, NULL);
+    return rc;
+}
+
+int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *e) {
+    *out = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = kl_read_file(path, &buf, &len, e);
+    if (rc) return rc;
+    rc = kl_onnx_tensor_load_mem(buf, len, out, name, e);
+    if (rc) kl_err_prefix(e, "%s", path);
+    free(buf);
+    return rc;
+}
+
+int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e) {
+    size_t n = strlen(path);
+    if (n >= 4 && !strcmp(path + n - 4, ".npy")) return kl_npy_load(path, out, e);
+    return kl_onnx_tensor_load(path, out, NULL, e);
+}
+
+/* ================================================================== *
+ * Graph
+ * ================================================================== */
+
+static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_err *e) {
+    if (!vi->name || !*vi->name) return kl_err_set(e, KL_EPARSE, "graph input/output without a name");
+    int v = kl_graph_value(g, vi->name);
+    if (v < 0) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    *idx = v;
+    kl_value *val = &g->values[v];
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp) return KL_OK;
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+        return kl_err_set(e, KL_EUNSUPPORTED, "value '%s': only tensor types are supported (sequence/map/optional are not)", vi->name);
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    int rc;
+    if (tt->has_elem_type && (rc = kl_onnx_dtype(tt->elem_type, &val->dtype, e))) {
+        kl_err_prefix(e, "value '%s'", vi->name);
+        return rc;
+    }
+    if (tt->shape) {
+        if (tt->shape->n_dim > KL_MAX_DIMS)
+            return kl_err_set(e, KL_EUNSUPPORTED, "value '%s': rank %zu > %d", vi->name, tt->shape->n_dim, KL_MAX_DIMS);
+        val->rank = (int)tt->shape->n_dim;
+        for (size_t i = 0; i < tt->shape->n_dim; i++) {
+            const Onnx__TensorShapeProto__Dimension *d = tt->shape->dim[i];
+            val->dims[i] = -1;
+            free(val->dim_names[i]);
+            val->dim_names[i] = NULL;
+            if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE) {
+                if (d->dim_value < 0) return kl_err_set(e, KL_EPARSE, "value '%s': negative dimension", vi->name);
+                val->dims[i] = d->dim_value;
+            } else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM && d->dim_param) {
+                val->dim_names[i] = strdup(d->dim_param);
+            }
+        }
+    }
+    return KL_OK;
+}
+
+static int load_attr(kl_node *n, const Onnx__AttributeProto *ap, kl_err *e) {
+    if (!ap->name) return kl_err_set(e, KL_EPARSE, "attribute without a name");
+    kl_attr_type ty;
+    switch (ap->has_type ? (int)ap->type : 0) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT: ty = KL_ATTR_FLOAT; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT: ty = KL_ATTR_INT; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING: ty = KL_ATTR_STRING; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: ty = KL_ATTR_TENSOR; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: ty = KL_ATTR_FLOATS; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: ty = KL_ATTR_INTS; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS: ty = KL_ATTR_STRINGS; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS: ty = KL_ATTR_GRAPH; break;
+    default: ty = KL_ATTR_OTHER; break;
+    }
+    if (ap->ref_attr_name && *ap->ref_attr_name)
+        return kl_err_set(e, KL_EUNSUPPORTED, "attribute '%s' refers to a function attribute", ap->name);
+    kl_attr *a = kl_node_attr_add(n, ap->name, ty);
+    if (!a) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int rc = KL_OK;
+    switch (ty) {
+    case KL_ATTR_FLOAT: a->f = ap->f; break;
+    case KL_ATTR_INT: a->i = ap->i; break;
+    case KL_ATTR_STRING:
+        a->s = malloc(ap->s.len + 1);
+        if (!a->s) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        if (ap->s.len) memcpy(a->s, ap->s.data, ap->s.len);
+        a->s[ap->s.len] = 0;
+        break;
+    case KL_ATTR_TENSOR:
+        if (!ap->t) return kl_err_set(e, KL_EPARSE, "attribute '%s': TENSOR without a tensor", ap->name);
+        if ((rc = tensor_from_proto(ap->t, NULL, &a->t, e))) kl_err_prefix(e, "attribute '%s'", ap->name);
+        break;
+    case KL_ATTR_FLOATS:
+        a->n = (int)ap->n_floats;
+        a->floats = malloc(sizeof(float) * (ap->n_floats + 1));
+        if (!a->floats) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        if (ap->n_floats) memcpy(a->floats, ap->floats, sizeof(float) * ap->n_floats);
+        break;
+    case KL_ATTR_INTS:
+        a->n = (int)ap->n_ints;
+        a->ints = malloc(sizeof(int64_t) * (ap->n_ints + 1));
+        if (!a->ints) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        if (ap->n_ints) memcpy(a->ints, ap->ints, sizeof(int64_t) * ap->n_ints);
+        break;
+    case KL_ATTR_STRINGS:
+        a->n = (int)ap->n_strings;
+        a->strings = calloc(ap->n_strings + 1, sizeof(char *));
+        if (!a->strings) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        for (size_t i = 0; i < ap->n_strings; i++) {
+            a->strings[i] = malloc(ap->strings[i].len + 1);
+            if (!a->strings[i]) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            if (ap->strings[i].len) memcpy(a->strings[i], ap->strings[i].data, ap->strings[i].len);
+            a->strings[i][ap->strings[i].len] = 0;
+        }
+        break;
+    default: break;
+    }
+    return rc;
+}
+
+static int build_graph(const Onnx__ModelProto *m, const char *name, const char *base_dir, kl_graph **out, kl_err *e) {
+    kl_graph *g = NULL;
+    int rc = kl_graph_new(&g, e);
+    if (rc) return rc;
+    const Onnx__GraphProto *gp = m->graph;
+    if (!gp) { rc = kl_err_set(e, KL_EPARSE, "model has no graph"); goto fail; }
+    g->name = strdup(gp->name ? gp->name : "");
+    if (m->producer_name) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s %s", m->producer_name, m->producer_version ? m->producer_version : "");
+        g->producer = strdup(buf);
+    }
+    /* opsets */
+    g->opset = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *os = m->opset_import[i];
+        const char *dom = os->domain ? os->domain : "";
+        if (!*dom || !strcmp(dom, "ai.onnx")) {
+            g->opset = (int)os->version;
+        }
+    }
+    if (g->opset < 0) { rc = kl_err_set(e, KL_EUNSUPPORTED, "model imports no default-domain (ai.onnx) opset"); goto fail; }
+    if (g->opset < KL_ONNX_OPSET_MIN || g->opset > KL_ONNX_OPSET_MAX) {
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "unsupported default-domain opset %d (supported: %d-%d)", g->opset,
+                        KL_ONNX_OPSET_MIN, KL_ONNX_OPSET_MAX);
+        goto fail;
+    }
+    /* initializers */
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        if (!tp->name || !*tp->name) { rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i); goto fail; }
+        int v = kl_graph_value(g, tp->name);
+        if (v < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        if (g->values[v].init) { rc = kl_err_set(e, KL_EPARSE, "initializer '%s' defined twice", tp->name); goto fail; }
+        kl_tensor *t;
+        if ((rc = tensor_from_proto(tp, base_dir, &t, e))) { kl_err_prefix(e, "initializer '%s'", tp->name); goto fail; }
+        kl_value *val = &g->values[v];
+        val->init = t;
+        val->dtype = t->dtype;
+        val->rank = t->rank;
+        for (int d = 0; d < t->rank; d++) val->dims[d] = t->dims[d];
+    }
+    if (gp->n_sparse_initializer) { rc = kl_err_set(e, KL_EUNSUPPORTED, "sparse initializers are not supported"); goto fail; }
+    /* inputs (skipping those that are initializers: defaults) */
+    g->inputs = calloc(gp->n_input + 1, sizeof(int));
+    g->outputs = calloc(gp->n_output + 1, sizeof(int));
+    if (!g->inputs || !g->outputs) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    for (size_t i = 0; i < gp->n_input; i++) {
+        int v;
+        if (gp->input[i]->name && kl_graph_find_value(g, gp->input[i]->name) >= 0 &&
+            g->values[kl_graph_find_value(g, gp->input[i]->name)].init)
+            continue; /* an initializer listed as input: treat as constant */
+        if ((rc = value_info(g, gp->input[i], &v, e))) { kl_err_prefix(e, "graph input %zu", i); goto fail; }
+        if (g->values[v].is_input) { rc = kl_err_set(e, KL_EPARSE, "graph input '%s' listed twice", g->values[v].name); goto fail; }
+        g->values[v].is_input = 1;
+        g->inputs[g->n_inputs++] = v;
+    }
+    /* nodes */
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *dom = np->domain ? np->domain : "";
+        if (!np->op_type || !*np->op_type) { rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i); goto fail; }
+        for (size_t k = 0; k < np->n_input; k++)
+            if (!np->input[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i); goto fail; }
+        for (size_t k = 0; k < np->n_output; k++)
+            if (!np->output[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null output name", i); goto fail; }
+        int ni = kl_graph_add_node(g, np->op_type, np->name ? np->name : "", (const char *const *)np->input,
+                                   (int)np->n_input, (const char *const *)np->output, (int)np->n_output);
+        if (ni < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        kl_node *n = &g->nodes[ni];
+        n->index = (int)i;
+        free(n->domain);
+        n->domain = strdup(!strcmp(dom, "ai.onnx") ? "" : dom);
+        n->opset = g->opset;
+        if (*dom && strcmp(dom, "ai.onnx")) {
+            n->opset = -1;
+            for (size_t k = 0; k < m->n_opset_import; k++)
+                if (m->opset_import[k]->domain && !strcmp(m->opset_import[k]->domain, dom)) n->opset = (int)m->opset_import[k]->version;
+        }
+        for (size_t k = 0; k < np->n_attribute; k++) {
+            if ((rc = load_attr(n, np->attribute[k], e))) {
+                char d[256];
+                kl_err_prefix(e, "%s", kl_node_desc(n, d, sizeof d));
+                goto fail;
+            }
+        }
+    }
+    for (size_t i = 0; i < gp->n_output; i++) {
+        int v;
+        if ((rc = value_info(g, gp->output[i], &v, e))) { kl_err_prefix(e, "graph output %zu", i); goto fail; }
+        g->values[v].is_output = 1;
+        g->outputs[g->n_outputs++] = v;
+    }
+    /* value_info: types of intermediates (informational; inference recomputes) */
+    for (size_t i = 0; i < gp->n_value_info; i++) {
+        const Onnx__ValueInfoProto *vi = gp->value_info[i];
+        if (!vi->name || kl_graph_find_value(g, vi->name) < 0) continue;
+        int v;
+        kl_err e2 = {0};
+        (void)value_info(g, vi, &v, &e2);
+    }
+    if ((rc = kl_graph_finalize(g, e))) goto fail;
+    *out = g;
+    return KL_OK;
+fail:
+    kl_err_prefix(e, "%s", name ? name : "model");
+    kl_graph_free(g);
+    return rc;
+}
+
+int kl_onnx_load_mem(const void *buf, size_t len, const char *name, const char *base_dir, kl_graph **out, kl_err *e) {
+    *out = NULL;
+    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    if (!m)
+        return kl_err_set(e, KL_EPARSE, "%s: not a valid ONNX model (corrupt or truncated protobuf, %zu bytes)",
+                          name ? name : "model", len);
+    int rc = build_graph(m, name, base_dir, out, e);
+    onnx__model_proto__free_unpacked(m, NULL);
+    return rc;
+}
+
+int kl_onnx_load(const char *path, kl_graph **out, kl_err *e) {
+    *out = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = kl_read_file(path, &buf, &len, e);
+    if (rc) return rc;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+    rc = kl_onnx_load_mem(buf, len, path, dir, out, e);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,131 @@
+/* ONNX Resize (f32): nearest and (multi-)linear interpolation on any axes,
+ * with the half_pixel / align_corners / asymmetric / pytorch_half_pixel
+ * coordinate transformations. Per-axis index/weight tables, then one pass
+ * over output rows. */
+#include "keel/tensor.h"
+#include "tensor_int.h"
+
+#include <math.h>
+#include <string.h>
+
+typedef struct {
+    int rank;
+    const int64_t *dims, *od;
+    int64_t ist[KL_MAX_DIMS];
+    int64_t *i0[KL_MAX_DIMS], *i1[KL_MAX_DIMS];
+    float *w[KL_MAX_DIMS];
+    int interp[KL_MAX_DIMS];        /* linear along this axis */
+    int nlin;
+    const float *x;
+    float *y;
+} rs_ctx;
+
+static void rs_rows(void *vc, size_t r0, size_t r1, int chunk) {
+    rs_ctx *c = vc;
+    int r = c->rank;
+    int64_t ow = c->od[r - 1];
+    for (size_t row = r0; row < r1; row++) {
+        int64_t o[KL_MAX_DIMS], rem = (int64_t)row;
+        for (int i = r - 2; i >= 0; i--) { o[i] = rem % c->od[i]; rem /= c->od[i]; }
+        float *y = c->y + (int64_t)row * ow;
+        for (int64_t j = 0; j < ow; j++) {
+            o[r - 1] = j;
+            if (c->nlin == 0) {
+                int64_t off = 0;
+                for (int i = 0; i < r; i++) off += c->i0[i][o[i]] * c->ist[i];
+                y[j] = c->x[off];
+                continue;
+            }
+            float acc = 0;
+            /* corners over the linear axes */
+            for (int m = 0; m < (1 << c->nlin); m++) {
+                int64_t off = 0;
+                float wt = 1;
+                int b = 0;
+                for (int i = 0; i < r; i++) {
+                    if (c->interp[i]) {
+                        int hi = (m >> b++) & 1;
+                        float wi = c->w[i][o[i]];
+                        off += (hi ? c->i1[i][o[i]] : c->i0[i][o[i]]) * c->ist[i];
+                        wt *= hi ? wi : 1.0f - wi;
+                    } else off += c->i0[i][o[i]] * c->ist[i];
+                }
+                acc += wt * c->x[off];
+            }
+            y[j] = acc;
+        }
+    }
+}
+
+int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *out_dims, const float *scales,
+                  kl_resize_mode mode, kl_resize_coord coord, kl_resize_nearest nearest, float *y, kl_pool *pool,
+                  kl_err *e) {
+    rs_ctx c;
+    memset(&c, 0, sizeof c);
+    if (rank < 1 || rank > KL_MAX_DIMS) return kl_err_set(e, KL_ESHAPE, "resize: rank %d not supported", rank);
+    c.rank = rank;
+    c.dims = dims;
+    c.od = out_dims;
+    c.x = x;
+    c.y = y;
+    kl_tensor_contiguous_strides(rank, dims, c.ist);
+    int64_t tot = 0;
+    for (int i = 0; i < rank; i++) {
+        if (out_dims[i] < 0 || dims[i] < 0) return kl_err_set(e, KL_ESHAPE, "resize: negative dimension");
+        if (out_dims[i] > 0 && dims[i] == 0) return kl_err_set(e, KL_ESHAPE, "resize: empty input axis %d", i);
+        tot += out_dims[i];
+    }
+    for (int i = 0; i < rank; i++) if (out_dims[i] == 0) return KL_OK;
+    int64_t *ibuf = kl_mem_alloc_e((size_t)(2 * tot) * sizeof(int64_t) + 1, KL_TAG_WORKSPACE, e);
+    float *wbuf = kl_mem_alloc_e((size_t)tot * sizeof(float) + 1, KL_TAG_WORKSPACE, e);
+    if (!ibuf || !wbuf) {
+        kl_mem_free(ibuf);
+        kl_mem_free(wbuf);
+        return e ? e->code : KL_ENOMEM;
+    }
+    int64_t pos = 0;
+    for (int i = 0; i < rank; i++) {
+        int64_t in = dims[i], on = out_dims[i];
+        double sc = scales && scales[i] > 0 ? scales[i] : (double)on / (double)in;
+        c.i0[i] = ibuf + 2 * pos;
+        c.i1[i] = ibuf + 2 * pos + on;
+        c.w[i] = wbuf + pos;
+        pos += on;
+        c.interp[i] = mode == KL_RESIZE_LINEAR && !(in == on && (sc == 1.0 || !scales));
+        if (c.interp[i]) c.nlin++;
+        for (int64_t o = 0; o < on; o++) {
+            double xo;
+            switch (coord) {
+            case KL_CT_ALIGN_CORNERS: xo = on == 1 ? 0 : (double)o * (double)(in - 1) / (double)(on - 1); break;
+            case KL_CT_ASYMMETRIC: xo = (double)o / sc; break;
+            case KL_CT_PYTORCH_HALF_PIXEL: xo = on > 1 ? ((double)o + 0.5) / sc - 0.5 : 0; break;
+            default: xo = ((double)o + 0.5) / sc - 0.5; break;
+            }
+            if (mode == KL_RESIZE_NEAREST || !c.interp[i]) {
+                double r;
+                if (!c.interp[i] && mode == KL_RESIZE_LINEAR) r = (double)o;
+                else switch (nearest) {
+                case KL_NEAREST_FLOOR: r = floor(xo); break;
+                case KL_NEAREST_CEIL: r = ceil(xo); break;
+                case KL_NEAREST_ROUND_PREFER_CEIL: r = (xo - floor(xo) == 0.5) ? ceil(xo) : round(xo); break;
+                default: r = (xo - floor(xo) == 0.5) ? floor(xo) : round(xo); break;
+                }
+                int64_t ri = r < 0 ? 0 : r > (double)(in - 1) ? in - 1 : (int64_t)r;
+                c.i0[i][o] = c.i1[i][o] = ri;
+                c.w[i][o] = 0;
+            } else {
+                double xc = xo < 0 ? 0 : xo > (double)(in - 1) ? (double)(in - 1) : xo;
+                int64_t a = (int64_t)floor(xc);
+                c.i0[i][o] = a;
+                c.i1[i][o] = a + 1 < in ? a + 1 : in - 1;
+                c.w[i][o] = (float)(xc - (double)a);
+            }
+        }
+    }
+    int64_t rows = 1;
+    for (int i = 0; i < rank - 1; i++) rows *= out_dims[i];
+    kl_pool_parallel_for(pool, (size_t)rows, (size_t)KL_MAX(1, 2048 / KL_MAX(1, out_dims[rank - 1])), rs_rows, &c);
+    kl_mem_free(ibuf);
+    kl_mem_free(wbuf);
+    return KL_OK;
+}

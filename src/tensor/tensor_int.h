@@ -1,0 +1,126 @@
+/* Private helpers shared by the tensor kernels: block sizes, AVX2 vector math
+ * (exp, tanh, erf, sigmoid) with scalar twins that give the same results. */
+#ifndef KEEL_TENSOR_INT_H
+#define KEEL_TENSOR_INT_H
+
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "keel/tensor.h"
+
+/* Block sizes independent of the thread count: work items for parallel_for. */
+#define KL__ELEM_BLOCK 8192
+/* Internal rank limit of the strided copier (tile needs 2 * KL_MAX_DIMS). */
+#define KL__MAX_COPY_DIMS (2 * KL_MAX_DIMS)
+
+/* ==================================================================
+ * Vector math (Cephes-style exp, rational tanh/erf as in Eigen)
+ * The scalar versions run the same 8-lane code on a broadcast value so
+ * every element gets identical results whatever its position.
+ * ================================================================== */
+
+static inline __m256 kl__exp256(__m256 x) {
+    const __m256 hi = _mm256_set1_ps(88.3762626647949f), lo = _mm256_set1_ps(-87.3365478515625f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), x0 = x;
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+    fx = _mm256_floor_ps(fx);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 z = _mm256_mul_ps(x, x);
+    __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+    y = _mm256_fmadd_ps(y, z, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i n = _mm256_cvttps_epi32(fx);
+    n = _mm256_slli_epi32(_mm256_add_epi32(n, _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(n));
+    /* below the normal range: exp underflows to (almost) 0; keep it exact 0 */
+    y = _mm256_andnot_ps(under, y);
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), over);
+    return _mm256_blendv_ps(y, x0, nan);
+}
+
+static inline __m256 kl__sigmoid256(__m256 x) {
+    __m256 e = kl__exp256(_mm256_sub_ps(_mm256_setzero_ps(), x));
+    return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+static inline __m256 kl__tanh256(__m256 a) {
+    /* tanh(x) = sign(x) * (1 - 2 / (exp(2|x|) + 1)) for |x| >= 0.5; odd
+     * Taylor polynomial to x^15 (error < 1e-8 relative) below. */
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 ax = _mm256_andnot_ps(sign, a);
+    __m256 s = _mm256_and_ps(sign, a);
+    __m256 e = kl__exp256(_mm256_mul_ps(_mm256_min_ps(ax, _mm256_set1_ps(20.0f)), _mm256_set1_ps(2.0f)));
+    __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f),
+                               _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    __m256 x2 = _mm256_mul_ps(a, a);
+    __m256 p = _mm256_set1_ps(-0.00145583438705131826f);            /* x^15 */
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(0.00359212803657248102f));  /* x^13 */
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-0.00886323552990219656f)); /* x^11 */
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(0.0218694885361552028f));   /* x^9 */
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-0.0539682539682539683f));  /* x^7 */
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(0.133333333333333333f));    /* x^5 */
+    p = _mm256_fmadd_ps(p, x2, _mm256_set1_ps(-0.333333333333333333f));
+    p = _mm256_mul_ps(p, x2);
+    __m256 small = _mm256_fmadd_ps(p, a, a);
+    __m256 m = _mm256_cmp_ps(ax, _mm256_set1_ps(0.5f), _CMP_LT_OQ);
+    __m256 r = _mm256_blendv_ps(_mm256_or_ps(big, s), small, m);
+    /* NaN in -> NaN out */
+    return _mm256_blendv_ps(r, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
+static inline __m256 kl__erf256(__m256 a) {
+    /* Rational approximation on [-4, 4] (Eigen / TensorFlow fast erf). */
+    __m256 x = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(-4.0f)), _mm256_set1_ps(4.0f));
+    __m256 x2 = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-2.72614225801306e-10f);
+    p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(2.77068142495902e-08f));
+    p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-2.10102402082508e-06f));
+    p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-5.69250639462346e-05f));
+    p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-7.34990630326855e-04f));
+    p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-2.95459980854025e-03f));
+    p = _mm256_fmadd_ps(x2, p, _mm256_set1_ps(-1.60960333262415e-02f));
+    p = _mm256_mul_ps(x, p);
+    __m256 q = _mm256_set1_ps(-1.45660718464996e-05f);
+    q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-2.13374055278905e-04f));
+    q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-1.68282697438203e-03f));
+    q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-7.37332916720468e-03f));
+    q = _mm256_fmadd_ps(x2, q, _mm256_set1_ps(-1.42647390514189e-02f));
+    __m256 r = _mm256_div_ps(p, q);
+    r = _mm256_min_ps(_mm256_max_ps(r, _mm256_set1_ps(-1.0f)), _mm256_set1_ps(1.0f));
+    /* |erf| rounds to 1 in float beyond ~3.86: return exactly +-1 there */
+    __m256 sat = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), a), _mm256_set1_ps(3.86f), _CMP_GE_OQ);
+    r = _mm256_blendv_ps(r, _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(_mm256_set1_ps(-0.0f), a)), sat);
+    return _mm256_blendv_ps(r, a, _mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+}
+
+static inline float kl__exp1(float x) { return _mm256_cvtss_f32(kl__exp256(_mm256_set1_ps(x))); }
+static inline float kl__tanh1(float x) { return _mm256_cvtss_f32(kl__tanh256(_mm256_set1_ps(x))); }
+static inline float kl__erf1(float x) { return _mm256_cvtss_f32(kl__erf256(_mm256_set1_ps(x))); }
+static inline float kl__sigmoid1(float x) { return _mm256_cvtss_f32(kl__sigmoid256(_mm256_set1_ps(x))); }
+
+/* Loads/stores n < 8 floats (tail handling with a mask). */
+static inline __m256i kl__tailmask(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Applies a fused activation to n floats (serial; callers parallelise). */
+void kl__act_apply_range(kl_act act, float *y, int64_t n);
+
+/* Row-sum of n floats in a fixed order (8 lanes x 4 accumulators). */
+float kl__sum_f32(const float *x, int64_t n);
+
+/* GEMM (beta 0) with bias per column, or per row when bias_rows, then act. */
+void kl__gemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                 int64_t ldb, float *C, int64_t ldc, const float *bias, int bias_rows, kl_act act, kl_pool *pool);
+void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, kl_act act);
+
+#endif

@@ -1,0 +1,893 @@
+/* The training loop behind `keel train`: data (.npy) checks, seeded split
+ * and shuffling, the memory plan (and --memory-limit), forward/backward,
+ * clipping, schedules, optimizer steps, validation, early stopping,
+ * best-model selection, checkpoints every N steps (resumable bit-identically)
+ * and the artifacts (model.onnx, model.safetensors, meta.json, card.md,
+ * metrics.csv, curves.svg). */
+#include <cblas.h>
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <math.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "train/train_data.h"
+#include "train/train_int.h"
+
+#ifndef KEEL_VERSION
+#define KEEL_VERSION "unknown"
+#define KEEL_GIT_COMMIT "unknown"
+#endif
+
+/* ================================================================ data */
+
+typedef struct {
+    int64_t n;          /* rows */
+    float *x;           /* (n, in_numel) */
+    int64_t *yi;        /* CE labels (n) */
+    float *yf;          /* BCE/MSE targets (n, out_numel) */
+    char x_sha[65], y_sha[65];
+} tr_data;
+
+static void data_free(tr_data *d) {
+    kl_mem_free(d->x); kl_mem_free(d->yi); kl_mem_free(d->yf);
+    memset(d, 0, sizeof *d);
+}
+
+/* Loads and checks X/y against the model: shapes, NaN (names the row),
+ * labels in range (names the row). */
+static int data_load(const tr_model *m, const char *xp, const char *yp, tr_data *d, kl_err *e) {
+    tr_array X = {0}, Y = {0};
+    const tr_spec *s = m->spec;
+    memset(d, 0, sizeof *d);
+    int rc = tr_npy_read(xp, &X, e);
+    if (rc) goto done;
+    if ((rc = tr_npy_read(yp, &Y, e))) goto done;
+    if ((rc = kl_sha256_file_hex(xp, d->x_sha, e)) || (rc = kl_sha256_file_hex(yp, d->y_sha, e))) goto done;
+    int64_t per = X.rank ? X.n / (X.dims[0] ? X.dims[0] : 1) : 0;
+    if (X.rank < 1 || per != m->in_numel) {
+        char b[64] = "";
+        for (int i = 1; i < X.rank; i++) snprintf(b + strlen(b), sizeof b - strlen(b), "%s%lld", i > 1 ? "," : "", (long long)X.dims[i]);
+        rc = kl_err_set(e, KL_ESHAPE, "%s: rows of shape [%s] (%lld values), but input.shape has %lld values", xp, b, (long long)per, (long long)m->in_numel);
+        goto done;
+    }
+    d->n = X.dims[0];
+    if (Y.rank < 1 || Y.dims[0] != d->n) { rc = kl_err_set(e, KL_ESHAPE, "%s has %lld rows, %s has %lld", xp, (long long)d->n, yp, (long long)(Y.rank ? Y.dims[0] : 0)); goto done; }
+    if (!(d->x = kl_mem_alloc_e((size_t)(X.n ? X.n : 1) * 4, KL_TAG_DATASET, e))) { rc = KL_ENOMEM; goto done; }
+    for (int64_t i = 0; i < X.n; i++) {
+        double v = X.f[i];
+        if (!isfinite(v)) { rc = kl_err_set(e, KL_EINVAL, "%s: row %lld, value %lld is %s", xp, (long long)(i / per), (long long)(i % per), isnan(v) ? "NaN" : "infinite"); goto done; }
+        if (s->in_int) {
+            const tr_layer *emb = NULL;
+            for (int k = 0; k < m->n; k++) if (m->L[k].sp.type == TR_L_EMBEDDING) emb = &m->L[k];
+            if (v != floor(v) || v < 0 || (emb && v >= (double)emb->sp.num)) {
+                rc = kl_err_set(e, KL_ERANGE, "%s: row %lld: index %g outside the embedding's [0, %lld)", xp, (long long)(i / per), v, (long long)(emb ? emb->sp.num : 0));
+                goto done;
+            }
+        }
+        d->x[i] = (float)v;
+    }
+    if (s->loss == TR_LOSS_CE) {
+        int64_t K = m->out_numel;
+        if (Y.n != d->n) { rc = kl_err_set(e, KL_ESHAPE, "%s: cross_entropy takes one integer label per row (shape (%lld,))", yp, (long long)d->n); goto done; }
+        if (!(d->yi = kl_mem_alloc_e((size_t)(d->n ? d->n : 1) * 8, KL_TAG_DATASET, e))) { rc = KL_ENOMEM; goto done; }
+        for (int64_t i = 0; i < d->n; i++) {
+            double v = Y.f[i];
+            if (!(v == floor(v)) || v < 0 || v >= (double)K) {
+                rc = kl_err_set(e, KL_ERANGE, "%s: row %lld: label %g outside the class range [0, %lld) of the model's output", yp, (long long)i, v, (long long)K);
+                goto done;
+            }
+            d->yi[i] = (int64_t)v;
+        }
+    } else {
+        if (Y.n != d->n * m->out_numel) { rc = kl_err_set(e, KL_ESHAPE, "%s: %lld targets per row, the model gives %lld outputs", yp, (long long)(Y.n / (d->n ? d->n : 1)), (long long)m->out_numel); goto done; }
+        if (!(d->yf = kl_mem_alloc_e((size_t)(Y.n ? Y.n : 1) * 4, KL_TAG_DATASET, e))) { rc = KL_ENOMEM; goto done; }
+        for (int64_t i = 0; i < Y.n; i++) {
+            if (!isfinite(Y.f[i])) { rc = kl_err_set(e, KL_EINVAL, "%s: row %lld: target is %s", yp, (long long)(i / m->out_numel), isnan(Y.f[i]) ? "NaN" : "infinite"); goto done; }
+            if (s->loss == TR_LOSS_BCE && (Y.f[i] < 0 || Y.f[i] > 1)) { rc = kl_err_set(e, KL_ERANGE, "%s: row %lld: BCE target %g outside [0, 1]", yp, (long long)(i / m->out_numel), Y.f[i]); goto done; }
+            d->yf[i] = (float)Y.f[i];
+        }
+    }
+done:
+    tr_array_free(&X);
+    tr_array_free(&Y);
+    if (rc) data_free(d);
+    return rc;
+}
+
+/* ================================================================ loss & metrics */
+
+typedef struct { double loss; int64_t correct, count; } tr_eval;
+
+/* Loss of a batch (and its gradient into dz when non-NULL); counts correct. */
+static double batch_loss(const tr_model *m, const float *z, int64_t B, const int64_t *yi, const float *yf, float *dz,
+                         float *scratch, tr_eval *acc) {
+    const tr_spec *s = m->spec;
+    int64_t K = m->out_numel;
+    float *g = dz ? dz : scratch;
+    double l;
+    if (s->loss == TR_LOSS_CE) l = tr_ce_loss_f32(B, K, z, yi, s->label_smoothing, s->nclass_w ? s->class_w : NULL, g);
+    else if (s->loss == TR_LOSS_BCE) l = tr_bce_loss_f32(B * K, z, yf, g);
+    else l = tr_mse_loss_f32(B * K, z, yf, g);
+    if (acc) {
+        for (int64_t r = 0; r < B; r++) {
+            if (s->loss == TR_LOSS_CE) {
+                int64_t best = 0;
+                for (int64_t k = 1; k < K; k++) if (z[r * K + k] > z[r * K + best]) best = k;
+                acc->correct += best == yi[r];
+                acc->count++;
+            } else if (s->loss == TR_LOSS_BCE) {
+                for (int64_t k = 0; k < K; k++) { acc->correct += (z[r * K + k] > 0) == (yf[r * K + k] > 0.5f); acc->count++; }
+            }
+        }
+    }
+    return l;
+}
+
+static void gather_rows(const tr_model *m, const tr_data *d, const int64_t *idx, int64_t B, float *xb, int64_t *yb, float *yfb) {
+    int64_t F = m->in_numel, K = m->out_numel;
+    for (int64_t r = 0; r < B; r++) {
+        memcpy(xb + r * F, d->x + idx[r] * F, (size_t)F * 4);
+        if (d->yi) yb[r] = d->yi[idx[r]];
+        if (d->yf) memcpy(yfb + r * K, d->yf + idx[r] * K, (size_t)K * 4);
+    }
+}
+
+/* Eval-mode pass over rows idx[0..n) in batches of m->B; returns mean loss
+ * weighted by batch size, accuracy, and optionally all outputs (n, K). */
+static void evaluate(tr_model *m, const tr_data *d, const int64_t *idx, int64_t n, float *xb, int64_t *yb, float *yfb,
+                     float *scratch, tr_eval *out, float *all_out) {
+    memset(out, 0, sizeof *out);
+    double tot = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += m->B) {
+        int64_t B = KL_MIN(m->B, n - b0);
+        gather_rows(m, d, idx + b0, B, xb, yb, yfb);
+        const float *z = tr_model_forward(m, xb, B, 0);
+        tot += batch_loss(m, z, B, yb, yfb, NULL, scratch, out) * (double)B;
+        if (all_out) memcpy(all_out + b0 * m->out_numel, z, (size_t)(B * m->out_numel) * 4);
+    }
+    out->loss = n ? tot / (double)n : NAN;
+}
+
+/* ================================================================ metrics rows */
+
+typedef struct { int64_t step, epoch; int split; /* 0 train step, 1 val epoch, 2 train epoch */ double loss, acc, lr, gnorm; } tr_row;
+typedef struct { tr_row *r; size_t n, cap; } tr_rows;
+
+static void rows_add(tr_rows *rs, tr_row r) {
+    if (rs->n == rs->cap) {
+        size_t nc = rs->cap ? rs->cap * 2 : 256;
+        tr_row *p = realloc(rs->r, nc * sizeof *p);
+        if (!p) return;
+        rs->r = p; rs->cap = nc;
+    }
+    rs->r[rs->n++] = r;
+}
+
+static const char *split_name[] = {"train_step", "val", "train"};
+
+static int write_metrics_csv(const char *path, const tr_rows *rs, kl_err *e) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "step,epoch,split,loss,accuracy,lr,grad_norm\n");
+    for (size_t i = 0; i < rs->n; i++) {
+        const tr_row *r = &rs->r[i];
+        kl_buf_printf(&b, "%lld,%lld,%s,%.9g,", (long long)r->step, (long long)r->epoch, split_name[r->split], r->loss);
+        if (isnan(r->acc)) kl_buf_puts(&b, ","); else kl_buf_printf(&b, "%.6f,", r->acc);
+        if (r->split == 0) kl_buf_printf(&b, "%.9g,%.9g\n", r->lr, r->gnorm); else kl_buf_puts(&b, ",\n");
+    }
+    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(path, b.data, b.len, e);
+    kl_buf_free(&b);
+    return rc;
+}
+
+static int read_metrics_csv(const char *path, int64_t upto_step, tr_rows *rs) {
+    FILE *f = fopen(path, "r");
+    if (!f) return KL_OK;
+    char line[512];
+    if (!fgets(line, sizeof line, f)) { fclose(f); return KL_OK; }
+    while (fgets(line, sizeof line, f)) {
+        tr_row r = {0};
+        char sp[32] = "";
+        long long st, ep;
+        char *p = line;
+        st = strtoll(p, &p, 10); p++;
+        ep = strtoll(p, &p, 10); p++;
+        size_t k = strcspn(p, ",");
+        snprintf(sp, sizeof sp, "%.*s", (int)k, p);
+        p += k + 1;
+        r.step = st; r.epoch = ep;
+        r.split = !strcmp(sp, "val") ? 1 : !strcmp(sp, "train") ? 2 : 0;
+        r.loss = strtod(p, &p); p++;
+        r.acc = *p == ',' ? NAN : strtod(p, &p); p++;
+        if (r.split == 0) { r.lr = strtod(p, &p); p++; r.gnorm = strtod(p, &p); }
+        if (r.step <= upto_step && !(r.split != 0 && r.step == upto_step && 0)) rows_add(rs, r);
+    }
+    fclose(f);
+    return KL_OK;
+}
+
+/* ================================================================ curves.svg */
+
+static void svg_series(kl_buf *b, const tr_rows *rs, int split, int acc, double x0, double x1, double y0, double y1,
+                       int W, int H, int L, int T, const char *color, int dots) {
+    kl_buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
+    for (size_t i = 0; i < rs->n; i++) {
+        const tr_row *r = &rs->r[i];
+        double v = acc ? r->acc : r->loss;
+        if (r->split != split || !isfinite(v)) continue;
+        double px = L + (r->step - x0) / (x1 - x0 > 0 ? x1 - x0 : 1) * W, py = T + H - (v - y0) / (y1 - y0 > 0 ? y1 - y0 : 1) * H;
+        kl_buf_printf(b, "%.1f,%.1f ", px, py);
+    }
+    kl_buf_puts(b, "\"/>\n");
+    if (dots)
+        for (size_t i = 0; i < rs->n; i++) {
+            const tr_row *r = &rs->r[i];
+            double v = acc ? r->acc : r->loss;
+            if (r->split != split || !isfinite(v)) continue;
+            double px = L + (r->step - x0) / (x1 - x0 > 0 ? x1 - x0 : 1) * W, py = T + H - (v - y0) / (y1 - y0 > 0 ? y1 - y0 : 1) * H;
+            kl_buf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", px, py, color);
+        }
+}
+
+static int write_curves_svg(const char *path, const tr_rows *rs, const char *title, kl_err *e) {
+    const int L = 70, T = 40, W = 640, H = 300, RW = 60;
+    double x0 = 0, x1 = 1, y0 = 0, y1 = 0;
+    int have_acc = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        const tr_row *r = &rs->r[i];
+        if (r->step > x1) x1 = (double)r->step;
+        if (isfinite(r->loss) && r->loss > y1) y1 = r->loss;
+        if (r->split == 1 && isfinite(r->acc)) have_acc = 1;
+    }
+    if (y1 <= 0) y1 = 1;
+    y1 *= 1.05;
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"11\">\n", L + W + RW, T + H + 60);
+    kl_buf_puts(&b, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"70\" y=\"22\" font-size=\"14\">");
+    kl_buf_html(&b, title);
+    kl_buf_puts(&b, "</text>\n");
+    for (int i = 0; i <= 5; i++) {
+        double yv = y0 + (y1 - y0) * i / 5, py = T + H - (double)H * i / 5;
+        double xv = x0 + (x1 - x0) * i / 5, px = L + (double)W * i / 5;
+        kl_buf_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, py, L + W, py);
+        kl_buf_printf(&b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", L - 6, py + 4, yv);
+        kl_buf_printf(&b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.0f</text>\n", px, T + H + 16, xv);
+        if (have_acc) kl_buf_printf(&b, "<text x=\"%d\" y=\"%.1f\">%.0f%%</text>\n", L + W + 6, py + 4, 100.0 * i / 5);
+    }
+    kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", L, T, W, H);
+    kl_buf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n", L + W / 2, T + H + 34);
+    kl_buf_printf(&b, "<text x=\"16\" y=\"%d\" transform=\"rotate(-90 16 %d)\" text-anchor=\"middle\">loss</text>\n", T + H / 2, T + H / 2);
+    svg_series(&b, rs, 0, 0, x0, x1, y0, y1, W, H, L, T, "#1f77b4", 0);
+    svg_series(&b, rs, 1, 0, x0, x1, y0, y1, W, H, L, T, "#d62728", 1);
+    if (have_acc) svg_series(&b, rs, 1, 1, x0, x1, 0, 1, W, H, L, T, "#2ca02c", 1);
+    int ly = T + H + 50;
+    kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\">train loss (per step)</text>\n", L, ly - 4, L + 16, ly);
+    kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\">validation loss (per epoch)</text>\n", L + 170, ly - 4, L + 186, ly);
+    if (have_acc) kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\">validation accuracy (right axis)</text>\n", L + 370, ly - 4, L + 386, ly);
+    kl_buf_puts(&b, "</svg>\n");
+    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(path, b.data, b.len, e);
+    kl_buf_free(&b);
+    return rc;
+}
+
+/* ================================================================ checkpoints */
+
+typedef struct {
+    int64_t step, epoch, batch;     /* next position: epoch, batch within the epoch */
+    double best; int64_t best_epoch, bad_epochs;
+    int stopped;
+    double ep_loss; int64_t ep_n;   /* running train loss of the current epoch */
+} tr_pos;
+
+static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *dir, int64_t step, kl_err *e) {
+    tr_tensor_ref refs[TR_MAX_LAYERS * 4];
+    int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    tr_st_entry *ent = calloc((size_t)nt * 3 + 1, sizeof *ent);
+    char (*names)[112] = calloc((size_t)nt * 3 + 1, sizeof *names);
+    int n = 0, rc;
+    if (!ent || !names) { free(ent); free(names); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    for (int i = 0; i < nt; i++) {
+        snprintf(names[n], 112, "param.%s", refs[i].name);
+        ent[n] = (tr_st_entry){names[n], refs[i].data, refs[i].rank, {refs[i].dims[0], refs[i].dims[1], refs[i].dims[2], refs[i].dims[3]}};
+        n++;
+        if (refs[i].buffer) continue;
+        int64_t off = refs[i].data - m->params;
+        for (int k = 0; k < 2; k++) {
+            float *st = k ? o->v : o->m;
+            if (!st) continue;
+            snprintf(names[n], 112, "%s.%s", k ? "opt.exp_avg_sq" : (o->kind == TR_OPT_ADAMW ? "opt.exp_avg" : "opt.momentum_buffer"), refs[i].name);
+            ent[n] = (tr_st_entry){names[n], st + off, refs[i].rank, {refs[i].dims[0], refs[i].dims[1], refs[i].dims[2], refs[i].dims[3]}};
+            n++;
+        }
+    }
+    char meta[1024];
+    snprintf(meta, sizeof meta,
+             "{\"format\":\"keel-checkpoint-1\",\"step\":\"%lld\",\"epoch\":\"%lld\",\"batch\":\"%lld\",\"opt_t\":\"%lld\",\"opt_has_buf\":\"%d\","
+             "\"drop_rng\":\"%016llx%016llx%016llx%016llx\",\"best\":\"%a\",\"best_epoch\":\"%lld\",\"bad_epochs\":\"%lld\",\"seed\":\"%llu\","
+             "\"ep_loss\":\"%a\",\"ep_n\":\"%lld\"}",
+             (long long)pos->step, (long long)pos->epoch, (long long)pos->batch, (long long)o->t, o->has_buf,
+             (unsigned long long)m->drop_rng.s[0], (unsigned long long)m->drop_rng.s[1], (unsigned long long)m->drop_rng.s[2],
+             (unsigned long long)m->drop_rng.s[3], pos->best, (long long)pos->best_epoch, (long long)pos->bad_epochs,
+             (unsigned long long)m->spec->seed, pos->ep_loss, (long long)pos->ep_n);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)step);
+    rc = tr_safetensors_write(path, ent, n, meta, e);
+    free(ent);
+    free(names);
+    return rc;
+}
+
+typedef struct { tr_model *m; tr_optim *o; int found; } load_ctx;
+
+static int load_tensor(void *ctx, const char *name, const char *dtype, int rank, const int64_t *dims, const void *data, size_t nbytes, kl_err *e) {
+    load_ctx *c = ctx;
+    tr_tensor_ref refs[TR_MAX_LAYERS * 4];
+    int nt = tr_model_tensors(c->m, refs, TR_MAX_LAYERS * 4);
+    const char *pname = name;
+    float *base = NULL;
+    if (!strncmp(name, "param.", 6)) pname = name + 6;
+    else if (!strncmp(name, "opt.exp_avg_sq.", 15)) { pname = name + 15; base = c->o ? c->o->v : NULL; }
+    else if (!strncmp(name, "opt.exp_avg.", 12)) { pname = name + 12; base = c->o ? c->o->m : NULL; }
+    else if (!strncmp(name, "opt.momentum_buffer.", 20)) { pname = name + 20; base = c->o ? c->o->m : NULL; }
+    else if (c->o) return KL_OK;
+    if (!c->o && name != pname && base == NULL && strncmp(name, "param.", 6)) return KL_OK;
+    for (int i = 0; i < nt; i++) {
+        if (strcmp(refs[i].name, pname)) continue;
+        if (strcmp(dtype, "F32") || nbytes != (size_t)refs[i].n * 4)
+            return kl_err_set(e, KL_ESHAPE, "tensor '%s': %s with %zu bytes, the model needs F32 with %lld", name, dtype, nbytes, (long long)refs[i].n * 4);
+        float *dst = refs[i].data;
+        if (base) {
+            if (refs[i].buffer) return KL_OK;
+            dst = base + (refs[i].data - c->m->params);
+        } else if (name != pname && strncmp(name, "param.", 6)) return KL_OK;
+        memcpy(dst, data, nbytes);
+        c->found++;
+        return KL_OK;
+    }
+    return kl_err_set(e, KL_ENOTFOUND, "tensor '%s' is not in the model", name);
+}
+
+static int hexval(char c) { return c >= 'a' ? c - 'a' + 10 : c - '0'; }
+
+/* Newest checkpoint whose sha256 matches; 0 = none. */
+static int ckpt_find(const char *dir, char *best, size_t n) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *de;
+    char cand[256][128];
+    int nc = 0;
+    while ((de = readdir(d)) && nc < 256) {
+        size_t l = strlen(de->d_name);
+        if (!strncmp(de->d_name, "ckpt-", 5) && l > 12 && !strcmp(de->d_name + l - 12, ".safetensors") && l < 128) snprintf(cand[nc++], 128, "%s", de->d_name);
+    }
+    closedir(d);
+    qsort(cand, (size_t)nc, 128, (int (*)(const void *, const void *))strcmp);
+    for (int i = nc - 1; i >= 0; i--) {
+        char p[4096], sp[4200], hex[65];
+        snprintf(p, sizeof p, "%s/%s", dir, cand[i]);
+        snprintf(sp, sizeof sp, "%s.sha256", p);
+        char *txt = NULL;
+        size_t len;
+        kl_err e = {0};
+        if (kl_read_file(sp, &txt, &len, &e)) continue;
+        int ok = !kl_sha256_file_hex(p, hex, &e) && len >= 64 && !strncmp(txt, hex, 64);
+        free(txt);
+        if (ok) { snprintf(best, n, "%s", p); return 1; }
+        kl_log(KL_LOG_WARN, "train", "checkpoint %s fails its sha256; trying an older one", p);
+    }
+    return 0;
+}
+
+static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, const char *path, kl_err *e) {
+    load_ctx c = {m, o, 0};
+    char *meta = NULL;
+    int rc = tr_safetensors_read(path, load_tensor, &c, &meta, e);
+    if (rc) return rc;
+    cJSON *j = meta ? cJSON_Parse(meta) : NULL;
+    free(meta);
+    const char *keys[] = {"step", "epoch", "batch", "opt_t", "opt_has_buf", "drop_rng", "best", "best_epoch", "bad_epochs", "ep_loss", "ep_n"};
+    const char *v[11];
+    for (int i = 0; i < 11; i++) {
+        cJSON *it = cJSON_GetObjectItem(j, keys[i]);
+        v[i] = cJSON_IsString(it) ? it->valuestring : NULL;
+        if (!v[i]) { cJSON_Delete(j); return kl_err_set(e, KL_EPARSE, "%s: metadata lacks '%s'", path, keys[i]); }
+    }
+    pos->step = strtoll(v[0], NULL, 10); pos->epoch = strtoll(v[1], NULL, 10); pos->batch = strtoll(v[2], NULL, 10);
+    o->t = strtoll(v[3], NULL, 10); o->has_buf = atoi(v[4]);
+    if (strlen(v[5]) != 64) { cJSON_Delete(j); return kl_err_set(e, KL_EPARSE, "%s: bad drop_rng", path); }
+    for (int w = 0; w < 4; w++) {
+        uint64_t x = 0;
+        for (int k = 0; k < 16; k++) x = x << 4 | (uint64_t)hexval(v[5][w * 16 + k]);
+        m->drop_rng.s[w] = x;
+    }
+    pos->best = strtod(v[6], NULL); pos->best_epoch = strtoll(v[7], NULL, 10); pos->bad_epochs = strtoll(v[8], NULL, 10);
+    pos->ep_loss = strtod(v[9], NULL); pos->ep_n = strtoll(v[10], NULL, 10);
+    cJSON_Delete(j);
+    return KL_OK;
+}
+
+static int weights_write(tr_model *m, const char *path, kl_err *e) {
+    tr_tensor_ref refs[TR_MAX_LAYERS * 4];
+    int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    tr_st_entry ent[TR_MAX_LAYERS * 4];
+    for (int i = 0; i < nt; i++) ent[i] = (tr_st_entry){refs[i].name, refs[i].data, refs[i].rank, {refs[i].dims[0], refs[i].dims[1], refs[i].dims[2], refs[i].dims[3]}};
+    return tr_safetensors_write(path, ent, nt, "{\"format\":\"keel-weights-1\"}", e);
+}
+
+int kl__train_load_weights(tr_model *m, const char *path, kl_err *e) {
+    load_ctx c = {m, NULL, 0};
+    return tr_safetensors_read(path, load_tensor, &c, NULL, e);
+}
+int kl__train_save_weights(tr_model *m, const char *path, kl_err *e) { return weights_write(m, path, e); }
+
+/* ================================================================ permutations */
+
+static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n) {
+    if (!s->shuffle) return;
+    tr_rng r;
+    tr_rng_seed(&r, s->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch * 0xD1B54A32D192ED03ull + 7);
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)tr_rng_below(&r, (uint64_t)i + 1), t = idx[i];
+        idx[i] = idx[j]; idx[j] = t;
+    }
+}
+
+/* ================================================================ the run */
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static const char *part_names[5] = {"params", "grads", "optimizer", "activations", "workspace"};
+
+static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs, const tr_pos *pos,
+                      int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train, int best_used, double secs, kl_err *e) {
+    const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml", "metrics.csv", "curves.svg", "card.md"};
+    cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
+    char p[4096], hex[65];
+    int rc = KL_OK;
+    for (size_t i = 0; i < KL_ARRAY_LEN(files); i++) {
+        snprintf(p, sizeof p, "%s/%s", out, files[i]);
+        if (!kl_path_exists(p)) continue;
+        if ((rc = kl_sha256_file_hex(p, hex, e))) goto done;
+        cJSON_AddStringToObject(fs, files[i], hex);
+    }
+    cJSON_AddStringToObject(j, "format", "keel-model-1");
+    cJSON_AddStringToObject(j, "code_version", KEEL_VERSION " (" KEEL_GIT_COMMIT ")");
+    cJSON_AddNumberToObject(j, "seed", (double)s->seed);
+    cJSON_AddStringToObject(j, "spec", s->text);
+    cJSON *dd = cJSON_AddObjectToObject(j, "data");
+    if (s->x_path) { cJSON_AddStringToObject(dd, "x", s->x_path); cJSON_AddStringToObject(dd, "x_sha256", d->x_sha); }
+    if (s->y_path) { cJSON_AddStringToObject(dd, "y", s->y_path); cJSON_AddStringToObject(dd, "y_sha256", d->y_sha); }
+    cJSON_AddNumberToObject(dd, "train_rows", (double)ntrain);
+    cJSON_AddNumberToObject(dd, "val_rows", (double)nval);
+    cJSON_AddNumberToObject(j, "parameters", (double)m->nparams);
+    cJSON_AddNumberToObject(j, "steps", (double)pos->step);
+    cJSON_AddNumberToObject(j, "epochs", (double)pos->epoch);
+    cJSON_AddNumberToObject(j, "train_seconds", secs);
+    cJSON_AddBoolToObject(j, "early_stopped", pos->stopped);
+    cJSON *fm = cJSON_AddObjectToObject(j, "final_metrics");
+    double last_loss = NAN;
+    for (size_t i = 0; i < rs->n; i++) if (rs->r[i].split == 0) last_loss = rs->r[i].loss;
+    if (isfinite(last_loss)) cJSON_AddNumberToObject(fm, "train_step_loss", last_loss);
+    if (fin_train && fin_train->count) cJSON_AddNumberToObject(fm, "train_accuracy", (double)fin_train->correct / (double)fin_train->count);
+    if (nval && isfinite(fin_val->loss)) {
+        cJSON_AddNumberToObject(fm, "val_loss", fin_val->loss);
+        if (fin_val->count) cJSON_AddNumberToObject(fm, "val_accuracy", (double)fin_val->correct / (double)fin_val->count);
+    }
+    cJSON *bm = cJSON_AddObjectToObject(j, "best");
+    cJSON_AddStringToObject(bm, "monitor", s->monitor);
+    if (best_used) { cJSON_AddNumberToObject(bm, "value", pos->best); cJSON_AddNumberToObject(bm, "epoch", (double)pos->best_epoch); }
+    cJSON_AddStringToObject(bm, "exported", best_used ? "best epoch by the monitor" : "final weights (no validation split)");
+    snprintf(p, sizeof p, "%s/meta.json", out);
+    rc = kl_json_write_file(p, j, 1, e);
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int write_card(const char *out, const tr_spec *s, const tr_model *m, int64_t ntrain, int64_t nval, const tr_pos *pos,
+                      const tr_eval *fin_val, int best_used, kl_err *e) {
+    kl_buf b;
+    kl_buf_init(&b);
+    const char *base = strrchr(s->path, '/');
+    kl_buf_printf(&b, "# Model card: %s\n\n## Model details\n\n", base ? base + 1 : s->path);
+    kl_buf_printf(&b, "- Trained by keel %s on %s\n- Parameters: %lld (float32)\n- Input: ", KEEL_VERSION, "this machine", (long long)m->nparams);
+    for (int i = 0; i < s->in_rank; i++) kl_buf_printf(&b, "%s%lld", i ? "x" : "", (long long)s->in_dims[i]);
+    kl_buf_printf(&b, " %s per sample; output: %lld values\n- Layers:", s->in_int ? "int64 indices" : "float32", (long long)m->out_numel);
+    for (int i = 0; i < m->n; i++) kl_buf_printf(&b, "%s %s", i ? "," : "", tr_ltype_name(m->L[i].sp.type));
+    kl_buf_printf(&b, "\n- Files: model.onnx (ONNX opset 17, eval mode), model.safetensors (weights), meta.json (hashes, lineage)\n\n");
+    kl_buf_printf(&b, "## Intended use\n\n%s model for the task its training data describes. Not evaluated for use beyond the distribution of that data.\n\n",
+                  s->loss == TR_LOSS_CE ? "A multi-class classification" : s->loss == TR_LOSS_BCE ? "A binary / multi-label classification" : "A regression");
+    kl_buf_printf(&b, "## Training data\n\n- X: `%s`\n- y: `%s`\n- %lld training rows, %lld validation rows (split by seed %llu)\n\n",
+                  s->x_path ? s->x_path : "?", s->y_path ? s->y_path : "?", (long long)ntrain, (long long)nval, (unsigned long long)s->seed);
+    kl_buf_printf(&b, "## Training procedure\n\n- Loss: %s%s\n- Optimizer: %s, lr %g, weight decay %g\n- Batch size %lld, %lld steps over %lld epochs%s\n- Gradient clipping: %s\n\n",
+                  s->loss == TR_LOSS_CE ? "cross-entropy" : s->loss == TR_LOSS_BCE ? "BCE with logits" : "MSE",
+                  s->label_smoothing > 0 ? " with label smoothing" : "", s->opt == TR_OPT_ADAMW ? "AdamW" : "SGD", s->lr, s->wd,
+                  (long long)s->batch, (long long)pos->step, (long long)pos->epoch, pos->stopped ? " (early stopped)" : "",
+                  s->clip > 0 ? "global norm" : "none");
+    kl_buf_printf(&b, "## Evaluation results\n\n");
+    if (nval) {
+        kl_buf_printf(&b, "| split | loss | accuracy |\n|---|---|---|\n| validation | %.4f | %s |\n\n", fin_val->loss,
+                      fin_val->count ? "" : "n/a");
+        if (fin_val->count) {
+            b.len -= 5;
+            kl_buf_printf(&b, "%.2f %% |\n\n", 100.0 * (double)fin_val->correct / (double)fin_val->count);
+        }
+        if (best_used) kl_buf_printf(&b, "Exported weights: best epoch %lld by %s (%.4f).\n\n", (long long)pos->best_epoch, s->monitor, pos->best);
+    } else kl_buf_puts(&b, "No validation split was used (val_fraction 0).\n\n");
+    kl_buf_puts(&b, "Curves: curves.svg; per-step values: metrics.csv.\n\n## Limitations\n\n- Evaluated only on a held-out split of the same data; no fairness or robustness evaluation was run.\n- Float32 CPU training; results are reproducible bit-for-bit with the same spec, data and seed.\n");
+    char p[4096];
+    snprintf(p, sizeof p, "%s/card.md", out);
+    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    kl_buf_free(&b);
+    return rc;
+}
+
+static void print_plan(FILE *f, const uint64_t bytes[5], uint64_t data_bytes) {
+    char b[32];
+    uint64_t tot = 0;
+    fprintf(f, "memory plan:\n");
+    for (int i = 0; i < 5; i++) { fprintf(f, "  %-12s %12s\n", part_names[i], kl_fmt_bytes(bytes[i], b, sizeof b)); tot += bytes[i]; }
+    fprintf(f, "  %-12s %12s\n", "dataset", kl_fmt_bytes(data_bytes, b, sizeof b));
+    fprintf(f, "  %-12s %12s (all parts live together)\n", "peak", kl_fmt_bytes(tot + data_bytes, b, sizeof b));
+}
+
+int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
+    tr_spec *s = NULL;
+    tr_model *m = NULL;
+    tr_data d = {0}, dv = {0};
+    tr_optim opt = {0};
+    tr_rows rows = {0};
+    int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL;
+    float *xb = NULL, *yfb = NULL, *dz = NULL;
+    kl_progress *pr = NULL;
+    FILE *rep = o->report ? o->report : stdout;
+    char p[4096], ckdir[4096];
+    int rc;
+    openblas_set_num_threads(1);
+    if ((rc = tr_spec_load(spec_path, &s, e))) goto fail;
+    if ((rc = tr_model_new(s, &m, e))) goto fail;
+    if (!s->x_path || !s->y_path) { rc = kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files) are required", spec_path); goto fail; }
+    /* Data hook: .npy today; Parquet through the data layer goes here. */
+    if ((rc = data_load(m, s->x_path, s->y_path, &d, e))) goto fail;
+    int64_t ntr, nva;
+    const tr_data *vd = &d;
+    if (s->val_x) {
+        if (!s->val_y) { rc = kl_err_set(e, KL_EINVAL, "%s: data.val_x needs data.val_y", spec_path); goto fail; }
+        if ((rc = data_load(m, s->val_x, s->val_y, &dv, e))) goto fail;
+        vd = &dv;
+        ntr = d.n; nva = dv.n;
+        idx_tr = malloc((size_t)(ntr + 1) * 8); idx_va = malloc((size_t)(nva + 1) * 8);
+        if (!idx_tr || !idx_va) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (int64_t i = 0; i < ntr; i++) idx_tr[i] = i;
+        for (int64_t i = 0; i < nva; i++) idx_va[i] = i;
+    } else {
+        nva = (int64_t)floor((double)d.n * s->val_fraction);
+        ntr = d.n - nva;
+        int64_t *all = malloc((size_t)(d.n + 1) * 8);
+        if (!all) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (int64_t i = 0; i < d.n; i++) all[i] = i;
+        tr_rng r;
+        tr_rng_seed(&r, s->seed ^ 0x73706c6974ull);
+        for (int64_t i = d.n - 1; i > 0 && nva > 0; i--) {
+            int64_t j = (int64_t)tr_rng_below(&r, (uint64_t)i + 1), t = all[i];
+            all[i] = all[j]; all[j] = t;
+        }
+        idx_tr = malloc((size_t)(ntr + 1) * 8); idx_va = malloc((size_t)(nva + 1) * 8);
+        if (!idx_tr || !idx_va) { free(all); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        /* train rows keep their file order (sorted) so the shuffle alone decides batches */
+        memcpy(idx_va, all + ntr, (size_t)nva * 8);
+        memcpy(idx_tr, all, (size_t)ntr * 8);
+        free(all);
+        qsort(idx_tr, (size_t)ntr, 8, cmp_i64);
+    }
+    if (ntr < 1) { rc = kl_err_set(e, KL_EINVAL, "no training rows left after the validation split"); goto fail; }
+    int64_t B = KL_MIN(s->batch, ntr);
+    int64_t steps_per_epoch = s->drop_last ? ntr / B : (ntr + B - 1) / B;
+    if (steps_per_epoch < 1) steps_per_epoch = 1;
+    int64_t total = s->epochs * steps_per_epoch;
+    if (s->max_steps && s->max_steps < total) total = s->max_steps;
+    if (o->max_steps && o->max_steps < total) total = o->max_steps;
+    /* memory plan, before any allocation of the model */
+    uint64_t plan[5], tot = 0, data_bytes = (uint64_t)(d.n + dv.n) * (uint64_t)(m->in_numel * 4 + (d.yi ? 8 : m->out_numel * 4));
+    tr_model_plan(m, B, tr_optim_slots(s), plan);
+    for (int i = 0; i < 5; i++) tot += plan[i];
+    if (o->memory_report) print_plan(rep, plan, data_bytes);
+    if (o->memory_limit && tot + data_bytes > o->memory_limit) {
+        int big = 0;
+        for (int i = 1; i < 5; i++) if (plan[i] > plan[big]) big = i;
+        char b1[32], b2[32], b3[32], b4[32];
+        rc = kl_err_set(e, KL_ENOMEM, "memory plan %s exceeds --memory-limit %s by %s; largest part: %s (%s)%s",
+                        kl_fmt_bytes(tot + data_bytes, b1, sizeof b1), kl_fmt_bytes(o->memory_limit, b2, sizeof b2),
+                        kl_fmt_bytes(tot + data_bytes - o->memory_limit, b3, sizeof b3), part_names[big], kl_fmt_bytes(plan[big], b4, sizeof b4),
+                        big == 3 || big == 4 ? " - a smaller batch_size reduces it" : "");
+        goto fail;
+    }
+    if (o->memory_limit) { kl_mem_trim(); kl_mem_set_budget(o->memory_limit); }
+    if ((rc = tr_model_alloc(m, B, e))) goto fail;
+    if ((rc = tr_optim_init(&opt, s, m->nparams, e))) goto fail;
+    tr_rng init_rng;
+    tr_rng_seed(&init_rng, s->seed);
+    tr_model_init(m, &init_rng);
+    if (s->init_path) {
+        load_ctx lc = {m, NULL, 0};
+        tr_tensor_ref refs[TR_MAX_LAYERS * 4];
+        int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+        if ((rc = tr_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) { kl_err_prefix(e, "train.init %s", s->init_path); goto fail; }
+        if (lc.found != nt) { rc = kl_err_set(e, KL_ENOTFOUND, "train.init %s: %d of the model's %d tensors found", s->init_path, lc.found, nt); goto fail; }
+    }
+    xb = kl_mem_alloc_e((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE, e);
+    yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
+    yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
+    dz = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
+    if (!xb || !yb || !yfb || !dz) { rc = KL_ENOMEM; goto fail; }
+    if ((rc = kl_mkdir_p(o->out_dir, e))) goto fail;
+    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", o->out_dir);
+    if ((rc = kl_mkdir_p(ckdir, e))) goto fail;
+    int lower_better = !strcmp(s->monitor, "val_loss");
+    tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0};
+    char bestp[4096];
+    snprintf(bestp, sizeof bestp, "%s/best.safetensors", ckdir);
+    if (o->resume) {
+        char ck[4096];
+        if (!ckpt_find(ckdir, ck, sizeof ck)) { rc = kl_err_set(e, KL_ENOTFOUND, "--resume: no valid checkpoint in %s", ckdir); goto fail; }
+        if ((rc = ckpt_load(m, &opt, &pos, ck, e))) { kl_err_prefix(e, "resuming from %s", ck); goto fail; }
+        snprintf(p, sizeof p, "%s/metrics.csv", ckdir);
+        read_metrics_csv(p, pos.step, &rows);
+        kl_log(KL_LOG_INFO, "train", "resumed from %s at step %lld (epoch %lld, batch %lld)", ck, (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
+    }
+    snprintf(p, sizeof p, "%s/spec.yaml", o->out_dir);
+    if ((rc = kl_write_file_atomic(p, s->text, strlen(s->text), e))) goto fail;
+    const char *crash = getenv("KEEL_TRAIN_CRASH_AT_STEP"); /* test hook: SIGKILL itself after that step */
+    int64_t crash_at = crash ? strtoll(crash, NULL, 10) : -1;
+    if (!o->quiet) pr = kl_progress_new("train", (uint64_t)total, "steps");
+    if (pr) kl_progress_update(pr, (uint64_t)pos.step);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int64_t samples = 0;
+    tr_eval fin_val = {NAN, 0, 0};
+    int64_t *base_tr = malloc((size_t)(ntr + 1) * 8);
+    if (!base_tr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    memcpy(base_tr, idx_tr, (size_t)ntr * 8);
+    while (pos.step < total && pos.epoch < s->epochs && !pos.stopped) {
+        memcpy(idx_tr, base_tr, (size_t)ntr * 8);
+        epoch_perm(s, pos.epoch, idx_tr, ntr);
+        for (; pos.batch < steps_per_epoch && pos.step < total; pos.batch++) {
+            int64_t b0 = pos.batch * B, nb = KL_MIN(B, ntr - b0);
+            gather_rows(m, &d, idx_tr + b0, nb, xb, yb, yfb);
+            const float *z = tr_model_forward(m, xb, nb, 1);
+            double loss = batch_loss(m, z, nb, yb, yfb, dz, NULL, NULL);
+            if (!isfinite(loss)) {
+                rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip", (long long)pos.step, (long long)pos.epoch, isnan(loss) ? "NaN" : "infinite");
+                free(base_tr);
+                goto fail;
+            }
+            tr_model_backward(m, xb, dz, nb);
+            double gn = tr_clip_grad(m->grads, m->nparams, s->clip);
+            double lr = tr_sched_lr(s, pos.step, pos.epoch, total);
+            tr_optim_step(&opt, s, m->params, m->grads, lr);
+            pos.step++;
+            samples += nb;
+            pos.ep_loss += loss * (double)nb; pos.ep_n += nb;
+            rows_add(&rows, (tr_row){pos.step, pos.epoch, 0, loss, NAN, lr, gn});
+            if (pr) {
+                struct timespec t1;
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                double el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+                kl_progress_field(pr, "epoch", "%lld/%lld", (long long)pos.epoch + 1, (long long)s->epochs);
+                kl_progress_field(pr, "loss", "%.4f", loss);
+                kl_progress_field(pr, "lr", "%.3g", lr);
+                kl_progress_field(pr, "samples/s", "%.0f", el > 0 ? (double)samples / el : 0.0);
+                kl_progress_update(pr, (uint64_t)pos.step);
+            }
+            if (s->ckpt_every && pos.step % s->ckpt_every == 0) {
+                tr_pos cp = pos;
+                cp.batch = pos.batch + 1;
+                if (cp.batch >= steps_per_epoch) { /* the epoch end (validation) still runs after resuming */ cp.batch = steps_per_epoch; }
+                snprintf(p, sizeof p, "%s/metrics.csv", ckdir);
+                if ((rc = write_metrics_csv(p, &rows, e)) || (rc = ckpt_write(m, &opt, &cp, ckdir, pos.step, e))) { free(base_tr); goto fail; }
+            }
+            if (crash_at == pos.step) raise(SIGKILL);
+        }
+        if (pos.batch >= steps_per_epoch) {
+            /* end of epoch: validation, early stopping, best weights */
+            if (pos.ep_n) rows_add(&rows, (tr_row){pos.step, pos.epoch, 2, pos.ep_loss / (double)pos.ep_n, NAN, NAN, NAN});
+            pos.ep_loss = 0; pos.ep_n = 0;
+            if (nva) {
+                tr_eval ev;
+                evaluate(m, vd, idx_va, nva, xb, yb, yfb, dz, &ev, NULL);
+                double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
+                rows_add(&rows, (tr_row){pos.step, pos.epoch, 1, ev.loss, acc, NAN, NAN});
+                fin_val = ev;
+                double v = lower_better ? ev.loss : acc;
+                int better = lower_better ? v < pos.best - s->min_delta : v > pos.best + s->min_delta;
+                if (better || pos.best_epoch < 0) {
+                    pos.best = v; pos.best_epoch = pos.epoch; pos.bad_epochs = 0;
+                    if ((rc = weights_write(m, bestp, e))) { free(base_tr); goto fail; }
+                } else if (++pos.bad_epochs >= s->patience && s->patience > 0) {
+                    pos.stopped = 1;
+                    kl_log(KL_LOG_INFO, "train", "early stopping after epoch %lld: %s did not improve for %lld epochs (best %.5g at epoch %lld)",
+                           (long long)pos.epoch + 1, s->monitor, (long long)pos.bad_epochs, pos.best, (long long)pos.best_epoch + 1);
+                }
+                if (pr) kl_progress_field(pr, "val_loss", "%.4f", ev.loss);
+                if (pr && ev.count) kl_progress_field(pr, "val_acc", "%.2f%%", 100 * acc);
+            }
+            pos.epoch++;
+            pos.batch = 0;
+        }
+    }
+    free(base_tr);
+    kl_progress_finish(pr);
+    pr = NULL;
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    /* final artifacts */
+    snprintf(p, sizeof p, "%s/model.safetensors", o->out_dir);
+    if ((rc = weights_write(m, p, e))) goto fail;
+    int best_used = 0;
+    tr_eval fin_train = {0};
+    if (nva && pos.best_epoch >= 0 && kl_path_exists(bestp)) {
+        if ((rc = kl__train_load_weights(m, bestp, e))) goto fail;
+        best_used = 1;
+        evaluate(m, vd, idx_va, nva, xb, yb, yfb, dz, &fin_val, NULL);
+        snprintf(p, sizeof p, "%s/model.safetensors", o->out_dir);
+        if ((rc = weights_write(m, p, e))) goto fail;
+    }
+    snprintf(p, sizeof p, "%s/model.onnx", o->out_dir);
+    if ((rc = tr_export_onnx(m, p, e))) goto fail;
+    snprintf(p, sizeof p, "%s/metrics.csv", o->out_dir);
+    if ((rc = write_metrics_csv(p, &rows, e))) goto fail;
+    snprintf(p, sizeof p, "%s/curves.svg", o->out_dir);
+    if ((rc = write_curves_svg(p, &rows, "keel train: loss and validation accuracy", e))) goto fail;
+    if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, e))) goto fail;
+    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, e))) goto fail;
+    if (o->json) {
+        fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos.step, (long long)pos.epoch, secs, secs > 0 ? (double)samples / secs : 0.0);
+        if (nva) fprintf(rep, ",\"val_loss\":%.9g", fin_val.loss);
+        if (nva && fin_val.count) fprintf(rep, ",\"val_accuracy\":%.6f", (double)fin_val.correct / (double)fin_val.count);
+        fprintf(rep, ",\"out\":\"%s\"}\n", o->out_dir);
+    } else {
+        fprintf(rep, "trained %lld steps (%lld epochs%s) in %.1f s, %.0f samples/s\n", (long long)pos.step, (long long)pos.epoch, pos.stopped ? ", early stopped" : "", secs,
+                secs > 0 ? (double)samples / secs : 0.0);
+        if (nva) {
+            fprintf(rep, "validation: loss %.4f", fin_val.loss);
+            if (fin_val.count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fin_val.correct / (double)fin_val.count);
+            fprintf(rep, "%s\n", best_used ? " (best epoch)" : "");
+        }
+        fprintf(rep, "artifacts in %s: model.onnx model.safetensors meta.json card.md metrics.csv curves.svg\n", o->out_dir);
+    }
+    rc = KL_OK;
+fail:
+    kl_progress_finish(pr);
+    free(rows.r);
+    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz);
+    free(idx_tr); free(idx_va);
+    tr_optim_free(&opt);
+    data_free(&d); data_free(&dv);
+    tr_model_free(m);
+    tr_spec_free(s);
+    return rc;
+}
+
+int kl_train_check(const char *spec_path, kl_err *e) {
+    tr_spec *s = NULL;
+    tr_model *m = NULL;
+    int rc = tr_spec_load(spec_path, &s, e);
+    if (!rc) rc = tr_model_new(s, &m, e);
+    tr_model_free(m);
+    tr_spec_free(s);
+    return rc;
+}
+
+/* ================================================================ eval */
+
+int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, const char *logits_out, FILE *out, kl_err *e) {
+    tr_spec *s = NULL;
+    tr_model *m = NULL;
+    tr_data d = {0};
+    float *xb = NULL, *yfb = NULL, *dz = NULL, *all = NULL;
+    int64_t *yb = NULL, *idx = NULL, *cm = NULL;
+    char p[4096];
+    int rc;
+    openblas_set_num_threads(1);
+    snprintf(p, sizeof p, "%s/spec.yaml", dir);
+    if ((rc = tr_spec_load(p, &s, e))) goto fail;
+    if ((rc = tr_model_new(s, &m, e))) goto fail;
+    if ((rc = data_load(m, xp, yp, &d, e))) goto fail;
+    int64_t B = KL_MIN(256, KL_MAX(1, d.n));
+    if ((rc = tr_model_alloc(m, B, e))) goto fail;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    if ((rc = kl__train_load_weights(m, p, e))) goto fail;
+    int64_t K = m->out_numel;
+    xb = kl_mem_alloc((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE);
+    yb = kl_mem_alloc((size_t)B * 8, KL_TAG_WORKSPACE);
+    yfb = kl_mem_alloc((size_t)(B * K) * 4, KL_TAG_WORKSPACE);
+    dz = kl_mem_alloc((size_t)(B * K) * 4, KL_TAG_WORKSPACE);
+    all = kl_mem_alloc((size_t)(KL_MAX(1, d.n) * K) * 4, KL_TAG_WORKSPACE);
+    idx = malloc((size_t)(d.n + 1) * 8);
+    if (!xb || !yb || !yfb || !dz || !all || !idx) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    for (int64_t i = 0; i < d.n; i++) idx[i] = i;
+    tr_eval ev;
+    evaluate(m, &d, idx, d.n, xb, yb, yfb, dz, &ev, all);
+    double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
+    if (logits_out) {
+        int64_t dd[2] = {d.n, K};
+        if ((rc = tr_npy_write_f32(logits_out, 2, dd, all, e))) goto fail;
+    }
+    /* AUC: binary CE (score = p1) or a single BCE output (score = logit) */
+    double auc = NAN;
+    if ((s->loss == TR_LOSS_CE && K == 2) || (s->loss == TR_LOSS_BCE && K == 1)) {
+        int64_t npos = 0, nneg = 0;
+        double *sc = malloc((size_t)(d.n + 1) * sizeof(double));
+        int *lab = malloc((size_t)(d.n + 1) * sizeof(int));
+        if (sc && lab) {
+            for (int64_t i = 0; i < d.n; i++) {
+                sc[i] = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
+                lab[i] = K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f;
+                npos += lab[i]; nneg += !lab[i];
+            }
+            if (npos && nneg) { /* Mann-Whitney U with ties counted half */
+                double u = 0;
+                for (int64_t i = 0; i < d.n; i++)
+                    if (lab[i])
+                        for (int64_t j = 0; j < d.n; j++)
+                            if (!lab[j]) u += sc[i] > sc[j] ? 1 : sc[i] == sc[j] ? 0.5 : 0;
+                auc = u / ((double)npos * (double)nneg);
+            }
+        }
+        free(sc); free(lab);
+    }
+    if (s->loss == TR_LOSS_CE) {
+        cm = calloc((size_t)(K * K), 8);
+        if (!cm) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (int64_t i = 0; i < d.n; i++) {
+            int64_t best = 0;
+            for (int64_t k = 1; k < K; k++) if (all[i * K + k] > all[i * K + best]) best = k;
+            cm[d.yi[i] * K + best]++;
+        }
+    }
+    if (json) {
+        fprintf(out, "{\"rows\":%lld,\"loss\":%.9g", (long long)d.n, ev.loss);
+        if (!isnan(acc)) fprintf(out, ",\"accuracy\":%.6f", acc);
+        if (!isnan(auc)) fprintf(out, ",\"auc\":%.6f", auc);
+        if (cm) {
+            fprintf(out, ",\"confusion\":[");
+            for (int64_t a = 0; a < K; a++) {
+                fprintf(out, "%s[", a ? "," : "");
+                for (int64_t b = 0; b < K; b++) fprintf(out, "%s%lld", b ? "," : "", (long long)cm[a * K + b]);
+                fprintf(out, "]");
+            }
+            fprintf(out, "]");
+        }
+        fprintf(out, "}\n");
+    } else {
+        fprintf(out, "rows      %lld\nloss      %.4f\n", (long long)d.n, ev.loss);
+        if (!isnan(acc)) fprintf(out, "accuracy  %.2f%%\n", 100 * acc);
+        if (!isnan(auc)) fprintf(out, "auc       %.4f\n", auc);
+        if (cm && K <= 32) {
+            fprintf(out, "confusion matrix (rows: true, columns: predicted)\n      ");
+            for (int64_t b = 0; b < K; b++) fprintf(out, "%6lld", (long long)b);
+            fprintf(out, "\n");
+            for (int64_t a = 0; a < K; a++) {
+                fprintf(out, "%6lld", (long long)a);
+                for (int64_t b = 0; b < K; b++) fprintf(out, "%6lld", (long long)cm[a * K + b]);
+                fprintf(out, "\n");
+            }
+        }
+    }
+    rc = KL_OK;
+fail:
+    free(cm); free(idx);
+    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz); kl_mem_free(all);
+    data_free(&d);
+    tr_model_free(m);
+    tr_spec_free(s);
+    return rc;
+}

@@ -1,0 +1,224 @@
+/* Private header of the training engine: kernels (float and double
+ * instances), the model spec, the model (layers over one parameter block),
+ * optimizers, schedules, checkpoints, ONNX export and the training loop. */
+#ifndef KEEL_TRAIN_INT_H
+#define KEEL_TRAIN_INT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "keel/core.h"
+#include "keel/train.h"
+
+/* ================================================================ kernels */
+
+typedef struct {
+    int64_t N, C, H, W, M, kh, kw, sh, sw, ph, pw, OH, OW;
+} tr_conv;
+typedef struct {
+    int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
+} tr_pool2;
+enum { TR_ACT_NONE, TR_ACT_RELU, TR_ACT_SIGMOID, TR_ACT_TANH, TR_ACT_GELU };
+
+/* Elements of workspace a conv forward/backward needs. */
+int64_t tr_conv_ws_elems(const tr_conv *p);
+
+#define TR_DECL_OPS(R, S)                                                                          \
+    void tr_linear_fwd_##S(int64_t B, int64_t In, int64_t O, const R *x, const R *W, const R *b,   \
+                           R *y, kl_pool *pool);                                                   \
+    void tr_linear_bwd_##S(int64_t B, int64_t In, int64_t O, const R *x, const R *W, const R *dy,  \
+                           R *dx, R *dW, R *db, kl_pool *pool);                                    \
+    void tr_conv_fwd_##S(const tr_conv *p, const R *x, const R *W, const R *b, R *y, R *ws,       \
+                         kl_pool *pool);                                                           \
+    void tr_conv_bwd_##S(const tr_conv *p, const R *x, const R *W, const R *dy, R *dx, R *dW,     \
+                         R *db, R *ws, kl_pool *pool);                                             \
+    void tr_maxpool_fwd_##S(const tr_pool2 *p, const R *x, R *y, int32_t *idx);                   \
+    void tr_maxpool_bwd_##S(const tr_pool2 *p, const int32_t *idx, const R *dy, R *dx);           \
+    void tr_avgpool_fwd_##S(const tr_pool2 *p, const R *x, R *y);                                 \
+    void tr_avgpool_bwd_##S(const tr_pool2 *p, const R *dy, R *dx);                               \
+    void tr_gap_fwd_##S(int64_t NC, int64_t Sz, const R *x, R *y);                                \
+    void tr_gap_bwd_##S(int64_t NC, int64_t Sz, const R *dy, R *dx);                              \
+    void tr_bn_train_fwd_##S(int64_t N, int64_t C, int64_t Sz, const R *x, const R *g, const R *b, \
+                             R eps, R mom, R *run_mean, R *run_var, R *xhat, R *invstd, R *y);    \
+    void tr_bn_eval_fwd_##S(int64_t N, int64_t C, int64_t Sz, const R *x, const R *g, const R *b, \
+                            const R *mean, const R *var, R eps, R *y);                            \
+    void tr_bn_bwd_##S(int64_t N, int64_t C, int64_t Sz, const R *xhat, const R *invstd,          \
+                       const R *g, const R *dy, R *dx, R *dg, R *db);                             \
+    void tr_ln_fwd_##S(int64_t rows, int64_t D, const R *x, const R *g, const R *b, R eps,        \
+                       R *xhat, R *invstd, R *y);                                                  \
+    void tr_ln_bwd_##S(int64_t rows, int64_t D, const R *xhat, const R *invstd, const R *g,       \
+                       const R *dy, R *dx, R *dg, R *db);                                          \
+    void tr_act_fwd_##S(int kind, int64_t n, const R *x, R *y);                                   \
+    void tr_act_bwd_##S(int kind, int64_t n, const R *x, const R *y, const R *dy, R *dx);         \
+    void tr_softmax_fwd_##S(int64_t rows, int64_t D, const R *x, R *y);                           \
+    void tr_softmax_bwd_##S(int64_t rows, int64_t D, const R *y, const R *dy, R *dx);             \
+    void tr_embed_fwd_##S(int64_t n, int64_t D, const int64_t *idx, const R *W, R *y);            \
+    void tr_embed_bwd_##S(int64_t n, int64_t D, const int64_t *idx, const R *dy, R *dW);          \
+    double tr_ce_loss_##S(int64_t B, int64_t K, const R *z, const int64_t *y, double eps,         \
+                          const R *w, R *dz);                                                      \
+    double tr_bce_loss_##S(int64_t n, const R *z, const R *t, R *dz);                             \
+    double tr_mse_loss_##S(int64_t n, const R *z, const R *t, R *dz);
+
+TR_DECL_OPS(float, f32)
+TR_DECL_OPS(double, f64)
+
+/* Pool sentinel for "run inline, no pool" (gradient checks). */
+#define TR_NOPOOL ((kl_pool *)(uintptr_t)1)
+
+/* ================================================================ RNG */
+
+/* xoshiro256** seeded through splitmix64 (documented in docs/training.md). */
+typedef struct { uint64_t s[4]; } tr_rng;
+void tr_rng_seed(tr_rng *r, uint64_t seed);
+uint64_t tr_rng_next(tr_rng *r);
+double tr_rng_uniform(tr_rng *r);          /* [0, 1) with 53 bits */
+double tr_rng_normal(tr_rng *r);           /* Box-Muller */
+uint64_t tr_rng_below(tr_rng *r, uint64_t n); /* unbiased [0, n) */
+
+/* ================================================================ spec */
+
+typedef enum {
+    TR_L_LINEAR, TR_L_CONV2D, TR_L_BATCHNORM2D, TR_L_LAYERNORM, TR_L_DROPOUT, TR_L_EMBEDDING,
+    TR_L_MAXPOOL2D, TR_L_AVGPOOL2D, TR_L_GAP, TR_L_FLATTEN, TR_L_RELU, TR_L_GELU, TR_L_SIGMOID,
+    TR_L_TANH, TR_L_SOFTMAX, TR_L_ADD, TR_L_COUNT
+} tr_ltype;
+
+typedef enum { TR_LOSS_CE, TR_LOSS_BCE, TR_LOSS_MSE } tr_loss_kind;
+typedef enum { TR_OPT_SGD, TR_OPT_ADAMW } tr_opt_kind;
+typedef enum { TR_SCHED_CONSTANT, TR_SCHED_COSINE, TR_SCHED_EXPONENTIAL, TR_SCHED_STEP } tr_sched_kind;
+
+#define TR_MAX_LAYERS 128
+#define TR_NAME 64
+
+typedef struct {
+    tr_ltype type;
+    char name[TR_NAME];
+    char in_name[2][TR_NAME];   /* "" = previous layer (or the input) */
+    int line;                   /* spec line */
+    int64_t out, in;            /* linear (in 0 = inferred), conv channels, embedding dim */
+    int64_t num;                /* embedding rows */
+    int64_t k[2], s[2], p[2];   /* kernel, stride, padding */
+    int bias;
+    double eps, momentum, p_drop;
+} tr_lspec;
+
+typedef struct {
+    char *path;                 /* spec file */
+    uint64_t seed;
+    int in_rank; int64_t in_dims[3]; int in_int;  /* per-sample input shape; ints (embedding) */
+    int nlayers; tr_lspec layers[TR_MAX_LAYERS];
+    /* loss */
+    tr_loss_kind loss; double label_smoothing; int nclass_w; float class_w[1024];
+    int64_t classes;            /* 0 = from the output size */
+    /* optimizer */
+    tr_opt_kind opt; double lr, momentum, dampening, wd, beta1, beta2, adam_eps; int nesterov;
+    /* schedule */
+    tr_sched_kind sched; int64_t warmup; double min_lr, gamma; int64_t step_size;
+    /* train */
+    int64_t epochs, batch, max_steps, ckpt_every, patience, log_every;
+    double clip, val_fraction, min_delta;
+    int shuffle, drop_last;
+    char monitor[32];           /* val_loss | val_acc */
+    /* data */
+    char *x_path, *y_path, *val_x, *val_y;
+    char *init_path;            /* train.init: initial weights (safetensors) */
+    char *text;                 /* spec file contents (for meta.json) */
+} tr_spec;
+
+int tr_spec_load(const char *path, tr_spec **out, kl_err *e);
+int tr_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *e);
+void tr_spec_free(tr_spec *s);
+const char *tr_ltype_name(tr_ltype t);
+
+/* ================================================================ model */
+
+typedef struct {
+    tr_lspec sp;
+    int in[2];                  /* producer layer index, -1 = model input */
+    int rank; int64_t dims[3];  /* per-sample output shape */
+    int64_t w_off, b_off, w_n, b_n; /* offsets into the parameter block (-1 none) */
+    int64_t buf_off;            /* running mean (C) then var (C) in the buffer block */
+    /* per-batch memory (planned for batch size B) */
+    float *y, *dy;              /* output and its gradient (B * numel) */
+    float *save;                /* xhat / mask */
+    float *invstd;
+    int32_t *idx;               /* maxpool argmax */
+    int64_t *ids;               /* embedding indices */
+    tr_conv cv; tr_pool2 pl;
+} tr_layer;
+
+typedef struct {
+    const char *tag_name;
+    uint64_t bytes;
+} tr_mem_part;
+
+typedef struct tr_model {
+    tr_spec *spec;              /* borrowed */
+    int n; tr_layer L[TR_MAX_LAYERS];
+    int64_t nparams, nbuf;
+    float *params, *grads, *bufs; /* (nparams), (nparams), (nbuf) */
+    int64_t B;                  /* planned batch */
+    int64_t in_numel, out_numel;
+    float *ws; int64_t ws_elems;
+    float *act_block;           /* one block for all per-batch memory */
+    uint64_t act_bytes;
+    float *dx_in;               /* unused sink for the input gradient */
+    tr_rng drop_rng;
+    kl_pool *pool;
+} tr_model;
+
+/* Builds the model from a spec: shapes, parameter layout (no memory). */
+int tr_model_new(tr_spec *s, tr_model **out, kl_err *e);
+void tr_model_free(tr_model *m);
+/* Memory plan for batch B: bytes of each part (params, grads, optimizer,
+ * activations, workspace). */
+void tr_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5]);
+/* Allocates parameters, gradients, buffers and the per-batch memory for B. */
+int tr_model_alloc(tr_model *m, int64_t B, kl_err *e);
+/* PyTorch default initialisation from rng. */
+void tr_model_init(tr_model *m, tr_rng *rng);
+/* Forward on x (B, in_numel); returns the output (B, out_numel) (valid until
+ * the next forward). train: batch statistics, dropout. */
+const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train);
+/* Backward from dout (B, out_numel); fills m->grads. */
+void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B);
+/* Parameter names and tensors, for checkpoints and export. */
+typedef struct { char name[96]; float *data; int rank; int64_t dims[4]; int64_t n; int buffer; } tr_tensor_ref;
+int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max);
+
+/* ================================================================ optim */
+
+typedef struct {
+    tr_opt_kind kind;
+    int64_t n;
+    float *m, *v;               /* momentum / exp_avg, exp_avg_sq */
+    int64_t t;                  /* steps taken */
+    int has_buf;                /* SGD: momentum buffer initialised */
+} tr_optim;
+
+int tr_optim_init(tr_optim *o, const tr_spec *s, int64_t n, kl_err *e);
+void tr_optim_free(tr_optim *o);
+int tr_optim_slots(const tr_spec *s);
+void tr_optim_step(tr_optim *o, const tr_spec *s, float *p, const float *g, double lr);
+double tr_sched_lr(const tr_spec *s, int64_t step, int64_t epoch, int64_t total_steps);
+/* Scales g to max_norm when the global norm is above; returns the norm. */
+double tr_clip_grad(float *g, int64_t n, double max_norm);
+
+/* ================================================================ checkpoints */
+
+typedef struct { const char *name; const float *data; int rank; int64_t dims[4]; } tr_st_entry;
+/* Writes a safetensors file atomically (F32 tensors; metadata: string pairs
+ * given as a JSON object text) and PATH.sha256. */
+int tr_safetensors_write(const char *path, const tr_st_entry *t, int n, const char *meta_json,
+                         kl_err *e);
+/* Reads a safetensors file; calls back per tensor. meta_out: the
+ * __metadata__ object as JSON text (caller frees). */
+typedef int (*tr_st_fn)(void *ctx, const char *name, const char *dtype, int rank,
+                        const int64_t *dims, const void *data, size_t nbytes, kl_err *e);
+int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e);
+
+/* ================================================================ export */
+
+int tr_export_onnx(tr_model *m, const char *path, kl_err *e);
+
+#endif

@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""Real-model parity: PyTorch 1.13 exports (MLP, ResNet-18, MobileNetV2, a
+2-layer TransformerEncoder with a padding mask and dynamic batch; random
+weights) are run by `keel run` and compared with PyTorch's outputs (max abs
+error <= 1e-4). Exports are cached in $BUILD/onnx-models."""
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+src = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+build = os.path.join(src, os.environ.get("BUILD", "build"))
+keel = os.environ.get("KEEL", os.path.join(build, "keel"))
+models = os.path.join(build, "onnx-models")
+tmp = tempfile.mkdtemp(dir=os.environ.get("KEEL_TEST_TMP"))
+
+r = subprocess.run([sys.executable, os.path.join(src, "tests/onnx/export_models.py"), models],
+                   capture_output=True, text=True)
+if r.returncode != 0:
+    print("FAIL onnx_models_export: " + (r.stderr or r.stdout)[-400:].replace("\n", " "))
+    sys.exit(1)
+
+ok = True
+for name in ["mlp", "resnet18", "mobilenet_v2", "transformer"]:
+    d = os.path.join(models, name)
+    for b in sorted(x for x in os.listdir(d) if x.startswith("b")):
+        bd = os.path.join(d, b)
+        ins = [f[:-4] for f in sorted(os.listdir(bd)) if f.endswith(".npy") and not f.startswith("expected_")]
+        out = os.path.join(tmp, name + b)
+        cmd = [keel, "run", os.path.join(d, "model.onnx"), "--output-dir", out]
+        for i in ins:
+            cmd += ["--input", "%s=%s" % (i, os.path.join(bd, i + ".npy"))]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        test = "onnx_model_%s_%s" % (name, b)
+        if r.returncode != 0:
+            print("FAIL %s: keel run exited %d: %s" % (test, r.returncode, r.stderr[-300:].replace("\n", " ")))
+            ok = False
+            continue
+        got = np.load(os.path.join(out, "y.npy"))
+        want = np.load(os.path.join(bd, "expected_y.npy"))
+        if got.shape != want.shape:
+            print("FAIL %s: shape %s, expected %s" % (test, got.shape, want.shape))
+            ok = False
+            continue
+        err = float(np.abs(got.astype(np.float64) - want).max())
+        if err <= 1e-4:
+            print("PASS %s (max abs error %.2e)" % (test, err))
+        else:
+            print("FAIL %s: max abs error %.3e > 1e-4" % (test, err))
+            ok = False
+sys.exit(0 if ok else 1)

@@ -1,0 +1,41 @@
+/* Shared helpers of the tensor unit tests: deterministic random data, error
+ * measures and a 1-thread and a 2-thread pool for determinism checks. */
+#ifndef KEEL_TEST_TENSOR_TT_H
+#define KEEL_TEST_TENSOR_TT_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "keel/tensor.h"
+
+static inline float tt_rand(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static inline float *tt_randn(int64_t n, uint64_t seed) {
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    uint64_t s = seed;
+    for (int64_t i = 0; i < n; i++) p[i] = tt_rand(&s);
+    return p;
+}
+
+static inline double tt_maxdiff(const float *a, const float *b, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (a[i] != a[i] || b[i] != b[i]) d = (a[i] != a[i] && b[i] != b[i]) ? 0 : INFINITY;
+        if (d > m) m = d;
+    }
+    return m;
+}
+
+/* Pools with 1 and 2 threads (created once, never freed: process lifetime). */
+static inline kl_pool *tt_pool(int threads) {
+    static kl_pool *p1, *p2;
+    kl_pool **pp = threads == 1 ? &p1 : &p2;
+    if (!*pp) kl_pool_new(threads, pp, NULL);
+    return *pp;
+}
+
+#endif
