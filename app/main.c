@@ -14,6 +14,7 @@ static const app_command commands[] = {
     {"ui", "read-only web UI over runs and models", cmd_ui},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
+    {"tune", "hyperparameter search over a training spec (TPE, pruning, resumable)", cmd_tune},
     {"version", "version, build and linked library versions", cmd_version},
     {"train", "train a model from a YAML spec (deterministic, resumable)", cmd_train},
     {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
