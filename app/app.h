@@ -73,6 +73,7 @@ kl_config *app_config(void);
 
 /* The commands (one file each). */
 int cmd_version(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 int cmd_ingest(int argc, char **argv);

@@ -12,9 +12,10 @@ static const app_opt opts[] = {
     {"check", 0, 0, NULL, "only validate the spec (shapes, keys) and exit", 0},
     {"quiet", 'q', 0, NULL, "no progress line", 0},
     {"json", 0, 0, NULL, "summary as JSON", 0},
+    {"set", 0, 1, "KEY=VALUE", "override a spec key, e.g. --set optimizer.lr=0.01 --set layers.0.out=256", 1},
 };
 static const app_cmd_spec spec = {
-    "train", "keel train SPEC.yaml --out DIR [--resume] [--memory-report] [--memory-limit SIZE]",
+    "train", "keel train SPEC.yaml --out DIR [--set KEY=VALUE]... [--resume] [--memory-report] [--memory-limit SIZE]",
     "Train a model from a YAML spec; write model.onnx and its lineage.",
     "The spec names the input shape, the layers and their wiring, the loss, the optimizer,\n"
     "the schedule, the training settings and the data (.npy X and y). Same spec + data + seed\n"
@@ -43,6 +44,9 @@ int cmd_train(int argc, char **argv) {
     o.max_steps = max_steps;
     o.quiet = app_flag(&a, "quiet");
     o.json = app_flag(&a, "json");
+    const char *sets[APP_MAX_VALUES];
+    o.nsets = app_get_all(&a, "set", sets, APP_MAX_VALUES);
+    o.sets = sets;
     uint64_t lim = 0;
     if (app_config() && kl_config_get(app_config(), "memory.limit") && kl_config_get_size(app_config(), "memory.limit", &lim, &e)) return app_fail(&e);
     o.memory_limit = lim;

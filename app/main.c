@@ -22,6 +22,7 @@ static const app_command commands[] = {
     {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
     {"serve", "serve models over HTTP (KServe v2, priorities, batching, metrics)", cmd_serve},
     {"ui", "read-only web UI over runs and models", cmd_ui},
+    {"tune", "hyperparameter search over a training spec (TPE, pruning, resumable)", cmd_tune},
     {"version", "version, build and linked library versions", cmd_version},
     {"train", "train a model from a YAML spec (deterministic, resumable)", cmd_train},
     {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},

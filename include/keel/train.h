@@ -24,6 +24,8 @@ typedef struct {
     int quiet;                  /* no progress line */
     FILE *report;               /* where the memory report and summary go (NULL = stdout) */
     int json;                   /* summary as JSON */
+    const char *const *sets;    /* "key=value" overrides of spec keys (--set), applied before parsing */
+    int nsets;
 } kl_train_opts;
 
 /* Trains SPEC into opts->out_dir. Spec errors name the line / layer; data

@@ -110,6 +110,49 @@ int kl_pruner_kind_parse(const char *s, kl_pruner_kind *out);
 int kl_tune_should_prune(const kl_pruner_opts *o, const kl_trial *history, size_t n, const kl_trial *current,
                          int step, int minimize);
 
+/* ---- studies in the experiment store ------------------------------------
+ * A study is a root run (experiment "tune", tags kind=study, study=NAME and
+ * its settings); each trial is a child run (tags kind=trial, study, trial=N,
+ * state) with the parameters as params, the intermediate values as metric
+ * `metric` by step and the final value as metric "objective". */
+
+struct kl_track;
+typedef struct kl_study kl_study;
+
+typedef struct {
+    const char *name;
+    const char *metric;     /* e.g. "val_accuracy" */
+    int minimize;
+    const char *sampler;    /* recorded: "tpe", "random", "grid" */
+    const char *space_sha256;
+    const char *spec;       /* the training spec's path (recorded) */
+    const char *space_text; /* the search space file (recorded, so `tune show` needs nothing else) */
+} kl_study_info;
+
+/* Opens the study NAME, creating it when new. An existing study whose metric,
+ * direction or space differ is KL_EINVAL (a contradictory re-run). */
+int kl_study_open(struct kl_track *t, const kl_tune_space *s, const kl_study_info *info, kl_study **out, kl_err *e);
+/* Opens an existing study for reading (KL_ENOTFOUND when there is none); s may
+ * be NULL and set later (e.g. parsed from the recorded space_text). */
+int kl_study_find(struct kl_track *t, const char *name, const kl_tune_space *s, kl_study **out, kl_err *e);
+void kl_study_set_space(kl_study *st, const kl_tune_space *s);
+void kl_study_free(kl_study *st);
+const kl_study_info *kl_study_get_info(const kl_study *st); /* valid until kl_study_free */
+/* All trials, by number (params parsed against the space; trials of a dead
+ * tune process count as FAILED). Valid until the next load or kl_study_free. */
+int kl_study_load(kl_study *st, const kl_trial **trials, size_t *n, kl_err *e);
+/* Records a new trial with its parameters; returns its run id. */
+int kl_study_trial_start(kl_study *st, int number, const kl_tune_value *params, int64_t *run_id, kl_err *e);
+int kl_study_trial_report(kl_study *st, int64_t run_id, int step, double value, kl_err *e);
+/* Ends a trial: state, final value (COMPLETE), and an optional note (error or cache origin). */
+int kl_study_trial_end(kl_study *st, int64_t run_id, kl_trial_state state, double value, const char *note, kl_err *e);
+const char *kl_trial_state_name(kl_trial_state s);
+
+/* Parameter importance: the share of the objective's variance explained by
+ * each parameter alone (correlation ratio over quantile bins for numbers,
+ * per choice for categoricals), normalised to sum to 1. out has space->n. */
+void kl_tune_importance(const kl_tune_space *s, const kl_trial *t, size_t n, double *out);
+
 #ifdef __cplusplus
 }
 #endif

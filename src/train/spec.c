@@ -358,6 +358,36 @@ int tr_spec_load(const char *path, tr_spec **out, kl_err *e) {
     return rc;
 }
 
+int tr_spec_load_set(const char *path, const char *const *sets, int nsets, tr_spec **out, kl_err *e) {
+    if (nsets <= 0) return tr_spec_load(path, out, e);
+    *out = NULL;
+    kl_doc *d = NULL;
+    kl_buf b;
+    kl_buf_init(&b);
+    tr_spec *s = calloc(1, sizeof *s);
+    int rc = KL_OK;
+    if (!s || !(s->path = strdup(path))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if ((rc = kl_doc_load_file(path, &d, e))) goto fail;
+    for (int i = 0; i < nsets; i++) {
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i]) { rc = kl_err_set(e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", sets[i]); goto fail; }
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+        if ((rc = kl_doc_set(d, key, eq + 1, "--set", e))) goto fail;
+    }
+    if ((rc = kl_doc_to_json(d, &b))) { rc = kl_err_set(e, rc, "out of memory"); goto fail; }
+    s->text = kl_buf_take(&b);
+    if ((rc = parse(s, kl_doc_root(d), e))) goto fail;
+    kl_doc_free(d);
+    *out = s;
+    return KL_OK;
+fail:
+    kl_buf_free(&b);
+    kl_doc_free(d);
+    tr_spec_free(s);
+    return rc;
+}
+
 void tr_spec_free(tr_spec *s) {
     if (!s) return;
     free(s->path); free(s->text); free(s->x_path); free(s->y_path); free(s->val_x); free(s->val_y); free(s->init_path);

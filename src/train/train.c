@@ -559,7 +559,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     char p[4096], ckdir[4096];
     int rc;
     openblas_set_num_threads(1);
-    if ((rc = tr_spec_load(spec_path, &s, e))) goto fail;
+    if ((rc = tr_spec_load_set(spec_path, o->sets, o->nsets, &s, e))) goto fail;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
     if (!s->x_path || !s->y_path) { rc = kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files) are required", spec_path); goto fail; }
     /* Data hook: .npy today; Parquet through the data layer goes here. */

@@ -128,6 +128,9 @@ typedef struct {
 } tr_spec;
 
 int tr_spec_load(const char *path, tr_spec **out, kl_err *e);
+/* As tr_spec_load with "key=value" overrides applied to the document first;
+ * the recorded spec text is then the overridden document as JSON. */
+int tr_spec_load_set(const char *path, const char *const *sets, int nsets, tr_spec **out, kl_err *e);
 int tr_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *e);
 void tr_spec_free(tr_spec *s);
 const char *tr_ltype_name(tr_ltype t);

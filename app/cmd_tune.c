@@ -1,0 +1,678 @@
+/* keel tune: hyperparameter search over a training spec. Each trial runs
+ * `keel train SPEC --set name=value ...` as a child process (up to
+ * --parallel at once), its per-epoch metric is read from the trial's
+ * metrics.csv as it grows (for the pruner), and everything is recorded in
+ * the experiment store as a study, so re-running the same command continues
+ * the study. `keel tune show STUDY` reports it. */
+#include "app.h"
+
+#include <keel/track.h>
+#include <keel/tune.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ==================================================================
+ * Trials in flight
+ * ================================================================== */
+
+typedef struct {
+    pid_t pid;
+    int slot;          /* index into the history array */
+    int64_t run_id;
+    char dir[1024], log[1100];
+    int metric_col, epoch_col, split_col; /* columns of metrics.csv (-1 until known) */
+    long offset;       /* bytes of metrics.csv already read */
+    int pruned;
+    double t0;
+} child;
+
+static volatile sig_atomic_t interrupted;
+static void on_signal(int sig) { (void)sig; interrupted = 1; }
+
+static double now_s(void) { return (double)kl_time_mono_ns() / 1e9; }
+
+/* metric "val_accuracy" -> split "val", column "accuracy" */
+static void split_metric(const char *metric, char *split, size_t ns, char *col, size_t nc) {
+    const char *us = strchr(metric, '_');
+    if (!us) { snprintf(split, ns, "val"); snprintf(col, nc, "%s", metric); return; }
+    snprintf(split, ns, "%.*s", (int)(us - metric), metric);
+    snprintf(col, nc, "%s", us + 1);
+}
+
+static int csv_field(const char *line, int idx, char *out, size_t n) {
+    for (int i = 0; i < idx; i++) {
+        line = strchr(line, ',');
+        if (!line) return 0;
+        line++;
+    }
+    size_t len = strcspn(line, ",\r\n");
+    snprintf(out, n, "%.*s", (int)len, line);
+    return 1;
+}
+
+/* Reads new complete lines of the trial's metrics.csv; reports each new
+ * value of the metric; returns 1 when the pruner says stop. */
+static int poll_metrics(child *c, kl_study *st, kl_trial *t, const kl_pruner_opts *po, const kl_trial *hist,
+                        size_t nhist, int minimize, const char *metric) {
+    char path[1200], split[64], col[128];
+    snprintf(path, sizeof path, "%s/metrics.csv", c->dir);
+    split_metric(metric, split, sizeof split, col, sizeof col);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    if (fseek(f, c->offset, SEEK_SET) != 0) { fclose(f); return 0; }
+    char line[4096];
+    int prune = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strlen(line);
+        if (!len || line[len - 1] != '\n') break; /* a partial line: read it next time */
+        c->offset += (long)len;
+        if (c->metric_col < 0) { /* the header */
+            char name[128];
+            for (int i = 0; csv_field(line, i, name, sizeof name); i++) {
+                if (!strcmp(name, col)) c->metric_col = i;
+                if (!strcmp(name, "epoch")) c->epoch_col = i;
+                if (!strcmp(name, "split")) c->split_col = i;
+            }
+            if (c->metric_col < 0) c->metric_col = 1 << 20; /* header read; column absent */
+            continue;
+        }
+        char sv[64], ev[64], mv[64];
+        if (c->split_col < 0 || c->epoch_col < 0) continue;
+        if (!csv_field(line, c->split_col, sv, sizeof sv) || strcmp(sv, split)) continue;
+        if (!csv_field(line, c->epoch_col, ev, sizeof ev) || !csv_field(line, c->metric_col, mv, sizeof mv)) continue;
+        int64_t epoch;
+        double v;
+        if (kl_parse_int64(ev, &epoch) || epoch < 0 || epoch > 100000 || kl_parse_double(mv, &v)) continue;
+        if (epoch >= t->ninter) {
+            double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
+            if (!ni) continue;
+            for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
+            t->inter = ni;
+            t->ninter = (int)epoch + 1;
+        }
+        t->inter[epoch] = v;
+        kl_err e = {0};
+        if (kl_study_trial_report(st, c->run_id, (int)epoch, v, &e))
+            kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, metric, kl_err_what(&e));
+        if (!prune && kl_tune_should_prune(po, hist, nhist, t, (int)epoch, minimize)) prune = 1;
+    }
+    fclose(f);
+    return prune;
+}
+
+static int spawn_trial(const char *self, const char *spec, const kl_tune_space *s, const kl_tune_value *v,
+                       child *c, const char *threads, kl_err *e) {
+    char *argv[96];
+    char sets[64][256];
+    int n = 0;
+    argv[n++] = (char *)"keel";
+    if (threads) { argv[n++] = (char *)"--threads"; argv[n++] = (char *)threads; }
+    argv[n++] = (char *)"train";
+    argv[n++] = (char *)spec;
+    argv[n++] = (char *)"--out";
+    argv[n++] = c->dir;
+    argv[n++] = (char *)"--quiet";
+    for (int p = 0; p < s->n && p < 64; p++) {
+        if (!v[p].present) continue;
+        char val[96];
+        kl_tune_value_str(&s->p[p], v[p], val, sizeof val);
+        snprintf(sets[p], sizeof sets[p], "%s=%s", s->p[p].name, val);
+        argv[n++] = (char *)"--set";
+        argv[n++] = sets[p];
+    }
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, c->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    int rc = posix_spawn(&c->pid, self, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc) return kl_err_set(e, -rc, "cannot start %s train: %s", self, strerror(rc));
+    return KL_OK;
+}
+
+/* last non-empty line of a file (the trial's error message) */
+static void last_line(const char *path, char *out, size_t n) {
+    out[0] = 0;
+    char *text;
+    size_t len;
+    if (kl_read_file(path, &text, &len, NULL)) return;
+    while (len && (text[len - 1] == '\n' || text[len - 1] == ' ')) text[--len] = 0;
+    char *nl = strrchr(text, '\n');
+    snprintf(out, n, "%s", nl ? nl + 1 : text);
+    free(text);
+}
+
+static void describe(const kl_tune_space *s, const kl_tune_value *v, char *out, size_t n) {
+    size_t k = 0;
+    out[0] = 0;
+    for (int p = 0; p < s->n && k < n; p++) {
+        if (!v[p].present) continue;
+        char val[96];
+        k += (size_t)snprintf(out + k, n - k, "%s%s=%s", k ? ", " : "", s->p[p].name, kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
+    }
+}
+
+static double objective_of(const kl_trial *t, int minimize) {
+    double best = NAN;
+    for (int i = 0; i < t->ninter; i++) {
+        double v = t->inter[i];
+        if (isnan(v)) continue;
+        if (isnan(best) || (minimize ? v < best : v > best)) best = v;
+    }
+    return best;
+}
+
+static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_tune_value *b) {
+    for (int p = 0; p < s->n; p++) {
+        if (a[p].present != b[p].present) return 0;
+        if (a[p].present && a[p].v != b[p].v) return 0;
+    }
+    return 1;
+}
+
+/* ==================================================================
+ * keel tune SPEC --space SPACE --trials N
+ * ================================================================== */
+
+static const app_opt run_opts[] = {
+    {"space", 0, 1, "SPACE.yaml", "the search space (required)", 0},
+    {"trials", 'n', 1, "N", "trials in the study in all (default 20); re-running continues up to N", 0},
+    {"parallel", 'p', 1, "P", "trials running at once, each a process (default 1)", 0},
+    {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
+    {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
+    {"metric", 0, 1, "NAME", "metric from the trial's metrics.csv, split_column (default val_accuracy)", 0},
+    {"direction", 0, 1, "maximize|minimize", "default: maximize for accuracy/auc metrics, else minimize", 0},
+    {"sampler", 0, 1, "tpe|random|grid", "default tpe", 0},
+    {"pruner", 0, 1, "none|median|asha", "early stopping of bad trials on the per-epoch metric (default none)", 0},
+    {"seed", 0, 1, "N", "sampler seed (default 0)", 0},
+    {"out", 'o', 1, "DIR", "trial artifacts (default tune-<study>)", 0},
+    {"json", 0, 0, NULL, "summary as JSON", 0},
+};
+static const app_cmd_spec run_spec = {
+    "tune", "keel tune SPEC.yaml --space SPACE.yaml [--trials N] [--parallel P] [--timeout S] [options]",
+    "Search hyperparameters of a training spec; a resumable study in the experiment store.",
+    "The space maps spec keys (dotted paths, e.g. optimizer.lr, layers.0.out) to\n"
+    "  {type: float|int|categorical, low, high, log, step, choices, when: {param: value}}.\n"
+    "Each trial is `keel train SPEC --set key=value ...`; its objective is the best value of\n"
+    "--metric over its epochs. A configuration already evaluated is not trained again.\n"
+    "`keel tune show STUDY` prints the study and draws its history.",
+    run_opts, KL_ARRAY_LEN(run_opts), 1, 1};
+
+static int tune_run(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&run_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    const char *spec_arg = a.pos[0], *space_path = app_get(&a, "space");
+    if (!space_path) return app_usage_error(&run_spec, "--space SPACE.yaml is required");
+    int64_t trials, parallel, seed;
+    double timeout;
+    if ((rc = app_get_int(&a, &run_spec, "trials", 20, &trials)) >= 0) return rc;
+    if ((rc = app_get_int(&a, &run_spec, "parallel", 1, &parallel)) >= 0) return rc;
+    if ((rc = app_get_int(&a, &run_spec, "seed", 0, &seed)) >= 0) return rc;
+    if ((rc = app_get_double(&a, &run_spec, "timeout", 0, &timeout)) >= 0) return rc;
+    if (trials < 1 || trials > 100000) return app_usage_error(&run_spec, "--trials must be in 1..100000");
+    if (parallel < 1 || parallel > 64) return app_usage_error(&run_spec, "--parallel must be in 1..64");
+    const char *metric = app_get(&a, "metric") ? app_get(&a, "metric") : "val_accuracy";
+    const char *dir = app_get(&a, "direction");
+    int minimize = !(strstr(metric, "acc") || strstr(metric, "auc"));
+    if (dir) {
+        if (!strcmp(dir, "minimize") || !strcmp(dir, "min")) minimize = 1;
+        else if (!strcmp(dir, "maximize") || !strcmp(dir, "max")) minimize = 0;
+        else return app_usage_error(&run_spec, "--direction must be maximize or minimize");
+    }
+    kl_sampler_opts so;
+    kl_sampler_opts_default(&so);
+    so.seed = (uint64_t)seed;
+    const char *sampler = app_get(&a, "sampler") ? app_get(&a, "sampler") : "tpe";
+    if (kl_sampler_kind_parse(sampler, &so.kind)) return app_usage_error(&run_spec, "unknown sampler '%s' (tpe, random, grid)", sampler);
+    kl_pruner_opts po;
+    kl_pruner_opts_default(&po);
+    if (app_get(&a, "pruner") && kl_pruner_kind_parse(app_get(&a, "pruner"), &po.kind))
+        return app_usage_error(&run_spec, "unknown pruner '%s' (none, median, asha)", app_get(&a, "pruner"));
+
+    kl_err e = {0};
+    char spec[4096], self[4096];
+    if (!realpath(spec_arg, spec)) {
+        kl_err_set(&e, -errno, "%s: %s", spec_arg, strerror(errno));
+        return app_fail(&e);
+    }
+    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (sl <= 0) { kl_err_set(&e, -errno, "cannot find the keel binary: %s", strerror(errno)); return app_fail(&e); }
+    self[sl] = 0;
+    char *space_text = NULL;
+    size_t space_len;
+    kl_tune_space *s = NULL;
+    kl_track *t = NULL;
+    kl_study *st = NULL;
+    child *kids = NULL;
+    kl_trial *all = NULL;
+    size_t nall = 0;
+    int exit_code = APP_EXIT_FAIL, nkids = 0;
+    if ((rc = kl_read_file(space_path, &space_text, &space_len, &e)) || (rc = kl_tune_space_load(space_path, &s, &e)))
+        goto done;
+    /* a spec key that does not exist is caught by the first trial; check the spec loads at all */
+    char sha[65], name[256], outdir[1024];
+    kl_sha256_buf_hex(space_text, space_len, sha);
+    if (app_get(&a, "study")) snprintf(name, sizeof name, "%s", app_get(&a, "study"));
+    else {
+        const char *b = strrchr(spec, '/');
+        b = b ? b + 1 : spec;
+        snprintf(name, sizeof name, "%.*s-%.8s", (int)strcspn(b, "."), b, sha);
+    }
+    snprintf(outdir, sizeof outdir, "%s", app_get(&a, "out") ? app_get(&a, "out") : "");
+    if (!outdir[0]) snprintf(outdir, sizeof outdir, "tune-%s", name);
+    if ((rc = kl_mkdir_p(outdir, &e))) goto done;
+    if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
+    kl_study_info info = {name, metric, minimize, sampler, sha, spec, space_text};
+    if ((rc = kl_study_open(t, s, &info, &st, &e))) goto done;
+    const kl_trial *loaded;
+    size_t nloaded;
+    if ((rc = kl_study_load(st, &loaded, &nloaded, &e))) goto done;
+    /* our own copy of the history, to which new trials are appended */
+    all = calloc(nloaded + (size_t)trials + 1, sizeof *all);
+    kids = calloc((size_t)parallel, sizeof *kids);
+    if (!all || !kids) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
+    int next = 0;
+    for (size_t i = 0; i < nloaded; i++) {
+        all[nall] = loaded[i];
+        all[nall].params = malloc((size_t)s->n * sizeof(kl_tune_value));
+        all[nall].inter = loaded[i].ninter ? malloc((size_t)loaded[i].ninter * sizeof(double)) : NULL;
+        if (!all[nall].params) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
+        memcpy(all[nall].params, loaded[i].params, (size_t)s->n * sizeof(kl_tune_value));
+        if (all[nall].inter) memcpy(all[nall].inter, loaded[i].inter, (size_t)loaded[i].ninter * sizeof(double));
+        if (loaded[i].number >= next) next = loaded[i].number + 1;
+        nall++;
+    }
+    if (nall) kl_log(KL_LOG_INFO, "tune", "study %s: continuing with %zu trials recorded", name, nall);
+    char threads[16];
+    snprintf(threads, sizeof threads, "%d", KL_MAX(1, kl_threads_default() / (int)parallel));
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    double t_start = now_s();
+    int launched = 0, failed_first_metric = 0;
+    size_t target = (size_t)trials;
+    int grid_done = 0;
+    while (!interrupted) {
+        /* start trials while there are free slots and budget */
+        while (!interrupted && !grid_done && nkids < parallel && nall < target && !failed_first_metric &&
+               !(timeout > 0 && now_s() - t_start > timeout)) {
+            kl_trial *tr = &all[nall];
+            memset(tr, 0, sizeof *tr);
+            tr->number = next++;
+            tr->state = KL_TRIAL_RUNNING;
+            tr->params = calloc((size_t)s->n, sizeof(kl_tune_value));
+            if (!tr->params) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
+            rc = kl_tune_suggest(s, &so, all, nall, minimize, tr->number, tr->params, &e);
+            if (rc == KL_ENOTFOUND && so.kind == KL_SAMPLER_GRID) {
+                kl_log(KL_LOG_INFO, "tune", "%s", kl_err_what(&e));
+                free(tr->params);
+                grid_done = 1;
+                rc = KL_OK;
+                break;
+            }
+            if (rc) goto done;
+            nall++;
+            char desc[1024];
+            describe(s, tr->params, desc, sizeof desc);
+            /* already evaluated? reuse its value */
+            const kl_trial *same = NULL;
+            for (size_t i = 0; i + 1 < nall && !same; i++)
+                if (all[i].state == KL_TRIAL_COMPLETE && same_params(s, all[i].params, tr->params)) same = &all[i];
+            int64_t run_id;
+            if ((rc = kl_study_trial_start(st, tr->number, tr->params, &run_id, &e))) goto done;
+            if (same) {
+                char note[64];
+                snprintf(note, sizeof note, "cached from trial %d", same->number);
+                tr->state = KL_TRIAL_COMPLETE;
+                tr->value = same->value;
+                if ((rc = kl_study_trial_end(st, run_id, KL_TRIAL_COMPLETE, tr->value, note, &e))) goto done;
+                fprintf(stderr, "trial %d: %s = %.6g (cached: same as trial %d) [%s]\n", tr->number, metric, tr->value,
+                        same->number, desc);
+                continue;
+            }
+            child *c = &kids[nkids];
+            memset(c, 0, sizeof *c);
+            c->slot = (int)nall - 1;
+            c->run_id = run_id;
+            c->metric_col = c->epoch_col = c->split_col = -1;
+            c->t0 = now_s();
+            snprintf(c->dir, sizeof c->dir, "%s/trial-%d", outdir, tr->number);
+            snprintf(c->log, sizeof c->log, "%s/trial-%d.log", outdir, tr->number);
+            kl_rm_rf(c->dir, NULL); /* a leftover of an interrupted run */
+            if ((rc = spawn_trial(self, spec, s, tr->params, c, threads, &e))) {
+                kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, kl_err_what(&e), NULL);
+                goto done;
+            }
+            nkids++;
+            launched++;
+            fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
+        }
+        if (nkids == 0) break;
+        /* watch the running ones */
+        for (int k = 0; k < nkids; k++) {
+            child *c = &kids[k];
+            kl_trial *tr = &all[c->slot];
+            if (!c->pruned && poll_metrics(c, st, tr, &po, all, nall, minimize, metric)) {
+                c->pruned = 1;
+                kill(c->pid, SIGTERM);
+            }
+            int status;
+            pid_t w = waitpid(c->pid, &status, WNOHANG);
+            if (w == 0) continue;
+            poll_metrics(c, st, tr, &po, all, nall, minimize, metric);
+            double secs = now_s() - c->t0;
+            char desc[1024];
+            describe(s, tr->params, desc, sizeof desc);
+            kl_err te = {0};
+            if (c->pruned) {
+                tr->state = KL_TRIAL_PRUNED;
+                kl_study_trial_end(st, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
+                fprintf(stderr, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
+            } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+                double v = objective_of(tr, minimize);
+                if (isnan(v)) {
+                    char msg[512];
+                    snprintf(msg, sizeof msg, "metric '%s' never appeared in %s/metrics.csv (expected rows with split '%.*s' and a column '%s')",
+                             metric, c->dir, (int)strcspn(metric, "_"), metric, strchr(metric, '_') ? strchr(metric, '_') + 1 : metric);
+                    tr->state = KL_TRIAL_FAILED;
+                    kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, msg, &te);
+                    kl_err_set(&e, KL_ENOTFOUND, "trial %d: %s", tr->number, msg);
+                    failed_first_metric = 1;
+                } else {
+                    tr->state = KL_TRIAL_COMPLETE;
+                    tr->value = v;
+                    kl_study_trial_end(st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, &te);
+                    fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, metric, v, secs, desc);
+                }
+            } else {
+                char err[512];
+                last_line(c->log, err, sizeof err);
+                if (!err[0]) snprintf(err, sizeof err, "exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+                tr->state = KL_TRIAL_FAILED;
+                kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
+                fprintf(stderr, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
+            }
+            if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
+            kids[k] = kids[--nkids];
+            k--;
+        }
+        if (nkids) usleep(100000);
+    }
+    if (interrupted) {
+        for (int k = 0; k < nkids; k++) {
+            kill(kids[k].pid, SIGTERM);
+            waitpid(kids[k].pid, NULL, 0);
+            kl_study_trial_end(st, kids[k].run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
+        }
+        nkids = 0;
+        kl_err_set(&e, KL_ECANCELED, "interrupted; re-run the same command to continue the study");
+        rc = KL_ECANCELED;
+        goto done;
+    }
+    if (failed_first_metric) { rc = KL_ENOTFOUND; goto done; }
+    /* summary */
+    const kl_trial *best = NULL;
+    int ncomplete = 0, npruned = 0, nfailed = 0;
+    for (size_t i = 0; i < nall; i++) {
+        const kl_trial *x = &all[i];
+        ncomplete += x->state == KL_TRIAL_COMPLETE;
+        npruned += x->state == KL_TRIAL_PRUNED;
+        nfailed += x->state == KL_TRIAL_FAILED;
+        if (x->state == KL_TRIAL_COMPLETE && isfinite(x->value) &&
+            (!best || (minimize ? x->value < best->value : x->value > best->value)))
+            best = x;
+    }
+    char desc[1024] = "";
+    if (best) describe(s, best->params, desc, sizeof desc);
+    if (app_flag(&a, "json")) {
+        kl_buf b;
+        kl_buf_init(&b);
+        kl_buf_puts(&b, "{\"study\":");
+        kl_buf_json_str(&b, name);
+        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f",
+                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start);
+        if (best) {
+            kl_buf_printf(&b, ",\"best\":{\"number\":%d,\"value\":%.17g,\"params\":{", best->number, best->value);
+            int first = 1;
+            for (int p = 0; p < s->n; p++) {
+                if (!best->params[p].present) continue;
+                char val[96];
+                kl_buf_printf(&b, "%s", first ? "" : ",");
+                kl_buf_json_str(&b, s->p[p].name);
+                kl_buf_puts(&b, ":");
+                kl_buf_json_str(&b, kl_tune_value_str(&s->p[p], best->params[p], val, sizeof val));
+                first = 0;
+            }
+            kl_buf_puts(&b, "}}");
+        }
+        kl_buf_puts(&b, "}\n");
+        fputs(b.data, stdout);
+        kl_buf_free(&b);
+    } else {
+        printf("study %s: %zu trials (%d complete, %d pruned, %d failed), %d trained now\n", name, nall, ncomplete,
+               npruned, nfailed, launched);
+        if (best) printf("best: trial %d, %s = %.6g [%s]\n", best->number, metric, best->value, desc);
+        printf("details: keel tune show %s\n", name);
+    }
+    exit_code = best ? APP_EXIT_OK : APP_EXIT_FAIL;
+    if (!best) kl_err_set(&e, KL_ENOTFOUND, "no trial completed");
+done:
+    for (int k = 0; k < nkids; k++) { kill(kids[k].pid, SIGTERM); waitpid(kids[k].pid, NULL, 0); }
+    for (size_t i = 0; i < nall; i++) { free(all[i].params); free(all[i].inter); }
+    free(all);
+    free(kids);
+    kl_study_free(st);
+    kl_track_close(t);
+    kl_tune_space_free(s);
+    free(space_text);
+    if (rc || exit_code != APP_EXIT_OK) return app_fail(&e);
+    return exit_code;
+}
+
+/* ==================================================================
+ * keel tune show STUDY
+ * ================================================================== */
+
+/* Parallel coordinates: one vertical axis per parameter and one for the
+ * value; each complete trial is a polyline, darker for better values. */
+static void parallel_svg(kl_buf *b, const kl_tune_space *s, const kl_trial *t, size_t n, int minimize, const char *metric) {
+    int W = 160 * (s->n + 1) + 80, H = 420, top = 40, bot = 360;
+    kl_buf_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
+    kl_buf_puts(b, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"20\" font-size=\"14\">parallel coordinates</text>\n");
+    double vmin = INFINITY, vmax = -INFINITY;
+    for (size_t i = 0; i < n; i++)
+        if (t[i].state == KL_TRIAL_COMPLETE && isfinite(t[i].value)) {
+            if (t[i].value < vmin) vmin = t[i].value;
+            if (t[i].value > vmax) vmax = t[i].value;
+        }
+    for (int p = 0; p <= s->n; p++) {
+        int x = 60 + 160 * p;
+        kl_buf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444\"/>\n", x, top, x, bot);
+        kl_buf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", x, bot + 20);
+        kl_buf_html(b, p < s->n ? s->p[p].name : metric);
+        kl_buf_puts(b, "</text>\n");
+    }
+    for (size_t i = 0; i < n; i++) {
+        const kl_trial *x = &t[i];
+        if (x->state != KL_TRIAL_COMPLETE || !isfinite(x->value)) continue;
+        double q = vmax > vmin ? (x->value - vmin) / (vmax - vmin) : 1;
+        if (minimize) q = 1 - q; /* 1 = best */
+        kl_buf_puts(b, "<polyline fill=\"none\" stroke-width=\"1.5\" ");
+        kl_buf_printf(b, "stroke=\"rgb(%d,%d,%d)\" stroke-opacity=\"%.2f\" points=\"", (int)(220 - 190 * q), (int)(220 - 120 * q), 255, 0.3 + 0.7 * q);
+        for (int p = 0; p <= s->n; p++) {
+            double f;
+            if (p == s->n) f = vmax > vmin ? (x->value - vmin) / (vmax - vmin) : 0.5;
+            else if (!x->params[p].present) continue;
+            else {
+                const kl_tune_param *pp = &s->p[p];
+                double v = x->params[p].v, lo = pp->low, hi = pp->high;
+                if (pp->log) { v = log(v); lo = log(lo); hi = log(hi); }
+                f = hi > lo ? (v - lo) / (hi - lo) : 0.5;
+            }
+            kl_buf_printf(b, "%d,%.1f ", 60 + 160 * p, bot - f * (bot - top));
+        }
+        kl_buf_puts(b, "\"/>\n");
+    }
+    kl_buf_puts(b, "</svg>\n");
+}
+
+static const app_opt show_opts[] = {
+    {"json", 0, 0, NULL, "machine-readable output", 0},
+    {"out", 'o', 1, "DIR", "where history.svg and parallel.svg go (default tune-<study>)", 0},
+};
+static const app_cmd_spec show_spec = {
+    "tune show", "keel tune show STUDY [--json] [--out DIR]",
+    "Best trial, trials table, parameter importance, and the pictures (optimisation history, parallel coordinates).",
+    "Parameter importance: the share of the objective's variance over complete trials that each\n"
+    "parameter explains alone (correlation ratio over 4 quantile bins, or per choice), normalised\n"
+    "to sum to 1. A simple screening measure: it ignores interactions.",
+    show_opts, KL_ARRAY_LEN(show_opts), 1, 1};
+
+static int tune_show(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&show_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    kl_study *st = NULL;
+    kl_tune_space *s = NULL;
+    kl_doc *d = NULL;
+    double *imp = NULL;
+    kl_buf b;
+    kl_buf_init(&b);
+    if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
+    if ((rc = kl_study_find(t, a.pos[0], NULL, &st, &e))) goto done;
+    const kl_study_info *info = kl_study_get_info(st);
+    if ((rc = kl_doc_load_str(info->space_text, strlen(info->space_text), "recorded space", &d, &e)) ||
+        (rc = kl_tune_space_parse(kl_doc_root(d), &s, &e)))
+        goto done;
+    kl_study_set_space(st, s);
+    const kl_trial *tr;
+    size_t n;
+    if ((rc = kl_study_load(st, &tr, &n, &e))) goto done;
+    int minimize = info->minimize;
+    const kl_trial *best = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (tr[i].state == KL_TRIAL_COMPLETE && isfinite(tr[i].value) &&
+            (!best || (minimize ? tr[i].value < best->value : tr[i].value > best->value)))
+            best = &tr[i];
+    imp = calloc((size_t)s->n, sizeof *imp);
+    if (!imp) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
+    kl_tune_importance(s, tr, n, imp);
+    /* pictures */
+    char outdir[1024];
+    snprintf(outdir, sizeof outdir, "%s", app_get(&a, "out") ? app_get(&a, "out") : "");
+    if (!outdir[0]) snprintf(outdir, sizeof outdir, "tune-%s", info->name);
+    if ((rc = kl_mkdir_p(outdir, &e))) goto done;
+    {
+        int64_t *xs = malloc((n + 1) * sizeof *xs), *xb = malloc((n + 1) * sizeof *xb);
+        double *ys = malloc((n + 1) * sizeof *ys), *yb = malloc((n + 1) * sizeof *yb);
+        size_t m = 0;
+        double run = NAN;
+        for (size_t i = 0; xs && xb && ys && yb && i < n; i++) {
+            if (tr[i].state != KL_TRIAL_COMPLETE || !isfinite(tr[i].value)) continue;
+            xs[m] = xb[m] = tr[i].number;
+            ys[m] = tr[i].value;
+            if (isnan(run) || (minimize ? tr[i].value < run : tr[i].value > run)) run = tr[i].value;
+            yb[m] = run;
+            m++;
+        }
+        kl_chart_series ser[2] = {{"trial value", xs, ys, m}, {"best so far", xb, yb, m}};
+        kl_buf svg;
+        kl_buf_init(&svg);
+        char path[1100];
+        if (xs && xb && ys && yb && kl_track_svg_chart(&svg, "optimisation history", "trial", info->metric, ser, 2, 800, 420) == KL_OK) {
+            snprintf(path, sizeof path, "%s/history.svg", outdir);
+            rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
+        }
+        kl_buf_reset(&svg);
+        if (!rc) {
+            parallel_svg(&svg, s, tr, n, minimize, info->metric);
+            snprintf(path, sizeof path, "%s/parallel.svg", outdir);
+            rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
+        }
+        kl_buf_free(&svg);
+        free(xs); free(xb); free(ys); free(yb);
+        if (rc) goto done;
+    }
+    if (app_flag(&a, "json")) {
+        kl_buf_puts(&b, "{\"study\":");
+        kl_buf_json_str(&b, info->name);
+        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"sampler\":\"%s\",\"best\":", info->metric,
+                      minimize ? "minimize" : "maximize", info->sampler);
+        if (best) kl_buf_printf(&b, "{\"number\":%d,\"value\":%.17g}", best->number, best->value);
+        else kl_buf_puts(&b, "null");
+        kl_buf_puts(&b, ",\"importance\":{");
+        for (int p = 0; p < s->n; p++) {
+            kl_buf_printf(&b, "%s", p ? "," : "");
+            kl_buf_json_str(&b, s->p[p].name);
+            kl_buf_printf(&b, ":%.4f", imp[p]);
+        }
+        kl_buf_puts(&b, "},\"trials\":[");
+        for (size_t i = 0; i < n; i++) {
+            kl_buf_printf(&b, "%s{\"number\":%d,\"state\":\"%s\",\"value\":", i ? "," : "", tr[i].number, kl_trial_state_name(tr[i].state));
+            if (tr[i].state == KL_TRIAL_COMPLETE && isfinite(tr[i].value)) kl_buf_printf(&b, "%.17g", tr[i].value);
+            else kl_buf_puts(&b, "null");
+            kl_buf_printf(&b, ",\"epochs\":%d,\"params\":{", tr[i].ninter);
+            int first = 1;
+            for (int p = 0; p < s->n; p++) {
+                if (!tr[i].params[p].present) continue;
+                char val[96];
+                kl_buf_printf(&b, "%s", first ? "" : ",");
+                kl_buf_json_str(&b, s->p[p].name);
+                kl_buf_puts(&b, ":");
+                kl_buf_json_str(&b, kl_tune_value_str(&s->p[p], tr[i].params[p], val, sizeof val));
+                first = 0;
+            }
+            kl_buf_puts(&b, "}}");
+        }
+        kl_buf_printf(&b, "],\"pictures\":[\"%s/history.svg\",\"%s/parallel.svg\"]}\n", outdir, outdir);
+        fputs(b.data, stdout);
+    } else {
+        printf("study %s: %s (%s), sampler %s, %zu trials\n", info->name, info->metric, minimize ? "minimize" : "maximize",
+               info->sampler, n);
+        if (best) {
+            char desc[1024];
+            describe(s, best->params, desc, sizeof desc);
+            printf("best: trial %d, %s = %.6g [%s]\n\n", best->number, info->metric, best->value, desc);
+        }
+        printf("%6s  %-9s %12s %6s  %s\n", "TRIAL", "STATE", "VALUE", "EPOCHS", "PARAMS");
+        for (size_t i = 0; i < n; i++) {
+            char desc[1024], val[32] = "-";
+            describe(s, tr[i].params, desc, sizeof desc);
+            if (tr[i].state == KL_TRIAL_COMPLETE && isfinite(tr[i].value)) snprintf(val, sizeof val, "%.6g", tr[i].value);
+            printf("%6d  %-9s %12s %6d  %s%s\n", tr[i].number, kl_trial_state_name(tr[i].state), val, tr[i].ninter, desc,
+                   best == &tr[i] ? "  <- best" : "");
+        }
+        printf("\nparameter importance (share of variance explained):\n");
+        for (int p = 0; p < s->n; p++) printf("  %-24s %5.1f%%\n", s->p[p].name, 100 * imp[p]);
+        printf("\npictures: %s/history.svg, %s/parallel.svg\n", outdir, outdir);
+    }
+done:
+    kl_buf_free(&b);
+    free(imp);
+    kl_study_free(st);
+    kl_tune_space_free(s);
+    kl_doc_free(d);
+    kl_track_close(t);
+    if (rc) return app_fail(&e);
+    return APP_EXIT_OK;
+}
+
+int cmd_tune(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "show")) return tune_show(argc - 1, argv + 1);
+    return tune_run(argc, argv);
+}
