@@ -6,26 +6,23 @@
 #include <string.h>
 
 static const app_command commands[] = {
-    {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
-    {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},
-    {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
     {"bench", "benchmark an ONNX model: latency percentiles, throughput, memory", cmd_bench},
-    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
-    {"features", "fit, apply and serve declared features (offline == online)", cmd_features},
     {"config", "show effective settings and where each came from", cmd_config},
-    {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
-    {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
-    {"ui", "read-only web UI over runs and models", cmd_ui},
+    {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
+    {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
+    {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
+    {"features", "fit, apply and serve declared features (offline == online)", cmd_features},
+    {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
     {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
+    {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},
     {"serve", "serve models over HTTP (KServe v2, priorities, batching, metrics)", cmd_serve},
-    {"ui", "read-only web UI over runs and models", cmd_ui},
-    {"tune", "hyperparameter search over a training spec (TPE, pruning, resumable)", cmd_tune},
-    {"version", "version, build and linked library versions", cmd_version},
     {"train", "train a model from a YAML spec (deterministic, resumable)", cmd_train},
-    {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
+    {"tune", "hyperparameter search over a training spec (TPE, pruning, resumable)", cmd_tune},
+    {"ui", "read-only web UI over runs and models", cmd_ui},
+    {"version", "version, build and linked library versions", cmd_version},
 };
 
 /* Options every command accepts, anywhere on the line; they set the
