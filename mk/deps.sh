@@ -7,6 +7,11 @@ list="${1:-$(dirname "$0")/packages.txt}"
 want=$(grep -v '^[[:space:]]*#' "$list" | awk 'NF{print $1}')
 missing=""
 for p in $want; do
+  case $p in
+    cmd:*) # "cmd:NAME PKG": install PKG only when no NAME command exists
+      c=${p#cmd:}; command -v "$c" >/dev/null 2>&1 && continue
+      p=$(grep "^cmd:$c[[:space:]]" "$list" | awk '{print $2}') ;;
+  esac
   st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
   [ "$st" = "installed" ] || missing="$missing $p"
 done
