@@ -26,6 +26,7 @@ PKGS := openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libturbo
 ARCHFLAGS := $(shell grep -q ' avx2 ' /proc/cpuinfo 2>/dev/null && grep -q ' fma ' /proc/cpuinfo && echo -march=x86-64-v3)
 
 OPT      ?= -O2
+JOBS     ?= $(shell nproc 2>/dev/null || echo 2)
 GIT_COMMIT := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 VERSION  := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -89,17 +90,17 @@ $(UNIT): $(UNIT_OBJS) $(LIB)
 
 # make test = deps + build + every test; ends with "N passed, N failed".
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) bash tests/run.sh
 
 # Unit tests only (CI runs these under the sanitizers).
 test-unit: deps
-	@$(MAKE) --no-print-directory $(UNIT) $(KEEL)
+	@$(MAKE) --no-print-directory -j$(JOBS) $(UNIT) $(KEEL)
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) KEEL_TEST_ONLY=unit bash tests/run.sh
 
 # The main job. Until the pipeline lands it builds keel and runs `keel doctor`.
 quickstart: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash tools/quickstart.sh $(BUILD)
 
 bench: deps

@@ -445,7 +445,99 @@ static void json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
     kl_buf_puts(b, "]");
 }
 
+int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
+    sv_version *v = r->ver;
+    if (!v->feat)
+        return kl_err_set(e, KL_EUNSUPPORTED, "model '%s' version %lld has no features.json: send tensors to "
+                          "POST /v2/models/%s/infer", r->model->name, (long long)v->version, r->model->name);
+    sv_json_doc *d = NULL;
+    int rc = sv_json_parse(json, json_len, &d, e);
+    if (rc) return rc;
+    const cJSON *inst = cJSON_GetObjectItemCaseSensitive(sv_json_root(d), "instances");
+    int n = cJSON_IsArray(inst) ? cJSON_GetArraySize(inst) : -1;
+    if (n <= 0) {
+        sv_json_free(d);
+        return kl_err_set(e, KL_EINVAL, "instances: expected a non-empty list of records");
+    }
+    size_t width = kl_features_width(v->feat);
+    double *tmp = malloc((width ? width : 1) * sizeof *tmp);
+    sv_tensor *t = &r->in[0];
+    memset(t, 0, sizeof *t);
+    t->dtype = SV_FP32;
+    t->rank = 2;
+    t->dims[0] = n;
+    t->dims[1] = (int64_t)width;
+    t->nbytes = (size_t)n * width * sizeof(float);
+    t->data = kl_mem_alloc(t->nbytes ? t->nbytes : 1, KL_TAG_REQUEST);
+    t->own = 1;
+    if (!tmp || !t->data) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory for %d records", n);
+        goto done;
+    }
+    r->n_in = 1;
+    int i = 0;
+    const cJSON *rec;
+    cJSON_ArrayForEach(rec, inst) {
+        if (!cJSON_IsObject(rec)) { rc = kl_err_set(e, KL_EINVAL, "instances[%d]: expected an object of raw fields", i); goto done; }
+        if ((rc = kl_features_transform_record(v->feat, v->fstore, rec, tmp, NULL, e))) {
+            kl_err_prefix(e, "instances[%d]", i);
+            goto done;
+        }
+        float *row = (float *)t->data + (size_t)i * width;
+        for (size_t k = 0; k < width; k++) row[k] = (float)tmp[k];
+        i++;
+    }
+    r->rows = n;
+    r->n_out_sel = 0;
+    for (size_t k = 0; k < v->n_out; k++) {
+        r->out_bin[r->n_out_sel] = 0;
+        r->out_sel[r->n_out_sel++] = (int)k;
+    }
+    r->predict = 1;
+done:
+    free(tmp);
+    sv_json_free(d);
+    if (rc) { sv_tensor_release(t); r->n_in = 0; }
+    return rc;
+}
+
+/* {"predictions":[one entry per record: the first output's row], "model_name",
+ * "model_version", "feature_hash"} */
+static int encode_predict(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0, kl_err *e) {
+    if (n_out < 1) return kl_err_set(e, KL_EINTERNAL, "no outputs");
+    const sv_tensor *t = &outs[0];
+    if (t->dtype == SV_BYTES || t->rank < 1) return kl_err_set(e, KL_EUNSUPPORTED, "output '%s': not a numeric batch", r->ver->out[0].name);
+    int64_t per_row = sv_numel(t) / (t->dims[0] ? t->dims[0] : 1);
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "{\"predictions\":[");
+    for (int64_t i = 0; i < r->rows; i++) {
+        const char *p = (const char *)t->data + (size_t)((row0 + i) * per_row) * dt_sizes[t->dtype];
+        if (i) kl_buf_puts(&b, ",");
+        if (per_row == 1) { /* a scalar per record */
+            kl_buf b1;
+            kl_buf_init(&b1);
+            json_data(&b1, t->dtype, p, 1);
+            kl_buf_append(&b, b1.data + 1, b1.len - 2); /* strip the brackets */
+            kl_buf_free(&b1);
+        } else {
+            json_data(&b, t->dtype, p, per_row);
+        }
+    }
+    kl_buf_puts(&b, "],\"model_name\":");
+    kl_buf_json_str(&b, r->model->name);
+    kl_buf_printf(&b, ",\"model_version\":\"%lld\",\"feature_hash\":", (long long)r->ver->version);
+    kl_buf_json_str(&b, kl_features_hash(r->ver->feat));
+    kl_buf_puts(&b, "}");
+    if (b.failed) { kl_buf_free(&b); return kl_err_set(e, KL_ENOMEM, "out of memory building the response"); }
+    r->resp_header_len = -1;
+    r->resp_len = b.len;
+    r->resp = kl_buf_take(&b);
+    return KL_OK;
+}
+
 int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0, int64_t total_rows, kl_err *e) {
+    if (r->predict) return encode_predict(r, outs, n_out, row0, e);
     kl_buf b;
     kl_buf_init(&b);
     const char *bin_ptr[SV_MAX_IO];

@@ -369,7 +369,8 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         }
     }
     kl_err e = {0};
-    int rc = sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
+    int rc = r->predict ? sv_decode_predict(r, r->body, r->body_len, &e)
+                        : sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
     if (rc) {
         if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
@@ -544,17 +545,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_attr_destroy(&at);
         return MHD_YES;
     }
-    case R_PREDICT: {
-        pthread_mutex_lock(&s->lock);
-        int known = sv_model_find(s, r->model_name) != NULL;
-        pthread_mutex_unlock(&s->lock);
-        if (!known) return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
-        return send_error(s, c, r, 501, SV_R_BAD_REQUEST, 0,
-                          "model '%s': :predict runs the model's features.json pipeline, and the feature layer "
-                          "(src/feature, issue 8) is not part of this build; send tensors to POST "
-                          "/v2/models/%s/infer instead",
-                          r->model_name, r->model_name);
-    }
+    case R_PREDICT: r->predict = 1; r->want_version = -1; return infer(s, c, r); /* latest version */
     case R_INFER: return infer(s, c, r);
     default: return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "no such endpoint: %s %s", method, url);
     }

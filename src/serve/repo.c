@@ -171,6 +171,8 @@ static void version_free(sv_version *v) {
     if (!v) return;
     for (size_t i = 0; i < v->n_in; i++) sv_tensor_release(&v->warm[i]);
     sb_free(v->sess);
+    kl_fstore_free(v->fstore);
+    kl_features_free(v->feat);
     free(v);
 }
 
@@ -292,6 +294,19 @@ static int version_load(kl_server *s, sv_model *m, const char *dir, int64_t ver,
     }
     for (size_t i = 0; i < v->n_out; i++)
         if (v->out[i].rank < 1 || v->out[i].dims[0] >= 0) v->batchable = 0;
+    /* features.json: what :predict runs before the model (and its online store) */
+    snprintf(p, sizeof p, "%s/features.json", dir);
+    if (kl_path_exists(p)) {
+        if ((rc = kl_features_load(p, &v->feat, e))) goto fail;
+        snprintf(p, sizeof p, "%s/features.db", dir);
+        if (kl_path_exists(p) && (rc = kl_fstore_open(v->feat, p, &v->fstore, e))) goto fail;
+        if (v->n_in != 1 || v->in[0].rank != 2 || v->in[0].dtype != SV_FP32 ||
+            (v->in[0].dims[1] >= 0 && (size_t)v->in[0].dims[1] != kl_features_width(v->feat))) {
+            rc = kl_err_set(e, KL_ESHAPE, "%s/features.json: %zu feature values per record, but the model's input is not "
+                            "one FP32 [batch, %zu] tensor", dir, kl_features_width(v->feat), kl_features_width(v->feat));
+            goto fail;
+        }
+    }
     int64_t t0 = kl_time_mono_ns();
     if ((rc = sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
     kl_log(KL_LOG_INFO, "serve", "model %s version %lld ready (%s, %zu input(s), warm-up %.2f ms%s)", m->name,

@@ -5,6 +5,7 @@
 #ifndef KEEL_SERVE_INT_H
 #define KEEL_SERVE_INT_H
 
+#include <keel/feature.h>
 #include <keel/serve.h>
 
 #include <pthread.h>
@@ -152,6 +153,8 @@ typedef struct sv_version {
     int64_t probe_ns;       /* last probe (monotonic); guarded by server lock */
     int probe_ok;
     char probe_err[256];
+    kl_features *feat;      /* features.json of the version (NULL: none); :predict runs it */
+    kl_fstore *fstore;      /* features.db next to it: recent events for entity windows */
 } sv_version;
 
 enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
@@ -228,6 +231,7 @@ struct sv_req {
     int64_t resp_header_len; /* binary extension: JSON part length; -1 none */
     int counted;
     int in_infer;           /* counted in ninfer */
+    int predict;            /* a v1 :predict request: records in, {"predictions"} out */
 };
 
 /* ==================================================================
@@ -289,6 +293,10 @@ void sv_json_free(sv_json_doc *d);
  * checked against the version's inputs; 400-style errors name the field. */
 int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin,
                     size_t bin_len, kl_err *e);
+/* Parses a :predict request {"instances":[{...raw fields...}]} through the
+ * version's features.json (the same code as offline feature computation)
+ * into r->in; errors name the instance and field. */
+int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e);
 /* Builds the response of r from outputs (rows [row0, row0+rows) of each). */
 int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0,
                     int64_t total_rows, kl_err *e);

@@ -1,5 +1,5 @@
 """keel serve: protocol and operations tests that need no model execution —
-health and metadata endpoints, error answers (404, 405, 413, 501, malformed
+health and metadata endpoints, error answers (404, 405, 413, 503, malformed
 requests), integrity refusal from meta.json, repository index/load/unload,
 SIGHUP rescans, slowloris connections timing out, `promtool check metrics`
 on the live endpoint, and SIGTERM exiting 0. Starts the real binary."""
@@ -78,7 +78,7 @@ try:
     check("serve_http_chunked_over_limit_413", r.status == 413, r.status)
     c.close()
     st, h, b = s.json("POST", "/v1/models/broken:predict", {"instances": [{"a": 1}]})
-    check("serve_http_predict_hook_501", st == 501 and "feature layer" in b.get("error", ""), (st, b))
+    check("serve_http_predict_not_ready_503", st == 503 and "not ready" in b.get("error", ""), (st, b))
     # malformed HTTP
     sk = socket.create_connection(("127.0.0.1", s.port), timeout=5)
     sk.sendall(b"THIS IS NOT HTTP\r\n\r\n")
