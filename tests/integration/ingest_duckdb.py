@@ -8,6 +8,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
+import duckdb_npm  # noqa: E402
+
 SRC = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 KEEL = os.environ.get("KEEL", os.path.join(SRC, "build", "keel"))
 NPM = os.path.join(SRC, "build", "npm")
@@ -26,17 +29,7 @@ def report(name, ok, why=""):
 
 
 def ensure_duckdb():
-    mod = os.path.join(NPM, "node_modules", "@duckdb", "node-api")
-    if os.path.isdir(mod):
-        return True, ""
-    os.makedirs(NPM, exist_ok=True)
-    try:
-        r = subprocess.run(["npm", "install", "--prefix", NPM, "@duckdb/node-api"], capture_output=True, text=True, timeout=600)
-    except Exception as e:
-        return False, f"npm install @duckdb/node-api failed: {e}"
-    if r.returncode != 0 or not os.path.isdir(mod):
-        return False, "npm install @duckdb/node-api failed: " + (r.stderr or r.stdout)[-500:]
-    return True, ""
+    return duckdb_npm.ensure_duckdb(NPM)
 
 
 def duck(sql):
