@@ -68,6 +68,12 @@ typedef struct {
 int app_dispatch(const char *prefix, const app_command *cmds, size_t n, int argc, char **argv);
 void app_print_commands(const char *prefix, const app_command *cmds, size_t n, FILE *out);
 
+/* "2026-11-29 20:51:22" (UTC) from µs since the epoch; "-" when not positive. */
+void app_fmt_time(double us, char *buf, size_t n);
+/* A number member of a cJSON object, NaN when absent or not a number. */
+struct cJSON;
+double app_jnum(const struct cJSON *o, const char *key);
+
 /* The process-wide settings (common settings already applied). */
 kl_config *app_config(void);
 

@@ -3,6 +3,8 @@
  * errors with a "did you mean" suggestion (exit 2). */
 #include "app.h"
 
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,4 +161,19 @@ int app_dispatch(const char *prefix, const app_command *cmds, size_t n, int argc
     else fprintf(stderr, "keel %s: unknown command '%s'\n", prefix, argv[1]);
     fprintf(stderr, "Try 'keel %s --help'.\n", prefix);
     return APP_EXIT_USAGE;
+}
+
+void app_fmt_time(double us, char *buf, size_t n) {
+    if (!(us > 0)) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    char r[40];
+    kl_time_rfc3339((int64_t)us, r, sizeof r);
+    snprintf(buf, n, "%.10s %.8s", r, r + 11);
+}
+
+double app_jnum(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }

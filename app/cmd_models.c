@@ -17,12 +17,6 @@ static void print_json(const cJSON *j) {
     cJSON_free(s);
 }
 
-static void fmt_time(double us, char *buf, size_t n) {
-    char r[40];
-    kl_time_rfc3339((int64_t)us, r, sizeof r);
-    snprintf(buf, n, "%.10s %.8s", r, r + 11);
-}
-
 /* ==================================================================
  * register
  * ================================================================== */
@@ -115,7 +109,7 @@ static int models_list(int argc, char **argv) {
         cJSON_ArrayForEach(m, (cJSON *)j) {
             char c[40], al[512] = "";
             size_t len = 0;
-            fmt_time(cJSON_GetObjectItem(m, "created_us")->valuedouble, c, sizeof c);
+            app_fmt_time(cJSON_GetObjectItem(m, "created_us")->valuedouble, c, sizeof c);
             const cJSON *x;
             cJSON_ArrayForEach(x, cJSON_GetObjectItem(m, "aliases")) if (len < sizeof al) len +=
                 (size_t)snprintf(al + len, sizeof al - len, "%s%s=%g", len ? " " : "", x->string, x->valuedouble);
@@ -160,7 +154,7 @@ static int models_show(int argc, char **argv) {
         cJSON_ArrayForEach(v, cJSON_GetObjectItem(m, "versions")) {
             char c[40], al[256];
             double ver = cJSON_GetObjectItem(v, "version")->valuedouble;
-            fmt_time(cJSON_GetObjectItem(v, "created_us")->valuedouble, c, sizeof c);
+            app_fmt_time(cJSON_GetObjectItem(v, "created_us")->valuedouble, c, sizeof c);
             aliases_of(m, ver, al, sizeof al);
             printf("version %.0f  created %s%s%s\n", ver, c, al[0] ? "  " : "", al);
             const cJSON *run = cJSON_GetObjectItem(v, "run_id");

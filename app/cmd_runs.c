@@ -18,29 +18,14 @@
 
 static int open_store(kl_track **t, kl_err *e) { return kl_track_open(kl_config_get(app_config(), "tracking"), t, e); }
 
-static void fmt_time(double us, char *buf, size_t n) {
-    if (!(us > 0)) {
-        snprintf(buf, n, "-");
-        return;
-    }
-    char r[40];
-    kl_time_rfc3339((int64_t)us, r, sizeof r);
-    snprintf(buf, n, "%.10s %.8s", r, r + 11);
-}
-
-static double jnum(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
 static double run_seconds(const cJSON *r) {
-    double s = jnum(r, "start_us"), en = jnum(r, "end_us");
-    if (isnan(en)) en = jnum(r, "heartbeat_us");
+    double s = app_jnum(r, "start_us"), en = app_jnum(r, "end_us");
+    if (isnan(en)) en = app_jnum(r, "heartbeat_us");
     return isnan(en) || isnan(s) ? NAN : (en - s) / 1e6;
 }
 
@@ -147,11 +132,11 @@ static int runs_list(int argc, char **argv) {
             continue;
         }
         char st[32], dur[32], mv[64];
-        fmt_time(jnum(j, "start_us"), st, sizeof st);
+        app_fmt_time(app_jnum(j, "start_us"), st, sizeof st);
         double secs = run_seconds(j);
         if (isnan(secs)) snprintf(dur, sizeof dur, "-");
         else kl_fmt_duration(secs, dur, sizeof dur);
-        printf("%-6.0f %-16.16s %-20.20s %-9s %-19s %9s", jnum(j, "id"), jstr(j, "experiment"), jstr(j, "name"), jstr(j, "status"), st, dur);
+        printf("%-6.0f %-16.16s %-20.20s %-9s %-19s %9s", app_jnum(j, "id"), jstr(j, "experiment"), jstr(j, "name"), jstr(j, "status"), st, dur);
         for (int k = 0; k < nk; k++) {
             metric_text(j, keys[k], mv, sizeof mv);
             printf(" %14.14s", mv);
@@ -210,16 +195,16 @@ static int runs_show(int argc, char **argv) {
         cJSON_free(s);
     } else {
         char st[32], en[32], dur[32];
-        fmt_time(jnum(j, "start_us"), st, sizeof st);
-        fmt_time(jnum(j, "end_us"), en, sizeof en);
+        app_fmt_time(app_jnum(j, "start_us"), st, sizeof st);
+        app_fmt_time(app_jnum(j, "end_us"), en, sizeof en);
         double secs = run_seconds(j);
         if (isnan(secs)) snprintf(dur, sizeof dur, "-");
         else kl_fmt_duration(secs, dur, sizeof dur);
-        printf("run %.0f  %s\n", jnum(j, "id"), jstr(j, "name"));
+        printf("run %.0f  %s\n", app_jnum(j, "id"), jstr(j, "name"));
         printf("  experiment  %s\n  status      %s\n  started     %s\n  ended       %s\n  duration    %s\n", jstr(j, "experiment"),
                jstr(j, "status"), st, en, dur);
-        if (!isnan(jnum(j, "parent_id"))) printf("  parent      %.0f\n", jnum(j, "parent_id"));
-        printf("  process     %.0f on %s\n", jnum(j, "pid"), jstr(j, "host") ? jstr(j, "host") : "?");
+        if (!isnan(app_jnum(j, "parent_id"))) printf("  parent      %.0f\n", app_jnum(j, "parent_id"));
+        printf("  process     %.0f on %s\n", app_jnum(j, "pid"), jstr(j, "host") ? jstr(j, "host") : "?");
         print_kv_section("params", cJSON_GetObjectItem(j, "params"));
         printf("metrics (latest):\n");
         const cJSON *m, *ms = cJSON_GetObjectItem(j, "metrics");
@@ -229,13 +214,13 @@ static int runs_show(int argc, char **argv) {
             metric_text(j, m->string, v, sizeof v);
             int64_t cnt = 0;
             kl_track_metric_count(t, id, m->string, &cnt, &e);
-            printf("  %-24s %-14s step %-8.0f (%lld points)\n", m->string, v, jnum(m, "step"), (long long)cnt);
+            printf("  %-24s %-14s step %-8.0f (%lld points)\n", m->string, v, app_jnum(m, "step"), (long long)cnt);
         }
         print_kv_section("tags", cJSON_GetObjectItem(j, "tags"));
         printf("artifacts:\n");
         const cJSON *art, *arts = cJSON_GetObjectItem(j, "artifacts");
         if (!cJSON_GetArraySize(arts)) printf("  (none)\n");
-        cJSON_ArrayForEach(art, arts) printf("  %-24s %10.0f  sha256 %.16s...\n", jstr(art, "path"), jnum(art, "size"), jstr(art, "sha256"));
+        cJSON_ArrayForEach(art, arts) printf("  %-24s %10.0f  sha256 %.16s...\n", jstr(art, "path"), app_jnum(art, "size"), jstr(art, "sha256"));
         print_kv_section("lineage", cJSON_GetObjectItem(j, "lineage"));
         const cJSON *kids = cJSON_GetObjectItem(j, "children");
         if (cJSON_GetArraySize(kids)) {
@@ -296,10 +281,10 @@ static int runs_compare(int argc, char **argv) {
     cJSON *out = json ? cJSON_CreateObject() : NULL;
     if (json) {
         cJSON *ids = cJSON_AddArrayToObject(out, "runs");
-        for (int i = 0; i < n; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(jnum(runs[i], "id")));
+        for (int i = 0; i < n; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber(app_jnum(runs[i], "id")));
     } else {
         printf("  %-28s", "");
-        for (int i = 0; i < n; i++) printf(" %-16.0f", jnum(runs[i], "id"));
+        for (int i = 0; i < n; i++) printf(" %-16.0f", app_jnum(runs[i], "id"));
         printf("\n");
     }
     static const char *const sections[] = {"attributes", "params", "metrics", "tags"};
@@ -567,14 +552,14 @@ static int runs_export(int argc, char **argv) {
         kl_buf_puts(&b, "\n");
         for (size_t i = 0; i < n; i++) {
             cJSON *r = runs[i];
-            kl_buf_printf(&b, "%.0f,", jnum(r, "id"));
+            kl_buf_printf(&b, "%.0f,", app_jnum(r, "id"));
             csv_field(&b, jstr(r, "experiment"));
             kl_buf_puts(&b, ",");
             csv_field(&b, jstr(r, "name"));
-            kl_buf_printf(&b, ",%s,%.0f,", jstr(r, "status"), jnum(r, "start_us"));
-            if (!isnan(jnum(r, "end_us"))) kl_buf_printf(&b, "%.0f", jnum(r, "end_us"));
+            kl_buf_printf(&b, ",%s,%.0f,", jstr(r, "status"), app_jnum(r, "start_us"));
+            if (!isnan(app_jnum(r, "end_us"))) kl_buf_printf(&b, "%.0f", app_jnum(r, "end_us"));
             kl_buf_puts(&b, ",");
-            if (!isnan(jnum(r, "parent_id"))) kl_buf_printf(&b, "%.0f", jnum(r, "parent_id"));
+            if (!isnan(app_jnum(r, "parent_id"))) kl_buf_printf(&b, "%.0f", app_jnum(r, "parent_id"));
             cJSON_ArrayForEach(k, pk) {
                 kl_buf_puts(&b, ",");
                 csv_field(&b, jstr(cJSON_GetObjectItem(r, "params"), k->string));

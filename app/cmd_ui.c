@@ -60,21 +60,6 @@ static void url_enc(kl_buf *b, const char *s) {
     }
 }
 
-static void fmt_time(double us, char *buf, size_t n) {
-    if (!(us > 0)) {
-        snprintf(buf, n, "-");
-        return;
-    }
-    char r[40];
-    kl_time_rfc3339((int64_t)us, r, sizeof r);
-    snprintf(buf, n, "%.10s %.8s", r, r + 11);
-}
-
-static double jnum(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
-}
-
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : "";
@@ -233,14 +218,14 @@ static int page_runs(ui_ctx *c, struct MHD_Connection *conn, kl_buf *b) {
         cJSON *r = runs[i];
         if (!r) continue;
         char st[40], dur[40];
-        fmt_time(jnum(r, "start_us"), st, sizeof st);
-        double en = jnum(r, "end_us");
-        if (isnan(en)) en = jnum(r, "heartbeat_us");
-        kl_fmt_duration((en - jnum(r, "start_us")) / 1e6, dur, sizeof dur);
+        app_fmt_time(app_jnum(r, "start_us"), st, sizeof st);
+        double en = app_jnum(r, "end_us");
+        if (isnan(en)) en = app_jnum(r, "heartbeat_us");
+        kl_fmt_duration((en - app_jnum(r, "start_us")) / 1e6, dur, sizeof dur);
         kl_buf_printf(b, "<tr class=\"run\"><td><input type=\"checkbox\" name=\"ids\" value=\"%.0f\"></td><td><a href=\"/run/%.0f\">%.0f</a></td><td>",
-                      jnum(r, "id"), jnum(r, "id"), jnum(r, "id"));
+                      app_jnum(r, "id"), app_jnum(r, "id"), app_jnum(r, "id"));
         kl_buf_html(b, jstr(r, "experiment"));
-        kl_buf_printf(b, "</td><td><a href=\"/run/%.0f\">", jnum(r, "id"));
+        kl_buf_printf(b, "</td><td><a href=\"/run/%.0f\">", app_jnum(r, "id"));
         kl_buf_html(b, jstr(r, "name"));
         kl_buf_printf(b, "</a></td><td class=\"status-%s\">%s</td><td>%s</td><td>%s</td>", jstr(r, "status"), jstr(r, "status"), st, dur);
         const cJSON *k;
@@ -275,15 +260,15 @@ static int page_run(ui_ctx *c, int64_t id, kl_buf *b) {
     char title[300], st[40], en[40];
     snprintf(title, sizeof title, "Run %lld: %s", (long long)id, jstr(r, "name"));
     page_start(b, title);
-    fmt_time(jnum(r, "start_us"), st, sizeof st);
-    fmt_time(jnum(r, "end_us"), en, sizeof en);
+    app_fmt_time(app_jnum(r, "start_us"), st, sizeof st);
+    app_fmt_time(app_jnum(r, "end_us"), en, sizeof en);
     kl_buf_puts(b, "<table id=\"attributes\"><tr><th>experiment</th><td>");
     kl_buf_html(b, jstr(r, "experiment"));
     kl_buf_printf(b, "</td></tr><tr><th>status</th><td class=\"status-%s\">%s</td></tr><tr><th>started</th><td>%s</td></tr>"
                      "<tr><th>ended</th><td>%s</td></tr>",
                   jstr(r, "status"), jstr(r, "status"), st, en);
-    if (!isnan(jnum(r, "parent_id")))
-        kl_buf_printf(b, "<tr><th>parent</th><td><a href=\"/run/%.0f\">%.0f</a></td></tr>", jnum(r, "parent_id"), jnum(r, "parent_id"));
+    if (!isnan(app_jnum(r, "parent_id")))
+        kl_buf_printf(b, "<tr><th>parent</th><td><a href=\"/run/%.0f\">%.0f</a></td></tr>", app_jnum(r, "parent_id"), app_jnum(r, "parent_id"));
     const cJSON *kids = cJSON_GetObjectItem(r, "children"), *kid;
     if (cJSON_GetArraySize(kids)) {
         kl_buf_puts(b, "<tr><th>child runs</th><td id=\"children\">");
@@ -299,7 +284,7 @@ static int page_run(ui_ctx *c, int64_t id, kl_buf *b) {
         kl_buf_html(b, m->string);
         kl_buf_puts(b, "</td><td>");
         metric_cell(b, r, m->string);
-        kl_buf_printf(b, "</td><td>%.0f</td></tr>", jnum(m, "step"));
+        kl_buf_printf(b, "</td><td>%.0f</td></tr>", app_jnum(m, "step"));
     }
     kl_buf_puts(b, "</table>\n");
     kv_table(b, "tags", cJSON_GetObjectItem(r, "tags"));
@@ -309,7 +294,7 @@ static int page_run(ui_ctx *c, int64_t id, kl_buf *b) {
     cJSON_ArrayForEach(a, cJSON_GetObjectItem(r, "artifacts")) {
         kl_buf_puts(b, "<tr><td>");
         kl_buf_html(b, jstr(a, "path"));
-        kl_buf_printf(b, "</td><td>%.0f</td><td><code>%s</code></td></tr>", jnum(a, "size"), jstr(a, "sha256"));
+        kl_buf_printf(b, "</td><td>%.0f</td><td><code>%s</code></td></tr>", app_jnum(a, "size"), jstr(a, "sha256"));
     }
     kl_buf_puts(b, "</table>\n");
     charts(b, c->t, &id, &r, 1);
@@ -432,7 +417,7 @@ static int page_models(ui_ctx *c, const char *name, kl_buf *b) {
                 kl_buf_printf(b, "=%.0f ", al->valuedouble);
             }
             char ts[40];
-            fmt_time(jnum(cJSON_GetArrayItem(vs, cJSON_GetArraySize(vs) - 1), "created_us"), ts, sizeof ts);
+            app_fmt_time(app_jnum(cJSON_GetArrayItem(vs, cJSON_GetArraySize(vs) - 1), "created_us"), ts, sizeof ts);
             kl_buf_printf(b, "</td><td>%s</td></tr>\n", ts);
         }
         kl_buf_puts(b, "</table>\n");
@@ -445,9 +430,9 @@ static int page_models(ui_ctx *c, const char *name, kl_buf *b) {
                        "<th>signature</th><th>files</th></tr>\n");
         const cJSON *v;
         cJSON_ArrayForEach(v, cJSON_GetObjectItem(m, "versions")) {
-            double ver = jnum(v, "version");
+            double ver = app_jnum(v, "version");
             char ts[40];
-            fmt_time(jnum(v, "created_us"), ts, sizeof ts);
+            app_fmt_time(app_jnum(v, "created_us"), ts, sizeof ts);
             kl_buf_printf(b, "<tr class=\"version\"><td>%.0f</td><td>", ver);
             const cJSON *al;
             cJSON_ArrayForEach(al, cJSON_GetObjectItem(m, "aliases")) if (al->valuedouble == ver) {
@@ -456,7 +441,7 @@ static int page_models(ui_ctx *c, const char *name, kl_buf *b) {
                 kl_buf_puts(b, "</b> ");
             }
             kl_buf_printf(b, "</td><td>%s</td><td>", ts);
-            if (!isnan(jnum(v, "run_id"))) kl_buf_printf(b, "<a href=\"/run/%.0f\">%.0f</a>", jnum(v, "run_id"), jnum(v, "run_id"));
+            if (!isnan(app_jnum(v, "run_id"))) kl_buf_printf(b, "<a href=\"/run/%.0f\">%.0f</a>", app_jnum(v, "run_id"), app_jnum(v, "run_id"));
             kl_buf_puts(b, "</td><td><code>");
             const cJSON *sig = cJSON_GetObjectItem(v, "signature");
             if (cJSON_IsObject(sig)) {
@@ -468,7 +453,7 @@ static int page_models(ui_ctx *c, const char *name, kl_buf *b) {
             const cJSON *f;
             cJSON_ArrayForEach(f, cJSON_GetObjectItem(v, "files")) {
                 kl_buf_html(b, jstr(f, "path"));
-                kl_buf_printf(b, " (%.0f B, <code>%.12s</code>)<br>", jnum(f, "size"), jstr(f, "sha256"));
+                kl_buf_printf(b, " (%.0f B, <code>%.12s</code>)<br>", app_jnum(f, "size"), jstr(f, "sha256"));
             }
             kl_buf_puts(b, "</td></tr>\n");
         }
@@ -478,11 +463,11 @@ static int page_models(ui_ctx *c, const char *name, kl_buf *b) {
             const cJSON *x;
             cJSON_ArrayForEach(x, (cJSON *)h) {
                 char ts[40];
-                kl_time_rfc3339((int64_t)jnum(x, "time_us"), ts, sizeof ts);
+                kl_time_rfc3339((int64_t)app_jnum(x, "time_us"), ts, sizeof ts);
                 kl_buf_printf(b, "<tr><td>%s</td><td>", ts);
                 kl_buf_html(b, jstr(x, "alias"));
-                if (isnan(jnum(x, "version"))) kl_buf_puts(b, "</td><td>(removed)</td></tr>");
-                else kl_buf_printf(b, "</td><td>%.0f</td></tr>", jnum(x, "version"));
+                if (isnan(app_jnum(x, "version"))) kl_buf_puts(b, "</td><td>(removed)</td></tr>");
+                else kl_buf_printf(b, "</td><td>%.0f</td></tr>", app_jnum(x, "version"));
             }
             cJSON_Delete(h);
         }
