@@ -26,6 +26,14 @@ typedef struct {
     int json;                   /* summary as JSON */
     const char *const *sets;    /* "key=value" overrides of spec keys (--set), applied before parsing */
     int nsets;
+    /* Experiment store (include/keel/track.h): when tracking is set, the run
+     * is logged there (params, per-epoch metrics, final metrics, artifacts,
+     * lineage tags). NULL = not logged. */
+    const char *tracking;
+    const char *experiment;     /* NULL = "train" */
+    const char *run_name;       /* NULL = the spec's file name */
+    int64_t parent_run;         /* 0 = none */
+    int64_t *run_id_out;        /* may be NULL: the logged run's id */
 } kl_train_opts;
 
 /* Trains SPEC into opts->out_dir. Spec errors name the line / layer; data

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "train/runlog.h"
 #include "train/train_data.h"
 #include "train/train_int.h"
 
@@ -609,6 +610,8 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     tr_model *m = NULL;
     tr_data d = {0}, dv = {0};
     tr_dsinfo dsi = {0};
+    kl_track *trk = NULL;
+    kl_track_run *trun = NULL;
     tr_optim opt = {0};
     tr_rows rows = {0};
     int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL;
@@ -620,6 +623,8 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     openblas_set_num_threads(1);
     if ((rc = tr_spec_load_set(spec_path, o->sets, o->nsets, &s, e))) goto fail;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
+    if (o->tracking && (rc = tr_runlog_start(o, s, spec_path, &trk, &trun, e))) goto fail;
+    if (trun && o->run_id_out) *o->run_id_out = kl_track_run_id(trun);
     /* data: .npy X/y, or a Parquet source (data.dataset, src/train/data_pq.c) */
     if (s->ds) {
         if ((rc = data_load_ds(m, TR_PART_TRAIN, &d, &dsi, e))) goto fail;
@@ -878,6 +883,27 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     }
     if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, &dsi, e))) goto fail;
     if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi, e))) goto fail;
+    if (trun) { /* per-epoch metrics (train, val) and the final ones */
+        kl_metric_point *pts = calloc(rows.n * 2 + 8, sizeof *pts);
+        size_t np = 0;
+        if (!pts) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (size_t i = 0; i < rows.n; i++) {
+            const tr_row *r = &rows.r[i];
+            if (r->split == 2) pts[np++] = (kl_metric_point){"train_loss", r->epoch, 0, r->loss};
+            if (r->split == 1) {
+                pts[np++] = (kl_metric_point){"val_loss", r->epoch, 0, r->loss};
+                if (isfinite(r->acc)) pts[np++] = (kl_metric_point){"val_accuracy", r->epoch, 0, r->acc};
+            }
+        }
+        pts[np++] = (kl_metric_point){"steps", pos.step, 0, (double)pos.step};
+        pts[np++] = (kl_metric_point){"train_seconds", pos.step, 0, secs};
+        if (nva) pts[np++] = (kl_metric_point){"final_val_loss", pos.step, 0, fin_val.loss};
+        if (nva && fin_val.count) pts[np++] = (kl_metric_point){"final_val_accuracy", pos.step, 0, (double)fin_val.correct / (double)fin_val.count};
+        rc = tr_runlog_finish(trk, trun, s, o->out_dir, &dsi, pts, np, e);
+        trk = NULL; trun = NULL;
+        free(pts);
+        if (rc) goto fail;
+    }
     if (o->json) {
         fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos.step, (long long)pos.epoch, secs, secs > 0 ? (double)samples / secs : 0.0);
         if (nva) fprintf(rep, ",\"val_loss\":%.9g", fin_val.loss);
@@ -903,6 +929,7 @@ fail:
     tr_optim_free(&opt);
     data_free(&d); data_free(&dv);
     tr_dsinfo_free(&dsi);
+    tr_runlog_fail(trk, trun);
     tr_model_free(m);
     tr_spec_free(s);
     return rc;
