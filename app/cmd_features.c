@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* ==================================================================
  * Reading the data: a .parquet file, a dataset folder, or clickgen:N[:SEED]
