@@ -60,12 +60,14 @@ typedef struct {
     const char *logits_out;       /* may be NULL */
     int roc_points;               /* at most this many ROC points (0 = 101) */
     int with_roc;                 /* kl_train_eval_print --json: include the ROC points */
+    const char *reference_column; /* Parquet source: also the AUC of this score column on the same
+                                     rows ("reference_auc"), e.g. the generator's true probability */
 } kl_eval_opts;
 
 /* Evaluates a model folder; *out_cjson (a cJSON object, caller frees with
  * cJSON_Delete) = {"rows","loss","accuracy","auc" (binary),"roc":{"fpr",
  * "tpr","threshold"} (binary),"confusion":[[..]] (rows: true class),
- * "dataset","split","dataset_version","feature_hash" (Parquet source)}. */
+ * "dataset","split","dataset_version","feature_hash","reference_auc" (Parquet source)}. */
 int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, kl_err *e);
 /* The same, printed (json: one line). */
 int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *out, kl_err *e);

@@ -88,7 +88,7 @@ fail:
 
 void tr_dsrc_free(tr_dsrc *d) {
     if (!d) return;
-    free(d->path); free(d->label); free(d->split_col);
+    free(d->path); free(d->label); free(d->split_col); free(d->ref_col);
     strv_free(d->features, d->nfeatures);
     strv_free(d->exclude, d->nexclude);
     for (int p = 0; p < 3; p++) strv_free(d->vals[p], d->nvals[p]);
@@ -98,6 +98,8 @@ void tr_dsrc_free(tr_dsrc *d) {
 void tr_dsinfo_free(tr_dsinfo *i) {
     if (!i) return;
     strv_free(i->names, i->nnames);
+    kl_mem_free(i->ref);
+    i->ref = NULL;
     i->names = NULL;
     i->nnames = 0;
 }
@@ -147,6 +149,7 @@ static int pick_features(const tr_dsrc *d, kl_pq_reader *r, const char *file, tr
     for (size_t j = 0; j < nc; j++) {
         const kl_pq_column_info *ci = kl_pq_column(r, j);
         if (!ci->supported || !is_numeric(ci->type) || !strcmp(ci->name, d->label) || in_list(d->exclude, d->nexclude, ci->name) ||
+            !strncmp(ci->name, "__", 2) ||
             (d->split_col && !strcmp(ci->name, d->split_col)))
             continue;
         if (!(info->names[info->nnames++] = strdup(ci->name))) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -245,7 +248,13 @@ int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo
     if (!names) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     for (int64_t i = 0; i < F; i++) names[nn++] = info.names[i];
     names[nn++] = d->label;
+    size_t split_i = nn, ref_i = 0;
     if (d->split_col) names[nn++] = d->split_col;
+    if (d->ref_col) {
+        ref_i = nn;
+        names[nn++] = d->ref_col;
+        if (!(info.ref = kl_mem_alloc_e((size_t)(total + 1) * sizeof(double), KL_TAG_DATASET, e))) { rc = KL_ENOMEM; goto done; }
+    }
     X->f = kl_mem_alloc_e((size_t)(total * F + 1) * sizeof(double), KL_TAG_DATASET, e);
     Y->f = kl_mem_alloc_e((size_t)(total + 1) * sizeof(double), KL_TAG_DATASET, e);
     if (!X->f || !Y->f) { rc = KL_ENOMEM; goto done; }
@@ -258,7 +267,7 @@ int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo
         kl_pq_close(r);
         r = NULL;
         if ((rc = kl_pq_read_file(files[fi], names, nn, &cols, &ncols, e))) goto done;
-        const kl_column *lc = cols[F], *sc = d->split_col ? cols[F + 1] : NULL;
+        const kl_column *lc = cols[F], *sc = d->split_col ? cols[split_i] : NULL, *rcol = d->ref_col ? cols[ref_i] : NULL;
         if (!is_numeric(lc->type)) { rc = kl_err_set(e, KL_ETYPE, "%s: label column '%s' is %s, not numeric", files[fi], d->label, kl_col_type_name(lc->type)); goto done; }
         for (int64_t j = 0; j < F; j++)
             if (!is_numeric(cols[j]->type)) { rc = kl_err_set(e, KL_ETYPE, "%s: feature column '%s' is %s, not numeric", files[fi], names[j], kl_col_type_name(cols[j]->type)); goto done; }
@@ -270,6 +279,7 @@ int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo
             if (part != TR_PART_ALL && p != part) continue;
             if (kl_column_is_null(lc, i)) { rc = kl_err_set(e, KL_EINVAL, "%s: row %zu (dataset row %lld): label column '%s' is null", files[fi], i, (long long)g, d->label); goto done; }
             Y->f[n] = kl_column_get_f64(lc, i);
+            if (rcol) info.ref[n] = kl_column_is_null(rcol, i) ? NAN : kl_column_get_f64(rcol, i);
             for (int64_t j = 0; j < F; j++) {
                 const kl_column *c = cols[j];
                 if (kl_column_is_null(c, i)) { rc = kl_err_set(e, KL_EINVAL, "%s: row %zu (dataset row %lld): feature column '%s' is null (fill it in the feature spec or exclude the column)", files[fi], i, (long long)g, names[j]); goto done; }

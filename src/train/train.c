@@ -1035,6 +1035,7 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
         if (!ds) { rc = kl_err_set(e, KL_ENOTFOUND, "%s/meta.json: no data.dataset", dir); goto fail; }
         free(s->ds->path);
         s->ds->path = ds;
+        if (o->reference_column && !(s->ds->ref_col = strdup(o->reference_column))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
         if (part == TR_PART_TEST && s->ds->has_split && !(s->ds->split_col ? s->ds->nvals[2] : s->ds->frac[2] > 0)) {
             rc = kl_err_set(e, KL_EINVAL, "%s: the spec's data.split has no test part; use --split val or all", dir);
             goto fail;
@@ -1083,6 +1084,12 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
         double auc = auc_roc(sl, d.n, o->roc_points ? o->roc_points : 101, roc);
         if (!isnan(auc)) { cJSON_AddNumberToObject(j, "auc", auc); cJSON_AddItemToObject(j, "roc", roc); }
         else cJSON_Delete(roc);
+        if (dsi.ref) { /* the reference score's AUC on the same rows (e.g. the generator's true p) */
+            for (int64_t i = 0; i < d.n; i++) sl[i] = (sc_lab){dsi.ref[i], K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f};
+            double ra = auc_roc(sl, d.n, 0, NULL);
+            if (!isnan(ra)) cJSON_AddNumberToObject(j, "reference_auc", ra);
+            cJSON_AddStringToObject(j, "reference_column", o->reference_column);
+        }
     }
     if (s->loss == TR_LOSS_CE || binary) {
         int64_t C = K == 1 ? 2 : K;

@@ -18,7 +18,8 @@ enum { TR_PART_TRAIN, TR_PART_VAL, TR_PART_TEST, TR_PART_ALL };
 typedef struct tr_dsrc {
     char *path;                 /* dataset folder, version folder or .parquet file */
     char *label;
-    char **features; int nfeatures;   /* none = every numeric column but label/exclude/split column */
+    char **features; int nfeatures;   /* none = every numeric column but label/exclude/split column
+                                         and columns named "__*" (reference columns) */
     char **exclude; int nexclude;
     int has_split;
     char *split_col;            /* split by this column's values ... */
@@ -26,6 +27,7 @@ typedef struct tr_dsrc {
     double frac[3];             /* ... or by fractions of the rows */
     int shuffle;                /* fractions: seeded per-row draw (1) or contiguous in row order (0) */
     uint64_t seed;
+    char *ref_col;              /* eval only: a reference score column read along (not a feature) */
 } tr_dsrc;
 
 /* What was read: the feature columns used and the dataset's identity. */
@@ -36,6 +38,7 @@ typedef struct {
     char feature_hash[72];      /* when the dataset is a feature output, else "" */
     char features_json[4096];   /* features.json beside the manifest, "" when none */
     int64_t rows_total, rows_part[3];
+    double *ref;                /* ref_col's values of the rows read (when ref_col) */
 } tr_dsinfo;
 
 struct kl_node;
