@@ -103,6 +103,10 @@ static int run(int argc, char **argv) {
     int rc = app_parse(&run_spec, argc, argv, &a);
     if (rc >= 0) return rc;
     if (app_get(&a, "from") && app_get(&a, "only")) return app_usage_error(&run_spec, "--from and --only exclude each other");
+    const char *names[2] = {app_get(&a, "from"), app_get(&a, "only")};
+    for (int i = 0; i < 2; i++)
+        if (names[i] && kl_pipeline_stage_parse(names[i]) < 0)
+            return app_usage_error(&run_spec, "--%s %s: not a stage (ingest, validate, features, train, evaluate, export, register, serve)", i ? "only" : "from", names[i]);
     const char *sets[APP_MAX_VALUES];
     kl_pipeline_opts o = {0};
     o.path = a.pos[0];
