@@ -257,6 +257,13 @@ int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *
     c.run_id = res->run_id = kl_track_run_id(prun);
     kl_track_set_tag(prun, "pipeline_file", o->path, NULL);
     fprintf(c.log, "keel pipeline %s: output %s, run %lld in %s\n", name, c.out, (long long)c.run_id, res->tracking);
+    /* the code version: the version, and the sha256 of the running keel
+     * binary (any rebuild with other code invalidates the cache), else the
+     * git commit it was built from */
+    char code[200], exe_sha[65];
+    kl_err xe = {0};
+    if (!kl_sha256_file_hex("/proc/self/exe", exe_sha, &xe)) snprintf(code, sizeof code, "%s exe %s", KEEL_VERSION, exe_sha);
+    else snprintf(code, sizeof code, "%s commit %s", KEEL_VERSION, KEEL_GIT_COMMIT);
     /* the stages */
     for (int s = 0; s < KL_STAGE_COUNT; s++) {
         if (!c.cfg[s]) continue;
@@ -276,7 +283,7 @@ int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *
                 goto done;
             }
         kl_buf_reset(&key);
-        kl_buf_printf(&key, "keel-pipeline-1\ncode %s %s\nstage %s\nconfig ", KEEL_VERSION, KEEL_GIT_COMMIT, stage_names[s]);
+        kl_buf_printf(&key, "keel-pipeline-1\ncode %s\nstage %s\nconfig ", code, stage_names[s]);
         canon(&key, c.cfg[s]);
         for (int u = 0; u < s; u++) if (c.cfg[u]) kl_buf_printf(&key, "\ninput %s %s", stage_names[u], pl_out_str(&c, u, "id"));
         if ((rc = pl_stage_inputs(&c, s, &key, e))) { kl_err_prefix(e, "stage %s", stage_names[s]); res->failed_stage = s; goto done; }
