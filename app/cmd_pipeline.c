@@ -76,7 +76,7 @@ static void summary_json(const kl_pipeline_result *r, int rc, kl_err *e) {
     printf("}\n");
 }
 
-static void summary_text(const kl_pipeline_result *r) {
+static void summary_text(const kl_pipeline_result *r, void *ctx) {
     printf("\n== keel pipeline %s: done in %.1f s ==\n", r->name, r->seconds);
     printf("stage       state    seconds (last run)\n");
     for (int s = 0; s < KL_STAGE_COUNT; s++) {
@@ -120,6 +120,7 @@ static int run(int argc, char **argv) {
     if (app_config() && kl_config_source(app_config(), "tracking") != KL_SRC_DEFAULT) o.tracking = kl_config_get(app_config(), "tracking");
     int json = app_flag(&a, "json");
     o.log = json ? stderr : stdout;
+    if (!json) o.on_done = summary_text;
     kl_err e = {0};
     kl_pipeline_result r;
     rc = kl_pipeline_run(&o, &r, &e);
@@ -133,7 +134,6 @@ static int run(int argc, char **argv) {
                     kl_pipeline_stage_name(r.failed_stage));
         return app_fail(&e);
     }
-    summary_text(&r);
     return APP_EXIT_OK;
 }
 

@@ -25,18 +25,6 @@ enum {
 const char *kl_pipeline_stage_name(int stage);
 int kl_pipeline_stage_parse(const char *name);   /* -1 when unknown */
 
-typedef struct {
-    const char *path;           /* pipeline.yaml */
-    const char *out_dir;        /* overrides the file's `out:` (relative to the cwd) */
-    const char *from;           /* run this stage and every later one, cached or not */
-    const char *only;           /* run only this stage (its inputs from the state file) */
-    int force;                  /* ignore the cache */
-    const char *const *sets;    /* "key=value" overrides of the file (--set) */
-    int nsets;
-    const char *tracking;       /* experiment store; NULL = the file's `tracking:`, else KEEL_TRACKING / ./keel-runs */
-    int quiet;                  /* no progress lines from the stages */
-    FILE *log;                  /* one line per stage (NULL = stderr) */
-} kl_pipeline_opts;
 
 typedef struct {
     int state;                  /* 0 not selected, 1 ran, 2 skipped (cached), 3 failed */
@@ -45,7 +33,7 @@ typedef struct {
     char note[256];             /* one line: what it produced */
 } kl_pipeline_stage_result;
 
-typedef struct {
+typedef struct kl_pipeline_result {
     kl_pipeline_stage_result st[KL_STAGE_COUNT];
     char name[128];
     char out_dir[4096], report[4200], repo[4200], state_file[4200];
@@ -58,6 +46,23 @@ typedef struct {
     int failed_stage;           /* -1 when none */
     double seconds;
 } kl_pipeline_result;
+
+typedef struct {
+    const char *path;           /* pipeline.yaml */
+    const char *out_dir;        /* overrides the file's `out:` (relative to the cwd) */
+    const char *from;           /* run this stage and every later one, cached or not */
+    const char *only;           /* run only this stage (its inputs from the state file) */
+    int force;                  /* ignore the cache */
+    const char *const *sets;    /* "key=value" overrides of the file (--set) */
+    int nsets;
+    const char *tracking;       /* experiment store; NULL = the file's `tracking:`, else KEEL_TRACKING / ./keel-runs */
+    int quiet;                  /* no progress lines from the stages */
+    FILE *log;                  /* one line per stage (NULL = stderr) */
+    /* Called once the stages before serve are done (the summary can be
+     * printed before the serve stage blocks); may be NULL. */
+    void (*on_done)(const kl_pipeline_result *r, void *ctx);
+    void *ctx;
+} kl_pipeline_opts;
 
 /* Runs the pipeline. On a stage failure returns its error (prefixed with the
  * stage name) with res->failed_stage set; earlier outputs and their state

@@ -346,6 +346,7 @@ int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *
     rc = kl_track_run_end(prun, KL_RUN_FINISHED, e);
     prun = NULL;
     if (rc) goto done;
+    if (o->on_done) o->on_done(res, o->ctx);
     /* optional serve stage: blocks until SIGINT / SIGTERM */
     if (c.cfg[KL_STAGE_SERVE] && (only < 0 || only == KL_STAGE_SERVE)) {
         logf_stage(&c, KL_STAGE_SERVE, "running", -1, "(until Ctrl-C)");
