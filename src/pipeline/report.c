@@ -94,6 +94,11 @@ static void sec_features(pl_ctx *c, kl_buf *b) {
             const char *col = cJSON_GetStringValue(cJSON_GetObjectItem(in, "column"));
             if (col) { kl_buf_puts(b, k++ ? ", " : ""); kl_buf_html(b, col); }
         }
+        static const char *const roles[] = {"entity", "time", "value"};   /* window features */
+        for (int r = 0; r < 3; r++) {
+            const char *col = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(it, roles[r]), "column"));
+            if (col) { kl_buf_printf(b, "%s%s ", k++ ? ", " : "", roles[r]); kl_buf_html(b, col); }
+        }
         kl_buf_puts(b, "</td><td>");
         kl_buf_html(b, cJSON_GetStringValue(cJSON_GetObjectItem(it, "dtype")));
         kl_buf_puts(b, "</td>");
