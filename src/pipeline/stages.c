@@ -98,7 +98,14 @@ int pl_stage_outputs_present(const pl_ctx *c, int s) {
     case KL_STAGE_TRAIN: outf(c, p, sizeof p, "model/model.onnx"); return kl_path_exists(p);
     case KL_STAGE_EVALUATE: outf(c, p, sizeof p, "eval.json"); return kl_path_exists(p);
     case KL_STAGE_EXPORT: snprintf(p, sizeof p, "%s/model.onnx", pl_out_str(c, s, "dir")); return kl_path_exists(p);
-    case KL_STAGE_REGISTER: return 1;
+    case KL_STAGE_REGISTER: { /* the version is still in the store */
+        char *name = NULL;
+        int64_t v = 0;
+        kl_err e = {0};
+        int ok = c->t && !kl_registry_parse_ref(c->t, pl_out_str(c, s, "id"), &name, &v, &e);
+        free(name);
+        return ok;
+    }
     default: return 0;
     }
 }
