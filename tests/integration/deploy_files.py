@@ -110,6 +110,87 @@ check("deploy_systemd_stop_settings",
           kv.get("KillSignal"), kv.get("TimeoutStopSec"), exit_timeout, kv.get("ExecReload"), kv.get("Restart")))
 try_server("deploy_systemd_execstart", exec_start[1:], float(kv.get("TimeoutStopSec", "40")))
 
+
+
+# SystemCallFilter: every system call a real keel serve makes (under strace:
+# start, health, inference, metrics, SIGHUP rescan, SIGTERM drain) is allowed
+# by the unit's filter lines, read in systemd's order (the first line sets the
+# kind, later ~lines remove and plain lines add back)
+def expand(group, seen=None):
+    seen = seen if seen is not None else set()
+    out = set()
+    if group in seen:
+        return out
+    seen.add(group)
+    r = subprocess.run([sa, "syscall-filter", group], capture_output=True, text=True)
+    for line in r.stdout.splitlines()[1:]:
+        w = line.strip()
+        if not w or w.startswith("#"):
+            continue
+        out |= expand(w, seen) if w.startswith("@") else {w}
+    return out
+
+
+def names(words):
+    out = set()
+    for w in words:
+        out |= expand(w) if w.startswith("@") else {w}
+    return out
+
+
+filters = [l.split("=", 1)[1].split("#")[0].strip() for l in unit.splitlines() if l.startswith("SystemCallFilter=")]
+strace = shutil.which("strace")
+if not sa or not strace:
+    check("deploy_systemd_syscall_filter", False, "needs systemd-analyze and strace (make deps installs them)")
+elif not filters:
+    check("deploy_systemd_syscall_filter", False, "the unit has no SystemCallFilter")
+else:
+    allowed = None
+    for f in filters:
+        deny = f.startswith("~")
+        ws = names(f.lstrip("~").split())
+        if allowed is None:
+            allowed = ws if not deny else None
+            if deny:  # a deny list first: everything else allowed; not what the unit does
+                break
+        elif deny:
+            allowed -= ws
+        else:
+            allowed |= ws
+    summ = os.path.join(T, "strace.txt")
+    p = subprocess.Popen([strace, "-f", "-qq", "-c", "-o", summ, KEEL, "serve", repo, "--port", "0"] +
+                         serve_args(exec_start[1:]), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         env=dict(os.environ, KEEL_LOG_FORMAT="json"))
+    line = p.stdout.readline().decode()
+    try:
+        port = int(line.strip().rsplit(":", 1)[1])
+        import http.client
+        body = json.dumps({"inputs": [{"name": "x", "shape": [2, 8], "datatype": "FP32", "data": [0.5] * 16}]})
+        sts = []
+        for method, path, b in (("GET", "/v2/health/ready", None), ("POST", "/v2/models/mlp/infer", body),
+                                ("GET", "/metrics", None)):
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            c.request(method, path, body=b)
+            sts.append(c.getresponse().status)
+            c.close()
+        child = int(open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()[0])
+        os.kill(child, signal.SIGHUP)
+        time.sleep(0.3)
+        os.kill(child, signal.SIGTERM)
+        rc = p.wait(40)
+    except Exception as ex:  # noqa: BLE001
+        p.kill()
+        p.wait()
+        sts, rc = [repr(ex), line], -1
+    used = set()
+    for l in open(summ) if os.path.exists(summ) else []:
+        w = l.split()
+        if w and not l.startswith(("%", "-")) and w[-1] != "total":
+            used.add(w[-1])
+    bad = sorted(used - (allowed or set()))
+    check("deploy_systemd_syscall_filter", allowed is not None and rc == 0 and sts == [200, 200, 200] and len(used) > 20
+          and not bad, "statuses %s, exit %s, %d syscalls used; not allowed by the unit: %s" % (sts, rc, len(used), bad))
+
 # doctor's recommendations: a fake /proc + /sys with the values of the shipped files
 doc = json.loads(subprocess.run([KEEL, "doctor", "--json"], capture_output=True, text=True).stdout or "{}")
 rec = {c["id"]: c for c in doc.get("checks", [])}
