@@ -1,30 +1,44 @@
-/* keel eval: evaluates a trained model folder on .npy data: accuracy, AUC
- * (binary), loss and the confusion matrix. */
+/* keel eval: evaluates a trained model folder on .npy data or on its Parquet
+ * source (a split of the dataset it was trained on): accuracy, AUC and ROC
+ * points (binary), loss and the confusion matrix. */
 #include "app.h"
 
 #include <keel/train.h>
 #include <string.h>
 
 static const app_opt opts[] = {
-    {"data", 'd', 1, "X.npy,y.npy", "features and labels", 0},
+    {"data", 'd', 1, "X.npy,y.npy", "features and labels (.npy)", 0},
+    {"dataset", 0, 1, "PATH", "Parquet source (default: the dataset the model was trained on, from meta.json)", 0},
+    {"split", 0, 1, "NAME", "split of the Parquet source: test (default), val, train or all", 0},
     {"logits", 0, 1, "FILE.npy", "also write the model outputs (rows, outputs) as .npy", 0},
+    {"roc", 0, 0, NULL, "with --json: include the ROC points (fpr, tpr, threshold)", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
-static const app_cmd_spec spec = {"eval", "keel eval DIR --data X.npy,y.npy [--logits OUT.npy] [--json]",
+static const app_cmd_spec spec = {"eval", "keel eval DIR [--data X.npy,y.npy | --dataset PATH] [--split test] [--logits OUT.npy] [--json [--roc]]",
                                   "Evaluate a model trained by keel train: accuracy / AUC / loss and a confusion matrix.",
-                                  NULL, opts, KL_ARRAY_LEN(opts), 1, 1};
+                                  "Without --data the rows come from the model's Parquet source (data.dataset in its\n"
+                                  "spec) and the split named by --split (the spec's data.split decides the rows).",
+                                  opts, KL_ARRAY_LEN(opts), 1, 1};
 
 int cmd_eval(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&spec, argc, argv, &a);
     if (rc >= 0) return rc;
     const char *data = app_get(&a, "data");
-    if (!data) return app_usage_error(&spec, "--data X.npy,y.npy is required");
-    const char *comma = strchr(data, ',');
-    if (!comma || comma == data || !comma[1]) return app_usage_error(&spec, "--data takes X.npy,y.npy");
+    kl_eval_opts o = {0};
     char xp[4096];
-    snprintf(xp, sizeof xp, "%.*s", (int)(comma - data), data);
+    if (data) {
+        const char *comma = strchr(data, ',');
+        if (!comma || comma == data || !comma[1]) return app_usage_error(&spec, "--data takes X.npy,y.npy");
+        snprintf(xp, sizeof xp, "%.*s", (int)(comma - data), data);
+        o.x_path = xp;
+        o.y_path = comma + 1;
+    }
+    o.dataset = app_get(&a, "dataset");
+    o.split = app_get(&a, "split");
+    o.logits_out = app_get(&a, "logits");
+    o.with_roc = app_flag(&a, "roc");
     kl_err e = {0};
-    if (kl_train_eval(a.pos[0], xp, comma + 1, app_flag(&a, "json"), app_get(&a, "logits"), stdout, &e)) return app_fail(&e);
+    if (kl_train_eval_print(a.pos[0], &o, app_flag(&a, "json"), stdout, &e)) return app_fail(&e);
     return APP_EXIT_OK;
 }

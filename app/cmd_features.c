@@ -5,7 +5,6 @@
 #include "app.h"
 
 #include <cjson/cJSON.h>
-#include <keel/clickgen.h>
 #include <keel/column.h>
 #include <keel/data.h>
 #include <keel/feature.h>
@@ -19,96 +18,6 @@
  * Reading the data: a .parquet file, a dataset folder, or clickgen:N[:SEED]
  * (the deterministic click log, generated in memory).
  * ================================================================== */
-
-static void free_cols(kl_column **c, size_t n) {
-    for (size_t i = 0; c && i < n; i++) kl_column_free(c[i]);
-    free(c);
-}
-
-static int append_col(kl_column *dst, const kl_column *src, kl_err *e) {
-    int rc = KL_OK;
-    for (size_t r = 0; r < src->len && !rc; r++) {
-        if (kl_column_is_null(src, r)) rc = kl_column_push_null(dst);
-        else if (src->type == KL_COL_FLOAT32 || src->type == KL_COL_FLOAT64) rc = kl_column_push_f64(dst, kl_column_get_f64(src, r));
-        else if (src->type == KL_COL_STRING || src->type == KL_COL_BINARY) { size_t n; const char *s = kl_column_get_str(src, r, &n); rc = kl_column_push_str(dst, s, n); }
-        else rc = kl_column_push_i64(dst, kl_column_get_i64(src, r));
-    }
-    return rc ? kl_err_set(e, rc, "column %s: appending rows", dst->name) : KL_OK;
-}
-
-/* Reads the columns the features need (and the label, when with_label and
- * the data has it). */
-static int read_data(const char *path, const kl_features *f, int with_label, kl_column ***cols, size_t *ncols, kl_err *e) {
-    *cols = NULL;
-    *ncols = 0;
-    if (!strncmp(path, "clickgen:", 9)) {
-        uint64_t rows = 0, seed = 1;
-        char *end;
-        rows = strtoull(path + 9, &end, 10);
-        if (*end == ':') seed = strtoull(end + 1, &end, 10);
-        if (*end || !rows) return kl_err_set(e, KL_EINVAL, "--data %s: expected clickgen:ROWS[:SEED]", path);
-        kl_column **c = calloc(5, sizeof *c);
-        if (!c) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        int rc = kl_clickgen_columns(rows, seed, c, e);
-        if (rc) { free(c); return rc; }
-        *cols = c;
-        *ncols = 5;
-        return KL_OK;
-    }
-    char **files = NULL, *manifest = NULL;
-    size_t nfiles = 0;
-    int rc = kl_dataset_resolve(path, &files, &nfiles, &manifest, e);
-    if (rc) return rc;
-    size_t nn = kl_features_num_inputs(f);
-    const char **names = calloc(nn + 2, sizeof *names);
-    kl_column **all = NULL;
-    size_t nall = 0;
-    if (!names) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-    for (size_t i = 0; i < nn; i++) names[i] = kl_features_input_name(f, i);
-    for (size_t fi = 0; fi < nfiles; fi++) {
-        size_t want = nn;
-        if (with_label && kl_features_label(f)) {
-            kl_pq_reader *r = NULL;
-            if ((rc = kl_pq_open(files[fi], &r, e))) goto done;
-            int has = kl_pq_find_column(r, kl_features_label(f)) >= 0;
-            kl_pq_close(r);
-            if (has) names[want++] = kl_features_label(f);
-        }
-        /* unknown columns: name them clearly before the reader does */
-        kl_pq_reader *r = NULL;
-        if ((rc = kl_pq_open(files[fi], &r, e))) goto done;
-        for (size_t i = 0; i < want; i++) {
-            if (kl_pq_find_column(r, names[i]) < 0) {
-                kl_buf b;
-                kl_buf_init(&b);
-                for (size_t j = 0; j < kl_pq_num_columns(r); j++) kl_buf_printf(&b, "%s%s", j ? ", " : "", kl_pq_column(r, j)->name);
-                rc = kl_err_set(e, KL_ENOTFOUND, "%s: input column '%s' not found (columns: %s)", files[fi], names[i], b.data ? b.data : "");
-                kl_buf_free(&b);
-                kl_pq_close(r);
-                goto done;
-            }
-        }
-        kl_pq_close(r);
-        kl_column **c = NULL;
-        size_t nc = 0;
-        if ((rc = kl_pq_read_file(files[fi], names, want, &c, &nc, e))) goto done;
-        if (!all) { all = c; nall = nc; continue; }
-        for (size_t i = 0; i < nc && i < nall && !rc; i++) rc = append_col(all[i], c[i], e);
-        free_cols(c, nc);
-        if (rc) goto done;
-    }
-    if (!nfiles) { rc = kl_err_set(e, KL_ENOTFOUND, "%s: no Parquet files", path); goto done; }
-    *cols = all;
-    *ncols = nall;
-    all = NULL;
-done:
-    free_cols(all, nall);
-    free(names);
-    for (size_t i = 0; i < nfiles; i++) free(files[i]);
-    free(files);
-    free(manifest);
-    return rc;
-}
 
 static size_t nrows_of(kl_column **c, size_t n) { return n ? c[0]->len : 0; }
 
@@ -146,8 +55,8 @@ static int fit(int argc, char **argv) {
     kl_features *f = NULL;
     kl_column **cols = NULL;
     size_t ncols = 0;
-    if (kl_features_spec_load(a.pos[0], &f, &e) || read_data(data, f, 0, &cols, &ncols, &e)) {
-        free_cols(cols, ncols);
+    if (kl_features_spec_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, &cols, &ncols, &e)) {
+        kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);
     }
@@ -156,7 +65,7 @@ static int fit(int argc, char **argv) {
         for (size_t i = 0; i < ncols; i++) if (cols[i]->len > keep) cols[i]->len = keep;
     }
     if (kl_features_fit(f, cols, ncols, &e) || kl_features_save(f, out, &e)) {
-        free_cols(cols, ncols);
+        kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);
     }
@@ -166,7 +75,7 @@ static int fit(int argc, char **argv) {
     else
         printf("fitted %zu features (%zu outputs) on %zu rows\nfeature_hash %s\nwrote %s\n", kl_features_count(f),
                kl_features_width(f), nrows_of(cols, ncols), kl_features_hash(f), out);
-    free_cols(cols, ncols);
+    kl_features_free_columns(cols, ncols);
     kl_features_free(f);
     return APP_EXIT_OK;
 }
@@ -189,35 +98,6 @@ static const app_cmd_spec apply_spec = {"features apply", "keel features apply f
                                         "and empty windows are counted and reported.",
                                         apply_opts, KL_ARRAY_LEN(apply_opts), 1, 1};
 
-static int ends_with(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n >= m && !strcmp(s + n - m, suf);
-}
-
-/* manifest.json of an output folder, in the style of dataset versions
- * (`keel data validate DIR` checks it): the files with sha256 and rows, the
- * feature_hash and where the rows came from. */
-static int write_manifest(const char *dir, const kl_features *f, const char *data, uint64_t rows, kl_err *e) {
-    char p[4200], hp[65], hj[65];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/features.parquet", dir);
-    if (kl_sha256_file_hex(p, hp, e) || stat(p, &sb)) return e->code ? e->code : kl_err_set(e, KL_EINVAL, "%s: stat failed", p);
-    snprintf(p, sizeof p, "%s/features.json", dir);
-    if (kl_sha256_file_hex(p, hj, e)) return e->code;
-    kl_buf b;
-    kl_buf_init(&b);
-    kl_buf_printf(&b, "{\n  \"format\": \"keel-features-dataset-1\",\n  \"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
-    kl_buf_json_str(&b, data);
-    kl_buf_printf(&b, ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"},\n"
-                      "  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n"
-                      "  \"files\": [\n    {\"path\": \"features.parquet\", \"sha256\": \"%s\", \"rows\": %llu, \"bytes\": %lld}\n  ]\n}\n",
-                  hj, (unsigned long long)rows, (unsigned long long)rows, hp, (unsigned long long)rows, (long long)sb.st_size);
-    snprintf(p, sizeof p, "%s/manifest.json", dir);
-    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
-    kl_buf_free(&b);
-    return rc;
-}
-
 static int apply(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&apply_spec, argc, argv, &a);
@@ -234,31 +114,20 @@ static int apply(int argc, char **argv) {
     size_t ncols = 0, nres = 0;
     kl_features_counts cnt = {0};
     char *path = NULL;
-    kl_pq_writer *w = NULL;
     int64_t t0 = kl_time_mono_ns(), t1 = 0, t2 = 0;
-    if (kl_features_load(a.pos[0], &f, &e) || read_data(data, f, 1, &cols, &ncols, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 1, &cols, &ncols, &e)) goto fail;
     t1 = kl_time_mono_ns();
     if (kl_features_apply(f, cols, ncols, NULL, &res, &nres, &cnt, &e)) goto fail;
     t2 = kl_time_mono_ns();
-    if (ends_with(out, ".parquet")) {
-        path = strdup(out);
-    } else {
-        if (kl_mkdir_p(out, &e)) goto fail;
+    if (kl_features_write(f, res, nres, out, data, &wo, &e)) goto fail;
+    size_t ol = strlen(out);
+    path = ol >= 8 && !strcmp(out + ol - 8, ".parquet") ? strdup(out) : NULL;
+    if (!path) {
         kl_buf b;
         kl_buf_init(&b);
-        kl_buf_printf(&b, "%s/features.json", out);
-        if (kl_features_save(f, b.data, &e)) { kl_buf_free(&b); goto fail; }
-        kl_buf_reset(&b);
         kl_buf_printf(&b, "%s/features.parquet", out);
         path = kl_buf_take(&b);
     }
-    if (kl_pq_writer_open(path, res, nres, &wo, &w, &e) ||
-        kl_pq_writer_set_kv(w, "keel.feature_hash", kl_features_hash(f), &e) ||
-        kl_pq_writer_write(w, res, nres, &e)) goto fail;
-    rc = kl_pq_writer_close(w, NULL, &e);
-    w = NULL;
-    if (rc) goto fail;
-    if (!ends_with(out, ".parquet") && write_manifest(out, f, data, cnt.rows, &e)) goto fail;
     double tr = (double)(t1 - t0) / 1e9, ta = (double)(t2 - t1) / 1e9, tw = (double)(kl_time_mono_ns() - t2) / 1e9;
     if (app_flag(&a, "json"))
         printf("{\"rows\": %llu, \"outputs\": %zu, \"feature_hash\": \"%s\", \"out\": \"%s\", \"read_s\": %.3f, \"apply_s\": %.3f, "
@@ -273,15 +142,14 @@ static int apply(int argc, char **argv) {
                (unsigned long long)cnt.null_filled, (unsigned long long)cnt.div_zero, (unsigned long long)cnt.clamped,
                (unsigned long long)cnt.empty_window);
     free(path);
-    free_cols(res, nres);
-    free_cols(cols, ncols);
+    kl_features_free_columns(res, nres);
+    kl_features_free_columns(cols, ncols);
     kl_features_free(f);
     return APP_EXIT_OK;
 fail:
-    kl_pq_writer_abort(w);
     free(path);
-    free_cols(res, nres);
-    free_cols(cols, ncols);
+    kl_features_free_columns(res, nres);
+    kl_features_free_columns(cols, ncols);
     kl_features_free(f);
     return app_fail(&e);
 }
@@ -312,10 +180,10 @@ static int materialize(int argc, char **argv) {
     kl_column **cols = NULL;
     size_t ncols = 0;
     kl_fstore *s = NULL;
-    if (kl_features_load(a.pos[0], &f, &e) || read_data(data, f, 0, &cols, &ncols, &e) ||
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, &cols, &ncols, &e) ||
         kl_fstore_open(f, store, &s, &e) || kl_features_materialize(f, cols, ncols, s, &e) || kl_fstore_flush(s, &e)) {
         kl_fstore_free(s);
-        free_cols(cols, ncols);
+        kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);
     }
@@ -326,7 +194,7 @@ static int materialize(int argc, char **argv) {
         printf("%zu rows → %s: %llu entity histories, %llu events kept\n", nrows_of(cols, ncols), store,
                (unsigned long long)kl_fstore_entities(s), (unsigned long long)kl_fstore_events(s));
     kl_fstore_free(s);
-    free_cols(cols, ncols);
+    kl_features_free_columns(cols, ncols);
     kl_features_free(f);
     return APP_EXIT_OK;
 }
@@ -526,7 +394,7 @@ static int latency(int argc, char **argv) {
     float *v = NULL;
     kl_buf js;
     kl_buf_init(&js);
-    if (kl_features_load(a.pos[0], &f, &e) || read_data(data, f, 0, &cols, &ncols, &e) || kl_fstore_open(f, NULL, &s, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, &cols, &ncols, &e) || kl_fstore_open(f, NULL, &s, &e)) goto fail;
     size_t n = nrows_of(cols, ncols), m = (size_t)nrec < n ? (size_t)nrec : n, first = n - m;
     for (size_t r = 0; r < first; r++)
         if (kl_fstore_append_columns(s, cols, ncols, r, &e)) goto fail;
@@ -566,7 +434,7 @@ done:
     free(lat);
     free(v);
     kl_fstore_free(s);
-    free_cols(cols, ncols);
+    kl_features_free_columns(cols, ncols);
     kl_features_free(f);
     return rc;
 }

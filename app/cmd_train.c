@@ -13,12 +13,16 @@ static const app_opt opts[] = {
     {"quiet", 'q', 0, NULL, "no progress line", 0},
     {"json", 0, 0, NULL, "summary as JSON", 0},
     {"set", 0, 1, "KEY=VALUE", "override a spec key, e.g. --set optimizer.lr=0.01 --set layers.0.out=256", 1},
+    {"track", 0, 0, NULL, "log the run to the experiment store (also on when --tracking / KEEL_TRACKING is set)", 0},
+    {"experiment", 0, 1, "NAME", "experiment of the logged run (default train)", 0},
+    {"run-name", 0, 1, "NAME", "name of the logged run (default: the spec's file name)", 0},
 };
 static const app_cmd_spec spec = {
     "train", "keel train SPEC.yaml --out DIR [--set KEY=VALUE]... [--resume] [--memory-report] [--memory-limit SIZE]",
     "Train a model from a YAML spec; write model.onnx and its lineage.",
     "The spec names the input shape, the layers and their wiring, the loss, the optimizer,\n"
-    "the schedule, the training settings and the data (.npy X and y). Same spec + data + seed\n"
+    "the schedule, the training settings and the data (.npy X and y, or a Parquet dataset:\n"
+    "data.dataset/label/features/split). Same spec + data + seed\n"
     "gives bit-identical weights at any thread count. --memory-limit (global) makes a plan\n"
     "above it fail before training. See docs/training.md.",
     opts, KL_ARRAY_LEN(opts), 1, 1};
@@ -51,6 +55,13 @@ int cmd_train(int argc, char **argv) {
     if (app_config() && kl_config_get(app_config(), "memory.limit") && kl_config_get_size(app_config(), "memory.limit", &lim, &e)) return app_fail(&e);
     o.memory_limit = lim;
     if (lim) kl_mem_set_budget(0); /* checked against the plan up front, then enforced */
+    if (app_config() && (app_flag(&a, "track") || kl_config_source(app_config(), "tracking") != KL_SRC_DEFAULT))
+        o.tracking = kl_config_get(app_config(), "tracking");
+    o.experiment = app_get(&a, "experiment");
+    o.run_name = app_get(&a, "run-name");
+    int64_t run_id = 0;
+    o.run_id_out = &run_id;
     if (kl_train_run(a.pos[0], &o, &e)) return app_fail(&e);
+    if (run_id && !o.json) printf("logged run %lld to %s\n", (long long)run_id, o.tracking);
     return APP_EXIT_OK;
 }

@@ -592,7 +592,7 @@ static int tune_show(int argc, char **argv) {
             yb[m] = run;
             m++;
         }
-        kl_chart_series ser[2] = {{"trial value", xs, ys, m}, {"best so far", xb, yb, m}};
+        kl_chart_series ser[2] = {{"trial value", xs, ys, m, NULL}, {"best so far", xb, yb, m, NULL}};
         kl_buf svg;
         kl_buf_init(&svg);
         char path[1100];

@@ -15,6 +15,7 @@ static const app_command commands[] = {
     {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
+    {"pipeline", "raw data to a served model: ingest, validate, features, train, evaluate, export, register", cmd_pipeline},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},
     {"runs", "experiment runs: list, show, compare, plot, export", cmd_runs},
     {"schema", "infer or check an ingest schema (types, constraints, dialect)", cmd_schema},

@@ -436,6 +436,8 @@ void kl_afile_abort(kl_afile *f);
 int kl_write_file_atomic(const char *path, const void *data, size_t len, kl_err *e);
 /* Reads a whole file (NUL-terminated; caller frees with free()). */
 int kl_read_file(const char *path, char **out, size_t *len, kl_err *e);
+/* Copies a file (read whole, written atomically to dst). */
+int kl_copy_file(const char *src, const char *dst, kl_err *e);
 int kl_mkdir_p(const char *path, kl_err *e);
 int kl_fsync_dir(const char *dir, kl_err *e);
 int kl_path_exists(const char *path);

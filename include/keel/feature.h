@@ -96,6 +96,23 @@ typedef struct {
 int kl_features_apply(const kl_features *f, kl_column *const *cols, size_t ncols, kl_pool *pool,
                       kl_column ***out, size_t *nout, kl_features_counts *counts, kl_err *e);
 
+/* ==================================================================
+ * Feature datasets (src/feature/dataset.c)
+ * ================================================================== */
+
+/* Reads the columns the features need (and the label, when with_label and
+ * the data has it) from path: a dataset folder, version folder, .parquet
+ * file, or clickgen:ROWS[:SEED] (the click log, generated in memory).
+ * Free with kl_features_free_columns. */
+int kl_features_read_data(const char *path, const kl_features *f, int with_label, kl_column ***cols, size_t *ncols, kl_err *e);
+void kl_features_free_columns(kl_column **cols, size_t n);  /* NULL is a no-op */
+/* Writes apply's output: out ending in .parquet = one file; else a features
+ * dataset folder (features.parquet with key/value keel.feature_hash,
+ * features.json, manifest.json "keel-features-dataset-1" naming source).
+ * pq_write_opts: a kl_pq_write_opts (parquet.h), NULL = defaults. */
+int kl_features_write(const kl_features *f, kl_column *const *cols, size_t ncols, const char *out, const char *source,
+                      const void *pq_write_opts, kl_err *e);
+
 /* Cost per row of feature i measured at fit (ns; 0 when unknown). */
 double kl_features_cost_ns(const kl_features *f, size_t feature);
 

@@ -141,6 +141,7 @@ typedef struct {
     const int64_t *x;  /* steps */
     const double *y;   /* NaN/Inf points break the line */
     size_t n;
+    const double *xf;  /* when non-NULL: real x values instead of steps (ROC curves) */
 } kl_chart_series;
 /* Appends an <svg> element: axes with ticks, one path per series, legend. */
 int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const char *ylabel,

@@ -26,6 +26,14 @@ typedef struct {
     int json;                   /* summary as JSON */
     const char *const *sets;    /* "key=value" overrides of spec keys (--set), applied before parsing */
     int nsets;
+    /* Experiment store (include/keel/track.h): when tracking is set, the run
+     * is logged there (params, per-epoch metrics, final metrics, artifacts,
+     * lineage tags). NULL = not logged. */
+    const char *tracking;
+    const char *experiment;     /* NULL = "train" */
+    const char *run_name;       /* NULL = the spec's file name */
+    int64_t parent_run;         /* 0 = none */
+    int64_t *run_id_out;        /* may be NULL: the logged run's id */
 } kl_train_opts;
 
 /* Trains SPEC into opts->out_dir. Spec errors name the line / layer; data
@@ -41,6 +49,28 @@ int kl_train_check(const char *spec_path, kl_err *e);
  * The forward is the training graph's eval mode (the graph model.onnx holds). */
 int kl_train_eval(const char *dir, const char *x_path, const char *y_path, int json,
                   const char *logits_out, FILE *out, kl_err *e);
+
+/* Evaluation source and options: .npy X/y, or the model's Parquet source
+ * (its spec's data.dataset as recorded in meta.json, or `dataset`) and one
+ * of its splits. */
+typedef struct {
+    const char *x_path, *y_path;  /* .npy pair, or NULL: the Parquet source */
+    const char *dataset;          /* overrides the recorded dataset path (NULL = meta.json's) */
+    const char *split;            /* train | val | test (default) | all */
+    const char *logits_out;       /* may be NULL */
+    int roc_points;               /* at most this many ROC points (0 = 101) */
+    int with_roc;                 /* kl_train_eval_print --json: include the ROC points */
+    const char *reference_column; /* Parquet source: also the AUC of this score column on the same
+                                     rows ("reference_auc"), e.g. the generator's true probability */
+} kl_eval_opts;
+
+/* Evaluates a model folder; *out_cjson (a cJSON object, caller frees with
+ * cJSON_Delete) = {"rows","loss","accuracy","auc" (binary),"roc":{"fpr",
+ * "tpr","threshold"} (binary),"confusion":[[..]] (rows: true class),
+ * "dataset","split","dataset_version","feature_hash","reference_auc" (Parquet source)}. */
+int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, kl_err *e);
+/* The same, printed (json: one line). */
+int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *out, kl_err *e);
 
 #ifdef __cplusplus
 }

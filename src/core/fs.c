@@ -152,6 +152,15 @@ int kl_read_file(const char *path, char **out, size_t *len, kl_err *e) {
     return KL_OK;
 }
 
+int kl_copy_file(const char *src, const char *dst, kl_err *e) {
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = kl_read_file(src, &buf, &len, e);
+    if (!rc) rc = kl_write_file_atomic(dst, buf, len, e);
+    free(buf);
+    return rc;
+}
+
 int kl_mkdir_p(const char *path, kl_err *e) {
     char buf[4096];
     if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)

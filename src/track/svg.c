@@ -29,6 +29,8 @@ static void fmt_tick(char *buf, size_t n, double v, double step) {
     }
 }
 
+#define XV(sr, i) ((sr).xf ? (sr).xf[i] : (double)(sr).x[i])
+
 int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const char *ylabel, const kl_chart_series *series,
                        size_t nseries, int width, int height) {
     if (width < 200) width = 200;
@@ -44,7 +46,7 @@ int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const
     size_t npts = 0;
     for (size_t s = 0; s < nseries; s++)
         for (size_t i = 0; i < series[s].n; i++) {
-            double y = series[s].y[i], x = (double)series[s].x[i];
+            double y = series[s].y[i], x = XV(series[s], i);
             if (!isfinite(y)) continue;
             xmin = fmin(xmin, x);
             xmax = fmax(xmax, x);
@@ -68,7 +70,9 @@ int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const
         ymax += d;
     }
     double ystep = nice_step(ymin, ymax, 5), xstep = nice_step(xmin, xmax, 6);
-    if (xstep < 1) xstep = 1; /* steps are integers */
+    int real_x = 0;
+    for (size_t s = 0; s < nseries; s++) real_x |= series[s].xf != NULL;
+    if (xstep < 1 && !real_x) xstep = 1; /* steps are integers */
     double y0 = floor(ymin / ystep) * ystep, y1 = ceil(ymax / ystep) * ystep;
     double x0 = xmin, x1 = xmax;
 #define PX(x) (ml + ((x) - x0) / (x1 - x0) * pw)
@@ -133,7 +137,7 @@ int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const
                 pen = 0;
                 continue;
             }
-            kl_buf_printf(out, "%s%.1f %.1f", pen ? " L" : (drawn ? " M" : "M"), PX((double)series[s].x[i]), PY(y));
+            kl_buf_printf(out, "%s%.1f %.1f", pen ? " L" : (drawn ? " M" : "M"), PX(XV(series[s], i)), PY(y));
             pen = 1;
             drawn++;
         }
@@ -142,7 +146,7 @@ int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const
         if (drawn == 1) { /* a single point: show it */
             for (size_t i = 0; i < series[s].n; i++)
                 if (isfinite(series[s].y[i]))
-                    kl_buf_printf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX((double)series[s].x[i]), PY(series[s].y[i]),
+                    kl_buf_printf(out, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"/>\n", PX(XV(series[s], i)), PY(series[s].y[i]),
                                   color);
         }
     }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "train/train_data.h"
 #include "train/train_int.h"
 
 static const char *const ltype_names[TR_L_COUNT] = {
@@ -314,7 +315,13 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     }
     /* data: paths relative to the spec's folder */
     const kl_node *da = kl_node_get(root, "data");
-    if (da) {
+    if (da && kl_node_get(da, "dataset")) {   /* Parquet source (src/train/data_pq.c) */
+        if ((rc = tr_dsrc_parse(da, &s->ds, e))) return rc;
+        char *abs = NULL;
+        if ((rc = rel_path(s, s->ds->path, &abs, e))) return rc;
+        free(s->ds->path);
+        s->ds->path = abs;
+    } else if (da) {
         static const char *k[] = {"x", "y", "val_x", "val_y"};
         if ((rc = kl_spec_check_keys(da, k, 4, e))) return rc;
         char **dst[4] = {&s->x_path, &s->y_path, &s->val_x, &s->val_y};
@@ -391,5 +398,6 @@ fail:
 void tr_spec_free(tr_spec *s) {
     if (!s) return;
     free(s->path); free(s->text); free(s->x_path); free(s->y_path); free(s->val_x); free(s->val_y); free(s->init_path);
+    tr_dsrc_free(s->ds);
     free(s);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "train/runlog.h"
 #include "train/train_data.h"
 #include "train/train_int.h"
 
@@ -36,16 +37,52 @@ static void data_free(tr_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* Loads and checks X/y against the model: shapes, NaN (names the row),
- * labels in range (names the row). */
+static int data_check(const tr_model *m, const char *xp, const char *yp, tr_array *X, tr_array *Y, tr_data *d, kl_err *e);
+
+/* Loads and checks X/y (.npy) against the model: shapes, NaN (names the
+ * row), labels in range (names the row). */
 static int data_load(const tr_model *m, const char *xp, const char *yp, tr_data *d, kl_err *e) {
     tr_array X = {0}, Y = {0};
-    const tr_spec *s = m->spec;
     memset(d, 0, sizeof *d);
     int rc = tr_npy_read(xp, &X, e);
-    if (rc) goto done;
-    if ((rc = tr_npy_read(yp, &Y, e))) goto done;
-    if ((rc = kl_sha256_file_hex(xp, d->x_sha, e)) || (rc = kl_sha256_file_hex(yp, d->y_sha, e))) goto done;
+    if (!rc) rc = tr_npy_read(yp, &Y, e);
+    if (!rc && !(rc = kl_sha256_file_hex(xp, d->x_sha, e))) rc = kl_sha256_file_hex(yp, d->y_sha, e);
+    if (!rc) return data_check(m, xp, yp, &X, &Y, d, e);
+    tr_array_free(&X);
+    tr_array_free(&Y);
+    return rc;
+}
+
+/* Loads part (TR_PART_*) of the spec's Parquet source (data.dataset). */
+static int data_load_ds(const tr_model *m, int part, tr_data *d, tr_dsinfo *info, kl_err *e) {
+    tr_array X = {0}, Y = {0};
+    memset(d, 0, sizeof *d);
+    int rc = tr_dsrc_load(m->spec->ds, part, &X, &Y, info, e);
+    if (rc) return rc;
+    char yn[300];
+    snprintf(yn, sizeof yn, "%s: label '%s'", m->spec->ds->path, m->spec->ds->label);
+    if (X.dims[1] != m->in_numel && info) {
+        kl_buf b;
+        kl_buf_init(&b);
+        for (int i = 0; i < info->nnames; i++) kl_buf_printf(&b, "%s%s", i ? ", " : "", info->names[i]);
+        rc = kl_err_set(e, KL_ESHAPE, "%s: %lld feature columns (%s), but input.shape has %lld values", m->spec->ds->path,
+                        (long long)X.dims[1], b.data ? b.data : "", (long long)m->in_numel);
+        kl_buf_free(&b);
+        tr_array_free(&X);
+        tr_array_free(&Y);
+        tr_dsinfo_free(info);
+        return rc;
+    }
+    rc = data_check(m, m->spec->ds->path, yn, &X, &Y, d, e);
+    if (rc && info) tr_dsinfo_free(info);
+    return rc;
+}
+
+/* Checks X/y against the model and converts them (frees X and Y). */
+static int data_check(const tr_model *m, const char *xp, const char *yp, tr_array *Xa, tr_array *Ya, tr_data *d, kl_err *e) {
+    tr_array X = *Xa, Y = *Ya;
+    const tr_spec *s = m->spec;
+    int rc = KL_OK;
     int64_t per = X.rank ? X.n / (X.dims[0] ? X.dims[0] : 1) : 0;
     if (X.rank < 1 || per != m->in_numel) {
         char b[64] = "";
@@ -454,8 +491,9 @@ static int cmp_i64(const void *a, const void *b) {
 static const char *part_names[5] = {"params", "grads", "optimizer", "activations", "workspace"};
 
 static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs, const tr_pos *pos,
-                      int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train, int best_used, double secs, kl_err *e) {
-    const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml", "metrics.csv", "curves.svg", "card.md"};
+                      int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train, int best_used, double secs,
+                      const tr_dsinfo *dsi, kl_err *e) {
+    const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml", "metrics.csv", "curves.svg", "card.md", "features.json"};
     cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
     char p[4096], hex[65];
     int rc = KL_OK;
@@ -472,6 +510,19 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
     cJSON *dd = cJSON_AddObjectToObject(j, "data");
     if (s->x_path) { cJSON_AddStringToObject(dd, "x", s->x_path); cJSON_AddStringToObject(dd, "x_sha256", d->x_sha); }
     if (s->y_path) { cJSON_AddStringToObject(dd, "y", s->y_path); cJSON_AddStringToObject(dd, "y_sha256", d->y_sha); }
+    if (s->ds) { /* the dataset's identity: lineage dataset version -> feature hash -> model */
+        char *abs = realpath(s->ds->path, NULL);
+        cJSON_AddStringToObject(dd, "dataset", abs ? abs : s->ds->path);
+        free(abs);
+        cJSON_AddStringToObject(dd, "label", s->ds->label);
+        if (dsi->dataset_version[0]) cJSON_AddStringToObject(dd, "dataset_version", dsi->dataset_version);
+        if (dsi->manifest_sha[0]) cJSON_AddStringToObject(dd, "manifest_sha256", dsi->manifest_sha);
+        if (dsi->feature_hash[0]) cJSON_AddStringToObject(dd, "feature_hash", dsi->feature_hash);
+        cJSON *fa = cJSON_AddArrayToObject(dd, "features");
+        for (int i = 0; i < dsi->nnames; i++) cJSON_AddItemToArray(fa, cJSON_CreateString(dsi->names[i]));
+        cJSON_AddNumberToObject(dd, "dataset_rows", (double)dsi->rows_total);
+        cJSON_AddNumberToObject(dd, "test_rows", (double)dsi->rows_part[TR_PART_TEST]);
+    }
     cJSON_AddNumberToObject(dd, "train_rows", (double)ntrain);
     cJSON_AddNumberToObject(dd, "val_rows", (double)nval);
     cJSON_AddNumberToObject(j, "parameters", (double)m->nparams);
@@ -500,7 +551,7 @@ done:
 }
 
 static int write_card(const char *out, const tr_spec *s, const tr_model *m, int64_t ntrain, int64_t nval, const tr_pos *pos,
-                      const tr_eval *fin_val, int best_used, kl_err *e) {
+                      const tr_eval *fin_val, int best_used, const tr_dsinfo *dsi, kl_err *e) {
     kl_buf b;
     kl_buf_init(&b);
     const char *base = strrchr(s->path, '/');
@@ -512,8 +563,16 @@ static int write_card(const char *out, const tr_spec *s, const tr_model *m, int6
     kl_buf_printf(&b, "\n- Files: model.onnx (ONNX opset 17, eval mode), model.safetensors (weights), meta.json (hashes, lineage)\n\n");
     kl_buf_printf(&b, "## Intended use\n\n%s model for the task its training data describes. Not evaluated for use beyond the distribution of that data.\n\n",
                   s->loss == TR_LOSS_CE ? "A multi-class classification" : s->loss == TR_LOSS_BCE ? "A binary / multi-label classification" : "A regression");
-    kl_buf_printf(&b, "## Training data\n\n- X: `%s`\n- y: `%s`\n- %lld training rows, %lld validation rows (split by seed %llu)\n\n",
-                  s->x_path ? s->x_path : "?", s->y_path ? s->y_path : "?", (long long)ntrain, (long long)nval, (unsigned long long)s->seed);
+    if (s->ds) {
+        kl_buf_printf(&b, "## Training data\n\n- Dataset: `%s`, label `%s`, %d feature columns\n", s->ds->path, s->ds->label, dsi->nnames);
+        if (dsi->dataset_version[0]) kl_buf_printf(&b, "- Dataset version: `%s`\n", dsi->dataset_version);
+        if (dsi->manifest_sha[0]) kl_buf_printf(&b, "- Manifest sha256: `%s`\n", dsi->manifest_sha);
+        if (dsi->feature_hash[0]) kl_buf_printf(&b, "- Feature hash: `%s` (features.json travels with the model)\n", dsi->feature_hash);
+        kl_buf_printf(&b, "- %lld training rows, %lld validation rows, %lld test rows held out\n\n", (long long)ntrain, (long long)nval,
+                      (long long)dsi->rows_part[TR_PART_TEST]);
+    } else
+        kl_buf_printf(&b, "## Training data\n\n- X: `%s`\n- y: `%s`\n- %lld training rows, %lld validation rows (split by seed %llu)\n\n",
+                      s->x_path ? s->x_path : "?", s->y_path ? s->y_path : "?", (long long)ntrain, (long long)nval, (unsigned long long)s->seed);
     kl_buf_printf(&b, "## Training procedure\n\n- Loss: %s%s\n- Optimizer: %s, lr %g, weight decay %g\n- Batch size %lld, %lld steps over %lld epochs%s\n- Gradient clipping: %s\n\n",
                   s->loss == TR_LOSS_CE ? "cross-entropy" : s->loss == TR_LOSS_BCE ? "BCE with logits" : "MSE",
                   s->label_smoothing > 0 ? " with label smoothing" : "", s->opt == TR_OPT_ADAMW ? "AdamW" : "SGD", s->lr, s->wd,
@@ -550,6 +609,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
     tr_data d = {0}, dv = {0};
+    tr_dsinfo dsi = {0};
+    kl_track *trk = NULL;
+    kl_track_run *trun = NULL;
     tr_optim opt = {0};
     tr_rows rows = {0};
     int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL;
@@ -561,14 +623,25 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     openblas_set_num_threads(1);
     if ((rc = tr_spec_load_set(spec_path, o->sets, o->nsets, &s, e))) goto fail;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
-    if (!s->x_path || !s->y_path) { rc = kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files) are required", spec_path); goto fail; }
-    /* Data hook: .npy today; Parquet through the data layer goes here. */
-    if ((rc = data_load(m, s->x_path, s->y_path, &d, e))) goto fail;
+    if (o->tracking && (rc = tr_runlog_start(o, s, spec_path, &trk, &trun, e))) goto fail;
+    if (trun && o->run_id_out) *o->run_id_out = kl_track_run_id(trun);
+    /* data: .npy X/y, or a Parquet source (data.dataset, src/train/data_pq.c) */
+    if (s->ds) {
+        if ((rc = data_load_ds(m, TR_PART_TRAIN, &d, &dsi, e))) goto fail;
+    } else {
+        if (!s->x_path || !s->y_path) { rc = kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), or data.dataset, are required", spec_path); goto fail; }
+        if ((rc = data_load(m, s->x_path, s->y_path, &d, e))) goto fail;
+    }
     int64_t ntr, nva;
     const tr_data *vd = &d;
-    if (s->val_x) {
-        if (!s->val_y) { rc = kl_err_set(e, KL_EINVAL, "%s: data.val_x needs data.val_y", spec_path); goto fail; }
-        if ((rc = data_load(m, s->val_x, s->val_y, &dv, e))) goto fail;
+    int ds_val = s->ds && s->ds->has_split && (s->ds->split_col ? s->ds->nvals[1] > 0 : s->ds->frac[1] > 0);
+    if (s->val_x || ds_val) {
+        if (ds_val) {
+            if ((rc = data_load_ds(m, TR_PART_VAL, &dv, NULL, e))) goto fail;
+        } else {
+            if (!s->val_y) { rc = kl_err_set(e, KL_EINVAL, "%s: data.val_x needs data.val_y", spec_path); goto fail; }
+            if ((rc = data_load(m, s->val_x, s->val_y, &dv, e))) goto fail;
+        }
         vd = &dv;
         ntr = d.n; nva = dv.n;
         idx_tr = malloc((size_t)(ntr + 1) * 8); idx_va = malloc((size_t)(nva + 1) * 8);
@@ -804,8 +877,33 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if ((rc = write_metrics_csv(p, &rows, e))) goto fail;
     snprintf(p, sizeof p, "%s/curves.svg", o->out_dir);
     if ((rc = write_curves_svg(p, &rows, "keel train: loss and validation accuracy", e))) goto fail;
-    if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, e))) goto fail;
-    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, e))) goto fail;
+    if (dsi.features_json[0]) { /* a feature output: the model carries its features.json (serve's :predict) */
+        snprintf(p, sizeof p, "%s/features.json", o->out_dir);
+        if ((rc = kl_copy_file(dsi.features_json, p, e))) goto fail;
+    }
+    if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, &dsi, e))) goto fail;
+    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi, e))) goto fail;
+    if (trun) { /* per-epoch metrics (train, val) and the final ones */
+        kl_metric_point *pts = calloc(rows.n * 2 + 8, sizeof *pts);
+        size_t np = 0;
+        if (!pts) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (size_t i = 0; i < rows.n; i++) {
+            const tr_row *r = &rows.r[i];
+            if (r->split == 2) pts[np++] = (kl_metric_point){"train_loss", r->epoch, 0, r->loss};
+            if (r->split == 1) {
+                pts[np++] = (kl_metric_point){"val_loss", r->epoch, 0, r->loss};
+                if (isfinite(r->acc)) pts[np++] = (kl_metric_point){"val_accuracy", r->epoch, 0, r->acc};
+            }
+        }
+        pts[np++] = (kl_metric_point){"steps", pos.step, 0, (double)pos.step};
+        pts[np++] = (kl_metric_point){"train_seconds", pos.step, 0, secs};
+        if (nva) pts[np++] = (kl_metric_point){"final_val_loss", pos.step, 0, fin_val.loss};
+        if (nva && fin_val.count) pts[np++] = (kl_metric_point){"final_val_accuracy", pos.step, 0, (double)fin_val.correct / (double)fin_val.count};
+        rc = tr_runlog_finish(trk, trun, s, o->out_dir, &dsi, pts, np, e);
+        trk = NULL; trun = NULL;
+        free(pts);
+        if (rc) goto fail;
+    }
     if (o->json) {
         fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos.step, (long long)pos.epoch, secs, secs > 0 ? (double)samples / secs : 0.0);
         if (nva) fprintf(rep, ",\"val_loss\":%.9g", fin_val.loss);
@@ -830,6 +928,8 @@ fail:
     free(idx_tr); free(idx_va);
     tr_optim_free(&opt);
     data_free(&d); data_free(&dv);
+    tr_dsinfo_free(&dsi);
+    tr_runlog_fail(trk, trun);
     tr_model_free(m);
     tr_spec_free(s);
     return rc;
@@ -847,19 +947,101 @@ int kl_train_check(const char *spec_path, kl_err *e) {
 
 /* ================================================================ eval */
 
-int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, const char *logits_out, FILE *out, kl_err *e) {
+typedef struct { double s; int pos; } sc_lab;
+static int cmp_sc(const void *a, const void *b) {
+    double x = ((const sc_lab *)a)->s, y = ((const sc_lab *)b)->s;
+    return x < y ? -1 : x > y;
+}
+
+/* AUC (Mann-Whitney U, ties counted half, via ranks) and up to npts ROC
+ * points (fpr, tpr, threshold) at the distinct scores, descending. */
+static double auc_roc(sc_lab *v, int64_t n, int npts, cJSON *roc) {
+    int64_t npos = 0, nneg = 0;
+    for (int64_t i = 0; i < n; i++) { npos += v[i].pos; nneg += !v[i].pos; }
+    if (!npos || !nneg) return NAN;
+    qsort(v, (size_t)n, sizeof *v, cmp_sc);
+    double rank_sum = 0;
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        while (j < n && v[j].s == v[i].s) j++;
+        double avg = (double)(i + 1 + j) / 2.0;   /* ranks i+1 .. j */
+        for (int64_t k = i; k < j; k++) if (v[k].pos) rank_sum += avg;
+        i = j;
+    }
+    double auc = (rank_sum - (double)npos * (double)(npos + 1) / 2.0) / ((double)npos * (double)nneg);
+    if (roc) {
+        cJSON *fa = cJSON_AddArrayToObject(roc, "fpr"), *ta = cJSON_AddArrayToObject(roc, "tpr"), *th = cJSON_AddArrayToObject(roc, "threshold");
+        int64_t tp = 0, fp = 0, distinct = 0;
+        for (int64_t i = n - 1; i >= 0; i--) if (i == n - 1 || v[i].s != v[i + 1].s) distinct++;
+        int64_t every = npts > 2 ? (distinct + npts - 3) / (npts - 2) : 1, seen = 0;
+        if (every < 1) every = 1;
+        cJSON_AddItemToArray(fa, cJSON_CreateNumber(0)); cJSON_AddItemToArray(ta, cJSON_CreateNumber(0));
+        cJSON_AddItemToArray(th, cJSON_CreateNull());
+        for (int64_t i = n - 1; i >= 0;) {
+            int64_t j = i;
+            while (j >= 0 && v[j].s == v[i].s) { tp += v[j].pos; fp += !v[j].pos; j--; }
+            seen++;
+            if (seen % every == 0 || j < 0) {
+                cJSON_AddItemToArray(fa, cJSON_CreateNumber((double)fp / (double)nneg));
+                cJSON_AddItemToArray(ta, cJSON_CreateNumber((double)tp / (double)npos));
+                cJSON_AddItemToArray(th, cJSON_CreateNumber(v[i].s));
+            }
+            i = j;
+        }
+    }
+    return auc;
+}
+
+static const char *const part_label[4] = {"train", "val", "test", "all"};
+
+int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, kl_err *e) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
     tr_data d = {0};
+    tr_dsinfo dsi = {0};
     float *xb = NULL, *yfb = NULL, *dz = NULL, *all = NULL;
     int64_t *yb = NULL, *idx = NULL, *cm = NULL;
+    sc_lab *sl = NULL;
+    cJSON *j = NULL;
     char p[4096];
     int rc;
+    *out_cjson = NULL;
     openblas_set_num_threads(1);
     snprintf(p, sizeof p, "%s/spec.yaml", dir);
     if ((rc = tr_spec_load(p, &s, e))) goto fail;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
-    if ((rc = data_load(m, xp, yp, &d, e))) goto fail;
+    int part = TR_PART_TEST;
+    if (o->x_path) {
+        if ((rc = data_load(m, o->x_path, o->y_path, &d, e))) goto fail;
+    } else {
+        /* the model's Parquet source: the path recorded in meta.json (the spec's own is relative to where it was) */
+        const char *sp = o->split ? o->split : "test";
+        for (part = 0; part < 4 && strcmp(part_label[part], sp); part++) {}
+        if (part == 4) { rc = kl_err_set(e, KL_EINVAL, "split '%s': train, val, test or all", sp); goto fail; }
+        if (!s->ds) { rc = kl_err_set(e, KL_EINVAL, "%s: the model was trained on .npy files; give --data X.npy,y.npy", dir); goto fail; }
+        char *ds = NULL;
+        if (o->dataset) ds = strdup(o->dataset);
+        else {
+            char *txt = NULL;
+            size_t len;
+            snprintf(p, sizeof p, "%s/meta.json", dir);
+            if ((rc = kl_read_file(p, &txt, &len, e))) goto fail;
+            cJSON *mj = cJSON_ParseWithLength(txt, len);
+            free(txt);
+            cJSON *dv = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "dataset");
+            ds = cJSON_IsString(dv) ? strdup(dv->valuestring) : NULL;
+            cJSON_Delete(mj);
+        }
+        if (!ds) { rc = kl_err_set(e, KL_ENOTFOUND, "%s/meta.json: no data.dataset", dir); goto fail; }
+        free(s->ds->path);
+        s->ds->path = ds;
+        if (o->reference_column && !(s->ds->ref_col = strdup(o->reference_column))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        if (part == TR_PART_TEST && s->ds->has_split && !(s->ds->split_col ? s->ds->nvals[2] : s->ds->frac[2] > 0)) {
+            rc = kl_err_set(e, KL_EINVAL, "%s: the spec's data.split has no test part; use --split val or all", dir);
+            goto fail;
+        }
+        if ((rc = data_load_ds(m, part == TR_PART_ALL || !s->ds->has_split ? TR_PART_ALL : part, &d, &dsi, e))) goto fail;
+    }
     int64_t B = KL_MIN(256, KL_MAX(1, d.n));
     if ((rc = tr_model_alloc(m, B, e))) goto fail;
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
@@ -876,77 +1058,112 @@ int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, con
     tr_eval ev;
     evaluate(m, &d, idx, d.n, xb, yb, yfb, dz, &ev, all);
     double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
-    if (logits_out) {
+    if (o->logits_out) {
         int64_t dd[2] = {d.n, K};
-        if ((rc = tr_npy_write_f32(logits_out, 2, dd, all, e))) goto fail;
+        if ((rc = tr_npy_write_f32(o->logits_out, 2, dd, all, e))) goto fail;
     }
-    /* AUC: binary CE (score = p1) or a single BCE output (score = logit) */
-    double auc = NAN;
-    if ((s->loss == TR_LOSS_CE && K == 2) || (s->loss == TR_LOSS_BCE && K == 1)) {
-        int64_t npos = 0, nneg = 0;
-        double *sc = malloc((size_t)(d.n + 1) * sizeof(double));
-        int *lab = malloc((size_t)(d.n + 1) * sizeof(int));
-        if (sc && lab) {
-            for (int64_t i = 0; i < d.n; i++) {
-                sc[i] = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
-                lab[i] = K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f;
-                npos += lab[i]; nneg += !lab[i];
-            }
-            if (npos && nneg) { /* Mann-Whitney U with ties counted half */
-                double u = 0;
-                for (int64_t i = 0; i < d.n; i++)
-                    if (lab[i])
-                        for (int64_t j = 0; j < d.n; j++)
-                            if (!lab[j]) u += sc[i] > sc[j] ? 1 : sc[i] == sc[j] ? 0.5 : 0;
-                auc = u / ((double)npos * (double)nneg);
-            }
+    j = cJSON_CreateObject();
+    if (!o->x_path) {
+        cJSON_AddStringToObject(j, "dataset", s->ds->path);
+        cJSON_AddStringToObject(j, "split", part_label[part]);
+        if (dsi.dataset_version[0]) cJSON_AddStringToObject(j, "dataset_version", dsi.dataset_version);
+        if (dsi.feature_hash[0]) cJSON_AddStringToObject(j, "feature_hash", dsi.feature_hash);
+    }
+    cJSON_AddNumberToObject(j, "rows", (double)d.n);
+    cJSON_AddNumberToObject(j, "loss", ev.loss);
+    if (!isnan(acc)) cJSON_AddNumberToObject(j, "accuracy", acc);
+    /* binary: two-class CE (score = z1 - z0) or one BCE output (score = logit) */
+    int binary = (s->loss == TR_LOSS_CE && K == 2) || (s->loss == TR_LOSS_BCE && K == 1);
+    if (binary) {
+        if (!(sl = malloc((size_t)(d.n + 1) * sizeof *sl))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (int64_t i = 0; i < d.n; i++) {
+            sl[i].s = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
+            sl[i].pos = K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f;
         }
-        free(sc); free(lab);
+        cJSON *roc = cJSON_CreateObject();
+        double auc = auc_roc(sl, d.n, o->roc_points ? o->roc_points : 101, roc);
+        if (!isnan(auc)) { cJSON_AddNumberToObject(j, "auc", auc); cJSON_AddItemToObject(j, "roc", roc); }
+        else cJSON_Delete(roc);
+        if (dsi.ref) { /* the reference score's AUC on the same rows (e.g. the generator's true p) */
+            for (int64_t i = 0; i < d.n; i++) sl[i] = (sc_lab){dsi.ref[i], K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f};
+            double ra = auc_roc(sl, d.n, 0, NULL);
+            if (!isnan(ra)) cJSON_AddNumberToObject(j, "reference_auc", ra);
+            cJSON_AddStringToObject(j, "reference_column", o->reference_column);
+        }
     }
-    if (s->loss == TR_LOSS_CE) {
-        cm = calloc((size_t)(K * K), 8);
+    if (s->loss == TR_LOSS_CE || binary) {
+        int64_t C = K == 1 ? 2 : K;
+        cm = calloc((size_t)(C * C), 8);
         if (!cm) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
         for (int64_t i = 0; i < d.n; i++) {
-            int64_t best = 0;
-            for (int64_t k = 1; k < K; k++) if (all[i * K + k] > all[i * K + best]) best = k;
-            cm[d.yi[i] * K + best]++;
+            int64_t best = 0, truth;
+            if (K == 1) { best = all[i] > 0; truth = d.yf[i] > 0.5f; }
+            else {
+                for (int64_t k = 1; k < K; k++) if (all[i * K + k] > all[i * K + best]) best = k;
+                truth = d.yi[i];
+            }
+            cm[truth * C + best]++;
+        }
+        cJSON *ca = cJSON_AddArrayToObject(j, "confusion");
+        for (int64_t a = 0; a < C; a++) {
+            cJSON *row = cJSON_CreateArray();
+            for (int64_t b = 0; b < C; b++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)cm[a * C + b]));
+            cJSON_AddItemToArray(ca, row);
         }
     }
+    *out_cjson = j;
+    j = NULL;
+    rc = KL_OK;
+fail:
+    cJSON_Delete(j);
+    free(sl); free(cm); free(idx);
+    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz); kl_mem_free(all);
+    data_free(&d);
+    tr_dsinfo_free(&dsi);
+    tr_model_free(m);
+    tr_spec_free(s);
+    return rc;
+}
+
+int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *out, kl_err *e) {
+    void *res = NULL;
+    int rc = kl_train_evaluate(dir, o, &res, e);
+    if (rc) return rc;
+    cJSON *j = res;
     if (json) {
-        fprintf(out, "{\"rows\":%lld,\"loss\":%.9g", (long long)d.n, ev.loss);
-        if (!isnan(acc)) fprintf(out, ",\"accuracy\":%.6f", acc);
-        if (!isnan(auc)) fprintf(out, ",\"auc\":%.6f", auc);
-        if (cm) {
-            fprintf(out, ",\"confusion\":[");
-            for (int64_t a = 0; a < K; a++) {
-                fprintf(out, "%s[", a ? "," : "");
-                for (int64_t b = 0; b < K; b++) fprintf(out, "%s%lld", b ? "," : "", (long long)cm[a * K + b]);
-                fprintf(out, "]");
-            }
-            fprintf(out, "]");
-        }
-        fprintf(out, "}\n");
+        cJSON *roc = cJSON_DetachItemFromObject(j, "roc");
+        if (roc && !o->with_roc) cJSON_Delete(roc);
+        else if (roc) cJSON_AddItemToObject(j, "roc", roc);
+        char *t = cJSON_PrintUnformatted(j);
+        fprintf(out, "%s\n", t ? t : "{}");
+        free(t);
     } else {
-        fprintf(out, "rows      %lld\nloss      %.4f\n", (long long)d.n, ev.loss);
-        if (!isnan(acc)) fprintf(out, "accuracy  %.2f%%\n", 100 * acc);
-        if (!isnan(auc)) fprintf(out, "auc       %.4f\n", auc);
-        if (cm && K <= 32) {
+        cJSON *v;
+        if ((v = cJSON_GetObjectItem(j, "dataset"))) fprintf(out, "data      %s (%s split)\n", v->valuestring, cJSON_GetObjectItem(j, "split")->valuestring);
+        fprintf(out, "rows      %.0f\nloss      %.4f\n", cJSON_GetObjectItem(j, "rows")->valuedouble, cJSON_GetObjectItem(j, "loss")->valuedouble);
+        if ((v = cJSON_GetObjectItem(j, "accuracy"))) fprintf(out, "accuracy  %.2f%%\n", 100 * v->valuedouble);
+        if ((v = cJSON_GetObjectItem(j, "auc"))) fprintf(out, "auc       %.4f\n", v->valuedouble);
+        cJSON *cm = cJSON_GetObjectItem(j, "confusion");
+        int C = cJSON_GetArraySize(cm);
+        if (cm && C <= 32) {
             fprintf(out, "confusion matrix (rows: true, columns: predicted)\n      ");
-            for (int64_t b = 0; b < K; b++) fprintf(out, "%6lld", (long long)b);
+            for (int b = 0; b < C; b++) fprintf(out, "%6d", b);
             fprintf(out, "\n");
-            for (int64_t a = 0; a < K; a++) {
-                fprintf(out, "%6lld", (long long)a);
-                for (int64_t b = 0; b < K; b++) fprintf(out, "%6lld", (long long)cm[a * K + b]);
+            for (int a = 0; a < C; a++) {
+                fprintf(out, "%6d", a);
+                for (int b = 0; b < C; b++) fprintf(out, "%6.0f", cJSON_GetArrayItem(cJSON_GetArrayItem(cm, a), b)->valuedouble);
                 fprintf(out, "\n");
             }
         }
     }
-    rc = KL_OK;
-fail:
-    free(cm); free(idx);
-    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz); kl_mem_free(all);
-    data_free(&d);
-    tr_model_free(m);
-    tr_spec_free(s);
-    return rc;
+    cJSON_Delete(j);
+    return KL_OK;
+}
+
+int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, const char *logits_out, FILE *out, kl_err *e) {
+    kl_eval_opts o = {0};
+    o.x_path = xp;
+    o.y_path = yp;
+    o.logits_out = logits_out;
+    return kl_train_eval_print(dir, &o, json, out, e);
 }

@@ -11,4 +11,42 @@ typedef struct {
 int tr_npy_read(const char *path, tr_array *out, kl_err *e);
 void tr_array_free(tr_array *a);
 int tr_npy_write_f32(const char *path, int rank, const int64_t *dims, const float *data, kl_err *e);
+
+/* A Parquet training source (spec `data: {dataset: ..., label: ...}`), read
+ * through the data layer's Parquet reader (src/train/data_pq.c). */
+enum { TR_PART_TRAIN, TR_PART_VAL, TR_PART_TEST, TR_PART_ALL };
+typedef struct tr_dsrc {
+    char *path;                 /* dataset folder, version folder or .parquet file */
+    char *label;
+    char **features; int nfeatures;   /* none = every numeric column but label/exclude/split column
+                                         and columns named "__*" (reference columns) */
+    char **exclude; int nexclude;
+    int has_split;
+    char *split_col;            /* split by this column's values ... */
+    char **vals[3]; int nvals[3];     /* train / val / test values (as text) */
+    double frac[3];             /* ... or by fractions of the rows */
+    int shuffle;                /* fractions: seeded per-row draw (1) or contiguous in row order (0) */
+    uint64_t seed;
+    char *ref_col;              /* eval only: a reference score column read along (not a feature) */
+} tr_dsrc;
+
+/* What was read: the feature columns used and the dataset's identity. */
+typedef struct {
+    char **names; int nnames;   /* feature columns, in X's column order */
+    char dataset_version[72];   /* manifest version_id, else "" */
+    char manifest_sha[65];      /* sha256 of manifest.json (or of the single file), "" when none */
+    char feature_hash[72];      /* when the dataset is a feature output, else "" */
+    char features_json[4096];   /* features.json beside the manifest, "" when none */
+    int64_t rows_total, rows_part[3];
+    double *ref;                /* ref_col's values of the rows read (when ref_col) */
+} tr_dsinfo;
+
+struct kl_node;
+int tr_dsrc_parse(const struct kl_node *data, tr_dsrc **out, kl_err *e);
+void tr_dsrc_free(tr_dsrc *d);
+/* Reads part (TR_PART_*) of the source: X (rows, features) and y (rows) as
+ * doubles. Nulls, non-numeric and missing columns are errors naming the
+ * column (and the row). info may be NULL. */
+int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info, kl_err *e);
+void tr_dsinfo_free(tr_dsinfo *i);
 #endif

@@ -123,6 +123,7 @@ typedef struct {
     double ls_init, ls_growth, ls_backoff, ls_min; int64_t ls_interval;
     /* data */
     char *x_path, *y_path, *val_x, *val_y;
+    struct tr_dsrc *ds;         /* data.dataset (Parquet) source, or NULL (train_data.h) */
     char *init_path;            /* train.init: initial weights (safetensors) */
     char *text;                 /* spec file contents (for meta.json) */
 } tr_spec;

@@ -322,7 +322,7 @@ KL_TEST(track_registry_tamper_detected) {
 KL_TEST(track_svg_chart) {
     int64_t x[] = {0, 1, 2, 3};
     double y[] = {1.0, 0.5, NAN, 0.2};
-    kl_chart_series s[] = {{"run 1", x, y, 4}, {"run <2>", x, y, 2}};
+    kl_chart_series s[] = {{"run 1", x, y, 4, NULL}, {"run <2>", x, y, 2, NULL}};
     kl_buf b;
     kl_buf_init(&b);
     KT_OK(kl_track_svg_chart(&b, "loss", "step", "loss", s, 2, 640, 400), NULL);

@@ -1,0 +1,17 @@
+/* Logging a training run to the experiment store (src/train/runlog.c);
+ * private to src/train. */
+#ifndef KEEL_TRAIN_RUNLOG_H
+#define KEEL_TRAIN_RUNLOG_H
+#include "keel/track.h"
+#include "train/train_data.h"
+#include "train/train_int.h"
+
+/* Opens the store, starts the run and logs params and the spec's lineage. */
+int tr_runlog_start(const kl_train_opts *o, const tr_spec *s, const char *spec_path, kl_track **t, kl_track_run **r, kl_err *e);
+/* Logs metrics, artifacts of out_dir, dataset lineage; ends the run and
+ * closes the store (always). */
+int tr_runlog_finish(kl_track *t, kl_track_run *r, const tr_spec *s, const char *out_dir, const tr_dsinfo *dsi,
+                     const kl_metric_point *pts, size_t npts, kl_err *e);
+/* Ends the run as failed and closes the store; NULLs are no-ops. */
+void tr_runlog_fail(kl_track *t, kl_track_run *r);
+#endif

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# keel pipeline end to end at test size (examples/clicks on a 20,000-row click
+# log): make quickstart without the server, the test AUC against the
+# generator's Bayes-optimal AUC, caching (a second run skips every stage),
+# --only / --from / --force, a feature-spec change re-running features and
+# everything after it (nothing before), a failing stage with earlier outputs
+# kept and the re-run resuming there, the lineage in the experiment store,
+# keel eval on the Parquet test split, and training-data errors naming the
+# column.
+. "$KEEL_SRC/tests/integration/lib.sh"
+BUILD=$(dirname "$KEEL")
+# states of the stages from a --json summary: "ingest=cached validate=cached ..."
+states() { $PYTHON -c 'import json,sys; j=json.load(open(sys.argv[1])); print(" ".join("%s=%s" % (k, v["state"]) for k, v in j["stages"].items() if k != "serve"))' "$1"; }
+want_states() { # NAME FILE EXPECTED
+  local got; got=$(states "$2" 2>&1)
+  if [ "$got" = "$3" ]; then pass "$1"; else fail "$1" "got '$got', expected '$3'"; fi
+}
+
+# ---- quickstart (no server): gen-clicks -> pipeline, AUC within 0.02 of Bayes
+QS="$T/qs"
+if KEEL_QUICKSTART_NO_SERVE=1 KEEL_QUICKSTART_ROWS=20000 KEEL_QUICKSTART_DIR="$QS" bash "$KEEL_SRC/tools/quickstart.sh" "$BUILD" > "$T/qs.out" 2>&1; then
+  pass pipeline_quickstart_no_serve
+else
+  fail pipeline_quickstart_no_serve "$(tail -c 600 "$T/qs.out")"
+fi
+OUT="$QS/out"
+if grep -q "^test AUC" "$T/qs.out" && grep -q "^Bayes-optimal AUC" "$T/qs.out"; then pass pipeline_summary_prints_both_aucs; else fail pipeline_summary_prints_both_aucs "$(tail -c 600 "$T/qs.out")"; fi
+check pipeline_auc_within_002_of_bayes $PYTHON -c '
+import json, sys
+e = json.load(open(sys.argv[1]))
+gap = e["reference_auc"] - e["auc"]
+print("test auc %.4f bayes %.4f gap %.4f" % (e["auc"], e["reference_auc"], gap))
+sys.exit(0 if gap <= 0.02 and e["auc"] > 0.6 else 1)' "$OUT/eval.json"
+check pipeline_report_self_contained $PYTHON -c '
+import sys, re
+h = open(sys.argv[1]).read()
+need = ["Data quality", "Features", "Training", "Confusion matrix", "ROC", "Model card", "Lineage", "Timings per stage", "<svg"]
+miss = [n for n in need if n not in h]
+ext = re.findall(r"(?:src|href)=\"(?:https?:)?//", h) + re.findall(r"<script", h)
+print("missing", miss, "external", ext)
+sys.exit(1 if miss or ext else 0)' "$OUT/report.html"
+for f in repo/ctr/1/model.onnx repo/ctr/1/features.json repo/ctr/1/features.db repo/ctr/1/meta.json pipeline-state.json; do
+  [ -s "$OUT/$f" ] || { fail pipeline_outputs "$f missing"; break; }
+done && pass pipeline_outputs
+
+# ---- a copy of the example to edit; the same click log
+EX="$T/ex"
+cp -r "$KEEL_SRC/examples/clicks" "$EX"
+rm -rf "$EX"/out-* "$EX/data"
+P="$KEEL --tracking $T/runs pipeline run $EX/pipeline.yaml --out $T/o --set stages.ingest.source=$QS/clicks.csv --json"
+$P > "$T/r1.json" 2> "$T/r1.err" || fail pipeline_first_run "$(tail -c 400 "$T/r1.err")"
+want_states pipeline_first_run_all_ran "$T/r1.json" "ingest=ran validate=ran features=ran train=ran evaluate=ran export=ran register=ran"
+$P > "$T/r2.json" 2> "$T/r2.err"
+want_states pipeline_cached_all_skipped "$T/r2.json" "ingest=cached validate=cached features=cached train=cached evaluate=cached export=cached register=cached"
+if grep -q "skipped" "$T/r2.err"; then pass pipeline_skip_says_so; else fail pipeline_skip_says_so "$(head -c 300 "$T/r2.err")"; fi
+$P --only evaluate > "$T/r3.json" 2> "$T/r3.err"
+want_states pipeline_only "$T/r3.json" "ingest=not run validate=not run features=not run train=not run evaluate=ran export=not run register=not run"
+$P --from train > "$T/r4.json" 2> "$T/r4.err"
+want_states pipeline_from "$T/r4.json" "ingest=not run validate=not run features=not run train=ran evaluate=ran export=ran register=ran"
+$P --force > "$T/r5.json" 2> "$T/r5.err"
+want_states pipeline_force "$T/r5.json" "ingest=ran validate=ran features=ran train=ran evaluate=ran export=ran register=ran"
+expect_rc pipeline_bad_stage_name 2 $KEEL pipeline run "$EX/pipeline.yaml" --from trian --out "$T/o"
+expect_rc pipeline_from_only_exclusive 2 $KEEL pipeline run "$EX/pipeline.yaml" --from train --only train --out "$T/o"
+
+# ---- changing the feature spec re-runs features and everything after, nothing before
+sed -i 's/max_size: 16/max_size: 12/' "$EX/features.yaml"
+$P > "$T/r6.json" 2> "$T/r6.err"
+want_states pipeline_feature_change_reruns_features_onward "$T/r6.json" "ingest=cached validate=cached features=ran train=ran evaluate=ran export=ran register=ran"
+
+# ---- a failing stage stops there, keeps earlier outputs; the re-run resumes
+cp "$EX/model.yaml" "$T/model.good"
+sed -i 's/shape: \[12\]/shape: [13]/' "$EX/model.yaml"
+$P > "$T/r7.json" 2> "$T/r7.err"; rc=$?
+if [ $rc -eq 1 ] && grep -q '"failed_stage": "train"' "$T/r7.json" && grep -q "input.shape has 13" "$T/r7.json"; then pass pipeline_failure_stops_at_stage; else fail pipeline_failure_stops_at_stage "rc $rc $(head -c 400 "$T/r7.json")"; fi
+if [ -s "$T/o/features/features.parquet" ] && grep -q '"features"' "$T/o/pipeline-state.json" && ! grep -q '"train":' "$T/o/pipeline-state.json"; then pass pipeline_failure_keeps_earlier_outputs; else fail pipeline_failure_keeps_earlier_outputs "$(head -c 300 "$T/o/pipeline-state.json")"; fi
+cp "$T/model.good" "$EX/model.yaml"
+$P > "$T/r8.json" 2> "$T/r8.err"
+want_states pipeline_resume_after_failure "$T/r8.json" "ingest=cached validate=cached features=cached train=ran evaluate=ran export=ran register=ran"
+
+# ---- lineage in the store: dataset version -> feature hash -> run -> model version -> alias
+check pipeline_lineage_in_store $PYTHON -c '
+import json, subprocess, sys
+keel, runs, summ = sys.argv[1:4]
+s = json.load(open(summ))
+r = json.loads(subprocess.run([keel, "--tracking", runs, "runs", "show", str(s["run_id"]), "--json"], capture_output=True, text=True, check=True).stdout)
+lin, tags = r["lineage"], r["tags"]
+ok = lin["dataset_version"] == s["dataset_version"] and lin["feature_hash"] == s["feature_hash"] and tags["train_run"] == str(s["train_run_id"]) \
+     and tags["model_version"] == "ctr/%d" % s["model_version"] and tags["alias"] == "ctr@champion"
+tr = json.loads(subprocess.run([keel, "--tracking", runs, "runs", "show", str(s["train_run_id"]), "--json"], capture_output=True, text=True, check=True).stdout)
+ok = ok and tr["lineage"]["feature_hash"] == s["feature_hash"] and tr["parent_id"] == s["run_id"] and "val_loss" in tr["metrics"]
+m = json.loads(subprocess.run([keel, "--tracking", runs, "models", "show", "ctr", "--json"], capture_output=True, text=True, check=True).stdout)
+m = m[0] if isinstance(m, list) else m
+ok = ok and m["aliases"]["champion"] == s["model_version"]
+print(lin, tags, m.get("aliases"))
+sys.exit(0 if ok else 1)' "$KEEL" "$T/runs" "$T/r8.json"
+
+# ---- keel eval on the Parquet test split; training-data errors name the column
+$KEEL eval "$T/o/model" --json --roc > "$T/ev.json" 2> "$T/ev.err"
+check pipeline_eval_parquet_split $PYTHON -c '
+import json, sys
+e = json.load(open(sys.argv[1]))
+sys.exit(0 if e["split"] == "test" and 0.5 < e["auc"] <= 1 and len(e["confusion"]) == 2 and len(e["roc"]["fpr"]) > 2 else 1)' "$T/ev.json"
+sed -e 's/label: clicked/label: clikced/' -e "s|dataset: .*|dataset: $T/o/features|" "$EX/model.yaml" > "$T/badlabel.yaml"
+expect_rc train_parquet_missing_label 1 $KEEL train "$T/badlabel.yaml" --out "$T/m1" --quiet
+if grep -q "label column 'clikced' not found" "$T/err"; then pass train_parquet_missing_label_message; else fail train_parquet_missing_label_message "$(head -c 300 "$T/err")"; fi
+sed -e "s|dataset: .*|dataset: $(dirname "$(ls "$T"/o/dataset/versions/*/part-00000.parquet | head -1)")\n  exclude: [ts]|" "$EX/model.yaml" > "$T/nulls.yaml"
+expect_rc train_parquet_null 1 $KEEL train "$T/nulls.yaml" --out "$T/m2" --quiet
+if grep -q "feature column 'item_price' is null" "$T/err"; then pass train_parquet_null_message; else fail train_parquet_null_message "$(head -c 300 "$T/err")"; fi
