@@ -56,7 +56,7 @@ LIB_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS:$(BUILD)/%=%))
 APP_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(APP_SRCS))
 UNIT_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_SRCS))
 
-.PHONY: all deps test test-unit quickstart bench fuzz clean
+.PHONY: all deps test test-unit quickstart bench fuzz clean docs
 all: $(LIB) $(KEEL) $(UNIT)
 
 deps:
@@ -102,6 +102,11 @@ test-unit: deps
 quickstart: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash tools/quickstart.sh $(BUILD)
+
+# The command reference docs/commands.md, generated from every command's --help
+# (tests/integration/docs_commands.sh fails when it is stale).
+docs: $(KEEL)
+	@bash tools/gen-command-docs.sh $(KEEL) docs/commands.md
 
 bench: deps
 	@$(MAKE) --no-print-directory all OPT=-O3

@@ -30,7 +30,7 @@ static const char details[] =
     "See docs/doctor.md for every check and the driver/CUDA table.";
 
 static const app_cmd_spec spec = {"doctor", "keel doctor [--json | --fix-script] [--data-dir DIR]",
-                                  "check whether this machine is ready for AI work", details,
+                                  "Check whether this machine is ready for AI work.", details,
                                   opts, KL_ARRAY_LEN(opts), 0, 0};
 
 static int use_color(void) {

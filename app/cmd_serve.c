@@ -74,15 +74,16 @@ static const app_opt opts[] = {
 static const app_cmd_spec spec = {
     "serve",
     "keel serve REPO [--host 127.0.0.1] [--port 8000] [--workers N] [--threads-per-worker N] [--max-body BYTES]\n"
-    "                 [--exit-timeout S] [--memory-limit SIZE] ...",
+    "                  [--exit-timeout S] [--memory-limit SIZE] ...",
     "Serve the models of a repository over the KServe v2 REST protocol.",
     "REPO holds REPO/<model>/<version>/model.onnx with optional config.yaml (per model),\n"
     "or is a registry reference (name@alias or name/3; store from --tracking): the version\n"
-    "is verified and served, and SIGHUP re-resolves the alias.\n"
+    "is verified and served, and SIGHUP re-resolves the alias. A version folder may also hold\n"
     "meta.json (sha256 of the files; checked before a version is served) and features.json.\n"
     "Endpoints: /v2/health/live, /v2/health/ready (deep probe), /v2, /v2/models/M[/versions/V][/ready],\n"
     "POST /v2/models/M[/versions/V]/infer (JSON or binary tensor extension), POST /v2/repository/index,\n"
-    "POST /v2/repository/models/M/load|unload, GET /metrics (Prometheus).\n"
+    "POST /v2/repository/models/M/load|unload, POST /v1/models/M:predict (raw\n"
+    "records through the version's features.json), GET /metrics (Prometheus).\n"
     "Signals: SIGHUP rescans the repository; SIGTERM/SIGINT drain (queued and running requests\n"
     "finish, up to --exit-timeout; what is left then gets 503) and exit 0.\n"
     "Global --memory-limit caps the allocator (see 'keel --help').",

@@ -208,7 +208,9 @@ static const app_cmd_spec run_spec = {
     "  {type: float|int|categorical, low, high, log, step, choices, when: {param: value}}.\n"
     "Each trial is `keel train SPEC --set key=value ...`; its objective is the best value of\n"
     "--metric over its epochs. A configuration already evaluated is not trained again.\n"
-    "`keel tune show STUDY` prints the study and draws its history.",
+    "\n"
+    "Commands:\n"
+    "  show         print a study and draw its history (keel tune show STUDY)",
     run_opts, KL_ARRAY_LEN(run_opts), 1, 1};
 
 static int tune_run(int argc, char **argv) {
