@@ -189,6 +189,17 @@ void sv_version_unref(sv_version *v);
 
 enum { SV_Q_NEW, SV_Q_QUEUED, SV_Q_RUNNING, SV_Q_DONE };
 
+/* A client connection as the slow-client guard sees it (http.c). Written by
+ * the connection's HTTP thread, read by the guard thread. */
+enum { SV_C_NEW, SV_C_IDLE, SV_C_HEAD, SV_C_BODY, SV_C_BUSY, SV_C_CUT };
+typedef struct sv_conn {
+    struct sv_conn *next, *prev;   /* server conn list (conn_lock) */
+    int fd;
+    atomic_int state;              /* SV_C_* */
+    _Atomic int64_t since;         /* monotonic ns: when the state began */
+    _Atomic int64_t bytes;         /* body bytes received (SV_C_BODY) */
+} sv_conn;
+
 struct sv_req {
     sv_req *next, *prev;
     kl_server *srv;
@@ -232,6 +243,7 @@ struct sv_req {
     int counted;
     int in_infer;           /* counted in ninfer */
     int predict;            /* a v1 :predict request: records in, {"predictions"} out */
+    sv_conn *sc;            /* the connection (slow-client guard); NULL when untracked */
 };
 
 /* ==================================================================
@@ -268,6 +280,13 @@ struct kl_server {
     atomic_uint_fast64_t next_rid;
     uint64_t http_errors[SV_R_COUNT]; /* requests not tied to a model (mx) */
     int64_t t_start_ns;
+    /* slow-client guard (http.c) */
+    pthread_mutex_t conn_lock;
+    pthread_cond_t gcond;
+    sv_conn *conns;
+    pthread_t guard;
+    int have_guard, guard_stop;
+    atomic_uint_fast64_t cut_head, cut_body;  /* connections cut: headers late, body too slow */
     double cpu_last_s;
     int64_t cpu_last_ns;
 };
