@@ -314,9 +314,9 @@ static int parse_prio_header(const char *h, int *out) {
 static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
     if (atomic_load(&s->draining))
         return send_error(s, c, r, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
-    pthread_mutex_lock(&s->lock);
-    s->ninfer++;
+    atomic_fetch_add(&s->ninfer, 1);
     r->in_infer = 1;
+    pthread_mutex_lock(&s->lock);
     sv_model *m = sv_model_find(s, r->model_name);
     if (!m) {
         pthread_mutex_unlock(&s->lock);
@@ -553,9 +553,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->route = route(url, method, r);
         r->sc = conn_of(c);
         conn_state(r->sc, SV_C_BODY); /* the headers are in */
-        pthread_mutex_lock(&s->lock);
-        s->nlive++;
-        pthread_mutex_unlock(&s->lock);
+        atomic_fetch_add(&s->nlive, 1);
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t n;
@@ -679,11 +677,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     kl_mem_free(r->body);
     free(r->resp);
     free(r);
-    pthread_mutex_lock(&s->lock);
-    s->nlive--;
-    if (r_in_infer) s->ninfer--;
-    pthread_cond_broadcast(&s->dcond);
-    pthread_mutex_unlock(&s->lock);
+    if (r_in_infer) atomic_fetch_sub(&s->ninfer, 1);
+    atomic_fetch_sub(&s->nlive, 1);
+    if (atomic_load(&s->draining)) { /* the drain waits for these */
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_broadcast(&s->dcond);
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 /* ==================================================================
@@ -830,7 +830,7 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     pthread_mutex_lock(&s->lock);
     kl_log(KL_LOG_INFO, "serve", "shutting down: %d queued, %d running batch(es); draining up to %.0f s", s->nqueued,
            s->nrunning, s->o.exit_timeout_s);
-    while ((s->nqueued || s->nrunning || s->ninfer > 0) && kl_time_mono_ns() < deadline) {
+    while ((s->nqueued || s->nrunning || atomic_load(&s->ninfer) > 0) && kl_time_mono_ns() < deadline) {
         struct timespec ts;
         int64_t w = kl_time_mono_ns() + 50000000;
         ts.tv_sec = (time_t)(w / 1000000000);
@@ -856,7 +856,7 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     for (;;) {
         int64_t now = kl_time_mono_ns();
         if (now >= grace) break;
-        if (s->nlive > 0) idle_since = 0;
+        if (atomic_load(&s->nlive) > 0) idle_since = 0;
         else if (!idle_since) idle_since = now;
         else if (now - idle_since >= 100000000LL) break;
         struct timespec ts;

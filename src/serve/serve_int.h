@@ -172,6 +172,7 @@ struct sv_model {
     /* scheduler (server lock) */
     sv_req *qhead[SV_MAX_LEVELS], *qtail[SV_MAX_LEVELS];
     int qlen[SV_MAX_LEVELS];
+    int64_t qrows[SV_MAX_LEVELS]; /* batch rows queued per level */
     int running;
     double tokens[SV_MAX_LEVELS];
     int64_t tok_ns[SV_MAX_LEVELS];
@@ -266,8 +267,12 @@ struct kl_server {
     int nmodels, capmodels;
     int nqueued;                /* over all models */
     int nrunning;               /* batches running */
-    int nlive;                  /* request contexts alive (accepted, not completed) */
-    int ninfer;                 /* inference requests admitted and not yet completed */
+    atomic_int nlive;           /* request contexts alive (accepted, not completed) */
+    atomic_int ninfer;          /* inference requests admitted and not yet completed */
+    int nidle;                  /* workers waiting for work (untimed) */
+    int ntimed;                 /* workers waiting for a batch to fill (max_queue_delay_us) */
+    sv_model *timed_model;      /* ... for this model and level: arrivals that do not */
+    int timed_level;            /* complete that batch need not wake anyone */
     atomic_int draining;
     int stop;                   /* workers exit */
     pthread_t *workers;
@@ -304,6 +309,10 @@ void sv_model_free(sv_model *m);
 typedef struct sv_json_doc sv_json_doc;
 struct cJSON;
 int sv_json_parse(const char *text, size_t len, sv_json_doc **out, kl_err *e);
+/* A packed array node: its numbers (valid until sv_json_free); 0 when a is not one. */
+int sv_json_packed(const struct cJSON *a, const double **vals, size_t *n);
+/* Elements of an array node, packed or not. */
+int sv_json_array_size(const struct cJSON *a);
 const struct cJSON *sv_json_root(const sv_json_doc *d);
 void sv_json_free(sv_json_doc *d);
 
@@ -319,6 +328,9 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e);
 /* Builds the response of r from outputs (rows [row0, row0+rows) of each). */
 int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0,
                     int64_t total_rows, kl_err *e);
+/* A float as JSON: 9 significant digits (reads back exactly), %g layout,
+ * "null" for NaN/Inf; writes < 24 bytes, returns the length. */
+int sv_fmt_f32(char *out, float f);
 /* {"error": msg} */
 char *sv_error_json(const char *msg, size_t *len);
 
