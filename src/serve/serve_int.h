@@ -308,7 +308,8 @@ void sv_model_free(sv_model *m);
  * never cJSON_Delete it). */
 typedef struct sv_json_doc sv_json_doc;
 struct cJSON;
-int sv_json_parse(const char *text, size_t len, sv_json_doc **out, kl_err *e);
+#define SV_JSON_PACK 1 /* arrays of > SV_MAX_DIMS numbers become packed nodes */
+int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e);
 /* A packed array node: its numbers (valid until sv_json_free); 0 when a is not one. */
 int sv_json_packed(const struct cJSON *a, const double **vals, size_t *n);
 /* Elements of an array node, packed or not. */
