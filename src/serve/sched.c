@@ -296,6 +296,19 @@ static int pick(kl_server *s, sv_req **rq, int64_t *wait_until, sv_model **wait_
     return n;
 }
 
+/* lock held: a queued request that a worker could run now (its model below
+ * its instances): only then is waking an idle worker worth a context switch */
+static int runnable(const kl_server *s) {
+    if (!s->nqueued || !s->nidle) return 0;
+    for (int i = 0; i < s->nmodels; i++) {
+        const sv_model *m = s->models[i];
+        if (m->running >= m->cfg.instances) continue;
+        for (int l = 0; l < SV_MAX_LEVELS; l++)
+            if (m->qhead[l]) return 1;
+    }
+    return 0;
+}
+
 static void *worker_main(void *arg) {
     kl_server *s = arg;
     sv_req *rq[SV_MAX_BATCH_REQS];
@@ -322,7 +335,7 @@ static void *worker_main(void *arg) {
             }
             continue;
         }
-        if (s->nqueued > 0 && s->nidle > 0) pthread_cond_signal(&s->qcond); /* more work than this batch */
+        if (runnable(s)) pthread_cond_signal(&s->qcond); /* more work than this batch */
         sv_model *m = rq[0]->model;
         pthread_mutex_unlock(&s->lock);
         execute(s, rq, n);
@@ -330,7 +343,7 @@ static void *worker_main(void *arg) {
         m->running--;
         s->nrunning--;
         pthread_cond_broadcast(&s->dcond);
-        if (s->nqueued > 0 && s->nidle > 0) pthread_cond_signal(&s->qcond); /* this one loops to pick too */
+        if (runnable(s)) pthread_cond_signal(&s->qcond); /* this one loops to pick too */
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
