@@ -21,8 +21,11 @@ trap '[ -n "$kp" ] && kill $kp 2>/dev/null; rm -rf "$w"' EXIT
 for mode in on off; do
   mkdir -p "$w/$mode/resnet/1"; ln -s "$models/resnet18/model.onnx" "$w/$mode/resnet/1/model.onnx"
 done
-printf 'max_batch_size: %d\ndynamic_batching:\n  max_queue_delay_us: %d\n' "${MAX_BATCH:-8}" "${DELAY_US:-20000}" > "$w/on/resnet/config.yaml"
-printf 'max_batch_size: 0\n' > "$w/off/resnet/config.yaml"
+workers=${WORKERS:-$(nproc)}
+# both modes run up to one batch (or request) per worker at a time
+printf 'max_batch_size: %d\ninstances: %d\ndynamic_batching:\n  max_queue_delay_us: %d\n' "${MAX_BATCH:-8}" "$workers" \
+  "${DELAY_US:-20000}" > "$w/on/resnet/config.yaml"
+printf 'max_batch_size: 0\ninstances: %d\n' "$workers" > "$w/off/resnet/config.yaml"
 HEADER_LEN=$($PY - "$w/body.bin" <<'PY'
 import json, sys
 import numpy as np
@@ -35,7 +38,6 @@ print(len(h))
 PY
 )
 export BODY_FILE="$w/body.bin" HEADER_LEN
-workers=${WORKERS:-$(nproc)}
 run() { # mode
   "$KEEL" serve "$w/$1" --port 0 --workers "$workers" --threads-per-worker "${THREADS:-1}" --no-access-log \
     > "$w/keel.out" 2> "$w/keel.err" & kp=$!
