@@ -65,7 +65,9 @@ static const app_opt opts[] = {
     {"max-body", 0, 1, "BYTES", "request body limit, e.g. 64M (default 64 MiB); larger bodies get 413", 0},
     {"exit-timeout", 0, 1, "S", "drain limit on SIGTERM/SIGINT in seconds (default 30)", 0},
     {"probe-interval", 0, 1, "S", "background health probe period in seconds (default 10)", 0},
-    {"conn-timeout", 0, 1, "S", "idle/slow connection timeout in seconds (default 30)", 0},
+    {"conn-timeout", 0, 1, "S", "idle connection timeout in seconds (default 30)", 0},
+    {"header-timeout", 0, 1, "S", "slow clients: request line + headers must arrive within S seconds (default 10)", 0},
+    {"min-body-rate", 0, 1, "BYTES", "slow clients: a body must keep this many bytes/s after the header timeout (default 1024; 0 = off)", 0},
     {"memory-budget", 0, 1, "SIZE", "serving budget that priority memory shares divide (default: --memory-limit, else 80% of RAM)", 0},
     {"snapshot-dir", 0, 1, "DIR", "where memory-quota refusals write allocator snapshots (default $TMPDIR)", 0},
     {"no-access-log", 0, 0, NULL, "no log line per inference request", 0},
@@ -128,6 +130,12 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = app_get_int(&a, &spec, "conn-timeout", 30, &v)) >= 0) return rc;
     if (v < 1) return app_usage_error(&spec, "--conn-timeout must be at least 1");
     o.conn_timeout_s = (int)v;
+    if ((rc = app_get_double(&a, &spec, "header-timeout", 10, &d)) >= 0) return rc;
+    if (d <= 0) return app_usage_error(&spec, "--header-timeout must be positive");
+    o.header_timeout_s = d;
+    if ((rc = app_get_double(&a, &spec, "min-body-rate", 1024, &d)) >= 0) return rc;
+    if (d < 0) return app_usage_error(&spec, "--min-body-rate must not be negative");
+    o.min_body_rate = d > 0 ? d : -1;
     if ((rc = app_get_double(&a, &spec, "exit-timeout", 30, &d)) >= 0) return rc;
     if (d <= 0) return app_usage_error(&spec, "--exit-timeout must be positive");
     o.exit_timeout_s = d;

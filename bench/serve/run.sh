@@ -41,20 +41,23 @@ d=max(abs(x-y) for x,y in zip(a,b)); print('max |keel - torch| = %.2g' % d); sys
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime in clock ticks
 run() { # name port pid
   local c0=$(cpu "$3")
-  wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
+  /usr/bin/time -f "%U %S" -o "$w/$1.time" \
+    wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
   local c1=$(cpu "$3")
   rps=$(awk '/^Requests\/sec/ {print $2}' "$w/$1.wrk")
   nreq=$(awk '/requests in/ {print $1}' "$w/$1.wrk")
   cpu_us=$(awk -v a="$c0" -v b="$c1" -v n="$nreq" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "%.0f", (b-a)/hz*1e6/n}')
   p50=$(awk '$1=="50%" {print $2}' "$w/$1.wrk"); p99=$(awk '$1=="99%" {print $2}' "$w/$1.wrk")
   errs=$(grep -E "Non-2xx|Socket errors" "$w/$1.wrk" | tr '\n' ' ' || true)
-  echo "$1 $rps $p50 $p99 $cpu_us $errs"
+  # the client's share: wrk's CPU time against the server's over the run
+  wrk_share=$(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" '{w=$1+$2} END {s=(b-a)/hz; printf "%.0f%%", 100*w/(w+s)}' "$w/$1.time")
+  echo "$1 $rps $p50 $p99 $cpu_us $wrk_share $errs"
 }
 wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
 k=$(run keel "$kport" "$kp"); f=$(run fastapi "$fport" "$fp")
-echo "| server | req/s | p50 | p99 | server CPU µs/request | errors |"; echo "|---|---|---|---|---|---|"
-for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5; shift 5; echo "| $n | $r | $a | $b | $c | ${*:-none} |"; done
+echo "| server | req/s | p50 | p99 | server CPU µs/request | wrk's share of wrk+server CPU | errors |"; echo "|---|---|---|---|---|---|---|"
+for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5 ws=$6; shift 6; echo "| $n | $r | $a | $b | $c | $ws | ${*:-none} |"; done
 curl -s "http://127.0.0.1:$kport/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp"\}/ {v[$1 ~ /sum/]=$2}
   END {if (v[0]) printf "keel mean batch size: %.2f rows\n", v[1]/v[0]}'
 kr=$(echo "$k" | awk '{print $2}'); fr=$(echo "$f" | awk '{print $2}')
-echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x"
+echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x (load average $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -27,6 +27,10 @@ typedef struct {
     double exit_timeout_s;     /* drain limit on shutdown; <= 0 = 30 s */
     double probe_interval_s;   /* background health probe period; <= 0 = 10 s */
     int conn_timeout_s;        /* idle connection timeout; 0 = 30 s */
+    double header_timeout_s;   /* slow clients: a request's line and headers must arrive within
+                                  this (and a new connection's first request); <= 0 = 10 s */
+    double min_body_rate;      /* slow clients: a body must arrive at this many bytes/s on
+                                  average after a header_timeout_s grace; 0 = 1024, < 0 = off */
     uint64_t memory_budget;    /* serving memory budget for priority quotas; 0 = the
                                   core allocator budget, else 80 % of physical memory */
     const char *snapshot_dir;  /* where memory-quota snapshots go; NULL = $TMPDIR or /tmp */

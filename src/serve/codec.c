@@ -105,23 +105,19 @@ typedef struct {
     kl_err *e;
 } fill_ctx;
 
-static int put_value(fill_ctx *c, const cJSON *v) {
-    if (c->n >= c->cap)
-        return kl_err_set(c->e, KL_ESHAPE, "%s.data: more values than the shape holds (%lld)", c->field,
-                          (long long)c->cap);
-    size_t sz = dt_sizes[c->dt];
-    char *p = c->dst + (size_t)c->n * sz;
-    if (c->dt == SV_BOOL) {
-        if (cJSON_IsBool(v)) *(uint8_t *)p = cJSON_IsTrue(v) ? 1 : 0;
-        else if (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1)) *(uint8_t *)p = (uint8_t)v->valuedouble;
-        else return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: expected true or false", c->field, (long long)c->n);
-        c->n++;
-        return KL_OK;
-    }
-    if (!cJSON_IsNumber(v))
-        return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: expected a number", c->field, (long long)c->n);
-    double d = v->valuedouble;
+static int too_many(fill_ctx *c) {
+    return kl_err_set(c->e, KL_ESHAPE, "%s.data: more values than the shape holds (%lld)", c->field, (long long)c->cap);
+}
+
+static int put_double(fill_ctx *c, double d) {
+    if (c->n >= c->cap) return too_many(c);
+    char *p = c->dst + (size_t)c->n * dt_sizes[c->dt];
     switch (c->dt) {
+    case SV_BOOL:
+        if (d != 0 && d != 1)
+            return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: expected true or false", c->field, (long long)c->n);
+        *(uint8_t *)p = (uint8_t)d;
+        break;
     case SV_FP32: *(float *)p = (float)d; break;
     case SV_FP64: *(double *)p = d; break;
     case SV_FP16: *(uint16_t *)p = float_to_half((float)d); break;
@@ -153,8 +149,36 @@ static int put_value(fill_ctx *c, const cJSON *v) {
     return KL_OK;
 }
 
+static int put_value(fill_ctx *c, const cJSON *v) {
+    if (c->dt == SV_BOOL && cJSON_IsBool(v)) {
+        if (c->n >= c->cap) return too_many(c);
+        c->dst[c->n++] = cJSON_IsTrue(v) ? 1 : 0;
+        return KL_OK;
+    }
+    if (!cJSON_IsNumber(v))
+        return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: expected %s", c->field, (long long)c->n,
+                          c->dt == SV_BOOL ? "true or false" : "a number");
+    return put_double(c, v->valuedouble);
+}
+
 static int fill(fill_ctx *c, const cJSON *arr, int depth) {
     if (depth > 32) return kl_err_set(c->e, KL_EPARSE, "%s.data: nested too deep", c->field);
+    const double *vals;
+    size_t n;
+    if (sv_json_packed(arr, &vals, &n)) { /* a run of numbers: one tight loop */
+        if (c->dt == SV_FP32) {
+            if ((int64_t)n > c->cap - c->n) return too_many(c);
+            float *d = (float *)(void *)c->dst + c->n;
+            for (size_t i = 0; i < n; i++) d[i] = (float)vals[i];
+            c->n += (int64_t)n;
+            return KL_OK;
+        }
+        for (size_t i = 0; i < n; i++) {
+            int rc = put_double(c, vals[i]);
+            if (rc) return rc;
+        }
+        return KL_OK;
+    }
     for (const cJSON *v = arr->child; v; v = v->next) {
         int rc = cJSON_IsArray(v) ? fill(c, v, depth + 1) : put_value(c, v);
         if (rc) return rc;
@@ -166,6 +190,9 @@ static int fill(fill_ctx *c, const cJSON *arr, int depth) {
  * (4-byte little-endian length + bytes per element). */
 static int fill_bytes(const cJSON *arr, kl_buf *b, int64_t *n, const char *field, kl_err *e, int depth) {
     if (depth > 32) return kl_err_set(e, KL_EPARSE, "%s.data: nested too deep", field);
+    const double *vals;
+    size_t nv;
+    if (sv_json_packed(arr, &vals, &nv)) return kl_err_set(e, KL_EPARSE, "%s.data[%lld]: expected a string", field, (long long)*n);
     for (const cJSON *v = arr->child; v; v = v->next) {
         if (cJSON_IsArray(v)) {
             int rc = fill_bytes(v, b, n, field, e, depth + 1);
@@ -202,7 +229,7 @@ int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bi
     sv_version *v = r->ver;
     int rc = KL_OK;
     sv_json_doc *doc = NULL;
-    rc = sv_json_parse(json, json_len, &doc, e);
+    rc = sv_json_parse(json, json_len, SV_JSON_PACK, &doc, e);
     if (rc) return rc;
     const cJSON *root = sv_json_root(doc);
     if (!cJSON_IsObject(root)) { rc = kl_err_set(e, KL_EPARSE, "request body: expected a JSON object"); goto done; }
@@ -277,7 +304,7 @@ int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bi
         }
         if (!cJSON_IsArray(sh)) { rc = kl_err_set(e, KL_ESHAPE, "%s.shape: missing or not an array", field); goto done; }
         sv_tensor *t = &r->in[k];
-        int rank = cJSON_GetArraySize(sh);
+        int rank = sv_json_array_size(sh);
         if (rank != io->rank) {
             rc = kl_err_set(e, KL_ESHAPE, "%s.shape: input '%s' has rank %d, got %d", field, io->name, io->rank, rank);
             goto done;
@@ -408,6 +435,58 @@ done:
  * Encoding
  * ================================================================== */
 
+static const double pow10_tab[] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17,
+    1e18, 1e19, 1e20, 1e21, 1e22, 1e23, 1e24, 1e25, 1e26, 1e27, 1e28, 1e29, 1e30, 1e31, 1e32, 1e33, 1e34, 1e35,
+    1e36, 1e37, 1e38, 1e39, 1e40, 1e41, 1e42, 1e43, 1e44, 1e45, 1e46, 1e47, 1e48, 1e49, 1e50, 1e51, 1e52, 1e53,
+    1e54, 1e55, 1e56, 1e57, 1e58, 1e59, 1e60};
+
+static double scale10(double x, int k) { return k >= 0 ? x * pow10_tab[k] : x / pow10_tab[-k]; }
+
+/* A float as JSON with 9 significant digits (enough to read back the same
+ * float), trailing zeros dropped, in printf's %g layout ("0.123456791",
+ * "1e-05", "-3.40282347e+38"); null for NaN/Inf. About 10x faster than
+ * snprintf("%.9g"): the float is scaled in double arithmetic (relative error
+ * ~1e-16, far below the 9-digit rounding step), so each digit is exact or the
+ * last one is off by at most one unit where printf would round a tie, which
+ * still reads back to the same float. Returns the length (< 24). */
+int sv_fmt_f32(char *out, float f) {
+    char *o = out;
+    if (!isfinite(f)) { memcpy(o, "null", 4); return 4; }
+    double x = f;
+    if (signbit(x)) { *o++ = '-'; x = -x; }
+    if (x == 0) { *o++ = '0'; return (int)(o - out); }
+    int e10 = (int)floor(log10(x));
+    uint64_t m = (uint64_t)(scale10(x, 8 - e10) + 0.5);
+    if (m < 100000000u) { e10--; m = (uint64_t)(scale10(x, 8 - e10) + 0.5); } /* log10 a hair low */
+    if (m >= 1000000000u) { e10++; m = (uint64_t)(scale10(x, 8 - e10) + 0.5); }
+    if (m >= 1000000000u) m = 999999999u;
+    char d[9];
+    for (int i = 8; i >= 0; i--) { d[i] = (char)('0' + m % 10); m /= 10; }
+    int nd = 9;
+    while (nd > 1 && d[nd - 1] == '0') nd--;
+    if (e10 < -4 || e10 >= 9) { /* d.ddde±XX */
+        *o++ = d[0];
+        if (nd > 1) { *o++ = '.'; memcpy(o, d + 1, (size_t)nd - 1); o += nd - 1; }
+        *o++ = 'e';
+        *o++ = e10 < 0 ? '-' : '+';
+        int ae = e10 < 0 ? -e10 : e10;
+        if (ae >= 10) { *o++ = (char)('0' + ae / 10); *o++ = (char)('0' + ae % 10); }
+        else { *o++ = '0'; *o++ = (char)('0' + ae); }
+    } else if (e10 >= 0) { /* ddd.ddd */
+        int ip = e10 + 1;
+        for (int i = 0; i < ip; i++) *o++ = i < nd ? d[i] : '0';
+        if (nd > ip) { *o++ = '.'; memcpy(o, d + ip, (size_t)(nd - ip)); o += nd - ip; }
+    } else { /* 0.000ddd */
+        *o++ = '0';
+        *o++ = '.';
+        for (int i = 0; i < -e10 - 1; i++) *o++ = '0';
+        memcpy(o, d, (size_t)nd);
+        o += nd;
+    }
+    return (int)(o - out);
+}
+
 static void put_num(kl_buf *b, double d, int prec) {
     if (isnan(d) || isinf(d)) { kl_buf_puts(b, "null"); return; }
     char tmp[40];
@@ -437,7 +516,11 @@ static void json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
         case SV_INT64: put_int(b, (long long)((const int64_t *)p)[i]); break;
         case SV_FP16: put_num(b, half_to_float(((const uint16_t *)p)[i]), 5); break;
         case SV_BF16: put_num(b, bf16_to_float(((const uint16_t *)p)[i]), 4); break;
-        case SV_FP32: put_num(b, ((const float *)p)[i], 9); break;
+        case SV_FP32: {
+            char tmp[32];
+            kl_buf_append(b, tmp, (size_t)sv_fmt_f32(tmp, ((const float *)p)[i]));
+            break;
+        }
         case SV_FP64: put_num(b, ((const double *)p)[i], 17); break;
         default: kl_buf_puts(b, "null"); break;
         }
@@ -451,7 +534,7 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
         return kl_err_set(e, KL_EUNSUPPORTED, "model '%s' version %lld has no features.json: send tensors to "
                           "POST /v2/models/%s/infer", r->model->name, (long long)v->version, r->model->name);
     sv_json_doc *d = NULL;
-    int rc = sv_json_parse(json, json_len, &d, e);
+    int rc = sv_json_parse(json, json_len, 0, &d, e);
     if (rc) return rc;
     const cJSON *inst = cJSON_GetObjectItemCaseSensitive(sv_json_root(d), "instances");
     int n = cJSON_IsArray(inst) ? cJSON_GetArraySize(inst) : -1;

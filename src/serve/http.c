@@ -3,8 +3,9 @@
  * binary tensor extension, repository index/load/unload), /metrics, the
  * :predict hook, body limits, and the decoupling of connections from
  * inference: an infer request's connection is suspended while the request
- * waits in the scheduler and resumed when its answer is ready. Also the
- * server's life cycle (new, start, rescan, shutdown with drain, free). */
+ * waits in the scheduler and resumed when its answer is ready; the
+ * slow-client guard (connections that trickle their headers or body are cut).
+ * Also the server's life cycle (new, start, rescan, shutdown with drain, free). */
 #include "serve_int.h"
 
 #include <arpa/inet.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 enum {
@@ -312,9 +314,9 @@ static int parse_prio_header(const char *h, int *out) {
 static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
     if (atomic_load(&s->draining))
         return send_error(s, c, r, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
-    pthread_mutex_lock(&s->lock);
-    s->ninfer++;
+    atomic_fetch_add(&s->ninfer, 1);
     r->in_infer = 1;
+    pthread_mutex_lock(&s->lock);
     sv_model *m = sv_model_find(s, r->model_name);
     if (!m) {
         pthread_mutex_unlock(&s->lock);
@@ -426,6 +428,112 @@ static void log_request(kl_server *s, sv_req *r) {
 }
 
 /* ==================================================================
+ * Slow-client guard
+ *
+ * libmicrohttpd's connection timeout is an idle timeout: every byte resets
+ * it, so a client trickling one byte a second holds a connection forever.
+ * Each connection is tracked here from accept to close with its state
+ * (new, idle between requests, receiving the head, receiving the body,
+ * busy) and when the state began; a guard thread cuts (shutdown(2), then
+ * libmicrohttpd closes it) a connection whose request line and headers take
+ * longer than --header-timeout (a new connection's first request included),
+ * whose body falls below --min-body-rate bytes/s on average after that
+ * grace, or that trickles a request line for longer than --conn-timeout.
+ * Requests in the scheduler (busy) are never cut.
+ * ================================================================== */
+
+static sv_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Called by the connection's HTTP thread only. */
+static void conn_state(sv_conn *sc, int st) {
+    if (!sc || atomic_load_explicit(&sc->state, memory_order_relaxed) == SV_C_CUT) return;
+    atomic_store_explicit(&sc->since, kl_time_mono_ns(), memory_order_relaxed);
+    atomic_store_explicit(&sc->bytes, 0, memory_order_relaxed);
+    atomic_store_explicit(&sc->state, st, memory_order_release);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    kl_server *s = cls;
+    sv_conn *sc = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(sc = calloc(1, sizeof *sc))) return; /* untracked: only the idle timeout applies */
+        sc->fd = ci->connect_fd;
+        atomic_init(&sc->state, SV_C_NEW);
+        atomic_init(&sc->since, kl_time_mono_ns());
+        atomic_init(&sc->bytes, 0);
+        pthread_mutex_lock(&s->conn_lock);
+        sc->next = s->conns;
+        if (s->conns) s->conns->prev = sc;
+        s->conns = sc;
+        pthread_mutex_unlock(&s->conn_lock);
+        *socket_context = sc;
+        return;
+    }
+    if (!sc) return;
+    /* unlinked before libmicrohttpd closes the socket: the guard never shuts a reused fd */
+    pthread_mutex_lock(&s->conn_lock);
+    if (sc->prev) sc->prev->next = sc->next;
+    else s->conns = sc->next;
+    if (sc->next) sc->next->prev = sc->prev;
+    pthread_mutex_unlock(&s->conn_lock);
+    *socket_context = NULL;
+    free(sc);
+}
+
+/* The request line has arrived: the headers' deadline starts. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    conn_state(conn_of(c), SV_C_HEAD);
+    return NULL;
+}
+
+static void *guard_main(void *arg) {
+    kl_server *s = arg;
+    int64_t head_ns = (int64_t)(s->o.header_timeout_s * 1e9), idle_ns = (int64_t)s->o.conn_timeout_s * 1000000000LL;
+    double rate = s->o.min_body_rate;
+    pthread_mutex_lock(&s->conn_lock);
+    while (!s->guard_stop) {
+        int64_t now = kl_time_mono_ns();
+        for (sv_conn *c = s->conns; c; c = c->next) {
+            int st = atomic_load_explicit(&c->state, memory_order_acquire);
+            int64_t age = now - atomic_load_explicit(&c->since, memory_order_relaxed);
+            int64_t got = atomic_load_explicit(&c->bytes, memory_order_relaxed);
+            int body = 0;
+            if (st == SV_C_NEW || st == SV_C_HEAD) {
+                if (age <= head_ns) continue;
+            } else if (st == SV_C_IDLE) {
+                if (age <= idle_ns) continue;
+            } else if (st == SV_C_BODY && rate > 0) {
+                if (age <= head_ns + (int64_t)((double)got / rate * 1e9)) continue;
+                body = 1;
+            } else {
+                continue;
+            }
+            if (!atomic_compare_exchange_strong(&c->state, &st, SV_C_CUT)) continue; /* it moved on meanwhile */
+            shutdown(c->fd, SHUT_RDWR);
+            atomic_fetch_add(body ? &s->cut_body : &s->cut_head, 1);
+            if (body)
+                kl_log(KL_LOG_WARN, "serve", "slow client: connection cut after %.1f s with %lld body bytes (below %.0f bytes/s)",
+                       age / 1e9, (long long)got, rate);
+            else
+                kl_log(KL_LOG_WARN, "serve", "slow client: connection cut, request %s not complete after %.1f s",
+                       st == SV_C_IDLE ? "line" : "headers", age / 1e9);
+        }
+        struct timespec ts;
+        int64_t w = kl_time_mono_ns() + 200000000; /* 200 ms */
+        ts.tv_sec = (time_t)(w / 1000000000);
+        ts.tv_nsec = (long)(w % 1000000000);
+        pthread_cond_timedwait(&s->gcond, &s->conn_lock, &ts);
+    }
+    pthread_mutex_unlock(&s->conn_lock);
+    return NULL;
+}
+
+/* ==================================================================
  * The access handler
  * ================================================================== */
 
@@ -443,9 +551,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->resp_header_len = -1;
         snprintf(r->rid, sizeof r->rid, "r%llu", (unsigned long long)atomic_fetch_add(&s->next_rid, 1));
         r->route = route(url, method, r);
-        pthread_mutex_lock(&s->lock);
-        s->nlive++;
-        pthread_mutex_unlock(&s->lock);
+        r->sc = conn_of(c);
+        conn_state(r->sc, SV_C_BODY); /* the headers are in */
+        atomic_fetch_add(&s->nlive, 1);
         *con_cls = r;
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t n;
@@ -492,8 +600,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->body_len += *upload_size;
         r->body[r->body_len] = 0;
         *upload_size = 0;
+        if (r->sc) atomic_store_explicit(&r->sc->bytes, (int64_t)r->body_len, memory_order_relaxed);
         return MHD_YES;
     }
+    conn_state(r->sc, SV_C_BUSY); /* the whole request is in */
     if (r->too_large)
         return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "request body is over the limit of %llu bytes",
                           (unsigned long long)s->o.max_body);
@@ -556,6 +666,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     sv_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    conn_state(conn_of(c), SV_C_IDLE); /* keep-alive: waiting for the next request */
     if (r->qstate == SV_Q_QUEUED || r->qstate == SV_Q_RUNNING) {
         /* cannot happen: a suspended connection is not terminated before it is resumed */
         kl_log(KL_LOG_ERROR, "serve", "request %s completed while in the scheduler", r->rid);
@@ -566,11 +677,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     kl_mem_free(r->body);
     free(r->resp);
     free(r);
-    pthread_mutex_lock(&s->lock);
-    s->nlive--;
-    if (r_in_infer) s->ninfer--;
-    pthread_cond_broadcast(&s->dcond);
-    pthread_mutex_unlock(&s->lock);
+    if (r_in_infer) atomic_fetch_sub(&s->ninfer, 1);
+    atomic_fetch_sub(&s->nlive, 1);
+    if (atomic_load(&s->draining)) { /* the drain waits for these */
+        pthread_mutex_lock(&s->lock);
+        pthread_cond_broadcast(&s->dcond);
+        pthread_mutex_unlock(&s->lock);
+    }
 }
 
 /* ==================================================================
@@ -601,6 +714,8 @@ int sv_http_start(kl_server *s, kl_err *e) {
     struct MHD_OptionItem ops[] = {
         {MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s},
+        {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, s},
         {MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, NULL},
         {MHD_OPTION_CONNECTION_LIMIT, 4096, NULL},
         {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
@@ -613,10 +728,26 @@ int sv_http_start(kl_server *s, kl_err *e) {
                                  s->o.port);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : s->o.port;
+    s->guard_stop = 0;
+    int rc = pthread_create(&s->guard, NULL, guard_main, s);
+    if (rc) {
+        MHD_stop_daemon(s->d);
+        s->d = NULL;
+        return kl_err_set(e, -rc, "starting the slow-client guard: %s", strerror(rc));
+    }
+    s->have_guard = 1;
     return KL_OK;
 }
 
 void sv_http_stop(kl_server *s) {
+    if (s->have_guard) {
+        pthread_mutex_lock(&s->conn_lock);
+        s->guard_stop = 1;
+        pthread_cond_signal(&s->gcond);
+        pthread_mutex_unlock(&s->conn_lock);
+        pthread_join(s->guard, NULL);
+        s->have_guard = 0;
+    }
     if (s->d) MHD_stop_daemon(s->d);
     s->d = NULL;
 }
@@ -640,6 +771,8 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     if (s->o.exit_timeout_s <= 0) s->o.exit_timeout_s = 30;
     if (s->o.probe_interval_s <= 0) s->o.probe_interval_s = 10;
     if (s->o.conn_timeout_s <= 0) s->o.conn_timeout_s = 30;
+    if (s->o.header_timeout_s <= 0) s->o.header_timeout_s = 10;
+    if (s->o.min_body_rate == 0) s->o.min_body_rate = 1024;
     s->budget = o->memory_budget ? o->memory_budget : kl_mem_get_budget();
     if (!s->budget) s->budget = (uint64_t)(kl_mem_physical_bytes() * 0.8);
     s->t_start_ns = kl_time_mono_ns();
@@ -653,6 +786,8 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     pthread_cond_init(&s->dcond, &ca);
     pthread_cond_init(&s->rcond, &ca);
     pthread_cond_init(&s->pcond, &ca);
+    pthread_mutex_init(&s->conn_lock, NULL);
+    pthread_cond_init(&s->gcond, &ca);
     pthread_condattr_destroy(&ca);
     atomic_init(&s->draining, 0);
     atomic_init(&s->next_rid, 1);
@@ -695,7 +830,7 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     pthread_mutex_lock(&s->lock);
     kl_log(KL_LOG_INFO, "serve", "shutting down: %d queued, %d running batch(es); draining up to %.0f s", s->nqueued,
            s->nrunning, s->o.exit_timeout_s);
-    while ((s->nqueued || s->nrunning || s->ninfer > 0) && kl_time_mono_ns() < deadline) {
+    while ((s->nqueued || s->nrunning || atomic_load(&s->ninfer) > 0) && kl_time_mono_ns() < deadline) {
         struct timespec ts;
         int64_t w = kl_time_mono_ns() + 50000000;
         ts.tv_sec = (time_t)(w / 1000000000);
@@ -721,7 +856,7 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     for (;;) {
         int64_t now = kl_time_mono_ns();
         if (now >= grace) break;
-        if (s->nlive > 0) idle_since = 0;
+        if (atomic_load(&s->nlive) > 0) idle_since = 0;
         else if (!idle_since) idle_since = now;
         else if (now - idle_since >= 100000000LL) break;
         struct timespec ts;
@@ -751,5 +886,7 @@ void kl_server_free(kl_server *s) {
     pthread_cond_destroy(&s->dcond);
     pthread_cond_destroy(&s->rcond);
     pthread_cond_destroy(&s->pcond);
+    pthread_mutex_destroy(&s->conn_lock);
+    pthread_cond_destroy(&s->gcond);
     free(s);
 }

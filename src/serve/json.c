@@ -4,7 +4,12 @@
  * and numbers take the exact fast path (Clinger: <= 19 significant digits,
  * |exponent| <= 22) before falling back to strtod. On the KServe MLP request
  * (784 numbers) this is several times faster than cJSON_ParseWithLength,
- * whose malloc per node and strtod per number dominated the request cost. */
+ * whose malloc per node and strtod per number dominated the request cost.
+ * With SV_JSON_PACK (infer requests), an array of more than SV_MAX_DIMS
+ * numbers is not a list of nodes but one node holding a packed double array
+ * (sv_json_packed reads it): the tensor data of a request is parsed in one
+ * tight loop into contiguous memory; any non-number in it falls back to the
+ * node form so that the codec's errors still name the element. */
 #include "serve_int.h"
 
 #include <cjson/cJSON.h>
@@ -29,7 +34,10 @@ typedef struct {
     int depth;
     const char *err;
     size_t err_off;
+    int pack;
 } parser;
+
+#define PACKED_FLAG (1 << 12) /* above cJSON's type bits: cJSON_IsArray still holds */
 
 static void *alloc(sv_json_doc *d, size_t n) {
     n = (n + 15) & ~(size_t)15;
@@ -72,7 +80,7 @@ static void ws(parser *ps) {
 static const double pow10_tab[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-static int number(parser *ps, cJSON *n) {
+static int number(parser *ps, double *out) {
     const char *s = ps->p;
     int neg = 0;
     if (s < ps->end && *s == '-') { neg = 1; s++; }
@@ -119,11 +127,66 @@ static int number(parser *ps, cJSON *n) {
         v = strtod(tmp, NULL);
         neg = 0;
     }
-    n->valuedouble = neg ? -v : v;
-    n->valueint = n->valuedouble >= 2147483647.0 ? 2147483647 : n->valuedouble <= -2147483648.0 ? (int)-2147483648.0
-                                                                                                   : (int)n->valuedouble;
+    *out = neg ? -v : v;
     ps->p = s;
     return 0;
+}
+
+static int number_node(parser *ps, cJSON *n) {
+    if (number(ps, &n->valuedouble)) return -1;
+    n->valueint = n->valuedouble >= 2147483647.0 ? 2147483647 : n->valuedouble <= -2147483648.0 ? (int)-2147483648.0
+                                                                                                   : (int)n->valuedouble;
+    return 0;
+}
+
+/* At '[': an array of only numbers, more than SV_MAX_DIMS of them, as one
+ * packed node; NULL (and the position unchanged) when it is anything else. */
+static cJSON *packed_array(parser *ps) {
+    const char *save = ps->p;
+    size_t n = 0, cap = 256;
+    double *v = alloc(ps->doc, cap * sizeof *v);
+    if (!v) return NULL;
+    ps->p++;
+    for (;;) {
+        ws(ps);
+        if (ps->p >= ps->end || (*ps->p != '-' && (*ps->p < '0' || *ps->p > '9'))) goto other;
+        if (n == cap) {
+            double *nv = alloc(ps->doc, 2 * cap * sizeof *v);
+            if (!nv) goto other;
+            memcpy(nv, v, n * sizeof *v);
+            v = nv;
+            cap *= 2;
+        }
+        if (number(ps, &v[n])) goto other;
+        n++;
+        ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') { ps->p++; continue; }
+        if (ps->p < ps->end && *ps->p == ']') { ps->p++; break; }
+        goto other;
+    }
+    if (n <= SV_MAX_DIMS || n > INT32_MAX) goto other;
+    cJSON *a = node(ps, cJSON_Array | PACKED_FLAG);
+    if (!a) return NULL;
+    a->valuestring = (char *)v;
+    a->valueint = (int)n;
+    return a;
+other:
+    ps->p = save;
+    ps->err = NULL;
+    return NULL;
+}
+
+int sv_json_packed(const cJSON *a, const double **vals, size_t *n) {
+    if (!a || !(a->type & PACKED_FLAG)) return 0;
+    *vals = (const double *)(const void *)a->valuestring;
+    *n = (size_t)a->valueint;
+    return 1;
+}
+
+int sv_json_array_size(const cJSON *a) {
+    const double *v;
+    size_t n;
+    return sv_json_packed(a, &v, &n) ? (int)n : cJSON_GetArraySize(a);
 }
 
 static int hex4(const char *s, unsigned *out) {
@@ -247,7 +310,10 @@ static cJSON *value(parser *ps) {
     cJSON *n;
     switch (*ps->p) {
     case '{': return container(ps, 1);
-    case '[': return container(ps, 0);
+    case '[':
+        if (ps->pack && (n = packed_array(ps))) return n;
+        if (ps->err) return NULL;
+        return container(ps, 0);
     case '"': {
         if (!(n = node(ps, cJSON_String))) return NULL;
         if (!(n->valuestring = string(ps))) return NULL;
@@ -257,16 +323,16 @@ static cJSON *value(parser *ps) {
     case 'f': if (!(n = node(ps, cJSON_False)) || lit(ps, "false")) return NULL; return n;
     case 'n': if (!(n = node(ps, cJSON_NULL)) || lit(ps, "null")) return NULL; return n;
     default:
-        if (!(n = node(ps, cJSON_Number)) || number(ps, n)) return NULL;
+        if (!(n = node(ps, cJSON_Number)) || number_node(ps, n)) return NULL;
         return n;
     }
 }
 
-int sv_json_parse(const char *text, size_t len, sv_json_doc **out, kl_err *e) {
+int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e) {
     *out = NULL;
     sv_json_doc *d = calloc(1, sizeof *d);
     if (!d) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    parser ps = {text, text + len, text, d, 0, NULL, 0};
+    parser ps = {text, text + len, text, d, 0, NULL, 0, (flags & SV_JSON_PACK) != 0};
     d->root = value(&ps);
     if (d->root) {
         ws(&ps);

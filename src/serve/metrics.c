@@ -159,6 +159,12 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
             kl_buf_printf(&b, "keel_inference_requests_total{%s,result=\"%s\"} %llu\n", lb, reason_names[r],
                           (unsigned long long)ms[i]->st.requests[r]);
         }
+    head(&b, "keel_http_connections_cut_total", "counter",
+         "Slow clients cut: request headers late (header_timeout) or body below the minimum rate (slow_body).");
+    kl_buf_printf(&b, "keel_http_connections_cut_total{reason=\"header_timeout\"} %llu\n",
+                  (unsigned long long)atomic_load(&s->cut_head));
+    kl_buf_printf(&b, "keel_http_connections_cut_total{reason=\"slow_body\"} %llu\n",
+                  (unsigned long long)atomic_load(&s->cut_body));
     head(&b, "keel_http_requests_failed_total", "counter", "Requests refused before reaching a model, by reason.");
     for (int r = 1; r < SV_R_COUNT; r++)
         kl_buf_printf(&b, "keel_http_requests_failed_total{reason=\"%s\"} %llu\n", reason_names[r],

@@ -46,6 +46,7 @@ static void unqueue(kl_server *s, sv_req *r) {
     else m->qtail[l] = r->prev;
     r->next = r->prev = NULL;
     m->qlen[l]--;
+    m->qrows[l] -= r->rows > 0 ? r->rows : 1;
     s->nqueued--;
 }
 
@@ -145,8 +146,17 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     else m->qhead[r->level] = r;
     m->qtail[r->level] = r;
     m->qlen[r->level]++;
+    m->qrows[r->level] += r->rows > 0 ? r->rows : 1;
     s->nqueued++;
-    pthread_cond_signal(&s->qcond);
+    /* a worker already waits for this model and level's batch to fill: wake it
+     * only when the batch is complete (every wake-up is a context switch) */
+    int wake = 1;
+    if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
+        int64_t rows = m->qrows[r->level];
+        wake = rows >= m->cfg.max_batch;
+        for (int i = 0; i < m->cfg.n_preferred; i++) wake |= rows == m->cfg.preferred[i];
+    }
+    if (wake) pthread_cond_signal(&s->qcond);
     pthread_mutex_unlock(&s->lock);
     return 0;
 reject:
@@ -244,7 +254,7 @@ static void execute(kl_server *s, sv_req **rq, int n) {
 }
 
 /* lock held: the next batch to run (0 requests = nothing runnable) */
-static int pick(kl_server *s, sv_req **rq, int64_t *wait_until) {
+static int pick(kl_server *s, sv_req **rq, int64_t *wait_until, sv_model **wait_model, int *wait_level) {
     sv_model *best = NULL;
     int bl = 0;
     int64_t bt = 0;
@@ -275,6 +285,8 @@ static int pick(kl_server *s, sv_req **rq, int64_t *wait_until) {
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
         if (!preferred && c->max_queue_delay_us > 0 && kl_time_mono_ns() < due && !atomic_load(&s->draining)) {
             *wait_until = due;
+            *wait_model = best;
+            *wait_level = bl;
             return 0;
         }
     }
@@ -284,6 +296,19 @@ static int pick(kl_server *s, sv_req **rq, int64_t *wait_until) {
     return n;
 }
 
+/* lock held: a queued request that a worker could run now (its model below
+ * its instances): only then is waking an idle worker worth a context switch */
+static int runnable(const kl_server *s) {
+    if (!s->nqueued || !s->nidle) return 0;
+    for (int i = 0; i < s->nmodels; i++) {
+        const sv_model *m = s->models[i];
+        if (m->running >= m->cfg.instances) continue;
+        for (int l = 0; l < SV_MAX_LEVELS; l++)
+            if (m->qhead[l]) return 1;
+    }
+    return 0;
+}
+
 static void *worker_main(void *arg) {
     kl_server *s = arg;
     sv_req *rq[SV_MAX_BATCH_REQS];
@@ -291,17 +316,26 @@ static void *worker_main(void *arg) {
     for (;;) {
         if (s->stop) break;
         int64_t wait_until = 0;
-        int n = pick(s, rq, &wait_until);
+        sv_model *wm = NULL;
+        int wl = 0;
+        int n = pick(s, rq, &wait_until, &wm, &wl);
         if (!n) {
             if (wait_until) {
                 struct timespec ts;
                 abs_time(&ts, wait_until);
+                s->ntimed++;
+                s->timed_model = wm;
+                s->timed_level = wl;
                 pthread_cond_timedwait(&s->qcond, &s->lock, &ts);
+                s->ntimed--;
             } else {
+                s->nidle++;
                 pthread_cond_wait(&s->qcond, &s->lock);
+                s->nidle--;
             }
             continue;
         }
+        if (runnable(s)) pthread_cond_signal(&s->qcond); /* more work than this batch */
         sv_model *m = rq[0]->model;
         pthread_mutex_unlock(&s->lock);
         execute(s, rq, n);
@@ -309,7 +343,7 @@ static void *worker_main(void *arg) {
         m->running--;
         s->nrunning--;
         pthread_cond_broadcast(&s->dcond);
-        pthread_cond_signal(&s->qcond);
+        if (runnable(s)) pthread_cond_signal(&s->qcond); /* this one loops to pick too */
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;

@@ -172,6 +172,7 @@ struct sv_model {
     /* scheduler (server lock) */
     sv_req *qhead[SV_MAX_LEVELS], *qtail[SV_MAX_LEVELS];
     int qlen[SV_MAX_LEVELS];
+    int64_t qrows[SV_MAX_LEVELS]; /* batch rows queued per level */
     int running;
     double tokens[SV_MAX_LEVELS];
     int64_t tok_ns[SV_MAX_LEVELS];
@@ -188,6 +189,17 @@ void sv_version_unref(sv_version *v);
  * ================================================================== */
 
 enum { SV_Q_NEW, SV_Q_QUEUED, SV_Q_RUNNING, SV_Q_DONE };
+
+/* A client connection as the slow-client guard sees it (http.c). Written by
+ * the connection's HTTP thread, read by the guard thread. */
+enum { SV_C_NEW, SV_C_IDLE, SV_C_HEAD, SV_C_BODY, SV_C_BUSY, SV_C_CUT };
+typedef struct sv_conn {
+    struct sv_conn *next, *prev;   /* server conn list (conn_lock) */
+    int fd;
+    atomic_int state;              /* SV_C_* */
+    _Atomic int64_t since;         /* monotonic ns: when the state began */
+    _Atomic int64_t bytes;         /* body bytes received (SV_C_BODY) */
+} sv_conn;
 
 struct sv_req {
     sv_req *next, *prev;
@@ -232,6 +244,7 @@ struct sv_req {
     int counted;
     int in_infer;           /* counted in ninfer */
     int predict;            /* a v1 :predict request: records in, {"predictions"} out */
+    sv_conn *sc;            /* the connection (slow-client guard); NULL when untracked */
 };
 
 /* ==================================================================
@@ -254,8 +267,12 @@ struct kl_server {
     int nmodels, capmodels;
     int nqueued;                /* over all models */
     int nrunning;               /* batches running */
-    int nlive;                  /* request contexts alive (accepted, not completed) */
-    int ninfer;                 /* inference requests admitted and not yet completed */
+    atomic_int nlive;           /* request contexts alive (accepted, not completed) */
+    atomic_int ninfer;          /* inference requests admitted and not yet completed */
+    int nidle;                  /* workers waiting for work (untimed) */
+    int ntimed;                 /* workers waiting for a batch to fill (max_queue_delay_us) */
+    sv_model *timed_model;      /* ... for this model and level: arrivals that do not */
+    int timed_level;            /* complete that batch need not wake anyone */
     atomic_int draining;
     int stop;                   /* workers exit */
     pthread_t *workers;
@@ -268,6 +285,13 @@ struct kl_server {
     atomic_uint_fast64_t next_rid;
     uint64_t http_errors[SV_R_COUNT]; /* requests not tied to a model (mx) */
     int64_t t_start_ns;
+    /* slow-client guard (http.c) */
+    pthread_mutex_t conn_lock;
+    pthread_cond_t gcond;
+    sv_conn *conns;
+    pthread_t guard;
+    int have_guard, guard_stop;
+    atomic_uint_fast64_t cut_head, cut_body;  /* connections cut: headers late, body too slow */
     double cpu_last_s;
     int64_t cpu_last_ns;
 };
@@ -284,7 +308,12 @@ void sv_model_free(sv_model *m);
  * never cJSON_Delete it). */
 typedef struct sv_json_doc sv_json_doc;
 struct cJSON;
-int sv_json_parse(const char *text, size_t len, sv_json_doc **out, kl_err *e);
+#define SV_JSON_PACK 1 /* arrays of > SV_MAX_DIMS numbers become packed nodes */
+int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e);
+/* A packed array node: its numbers (valid until sv_json_free); 0 when a is not one. */
+int sv_json_packed(const struct cJSON *a, const double **vals, size_t *n);
+/* Elements of an array node, packed or not. */
+int sv_json_array_size(const struct cJSON *a);
 const struct cJSON *sv_json_root(const sv_json_doc *d);
 void sv_json_free(sv_json_doc *d);
 
@@ -300,6 +329,9 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e);
 /* Builds the response of r from outputs (rows [row0, row0+rows) of each). */
 int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0,
                     int64_t total_rows, kl_err *e);
+/* A float as JSON: 9 significant digits (reads back exactly), %g layout,
+ * "null" for NaN/Inf; writes < 24 bytes, returns the length. */
+int sv_fmt_f32(char *out, float f);
 /* {"error": msg} */
 char *sv_error_json(const char *msg, size_t *len);
 

@@ -4,6 +4,7 @@ requests), integrity refusal from meta.json, repository index/load/unload,
 SIGHUP rescans, slowloris connections timing out, `promtool check metrics`
 on the live endpoint, and SIGTERM exiting 0. Starts the real binary."""
 import os
+import select
 import shutil
 import signal
 import socket
@@ -30,7 +31,8 @@ shutil.copy(os.path.join(repo, "broken", "1", "model.onnx"), os.path.join(repo, 
 with open(os.path.join(repo, "badcfg", "config.yaml"), "w") as f:
     f.write("max_batch_size: 4\nmax_bach: 8\n")
 
-s = Server(repo, "--conn-timeout", "1", "--max-body", "4096", "--probe-interval", "1")
+s = Server(repo, "--conn-timeout", "1", "--header-timeout", "2", "--min-body-rate", "2000", "--max-body", "4096",
+           "--probe-interval", "1")
 try:
     st, h, b = s.json("GET", "/v2/health/live")
     check("serve_http_live", st == 200 and b == {"live": True}, (st, b))
@@ -97,6 +99,40 @@ try:
     waited = time.time() - t0
     sk.close()
     check("serve_http_slowloris_closed", got == b"" and waited < 8 and st == 200, (got, waited))
+    # trickling slowloris: a byte every 0.4 s keeps the 1 s idle timeout from firing, yet the request
+    # line + headers must be in within --header-timeout 2 and a body must keep --min-body-rate 2000
+    def closed(sk):
+        r, _, _ = select.select([sk], [], [], 0)
+        if not r:
+            return False
+        try:
+            return sk.recv(100) == b""
+        except OSError:
+            return True
+    hs = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    hs.sendall(b"POST /v2/models/broken/infer HTTP/1.1\r\n")
+    bs = socket.create_connection(("127.0.0.1", s.port), timeout=10)
+    bs.sendall(b"POST /v2/models/broken/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\n")
+    t0, cut, served = time.time(), {}, []
+    while len(cut) < 2 and time.time() - t0 < 8:
+        for name, sk, data in (("head", hs, b"X-Slow: 1\r\n"), ("body", bs, b"a" * 10)):
+            if name in cut:
+                continue
+            if closed(sk):
+                cut[name] = time.time() - t0
+                continue
+            try:
+                sk.sendall(data)
+            except OSError:
+                cut[name] = time.time() - t0
+        st, h, b = s.json("GET", "/v2/health/live")  # others are served meanwhile
+        served.append(st)
+        time.sleep(0.4)
+    hs.close()
+    bs.close()
+    check("serve_http_slowloris_trickled_headers_cut", 1.5 < cut.get("head", 99) < 5, cut)
+    check("serve_http_slowloris_trickled_body_cut", 1.5 < cut.get("body", 99) < 5, cut)
+    check("serve_http_slowloris_others_served", len(served) >= 3 and all(x == 200 for x in served), served)
     # unload: a model explicitly unloaded no longer counts for readiness
     for m in ("tampered", "broken", "badcfg"):
         st, h, b = s.json("POST", "/v2/repository/models/%s/unload" % m)
@@ -137,6 +173,9 @@ try:
         "keel_memory_budget_bytes", "process_cpu_seconds_total", "keel_model_loads_total",
         'keel_http_requests_failed_total{reason="not_found"}', "keel_inference_batch_size_bucket")),
         text[:300])
+    cuts = {l.split('"')[1]: int(l.rsplit(" ", 1)[1]) for l in text.splitlines()
+            if l.startswith("keel_http_connections_cut_total{")}
+    check("serve_http_metrics_slow_clients_cut", cuts.get("header_timeout", 0) >= 1 and cuts.get("slow_body", 0) >= 1, cuts)
     fails = [int(l.rsplit(" ", 1)[1]) for l in text.splitlines()
              if l.startswith('keel_model_loads_total{model="tampered",result="failure"}')]
     check("serve_http_metrics_counted_failures", fails and fails[0] >= 2, fails)  # start-up + explicit load

@@ -162,6 +162,16 @@ KL_TEST(serve_decode_errors_name_the_field) {
     expect_error(j, "outputs[0].name");
     snprintf(j, sizeof j, "{\"parameters\":{\"timeout\":-3},\"inputs\":[]}");
     expect_error(j, "parameters.timeout");
+    /* long (packed) data runs keep the same errors */
+    const char *x12 = "{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[3,3],\"data\":[1,2,3,4,5,6,7,8,9,10,11,12]}";
+    snprintf(j, sizeof j, "{\"inputs\":[%s,%s]}", mask, x12);
+    expect_error(j, "inputs[1].data: more values than the shape holds (9)");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[3,3],"
+                          "\"data\":[1,2,3,4,5,6,7,8,null]}]}", mask);
+    expect_error(j, "inputs[1].data[8]: expected a number");
+    snprintf(j, sizeof j, "{\"inputs\":[{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[9],"
+                          "\"data\":[1,0,1,0,1,0,1,0,2]},%s]}", x12);
+    expect_error(j, "inputs[0].data[8]: expected true or false");
 }
 
 KL_TEST(serve_decode_binary_and_encode) {
@@ -250,7 +260,7 @@ KL_TEST(serve_json_numbers_match_strtod) {
         }
         sv_json_doc *doc = NULL;
         kl_err e = {0};
-        KT_OK(sv_json_parse(s, strlen(s), &doc, &e), &e);
+        KT_OK(sv_json_parse(s, strlen(s), 0, &doc, &e), &e);
         double want = strtod(s, NULL), got = sv_json_root(doc)->valuedouble;
         sv_json_free(doc);
         KT_CHECKF(memcmp(&want, &got, 8) == 0, "%s: got %.17g, strtod %.17g", s, got, want);
@@ -261,7 +271,7 @@ KL_TEST(serve_json_structure_and_errors) {
     const char *j = "{\"a\" : [1, [2, 3], {\"b\": \"x\\n\\u00e9\\ud83d\\ude00\"}], \"t\": true, \"n\": null}";
     sv_json_doc *doc = NULL;
     kl_err e = {0};
-    KT_OK(sv_json_parse(j, strlen(j), &doc, &e), &e);
+    KT_OK(sv_json_parse(j, strlen(j), 0, &doc, &e), &e);
     const cJSON *r = sv_json_root(doc);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "a");
     KT_EQ_INT(cJSON_GetArraySize(a), 3);
@@ -273,9 +283,59 @@ KL_TEST(serve_json_structure_and_errors) {
     const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "[1 2]", "\"abc", "[01]", "{} x", "[-]", "[1.]", "[\"\\q\"]", "tru"};
     for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
         doc = NULL;
-        int rc = sv_json_parse(bad[i], strlen(bad[i]), &doc, &e);
+        int rc = sv_json_parse(bad[i], strlen(bad[i]), 0, &doc, &e);
         sv_json_free(doc);
         KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", bad[i]);
         KT_CONTAINS(e.msg, "malformed JSON at byte");
+    }
+}
+
+KL_TEST(serve_json_packed_number_arrays) {
+    const char *j = "{\"a\":[1,2,3,4,5,6,7,8,9,-10.5e1], \"b\":[1,2], \"c\":[1,2,3,4,5,6,7,8,\"x\"], \"d\":[[1,2,3,4,5,6,7,8,9]]}";
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    KT_OK(sv_json_parse(j, strlen(j), SV_JSON_PACK, &doc, &e), &e);
+    const cJSON *r = sv_json_root(doc);
+    const double *v;
+    size_t n = 0;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "a");
+    KT_CHECK(cJSON_IsArray(a) && sv_json_packed(a, &v, &n));
+    KT_EQ_INT((int)n, 10);
+    KT_EQ_INT(sv_json_array_size(a), 10);
+    if (n == 10) { KT_NEAR(v[0], 1, 0); KT_NEAR(v[9], -105, 0); }
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(r, "b"), *c = cJSON_GetObjectItemCaseSensitive(r, "c");
+    KT_CHECK(!sv_json_packed(b, &v, &n) && sv_json_array_size(b) == 2);             /* shape-sized: nodes */
+    KT_CHECK(!sv_json_packed(c, &v, &n) && cJSON_GetArraySize(c) == 9);             /* not all numbers: nodes */
+    KT_CHECK(sv_json_packed(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "d"), 0), &v, &n) && n == 9);
+    sv_json_free(doc);
+    const char *bad[] = {"[1,2,3,4,5,6,7,8,9,]", "[1,2,3,4,5,6,7,8,9 10]", "[1,2,3,4,5,6,7,8,01]", "[1,2,3,4,5,6,7,8,9"};
+    for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
+        doc = NULL;
+        int rc = sv_json_parse(bad[i], strlen(bad[i]), SV_JSON_PACK, &doc, &e);
+        sv_json_free(doc);
+        KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", bad[i]);
+    }
+}
+
+KL_TEST(serve_fmt_f32_reads_back) {
+    const float fixed[] = {0.0f, -0.0f, 1.0f, 0.5f, 1.5f, 100.0f, 123456792.0f, 1e9f, 1e-5f, -2.5e-7f, 0.1f,
+                           3.40282347e+38f, 1.17549435e-38f, 1.4e-45f, 999999.9f, 0.0001f, 123.456f};
+    char buf[32], ref[64];
+    for (size_t i = 0; i < KL_ARRAY_LEN(fixed); i++) { /* the same text as printf for these */
+        buf[sv_fmt_f32(buf, fixed[i])] = 0;
+        snprintf(ref, sizeof ref, "%.9g", fixed[i]);
+        KT_EQ_STR(buf, ref);
+    }
+    uint32_t x = 2463534242u;
+    for (int i = 0; i < 200000; i++) {
+        x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+        float f;
+        memcpy(&f, &x, 4);
+        int n = sv_fmt_f32(buf, f);
+        buf[n] = 0;
+        if (!isfinite(f)) { KT_EQ_STR(buf, "null"); continue; }
+        float back = strtof(buf, NULL);
+        KT_CHECKF(memcmp(&back, &f, 4) == 0, "%.9g printed as %s", f, buf);
+        if (memcmp(&back, &f, 4)) break;
     }
 }
