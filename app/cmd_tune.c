@@ -1,39 +1,42 @@
-/* keel tune: hyperparameter search over a training spec. Each trial runs
- * `keel train SPEC --set name=value ...` as a child process (up to
- * --parallel at once), its per-epoch metric is read from the trial's
- * metrics.csv as it grows (for the pruner), and everything is recorded in
- * the experiment store as a study, so re-running the same command continues
- * the study. `keel tune show STUDY` reports it. */
+/* keel tune: hyperparameter search over a training spec. Each trial is a
+ * forked child process of the tune process that calls the training library
+ * directly (kl_train_run with `--set`-style overrides and a per-epoch
+ * callback): no exec, no start-up, and a pruned trial stops at once and
+ * writes only its metrics.csv. The child reports the metric after every
+ * epoch over a pipe and waits for the pruner's answer on another; the parent
+ * records everything in the experiment store as a study, so re-running the
+ * same command continues the study. `keel tune show STUDY` reports it. */
 #include "app.h"
 
 #include <keel/track.h>
+#include <keel/train.h>
 #include <keel/tune.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
-
 /* ==================================================================
- * Trials in flight
+ * Trials in flight: one forked process each
  * ================================================================== */
 
 typedef struct {
     pid_t pid;
     int slot;          /* index into the history array */
     int64_t run_id;
+    int rfd, wfd;      /* from the child (report lines), to the child (decisions) */
     char dir[1024], log[1100];
-    int metric_col, epoch_col, split_col; /* columns of metrics.csv (-1 until known) */
-    long offset;       /* bytes of metrics.csv already read */
-    int pruned;
+    char buf[2048];    /* partial line from the child */
+    size_t blen;
+    char err[768];     /* the child's error line ("E ...") */
+    int done, pruned;
     double t0;
 } child;
 
@@ -42,108 +45,176 @@ static void on_signal(int sig) { (void)sig; interrupted = 1; }
 
 static double now_s(void) { return (double)kl_time_mono_ns() / 1e9; }
 
-/* metric "val_accuracy" -> split "val", column "accuracy" */
-static void split_metric(const char *metric, char *split, size_t ns, char *col, size_t nc) {
-    const char *us = strchr(metric, '_');
-    if (!us) { snprintf(split, ns, "val"); snprintf(col, nc, "%s", metric); return; }
-    snprintf(split, ns, "%.*s", (int)(us - metric), metric);
-    snprintf(col, nc, "%s", us + 1);
+/* the metric a trial reports, from one epoch's values (NaN = not there) */
+static double epoch_metric(const char *metric, const kl_train_epoch *ep) {
+    if (!strcmp(metric, "val_accuracy") || !strcmp(metric, "val_acc")) return ep->val_accuracy;
+    if (!strcmp(metric, "val_loss")) return ep->val_loss;
+    if (!strcmp(metric, "train_loss")) return ep->train_loss;
+    return NAN;
 }
 
-static int csv_field(const char *line, int idx, char *out, size_t n) {
-    for (int i = 0; i < idx; i++) {
-        line = strchr(line, ',');
-        if (!line) return 0;
-        line++;
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
     }
-    size_t len = strcspn(line, ",\r\n");
-    snprintf(out, n, "%.*s", (int)len, line);
-    return 1;
+    return 0;
 }
 
-/* Reads new complete lines of the trial's metrics.csv; reports each new
- * value of the metric; returns 1 when the pruner says stop. */
-static int poll_metrics(child *c, kl_study *st, kl_trial *t, const kl_pruner_opts *po, const kl_trial *hist,
-                        size_t nhist, int minimize, const char *metric) {
-    char path[1200], split[64], col[128];
-    snprintf(path, sizeof path, "%s/metrics.csv", c->dir);
-    split_metric(metric, split, sizeof split, col, sizeof col);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    if (fseek(f, c->offset, SEEK_SET) != 0) { fclose(f); return 0; }
-    char line[4096];
-    int prune = 0;
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strlen(line);
-        if (!len || line[len - 1] != '\n') break; /* a partial line: read it next time */
-        c->offset += (long)len;
-        if (c->metric_col < 0) { /* the header */
-            char name[128];
-            for (int i = 0; csv_field(line, i, name, sizeof name); i++) {
-                if (!strcmp(name, col)) c->metric_col = i;
-                if (!strcmp(name, "epoch")) c->epoch_col = i;
-                if (!strcmp(name, "split")) c->split_col = i;
-            }
-            if (c->metric_col < 0) c->metric_col = 1 << 20; /* header read; column absent */
-            continue;
-        }
-        char sv[64], ev[64], mv[64];
-        if (c->split_col < 0 || c->epoch_col < 0) continue;
-        if (!csv_field(line, c->split_col, sv, sizeof sv) || strcmp(sv, split)) continue;
-        if (!csv_field(line, c->epoch_col, ev, sizeof ev) || !csv_field(line, c->metric_col, mv, sizeof mv)) continue;
-        int64_t epoch;
-        double v;
-        if (kl_parse_int64(ev, &epoch) || epoch < 0 || epoch > 100000 || kl_parse_double(mv, &v)) continue;
-        if (epoch >= t->ninter) {
-            double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
-            if (!ni) continue;
-            for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
-            t->inter = ni;
-            t->ninter = (int)epoch + 1;
-        }
-        t->inter[epoch] = v;
-        kl_err e = {0};
-        if (kl_study_trial_report(st, c->run_id, (int)epoch, v, &e))
-            kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, metric, kl_err_what(&e));
-        if (!prune && kl_tune_should_prune(po, hist, nhist, t, (int)epoch, minimize)) prune = 1;
-    }
-    fclose(f);
-    return prune;
+typedef struct { const char *metric; int wfd, rfd; } trial_io;
+
+/* In the child, after each epoch: "R epoch value" to the parent, then wait
+ * for its answer: 'c' go on, 'p' prune (stop now). */
+static int trial_epoch(void *ctx, const kl_train_epoch *ep) {
+    trial_io *io = ctx;
+    double v = epoch_metric(io->metric, ep);
+    if (isnan(v)) return 0;
+    char line[96];
+    int n = snprintf(line, sizeof line, "R %lld %.17g\n", (long long)ep->epoch, v);
+    if (write_all(io->wfd, line, (size_t)n)) return 1; /* the parent is gone */
+    char d;
+    ssize_t r;
+    while ((r = read(io->rfd, &d, 1)) < 0 && errno == EINTR) {}
+    return r != 1 || d == 'p';
 }
 
-static int spawn_trial(const char *self, const char *spec, const kl_tune_space *s, const kl_tune_value *v,
-                       child *c, const char *threads, kl_err *e) {
-    char *argv[96];
+/* The child: train in-process, tell the parent how it ended, _exit. */
+static void trial_child(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric,
+                        int threads, int wfd, int rfd, const char *dir, const char *logpath) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (lfd >= 0) { dup2(lfd, 1); dup2(lfd, 2); close(lfd); }
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0) { dup2(nul, 0); close(nul); }
+    kl_threads_set(threads);
     char sets[64][256];
-    int n = 0;
-    argv[n++] = (char *)"keel";
-    if (threads) { argv[n++] = (char *)"--threads"; argv[n++] = (char *)threads; }
-    argv[n++] = (char *)"train";
-    argv[n++] = (char *)spec;
-    argv[n++] = (char *)"--out";
-    argv[n++] = c->dir;
-    argv[n++] = (char *)"--quiet";
-    for (int p = 0; p < s->n && p < 64; p++) {
+    const char *setp[64];
+    int ns = 0;
+    for (int p = 0; p < s->n && ns < 64; p++) {
         if (!v[p].present) continue;
         char val[96];
-        kl_tune_value_str(&s->p[p], v[p], val, sizeof val);
-        snprintf(sets[p], sizeof sets[p], "%s=%s", s->p[p].name, val);
-        argv[n++] = (char *)"--set";
-        argv[n++] = sets[p];
+        snprintf(sets[ns], sizeof sets[ns], "%s=%s", s->p[p].name, kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
+        setp[ns] = sets[ns];
+        ns++;
     }
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, c->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    int rc = posix_spawn(&c->pid, self, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) return kl_err_set(e, -rc, "cannot start %s train: %s", self, strerror(rc));
+    trial_io io = {metric, wfd, rfd};
+    kl_train_opts o = {0};
+    o.out_dir = dir;
+    o.quiet = 1;
+    o.report = stdout;
+    o.sets = setp;
+    o.nsets = ns;
+    o.on_epoch = trial_epoch;
+    o.on_epoch_ctx = &io;
+    kl_err e = {0};
+    int rc = kl_train_run(spec, &o, &e);
+    char line[1100];
+    int n;
+    if (rc) {
+        const char *w = kl_err_what(&e);
+        fprintf(stderr, "error: %s\n", w);
+        n = snprintf(line, sizeof line, "E %.1000s\n", w);
+        for (char *q = line + 2; q < line + n - 1; q++) if (*q == '\n') *q = ' ';
+    } else {
+        n = snprintf(line, sizeof line, "D\n");
+    }
+    fflush(stdout);
+    fflush(stderr);
+    write_all(wfd, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
+    _exit(rc ? 1 : 0);
+}
+
+static int fork_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric, int threads,
+                      child *c, kl_err *e) {
+    int up[2], down[2];
+    if (pipe(up)) return kl_err_set(e, -errno, "pipe: %s", strerror(errno));
+    if (pipe(down)) {
+        int err = errno;
+        close(up[0]); close(up[1]);
+        return kl_err_set(e, -err, "pipe: %s", strerror(err));
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        close(up[0]); close(up[1]); close(down[0]); close(down[1]);
+        return kl_err_set(e, -err, "fork: %s", strerror(err));
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        trial_child(spec, s, v, metric, threads, up[1], down[0], c->dir, c->log);
+    }
+    close(up[1]);
+    close(down[0]);
+    c->pid = pid;
+    c->rfd = up[0];
+    c->wfd = down[1];
+    fcntl(c->rfd, F_SETFD, FD_CLOEXEC);
+    fcntl(c->wfd, F_SETFD, FD_CLOEXEC);
     return KL_OK;
 }
 
-/* last non-empty line of a file (the trial's error message) */
+/* Handles one complete line from a child: records a reported value and
+ * answers with the pruner's decision. */
+static void child_line(child *c, const char *line, kl_study *st, kl_trial *t, const kl_pruner_opts *po, const kl_trial *hist,
+                       size_t nhist, int minimize, const char *metric) {
+    if (line[0] == 'D') { c->done = 1; return; }
+    if (line[0] == 'E') { snprintf(c->err, sizeof c->err, "%s", line + 2); return; }
+    long long epoch;
+    double v;
+    char *end;
+    if (line[0] != 'R') return;
+    epoch = strtoll(line + 2, &end, 10);
+    v = strtod(end, NULL);
+    char answer = 'c';
+    if (epoch >= 0 && epoch <= 100000) {
+        if (epoch >= t->ninter) {
+            double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
+            if (ni) {
+                for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
+                t->inter = ni;
+                t->ninter = (int)epoch + 1;
+            }
+        }
+        if (epoch < t->ninter) {
+            t->inter[epoch] = v;
+            kl_err e = {0};
+            if (kl_study_trial_report(st, c->run_id, (int)epoch, v, &e))
+                kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, metric, kl_err_what(&e));
+            if (!c->pruned && kl_tune_should_prune(po, hist, nhist, t, (int)epoch, minimize)) c->pruned = 1;
+        }
+    }
+    if (c->pruned) answer = 'p';
+    write_all(c->wfd, &answer, 1);
+}
+
+/* Reads what a child has written; returns 1 at end of file (it exited). */
+static int child_read(child *c, kl_study *st, kl_trial *t, const kl_pruner_opts *po, const kl_trial *hist, size_t nhist,
+                      int minimize, const char *metric) {
+    ssize_t r = read(c->rfd, c->buf + c->blen, sizeof c->buf - 1 - c->blen);
+    if (r < 0) return errno == EINTR || errno == EAGAIN ? 0 : 1;
+    if (r == 0) return 1;
+    c->blen += (size_t)r;
+    c->buf[c->blen] = 0;
+    char *p = c->buf, *nl;
+    while ((nl = strchr(p, '\n'))) {
+        *nl = 0;
+        child_line(c, p, st, t, po, hist, nhist, minimize, metric);
+        p = nl + 1;
+    }
+    c->blen = (size_t)(c->buf + c->blen - p);
+    memmove(c->buf, p, c->blen);
+    if (c->blen == sizeof c->buf - 1) c->blen = 0; /* an overlong line: drop it */
+    return 0;
+}
+
+/* last non-empty line of a file (a crashed trial's last words) */
 static void last_line(const char *path, char *out, size_t n) {
     out[0] = 0;
     char *text;
@@ -190,10 +261,10 @@ static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_
 static const app_opt run_opts[] = {
     {"space", 0, 1, "SPACE.yaml", "the search space (required)", 0},
     {"trials", 'n', 1, "N", "trials in the study in all (default 20); re-running continues up to N", 0},
-    {"parallel", 'p', 1, "P", "trials running at once, each a process (default 1)", 0},
+    {"parallel", 'p', 1, "P", "trials running at once, each a forked process with threads/P threads (default 1)", 0},
     {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
     {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
-    {"metric", 0, 1, "NAME", "metric from the trial's metrics.csv, split_column (default val_accuracy)", 0},
+    {"metric", 0, 1, "NAME", "per-epoch metric: val_accuracy (default), val_loss or train_loss", 0},
     {"direction", 0, 1, "maximize|minimize", "default: maximize for accuracy/auc metrics, else minimize", 0},
     {"sampler", 0, 1, "tpe|random|grid", "default tpe", 0},
     {"pruner", 0, 1, "none|median|asha", "early stopping of bad trials on the per-epoch metric (default none)", 0},
@@ -206,7 +277,8 @@ static const app_cmd_spec run_spec = {
     "Search hyperparameters of a training spec; a resumable study in the experiment store.",
     "The space maps spec keys (dotted paths, e.g. optimizer.lr, layers.0.out) to\n"
     "  {type: float|int|categorical, low, high, log, step, choices, when: {param: value}}.\n"
-    "Each trial is `keel train SPEC --set key=value ...`; its objective is the best value of\n"
+    "Each trial trains SPEC with --set key=value overrides in a forked process; its objective\n"
+    "is the best value of "
     "--metric over its epochs. A configuration already evaluated is not trained again.\n"
     "`keel tune show STUDY` prints the study and draws its history.",
     run_opts, KL_ARRAY_LEN(run_opts), 1, 1};
@@ -244,14 +316,11 @@ static int tune_run(int argc, char **argv) {
         return app_usage_error(&run_spec, "unknown pruner '%s' (none, median, asha)", app_get(&a, "pruner"));
 
     kl_err e = {0};
-    char spec[4096], self[4096];
+    char spec[4096];
     if (!realpath(spec_arg, spec)) {
         kl_err_set(&e, -errno, "%s: %s", spec_arg, strerror(errno));
         return app_fail(&e);
     }
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) { kl_err_set(&e, -errno, "cannot find the keel binary: %s", strerror(errno)); return app_fail(&e); }
-    self[sl] = 0;
     char *space_text = NULL;
     size_t space_len;
     kl_tune_space *s = NULL;
@@ -297,12 +366,12 @@ static int tune_run(int argc, char **argv) {
         nall++;
     }
     if (nall) kl_log(KL_LOG_INFO, "tune", "study %s: continuing with %zu trials recorded", name, nall);
-    char threads[16];
-    snprintf(threads, sizeof threads, "%d", KL_MAX(1, kl_threads_default() / (int)parallel));
+    int threads = KL_MAX(1, kl_threads_default() / (int)parallel);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     double t_start = now_s();
     int launched = 0, failed_first_metric = 0;
+    double train_seconds = 0; /* summed over the trials trained now (fork to exit) */
     size_t target = (size_t)trials;
     int grid_done = 0;
     while (!interrupted) {
@@ -347,12 +416,12 @@ static int tune_run(int argc, char **argv) {
             memset(c, 0, sizeof *c);
             c->slot = (int)nall - 1;
             c->run_id = run_id;
-            c->metric_col = c->epoch_col = c->split_col = -1;
+            c->rfd = c->wfd = -1;
             c->t0 = now_s();
             snprintf(c->dir, sizeof c->dir, "%s/trial-%d", outdir, tr->number);
             snprintf(c->log, sizeof c->log, "%s/trial-%d.log", outdir, tr->number);
             kl_rm_rf(c->dir, NULL); /* a leftover of an interrupted run */
-            if ((rc = spawn_trial(self, spec, s, tr->params, c, threads, &e))) {
+            if ((rc = fork_trial(spec, s, tr->params, metric, threads, c, &e))) {
                 kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, kl_err_what(&e), NULL);
                 goto done;
             }
@@ -361,18 +430,24 @@ static int tune_run(int argc, char **argv) {
             fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
         }
         if (nkids == 0) break;
-        /* watch the running ones */
+        /* watch the running ones: their reports, pruner answers, exits */
+        struct pollfd pfd[64];
+        for (int k = 0; k < nkids; k++) pfd[k] = (struct pollfd){kids[k].rfd, POLLIN, 0};
+        if (poll(pfd, (nfds_t)nkids, 200) < 0 && errno != EINTR) {
+            rc = kl_err_set(&e, -errno, "poll: %s", strerror(errno));
+            goto done;
+        }
         for (int k = 0; k < nkids; k++) {
             child *c = &kids[k];
             kl_trial *tr = &all[c->slot];
-            if (!c->pruned && poll_metrics(c, st, tr, &po, all, nall, minimize, metric)) {
-                c->pruned = 1;
-                kill(c->pid, SIGTERM);
-            }
-            int status;
-            pid_t w = waitpid(c->pid, &status, WNOHANG);
-            if (w == 0) continue;
-            poll_metrics(c, st, tr, &po, all, nall, minimize, metric);
+            if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            if (!child_read(c, st, tr, &po, all, nall, minimize, metric)) continue;
+            int status = 0;
+            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {}
+            close(c->rfd);
+            close(c->wfd);
+            pfd[k] = pfd[nkids - 1];
+            train_seconds += now_s() - c->t0;
             double secs = now_s() - c->t0;
             char desc[1024];
             describe(s, tr->params, desc, sizeof desc);
@@ -381,12 +456,12 @@ static int tune_run(int argc, char **argv) {
                 tr->state = KL_TRIAL_PRUNED;
                 kl_study_trial_end(st, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
                 fprintf(stderr, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
-            } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+            } else if (c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
                 double v = objective_of(tr, minimize);
                 if (isnan(v)) {
                     char msg[512];
-                    snprintf(msg, sizeof msg, "metric '%s' never appeared in %s/metrics.csv (expected rows with split '%.*s' and a column '%s')",
-                             metric, c->dir, (int)strcspn(metric, "_"), metric, strchr(metric, '_') ? strchr(metric, '_') + 1 : metric);
+                    snprintf(msg, sizeof msg, "metric '%s' never appeared in the trial's epochs (the training loop reports val_accuracy, val_loss and train_loss; see %s/metrics.csv)",
+                             metric, c->dir);
                     tr->state = KL_TRIAL_FAILED;
                     kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, msg, &te);
                     kl_err_set(&e, KL_ENOTFOUND, "trial %d: %s", tr->number, msg);
@@ -398,8 +473,9 @@ static int tune_run(int argc, char **argv) {
                     fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, metric, v, secs, desc);
                 }
             } else {
-                char err[512];
-                last_line(c->log, err, sizeof err);
+                char err[768];
+                snprintf(err, sizeof err, "%s", c->err);
+                if (!err[0]) last_line(c->log, err, sizeof err);
                 if (!err[0]) snprintf(err, sizeof err, "exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
                 tr->state = KL_TRIAL_FAILED;
                 kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
@@ -409,12 +485,13 @@ static int tune_run(int argc, char **argv) {
             kids[k] = kids[--nkids];
             k--;
         }
-        if (nkids) usleep(100000);
     }
     if (interrupted) {
         for (int k = 0; k < nkids; k++) {
             kill(kids[k].pid, SIGTERM);
             waitpid(kids[k].pid, NULL, 0);
+            close(kids[k].rfd);
+            close(kids[k].wfd);
             kl_study_trial_end(st, kids[k].run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
         }
         nkids = 0;
@@ -442,8 +519,8 @@ static int tune_run(int argc, char **argv) {
         kl_buf_init(&b);
         kl_buf_puts(&b, "{\"study\":");
         kl_buf_json_str(&b, name);
-        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f",
-                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start);
+        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f,\"train_seconds\":%.3f",
+                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start, train_seconds);
         if (best) {
             kl_buf_printf(&b, ",\"best\":{\"number\":%d,\"value\":%.17g,\"params\":{", best->number, best->value);
             int first = 1;
@@ -470,7 +547,12 @@ static int tune_run(int argc, char **argv) {
     exit_code = best ? APP_EXIT_OK : APP_EXIT_FAIL;
     if (!best) kl_err_set(&e, KL_ENOTFOUND, "no trial completed");
 done:
-    for (int k = 0; k < nkids; k++) { kill(kids[k].pid, SIGTERM); waitpid(kids[k].pid, NULL, 0); }
+    for (int k = 0; k < nkids; k++) {
+        kill(kids[k].pid, SIGTERM);
+        waitpid(kids[k].pid, NULL, 0);
+        close(kids[k].rfd);
+        close(kids[k].wfd);
+    }
     for (size_t i = 0; i < nall; i++) { free(all[i].params); free(all[i].inter); }
     free(all);
     free(kids);
