@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -160,43 +161,51 @@ static int fork_trial(const char *spec, const kl_tune_space *s, const kl_tune_va
     return KL_OK;
 }
 
+/* What recording a trial needs: the study, the history the pruner and the
+ * sampler see (own copy; new trials are appended), the settings. */
+typedef struct {
+    kl_study *st;
+    const kl_tune_space *s;
+    kl_trial *all;
+    size_t nall;
+    const kl_pruner_opts *po;
+    int minimize;
+    const char *metric;
+} tune_ctx;
+
+/* A trial reported its metric for an epoch: record it, ask the pruner. */
+static void report_epoch(tune_ctx *x, child *c, long long epoch, double v) {
+    kl_trial *t = &x->all[c->slot];
+    if (epoch < 0 || epoch > 100000) return;
+    if (epoch >= t->ninter) {
+        double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
+        if (!ni) return;
+        for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
+        t->inter = ni;
+        t->ninter = (int)epoch + 1;
+    }
+    t->inter[epoch] = v;
+    kl_err e = {0};
+    if (kl_study_trial_report(x->st, c->run_id, (int)epoch, v, &e))
+        kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, x->metric, kl_err_what(&e));
+    if (!c->pruned && kl_tune_should_prune(x->po, x->all, x->nall, t, (int)epoch, x->minimize)) c->pruned = 1;
+}
+
 /* Handles one complete line from a child: records a reported value and
  * answers with the pruner's decision. */
-static void child_line(child *c, const char *line, kl_study *st, kl_trial *t, const kl_pruner_opts *po, const kl_trial *hist,
-                       size_t nhist, int minimize, const char *metric) {
+static void child_line(tune_ctx *x, child *c, const char *line) {
     if (line[0] == 'D') { c->done = 1; return; }
     if (line[0] == 'E') { snprintf(c->err, sizeof c->err, "%s", line + 2); return; }
-    long long epoch;
-    double v;
-    char *end;
     if (line[0] != 'R') return;
-    epoch = strtoll(line + 2, &end, 10);
-    v = strtod(end, NULL);
-    char answer = 'c';
-    if (epoch >= 0 && epoch <= 100000) {
-        if (epoch >= t->ninter) {
-            double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
-            if (ni) {
-                for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
-                t->inter = ni;
-                t->ninter = (int)epoch + 1;
-            }
-        }
-        if (epoch < t->ninter) {
-            t->inter[epoch] = v;
-            kl_err e = {0};
-            if (kl_study_trial_report(st, c->run_id, (int)epoch, v, &e))
-                kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, metric, kl_err_what(&e));
-            if (!c->pruned && kl_tune_should_prune(po, hist, nhist, t, (int)epoch, minimize)) c->pruned = 1;
-        }
-    }
-    if (c->pruned) answer = 'p';
+    char *end;
+    long long epoch = strtoll(line + 2, &end, 10);
+    report_epoch(x, c, epoch, strtod(end, NULL));
+    char answer = c->pruned ? 'p' : 'c';
     write_all(c->wfd, &answer, 1);
 }
 
 /* Reads what a child has written; returns 1 at end of file (it exited). */
-static int child_read(child *c, kl_study *st, kl_trial *t, const kl_pruner_opts *po, const kl_trial *hist, size_t nhist,
-                      int minimize, const char *metric) {
+static int child_read(tune_ctx *x, child *c) {
     ssize_t r = read(c->rfd, c->buf + c->blen, sizeof c->buf - 1 - c->blen);
     if (r < 0) return errno == EINTR || errno == EAGAIN ? 0 : 1;
     if (r == 0) return 1;
@@ -205,7 +214,7 @@ static int child_read(child *c, kl_study *st, kl_trial *t, const kl_pruner_opts 
     char *p = c->buf, *nl;
     while ((nl = strchr(p, '\n'))) {
         *nl = 0;
-        child_line(c, p, st, t, po, hist, nhist, minimize, metric);
+        child_line(x, c, p);
         p = nl + 1;
     }
     c->blen = (size_t)(c->buf + c->blen - p);
@@ -244,6 +253,101 @@ static double objective_of(const kl_trial *t, int minimize) {
         if (isnan(best) || (minimize ? v < best : v > best)) best = v;
     }
     return best;
+}
+
+/* ---- a trial in the tune process itself (--parallel 1) ------------------ */
+
+typedef struct { tune_ctx *x; child *c; } inproc_io;
+
+static int inproc_epoch(void *ctx, const kl_train_epoch *ep) {
+    inproc_io *io = ctx;
+    double v = epoch_metric(io->x->metric, ep);
+    if (!isnan(v)) report_epoch(io->x, io->c, (long long)ep->epoch, v);
+    return io->c->pruned || interrupted;
+}
+
+static double cpu_now(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Trains one trial with the training library in this process; c->done or
+ * c->err tell how it ended. Returns its CPU seconds. */
+static double run_inproc(tune_ctx *x, child *c, const char *spec) {
+    const kl_trial *t = &x->all[c->slot];
+    char sets[64][256];
+    const char *setp[64];
+    int ns = 0;
+    for (int p = 0; p < x->s->n && ns < 64; p++) {
+        if (!t->params[p].present) continue;
+        char val[96];
+        snprintf(sets[ns], sizeof sets[ns], "%s=%s", x->s->p[p].name, kl_tune_value_str(&x->s->p[p], t->params[p], val, sizeof val));
+        setp[ns] = sets[ns];
+        ns++;
+    }
+    double cpu0 = cpu_now();
+    FILE *log = fopen(c->log, "w");
+    inproc_io io = {x, c};
+    kl_train_opts o = {0};
+    o.out_dir = c->dir;
+    o.quiet = 1;
+    o.report = log ? log : stderr;
+    o.sets = setp;
+    o.nsets = ns;
+    o.on_epoch = inproc_epoch;
+    o.on_epoch_ctx = &io;
+    kl_err e = {0};
+    if (kl_train_run(spec, &o, &e)) {
+        snprintf(c->err, sizeof c->err, "%s", kl_err_what(&e));
+        if (log) fprintf(log, "error: %s\n", c->err);
+    } else {
+        c->done = 1;
+    }
+    if (log) fclose(log);
+    return cpu_now() - cpu0;
+}
+
+/* Records how a trial ended (state, value or error) and prints a line.
+ * Returns 1 when a successful trial never reported the metric. */
+static int finish_trial(tune_ctx *x, child *c, int status, kl_err *e) {
+    kl_trial *tr = &x->all[c->slot];
+    double secs = now_s() - c->t0;
+    char desc[1024];
+    describe(x->s, tr->params, desc, sizeof desc);
+    kl_err te = {0};
+    int missing = 0;
+    if (c->pruned) {
+        tr->state = KL_TRIAL_PRUNED;
+        kl_study_trial_end(x->st, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
+        fprintf(stderr, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
+    } else if (c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        double v = objective_of(tr, x->minimize);
+        if (isnan(v)) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "metric '%s' never appeared in the trial's epochs (the training loop reports val_accuracy, val_loss and train_loss; see %s/metrics.csv)",
+                     x->metric, c->dir);
+            tr->state = KL_TRIAL_FAILED;
+            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_FAILED, NAN, msg, &te);
+            kl_err_set(e, KL_ENOTFOUND, "trial %d: %s", tr->number, msg);
+            missing = 1;
+        } else {
+            tr->state = KL_TRIAL_COMPLETE;
+            tr->value = v;
+            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, &te);
+            fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, x->metric, v, secs, desc);
+        }
+    } else {
+        char err[768];
+        snprintf(err, sizeof err, "%s", c->err);
+        if (!err[0]) last_line(c->log, err, sizeof err);
+        if (!err[0]) snprintf(err, sizeof err, "exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        tr->state = KL_TRIAL_FAILED;
+        kl_study_trial_end(x->st, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
+        fprintf(stderr, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
+    }
+    if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
+    return missing;
 }
 
 static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_tune_value *b) {
@@ -371,9 +475,10 @@ static int tune_run(int argc, char **argv) {
     signal(SIGTERM, on_signal);
     double t_start = now_s();
     int launched = 0, failed_first_metric = 0;
-    double train_seconds = 0; /* summed over the trials trained now (fork to exit) */
+    double train_seconds = 0, train_cpu = 0; /* summed over the trials trained now: wall (fork to exit), CPU */
     size_t target = (size_t)trials;
     int grid_done = 0;
+    tune_ctx x = {st, s, all, 0, &po, minimize, metric};
     while (!interrupted) {
         /* start trials while there are free slots and budget */
         while (!interrupted && !grid_done && nkids < parallel && nall < target && !failed_first_metric &&
@@ -421,12 +526,24 @@ static int tune_run(int argc, char **argv) {
             snprintf(c->dir, sizeof c->dir, "%s/trial-%d", outdir, tr->number);
             snprintf(c->log, sizeof c->log, "%s/trial-%d.log", outdir, tr->number);
             kl_rm_rf(c->dir, NULL); /* a leftover of an interrupted run */
+            launched++;
+            if (parallel == 1) { /* in this process: no fork, memory reused from trial to trial */
+                fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
+                x.nall = nall;
+                train_cpu += run_inproc(&x, c, spec);
+                train_seconds += now_s() - c->t0;
+                if (interrupted && !c->pruned) {
+                    kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
+                    break;
+                }
+                failed_first_metric |= finish_trial(&x, c, 0, &e);
+                continue;
+            }
             if ((rc = fork_trial(spec, s, tr->params, metric, threads, c, &e))) {
                 kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, kl_err_what(&e), NULL);
                 goto done;
             }
             nkids++;
-            launched++;
             fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
         }
         if (nkids == 0) break;
@@ -439,49 +556,19 @@ static int tune_run(int argc, char **argv) {
         }
         for (int k = 0; k < nkids; k++) {
             child *c = &kids[k];
-            kl_trial *tr = &all[c->slot];
             if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            if (!child_read(c, st, tr, &po, all, nall, minimize, metric)) continue;
+            x.nall = nall;
+            if (!child_read(&x, c)) continue;
             int status = 0;
-            while (waitpid(c->pid, &status, 0) < 0 && errno == EINTR) {}
+            struct rusage ru = {0};
+            while (wait4(c->pid, &status, 0, &ru) < 0 && errno == EINTR) {}
+            train_cpu += (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+                         (double)ru.ru_stime.tv_usec * 1e-6;
             close(c->rfd);
             close(c->wfd);
             pfd[k] = pfd[nkids - 1];
             train_seconds += now_s() - c->t0;
-            double secs = now_s() - c->t0;
-            char desc[1024];
-            describe(s, tr->params, desc, sizeof desc);
-            kl_err te = {0};
-            if (c->pruned) {
-                tr->state = KL_TRIAL_PRUNED;
-                kl_study_trial_end(st, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
-                fprintf(stderr, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
-            } else if (c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-                double v = objective_of(tr, minimize);
-                if (isnan(v)) {
-                    char msg[512];
-                    snprintf(msg, sizeof msg, "metric '%s' never appeared in the trial's epochs (the training loop reports val_accuracy, val_loss and train_loss; see %s/metrics.csv)",
-                             metric, c->dir);
-                    tr->state = KL_TRIAL_FAILED;
-                    kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, msg, &te);
-                    kl_err_set(&e, KL_ENOTFOUND, "trial %d: %s", tr->number, msg);
-                    failed_first_metric = 1;
-                } else {
-                    tr->state = KL_TRIAL_COMPLETE;
-                    tr->value = v;
-                    kl_study_trial_end(st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, &te);
-                    fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, metric, v, secs, desc);
-                }
-            } else {
-                char err[768];
-                snprintf(err, sizeof err, "%s", c->err);
-                if (!err[0]) last_line(c->log, err, sizeof err);
-                if (!err[0]) snprintf(err, sizeof err, "exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-                tr->state = KL_TRIAL_FAILED;
-                kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
-                fprintf(stderr, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
-            }
-            if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
+            failed_first_metric |= finish_trial(&x, c, status, &e);
             kids[k] = kids[--nkids];
             k--;
         }
@@ -501,16 +588,12 @@ static int tune_run(int argc, char **argv) {
     }
     if (failed_first_metric) { rc = KL_ENOTFOUND; goto done; }
     /* summary */
-    const kl_trial *best = NULL;
+    const kl_trial *best = kl_tune_best(all, nall, minimize);
     int ncomplete = 0, npruned = 0, nfailed = 0;
     for (size_t i = 0; i < nall; i++) {
-        const kl_trial *x = &all[i];
-        ncomplete += x->state == KL_TRIAL_COMPLETE;
-        npruned += x->state == KL_TRIAL_PRUNED;
-        nfailed += x->state == KL_TRIAL_FAILED;
-        if (x->state == KL_TRIAL_COMPLETE && isfinite(x->value) &&
-            (!best || (minimize ? x->value < best->value : x->value > best->value)))
-            best = x;
+        ncomplete += all[i].state == KL_TRIAL_COMPLETE;
+        npruned += all[i].state == KL_TRIAL_PRUNED;
+        nfailed += all[i].state == KL_TRIAL_FAILED;
     }
     char desc[1024] = "";
     if (best) describe(s, best->params, desc, sizeof desc);
@@ -519,8 +602,9 @@ static int tune_run(int argc, char **argv) {
         kl_buf_init(&b);
         kl_buf_puts(&b, "{\"study\":");
         kl_buf_json_str(&b, name);
-        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f,\"train_seconds\":%.3f",
-                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start, train_seconds);
+        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f,\"train_seconds\":%.3f,\"train_cpu_seconds\":%.3f",
+                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start, train_seconds,
+                      train_cpu);
         if (best) {
             kl_buf_printf(&b, ",\"best\":{\"number\":%d,\"value\":%.17g,\"params\":{", best->number, best->value);
             int first = 1;
@@ -568,49 +652,6 @@ done:
  * keel tune show STUDY
  * ================================================================== */
 
-/* Parallel coordinates: one vertical axis per parameter and one for the
- * value; each complete trial is a polyline, darker for better values. */
-static void parallel_svg(kl_buf *b, const kl_tune_space *s, const kl_trial *t, size_t n, int minimize, const char *metric) {
-    int W = 160 * (s->n + 1) + 80, H = 420, top = 40, bot = 360;
-    kl_buf_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
-    kl_buf_puts(b, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"20\" font-size=\"14\">parallel coordinates</text>\n");
-    double vmin = INFINITY, vmax = -INFINITY;
-    for (size_t i = 0; i < n; i++)
-        if (t[i].state == KL_TRIAL_COMPLETE && isfinite(t[i].value)) {
-            if (t[i].value < vmin) vmin = t[i].value;
-            if (t[i].value > vmax) vmax = t[i].value;
-        }
-    for (int p = 0; p <= s->n; p++) {
-        int x = 60 + 160 * p;
-        kl_buf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444\"/>\n", x, top, x, bot);
-        kl_buf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", x, bot + 20);
-        kl_buf_html(b, p < s->n ? s->p[p].name : metric);
-        kl_buf_puts(b, "</text>\n");
-    }
-    for (size_t i = 0; i < n; i++) {
-        const kl_trial *x = &t[i];
-        if (x->state != KL_TRIAL_COMPLETE || !isfinite(x->value)) continue;
-        double q = vmax > vmin ? (x->value - vmin) / (vmax - vmin) : 1;
-        if (minimize) q = 1 - q; /* 1 = best */
-        kl_buf_puts(b, "<polyline fill=\"none\" stroke-width=\"1.5\" ");
-        kl_buf_printf(b, "stroke=\"rgb(%d,%d,%d)\" stroke-opacity=\"%.2f\" points=\"", (int)(220 - 190 * q), (int)(220 - 120 * q), 255, 0.3 + 0.7 * q);
-        for (int p = 0; p <= s->n; p++) {
-            double f;
-            if (p == s->n) f = vmax > vmin ? (x->value - vmin) / (vmax - vmin) : 0.5;
-            else if (!x->params[p].present) continue;
-            else {
-                const kl_tune_param *pp = &s->p[p];
-                double v = x->params[p].v, lo = pp->low, hi = pp->high;
-                if (pp->log) { v = log(v); lo = log(lo); hi = log(hi); }
-                f = hi > lo ? (v - lo) / (hi - lo) : 0.5;
-            }
-            kl_buf_printf(b, "%d,%.1f ", 60 + 160 * p, bot - f * (bot - top));
-        }
-        kl_buf_puts(b, "\"/>\n");
-    }
-    kl_buf_puts(b, "</svg>\n");
-}
-
 static const app_opt show_opts[] = {
     {"json", 0, 0, NULL, "machine-readable output", 0},
     {"out", 'o', 1, "DIR", "where history.svg and parallel.svg go (default tune-<study>)", 0},
@@ -630,27 +671,18 @@ static int tune_show(int argc, char **argv) {
     kl_err e = {0};
     kl_track *t = NULL;
     kl_study *st = NULL;
-    kl_tune_space *s = NULL;
-    kl_doc *d = NULL;
     double *imp = NULL;
     kl_buf b;
     kl_buf_init(&b);
     if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
-    if ((rc = kl_study_find(t, a.pos[0], NULL, &st, &e))) goto done;
+    if ((rc = kl_study_find_recorded(t, a.pos[0], &st, &e))) goto done;
     const kl_study_info *info = kl_study_get_info(st);
-    if ((rc = kl_doc_load_str(info->space_text, strlen(info->space_text), "recorded space", &d, &e)) ||
-        (rc = kl_tune_space_parse(kl_doc_root(d), &s, &e)))
-        goto done;
-    kl_study_set_space(st, s);
+    const kl_tune_space *s = kl_study_space(st);
     const kl_trial *tr;
     size_t n;
     if ((rc = kl_study_load(st, &tr, &n, &e))) goto done;
     int minimize = info->minimize;
-    const kl_trial *best = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (tr[i].state == KL_TRIAL_COMPLETE && isfinite(tr[i].value) &&
-            (!best || (minimize ? tr[i].value < best->value : tr[i].value > best->value)))
-            best = &tr[i];
+    const kl_trial *best = kl_tune_best(tr, n, minimize);
     imp = calloc((size_t)s->n, sizeof *imp);
     if (!imp) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
     kl_tune_importance(s, tr, n, imp);
@@ -659,37 +691,19 @@ static int tune_show(int argc, char **argv) {
     snprintf(outdir, sizeof outdir, "%s", app_get(&a, "out") ? app_get(&a, "out") : "");
     if (!outdir[0]) snprintf(outdir, sizeof outdir, "tune-%s", info->name);
     if ((rc = kl_mkdir_p(outdir, &e))) goto done;
-    {
-        int64_t *xs = malloc((n + 1) * sizeof *xs), *xb = malloc((n + 1) * sizeof *xb);
-        double *ys = malloc((n + 1) * sizeof *ys), *yb = malloc((n + 1) * sizeof *yb);
-        size_t m = 0;
-        double run = NAN;
-        for (size_t i = 0; xs && xb && ys && yb && i < n; i++) {
-            if (tr[i].state != KL_TRIAL_COMPLETE || !isfinite(tr[i].value)) continue;
-            xs[m] = xb[m] = tr[i].number;
-            ys[m] = tr[i].value;
-            if (isnan(run) || (minimize ? tr[i].value < run : tr[i].value > run)) run = tr[i].value;
-            yb[m] = run;
-            m++;
-        }
-        kl_chart_series ser[2] = {{"trial value", xs, ys, m}, {"best so far", xb, yb, m}};
+    for (int pic = 0; pic < 2 && !rc; pic++) {
         kl_buf svg;
         kl_buf_init(&svg);
         char path[1100];
-        if (xs && xb && ys && yb && kl_track_svg_chart(&svg, "optimisation history", "trial", info->metric, ser, 2, 800, 420) == KL_OK) {
-            snprintf(path, sizeof path, "%s/history.svg", outdir);
-            rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
-        }
-        kl_buf_reset(&svg);
-        if (!rc) {
-            parallel_svg(&svg, s, tr, n, minimize, info->metric);
-            snprintf(path, sizeof path, "%s/parallel.svg", outdir);
-            rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
-        }
+        if (pic == 0) rc = kl_tune_svg_history(&svg, tr, n, minimize, info->metric);
+        else kl_tune_svg_parallel(&svg, s, tr, n, minimize, info->metric);
+        if (!rc && svg.failed) rc = KL_ENOMEM;
+        if (rc) kl_err_set(&e, rc, "drawing the study: out of memory");
+        snprintf(path, sizeof path, "%s/%s.svg", outdir, pic ? "parallel" : "history");
+        if (!rc) rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
         kl_buf_free(&svg);
-        free(xs); free(xb); free(ys); free(yb);
-        if (rc) goto done;
     }
+    if (rc) goto done;
     if (app_flag(&a, "json")) {
         kl_buf_puts(&b, "{\"study\":");
         kl_buf_json_str(&b, info->name);
@@ -747,8 +761,6 @@ done:
     kl_buf_free(&b);
     free(imp);
     kl_study_free(st);
-    kl_tune_space_free(s);
-    kl_doc_free(d);
     kl_track_close(t);
     if (rc) return app_fail(&e);
     return APP_EXIT_OK;
