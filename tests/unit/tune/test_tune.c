@@ -185,3 +185,52 @@ KL_TEST(tune_asha_pruner) {
     cur = curve(3, KL_TRIAL_RUNNING, y, 1);
     KT_EQ_INT(kl_tune_should_prune(&o, h, 3, &cur, 0, 1), 0);
 }
+
+/* A sequential study (as `keel tune --parallel 1` runs it): trial i reports
+ * level[i] at every one of 9 epochs and stops when the pruner says so.
+ * Returns the pruned trials as a bit mask and each trial's epochs run. */
+static unsigned simulate_pruning(kl_pruner_kind kind, int *epochs_run) {
+    static const double level[6] = {0.5, 0.3, 0.6, 0.2, 0.4, 0.1};
+    kl_pruner_opts o;
+    kl_pruner_opts_default(&o);
+    o.kind = kind;
+    o.n_startup_trials = 2;
+    kl_trial h[6];
+    double inter[6][9];
+    unsigned pruned = 0;
+    memset(h, 0, sizeof h);
+    for (int i = 0; i < 6; i++) {
+        h[i] = (kl_trial){.number = i, .state = KL_TRIAL_RUNNING, .inter = inter[i]};
+        for (int step = 0; step < 9; step++) {
+            inter[i][step] = level[i];
+            h[i].ninter = step + 1;
+            if (kl_tune_should_prune(&o, h, (size_t)i + 1, &h[i], step, 1)) {
+                h[i].state = KL_TRIAL_PRUNED;
+                pruned |= 1u << i;
+                break;
+            }
+        }
+        if (h[i].state == KL_TRIAL_RUNNING) { h[i].state = KL_TRIAL_COMPLETE; h[i].value = level[i]; }
+        epochs_run[i] = h[i].ninter;
+    }
+    return pruned;
+}
+
+KL_TEST(tune_pruners_in_a_sequential_study) {
+    int ep[6], ep2[6];
+    /* ASHA (eta 3, rungs at epochs 1, 3, 9): trial 2 (0.6) and 4 (0.4) are not in
+     * the best third at epoch 1; 3 and 5 are the best so far at every rung */
+    KT_EQ_INT(simulate_pruning(KL_PRUNER_ASHA, ep), (1u << 2) | (1u << 4));
+    KT_EQ_INT(ep[2], 1);
+    KT_EQ_INT(ep[4], 1);
+    KT_EQ_INT(ep[0] + ep[1] + ep[3] + ep[5], 36);
+    /* median (after 2 complete trials): trial 2 is worse than the median 0.4 of
+     * {0.5, 0.3}; trial 4 (0.4) equals the median of {0.5, 0.3, 0.6, 0.2} and goes on */
+    KT_EQ_INT(simulate_pruning(KL_PRUNER_MEDIAN, ep), 1u << 2);
+    KT_EQ_INT(ep[2], 1);
+    KT_EQ_INT(ep[4], 9);
+    /* the same history gives the same decisions */
+    KT_EQ_INT(simulate_pruning(KL_PRUNER_MEDIAN, ep2), 1u << 2);
+    KT_CHECK(!memcmp(ep, ep2, sizeof ep));
+    KT_EQ_INT(simulate_pruning(KL_PRUNER_NONE, ep), 0);
+}
