@@ -81,14 +81,17 @@ typedef struct {
     int multivariate;       /* TPE: one joint estimator over the unconditional numerical parameters */
     double bandwidth;       /* TPE multivariate: kernel width factor (default 0.03) */
     int grid_points;        /* GRID: points per float parameter without a step (default 5) */
+    int constant_liar;      /* TPE: RUNNING trials in the history count as bad ones, so parallel
+                               suggestions spread out instead of repeating (default 1) */
 } kl_sampler_opts;
 
 void kl_sampler_opts_default(kl_sampler_opts *o);
 int kl_sampler_kind_parse(const char *s, kl_sampler_kind *out);
 
 /* Suggests the parameters of trial `number` from the finished trials in
- * history (any order; RUNNING ones are ignored except by GRID, which skips
- * points already taken). minimize: 1 to minimise, 0 to maximise. out has
+ * history (any order; RUNNING ones are ignored, except by GRID, which skips
+ * points already taken, and by TPE with constant_liar, which counts them as
+ * the worst). minimize: 1 to minimise, 0 to maximise. out has
  * space->n values. KL_ENOTFOUND when a grid is exhausted. */
 int kl_tune_suggest(const kl_tune_space *s, const kl_sampler_opts *o, const kl_trial *history, size_t n,
                     int minimize, int number, kl_tune_value *out, kl_err *e);

@@ -12,6 +12,8 @@
  * range with b = 0.03 by default (0.2 is the textbook value; the narrower
  * kernel exploits more). The defaults (b = 0.03, 64 candidates, 8 startup
  * trials) were chosen on bench/tune at 10 and 30 seeds; see bench/README.md.
+ * With constant_liar, RUNNING trials (parallel ones) join the "above"
+ * group like pruned trials, so concurrent suggestions avoid each other.
  * Multivariate mode models the unconditional numerical parameters jointly
  * and categoricals and conditional parameters one by one. Older observations get lower weight once a
  * group has more than 25. Everything is a deterministic function of the
@@ -31,6 +33,7 @@ void kl_sampler_opts_default(kl_sampler_opts *o) {
     o->multivariate = 1;
     o->bandwidth = 0.03;
     o->grid_points = 5;
+    o->constant_liar = 1;
 }
 
 int kl_sampler_kind_parse(const char *s, kl_sampler_kind *out) {
@@ -301,7 +304,8 @@ static int tpe_group(const kl_tune_space *s, const kl_sampler_opts *o, const kl_
     if (!good || !bad) goto done;
     for (size_t i = 0; i < n; i++) {
         const kl_trial *t = &h[i];
-        if (t->state != KL_TRIAL_COMPLETE && t->state != KL_TRIAL_PRUNED) continue;
+        int liar = t->state == KL_TRIAL_RUNNING && o->constant_liar; /* a running trial: assumed bad */
+        if (t->state != KL_TRIAL_COMPLETE && t->state != KL_TRIAL_PRUNED && !liar) continue;
         if (t->state == KL_TRIAL_COMPLETE && !isfinite(t->value)) continue;
         int ok = 1;
         for (int k = 0; k < d; k++) ok &= t->params[dims[k]].present;

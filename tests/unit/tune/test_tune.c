@@ -234,3 +234,27 @@ KL_TEST(tune_pruners_in_a_sequential_study) {
     KT_CHECK(!memcmp(ep, ep2, sizeof ep));
     KT_EQ_INT(simulate_pruning(KL_PRUNER_NONE, ep), 0);
 }
+
+/* Constant liar: a running trial at the point TPE would suggest next pushes
+ * the next suggestion (same trial number, same random draws) elsewhere;
+ * without the liar, running trials are ignored. */
+KL_TEST(tune_tpe_constant_liar) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of(SPACE, &e);
+    KT_CHECK(s);
+    kl_sampler_opts o;
+    kl_sampler_opts_default(&o);
+    kl_trial h[21];
+    memset(h, 0, sizeof h);
+    run_study(s, &o, 20, h, obj);
+    kl_tune_value a[4], b[4], c[4];
+    KT_OK(kl_tune_suggest(s, &o, h, 20, 1, 21, a, &e), &e);
+    h[20] = (kl_trial){.number = 20, .state = KL_TRIAL_RUNNING, .params = a};
+    KT_OK(kl_tune_suggest(s, &o, h, 21, 1, 21, b, &e), &e);
+    o.constant_liar = 0;
+    KT_OK(kl_tune_suggest(s, &o, h, 21, 1, 21, c, &e), &e);
+    KT_CHECK(a[0].v != b[0].v || a[1].v != b[1].v);
+    KT_CHECK(a[0].v == c[0].v && a[1].v == c[1].v);
+    free_study(h, 20);
+    kl_tune_space_free(s);
+}
