@@ -82,16 +82,10 @@ static int trial_epoch(void *ctx, const kl_train_epoch *ep) {
     return r != 1 || d == 'p';
 }
 
-/* The child: train in-process, tell the parent how it ended, _exit. */
-static void trial_child(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric,
-                        int threads, int wfd, int rfd, const char *dir, const char *logpath) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (lfd >= 0) { dup2(lfd, 1); dup2(lfd, 2); close(lfd); }
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul >= 0) { dup2(nul, 0); close(nul); }
-    kl_threads_set(threads);
+/* Trains one trial: SPEC with the trial's values as --set overrides, the
+ * summary into report, fn called after every epoch. */
+static int train_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *dir, FILE *report,
+                       kl_train_epoch_fn fn, void *ctx, kl_err *e) {
     char sets[64][256];
     const char *setp[64];
     int ns = 0;
@@ -102,17 +96,30 @@ static void trial_child(const char *spec, const kl_tune_space *s, const kl_tune_
         setp[ns] = sets[ns];
         ns++;
     }
-    trial_io io = {metric, wfd, rfd};
     kl_train_opts o = {0};
     o.out_dir = dir;
     o.quiet = 1;
-    o.report = stdout;
+    o.report = report;
     o.sets = setp;
     o.nsets = ns;
-    o.on_epoch = trial_epoch;
-    o.on_epoch_ctx = &io;
+    o.on_epoch = fn;
+    o.on_epoch_ctx = ctx;
+    return kl_train_run(spec, &o, e);
+}
+
+/* The child: train in-process, tell the parent how it ended, _exit. */
+static void trial_child(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric,
+                        int threads, int wfd, int rfd, const char *dir, const char *logpath) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (lfd >= 0) { dup2(lfd, 1); dup2(lfd, 2); close(lfd); }
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0) { dup2(nul, 0); close(nul); }
+    kl_threads_set(threads);
+    trial_io io = {metric, wfd, rfd};
     kl_err e = {0};
-    int rc = kl_train_run(spec, &o, &e);
+    int rc = train_trial(spec, s, v, dir, stdout, trial_epoch, &io, &e);
     char line[1100];
     int n;
     if (rc) {
@@ -275,30 +282,11 @@ static double cpu_now(void) {
 /* Trains one trial with the training library in this process; c->done or
  * c->err tell how it ended. Returns its CPU seconds. */
 static double run_inproc(tune_ctx *x, child *c, const char *spec) {
-    const kl_trial *t = &x->all[c->slot];
-    char sets[64][256];
-    const char *setp[64];
-    int ns = 0;
-    for (int p = 0; p < x->s->n && ns < 64; p++) {
-        if (!t->params[p].present) continue;
-        char val[96];
-        snprintf(sets[ns], sizeof sets[ns], "%s=%s", x->s->p[p].name, kl_tune_value_str(&x->s->p[p], t->params[p], val, sizeof val));
-        setp[ns] = sets[ns];
-        ns++;
-    }
     double cpu0 = cpu_now();
     FILE *log = fopen(c->log, "w");
     inproc_io io = {x, c};
-    kl_train_opts o = {0};
-    o.out_dir = c->dir;
-    o.quiet = 1;
-    o.report = log ? log : stderr;
-    o.sets = setp;
-    o.nsets = ns;
-    o.on_epoch = inproc_epoch;
-    o.on_epoch_ctx = &io;
     kl_err e = {0};
-    if (kl_train_run(spec, &o, &e)) {
+    if (train_trial(spec, x->s, x->all[c->slot].params, c->dir, log ? log : stderr, inproc_epoch, &io, &e)) {
         snprintf(c->err, sizeof c->err, "%s", kl_err_what(&e));
         if (log) fprintf(log, "error: %s\n", c->err);
     } else {
@@ -372,6 +360,7 @@ static const app_opt run_opts[] = {
     {"direction", 0, 1, "maximize|minimize", "default: maximize for accuracy/auc metrics, else minimize", 0},
     {"sampler", 0, 1, "tpe|random|grid", "default tpe", 0},
     {"pruner", 0, 1, "none|median|asha", "early stopping of bad trials on the per-epoch metric (default none)", 0},
+    {"prune-min-epochs", 0, 1, "N", "no trial is pruned before N epochs (asha: the first rung; median: warm-up; default 1)", 0},
     {"seed", 0, 1, "N", "sampler seed (default 0)", 0},
     {"out", 'o', 1, "DIR", "trial artifacts (default tune-<study>)", 0},
     {"json", 0, 0, NULL, "summary as JSON", 0},
@@ -418,6 +407,11 @@ static int tune_run(int argc, char **argv) {
     kl_pruner_opts_default(&po);
     if (app_get(&a, "pruner") && kl_pruner_kind_parse(app_get(&a, "pruner"), &po.kind))
         return app_usage_error(&run_spec, "unknown pruner '%s' (none, median, asha)", app_get(&a, "pruner"));
+    int64_t min_epochs;
+    if ((rc = app_get_int(&a, &run_spec, "prune-min-epochs", 1, &min_epochs)) >= 0) return rc;
+    if (min_epochs < 1 || min_epochs > 100000) return app_usage_error(&run_spec, "--prune-min-epochs must be in 1..100000");
+    po.min_resource = (int)min_epochs;
+    po.n_warmup_steps = (int)min_epochs - 1;
 
     kl_err e = {0};
     char spec[4096];

@@ -1,48 +1,32 @@
 # Studies in keel ui (headless Chromium): a small keel tune study on the
 # digits MLP (ASHA pruning), then /studies lists it with its counts and best
-# value (plain HTTP), and /study/NAME (rendered by Chromium) shows the best trial, the trials table, the
-# importance table and the two pictures (optimisation history with chart
+# value (plain HTTP), and /study/NAME (rendered by Chromium) shows the best
+# trial, the trials table, the importance table and the two pictures (optimisation history with chart
 # paths, parallel coordinates with one polyline per complete trial) that
 # `keel tune show` draws; an unknown study is a 404. Screenshot under build/.
-import json, os, re, shutil, signal, subprocess, sys, tempfile, urllib.error, urllib.request
+import json, os, re, shutil, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
+from ui_browser import Checks, Ui, chromium  # noqa: E402
 
 KEEL = os.environ["KEEL"]
-PY = os.environ.get("PYTHON", "/usr/bin/python3")
+SRC = os.environ["KEEL_SRC"]
 T = tempfile.mkdtemp(dir=os.environ.get("KEEL_TEST_TMP"))
-BUILD = os.path.join(os.environ["KEEL_SRC"], os.environ.get("BUILD", "build"))
+BUILD = os.path.join(SRC, os.environ.get("BUILD", "build"))
 env = dict(os.environ, KEEL_TRACKING=os.path.join(T, "store"))
-failed = False
-
-
-def ok(name, cond, why=""):
-    global failed
-    if cond:
-        print("PASS " + name)
-    else:
-        failed = True
-        print("FAIL %s: %s" % (name, str(why)[:600]))
-
-
-chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-if not chromium:
+c = Checks()
+ok = c.ok
+if not chromium():
     print("FAIL tune_ui_chromium: chromium is not installed (make deps installs it)")
     sys.exit(1)
 
-r = subprocess.run([PY, os.path.join(os.environ["KEEL_SRC"], "examples/digits/prepare.py"), os.path.join(T, "data")],
-                   capture_output=True, text=True)
+# the digits data and the benchmark's spec (bench/tune/digits_spec.yaml), 3 epochs
+r = subprocess.run([os.environ.get("PYTHON", "/usr/bin/python3"), os.path.join(SRC, "examples/digits/prepare.py"),
+                    os.path.join(T, "data")], capture_output=True, text=True)
 ok("tune_ui_prepare_data", r.returncode == 0, r.stderr)
-open(os.path.join(T, "spec.yaml"), "w").write("""seed: 1
-input: {shape: [64]}
-layers:
-  - {type: linear, out: 32}
-  - {type: relu}
-  - {type: dropout, p: 0.1}
-  - {type: linear, out: 10}
-loss: {type: cross_entropy}
-optimizer: {type: adamw, lr: 0.003, weight_decay: 0.01}
-train: {epochs: 3, batch_size: 64, val_fraction: 0.2}
-data: {x: data/x_train.npy, y: data/y_train.npy}
-""")
+spec = open(os.path.join(SRC, "bench/tune/digits_spec.yaml")).read()
+ok("tune_ui_spec", "epochs: 20" in spec, "bench/tune/digits_spec.yaml has no 'epochs: 20'")
+open(os.path.join(T, "spec.yaml"), "w").write(spec.replace("epochs: 20", "epochs: 3"))
 open(os.path.join(T, "space.yaml"), "w").write("""optimizer.lr: {type: float, low: 0.0003, high: 0.03, log: true}
 layers.0.out: {type: int, low: 16, high: 64, step: 16}
 optimizer.type: {type: categorical, choices: [adamw, sgd]}
@@ -52,36 +36,18 @@ r = subprocess.run([KEEL, "tune", "spec.yaml", "--space", "space.yaml", "--trial
 ok("tune_ui_study_runs", r.returncode == 0, r.stderr)
 summary = json.loads(r.stdout) if r.returncode == 0 else {}
 
-ui = subprocess.Popen([KEEL, "ui", "--port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-m = re.search(r"(http://127\.0\.0\.1:(\d+)/)", ui.stdout.readline())
-ok("tune_ui_prints_url", m is not None)
-if not m:
-    ui.kill()
+ui = Ui(KEEL, env, T)
+ok("tune_ui_prints_url", ui.base is not None)
+if not ui.base:
     sys.exit(1)
-base = m.group(1)
-
-
-def dom(path):
-    prof = tempfile.mkdtemp(dir=T)
-    r = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                        "--disable-component-update", "--disable-sync", "--no-first-run", "--user-data-dir=" + prof,
-                        "--dump-dom", base + path], capture_output=True, text=True, timeout=90)
-    return r.stdout
-
-
-def fetch(path):
-    with urllib.request.urlopen(base + path, timeout=30) as resp:
-        return resp.read().decode()
-
-
 try:
-    d = fetch("studies")
+    d = ui.fetch("studies")[1]
     ok("tune_ui_studies_table", '<table id="studies"' in d and d.count('class="study"') == 1 and 'href="/study/uistudy"' in d, d[:400])
     row = re.search(r'<tr class="study">(.*?)</tr>', d, re.S)
     cells = re.findall(r"<td>(.*?)</td>", row.group(1)) if row else []
     ok("tune_ui_studies_counts", len(cells) >= 9 and cells[4] == "6" and cells[6] == str(summary.get("pruned"))
        and abs(float(cells[8]) - summary.get("best", {}).get("value", -1)) < 1e-5, cells)
-    d = dom("study/uistudy")
+    d = ui.dom("study/uistudy")
     ok("tune_ui_study_best", 'id="best"' in d and ">%d</a>" % summary.get("best", {}).get("number", -1) in d, d[:400])
     rows = re.findall(r'<tr class="trial', d)
     ok("tune_ui_study_trials_table", len(rows) == 6 and d.count('class="trial best"') == 1 and "<th>optimizer.type</th>" in d
@@ -95,30 +61,16 @@ try:
        par[0][:300] if par else "no parallel coordinates")
     # the same pictures as keel tune show writes
     r = subprocess.run([KEEL, "tune", "show", "uistudy", "--out", os.path.join(T, "pics")], env=env, capture_output=True, text=True)
-    raw = re.findall(r"<svg.*?</svg>", fetch("study/uistudy"), re.S)
+    raw = re.findall(r"<svg.*?</svg>", ui.fetch("study/uistudy")[1], re.S)
     same = [open(os.path.join(T, "pics", f)).read().strip() for f in ("history.svg", "parallel.svg")] == [x.strip() for x in raw]
     ok("tune_ui_same_svg_as_tune_show", r.returncode == 0 and same, r.stderr)
-    try:
-        urllib.request.urlopen(base + "study/nosuch", timeout=30)
-        code = 200
-    except urllib.error.HTTPError as e:
-        code = e.code
+    code = ui.fetch("study/nosuch")[0]
     ok("tune_ui_unknown_study_404", code == 404, code)
     os.makedirs(BUILD, exist_ok=True)
     out = os.path.join(BUILD, "ui-study.png")
-    if os.path.exists(out):
-        os.remove(out)
-    prof = tempfile.mkdtemp(dir=T)
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--user-data-dir=" + prof,
-                    "--screenshot=" + out, "--window-size=1280,1400", base + "study/uistudy"], capture_output=True, timeout=90)
-    ok("tune_ui_screenshot", os.path.exists(out) and os.path.getsize(out) > 5000, out)
+    ok("tune_ui_screenshot", ui.screenshot("study/uistudy", out), out)
 finally:
-    ui.send_signal(signal.SIGTERM)
-    try:
-        rc = ui.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        ui.kill()
-        rc = -1
+    rc = ui.stop()
 ok("tune_ui_sigterm_exit_0", rc == 0, "exit %s" % rc)
 shutil.rmtree(T, ignore_errors=True)
-sys.exit(1 if failed else 0)
+sys.exit(1 if c.failed else 0)
