@@ -353,7 +353,7 @@ static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_
 static const app_opt run_opts[] = {
     {"space", 0, 1, "SPACE.yaml", "the search space (required)", 0},
     {"trials", 'n', 1, "N", "trials in the study in all (default 20); re-running continues up to N", 0},
-    {"parallel", 'p', 1, "P", "trials running at once, each a forked process with threads/P threads (default 1)", 0},
+    {"parallel", 'p', 1, "P", "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
     {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
     {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
     {"metric", 0, 1, "NAME", "per-epoch metric: val_accuracy (default), val_loss or train_loss", 0},
@@ -370,7 +370,8 @@ static const app_cmd_spec run_spec = {
     "Search hyperparameters of a training spec; a resumable study in the experiment store.",
     "The space maps spec keys (dotted paths, e.g. optimizer.lr, layers.0.out) to\n"
     "  {type: float|int|categorical, low, high, log, step, choices, when: {param: value}}.\n"
-    "Each trial trains SPEC with --set key=value overrides in a forked process; its objective\n"
+    "Each trial trains SPEC with --set key=value overrides through the training library (in this\n"
+    "process, or forked ones with --parallel); the pruner can stop it after any epoch. Its objective\n"
     "is the best value of "
     "--metric over its epochs. A configuration already evaluated is not trained again.\n"
     "`keel tune show STUDY` prints the study and draws its history.",
