@@ -55,6 +55,12 @@ static void free_study(kl_trial *h, int n) {
     for (int t = 0; t < n; t++) free(h[t].params);
 }
 
+/* A space and the default sampler options (TPE). */
+static kl_tune_space *fixture(const char *yaml, kl_sampler_opts *o, kl_err *e) {
+    kl_sampler_opts_default(o);
+    return space_of(yaml, e);
+}
+
 static double obj(const kl_tune_space *s, const kl_tune_value *v) {
     double lr = log10(v[0].v) + 2.5, w = (v[1].v - 256) / 256;
     double m = v[3].present ? (v[3].v - 0.9) : 0;
@@ -241,10 +247,9 @@ KL_TEST(tune_pruners_in_a_sequential_study) {
  * without the liar, running trials are ignored. */
 KL_TEST(tune_tpe_constant_liar) {
     kl_err e = {0};
-    kl_tune_space *s = space_of(SPACE, &e);
-    KT_CHECK(s);
     kl_sampler_opts o;
-    kl_sampler_opts_default(&o);
+    kl_tune_space *s = fixture(SPACE, &o, &e);
+    KT_CHECK(s);
     kl_trial h[21];
     memset(h, 0, sizeof h);
     run_study(s, &o, 20, h, obj);
@@ -266,10 +271,9 @@ KL_TEST(tune_tpe_constant_liar) {
  * rank right after the complete ones, so the search still concentrates. */
 KL_TEST(tune_tpe_learns_from_pruned_trials) {
     kl_err e = {0};
-    kl_tune_space *s = space_of("x: {type: float, low: 0, high: 1}\n", &e);
-    KT_CHECK(s);
     kl_sampler_opts o;
-    kl_sampler_opts_default(&o);
+    kl_tune_space *s = fixture("x: {type: float, low: 0, high: 1}\n", &o, &e);
+    KT_CHECK(s);
     kl_trial h[40];
     double inter[40][3];
     memset(h, 0, sizeof h);
