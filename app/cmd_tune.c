@@ -1,39 +1,43 @@
-/* keel tune: hyperparameter search over a training spec. Each trial runs
- * `keel train SPEC --set name=value ...` as a child process (up to
- * --parallel at once), its per-epoch metric is read from the trial's
- * metrics.csv as it grows (for the pruner), and everything is recorded in
- * the experiment store as a study, so re-running the same command continues
- * the study. `keel tune show STUDY` reports it. */
+/* keel tune: hyperparameter search over a training spec. Each trial is a
+ * forked child process of the tune process that calls the training library
+ * directly (kl_train_run with `--set`-style overrides and a per-epoch
+ * callback): no exec, no start-up, and a pruned trial stops at once and
+ * writes only its metrics.csv. The child reports the metric after every
+ * epoch over a pipe and waits for the pruner's answer on another; the parent
+ * records everything in the experiment store as a study, so re-running the
+ * same command continues the study. `keel tune show STUDY` reports it. */
 #include "app.h"
 
 #include <keel/track.h>
+#include <keel/train.h>
 #include <keel/tune.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
-
 /* ==================================================================
- * Trials in flight
+ * Trials in flight: one forked process each
  * ================================================================== */
 
 typedef struct {
     pid_t pid;
     int slot;          /* index into the history array */
     int64_t run_id;
+    int rfd, wfd;      /* from the child (report lines), to the child (decisions) */
     char dir[1024], log[1100];
-    int metric_col, epoch_col, split_col; /* columns of metrics.csv (-1 until known) */
-    long offset;       /* bytes of metrics.csv already read */
-    int pruned;
+    char buf[2048];    /* partial line from the child */
+    size_t blen;
+    char err[768];     /* the child's error line ("E ...") */
+    int done, pruned;
     double t0;
 } child;
 
@@ -42,108 +46,191 @@ static void on_signal(int sig) { (void)sig; interrupted = 1; }
 
 static double now_s(void) { return (double)kl_time_mono_ns() / 1e9; }
 
-/* metric "val_accuracy" -> split "val", column "accuracy" */
-static void split_metric(const char *metric, char *split, size_t ns, char *col, size_t nc) {
-    const char *us = strchr(metric, '_');
-    if (!us) { snprintf(split, ns, "val"); snprintf(col, nc, "%s", metric); return; }
-    snprintf(split, ns, "%.*s", (int)(us - metric), metric);
-    snprintf(col, nc, "%s", us + 1);
+/* the metric a trial reports, from one epoch's values (NaN = not there) */
+static double epoch_metric(const char *metric, const kl_train_epoch *ep) {
+    if (!strcmp(metric, "val_accuracy") || !strcmp(metric, "val_acc")) return ep->val_accuracy;
+    if (!strcmp(metric, "val_loss")) return ep->val_loss;
+    if (!strcmp(metric, "train_loss")) return ep->train_loss;
+    return NAN;
 }
 
-static int csv_field(const char *line, int idx, char *out, size_t n) {
-    for (int i = 0; i < idx; i++) {
-        line = strchr(line, ',');
-        if (!line) return 0;
-        line++;
+static int write_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
     }
-    size_t len = strcspn(line, ",\r\n");
-    snprintf(out, n, "%.*s", (int)len, line);
-    return 1;
+    return 0;
 }
 
-/* Reads new complete lines of the trial's metrics.csv; reports each new
- * value of the metric; returns 1 when the pruner says stop. */
-static int poll_metrics(child *c, kl_study *st, kl_trial *t, const kl_pruner_opts *po, const kl_trial *hist,
-                        size_t nhist, int minimize, const char *metric) {
-    char path[1200], split[64], col[128];
-    snprintf(path, sizeof path, "%s/metrics.csv", c->dir);
-    split_metric(metric, split, sizeof split, col, sizeof col);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    if (fseek(f, c->offset, SEEK_SET) != 0) { fclose(f); return 0; }
-    char line[4096];
-    int prune = 0;
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strlen(line);
-        if (!len || line[len - 1] != '\n') break; /* a partial line: read it next time */
-        c->offset += (long)len;
-        if (c->metric_col < 0) { /* the header */
-            char name[128];
-            for (int i = 0; csv_field(line, i, name, sizeof name); i++) {
-                if (!strcmp(name, col)) c->metric_col = i;
-                if (!strcmp(name, "epoch")) c->epoch_col = i;
-                if (!strcmp(name, "split")) c->split_col = i;
-            }
-            if (c->metric_col < 0) c->metric_col = 1 << 20; /* header read; column absent */
-            continue;
-        }
-        char sv[64], ev[64], mv[64];
-        if (c->split_col < 0 || c->epoch_col < 0) continue;
-        if (!csv_field(line, c->split_col, sv, sizeof sv) || strcmp(sv, split)) continue;
-        if (!csv_field(line, c->epoch_col, ev, sizeof ev) || !csv_field(line, c->metric_col, mv, sizeof mv)) continue;
-        int64_t epoch;
-        double v;
-        if (kl_parse_int64(ev, &epoch) || epoch < 0 || epoch > 100000 || kl_parse_double(mv, &v)) continue;
-        if (epoch >= t->ninter) {
-            double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
-            if (!ni) continue;
-            for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
-            t->inter = ni;
-            t->ninter = (int)epoch + 1;
-        }
-        t->inter[epoch] = v;
-        kl_err e = {0};
-        if (kl_study_trial_report(st, c->run_id, (int)epoch, v, &e))
-            kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, metric, kl_err_what(&e));
-        if (!prune && kl_tune_should_prune(po, hist, nhist, t, (int)epoch, minimize)) prune = 1;
-    }
-    fclose(f);
-    return prune;
+typedef struct { const char *metric; int wfd, rfd; } trial_io;
+
+/* In the child, after each epoch: "R epoch value" to the parent, then wait
+ * for its answer: 'c' go on, 'p' prune (stop now). */
+static int trial_epoch(void *ctx, const kl_train_epoch *ep) {
+    trial_io *io = ctx;
+    double v = epoch_metric(io->metric, ep);
+    if (isnan(v)) return 0;
+    char line[96];
+    int n = snprintf(line, sizeof line, "R %lld %.17g\n", (long long)ep->epoch, v);
+    if (write_all(io->wfd, line, (size_t)n)) return 1; /* the parent is gone */
+    char d;
+    ssize_t r;
+    while ((r = read(io->rfd, &d, 1)) < 0 && errno == EINTR) {}
+    return r != 1 || d == 'p';
 }
 
-static int spawn_trial(const char *self, const char *spec, const kl_tune_space *s, const kl_tune_value *v,
-                       child *c, const char *threads, kl_err *e) {
-    char *argv[96];
+/* Trains one trial: SPEC with the trial's values as --set overrides, the
+ * summary into report, fn called after every epoch. */
+static int train_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *dir, FILE *report,
+                       kl_train_epoch_fn fn, void *ctx, kl_err *e) {
     char sets[64][256];
-    int n = 0;
-    argv[n++] = (char *)"keel";
-    if (threads) { argv[n++] = (char *)"--threads"; argv[n++] = (char *)threads; }
-    argv[n++] = (char *)"train";
-    argv[n++] = (char *)spec;
-    argv[n++] = (char *)"--out";
-    argv[n++] = c->dir;
-    argv[n++] = (char *)"--quiet";
-    for (int p = 0; p < s->n && p < 64; p++) {
+    const char *setp[64];
+    int ns = 0;
+    for (int p = 0; p < s->n && ns < 64; p++) {
         if (!v[p].present) continue;
         char val[96];
-        kl_tune_value_str(&s->p[p], v[p], val, sizeof val);
-        snprintf(sets[p], sizeof sets[p], "%s=%s", s->p[p].name, val);
-        argv[n++] = (char *)"--set";
-        argv[n++] = sets[p];
+        snprintf(sets[ns], sizeof sets[ns], "%s=%s", s->p[p].name, kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
+        setp[ns] = sets[ns];
+        ns++;
     }
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, c->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    int rc = posix_spawn(&c->pid, self, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc) return kl_err_set(e, -rc, "cannot start %s train: %s", self, strerror(rc));
+    kl_train_opts o = {0};
+    o.out_dir = dir;
+    o.quiet = 1;
+    o.report = report;
+    o.sets = setp;
+    o.nsets = ns;
+    o.on_epoch = fn;
+    o.on_epoch_ctx = ctx;
+    return kl_train_run(spec, &o, e);
+}
+
+/* The child: train in-process, tell the parent how it ended, _exit. */
+static void trial_child(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric,
+                        int threads, int wfd, int rfd, const char *dir, const char *logpath) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (lfd >= 0) { dup2(lfd, 1); dup2(lfd, 2); close(lfd); }
+    int nul = open("/dev/null", O_RDONLY);
+    if (nul >= 0) { dup2(nul, 0); close(nul); }
+    kl_threads_set(threads);
+    trial_io io = {metric, wfd, rfd};
+    kl_err e = {0};
+    int rc = train_trial(spec, s, v, dir, stdout, trial_epoch, &io, &e);
+    char line[1100];
+    int n;
+    if (rc) {
+        const char *w = kl_err_what(&e);
+        fprintf(stderr, "error: %s\n", w);
+        n = snprintf(line, sizeof line, "E %.1000s\n", w);
+        for (char *q = line + 2; q < line + n - 1; q++) if (*q == '\n') *q = ' ';
+    } else {
+        n = snprintf(line, sizeof line, "D\n");
+    }
+    fflush(stdout);
+    fflush(stderr);
+    write_all(wfd, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
+    _exit(rc ? 1 : 0);
+}
+
+static int fork_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric, int threads,
+                      child *c, kl_err *e) {
+    int up[2], down[2];
+    if (pipe(up)) return kl_err_set(e, -errno, "pipe: %s", strerror(errno));
+    if (pipe(down)) {
+        int err = errno;
+        close(up[0]); close(up[1]);
+        return kl_err_set(e, -err, "pipe: %s", strerror(err));
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        int err = errno;
+        close(up[0]); close(up[1]); close(down[0]); close(down[1]);
+        return kl_err_set(e, -err, "fork: %s", strerror(err));
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        trial_child(spec, s, v, metric, threads, up[1], down[0], c->dir, c->log);
+    }
+    close(up[1]);
+    close(down[0]);
+    c->pid = pid;
+    c->rfd = up[0];
+    c->wfd = down[1];
+    fcntl(c->rfd, F_SETFD, FD_CLOEXEC);
+    fcntl(c->wfd, F_SETFD, FD_CLOEXEC);
     return KL_OK;
 }
 
-/* last non-empty line of a file (the trial's error message) */
+/* What recording a trial needs: the study, the history the pruner and the
+ * sampler see (own copy; new trials are appended), the settings. */
+typedef struct {
+    kl_study *st;
+    const kl_tune_space *s;
+    kl_trial *all;
+    size_t nall;
+    const kl_pruner_opts *po;
+    int minimize;
+    const char *metric;
+} tune_ctx;
+
+/* A trial reported its metric for an epoch: record it, ask the pruner. */
+static void report_epoch(tune_ctx *x, child *c, long long epoch, double v) {
+    kl_trial *t = &x->all[c->slot];
+    if (epoch < 0 || epoch > 100000) return;
+    if (epoch >= t->ninter) {
+        double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
+        if (!ni) return;
+        for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
+        t->inter = ni;
+        t->ninter = (int)epoch + 1;
+    }
+    t->inter[epoch] = v;
+    kl_err e = {0};
+    if (kl_study_trial_report(x->st, c->run_id, (int)epoch, v, &e))
+        kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, x->metric, kl_err_what(&e));
+    if (!c->pruned && kl_tune_should_prune(x->po, x->all, x->nall, t, (int)epoch, x->minimize)) c->pruned = 1;
+}
+
+/* Handles one complete line from a child: records a reported value and
+ * answers with the pruner's decision. */
+static void child_line(tune_ctx *x, child *c, const char *line) {
+    if (line[0] == 'D') { c->done = 1; return; }
+    if (line[0] == 'E') { snprintf(c->err, sizeof c->err, "%s", line + 2); return; }
+    if (line[0] != 'R') return;
+    char *end;
+    long long epoch = strtoll(line + 2, &end, 10);
+    report_epoch(x, c, epoch, strtod(end, NULL));
+    char answer = c->pruned ? 'p' : 'c';
+    write_all(c->wfd, &answer, 1);
+}
+
+/* Reads what a child has written; returns 1 at end of file (it exited). */
+static int child_read(tune_ctx *x, child *c) {
+    ssize_t r = read(c->rfd, c->buf + c->blen, sizeof c->buf - 1 - c->blen);
+    if (r < 0) return errno == EINTR || errno == EAGAIN ? 0 : 1;
+    if (r == 0) return 1;
+    c->blen += (size_t)r;
+    c->buf[c->blen] = 0;
+    char *p = c->buf, *nl;
+    while ((nl = strchr(p, '\n'))) {
+        *nl = 0;
+        child_line(x, c, p);
+        p = nl + 1;
+    }
+    c->blen = (size_t)(c->buf + c->blen - p);
+    memmove(c->buf, p, c->blen);
+    if (c->blen == sizeof c->buf - 1) c->blen = 0; /* an overlong line: drop it */
+    return 0;
+}
+
+/* last non-empty line of a file (a crashed trial's last words) */
 static void last_line(const char *path, char *out, size_t n) {
     out[0] = 0;
     char *text;
@@ -175,6 +262,82 @@ static double objective_of(const kl_trial *t, int minimize) {
     return best;
 }
 
+/* ---- a trial in the tune process itself (--parallel 1) ------------------ */
+
+typedef struct { tune_ctx *x; child *c; } inproc_io;
+
+static int inproc_epoch(void *ctx, const kl_train_epoch *ep) {
+    inproc_io *io = ctx;
+    double v = epoch_metric(io->x->metric, ep);
+    if (!isnan(v)) report_epoch(io->x, io->c, (long long)ep->epoch, v);
+    return io->c->pruned || interrupted;
+}
+
+static double cpu_now(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* Trains one trial with the training library in this process; c->done or
+ * c->err tell how it ended. Returns its CPU seconds. */
+static double run_inproc(tune_ctx *x, child *c, const char *spec) {
+    double cpu0 = cpu_now();
+    FILE *log = fopen(c->log, "w");
+    inproc_io io = {x, c};
+    kl_err e = {0};
+    if (train_trial(spec, x->s, x->all[c->slot].params, c->dir, log ? log : stderr, inproc_epoch, &io, &e)) {
+        snprintf(c->err, sizeof c->err, "%s", kl_err_what(&e));
+        if (log) fprintf(log, "error: %s\n", c->err);
+    } else {
+        c->done = 1;
+    }
+    if (log) fclose(log);
+    return cpu_now() - cpu0;
+}
+
+/* Records how a trial ended (state, value or error) and prints a line.
+ * Returns 1 when a successful trial never reported the metric. */
+static int finish_trial(tune_ctx *x, child *c, int status, kl_err *e) {
+    kl_trial *tr = &x->all[c->slot];
+    double secs = now_s() - c->t0;
+    char desc[1024];
+    describe(x->s, tr->params, desc, sizeof desc);
+    kl_err te = {0};
+    int missing = 0;
+    if (c->pruned) {
+        tr->state = KL_TRIAL_PRUNED;
+        kl_study_trial_end(x->st, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
+        fprintf(stderr, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
+    } else if (c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        double v = objective_of(tr, x->minimize);
+        if (isnan(v)) {
+            char msg[512];
+            snprintf(msg, sizeof msg, "metric '%s' never appeared in the trial's epochs (the training loop reports val_accuracy, val_loss and train_loss; see %s/metrics.csv)",
+                     x->metric, c->dir);
+            tr->state = KL_TRIAL_FAILED;
+            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_FAILED, NAN, msg, &te);
+            kl_err_set(e, KL_ENOTFOUND, "trial %d: %s", tr->number, msg);
+            missing = 1;
+        } else {
+            tr->state = KL_TRIAL_COMPLETE;
+            tr->value = v;
+            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, &te);
+            fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, x->metric, v, secs, desc);
+        }
+    } else {
+        char err[768];
+        snprintf(err, sizeof err, "%s", c->err);
+        if (!err[0]) last_line(c->log, err, sizeof err);
+        if (!err[0]) snprintf(err, sizeof err, "exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+        tr->state = KL_TRIAL_FAILED;
+        kl_study_trial_end(x->st, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
+        fprintf(stderr, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
+    }
+    if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
+    return missing;
+}
+
 static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_tune_value *b) {
     for (int p = 0; p < s->n; p++) {
         if (a[p].present != b[p].present) return 0;
@@ -190,13 +353,14 @@ static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_
 static const app_opt run_opts[] = {
     {"space", 0, 1, "SPACE.yaml", "the search space (required)", 0},
     {"trials", 'n', 1, "N", "trials in the study in all (default 20); re-running continues up to N", 0},
-    {"parallel", 'p', 1, "P", "trials running at once, each a process (default 1)", 0},
+    {"parallel", 'p', 1, "P", "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
     {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
     {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
-    {"metric", 0, 1, "NAME", "metric from the trial's metrics.csv, split_column (default val_accuracy)", 0},
+    {"metric", 0, 1, "NAME", "per-epoch metric: val_accuracy (default), val_loss or train_loss", 0},
     {"direction", 0, 1, "maximize|minimize", "default: maximize for accuracy/auc metrics, else minimize", 0},
     {"sampler", 0, 1, "tpe|random|grid", "default tpe", 0},
     {"pruner", 0, 1, "none|median|asha", "early stopping of bad trials on the per-epoch metric (default none)", 0},
+    {"prune-min-epochs", 0, 1, "N", "no trial is pruned before N epochs (asha: the first rung; median: warm-up; default 1)", 0},
     {"seed", 0, 1, "N", "sampler seed (default 0)", 0},
     {"out", 'o', 1, "DIR", "trial artifacts (default tune-<study>)", 0},
     {"json", 0, 0, NULL, "summary as JSON", 0},
@@ -206,7 +370,9 @@ static const app_cmd_spec run_spec = {
     "Search hyperparameters of a training spec; a resumable study in the experiment store.",
     "The space maps spec keys (dotted paths, e.g. optimizer.lr, layers.0.out) to\n"
     "  {type: float|int|categorical, low, high, log, step, choices, when: {param: value}}.\n"
-    "Each trial is `keel train SPEC --set key=value ...`; its objective is the best value of\n"
+    "Each trial trains SPEC with --set key=value overrides through the training library (in this\n"
+    "process, or forked ones with --parallel); the pruner can stop it after any epoch. Its objective\n"
+    "is the best value of "
     "--metric over its epochs. A configuration already evaluated is not trained again.\n"
     "\n"
     "Commands:\n"
@@ -244,16 +410,18 @@ static int tune_run(int argc, char **argv) {
     kl_pruner_opts_default(&po);
     if (app_get(&a, "pruner") && kl_pruner_kind_parse(app_get(&a, "pruner"), &po.kind))
         return app_usage_error(&run_spec, "unknown pruner '%s' (none, median, asha)", app_get(&a, "pruner"));
+    int64_t min_epochs;
+    if ((rc = app_get_int(&a, &run_spec, "prune-min-epochs", 1, &min_epochs)) >= 0) return rc;
+    if (min_epochs < 1 || min_epochs > 100000) return app_usage_error(&run_spec, "--prune-min-epochs must be in 1..100000");
+    po.min_resource = (int)min_epochs;
+    po.n_warmup_steps = (int)min_epochs - 1;
 
     kl_err e = {0};
-    char spec[4096], self[4096];
+    char spec[4096];
     if (!realpath(spec_arg, spec)) {
         kl_err_set(&e, -errno, "%s: %s", spec_arg, strerror(errno));
         return app_fail(&e);
     }
-    ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) { kl_err_set(&e, -errno, "cannot find the keel binary: %s", strerror(errno)); return app_fail(&e); }
-    self[sl] = 0;
     char *space_text = NULL;
     size_t space_len;
     kl_tune_space *s = NULL;
@@ -299,14 +467,15 @@ static int tune_run(int argc, char **argv) {
         nall++;
     }
     if (nall) kl_log(KL_LOG_INFO, "tune", "study %s: continuing with %zu trials recorded", name, nall);
-    char threads[16];
-    snprintf(threads, sizeof threads, "%d", KL_MAX(1, kl_threads_default() / (int)parallel));
+    int threads = KL_MAX(1, kl_threads_default() / (int)parallel);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     double t_start = now_s();
     int launched = 0, failed_first_metric = 0;
+    double train_seconds = 0, train_cpu = 0; /* summed over the trials trained now: wall (fork to exit), CPU */
     size_t target = (size_t)trials;
     int grid_done = 0;
+    tune_ctx x = {st, s, all, 0, &po, minimize, metric};
     while (!interrupted) {
         /* start trials while there are free slots and budget */
         while (!interrupted && !grid_done && nkids < parallel && nall < target && !failed_first_metric &&
@@ -349,74 +518,64 @@ static int tune_run(int argc, char **argv) {
             memset(c, 0, sizeof *c);
             c->slot = (int)nall - 1;
             c->run_id = run_id;
-            c->metric_col = c->epoch_col = c->split_col = -1;
+            c->rfd = c->wfd = -1;
             c->t0 = now_s();
             snprintf(c->dir, sizeof c->dir, "%s/trial-%d", outdir, tr->number);
             snprintf(c->log, sizeof c->log, "%s/trial-%d.log", outdir, tr->number);
             kl_rm_rf(c->dir, NULL); /* a leftover of an interrupted run */
-            if ((rc = spawn_trial(self, spec, s, tr->params, c, threads, &e))) {
+            launched++;
+            if (parallel == 1) { /* in this process: no fork, memory reused from trial to trial */
+                fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
+                x.nall = nall;
+                train_cpu += run_inproc(&x, c, spec);
+                train_seconds += now_s() - c->t0;
+                if (interrupted && !c->pruned) {
+                    kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
+                    break;
+                }
+                failed_first_metric |= finish_trial(&x, c, 0, &e);
+                continue;
+            }
+            if ((rc = fork_trial(spec, s, tr->params, metric, threads, c, &e))) {
                 kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, kl_err_what(&e), NULL);
                 goto done;
             }
             nkids++;
-            launched++;
             fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
         }
         if (nkids == 0) break;
-        /* watch the running ones */
+        /* watch the running ones: their reports, pruner answers, exits */
+        struct pollfd pfd[64];
+        for (int k = 0; k < nkids; k++) pfd[k] = (struct pollfd){kids[k].rfd, POLLIN, 0};
+        if (poll(pfd, (nfds_t)nkids, 200) < 0 && errno != EINTR) {
+            rc = kl_err_set(&e, -errno, "poll: %s", strerror(errno));
+            goto done;
+        }
         for (int k = 0; k < nkids; k++) {
             child *c = &kids[k];
-            kl_trial *tr = &all[c->slot];
-            if (!c->pruned && poll_metrics(c, st, tr, &po, all, nall, minimize, metric)) {
-                c->pruned = 1;
-                kill(c->pid, SIGTERM);
-            }
-            int status;
-            pid_t w = waitpid(c->pid, &status, WNOHANG);
-            if (w == 0) continue;
-            poll_metrics(c, st, tr, &po, all, nall, minimize, metric);
-            double secs = now_s() - c->t0;
-            char desc[1024];
-            describe(s, tr->params, desc, sizeof desc);
-            kl_err te = {0};
-            if (c->pruned) {
-                tr->state = KL_TRIAL_PRUNED;
-                kl_study_trial_end(st, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
-                fprintf(stderr, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
-            } else if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-                double v = objective_of(tr, minimize);
-                if (isnan(v)) {
-                    char msg[512];
-                    snprintf(msg, sizeof msg, "metric '%s' never appeared in %s/metrics.csv (expected rows with split '%.*s' and a column '%s')",
-                             metric, c->dir, (int)strcspn(metric, "_"), metric, strchr(metric, '_') ? strchr(metric, '_') + 1 : metric);
-                    tr->state = KL_TRIAL_FAILED;
-                    kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, msg, &te);
-                    kl_err_set(&e, KL_ENOTFOUND, "trial %d: %s", tr->number, msg);
-                    failed_first_metric = 1;
-                } else {
-                    tr->state = KL_TRIAL_COMPLETE;
-                    tr->value = v;
-                    kl_study_trial_end(st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, &te);
-                    fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, metric, v, secs, desc);
-                }
-            } else {
-                char err[512];
-                last_line(c->log, err, sizeof err);
-                if (!err[0]) snprintf(err, sizeof err, "exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-                tr->state = KL_TRIAL_FAILED;
-                kl_study_trial_end(st, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
-                fprintf(stderr, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
-            }
-            if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
+            if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            x.nall = nall;
+            if (!child_read(&x, c)) continue;
+            int status = 0;
+            struct rusage ru = {0};
+            while (wait4(c->pid, &status, 0, &ru) < 0 && errno == EINTR) {}
+            train_cpu += (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+                         (double)ru.ru_stime.tv_usec * 1e-6;
+            close(c->rfd);
+            close(c->wfd);
+            pfd[k] = pfd[nkids - 1];
+            train_seconds += now_s() - c->t0;
+            failed_first_metric |= finish_trial(&x, c, status, &e);
             kids[k] = kids[--nkids];
             k--;
         }
-        if (nkids) usleep(100000);
     }
     if (interrupted) {
         for (int k = 0; k < nkids; k++) {
             kill(kids[k].pid, SIGTERM);
             waitpid(kids[k].pid, NULL, 0);
+            close(kids[k].rfd);
+            close(kids[k].wfd);
             kl_study_trial_end(st, kids[k].run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
         }
         nkids = 0;
@@ -426,16 +585,12 @@ static int tune_run(int argc, char **argv) {
     }
     if (failed_first_metric) { rc = KL_ENOTFOUND; goto done; }
     /* summary */
-    const kl_trial *best = NULL;
+    const kl_trial *best = kl_tune_best(all, nall, minimize);
     int ncomplete = 0, npruned = 0, nfailed = 0;
     for (size_t i = 0; i < nall; i++) {
-        const kl_trial *x = &all[i];
-        ncomplete += x->state == KL_TRIAL_COMPLETE;
-        npruned += x->state == KL_TRIAL_PRUNED;
-        nfailed += x->state == KL_TRIAL_FAILED;
-        if (x->state == KL_TRIAL_COMPLETE && isfinite(x->value) &&
-            (!best || (minimize ? x->value < best->value : x->value > best->value)))
-            best = x;
+        ncomplete += all[i].state == KL_TRIAL_COMPLETE;
+        npruned += all[i].state == KL_TRIAL_PRUNED;
+        nfailed += all[i].state == KL_TRIAL_FAILED;
     }
     char desc[1024] = "";
     if (best) describe(s, best->params, desc, sizeof desc);
@@ -444,8 +599,9 @@ static int tune_run(int argc, char **argv) {
         kl_buf_init(&b);
         kl_buf_puts(&b, "{\"study\":");
         kl_buf_json_str(&b, name);
-        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f",
-                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start);
+        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f,\"train_seconds\":%.3f,\"train_cpu_seconds\":%.3f",
+                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start, train_seconds,
+                      train_cpu);
         if (best) {
             kl_buf_printf(&b, ",\"best\":{\"number\":%d,\"value\":%.17g,\"params\":{", best->number, best->value);
             int first = 1;
@@ -472,7 +628,12 @@ static int tune_run(int argc, char **argv) {
     exit_code = best ? APP_EXIT_OK : APP_EXIT_FAIL;
     if (!best) kl_err_set(&e, KL_ENOTFOUND, "no trial completed");
 done:
-    for (int k = 0; k < nkids; k++) { kill(kids[k].pid, SIGTERM); waitpid(kids[k].pid, NULL, 0); }
+    for (int k = 0; k < nkids; k++) {
+        kill(kids[k].pid, SIGTERM);
+        waitpid(kids[k].pid, NULL, 0);
+        close(kids[k].rfd);
+        close(kids[k].wfd);
+    }
     for (size_t i = 0; i < nall; i++) { free(all[i].params); free(all[i].inter); }
     free(all);
     free(kids);
@@ -487,49 +648,6 @@ done:
 /* ==================================================================
  * keel tune show STUDY
  * ================================================================== */
-
-/* Parallel coordinates: one vertical axis per parameter and one for the
- * value; each complete trial is a polyline, darker for better values. */
-static void parallel_svg(kl_buf *b, const kl_tune_space *s, const kl_trial *t, size_t n, int minimize, const char *metric) {
-    int W = 160 * (s->n + 1) + 80, H = 420, top = 40, bot = 360;
-    kl_buf_printf(b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H, W, H);
-    kl_buf_puts(b, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"10\" y=\"20\" font-size=\"14\">parallel coordinates</text>\n");
-    double vmin = INFINITY, vmax = -INFINITY;
-    for (size_t i = 0; i < n; i++)
-        if (t[i].state == KL_TRIAL_COMPLETE && isfinite(t[i].value)) {
-            if (t[i].value < vmin) vmin = t[i].value;
-            if (t[i].value > vmax) vmax = t[i].value;
-        }
-    for (int p = 0; p <= s->n; p++) {
-        int x = 60 + 160 * p;
-        kl_buf_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#444\"/>\n", x, top, x, bot);
-        kl_buf_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", x, bot + 20);
-        kl_buf_html(b, p < s->n ? s->p[p].name : metric);
-        kl_buf_puts(b, "</text>\n");
-    }
-    for (size_t i = 0; i < n; i++) {
-        const kl_trial *x = &t[i];
-        if (x->state != KL_TRIAL_COMPLETE || !isfinite(x->value)) continue;
-        double q = vmax > vmin ? (x->value - vmin) / (vmax - vmin) : 1;
-        if (minimize) q = 1 - q; /* 1 = best */
-        kl_buf_puts(b, "<polyline fill=\"none\" stroke-width=\"1.5\" ");
-        kl_buf_printf(b, "stroke=\"rgb(%d,%d,%d)\" stroke-opacity=\"%.2f\" points=\"", (int)(220 - 190 * q), (int)(220 - 120 * q), 255, 0.3 + 0.7 * q);
-        for (int p = 0; p <= s->n; p++) {
-            double f;
-            if (p == s->n) f = vmax > vmin ? (x->value - vmin) / (vmax - vmin) : 0.5;
-            else if (!x->params[p].present) continue;
-            else {
-                const kl_tune_param *pp = &s->p[p];
-                double v = x->params[p].v, lo = pp->low, hi = pp->high;
-                if (pp->log) { v = log(v); lo = log(lo); hi = log(hi); }
-                f = hi > lo ? (v - lo) / (hi - lo) : 0.5;
-            }
-            kl_buf_printf(b, "%d,%.1f ", 60 + 160 * p, bot - f * (bot - top));
-        }
-        kl_buf_puts(b, "\"/>\n");
-    }
-    kl_buf_puts(b, "</svg>\n");
-}
 
 static const app_opt show_opts[] = {
     {"json", 0, 0, NULL, "machine-readable output", 0},
@@ -550,27 +668,18 @@ static int tune_show(int argc, char **argv) {
     kl_err e = {0};
     kl_track *t = NULL;
     kl_study *st = NULL;
-    kl_tune_space *s = NULL;
-    kl_doc *d = NULL;
     double *imp = NULL;
     kl_buf b;
     kl_buf_init(&b);
     if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
-    if ((rc = kl_study_find(t, a.pos[0], NULL, &st, &e))) goto done;
+    if ((rc = kl_study_find_recorded(t, a.pos[0], &st, &e))) goto done;
     const kl_study_info *info = kl_study_get_info(st);
-    if ((rc = kl_doc_load_str(info->space_text, strlen(info->space_text), "recorded space", &d, &e)) ||
-        (rc = kl_tune_space_parse(kl_doc_root(d), &s, &e)))
-        goto done;
-    kl_study_set_space(st, s);
+    const kl_tune_space *s = kl_study_space(st);
     const kl_trial *tr;
     size_t n;
     if ((rc = kl_study_load(st, &tr, &n, &e))) goto done;
     int minimize = info->minimize;
-    const kl_trial *best = NULL;
-    for (size_t i = 0; i < n; i++)
-        if (tr[i].state == KL_TRIAL_COMPLETE && isfinite(tr[i].value) &&
-            (!best || (minimize ? tr[i].value < best->value : tr[i].value > best->value)))
-            best = &tr[i];
+    const kl_trial *best = kl_tune_best(tr, n, minimize);
     imp = calloc((size_t)s->n, sizeof *imp);
     if (!imp) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
     kl_tune_importance(s, tr, n, imp);
@@ -579,37 +688,19 @@ static int tune_show(int argc, char **argv) {
     snprintf(outdir, sizeof outdir, "%s", app_get(&a, "out") ? app_get(&a, "out") : "");
     if (!outdir[0]) snprintf(outdir, sizeof outdir, "tune-%s", info->name);
     if ((rc = kl_mkdir_p(outdir, &e))) goto done;
-    {
-        int64_t *xs = malloc((n + 1) * sizeof *xs), *xb = malloc((n + 1) * sizeof *xb);
-        double *ys = malloc((n + 1) * sizeof *ys), *yb = malloc((n + 1) * sizeof *yb);
-        size_t m = 0;
-        double run = NAN;
-        for (size_t i = 0; xs && xb && ys && yb && i < n; i++) {
-            if (tr[i].state != KL_TRIAL_COMPLETE || !isfinite(tr[i].value)) continue;
-            xs[m] = xb[m] = tr[i].number;
-            ys[m] = tr[i].value;
-            if (isnan(run) || (minimize ? tr[i].value < run : tr[i].value > run)) run = tr[i].value;
-            yb[m] = run;
-            m++;
-        }
-        kl_chart_series ser[2] = {{"trial value", xs, ys, m, NULL}, {"best so far", xb, yb, m, NULL}};
+    for (int pic = 0; pic < 2 && !rc; pic++) {
         kl_buf svg;
         kl_buf_init(&svg);
         char path[1100];
-        if (xs && xb && ys && yb && kl_track_svg_chart(&svg, "optimisation history", "trial", info->metric, ser, 2, 800, 420) == KL_OK) {
-            snprintf(path, sizeof path, "%s/history.svg", outdir);
-            rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
-        }
-        kl_buf_reset(&svg);
-        if (!rc) {
-            parallel_svg(&svg, s, tr, n, minimize, info->metric);
-            snprintf(path, sizeof path, "%s/parallel.svg", outdir);
-            rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
-        }
+        if (pic == 0) rc = kl_tune_svg_history(&svg, tr, n, minimize, info->metric);
+        else kl_tune_svg_parallel(&svg, s, tr, n, minimize, info->metric);
+        if (!rc && svg.failed) rc = KL_ENOMEM;
+        if (rc) kl_err_set(&e, rc, "drawing the study: out of memory");
+        snprintf(path, sizeof path, "%s/%s.svg", outdir, pic ? "parallel" : "history");
+        if (!rc) rc = kl_write_file_atomic(path, svg.data, svg.len, &e);
         kl_buf_free(&svg);
-        free(xs); free(xb); free(ys); free(yb);
-        if (rc) goto done;
     }
+    if (rc) goto done;
     if (app_flag(&a, "json")) {
         kl_buf_puts(&b, "{\"study\":");
         kl_buf_json_str(&b, info->name);
@@ -667,8 +758,6 @@ done:
     kl_buf_free(&b);
     free(imp);
     kl_study_free(st);
-    kl_tune_space_free(s);
-    kl_doc_free(d);
     kl_track_close(t);
     if (rc) return app_fail(&e);
     return APP_EXIT_OK;

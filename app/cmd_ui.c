@@ -2,12 +2,14 @@
  * itself on libmicrohttpd (no scripts or styles from the network): runs
  * table with filtering and sorting, run page (params, tags, lineage,
  * artifacts, SVG metric charts), compare view with overlaid curves, models
- * with versions, aliases and alias history. Prints its URL; stops cleanly
+ * with versions, aliases and alias history, tuning studies (trials, best,
+ * the same history and parallel-coordinates SVG as `keel tune show`). Prints its URL; stops cleanly
  * on SIGINT/SIGTERM. */
 #include "app.h"
 
 #include <cjson/cJSON.h>
 #include <keel/track.h>
+#include <keel/tune.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -34,13 +36,13 @@ static const char *css =
     "th a{color:#123;text-decoration:none}tr.diff td{background:#fff3c4}.status-running{color:#06c}"
     ".status-finished{color:#080}.status-failed,.status-killed{color:#c00}.err{color:#c00;font-family:monospace;white-space:pre}"
     "input[type=text]{width:520px;font-family:monospace}.charts{display:flex;flex-wrap:wrap;gap:12px}"
-    ".charts svg{border:1px solid #ddd}h2{font-size:18px;margin:18px 0 6px}code{font-size:12px}";
+    ".charts svg{border:1px solid #ddd}tr.best td{background:#e6f4e6}.state-pruned{color:#a60}.state-failed{color:#c00}h2{font-size:18px;margin:18px 0 6px}code{font-size:12px}";
 
 static void page_start(kl_buf *b, const char *title) {
     kl_buf_puts(b, "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>");
     kl_buf_html(b, title);
     kl_buf_printf(b, " - keel</title><style>%s</style></head><body><header><a href=\"/\">keel</a><a href=\"/runs\">Runs</a>"
-                     "<a href=\"/models\">Models</a></header><main>\n<h1>",
+                     "<a href=\"/models\">Models</a><a href=\"/studies\">Studies</a></header><main>\n<h1>",
                   css);
     kl_buf_html(b, title);
     kl_buf_puts(b, "</h1>\n");
@@ -479,6 +481,161 @@ static int page_models(ui_ctx *c, const char *name, kl_buf *b) {
 }
 
 /* ==================================================================
+ * Studies (keel tune)
+ * ================================================================== */
+
+static void study_href(kl_buf *b, const char *name) {
+    kl_buf_puts(b, "<a href=\"/study/");
+    url_enc(b, name);
+    kl_buf_puts(b, "\">");
+    kl_buf_html(b, name);
+    kl_buf_puts(b, "</a>");
+}
+
+static void trial_params(kl_buf *b, const kl_tune_space *s, const kl_trial *t) {
+    for (int p = 0; p < s->n; p++) {
+        char val[96];
+        kl_buf_puts(b, "<td>");
+        if (t->params[p].present) kl_buf_html(b, kl_tune_value_str(&s->p[p], t->params[p], val, sizeof val));
+        kl_buf_puts(b, "</td>");
+    }
+}
+
+static int page_studies(ui_ctx *c, kl_buf *b) {
+    kl_err e = {0};
+    char **names = NULL;
+    size_t n = 0;
+    page_start(b, "Studies");
+    if (kl_study_list(c->t, &names, &n, &e)) {
+        kl_buf_puts(b, "<p class=\"err\">");
+        kl_buf_html(b, kl_err_what(&e));
+        kl_buf_puts(b, "</p>");
+        page_end(b);
+        return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    kl_buf_printf(b, "<p>%zu stud%s (keel tune)</p><table id=\"studies\"><tr><th>study</th><th>metric</th><th>direction</th>"
+                     "<th>sampler</th><th>trials</th><th>complete</th><th>pruned</th><th>failed</th><th>best</th><th>best trial</th></tr>\n",
+                  n, n == 1 ? "y" : "ies");
+    for (size_t i = 0; i < n; i++) {
+        kl_study *st = NULL;
+        const kl_trial *t = NULL;
+        size_t nt = 0;
+        kl_buf_puts(b, "<tr class=\"study\"><td>");
+        study_href(b, names[i]);
+        kl_buf_puts(b, "</td>");
+        if (kl_study_find_recorded(c->t, names[i], &st, &e) || kl_study_load(st, &t, &nt, &e)) {
+            kl_buf_puts(b, "<td colspan=\"9\" class=\"err\">");
+            kl_buf_html(b, kl_err_what(&e));
+            kl_buf_puts(b, "</td></tr>\n");
+            kl_study_free(st);
+            continue;
+        }
+        const kl_study_info *info = kl_study_get_info(st);
+        int cnt[4] = {0};
+        for (size_t k = 0; k < nt; k++) cnt[t[k].state]++;
+        const kl_trial *best = kl_tune_best(t, nt, info->minimize);
+        kl_buf_puts(b, "<td>");
+        kl_buf_html(b, info->metric);
+        kl_buf_printf(b, "</td><td>%s</td><td>", info->minimize ? "minimize" : "maximize");
+        kl_buf_html(b, info->sampler);
+        kl_buf_printf(b, "</td><td>%zu</td><td>%d</td><td>%d</td><td>%d</td>", nt, cnt[KL_TRIAL_COMPLETE], cnt[KL_TRIAL_PRUNED],
+                      cnt[KL_TRIAL_FAILED]);
+        if (best) kl_buf_printf(b, "<td>%.6g</td><td><a href=\"/run/%lld\">%d</a></td></tr>\n", best->value, (long long)best->run_id, best->number);
+        else kl_buf_puts(b, "<td>-</td><td>-</td></tr>\n");
+        kl_study_free(st);
+    }
+    kl_buf_puts(b, "</table>\n");
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    page_end(b);
+    return MHD_HTTP_OK;
+}
+
+static int page_study(ui_ctx *c, const char *name, kl_buf *b) {
+    kl_err e = {0};
+    kl_study *st = NULL;
+    const kl_trial *t = NULL;
+    size_t n = 0;
+    if (kl_study_find_recorded(c->t, name, &st, &e) || kl_study_load(st, &t, &n, &e)) {
+        page_start(b, "Study not found");
+        kl_buf_puts(b, "<p class=\"err\">");
+        kl_buf_html(b, kl_err_what(&e));
+        kl_buf_puts(b, "</p>");
+        page_end(b);
+        int code = e.code == KL_ENOTFOUND ? MHD_HTTP_NOT_FOUND : MHD_HTTP_INTERNAL_SERVER_ERROR;
+        kl_study_free(st);
+        return code;
+    }
+    const kl_study_info *info = kl_study_get_info(st);
+    const kl_tune_space *s = kl_study_space(st);
+    char title[400];
+    snprintf(title, sizeof title, "Study %s", name);
+    page_start(b, title);
+    kl_buf_puts(b, "<table id=\"study-attributes\"><tr><th>metric</th><td>");
+    kl_buf_html(b, info->metric);
+    kl_buf_printf(b, " (%s)</td></tr><tr><th>sampler</th><td>", info->minimize ? "minimize" : "maximize");
+    kl_buf_html(b, info->sampler);
+    kl_buf_puts(b, "</td></tr><tr><th>spec</th><td><code>");
+    kl_buf_html(b, info->spec);
+    kl_buf_printf(b, "</code></td></tr><tr><th>trials</th><td>%zu</td></tr></table>\n", n);
+    const kl_trial *best = kl_tune_best(t, n, info->minimize);
+    kl_buf_puts(b, "<h2>best trial</h2>");
+    if (best) {
+        kl_buf_printf(b, "<table id=\"best\"><tr><th>trial</th><td><a href=\"/run/%lld\">%d</a></td></tr><tr><th>", (long long)best->run_id,
+                      best->number);
+        kl_buf_html(b, info->metric);
+        kl_buf_printf(b, "</th><td>%.6g</td></tr>", best->value);
+        for (int p = 0; p < s->n; p++) {
+            char val[96];
+            if (!best->params[p].present) continue;
+            kl_buf_puts(b, "<tr><th>");
+            kl_buf_html(b, s->p[p].name);
+            kl_buf_puts(b, "</th><td>");
+            kl_buf_html(b, kl_tune_value_str(&s->p[p], best->params[p], val, sizeof val));
+            kl_buf_puts(b, "</td></tr>");
+        }
+        kl_buf_puts(b, "</table>\n");
+    } else {
+        kl_buf_puts(b, "<p>no trial has completed</p>\n");
+    }
+    kl_buf_puts(b, "<h2>pictures</h2><div class=\"charts\">\n");
+    kl_tune_svg_history(b, t, n, info->minimize, info->metric);
+    kl_tune_svg_parallel(b, s, t, n, info->minimize, info->metric);
+    kl_buf_puts(b, "</div>\n<h2>parameter importance</h2><table id=\"importance\"><tr><th>parameter</th><th>share of variance</th></tr>");
+    double *imp = calloc((size_t)s->n + 1, sizeof *imp);
+    if (imp) {
+        kl_tune_importance(s, t, n, imp);
+        for (int p = 0; p < s->n; p++) {
+            kl_buf_puts(b, "<tr><td>");
+            kl_buf_html(b, s->p[p].name);
+            kl_buf_printf(b, "</td><td>%.1f %%</td></tr>", 100 * imp[p]);
+        }
+        free(imp);
+    }
+    kl_buf_puts(b, "</table>\n<h2>trials</h2><table id=\"trials\"><tr><th>trial</th><th>state</th><th>value</th><th>epochs</th>");
+    for (int p = 0; p < s->n; p++) {
+        kl_buf_puts(b, "<th>");
+        kl_buf_html(b, s->p[p].name);
+        kl_buf_puts(b, "</th>");
+    }
+    kl_buf_puts(b, "</tr>\n");
+    for (size_t i = 0; i < n; i++) {
+        const kl_trial *x = &t[i];
+        kl_buf_printf(b, "<tr class=\"trial%s\"><td><a href=\"/run/%lld\">%d</a></td><td class=\"state-%s\">%s</td><td>", x == best ? " best" : "",
+                      (long long)x->run_id, x->number, kl_trial_state_name(x->state), kl_trial_state_name(x->state));
+        if (x->state == KL_TRIAL_COMPLETE && isfinite(x->value)) kl_buf_printf(b, "%.6g", x->value);
+        else kl_buf_puts(b, "-");
+        kl_buf_printf(b, "</td><td>%d</td>", x->ninter);
+        trial_params(b, s, x);
+        kl_buf_puts(b, "</tr>\n");
+    }
+    kl_buf_puts(b, "</table>\n");
+    kl_study_free(st);
+    page_end(b);
+    return MHD_HTTP_OK;
+}
+
+/* ==================================================================
  * Server
  * ================================================================== */
 
@@ -502,6 +659,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
     else if (!strcmp(url, "/compare")) status = page_compare(c, conn, &b);
     else if (!strcmp(url, "/models") || !strcmp(url, "/models/")) status = page_models(c, NULL, &b);
     else if (!strncmp(url, "/models/", 8)) status = page_models(c, url + 8, &b);
+    else if (!strcmp(url, "/studies") || !strcmp(url, "/studies/")) status = page_studies(c, &b);
+    else if (!strncmp(url, "/study/", 7)) status = page_study(c, url + 7, &b);
     else if (!strcmp(url, "/healthz")) {
         kl_buf_puts(&b, "ok\n");
         ctype = "text/plain";
@@ -529,7 +688,7 @@ static const app_opt ui_opts[] = {
 static const app_cmd_spec ui_spec = {"ui", "keel ui [--port P] [--host 127.0.0.1]",
                                      "Serve a read-only web UI over the runs and models of the store.",
                                      "Prints the URL on stdout. Pages: / (runs, filter and sort), /run/ID, /compare?ids=1,2,\n"
-                                     "/models, /models/NAME. Stops on SIGINT or SIGTERM.",
+                                     "/models, /models/NAME, /studies, /study/NAME (keel tune). Stops on SIGINT or SIGTERM.",
                                      ui_opts, KL_ARRAY_LEN(ui_opts), 0, 0};
 
 int cmd_ui(int argc, char **argv) {

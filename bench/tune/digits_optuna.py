@@ -29,4 +29,4 @@ def objective(t):
 t0 = time.time()
 st = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
 st.optimize(objective, n_trials=trials)
-print(json.dumps({"sampler": "optuna-tpe", "best": st.best_value, "seconds": time.time() - t0}))
+print(json.dumps({"sampler": "optuna-tpe", "seed": seed, "best": st.best_value, "seconds": time.time() - t0}))

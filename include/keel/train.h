@@ -15,6 +15,19 @@
 extern "C" {
 #endif
 
+/* What the per-epoch callback sees (NaN where there is no such value). */
+typedef struct {
+    int64_t epoch;              /* 0-based, the epoch just finished */
+    int64_t step;               /* optimizer steps so far */
+    double train_loss;          /* mean training loss of the epoch */
+    double val_loss, val_accuracy; /* on the validation split (NaN without one / for regression) */
+} kl_train_epoch;
+
+/* Called after every epoch (after validation). Returns 0 to go on, non-zero
+ * to stop training now: the run then ends with KL_OK having written only
+ * metrics.csv (and its checkpoints), not the model artifacts. */
+typedef int (*kl_train_epoch_fn)(void *ctx, const kl_train_epoch *ep);
+
 typedef struct {
     const char *out_dir;        /* artifacts folder (created) */
     int resume;                 /* continue from the newest valid checkpoint in out_dir */
@@ -34,6 +47,8 @@ typedef struct {
     const char *run_name;       /* NULL = the spec's file name */
     int64_t parent_run;         /* 0 = none */
     int64_t *run_id_out;        /* may be NULL: the logged run's id */
+    kl_train_epoch_fn on_epoch; /* NULL = none (keel tune reports and prunes through it) */
+    void *on_epoch_ctx;
 } kl_train_opts;
 
 /* Trains SPEC into opts->out_dir. Spec errors name the line / layer; data

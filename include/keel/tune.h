@@ -63,7 +63,11 @@ typedef struct {
     kl_tune_value *params;  /* space->n values */
     double *inter;          /* intermediate values by step (NaN = not reported) */
     int ninter;
+    int64_t run_id;         /* its run in the experiment store (0 = not stored) */
 } kl_trial;
+
+/* The best COMPLETE trial with a finite value, NULL when there is none. */
+const kl_trial *kl_tune_best(const kl_trial *t, size_t n, int minimize);
 
 /* ---- samplers ---------------------------------------------------------- */
 
@@ -77,14 +81,17 @@ typedef struct {
     int multivariate;       /* TPE: one joint estimator over the unconditional numerical parameters */
     double bandwidth;       /* TPE multivariate: kernel width factor (default 0.03) */
     int grid_points;        /* GRID: points per float parameter without a step (default 5) */
+    int constant_liar;      /* TPE: RUNNING trials in the history count as bad ones, so parallel
+                               suggestions spread out instead of repeating (default 1) */
 } kl_sampler_opts;
 
 void kl_sampler_opts_default(kl_sampler_opts *o);
 int kl_sampler_kind_parse(const char *s, kl_sampler_kind *out);
 
 /* Suggests the parameters of trial `number` from the finished trials in
- * history (any order; RUNNING ones are ignored except by GRID, which skips
- * points already taken). minimize: 1 to minimise, 0 to maximise. out has
+ * history (any order; RUNNING ones are ignored, except by GRID, which skips
+ * points already taken, and by TPE with constant_liar, which counts them as
+ * the worst). minimize: 1 to minimise, 0 to maximise. out has
  * space->n values. KL_ENOTFOUND when a grid is exhausted. */
 int kl_tune_suggest(const kl_tune_space *s, const kl_sampler_opts *o, const kl_trial *history, size_t n,
                     int minimize, int number, kl_tune_value *out, kl_err *e);
@@ -136,6 +143,12 @@ int kl_study_open(struct kl_track *t, const kl_tune_space *s, const kl_study_inf
  * be NULL and set later (e.g. parsed from the recorded space_text). */
 int kl_study_find(struct kl_track *t, const char *name, const kl_tune_space *s, kl_study **out, kl_err *e);
 void kl_study_set_space(kl_study *st, const kl_tune_space *s);
+/* kl_study_find, with the space parsed from the recorded space file (owned
+ * by the study; kl_study_space returns it). For readers: tune show, the UI. */
+int kl_study_find_recorded(struct kl_track *t, const char *name, kl_study **out, kl_err *e);
+const kl_tune_space *kl_study_space(const kl_study *st);
+/* Names of all studies in the store, oldest first; free each and the array. */
+int kl_study_list(struct kl_track *t, char ***names, size_t *n, kl_err *e);
 void kl_study_free(kl_study *st);
 const kl_study_info *kl_study_get_info(const kl_study *st); /* valid until kl_study_free */
 /* All trials, by number (params parsed against the space; trials of a dead
@@ -152,6 +165,14 @@ const char *kl_trial_state_name(kl_trial_state s);
  * each parameter alone (correlation ratio over quantile bins for numbers,
  * per choice for categoricals), normalised to sum to 1. out has space->n. */
 void kl_tune_importance(const kl_tune_space *s, const kl_trial *t, size_t n, double *out);
+
+/* ---- pictures (keel tune show and keel ui draw the same SVG) --------------- */
+
+/* Optimisation history: each complete trial's value and the best so far. */
+int kl_tune_svg_history(kl_buf *b, const kl_trial *t, size_t n, int minimize, const char *metric);
+/* Parallel coordinates: an axis per parameter and one for the value; a
+ * polyline per complete trial, darker for better values. */
+void kl_tune_svg_parallel(kl_buf *b, const kl_tune_space *s, const kl_trial *t, size_t n, int minimize, const char *metric);
 
 #ifdef __cplusplus
 }

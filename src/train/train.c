@@ -716,7 +716,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
     m->fp16 = s->fp16;
     double scale_hist[16];
-    int nhist = 0;
+    int nhist = 0, cb_stop = 0;
     char bestp[4096];
     snprintf(bestp, sizeof bestp, "%s/best.safetensors", ckdir);
     if (o->resume) {
@@ -836,13 +836,29 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                 if (pr) kl_progress_field(pr, "val_loss", "%.4f", ev.loss);
                 if (pr && ev.count) kl_progress_field(pr, "val_acc", "%.2f%%", 100 * acc);
             }
+            if (o->on_epoch) { /* the caller's hook (keel tune: report, maybe prune) */
+                kl_train_epoch ce = {pos.epoch, pos.step, NAN, NAN, NAN};
+                for (size_t r = rows.n; r-- > 0;)
+                    if (rows.r[r].epoch != pos.epoch) break;
+                    else if (rows.r[r].split == 2) ce.train_loss = rows.r[r].loss;
+                    else if (rows.r[r].split == 1) { ce.val_loss = rows.r[r].loss; ce.val_accuracy = rows.r[r].acc; }
+                if (o->on_epoch(o->on_epoch_ctx, &ce)) cb_stop = 1;
+            }
             pos.epoch++;
             pos.batch = 0;
+            if (cb_stop) break;
         }
     }
     free(base_tr);
     kl_progress_finish(pr);
     pr = NULL;
+    if (cb_stop) { /* stopped by the caller: only the metrics, no model artifacts */
+        snprintf(p, sizeof p, "%s/metrics.csv", o->out_dir);
+        if ((rc = write_metrics_csv(p, &rows, e))) goto fail;
+        fprintf(rep, "stopped by the caller after %lld epochs (%lld steps)\n", (long long)pos.epoch, (long long)pos.step);
+        rc = KL_OK;
+        goto fail;
+    }
     if (o->memory_report) { /* the plan against what the allocator measured */
         static const kl_mem_tag tags[6] = {KL_TAG_PARAMS, KL_TAG_GRADS, KL_TAG_OPTIMIZER, KL_TAG_ACTIVATIONS, KL_TAG_WORKSPACE, KL_TAG_DATASET};
         char b[32];

@@ -1,7 +1,9 @@
 /* Samplers: random, grid and TPE (tree-structured Parzen estimators).
  *
  * TPE: the finished trials are split into the best gamma(n) = min(ceil(n/10),
- * 25) ("below") and the rest plus pruned trials ("above"). Each group gets a
+ * 25) ("below") and the rest ("above"); complete trials rank first by value,
+ * then pruned ones by the epochs they reached and their last value (so with
+ * aggressive pruning the good estimator still has observations). Each group gets a
  * Parzen estimator: a mixture of truncated Gaussians (one per observation,
  * plus a wide prior component) in the parameter's transformed space (log for
  * log-scale, +-step/2 around integers); categoricals get a smoothed
@@ -12,6 +14,8 @@
  * range with b = 0.03 by default (0.2 is the textbook value; the narrower
  * kernel exploits more). The defaults (b = 0.03, 64 candidates, 8 startup
  * trials) were chosen on bench/tune at 10 and 30 seeds; see bench/README.md.
+ * With constant_liar, RUNNING trials (parallel ones) join the "above"
+ * group like pruned trials, so concurrent suggestions avoid each other.
  * Multivariate mode models the unconditional numerical parameters jointly
  * and categoricals and conditional parameters one by one. Older observations get lower weight once a
  * group has more than 25. Everything is a deterministic function of the
@@ -31,6 +35,7 @@ void kl_sampler_opts_default(kl_sampler_opts *o) {
     o->multivariate = 1;
     o->bandwidth = 0.03;
     o->grid_points = 5;
+    o->constant_liar = 1;
 }
 
 int kl_sampler_kind_parse(const char *s, kl_sampler_kind *out) {
@@ -275,11 +280,16 @@ static void parzen_sample(const parzen *z, const kl_tune_space *s, const int *di
 
 /* ---- TPE ----------------------------------------------------------------- */
 
-typedef struct { double value; int number; int idx; } ranked;
+/* grp 0: complete (by value); 1: pruned (more epochs first, then by the last
+ * reported value); 2: running (constant liar: always the worst). value is in
+ * the minimisation sense. */
+typedef struct { int grp, steps; double value; int number; int idx; } ranked;
 
 static int cmp_rank(const void *a, const void *b) {
     const ranked *x = a, *y = b;
-    if (x->value != y->value) return x->value < y->value ? -1 : 1;
+    if (x->grp != y->grp) return x->grp - y->grp;
+    if (x->steps != y->steps) return y->steps - x->steps;
+    if (x->value != y->value) return x->value < y->value ? -1 : x->value > y->value ? 1 : isnan(x->value) - isnan(y->value);
     return x->number - y->number;
 }
 
@@ -294,29 +304,35 @@ static int tpe_group(const kl_tune_space *s, const kl_sampler_opts *o, const kl_
     /* trials where every dim is present */
     ranked *good = malloc((n + 1) * sizeof *good), *bad = malloc((n + 1) * sizeof *bad);
     double *obs = NULL, *best = NULL, *cand = NULL;
-    int rc = KL_ENOMEM, ng = 0, nb = 0, ncomplete = 0;
+    int rc = KL_ENOMEM, ng = 0, nb = 0, nranked = 0;
     parzen lz, gz;
     memset(&lz, 0, sizeof lz);
     memset(&gz, 0, sizeof gz);
     if (!good || !bad) goto done;
     for (size_t i = 0; i < n; i++) {
         const kl_trial *t = &h[i];
-        if (t->state != KL_TRIAL_COMPLETE && t->state != KL_TRIAL_PRUNED) continue;
+        int liar = t->state == KL_TRIAL_RUNNING && o->constant_liar; /* a running trial: assumed bad */
+        if (t->state != KL_TRIAL_COMPLETE && t->state != KL_TRIAL_PRUNED && !liar) continue;
         if (t->state == KL_TRIAL_COMPLETE && !isfinite(t->value)) continue;
         int ok = 1;
         for (int k = 0; k < d; k++) ok &= t->params[dims[k]].present;
         if (!ok) continue;
-        if (t->state == KL_TRIAL_COMPLETE) {
-            good[ng++] = (ranked){minimize ? t->value : -t->value, t->number, (int)i};
-            ncomplete++;
-        } else {
-            bad[nb++] = (ranked){INFINITY, t->number, (int)i};
+        ranked r = {0, 0, minimize ? t->value : -t->value, t->number, (int)i};
+        if (t->state == KL_TRIAL_PRUNED) { /* ranked by how far it got, then by its last value (as Optuna) */
+            r.grp = 1;
+            r.value = NAN;
+            for (int k = t->ninter - 1; k >= 0 && isnan(r.value); k--)
+                if (!isnan(t->inter[k])) { r.steps = k + 1; r.value = minimize ? t->inter[k] : -t->inter[k]; }
+        } else if (liar) {
+            r.grp = 2;
         }
+        nranked += r.grp < 2;
+        good[ng++] = r;
     }
     qsort(good, (size_t)ng, sizeof *good, cmp_rank);
-    int nbelow = (int)ceil(0.1 * (ng + nb));
+    int nbelow = (int)ceil(0.1 * ng);
     if (nbelow > 25) nbelow = 25;
-    if (nbelow > ng) nbelow = ng;
+    if (nbelow > nranked) nbelow = nranked;
     for (int i = nbelow; i < ng; i++) bad[nb++] = good[i];
     ng = nbelow;
     qsort(good, (size_t)ng, sizeof *good, cmp_number);
@@ -357,7 +373,6 @@ done:
     parzen_free(&lz, lz.mu ? d : 0);
     parzen_free(&gz, gz.mu ? d : 0);
     free(good); free(bad); free(obs); free(best); free(cand);
-    (void)ncomplete;
     return rc;
 }
 
@@ -437,8 +452,8 @@ int kl_tune_suggest(const kl_tune_space *s, const kl_sampler_opts *o, const kl_t
         free(pt);
         return kl_err_set(e, KL_ENOTFOUND, "grid: all %llu points have been evaluated", (unsigned long long)size);
     }
-    size_t finished = 0;
-    for (size_t i = 0; i < n; i++) finished += h[i].state == KL_TRIAL_COMPLETE;
+    size_t finished = 0; /* startup: complete and pruned trials count (as in Optuna) */
+    for (size_t i = 0; i < n; i++) finished += h[i].state == KL_TRIAL_COMPLETE || h[i].state == KL_TRIAL_PRUNED;
     int tpe = o->kind == KL_SAMPLER_TPE && finished >= (size_t)(o->n_startup > 0 ? o->n_startup : 0) && finished > 0;
     if (!tpe) {
         for (int i = 0; i < s->n; i++)

@@ -13,6 +13,7 @@
 struct kl_study {
     kl_track *t;
     const kl_tune_space *s;
+    kl_tune_space *own_space; /* kl_study_find_recorded: parsed from space_text */
     int64_t root;
     kl_study_info info;
     char *name, *metric, *sampler, *space_sha, *spec, *space_text;
@@ -34,6 +35,7 @@ void kl_study_free(kl_study *st) {
     if (!st) return;
     free_trials(st);
     free(st->name); free(st->metric); free(st->sampler); free(st->space_sha); free(st->spec); free(st->space_text);
+    kl_tune_space_free(st->own_space);
     free(st);
 }
 
@@ -115,6 +117,58 @@ int kl_study_find(kl_track *t, const char *name, const kl_tune_space *s, kl_stud
     return KL_OK;
 }
 
+int kl_study_find_recorded(kl_track *t, const char *name, kl_study **out, kl_err *e) {
+    kl_study *st = NULL;
+    kl_doc *d = NULL;
+    int rc = kl_study_find(t, name, NULL, &st, e);
+    if (!rc) rc = kl_doc_load_str(st->space_text, strlen(st->space_text), "recorded space", &d, e);
+    if (!rc) rc = kl_tune_space_parse(kl_doc_root(d), &st->own_space, e);
+    kl_doc_free(d);
+    if (rc) { kl_study_free(st); *out = NULL; return rc; }
+    st->s = st->own_space;
+    *out = st;
+    return KL_OK;
+}
+
+const kl_tune_space *kl_study_space(const kl_study *st) { return st->s; }
+
+int kl_study_list(kl_track *t, char ***names, size_t *n, kl_err *e) {
+    int64_t *ids = NULL;
+    size_t m = 0;
+    *names = NULL;
+    *n = 0;
+    int rc = kl_track_runs_find(t, "tags.kind = \"study\"", "start_time", 0, &ids, &m, e);
+    if (rc) return rc;
+    char **out = calloc(m + 1, sizeof *out);
+    size_t k = 0;
+    if (!out) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < m && !rc; i++) {
+        void *j;
+        if ((rc = kl_track_run_json(t, ids[i], &j, e))) break;
+        const char *nm = tag(j, "study");
+        if (nm && !(out[k++] = strdup(nm))) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        cJSON_Delete(j);
+    }
+    free(ids);
+    if (rc) {
+        for (size_t i = 0; i < k; i++) free(out ? out[i] : NULL);
+        free(out);
+        return rc;
+    }
+    *names = out;
+    *n = k;
+    return KL_OK;
+}
+
+const kl_trial *kl_tune_best(const kl_trial *t, size_t n, int minimize) {
+    const kl_trial *best = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (t[i].state == KL_TRIAL_COMPLETE && isfinite(t[i].value) &&
+            (!best || (minimize ? t[i].value < best->value : t[i].value > best->value)))
+            best = &t[i];
+    return best;
+}
+
 int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info, kl_study **out, kl_err *e) {
     *out = NULL;
     int rc = check_name(info->name, e);
@@ -192,6 +246,7 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
         int64_t number;
         if (!num || kl_parse_int64(num, &number)) { cJSON_Delete(run); continue; }
         t->number = (int)number;
+        t->run_id = ids[i];
         t->state = KL_TRIAL_FAILED;
         for (int k = 0; k < 4; k++)
             if (state && !strcmp(state, state_names[k])) t->state = (kl_trial_state)k;
