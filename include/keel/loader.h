@@ -111,6 +111,12 @@ typedef struct {
     uint64_t max_pixels;       /* decode cap (0 = 64 Mpix) */
 } kl_loader_cfg;
 
+/* A source over an open shard set (include/keel/shard.h): records are read
+ * through its mmap, decoded with kl_image_decode; grayscale images become RGB
+ * when channels is 3. The set must outlive the source. */
+struct kl_shardset;
+void kl_loader_source_shards(struct kl_shardset *set, int channels, kl_loader_source *out);
+
 typedef struct kl_loader kl_loader;
 
 /* A ready batch: valid until the next kl_loader_next / seek / free. */

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""keel's data loader vs PyTorch 1.13 DataLoader + torchvision transforms over
+PIL, in one run, on the same JPEG files with the same transforms and the same
+number of workers: decode, resize (shorter side) to 224, random crop 224,
+random horizontal flip, normalise (ImageNet mean/std) into float NCHW batches.
+
+usage: /usr/bin/python3 bench/images/loader_vs_torch.py [--n 2000] [--workers 2]
+       [--batch 64] [--repeats 3] [--keel build/keel] [--work build/bench-images]
+Prints a markdown table row and a JSON line with medians and the ratio."""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--n", type=int, default=2000)
+ap.add_argument("--size", type=int, default=256, help="side of the generated JPEGs")
+ap.add_argument("--workers", type=int, default=2)
+ap.add_argument("--batch", type=int, default=64)
+ap.add_argument("--repeats", type=int, default=3)
+ap.add_argument("--keel", default="build/keel")
+ap.add_argument("--tool", default="build/image-tool")
+ap.add_argument("--work", default="build/bench-images")
+args = ap.parse_args()
+
+import numpy as np
+from PIL import Image
+import torch
+import torchvision.transforms as T
+
+jdir = os.path.join(args.work, f"jpeg-{args.n}-{args.size}")
+sdir = os.path.join(args.work, f"shards-{args.n}-{args.size}")
+
+
+def make_jpegs():
+    """Textured 3-class images (q 90), deterministic."""
+    os.makedirs(jdir, exist_ok=True)
+    rng = np.random.default_rng(0)
+    s = args.size
+    yy, xx = np.mgrid[0:s, 0:s].astype(np.float32)
+    files = []
+    for i in range(args.n):
+        k = i % 3
+        f = os.path.join(jdir, f"c{k}", f"{i:06d}.jpg")
+        files.append((f, k))
+        if os.path.exists(f):
+            continue
+        os.makedirs(os.path.dirname(f), exist_ok=True)
+        base = 120 + 40 * np.sin(xx / (7 + k) + i) * np.cos(yy / 11)
+        noise = rng.normal(0, 18, (s, s, 3))
+        img = np.clip(base[..., None] + noise + np.array([10 * k, 0, -10 * k]), 0, 255).astype(np.uint8)
+        Image.fromarray(img).save(f, quality=90)
+    return files
+
+
+files = make_jpegs()
+if not os.path.exists(os.path.join(sdir, "manifest.json")):
+    subprocess.run([args.tool, "shards", sdir, "3"], input="".join(f"{f} {k}\n" for f, k in files).encode(), check=True)
+
+
+class Files(torch.utils.data.Dataset):
+    def __init__(self, files, tf):
+        self.files, self.tf = files, tf
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        f, k = self.files[i]
+        with Image.open(f) as im:
+            return self.tf(im.convert("RGB")), k
+
+
+tf = T.Compose([T.Resize(224), T.RandomCrop(224), T.RandomHorizontalFlip(),
+                T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+
+
+def run_torch():
+    torch.manual_seed(0)
+    dl = torch.utils.data.DataLoader(Files(files, tf), batch_size=args.batch, shuffle=True, num_workers=args.workers)
+    t0 = time.perf_counter()
+    n = 0
+    for x, y in dl:
+        n += x.shape[0]
+    return n / (time.perf_counter() - t0)
+
+
+def run_keel():
+    p = subprocess.run([args.keel, "loader", "bench", sdir, "--json", "--workers", str(args.workers), "--batch", str(args.batch),
+                        "--size", "224", "--resize", "224"], capture_output=True, text=True, check=True)
+    return json.loads(p.stdout)
+
+
+torch.set_num_threads(1)
+tk, kk, mp, ws, qd = [], [], [], [], []
+for r in range(args.repeats):
+    tk.append(run_torch())
+    j = run_keel()
+    kk.append(j["images_per_s"]); mp.append(j["decode_mpix_per_s"]); ws.append(j["wait_share"]); qd.append(j["queue_depth"])
+t, k = statistics.median(tk), statistics.median(kk)
+res = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores", "images": args.n,
+       "jpeg_size": args.size, "workers": args.workers, "batch": args.batch, "torch_images_per_s": round(t, 1),
+       "keel_images_per_s": round(k, 1), "ratio": round(k / t, 2), "keel_decode_mpix_per_s": round(statistics.median(mp), 1),
+       "keel_wait_share": round(statistics.median(ws), 3), "keel_queue_depth": round(statistics.median(qd), 2),
+       "torch_runs": [round(x, 1) for x in tk], "keel_runs": [round(x, 1) for x in kk]}
+print(json.dumps(res))
+print(f"| {res['date']} | {res['machine']} | {args.n} x {args.size}² JPEG, batch {args.batch}, {args.workers} workers | "
+      f"{t:.0f} | {k:.0f} | **{k / t:.2f}x** | {res['keel_decode_mpix_per_s']} |")
