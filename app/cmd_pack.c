@@ -13,6 +13,7 @@ static const app_opt opts[] = {
     {"shard-size", 0, 1, "SIZE", "target shard size: 64M, 1G ... (default 256M)", 0},
     {"on-error", 0, 1, "MODE", "skip (default: report and leave out bad images) or fail", 0},
     {"max-pixels", 0, 1, "N", "refuse images larger than N pixels (default 100000000)", 0},
+    {"verify", 0, 0, NULL, "instead of packing: check the shard set SRC (every sha256, header and index entry)", 0},
     {"force", 0, 0, NULL, "replace a different shard set already in SHARDS_DIR", 0},
     {"progress", 0, 0, NULL, "show progress (stderr)", 0},
     {"json", 0, 0, NULL, "machine-readable result", 0},
@@ -20,7 +21,8 @@ static const app_opt opts[] = {
 static const app_cmd_spec spec = {
     "pack",
     "keel pack SRC --out SHARDS_DIR [--labels FILE.csv|FILE.parquet] [--shard-size SIZE]\n"
-    "       [--on-error skip|fail] [--threads N] [--json]",
+    "       [--on-error skip|fail] [--threads N] [--json]\n"
+    "       keel pack --verify SHARDS_DIR [--json]",
     "Pack a folder of images into shard files (mmap-able, 4 KiB-aligned records) for the loader.",
     "Labels: the first-level sub-folder of each image (SRC/<class>/...), or --labels. Classes\n"
     "are sorted (numerically when every label is an integer); records are in path order.\n"
@@ -32,10 +34,48 @@ static const app_cmd_spec spec = {
     "Exit status: 0 packed (also with skipped files), 1 failure, 2 usage error.",
     opts, KL_ARRAY_LEN(opts), 1, 1};
 
+/* keel pack --verify DIR */
+static int verify(const char *dir, int json) {
+    kl_err e = {0};
+    kl_shardset *s;
+    int64_t t0 = kl_time_mono_ns();
+    int rc = kl_shardset_open(dir, 1, &s, &e);
+    double secs = (double)(kl_time_mono_ns() - t0) / 1e9;
+    if (json) {
+        kl_buf b;
+        kl_buf_init(&b);
+        kl_buf_printf(&b, "{\"ok\": %s, \"dir\": ", rc ? "false" : "true");
+        kl_buf_json_str(&b, dir);
+        if (rc == KL_OK) {
+            kl_buf_printf(&b, ", \"id\": \"%s\", \"records\": %lld, \"shards\": %d, \"classes\": [", kl_shardset_id(s),
+                          (long long)kl_shardset_count(s), kl_shardset_num_shards(s));
+            for (int k = 0; k < kl_shardset_num_classes(s); k++) {
+                if (k) kl_buf_puts(&b, ", ");
+                kl_buf_json_str(&b, kl_shardset_class_name(s, k));
+            }
+            kl_buf_puts(&b, "]");
+        }
+        kl_buf_printf(&b, ", \"seconds\": %.3f, \"error\": ", secs);
+        if (rc) kl_buf_json_str(&b, kl_err_what(&e)); else kl_buf_puts(&b, "null");
+        kl_buf_puts(&b, "}\n");
+        fputs(b.data ? b.data : "", stdout);
+        kl_buf_free(&b);
+        if (rc) fprintf(stderr, "keel: error: %s\n", kl_err_what(&e));
+        kl_shardset_free(s);
+        return rc ? APP_EXIT_FAIL : APP_EXIT_OK;
+    }
+    if (rc) return app_fail(&e);
+    printf("%s: ok: %lld records, %d classes, %d shards, every sha256 matches\n  id %s\n", dir,
+           (long long)kl_shardset_count(s), kl_shardset_num_classes(s), kl_shardset_num_shards(s), kl_shardset_id(s));
+    kl_shardset_free(s);
+    return APP_EXIT_OK;
+}
+
 int cmd_pack(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&spec, argc, argv, &a);
     if (rc >= 0) return rc;
+    if (app_flag(&a, "verify")) return verify(a.pos[0], app_flag(&a, "json"));
     kl_pack_opts o;
     kl_pack_opts_default(&o);
     o.src_dir = a.pos[0];

@@ -308,7 +308,7 @@ static void check_range(void *ctx, size_t begin, size_t end, int chunk) {
             kl_image img;
             if (rc == KL_OK) rc = kl_image_decode(c->bytes, c->len, t->key, 0, 0, b->o->max_pixels, &img, &e);
             if (rc == KL_OK) kl_image_release(&img);
-        } else if (rc == -ENOENT) {
+        } else if (rc == -ENOENT || rc == KL_ENOTFOUND) {
             kl_err_set(&e, rc, "%s: file not found", t->key);
         } else {
             kl_err_prefix(&e, "%s", t->key);
