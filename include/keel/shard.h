@@ -70,6 +70,41 @@ uint64_t kl_shard_writer_size(const kl_shard_writer *w);
 int kl_shard_writer_finish(kl_shard_writer *w, char *sha256_hex, uint64_t *bytes, kl_err *e);
 void kl_shard_writer_abort(kl_shard_writer *w);   /* removes the temp file; NULL no-op */
 
+/* ---- packing a folder of images into a shard set (keel pack) ---- */
+typedef struct {
+    const char *src_dir;      /* folder of images */
+    const char *out_dir;      /* shard set folder */
+    const char *labels_path;  /* CSV or Parquet of path,label[,extra]; NULL: labels from sub-folder names */
+    uint64_t shard_bytes;     /* target shard size (default 256 MiB) */
+    int on_error_fail;        /* 1: a bad image fails the pack; 0: it is skipped and reported */
+    uint64_t max_pixels;      /* pixel cap (0 = the decoder's default, 100 Mpx) */
+    int force;                /* replace an existing shard set in out_dir */
+    int progress;
+} kl_pack_opts;
+
+typedef struct { char *path; char *reason; } kl_pack_issue;   /* a skipped (or failing) file */
+
+typedef struct {
+    int64_t files, packed, skipped;
+    int64_t shards, shards_reused;   /* reused: finished shards of an interrupted pack, verified by sha256 */
+    int reused;                      /* 1: the same pack was already complete (nothing done) */
+    uint64_t bytes_in, bytes_out;
+    double seconds, cpu_seconds;
+    int num_classes;
+    char id[65];                     /* the shard set id (sha256 of the manifest) */
+    kl_pack_issue *issues;           /* every skipped file, in path order */
+    size_t n_issues;
+} kl_pack_result;
+
+void kl_pack_opts_default(kl_pack_opts *o);
+/* Validates every image (header + full decode) in parallel on the default
+ * pool and writes shards in path order (deterministic for any thread count),
+ * then the manifest, last. Resumable: an interrupted pack continues after its
+ * last finished shard (verified by sha256). On --on-error fail, the first bad
+ * file (in path order) is the error and nothing is published. */
+int kl_pack(const kl_pack_opts *o, kl_pack_result *res, kl_err *e);
+void kl_pack_result_free(kl_pack_result *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -123,26 +123,28 @@ int kl_image_scaled_size(int w, int h, int min_w, int min_h, int *sw, int *sh) {
     return 8;
 }
 
-/* Walks the marker segments up to the frame header (SOFn) and reads its size.
+/* Walks the marker segments up to the first scan (SOS) and reads the frame (SOFn) size.
  * TurboJPEG 2.x accepts a tables-only stream as a header and may then report
  * a previous image's size, so the frame header must be seen here first. */
 static int jpeg_sof(const uint8_t *b, size_t len, int *w, int *h) {
     size_t i = 2;
+    int seen = 0;
     while (i + 4 <= len) {
         if (b[i] != 0xFF) return -1;
         while (i < len && b[i] == 0xFF) i++;
         if (i >= len) return -2;
         uint8_t m = b[i++];
         if (m == 0xD8 || (m >= 0xD0 && m <= 0xD7) || m == 0x01) continue;
-        if (m == 0xD9 || m == 0xDA) return -1;  /* EOI or scan before a frame */
+        if (m == 0xD9) return -1;                 /* EOI before any image data */
+        if (m == 0xDA) return seen ? 0 : -1;      /* the first scan: the header is complete */
         if (i + 2 > len) return -2;
         size_t seg = ((size_t)b[i] << 8) | b[i + 1];
         if (seg < 2) return -1;
-        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
+        if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC && !seen) {
             if (i + 7 > len) return -2;
             *h = (b[i + 3] << 8) | b[i + 4];
             *w = (b[i + 5] << 8) | b[i + 6];
-            return 0;
+            seen = 1;
         }
         i += seg;
     }
@@ -159,7 +161,7 @@ static int jpeg_header(tjhandle tj, const void *bytes, size_t len, const char *w
                        int *subsamp, int *cs, kl_err *e) {
     if (len > (size_t)0xFFFFFFFFul) return kl_err_set(e, KL_ERANGE, "%s: JPEG larger than 4 GiB", nm(what));
     int fw = 0, fh = 0, r = jpeg_sof(bytes, len, &fw, &fh);
-    if (r == -2) return kl_err_set(e, KL_EPARSE, "%s: truncated JPEG (%zu bytes, ends before the frame header)", nm(what), len);
+    if (r == -2) return kl_err_set(e, KL_EPARSE, "%s: truncated JPEG (%zu bytes, ends inside the header)", nm(what), len);
     if (r) return kl_err_set(e, KL_EPARSE, "%s: bad JPEG header: no frame header (SOF) before the image data", nm(what));
     if (fw == 0 || fh == 0) return kl_err_set(e, KL_EPARSE, "%s: zero-size image (%dx%d)", nm(what), fw, fh);
     if (tjDecompressHeader3(tj, bytes, (unsigned long)len, w, h, subsamp, cs) != 0) {
