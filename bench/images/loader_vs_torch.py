@@ -23,11 +23,9 @@ ap.add_argument("--workers", type=int, default=2)
 ap.add_argument("--batch", type=int, default=64)
 ap.add_argument("--repeats", type=int, default=3)
 ap.add_argument("--keel", default="build/keel")
-ap.add_argument("--tool", default="build/image-tool")
 ap.add_argument("--work", default="build/bench-images")
 args = ap.parse_args()
 
-import numpy as np
 from PIL import Image
 import torch
 import torchvision.transforms as T
@@ -37,29 +35,17 @@ sdir = os.path.join(args.work, f"shards-{args.n}-{args.size}")
 
 
 def make_jpegs():
-    """Textured 3-class images (q 90), deterministic."""
-    os.makedirs(jdir, exist_ok=True)
-    rng = np.random.default_rng(0)
-    s = args.size
-    yy, xx = np.mgrid[0:s, 0:s].astype(np.float32)
-    files = []
-    for i in range(args.n):
-        k = i % 3
-        f = os.path.join(jdir, f"c{k}", f"{i:06d}.jpg")
-        files.append((f, k))
-        if os.path.exists(f):
-            continue
-        os.makedirs(os.path.dirname(f), exist_ok=True)
-        base = 120 + 40 * np.sin(xx / (7 + k) + i) * np.cos(yy / 11)
-        noise = rng.normal(0, 18, (s, s, 3))
-        img = np.clip(base[..., None] + noise + np.array([10 * k, 0, -10 * k]), 0, 255).astype(np.uint8)
-        Image.fromarray(img).save(f, quality=90)
-    return files
+    """The defects set (keel datagen defects): 256x256 JPEGs, q 90, 3 classes."""
+    if not os.path.exists(os.path.join(jdir, "labels.csv")):
+        subprocess.run([args.keel, "datagen", "defects", "--out", jdir, "--n", str(args.n), "--size", str(args.size), "--seed", "1"],
+                       check=True, stdout=subprocess.DEVNULL)
+    classes = sorted(d for d in os.listdir(jdir) if os.path.isdir(os.path.join(jdir, d)))
+    return [(os.path.join(jdir, c, f), k) for k, c in enumerate(classes) for f in sorted(os.listdir(os.path.join(jdir, c)))]
 
 
 files = make_jpegs()
 if not os.path.exists(os.path.join(sdir, "manifest.json")):
-    subprocess.run([args.tool, "shards", sdir, "3"], input="".join(f"{f} {k}\n" for f, k in files).encode(), check=True)
+    subprocess.run([args.keel, "pack", jdir, "--out", sdir], check=True, stdout=subprocess.DEVNULL)
 
 
 class Files(torch.utils.data.Dataset):
