@@ -164,8 +164,8 @@ int kl_defectgen_render(uint64_t seed, int64_t i, int S, kl_image *out, kl_err *
         int nd = 1 + (int)(uni(&r) * 1.6f);
         for (int d = 0; d < nd; d++) {
             float cx = range(&r, 0.15f, 0.85f) * S, cy = range(&r, 0.15f, 0.85f) * S;
-            float sx = range(&r, 0.035f, 0.09f) * S, sy = sx * range(&r, 0.7f, 1.3f);
-            float depth = range(&r, 25, 55), la = range(&r, 0, 6.2832f);
+            float sx = range(&r, 0.04f, 0.09f) * S, sy = sx * range(&r, 0.7f, 1.3f);
+            float depth = range(&r, 30, 60), la = range(&r, 0, 6.2832f);
             blob(f, S, cx, cy, sx, sy, -depth);
             blob(f, S, cx + cosf(la) * sx * 0.9f, cy + sinf(la) * sy * 0.9f, sx * 0.6f, sy * 0.6f, depth * 0.35f);
         }

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -531,6 +532,14 @@ int kl_pack(const kl_pack_opts *o, kl_pack_result *res, kl_err *e) {
     res->files = (int64_t)p.n;
     res->num_classes = p.nclass;
     if ((rc = kl_mkdir_p(o->out_dir, e))) goto fail;
+    char rs[PATH_MAX], ro[PATH_MAX];
+    if (realpath(o->src_dir, rs) && realpath(o->out_dir, ro)) {
+        size_t n = strlen(rs);
+        if (!strcmp(rs, ro) || (!strncmp(rs, ro, n) && ro[n] == '/')) {
+            rc = kl_err_set(e, KL_EINVAL, "pack: the output folder %s is inside the source %s", o->out_dir, o->src_dir);
+            goto fail;
+        }
+    }
     snprintf(path, sizeof path, "%s/manifest.json", o->out_dir);
     int have_manifest = kl_path_exists(path);
     int done = o->force ? 0 : state_load(o->out_dir, planhex, p.n, &st, &res->shards_reused);
@@ -625,10 +634,11 @@ int kl_pack(const kl_pack_opts *o, kl_pack_result *res, kl_err *e) {
         rc = kl_err_set(e, KL_EINVAL, "%s: none of the %zu files is a valid image", o->src_dir, p.n);
         goto fail;
     }
-    if ((rc = state_write(o->out_dir, planhex, &st, 0, e))) { free(cc); goto fail; }
+    /* state "done" first: a kill before the manifest lands resumes straight to writing it */
+    if ((rc = state_write(o->out_dir, planhex, &st, 1, e))) { free(cc); goto fail; }
     rc = manifest_write(o->out_dir, &p, &st, cc, records, o->labels_path ? "file" : "folders", res->id, e);
     free(cc);
-    if (rc || (rc = state_write(o->out_dir, planhex, &st, 1, e))) goto fail;
+    if (rc) goto fail;
     res->shards = (int64_t)st.n;
     for (size_t i = 0; i < st.n; i++) res->bytes_out += st.sh[i].bytes;
     res->packed = records;
