@@ -5,3 +5,6 @@ all: $(IMG_TOOL)
 $(IMG_TOOL): $(BUILD)/obj/tests/integration/image_tool.o $(BUILD)/libkeel.a
 	@echo "  LD      $@"
 	@$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkeel.a $(LDLIBS)
+
+# The resize/normalise loops vectorise at -O3 (about 2x faster per image).
+$(BUILD)/obj/src/data/image_ops.o: CFLAGS += -O3

@@ -65,34 +65,51 @@ tf = T.Compose([T.Resize(224), T.RandomCrop(224), T.RandomHorizontalFlip(),
                 T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
 
 
+def cpu():
+    """CPU seconds of this process and its reaped children (DataLoader workers, keel)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def run_torch():
     torch.manual_seed(0)
+    c0 = cpu()
     dl = torch.utils.data.DataLoader(Files(files, tf), batch_size=args.batch, shuffle=True, num_workers=args.workers)
     t0 = time.perf_counter()
     n = 0
     for x, y in dl:
         n += x.shape[0]
-    return n / (time.perf_counter() - t0)
+    rate = n / (time.perf_counter() - t0)
+    del dl, x, y
+    return rate, (cpu() - c0) / n * 1000
 
 
 def run_keel():
+    c0 = cpu()
     p = subprocess.run([args.keel, "loader", "bench", sdir, "--json", "--workers", str(args.workers), "--batch", str(args.batch),
                         "--size", "224", "--resize", "224"], capture_output=True, text=True, check=True)
-    return json.loads(p.stdout)
+    j = json.loads(p.stdout)
+    j["cpu_ms"] = (cpu() - c0) / j["images"] * 1000
+    return j
 
 
 torch.set_num_threads(1)
-tk, kk, mp, ws, qd = [], [], [], [], []
+tk, kk, mp, ws, qd, tc, kc = [], [], [], [], [], [], []
 for r in range(args.repeats):
-    tk.append(run_torch())
+    rate, ms = run_torch()
+    tk.append(rate); tc.append(ms)
     j = run_keel()
+    kc.append(j["cpu_ms"])
     kk.append(j["images_per_s"]); mp.append(j["decode_mpix_per_s"]); ws.append(j["wait_share"]); qd.append(j["queue_depth"])
 t, k = statistics.median(tk), statistics.median(kk)
 res = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores", "images": args.n,
        "jpeg_size": args.size, "workers": args.workers, "batch": args.batch, "torch_images_per_s": round(t, 1),
        "keel_images_per_s": round(k, 1), "ratio": round(k / t, 2), "keel_decode_mpix_per_s": round(statistics.median(mp), 1),
        "keel_wait_share": round(statistics.median(ws), 3), "keel_queue_depth": round(statistics.median(qd), 2),
+       "torch_cpu_ms_per_image": round(statistics.median(tc), 2), "keel_cpu_ms_per_image": round(statistics.median(kc), 2),
+       "load_average": round(os.getloadavg()[0], 1),
        "torch_runs": [round(x, 1) for x in tk], "keel_runs": [round(x, 1) for x in kk]}
 print(json.dumps(res))
 print(f"| {res['date']} | {res['machine']} | {args.n} x {args.size}² JPEG, batch {args.batch}, {args.workers} workers | "
-      f"{t:.0f} | {k:.0f} | **{k / t:.2f}x** | {res['keel_decode_mpix_per_s']} |")
+      f"{t:.0f} | {k:.0f} | **{k / t:.2f}x** | {res['torch_cpu_ms_per_image']} | {res['keel_cpu_ms_per_image']} | "
+      f"{res['keel_decode_mpix_per_s']} | {res['load_average']} |")

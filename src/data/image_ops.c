@@ -110,6 +110,18 @@ static int resample(const uint8_t *src, int sw, int sh, int c, int rw, int rh, i
             float wk = w[k];
             for (size_t i = a; i < b; i++) row[i] += wk * (float)sk[i];
         }
+        if (c == 3 && !u8) { /* the common case, unrolled over channels */
+            float *o0 = f32 + (size_t)oy * (size_t)cw, *o1 = o0 + plane, *o2 = o1 + plane;
+            for (int ox = 0; ox < cw; ox++) {
+                const tap *u = &tx.t[ox];
+                const float *wx = tx.w + u->off, *r = row + (size_t)u->start * 3;
+                float a = 0, g = 0, d = 0;
+                for (int k = 0; k < u->n; k++, r += 3) { a += wx[k] * r[0]; g += wx[k] * r[1]; d += wx[k] * r[2]; }
+                int dx = flip ? cw - 1 - ox : ox;
+                o0[dx] = a * sc[0] + bi[0]; o1[dx] = g * sc[1] + bi[1]; o2[dx] = d * sc[2] + bi[2];
+            }
+            continue;
+        }
         for (int ox = 0; ox < cw; ox++) {
             const tap *u = &tx.t[ox];
             const float *wx = tx.w + u->off;
