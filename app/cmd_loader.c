@@ -14,6 +14,8 @@ static const app_opt bench_opts[] = {
     {"workers", 'w', 1, "N", "worker threads (default 2)", 0},
     {"size", 's', 1, "S", "output side: crops of S x S (default 224)", 0},
     {"resize", 0, 1, "R", "shorter side before cropping (default S)", 0},
+    {"multiple", 0, 1, "M", "round the resized sides to a multiple of M (e.g. 64)", 0},
+    {"undistort", 0, 1, "FX,FY,CX,CY,K1,K2,P1,P2", "undistort first (OpenCV pinhole + k1 k2 p1 p2, K in pixels of the stored images)", 0},
     {"crop", 0, 1, "MODE", "random (default), center, or none (squash-resize to S x S)", 0},
     {"no-flip", 0, 0, NULL, "no random horizontal flip", 0},
     {"epochs", 'e', 1, "E", "passes over the data (default 1)", 0},
@@ -35,11 +37,11 @@ static int loader_bench(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&bench_spec, argc, argv, &a);
     if (rc >= 0) return rc;
-    int64_t batch, workers, size, resize, epochs, prefetch, seed;
+    int64_t batch, workers, size, resize, epochs, prefetch, seed, multiple;
     if ((rc = app_get_int(&a, &bench_spec, "batch", 64, &batch)) >= 0 || (rc = app_get_int(&a, &bench_spec, "workers", 2, &workers)) >= 0 ||
         (rc = app_get_int(&a, &bench_spec, "size", 224, &size)) >= 0 || (rc = app_get_int(&a, &bench_spec, "resize", 0, &resize)) >= 0 ||
         (rc = app_get_int(&a, &bench_spec, "epochs", 1, &epochs)) >= 0 || (rc = app_get_int(&a, &bench_spec, "prefetch", 0, &prefetch)) >= 0 ||
-        (rc = app_get_int(&a, &bench_spec, "seed", 0, &seed)) >= 0)
+        (rc = app_get_int(&a, &bench_spec, "seed", 0, &seed)) >= 0 || (rc = app_get_int(&a, &bench_spec, "multiple", 0, &multiple)) >= 0)
         return rc;
     if (batch < 1 || batch > 65536) return app_usage_error(&bench_spec, "--batch must be in [1, 65536]");
     if (workers < 1 || workers > 256) return app_usage_error(&bench_spec, "--workers must be in [1, 256]");
@@ -47,6 +49,16 @@ static int loader_bench(int argc, char **argv) {
     if (epochs < 1) return app_usage_error(&bench_spec, "--epochs must be >= 1");
     kl_loader_cfg c = {0};
     c.batch = (int)batch; c.workers = (int)workers; c.size = (int)size; c.resize = (int)resize; c.prefetch = (int)prefetch;
+    if (multiple < 0 || multiple > 1024) return app_usage_error(&bench_spec, "--multiple must be in [0, 1024]");
+    c.multiple = (int)multiple;
+    kl_camera cam = {0};
+    const char *ud = app_get(&a, "undistort");
+    if (ud) {
+        int n = -1;
+        if (sscanf(ud, "%lf,%lf,%lf,%lf,%lf,%lf,%lf,%lf%n", &cam.fx, &cam.fy, &cam.cx, &cam.cy, &cam.k1, &cam.k2, &cam.p1, &cam.p2, &n) != 8 || ud[n] || !(cam.fx > 0) || !(cam.fy > 0))
+            return app_usage_error(&bench_spec, "--undistort takes FX,FY,CX,CY,K1,K2,P1,P2 with FX, FY > 0");
+        c.undistort = &cam;
+    }
     c.crop = KL_CROP_RANDOM;
     const char *crop = app_get(&a, "crop");
     if (crop && !strcmp(crop, "center")) c.crop = KL_CROP_CENTER;

@@ -97,7 +97,8 @@ static int one_sample(kl_loader *l, worker_scratch *ws, int64_t idx, int64_t epo
     if (rc) return rc;
     const char *key = rec.key ? rec.key : "?";
     int S = c->size, R = c->crop == KL_CROP_NONE ? S : c->resize;
-    int minwh = c->no_dct_scaling ? 0 : R;
+    /* a camera without its image size cannot follow a DCT-scaled decode */
+    int minwh = c->no_dct_scaling || (c->undistort && c->undistort->w <= 0) ? 0 : R;
     int64_t t0 = kl_time_mono_ns();
     if ((rc = l->src.decode(l->src.ctx, &rec, minwh, minwh, c->max_pixels, &img, e))) { kl_err_prefix(e, "record %lld (%s)", (long long)idx, key); return rc; }
     int64_t t1 = kl_time_mono_ns();

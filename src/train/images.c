@@ -33,7 +33,7 @@ int tr_image_spec_parse(const kl_node *n, tr_spec *s, kl_err *e) {
     im->flip = 0;
     for (int i = 0; i < 4; i++) { im->mean[i] = 0.5f; im->std[i] = 0.25f; }
     if (!n) return KL_OK;
-    static const char *keys[] = {"size", "resize", "crop", "flip", "mean", "std", "workers", "prefetch"};
+    static const char *keys[] = {"size", "resize", "multiple", "crop", "flip", "mean", "std", "workers", "prefetch", "undistort"};
     int rc = kl_spec_check_keys(n, keys, KL_ARRAY_LEN(keys), e);
     if (rc) return rc;
     im->given = 1;
@@ -45,6 +45,20 @@ int tr_image_spec_parse(const kl_node *n, tr_spec *s, kl_err *e) {
     if (v < 0 || v > 8192) return kl_node_error(kl_node_get(n, "resize"), e, KL_EINVAL, "resize: 0 (= size) to 8192 pixels");
     im->resize = (int)v;
     if (im->resize && im->size && im->resize < im->size) return kl_node_error(kl_node_get(n, "resize"), e, KL_EINVAL, "resize %d is smaller than size %d", im->resize, im->size);
+    if ((rc = kl_spec_int(n, "multiple", 0, &v, e))) return rc;
+    if (v < 0 || v > 1024) return kl_node_error(kl_node_get(n, "multiple"), e, KL_EINVAL, "multiple: 0 (none) to 1024, e.g. 64");
+    im->multiple = (int)v;
+    const kl_node *u = kl_node_get(n, "undistort");
+    if (u) { /* camera: pinhole K and k1 k2 p1 p2 (OpenCV), for images of width x height */
+        static const char *ck[] = {"fx", "fy", "cx", "cy", "k1", "k2", "p1", "p2", "width", "height"};
+        if ((rc = kl_spec_check_keys(u, ck, 10, e))) return rc;
+        for (int i = 0; i < 10; i++) {
+            if ((rc = kl_spec_double(u, ck[i], 0, &im->cam[i], e))) return rc;
+            if (!isfinite(im->cam[i])) return kl_node_error(u, e, KL_EINVAL, "undistort.%s: not a finite number", ck[i]);
+        }
+        if (!(im->cam[0] > 0) || !(im->cam[1] > 0)) return kl_node_error(u, e, KL_EINVAL, "undistort: fx and fy must be > 0");
+        im->undistort = 1;
+    }
     const char *c;
     if ((rc = kl_spec_str(n, "crop", "random", &c, e))) return rc;
     if (!strcmp(c, "random")) im->crop = KL_CROP_RANDOM;
@@ -143,6 +157,11 @@ int tr_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_
     c.prefetch = is->prefetch;
     c.size = (int)s->in_dims[1];
     c.resize = is->resize;
+    c.multiple = is->multiple;
+    if (is->undistort) {
+        im->cam = (kl_camera){is->cam[0], is->cam[1], is->cam[2], is->cam[3], is->cam[4], is->cam[5], is->cam[6], is->cam[7], (int)is->cam[8], (int)is->cam[9]};
+        c.undistort = &im->cam;
+    }
     c.crop = is->crop == KL_CROP_NONE ? KL_CROP_NONE : train ? (kl_crop_mode)is->crop : KL_CROP_CENTER;
     c.flip = train && is->flip;
     c.channels = (int)s->in_dims[0];

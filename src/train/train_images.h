@@ -15,6 +15,7 @@ typedef struct {
     int64_t *rows, nrows;        /* the records used (a split of the set), in set order */
     kl_loader_source base, src;  /* src: the rows of base */
     kl_loader *ld;
+    kl_camera cam;               /* data.image.undistort */
 } tr_images;
 
 /* Opens the shard set at path (checks it against the model: input shape

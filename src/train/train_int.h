@@ -104,8 +104,9 @@ typedef struct {
 
 /* data.image: how the loader makes the model's (C, size, size) input. */
 typedef struct {
-    int given, size, resize, crop /* kl_crop_mode */, flip, workers, prefetch;
+    int given, size, resize, multiple, crop /* kl_crop_mode */, flip, workers, prefetch;
     float mean[4], std[4];
+    int undistort; double cam[10];   /* fx fy cx cy k1 k2 p1 p2 width height */
 } tr_image_spec;
 
 typedef struct {

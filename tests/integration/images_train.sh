@@ -58,6 +58,8 @@ fi
 sed 's/size: 32, resize: 36/size: 48, resize: 52/' cnn.yaml > bad.yaml
 $KEEL train bad.yaml --out rb --quiet > /dev/null 2> bad.err
 if [ $? = 1 ] && grep -q "data.image.size 48" bad.err; then pass images_train_bad_size; else fail images_train_bad_size "$(head -c 300 bad.err)"; fi
+sed 's/workers: 2/workers: 2, multiple: 32, undistort: {fx: 60, fy: 60, cx: 32, cy: 32, k1: -0.2, k2: 0.05, p1: 0, p2: 0, width: 64, height: 64}/' cnn.yaml > ud.yaml
+expect_rc images_train_undistort_multiple 0 $KEEL train ud.yaml --out rud --quiet --max-steps 3
 sed 's/crop: random/crop: diagonal/' cnn.yaml > bad2.yaml
 $KEEL train bad2.yaml --out rb --quiet > /dev/null 2> bad2.err
 if [ $? = 1 ] && grep -q "crop" bad2.err; then pass images_train_bad_crop; else fail images_train_bad_crop "$(head -c 300 bad2.err)"; fi

@@ -25,6 +25,8 @@ if expect_rc loader_bench_runs 0 $KEEL loader bench "$T/ok" --batch 8 --size 32 
   if $PYTHON -c "import json,sys; j=json.loads(sys.argv[1]); assert j['images']==82 and j['batches']==12 and j['images_per_s']>0 and 0<=j['wait_share']<=1, j" "$out"; then
     pass loader_bench_json; else fail loader_bench_json "$out"; fi
 fi
+check loader_bench_undistort_multiple $KEEL loader bench "$T/ok" --batch 4 --size 64 --resize 64 --multiple 64 --undistort 60,60,32,24,-0.2,0.05,0.001,0.001
+expect_rc loader_bench_bad_undistort 2 $KEEL loader bench "$T/ok" --undistort 1,2,3
 check loader_bench_text $KEEL loader bench "$T/ok" --batch 4 --size 24 --workers 3 --crop center --no-flip
 $KEEL loader bench "$T/bad" --batch 4 --size 24 > /dev/null 2> "$T/bad.err"
 rc=$?
