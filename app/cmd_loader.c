@@ -79,8 +79,7 @@ static int loader_bench(int argc, char **argv) {
     if (kl_loader_new(&src, &c, &l, &e)) { kl_shardset_free(set); return app_fail(&e); }
     kl_batch b;
     int64_t n = 0;
-    double check = 0;
-    while (!(rc = kl_loader_next(l, &b, &e)) && b.n) { n += b.n; check += b.images[0]; }
+    while (!(rc = kl_loader_next(l, &b, &e)) && b.n) n += b.n;
     kl_loader_stats st;
     kl_loader_stats_get(l, &st);
     kl_loader_free(l);
@@ -101,7 +100,6 @@ static int loader_bench(int argc, char **argv) {
         printf("wait share    %.1f%% of the consumer's step time\n", 100 * st.wait_share);
         printf("queue depth   %.2f ready batches on average\n", st.queue_depth);
     }
-    (void)check;
     return APP_EXIT_OK;
 }
 
