@@ -15,6 +15,7 @@ static const app_command commands[] = {
     {"features", "fit, apply and serve declared features (offline == online)", cmd_features},
     {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
+    {"loader", "measure the image data loader on a shard set (images/s, decode, wait share)", cmd_loader},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
     {"pack", "pack a folder of images into mmap-able shard files for the data loader", cmd_pack},
     {"run", "run an ONNX model on .npy/.pb inputs, write .npy outputs", cmd_run},

@@ -42,6 +42,10 @@ int kl_train_check(const char *spec_path, kl_err *e);
 int kl_train_eval(const char *dir, const char *x_path, const char *y_path, int json,
                   const char *logits_out, FILE *out, kl_err *e);
 
+/* The same on an image shard set (keel pack), transformed as the model's
+ * spec says for evaluation (centre crop, no flip). */
+int kl_train_eval_shards(const char *dir, const char *shards, int json, const char *logits_out, FILE *out, kl_err *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/train_int.h"
+#include "train/train_images.h"
 
 static const char *const ltype_names[TR_L_COUNT] = {
     "linear", "conv2d", "batchnorm2d", "layernorm", "dropout", "embedding", "maxpool2d",
@@ -315,10 +315,11 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     /* data: paths relative to the spec's folder */
     const kl_node *da = kl_node_get(root, "data");
     if (da) {
-        static const char *k[] = {"x", "y", "val_x", "val_y"};
-        if ((rc = kl_spec_check_keys(da, k, 4, e))) return rc;
-        char **dst[4] = {&s->x_path, &s->y_path, &s->val_x, &s->val_y};
-        for (int i = 0; i < 4; i++) {
+        static const char *k[] = {"x", "y", "val_x", "val_y", "shards", "val_shards", "image"};
+        if ((rc = kl_spec_check_keys(da, k, 7, e))) return rc;
+        char **dst[6] = {&s->x_path, &s->y_path, &s->val_x, &s->val_y, &s->shards, &s->val_shards};
+        if ((rc = tr_image_spec_parse(kl_node_get(da, "image"), s, e))) return rc;
+        for (int i = 0; i < 6; i++) {
             const char *v;
             if ((rc = kl_spec_str(da, k[i], "", &v, e))) return rc;
             if (!*v) continue;
@@ -391,5 +392,6 @@ fail:
 void tr_spec_free(tr_spec *s) {
     if (!s) return;
     free(s->path); free(s->text); free(s->x_path); free(s->y_path); free(s->val_x); free(s->val_y); free(s->init_path);
+    free(s->shards); free(s->val_shards);
     free(s);
 }

@@ -102,6 +102,12 @@ typedef struct {
     double eps, momentum, p_drop;
 } tr_lspec;
 
+/* data.image: how the loader makes the model's (C, size, size) input. */
+typedef struct {
+    int given, size, resize, crop /* kl_crop_mode */, flip, workers, prefetch;
+    float mean[4], std[4];
+} tr_image_spec;
+
 typedef struct {
     char *path;                 /* spec file */
     uint64_t seed;
@@ -123,6 +129,8 @@ typedef struct {
     double ls_init, ls_growth, ls_backoff, ls_min; int64_t ls_interval;
     /* data */
     char *x_path, *y_path, *val_x, *val_y;
+    char *shards, *val_shards;  /* image shard sets (src/train/images.c) */
+    tr_image_spec img;          /* data.image */
     char *init_path;            /* train.init: initial weights (safetensors) */
     char *text;                 /* spec file contents (for meta.json) */
 } tr_spec;
