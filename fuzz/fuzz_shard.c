@@ -1,7 +1,8 @@
 /* libFuzzer target of the shard reader. The first byte picks the mode:
  * even: the rest is a shard file; the fuzzer builds a manifest that agrees
  * with the header's record count and size (so the index validation is
- * reached), opens it with and without sha256 verification, reads and
+ * reached; with bit 1 set it also fixes the header CRC, so that mutated
+ * header fields get past it), opens it with and without sha256 verification, reads and
  * CRC-checks every record and decodes the first few (JPEG/PNG decoder);
  * odd: the rest is manifest.json text, opened over no shards.
  * Any crash, leak or sanitizer report is a finding.
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "keel/image.h"
 #include "keel/shard.h"
@@ -23,6 +25,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (data[0] & 1) {
         if (kl_shardset_open_mem((const char *)body, n, NULL, NULL, 0, 1, &s, &e) == 0) kl_shardset_free(s);
         return 0;
+    }
+    uint8_t *copy = NULL;
+    if ((data[0] & 2) && n >= 64) { /* fix the header CRC */
+        copy = malloc(n);
+        memcpy(copy, body, n);
+        uint32_t c = (uint32_t)crc32(0L, copy, 60);
+        for (int i = 0; i < 4; i++) copy[60 + i] = (uint8_t)(c >> (8 * i));
+        body = copy;
     }
     unsigned long long records = 0;
     if (n >= 24) for (int i = 0; i < 8; i++) records |= (unsigned long long)body[16 + i] << (8 * i);
@@ -52,5 +62,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kl_shardset_get(s, cnt, &r, &e);
         kl_shardset_free(s);
     }
+    free(copy);
     return 0;
 }

@@ -69,6 +69,7 @@ KL_TEST(image_jpeg_round_trip) {
     KT_CHECK(g2.c == 1 && mean_abs_diff(&g, &g2) < 3.0);
     KT_OK(kl_image_to_rgb(&g2, &e), &e);
     KT_CHECK(g2.c == 3 && g2.px[0] == g2.px[1] && g2.px[1] == g2.px[2]);
+    free(jpg);
     KT_EQ_INT(kl_image_encode_jpeg(&g, 0, &jpg, &n, &e), KL_EINVAL);
     KT_CHECK(jpg == NULL);
     kl_image_release(&g); kl_image_release(&g2); kl_image_release(&a);
