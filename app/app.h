@@ -96,5 +96,8 @@ int cmd_inspect(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_pipeline(int argc, char **argv);
+int cmd_loader(int argc, char **argv);
+int cmd_datagen(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 
 #endif

@@ -10,11 +10,12 @@ static const app_opt opts[] = {
     {"data", 'd', 1, "X.npy,y.npy", "features and labels (.npy)", 0},
     {"dataset", 0, 1, "PATH", "Parquet source (default: the dataset the model was trained on, from meta.json)", 0},
     {"split", 0, 1, "NAME", "split of the Parquet source: test (default), val, train or all", 0},
+    {"shards", 0, 1, "DIR", "an image shard set (keel pack) instead of --data", 0},
     {"logits", 0, 1, "FILE.npy", "also write the model outputs (rows, outputs) as .npy", 0},
     {"roc", 0, 0, NULL, "with --json: include the ROC points (fpr, tpr, threshold)", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
-static const app_cmd_spec spec = {"eval", "keel eval DIR [--data X.npy,y.npy | --dataset PATH] [--split test] [--logits OUT.npy] [--json [--roc]]",
+static const app_cmd_spec spec = {"eval", "keel eval DIR [--data X.npy,y.npy | --dataset PATH [--split test] | --shards DIR] [--logits OUT.npy] [--json [--roc]]",
                                   "Evaluate a model trained by keel train: accuracy / AUC / loss and a confusion matrix.",
                                   "Without --data the rows come from the model's Parquet source (data.dataset in its\n"
                                   "spec) and the split named by --split (the spec's data.split decides the rows).",
@@ -24,7 +25,14 @@ int cmd_eval(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&spec, argc, argv, &a);
     if (rc >= 0) return rc;
-    const char *data = app_get(&a, "data");
+    const char *data = app_get(&a, "data"), *shards = app_get(&a, "shards");
+    kl_err e = {0};
+    if (shards && (data || app_get(&a, "dataset") || app_get(&a, "split")))
+        return app_usage_error(&spec, "--shards takes no --data, --dataset or --split");
+    if (shards) {
+        if (kl_train_eval_shards(a.pos[0], shards, app_flag(&a, "json"), app_get(&a, "logits"), stdout, &e)) return app_fail(&e);
+        return APP_EXIT_OK;
+    }
     kl_eval_opts o = {0};
     char xp[4096];
     if (data) {
@@ -38,7 +46,6 @@ int cmd_eval(int argc, char **argv) {
     o.split = app_get(&a, "split");
     o.logits_out = app_get(&a, "logits");
     o.with_roc = app_flag(&a, "roc");
-    kl_err e = {0};
     if (kl_train_eval_print(a.pos[0], &o, app_flag(&a, "json"), stdout, &e)) return app_fail(&e);
     return APP_EXIT_OK;
 }

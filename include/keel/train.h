@@ -70,6 +70,7 @@ int kl_train_eval(const char *dir, const char *x_path, const char *y_path, int j
  * of its splits. */
 typedef struct {
     const char *x_path, *y_path;  /* .npy pair, or NULL: the Parquet source */
+    const char *shards;           /* or an image shard set (keel pack), centre-cropped as the spec says */
     const char *dataset;          /* overrides the recorded dataset path (NULL = meta.json's) */
     const char *split;            /* train | val | test (default) | all */
     const char *logits_out;       /* may be NULL */
@@ -86,6 +87,9 @@ typedef struct {
 int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, kl_err *e);
 /* The same, printed (json: one line). */
 int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *out, kl_err *e);
+/* The same on an image shard set (keel pack), transformed as the model's
+ * spec says for evaluation (centre crop, no flip). */
+int kl_train_eval_shards(const char *dir, const char *shards, int json, const char *logits_out, FILE *out, kl_err *e);
 
 #ifdef __cplusplus
 }

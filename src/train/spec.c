@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "train/train_data.h"
+#include "train/train_images.h"
 #include "train/train_int.h"
 
 static const char *const ltype_names[TR_L_COUNT] = {
@@ -322,10 +323,11 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         free(s->ds->path);
         s->ds->path = abs;
     } else if (da) {
-        static const char *k[] = {"x", "y", "val_x", "val_y"};
-        if ((rc = kl_spec_check_keys(da, k, 4, e))) return rc;
-        char **dst[4] = {&s->x_path, &s->y_path, &s->val_x, &s->val_y};
-        for (int i = 0; i < 4; i++) {
+        static const char *k[] = {"x", "y", "val_x", "val_y", "shards", "val_shards", "image"};
+        if ((rc = kl_spec_check_keys(da, k, 7, e))) return rc;
+        char **dst[6] = {&s->x_path, &s->y_path, &s->val_x, &s->val_y, &s->shards, &s->val_shards};
+        if ((rc = tr_image_spec_parse(kl_node_get(da, "image"), s, e))) return rc;
+        for (int i = 0; i < 6; i++) {
             const char *v;
             if ((rc = kl_spec_str(da, k[i], "", &v, e))) return rc;
             if (!*v) continue;
@@ -399,5 +401,6 @@ void tr_spec_free(tr_spec *s) {
     if (!s) return;
     free(s->path); free(s->text); free(s->x_path); free(s->y_path); free(s->val_x); free(s->val_y); free(s->init_path);
     tr_dsrc_free(s->ds);
+    free(s->shards); free(s->val_shards);
     free(s);
 }

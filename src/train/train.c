@@ -15,6 +15,7 @@
 
 #include "train/runlog.h"
 #include "train/train_data.h"
+#include "train/train_images.h"
 #include "train/train_int.h"
 
 #ifndef KEEL_VERSION
@@ -30,6 +31,8 @@ typedef struct {
     int64_t *yi;        /* CE labels (n) */
     float *yf;          /* BCE/MSE targets (n, out_numel) */
     char x_sha[65], y_sha[65];
+    const char *shards_id;     /* image shard sets: dataset identity, loader statistics */
+    kl_loader_stats ls;
 } tr_data;
 
 static void data_free(tr_data *d) {
@@ -172,20 +175,66 @@ static void gather_rows(const tr_model *m, const tr_data *d, const int64_t *idx,
     }
 }
 
-/* Eval-mode pass over rows idx[0..n) in batches of m->B; returns mean loss
- * weighted by batch size, accuracy, and optionally all outputs (n, K). */
-static void evaluate(tr_model *m, const tr_data *d, const int64_t *idx, int64_t n, float *xb, int64_t *yb, float *yfb,
-                     float *scratch, tr_eval *out, float *all_out) {
+/* ================================================================ batch sources */
+
+static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n);
+
+/* Where a run's batches come from: rows of the in-memory arrays gathered by
+ * index (seeded shuffle per epoch), or an image shard set through the loader
+ * (the loader's batch buffer is the model input: no copy). */
+typedef struct {
+    const tr_data *d; const int64_t *rows; int64_t n; int shuffle;   /* arrays */
+    int64_t *idx, idx_epoch;
+    float *xb; int64_t *yb; float *yfb;
+    tr_images *im;                                                  /* image shards */
+} tr_batches;
+
+/* Batch b of epoch `epoch` (of size B, the last may be shorter). Pointers
+ * valid until the next call. */
+static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t b, int64_t B, const float **x, const int64_t **yi,
+                       const float **yf, int64_t *nb, kl_err *e) {
+    if (bs->im) {
+        kl_batch kb;
+        int rc = kl_loader_next(bs->im->ld, &kb, e);
+        if (!rc && (kb.n == 0 || kb.epoch != epoch || kb.index != b)) { /* a new pass or a resume: move the loader */
+            if (!(rc = kl_loader_seek(bs->im->ld, epoch, b, e))) rc = kl_loader_next(bs->im->ld, &kb, e);
+        }
+        if (rc) return rc;
+        if (!kb.n) return kl_err_set(e, KL_EINTERNAL, "loader: no batch %lld of epoch %lld", (long long)b, (long long)epoch);
+        *x = kb.images; *yi = kb.labels; *yf = NULL; *nb = kb.n;
+        return KL_OK;
+    }
+    if (bs->idx_epoch != epoch) {
+        memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
+        if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
+        bs->idx_epoch = epoch;
+    }
+    int64_t b0 = b * B;
+    *nb = KL_MIN(B, bs->n - b0);
+    gather_rows(m, bs->d, bs->idx + b0, *nb, bs->xb, bs->yb, bs->yfb);
+    *x = bs->xb; *yi = bs->yb; *yf = bs->yfb;
+    return KL_OK;
+}
+
+/* Eval-mode pass over the n rows of bs in batches of m->B; returns mean loss
+ * weighted by batch size, accuracy, and optionally all outputs (n, K) and
+ * labels (n). */
+static int evaluate(tr_model *m, tr_batches *bs, int64_t n, float *scratch, tr_eval *out, float *all_out, int64_t *all_y, kl_err *e) {
     memset(out, 0, sizeof *out);
     double tot = 0;
-    for (int64_t b0 = 0; b0 < n; b0 += m->B) {
-        int64_t B = KL_MIN(m->B, n - b0);
-        gather_rows(m, d, idx + b0, B, xb, yb, yfb);
-        const float *z = tr_model_forward(m, xb, B, 0);
-        tot += batch_loss(m, z, B, yb, yfb, NULL, scratch, out) * (double)B;
+    for (int64_t b0 = 0, b = 0; b0 < n; b0 += m->B, b++) {
+        const float *x, *yf;
+        const int64_t *yi;
+        int64_t B;
+        int rc = batches_get(bs, m, 0, b, m->B, &x, &yi, &yf, &B, e);
+        if (rc) return rc;
+        const float *z = tr_model_forward(m, x, B, 0);
+        tot += batch_loss(m, z, B, yi, yf, NULL, scratch, out) * (double)B;
         if (all_out) memcpy(all_out + b0 * m->out_numel, z, (size_t)(B * m->out_numel) * 4);
+        if (all_y && yi) memcpy(all_y + b0, yi, (size_t)B * 8);
     }
     out->loss = n ? tot / (double)n : NAN;
+    return KL_OK;
 }
 
 /* ================================================================ metrics rows */
@@ -321,7 +370,7 @@ typedef struct {
     double scale; int64_t tracker, skipped; /* fp16 dynamic loss scaling */
 } tr_pos;
 
-static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *dir, int64_t step, kl_err *e) {
+static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *loader_pos, const char *dir, int64_t step, kl_err *e) {
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
     int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     tr_st_entry *ent = calloc((size_t)nt * 3 + 1, sizeof *ent);
@@ -342,15 +391,16 @@ static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *d
             n++;
         }
     }
-    char meta[1024];
+    char meta[1400];
     snprintf(meta, sizeof meta,
              "{\"format\":\"keel-checkpoint-1\",\"step\":\"%lld\",\"epoch\":\"%lld\",\"batch\":\"%lld\",\"opt_t\":\"%lld\",\"opt_has_buf\":\"%d\","
              "\"drop_rng\":\"%016llx%016llx%016llx%016llx\",\"best\":\"%a\",\"best_epoch\":\"%lld\",\"bad_epochs\":\"%lld\",\"seed\":\"%llu\","
-             "\"ep_loss\":\"%a\",\"ep_n\":\"%lld\",\"scale\":\"%a\",\"tracker\":\"%lld\",\"skipped\":\"%lld\"}",
+             "\"ep_loss\":\"%a\",\"ep_n\":\"%lld\",\"scale\":\"%a\",\"tracker\":\"%lld\",\"skipped\":\"%lld\"%s%s%s}",
              (long long)pos->step, (long long)pos->epoch, (long long)pos->batch, (long long)o->t, o->has_buf,
              (unsigned long long)m->drop_rng.s[0], (unsigned long long)m->drop_rng.s[1], (unsigned long long)m->drop_rng.s[2],
              (unsigned long long)m->drop_rng.s[3], pos->best, (long long)pos->best_epoch, (long long)pos->bad_epochs,
-             (unsigned long long)m->spec->seed, pos->ep_loss, (long long)pos->ep_n, pos->scale, (long long)pos->tracker, (long long)pos->skipped);
+             (unsigned long long)m->spec->seed, pos->ep_loss, (long long)pos->ep_n, pos->scale, (long long)pos->tracker, (long long)pos->skipped,
+             loader_pos ? ",\"loader\":\"" : "", loader_pos ? loader_pos : "", loader_pos ? "\"" : "");
     char path[4096];
     snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)step);
     rc = tr_safetensors_write(path, ent, n, meta, e);
@@ -426,7 +476,7 @@ static int ckpt_find(const char *dir, char *best, size_t n) {
     return 0;
 }
 
-static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, const char *path, kl_err *e) {
+static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, char *loader_pos, size_t lpn, const char *path, kl_err *e) {
     load_ctx c = {m, o, 0};
     char *meta = NULL;
     int rc = tr_safetensors_read(path, load_tensor, &c, &meta, e);
@@ -451,6 +501,8 @@ static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, const char *path, kl
     pos->best = strtod(v[6], NULL); pos->best_epoch = strtoll(v[7], NULL, 10); pos->bad_epochs = strtoll(v[8], NULL, 10);
     pos->ep_loss = strtod(v[9], NULL); pos->ep_n = strtoll(v[10], NULL, 10);
     pos->scale = strtod(v[11], NULL); pos->tracker = strtoll(v[12], NULL, 10); pos->skipped = strtoll(v[13], NULL, 10);
+    cJSON *lp = cJSON_GetObjectItem(j, "loader");
+    snprintf(loader_pos, lpn, "%s", cJSON_IsString(lp) ? lp->valuestring : "");
     cJSON_Delete(j);
     return KL_OK;
 }
@@ -482,11 +534,6 @@ static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n)
 }
 
 /* ================================================================ the run */
-
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
 
 static const char *part_names[5] = {"params", "grads", "optimizer", "activations", "workspace"};
 
@@ -522,6 +569,16 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
         for (int i = 0; i < dsi->nnames; i++) cJSON_AddItemToArray(fa, cJSON_CreateString(dsi->names[i]));
         cJSON_AddNumberToObject(dd, "dataset_rows", (double)dsi->rows_total);
         cJSON_AddNumberToObject(dd, "test_rows", (double)dsi->rows_part[TR_PART_TEST]);
+    }
+    if (s->shards) {
+        cJSON_AddStringToObject(dd, "shards", s->shards);
+        if (s->val_shards) cJSON_AddStringToObject(dd, "val_shards", s->val_shards);
+        cJSON_AddStringToObject(dd, "shards_id", d->shards_id ? d->shards_id : "");
+        cJSON *lo = cJSON_AddObjectToObject(j, "loader");
+        cJSON_AddNumberToObject(lo, "wait_share", d->ls.wait_share);
+        cJSON_AddNumberToObject(lo, "images_per_s", d->ls.samples_per_s);
+        cJSON_AddNumberToObject(lo, "decode_mpix_per_s", d->ls.decode_s > 0 ? d->ls.decode_mpix / d->ls.decode_s : 0.0);
+        cJSON_AddNumberToObject(lo, "queue_depth", d->ls.queue_depth);
     }
     cJSON_AddNumberToObject(dd, "train_rows", (double)ntrain);
     cJSON_AddNumberToObject(dd, "val_rows", (double)nval);
@@ -614,7 +671,8 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     kl_track_run *trun = NULL;
     tr_optim opt = {0};
     tr_rows rows = {0};
-    int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL;
+    tr_images imt = {0}, imv = {0};
+    int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL, *base_tr = NULL;
     float *xb = NULL, *yfb = NULL, *dz = NULL;
     kl_progress *pr = NULL;
     FILE *rep = o->report ? o->report : stdout;
@@ -625,17 +683,31 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if ((rc = tr_model_new(s, &m, e))) goto fail;
     if (o->tracking && (rc = tr_runlog_start(o, s, spec_path, &trk, &trun, e))) goto fail;
     if (trun && o->run_id_out) *o->run_id_out = kl_track_run_id(trun);
-    /* data: .npy X/y, or a Parquet source (data.dataset, src/train/data_pq.c) */
-    if (s->ds) {
-        if ((rc = data_load_ds(m, TR_PART_TRAIN, &d, &dsi, e))) goto fail;
-    } else {
-        if (!s->x_path || !s->y_path) { rc = kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), or data.dataset, are required", spec_path); goto fail; }
-        if ((rc = data_load(m, s->x_path, s->y_path, &d, e))) goto fail;
+    /* data: .npy X/y, a Parquet source (data.dataset, src/train/data_pq.c) or image shards (the loader) */
+    int images = s->shards != NULL;
+    if (!images && !s->ds && (!s->x_path || !s->y_path)) {
+        rc = kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), data.dataset or data.shards are required", spec_path);
+        goto fail;
     }
     int64_t ntr, nva;
     const tr_data *vd = &d;
     int ds_val = s->ds && s->ds->has_split && (s->ds->split_col ? s->ds->nvals[1] > 0 : s->ds->frac[1] > 0);
-    if (s->val_x || ds_val) {
+    if (images) {
+        /* image shard sets through the loader */
+        if ((rc = tr_images_open_set(&imt, s, m, s->shards, e))) goto fail;
+        d.shards_id = kl_shardset_id(imt.set);
+        if ((rc = tr_images_open_set(&imv, s, m, s->val_shards ? s->val_shards : s->shards, e))) goto fail;
+        if (s->val_shards) {
+            ntr = kl_shardset_count(imt.set); nva = kl_shardset_count(imv.set);
+            idx_tr = malloc((size_t)(ntr + 1) * 8);
+            if (!idx_tr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+            for (int64_t i = 0; i < ntr; i++) idx_tr[i] = i;
+        } else if ((rc = tr_split_rows(kl_shardset_count(imt.set), s->seed, s->val_fraction, &idx_tr, &ntr, &idx_va, &nva, e))) goto fail;
+    } else if (s->ds) {
+        if ((rc = data_load_ds(m, TR_PART_TRAIN, &d, &dsi, e))) goto fail;
+    } else if ((rc = data_load(m, s->x_path, s->y_path, &d, e))) goto fail;
+    if (images) {
+    } else if (s->val_x || ds_val) {
         if (ds_val) {
             if ((rc = data_load_ds(m, TR_PART_VAL, &dv, NULL, e))) goto fail;
         } else {
@@ -648,35 +720,21 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
         if (!idx_tr || !idx_va) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
         for (int64_t i = 0; i < ntr; i++) idx_tr[i] = i;
         for (int64_t i = 0; i < nva; i++) idx_va[i] = i;
-    } else {
-        nva = (int64_t)floor((double)d.n * s->val_fraction);
-        ntr = d.n - nva;
-        int64_t *all = malloc((size_t)(d.n + 1) * 8);
-        if (!all) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < d.n; i++) all[i] = i;
-        tr_rng r;
-        tr_rng_seed(&r, s->seed ^ 0x73706c6974ull);
-        for (int64_t i = d.n - 1; i > 0 && nva > 0; i--) {
-            int64_t j = (int64_t)tr_rng_below(&r, (uint64_t)i + 1), t = all[i];
-            all[i] = all[j]; all[j] = t;
-        }
-        idx_tr = malloc((size_t)(ntr + 1) * 8); idx_va = malloc((size_t)(nva + 1) * 8);
-        if (!idx_tr || !idx_va) { free(all); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        /* train rows keep their file order (sorted) so the shuffle alone decides batches */
-        memcpy(idx_va, all + ntr, (size_t)nva * 8);
-        memcpy(idx_tr, all, (size_t)ntr * 8);
-        free(all);
-        qsort(idx_tr, (size_t)ntr, 8, cmp_i64);
-    }
+    } else if ((rc = tr_split_rows(d.n, s->seed, s->val_fraction, &idx_tr, &ntr, &idx_va, &nva, e))) goto fail;
     if (ntr < 1) { rc = kl_err_set(e, KL_EINVAL, "no training rows left after the validation split"); goto fail; }
     int64_t B = KL_MIN(s->batch, ntr);
-    int64_t steps_per_epoch = s->drop_last ? ntr / B : (ntr + B - 1) / B;
+    if (images && ((rc = tr_images_start(&imt, s, idx_tr, ntr, 1, B, s->epochs, e)) ||
+                   (nva && (rc = tr_images_start(&imv, s, idx_va, nva, 0, B, 1, e)))))
+        goto fail;
+    int64_t steps_per_epoch = images ? kl_loader_batches_per_epoch(imt.ld) : s->drop_last ? ntr / B : (ntr + B - 1) / B;
     if (steps_per_epoch < 1) steps_per_epoch = 1;
     int64_t total = s->epochs * steps_per_epoch;
     if (s->max_steps && s->max_steps < total) total = s->max_steps;
     if (o->max_steps && o->max_steps < total) total = o->max_steps;
     /* memory plan, before any allocation of the model */
     uint64_t plan[5], tot = 0, data_bytes = (uint64_t)(d.n + dv.n) * (uint64_t)(m->in_numel * 4 + (d.yi ? 8 : m->out_numel * 4));
+    if (images) /* the loaders' batch buffers: prefetch + 1 each */
+        data_bytes = (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) * (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8);
     tr_model_plan(m, B, tr_optim_slots(s), plan);
     plan[4] += (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 8); /* batch, labels, loss gradient */
     for (int i = 0; i < 5; i++) tot += plan[i];
@@ -722,7 +780,13 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if (o->resume) {
         char ck[4096];
         if (!ckpt_find(ckdir, ck, sizeof ck)) { rc = kl_err_set(e, KL_ENOTFOUND, "--resume: no valid checkpoint in %s", ckdir); goto fail; }
-        if ((rc = ckpt_load(m, &opt, &pos, ck, e))) { kl_err_prefix(e, "resuming from %s", ck); goto fail; }
+        char lp[256];
+        if ((rc = ckpt_load(m, &opt, &pos, lp, sizeof lp, ck, e))) { kl_err_prefix(e, "resuming from %s", ck); goto fail; }
+        if (images) { /* the loader continues where the checkpoint left it; another dataset is an error */
+            kl_loader_pos lpos;
+            if (!*lp) { rc = kl_err_set(e, KL_ESTATE, "resuming from %s: the checkpoint has no loader position (trained on arrays, not shards)", ck); goto fail; }
+            if ((rc = kl_loader_pos_parse(lp, &lpos, e)) || (rc = kl_loader_restore(imt.ld, &lpos, e))) { kl_err_prefix(e, "resuming from %s", ck); goto fail; }
+        }
         snprintf(p, sizeof p, "%s/metrics.csv", ckdir);
         read_metrics_csv(p, pos.step, &rows);
         kl_log(KL_LOG_INFO, "train", "resumed from %s at step %lld (epoch %lld, batch %lld)", ck, (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
@@ -737,20 +801,20 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t samples = 0;
     tr_eval fin_val = {NAN, 0, 0};
-    int64_t *base_tr = malloc((size_t)(ntr + 1) * 8);
+    base_tr = malloc((size_t)(ntr + 1) * 8);
     if (!base_tr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-    memcpy(base_tr, idx_tr, (size_t)ntr * 8);
+    tr_batches bt = {&d, idx_tr, ntr, s->shuffle, base_tr, -1, xb, yb, yfb, images ? &imt : NULL};
+    tr_batches bv = {vd, idx_va, nva, 0, idx_va, 0, xb, yb, yfb, images ? &imv : NULL};
     while (pos.step < total && pos.epoch < s->epochs && !pos.stopped) {
-        memcpy(idx_tr, base_tr, (size_t)ntr * 8);
-        epoch_perm(s, pos.epoch, idx_tr, ntr);
         for (; pos.batch < steps_per_epoch && pos.step < total; pos.batch++) {
-            int64_t b0 = pos.batch * B, nb = KL_MIN(B, ntr - b0);
-            gather_rows(m, &d, idx_tr + b0, nb, xb, yb, yfb);
-            const float *z = tr_model_forward(m, xb, nb, 1);
-            double loss = batch_loss(m, z, nb, yb, yfb, dz, NULL, NULL);
+            const float *xin, *yfin;
+            const int64_t *yin;
+            int64_t nb;
+            if ((rc = batches_get(&bt, m, pos.epoch, pos.batch, B, &xin, &yin, &yfin, &nb, e))) goto fail;
+            const float *z = tr_model_forward(m, xin, nb, 1);
+            double loss = batch_loss(m, z, nb, yin, yfin, dz, NULL, NULL);
             if (!isfinite(loss)) {
                 rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip", (long long)pos.step, (long long)pos.epoch, isnan(loss) ? "NaN" : "infinite");
-                free(base_tr);
                 goto fail;
             }
             double lr = tr_sched_lr(s, pos.step, pos.epoch, total), gn;
@@ -758,7 +822,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                 /* dynamic loss scaling (as torch.cuda.amp.GradScaler) */
                 float sc = (float)pos.scale;
                 for (int64_t k = 0; k < nb * m->out_numel; k++) dz[k] *= sc;
-                tr_model_backward(m, xb, dz, nb);
+                tr_model_backward(m, xin, dz, nb);
                 int finite = 1;
                 for (int64_t k = 0; k < m->nparams && finite; k++) finite = isfinite(m->grads[k]);
                 if (nhist == 16) { memmove(scale_hist, scale_hist + 1, 15 * sizeof(double)); nhist = 15; }
@@ -775,7 +839,6 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                         rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss scale collapsed to %g, below the floor %g (%lld steps skipped for inf/NaN gradients); last scales: %s",
                                         (long long)pos.step, (long long)pos.epoch, pos.scale, s->ls_min, (long long)pos.skipped, hb.data ? hb.data : "");
                         kl_buf_free(&hb);
-                        free(base_tr);
                         goto fail;
                     }
                 } else {
@@ -786,7 +849,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                     if (++pos.tracker >= s->ls_interval) { pos.scale *= s->ls_growth; pos.tracker = 0; }
                 }
             } else {
-                tr_model_backward(m, xb, dz, nb);
+                tr_model_backward(m, xin, dz, nb);
                 gn = tr_clip_grad(m->grads, m->nparams, s->clip);
                 tr_optim_step(&opt, s, m->params, m->grads, lr);
             }
@@ -802,6 +865,10 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                 kl_progress_field(pr, "loss", "%.4f", loss);
                 kl_progress_field(pr, "lr", "%.3g", lr);
                 kl_progress_field(pr, "samples/s", "%.0f", el > 0 ? (double)samples / el : 0.0);
+                if (images) {
+                    kl_loader_stats_get(imt.ld, &d.ls);
+                    kl_progress_field(pr, "wait", "%.1f%%", 100 * d.ls.wait_share);
+                }
                 kl_progress_update(pr, (uint64_t)pos.step);
             }
             if (s->ckpt_every && pos.step % s->ckpt_every == 0) {
@@ -809,7 +876,13 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                 cp.batch = pos.batch + 1;
                 if (cp.batch >= steps_per_epoch) { /* the epoch end (validation) still runs after resuming */ cp.batch = steps_per_epoch; }
                 snprintf(p, sizeof p, "%s/metrics.csv", ckdir);
-                if ((rc = write_metrics_csv(p, &rows, e)) || (rc = ckpt_write(m, &opt, &cp, ckdir, pos.step, e))) { free(base_tr); goto fail; }
+                char lp[256] = "";
+                if (images) {
+                    kl_loader_pos lpos;
+                    kl_loader_tell(imt.ld, &lpos);
+                    kl_loader_pos_format(&lpos, lp, sizeof lp);
+                }
+                if ((rc = write_metrics_csv(p, &rows, e)) || (rc = ckpt_write(m, &opt, &cp, images ? lp : NULL, ckdir, pos.step, e))) goto fail;
             }
             if (crash_at == pos.step) raise(SIGKILL);
         }
@@ -819,7 +892,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             pos.ep_loss = 0; pos.ep_n = 0;
             if (nva) {
                 tr_eval ev;
-                evaluate(m, vd, idx_va, nva, xb, yb, yfb, dz, &ev, NULL);
+                if ((rc = evaluate(m, &bv, nva, dz, &ev, NULL, NULL, e))) goto fail;
                 double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
                 rows_add(&rows, (tr_row){pos.step, pos.epoch, 1, ev.loss, acc, NAN, NAN});
                 fin_val = ev;
@@ -827,7 +900,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                 int better = lower_better ? v < pos.best - s->min_delta : v > pos.best + s->min_delta;
                 if (better || pos.best_epoch < 0) {
                     pos.best = v; pos.best_epoch = pos.epoch; pos.bad_epochs = 0;
-                    if ((rc = weights_write(m, bestp, e))) { free(base_tr); goto fail; }
+                    if ((rc = weights_write(m, bestp, e))) goto fail;
                 } else if (++pos.bad_epochs >= s->patience && s->patience > 0) {
                     pos.stopped = 1;
                     kl_log(KL_LOG_INFO, "train", "early stopping after epoch %lld: %s did not improve for %lld epochs (best %.5g at epoch %lld)",
@@ -849,7 +922,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             if (cb_stop) break;
         }
     }
-    free(base_tr);
+    if (images) kl_loader_stats_get(imt.ld, &d.ls);
     kl_progress_finish(pr);
     pr = NULL;
     if (cb_stop) { /* stopped by the caller: only the metrics, no model artifacts */
@@ -883,7 +956,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if (nva && pos.best_epoch >= 0 && kl_path_exists(bestp)) {
         if ((rc = kl__train_load_weights(m, bestp, e))) goto fail;
         best_used = 1;
-        evaluate(m, vd, idx_va, nva, xb, yb, yfb, dz, &fin_val, NULL);
+        if ((rc = evaluate(m, &bv, nva, dz, &fin_val, NULL, NULL, e))) goto fail;
         snprintf(p, sizeof p, "%s/model.safetensors", o->out_dir);
         if ((rc = weights_write(m, p, e))) goto fail;
     }
@@ -924,6 +997,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
         fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos.step, (long long)pos.epoch, secs, secs > 0 ? (double)samples / secs : 0.0);
         if (nva) fprintf(rep, ",\"val_loss\":%.9g", fin_val.loss);
         if (nva && fin_val.count) fprintf(rep, ",\"val_accuracy\":%.6f", (double)fin_val.correct / (double)fin_val.count);
+        if (images) fprintf(rep, ",\"loader_wait_share\":%.4f,\"loader_images_per_s\":%.1f", d.ls.wait_share, d.ls.samples_per_s);
         fprintf(rep, ",\"out\":\"%s\"}\n", o->out_dir);
     } else {
         fprintf(rep, "trained %lld steps (%lld epochs%s) in %.1f s, %.0f samples/s\n", (long long)pos.step, (long long)pos.epoch, pos.stopped ? ", early stopped" : "", secs,
@@ -933,6 +1007,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             if (fin_val.count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fin_val.correct / (double)fin_val.count);
             fprintf(rep, "%s\n", best_used ? " (best epoch)" : "");
         }
+        if (images)
+            fprintf(rep, "loader: the training loop waited %.1f%% of its step time for data (%.0f images/s, decode %.1f MPix/s per worker, queue depth %.1f)\n",
+                    100 * d.ls.wait_share, d.ls.samples_per_s, d.ls.decode_s > 0 ? d.ls.decode_mpix / d.ls.decode_s : 0.0, d.ls.queue_depth);
         if (s->fp16) fprintf(rep, "fp16: final loss scale %g, %lld steps skipped for inf/NaN gradients\n", pos.scale, (long long)pos.skipped);
         fprintf(rep, "artifacts in %s: model.onnx model.safetensors meta.json card.md metrics.csv curves.svg\n", o->out_dir);
     }
@@ -941,11 +1018,12 @@ fail:
     kl_progress_finish(pr);
     free(rows.r);
     kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz);
-    free(idx_tr); free(idx_va);
+    free(idx_tr); free(idx_va); free(base_tr);
     tr_optim_free(&opt);
     data_free(&d); data_free(&dv);
     tr_dsinfo_free(&dsi);
     tr_runlog_fail(trk, trun);
+    tr_images_close(&imt); tr_images_close(&imv);
     tr_model_free(m);
     tr_spec_free(s);
     return rc;
@@ -1016,7 +1094,8 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     tr_data d = {0};
     tr_dsinfo dsi = {0};
     float *xb = NULL, *yfb = NULL, *dz = NULL, *all = NULL;
-    int64_t *yb = NULL, *idx = NULL, *cm = NULL;
+    int64_t *yb = NULL, *idx = NULL, *cm = NULL, *labels = NULL;
+    tr_images im = {0};
     sc_lab *sl = NULL;
     cJSON *j = NULL;
     char p[4096];
@@ -1027,7 +1106,10 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     if ((rc = tr_spec_load(p, &s, e))) goto fail;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
     int part = TR_PART_TEST;
-    if (o->x_path) {
+    if (o->shards) {
+        if ((rc = tr_images_open_set(&im, s, m, o->shards, e))) goto fail;
+        d.n = kl_shardset_count(im.set);
+    } else if (o->x_path) {
         if ((rc = data_load(m, o->x_path, o->y_path, &d, e))) goto fail;
     } else {
         /* the model's Parquet source: the path recorded in meta.json (the spec's own is relative to where it was) */
@@ -1059,6 +1141,7 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
         if ((rc = data_load_ds(m, part == TR_PART_ALL || !s->ds->has_split ? TR_PART_ALL : part, &d, &dsi, e))) goto fail;
     }
     int64_t B = KL_MIN(256, KL_MAX(1, d.n));
+    if (o->shards && (rc = tr_images_start(&im, s, NULL, d.n, 0, B, 1, e))) goto fail;
     if ((rc = tr_model_alloc(m, B, e))) goto fail;
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     if ((rc = kl__train_load_weights(m, p, e))) goto fail;
@@ -1068,18 +1151,22 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     yfb = kl_mem_alloc((size_t)(B * K) * 4, KL_TAG_WORKSPACE);
     dz = kl_mem_alloc((size_t)(B * K) * 4, KL_TAG_WORKSPACE);
     all = kl_mem_alloc((size_t)(KL_MAX(1, d.n) * K) * 4, KL_TAG_WORKSPACE);
+    labels = malloc((size_t)(d.n + 1) * 8);
     idx = malloc((size_t)(d.n + 1) * 8);
-    if (!xb || !yb || !yfb || !dz || !all || !idx) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (!xb || !yb || !yfb || !dz || !all || !idx || !labels) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     for (int64_t i = 0; i < d.n; i++) idx[i] = i;
     tr_eval ev;
-    evaluate(m, &d, idx, d.n, xb, yb, yfb, dz, &ev, all);
+    tr_batches bs = {&d, idx, d.n, 0, idx, 0, xb, yb, yfb, o->shards ? &im : NULL};
+    if ((rc = evaluate(m, &bs, d.n, dz, &ev, all, labels, e))) goto fail;
+    if (!d.yi && s->loss == TR_LOSS_CE) d.yi = labels, labels = NULL;
     double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
     if (o->logits_out) {
         int64_t dd[2] = {d.n, K};
         if ((rc = tr_npy_write_f32(o->logits_out, 2, dd, all, e))) goto fail;
     }
     j = cJSON_CreateObject();
-    if (!o->x_path) {
+    if (o->shards) cJSON_AddStringToObject(j, "shards", o->shards);
+    else if (!o->x_path) {
         cJSON_AddStringToObject(j, "dataset", s->ds->path);
         cJSON_AddStringToObject(j, "split", part_label[part]);
         if (dsi.dataset_version[0]) cJSON_AddStringToObject(j, "dataset_version", dsi.dataset_version);
@@ -1132,7 +1219,9 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     rc = KL_OK;
 fail:
     cJSON_Delete(j);
-    free(sl); free(cm); free(idx);
+    free(sl); free(cm); free(idx); free(labels);
+    if (d.yi && o->shards) free(d.yi), d.yi = NULL;
+    tr_images_close(&im);
     kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz); kl_mem_free(all);
     data_free(&d);
     tr_dsinfo_free(&dsi);
@@ -1180,6 +1269,14 @@ int kl_train_eval(const char *dir, const char *xp, const char *yp, int json, con
     kl_eval_opts o = {0};
     o.x_path = xp;
     o.y_path = yp;
+    o.logits_out = logits_out;
+    return kl_train_eval_print(dir, &o, json, out, e);
+
+}
+
+int kl_train_eval_shards(const char *dir, const char *shards, int json, const char *logits_out, FILE *out, kl_err *e) {
+    kl_eval_opts o = {0};
+    o.shards = shards;
     o.logits_out = logits_out;
     return kl_train_eval_print(dir, &o, json, out, e);
 }

@@ -102,6 +102,13 @@ typedef struct {
     double eps, momentum, p_drop;
 } tr_lspec;
 
+/* data.image: how the loader makes the model's (C, size, size) input. */
+typedef struct {
+    int given, size, resize, multiple, crop /* kl_crop_mode */, flip, workers, prefetch;
+    float mean[4], std[4];
+    int undistort; double cam[10];   /* fx fy cx cy k1 k2 p1 p2 width height */
+} tr_image_spec;
+
 typedef struct {
     char *path;                 /* spec file */
     uint64_t seed;
@@ -124,6 +131,8 @@ typedef struct {
     /* data */
     char *x_path, *y_path, *val_x, *val_y;
     struct tr_dsrc *ds;         /* data.dataset (Parquet) source, or NULL (train_data.h) */
+    char *shards, *val_shards;  /* image shard sets (src/train/images.c) */
+    tr_image_spec img;          /* data.image */
     char *init_path;            /* train.init: initial weights (safetensors) */
     char *text;                 /* spec file contents (for meta.json) */
 } tr_spec;
