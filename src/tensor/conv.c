@@ -83,10 +83,32 @@ static int is_depthwise2d(const kl_conv_params *p) {
  * own slice of the workspace. */
 #define GROUP_PARALLEL_MIN 4
 
+static int use_packed(const kl_conv_params *p) { return !is_depthwise2d(p) && kl__pgemm_ok(); }
+
+size_t kl_conv_packed_floats(const kl_conv_params *p) {
+    if (!use_packed(p) || p->group <= 0 || p->C % p->group || p->M % p->group) return 0;
+    int64_t kv = 1;
+    for (int i = 0; i < p->nsp; i++) kv *= p->k[i];
+    return (size_t)p->group * kl__pgemm_packed_a_floats(p->M / p->group, p->C / p->group * kv);
+}
+
+void kl_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
+    int64_t kv = 1;
+    for (int i = 0; i < p->nsp; i++) kv *= p->k[i];
+    int64_t G = p->group, Mg = p->M / G, Kg = p->C / G * kv;
+    size_t per = kl__pgemm_packed_a_floats(Mg, Kg);
+    for (int64_t g = 0; g < G; g++) kl__pgemm_pack_a(Mg, Kg, w + g * Mg * Kg, Kg, 1, dst + (size_t)g * per);
+}
+
 size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
-    if (is_pointwise(p) || is_depthwise2d(p)) return 0;
     sp3 s;
     to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
+    if (use_packed(p)) {
+        size_t b = p->packed_w ? 0 : kl_conv_packed_floats(p);
+        if (!is_pointwise(p)) b += kl__pgemm_packed_b_floats((p->C / p->group) * s.k_vol, s.out_vol);
+        return b * sizeof(float);
+    }
+    if (is_pointwise(p) || is_depthwise2d(p)) return 0;
     int64_t groups = p->group >= GROUP_PARALLEL_MIN ? p->group : 1;
     return (size_t)(groups * (p->C / p->group) * s.k_vol * s.out_vol) * sizeof(float);
 }
@@ -295,11 +317,88 @@ static void dw_scratch_dims(const sp3 *s, int64_t *pw, int64_t *floats) {
     *floats = SX * HP * *pw + 16;
 }
 
+/* AVX-512 direct depthwise 3x3, stride 1 or 2, dilation 1, any padding up
+ * to 2: no scratch copy. Each output row is built 16 columns at a time from
+ * the (up to 3) valid input rows; lanes whose input column falls in the
+ * padding are masked to zero (interior vectors use plain loads; stride 2
+ * de-interleaves two loads with one permute). Taps in the same order for
+ * every output (bias, then row-major taps), so results do not depend on the
+ * vector position or the thread count. */
+static int dw3_ok(const sp3 *s) {
+    return s->in[0] == 1 && s->k[1] == 3 && s->k[2] == 3 && s->d[1] == 1 && s->d[2] == 1 &&
+           (s->s[2] == 1 || s->s[2] == 2) && s->s[1] == s->s[2] && s->pb[1] <= 2 && s->pb[2] <= 2;
+}
+
+__attribute__((target("avx512f"))) static void dw3_plane(const dw_ctx *c, size_t pl) {
+    const sp3 *s = c->s;
+    int64_t H = s->in[1], W = s->in[2], OH = s->out[1], OW = s->out[2], S = s->s[2];
+    int64_t PY = s->pb[1], PX = s->pb[2];
+    int64_t ch = (int64_t)pl % c->p->C;
+    const float *x = c->x + (int64_t)pl * H * W;
+    const float *w = c->w + ch * 9;
+    float *y = c->y + (int64_t)pl * OH * OW;
+    __m512 wv[9];
+    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(w[t]);
+    __m512 vb = _mm512_set1_ps(c->bias ? c->bias[ch] : 0.0f);
+    kl_act act = c->p->act;
+    __m512 lo = _mm512_set1_ps(act.kind == KL_ACT_RELU ? 0.0f : act.a), hi = _mm512_set1_ps(act.b);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t oy = 0; oy < OH; oy++) {
+        float *yr = y + oy * OW;
+        for (int64_t ox = 0; ox < OW; ox += 16) {
+            int64_t nv = KL_MIN(16, OW - ox);
+            __mmask16 om = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
+            __m512 acc = vb;
+            for (int ky = 0; ky < 3; ky++) {
+                int64_t iy = oy * S - PY + ky;
+                if (iy < 0 || iy >= H) continue;
+                const float *xr = x + iy * W;
+                for (int kx = 0; kx < 3; kx++) {
+                    int64_t ix = ox * S - PX + kx;  /* input column of lane 0 */
+                    __m512 v;
+                    if (S == 1) {
+                        if (ix >= 0 && ix + 16 <= W && nv == 16) v = _mm512_loadu_ps(xr + ix);
+                        else {
+                            /* lanes t with 0 <= ix + t < W and t < nv */
+                            int64_t l0 = ix >= 0 ? 0 : -ix, l1 = KL_MIN(nv, W - ix);
+                            uint32_t m = l1 > l0 ? (uint32_t)(((1ull << l1) - 1) & ~((1ull << l0) - 1)) : 0;
+                            v = _mm512_maskz_loadu_ps((__mmask16)m, (const void *)((uintptr_t)xr + (uintptr_t)(ix * 4)));
+                        }
+                    } else {
+                        /* lane t reads column ix + 2t: pairs from two 16-float loads */
+                        if (ix >= 0 && ix + 32 <= W && nv == 16) {
+                            v = _mm512_permutex2var_ps(_mm512_loadu_ps(xr + ix), ev, _mm512_loadu_ps(xr + ix + 16));
+                        } else {
+                            uint32_t m = 0;
+                            for (int64_t t = 0; t < nv; t++)
+                                if (ix + 2 * t >= 0 && ix + 2 * t < W) m |= 1u << (2 * t);
+                            const float *b0 = (const float *)((uintptr_t)xr + (uintptr_t)(ix * 4));
+                            __m512 a0 = _mm512_maskz_loadu_ps((__mmask16)m, b0);
+                            __m512 a1 = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), (const void *)((uintptr_t)b0 + 64));
+                            v = _mm512_permutex2var_ps(a0, ev, a1);
+                        }
+                    }
+                    acc = _mm512_fmadd_ps(wv[ky * 3 + kx], v, acc);
+                }
+            }
+            if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(acc, lo);
+            else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
+            _mm512_mask_storeu_ps(yr + ox, om, acc);
+        }
+        if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP)
+            kl__act_apply_range(act, yr, OW);
+    }
+}
+
 static void dw_planes(void *vc, size_t p0, size_t p1, int chunk) {
     dw_ctx *c = vc;
     int64_t pw = 0, nf = 0;
     float stackbuf[16384];  /* 64 KiB: planes up to ~112x112 need no allocation */
     float *scratch = NULL, *heap = NULL;
+    if (dw3_ok(c->s) && kl__pgemm_ok()) {
+        for (size_t pl = p0; pl < p1; pl++) dw3_plane(c, pl);
+        return;
+    }
     int fast = c->s->k[1] * c->s->k[2] <= 64;
     if (fast) {
         dw_scratch_dims(c->s, &pw, &nf);
@@ -342,6 +441,148 @@ static void grp_range(void *vc, size_t g0, size_t g1, int chunk) {
 }
 
 /* ==================================================================
+ * Packed path: im2col written straight into NR-column panels, then keel's
+ * micro-kernel GEMM with pre-packed weights (bias, residual, act fused)
+ * ================================================================== */
+
+typedef struct {
+    const sp3 *s;
+    const float *x;   /* (Cg, in_vol) */
+    float *bp;        /* [panels][Kg][NR] */
+    int64_t Kg;
+} pk_ctx;
+
+/* Bits lo..hi-1 of a 32-bit lane mask. */
+static inline uint32_t lane_bits(int64_t lo, int64_t hi) {
+    if (lo < 0) lo = 0;
+    if (hi > 32) hi = 32;
+    if (hi <= lo) return 0;
+    return (uint32_t)((((uint64_t)1 << hi) - 1) & ~(((uint64_t)1 << lo) - 1));
+}
+
+/* Panel q: columns j0..j0+NR of the output volume. The panel is split into
+ * runs of consecutive ox (same oz, oy); each packed row k is built in two
+ * registers from masked loads (lanes outside the input stay zero: padding),
+ * one masked load (stride 1) or gather (other strides) per run, then stored
+ * whole. Masked-off lanes are never read. */
+__attribute__((target("avx512f"))) static void pack_panels(void *vc, size_t q0, size_t q1, int chunk) {
+    pk_ctx *c = vc;
+    const sp3 *s = c->s;
+    int64_t OW = s->out[2], OHW = s->out[1] * OW, W = s->in[2], sx = s->s[2];
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (size_t q = q0; q < q1; q++) {
+        int64_t j0 = (int64_t)q * KL__NR, n = KL_MIN(KL__NR, s->out_vol - j0);
+        float *dst = c->bp + (int64_t)q * c->Kg * KL__NR;
+        int64_t rz[KL__NR], ry[KL__NR], rx[KL__NR], rl[KL__NR], ro[KL__NR];
+        int nrun = 0;
+        for (int64_t j = j0; j < j0 + n;) {
+            int64_t oz = j / OHW, oy = (j % OHW) / OW, ox = j % OW;
+            int64_t len = KL_MIN(OW - ox, j0 + n - j);
+            rz[nrun] = oz; ry[nrun] = oy; rx[nrun] = ox; rl[nrun] = len; ro[nrun] = j - j0;
+            nrun++;
+            j += len;
+        }
+        int64_t ch = 0, kz = 0, ky = 0, kx = 0;
+        for (int64_t k = 0; k < c->Kg; k++) {
+            const float *xc = c->x + ch * s->in_vol;
+            __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+            int64_t offx = kx * s->d[2] - s->pb[2];
+            for (int r = 0; r < nrun; r++) {
+                int64_t iz = rz[r] * s->s[0] - s->pb[0] + kz * s->d[0];
+                int64_t iy = ry[r] * s->s[1] - s->pb[1] + ky * s->d[1];
+                if (iz < 0 || iz >= s->in[0] || iy < 0 || iy >= s->in[1]) continue;
+                const float *xr = xc + (iz * s->in[1] + iy) * W;
+                int64_t ix = rx[r] * sx + offx;  /* input column of lane ro[r] */
+                /* lanes t in [ro, ro+len) with 0 <= ix + (t - ro)*sx < W */
+                int64_t lo = ix >= 0 ? 0 : (-ix + sx - 1) / sx;
+                int64_t hi = W - ix <= 0 ? 0 : (W - ix + sx - 1) / sx;
+                if (hi > rl[r]) hi = rl[r];
+                uint32_t m = lane_bits(ro[r] + lo, ro[r] + hi);
+                if (!m) continue;
+                /* lane t reads xr[ix + (t - ro)*sx]: base = xr + ix - ro*sx (never dereferenced
+                 * outside the valid lanes) */
+                uintptr_t base = (uintptr_t)xr + (uintptr_t)((ix - ro[r] * sx) * (int64_t)sizeof(float));
+                if (sx == 1) {
+                    v0 = _mm512_mask_loadu_ps(v0, (__mmask16)m, (const void *)base);
+                    v1 = _mm512_mask_loadu_ps(v1, (__mmask16)(m >> 16), (const void *)(base + 64));
+                } else {
+                    __m512i i0 = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sx));
+                    __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * sx)));
+                    v0 = _mm512_mask_i32gather_ps(v0, (__mmask16)m, i0, (const void *)base, 4);
+                    v1 = _mm512_mask_i32gather_ps(v1, (__mmask16)(m >> 16), i1, (const void *)base, 4);
+                }
+            }
+            _mm512_storeu_ps(dst + k * KL__NR, v0);
+            _mm512_storeu_ps(dst + k * KL__NR + 16, v1);
+            if (++kx == s->k[2]) {
+                kx = 0;
+                if (++ky == s->k[1]) {
+                    ky = 0;
+                    if (++kz == s->k[0]) { kz = 0; ch++; }
+                }
+            }
+        }
+    }
+}
+
+static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, const float *w, const float *bias,
+                       float *y, void *ws, kl_pool *pool, kl_err *e) {
+    int64_t G = p->group, Cg = p->C / G, Mg = p->M / G, Kg = Cg * s->k_vol;
+    size_t per_a = kl__pgemm_packed_a_floats(Mg, Kg);
+    void *own = NULL;
+    if (!ws) {
+        size_t need = kl_conv_workspace_bytes(p);
+        if (need && !(ws = own = kl_mem_alloc_e(need, KL_TAG_WORKSPACE, e))) return e ? e->code : KL_ENOMEM;
+    }
+    float *wsf = ws;
+    const float *pw = p->packed_w;
+    if (!pw) {
+        kl_conv_pack_weights(p, w, wsf);
+        pw = wsf;
+        wsf += G * per_a;
+    }
+    int pointwise = is_pointwise(p);
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t g = 0; g < G; g++) {
+            const float *xg = x + (n * p->C + g * Cg) * s->in_vol;
+            int64_t yo = (n * p->M + g * Mg) * s->out_vol;
+            kl__pgemm pg = {.M = Mg, .N = s->out_vol, .K = Kg, .ap = pw + g * per_a, .c = y + yo, .ldc = s->out_vol,
+                            .bias = bias ? bias + g * Mg : NULL, .bias_rows = 1,
+                            .res = p->residual ? p->residual + yo : NULL, .ldr = s->out_vol, .act = p->act};
+            if (pointwise) {
+                pg.b = xg;
+                pg.ldb = s->in_vol;
+            } else {
+                pk_ctx pc = {s, xg, wsf, Kg};
+                size_t panels = (size_t)((s->out_vol + KL__NR - 1) / KL__NR);
+                kl_pool_parallel_for(pool, panels, (size_t)KL_MAX(1, 16384 / KL_MAX(1, Kg * KL__NR)), pack_panels,
+                                     &pc);
+                pg.bp = wsf;
+            }
+            kl__pgemm_run(&pg, pool, 0);
+        }
+    kl_mem_free(own);
+    return KL_OK;
+}
+
+/* Residual + activation after a path without a fused residual. */
+typedef struct {
+    const float *r;
+    float *y;
+    int64_t n;
+    kl_act act;
+} res_ctx;
+
+static void res_range(void *vc, size_t b0, size_t b1, int chunk) {
+    res_ctx *c = vc;
+    for (size_t b = b0; b < b1; b++) {
+        int64_t i0 = (int64_t)b * KL__ELEM_BLOCK, i1 = KL_MIN(c->n, i0 + KL__ELEM_BLOCK);
+        for (int64_t i = i0; i < i1; i++) c->y[i] += c->r[i];
+        kl__act_apply_range(c->act, c->y + i0, i1 - i0);
+    }
+}
+
+/* ==================================================================
  * Entry
  * ================================================================== */
 
@@ -353,6 +594,17 @@ int kl_conv_f32(const kl_conv_params *p, const float *x, const float *w, const f
     to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
     int64_t G = p->group, Cg = p->C / G, Mg = p->M / G;
     if (p->N == 0) return KL_OK;
+    if (use_packed(p)) return conv_packed(p, &s, x, w, bias, y, ws, pool, e);
+    if (p->residual) {
+        /* unfused: conv without act, then + residual and act */
+        kl_conv_params q = *p;
+        q.residual = NULL;
+        q.act = (kl_act){KL_ACT_NONE, 0, 0};
+        if ((rc = kl_conv_f32(&q, x, w, bias, y, ws, pool, e))) return rc;
+        res_ctx rcx = {p->residual, y, p->N * p->M * s.out_vol, p->act};
+        kl_pool_parallel_for(pool, (size_t)((rcx.n + KL__ELEM_BLOCK - 1) / KL__ELEM_BLOCK), 1, res_range, &rcx);
+        return KL_OK;
+    }
     if (is_depthwise2d(p)) {
         dw_ctx c = {p, &s, x, w, bias, y};
         kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 1, dw_planes, &c);
