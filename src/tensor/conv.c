@@ -100,12 +100,32 @@ void kl_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
     for (int64_t g = 0; g < G; g++) kl__pgemm_pack_a(Mg, Kg, w + g * Mg * Kg, Kg, 1, dst + (size_t)g * per);
 }
 
+/* Implicit GEMM for stride-1 2-D convs: the input is copied once into a
+ * zero-padded plane (HP x WP per channel); over the padded-width output grid
+ * (OH x WP) B(k, j) = xp[koff[k] + j] with koff[k] = c*HP*WP + ky*dy*WP + kx*dx,
+ * so the micro-kernel reads B straight from the padded input (no im2col); the
+ * grid's pad columns are dropped when the result is written out with bias,
+ * residual and activation. */
+static int implicit_dims(const kl_conv_params *p, const sp3 *s, int64_t *HP, int64_t *WP) {
+    if (p->nsp > 2 || s->s[1] != 1 || s->s[2] != 1 || is_pointwise(p)) return 0;
+    *HP = s->in[1] + s->pb[1] + (p->nsp == 2 ? p->pad_end[0] : 0);
+    *WP = s->in[2] + s->pb[2] + p->pad_end[p->nsp - 1];
+    return (p->C / p->group) * *HP * *WP + 64 < INT32_MAX;
+}
+
+static size_t implicit_floats(const kl_conv_params *p, const sp3 *s, int64_t HP, int64_t WP) {
+    int64_t Cg = p->C / p->group, Mg = p->M / p->group;
+    return (size_t)(Cg * HP * WP + 64 + Mg * s->out[1] * WP + Cg * s->k_vol + 16);
+}
+
 size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
     sp3 s;
     to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
     if (use_packed(p)) {
         size_t b = p->packed_w ? 0 : kl_conv_packed_floats(p);
-        if (!is_pointwise(p)) b += kl__pgemm_packed_b_floats((p->C / p->group) * s.k_vol, s.out_vol);
+        int64_t HP, WP;
+        if (implicit_dims(p, &s, &HP, &WP)) b += implicit_floats(p, &s, HP, WP);
+        else if (!is_pointwise(p)) b += kl__pgemm_packed_b_floats((p->C / p->group) * s.k_vol, s.out_vol);
         return b * sizeof(float);
     }
     if (is_pointwise(p) || is_depthwise2d(p)) return 0;
@@ -525,6 +545,58 @@ __attribute__((target("avx512f"))) static void pack_panels(void *vc, size_t q0, 
     }
 }
 
+typedef struct {
+    const sp3 *s;
+    const float *x;
+    float *xp;
+    int64_t HP, WP;
+} pad_ctx;
+
+static void pad_planes(void *vc, size_t c0, size_t c1, int chunk) {
+    pad_ctx *c = vc;
+    const sp3 *s = c->s;
+    int64_t H = s->in[1], W = s->in[2], PY = s->pb[1], PX = s->pb[2];
+    for (size_t ch = c0; ch < c1; ch++) {
+        float *d = c->xp + (int64_t)ch * c->HP * c->WP;
+        const float *src = c->x + (int64_t)ch * s->in_vol;
+        memset(d, 0, (size_t)(PY * c->WP) * sizeof(float));
+        for (int64_t r = 0; r < H; r++) {
+            float *dr = d + (PY + r) * c->WP;
+            for (int64_t t = 0; t < PX; t++) dr[t] = 0.0f;
+            memcpy(dr + PX, src + r * W, (size_t)W * sizeof(float));
+            for (int64_t t = PX + W; t < c->WP; t++) dr[t] = 0.0f;
+        }
+        memset(d + (PY + H) * c->WP, 0, (size_t)((c->HP - PY - H) * c->WP) * sizeof(float));
+    }
+}
+
+typedef struct {
+    const float *g;      /* grid (Mg, OH, WP) */
+    float *y;            /* (Mg, OH, OW) */
+    const float *bias, *res;
+    int64_t OH, OW, WP;
+    kl_act act;
+} out_ctx;
+
+static void out_rows(void *vc, size_t m0, size_t m1, int chunk) {
+    out_ctx *c = vc;
+    for (size_t m = m0; m < m1; m++) {
+        float bv = c->bias ? c->bias[m] : 0.0f;
+        for (int64_t oy = 0; oy < c->OH; oy++) {
+            const float *gr = c->g + ((int64_t)m * c->OH + oy) * c->WP;
+            float *yr = c->y + ((int64_t)m * c->OH + oy) * c->OW;
+            if (c->bias)
+                for (int64_t t = 0; t < c->OW; t++) yr[t] = gr[t] + bv;
+            else memcpy(yr, gr, (size_t)c->OW * sizeof(float));
+            if (c->res) {
+                const float *rr = c->res + ((int64_t)m * c->OH + oy) * c->OW;
+                for (int64_t t = 0; t < c->OW; t++) yr[t] += rr[t];
+            }
+            kl__act_apply_range(c->act, yr, c->OW);
+        }
+    }
+}
+
 static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, const float *w, const float *bias,
                        float *y, void *ws, kl_pool *pool, kl_err *e) {
     int64_t G = p->group, Cg = p->C / G, Mg = p->M / G, Kg = Cg * s->k_vol;
@@ -542,6 +614,31 @@ static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, co
         wsf += G * per_a;
     }
     int pointwise = is_pointwise(p);
+    int64_t HP = 0, WP = 0;
+    if (implicit_dims(p, s, &HP, &WP)) {
+        float *xp = wsf, *grid = xp + Cg * HP * WP + 64;
+        int32_t *koff = (int32_t *)(grid + Mg * s->out[1] * WP);
+        int64_t k = 0;
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t ky = 0; ky < s->k[1]; ky++)
+                for (int64_t kx = 0; kx < s->k[2]; kx++)
+                    koff[k++] = (int32_t)(c * HP * WP + ky * s->d[1] * WP + kx * s->d[2]);
+        memset(xp + Cg * HP * WP, 0, 64 * sizeof(float));
+        for (int64_t n = 0; n < p->N; n++)
+            for (int64_t g = 0; g < G; g++) {
+                pad_ctx pc = {s, x + (n * p->C + g * Cg) * s->in_vol, xp, HP, WP};
+                kl_pool_parallel_for(pool, (size_t)Cg, 4, pad_planes, &pc);
+                int64_t yo = (n * p->M + g * Mg) * s->out_vol;
+                kl__pgemm pg = {.M = Mg, .N = s->out[1] * WP, .K = Kg, .ap = pw + g * per_a, .b = xp, .boff = koff,
+                                .c = grid, .ldc = s->out[1] * WP, .act = {KL_ACT_NONE, 0, 0}};
+                kl__pgemm_run(&pg, pool, 0);
+                out_ctx oc = {grid, y + yo, bias ? bias + g * Mg : NULL, p->residual ? p->residual + yo : NULL,
+                              s->out[1], s->out[2], WP, p->act};
+                kl_pool_parallel_for(pool, (size_t)Mg, 1, out_rows, &oc);
+            }
+        kl_mem_free(own);
+        return KL_OK;
+    }
     for (int64_t n = 0; n < p->N; n++)
         for (int64_t g = 0; g < G; g++) {
             const float *xg = x + (n * p->C + g * Cg) * s->in_vol;

@@ -128,8 +128,8 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
 
 /* The 8 x 32 block: a packed (a[k*MR + r]) or raw (ar[r][k]); b rows at b + k*ldb. */
 __attribute__((target("avx512f"), always_inline)) static inline void
-kern_body(int64_t kc, const float *a, const float *const *ar, const float *b, int64_t ldb, float *c, int64_t ldc,
-          const blk *q) {
+kern_body(int64_t kc, const float *a, const float *const *ar, const float *b, int64_t ldb, const int32_t *koff,
+          float *c, int64_t ldc, const blk *q) {
     __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00;
     __m512 c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
     __mmask16 m0 = q->nr >= 16 ? 0xFFFF : (__mmask16)((1u << q->nr) - 1);
@@ -141,7 +141,14 @@ kern_body(int64_t kc, const float *a, const float *const *ar, const float *b, in
         x0 = _mm512_fmadd_ps(av, b0, x0);                                                                              \
         x1 = _mm512_fmadd_ps(av, b1, x1);                                                                              \
     } while (0)
-    if (q->nr == KL__NR) {
+    if (koff) {
+        for (int64_t k = 0; k < kc; k++) {
+            const float *bk = b + koff[k];
+            __m512 b0 = _mm512_maskz_loadu_ps(m0, bk), b1 = _mm512_maskz_loadu_ps(m1, bk + 16);
+            KL_FMA(0, c00, c01); KL_FMA(1, c10, c11); KL_FMA(2, c20, c21); KL_FMA(3, c30, c31);
+            KL_FMA(4, c40, c41); KL_FMA(5, c50, c51); KL_FMA(6, c60, c61); KL_FMA(7, c70, c71);
+        }
+    } else if (q->nr == KL__NR) {
         for (int64_t k = 0; k < kc; k++) {
             __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = _mm512_loadu_ps(b + k * ldb + 16);
             KL_FMA(0, c00, c01); KL_FMA(1, c10, c11); KL_FMA(2, c20, c21); KL_FMA(3, c30, c31);
@@ -175,12 +182,18 @@ kern_body(int64_t kc, const float *a, const float *const *ar, const float *b, in
 
 __attribute__((target("avx512f"), noinline)) static void kern_packed(int64_t kc, const float *a, const float *b,
                                                                      int64_t ldb, float *c, int64_t ldc, const blk *q) {
-    kern_body(kc, a, NULL, b, ldb, c, ldc, q);
+    kern_body(kc, a, NULL, b, ldb, NULL, c, ldc, q);
+}
+
+__attribute__((target("avx512f"), noinline)) static void kern_off(int64_t kc, const float *a, const float *b,
+                                                                  const int32_t *koff, float *c, int64_t ldc,
+                                                                  const blk *q) {
+    kern_body(kc, a, NULL, b, 0, koff, c, ldc, q);
 }
 
 __attribute__((target("avx512f"), noinline)) static void kern_raw(int64_t kc, const float *const *ar, const float *b,
                                                                   int64_t ldb, float *c, int64_t ldc, const blk *q) {
-    kern_body(kc, NULL, ar, b, ldb, c, ldc, q);
+    kern_body(kc, NULL, ar, b, ldb, NULL, c, ldc, q);
 }
 
 /* ==================================================================
@@ -240,7 +253,10 @@ static void run_tile(const plan *p, int64_t t) {
                 q.i0 = i;
                 q.mr = (int)KL_MIN(KL__MR, i1 - i);
                 float *c = g->c + i * g->ldc + j;
-                if (g->ap) {
+                if (g->boff && g->ap) {
+                    kern_off(kc, g->ap + (i / KL__MR) * g->K * KL__MR + k0 * KL__MR, g->b + j, g->boff + k0, c, g->ldc,
+                             &q);
+                } else if (g->ap) {
                     kern_packed(kc, g->ap + (i / KL__MR) * g->K * KL__MR + k0 * KL__MR, b, ldb, c, g->ldc, &q);
                 } else {
                     const float *ar[KL__MR];

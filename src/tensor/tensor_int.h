@@ -139,6 +139,7 @@ typedef struct kl__pgemm {
     const float *bp;             /* B packed ([N/NR][K][NR]) or NULL: raw b, ldb */
     const float *b;
     int64_t ldb;
+    const int32_t *boff;         /* with ap: B(k, j) at b[boff[k] + j] (implicit-GEMM conv) */
     float *c;
     int64_t ldc;
     const float *bias;           /* per column (N), or per row (M) when bias_rows; may be NULL */
