@@ -344,9 +344,28 @@ static void dw_scratch_dims(const sp3 *s, int64_t *pw, int64_t *floats) {
  * de-interleaves two loads with one permute). Taps in the same order for
  * every output (bias, then row-major taps), so results do not depend on the
  * vector position or the thread count. */
+#define DW3_MAX_VEC 64
 static int dw3_ok(const sp3 *s) {
-    return s->in[0] == 1 && s->k[1] == 3 && s->k[2] == 3 && s->d[1] == 1 && s->d[2] == 1 &&
+    return s->out[2] <= 16 * DW3_MAX_VEC && s->in[0] == 1 && s->k[1] == 3 && s->k[2] == 3 && s->d[1] == 1 && s->d[2] == 1 &&
            (s->s[2] == 1 || s->s[2] == 2) && s->s[1] == s->s[2] && s->pb[1] <= 2 && s->pb[2] <= 2;
+}
+
+/* Lane t of the tap vector reads row xr at column ix + t*S (S = 1 or 2);
+ * lanes outside [0, W) or t >= nv are zero. */
+static uint32_t dw3_mask(int64_t ix, int64_t S, int64_t W, int64_t nv) {
+    uint32_t m = 0;
+    for (int64_t t = 0; t < nv; t++)
+        if (ix + S * t >= 0 && ix + S * t < W) m |= 1u << (S * t);
+    return m;
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline __m512 dw3_tap_edge(const float *xr, int64_t ix, int64_t S,
+                                                                                    uint32_t m) {
+    const char *b0 = (const char *)((uintptr_t)xr + (uintptr_t)(ix * 4));
+    if (S == 1) return _mm512_maskz_loadu_ps((__mmask16)m, b0);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps((__mmask16)m, b0), ev,
+                                  _mm512_maskz_loadu_ps((__mmask16)(m >> 16), b0 + 64));
 }
 
 __attribute__((target("avx512f"))) static void dw3_plane(const dw_ctx *c, size_t pl) {
@@ -357,53 +376,66 @@ __attribute__((target("avx512f"))) static void dw3_plane(const dw_ctx *c, size_t
     const float *x = c->x + (int64_t)pl * H * W;
     const float *w = c->w + ch * 9;
     float *y = c->y + (int64_t)pl * OH * OW;
-    __m512 wv[9];
-    for (int t = 0; t < 9; t++) wv[t] = _mm512_set1_ps(w[t]);
+    const __m512 w0 = _mm512_set1_ps(w[0]), w1 = _mm512_set1_ps(w[1]), w2 = _mm512_set1_ps(w[2]);
+    const __m512 w3 = _mm512_set1_ps(w[3]), w4 = _mm512_set1_ps(w[4]), w5 = _mm512_set1_ps(w[5]);
+    const __m512 w6 = _mm512_set1_ps(w[6]), w7 = _mm512_set1_ps(w[7]), w8 = _mm512_set1_ps(w[8]);
     __m512 vb = _mm512_set1_ps(c->bias ? c->bias[ch] : 0.0f);
     kl_act act = c->p->act;
     __m512 lo = _mm512_set1_ps(act.kind == KL_ACT_RELU ? 0.0f : act.a), hi = _mm512_set1_ps(act.b);
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    /* interior vectors: ox in [ox_lo, ox_hi) with all 16 lanes and taps inside the row */
+    int64_t ox_lo = (PX + S - 1) / S;
+    int64_t ox_hi_in = W - 2 + PX - S * 15 - 1;  /* last lane's rightmost tap < W */
+    /* lane masks of the edge vectors, per vector and kx (the same for every row) */
+    uint32_t em[DW3_MAX_VEC][3];
+    for (int64_t v = 0; v * 16 < OW; v++)
+        for (int kx = 0; kx < 3; kx++) em[v][kx] = dw3_mask(v * 16 * S - PX + kx, S, W, KL_MIN(16, OW - v * 16));
     for (int64_t oy = 0; oy < OH; oy++) {
         float *yr = y + oy * OW;
+        int64_t iy0 = oy * S - PY;
+        const float *r0 = iy0 >= 0 && iy0 < H ? x + iy0 * W : NULL;
+        const float *r1 = iy0 + 1 >= 0 && iy0 + 1 < H ? x + (iy0 + 1) * W : NULL;
+        const float *r2 = iy0 + 2 >= 0 && iy0 + 2 < H ? x + (iy0 + 2) * W : NULL;
         for (int64_t ox = 0; ox < OW; ox += 16) {
-            int64_t nv = KL_MIN(16, OW - ox);
+            int64_t nv = KL_MIN(16, OW - ox), ix = ox * S - PX;
             __mmask16 om = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
             __m512 acc = vb;
-            for (int ky = 0; ky < 3; ky++) {
-                int64_t iy = oy * S - PY + ky;
-                if (iy < 0 || iy >= H) continue;
-                const float *xr = x + iy * W;
-                for (int kx = 0; kx < 3; kx++) {
-                    int64_t ix = ox * S - PX + kx;  /* input column of lane 0 */
-                    __m512 v;
-                    if (S == 1) {
-                        if (ix >= 0 && ix + 16 <= W && nv == 16) v = _mm512_loadu_ps(xr + ix);
-                        else {
-                            /* lanes t with 0 <= ix + t < W and t < nv */
-                            int64_t l0 = ix >= 0 ? 0 : -ix, l1 = KL_MIN(nv, W - ix);
-                            uint32_t m = l1 > l0 ? (uint32_t)(((1ull << l1) - 1) & ~((1ull << l0) - 1)) : 0;
-                            v = _mm512_maskz_loadu_ps((__mmask16)m, (const void *)((uintptr_t)xr + (uintptr_t)(ix * 4)));
-                        }
-                    } else {
-                        /* lane t reads column ix + 2t: pairs from two 16-float loads */
-                        if (ix >= 0 && ix + 32 <= W && nv == 16) {
-                            v = _mm512_permutex2var_ps(_mm512_loadu_ps(xr + ix), ev, _mm512_loadu_ps(xr + ix + 16));
-                        } else {
-                            uint32_t m = 0;
-                            for (int64_t t = 0; t < nv; t++)
-                                if (ix + 2 * t >= 0 && ix + 2 * t < W) m |= 1u << (2 * t);
-                            const float *b0 = (const float *)((uintptr_t)xr + (uintptr_t)(ix * 4));
-                            __m512 a0 = _mm512_maskz_loadu_ps((__mmask16)m, b0);
-                            __m512 a1 = _mm512_maskz_loadu_ps((__mmask16)(m >> 16), (const void *)((uintptr_t)b0 + 64));
-                            v = _mm512_permutex2var_ps(a0, ev, a1);
-                        }
-                    }
-                    acc = _mm512_fmadd_ps(wv[ky * 3 + kx], v, acc);
+            if (nv == 16 && ox >= ox_lo && ox * S <= ox_hi_in) {
+                if (S == 1) {
+#define KL_DW_ROW(r, wa, wb, wc)                                                                                       \
+    if (r) {                                                                                                           \
+        acc = _mm512_fmadd_ps(wa, _mm512_loadu_ps(r + ix), acc);                                                       \
+        acc = _mm512_fmadd_ps(wb, _mm512_loadu_ps(r + ix + 1), acc);                                                   \
+        acc = _mm512_fmadd_ps(wc, _mm512_loadu_ps(r + ix + 2), acc);                                                   \
+    }
+                    KL_DW_ROW(r0, w0, w1, w2) KL_DW_ROW(r1, w3, w4, w5) KL_DW_ROW(r2, w6, w7, w8)
+#undef KL_DW_ROW
+                } else {
+#define KL_DW_ROW(r, wa, wb, wc)                                                                                       \
+    if (r) {                                                                                                           \
+        __m512 a = _mm512_loadu_ps(r + ix), b = _mm512_loadu_ps(r + ix + 16);                                         \
+        __m512 a2 = _mm512_loadu_ps(r + ix + 2), b2 = _mm512_loadu_ps(r + ix + 18);                                    \
+        acc = _mm512_fmadd_ps(wa, _mm512_permutex2var_ps(a, ev, b), acc);                                              \
+        acc = _mm512_fmadd_ps(wb, _mm512_permutex2var_ps(a, _mm512_add_epi32(ev, _mm512_set1_epi32(1)), b), acc);       \
+        acc = _mm512_fmadd_ps(wc, _mm512_permutex2var_ps(a2, ev, b2), acc);                                            \
+    }
+                    KL_DW_ROW(r0, w0, w1, w2) KL_DW_ROW(r1, w3, w4, w5) KL_DW_ROW(r2, w6, w7, w8)
+#undef KL_DW_ROW
                 }
+            } else {
+#define KL_DW_ROW(r, wa, wb, wc)                                                                                       \
+    if (r) {                                                                                                           \
+        acc = _mm512_fmadd_ps(wa, dw3_tap_edge(r, ix, S, em[ox / 16][0]), acc);                                        \
+        acc = _mm512_fmadd_ps(wb, dw3_tap_edge(r, ix + 1, S, em[ox / 16][1]), acc);                                    \
+        acc = _mm512_fmadd_ps(wc, dw3_tap_edge(r, ix + 2, S, em[ox / 16][2]), acc);                                    \
+    }
+                KL_DW_ROW(r0, w0, w1, w2) KL_DW_ROW(r1, w3, w4, w5) KL_DW_ROW(r2, w6, w7, w8)
+#undef KL_DW_ROW
             }
             if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(acc, lo);
             else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
-            _mm512_mask_storeu_ps(yr + ox, om, acc);
+            if (nv == 16) _mm512_storeu_ps(yr + ox, acc);
+            else _mm512_mask_storeu_ps(yr + ox, om, acc);
         }
         if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP)
             kl__act_apply_range(act, yr, OW);

@@ -91,9 +91,10 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
     const kl__pgemm *g = q->g;
     kl_act act = g->act;
     float *cr = c + r * ldc;
+    int full = q->nr == KL__NR;
     if (!q->first) {
-        v0 = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), v0);
-        v1 = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr + 16), v1);
+        v0 = _mm512_add_ps(full ? _mm512_loadu_ps(cr) : _mm512_maskz_loadu_ps(m0, cr), v0);
+        v1 = _mm512_add_ps(full ? _mm512_loadu_ps(cr + 16) : _mm512_maskz_loadu_ps(m1, cr + 16), v1);
     }
     if (q->last) {
         if (g->bias) {
@@ -108,8 +109,8 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
         }
         if (g->res) {
             const float *rr = g->res + (q->i0 + r) * g->ldr + q->j0;
-            v0 = _mm512_add_ps(v0, _mm512_maskz_loadu_ps(m0, rr));
-            v1 = _mm512_add_ps(v1, _mm512_maskz_loadu_ps(m1, rr + 16));
+            v0 = _mm512_add_ps(v0, full ? _mm512_loadu_ps(rr) : _mm512_maskz_loadu_ps(m0, rr));
+            v1 = _mm512_add_ps(v1, full ? _mm512_loadu_ps(rr + 16) : _mm512_maskz_loadu_ps(m1, rr + 16));
         }
         if (act.kind == KL_ACT_RELU) {
             v0 = _mm512_max_ps(v0, _mm512_setzero_ps());
@@ -120,8 +121,13 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
             v1 = _mm512_min_ps(_mm512_max_ps(v1, lo), hi);
         }
     }
-    _mm512_mask_storeu_ps(cr, m0, v0);
-    _mm512_mask_storeu_ps(cr + 16, m1, v1);
+    if (full) {
+        _mm512_storeu_ps(cr, v0);
+        _mm512_storeu_ps(cr + 16, v1);
+    } else {
+        _mm512_mask_storeu_ps(cr, m0, v0);
+        _mm512_mask_storeu_ps(cr + 16, m1, v1);
+    }
     if (q->last && act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP)
         kl__act_apply_range(act, cr, q->nr);
 }
@@ -220,6 +226,12 @@ static void make_plan(plan *p) {
         else if (mb >= 64) mb = rup(mb / 2, KL__MR);
         else if (nb >= 64) nb = rup(nb / 2, KL__NR);
         else break;
+    }
+    /* an even tile count below 16 so two threads get equal shares */
+    int64_t tm = (g->M + mb - 1) / mb, tn = (g->N + nb - 1) / nb;
+    if ((tm * tn) % 2 && tm * tn < 16 && flops >= 4e6) {
+        int64_t nb2 = rup((g->N + tn) / (tn + 1), KL__NR);
+        if (nb2 >= KL__NR && (g->N + nb2 - 1) / nb2 == tn + 1) nb = nb2;
     }
     p->mb = mb;
     p->nb = nb;
