@@ -160,11 +160,12 @@ void kl_gemm_bias_act_f32(int transA, int transB, int64_t M, int64_t N, int64_t 
  * AVX-512F (callers keep kl_gemm_*). kl_gemm_pack_b: op(B) is K x N (B is
  * N x K when transB). kl_gemm_packed_f32: C = A (M x K, row stride lda) *
  * packed B + bias (per column, may be NULL), then act; deterministic at any
- * thread count (fixed tiles of C). */
+ * thread count (fixed tiles of C). res: M x N residual (row stride ldc) added
+ * before act, or NULL. */
 size_t kl_gemm_packed_b_floats(int64_t K, int64_t N);
 void kl_gemm_pack_b(int transB, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst);
 void kl_gemm_packed_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Bp,
-                        const float *bias, kl_act act, float *C, int64_t ldc, kl_pool *pool);
+                        const float *bias, const float *res, kl_act act, float *C, int64_t ldc, kl_pool *pool);
 
 /* NumPy matmul with broadcasting of batch dims; 1-D operands are promoted
  * (prepend/append 1) and the added dim removed from the result, as numpy. */

@@ -81,7 +81,8 @@ static int matmul_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *co
     if (n->priv && in[1]->rank == 2 && in[0]->rank >= 2) {
         /* constant 2-D weight: one GEMM over all rows of A */
         int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
-        kl_gemm_packed_f32(rows, N, K, in[0]->data, K, n->priv, NULL, (kl_act){KL_ACT_NONE, 0, 0}, out[0]->data, N, x->pool);
+        kl_gemm_packed_f32(rows, N, K, in[0]->data, K, n->priv, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0}, out[0]->data, N,
+                           x->pool);
         return KL_OK;
     }
     return kl_matmul_f32(in[0]->rank, in[0]->dims, in[0]->data, in[1]->rank, in[1]->dims, in[1]->data, out[0]->data, x->pool, e);
@@ -131,7 +132,7 @@ static int gemm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     if (act == 1) a.kind = KL_ACT_RELU;
     int bias_row = c && beta == 1.f && alpha == 1.f && ((c->rank == 1 && c->dims[0] == N) || (c->rank == 2 && c->dims[0] == 1 && c->dims[1] == N));
     if (n->priv && !ta && alpha == 1.f && (bias_row || !c)) {
-        kl_gemm_packed_f32(M, N, K, A, K, n->priv, c ? c->data : NULL, a, y, N, x->pool);
+        kl_gemm_packed_f32(M, N, K, A, K, n->priv, c ? c->data : NULL, NULL, a, y, N, x->pool);
         return KL_OK;
     }
     if (M == 1 && !ta && (bias_row || !c) && alpha == 1.f && N < INT32_MAX && K < INT32_MAX) {
@@ -160,11 +161,30 @@ static int gemm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 /* keel::FusedMatMul(A, W, bias): MatMul with a 2-D weight, bias and an
  * optional activation, as one GEMM over A's flattened rows (made by the
  * MatMul+Add pass). */
+/* A 4th input (made by the FusedMatMul+Add pass) is a residual added before
+ * the activation: in the GEMM epilogue when it has the output's shape, else a
+ * broadcast Add after the GEMM (the output then has the broadcast shape). */
 static int fmm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (in[1]->rank != 2 || in[0]->rank < 1) return kl__fail_node(e, n, KL_ESHAPE, "weight must be 2-D");
-    return matmul_infer(n, in, 2, out, n_out, ws, e);
+    if ((rc = matmul_infer(n, in, 2, out, n_out, ws, e))) return rc;
+    const kl_tensor *R = n_in > 3 ? in[3] : NULL;
+    if (!R) return KL_OK;
+    if (R->dtype != KL_F32) return kl__fail_node(e, n, KL_ETYPE, "residual must be float32");
+    if (R->rank == out[0].rank && !memcmp(R->dims, out[0].dims, sizeof(int64_t) * (size_t)R->rank)) return KL_OK;
+    int r;
+    int64_t d[KL_MAX_DIMS], md[KL_MAX_DIMS];
+    int mr = out[0].rank;
+    memcpy(md, out[0].dims, sizeof md);
+    if (kl_broadcast_shape(mr, md, R->rank, R->dims, &r, d, e)) {
+        char m[600];
+        snprintf(m, sizeof m, "%s", e ? e->msg : "");
+        return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
+    }
+    *ws = (size_t)kl_shape_numel(mr, md) * sizeof(float);
+    kl__set_shape(&out[0], KL_F32, r, d);
+    return KL_OK;
 }
 static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
@@ -172,8 +192,36 @@ static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (act == 1) a.kind = KL_ACT_RELU;
     else if (act == 2) { a.kind = KL_ACT_CLIP; a.a = kl_gnode_attr_float(n, "_act_a", 0); a.b = kl_gnode_attr_float(n, "_act_b", 6); }
+    const kl_tensor *R = n_in > 3 ? in[3] : NULL;
+    int ry = 0;
+    int64_t md[KL_MAX_DIMS];
+    if (R) {
+        int rc = kl_matmul_shape(in[0]->rank, in[0]->dims, 2, in[1]->dims, &ry, md, e);
+        if (rc) return rc;
+    }
+    if (R && (R->rank != ry || memcmp(R->dims, md, sizeof(int64_t) * (size_t)ry))) {
+        /* broadcasting residual: GEMM + bias into the workspace, then Add and act */
+        int rc;
+        float *tmp = x->ws;
+        kl_gemm_bias_act_f32(0, 0, rows, N, K, in[0]->data, K, in[1]->data, N, in[2]->data,
+                             (kl_act){KL_ACT_NONE, 0, 0}, tmp, N, x->pool);
+        if ((rc = kl_binary(KL_BIN_ADD, KL_F32, ry, md, tmp, R->rank, R->dims, R->data, out[0]->data, x->pool, e)))
+            return rc;
+        if (a.kind != KL_ACT_NONE) kl_act_apply_f32(a, out[0]->data, kl_tensor_numel(out[0]), x->pool);
+        return KL_OK;
+    }
     if (n->priv) {
-        kl_gemm_packed_f32(rows, N, K, in[0]->data, K, n->priv, in[2]->data, a, out[0]->data, N, x->pool);
+        kl_gemm_packed_f32(rows, N, K, in[0]->data, K, n->priv, in[2]->data, R ? R->data : NULL, a, out[0]->data, N,
+                           x->pool);
+        return KL_OK;
+    }
+    if (R) {
+        kl_gemm_bias_act_f32(0, 0, rows, N, K, in[0]->data, K, in[1]->data, N, in[2]->data,
+                             (kl_act){KL_ACT_NONE, 0, 0}, out[0]->data, N, x->pool);
+        int rc = kl_binary(KL_BIN_ADD, KL_F32, out[0]->rank, out[0]->dims, out[0]->data, R->rank, R->dims, R->data,
+                           out[0]->data, x->pool, e);
+        if (rc) return rc;
+        if (a.kind != KL_ACT_NONE) kl_act_apply_f32(a, out[0]->data, kl_tensor_numel(out[0]), x->pool);
         return KL_OK;
     }
     if (rows == 1 && N < INT32_MAX && K < INT32_MAX) {
@@ -910,7 +958,7 @@ static const char *const a_resize[] = {"mode", "coordinate_transformation_mode",
 
 const kl_op kl__ops_nn[] = {
     {"MatMul", "", 1, 17, 2, 2, 1, 1, no_attrs, NULL, matmul_infer, matmul_run, 0},
-    {"FusedMatMul", "keel", 1, 1, 3, 3, 1, 1, a_fmm, NULL, fmm_infer, fmm_run, 0},
+    {"FusedMatMul", "keel", 1, 1, 3, 4, 1, 1, a_fmm, NULL, fmm_infer, fmm_run, 0},
     {"Gemm", "", 7, 17, 2, 3, 1, 1, a_gemm, NULL, gemm_infer, gemm_run, 0},
     {"Conv", "", 1, 17, 2, 4, 1, 1, a_conv, NULL, conv_infer, conv_run, 0},
     {"ConvTranspose", "", 1, 17, 2, 3, 1, 1, a_convt, NULL, convt_infer, convt_run, 0},

@@ -274,7 +274,7 @@ static int pass_act(kl_graph *g, int *changed, kl_err *e) {
 
 /* Add(Conv(x), r) [+ Relu fused into the Add] -> Conv(x, W, B, r) with the
  * residual and the activation in the conv's GEMM epilogue (the 4th Conv input
- * is a keel extension). r must be computed (not a constant, which would be a
+ * is a keel extension); the same for keel::FusedMatMul (transformer residuals). r must be computed (not a constant, which would be a
  * bias); a broadcasting r is still correct (the conv op falls back to a
  * separate Add). */
 static int pass_conv_add(kl_graph *g, int *changed, kl_err *e) {
@@ -290,7 +290,8 @@ static int pass_conv_add(kl_graph *g, int *changed, kl_err *e) {
             int p = g->values[cv].producer;
             if (p < 0 || only_consumer(g, &u, cv) != i) continue;
             kl_gnode *c = &g->nodes[p];
-            if (!is_op(c, "Conv") || c->n_in > 3 || kl_gnode_attr_int(c, "_act", 0)) continue;
+            int fmm = !c->dead && !strcmp(c->op_type, "FusedMatMul") && !strcmp(c->domain, "keel");
+            if ((!is_op(c, "Conv") && !fmm) || c->n_in > 3 || kl_gnode_attr_int(c, "_act", 0)) continue;
             kl_dtype dx = g->values[c->inputs[0]].dtype, dr = g->values[rv].dtype;
             if ((dx != KL_F32 && dx != KL_DTYPE_COUNT) || (dr != KL_F32 && dr != KL_DTYPE_COUNT)) continue;
             int *ni = realloc(c->inputs, sizeof(int) * 4);

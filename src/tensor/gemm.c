@@ -172,8 +172,9 @@ void kl_gemm_pack_b(int transB, int64_t K, int64_t N, const float *B, int64_t ld
 }
 
 void kl_gemm_packed_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Bp,
-                        const float *bias, kl_act act, float *C, int64_t ldc, kl_pool *pool) {
-    kl__pgemm g = {.M = M, .N = N, .K = K, .a = A, .lda = lda, .bp = Bp, .c = C, .ldc = ldc, .bias = bias, .act = act};
+                        const float *bias, const float *res, kl_act act, float *C, int64_t ldc, kl_pool *pool) {
+    kl__pgemm g = {.M = M, .N = N, .K = K, .a = A, .lda = lda, .bp = Bp, .c = C, .ldc = ldc, .bias = bias,
+                   .res = res, .ldr = ldc, .act = act};
     kl__pgemm_run(&g, pool, 0);
 }
 
