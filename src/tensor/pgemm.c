@@ -47,11 +47,16 @@ size_t kl__pgemm_packed_b_floats(int64_t K, int64_t N) { return (size_t)((N + KL
 void kl__pgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t rs, int64_t ks, float *dst) {
     for (int64_t p = 0; p < (M + KL__MR - 1) / KL__MR; p++) {
         float *d = dst + p * K * KL__MR;
-        for (int64_t k = 0; k < K; k++)
-            for (int r = 0; r < KL__MR; r++) {
-                int64_t i = p * KL__MR + r;
-                d[k * KL__MR + r] = i < M ? a[i * rs + k * ks] : 0.0f;
+        /* row by row: reads along k (contiguous for row-major weights) */
+        for (int r = 0; r < KL__MR; r++) {
+            int64_t i = p * KL__MR + r;
+            if (i >= M) {
+                for (int64_t k = 0; k < K; k++) d[k * KL__MR + r] = 0.0f;
+                continue;
             }
+            const float *ai = a + i * rs;
+            for (int64_t k = 0; k < K; k++) d[k * KL__MR + r] = ai[k * ks];
+        }
     }
 }
 
