@@ -171,6 +171,11 @@ static void bench_layers(const char *model, const layer *L, size_t n, int iters)
         size_t xn = (size_t)p.C * L[i].H * L[i].H, wn = (size_t)p.M * (p.C / p.group) * L[i].k * L[i].k;
         size_t yn = (size_t)p.M * p.out[0] * p.out[1];
         float *x = rnd(xn), *w = rnd(wn), *b = rnd((size_t)p.M), *y = rnd(yn);
+        /* weights packed once, as a session does at load */
+        size_t pf = kl_conv_packed_floats(&p);
+        float *pw = pf ? kl_mem_alloc(pf * sizeof(float), KL_TAG_PARAMS) : NULL;
+        if (pw) kl_conv_pack_weights(&p, w, pw);
+        p.packed_w = pw;
         size_t wsb = kl_conv_workspace_bytes(&p);
         void *ws = wsb ? kl_mem_alloc(wsb, KL_TAG_WORKSPACE) : NULL;
         double gf = 2.0 * (double)wn * (double)(p.out[0] * p.out[1]) * 1e-9, ms[2], cpu_ms = 0;
@@ -195,7 +200,7 @@ static void bench_layers(const char *model, const layer *L, size_t n, int iters)
         tot_cpu += cpu_ms * L[i].reps;
         tot1 += ms[0] * L[i].reps;
         tot2 += ms[1] * L[i].reps;
-        kl_mem_free(x); kl_mem_free(w); kl_mem_free(b); kl_mem_free(y); kl_mem_free(ws);
+        kl_mem_free(x); kl_mem_free(w); kl_mem_free(b); kl_mem_free(y); kl_mem_free(ws); kl_mem_free(pw);
     }
     printf("| **all convs of the network** (sum x reps) | | | %.2f | %.2f | %.2f | |\n", tot_cpu, tot1, tot2);
 }

@@ -58,7 +58,8 @@ typedef struct kl_gnode {
     const struct kl_op *op; /* registry entry (set by kl_graph_finalize) */
     int index;          /* original index in the model (for messages) */
     int dead;           /* removed by a pass */
-    void *priv;         /* op-private prepared data, freed by op->free_priv */
+    void *priv;         /* op-private prepared data (packed weights), freed by priv_free */
+    void (*priv_free)(void *);
 } kl_gnode;
 
 typedef struct kl_graph {

@@ -154,6 +154,19 @@ void kl_gemm_bias_act_f32(int transA, int transB, int64_t M, int64_t N, int64_t 
                           const float *A, int64_t lda, const float *B, int64_t ldb,
                           const float *bias, kl_act act, float *C, int64_t ldc, kl_pool *pool);
 
+/* keel's packed GEMM for a constant right operand (weights packed once at
+ * model load into the AVX-512 micro-kernel's column panels).
+ * kl_gemm_packed_b_floats: floats of the packed B, 0 when the CPU lacks
+ * AVX-512F (callers keep kl_gemm_*). kl_gemm_pack_b: op(B) is K x N (B is
+ * N x K when transB). kl_gemm_packed_f32: C = A (M x K, row stride lda) *
+ * packed B + bias (per column, may be NULL), then act; deterministic at any
+ * thread count (fixed tiles of C). res: M x N residual (row stride ldc) added
+ * before act, or NULL. */
+size_t kl_gemm_packed_b_floats(int64_t K, int64_t N);
+void kl_gemm_pack_b(int transB, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst);
+void kl_gemm_packed_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Bp,
+                        const float *bias, const float *res, kl_act act, float *C, int64_t ldc, kl_pool *pool);
+
 /* NumPy matmul with broadcasting of batch dims; 1-D operands are promoted
  * (prepend/append 1) and the added dim removed from the result, as numpy. */
 int kl_matmul_shape(int ra, const int64_t *da, int rb, const int64_t *db,
@@ -176,6 +189,8 @@ typedef struct kl_conv_params {
     int64_t pad_begin[3], pad_end[3];
     int64_t out[3];             /* output spatial sizes: set by kl_conv_prepare */
     kl_act act;                 /* fused activation */
+    const float *packed_w;      /* weights from kl_conv_pack_weights, or NULL (packed per call) */
+    const float *residual;      /* (N, M, out...) added before act, or NULL */
 } kl_conv_params;
 /* w: (M, C/group, k...), bias: (M) or NULL, x: (N, C, in...), y: (N, M, out...). */
 
@@ -192,6 +207,15 @@ size_t kl_conv_workspace_bytes(const kl_conv_params *p);
  * else im2col + GEMM. */
 int kl_conv_f32(const kl_conv_params *p, const float *x, const float *w, const float *bias,
                 float *y, void *ws, kl_pool *pool, kl_err *e);
+
+/* Floats of the pre-packed weight layout of keel's own GEMM micro-kernel for
+ * this conv (only the weight shape, groups and kernel are read), 0 when the
+ * conv does not take that path (depthwise, or a CPU without AVX-512F, where
+ * im2col + OpenBLAS runs). */
+size_t kl_conv_packed_floats(const kl_conv_params *p);
+/* Packs w (M, C/group, k...) into dst (kl_conv_packed_floats(p) floats), once
+ * at model load; pass dst as p->packed_w to kl_conv_f32. */
+void kl_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst);
 
 /* ONNX auto_pad: total padding for SAME_UPPER (upper != 0: extra at the end)
  * or SAME_LOWER; out = ceil(in / stride). */

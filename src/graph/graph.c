@@ -46,7 +46,8 @@ void kl_graph_free(kl_graph *g) {
         free(n->outputs);
         for (int k = 0; k < n->n_attrs; k++) attr_clear(&n->attrs[k]);
         free(n->attrs);
-        free(n->priv);
+        if (n->priv_free) n->priv_free(n->priv);
+        else free(n->priv);
     }
     free(g->values);
     free(g->nodes);
@@ -272,7 +273,8 @@ int kl_graph_finalize(kl_graph *g, kl_err *e) {
             free(n->name); free(n->op_type); free(n->domain); free(n->inputs); free(n->outputs);
             for (int k = 0; k < n->n_attrs; k++) attr_clear(&n->attrs[k]);
             free(n->attrs);
-            free(n->priv);
+            if (n->priv_free) n->priv_free(n->priv);
+            else free(n->priv);
             continue;
         }
         g->nodes[m++] = g->nodes[i];

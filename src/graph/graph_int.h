@@ -48,6 +48,11 @@ extern const kl_op kl__ops_nn[];
 extern const kl_op kl__ops_shape[];
 extern const kl_op kl__ops_misc[];
 
+/* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
+ * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path
+ * applies. (ops_nn.c) */
+int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e);
+
 /* ---- helpers (graph.c) ---- */
 void kl__set_shape(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims);
 int kl__fail_node(kl_err *e, const kl_gnode *n, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

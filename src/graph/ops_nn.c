@@ -78,6 +78,13 @@ static int matmul_generic(kl_tensor *const *in, kl_tensor *out) {
 
 static int matmul_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (in[0]->dtype != KL_F32) return matmul_generic(in, out[0]);
+    if (n->priv && in[1]->rank == 2 && in[0]->rank >= 2) {
+        /* constant 2-D weight: one GEMM over all rows of A */
+        int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
+        kl_gemm_packed_f32(rows, N, K, in[0]->data, K, n->priv, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0}, out[0]->data, N,
+                           x->pool);
+        return KL_OK;
+    }
     return kl_matmul_f32(in[0]->rank, in[0]->dims, in[0]->data, in[1]->rank, in[1]->dims, in[1]->data, out[0]->data, x->pool, e);
 }
 
@@ -124,6 +131,10 @@ static int gemm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     kl_act a = {KL_ACT_NONE, 0, 0};
     if (act == 1) a.kind = KL_ACT_RELU;
     int bias_row = c && beta == 1.f && alpha == 1.f && ((c->rank == 1 && c->dims[0] == N) || (c->rank == 2 && c->dims[0] == 1 && c->dims[1] == N));
+    if (n->priv && !ta && alpha == 1.f && (bias_row || !c)) {
+        kl_gemm_packed_f32(M, N, K, A, K, n->priv, c ? c->data : NULL, NULL, a, y, N, x->pool);
+        return KL_OK;
+    }
     if (M == 1 && !ta && (bias_row || !c) && alpha == 1.f && N < INT32_MAX && K < INT32_MAX) {
         gemv_row(tb, N, K, A, B, c ? c->data : NULL, act, 0, 0, y);
         return KL_OK;
@@ -150,11 +161,30 @@ static int gemm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 /* keel::FusedMatMul(A, W, bias): MatMul with a 2-D weight, bias and an
  * optional activation, as one GEMM over A's flattened rows (made by the
  * MatMul+Add pass). */
+/* A 4th input (made by the FusedMatMul+Add pass) is a residual added before
+ * the activation: in the GEMM epilogue when it has the output's shape, else a
+ * broadcast Add after the GEMM (the output then has the broadcast shape). */
 static int fmm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (in[1]->rank != 2 || in[0]->rank < 1) return kl__fail_node(e, n, KL_ESHAPE, "weight must be 2-D");
-    return matmul_infer(n, in, 2, out, n_out, ws, e);
+    if ((rc = matmul_infer(n, in, 2, out, n_out, ws, e))) return rc;
+    const kl_tensor *R = n_in > 3 ? in[3] : NULL;
+    if (!R) return KL_OK;
+    if (R->dtype != KL_F32) return kl__fail_node(e, n, KL_ETYPE, "residual must be float32");
+    if (R->rank == out[0].rank && !memcmp(R->dims, out[0].dims, sizeof(int64_t) * (size_t)R->rank)) return KL_OK;
+    int r;
+    int64_t d[KL_MAX_DIMS], md[KL_MAX_DIMS];
+    int mr = out[0].rank;
+    memcpy(md, out[0].dims, sizeof md);
+    if (kl_broadcast_shape(mr, md, R->rank, R->dims, &r, d, e)) {
+        char m[600];
+        snprintf(m, sizeof m, "%s", e ? e->msg : "");
+        return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
+    }
+    *ws = (size_t)kl_shape_numel(mr, md) * sizeof(float);
+    kl__set_shape(&out[0], KL_F32, r, d);
+    return KL_OK;
 }
 static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
@@ -162,6 +192,38 @@ static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (act == 1) a.kind = KL_ACT_RELU;
     else if (act == 2) { a.kind = KL_ACT_CLIP; a.a = kl_gnode_attr_float(n, "_act_a", 0); a.b = kl_gnode_attr_float(n, "_act_b", 6); }
+    const kl_tensor *R = n_in > 3 ? in[3] : NULL;
+    int ry = 0;
+    int64_t md[KL_MAX_DIMS];
+    if (R) {
+        int rc = kl_matmul_shape(in[0]->rank, in[0]->dims, 2, in[1]->dims, &ry, md, e);
+        if (rc) return rc;
+    }
+    if (R && (R->rank != ry || memcmp(R->dims, md, sizeof(int64_t) * (size_t)ry))) {
+        /* broadcasting residual: GEMM + bias into the workspace, then Add and act */
+        int rc;
+        float *tmp = x->ws;
+        kl_gemm_bias_act_f32(0, 0, rows, N, K, in[0]->data, K, in[1]->data, N, in[2]->data,
+                             (kl_act){KL_ACT_NONE, 0, 0}, tmp, N, x->pool);
+        if ((rc = kl_binary(KL_BIN_ADD, KL_F32, ry, md, tmp, R->rank, R->dims, R->data, out[0]->data, x->pool, e)))
+            return rc;
+        if (a.kind != KL_ACT_NONE) kl_act_apply_f32(a, out[0]->data, kl_tensor_numel(out[0]), x->pool);
+        return KL_OK;
+    }
+    if (n->priv) {
+        kl_gemm_packed_f32(rows, N, K, in[0]->data, K, n->priv, in[2]->data, R ? R->data : NULL, a, out[0]->data, N,
+                           x->pool);
+        return KL_OK;
+    }
+    if (R) {
+        kl_gemm_bias_act_f32(0, 0, rows, N, K, in[0]->data, K, in[1]->data, N, in[2]->data,
+                             (kl_act){KL_ACT_NONE, 0, 0}, out[0]->data, N, x->pool);
+        int rc = kl_binary(KL_BIN_ADD, KL_F32, out[0]->rank, out[0]->dims, out[0]->data, R->rank, R->dims, R->data,
+                           out[0]->data, x->pool, e);
+        if (rc) return rc;
+        if (a.kind != KL_ACT_NONE) kl_act_apply_f32(a, out[0]->data, kl_tensor_numel(out[0]), x->pool);
+        return KL_OK;
+    }
     if (rows == 1 && N < INT32_MAX && K < INT32_MAX) {
         gemv_row(0, N, K, in[0]->data, in[1]->data, in[2]->data, act, a.a, a.b, out[0]->data);
         return KL_OK;
@@ -204,27 +266,112 @@ static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_para
     int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (act == 1) p->act.kind = KL_ACT_RELU;
     else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_gnode_attr_float(n, "_act_a", 0); p->act.b = kl_gnode_attr_float(n, "_act_b", 6); }
+    p->packed_w = n->priv;
     int rc = kl_conv_prepare(p, e);
     if (rc) { char m[600]; snprintf(m, sizeof m, "%s", e ? e->msg : ""); return kl__fail_node(e, n, rc, "%s", m); }
     return KL_OK;
 }
 
+/* A 4th input (keel extension, made by the Conv+Add pass) is a residual added
+ * before the fused activation: in the GEMM epilogue when it has the conv's
+ * shape; otherwise (broadcasting Add) the conv goes to the workspace and a
+ * broadcast Add follows. */
+static int conv_res_shape(kl_gnode *n, const kl_conv_params *p, const kl_tensor *R, int *rank, int64_t *d, int *same,
+                          kl_err *e) {
+    int64_t cd[5] = {p->N, p->M, p->out[0], p->out[1], p->out[2]};
+    *rank = p->nsp + 2;
+    memcpy(d, cd, sizeof cd);
+    *same = 1;
+    if (!R) return KL_OK;
+    if (R->dtype != KL_F32) return kl__fail_node(e, n, KL_ETYPE, "residual must be float32");
+    *same = R->rank == *rank && !memcmp(R->dims, cd, sizeof(int64_t) * (size_t)*rank);
+    if (*same) return KL_OK;
+    if (kl_broadcast_shape(*rank, cd, R->rank, R->dims, rank, d, e)) {
+        char m[600];
+        snprintf(m, sizeof m, "%s", e ? e->msg : "");
+        return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
+    }
+    return KL_OK;
+}
+
 static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    int rc;
+    int rc, rank, same;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_conv_params p;
     if ((rc = conv_params(n, in, n_in, &p, e))) return rc;
-    int64_t d[5] = {p.N, p.M, p.out[0], p.out[1], p.out[2]};
-    kl__set_shape(&out[0], KL_F32, p.nsp + 2, d);
+    int64_t d[KL_MAX_DIMS];
+    if ((rc = conv_res_shape(n, &p, n_in > 3 ? in[3] : NULL, &rank, d, &same, e))) return rc;
+    kl__set_shape(&out[0], KL_F32, rank, d);
     *ws = kl_conv_workspace_bytes(&p);
+    if (!same) *ws = ((*ws + 63) & ~(size_t)63) + (size_t)(p.N * p.M * p.out[0] * p.out[1] * p.out[2]) * sizeof(float);
     return KL_OK;
 }
 
 static int conv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     kl_conv_params p;
-    int rc = conv_params(n, in, n_in, &p, e);
+    int rc = conv_params(n, in, n_in, &p, e), rank, same;
     if (rc) return rc;
-    return kl_conv_f32(&p, in[0]->data, in[1]->data, n_in > 2 && in[2] ? in[2]->data : NULL, out[0]->data, x->ws, x->pool, e);
+    const kl_tensor *R = n_in > 3 ? in[3] : NULL;
+    const float *bias = n_in > 2 && in[2] ? in[2]->data : NULL;
+    int64_t d[KL_MAX_DIMS];
+    if ((rc = conv_res_shape(n, &p, R, &rank, d, &same, e))) return rc;
+    if (same) {
+        p.residual = R ? R->data : NULL;
+        return kl_conv_f32(&p, in[0]->data, in[1]->data, bias, out[0]->data, x->ws, x->pool, e);
+    }
+    size_t cw = (kl_conv_workspace_bytes(&p) + 63) & ~(size_t)63;
+    float *tmp = (float *)((char *)x->ws + cw);
+    kl_act act = p.act;
+    p.act = (kl_act){KL_ACT_NONE, 0, 0};
+    if ((rc = kl_conv_f32(&p, in[0]->data, in[1]->data, bias, tmp, cw ? x->ws : NULL, x->pool, e))) return rc;
+    int64_t cd[5] = {p.N, p.M, p.out[0], p.out[1], p.out[2]};
+    if ((rc = kl_binary(KL_BIN_ADD, KL_F32, p.nsp + 2, cd, tmp, R->rank, R->dims, R->data, out[0]->data, x->pool, e)))
+        return rc;
+    if (act.kind != KL_ACT_NONE) kl_act_apply_f32(act, out[0]->data, kl_tensor_numel(out[0]), x->pool);
+    return KL_OK;
+}
+
+static void packed_free(void *p) { kl_mem_free(p); }
+
+/* Gemm / MatMul / FusedMatMul with a constant 2-D float B: B panels. */
+static int prepack_gemm(kl_graph *g, kl_gnode *n, kl_err *e) {
+    const kl_tensor *W = g->values[n->inputs[1]].init;
+    if (!W || W->dtype != KL_F32 || W->rank != 2 || !kl_tensor_is_contiguous(W)) return KL_OK;
+    int tb = !strcmp(n->op_type, "Gemm") ? (int)kl_gnode_attr_int(n, "transB", 0) : 0;
+    int64_t K = tb ? W->dims[1] : W->dims[0], N = tb ? W->dims[0] : W->dims[1];
+    size_t nf = kl_gemm_packed_b_floats(K, N);
+    if (!nf) return KL_OK;
+    float *pk = kl_mem_alloc_e(nf * sizeof(float), KL_TAG_PARAMS, e);
+    if (!pk) return e ? e->code : KL_ENOMEM;
+    kl_gemm_pack_b(tb, K, N, W->data, W->dims[1], pk);
+    n->priv = pk;
+    n->priv_free = packed_free;
+    return KL_OK;
+}
+
+int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e) {
+    if (n->dead || n->priv || n->n_in < 2 || n->inputs[1] < 0) return KL_OK;
+    int fmm = !strcmp(n->domain, "keel") && !strcmp(n->op_type, "FusedMatMul");
+    if (fmm || (!*n->domain && (!strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "MatMul")))) return prepack_gemm(g, n, e);
+    if (*n->domain || strcmp(n->op_type, "Conv")) return KL_OK;
+    const kl_tensor *W = g->values[n->inputs[1]].init;
+    if (!W || W->dtype != KL_F32 || W->rank < 3 || W->rank > 5 || !kl_tensor_is_contiguous(W)) return KL_OK;
+    kl_conv_params p;
+    memset(&p, 0, sizeof p);
+    p.nsp = W->rank - 2;
+    p.M = W->dims[0];
+    p.group = kl_gnode_attr_int(n, "group", 1);
+    if (p.group <= 0 || p.M % p.group) return KL_OK;
+    p.C = W->dims[1] * p.group;
+    for (int i = 0; i < p.nsp; i++) p.k[i] = W->dims[2 + i];
+    size_t nf = kl_conv_packed_floats(&p);
+    if (!nf) return KL_OK;
+    float *pk = kl_mem_alloc_e(nf * sizeof(float), KL_TAG_PARAMS, e);
+    if (!pk) return e ? e->code : KL_ENOMEM;
+    kl_conv_pack_weights(&p, W->data, pk);
+    n->priv = pk;
+    n->priv_free = packed_free;
+    return KL_OK;
 }
 
 /* ConvTranspose: direct scatter (simple, correct; not a hot path here). */
@@ -811,9 +958,9 @@ static const char *const a_resize[] = {"mode", "coordinate_transformation_mode",
 
 const kl_op kl__ops_nn[] = {
     {"MatMul", "", 1, 17, 2, 2, 1, 1, no_attrs, NULL, matmul_infer, matmul_run, 0},
-    {"FusedMatMul", "keel", 1, 1, 3, 3, 1, 1, a_fmm, NULL, fmm_infer, fmm_run, 0},
+    {"FusedMatMul", "keel", 1, 1, 3, 4, 1, 1, a_fmm, NULL, fmm_infer, fmm_run, 0},
     {"Gemm", "", 7, 17, 2, 3, 1, 1, a_gemm, NULL, gemm_infer, gemm_run, 0},
-    {"Conv", "", 1, 17, 2, 3, 1, 1, a_conv, NULL, conv_infer, conv_run, 0},
+    {"Conv", "", 1, 17, 2, 4, 1, 1, a_conv, NULL, conv_infer, conv_run, 0},
     {"ConvTranspose", "", 1, 17, 2, 3, 1, 1, a_convt, NULL, convt_infer, convt_run, 0},
     {"MaxPool", "", 8, 17, 1, 1, 1, 2, a_pool, NULL, pool_infer, pool_run, 0},
     {"AveragePool", "", 7, 17, 1, 1, 1, 1, a_pool, NULL, pool_infer, pool_run, 0},

@@ -272,6 +272,48 @@ static int pass_act(kl_graph *g, int *changed, kl_err *e) {
     return KL_OK;
 }
 
+/* Add(Conv(x), r) [+ Relu fused into the Add] -> Conv(x, W, B, r) with the
+ * residual and the activation in the conv's GEMM epilogue (the 4th Conv input
+ * is a keel extension); the same for keel::FusedMatMul (transformer residuals). r must be computed (not a constant, which would be a
+ * bias); a broadcasting r is still correct (the conv op falls back to a
+ * separate Add). */
+static int pass_conv_add(kl_graph *g, int *changed, kl_err *e) {
+    uses_t u;
+    if (uses_build(g, &u)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int i = 0; i < g->n_nodes; i++) {
+        kl_gnode *a = &g->nodes[i];
+        if (!is_op(a, "Add") || a->n_in != 2 || a->inputs[0] == a->inputs[1] || kl_gnode_attr_int(a, "_act", 0) > 1)
+            continue;
+        for (int side = 0; side < 2; side++) {
+            int cv = a->inputs[side], rv = a->inputs[1 - side];
+            if (cv < 0 || rv < 0 || g->values[cv].is_output || g->values[rv].init) continue;
+            int p = g->values[cv].producer;
+            if (p < 0 || only_consumer(g, &u, cv) != i) continue;
+            kl_gnode *c = &g->nodes[p];
+            int fmm = !c->dead && !strcmp(c->op_type, "FusedMatMul") && !strcmp(c->domain, "keel");
+            if ((!is_op(c, "Conv") && !fmm) || c->n_in > 3 || kl_gnode_attr_int(c, "_act", 0)) continue;
+            kl_dtype dx = g->values[c->inputs[0]].dtype, dr = g->values[rv].dtype;
+            if ((dx != KL_F32 && dx != KL_DTYPE_COUNT) || (dr != KL_F32 && dr != KL_DTYPE_COUNT)) continue;
+            int *ni = realloc(c->inputs, sizeof(int) * 4);
+            if (!ni) { uses_free(&u); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+            c->inputs = ni;
+            if (c->n_in < 3) c->inputs[2] = -1;
+            c->inputs[3] = rv;
+            c->n_in = 4;
+            if (kl_gnode_attr_int(a, "_act", 0) == 1 && set_int_attr(c, "_act", 1)) {
+                uses_free(&u);
+                return kl_err_set(e, KL_ENOMEM, "out of memory");
+            }
+            c->outputs[0] = a->outputs[0];
+            a->dead = 1;
+            (*changed)++;
+            break;
+        }
+    }
+    uses_free(&u);
+    return KL_OK;
+}
+
 /* MatMul(A, W) + b with W 2-D and b 1-D initializers -> keel::FusedMatMul
  * (a Gemm for any rank of A: one GEMM over the flattened rows, bias epilogue). */
 static int pass_matmul_add(kl_graph *g, int *changed, kl_err *e) {
@@ -429,12 +471,16 @@ int kl_graph_optimize(kl_graph *g, int level, kl_err *e) {
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_act(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
+    if ((rc = pass_conv_add(g, &changed, e))) return rc;
+    if ((rc = kl_graph_finalize(g, e))) return rc;
     /* initializers nothing uses any more (folded weights, ...) */
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].init && !g->values[v].n_uses && !g->values[v].is_output) {
             kl_tensor_free(g->values[v].init);
             g->values[v].init = NULL;
         }
+    for (int i = 0; i < g->n_nodes; i++)
+        if ((rc = kl__prepack_node(g, &g->nodes[i], e))) return rc;
     if (changed) kl_log(KL_LOG_DEBUG, "graph", "optimisation: %d rewrites, %d nodes left", changed, g->n_nodes);
     return KL_OK;
 }

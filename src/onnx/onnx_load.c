@@ -8,7 +8,10 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "onnx/onnx.pb-c.h"
 
@@ -73,7 +76,15 @@ done:
     return rc;
 }
 
-static int tensor_from_proto(const Onnx__TensorProto *tp, const char *base_dir, kl_tensor **out, kl_err *e) {
+/* protobuf-c allocations go through the core allocator (tag params), so the
+ * raw_data buffer protobuf-c unpacks each initializer into is a kl_mem block
+ * that the tensor adopts: the weights are copied once (file -> unpacked
+ * message; the file itself is mapped, not read). */
+static void *pb_alloc(void *ad, size_t n) { return kl_mem_alloc(n ? n : 1, KL_TAG_PARAMS); }
+static void pb_free(void *ad, void *p) { kl_mem_free(p); }
+static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+static int tensor_from_proto(Onnx__TensorProto *tp, const char *base_dir, kl_tensor **out, kl_err *e) {
     *out = NULL;
     kl_dtype dt;
     int rc;
@@ -93,9 +104,20 @@ static int tensor_from_proto(const Onnx__TensorProto *tp, const char *base_dir, 
     if (numel > ((uint64_t)1 << 40) / es) return kl_err_set(e, KL_ERANGE, "tensor of %llu elements is too large", (unsigned long long)numel);
     size_t nbytes = (size_t)numel * es;
     kl_tensor *t = NULL;
+    int external = tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    if (!external && tp->has_raw_data && nbytes && tp->raw_data.len == nbytes) {
+        /* adopt the unpacked buffer (allocated by pb_alloc) instead of copying it */
+        if ((rc = kl_tensor_wrap(dt, (int)tp->n_dims, dims, tp->raw_data.data, &t, e))) return rc;
+        t->owns = 1;
+        t->tag = KL_TAG_PARAMS;
+        tp->raw_data.data = NULL;
+        tp->raw_data.len = 0;
+        *out = t;
+        return KL_OK;
+    }
     if ((rc = kl_tensor_new_uninit(dt, (int)tp->n_dims, dims, KL_TAG_PARAMS, &t, e))) return rc;
     uint8_t *d = t->data;
-    if (tp->has_data_location && tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL) {
+    if (external) {
         if ((rc = read_external(tp, base_dir, d, nbytes, e))) goto fail;
     } else if (tp->has_raw_data) {
         if (tp->raw_data.len != nbytes) {
@@ -143,11 +165,11 @@ fail:
 int kl_onnx_tensor_load_mem(const void *buf, size_t len, kl_tensor **out, char **name, kl_err *e) {
     *out = NULL;
     if (name) *name = NULL;
-    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, len, buf);
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pb_allocator, len, buf);
     if (!tp) return kl_err_set(e, KL_EPARSE, "not a valid ONNX TensorProto (corrupt or truncated protobuf)");
     int rc = tensor_from_proto(tp, NULL, out, e);
     if (!rc && name && tp->name) *name = strdup(tp->name);
-    onnx__tensor_proto__free_unpacked(tp, NULL);
+    onnx__tensor_proto__free_unpacked(tp, &pb_allocator);
     return rc;
 }
 
@@ -298,7 +320,7 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
     }
     /* initializers */
     for (size_t i = 0; i < gp->n_initializer; i++) {
-        const Onnx__TensorProto *tp = gp->initializer[i];
+        Onnx__TensorProto *tp = gp->initializer[i];
         if (!tp->name || !*tp->name) { rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i); goto fail; }
         int v = kl_graph_value(g, tp->name);
         if (v < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
@@ -381,27 +403,37 @@ fail:
 
 int kl_onnx_load_mem(const void *buf, size_t len, const char *name, const char *base_dir, kl_graph **out, kl_err *e) {
     *out = NULL;
-    Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, len, buf);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, len, buf);
     if (!m)
         return kl_err_set(e, KL_EPARSE, "%s: not a valid ONNX model (corrupt or truncated protobuf, %zu bytes)",
                           name ? name : "model", len);
     int rc = build_graph(m, name, base_dir, out, e);
-    onnx__model_proto__free_unpacked(m, NULL);
+    onnx__model_proto__free_unpacked(m, &pb_allocator);
     return rc;
 }
 
 int kl_onnx_load(const char *path, kl_graph **out, kl_err *e) {
     *out = NULL;
     char *buf = NULL;
+    void *map = NULL;
     size_t len = 0;
-    int rc = kl_read_file(path, &buf, &len, e);
-    if (rc) return rc;
+    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size > 0) {
+        map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (map == MAP_FAILED) map = NULL;
+        else len = (size_t)st.st_size;
+    }
+    if (fd >= 0) close(fd);
+    if (map) buf = map;
+    else if ((rc = kl_read_file(path, &buf, &len, e))) return rc;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else snprintf(dir, sizeof dir, ".");
     rc = kl_onnx_load_mem(buf, len, path, dir, out, e);
-    free(buf);
+    if (map) munmap(map, len);
+    else free(buf);
     return rc;
 }

@@ -83,10 +83,52 @@ static int is_depthwise2d(const kl_conv_params *p) {
  * own slice of the workspace. */
 #define GROUP_PARALLEL_MIN 4
 
+static int use_packed(const kl_conv_params *p) { return !is_depthwise2d(p) && kl__pgemm_ok(); }
+
+size_t kl_conv_packed_floats(const kl_conv_params *p) {
+    if (!use_packed(p) || p->group <= 0 || p->C % p->group || p->M % p->group) return 0;
+    int64_t kv = 1;
+    for (int i = 0; i < p->nsp; i++) kv *= p->k[i];
+    return (size_t)p->group * kl__pgemm_packed_a_floats(p->M / p->group, p->C / p->group * kv);
+}
+
+void kl_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
+    int64_t kv = 1;
+    for (int i = 0; i < p->nsp; i++) kv *= p->k[i];
+    int64_t G = p->group, Mg = p->M / G, Kg = p->C / G * kv;
+    size_t per = kl__pgemm_packed_a_floats(Mg, Kg);
+    for (int64_t g = 0; g < G; g++) kl__pgemm_pack_a(Mg, Kg, w + g * Mg * Kg, Kg, 1, dst + (size_t)g * per);
+}
+
+/* Implicit GEMM for stride-1 2-D convs: the input is copied once into a
+ * zero-padded plane (HP x WP per channel); over the padded-width output grid
+ * (OH x WP) B(k, j) = xp[koff[k] + j] with koff[k] = c*HP*WP + ky*dy*WP + kx*dx,
+ * so the micro-kernel reads B straight from the padded input (no im2col); the
+ * grid's pad columns are dropped when the result is written out with bias,
+ * residual and activation. */
+static int implicit_dims(const kl_conv_params *p, const sp3 *s, int64_t *HP, int64_t *WP) {
+    if (p->nsp > 2 || s->s[1] != 1 || s->s[2] != 1 || is_pointwise(p)) return 0;
+    *HP = s->in[1] + s->pb[1] + (p->nsp == 2 ? p->pad_end[0] : 0);
+    *WP = s->in[2] + s->pb[2] + p->pad_end[p->nsp - 1];
+    return (p->C / p->group) * *HP * *WP + 64 < INT32_MAX;
+}
+
+static size_t implicit_floats(const kl_conv_params *p, const sp3 *s, int64_t HP, int64_t WP) {
+    int64_t Cg = p->C / p->group, Mg = p->M / p->group;
+    return (size_t)(Cg * HP * WP + 64 + Mg * s->out[1] * WP + Cg * s->k_vol + 16);
+}
+
 size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
-    if (is_pointwise(p) || is_depthwise2d(p)) return 0;
     sp3 s;
     to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
+    if (use_packed(p)) {
+        size_t b = p->packed_w ? 0 : kl_conv_packed_floats(p);
+        int64_t HP, WP;
+        if (implicit_dims(p, &s, &HP, &WP)) b += implicit_floats(p, &s, HP, WP);
+        else if (!is_pointwise(p)) b += kl__pgemm_packed_b_floats((p->C / p->group) * s.k_vol, s.out_vol);
+        return b * sizeof(float);
+    }
+    if (is_pointwise(p) || is_depthwise2d(p)) return 0;
     int64_t groups = p->group >= GROUP_PARALLEL_MIN ? p->group : 1;
     return (size_t)(groups * (p->C / p->group) * s.k_vol * s.out_vol) * sizeof(float);
 }
@@ -295,11 +337,120 @@ static void dw_scratch_dims(const sp3 *s, int64_t *pw, int64_t *floats) {
     *floats = SX * HP * *pw + 16;
 }
 
+/* AVX-512 direct depthwise 3x3, stride 1 or 2, dilation 1, any padding up
+ * to 2: no scratch copy. Each output row is built 16 columns at a time from
+ * the (up to 3) valid input rows; lanes whose input column falls in the
+ * padding are masked to zero (interior vectors use plain loads; stride 2
+ * de-interleaves two loads with one permute). Taps in the same order for
+ * every output (bias, then row-major taps), so results do not depend on the
+ * vector position or the thread count. */
+#define DW3_MAX_VEC 64
+static int dw3_ok(const sp3 *s) {
+    return s->out[2] <= 16 * DW3_MAX_VEC && s->in[0] == 1 && s->k[1] == 3 && s->k[2] == 3 && s->d[1] == 1 && s->d[2] == 1 &&
+           (s->s[2] == 1 || s->s[2] == 2) && s->s[1] == s->s[2] && s->pb[1] <= 2 && s->pb[2] <= 2;
+}
+
+/* Lane t of the tap vector reads row xr at column ix + t*S (S = 1 or 2);
+ * lanes outside [0, W) or t >= nv are zero. */
+static uint32_t dw3_mask(int64_t ix, int64_t S, int64_t W, int64_t nv) {
+    uint32_t m = 0;
+    for (int64_t t = 0; t < nv; t++)
+        if (ix + S * t >= 0 && ix + S * t < W) m |= 1u << (S * t);
+    return m;
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline __m512 dw3_tap_edge(const float *xr, int64_t ix, int64_t S,
+                                                                                    uint32_t m) {
+    const char *b0 = (const char *)((uintptr_t)xr + (uintptr_t)(ix * 4));
+    if (S == 1) return _mm512_maskz_loadu_ps((__mmask16)m, b0);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_maskz_loadu_ps((__mmask16)m, b0), ev,
+                                  _mm512_maskz_loadu_ps((__mmask16)(m >> 16), b0 + 64));
+}
+
+__attribute__((target("avx512f"))) static void dw3_plane(const dw_ctx *c, size_t pl) {
+    const sp3 *s = c->s;
+    int64_t H = s->in[1], W = s->in[2], OH = s->out[1], OW = s->out[2], S = s->s[2];
+    int64_t PY = s->pb[1], PX = s->pb[2];
+    int64_t ch = (int64_t)pl % c->p->C;
+    const float *x = c->x + (int64_t)pl * H * W;
+    const float *w = c->w + ch * 9;
+    float *y = c->y + (int64_t)pl * OH * OW;
+    const __m512 w0 = _mm512_set1_ps(w[0]), w1 = _mm512_set1_ps(w[1]), w2 = _mm512_set1_ps(w[2]);
+    const __m512 w3 = _mm512_set1_ps(w[3]), w4 = _mm512_set1_ps(w[4]), w5 = _mm512_set1_ps(w[5]);
+    const __m512 w6 = _mm512_set1_ps(w[6]), w7 = _mm512_set1_ps(w[7]), w8 = _mm512_set1_ps(w[8]);
+    __m512 vb = _mm512_set1_ps(c->bias ? c->bias[ch] : 0.0f);
+    kl_act act = c->p->act;
+    __m512 lo = _mm512_set1_ps(act.kind == KL_ACT_RELU ? 0.0f : act.a), hi = _mm512_set1_ps(act.b);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    /* interior vectors: ox in [ox_lo, ox_hi) with all 16 lanes and taps inside the row */
+    int64_t ox_lo = (PX + S - 1) / S;
+    int64_t ox_hi_in = W - 2 + PX - S * 15 - 1;  /* last lane's rightmost tap < W */
+    /* lane masks of the edge vectors, per vector and kx (the same for every row) */
+    uint32_t em[DW3_MAX_VEC][3];
+    for (int64_t v = 0; v * 16 < OW; v++)
+        for (int kx = 0; kx < 3; kx++) em[v][kx] = dw3_mask(v * 16 * S - PX + kx, S, W, KL_MIN(16, OW - v * 16));
+    for (int64_t oy = 0; oy < OH; oy++) {
+        float *yr = y + oy * OW;
+        int64_t iy0 = oy * S - PY;
+        const float *r0 = iy0 >= 0 && iy0 < H ? x + iy0 * W : NULL;
+        const float *r1 = iy0 + 1 >= 0 && iy0 + 1 < H ? x + (iy0 + 1) * W : NULL;
+        const float *r2 = iy0 + 2 >= 0 && iy0 + 2 < H ? x + (iy0 + 2) * W : NULL;
+        for (int64_t ox = 0; ox < OW; ox += 16) {
+            int64_t nv = KL_MIN(16, OW - ox), ix = ox * S - PX;
+            __mmask16 om = (__mmask16)(nv >= 16 ? 0xFFFF : (1u << nv) - 1);
+            __m512 acc = vb;
+            if (nv == 16 && ox >= ox_lo && ox * S <= ox_hi_in) {
+                if (S == 1) {
+#define KL_DW_ROW(r, wa, wb, wc)                                                                                       \
+    if (r) {                                                                                                           \
+        acc = _mm512_fmadd_ps(wa, _mm512_loadu_ps(r + ix), acc);                                                       \
+        acc = _mm512_fmadd_ps(wb, _mm512_loadu_ps(r + ix + 1), acc);                                                   \
+        acc = _mm512_fmadd_ps(wc, _mm512_loadu_ps(r + ix + 2), acc);                                                   \
+    }
+                    KL_DW_ROW(r0, w0, w1, w2) KL_DW_ROW(r1, w3, w4, w5) KL_DW_ROW(r2, w6, w7, w8)
+#undef KL_DW_ROW
+                } else {
+#define KL_DW_ROW(r, wa, wb, wc)                                                                                       \
+    if (r) {                                                                                                           \
+        __m512 a = _mm512_loadu_ps(r + ix), b = _mm512_loadu_ps(r + ix + 16);                                         \
+        __m512 a2 = _mm512_loadu_ps(r + ix + 2), b2 = _mm512_loadu_ps(r + ix + 18);                                    \
+        acc = _mm512_fmadd_ps(wa, _mm512_permutex2var_ps(a, ev, b), acc);                                              \
+        acc = _mm512_fmadd_ps(wb, _mm512_permutex2var_ps(a, _mm512_add_epi32(ev, _mm512_set1_epi32(1)), b), acc);       \
+        acc = _mm512_fmadd_ps(wc, _mm512_permutex2var_ps(a2, ev, b2), acc);                                            \
+    }
+                    KL_DW_ROW(r0, w0, w1, w2) KL_DW_ROW(r1, w3, w4, w5) KL_DW_ROW(r2, w6, w7, w8)
+#undef KL_DW_ROW
+                }
+            } else {
+#define KL_DW_ROW(r, wa, wb, wc)                                                                                       \
+    if (r) {                                                                                                           \
+        acc = _mm512_fmadd_ps(wa, dw3_tap_edge(r, ix, S, em[ox / 16][0]), acc);                                        \
+        acc = _mm512_fmadd_ps(wb, dw3_tap_edge(r, ix + 1, S, em[ox / 16][1]), acc);                                    \
+        acc = _mm512_fmadd_ps(wc, dw3_tap_edge(r, ix + 2, S, em[ox / 16][2]), acc);                                    \
+    }
+                KL_DW_ROW(r0, w0, w1, w2) KL_DW_ROW(r1, w3, w4, w5) KL_DW_ROW(r2, w6, w7, w8)
+#undef KL_DW_ROW
+            }
+            if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(acc, lo);
+            else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
+            if (nv == 16) _mm512_storeu_ps(yr + ox, acc);
+            else _mm512_mask_storeu_ps(yr + ox, om, acc);
+        }
+        if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP)
+            kl__act_apply_range(act, yr, OW);
+    }
+}
+
 static void dw_planes(void *vc, size_t p0, size_t p1, int chunk) {
     dw_ctx *c = vc;
     int64_t pw = 0, nf = 0;
     float stackbuf[16384];  /* 64 KiB: planes up to ~112x112 need no allocation */
     float *scratch = NULL, *heap = NULL;
+    if (dw3_ok(c->s) && kl__pgemm_ok()) {
+        for (size_t pl = p0; pl < p1; pl++) dw3_plane(c, pl);
+        return;
+    }
     int fast = c->s->k[1] * c->s->k[2] <= 64;
     if (fast) {
         dw_scratch_dims(c->s, &pw, &nf);
@@ -342,6 +493,225 @@ static void grp_range(void *vc, size_t g0, size_t g1, int chunk) {
 }
 
 /* ==================================================================
+ * Packed path: im2col written straight into NR-column panels, then keel's
+ * micro-kernel GEMM with pre-packed weights (bias, residual, act fused)
+ * ================================================================== */
+
+typedef struct {
+    const sp3 *s;
+    const float *x;   /* (Cg, in_vol) */
+    float *bp;        /* [panels][Kg][NR] */
+    int64_t Kg;
+} pk_ctx;
+
+/* Bits lo..hi-1 of a 32-bit lane mask. */
+static inline uint32_t lane_bits(int64_t lo, int64_t hi) {
+    if (lo < 0) lo = 0;
+    if (hi > 32) hi = 32;
+    if (hi <= lo) return 0;
+    return (uint32_t)((((uint64_t)1 << hi) - 1) & ~(((uint64_t)1 << lo) - 1));
+}
+
+/* Panel q: columns j0..j0+NR of the output volume. The panel is split into
+ * runs of consecutive ox (same oz, oy); each packed row k is built in two
+ * registers from masked loads (lanes outside the input stay zero: padding),
+ * one masked load (stride 1) or gather (other strides) per run, then stored
+ * whole. Masked-off lanes are never read. */
+__attribute__((target("avx512f"))) static void pack_panels(void *vc, size_t q0, size_t q1, int chunk) {
+    pk_ctx *c = vc;
+    const sp3 *s = c->s;
+    int64_t OW = s->out[2], OHW = s->out[1] * OW, W = s->in[2], sx = s->s[2];
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (size_t q = q0; q < q1; q++) {
+        int64_t j0 = (int64_t)q * KL__NR, n = KL_MIN(KL__NR, s->out_vol - j0);
+        float *dst = c->bp + (int64_t)q * c->Kg * KL__NR;
+        int64_t rz[KL__NR], ry[KL__NR], rx[KL__NR], rl[KL__NR], ro[KL__NR];
+        int nrun = 0;
+        for (int64_t j = j0; j < j0 + n;) {
+            int64_t oz = j / OHW, oy = (j % OHW) / OW, ox = j % OW;
+            int64_t len = KL_MIN(OW - ox, j0 + n - j);
+            rz[nrun] = oz; ry[nrun] = oy; rx[nrun] = ox; rl[nrun] = len; ro[nrun] = j - j0;
+            nrun++;
+            j += len;
+        }
+        int64_t ch = 0, kz = 0, ky = 0, kx = 0;
+        for (int64_t k = 0; k < c->Kg; k++) {
+            const float *xc = c->x + ch * s->in_vol;
+            __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+            int64_t offx = kx * s->d[2] - s->pb[2];
+            for (int r = 0; r < nrun; r++) {
+                int64_t iz = rz[r] * s->s[0] - s->pb[0] + kz * s->d[0];
+                int64_t iy = ry[r] * s->s[1] - s->pb[1] + ky * s->d[1];
+                if (iz < 0 || iz >= s->in[0] || iy < 0 || iy >= s->in[1]) continue;
+                const float *xr = xc + (iz * s->in[1] + iy) * W;
+                int64_t ix = rx[r] * sx + offx;  /* input column of lane ro[r] */
+                /* lanes t in [ro, ro+len) with 0 <= ix + (t - ro)*sx < W */
+                int64_t lo = ix >= 0 ? 0 : (-ix + sx - 1) / sx;
+                int64_t hi = W - ix <= 0 ? 0 : (W - ix + sx - 1) / sx;
+                if (hi > rl[r]) hi = rl[r];
+                uint32_t m = lane_bits(ro[r] + lo, ro[r] + hi);
+                if (!m) continue;
+                /* lane t reads xr[ix + (t - ro)*sx]: base = xr + ix - ro*sx (never dereferenced
+                 * outside the valid lanes) */
+                uintptr_t base = (uintptr_t)xr + (uintptr_t)((ix - ro[r] * sx) * (int64_t)sizeof(float));
+                if (sx == 1) {
+                    v0 = _mm512_mask_loadu_ps(v0, (__mmask16)m, (const void *)base);
+                    v1 = _mm512_mask_loadu_ps(v1, (__mmask16)(m >> 16), (const void *)(base + 64));
+                } else {
+                    __m512i i0 = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sx));
+                    __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * sx)));
+                    v0 = _mm512_mask_i32gather_ps(v0, (__mmask16)m, i0, (const void *)base, 4);
+                    v1 = _mm512_mask_i32gather_ps(v1, (__mmask16)(m >> 16), i1, (const void *)base, 4);
+                }
+            }
+            _mm512_storeu_ps(dst + k * KL__NR, v0);
+            _mm512_storeu_ps(dst + k * KL__NR + 16, v1);
+            if (++kx == s->k[2]) {
+                kx = 0;
+                if (++ky == s->k[1]) {
+                    ky = 0;
+                    if (++kz == s->k[0]) { kz = 0; ch++; }
+                }
+            }
+        }
+    }
+}
+
+typedef struct {
+    const sp3 *s;
+    const float *x;
+    float *xp;
+    int64_t HP, WP;
+} pad_ctx;
+
+static void pad_planes(void *vc, size_t c0, size_t c1, int chunk) {
+    pad_ctx *c = vc;
+    const sp3 *s = c->s;
+    int64_t H = s->in[1], W = s->in[2], PY = s->pb[1], PX = s->pb[2];
+    for (size_t ch = c0; ch < c1; ch++) {
+        float *d = c->xp + (int64_t)ch * c->HP * c->WP;
+        const float *src = c->x + (int64_t)ch * s->in_vol;
+        memset(d, 0, (size_t)(PY * c->WP) * sizeof(float));
+        for (int64_t r = 0; r < H; r++) {
+            float *dr = d + (PY + r) * c->WP;
+            for (int64_t t = 0; t < PX; t++) dr[t] = 0.0f;
+            memcpy(dr + PX, src + r * W, (size_t)W * sizeof(float));
+            for (int64_t t = PX + W; t < c->WP; t++) dr[t] = 0.0f;
+        }
+        memset(d + (PY + H) * c->WP, 0, (size_t)((c->HP - PY - H) * c->WP) * sizeof(float));
+    }
+}
+
+typedef struct {
+    const float *g;      /* grid (Mg, OH, WP) */
+    float *y;            /* (Mg, OH, OW) */
+    const float *bias, *res;
+    int64_t OH, OW, WP;
+    kl_act act;
+} out_ctx;
+
+static void out_rows(void *vc, size_t m0, size_t m1, int chunk) {
+    out_ctx *c = vc;
+    for (size_t m = m0; m < m1; m++) {
+        float bv = c->bias ? c->bias[m] : 0.0f;
+        for (int64_t oy = 0; oy < c->OH; oy++) {
+            const float *gr = c->g + ((int64_t)m * c->OH + oy) * c->WP;
+            float *yr = c->y + ((int64_t)m * c->OH + oy) * c->OW;
+            if (c->bias)
+                for (int64_t t = 0; t < c->OW; t++) yr[t] = gr[t] + bv;
+            else memcpy(yr, gr, (size_t)c->OW * sizeof(float));
+            if (c->res) {
+                const float *rr = c->res + ((int64_t)m * c->OH + oy) * c->OW;
+                for (int64_t t = 0; t < c->OW; t++) yr[t] += rr[t];
+            }
+            kl__act_apply_range(c->act, yr, c->OW);
+        }
+    }
+}
+
+static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, const float *w, const float *bias,
+                       float *y, void *ws, kl_pool *pool, kl_err *e) {
+    int64_t G = p->group, Cg = p->C / G, Mg = p->M / G, Kg = Cg * s->k_vol;
+    size_t per_a = kl__pgemm_packed_a_floats(Mg, Kg);
+    void *own = NULL;
+    if (!ws) {
+        size_t need = kl_conv_workspace_bytes(p);
+        if (need && !(ws = own = kl_mem_alloc_e(need, KL_TAG_WORKSPACE, e))) return e ? e->code : KL_ENOMEM;
+    }
+    float *wsf = ws;
+    const float *pw = p->packed_w;
+    if (!pw) {
+        kl_conv_pack_weights(p, w, wsf);
+        pw = wsf;
+        wsf += G * per_a;
+    }
+    int pointwise = is_pointwise(p);
+    int64_t HP = 0, WP = 0;
+    if (implicit_dims(p, s, &HP, &WP)) {
+        float *xp = wsf, *grid = xp + Cg * HP * WP + 64;
+        int32_t *koff = (int32_t *)(grid + Mg * s->out[1] * WP);
+        int64_t k = 0;
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t ky = 0; ky < s->k[1]; ky++)
+                for (int64_t kx = 0; kx < s->k[2]; kx++)
+                    koff[k++] = (int32_t)(c * HP * WP + ky * s->d[1] * WP + kx * s->d[2]);
+        memset(xp + Cg * HP * WP, 0, 64 * sizeof(float));
+        for (int64_t n = 0; n < p->N; n++)
+            for (int64_t g = 0; g < G; g++) {
+                pad_ctx pc = {s, x + (n * p->C + g * Cg) * s->in_vol, xp, HP, WP};
+                kl_pool_parallel_for(pool, (size_t)Cg, 4, pad_planes, &pc);
+                int64_t yo = (n * p->M + g * Mg) * s->out_vol;
+                kl__pgemm pg = {.M = Mg, .N = s->out[1] * WP, .K = Kg, .ap = pw + g * per_a, .b = xp, .boff = koff,
+                                .c = grid, .ldc = s->out[1] * WP, .act = {KL_ACT_NONE, 0, 0}};
+                kl__pgemm_run(&pg, pool, 0);
+                out_ctx oc = {grid, y + yo, bias ? bias + g * Mg : NULL, p->residual ? p->residual + yo : NULL,
+                              s->out[1], s->out[2], WP, p->act};
+                kl_pool_parallel_for(pool, (size_t)Mg, 1, out_rows, &oc);
+            }
+        kl_mem_free(own);
+        return KL_OK;
+    }
+    for (int64_t n = 0; n < p->N; n++)
+        for (int64_t g = 0; g < G; g++) {
+            const float *xg = x + (n * p->C + g * Cg) * s->in_vol;
+            int64_t yo = (n * p->M + g * Mg) * s->out_vol;
+            kl__pgemm pg = {.M = Mg, .N = s->out_vol, .K = Kg, .ap = pw + g * per_a, .c = y + yo, .ldc = s->out_vol,
+                            .bias = bias ? bias + g * Mg : NULL, .bias_rows = 1,
+                            .res = p->residual ? p->residual + yo : NULL, .ldr = s->out_vol, .act = p->act};
+            if (pointwise) {
+                pg.b = xg;
+                pg.ldb = s->in_vol;
+            } else {
+                pk_ctx pc = {s, xg, wsf, Kg};
+                size_t panels = (size_t)((s->out_vol + KL__NR - 1) / KL__NR);
+                kl_pool_parallel_for(pool, panels, (size_t)KL_MAX(1, 16384 / KL_MAX(1, Kg * KL__NR)), pack_panels,
+                                     &pc);
+                pg.bp = wsf;
+            }
+            kl__pgemm_run(&pg, pool, 0);
+        }
+    kl_mem_free(own);
+    return KL_OK;
+}
+
+/* Residual + activation after a path without a fused residual. */
+typedef struct {
+    const float *r;
+    float *y;
+    int64_t n;
+    kl_act act;
+} res_ctx;
+
+static void res_range(void *vc, size_t b0, size_t b1, int chunk) {
+    res_ctx *c = vc;
+    for (size_t b = b0; b < b1; b++) {
+        int64_t i0 = (int64_t)b * KL__ELEM_BLOCK, i1 = KL_MIN(c->n, i0 + KL__ELEM_BLOCK);
+        for (int64_t i = i0; i < i1; i++) c->y[i] += c->r[i];
+        kl__act_apply_range(c->act, c->y + i0, i1 - i0);
+    }
+}
+
+/* ==================================================================
  * Entry
  * ================================================================== */
 
@@ -353,6 +723,17 @@ int kl_conv_f32(const kl_conv_params *p, const float *x, const float *w, const f
     to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
     int64_t G = p->group, Cg = p->C / G, Mg = p->M / G;
     if (p->N == 0) return KL_OK;
+    if (use_packed(p)) return conv_packed(p, &s, x, w, bias, y, ws, pool, e);
+    if (p->residual) {
+        /* unfused: conv without act, then + residual and act */
+        kl_conv_params q = *p;
+        q.residual = NULL;
+        q.act = (kl_act){KL_ACT_NONE, 0, 0};
+        if ((rc = kl_conv_f32(&q, x, w, bias, y, ws, pool, e))) return rc;
+        res_ctx rcx = {p->residual, y, p->N * p->M * s.out_vol, p->act};
+        kl_pool_parallel_for(pool, (size_t)((rcx.n + KL__ELEM_BLOCK - 1) / KL__ELEM_BLOCK), 1, res_range, &rcx);
+        return KL_OK;
+    }
     if (is_depthwise2d(p)) {
         dw_ctx c = {p, &s, x, w, bias, y};
         kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 1, dw_planes, &c);

@@ -159,6 +159,26 @@ void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alph
 }
 
 /* ==================================================================
+ * Packed constant B (keel's micro-kernel, pgemm.c)
+ * ================================================================== */
+
+size_t kl_gemm_packed_b_floats(int64_t K, int64_t N) {
+    return kl__pgemm_ok() && K > 0 && N > 0 ? kl__pgemm_packed_b_floats(K, N) : 0;
+}
+
+void kl_gemm_pack_b(int transB, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst) {
+    if (transB) kl__pgemm_pack_b(K, N, B, 1, ldb, dst);
+    else kl__pgemm_pack_b(K, N, B, ldb, 1, dst);
+}
+
+void kl_gemm_packed_f32(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *Bp,
+                        const float *bias, const float *res, kl_act act, float *C, int64_t ldc, kl_pool *pool) {
+    kl__pgemm g = {.M = M, .N = N, .K = K, .a = A, .lda = lda, .bp = Bp, .c = C, .ldc = ldc, .bias = bias,
+                   .res = res, .ldr = ldc, .act = act};
+    kl__pgemm_run(&g, pool, 0);
+}
+
+/* ==================================================================
  * MatMul (NumPy semantics)
  * ================================================================== */
 

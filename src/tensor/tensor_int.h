@@ -124,4 +124,39 @@ void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alph
                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int bias_rows,
                      kl_act act);
 
+/* ==================================================================
+ * Packed SGEMM (pgemm.c): keel's AVX-512 micro-kernel, MR x NR blocks
+ * ================================================================== */
+
+#define KL__MR 8
+#define KL__NR 32
+
+typedef struct kl__pgemm {
+    int64_t M, N, K;
+    const float *ap;             /* A packed ([M/MR][K][MR]) or NULL: raw a, lda */
+    const float *a;
+    int64_t lda;
+    const float *bp;             /* B packed ([N/NR][K][NR]) or NULL: raw b, ldb */
+    const float *b;
+    int64_t ldb;
+    const int32_t *boff;         /* with ap: B(k, j) at b[boff[k] + j] (implicit-GEMM conv) */
+    float *c;
+    int64_t ldc;
+    const float *bias;           /* per column (N), or per row (M) when bias_rows; may be NULL */
+    int bias_rows;
+    const float *res;            /* residual added before act (M x N, ldr); may be NULL */
+    int64_t ldr;
+    kl_act act;
+} kl__pgemm;
+
+/* 1 when the CPU has AVX-512F (and KEEL_NO_AVX512 is unset): the packed paths run. */
+int kl__pgemm_ok(void);
+size_t kl__pgemm_packed_a_floats(int64_t M, int64_t K);
+size_t kl__pgemm_packed_b_floats(int64_t K, int64_t N);
+/* Element (i,k) of A at a[i*rs + k*ks]; (k,j) of B at b[k*rs + j*cs]. */
+void kl__pgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t rs, int64_t ks, float *dst);
+void kl__pgemm_pack_b(int64_t K, int64_t N, const float *b, int64_t rs, int64_t cs, float *dst);
+/* Runs C = A B + epilogue over fixed tiles (serial: in the caller's thread). */
+void kl__pgemm_run(const kl__pgemm *g, kl_pool *pool, int serial);
+
 #endif
