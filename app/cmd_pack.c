@@ -142,10 +142,10 @@ int cmd_pack(int argc, char **argv) {
         printf("already packed: %s holds shard set %s (%lld records, %lld shards); nothing to do\n", o.out_dir, res.id,
                (long long)res.packed, (long long)res.shards);
     else
-        printf("packed %lld of %lld images (%lld skipped, %d classes) into %lld shards in %s%s\n"
+        printf("packed %lld of %lld images (%lld skipped, %d classes) into %lld shard%s in %s%s\n"
                "  %s read, %s written, %s (%.0f images/s, %d threads)\n  id %s\n",
                (long long)res.packed, (long long)res.files, (long long)res.skipped, res.num_classes, (long long)res.shards,
-               o.out_dir, res.shards_reused ? " (resumed)" : "", kl_fmt_bytes(res.bytes_in, bi, sizeof bi),
+               res.shards == 1 ? "" : "s", o.out_dir, res.shards_reused ? " (resumed)" : "", kl_fmt_bytes(res.bytes_in, bi, sizeof bi),
                kl_fmt_bytes(res.bytes_out, bo, sizeof bo), kl_fmt_duration(res.seconds, tb, sizeof tb), rate,
                kl_pool_threads(kl_pool_default()), res.id);
     kl_pack_result_free(&res);
