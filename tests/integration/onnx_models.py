@@ -2,7 +2,9 @@
 """Real-model parity: PyTorch 1.13 exports (MLP, ResNet-18, MobileNetV2, a
 2-layer TransformerEncoder with a padding mask and dynamic batch; random
 weights) are run by `keel run` and compared with PyTorch's outputs (max abs
-error <= 1e-4). Exports are cached in $BUILD/onnx-models."""
+error <= 1e-4), on the default kernels and again with KEEL_NO_AVX512=1 (the
+OpenBLAS/AVX2 paths a CPU without AVX-512F runs). Exports are cached in
+$BUILD/onnx-models."""
 import os
 import subprocess
 import sys
@@ -23,17 +25,21 @@ if r.returncode != 0:
     sys.exit(1)
 
 ok = True
-for name in ["mlp", "resnet18", "mobilenet_v2", "transformer"]:
+runs = [(name, mode) for mode in ("", "_noavx512") for name in ["mlp", "resnet18", "mobilenet_v2", "transformer"]]
+for name, mode in runs:
+    env = dict(os.environ)
+    if mode:
+        env["KEEL_NO_AVX512"] = "1"
     d = os.path.join(models, name)
     for b in sorted(x for x in os.listdir(d) if x.startswith("b")):
         bd = os.path.join(d, b)
         ins = [f[:-4] for f in sorted(os.listdir(bd)) if f.endswith(".npy") and not f.startswith("expected_")]
-        out = os.path.join(tmp, name + b)
+        out = os.path.join(tmp, name + mode + b)
         cmd = [keel, "run", os.path.join(d, "model.onnx"), "--output-dir", out]
         for i in ins:
             cmd += ["--input", "%s=%s" % (i, os.path.join(bd, i + ".npy"))]
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        test = "onnx_model_%s_%s" % (name, b)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        test = "onnx_model_%s_%s%s" % (name, b, mode)
         if r.returncode != 0:
             print("FAIL %s: keel run exited %d: %s" % (test, r.returncode, r.stderr[-300:].replace("\n", " ")))
             ok = False
