@@ -372,20 +372,27 @@ static int decode_plain(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, s
     return KL_OK;
 }
 
-static int decode_dict_idx(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, size_t nn, uint8_t **fx, bref **br) {
+/* nn dictionary indexes into idx, each checked against the dictionary. */
+static int idx_decode(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, size_t nn, uint32_t *idx) {
     if (!d->has_dict) return BAD(c, "dictionary-encoded page without a dictionary page");
     if (nn == 0) return KL_OK;
     if (p >= end) return BAD(c, "dictionary page data is empty");
     int bw = *p++;
     if (bw > 32) return BAD(c, "dictionary index bit width %d", bw);
-    if (GROW(d->idx, d->idx_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-    uint32_t *idx = d->idx;
     if (pq_rle_decode(p, (size_t)(end - p), bw, idx, nn)) return BAD(c, "dictionary indexes truncated or corrupt");
     uint32_t bad = 0, dn = (uint32_t)KL_MIN(d->dn, (size_t)UINT32_MAX);
     for (size_t i = 0; i < nn; i++) bad |= idx[i] >= dn;
     if (bad)
         for (size_t i = 0; i < nn; i++)
             if (idx[i] >= d->dn) return BAD(c, "dictionary index %u out of range (dictionary has %zu entries)", idx[i], d->dn);
+    return KL_OK;
+}
+
+static int decode_dict_idx(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, size_t nn, uint8_t **fx, bref **br) {
+    if (GROW(d->idx, d->idx_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+    uint32_t *idx = d->idx;
+    int rc = idx_decode(c, d, p, end, nn, idx);
+    if (rc || nn == 0) return rc;
     if (!fx && !br) return KL_OK;  /* indexes only (fused path) */
     if (is_varphys(c->L)) {
         if (GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
@@ -724,8 +731,9 @@ static int read_dict(ctxt *c, dec *d, const pq_chunk *ch, const page_hdr *h, con
         memcpy(d->dbr, br, nn * sizeof *br);
     } else {
         size_t w = phys_size(L);
-        if (GROW(d->dfx, d->dfx_cap, nn * w + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+        if (GROW(d->dfx, d->dfx_cap, (nn + 1) * w + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         memcpy(d->dfx, fx, nn * w);
+        memset(d->dfx + nn * w, 0, w);  /* entry nn: the value of null rows */
     }
     d->dn = nn;
     d->has_dict = 1;
@@ -951,11 +959,19 @@ static int decode_chunk(chunk_job *J, dec *d) {
         if (vo && vo->coded && n > 0) {
             /* dictionary codes straight into the output: strings never materialized */
             if (GROW(vo->codes, vo->codes_cap, base + n + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            if ((rc = decode_dict_idx(&c, d, vals, vend, nn, NULL, NULL))) goto out;
-            if ((rc = set_valid_rows(col, pres, n, nn < n))) { kl_err_set(e, rc, "out of memory"); goto out; }
             uint32_t *dst = vo->codes + base;
-            if (nn == n) memcpy(dst, d->idx, n * sizeof *dst);
-            else for (size_t r = 0, j = 0; r < n; r++) dst[r] = pres[r] ? d->idx[j++] : 0;
+            if (nn == n) {
+                if ((rc = idx_decode(&c, d, vals, vend, nn, dst))) goto out;
+            } else {
+                if ((rc = decode_dict_idx(&c, d, vals, vend, nn, NULL, NULL))) goto out;
+                const uint32_t *ix = d->idx;
+                for (size_t r = 0, j = 0; r < n; r++) { /* branch-free: ix has slack */
+                    uint32_t k = ix[j];
+                    dst[r] = pres[r] ? k : 0;
+                    j += pres[r];
+                }
+            }
+            if ((rc = set_valid_rows(col, pres, n, nn < n))) { kl_err_set(e, rc, "out of memory"); goto out; }
             col->len += n;
         } else if (is_dict && (L->kind == K_I64 || L->kind == K_F64 || L->kind == K_I32 || L->kind == K_F32) && w == phys_size(L) && n > 0) {
             /* fused path: dictionary indexes straight into the column */
@@ -966,13 +982,17 @@ static int decode_chunk(chunk_job *J, dec *d) {
             size_t j = 0;
             char *dst = (char *)col->values + base * w;
             const char *dv = (const char *)d->dfx;
-            static const char zero8[8];
+            /* nulls: branch-free, entry dn of the dictionary is zero and ix has slack */
             if (w == 8) {
-                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, dv + 8 * (size_t)ix[r], 8);
-                else for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, pres[r] ? dv + 8 * (size_t)ix[j++] : zero8, 8);
+                uint64_t *d8 = (uint64_t *)(void *)dst;
+                const uint64_t *s8 = (const uint64_t *)(const void *)dv;
+                if (!has_nulls) for (size_t r = 0; r < n; r++) d8[r] = s8[ix[r]];
+                else for (size_t r = 0; r < n; r++) { uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn; d8[r] = s8[k]; j += pres[r]; }
             } else {
-                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, dv + 4 * (size_t)ix[r], 4);
-                else for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, pres[r] ? dv + 4 * (size_t)ix[j++] : zero8, 4);
+                uint32_t *d4 = (uint32_t *)(void *)dst;
+                const uint32_t *s4 = (const uint32_t *)(const void *)dv;
+                if (!has_nulls) for (size_t r = 0; r < n; r++) d4[r] = s4[ix[r]];
+                else for (size_t r = 0; r < n; r++) { uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn; d4[r] = s4[k]; j += pres[r]; }
             }
             col->len += n;
         } else {
