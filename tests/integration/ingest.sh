@@ -39,7 +39,22 @@ if expect_rc ingest_clicks_ok 0 "$KEEL" ingest clicks.csv --schema clicks.yaml -
   expect_rc ingest_data_validate 0 "$KEEL" data validate ds
   expect_rc ingest_data_head 0 "$KEEL" data head ds -n 3 --json
   [ "$(wc -l < "$T/out")" = 3 ] && pass ingest_data_head_rows || fail ingest_data_head_rows "$(cat "$T/out")"
-  expect_rc ingest_data_stats 0 "$KEEL" data stats ds --json
+  if expect_rc ingest_data_stats 0 "$KEEL" data stats ds --json; then
+    # the vector scan's statistics agree with the ingest's (rows, nulls, string min/max)
+    why=$($PYTHON - "$T/out" "$m" <<'PY'
+import json, sys
+s, m = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+mc = {c["name"]: c for c in m["columns"]}
+for c in s["columns"]:
+    r = mc[c["name"]]
+    if (c["rows"], c["nulls"]) != (r["rows"], r["nulls"]):
+        print(c["name"], "rows/nulls", c["rows"], c["nulls"], "manifest", r["rows"], r["nulls"])
+    if c["type"] == "string" and (c["min"], c["max"]) != (r.get("min"), r.get("max")):
+        print(c["name"], "min/max", c["min"], c["max"], "manifest", r["min"], r["max"])
+PY
+)
+    [ -z "$why" ] && pass ingest_data_stats_match_manifest || fail ingest_data_stats_match_manifest "$why"
+  fi
   expect_rc ingest_data_show 0 "$KEEL" data show ds
   expect_rc ingest_data_report 0 "$KEEL" data report ds --out report.html
   grep -q "<svg" report.html && grep -q "Null ratios" report.html && pass ingest_report_html || fail ingest_report_html "no svg"
