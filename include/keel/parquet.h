@@ -200,7 +200,10 @@ int kl_pq_next_vectors(kl_pq_reader *r, const kl_pq_vector **vecs, size_t *nrows
  * one group of all rows; value: a numeric column, or NULL (counts only).
  * Groups come in order of first appearance; nulls form their own group
  * (key.is_null). NaN values are skipped by sum/min/max but counted. The sums
- * are the same at any thread count. Changes the reader's selection. */
+ * are the same at any thread count. Changes the reader's selection.
+ * out: zeroed ({0}) for a new aggregation, or the result of an earlier call
+ * with the same key and value (another file of a dataset): the rows are
+ * added to it. On failure out is cleared. kl_pq_groups_clear frees. */
 typedef struct {
     kl_pq_value key;          /* strings owned by the kl_pq_groups */
     uint64_t rows;            /* count(*) */
@@ -211,7 +214,7 @@ typedef struct {
     size_t n;
     kl_pq_group *g;
     uint64_t rows;            /* rows aggregated */
-    void *priv;               /* owned storage */
+    void *priv;               /* owned state (hash table, key bytes) */
 } kl_pq_groups;
 int kl_pq_group_by(kl_pq_reader *r, const char *key, const char *value, kl_pq_groups *out, kl_err *e);
 void kl_pq_groups_clear(kl_pq_groups *g);

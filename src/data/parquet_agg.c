@@ -19,6 +19,8 @@ typedef struct {
     /* per row group partials of coded keys */
     uint64_t *prow, *pcnt; double *psum, *pmin, *pmax; size_t pcap;
     double *tmp; size_t tmp_cap;       /* values converted to double */
+    kl_col_type key_type, value_type;  /* of the first call (later calls must match) */
+    int has_key, has_value;
 } agg;
 
 static uint64_t key_hash(const kl_pq_value *k) {
@@ -205,35 +207,45 @@ static void agg_free(agg *a) {
 }
 
 int kl_pq_group_by(kl_pq_reader *r, const char *key, const char *value, kl_pq_groups *out, kl_err *e) {
-    memset(out, 0, sizeof *out);
     const char *names[2];
     size_t nn = 0;
     int ki = -1, vi = -1;
     if (key) { ki = (int)nn; names[nn++] = key; }
     if (value) { vi = (int)nn; names[nn++] = value; }
     int rc;
+    agg *a = out->priv;
+    if (!a) {
+        memset(out, 0, sizeof *out);
+        if (!(a = calloc(1, sizeof *a))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        kl_buf_init(&a->keys);
+        out->priv = a;
+        a->has_key = key != NULL;
+        a->has_value = value != NULL;
+    } else if (a->has_key != (key != NULL) || a->has_value != (value != NULL)) {
+        rc = kl_err_set(e, KL_EINVAL, "group by: key/value differ from the earlier call");
+        goto fail;
+    }
+    int first = out->n == 0 && out->rows == 0;
     if (nn == 0) {
         /* counts only, no key: any one column gives the row count */
-        if (kl_pq_num_columns(r) == 0) return kl_err_set(e, KL_EINVAL, "group by: the file has no columns");
-        if ((rc = kl_pq_select(r, NULL, 0, e))) return rc;
+        if (kl_pq_num_columns(r) == 0) { rc = kl_err_set(e, KL_EINVAL, "group by: the file has no columns"); goto fail; }
+        if ((rc = kl_pq_select(r, NULL, 0, e))) goto fail;
         if (kl_pq_num_selected(r) > 1) {
             names[0] = kl_pq_selected(r, 0)->name;
-            if ((rc = kl_pq_select(r, names, 1, e))) return rc;
+            if ((rc = kl_pq_select(r, names, 1, e))) goto fail;
         }
-    } else if ((rc = kl_pq_select(r, names, nn, e))) return rc;
+    } else if ((rc = kl_pq_select(r, names, nn, e))) goto fail;
     if (ki >= 0) {
         kl_col_type t = kl_pq_selected(r, (size_t)ki)->type;
-        if (t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64)
-            return kl_err_set(e, KL_ETYPE, "group by %s: a %s column cannot be a group key", key, kl_col_type_name(t));
+        if (t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64) { rc = kl_err_set(e, KL_ETYPE, "group by %s: a %s column cannot be a group key", key, kl_col_type_name(t)); goto fail; }
+        if (!first && t != a->key_type) { rc = kl_err_set(e, KL_ETYPE, "group by %s: %s here, %s in the earlier files", key, kl_col_type_name(t), kl_col_type_name(a->key_type)); goto fail; }
+        a->key_type = t;
     }
     if (vi >= 0) {
         kl_col_type t = kl_pq_selected(r, (size_t)vi)->type;
-        if (t == KL_COL_STRING || t == KL_COL_BINARY)
-            return kl_err_set(e, KL_ETYPE, "group by: value column %s is %s, not numeric", value, kl_col_type_name(t));
+        if (t == KL_COL_STRING || t == KL_COL_BINARY) { rc = kl_err_set(e, KL_ETYPE, "group by: value column %s is %s, not numeric", value, kl_col_type_name(t)); goto fail; }
+        a->value_type = t;
     }
-    agg a;
-    memset(&a, 0, sizeof a);
-    kl_buf_init(&a.keys);
     kl_pq_rewind(r);
     for (;;) {
         const kl_pq_vector *vec;
@@ -243,18 +255,18 @@ int kl_pq_group_by(kl_pq_reader *r, const char *key, const char *value, kl_pq_gr
         out->rows += n;
         const kl_pq_vector *kv = ki >= 0 ? &vec[ki] : NULL, *vv = vi >= 0 ? &vec[vi] : NULL;
         const double *x = NULL;
-        if (vv && !(x = as_double(&a, vv, n))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        if (vv && !(x = as_double(a, vv, n))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
         if (kv && kv->codes) {
-            if ((rc = agg_coded(&a, kv, vv, x, n))) { kl_err_set(e, rc, "out of memory"); goto fail; }
+            if ((rc = agg_coded(a, kv, vv, x, n))) { kl_err_set(e, rc, "out of memory"); goto fail; }
             continue;
         }
         if (!kv) {
             kl_pq_value nokey;
             memset(&nokey, 0, sizeof nokey);
             nokey.is_null = 1;
-            long gi = a.n ? 0 : find_group(&a, &nokey);
+            long gi = a->n ? 0 : find_group(a, &nokey);
             if (gi < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-            kl_pq_group *g = &a.g[gi];
+            kl_pq_group *g = &a->g[gi];
             g->rows += n;
             if (x) for (size_t i = 0; i < n; i++) if (!vv->valid || vv->valid[i]) add_value(g, x[i]);
             continue;
@@ -266,9 +278,9 @@ int kl_pq_group_by(kl_pq_reader *r, const char *key, const char *value, kl_pq_gr
             kl_pq_value k = row_key(kv, i);
             /* runs of one key (sorted or partitioned data) skip the hash */
             long gi = last >= 0 && k.is_null == lastk.is_null && k.n == lastk.n && k.i == lastk.i &&
-                      (!k.n || !memcmp(k.s, lastk.s, k.n)) ? last : find_group(&a, &k);
+                      (!k.n || !memcmp(k.s, lastk.s, k.n)) ? last : find_group(a, &k);
             if (gi < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-            kl_pq_group *g = &a.g[gi];
+            kl_pq_group *g = &a->g[gi];
             g->rows++;
             if (x && (!vv->valid || vv->valid[i])) add_value(g, x[i]);
             last = gi;
@@ -276,30 +288,22 @@ int kl_pq_group_by(kl_pq_reader *r, const char *key, const char *value, kl_pq_gr
         }
     }
     kl_pq_rewind(r);
-    for (size_t i = 0; i < a.n; i++) {
-        kl_pq_value *k = &a.g[i].key;
-        if (!k->is_null && (k->type == KL_COL_STRING || k->type == KL_COL_BINARY)) k->s = a.keys.data ? a.keys.data + a.key_off[i] : "";
-        else if (!k->is_null) k->s = NULL;
+    for (size_t i = 0; i < a->n; i++) {
+        kl_pq_value *k = &a->g[i].key;
+        if (!k->is_null && (k->type == KL_COL_STRING || k->type == KL_COL_BINARY)) k->s = a->keys.data ? a->keys.data + a->key_off[i] : "";
+        else k->s = NULL;
     }
-    out->n = a.n;
-    out->g = a.g;
-    a.g = NULL;
-    kl_buf *keys = malloc(sizeof *keys);
-    if (!keys) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); free(out->g); memset(out, 0, sizeof *out); goto fail; }
-    *keys = a.keys;
-    kl_buf_init(&a.keys);
-    out->priv = keys;
-    agg_free(&a);
+    out->n = a->n;
+    out->g = a->g;
     return KL_OK;
 fail:
     kl_pq_rewind(r);
-    agg_free(&a);
+    kl_pq_groups_clear(out);
     return rc;
 }
 
 void kl_pq_groups_clear(kl_pq_groups *g) {
     if (!g) return;
-    free(g->g);
-    if (g->priv) { kl_buf_free(g->priv); free(g->priv); }
+    if (g->priv) { agg_free(g->priv); free(g->priv); }
     memset(g, 0, sizeof *g);
 }

@@ -337,7 +337,7 @@ KL_TEST(parquet_scan_dictionary_fallback_mid_chunk) {
     /* group by over it */
     kl_pq_reader *r;
     KT_OK(kl_pq_open(p, &r, &e), &e);
-    kl_pq_groups g;
+    kl_pq_groups g = {0};
     KT_OK(kl_pq_group_by(r, "s", NULL, &g, &e), &e);
     uint64_t total = 0, nulls = 0, red = 0;
     for (size_t i = 0; i < g.n; i++) {
@@ -411,7 +411,7 @@ KL_TEST(parquet_scan_group_by_matches_naive) {
                     if (isnan(g->mx) || x > g->mx) g->mx = x;
                 }
             }
-            kl_pq_groups res[2];
+            kl_pq_groups res[2] = {{0}};
             for (int t = 0; t < 2; t++) {
                 kl_threads_set(t ? 4 : 1);
                 kl_pq_reader *r;
@@ -442,7 +442,7 @@ KL_TEST(parquet_scan_group_by_matches_naive) {
     /* errors: a float key, a string value, an unknown column */
     kl_pq_reader *r;
     KT_OK(kl_pq_open(p, &r, &e), &e);
-    kl_pq_groups g;
+    kl_pq_groups g = {0};
     KT_CHECK(kl_pq_group_by(r, c[4]->name, NULL, &g, &e) == KL_ETYPE);
     KT_CHECK(kl_pq_group_by(r, NULL, c[5]->name, &g, &e) == KL_ETYPE);
     KT_CHECK(kl_pq_group_by(r, "nope", NULL, &g, &e) == KL_ENOTFOUND);
@@ -455,6 +455,21 @@ KL_TEST(parquet_scan_group_by_matches_naive) {
     for (size_t i = 0; i < 9000; i++) want += !kl_column_is_null(c[4], i) && kl_column_get_f64(c[4], i) < 100.0;
     KT_EQ_INT(g.rows, want);
     KT_EQ_INT(g.g[0].count, want);
+    kl_pq_groups_clear(&g);
+    kl_pq_filter_clear(r);
+    /* accumulating over two files (here the same one twice) */
+    KT_OK(kl_pq_group_by(r, c[5]->name, c[4]->name, &g, &e), &e);
+    size_t n1 = g.n;
+    double s1 = g.g[0].sum;
+    uint64_t r1 = g.g[0].rows;
+    KT_OK(kl_pq_group_by(r, c[5]->name, c[4]->name, &g, &e), &e);
+    KT_EQ_INT(g.n, n1);
+    KT_EQ_INT(g.rows, 18000);
+    KT_EQ_INT(g.g[0].rows, 2 * r1);
+    KT_NEAR(g.g[0].sum, 2 * s1, 1e-9 * fabs(s1));
+    for (size_t i = 0; i < g.n; i++) KT_CHECK(g.g[i].key.is_null || g.g[i].key.s != NULL);
+    KT_CHECK(kl_pq_group_by(r, c[2]->name, c[4]->name, &g, &e) == KL_ETYPE); /* another key type */
+    KT_CHECK(g.n == 0 && g.priv == NULL);
     kl_pq_groups_clear(&g);
     kl_pq_close(r);
     free_cols(c, NTYPES);
