@@ -278,30 +278,46 @@ static void unpack_u8(const uint8_t *p, size_t nbytes, int bw, uint8_t *out, siz
     }
 }
 
+/* The next run header (ULEB128) of the hybrid; -1 when truncated or overlong. */
+static int run_header(const uint8_t **pp, const uint8_t *end, uint64_t *h) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int shift = 0;; shift += 7) {
+        if (p >= end || shift > 35) return -1;
+        uint8_t c = *p++;
+        v |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) break;
+    }
+    *pp = p;
+    *h = v;
+    return 0;
+}
+
+/* A bit-packed run of `groups` groups of 8 with avail bytes left: the values
+ * and bytes it holds (a truncated last group: what the bytes hold). -1 when
+ * the bytes hold no value at all. */
+static int packed_run(uint64_t groups, int bw, size_t avail, uint64_t *cnt, uint64_t *bytes) {
+    *bytes = groups * (uint64_t)bw;
+    *cnt = groups * 8;
+    if (*bytes > (uint64_t)avail) {
+        *cnt = bw ? (uint64_t)avail * 8 / (uint64_t)bw : *cnt;
+        *bytes = (uint64_t)avail;
+        if (*cnt == 0) return -1;
+    }
+    return 0;
+}
+
 int pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n) {
     const uint8_t *end = p + len;
     size_t got = 0;
     if (bw < 0 || bw > 8) return -1;
     int fast = __builtin_cpu_supports("bmi2");
     while (got < n) {
-        uint64_t h = 0;
-        int shift = 0;
-        for (;;) {
-            if (p >= end || shift > 35) return -1;
-            uint8_t c = *p++;
-            h |= (uint64_t)(c & 0x7F) << shift;
-            shift += 7;
-            if (!(c & 0x80)) break;
-        }
+        uint64_t h, cnt, bytes;
+        if (run_header(&p, end, &h)) return -1;
         if (h & 1) {
-            uint64_t groups = h >> 1;
-            if (groups == 0) continue;
-            uint64_t bytes = groups * (uint64_t)bw, cnt = groups * 8;
-            if (bytes > (uint64_t)(end - p)) {
-                cnt = bw ? (uint64_t)(end - p) * 8 / (uint64_t)bw : cnt;
-                bytes = (uint64_t)(end - p);
-                if (cnt == 0) return -1;
-            }
+            if (packed_run(h >> 1, bw, (size_t)(end - p), &cnt, &bytes)) return -1;
+            if (cnt == 0) continue;
             size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
             if (bw == 0) memset(out + got, 0, take);
             else if (fast) unpack_u8(p, (size_t)bytes, bw, out + got, take);
@@ -335,26 +351,11 @@ int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n)
     if (bw < 0 || bw > 32) return -1;
     int vb = (bw + 7) / 8;
     while (got < n) {
-        uint64_t h = 0;
-        int shift = 0;
-        for (;;) {
-            if (p >= end || shift > 35) return -1;
-            uint8_t c = *p++;
-            h |= (uint64_t)(c & 0x7F) << shift;
-            shift += 7;
-            if (!(c & 0x80)) break;
-        }
+        uint64_t h, cnt, bytes;
+        if (run_header(&p, end, &h)) return -1;
         if (h & 1) {
-            uint64_t groups = h >> 1;
-            if (groups == 0) continue;
-            uint64_t bytes = groups * (uint64_t)bw;
-            uint64_t cnt = groups * 8;
-            if (bytes > (uint64_t)(end - p)) {
-                /* a truncated last group: decode what the bytes hold */
-                cnt = bw ? (uint64_t)(end - p) * 8 / (uint64_t)bw : cnt;
-                bytes = (uint64_t)(end - p);
-                if (cnt == 0) return -1;
-            }
+            if (packed_run(h >> 1, bw, (size_t)(end - p), &cnt, &bytes)) return -1;
+            if (cnt == 0) continue;
             size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
             if (bw == 0) memset(out + got, 0, take * sizeof *out);
             else unpack(p, (size_t)bytes, bw, out + got, take);

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "data/parquet_read_int.h"
 
@@ -818,6 +819,14 @@ static int decode_chunk(chunk_job *J, dec *d) {
     if (ch->total_compressed <= 0 || ch->total_compressed > (int64_t)R->footer_start - start)
         return BAD(&c, "chunk size %lld outside the data", (long long)ch->total_compressed);
     const uint8_t *pos = R->data + start, *end = R->data + start + ch->total_compressed;
+#ifdef MADV_POPULATE_READ
+    if (R->map) {
+        /* map the chunk's pages in one call: a page fault each costs more
+         * than decoding the page's values (first scan of a file) */
+        uintptr_t a = (uintptr_t)pos & ~(uintptr_t)4095;
+        (void)madvise((void *)a, (size_t)((uintptr_t)end - a), MADV_POPULATE_READ);
+    }
+#endif
     int64_t done = 0;
     if (ch->num_values != rows && L->max_rep == 0)
         return BAD(&c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values, (long long)rows);

@@ -6,7 +6,8 @@
  *         [--rg-rows R] [--seed S]  writes the all-types test table, prints its JSON
  *   meta FILE                   metadata and statistics as JSON
  *   gen OUT.parquet --rows N [--codec C]   the click log, timed write
- *   scan FILE [--threads T] [--reps R]     sum(item_price), count by category, timed
+ *   scan FILE... [--threads T] [--reps R] [--warmup W]  sum(item_price), count by
+ *                               category over the files (kl_pq_group_by), timed
  *   clickcsv OUT.csv [--rows N] [--seed S] the benchmark click log as CSV */
 #include <math.h>
 #include <stdio.h>
@@ -299,13 +300,16 @@ static int cmd_scan(int argc, char **argv) {
     for (int k = -warm; k < reps; k++) {
         double t0 = now_s();
         kl_err e = {0};
-        kl_pq_reader *r;
         kl_pq_groups_clear(&g);
-        if (kl_pq_open(argv[2], &r, &e) || kl_pq_group_by(r, "category", "item_price", &g, &e)) {
-            fprintf(stderr, "%s\n", kl_err_what(&e));
-            return 1;
+        for (int i = 2; i < argc; i++) {
+            if (!strncmp(argv[i], "--", 2)) { i++; continue; } /* every option takes a value */
+            kl_pq_reader *r;
+            if (kl_pq_open(argv[i], &r, &e) || kl_pq_group_by(r, "category", "item_price", &g, &e)) {
+                fprintf(stderr, "%s\n", kl_err_what(&e));
+                return 1;
+            }
+            kl_pq_close(r);
         }
-        kl_pq_close(r);
         if (k >= 0) printf("%s%.4f", k ? "," : "", now_s() - t0);
     }
     sum = 0;
