@@ -278,100 +278,86 @@ static void unpack_u8(const uint8_t *p, size_t nbytes, int bw, uint8_t *out, siz
     }
 }
 
-/* The next run header (ULEB128) of the hybrid; -1 when truncated or overlong. */
-static int run_header(const uint8_t **pp, const uint8_t *end, uint64_t *h) {
-    const uint8_t *p = *pp;
-    uint64_t v = 0;
+/* The runs of the hybrid, one at a time: a bit-packed run (its bytes at
+ * *data; a truncated last group yields the values its bytes hold) or a
+ * repeated value. 0 = a run of *cnt values (0: an empty run), -1 = corrupt. */
+typedef struct { const uint8_t *p, *end; int bw; } rle_it;
+
+static int rle_next(rle_it *it, int *packed, uint64_t *cnt, const uint8_t **data, uint64_t *bytes, uint32_t *val) {
+    uint64_t h = 0;
     for (int shift = 0;; shift += 7) {
-        if (p >= end || shift > 35) return -1;
-        uint8_t c = *p++;
-        v |= (uint64_t)(c & 0x7F) << shift;
+        if (it->p >= it->end || shift > 35) return -1;
+        uint8_t c = *it->p++;
+        h |= (uint64_t)(c & 0x7F) << shift;
         if (!(c & 0x80)) break;
     }
-    *pp = p;
-    *h = v;
-    return 0;
-}
-
-/* A bit-packed run of `groups` groups of 8 with avail bytes left: the values
- * and bytes it holds (a truncated last group: what the bytes hold). -1 when
- * the bytes hold no value at all. */
-static int packed_run(uint64_t groups, int bw, size_t avail, uint64_t *cnt, uint64_t *bytes) {
-    *bytes = groups * (uint64_t)bw;
-    *cnt = groups * 8;
-    if (*bytes > (uint64_t)avail) {
-        *cnt = bw ? (uint64_t)avail * 8 / (uint64_t)bw : *cnt;
-        *bytes = (uint64_t)avail;
-        if (*cnt == 0) return -1;
+    size_t avail = (size_t)(it->end - it->p);
+    *packed = (int)(h & 1);
+    if (h & 1) {
+        *bytes = (h >> 1) * (uint64_t)it->bw;
+        *cnt = (h >> 1) * 8;
+        if (*bytes > (uint64_t)avail) {
+            *cnt = it->bw ? (uint64_t)avail * 8 / (uint64_t)it->bw : *cnt;
+            *bytes = (uint64_t)avail;
+            if (*cnt == 0) return -1;
+        }
+        *data = it->p;
+        it->p += *bytes;
+        return 0;
     }
+    *cnt = h >> 1;
+    if (*cnt == 0) return -1;
+    int vb = (it->bw + 7) / 8;
+    if ((int)avail < vb) return -1;
+    uint32_t x = 0;
+    for (int k = 0; k < vb; k++) x |= (uint32_t)it->p[k] << (8 * k);
+    it->p += vb;
+    *val = x;
     return 0;
 }
 
 int pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n) {
-    const uint8_t *end = p + len;
-    size_t got = 0;
     if (bw < 0 || bw > 8) return -1;
     int fast = __builtin_cpu_supports("bmi2");
-    while (got < n) {
-        uint64_t h, cnt, bytes;
-        if (run_header(&p, end, &h)) return -1;
-        if (h & 1) {
-            if (packed_run(h >> 1, bw, (size_t)(end - p), &cnt, &bytes)) return -1;
-            if (cnt == 0) continue;
-            size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
-            if (bw == 0) memset(out + got, 0, take);
-            else if (fast) unpack_u8(p, (size_t)bytes, bw, out + got, take);
-            else {
-                for (size_t i = 0; i < take; i++) {
-                    size_t bit = i * (size_t)bw;
-                    unsigned v = p[bit >> 3] >> (bit & 7);
-                    if ((bit & 7) + (size_t)bw > 8) v |= (unsigned)p[(bit >> 3) + 1] << (8 - (bit & 7));
-                    out[got + i] = (uint8_t)(v & ((1u << bw) - 1));
-                }
-            }
-            got += take;
-            p += bytes;
-        } else {
-            uint64_t run = h >> 1;
-            if (run == 0) return -1;
-            if (bw > 0 && end - p < 1) return -1;
-            uint8_t x = bw > 0 ? *p++ : 0;
+    rle_it it = {p, p + len, bw};
+    for (size_t got = 0; got < n;) {
+        int packed = 0;
+        uint64_t cnt = 0, bytes = 0;
+        const uint8_t *d = NULL;
+        uint32_t x = 0;
+        if (rle_next(&it, &packed, &cnt, &d, &bytes, &x)) return -1;
+        size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
+        if (!packed) {
             if (bw < 8 && (x >> bw)) return -1;  /* a run value wider than the bit width */
-            size_t take = (size_t)KL_MIN(run, (uint64_t)(n - got));
-            memset(out + got, x, take);
-            got += take;
-        }
+            memset(out + got, (int)x, take);
+        } else if (bw == 0) memset(out + got, 0, take);
+        else if (fast) unpack_u8(d, (size_t)bytes, bw, out + got, take);
+        else
+            for (size_t i = 0; i < take; i++) {
+                size_t bit = i * (size_t)bw;
+                unsigned v = d[bit >> 3] >> (bit & 7);
+                if ((bit & 7) + (size_t)bw > 8) v |= (unsigned)d[(bit >> 3) + 1] << (8 - (bit & 7));
+                out[got + i] = (uint8_t)(v & ((1u << bw) - 1));
+            }
+        got += take;
     }
     return 0;
 }
 
 int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n) {
-    const uint8_t *end = p + len;
-    size_t got = 0;
     if (bw < 0 || bw > 32) return -1;
-    int vb = (bw + 7) / 8;
-    while (got < n) {
-        uint64_t h, cnt, bytes;
-        if (run_header(&p, end, &h)) return -1;
-        if (h & 1) {
-            if (packed_run(h >> 1, bw, (size_t)(end - p), &cnt, &bytes)) return -1;
-            if (cnt == 0) continue;
-            size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
-            if (bw == 0) memset(out + got, 0, take * sizeof *out);
-            else unpack(p, (size_t)bytes, bw, out + got, take);
-            got += take;
-            p += bytes;
-        } else {
-            uint64_t run = h >> 1;
-            if (run == 0) return -1;
-            if (end - p < vb) return -1;
-            uint32_t x = 0;
-            for (int k = 0; k < vb; k++) x |= (uint32_t)p[k] << (8 * k);
-            p += vb;
-            size_t take = (size_t)KL_MIN(run, (uint64_t)(n - got));
-            for (size_t k = 0; k < take; k++) out[got + k] = x;
-            got += take;
-        }
+    rle_it it = {p, p + len, bw};
+    for (size_t got = 0; got < n;) {
+        int packed = 0;
+        uint64_t cnt = 0, bytes = 0;
+        const uint8_t *d = NULL;
+        uint32_t x = 0;
+        if (rle_next(&it, &packed, &cnt, &d, &bytes, &x)) return -1;
+        size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
+        if (!packed) for (size_t k = 0; k < take; k++) out[got + k] = x;
+        else if (bw == 0) memset(out + got, 0, take * sizeof *out);
+        else unpack(d, (size_t)bytes, bw, out + got, take);
+        got += take;
     }
     return 0;
 }
