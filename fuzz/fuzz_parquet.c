@@ -1,9 +1,12 @@
 /* libFuzzer target of the Parquet reader: opens the input as a Parquet file
- * (footer, schema, statistics), reads every supported column in batches, and
- * tries a predicate. Any crash, leak or sanitizer report is a finding.
+ * (footer, schema, statistics), reads every supported column in batches and
+ * by vector scan (dictionary codes checked against their dictionary), runs a
+ * group-by, and tries a predicate. Any crash, leak or sanitizer report is a
+ * finding.
  * Build and run: make fuzz-parquet-run FUZZ_SECONDS=600 (see mk/parquet.mk). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "keel/parquet.h"
 
@@ -16,6 +19,30 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t got;
     int guard = 0;
     while (kl_pq_read_batch(r, 1000, cols, &got, &e) == 0 && got && guard++ < 1000) {}
+    /* vector scan: codes must index their dictionary */
+    kl_pq_rewind(r);
+    const kl_pq_vector *v;
+    guard = 0;
+    while (kl_pq_next_vectors(r, &v, &got, &e) == 0 && got && guard++ < 1000)
+        for (size_t j = 0; j < n; j++)
+            for (size_t i = 0; v[j].codes && i < got; i++)
+                if (v[j].codes[i] >= v[j].dict->len) abort();
+    kl_pq_rewind(r);
+    /* group by the first non-float column, summing the first numeric one */
+    const char *key = NULL, *val = NULL;
+    for (size_t j = 0; j < n; j++) {
+        kl_col_type t = kl_pq_selected(r, j)->type;
+        int fl = t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64, str = t == KL_COL_STRING || t == KL_COL_BINARY;
+        if (!fl && !key) key = kl_pq_selected(r, j)->name;
+        if (!str && !val) val = kl_pq_selected(r, j)->name;
+    }
+    char *k2 = key ? strdup(key) : NULL, *v2 = val ? strdup(val) : NULL; /* names live in the reader */
+    kl_pq_groups g = {0};
+    kl_pq_group_by(r, k2, v2, &g, &e);
+    kl_pq_groups_clear(&g);
+    free(k2);
+    free(v2);
+    kl_pq_select(r, NULL, 0, &e);  /* back to every column (same n as at open) */
     for (size_t i = 0; i < kl_pq_num_columns(r); i++) {
         kl_pq_col_stats st;
         kl_pq_stats(r, (size_t)-1, i, &st, &e);

@@ -6,7 +6,7 @@ $(BUILD)/obj/src/data/parquet_write.o: CFLAGS += -DKL_PQ_VERSION='"$(VERSION)"'
 FUZZ_PQ = build/fuzz/parquet_fuzz
 .PHONY: fuzz-parquet
 fuzz-parquet: $(FUZZ_PQ)
-$(FUZZ_PQ): fuzz/fuzz_parquet.c $(wildcard src/data/parquet*.c src/data/thrift.c src/data/column.c src/core/*.c)
+$(FUZZ_PQ): fuzz/fuzz_parquet.c $(wildcard src/data/parquet*.c src/data/thrift.c src/data/column.c src/data/values.c src/core/*.c)
 	@mkdir -p $(dir $@)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -DKL_PQ_VERSION='"fuzz"' -fsanitize=fuzzer,address,undefined \
 	  -fno-sanitize-recover=undefined -Iinclude -Isrc $(PKG_CFLAGS) $^ -o $@ $(PKG_LIBS) -lm -ldl -pthread

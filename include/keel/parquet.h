@@ -164,8 +164,60 @@ void kl_pq_scan_stats_get(const kl_pq_reader *r, kl_pq_scan_stats *out);
  * with kl_column_free); an existing one is cleared and refilled (it must be
  * the one the reader created or of the same type). *nrows = 0 at the end. */
 int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t *nrows, kl_err *e);
-/* Back to the first row. */
+/* Back to the first row (also ends a vector scan). */
 void kl_pq_rewind(kl_pq_reader *r);
+
+/* Vector scan, the fast path for aggregations: the selected columns one
+ * row group at a time, decoded in parallel (column chunks of several row
+ * groups claimed by the pool's workers; results identical at any thread
+ * count) into buffers the reader reuses, with no copy into kl_column.
+ * String columns whose pages are all dictionary-encoded come as codes into
+ * the chunk's dictionary, so group-bys count codes and touch each distinct
+ * string once per row group. A reader does either vector scans or
+ * batch/row reads until kl_pq_rewind. Predicates (kl_pq_filter) apply: the
+ * vectors then hold the matching rows. */
+typedef struct {
+    kl_col_type type;
+    size_t rows;
+    const uint8_t *valid;     /* NULL: no nulls; else one byte per row, 1 = present */
+    const void *values;       /* fixed-width types: rows values laid out as in
+                               * kl_column (0 where null); NULL for strings */
+    const int64_t *offsets;   /* STRING/BINARY without codes: rows+1 offsets into data */
+    const char *data;
+    const uint32_t *codes;    /* STRING/BINARY, dictionary-coded: one code per row
+                               * (0 where null), each < dict->len; else NULL */
+    const kl_column *dict;    /* with codes: the dictionary values (no nulls) */
+} kl_pq_vector;
+/* *vecs: kl_pq_num_selected vectors of *nrows rows each, valid until the
+ * next call, kl_pq_rewind, kl_pq_select/filter or kl_pq_close. *nrows = 0
+ * (and *vecs NULL) at the end. */
+int kl_pq_next_vectors(kl_pq_reader *r, const kl_pq_vector **vecs, size_t *nrows, kl_err *e);
+
+/* Grouped aggregation over the selected rows (predicates apply):
+ *   SELECT key, count(*), count(value), sum(value), min(value), max(value)
+ *   GROUP BY key
+ * key: a STRING/BINARY/BOOL/INT32/INT64/DATE/TIMESTAMP column, or NULL for
+ * one group of all rows; value: a numeric column, or NULL (counts only).
+ * Groups come in order of first appearance; nulls form their own group
+ * (key.is_null). NaN values are skipped by sum/min/max but counted. The sums
+ * are the same at any thread count. Changes the reader's selection.
+ * out: zeroed ({0}) for a new aggregation, or the result of an earlier call
+ * with the same key and value (another file of a dataset): the rows are
+ * added to it. On failure out is cleared. kl_pq_groups_clear frees. */
+typedef struct {
+    kl_pq_value key;          /* strings owned by the kl_pq_groups */
+    uint64_t rows;            /* count(*) */
+    uint64_t count;           /* non-null values */
+    double sum, min, max;     /* over non-null, non-NaN values (min/max NaN when none) */
+} kl_pq_group;
+typedef struct {
+    size_t n;
+    kl_pq_group *g;
+    uint64_t rows;            /* rows aggregated */
+    void *priv;               /* owned state (hash table, key bytes) */
+} kl_pq_groups;
+int kl_pq_group_by(kl_pq_reader *r, const char *key, const char *value, kl_pq_groups *out, kl_err *e);
+void kl_pq_groups_clear(kl_pq_groups *g);
 
 /* Row at a time: fills row[0..nselected-1] (strings point into the reader,
  * valid until the next call). Returns 1 for a row, 0 at the end, <0 error. */

@@ -1,6 +1,7 @@
 /* Parquet building blocks shared by writer and reader: page compression
  * codecs (snappy, gzip incl. multi-member, zstd, lz4_raw, legacy Hadoop LZ4),
  * the RLE/bit-packed hybrid encoding and CRC-32. */
+#include <immintrin.h>
 #include <lz4.h>
 #include <snappy-c.h>
 #include <stdlib.h>
@@ -207,11 +208,35 @@ void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw) {
     }
 }
 
+/* Groups of 8 values of a constant bit width: one unaligned 8-byte load per
+ * value with constant shifts (inlined per width by the switch below). The
+ * caller guarantees 8 readable bytes past each group's last value. */
+static inline __attribute__((always_inline)) void unpack_groups(const uint8_t *p, uint32_t *out, size_t groups, int bw) {
+    const uint64_t mask = bw == 32 ? 0xFFFFFFFFu : ((UINT64_C(1) << bw) - 1);
+    for (size_t g = 0; g < groups; g++, p += bw, out += 8)
+        for (int k = 0; k < 8; k++) {
+            uint64_t w;
+            memcpy(&w, p + (k * bw) / 8, 8);
+            out[k] = (uint32_t)((w >> ((k * bw) & 7)) & mask);
+        }
+}
+
 /* count values of bw bits (LSB first) from p, which holds nbytes bytes. */
 static void unpack(const uint8_t *p, size_t nbytes, int bw, uint32_t *out, size_t count) {
     uint64_t mask = bw == 32 ? 0xFFFFFFFFu : ((UINT64_C(1) << bw) - 1);
     size_t i = 0;
-    /* fast path: one unaligned 8-byte load per value while 8 bytes remain */
+    /* whole groups with 8 bytes of slack after them */
+    size_t groups = nbytes >= (size_t)bw + 8 ? (nbytes - 8) / (size_t)bw : 0;
+    if (groups > count / 8) groups = count / 8;
+    switch (bw) {
+#define W(n) case n: unpack_groups(p, out, groups, n); break;
+    W(1) W(2) W(3) W(4) W(5) W(6) W(7) W(8) W(9) W(10) W(11) W(12) W(13) W(14) W(15) W(16)
+    W(17) W(18) W(19) W(20) W(21) W(22) W(23) W(24) W(25) W(26) W(27) W(28) W(29) W(30) W(31) W(32)
+#undef W
+    default: groups = 0;
+    }
+    i = groups * 8;
+    /* then one unaligned 8-byte load per value while 8 bytes remain */
     for (; i < count; i++) {
         size_t bit = i * (size_t)bw, byte = bit >> 3;
         if (byte + 8 > nbytes) break;
@@ -233,52 +258,196 @@ static void unpack(const uint8_t *p, size_t nbytes, int bw, uint32_t *out, size_
     }
 }
 
-int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n) {
-    const uint8_t *end = p + len;
-    size_t got = 0;
-    if (bw < 0 || bw > 32) return -1;
-    int vb = (bw + 7) / 8;
-    while (got < n) {
-        uint64_t h = 0;
-        int shift = 0;
-        for (;;) {
-            if (p >= end || shift > 35) return -1;
-            uint8_t c = *p++;
-            h |= (uint64_t)(c & 0x7F) << shift;
-            shift += 7;
-            if (!(c & 0x80)) break;
+/* Same into bytes, bw <= 8: a group of 8 values is bw bytes, spread over
+ * the 8 output bytes by one PDEP. */
+__attribute__((target("bmi2")))
+static void unpack_u8(const uint8_t *p, size_t nbytes, int bw, uint8_t *out, size_t count) {
+    const uint64_t spread = UINT64_C(0x0101010101010101) * ((1u << bw) - 1);
+    size_t g = 0, groups = count / 8;
+    for (; g < groups && (g + 1) * (size_t)bw + 8 <= nbytes; g++) {
+        uint64_t w;
+        memcpy(&w, p + g * (size_t)bw, 8);
+        uint64_t o = _pdep_u64(w, spread);
+        memcpy(out + 8 * g, &o, 8);
+    }
+    for (size_t i = g * 8; i < count; i++) {
+        size_t bit = i * (size_t)bw;
+        unsigned v = p[bit >> 3] >> (bit & 7);
+        if ((bit & 7) + (size_t)bw > 8) v |= (unsigned)p[(bit >> 3) + 1] << (8 - (bit & 7));
+        out[i] = (uint8_t)(v & ((1u << bw) - 1));
+    }
+}
+
+/* The runs of the hybrid, one at a time: a bit-packed run (its bytes at
+ * *data; a truncated last group yields the values its bytes hold) or a
+ * repeated value. 0 = a run of *cnt values (0: an empty run), -1 = corrupt. */
+typedef struct { const uint8_t *p, *end; int bw; } rle_it;
+
+static int rle_next(rle_it *it, int *packed, uint64_t *cnt, const uint8_t **data, uint64_t *bytes, uint32_t *val) {
+    uint64_t h = 0;
+    for (int shift = 0;; shift += 7) {
+        if (it->p >= it->end || shift > 35) return -1;
+        uint8_t c = *it->p++;
+        h |= (uint64_t)(c & 0x7F) << shift;
+        if (!(c & 0x80)) break;
+    }
+    size_t avail = (size_t)(it->end - it->p);
+    *packed = (int)(h & 1);
+    if (h & 1) {
+        *bytes = (h >> 1) * (uint64_t)it->bw;
+        *cnt = (h >> 1) * 8;
+        if (*bytes > (uint64_t)avail) {
+            *cnt = it->bw ? (uint64_t)avail * 8 / (uint64_t)it->bw : *cnt;
+            *bytes = (uint64_t)avail;
+            if (*cnt == 0) return -1;
         }
-        if (h & 1) {
-            uint64_t groups = h >> 1;
-            if (groups == 0) continue;
-            uint64_t bytes = groups * (uint64_t)bw;
-            uint64_t cnt = groups * 8;
-            if (bytes > (uint64_t)(end - p)) {
-                /* a truncated last group: decode what the bytes hold */
-                cnt = bw ? (uint64_t)(end - p) * 8 / (uint64_t)bw : cnt;
-                bytes = (uint64_t)(end - p);
-                if (cnt == 0) return -1;
+        *data = it->p;
+        it->p += *bytes;
+        return 0;
+    }
+    *cnt = h >> 1;
+    if (*cnt == 0) return -1;
+    int vb = (it->bw + 7) / 8;
+    if ((int)avail < vb) return -1;
+    uint32_t x = 0;
+    for (int k = 0; k < vb; k++) x |= (uint32_t)it->p[k] << (8 * k);
+    it->p += vb;
+    *val = x;
+    return 0;
+}
+
+int pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n) {
+    if (bw < 0 || bw > 8) return -1;
+    int fast = __builtin_cpu_supports("bmi2");
+    rle_it it = {p, p + len, bw};
+    for (size_t got = 0; got < n;) {
+        int packed = 0;
+        uint64_t cnt = 0, bytes = 0;
+        const uint8_t *d = NULL;
+        uint32_t x = 0;
+        if (rle_next(&it, &packed, &cnt, &d, &bytes, &x)) return -1;
+        size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
+        if (!packed) {
+            if (bw < 8 && (x >> bw)) return -1;  /* a run value wider than the bit width */
+            memset(out + got, (int)x, take);
+        } else if (bw == 0) memset(out + got, 0, take);
+        else if (fast) unpack_u8(d, (size_t)bytes, bw, out + got, take);
+        else
+            for (size_t i = 0; i < take; i++) {
+                size_t bit = i * (size_t)bw;
+                unsigned v = d[bit >> 3] >> (bit & 7);
+                if ((bit & 7) + (size_t)bw > 8) v |= (unsigned)d[(bit >> 3) + 1] << (8 - (bit & 7));
+                out[got + i] = (uint8_t)(v & ((1u << bw) - 1));
             }
-            size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
-            if (bw == 0) memset(out + got, 0, take * sizeof *out);
-            else unpack(p, (size_t)bytes, bw, out + got, take);
-            got += take;
-            p += bytes;
-        } else {
-            uint64_t run = h >> 1;
-            if (run == 0) return -1;
-            if (end - p < vb) return -1;
-            uint32_t x = 0;
-            for (int k = 0; k < vb; k++) x |= (uint32_t)p[k] << (8 * k);
-            p += vb;
-            size_t take = (size_t)KL_MIN(run, (uint64_t)(n - got));
-            for (size_t k = 0; k < take; k++) out[got + k] = x;
-            got += take;
-        }
+        got += take;
     }
     return 0;
 }
 
+int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n) {
+    if (bw < 0 || bw > 32) return -1;
+    rle_it it = {p, p + len, bw};
+    for (size_t got = 0; got < n;) {
+        int packed = 0;
+        uint64_t cnt = 0, bytes = 0;
+        const uint8_t *d = NULL;
+        uint32_t x = 0;
+        if (rle_next(&it, &packed, &cnt, &d, &bytes, &x)) return -1;
+        size_t take = (size_t)KL_MIN(cnt, (uint64_t)(n - got));
+        if (!packed) for (size_t k = 0; k < take; k++) out[got + k] = x;
+        else if (bw == 0) memset(out + got, 0, take * sizeof *out);
+        else unpack(d, (size_t)bytes, bw, out + got, take);
+        got += take;
+    }
+    return 0;
+}
+
+/* ==================================================================
+ * CRC-32 (page checksums)
+ * ================================================================== */
+
+/* Folding with carry-less multiplication (Intel, "Fast CRC Computation for
+ * Generic Polynomials Using PCLMULQDQ", constants of the bit-reflected
+ * CRC-32 polynomial 0x04C11DB7): 4 × 128 bits per step. n >= 64, n % 16 == 0;
+ * crc is the running (inverted) state. About 4× zlib's table-driven crc32
+ * here (page CRCs were ~14 % of a scan). */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc_fold(const uint8_t *buf, size_t len, uint32_t crc) {
+    const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4);
+    const __m128i k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
+    const __m128i k5k0 = _mm_set_epi64x(0, 0x0163cd6124);
+    const __m128i poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8;
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+    x0 = k1k2;
+    buf += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), _mm_loadu_si128((const __m128i *)(buf + 0x00)));
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), _mm_loadu_si128((const __m128i *)(buf + 0x10)));
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), _mm_loadu_si128((const __m128i *)(buf + 0x20)));
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), _mm_loadu_si128((const __m128i *)(buf + 0x30)));
+        buf += 64;
+        len -= 64;
+    }
+    /* fold the four lanes into one */
+    x0 = k3k4;
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16;
+        len -= 16;
+    }
+    /* 128 → 64 bits, then Barrett reduction to 32 */
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = k5k0;
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = poly;
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    return (uint32_t)_mm_extract_epi32(x1, 1);
+}
+
 uint32_t pq_crc32(const uint8_t *p, size_t n) {
-    return (uint32_t)crc32(0L, p, (uInt)n);
+    int pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    uint32_t c = 0;
+    if (n >= 64 && pclmul) {
+        size_t m = n & ~(size_t)15;
+        c = ~crc_fold(p, m, ~0u);
+        p += m;
+        n -= m;
+    }
+    return (uint32_t)crc32(c, p, (uInt)n);
 }

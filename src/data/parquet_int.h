@@ -86,6 +86,8 @@ int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t 
 void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw);
 /* Decodes n values into out; returns 0 or -1 when the input is short/bad. */
 int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n);
+/* Same into bytes (bw <= 8; definition levels). */
+int pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n);
 static inline int pq_bit_width(uint64_t maxv) { int w = 0; while (maxv) { w++; maxv >>= 1; } return w; }
 
 uint32_t pq_crc32(const uint8_t *p, size_t n);

@@ -5,13 +5,45 @@
  * batched reads and the row-at-a-time adapter. Every read is bounds-checked:
  * a malformed file gives KL_EPARSE naming the column, never a crash. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #include "data/parquet_read_int.h"
 
 typedef struct { int64_t a, b; } range;   /* rows [a, b) of a row group */
 #define PQ_PREFETCH 4
 typedef struct { const uint8_t *p; uint32_t n; } bref;
+typedef struct dec dec;
+typedef struct pq_vout pq_vout;
+static void dec_free(dec *d);
+
+struct dec {
+    /* scratch, reused across pages and chunks */
+    uint8_t *page; size_t page_cap;
+    uint32_t *lev; size_t lev_cap;
+    uint8_t *pres; size_t pres_cap;      /* per row: 1 = value present (level == max) */
+    uint8_t *fx; size_t fx_cap;          /* fixed-size physical values */
+    bref *br; size_t br_cap;             /* byte-array physical values */
+    int64_t *tmp; size_t tmp_cap;
+    uint32_t *idx; size_t idx_cap;       /* dictionary indexes */
+    pq_buf scratch;                      /* built strings (DELTA_BYTE_ARRAY, BSS FLBA) */
+    /* dictionary */
+    uint8_t *dpage; size_t dpage_cap;
+    uint8_t *dfx; size_t dfx_cap;
+    bref *dbr; size_t dbr_cap;
+    size_t dn;
+    int has_dict;
+};
+
+/* Dictionary codes of a string column chunk (vector scans): while every
+ * data page of the chunk is dictionary-encoded, rows hold codes into dict
+ * instead of materialized strings. */
+struct pq_vout {
+    uint32_t *codes; size_t codes_cap;   /* one per row, 0 where null */
+    kl_column *dict;                     /* the dictionary's values */
+    int coded;                           /* codes (and dict) valid for the chunk */
+};
 
 struct pq_scan {
     size_t rg;                 /* next row group */
@@ -27,6 +59,12 @@ struct pq_scan {
     size_t count, pos;         /* rows available in the current row group, next */
     int loaded;
     kl_column **rowbuf; size_t row_pos, row_n;
+    dec *scratch; size_t nscratch;     /* per pool worker, reused */
+    int vec;                           /* 1: vector scan (kl_pq_next_vectors) */
+    size_t cur_slot;                   /* slot of s->cols (prefetch) */
+    pq_vout *vout[PQ_PREFETCH];        /* vector scans: codes per slot and need */
+    kl_pq_vector *vecs;                /* kl_pq_next_vectors without predicates */
+    kl_column **vcols;                 /* kl_pq_next_vectors with predicates */
 };
 
 /* ==================================================================
@@ -47,6 +85,16 @@ void pq_scan_free(pq_reader_t *R) {
         }
         if (s->rowbuf) for (size_t i = 0; i < R->nsel; i++) kl_column_free(s->rowbuf[i]);
         free(s->rowbuf);
+        for (int k = 0; k < PQ_PREFETCH; k++) {
+            if (!s->vout[k]) continue;
+            for (size_t i = 0; i < s->nneed; i++) { kl_mem_free(s->vout[k][i].codes); kl_column_free(s->vout[k][i].dict); }
+            free(s->vout[k]);
+        }
+        if (s->vcols) for (size_t i = 0; i < R->nsel; i++) kl_column_free(s->vcols[i]);
+        free(s->vcols);
+        free(s->vecs);
+        for (size_t i = 0; i < s->nscratch; i++) dec_free(&s->scratch[i]);
+        kl_mem_free(s->scratch);
         free(s->need); free(s->sel_need); kl_mem_free(s->selv);
         free(s);
         R->scan = NULL;
@@ -253,20 +301,6 @@ static int dbp_decode(const uint8_t *p, const uint8_t *end, int64_t *out, size_t
     return 0;
 }
 
-typedef struct {
-    /* scratch, reused across pages of a chunk */
-    uint8_t *page; size_t page_cap;
-    uint32_t *lev; size_t lev_cap;
-    uint8_t *fx; size_t fx_cap;          /* fixed-size physical values */
-    bref *br; size_t br_cap;             /* byte-array physical values */
-    int64_t *tmp; size_t tmp_cap;
-    uint32_t *idx; size_t idx_cap;       /* dictionary indexes */
-    pq_buf scratch;                      /* built strings (DELTA_BYTE_ARRAY, BSS FLBA) */
-    /* dictionary */
-    uint8_t *dpage; size_t dpage_len;
-    uint8_t *dfx; bref *dbr; size_t dn;
-    int has_dict;
-} dec;
 
 static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -281,9 +315,10 @@ static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
 #define GROW(ptr, cap, need) grow_((void **)&(ptr), &(cap), (need), sizeof *(ptr))
 
 static void dec_free(dec *d) {
-    kl_mem_free(d->page); kl_mem_free(d->lev); kl_mem_free(d->fx); kl_mem_free(d->br); kl_mem_free(d->tmp); kl_mem_free(d->idx);
+    kl_mem_free(d->page); kl_mem_free(d->lev); kl_mem_free(d->pres); kl_mem_free(d->fx); kl_mem_free(d->br); kl_mem_free(d->tmp); kl_mem_free(d->idx);
     pq_buf_free(&d->scratch);
-    free(d->dpage); free(d->dfx); free(d->dbr);
+    kl_mem_free(d->dpage); kl_mem_free(d->dfx); kl_mem_free(d->dbr);
+    memset(d, 0, sizeof *d);
 }
 
 static size_t phys_size(const pq_leaf *L) {
@@ -338,20 +373,27 @@ static int decode_plain(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, s
     return KL_OK;
 }
 
-static int decode_dict_idx(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, size_t nn, uint8_t **fx, bref **br) {
+/* nn dictionary indexes into idx, each checked against the dictionary. */
+static int idx_decode(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, size_t nn, uint32_t *idx) {
     if (!d->has_dict) return BAD(c, "dictionary-encoded page without a dictionary page");
     if (nn == 0) return KL_OK;
     if (p >= end) return BAD(c, "dictionary page data is empty");
     int bw = *p++;
     if (bw > 32) return BAD(c, "dictionary index bit width %d", bw);
-    if (GROW(d->idx, d->idx_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-    uint32_t *idx = d->idx;
     if (pq_rle_decode(p, (size_t)(end - p), bw, idx, nn)) return BAD(c, "dictionary indexes truncated or corrupt");
     uint32_t bad = 0, dn = (uint32_t)KL_MIN(d->dn, (size_t)UINT32_MAX);
     for (size_t i = 0; i < nn; i++) bad |= idx[i] >= dn;
     if (bad)
         for (size_t i = 0; i < nn; i++)
             if (idx[i] >= d->dn) return BAD(c, "dictionary index %u out of range (dictionary has %zu entries)", idx[i], d->dn);
+    return KL_OK;
+}
+
+static int decode_dict_idx(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, size_t nn, uint8_t **fx, bref **br) {
+    if (GROW(d->idx, d->idx_cap, nn + 8)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+    uint32_t *idx = d->idx;
+    int rc = idx_decode(c, d, p, end, nn, idx);
+    if (rc || nn == 0) return rc;
     if (!fx && !br) return KL_OK;  /* indexes only (fused path) */
     if (is_varphys(c->L)) {
         if (GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
@@ -503,7 +545,7 @@ static float half_to_float(uint16_t h) {
 static int64_t floordiv(int64_t a, int64_t b) { return a / b - (a % b < 0); }
 
 /* Appends prow rows (levels lev, nn present values) to col. */
-static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def, size_t prow, size_t nn,
+static int materialize(ctxt *c, kl_column *col, const uint8_t *pres, size_t prow, size_t nn,
                        const uint8_t *fx, const bref *br, int padded) {
     const pq_leaf *L = c->L;
     if (prow == 0) return KL_OK;
@@ -517,12 +559,12 @@ static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def
         memset(col->valid, 1, col->len);
     }
     if (col->valid) {
-        if (has_nulls) for (size_t r = 0; r < prow; r++) col->valid[col->len + r] = lev[r] == (uint32_t)max_def;
+        if (has_nulls) memcpy(col->valid + col->len, pres, prow);
         else memset(col->valid + col->len, 1, prow);
     }
     size_t base = col->len, j = 0;
     double scale = L->kind == K_DEC32 || L->kind == K_DEC64 || L->kind == K_DECBIN ? pow(10, L->scale) : 1;
-#define PRESENT(r) (!has_nulls || lev[r] == (uint32_t)max_def)
+#define PRESENT(r) (!has_nulls || pres[r])
     switch (L->kind) {
     case K_BYTES: {
         int64_t *off = col->offsets;
@@ -550,14 +592,14 @@ static int materialize(ctxt *c, kl_column *col, const uint32_t *lev, int max_def
             uint64_t *d8 = (uint64_t *)dst;
             for (size_t r = 0; r < prow; r++) {
                 uint64_t v = 0;
-                if (lev[r] == (uint32_t)max_def) { memcpy(&v, fx + 8 * j, 8); j++; }
+                if (pres[r]) { memcpy(&v, fx + 8 * j, 8); j++; }
                 d8[r] = v;
             }
         } else if (w == 4) {
             uint32_t *d4 = (uint32_t *)dst;
             for (size_t r = 0; r < prow; r++) {
                 uint32_t v = 0;
-                if (lev[r] == (uint32_t)max_def) { memcpy(&v, fx + 4 * j, 4); j++; }
+                if (pres[r]) { memcpy(&v, fx + 4 * j, 4); j++; }
                 d4[r] = v;
             }
         } else for (size_t r = 0; r < prow; r++) {
@@ -676,40 +718,80 @@ static int read_dict(ctxt *c, dec *d, const pq_chunk *ch, const page_hdr *h, con
     const pq_leaf *L = c->L;
     if (h->nv < 0) return BAD(c, "dictionary page has %d values", h->nv);
     if (h->enc != ENC_PLAIN && h->enc != ENC_PLAIN_DICTIONARY) return BAD(c, "dictionary page encoding %d (expected PLAIN)", h->enc);
-    free(d->dpage); free(d->dfx); free(d->dbr);
-    d->dpage = NULL; d->dfx = NULL; d->dbr = NULL; d->dn = 0;
-    d->dpage = malloc((size_t)h->unc + 16); /* +16: short values are copied 16 bytes at a time */
-    if (!d->dpage) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+    d->dn = 0;
+    d->has_dict = 0;
+    /* +16: short values are copied 16 bytes at a time */
+    if (GROW(d->dpage, d->dpage_cap, (size_t)h->unc + 16)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
     int rc = pq_decompress(ch->codec, src, (size_t)h->comp, d->dpage, (size_t)h->unc, c->e);
     if (rc) { kl_err_prefix(c->e, "%s: column %s: dictionary page", c->R->name, L->name); return rc; }
     size_t nn = (size_t)h->nv;
     uint8_t *fx = NULL; bref *br = NULL;
     if ((rc = decode_plain(c, d, d->dpage, d->dpage + h->unc, nn, &fx, &br))) return rc;
     if (is_varphys(L)) {
-        d->dbr = malloc((nn + 1) * sizeof *d->dbr);
-        if (!d->dbr) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+        if (GROW(d->dbr, d->dbr_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         memcpy(d->dbr, br, nn * sizeof *br);
     } else {
         size_t w = phys_size(L);
-        d->dfx = malloc(nn * w + 1);
-        if (!d->dfx) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+        if (GROW(d->dfx, d->dfx_cap, (nn + 1) * w + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         memcpy(d->dfx, fx, nn * w);
+        memset(d->dfx + nn * w, 0, w);  /* entry nn: the value of null rows */
     }
     d->dn = nn;
     d->has_dict = 1;
     return KL_OK;
 }
 
+/* Rows [col->len, +n) present or null by their levels (col has room for them). */
+static int set_valid_rows(kl_column *col, const uint8_t *pres, size_t n, int has_nulls) {
+    if (has_nulls && !col->valid) {
+        col->valid = kl_mem_alloc(col->cap, KL_TAG_DATASET);
+        if (!col->valid) return KL_ENOMEM;
+        memset(col->valid, 1, col->len);
+    }
+    if (col->valid) {
+        uint8_t *v = col->valid + col->len;
+        if (has_nulls) memcpy(v, pres, n);
+        else memset(v, 1, n);
+    }
+    return KL_OK;
+}
+
+
 typedef struct {
     const pq_reader_t *R;
     size_t rg, leaf;
     const range *ranges; size_t nranges; int full;
     kl_column *out;
+    pq_vout *vo;                         /* NULL: materialize strings */
     uint64_t pages_read, pages_skipped;
     int rc; kl_err err;
 } chunk_job;
 
-static int decode_chunk(chunk_job *J) {
+/* Coded rows [0, col->len) → strings in col (a non-dictionary page follows). */
+static int uncode(ctxt *c, kl_column *col, pq_vout *vo) {
+    vo->coded = 0;
+    size_t n = col->len;
+    if (n == 0) return KL_OK;
+    const kl_column *D = vo->dict;
+    size_t data = 0;
+    for (size_t r = 0; r < n; r++)
+        if (!col->valid || col->valid[r]) data += (size_t)(D->offsets[vo->codes[r] + 1] - D->offsets[vo->codes[r]]);
+    if (kl_column_reserve(col, n, data + 16)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+    size_t dl = 0;
+    col->offsets[0] = 0;
+    for (size_t r = 0; r < n; r++) {
+        if (!col->valid || col->valid[r]) {
+            int64_t a = D->offsets[vo->codes[r]], l = D->offsets[vo->codes[r] + 1] - a;
+            if (l) memcpy(col->data + dl, D->data + a, (size_t)l);
+            dl += (size_t)l;
+        }
+        col->offsets[r + 1] = (int64_t)dl;
+    }
+    col->data_len = dl;
+    return KL_OK;
+}
+
+static int decode_chunk(chunk_job *J, dec *d) {
     const pq_reader_t *R = J->R;
     const pq_leaf *L = &R->leaves[J->leaf];
     const pq_chunk *ch = &R->rgs[J->rg].cols[J->leaf];
@@ -718,11 +800,13 @@ static int decode_chunk(chunk_job *J) {
     char where[64];
     snprintf(where, sizeof where, " (row group %zu)", J->rg);
     ctxt c = {R, L, e, where};
-    dec d;
-    memset(&d, 0, sizeof d);
+    d->has_dict = 0;
+    d->dn = 0;
     int rc = KL_OK;
     kl_column *col = J->out;
     kl_column_clear(col);
+    pq_vout *vo = J->vo && L->kind == K_BYTES ? J->vo : NULL;
+    if (J->vo) J->vo->coded = 0;
     if (!ch->has_meta) return BAD(&c, "column chunk has no metadata");
     if (ch->external) return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s: data in an external file is not supported", R->name, L->name);
     if (ch->encrypted) return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s: encrypted columns are not supported", R->name, L->name);
@@ -735,6 +819,14 @@ static int decode_chunk(chunk_job *J) {
     if (ch->total_compressed <= 0 || ch->total_compressed > (int64_t)R->footer_start - start)
         return BAD(&c, "chunk size %lld outside the data", (long long)ch->total_compressed);
     const uint8_t *pos = R->data + start, *end = R->data + start + ch->total_compressed;
+#ifdef MADV_POPULATE_READ
+    if (R->map) {
+        /* map the chunk's pages in one call: a page fault each costs more
+         * than decoding the page's values (first scan of a file) */
+        uintptr_t a = (uintptr_t)pos & ~(uintptr_t)4095;
+        (void)madvise((void *)a, (size_t)((uintptr_t)end - a), MADV_POPULATE_READ);
+    }
+#endif
     int64_t done = 0;
     if (ch->num_values != rows && L->max_rep == 0)
         return BAD(&c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values, (long long)rows);
@@ -758,7 +850,24 @@ static int decode_chunk(chunk_job *J) {
         }
         if (h.type == PAGE_DICT) {
             if (!h.has_dict) { rc = BAD(&c, "dictionary page without its header"); goto out; }
-            if ((rc = read_dict(&c, &d, ch, &h, src))) goto out;
+            if (vo && vo->coded && (rc = uncode(&c, col, vo))) goto out; /* a second dictionary */
+            if ((rc = read_dict(&c, d, ch, &h, src))) goto out;
+            if (vo && col->len == 0) {
+                /* codes from here on while the pages stay dictionary-encoded */
+                kl_column *D = vo->dict;
+                size_t data = 0;
+                for (size_t i = 0; i < d->dn; i++) data += d->dbr[i].n;
+                kl_column_clear(D);
+                if (kl_column_reserve(D, d->dn + 1, data + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+                D->offsets[0] = 0;
+                for (size_t i = 0; i < d->dn; i++) {
+                    if (d->dbr[i].n) memcpy(D->data + D->data_len, d->dbr[i].p, d->dbr[i].n);
+                    D->data_len += d->dbr[i].n;
+                    D->offsets[i + 1] = (int64_t)D->data_len;
+                }
+                D->len = d->dn;
+                vo->coded = 1;
+            }
             continue;
         }
         if (h.type != PAGE_DATA && h.type != PAGE_DATA_V2) {
@@ -787,10 +896,10 @@ static int decode_chunk(chunk_job *J) {
         const uint8_t *lv_p = NULL, *vals, *vend;
         size_t lv_len = 0;
         if (h.type == PAGE_DATA) {
-            if (GROW(d.page, d.page_cap, (size_t)h.unc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            if ((rc = pq_decompress(ch->codec, src, (size_t)h.comp, d.page, (size_t)h.unc, e))) { kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where); goto out; }
-            vals = d.page;
-            vend = d.page + h.unc;
+            if (GROW(d->page, d->page_cap, (size_t)h.unc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+            if ((rc = pq_decompress(ch->codec, src, (size_t)h.comp, d->page, (size_t)h.unc, e))) { kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where); goto out; }
+            vals = d->page;
+            vend = d->page + h.unc;
             if (max_def > 0) {
                 if (h.def_enc == ENC_RLE) {
                     if (vend - vals < 4) { rc = BAD(&c, "truncated definition levels"); goto out; }
@@ -810,84 +919,134 @@ static int decode_chunk(chunk_job *J) {
             lv_p = src + h.rep_len; lv_len = (size_t)h.def_len;
             const uint8_t *vsrc = src + h.rep_len + h.def_len;
             size_t vcomp = (size_t)(h.comp - h.rep_len - h.def_len), vunc = (size_t)(h.unc - h.rep_len - h.def_len);
-            if (GROW(d.page, d.page_cap, vunc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+            if (GROW(d->page, d->page_cap, vunc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
             if (!h.is_compressed || ch->codec == CODEC_UNCOMPRESSED) {
                 if (vcomp != vunc) { rc = BAD(&c, "uncompressed v2 page: %zu bytes, header says %zu", vcomp, vunc); goto out; }
-                memcpy(d.page, vsrc, vcomp);
+                memcpy(d->page, vsrc, vcomp);
             } else if (vunc == 0 && vcomp <= 1) {
                 /* empty values section */
-            } else if ((rc = pq_decompress(ch->codec, vsrc, vcomp, d.page, vunc, e))) { kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where); goto out; }
-            vals = d.page;
-            vend = d.page + vunc;
+            } else if ((rc = pq_decompress(ch->codec, vsrc, vcomp, d->page, vunc, e))) { kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where); goto out; }
+            vals = d->page;
+            vend = d->page + vunc;
             if (max_def == 0) lv_p = NULL;
         }
-        /* definition levels */
+        /* definition levels → present flags */
         size_t nn = n;
         if (max_def > 0) {
-            if (GROW(d.lev, d.lev_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            if (h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED) {
-                for (size_t i = 0; i < n; i++) { /* MSB first */
-                    uint32_t v = 0;
-                    for (int b = 0; b < bw; b++) { size_t bit = i * (size_t)bw + (size_t)b; v = v << 1 | ((lv_p[bit >> 3] >> (7 - (bit & 7))) & 1); }
-                    d.lev[i] = v;
+            if (GROW(d->pres, d->pres_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+            uint8_t *pres = d->pres;
+            if (max_def == 1 && !(h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED)) {
+                /* flat optional column: the levels are the flags */
+                if (n && pq_rle_decode_u8(lv_p, lv_len, 1, pres, n)) { rc = BAD(&c, "definition levels truncated or corrupt"); goto out; }
+                size_t cnt = 0;
+                for (size_t i = 0; i < n; i++) cnt += pres[i];
+                nn = cnt;
+            } else {
+                if (GROW(d->lev, d->lev_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+                if (h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED) {
+                    for (size_t i = 0; i < n; i++) { /* MSB first */
+                        uint32_t v = 0;
+                        for (int b = 0; b < bw; b++) { size_t bit = i * (size_t)bw + (size_t)b; v = v << 1 | ((lv_p[bit >> 3] >> (7 - (bit & 7))) & 1); }
+                        d->lev[i] = v;
+                    }
+                } else if (n && pq_rle_decode(lv_p, lv_len, bw, d->lev, n)) { rc = BAD(&c, "definition levels truncated or corrupt"); goto out; }
+                nn = 0;
+                for (size_t i = 0; i < n; i++) {
+                    if (d->lev[i] > (uint32_t)max_def) { rc = BAD(&c, "definition level %u above the maximum %d", d->lev[i], max_def); goto out; }
+                    pres[i] = d->lev[i] == (uint32_t)max_def;
+                    nn += pres[i];
                 }
-            } else if (n && pq_rle_decode(lv_p, lv_len, bw, d.lev, n)) { rc = BAD(&c, "definition levels truncated or corrupt"); goto out; }
-            nn = 0;
-            for (size_t i = 0; i < n; i++) {
-                if (d.lev[i] > (uint32_t)max_def) { rc = BAD(&c, "definition level %u above the maximum %d", d.lev[i], max_def); goto out; }
-                nn += d.lev[i] == (uint32_t)max_def;
             }
         }
         uint8_t *fx = NULL; bref *br = NULL;
-        uint32_t *levs = d.lev;
+        const uint8_t *pres = d->pres;
         size_t base = col->len;
         int is_dict = h.enc == ENC_PLAIN_DICTIONARY || h.enc == ENC_RLE_DICTIONARY;
         size_t w = kl_col_type_size(col->type);
-        if (is_dict && (L->kind == K_I64 || L->kind == K_F64 || L->kind == K_I32 || L->kind == K_F32) && w == phys_size(L) && n > 0) {
+        if (vo && vo->coded && !is_dict && (rc = uncode(&c, col, vo))) goto out;
+        if (n > 0 && (is_dict || (vo && vo->coded)) && kl_column_reserve(col, base + n, 0)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+        if (vo && vo->coded && n > 0) {
+            /* dictionary codes straight into the output: strings never materialized */
+            if (GROW(vo->codes, vo->codes_cap, base + n + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+            uint32_t *dst = vo->codes + base;
+            if (nn == n) {
+                if ((rc = idx_decode(&c, d, vals, vend, nn, dst))) goto out;
+            } else {
+                if ((rc = decode_dict_idx(&c, d, vals, vend, nn, NULL, NULL))) goto out;
+                const uint32_t *ix = d->idx;
+                for (size_t r = 0, j = 0; r < n; r++) { /* branch-free: ix has slack */
+                    uint32_t k = ix[j];
+                    dst[r] = pres[r] ? k : 0;
+                    j += pres[r];
+                }
+            }
+            if ((rc = set_valid_rows(col, pres, n, nn < n))) { kl_err_set(e, rc, "out of memory"); goto out; }
+            col->len += n;
+        } else if (is_dict && (L->kind == K_I64 || L->kind == K_F64 || L->kind == K_I32 || L->kind == K_F32) && w == phys_size(L) && n > 0) {
             /* fused path: dictionary indexes straight into the column */
-            if ((rc = decode_dict_idx(&c, &d, vals, vend, nn, NULL, NULL))) goto out;
-            if (kl_column_reserve(col, col->len + n, 0)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+            if ((rc = decode_dict_idx(&c, d, vals, vend, nn, NULL, NULL))) goto out;
             int has_nulls = nn < n;
-            if (has_nulls && !col->valid) {
-                col->valid = kl_mem_alloc(col->cap, KL_TAG_DATASET);
-                if (!col->valid) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-                memset(col->valid, 1, col->len);
-            }
-            if (col->valid) {
-                if (has_nulls) for (size_t r = 0; r < n; r++) col->valid[base + r] = levs[r] == (uint32_t)max_def;
-                else memset(col->valid + base, 1, n);
-            }
-            const uint32_t *ix = d.idx;
+            if ((rc = set_valid_rows(col, pres, n, has_nulls))) { kl_err_set(e, rc, "out of memory"); goto out; }
+            const uint32_t *ix = d->idx;
             size_t j = 0;
             char *dst = (char *)col->values + base * w;
-            const char *dv = (const char *)d.dfx;
-            static const char zero8[8];
+            const char *dv = (const char *)d->dfx;
+            /* nulls: branch-free, entry dn of the dictionary is zero and ix has slack */
             if (w == 8) {
-                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, dv + 8 * (size_t)ix[r], 8);
-                else for (size_t r = 0; r < n; r++) memcpy(dst + 8 * r, levs[r] == (uint32_t)max_def ? dv + 8 * (size_t)ix[j++] : zero8, 8);
+                uint64_t *d8 = (uint64_t *)(void *)dst;
+                const uint64_t *s8 = (const uint64_t *)(const void *)dv;
+                if (!has_nulls) for (size_t r = 0; r < n; r++) d8[r] = s8[ix[r]];
+                else for (size_t r = 0; r < n; r++) { uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn; d8[r] = s8[k]; j += pres[r]; }
             } else {
-                if (!has_nulls) for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, dv + 4 * (size_t)ix[r], 4);
-                else for (size_t r = 0; r < n; r++) memcpy(dst + 4 * r, levs[r] == (uint32_t)max_def ? dv + 4 * (size_t)ix[j++] : zero8, 4);
+                uint32_t *d4 = (uint32_t *)(void *)dst;
+                const uint32_t *s4 = (const uint32_t *)(const void *)dv;
+                if (!has_nulls) for (size_t r = 0; r < n; r++) d4[r] = s4[ix[r]];
+                else for (size_t r = 0; r < n; r++) { uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn; d4[r] = s4[k]; j += pres[r]; }
             }
             col->len += n;
         } else {
-            rc = decode_values(&c, &d, h.enc, vals, vend, nn, &fx, &br);
+            rc = decode_values(&c, d, h.enc, vals, vend, nn, &fx, &br);
             if (rc == KL_OK) {
                 if (L->type != col->type) rc = BAD(&c, "internal type mismatch");
-                else rc = materialize(&c, col, levs, max_def, n, nn, fx, br, is_dict && L->kind == K_BYTES);
+                else rc = materialize(&c, col, pres, n, nn, fx, br, is_dict && L->kind == K_BYTES);
             }
         }
         if (rc == KL_OK && partial) keep_ranges(col, base, first, n, J->ranges, J->nranges);
         if (rc) goto out;
     }
 out:
-    dec_free(&d);
-    return rc;
+        return rc;
 }
 
+/* Column chunks are claimed one at a time by whichever worker is free (a
+ * descheduled worker does not hold back the others); each job writes only
+ * its own output, so results never depend on who decoded what. Scratch
+ * buffers belong to the pool chunk (one per worker), reused across calls. */
+typedef struct { chunk_job *jobs; size_t n; _Atomic size_t next; dec *scratch; } chunk_run;
+
 static void chunk_task(void *ctx, size_t begin, size_t end, int chunk) {
-    chunk_job *jobs = ctx;
-    for (size_t i = begin; i < end; i++) jobs[i].rc = decode_chunk(&jobs[i]);
+    chunk_run *cr = ctx;
+    dec *d = &cr->scratch[chunk];
+    for (;;) {
+        size_t i = atomic_fetch_add(&cr->next, 1);
+        if (i >= cr->n) break;
+        cr->jobs[i].rc = decode_chunk(&cr->jobs[i], d);
+    }
+}
+
+static int run_jobs(pq_scan *s, chunk_job *jobs, size_t n, kl_err *e) {
+    size_t k = KL_MIN((size_t)kl_pool_threads(NULL), n);
+    if (k > s->nscratch) {
+        dec *ns = kl_mem_realloc(s->scratch, k * sizeof *ns, KL_TAG_DATASET);
+        if (!ns) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        memset(ns + s->nscratch, 0, (k - s->nscratch) * sizeof *ns);
+        s->scratch = ns;
+        s->nscratch = k;
+    }
+    chunk_run cr = {jobs, n, 0, s->scratch};
+    atomic_store(&cr.next, 0);
+    kl_pool_parallel_for(NULL, k, 1, chunk_task, &cr);
+    return KL_OK;
 }
 
 /* ==================================================================
@@ -1042,6 +1201,14 @@ static size_t pred_need(const pq_scan *s, size_t leaf) {
 
 /* Loads the next row group that may hold matching rows. 0 = loaded, 1 = end. */
 static int slot_cols(pq_reader_t *R, pq_scan *s, int k, kl_err *e) {
+    if (s->vec && !s->vout[k]) {
+        s->vout[k] = calloc(s->nneed + 1, sizeof **s->vout);
+        if (!s->vout[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        for (size_t j = 0; j < s->nneed; j++) {
+            int rc = kl_column_new("dictionary", R->leaves[s->need[j]].type, 0, 0, &s->vout[k][j].dict, e);
+            if (rc) return rc;
+        }
+    }
     if (s->slot[k]) return KL_OK;
     s->slot[k] = calloc(s->nneed + 1, sizeof **s->slot);
     if (!s->slot[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -1076,10 +1243,11 @@ static int load_prefetch(pq_reader_t *R, kl_err *e) {
         for (size_t k = 0; k < s->nslot; k++) {
             rs[k] = (range){0, (int64_t)s->slot_rows[k]};
             for (size_t j = 0; j < s->nneed; j++)
-                jobs[k * s->nneed + j] = (chunk_job){R, s->slot_rg[k], s->need[j], &rs[k], 1, 1, s->slot[k][j], 0, 0, 0, {0}};
+                jobs[k * s->nneed + j] = (chunk_job){R, s->slot_rg[k], s->need[j], &rs[k], 1, 1, s->slot[k][j],
+                                                     s->vec ? &s->vout[k][j] : NULL, 0, 0, 0, {0}};
         }
-        kl_pool_parallel_for(NULL, nj, 1, chunk_task, jobs);
-        int rc = KL_OK;
+        int rc = run_jobs(s, jobs, nj, e);
+        if (rc) { free(jobs); free(rs); return rc; }
         for (size_t t = 0; t < nj; t++) {
             R->ss.pages_read += jobs[t].pages_read;
             if (jobs[t].rc && !rc) { rc = jobs[t].rc; if (e) *e = jobs[t].err; }
@@ -1097,6 +1265,7 @@ static int load_prefetch(pq_reader_t *R, kl_err *e) {
     }
     size_t k = s->slot_at++;
     s->cols = s->slot[k];
+    s->cur_slot = k;
     s->count = s->slot_rows[k];
     s->pos = 0;
     s->use_selv = 0;
@@ -1137,10 +1306,10 @@ static int load_next(pq_reader_t *R, kl_err *e) {
         chunk_job *jobs = calloc(s->nneed + 1, sizeof *jobs);
         if (!jobs) { free(rs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
         for (size_t k = 0; k < s->nneed; k++) {
-            jobs[k] = (chunk_job){R, g, s->need[k], rs, nr, full, s->cols[k], 0, 0, 0, {0}};
+            jobs[k] = (chunk_job){R, g, s->need[k], rs, nr, full, s->cols[k], NULL, 0, 0, 0, {0}};
         }
-        kl_pool_parallel_for(NULL, s->nneed, 1, chunk_task, jobs);
-        int rc = KL_OK;
+        int rc = run_jobs(s, jobs, s->nneed, e);
+        if (rc) { free(jobs); free(rs); return rc; }
         for (size_t k = 0; k < s->nneed; k++) {
             R->ss.pages_read += jobs[k].pages_read;
             R->ss.pages_skipped += jobs[k].pages_skipped;
@@ -1209,12 +1378,9 @@ static int gather(kl_column *dst, const kl_column *src, const uint32_t *idx, siz
     return KL_OK;
 }
 
-int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t *nrows, kl_err *e) {
-    pq_reader_t *R = (pq_reader_t *)r;
-    *nrows = 0;
-    int rc;
-    if (!R->scan && (rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+static int read_batch(pq_reader_t *R, size_t max_rows, kl_column **cols, size_t *nrows, kl_err *e) {
     pq_scan *s = R->scan;
+    int rc;
     for (size_t i = 0; i < R->nsel; i++) {
         const pq_leaf *L = &R->leaves[R->sel[i]];
         if (!cols[i]) {
@@ -1254,6 +1420,60 @@ int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t 
     s->pos += k;
     R->ss.rows_returned += k;
     *nrows = k;
+    return KL_OK;
+}
+
+int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t *nrows, kl_err *e) {
+    pq_reader_t *R = (pq_reader_t *)r;
+    *nrows = 0;
+    int rc;
+    if (!R->scan && (rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+    if (R->scan->vec) return kl_err_set(e, KL_EINVAL, "%s: kl_pq_read_batch during a vector scan (kl_pq_rewind first)", R->name);
+    return read_batch(R, max_rows, cols, nrows, e);
+}
+
+static void vec_from(kl_pq_vector *v, const kl_column *c, const pq_vout *vo) {
+    memset(v, 0, sizeof *v);
+    v->type = c->type;
+    v->rows = c->len;
+    v->valid = c->valid;
+    if (vo && vo->coded) {
+        v->codes = vo->codes;
+        v->dict = vo->dict;
+    } else if (c->type == KL_COL_STRING || c->type == KL_COL_BINARY) {
+        v->offsets = c->offsets;
+        v->data = c->data;
+    } else v->values = c->values;
+}
+
+int kl_pq_next_vectors(kl_pq_reader *r, const kl_pq_vector **vecs, size_t *nrows, kl_err *e) {
+    pq_reader_t *R = (pq_reader_t *)r;
+    *nrows = 0;
+    *vecs = NULL;
+    int rc;
+    if (!R->scan) {
+        if ((rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+        R->scan->vec = 1;
+    }
+    pq_scan *s = R->scan;
+    if (!s->vec) return kl_err_set(e, KL_EINVAL, "%s: kl_pq_next_vectors after row or batch reads (kl_pq_rewind first)", R->name);
+    if (!s->vecs && !(s->vecs = calloc(R->nsel + 1, sizeof *s->vecs))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (R->npreds) {
+        /* predicates: the batch path, one whole (filtered) row group at a time */
+        if (!s->vcols && !(s->vcols = calloc(R->nsel + 1, sizeof *s->vcols))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        if ((rc = read_batch(R, SIZE_MAX, s->vcols, nrows, e))) return rc;
+        for (size_t i = 0; i < R->nsel && *nrows; i++) vec_from(&s->vecs[i], s->vcols[i], NULL);
+    } else {
+        rc = load_prefetch(R, e);
+        if (rc < 0) return rc;
+        if (rc == 1) return KL_OK;
+        for (size_t i = 0; i < R->nsel; i++)
+            vec_from(&s->vecs[i], s->cols[s->sel_need[i]], &s->vout[s->cur_slot][s->sel_need[i]]);
+        *nrows = s->count;
+        s->pos = s->count;
+        R->ss.rows_returned += s->count;
+    }
+    if (*nrows) *vecs = s->vecs;
     return KL_OK;
 }
 

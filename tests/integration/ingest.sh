@@ -39,7 +39,45 @@ if expect_rc ingest_clicks_ok 0 "$KEEL" ingest clicks.csv --schema clicks.yaml -
   expect_rc ingest_data_validate 0 "$KEEL" data validate ds
   expect_rc ingest_data_head 0 "$KEEL" data head ds -n 3 --json
   [ "$(wc -l < "$T/out")" = 3 ] && pass ingest_data_head_rows || fail ingest_data_head_rows "$(cat "$T/out")"
-  expect_rc ingest_data_stats 0 "$KEEL" data stats ds --json
+  if expect_rc ingest_data_stats 0 "$KEEL" data stats ds --json; then
+    # the vector scan's statistics agree with the ingest's (rows, nulls, string min/max)
+    why=$($PYTHON - "$T/out" "$m" <<'PY'
+import json, sys
+s, m = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+mc = {c["name"]: c for c in m["columns"]}
+for c in s["columns"]:
+    r = mc[c["name"]]
+    if (c["rows"], c["nulls"]) != (r["rows"], r["nulls"]):
+        print(c["name"], "rows/nulls", c["rows"], c["nulls"], "manifest", r["rows"], r["nulls"])
+    if c["type"] == "string" and (c["min"], c["max"]) != (r.get("min"), r.get("max")):
+        print(c["name"], "min/max", c["min"], c["max"], "manifest", r["min"], r["max"])
+PY
+)
+    [ -z "$why" ] && pass ingest_data_stats_match_manifest || fail ingest_data_stats_match_manifest "$why"
+  fi
+  if expect_rc ingest_data_groupby 0 "$KEEL" data groupby ds --by category --sum item_price --json; then
+    # count(*), count, sum, min, max by category against the source CSV
+    why=$($PYTHON - "$T/out" clicks.csv <<'PY'
+import csv, json, sys
+g = {x["key"]: x for x in json.load(open(sys.argv[1]))["groups"]}
+ref = {}
+for row in csv.DictReader(open(sys.argv[2])):
+    r = ref.setdefault(row["category"], [0, 0, 0.0, None, None])
+    r[0] += 1
+    if row["item_price"] not in ("", "NA", "null"):
+        v = float(row["item_price"]); r[1] += 1; r[2] += v
+        r[3] = v if r[3] is None else min(r[3], v); r[4] = v if r[4] is None else max(r[4], v)
+if set(g) != set(ref): print("keys", sorted(g), sorted(ref))
+for k, (n, c, s, mn, mx) in ref.items():
+    x = g.get(k)
+    if x and (x["rows"], x["count"], x["min"], x["max"]) != (n, c, mn, mx) or x and abs(x["sum"] - s) > 1e-6 * abs(s):
+        print(k, x, (n, c, s, mn, mx))
+PY
+)
+    [ -z "$why" ] && pass ingest_data_groupby_values || fail ingest_data_groupby_values "$why"
+  fi
+  expect_rc ingest_data_groupby_float_key 1 "$KEEL" data groupby ds --by item_price
+  grep -q "cannot be a group key" "$T/err" && pass ingest_data_groupby_float_key_message || fail ingest_data_groupby_float_key_message "$(head -c 300 "$T/err")"
   expect_rc ingest_data_show 0 "$KEEL" data show ds
   expect_rc ingest_data_report 0 "$KEEL" data report ds --out report.html
   grep -q "<svg" report.html && grep -q "Null ratios" report.html && pass ingest_report_html || fail ingest_report_html "no svg"

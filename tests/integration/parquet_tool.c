@@ -6,7 +6,8 @@
  *         [--rg-rows R] [--seed S]  writes the all-types test table, prints its JSON
  *   meta FILE                   metadata and statistics as JSON
  *   gen OUT.parquet --rows N [--codec C]   the click log, timed write
- *   scan FILE [--threads T] [--reps R]     sum(item_price), count by category, timed
+ *   scan FILE... [--threads T] [--reps R] [--warmup W]  sum(item_price), count by
+ *                               category over the files (kl_pq_group_by), timed
  *   clickcsv OUT.csv [--rows N] [--seed S] the benchmark click log as CSV */
 #include <math.h>
 #include <stdio.h>
@@ -285,71 +286,38 @@ static int cmd_clickcsv(int argc, char **argv) {
     return 0;
 }
 
+/* The benchmark query: SELECT category, count(*), sum(item_price) GROUP BY
+ * category, through kl_pq_group_by (vector scan, dictionary codes). */
 static int cmd_scan(int argc, char **argv) {
     if (argc < 3) return 2;
     int threads = atoi(opt(argc, argv, "--threads", "0"));
     if (threads > 0) kl_threads_set(threads);
     int reps = atoi(opt(argc, argv, "--reps", "1"));
-    double sum = 0; long long counts[64]; char cats[64][32]; int ncat = 0;
+    double sum = 0;
+    kl_pq_groups g = {0};
     printf("{\"seconds\":[");
     int warm = atoi(opt(argc, argv, "--warmup", "1"));  /* untimed runs first, like the DuckDB side */
     for (int k = -warm; k < reps; k++) {
         double t0 = now_s();
         kl_err e = {0};
-        kl_pq_reader *r;
-        const char *names[2] = {"item_price", "category"};
-        if (kl_pq_open(argv[2], &r, &e) || kl_pq_select(r, names, 2, &e)) { fprintf(stderr, "%s\n", kl_err_what(&e)); return 1; }
-        kl_column *cols[2] = {0, 0};
-        sum = 0; ncat = 0;
-        for (;;) {
-            size_t n;
-            if (kl_pq_read_batch(r, 1u << 20, cols, &n, &e)) { fprintf(stderr, "%s\n", kl_err_what(&e)); return 1; }
-            if (!n) break;
-            const double *v = cols[0]->values;
-            const uint8_t *ok = cols[0]->valid;
-            double s = 0;
-            for (size_t i = 0; i < n; i++) if (!ok || ok[i]) s += v[i];
-            sum += s;
-            /* count by category: a small hash on (length, first, last byte) gives
-             * the candidate, one inline compare confirms it */
-            size_t lens[64];
-            for (int c = 0; c < ncat; c++) lens[c] = strlen(cats[c]);
-            int slot[1024];
-            for (int q = 0; q < 1024; q++) slot[q] = -1;
-            for (int c = 0; c < ncat; c++) {
-                size_t l = lens[c];
-                unsigned h = l ? ((unsigned)l * 31u + (unsigned char)cats[c][0] * 7u + (unsigned char)cats[c][l - 1]) & 1023u : 0;
-                slot[h] = c;
+        kl_pq_groups_clear(&g);
+        for (int i = 2; i < argc; i++) {
+            if (!strncmp(argv[i], "--", 2)) { i++; continue; } /* every option takes a value */
+            kl_pq_reader *r;
+            if (kl_pq_open(argv[i], &r, &e) || kl_pq_group_by(r, "category", "item_price", &g, &e)) {
+                fprintf(stderr, "%s\n", kl_err_what(&e));
+                return 1;
             }
-            const int64_t *off = cols[1]->offsets;
-            const char *data = cols[1]->data;
-            for (size_t i = 0; i < n; i++) {
-                size_t l = (size_t)(off[i + 1] - off[i]);
-                const char *p = data + off[i];
-                unsigned h = l ? ((unsigned)l * 31u + (unsigned char)p[0] * 7u + (unsigned char)p[l - 1]) & 1023u : 0;
-                int c = slot[h];
-                int ok = c >= 0 && lens[c] == l;
-                for (size_t q = 0; ok && q < l; q++) ok = cats[c][q] == p[q];
-                if (!ok) {
-                    for (c = 0; c < ncat; c++) if (lens[c] == l && !memcmp(cats[c], p, l)) break;
-                    if (c == ncat) {
-                        if (ncat == 64) continue;
-                        snprintf(cats[ncat], 32, "%.*s", (int)KL_MIN(l, 31), p);
-                        lens[ncat] = strlen(cats[ncat]);
-                        counts[ncat++] = 0;
-                    }
-                    if (lens[c] == l) slot[h] = c;
-                }
-                counts[c]++;
-            }
+            kl_pq_close(r);
         }
-        kl_column_free(cols[0]); kl_column_free(cols[1]);
-        kl_pq_close(r);
         if (k >= 0) printf("%s%.4f", k ? "," : "", now_s() - t0);
     }
+    sum = 0;
+    for (size_t i = 0; i < g.n; i++) sum += g.g[i].sum;
     printf("],\"sum\":%.6f,\"counts\":{", sum);
-    for (int c = 0; c < ncat; c++) printf("%s\"%s\":%lld", c ? "," : "", cats[c], counts[c]);
+    for (size_t i = 0; i < g.n; i++) printf("%s\"%.*s\":%llu", i ? "," : "", (int)g.g[i].key.n, g.g[i].key.s ? g.g[i].key.s : "", (unsigned long long)g.g[i].rows);
     printf("}}\n");
+    kl_pq_groups_clear(&g);
     return 0;
 }
 
