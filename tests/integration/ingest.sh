@@ -133,6 +133,22 @@ fi
 ( trap '' XFSZ; ulimit -f 200; "$KEEL" ingest clicks.csv --schema clicks.yaml --out dfull > out.full 2> err.full ); frc=$?
 [ $frc = 1 ] && pass ingest_write_failure_fails || fail ingest_write_failure_fails "exit $frc: $(head -c 300 err.full)"
 [ ! -e dfull ] && pass ingest_write_failure_leaves_nothing || fail ingest_write_failure_leaves_nothing "$(find dfull | head)"
+# a real full disk: a 64 KiB tmpfs in a private mount namespace (unshare -rm:
+# root, or an unprivileged user namespace); the source stays outside it
+mkdir -p small
+src_sha=$(sha256sum clicks.csv)
+unshare -rm sh -c 'mount -t tmpfs -o size=64k keeltest "$1" || exit 99
+  "$2" ingest clicks.csv --schema clicks.yaml --out "$1/ds" > out.enospc 2> err.enospc; echo $? > rc.enospc
+  ls -A "$1" > left.enospc' sh "$PWD/small" "$KEEL" > ns.enospc 2>&1
+if [ ! -s rc.enospc ]; then
+  fail ingest_enospc_fails "cannot make a small tmpfs here (unshare -rm + mount -t tmpfs): $(head -c 200 ns.enospc)"
+else
+  erc=$(cat rc.enospc)
+  [ "$erc" = 1 ] && grep -q "No space left on device" err.enospc && pass ingest_enospc_fails ||
+    fail ingest_enospc_fails "exit $erc: $(head -c 300 err.enospc)"
+  [ ! -s left.enospc ] && pass ingest_enospc_leaves_nothing || fail ingest_enospc_leaves_nothing "left on the full filesystem: $(head -c 200 left.enospc)"
+fi
+[ "$(sha256sum clicks.csv)" = "$src_sha" ] && pass ingest_enospc_source_untouched || fail ingest_enospc_source_untouched "clicks.csv changed"
 
 # ---- rejects ----
 $PYTHON - <<'EOF'
