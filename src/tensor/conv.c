@@ -100,22 +100,33 @@ void kl_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
     for (int64_t g = 0; g < G; g++) kl__pgemm_pack_a(Mg, Kg, w + g * Mg * Kg, Kg, 1, dst + (size_t)g * per);
 }
 
-/* Implicit GEMM for stride-1 2-D convs: the input is copied once into a
- * zero-padded plane (HP x WP per channel); over the padded-width output grid
- * (OH x WP) B(k, j) = xp[koff[k] + j] with koff[k] = c*HP*WP + ky*dy*WP + kx*dx,
- * so the micro-kernel reads B straight from the padded input (no im2col); the
- * grid's pad columns are dropped when the result is written out with bias,
- * residual and activation. */
+/* Implicit GEMM for stride-1 and stride-2 2-D convs: the input is copied
+ * once into zero-padded planes; over the padded-width output grid (OH x WP)
+ * B(k, j) = xp[koff[k] + j], so the micro-kernel reads B straight from the
+ * padded input (no im2col); the grid's pad columns are dropped when the result
+ * is written out with bias, residual and activation. Stride 1: one plane
+ * (HP x WP) per channel, koff[k] = c*HP*WP + ky*dy*WP + kx*dx. Stride 2 (per
+ * axis): each channel is split into its SY*SX phases (even/odd rows x
+ * even/odd columns of the padded input), each an HP x WP plane, so tap
+ * (ty, tx) = (ky*dy, kx*dx) reads phase (ty%SY, tx%SX) at offset
+ * (ty/SY)*WP + tx/SX: a stride-1 read again (no gathers). */
 static int implicit_dims(const kl_conv_params *p, const sp3 *s, int64_t *HP, int64_t *WP) {
-    if (p->nsp > 2 || s->s[1] != 1 || s->s[2] != 1 || is_pointwise(p)) return 0;
-    *HP = s->in[1] + s->pb[1] + (p->nsp == 2 ? p->pad_end[0] : 0);
-    *WP = s->in[2] + s->pb[2] + p->pad_end[p->nsp - 1];
-    return (p->C / p->group) * *HP * *WP + 64 < INT32_MAX;
+    if (p->nsp > 2 || s->s[0] != 1 || s->s[1] < 1 || s->s[1] > 2 || s->s[2] < 1 || s->s[2] > 2 || is_pointwise(p))
+        return 0;
+    if (s->k_vol == 1 && (s->s[1] != 1 || s->s[2] != 1)) return 0; /* strided 1x1: a gather of 1/4 of the input */
+    if (s->s[1] == 1 && s->s[2] == 1) {
+        *HP = s->in[1] + s->pb[1] + (p->nsp == 2 ? p->pad_end[0] : 0);
+        *WP = s->in[2] + s->pb[2] + p->pad_end[p->nsp - 1];
+    } else {
+        *HP = s->out[1] + (s->k[1] - 1) * s->d[1] / s->s[1];
+        *WP = s->out[2] + (s->k[2] - 1) * s->d[2] / s->s[2];
+    }
+    return (p->C / p->group) * s->s[1] * s->s[2] * *HP * *WP + 64 < INT32_MAX;
 }
 
 static size_t implicit_floats(const kl_conv_params *p, const sp3 *s, int64_t HP, int64_t WP) {
     int64_t Cg = p->C / p->group, Mg = p->M / p->group;
-    return (size_t)(Cg * HP * WP + 64 + Mg * s->out[1] * WP + Cg * s->k_vol + 16);
+    return (size_t)(Cg * s->s[1] * s->s[2] * HP * WP + 64 + Mg * s->out[1] * WP + Cg * s->k_vol + 16);
 }
 
 size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
@@ -587,18 +598,40 @@ typedef struct {
 static void pad_planes(void *vc, size_t c0, size_t c1, int chunk) {
     pad_ctx *c = vc;
     const sp3 *s = c->s;
-    int64_t H = s->in[1], W = s->in[2], PY = s->pb[1], PX = s->pb[2];
+    int64_t H = s->in[1], W = s->in[2], PY = s->pb[1], PX = s->pb[2], SY = s->s[1], SX = s->s[2];
+    int64_t plane = c->HP * c->WP;
     for (size_t ch = c0; ch < c1; ch++) {
-        float *d = c->xp + (int64_t)ch * c->HP * c->WP;
         const float *src = c->x + (int64_t)ch * s->in_vol;
-        memset(d, 0, (size_t)(PY * c->WP) * sizeof(float));
-        for (int64_t r = 0; r < H; r++) {
-            float *dr = d + (PY + r) * c->WP;
-            for (int64_t t = 0; t < PX; t++) dr[t] = 0.0f;
-            memcpy(dr + PX, src + r * W, (size_t)W * sizeof(float));
-            for (int64_t t = PX + W; t < c->WP; t++) dr[t] = 0.0f;
+        if (SY == 1 && SX == 1) {
+            float *d = c->xp + (int64_t)ch * plane;
+            memset(d, 0, (size_t)(PY * c->WP) * sizeof(float));
+            for (int64_t r = 0; r < H; r++) {
+                float *dr = d + (PY + r) * c->WP;
+                for (int64_t t = 0; t < PX; t++) dr[t] = 0.0f;
+                memcpy(dr + PX, src + r * W, (size_t)W * sizeof(float));
+                for (int64_t t = PX + W; t < c->WP; t++) dr[t] = 0.0f;
+            }
+            memset(d + (PY + H) * c->WP, 0, (size_t)((c->HP - PY - H) * c->WP) * sizeof(float));
+            continue;
         }
-        memset(d + (PY + H) * c->WP, 0, (size_t)((c->HP - PY - H) * c->WP) * sizeof(float));
+        /* phase (py, px), row r, column q = padded input (r*SY + py, q*SX + px) */
+        for (int64_t py = 0; py < SY; py++)
+            for (int64_t px = 0; px < SX; px++) {
+                float *d = c->xp + ((int64_t)ch * SY * SX + py * SX + px) * plane;
+                for (int64_t r = 0; r < c->HP; r++) {
+                    float *dr = d + r * c->WP;
+                    int64_t iy = r * SY + py - PY;
+                    if (iy < 0 || iy >= H) {
+                        memset(dr, 0, (size_t)c->WP * sizeof(float));
+                        continue;
+                    }
+                    const float *sr = src + iy * W;
+                    for (int64_t q = 0; q < c->WP; q++) {
+                        int64_t ix = q * SX + px - PX;
+                        dr[q] = ix >= 0 && ix < W ? sr[ix] : 0.0f;
+                    }
+                }
+            }
     }
 }
 
@@ -648,14 +681,17 @@ static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, co
     int pointwise = is_pointwise(p);
     int64_t HP = 0, WP = 0;
     if (implicit_dims(p, s, &HP, &WP)) {
-        float *xp = wsf, *grid = xp + Cg * HP * WP + 64;
+        int64_t SY = s->s[1], SX = s->s[2], cplane = SY * SX * HP * WP;
+        float *xp = wsf, *grid = xp + Cg * cplane + 64;
         int32_t *koff = (int32_t *)(grid + Mg * s->out[1] * WP);
         int64_t k = 0;
         for (int64_t c = 0; c < Cg; c++)
             for (int64_t ky = 0; ky < s->k[1]; ky++)
-                for (int64_t kx = 0; kx < s->k[2]; kx++)
-                    koff[k++] = (int32_t)(c * HP * WP + ky * s->d[1] * WP + kx * s->d[2]);
-        memset(xp + Cg * HP * WP, 0, 64 * sizeof(float));
+                for (int64_t kx = 0; kx < s->k[2]; kx++) {
+                    int64_t ty = ky * s->d[1], tx = kx * s->d[2];
+                    koff[k++] = (int32_t)(c * cplane + ((ty % SY) * SX + tx % SX) * HP * WP + ty / SY * WP + tx / SX);
+                }
+        memset(xp + Cg * cplane, 0, 64 * sizeof(float));
         for (int64_t n = 0; n < p->N; n++)
             for (int64_t g = 0; g < G; g++) {
                 pad_ctx pc = {s, x + (n * p->C + g * Cg) * s->in_vol, xp, HP, WP};

@@ -91,6 +91,8 @@ KL_TEST(tensor_pgemm_conv_packed_residual) {
         {1, 33, 17, 1, 6, 50, 1, 1, 1, 0, KL_ACT_RELU, 1},   /* pointwise, rows cross panels */
         {1, 9, 16, 1, 13, 13, 1, 2, 1, 0, KL_ACT_NONE, 0},   /* 1x1 stride 2 */
         {1, 3, 8, 1, 23, 21, 7, 2, 1, 3, KL_ACT_RELU, 0},    /* stem-like 7x7/2 */
+        {1, 5, 7, 1, 12, 15, 3, 2, 2, 2, KL_ACT_RELU, 1},    /* stride 2 + dilation 2: phase planes */
+        {1, 4, 9, 1, 10, 9, 5, 2, 1, 1, KL_ACT_NONE, 1},     /* 5x5/2, even and odd extents */
         {1, 5, 11, 1, 9, 40, 3, 3, 1, 1, KL_ACT_NONE, 1},    /* stride 3 (gather path) */
         {1, 300, 24, 1, 5, 5, 3, 1, 1, 1, KL_ACT_RELU, 1},   /* K = 2700 */
     };
