@@ -149,14 +149,10 @@ int cmd_serve(int argc, char **argv) {
     const char *bud = app_get(&a, "memory-budget");
     if (bud && kl_mem_parse_size(bud, &o.memory_budget, &e)) return app_usage_error(&spec, "--memory-budget: %s", kl_err_what(&e));
 
-    /* signals are taken by this thread only (sigwait); every other thread inherits the mask */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGHUP);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    /* SIGHUP/SIGTERM/SIGINT are queued by a handler and taken by this thread
+     * (kl_signal_wait), whichever thread the kernel delivers them to */
     signal(SIGPIPE, SIG_IGN);
+    if (kl_signal_catch(&e)) return app_fail(&e);
 
     kl_server *s = NULL;
     int rc2 = kl_server_new(&o, &s, &e);
@@ -175,8 +171,7 @@ int cmd_serve(int argc, char **argv) {
         printf("keel serve: listening on http://%s%s%s:%d\n", ipv6 ? "[" : "", host, ipv6 ? "]" : "", kl_server_port(s));
     fflush(stdout);
     for (;;) {
-        int sig = 0;
-        if (sigwait(&set, &sig)) continue;
+        int sig = kl_signal_wait();
         if (sig == SIGHUP) {
             kl_err_clear(&re);
             if (reg.ref && reg_resolve(&reg, &re))

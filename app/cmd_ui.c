@@ -713,11 +713,8 @@ int cmd_ui(int argc, char **argv) {
     ui_ctx c = {0};
     if (kl_track_open(kl_config_get(app_config(), "tracking"), &c.t, &e)) return app_fail(&e);
     /* block the stop signals in every thread; this one waits for them */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    kl_err se = {0};
+    if (kl_signal_catch(&se)) { kl_track_close(c.t); return app_fail(&se); }
     struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
                                             (uint16_t)port, NULL, NULL, handle, &c, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
@@ -731,8 +728,8 @@ int cmd_ui(int argc, char **argv) {
     printf("keel ui: http://%s%s%s:%u/\n", v6 ? "[" : "", host, v6 ? "]" : "", real_port);
     fflush(stdout);
     kl_log(KL_LOG_INFO, "ui", "serving %s on port %u (store %s)", host, real_port, kl_track_dir(c.t));
-    int sig = 0;
-    sigwait(&set, &sig);
+    int sig;
+    while ((sig = kl_signal_wait()) == SIGHUP) {}   /* nothing to reload */
     kl_log(KL_LOG_INFO, "ui", "stopping (signal %d)", sig);
     MHD_stop_daemon(d);
     kl_track_close(c.t);

@@ -444,6 +444,18 @@ int kl_path_exists(const char *path);
 /* Removes a file or a folder tree (like rm -rf). */
 int kl_rm_rf(const char *path, kl_err *e);
 
+/* Signals of long-running commands (keel serve, keel ui, the pipeline's serve
+ * stage). kl_signal_catch installs handlers for SIGHUP, SIGINT and SIGTERM that
+ * queue the signal on a self-pipe, so it does not matter which thread the
+ * kernel delivers it to (threads started before main, such as OpenBLAS's, do
+ * not inherit a blocked mask, and a process-directed signal delivered to one of
+ * them would otherwise take its default action and kill the process).
+ * kl_signal_wait blocks until one arrives and returns its number.
+ * kl_signal_release restores the default dispositions. */
+int kl_signal_catch(kl_err *e);
+int kl_signal_wait(void);
+void kl_signal_release(void);
+
 /* Levenshtein distance; and the closest candidate within a small distance (or NULL). */
 size_t kl_edit_distance(const char *a, const char *b);
 const char *kl_suggest(const char *word, const char *const *candidates, size_t n);

@@ -493,23 +493,18 @@ static int st_serve(pl_ctx *c, kl_err *e) {
     o.port = (int)cfg_num(c, s, "port", 8000);
     o.workers = (int)cfg_num(c, s, "workers", 0);
     o.access_log = 1;
-    sigset_t set, old;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, &old);   /* before the server's threads start: they inherit it */
     kl_server *srv = NULL;
-    int rc = kl_server_new(&o, &srv, e);
+    int rc = kl_signal_catch(e);   /* Ctrl-C / SIGTERM stop the server (whichever thread gets them) */
+    if (!rc) rc = kl_server_new(&o, &srv, e);
     if (!rc) rc = kl_server_start(srv, e);
     if (!rc) {
         fprintf(c->log, "keel serve: listening on http://%s:%d (Ctrl-C stops)\n", o.host, kl_server_port(srv));
         fflush(c->log);
-        int sig = 0;
-        sigwait(&set, &sig);
+        while (kl_signal_wait() == SIGHUP) {}
         rc = kl_server_shutdown(srv, e);
     }
     kl_server_free(srv);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    kl_signal_release();
     return rc;
 }
 
