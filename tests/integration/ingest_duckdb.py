@@ -10,22 +10,14 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
 import duckdb_npm  # noqa: E402
+import report as rep  # noqa: E402
+from report import report  # noqa: E402
 
 SRC = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 KEEL = os.environ.get("KEEL", os.path.join(SRC, "build", "keel"))
 NPM = os.path.join(SRC, "build", "npm")
 JS = os.path.join(SRC, "tests", "integration", "ingest_duckdb.mjs")
 TMP = tempfile.mkdtemp(prefix="ingest-duck-", dir=os.environ.get("KEEL_TEST_TMP"))
-failed = 0
-
-
-def report(name, ok, why=""):
-    global failed
-    if ok:
-        print(f"PASS {name}", flush=True)
-    else:
-        failed += 1
-        print(f"FAIL {name}: {why}"[:1500], flush=True)
 
 
 def ensure_duckdb():
@@ -103,4 +95,4 @@ for codec, part in cases:
     except Exception as e:
         report(f"ingest_duckdb_{name}", False, str(e))
 
-sys.exit(1 if failed else 0)
+sys.exit(1 if rep.failed else 0)

@@ -12,19 +12,13 @@ import sys
 import tempfile
 import threading
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
+import report as rep  # noqa: E402
+from report import report  # noqa: E402
+
 SRC = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 KEEL = os.environ.get("KEEL", os.path.join(SRC, "build", "keel"))
 TMP = tempfile.mkdtemp(prefix="ingest-url-", dir=os.environ.get("KEEL_TEST_TMP"))
-failed = 0
-
-
-def report(name, ok, why=""):
-    global failed
-    if ok:
-        print(f"PASS {name}", flush=True)
-    else:
-        failed += 1
-        print(f"FAIL {name}: {why}"[:1500], flush=True)
 
 
 def keel(*args, env=None):
@@ -146,4 +140,4 @@ r = keel("ingest", "http://127.0.0.1:1/none.csv", "--schema", schema, "--out", o
          env={"KEEL_FETCH_RETRIES": "0"})
 report("ingest_url_refused", r.returncode == 1 and "127.0.0.1:1" in r.stderr, r.stderr)
 srv.shutdown()
-sys.exit(1 if failed else 0)
+sys.exit(1 if rep.failed else 0)

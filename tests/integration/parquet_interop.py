@@ -14,6 +14,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
 import duckdb_npm  # noqa: E402
+import report as rep  # noqa: E402
+from report import report  # noqa: E402
 
 SRC = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILD = os.path.join(SRC, os.environ.get("BUILD", "build"))
@@ -26,16 +28,6 @@ TESTDATA = os.path.join(SHARED, "testdata", "parquet-testing")
 NPM = os.path.join(SRC, "build", "npm")
 JS = os.path.join(SRC, "tests", "integration", "parquet_duckdb.mjs")
 TMP = tempfile.mkdtemp(prefix="pq-", dir=os.environ.get("KEEL_TEST_TMP"))
-failed = 0
-
-
-def report(name, ok, why=""):
-    global failed
-    if ok:
-        print(f"PASS {name}", flush=True)
-    else:
-        failed += 1
-        print(f"FAIL {name}: {why}"[:1500], flush=True)
 
 
 def ensure_duckdb():
@@ -286,7 +278,7 @@ def main():
             fn()
         except Exception as ex:
             report(f"parquet_{fn.__name__}", False, f"{type(ex).__name__}: {ex}")
-    return 1 if failed else 0
+    return 1 if rep.failed else 0
 
 
 if __name__ == "__main__":
