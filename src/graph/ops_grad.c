@@ -388,9 +388,9 @@ static int zt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     int64_t m = kl_tensor_numel(in[0]);
     int bce = !strcmp(n->op_type, "BCEWithLogitsLoss");
     if (in[0]->dtype == KL_F32)
-        ((float *)out[0]->data)[0] = (float)(bce ? bce_f32(m, in[0]->data, in[1]->data, 1, NULL) : mse_f32(m, in[0]->data, in[1]->data, 1, NULL, NULL));
+        ((float *)out[0]->data)[0] = (float)(bce ? bce_f32(m, in[0]->data, in[1]->data, 1, NULL, NULL) : mse_f32(m, in[0]->data, in[1]->data, 1, NULL, NULL));
     else
-        ((double *)out[0]->data)[0] = bce ? bce_f64(m, in[0]->data, in[1]->data, 1, NULL) : mse_f64(m, in[0]->data, in[1]->data, 1, NULL, NULL);
+        ((double *)out[0]->data)[0] = bce ? bce_f64(m, in[0]->data, in[1]->data, 1, NULL, NULL) : mse_f64(m, in[0]->data, in[1]->data, 1, NULL, NULL);
     return KL_OK;
 }
 static int zt_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
@@ -405,9 +405,8 @@ static int zt_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     double s = kl__dbl_at(in[0], 0);
     void *dz = out[0] ? out[0]->data : NULL, *dt = n_out > 1 && out[1] ? out[1]->data : NULL;
     if (!strcmp(n->op_type, "BCEWithLogitsLossGrad")) {
-        if (!dz) return KL_OK;
-        if (in[1]->dtype == KL_F32) bce_f32(m, in[1]->data, in[2]->data, s, dz);
-        else bce_f64(m, in[1]->data, in[2]->data, s, dz);
+        if (in[1]->dtype == KL_F32) bce_f32(m, in[1]->data, in[2]->data, s, dz, dt);
+        else bce_f64(m, in[1]->data, in[2]->data, s, dz, dt);
         return KL_OK;
     }
     if (in[1]->dtype == KL_F32) mse_f32(m, in[1]->data, in[2]->data, s, dz, dt);
@@ -444,7 +443,7 @@ const kl_op kl__ops_grad[] = {
     GOP("MatMulGrad", 3, 3, 1, 1, a_input, mm_grad_infer, mm_grad_run),
     GOP("GatherGrad", 3, 3, 1, 1, no_attrs, gather_grad_infer, gather_grad_run),
     GOP("CrossEntropyLossGrad", 3, 4, 1, 1, a_ce, ce_grad_infer, ce_grad_run),
-    GOP("BCEWithLogitsLossGrad", 3, 3, 1, 1, no_attrs, zt_grad_infer, zt_grad_run),
+    GOP("BCEWithLogitsLossGrad", 3, 3, 1, 2, no_attrs, zt_grad_infer, zt_grad_run),
     GOP("MSELossGrad", 3, 3, 1, 2, no_attrs, zt_grad_infer, zt_grad_run),
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

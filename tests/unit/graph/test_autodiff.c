@@ -358,3 +358,94 @@ KL_TEST(graph_autodiff_errors) {
     kl_graph_free(g);
     for (int i = 0; i < 6; i++) kl_tensor_free(ins[i]);
 }
+
+/* ---------------------------------------------------------------- CNN ops */
+
+/* conv(pad 1)-bn(train)-relu-maxpool-flatten-gemm-CE */
+KL_TEST(graph_autodiff_cnn_conv_bn_pool_ce) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "W1"); g_input(g, "b1"); g_input(g, "gs"); g_input(g, "gb"); g_input(g, "rm"); g_input(g, "rv");
+    g_input(g, "Wf"); g_input(g, "bf"); g_input(g, "y");
+    int64_t p1[4] = {1, 1, 1, 1}, k2[2] = {2, 2}, s2[2] = {2, 2};
+    int k = g_node(g, "", "Conv", "x,W1,b1", "c1");
+    a_ints(g, k, "pads", 4, p1);
+    k = g_node(g, "", "BatchNormalization", "c1,gs,gb,rm,rv", "bn,rm_out,rv_out");
+    a_int(g, k, "training_mode", 1); a_float(g, k, "momentum", 0.9f);
+    g_node(g, "", "Relu", "bn", "r");
+    k = g_node(g, "", "MaxPool", "r", "mp");
+    a_ints(g, k, "kernel_shape", 2, k2); a_ints(g, k, "strides", 2, s2);
+    g_node(g, "", "Flatten", "mp", "f");
+    k = g_node(g, "", "Gemm", "f,Wf,bf", "z");
+    a_int(g, k, "transB", 1);
+    g_node(g, "ai.keel.train", "CrossEntropyLoss", "z,y", "loss");
+    g_output(g, "loss"); g_output(g, "rm_out"); g_output(g, "rv_out");
+    kl_tensor *ins[10];
+    int64_t dx[4] = {3, 2, 6, 6}, dw[4] = {4, 2, 3, 3}, dc[1] = {4}, dwf[2] = {3, 36}, dbf[1] = {3};
+    ins[0] = rnd(KL_F64, 4, dx, 1, 0); ins[1] = rnd(KL_F64, 4, dw, 0.5, 0); ins[2] = rnd(KL_F64, 1, dc, 0.2, 0);
+    ins[3] = rnd(KL_F64, 1, dc, 0.3, 1); ins[4] = rnd(KL_F64, 1, dc, 0.3, 0); ins[5] = rnd(KL_F64, 1, dc, 0.1, 0);
+    ins[6] = rnd(KL_F64, 1, dc, 0.1, 1); ins[7] = rnd(KL_F64, 2, dwf, 0.3, 0); ins[8] = rnd(KL_F64, 1, dbf, 0.1, 0);
+    ins[9] = labels(3, 3);
+    gradcheck("cnn", g, ins, 10, "x,W1,b1,gs,gb,Wf,bf", 1e-6);
+}
+
+/* grouped/strided/dilated conv with asymmetric pads, average pools, sigmoid,
+ * global average pool, softmax, MSE */
+static void conv_variants(int cip) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "W"); g_input(g, "b"); g_input(g, "t");
+    int64_t pads[4] = {1, 0, 2, 1}, st[2] = {2, 1}, dl[2] = {1, 2}, k3[2] = {3, 3}, s2[2] = {2, 2}, pp[4] = {1, 1, 1, 1};
+    int k = g_node(g, "", "Conv", "x,W,b", "c");
+    a_ints(g, k, "pads", 4, pads); a_ints(g, k, "strides", 2, st); a_ints(g, k, "dilations", 2, dl); a_int(g, k, "group", 2);
+    k = g_node(g, "", "AveragePool", "c", "ap");
+    a_ints(g, k, "kernel_shape", 2, k3); a_ints(g, k, "strides", 2, s2); a_ints(g, k, "pads", 4, pp); a_int(g, k, "count_include_pad", cip);
+    g_node(g, "", "Sigmoid", "ap", "sg");
+    g_node(g, "", "GlobalAveragePool", "sg", "gp");
+    k = g_node(g, "", "Flatten", "gp", "f");
+    k = g_node(g, "", "Softmax", "f", "sm");
+    a_int(g, k, "axis", -1);
+    g_node(g, "ai.keel.train", "MSELoss", "sm,t", "loss");
+    g_output(g, "loss");
+    kl_tensor *ins[4];
+    int64_t dx[4] = {2, 4, 9, 8}, dw[4] = {6, 2, 3, 2}, db[1] = {6}, dt[2] = {2, 6};
+    ins[0] = rnd(KL_F64, 4, dx, 1, 0); ins[1] = rnd(KL_F64, 4, dw, 1, 0); ins[2] = rnd(KL_F64, 1, db, 0.5, 0); ins[3] = rnd(KL_F64, 2, dt, 0.2, 0.2);
+    gradcheck(cip ? "conv_variants_cip" : "conv_variants", g, ins, 4, "x,W,b,t", 1e-6);
+}
+KL_TEST(graph_autodiff_conv_groups_stride_dilation_avgpool) { conv_variants(0); }
+KL_TEST(graph_autodiff_avgpool_count_include_pad) { conv_variants(1); }
+
+/* embedding (Gather) - LayerNorm - GELU as the trainer emits it (Div, Erf, Add,
+ * Mul, Mul with constants) - Tanh - MatMul - BCEWithLogits */
+KL_TEST(graph_autodiff_embedding_layernorm_gelu_bce) {
+    kl_graph *g = new_graph();
+    g_input(g, "idx"); g_input(g, "E"); g_input(g, "ls"); g_input(g, "lb"); g_input(g, "W"); g_input(g, "t");
+    double c2 = sqrt(2.0), c1 = 1.0, ch = 0.5;
+    const char *cn[3] = {"gelu_sqrt2", "gelu_one", "gelu_half"};
+    double cv[3] = {c2, c1, ch};
+    for (int i = 0; i < 3; i++) {
+        int v = kl_graph_value(g, cn[i]);
+        kl_err e;
+        kl_tensor_new(KL_F64, 0, NULL, KL_TAG_PARAMS, &g->values[v].init, &e);
+        ((double *)g->values[v].init->data)[0] = cv[i];
+    }
+    g_node(g, "", "Gather", "E,idx", "emb");                 /* (B, T, D) */
+    int k = g_node(g, "", "LayerNormalization", "emb,ls,lb", "ln");
+    a_int(g, k, "axis", -1);
+    g_node(g, "", "Div", "ln,gelu_sqrt2", "g1");
+    g_node(g, "", "Erf", "g1", "g2");
+    g_node(g, "", "Add", "g2,gelu_one", "g3");
+    g_node(g, "", "Mul", "ln,g3", "g4");
+    g_node(g, "", "Mul", "g4,gelu_half", "gl");
+    g_node(g, "", "Tanh", "gl", "th");
+    g_node(g, "", "MatMul", "th,W", "z");                   /* (B, T, 1) */
+    g_node(g, "ai.keel.train", "BCEWithLogitsLoss", "z,t", "loss");
+    g_output(g, "loss");
+    kl_tensor *ins[6];
+    int64_t di[2] = {2, 3}, de[2] = {5, 4}, dd[1] = {4}, dw[2] = {4, 1}, dt[3] = {2, 3, 1};
+    kl_err e;
+    kl_tensor_new(KL_I64, 2, di, KL_TAG_OTHER, &ins[0], &e);
+    int64_t iv[6] = {0, 3, 4, 3, 1, 0};
+    memcpy(ins[0]->data, iv, sizeof iv);
+    ins[1] = rnd(KL_F64, 2, de, 1, 0); ins[2] = rnd(KL_F64, 1, dd, 0.3, 1); ins[3] = rnd(KL_F64, 1, dd, 0.3, 0);
+    ins[4] = rnd(KL_F64, 2, dw, 1, 0); ins[5] = rnd(KL_F64, 3, dt, 0.5, 0.5);
+    gradcheck("emb_ln_gelu", g, ins, 6, "E,ls,lb,W,t", 1e-6);
+}
