@@ -408,6 +408,40 @@ static int r_ln(ad *a, int ni, const int *dy, const int *want) {
     return KL_OK;
 }
 
+/* ai.keel.train::Dropout: dy * mask / (1 - ratio); the mask output is added
+ * to the forward node when the graph omitted it. */
+static int r_dropout(ad *a, int ni, const int *dy, const int *want) {
+    kl_gnode *n = node(a, ni);
+    int mask = n->n_out > 1 ? n->outputs[1] : -1, k, rc;
+    if (mask < 0) {
+        char nm[300];
+        int t = 0;
+        do snprintf(nm, sizeof nm, "%.200s_mask%d", a->g->values[n->outputs[0]].name, t++);
+        while (kl_graph_find_value(a->g, nm) >= 0);
+        if ((mask = kl_graph_value(a->g, nm)) < 0) return oom(a);
+        n = node(a, ni);
+        int *no = realloc(n->outputs, sizeof(int) * 2);
+        if (!no) return oom(a);
+        n->outputs = no;
+        n->outputs[1] = mask;
+        n->n_out = 2;
+    }
+    float ratio = kl_gnode_attr_float(n, "ratio", 0.5f);
+    int X = in_v(a, ni, 0), ins[2] = {dy[0], mask};
+    int g = emit1(a, G, "DropoutGrad", ins, 2, X, &k);
+    if (g < 0) return g;
+    if ((rc = set_float(a, k, "ratio", ratio))) return rc;
+    return contrib(a, X, g);
+}
+
+/* Cast (f32 <-> f16 ...): the gradient is cast back to the input's type. */
+static int r_cast(ad *a, int ni, const int *dy, const int *want) {
+    int X = in_v(a, ni, 0), ins[2] = {dy[0], X};
+    int g = emit1(a, "", "CastLike", ins, 2, X, NULL);
+    if (g < 0) return g;
+    return contrib(a, X, g);
+}
+
 typedef struct {
     const char *domain, *op;
     rule_fn fn;
@@ -429,6 +463,8 @@ static const rule rules[] = {
     {"", "GlobalAveragePool", r_pool, 1}, {"", "BatchNormalization", r_bn, 7}, {"", "LayerNormalization", r_ln, 7},
     {"", "ReduceSum", r_reduce, 1}, {"", "ReduceMean", r_reduce, 1},
     {"", "Dropout", r_dropout_inf, 1},
+    {"", "Cast", r_cast, 1},
+    {KL__TRAIN_DOMAIN, "Dropout", r_dropout, 1},
     {KL__TRAIN_DOMAIN, "CrossEntropyLoss", r_ce, 1},
     {KL__TRAIN_DOMAIN, "BCEWithLogitsLoss", r_zt, 3},
     {KL__TRAIN_DOMAIN, "MSELoss", r_zt, 3},

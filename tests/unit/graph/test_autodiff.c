@@ -449,3 +449,132 @@ KL_TEST(graph_autodiff_embedding_layernorm_gelu_bce) {
     ins[4] = rnd(KL_F64, 2, dw, 1, 0); ins[5] = rnd(KL_F64, 3, dt, 0.5, 0.5);
     gradcheck("emb_ln_gelu", g, ins, 6, "E,ls,lb,W,t", 1e-6);
 }
+
+/* ---------------------------------------------------------------- shape ops, softmax, dropout, cast */
+
+/* Transpose - Unsqueeze - Squeeze - Identity - LogSoftmax - Softmax - ReduceMean(axes) - Sub - ReduceSum */
+KL_TEST(graph_autodiff_shape_ops_softmax_reduce) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "w"); g_input(g, "b");
+    int64_t perm[3] = {2, 0, 1}, ax0[1] = {0}, ax1[1] = {1};
+    int k = g_node(g, "", "Transpose", "x", "t");
+    a_ints(g, k, "perm", 3, perm);
+    kl_err e;
+    int av = kl_graph_value(g, "ax0");
+    int64_t one = 1;
+    kl_tensor_new(KL_I64, 1, &one, KL_TAG_PARAMS, &g->values[av].init, &e);
+    ((int64_t *)g->values[av].init->data)[0] = 0;
+    g_node(g, "", "Unsqueeze", "t,ax0", "u");
+    g_node(g, "", "Squeeze", "u,ax0", "s");
+    g_node(g, "", "Identity", "s", "i");
+    k = g_node(g, "", "LogSoftmax", "i", "ls");
+    a_int(g, k, "axis", 1);
+    k = g_node(g, "", "Softmax", "ls", "sm");
+    a_int(g, k, "axis", -1);
+    g_node(g, "", "Mul", "sm,w", "mw");
+    k = g_node(g, "", "ReduceMean", "mw", "rm");
+    a_ints(g, k, "axes", 1, ax1); a_int(g, k, "keepdims", 0);
+    g_node(g, "", "Sub", "rm,b", "d");          /* (4,3) - (2,1,3) broadcast */
+    g_node(g, "", "Mul", "d,d", "d2");
+    k = g_node(g, "", "ReduceSum", "d2", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    (void)ax0;
+    kl_tensor *ins[3];
+    int64_t dx[3] = {2, 3, 4}, dw[3] = {4, 2, 3}, db[3] = {2, 1, 3};
+    ins[0] = rnd(KL_F64, 3, dx, 1, 0); ins[1] = rnd(KL_F64, 3, dw, 1, 0); ins[2] = rnd(KL_F64, 3, db, 1, 0);
+    gradcheck("shape_softmax", g, ins, 3, "x,w,b", 1e-6);
+}
+
+static kl_graph *dropout_graph(float ratio) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "seed"); g_input(g, "w");
+    int k = g_node(g, "ai.keel.train", "Dropout", "x,seed", "dr");
+    a_float(g, k, "ratio", ratio);
+    g_node(g, "", "Mul", "dr,w", "m");
+    g_node(g, "", "Tanh", "m", "th");
+    k = g_node(g, "", "ReduceSum", "th", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    return g;
+}
+static kl_tensor *seed_tensor(int64_t s) {
+    kl_tensor *t;
+    kl_err e;
+    kl_tensor_new(KL_I64, 0, NULL, KL_TAG_OTHER, &t, &e);
+    ((int64_t *)t->data)[0] = s;
+    return t;
+}
+
+KL_TEST(graph_autodiff_dropout) {
+    kl_tensor *ins[3];
+    int64_t d[2] = {6, 5};
+    ins[0] = rnd(KL_F64, 2, d, 1, 0); ins[1] = seed_tensor(1234); ins[2] = rnd(KL_F64, 2, d, 1, 0);
+    gradcheck("dropout", dropout_graph(0.3f), ins, 3, "x,w", 1e-6);
+    /* mask statistics, scaling, and bit-identity at 1 and 2 threads (f32, big) */
+    kl_err e;
+    int64_t big[2] = {512, 384};
+    kl_tensor *in2[3] = {rnd(KL_F32, 2, big, 1, 2), seed_tensor(99), rnd(KL_F32, 2, big, 0, 1)}, *o1[4] = {0}, *o2[4] = {0};
+    kl_graph *g = dropout_graph(0.25f);
+    int w = kl_graph_find_value(g, "x"), gr;
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], &w, 1, &gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    kl_pool *p1, *p2;
+    KT_OK(kl_pool_new(1, &p1, &e), &e);
+    KT_OK(kl_pool_new(2, &p2, &e), &e);
+    KT_OK(run_f32(g, in2, 3, p1, o1, &e), &e);
+    KT_OK(run_f32(g, in2, 3, p2, o2, &e), &e);
+    KT_CHECK(!memcmp(o1[1]->data, o2[1]->data, o1[1]->nbytes));
+    int64_t n = kl_tensor_numel(in2[0]), kept = 0;
+    const float *gx = o1[1]->data, *xv = in2[0]->data;
+    for (int64_t i = 0; i < n; i++) {
+        /* d/dx tanh(x * mask / 0.75) = mask / 0.75 * (1 - tanh^2) */
+        if (gx[i] != 0) kept++;
+        double t = tanh(xv[i] / 0.75);
+        KT_CHECKF(gx[i] == 0 || fabs(gx[i] - (1 - t * t) / 0.75) < 1e-5, "element %lld", (long long)i);
+    }
+    KT_CHECKF(fabs((double)kept / (double)n - 0.75) < 0.01, "kept fraction %g", (double)kept / (double)n);
+    /* another seed gives another mask */
+    kl_tensor_free(in2[1]);
+    in2[1] = seed_tensor(100);
+    kl_tensor *o3[4] = {0};
+    KT_OK(run_f32(g, in2, 3, p2, o3, &e), &e);
+    KT_CHECK(memcmp(o1[1]->data, o3[1]->data, o1[1]->nbytes) != 0);
+    for (int i = 0; i < 4; i++) { kl_tensor_free(o1[i]); kl_tensor_free(o2[i]); kl_tensor_free(o3[i]); }
+    for (int i = 0; i < 3; i++) kl_tensor_free(in2[i]);
+    kl_pool_free(p1);
+    kl_pool_free(p2);
+    kl_graph_free(g);
+}
+
+/* f32 -> Cast(f16) -> Relu -> Cast(f32) -> Mul w -> ReduceSum: the gradient
+ * is cast back through f16 (w holds f16-exact values). */
+KL_TEST(graph_autodiff_cast_f16) {
+    kl_err e;
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "w");
+    int k = g_node(g, "", "Cast", "x", "h");
+    a_int(g, k, "to", 10); /* FLOAT16 */
+    g_node(g, "", "Relu", "h", "r");
+    k = g_node(g, "", "Cast", "r", "f");
+    a_int(g, k, "to", 1);
+    g_node(g, "", "Mul", "f,w", "m");
+    k = g_node(g, "", "ReduceSum", "m", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    int64_t d[1] = {64};
+    kl_tensor *ins[2] = {rnd(KL_F32, 1, d, 1, 0), rnd(KL_F32, 1, d, 1, 0)}, *o[3] = {0};
+    for (int i = 0; i < 64; i++) ((float *)ins[1]->data)[i] = (float)((i % 9) - 4) * 0.25f;
+    int w = kl_graph_find_value(g, "x"), gr;
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], &w, 1, &gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(run_f32(g, ins, 2, NULL, o, &e), &e);
+    KT_EQ_INT(o[1]->dtype, KL_F32);
+    for (int i = 0; i < 64; i++) {
+        float x = ((float *)ins[0]->data)[i], want = kl_f16_to_f32(kl_f32_to_f16(x)) > 0 ? ((float *)ins[1]->data)[i] : 0.f;
+        KT_CHECKF(((float *)o[1]->data)[i] == want, "element %d: %g, expected %g", i, ((float *)o[1]->data)[i], want);
+    }
+    for (int i = 0; i < 3; i++) kl_tensor_free(o[i]);
+    kl_tensor_free(ins[0]); kl_tensor_free(ins[1]);
+    kl_graph_free(g);
+}
