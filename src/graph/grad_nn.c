@@ -7,7 +7,9 @@
  * Kernels: grad_nn_gen.h. */
 #include "graph/grad_int.h"
 
+#include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,6 +125,156 @@ static int pool_geo(kl_gnode *n, const kl_tensor *X, int global, geo *p, kl_err 
 }
 
 static size_t conv_ws(const geo *p, size_t es) { return (size_t)((p->C * p->ksz + p->M) * p->N * p->osz) * es + 64; }
+
+/* ================================================================== *
+ * Fast float32 conv backward
+ * dW: images in a fixed number of blocks (independent of the thread
+ * count); per image an im2col that stays in cache and one GEMM with dy as
+ * it lies (N, M, P), accumulated in image order into the block's partial;
+ * the partials are summed in block order. dX: for stride 1 a forward conv
+ * of dy with the flipped, transposed weights through keel's fast conv
+ * kernel; otherwise GEMM + col2im per image block. dB: sums of dy.
+ * ================================================================== */
+
+#define CG_BLOCKS 8
+
+extern void openblas_set_num_threads(int);
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_init(void) { openblas_set_num_threads(1); }
+
+static int64_t cg_blocks(const geo *p) { return p->N < CG_BLOCKS ? p->N : CG_BLOCKS; }
+static size_t cg_cols(const geo *p) { return (size_t)(p->C * p->ksz * p->osz); }
+static size_t cg_wsz(const geo *p) { return (size_t)(p->M * (p->C / p->G) * p->ksz); }
+
+/* dX through the forward conv: stride 1, pads within d*(k-1). */
+static int cg_dx_by_conv(const geo *p) {
+    for (int i = 0; i < p->nsp; i++)
+        if (p->s[i] != 1 || p->pb[i] > p->d[i] * (p->k[i] - 1) || p->pe[i] > p->d[i] * (p->k[i] - 1)) return 0;
+    return 1;
+}
+static void cg_dx_params(const geo *p, kl_conv_params *q) {
+    memset(q, 0, sizeof *q);
+    q->nsp = p->nsp;
+    q->N = p->N; q->C = p->M; q->M = p->C; q->group = p->G;
+    for (int i = 0; i < p->nsp; i++) {
+        q->in[i] = p->out[i]; q->k[i] = p->k[i]; q->stride[i] = 1; q->dilation[i] = p->d[i];
+        q->pad_begin[i] = p->d[i] * (p->k[i] - 1) - p->pb[i];
+        q->pad_end[i] = p->d[i] * (p->k[i] - 1) - p->pe[i];
+    }
+}
+
+static size_t al64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* Workspace bytes of conv_bwd_fast. */
+static size_t cg_ws_bytes(const geo *p, int want_dx) {
+    size_t nb = (size_t)cg_blocks(p);
+    size_t w = nb * al64((cg_cols(p) + cg_wsz(p)) * sizeof(float));
+    if (want_dx) {
+        size_t d = 0;
+        if (cg_dx_by_conv(p)) {
+            kl_conv_params q;
+            cg_dx_params(p, &q);
+            kl_err e;
+            if (kl_conv_prepare(&q, &e) == KL_OK) d = al64(cg_wsz(p) * sizeof(float)) + al64(kl_conv_workspace_bytes(&q));
+            else d = nb * al64(cg_cols(p) * sizeof(float));
+        } else {
+            d = nb * al64(cg_cols(p) * sizeof(float));
+        }
+        if (d > w) w = d;
+    }
+    return w + 64;
+}
+
+typedef struct { const geo *p; const float *x, *w, *dy; float *dx; char *ws; int64_t per; } cg_job;
+
+static void cg_dw_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
+    const cg_job *j = ctx;
+    const geo *p = j->p;
+    int64_t Kg = p->C / p->G * p->ksz, Mg = p->M / p->G, P = p->osz;
+    size_t stride = al64((cg_cols(p) + cg_wsz(p)) * sizeof(float));
+    geo one = *p;
+    one.N = 1;
+    for (size_t b = b0; b < b1; b++) {
+        float *cols = (float *)(j->ws + b * stride), *dwb = cols + cg_cols(p);
+        int64_t n0 = (int64_t)b * j->per, n1 = KL_MIN(n0 + j->per, p->N);
+        for (int64_t n = n0; n < n1; n++) {
+            i2c_job_f32 ij = {&one, j->x + n * p->C * p->isz, cols, NULL};
+            im2col_rows_f32(&ij, 0, (size_t)(p->C * p->ksz), 0);
+            for (int64_t g = 0; g < p->G; g++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Mg, (int)Kg, (int)P, 1.f, j->dy + (n * p->M + g * Mg) * P, (int)P,
+                            cols + g * Kg * P, (int)P, n == n0 ? 0.f : 1.f, dwb + g * Mg * Kg, (int)Kg);
+        }
+    }
+}
+
+static void cg_dx_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
+    const cg_job *j = ctx;
+    const geo *p = j->p;
+    int64_t Kg = p->C / p->G * p->ksz, Mg = p->M / p->G, P = p->osz;
+    size_t stride = al64(cg_cols(p) * sizeof(float));
+    geo one = *p;
+    one.N = 1;
+    for (size_t b = b0; b < b1; b++) {
+        float *cols = (float *)(j->ws + b * stride);
+        int64_t n0 = (int64_t)b * j->per, n1 = KL_MIN(n0 + j->per, p->N);
+        for (int64_t n = n0; n < n1; n++) {
+            for (int64_t g = 0; g < p->G; g++)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)Kg, (int)P, (int)Mg, 1.f, j->w + g * Mg * Kg, (int)Kg,
+                            j->dy + (n * p->M + g * Mg) * P, (int)P, 0.f, cols + g * Kg * P, (int)P);
+            i2c_job_f32 ij = {&one, NULL, cols, j->dx + n * p->C * p->isz};
+            col2im_planes_f32(&ij, 0, (size_t)p->C, 0);
+        }
+    }
+}
+
+static int conv_bwd_fast(kl_gnode *n, const geo *p, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db,
+                         void *ws, kl_pool *pool, kl_err *e) {
+    pthread_once(&blas_once, blas_init);
+    int64_t nb = cg_blocks(p), per = (p->N + nb - 1) / nb;
+    nb = per ? (p->N + per - 1) / per : 0;
+    cg_job j = {p, x, w, dy, dx, ws, per};
+    if (db)
+        for (int64_t m = 0; m < p->M; m++) {
+            float s = 0;
+            for (int64_t i = 0; i < p->N; i++) {
+                const float *r = dy + (i * p->M + m) * p->osz;
+                for (int64_t k = 0; k < p->osz; k++) s += r[k];
+            }
+            db[m] = s;
+        }
+    if (dw && nb) {
+        kl_pool_parallel_for(pool, (size_t)nb, 1, cg_dw_blocks, &j);
+        size_t stride = al64((cg_cols(p) + cg_wsz(p)) * sizeof(float)) / sizeof(float);
+        const float *part = (const float *)ws + cg_cols(p);
+        int64_t wsz = (int64_t)cg_wsz(p);
+        memcpy(dw, part, sizeof(float) * (size_t)wsz);
+        for (int64_t b = 1; b < nb; b++)
+            for (int64_t i = 0; i < wsz; i++) dw[i] += part[b * (int64_t)stride + i];
+    }
+    if (!dx || !nb) return KL_OK;
+    if (cg_dx_by_conv(p)) {
+        kl_conv_params q;
+        cg_dx_params(p, &q);
+        if (kl_conv_prepare(&q, e) == KL_OK) {
+            /* W (M, C/G, k) -> W' (C, M/G, k) flipped */
+            int64_t Cg = p->C / p->G, Mg = p->M / p->G, K = p->ksz;
+            float *wt = ws;
+            for (int64_t g = 0; g < p->G; g++)
+                for (int64_t ml = 0; ml < Mg; ml++)
+                    for (int64_t c = 0; c < Cg; c++) {
+                        const float *src = w + ((g * Mg + ml) * Cg + c) * K;
+                        float *dst = wt + ((g * Cg + c) * Mg + ml) * K;
+                        for (int64_t k = 0; k < K; k++) dst[k] = src[K - 1 - k];
+                    }
+            void *cws = (char *)ws + al64(cg_wsz(p) * sizeof(float));
+            int rc = kl_conv_f32(&q, dy, wt, NULL, dx, kl_conv_workspace_bytes(&q) ? cws : NULL, pool, e);
+            if (rc) return kl__fail_node(e, n, rc, "input gradient conv failed");
+            return KL_OK;
+        }
+    }
+    kl_pool_parallel_for(pool, (size_t)nb, 1, cg_dx_blocks, &j);
+    return KL_OK;
+}
 
 /* ================================================================== *
  * Float64 forward paths (called from ops_nn.c)
@@ -260,7 +412,7 @@ static int conv_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
     kl__set_shape(&out[0], dy->dtype, W->rank, W->dims);
     if (n_out > 1) kl__set_shape(&out[1], dy->dtype, 1, &p.M);
     if (n_out > 2) kl__set_shape(&out[2], dy->dtype, X->rank, X->dims);
-    *ws = conv_ws(&p, kl_dtype_size(dy->dtype));
+    *ws = dy->dtype == KL_F32 ? cg_ws_bytes(&p, n_out > 2 && n->outputs[2] >= 0) : conv_ws(&p, kl_dtype_size(dy->dtype));
     return KL_OK;
 }
 static int conv_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
@@ -268,7 +420,7 @@ static int conv_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     int rc = conv_geo(n, in[1], in[2], &p, e);
     if (rc) return rc;
     void *dw = out[0] ? out[0]->data : NULL, *db = n_out > 1 && out[1] ? out[1]->data : NULL, *dx = n_out > 2 && out[2] ? out[2]->data : NULL;
-    if (in[0]->dtype == KL_F32) conv_bwd_f32(&p, in[1]->data, in[2]->data, in[0]->data, dx, dw, db, x->ws, x->pool);
+    if (in[0]->dtype == KL_F32) return conv_bwd_fast(n, &p, in[1]->data, in[2]->data, in[0]->data, dx, dw, db, x->ws, x->pool, e);
     else conv_bwd_f64(&p, in[1]->data, in[2]->data, in[0]->data, dx, dw, db, x->ws, x->pool);
     return KL_OK;
 }

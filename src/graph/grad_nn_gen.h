@@ -115,7 +115,7 @@ __attribute__((unused)) static void FN(conv_fwd)(const geo *p, const R *x, const
 }
 
 /* Backward: dx (may be NULL), dw (may be NULL), db (may be NULL). Same ws. */
-static void FN(conv_bwd)(const geo *p, const R *x, const R *w, const R *dy, R *dx, R *dw, R *db, R *ws, kl_pool *pool) {
+__attribute__((unused)) static void FN(conv_bwd)(const geo *p, const R *x, const R *w, const R *dy, R *dx, R *dw, R *db, R *ws, kl_pool *pool) {
     int64_t NP = p->N * p->osz, Kg = p->C / p->G * p->ksz, Mg = p->M / p->G;
     R *cols = ws, *dym = ws + p->C * p->ksz * NP;
     FN(nm_to_mn)(p, dy, dym);
@@ -201,9 +201,42 @@ static void FN(pool_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
     }
 }
 
+/* Max pool backward, 2x2 stride 2 without padding or dilation (the usual
+ * CNN pool): each plane zeroed and scattered in one pass, same choice rule
+ * (first maximum, NaN wins) as the generic path. */
+static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
+    const FN(pool_job) *j = ctx;
+    const geo *p = j->p;
+    int64_t H = p->in[0], W = p->in[1], OH = p->out[0], OW = p->out[1]; /* 2-D: dims 0, 1 */
+    for (size_t q = q0; q < q1; q++) {
+        const R *xs = j->x + (int64_t)q * p->isz, *d = j->dy + (int64_t)q * p->osz;
+        R *o = j->dx + (int64_t)q * p->isz;
+        memset(o, 0, sizeof(R) * (size_t)p->isz);
+        for (int64_t oh = 0; oh < OH; oh++) {
+            const R *r0 = xs + 2 * oh * W, *r1 = r0 + W;
+            R *w0 = o + 2 * oh * W, *w1 = w0 + W;
+            for (int64_t ow = 0; ow < OW; ow++) {
+                int64_t c = 2 * ow;
+                R best = r0[c], g = d[oh * OW + ow];
+                R *bp = w0 + c;
+                if (r0[c + 1] > best || r0[c + 1] != r0[c + 1]) { best = r0[c + 1]; bp = w0 + c + 1; }
+                if (r1[c] > best || r1[c] != r1[c]) { best = r1[c]; bp = w1 + c; }
+                if (r1[c + 1] > best || r1[c + 1] != r1[c + 1]) { best = r1[c + 1]; bp = w1 + c + 1; }
+                *bp = g;
+            }
+        }
+        (void)H;
+    }
+}
+
 /* Forward (y) or backward (dx from dy, x) of max / average pooling. */
 static void FN(pool)(const geo *p, int max, const R *x, R *y, const R *dy, R *dx, kl_pool *pool) {
     FN(pool_job) j = {p, x, dy, y, dx, max};
+    if (dx && max && p->nsp == 2 && p->k[0] == 2 && p->k[1] == 2 && p->s[0] == 2 && p->s[1] == 2 && p->d[0] == 1 && p->d[1] == 1 &&
+        !p->pb[0] && !p->pb[1] && p->out[0] * 2 <= p->in[0] && p->out[1] * 2 <= p->in[1]) {
+        kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 4, FN(maxpool2_bwd_planes), &j);
+        return;
+    }
     if (dx)
         for (int64_t i = 0; i < p->N * p->C * p->isz; i++) dx[i] = 0;
     kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 1, FN(pool_planes), &j);

@@ -578,3 +578,83 @@ KL_TEST(graph_autodiff_cast_f16) {
     kl_tensor_free(ins[0]); kl_tensor_free(ins[1]);
     kl_graph_free(g);
 }
+
+/* ---------------------------------------------------------------- f32 CNN: fast paths vs f64, threads */
+
+/* conv(pad 1) - relu - maxpool 2x2 - conv(stride 2, groups 2) - bn(train) - relu - GAP - flatten - gemm - CE */
+static kl_graph *cnn32_graph(void) {
+    kl_graph *g = new_graph();
+    const char *in[] = {"x", "W1", "b1", "W2", "b2", "gs", "gb", "rm", "rv", "Wf", "bf", "y"};
+    for (int i = 0; i < 12; i++) g_input(g, in[i]);
+    int64_t p1[4] = {1, 1, 1, 1}, k2[2] = {2, 2};
+    int k = g_node(g, "", "Conv", "x,W1,b1", "c1");
+    a_ints(g, k, "pads", 4, p1);
+    g_node(g, "", "Relu", "c1", "r1");
+    k = g_node(g, "", "MaxPool", "r1", "p1");
+    a_ints(g, k, "kernel_shape", 2, k2); a_ints(g, k, "strides", 2, k2);
+    k = g_node(g, "", "Conv", "p1,W2,b2", "c2");
+    a_ints(g, k, "pads", 4, p1); a_ints(g, k, "strides", 2, k2); a_int(g, k, "group", 2);
+    k = g_node(g, "", "BatchNormalization", "c2,gs,gb,rm,rv", "bn");
+    a_int(g, k, "training_mode", 1);
+    g_node(g, "", "Relu", "bn", "r2");
+    g_node(g, "", "GlobalAveragePool", "r2", "gp");
+    g_node(g, "", "Flatten", "gp", "f");
+    k = g_node(g, "", "Gemm", "f,Wf,bf", "z");
+    a_int(g, k, "transB", 1);
+    g_node(g, "ai.keel.train", "CrossEntropyLoss", "z,y", "loss");
+    g_output(g, "loss");
+    return g;
+}
+static void cnn32_inputs(kl_dtype dt, kl_tensor **ins) {
+    int64_t dx[4] = {11, 4, 12, 12}, w1[4] = {8, 4, 3, 3}, c8[1] = {8}, w2[4] = {6, 4, 3, 3}, c6[1] = {6}, wf[2] = {5, 6}, c5[1] = {5};
+    ins[0] = rnd(dt, 4, dx, 1, 0); ins[1] = rnd(dt, 4, w1, 0.4, 0); ins[2] = rnd(dt, 1, c8, 0.1, 0); ins[3] = rnd(dt, 4, w2, 0.4, 0);
+    ins[4] = rnd(dt, 1, c6, 0.1, 0); ins[5] = rnd(dt, 1, c6, 0.2, 1); ins[6] = rnd(dt, 1, c6, 0.2, 0); ins[7] = rnd(dt, 1, c6, 0, 0);
+    ins[8] = rnd(dt, 1, c6, 0, 1); ins[9] = rnd(dt, 2, wf, 0.5, 0); ins[10] = rnd(dt, 1, c5, 0.1, 0); ins[11] = labels(11, 5);
+}
+
+KL_TEST(graph_autodiff_cnn_f32_fast_paths) {
+    kl_err e;
+    kl_tensor *i32[12], *i64[12], *o1[16] = {0}, *o2[16] = {0}, *o64[16] = {0};
+    uint64_t seed = rng_state;
+    cnn32_inputs(KL_F32, i32);
+    rng_state = seed;
+    cnn32_inputs(KL_F64, i64);
+    const char *names[] = {"x", "W1", "b1", "W2", "b2", "gs", "gb", "Wf", "bf"};
+    kl_graph *g = cnn32_graph(), *g64 = cnn32_graph();
+    int w[9], w64[9], gr[9];
+    for (int i = 0; i < 9; i++) { w[i] = kl_graph_find_value(g, names[i]); w64[i] = kl_graph_find_value(g64, names[i]); }
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], w, 9, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_autodiff(g64, g64->outputs[0], w64, 9, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g64, &e), &e);
+    kl_pool *p1, *p2;
+    KT_OK(kl_pool_new(1, &p1, &e), &e);
+    KT_OK(kl_pool_new(2, &p2, &e), &e);
+    KT_OK(run_f32(g, i32, 12, p1, o1, &e), &e);
+    KT_OK(run_f32(g, i32, 12, p2, o2, &e), &e);
+    KT_OK(run_f32(g64, i64, 12, p2, o64, &e), &e);
+    for (int i = 0; i < g->n_outputs; i++) {
+        KT_CHECKF(!memcmp(o1[i]->data, o2[i]->data, o1[i]->nbytes), "output %d differs between 1 and 2 threads", i);
+        int64_t n = kl_tensor_numel(o1[i]);
+        double mx = 0, err = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double a = ((float *)o1[i]->data)[j], b = ((double *)o64[i]->data)[j];
+            if (fabs(b) > mx) mx = fabs(b);
+            if (fabs(a - b) > err) err = fabs(a - b);
+        }
+        KT_CHECKF(err <= 2e-4 * (mx > 0.01 ? mx : 0.01), "output %d (%s): f32 vs f64 max error %g (scale %g)", i,
+                  g->values[g->outputs[i]].name, err, mx);
+    }
+    for (int i = 0; i < 16; i++) { kl_tensor_free(o1[i]); kl_tensor_free(o2[i]); kl_tensor_free(o64[i]); }
+    for (int i = 0; i < 12; i++) { kl_tensor_free(i32[i]); kl_tensor_free(i64[i]); }
+    kl_pool_free(p1);
+    kl_pool_free(p2);
+    kl_graph_free(g);
+    kl_graph_free(g64);
+}
+
+KL_TEST(graph_autodiff_cnn32_graph_fd) {
+    kl_tensor *ins[12];
+    cnn32_inputs(KL_F64, ins);
+    gradcheck("cnn32", cnn32_graph(), ins, 12, "x,W1,b1,W2,b2,gs,gb,Wf,bf", 1e-6);
+}
