@@ -483,6 +483,10 @@ int kl_graph_has_grad(const char *domain, const char *op_type) { return find_rul
  * ================================================================== */
 
 int kl_graph_autodiff(kl_graph *g, int loss, const int *wrt, int n_wrt, int *grads, kl_err *e) {
+    return kl_graph_autodiff_seed(g, loss, -1, wrt, n_wrt, grads, e);
+}
+
+int kl_graph_autodiff_seed(kl_graph *g, int loss, int seed_v, const int *wrt, int n_wrt, int *grads, kl_err *e) {
     int rc = KL_OK;
     ad a;
     memset(&a, 0, sizeof a);
@@ -532,8 +536,9 @@ int kl_graph_autodiff(kl_graph *g, int loss, const int *wrt, int n_wrt, int *gra
             for (int k = 0; k < n->n_in; k++)
                 if (n->inputs[k] >= 0) onpath[n->inputs[k]] = 1;
     }
+    if (seed_v >= g->n_values) { rc = kl_err_set(e, KL_EINVAL, "autodiff: seed value %d does not exist", seed_v); goto done; }
     if (a.needs[loss]) {
-        int seed = emit1(&a, G, "OnesLike", &loss, 1, loss, NULL);
+        int seed = seed_v >= 0 ? emit1(&a, "", "Identity", &seed_v, 1, loss, NULL) : emit1(&a, G, "OnesLike", &loss, 1, loss, NULL);
         if (seed < 0) { rc = seed; goto done; }
         if ((rc = contrib(&a, loss, seed))) goto done;
     }

@@ -658,3 +658,30 @@ KL_TEST(graph_autodiff_cnn32_graph_fd) {
     cnn32_inputs(KL_F64, ins);
     gradcheck("cnn32", cnn32_graph(), ins, 12, "x,W1,b1,W2,b2,gs,gb,Wf,bf", 1e-6);
 }
+
+/* kl_graph_autodiff_seed: d(loss) from a graph input (loss scaling) */
+KL_TEST(graph_autodiff_seed_loss_scale) {
+    kl_err e;
+    kl_tensor *ins[8], *o1[8] = {0}, *o2[8] = {0};
+    mlp_inputs(KL_F32, 8, 6, 5, 3, 0, ins);
+    kl_graph *g = mlp_graph(0, 0), *g2 = mlp_graph(0, 0);
+    int sv = g_input(g2, "scale");
+    ins[6] = seed_tensor(0);
+    kl_tensor_free(ins[6]);
+    KT_OK(kl_tensor_new(KL_F32, 0, NULL, KL_TAG_OTHER, &ins[6], &e), &e);
+    ((float *)ins[6]->data)[0] = 1024.f;
+    int w[2] = {kl_graph_find_value(g, "W1"), kl_graph_find_value(g, "b2")}, w2[2] = {kl_graph_find_value(g2, "W1"), kl_graph_find_value(g2, "b2")}, gr[2];
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], w, 2, gr, &e), &e);
+    KT_OK(kl_graph_autodiff_seed(g2, g2->outputs[0], sv, w2, 2, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_finalize(g2, &e), &e);
+    KT_OK(run_f32(g, ins, 6, NULL, o1, &e), &e);
+    KT_OK(run_f32(g2, ins, 7, NULL, o2, &e), &e);
+    for (int i = 1; i < 3; i++)
+        for (int64_t j = 0; j < kl_tensor_numel(o1[i]); j++)
+            KT_CHECK(((float *)o2[i]->data)[j] == 1024.f * ((float *)o1[i]->data)[j]);
+    for (int i = 0; i < 8; i++) { kl_tensor_free(o1[i]); kl_tensor_free(o2[i]); }
+    for (int i = 0; i < 7; i++) kl_tensor_free(ins[i]);
+    kl_graph_free(g);
+    kl_graph_free(g2);
+}
