@@ -171,14 +171,14 @@ static int r_gemm(ad *a, int ni, const int *dy, const int *want) {
     int A = in_v(a, ni, 0), B = in_v(a, ni, 1), C = in_v(a, ni, 2), rc, k;
     if (want[0]) {
         int ins[2] = {ta ? B : dy[0], ta ? dy[0] : B}, g;
-        if ((g = emit1(a, "", "Gemm", ins, 2, A, &k)) < 0) return g;
+        if ((g = emit1(a, G, "MatMulT", ins, 2, A, &k)) < 0) return g;
         if ((rc = set_int(a, k, "transA", ta ? tb : 0)) || (rc = set_int(a, k, "transB", ta ? 1 : !tb))) return rc;
         if (alpha != 1.f && (rc = set_float(a, k, "alpha", alpha))) return rc;
         if ((rc = contrib(a, A, g))) return rc;
     }
     if (want[1]) {
         int ins[2] = {tb ? dy[0] : A, tb ? A : dy[0]}, g;
-        if ((g = emit1(a, "", "Gemm", ins, 2, B, &k)) < 0) return g;
+        if ((g = emit1(a, G, "MatMulT", ins, 2, B, &k)) < 0) return g;
         if ((rc = set_int(a, k, "transA", tb ? 1 : !ta)) || (rc = set_int(a, k, "transB", tb ? ta : 0))) return rc;
         if (alpha != 1.f && (rc = set_float(a, k, "alpha", alpha))) return rc;
         if ((rc = contrib(a, B, g))) return rc;
