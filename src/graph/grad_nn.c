@@ -143,7 +143,13 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_init(void) { openblas_set_num_threads(1); }
 
 static int64_t cg_blocks(const geo *p) { return p->N < CG_BLOCKS ? p->N : CG_BLOCKS; }
-static size_t cg_cols(const geo *p) { return (size_t)(p->C * p->ksz * p->osz); }
+/* per block: cols, partial dW, then (packed kernel) packed cols^T of one
+ * group and a dW_g temporary */
+static size_t cg_pk(const geo *p) { return kl_gemm_packed_b_floats(p->osz, p->C / p->G * p->ksz); }
+static size_t cg_cols(const geo *p) {
+    size_t pk = cg_pk(p);
+    return (size_t)(p->C * p->ksz * p->osz) + (pk ? pk + 16 + (size_t)(p->M / p->G * p->C / p->G * p->ksz) + 16 : 0);
+}
 static size_t cg_wsz(const geo *p) { return (size_t)(p->M * (p->C / p->G) * p->ksz); }
 
 /* dX through the forward conv: stride 1, pads within d*(k-1). */
@@ -185,7 +191,7 @@ static size_t cg_ws_bytes(const geo *p, int want_dx) {
     return w + 64;
 }
 
-typedef struct { const geo *p; const float *x, *w, *dy; float *dx; char *ws; int64_t per; } cg_job;
+typedef struct { const geo *p; const float *x, *w, *dy; float *dx; char *ws; int64_t per; kl_pool *pool; } cg_job;
 
 static void cg_dw_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
     const cg_job *j = ctx;
@@ -197,9 +203,23 @@ static void cg_dw_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
     for (size_t b = b0; b < b1; b++) {
         float *cols = (float *)(j->ws + b * stride), *dwb = cols + cg_cols(p);
         int64_t n0 = (int64_t)b * j->per, n1 = KL_MIN(n0 + j->per, p->N);
+        size_t pk = cg_pk(p);
+        float *packed = cols + p->C * p->ksz * P, *tmp = packed + (pk ? pk + 16 : 0);
+        packed = (float *)(((uintptr_t)packed + 63) & ~(uintptr_t)63);
         for (int64_t n = n0; n < n1; n++) {
             i2c_job_f32 ij = {&one, j->x + n * p->C * p->isz, cols, NULL};
             im2col_rows_f32(&ij, 0, (size_t)(p->C * p->ksz), 0);
+            if (pk) { /* keel's packed kernel: dW_g = dy_g (Mg x P) cols_g^T (P x Kg) */
+                for (int64_t g = 0; g < p->G; g++) {
+                    float *dst = dwb + g * Mg * Kg;
+                    kl_gemm_pack_b(1, P, Kg, cols + g * Kg * P, P, packed);
+                    kl_gemm_packed_f32(Mg, Kg, P, j->dy + (n * p->M + g * Mg) * P, P, packed, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0},
+                                       n == n0 ? dst : tmp, Kg, j->pool);
+                    if (n != n0)
+                        for (int64_t i = 0; i < Mg * Kg; i++) dst[i] += tmp[i];
+                }
+                continue;
+            }
             for (int64_t g = 0; g < p->G; g++)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Mg, (int)Kg, (int)P, 1.f, j->dy + (n * p->M + g * Mg) * P, (int)P,
                             cols + g * Kg * P, (int)P, n == n0 ? 0.f : 1.f, dwb + g * Mg * Kg, (int)Kg);
@@ -232,7 +252,7 @@ static int conv_bwd_fast(kl_gnode *n, const geo *p, const float *x, const float 
     pthread_once(&blas_once, blas_init);
     int64_t nb = cg_blocks(p), per = (p->N + nb - 1) / nb;
     nb = per ? (p->N + per - 1) / per : 0;
-    cg_job j = {p, x, w, dy, dx, ws, per};
+    cg_job j = {p, x, w, dy, dx, ws, per, pool};
     if (db)
         for (int64_t m = 0; m < p->M; m++) {
             float s = 0;
@@ -371,7 +391,7 @@ static int ln_dims(kl_gnode *n, const kl_tensor *X, int64_t *rows, int64_t *cols
     return KL_OK;
 }
 int kl__ln64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    int64_t rows, cols, ax;
+    int64_t rows = 0, cols = 0, ax = 0;
     int rc = ln_dims(n, in[0], &rows, &cols, &ax, e);
     if (rc) return rc;
     for (int i = 1; i < n_in && i < 3; i++) {
@@ -386,7 +406,7 @@ int kl__ln64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, 
     return KL_OK;
 }
 int kl__ln64_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     int rc = ln_dims(n, in[0], &rows, &cols, NULL, e);
     if (rc) return rc;
     ln_fwd_f64(rows, cols, in[0]->data, in[1]->data, n_in > 2 && in[2] ? in[2]->data : NULL, kl_gnode_attr_float(n, "epsilon", 1e-5f),
@@ -497,7 +517,7 @@ static int bn_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
 /* LayerNormalizationGrad(dy, X, scale) attrs axis, epsilon -> dX?, dScale?, dB?. */
 static int ln_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = kl__same_dtype(n, in[0], "the gradient", in[1], "X", e)) ||
         (rc = kl__same_dtype(n, in[1], "X", in[2], "scale", e)) || (rc = kl__same_shape(n, in[0], "the gradient", in[1], "X", e)) ||
         (rc = ln_dims(n, in[1], &rows, &cols, NULL, e)))
@@ -508,7 +528,7 @@ static int ln_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     return KL_OK;
 }
 static int ln_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     int rc = ln_dims(n, in[1], &rows, &cols, NULL, e);
     if (rc) return rc;
     double eps = kl_gnode_attr_float(n, "epsilon", 1e-5f);

@@ -34,8 +34,13 @@ static void FN(im2col_rows)(void *ctx, size_t r0, size_t r1, int chunk) {
                     }
                     const R *sr = src + (i0 * p->in[1] + i1) * p->in[2];
                     int64_t base = -p->pb[2] + k2 * p->d[2];
-                    if (p->s[2] == 1 && base >= 0 && base + p->out[2] <= p->in[2]) {
-                        memcpy(dd, sr + base, sizeof(R) * (size_t)p->out[2]);
+                    if (p->s[2] == 1) { /* zeros, a contiguous run, zeros */
+                        int64_t lo = base < 0 ? -base : 0, hi = p->in[2] - base < p->out[2] ? p->in[2] - base : p->out[2];
+                        if (hi < lo) hi = lo;
+                        const R *sb = sr + base;
+                        for (int64_t o2 = 0; o2 < lo; o2++) dd[o2] = 0;
+                        for (int64_t o2 = lo; o2 < hi; o2++) dd[o2] = sb[o2];
+                        for (int64_t o2 = hi; o2 < p->out[2]; o2++) dd[o2] = 0;
                         continue;
                     }
                     for (int64_t o2 = 0; o2 < p->out[2]; o2++) {
@@ -70,6 +75,12 @@ static void FN(col2im_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
                     const R *sr = src + (o0 * p->out[1] + o1) * p->out[2];
                     R *dr = dst + (i0 * p->in[1] + i1) * p->in[2];
                     int64_t base = -p->pb[2] + k2 * p->d[2];
+                    if (p->s[2] == 1) {
+                        int64_t lo = base < 0 ? -base : 0, hi = p->in[2] - base < p->out[2] ? p->in[2] - base : p->out[2];
+                        R *db = dr + base;
+                        for (int64_t o2 = lo; o2 < hi; o2++) db[o2] += sr[o2];
+                        continue;
+                    }
                     for (int64_t o2 = 0; o2 < p->out[2]; o2++) {
                         int64_t i2 = o2 * p->s[2] + base;
                         if (i2 >= 0 && i2 < p->in[2]) dr[i2] += sr[o2];
