@@ -22,17 +22,55 @@ typedef struct {
     int cip;            /* AveragePool count_include_pad */
 } geo;
 
+#include <immintrin.h>
+
+/* 2x2/2 max-pool backward, 8 windows per step (AVX2): deinterleave the two
+ * input rows, pick the first maximum (NaN wins) with compares and blends,
+ * write the 4 cells of each window. Returns the windows done. */
+static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW) {
+    int64_t ow = 0;
+    for (; ow + 8 <= OW; ow += 8) {
+        __m256 x0 = _mm256_loadu_ps(r0 + 2 * ow), x1 = _mm256_loadu_ps(r0 + 2 * ow + 8);
+        __m256 y0 = _mm256_loadu_ps(r1 + 2 * ow), y1 = _mm256_loadu_ps(r1 + 2 * ow + 8);
+        __m256 a = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0x88)), 0xD8));
+        __m256 b = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0xDD)), 0xD8));
+        __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(y0, y1, 0x88)), 0xD8));
+        __m256 e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(y0, y1, 0xDD)), 0xD8));
+        __m256 g = _mm256_loadu_ps(dy + ow);
+        __m256 mb = _mm256_or_ps(_mm256_cmp_ps(b, a, _CMP_GT_OQ), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+        __m256 m1 = _mm256_blendv_ps(a, b, mb);
+        __m256 mc = _mm256_or_ps(_mm256_cmp_ps(c, m1, _CMP_GT_OQ), _mm256_cmp_ps(c, c, _CMP_UNORD_Q));
+        __m256 m2 = _mm256_blendv_ps(m1, c, mc);
+        __m256 me = _mm256_or_ps(_mm256_cmp_ps(e, m2, _CMP_GT_OQ), _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
+        __m256 s3 = me, s2 = _mm256_andnot_ps(me, mc), s1 = _mm256_andnot_ps(_mm256_or_ps(me, mc), mb);
+        __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(me, mc), mb), _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
+        __m256 ga = _mm256_and_ps(s0, g), gb = _mm256_and_ps(s1, g), gc = _mm256_and_ps(s2, g), ge = _mm256_and_ps(s3, g);
+        __m256 lo = _mm256_unpacklo_ps(ga, gb), hi = _mm256_unpackhi_ps(ga, gb);
+        _mm256_storeu_ps(w0 + 2 * ow, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(w0 + 2 * ow + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        lo = _mm256_unpacklo_ps(gc, ge);
+        hi = _mm256_unpackhi_ps(gc, ge);
+        _mm256_storeu_ps(w1 + 2 * ow, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(w1 + 2 * ow + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    return ow;
+}
+
 #define R float
 #define FN(x) x##_f32
 #define DT KL_F32
+#define MAXPOOL2_SIMD maxpool2_simd_f32
 #include "graph/grad_nn_gen.h"
+#undef MAXPOOL2_SIMD
 #undef R
 #undef FN
 #undef DT
 #define R double
 #define FN(x) x##_f64
 #define DT KL_F64
+#define MAXPOOL2_SIMD(r0, r1, dy, w0, w1, OW) 0
 #include "graph/grad_nn_gen.h"
+#undef MAXPOOL2_SIMD
 #undef R
 #undef FN
 #undef DT

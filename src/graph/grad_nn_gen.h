@@ -222,21 +222,29 @@ static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) 
     for (size_t q = q0; q < q1; q++) {
         const R *xs = j->x + (int64_t)q * p->isz, *d = j->dy + (int64_t)q * p->osz;
         R *o = j->dx + (int64_t)q * p->isz;
-        memset(o, 0, sizeof(R) * (size_t)p->isz);
         for (int64_t oh = 0; oh < OH; oh++) {
-            const R *r0 = xs + 2 * oh * W, *r1 = r0 + W;
+            const R *r0 = xs + 2 * oh * W, *r1 = r0 + W, *dr = d + oh * OW;
             R *w0 = o + 2 * oh * W, *w1 = w0 + W;
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t c = 2 * ow;
-                R best = r0[c], g = d[oh * OW + ow];
-                R *bp = w0 + c;
-                if (r0[c + 1] > best || r0[c + 1] != r0[c + 1]) { best = r0[c + 1]; bp = w0 + c + 1; }
-                if (r1[c] > best || r1[c] != r1[c]) { best = r1[c]; bp = w1 + c; }
-                if (r1[c + 1] > best || r1[c + 1] != r1[c + 1]) { best = r1[c + 1]; bp = w1 + c + 1; }
-                *bp = g;
+            /* every window writes its 4 cells (the gradient at the first
+             * maximum, zeros elsewhere): no scatter, no branch */
+            int64_t ow0 = MAXPOOL2_SIMD(r0, r1, dr, w0, w1, OW);
+            for (int64_t ow = ow0; ow < OW; ow++) {
+                R a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1], g = dr[ow];
+                int mb = b > a || b != b;
+                R m1 = mb ? b : a;
+                int mc = c > m1 || c != c;
+                R m2 = mc ? c : m1;
+                int me = e > m2 || e != e;
+                int sel = me ? 3 : mc ? 2 : mb ? 1 : 0;
+                w0[2 * ow] = sel == 0 ? g : (R)0;
+                w0[2 * ow + 1] = sel == 1 ? g : (R)0;
+                w1[2 * ow] = sel == 2 ? g : (R)0;
+                w1[2 * ow + 1] = sel == 3 ? g : (R)0;
             }
+            for (int64_t c = 2 * OW; c < W; c++) w0[c] = w1[c] = 0;
         }
-        (void)H;
+        for (int64_t r = 2 * OH; r < H; r++)
+            for (int64_t c = 0; c < W; c++) o[r * W + c] = 0;
     }
 }
 
