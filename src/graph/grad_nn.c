@@ -79,8 +79,16 @@ static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *
  * Geometry from attributes
  * ================================================================== */
 
+/* Parsed with the spatial dims at 0..nsp-1; moved to the END of the 3 slots
+ * (leading dims of size 1) so the kernels' innermost loop runs along the
+ * last spatial dim (contiguous rows). */
 static void geo_finish(geo *p) {
-    for (int i = p->nsp; i < 3; i++) { p->in[i] = p->k[i] = p->s[i] = p->d[i] = p->out[i] = 1; p->pb[i] = p->pe[i] = 0; }
+    int off = 3 - p->nsp;
+    int64_t *arr[7] = {p->in, p->k, p->s, p->d, p->pb, p->pe, p->out};
+    for (int a = 0; a < 7; a++) {
+        for (int i = p->nsp - 1; i >= 0; i--) arr[a][i + off] = arr[a][i];
+        for (int i = 0; i < off; i++) arr[a][i] = (a == 4 || a == 5) ? 0 : 1;
+    }
     p->isz = p->in[0] * p->in[1] * p->in[2];
     p->osz = p->out[0] * p->out[1] * p->out[2];
     p->ksz = p->k[0] * p->k[1] * p->k[2];
@@ -162,6 +170,13 @@ static int pool_geo(kl_gnode *n, const kl_tensor *X, int global, geo *p, kl_err 
     return KL_OK;
 }
 
+/* (N, channels, out...) of rank nsp + 2. */
+static void geo_out_dims(const geo *p, int64_t ch, int64_t *d) {
+    d[0] = p->N;
+    d[1] = ch;
+    for (int i = 0; i < p->nsp; i++) d[2 + i] = p->out[3 - p->nsp + i];
+}
+
 static size_t conv_ws(const geo *p, size_t es) { return (size_t)((p->C * p->ksz + p->M) * p->N * p->osz) * es + 64; }
 
 /* ================================================================== *
@@ -192,7 +207,7 @@ static size_t cg_wsz(const geo *p) { return (size_t)(p->M * (p->C / p->G) * p->k
 
 /* dX through the forward conv: stride 1, pads within d*(k-1). */
 static int cg_dx_by_conv(const geo *p) {
-    for (int i = 0; i < p->nsp; i++)
+    for (int i = 3 - p->nsp; i < 3; i++)
         if (p->s[i] != 1 || p->pb[i] > p->d[i] * (p->k[i] - 1) || p->pe[i] > p->d[i] * (p->k[i] - 1)) return 0;
     return 1;
 }
@@ -201,9 +216,10 @@ static void cg_dx_params(const geo *p, kl_conv_params *q) {
     q->nsp = p->nsp;
     q->N = p->N; q->C = p->M; q->M = p->C; q->group = p->G;
     for (int i = 0; i < p->nsp; i++) {
-        q->in[i] = p->out[i]; q->k[i] = p->k[i]; q->stride[i] = 1; q->dilation[i] = p->d[i];
-        q->pad_begin[i] = p->d[i] * (p->k[i] - 1) - p->pb[i];
-        q->pad_end[i] = p->d[i] * (p->k[i] - 1) - p->pe[i];
+        int j = 3 - p->nsp + i;
+        q->in[i] = p->out[j]; q->k[i] = p->k[j]; q->stride[i] = 1; q->dilation[i] = p->d[j];
+        q->pad_begin[i] = p->d[j] * (p->k[j] - 1) - p->pb[j];
+        q->pad_end[i] = p->d[j] * (p->k[j] - 1) - p->pe[j];
     }
 }
 
@@ -346,7 +362,8 @@ int kl__conv64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     if (kl_gnode_attr_int(n, "_act", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "fused activation in float64");
     if (n_in > 2 && in[2] && (in[2]->dtype != KL_F64 || kl_tensor_numel(in[2]) != p.M))
         return kl__fail_node(e, n, KL_ESHAPE, "bias must be float64 with %lld entries", (long long)p.M);
-    int64_t d[5] = {p.N, p.M, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.M, d);
     kl__set_shape(&out[0], KL_F64, p.nsp + 2, d);
     *ws = conv_ws(&p, sizeof(double));
     return KL_OK;
@@ -364,7 +381,8 @@ int kl__pool64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     int global = !strncmp(n->op_type, "Global", 6), rc;
     if ((rc = pool_geo(n, in[0], global, &p, e))) return rc;
     if (n_out > 1) return kl__fail_node(e, n, KL_EUNSUPPORTED, "MaxPool indices in float64");
-    int64_t d[5] = {p.N, p.C, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.C, d);
     kl__set_shape(&out[0], KL_F64, p.nsp + 2, d);
     return KL_OK;
 }
@@ -464,7 +482,8 @@ static int conv_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
     if ((rc = kl__need_float(n, dy, "the gradient", e)) || (rc = kl__same_dtype(n, dy, "the gradient", X, "X", e)) ||
         (rc = kl__same_dtype(n, X, "X", W, "W", e)) || (rc = conv_geo(n, X, W, &p, e)))
         return rc;
-    int64_t d[5] = {p.N, p.M, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.M, d);
     if (dy->rank != p.nsp + 2 || memcmp(dy->dims, d, sizeof(int64_t) * (size_t)dy->rank))
         return kl__fail_node(e, n, KL_ESHAPE, "gradient shape does not match the Conv output");
     kl__set_shape(&out[0], dy->dtype, W->rank, W->dims);
@@ -490,7 +509,8 @@ static int pool_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
     if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = kl__same_dtype(n, in[0], "the gradient", in[1], "X", e)) ||
         (rc = pool_geo(n, in[1], global, &p, e)))
         return rc;
-    int64_t d[5] = {p.N, p.C, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.C, d);
     if (in[0]->rank != p.nsp + 2 || memcmp(in[0]->dims, d, sizeof(int64_t) * (size_t)in[0]->rank))
         return kl__fail_node(e, n, KL_ESHAPE, "gradient shape does not match the pool output");
     kl__set_shape(&out[0], in[0]->dtype, in[1]->rank, in[1]->dims);

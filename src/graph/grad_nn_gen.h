@@ -218,7 +218,7 @@ static void FN(pool_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
 static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
     const FN(pool_job) *j = ctx;
     const geo *p = j->p;
-    int64_t H = p->in[0], W = p->in[1], OH = p->out[0], OW = p->out[1]; /* 2-D: dims 0, 1 */
+    int64_t H = p->in[1], W = p->in[2], OH = p->out[1], OW = p->out[2]; /* 2-D: the last two slots */
     for (size_t q = q0; q < q1; q++) {
         const R *xs = j->x + (int64_t)q * p->isz, *d = j->dy + (int64_t)q * p->osz;
         R *o = j->dx + (int64_t)q * p->isz;
@@ -251,8 +251,8 @@ static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) 
 /* Forward (y) or backward (dx from dy, x) of max / average pooling. */
 static void FN(pool)(const geo *p, int max, const R *x, R *y, const R *dy, R *dx, kl_pool *pool) {
     FN(pool_job) j = {p, x, dy, y, dx, max};
-    if (dx && max && p->nsp == 2 && p->k[0] == 2 && p->k[1] == 2 && p->s[0] == 2 && p->s[1] == 2 && p->d[0] == 1 && p->d[1] == 1 &&
-        !p->pb[0] && !p->pb[1] && p->out[0] * 2 <= p->in[0] && p->out[1] * 2 <= p->in[1]) {
+    if (dx && max && p->nsp == 2 && p->k[1] == 2 && p->k[2] == 2 && p->s[1] == 2 && p->s[2] == 2 && p->d[1] == 1 && p->d[2] == 1 &&
+        !p->pb[1] && !p->pb[2] && p->out[1] * 2 <= p->in[1] && p->out[2] * 2 <= p->in[2]) {
         kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 4, FN(maxpool2_bwd_planes), &j);
         return;
     }
