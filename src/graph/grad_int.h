@@ -14,6 +14,8 @@
 int kl__need_float(kl_gnode *n, const kl_tensor *t, const char *what, kl_err *e);
 int kl__same_dtype(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e);
 int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e);
+/* Sets OpenBLAS to one thread once (before any direct cblas call). */
+void kl__blas_single(void);
 /* C = alpha op(A) op(B) + beta C for dt f32 (keel's GEMM, deterministic) or f64 (cblas_dgemm). */
 void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool);

@@ -9,7 +9,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,9 +190,6 @@ static size_t conv_ws(const geo *p, size_t es) { return (size_t)((p->C * p->ksz 
 
 #define CG_BLOCKS 8
 
-extern void openblas_set_num_threads(int);
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_init(void) { openblas_set_num_threads(1); }
 
 static int64_t cg_blocks(const geo *p) { return p->N < CG_BLOCKS ? p->N : CG_BLOCKS; }
 /* per block: cols, partial dW, then (packed kernel) packed cols^T of one
@@ -303,7 +299,7 @@ static void cg_dx_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
 
 static int conv_bwd_fast(kl_gnode *n, const geo *p, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db,
                          void *ws, kl_pool *pool, kl_err *e) {
-    pthread_once(&blas_once, blas_init);
+    kl__blas_single();
     int64_t nb = cg_blocks(p), per = (p->N + nb - 1) / nb;
     nb = per ? (p->N + per - 1) / per : 0;
     cg_job j = {p, x, w, dy, dx, ws, per, pool};

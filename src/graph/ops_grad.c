@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,13 @@ int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_ten
     return KL_OK;
 }
 
+/* OpenBLAS stays single-threaded (keel's pool parallelises; its own threads
+ * would make dgemm's summation order depend on them). */
+extern void openblas_set_num_threads(int);
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_init(void) { openblas_set_num_threads(1); }
+void kl__blas_single(void) { pthread_once(&blas_once, blas_init); }
+
 /* C = alpha op(A) op(B) + beta C in the tensor's dtype (f32: keel's GEMM). */
 void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool) {
@@ -70,6 +78,7 @@ void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, d
             for (int64_t j = 0; j < N; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
         return;
     }
+    kl__blas_single();
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A,
                 (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
