@@ -421,14 +421,15 @@ int kl__bn_ext_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     const kl_tensor *X = in[0];
     int train = (int)kl_gnode_attr_int(n, "training_mode", 0);
     double eps = kl_gnode_attr_float(n, "epsilon", 1e-5f), mom = kl_gnode_attr_float(n, "momentum", 0.9f);
+    int unb = (int)kl_gnode_attr_int(n, "_unbiased_var", 0);
     void *rm = n_out > 1 && out[1] ? out[1]->data : NULL, *rv = n_out > 2 && out[2] ? out[2]->data : NULL;
     if (X->dtype == KL_F32) {
         bn_job_f32 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data, NULL,
-                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train};
+                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train, unb};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_fwd_ch_f32, &j);
     } else {
         bn_job_f64 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data, NULL,
-                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train};
+                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train, unb};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_fwd_ch_f64, &j);
     }
     return KL_OK;
@@ -558,11 +559,11 @@ static int bn_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     void *dx = out[0] ? out[0]->data : NULL, *dg = n_out > 1 && out[1] ? out[1]->data : NULL, *db = n_out > 2 && out[2] ? out[2]->data : NULL;
     if (X->dtype == KL_F32) {
         bn_job_f32 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[2]->data, NULL, mean, var, in[0]->data, NULL, NULL, NULL,
-                        dx, dg, db, eps, 0, train};
+                        dx, dg, db, eps, 0, train, 0};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_bwd_ch_f32, &j);
     } else {
         bn_job_f64 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[2]->data, NULL, mean, var, in[0]->data, NULL, NULL, NULL,
-                        dx, dg, db, eps, 0, train};
+                        dx, dg, db, eps, 0, train, 0};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_bwd_ch_f64, &j);
     }
     return KL_OK;

@@ -268,7 +268,7 @@ typedef struct {
     const R *x, *g, *b, *in_mean, *in_var, *dy;
     R *y, *run_mean, *run_var, *dx, *dg, *db;
     double eps, mom;
-    int train;
+    int train, unbiased;
 } FN(bn_job);
 
 /* Batch statistics of channel c (double accumulation, fixed order). */
@@ -289,8 +289,9 @@ static void FN(bn_stats)(const FN(bn_job) *j, int64_t c, double *mean, double *v
 }
 
 /* Training forward per channel: y, and the running statistics (ONNX:
- * r = momentum * r + (1 - momentum) * batch; the variance estimate is the
- * unbiased one, as PyTorch's). Eval forward (train 0): y from in_mean/in_var. */
+ * r = momentum * r + (1 - momentum) * batch with the biased batch variance;
+ * unbiased (PyTorch's running_var) when the node has _unbiased_var=1).
+ * Eval forward (train 0): y from in_mean/in_var. */
 static void FN(bn_fwd_ch)(void *ctx, size_t c0, size_t c1, int chunk) {
     const FN(bn_job) *j = ctx;
     int64_t cnt = j->N * j->S;
@@ -306,7 +307,8 @@ static void FN(bn_fwd_ch)(void *ctx, size_t c0, size_t c1, int chunk) {
             for (int64_t s = 0; s < j->S; s++) ys[s] = (xs[s] - mu) * is * gg + bb;
         }
         if (j->train && j->run_mean) j->run_mean[c] = (R)(j->mom * j->in_mean[c] + (1 - j->mom) * mean);
-        if (j->train && j->run_var) j->run_var[c] = (R)(j->mom * j->in_var[c] + (1 - j->mom) * (cnt > 1 ? ss / (double)(cnt - 1) : var));
+        if (j->train && j->run_var)
+            j->run_var[c] = (R)(j->mom * j->in_var[c] + (1 - j->mom) * (j->unbiased && cnt > 1 ? ss / (double)(cnt - 1) : var));
     }
 }
 
