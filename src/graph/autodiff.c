@@ -40,9 +40,9 @@ static int out_v(ad *a, int ni, int k) { kl_gnode *n = node(a, ni); return k < n
 static int emit(ad *a, const char *domain, const char *op, const int *ins, int n_in, int n_out, const int *want, int *outs,
                 int base) {
     kl_graph *g = a->g;
-    const char *in_names[8], *out_names[8];
+    const char *in_names[33], *out_names[8];
     char buf[8][256];
-    KL_ASSERT(n_in <= 8 && n_out <= 8);
+    KL_ASSERT(n_in <= 33 && n_out <= 8);
     for (int k = 0; k < n_in; k++) in_names[k] = ins[k] >= 0 ? g->values[ins[k]].name : "";
     for (int k = 0; k < n_out; k++) {
         out_names[k] = "";
@@ -442,6 +442,28 @@ static int r_cast(ad *a, int ni, const int *dy, const int *want) {
     return contrib(a, X, g);
 }
 
+/* Concat: each input gets its slice of dy (ConcatGrad reads all inputs'
+ * shapes for the offsets). */
+static int r_concat(ad *a, int ni, const int *dy, const int *want) {
+    int nin = node(a, ni)->n_in, rc;
+    int64_t axis = kl_gnode_attr_int(node(a, ni), "axis", 0);
+    if (nin > 31) {
+        char d[300];
+        return kl_err_set(a->e, KL_EUNSUPPORTED, "%s: gradient of Concat with more than 31 inputs", kl_gnode_desc(node(a, ni), d, sizeof d));
+    }
+    int ins[32];
+    ins[0] = dy[0];
+    for (int k = 0; k < nin; k++) ins[1 + k] = in_v(a, ni, k);
+    for (int k = 0; k < nin; k++) {
+        if (!want[k]) continue;
+        int kk, o, x = ins[1 + k];
+        o = emit1(a, G, "ConcatGrad", ins, nin + 1, x, &kk);
+        if (o < 0) return o;
+        if ((rc = set_int(a, kk, "axis", axis)) || (rc = set_int(a, kk, "index", k)) || (rc = contrib(a, x, o))) return rc;
+    }
+    return KL_OK;
+}
+
 typedef struct {
     const char *domain, *op;
     rule_fn fn;
@@ -459,6 +481,7 @@ static const rule rules[] = {
     {"", "Flatten", r_reshape, 1}, {"", "Reshape", r_reshape, 1}, {"", "Squeeze", r_reshape, 1},
     {"", "Unsqueeze", r_reshape, 1}, {"", "Transpose", r_transpose, 1},
     {"", "Gather", r_gather, 1},
+    {"", "Concat", r_concat, 0x7fffffffu},
     {"", "Conv", r_conv, 7}, {"", "MaxPool", r_pool, 1}, {"", "AveragePool", r_pool, 1},
     {"", "GlobalAveragePool", r_pool, 1}, {"", "BatchNormalization", r_bn, 7}, {"", "LayerNormalization", r_ln, 7},
     {"", "ReduceSum", r_reduce, 1}, {"", "ReduceMean", r_reduce, 1},

@@ -295,6 +295,42 @@ static int expand_like_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
     return KL_OK;
 }
 
+/* ConcatGrad(dy, x0, x1, ...) attrs axis, index: the slice of dy that
+ * Concat took from input `index` (the inputs give the offsets). */
+static int concat_grad_geo(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t *ax, int64_t *off, kl_err *e) {
+    int64_t idx = kl_gnode_attr_int(n, "index", 0);
+    const kl_tensor *dy = in[0];
+    if (idx < 0 || idx >= n_in - 1) return kl__fail_node(e, n, KL_EINVAL, "index %lld out of range", (long long)idx);
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), dy->rank, ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    *off = 0;
+    for (int64_t k = 0; k < idx; k++) *off += in[1 + k]->dims[*ax];
+    const kl_tensor *x = in[1 + idx];
+    if (x->rank != dy->rank || *off + x->dims[*ax] > dy->dims[*ax]) return kl__fail_node(e, n, KL_ESHAPE, "input does not fit the gradient");
+    return KL_OK;
+}
+static int concat_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int64_t ax, off;
+    int rc;
+    if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = concat_grad_geo(n, in, n_in, &ax, &off, e))) return rc;
+    const kl_tensor *x = in[1 + kl_gnode_attr_int(n, "index", 0)];
+    kl__set_shape(&out[0], in[0]->dtype, x->rank, x->dims);
+    return KL_OK;
+}
+static int concat_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t ax, off;
+    int rc = concat_grad_geo(n, in, n_in, &ax, &off, e);
+    if (rc) return rc;
+    const kl_tensor *dy = in[0];
+    size_t es = kl_dtype_size(dy->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < ax; i++) outer *= dy->dims[i];
+    for (int i = (int)ax + 1; i < dy->rank; i++) inner *= dy->dims[i];
+    int64_t D = dy->dims[ax], d = out[0]->dims[ax];
+    for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)out[0]->data + (size_t)(o * d * inner) * es, (const char *)dy->data + (size_t)((o * D + off) * inner) * es, (size_t)(d * inner) * es);
+    return KL_OK;
+}
+
 /* ================================================================== *
  * Pointwise gradients: ReluGrad(dy, x) SigmoidGrad(dy, y) TanhGrad(dy, y)
  * GeluGrad(dy, x) ErfGrad(dy, x)
@@ -641,6 +677,7 @@ static const char *const a_scale[] = {"scale", NULL};
 static const char *const a_axis[] = {"axis", "coerce", NULL};
 static const char *const a_input[] = {"input", NULL};
 static const char *const a_mmt[] = {"transA", "transB", "alpha", NULL};
+static const char *const a_concat[] = {"axis", "index", NULL};
 static const char *const a_expand[] = {"axes", "mean", NULL};
 static const char *const a_ratio[] = {"ratio", NULL};
 static const char *const a_ce[] = {"label_smoothing", NULL};
@@ -653,6 +690,7 @@ const kl_op kl__ops_grad[] = {
     GOP("ReshapeLike", 2, 2, 1, 1, no_attrs, reshape_like_infer, reshape_like_run),
     GOP("SumToShape", 2, 2, 1, 1, a_scale, sum_to_infer, sum_to_run),
     GOP("ExpandLike", 2, 2, 1, 1, a_expand, expand_like_infer, expand_like_run),
+    GOP("ConcatGrad", 2, -1, 1, 1, a_concat, concat_grad_infer, concat_grad_run),
     GOP("ReluGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
     GOP("SigmoidGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
     GOP("TanhGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),

@@ -734,3 +734,20 @@ KL_TEST(graph_autodiff_maxpool2_simd_ties) {
     kl_graph_free(g64);
     gradcheck("maxpool2", pool2_graph(), i64, 2, "x,w", 1e-6);
 }
+
+/* Concat (axis 1, an input used twice) */
+KL_TEST(graph_autodiff_concat) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "y"); g_input(g, "w");
+    int k = g_node(g, "", "Concat", "x,y,x", "c");   /* (2,3,4) + (2,5,4) + (2,3,4) -> (2,11,4) */
+    a_int(g, k, "axis", 1);
+    g_node(g, "", "Tanh", "c", "t");
+    g_node(g, "", "Mul", "t,w", "m");
+    k = g_node(g, "", "ReduceSum", "m", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    kl_tensor *ins[3];
+    int64_t dx[3] = {2, 3, 4}, dy[3] = {2, 5, 4}, dw[3] = {2, 11, 4};
+    ins[0] = rnd(KL_F64, 3, dx, 1, 0); ins[1] = rnd(KL_F64, 3, dy, 1, 0); ins[2] = rnd(KL_F64, 3, dw, 1, 0);
+    gradcheck("concat", g, ins, 3, "x,y,w", 1e-6);
+}
