@@ -32,6 +32,10 @@ void kl__gemm_fast_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float al
 size_t kl__gemm_train_ws(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t M, int64_t N, int64_t K);
 int kl__gemm_train_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *y, int64_t M, int64_t N, int64_t K, kl_act act, kl_exec *x);
 
+/* Forward MatMul with a non-constant 2-D f32 B (training): ws bytes / run. */
+size_t kl__matmul_train_ws(kl_gnode *n, kl_tensor *const *in);
+int kl__matmul_train_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *y, kl_exec *x);
+
 /* ai.keel.train::Dropout's mask bit of element i for this seed (1 = kept). */
 uint8_t kl__dropout_keep(uint64_t seed, uint64_t i, float ratio);
 

@@ -149,6 +149,32 @@ int kl__gemm_train_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *y
     return 1;
 }
 
+/* Forward MatMul of training graphs with a non-constant 2-D f32 B (a
+ * transposed Linear weight): one packed GEMM over A's rows. */
+static int matmul_train_ok(kl_gnode *n, kl_tensor *const *in, int64_t *rows) {
+    const kl_tensor *A = in[0], *B = in[1];
+    if (A->dtype != KL_F32 || B->dtype != KL_F32 || B->data || n->priv || B->rank != 2 || A->rank < 2) return 0;
+    int64_t K = B->dims[0];
+    *rows = K ? kl_tensor_numel(A) / K : 0;
+    return *rows >= 16 && A->dims[A->rank - 1] == K;
+}
+size_t kl__matmul_train_ws(kl_gnode *n, kl_tensor *const *in) {
+    int64_t rows;
+    return strcmp(n->op_type, "MatMul") || !matmul_train_ok(n, in, &rows) ? 0 : kl__gemm_fast_ws(0, rows, in[1]->dims[1], in[1]->dims[0]);
+}
+int kl__matmul_train_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *y, kl_exec *x) {
+    kl_tensor meta = *in[1];
+    kl_tensor *ins[2] = {in[0], &meta};
+    int64_t rows;
+    meta.data = NULL;
+    if (!matmul_train_ok(n, ins, &rows)) return 0;
+    int64_t K = in[1]->dims[0], N = in[1]->dims[1];
+    size_t need = kl__gemm_fast_ws(0, rows, N, K);
+    if (!need || x->ws_bytes < need) return 0;
+    kl__gemm_fast_f32(0, 0, rows, N, K, 1.f, in[0]->data, K, in[1]->data, N, y->data, N, x->ws, x->ws_bytes, x->pool);
+    return 1;
+}
+
 /* MatMulT(A, B) attrs transA, transB, alpha: C = alpha op(A) op(B), 2-D
  * (the gradient GEMMs of Gemm). */
 static int mmt_dims(kl_gnode *n, kl_tensor *const *in, int64_t *M, int64_t *N, int64_t *K, kl_err *e) {

@@ -47,6 +47,7 @@ static int matmul_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *
         return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
     }
     kl__set_shape(&out[0], in[0]->dtype, r, d);
+    *ws = kl__matmul_train_ws(n, in); /* non-constant 2-D weight (training): grad_int.h */
     return KL_OK;
 }
 
@@ -79,6 +80,7 @@ static int matmul_generic(kl_tensor *const *in, kl_tensor *out) {
 
 static int matmul_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (in[0]->dtype != KL_F32) return matmul_generic(in, out[0]);
+    if (!n->priv && kl__matmul_train_run(n, in, out[0], x)) return KL_OK; /* training: B packed per call */
     if (n->priv && in[1]->rank == 2 && in[0]->rank >= 2) {
         /* constant 2-D weight: one GEMM over all rows of A */
         int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
