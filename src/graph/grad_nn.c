@@ -26,7 +26,7 @@ typedef struct {
 /* 2x2/2 max-pool backward, 8 windows per step (AVX2): deinterleave the two
  * input rows, pick the first maximum (NaN wins) with compares and blends,
  * write the 4 cells of each window. Returns the windows done. */
-static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW) {
+static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW, int relu) {
     int64_t ow = 0;
     for (; ow + 8 <= OW; ow += 8) {
         __m256 x0 = _mm256_loadu_ps(r0 + 2 * ow), x1 = _mm256_loadu_ps(r0 + 2 * ow + 8);
@@ -41,6 +41,7 @@ static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *
         __m256 mc = _mm256_or_ps(_mm256_cmp_ps(c, m1, _CMP_GT_OQ), _mm256_cmp_ps(c, c, _CMP_UNORD_Q));
         __m256 m2 = _mm256_blendv_ps(m1, c, mc);
         __m256 me = _mm256_or_ps(_mm256_cmp_ps(e, m2, _CMP_GT_OQ), _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
+        if (relu) g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_blendv_ps(m2, e, me), _mm256_setzero_ps(), _CMP_GT_OQ));
         __m256 s3 = me, s2 = _mm256_andnot_ps(me, mc), s1 = _mm256_andnot_ps(_mm256_or_ps(me, mc), mb);
         __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(me, mc), mb), _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
         __m256 ga = _mm256_and_ps(s0, g), gb = _mm256_and_ps(s1, g), gc = _mm256_and_ps(s2, g), ge = _mm256_and_ps(s3, g);
@@ -67,7 +68,7 @@ static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *
 #define R double
 #define FN(x) x##_f64
 #define DT KL_F64
-#define MAXPOOL2_SIMD(r0, r1, dy, w0, w1, OW) 0
+#define MAXPOOL2_SIMD(r0, r1, dy, w0, w1, OW, relu) 0
 #include "graph/grad_nn_gen.h"
 #undef MAXPOOL2_SIMD
 #undef R
@@ -499,7 +500,9 @@ static int conv_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     return KL_OK;
 }
 
-/* MaxPoolGrad / AveragePoolGrad / GlobalAveragePoolGrad (dy, X) -> dX. */
+/* MaxPoolGrad / AveragePoolGrad / GlobalAveragePoolGrad (dy, X) -> dX.
+ * MaxPoolGrad _relu=1: X is a ReLU's output read only by the pool, and the
+ * output is the gradient of the ReLU's input (one pass instead of two). */
 static int pool_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     geo p;
     int rc, global = !strncmp(n->op_type, "Global", 6);
@@ -516,6 +519,7 @@ static int pool_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
 static int pool_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     geo p;
     int rc, global = !strncmp(n->op_type, "Global", 6), max = !strncmp(n->op_type, "MaxPool", 7);
+    if (max && kl_gnode_attr_int(n, "_relu", 0)) max = 2;
     if ((rc = pool_geo(n, in[1], global, &p, e))) return rc;
     if (global) {
         int64_t NC = p.N * p.C, S = p.isz;
@@ -594,7 +598,7 @@ static int ln_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
 }
 
 static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", NULL};
-static const char *const a_pool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", "storage_order", NULL};
+static const char *const a_pool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", "storage_order", "_relu", NULL};
 static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", NULL};
 static const char *const a_ln[] = {"axis", "epsilon", "stash_type", NULL};
 static const char *const no_attrs[] = {NULL};

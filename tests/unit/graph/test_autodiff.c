@@ -809,3 +809,21 @@ KL_TEST(graph_autodiff_linear_rank3_f32) {
     kl_graph_free(g);
     kl_graph_free(g64);
 }
+
+/* ReLU -> MaxPool 3x3/2 pad 1 (generic path, fused with the ReLU gradient) */
+KL_TEST(graph_autodiff_relu_maxpool3_fused) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "w");
+    int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1};
+    g_node(g, "", "Relu", "x", "r");
+    int k = g_node(g, "", "MaxPool", "r", "p");
+    a_ints(g, k, "kernel_shape", 2, k3); a_ints(g, k, "strides", 2, s2); a_ints(g, k, "pads", 4, p1);
+    g_node(g, "", "Mul", "p,w", "m");
+    k = g_node(g, "", "ReduceSum", "m", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    kl_tensor *ins[2];
+    int64_t dx[4] = {2, 3, 7, 8}, dw[4] = {2, 3, 4, 4};
+    ins[0] = rnd(KL_F64, 4, dx, 1, 0); ins[1] = rnd(KL_F64, 4, dw, 1, 0);
+    gradcheck("relu_maxpool3", g, ins, 2, "x,w", 1e-6);
+}
