@@ -26,7 +26,7 @@ typedef struct {
 /* 2x2/2 max-pool backward, 8 windows per step (AVX2): deinterleave the two
  * input rows, pick the first maximum (NaN wins) with compares and blends,
  * write the 4 cells of each window. Returns the windows done. */
-static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW, int relu) {
+static int64_t maxpool2_simd_core(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW, int relu, int tail) {
     int64_t ow = 0;
     for (; ow + 8 <= OW; ow += 8) {
         __m256 x0 = _mm256_loadu_ps(r0 + 2 * ow), x1 = _mm256_loadu_ps(r0 + 2 * ow + 8);
@@ -53,7 +53,21 @@ static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *
         _mm256_storeu_ps(w1 + 2 * ow, _mm256_permute2f128_ps(lo, hi, 0x20));
         _mm256_storeu_ps(w1 + 2 * ow + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     }
+    if (ow < OW && !tail) { /* the last < 8 windows through a zero-padded copy */
+        float a0[16] = {0}, a1[16] = {0}, g[8] = {0}, b0[16], b1[16];
+        int64_t r = OW - ow;
+        memcpy(a0, r0 + 2 * ow, sizeof(float) * (size_t)(2 * r));
+        memcpy(a1, r1 + 2 * ow, sizeof(float) * (size_t)(2 * r));
+        memcpy(g, dy + ow, sizeof(float) * (size_t)r);
+        maxpool2_simd_core(a0, a1, g, b0, b1, 8, relu, 1);
+        memcpy(w0 + 2 * ow, b0, sizeof(float) * (size_t)(2 * r));
+        memcpy(w1 + 2 * ow, b1, sizeof(float) * (size_t)(2 * r));
+        ow = OW;
+    }
     return ow;
+}
+static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW, int relu) {
+    return maxpool2_simd_core(r0, r1, dy, w0, w1, OW, relu, 0);
 }
 
 #define R float
@@ -195,7 +209,7 @@ static size_t conv_ws(const geo *p, size_t es) { return (size_t)((p->C * p->ksz 
 static int64_t cg_blocks(const geo *p) { return p->N < CG_BLOCKS ? p->N : CG_BLOCKS; }
 /* per block: cols, partial dW, then (packed kernel) packed cols^T of one
  * group and a dW_g temporary */
-static size_t cg_pk(const geo *p) { return kl_gemm_packed_b_floats(p->osz, p->C / p->G * p->ksz); }
+static size_t cg_pk(const geo *p) { return kl_gemm_packed_b_floats(p->osz, p->M / p->G); }
 static size_t cg_cols(const geo *p) {
     size_t pk = cg_pk(p);
     return (size_t)(p->C * p->ksz * p->osz) + (pk ? pk + 16 + (size_t)(p->M / p->G * p->C / p->G * p->ksz) + 16 : 0);
@@ -260,12 +274,13 @@ static void cg_dw_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
         for (int64_t n = n0; n < n1; n++) {
             i2c_job_f32 ij = {&one, j->x + n * p->C * p->isz, cols, NULL};
             im2col_rows_f32(&ij, 0, (size_t)(p->C * p->ksz), 0);
-            if (pk) { /* keel's packed kernel: dW_g = dy_g (Mg x P) cols_g^T (P x Kg) */
+            if (pk) { /* keel's packed kernel: dW_g^T (Kg x Mg) = cols_g (Kg x P) dy_g^T (P x Mg);
+                       * packing dy_g^T (P x Mg) is smaller than cols_g^T */
                 for (int64_t g = 0; g < p->G; g++) {
                     float *dst = dwb + g * Mg * Kg;
-                    kl_gemm_pack_b(1, P, Kg, cols + g * Kg * P, P, packed);
-                    kl_gemm_packed_f32(Mg, Kg, P, j->dy + (n * p->M + g * Mg) * P, P, packed, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0},
-                                       n == n0 ? dst : tmp, Kg, j->pool);
+                    kl_gemm_pack_b(1, P, Mg, j->dy + (n * p->M + g * Mg) * P, P, packed);
+                    kl_gemm_packed_f32(Kg, Mg, P, cols + g * Kg * P, P, packed, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0},
+                                       n == n0 ? dst : tmp, Mg, j->pool);
                     if (n != n0)
                         for (int64_t i = 0; i < Mg * Kg; i++) dst[i] += tmp[i];
                 }
@@ -304,23 +319,33 @@ static int conv_bwd_fast(kl_gnode *n, const geo *p, const float *x, const float 
     int64_t nb = cg_blocks(p), per = (p->N + nb - 1) / nb;
     nb = per ? (p->N + per - 1) / per : 0;
     cg_job j = {p, x, w, dy, dx, ws, per, pool};
-    if (db)
+    if (db) /* 8 lanes (vectorised), combined in a fixed order */
         for (int64_t m = 0; m < p->M; m++) {
-            float s = 0;
+            float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (int64_t i = 0; i < p->N; i++) {
                 const float *r = dy + (i * p->M + m) * p->osz;
-                for (int64_t k = 0; k < p->osz; k++) s += r[k];
+                int64_t k = 0;
+                for (; k + 8 <= p->osz; k += 8)
+                    for (int t = 0; t < 8; t++) l[t] += r[k + t];
+                for (; k < p->osz; k++) l[k & 7] += r[k];
             }
-            db[m] = s;
+            db[m] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
         }
     if (dw && nb) {
         kl_pool_parallel_for(pool, (size_t)nb, 1, cg_dw_blocks, &j);
         size_t stride = al64((cg_cols(p) + cg_wsz(p)) * sizeof(float)) / sizeof(float);
-        const float *part = (const float *)ws + cg_cols(p);
+        float *part = (float *)ws + cg_cols(p);
         int64_t wsz = (int64_t)cg_wsz(p);
-        memcpy(dw, part, sizeof(float) * (size_t)wsz);
-        for (int64_t b = 1; b < nb; b++)
-            for (int64_t i = 0; i < wsz; i++) dw[i] += part[b * (int64_t)stride + i];
+        for (int64_t b = 1; b < nb; b++) /* block partials in block order */
+            for (int64_t i = 0; i < wsz; i++) part[i] += part[b * (int64_t)stride + i];
+        if (cg_pk(p)) { /* partials are dW_g^T (Kg x Mg) */
+            int64_t Kg = p->C / p->G * p->ksz, Mg = p->M / p->G;
+            for (int64_t g = 0; g < p->G; g++)
+                for (int64_t k = 0; k < Kg; k++)
+                    for (int64_t m = 0; m < Mg; m++) dw[(g * Mg + m) * Kg + k] = part[g * Mg * Kg + k * Mg + m];
+        } else {
+            memcpy(dw, part, sizeof(float) * (size_t)wsz);
+        }
     }
     if (!dx || !nb) return KL_OK;
     if (cg_dx_by_conv(p)) {
