@@ -4,6 +4,7 @@
  * Reduce* ArgMax ArgMin Resize LRN TopK. f32 fast paths; other dtypes
  * through simple generic loops where the node tests need them. */
 #include "graph/graph_int.h"
+#include "graph/grad_int.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -46,6 +47,7 @@ static int matmul_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *
         return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
     }
     kl__set_shape(&out[0], in[0]->dtype, r, d);
+    *ws = kl__matmul_train_ws(n, in); /* non-constant 2-D weight (training): grad_int.h */
     return KL_OK;
 }
 
@@ -78,6 +80,7 @@ static int matmul_generic(kl_tensor *const *in, kl_tensor *out) {
 
 static int matmul_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (in[0]->dtype != KL_F32) return matmul_generic(in, out[0]);
+    if (!n->priv && kl__matmul_train_run(n, in, out[0], x)) return KL_OK; /* training: B packed per call */
     if (n->priv && in[1]->rank == 2 && in[0]->rank >= 2) {
         /* constant 2-D weight: one GEMM over all rows of A */
         int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
@@ -102,6 +105,7 @@ static int gemm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
             return kl__fail_node(e, n, KL_ESHAPE, "C does not broadcast to (%lld, %lld)", (long long)M, (long long)N);
     }
     kl__set_shape(&out[0], in[0]->dtype, 2, d);
+    *ws = kl__gemm_train_ws(n, in, n_in, M, N, K); /* non-constant weights (training): grad_int.h */
     return KL_OK;
 }
 
@@ -135,6 +139,7 @@ static int gemm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
         kl_gemm_packed_f32(M, N, K, A, K, n->priv, c ? c->data : NULL, NULL, a, y, N, x->pool);
         return KL_OK;
     }
+    if (!n->priv && kl__gemm_train_run(n, in, n_in, out[0], M, N, K, a, x)) return KL_OK; /* training: B packed per call */
     if (M == 1 && !ta && (bias_row || !c) && alpha == 1.f && N < INT32_MAX && K < INT32_MAX) {
         gemv_row(tb, N, K, A, B, c ? c->data : NULL, act, 0, 0, y);
         return KL_OK;
@@ -295,6 +300,7 @@ static int conv_res_shape(kl_gnode *n, const kl_conv_params *p, const kl_tensor 
 }
 
 static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__conv64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc, rank, same;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_conv_params p;
@@ -308,6 +314,7 @@ static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 }
 
 static int conv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__conv64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     kl_conv_params p;
     int rc = conv_params(n, in, n_in, &p, e), rank, same;
     if (rc) return rc;
@@ -495,6 +502,7 @@ static int pool_params(kl_gnode *n, const kl_tensor *X, kl_pooling_params *p, kl
 }
 
 static int pool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_pooling_params p;
@@ -509,6 +517,7 @@ static int pool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 }
 
 static int pool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     kl_pooling_params p;
     int rc = pool_params(n, in[0], &p, e);
     if (rc) return rc;
@@ -518,6 +527,7 @@ static int pool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 }
 
 static int gpool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (in[0]->rank < 3) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d < 3", in[0]->rank);
@@ -527,6 +537,7 @@ static int gpool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *o
     return KL_OK;
 }
 static int gpool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     int64_t S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
     if (!strcmp(n->op_type, "GlobalMaxPool")) kl_global_maxpool_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, out[0]->data, x->pool);
@@ -544,6 +555,7 @@ static int same_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 }
 
 static int bn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64 || kl_gnode_attr_int(n, "training_mode", 0) || n_out > 1) return kl__bn_ext_infer(n, in, n_in, out, n_out, ws, e); /* grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (kl_gnode_attr_int(n, "training_mode", 0) || n_out > 1) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training mode is not supported", n->opset);
@@ -554,6 +566,7 @@ static int bn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 static int bn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64 || kl_gnode_attr_int(n, "training_mode", 0) || n_out > 1) return kl__bn_ext_run(n, in, n_in, out, n_out, x, e); /* grad_nn.c */
     int64_t S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
     kl_batchnorm_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
@@ -562,6 +575,7 @@ static int bn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 }
 
 static int ln_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__ln64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     int64_t ax;
@@ -577,6 +591,7 @@ static int ln_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 static int ln_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__ln64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     int64_t ax;
     kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax);
     int64_t rows = 1, cols = 1;
@@ -944,7 +959,7 @@ static const char *const a_gemm[] = {"alpha", "beta", "transA", "transB", "_act"
 static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "_act", "_act_a", "_act_b", NULL};
 static const char *const a_convt[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "output_padding", "output_shape", NULL};
 static const char *const a_pool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", "storage_order", NULL};
-static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", "spatial", NULL};
+static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", "spatial", "_unbiased_var", NULL};
 static const char *const a_ln[] = {"axis", "epsilon", "stash_type", NULL};
 static const char *const a_eps[] = {"epsilon", NULL};
 static const char *const a_axis[] = {"axis", NULL};
