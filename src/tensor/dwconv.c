@@ -5,6 +5,7 @@
 #include "keel/tensor.h"
 #include "tensor_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Normalised 3-D view of the spatial parameters (leading unit dim). */
@@ -29,12 +30,17 @@ static void to_sp3(const kl_conv_params *p, sp3 *o) {
  * Depthwise 2-D direct
  * ================================================================== */
 
+typedef struct flatmask flatmask;
 typedef struct {
     const kl_conv_params *p;
     const sp3 *s;
     const float *x, *w, *bias;
     float *y;
+    const flatmask *fm;  /* flat 3x3 kernel: per-vector column masks (NULL: other paths) */
+    int path;            /* DW_* */
 } dw_ctx;
+
+enum { DW_GENERIC, DW_ROWS, DW_FLAT, DW_PAIRS };
 
 /* Generic direct depthwise (any kernel/stride/dilation); used when the padded
  * scratch cannot be allocated. */
@@ -288,14 +294,174 @@ __attribute__((target("avx512f"))) static void dw3_plane(const dw_ctx *c, size_t
     }
 }
 
+/* ==================================================================
+ * AVX-512 3x3 'same' stride 1 (pad 1 on every side): flat vectors
+ * ================================================================== */
+
+/* The plane (H x W, output the same size) is one flat array; a vector holds
+ * 16 consecutive outputs whatever rows they fall in, so narrow planes (7x7,
+ * 14x14) waste no lanes. Tap (ky, kx) of output j reads input j + (ky-1)*W +
+ * (kx-1); lanes whose column would wrap to the neighbouring row are masked
+ * (c0: column 0 has no left tap, c2: column W-1 no right tap), vectors that
+ * touch the first or last row also mask rows outside the plane. */
+struct flatmask {
+    uint16_t m[9];  /* lanes read by tap ky*3 + kx */
+};
+
+static int flat_ok(const sp3 *s) {
+    return s->in[0] == 1 && s->k[1] == 3 && s->k[2] == 3 && s->s[1] == 1 && s->s[2] == 1 && s->d[1] == 1 &&
+           s->d[2] == 1 && s->pb[1] == 1 && s->pb[2] == 1 && s->out[1] == s->in[1] && s->out[2] == s->in[2];
+}
+
+/* lanes t with 0 <= base + t < n */
+static inline uint32_t range_bits(int64_t base, int64_t n) {
+    int64_t lo = base < 0 ? -base : 0, hi = n - base < 16 ? n - base : 16;
+    if (hi <= lo) return 0;
+    return (uint32_t)(((1ull << hi) - 1) & ~((1ull << lo) - 1));
+}
+
+static void flat_masks(int64_t H, int64_t W, flatmask *m) {
+    int64_t HW = H * W, nvec = (HW + 15) / 16, c = 0; /* column of the vector's first lane */
+    for (int64_t v = 0; v < nvec; v++) {
+        uint32_t z0 = 0, z2 = 0, lanes = range_bits(v * 16, HW);
+        for (int64_t t = (W - c) % W; t < 16; t += W) z0 |= 1u << t;
+        for (int64_t t = (W - 1 - c) % W; t < 16; t += W) z2 |= 1u << t;
+        for (int ky = 0; ky < 3; ky++) {
+            uint32_t r = range_bits(v * 16 + (ky - 1) * W, HW) & lanes;
+            m[v].m[3 * ky] = (uint16_t)(r & ~z0);
+            m[v].m[3 * ky + 1] = (uint16_t)r;
+            m[v].m[3 * ky + 2] = (uint16_t)(r & ~z2);
+        }
+        c = (c + 16) % W;
+    }
+}
+
+/* One vector: bias, then the taps in row-major order. Masked-off lanes are
+ * never read (their addresses may lie outside the plane). */
+#define KL_DW_FLAT_VEC(acc, j, mk)                                                                                      \
+    do {                                                                                                               \
+        const char *b_ = (const char *)(x + (j));                                                                      \
+        acc = vb;                                                                                                      \
+        for (int k_ = 0; k_ < 9; k_++)                                                                                 \
+            acc = _mm512_fmadd_ps(wv[k_], _mm512_maskz_loadu_ps((mk)[k_], b_ + toff[k_]), acc);                          \
+    } while (0)
+
+__attribute__((target("avx512f"))) static void dw3_flat_plane(const dw_ctx *c, size_t pl) {
+    const sp3 *s = c->s;
+    int64_t H = s->in[1], W = s->in[2], HW = H * W, nvec = (HW + 15) / 16;
+    int64_t ch = (int64_t)pl % c->p->C;
+    const float *x = c->x + (int64_t)pl * HW;
+    const float *w = c->w + ch * 9;
+    float *y = c->y + (int64_t)pl * HW;
+    __m512 wv[9];
+    int64_t toff[9];
+    for (int k = 0; k < 9; k++) {
+        wv[k] = _mm512_set1_ps(w[k]);
+        toff[k] = ((k / 3 - 1) * W + (k % 3 - 1)) * (int64_t)sizeof(float);
+    }
+    const __m512 vb = _mm512_set1_ps(c->bias ? c->bias[ch] : 0.0f);
+    kl_act act = c->p->act;
+    const __m512 lo = _mm512_set1_ps(act.kind == KL_ACT_RELU ? 0.0f : act.a), hi = _mm512_set1_ps(act.b);
+    const flatmask *fm = c->fm;
+    int64_t v = 0;
+    for (; v + 2 <= nvec; v += 2) {
+        __m512 a0, a1;
+        KL_DW_FLAT_VEC(a0, v * 16, fm[v].m);
+        KL_DW_FLAT_VEC(a1, v * 16 + 16, fm[v + 1].m);
+        if (act.kind == KL_ACT_RELU) { a0 = _mm512_max_ps(a0, lo); a1 = _mm512_max_ps(a1, lo); }
+        else if (act.kind == KL_ACT_CLIP) {
+            a0 = _mm512_min_ps(_mm512_max_ps(a0, lo), hi);
+            a1 = _mm512_min_ps(_mm512_max_ps(a1, lo), hi);
+        }
+        _mm512_storeu_ps(y + v * 16, a0);
+        _mm512_mask_storeu_ps(y + v * 16 + 16, (__mmask16)range_bits(v * 16 + 16, HW), a1);
+    }
+    if (v < nvec) {
+        __m512 a0;
+        KL_DW_FLAT_VEC(a0, v * 16, fm[v].m);
+        if (act.kind == KL_ACT_RELU) a0 = _mm512_max_ps(a0, lo);
+        else if (act.kind == KL_ACT_CLIP) a0 = _mm512_min_ps(_mm512_max_ps(a0, lo), hi);
+        _mm512_mask_storeu_ps(y + v * 16, (__mmask16)range_bits(v * 16, HW), a0);
+    }
+    if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP) kl__act_apply_range(act, y, HW);
+}
+
+/* ==================================================================
+ * AVX-512 3x3 stride 2, output rows of at most 8: two rows per vector
+ * ================================================================== */
+
+/* Lanes 0..7 hold output row oy, lanes 8..15 row oy + 1 (up to OW used in
+ * each half). Tap (ky, kx) loads 16 input columns from input rows 2*oy + ky -
+ * 1 and the row two below, keeps the even ones (one permute for both rows),
+ * and the two output rows, contiguous in y, are stored with one masked store
+ * after moving lanes 8.. down to OW... Any padding up to 1 at the start;
+ * rows/columns outside the input are masked. */
+static int pairs_ok(const sp3 *s) {
+    return s->in[0] == 1 && s->k[1] == 3 && s->k[2] == 3 && s->s[1] == 2 && s->s[2] == 2 && s->d[1] == 1 &&
+           s->d[2] == 1 && s->pb[1] <= 1 && s->pb[2] <= 1 && s->out[2] <= 8;
+}
+
+__attribute__((target("avx512f"))) static void dw3_pairs_plane(const dw_ctx *c, size_t pl) {
+    const sp3 *s = c->s;
+    int64_t H = s->in[1], W = s->in[2], OH = s->out[1], OW = s->out[2], PY = s->pb[1], PX = s->pb[2];
+    int64_t ch = (int64_t)pl % c->p->C;
+    const float *x = c->x + (int64_t)pl * H * W;
+    const float *w = c->w + ch * 9;
+    float *y = c->y + (int64_t)pl * OH * OW;
+    __m512 wv[9];
+    for (int k = 0; k < 9; k++) wv[k] = _mm512_set1_ps(w[k]);
+    const __m512 vb = _mm512_set1_ps(c->bias ? c->bias[ch] : 0.0f);
+    kl_act act = c->p->act;
+    const __m512 lo = _mm512_set1_ps(act.kind == KL_ACT_RELU ? 0.0f : act.a), hi = _mm512_set1_ps(act.b);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    /* compaction: lanes 0..OW-1 stay, lanes 8..8+OW-1 move to OW.. */
+    int32_t pk[16];
+    for (int t = 0; t < 16; t++) pk[t] = t < OW ? t : t < 2 * OW ? 8 + t - OW : 0;
+    const __m512i pidx = _mm512_loadu_si512(pk);
+    /* column masks per kx over the 16 loaded columns ix .. ix + 15 (ix = kx - PX):
+     * bit 2t for output column t < OW with 0 <= ix + 2t < W */
+    uint32_t cm[3];
+    for (int kx = 0; kx < 3; kx++) {
+        cm[kx] = 0;
+        for (int64_t t = 0; t < OW; t++) {
+            int64_t col = kx - PX + 2 * t;
+            if (col >= 0 && col < W) cm[kx] |= 1u << (2 * t);
+        }
+    }
+    for (int64_t oy = 0; oy < OH; oy += 2) {
+        int two = oy + 1 < OH;
+        __m512 acc = vb;
+        for (int ky = 0; ky < 3; ky++) {
+            int64_t ra = 2 * oy + ky - PY, rb = ra + 2;
+            int va = ra >= 0 && ra < H, vbv = two && rb >= 0 && rb < H;
+            const char *pa = (const char *)(x + (va ? ra : 0) * W), *pb = (const char *)(x + (vbv ? rb : 0) * W);
+            for (int kx = 0; kx < 3; kx++) {
+                int64_t off = (kx - PX) * 4;
+                __m512 a = _mm512_maskz_loadu_ps((__mmask16)(va ? cm[kx] : 0), pa + off);
+                __m512 bb = _mm512_maskz_loadu_ps((__mmask16)(vbv ? cm[kx] : 0), pb + off);
+                acc = _mm512_fmadd_ps(wv[3 * ky + kx], _mm512_permutex2var_ps(a, ev, bb), acc);
+            }
+        }
+        if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(acc, lo);
+        else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
+        acc = _mm512_permutexvar_ps(pidx, acc);
+        int64_t n = (two ? 2 : 1) * OW;
+        _mm512_mask_storeu_ps(y + oy * OW, (__mmask16)((1u << n) - 1), acc);
+    }
+    if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP)
+        kl__act_apply_range(act, y, OH * OW);
+}
+
 static void dw_planes(void *vc, size_t p0, size_t p1, int chunk) {
     dw_ctx *c = vc;
     int64_t pw = 0, nf = 0;
     float stackbuf[16384];  /* 64 KiB: planes up to ~112x112 need no allocation */
     float *scratch = NULL, *heap = NULL;
-    if (dw3_ok(c->s) && kl__pgemm_ok()) {
-        for (size_t pl = p0; pl < p1; pl++) dw3_plane(c, pl);
-        return;
+    switch (c->path) {
+    case DW_FLAT: for (size_t pl = p0; pl < p1; pl++) dw3_flat_plane(c, pl); return;
+    case DW_PAIRS: for (size_t pl = p0; pl < p1; pl++) dw3_pairs_plane(c, pl); return;
+    case DW_ROWS: for (size_t pl = p0; pl < p1; pl++) dw3_plane(c, pl); return;
+    default: break;
     }
     int fast = c->s->k[1] * c->s->k[2] <= 64;
     if (fast) {
@@ -314,6 +480,22 @@ void kl__dwconv2d_f32(const kl_conv_params *p, const float *x, const float *w, c
                       kl_pool *pool) {
     sp3 s;
     to_sp3(p, &s);
-    dw_ctx c = {p, &s, x, w, bias, y};
+    dw_ctx c = {p, &s, x, w, bias, y, NULL, DW_GENERIC};
+    flatmask fm_stack[1024], *fm_heap = NULL;
+    if (kl__pgemm_ok()) {
+        /* wide rows: the row kernel (unmasked interior loads) measured faster */
+        if (flat_ok(&s) && s.in[2] < 48) {
+            int64_t nvec = (s.in[1] * s.in[2] + 15) / 16;
+            flatmask *fm = nvec <= (int64_t)KL_ARRAY_LEN(fm_stack) ? fm_stack
+                           : (fm_heap = kl_mem_alloc((size_t)nvec * sizeof(flatmask), KL_TAG_WORKSPACE));
+            if (fm) {
+                flat_masks(s.in[1], s.in[2], fm);
+                c.fm = fm;
+                c.path = DW_FLAT;
+            }
+        } else if (pairs_ok(&s)) c.path = DW_PAIRS;
+    }
+    if (c.path == DW_GENERIC && dw3_ok(&s) && kl__pgemm_ok()) c.path = DW_ROWS;
     kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 1, dw_planes, &c);
+    kl_mem_free(fm_heap);
 }
