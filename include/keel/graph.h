@@ -129,6 +129,18 @@ int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, s
 /* Shape of value v under the plan (NULL when not planned / dynamic). */
 const kl_tensor *kl_plan_value(const kl_plan *p, int v);
 
+/* ---- Profiling ----
+ * Wall time per executed node, aggregated per node and per op kind (Conv
+ * split into depthwise / 1x1 / kxk and strided), process-wide. Off unless
+ * enabled here or by KEEL_PROFILE=1 (which also prints the per-kind table to
+ * stderr at exit). When on, each node costs two clock reads and a mutex. */
+void kl_graph_profile_enable(int on);
+void kl_graph_profile_reset(void);
+/* Appends the report: op kinds by time, then the top nodes (top < 0: all,
+ * 0: none); json: {"runs","total_ms_per_run","kinds":[...],"nodes":[...]}
+ * (all nodes). KL_ENOMEM on allocation failure. */
+int kl_graph_profile_report(kl_buf *out, int top, int json);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,46 +6,9 @@
  * plan to dynamic mode (inference and allocation at run time). */
 #include "graph/graph_int.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- KEEL_PROFILE=1: time per op type, printed to stderr at exit ---- */
-#define PROF_MAX 128
-static struct { char op[48]; double ms; long calls; } prof[PROF_MAX];
-static int prof_n, prof_on = -1;
-static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void prof_print(void) {
-    double tot = 0;
-    for (int i = 0; i < prof_n; i++) tot += prof[i].ms;
-    fprintf(stderr, "keel profile: %-24s %10s %8s %6s\n", "op", "ms", "calls", "%");
-    for (int i = 0; i < prof_n; i++) {
-        int best = i;
-        for (int j = i + 1; j < prof_n; j++) if (prof[j].ms > prof[best].ms) best = j;
-        if (best != i) { __typeof__(prof[0]) t = prof[i]; prof[i] = prof[best]; prof[best] = t; }
-        fprintf(stderr, "keel profile: %-24s %10.2f %8ld %5.1f%%\n", prof[i].op, prof[i].ms, prof[i].calls, tot > 0 ? 100 * prof[i].ms / tot : 0);
-    }
-}
-
-static int profiling(void) {
-    if (prof_on < 0) {
-        const char *v = getenv("KEEL_PROFILE");
-        prof_on = v && *v && strcmp(v, "0");
-        if (prof_on) atexit(prof_print);
-    }
-    return prof_on;
-}
-
-static void prof_add(const char *op, double ms) {
-    pthread_mutex_lock(&prof_mu);
-    int i;
-    for (i = 0; i < prof_n; i++) if (!strcmp(prof[i].op, op)) break;
-    if (i == prof_n && prof_n < PROF_MAX) { snprintf(prof[i].op, sizeof prof[i].op, "%s", op); prof_n++; }
-    if (i < PROF_MAX) { prof[i].ms += ms; prof[i].calls++; }
-    pthread_mutex_unlock(&prof_mu);
-}
 
 enum { V_NONE, V_INPUT, V_CONST, V_ARENA, V_OUTPUT, V_DYN };
 
@@ -252,7 +215,7 @@ fail:
 int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
                 size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
     int rc = KL_OK;
-    profiling();
+    int prof_on = kl__prof_on();
     char *A = arena;
     kl_tensor *T = (kl_tensor *)(A + p->hdr_off);
     kl_tensor **outs = calloc((size_t)g->n_values + 1, sizeof(kl_tensor *)); /* new tensors: outputs and dynamic values */
@@ -284,12 +247,14 @@ int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, s
             for (int k = 0; k < n->n_out; k++) o[k] = n->outputs[k] >= 0 ? &T[n->outputs[k]] : NULL;
             int64_t t0 = prof_on ? kl_time_mono_ns() : 0;
             if ((rc = n->op->run(n, in, n->n_in, o, n->n_out, &x, e))) goto done;
-            if (prof_on) prof_add(n->op_type, (kl_time_mono_ns() - t0) / 1e6);
+            if (prof_on) kl__prof_add(n, in, n->n_in, o, n->n_out, (kl_time_mono_ns() - t0) / 1e6);
             continue;
         }
         /* dynamic step */
         kl_tensor *res[MAX_IO];
+        int64_t t0 = prof_on ? kl_time_mono_ns() : 0;
         if ((rc = kl__run_node_alloc(n, in, n->n_in, res, n->n_out, pool, e))) goto done;
+        if (prof_on) kl__prof_add(n, in, n->n_in, res, n->n_out, (kl_time_mono_ns() - t0) / 1e6);
         for (int k = 0; k < n->n_out; k++) {
             int v = n->outputs[k];
             if (v < 0) { kl_tensor_free(res[k]); continue; }
