@@ -285,13 +285,86 @@ typedef struct {
     int log;
 } sm_ctx;
 
+/* Row maximum with AVX2 (the same value as row_max: max is exact in any
+ * order; a NaN anywhere gives NaN). */
+static float row_max_vec(const float *x, int64_t n) {
+    if (n < 8) return row_max(x, n, 0);
+    __m256 m = _mm256_loadu_ps(x), nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    int64_t i = 8;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(m, v);
+    }
+    if (i < n) { /* last 8, overlapping */
+        __m256 v = _mm256_loadu_ps(x + n - 8);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(m, v);
+    }
+    if (_mm256_movemask_ps(nan)) return NAN;
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+static inline float hsum256(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+static inline float hmax256(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* Softmax of short rows (R a multiple of 8, at most 32: attention scores),
+ * four rows at a time so that their exp chains overlap. Every row goes
+ * through the same sequence whatever its neighbours. */
+#define SM_SHORT_MAX 32
+static void sm_short_rows(const sm_ctx *c, size_t o0, size_t o1) {
+    int nv = (int)(c->R / 8);
+    for (size_t o = o0; o < o1; o += 4) {
+        int nr = (int)KL_MIN(4, o1 - o);
+        __m256 v[4][SM_SHORT_MAX / 8], vm[4];
+        for (int r = 0; r < nr; r++) {
+            const float *x = c->x + (int64_t)(o + r) * c->R;
+            __m256 m = _mm256_loadu_ps(x), nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+            v[r][0] = m;
+            for (int k = 1; k < nv; k++) {
+                v[r][k] = _mm256_loadu_ps(x + 8 * k);
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[r][k], v[r][k], _CMP_UNORD_Q));
+                m = _mm256_max_ps(m, v[r][k]);
+            }
+            float mx = _mm256_movemask_ps(nan) ? NAN : hmax256(m);
+            if (isinf(mx) && mx < 0) mx = 0;
+            vm[r] = _mm256_set1_ps(mx);
+        }
+        for (int r = 0; r < nr; r++)
+            for (int k = 0; k < nv; k++) v[r][k] = kl__exp256(_mm256_sub_ps(v[r][k], vm[r]));
+        for (int r = 0; r < nr; r++) {
+            __m256 s = v[r][0];
+            for (int k = 1; k < nv; k++) s = _mm256_add_ps(s, v[r][k]);
+            __m256 vs = _mm256_set1_ps(hsum256(s));
+            float *y = c->y + (int64_t)(o + r) * c->R;
+            for (int k = 0; k < nv; k++) _mm256_storeu_ps(y + 8 * k, _mm256_div_ps(v[r][k], vs));
+        }
+    }
+}
+
 static void sm_rows(void *vc, size_t o0, size_t o1, int chunk) {
     sm_ctx *c = vc;
     int64_t R = c->R;
+    if (!c->log && R % 8 == 0 && R <= SM_SHORT_MAX) {
+        sm_short_rows(c, o0, o1);
+        return;
+    }
     for (size_t o = o0; o < o1; o++) {
         const float *x = c->x + (int64_t)o * R;
         float *y = c->y + (int64_t)o * R;
-        float m = row_max(x, R, 0);
+        float m = row_max_vec(x, R);
         if (isinf(m) && m < 0) m = 0;
         __m256 vm = _mm256_set1_ps(m);
         int64_t i = 0;

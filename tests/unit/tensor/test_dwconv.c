@@ -2,7 +2,7 @@
  * (flat stride-1 vectors for narrow planes, two-rows-per-vector stride 2,
  * the row kernel for wide planes, the AVX2 fallback under KEEL_NO_AVX512)
  * against a double-precision reference, odd sizes, pads, batch > 1, fused
- * activations, and 1 vs 2 threads bit-identical. */
+ * activations, and 1 vs 2 threads bit-identical; and the short-row softmax. */
 #include "../harness.h"
 #include "tt.h"
 
@@ -99,5 +99,43 @@ KL_TEST(tensor_dwconv_paths) {
                   (long long)cs[c].s, d);
         KT_CHECKF(same, "dw case %zu differs between 1 and 2 threads", c);
         KT_CHECKF(tail, "dw case %zu wrote past the output", c);
+    }
+}
+
+/* Softmax of short rows (R = 8, 16, 24, 32: the four-rows-at-a-time path)
+ * against double precision, with a NaN row, an all -inf row, a row count
+ * that is not a multiple of 4, and 1 vs 2 threads bit-identical. */
+KL_TEST(tensor_softmax_short_rows) {
+    int64_t Rs[] = {8, 16, 24, 32};
+    for (size_t ri = 0; ri < KL_ARRAY_LEN(Rs); ri++) {
+        int64_t R = Rs[ri], rows = 4099, n = rows * R, dims[2] = {rows, R};
+        float *x = tt_randn(n, 77 + ri), *y1 = malloc((size_t)n * 4), *y2 = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) x[i] *= 8.0f;
+        for (int64_t k = 0; k < R; k++) x[5 * R + k] = -INFINITY;   /* all masked */
+        x[9 * R + 3] = NAN;                                           /* NaN row */
+        for (int64_t k = 0; k < R / 2; k++) x[11 * R + k] = -INFINITY; /* half masked */
+        kl_softmax_f32(2, dims, x, 1, 0, y1, tt_pool(1));
+        kl_softmax_f32(2, dims, x, 1, 0, y2, tt_pool(2));
+        double d = 0;
+        int special = 1;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *xr = x + r * R, *yr = y1 + r * R;
+            if (r == 5 || r == 9) {
+                for (int64_t k = 0; k < R; k++) special &= yr[k] != yr[k];
+                continue;
+            }
+            double m = -INFINITY, s = 0;
+            for (int64_t k = 0; k < R; k++) m = xr[k] > m ? xr[k] : m;
+            for (int64_t k = 0; k < R; k++) s += exp((double)xr[k] - m);
+            for (int64_t k = 0; k < R; k++) {
+                double ref = exp((double)xr[k] - m) / s, df = fabs(ref - yr[k]);
+                if (df > d) d = df;
+            }
+        }
+        int same = memcmp(y1, y2, (size_t)n * 4) == 0;
+        free(x); free(y1); free(y2);
+        KT_CHECKF(d < 1e-6, "softmax R=%lld maxdiff %g", (long long)R, d);
+        KT_CHECKF(special, "softmax R=%lld: all -inf / NaN rows must give NaN", (long long)R);
+        KT_CHECKF(same, "softmax R=%lld differs between 1 and 2 threads", (long long)R);
     }
 }
