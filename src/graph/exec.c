@@ -64,6 +64,44 @@ static int by_size_desc(const void *a, const void *b) {
     return x->def - y->def;
 }
 
+/* Steps whose outputs nothing reads at run time (a Transpose feeding only a
+ * Shape, which the plan folded) are dropped; lifetimes are recomputed over
+ * the steps that remain. Static plans only. */
+static int drop_dead_steps(kl_plan *p, const kl_graph *g, kl_err *e) {
+    char *used = calloc((size_t)g->n_values + 1, 1);
+    if (!used) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int w = p->n_steps;
+    for (int s = p->n_steps - 1; s >= 0; s--) {
+        const kl_gnode *n = &g->nodes[p->steps[s]];
+        int keep = (n->op->flags & KL_OP_NOFOLD) != 0;
+        for (int k = 0; k < n->n_out && !keep; k++) {
+            int v = n->outputs[k];
+            if (v >= 0 && (g->values[v].is_output || used[v])) keep = 1;
+        }
+        if (!keep) {
+            for (int k = 0; k < n->n_out; k++)
+                if (n->outputs[k] >= 0) p->v[n->outputs[k]].kind = V_NONE;
+            continue;
+        }
+        for (int k = 0; k < n->n_in; k++)
+            if (n->inputs[k] >= 0) used[n->inputs[k]] = 1;
+        p->steps[--w] = p->steps[s];
+    }
+    free(used);
+    if (w == 0) return KL_OK;
+    p->n_steps -= w;
+    memmove(p->steps, p->steps + w, sizeof(int) * (size_t)p->n_steps);
+    p->dyn_from = p->n_steps;
+    for (int s = 0; s < p->n_steps; s++) {
+        const kl_gnode *n = &g->nodes[p->steps[s]];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->outputs[k] >= 0) p->v[n->outputs[k]].def = p->v[n->outputs[k]].last = s;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->inputs[k] >= 0 && p->v[n->inputs[k]].kind == V_ARENA) p->v[n->inputs[k]].last = s;
+    }
+    return KL_OK;
+}
+
 int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_plan **out, kl_err *e) {
     *out = NULL;
     int rc = KL_OK;
@@ -107,6 +145,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
         }
         if (p->dyn_from >= 0 || dyn_in) {
             if (p->dyn_from < 0) p->dyn_from = p->n_steps;
+    if (p->dyn_from == p->n_steps && (rc = drop_dead_steps(p, g, e))) goto fail;
             p->steps[p->n_steps++] = ni;
             for (int k = 0; k < n->n_out; k++)
                 if (n->outputs[k] >= 0) p->v[n->outputs[k]].kind = V_DYN, p->v[n->outputs[k]].def = p->n_steps - 1;
@@ -162,6 +201,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
         }
     }
     if (p->dyn_from < 0) p->dyn_from = p->n_steps;
+    if (p->dyn_from == p->n_steps && (rc = drop_dead_steps(p, g, e))) goto fail;
     /* graph outputs produced dynamically live to the end */
     /* ---- offsets: greedy by size over lifetimes ---- */
     int nv = 0;
