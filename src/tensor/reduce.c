@@ -283,7 +283,25 @@ typedef struct {
     const float *x;
     float *y;
     int log;
+    /* softmax of x + b over the last axis (kl_softmax_add_f32); b NULL otherwise */
+    const float *b;
+    int brank;
+    int64_t bdims[KL_MAX_DIMS], xst[KL_MAX_DIMS], bst[KL_MAX_DIMS]; /* outer dims, strides of x and b */
+    int64_t xlast, blast;                                            /* strides along the last axis (0 or 1) */
 } sm_ctx;
+
+/* x's and b's offsets at the start of row o (kl_softmax_add_f32) */
+static void sm_rows_of(const sm_ctx *c, int64_t o, const float **xr, const float **br) {
+    int64_t ox = 0, ob = 0;
+    for (int i = c->brank - 1; i >= 0; i--) {
+        int64_t ix = o % c->bdims[i];
+        ox += ix * c->xst[i];
+        ob += ix * c->bst[i];
+        o /= c->bdims[i];
+    }
+    *xr = c->x + ox;
+    *br = c->b + ob;
+}
 
 /* Row maximum with AVX2 (the same value as row_max: max is exact in any
  * order; a NaN anywhere gives NaN). */
@@ -331,10 +349,16 @@ static void sm_short_rows(const sm_ctx *c, size_t o0, size_t o1) {
         __m256 v[4][SM_SHORT_MAX / 8], vm[4];
         for (int r = 0; r < nr; r++) {
             const float *x = c->x + (int64_t)(o + r) * c->R;
-            __m256 m = _mm256_loadu_ps(x), nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
-            v[r][0] = m;
+            if (c->b) {
+                const float *br;
+                sm_rows_of(c, (int64_t)(o + r), &x, &br);
+                for (int k = 0; k < nv; k++)
+                    v[r][k] = _mm256_add_ps(c->xlast ? _mm256_loadu_ps(x + 8 * k) : _mm256_set1_ps(x[0]),
+                                            c->blast ? _mm256_loadu_ps(br + 8 * k) : _mm256_set1_ps(br[0]));
+            } else
+                for (int k = 0; k < nv; k++) v[r][k] = _mm256_loadu_ps(x + 8 * k);
+            __m256 m = v[r][0], nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
             for (int k = 1; k < nv; k++) {
-                v[r][k] = _mm256_loadu_ps(x + 8 * k);
                 nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[r][k], v[r][k], _CMP_UNORD_Q));
                 m = _mm256_max_ps(m, v[r][k]);
             }
@@ -364,6 +388,12 @@ static void sm_rows(void *vc, size_t o0, size_t o1, int chunk) {
     for (size_t o = o0; o < o1; o++) {
         const float *x = c->x + (int64_t)o * R;
         float *y = c->y + (int64_t)o * R;
+        if (c->b) { /* y = x + b, then the softmax of y in place */
+            const float *br;
+            sm_rows_of(c, (int64_t)o, &x, &br);
+            for (int64_t i = 0; i < R; i++) y[i] = x[i * c->xlast] + br[i * c->blast];
+            x = y;
+        }
         float m = row_max_vec(x, R);
         if (isinf(m) && m < 0) m = 0;
         __m256 vm = _mm256_set1_ps(m);
@@ -408,7 +438,7 @@ static void sm_cols(void *vc, size_t o0, size_t o1, int chunk) {
 void kl_softmax_f32(int rank, const int64_t *dims, const float *x, int axis, int log_softmax, float *y, kl_pool *pool) {
     if (rank == 0) { y[0] = log_softmax ? 0.0f : 1.0f; return; }
     if (axis < 0) axis += rank;
-    sm_ctx c = {dims[axis], 1, x, y, log_softmax};
+    sm_ctx c = {.R = dims[axis], .inner = 1, .x = x, .y = y, .log = log_softmax};
     int64_t outer = 1;
     for (int i = 0; i < axis; i++) outer *= dims[i];
     for (int i = axis + 1; i < rank; i++) c.inner *= dims[i];
@@ -417,4 +447,21 @@ void kl_softmax_f32(int rank, const int64_t *dims, const float *x, int axis, int
         kl_pool_parallel_for(pool, (size_t)outer, (size_t)KL_MAX(1, 4096 / KL_MAX(1, c.R)), sm_rows, &c);
     else
         kl_pool_parallel_for(pool, (size_t)(outer * c.inner), (size_t)KL_MAX(1, 4096 / KL_MAX(1, c.R)), sm_cols, &c);
+}
+
+void kl_softmax_add_f32(int rank, const int64_t *dims, const float *x, const int64_t *xstrides, const float *b,
+                        const int64_t *bstrides, float *y, kl_pool *pool) {
+    if (rank == 0) { y[0] = 1.0f; return; }
+    sm_ctx c = {.R = dims[rank - 1], .inner = 1, .x = x, .y = y, .b = b, .brank = rank - 1,
+                .xlast = xstrides[rank - 1], .blast = bstrides[rank - 1]};
+    KL_ASSERT((c.xlast == 0 || c.xlast == 1) && (c.blast == 0 || c.blast == 1));
+    int64_t outer = 1;
+    for (int i = 0; i < rank - 1; i++) {
+        c.bdims[i] = dims[i];
+        c.xst[i] = xstrides[i];
+        c.bst[i] = bstrides[i];
+        outer *= dims[i];
+    }
+    if (outer * c.R == 0) return;
+    kl_pool_parallel_for(pool, (size_t)outer, (size_t)KL_MAX(1, 4096 / KL_MAX(1, c.R)), sm_rows, &c);
 }

@@ -139,3 +139,31 @@ KL_TEST(tensor_softmax_short_rows) {
         KT_CHECKF(same, "softmax R=%lld differs between 1 and 2 threads", (long long)R);
     }
 }
+
+/* Softmax of x + b (keel::AddSoftmax): b broadcast like an attention mask
+ * (B*H, 1, S) with -inf entries, and a scalar-per-row b; short (16) and
+ * generic (10, 40) row lengths; equal to Add then kl_softmax_f32 bit for bit. */
+KL_TEST(tensor_softmax_add) {
+    int64_t Rs[] = {16, 10, 40};
+    for (size_t ri = 0; ri < KL_ARRAY_LEN(Rs); ri++) {
+        int64_t R = Rs[ri], B = 6, M = 7, n = B * M * R, dims[3] = {B, M, R};
+        float *x = tt_randn(n, 91 + ri), *m = tt_randn(B * R, 92 + ri), *s = tt_randn(B * M, 93 + ri);
+        float *sum = malloc((size_t)n * 4), *ref = malloc((size_t)n * 4), *y1 = malloc((size_t)n * 4), *y2 = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < B * R; i += 3) m[i] = -INFINITY;
+        /* mask (B, 1, R) */
+        for (int64_t i = 0; i < n; i++) sum[i] = x[i] + m[(i / (M * R)) * R + i % R];
+        kl_softmax_f32(3, dims, sum, 2, 0, ref, tt_pool(1));
+        int64_t xs[3] = {M * R, R, 1}, ms[3] = {R, 0, 1};
+        kl_softmax_add_f32(3, dims, x, xs, m, ms, y1, tt_pool(1));
+        kl_softmax_add_f32(3, dims, x, xs, m, ms, y2, tt_pool(2));
+        KT_CHECKF(memcmp(y1, ref, (size_t)n * 4) == 0, "softmax_add mask R=%lld differs from add + softmax", (long long)R);
+        KT_CHECKF(memcmp(y1, y2, (size_t)n * 4) == 0, "softmax_add R=%lld differs between 1 and 2 threads", (long long)R);
+        /* b (B, M, 1): one value per row, and x as the broadcast operand (swapped roles) */
+        for (int64_t i = 0; i < n; i++) sum[i] = s[i / R] + x[i];
+        kl_softmax_f32(3, dims, sum, 2, 0, ref, tt_pool(1));
+        int64_t ss[3] = {M, 1, 0};
+        kl_softmax_add_f32(3, dims, s, ss, x, xs, y1, tt_pool(2));
+        KT_CHECKF(memcmp(y1, ref, (size_t)n * 4) == 0, "softmax_add row bias R=%lld differs", (long long)R);
+        free(x); free(m); free(s); free(sum); free(ref); free(y1); free(y2);
+    }
+}
