@@ -290,17 +290,31 @@ typedef struct {
     int64_t xlast, blast;                                            /* strides along the last axis (0 or 1) */
 } sm_ctx;
 
-/* x's and b's offsets at the start of row o (kl_softmax_add_f32) */
-static void sm_rows_of(const sm_ctx *c, int64_t o, const float **xr, const float **br) {
-    int64_t ox = 0, ob = 0;
+/* Row cursor of kl_softmax_add_f32: x's and b's offsets of the current row
+ * (set once per chunk with divisions, then advanced with carries). */
+typedef struct {
+    int64_t idx[KL_MAX_DIMS], ox, ob;
+} sm_cur;
+
+static void sm_cur_init(const sm_ctx *c, int64_t o, sm_cur *q) {
+    q->ox = q->ob = 0;
     for (int i = c->brank - 1; i >= 0; i--) {
-        int64_t ix = o % c->bdims[i];
-        ox += ix * c->xst[i];
-        ob += ix * c->bst[i];
+        q->idx[i] = o % c->bdims[i];
+        q->ox += q->idx[i] * c->xst[i];
+        q->ob += q->idx[i] * c->bst[i];
         o /= c->bdims[i];
     }
-    *xr = c->x + ox;
-    *br = c->b + ob;
+}
+
+static void sm_cur_next(const sm_ctx *c, sm_cur *q) {
+    for (int i = c->brank - 1; i >= 0; i--) {
+        q->ox += c->xst[i];
+        q->ob += c->bst[i];
+        if (++q->idx[i] < c->bdims[i]) return;
+        q->ox -= c->xst[i] * c->bdims[i];
+        q->ob -= c->bst[i] * c->bdims[i];
+        q->idx[i] = 0;
+    }
 }
 
 /* Row maximum with AVX2 (the same value as row_max: max is exact in any
@@ -344,14 +358,17 @@ static inline float hmax256(__m256 v) {
 #define SM_SHORT_MAX 32
 static void sm_short_rows(const sm_ctx *c, size_t o0, size_t o1) {
     int nv = (int)(c->R / 8);
+    sm_cur q = {{0}, 0, 0};
+    if (c->b) sm_cur_init(c, (int64_t)o0, &q);
     for (size_t o = o0; o < o1; o += 4) {
         int nr = (int)KL_MIN(4, o1 - o);
         __m256 v[4][SM_SHORT_MAX / 8], vm[4];
         for (int r = 0; r < nr; r++) {
             const float *x = c->x + (int64_t)(o + r) * c->R;
             if (c->b) {
-                const float *br;
-                sm_rows_of(c, (int64_t)(o + r), &x, &br);
+                const float *br = c->b + q.ob;
+                x = c->x + q.ox;
+                sm_cur_next(c, &q);
                 for (int k = 0; k < nv; k++)
                     v[r][k] = _mm256_add_ps(c->xlast ? _mm256_loadu_ps(x + 8 * k) : _mm256_set1_ps(x[0]),
                                             c->blast ? _mm256_loadu_ps(br + 8 * k) : _mm256_set1_ps(br[0]));
@@ -389,8 +406,10 @@ static void sm_rows(void *vc, size_t o0, size_t o1, int chunk) {
         const float *x = c->x + (int64_t)o * R;
         float *y = c->y + (int64_t)o * R;
         if (c->b) { /* y = x + b, then the softmax of y in place */
-            const float *br;
-            sm_rows_of(c, (int64_t)o, &x, &br);
+            sm_cur q;
+            sm_cur_init(c, (int64_t)o, &q);
+            const float *br = c->b + q.ob;
+            x = c->x + q.ox;
             for (int64_t i = 0; i < R; i++) y[i] = x[i * c->xlast] + br[i * c->blast];
             x = y;
         }
