@@ -42,7 +42,7 @@ static void ref_dw(const kl_conv_params *p, const float *x, const float *w, cons
 KL_TEST(tensor_dwconv_paths) {
     kl_err e = {0};
     struct { int64_t N, C, H, W, s, pb0, pb1, pe0, pe1; kl_act_kind act; } cs[] = {
-        /* stride 1, pad 1: flat vectors (W < 48) and rows (W >= 48) */
+        /* stride 1, pad 1: flat vectors (W < 64) and rows (W >= 64) */
         {1, 3, 1, 1, 1, 1, 1, 1, 1, KL_ACT_NONE},
         {2, 5, 1, 5, 1, 1, 1, 1, 1, KL_ACT_RELU},
         {1, 4, 5, 1, 1, 1, 1, 1, 1, KL_ACT_CLIP},
@@ -56,6 +56,8 @@ KL_TEST(tensor_dwconv_paths) {
         {1, 2, 9, 47, 1, 1, 1, 1, 1, KL_ACT_CLIP},
         {1, 2, 20, 56, 1, 1, 1, 1, 1, KL_ACT_CLIP},
         {2, 3, 6, 50, 1, 1, 1, 1, 1, KL_ACT_NONE},
+        {1, 2, 5, 70, 1, 1, 1, 1, 1, KL_ACT_CLIP},
+        {2, 2, 3, 64, 1, 1, 1, 1, 1, KL_ACT_RELU},
         /* stride 2 with output rows <= 8: two rows per vector */
         {2, 5, 14, 14, 2, 1, 1, 1, 1, KL_ACT_CLIP},
         {1, 3, 13, 13, 2, 1, 1, 1, 1, KL_ACT_RELU},
