@@ -300,10 +300,10 @@ __attribute__((target("avx512f"))) static void dw3_plane(const dw_ctx *c, size_t
 
 /* The plane (H x W, output the same size) is one flat array; a vector holds
  * 16 consecutive outputs whatever rows they fall in, so narrow planes (7x7,
- * 14x14) waste no lanes. Used for W < 64 (faster than the row kernel at 56). Tap (ky, kx) of output j reads input j + (ky-1)*W +
- * (kx-1); lanes whose column would wrap to the neighbouring row are masked
- * (c0: column 0 has no left tap, c2: column W-1 no right tap), vectors that
- * touch the first or last row also mask rows outside the plane. */
+ * 14x14) waste no lanes (used for W < 64: faster than the row kernel at 56).
+ * Tap (ky, kx) of output j reads input j + (ky-1)*W + (kx-1); lanes whose
+ * column would wrap into the neighbouring row or whose row lies outside the
+ * plane are masked (per-vector masks, computed once per call). */
 struct flatmask {
     uint16_t m[9];  /* lanes read by tap ky*3 + kx */
 };
