@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <keel/graph.h>
 #include <keel/onnx.h>
 #include <keel/runtime.h>
 
@@ -17,14 +18,20 @@ static const app_opt opts[] = {
     {"warmup", 0, 1, "W", "untimed warm-up iterations (default 5)", 0},
     {"dim", 0, 1, "NAME=V", "value of a named symbolic dimension (default 1)", 1},
     {"input", 'i', 1, "NAME=FILE", "use this tensor (.npy/.pb) instead of random data", 1},
+    {"profile", 0, 0, NULL, "time per op kind and the slowest nodes over the timed runs", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
 static const app_cmd_spec spec = {
-    "bench", "keel bench MODEL [--threads N] [--batch B] [--iters K] [--warmup W] [--dim NAME=V] [--input NAME=FILE] [--json]",
+    "bench", "keel bench MODEL [--threads N] [--batch B] [--iters K] [--warmup W] [--dim NAME=V] [--input NAME=FILE] [--profile] [--json]",
     "Benchmark an ONNX model: latency percentiles, throughput and peak memory.",
     "Symbolic first dimensions take --batch; other symbolic dimensions take\n"
     "--dim NAME=V (default 1). Float inputs are uniform random in [-1, 1),\n"
-    "integer and bool inputs zero. Throughput is batch * runs per second.",
+    "integer and bool inputs zero. Throughput is batch * runs per second.\n"
+    "--profile times every node of the timed runs and prints the time per op\n"
+    "kind (Conv split into dw/1x1/kxk and strided) and the 25 slowest nodes\n"
+    "(--json: a \"profile\" object with every node); the clock reads add a\n"
+    "little to the latencies. KEEL_PROFILE=1 prints the op-kind table of any\n"
+    "command to stderr at exit.",
     opts, KL_ARRAY_LEN(opts), 1, 1};
 
 static int cmp_d(const void *a, const void *b) {
@@ -99,7 +106,12 @@ int cmd_bench(int argc, char **argv) {
     }
     uint64_t plan_bytes = 0;
     if (kl_session_plan_bytes(s, (const kl_tensor *const *)in, ni, &plan_bytes, &e)) { ret = app_fail(&e); goto done; }
+    int prof = app_flag(&a, "profile");
     for (int64_t i = 0; i < warm + iters; i++) {
+        if (prof && i == warm) {
+            kl_graph_profile_reset();
+            kl_graph_profile_enable(1);
+        }
         int64_t t = kl_time_mono_ns();
         if (kl_session_run(s, (const kl_tensor *const *)in, ni, out, no, &e)) { ret = app_fail(&e); goto done; }
         if (i >= warm) lat[i - warm] = (kl_time_mono_ns() - t) / 1e6;
@@ -113,11 +125,22 @@ int cmd_bench(int argc, char **argv) {
     kl_mem_stats ms;
     kl_mem_stats_get(KL_TAG_COUNT, &ms);
     int threads = kl_pool_threads(kl_pool_default());
+    kl_buf pb;
+    kl_buf_init(&pb);
+    if (prof) {
+        kl_graph_profile_enable(0);
+        if (kl_graph_profile_report(&pb, 25, app_flag(&a, "json"))) {
+            kl_buf_free(&pb);
+            kl_err_set(&e, KL_ENOMEM, "profile: out of memory");
+            ret = app_fail(&e);
+            goto done;
+        }
+    }
     if (app_flag(&a, "json")) {
         printf("{\"p50_ms\":%.4f,\"p90_ms\":%.4f,\"p99_ms\":%.4f,\"throughput\":%.2f,\"peak_bytes\":%llu,"
-               "\"planned_activation_bytes\":%llu,\"mean_ms\":%.4f,\"load_ms\":%.1f,\"batch\":%lld,\"iters\":%lld,\"threads\":%d}\n",
+               "\"planned_activation_bytes\":%llu,\"mean_ms\":%.4f,\"load_ms\":%.1f,\"batch\":%lld,\"iters\":%lld,\"threads\":%d%s%s}\n",
                p50, p90, p99, thr, (unsigned long long)ms.peak_allocated, (unsigned long long)plan_bytes, sum / iters, load_ms,
-               (long long)batch, (long long)iters, threads);
+               (long long)batch, (long long)iters, threads, prof ? ",\"profile\":" : "", prof ? pb.data : "");
     } else {
         char b1[32], b2[32];
         printf("model       %s\nbatch       %lld   threads %d   iters %lld (+%lld warm-up)   load %.1f ms\n"
@@ -125,7 +148,9 @@ int cmd_bench(int argc, char **argv) {
                "throughput  %.1f samples/s\nmemory      peak %s   planned arena %s\n",
                a.pos[0], (long long)batch, threads, (long long)iters, (long long)warm, load_ms, p50, p90, p99, sum / iters, thr,
                kl_fmt_bytes(ms.peak_allocated, b1, sizeof b1), kl_fmt_bytes(plan_bytes, b2, sizeof b2));
+        if (prof) printf("\n%s", pb.data ? pb.data : "");
     }
+    kl_buf_free(&pb);
     ret = APP_EXIT_OK;
 done:
     for (size_t i = 0; i < ni; i++) kl_tensor_free(in[i]);

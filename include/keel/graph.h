@@ -159,6 +159,18 @@ int kl_graph_autodiff_seed(kl_graph *g, int loss, int seed, const int *wrt, int 
 /* 1 when kl_graph_autodiff has a gradient rule for (domain, op_type). */
 int kl_graph_has_grad(const char *domain, const char *op_type);
 
+/* ---- Profiling ----
+ * Wall time per executed node, aggregated per node and per op kind (Conv
+ * split into depthwise / 1x1 / kxk and strided), process-wide. Off unless
+ * enabled here or by KEEL_PROFILE=1 (which also prints the per-kind table to
+ * stderr at exit). When on, each node costs two clock reads and a mutex. */
+void kl_graph_profile_enable(int on);
+void kl_graph_profile_reset(void);
+/* Appends the report: op kinds by time, then the top nodes (top < 0: all,
+ * 0: none); json: {"runs","total_ms_per_run","kinds":[...],"nodes":[...]}
+ * (all nodes). KL_ENOMEM on allocation failure. */
+int kl_graph_profile_report(kl_buf *out, int top, int json);
+
 #ifdef __cplusplus
 }
 #endif

@@ -370,6 +370,13 @@ void kl_argmin_f32(int rank, const int64_t *dims, const float *x, int axis, int 
  * (max subtracted). For opset < 13 semantics pass dims {outer, inner}, axis 1. */
 void kl_softmax_f32(int rank, const int64_t *dims, const float *x, int axis, int log_softmax,
                     float *y, kl_pool *pool);
+/* Softmax over the last axis of x + b (an attention mask or bias) without
+ * materialising the sum. dims: the (broadcast) output shape, y contiguous;
+ * element (i0, ..., i{rank-1}) of x is x[sum i_k * xstrides[k]], likewise b
+ * (stride 0 = broadcast; the last strides must be 0 or 1). The same results
+ * as an Add then kl_softmax_f32. */
+void kl_softmax_add_f32(int rank, const int64_t *dims, const float *x, const int64_t *xstrides, const float *b,
+                        const int64_t *bstrides, float *y, kl_pool *pool);
 
 /* ==================================================================
  * Data movement (dtype-generic: esize = bytes per element)

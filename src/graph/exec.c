@@ -6,46 +6,9 @@
  * plan to dynamic mode (inference and allocation at run time). */
 #include "graph/graph_int.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- KEEL_PROFILE=1: time per op type, printed to stderr at exit ---- */
-#define PROF_MAX 128
-static struct { char op[48]; double ms; long calls; } prof[PROF_MAX];
-static int prof_n, prof_on = -1;
-static pthread_mutex_t prof_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static void prof_print(void) {
-    double tot = 0;
-    for (int i = 0; i < prof_n; i++) tot += prof[i].ms;
-    fprintf(stderr, "keel profile: %-24s %10s %8s %6s\n", "op", "ms", "calls", "%");
-    for (int i = 0; i < prof_n; i++) {
-        int best = i;
-        for (int j = i + 1; j < prof_n; j++) if (prof[j].ms > prof[best].ms) best = j;
-        if (best != i) { __typeof__(prof[0]) t = prof[i]; prof[i] = prof[best]; prof[best] = t; }
-        fprintf(stderr, "keel profile: %-24s %10.2f %8ld %5.1f%%\n", prof[i].op, prof[i].ms, prof[i].calls, tot > 0 ? 100 * prof[i].ms / tot : 0);
-    }
-}
-
-static int profiling(void) {
-    if (prof_on < 0) {
-        const char *v = getenv("KEEL_PROFILE");
-        prof_on = v && *v && strcmp(v, "0");
-        if (prof_on) atexit(prof_print);
-    }
-    return prof_on;
-}
-
-static void prof_add(const char *op, double ms) {
-    pthread_mutex_lock(&prof_mu);
-    int i;
-    for (i = 0; i < prof_n; i++) if (!strcmp(prof[i].op, op)) break;
-    if (i == prof_n && prof_n < PROF_MAX) { snprintf(prof[i].op, sizeof prof[i].op, "%s", op); prof_n++; }
-    if (i < PROF_MAX) { prof[i].ms += ms; prof[i].calls++; }
-    pthread_mutex_unlock(&prof_mu);
-}
 
 enum { V_NONE, V_INPUT, V_CONST, V_ARENA, V_OUTPUT, V_DYN };
 
@@ -101,6 +64,44 @@ static int by_size_desc(const void *a, const void *b) {
     return x->def - y->def;
 }
 
+/* Steps whose outputs nothing reads at run time (a Transpose feeding only a
+ * Shape, which the plan folded) are dropped; lifetimes are recomputed over
+ * the steps that remain. Static plans only. */
+static int drop_dead_steps(kl_plan *p, const kl_graph *g, kl_err *e) {
+    char *used = calloc((size_t)g->n_values + 1, 1);
+    if (!used) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int w = p->n_steps;
+    for (int s = p->n_steps - 1; s >= 0; s--) {
+        const kl_gnode *n = &g->nodes[p->steps[s]];
+        int keep = (n->op->flags & KL_OP_NOFOLD) != 0;
+        for (int k = 0; k < n->n_out && !keep; k++) {
+            int v = n->outputs[k];
+            if (v >= 0 && (g->values[v].is_output || used[v])) keep = 1;
+        }
+        if (!keep) {
+            for (int k = 0; k < n->n_out; k++)
+                if (n->outputs[k] >= 0) p->v[n->outputs[k]].kind = V_NONE;
+            continue;
+        }
+        for (int k = 0; k < n->n_in; k++)
+            if (n->inputs[k] >= 0) used[n->inputs[k]] = 1;
+        p->steps[--w] = p->steps[s];
+    }
+    free(used);
+    if (w == 0) return KL_OK;
+    p->n_steps -= w;
+    memmove(p->steps, p->steps + w, sizeof(int) * (size_t)p->n_steps);
+    p->dyn_from = p->n_steps;
+    for (int s = 0; s < p->n_steps; s++) {
+        const kl_gnode *n = &g->nodes[p->steps[s]];
+        for (int k = 0; k < n->n_out; k++)
+            if (n->outputs[k] >= 0) p->v[n->outputs[k]].def = p->v[n->outputs[k]].last = s;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->inputs[k] >= 0 && p->v[n->inputs[k]].kind == V_ARENA) p->v[n->inputs[k]].last = s;
+    }
+    return KL_OK;
+}
+
 int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_plan **out, kl_err *e) {
     *out = NULL;
     int rc = KL_OK;
@@ -144,6 +145,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
         }
         if (p->dyn_from >= 0 || dyn_in) {
             if (p->dyn_from < 0) p->dyn_from = p->n_steps;
+    if (p->dyn_from == p->n_steps && (rc = drop_dead_steps(p, g, e))) goto fail;
             p->steps[p->n_steps++] = ni;
             for (int k = 0; k < n->n_out; k++)
                 if (n->outputs[k] >= 0) p->v[n->outputs[k]].kind = V_DYN, p->v[n->outputs[k]].def = p->n_steps - 1;
@@ -199,6 +201,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
         }
     }
     if (p->dyn_from < 0) p->dyn_from = p->n_steps;
+    if (p->dyn_from == p->n_steps && (rc = drop_dead_steps(p, g, e))) goto fail;
     /* graph outputs produced dynamically live to the end */
     /* ---- offsets: greedy by size over lifetimes ---- */
     int nv = 0;
@@ -271,7 +274,7 @@ static int check_into(const kl_plan *p, const kl_graph *g, size_t i, const kl_te
 static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
                     kl_tensor *const *into, size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
     int rc = KL_OK;
-    profiling();
+    int prof_on = kl__prof_on();
     char *A = arena;
     kl_tensor *T = (kl_tensor *)(A + p->hdr_off);
     kl_tensor **outs = calloc((size_t)g->n_values + 1, sizeof(kl_tensor *)); /* new tensors: outputs and dynamic values */
@@ -326,12 +329,14 @@ static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *input
             for (int k = 0; k < n->n_out; k++) o[k] = n->outputs[k] >= 0 ? &T[n->outputs[k]] : NULL;
             int64_t t0 = prof_on ? kl_time_mono_ns() : 0;
             if ((rc = n->op->run(n, in, n->n_in, o, n->n_out, &x, e))) goto done;
-            if (prof_on) prof_add(n->op_type, (kl_time_mono_ns() - t0) / 1e6);
+            if (prof_on) kl__prof_add(n, in, n->n_in, o, n->n_out, (kl_time_mono_ns() - t0) / 1e6);
             continue;
         }
         /* dynamic step */
         kl_tensor *res[MAX_IO];
+        int64_t t0 = prof_on ? kl_time_mono_ns() : 0;
         if ((rc = kl__run_node_alloc(n, in, n->n_in, res, n->n_out, pool, e))) goto done;
+        if (prof_on) kl__prof_add(n, in, n->n_in, res, n->n_out, (kl_time_mono_ns() - t0) / 1e6);
         for (int k = 0; k < n->n_out; k++) {
             int v = n->outputs[k];
             if (v < 0) { kl_tensor_free(res[k]); continue; }

@@ -70,4 +70,8 @@ int kl__norm_axis(int64_t axis, int rank, int64_t *out);
 int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
                        kl_err *e);
 
+/* ---- profile.c: per-node timing (keel bench --profile, KEEL_PROFILE=1) ---- */
+int kl__prof_on(void);
+void kl__prof_add(const kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, double ms);
+
 #endif

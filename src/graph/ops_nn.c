@@ -686,6 +686,62 @@ static int softmax_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     return KL_OK;
 }
 
+/* keel::AddSoftmax(x, b): Softmax over the last axis of x + b (NumPy
+ * broadcasting), made by the Add+Softmax pass (attention scores + mask);
+ * f32 runs kl_softmax_add_f32 without materialising the sum. */
+static int addsm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int r;
+    int64_t d[KL_MAX_DIMS];
+    if (in[0]->dtype != in[1]->dtype) return kl__fail_node(e, n, KL_ETYPE, "inputs of different dtypes");
+    if (kl_broadcast_shape(in[0]->rank, in[0]->dims, in[1]->rank, in[1]->dims, &r, d, e)) return kl__fail_node(e, n, KL_ESHAPE, "%s", e ? e->msg : "shapes do not broadcast");
+    kl__set_shape(&out[0], in[0]->dtype, r, d);
+    return KL_OK;
+}
+
+/* element strides of t seen with the (broadcast) dims of out, right-aligned */
+static void bcast_strides(const kl_tensor *t, const kl_tensor *out, int64_t *st) {
+    int off = out->rank - t->rank;
+    int64_t s = 1;
+    for (int i = out->rank - 1; i >= 0; i--) {
+        int j = i - off;
+        st[i] = j < 0 || t->dims[j] == 1 ? 0 : s;
+        if (j >= 0) s *= t->dims[j];
+    }
+}
+
+static int addsm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    kl_tensor *y = out[0];
+    int r = y->rank;
+    int64_t xs[KL_MAX_DIMS], bs[KL_MAX_DIMS];
+    bcast_strides(in[0], y, xs);
+    bcast_strides(in[1], y, bs);
+    if (y->dtype == KL_F32) {
+        kl_softmax_add_f32(r, y->dims, in[0]->data, xs, in[1]->data, bs, y->data, x->pool);
+        return KL_OK;
+    }
+    /* other float dtypes: in doubles, row by row */
+    int64_t R = r ? y->dims[r - 1] : 1, total = kl_tensor_numel(y);
+    for (int64_t row = 0; R && row < total / R; row++) {
+        double mx = -INFINITY, s = 0;
+        for (int64_t k = 0; k < R; k++) {
+            int64_t i = row * R + k, rem = i, ox = 0, ob = 0;
+            for (int d = r - 1; d >= 0; d--) {
+                int64_t ix = rem % y->dims[d];
+                rem /= y->dims[d];
+                ox += ix * xs[d];
+                ob += ix * bs[d];
+            }
+            double v = kl__dbl_at(in[0], ox) + kl__dbl_at(in[1], ob);
+            kl__set_dbl(y, i, v);
+            mx = v != v || v > mx ? v : mx;
+        }
+        if (isinf(mx) && mx < 0) mx = 0;
+        for (int64_t k = 0; k < R; k++) s += exp(kl__dbl_at(y, row * R + k) - mx);
+        for (int64_t k = 0; k < R; k++) kl__set_dbl(y, row * R + k, exp(kl__dbl_at(y, row * R + k) - mx) / s);
+    }
+    return KL_OK;
+}
+
 /* ================================================================== *
  * Reductions, ArgMax/ArgMin
  * ================================================================== */
@@ -986,6 +1042,7 @@ const kl_op kl__ops_nn[] = {
     {"InstanceNormalization", "", 6, 17, 3, 3, 1, 1, a_eps, NULL, in_infer, in_run, 0},
     {"LRN", "", 1, 17, 1, 1, 1, 1, a_lrn, NULL, same_infer, lrn_run, 0},
     {"Softmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
+    {"AddSoftmax", "keel", 1, 1, 2, 2, 1, 1, no_attrs, NULL, addsm_infer, addsm_run, 0},
     {"LogSoftmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
     {"Hardmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
     RED("ReduceSum", 1), RED("ReduceMean", 1), RED("ReduceMax", 1), RED("ReduceMin", 1), RED("ReduceProd", 1),

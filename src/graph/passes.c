@@ -2,7 +2,8 @@
  * the first plan: constant folding of initializer-only subgraphs,
  * Identity/Dropout elimination, Conv+BatchNormalization folding, LayerNorm
  * and GELU pattern fusion (PyTorch's decompositions), MatMul+Add ->
- * Gemm/FusedMatMul, and Conv/Gemm/FusedMatMul + Relu/Clip fusion. Shape
+ * Gemm/FusedMatMul, Conv/Gemm/FusedMatMul + Relu/Clip fusion, the residual
+ * Add into Conv/FusedMatMul, and Add + Softmax -> keel::AddSoftmax. Shape
  * subgraphs that depend on input shapes (Shape -> Gather -> Concat ->
  * Reshape) are folded per input-shape signature by the planner (exec.c). */
 #include "graph/graph_int.h"
@@ -348,6 +349,35 @@ static int pass_matmul_add(kl_graph *g, int *changed, kl_err *e) {
     return KL_OK;
 }
 
+/* Add(x, m) -> Softmax(last axis) -> keel::AddSoftmax(x, m): attention
+ * scores plus the padding mask, softmax'ed without storing the sum. */
+static int pass_add_softmax(kl_graph *g, int *changed, kl_err *e) {
+    uses_t u;
+    if (uses_build(g, &u)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int i = 0; i < g->n_nodes; i++) {
+        kl_gnode *a = &g->nodes[i];
+        if (!is_op(a, "Add") || a->n_in != 2 || a->inputs[0] < 0 || a->inputs[1] < 0 || kl_gnode_attr_int(a, "_act", 0))
+            continue;
+        int j = only_consumer(g, &u, a->outputs[0]);
+        if (j < 0 || !is_op(&g->nodes[j], "Softmax") || g->nodes[j].opset < 13 || kl_gnode_attr_int(&g->nodes[j], "axis", -1) != -1)
+            continue;
+        kl_dtype d0 = g->values[a->inputs[0]].dtype, d1 = g->values[a->inputs[1]].dtype;
+        if ((d0 != KL_F32 && d0 != KL_DTYPE_COUNT) || (d1 != KL_F32 && d1 != KL_DTYPE_COUNT)) continue;
+        kl_gnode *sm = &g->nodes[j];
+        free(a->op_type);
+        free(a->domain);
+        a->op_type = strdup("AddSoftmax");
+        a->domain = strdup("keel");
+        if (!a->op_type || !a->domain) { uses_free(&u); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        a->opset = 1;
+        a->outputs[0] = sm->outputs[0];
+        sm->dead = 1;
+        (*changed)++;
+    }
+    uses_free(&u);
+    return KL_OK;
+}
+
 /* ReduceMean -> Sub -> Pow(2) -> ReduceMean -> Add(eps) -> Sqrt -> Div -> Mul(g) -> Add(b)
  * over the last axis -> LayerNormalization. */
 static int last_axis_only(const kl_graph *g, const kl_gnode *n) {
@@ -470,6 +500,8 @@ int kl_graph_optimize(kl_graph *g, int level, kl_err *e) {
     if ((rc = pass_matmul_add(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_act(g, &changed, e))) return rc;
+    if ((rc = kl_graph_finalize(g, e))) return rc;
+    if ((rc = pass_add_softmax(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_conv_add(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;

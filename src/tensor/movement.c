@@ -54,19 +54,38 @@ static inline void copy_elems(size_t es, char *d, int64_t dstr, const char *s, i
     }
 }
 
+/* Short contiguous rows (attention heads: 16 or 64 floats): AVX copies
+ * inline instead of a memcpy call per row. */
+static inline void copy_short_row(char *d, const char *s, size_t bytes) {
+    size_t i = 0;
+    for (; i + 32 <= bytes; i += 32) _mm256_storeu_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
+    if (i < bytes) memcpy(d + i, s + i, bytes - i);
+}
+
 static void copy_range(void *vctx, size_t begin, size_t end, int chunk) {
     copy_ctx *c = vctx;
     int r = c->rank;
     int64_t inner = c->dims[r - 1];
     int64_t idx[KL__MAX_COPY_DIMS] = {0};
-    int64_t rem = (int64_t)begin;
+    int64_t rem = (int64_t)begin, so = 0, dof = 0;
     for (int i = r - 2; i >= 0; i--) { idx[i] = rem % c->dims[i]; rem /= c->dims[i]; }
+    for (int i = 0; i < r - 1; i++) { so += idx[i] * c->ss[i]; dof += idx[i] * c->ds[i]; }
+    size_t row_bytes = (size_t)inner * c->es;
+    int short_rows = c->ss[r - 1] == 1 && c->ds[r - 1] == 1 && row_bytes <= 512;
     for (size_t o = begin; o < end; o++) {
-        int64_t so = 0, dof = 0;
-        for (int i = 0; i < r - 1; i++) { so += idx[i] * c->ss[i]; dof += idx[i] * c->ds[i]; }
-        copy_elems(c->es, c->dst + dof * (int64_t)c->es, c->ds[r - 1], c->src + so * (int64_t)c->es,
-                   c->ss[r - 1], inner);
-        for (int i = r - 2; i >= 0; i--) { if (++idx[i] < c->dims[i]) break; idx[i] = 0; }
+        if (short_rows) copy_short_row(c->dst + dof * (int64_t)c->es, c->src + so * (int64_t)c->es, row_bytes);
+        else
+            copy_elems(c->es, c->dst + dof * (int64_t)c->es, c->ds[r - 1], c->src + so * (int64_t)c->es,
+                       c->ss[r - 1], inner);
+        /* next row: carry through the outer indices, offsets updated incrementally */
+        for (int i = r - 2; i >= 0; i--) {
+            so += c->ss[i];
+            dof += c->ds[i];
+            if (++idx[i] < c->dims[i]) break;
+            so -= c->ss[i] * c->dims[i];
+            dof -= c->ds[i] * c->dims[i];
+            idx[i] = 0;
+        }
     }
 }
 

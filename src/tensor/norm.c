@@ -103,7 +103,14 @@ static void ln_rows(void *vc, size_t r0, size_t r1, int chunk) {
             float a = c->scale[ch] * inv, b = c->bias[ch] - m * a;
             for (int64_t i = 0; i < n; i++) y[i] = x[i] * a + b;
         } else if (c->bias) {
-            for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * inv * c->scale[i] + c->bias[i];
+            /* AVX2, the same operations as the scalar tail (no FMA contraction) */
+            __m256 vm = _mm256_set1_ps(m), vi = _mm256_set1_ps(inv);
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8)
+                _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), vi),
+                                                                    _mm256_loadu_ps(c->scale + i)),
+                                                      _mm256_loadu_ps(c->bias + i)));
+            for (; i < n; i++) y[i] = (x[i] - m) * inv * c->scale[i] + c->bias[i];
         } else {
             for (int64_t i = 0; i < n; i++) y[i] = (x[i] - m) * inv * c->scale[i];
         }

@@ -283,15 +283,137 @@ typedef struct {
     const float *x;
     float *y;
     int log;
+    /* softmax of x + b over the last axis (kl_softmax_add_f32); b NULL otherwise */
+    const float *b;
+    int brank;
+    int64_t bdims[KL_MAX_DIMS], xst[KL_MAX_DIMS], bst[KL_MAX_DIMS]; /* outer dims, strides of x and b */
+    int64_t xlast, blast;                                            /* strides along the last axis (0 or 1) */
 } sm_ctx;
+
+/* Row cursor of kl_softmax_add_f32: x's and b's offsets of the current row
+ * (set once per chunk with divisions, then advanced with carries). */
+typedef struct {
+    int64_t idx[KL_MAX_DIMS], ox, ob;
+} sm_cur;
+
+static void sm_cur_init(const sm_ctx *c, int64_t o, sm_cur *q) {
+    q->ox = q->ob = 0;
+    for (int i = c->brank - 1; i >= 0; i--) {
+        q->idx[i] = o % c->bdims[i];
+        q->ox += q->idx[i] * c->xst[i];
+        q->ob += q->idx[i] * c->bst[i];
+        o /= c->bdims[i];
+    }
+}
+
+static void sm_cur_next(const sm_ctx *c, sm_cur *q) {
+    for (int i = c->brank - 1; i >= 0; i--) {
+        q->ox += c->xst[i];
+        q->ob += c->bst[i];
+        if (++q->idx[i] < c->bdims[i]) return;
+        q->ox -= c->xst[i] * c->bdims[i];
+        q->ob -= c->bst[i] * c->bdims[i];
+        q->idx[i] = 0;
+    }
+}
+
+/* Row maximum with AVX2 (the same value as row_max: max is exact in any
+ * order; a NaN anywhere gives NaN). */
+static float row_max_vec(const float *x, int64_t n) {
+    if (n < 8) return row_max(x, n, 0);
+    __m256 m = _mm256_loadu_ps(x), nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    int64_t i = 8;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(m, v);
+    }
+    if (i < n) { /* last 8, overlapping */
+        __m256 v = _mm256_loadu_ps(x + n - 8);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(m, v);
+    }
+    if (_mm256_movemask_ps(nan)) return NAN;
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+static inline float hsum256(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+static inline float hmax256(__m256 v) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* Softmax of short rows (R a multiple of 8, at most 32: attention scores),
+ * four rows at a time so that their exp chains overlap. Every row goes
+ * through the same sequence whatever its neighbours. */
+#define SM_SHORT_MAX 32
+static void sm_short_rows(const sm_ctx *c, size_t o0, size_t o1) {
+    int nv = (int)(c->R / 8);
+    sm_cur q = {{0}, 0, 0};
+    if (c->b) sm_cur_init(c, (int64_t)o0, &q);
+    for (size_t o = o0; o < o1; o += 4) {
+        int nr = (int)KL_MIN(4, o1 - o);
+        __m256 v[4][SM_SHORT_MAX / 8], vm[4];
+        for (int r = 0; r < nr; r++) {
+            const float *x = c->x + (int64_t)(o + r) * c->R;
+            if (c->b) {
+                const float *br = c->b + q.ob;
+                x = c->x + q.ox;
+                sm_cur_next(c, &q);
+                for (int k = 0; k < nv; k++)
+                    v[r][k] = _mm256_add_ps(c->xlast ? _mm256_loadu_ps(x + 8 * k) : _mm256_set1_ps(x[0]),
+                                            c->blast ? _mm256_loadu_ps(br + 8 * k) : _mm256_set1_ps(br[0]));
+            } else
+                for (int k = 0; k < nv; k++) v[r][k] = _mm256_loadu_ps(x + 8 * k);
+            __m256 m = v[r][0], nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+            for (int k = 1; k < nv; k++) {
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(v[r][k], v[r][k], _CMP_UNORD_Q));
+                m = _mm256_max_ps(m, v[r][k]);
+            }
+            float mx = _mm256_movemask_ps(nan) ? NAN : hmax256(m);
+            if (isinf(mx) && mx < 0) mx = 0;
+            vm[r] = _mm256_set1_ps(mx);
+        }
+        for (int r = 0; r < nr; r++)
+            for (int k = 0; k < nv; k++) v[r][k] = kl__exp256(_mm256_sub_ps(v[r][k], vm[r]));
+        for (int r = 0; r < nr; r++) {
+            __m256 s = v[r][0];
+            for (int k = 1; k < nv; k++) s = _mm256_add_ps(s, v[r][k]);
+            __m256 vs = _mm256_set1_ps(hsum256(s));
+            float *y = c->y + (int64_t)(o + r) * c->R;
+            for (int k = 0; k < nv; k++) _mm256_storeu_ps(y + 8 * k, _mm256_div_ps(v[r][k], vs));
+        }
+    }
+}
 
 static void sm_rows(void *vc, size_t o0, size_t o1, int chunk) {
     sm_ctx *c = vc;
     int64_t R = c->R;
+    if (!c->log && R % 8 == 0 && R <= SM_SHORT_MAX) {
+        sm_short_rows(c, o0, o1);
+        return;
+    }
     for (size_t o = o0; o < o1; o++) {
         const float *x = c->x + (int64_t)o * R;
         float *y = c->y + (int64_t)o * R;
-        float m = row_max(x, R, 0);
+        if (c->b) { /* y = x + b, then the softmax of y in place */
+            sm_cur q;
+            sm_cur_init(c, (int64_t)o, &q);
+            const float *br = c->b + q.ob;
+            x = c->x + q.ox;
+            for (int64_t i = 0; i < R; i++) y[i] = x[i * c->xlast] + br[i * c->blast];
+            x = y;
+        }
+        float m = row_max_vec(x, R);
         if (isinf(m) && m < 0) m = 0;
         __m256 vm = _mm256_set1_ps(m);
         int64_t i = 0;
@@ -335,7 +457,7 @@ static void sm_cols(void *vc, size_t o0, size_t o1, int chunk) {
 void kl_softmax_f32(int rank, const int64_t *dims, const float *x, int axis, int log_softmax, float *y, kl_pool *pool) {
     if (rank == 0) { y[0] = log_softmax ? 0.0f : 1.0f; return; }
     if (axis < 0) axis += rank;
-    sm_ctx c = {dims[axis], 1, x, y, log_softmax};
+    sm_ctx c = {.R = dims[axis], .inner = 1, .x = x, .y = y, .log = log_softmax};
     int64_t outer = 1;
     for (int i = 0; i < axis; i++) outer *= dims[i];
     for (int i = axis + 1; i < rank; i++) c.inner *= dims[i];
@@ -344,4 +466,21 @@ void kl_softmax_f32(int rank, const int64_t *dims, const float *x, int axis, int
         kl_pool_parallel_for(pool, (size_t)outer, (size_t)KL_MAX(1, 4096 / KL_MAX(1, c.R)), sm_rows, &c);
     else
         kl_pool_parallel_for(pool, (size_t)(outer * c.inner), (size_t)KL_MAX(1, 4096 / KL_MAX(1, c.R)), sm_cols, &c);
+}
+
+void kl_softmax_add_f32(int rank, const int64_t *dims, const float *x, const int64_t *xstrides, const float *b,
+                        const int64_t *bstrides, float *y, kl_pool *pool) {
+    if (rank == 0) { y[0] = 1.0f; return; }
+    sm_ctx c = {.R = dims[rank - 1], .inner = 1, .x = x, .y = y, .b = b, .brank = rank - 1,
+                .xlast = xstrides[rank - 1], .blast = bstrides[rank - 1]};
+    KL_ASSERT((c.xlast == 0 || c.xlast == 1) && (c.blast == 0 || c.blast == 1));
+    int64_t outer = 1;
+    for (int i = 0; i < rank - 1; i++) {
+        c.bdims[i] = dims[i];
+        c.xst[i] = xstrides[i];
+        c.bst[i] = bstrides[i];
+        outer *= dims[i];
+    }
+    if (outer * c.R == 0) return;
+    kl_pool_parallel_for(pool, (size_t)outer, (size_t)KL_MAX(1, 4096 / KL_MAX(1, c.R)), sm_rows, &c);
 }

@@ -124,6 +124,11 @@ void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alph
                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const float *bias, int bias_rows,
                      kl_act act);
 
+/* Depthwise 2-D conv (dwconv.c): p->nsp == 2, group == C == M, already
+ * prepared; bias (C) may be NULL; p->residual must be NULL. */
+void kl__dwconv2d_f32(const kl_conv_params *p, const float *x, const float *w, const float *bias, float *y,
+                      kl_pool *pool);
+
 /* ==================================================================
  * Packed SGEMM (pgemm.c): keel's AVX-512 micro-kernel, MR x NR blocks
  * ================================================================== */

@@ -23,3 +23,8 @@ $PYTHON -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["ops"]=={"
 expect_rc onnx_bench_json 0 "$KEEL" bench "$m" --iters 3 --warmup 1 --json
 $PYTHON -c 'import json,sys; d=json.load(open(sys.argv[1])); assert all(k in d for k in ("p50_ms","p90_ms","p99_ms","throughput","peak_bytes")) and d["p50_ms"]>0' "$T/out" \
   && pass onnx_bench_fields || fail onnx_bench_fields "$(head -c 300 "$T/out")"
+expect_rc onnx_bench_profile_json 0 "$KEEL" bench "$m" --iters 3 --warmup 1 --profile --json
+$PYTHON -c 'import json,sys; p=json.load(open(sys.argv[1]))["profile"]; assert p["runs"]==3 and p["kinds"][0]["kind"]=="Conv 3x3/2" and p["nodes"][0]["shape"]=="1x1x4x3" and p["nodes"][0]["ms_per_run"]>0' "$T/out" \
+  && pass onnx_bench_profile_fields || fail onnx_bench_profile_fields "$(head -c 300 "$T/out")"
+expect_rc onnx_bench_profile_text 0 "$KEEL" bench "$m" --iters 2 --warmup 0 --profile
+grep -q "^Conv 3x3/2 .* 100.0%" "$T/out" && pass onnx_bench_profile_table || fail onnx_bench_profile_table "$(head -c 600 "$T/out")"

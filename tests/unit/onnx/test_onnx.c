@@ -322,6 +322,37 @@ KL_TEST(onnx_planner_reuses_memory) {
     kl_graph_free(g);
 }
 
+/* A step whose output only feeds a Shape (folded by the plan) is dropped:
+ * PyTorch's attention exports a Transpose of K used only for its shape. */
+KL_TEST(onnx_planner_drops_dead_steps) {
+    mb b;
+    model(&b, 3, 13);
+    node(&b, 0, "Transpose", "t", "x", NULL, "xt");
+    node(&b, 1, "Shape", "s", "xt", NULL, "shp");
+    node(&b, 2, "Reshape", "r", "x", "shp", "y");
+    kl_graph *g = NULL;
+    size_t len;
+    uint8_t *buf = pack(&b, &len);
+    kl_err e = {0};
+    KT_OK(kl_onnx_load_mem(buf, len, "dead.onnx", NULL, &g, &e), &e);
+    free(buf);
+    kl_tensor *x = mk(64, 1), *y = NULL;
+    kl_plan *p = NULL;
+    KT_OK(kl_plan_new(g, (const kl_tensor *const *)&x, 1, &p, &e), &e);
+    KT_EQ_INT(kl_plan_naive_bytes(p), 0); /* the transposed copy is never made */
+    void *arena = kl_mem_alloc(kl_plan_arena_bytes(p), KL_TAG_ACTIVATIONS);
+    KT_OK(kl_plan_run(p, g, (const kl_tensor *const *)&x, 1, &y, 1, arena, NULL, &e), &e);
+    KT_EQ_INT(y->rank, 2);
+    KT_EQ_INT(y->dims[0], 3);
+    KT_EQ_INT(y->dims[1], 64);
+    KT_CHECK(memcmp(y->data, x->data, x->nbytes) == 0);
+    kl_mem_free(arena);
+    kl_tensor_free(y);
+    kl_plan_free(p);
+    kl_tensor_free(x);
+    kl_graph_free(g);
+}
+
 KL_TEST(onnx_external_data_bounds) {
     mb b;
     model(&b, 1, 13);
