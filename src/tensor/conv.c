@@ -560,9 +560,10 @@ typedef struct {
     int64_t mb, nb, tm, tn;
     float *bpk;            /* B packed for all columns when tm > 1: [G][panel][Kg][NR] */
     int imp;               /* B read in place, per image: 1 the OH x WP grid of
-                            * padded planes, 2 pointwise: x itself */
+                            * padded planes (one image at a time), 2 pointwise: x */
+    int64_t nimg, n0;      /* images per tile region, the first one */
     int64_t HP, WP, cplane;
-    const float *xp;       /* 1: padded planes [N][C][phase][HP][WP] + 64; 2: x */
+    const float *xp;       /* 1: padded planes [C][phase][HP][WP] + 64; 2: x */
     int32_t *koff;         /* Kg offsets into a group's planes */
     int64_t npanel;
     size_t ntiles;
@@ -688,7 +689,7 @@ static void fz_plan(fz_ctx *c) {
      * the columns (each tile packs its own B, A re-read from cache) */
     int m_first = c->Mg > cols;
     for (;;) {
-        int64_t tiles = (c->imp ? c->p->N : 1) * c->G * ((c->Mg + mb - 1) / mb) * ((cols + nb - 1) / nb);
+        int64_t tiles = c->nimg * c->G * ((c->Mg + mb - 1) / mb) * ((cols + nb - 1) / nb);
         if (tiles >= FZ_MIN_TILES) break;
         if (m_first && mb >= 64) mb = rup(mb / 2, KL__MR);
         else if (nb >= 64) nb = rup(nb / 2, KL__NR);
@@ -699,7 +700,7 @@ static void fz_plan(fz_ctx *c) {
     c->nb = nb;
     c->tm = (c->Mg + mb - 1) / mb;
     c->tn = (cols + nb - 1) / nb;
-    c->ntiles = (size_t)((c->imp ? c->p->N : 1) * c->G * c->tm * c->tn);
+    c->ntiles = (size_t)(c->nimg * c->G * c->tm * c->tn);
     c->npanel = (cols + KL__NR - 1) / KL__NR;
 }
 
@@ -718,12 +719,14 @@ static void fz_pack_range(void *vc, size_t b, size_t e, int chunk) {
 static void fz_tile_imp(fz_ctx *c, size_t t) {
     const kl_conv_params *p = c->p;
     int64_t per = c->tm * c->tn, ng = (int64_t)t / per, r = (int64_t)t % per;
-    int64_t n = ng / c->G, g = ng % c->G, tj = r / c->tm, ti = r % c->tm;
+    int64_t n = c->n0 + ng / c->G, g = ng % c->G, tj = r / c->tm, ti = r % c->tm;
     int64_t i0 = ti * c->mb, i1 = KL_MIN(c->Mg, i0 + c->mb);
     int64_t j0 = tj * c->nb, j1 = KL_MIN(c->cols, j0 + c->nb);
     int64_t ov = c->s.out_vol, yo = (n * p->M + g * c->Mg) * ov;
+    /* 1: xp holds image n only */
+    int64_t xo = c->imp == 1 ? g * c->Cg * c->cplane : (n * p->C + g * c->Cg) * c->cplane;
     kl__pgemm pg = {.M = c->Mg, .N = c->cols, .K = c->Kg, .ap = c->pw + g * c->per_a,
-                    .b = c->xp + (n * p->C + g * c->Cg) * c->cplane, .boff = c->imp == 1 ? c->koff : NULL,
+                    .b = c->xp + xo, .boff = c->imp == 1 ? c->koff : NULL,
                     .ldb = c->cplane, .c = c->y + yo, .ldc = ov,
                     .bias = c->bias ? c->bias + g * c->Mg : NULL, .bias_rows = 1,
                     .res = c->res ? c->res + yo : NULL, .ldr = ov, .act = p->act,
@@ -790,8 +793,12 @@ static void fz_setup(const kl_conv_params *p, const sp3 *s, fz_ctx *c) {
     }
     c->cols = p->N * c->s.out_vol;
     int64_t HP, WP;
-    if (is_pointwise(p) && (p->N == 1 || (double)rup(s->out_vol, KL__NR) <= 1.15 * (double)s->out_vol)) {
+    c->nimg = 1;
+    if (is_pointwise(p)) {
+        /* in place even when a batch of small images would pack tighter:
+         * packing costs more than the spare columns (measured) */
         c->imp = 2;
+        c->nimg = p->N;
         c->cplane = s->in_vol;
         c->cols = s->out_vol;
         c->s.out[2] = c->WP = s->out_vol;
@@ -816,7 +823,7 @@ static size_t fz_ws_floats(const kl_conv_params *p, const fz_ctx *c, size_t *bpk
     size_t at = p->packed_w ? 0 : (kl_conv_packed_floats(p) + 15) / 16 * 16;
     *bpk_at = at;
     if (c->imp == 2) return at;
-    if (c->imp) return at + (size_t)(p->N * p->C * c->cplane + 64) + (size_t)c->Kg + 16;
+    if (c->imp) return at + (size_t)(p->C * c->cplane + 64) + (size_t)c->Kg + 16;
     return at + (c->tm > 1 ? (size_t)(c->G * c->npanel * c->Kg * KL__NR) : 0);
 }
 
@@ -838,13 +845,13 @@ static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, co
         kl_conv_pack_weights(p, w, ws);
         c.pw = ws;
     }
-    if (c.imp == 2) {
-        c.xp = x;
-    } else if (c.imp) {
+    size_t workers = KL_MIN((size_t)kl_pool_threads(pool), c.ntiles);
+    if (c.imp == 1) {
+        /* image by image: its padded planes stay in cache for its tiles */
         int64_t SY = s->s[1], SX = s->s[2], HW = c.HP * c.WP;
         float *xp = (float *)ws + bpk_at;
         c.xp = xp;
-        c.koff = (int32_t *)(xp + p->N * p->C * c.cplane + 64);
+        c.koff = (int32_t *)(xp + p->C * c.cplane + 64);
         int64_t k = 0;
         for (int64_t ch = 0; ch < c.Cg; ch++)
             for (int64_t ky = 0; ky < s->k[1]; ky++)
@@ -852,15 +859,24 @@ static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, co
                     int64_t ty = ky * s->d[1], tx = kx * s->d[2];
                     c.koff[k++] = (int32_t)(ch * c.cplane + ((ty % SY) * SX + tx % SX) * HW + ty / SY * c.WP + tx / SX);
                 }
-        memset(xp + p->N * p->C * c.cplane, 0, 64 * sizeof(float));
-        pad_ctx pc = {s, x, xp, c.HP, c.WP};
-        kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 4, pad_planes, &pc);
-    } else if (c.tm > 1) {
+        memset(xp + p->C * c.cplane, 0, 64 * sizeof(float));
+        for (int64_t n = 0; n < p->N; n++) {
+            pad_ctx pc = {s, x + n * p->C * s->in_vol, xp, c.HP, c.WP};
+            kl_pool_parallel_for(pool, (size_t)p->C, 4, pad_planes, &pc);
+            c.n0 = n;
+            atomic_init(&c.next, 0);
+            if (workers <= 1) fz_worker(&c, 0, 1, 0);
+            else kl_pool_parallel_for(pool, workers, 1, fz_worker, &c);
+        }
+        kl_mem_free(own);
+        return KL_OK;
+    }
+    if (c.imp == 2) c.xp = x;
+    else if (c.tm > 1) {
         c.bpk = (float *)ws + bpk_at;
         kl_pool_parallel_for(pool, (size_t)(c.G * c.npanel), 1, fz_pack_range, &c);
     }
     atomic_init(&c.next, 0);
-    size_t workers = KL_MIN((size_t)kl_pool_threads(pool), c.ntiles);
     if (workers <= 1) fz_worker(&c, 0, 1, 0);
     else kl_pool_parallel_for(pool, workers, 1, fz_worker, &c);
     kl_mem_free(own);
