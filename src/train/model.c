@@ -231,6 +231,7 @@ int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
 
 void tr_model_free(tr_model *m) {
     if (!m) return;
+    tr_eval_free(m);
     kl_mem_free(m->params); kl_mem_free(m->grads); kl_mem_free(m->ws); kl_mem_free(m->act_block);
     free(m);
 }

@@ -228,7 +228,8 @@ static int evaluate(tr_model *m, tr_batches *bs, int64_t n, float *scratch, tr_e
         int64_t B;
         int rc = batches_get(bs, m, 0, b, m->B, &x, &yi, &yf, &B, e);
         if (rc) return rc;
-        const float *z = tr_model_forward(m, x, B, 0);
+        const float *z = tr_model_eval(m, x, B, e);
+        if (!z) return e->code ? e->code : KL_EINTERNAL;
         tot += batch_loss(m, z, B, yi, yf, NULL, scratch, out) * (double)B;
         if (all_out) memcpy(all_out + b0 * m->out_numel, z, (size_t)(B * m->out_numel) * 4);
         if (all_y && yi) memcpy(all_y + b0, yi, (size_t)B * 8);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "keel/core.h"
+#include "keel/graph.h"
 #include "keel/train.h"
 
 /* ================================================================ kernels */
@@ -167,6 +168,18 @@ typedef struct {
     uint64_t bytes;
 } tr_mem_part;
 
+/* The eval-mode forward as a graph (src/train/graph.c): built on first use,
+ * one plan (and arena) for the full batch and one for a shorter last batch. */
+typedef struct {
+    kl_graph *g;
+    kl_plan *plan[2];
+    int64_t planB[2];
+    void *arena[2];
+    kl_tensor *in;       /* (n_in): the batch, then views of the parameters */
+    int n_in;
+    int64_t *ids;               /* integer inputs (embedding) converted from the float batch */
+} tr_evalg;
+
 typedef struct tr_model {
     tr_spec *spec;              /* borrowed */
     int n; tr_layer L[TR_MAX_LAYERS];
@@ -181,6 +194,7 @@ typedef struct tr_model {
     tr_rng drop_rng;
     kl_pool *pool;
     int fp16;                   /* round activations and gradients to float16 */
+    tr_evalg ev;                /* eval forward through the graph executor */
 } tr_model;
 
 /* Builds the model from a spec: shapes, parameter layout (no memory). */
@@ -196,6 +210,16 @@ void tr_model_init(tr_model *m, tr_rng *rng);
 /* Forward on x (B, in_numel); returns the output (B, out_numel) (valid until
  * the next forward). train: batch statistics, dropout. */
 const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train);
+/* Eval-mode forward through the model's graph (kl_plan); returns the
+ * output (B, out_numel) (valid until the next forward), NULL with e set on
+ * failure. */
+const float *tr_model_eval(tr_model *m, const float *x, int64_t B, kl_err *e);
+void tr_eval_free(tr_model *m);
+/* Builds the eval-mode forward graph of m (finalized): inputs "input" then
+ * every parameter and buffer by its checkpoint name, output "output".
+ * params_init: parameters as initializers wrapping the parameter block (for
+ * export) instead of graph inputs. */
+int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e);
 /* Backward from dout (B, out_numel); fills m->grads. */
 void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B);
 /* Rounds n floats to float16 precision in place (F16C); overflow -> inf. */
@@ -237,6 +261,8 @@ int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_ou
 
 /* ================================================================ export */
 
+/* Writes the eval-mode forward graph (parameters as initializers) as ONNX
+ * opset 17 with kl_onnx_save (src/train/graph.c). */
 int tr_export_onnx(tr_model *m, const char *path, kl_err *e);
 
 #endif
