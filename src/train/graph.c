@@ -69,6 +69,17 @@ static int add_input(gb *b, const char *name, kl_dtype dt, int batch, int rank, 
     return v;
 }
 
+/* Makes value `name` a graph output. */
+static void add_output(gb *b, const char *name) {
+    kl_graph *g = b->g;
+    int v = kl_graph_value(g, name);
+    int *no = realloc(g->outputs, sizeof(int) * (size_t)(g->n_outputs + 1));
+    if (v < 0 || !no) { b->oom = 1; return; }
+    g->outputs = no;
+    g->outputs[g->n_outputs++] = v;
+    g->values[v].is_output = 1;
+}
+
 /* A constant (initializer) f32 tensor; data copied. */
 static void add_const(gb *b, const char *name, int rank, const int64_t *dims, const float *data) {
     int v = kl_graph_value(b->g, name);
@@ -83,8 +94,18 @@ static void add_const(gb *b, const char *name, int rank, const int64_t *dims, co
     for (int i = 0; i < rank; i++) val->dims[i] = dims[i];
 }
 
-int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e) {
+static kl_gnode *train_node(gb *b, kl_gnode *n) { /* moves n into the ai.keel.train domain */
+    if (!n) return NULL;
+    free(n->domain);
+    n->domain = strdup(TR_TRAIN_DOMAIN);
+    n->opset = 1;
+    if (!n->domain) b->oom = 1;
+    return n;
+}
+
+int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e) {
     *out = NULL;
+    int train = mode == TR_G_TRAIN;
     kl_graph *g = NULL;
     int rc = kl_graph_new(&g, e);
     if (rc) return rc;
@@ -109,6 +130,18 @@ int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e) {
         val->dtype = KL_F32;
         val->rank = refs[i].rank;
         for (int d = 0; d < refs[i].rank; d++) val->dims[d] = refs[i].dims[d];
+    }
+    if (train) { /* labels or targets, one seed per dropout layer, the loss scale */
+        int64_t K = m->out_numel;
+        if (s->loss == TR_LOSS_CE) add_input(b, "labels", KL_I64, 1, 0, NULL);
+        else add_input(b, "targets", KL_F32, 1, 1, &K);
+        for (int i = 0; i < m->n; i++)
+            if (m->L[i].sp.type == TR_L_DROPOUT && m->L[i].sp.p_drop > 0) {
+                char sn[TR_NAME + 16];
+                snprintf(sn, sizeof sn, "%s.seed", m->L[i].sp.name);
+                add_input(b, sn, KL_I64, 0, 0, NULL);
+            }
+        if (m->fp16) add_input(b, "loss_scale", KL_F32, 0, 0, NULL);
     }
     char (*oname)[TR_NAME + 16] = calloc((size_t)m->n + 1, sizeof *oname); /* each layer's output value */
     if (!oname) b->oom = 1;
@@ -177,7 +210,19 @@ int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e) {
             snprintf(t1, sizeof t1, "%s.running_mean", L->name);
             snprintf(t2, sizeof t2, "%s.running_var", L->name);
             const char *in[5] = {x, wn, bn, t1, t2};
-            n = node(b, "BatchNormalization", in, 5, L->name);
+            if (train) { /* batch statistics; the updated running stats are outputs */
+                snprintf(t3, sizeof t3, "%s.running_mean_new", L->name);
+                snprintf(t4, sizeof t4, "%s.running_var_new", L->name);
+                const char *outs[3] = {L->name, t3, t4};
+                char nm[160];
+                snprintf(nm, sizeof nm, "BatchNormalization_%d", b->nn++);
+                int k = kl_graph_add_node(g, "BatchNormalization", nm, in, 5, outs, 3);
+                n = k < 0 ? NULL : &g->nodes[k];
+                if (!n) b->oom = 1;
+                a_int(b, n, "training_mode", 1);
+                add_output(b, t3);
+                add_output(b, t4);
+            } else n = node(b, "BatchNormalization", in, 5, L->name);
             a_float(b, n, "epsilon", (float)L->eps);
             a_float(b, n, "momentum", (float)(1 - L->momentum));
             break;
@@ -195,7 +240,22 @@ int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e) {
             a_int(b, n, "axis", 0);
             break;
         }
-        case TR_L_DROPOUT: { const char *in[1] = {x}; node(b, "Identity", in, 1, L->name); break; }
+        case TR_L_DROPOUT:
+            if (train && L->p_drop > 0) { /* seeded mask: ai.keel.train::Dropout(x, seed) -> (y, mask) */
+                snprintf(t1, sizeof t1, "%s.seed", L->name);
+                snprintf(t2, sizeof t2, "%s_mask", L->name);
+                const char *in[2] = {x, t1}, *outs[2] = {L->name, t2};
+                char nm[160];
+                snprintf(nm, sizeof nm, "Dropout_%d", b->nn++);
+                int k = kl_graph_add_node(g, "Dropout", nm, in, 2, outs, 2);
+                n = train_node(b, k < 0 ? NULL : &g->nodes[k]);
+                if (!n) b->oom = 1;
+                a_float(b, n, "ratio", (float)L->p_drop);
+            } else {
+                const char *in[1] = {x};
+                node(b, "Identity", in, 1, L->name);
+            }
+            break;
         case TR_L_RELU: { const char *in[1] = {x}; node(b, "Relu", in, 1, L->name); break; }
         case TR_L_SIGMOID: { const char *in[1] = {x}; node(b, "Sigmoid", in, 1, L->name); break; }
         case TR_L_TANH: { const char *in[1] = {x}; node(b, "Tanh", in, 1, L->name); break; }
@@ -244,7 +304,35 @@ int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e) {
         add_const(b, "gelu_one", 0, NULL, &c[1]);
         add_const(b, "gelu_half", 0, NULL, &c[2]);
     }
-    if (!b->oom) { /* the output keeps the last layer's name; "output" is an Identity of it */
+    if (train && !b->oom) { /* the loss (mean over the batch) on the flattened logits; scaled in fp16 mode */
+        const tr_layer *last = &m->L[m->n - 1];
+        const char *z = oname[m->n - 1];
+        if (last->rank > 1) {
+            const char *in[1] = {z};
+            kl_gnode *n = node(b, "Flatten", in, 1, "logits");
+            a_int(b, n, "axis", 1);
+            z = "logits";
+        }
+        kl_gnode *n;
+        if (s->loss == TR_LOSS_CE) {
+            if (s->nclass_w) {
+                int64_t K = s->nclass_w;
+                add_const(b, "class_weight", 1, &K, s->class_w);
+            }
+            const char *in[3] = {z, "labels", "class_weight"};
+            n = train_node(b, node(b, "CrossEntropyLoss", in, s->nclass_w ? 3 : 2, "loss"));
+            a_float(b, n, "label_smoothing", (float)s->label_smoothing);
+        } else {
+            const char *in[2] = {z, "targets"};
+            train_node(b, node(b, s->loss == TR_LOSS_BCE ? "BCEWithLogitsLoss" : "MSELoss", in, 2, "loss"));
+        }
+        add_output(b, "loss");
+        if (m->fp16) {
+            const char *in[2] = {"loss", "loss_scale"};
+            node(b, "Mul", in, 2, "loss_scaled");
+        }
+    }
+    if (!train && !b->oom) { /* the output keeps the last layer's name; "output" is an Identity of it */
         const tr_layer *last = &m->L[m->n - 1];
         const char *in[1] = {oname[m->n - 1]};
         const char *outs[1] = {"output"};
@@ -264,7 +352,7 @@ int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e) {
     }
     free(oname);
     if (b->oom) { rc = kl_err_set(e, KL_ENOMEM, "out of memory building the model graph"); goto fail; }
-    if ((rc = kl_graph_finalize(g, e))) { kl_err_prefix(e, "model graph"); goto fail; }
+    if (!train && (rc = kl_graph_finalize(g, e))) { kl_err_prefix(e, "model graph"); goto fail; }
     *out = g;
     return KL_OK;
 fail:
@@ -276,7 +364,7 @@ fail:
 
 int tr_export_onnx(tr_model *m, const char *path, kl_err *e) {
     kl_graph *g = NULL;
-    int rc = tr_graph_build(m, 1, &g, e);
+    int rc = tr_graph_build(m, TR_G_EVAL, 1, &g, e);
     if (!rc) rc = kl_onnx_save(g, path, e);
     kl_graph_free(g);
     return rc;
@@ -312,7 +400,7 @@ const float *tr_model_eval(tr_model *m, const float *x, int64_t Bn, kl_err *e) {
     tr_evalg *ev = &m->ev;
     const tr_spec *s = m->spec;
     if (!ev->g) {
-        if (tr_graph_build(m, 0, &ev->g, e)) return NULL;
+        if (tr_graph_build(m, TR_G_EVAL, 0, &ev->g, e)) return NULL;
         ev->n_in = ev->g->n_inputs;
         ev->in = calloc((size_t)ev->n_in, sizeof(kl_tensor));
         if (!ev->in) { kl_err_set(e, KL_ENOMEM, "out of memory"); return NULL; }

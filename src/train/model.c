@@ -426,7 +426,7 @@ int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {
             tr_tensor_ref *t = &out[n++];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s.weight", L->name);
-            t->data = m->params + l->w_off; t->n = l->w_n;
+            t->data = m->params ? m->params + l->w_off : NULL; t->n = l->w_n;
             if (L->type == TR_L_LINEAR) { t->rank = 2; t->dims[0] = L->out; t->dims[1] = l->w_n / L->out; }
             else if (L->type == TR_L_CONV2D) { t->rank = 4; t->dims[0] = L->out; t->dims[1] = l->cv.C; t->dims[2] = L->k[0]; t->dims[3] = L->k[1]; }
             else if (L->type == TR_L_EMBEDDING) { t->rank = 2; t->dims[0] = L->num; t->dims[1] = L->out; }
@@ -436,14 +436,14 @@ int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {
             tr_tensor_ref *t = &out[n++];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s.bias", L->name);
-            t->data = m->params + l->b_off; t->n = l->b_n; t->rank = 1; t->dims[0] = l->b_n;
+            t->data = m->params ? m->params + l->b_off : NULL; t->n = l->b_n; t->rank = 1; t->dims[0] = l->b_n;
         }
         if (L->type == TR_L_BATCHNORM2D) {
             for (int k = 0; k < 2; k++) {
                 tr_tensor_ref *t = &out[n++];
                 memset(t, 0, sizeof *t);
                 snprintf(t->name, sizeof t->name, "%s.%s", L->name, k ? "running_var" : "running_mean");
-                t->data = m->bufs + l->buf_off + k * l->dims[0]; t->n = l->dims[0]; t->rank = 1; t->dims[0] = l->dims[0]; t->buffer = 1;
+                t->data = m->bufs ? m->bufs + l->buf_off + k * l->dims[0] : NULL; t->n = l->dims[0]; t->rank = 1; t->dims[0] = l->dims[0]; t->buffer = 1;
             }
         }
     }

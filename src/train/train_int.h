@@ -215,11 +215,18 @@ const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train)
  * failure. */
 const float *tr_model_eval(tr_model *m, const float *x, int64_t B, kl_err *e);
 void tr_eval_free(tr_model *m);
-/* Builds the eval-mode forward graph of m (finalized): inputs "input" then
- * every parameter and buffer by its checkpoint name, output "output".
+/* Builds the model's graph. TR_G_EVAL (finalized): inputs "input" then every
+ * parameter and buffer by its checkpoint name, output "output". TR_G_TRAIN
+ * (not finalized: autodiff extends it): the same inputs, then "labels" (CE)
+ * or "targets", one "<layer>.seed" per dropout layer, "loss_scale" (fp16);
+ * BatchNormalization in training mode (outputs "<bn>.running_mean_new",
+ * "<bn>.running_var_new"), seeded ai.keel.train::Dropout, the loss op
+ * (output "loss"; "loss_scaled" = loss * loss_scale in fp16 mode).
  * params_init: parameters as initializers wrapping the parameter block (for
  * export) instead of graph inputs. */
-int tr_graph_build(tr_model *m, int params_init, kl_graph **out, kl_err *e);
+enum { TR_G_EVAL, TR_G_TRAIN };
+#define TR_TRAIN_DOMAIN "ai.keel.train"
+int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e);
 /* Backward from dout (B, out_numel); fills m->grads. */
 void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B);
 /* Rounds n floats to float16 precision in place (F16C); overflow -> inf. */
