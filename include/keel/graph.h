@@ -128,6 +128,32 @@ int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, s
                 size_t n_out, void *arena, kl_pool *pool, kl_err *e);
 /* Shape of value v under the plan (NULL when not planned / dynamic). */
 const kl_tensor *kl_plan_value(const kl_plan *p, int v);
+/* As kl_plan_run, but writes the outputs into caller tensors that already
+ * have the planned dtype and shape (e.g. views into a trainer's gradient
+ * block): no allocation per output. outputs[i] NULL: output i is not wanted.
+ * The inputs must have the shapes the plan was made for (KL_ESHAPE naming the
+ * input otherwise); an output tensor of another dtype/shape -> KL_ETYPE /
+ * KL_ESHAPE naming the output. */
+int kl_plan_run_into(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in,
+                     kl_tensor *const *outputs, size_t n_out, void *arena, kl_pool *pool, kl_err *e);
+
+/* ---- Autodiff ----
+ * Appends to g the nodes computing d(loss)/d(wrt[i]) for a float value
+ * `loss` with one element (f32 or f64): reverse-mode, one gradient rule per
+ * op, contributions of several consumers summed in node order. grads[i]
+ * receives the index of the new value "<name of wrt[i]>_grad", which is made
+ * a graph output (wrt values off the loss path get zeros). Gradient ops live
+ * in domain "ai.keel.grad" (ops_grad.c), training-mode forward ops in
+ * "ai.keel.train" (ops_train.c); standard ops (Gemm, Mul, ...) are used where
+ * they compute a gradient exactly. A node on the path whose op has no
+ * gradient rule -> KL_EUNSUPPORTED naming the node and op type. wrt values
+ * should be graph inputs (trainable parameters are passed as graph INPUTS,
+ * never initializers, so they are never constant-folded or pre-packed).
+ * Finalizes g first (validation, topological order); call kl_graph_finalize
+ * again after it (and before planning). */
+int kl_graph_autodiff(kl_graph *g, int loss, const int *wrt, int n_wrt, int *grads, kl_err *e);
+/* 1 when kl_graph_autodiff has a gradient rule for (domain, op_type). */
+int kl_graph_has_grad(const char *domain, const char *op_type);
 
 #ifdef __cplusplus
 }

@@ -249,29 +249,71 @@ fail:
     return rc;
 }
 
-int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
-                size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
+/* into[i]: the caller's tensor for graph output i when it matches the plan,
+ * else an error naming the output. */
+static int check_into(const kl_plan *p, const kl_graph *g, size_t i, const kl_tensor *t, kl_err *e) {
+    int v = g->outputs[i];
+    const kl_tensor *m = &p->v[v].meta;
+    char a[96], b[96];
+    if (p->v[v].kind == V_DYN) return KL_OK; /* checked after the run */
+    if (t->dtype != m->dtype)
+        return kl_err_set(e, KL_ETYPE, "output %zu '%s': caller tensor is %s, the plan gives %s", i, g->values[v].name,
+                          kl_dtype_name(t->dtype), kl_dtype_name(m->dtype));
+    if (t->rank != m->rank || memcmp(t->dims, m->dims, sizeof(int64_t) * (size_t)m->rank))
+        return kl_err_set(e, KL_ESHAPE, "output %zu '%s': caller tensor has shape %s, the plan gives %s", i,
+                          g->values[v].name, kl_shape_str(t->rank, t->dims, a, sizeof a), kl_shape_str(m->rank, m->dims, b, sizeof b));
+    if (!kl_tensor_is_contiguous(t) || (!t->data && kl_tensor_numel(t)))
+        return kl_err_set(e, KL_EINVAL, "output %zu '%s': caller tensor is not contiguous", i, g->values[v].name);
+    return KL_OK;
+}
+
+/* outputs (new tensors) or into (caller tensors, entries may be NULL = not wanted). */
+static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
+                    kl_tensor *const *into, size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
     int rc = KL_OK;
     profiling();
     char *A = arena;
     kl_tensor *T = (kl_tensor *)(A + p->hdr_off);
     kl_tensor **outs = calloc((size_t)g->n_values + 1, sizeof(kl_tensor *)); /* new tensors: outputs and dynamic values */
-    if (!outs) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
+    char *direct = calloc((size_t)g->n_values + 1, 1); /* V_OUTPUT written straight into a caller tensor */
+    if (!outs || !direct) { free(outs); free(direct); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (n_in != (size_t)g->n_inputs) { rc = kl_err_set(e, KL_EINVAL, "%zu inputs given, the model has %d", n_in, g->n_inputs); goto done; }
+    if (outputs)
+        for (size_t i = 0; i < n_out; i++) outputs[i] = NULL;
     for (int i = 0; i < g->n_values; i++) {
         const pval *pv = &p->v[i];
         T[i] = pv->meta;
         T[i].owns = 0;
         switch (pv->kind) {
         case V_ARENA: T[i].data = A + pv->offset; break;
-        case V_OUTPUT:
+        case V_OUTPUT: {
+            if (into) {
+                size_t k;
+                for (k = 0; k < n_out && (int)k < g->n_outputs; k++)
+                    if (g->outputs[k] == i && into[k]) break;
+                if (k < n_out && (int)k < g->n_outputs) {
+                    if ((rc = check_into(p, g, k, into[k], e))) goto done;
+                    T[i].data = into[k]->data;
+                    direct[i] = 1;
+                    break;
+                }
+            }
             if ((rc = kl_tensor_new_uninit(pv->meta.dtype, pv->meta.rank, pv->meta.dims, KL_TAG_ACTIVATIONS, &outs[i], e))) goto done;
             T[i].data = outs[i]->data;
             break;
+        }
         default: break;
         }
     }
     for (int i = 0; i < g->n_inputs; i++) {
+        const kl_tensor *m = &p->v[g->inputs[i]].meta, *t = inputs[i];
+        if (into && (t->dtype != m->dtype || t->rank != m->rank || memcmp(t->dims, m->dims, sizeof(int64_t) * (size_t)t->rank))) {
+            char a[96], b[96];
+            rc = kl_err_set(e, KL_ESHAPE, "input %d '%s' is %s %s, the plan was made for %s %s", i, g->values[g->inputs[i]].name,
+                            kl_dtype_name(t->dtype), kl_shape_str(t->rank, t->dims, a, sizeof a), kl_dtype_name(m->dtype),
+                            kl_shape_str(m->rank, m->dims, b, sizeof b));
+            goto done;
+        }
         T[g->inputs[i]] = *inputs[i];
         T[g->inputs[i]].owns = 0;
     }
@@ -306,6 +348,25 @@ int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, s
             }
         }
     }
+    if (into) {
+        /* copy what was not written in place: constants, inputs, dynamic values, repeated outputs */
+        for (size_t i = 0; i < n_out && (int)i < g->n_outputs; i++) {
+            int v = g->outputs[i];
+            if (!into[i] || (direct[v] && T[v].data == into[i]->data)) continue;
+            const kl_tensor *src = &T[v];
+            char a[96], b[96];
+            if (src->dtype != into[i]->dtype || src->rank != into[i]->rank ||
+                memcmp(src->dims, into[i]->dims, sizeof(int64_t) * (size_t)src->rank)) {
+                rc = kl_err_set(e, KL_ESHAPE, "output %zu '%s': caller tensor is %s %s, the run gave %s %s", i, g->values[v].name,
+                                kl_dtype_name(into[i]->dtype), kl_shape_str(into[i]->rank, into[i]->dims, a, sizeof a),
+                                kl_dtype_name(src->dtype), kl_shape_str(src->rank, src->dims, b, sizeof b));
+                goto done;
+            }
+            size_t nb = (size_t)kl_tensor_numel(src) * kl_dtype_size(src->dtype);
+            if (src->data && nb) memmove(into[i]->data, src->data, nb);
+        }
+        goto done;
+    }
     /* hand out the graph outputs */
     for (size_t i = 0; i < n_out && (int)i < g->n_outputs; i++) {
         int v = g->outputs[i];
@@ -322,7 +383,18 @@ int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, s
 done:
     for (int i = 0; i < g->n_values; i++) kl_tensor_free(outs[i]);
     free(outs);
-    if (rc)
+    free(direct);
+    if (rc && outputs)
         for (size_t i = 0; i < n_out; i++) { kl_tensor_free(outputs[i]); outputs[i] = NULL; }
     return rc;
+}
+
+int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
+                size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
+    return run_impl(p, g, inputs, n_in, outputs, NULL, n_out, arena, pool, e);
+}
+
+int kl_plan_run_into(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in,
+                     kl_tensor *const *outputs, size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
+    return run_impl(p, g, inputs, n_in, NULL, outputs, n_out, arena, pool, e);
 }

@@ -1,0 +1,21 @@
+/* Private declarations shared by the autodiff files of the graph module:
+ * autodiff.c (rules), ops_grad.c (ai.keel.grad / ai.keel.train ops),
+ * ops_f64.c (float64 and training-mode paths of the standard NN ops, called
+ * from a dtype branch in ops_nn.c). */
+#ifndef KEEL_GRAPH_GRAD_INT_H
+#define KEEL_GRAPH_GRAD_INT_H
+
+#include "graph/graph_int.h"
+
+#define KL__GRAD_DOMAIN "ai.keel.grad"
+#define KL__TRAIN_DOMAIN "ai.keel.train"
+
+/* KL_ETYPE naming the node unless t is float32/float64. */
+int kl__need_float(kl_gnode *n, const kl_tensor *t, const char *what, kl_err *e);
+int kl__same_dtype(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e);
+int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e);
+/* C = alpha op(A) op(B) + beta C for dt f32 (keel's GEMM, deterministic) or f64 (cblas_dgemm). */
+void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
+                 const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool);
+
+#endif

@@ -1,0 +1,459 @@
+/* Gradient operators (domain ai.keel.grad) that kl_graph_autodiff appends
+ * to a graph, and the training-mode forward operators (domain
+ * ai.keel.train: losses, seeded Dropout). Each has shape inference, so the
+ * planner sizes gradients and workspaces before the first step, and runs in
+ * float32 (fast: keel's GEMM, fixed blocks) and float64 (finite-difference
+ * checks). Kernels: grad_gen.h (instantiated here for both types), conv and
+ * pooling gradients: grad_conv.c. */
+#include "graph/graph_int.h"
+#include "graph/grad_int.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define R float
+#define FN(x) x##_f32
+#include "graph/grad_gen.h"
+#undef R
+#undef FN
+#define R double
+#define FN(x) x##_f64
+#include "graph/grad_gen.h"
+#undef R
+#undef FN
+
+/* ================================================================== *
+ * Helpers
+ * ================================================================== */
+
+int kl__need_float(kl_gnode *n, const kl_tensor *t, const char *what, kl_err *e) {
+    if (!t) return kl__fail_node(e, n, KL_EINVAL, "%s is missing", what);
+    if (t->dtype != KL_F32 && t->dtype != KL_F64)
+        return kl__fail_node(e, n, KL_ETYPE, "%s is %s (float32 or float64 needed)", what, kl_dtype_name(t->dtype));
+    return KL_OK;
+}
+
+int kl__same_dtype(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e) {
+    if (a->dtype != b->dtype)
+        return kl__fail_node(e, n, KL_ETYPE, "%s is %s but %s is %s", an, kl_dtype_name(a->dtype), bn, kl_dtype_name(b->dtype));
+    return KL_OK;
+}
+
+int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e) {
+    if (a->rank != b->rank || memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank)) {
+        char x[96], y[96];
+        return kl__fail_node(e, n, KL_ESHAPE, "%s has shape %s but %s has shape %s", an, kl_shape_str(a->rank, a->dims, x, sizeof x),
+                             bn, kl_shape_str(b->rank, b->dims, y, sizeof y));
+    }
+    return KL_OK;
+}
+
+/* C = alpha op(A) op(B) + beta C in the tensor's dtype (f32: keel's GEMM). */
+void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
+                 const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool) {
+    if (M <= 0 || N <= 0) return;
+    if (dt == KL_F32) {
+        if (K <= 0) {
+            float *c = C;
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) c[i * ldc + j] = beta == 0 ? 0 : (float)beta * c[i * ldc + j];
+            return;
+        }
+        kl_gemm_f32(ta, tb, M, N, K, (float)alpha, A, lda, B, ldb, (float)beta, C, ldc, pool);
+        return;
+    }
+    if (K <= 0) {
+        double *c = C;
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
+        return;
+    }
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A,
+                (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+static int like_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = kl__need_float(n, in[0], "input", e))) return rc;
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+
+/* dy-typed output with the shape of input 1 (the forward value). */
+static int grad_like_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = kl__need_float(n, in[0], "the gradient", e))) return rc;
+    kl__set_shape(&out[0], in[0]->dtype, in[1]->rank, in[1]->dims);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * OnesLike, ZerosLike, ReshapeLike, SumToShape
+ * ================================================================== */
+
+static int ones_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t m = kl_tensor_numel(out[0]);
+    int one = !strcmp(n->op_type, "OnesLike");
+    if (out[0]->dtype == KL_F32) for (int64_t i = 0; i < m; i++) ((float *)out[0]->data)[i] = (float)one;
+    else for (int64_t i = 0; i < m; i++) ((double *)out[0]->data)[i] = one;
+    return KL_OK;
+}
+
+static int reshape_like_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = grad_like_infer(n, in, n_in, out, n_out, ws, e))) return rc;
+    if (kl_tensor_numel(in[0]) != kl_tensor_numel(in[1])) {
+        char a[96], b[96];
+        return kl__fail_node(e, n, KL_ESHAPE, "gradient %s does not reshape to %s", kl_shape_str(in[0]->rank, in[0]->dims, a, sizeof a),
+                             kl_shape_str(in[1]->rank, in[1]->dims, b, sizeof b));
+    }
+    return KL_OK;
+}
+static int reshape_like_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    size_t nb = (size_t)kl_tensor_numel(in[0]) * kl_dtype_size(in[0]->dtype);
+    if (nb && out[0]->data != in[0]->data) memcpy(out[0]->data, in[0]->data, nb);
+    return KL_OK;
+}
+
+static int sum_to_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = grad_like_infer(n, in, n_in, out, n_out, ws, e))) return rc;
+    const kl_tensor *d = in[0], *o = in[1];
+    int ok = o->rank <= d->rank || kl_tensor_numel(o) == kl_tensor_numel(d);
+    for (int i = 0; ok && i < o->rank && i < d->rank; i++) {
+        int64_t od = o->dims[o->rank - 1 - i], dd = d->dims[d->rank - 1 - i];
+        if (od != 1 && od != dd) ok = 0;
+    }
+    if (!ok) {
+        char a[96], b[96];
+        return kl__fail_node(e, n, KL_ESHAPE, "gradient %s does not reduce to %s", kl_shape_str(d->rank, d->dims, a, sizeof a),
+                             kl_shape_str(o->rank, o->dims, b, sizeof b));
+    }
+    return KL_OK;
+}
+static int sum_to_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    double scale = kl_gnode_attr_float(n, "scale", 1.f);
+    const kl_tensor *d = in[0];
+    kl_tensor *o = out[0];
+    if (kl_tensor_numel(d) == kl_tensor_numel(o) && scale == 1) return reshape_like_run(n, in, n_in, out, n_out, x, e);
+    if (d->dtype == KL_F32) sum_to_shape_f32((float)scale, d->rank, d->dims, d->data, o->rank, o->dims, o->data);
+    else sum_to_shape_f64(scale, d->rank, d->dims, d->data, o->rank, o->dims, o->data);
+    return KL_OK;
+}
+
+/* ExpandLike(dy, x) attr axes (the reduced axes; absent = all), mean:
+ * gradient of ReduceSum/ReduceMean: dy broadcast back to x's shape
+ * (divided by the reduced count when mean). */
+static uint32_t expand_mask(kl_gnode *n, int r) {
+    const kl_attr *ax = kl_gnode_attr(n, "axes");
+    uint32_t m = 0;
+    if (!ax || !ax->n) return r ? (uint32_t)((1u << r) - 1) : 0;
+    for (int i = 0; i < ax->n; i++) {
+        int64_t a;
+        if (!kl__norm_axis(ax->ints[i], r, &a)) m |= 1u << a;
+    }
+    return m;
+}
+static int expand_like_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = grad_like_infer(n, in, n_in, out, n_out, ws, e))) return rc;
+    uint32_t m = expand_mask(n, in[1]->rank);
+    int64_t kept = 1;
+    for (int i = 0; i < in[1]->rank; i++) kept *= m & (1u << i) ? 1 : in[1]->dims[i];
+    if (kl_tensor_numel(in[0]) != kept) return kl__fail_node(e, n, KL_ESHAPE, "gradient has %lld elements, the reduction gives %lld", (long long)kl_tensor_numel(in[0]), (long long)kept);
+    return KL_OK;
+}
+static int expand_like_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    const kl_tensor *X = in[1];
+    int r = X->rank;
+    uint32_t m = expand_mask(n, r);
+    int64_t st[KL_MAX_DIMS], s = 1, cnt = 1, idx[KL_MAX_DIMS] = {0};
+    for (int i = r - 1; i >= 0; i--) {
+        if (m & (1u << i)) { st[i] = 0; cnt *= X->dims[i]; }
+        else { st[i] = s; s *= X->dims[i]; }
+    }
+    double sc = kl_gnode_attr_int(n, "mean", 0) && cnt ? 1.0 / (double)cnt : 1.0;
+    int64_t tot = kl_tensor_numel(X);
+    for (int64_t i = 0; i < tot; i++) {
+        int64_t o = 0;
+        for (int d = 0; d < r; d++) o += idx[d] * st[d];
+        if (X->dtype == KL_F32) ((float *)out[0]->data)[i] = (float)(((const float *)in[0]->data)[o] * sc);
+        else ((double *)out[0]->data)[i] = ((const double *)in[0]->data)[o] * sc;
+        for (int d = r - 1; d >= 0; d--) { if (++idx[d] < X->dims[d]) break; idx[d] = 0; }
+    }
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Pointwise gradients: ReluGrad(dy, x) SigmoidGrad(dy, y) TanhGrad(dy, y)
+ * GeluGrad(dy, x) ErfGrad(dy, x)
+ * ================================================================== */
+
+static int pw_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = kl__same_dtype(n, in[0], "the gradient", in[1], "the forward value", e)) ||
+        (rc = kl__same_shape(n, in[0], "the gradient", in[1], "the forward value", e)))
+        return rc;
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+static int pw_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    const char *t = n->op_type;
+    int kind = !strcmp(t, "ReluGrad") ? PW_RELU : !strcmp(t, "SigmoidGrad") ? PW_SIGMOID : !strcmp(t, "TanhGrad") ? PW_TANH :
+               !strcmp(t, "GeluGrad") ? PW_GELU : PW_ERF;
+    int64_t m = kl_tensor_numel(in[0]);
+    if (in[0]->dtype == KL_F32) pointwise_grad_f32(kind, m, in[0]->data, in[1]->data, out[0]->data, x->pool);
+    else pointwise_grad_f64(kind, m, in[0]->data, in[1]->data, out[0]->data, x->pool);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * SoftmaxGrad(dy, y), LogSoftmaxGrad(dy, y) (attr axis, opset-13 semantics)
+ * ================================================================== */
+
+static int softmax_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t ax;
+    const kl_tensor *y = in[1];
+    int r = y->rank;
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), r, &ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    int64_t outer = 1, inner = 1, D = r ? y->dims[ax] : 1;
+    int coerce = (int)kl_gnode_attr_int(n, "coerce", 0); /* opset < 13: 2-D at axis */
+    for (int i = 0; i < r; i++) {
+        if (i < ax) outer *= y->dims[i];
+        else if (i > ax) inner *= y->dims[i];
+    }
+    if (coerce) { D *= inner; inner = 1; }
+    int lg = !strcmp(n->op_type, "LogSoftmaxGrad");
+    if (y->dtype == KL_F32) softmax_grad_f32(lg, outer, D, inner, in[0]->data, y->data, out[0]->data);
+    else softmax_grad_f64(lg, outer, D, inner, in[0]->data, y->data, out[0]->data);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * MatMulGrad(dy, A, B) attr input (0: dA, 1: dB). B 2-D (any rank A), or A
+ * and B of one rank >= 2 with equal batch dims.
+ * ================================================================== */
+
+static int mm_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    const kl_tensor *dy = in[0], *A = in[1], *B = in[2];
+    if ((rc = kl__need_float(n, dy, "the gradient", e)) || (rc = kl__same_dtype(n, dy, "the gradient", A, "A", e)) ||
+        (rc = kl__same_dtype(n, A, "A", B, "B", e)))
+        return rc;
+    int ok = (B->rank == 2 && A->rank >= 1) || (A->rank == B->rank && A->rank >= 2);
+    if (ok && B->rank > 2)
+        for (int i = 0; i < A->rank - 2; i++) if (A->dims[i] != B->dims[i]) ok = 0;
+    if (!ok) return kl__fail_node(e, n, KL_EUNSUPPORTED, "MatMul gradient needs a 2-D B or equal batch dims (A rank %d, B rank %d)", A->rank, B->rank);
+    int r;
+    int64_t d[KL_MAX_DIMS];
+    if (kl_matmul_shape(A->rank, A->dims, B->rank, B->dims, &r, d, NULL) || r != dy->rank ||
+        memcmp(d, dy->dims, sizeof(int64_t) * (size_t)r))
+        return kl__fail_node(e, n, KL_ESHAPE, "gradient shape does not match the MatMul output");
+    const kl_tensor *t = kl_gnode_attr_int(n, "input", 0) ? B : A;
+    kl__set_shape(&out[0], dy->dtype, t->rank, t->dims);
+    return KL_OK;
+}
+static int mm_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    const kl_tensor *dy = in[0], *A = in[1], *B = in[2];
+    int which = (int)kl_gnode_attr_int(n, "input", 0);
+    kl_dtype dt = dy->dtype;
+    size_t es = kl_dtype_size(dt);
+    if (B->rank == 2) {
+        int64_t K = B->dims[0], N = B->dims[1], rows = K ? kl_tensor_numel(A) / K : 0;
+        if (!which) kl__gemm_dt(dt, 0, 1, rows, K, N, 1, dy->data, N, B->data, N, 0, out[0]->data, K, x->pool);
+        else kl__gemm_dt(dt, 1, 0, K, N, rows, 1, A->data, K, dy->data, N, 0, out[0]->data, N, x->pool);
+        return KL_OK;
+    }
+    int r = A->rank;
+    int64_t M = A->dims[r - 2], K = A->dims[r - 1], N = B->dims[r - 1], batch = 1;
+    for (int i = 0; i < r - 2; i++) batch *= A->dims[i];
+    for (int64_t b = 0; b < batch; b++) {
+        const char *dyb = (const char *)dy->data + (size_t)(b * M * N) * es, *Ab = (const char *)A->data + (size_t)(b * M * K) * es,
+                   *Bb = (const char *)B->data + (size_t)(b * K * N) * es;
+        if (!which) kl__gemm_dt(dt, 0, 1, M, K, N, 1, dyb, N, Bb, N, 0, (char *)out[0]->data + (size_t)(b * M * K) * es, K, x->pool);
+        else kl__gemm_dt(dt, 1, 0, K, N, M, 1, Ab, K, dyb, N, 0, (char *)out[0]->data + (size_t)(b * K * N) * es, N, x->pool);
+    }
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * GatherGrad(dy, data, indices): d(data) of Gather axis 0 (embedding)
+ * ================================================================== */
+
+static int gather_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = grad_like_infer(n, in, n_in, out, n_out, ws, e))) return rc;
+    if (in[1]->rank < 1) return kl__fail_node(e, n, KL_ESHAPE, "data must have rank >= 1");
+    int64_t D = kl_tensor_numel(in[1]) / (in[1]->dims[0] ? in[1]->dims[0] : 1);
+    if (kl_tensor_numel(in[0]) != kl_tensor_numel(in[2]) * D) return kl__fail_node(e, n, KL_ESHAPE, "gradient size does not match indices x row");
+    *ws = (size_t)kl_tensor_numel(in[2]) * sizeof(int64_t);
+    return KL_OK;
+}
+static int gather_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t V = in[1]->dims[0], ni = kl_tensor_numel(in[2]), D = V ? kl_tensor_numel(in[1]) / V : 0;
+    int64_t *idx = x->ws;
+    for (int64_t i = 0; i < ni; i++) {
+        int64_t v = kl__int_at(in[2], i);
+        if (v < 0) v += V;
+        if (v < 0 || v >= V) return kl__fail_node(e, n, KL_ERANGE, "index %lld at position %lld outside [0, %lld)", (long long)kl__int_at(in[2], i), (long long)i, (long long)V);
+        idx[i] = v;
+    }
+    if (in[0]->dtype == KL_F32) embedding_grad_f32(ni, D, V, idx, in[0]->data, out[0]->data, x->pool);
+    else embedding_grad_f64(ni, D, V, idx, in[0]->data, out[0]->data, x->pool);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Losses (ai.keel.train forward, ai.keel.grad backward)
+ * CrossEntropyLoss(logits[B,K], labels int[B], weight[K]?) attr label_smoothing
+ * BCEWithLogitsLoss(z, t), MSELoss(z, t): scalar means.
+ * *Grad(dloss, <forward inputs>) -> d(input 0) (MSELossGrad also d(t)).
+ * ================================================================== */
+
+static int ce_check(kl_gnode *n, kl_tensor *const *in, int n_in, int off, kl_err *e) {
+    int rc;
+    const kl_tensor *z = in[off], *y = in[off + 1], *w = n_in > off + 2 ? in[off + 2] : NULL;
+    if ((rc = kl__need_float(n, z, "logits", e))) return rc;
+    if (z->rank != 2) return kl__fail_node(e, n, KL_ESHAPE, "logits must be 2-D (batch, classes), got rank %d", z->rank);
+    if (y->dtype != KL_I64 && y->dtype != KL_I32) return kl__fail_node(e, n, KL_ETYPE, "labels are %s (int64 or int32 needed)", kl_dtype_name(y->dtype));
+    if (kl_tensor_numel(y) != z->dims[0]) return kl__fail_node(e, n, KL_ESHAPE, "%lld labels for a batch of %lld", (long long)kl_tensor_numel(y), (long long)z->dims[0]);
+    if (w) {
+        if ((rc = kl__same_dtype(n, z, "logits", w, "weight", e))) return rc;
+        if (kl_tensor_numel(w) != z->dims[1]) return kl__fail_node(e, n, KL_ESHAPE, "weight has %lld entries for %lld classes", (long long)kl_tensor_numel(w), (long long)z->dims[1]);
+    }
+    return KL_OK;
+}
+static int ce_labels(kl_gnode *n, const kl_tensor *y, int64_t K, int64_t *lab, kl_err *e) {
+    int64_t B = kl_tensor_numel(y);
+    for (int64_t r = 0; r < B; r++) {
+        lab[r] = kl__int_at(y, r);
+        if (lab[r] < 0 || lab[r] >= K) return kl__fail_node(e, n, KL_ERANGE, "label %lld at row %lld outside [0, %lld)", (long long)lab[r], (long long)r, (long long)K);
+    }
+    return KL_OK;
+}
+static int ce_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = ce_check(n, in, n_in, 0, e))) return rc;
+    kl__set_shape(&out[0], in[0]->dtype, 0, NULL);
+    *ws = (size_t)in[0]->dims[0] * sizeof(int64_t);
+    return KL_OK;
+}
+static int ce_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t B = in[0]->dims[0], K = in[0]->dims[1];
+    int64_t *lab = x->ws;
+    int rc = ce_labels(n, in[1], K, lab, e);
+    if (rc) return rc;
+    double eps = kl_gnode_attr_float(n, "label_smoothing", 0.f);
+    const kl_tensor *w = n_in > 2 ? in[2] : NULL;
+    if (in[0]->dtype == KL_F32) ((float *)out[0]->data)[0] = (float)ce_f32(B, K, in[0]->data, lab, eps, w ? w->data : NULL, 1, NULL);
+    else ((double *)out[0]->data)[0] = ce_f64(B, K, in[0]->data, lab, eps, w ? w->data : NULL, 1, NULL);
+    return KL_OK;
+}
+static int ce_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = ce_check(n, in, n_in, 1, e)) || (rc = kl__same_dtype(n, in[0], "the loss gradient", in[1], "logits", e))) return rc;
+    if (kl_tensor_numel(in[0]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "the loss gradient must have one element");
+    kl__set_shape(&out[0], in[1]->dtype, 2, in[1]->dims);
+    *ws = (size_t)in[1]->dims[0] * sizeof(int64_t);
+    return KL_OK;
+}
+static int ce_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t B = in[1]->dims[0], K = in[1]->dims[1];
+    int64_t *lab = x->ws;
+    int rc = ce_labels(n, in[2], K, lab, e);
+    if (rc) return rc;
+    double eps = kl_gnode_attr_float(n, "label_smoothing", 0.f), s = kl__dbl_at(in[0], 0);
+    const kl_tensor *w = n_in > 3 ? in[3] : NULL;
+    if (in[1]->dtype == KL_F32) ce_f32(B, K, in[1]->data, lab, eps, w ? w->data : NULL, s, out[0]->data);
+    else ce_f64(B, K, in[1]->data, lab, eps, w ? w->data : NULL, s, out[0]->data);
+    return KL_OK;
+}
+
+static int zt_check(kl_gnode *n, kl_tensor *const *in, int off, kl_err *e) {
+    int rc;
+    if ((rc = kl__need_float(n, in[off], "input", e)) || (rc = kl__same_dtype(n, in[off], "input", in[off + 1], "target", e)) ||
+        (rc = kl__same_shape(n, in[off], "input", in[off + 1], "target", e)))
+        return rc;
+    return KL_OK;
+}
+static int zt_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = zt_check(n, in, 0, e))) return rc;
+    kl__set_shape(&out[0], in[0]->dtype, 0, NULL);
+    return KL_OK;
+}
+static int zt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t m = kl_tensor_numel(in[0]);
+    int bce = !strcmp(n->op_type, "BCEWithLogitsLoss");
+    if (in[0]->dtype == KL_F32)
+        ((float *)out[0]->data)[0] = (float)(bce ? bce_f32(m, in[0]->data, in[1]->data, 1, NULL) : mse_f32(m, in[0]->data, in[1]->data, 1, NULL, NULL));
+    else
+        ((double *)out[0]->data)[0] = bce ? bce_f64(m, in[0]->data, in[1]->data, 1, NULL) : mse_f64(m, in[0]->data, in[1]->data, 1, NULL, NULL);
+    return KL_OK;
+}
+static int zt_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = zt_check(n, in, 1, e)) || (rc = kl__same_dtype(n, in[0], "the loss gradient", in[1], "input", e))) return rc;
+    if (kl_tensor_numel(in[0]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "the loss gradient must have one element");
+    for (int k = 0; k < n_out; k++) kl__set_shape(&out[k], in[1]->dtype, in[1]->rank, in[1]->dims);
+    return KL_OK;
+}
+static int zt_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t m = kl_tensor_numel(in[1]);
+    double s = kl__dbl_at(in[0], 0);
+    void *dz = out[0] ? out[0]->data : NULL, *dt = n_out > 1 && out[1] ? out[1]->data : NULL;
+    if (!strcmp(n->op_type, "BCEWithLogitsLossGrad")) {
+        if (!dz) return KL_OK;
+        if (in[1]->dtype == KL_F32) bce_f32(m, in[1]->data, in[2]->data, s, dz);
+        else bce_f64(m, in[1]->data, in[2]->data, s, dz);
+        return KL_OK;
+    }
+    if (in[1]->dtype == KL_F32) mse_f32(m, in[1]->data, in[2]->data, s, dz, dt);
+    else mse_f64(m, in[1]->data, in[2]->data, s, dz, dt);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Registries
+ * ================================================================== */
+
+static const char *const no_attrs[] = {NULL};
+static const char *const a_scale[] = {"scale", NULL};
+static const char *const a_axis[] = {"axis", "coerce", NULL};
+static const char *const a_input[] = {"input", NULL};
+static const char *const a_expand[] = {"axes", "mean", NULL};
+static const char *const a_ce[] = {"label_smoothing", NULL};
+
+#define GOP(name, mi, ma, mo, xo, attrs, inf, run) {name, KL__GRAD_DOMAIN, 1, 1000, mi, ma, mo, xo, attrs, NULL, inf, run, KL_OP_NOFOLD}
+
+const kl_op kl__ops_grad[] = {
+    GOP("OnesLike", 1, 1, 1, 1, no_attrs, like_infer, ones_run),
+    GOP("ZerosLike", 1, 1, 1, 1, no_attrs, like_infer, ones_run),
+    GOP("ReshapeLike", 2, 2, 1, 1, no_attrs, reshape_like_infer, reshape_like_run),
+    GOP("SumToShape", 2, 2, 1, 1, a_scale, sum_to_infer, sum_to_run),
+    GOP("ExpandLike", 2, 2, 1, 1, a_expand, expand_like_infer, expand_like_run),
+    GOP("ReluGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
+    GOP("SigmoidGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
+    GOP("TanhGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
+    GOP("GeluGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
+    GOP("ErfGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
+    GOP("SoftmaxGrad", 2, 2, 1, 1, a_axis, pw_infer, softmax_grad_run),
+    GOP("LogSoftmaxGrad", 2, 2, 1, 1, a_axis, pw_infer, softmax_grad_run),
+    GOP("MatMulGrad", 3, 3, 1, 1, a_input, mm_grad_infer, mm_grad_run),
+    GOP("GatherGrad", 3, 3, 1, 1, no_attrs, gather_grad_infer, gather_grad_run),
+    GOP("CrossEntropyLossGrad", 3, 4, 1, 1, a_ce, ce_grad_infer, ce_grad_run),
+    GOP("BCEWithLogitsLossGrad", 3, 3, 1, 1, no_attrs, zt_grad_infer, zt_grad_run),
+    GOP("MSELossGrad", 3, 3, 1, 2, no_attrs, zt_grad_infer, zt_grad_run),
+    {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+};
+
+#define TOP(name, mi, ma, mo, xo, attrs, inf, run, fl) {name, KL__TRAIN_DOMAIN, 1, 1000, mi, ma, mo, xo, attrs, NULL, inf, run, fl}
+
+const kl_op kl__ops_train[] = {
+    TOP("CrossEntropyLoss", 2, 3, 1, 1, a_ce, ce_infer, ce_run, 0),
+    TOP("BCEWithLogitsLoss", 2, 2, 1, 1, no_attrs, zt_infer, zt_run, 0),
+    TOP("MSELoss", 2, 2, 1, 1, no_attrs, zt_infer, zt_run, 0),
+    {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+};
