@@ -433,11 +433,15 @@ const float *tr_model_eval(tr_model *m, const float *x, int64_t Bn, kl_err *e) {
     if (!ev->plan[k]) {
         if (kl_plan_new(ev->g, ins, (size_t)ev->n_in, &ev->plan[k], e)) return NULL;
         ev->planB[k] = Bn;
-        ev->arena[k] = kl_mem_alloc_e((size_t)kl_plan_arena_bytes(ev->plan[k]) + 64, KL_TAG_ACTIVATIONS, e);
-        if (!ev->arena[k]) return NULL;
+        if (kl_plan_arena_bytes(ev->plan[k]) > m->arena_bytes) { /* else the training step's arena serves */
+            ev->arena[k] = kl_mem_alloc_e((size_t)kl_plan_arena_bytes(ev->plan[k]) + 64, KL_TAG_ACTIVATIONS, e);
+            if (!ev->arena[k]) return NULL;
+        }
     }
     kl_tensor *o = NULL;
-    if (kl_plan_run(ev->plan[k], ev->g, ins, (size_t)ev->n_in, &o, 1, ev->arena[k], m->pool == TR_NOPOOL ? NULL : m->pool, e)) return NULL;
+    if (kl_plan_run(ev->plan[k], ev->g, ins, (size_t)ev->n_in, &o, 1, ev->arena[k] ? ev->arena[k] : m->arena,
+                    m->pool == TR_NOPOOL ? NULL : m->pool, e))
+        return NULL;
     float *y = m->L[m->n - 1].y;
     memcpy(y, o->data, (size_t)(Bn * m->out_numel) * 4);
     kl_tensor_free(o);

@@ -207,6 +207,15 @@ int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
     m->bufs = m->params + m->nparams;
     m->grads = zalloc((size_t)m->nparams * 4, KL_TAG_GRADS, e);
     if (!m->grads) return KL_ENOMEM;
+    if (m->st) { /* the step runs on the graph: its planned arena, and the output rows for the eval forward */
+        m->arena_bytes = tr_step_arena_bytes(m);
+        m->arena = zalloc((size_t)m->arena_bytes, KL_TAG_ACTIVATIONS, e);
+        m->act_bytes = (uint64_t)(B * m->out_numel) * 4;
+        m->act_block = zalloc((size_t)m->act_bytes, KL_TAG_ACTIVATIONS, e);
+        if (!m->arena || !m->act_block) return KL_ENOMEM;
+        m->L[m->n - 1].y = m->act_block;
+        return KL_OK;
+    }
     m->ws_elems = ws_for(m, B);
     m->ws = zalloc((size_t)m->ws_elems * 4, KL_TAG_WORKSPACE, e);
     if (!m->ws) return KL_ENOMEM;
@@ -232,6 +241,8 @@ int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
 void tr_model_free(tr_model *m) {
     if (!m) return;
     tr_eval_free(m);
+    tr_step_free(m);
+    kl_mem_free(m->arena);
     kl_mem_free(m->params); kl_mem_free(m->grads); kl_mem_free(m->ws); kl_mem_free(m->act_block);
     free(m);
 }

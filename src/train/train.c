@@ -736,10 +736,26 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     uint64_t plan[5], tot = 0, data_bytes = (uint64_t)(d.n + dv.n) * (uint64_t)(m->in_numel * 4 + (d.yi ? 8 : m->out_numel * 4));
     if (images) /* the loaders' batch buffers: prefetch + 1 each */
         data_bytes = (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) * (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8);
+    /* the training step as one planned graph (forward, loss, autodiff); the
+     * layer tape when a layer has no gradient rule (or KEEL_TRAIN_TAPE=1) */
+    m->fp16 = s->fp16;
+    uint64_t g_act = 0, g_ws = 0;
+    const char *tape = getenv("KEEL_TRAIN_TAPE");
+    if (!(tape && *tape && strcmp(tape, "0")) && (rc = tr_step_prepare(m, B, &g_act, &g_ws, e))) {
+        if (rc != KL_EUNSUPPORTED) goto fail;
+        kl_log(KL_LOG_DEBUG, "train", "training step on the layer tape: %s", kl_err_what(e));
+        memset(e, 0, sizeof *e);
+        rc = KL_OK;
+    }
     tr_model_plan(m, B, tr_optim_slots(s), plan);
+    if (m->st) { plan[3] = g_act; plan[4] = g_ws; }
     plan[4] += (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 8); /* batch, labels, loss gradient */
     for (int i = 0; i < 5; i++) tot += plan[i];
-    if (o->memory_report) print_plan(rep, plan, data_bytes);
+    if (o->memory_report) {
+        print_plan(rep, plan, data_bytes);
+        if (m->st) fprintf(rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", tr_step_nodes(m));
+        else fprintf(rep, "training step: layer tape\n");
+    }
     if (o->memory_limit && tot + data_bytes > o->memory_limit) {
         int big = 0;
         for (int i = 1; i < 5; i++) if (plan[i] > plan[big]) big = i;
@@ -773,7 +789,6 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if ((rc = kl_mkdir_p(ckdir, e))) goto fail;
     int lower_better = !strcmp(s->monitor, "val_loss");
     tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
-    m->fp16 = s->fp16;
     double scale_hist[16];
     int nhist = 0, cb_stop = 0;
     char bestp[4096];
@@ -812,8 +827,13 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             const int64_t *yin;
             int64_t nb;
             if ((rc = batches_get(&bt, m, pos.epoch, pos.batch, B, &xin, &yin, &yfin, &nb, e))) goto fail;
-            const float *z = tr_model_forward(m, xin, nb, 1);
-            double loss = batch_loss(m, z, nb, yin, yfin, dz, NULL, NULL);
+            double loss;
+            if (m->st) {
+                if ((rc = tr_step_run(m, xin, yin, yfin, nb, pos.step, s->fp16 ? (float)pos.scale : 1.0f, &loss, e))) goto fail;
+            } else {
+                const float *z = tr_model_forward(m, xin, nb, 1);
+                loss = batch_loss(m, z, nb, yin, yfin, dz, NULL, NULL);
+            }
             if (!isfinite(loss)) {
                 rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip", (long long)pos.step, (long long)pos.epoch, isnan(loss) ? "NaN" : "infinite");
                 goto fail;
@@ -822,8 +842,10 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             if (s->fp16) {
                 /* dynamic loss scaling (as torch.cuda.amp.GradScaler) */
                 float sc = (float)pos.scale;
-                for (int64_t k = 0; k < nb * m->out_numel; k++) dz[k] *= sc;
-                tr_model_backward(m, xin, dz, nb);
+                if (!m->st) {
+                    for (int64_t k = 0; k < nb * m->out_numel; k++) dz[k] *= sc;
+                    tr_model_backward(m, xin, dz, nb);
+                }
                 int finite = 1;
                 for (int64_t k = 0; k < m->nparams && finite; k++) finite = isfinite(m->grads[k]);
                 if (nhist == 16) { memmove(scale_hist, scale_hist + 1, 15 * sizeof(double)); nhist = 15; }
@@ -850,7 +872,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                     if (++pos.tracker >= s->ls_interval) { pos.scale *= s->ls_growth; pos.tracker = 0; }
                 }
             } else {
-                tr_model_backward(m, xin, dz, nb);
+                if (!m->st) tr_model_backward(m, xin, dz, nb);
                 gn = tr_clip_grad(m->grads, m->nparams, s->clip);
                 tr_optim_step(&opt, s, m->params, m->grads, lr);
             }

@@ -195,6 +195,9 @@ typedef struct tr_model {
     kl_pool *pool;
     int fp16;                   /* round activations and gradients to float16 */
     tr_evalg ev;                /* eval forward through the graph executor */
+    struct tr_stepg *st;        /* the training step as one plan (step.c), NULL: the layer tape */
+    void *arena;                /* the step's arena (eval plans use it too when it is large enough) */
+    uint64_t arena_bytes;
 } tr_model;
 
 /* Builds the model from a spec: shapes, parameter layout (no memory). */
@@ -227,6 +230,21 @@ void tr_eval_free(tr_model *m);
 enum { TR_G_EVAL, TR_G_TRAIN };
 #define TR_TRAIN_DOMAIN "ai.keel.train"
 int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e);
+/* The training step on the graph (step.c). tr_step_prepare (before
+ * tr_model_alloc): builds the train-mode graph, appends the gradients
+ * (kl_graph_autodiff) and plans it for batch B; gives the planned activation
+ * and workspace bytes. KL_EUNSUPPORTED when a layer has no gradient rule yet
+ * (the caller then uses the layer tape). tr_step_run: one forward + loss +
+ * backward; the gradients land in m->grads, the BatchNorm running statistics
+ * in m->bufs; *loss is the unscaled batch loss. scale: the fp16 loss scale
+ * (1 otherwise); step keys the dropout masks. */
+typedef struct tr_stepg tr_stepg;
+int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e);
+uint64_t tr_step_arena_bytes(const tr_model *m);
+int tr_step_nodes(const tr_model *m);
+int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step, float scale,
+                double *loss, kl_err *e);
+void tr_step_free(tr_model *m);
 /* Backward from dout (B, out_numel); fills m->grads. */
 void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B);
 /* Rounds n floats to float16 precision in place (F16C); overflow -> inf. */

@@ -119,3 +119,21 @@ sed 's/  grad_clip: 5.0/  grad_clip: 5.0\n  precision: fp16\n  loss_scale: {init
 expect_rc train_fp16_scale_collapse 1 $KEEL train "$T/fp16c.yaml" --out "$T/fp16c" --quiet
 grep -q "loss scale collapsed to .* below the floor" "$T/err" && grep -q "last scales: 1e+12, 5e+11" "$T/err" && grep -q "step 9" "$T/err" \
   && pass train_fp16_scale_collapse_message || fail train_fp16_scale_collapse_message "$(head -c 300 "$T/err")"
+
+# ---- the training step on the graph (forward + loss + autodiff in one plan) equals the layer tape
+#      (KEEL_TRAIN_TAPE=1) within float rounding (while both exist)
+sed '/dropout/d; s/epochs: 40/epochs: 3/' "$T/mlp.yaml" > "$T/gs.yaml"
+for v in gs; do
+  $KEEL train "$T/$v.yaml" --out "$T/$v-g" --quiet --memory-report > "$T/$v-g.out" 2>&1
+  KEEL_TRAIN_TAPE=1 $KEEL train "$T/$v.yaml" --out "$T/$v-t" --quiet > /dev/null 2>&1
+  if ! grep -q "training step: one planned graph" "$T/$v-g.out"; then fail train_graph_step_matches_tape_$v "not run on the graph: $(grep 'training step' "$T/$v-g.out")"
+  elif $PYTHON - "$T/$v-g/metrics.csv" "$T/$v-t/metrics.csv" > "$T/$v.cmp" 2>&1 <<'PY'
+import csv, sys
+a = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[1])) if r["split"] == "train_step"]
+b = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[2])) if r["split"] == "train_step"]
+assert len(a) == len(b) > 50, (len(a), len(b))
+err = max(abs(x - y) / max(abs(y), 1e-6) for x, y in zip(a, b))
+assert err < 1e-3, "max relative loss difference %g" % err
+PY
+  then pass train_graph_step_matches_tape_$v; else fail train_graph_step_matches_tape_$v "$(tail -c 300 "$T/$v.cmp")"; fi
+done
