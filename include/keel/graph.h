@@ -152,6 +152,10 @@ int kl_plan_run_into(const kl_plan *p, kl_graph *g, const kl_tensor *const *inpu
  * Finalizes g first (validation, topological order); call kl_graph_finalize
  * again after it (and before planning). */
 int kl_graph_autodiff(kl_graph *g, int loss, const int *wrt, int n_wrt, int *grads, kl_err *e);
+/* As kl_graph_autodiff with d(loss) taken from value seed (e.g. a graph
+ * input holding the loss scale of mixed-precision training; the loss's
+ * shape and dtype) instead of ones. seed -1: ones. */
+int kl_graph_autodiff_seed(kl_graph *g, int loss, int seed, const int *wrt, int n_wrt, int *grads, kl_err *e);
 /* 1 when kl_graph_autodiff has a gradient rule for (domain, op_type). */
 int kl_graph_has_grad(const char *domain, const char *op_type);
 

@@ -46,7 +46,7 @@ static int emit(ad *a, const char *domain, const char *op, const int *ins, int n
     for (int k = 0; k < n_in; k++) in_names[k] = ins[k] >= 0 ? g->values[ins[k]].name : "";
     for (int k = 0; k < n_out; k++) {
         out_names[k] = "";
-        if (want && !want[k]) continue;
+        if (want && !want[k] && k > 0) continue; /* output 0 is required by every op */
         do snprintf(buf[k], sizeof buf[k], "%.200s_grad%d", base >= 0 ? g->values[base].name : "", a->tmp++);
         while (kl_graph_find_value(g, buf[k]) >= 0);
         out_names[k] = buf[k];
@@ -314,15 +314,10 @@ static int r_ce(ad *a, int ni, const int *dy, const int *want) {
     if ((rc = copy_attrs(a, ni, k, at))) return rc;
     return contrib(a, ins[1], g);
 }
-static int r_bce(ad *a, int ni, const int *dy, const int *want) {
-    int ins[3] = {dy[0], in_v(a, ni, 0), in_v(a, ni, 1)};
-    int g = emit1(a, G, "BCEWithLogitsLossGrad", ins, 3, ins[1], NULL);
-    if (g < 0) return g;
-    return contrib(a, ins[1], g);
-}
-static int r_mse(ad *a, int ni, const int *dy, const int *want) {
+/* BCEWithLogitsLoss / MSELoss: d(input) and d(target). */
+static int r_zt(ad *a, int ni, const int *dy, const int *want) {
     int ins[3] = {dy[0], in_v(a, ni, 0), in_v(a, ni, 1)}, outs[2], rc;
-    int k = emit(a, G, "MSELossGrad", ins, 3, 2, want, outs, ins[1]);
+    int k = emit(a, G, strcmp(node(a, ni)->op_type, "MSELoss") ? "BCEWithLogitsLossGrad" : "MSELossGrad", ins, 3, 2, want, outs, ins[1]);
     if (k < 0) return k;
     if (want[0] && (rc = contrib(a, ins[1], outs[0]))) return rc;
     if (want[1] && (rc = contrib(a, ins[2], outs[1]))) return rc;
@@ -357,6 +352,96 @@ static int r_reduce(ad *a, int ni, const int *dy, const int *want) {
     return contrib(a, X, g);
 }
 
+static int fused(ad *a, int ni) {
+    kl_gnode *n = node(a, ni);
+    if (!kl_gnode_attr(n, "_act") && n->n_in <= 3) return KL_OK;
+    char d[300];
+    return kl_err_set(a->e, KL_EUNSUPPORTED, "%s: no gradient rule for a fused node (run autodiff before kl_graph_optimize)", kl_gnode_desc(n, d, sizeof d));
+}
+
+static int r_conv(ad *a, int ni, const int *dy, const int *want) {
+    static const char *const at[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", NULL};
+    int rc = fused(a, ni);
+    if (rc) return rc;
+    int X = in_v(a, ni, 0), W = in_v(a, ni, 1), B = in_v(a, ni, 2), ins[3] = {dy[0], X, W}, outs[3];
+    int w3[3] = {want[1], B >= 0 && want[2], want[0]};
+    int k = emit(a, G, "ConvGrad", ins, 3, 3, w3, outs, W >= 0 ? W : X);
+    if (k < 0) return k;
+    if ((rc = copy_attrs(a, ni, k, at))) return rc;
+    if (w3[0] && (rc = contrib(a, W, outs[0]))) return rc;
+    if (w3[1] && (rc = contrib(a, B, outs[1]))) return rc;
+    if (w3[2] && (rc = contrib(a, X, outs[2]))) return rc;
+    return KL_OK;
+}
+
+static int r_pool(ad *a, int ni, const int *dy, const int *want) {
+    static const char *const at[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", NULL};
+    char op[64];
+    snprintf(op, sizeof op, "%sGrad", node(a, ni)->op_type);
+    int X = in_v(a, ni, 0), ins[2] = {dy[0], X}, k, rc;
+    int g = emit1(a, G, op, ins, 2, X, &k);
+    if (g < 0) return g;
+    if (strncmp(op, "Global", 6) && (rc = copy_attrs(a, ni, k, at))) return rc;
+    return contrib(a, X, g);
+}
+
+static int r_bn(ad *a, int ni, const int *dy, const int *want) {
+    static const char *const at[] = {"epsilon", "training_mode", NULL};
+    int ins[5] = {dy[0], in_v(a, ni, 0), in_v(a, ni, 1), in_v(a, ni, 3), in_v(a, ni, 4)}, outs[3], rc;
+    int k = emit(a, G, "BatchNormalizationGrad", ins, 5, 3, want, outs, ins[1]);
+    if (k < 0) return k;
+    if ((rc = copy_attrs(a, ni, k, at))) return rc;
+    for (int i = 0; i < 3; i++)
+        if (want[i] && (rc = contrib(a, in_v(a, ni, i), outs[i]))) return rc;
+    return KL_OK;
+}
+
+static int r_ln(ad *a, int ni, const int *dy, const int *want) {
+    static const char *const at[] = {"axis", "epsilon", NULL};
+    int ins[3] = {dy[0], in_v(a, ni, 0), in_v(a, ni, 1)}, outs[3], rc;
+    int w3[3] = {want[0], want[1], in_v(a, ni, 2) >= 0 && want[2]};
+    int k = emit(a, G, "LayerNormalizationGrad", ins, 3, 3, w3, outs, ins[1]);
+    if (k < 0) return k;
+    if ((rc = copy_attrs(a, ni, k, at))) return rc;
+    for (int i = 0; i < 3; i++)
+        if (w3[i] && (rc = contrib(a, in_v(a, ni, i), outs[i]))) return rc;
+    return KL_OK;
+}
+
+/* ai.keel.train::Dropout: dy * mask / (1 - ratio); the mask output is added
+ * to the forward node when the graph omitted it. */
+static int r_dropout(ad *a, int ni, const int *dy, const int *want) {
+    kl_gnode *n = node(a, ni);
+    int mask = n->n_out > 1 ? n->outputs[1] : -1, k, rc;
+    if (mask < 0) {
+        char nm[300];
+        int t = 0;
+        do snprintf(nm, sizeof nm, "%.200s_mask%d", a->g->values[n->outputs[0]].name, t++);
+        while (kl_graph_find_value(a->g, nm) >= 0);
+        if ((mask = kl_graph_value(a->g, nm)) < 0) return oom(a);
+        n = node(a, ni);
+        int *no = realloc(n->outputs, sizeof(int) * 2);
+        if (!no) return oom(a);
+        n->outputs = no;
+        n->outputs[1] = mask;
+        n->n_out = 2;
+    }
+    float ratio = kl_gnode_attr_float(n, "ratio", 0.5f);
+    int X = in_v(a, ni, 0), ins[2] = {dy[0], mask};
+    int g = emit1(a, G, "DropoutGrad", ins, 2, X, &k);
+    if (g < 0) return g;
+    if ((rc = set_float(a, k, "ratio", ratio))) return rc;
+    return contrib(a, X, g);
+}
+
+/* Cast (f32 <-> f16 ...): the gradient is cast back to the input's type. */
+static int r_cast(ad *a, int ni, const int *dy, const int *want) {
+    int X = in_v(a, ni, 0), ins[2] = {dy[0], X};
+    int g = emit1(a, "", "CastLike", ins, 2, X, NULL);
+    if (g < 0) return g;
+    return contrib(a, X, g);
+}
+
 typedef struct {
     const char *domain, *op;
     rule_fn fn;
@@ -374,11 +459,15 @@ static const rule rules[] = {
     {"", "Flatten", r_reshape, 1}, {"", "Reshape", r_reshape, 1}, {"", "Squeeze", r_reshape, 1},
     {"", "Unsqueeze", r_reshape, 1}, {"", "Transpose", r_transpose, 1},
     {"", "Gather", r_gather, 1},
+    {"", "Conv", r_conv, 7}, {"", "MaxPool", r_pool, 1}, {"", "AveragePool", r_pool, 1},
+    {"", "GlobalAveragePool", r_pool, 1}, {"", "BatchNormalization", r_bn, 7}, {"", "LayerNormalization", r_ln, 7},
     {"", "ReduceSum", r_reduce, 1}, {"", "ReduceMean", r_reduce, 1},
     {"", "Dropout", r_dropout_inf, 1},
+    {"", "Cast", r_cast, 1},
+    {KL__TRAIN_DOMAIN, "Dropout", r_dropout, 1},
     {KL__TRAIN_DOMAIN, "CrossEntropyLoss", r_ce, 1},
-    {KL__TRAIN_DOMAIN, "BCEWithLogitsLoss", r_bce, 1},
-    {KL__TRAIN_DOMAIN, "MSELoss", r_mse, 3},
+    {KL__TRAIN_DOMAIN, "BCEWithLogitsLoss", r_zt, 3},
+    {KL__TRAIN_DOMAIN, "MSELoss", r_zt, 3},
 };
 
 static const rule *find_rule(const char *domain, const char *op) {
@@ -394,6 +483,10 @@ int kl_graph_has_grad(const char *domain, const char *op_type) { return find_rul
  * ================================================================== */
 
 int kl_graph_autodiff(kl_graph *g, int loss, const int *wrt, int n_wrt, int *grads, kl_err *e) {
+    return kl_graph_autodiff_seed(g, loss, -1, wrt, n_wrt, grads, e);
+}
+
+int kl_graph_autodiff_seed(kl_graph *g, int loss, int seed_v, const int *wrt, int n_wrt, int *grads, kl_err *e) {
     int rc = KL_OK;
     ad a;
     memset(&a, 0, sizeof a);
@@ -443,8 +536,9 @@ int kl_graph_autodiff(kl_graph *g, int loss, const int *wrt, int n_wrt, int *gra
             for (int k = 0; k < n->n_in; k++)
                 if (n->inputs[k] >= 0) onpath[n->inputs[k]] = 1;
     }
+    if (seed_v >= g->n_values) { rc = kl_err_set(e, KL_EINVAL, "autodiff: seed value %d does not exist", seed_v); goto done; }
     if (a.needs[loss]) {
-        int seed = emit1(&a, G, "OnesLike", &loss, 1, loss, NULL);
+        int seed = seed_v >= 0 ? emit1(&a, "", "Identity", &seed_v, 1, loss, NULL) : emit1(&a, G, "OnesLike", &loss, 1, loss, NULL);
         if (seed < 0) { rc = seed; goto done; }
         if ((rc = contrib(&a, loss, seed))) goto done;
     }

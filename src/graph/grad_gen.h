@@ -127,13 +127,14 @@ static double FN(ce)(int64_t B, int64_t K, const R *z, const int64_t *lab, doubl
     return ((1 - eps) * nll + eps / (double)K * smooth) / wsum;
 }
 
-/* Binary cross-entropy with logits, mean over n elements. */
-static double FN(bce)(int64_t n, const R *z, const R *t, double scale, R *dz) {
+/* Binary cross-entropy with logits, mean over n elements; dt = d/dt when wanted. */
+static double FN(bce)(int64_t n, const R *z, const R *t, double scale, R *dz, R *dt) {
     double l = 0;
     for (int64_t i = 0; i < n; i++) {
         double x = z[i], y = t[i];
         l += (x > 0 ? x : 0) - x * y + log1p(exp(-fabs(x)));
         if (dz) dz[i] = (R)(scale * (1 / (1 + exp(-x)) - y) / (double)n);
+        if (dt) dt[i] = (R)(-scale * x / (double)n);
     }
     return l / (double)n;
 }

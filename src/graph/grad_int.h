@@ -18,4 +18,18 @@ int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_ten
 void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool);
 
+/* ai.keel.train::Dropout's mask bit of element i for this seed (1 = kept). */
+uint8_t kl__dropout_keep(uint64_t seed, uint64_t i, float ratio);
+
+/* Float64 / training-mode paths of standard ops (grad_nn.c), called from a
+ * dtype branch in ops_nn.c. */
+int kl__conv64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e);
+int kl__conv64_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e);
+int kl__pool64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e);
+int kl__pool64_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e);
+int kl__bn_ext_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e);
+int kl__bn_ext_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e);
+int kl__ln64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e);
+int kl__ln64_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e);
+
 #endif

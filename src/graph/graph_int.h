@@ -48,7 +48,8 @@ extern const kl_op kl__ops_nn[];
 extern const kl_op kl__ops_shape[];
 extern const kl_op kl__ops_misc[];
 extern const kl_op kl__ops_grad[];  /* ai.keel.grad (ops_grad.c) */
-extern const kl_op kl__ops_train[]; /* ai.keel.train (ops_train.c) */
+extern const kl_op kl__ops_train[]; /* ai.keel.train (ops_grad.c) */
+extern const kl_op kl__ops_grad_nn[]; /* ai.keel.grad conv/pool/norm gradients (grad_nn.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path

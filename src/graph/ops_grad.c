@@ -193,6 +193,14 @@ static int expand_like_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
 
 static int pw_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
+    if (in[0]->dtype == KL_F16 || in[0]->dtype == KL_BF16) { /* fp16 training: through f32 in the workspace */
+        if ((rc = kl__same_dtype(n, in[0], "the gradient", in[1], "the forward value", e)) ||
+            (rc = kl__same_shape(n, in[0], "the gradient", in[1], "the forward value", e)))
+            return rc;
+        kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+        *ws = (size_t)kl_tensor_numel(in[0]) * 3 * sizeof(float) + 128;
+        return KL_OK;
+    }
     if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = kl__same_dtype(n, in[0], "the gradient", in[1], "the forward value", e)) ||
         (rc = kl__same_shape(n, in[0], "the gradient", in[1], "the forward value", e)))
         return rc;
@@ -204,6 +212,14 @@ static int pw_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     int kind = !strcmp(t, "ReluGrad") ? PW_RELU : !strcmp(t, "SigmoidGrad") ? PW_SIGMOID : !strcmp(t, "TanhGrad") ? PW_TANH :
                !strcmp(t, "GeluGrad") ? PW_GELU : PW_ERF;
     int64_t m = kl_tensor_numel(in[0]);
+    if (in[0]->dtype == KL_F16 || in[0]->dtype == KL_BF16) {
+        float *a = x->ws, *b = a + m + 16, *c = b + m + 16;
+        int rc;
+        if ((rc = kl_cast(in[0]->dtype, in[0]->data, KL_F32, a, m, x->pool, e)) || (rc = kl_cast(in[1]->dtype, in[1]->data, KL_F32, b, m, x->pool, e)))
+            return rc;
+        pointwise_grad_f32(kind, m, a, b, c, x->pool);
+        return kl_cast(KL_F32, c, out[0]->dtype, out[0]->data, m, x->pool, e);
+    }
     if (in[0]->dtype == KL_F32) pointwise_grad_f32(kind, m, in[0]->data, in[1]->data, out[0]->data, x->pool);
     else pointwise_grad_f64(kind, m, in[0]->data, in[1]->data, out[0]->data, x->pool);
     return KL_OK;
@@ -388,9 +404,9 @@ static int zt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     int64_t m = kl_tensor_numel(in[0]);
     int bce = !strcmp(n->op_type, "BCEWithLogitsLoss");
     if (in[0]->dtype == KL_F32)
-        ((float *)out[0]->data)[0] = (float)(bce ? bce_f32(m, in[0]->data, in[1]->data, 1, NULL) : mse_f32(m, in[0]->data, in[1]->data, 1, NULL, NULL));
+        ((float *)out[0]->data)[0] = (float)(bce ? bce_f32(m, in[0]->data, in[1]->data, 1, NULL, NULL) : mse_f32(m, in[0]->data, in[1]->data, 1, NULL, NULL));
     else
-        ((double *)out[0]->data)[0] = bce ? bce_f64(m, in[0]->data, in[1]->data, 1, NULL) : mse_f64(m, in[0]->data, in[1]->data, 1, NULL, NULL);
+        ((double *)out[0]->data)[0] = bce ? bce_f64(m, in[0]->data, in[1]->data, 1, NULL, NULL) : mse_f64(m, in[0]->data, in[1]->data, 1, NULL, NULL);
     return KL_OK;
 }
 static int zt_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
@@ -405,13 +421,94 @@ static int zt_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     double s = kl__dbl_at(in[0], 0);
     void *dz = out[0] ? out[0]->data : NULL, *dt = n_out > 1 && out[1] ? out[1]->data : NULL;
     if (!strcmp(n->op_type, "BCEWithLogitsLossGrad")) {
-        if (!dz) return KL_OK;
-        if (in[1]->dtype == KL_F32) bce_f32(m, in[1]->data, in[2]->data, s, dz);
-        else bce_f64(m, in[1]->data, in[2]->data, s, dz);
+        if (in[1]->dtype == KL_F32) bce_f32(m, in[1]->data, in[2]->data, s, dz, dt);
+        else bce_f64(m, in[1]->data, in[2]->data, s, dz, dt);
         return KL_OK;
     }
     if (in[1]->dtype == KL_F32) mse_f32(m, in[1]->data, in[2]->data, s, dz, dt);
     else mse_f64(m, in[1]->data, in[2]->data, s, dz, dt);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * ai.keel.train::Dropout(x, seed int64 scalar) attr ratio -> (y, mask)
+ * mask from a counter-based generator keyed by the seed: element i is kept
+ * when hash(seed, i) >= ratio (24-bit uniform), so any thread split and any
+ * resume give the same mask. y = x * mask / (1 - ratio).
+ * ai.keel.grad::DropoutGrad(dy, mask) attr ratio -> dy * mask / (1 - ratio).
+ * ================================================================== */
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+uint8_t kl__dropout_keep(uint64_t seed, uint64_t i, float ratio) {
+    uint64_t h = mix64(seed * 0x9E3779B97F4A7C15ull + mix64(i + 0x632BE59BD9B4E019ull));
+    return (float)(h >> 40) * 0x1.0p-24f >= ratio;
+}
+
+typedef struct { const kl_tensor *x, *dy; const uint8_t *mask_in; kl_tensor *y; uint8_t *mask; uint64_t seed; float ratio; double scale; } drop_job;
+
+static void drop_range(void *ctx, size_t b, size_t en, int chunk) {
+    const drop_job *j = ctx;
+    if (j->mask) /* forward */
+        for (size_t i = b; i < en; i++) j->mask[i] = kl__dropout_keep(j->seed, i, j->ratio);
+    const uint8_t *m = j->mask ? j->mask : j->mask_in;
+    const kl_tensor *src = j->mask ? j->x : j->dy;
+    if (src->dtype == KL_F32) {
+        const float *x = src->data;
+        float *y = j->y->data, sc = (float)j->scale;
+        for (size_t i = b; i < en; i++) y[i] = m[i] ? x[i] * sc : 0.f;
+    } else if (src->dtype == KL_F64) {
+        const double *x = src->data;
+        double *y = j->y->data;
+        for (size_t i = b; i < en; i++) y[i] = m[i] ? x[i] * j->scale : 0.0;
+    } else {
+        for (size_t i = b; i < en; i++) kl__set_dbl(j->y, (int64_t)i, m[i] ? kl__dbl_at(src, (int64_t)i) * j->scale : 0.0);
+    }
+}
+
+static int drop_check(kl_gnode *n, kl_err *e) {
+    float r = kl_gnode_attr_float(n, "ratio", 0.5f);
+    if (!(r >= 0.f && r < 1.f)) return kl__fail_node(e, n, KL_EINVAL, "ratio %g outside [0, 1)", (double)r);
+    return KL_OK;
+}
+static int tdrop_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = drop_check(n, e))) return rc;
+    if (in[0]->dtype != KL_F32 && in[0]->dtype != KL_F64 && in[0]->dtype != KL_F16 && in[0]->dtype != KL_BF16)
+        return kl__fail_node(e, n, KL_ETYPE, "input is %s (a float type needed)", kl_dtype_name(in[0]->dtype));
+    if (n_in > 1 && in[1] && (kl_tensor_numel(in[1]) != 1 || (in[1]->dtype != KL_I64 && in[1]->dtype != KL_U64 && in[1]->dtype != KL_I32)))
+        return kl__fail_node(e, n, KL_ETYPE, "seed must be one int64");
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    if (n_out > 1) kl__set_shape(&out[1], KL_BOOL, in[0]->rank, in[0]->dims);
+    else *ws = (size_t)kl_tensor_numel(in[0]);
+    return KL_OK;
+}
+static int tdrop_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    float ratio = kl_gnode_attr_float(n, "ratio", 0.5f);
+    int64_t m = kl_tensor_numel(in[0]);
+    drop_job j = {in[0], NULL, NULL, out[0], n_out > 1 && out[1] ? out[1]->data : x->ws,
+                  n_in > 1 && in[1] ? (uint64_t)kl__int_at(in[1], 0) : 0, ratio, 1.0 / (1.0 - ratio)};
+    if (m < 32768) drop_range(&j, 0, (size_t)m, 0);
+    else kl_pool_parallel_for(x->pool, (size_t)m, 16384, drop_range, &j);
+    return KL_OK;
+}
+static int dropg_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    if ((rc = drop_check(n, e)) || (rc = kl__same_shape(n, in[0], "the gradient", in[1], "the mask", e))) return rc;
+    if (in[1]->dtype != KL_BOOL) return kl__fail_node(e, n, KL_ETYPE, "mask is %s (bool needed)", kl_dtype_name(in[1]->dtype));
+    kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
+    return KL_OK;
+}
+static int dropg_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    float ratio = kl_gnode_attr_float(n, "ratio", 0.5f);
+    int64_t m = kl_tensor_numel(in[0]);
+    drop_job j = {NULL, in[0], in[1]->data, out[0], NULL, 0, ratio, 1.0 / (1.0 - ratio)};
+    if (m < 32768) drop_range(&j, 0, (size_t)m, 0);
+    else kl_pool_parallel_for(x->pool, (size_t)m, 16384, drop_range, &j);
     return KL_OK;
 }
 
@@ -424,6 +521,7 @@ static const char *const a_scale[] = {"scale", NULL};
 static const char *const a_axis[] = {"axis", "coerce", NULL};
 static const char *const a_input[] = {"input", NULL};
 static const char *const a_expand[] = {"axes", "mean", NULL};
+static const char *const a_ratio[] = {"ratio", NULL};
 static const char *const a_ce[] = {"label_smoothing", NULL};
 
 #define GOP(name, mi, ma, mo, xo, attrs, inf, run) {name, KL__GRAD_DOMAIN, 1, 1000, mi, ma, mo, xo, attrs, NULL, inf, run, KL_OP_NOFOLD}
@@ -444,8 +542,9 @@ const kl_op kl__ops_grad[] = {
     GOP("MatMulGrad", 3, 3, 1, 1, a_input, mm_grad_infer, mm_grad_run),
     GOP("GatherGrad", 3, 3, 1, 1, no_attrs, gather_grad_infer, gather_grad_run),
     GOP("CrossEntropyLossGrad", 3, 4, 1, 1, a_ce, ce_grad_infer, ce_grad_run),
-    GOP("BCEWithLogitsLossGrad", 3, 3, 1, 1, no_attrs, zt_grad_infer, zt_grad_run),
+    GOP("BCEWithLogitsLossGrad", 3, 3, 1, 2, no_attrs, zt_grad_infer, zt_grad_run),
     GOP("MSELossGrad", 3, 3, 1, 2, no_attrs, zt_grad_infer, zt_grad_run),
+    GOP("DropoutGrad", 2, 2, 1, 1, a_ratio, dropg_infer, dropg_run),
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };
 
@@ -455,5 +554,6 @@ const kl_op kl__ops_train[] = {
     TOP("CrossEntropyLoss", 2, 3, 1, 1, a_ce, ce_infer, ce_run, 0),
     TOP("BCEWithLogitsLoss", 2, 2, 1, 1, no_attrs, zt_infer, zt_run, 0),
     TOP("MSELoss", 2, 2, 1, 1, no_attrs, zt_infer, zt_run, 0),
+    TOP("Dropout", 1, 2, 1, 2, a_ratio, tdrop_infer, tdrop_run, KL_OP_NOFOLD),
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

@@ -4,6 +4,7 @@
  * Reduce* ArgMax ArgMin Resize LRN TopK. f32 fast paths; other dtypes
  * through simple generic loops where the node tests need them. */
 #include "graph/graph_int.h"
+#include "graph/grad_int.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -295,6 +296,7 @@ static int conv_res_shape(kl_gnode *n, const kl_conv_params *p, const kl_tensor 
 }
 
 static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__conv64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc, rank, same;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_conv_params p;
@@ -308,6 +310,7 @@ static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 }
 
 static int conv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__conv64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     kl_conv_params p;
     int rc = conv_params(n, in, n_in, &p, e), rank, same;
     if (rc) return rc;
@@ -495,6 +498,7 @@ static int pool_params(kl_gnode *n, const kl_tensor *X, kl_pooling_params *p, kl
 }
 
 static int pool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_pooling_params p;
@@ -509,6 +513,7 @@ static int pool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 }
 
 static int pool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     kl_pooling_params p;
     int rc = pool_params(n, in[0], &p, e);
     if (rc) return rc;
@@ -518,6 +523,7 @@ static int pool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 }
 
 static int gpool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (in[0]->rank < 3) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d < 3", in[0]->rank);
@@ -527,6 +533,7 @@ static int gpool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *o
     return KL_OK;
 }
 static int gpool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__pool64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     int64_t S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
     if (!strcmp(n->op_type, "GlobalMaxPool")) kl_global_maxpool_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, out[0]->data, x->pool);
@@ -544,6 +551,7 @@ static int same_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 }
 
 static int bn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64 || kl_gnode_attr_int(n, "training_mode", 0) || n_out > 1) return kl__bn_ext_infer(n, in, n_in, out, n_out, ws, e); /* grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     if (kl_gnode_attr_int(n, "training_mode", 0) || n_out > 1) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training mode is not supported", n->opset);
@@ -554,6 +562,7 @@ static int bn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 static int bn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64 || kl_gnode_attr_int(n, "training_mode", 0) || n_out > 1) return kl__bn_ext_run(n, in, n_in, out, n_out, x, e); /* grad_nn.c */
     int64_t S = 1;
     for (int i = 2; i < in[0]->rank; i++) S *= in[0]->dims[i];
     kl_batchnorm_f32(in[0]->dims[0], in[0]->dims[1], S, in[0]->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data,
@@ -562,6 +571,7 @@ static int bn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 }
 
 static int ln_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__ln64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc;
     if ((rc = need_f32(n, in[0], e))) return rc;
     int64_t ax;
@@ -577,6 +587,7 @@ static int ln_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 static int ln_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (in[0]->dtype == KL_F64) return kl__ln64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     int64_t ax;
     kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax);
     int64_t rows = 1, cols = 1;

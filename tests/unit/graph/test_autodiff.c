@@ -358,3 +358,330 @@ KL_TEST(graph_autodiff_errors) {
     kl_graph_free(g);
     for (int i = 0; i < 6; i++) kl_tensor_free(ins[i]);
 }
+
+/* ---------------------------------------------------------------- CNN ops */
+
+/* conv(pad 1)-bn(train)-relu-maxpool-flatten-gemm-CE */
+KL_TEST(graph_autodiff_cnn_conv_bn_pool_ce) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "W1"); g_input(g, "b1"); g_input(g, "gs"); g_input(g, "gb"); g_input(g, "rm"); g_input(g, "rv");
+    g_input(g, "Wf"); g_input(g, "bf"); g_input(g, "y");
+    int64_t p1[4] = {1, 1, 1, 1}, k2[2] = {2, 2}, s2[2] = {2, 2};
+    int k = g_node(g, "", "Conv", "x,W1,b1", "c1");
+    a_ints(g, k, "pads", 4, p1);
+    k = g_node(g, "", "BatchNormalization", "c1,gs,gb,rm,rv", "bn,rm_out,rv_out");
+    a_int(g, k, "training_mode", 1); a_float(g, k, "momentum", 0.9f);
+    g_node(g, "", "Relu", "bn", "r");
+    k = g_node(g, "", "MaxPool", "r", "mp");
+    a_ints(g, k, "kernel_shape", 2, k2); a_ints(g, k, "strides", 2, s2);
+    g_node(g, "", "Flatten", "mp", "f");
+    k = g_node(g, "", "Gemm", "f,Wf,bf", "z");
+    a_int(g, k, "transB", 1);
+    g_node(g, "ai.keel.train", "CrossEntropyLoss", "z,y", "loss");
+    g_output(g, "loss"); g_output(g, "rm_out"); g_output(g, "rv_out");
+    kl_tensor *ins[10];
+    int64_t dx[4] = {3, 2, 6, 6}, dw[4] = {4, 2, 3, 3}, dc[1] = {4}, dwf[2] = {3, 36}, dbf[1] = {3};
+    ins[0] = rnd(KL_F64, 4, dx, 1, 0); ins[1] = rnd(KL_F64, 4, dw, 0.5, 0); ins[2] = rnd(KL_F64, 1, dc, 0.2, 0);
+    ins[3] = rnd(KL_F64, 1, dc, 0.3, 1); ins[4] = rnd(KL_F64, 1, dc, 0.3, 0); ins[5] = rnd(KL_F64, 1, dc, 0.1, 0);
+    ins[6] = rnd(KL_F64, 1, dc, 0.1, 1); ins[7] = rnd(KL_F64, 2, dwf, 0.3, 0); ins[8] = rnd(KL_F64, 1, dbf, 0.1, 0);
+    ins[9] = labels(3, 3);
+    gradcheck("cnn", g, ins, 10, "x,W1,b1,gs,gb,Wf,bf", 1e-6);
+}
+
+/* grouped/strided/dilated conv with asymmetric pads, average pools, sigmoid,
+ * global average pool, softmax, MSE */
+static void conv_variants(int cip) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "W"); g_input(g, "b"); g_input(g, "t");
+    int64_t pads[4] = {1, 0, 2, 1}, st[2] = {2, 1}, dl[2] = {1, 2}, k3[2] = {3, 3}, s2[2] = {2, 2}, pp[4] = {1, 1, 1, 1};
+    int k = g_node(g, "", "Conv", "x,W,b", "c");
+    a_ints(g, k, "pads", 4, pads); a_ints(g, k, "strides", 2, st); a_ints(g, k, "dilations", 2, dl); a_int(g, k, "group", 2);
+    k = g_node(g, "", "AveragePool", "c", "ap");
+    a_ints(g, k, "kernel_shape", 2, k3); a_ints(g, k, "strides", 2, s2); a_ints(g, k, "pads", 4, pp); a_int(g, k, "count_include_pad", cip);
+    g_node(g, "", "Sigmoid", "ap", "sg");
+    g_node(g, "", "GlobalAveragePool", "sg", "gp");
+    k = g_node(g, "", "Flatten", "gp", "f");
+    k = g_node(g, "", "Softmax", "f", "sm");
+    a_int(g, k, "axis", -1);
+    g_node(g, "ai.keel.train", "MSELoss", "sm,t", "loss");
+    g_output(g, "loss");
+    kl_tensor *ins[4];
+    int64_t dx[4] = {2, 4, 9, 8}, dw[4] = {6, 2, 3, 2}, db[1] = {6}, dt[2] = {2, 6};
+    ins[0] = rnd(KL_F64, 4, dx, 1, 0); ins[1] = rnd(KL_F64, 4, dw, 1, 0); ins[2] = rnd(KL_F64, 1, db, 0.5, 0); ins[3] = rnd(KL_F64, 2, dt, 0.2, 0.2);
+    gradcheck(cip ? "conv_variants_cip" : "conv_variants", g, ins, 4, "x,W,b,t", 1e-6);
+}
+KL_TEST(graph_autodiff_conv_groups_stride_dilation_avgpool) { conv_variants(0); }
+KL_TEST(graph_autodiff_avgpool_count_include_pad) { conv_variants(1); }
+
+/* embedding (Gather) - LayerNorm - GELU as the trainer emits it (Div, Erf, Add,
+ * Mul, Mul with constants) - Tanh - MatMul - BCEWithLogits */
+KL_TEST(graph_autodiff_embedding_layernorm_gelu_bce) {
+    kl_graph *g = new_graph();
+    g_input(g, "idx"); g_input(g, "E"); g_input(g, "ls"); g_input(g, "lb"); g_input(g, "W"); g_input(g, "t");
+    double c2 = sqrt(2.0), c1 = 1.0, ch = 0.5;
+    const char *cn[3] = {"gelu_sqrt2", "gelu_one", "gelu_half"};
+    double cv[3] = {c2, c1, ch};
+    for (int i = 0; i < 3; i++) {
+        int v = kl_graph_value(g, cn[i]);
+        kl_err e;
+        kl_tensor_new(KL_F64, 0, NULL, KL_TAG_PARAMS, &g->values[v].init, &e);
+        ((double *)g->values[v].init->data)[0] = cv[i];
+    }
+    g_node(g, "", "Gather", "E,idx", "emb");                 /* (B, T, D) */
+    int k = g_node(g, "", "LayerNormalization", "emb,ls,lb", "ln");
+    a_int(g, k, "axis", -1);
+    g_node(g, "", "Div", "ln,gelu_sqrt2", "g1");
+    g_node(g, "", "Erf", "g1", "g2");
+    g_node(g, "", "Add", "g2,gelu_one", "g3");
+    g_node(g, "", "Mul", "ln,g3", "g4");
+    g_node(g, "", "Mul", "g4,gelu_half", "gl");
+    g_node(g, "", "Tanh", "gl", "th");
+    g_node(g, "", "MatMul", "th,W", "z");                   /* (B, T, 1) */
+    g_node(g, "ai.keel.train", "BCEWithLogitsLoss", "z,t", "loss");
+    g_output(g, "loss");
+    kl_tensor *ins[6];
+    int64_t di[2] = {2, 3}, de[2] = {5, 4}, dd[1] = {4}, dw[2] = {4, 1}, dt[3] = {2, 3, 1};
+    kl_err e;
+    kl_tensor_new(KL_I64, 2, di, KL_TAG_OTHER, &ins[0], &e);
+    int64_t iv[6] = {0, 3, 4, 3, 1, 0};
+    memcpy(ins[0]->data, iv, sizeof iv);
+    ins[1] = rnd(KL_F64, 2, de, 1, 0); ins[2] = rnd(KL_F64, 1, dd, 0.3, 1); ins[3] = rnd(KL_F64, 1, dd, 0.3, 0);
+    ins[4] = rnd(KL_F64, 2, dw, 1, 0); ins[5] = rnd(KL_F64, 3, dt, 0.5, 0.5);
+    gradcheck("emb_ln_gelu", g, ins, 6, "E,ls,lb,W,t", 1e-6);
+}
+
+/* ---------------------------------------------------------------- shape ops, softmax, dropout, cast */
+
+/* Transpose - Unsqueeze - Squeeze - Identity - LogSoftmax - Softmax - ReduceMean(axes) - Sub - ReduceSum */
+KL_TEST(graph_autodiff_shape_ops_softmax_reduce) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "w"); g_input(g, "b");
+    int64_t perm[3] = {2, 0, 1}, ax0[1] = {0}, ax1[1] = {1};
+    int k = g_node(g, "", "Transpose", "x", "t");
+    a_ints(g, k, "perm", 3, perm);
+    kl_err e;
+    int av = kl_graph_value(g, "ax0");
+    int64_t one = 1;
+    kl_tensor_new(KL_I64, 1, &one, KL_TAG_PARAMS, &g->values[av].init, &e);
+    ((int64_t *)g->values[av].init->data)[0] = 0;
+    g_node(g, "", "Unsqueeze", "t,ax0", "u");
+    g_node(g, "", "Squeeze", "u,ax0", "s");
+    g_node(g, "", "Identity", "s", "i");
+    k = g_node(g, "", "LogSoftmax", "i", "ls");
+    a_int(g, k, "axis", 1);
+    k = g_node(g, "", "Softmax", "ls", "sm");
+    a_int(g, k, "axis", -1);
+    g_node(g, "", "Mul", "sm,w", "mw");
+    k = g_node(g, "", "ReduceMean", "mw", "rm");
+    a_ints(g, k, "axes", 1, ax1); a_int(g, k, "keepdims", 0);
+    g_node(g, "", "Sub", "rm,b", "d");          /* (4,3) - (2,1,3) broadcast */
+    g_node(g, "", "Mul", "d,d", "d2");
+    k = g_node(g, "", "ReduceSum", "d2", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    (void)ax0;
+    kl_tensor *ins[3];
+    int64_t dx[3] = {2, 3, 4}, dw[3] = {4, 2, 3}, db[3] = {2, 1, 3};
+    ins[0] = rnd(KL_F64, 3, dx, 1, 0); ins[1] = rnd(KL_F64, 3, dw, 1, 0); ins[2] = rnd(KL_F64, 3, db, 1, 0);
+    gradcheck("shape_softmax", g, ins, 3, "x,w,b", 1e-6);
+}
+
+static kl_graph *dropout_graph(float ratio) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "seed"); g_input(g, "w");
+    int k = g_node(g, "ai.keel.train", "Dropout", "x,seed", "dr");
+    a_float(g, k, "ratio", ratio);
+    g_node(g, "", "Mul", "dr,w", "m");
+    g_node(g, "", "Tanh", "m", "th");
+    k = g_node(g, "", "ReduceSum", "th", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    return g;
+}
+static kl_tensor *seed_tensor(int64_t s) {
+    kl_tensor *t;
+    kl_err e;
+    kl_tensor_new(KL_I64, 0, NULL, KL_TAG_OTHER, &t, &e);
+    ((int64_t *)t->data)[0] = s;
+    return t;
+}
+
+KL_TEST(graph_autodiff_dropout) {
+    kl_tensor *ins[3];
+    int64_t d[2] = {6, 5};
+    ins[0] = rnd(KL_F64, 2, d, 1, 0); ins[1] = seed_tensor(1234); ins[2] = rnd(KL_F64, 2, d, 1, 0);
+    gradcheck("dropout", dropout_graph(0.3f), ins, 3, "x,w", 1e-6);
+    /* mask statistics, scaling, and bit-identity at 1 and 2 threads (f32, big) */
+    kl_err e;
+    int64_t big[2] = {512, 384};
+    kl_tensor *in2[3] = {rnd(KL_F32, 2, big, 1, 2), seed_tensor(99), rnd(KL_F32, 2, big, 0, 1)}, *o1[4] = {0}, *o2[4] = {0};
+    kl_graph *g = dropout_graph(0.25f);
+    int w = kl_graph_find_value(g, "x"), gr;
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], &w, 1, &gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    kl_pool *p1, *p2;
+    KT_OK(kl_pool_new(1, &p1, &e), &e);
+    KT_OK(kl_pool_new(2, &p2, &e), &e);
+    KT_OK(run_f32(g, in2, 3, p1, o1, &e), &e);
+    KT_OK(run_f32(g, in2, 3, p2, o2, &e), &e);
+    KT_CHECK(!memcmp(o1[1]->data, o2[1]->data, o1[1]->nbytes));
+    int64_t n = kl_tensor_numel(in2[0]), kept = 0;
+    const float *gx = o1[1]->data, *xv = in2[0]->data;
+    for (int64_t i = 0; i < n; i++) {
+        /* d/dx tanh(x * mask / 0.75) = mask / 0.75 * (1 - tanh^2) */
+        if (gx[i] != 0) kept++;
+        double t = tanh(xv[i] / 0.75);
+        KT_CHECKF(gx[i] == 0 || fabs(gx[i] - (1 - t * t) / 0.75) < 1e-5, "element %lld", (long long)i);
+    }
+    KT_CHECKF(fabs((double)kept / (double)n - 0.75) < 0.01, "kept fraction %g", (double)kept / (double)n);
+    /* another seed gives another mask */
+    kl_tensor_free(in2[1]);
+    in2[1] = seed_tensor(100);
+    kl_tensor *o3[4] = {0};
+    KT_OK(run_f32(g, in2, 3, p2, o3, &e), &e);
+    KT_CHECK(memcmp(o1[1]->data, o3[1]->data, o1[1]->nbytes) != 0);
+    for (int i = 0; i < 4; i++) { kl_tensor_free(o1[i]); kl_tensor_free(o2[i]); kl_tensor_free(o3[i]); }
+    for (int i = 0; i < 3; i++) kl_tensor_free(in2[i]);
+    kl_pool_free(p1);
+    kl_pool_free(p2);
+    kl_graph_free(g);
+}
+
+/* f32 -> Cast(f16) -> Relu -> Cast(f32) -> Mul w -> ReduceSum: the gradient
+ * is cast back through f16 (w holds f16-exact values). */
+KL_TEST(graph_autodiff_cast_f16) {
+    kl_err e;
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "w");
+    int k = g_node(g, "", "Cast", "x", "h");
+    a_int(g, k, "to", 10); /* FLOAT16 */
+    g_node(g, "", "Relu", "h", "r");
+    k = g_node(g, "", "Cast", "r", "f");
+    a_int(g, k, "to", 1);
+    g_node(g, "", "Mul", "f,w", "m");
+    k = g_node(g, "", "ReduceSum", "m", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    int64_t d[1] = {64};
+    kl_tensor *ins[2] = {rnd(KL_F32, 1, d, 1, 0), rnd(KL_F32, 1, d, 1, 0)}, *o[3] = {0};
+    for (int i = 0; i < 64; i++) ((float *)ins[1]->data)[i] = (float)((i % 9) - 4) * 0.25f;
+    int w = kl_graph_find_value(g, "x"), gr;
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], &w, 1, &gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(run_f32(g, ins, 2, NULL, o, &e), &e);
+    KT_EQ_INT(o[1]->dtype, KL_F32);
+    for (int i = 0; i < 64; i++) {
+        float x = ((float *)ins[0]->data)[i], want = kl_f16_to_f32(kl_f32_to_f16(x)) > 0 ? ((float *)ins[1]->data)[i] : 0.f;
+        KT_CHECKF(((float *)o[1]->data)[i] == want, "element %d: %g, expected %g", i, ((float *)o[1]->data)[i], want);
+    }
+    for (int i = 0; i < 3; i++) kl_tensor_free(o[i]);
+    kl_tensor_free(ins[0]); kl_tensor_free(ins[1]);
+    kl_graph_free(g);
+}
+
+/* ---------------------------------------------------------------- f32 CNN: fast paths vs f64, threads */
+
+/* conv(pad 1) - relu - maxpool 2x2 - conv(stride 2, groups 2) - bn(train) - relu - GAP - flatten - gemm - CE */
+static kl_graph *cnn32_graph(void) {
+    kl_graph *g = new_graph();
+    const char *in[] = {"x", "W1", "b1", "W2", "b2", "gs", "gb", "rm", "rv", "Wf", "bf", "y"};
+    for (int i = 0; i < 12; i++) g_input(g, in[i]);
+    int64_t p1[4] = {1, 1, 1, 1}, k2[2] = {2, 2};
+    int k = g_node(g, "", "Conv", "x,W1,b1", "c1");
+    a_ints(g, k, "pads", 4, p1);
+    g_node(g, "", "Relu", "c1", "r1");
+    k = g_node(g, "", "MaxPool", "r1", "p1");
+    a_ints(g, k, "kernel_shape", 2, k2); a_ints(g, k, "strides", 2, k2);
+    k = g_node(g, "", "Conv", "p1,W2,b2", "c2");
+    a_ints(g, k, "pads", 4, p1); a_ints(g, k, "strides", 2, k2); a_int(g, k, "group", 2);
+    k = g_node(g, "", "BatchNormalization", "c2,gs,gb,rm,rv", "bn");
+    a_int(g, k, "training_mode", 1);
+    g_node(g, "", "Relu", "bn", "r2");
+    g_node(g, "", "GlobalAveragePool", "r2", "gp");
+    g_node(g, "", "Flatten", "gp", "f");
+    k = g_node(g, "", "Gemm", "f,Wf,bf", "z");
+    a_int(g, k, "transB", 1);
+    g_node(g, "ai.keel.train", "CrossEntropyLoss", "z,y", "loss");
+    g_output(g, "loss");
+    return g;
+}
+static void cnn32_inputs(kl_dtype dt, kl_tensor **ins) {
+    int64_t dx[4] = {11, 4, 12, 12}, w1[4] = {8, 4, 3, 3}, c8[1] = {8}, w2[4] = {6, 4, 3, 3}, c6[1] = {6}, wf[2] = {5, 6}, c5[1] = {5};
+    ins[0] = rnd(dt, 4, dx, 1, 0); ins[1] = rnd(dt, 4, w1, 0.4, 0); ins[2] = rnd(dt, 1, c8, 0.1, 0); ins[3] = rnd(dt, 4, w2, 0.4, 0);
+    ins[4] = rnd(dt, 1, c6, 0.1, 0); ins[5] = rnd(dt, 1, c6, 0.2, 1); ins[6] = rnd(dt, 1, c6, 0.2, 0); ins[7] = rnd(dt, 1, c6, 0, 0);
+    ins[8] = rnd(dt, 1, c6, 0, 1); ins[9] = rnd(dt, 2, wf, 0.5, 0); ins[10] = rnd(dt, 1, c5, 0.1, 0); ins[11] = labels(11, 5);
+}
+
+KL_TEST(graph_autodiff_cnn_f32_fast_paths) {
+    kl_err e;
+    kl_tensor *i32[12], *i64[12], *o1[16] = {0}, *o2[16] = {0}, *o64[16] = {0};
+    uint64_t seed = rng_state;
+    cnn32_inputs(KL_F32, i32);
+    rng_state = seed;
+    cnn32_inputs(KL_F64, i64);
+    const char *names[] = {"x", "W1", "b1", "W2", "b2", "gs", "gb", "Wf", "bf"};
+    kl_graph *g = cnn32_graph(), *g64 = cnn32_graph();
+    int w[9], w64[9], gr[9];
+    for (int i = 0; i < 9; i++) { w[i] = kl_graph_find_value(g, names[i]); w64[i] = kl_graph_find_value(g64, names[i]); }
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], w, 9, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_autodiff(g64, g64->outputs[0], w64, 9, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g64, &e), &e);
+    kl_pool *p1, *p2;
+    KT_OK(kl_pool_new(1, &p1, &e), &e);
+    KT_OK(kl_pool_new(2, &p2, &e), &e);
+    KT_OK(run_f32(g, i32, 12, p1, o1, &e), &e);
+    KT_OK(run_f32(g, i32, 12, p2, o2, &e), &e);
+    KT_OK(run_f32(g64, i64, 12, p2, o64, &e), &e);
+    for (int i = 0; i < g->n_outputs; i++) {
+        KT_CHECKF(!memcmp(o1[i]->data, o2[i]->data, o1[i]->nbytes), "output %d differs between 1 and 2 threads", i);
+        int64_t n = kl_tensor_numel(o1[i]);
+        double mx = 0, err = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double a = ((float *)o1[i]->data)[j], b = ((double *)o64[i]->data)[j];
+            if (fabs(b) > mx) mx = fabs(b);
+            if (fabs(a - b) > err) err = fabs(a - b);
+        }
+        KT_CHECKF(err <= 2e-4 * (mx > 0.01 ? mx : 0.01), "output %d (%s): f32 vs f64 max error %g (scale %g)", i,
+                  g->values[g->outputs[i]].name, err, mx);
+    }
+    for (int i = 0; i < 16; i++) { kl_tensor_free(o1[i]); kl_tensor_free(o2[i]); kl_tensor_free(o64[i]); }
+    for (int i = 0; i < 12; i++) { kl_tensor_free(i32[i]); kl_tensor_free(i64[i]); }
+    kl_pool_free(p1);
+    kl_pool_free(p2);
+    kl_graph_free(g);
+    kl_graph_free(g64);
+}
+
+KL_TEST(graph_autodiff_cnn32_graph_fd) {
+    kl_tensor *ins[12];
+    cnn32_inputs(KL_F64, ins);
+    gradcheck("cnn32", cnn32_graph(), ins, 12, "x,W1,b1,W2,b2,gs,gb,Wf,bf", 1e-6);
+}
+
+/* kl_graph_autodiff_seed: d(loss) from a graph input (loss scaling) */
+KL_TEST(graph_autodiff_seed_loss_scale) {
+    kl_err e;
+    kl_tensor *ins[8], *o1[8] = {0}, *o2[8] = {0};
+    mlp_inputs(KL_F32, 8, 6, 5, 3, 0, ins);
+    kl_graph *g = mlp_graph(0, 0), *g2 = mlp_graph(0, 0);
+    int sv = g_input(g2, "scale");
+    ins[6] = seed_tensor(0);
+    kl_tensor_free(ins[6]);
+    KT_OK(kl_tensor_new(KL_F32, 0, NULL, KL_TAG_OTHER, &ins[6], &e), &e);
+    ((float *)ins[6]->data)[0] = 1024.f;
+    int w[2] = {kl_graph_find_value(g, "W1"), kl_graph_find_value(g, "b2")}, w2[2] = {kl_graph_find_value(g2, "W1"), kl_graph_find_value(g2, "b2")}, gr[2];
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], w, 2, gr, &e), &e);
+    KT_OK(kl_graph_autodiff_seed(g2, g2->outputs[0], sv, w2, 2, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_finalize(g2, &e), &e);
+    KT_OK(run_f32(g, ins, 6, NULL, o1, &e), &e);
+    KT_OK(run_f32(g2, ins, 7, NULL, o2, &e), &e);
+    for (int i = 1; i < 3; i++)
+        for (int64_t j = 0; j < kl_tensor_numel(o1[i]); j++)
+            KT_CHECK(((float *)o2[i]->data)[j] == 1024.f * ((float *)o1[i]->data)[j]);
+    for (int i = 0; i < 8; i++) { kl_tensor_free(o1[i]); kl_tensor_free(o2[i]); }
+    for (int i = 0; i < 7; i++) kl_tensor_free(ins[i]);
+    kl_graph_free(g);
+    kl_graph_free(g2);
+}

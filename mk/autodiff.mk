@@ -1,0 +1,7 @@
+# Autodiff on the graph IR (src/graph/autodiff.c): the driver the PyTorch
+# gradient parity test uses (tests/integration/autodiff_torch.py).
+AD_TOOL = $(BUILD)/autodiff-tool
+all: $(AD_TOOL)
+$(AD_TOOL): $(BUILD)/obj/tests/integration/autodiff_tool.o $(BUILD)/libkeel.a
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkeel.a $(LDLIBS)
