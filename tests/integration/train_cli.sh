@@ -121,9 +121,10 @@ grep -q "loss scale collapsed to .* below the floor" "$T/err" && grep -q "last s
   && pass train_fp16_scale_collapse_message || fail train_fp16_scale_collapse_message "$(head -c 300 "$T/err")"
 
 # ---- the training step on the graph (forward + loss + autodiff in one plan) equals the layer tape
-#      (KEEL_TRAIN_TAPE=1) within float rounding (while both exist)
+#      (KEEL_TRAIN_TAPE=1) within float rounding, in fp32 and fp16 (while both exist)
 sed '/dropout/d; s/epochs: 40/epochs: 3/' "$T/mlp.yaml" > "$T/gs.yaml"
-for v in gs; do
+sed 's/  grad_clip: 5.0/  grad_clip: 5.0\n  precision: fp16/' "$T/gs.yaml" > "$T/gs16.yaml"
+for v in gs gs16; do
   $KEEL train "$T/$v.yaml" --out "$T/$v-g" --quiet --memory-report > "$T/$v-g.out" 2>&1
   KEEL_TRAIN_TAPE=1 $KEEL train "$T/$v.yaml" --out "$T/$v-t" --quiet > /dev/null 2>&1
   if ! grep -q "training step: one planned graph" "$T/$v-g.out"; then fail train_graph_step_matches_tape_$v "not run on the graph: $(grep 'training step' "$T/$v-g.out")"
