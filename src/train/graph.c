@@ -105,7 +105,7 @@ static kl_gnode *train_node(gb *b, kl_gnode *n) { /* moves n into the ai.keel.tr
 
 int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e) {
     *out = NULL;
-    int train = mode == TR_G_TRAIN;
+    int train = mode == TR_G_TRAIN, with_loss = train || mode == TR_G_EVAL_LOSS;
     kl_graph *g = NULL;
     int rc = kl_graph_new(&g, e);
     if (rc) return rc;
@@ -131,10 +131,12 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
         val->rank = refs[i].rank;
         for (int d = 0; d < refs[i].rank; d++) val->dims[d] = refs[i].dims[d];
     }
-    if (train) { /* labels or targets, one seed per dropout layer, the loss scale */
+    if (with_loss) { /* labels or targets */
         int64_t K = m->out_numel;
         if (s->loss == TR_LOSS_CE) add_input(b, "labels", KL_I64, 1, 0, NULL);
         else add_input(b, "targets", KL_F32, 1, 1, &K);
+    }
+    if (train) { /* one seed per dropout layer, the loss scale */
         for (int i = 0; i < m->n; i++)
             if (m->L[i].sp.type == TR_L_DROPOUT && m->L[i].sp.p_drop > 0) {
                 char sn[TR_NAME + 16];
@@ -304,7 +306,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
         add_const(b, "gelu_one", 0, NULL, &c[1]);
         add_const(b, "gelu_half", 0, NULL, &c[2]);
     }
-    if (train && !b->oom) { /* the loss (mean over the batch) on the flattened logits; scaled in fp16 mode */
+    if (with_loss && !b->oom) { /* the loss (mean over the batch) on the flattened logits; scaled in fp16 mode */
         const tr_layer *last = &m->L[m->n - 1];
         const char *z = oname[m->n - 1];
         if (last->rank > 1) {
@@ -327,7 +329,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
             train_node(b, node(b, s->loss == TR_LOSS_BCE ? "BCEWithLogitsLoss" : "MSELoss", in, 2, "loss"));
         }
         add_output(b, "loss");
-        if (m->fp16) {
+        if (train && m->fp16) {
             const char *in[2] = {"loss", "loss_scale"};
             node(b, "Mul", in, 2, "loss_scaled");
         }
@@ -338,7 +340,9 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
         const char *outs[1] = {"output"};
         int ni = kl_graph_add_node(g, "Identity", "output_identity", in, 1, outs, 1);
         int v = kl_graph_find_value(g, "output");
-        if (ni < 0 || v < 0) b->oom = 1;
+        int *no = realloc(g->outputs, sizeof(int) * (size_t)(g->n_outputs + 1));
+        if (no) g->outputs = no;
+        if (ni < 0 || v < 0 || !no) b->oom = 1;
         else {
             kl_value *val = &g->values[v];
             val->is_output = 1;
@@ -396,22 +400,24 @@ void tr_eval_free(tr_model *m) {
     memset(&m->ev, 0, sizeof m->ev);
 }
 
-const float *tr_model_eval(tr_model *m, const float *x, int64_t Bn, kl_err *e) {
+const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn, double *loss, kl_err *e) {
     tr_evalg *ev = &m->ev;
     const tr_spec *s = m->spec;
     if (!ev->g) {
-        if (tr_graph_build(m, TR_G_EVAL, 0, &ev->g, e)) return NULL;
+        if (tr_graph_build(m, TR_G_EVAL_LOSS, 0, &ev->g, e)) return NULL;
         ev->n_in = ev->g->n_inputs;
         ev->in = calloc((size_t)ev->n_in, sizeof(kl_tensor));
         if (!ev->in) { kl_err_set(e, KL_ENOMEM, "out of memory"); return NULL; }
         tr_tensor_ref refs[TR_MAX_LAYERS * 4];
         int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
-        KL_ASSERT(nt + 1 == ev->n_in);
+        KL_ASSERT(nt + 2 == ev->n_in);
         for (int i = 0; i < nt; i++) ref_tensor(&ev->in[i + 1], KL_F32, refs[i].rank, refs[i].dims, refs[i].data);
         if (s->in_int) {
             ev->ids = kl_mem_alloc_e((size_t)(m->B * m->in_numel) * 8 + 64, KL_TAG_WORKSPACE, e);
             if (!ev->ids) return NULL;
         }
+        ev->out_v = kl_graph_find_value(ev->g, "output");
+        ev->loss_v = kl_graph_find_value(ev->g, "loss");
     }
     /* one plan for the full batch, one for a shorter last batch */
     int k = Bn == m->B ? 0 : 1;
@@ -428,7 +434,10 @@ const float *tr_model_eval(tr_model *m, const float *x, int64_t Bn, kl_err *e) {
         xd = ev->ids;
     }
     ref_tensor(&ev->in[0], s->in_int ? KL_I64 : KL_F32, s->in_rank + 1, dims, xd);
-    const kl_tensor *ins[TR_MAX_LAYERS * 4 + 1];
+    int64_t dt[2] = {Bn, m->out_numel};
+    if (s->loss == TR_LOSS_CE) ref_tensor(&ev->in[ev->n_in - 1], KL_I64, 1, dt, (void *)yi);
+    else ref_tensor(&ev->in[ev->n_in - 1], KL_F32, 2, dt, (void *)yf);
+    const kl_tensor *ins[TR_MAX_LAYERS * 4 + 2];
     for (int i = 0; i < ev->n_in; i++) ins[i] = &ev->in[i];
     if (!ev->plan[k]) {
         if (kl_plan_new(ev->g, ins, (size_t)ev->n_in, &ev->plan[k], e)) return NULL;
@@ -438,12 +447,20 @@ const float *tr_model_eval(tr_model *m, const float *x, int64_t Bn, kl_err *e) {
             if (!ev->arena[k]) return NULL;
         }
     }
-    kl_tensor *o = NULL;
-    if (kl_plan_run(ev->plan[k], ev->g, ins, (size_t)ev->n_in, &o, 1, ev->arena[k] ? ev->arena[k] : m->arena,
-                    m->pool == TR_NOPOOL ? NULL : m->pool, e))
+    float *y = m->out, lv = 0;
+    kl_tensor to[2], *outs[2];
+    for (int i = 0; i < ev->g->n_outputs && i < 2; i++) {
+        if (ev->g->outputs[i] == ev->out_v) ref_tensor(&to[i], KL_F32, 2, dt, y);
+        else ref_tensor(&to[i], KL_F32, 0, NULL, &lv);
+        outs[i] = &to[i];
+    }
+    const kl_tensor *ov = kl_plan_value(ev->plan[k], ev->out_v);
+    if (ov && ov->rank != 2) /* the output keeps the last layer's shape: view the rows with it */
+        for (int i = 0; i < ev->g->n_outputs && i < 2; i++)
+            if (ev->g->outputs[i] == ev->out_v) ref_tensor(&to[i], KL_F32, ov->rank, ov->dims, y);
+    if (kl_plan_run_into(ev->plan[k], ev->g, ins, (size_t)ev->n_in, outs, (size_t)ev->g->n_outputs, ev->arena[k] ? ev->arena[k] : m->arena,
+                         m->pool == TR_NOPOOL ? NULL : m->pool, e))
         return NULL;
-    float *y = m->L[m->n - 1].y;
-    memcpy(y, o->data, (size_t)(Bn * m->out_numel) * 4);
-    kl_tensor_free(o);
+    *loss = lv;
     return y;
 }

@@ -81,7 +81,7 @@ expect_rc train_resume_without_checkpoint 1 $KEEL train "$T/det.yaml" --out "$T/
 
 # ---- memory plan
 if $KEEL train "$T/det.yaml" --out "$T/m" --quiet --max-steps 1 --memory-report > "$T/mem.txt" 2>&1 &&
-   grep -q params "$T/mem.txt" && grep -q activations "$T/mem.txt" && grep -q peak "$T/mem.txt" && grep -q optimizer "$T/mem.txt"; then
+   grep -q params "$T/mem.txt" && grep -q activations "$T/mem.txt" && grep -q peak "$T/mem.txt" && grep -q optimizer "$T/mem.txt" && grep -q "training step: one planned graph" "$T/mem.txt"; then
   pass train_memory_report; else fail train_memory_report "$(head -c 300 "$T/mem.txt")"; fi
 expect_rc train_memory_limit 1 $KEEL train "$T/det.yaml" --out "$T/m2" --quiet --memory-limit 200K
 if grep -q "exceeds --memory-limit" "$T/err" && grep -q "largest part" "$T/err" && [ ! -e "$T/m2/model.onnx" ]; then pass train_memory_limit_message;
@@ -120,21 +120,3 @@ expect_rc train_fp16_scale_collapse 1 $KEEL train "$T/fp16c.yaml" --out "$T/fp16
 grep -q "loss scale collapsed to .* below the floor" "$T/err" && grep -q "last scales: 1e+12, 5e+11" "$T/err" && grep -q "step 9" "$T/err" \
   && pass train_fp16_scale_collapse_message || fail train_fp16_scale_collapse_message "$(head -c 300 "$T/err")"
 
-# ---- the training step on the graph (forward + loss + autodiff in one plan) equals the layer tape
-#      (KEEL_TRAIN_TAPE=1) within float rounding, in fp32 and fp16 (while both exist)
-sed '/dropout/d; s/epochs: 40/epochs: 3/' "$T/mlp.yaml" > "$T/gs.yaml"
-sed 's/  grad_clip: 5.0/  grad_clip: 5.0\n  precision: fp16/' "$T/gs.yaml" > "$T/gs16.yaml"
-for v in gs gs16; do
-  $KEEL train "$T/$v.yaml" --out "$T/$v-g" --quiet --memory-report > "$T/$v-g.out" 2>&1
-  KEEL_TRAIN_TAPE=1 $KEEL train "$T/$v.yaml" --out "$T/$v-t" --quiet > /dev/null 2>&1
-  if ! grep -q "training step: one planned graph" "$T/$v-g.out"; then fail train_graph_step_matches_tape_$v "not run on the graph: $(grep 'training step' "$T/$v-g.out")"
-  elif $PYTHON - "$T/$v-g/metrics.csv" "$T/$v-t/metrics.csv" > "$T/$v.cmp" 2>&1 <<'PY'
-import csv, sys
-a = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[1])) if r["split"] == "train_step"]
-b = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[2])) if r["split"] == "train_step"]
-assert len(a) == len(b) > 50, (len(a), len(b))
-err = max(abs(x - y) / max(abs(y), 1e-6) for x, y in zip(a, b))
-assert err < 1e-3, "max relative loss difference %g" % err
-PY
-  then pass train_graph_step_matches_tape_$v; else fail train_graph_step_matches_tape_$v "$(tail -c 300 "$T/$v.cmp")"; fi
-done
