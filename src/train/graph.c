@@ -20,6 +20,7 @@ typedef struct {
     kl_graph *g;
     int nn;                 /* node counter, for names */
     int oom;
+    kl_dtype ft;            /* float type of the graph (f64 for gradient checks) */
 } gb;
 
 static kl_gnode *node(gb *b, const char *op, const char *const *in, int nin, const char *out) {
@@ -85,11 +86,13 @@ static void add_const(gb *b, const char *name, int rank, const int64_t *dims, co
     int v = kl_graph_value(b->g, name);
     kl_tensor *t = NULL;
     kl_err e2 = {0};
-    if (v < 0 || kl_tensor_new(KL_F32, rank, dims, KL_TAG_PARAMS, &t, &e2)) { b->oom = 1; return; }
-    memcpy(t->data, data, t->nbytes);
+    if (v < 0 || kl_tensor_new(b->ft, rank, dims, KL_TAG_PARAMS, &t, &e2)) { b->oom = 1; return; }
+    if (b->ft == KL_F64)
+        for (int64_t i = 0; i < kl_tensor_numel(t); i++) ((double *)t->data)[i] = data[i];
+    else memcpy(t->data, data, t->nbytes);
     kl_value *val = &b->g->values[v];
     val->init = t;
-    val->dtype = KL_F32;
+    val->dtype = b->ft;
     val->rank = rank;
     for (int i = 0; i < rank; i++) val->dims[i] = dims[i];
 }
@@ -109,7 +112,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
     kl_graph *g = NULL;
     int rc = kl_graph_new(&g, e);
     if (rc) return rc;
-    gb B = {g, 0, 0}, *b = &B;
+    gb B = {g, 0, 0, m->f64 && !params_init ? KL_F64 : KL_F32}, *b = &B;
     g->opset = 17;
     g->name = strdup("keel_model");
     g->producer = strdup("keel 0.1");
@@ -117,11 +120,11 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
     if (!g->name || !g->producer || !g->outputs) b->oom = 1;
     const tr_spec *s = m->spec;
     /* inputs: the batch, then every parameter and buffer (checkpoint order) */
-    add_input(b, "input", s->in_int ? KL_I64 : KL_F32, 1, s->in_rank, s->in_dims);
+    add_input(b, "input", s->in_int ? KL_I64 : b->ft, 1, s->in_rank, s->in_dims);
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
     int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     for (int i = 0; i < nt; i++) {
-        if (!params_init) { add_input(b, refs[i].name, KL_F32, 0, refs[i].rank, refs[i].dims); continue; }
+        if (!params_init) { add_input(b, refs[i].name, b->ft, 0, refs[i].rank, refs[i].dims); continue; }
         int v = kl_graph_value(g, refs[i].name);
         kl_tensor *t = NULL;
         if (v < 0 || kl_tensor_wrap(KL_F32, refs[i].rank, refs[i].dims, refs[i].data, &t, e)) { b->oom = 1; break; }
@@ -134,7 +137,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
     if (with_loss) { /* labels or targets */
         int64_t K = m->out_numel;
         if (s->loss == TR_LOSS_CE) add_input(b, "labels", KL_I64, 1, 0, NULL);
-        else add_input(b, "targets", KL_F32, 1, 1, &K);
+        else add_input(b, "targets", b->ft, 1, 1, &K);
     }
     if (train) { /* one seed per dropout layer, the loss scale */
         for (int i = 0; i < m->n; i++)
@@ -143,7 +146,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
                 snprintf(sn, sizeof sn, "%s.seed", m->L[i].sp.name);
                 add_input(b, sn, KL_I64, 0, 0, NULL);
             }
-        if (m->fp16) add_input(b, "loss_scale", KL_F32, 0, 0, NULL);
+        if (m->fp16) add_input(b, "loss_scale", b->ft, 0, 0, NULL);
     }
     char (*oname)[TR_NAME + 16] = calloc((size_t)m->n + 1, sizeof *oname); /* each layer's output value */
     if (!oname) b->oom = 1;

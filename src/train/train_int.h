@@ -144,6 +144,7 @@ typedef struct tr_model {
     tr_rng drop_rng;            /* unused since dropout is keyed by step (kept in checkpoints) */
     kl_pool *pool;
     int fp16;                   /* activations and gradients at float16 precision */
+    int f64;                    /* graphs built in float64 (whole-model gradient checks) */
     tr_evalg ev;                /* eval forward through the graph executor */
     struct tr_stepg *st;        /* the training step as one plan (step.c) */
     void *arena;                /* the step's arena (eval plans use it too when it is large enough) */
