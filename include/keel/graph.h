@@ -144,7 +144,7 @@ int kl_plan_run_into(const kl_plan *p, kl_graph *g, const kl_tensor *const *inpu
  * receives the index of the new value "<name of wrt[i]>_grad", which is made
  * a graph output (wrt values off the loss path get zeros). Gradient ops live
  * in domain "ai.keel.grad" (ops_grad.c), training-mode forward ops in
- * "ai.keel.train" (ops_train.c); standard ops (Gemm, Mul, ...) are used where
+ * "ai.keel.train" (ops_grad.c); standard ops (Mul, Transpose, ...) are used where
  * they compute a gradient exactly. A node on the path whose op has no
  * gradient rule -> KL_EUNSUPPORTED naming the node and op type. wrt values
  * should be graph inputs (trainable parameters are passed as graph INPUTS,

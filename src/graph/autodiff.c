@@ -171,14 +171,14 @@ static int r_gemm(ad *a, int ni, const int *dy, const int *want) {
     int A = in_v(a, ni, 0), B = in_v(a, ni, 1), C = in_v(a, ni, 2), rc, k;
     if (want[0]) {
         int ins[2] = {ta ? B : dy[0], ta ? dy[0] : B}, g;
-        if ((g = emit1(a, "", "Gemm", ins, 2, A, &k)) < 0) return g;
+        if ((g = emit1(a, G, "MatMulT", ins, 2, A, &k)) < 0) return g;
         if ((rc = set_int(a, k, "transA", ta ? tb : 0)) || (rc = set_int(a, k, "transB", ta ? 1 : !tb))) return rc;
         if (alpha != 1.f && (rc = set_float(a, k, "alpha", alpha))) return rc;
         if ((rc = contrib(a, A, g))) return rc;
     }
     if (want[1]) {
         int ins[2] = {tb ? dy[0] : A, tb ? A : dy[0]}, g;
-        if ((g = emit1(a, "", "Gemm", ins, 2, B, &k)) < 0) return g;
+        if ((g = emit1(a, G, "MatMulT", ins, 2, B, &k)) < 0) return g;
         if ((rc = set_int(a, k, "transA", tb ? 1 : !ta)) || (rc = set_int(a, k, "transB", tb ? ta : 0))) return rc;
         if (alpha != 1.f && (rc = set_float(a, k, "alpha", alpha))) return rc;
         if ((rc = contrib(a, B, g))) return rc;
@@ -545,12 +545,16 @@ int kl_graph_autodiff_seed(kl_graph *g, int loss, int seed_v, const int *wrt, in
     for (int ni = nf - 1; ni >= 0; ni--) {
         kl_gnode *n = &g->nodes[ni];
         int dy[16], want[32], any_dy = 0, any_want = 0;
-        if (n->n_out > 16 || n->n_in > 32) continue;
         int has_contrib = 0;
         for (int k = 0; k < n->n_out; k++)
             if (n->outputs[k] >= 0 && a.n_contrib[n->outputs[k]]) has_contrib = 1;
         if (!has_contrib) continue;
         const rule *r = find_rule(n->domain, n->op_type);
+        if (n->n_out > 16 || n->n_in > 32) {
+            char d[300];
+            rc = kl_err_set(e, KL_EUNSUPPORTED, "%s: autodiff handles up to 32 inputs and 16 outputs per node", kl_gnode_desc(n, d, sizeof d));
+            goto done;
+        }
         for (int k = 0; k < n->n_in; k++) {
             int v = n->inputs[k];
             want[k] = v >= 0 && a.needs[v] && onpath[v] && (!r || (k < 32 && (r->diff >> k) & 1));

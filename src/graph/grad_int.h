@@ -18,6 +18,18 @@ int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_ten
 void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool);
 
+/* Float32 GEMM C = alpha op(A) op(B) through keel's packed micro-kernel
+ * (op(B) packed per call into ws, op(A) transposed there when ta);
+ * kl__gemm_fast_ws: bytes ws needs (0: the OpenBLAS path is used). */
+size_t kl__gemm_fast_ws(int ta, int64_t M, int64_t N, int64_t K);
+void kl__gemm_fast_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                       int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes, kl_pool *pool);
+
+/* Forward Gemm with a non-constant f32 B (training): workspace bytes, and
+ * the run (returns 1 when it handled the node, 0 to take the usual path). */
+size_t kl__gemm_train_ws(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t M, int64_t N, int64_t K);
+int kl__gemm_train_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *y, int64_t M, int64_t N, int64_t K, kl_act act, kl_exec *x);
+
 /* ai.keel.train::Dropout's mask bit of element i for this seed (1 = kept). */
 uint8_t kl__dropout_keep(uint64_t seed, uint64_t i, float ratio);
 

@@ -22,17 +22,55 @@ typedef struct {
     int cip;            /* AveragePool count_include_pad */
 } geo;
 
+#include <immintrin.h>
+
+/* 2x2/2 max-pool backward, 8 windows per step (AVX2): deinterleave the two
+ * input rows, pick the first maximum (NaN wins) with compares and blends,
+ * write the 4 cells of each window. Returns the windows done. */
+static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW) {
+    int64_t ow = 0;
+    for (; ow + 8 <= OW; ow += 8) {
+        __m256 x0 = _mm256_loadu_ps(r0 + 2 * ow), x1 = _mm256_loadu_ps(r0 + 2 * ow + 8);
+        __m256 y0 = _mm256_loadu_ps(r1 + 2 * ow), y1 = _mm256_loadu_ps(r1 + 2 * ow + 8);
+        __m256 a = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0x88)), 0xD8));
+        __m256 b = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(x0, x1, 0xDD)), 0xD8));
+        __m256 c = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(y0, y1, 0x88)), 0xD8));
+        __m256 e = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(y0, y1, 0xDD)), 0xD8));
+        __m256 g = _mm256_loadu_ps(dy + ow);
+        __m256 mb = _mm256_or_ps(_mm256_cmp_ps(b, a, _CMP_GT_OQ), _mm256_cmp_ps(b, b, _CMP_UNORD_Q));
+        __m256 m1 = _mm256_blendv_ps(a, b, mb);
+        __m256 mc = _mm256_or_ps(_mm256_cmp_ps(c, m1, _CMP_GT_OQ), _mm256_cmp_ps(c, c, _CMP_UNORD_Q));
+        __m256 m2 = _mm256_blendv_ps(m1, c, mc);
+        __m256 me = _mm256_or_ps(_mm256_cmp_ps(e, m2, _CMP_GT_OQ), _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
+        __m256 s3 = me, s2 = _mm256_andnot_ps(me, mc), s1 = _mm256_andnot_ps(_mm256_or_ps(me, mc), mb);
+        __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(me, mc), mb), _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
+        __m256 ga = _mm256_and_ps(s0, g), gb = _mm256_and_ps(s1, g), gc = _mm256_and_ps(s2, g), ge = _mm256_and_ps(s3, g);
+        __m256 lo = _mm256_unpacklo_ps(ga, gb), hi = _mm256_unpackhi_ps(ga, gb);
+        _mm256_storeu_ps(w0 + 2 * ow, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(w0 + 2 * ow + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        lo = _mm256_unpacklo_ps(gc, ge);
+        hi = _mm256_unpackhi_ps(gc, ge);
+        _mm256_storeu_ps(w1 + 2 * ow, _mm256_permute2f128_ps(lo, hi, 0x20));
+        _mm256_storeu_ps(w1 + 2 * ow + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    return ow;
+}
+
 #define R float
 #define FN(x) x##_f32
 #define DT KL_F32
+#define MAXPOOL2_SIMD maxpool2_simd_f32
 #include "graph/grad_nn_gen.h"
+#undef MAXPOOL2_SIMD
 #undef R
 #undef FN
 #undef DT
 #define R double
 #define FN(x) x##_f64
 #define DT KL_F64
+#define MAXPOOL2_SIMD(r0, r1, dy, w0, w1, OW) 0
 #include "graph/grad_nn_gen.h"
+#undef MAXPOOL2_SIMD
 #undef R
 #undef FN
 #undef DT
@@ -41,8 +79,16 @@ typedef struct {
  * Geometry from attributes
  * ================================================================== */
 
+/* Parsed with the spatial dims at 0..nsp-1; moved to the END of the 3 slots
+ * (leading dims of size 1) so the kernels' innermost loop runs along the
+ * last spatial dim (contiguous rows). */
 static void geo_finish(geo *p) {
-    for (int i = p->nsp; i < 3; i++) { p->in[i] = p->k[i] = p->s[i] = p->d[i] = p->out[i] = 1; p->pb[i] = p->pe[i] = 0; }
+    int off = 3 - p->nsp;
+    int64_t *arr[7] = {p->in, p->k, p->s, p->d, p->pb, p->pe, p->out};
+    for (int a = 0; a < 7; a++) {
+        for (int i = p->nsp - 1; i >= 0; i--) arr[a][i + off] = arr[a][i];
+        for (int i = 0; i < off; i++) arr[a][i] = (a == 4 || a == 5) ? 0 : 1;
+    }
     p->isz = p->in[0] * p->in[1] * p->in[2];
     p->osz = p->out[0] * p->out[1] * p->out[2];
     p->ksz = p->k[0] * p->k[1] * p->k[2];
@@ -124,6 +170,13 @@ static int pool_geo(kl_gnode *n, const kl_tensor *X, int global, geo *p, kl_err 
     return KL_OK;
 }
 
+/* (N, channels, out...) of rank nsp + 2. */
+static void geo_out_dims(const geo *p, int64_t ch, int64_t *d) {
+    d[0] = p->N;
+    d[1] = ch;
+    for (int i = 0; i < p->nsp; i++) d[2 + i] = p->out[3 - p->nsp + i];
+}
+
 static size_t conv_ws(const geo *p, size_t es) { return (size_t)((p->C * p->ksz + p->M) * p->N * p->osz) * es + 64; }
 
 /* ================================================================== *
@@ -143,12 +196,18 @@ static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_init(void) { openblas_set_num_threads(1); }
 
 static int64_t cg_blocks(const geo *p) { return p->N < CG_BLOCKS ? p->N : CG_BLOCKS; }
-static size_t cg_cols(const geo *p) { return (size_t)(p->C * p->ksz * p->osz); }
+/* per block: cols, partial dW, then (packed kernel) packed cols^T of one
+ * group and a dW_g temporary */
+static size_t cg_pk(const geo *p) { return kl_gemm_packed_b_floats(p->osz, p->C / p->G * p->ksz); }
+static size_t cg_cols(const geo *p) {
+    size_t pk = cg_pk(p);
+    return (size_t)(p->C * p->ksz * p->osz) + (pk ? pk + 16 + (size_t)(p->M / p->G * p->C / p->G * p->ksz) + 16 : 0);
+}
 static size_t cg_wsz(const geo *p) { return (size_t)(p->M * (p->C / p->G) * p->ksz); }
 
 /* dX through the forward conv: stride 1, pads within d*(k-1). */
 static int cg_dx_by_conv(const geo *p) {
-    for (int i = 0; i < p->nsp; i++)
+    for (int i = 3 - p->nsp; i < 3; i++)
         if (p->s[i] != 1 || p->pb[i] > p->d[i] * (p->k[i] - 1) || p->pe[i] > p->d[i] * (p->k[i] - 1)) return 0;
     return 1;
 }
@@ -157,9 +216,10 @@ static void cg_dx_params(const geo *p, kl_conv_params *q) {
     q->nsp = p->nsp;
     q->N = p->N; q->C = p->M; q->M = p->C; q->group = p->G;
     for (int i = 0; i < p->nsp; i++) {
-        q->in[i] = p->out[i]; q->k[i] = p->k[i]; q->stride[i] = 1; q->dilation[i] = p->d[i];
-        q->pad_begin[i] = p->d[i] * (p->k[i] - 1) - p->pb[i];
-        q->pad_end[i] = p->d[i] * (p->k[i] - 1) - p->pe[i];
+        int j = 3 - p->nsp + i;
+        q->in[i] = p->out[j]; q->k[i] = p->k[j]; q->stride[i] = 1; q->dilation[i] = p->d[j];
+        q->pad_begin[i] = p->d[j] * (p->k[j] - 1) - p->pb[j];
+        q->pad_end[i] = p->d[j] * (p->k[j] - 1) - p->pe[j];
     }
 }
 
@@ -185,7 +245,7 @@ static size_t cg_ws_bytes(const geo *p, int want_dx) {
     return w + 64;
 }
 
-typedef struct { const geo *p; const float *x, *w, *dy; float *dx; char *ws; int64_t per; } cg_job;
+typedef struct { const geo *p; const float *x, *w, *dy; float *dx; char *ws; int64_t per; kl_pool *pool; } cg_job;
 
 static void cg_dw_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
     const cg_job *j = ctx;
@@ -197,9 +257,23 @@ static void cg_dw_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
     for (size_t b = b0; b < b1; b++) {
         float *cols = (float *)(j->ws + b * stride), *dwb = cols + cg_cols(p);
         int64_t n0 = (int64_t)b * j->per, n1 = KL_MIN(n0 + j->per, p->N);
+        size_t pk = cg_pk(p);
+        float *packed = cols + p->C * p->ksz * P, *tmp = packed + (pk ? pk + 16 : 0);
+        packed = (float *)(((uintptr_t)packed + 63) & ~(uintptr_t)63);
         for (int64_t n = n0; n < n1; n++) {
             i2c_job_f32 ij = {&one, j->x + n * p->C * p->isz, cols, NULL};
             im2col_rows_f32(&ij, 0, (size_t)(p->C * p->ksz), 0);
+            if (pk) { /* keel's packed kernel: dW_g = dy_g (Mg x P) cols_g^T (P x Kg) */
+                for (int64_t g = 0; g < p->G; g++) {
+                    float *dst = dwb + g * Mg * Kg;
+                    kl_gemm_pack_b(1, P, Kg, cols + g * Kg * P, P, packed);
+                    kl_gemm_packed_f32(Mg, Kg, P, j->dy + (n * p->M + g * Mg) * P, P, packed, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0},
+                                       n == n0 ? dst : tmp, Kg, j->pool);
+                    if (n != n0)
+                        for (int64_t i = 0; i < Mg * Kg; i++) dst[i] += tmp[i];
+                }
+                continue;
+            }
             for (int64_t g = 0; g < p->G; g++)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)Mg, (int)Kg, (int)P, 1.f, j->dy + (n * p->M + g * Mg) * P, (int)P,
                             cols + g * Kg * P, (int)P, n == n0 ? 0.f : 1.f, dwb + g * Mg * Kg, (int)Kg);
@@ -232,7 +306,7 @@ static int conv_bwd_fast(kl_gnode *n, const geo *p, const float *x, const float 
     pthread_once(&blas_once, blas_init);
     int64_t nb = cg_blocks(p), per = (p->N + nb - 1) / nb;
     nb = per ? (p->N + per - 1) / per : 0;
-    cg_job j = {p, x, w, dy, dx, ws, per};
+    cg_job j = {p, x, w, dy, dx, ws, per, pool};
     if (db)
         for (int64_t m = 0; m < p->M; m++) {
             float s = 0;
@@ -288,7 +362,8 @@ int kl__conv64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     if (kl_gnode_attr_int(n, "_act", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "fused activation in float64");
     if (n_in > 2 && in[2] && (in[2]->dtype != KL_F64 || kl_tensor_numel(in[2]) != p.M))
         return kl__fail_node(e, n, KL_ESHAPE, "bias must be float64 with %lld entries", (long long)p.M);
-    int64_t d[5] = {p.N, p.M, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.M, d);
     kl__set_shape(&out[0], KL_F64, p.nsp + 2, d);
     *ws = conv_ws(&p, sizeof(double));
     return KL_OK;
@@ -306,7 +381,8 @@ int kl__pool64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     int global = !strncmp(n->op_type, "Global", 6), rc;
     if ((rc = pool_geo(n, in[0], global, &p, e))) return rc;
     if (n_out > 1) return kl__fail_node(e, n, KL_EUNSUPPORTED, "MaxPool indices in float64");
-    int64_t d[5] = {p.N, p.C, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.C, d);
     kl__set_shape(&out[0], KL_F64, p.nsp + 2, d);
     return KL_OK;
 }
@@ -371,7 +447,7 @@ static int ln_dims(kl_gnode *n, const kl_tensor *X, int64_t *rows, int64_t *cols
     return KL_OK;
 }
 int kl__ln64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    int64_t rows, cols, ax;
+    int64_t rows = 0, cols = 0, ax = 0;
     int rc = ln_dims(n, in[0], &rows, &cols, &ax, e);
     if (rc) return rc;
     for (int i = 1; i < n_in && i < 3; i++) {
@@ -386,7 +462,7 @@ int kl__ln64_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, 
     return KL_OK;
 }
 int kl__ln64_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     int rc = ln_dims(n, in[0], &rows, &cols, NULL, e);
     if (rc) return rc;
     ln_fwd_f64(rows, cols, in[0]->data, in[1]->data, n_in > 2 && in[2] ? in[2]->data : NULL, kl_gnode_attr_float(n, "epsilon", 1e-5f),
@@ -406,7 +482,8 @@ static int conv_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
     if ((rc = kl__need_float(n, dy, "the gradient", e)) || (rc = kl__same_dtype(n, dy, "the gradient", X, "X", e)) ||
         (rc = kl__same_dtype(n, X, "X", W, "W", e)) || (rc = conv_geo(n, X, W, &p, e)))
         return rc;
-    int64_t d[5] = {p.N, p.M, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.M, d);
     if (dy->rank != p.nsp + 2 || memcmp(dy->dims, d, sizeof(int64_t) * (size_t)dy->rank))
         return kl__fail_node(e, n, KL_ESHAPE, "gradient shape does not match the Conv output");
     kl__set_shape(&out[0], dy->dtype, W->rank, W->dims);
@@ -432,7 +509,8 @@ static int pool_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
     if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = kl__same_dtype(n, in[0], "the gradient", in[1], "X", e)) ||
         (rc = pool_geo(n, in[1], global, &p, e)))
         return rc;
-    int64_t d[5] = {p.N, p.C, p.out[0], p.out[1], p.out[2]};
+    int64_t d[5];
+    geo_out_dims(&p, p.C, d);
     if (in[0]->rank != p.nsp + 2 || memcmp(in[0]->dims, d, sizeof(int64_t) * (size_t)in[0]->rank))
         return kl__fail_node(e, n, KL_ESHAPE, "gradient shape does not match the pool output");
     kl__set_shape(&out[0], in[0]->dtype, in[1]->rank, in[1]->dims);
@@ -497,7 +575,7 @@ static int bn_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
 /* LayerNormalizationGrad(dy, X, scale) attrs axis, epsilon -> dX?, dScale?, dB?. */
 static int ln_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = kl__same_dtype(n, in[0], "the gradient", in[1], "X", e)) ||
         (rc = kl__same_dtype(n, in[1], "X", in[2], "scale", e)) || (rc = kl__same_shape(n, in[0], "the gradient", in[1], "X", e)) ||
         (rc = ln_dims(n, in[1], &rows, &cols, NULL, e)))
@@ -508,7 +586,7 @@ static int ln_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     return KL_OK;
 }
 static int ln_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int64_t rows, cols;
+    int64_t rows = 0, cols = 0;
     int rc = ln_dims(n, in[1], &rows, &cols, NULL, e);
     if (rc) return rc;
     double eps = kl_gnode_attr_float(n, "epsilon", 1e-5f);

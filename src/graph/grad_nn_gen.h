@@ -34,8 +34,13 @@ static void FN(im2col_rows)(void *ctx, size_t r0, size_t r1, int chunk) {
                     }
                     const R *sr = src + (i0 * p->in[1] + i1) * p->in[2];
                     int64_t base = -p->pb[2] + k2 * p->d[2];
-                    if (p->s[2] == 1 && base >= 0 && base + p->out[2] <= p->in[2]) {
-                        memcpy(dd, sr + base, sizeof(R) * (size_t)p->out[2]);
+                    if (p->s[2] == 1) { /* zeros, a contiguous run, zeros */
+                        int64_t lo = base < 0 ? -base : 0, hi = p->in[2] - base < p->out[2] ? p->in[2] - base : p->out[2];
+                        if (hi < lo) hi = lo;
+                        const R *sb = sr + base;
+                        for (int64_t o2 = 0; o2 < lo; o2++) dd[o2] = 0;
+                        for (int64_t o2 = lo; o2 < hi; o2++) dd[o2] = sb[o2];
+                        for (int64_t o2 = hi; o2 < p->out[2]; o2++) dd[o2] = 0;
                         continue;
                     }
                     for (int64_t o2 = 0; o2 < p->out[2]; o2++) {
@@ -70,6 +75,12 @@ static void FN(col2im_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
                     const R *sr = src + (o0 * p->out[1] + o1) * p->out[2];
                     R *dr = dst + (i0 * p->in[1] + i1) * p->in[2];
                     int64_t base = -p->pb[2] + k2 * p->d[2];
+                    if (p->s[2] == 1) {
+                        int64_t lo = base < 0 ? -base : 0, hi = p->in[2] - base < p->out[2] ? p->in[2] - base : p->out[2];
+                        R *db = dr + base;
+                        for (int64_t o2 = lo; o2 < hi; o2++) db[o2] += sr[o2];
+                        continue;
+                    }
                     for (int64_t o2 = 0; o2 < p->out[2]; o2++) {
                         int64_t i2 = o2 * p->s[2] + base;
                         if (i2 >= 0 && i2 < p->in[2]) dr[i2] += sr[o2];
@@ -207,33 +218,41 @@ static void FN(pool_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
 static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
     const FN(pool_job) *j = ctx;
     const geo *p = j->p;
-    int64_t H = p->in[0], W = p->in[1], OH = p->out[0], OW = p->out[1]; /* 2-D: dims 0, 1 */
+    int64_t H = p->in[1], W = p->in[2], OH = p->out[1], OW = p->out[2]; /* 2-D: the last two slots */
     for (size_t q = q0; q < q1; q++) {
         const R *xs = j->x + (int64_t)q * p->isz, *d = j->dy + (int64_t)q * p->osz;
         R *o = j->dx + (int64_t)q * p->isz;
-        memset(o, 0, sizeof(R) * (size_t)p->isz);
         for (int64_t oh = 0; oh < OH; oh++) {
-            const R *r0 = xs + 2 * oh * W, *r1 = r0 + W;
+            const R *r0 = xs + 2 * oh * W, *r1 = r0 + W, *dr = d + oh * OW;
             R *w0 = o + 2 * oh * W, *w1 = w0 + W;
-            for (int64_t ow = 0; ow < OW; ow++) {
-                int64_t c = 2 * ow;
-                R best = r0[c], g = d[oh * OW + ow];
-                R *bp = w0 + c;
-                if (r0[c + 1] > best || r0[c + 1] != r0[c + 1]) { best = r0[c + 1]; bp = w0 + c + 1; }
-                if (r1[c] > best || r1[c] != r1[c]) { best = r1[c]; bp = w1 + c; }
-                if (r1[c + 1] > best || r1[c + 1] != r1[c + 1]) { best = r1[c + 1]; bp = w1 + c + 1; }
-                *bp = g;
+            /* every window writes its 4 cells (the gradient at the first
+             * maximum, zeros elsewhere): no scatter, no branch */
+            int64_t ow0 = MAXPOOL2_SIMD(r0, r1, dr, w0, w1, OW);
+            for (int64_t ow = ow0; ow < OW; ow++) {
+                R a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1], g = dr[ow];
+                int mb = b > a || b != b;
+                R m1 = mb ? b : a;
+                int mc = c > m1 || c != c;
+                R m2 = mc ? c : m1;
+                int me = e > m2 || e != e;
+                int sel = me ? 3 : mc ? 2 : mb ? 1 : 0;
+                w0[2 * ow] = sel == 0 ? g : (R)0;
+                w0[2 * ow + 1] = sel == 1 ? g : (R)0;
+                w1[2 * ow] = sel == 2 ? g : (R)0;
+                w1[2 * ow + 1] = sel == 3 ? g : (R)0;
             }
+            for (int64_t c = 2 * OW; c < W; c++) w0[c] = w1[c] = 0;
         }
-        (void)H;
+        for (int64_t r = 2 * OH; r < H; r++)
+            for (int64_t c = 0; c < W; c++) o[r * W + c] = 0;
     }
 }
 
 /* Forward (y) or backward (dx from dy, x) of max / average pooling. */
 static void FN(pool)(const geo *p, int max, const R *x, R *y, const R *dy, R *dx, kl_pool *pool) {
     FN(pool_job) j = {p, x, dy, y, dx, max};
-    if (dx && max && p->nsp == 2 && p->k[0] == 2 && p->k[1] == 2 && p->s[0] == 2 && p->s[1] == 2 && p->d[0] == 1 && p->d[1] == 1 &&
-        !p->pb[0] && !p->pb[1] && p->out[0] * 2 <= p->in[0] && p->out[1] * 2 <= p->in[1]) {
+    if (dx && max && p->nsp == 2 && p->k[1] == 2 && p->k[2] == 2 && p->s[1] == 2 && p->s[2] == 2 && p->d[1] == 1 && p->d[2] == 1 &&
+        !p->pb[1] && !p->pb[2] && p->out[1] * 2 <= p->in[1] && p->out[2] * 2 <= p->in[2]) {
         kl_pool_parallel_for(pool, (size_t)(p->N * p->C), 4, FN(maxpool2_bwd_planes), &j);
         return;
     }

@@ -74,6 +74,106 @@ void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, d
                 (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
+/* Float32 GEMM through keel's packed AVX-512 micro-kernel with op(B)
+ * packed per call (the weights change every step; packing is O(K N) against
+ * O(M N K) of work) and op(A) transposed into the workspace when needed;
+ * kl_gemm_f32 (OpenBLAS tiles) when the CPU lacks AVX-512F or ws is short.
+ * C = alpha op(A) op(B). Deterministic at any thread count. */
+static size_t al64(size_t x) { return (x + 63) & ~(size_t)63; }
+size_t kl__gemm_fast_ws(int ta, int64_t M, int64_t N, int64_t K) {
+    size_t nf = M > 0 && N > 0 && K > 0 ? kl_gemm_packed_b_floats(K, N) : 0;
+    if (!nf) return 0;
+    return al64(nf * sizeof(float)) + (ta ? al64((size_t)(M * K) * sizeof(float)) : 0) + 64;
+}
+void kl__gemm_fast_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                       int64_t ldb, float *C, int64_t ldc, void *ws, size_t ws_bytes, kl_pool *pool) {
+    size_t need = kl__gemm_fast_ws(ta, M, N, K);
+    if (M <= 0 || N <= 0) return;
+    if (!need || !ws || ws_bytes < need || K <= 0) {
+        kl__gemm_dt(KL_F32, ta, tb, M, N, K, alpha, A, lda, B, ldb, 0, C, ldc, pool);
+        return;
+    }
+    float *P = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    const float *a = A;
+    int64_t la = lda;
+    if (ta) { /* A is K x M: A' = A^T (M x K) */
+        float *t = P + al64(kl_gemm_packed_b_floats(K, N) * sizeof(float)) / sizeof(float);
+        for (int64_t k0 = 0; k0 < K; k0 += 32)
+            for (int64_t m0 = 0; m0 < M; m0 += 32)
+                for (int64_t k = k0; k < KL_MIN(k0 + 32, K); k++)
+                    for (int64_t m = m0; m < KL_MIN(m0 + 32, M); m++) t[m * K + k] = A[k * lda + m];
+        a = t;
+        la = K;
+    }
+    kl_gemm_pack_b(tb, K, N, B, ldb, P);
+    kl_gemm_packed_f32(M, N, K, a, la, P, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0}, C, ldc, pool);
+    if (alpha != 1.f)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) C[i * ldc + j] *= alpha;
+}
+
+/* Forward Gemm of training graphs (ops_nn.c branches here): B is a graph
+ * input (a parameter that changes every step), so it cannot be pre-packed
+ * at load; packing it per call into the workspace and running keel's packed
+ * kernel (bias and activation in its epilogue) beats the OpenBLAS path. */
+static int gemm_train_ok(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t M, int64_t N) {
+    if (in[0]->dtype != KL_F32 || in[1]->dtype != KL_F32 || in[1]->data || n->priv || M < 16) return 0;
+    if (kl_gnode_attr_int(n, "transA", 0) || kl_gnode_attr_float(n, "alpha", 1.f) != 1.f) return 0;
+    const kl_tensor *c = n_in > 2 ? in[2] : NULL;
+    if (c && (kl_gnode_attr_float(n, "beta", 1.f) != 1.f || c->dtype != KL_F32 ||
+              !((c->rank == 1 && c->dims[0] == N) || (c->rank == 2 && c->dims[0] == 1 && c->dims[1] == N))))
+        return 0;
+    return 1;
+}
+size_t kl__gemm_train_ws(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t M, int64_t N, int64_t K) {
+    return gemm_train_ok(n, in, n_in, M, N) ? kl__gemm_fast_ws(0, M, N, K) : 0;
+}
+int kl__gemm_train_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *y, int64_t M, int64_t N, int64_t K, kl_act act, kl_exec *x) {
+    kl_tensor meta = *in[1];
+    kl_tensor *ins[3] = {in[0], &meta, n_in > 2 ? in[2] : NULL};
+    meta.data = NULL; /* the plan-time view: B not constant */
+    size_t need = kl__gemm_fast_ws(0, M, N, K);
+    if (!gemm_train_ok(n, ins, n_in, M, N) || !need || x->ws_bytes < need) return 0;
+    float *P = (float *)(((uintptr_t)x->ws + 63) & ~(uintptr_t)63);
+    kl_gemm_pack_b((int)kl_gnode_attr_int(n, "transB", 0), K, N, in[1]->data, in[1]->dims[1], P);
+    kl_gemm_packed_f32(M, N, K, in[0]->data, K, P, n_in > 2 && in[2] ? in[2]->data : NULL, NULL, act, y->data, N, x->pool);
+    return 1;
+}
+
+/* MatMulT(A, B) attrs transA, transB, alpha: C = alpha op(A) op(B), 2-D
+ * (the gradient GEMMs of Gemm). */
+static int mmt_dims(kl_gnode *n, kl_tensor *const *in, int64_t *M, int64_t *N, int64_t *K, kl_err *e) {
+    int ta = (int)kl_gnode_attr_int(n, "transA", 0), tb = (int)kl_gnode_attr_int(n, "transB", 0);
+    if (in[0]->rank != 2 || in[1]->rank != 2) return kl__fail_node(e, n, KL_ESHAPE, "A and B must be 2-D");
+    *M = ta ? in[0]->dims[1] : in[0]->dims[0];
+    *K = ta ? in[0]->dims[0] : in[0]->dims[1];
+    int64_t K2 = tb ? in[1]->dims[1] : in[1]->dims[0];
+    *N = tb ? in[1]->dims[0] : in[1]->dims[1];
+    if (*K != K2) return kl__fail_node(e, n, KL_ESHAPE, "inner dimensions %lld and %lld differ", (long long)*K, (long long)K2);
+    return KL_OK;
+}
+static int mmt_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int rc;
+    int64_t M, N, K;
+    if ((rc = kl__need_float(n, in[0], "A", e)) || (rc = kl__same_dtype(n, in[0], "A", in[1], "B", e)) || (rc = mmt_dims(n, in, &M, &N, &K, e)))
+        return rc;
+    int64_t d[2] = {M, N};
+    kl__set_shape(&out[0], in[0]->dtype, 2, d);
+    if (in[0]->dtype == KL_F32) *ws = kl__gemm_fast_ws((int)kl_gnode_attr_int(n, "transA", 0), M, N, K);
+    return KL_OK;
+}
+static int mmt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int ta = (int)kl_gnode_attr_int(n, "transA", 0), tb = (int)kl_gnode_attr_int(n, "transB", 0);
+    float alpha = kl_gnode_attr_float(n, "alpha", 1.f);
+    int64_t M, N, K;
+    int rc = mmt_dims(n, in, &M, &N, &K, e);
+    if (rc) return rc;
+    int64_t lda = in[0]->dims[1], ldb = in[1]->dims[1];
+    if (in[0]->dtype == KL_F32) kl__gemm_fast_f32(ta, tb, M, N, K, alpha, in[0]->data, lda, in[1]->data, ldb, out[0]->data, N, x->ws, x->ws_bytes, x->pool);
+    else kl__gemm_dt(KL_F64, ta, tb, M, N, K, alpha, in[0]->data, lda, in[1]->data, ldb, 0, out[0]->data, N, x->pool);
+    return KL_OK;
+}
+
 static int like_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     int rc;
     if ((rc = kl__need_float(n, in[0], "input", e))) return rc;
@@ -267,8 +367,14 @@ static int mm_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     if (kl_matmul_shape(A->rank, A->dims, B->rank, B->dims, &r, d, NULL) || r != dy->rank ||
         memcmp(d, dy->dims, sizeof(int64_t) * (size_t)r))
         return kl__fail_node(e, n, KL_ESHAPE, "gradient shape does not match the MatMul output");
-    const kl_tensor *t = kl_gnode_attr_int(n, "input", 0) ? B : A;
+    int which = (int)kl_gnode_attr_int(n, "input", 0);
+    const kl_tensor *t = which ? B : A;
     kl__set_shape(&out[0], dy->dtype, t->rank, t->dims);
+    if (dy->dtype == KL_F32) {
+        int64_t K = A->dims[A->rank - 1], N = B->dims[B->rank - 1], rows = K ? kl_tensor_numel(A) / K : 0;
+        if (B->rank > 2) rows = A->rank >= 2 ? A->dims[A->rank - 2] : 1;
+        *ws = which ? kl__gemm_fast_ws(1, K, N, rows) : kl__gemm_fast_ws(0, rows, K, N);
+    }
     return KL_OK;
 }
 static int mm_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
@@ -278,6 +384,11 @@ static int mm_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     size_t es = kl_dtype_size(dt);
     if (B->rank == 2) {
         int64_t K = B->dims[0], N = B->dims[1], rows = K ? kl_tensor_numel(A) / K : 0;
+        if (dt == KL_F32) {
+            if (!which) kl__gemm_fast_f32(0, 1, rows, K, N, 1, dy->data, N, B->data, N, out[0]->data, K, x->ws, x->ws_bytes, x->pool);
+            else kl__gemm_fast_f32(1, 0, K, N, rows, 1, A->data, K, dy->data, N, out[0]->data, N, x->ws, x->ws_bytes, x->pool);
+            return KL_OK;
+        }
         if (!which) kl__gemm_dt(dt, 0, 1, rows, K, N, 1, dy->data, N, B->data, N, 0, out[0]->data, K, x->pool);
         else kl__gemm_dt(dt, 1, 0, K, N, rows, 1, A->data, K, dy->data, N, 0, out[0]->data, N, x->pool);
         return KL_OK;
@@ -520,6 +631,7 @@ static const char *const no_attrs[] = {NULL};
 static const char *const a_scale[] = {"scale", NULL};
 static const char *const a_axis[] = {"axis", "coerce", NULL};
 static const char *const a_input[] = {"input", NULL};
+static const char *const a_mmt[] = {"transA", "transB", "alpha", NULL};
 static const char *const a_expand[] = {"axes", "mean", NULL};
 static const char *const a_ratio[] = {"ratio", NULL};
 static const char *const a_ce[] = {"label_smoothing", NULL};
@@ -540,6 +652,7 @@ const kl_op kl__ops_grad[] = {
     GOP("SoftmaxGrad", 2, 2, 1, 1, a_axis, pw_infer, softmax_grad_run),
     GOP("LogSoftmaxGrad", 2, 2, 1, 1, a_axis, pw_infer, softmax_grad_run),
     GOP("MatMulGrad", 3, 3, 1, 1, a_input, mm_grad_infer, mm_grad_run),
+    GOP("MatMulT", 2, 2, 1, 1, a_mmt, mmt_infer, mmt_run),
     GOP("GatherGrad", 3, 3, 1, 1, no_attrs, gather_grad_infer, gather_grad_run),
     GOP("CrossEntropyLossGrad", 3, 4, 1, 1, a_ce, ce_grad_infer, ce_grad_run),
     GOP("BCEWithLogitsLossGrad", 3, 3, 1, 2, no_attrs, zt_grad_infer, zt_grad_run),

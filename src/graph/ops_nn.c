@@ -103,6 +103,7 @@ static int gemm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
             return kl__fail_node(e, n, KL_ESHAPE, "C does not broadcast to (%lld, %lld)", (long long)M, (long long)N);
     }
     kl__set_shape(&out[0], in[0]->dtype, 2, d);
+    *ws = kl__gemm_train_ws(n, in, n_in, M, N, K); /* non-constant weights (training): grad_int.h */
     return KL_OK;
 }
 
@@ -136,6 +137,7 @@ static int gemm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
         kl_gemm_packed_f32(M, N, K, A, K, n->priv, c ? c->data : NULL, NULL, a, y, N, x->pool);
         return KL_OK;
     }
+    if (!n->priv && kl__gemm_train_run(n, in, n_in, out[0], M, N, K, a, x)) return KL_OK; /* training: B packed per call */
     if (M == 1 && !ta && (bias_row || !c) && alpha == 1.f && N < INT32_MAX && K < INT32_MAX) {
         gemv_row(tb, N, K, A, B, c ? c->data : NULL, act, 0, 0, y);
         return KL_OK;

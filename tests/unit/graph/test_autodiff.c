@@ -685,3 +685,52 @@ KL_TEST(graph_autodiff_seed_loss_scale) {
     kl_graph_free(g);
     kl_graph_free(g2);
 }
+
+/* 2x2 max-pool backward (the SIMD path: 17 windows per row, odd sizes) after
+ * a ReLU (ties between zeros): f32 equals f64 exactly, and f64 against
+ * finite differences. */
+static kl_graph *pool2_graph(void) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "w");
+    int64_t k2[2] = {2, 2};
+    g_node(g, "", "Relu", "x", "r");
+    int k = g_node(g, "", "MaxPool", "r", "p");
+    a_ints(g, k, "kernel_shape", 2, k2); a_ints(g, k, "strides", 2, k2);
+    g_node(g, "", "Mul", "p,w", "m");
+    k = g_node(g, "", "ReduceSum", "m", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    return g;
+}
+KL_TEST(graph_autodiff_maxpool2_simd_ties) {
+    kl_err e;
+    int64_t dx[4] = {2, 3, 9, 35}, dw[4] = {2, 3, 4, 17};
+    uint64_t seed = rng_state;
+    kl_tensor *i32[2] = {rnd(KL_F32, 4, dx, 1, 0), rnd(KL_F32, 4, dw, 1, 0)};
+    rng_state = seed;
+    kl_tensor *i64[2] = {rnd(KL_F64, 4, dx, 1, 0), rnd(KL_F64, 4, dw, 1, 0)};
+    /* exact f32 values in both */
+    for (int t = 0; t < 2; t++)
+        for (int64_t i = 0; i < kl_tensor_numel(i64[t]); i++) ((double *)i64[t]->data)[i] = ((float *)i32[t]->data)[i];
+    kl_graph *g = pool2_graph(), *g64 = pool2_graph();
+    int w = kl_graph_find_value(g, "x"), w64 = kl_graph_find_value(g64, "x"), gr;
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], &w, 1, &gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_autodiff(g64, g64->outputs[0], &w64, 1, &gr, &e), &e);
+    KT_OK(kl_graph_finalize(g64, &e), &e);
+    kl_tensor *o[4] = {0}, *o64[4] = {0};
+    KT_OK(run_f32(g, i32, 2, NULL, o, &e), &e);
+    KT_OK(run_f32(g64, i64, 2, NULL, o64, &e), &e);
+    int64_t n = kl_tensor_numel(o[1]), nz = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float a = ((float *)o[1]->data)[i];
+        KT_CHECKF(a == (float)((double *)o64[1]->data)[i], "element %lld: %g vs %g", (long long)i, a, ((double *)o64[1]->data)[i]);
+        nz += a != 0;
+    }
+    KT_CHECK(nz > 300 && nz <= 2 * 3 * 4 * 17); /* at most one cell per window (windows of zeros: ReLU stops it) */
+    for (int i = 0; i < 4; i++) { kl_tensor_free(o[i]); kl_tensor_free(o64[i]); }
+    kl_tensor_free(i32[0]); kl_tensor_free(i32[1]);
+    kl_graph_free(g);
+    kl_graph_free(g64);
+    gradcheck("maxpool2", pool2_graph(), i64, 2, "x,w", 1e-6);
+}
