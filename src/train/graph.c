@@ -18,14 +18,24 @@
 
 typedef struct {
     kl_graph *g;
-    int nn;                 /* node counter, for names */
+    int nn;                 /* nodes of the current layer, for names */
+    const char *layer;      /* current layer name ("" outside layers) */
     int oom;
     kl_dtype ft;            /* float type of the graph (f64 for gradient checks) */
 } gb;
 
+/* Node names follow the spec: the layer's first node is called as the layer,
+ * its helpers "<layer>/<op>", so errors and exported graphs name the layer. */
+static void node_name(gb *b, const char *op, char *nm, size_t n) {
+    if (!*b->layer) snprintf(nm, n, "%s_%d", op, b->nn);
+    else if (!b->nn) snprintf(nm, n, "%s", b->layer);
+    else snprintf(nm, n, "%s/%s_%d", b->layer, op, b->nn);
+    b->nn++;
+}
+
 static kl_gnode *node(gb *b, const char *op, const char *const *in, int nin, const char *out) {
     char nm[160];
-    snprintf(nm, sizeof nm, "%s_%d", op, b->nn++);
+    node_name(b, op, nm, sizeof nm);
     const char *outs[1] = {out};
     int i = kl_graph_add_node(b->g, op, nm, in, nin, outs, 1);
     if (i < 0) { b->oom = 1; return NULL; }
@@ -112,7 +122,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
     kl_graph *g = NULL;
     int rc = kl_graph_new(&g, e);
     if (rc) return rc;
-    gb B = {g, 0, 0, m->f64 && !params_init ? KL_F64 : KL_F32}, *b = &B;
+    gb B = {g, 0, "", 0, m->f64 && !params_init ? KL_F64 : KL_F32}, *b = &B;
     g->opset = 17;
     g->name = strdup("keel_model");
     g->producer = strdup("keel 0.1");
@@ -155,6 +165,8 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
         tr_layer *l = &m->L[i];
         const tr_lspec *L = &l->sp;
         const char *x = l->in[0] < 0 ? "input" : oname[l->in[0]];
+        b->layer = L->name;
+        b->nn = 0;
         char wn[96], bn[96], t1[96], t2[96], t3[96], t4[96];
         snprintf(wn, sizeof wn, "%s.weight", L->name);
         snprintf(bn, sizeof bn, "%s.bias", L->name);
@@ -220,7 +232,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
                 snprintf(t4, sizeof t4, "%s.running_var_new", L->name);
                 const char *outs[3] = {L->name, t3, t4};
                 char nm[160];
-                snprintf(nm, sizeof nm, "BatchNormalization_%d", b->nn++);
+                node_name(b, "BatchNormalization", nm, sizeof nm);
                 int k = kl_graph_add_node(g, "BatchNormalization", nm, in, 5, outs, 3);
                 n = k < 0 ? NULL : &g->nodes[k];
                 if (!n) b->oom = 1;
@@ -251,7 +263,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
                 snprintf(t2, sizeof t2, "%s_mask", L->name);
                 const char *in[2] = {x, t1}, *outs[2] = {L->name, t2};
                 char nm[160];
-                snprintf(nm, sizeof nm, "Dropout_%d", b->nn++);
+                node_name(b, "Dropout", nm, sizeof nm);
                 int k = kl_graph_add_node(g, "Dropout", nm, in, 2, outs, 2);
                 n = train_node(b, k < 0 ? NULL : &g->nodes[k]);
                 if (!n) b->oom = 1;
@@ -303,6 +315,8 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
             snprintf(oname[i], sizeof oname[i], "%s", t2);
         }
     }
+    b->layer = "";
+    b->nn = 0;
     if (need_gelu && !b->oom) {
         float c[3] = {(float)M_SQRT2, 1.0f, 0.5f};
         add_const(b, "gelu_sqrt2", 0, NULL, &c[0]);
