@@ -23,6 +23,7 @@ typedef struct {
     int *n_contrib, *cap_contrib;
     int *final;         /* per value: summed gradient, -2 not yet summed */
     char *needs;        /* per value: depends on a wrt value */
+    char *is_wrt;       /* per value: listed in wrt (its gradient is an output) */
     int tmp;            /* name counter */
     kl_err *e;
 } ad;
@@ -40,9 +41,9 @@ static int out_v(ad *a, int ni, int k) { kl_gnode *n = node(a, ni); return k < n
 static int emit(ad *a, const char *domain, const char *op, const int *ins, int n_in, int n_out, const int *want, int *outs,
                 int base) {
     kl_graph *g = a->g;
-    const char *in_names[8], *out_names[8];
+    const char *in_names[33], *out_names[8];
     char buf[8][256];
-    KL_ASSERT(n_in <= 8 && n_out <= 8);
+    KL_ASSERT(n_in <= 33 && n_out <= 8);
     for (int k = 0; k < n_in; k++) in_names[k] = ins[k] >= 0 ? g->values[ins[k]].name : "";
     for (int k = 0; k < n_out; k++) {
         out_names[k] = "";
@@ -374,14 +375,32 @@ static int r_conv(ad *a, int ni, const int *dy, const int *want) {
     return KL_OK;
 }
 
+/* MaxPool of a ReLU output that nothing else reads: the pool's gradient
+ * rule also takes the ReLU's (MaxPoolGrad _relu=1 writes the gradient of the
+ * ReLU's input; the ReLU then gets no gradient of its own). */
+static int relu_only_feeds(ad *a, int X, int wrt_x) {
+    kl_graph *g = a->g;
+    if (wrt_x || X < 0 || X >= a->nv0 || g->values[X].is_output || g->values[X].n_uses != 1) return -1;
+    int p = g->values[X].producer;
+    if (p < 0) return -1;
+    kl_gnode *r = &g->nodes[p];
+    if (*r->domain || strcmp(r->op_type, "Relu") || r->n_in != 1 || r->inputs[0] < 0) return -1;
+    return r->inputs[0];
+}
+
 static int r_pool(ad *a, int ni, const int *dy, const int *want) {
     static const char *const at[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", NULL};
     char op[64];
     snprintf(op, sizeof op, "%sGrad", node(a, ni)->op_type);
     int X = in_v(a, ni, 0), ins[2] = {dy[0], X}, k, rc;
-    int g = emit1(a, G, op, ins, 2, X, &k);
+    int H = !strcmp(op, "MaxPoolGrad") ? relu_only_feeds(a, X, a->is_wrt[X]) : -1;
+    int g = emit1(a, G, op, ins, 2, H >= 0 ? H : X, &k);
     if (g < 0) return g;
     if (strncmp(op, "Global", 6) && (rc = copy_attrs(a, ni, k, at))) return rc;
+    if (H >= 0) {
+        if ((rc = set_int(a, k, "_relu", 1))) return rc;
+        return a->needs[H] ? contrib(a, H, g) : KL_OK;
+    }
     return contrib(a, X, g);
 }
 
@@ -442,6 +461,28 @@ static int r_cast(ad *a, int ni, const int *dy, const int *want) {
     return contrib(a, X, g);
 }
 
+/* Concat: each input gets its slice of dy (ConcatGrad reads all inputs'
+ * shapes for the offsets). */
+static int r_concat(ad *a, int ni, const int *dy, const int *want) {
+    int nin = node(a, ni)->n_in, rc;
+    int64_t axis = kl_gnode_attr_int(node(a, ni), "axis", 0);
+    if (nin > 31) {
+        char d[300];
+        return kl_err_set(a->e, KL_EUNSUPPORTED, "%s: gradient of Concat with more than 31 inputs", kl_gnode_desc(node(a, ni), d, sizeof d));
+    }
+    int ins[32];
+    ins[0] = dy[0];
+    for (int k = 0; k < nin; k++) ins[1 + k] = in_v(a, ni, k);
+    for (int k = 0; k < nin; k++) {
+        if (!want[k]) continue;
+        int kk, o, x = ins[1 + k];
+        o = emit1(a, G, "ConcatGrad", ins, nin + 1, x, &kk);
+        if (o < 0) return o;
+        if ((rc = set_int(a, kk, "axis", axis)) || (rc = set_int(a, kk, "index", k)) || (rc = contrib(a, x, o))) return rc;
+    }
+    return KL_OK;
+}
+
 typedef struct {
     const char *domain, *op;
     rule_fn fn;
@@ -459,6 +500,7 @@ static const rule rules[] = {
     {"", "Flatten", r_reshape, 1}, {"", "Reshape", r_reshape, 1}, {"", "Squeeze", r_reshape, 1},
     {"", "Unsqueeze", r_reshape, 1}, {"", "Transpose", r_transpose, 1},
     {"", "Gather", r_gather, 1},
+    {"", "Concat", r_concat, 0x7fffffffu},
     {"", "Conv", r_conv, 7}, {"", "MaxPool", r_pool, 1}, {"", "AveragePool", r_pool, 1},
     {"", "GlobalAveragePool", r_pool, 1}, {"", "BatchNormalization", r_bn, 7}, {"", "LayerNormalization", r_ln, 7},
     {"", "ReduceSum", r_reduce, 1}, {"", "ReduceMean", r_reduce, 1},
@@ -510,11 +552,12 @@ int kl_graph_autodiff_seed(kl_graph *g, int loss, int seed_v, const int *wrt, in
     a.cap_contrib = calloc((size_t)nv + 1, sizeof(int));
     a.final = malloc(sizeof(int) * ((size_t)nv + 1));
     a.needs = calloc((size_t)nv + 1, 1);
+    a.is_wrt = calloc((size_t)nv + 1, 1);
     onpath = calloc((size_t)nv + 1, 1);
-    if (!a.contrib || !a.n_contrib || !a.cap_contrib || !a.final || !a.needs || !onpath) { rc = oom(&a); goto done; }
+    if (!a.contrib || !a.n_contrib || !a.cap_contrib || !a.final || !a.needs || !a.is_wrt || !onpath) { rc = oom(&a); goto done; }
     for (int i = 0; i < nv; i++) a.final[i] = -2;
     /* values that depend on a wrt value (through differentiable inputs) */
-    for (int i = 0; i < n_wrt; i++) a.needs[wrt[i]] = 1;
+    for (int i = 0; i < n_wrt; i++) a.needs[wrt[i]] = a.is_wrt[wrt[i]] = 1;
     for (int ni = 0; ni < nf; ni++) {
         kl_gnode *n = &g->nodes[ni];
         const rule *r = find_rule(n->domain, n->op_type);
@@ -610,6 +653,7 @@ done:
     free(a.cap_contrib);
     free(a.final);
     free(a.needs);
+    free(a.is_wrt);
     free(onpath);
     if (rc)
         for (int i = 0; i < n_wrt; i++) grads[i] = -1;

@@ -14,6 +14,8 @@
 int kl__need_float(kl_gnode *n, const kl_tensor *t, const char *what, kl_err *e);
 int kl__same_dtype(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e);
 int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_tensor *b, const char *bn, kl_err *e);
+/* Sets OpenBLAS to one thread once (before any direct cblas call). */
+void kl__blas_single(void);
 /* C = alpha op(A) op(B) + beta C for dt f32 (keel's GEMM, deterministic) or f64 (cblas_dgemm). */
 void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool);
@@ -29,6 +31,10 @@ void kl__gemm_fast_f32(int ta, int tb, int64_t M, int64_t N, int64_t K, float al
  * the run (returns 1 when it handled the node, 0 to take the usual path). */
 size_t kl__gemm_train_ws(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t M, int64_t N, int64_t K);
 int kl__gemm_train_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *y, int64_t M, int64_t N, int64_t K, kl_act act, kl_exec *x);
+
+/* Forward MatMul with a non-constant 2-D f32 B (training): ws bytes / run. */
+size_t kl__matmul_train_ws(kl_gnode *n, kl_tensor *const *in);
+int kl__matmul_train_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *y, kl_exec *x);
 
 /* ai.keel.train::Dropout's mask bit of element i for this seed (1 = kept). */
 uint8_t kl__dropout_keep(uint64_t seed, uint64_t i, float ratio);

@@ -9,7 +9,6 @@
 
 #include <cblas.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +26,7 @@ typedef struct {
 /* 2x2/2 max-pool backward, 8 windows per step (AVX2): deinterleave the two
  * input rows, pick the first maximum (NaN wins) with compares and blends,
  * write the 4 cells of each window. Returns the windows done. */
-static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW) {
+static int64_t maxpool2_simd_core(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW, int relu, int tail) {
     int64_t ow = 0;
     for (; ow + 8 <= OW; ow += 8) {
         __m256 x0 = _mm256_loadu_ps(r0 + 2 * ow), x1 = _mm256_loadu_ps(r0 + 2 * ow + 8);
@@ -42,6 +41,7 @@ static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *
         __m256 mc = _mm256_or_ps(_mm256_cmp_ps(c, m1, _CMP_GT_OQ), _mm256_cmp_ps(c, c, _CMP_UNORD_Q));
         __m256 m2 = _mm256_blendv_ps(m1, c, mc);
         __m256 me = _mm256_or_ps(_mm256_cmp_ps(e, m2, _CMP_GT_OQ), _mm256_cmp_ps(e, e, _CMP_UNORD_Q));
+        if (relu) g = _mm256_and_ps(g, _mm256_cmp_ps(_mm256_blendv_ps(m2, e, me), _mm256_setzero_ps(), _CMP_GT_OQ));
         __m256 s3 = me, s2 = _mm256_andnot_ps(me, mc), s1 = _mm256_andnot_ps(_mm256_or_ps(me, mc), mb);
         __m256 s0 = _mm256_andnot_ps(_mm256_or_ps(_mm256_or_ps(me, mc), mb), _mm256_castsi256_ps(_mm256_set1_epi32(-1)));
         __m256 ga = _mm256_and_ps(s0, g), gb = _mm256_and_ps(s1, g), gc = _mm256_and_ps(s2, g), ge = _mm256_and_ps(s3, g);
@@ -53,7 +53,21 @@ static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *
         _mm256_storeu_ps(w1 + 2 * ow, _mm256_permute2f128_ps(lo, hi, 0x20));
         _mm256_storeu_ps(w1 + 2 * ow + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
     }
+    if (ow < OW && !tail) { /* the last < 8 windows through a zero-padded copy */
+        float a0[16] = {0}, a1[16] = {0}, g[8] = {0}, b0[16], b1[16];
+        int64_t r = OW - ow;
+        memcpy(a0, r0 + 2 * ow, sizeof(float) * (size_t)(2 * r));
+        memcpy(a1, r1 + 2 * ow, sizeof(float) * (size_t)(2 * r));
+        memcpy(g, dy + ow, sizeof(float) * (size_t)r);
+        maxpool2_simd_core(a0, a1, g, b0, b1, 8, relu, 1);
+        memcpy(w0 + 2 * ow, b0, sizeof(float) * (size_t)(2 * r));
+        memcpy(w1 + 2 * ow, b1, sizeof(float) * (size_t)(2 * r));
+        ow = OW;
+    }
     return ow;
+}
+static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *dy, float *w0, float *w1, int64_t OW, int relu) {
+    return maxpool2_simd_core(r0, r1, dy, w0, w1, OW, relu, 0);
 }
 
 #define R float
@@ -68,7 +82,7 @@ static int64_t maxpool2_simd_f32(const float *r0, const float *r1, const float *
 #define R double
 #define FN(x) x##_f64
 #define DT KL_F64
-#define MAXPOOL2_SIMD(r0, r1, dy, w0, w1, OW) 0
+#define MAXPOOL2_SIMD(r0, r1, dy, w0, w1, OW, relu) 0
 #include "graph/grad_nn_gen.h"
 #undef MAXPOOL2_SIMD
 #undef R
@@ -191,14 +205,11 @@ static size_t conv_ws(const geo *p, size_t es) { return (size_t)((p->C * p->ksz 
 
 #define CG_BLOCKS 8
 
-extern void openblas_set_num_threads(int);
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_init(void) { openblas_set_num_threads(1); }
 
 static int64_t cg_blocks(const geo *p) { return p->N < CG_BLOCKS ? p->N : CG_BLOCKS; }
 /* per block: cols, partial dW, then (packed kernel) packed cols^T of one
  * group and a dW_g temporary */
-static size_t cg_pk(const geo *p) { return kl_gemm_packed_b_floats(p->osz, p->C / p->G * p->ksz); }
+static size_t cg_pk(const geo *p) { return kl_gemm_packed_b_floats(p->osz, p->M / p->G); }
 static size_t cg_cols(const geo *p) {
     size_t pk = cg_pk(p);
     return (size_t)(p->C * p->ksz * p->osz) + (pk ? pk + 16 + (size_t)(p->M / p->G * p->C / p->G * p->ksz) + 16 : 0);
@@ -263,12 +274,13 @@ static void cg_dw_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
         for (int64_t n = n0; n < n1; n++) {
             i2c_job_f32 ij = {&one, j->x + n * p->C * p->isz, cols, NULL};
             im2col_rows_f32(&ij, 0, (size_t)(p->C * p->ksz), 0);
-            if (pk) { /* keel's packed kernel: dW_g = dy_g (Mg x P) cols_g^T (P x Kg) */
+            if (pk) { /* keel's packed kernel: dW_g^T (Kg x Mg) = cols_g (Kg x P) dy_g^T (P x Mg);
+                       * packing dy_g^T (P x Mg) is smaller than cols_g^T */
                 for (int64_t g = 0; g < p->G; g++) {
                     float *dst = dwb + g * Mg * Kg;
-                    kl_gemm_pack_b(1, P, Kg, cols + g * Kg * P, P, packed);
-                    kl_gemm_packed_f32(Mg, Kg, P, j->dy + (n * p->M + g * Mg) * P, P, packed, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0},
-                                       n == n0 ? dst : tmp, Kg, j->pool);
+                    kl_gemm_pack_b(1, P, Mg, j->dy + (n * p->M + g * Mg) * P, P, packed);
+                    kl_gemm_packed_f32(Kg, Mg, P, cols + g * Kg * P, P, packed, NULL, NULL, (kl_act){KL_ACT_NONE, 0, 0},
+                                       n == n0 ? dst : tmp, Mg, j->pool);
                     if (n != n0)
                         for (int64_t i = 0; i < Mg * Kg; i++) dst[i] += tmp[i];
                 }
@@ -303,27 +315,37 @@ static void cg_dx_blocks(void *ctx, size_t b0, size_t b1, int chunk) {
 
 static int conv_bwd_fast(kl_gnode *n, const geo *p, const float *x, const float *w, const float *dy, float *dx, float *dw, float *db,
                          void *ws, kl_pool *pool, kl_err *e) {
-    pthread_once(&blas_once, blas_init);
+    kl__blas_single();
     int64_t nb = cg_blocks(p), per = (p->N + nb - 1) / nb;
     nb = per ? (p->N + per - 1) / per : 0;
     cg_job j = {p, x, w, dy, dx, ws, per, pool};
-    if (db)
+    if (db) /* 8 lanes (vectorised), combined in a fixed order */
         for (int64_t m = 0; m < p->M; m++) {
-            float s = 0;
+            float l[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             for (int64_t i = 0; i < p->N; i++) {
                 const float *r = dy + (i * p->M + m) * p->osz;
-                for (int64_t k = 0; k < p->osz; k++) s += r[k];
+                int64_t k = 0;
+                for (; k + 8 <= p->osz; k += 8)
+                    for (int t = 0; t < 8; t++) l[t] += r[k + t];
+                for (; k < p->osz; k++) l[k & 7] += r[k];
             }
-            db[m] = s;
+            db[m] = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
         }
     if (dw && nb) {
         kl_pool_parallel_for(pool, (size_t)nb, 1, cg_dw_blocks, &j);
         size_t stride = al64((cg_cols(p) + cg_wsz(p)) * sizeof(float)) / sizeof(float);
-        const float *part = (const float *)ws + cg_cols(p);
+        float *part = (float *)ws + cg_cols(p);
         int64_t wsz = (int64_t)cg_wsz(p);
-        memcpy(dw, part, sizeof(float) * (size_t)wsz);
-        for (int64_t b = 1; b < nb; b++)
-            for (int64_t i = 0; i < wsz; i++) dw[i] += part[b * (int64_t)stride + i];
+        for (int64_t b = 1; b < nb; b++) /* block partials in block order */
+            for (int64_t i = 0; i < wsz; i++) part[i] += part[b * (int64_t)stride + i];
+        if (cg_pk(p)) { /* partials are dW_g^T (Kg x Mg) */
+            int64_t Kg = p->C / p->G * p->ksz, Mg = p->M / p->G;
+            for (int64_t g = 0; g < p->G; g++)
+                for (int64_t k = 0; k < Kg; k++)
+                    for (int64_t m = 0; m < Mg; m++) dw[(g * Mg + m) * Kg + k] = part[g * Mg * Kg + k * Mg + m];
+        } else {
+            memcpy(dw, part, sizeof(float) * (size_t)wsz);
+        }
     }
     if (!dx || !nb) return KL_OK;
     if (cg_dx_by_conv(p)) {
@@ -425,14 +447,15 @@ int kl__bn_ext_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     const kl_tensor *X = in[0];
     int train = (int)kl_gnode_attr_int(n, "training_mode", 0);
     double eps = kl_gnode_attr_float(n, "epsilon", 1e-5f), mom = kl_gnode_attr_float(n, "momentum", 0.9f);
+    int unb = (int)kl_gnode_attr_int(n, "_unbiased_var", 0);
     void *rm = n_out > 1 && out[1] ? out[1]->data : NULL, *rv = n_out > 2 && out[2] ? out[2]->data : NULL;
     if (X->dtype == KL_F32) {
         bn_job_f32 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data, NULL,
-                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train};
+                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train, unb};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_fwd_ch_f32, &j);
     } else {
         bn_job_f64 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[1]->data, in[2]->data, in[3]->data, in[4]->data, NULL,
-                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train};
+                        out[0]->data, rm, rv, NULL, NULL, NULL, eps, mom, train, unb};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_fwd_ch_f64, &j);
     }
     return KL_OK;
@@ -502,7 +525,9 @@ static int conv_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     return KL_OK;
 }
 
-/* MaxPoolGrad / AveragePoolGrad / GlobalAveragePoolGrad (dy, X) -> dX. */
+/* MaxPoolGrad / AveragePoolGrad / GlobalAveragePoolGrad (dy, X) -> dX.
+ * MaxPoolGrad _relu=1: X is a ReLU's output read only by the pool, and the
+ * output is the gradient of the ReLU's input (one pass instead of two). */
 static int pool_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     geo p;
     int rc, global = !strncmp(n->op_type, "Global", 6);
@@ -519,6 +544,7 @@ static int pool_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
 static int pool_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     geo p;
     int rc, global = !strncmp(n->op_type, "Global", 6), max = !strncmp(n->op_type, "MaxPool", 7);
+    if (max && kl_gnode_attr_int(n, "_relu", 0)) max = 2;
     if ((rc = pool_geo(n, in[1], global, &p, e))) return rc;
     if (global) {
         int64_t NC = p.N * p.C, S = p.isz;
@@ -562,11 +588,11 @@ static int bn_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     void *dx = out[0] ? out[0]->data : NULL, *dg = n_out > 1 && out[1] ? out[1]->data : NULL, *db = n_out > 2 && out[2] ? out[2]->data : NULL;
     if (X->dtype == KL_F32) {
         bn_job_f32 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[2]->data, NULL, mean, var, in[0]->data, NULL, NULL, NULL,
-                        dx, dg, db, eps, 0, train};
+                        dx, dg, db, eps, 0, train, 0};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_bwd_ch_f32, &j);
     } else {
         bn_job_f64 j = {X->dims[0], X->dims[1], spatial(X), X->data, in[2]->data, NULL, mean, var, in[0]->data, NULL, NULL, NULL,
-                        dx, dg, db, eps, 0, train};
+                        dx, dg, db, eps, 0, train, 0};
         kl_pool_parallel_for(x->pool, (size_t)j.C, 1, bn_bwd_ch_f64, &j);
     }
     return KL_OK;
@@ -597,7 +623,7 @@ static int ln_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
 }
 
 static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", NULL};
-static const char *const a_pool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", "storage_order", NULL};
+static const char *const a_pool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", "storage_order", "_relu", NULL};
 static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", NULL};
 static const char *const a_ln[] = {"axis", "epsilon", "stash_type", NULL};
 static const char *const no_attrs[] = {NULL};

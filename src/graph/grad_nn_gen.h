@@ -198,7 +198,9 @@ static void FN(pool_planes)(void *ctx, size_t q0, size_t q1, int chunk) {
                     R acc = 0;
                     if (j->max) {
                         POOL_WINDOW(p, o0, o1, o2, if (best < 0 || xs[ii] > xs[best] || xs[ii] != xs[ii]) best = ii)
-                        if (j->dx) { if (best >= 0) j->dx[(int64_t)q * p->isz + best] += j->dy[oi]; }
+                        /* max 2: the pool reads a ReLU output and dx is the gradient of the
+                         * ReLU's input (relu' at the maximum = max > 0) */
+                        if (j->dx) { if (best >= 0 && (j->max < 2 || xs[best] > 0)) j->dx[(int64_t)q * p->isz + best] += j->dy[oi]; }
                         else j->y[oi] = best >= 0 ? xs[best] : (R)-INFINITY;
                     } else if (j->dx) {
                         R g = j->dy[oi] / (R)FN(avg_div)(p, o0, o1, o2);
@@ -227,7 +229,7 @@ static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) 
             R *w0 = o + 2 * oh * W, *w1 = w0 + W;
             /* every window writes its 4 cells (the gradient at the first
              * maximum, zeros elsewhere): no scatter, no branch */
-            int64_t ow0 = MAXPOOL2_SIMD(r0, r1, dr, w0, w1, OW);
+            int64_t ow0 = MAXPOOL2_SIMD(r0, r1, dr, w0, w1, OW, j->max == 2);
             for (int64_t ow = ow0; ow < OW; ow++) {
                 R a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], e = r1[2 * ow + 1], g = dr[ow];
                 int mb = b > a || b != b;
@@ -236,6 +238,7 @@ static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) 
                 R m2 = mc ? c : m1;
                 int me = e > m2 || e != e;
                 int sel = me ? 3 : mc ? 2 : mb ? 1 : 0;
+                if (j->max == 2 && !((me ? e : m2) > 0)) g = 0;
                 w0[2 * ow] = sel == 0 ? g : (R)0;
                 w0[2 * ow + 1] = sel == 1 ? g : (R)0;
                 w1[2 * ow] = sel == 2 ? g : (R)0;
@@ -248,7 +251,8 @@ static void FN(maxpool2_bwd_planes)(void *ctx, size_t q0, size_t q1, int chunk) 
     }
 }
 
-/* Forward (y) or backward (dx from dy, x) of max / average pooling. */
+/* Forward (y) or backward (dx from dy, x) of max (max 1; 2: fused with the
+ * gradient of a ReLU before the pool) / average (max 0) pooling. */
 static void FN(pool)(const geo *p, int max, const R *x, R *y, const R *dy, R *dx, kl_pool *pool) {
     FN(pool_job) j = {p, x, dy, y, dx, max};
     if (dx && max && p->nsp == 2 && p->k[1] == 2 && p->k[2] == 2 && p->s[1] == 2 && p->s[2] == 2 && p->d[1] == 1 && p->d[2] == 1 &&
@@ -268,7 +272,7 @@ typedef struct {
     const R *x, *g, *b, *in_mean, *in_var, *dy;
     R *y, *run_mean, *run_var, *dx, *dg, *db;
     double eps, mom;
-    int train;
+    int train, unbiased;
 } FN(bn_job);
 
 /* Batch statistics of channel c (double accumulation, fixed order). */
@@ -289,8 +293,9 @@ static void FN(bn_stats)(const FN(bn_job) *j, int64_t c, double *mean, double *v
 }
 
 /* Training forward per channel: y, and the running statistics (ONNX:
- * r = momentum * r + (1 - momentum) * batch; the variance estimate is the
- * unbiased one, as PyTorch's). Eval forward (train 0): y from in_mean/in_var. */
+ * r = momentum * r + (1 - momentum) * batch with the biased batch variance;
+ * unbiased (PyTorch's running_var) when the node has _unbiased_var=1).
+ * Eval forward (train 0): y from in_mean/in_var. */
 static void FN(bn_fwd_ch)(void *ctx, size_t c0, size_t c1, int chunk) {
     const FN(bn_job) *j = ctx;
     int64_t cnt = j->N * j->S;
@@ -306,7 +311,8 @@ static void FN(bn_fwd_ch)(void *ctx, size_t c0, size_t c1, int chunk) {
             for (int64_t s = 0; s < j->S; s++) ys[s] = (xs[s] - mu) * is * gg + bb;
         }
         if (j->train && j->run_mean) j->run_mean[c] = (R)(j->mom * j->in_mean[c] + (1 - j->mom) * mean);
-        if (j->train && j->run_var) j->run_var[c] = (R)(j->mom * j->in_var[c] + (1 - j->mom) * (cnt > 1 ? ss / (double)(cnt - 1) : var));
+        if (j->train && j->run_var)
+            j->run_var[c] = (R)(j->mom * j->in_var[c] + (1 - j->mom) * (j->unbiased && cnt > 1 ? ss / (double)(cnt - 1) : var));
     }
 }
 

@@ -10,6 +10,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,13 @@ int kl__same_shape(kl_gnode *n, const kl_tensor *a, const char *an, const kl_ten
     return KL_OK;
 }
 
+/* OpenBLAS stays single-threaded (keel's pool parallelises; its own threads
+ * would make dgemm's summation order depend on them). */
+extern void openblas_set_num_threads(int);
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_init(void) { openblas_set_num_threads(1); }
+void kl__blas_single(void) { pthread_once(&blas_once, blas_init); }
+
 /* C = alpha op(A) op(B) + beta C in the tensor's dtype (f32: keel's GEMM). */
 void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, double alpha, const void *A, int64_t lda,
                  const void *B, int64_t ldb, double beta, void *C, int64_t ldc, kl_pool *pool) {
@@ -70,6 +78,7 @@ void kl__gemm_dt(kl_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, d
             for (int64_t j = 0; j < N; j++) c[i * ldc + j] = beta == 0 ? 0 : beta * c[i * ldc + j];
         return;
     }
+    kl__blas_single();
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A,
                 (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
@@ -137,6 +146,32 @@ int kl__gemm_train_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *y
     float *P = (float *)(((uintptr_t)x->ws + 63) & ~(uintptr_t)63);
     kl_gemm_pack_b((int)kl_gnode_attr_int(n, "transB", 0), K, N, in[1]->data, in[1]->dims[1], P);
     kl_gemm_packed_f32(M, N, K, in[0]->data, K, P, n_in > 2 && in[2] ? in[2]->data : NULL, NULL, act, y->data, N, x->pool);
+    return 1;
+}
+
+/* Forward MatMul of training graphs with a non-constant 2-D f32 B (a
+ * transposed Linear weight): one packed GEMM over A's rows. */
+static int matmul_train_ok(kl_gnode *n, kl_tensor *const *in, int64_t *rows) {
+    const kl_tensor *A = in[0], *B = in[1];
+    if (A->dtype != KL_F32 || B->dtype != KL_F32 || B->data || n->priv || B->rank != 2 || A->rank < 2) return 0;
+    int64_t K = B->dims[0];
+    *rows = K ? kl_tensor_numel(A) / K : 0;
+    return *rows >= 16 && A->dims[A->rank - 1] == K;
+}
+size_t kl__matmul_train_ws(kl_gnode *n, kl_tensor *const *in) {
+    int64_t rows;
+    return strcmp(n->op_type, "MatMul") || !matmul_train_ok(n, in, &rows) ? 0 : kl__gemm_fast_ws(0, rows, in[1]->dims[1], in[1]->dims[0]);
+}
+int kl__matmul_train_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *y, kl_exec *x) {
+    kl_tensor meta = *in[1];
+    kl_tensor *ins[2] = {in[0], &meta};
+    int64_t rows;
+    meta.data = NULL;
+    if (!matmul_train_ok(n, ins, &rows)) return 0;
+    int64_t K = in[1]->dims[0], N = in[1]->dims[1];
+    size_t need = kl__gemm_fast_ws(0, rows, N, K);
+    if (!need || x->ws_bytes < need) return 0;
+    kl__gemm_fast_f32(0, 0, rows, N, K, 1.f, in[0]->data, K, in[1]->data, N, y->data, N, x->ws, x->ws_bytes, x->pool);
     return 1;
 }
 
@@ -283,6 +318,42 @@ static int expand_like_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tenso
         else ((double *)out[0]->data)[i] = ((const double *)in[0]->data)[o] * sc;
         for (int d = r - 1; d >= 0; d--) { if (++idx[d] < X->dims[d]) break; idx[d] = 0; }
     }
+    return KL_OK;
+}
+
+/* ConcatGrad(dy, x0, x1, ...) attrs axis, index: the slice of dy that
+ * Concat took from input `index` (the inputs give the offsets). */
+static int concat_grad_geo(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t *ax, int64_t *off, kl_err *e) {
+    int64_t idx = kl_gnode_attr_int(n, "index", 0);
+    const kl_tensor *dy = in[0];
+    if (idx < 0 || idx >= n_in - 1) return kl__fail_node(e, n, KL_EINVAL, "index %lld out of range", (long long)idx);
+    if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), dy->rank, ax)) return kl__fail_node(e, n, KL_EINVAL, "axis out of range");
+    *off = 0;
+    for (int64_t k = 0; k < idx; k++) *off += in[1 + k]->dims[*ax];
+    const kl_tensor *x = in[1 + idx];
+    if (x->rank != dy->rank || *off + x->dims[*ax] > dy->dims[*ax]) return kl__fail_node(e, n, KL_ESHAPE, "input does not fit the gradient");
+    return KL_OK;
+}
+static int concat_grad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    int64_t ax, off;
+    int rc;
+    if ((rc = kl__need_float(n, in[0], "the gradient", e)) || (rc = concat_grad_geo(n, in, n_in, &ax, &off, e))) return rc;
+    const kl_tensor *x = in[1 + kl_gnode_attr_int(n, "index", 0)];
+    kl__set_shape(&out[0], in[0]->dtype, x->rank, x->dims);
+    return KL_OK;
+}
+static int concat_grad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    int64_t ax, off;
+    int rc = concat_grad_geo(n, in, n_in, &ax, &off, e);
+    if (rc) return rc;
+    const kl_tensor *dy = in[0];
+    size_t es = kl_dtype_size(dy->dtype);
+    int64_t outer = 1, inner = 1;
+    for (int i = 0; i < ax; i++) outer *= dy->dims[i];
+    for (int i = (int)ax + 1; i < dy->rank; i++) inner *= dy->dims[i];
+    int64_t D = dy->dims[ax], d = out[0]->dims[ax];
+    for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)out[0]->data + (size_t)(o * d * inner) * es, (const char *)dy->data + (size_t)((o * D + off) * inner) * es, (size_t)(d * inner) * es);
     return KL_OK;
 }
 
@@ -632,6 +703,7 @@ static const char *const a_scale[] = {"scale", NULL};
 static const char *const a_axis[] = {"axis", "coerce", NULL};
 static const char *const a_input[] = {"input", NULL};
 static const char *const a_mmt[] = {"transA", "transB", "alpha", NULL};
+static const char *const a_concat[] = {"axis", "index", NULL};
 static const char *const a_expand[] = {"axes", "mean", NULL};
 static const char *const a_ratio[] = {"ratio", NULL};
 static const char *const a_ce[] = {"label_smoothing", NULL};
@@ -644,6 +716,7 @@ const kl_op kl__ops_grad[] = {
     GOP("ReshapeLike", 2, 2, 1, 1, no_attrs, reshape_like_infer, reshape_like_run),
     GOP("SumToShape", 2, 2, 1, 1, a_scale, sum_to_infer, sum_to_run),
     GOP("ExpandLike", 2, 2, 1, 1, a_expand, expand_like_infer, expand_like_run),
+    GOP("ConcatGrad", 2, -1, 1, 1, a_concat, concat_grad_infer, concat_grad_run),
     GOP("ReluGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
     GOP("SigmoidGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),
     GOP("TanhGrad", 2, 2, 1, 1, no_attrs, pw_infer, pw_run),

@@ -47,6 +47,7 @@ static int matmul_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *
         return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
     }
     kl__set_shape(&out[0], in[0]->dtype, r, d);
+    *ws = kl__matmul_train_ws(n, in); /* non-constant 2-D weight (training): grad_int.h */
     return KL_OK;
 }
 
@@ -79,6 +80,7 @@ static int matmul_generic(kl_tensor *const *in, kl_tensor *out) {
 
 static int matmul_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (in[0]->dtype != KL_F32) return matmul_generic(in, out[0]);
+    if (!n->priv && kl__matmul_train_run(n, in, out[0], x)) return KL_OK; /* training: B packed per call */
     if (n->priv && in[1]->rank == 2 && in[0]->rank >= 2) {
         /* constant 2-D weight: one GEMM over all rows of A */
         int64_t K = in[1]->dims[0], N = in[1]->dims[1], rows = K ? kl_tensor_numel(in[0]) / K : 0;
@@ -957,7 +959,7 @@ static const char *const a_gemm[] = {"alpha", "beta", "transA", "transB", "_act"
 static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "_act", "_act_a", "_act_b", NULL};
 static const char *const a_convt[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "output_padding", "output_shape", NULL};
 static const char *const a_pool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides", "storage_order", NULL};
-static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", "spatial", NULL};
+static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", "spatial", "_unbiased_var", NULL};
 static const char *const a_ln[] = {"axis", "epsilon", "stash_type", NULL};
 static const char *const a_eps[] = {"epsilon", NULL};
 static const char *const a_axis[] = {"axis", NULL};

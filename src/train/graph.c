@@ -237,6 +237,7 @@ int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_er
                 n = k < 0 ? NULL : &g->nodes[k];
                 if (!n) b->oom = 1;
                 a_int(b, n, "training_mode", 1);
+                a_int(b, n, "_unbiased_var", 1); /* PyTorch's running_var (unbiased batch variance) */
                 add_output(b, t3);
                 add_output(b, t4);
             } else n = node(b, "BatchNormalization", in, 5, L->name);

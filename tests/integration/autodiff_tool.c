@@ -75,6 +75,7 @@ int main(int argc, char **argv) {
         ais(k, "pads", 4, p1);
         k = node(NULL, "BatchNormalization", "c1,gs,gb,rm,rv", "bn,rm_out,rv_out");
         ai(k, "training_mode", 1); af(k, "momentum", 0.9f); af(k, "epsilon", 1e-5f);
+        ai(k, "_unbiased_var", 1); /* PyTorch's running_var */
         node(NULL, "Relu", "bn", "r1");
         k = node(NULL, "MaxPool", "r1", "p1");
         ais(k, "kernel_shape", 2, k2); ais(k, "strides", 2, k2);

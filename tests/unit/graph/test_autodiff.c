@@ -734,3 +734,96 @@ KL_TEST(graph_autodiff_maxpool2_simd_ties) {
     kl_graph_free(g64);
     gradcheck("maxpool2", pool2_graph(), i64, 2, "x,w", 1e-6);
 }
+
+/* Concat (axis 1, an input used twice) */
+KL_TEST(graph_autodiff_concat) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "y"); g_input(g, "w");
+    int k = g_node(g, "", "Concat", "x,y,x", "c");   /* (2,3,4) + (2,5,4) + (2,3,4) -> (2,11,4) */
+    a_int(g, k, "axis", 1);
+    g_node(g, "", "Tanh", "c", "t");
+    g_node(g, "", "Mul", "t,w", "m");
+    k = g_node(g, "", "ReduceSum", "m", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    kl_tensor *ins[3];
+    int64_t dx[3] = {2, 3, 4}, dy[3] = {2, 5, 4}, dw[3] = {2, 11, 4};
+    ins[0] = rnd(KL_F64, 3, dx, 1, 0); ins[1] = rnd(KL_F64, 3, dy, 1, 0); ins[2] = rnd(KL_F64, 3, dw, 1, 0);
+    gradcheck("concat", g, ins, 3, "x,y,w", 1e-6);
+}
+
+/* rank-3 linear as the trainer emits it (Transpose(W) -> MatMul -> Add bias)
+ * in float32 (packed forward MatMul and gradient GEMMs) vs float64, and 1 vs
+ * 2 threads bit-identical */
+static kl_graph *lin3_graph(void) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "W"); g_input(g, "b"); g_input(g, "W2");
+    int64_t perm[2] = {1, 0};
+    int k = g_node(g, "", "Transpose", "W", "Wt");
+    a_ints(g, k, "perm", 2, perm);
+    g_node(g, "", "MatMul", "x,Wt", "mm");
+    g_node(g, "", "Add", "mm,b", "h");
+    g_node(g, "", "Tanh", "h", "t");
+    g_node(g, "", "MatMul", "t,W2", "z");
+    k = g_node(g, "", "ReduceMean", "z", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    return g;
+}
+KL_TEST(graph_autodiff_linear_rank3_f32) {
+    kl_err e;
+    int64_t dx[3] = {4, 9, 40}, dw[2] = {48, 40}, db[1] = {48}, dw2[2] = {48, 24};
+    uint64_t seed = rng_state;
+    kl_tensor *i32[4] = {rnd(KL_F32, 3, dx, 1, 0), rnd(KL_F32, 2, dw, 0.2, 0), rnd(KL_F32, 1, db, 0.1, 0), rnd(KL_F32, 2, dw2, 0.2, 0)};
+    rng_state = seed;
+    kl_tensor *i64[4] = {rnd(KL_F64, 3, dx, 1, 0), rnd(KL_F64, 2, dw, 0.2, 0), rnd(KL_F64, 1, db, 0.1, 0), rnd(KL_F64, 2, dw2, 0.2, 0)};
+    kl_graph *g = lin3_graph(), *g64 = lin3_graph();
+    const char *names[] = {"x", "W", "b", "W2"};
+    int w[4], w64[4], gr[4];
+    for (int i = 0; i < 4; i++) { w[i] = kl_graph_find_value(g, names[i]); w64[i] = kl_graph_find_value(g64, names[i]); }
+    KT_OK(kl_graph_autodiff(g, g->outputs[0], w, 4, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_autodiff(g64, g64->outputs[0], w64, 4, gr, &e), &e);
+    KT_OK(kl_graph_finalize(g64, &e), &e);
+    kl_pool *p1, *p2;
+    KT_OK(kl_pool_new(1, &p1, &e), &e);
+    KT_OK(kl_pool_new(2, &p2, &e), &e);
+    kl_tensor *o1[8] = {0}, *o2[8] = {0}, *o64[8] = {0};
+    KT_OK(run_f32(g, i32, 4, p1, o1, &e), &e);
+    KT_OK(run_f32(g, i32, 4, p2, o2, &e), &e);
+    KT_OK(run_f32(g64, i64, 4, p2, o64, &e), &e);
+    for (int i = 0; i < g->n_outputs; i++) {
+        KT_CHECKF(!memcmp(o1[i]->data, o2[i]->data, o1[i]->nbytes), "output %d differs between 1 and 2 threads", i);
+        double mx = 0, err = 0;
+        for (int64_t j = 0; j < kl_tensor_numel(o1[i]); j++) {
+            double a = ((float *)o1[i]->data)[j], b = ((double *)o64[i]->data)[j];
+            if (fabs(b) > mx) mx = fabs(b);
+            if (fabs(a - b) > err) err = fabs(a - b);
+        }
+        KT_CHECKF(err <= 1e-4 * (mx > 0.01 ? mx : 0.01), "output %d: f32 vs f64 max error %g (scale %g)", i, err, mx);
+    }
+    for (int i = 0; i < 8; i++) { kl_tensor_free(o1[i]); kl_tensor_free(o2[i]); kl_tensor_free(o64[i]); }
+    for (int i = 0; i < 4; i++) { kl_tensor_free(i32[i]); kl_tensor_free(i64[i]); }
+    kl_pool_free(p1);
+    kl_pool_free(p2);
+    kl_graph_free(g);
+    kl_graph_free(g64);
+}
+
+/* ReLU -> MaxPool 3x3/2 pad 1 (generic path, fused with the ReLU gradient) */
+KL_TEST(graph_autodiff_relu_maxpool3_fused) {
+    kl_graph *g = new_graph();
+    g_input(g, "x"); g_input(g, "w");
+    int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1};
+    g_node(g, "", "Relu", "x", "r");
+    int k = g_node(g, "", "MaxPool", "r", "p");
+    a_ints(g, k, "kernel_shape", 2, k3); a_ints(g, k, "strides", 2, s2); a_ints(g, k, "pads", 4, p1);
+    g_node(g, "", "Mul", "p,w", "m");
+    k = g_node(g, "", "ReduceSum", "m", "loss");
+    a_int(g, k, "keepdims", 0);
+    g_output(g, "loss");
+    kl_tensor *ins[2];
+    int64_t dx[4] = {2, 3, 7, 8}, dw[4] = {2, 3, 4, 4};
+    ins[0] = rnd(KL_F64, 4, dx, 1, 0); ins[1] = rnd(KL_F64, 4, dw, 1, 0);
+    gradcheck("relu_maxpool3", g, ins, 2, "x,w", 1e-6);
+}
