@@ -1,5 +1,5 @@
-/* keel onnx: loading ONNX models (protobuf, via protobuf-c code generated at
- * build time from Debian's onnx.proto) into the graph IR, and ONNX TensorProto
+/* keel onnx: loading and saving ONNX models (protobuf, via protobuf-c code generated at
+ * build time from Debian's onnx.proto) into the graph IR and back, and ONNX TensorProto
  * (.pb) files as used by the ONNX backend test suite. */
 #ifndef KEEL_ONNX_H
 #define KEEL_ONNX_H
@@ -23,6 +23,15 @@ int kl_onnx_load(const char *path, kl_graph **out, kl_err *e);
  * name is used in messages. */
 int kl_onnx_load_mem(const void *buf, size_t len, const char *name, const char *base_dir, kl_graph **out,
                      kl_err *e);
+/* Writes g as an ONNX model (ir_version 8), atomically (temp + fsync +
+ * rename): initializers as raw_data TensorProtos, graph inputs/outputs with
+ * their dtype and dims (dim_names / unknown dims as dim_param), nodes with
+ * their domains and attributes, one opset import per domain used (the
+ * default domain at g->opset, 17 when unset). g need not be finalized; dead
+ * nodes are skipped. */
+int kl_onnx_save(const kl_graph *g, const char *path, kl_err *e);
+/* As kl_onnx_save into a malloc'd buffer (caller frees). */
+int kl_onnx_save_mem(const kl_graph *g, void **buf, size_t *len, kl_err *e);
 /* Reads a serialized TensorProto file; *name (malloc'd, may be NULL) gets its name. */
 int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *e);
 int kl_onnx_tensor_load_mem(const void *buf, size_t len, kl_tensor **out, char **name, kl_err *e);

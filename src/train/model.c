@@ -1,7 +1,7 @@
 /* The model: layers built from a spec with shape inference (errors name the
- * layer and its spec line), one parameter block, one gradient block, the
- * per-batch memory planned up front in one activations block, PyTorch default
- * initialisation, and the forward/backward tape over the kernels in ops.c. */
+ * layer and its spec line), one parameter block, one gradient block, PyTorch
+ * default initialisation, the seeded RNG. The computation itself is a graph
+ * in keel's IR (graph.c builds it, step.c trains it). */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,6 +11,38 @@
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
+
+/* ================================================================ RNG */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+void tr_rng_seed(tr_rng *r, uint64_t seed) {
+    uint64_t x = seed;
+    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
+}
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t tr_rng_next(tr_rng *r) {
+    uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+    return res;
+}
+double tr_rng_uniform(tr_rng *r) { return (double)(tr_rng_next(r) >> 11) * 0x1.0p-53; }
+double tr_rng_normal(tr_rng *r) {
+    double u1 = tr_rng_uniform(r), u2 = tr_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+uint64_t tr_rng_below(tr_rng *r, uint64_t n) {
+    uint64_t lim = UINT64_MAX - UINT64_MAX % n, x;
+    do x = tr_rng_next(r); while (x >= lim);
+    return x % n;
+}
+
+/* ================================================================ model */
 
 void tr_round_f16(float *x, int64_t n) {
     int64_t i = 0;
@@ -147,50 +179,11 @@ fail:
     return rc;
 }
 
-/* Per-batch memory of each layer, in floats (idx/ids counted as bytes/4). */
-typedef struct { int64_t y, save, invstd, idx, ids; } lmem;
-static lmem layer_mem(const tr_model *m, const tr_layer *l, int64_t B) {
-    lmem r = {0};
-    int64_t n = B * numel_of(l->rank, l->dims);
-    r.y = n;
-    switch (l->sp.type) {
-    case TR_L_BATCHNORM2D: r.save = n; r.invstd = l->dims[0]; break;
-    case TR_L_LAYERNORM: r.save = n; r.invstd = n / l->dims[l->rank - 1]; break;
-    case TR_L_DROPOUT: r.save = n; break;
-    case TR_L_MAXPOOL2D: r.idx = n; break;
-    case TR_L_EMBEDDING: r.ids = 2 * B * m->in_numel; break;
-    default: break;
-    }
-    return r;
-}
-static int64_t al16(int64_t x) { return (x + 15) & ~(int64_t)15; }
-
-static int64_t ws_for(const tr_model *m, int64_t B) {
-    int64_t ws = 0;
-    for (int i = 0; i < m->n; i++)
-        if (m->L[i].sp.type == TR_L_CONV2D) {
-            tr_conv c = m->L[i].cv;
-            c.N = B;
-            ws = KL_MAX(ws, tr_conv_ws_elems(&c));
-        }
-    return ws;
-}
-
-static int64_t act_floats(const tr_model *m, int64_t B) {
-    int64_t t = 0;
-    for (int i = 0; i < m->n; i++) {
-        lmem r = layer_mem(m, &m->L[i], B);
-        t += 2 * al16(r.y) + al16(r.save) + al16(r.invstd) + al16(r.idx) + al16(r.ids);
-    }
-    return t;
-}
-
 void tr_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5]) {
     bytes[0] = (uint64_t)(m->nparams + m->nbuf) * 4;
     bytes[1] = (uint64_t)m->nparams * 4;
     bytes[2] = (uint64_t)m->nparams * 4 * (uint64_t)opt_slots;
-    bytes[3] = (uint64_t)act_floats(m, B) * 4;
-    bytes[4] = (uint64_t)ws_for(m, B) * 4;
+    bytes[3] = bytes[4] = 0;
 }
 
 static void *zalloc(size_t n, kl_mem_tag tag, kl_err *e) {
@@ -207,31 +200,22 @@ int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
     m->bufs = m->params + m->nparams;
     m->grads = zalloc((size_t)m->nparams * 4, KL_TAG_GRADS, e);
     if (!m->grads) return KL_ENOMEM;
-    m->ws_elems = ws_for(m, B);
-    m->ws = zalloc((size_t)m->ws_elems * 4, KL_TAG_WORKSPACE, e);
-    if (!m->ws) return KL_ENOMEM;
-    int64_t nf = act_floats(m, B);
-    m->act_bytes = (uint64_t)nf * 4;
-    m->act_block = zalloc((size_t)nf * 4, KL_TAG_ACTIVATIONS, e);
-    if (!m->act_block) return KL_ENOMEM;
-    float *p = m->act_block;
-    for (int i = 0; i < m->n; i++) {
-        tr_layer *l = &m->L[i];
-        lmem r = layer_mem(m, l, B);
-        l->y = p; p += al16(r.y);
-        l->dy = p; p += al16(r.y);
-        l->save = r.save ? p : NULL; p += al16(r.save);
-        l->invstd = r.invstd ? p : NULL; p += al16(r.invstd);
-        l->idx = r.idx ? (int32_t *)p : NULL; p += al16(r.idx);
-        l->ids = r.ids ? (int64_t *)p : NULL; p += al16(r.ids);
+    if (m->st) { /* the step's planned arena (activations, gradients of activations, workspace) */
+        m->arena_bytes = tr_step_arena_bytes(m);
+        if (!(m->arena = kl_mem_alloc_e((size_t)m->arena_bytes, KL_TAG_ACTIVATIONS, e))) return KL_ENOMEM;
     }
+    m->out = zalloc((size_t)(B * m->out_numel) * 4, KL_TAG_ACTIVATIONS, e);
+    if (!m->out) return KL_ENOMEM;
     tr_rng_seed(&m->drop_rng, m->spec->seed ^ 0x64726f706f7574ull);
     return KL_OK;
 }
 
 void tr_model_free(tr_model *m) {
     if (!m) return;
-    kl_mem_free(m->params); kl_mem_free(m->grads); kl_mem_free(m->ws); kl_mem_free(m->act_block);
+    tr_eval_free(m);
+    tr_step_free(m);
+    kl_mem_free(m->arena);
+    kl_mem_free(m->params); kl_mem_free(m->grads); kl_mem_free(m->out);
     free(m);
 }
 
@@ -260,162 +244,6 @@ void tr_model_init(tr_model *m, tr_rng *rng) {
     }
 }
 
-static const float *in_ptr(const tr_model *m, int k, const float *x) { return k < 0 ? x : m->L[k].y; }
-
-const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train) {
-    kl_pool *pool = m->pool;
-    for (int i = 0; i < m->n; i++) {
-        tr_layer *l = &m->L[i];
-        const float *xi = in_ptr(m, l->in[0], x);
-        const float *w = l->w_off >= 0 ? m->params + l->w_off : NULL, *b = l->b_off >= 0 ? m->params + l->b_off : NULL;
-        int r_in = l->in[0] < 0 ? m->spec->in_rank : m->L[l->in[0]].rank;
-        const int64_t *d_in = l->in[0] < 0 ? m->spec->in_dims : m->L[l->in[0]].dims;
-        int64_t n_in = B * numel_of(r_in, d_in), n_out = B * numel_of(l->rank, l->dims);
-        int64_t last = l->dims[l->rank - 1];
-        switch (l->sp.type) {
-        case TR_L_LINEAR:
-            tr_linear_fwd_f32(n_in / d_in[r_in - 1], d_in[r_in - 1], l->sp.out, xi, w, b, l->y, pool);
-            break;
-        case TR_L_CONV2D: l->cv.N = B; tr_conv_fwd_f32(&l->cv, xi, w, b, l->y, m->ws, pool); break;
-        case TR_L_MAXPOOL2D: l->pl.N = B; tr_maxpool_fwd_f32(&l->pl, xi, l->y, l->idx); break;
-        case TR_L_AVGPOOL2D: l->pl.N = B; tr_avgpool_fwd_f32(&l->pl, xi, l->y); break;
-        case TR_L_GAP: tr_gap_fwd_f32(B * d_in[0], d_in[1] * d_in[2], xi, l->y); break;
-        case TR_L_BATCHNORM2D: {
-            float *rm = m->bufs + l->buf_off, *rv = rm + l->dims[0];
-            if (train)
-                tr_bn_train_fwd_f32(B, l->dims[0], l->dims[1] * l->dims[2], xi, w, b, (float)l->sp.eps, (float)l->sp.momentum, rm, rv, l->save, l->invstd, l->y);
-            else
-                tr_bn_eval_fwd_f32(B, l->dims[0], l->dims[1] * l->dims[2], xi, w, b, rm, rv, (float)l->sp.eps, l->y);
-            break;
-        }
-        case TR_L_LAYERNORM: tr_ln_fwd_f32(n_out / last, last, xi, w, b, (float)l->sp.eps, l->save, l->invstd, l->y); break;
-        case TR_L_DROPOUT:
-            if (train && l->sp.p_drop > 0) {
-                float keep = (float)(1.0 / (1.0 - l->sp.p_drop));
-                for (int64_t k = 0; k < n_out; k++) {
-                    l->save[k] = tr_rng_uniform(&m->drop_rng) >= l->sp.p_drop ? keep : 0.0f;
-                    l->y[k] = xi[k] * l->save[k];
-                }
-            } else memcpy(l->y, xi, (size_t)n_out * 4);
-            break;
-        case TR_L_EMBEDDING:
-            for (int64_t k = 0; k < n_in; k++) l->ids[k] = (int64_t)xi[k];
-            tr_embed_fwd_f32(n_in, l->sp.out, l->ids, w, l->y);
-            break;
-        case TR_L_FLATTEN: memcpy(l->y, xi, (size_t)n_out * 4); break;
-        case TR_L_RELU: tr_act_fwd_f32(TR_ACT_RELU, n_out, xi, l->y); break;
-        case TR_L_GELU: tr_act_fwd_f32(TR_ACT_GELU, n_out, xi, l->y); break;
-        case TR_L_SIGMOID: tr_act_fwd_f32(TR_ACT_SIGMOID, n_out, xi, l->y); break;
-        case TR_L_TANH: tr_act_fwd_f32(TR_ACT_TANH, n_out, xi, l->y); break;
-        case TR_L_SOFTMAX: tr_softmax_fwd_f32(n_out / last, last, xi, l->y); break;
-        case TR_L_ADD: {
-            const float *x2 = in_ptr(m, l->in[1], x);
-            for (int64_t k = 0; k < n_out; k++) l->y[k] = xi[k] + x2[k];
-            break;
-        }
-        default: break;
-        }
-        if (m->fp16) tr_round_f16(l->y, n_out); /* activations stored at float16 precision */
-    }
-    return m->L[m->n - 1].y;
-}
-
-/* Ops whose backward can write dx instead of adding to it. */
-static int can_overwrite(const tr_layer *l) {
-    tr_ltype t = l->sp.type;
-    if (t == TR_L_MAXPOOL2D) /* non-overlapping 2x2 windows tiling the input */
-        return l->pl.kh == 2 && l->pl.kw == 2 && l->pl.sh == 2 && l->pl.sw == 2 && l->pl.ph == 0 && l->pl.pw == 0 &&
-               l->pl.H == 2 * l->pl.OH && l->pl.W == 2 * l->pl.OW;
-    return t == TR_L_LINEAR || t == TR_L_RELU || t == TR_L_DROPOUT || t == TR_L_FLATTEN;
-}
-
-void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B) {
-    kl_pool *pool = m->pool;
-    /* A layer's gradient buffer is zeroed lazily, except when its only
-     * consumer overwrites it (Linear, ReLU, Dropout, Flatten). */
-    int ncons[TR_MAX_LAYERS] = {0}, ready[TR_MAX_LAYERS] = {0};
-    for (int i = 0; i < m->n; i++)
-        for (int k = 0; k < (m->L[i].sp.type == TR_L_ADD ? 2 : 1); k++)
-            if (m->L[i].in[k] >= 0) ncons[m->L[i].in[k]]++;
-    memcpy(m->L[m->n - 1].dy, dout, (size_t)(B * m->out_numel) * 4);
-    for (int i = m->n - 1; i >= 0; i--) {
-        tr_layer *l = &m->L[i];
-        if (m->fp16) tr_round_f16(l->dy, B * numel_of(l->rank, l->dims)); /* gradients at float16 precision */
-        const float *xi = in_ptr(m, l->in[0], x);
-        float *dx = l->in[0] >= 0 ? m->L[l->in[0]].dy : NULL;
-        int ow = 0; /* overwrite dx */
-        for (int k = 0; k < (l->sp.type == TR_L_ADD ? 2 : 1); k++) {
-            int j = l->in[k];
-            if (j < 0 || ready[j]) continue;
-            if (ncons[j] == 1 && can_overwrite(l)) ow = 1;
-            else memset(m->L[j].dy, 0, (size_t)(B * numel_of(m->L[j].rank, m->L[j].dims)) * 4);
-            ready[j] = 1;
-        }
-        const float *w = l->w_off >= 0 ? m->params + l->w_off : NULL;
-        float *gw = l->w_off >= 0 ? m->grads + l->w_off : NULL, *gb = l->b_off >= 0 ? m->grads + l->b_off : NULL;
-        int r_in = l->in[0] < 0 ? m->spec->in_rank : m->L[l->in[0]].rank;
-        const int64_t *d_in = l->in[0] < 0 ? m->spec->in_dims : m->L[l->in[0]].dims;
-        int64_t n_in = B * numel_of(r_in, d_in), n_out = B * numel_of(l->rank, l->dims);
-        int64_t last = l->dims[l->rank - 1];
-        switch (l->sp.type) {
-        case TR_L_LINEAR:
-            tr_linear_bwd_f32(n_in / d_in[r_in - 1], d_in[r_in - 1], l->sp.out, xi, w, l->dy, dx, gw, gb, ow, pool);
-            break;
-        case TR_L_CONV2D: l->cv.N = B; tr_conv_bwd_f32(&l->cv, xi, w, l->dy, dx, gw, gb, m->ws, pool); break;
-        case TR_L_MAXPOOL2D:
-            if (dx && ow) { /* every input element belongs to exactly one window */
-                int64_t P = l->pl.OH * l->pl.OW, HW = l->pl.H * l->pl.W, Wd = l->pl.W;
-                for (int64_t nc = 0; nc < B * l->pl.C; nc++) {
-                    float *d = dx + nc * HW;
-                    for (int64_t oh = 0; oh < l->pl.OH; oh++)
-                        for (int64_t owi = 0; owi < l->pl.OW; owi++) {
-                            int64_t o = nc * P + oh * l->pl.OW + owi, a = 2 * oh * Wd + 2 * owi;
-                            d[a] = d[a + 1] = d[a + Wd] = d[a + Wd + 1] = 0;
-                            d[l->idx[o]] = l->dy[o];
-                        }
-                }
-            } else if (dx) { l->pl.N = B; tr_maxpool_bwd_f32(&l->pl, l->idx, l->dy, dx); }
-            break;
-        case TR_L_AVGPOOL2D: if (dx) { l->pl.N = B; tr_avgpool_bwd_f32(&l->pl, l->dy, dx); } break;
-        case TR_L_GAP: if (dx) tr_gap_bwd_f32(B * d_in[0], d_in[1] * d_in[2], l->dy, dx); break;
-        case TR_L_BATCHNORM2D: tr_bn_bwd_f32(B, l->dims[0], l->dims[1] * l->dims[2], l->save, l->invstd, w, l->dy, dx, gw, gb); break;
-        case TR_L_LAYERNORM: tr_ln_bwd_f32(n_out / last, last, l->save, l->invstd, w, l->dy, dx, gw, gb); break;
-        case TR_L_DROPOUT:
-            if (dx) {
-                if (ow && l->sp.p_drop > 0) for (int64_t k = 0; k < n_out; k++) dx[k] = l->dy[k] * l->save[k];
-                else if (ow) memcpy(dx, l->dy, (size_t)n_out * 4);
-                else if (l->sp.p_drop > 0) for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k] * l->save[k];
-                else for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k];
-            }
-            break;
-        case TR_L_EMBEDDING:
-            memset(gw, 0, (size_t)l->w_n * 4);
-            tr_embed_bwd_f32(n_in, l->sp.out, l->ids, l->dy, gw);
-            break;
-        case TR_L_FLATTEN:
-            if (dx && ow) memcpy(dx, l->dy, (size_t)n_out * 4);
-            else if (dx) for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k];
-            break;
-        case TR_L_RELU:
-            if (dx && ow) for (int64_t k = 0; k < n_out; k++) dx[k] = l->y[k] > 0 ? l->dy[k] : 0.0f;
-            else if (dx) tr_act_bwd_f32(TR_ACT_RELU, n_out, xi, l->y, l->dy, dx);
-            break;
-        case TR_L_GELU: if (dx) tr_act_bwd_f32(TR_ACT_GELU, n_out, xi, l->y, l->dy, dx); break;
-        case TR_L_SIGMOID: if (dx) tr_act_bwd_f32(TR_ACT_SIGMOID, n_out, xi, l->y, l->dy, dx); break;
-        case TR_L_TANH: if (dx) tr_act_bwd_f32(TR_ACT_TANH, n_out, xi, l->y, l->dy, dx); break;
-        case TR_L_SOFTMAX: if (dx) tr_softmax_bwd_f32(n_out / last, last, l->y, l->dy, dx); break;
-        case TR_L_ADD: {
-            float *dx2 = l->in[1] >= 0 ? m->L[l->in[1]].dy : NULL;
-            if (dx) for (int64_t k = 0; k < n_out; k++) dx[k] += l->dy[k];
-            if (dx2) for (int64_t k = 0; k < n_out; k++) dx2[k] += l->dy[k];
-            break;
-        }
-        default: break;
-        }
-    }
-    if (m->fp16) tr_round_f16(m->grads, m->nparams);
-}
-
 int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {
     int n = 0;
     for (int i = 0; i < m->n && n + 4 <= max; i++) {
@@ -425,7 +253,7 @@ int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {
             tr_tensor_ref *t = &out[n++];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s.weight", L->name);
-            t->data = m->params + l->w_off; t->n = l->w_n;
+            t->data = m->params ? m->params + l->w_off : NULL; t->n = l->w_n;
             if (L->type == TR_L_LINEAR) { t->rank = 2; t->dims[0] = L->out; t->dims[1] = l->w_n / L->out; }
             else if (L->type == TR_L_CONV2D) { t->rank = 4; t->dims[0] = L->out; t->dims[1] = l->cv.C; t->dims[2] = L->k[0]; t->dims[3] = L->k[1]; }
             else if (L->type == TR_L_EMBEDDING) { t->rank = 2; t->dims[0] = L->num; t->dims[1] = L->out; }
@@ -435,14 +263,14 @@ int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {
             tr_tensor_ref *t = &out[n++];
             memset(t, 0, sizeof *t);
             snprintf(t->name, sizeof t->name, "%s.bias", L->name);
-            t->data = m->params + l->b_off; t->n = l->b_n; t->rank = 1; t->dims[0] = l->b_n;
+            t->data = m->params ? m->params + l->b_off : NULL; t->n = l->b_n; t->rank = 1; t->dims[0] = l->b_n;
         }
         if (L->type == TR_L_BATCHNORM2D) {
             for (int k = 0; k < 2; k++) {
                 tr_tensor_ref *t = &out[n++];
                 memset(t, 0, sizeof *t);
                 snprintf(t->name, sizeof t->name, "%s.%s", L->name, k ? "running_var" : "running_mean");
-                t->data = m->bufs + l->buf_off + k * l->dims[0]; t->n = l->dims[0]; t->rank = 1; t->dims[0] = l->dims[0]; t->buffer = 1;
+                t->data = m->bufs ? m->bufs + l->buf_off + k * l->dims[0] : NULL; t->n = l->dims[0]; t->rank = 1; t->dims[0] = l->dims[0]; t->buffer = 1;
             }
         }
     }

@@ -141,29 +141,20 @@ done:
 
 typedef struct { double loss; int64_t correct, count; } tr_eval;
 
-/* Loss of a batch (and its gradient into dz when non-NULL); counts correct. */
-static double batch_loss(const tr_model *m, const float *z, int64_t B, const int64_t *yi, const float *yf, float *dz,
-                         float *scratch, tr_eval *acc) {
+/* Counts the correct predictions of a batch (CE: argmax; BCE: sign). */
+static void batch_acc(const tr_model *m, const float *z, int64_t B, const int64_t *yi, const float *yf, tr_eval *acc) {
     const tr_spec *s = m->spec;
     int64_t K = m->out_numel;
-    float *g = dz ? dz : scratch;
-    double l;
-    if (s->loss == TR_LOSS_CE) l = tr_ce_loss_f32(B, K, z, yi, s->label_smoothing, s->nclass_w ? s->class_w : NULL, g);
-    else if (s->loss == TR_LOSS_BCE) l = tr_bce_loss_f32(B * K, z, yf, g);
-    else l = tr_mse_loss_f32(B * K, z, yf, g);
-    if (acc) {
-        for (int64_t r = 0; r < B; r++) {
-            if (s->loss == TR_LOSS_CE) {
-                int64_t best = 0;
-                for (int64_t k = 1; k < K; k++) if (z[r * K + k] > z[r * K + best]) best = k;
-                acc->correct += best == yi[r];
-                acc->count++;
-            } else if (s->loss == TR_LOSS_BCE) {
-                for (int64_t k = 0; k < K; k++) { acc->correct += (z[r * K + k] > 0) == (yf[r * K + k] > 0.5f); acc->count++; }
-            }
+    for (int64_t r = 0; r < B; r++) {
+        if (s->loss == TR_LOSS_CE) {
+            int64_t best = 0;
+            for (int64_t k = 1; k < K; k++) if (z[r * K + k] > z[r * K + best]) best = k;
+            acc->correct += best == yi[r];
+            acc->count++;
+        } else if (s->loss == TR_LOSS_BCE) {
+            for (int64_t k = 0; k < K; k++) { acc->correct += (z[r * K + k] > 0) == (yf[r * K + k] > 0.5f); acc->count++; }
         }
     }
-    return l;
 }
 
 static void gather_rows(const tr_model *m, const tr_data *d, const int64_t *idx, int64_t B, float *xb, int64_t *yb, float *yfb) {
@@ -219,7 +210,7 @@ static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t
 /* Eval-mode pass over the n rows of bs in batches of m->B; returns mean loss
  * weighted by batch size, accuracy, and optionally all outputs (n, K) and
  * labels (n). */
-static int evaluate(tr_model *m, tr_batches *bs, int64_t n, float *scratch, tr_eval *out, float *all_out, int64_t *all_y, kl_err *e) {
+static int evaluate(tr_model *m, tr_batches *bs, int64_t n, tr_eval *out, float *all_out, int64_t *all_y, kl_err *e) {
     memset(out, 0, sizeof *out);
     double tot = 0;
     for (int64_t b0 = 0, b = 0; b0 < n; b0 += m->B, b++) {
@@ -228,8 +219,11 @@ static int evaluate(tr_model *m, tr_batches *bs, int64_t n, float *scratch, tr_e
         int64_t B;
         int rc = batches_get(bs, m, 0, b, m->B, &x, &yi, &yf, &B, e);
         if (rc) return rc;
-        const float *z = tr_model_forward(m, x, B, 0);
-        tot += batch_loss(m, z, B, yi, yf, NULL, scratch, out) * (double)B;
+        double loss;
+        const float *z = tr_model_eval(m, x, yi, yf, B, &loss, e);
+        if (!z) return e->code ? e->code : KL_EINTERNAL;
+        batch_acc(m, z, B, yi, yf, out);
+        tot += loss * (double)B;
         if (all_out) memcpy(all_out + b0 * m->out_numel, z, (size_t)(B * m->out_numel) * 4);
         if (all_y && yi) memcpy(all_y + b0, yi, (size_t)B * 8);
     }
@@ -673,7 +667,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     tr_rows rows = {0};
     tr_images imt = {0}, imv = {0};
     int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL, *base_tr = NULL;
-    float *xb = NULL, *yfb = NULL, *dz = NULL;
+    float *xb = NULL, *yfb = NULL;
     kl_progress *pr = NULL;
     FILE *rep = o->report ? o->report : stdout;
     char p[4096], ckdir[4096];
@@ -735,10 +729,19 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     uint64_t plan[5], tot = 0, data_bytes = (uint64_t)(d.n + dv.n) * (uint64_t)(m->in_numel * 4 + (d.yi ? 8 : m->out_numel * 4));
     if (images) /* the loaders' batch buffers: prefetch + 1 each */
         data_bytes = (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) * (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8);
+    /* the training step as one planned graph (train-mode forward, loss,
+     * autodiff): activations and workspace are that plan's */
+    m->fp16 = s->fp16;
+    uint64_t g_act = 0, g_ws = 0;
+    if ((rc = tr_step_prepare(m, B, &g_act, &g_ws, e))) goto fail;
     tr_model_plan(m, B, tr_optim_slots(s), plan);
-    plan[4] += (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 8); /* batch, labels, loss gradient */
+    plan[3] = g_act + (uint64_t)(B * m->out_numel) * 4; /* + the eval output rows */
+    plan[4] = g_ws + (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
     for (int i = 0; i < 5; i++) tot += plan[i];
-    if (o->memory_report) print_plan(rep, plan, data_bytes);
+    if (o->memory_report) {
+        print_plan(rep, plan, data_bytes);
+        fprintf(rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", tr_step_nodes(m));
+    }
     if (o->memory_limit && tot + data_bytes > o->memory_limit) {
         int big = 0;
         for (int i = 1; i < 5; i++) if (plan[i] > plan[big]) big = i;
@@ -765,14 +768,12 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     xb = kl_mem_alloc_e((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE, e);
     yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
     yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
-    dz = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
-    if (!xb || !yb || !yfb || !dz) { rc = KL_ENOMEM; goto fail; }
+    if (!xb || !yb || !yfb) { rc = KL_ENOMEM; goto fail; }
     if ((rc = kl_mkdir_p(o->out_dir, e))) goto fail;
     snprintf(ckdir, sizeof ckdir, "%s/checkpoints", o->out_dir);
     if ((rc = kl_mkdir_p(ckdir, e))) goto fail;
     int lower_better = !strcmp(s->monitor, "val_loss");
     tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
-    m->fp16 = s->fp16;
     double scale_hist[16];
     int nhist = 0, cb_stop = 0;
     char bestp[4096];
@@ -811,8 +812,8 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             const int64_t *yin;
             int64_t nb;
             if ((rc = batches_get(&bt, m, pos.epoch, pos.batch, B, &xin, &yin, &yfin, &nb, e))) goto fail;
-            const float *z = tr_model_forward(m, xin, nb, 1);
-            double loss = batch_loss(m, z, nb, yin, yfin, dz, NULL, NULL);
+            double loss; /* forward, loss and gradients (into m->grads) in one plan run */
+            if ((rc = tr_step_run(m, xin, yin, yfin, nb, pos.step, s->fp16 ? (float)pos.scale : 1.0f, &loss, e))) goto fail;
             if (!isfinite(loss)) {
                 rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip", (long long)pos.step, (long long)pos.epoch, isnan(loss) ? "NaN" : "infinite");
                 goto fail;
@@ -820,9 +821,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             double lr = tr_sched_lr(s, pos.step, pos.epoch, total), gn;
             if (s->fp16) {
                 /* dynamic loss scaling (as torch.cuda.amp.GradScaler) */
-                float sc = (float)pos.scale;
-                for (int64_t k = 0; k < nb * m->out_numel; k++) dz[k] *= sc;
-                tr_model_backward(m, xin, dz, nb);
+                float sc = (float)pos.scale; /* the gradients came out of the step scaled by it */
                 int finite = 1;
                 for (int64_t k = 0; k < m->nparams && finite; k++) finite = isfinite(m->grads[k]);
                 if (nhist == 16) { memmove(scale_hist, scale_hist + 1, 15 * sizeof(double)); nhist = 15; }
@@ -849,7 +848,6 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                     if (++pos.tracker >= s->ls_interval) { pos.scale *= s->ls_growth; pos.tracker = 0; }
                 }
             } else {
-                tr_model_backward(m, xin, dz, nb);
                 gn = tr_clip_grad(m->grads, m->nparams, s->clip);
                 tr_optim_step(&opt, s, m->params, m->grads, lr);
             }
@@ -892,7 +890,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             pos.ep_loss = 0; pos.ep_n = 0;
             if (nva) {
                 tr_eval ev;
-                if ((rc = evaluate(m, &bv, nva, dz, &ev, NULL, NULL, e))) goto fail;
+                if ((rc = evaluate(m, &bv, nva, &ev, NULL, NULL, e))) goto fail;
                 double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
                 rows_add(&rows, (tr_row){pos.step, pos.epoch, 1, ev.loss, acc, NAN, NAN});
                 fin_val = ev;
@@ -956,7 +954,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if (nva && pos.best_epoch >= 0 && kl_path_exists(bestp)) {
         if ((rc = kl__train_load_weights(m, bestp, e))) goto fail;
         best_used = 1;
-        if ((rc = evaluate(m, &bv, nva, dz, &fin_val, NULL, NULL, e))) goto fail;
+        if ((rc = evaluate(m, &bv, nva, &fin_val, NULL, NULL, e))) goto fail;
         snprintf(p, sizeof p, "%s/model.safetensors", o->out_dir);
         if ((rc = weights_write(m, p, e))) goto fail;
     }
@@ -1017,7 +1015,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
 fail:
     kl_progress_finish(pr);
     free(rows.r);
-    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz);
+    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb);
     free(idx_tr); free(idx_va); free(base_tr);
     tr_optim_free(&opt);
     data_free(&d); data_free(&dv);
@@ -1093,7 +1091,7 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     tr_model *m = NULL;
     tr_data d = {0};
     tr_dsinfo dsi = {0};
-    float *xb = NULL, *yfb = NULL, *dz = NULL, *all = NULL;
+    float *xb = NULL, *yfb = NULL, *all = NULL;
     int64_t *yb = NULL, *idx = NULL, *cm = NULL, *labels = NULL;
     tr_images im = {0};
     sc_lab *sl = NULL;
@@ -1149,15 +1147,14 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     xb = kl_mem_alloc((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE);
     yb = kl_mem_alloc((size_t)B * 8, KL_TAG_WORKSPACE);
     yfb = kl_mem_alloc((size_t)(B * K) * 4, KL_TAG_WORKSPACE);
-    dz = kl_mem_alloc((size_t)(B * K) * 4, KL_TAG_WORKSPACE);
     all = kl_mem_alloc((size_t)(KL_MAX(1, d.n) * K) * 4, KL_TAG_WORKSPACE);
     labels = malloc((size_t)(d.n + 1) * 8);
     idx = malloc((size_t)(d.n + 1) * 8);
-    if (!xb || !yb || !yfb || !dz || !all || !idx || !labels) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (!xb || !yb || !yfb || !all || !idx || !labels) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     for (int64_t i = 0; i < d.n; i++) idx[i] = i;
     tr_eval ev;
     tr_batches bs = {&d, idx, d.n, 0, idx, 0, xb, yb, yfb, o->shards ? &im : NULL};
-    if ((rc = evaluate(m, &bs, d.n, dz, &ev, all, labels, e))) goto fail;
+    if ((rc = evaluate(m, &bs, d.n, &ev, all, labels, e))) goto fail;
     if (!d.yi && s->loss == TR_LOSS_CE) d.yi = labels, labels = NULL;
     double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
     if (o->logits_out) {
@@ -1222,7 +1219,7 @@ fail:
     free(sl); free(cm); free(idx); free(labels);
     if (d.yi && o->shards) free(d.yi), d.yi = NULL;
     tr_images_close(&im);
-    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(dz); kl_mem_free(all);
+    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(all);
     data_free(&d);
     tr_dsinfo_free(&dsi);
     tr_model_free(m);

@@ -1,6 +1,7 @@
-/* Private header of the training engine: kernels (float and double
- * instances), the model spec, the model (layers over one parameter block),
- * optimizers, schedules, checkpoints, ONNX export and the training loop. */
+/* Private header of the training engine: the model spec, the model (layers
+ * over one parameter block, built as a graph in keel's IR), the training step
+ * (one planned graph with autodiff), optimizers, schedules, checkpoints, ONNX
+ * export and the training loop. */
 #ifndef KEEL_TRAIN_INT_H
 #define KEEL_TRAIN_INT_H
 
@@ -8,9 +9,10 @@
 #include <stdio.h>
 
 #include "keel/core.h"
+#include "keel/graph.h"
 #include "keel/train.h"
 
-/* ================================================================ kernels */
+/* ================================================================ shapes */
 
 typedef struct {
     int64_t N, C, H, W, M, kh, kw, sh, sw, ph, pw, OH, OW;
@@ -18,51 +20,8 @@ typedef struct {
 typedef struct {
     int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
 } tr_pool2;
-enum { TR_ACT_NONE, TR_ACT_RELU, TR_ACT_SIGMOID, TR_ACT_TANH, TR_ACT_GELU };
 
-/* Elements of workspace a conv forward/backward needs. */
-int64_t tr_conv_ws_elems(const tr_conv *p);
-
-#define TR_DECL_OPS(R, S)                                                                          \
-    void tr_linear_fwd_##S(int64_t B, int64_t In, int64_t O, const R *x, const R *W, const R *b,   \
-                           R *y, kl_pool *pool);                                                   \
-    void tr_linear_bwd_##S(int64_t B, int64_t In, int64_t O, const R *x, const R *W, const R *dy,  \
-                           R *dx, R *dW, R *db, int overwrite, kl_pool *pool);                   \
-    void tr_conv_fwd_##S(const tr_conv *p, const R *x, const R *W, const R *b, R *y, R *ws,       \
-                         kl_pool *pool);                                                           \
-    void tr_conv_bwd_##S(const tr_conv *p, const R *x, const R *W, const R *dy, R *dx, R *dW,     \
-                         R *db, R *ws, kl_pool *pool);                                             \
-    void tr_maxpool_fwd_##S(const tr_pool2 *p, const R *x, R *y, int32_t *idx);                   \
-    void tr_maxpool_bwd_##S(const tr_pool2 *p, const int32_t *idx, const R *dy, R *dx);           \
-    void tr_avgpool_fwd_##S(const tr_pool2 *p, const R *x, R *y);                                 \
-    void tr_avgpool_bwd_##S(const tr_pool2 *p, const R *dy, R *dx);                               \
-    void tr_gap_fwd_##S(int64_t NC, int64_t Sz, const R *x, R *y);                                \
-    void tr_gap_bwd_##S(int64_t NC, int64_t Sz, const R *dy, R *dx);                              \
-    void tr_bn_train_fwd_##S(int64_t N, int64_t C, int64_t Sz, const R *x, const R *g, const R *b, \
-                             R eps, R mom, R *run_mean, R *run_var, R *xhat, R *invstd, R *y);    \
-    void tr_bn_eval_fwd_##S(int64_t N, int64_t C, int64_t Sz, const R *x, const R *g, const R *b, \
-                            const R *mean, const R *var, R eps, R *y);                            \
-    void tr_bn_bwd_##S(int64_t N, int64_t C, int64_t Sz, const R *xhat, const R *invstd,          \
-                       const R *g, const R *dy, R *dx, R *dg, R *db);                             \
-    void tr_ln_fwd_##S(int64_t rows, int64_t D, const R *x, const R *g, const R *b, R eps,        \
-                       R *xhat, R *invstd, R *y);                                                  \
-    void tr_ln_bwd_##S(int64_t rows, int64_t D, const R *xhat, const R *invstd, const R *g,       \
-                       const R *dy, R *dx, R *dg, R *db);                                          \
-    void tr_act_fwd_##S(int kind, int64_t n, const R *x, R *y);                                   \
-    void tr_act_bwd_##S(int kind, int64_t n, const R *x, const R *y, const R *dy, R *dx);         \
-    void tr_softmax_fwd_##S(int64_t rows, int64_t D, const R *x, R *y);                           \
-    void tr_softmax_bwd_##S(int64_t rows, int64_t D, const R *y, const R *dy, R *dx);             \
-    void tr_embed_fwd_##S(int64_t n, int64_t D, const int64_t *idx, const R *W, R *y);            \
-    void tr_embed_bwd_##S(int64_t n, int64_t D, const int64_t *idx, const R *dy, R *dW);          \
-    double tr_ce_loss_##S(int64_t B, int64_t K, const R *z, const int64_t *y, double eps,         \
-                          const R *w, R *dz);                                                      \
-    double tr_bce_loss_##S(int64_t n, const R *z, const R *t, R *dz);                             \
-    double tr_mse_loss_##S(int64_t n, const R *z, const R *t, R *dz);
-
-TR_DECL_OPS(float, f32)
-TR_DECL_OPS(double, f64)
-
-/* Pool sentinel for "run inline, no pool" (gradient checks). */
+/* Pool sentinel for "run inline, no pool". */
 #define TR_NOPOOL ((kl_pool *)(uintptr_t)1)
 
 /* ================================================================ RNG */
@@ -153,19 +112,26 @@ typedef struct {
     int rank; int64_t dims[3];  /* per-sample output shape */
     int64_t w_off, b_off, w_n, b_n; /* offsets into the parameter block (-1 none) */
     int64_t buf_off;            /* running mean (C) then var (C) in the buffer block */
-    /* per-batch memory (planned for batch size B) */
-    float *y, *dy;              /* output and its gradient (B * numel) */
-    float *save;                /* xhat / mask */
-    float *invstd;
-    int32_t *idx;               /* maxpool argmax */
-    int64_t *ids;               /* embedding indices */
-    tr_conv cv; tr_pool2 pl;
+    tr_conv cv; tr_pool2 pl;    /* conv / pooling geometry */
 } tr_layer;
 
 typedef struct {
     const char *tag_name;
     uint64_t bytes;
 } tr_mem_part;
+
+/* The eval-mode forward as a graph (src/train/graph.c): built on first use,
+ * one plan (and arena) for the full batch and one for a shorter last batch. */
+typedef struct {
+    kl_graph *g;
+    kl_plan *plan[2];
+    int64_t planB[2];
+    void *arena[2];
+    kl_tensor *in;       /* (n_in): the batch, then views of the parameters */
+    int n_in;
+    int64_t *ids;               /* integer inputs (embedding) converted from the float batch */
+    int out_v, loss_v;          /* values "output", "loss" */
+} tr_evalg;
 
 typedef struct tr_model {
     tr_spec *spec;              /* borrowed */
@@ -174,30 +140,62 @@ typedef struct tr_model {
     float *params, *grads, *bufs; /* (nparams), (nparams), (nbuf) */
     int64_t B;                  /* planned batch */
     int64_t in_numel, out_numel;
-    float *ws; int64_t ws_elems;
-    float *act_block;           /* one block for all per-batch memory */
-    uint64_t act_bytes;
-    float *dx_in;               /* unused sink for the input gradient */
-    tr_rng drop_rng;
+    float *out;                 /* (B, out_numel): the eval forward's output rows */
+    tr_rng drop_rng;            /* unused since dropout is keyed by step (kept in checkpoints) */
     kl_pool *pool;
-    int fp16;                   /* round activations and gradients to float16 */
+    int fp16;                   /* activations and gradients at float16 precision */
+    int f64;                    /* graphs built in float64 (whole-model gradient checks) */
+    tr_evalg ev;                /* eval forward through the graph executor */
+    struct tr_stepg *st;        /* the training step as one plan (step.c) */
+    void *arena;                /* the step's arena (eval plans use it too when it is large enough) */
+    uint64_t arena_bytes;
 } tr_model;
 
 /* Builds the model from a spec: shapes, parameter layout (no memory). */
 int tr_model_new(tr_spec *s, tr_model **out, kl_err *e);
 void tr_model_free(tr_model *m);
-/* Memory plan for batch B: bytes of each part (params, grads, optimizer,
- * activations, workspace). */
+/* Memory plan for batch B: bytes of params (+ buffers), gradients and
+ * optimizer state in bytes[0..2]; bytes[3..4] (activations, workspace) come
+ * from the step's plan (tr_step_prepare). */
 void tr_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5]);
-/* Allocates parameters, gradients, buffers and the per-batch memory for B. */
+/* Allocates parameters, gradients, buffers, the step's arena (when
+ * prepared) and the output rows for B. */
 int tr_model_alloc(tr_model *m, int64_t B, kl_err *e);
 /* PyTorch default initialisation from rng. */
 void tr_model_init(tr_model *m, tr_rng *rng);
-/* Forward on x (B, in_numel); returns the output (B, out_numel) (valid until
- * the next forward). train: batch statistics, dropout. */
-const float *tr_model_forward(tr_model *m, const float *x, int64_t B, int train);
-/* Backward from dout (B, out_numel); fills m->grads. */
-void tr_model_backward(tr_model *m, const float *x, const float *dout, int64_t B);
+/* Eval-mode forward and loss through the model's graph (kl_plan); returns
+ * the output (B, out_numel) (valid until the next call), NULL with e set on
+ * failure; *loss: the batch's mean loss against yi (CE) or yf. */
+const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, double *loss, kl_err *e);
+void tr_eval_free(tr_model *m);
+/* Builds the model's graph. TR_G_EVAL (finalized): inputs "input" then every
+ * parameter and buffer by its checkpoint name, output "output". TR_G_TRAIN
+ * (not finalized: autodiff extends it): the same inputs, then "labels" (CE)
+ * or "targets", one "<layer>.seed" per dropout layer, "loss_scale" (fp16);
+ * BatchNormalization in training mode (outputs "<bn>.running_mean_new",
+ * "<bn>.running_var_new"), seeded ai.keel.train::Dropout, the loss op
+ * (output "loss"; "loss_scaled" = loss * loss_scale in fp16 mode).
+ * params_init: parameters as initializers wrapping the parameter block (for
+ * export) instead of graph inputs. TR_G_EVAL_LOSS: TR_G_EVAL plus the
+ * labels/targets input and the "loss" output (eval-mode loss). */
+enum { TR_G_EVAL, TR_G_EVAL_LOSS, TR_G_TRAIN };
+#define TR_TRAIN_DOMAIN "ai.keel.train"
+int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e);
+/* The training step on the graph (step.c). tr_step_prepare (before
+ * tr_model_alloc): builds the train-mode graph, appends the gradients
+ * (kl_graph_autodiff) and plans it for batch B; gives the planned activation
+ * and workspace bytes (KL_EUNSUPPORTED naming the node when an op has no
+ * gradient rule). tr_step_run: one forward + loss +
+ * backward; the gradients land in m->grads, the BatchNorm running statistics
+ * in m->bufs; *loss is the unscaled batch loss. scale: the fp16 loss scale
+ * (1 otherwise); step keys the dropout masks. */
+typedef struct tr_stepg tr_stepg;
+int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e);
+uint64_t tr_step_arena_bytes(const tr_model *m);
+int tr_step_nodes(const tr_model *m);
+int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step, float scale,
+                double *loss, kl_err *e);
+void tr_step_free(tr_model *m);
 /* Rounds n floats to float16 precision in place (F16C); overflow -> inf. */
 void tr_round_f16(float *x, int64_t n);
 /* Parameter names and tensors, for checkpoints and export. */
@@ -237,6 +235,8 @@ int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_ou
 
 /* ================================================================ export */
 
+/* Writes the eval-mode forward graph (parameters as initializers) as ONNX
+ * opset 17 with kl_onnx_save (src/train/graph.c). */
 int tr_export_onnx(tr_model *m, const char *path, kl_err *e);
 
 #endif

@@ -132,9 +132,11 @@ static int train_steps(int threads, float *out_params, int64_t *np, kl_err *e) {
     tr_model *m = NULL;
     kl_pool *pool = NULL;
     tr_optim o = {0};
+    uint64_t act, ws;
     int rc = tr_spec_load_str(t, "t.yaml", &s, e);
     if (!rc) rc = tr_model_new(s, &m, e);
     if (!rc) rc = kl_pool_new(threads, &pool, e);
+    if (!rc) rc = tr_step_prepare(m, 130, &act, &ws, e);
     if (!rc) rc = tr_model_alloc(m, 130, e);
     if (!rc) rc = tr_optim_init(&o, s, m->nparams, e);
     if (!rc) {
@@ -142,20 +144,19 @@ static int train_steps(int threads, float *out_params, int64_t *np, kl_err *e) {
         tr_rng r;
         tr_rng_seed(&r, 7);
         tr_model_init(m, &r);
-        float *x = malloc(130 * 72 * 4), *dz = malloc(130 * 3 * 4);
+        float *x = malloc(130 * 72 * 4);
         int64_t y[130];
         for (int i = 0; i < 130 * 72; i++) x[i] = (float)tr_rng_normal(&r);
         for (int i = 0; i < 130; i++) y[i] = i % 3;
-        for (int step = 0; step < 5; step++) {
-            const float *z = tr_model_forward(m, x, 130, 1);
-            tr_ce_loss_f32(130, 3, z, y, 0.1, NULL, dz);
-            tr_model_backward(m, x, dz, 130);
+        for (int step = 0; step < 5 && !rc; step++) {
+            double loss;
+            rc = tr_step_run(m, x, y, NULL, 130, step, 1.0f, &loss, e);
             tr_clip_grad(m->grads, m->nparams, 1.0);
             tr_optim_step(&o, s, m->params, m->grads, 0.01);
         }
         memcpy(out_params, m->params, (size_t)(m->nparams + m->nbuf) * 4);
         *np = m->nparams + m->nbuf;
-        free(x); free(dz);
+        free(x);
     }
     tr_optim_free(&o);
     kl_pool_free(pool);
