@@ -171,12 +171,7 @@ static const char *split_text(const kl_column *c, size_t i, char *buf, size_t n)
     return buf;
 }
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
+static uint64_t mix64(uint64_t x) { return kl_splitmix64(&x); }
 
 /* Which part row g (of total) belongs to: 0..2, or -1 (no part). */
 static int row_part(const tr_dsrc *d, const kl_column *sc, size_t i, int64_t g, int64_t total) {

@@ -87,10 +87,10 @@ int tr_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64
     int64_t *all = malloc((size_t)(n + 1) * 8), *tr = malloc((size_t)(*ntr + 1) * 8), *va = malloc((size_t)(*nva + 1) * 8);
     if (!all || !tr || !va) { free(all); free(tr); free(va); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
     for (int64_t i = 0; i < n; i++) all[i] = i;
-    tr_rng r;
-    tr_rng_seed(&r, seed ^ 0x73706c6974ull);
+    kl_rng r;
+    kl_rng_seed(&r, seed ^ 0x73706c6974ull);
     for (int64_t i = n - 1; i > 0 && *nva > 0; i--) {
-        int64_t j = (int64_t)tr_rng_below(&r, (uint64_t)i + 1), t = all[i];
+        int64_t j = (int64_t)kl_rng_below(&r, (uint64_t)i + 1), t = all[i];
         all[i] = all[j]; all[j] = t;
     }
     /* train rows keep their file order (sorted) so the shuffle alone decides batches */

@@ -12,36 +12,6 @@
 #include <immintrin.h>
 #endif
 
-/* ================================================================ RNG */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-void tr_rng_seed(tr_rng *r, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-uint64_t tr_rng_next(tr_rng *r) {
-    uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
-    return res;
-}
-double tr_rng_uniform(tr_rng *r) { return (double)(tr_rng_next(r) >> 11) * 0x1.0p-53; }
-double tr_rng_normal(tr_rng *r) {
-    double u1 = tr_rng_uniform(r), u2 = tr_rng_uniform(r);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-uint64_t tr_rng_below(tr_rng *r, uint64_t n) {
-    uint64_t lim = UINT64_MAX - UINT64_MAX % n, x;
-    do x = tr_rng_next(r); while (x >= lim);
-    return x % n;
-}
-
 /* ================================================================ model */
 
 void tr_round_f16(float *x, int64_t n) {
@@ -206,7 +176,7 @@ int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
     }
     m->out = zalloc((size_t)(B * m->out_numel) * 4, KL_TAG_ACTIVATIONS, e);
     if (!m->out) return KL_ENOMEM;
-    tr_rng_seed(&m->drop_rng, m->spec->seed ^ 0x64726f706f7574ull);
+    kl_rng_seed(&m->drop_rng, m->spec->seed ^ 0x64726f706f7574ull);
     return KL_OK;
 }
 
@@ -219,7 +189,7 @@ void tr_model_free(tr_model *m) {
     free(m);
 }
 
-void tr_model_init(tr_model *m, tr_rng *rng) {
+void tr_model_init(tr_model *m, kl_rng *rng) {
     for (int i = 0; i < m->n; i++) {
         tr_layer *l = &m->L[i];
         float *w = l->w_off >= 0 ? m->params + l->w_off : NULL, *b = l->b_off >= 0 ? m->params + l->b_off : NULL;
@@ -227,8 +197,8 @@ void tr_model_init(tr_model *m, tr_rng *rng) {
         case TR_L_LINEAR: case TR_L_CONV2D: {
             int64_t fan_in = l->w_n / l->sp.out;
             double bound = 1.0 / sqrt((double)fan_in); /* kaiming_uniform(a=sqrt(5)) */
-            for (int64_t k = 0; k < l->w_n; k++) w[k] = (float)((2 * tr_rng_uniform(rng) - 1) * bound);
-            for (int64_t k = 0; k < l->b_n; k++) b[k] = (float)((2 * tr_rng_uniform(rng) - 1) * bound);
+            for (int64_t k = 0; k < l->w_n; k++) w[k] = (float)((2 * kl_rng_uniform(rng) - 1) * bound);
+            for (int64_t k = 0; k < l->b_n; k++) b[k] = (float)((2 * kl_rng_uniform(rng) - 1) * bound);
             break;
         }
         case TR_L_BATCHNORM2D: case TR_L_LAYERNORM:
@@ -237,7 +207,7 @@ void tr_model_init(tr_model *m, tr_rng *rng) {
                 for (int64_t k = 0; k < l->w_n; k++) { m->bufs[l->buf_off + k] = 0; m->bufs[l->buf_off + l->w_n + k] = 1; }
             break;
         case TR_L_EMBEDDING:
-            for (int64_t k = 0; k < l->w_n; k++) w[k] = (float)tr_rng_normal(rng);
+            for (int64_t k = 0; k < l->w_n; k++) w[k] = (float)kl_rng_normal(rng);
             break;
         default: break;
         }

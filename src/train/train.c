@@ -519,10 +519,10 @@ int kl__train_save_weights(tr_model *m, const char *path, kl_err *e) { return we
 
 static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n) {
     if (!s->shuffle) return;
-    tr_rng r;
-    tr_rng_seed(&r, s->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch * 0xD1B54A32D192ED03ull + 7);
+    kl_rng r;
+    kl_rng_seed(&r, s->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch * 0xD1B54A32D192ED03ull + 7);
     for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)tr_rng_below(&r, (uint64_t)i + 1), t = idx[i];
+        int64_t j = (int64_t)kl_rng_below(&r, (uint64_t)i + 1), t = idx[i];
         idx[i] = idx[j]; idx[j] = t;
     }
 }
@@ -755,8 +755,8 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if (o->memory_limit) { kl_mem_trim(); kl_mem_set_budget(o->memory_limit); }
     if ((rc = tr_model_alloc(m, B, e))) goto fail;
     if ((rc = tr_optim_init(&opt, s, m->nparams, e))) goto fail;
-    tr_rng init_rng;
-    tr_rng_seed(&init_rng, s->seed);
+    kl_rng init_rng;
+    kl_rng_seed(&init_rng, s->seed);
     tr_model_init(m, &init_rng);
     if (s->init_path) {
         load_ctx lc = {m, NULL, 0};

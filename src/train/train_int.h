@@ -24,16 +24,6 @@ typedef struct {
 /* Pool sentinel for "run inline, no pool". */
 #define TR_NOPOOL ((kl_pool *)(uintptr_t)1)
 
-/* ================================================================ RNG */
-
-/* xoshiro256** seeded through splitmix64 (documented in docs/training.md). */
-typedef struct { uint64_t s[4]; } tr_rng;
-void tr_rng_seed(tr_rng *r, uint64_t seed);
-uint64_t tr_rng_next(tr_rng *r);
-double tr_rng_uniform(tr_rng *r);          /* [0, 1) with 53 bits */
-double tr_rng_normal(tr_rng *r);           /* Box-Muller */
-uint64_t tr_rng_below(tr_rng *r, uint64_t n); /* unbiased [0, n) */
-
 /* ================================================================ spec */
 
 typedef enum {
@@ -141,7 +131,7 @@ typedef struct tr_model {
     int64_t B;                  /* planned batch */
     int64_t in_numel, out_numel;
     float *out;                 /* (B, out_numel): the eval forward's output rows */
-    tr_rng drop_rng;            /* unused since dropout is keyed by step (kept in checkpoints) */
+    kl_rng drop_rng;            /* unused since dropout is keyed by step (kept in checkpoints) */
     kl_pool *pool;
     int fp16;                   /* activations and gradients at float16 precision */
     int f64;                    /* graphs built in float64 (whole-model gradient checks) */
@@ -162,7 +152,7 @@ void tr_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5
  * prepared) and the output rows for B. */
 int tr_model_alloc(tr_model *m, int64_t B, kl_err *e);
 /* PyTorch default initialisation from rng. */
-void tr_model_init(tr_model *m, tr_rng *rng);
+void tr_model_init(tr_model *m, kl_rng *rng);
 /* Eval-mode forward and loss through the model's graph (kl_plan); returns
  * the output (B, out_numel) (valid until the next call), NULL with e set on
  * failure; *loss: the batch's mean loss against yi (CE) or yf. */

@@ -47,8 +47,8 @@ static int check_spec(const char *text, int64_t B, double *worst, kl_err *e) {
     int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     c.n_in = c.g->n_inputs;
     c.in = calloc((size_t)c.n_in, sizeof *c.in);
-    tr_rng r;
-    tr_rng_seed(&r, 11);
+    kl_rng r;
+    kl_rng_seed(&r, 11);
     for (int i = 0; i < c.n_in; i++) {
         const kl_value *v = &c.g->values[c.g->inputs[i]];
         int64_t d[KL_MAX_DIMS];
@@ -59,12 +59,12 @@ static int check_spec(const char *text, int64_t B, double *worst, kl_err *e) {
         int ref = -1;
         for (int k = 0; k < nt; k++) if (!strcmp(refs[k].name, v->name)) ref = k;
         if (!strcmp(v->name, "labels")) for (int64_t k = 0; k < n; k++) ((int64_t *)t->data)[k] = k % m->out_numel;
-        else if (!strcmp(v->name, "targets")) for (int64_t k = 0; k < n; k++) ((double *)t->data)[k] = s->loss == TR_LOSS_BCE ? (double)(k % 2) : tr_rng_normal(&r);
+        else if (!strcmp(v->name, "targets")) for (int64_t k = 0; k < n; k++) ((double *)t->data)[k] = s->loss == TR_LOSS_BCE ? (double)(k % 2) : kl_rng_normal(&r);
         else if (strstr(v->name, ".seed")) ((int64_t *)t->data)[0] = 12345;
-        else if (v->dtype == KL_I64) for (int64_t k = 0; k < n; k++) ((int64_t *)t->data)[k] = (int64_t)tr_rng_below(&r, 7);
+        else if (v->dtype == KL_I64) for (int64_t k = 0; k < n; k++) ((int64_t *)t->data)[k] = (int64_t)kl_rng_below(&r, 7);
         else if (ref >= 0 && strstr(v->name, "running_var")) for (int64_t k = 0; k < n; k++) ((double *)t->data)[k] = 1;
         else if (ref >= 0 && strstr(v->name, "running_mean")) {}
-        else for (int64_t k = 0; k < n; k++) ((double *)t->data)[k] = 0.5 * tr_rng_normal(&r);
+        else for (int64_t k = 0; k < n; k++) ((double *)t->data)[k] = 0.5 * kl_rng_normal(&r);
         if (ref >= 0 && !refs[ref].buffer) { is_p[nw] = i; wrt[nw++] = c.g->inputs[i]; }
     }
     int lv = kl_graph_find_value(c.g, "loss");

@@ -141,12 +141,12 @@ static int train_steps(int threads, float *out_params, int64_t *np, kl_err *e) {
     if (!rc) rc = tr_optim_init(&o, s, m->nparams, e);
     if (!rc) {
         m->pool = pool;
-        tr_rng r;
-        tr_rng_seed(&r, 7);
+        kl_rng r;
+        kl_rng_seed(&r, 7);
         tr_model_init(m, &r);
         float *x = malloc(130 * 72 * 4);
         int64_t y[130];
-        for (int i = 0; i < 130 * 72; i++) x[i] = (float)tr_rng_normal(&r);
+        for (int i = 0; i < 130 * 72; i++) x[i] = (float)kl_rng_normal(&r);
         for (int i = 0; i < 130; i++) y[i] = i % 3;
         for (int step = 0; step < 5 && !rc; step++) {
             double loss;
