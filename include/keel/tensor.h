@@ -85,6 +85,9 @@ int kl_tensor_new_uninit(kl_dtype dt, int rank, const int64_t *dims, kl_mem_tag 
 /* Wraps borrowed contiguous data (not freed by kl_tensor_free). */
 int kl_tensor_wrap(kl_dtype dt, int rank, const int64_t *dims, void *data,
                    kl_tensor **out, kl_err *e);
+/* Fills a caller-owned header (e.g. on the stack) for borrowed contiguous
+ * data: no allocation, owns 0, tag KL_TAG_OTHER. dims must be valid. */
+void kl_tensor_view_init(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims, void *data);
 /* Frees the struct, and the data when owns. NULL is a no-op. */
 void kl_tensor_free(kl_tensor *t);
 int64_t kl_tensor_numel(const kl_tensor *t);

@@ -176,15 +176,20 @@ static int check_shape(kl_dtype dt, int rank, const int64_t *dims, int64_t *nume
     return KL_OK;
 }
 
-static kl_tensor *alloc_struct(kl_dtype dt, int rank, const int64_t *dims, int64_t numel) {
-    kl_tensor *t = calloc(1, sizeof *t);
-    if (!t) return NULL;
+void kl_tensor_view_init(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims, void *data) {
+    memset(t, 0, sizeof *t);
     t->dtype = dt;
     t->rank = rank;
     for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
     kl_tensor_contiguous_strides(rank, t->dims, t->strides);
-    t->nbytes = (size_t)numel * kl_dtype_size(dt);
+    t->nbytes = (size_t)kl_shape_numel(rank, t->dims) * kl_dtype_size(dt);
+    t->data = data;
     t->tag = KL_TAG_OTHER;
+}
+
+static kl_tensor *alloc_struct(kl_dtype dt, int rank, const int64_t *dims) {
+    kl_tensor *t = calloc(1, sizeof *t);
+    if (t) kl_tensor_view_init(t, dt, rank, dims, NULL);
     return t;
 }
 
@@ -194,7 +199,7 @@ static int tensor_new(kl_dtype dt, int rank, const int64_t *dims, kl_mem_tag tag
     *out = NULL;
     int rc = check_shape(dt, rank, dims, &n, e);
     if (rc) return rc;
-    kl_tensor *t = alloc_struct(dt, rank, dims, n);
+    kl_tensor *t = alloc_struct(dt, rank, dims);
     if (!t) return kl_err_set(e, KL_ENOMEM, "out of memory");
     t->data = kl_mem_alloc_e(t->nbytes, tag, e);
     if (!t->data) { free(t); return e ? e->code : KL_ENOMEM; }
@@ -218,7 +223,7 @@ int kl_tensor_wrap(kl_dtype dt, int rank, const int64_t *dims, void *data, kl_te
     *out = NULL;
     int rc = check_shape(dt, rank, dims, &n, e);
     if (rc) return rc;
-    kl_tensor *t = alloc_struct(dt, rank, dims, n);
+    kl_tensor *t = alloc_struct(dt, rank, dims);
     if (!t) return kl_err_set(e, KL_ENOMEM, "out of memory");
     t->data = data;
     *out = t;

@@ -394,16 +394,6 @@ int tr_export_onnx(tr_model *m, const char *path, kl_err *e) {
 
 /* ================================================================ eval forward */
 
-static void ref_tensor(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims, void *data) {
-    memset(t, 0, sizeof *t);
-    t->dtype = dt;
-    t->rank = rank;
-    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
-    kl_tensor_contiguous_strides(rank, t->dims, t->strides);
-    t->data = data;
-    t->nbytes = (size_t)kl_shape_numel(rank, t->dims) * kl_dtype_size(dt);
-    t->tag = KL_TAG_OTHER;
-}
 
 void tr_eval_free(tr_model *m) {
     for (int k = 0; k < 2; k++) {
@@ -429,7 +419,7 @@ const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const
         tr_tensor_ref refs[TR_MAX_LAYERS * 4];
         int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
         KL_ASSERT(nt + 2 == ev->n_in);
-        for (int i = 0; i < nt; i++) ref_tensor(&ev->in[i + 1], KL_F32, refs[i].rank, refs[i].dims, refs[i].data);
+        for (int i = 0; i < nt; i++) kl_tensor_view_init(&ev->in[i + 1], KL_F32, refs[i].rank, refs[i].dims, refs[i].data);
         if (s->in_int) {
             ev->ids = kl_mem_alloc_e((size_t)(m->B * m->in_numel) * 8 + 64, KL_TAG_WORKSPACE, e);
             if (!ev->ids) return NULL;
@@ -451,10 +441,10 @@ const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const
         for (int64_t i = 0; i < Bn * m->in_numel; i++) ev->ids[i] = (int64_t)x[i];
         xd = ev->ids;
     }
-    ref_tensor(&ev->in[0], s->in_int ? KL_I64 : KL_F32, s->in_rank + 1, dims, xd);
+    kl_tensor_view_init(&ev->in[0], s->in_int ? KL_I64 : KL_F32, s->in_rank + 1, dims, xd);
     int64_t dt[2] = {Bn, m->out_numel};
-    if (s->loss == TR_LOSS_CE) ref_tensor(&ev->in[ev->n_in - 1], KL_I64, 1, dt, (void *)yi);
-    else ref_tensor(&ev->in[ev->n_in - 1], KL_F32, 2, dt, (void *)yf);
+    if (s->loss == TR_LOSS_CE) kl_tensor_view_init(&ev->in[ev->n_in - 1], KL_I64, 1, dt, (void *)yi);
+    else kl_tensor_view_init(&ev->in[ev->n_in - 1], KL_F32, 2, dt, (void *)yf);
     const kl_tensor *ins[TR_MAX_LAYERS * 4 + 2];
     for (int i = 0; i < ev->n_in; i++) ins[i] = &ev->in[i];
     if (!ev->plan[k]) {
@@ -468,14 +458,14 @@ const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const
     float *y = m->out, lv = 0;
     kl_tensor to[2], *outs[2];
     for (int i = 0; i < ev->g->n_outputs && i < 2; i++) {
-        if (ev->g->outputs[i] == ev->out_v) ref_tensor(&to[i], KL_F32, 2, dt, y);
-        else ref_tensor(&to[i], KL_F32, 0, NULL, &lv);
+        if (ev->g->outputs[i] == ev->out_v) kl_tensor_view_init(&to[i], KL_F32, 2, dt, y);
+        else kl_tensor_view_init(&to[i], KL_F32, 0, NULL, &lv);
         outs[i] = &to[i];
     }
     const kl_tensor *ov = kl_plan_value(ev->plan[k], ev->out_v);
     if (ov && ov->rank != 2) /* the output keeps the last layer's shape: view the rows with it */
         for (int i = 0; i < ev->g->n_outputs && i < 2; i++)
-            if (ev->g->outputs[i] == ev->out_v) ref_tensor(&to[i], KL_F32, ov->rank, ov->dims, y);
+            if (ev->g->outputs[i] == ev->out_v) kl_tensor_view_init(&to[i], KL_F32, ov->rank, ov->dims, y);
     if (kl_plan_run_into(ev->plan[k], ev->g, ins, (size_t)ev->n_in, outs, (size_t)ev->g->n_outputs, ev->arena[k] ? ev->arena[k] : m->arena,
                          m->pool == TR_NOPOOL ? NULL : m->pool, e))
         return NULL;

@@ -34,16 +34,6 @@ struct tr_stepg {
 
 enum { OUT_LOSS, OUT_GRAD, OUT_RMEAN, OUT_RVAR, OUT_OTHER };
 
-static void ref_tensor(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims, void *data) {
-    memset(t, 0, sizeof *t);
-    t->dtype = dt;
-    t->rank = rank;
-    for (int i = 0; i < rank; i++) t->dims[i] = dims[i];
-    kl_tensor_contiguous_strides(rank, t->dims, t->strides);
-    t->data = data;
-    t->nbytes = (size_t)kl_shape_numel(rank, t->dims) * kl_dtype_size(dt);
-    t->tag = KL_TAG_OTHER;
-}
 
 void tr_step_free(tr_model *m) {
     tr_stepg *st = m->st;
@@ -73,13 +63,13 @@ static void shape_inputs(tr_model *m, int64_t Bn) {
         switch (st->in_kind[i]) {
         case IN_X: {
             int64_t d[4] = {Bn, s->in_dims[0], s->in_dims[1], s->in_dims[2]};
-            ref_tensor(t, s->in_int ? KL_I64 : KL_F32, s->in_rank + 1, d, t->data);
+            kl_tensor_view_init(t, s->in_int ? KL_I64 : KL_F32, s->in_rank + 1, d, t->data);
             break;
         }
-        case IN_LABELS: ref_tensor(t, KL_I64, 1, &Bn, t->data); break;
+        case IN_LABELS: kl_tensor_view_init(t, KL_I64, 1, &Bn, t->data); break;
         case IN_TARGETS: {
             int64_t d[2] = {Bn, m->out_numel};
-            ref_tensor(t, KL_F32, 2, d, t->data);
+            kl_tensor_view_init(t, KL_F32, 2, d, t->data);
             break;
         }
         default: break;
@@ -116,19 +106,19 @@ int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_by
         if (!strcmp(nm, "input")) st->in_kind[i] = IN_X;
         else if (!strcmp(nm, "labels")) st->in_kind[i] = IN_LABELS;
         else if (!strcmp(nm, "targets")) st->in_kind[i] = IN_TARGETS;
-        else if (!strcmp(nm, "loss_scale")) { st->in_kind[i] = IN_SCALE; ref_tensor(&st->in[i], KL_F32, 0, NULL, &st->scale); }
+        else if (!strcmp(nm, "loss_scale")) { st->in_kind[i] = IN_SCALE; kl_tensor_view_init(&st->in[i], KL_F32, 0, NULL, &st->scale); }
         else if (ends_with(nm, ".seed")) {
             st->in_kind[i] = IN_SEED;
             for (int l = 0; l < m->n; l++)
                 if (!strncmp(nm, m->L[l].sp.name, strlen(nm) - 5) && strlen(m->L[l].sp.name) == strlen(nm) - 5) st->in_ref[i] = l;
-            ref_tensor(&st->in[i], KL_I64, 0, NULL, &st->seeds[i]);
+            kl_tensor_view_init(&st->in[i], KL_I64, 0, NULL, &st->seeds[i]);
         } else {
             st->in_kind[i] = IN_PARAM;
             for (int r = 0; r < nt; r++)
                 if (!strcmp(refs[r].name, nm)) st->in_ref[i] = r;
             KL_ASSERT(st->in_ref[i] >= 0);
             const tr_tensor_ref *rf = &refs[st->in_ref[i]];
-            ref_tensor(&st->in[i], KL_F32, rf->rank, rf->dims, NULL);
+            kl_tensor_view_init(&st->in[i], KL_F32, rf->rank, rf->dims, NULL);
             if (!rf->buffer) wrt[nw++] = g->inputs[i];
         }
     }
@@ -199,9 +189,9 @@ static int bind(tr_model *m, kl_err *e) {
         kl_tensor *t = &st->out[i];
         const tr_tensor_ref *rf = st->out_ref[i] >= 0 ? &refs[st->out_ref[i]] : NULL;
         switch (st->out_kind[i]) {
-        case OUT_LOSS: ref_tensor(t, KL_F32, 0, NULL, &st->loss); break;
-        case OUT_GRAD: ref_tensor(t, KL_F32, rf->rank, rf->dims, m->grads + (rf->data - m->params)); break;
-        case OUT_RMEAN: case OUT_RVAR: ref_tensor(t, KL_F32, rf->rank, rf->dims, st->stage + (rf->data - m->bufs)); break;
+        case OUT_LOSS: kl_tensor_view_init(t, KL_F32, 0, NULL, &st->loss); break;
+        case OUT_GRAD: kl_tensor_view_init(t, KL_F32, rf->rank, rf->dims, m->grads + (rf->data - m->params)); break;
+        case OUT_RMEAN: case OUT_RVAR: kl_tensor_view_init(t, KL_F32, rf->rank, rf->dims, st->stage + (rf->data - m->bufs)); break;
         default: break;
         }
     }
