@@ -35,6 +35,10 @@ typedef struct {
                                   core allocator budget, else 80 % of physical memory */
     const char *snapshot_dir;  /* where memory-quota snapshots go; NULL = $TMPDIR or /tmp */
     int access_log;            /* one log line per inference request (default on: pass 1) */
+    int64_t inline_us;         /* with one HTTP thread, batches of a model whose recent batches
+                                  took less than this run on the HTTP thread itself (no hand-off
+                                  to a worker: two thread wake-ups less per batch); 0 = 500 us,
+                                  < 0 = never */
 } kl_serve_opts;
 
 /* Loads the repository (integrity checks, warm-up) and prepares the server.
