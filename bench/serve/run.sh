@@ -18,7 +18,7 @@ import numpy as np
 w = sys.argv[1]
 write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
 with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
-    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "300")))
+    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "500")))
 x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
 with open(os.path.join(w, "body.json"), "w") as f:
     json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],

@@ -401,6 +401,7 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     }
     MHD_suspend_connection(c);
     r->suspended = 1;
+    if (r->loop) { r->loop->nwait++; r->counted_wait = 1; }
     sv_sched_submit(s, r);
     return MHD_YES;
 }
@@ -476,6 +477,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         atomic_init(&sc->state, SV_C_NEW);
         atomic_init(&sc->since, kl_time_mono_ns());
         atomic_init(&sc->bytes, 0);
+        if (sv_cur_loop) sv_cur_loop->nconn++;
         pthread_mutex_lock(&s->conn_lock);
         sc->next = s->conns;
         if (s->conns) s->conns->prev = sc;
@@ -485,6 +487,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         return;
     }
     if (!sc) return;
+    if (sv_cur_loop) sv_cur_loop->nconn--;
     /* unlinked before libmicrohttpd closes the socket: the guard never shuts a reused fd */
     pthread_mutex_lock(&s->conn_lock);
     if (sc->prev) sc->prev->next = sc->next;
@@ -581,6 +584,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (r->qstate == SV_Q_DONE) { /* resumed: the answer is ready */
+        if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
         if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
         if (r->route == R_INFER) log_request(s, r);
         char *body = r->resp;
@@ -682,6 +686,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         /* cannot happen: a suspended connection is not terminated before it is resumed */
         kl_log(KL_LOG_ERROR, "serve", "request %s completed while in the scheduler", r->rid);
     }
+    if (r->counted_wait) r->loop->nwait--; /* answered without the last handler call (client gone) */
     for (size_t i = 0; i < SV_MAX_IO; i++) sv_tensor_release(&r->in[i]);
     if (r->ver) sv_version_unref(r->ver);
     int r_in_infer = r->in_infer;

@@ -314,6 +314,9 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
         int preferred = rows >= c->max_batch;
         for (int i = 0; i < c->n_preferred; i++) preferred |= rows == c->preferred[i];
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
+        /* an HTTP loop whose every connection has its request in the
+         * scheduler waits for nobody: no more requests can come to it */
+        if (lp && lp->nwait >= lp->nconn) preferred = 1;
         if (!preferred && c->max_queue_delay_us > 0 && kl_time_mono_ns() < due && !atomic_load(&s->draining)) {
             *wait_until = due;
             *wait_model = best;

@@ -249,6 +249,7 @@ struct sv_req {
     sv_conn *sc;            /* the connection (slow-client guard); NULL when untracked */
     sv_loop *loop;          /* the HTTP loop of the connection */
     int inl;                /* runs on its loop's thread (small enough), not on a worker */
+    int counted_wait;       /* counted in loop->nwait */
 };
 
 /* An HTTP loop (http.c): one thread running one libmicrohttpd daemon (all
@@ -263,6 +264,8 @@ struct sv_loop {
     atomic_int stop;
     atomic_int quiesce_req;     /* 1: asked, 2: done */
     int resumed;                /* connections resumed on the loop's thread since its last MHD_run */
+    int nconn;                  /* open connections (loop thread only) */
+    int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
 };
 
 /* ==================================================================
