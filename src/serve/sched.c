@@ -162,7 +162,9 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
      * A worker already waits for this model and level's batch to fill: wake
      * it only when the batch is complete (every wake-up is a context switch) */
     int wake = 1;
-    r->inl = sv_cur_loop && s->inline_ns > 0 && est_ns(m, r->rows) < s->inline_ns;
+    /* only the top priority level runs inline: a batch on the loop delays
+     * every request the loop has not read yet, higher ones included */
+    r->inl = sv_cur_loop && s->inline_ns > 0 && r->level == 0 && est_ns(m, r->rows) < s->inline_ns;
     if (r->inl) wake = 0;
     else if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
         int64_t rows = m->qrows[r->level];
@@ -240,6 +242,7 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     if (!rc && total > 0) { /* moving average (1/8) of the time per row: decides inline or worker */
         sv_model *m = v->model;
         int64_t avg = atomic_load_explicit(&m->row_ns, memory_order_relaxed), dt = (t1 - t0) / total;
+        if (avg && dt > 4 * avg) dt = 4 * avg; /* a run the machine preempted must not move a model off its loop at once */
         atomic_store_explicit(&m->row_ns, avg ? avg + (dt - avg) / 8 : dt, memory_order_relaxed);
     }
     /* give back the planned bytes before answering: an answered request may be freed at once */
@@ -325,7 +328,8 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
         }
     }
     for (int i = 0; i < n; i++) { unqueue(s, rq[i]); rq[i]->qstate = SV_Q_RUNNING; }
-    best->running++;
+    if (lp) best->inl_running++;
+    else best->running++;
     s->nrunning++;
     return n;
 }
@@ -404,7 +408,7 @@ int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until) {
         pthread_mutex_unlock(&s->lock);
         execute(s, rq, n);
         pthread_mutex_lock(&s->lock);
-        m->running--;
+        m->inl_running--;
         s->nrunning--;
         pthread_cond_broadcast(&s->dcond);
         ran++;

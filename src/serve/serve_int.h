@@ -174,7 +174,8 @@ struct sv_model {
     sv_req *qhead[SV_MAX_LEVELS], *qtail[SV_MAX_LEVELS];
     int qlen[SV_MAX_LEVELS];
     int64_t qrows[SV_MAX_LEVELS]; /* batch rows queued per level */
-    int running;
+    int running;                /* batches on workers (bounded by cfg.instances) */
+    int inl_running;            /* batches on HTTP loops (one per loop at most) */
     double tokens[SV_MAX_LEVELS];
     int64_t tok_ns[SV_MAX_LEVELS];
     uint64_t inflight_bytes;
