@@ -41,7 +41,7 @@ typedef struct {
     double p;           /* the click probability used */
 } kl_clickgen_row;
 
-typedef struct { uint64_t s[4]; int64_t ts; } kl_clickgen;
+typedef struct { kl_rng rng; int64_t ts; } kl_clickgen;
 
 void kl_clickgen_init(kl_clickgen *g, uint64_t seed);
 void kl_clickgen_next(kl_clickgen *g, kl_clickgen_row *row);

@@ -229,6 +229,29 @@ void kl_sha256_buf_hex(const void *data, size_t len, char hex[65]);
 int kl_sha256_file_hex(const char *path, char hex[65], kl_err *e);
 
 /* ==================================================================
+ * Seeded random numbers (rng.c), one implementation for the whole
+ * project: kl_rng is xoshiro256** seeded through splitmix64 (training
+ * init/shuffles, the image loader, the click generator); kl_splitmix64 is
+ * the one-word stream (state += golden gamma) for places that give every
+ * item its own cheap stream (defect images, tuning trials). Sequences are
+ * part of keel's determinism contract: never change them.
+ * ================================================================== */
+
+typedef struct { uint64_t s[4]; } kl_rng;
+void kl_rng_seed(kl_rng *r, uint64_t seed);
+uint64_t kl_rng_next(kl_rng *r);
+/* [0, 1) with 53 random bits. */
+double kl_rng_uniform(kl_rng *r);
+/* Standard normal by Box-Muller (one value per two uniforms; u1 clamped to 1e-300). */
+double kl_rng_normal(kl_rng *r);
+/* Unbiased in [0, n) by rejection; n <= 1 gives 0 without drawing. */
+uint64_t kl_rng_below(kl_rng *r, uint64_t n);
+/* Next value of the splitmix64 stream *state (advances it). */
+uint64_t kl_splitmix64(uint64_t *state);
+/* [0, 1) with 53 bits from the splitmix64 stream. */
+double kl_splitmix_uniform(uint64_t *state);
+
+/* ==================================================================
  * Thread pool: fixed workers; parallel_for with static chunking so that
  * which thread computes which range never depends on scheduling.
  * ================================================================== */

@@ -91,8 +91,9 @@ typedef struct kl_field {
     size_t n_allowed;
     int unique;
     double max_null_ratio;     /* 1.0 = no limit */
-    int tz_offset_min;         /* timestamp: offset applied to naive values (UTC = 0) */
-    char *timezone;            /* as written ("UTC", "+02:00") */
+    struct kl_tz *tz;          /* timestamp: zone of naive values (owned; NULL = UTC) */
+    char *timezone;            /* as written ("UTC", "+02:00", "Europe/Berlin") */
+    int tz_ambiguous;          /* KL_TZ_REJECT / EARLIEST / LATEST: naive times that occur twice */
     int line, col;             /* position in the schema file */
 } kl_field;
 
@@ -142,11 +143,34 @@ int kl_parse_i64n(const char *s, size_t n, int64_t *out);
 int kl_parse_f64n(const char *s, size_t n, double *out);
 int kl_parse_booln(const char *s, size_t n, int *out);
 int kl_parse_date(const char *s, size_t n, int32_t *days);
-/* ISO 8601 "YYYY-MM-DD[( |T)HH:MM[:SS[.ffffff]]][Z|±HH[:MM]]"; naive times use
- * tz_offset_min. Result in µs since the epoch, UTC. */
-int kl_parse_timestamp(const char *s, size_t n, int tz_offset_min, int64_t *us);
+/* ISO 8601 "YYYY-MM-DD[( |T)HH:MM[:SS[.ffffff]]][Z|±HH[:MM]]"; naive times are
+ * in zone tz (NULL = UTC). Result in µs since the epoch, UTC. KL_EINVAL
+ * (malformed), KL_ERANGE (a field out of range), KL_ENOTFOUND (a naive time
+ * that does not exist in tz: skipped by a DST change) or KL_EEXIST (a naive
+ * time that occurs twice in tz and tz's ambiguity policy is KL_TZ_REJECT). */
+int kl_parse_timestamp(const char *s, size_t n, const struct kl_tz *tz, int64_t *us);
 /* Parses "UTC", "Z", "+02:00", "-0530", "UTC+1" into minutes east of UTC. */
 int kl_parse_tz(const char *s, int *minutes);
+
+/* ---- time zones (src/data/tz.c) ----
+ * UTC, fixed offsets (as kl_parse_tz) and IANA zone names read from the
+ * compiled tzdata under $TZDIR or /usr/share/zoneinfo (TZif v1-v4 with the
+ * POSIX TZ footer for times after the last transition). */
+typedef struct kl_tz kl_tz;
+enum { KL_TZ_REJECT, KL_TZ_EARLIEST, KL_TZ_LATEST };   /* naive times that occur twice */
+enum { KL_TZ_OK, KL_TZ_GAP, KL_TZ_AMBIGUOUS };         /* kl_tz_to_utc results */
+/* Errors: KL_EINVAL (not a zone name), KL_ENOTFOUND (no such zone), KL_EPARSE
+ * (a malformed TZif file, named). The ambiguity policy starts as KL_TZ_REJECT. */
+int kl_tz_load(const char *name, kl_tz **out, kl_err *e);
+void kl_tz_free(kl_tz *z);
+const char *kl_tz_name(const kl_tz *z);
+int kl_tz_is_fixed(const kl_tz *z);    /* UTC or a fixed offset */
+void kl_tz_set_ambiguous(kl_tz *z, int policy);
+/* Seconds east of UTC in effect at UTC second t. */
+int32_t kl_tz_offset(const kl_tz *z, int64_t t);
+/* Local (naive) second -> UTC second: KL_TZ_OK, KL_TZ_GAP (no such local
+ * time) or KL_TZ_AMBIGUOUS (it occurs twice; policy KL_TZ_REJECT). */
+int kl_tz_to_utc(const kl_tz *z, int64_t local, int64_t *utc);
 int64_t kl_days_from_civil(int64_t y, unsigned m, unsigned d);
 void kl_civil_from_days(int64_t z, int *y, int *m, int *d);
 /* 1 when s[0..n) is valid UTF-8; *chars gets the code point count (may be NULL). */

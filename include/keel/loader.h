@@ -60,11 +60,6 @@ void kl_undistort_map_at(const kl_undistort_map *m, int x, int y, double *sx, do
  * outside the image count as 0 (cv2.BORDER_CONSTANT). */
 int kl_img_undistort(const kl_undistort_map *m, const uint8_t *src, int w, int h, int c, uint8_t *dst, kl_err *e);
 
-/* Small seeded generator (splitmix64 seeding, xoshiro256**). */
-typedef struct { uint64_t s[4]; } kl_img_rng;
-void kl_img_rng_seed(kl_img_rng *r, uint64_t seed);
-uint64_t kl_img_rng_next(kl_img_rng *r);
-uint64_t kl_img_rng_below(kl_img_rng *r, uint64_t n);   /* uniform in [0, n) */
 
 /* ==================================================================
  * Loader (src/data/loader.c)

@@ -1,5 +1,5 @@
 /* The deterministic click-log generator (see include/keel/clickgen.h for the
- * columns and the logistic signal). xoshiro256** seeded by splitmix64. */
+ * columns and the logistic signal). kl_rng (xoshiro256** seeded by splitmix64). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,23 +15,11 @@ static const double cat_cdf[KL_CLICKGEN_NCAT] = {0.25, 0.45, 0.65, 0.80, 0.90, 1
 
 #define T0_US INT64_C(1698796800000000) /* 2023-11-01T00:00:00Z */
 
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += UINT64_C(0x9E3779B97F4A7C15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-    return z ^ (z >> 31);
-}
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t next_u64(kl_clickgen *g) {
-    uint64_t *s = g->s, r = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
-    return r;
-}
-static double next_unit(kl_clickgen *g) { return (double)(next_u64(g) >> 11) * 0x1.0p-53; }
+static uint64_t next_u64(kl_clickgen *g) { return kl_rng_next(&g->rng); }
+static double next_unit(kl_clickgen *g) { return kl_rng_uniform(&g->rng); }
 
 void kl_clickgen_init(kl_clickgen *g, uint64_t seed) {
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) g->s[i] = splitmix(&x);
+    kl_rng_seed(&g->rng, seed);
     g->ts = T0_US;
 }
 

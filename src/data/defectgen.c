@@ -27,12 +27,7 @@ int kl_defectgen_class(int64_t i) { return (int)(i % KL_DEFECT_CLASSES); }
  * ================================================================== */
 
 typedef struct { uint64_t s; } rng;
-static uint64_t next(rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t next(rng *r) { return kl_splitmix64(&r->s); }
 static float uni(rng *r) { return (float)((next(r) >> 40) * (1.0 / 16777216.0)); }         /* [0,1) */
 static float range(rng *r, float lo, float hi) { return lo + (hi - lo) * uni(r); }
 

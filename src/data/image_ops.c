@@ -1,41 +1,12 @@
 /* Image transforms for the loader: exact box-filter (area) resize, the fused
  * resize + crop + flip + normalise + HWC->CHW pass that writes straight into
  * a batch slot, camera undistortion with OpenCV's model and fixed-point
- * bilinear remap, and the small seeded generator the loader uses. */
+ * bilinear remap. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "keel/loader.h"
-
-/* ================================================================ rng */
-
-static uint64_t splitmix(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-void kl_img_rng_seed(kl_img_rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix(&seed);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-uint64_t kl_img_rng_next(kl_img_rng *r) {
-    uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
-    s[2] ^= t; s[3] = rotl(s[3], 45);
-    return out;
-}
-
-uint64_t kl_img_rng_below(kl_img_rng *r, uint64_t n) {
-    if (n <= 1) return 0;
-    uint64_t lim = UINT64_MAX - UINT64_MAX % n, v;
-    do v = kl_img_rng_next(r); while (v >= lim);
-    return v % n;
-}
 
 /* ================================================================ area weights */
 

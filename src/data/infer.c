@@ -55,7 +55,7 @@ static void guess_add(colguess *g, const char *s, size_t n, int is_null) {
     if (g->can_bool && kl_parse_booln(s, n, &b) != KL_OK) g->can_bool = 0;
     if (g->can_date && kl_parse_date(s, n, &dd) != KL_OK) g->can_date = 0;
     if (g->can_ts) {
-        if (kl_parse_timestamp(s, n, 0, &ts) == KL_OK) {
+        if (kl_parse_timestamp(s, n, NULL, &ts) == KL_OK) {
             if (!g->has_ts || ts < g->ts_min) g->ts_min = ts;
             if (!g->has_ts || ts > g->ts_max) g->ts_max = ts;
             g->has_ts = 1;
@@ -120,7 +120,7 @@ static int looks_like_data(const char *s, size_t n) {
     int32_t dd;
     int64_t ts;
     return n == 0 || kl_parse_i64n(s, n, &i) == KL_OK || kl_parse_f64n(s, n, &d) == KL_OK ||
-           kl_parse_date(s, n, &dd) == KL_OK || kl_parse_timestamp(s, n, 0, &ts) == KL_OK;
+           kl_parse_date(s, n, &dd) == KL_OK || kl_parse_timestamp(s, n, NULL, &ts) == KL_OK;
 }
 
 int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, kl_schema **out, kl_err *e) {

@@ -63,10 +63,10 @@ static const int64_t *epoch_perm(kl_loader *l, int64_t epoch) {
     int64_t n = l->src.count, *p = l->perm[k];
     for (int64_t i = 0; i < n; i++) p[i] = i;
     if (l->cfg.shuffle) {
-        kl_img_rng r;
-        kl_img_rng_seed(&r, mix(l->cfg.seed, (uint64_t)epoch + 1));
+        kl_rng r;
+        kl_rng_seed(&r, mix(l->cfg.seed, (uint64_t)epoch + 1));
         for (int64_t i = n - 1; i > 0; i--) {
-            int64_t j = (int64_t)kl_img_rng_below(&r, (uint64_t)i + 1), t = p[i];
+            int64_t j = (int64_t)kl_rng_below(&r, (uint64_t)i + 1), t = p[i];
             p[i] = p[j]; p[j] = t;
         }
     }
@@ -125,15 +125,15 @@ static int one_sample(kl_loader *l, worker_scratch *ws, int64_t idx, int64_t epo
     int rw = S, rh = S, x0 = 0, y0 = 0;
     if (c->crop != KL_CROP_NONE) kl_img_fit_shorter(img.w, img.h, R, c->multiple, &rw, &rh);
     if (rw < S || rh < S) { rc = kl_err_set(e, KL_ESHAPE, "record %lld (%s): resized to %dx%d, smaller than the %dx%d crop", (long long)idx, key, rw, rh, S, S); goto done; }
-    kl_img_rng r;
-    kl_img_rng_seed(&r, mix(mix(c->seed, (uint64_t)epoch), (uint64_t)idx));
+    kl_rng r;
+    kl_rng_seed(&r, mix(mix(c->seed, (uint64_t)epoch), (uint64_t)idx));
     if (c->crop == KL_CROP_RANDOM) {
-        x0 = (int)kl_img_rng_below(&r, (uint64_t)(rw - S + 1));
-        y0 = (int)kl_img_rng_below(&r, (uint64_t)(rh - S + 1));
+        x0 = (int)kl_rng_below(&r, (uint64_t)(rw - S + 1));
+        y0 = (int)kl_rng_below(&r, (uint64_t)(rh - S + 1));
     } else {
         x0 = (rw - S) / 2; y0 = (rh - S) / 2;
     }
-    int flip = c->flip && (kl_img_rng_next(&r) >> 63);
+    int flip = c->flip && (kl_rng_next(&r) >> 63);
     size_t need = kl_img_scratch_floats(img.w, img.c);
     if (need > ws->scratch_cap) {
         kl_mem_free(ws->scratch);

@@ -14,6 +14,7 @@ void kl_schema_free(kl_schema *s) {
         kl_field *f = &s->fields[i];
         free(f->name);
         free(f->timezone);
+        kl_tz_free(f->tz);
         for (size_t k = 0; k < f->n_allowed; k++) free(f->allowed[k]);
         free(f->allowed);
     }
@@ -98,7 +99,7 @@ static int load_bound(const kl_node *n, kl_field *f, int is_max, kl_err *e) {
         break;
     }
     case KL_T_TIMESTAMP:
-        if (kl_parse_timestamp(v, strlen(v), f->tz_offset_min, &iv))
+        if (kl_parse_timestamp(v, strlen(v), f->tz, &iv))
             return kl_node_error(n, e, KL_EINVAL, "expected an ISO 8601 timestamp, got \"%s\"", v);
         dv = (double)iv;
         break;
@@ -113,7 +114,7 @@ static int load_bound(const kl_node *n, kl_field *f, int is_max, kl_err *e) {
 
 static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
     static const char *const keys[] = {"name", "type", "nullable", "min", "max", "allowed", "values",
-                                       "max_length", "unique", "max_null_ratio", "timezone", "description"};
+                                       "max_length", "unique", "max_null_ratio", "timezone", "ambiguous", "description"};
     if (kl_node_kind_of(m) != KL_NODE_MAP)
         return kl_node_error(m, e, KL_EINVAL, "a column is a map with at least name and type");
     int rc = kl_spec_check_keys(m, keys, KL_ARRAY_LEN(keys), e);
@@ -144,13 +145,22 @@ static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
         if (f->type != KL_T_TIMESTAMP)
             return kl_node_error(n, e, KL_EINVAL, "timezone applies to timestamp columns");
         if ((rc = kl_node_str(n, &v, e))) return rc;
-        if (kl_parse_tz(v, &f->tz_offset_min))
-            return kl_node_error(n, e, KL_EINVAL, "timezone must be UTC or a fixed offset like +02:00, got \"%s\"", v);
+        kl_err te = {0};
+        if (kl_tz_load(v, &f->tz, &te)) return kl_node_error(n, e, te.code, "%s", te.msg);
         if (!(f->timezone = strdup(v))) return KL_ENOMEM;
     } else if (f->type == KL_T_TIMESTAMP) {
         return kl_node_error(m, e, KL_EINVAL,
-                             "timestamp column '%s' needs an explicit timezone rule (timezone: UTC or an offset)",
+                             "timestamp column '%s' needs an explicit timezone rule (timezone: UTC, an offset or a zone like Europe/Berlin)",
                              f->name);
+    }
+    if ((n = kl_node_get(m, "ambiguous"))) {
+        if (!f->tz || kl_tz_is_fixed(f->tz))
+            return kl_node_error(n, e, KL_EINVAL, "ambiguous applies to timestamp columns in a zone with clock changes");
+        if ((rc = kl_node_str(n, &v, e))) return rc;
+        int pol = !strcmp(v, "reject") ? KL_TZ_REJECT : !strcmp(v, "earliest") ? KL_TZ_EARLIEST : !strcmp(v, "latest") ? KL_TZ_LATEST : -1;
+        if (pol < 0) return kl_node_error(n, e, KL_EINVAL, "ambiguous must be reject, earliest or latest, got \"%s\"", v);
+        kl_tz_set_ambiguous(f->tz, pol);
+        f->tz_ambiguous = pol;
     }
     if ((n = kl_node_get(m, "min")) && (rc = load_bound(n, f, 0, e))) return rc;
     if ((n = kl_node_get(m, "max")) && (rc = load_bound(n, f, 1, e))) return rc;
@@ -286,7 +296,14 @@ int kl__schema_canonical(const kl_schema *s, kl_buf *b) {
         kl_buf_puts(b, "\"name\":");
         kl_buf_json_str(b, f->name);
         kl_buf_printf(b, ",\"nullable\":%s", f->nullable ? "true" : "false");
-        if (f->type == KL_T_TIMESTAMP) kl_buf_printf(b, ",\"timezone_offset_minutes\":%d", f->tz_offset_min);
+        if (f->type == KL_T_TIMESTAMP && kl_tz_is_fixed(f->tz))
+            kl_buf_printf(b, ",\"timezone_offset_minutes\":%d", kl_tz_offset(f->tz, 0) / 60);
+        else if (f->type == KL_T_TIMESTAMP) {
+            static const char *const amb[] = {"reject", "earliest", "latest"};
+            kl_buf_printf(b, ",\"timezone\":");
+            kl_buf_json_str(b, kl_tz_name(f->tz));
+            kl_buf_printf(b, ",\"timezone_ambiguous\":\"%s\"", amb[f->tz_ambiguous]);
+        }
         kl_buf_printf(b, ",\"type\":\"%s\"", kl_type_name(f->type));
         if (f->unique) kl_buf_puts(b, ",\"unique\":true");
         kl_buf_puts(b, "}");
@@ -337,6 +354,8 @@ int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
         yq(b, f->name);
         kl_buf_printf(b, "\n    type: %s\n    nullable: %s\n", kl_type_name(f->type), f->nullable ? "true" : "false");
         if (f->type == KL_T_TIMESTAMP) kl_buf_printf(b, "    timezone: %s\n", f->timezone ? f->timezone : "UTC");
+        if (f->type == KL_T_TIMESTAMP && f->tz_ambiguous != KL_TZ_REJECT)
+            kl_buf_printf(b, "    ambiguous: %s\n", f->tz_ambiguous == KL_TZ_EARLIEST ? "earliest" : "latest");
         if (f->n_allowed) {
             kl_buf_puts(b, "    values: [");
             for (size_t k = 0; k < f->n_allowed; k++) {

@@ -226,12 +226,12 @@ int kl_parse_tz(const char *s, int *minutes) {
     return i == n ? KL_OK : KL_EINVAL;
 }
 
-int kl_parse_timestamp(const char *s, size_t n, int tz_offset_min, int64_t *us) {
+int kl_parse_timestamp(const char *s, size_t n, const kl_tz *tz, int64_t *us) {
     size_t i = 0;
     int64_t days;
     int rc = parse_ymd(s, n, &i, &days);
     if (rc) return rc;
-    int hh = 0, mi = 0, ss = 0, off = tz_offset_min;
+    int hh = 0, mi = 0, ss = 0, off = 0, has_off = 0;
     int64_t frac = 0;
     if (i < n && (s[i] == 'T' || s[i] == 't' || s[i] == ' ')) {
         i++;
@@ -256,10 +256,20 @@ int kl_parse_timestamp(const char *s, size_t n, int tz_offset_min, int64_t *us) 
         if (i < n) {
             rc = parse_offset(s, n, &i, &off);
             if (rc) return rc;
+            has_off = 1;
         }
     }
     if (i != n) return KL_EINVAL;
-    *us = ((days * 86400 + hh * 3600 + mi * 60 + ss) - (int64_t)off * 60) * 1000000 + frac;
+    int64_t secs = days * 86400 + hh * 3600 + mi * 60 + ss;
+    if (has_off) secs -= (int64_t)off * 60;
+    else {
+        switch (kl_tz_to_utc(tz, secs, &secs)) {
+        case KL_TZ_GAP: return KL_ENOTFOUND;
+        case KL_TZ_AMBIGUOUS: return KL_EEXIST;
+        default: break;
+        }
+    }
+    *us = secs * 1000000 + frac;
     return KL_OK;
 }
 
@@ -352,7 +362,11 @@ int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char
         break;
     }
     case KL_T_TIMESTAMP:
-        rc = kl_parse_timestamp(s, n, f->tz_offset_min, &v->i);
+        rc = kl_parse_timestamp(s, n, f->tz, &v->i);
+        if (rc == KL_ENOTFOUND) REJ(KL_REJ_TYPE, "'%.*s' does not exist in %s (skipped when clocks go forward)", shown, s, kl_tz_name(f->tz));
+        if (rc == KL_EEXIST)
+            REJ(KL_REJ_TYPE, "'%.*s' occurs twice in %s (clocks go back; set the column's ambiguous: earliest or latest)", shown, s,
+                kl_tz_name(f->tz));
         if (rc) REJ(KL_REJ_TYPE, "'%.*s' is not a timestamp (ISO 8601)", shown, s);
         if ((f->has_min && v->i < f->imin) || (f->has_max && v->i > f->imax))
             REJ(KL_REJ_RANGE, "%.*s is outside the allowed times", shown, s);

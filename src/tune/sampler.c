@@ -49,14 +49,7 @@ int kl_sampler_kind_parse(const char *s, kl_sampler_kind *out) {
 /* ---- random numbers ---------------------------------------------------- */
 
 typedef struct { uint64_t s; } rng_t;
-
-static uint64_t next_u64(rng_t *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double uniform(rng_t *r) { return (double)(next_u64(r) >> 11) * 0x1.0p-53; }
+static double uniform(rng_t *r) { return kl_splitmix_uniform(&r->s); }
 static double normal(rng_t *r) {
     double u1 = uniform(r), u2 = uniform(r);
     if (u1 < 1e-300) u1 = 1e-300;

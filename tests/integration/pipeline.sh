@@ -5,8 +5,8 @@
 # --only / --from / --force, a feature-spec change re-running features and
 # everything after it (nothing before), a failing stage with earlier outputs
 # kept and the re-run resuming there, the lineage in the experiment store,
-# keel eval on the Parquet test split, and training-data errors naming the
-# column.
+# keel eval on the Parquet test split, training-data errors naming the
+# column, and the optional serve stage (ready, :predict, SIGHUP, SIGTERM).
 . "$KEEL_SRC/tests/integration/lib.sh"
 BUILD=$(dirname "$KEEL")
 # states of the stages from a --json summary: "ingest=cached validate=cached ..."
@@ -106,3 +106,29 @@ if grep -q "label column 'clikced' not found" "$T/err"; then pass train_parquet_
 sed -e "s|dataset: .*|dataset: $(dirname "$(ls "$T"/o/dataset/versions/*/part-00000.parquet | head -1)")\n  exclude: [ts]|" "$EX/model.yaml" > "$T/nulls.yaml"
 expect_rc train_parquet_null 1 $KEEL train "$T/nulls.yaml" --out "$T/m2" --quiet
 if grep -q "feature column 'item_price' is null" "$T/err"; then pass train_parquet_null_message; else fail train_parquet_null_message "$(head -c 300 "$T/err")"; fi
+
+# ---- the optional serve stage (in-process keel serve on the exported repo):
+# ready, answers a raw record through the features pipeline, survives SIGHUP,
+# drains and exits 0 on SIGTERM
+$P --set stages.serve.port=0 --only serve > "$T/sv.json" 2> "$T/sv.err" &
+SV=$!
+URL=""
+for _ in $(seq 1 300); do
+  URL=$(grep -o 'listening on http://[0-9.:]*' "$T/sv.err" | head -1 | sed 's/listening on //')
+  [ -n "$URL" ] && break
+  kill -0 $SV 2>/dev/null || break
+  sleep 0.1
+done
+if [ -n "$URL" ] && curl -sf "$URL/v2/health/ready" > /dev/null; then pass pipeline_serve_stage_ready; else fail pipeline_serve_stage_ready "$(tail -c 400 "$T/sv.err")"; fi
+REC='{"instances": [{"user_id": 42, "item_price": 19.99, "ts": "2023-11-03T20:15:00Z", "category": "beauty"}]}'
+curl -s "$URL/v1/models/ctr:predict" -H 'Content-Type: application/json' -d "$REC" > "$T/sv.pred"
+check pipeline_serve_stage_predicts $PYTHON -c '
+import json, sys
+a = json.load(open(sys.argv[1])); fh = json.load(open(sys.argv[2]))["feature_hash"]
+print(a)
+sys.exit(0 if len(a["predictions"]) == 1 and a.get("feature_hash") == fh else 1)' "$T/sv.pred" "$T/o/features/features.json"
+kill -HUP $SV 2>/dev/null; sleep 0.3
+if kill -0 $SV 2>/dev/null && curl -sf "$URL/v2/health/live" > /dev/null; then pass pipeline_serve_stage_survives_sighup; else fail pipeline_serve_stage_survives_sighup "$(tail -c 400 "$T/sv.err")"; fi
+kill -TERM $SV 2>/dev/null
+rc=0; wait $SV || rc=$?
+if [ $rc -eq 0 ] && grep -q "stopped after draining" "$T/sv.err" && grep -q '"serve": {"state": "ran"' "$T/sv.json"; then pass pipeline_serve_stage_sigterm_exits_0; else fail pipeline_serve_stage_sigterm_exits_0 "rc $rc $(tail -c 300 "$T/sv.err") $(head -c 300 "$T/sv.json")"; fi

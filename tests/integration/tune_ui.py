@@ -7,15 +7,15 @@
 import json, os, re, shutil, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
-from ui_browser import Checks, Ui, chromium  # noqa: E402
+import report as rep  # noqa: E402
+from report import report as ok  # noqa: E402
+from ui_browser import Ui, chromium  # noqa: E402
 
 KEEL = os.environ["KEEL"]
 SRC = os.environ["KEEL_SRC"]
 T = tempfile.mkdtemp(dir=os.environ.get("KEEL_TEST_TMP"))
 BUILD = os.path.join(SRC, os.environ.get("BUILD", "build"))
 env = dict(os.environ, KEEL_TRACKING=os.path.join(T, "store"))
-c = Checks()
-ok = c.ok
 if not chromium():
     print("FAIL tune_ui_chromium: chromium is not installed (make deps installs it)")
     sys.exit(1)
@@ -73,4 +73,4 @@ finally:
     rc = ui.stop()
 ok("tune_ui_sigterm_exit_0", rc == 0, "exit %s" % rc)
 shutil.rmtree(T, ignore_errors=True)
-sys.exit(1 if c.failed else 0)
+sys.exit(1 if rep.failed else 0)

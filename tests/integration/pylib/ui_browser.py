@@ -1,19 +1,7 @@
-"""keel ui under test: PASS/FAIL lines, starting `keel ui` on a free port,
+"""keel ui under test: starting `keel ui` (a free port, or a given one),
 headless Chromium (DOM dumps and screenshots), plain HTTP fetches, and a
-clean SIGTERM stop."""
+clean stop by signal. PASS/FAIL lines come from report.py."""
 import os, re, shutil, signal, subprocess, tempfile, urllib.error, urllib.request
-
-
-class Checks:
-    def __init__(self):
-        self.failed = False
-
-    def ok(self, name, cond, why=""):
-        if cond:
-            print("PASS " + name)
-        else:
-            self.failed = True
-            print("FAIL %s: %s" % (name, str(why)[:600]))
 
 
 def chromium():
@@ -21,12 +9,15 @@ def chromium():
 
 
 class Ui:
-    """`keel ui --port 0` with env; .base is its URL (None when it did not start)."""
+    """`keel ui --port PORT ARGS...` with env (PORT 0: any free port); .line is
+    the first line it printed, .base its URL (None when it did not start)."""
 
-    def __init__(self, keel, env, tmp):
+    def __init__(self, keel, env, tmp, port=0, args=()):
         self.tmp = tmp
-        self.proc = subprocess.Popen([keel, "ui", "--port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        m = re.search(r"(http://127\.0\.0\.1:(\d+)/)", self.proc.stdout.readline())
+        self.proc = subprocess.Popen([keel, "ui", "--port", str(port)] + list(args), env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.line = self.proc.stdout.readline()
+        m = re.search(r"(http://127\.0\.0\.1:(\d+)/)", self.line)
         self.base = m.group(1) if m else None
 
     def fetch(self, path):
@@ -52,9 +43,9 @@ class Ui:
         self._chrome(["--screenshot=" + out, "--window-size=" + size], path)
         return os.path.exists(out) and os.path.getsize(out) > 5000
 
-    def stop(self):
-        """SIGTERM; returns the exit status (-1 when it had to be killed)."""
-        self.proc.send_signal(signal.SIGTERM)
+    def stop(self, sig=signal.SIGTERM):
+        """Sends sig; returns the exit status (-1 when it had to be killed)."""
+        self.proc.send_signal(sig)
         try:
             return self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:

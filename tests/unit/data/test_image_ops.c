@@ -9,9 +9,9 @@
 #include "keel/loader.h"
 
 static void fill(uint8_t *p, size_t n, uint64_t seed) {
-    kl_img_rng r;
-    kl_img_rng_seed(&r, seed);
-    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(kl_img_rng_next(&r) >> 56);
+    kl_rng r;
+    kl_rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i++) p[i] = (uint8_t)(kl_rng_next(&r) >> 56);
 }
 
 /* Reference box filter: integrate the source over the output cell in double. */

@@ -37,15 +37,15 @@ static void fake_make(fake *f, int n) {
     f->rec = calloc((size_t)n, sizeof *f->rec);
     f->len = calloc((size_t)n, sizeof *f->len);
     f->key = calloc((size_t)n, sizeof *f->key);
-    kl_img_rng r;
-    kl_img_rng_seed(&r, 99);
+    kl_rng r;
+    kl_rng_seed(&r, 99);
     for (int i = 0; i < n; i++) {
         int w = 20 + i % 13, h = 18 + i % 7, c = 3;
         f->len[i] = 6 + (size_t)w * h * c;
         f->rec[i] = malloc(f->len[i]);
         memcpy(f->rec[i], "RAW", 3);
         f->rec[i][3] = (uint8_t)w; f->rec[i][4] = (uint8_t)h; f->rec[i][5] = (uint8_t)c;
-        for (size_t k = 6; k < f->len[i]; k++) f->rec[i][k] = (uint8_t)(kl_img_rng_next(&r) >> 56);
+        for (size_t k = 6; k < f->len[i]; k++) f->rec[i][k] = (uint8_t)(kl_rng_next(&r) >> 56);
         snprintf(f->key[i], 16, "img%03d", i);
     }
 }
