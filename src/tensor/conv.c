@@ -5,6 +5,7 @@
 #include "keel/tensor.h"
 #include "tensor_int.h"
 
+#include <stdatomic.h>
 #include <string.h>
 
 /* ==================================================================
@@ -100,49 +101,6 @@ void kl_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
     for (int64_t g = 0; g < G; g++) kl__pgemm_pack_a(Mg, Kg, w + g * Mg * Kg, Kg, 1, dst + (size_t)g * per);
 }
 
-/* Implicit GEMM for stride-1 and stride-2 2-D convs: the input is copied
- * once into zero-padded planes; over the padded-width output grid (OH x WP)
- * B(k, j) = xp[koff[k] + j], so the micro-kernel reads B straight from the
- * padded input (no im2col); the grid's pad columns are dropped when the result
- * is written out with bias, residual and activation. Stride 1: one plane
- * (HP x WP) per channel, koff[k] = c*HP*WP + ky*dy*WP + kx*dx. Stride 2 (per
- * axis): each channel is split into its SY*SX phases (even/odd rows x
- * even/odd columns of the padded input), each an HP x WP plane, so tap
- * (ty, tx) = (ky*dy, kx*dx) reads phase (ty%SY, tx%SX) at offset
- * (ty/SY)*WP + tx/SX: a stride-1 read again (no gathers). */
-static int implicit_dims(const kl_conv_params *p, const sp3 *s, int64_t *HP, int64_t *WP) {
-    if (p->nsp > 2 || s->s[0] != 1 || s->s[1] < 1 || s->s[1] > 2 || s->s[2] < 1 || s->s[2] > 2 || is_pointwise(p))
-        return 0;
-    if (s->k_vol == 1 && (s->s[1] != 1 || s->s[2] != 1)) return 0; /* strided 1x1: a gather of 1/4 of the input */
-    if (s->s[1] == 1 && s->s[2] == 1) {
-        *HP = s->in[1] + s->pb[1] + (p->nsp == 2 ? p->pad_end[0] : 0);
-        *WP = s->in[2] + s->pb[2] + p->pad_end[p->nsp - 1];
-    } else {
-        *HP = s->out[1] + (s->k[1] - 1) * s->d[1] / s->s[1];
-        *WP = s->out[2] + (s->k[2] - 1) * s->d[2] / s->s[2];
-    }
-    return (p->C / p->group) * s->s[1] * s->s[2] * *HP * *WP + 64 < INT32_MAX;
-}
-
-static size_t implicit_floats(const kl_conv_params *p, const sp3 *s, int64_t HP, int64_t WP) {
-    int64_t Cg = p->C / p->group, Mg = p->M / p->group;
-    return (size_t)(Cg * s->s[1] * s->s[2] * HP * WP + 64 + Mg * s->out[1] * WP + Cg * s->k_vol + 16);
-}
-
-size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
-    sp3 s;
-    to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
-    if (use_packed(p)) {
-        size_t b = p->packed_w ? 0 : kl_conv_packed_floats(p);
-        int64_t HP, WP;
-        if (implicit_dims(p, &s, &HP, &WP)) b += implicit_floats(p, &s, HP, WP);
-        else if (!is_pointwise(p)) b += kl__pgemm_packed_b_floats((p->C / p->group) * s.k_vol, s.out_vol);
-        return b * sizeof(float);
-    }
-    if (is_pointwise(p) || is_depthwise2d(p)) return 0;
-    int64_t groups = p->group >= GROUP_PARALLEL_MIN ? p->group : 1;
-    return (size_t)(groups * (p->C / p->group) * s.k_vol * s.out_vol) * sizeof(float);
-}
 
 /* ==================================================================
  * im2col
@@ -504,88 +462,39 @@ static void grp_range(void *vc, size_t g0, size_t g1, int chunk) {
 }
 
 /* ==================================================================
- * Packed path: im2col written straight into NR-column panels, then keel's
- * micro-kernel GEMM with pre-packed weights (bias, residual, act fused)
+ * Packed path (AVX-512): one parallel region per conv. The output of every
+ * (image, group) is cut into tiles of (output-channel block x spatial block)
+ * whose sizes depend only on the shape; the threads claim tiles from a
+ * counter. A tile packs its own input patch (im2col of kc rows x its columns,
+ * padding as masked-off lanes) into NR-column panels on its stack, runs keel's
+ * micro-kernel against the pre-packed weights and writes y with bias,
+ * residual and activation fused in the last k block's epilogue, while the
+ * data is in cache. Every output element is computed by one tile with k in
+ * ascending order: bit-identical at any thread count.
  * ================================================================== */
 
-typedef struct {
-    const sp3 *s;
-    const float *x;   /* (Cg, in_vol) */
-    float *bp;        /* [panels][Kg][NR] */
-    int64_t Kg;
-} pk_ctx;
-
-/* Bits lo..hi-1 of a 32-bit lane mask. */
-static inline uint32_t lane_bits(int64_t lo, int64_t hi) {
-    if (lo < 0) lo = 0;
-    if (hi > 32) hi = 32;
-    if (hi <= lo) return 0;
-    return (uint32_t)((((uint64_t)1 << hi) - 1) & ~(((uint64_t)1 << lo) - 1));
-}
-
-/* Panel q: columns j0..j0+NR of the output volume. The panel is split into
- * runs of consecutive ox (same oz, oy); each packed row k is built in two
- * registers from masked loads (lanes outside the input stay zero: padding),
- * one masked load (stride 1) or gather (other strides) per run, then stored
- * whole. Masked-off lanes are never read. */
-__attribute__((target("avx512f"))) static void pack_panels(void *vc, size_t q0, size_t q1, int chunk) {
-    pk_ctx *c = vc;
-    const sp3 *s = c->s;
-    int64_t OW = s->out[2], OHW = s->out[1] * OW, W = s->in[2], sx = s->s[2];
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    for (size_t q = q0; q < q1; q++) {
-        int64_t j0 = (int64_t)q * KL__NR, n = KL_MIN(KL__NR, s->out_vol - j0);
-        float *dst = c->bp + (int64_t)q * c->Kg * KL__NR;
-        int64_t rz[KL__NR], ry[KL__NR], rx[KL__NR], rl[KL__NR], ro[KL__NR];
-        int nrun = 0;
-        for (int64_t j = j0; j < j0 + n;) {
-            int64_t oz = j / OHW, oy = (j % OHW) / OW, ox = j % OW;
-            int64_t len = KL_MIN(OW - ox, j0 + n - j);
-            rz[nrun] = oz; ry[nrun] = oy; rx[nrun] = ox; rl[nrun] = len; ro[nrun] = j - j0;
-            nrun++;
-            j += len;
-        }
-        int64_t ch = 0, kz = 0, ky = 0, kx = 0;
-        for (int64_t k = 0; k < c->Kg; k++) {
-            const float *xc = c->x + ch * s->in_vol;
-            __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
-            int64_t offx = kx * s->d[2] - s->pb[2];
-            for (int r = 0; r < nrun; r++) {
-                int64_t iz = rz[r] * s->s[0] - s->pb[0] + kz * s->d[0];
-                int64_t iy = ry[r] * s->s[1] - s->pb[1] + ky * s->d[1];
-                if (iz < 0 || iz >= s->in[0] || iy < 0 || iy >= s->in[1]) continue;
-                const float *xr = xc + (iz * s->in[1] + iy) * W;
-                int64_t ix = rx[r] * sx + offx;  /* input column of lane ro[r] */
-                /* lanes t in [ro, ro+len) with 0 <= ix + (t - ro)*sx < W */
-                int64_t lo = ix >= 0 ? 0 : (-ix + sx - 1) / sx;
-                int64_t hi = W - ix <= 0 ? 0 : (W - ix + sx - 1) / sx;
-                if (hi > rl[r]) hi = rl[r];
-                uint32_t m = lane_bits(ro[r] + lo, ro[r] + hi);
-                if (!m) continue;
-                /* lane t reads xr[ix + (t - ro)*sx]: base = xr + ix - ro*sx (never dereferenced
-                 * outside the valid lanes) */
-                uintptr_t base = (uintptr_t)xr + (uintptr_t)((ix - ro[r] * sx) * (int64_t)sizeof(float));
-                if (sx == 1) {
-                    v0 = _mm512_mask_loadu_ps(v0, (__mmask16)m, (const void *)base);
-                    v1 = _mm512_mask_loadu_ps(v1, (__mmask16)(m >> 16), (const void *)(base + 64));
-                } else {
-                    __m512i i0 = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sx));
-                    __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * sx)));
-                    v0 = _mm512_mask_i32gather_ps(v0, (__mmask16)m, i0, (const void *)base, 4);
-                    v1 = _mm512_mask_i32gather_ps(v1, (__mmask16)(m >> 16), i1, (const void *)base, 4);
-                }
-            }
-            _mm512_storeu_ps(dst + k * KL__NR, v0);
-            _mm512_storeu_ps(dst + k * KL__NR + 16, v1);
-            if (++kx == s->k[2]) {
-                kx = 0;
-                if (++ky == s->k[1]) {
-                    ky = 0;
-                    if (++kz == s->k[0]) { kz = 0; ch++; }
-                }
-            }
-        }
+/* Implicit GEMM for stride-1 and stride-2 2-D convs: the input is copied
+ * once into zero-padded planes; over the padded-width output grid (OH x WP)
+ * B(k, j) = xp[koff[k] + j], so the micro-kernel reads B straight from the
+ * padded input (no packing); the grid's pad columns are dropped by the
+ * kernel's store (column segments of WP, OW valid). Stride 1: one plane
+ * (HP x WP) per channel, koff[k] = c*HP*WP + ky*dy*WP + kx*dx. Stride 2 (per
+ * axis): each channel is split into its SY*SX phases (even/odd rows x
+ * even/odd columns of the padded input), each an HP x WP plane, so tap
+ * (ty, tx) = (ky*dy, kx*dx) reads phase (ty%SY, tx%SX) at offset
+ * (ty/SY)*WP + tx/SX: a stride-1 read again (no gathers). */
+static int implicit_dims(const kl_conv_params *p, const sp3 *s, int64_t *HP, int64_t *WP) {
+    if (p->nsp > 2 || s->s[0] != 1 || s->s[1] < 1 || s->s[1] > 2 || s->s[2] < 1 || s->s[2] > 2 || is_pointwise(p))
+        return 0;
+    if (s->k_vol == 1 && (s->s[1] != 1 || s->s[2] != 1)) return 0; /* strided 1x1: a gather of 1/4 of the input */
+    if (s->s[1] == 1 && s->s[2] == 1) {
+        *HP = s->in[1] + s->pb[1] + (p->nsp == 2 ? p->pad_end[0] : 0);
+        *WP = s->in[2] + s->pb[2] + p->pad_end[p->nsp - 1];
+    } else {
+        *HP = s->out[1] + (s->k[1] - 1) * s->d[1] / s->s[1];
+        *WP = s->out[2] + (s->k[2] - 1) * s->d[2] / s->s[2];
     }
+    return (p->C / p->group) * s->s[1] * s->s[2] * *HP * *WP + 64 < INT32_MAX;
 }
 
 typedef struct {
@@ -635,99 +544,358 @@ static void pad_planes(void *vc, size_t c0, size_t c1, int chunk) {
     }
 }
 
-typedef struct {
-    const float *g;      /* grid (Mg, OH, WP) */
-    float *y;            /* (Mg, OH, OW) */
-    const float *bias, *res;
-    int64_t OH, OW, WP;
-    kl_act act;
-} out_ctx;
 
-static void out_rows(void *vc, size_t m0, size_t m1, int chunk) {
-    out_ctx *c = vc;
-    for (size_t m = m0; m < m1; m++) {
-        float bv = c->bias ? c->bias[m] : 0.0f;
-        for (int64_t oy = 0; oy < c->OH; oy++) {
-            const float *gr = c->g + ((int64_t)m * c->OH + oy) * c->WP;
-            float *yr = c->y + ((int64_t)m * c->OH + oy) * c->OW;
-            if (c->bias)
-                for (int64_t t = 0; t < c->OW; t++) yr[t] = gr[t] + bv;
-            else memcpy(yr, gr, (size_t)c->OW * sizeof(float));
-            if (c->res) {
-                const float *rr = c->res + ((int64_t)m * c->OH + oy) * c->OW;
-                for (int64_t t = 0; t < c->OW; t++) yr[t] += rr[t];
+#define FZ_KC KL__KC       /* k rows per packed block (= packed A's blocks) */
+#define FZ_NB 128          /* max columns per tile (stack: FZ_KC x FZ_NB floats) */
+#define FZ_MB 512          /* max output channels per tile */
+#define FZ_MIN_TILES 16    /* split tiles until there are this many (load balance) */
+
+typedef struct {
+    const kl_conv_params *p;
+    sp3 s;                 /* spatial view (pointwise: flattened to 1-D) */
+    const float *x, *pw, *bias, *res;
+    float *y;
+    int64_t G, Cg, Mg, Kg, per_a;
+    int64_t cols;          /* columns per group: N * out_vol (images side by side) */
+    int64_t mb, nb, tm, tn;
+    float *bpk;            /* B packed for all columns when tm > 1: [G][panel][Kg][NR] */
+    int imp;               /* B read in place, per image: 1 the OH x WP grid of
+                            * padded planes (one image at a time), 2 pointwise: x */
+    int64_t nimg, n0;      /* images per tile region, the first one */
+    int64_t HP, WP, cplane;
+    const float *xp;       /* 1: padded planes [C][phase][HP][WP] + 64; 2: x */
+    int32_t *koff;         /* Kg offsets into a group's planes */
+    int64_t npanel;
+    size_t ntiles;
+    _Atomic size_t next;
+} fz_ctx;
+
+/* Bits lo..hi-1 of a 64-bit lane mask. */
+static inline uint64_t lane_bits(int64_t lo, int64_t hi) {
+    if (lo < 0) lo = 0;
+    if (hi > 64) hi = 64;
+    if (hi <= lo) return 0;
+    return (hi == 64 ? ~(uint64_t)0 : (((uint64_t)1 << hi) - 1)) & ~(((uint64_t)1 << lo) - 1);
+}
+
+/* Packs rows [k0, k0 + kc) x columns [j0, j1) of the im2col matrix of one
+ * group (xg: (Cg, in_vol) of image 0, images xstride apart; column j is
+ * position j % out_vol of image j / out_vol) into dst: panel (j - j0) / NR
+ * at dst + that * pstride, as [kc][NR]. A panel is cut into runs of
+ * consecutive ox (same image, oz, oy); each packed row is built in two
+ * registers from masked loads (stride 1), two loads + an even-lane permute
+ * (stride 2) or gathers (other strides), lanes outside the input staying zero
+ * (padding). Masked-off lanes are never read. */
+__attribute__((target("avx512f"))) static void pack_block(const sp3 *s, const float *xg, int64_t xstride,
+                                                         int64_t k0, int64_t kc, int64_t j0, int64_t j1, float *dst,
+                                                         int64_t pstride) {
+    int64_t OW = s->out[2], OHW = s->out[1] * OW, W = s->in[2], sx = s->s[2];
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    for (int64_t jp = j0; jp < j1; jp += KL__NR) {
+        int64_t n = KL_MIN(KL__NR, j1 - jp);
+        float *d = dst + (jp - j0) / KL__NR * pstride;
+        int64_t rz[KL__NR], ry[KL__NR], rx[KL__NR], rl[KL__NR], ro[KL__NR], ri[KL__NR];
+        int nrun = 0;
+        for (int64_t j = jp; j < jp + n;) {
+            int64_t img = j / s->out_vol, jj = j % s->out_vol;
+            int64_t oz = jj / OHW, oy = (jj % OHW) / OW, ox = jj % OW;
+            int64_t len = KL_MIN(OW - ox, jp + n - j);
+            ri[nrun] = img * xstride;
+            rz[nrun] = oz * s->s[0] - s->pb[0];
+            ry[nrun] = oy * s->s[1] - s->pb[1];
+            rx[nrun] = ox * sx - s->pb[2];
+            rl[nrun] = len;
+            ro[nrun] = j - jp;
+            nrun++;
+            j += len;
+        }
+        int64_t ch = k0 / s->k_vol, kk = k0 % s->k_vol;
+        int64_t kx = kk % s->k[2], ky = (kk / s->k[2]) % s->k[1], kz = kk / (s->k[2] * s->k[1]);
+        for (int64_t k = 0; k < kc; k++) {
+            const float *xc = xg + ch * s->in_vol;
+            __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+            int64_t tz = kz * s->d[0], ty = ky * s->d[1], tx = kx * s->d[2];
+            for (int r = 0; r < nrun; r++) {
+                int64_t iz = rz[r] + tz, iy = ry[r] + ty;
+                if (iz < 0 || iz >= s->in[0] || iy < 0 || iy >= s->in[1]) continue;
+                const float *xr = xc + ri[r] + (iz * s->in[1] + iy) * W;
+                int64_t ix = rx[r] + tx; /* input column of lane ro[r] */
+                int64_t lo, hi;
+                if (sx == 1) {
+                    lo = ix >= 0 ? 0 : -ix;
+                    hi = W - ix;
+                } else if (sx == 2) {
+                    lo = ix >= 0 ? 0 : (-ix + 1) >> 1;
+                    hi = W - ix <= 0 ? 0 : (W - ix + 1) >> 1;
+                } else {
+                    lo = ix >= 0 ? 0 : (-ix + sx - 1) / sx;
+                    hi = W - ix <= 0 ? 0 : (W - ix + sx - 1) / sx;
+                }
+                if (hi > rl[r]) hi = rl[r];
+                if (lo >= hi) continue;
+                uint32_t m = (uint32_t)lane_bits(ro[r] + lo, ro[r] + hi);
+                /* lane t reads xr[ix + (t - ro)*sx]: base = xr + ix - ro*sx (never
+                 * dereferenced outside the valid lanes) */
+                uintptr_t base = (uintptr_t)xr + (uintptr_t)((ix - ro[r] * sx) * (int64_t)sizeof(float));
+                if (sx == 1) {
+                    v0 = _mm512_mask_loadu_ps(v0, (__mmask16)m, (const void *)base);
+                    v1 = _mm512_mask_loadu_ps(v1, (__mmask16)(m >> 16), (const void *)(base + 64));
+                } else if (sx == 2) {
+                    /* elements 2t of the 64 floats from base, for the valid lanes t */
+                    uint64_t em = lane_bits(2 * (ro[r] + lo), 2 * (ro[r] + hi) - 1);
+                    if (m & 0xFFFF) {
+                        __m512 a = _mm512_maskz_loadu_ps((__mmask16)em, (const void *)base);
+                        __m512 b = _mm512_maskz_loadu_ps((__mmask16)(em >> 16), (const void *)(base + 64));
+                        v0 = _mm512_mask_mov_ps(v0, (__mmask16)m, _mm512_permutex2var_ps(a, ev, b));
+                    }
+                    if (m >> 16) {
+                        __m512 a = _mm512_maskz_loadu_ps((__mmask16)(em >> 32), (const void *)(base + 128));
+                        __m512 b = _mm512_maskz_loadu_ps((__mmask16)(em >> 48), (const void *)(base + 192));
+                        v1 = _mm512_mask_mov_ps(v1, (__mmask16)(m >> 16), _mm512_permutex2var_ps(a, ev, b));
+                    }
+                } else {
+                    __m512i i0 = _mm512_mullo_epi32(lane, _mm512_set1_epi32((int)sx));
+                    __m512i i1 = _mm512_add_epi32(i0, _mm512_set1_epi32((int)(16 * sx)));
+                    v0 = _mm512_mask_i32gather_ps(v0, (__mmask16)m, i0, (const void *)base, 4);
+                    v1 = _mm512_mask_i32gather_ps(v1, (__mmask16)(m >> 16), i1, (const void *)base, 4);
+                }
             }
-            kl__act_apply_range(c->act, yr, c->OW);
+            _mm512_store_ps(d + k * KL__NR, v0);
+            _mm512_store_ps(d + k * KL__NR + 16, v1);
+            if (++kx == s->k[2]) {
+                kx = 0;
+                if (++ky == s->k[1]) {
+                    ky = 0;
+                    if (++kz == s->k[0]) { kz = 0; ch++; }
+                }
+            }
         }
     }
 }
 
+static int64_t rup(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* Tile sizes from the shape only (never the thread count): all the output
+ * channels of a group (up to FZ_MB) and up to FZ_NB columns, split (columns
+ * first, channels when columns run out) until there are FZ_MIN_TILES. */
+static void fz_plan(fz_ctx *c) {
+    int64_t cols = c->cols;
+    int64_t tn = (cols + FZ_NB - 1) / FZ_NB;
+    int64_t nb = rup((cols + tn - 1) / tn, KL__NR);
+    int64_t mb = KL_MIN(rup(c->Mg, KL__MR), FZ_MB);
+    /* weights larger than the im2col matrix: split the channels (B is then
+     * packed once in a pre-pass, or read in place, A read once); else split
+     * the columns (each tile packs its own B, A re-read from cache) */
+    int m_first = c->Mg > cols;
+    for (;;) {
+        int64_t tiles = c->nimg * c->G * ((c->Mg + mb - 1) / mb) * ((cols + nb - 1) / nb);
+        if (tiles >= FZ_MIN_TILES) break;
+        if (m_first && mb >= 64) mb = rup(mb / 2, KL__MR);
+        else if (nb >= 64) nb = rup(nb / 2, KL__NR);
+        else if (mb >= 64) mb = rup(mb / 2, KL__MR);
+        else break;
+    }
+    c->mb = mb;
+    c->nb = nb;
+    c->tm = (c->Mg + mb - 1) / mb;
+    c->tn = (cols + nb - 1) / nb;
+    c->ntiles = (size_t)(c->nimg * c->G * c->tm * c->tn);
+    c->npanel = (cols + KL__NR - 1) / KL__NR;
+}
+
+/* Pre-pass when output channels are split over tiles (few columns): B packed
+ * once per (group, panel) instead of once per tile. */
+static void fz_pack_range(void *vc, size_t b, size_t e, int chunk) {
+    fz_ctx *c = vc;
+    for (size_t t = b; t < e; t++) {
+        int64_t g = (int64_t)t / c->npanel, q = (int64_t)t % c->npanel;
+        int64_t j0 = q * KL__NR, j1 = KL_MIN(c->cols, j0 + KL__NR);
+        pack_block(&c->s, c->x + g * c->Cg * c->s.in_vol, c->p->C * c->s.in_vol, 0, c->Kg, j0, j1,
+                   c->bpk + (g * c->npanel + q) * c->Kg * KL__NR, 0);
+    }
+}
+
+static void fz_tile_imp(fz_ctx *c, size_t t) {
+    const kl_conv_params *p = c->p;
+    int64_t per = c->tm * c->tn, ng = (int64_t)t / per, r = (int64_t)t % per;
+    int64_t n = c->n0 + ng / c->G, g = ng % c->G, tj = r / c->tm, ti = r % c->tm;
+    int64_t i0 = ti * c->mb, i1 = KL_MIN(c->Mg, i0 + c->mb);
+    int64_t j0 = tj * c->nb, j1 = KL_MIN(c->cols, j0 + c->nb);
+    int64_t ov = c->s.out_vol, yo = (n * p->M + g * c->Mg) * ov;
+    /* 1: xp holds image n only */
+    int64_t xo = c->imp == 1 ? g * c->Cg * c->cplane : (n * p->C + g * c->Cg) * c->cplane;
+    kl__pgemm pg = {.M = c->Mg, .N = c->cols, .K = c->Kg, .ap = c->pw + g * c->per_a,
+                    .b = c->xp + xo, .boff = c->imp == 1 ? c->koff : NULL,
+                    .ldb = c->cplane, .c = c->y + yo, .ldc = ov,
+                    .bias = c->bias ? c->bias + g * c->Mg : NULL, .bias_rows = 1,
+                    .res = c->res ? c->res + yo : NULL, .ldr = ov, .act = p->act,
+                    .cseg = c->imp == 1 ? c->WP : 0, .cskip = c->s.out[2] - c->WP, .cvalid = c->s.out[2]};
+    for (int64_t k0 = 0; k0 < c->Kg; k0 += FZ_KC)
+        kl__pgemm_kblock(&pg, i0, i1, j0, j1, k0, KL_MIN(FZ_KC, c->Kg - k0), NULL, 0);
+}
+
+static void fz_tile(fz_ctx *c, size_t t) {
+    const kl_conv_params *p = c->p;
+    if (c->imp) {
+        fz_tile_imp(c, t);
+        return;
+    }
+    int64_t per_g = c->tm * c->tn, g = (int64_t)t / per_g, r = (int64_t)t % per_g;
+    int64_t tj = r / c->tm, ti = r % c->tm;
+    int64_t i0 = ti * c->mb, i1 = KL_MIN(c->Mg, i0 + c->mb);
+    int64_t j0 = tj * c->nb, j1 = KL_MIN(c->cols, j0 + c->nb);
+    int64_t ov = c->s.out_vol, yo = g * c->Mg * ov;
+    kl__pgemm pg = {.M = c->Mg, .N = c->cols, .K = c->Kg, .ap = c->pw + g * c->per_a, .c = c->y + yo, .ldc = ov,
+                    .bias = c->bias ? c->bias + g * c->Mg : NULL, .bias_rows = 1,
+                    .res = c->res ? c->res + yo : NULL, .ldr = ov, .act = p->act,
+                    .cseg = p->N > 1 ? ov : 0, .cskip = (p->M - 1) * ov};
+    if (c->bpk) {
+        const float *bp = c->bpk + (g * c->npanel + j0 / KL__NR) * c->Kg * KL__NR;
+        for (int64_t k0 = 0; k0 < c->Kg; k0 += FZ_KC)
+            kl__pgemm_kblock(&pg, i0, i1, j0, j1, k0, KL_MIN(FZ_KC, c->Kg - k0), bp + k0 * KL__NR, c->Kg * KL__NR);
+        return;
+    }
+    const float *xg = c->x + g * c->Cg * c->s.in_vol;
+    _Alignas(64) float bblk[FZ_KC * FZ_NB];
+    for (int64_t k0 = 0; k0 < c->Kg; k0 += FZ_KC) {
+        int64_t kc = KL_MIN(FZ_KC, c->Kg - k0);
+        pack_block(&c->s, xg, p->C * c->s.in_vol, k0, kc, j0, j1, bblk, kc * KL__NR);
+        kl__pgemm_kblock(&pg, i0, i1, j0, j1, k0, kc, bblk, kc * KL__NR);
+    }
+}
+
+static void fz_worker(void *vc, size_t b, size_t e, int chunk) {
+    fz_ctx *c = vc;
+    for (;;) {
+        size_t t = atomic_fetch_add_explicit(&c->next, 1, memory_order_relaxed);
+        if (t >= c->ntiles) break;
+        fz_tile(c, t);
+    }
+}
+
+/* The GEMM view and tile plan of a conv (shape only). */
+static void fz_setup(const kl_conv_params *p, const sp3 *s, fz_ctx *c) {
+    c->p = p;
+    c->s = *s;
+    c->G = p->group;
+    c->Cg = p->C / c->G;
+    c->Mg = p->M / c->G;
+    c->Kg = c->Cg * s->k_vol;
+    c->per_a = (int64_t)kl__pgemm_packed_a_floats(c->Mg, c->Kg);
+    if (is_pointwise(p)) {
+        /* 1x1, stride 1, no pads: the spatial volume is one row */
+        memset(&c->s, 0, sizeof c->s);
+        for (int i = 0; i < 3; i++) c->s.in[i] = c->s.out[i] = c->s.k[i] = c->s.s[i] = c->s.d[i] = 1;
+        c->s.in[2] = c->s.out[2] = s->out_vol;
+        c->s.in_vol = c->s.out_vol = s->out_vol;
+        c->s.k_vol = 1;
+    }
+    c->cols = p->N * c->s.out_vol;
+    int64_t HP, WP;
+    c->nimg = 1;
+    if (is_pointwise(p)) {
+        /* in place even when a batch of small images would pack tighter:
+         * packing costs more than the spare columns (measured) */
+        c->imp = 2;
+        c->nimg = p->N;
+        c->cplane = s->in_vol;
+        c->cols = s->out_vol;
+        c->s.out[2] = c->WP = s->out_vol;
+    } else if (implicit_dims(p, s, &HP, &WP)) {
+        /* in place from padded planes, one image per tile: unless a batch of
+         * small images packs tighter side by side (7x7: 63 of 64 grid columns
+         * hold 49 outputs) */
+        int64_t grid = s->out[1] * WP;
+        if (p->N == 1 || (double)rup(grid, KL__NR) <= 1.15 * (double)s->out_vol) {
+            c->imp = 1;
+            c->HP = HP;
+            c->WP = WP;
+            c->cplane = s->s[1] * s->s[2] * HP * WP;
+            c->cols = grid;
+        }
+    }
+    fz_plan(c);
+}
+
+/* Workspace floats: packed weights (unless pre-packed), then the B pre-pack. */
+static size_t fz_ws_floats(const kl_conv_params *p, const fz_ctx *c, size_t *bpk_at) {
+    size_t at = p->packed_w ? 0 : (kl_conv_packed_floats(p) + 15) / 16 * 16;
+    *bpk_at = at;
+    if (c->imp == 2) return at;
+    if (c->imp) return at + (size_t)(p->C * c->cplane + 64) + (size_t)c->Kg + 16;
+    return at + (c->tm > 1 ? (size_t)(c->G * c->npanel * c->Kg * KL__NR) : 0);
+}
+
 static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, const float *w, const float *bias,
                        float *y, void *ws, kl_pool *pool, kl_err *e) {
-    int64_t G = p->group, Cg = p->C / G, Mg = p->M / G, Kg = Cg * s->k_vol;
-    size_t per_a = kl__pgemm_packed_a_floats(Mg, Kg);
+    fz_ctx c;
+    memset(&c, 0, sizeof c);
+    fz_setup(p, s, &c);
+    c.x = x;
+    c.bias = bias;
+    c.res = p->residual;
+    c.y = y;
+    size_t bpk_at, need = fz_ws_floats(p, &c, &bpk_at);
     void *own = NULL;
-    if (!ws) {
-        size_t need = kl_conv_workspace_bytes(p);
-        if (need && !(ws = own = kl_mem_alloc_e(need, KL_TAG_WORKSPACE, e))) return e ? e->code : KL_ENOMEM;
+    if (!ws && need && !(ws = own = kl_mem_alloc_e(need * sizeof(float), KL_TAG_WORKSPACE, e)))
+        return e ? e->code : KL_ENOMEM;
+    c.pw = p->packed_w;
+    if (!c.pw) {
+        kl_conv_pack_weights(p, w, ws);
+        c.pw = ws;
     }
-    float *wsf = ws;
-    const float *pw = p->packed_w;
-    if (!pw) {
-        kl_conv_pack_weights(p, w, wsf);
-        pw = wsf;
-        wsf += G * per_a;
-    }
-    int pointwise = is_pointwise(p);
-    int64_t HP = 0, WP = 0;
-    if (implicit_dims(p, s, &HP, &WP)) {
-        int64_t SY = s->s[1], SX = s->s[2], cplane = SY * SX * HP * WP;
-        float *xp = wsf, *grid = xp + Cg * cplane + 64;
-        int32_t *koff = (int32_t *)(grid + Mg * s->out[1] * WP);
+    size_t workers = KL_MIN((size_t)kl_pool_threads(pool), c.ntiles);
+    if (c.imp == 1) {
+        /* image by image: its padded planes stay in cache for its tiles */
+        int64_t SY = s->s[1], SX = s->s[2], HW = c.HP * c.WP;
+        float *xp = (float *)ws + bpk_at;
+        c.xp = xp;
+        c.koff = (int32_t *)(xp + p->C * c.cplane + 64);
         int64_t k = 0;
-        for (int64_t c = 0; c < Cg; c++)
+        for (int64_t ch = 0; ch < c.Cg; ch++)
             for (int64_t ky = 0; ky < s->k[1]; ky++)
                 for (int64_t kx = 0; kx < s->k[2]; kx++) {
                     int64_t ty = ky * s->d[1], tx = kx * s->d[2];
-                    koff[k++] = (int32_t)(c * cplane + ((ty % SY) * SX + tx % SX) * HP * WP + ty / SY * WP + tx / SX);
+                    c.koff[k++] = (int32_t)(ch * c.cplane + ((ty % SY) * SX + tx % SX) * HW + ty / SY * c.WP + tx / SX);
                 }
-        memset(xp + Cg * cplane, 0, 64 * sizeof(float));
-        for (int64_t n = 0; n < p->N; n++)
-            for (int64_t g = 0; g < G; g++) {
-                pad_ctx pc = {s, x + (n * p->C + g * Cg) * s->in_vol, xp, HP, WP};
-                kl_pool_parallel_for(pool, (size_t)Cg, 4, pad_planes, &pc);
-                int64_t yo = (n * p->M + g * Mg) * s->out_vol;
-                kl__pgemm pg = {.M = Mg, .N = s->out[1] * WP, .K = Kg, .ap = pw + g * per_a, .b = xp, .boff = koff,
-                                .c = grid, .ldc = s->out[1] * WP, .act = {KL_ACT_NONE, 0, 0}};
-                kl__pgemm_run(&pg, pool, 0);
-                out_ctx oc = {grid, y + yo, bias ? bias + g * Mg : NULL, p->residual ? p->residual + yo : NULL,
-                              s->out[1], s->out[2], WP, p->act};
-                kl_pool_parallel_for(pool, (size_t)Mg, 1, out_rows, &oc);
-            }
+        memset(xp + p->C * c.cplane, 0, 64 * sizeof(float));
+        for (int64_t n = 0; n < p->N; n++) {
+            pad_ctx pc = {s, x + n * p->C * s->in_vol, xp, c.HP, c.WP};
+            kl_pool_parallel_for(pool, (size_t)p->C, 4, pad_planes, &pc);
+            c.n0 = n;
+            atomic_init(&c.next, 0);
+            if (workers <= 1) fz_worker(&c, 0, 1, 0);
+            else kl_pool_parallel_for(pool, workers, 1, fz_worker, &c);
+        }
         kl_mem_free(own);
         return KL_OK;
     }
-    for (int64_t n = 0; n < p->N; n++)
-        for (int64_t g = 0; g < G; g++) {
-            const float *xg = x + (n * p->C + g * Cg) * s->in_vol;
-            int64_t yo = (n * p->M + g * Mg) * s->out_vol;
-            kl__pgemm pg = {.M = Mg, .N = s->out_vol, .K = Kg, .ap = pw + g * per_a, .c = y + yo, .ldc = s->out_vol,
-                            .bias = bias ? bias + g * Mg : NULL, .bias_rows = 1,
-                            .res = p->residual ? p->residual + yo : NULL, .ldr = s->out_vol, .act = p->act};
-            if (pointwise) {
-                pg.b = xg;
-                pg.ldb = s->in_vol;
-            } else {
-                pk_ctx pc = {s, xg, wsf, Kg};
-                size_t panels = (size_t)((s->out_vol + KL__NR - 1) / KL__NR);
-                kl_pool_parallel_for(pool, panels, (size_t)KL_MAX(1, 16384 / KL_MAX(1, Kg * KL__NR)), pack_panels,
-                                     &pc);
-                pg.bp = wsf;
-            }
-            kl__pgemm_run(&pg, pool, 0);
-        }
+    if (c.imp == 2) c.xp = x;
+    else if (c.tm > 1) {
+        c.bpk = (float *)ws + bpk_at;
+        kl_pool_parallel_for(pool, (size_t)(c.G * c.npanel), 1, fz_pack_range, &c);
+    }
+    atomic_init(&c.next, 0);
+    if (workers <= 1) fz_worker(&c, 0, 1, 0);
+    else kl_pool_parallel_for(pool, workers, 1, fz_worker, &c);
     kl_mem_free(own);
     return KL_OK;
+}
+
+size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
+    sp3 s;
+    to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
+    if (use_packed(p)) {
+        fz_ctx c;
+        size_t at;
+        memset(&c, 0, sizeof c);
+        fz_setup(p, &s, &c);
+        return fz_ws_floats(p, &c, &at) * sizeof(float);
+    }
+    if (is_pointwise(p) || is_depthwise2d(p)) return 0;
+    int64_t groups = p->group >= GROUP_PARALLEL_MIN ? p->group : 1;
+    return (size_t)(groups * (p->C / p->group) * s.k_vol * s.out_vol) * sizeof(float);
 }
 
 /* Residual + activation after a path without a fused residual. */

@@ -43,21 +43,33 @@ int kl__pgemm_ok(void) {
 size_t kl__pgemm_packed_a_floats(int64_t M, int64_t K) { return (size_t)((M + KL__MR - 1) / KL__MR * KL__MR * K); }
 size_t kl__pgemm_packed_b_floats(int64_t K, int64_t N) { return (size_t)((N + KL__NR - 1) / KL__NR * KL__NR * K); }
 
-/* A (M x K, element (i,k) at a[i*rs + k*ks]) -> [panel][k][MR]. */
+/* A (M x K, element (i,k) at a[i*rs + k*ks]) -> k-block major: block b
+ * (k in [b*KC, b*KC + kc)) at b*KC*Mpad, panel p of it at + p*kc*MR, as
+ * [kc][MR]: the panels a k block of a tile needs are one sequential stream. */
 void kl__pgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t rs, int64_t ks, float *dst) {
-    for (int64_t p = 0; p < (M + KL__MR - 1) / KL__MR; p++) {
-        float *d = dst + p * K * KL__MR;
-        /* row by row: reads along k (contiguous for row-major weights) */
-        for (int r = 0; r < KL__MR; r++) {
-            int64_t i = p * KL__MR + r;
-            if (i >= M) {
-                for (int64_t k = 0; k < K; k++) d[k * KL__MR + r] = 0.0f;
-                continue;
+    int64_t P = (M + KL__MR - 1) / KL__MR, Mpad = P * KL__MR;
+    for (int64_t k0 = 0; k0 < K; k0 += KL__KC) {
+        int64_t kc = KL_MIN(KL__KC, K - k0);
+        for (int64_t p = 0; p < P; p++) {
+            float *d = dst + k0 * Mpad + p * kc * KL__MR;
+            /* row by row: reads along k (contiguous for row-major weights) */
+            for (int r = 0; r < KL__MR; r++) {
+                int64_t i = p * KL__MR + r;
+                if (i >= M) {
+                    for (int64_t k = 0; k < kc; k++) d[k * KL__MR + r] = 0.0f;
+                    continue;
+                }
+                const float *ai = a + i * rs + k0 * ks;
+                for (int64_t k = 0; k < kc; k++) d[k * KL__MR + r] = ai[k * ks];
             }
-            const float *ai = a + i * rs;
-            for (int64_t k = 0; k < K; k++) d[k * KL__MR + r] = ai[k * ks];
         }
     }
+}
+
+/* Panel of rows i.. (multiple of MR) for the k block at k0 in packed A. */
+static inline const float *a_panel(const kl__pgemm *g, int64_t i, int64_t k0) {
+    int64_t Mpad = (g->M + KL__MR - 1) / KL__MR * KL__MR, kc = KL_MIN(KL__KC, g->K - k0);
+    return g->ap + k0 * Mpad + (i / KL__MR) * kc * KL__MR;
 }
 
 /* B (K x N, element (k,j) at b[k*rs + j*cs]) -> [panel][k][NR]. */
@@ -79,14 +91,40 @@ void kl__pgemm_pack_b(int64_t K, int64_t N, const float *b, int64_t rs, int64_t 
  * Micro-kernel: 8 x 32 block of C over kc values of k
  * ================================================================== */
 
-#define KC_BLOCK 256
+#define KC_BLOCK KL__KC
 
 typedef struct {
     const kl__pgemm *g;
     int64_t i0, j0;      /* block origin in C */
     int mr, nr;          /* valid rows / columns */
     int first, last;     /* first k block (C not read) / last (epilogue) */
+    int64_t coff;        /* column segments (g->cseg): offset of the first one */
+    int nseg;            /* segments in the block (segd: lanes sa..sb at soff) */
+    int segd;            /* 0: one plain run of nr columns at c */
+    int sa[KL__NR + 1], sb[KL__NR + 1];
+    uint32_t smask[KL__NR + 1];
+    int64_t soff[KL__NR + 1];
 } blk;
+
+/* The 32 lanes of a block row from p (C or residual layout): one plain or
+ * masked load pair, or one merge-masked load per column segment. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+ld_row(const blk *q, const float *p, __mmask16 m0, __mmask16 m1, __m512 *x0, __m512 *x1) {
+    if (!q->segd) {
+        int full = q->nr == KL__NR;
+        *x0 = full ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(m0, p);
+        *x1 = full ? _mm512_loadu_ps(p + 16) : _mm512_maskz_loadu_ps(m1, p + 16);
+        return;
+    }
+    __m512 a = _mm512_setzero_ps(), b = a;
+    for (int t = 0; t < q->nseg; t++) {
+        const float *s = p + q->soff[t];
+        a = _mm512_mask_loadu_ps(a, (__mmask16)q->smask[t], s);
+        b = _mm512_mask_loadu_ps(b, (__mmask16)(q->smask[t] >> 16), s + 16);
+    }
+    *x0 = a;
+    *x1 = b;
+}
 
 /* Epilogue of one row of the block: accumulate into C (after the first k
  * block), then bias, residual and activation at the last one. */
@@ -97,9 +135,11 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
     kl_act act = g->act;
     float *cr = c + r * ldc;
     int full = q->nr == KL__NR;
+    __m512 l0, l1;
     if (!q->first) {
-        v0 = _mm512_add_ps(full ? _mm512_loadu_ps(cr) : _mm512_maskz_loadu_ps(m0, cr), v0);
-        v1 = _mm512_add_ps(full ? _mm512_loadu_ps(cr + 16) : _mm512_maskz_loadu_ps(m1, cr + 16), v1);
+        ld_row(q, cr, m0, m1, &l0, &l1);
+        v0 = _mm512_add_ps(l0, v0);
+        v1 = _mm512_add_ps(l1, v1);
     }
     if (q->last) {
         if (g->bias) {
@@ -113,9 +153,10 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
             }
         }
         if (g->res) {
-            const float *rr = g->res + (q->i0 + r) * g->ldr + q->j0;
-            v0 = _mm512_add_ps(v0, full ? _mm512_loadu_ps(rr) : _mm512_maskz_loadu_ps(m0, rr));
-            v1 = _mm512_add_ps(v1, full ? _mm512_loadu_ps(rr + 16) : _mm512_maskz_loadu_ps(m1, rr + 16));
+            const float *rr = g->res + (q->i0 + r) * g->ldr + q->j0 + q->coff;
+            ld_row(q, rr, m0, m1, &l0, &l1);
+            v0 = _mm512_add_ps(v0, l0);
+            v1 = _mm512_add_ps(v1, l1);
         }
         if (act.kind == KL_ACT_RELU) {
             v0 = _mm512_max_ps(v0, _mm512_setzero_ps());
@@ -126,6 +167,16 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
             v1 = _mm512_min_ps(_mm512_max_ps(v1, lo), hi);
         }
     }
+    int other = q->last && act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP;
+    if (q->segd) {
+        for (int t = 0; t < q->nseg; t++) {
+            float *s = cr + q->soff[t];
+            _mm512_mask_storeu_ps(s, (__mmask16)q->smask[t], v0);
+            _mm512_mask_storeu_ps(s + 16, (__mmask16)(q->smask[t] >> 16), v1);
+            if (other) kl__act_apply_range(act, s + q->sa[t], q->sb[t] - q->sa[t]);
+        }
+        return;
+    }
     if (full) {
         _mm512_storeu_ps(cr, v0);
         _mm512_storeu_ps(cr + 16, v1);
@@ -133,8 +184,7 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
         _mm512_mask_storeu_ps(cr, m0, v0);
         _mm512_mask_storeu_ps(cr + 16, m1, v1);
     }
-    if (q->last && act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP)
-        kl__act_apply_range(act, cr, q->nr);
+    if (other) kl__act_apply_range(act, cr, q->nr);
 }
 
 /* The 8 x 32 block: a packed (a[k*MR + r]) or raw (ar[r][k]); b rows at b + k*ldb. */
@@ -152,7 +202,14 @@ kern_body(int64_t kc, const float *a, const float *const *ar, const float *b, in
         x0 = _mm512_fmadd_ps(av, b0, x0);                                                                              \
         x1 = _mm512_fmadd_ps(av, b1, x1);                                                                              \
     } while (0)
-    if (koff) {
+    if (koff && q->nr == KL__NR) {
+        for (int64_t k = 0; k < kc; k++) {
+            const float *bk = b + koff[k];
+            __m512 b0 = _mm512_loadu_ps(bk), b1 = _mm512_loadu_ps(bk + 16);
+            KL_FMA(0, c00, c01); KL_FMA(1, c10, c11); KL_FMA(2, c20, c21); KL_FMA(3, c30, c31);
+            KL_FMA(4, c40, c41); KL_FMA(5, c50, c51); KL_FMA(6, c60, c61); KL_FMA(7, c70, c71);
+        }
+    } else if (koff) {
         for (int64_t k = 0; k < kc; k++) {
             const float *bk = b + koff[k];
             __m512 b0 = _mm512_maskz_loadu_ps(m0, bk), b1 = _mm512_maskz_loadu_ps(m1, bk + 16);
@@ -271,16 +328,63 @@ static void run_tile(const plan *p, int64_t t) {
                 q.mr = (int)KL_MIN(KL__MR, i1 - i);
                 float *c = g->c + i * g->ldc + j;
                 if (g->boff && g->ap) {
-                    kern_off(kc, g->ap + (i / KL__MR) * g->K * KL__MR + k0 * KL__MR, g->b + j, g->boff + k0, c, g->ldc,
+                    kern_off(kc, a_panel(g, i, k0), g->b + j, g->boff + k0, c, g->ldc,
                              &q);
                 } else if (g->ap) {
-                    kern_packed(kc, g->ap + (i / KL__MR) * g->K * KL__MR + k0 * KL__MR, b, ldb, c, g->ldc, &q);
+                    kern_packed(kc, a_panel(g, i, k0), b, ldb, c, g->ldc, &q);
                 } else {
                     const float *ar[KL__MR];
                     for (int r = 0; r < KL__MR; r++) ar[r] = g->a + (i + KL_MIN(r, q.mr - 1)) * g->lda + k0;
                     kern_raw(kc, ar, b, ldb, c, g->ldc, &q);
                 }
             }
+        }
+    }
+}
+
+/* One k block [k0, k0 + kc) of the rectangle [i0, i1) x [j0, j1) of C, with
+ * B packed for this block: panel (j - j0) / NR at bblk + that * pstride, as
+ * [kc][NR] (zero-padded columns), or, bblk NULL, read in place at
+ * g->b[g->boff[k] + j] (implicit-GEMM conv) or g->b[k * ldb + j] (no boff); g->ap, c, bias, res and act as
+ * for kl__pgemm_run, plus column segments (g->cseg). i0 is a multiple of MR.
+ * Blocks of one rectangle must be run with ascending k0. */
+void kl__pgemm_kblock(const kl__pgemm *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k0, int64_t kc,
+                      const float *bblk, int64_t pstride) {
+    blk q = {.g = g, .first = k0 == 0, .last = k0 + kc >= g->K, .nseg = 1};
+    for (int64_t j = j0; j < j1; j += KL__NR) {
+        const float *b = bblk + (j - j0) / KL__NR * pstride;
+        q.j0 = j;
+        q.nr = (int)KL_MIN(KL__NR, j1 - j);
+        int64_t s0 = 0;
+        if (g->cseg > 0) {
+            /* valid lanes [a, v) of each segment, at offset (sg - s0) * cskip */
+            int64_t cv = g->cvalid > 0 ? g->cvalid : g->cseg;
+            s0 = j / g->cseg;
+            q.coff = s0 * g->cskip;
+            q.nseg = 0;
+            for (int a = 0; a < q.nr;) {
+                int64_t sg = (j + a) / g->cseg;
+                int b = (int)KL_MIN((int64_t)q.nr, (sg + 1) * g->cseg - j);
+                int v = (int)KL_MIN((int64_t)b, sg * g->cseg + cv - j);
+                if (v > a) {
+                    q.sa[q.nseg] = a;
+                    q.sb[q.nseg] = v;
+                    q.smask[q.nseg] = (uint32_t)((v >= 32 ? 0xFFFFFFFFu : ((1u << v) - 1)) & ~((1u << a) - 1));
+                    q.soff[q.nseg] = (sg - s0) * g->cskip;
+                    q.nseg++;
+                }
+                a = b;
+            }
+            if (!q.nseg) continue; /* only dropped columns */
+            q.segd = !(q.nseg == 1 && q.sa[0] == 0 && q.sb[0] == q.nr && q.soff[0] == 0);
+        }
+        for (int64_t i = i0; i < i1; i += KL__MR) {
+            q.i0 = i;
+            q.mr = (int)KL_MIN(KL__MR, i1 - i);
+            float *c = g->c + i * g->ldc + j + q.coff;
+            if (!bblk && g->boff) kern_off(kc, a_panel(g, i, k0), g->b + j, g->boff + k0, c, g->ldc, &q);
+            else if (!bblk) kern_packed(kc, a_panel(g, i, k0), g->b + k0 * g->ldb + j, g->ldb, c, g->ldc, &q);
+            else kern_packed(kc, a_panel(g, i, k0), b, KL__NR, c, g->ldc, &q);
         }
     }
 }

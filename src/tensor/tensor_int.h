@@ -130,10 +130,11 @@ void kl__gemm_serial(int ta, int tb, int64_t M, int64_t N, int64_t K, float alph
 
 #define KL__MR 8
 #define KL__NR 32
+#define KL__KC 256   /* k rows per block (packed A is k-block major) */
 
 typedef struct kl__pgemm {
     int64_t M, N, K;
-    const float *ap;             /* A packed ([M/MR][K][MR]) or NULL: raw a, lda */
+    const float *ap;             /* A packed (k-block major, see kl__pgemm_pack_a) or NULL: raw a, lda */
     const float *a;
     int64_t lda;
     const float *bp;             /* B packed ([N/NR][K][NR]) or NULL: raw b, ldb */
@@ -147,6 +148,11 @@ typedef struct kl__pgemm {
     const float *res;            /* residual added before act (M x N, ldr); may be NULL */
     int64_t ldr;
     kl_act act;
+    /* column segments (only kl__pgemm_kblock): > 0: column j of C and R lies
+     * at + (j / cseg) * cskip (a batch of images side by side in one GEMM);
+     * only the first cvalid (0: all) columns of a segment are written (the
+     * padded-width grid of an implicit-GEMM conv, cskip = OW - WP) */
+    int64_t cseg, cskip, cvalid;
 } kl__pgemm;
 
 /* 1 when the CPU has AVX-512F (and KEEL_NO_AVX512 is unset): the packed paths run. */
@@ -158,5 +164,10 @@ void kl__pgemm_pack_a(int64_t M, int64_t K, const float *a, int64_t rs, int64_t 
 void kl__pgemm_pack_b(int64_t K, int64_t N, const float *b, int64_t rs, int64_t cs, float *dst);
 /* Runs C = A B + epilogue over fixed tiles (serial: in the caller's thread). */
 void kl__pgemm_run(const kl__pgemm *g, kl_pool *pool, int serial);
+
+/* One k block of a rectangle of C with B packed for that block only (conv tiles
+ * pack their own input patch): see pgemm.c. */
+void kl__pgemm_kblock(const kl__pgemm *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k0, int64_t kc,
+                      const float *bblk, int64_t pstride);
 
 #endif

@@ -12,6 +12,7 @@
 static float act1(kl_act a, float v) {
     if (a.kind == KL_ACT_RELU) return v > 0 ? v : 0;
     if (a.kind == KL_ACT_CLIP) return v < a.a ? a.a : v > a.b ? a.b : v;
+    if (a.kind == KL_ACT_LEAKY_RELU) return v < 0 ? a.a * v : v;
     return v;
 }
 
@@ -95,6 +96,16 @@ KL_TEST(tensor_pgemm_conv_packed_residual) {
         {1, 4, 9, 1, 10, 9, 5, 2, 1, 1, KL_ACT_NONE, 1},     /* 5x5/2, even and odd extents */
         {1, 5, 11, 1, 9, 40, 3, 3, 1, 1, KL_ACT_NONE, 1},    /* stride 3 (gather path) */
         {1, 300, 24, 1, 5, 5, 3, 1, 1, 1, KL_ACT_RELU, 1},   /* K = 2700 */
+        {3, 16, 40, 1, 7, 7, 3, 1, 1, 1, KL_ACT_RELU, 1},    /* batch 3 7x7: panels cross images */
+        {2, 8, 300, 1, 5, 5, 3, 1, 1, 1, KL_ACT_NONE, 1},    /* M > one tile: B pre-packed, batch 2 */
+        {1, 70, 520, 1, 3, 3, 3, 1, 1, 1, KL_ACT_CLIP, 1},   /* M split over tiles, K = 630 */
+        {4, 6, 10, 2, 3, 5, 1, 1, 1, 0, KL_ACT_CLIP, 1},     /* pointwise, 2 groups, 15 px: 3 images a panel */
+        {3, 9, 16, 1, 13, 11, 1, 2, 1, 0, KL_ACT_RELU, 1},   /* 1x1 stride 2, batch 3 */
+        {2, 3, 8, 1, 23, 21, 7, 2, 1, 3, KL_ACT_RELU, 1},    /* stem-like 7x7/2, batch 2 */
+        {5, 12, 12, 3, 6, 9, 3, 2, 1, 1, KL_ACT_NONE, 1},    /* 3 groups, stride 2, batch 5 */
+        {2, 200, 64, 1, 30, 34, 3, 1, 1, 1, KL_ACT_RELU, 1}, /* many column tiles, 2 k blocks */
+        {1, 5, 12, 1, 6, 7, 3, 1, 1, 1, KL_ACT_LEAKY_RELU, 1}, /* unfused act on grid segments */
+        {3, 5, 12, 1, 5, 5, 3, 1, 1, 1, KL_ACT_LEAKY_RELU, 1}, /* unfused act across images */
     };
     for (size_t c = 0; c < KL_ARRAY_LEN(cs); c++) {
         kl_conv_params p;
