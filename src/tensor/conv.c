@@ -462,15 +462,23 @@ static void grp_range(void *vc, size_t g0, size_t g1, int chunk) {
 }
 
 /* ==================================================================
- * Packed path (AVX-512): one parallel region per conv. The output of every
- * (image, group) is cut into tiles of (output-channel block x spatial block)
- * whose sizes depend only on the shape; the threads claim tiles from a
- * counter. A tile packs its own input patch (im2col of kc rows x its columns,
- * padding as masked-off lanes) into NR-column panels on its stack, runs keel's
- * micro-kernel against the pre-packed weights and writes y with bias,
- * residual and activation fused in the last k block's epilogue, while the
- * data is in cache. Every output element is computed by one tile with k in
- * ascending order: bit-identical at any thread count.
+ * Packed path (AVX-512): one parallel region of tiles per conv (per image
+ * for the implicit GEMM, after that image's padding pass). The GEMM output
+ * of a group (output channels x columns) is cut into tiles of (channel block
+ * x column block) whose sizes depend only on the shape; the threads claim
+ * tiles from a counter. A tile runs keel's micro-kernel against the
+ * pre-packed weights, k block by k block, and writes y with bias, residual
+ * and activation fused in the last k block's epilogue, while the data is in
+ * cache (no output pass). B, by conv kind:
+ *   pointwise: x read in place (columns = one image's pixels);
+ *   2-D stride 1/2 (k > 1): the implicit GEMM below (columns = the padded-
+ *     width grid of one image; its pad columns dropped by the store);
+ *   else (strided 1x1, 3-D, strides > 2, or a batch of small images): the
+ *     images side by side as columns (column segments in the store), each
+ *     tile packing its own im2col block (padding as masked-off lanes) on its
+ *     stack, or, when channels are split over tiles, B packed once first.
+ * Every output element is computed by one tile with k in ascending order:
+ * bit-identical at any thread count.
  * ================================================================== */
 
 /* Implicit GEMM for stride-1 and stride-2 2-D convs: the input is copied
