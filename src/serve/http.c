@@ -408,11 +408,13 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
 
 void sv_req_resume(sv_req *r) {
     if (!r->suspended) return;
+    /* r may be answered and freed by its loop as soon as it is resumed: read it first */
+    sv_loop *lp = r->loop;
     MHD_resume_connection(r->conn);
     /* libmicrohttpd has no thread of its own to wake: the connection's loop
      * is woken, unless this is that loop (its next MHD_run picks it up) */
-    if (r->loop && r->loop != sv_cur_loop) sv_loop_wake(r->loop);
-    else if (r->loop) r->loop->resumed = 1;
+    if (lp && lp != sv_cur_loop) sv_loop_wake(lp);
+    else if (lp) lp->resumed = 1;
 }
 
 static void log_request(kl_server *s, sv_req *r) {
