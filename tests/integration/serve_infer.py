@@ -133,12 +133,18 @@ try:
     check("serve_infer_dynamic_batching", all(results) and len(results) == 24 and bsum and bcnt and bsum[0] > bcnt[0] * 1.0 + 3,
           (results.count(True), bsum, bcnt))
 
-    # queue-full: level 2 of 'slow' holds 4 requests; a burst of 16 overflows it
+    # queue-full: level 2 of 'slow' holds 4 requests; a burst of 16 (released
+    # together, each a long run) overflows it
     xs = rng.standard_normal((8, slow_sizes[0])).astype(np.float32)
+    xp = rng.standard_normal((128, slow_sizes[0])).astype(np.float32)  # ~1.6 GMAC: compute dominates
     low_status = []
+    go = threading.Barrier(16)
 
     def low_once():
-        st, h, b = s.req("POST", "/v2/models/slow/infer", *bin_req(xs, parameters={"priority": 2, "timeout": 0}))
+        body = bin_req(xp, parameters={"priority": 2, "timeout": 0})
+        c = s.conn()
+        go.wait()
+        st, h, b = s.req("POST", "/v2/models/slow/infer", *body, conn=c)
         low_status.append(st)
     lows = [threading.Thread(target=low_once) for _ in range(16)]
     [t.start() for t in lows]
@@ -153,7 +159,6 @@ try:
     # wait for the one batch running when it arrives (strict priority, no
     # preemption), never for the queued low ones; FIFO would make it wait for
     # the running one and the 4 queued (~4.5 compute times).
-    xp = rng.standard_normal((128, slow_sizes[0])).astype(np.float32)  # ~1.6 GMAC: compute dominates
 
     def log_records():
         out = []
