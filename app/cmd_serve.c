@@ -61,7 +61,8 @@ static const app_opt opts[] = {
     {"port", 'p', 1, "N", "port; 0 picks a free one (default 8000)", 0},
     {"workers", 0, 1, "N", "inference workers (default: online cores)", 0},
     {"threads-per-worker", 0, 1, "N", "intra-op threads of each inference (default 1)", 0},
-    {"http-threads", 0, 1, "N", "HTTP polling threads (default 1)", 0},
+    {"http-threads", 0, 1, "N", "HTTP event loops on the same port (default 1)", 0},
+    {"inline-us", 0, 1, "US", "requests estimated under US µs of compute run on the HTTP thread (default 500; 0 = never)", 0},
     {"max-body", 0, 1, "BYTES", "request body limit, e.g. 64M (default 64 MiB); larger bodies get 413", 0},
     {"exit-timeout", 0, 1, "S", "drain limit on SIGTERM/SIGINT in seconds (default 30)", 0},
     {"probe-interval", 0, 1, "S", "background health probe period in seconds (default 10)", 0},
@@ -127,6 +128,9 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = app_get_int(&a, &spec, "http-threads", 1, &v)) >= 0) return rc;
     if (v < 1 || v > 64) return app_usage_error(&spec, "--http-threads must be 1..64");
     o.http_threads = (int)v;
+    if ((rc = app_get_int(&a, &spec, "inline-us", 500, &v)) >= 0) return rc;
+    if (v < 0 || v > 10000000) return app_usage_error(&spec, "--inline-us must be 0..10000000");
+    o.inline_us = v ? v : -1;
     if ((rc = app_get_int(&a, &spec, "conn-timeout", 30, &v)) >= 0) return rc;
     if (v < 1) return app_usage_error(&spec, "--conn-timeout must be at least 1");
     o.conn_timeout_s = (int)v;

@@ -2,7 +2,7 @@
 # bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
 # 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
 # at 16 connections in one run. Prints a markdown table row per server.
-# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS)
+# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
@@ -18,7 +18,7 @@ import numpy as np
 w = sys.argv[1]
 write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
 with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
-    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "300")))
+    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "500")))
 x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
 with open(os.path.join(w, "body.json"), "w") as f:
     json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
@@ -26,7 +26,7 @@ with open(os.path.join(w, "body.json"), "w") as f:
 PY
 export BODY_FILE="$w/body.json"
 workers=${WORKERS:-$(nproc)}
-"$KEEL" serve "$w/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-1}" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
+"$KEEL" serve "$w/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-$(nproc)}" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
 for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done
 kport=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/keel.out")
 fport=$((kport + 1))

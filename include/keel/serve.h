@@ -22,7 +22,7 @@ typedef struct {
     int port;                  /* 0 = pick a free port (kl_server_port says which) */
     int workers;               /* inference workers; 0 = online cores */
     int threads_per_worker;    /* intra-op threads of each session run; 0 = 1 */
-    int http_threads;          /* libmicrohttpd polling threads; 0 = 1 */
+    int http_threads;          /* HTTP event loops (one libmicrohttpd daemon each, SO_REUSEPORT); 0 = 1 */
     uint64_t max_body;         /* request body limit in bytes; 0 = 64 MiB */
     double exit_timeout_s;     /* drain limit on shutdown; <= 0 = 30 s */
     double probe_interval_s;   /* background health probe period; <= 0 = 10 s */
@@ -35,6 +35,10 @@ typedef struct {
                                   core allocator budget, else 80 % of physical memory */
     const char *snapshot_dir;  /* where memory-quota snapshots go; NULL = $TMPDIR or /tmp */
     int access_log;            /* one log line per inference request (default on: pass 1) */
+    int64_t inline_us;         /* requests whose estimated compute (the model's recent time per
+                                  row) is under this run on their HTTP loop's thread, batched per
+                                  round of network events (no hand-off to a worker: two thread
+                                  wake-ups less per batch); 0 = 500 us, < 0 = never */
 } kl_serve_opts;
 
 /* Loads the repository (integrity checks, warm-up) and prepares the server.

@@ -4,16 +4,21 @@
  * :predict hook, body limits, and the decoupling of connections from
  * inference: an infer request's connection is suspended while the request
  * waits in the scheduler and resumed when its answer is ready; the
- * slow-client guard (connections that trickle their headers or body are cut).
- * Also the server's life cycle (new, start, rescan, shutdown with drain, free). */
+ * slow-client guard (connections that trickle their headers or body are cut),
+ * and the HTTP event loop: with one HTTP thread keel runs libmicrohttpd's
+ * epoll loop itself, and after each round of network events runs the batches
+ * of small models on that thread (everything that arrived in the round is
+ * one batch; no hand-off to a worker). Also the server's life cycle (new, start, rescan, shutdown with drain, free). */
 #include "serve_int.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -396,12 +401,20 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     }
     MHD_suspend_connection(c);
     r->suspended = 1;
+    if (r->loop) { r->loop->nwait++; r->counted_wait = 1; }
     sv_sched_submit(s, r);
     return MHD_YES;
 }
 
 void sv_req_resume(sv_req *r) {
-    if (r->suspended) MHD_resume_connection(r->conn);
+    if (!r->suspended) return;
+    /* r may be answered and freed by its loop as soon as it is resumed: read it first */
+    sv_loop *lp = r->loop;
+    MHD_resume_connection(r->conn);
+    /* libmicrohttpd has no thread of its own to wake: the connection's loop
+     * is woken, unless this is that loop (its next MHD_run picks it up) */
+    if (lp && lp != sv_cur_loop) sv_loop_wake(lp);
+    else if (lp) lp->resumed = 1;
 }
 
 static void log_request(kl_server *s, sv_req *r) {
@@ -466,6 +479,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         atomic_init(&sc->state, SV_C_NEW);
         atomic_init(&sc->since, kl_time_mono_ns());
         atomic_init(&sc->bytes, 0);
+        if (sv_cur_loop) sv_cur_loop->nconn++;
         pthread_mutex_lock(&s->conn_lock);
         sc->next = s->conns;
         if (s->conns) s->conns->prev = sc;
@@ -475,6 +489,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         return;
     }
     if (!sc) return;
+    if (sv_cur_loop) sv_cur_loop->nconn--;
     /* unlinked before libmicrohttpd closes the socket: the guard never shuts a reused fd */
     pthread_mutex_lock(&s->conn_lock);
     if (sc->prev) sc->prev->next = sc->next;
@@ -546,6 +561,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!r) return MHD_NO;
         r->srv = s;
         r->conn = c;
+        r->loop = sv_cur_loop;
         r->t_recv = kl_time_mono_ns();
         r->timeout_us = -1;
         r->resp_header_len = -1;
@@ -570,6 +586,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (r->qstate == SV_Q_DONE) { /* resumed: the answer is ready */
+        if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
         if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
         if (r->route == R_INFER) log_request(s, r);
         char *body = r->resp;
@@ -671,6 +688,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         /* cannot happen: a suspended connection is not terminated before it is resumed */
         kl_log(KL_LOG_ERROR, "serve", "request %s completed while in the scheduler", r->rid);
     }
+    if (r->counted_wait) r->loop->nwait--; /* answered without the last handler call (client gone) */
     for (size_t i = 0; i < SV_MAX_IO; i++) sv_tensor_release(&r->in[i]);
     if (r->ver) sv_version_unref(r->ver);
     int r_in_infer = r->in_infer;
@@ -698,6 +716,78 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     kl_log(KL_LOG_DEBUG, "serve", "microhttpd: %s", msg);
 }
 
+void sv_loop_wake(sv_loop *lp) {
+    uint64_t one = 1;
+    if (lp->wake_fd >= 0 && write(lp->wake_fd, &one, sizeof one) < 0) { /* full counter: a wake-up is pending */ }
+}
+
+/* An HTTP loop: libmicrohttpd's epoll set and the loop's eventfd are polled
+ * here (libmicrohttpd runs without threads of its own); after libmicrohttpd
+ * has handled a round of events (requests decoded and queued, resumed
+ * connections answered), the queued batches of this loop's requests to
+ * inline models run on this thread and their connections are resumed; the
+ * loop then goes straight back to libmicrohttpd to send the answers. */
+static void *loop_main(void *arg) {
+    sv_loop *lp = arg;
+    kl_server *s = lp->s;
+    sv_cur_loop = lp;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(lp->d, MHD_DAEMON_INFO_EPOLL_FD);
+    int mfd = di ? di->epoll_fd : -1;
+    while (!atomic_load(&lp->stop)) {
+        lp->resumed = 0;
+        MHD_run(lp->d);
+        if (atomic_load(&lp->quiesce_req) == 1) { /* the listening socket is closed on this thread */
+            MHD_socket ls = MHD_quiesce_daemon(lp->d);
+            if (ls != MHD_INVALID_SOCKET) close(ls);
+            pthread_mutex_lock(&s->lock);
+            atomic_store(&lp->quiesce_req, 2);
+            pthread_cond_broadcast(&s->dcond);
+            pthread_mutex_unlock(&s->lock);
+            continue;
+        }
+        int64_t due = 0;
+        /* answers to send (run here, or refused while libmicrohttpd ran): no waiting */
+        if (sv_sched_inline(s, lp, &due) > 0 || lp->resumed) continue;
+        int64_t now = kl_time_mono_ns(), wait_ns = 1000000000LL;
+        MHD_UNSIGNED_LONG_LONG to;
+        if (MHD_get_timeout(lp->d, &to) == MHD_YES && (int64_t)to * 1000000 < wait_ns) wait_ns = (int64_t)to * 1000000;
+        if (due && due - now < wait_ns) wait_ns = due > now ? due - now : 0;
+        struct pollfd pf[2] = {{mfd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}};
+        struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
+        if (ppoll(pf, 2, &ts, NULL) > 0 && (pf[1].revents & POLLIN)) {
+            uint64_t v;
+            if (read(lp->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: nothing left */ }
+        }
+    }
+    return NULL;
+}
+
+/* Starts loop lp's daemon on addr (port 0: a free one, then all loops share it). */
+static int loop_daemon(kl_server *s, sv_loop *lp, const struct sockaddr *addr, int ipv6, kl_err *e) {
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
+    if (ipv6) flags |= MHD_USE_IPv6;
+    struct MHD_OptionItem ops[] = {
+        {MHD_OPTION_SOCK_ADDR, 0, (void *)addr},
+        {MHD_OPTION_LISTENING_ADDRESS_REUSE, s->nloops > 1, NULL},
+        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s},
+        {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, s},
+        {MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, 4096, NULL},
+        {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
+        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
+        {MHD_OPTION_END, 0, NULL}};
+    lp->s = s;
+    lp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (lp->wake_fd < 0) return kl_err_set(e, -errno, "eventfd: %s", strerror(errno));
+    lp->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+    if (!lp->d) return kl_err_set(e, KL_EBUSY, "cannot listen on %s:%d (in use, or not an address of this machine)", s->host,
+                                  s->o.port);
+    atomic_store(&lp->stop, 0);
+    atomic_store(&lp->quiesce_req, 0);
+    return KL_OK;
+}
+
 int sv_http_start(kl_server *s, kl_err *e) {
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -707,36 +797,58 @@ int sv_http_start(kl_server *s, kl_err *e) {
     snprintf(port, sizeof port, "%d", s->o.port);
     int grc = getaddrinfo(s->host, port, &hints, &ai);
     if (grc || !ai) return kl_err_set(e, KL_EINVAL, "--host %s: %s", s->host, gai_strerror(grc));
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-                     MHD_USE_TURBO;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    unsigned threads = s->o.http_threads > 1 ? (unsigned)s->o.http_threads : 0;
-    struct MHD_OptionItem ops[] = {
-        {MHD_OPTION_SOCK_ADDR, 0, ai->ai_addr},
-        {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
-        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s},
-        {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, s},
-        {MHD_OPTION_CONNECTION_TIMEOUT, s->o.conn_timeout_s, NULL},
-        {MHD_OPTION_CONNECTION_LIMIT, 4096, NULL},
-        {MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL},
-        {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
-        {threads ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, NULL},
-        {MHD_OPTION_END, 0, NULL}};
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
+    int n = s->o.http_threads > 1 ? s->o.http_threads : 1, rc = KL_OK;
+    s->loops = calloc((size_t)n, sizeof *s->loops);
+    if (!s->loops) { freeaddrinfo(ai); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    for (int i = 0; i < n; i++) s->loops[i].wake_fd = -1;
+    s->nloops = n;
+    struct sockaddr_storage addr;
+    memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    int ipv6 = ai->ai_family == AF_INET6;
     freeaddrinfo(ai);
-    if (!s->d) return kl_err_set(e, KL_EBUSY, "cannot listen on %s:%d (in use, or not an address of this machine)", s->host,
-                                 s->o.port);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : s->o.port;
-    s->guard_stop = 0;
-    int rc = pthread_create(&s->guard, NULL, guard_main, s);
-    if (rc) {
-        MHD_stop_daemon(s->d);
-        s->d = NULL;
-        return kl_err_set(e, -rc, "starting the slow-client guard: %s", strerror(rc));
+    for (int i = 0; i < n && !rc; i++) {
+        rc = loop_daemon(s, &s->loops[i], (struct sockaddr *)&addr, ipv6, e);
+        if (!rc && i == 0) { /* the port the first one got: the others listen on it too */
+            const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->loops[0].d, MHD_DAEMON_INFO_BIND_PORT);
+            s->port = info ? info->port : s->o.port;
+            if (ipv6) ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)s->port);
+            else ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)s->port);
+        }
     }
-    s->have_guard = 1;
-    return KL_OK;
+    s->inline_ns = s->o.inline_us < 0 ? 0 : (s->o.inline_us ? s->o.inline_us : 500) * 1000;
+    for (int i = 0; i < n && !rc; i++) {
+        int prc = pthread_create(&s->loops[i].t, NULL, loop_main, &s->loops[i]);
+        if (prc) rc = kl_err_set(e, -prc, "starting HTTP loop %d: %s", i, strerror(prc));
+        else s->loops[i].have_thread = 1;
+    }
+    if (!rc) {
+        s->guard_stop = 0;
+        int prc = pthread_create(&s->guard, NULL, guard_main, s);
+        if (prc) rc = kl_err_set(e, -prc, "starting the slow-client guard: %s", strerror(prc));
+        else s->have_guard = 1;
+    }
+    if (rc) sv_http_stop(s);
+    return rc;
+}
+
+/* Stops accepting connections; each loop closes its listening socket on its own thread. */
+static void http_quiesce(kl_server *s) {
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->nloops; i++) {
+        sv_loop *lp = &s->loops[i];
+        if (!lp->have_thread) continue;
+        atomic_store(&lp->quiesce_req, 1);
+        sv_loop_wake(lp);
+        int64_t until = kl_time_mono_ns() + 2000000000LL;
+        while (atomic_load(&lp->quiesce_req) != 2 && kl_time_mono_ns() < until) {
+            struct timespec ts;
+            int64_t w = kl_time_mono_ns() + 10000000;
+            ts.tv_sec = (time_t)(w / 1000000000);
+            ts.tv_nsec = (long)(w % 1000000000);
+            pthread_cond_timedwait(&s->dcond, &s->lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 void sv_http_stop(kl_server *s) {
@@ -748,8 +860,24 @@ void sv_http_stop(kl_server *s) {
         pthread_join(s->guard, NULL);
         s->have_guard = 0;
     }
-    if (s->d) MHD_stop_daemon(s->d);
-    s->d = NULL;
+    for (int i = 0; i < s->nloops; i++) {
+        sv_loop *lp = &s->loops[i];
+        if (lp->have_thread) {
+            atomic_store(&lp->stop, 1);
+            sv_loop_wake(lp);
+            pthread_join(lp->t, NULL);
+            lp->have_thread = 0;
+        }
+    }
+    s->inline_ns = 0;
+    for (int i = 0; i < s->nloops; i++) {
+        sv_loop *lp = &s->loops[i];
+        if (lp->d) MHD_stop_daemon(lp->d);
+        if (lp->wake_fd >= 0) close(lp->wake_fd);
+    }
+    free(s->loops);
+    s->loops = NULL;
+    s->nloops = 0;
 }
 
 /* ==================================================================
@@ -847,10 +975,7 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     /* stop accepting connections; requests already on open connections (even
      * half uploaded) are answered (503) before the daemon stops: wait until no
      * request has been in progress for 100 ms (at most 3 s) */
-    if (s->d) {
-        MHD_socket ls = MHD_quiesce_daemon(s->d);
-        if (ls != MHD_INVALID_SOCKET) close(ls);
-    }
+    http_quiesce(s);
     pthread_mutex_lock(&s->lock);
     int64_t grace = kl_time_mono_ns() + 3000000000LL, idle_since = 0;
     for (;;) {

@@ -121,7 +121,7 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
         memcpy(qlen[i], s->models[i]->qlen, sizeof qlen[i]);
         levels[i] = s->models[i]->cfg.levels;
         ready[i] = s->models[i]->state == SV_M_READY;
-        running[i] = s->models[i]->running;
+        running[i] = s->models[i]->running + s->models[i]->inl_running;
     }
     pthread_mutex_unlock(&s->lock);
 

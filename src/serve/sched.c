@@ -3,8 +3,9 @@
  * limits → 503, memory quotas → 503 + allocator snapshot), queue timeouts
  * (answered 503, never executed), dynamic batching (same model version,
  * concatenated along dim 0 up to max_batch_size or max_queue_delay_us, split
- * back per request), a fixed pool of inference workers, the reaper that
- * expires queued requests and the background health prober. */
+ * back per request), a fixed pool of inference workers, inline execution of
+ * small models' batches on the HTTP loop thread, the reaper that expires
+ * queued requests and the background health prober. */
 #include "serve_int.h"
 
 #include <errno.h>
@@ -12,6 +13,13 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+_Thread_local sv_loop *sv_cur_loop;
+
+/* Estimated compute time of rows rows of model m (its recent time per row). */
+static int64_t est_ns(const sv_model *m, int64_t rows) {
+    return atomic_load_explicit(&m->row_ns, memory_order_relaxed) * (rows > 0 ? rows : 1);
+}
 
 static void abs_time(struct timespec *ts, int64_t mono_deadline_ns) {
     /* condition variables use CLOCK_MONOTONIC (set in kl_server_new) */
@@ -148,10 +156,17 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     m->qlen[r->level]++;
     m->qrows[r->level] += r->rows > 0 ? r->rows : 1;
     s->nqueued++;
-    /* a worker already waits for this model and level's batch to fill: wake it
-     * only when the batch is complete (every wake-up is a context switch) */
+    /* small enough to run on its HTTP loop's thread (a hand-off to a worker
+     * costs two thread wake-ups, tens of µs on a busy or virtualised machine,
+     * more than such a run): the loop runs it after this round of events.
+     * A worker already waits for this model and level's batch to fill: wake
+     * it only when the batch is complete (every wake-up is a context switch) */
     int wake = 1;
-    if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
+    /* only the top priority level runs inline: a batch on the loop delays
+     * every request the loop has not read yet, higher ones included */
+    r->inl = sv_cur_loop && s->inline_ns > 0 && r->level == 0 && est_ns(m, r->rows) < s->inline_ns;
+    if (r->inl) wake = 0;
+    else if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
         int64_t rows = m->qrows[r->level];
         wake = rows >= m->cfg.max_batch;
         for (int i = 0; i < m->cfg.n_preferred; i++) wake |= rows == m->cfg.preferred[i];
@@ -224,6 +239,12 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     for (int k = 0; k < n; k++) rq[k]->t_start = t0;
     if (!rc) rc = sb_run(v->sess, in, v->n_in, out, v->n_out, &e);
     int64_t t1 = kl_time_mono_ns();
+    if (!rc && total > 0) { /* moving average (1/8) of the time per row: decides inline or worker */
+        sv_model *m = v->model;
+        int64_t avg = atomic_load_explicit(&m->row_ns, memory_order_relaxed), dt = (t1 - t0) / total;
+        if (avg && dt > 4 * avg) dt = 4 * avg; /* a run the machine preempted must not move a model off its loop at once */
+        atomic_store_explicit(&m->row_ns, avg ? avg + (dt - avg) / 8 : dt, memory_order_relaxed);
+    }
     /* give back the planned bytes before answering: an answered request may be freed at once */
     pthread_mutex_lock(&s->lock);
     for (int k = 0; k < n; k++) release_bytes(s, rq[k]);
@@ -253,36 +274,52 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     sv_version_unref(v);
 }
 
-/* lock held: the next batch to run (0 requests = nothing runnable) */
-static int pick(kl_server *s, sv_req **rq, int64_t *wait_until, sv_model **wait_model, int *wait_level) {
+/* whether r is for loop lp (an inline request of it) or, lp NULL, for the workers */
+static int mine(const sv_req *r, const sv_loop *lp) { return lp ? r->inl && r->loop == lp : !r->inl; }
+
+/* the first request of a queue that is lp's (or the workers') */
+static sv_req *first_of(sv_req *r, const sv_loop *lp) {
+    while (r && !mine(r, lp)) r = r->next;
+    return r;
+}
+
+/* lock held: the next batch to run (0 requests = nothing runnable): for a
+ * worker (lp NULL) among the requests that do not run inline, for HTTP loop
+ * lp among its own inline requests */
+static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_model **wait_model, int *wait_level) {
     sv_model *best = NULL;
+    sv_req *h = NULL;
     int bl = 0;
     int64_t bt = 0;
     *wait_until = 0;
     for (int i = 0; i < s->nmodels; i++) {
         sv_model *m = s->models[i];
-        if (m->running >= m->cfg.instances) continue;
+        /* instances bound the workers' runs; inline ones are one per loop at most */
+        if (!lp && m->running >= m->cfg.instances) continue;
         for (int l = 0; l < SV_MAX_LEVELS; l++) {
-            if (!m->qhead[l]) continue;
-            if (!best || l < bl || (l == bl && m->qhead[l]->t_enq < bt)) { best = m; bl = l; bt = m->qhead[l]->t_enq; }
+            sv_req *f = first_of(m->qhead[l], lp);
+            if (!f) continue;
+            if (!best || l < bl || (l == bl && f->t_enq < bt)) { best = m; bl = l; bt = f->t_enq; h = f; }
             break;
         }
     }
     if (!best) return 0;
-    sv_req *h = best->qhead[bl];
     int n = 1;
     rq[0] = h;
     const sv_model_cfg *c = &best->cfg;
     if (c->dynamic_batching && c->max_batch > 0 && h->ver->batchable && h->rows > 0) {
         int64_t rows = h->rows;
         for (sv_req *r = h->next; r && n < SV_MAX_BATCH_REQS; r = r->next) {
-            if (r->ver != h->ver || r->rows <= 0 || rows + r->rows > c->max_batch || !same_shape_tail(h, r)) continue;
+            if (!mine(r, lp) || (lp && est_ns(best, rows + r->rows) > s->inline_ns) || r->ver != h->ver || r->rows <= 0 || rows + r->rows > c->max_batch || !same_shape_tail(h, r)) continue;
             rq[n++] = r;
             rows += r->rows;
         }
         int preferred = rows >= c->max_batch;
         for (int i = 0; i < c->n_preferred; i++) preferred |= rows == c->preferred[i];
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
+        /* an HTTP loop whose every connection has its request in the
+         * scheduler waits for nobody: no more requests can come to it */
+        if (lp && lp->nwait >= lp->nconn) preferred = 1;
         if (!preferred && c->max_queue_delay_us > 0 && kl_time_mono_ns() < due && !atomic_load(&s->draining)) {
             *wait_until = due;
             *wait_model = best;
@@ -291,20 +328,22 @@ static int pick(kl_server *s, sv_req **rq, int64_t *wait_until, sv_model **wait_
         }
     }
     for (int i = 0; i < n; i++) { unqueue(s, rq[i]); rq[i]->qstate = SV_Q_RUNNING; }
-    best->running++;
+    if (lp) best->inl_running++;
+    else best->running++;
     s->nrunning++;
     return n;
 }
 
 /* lock held: a queued request that a worker could run now (its model below
- * its instances): only then is waking an idle worker worth a context switch */
+ * its instances, not an inline one): only then is waking an idle worker worth
+ * a context switch */
 static int runnable(const kl_server *s) {
     if (!s->nqueued || !s->nidle) return 0;
     for (int i = 0; i < s->nmodels; i++) {
         const sv_model *m = s->models[i];
         if (m->running >= m->cfg.instances) continue;
         for (int l = 0; l < SV_MAX_LEVELS; l++)
-            if (m->qhead[l]) return 1;
+            if (first_of(m->qhead[l], NULL)) return 1;
     }
     return 0;
 }
@@ -318,7 +357,7 @@ static void *worker_main(void *arg) {
         int64_t wait_until = 0;
         sv_model *wm = NULL;
         int wl = 0;
-        int n = pick(s, rq, &wait_until, &wm, &wl);
+        int n = pick(s, NULL, rq, &wait_until, &wm, &wl);
         if (!n) {
             if (wait_until) {
                 struct timespec ts;
@@ -347,6 +386,37 @@ static void *worker_main(void *arg) {
     }
     pthread_mutex_unlock(&s->lock);
     return NULL;
+}
+
+/* ==================================================================
+ * Inline batches on the HTTP loop thread
+ * ================================================================== */
+
+int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until) {
+    sv_req *rq[SV_MAX_BATCH_REQS];
+    int ran = 0;
+    *wait_until = 0;
+    pthread_mutex_lock(&s->lock);
+    int64_t t0 = kl_time_mono_ns();
+    while (!s->stop) {
+        int64_t wu = 0;
+        sv_model *wm = NULL;
+        int wl = 0;
+        int n = pick(s, lp, rq, &wu, &wm, &wl);
+        if (!n) { *wait_until = wu; break; }
+        sv_model *m = rq[0]->model;
+        pthread_mutex_unlock(&s->lock);
+        execute(s, rq, n);
+        pthread_mutex_lock(&s->lock);
+        m->inl_running--;
+        s->nrunning--;
+        pthread_cond_broadcast(&s->dcond);
+        ran++;
+        /* back to the network after a while: the answers go out, new requests come in */
+        if (kl_time_mono_ns() - t0 > 2 * s->inline_ns) break;
+    }
+    pthread_mutex_unlock(&s->lock);
+    return ran;
 }
 
 /* ==================================================================

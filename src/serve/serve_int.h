@@ -160,6 +160,7 @@ typedef struct sv_version {
 enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
 
 typedef struct sv_req sv_req;
+typedef struct sv_loop sv_loop;
 
 struct sv_model {
     char name[SV_NAME_MAX];
@@ -173,10 +174,12 @@ struct sv_model {
     sv_req *qhead[SV_MAX_LEVELS], *qtail[SV_MAX_LEVELS];
     int qlen[SV_MAX_LEVELS];
     int64_t qrows[SV_MAX_LEVELS]; /* batch rows queued per level */
-    int running;
+    int running;                /* batches on workers (bounded by cfg.instances) */
+    int inl_running;            /* batches on HTTP loops (one per loop at most) */
     double tokens[SV_MAX_LEVELS];
     int64_t tok_ns[SV_MAX_LEVELS];
     uint64_t inflight_bytes;
+    _Atomic int64_t row_ns;       /* moving average of compute time per batch row (0 = none yet) */
     /* metrics (metrics lock) */
     sv_mstats st;
 };
@@ -245,6 +248,25 @@ struct sv_req {
     int in_infer;           /* counted in ninfer */
     int predict;            /* a v1 :predict request: records in, {"predictions"} out */
     sv_conn *sc;            /* the connection (slow-client guard); NULL when untracked */
+    sv_loop *loop;          /* the HTTP loop of the connection */
+    int inl;                /* runs on its loop's thread (small enough), not on a worker */
+    int counted_wait;       /* counted in loop->nwait */
+};
+
+/* An HTTP loop (http.c): one thread running one libmicrohttpd daemon (all
+ * loops listen on the same port with SO_REUSEPORT) and, after each round of
+ * network events, the batches of its inline models' requests. */
+struct sv_loop {
+    kl_server *s;
+    struct MHD_Daemon *d;
+    pthread_t t;
+    int have_thread;
+    int wake_fd;                /* eventfd: wakes the loop (answers from workers, stop, quiesce) */
+    atomic_int stop;
+    atomic_int quiesce_req;     /* 1: asked, 2: done */
+    int resumed;                /* connections resumed on the loop's thread since its last MHD_run */
+    int nconn;                  /* open connections (loop thread only) */
+    int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
 };
 
 /* ==================================================================
@@ -254,7 +276,8 @@ struct sv_req {
 struct kl_server {
     kl_serve_opts o;
     char repo[1024], host[256], snapdir[1024];
-    struct MHD_Daemon *d;
+    sv_loop *loops;             /* --http-threads of them */
+    int nloops;
     int port;
     pthread_mutex_t lock;       /* models, versions, queues, states */
     pthread_cond_t qcond;       /* work for the workers */
@@ -294,6 +317,7 @@ struct kl_server {
     atomic_uint_fast64_t cut_head, cut_body;  /* connections cut: headers late, body too slow */
     double cpu_last_s;
     int64_t cpu_last_ns;
+    int64_t inline_ns;          /* inline batches of models below this compute time; 0 = off */
 };
 
 /* repo.c */
@@ -342,6 +366,15 @@ int sv_sched_start(kl_server *s, kl_err *e);
 void sv_sched_stop(kl_server *s);
 /* lock held: answers every queued request with 503 (why) */
 void sv_sched_flush(kl_server *s, const char *why);
+/* On HTTP loop lp's thread: runs the queued batches of lp's inline requests
+ * (those whose estimated compute is below s->inline_ns), wakes workers for the rest;
+ * *wait_until (monotonic ns, 0 = none) is when a batch waiting for its
+ * max_queue_delay_us is due. Returns the number of batches run. */
+int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until);
+/* The HTTP loop of the calling thread (NULL elsewhere). */
+extern _Thread_local sv_loop *sv_cur_loop;
+/* Wakes loop lp (an eventfd write). */
+void sv_loop_wake(sv_loop *lp);
 /* Marks r answered and wakes its connection. */
 void sv_req_finish(sv_req *r, int status, int reason, const char *msg);
 

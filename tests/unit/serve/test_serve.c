@@ -267,6 +267,45 @@ KL_TEST(serve_json_numbers_match_strtod) {
     }
 }
 
+KL_TEST(serve_json_number_runs_match_strtod) {
+    /* numbers inside a long array (the 8-bytes-at-a-time path needs 16 bytes
+     * ahead): every format a client may send, each exactly strtod's value */
+    const char *fixed[] = {"0", "-0", "0.5", "-0.1234567", "1234567.1234567", "12345678.5", "1.12345678", "0.0000001",
+                           "10", "9999999", "99999999", "-1.5e-07", "3.25E+2", "0.1e1", "7.0", "1e22"};
+    char *text = malloc(400000), *tok[6000];
+    KT_CHECK(text != NULL);
+    size_t off = 1;
+    text[0] = '[';
+    uint64_t x = 2463534242ull;
+    int n = 0;
+    for (; n < 6000; n++) {
+        char buf[64];
+        if (n < (int)KL_ARRAY_LEN(fixed)) snprintf(buf, sizeof buf, "%s", fixed[n]);
+        else {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            double d = ((double)(x >> 11) * 0x1.0p-53 - 0.5) * (n % 7 == 0 ? 1e-3 : n % 5 == 0 ? 1e6 : 8);
+            static const char *fmt[] = {"%.6g", "%.9g", "%.3f", "%.7f", "%g", "%.17g", "%.1f", "%.8f"};
+            snprintf(buf, sizeof buf, fmt[n % 8], d);
+        }
+        tok[n] = text + off;
+        off += (size_t)snprintf(text + off, 64, "%s%s", buf, n + 1 < 6000 ? (n % 3 ? "," : ", ") : "]");
+    }
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    KT_OK(sv_json_parse(text, off, SV_JSON_PACK, &doc, &e), &e);
+    const double *v = NULL;
+    size_t nv = 0;
+    KT_CHECK(sv_json_packed(sv_json_root(doc), &v, &nv) && nv == 6000);
+    int bad = -1;
+    for (int i = 0; i < n && bad < 0; i++) {
+        double want = strtod(tok[i], NULL);
+        if (memcmp(&want, &v[i], 8)) bad = i;
+    }
+    if (bad >= 0) kt_fail(__FILE__, __LINE__, "number %d (%.20s): got %.17g, strtod %.17g", bad, tok[bad], v[bad], strtod(tok[bad], NULL));
+    sv_json_free(doc);
+    free(text);
+}
+
 KL_TEST(serve_json_structure_and_errors) {
     const char *j = "{\"a\" : [1, [2, 3], {\"b\": \"x\\n\\u00e9\\ud83d\\ude00\"}], \"t\": true, \"n\": null}";
     sv_json_doc *doc = NULL;

@@ -1,0 +1,185 @@
+/* Unit test of the server's threads end to end (so that the sanitizer
+ * builds, TSan above all, see them): a real kl_server on a tiny Relu model
+ * (an ONNX file written here byte by byte), two HTTP loops, two workers;
+ * client threads post KServe v2 requests over keep-alive connections, half
+ * at priority 1 (batched inline on the HTTP loops) and half at priority 2
+ * (batched on the workers), and every answer is checked; then the drain. */
+#include "../harness.h"
+
+#include <keel/serve.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ==================================================================
+ * A minimal protobuf writer for the ONNX file
+ * ================================================================== */
+
+typedef struct {
+    unsigned char b[1024];
+    size_t n;
+} pb;
+
+static void pb_varint(pb *p, uint64_t v) {
+    while (v >= 0x80) { p->b[p->n++] = (unsigned char)(v | 0x80); v >>= 7; }
+    p->b[p->n++] = (unsigned char)v;
+}
+static void pb_int(pb *p, int field, uint64_t v) { pb_varint(p, (uint64_t)field << 3); pb_varint(p, v); }
+static void pb_bytes(pb *p, int field, const void *d, size_t n) {
+    pb_varint(p, (uint64_t)field << 3 | 2);
+    pb_varint(p, n);
+    memcpy(p->b + p->n, d, n);
+    p->n += n;
+}
+static void pb_str(pb *p, int field, const char *s) { pb_bytes(p, field, s, strlen(s)); }
+static void pb_msg(pb *p, int field, const pb *m) { pb_bytes(p, field, m->b, m->n); }
+
+/* ValueInfoProto name: FP32 [N, 4] */
+static void value_info(pb *out, const char *name) {
+    pb d0 = {0}, d1 = {0}, shape = {0}, tt = {0}, type = {0}, vi = {0};
+    pb_str(&d0, 2, "N");      /* Dimension.dim_param */
+    pb_int(&d1, 1, 4);        /* Dimension.dim_value */
+    pb_msg(&shape, 1, &d0);   /* TensorShapeProto.dim */
+    pb_msg(&shape, 1, &d1);
+    pb_int(&tt, 1, 1);        /* TypeProto.Tensor.elem_type = FLOAT */
+    pb_msg(&tt, 2, &shape);   /* .shape */
+    pb_msg(&type, 1, &tt);    /* TypeProto.tensor_type */
+    pb_str(&vi, 1, name);     /* ValueInfoProto.name */
+    pb_msg(&vi, 2, &type);    /* .type */
+    *out = vi;
+}
+
+static int write_relu_onnx(const char *path) {
+    pb node = {0}, graph = {0}, in = {0}, out = {0}, opset = {0}, model = {0};
+    pb_str(&node, 1, "x");    /* NodeProto.input */
+    pb_str(&node, 2, "y");    /* .output */
+    pb_str(&node, 4, "Relu"); /* .op_type */
+    value_info(&in, "x");
+    value_info(&out, "y");
+    pb_msg(&graph, 1, &node); /* GraphProto.node */
+    pb_str(&graph, 2, "relu");
+    pb_msg(&graph, 11, &in);  /* .input */
+    pb_msg(&graph, 12, &out); /* .output */
+    pb_int(&opset, 2, 13);    /* OperatorSetIdProto.version */
+    pb_int(&model, 1, 7);     /* ModelProto.ir_version */
+    pb_msg(&model, 7, &graph);
+    pb_msg(&model, 8, &opset);
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    size_t w = fwrite(model.b, 1, model.n, f);
+    return fclose(f) || w != model.n ? -1 : 0;
+}
+
+/* ==================================================================
+ * Clients
+ * ================================================================== */
+
+typedef struct {
+    int port, prio, n, ok;
+    char why[256];
+} client;
+
+/* Reads one HTTP response (headers + Content-Length body) into buf. */
+static int read_response(int fd, char *buf, size_t cap) {
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = recv(fd, buf + n, cap - 1 - n, 0);
+        if (r <= 0) return -1;
+        n += (size_t)r;
+        buf[n] = 0;
+        char *end = strstr(buf, "\r\n\r\n");
+        if (!end) continue;
+        const char *cl = strcasestr(buf, "content-length:");
+        if (!cl) return -1;
+        size_t want = (size_t)(end + 4 - buf) + (size_t)atol(cl + 15);
+        if (n >= want) return 0;
+        if (want >= cap) return -1;
+    }
+}
+
+static void *client_main(void *arg) {
+    client *c = arg;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)c->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a)) {
+        snprintf(c->why, sizeof c->why, "connect failed");
+        if (fd >= 0) close(fd);
+        return NULL;
+    }
+    char body[256], req[512], resp[4096];
+    for (int i = 0; i < c->n; i++) {
+        /* rows: [-1, i, -3, 4] -> relu [0, i, 0, 4] */
+        int bl = snprintf(body, sizeof body,
+                          "{\"id\":\"c%d-%d\",\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,4],"
+                          "\"data\":[-1,%d,-3,4]}]}", c->prio, i, i);
+        int rl = snprintf(req, sizeof req,
+                          "POST /v2/models/relu/infer HTTP/1.1\r\nHost: t\r\nX-Priority: %d\r\nContent-Length: %d\r\n\r\n%s",
+                          c->prio, bl, body);
+        if (send(fd, req, (size_t)rl, MSG_NOSIGNAL) != rl || read_response(fd, resp, sizeof resp)) {
+            snprintf(c->why, sizeof c->why, "request %d: no answer", i);
+            break;
+        }
+        char want[64];
+        snprintf(want, sizeof want, "\"data\":[0,%d,0,4]", i);
+        if (strncmp(resp, "HTTP/1.1 200", 12) || !strstr(resp, want)) {
+            snprintf(c->why, sizeof c->why, "request %d: %.200s", i, resp);
+            break;
+        }
+        c->ok++;
+    }
+    close(fd);
+    return NULL;
+}
+
+KL_TEST(serve_loops_inline_and_workers_answer_all) {
+    char dir[1024], p[1100];
+    snprintf(dir, sizeof dir, "%s/repo/relu/1", kt_tmpdir());
+    kl_err e = {0};
+    KT_OK(kl_mkdir_p(dir, &e), &e);
+    snprintf(p, sizeof p, "%s/model.onnx", dir);
+    KT_CHECK(write_relu_onnx(p) == 0);
+    snprintf(p, sizeof p, "%s/repo/relu/config.yaml", kt_tmpdir());
+    const char *cfg = "max_batch_size: 16\ndynamic_batching:\n  max_queue_delay_us: 200\npriority_levels: 2\n"
+                      "default_priority: 1\ninstances: 2\n";
+    KT_OK(kl_write_file_atomic(p, cfg, strlen(cfg), &e), &e);
+    char repo[1100];
+    snprintf(repo, sizeof repo, "%s/repo", kt_tmpdir());
+    kl_serve_opts o = {0};
+    o.repo = repo;
+    o.workers = 2;
+    o.http_threads = 2;
+    o.probe_interval_s = 0.2;
+    kl_server *s = NULL;
+    KT_OK(kl_server_new(&o, &s, &e), &e);
+    if (kl_server_start(s, &e)) {
+        kl_server_free(s);
+        KT_CHECK(!"kl_server_start");
+    }
+    client c[6];
+    pthread_t t[6];
+    for (int i = 0; i < 6; i++) {
+        memset(&c[i], 0, sizeof c[i]);
+        c[i].port = kl_server_port(s);
+        c[i].prio = 1 + i % 2;
+        c[i].n = 40;
+        pthread_create(&t[i], NULL, client_main, &c[i]);
+    }
+    for (int i = 0; i < 6; i++) pthread_join(t[i], NULL);
+    int rc = kl_server_shutdown(s, &e);
+    kl_server_free(s);
+    KT_EQ_INT(rc, KL_OK);
+    for (int i = 0; i < 6; i++) {
+        if (c[i].ok != c[i].n) kt_fail(__FILE__, __LINE__, "client %d (priority %d): %d of %d answered: %s", i, c[i].prio,
+                                       c[i].ok, c[i].n, c[i].why);
+    }
+}
