@@ -285,6 +285,10 @@ typedef struct {
     int imp;               /* B read in place, per image: 1 the OH x WP grid of
                             * padded planes (one image at a time), 2 pointwise: x */
     int64_t nimg, n0;      /* images per tile region, the first one */
+    int64_t slots;         /* imp 1: images processed at once, each whole by one
+                            * thread with its own padded planes (small images
+                            * in a batch); 1 = one image at a time, tiles in
+                            * parallel */
     int64_t HP, WP, cplane;
     const float *xp;       /* 1: padded planes [C][phase][HP][WP] + 64; 2: x */
     int32_t *koff;         /* Kg offsets into a group's planes */
@@ -497,6 +501,32 @@ static void fz_worker(void *vc, size_t b, size_t e, int chunk) {
     }
 }
 
+/* Slot mode of the implicit GEMM: slot sl pads and computes images sl,
+ * sl + slots, ... on its own planes, every tile of an image in order. */
+typedef struct {
+    const fz_ctx *c;
+    int64_t slot_floats;
+} slot_ctx;
+
+static void slot_images(void *vc, size_t s0, size_t s1, int chunk) {
+    const slot_ctx *sc = vc;
+    const fz_ctx *c = sc->c;
+    const kl_conv_params *p = c->p;
+    for (size_t sl = s0; sl < s1; sl++) {
+        fz_ctx cs;
+        memcpy(&cs, c, sizeof cs);
+        float *xp = (float *)c->xp + (int64_t)sl * sc->slot_floats;
+        cs.xp = xp;
+        for (int64_t n = (int64_t)sl; n < p->N; n += c->slots) {
+            pad_ctx pc = {&c->s, c->x + n * p->C * c->s.in_vol, xp, c->HP, c->WP};
+            pad_planes(&pc, 0, (size_t)p->C, 0);
+            cs.n0 = n;
+            atomic_init(&cs.next, 0);
+            fz_worker(&cs, 0, 1, 0);
+        }
+    }
+}
+
 /* The GEMM view and tile plan of a conv (shape only). */
 static void fz_setup(const kl_conv_params *p, const sp3 *s, fz_ctx *c) {
     c->p = p;
@@ -532,6 +562,12 @@ static void fz_setup(const kl_conv_params *p, const sp3 *s, fz_ctx *c) {
         int64_t grid = s->out[1] * WP;
         if (p->N == 1 || (double)rup(grid, KL__NR) <= 1.15 * (double)s->out_vol) {
             c->imp = 1;
+            /* an image with too little work for a parallel region of its own
+             * (a batch of 28x28 / 14x14 images with few channels: one region
+             * per image kept the other threads waiting): whole images in
+             * parallel instead, a fixed number of slots of padded planes */
+            double img_macs = (double)(p->M / p->group) * (double)grid * (double)(p->C / p->group * s->k_vol);
+            c->slots = p->N > 1 && img_macs < 8e6 ? KL_MIN(p->N, 4) : 1;
             c->HP = HP;
             c->WP = WP;
             c->cplane = s->s[1] * s->s[2] * HP * WP;
@@ -546,7 +582,7 @@ static size_t fz_ws_floats(const kl_conv_params *p, const fz_ctx *c, size_t *bpk
     size_t at = p->packed_w ? 0 : (kl_conv_packed_floats(p) + 15) / 16 * 16;
     *bpk_at = at;
     if (c->imp == 2) return at;
-    if (c->imp) return at + (size_t)(p->C * c->cplane + 64) + (size_t)c->Kg + 16;
+    if (c->imp) return at + (size_t)KL_MAX(c->slots, 1) * (size_t)(p->C * c->cplane + 64) + (size_t)c->Kg + 16;
     return at + (c->tm > 1 ? (size_t)(c->G * c->npanel * c->Kg * KL__NR) : 0);
 }
 
@@ -573,8 +609,9 @@ static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, co
         /* image by image: its padded planes stay in cache for its tiles */
         int64_t SY = s->s[1], SX = s->s[2], HW = c.HP * c.WP;
         float *xp = (float *)ws + bpk_at;
+        int64_t slot_floats = p->C * c.cplane + 64;
         c.xp = xp;
-        c.koff = (int32_t *)(xp + p->C * c.cplane + 64);
+        c.koff = (int32_t *)(xp + c.slots * slot_floats);
         int64_t k = 0;
         for (int64_t ch = 0; ch < c.Cg; ch++)
             for (int64_t ky = 0; ky < s->k[1]; ky++)
@@ -582,7 +619,13 @@ static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, co
                     int64_t ty = ky * s->d[1], tx = kx * s->d[2];
                     c.koff[k++] = (int32_t)(ch * c.cplane + ((ty % SY) * SX + tx % SX) * HW + ty / SY * c.WP + tx / SX);
                 }
-        memset(xp + p->C * c.cplane, 0, 64 * sizeof(float));
+        for (int64_t sl = 0; sl < c.slots; sl++) memset(xp + sl * slot_floats + p->C * c.cplane, 0, 64 * sizeof(float));
+        if (c.slots > 1) {
+            slot_ctx sc = {&c, slot_floats};
+            kl_pool_parallel_for(pool, (size_t)c.slots, 1, slot_images, &sc);
+            kl_mem_free(own);
+            return KL_OK;
+        }
         for (int64_t n = 0; n < p->N; n++) {
             pad_ctx pc = {s, x + n * p->C * s->in_vol, xp, c.HP, c.WP};
             kl_pool_parallel_for(pool, (size_t)p->C, 4, pad_planes, &pc);

@@ -106,6 +106,7 @@ KL_TEST(tensor_pgemm_conv_packed_residual) {
         {2, 200, 64, 1, 30, 34, 3, 1, 1, 1, KL_ACT_RELU, 1}, /* many column tiles, 2 k blocks */
         {1, 5, 12, 1, 6, 7, 3, 1, 1, 1, KL_ACT_LEAKY_RELU, 1}, /* unfused act on grid segments */
         {3, 5, 12, 1, 5, 5, 3, 1, 1, 1, KL_ACT_LEAKY_RELU, 1}, /* unfused act across images */
+        {6, 8, 16, 1, 14, 14, 3, 1, 1, 1, KL_ACT_RELU, 1},   /* batch 6 of small images: image slots, 2 rounds */
     };
     for (size_t c = 0; c < KL_ARRAY_LEN(cs); c++) {
         kl_conv_params p;
