@@ -8,6 +8,8 @@
 #include "graph/graph_int.h"
 
 #define KL__GRAD_DOMAIN "ai.keel.grad"
+/* A registry entry of a gradient op (never constant-folded). */
+#define KL__GOP(name, mi, ma, mo, xo, attrs, inf, run) {name, KL__GRAD_DOMAIN, 1, 1000, mi, ma, mo, xo, attrs, NULL, inf, run, KL_OP_NOFOLD}
 #define KL__TRAIN_DOMAIN "ai.keel.train"
 
 /* KL_ETYPE naming the node unless t is float32/float64. */

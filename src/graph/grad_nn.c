@@ -628,14 +628,13 @@ static const char *const a_bn[] = {"epsilon", "momentum", "training_mode", NULL}
 static const char *const a_ln[] = {"axis", "epsilon", "stash_type", NULL};
 static const char *const no_attrs[] = {NULL};
 
-#define GOP(name, mi, ma, mo, xo, attrs, inf, run) {name, KL__GRAD_DOMAIN, 1, 1000, mi, ma, mo, xo, attrs, NULL, inf, run, KL_OP_NOFOLD}
 
 const kl_op kl__ops_grad_nn[] = {
-    GOP("ConvGrad", 3, 3, 1, 3, a_conv, conv_grad_infer, conv_grad_run),
-    GOP("MaxPoolGrad", 2, 2, 1, 1, a_pool, pool_grad_infer, pool_grad_run),
-    GOP("AveragePoolGrad", 2, 2, 1, 1, a_pool, pool_grad_infer, pool_grad_run),
-    GOP("GlobalAveragePoolGrad", 2, 2, 1, 1, no_attrs, pool_grad_infer, pool_grad_run),
-    GOP("BatchNormalizationGrad", 3, 5, 1, 3, a_bn, bn_grad_infer, bn_grad_run),
-    GOP("LayerNormalizationGrad", 3, 3, 1, 3, a_ln, ln_grad_infer, ln_grad_run),
+    KL__GOP("ConvGrad", 3, 3, 1, 3, a_conv, conv_grad_infer, conv_grad_run),
+    KL__GOP("MaxPoolGrad", 2, 2, 1, 1, a_pool, pool_grad_infer, pool_grad_run),
+    KL__GOP("AveragePoolGrad", 2, 2, 1, 1, a_pool, pool_grad_infer, pool_grad_run),
+    KL__GOP("GlobalAveragePoolGrad", 2, 2, 1, 1, no_attrs, pool_grad_infer, pool_grad_run),
+    KL__GOP("BatchNormalizationGrad", 3, 5, 1, 3, a_bn, bn_grad_infer, bn_grad_run),
+    KL__GOP("LayerNormalizationGrad", 3, 3, 1, 3, a_ln, ln_grad_infer, ln_grad_run),
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };
