@@ -85,6 +85,8 @@ int kl_graph_find_value(const kl_graph *g, const char *name); /* -1 when absent 
 int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const char *const *inputs,
                       int n_in, const char *const *outputs, int n_out);
 kl_attr *kl_gnode_attr_add(kl_gnode *n, const char *name, kl_attr_type type);
+/* Moves n into domain ("" = ai.onnx) at that domain's opset; KL_ENOMEM leaves n unchanged. */
+int kl_gnode_set_domain(kl_gnode *n, const char *domain, int opset);
 const kl_attr *kl_gnode_attr(const kl_gnode *n, const char *name);
 int64_t kl_gnode_attr_int(const kl_gnode *n, const char *name, int64_t def);
 float kl_gnode_attr_float(const kl_gnode *n, const char *name, float def);

@@ -55,13 +55,7 @@ static int emit(ad *a, const char *domain, const char *op, const int *ins, int n
     int ni = kl_graph_add_node(g, op, "", in_names, n_in, out_names, n_out);
     if (ni < 0) return oom(a);
     kl_gnode *n = node(a, ni);
-    if (*domain) {
-        free(n->domain);
-        if (!(n->domain = strdup(domain))) return oom(a);
-        n->opset = 1;
-    } else {
-        n->opset = 17;
-    }
+    if (kl_gnode_set_domain(n, domain, *domain ? 1 : 17)) return oom(a);
     char nm[300];
     snprintf(nm, sizeof nm, "grad/%s", op);
     free(n->name);

@@ -122,6 +122,15 @@ int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const 
     return g->n_nodes - 1;
 }
 
+int kl_gnode_set_domain(kl_gnode *n, const char *domain, int opset) {
+    char *d = strdup(domain);
+    if (!d) return KL_ENOMEM;
+    free(n->domain);
+    n->domain = d;
+    n->opset = opset;
+    return KL_OK;
+}
+
 kl_attr *kl_gnode_attr_add(kl_gnode *n, const char *name, kl_attr_type type) {
     kl_attr *na = realloc(n->attrs, sizeof(kl_attr) * (n->n_attrs + 1));
     if (!na) return NULL;

@@ -473,9 +473,7 @@ static int pass_gelu(kl_graph *g, int *changed, kl_err *e) {
         const char *ins[1] = {g->values[x].name}, *outs[1] = {g->values[g->nodes[ihalf].outputs[0]].name};
         int ni = kl_graph_add_node(g, "Gelu", nm, ins, 1, outs, 1);
         if (ni < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
-        free(g->nodes[ni].domain);
-        g->nodes[ni].domain = strdup("com.microsoft");
-        g->nodes[ni].opset = 1;
+        if (kl_gnode_set_domain(&g->nodes[ni], "com.microsoft", 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
         g->nodes[ni].index = g->nodes[i].index;
         int dead[5] = {i, ierf, iadd, imul, ihalf};
         for (int k = 0; k < 5; k++) g->nodes[dead[k]].dead = 1;

@@ -109,10 +109,7 @@ static void add_const(gb *b, const char *name, int rank, const int64_t *dims, co
 
 static kl_gnode *train_node(gb *b, kl_gnode *n) { /* moves n into the ai.keel.train domain */
     if (!n) return NULL;
-    free(n->domain);
-    n->domain = strdup(TR_TRAIN_DOMAIN);
-    n->opset = 1;
-    if (!n->domain) b->oom = 1;
+    if (kl_gnode_set_domain(n, TR_TRAIN_DOMAIN, 1)) b->oom = 1;
     return n;
 }
 

@@ -20,7 +20,7 @@ static int node(const char *dom, const char *op, const char *ins, const char *ou
     for (char *s = ib, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; iv[ni++] = s; }
     for (char *s = ob, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; ov[no++] = s; }
     int k = kl_graph_add_node(g, op, op, iv, ni, ov, no);
-    if (dom) { free(g->nodes[k].domain); g->nodes[k].domain = strdup(dom); g->nodes[k].opset = 1; }
+    if (dom) kl_gnode_set_domain(&g->nodes[k], dom, 1);
     return k;
 }
 static void ai(int k, const char *n, int64_t v) { kl_gnode_attr_add(&g->nodes[k], n, KL_ATTR_INT)->i = v; }

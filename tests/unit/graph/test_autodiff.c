@@ -41,7 +41,7 @@ static int g_node(kl_graph *g, const char *domain, const char *op, const char *i
     for (char *s = ib, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; iv[ni++] = s; }
     for (char *s = ob, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; ov[no++] = s; }
     int k = kl_graph_add_node(g, op, op, iv, ni, ov, no);
-    if (domain && *domain) { free(g->nodes[k].domain); g->nodes[k].domain = strdup(domain); g->nodes[k].opset = 1; }
+    if (domain && *domain) kl_gnode_set_domain(&g->nodes[k], domain, 1);
     return k;
 }
 static void a_int(kl_graph *g, int k, const char *name, int64_t v) { kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INT)->i = v; }
