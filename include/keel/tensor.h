@@ -226,6 +226,36 @@ void kl_auto_pad(int64_t in, int64_t k, int64_t stride, int64_t dilation, int up
                  int64_t *pad_begin, int64_t *pad_end);
 
 /* ==================================================================
+ * NCHWc: channel-blocked layout for 2-D convolution networks (AVX-512F)
+ * ==================================================================
+ * A blocked tensor holds logical (N, C, H, W) as (N, ceil(C/16), H, W, 16):
+ * channel c is lane c % 16 of block c / 16. Lanes of channels >= C are zero:
+ * every producer writes zeros there, consumers may rely on it. The graph pass
+ * (kl_graph_optimize) rewrites Conv/pool chains to keel::Nchwc* nodes on
+ * such tensors, with keel::ReorderInput/ReorderOutput at the boundaries. */
+#define KL_NCHWC 16
+/* The CPU has AVX-512F and KEEL_NO_NCHWC is unset (or "0"). */
+int kl_nchwc_ok(void);
+/* Floats of the packed weights of a 2-D conv on the blocked path (only nsp,
+ * C, M, group and k are read); 0 when the blocked path does not take this
+ * conv (it then stays NCHW). */
+size_t kl_nchwc_conv_packed_floats(const kl_conv_params *p);
+/* Packs w (M, C/group, kh, kw) into dst, once at model load. */
+void kl_nchwc_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst);
+/* Workspace bytes of kl_nchwc_conv_f32 (independent of the thread count). */
+size_t kl_nchwc_conv_workspace_bytes(const kl_conv_params *p, int plain_input);
+/* y (N, ceil(M/16), OH, OW, 16) = act(conv(x) + bias + residual), the
+ * weights in p->packed_w (kl_nchwc_conv_pack_weights), p->residual NULL or
+ * blocked like y, bias (M) or NULL. x blocked (N, ceil(C/16), H, W, 16), or
+ * plain NCHW (N, C, H, W) when plain_input (the first conv of a network).
+ * Deterministic at any thread count; padding lanes of y written as 0. */
+int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
+                      void *ws, kl_pool *pool, kl_err *e);
+/* NCHW (N, C, S) <-> blocked (N, ceil(C/16), S, 16), S = H * W. */
+void kl_nchwc_reorder_in(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);
+void kl_nchwc_reorder_out(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);
+
+/* ==================================================================
  * Pooling, layout N C spatial...
  * ================================================================== */
 
