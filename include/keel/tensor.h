@@ -281,6 +281,14 @@ void kl_avgpool_f32(const kl_pooling_params *p, const float *x, float *y, kl_poo
 /* x: (N, C, S) with S = product of spatial dims; y: (N, C). */
 void kl_global_avgpool_f32(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);
 void kl_global_maxpool_f32(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);
+/* Pooling on blocked tensors (nchwc.c): p as for kl_maxpool_f32 with nsp == 2
+ * and C the logical channels; x (N, ceil(C/16), H, W, 16), y (N, ceil(C/16),
+ * OH, OW, 16). All 16 lanes of a block are pooled, so zero padding lanes stay
+ * zero (windows never lie wholly in the padding: kl_pooling_prepare). */
+void kl_nchwc_maxpool_f32(const kl_pooling_params *p, const float *x, float *y, kl_pool *pool);
+void kl_nchwc_avgpool_f32(const kl_pooling_params *p, const float *x, float *y, kl_pool *pool);
+/* x (N, ceil(C/16), S, 16) -> y (N, ceil(C/16), 16): the mean over S. */
+void kl_nchwc_global_avgpool_f32(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);
 
 /* ==================================================================
  * Normalisation
