@@ -134,7 +134,10 @@ int cmd_inspect(int argc, char **argv) {
             const kl_tensor *x1 = n->n_in > 1 && n->inputs[1] >= 0 ? kl_plan_value(plan, n->inputs[1]) : NULL;
             if (!y) continue;
             double out = (double)kl_tensor_numel(y);
-            if (!strcmp(n->op_type, "Conv") && x1) {
+            int blocked = !strcmp(n->op_type, "NchwcConv") && !strcmp(n->domain, "keel");
+            if (blocked && x1 && y->rank == 5 && y->dims[1] > 0) /* (N, M/16, H, W, 16): count the M real channels */
+                out = out / (double)(y->dims[1] * 16) * (double)x1->dims[0];
+            if ((!strcmp(n->op_type, "Conv") || blocked) && x1) {
                 double kprod = 1;
                 for (int k = 1; k < x1->rank; k++) kprod *= (double)x1->dims[k];
                 flops += 2 * out * kprod;

@@ -50,11 +50,16 @@ extern const kl_op kl__ops_misc[];
 extern const kl_op kl__ops_grad[];  /* ai.keel.grad (ops_grad.c) */
 extern const kl_op kl__ops_train[]; /* ai.keel.train (ops_grad.c) */
 extern const kl_op kl__ops_grad_nn[]; /* ai.keel.grad conv/pool/norm gradients (grad_nn.c) */
+extern const kl_op kl__ops_nchwc[];   /* keel:: NCHWc blocked ops (ops_nchwc.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path
  * applies. (ops_nn.c) */
 int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e);
+/* keel::NchwcConv: weights packed for the blocked kernel into n->priv (ops_nchwc.c). */
+int kl__nchwc_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
+/* The NCHWc pass (nchwc.c): run by kl_graph_optimize after the fusions. */
+int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e);
 
 /* ---- helpers (graph.c) ---- */
 void kl__set_shape(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims);

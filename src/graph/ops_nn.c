@@ -360,6 +360,7 @@ int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e) {
     if (n->dead || n->priv || n->n_in < 2 || n->inputs[1] < 0) return KL_OK;
     int fmm = !strcmp(n->domain, "keel") && !strcmp(n->op_type, "FusedMatMul");
     if (fmm || (!*n->domain && (!strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "MatMul")))) return prepack_gemm(g, n, e);
+    if (!strcmp(n->domain, "keel") && !strcmp(n->op_type, "NchwcConv")) return kl__nchwc_prepack(g, n, e);
     if (*n->domain || strcmp(n->op_type, "Conv")) return KL_OK;
     const kl_tensor *W = g->values[n->inputs[1]].init;
     if (!W || W->dtype != KL_F32 || W->rank < 3 || W->rank > 5 || !kl_tensor_is_contiguous(W)) return KL_OK;

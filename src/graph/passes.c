@@ -3,7 +3,8 @@
  * Identity/Dropout elimination, Conv+BatchNormalization folding, LayerNorm
  * and GELU pattern fusion (PyTorch's decompositions), MatMul+Add ->
  * Gemm/FusedMatMul, Conv/Gemm/FusedMatMul + Relu/Clip fusion, the residual
- * Add into Conv/FusedMatMul, and Add + Softmax -> keel::AddSoftmax. Shape
+ * Add into Conv/FusedMatMul, Add + Softmax -> keel::AddSoftmax, and last the
+ * NCHWc rewrite of conv chains to channel-blocked tensors (nchwc.c). Shape
  * subgraphs that depend on input shapes (Shape -> Gather -> Concat ->
  * Reshape) are folded per input-shape signature by the planner (exec.c). */
 #include "graph/graph_int.h"
@@ -502,6 +503,9 @@ int kl_graph_optimize(kl_graph *g, int level, kl_err *e) {
     if ((rc = pass_add_softmax(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_conv_add(g, &changed, e))) return rc;
+    if ((rc = kl_graph_finalize(g, e))) return rc;
+    /* channel-blocked convolutions (after the fusions it carries along) */
+    if ((rc = kl__pass_nchwc(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     /* initializers nothing uses any more (folded weights, ...) */
     for (int v = 0; v < g->n_values; v++)

@@ -1,5 +1,5 @@
 /* Run-time profile of the executor: wall time per node and per op kind
- * (Conv split into depthwise / 1x1 / kxk / strided), process-wide, off by
+ * (Conv and keel::NchwcConv split into depthwise / 1x1 / kxk / strided), process-wide, off by
  * default (keel bench --profile turns it on; KEEL_PROFILE=1 prints the
  * per-kind table to stderr at exit). Costs two clock reads per node and one
  * mutex per node when on. */
@@ -68,14 +68,15 @@ static void dims_str(const kl_tensor *t, char *buf, size_t len) {
 }
 
 static void kind_of(const kl_gnode *n, kl_tensor *const *in, int n_in, char *buf, size_t len) {
-    if (!strcmp(n->op_type, "Conv") && n_in > 1 && in[0] && in[1] && in[1]->rank == 4) {
+    int nchwc = !strcmp(n->op_type, "NchwcConv") && !strcmp(n->domain, "keel");
+    if ((!strcmp(n->op_type, "Conv") || nchwc) && n_in > 1 && in[0] && in[1] && in[1]->rank == 4) {
         const kl_attr *st = kl_gnode_attr(n, "strides");
         int64_t g = kl_gnode_attr_int(n, "group", 1), s = st && st->n ? st->ints[0] : 1;
-        int64_t C = in[0]->rank > 1 ? in[0]->dims[1] : 0;
+        int64_t C = in[1]->dims[1] * g; /* from the weight: a blocked input has C/16 blocks */
         const char *what = g > 1 && g == C && in[1]->dims[0] == C ? "dw " : g > 1 ? "grouped " : "";
         char sb[16] = "";
         if (s > 1) snprintf(sb, sizeof sb, "/%lld", (long long)s);
-        snprintf(buf, len, "Conv %s%lldx%lld%s", what, (long long)in[1]->dims[2], (long long)in[1]->dims[3], sb);
+        snprintf(buf, len, "%s %s%lldx%lld%s", nchwc ? "NchwcConv" : "Conv", what, (long long)in[1]->dims[2], (long long)in[1]->dims[3], sb);
         return;
     }
     snprintf(buf, len, "%s%s%s", *n->domain && strcmp(n->domain, "keel") ? n->domain : "",

@@ -2,9 +2,11 @@
 """Real-model parity: PyTorch 1.13 exports (MLP, ResNet-18, MobileNetV2, a
 2-layer TransformerEncoder with a padding mask and dynamic batch; random
 weights) are run by `keel run` and compared with PyTorch's outputs (max abs
-error <= 1e-4), on the default kernels and again with KEEL_NO_AVX512=1 (the
-OpenBLAS/AVX2 paths a CPU without AVX-512F runs). Exports are cached in
-$BUILD/onnx-models."""
+error <= 1e-4), on the default kernels (the CNNs on channel-blocked NCHWc
+tensors where the CPU has AVX-512F), again with KEEL_NO_AVX512=1 (the
+OpenBLAS/AVX2 paths a CPU without AVX-512F runs) and, for ResNet-18 and
+MobileNetV2, with KEEL_NO_NCHWC=1 (AVX-512 kernels on NCHW). Exports are
+cached in $BUILD/onnx-models."""
 import os
 import subprocess
 import sys
@@ -26,10 +28,14 @@ if r.returncode != 0:
 
 ok = True
 runs = [(name, mode) for mode in ("", "_noavx512") for name in ["mlp", "resnet18", "mobilenet_v2", "transformer"]]
+runs += [(name, "_nonchwc") for name in ["resnet18", "mobilenet_v2"]]
 for name, mode in runs:
     env = dict(os.environ)
-    if mode:
+    env.pop("KEEL_NO_NCHWC", None)
+    if mode == "_noavx512":
         env["KEEL_NO_AVX512"] = "1"
+    elif mode == "_nonchwc":
+        env["KEEL_NO_NCHWC"] = "1"
     d = os.path.join(models, name)
     for b in sorted(x for x in os.listdir(d) if x.startswith("b")):
         bd = os.path.join(d, b)

@@ -1,0 +1,254 @@
+/* Tests of the NCHWc pass (src/graph/nchwc.c) and the keel::Nchwc* ops on a
+ * small built CNN: a 3-channel stem conv (plain_input) -> Relu -> MaxPool ->
+ * conv -> conv + residual -> Relu (also a graph output) -> a plain consumer
+ * (Sigmoid) feeding a conv through ReorderInput -> blocked Add -> 1x1 conv
+ * -> Clip(0, 6) -> AveragePool -> GlobalAveragePool -> Flatten -> Gemm.
+ * The optimised graph must hold the blocked ops, and its outputs must match
+ * the same graph optimised with KEEL_NO_NCHWC=1 within 1e-4 relative to the
+ * output's largest magnitude (the blocked kernels sum the input channels in
+ * another order than im2col + GEMM: float rounding only, ~1e-6 per layer),
+ * at two batch sizes of one graph (symbolic batch), and be bit-identical at
+ * 1 and 2 threads. Without AVX-512F (or KEEL_NO_AVX512=1) the pass must
+ * leave the graph alone. */
+#include "../harness.h"
+
+#include "keel/graph.h"
+#include "keel/tensor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static float frand(void) {
+    rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17;
+    return (float)((double)(rs >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+}
+
+static void add_init(kl_graph *g, const char *name, int rank, const int64_t *dims, float scale, float shift) {
+    kl_tensor *t;
+    kl_tensor_new(KL_F32, rank, dims, KL_TAG_PARAMS, &t, NULL);
+    for (int64_t i = 0; i < kl_tensor_numel(t); i++) ((float *)t->data)[i] = frand() * scale + shift;
+    int v = kl_graph_value(g, name);
+    g->values[v].init = t;
+    g->values[v].dtype = KL_F32;
+    g->values[v].rank = rank;
+    memcpy(g->values[v].dims, dims, sizeof(int64_t) * (size_t)rank);
+}
+
+static int node(kl_graph *g, const char *op, const char *ins, const char *outs) {
+    const char *iv[8], *ov[4];
+    char ib[256], ob[256];
+    int ni = 0, no = 0;
+    snprintf(ib, sizeof ib, "%s", ins);
+    snprintf(ob, sizeof ob, "%s", outs);
+    for (char *s = ib, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; iv[ni++] = s; }
+    for (char *s = ob, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; ov[no++] = s; }
+    return kl_graph_add_node(g, op, op, iv, ni, ov, no);
+}
+static void ints(kl_graph *g, int k, const char *name, int n, const int64_t *v) {
+    kl_attr *a = kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INTS);
+    a->ints = malloc(sizeof(int64_t) * (size_t)n);
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+    a->n = n;
+}
+
+static void conv(kl_graph *g, const char *x, const char *y, int64_t C, int64_t M, int64_t k, int64_t s) {
+    char wn[64], bn[64], ins[256];
+    snprintf(wn, sizeof wn, "%s_w", y);
+    snprintf(bn, sizeof bn, "%s_b", y);
+    int64_t wd[4] = {M, C, k, k};
+    add_init(g, wn, 4, wd, 1.0f / sqrtf((float)(C * k * k)), 0);
+    add_init(g, bn, 1, &M, 0.1f, 0);
+    snprintf(ins, sizeof ins, "%s,%s,%s", x, wn, bn);
+    int n = node(g, "Conv", ins, y);
+    int64_t ks[2] = {k, k}, st[2] = {s, s}, pd[4] = {k / 2, k / 2, k / 2, k / 2};
+    ints(g, n, "kernel_shape", 2, ks);
+    ints(g, n, "strides", 2, st);
+    ints(g, n, "pads", 4, pd);
+}
+
+static kl_graph *build(void) {
+    kl_graph *g;
+    kl_graph_new(&g, NULL);
+    g->opset = 17;
+    rs = 0x9e3779b97f4a7c15ull;
+    int x = kl_graph_value(g, "x");
+    g->values[x].is_input = 1;
+    g->values[x].dtype = KL_F32;
+    g->values[x].rank = 4;
+    int64_t xd[4] = {-1, 3, 19, 21};
+    memcpy(g->values[x].dims, xd, sizeof xd);
+    g->values[x].dim_names[0] = strdup("batch");
+    g->inputs = malloc(sizeof(int));
+    g->inputs[g->n_inputs++] = x;
+    conv(g, "x", "c1", 3, 24, 3, 1);
+    node(g, "Relu", "c1", "r1");
+    int mp = node(g, "MaxPool", "r1", "p1");
+    int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1}, k2[2] = {2, 2};
+    ints(g, mp, "kernel_shape", 2, k3);
+    ints(g, mp, "strides", 2, s2);
+    ints(g, mp, "pads", 4, p1);
+    conv(g, "p1", "c2", 24, 24, 3, 1);
+    node(g, "Relu", "c2", "r2");
+    conv(g, "r2", "c3", 24, 24, 3, 1);
+    node(g, "Add", "c3,p1", "a3");
+    node(g, "Relu", "a3", "r3");        /* also a graph output */
+    node(g, "Sigmoid", "p1", "sg");     /* plain consumer of a blocked value */
+    conv(g, "sg", "c5", 24, 24, 1, 1);  /* plain input, 24 channels: ReorderInput */
+    node(g, "Add", "r3,c5", "a5");
+    conv(g, "a5", "c4", 24, 40, 1, 1);
+    int64_t one = 1;
+    add_init(g, "lo", 0, &one, 0, 0);
+    add_init(g, "hi", 0, &one, 0, 6);
+    node(g, "Clip", "c4,lo,hi", "k4");
+    int ap = node(g, "AveragePool", "k4", "ap");
+    ints(g, ap, "kernel_shape", 2, k2);
+    ints(g, ap, "strides", 2, s2);
+    node(g, "GlobalAveragePool", "ap", "gp");
+    node(g, "Flatten", "gp", "fl");
+    int64_t wd[2] = {10, 40}, bd = 10;
+    add_init(g, "fc_w", 2, wd, 0.3f, 0);
+    add_init(g, "fc_b", 1, &bd, 0.1f, 0);
+    int gm = node(g, "Gemm", "fl,fc_w,fc_b", "y");
+    kl_gnode_attr_add(&g->nodes[gm], "transB", KL_ATTR_INT)->i = 1;
+    const char *outs[2] = {"y", "r3"};
+    g->outputs = malloc(sizeof(int) * 2);
+    for (int i = 0; i < 2; i++) {
+        int v = kl_graph_value(g, outs[i]);
+        g->values[v].is_output = 1;
+        g->outputs[g->n_outputs++] = v;
+    }
+    return g;
+}
+
+static int count_op(const kl_graph *g, const char *op) {
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++) c += !g->nodes[i].dead && !strcmp(g->nodes[i].op_type, op);
+    return c;
+}
+
+/* runs g on x with a pool of `threads`; outs[0..1] new tensors */
+static int run(kl_graph *g, const kl_tensor *x, int threads, kl_tensor **outs, kl_err *e) {
+    kl_pool *pool = NULL;
+    kl_plan *p = NULL;
+    void *arena = NULL;
+    int rc = kl_pool_new(threads, &pool, e);
+    if (!rc) rc = kl_plan_new(g, &x, 1, &p, e);
+    if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
+    if (!rc) rc = kl_plan_run(p, g, &x, 1, outs, 2, arena, pool, e);
+    kl_mem_free(arena);
+    kl_plan_free(p);
+    kl_pool_free(pool);
+    return rc;
+}
+
+static double rel_err(const kl_tensor *a, const kl_tensor *b) {
+    double m = 0, d = 0;
+    int64_t n = kl_tensor_numel(a);
+    for (int64_t i = 0; i < n; i++) {
+        double va = ((const float *)a->data)[i], vb = ((const float *)b->data)[i];
+        if (fabs(vb) > m) m = fabs(vb);
+        if (fabs(va - vb) > d || va != va) d = va != va ? INFINITY : fabs(va - vb);
+    }
+    return m > 0 ? d / m : d;
+}
+
+/* kl_nchwc_ok() with KEEL_NO_NCHWC unset (the CPU and KEEL_NO_AVX512 decide) */
+static int nchwc_possible(void) {
+    const char *old = getenv("KEEL_NO_NCHWC");
+    char *save = old ? strdup(old) : NULL;
+    unsetenv("KEEL_NO_NCHWC");
+    int on = kl_nchwc_ok();
+    if (save) { setenv("KEEL_NO_NCHWC", save, 1); free(save); }
+    return on;
+}
+
+static int optimize_mode(kl_graph *g, int blocked, kl_err *e) {
+    const char *old = getenv("KEEL_NO_NCHWC");
+    char *save = old ? strdup(old) : NULL;
+    if (blocked) unsetenv("KEEL_NO_NCHWC");
+    else setenv("KEEL_NO_NCHWC", "1", 1);
+    int rc = kl_graph_finalize(g, e);
+    if (!rc) rc = kl_graph_optimize(g, 1, e);
+    if (save) { setenv("KEEL_NO_NCHWC", save, 1); free(save); }
+    else unsetenv("KEEL_NO_NCHWC");
+    return rc;
+}
+
+KL_TEST(graph_nchwc_pass_cnn) {
+    kl_err e = {0};
+    kl_graph *gb = build(), *gp = build();
+    KT_OK(optimize_mode(gb, 1, &e), &e);
+    KT_OK(optimize_mode(gp, 0, &e), &e);
+    int on = nchwc_possible();
+    KT_EQ_INT(count_op(gp, "NchwcConv"), 0);
+    if (on) {
+        KT_EQ_INT(count_op(gb, "NchwcConv"), 5);
+        KT_EQ_INT(count_op(gb, "Conv"), 0);
+        KT_EQ_INT(count_op(gb, "NchwcMaxPool"), 1);
+        KT_EQ_INT(count_op(gb, "NchwcAveragePool"), 1);
+        KT_EQ_INT(count_op(gb, "NchwcGlobalAveragePool"), 1);
+        KT_EQ_INT(count_op(gb, "ReorderInput"), 1);   /* in front of c5 only (c1 reads NCHW) */
+        KT_EQ_INT(count_op(gb, "ReorderOutput"), 3);  /* Sigmoid, Flatten, graph output r3 */
+        int plain = 0;
+        for (int i = 0; i < gb->n_nodes; i++)
+            if (!strcmp(gb->nodes[i].op_type, "NchwcConv")) plain += (int)kl_gnode_attr_int(&gb->nodes[i], "plain_input", 0);
+        KT_EQ_INT(plain, 1);
+        int r3 = kl_graph_find_value(gb, "r3");
+        KT_CHECK(r3 >= 0 && gb->values[r3].is_output && gb->values[r3].producer >= 0 &&
+                 !strcmp(gb->nodes[gb->values[r3].producer].op_type, "ReorderOutput"));
+    } else {
+        KT_EQ_INT(count_op(gb, "NchwcConv"), 0);
+    }
+    for (int64_t N = 1; N <= 3; N += 2) {
+        int64_t xd[4] = {N, 3, 19, 21};
+        kl_tensor *x;
+        KT_OK(kl_tensor_new(KL_F32, 4, xd, KL_TAG_OTHER, &x, &e), &e);
+        for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = frand();
+        kl_tensor *ob1[2] = {0}, *ob2[2] = {0}, *op[2] = {0};
+        KT_OK(run(gb, x, 1, ob1, &e), &e);
+        KT_OK(run(gb, x, 2, ob2, &e), &e);
+        KT_OK(run(gp, x, 1, op, &e), &e);
+        for (int k = 0; k < 2; k++) {
+            KT_CHECK(ob1[k] && op[k] && ob1[k]->rank == op[k]->rank && !memcmp(ob1[k]->dims, op[k]->dims, sizeof(int64_t) * (size_t)op[k]->rank));
+            if (!ob1[k] || !op[k] || kl_tensor_numel(ob1[k]) != kl_tensor_numel(op[k])) continue;
+            KT_CHECK(!memcmp(ob1[k]->data, ob2[k]->data, ob1[k]->nbytes));
+            double r = rel_err(ob1[k], op[k]);
+            KT_CHECKF(r <= 1e-4, "batch %lld output %d: relative error %g", (long long)N, k, r);
+        }
+        KT_EQ_INT((int)ob1[0]->dims[0], (int)N);
+        KT_EQ_INT((int)ob1[0]->dims[1], 10);
+        for (int k = 0; k < 2; k++) { kl_tensor_free(ob1[k]); kl_tensor_free(ob2[k]); kl_tensor_free(op[k]); }
+        kl_tensor_free(x);
+    }
+    kl_graph_free(gb);
+    kl_graph_free(gp);
+}
+
+/* A conv whose weight is not an initializer (training passes parameters as
+ * graph inputs) stays NCHW. */
+KL_TEST(graph_nchwc_pass_skips) {
+    kl_err e = {0};
+    kl_graph *g;
+    KT_OK(kl_graph_new(&g, &e), &e);
+    g->opset = 17;
+    const char *in_names[2] = {"x", "w"};
+    g->inputs = malloc(sizeof(int) * 2);
+    for (int i = 0; i < 2; i++) {
+        int v = kl_graph_value(g, in_names[i]);
+        g->values[v].is_input = 1;
+        g->inputs[g->n_inputs++] = v;
+    }
+    node(g, "Conv", "x,w", "y");        /* weight is a graph input (as in training) */
+    node(g, "Relu", "y", "z");
+    g->outputs = malloc(sizeof(int));
+    int v = kl_graph_value(g, "z");
+    g->values[v].is_output = 1;
+    g->outputs[g->n_outputs++] = v;
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_optimize(g, 1, &e), &e);
+    KT_EQ_INT(count_op(g, "NchwcConv"), 0);
+    KT_EQ_INT(count_op(g, "ReorderInput"), 0);
+    kl_graph_free(g);
+}
