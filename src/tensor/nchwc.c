@@ -72,7 +72,10 @@ __attribute__((target("avx512f"))) static void rin_avx512(void *vc, size_t i0, s
             int64_t sv = KL_MIN(16, s1 - s0);
             __mmask16 m = (__mmask16)((1u << sv) - 1);
             __m512 r[16];
-            for (int i = 0; i < 16; i++) r[i] = i < cv ? _mm512_maskz_loadu_ps(m, x + i * c->S + s0) : _mm512_setzero_ps();
+            if (sv == 16 && cv == 16)
+                for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(x + i * c->S + s0);
+            else
+                for (int i = 0; i < 16; i++) r[i] = i < cv ? _mm512_maskz_loadu_ps(m, x + i * c->S + s0) : _mm512_setzero_ps();
             tr16(r);
             for (int64_t j = 0; j < sv; j++) _mm512_storeu_ps(y + (s0 + j) * KL_NCHWC, r[j]);
         }
@@ -93,7 +96,10 @@ __attribute__((target("avx512f"))) static void rout_avx512(void *vc, size_t i0, 
             __m512 r[16];
             for (int j = 0; j < 16; j++) r[j] = j < sv ? _mm512_loadu_ps(x + (s0 + j) * KL_NCHWC) : _mm512_setzero_ps();
             tr16(r);
-            for (int64_t i = 0; i < cv; i++) _mm512_mask_storeu_ps(y + i * c->S + s0, m, r[i]);
+            if (sv == 16)
+                for (int64_t i = 0; i < cv; i++) _mm512_storeu_ps(y + i * c->S + s0, r[i]);
+            else
+                for (int64_t i = 0; i < cv; i++) _mm512_mask_storeu_ps(y + i * c->S + s0, m, r[i]);
         }
     }
 }
