@@ -35,6 +35,9 @@
 #define FBMAX 4     /* output-channel blocks per tile */
 #define NTMAX 8     /* output positions per tile (upper bound over FB) */
 #define GMAX_TAPS 64 /* kernels up to this many taps use gather tiles at the borders */
+#ifndef NCHWC_ITEMS
+#define NCHWC_ITEMS 8 /* work items per call at least (row blocks when batch x channel groups give fewer) */
+#endif
 #define L2_BUDGET (320 * 1024) /* bytes of weights per input-channel chunk */
 
 /* Output positions per tile for FB blocks: FB * NT accumulators + FB weight
@@ -183,7 +186,7 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
  * blocked input, one group per channel block (16 lanes); plain input, one
  * group per channel (1 lane). */
 typedef struct {
-    const float *const *tab;  /* [ntap][NT] input address at the chunk's first group, or NULL */
+    const float *const *tab;  /* [ntap][NT] input address at the chunk's first group */
     const int64_t *tw;        /* [ntap] weight offset of the tap */
     int ntap;
     int64_t ngroups, xg;      /* channel groups in the chunk, input step per group */
@@ -191,8 +194,6 @@ typedef struct {
     float *yp[NTMAX];
     const float *rp[NTMAX];
 } gargs;
-
-static const float zeros16[BLK] __attribute__((aligned(64)));
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 gtile(const targs *a, const gargs *g, const int FB, const int NT) {
@@ -210,10 +211,7 @@ gtile(const targs *a, const gargs *g, const int FB, const int NT) {
         }
         for (int u = 0; u < g->ntap; u++) {
             const float *px[NTMAX];
-            for (int j = 0; j < NT; j++) {
-                const float *p = g->tab[u * NT + j];
-                px[j] = p ? p + xo : zeros16;
-            }
+            for (int j = 0; j < NT; j++) px[j] = g->tab[u * NT + j] + xo;
             const float *wp = wg + g->tw[u];
             for (int64_t ic = 0; ic < nic; ic++) {
                 __m512 wv[FBMAX];
@@ -286,7 +284,6 @@ typedef struct {
     const float *x, *bias;
     float *y;
     int64_t CB, MB, ngroups, nrb, rpi, cchunk;
-    int64_t oxa, oxb;  /* output columns whose kernel taps are all inside the input */
     int var;
 } gctx;
 
@@ -343,63 +340,69 @@ static void general_item(const gctx *g, int64_t item) {
         ga.ngroups = g->plain ? KL_MIN(a.cvalid, a.ncb * BLK) : a.ncb;
         const float *xn = g->plain ? g->x + (n * p->C + cb0 * BLK) * H * W : g->x + (n * g->CB + cb0) * H * W * BLK;
         const float *wn = p->packed_w + (ob0 * g->CB + cb0) * a.ws_cb;
-        int64_t q = oy0 * OW, qend = oy1 * OW, roy = -1, kh0 = 0, kh1 = 0;
-        while (q < qend) {
-            int64_t oy = q / OW, ox = q % OW, nt;
-            if (oy != roy) {
-                tap_range(oy, sh, ph, dh, KH, H, &kh0, &kh1);
-                roy = oy;
+        /* Rectangles of output positions sharing their valid taps: runs of
+         * rows with one kh range times runs of columns with one kw range.
+         * A rectangle runs as contiguous tiles along its rows, or, when its
+         * rows are short (borders, small images), as gather tiles over all
+         * its positions (no tap of a gather tile is padding). */
+        for (int64_t ra = oy0, rb; ra < oy1; ra = rb) {
+            int64_t kh0, kh1, t0, t1;
+            tap_range(ra, sh, ph, dh, KH, H, &kh0, &kh1);
+            for (rb = ra + 1; rb < oy1; rb++) {
+                tap_range(rb, sh, ph, dh, KH, H, &t0, &t1);
+                if (t0 != kh0 || t1 != kh1) break;
             }
-            if (ox >= g->oxa && ox < g->oxb && (g->oxb - ox >= ntm || !gather)) {
-                /* interior run of one row: contiguous tile, rows restricted */
-                nt = KL_MIN(ntm, g->oxb - ox);
-                a.nkh = kh1 - kh0;
-                a.nkw = KW;
-                int64_t iy = a.nkh > 0 ? oy * sh - ph + kh0 * dh : 0;
-                a.x = xn + (iy * W + ox * sw - pw) * xpos;
-                a.w = wn + kh0 * a.ws_kh;
-                a.y = yitem + q * BLK;
-                a.res = ritem ? ritem + q * BLK : NULL;
-                tf[nt - 1](&a);
-            } else if (!gather) {
-                /* border position, large kernel: one position, taps restricted */
+            for (int64_t ca = 0, cbn; ca < OW; ca = cbn) {
                 int64_t kw0, kw1;
-                tap_range(ox, sw, pw, dw, KW, W, &kw0, &kw1);
-                nt = 1;
-                a.nkh = kh1 - kh0;
-                a.nkw = kw1 - kw0;
-                int64_t iy = a.nkh > 0 ? oy * sh - ph + kh0 * dh : 0, ix = a.nkw > 0 ? ox * sw - pw + kw0 * dw : 0;
-                a.x = xn + (iy * W + ix) * xpos;
-                a.w = wn + kh0 * a.ws_kh + kw0 * BLK * BLK;
-                a.y = yitem + q * BLK;
-                a.res = ritem ? ritem + q * BLK : NULL;
-                tf[0](&a);
-            } else {
-                /* borders, row ends, small images: a gather tile of the next nt positions */
-                nt = KL_MIN(ntm, qend - q);
-                for (int64_t j = 0; j < nt; j++) {
-                    ga.yp[j] = yitem + (q + j) * BLK;
-                    ga.rp[j] = ritem ? ritem + (q + j) * BLK : NULL;
+                tap_range(ca, sw, pw, dw, KW, W, &kw0, &kw1);
+                for (cbn = ca + 1; cbn < OW; cbn++) {
+                    tap_range(cbn, sw, pw, dw, KW, W, &t0, &t1);
+                    if (t0 != kw0 || t1 != kw1) break;
                 }
-                int nu = 0;
-                for (int64_t kh = 0; kh < KH; kh++)
-                    for (int64_t kw = 0; kw < KW; kw++) {
-                        int any = 0;
-                        for (int64_t j = 0; j < nt; j++) {
-                            int64_t qy = (q + j) / OW, qx = (q + j) % OW;
-                            int64_t iy = qy * sh - ph + kh * dh, ix = qx * sw - pw + kw * dw;
-                            int ok = iy >= 0 && iy < H && ix >= 0 && ix < W;
-                            tab[nu * nt + j] = ok ? xn + (iy * W + ix) * xpos : NULL;
-                            any |= ok;
+                int64_t L = cbn - ca, R = rb - ra;
+                if (kh1 <= kh0 || kw1 <= kw0 || L >= ntm || R == 1 || !gather) {
+                    /* contiguous tiles along each row, balanced sizes */
+                    a.nkh = KL_MAX(0, kh1 - kh0);
+                    a.nkw = KL_MAX(0, kw1 - kw0);
+                    a.w = wn + (a.nkh > 0 ? kh0 : 0) * a.ws_kh + (a.nkw > 0 ? kw0 : 0) * BLK * BLK;
+                    int64_t nti = (L + ntm - 1) / ntm;
+                    for (int64_t oy = ra; oy < rb; oy++) {
+                        int64_t iy = a.nkh > 0 ? oy * sh - ph + kh0 * dh : 0;
+                        for (int64_t t = 0, ox = ca; t < nti; t++) {
+                            int64_t nt = L / nti + (t < L % nti);
+                            int64_t ix = a.nkw > 0 ? ox * sw - pw + kw0 * dw : 0;
+                            a.x = xn + (iy * W + ix) * xpos;
+                            a.y = yitem + (oy * OW + ox) * BLK;
+                            a.res = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
+                            tf[nt - 1](&a);
+                            ox += nt;
                         }
-                        if (any) tw[nu++] = (kh * KW + kw) * BLK * BLK;
                     }
-                ga.ntap = nu;
+                    continue;
+                }
+                /* gather tiles over the R x L positions, balanced sizes */
+                int64_t P = R * L, nti = (P + ntm - 1) / ntm, ntap = (kh1 - kh0) * (kw1 - kw0);
+                ga.ntap = (int)ntap;
                 a.w = wn;
                 a.res = ritem;
-                gf[nt - 1](&a, &ga);
+                for (int64_t kh = kh0, u = 0; kh < kh1; kh++)
+                    for (int64_t kw = kw0; kw < kw1; kw++) tw[u++] = (kh * KW + kw) * BLK * BLK;
+                for (int64_t t = 0, i = 0; t < nti; t++) {
+                    int64_t nt = P / nti + (t < P % nti);
+                    for (int64_t j = 0; j < nt; j++, i++) {
+                        int64_t oy = ra + i / L, ox = ca + i % L;
+                        ga.yp[j] = yitem + (oy * OW + ox) * BLK;
+                        ga.rp[j] = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
+                        int64_t u = 0;
+                        for (int64_t kh = kh0; kh < kh1; kh++)
+                            for (int64_t kw = kw0; kw < kw1; kw++, u++) {
+                                int64_t iy = oy * sh - ph + kh * dh, ix = ox * sw - pw + kw * dw;
+                                tab[u * nt + j] = xn + (iy * W + ix) * xpos;
+                            }
+                    }
+                    gf[nt - 1](&a, &ga);
+                }
             }
-            q += nt;
         }
     }
 }
@@ -416,30 +419,16 @@ static int general_conv(const kl_conv_params *p, int plain, const float *x, cons
     g.CB = (p->C + BLK - 1) / BLK;
     g.MB = (p->M + BLK - 1) / BLK;
     g.ngroups = (g.MB + FBMAX - 1) / FBMAX;
-    int64_t OH = p->out[0], OW = p->out[1], KH = p->k[0], KW = p->k[1];
+    int64_t OH = p->out[0], KH = p->k[0], KW = p->k[1];
     /* rows per item: at least ~16 items per call when the batch and channel
      * groups alone give fewer */
-    int64_t per = p->N * g.ngroups, want = 16;
+    int64_t per = p->N * g.ngroups, want = NCHWC_ITEMS;
     int64_t nrb = per >= want ? 1 : (want + per - 1) / per;
     nrb = KL_MAX(1, KL_MIN(nrb, OH));
     g.rpi = (OH + nrb - 1) / nrb;
     g.nrb = (OH + g.rpi - 1) / g.rpi;
     g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * KH * KW * BLK * BLK * (int64_t)sizeof(float)));
-    /* interior columns */
-    int64_t sw = p->stride[1], pw = p->pad_begin[1], dw = p->dilation[1], W = p->in[1];
-    g.oxa = OW;
-    g.oxb = OW;
-    for (int64_t ox = 0; ox < OW; ox++) {
-        int64_t a, b;
-        tap_range(ox, sw, pw, dw, KW, W, &a, &b);
-        if (a == 0 && b == KW) {
-            if (g.oxa == OW) g.oxa = ox;
-            g.oxb = ox + 1;
-        } else if (g.oxa < OW) {
-            break;
-        }
-    }
-    if (g.oxa == OW) g.oxb = OW;
+    int64_t sw = p->stride[1];
     if (!plain && sw == 1) g.var = 0;
     else if (!plain && sw == 2) g.var = 1;
     else if (plain && sw == 2) g.var = 2;
