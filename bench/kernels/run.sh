@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Kernel benchmarks: SGEMM vs OpenBLAS's own threading, conv layers of
-# ResNet-18 and MobileNetV2 at 1 and 2 threads. ITERS=n to change medians.
+# ResNet-18 and MobileNetV2 at 1 and 2 threads, NCHWc vs NCHW per ResNet-18
+# layer. ITERS=n to change medians. Usage: run.sh [gemm|conv|nchwc|all] [batch]
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 mkdir -p "$BUILD/bench"
 gcc -O2 -std=c11 -D_GNU_SOURCE -pthread -march=x86-64-v3 -Iinclude bench/kernels/kernel_bench.c "$BUILD/libkeel.a" \
   $(pkg-config --libs openblas libcrypto yaml-0.1 libcjson) -lm -o "$BUILD/bench/kernel_bench"
-"$BUILD/bench/kernel_bench" "${1:-all}" "${ITERS:-9}"
+"$BUILD/bench/kernel_bench" "${1:-all}" "${ITERS:-9}" "${2:-1}"

@@ -34,6 +34,10 @@
 #define BLK KL_NCHWC
 #define FBMAX 4     /* output-channel blocks per tile */
 #define NTMAX 8     /* output positions per tile (upper bound over FB) */
+#define GMAX_TAPS 64 /* kernels up to this many taps use gather tiles at the borders */
+#ifndef NCHWC_ITEMS
+#define NCHWC_ITEMS 8 /* work items per call at least (row blocks when batch x channel groups give fewer) */
+#endif
 #define L2_BUDGET (320 * 1024) /* bytes of weights per input-channel chunk */
 
 /* Output positions per tile for FB blocks: FB * NT accumulators + FB weight
@@ -102,19 +106,59 @@ __attribute__((target("avx512f"))) static void epilogue_slow(const targs *a, flo
     _mm512_storeu_ps(yp, v);
 }
 
-/* FB blocks x NT positions. PS: position step in floats (0: runtime a->xs_p);
- * CS1: channel step is 1 (blocked input). */
+/* Epilogue of a tile: the last chunk adds bias and residual, applies the
+ * activation and zeroes the padding lanes; earlier chunks store the partial
+ * sums. yp / rp: output and residual address of each position. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp,
+           const float *const *rp) {
+    if (!a->last) {
+        for (int f = 0; f < FB; f++)
+            for (int j = 0; j < NT; j++) _mm512_storeu_ps(yp[j] + f * a->ys_ob, acc[f][j]);
+        return;
+    }
+    for (int f = 0; f < FB; f++) {
+        int64_t lanes = KL_MIN(BLK, a->mleft - f * BLK);
+        __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
+        __m512 bv = a->bias ? _mm512_maskz_loadu_ps(keep, a->bias + f * BLK) : _mm512_setzero_ps();
+        for (int j = 0; j < NT; j++) {
+            float *y = yp[j] + f * a->ys_ob;
+            __m512 v = _mm512_add_ps(acc[f][j], bv);
+            if (a->res) v = _mm512_add_ps(v, _mm512_loadu_ps(rp[j] + f * a->ys_ob));
+            switch (a->act.kind) {
+            case KL_ACT_NONE: break;
+            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
+            case KL_ACT_CLIP:
+                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
+                break;
+            default: _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
+            }
+            _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
+        }
+    }
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_load(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp) {
+    for (int f = 0; f < FB; f++)
+        for (int j = 0; j < NT; j++)
+            acc[f][j] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(yp[j] + f * a->ys_ob);
+}
+
+/* Contiguous tile: FB blocks x NT consecutive positions of one row whose
+ * valid taps are the same. PS: position step in floats (0: runtime
+ * a->xs_p); CS1: channel step is 1 (blocked input). */
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1) {
     __m512 acc[FBMAX][NTMAX];
+    float *yp[NTMAX];
+    const float *rp[NTMAX];
     const int64_t ps = PS ? PS : a->xs_p, cs = CS1 ? 1 : a->xs_c;
-    if (a->first) {
-        for (int f = 0; f < FB; f++)
-            for (int j = 0; j < NT; j++) acc[f][j] = _mm512_setzero_ps();
-    } else {
-        for (int f = 0; f < FB; f++)
-            for (int j = 0; j < NT; j++) acc[f][j] = _mm512_loadu_ps(a->y + f * a->ys_ob + j * BLK);
+    for (int j = 0; j < NT; j++) {
+        yp[j] = a->y + j * BLK;
+        rp[j] = a->res ? a->res + j * BLK : NULL;
     }
+    tile_load(a, acc, FB, NT, yp);
     for (int64_t cb = 0; cb < a->ncb; cb++) {
         int64_t nic = KL_MIN(BLK, a->cvalid - cb * BLK);
         const float *xc = a->x + cb * a->xs_cb, *wc = a->w + cb * a->ws_cb;
@@ -133,30 +177,53 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
             }
         }
     }
-    if (!a->last) {
-        for (int f = 0; f < FB; f++)
-            for (int j = 0; j < NT; j++) _mm512_storeu_ps(a->y + f * a->ys_ob + j * BLK, acc[f][j]);
-        return;
-    }
-    for (int f = 0; f < FB; f++) {
-        int64_t lanes = KL_MIN(BLK, a->mleft - f * BLK);
-        __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
-        __m512 bv = a->bias ? _mm512_maskz_loadu_ps(keep, a->bias + f * BLK) : _mm512_setzero_ps();
-        for (int j = 0; j < NT; j++) {
-            float *yp = a->y + f * a->ys_ob + j * BLK;
-            __m512 v = _mm512_add_ps(acc[f][j], bv);
-            if (a->res) v = _mm512_add_ps(v, _mm512_loadu_ps(a->res + f * a->ys_ob + j * BLK));
-            switch (a->act.kind) {
-            case KL_ACT_NONE: break;
-            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
-            case KL_ACT_CLIP:
-                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
-                break;
-            default: _mm512_storeu_ps(yp, v); epilogue_slow(a, yp, keep); continue;
+    tile_store(a, acc, FB, NT, yp, rp);
+}
+
+/* Gather tile: FB blocks x NT arbitrary positions (borders, row ends, small
+ * images), each tap's input address per position from a table (NULL: the tap
+ * falls into the padding, read from a zero vector instead). Channel groups:
+ * blocked input, one group per channel block (16 lanes); plain input, one
+ * group per channel (1 lane). */
+typedef struct {
+    const float *const *tab;  /* [ntap][NT] input address at the chunk's first group */
+    const int64_t *tw;        /* [ntap] weight offset of the tap */
+    int ntap;
+    int64_t ngroups, xg;      /* channel groups in the chunk, input step per group */
+    int plain;
+    float *yp[NTMAX];
+    const float *rp[NTMAX];
+} gargs;
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+gtile(const targs *a, const gargs *g, const int FB, const int NT) {
+    __m512 acc[FBMAX][NTMAX];
+    tile_load(a, acc, FB, NT, g->yp);
+    for (int64_t gi = 0; gi < g->ngroups; gi++) {
+        int64_t nic, xo = gi * g->xg;
+        const float *wg;
+        if (g->plain) {
+            nic = 1;
+            wg = a->w + (gi / BLK) * a->ws_cb + (gi % BLK) * BLK;
+        } else {
+            nic = KL_MIN(BLK, a->cvalid - gi * BLK);
+            wg = a->w + gi * a->ws_cb;
+        }
+        for (int u = 0; u < g->ntap; u++) {
+            const float *px[NTMAX];
+            for (int j = 0; j < NT; j++) px[j] = g->tab[u * NT + j] + xo;
+            const float *wp = wg + g->tw[u];
+            for (int64_t ic = 0; ic < nic; ic++) {
+                __m512 wv[FBMAX];
+                for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
+                for (int j = 0; j < NT; j++) {
+                    __m512 b = _mm512_set1_ps(px[j][ic]);
+                    for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
+                }
             }
-            _mm512_storeu_ps(yp, _mm512_maskz_mov_ps(keep, v));
         }
     }
+    tile_store(a, acc, FB, NT, g->yp, g->rp);
 }
 
 typedef void (*tile_fn)(const targs *a);
@@ -164,7 +231,9 @@ typedef void (*tile_fn)(const targs *a);
 /* Variants: 0 blocked stride 1, 1 blocked stride 2, 2 plain stride 2,
  * 3 any (runtime steps). */
 #define NVAR 4
+typedef void (*gtile_fn)(const targs *a, const gargs *g);
 #define TILE_VARIANT(FB, NT)                                                                               \
+    __attribute__((target("avx512f"))) static void g_##FB##_##NT(const targs *a, const gargs *g) { gtile(a, g, FB, NT); } \
     __attribute__((target("avx512f"))) static void t0_##FB##_##NT(const targs *a) { tile(a, FB, NT, 16, 1); } \
     __attribute__((target("avx512f"))) static void t1_##FB##_##NT(const targs *a) { tile(a, FB, NT, 32, 1); } \
     __attribute__((target("avx512f"))) static void t2_##FB##_##NT(const targs *a) { tile(a, FB, NT, 2, 0); }  \
@@ -186,6 +255,8 @@ TILE_VARIANT(3, 8)
 #define TV(V, FB)                                                                                                  \
     {t##V##_##FB##_1, t##V##_##FB##_2, t##V##_##FB##_3, t##V##_##FB##_4, t##V##_##FB##_5, t##V##_##FB##_6, \
      t##V##_##FB##_7, t##V##_##FB##_8}
+#define g_4_7 NULL
+#define g_4_8 NULL
 #define t0_4_7 NULL
 #define t0_4_8 NULL
 #define t1_4_7 NULL
@@ -200,6 +271,8 @@ static const tile_fn tiles[NVAR][FBMAX][NTMAX] = {
     {TV(2, 1), TV(2, 2), TV(2, 3), TV(2, 4)},
     {TV(3, 1), TV(3, 2), TV(3, 3), TV(3, 4)},
 };
+#define GV(FB) {g_##FB##_1, g_##FB##_2, g_##FB##_3, g_##FB##_4, g_##FB##_5, g_##FB##_6, g_##FB##_7, g_##FB##_8}
+static const gtile_fn gtiles[FBMAX][NTMAX] = {GV(1), GV(2), GV(3), GV(4)};
 
 /* ==================================================================
  * General k x k kernel: work items and rows
@@ -211,7 +284,6 @@ typedef struct {
     const float *x, *bias;
     float *y;
     int64_t CB, MB, ngroups, nrb, rpi, cchunk;
-    int64_t oxa, oxb;  /* output columns whose kernel taps are all inside the input */
     int var;
 } gctx;
 
@@ -246,44 +318,90 @@ static void general_item(const gctx *g, int64_t item) {
     a.mleft = p->M - ob0 * BLK;
     a.act = p->act;
     a.bias = g->bias ? g->bias + ob0 * BLK : NULL;
-    const tile_fn *tf = tiles[g->var][fb - 1], *t1f = tf;
-    int ntm = nt_max[fb];
+    const tile_fn *tf = tiles[g->var][fb - 1];
+    const gtile_fn *gf = gtiles[fb - 1];
+    int ntm = nt_max[fb], gather = KH * KW <= GMAX_TAPS;
+    const float *tab[GMAX_TAPS * NTMAX];
+    int64_t tw[GMAX_TAPS];
+    gargs ga;
+    memset(&ga, 0, sizeof ga);
+    ga.tab = tab;
+    ga.tw = tw;
+    ga.plain = g->plain;
+    ga.xg = g->plain ? H * W : H * W * BLK;
+    int64_t xpos = g->plain ? 1 : BLK; /* floats per input position */
+    float *yitem = g->y + (n * g->MB + ob0) * OH * OW * BLK;
+    const float *ritem = p->residual ? p->residual + (n * g->MB + ob0) * OH * OW * BLK : NULL;
     for (int64_t cb0 = 0; cb0 < g->CB; cb0 += g->cchunk) {
         a.ncb = KL_MIN(g->cchunk, g->CB - cb0);
         a.cvalid = p->C - cb0 * BLK;
         a.first = cb0 == 0;
         a.last = cb0 + a.ncb >= g->CB;
+        ga.ngroups = g->plain ? KL_MIN(a.cvalid, a.ncb * BLK) : a.ncb;
         const float *xn = g->plain ? g->x + (n * p->C + cb0 * BLK) * H * W : g->x + (n * g->CB + cb0) * H * W * BLK;
         const float *wn = p->packed_w + (ob0 * g->CB + cb0) * a.ws_cb;
-        for (int64_t oy = oy0; oy < oy1; oy++) {
-            int64_t kh0, kh1;
-            tap_range(oy, sh, ph, dh, KH, H, &kh0, &kh1);
-            a.nkh = kh1 - kh0;
-            int64_t iy = oy * sh - ph + kh0 * dh; /* first valid input row (any value when nkh == 0) */
-            if (a.nkh <= 0) iy = 0;
-            float *yrow = g->y + ((n * g->MB + ob0) * OH + oy) * OW * BLK;
-            const float *rrow = p->residual ? p->residual + ((n * g->MB + ob0) * OH + oy) * OW * BLK : NULL;
-            const float *xrow = xn + iy * (g->plain ? W : W * BLK);
-            const float *wrow = wn + kh0 * a.ws_kh;
-            int64_t ox = 0;
-            while (ox < OW) {
-                int64_t kw0 = 0, kw1 = KW, nt = 1;
-                const tile_fn *use = t1f;
-                if (ox >= g->oxa && ox < g->oxb) {
-                    nt = KL_MIN(ntm, g->oxb - ox);
-                    use = tf;
-                } else {
-                    tap_range(ox, sw, pw, dw, KW, W, &kw0, &kw1);
+        /* Rectangles of output positions sharing their valid taps: runs of
+         * rows with one kh range times runs of columns with one kw range.
+         * A rectangle runs as contiguous tiles along its rows, or, when its
+         * rows are short (borders, small images), as gather tiles over all
+         * its positions (no tap of a gather tile is padding). */
+        for (int64_t ra = oy0, rb; ra < oy1; ra = rb) {
+            int64_t kh0, kh1, t0, t1;
+            tap_range(ra, sh, ph, dh, KH, H, &kh0, &kh1);
+            for (rb = ra + 1; rb < oy1; rb++) {
+                tap_range(rb, sh, ph, dh, KH, H, &t0, &t1);
+                if (t0 != kh0 || t1 != kh1) break;
+            }
+            for (int64_t ca = 0, cbn; ca < OW; ca = cbn) {
+                int64_t kw0, kw1;
+                tap_range(ca, sw, pw, dw, KW, W, &kw0, &kw1);
+                for (cbn = ca + 1; cbn < OW; cbn++) {
+                    tap_range(cbn, sw, pw, dw, KW, W, &t0, &t1);
+                    if (t0 != kw0 || t1 != kw1) break;
                 }
-                a.nkw = kw1 - kw0;
-                int64_t ix = ox * sw - pw + kw0 * dw;
-                if (a.nkw <= 0) ix = 0;
-                a.x = xrow + ix * (g->plain ? 1 : BLK);
-                a.w = wrow + kw0 * BLK * BLK;
-                a.y = yrow + ox * BLK;
-                a.res = rrow ? rrow + ox * BLK : NULL;
-                use[nt - 1](&a);
-                ox += nt;
+                int64_t L = cbn - ca, R = rb - ra;
+                if (kh1 <= kh0 || kw1 <= kw0 || L >= ntm || R == 1 || !gather) {
+                    /* contiguous tiles along each row, balanced sizes */
+                    a.nkh = KL_MAX(0, kh1 - kh0);
+                    a.nkw = KL_MAX(0, kw1 - kw0);
+                    a.w = wn + (a.nkh > 0 ? kh0 : 0) * a.ws_kh + (a.nkw > 0 ? kw0 : 0) * BLK * BLK;
+                    int64_t nti = (L + ntm - 1) / ntm;
+                    for (int64_t oy = ra; oy < rb; oy++) {
+                        int64_t iy = a.nkh > 0 ? oy * sh - ph + kh0 * dh : 0;
+                        for (int64_t t = 0, ox = ca; t < nti; t++) {
+                            int64_t nt = L / nti + (t < L % nti);
+                            int64_t ix = a.nkw > 0 ? ox * sw - pw + kw0 * dw : 0;
+                            a.x = xn + (iy * W + ix) * xpos;
+                            a.y = yitem + (oy * OW + ox) * BLK;
+                            a.res = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
+                            tf[nt - 1](&a);
+                            ox += nt;
+                        }
+                    }
+                    continue;
+                }
+                /* gather tiles over the R x L positions, balanced sizes */
+                int64_t P = R * L, nti = (P + ntm - 1) / ntm, ntap = (kh1 - kh0) * (kw1 - kw0);
+                ga.ntap = (int)ntap;
+                a.w = wn;
+                a.res = ritem;
+                for (int64_t kh = kh0, u = 0; kh < kh1; kh++)
+                    for (int64_t kw = kw0; kw < kw1; kw++) tw[u++] = (kh * KW + kw) * BLK * BLK;
+                for (int64_t t = 0, i = 0; t < nti; t++) {
+                    int64_t nt = P / nti + (t < P % nti);
+                    for (int64_t j = 0; j < nt; j++, i++) {
+                        int64_t oy = ra + i / L, ox = ca + i % L;
+                        ga.yp[j] = yitem + (oy * OW + ox) * BLK;
+                        ga.rp[j] = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
+                        int64_t u = 0;
+                        for (int64_t kh = kh0; kh < kh1; kh++)
+                            for (int64_t kw = kw0; kw < kw1; kw++, u++) {
+                                int64_t iy = oy * sh - ph + kh * dh, ix = ox * sw - pw + kw * dw;
+                                tab[u * nt + j] = xn + (iy * W + ix) * xpos;
+                            }
+                    }
+                    gf[nt - 1](&a, &ga);
+                }
             }
         }
     }
@@ -301,30 +419,16 @@ static int general_conv(const kl_conv_params *p, int plain, const float *x, cons
     g.CB = (p->C + BLK - 1) / BLK;
     g.MB = (p->M + BLK - 1) / BLK;
     g.ngroups = (g.MB + FBMAX - 1) / FBMAX;
-    int64_t OH = p->out[0], OW = p->out[1], KH = p->k[0], KW = p->k[1];
+    int64_t OH = p->out[0], KH = p->k[0], KW = p->k[1];
     /* rows per item: at least ~16 items per call when the batch and channel
      * groups alone give fewer */
-    int64_t per = p->N * g.ngroups, want = 16;
+    int64_t per = p->N * g.ngroups, want = NCHWC_ITEMS;
     int64_t nrb = per >= want ? 1 : (want + per - 1) / per;
     nrb = KL_MAX(1, KL_MIN(nrb, OH));
     g.rpi = (OH + nrb - 1) / nrb;
     g.nrb = (OH + g.rpi - 1) / g.rpi;
     g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * KH * KW * BLK * BLK * (int64_t)sizeof(float)));
-    /* interior columns */
-    int64_t sw = p->stride[1], pw = p->pad_begin[1], dw = p->dilation[1], W = p->in[1];
-    g.oxa = OW;
-    g.oxb = OW;
-    for (int64_t ox = 0; ox < OW; ox++) {
-        int64_t a, b;
-        tap_range(ox, sw, pw, dw, KW, W, &a, &b);
-        if (a == 0 && b == KW) {
-            if (g.oxa == OW) g.oxa = ox;
-            g.oxb = ox + 1;
-        } else if (g.oxa < OW) {
-            break;
-        }
-    }
-    if (g.oxa == OW) g.oxb = OW;
+    int64_t sw = p->stride[1];
     if (!plain && sw == 1) g.var = 0;
     else if (!plain && sw == 2) g.var = 1;
     else if (plain && sw == 2) g.var = 2;
