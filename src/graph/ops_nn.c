@@ -309,7 +309,11 @@ static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     if ((rc = conv_res_shape(n, &p, n_in > 3 ? in[3] : NULL, &rank, d, &same, e))) return rc;
     kl__set_shape(&out[0], KL_F32, rank, d);
     *ws = kl_conv_workspace_bytes(&p);
-    if (!same) *ws = ((*ws + 63) & ~(size_t)63) + (size_t)(p.N * p.M * p.out[0] * p.out[1] * p.out[2]) * sizeof(float);
+    if (!same) { /* the conv's own output before the broadcast Add (out[i] is 0 beyond nsp) */
+        int64_t vol = p.N * p.M;
+        for (int i = 0; i < p.nsp; i++) vol *= p.out[i];
+        *ws = ((*ws + 63) & ~(size_t)63) + (size_t)vol * sizeof(float);
+    }
     return KL_OK;
 }
 

@@ -136,7 +136,7 @@ static int run(kl_graph *g, const kl_tensor *x, int threads, kl_tensor **outs, k
     int rc = kl_pool_new(threads, &pool, e);
     if (!rc) rc = kl_plan_new(g, &x, 1, &p, e);
     if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
-    if (!rc) rc = kl_plan_run(p, g, &x, 1, outs, 2, arena, pool, e);
+    if (!rc) rc = kl_plan_run(p, g, &x, 1, outs, (size_t)g->n_outputs, arena, pool, e);
     kl_mem_free(arena);
     kl_plan_free(p);
     kl_pool_free(pool);
@@ -251,4 +251,50 @@ KL_TEST(graph_nchwc_pass_skips) {
     KT_EQ_INT(count_op(g, "NchwcConv"), 0);
     KT_EQ_INT(count_op(g, "ReorderInput"), 0);
     kl_graph_free(g);
+}
+
+/* A residual that broadcasts (a global-pooled blocked value added to a conv
+ * of the same channel count): NchwcConv adds it after the conv, as Conv does. */
+KL_TEST(graph_nchwc_pass_broadcast_residual) {
+    kl_err e = {0};
+    kl_graph *gs[2];
+    for (int mode = 0; mode < 2; mode++) {
+        kl_graph *g;
+        KT_OK(kl_graph_new(&g, &e), &e);
+        g->opset = 17;
+        rs = 12345;
+        int x = kl_graph_value(g, "x");
+        g->values[x].is_input = 1;
+        g->inputs = malloc(sizeof(int));
+        g->inputs[g->n_inputs++] = x;
+        conv(g, "x", "ca", 16, 20, 3, 1);
+        node(g, "GlobalAveragePool", "ca", "ga");
+        conv(g, "x", "cb", 16, 20, 3, 1);
+        node(g, "Add", "cb,ga", "s");
+        node(g, "Relu", "s", "y");
+        g->outputs = malloc(sizeof(int));
+        int v = kl_graph_value(g, "y");
+        g->values[v].is_output = 1;
+        g->outputs[g->n_outputs++] = v;
+        KT_OK(optimize_mode(g, mode == 0, &e), &e);
+        gs[mode] = g;
+    }
+    if (nchwc_possible()) KT_EQ_INT(count_op(gs[0], "NchwcConv"), 2);
+    int64_t xd[4] = {2, 16, 9, 7};
+    kl_tensor *x, *o1[2] = {0}, *o2[2] = {0}, *op[2] = {0};
+    KT_OK(kl_tensor_new(KL_F32, 4, xd, KL_TAG_OTHER, &x, &e), &e);
+    for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = frand();
+    KT_OK(run(gs[0], x, 1, o1, &e), &e);
+    KT_OK(run(gs[0], x, 2, o2, &e), &e);
+    KT_OK(run(gs[1], x, 1, op, &e), &e);
+    if (o1[0] && o2[0] && op[0]) {
+        KT_EQ_INT(o1[0]->rank, 4);
+        KT_CHECK(!memcmp(o1[0]->dims, op[0]->dims, sizeof(int64_t) * 4));
+        KT_CHECK(!memcmp(o1[0]->data, o2[0]->data, o1[0]->nbytes));
+        KT_CHECKF(rel_err(o1[0], op[0]) <= 1e-4, "relative error %g", rel_err(o1[0], op[0]));
+    }
+    kl_tensor_free(o1[0]); kl_tensor_free(o2[0]); kl_tensor_free(op[0]);
+    kl_tensor_free(x);
+    kl_graph_free(gs[0]);
+    kl_graph_free(gs[1]);
 }
