@@ -1,0 +1,351 @@
+/* NCHWc (channel-blocked) dense 2-D convolution: weight packing and the
+ * direct AVX-512 kernel of the blocked path (see the NCHWc section of
+ * include/keel/tensor.h).
+ *
+ * Layouts: x blocked (N, CB, H, W, 16) or plain NCHW (plain_input, the first
+ * conv of a network); y and the residual blocked (N, MB, OH, OW, 16); packed
+ * weights [MB][CB][KH][KW][ic 16][oc 16] (zero for channels >= C or >= M).
+ *
+ * Kernel (as MLAS's NCHWc kernels): an output tile is FB blocks of 16 output
+ * channels (one zmm each) times NT consecutive output positions of one row,
+ * FB * NT accumulators; for every input channel of every kernel tap, FB weight
+ * vectors are loaded and each of the NT input scalars is broadcast and FMA'd
+ * into them. No im2col, no padded copies: taps falling into the padding are
+ * skipped (rows per output row; columns by running the border positions one at
+ * a time with their own kw range, the interior in tiles of NT). Input channels
+ * are processed in chunks whose weights stay in L2; between chunks the partial
+ * sums live in y, and bias + residual + activation (+ zeroing the padding
+ * lanes) are applied when the last chunk is stored.
+ *
+ * Work items: (image, group of up to 4 output-channel blocks, range of output
+ * rows), fixed from the shape; every output element is computed by one item
+ * with its input channels in ascending order: the same bits at any thread
+ * count. Only on CPUs with AVX-512F (kl_nchwc_conv_packed_floats is 0
+ * otherwise, or with KEEL_NO_AVX512=1, and the conv stays NCHW).
+ *
+ * Dispatch point: kl_nchwc_conv_f32 picks a kernel per conv shape; the
+ * depthwise and 1x1 kernels of the MobileNet branch plug in there (see
+ * "Dispatcher" below). */
+#include "keel/tensor.h"
+#include "tensor_int.h"
+
+#include <string.h>
+
+#define BLK KL_NCHWC
+#define FBMAX 4     /* output-channel blocks per tile */
+#define NTMAX 8     /* output positions per tile (upper bound over FB) */
+#define L2_BUDGET (320 * 1024) /* bytes of weights per input-channel chunk */
+
+/* Output positions per tile for FB blocks: FB * NT accumulators + FB weight
+ * vectors + a broadcast register stay within the 32 zmm registers. */
+static const int nt_max[FBMAX + 1] = {0, 8, 8, 8, 6};
+
+/* ==================================================================
+ * Support and packing
+ * ================================================================== */
+
+static int is_dense(const kl_conv_params *p) { return p->nsp == 2 && p->group == 1 && p->C > 0 && p->M > 0; }
+
+size_t kl_nchwc_conv_packed_floats(const kl_conv_params *p) {
+    if (!kl__pgemm_ok() || !p || p->nsp != 2 || p->k[0] <= 0 || p->k[1] <= 0) return 0;
+    if (is_dense(p)) {
+        int64_t CB = (p->C + BLK - 1) / BLK, MB = (p->M + BLK - 1) / BLK;
+        return (size_t)(MB * CB * p->k[0] * p->k[1] * BLK * BLK);
+    }
+    /* depthwise (group == C == M): not yet (branch nchwcm) */
+    return 0;
+}
+
+void kl_nchwc_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
+    if (!is_dense(p)) return;
+    int64_t C = p->C, M = p->M, KH = p->k[0], KW = p->k[1];
+    int64_t CB = (C + BLK - 1) / BLK, MB = (M + BLK - 1) / BLK;
+    for (int64_t ob = 0; ob < MB; ob++)
+        for (int64_t cb = 0; cb < CB; cb++)
+            for (int64_t kh = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++) {
+                    float *d = dst + (((ob * CB + cb) * KH + kh) * KW + kw) * BLK * BLK;
+                    for (int ic = 0; ic < BLK; ic++)
+                        for (int oc = 0; oc < BLK; oc++) {
+                            int64_t m = ob * BLK + oc, c = cb * BLK + ic;
+                            d[ic * BLK + oc] = (m < M && c < C) ? w[((m * C + c) * KH + kh) * KW + kw] : 0.0f;
+                        }
+                }
+}
+
+size_t kl_nchwc_conv_workspace_bytes(const kl_conv_params *p, int plain_input) { return 0; }
+
+/* ==================================================================
+ * Tile kernel
+ * ================================================================== */
+
+typedef struct {
+    const float *x;      /* input at (first channel of the chunk, first valid kh, kw) of position 0 */
+    const float *w;      /* weights at (ob0, cb0, kh0, kw0) */
+    float *y;            /* output at (ob0, oy, ox0) */
+    const float *res;    /* residual at the same offset, or NULL */
+    const float *bias;   /* bias at channel ob0 * 16 (M - ob0 * 16 valid), or NULL */
+    int64_t ncb;         /* channel blocks in the chunk */
+    int64_t cvalid;      /* channels left from the chunk's first one (nic = min(16, cvalid - 16 cb)) */
+    int64_t nkh, nkw;    /* valid taps */
+    int64_t xs_cb, xs_c, xs_kh, xs_kw, xs_p; /* input steps: channel block, channel, kh, kw, position */
+    int64_t ws_ob, ws_cb, ws_kh;             /* weight steps */
+    int64_t ys_ob;                           /* output step per channel block */
+    int64_t mleft;       /* output channels from ob0 * 16 to M */
+    int first, last;     /* first chunk (accumulators start at 0), last chunk (epilogue) */
+    kl_act act;
+} targs;
+
+__attribute__((target("avx512f"))) static void epilogue_slow(const targs *a, float *yp, __mmask16 keep) {
+    kl_act_apply_f32(a->act, yp, BLK, NULL);
+    __m512 v = _mm512_maskz_loadu_ps(keep, yp);
+    _mm512_storeu_ps(yp, v);
+}
+
+/* FB blocks x NT positions. PS: position step in floats (0: runtime a->xs_p);
+ * CS1: channel step is 1 (blocked input). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1) {
+    __m512 acc[FBMAX][NTMAX];
+    const int64_t ps = PS ? PS : a->xs_p, cs = CS1 ? 1 : a->xs_c;
+    if (a->first) {
+        for (int f = 0; f < FB; f++)
+            for (int j = 0; j < NT; j++) acc[f][j] = _mm512_setzero_ps();
+    } else {
+        for (int f = 0; f < FB; f++)
+            for (int j = 0; j < NT; j++) acc[f][j] = _mm512_loadu_ps(a->y + f * a->ys_ob + j * BLK);
+    }
+    for (int64_t cb = 0; cb < a->ncb; cb++) {
+        int64_t nic = KL_MIN(BLK, a->cvalid - cb * BLK);
+        const float *xc = a->x + cb * a->xs_cb, *wc = a->w + cb * a->ws_cb;
+        for (int64_t kh = 0; kh < a->nkh; kh++) {
+            const float *xk = xc + kh * a->xs_kh, *wk = wc + kh * a->ws_kh;
+            for (int64_t kw = 0; kw < a->nkw; kw++) {
+                const float *xp = xk + kw * a->xs_kw, *wp = wk + kw * BLK * BLK;
+                for (int64_t ic = 0; ic < nic; ic++) {
+                    __m512 wv[FBMAX];
+                    for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
+                    for (int j = 0; j < NT; j++) {
+                        __m512 b = _mm512_set1_ps(xp[ic * cs + j * ps]);
+                        for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
+                    }
+                }
+            }
+        }
+    }
+    if (!a->last) {
+        for (int f = 0; f < FB; f++)
+            for (int j = 0; j < NT; j++) _mm512_storeu_ps(a->y + f * a->ys_ob + j * BLK, acc[f][j]);
+        return;
+    }
+    for (int f = 0; f < FB; f++) {
+        int64_t lanes = KL_MIN(BLK, a->mleft - f * BLK);
+        __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
+        __m512 bv = a->bias ? _mm512_maskz_loadu_ps(keep, a->bias + f * BLK) : _mm512_setzero_ps();
+        for (int j = 0; j < NT; j++) {
+            float *yp = a->y + f * a->ys_ob + j * BLK;
+            __m512 v = _mm512_add_ps(acc[f][j], bv);
+            if (a->res) v = _mm512_add_ps(v, _mm512_loadu_ps(a->res + f * a->ys_ob + j * BLK));
+            switch (a->act.kind) {
+            case KL_ACT_NONE: break;
+            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
+            case KL_ACT_CLIP:
+                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
+                break;
+            default: _mm512_storeu_ps(yp, v); epilogue_slow(a, yp, keep); continue;
+            }
+            _mm512_storeu_ps(yp, _mm512_maskz_mov_ps(keep, v));
+        }
+    }
+}
+
+typedef void (*tile_fn)(const targs *a);
+
+/* Variants: 0 blocked stride 1, 1 blocked stride 2, 2 plain stride 2,
+ * 3 any (runtime steps). */
+#define NVAR 4
+#define TILE_VARIANT(FB, NT)                                                                               \
+    __attribute__((target("avx512f"))) static void t0_##FB##_##NT(const targs *a) { tile(a, FB, NT, 16, 1); } \
+    __attribute__((target("avx512f"))) static void t1_##FB##_##NT(const targs *a) { tile(a, FB, NT, 32, 1); } \
+    __attribute__((target("avx512f"))) static void t2_##FB##_##NT(const targs *a) { tile(a, FB, NT, 2, 0); }  \
+    __attribute__((target("avx512f"))) static void t3_##FB##_##NT(const targs *a) { tile(a, FB, NT, 0, 0); }
+#define TILE_ROW(FB)                                                                                      \
+    TILE_VARIANT(FB, 1) TILE_VARIANT(FB, 2) TILE_VARIANT(FB, 3) TILE_VARIANT(FB, 4) TILE_VARIANT(FB, 5) \
+    TILE_VARIANT(FB, 6)
+TILE_ROW(1)
+TILE_ROW(2)
+TILE_ROW(3)
+TILE_ROW(4)
+TILE_VARIANT(1, 7)
+TILE_VARIANT(1, 8)
+TILE_VARIANT(2, 7)
+TILE_VARIANT(2, 8)
+TILE_VARIANT(3, 7)
+TILE_VARIANT(3, 8)
+
+#define TV(V, FB)                                                                                                  \
+    {t##V##_##FB##_1, t##V##_##FB##_2, t##V##_##FB##_3, t##V##_##FB##_4, t##V##_##FB##_5, t##V##_##FB##_6, \
+     t##V##_##FB##_7, t##V##_##FB##_8}
+#define t0_4_7 NULL
+#define t0_4_8 NULL
+#define t1_4_7 NULL
+#define t1_4_8 NULL
+#define t2_4_7 NULL
+#define t2_4_8 NULL
+#define t3_4_7 NULL
+#define t3_4_8 NULL
+static const tile_fn tiles[NVAR][FBMAX][NTMAX] = {
+    {TV(0, 1), TV(0, 2), TV(0, 3), TV(0, 4)},
+    {TV(1, 1), TV(1, 2), TV(1, 3), TV(1, 4)},
+    {TV(2, 1), TV(2, 2), TV(2, 3), TV(2, 4)},
+    {TV(3, 1), TV(3, 2), TV(3, 3), TV(3, 4)},
+};
+
+/* ==================================================================
+ * General k x k kernel: work items and rows
+ * ================================================================== */
+
+typedef struct {
+    const kl_conv_params *p;
+    int plain;
+    const float *x, *bias;
+    float *y;
+    int64_t CB, MB, ngroups, nrb, rpi, cchunk;
+    int64_t oxa, oxb;  /* output columns whose kernel taps are all inside the input */
+    int var;
+} gctx;
+
+/* Valid tap range [t0, t1) of output coordinate o: o * s - pad + t * d in [0, n). */
+static void tap_range(int64_t o, int64_t s, int64_t pad, int64_t d, int64_t k, int64_t n, int64_t *t0, int64_t *t1) {
+    int64_t b = o * s - pad, a = 0, e = k;
+    while (a < k && b + a * d < 0) a++;
+    while (e > a && b + (e - 1) * d >= n) e--;
+    *t0 = a;
+    *t1 = e;
+}
+
+static void general_item(const gctx *g, int64_t item) {
+    const kl_conv_params *p = g->p;
+    int64_t rb = item % g->nrb, grp = (item / g->nrb) % g->ngroups, n = item / (g->nrb * g->ngroups);
+    int64_t ob0 = grp * FBMAX, fb = KL_MIN(FBMAX, g->MB - ob0);
+    int64_t oy0 = rb * g->rpi, oy1 = KL_MIN(p->out[0], oy0 + g->rpi);
+    int64_t H = p->in[0], W = p->in[1], KH = p->k[0], KW = p->k[1], OH = p->out[0], OW = p->out[1];
+    int64_t sh = p->stride[0], sw = p->stride[1], dh = p->dilation[0], dw = p->dilation[1];
+    int64_t ph = p->pad_begin[0], pw = p->pad_begin[1];
+    targs a;
+    memset(&a, 0, sizeof a);
+    if (g->plain) {
+        a.xs_cb = BLK * H * W; a.xs_c = H * W; a.xs_kh = dh * W; a.xs_kw = dw; a.xs_p = sw;
+    } else {
+        a.xs_cb = H * W * BLK; a.xs_c = 1; a.xs_kh = dh * W * BLK; a.xs_kw = dw * BLK; a.xs_p = sw * BLK;
+    }
+    a.ws_cb = KH * KW * BLK * BLK;
+    a.ws_ob = g->CB * a.ws_cb;
+    a.ws_kh = KW * BLK * BLK;
+    a.ys_ob = OH * OW * BLK;
+    a.mleft = p->M - ob0 * BLK;
+    a.act = p->act;
+    a.bias = g->bias ? g->bias + ob0 * BLK : NULL;
+    const tile_fn *tf = tiles[g->var][fb - 1], *t1f = tf;
+    int ntm = nt_max[fb];
+    for (int64_t cb0 = 0; cb0 < g->CB; cb0 += g->cchunk) {
+        a.ncb = KL_MIN(g->cchunk, g->CB - cb0);
+        a.cvalid = p->C - cb0 * BLK;
+        a.first = cb0 == 0;
+        a.last = cb0 + a.ncb >= g->CB;
+        const float *xn = g->plain ? g->x + (n * p->C + cb0 * BLK) * H * W : g->x + (n * g->CB + cb0) * H * W * BLK;
+        const float *wn = p->packed_w + (ob0 * g->CB + cb0) * a.ws_cb;
+        for (int64_t oy = oy0; oy < oy1; oy++) {
+            int64_t kh0, kh1;
+            tap_range(oy, sh, ph, dh, KH, H, &kh0, &kh1);
+            a.nkh = kh1 - kh0;
+            int64_t iy = oy * sh - ph + kh0 * dh; /* first valid input row (any value when nkh == 0) */
+            if (a.nkh <= 0) iy = 0;
+            float *yrow = g->y + ((n * g->MB + ob0) * OH + oy) * OW * BLK;
+            const float *rrow = p->residual ? p->residual + ((n * g->MB + ob0) * OH + oy) * OW * BLK : NULL;
+            const float *xrow = xn + iy * (g->plain ? W : W * BLK);
+            const float *wrow = wn + kh0 * a.ws_kh;
+            int64_t ox = 0;
+            while (ox < OW) {
+                int64_t kw0 = 0, kw1 = KW, nt = 1;
+                const tile_fn *use = t1f;
+                if (ox >= g->oxa && ox < g->oxb) {
+                    nt = KL_MIN(ntm, g->oxb - ox);
+                    use = tf;
+                } else {
+                    tap_range(ox, sw, pw, dw, KW, W, &kw0, &kw1);
+                }
+                a.nkw = kw1 - kw0;
+                int64_t ix = ox * sw - pw + kw0 * dw;
+                if (a.nkw <= 0) ix = 0;
+                a.x = xrow + ix * (g->plain ? 1 : BLK);
+                a.w = wrow + kw0 * BLK * BLK;
+                a.y = yrow + ox * BLK;
+                a.res = rrow ? rrow + ox * BLK : NULL;
+                use[nt - 1](&a);
+                ox += nt;
+            }
+        }
+    }
+}
+
+static void general_range(void *ctx, size_t b, size_t e, int chunk) {
+    for (size_t i = b; i < e; i++) general_item((const gctx *)ctx, (int64_t)i);
+}
+
+static int general_conv(const kl_conv_params *p, int plain, const float *x, const float *bias, float *y,
+                        kl_pool *pool) {
+    gctx g;
+    memset(&g, 0, sizeof g);
+    g.p = p; g.plain = plain; g.x = x; g.bias = bias; g.y = y;
+    g.CB = (p->C + BLK - 1) / BLK;
+    g.MB = (p->M + BLK - 1) / BLK;
+    g.ngroups = (g.MB + FBMAX - 1) / FBMAX;
+    int64_t OH = p->out[0], OW = p->out[1], KH = p->k[0], KW = p->k[1];
+    /* rows per item: at least ~16 items per call when the batch and channel
+     * groups alone give fewer */
+    int64_t per = p->N * g.ngroups, want = 16;
+    int64_t nrb = per >= want ? 1 : (want + per - 1) / per;
+    nrb = KL_MAX(1, KL_MIN(nrb, OH));
+    g.rpi = (OH + nrb - 1) / nrb;
+    g.nrb = (OH + g.rpi - 1) / g.rpi;
+    g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * KH * KW * BLK * BLK * (int64_t)sizeof(float)));
+    /* interior columns */
+    int64_t sw = p->stride[1], pw = p->pad_begin[1], dw = p->dilation[1], W = p->in[1];
+    g.oxa = OW;
+    g.oxb = OW;
+    for (int64_t ox = 0; ox < OW; ox++) {
+        int64_t a, b;
+        tap_range(ox, sw, pw, dw, KW, W, &a, &b);
+        if (a == 0 && b == KW) {
+            if (g.oxa == OW) g.oxa = ox;
+            g.oxb = ox + 1;
+        } else if (g.oxa < OW) {
+            break;
+        }
+    }
+    if (g.oxa == OW) g.oxb = OW;
+    if (!plain && sw == 1) g.var = 0;
+    else if (!plain && sw == 2) g.var = 1;
+    else if (plain && sw == 2) g.var = 2;
+    else g.var = 3;
+    kl_pool_parallel_for(pool, (size_t)(p->N * g.ngroups * g.nrb), 1, general_range, &g);
+    return KL_OK;
+}
+
+/* ==================================================================
+ * Dispatcher
+ * ================================================================== */
+
+int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
+                      void *ws, kl_pool *pool, kl_err *e) {
+    if (!p || !x || !y) return kl_err_set(e, KL_EINVAL, "nchwc conv: NULL argument");
+    if (!kl_nchwc_conv_packed_floats(p))
+        return kl_err_set(e, KL_EUNSUPPORTED, "nchwc conv: not supported for this conv (nsp %d, group %lld)", p->nsp,
+                          (long long)p->group);
+    if (!p->packed_w) return kl_err_set(e, KL_EINVAL, "nchwc conv: weights not packed (p->packed_w NULL)");
+    if (p->N <= 0 || p->out[0] <= 0 || p->out[1] <= 0) return KL_OK;
+    /* Dispatch point: depthwise (group == C == M) and the 1x1 fast path of
+     * branch nchwcm go here, before the general kernel. */
+    return general_conv(p, plain_input, x, bias, y, pool);
+}
