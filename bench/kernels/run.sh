@@ -7,4 +7,4 @@ BUILD=${BUILD:-build}
 mkdir -p "$BUILD/bench"
 gcc -O2 -std=c11 -D_GNU_SOURCE -pthread -march=x86-64-v3 -Iinclude bench/kernels/kernel_bench.c "$BUILD/libkeel.a" \
   $(pkg-config --libs openblas libcrypto yaml-0.1 libcjson) -lm -o "$BUILD/bench/kernel_bench"
-"$BUILD/bench/kernel_bench" "${1:-all}" "${ITERS:-9}"
+"$BUILD/bench/kernel_bench" "${1:-all}" "${ITERS:-9}" "${2:-1}"

@@ -48,16 +48,18 @@ static int is_dense(const kl_conv_params *p) { return p->nsp == 2 && p->group ==
 
 size_t kl_nchwc_conv_packed_floats(const kl_conv_params *p) {
     if (!kl__pgemm_ok() || !p || p->nsp != 2 || p->k[0] <= 0 || p->k[1] <= 0) return 0;
+    if (kl__nchwc_pw_ok(p)) return kl__nchwc_pw_packed_floats(p);   /* 1x1: nchwc_pw.c */
     if (is_dense(p)) {
         int64_t CB = (p->C + BLK - 1) / BLK, MB = (p->M + BLK - 1) / BLK;
         return (size_t)(MB * CB * p->k[0] * p->k[1] * BLK * BLK);
     }
-    /* depthwise (group == C == M): not yet (branch nchwcm) */
+    if (kl__nchwc_dw_ok(p)) return kl__nchwc_dw_packed_floats(p);   /* depthwise: nchwc_dw.c */
     return 0;
 }
 
 void kl_nchwc_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
-    if (!is_dense(p)) return;
+    if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_pack(p, w, dst); return; }
+    if (!is_dense(p)) { if (kl__nchwc_dw_ok(p)) kl__nchwc_dw_pack(p, w, dst); return; }
     int64_t C = p->C, M = p->M, KH = p->k[0], KW = p->k[1];
     int64_t CB = (C + BLK - 1) / BLK, MB = (M + BLK - 1) / BLK;
     for (int64_t ob = 0; ob < MB; ob++)
@@ -347,5 +349,7 @@ int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, 
     if (p->N <= 0 || p->out[0] <= 0 || p->out[1] <= 0) return KL_OK;
     /* Dispatch point: depthwise (group == C == M) and the 1x1 fast path of
      * branch nchwcm go here, before the general kernel. */
+    if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
+    if (!is_dense(p)) { kl__nchwc_dw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
     return general_conv(p, plain_input, x, bias, y, pool);
 }

@@ -12,7 +12,8 @@
  * kl__act_apply_range), padding lanes forced to 0.
  *
  * Work items (n, channel block, row range) come from the shape only:
- * bit-identical results at any thread count. */
+ * bit-identical results at any thread count. Plain NCHW input (plain_input)
+ * takes a slow generic path. */
 #include "keel/tensor.h"
 #include "tensor_int.h"
 
@@ -53,6 +54,7 @@ typedef struct {
     int64_t CB, H, W, OH, OW, KH, KW, SY, SX, DY, DX, PY, PX;
     int64_t ox_lo, ox_hi;  /* columns whose taps all lie inside the input */
     int64_t rows;          /* output rows per work item */
+    int plain;             /* x is plain NCHW: dw_plain_row */
     int64_t nrc;           /* row chunks per plane */
 } dw_ctx;
 
@@ -129,6 +131,31 @@ __attribute__((target("avx512f"), always_inline)) static inline void dw_tile(con
     for (int q = 0; q < R; q++) _mm512_storeu_ps(r->y + (ox + q) * KL_NCHWC, dw_out(r, act, acc[q], ox + q));
 }
 
+/* Plain NCHW input (the first conv of a network; rare): one output row, the
+ * 16 channels of each tap gathered by scalar loads. r->x is unused. */
+__attribute__((target("avx512f"))) static void dw_plain_row(const dw_ctx *c, const dw_row *r, int64_t n, int64_t cb,
+                                                             int64_t oy) {
+    const kl_conv_params *p = c->p;
+    int64_t IS = c->H * c->W, nl = KL_MIN(KL_NCHWC, p->C - cb * KL_NCHWC);
+    const float *xp = c->x + (n * p->C + cb * KL_NCHWC) * IS;
+    const float *wp = p->packed_w + cb * c->KH * c->KW * KL_NCHWC;
+    float buf[KL_NCHWC] = {0};
+    for (int64_t ox = 0; ox < c->OW; ox++) {
+        __m512 acc = r->bias;
+        for (int64_t ky = 0; ky < c->KH; ky++) {
+            int64_t iy = oy * c->SY - c->PY + ky * c->DY;
+            if (iy < 0 || iy >= c->H) continue;
+            for (int64_t kx = 0; kx < c->KW; kx++) {
+                int64_t ix = ox * c->SX - c->PX + kx * c->DX;
+                if (ix < 0 || ix >= c->W) continue;
+                for (int64_t l = 0; l < nl; l++) buf[l] = xp[l * IS + iy * c->W + ix];
+                acc = _mm512_fmadd_ps(_mm512_loadu_ps(buf), _mm512_loadu_ps(wp + (ky * c->KW + kx) * KL_NCHWC), acc);
+            }
+        }
+        _mm512_storeu_ps(r->y + ox * KL_NCHWC, dw_out(r, p->act, acc, ox));
+    }
+}
+
 typedef void (*dw_fn)(const dw_ctx *c, const dw_row *r, int64_t ox);
 #define KL_DW_FN(NAME, R, MODE, S)                                                                                     \
     __attribute__((target("avx512f"), noinline)) static void NAME(const dw_ctx *c, const dw_row *r, int64_t ox) {     \
@@ -169,7 +196,7 @@ __attribute__((target("avx512f"))) static void dw_items(void *ctx, size_t begin,
         r.mask = valid >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << valid) - 1);
         r.bias = c->bias ? _mm512_maskz_loadu_ps(r.mask, c->bias + cb * KL_NCHWC) : _mm512_setzero_ps();
         r.xrs = c->DY * c->W * KL_NCHWC;
-        const float *xp = c->x + plane * IS * KL_NCHWC;
+        const float *xp = c->plain ? c->x : c->x + plane * IS * KL_NCHWC;
         const float *wp = p->packed_w + cb * K * KL_NCHWC;
         int64_t oy0 = rc * c->rows, oy1 = KL_MIN(c->OH, oy0 + c->rows);
         for (int64_t oy = oy0; oy < oy1; oy++) {
@@ -180,14 +207,18 @@ __attribute__((target("avx512f"))) static void dw_items(void *ctx, size_t begin,
             if (ky1 > c->KH) ky1 = c->KH;
             if (ky0 > ky1) ky0 = ky1;
             r.nky = ky1 - ky0;
-            r.x = r.nky ? xp + (iy0 + ky0 * c->DY) * c->W * KL_NCHWC : xp;
+            r.x = r.nky && !c->plain ? xp + (iy0 + ky0 * c->DY) * c->W * KL_NCHWC : c->x;
             r.w = wp + ky0 * c->KW * KL_NCHWC;
             r.y = c->y + (plane * OS + oy * c->OW) * KL_NCHWC;
             r.res = p->residual ? p->residual + (plane * OS + oy * c->OW) * KL_NCHWC : NULL;
             int64_t ox = 0;
+            if (c->plain) {
+                dw_plain_row(c, &r, plane / c->CB, cb, oy);
+                ox = c->OW;
+            }
             for (; ox < c->ox_lo; ox++) dw_edge(c, &r, ox);
             for (; ox + 8 <= c->ox_hi; ox += 8) fns[8](c, &r, ox);
-            if (ox < c->ox_hi) {
+            if (ox < c->ox_hi && !c->plain) {
                 fns[c->ox_hi - ox](c, &r, ox);
                 ox = c->ox_hi;
             }
@@ -206,7 +237,8 @@ __attribute__((target("avx512f"))) static void dw_items(void *ctx, size_t begin,
  * Entry
  * ================================================================== */
 
-void kl__nchwc_dw_f32(const kl_conv_params *p, const float *x, const float *bias, float *y, kl_pool *pool) {
+void kl__nchwc_dw_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
+                      kl_pool *pool) {
     dw_ctx c;
     memset(&c, 0, sizeof c);
     c.p = p;
@@ -226,6 +258,7 @@ void kl__nchwc_dw_f32(const kl_conv_params *p, const float *x, const float *bias
     c.DX = KL_MAX(1, p->dilation[1]);
     c.PY = p->pad_begin[0];
     c.PX = p->pad_begin[1];
+    c.plain = plain_input;
     if (p->N == 0 || c.OH <= 0 || c.OW <= 0) return;
     /* interior columns: ox*SX - PX >= 0 and ox*SX - PX + (KW-1)*DX <= W-1 */
     c.ox_lo = KL_MIN(c.OW, (c.PX + c.SX - 1) / c.SX);

@@ -1,5 +1,7 @@
-/* NCHWc pointwise (1x1) convolution, AVX-512F: group 1, stride 1 or 2, no pads,
- * on channel-blocked tensors x (N, CB, H, W, 16) -> y (N, MB, OH, OW, 16).
+/* NCHWc pointwise (1x1) convolution, AVX-512F, group 1, on channel-blocked
+ * tensors x (N, CB, H, W, 16) -> y (N, MB, OH, OW, 16): a register-blocked
+ * kernel for strides 1 and 2 without pads, a generic one for the rest (pads,
+ * larger strides, plain NCHW input).
  *
  * The micro-kernel (as MLAS's NCHWc pointwise kernel) keeps F output-channel
  * blocks x P output positions of accumulators in zmm registers (F*P <= 24)
@@ -23,11 +25,11 @@
  * Shape checks and packing
  * ================================================================== */
 
+/* Only the weight shape decides (packing happens before strides and pads
+ * are known): every 1x1 group-1 conv; pads, strides > 2 and plain input run
+ * the generic path. */
 int kl__nchwc_pw_ok(const kl_conv_params *p) {
-    if (p->nsp != 2 || p->group != 1 || p->k[0] != 1 || p->k[1] != 1) return 0;
-    for (int i = 0; i < 2; i++)
-        if (p->pad_begin[i] || p->pad_end[i] || p->stride[i] < 1 || p->stride[i] > 2) return 0;
-    return p->C >= 1 && p->M >= 1;
+    return p->nsp == 2 && p->group == 1 && p->k[0] == 1 && p->k[1] == 1 && p->C >= 1 && p->M >= 1;
 }
 
 size_t kl__nchwc_pw_packed_floats(const kl_conv_params *p) {
@@ -171,11 +173,13 @@ typedef struct {
     const kl_conv_params *p;
     const float *x, *bias;
     float *y;
-    int64_t CB, MB, H, W, OH, OW, SY, SX;
+    int plain;         /* x is plain NCHW (generic path only) */
+    int64_t CB, MB, H, W, OH, OW, SY, SX, PY, PX;
     int64_t ngrp;      /* output-block groups (sizes differ by at most one) */
     int64_t nchunk;    /* position chunks per image */
     int64_t chunk;     /* positions (stride 1: flat) or rows (else) per chunk */
     int flat;          /* stride 1: positions are one flat run */
+    int generic;       /* pads, strides > 2 or plain input: pw_generic_row */
 } pw_ctx;
 
 /* A run of npos output positions starting at output position o (same row
@@ -212,6 +216,59 @@ static void pw_run(const pw_ctx *c, int64_t n, int64_t b0, int64_t nb, int64_t o
     }
 }
 
+/* Generic path (pads, strides > 2, plain NCHW input): one output position
+ * at a time, the F blocks of the group; positions in the padding get the
+ * bias only. Same summation order as the tiles (bias, channels ascending). */
+__attribute__((target("avx512f"))) static void pw_generic_row(const pw_ctx *c, int64_t n, int64_t b0, int64_t nb,
+                                                               int64_t oy) {
+    const kl_conv_params *p = c->p;
+    int64_t IS = c->H * c->W, OS = c->OH * c->OW, C = p->C;
+    const float *wg = p->packed_w + b0 * C * KL_NCHWC;
+    __mmask16 mk[4];
+    __m512 bv[4];
+    for (int64_t f = 0; f < nb; f++) {
+        int64_t left = p->M - (b0 + f) * KL_NCHWC;
+        mk[f] = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+        bv[f] = c->bias ? _mm512_maskz_loadu_ps(mk[f], c->bias + (b0 + f) * KL_NCHWC) : _mm512_setzero_ps();
+    }
+    int64_t iy = oy * c->SY - c->PY;
+    kl_act act = p->act;
+    const __m512 lo = _mm512_set1_ps(act.kind == KL_ACT_CLIP ? act.a : 0.0f), hi = _mm512_set1_ps(act.b);
+    for (int64_t ox = 0; ox < c->OW; ox++) {
+        int64_t ix = ox * c->SX - c->PX;
+        __m512 acc[4];
+        for (int64_t f = 0; f < nb; f++) acc[f] = bv[f];
+        if (iy >= 0 && iy < c->H && ix >= 0 && ix < c->W) {
+            int64_t pos = iy * c->W + ix;
+            for (int64_t ch = 0; ch < C; ch++) {
+                float xv = c->plain ? c->x[(n * C + ch) * IS + pos]
+                                    : c->x[((n * c->CB + ch / KL_NCHWC) * IS + pos) * KL_NCHWC + ch % KL_NCHWC];
+                __m512 xb = _mm512_set1_ps(xv);
+                for (int64_t f = 0; f < nb; f++)
+                    acc[f] = _mm512_fmadd_ps(xb, _mm512_loadu_ps(wg + (ch * nb + f) * KL_NCHWC), acc[f]);
+            }
+        }
+        for (int64_t f = 0; f < nb; f++) {
+            int64_t yo = ((n * c->MB + b0 + f) * OS + oy * c->OW + ox) * KL_NCHWC;
+            __m512 v = acc[f];
+            if (p->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(p->residual + yo));
+            if (act.kind == KL_ACT_RELU) v = _mm512_max_ps(v, lo);
+            else if (act.kind == KL_ACT_CLIP) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            _mm512_storeu_ps(c->y + yo, _mm512_maskz_mov_ps(mk[f], v));
+        }
+    }
+    if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP) {
+        for (int64_t b = b0; b < b0 + nb; b++) {
+            float *y = c->y + ((n * c->MB + b) * OS + oy * c->OW) * KL_NCHWC;
+            kl__act_apply_range(act, y, c->OW * KL_NCHWC);
+            int64_t valid = p->M - b * KL_NCHWC;
+            if (valid < KL_NCHWC)
+                for (int64_t q = 0; q < c->OW; q++)
+                    memset(y + q * KL_NCHWC + valid, 0, (size_t)(KL_NCHWC - valid) * sizeof(float));
+        }
+    }
+}
+
 static void pw_items(void *ctx, size_t begin, size_t end, int chunk) {
     const pw_ctx *c = ctx;
     for (size_t it = begin; it < end; it++) {
@@ -219,7 +276,10 @@ static void pw_items(void *ctx, size_t begin, size_t end, int chunk) {
         int64_t pc = rest % c->nchunk, n = rest / c->nchunk;
         int64_t b0, nb;
         grp_range(c->MB, g, &b0, &nb);
-        if (c->flat) {
+        if (c->generic) {
+            int64_t r0 = pc * c->chunk, r1 = KL_MIN(c->OH, r0 + c->chunk);
+            for (int64_t oy = r0; oy < r1; oy++) pw_generic_row(c, n, b0, nb, oy);
+        } else if (c->flat) {
             int64_t o0 = pc * c->chunk, o1 = KL_MIN(c->OH * c->OW, o0 + c->chunk);
             pw_run(c, n, b0, nb, o0, o0, o1 - o0);
         } else {
@@ -234,8 +294,8 @@ static void pw_items(void *ctx, size_t begin, size_t end, int chunk) {
  * Entry
  * ================================================================== */
 
-__attribute__((target("avx512f"))) void kl__nchwc_pw_f32(const kl_conv_params *p, const float *x, const float *bias,
-                                                         float *y, kl_pool *pool) {
+void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
+                      kl_pool *pool) {
     pw_ctx c;
     memset(&c, 0, sizeof c);
     c.p = p;
@@ -248,15 +308,19 @@ __attribute__((target("avx512f"))) void kl__nchwc_pw_f32(const kl_conv_params *p
     c.W = p->in[1];
     c.OH = p->out[0];
     c.OW = p->out[1];
-    c.SY = p->stride[0];
-    c.SX = p->stride[1];
+    c.SY = KL_MAX(1, p->stride[0]);
+    c.SX = KL_MAX(1, p->stride[1]);
+    c.PY = p->pad_begin[0];
+    c.PX = p->pad_begin[1];
+    c.plain = plain_input;
+    c.generic = plain_input || c.PY || c.PX || p->pad_end[0] || p->pad_end[1] || c.SY > 2 || c.SX > 2;
     if (p->N == 0 || c.OH == 0 || c.OW == 0) return;
     c.ngrp = n_groups(c.MB);
     int64_t F = (c.MB + c.ngrp - 1) / c.ngrp, P = PMAX[F];
     /* about 64k FMAs (16 lanes each) per item: positions per chunk */
     int64_t per_pos = KL_MAX(1, p->C * F), want = KL_MAX(1, 65536 / per_pos);
     int64_t OS = c.OH * c.OW;
-    c.flat = c.SX == 1 && c.SY == 1;
+    c.flat = c.SX == 1 && c.SY == 1 && !c.generic;
     if (c.flat) {
         c.chunk = KL_MIN(OS, (want + P - 1) / P * P);
         c.nchunk = (OS + c.chunk - 1) / c.chunk;
