@@ -269,5 +269,7 @@ void kl__nchwc_dw_f32(const kl_conv_params *p, int plain_input, const float *x, 
     int64_t per_row = KL_MAX(1, c.OW * c.KH * c.KW);
     c.rows = KL_MAX(1, KL_MIN(c.OH, 16384 / per_row));
     c.nrc = (c.OH + c.rows - 1) / c.rows;
+    c.rows = (c.OH + c.nrc - 1) / c.nrc;   /* chunks of equal size */
+    c.nrc = (c.OH + c.rows - 1) / c.rows;
     kl_pool_parallel_for(pool, (size_t)(p->N * c.CB * c.nrc), 1, dw_items, &c);
 }

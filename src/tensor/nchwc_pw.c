@@ -180,6 +180,10 @@ typedef struct {
     int64_t chunk;     /* positions (stride 1: flat) or rows (else) per chunk */
     int flat;          /* stride 1: positions are one flat run */
     int generic;       /* pads, strides > 2 or plain input: pw_generic_row */
+    int wfirst;        /* items ordered (n, group, chunk): the weights of a
+                          group stay in cache across its position chunks
+                          (when they outweigh the input); else (n, chunk,
+                          group): the input chunk stays across the groups */
 } pw_ctx;
 
 /* A run of npos output positions starting at output position o (same row
@@ -192,9 +196,10 @@ static void pw_run(const pw_ctx *c, int64_t n, int64_t b0, int64_t nb, int64_t o
     t.C = p->C;
     t.yos = OS * KL_NCHWC;
     t.act = p->act;
-    int P = PMAX[nb];
-    for (int64_t q0 = 0; q0 < npos; q0 += P) {
-        int np = (int)KL_MIN(P, npos - q0);
+    /* tiles of nearly equal width (no narrow tail tile) */
+    int64_t nt = (npos + PMAX[nb] - 1) / PMAX[nb], base = npos / KL_MAX(1, nt), extra = npos % KL_MAX(1, nt);
+    for (int64_t ti = 0, q0 = 0; ti < nt; ti++) {
+        int np = (int)(base + (ti < extra));
         t.x = c->x + (n * c->CB * IS + i + q0 * c->SX) * KL_NCHWC;
         t.w = p->packed_w + b0 * p->C * KL_NCHWC;
         int64_t yo = ((n * c->MB + b0) * OS + o + q0) * KL_NCHWC;
@@ -203,6 +208,7 @@ static void pw_run(const pw_ctx *c, int64_t n, int64_t b0, int64_t nb, int64_t o
         t.bias = c->bias ? c->bias + b0 * KL_NCHWC : NULL;
         t.mleft = p->M - b0 * KL_NCHWC;
         PW_FNS[c->SX == 2][nb][np](&t);
+        q0 += np;
     }
     kl_act act = p->act;
     if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP) {
@@ -272,8 +278,9 @@ __attribute__((target("avx512f"))) static void pw_generic_row(const pw_ctx *c, i
 static void pw_items(void *ctx, size_t begin, size_t end, int chunk) {
     const pw_ctx *c = ctx;
     for (size_t it = begin; it < end; it++) {
-        int64_t g = (int64_t)it % c->ngrp, rest = (int64_t)it / c->ngrp;
-        int64_t pc = rest % c->nchunk, n = rest / c->nchunk;
+        int64_t g, pc, n = (int64_t)it / (c->ngrp * c->nchunk), r = (int64_t)it % (c->ngrp * c->nchunk);
+        if (c->wfirst) { g = r / c->nchunk; pc = r % c->nchunk; }
+        else { pc = r / c->ngrp; g = r % c->ngrp; }
         int64_t b0, nb;
         grp_range(c->MB, g, &b0, &nb);
         if (c->generic) {
@@ -317,17 +324,20 @@ void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, 
     if (p->N == 0 || c.OH == 0 || c.OW == 0) return;
     c.ngrp = n_groups(c.MB);
     int64_t F = (c.MB + c.ngrp - 1) / c.ngrp, P = PMAX[F];
-    /* about 64k FMAs (16 lanes each) per item: positions per chunk */
+    /* about 64k FMAs (16 lanes each) per item: positions per chunk, then
+     * chunks of equal size; an even number of items when there are few (two
+     * threads get equal shares) */
     int64_t per_pos = KL_MAX(1, p->C * F), want = KL_MAX(1, 65536 / per_pos);
     int64_t OS = c.OH * c.OW;
     c.flat = c.SX == 1 && c.SY == 1 && !c.generic;
-    if (c.flat) {
-        c.chunk = KL_MIN(OS, (want + P - 1) / P * P);
-        c.nchunk = (OS + c.chunk - 1) / c.chunk;
-    } else {
-        c.chunk = KL_MAX(1, KL_MIN(c.OH, want / c.OW));
-        c.nchunk = (c.OH + c.chunk - 1) / c.chunk;
-    }
+    int64_t span = c.flat ? OS : c.OH, unit = c.flat ? 1 : c.OW;
+    c.nchunk = KL_MAX(1, (span * unit + want - 1) / want);
+    if ((p->N * c.ngrp * c.nchunk) % 2 && p->N * c.ngrp * c.nchunk < 16 && span / (c.nchunk + 1) * unit >= P)
+        c.nchunk++;
+    c.nchunk = KL_MIN(c.nchunk, span);
+    c.chunk = (span + c.nchunk - 1) / c.nchunk;
+    c.nchunk = (span + c.chunk - 1) / c.chunk;
+    c.wfirst = c.MB * KL_NCHWC > c.H * c.W;   /* weight bytes > input bytes per image */
     size_t items = (size_t)(p->N * c.nchunk * c.ngrp);
     kl_pool_parallel_for(pool, items, 1, pw_items, &c);
 }
