@@ -34,6 +34,12 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+static double minv(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++) m = v[i] < m ? v[i] : m;
+    return m;
+}
+
 static float *rnd(size_t n) {
     float *p = kl_mem_alloc(n * sizeof(float), KL_TAG_OTHER);
     uint64_t s = 42;
@@ -212,9 +218,10 @@ static void bench_layers(const char *model, const layer *L, size_t n, int iters)
  * alternate within one loop so they see the same machine state. The first
  * layer (C = 3) takes plain NCHW input on the blocked path, as in a network. */
 static void bench_nchwc(const char *model, const layer *L, size_t n, int iters, int batch) {
-    printf("\n## %s dense conv layers: NCHWc vs NCHW (batch %d, median of %d, bias + ReLU fused)\n", model, batch,
-           iters);
-    printf("| layer | reps | GFLOP | NCHW 1t CPU ms | NCHWc 1t CPU ms | NCHWc 1t GFLOP/s | NCHW 2t ms | NCHWc 2t ms | "
+    printf("\n## %s dense conv layers: NCHWc vs NCHW (batch %d, %d runs: 1 thread median CPU time, 2 threads best "
+           "wall time; bias + ReLU fused)\n",
+           model, batch, iters);
+    printf("| layer | reps | GFLOP | NCHW 1t CPU ms | NCHWc 1t CPU ms | NCHWc 1t GFLOP/s | NCHW 2t min ms | NCHWc 2t min ms | "
            "NCHWc/NCHW 1t | NCHWc/NCHW 2t |\n|---|---|---|---|---|---|---|---|---|---|\n");
     double tot[4] = {0, 0, 0, 0};
     for (size_t i = 0; i < n; i++) {
@@ -266,8 +273,10 @@ static void bench_nchwc(const char *model, const layer *L, size_t n, int iters, 
                 t0s[it] = th == 1 ? c1 - c0 : a1 - a0;
                 t1s[it] = th == 1 ? c2 - c1 : a2 - a1;
             }
-            r[(th - 1) * 2] = median(t0s, iters) * 1e3;
-            r[(th - 1) * 2 + 1] = median(t1s, iters) * 1e3;
+            /* 1 thread: median CPU time; 2 threads: best wall time (the
+             * moments the shared machine gave both cores) */
+            r[(th - 1) * 2] = (th == 1 ? median(t0s, iters) : minv(t0s, iters)) * 1e3;
+            r[(th - 1) * 2 + 1] = (th == 1 ? median(t1s, iters) : minv(t1s, iters)) * 1e3;
             kl_pool_free(pool);
         }
         printf("| %s | %d | %.3f | %.3f | %.3f | %.1f | %.3f | %.3f | %.2f | %.2f |\n", L[i].name, L[i].reps, gf, r[0],
