@@ -17,9 +17,10 @@
  * sums live in y, and bias + residual + activation (+ zeroing the padding
  * lanes) are applied when the last chunk is stored.
  *
- * Work items: (image, group of up to 4 output-channel blocks, range of output
- * rows), fixed from the shape; every output element is computed by one item
- * with its input channels in ascending order: the same bits at any thread
+ * Work items: output rows (image, group of up to 4 output-channel blocks,
+ * row), fixed from the shape; every output element is computed by one item
+ * with the same sequence of FMAs whatever the tiling around it (input
+ * channels, taps, lanes in ascending order): the same bits at any thread
  * count. Only on CPUs with AVX-512F (kl_nchwc_conv_packed_floats is 0
  * otherwise, or with KEEL_NO_AVX512=1, and the conv stays NCHW).
  *
@@ -34,6 +35,7 @@
 #define BLK KL_NCHWC
 #define FBMAX 4     /* output-channel blocks per tile */
 #define NTMAX 8     /* output positions per tile (upper bound over FB) */
+#define GMAX_TAPS 64 /* kernels up to this many taps use gather tiles at the borders */
 #define L2_BUDGET (320 * 1024) /* bytes of weights per input-channel chunk */
 
 /* Output positions per tile for FB blocks: FB * NT accumulators + FB weight
@@ -104,19 +106,59 @@ __attribute__((target("avx512f"))) static void epilogue_slow(const targs *a, flo
     _mm512_storeu_ps(yp, v);
 }
 
-/* FB blocks x NT positions. PS: position step in floats (0: runtime a->xs_p);
- * CS1: channel step is 1 (blocked input). */
+/* Epilogue of a tile: the last chunk adds bias and residual, applies the
+ * activation and zeroes the padding lanes; earlier chunks store the partial
+ * sums. yp / rp: output and residual address of each position. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp,
+           const float *const *rp) {
+    if (!a->last) {
+        for (int f = 0; f < FB; f++)
+            for (int j = 0; j < NT; j++) _mm512_storeu_ps(yp[j] + f * a->ys_ob, acc[f][j]);
+        return;
+    }
+    for (int f = 0; f < FB; f++) {
+        int64_t lanes = KL_MIN(BLK, a->mleft - f * BLK);
+        __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
+        __m512 bv = a->bias ? _mm512_maskz_loadu_ps(keep, a->bias + f * BLK) : _mm512_setzero_ps();
+        for (int j = 0; j < NT; j++) {
+            float *y = yp[j] + f * a->ys_ob;
+            __m512 v = _mm512_add_ps(acc[f][j], bv);
+            if (a->res) v = _mm512_add_ps(v, _mm512_loadu_ps(rp[j] + f * a->ys_ob));
+            switch (a->act.kind) {
+            case KL_ACT_NONE: break;
+            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
+            case KL_ACT_CLIP:
+                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
+                break;
+            default: _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
+            }
+            _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
+        }
+    }
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_load(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp) {
+    for (int f = 0; f < FB; f++)
+        for (int j = 0; j < NT; j++)
+            acc[f][j] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(yp[j] + f * a->ys_ob);
+}
+
+/* Contiguous tile: FB blocks x NT consecutive positions of one row whose
+ * valid taps are the same. PS: position step in floats (0: runtime
+ * a->xs_p); CS1: channel step is 1 (blocked input). */
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1) {
     __m512 acc[FBMAX][NTMAX];
+    float *yp[NTMAX];
+    const float *rp[NTMAX];
     const int64_t ps = PS ? PS : a->xs_p, cs = CS1 ? 1 : a->xs_c;
-    if (a->first) {
-        for (int f = 0; f < FB; f++)
-            for (int j = 0; j < NT; j++) acc[f][j] = _mm512_setzero_ps();
-    } else {
-        for (int f = 0; f < FB; f++)
-            for (int j = 0; j < NT; j++) acc[f][j] = _mm512_loadu_ps(a->y + f * a->ys_ob + j * BLK);
+    for (int j = 0; j < NT; j++) {
+        yp[j] = a->y + j * BLK;
+        rp[j] = a->res ? a->res + j * BLK : NULL;
     }
+    tile_load(a, acc, FB, NT, yp);
     for (int64_t cb = 0; cb < a->ncb; cb++) {
         int64_t nic = KL_MIN(BLK, a->cvalid - cb * BLK);
         const float *xc = a->x + cb * a->xs_cb, *wc = a->w + cb * a->ws_cb;
@@ -135,30 +177,45 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
             }
         }
     }
-    if (!a->last) {
-        for (int f = 0; f < FB; f++)
-            for (int j = 0; j < NT; j++) _mm512_storeu_ps(a->y + f * a->ys_ob + j * BLK, acc[f][j]);
-        return;
-    }
-    for (int f = 0; f < FB; f++) {
-        int64_t lanes = KL_MIN(BLK, a->mleft - f * BLK);
-        __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
-        __m512 bv = a->bias ? _mm512_maskz_loadu_ps(keep, a->bias + f * BLK) : _mm512_setzero_ps();
-        for (int j = 0; j < NT; j++) {
-            float *yp = a->y + f * a->ys_ob + j * BLK;
-            __m512 v = _mm512_add_ps(acc[f][j], bv);
-            if (a->res) v = _mm512_add_ps(v, _mm512_loadu_ps(a->res + f * a->ys_ob + j * BLK));
-            switch (a->act.kind) {
-            case KL_ACT_NONE: break;
-            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
-            case KL_ACT_CLIP:
-                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
-                break;
-            default: _mm512_storeu_ps(yp, v); epilogue_slow(a, yp, keep); continue;
+    tile_store(a, acc, FB, NT, yp, rp);
+}
+
+/* Gather tile: FB blocks x NT arbitrary positions (borders, short rows,
+ * small images) sharing their valid taps, each tap's input address per
+ * position from a table. Same FMA order as the contiguous tile (channel
+ * block, tap, channel). CS1: channel step 1 (blocked input), else a->xs_c
+ * (plain input). */
+typedef struct {
+    const float *const *tab;  /* [ntap][NT] input address at the chunk's first channel */
+    const int64_t *tw;        /* [ntap] weight offset of the tap */
+    int ntap;
+    float *yp[NTMAX];
+    const float *rp[NTMAX];
+} gargs;
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+gtile(const targs *a, const gargs *g, const int FB, const int NT, const int CS1) {
+    __m512 acc[FBMAX][NTMAX];
+    const int64_t cs = CS1 ? 1 : a->xs_c;
+    tile_load(a, acc, FB, NT, g->yp);
+    for (int64_t cb = 0; cb < a->ncb; cb++) {
+        int64_t nic = KL_MIN(BLK, a->cvalid - cb * BLK), xo = cb * a->xs_cb;
+        const float *wc = a->w + cb * a->ws_cb;
+        for (int u = 0; u < g->ntap; u++) {
+            const float *px[NTMAX];
+            for (int j = 0; j < NT; j++) px[j] = g->tab[u * NT + j] + xo;
+            const float *wp = wc + g->tw[u];
+            for (int64_t ic = 0; ic < nic; ic++) {
+                __m512 wv[FBMAX];
+                for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
+                for (int j = 0; j < NT; j++) {
+                    __m512 b = _mm512_set1_ps(px[j][ic * cs]);
+                    for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
+                }
             }
-            _mm512_storeu_ps(yp, _mm512_maskz_mov_ps(keep, v));
         }
     }
+    tile_store(a, acc, FB, NT, g->yp, g->rp);
 }
 
 typedef void (*tile_fn)(const targs *a);
@@ -166,7 +223,10 @@ typedef void (*tile_fn)(const targs *a);
 /* Variants: 0 blocked stride 1, 1 blocked stride 2, 2 plain stride 2,
  * 3 any (runtime steps). */
 #define NVAR 4
+typedef void (*gtile_fn)(const targs *a, const gargs *g);
 #define TILE_VARIANT(FB, NT)                                                                               \
+    __attribute__((target("avx512f"))) static void g_##FB##_##NT(const targs *a, const gargs *g) { gtile(a, g, FB, NT, 1); } \
+    __attribute__((target("avx512f"))) static void h_##FB##_##NT(const targs *a, const gargs *g) { gtile(a, g, FB, NT, 0); } \
     __attribute__((target("avx512f"))) static void t0_##FB##_##NT(const targs *a) { tile(a, FB, NT, 16, 1); } \
     __attribute__((target("avx512f"))) static void t1_##FB##_##NT(const targs *a) { tile(a, FB, NT, 32, 1); } \
     __attribute__((target("avx512f"))) static void t2_##FB##_##NT(const targs *a) { tile(a, FB, NT, 2, 0); }  \
@@ -188,6 +248,10 @@ TILE_VARIANT(3, 8)
 #define TV(V, FB)                                                                                                  \
     {t##V##_##FB##_1, t##V##_##FB##_2, t##V##_##FB##_3, t##V##_##FB##_4, t##V##_##FB##_5, t##V##_##FB##_6, \
      t##V##_##FB##_7, t##V##_##FB##_8}
+#define g_4_7 NULL
+#define g_4_8 NULL
+#define h_4_7 NULL
+#define h_4_8 NULL
 #define t0_4_7 NULL
 #define t0_4_8 NULL
 #define t1_4_7 NULL
@@ -202,6 +266,10 @@ static const tile_fn tiles[NVAR][FBMAX][NTMAX] = {
     {TV(2, 1), TV(2, 2), TV(2, 3), TV(2, 4)},
     {TV(3, 1), TV(3, 2), TV(3, 3), TV(3, 4)},
 };
+#define GV(G, FB) {G##_##FB##_1, G##_##FB##_2, G##_##FB##_3, G##_##FB##_4, G##_##FB##_5, G##_##FB##_6, G##_##FB##_7, G##_##FB##_8}
+/* [plain input][FB - 1][NT - 1] */
+static const gtile_fn gtiles[2][FBMAX][NTMAX] = {{GV(g, 1), GV(g, 2), GV(g, 3), GV(g, 4)},
+                                                 {GV(h, 1), GV(h, 2), GV(h, 3), GV(h, 4)}};
 
 /* ==================================================================
  * General k x k kernel: work items and rows
@@ -212,8 +280,7 @@ typedef struct {
     int plain;
     const float *x, *bias;
     float *y;
-    int64_t CB, MB, ngroups, nrb, rpi, cchunk;
-    int64_t oxa, oxb;  /* output columns whose kernel taps are all inside the input */
+    int64_t CB, MB, ngroups, cchunk;
     int var;
 } gctx;
 
@@ -226,11 +293,10 @@ static void tap_range(int64_t o, int64_t s, int64_t pad, int64_t d, int64_t k, i
     *t1 = e;
 }
 
-static void general_item(const gctx *g, int64_t item) {
+/* Output rows [oy0, oy1) of image n for channel-block group grp. */
+static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int64_t oy1) {
     const kl_conv_params *p = g->p;
-    int64_t rb = item % g->nrb, grp = (item / g->nrb) % g->ngroups, n = item / (g->nrb * g->ngroups);
     int64_t ob0 = grp * FBMAX, fb = KL_MIN(FBMAX, g->MB - ob0);
-    int64_t oy0 = rb * g->rpi, oy1 = KL_MIN(p->out[0], oy0 + g->rpi);
     int64_t H = p->in[0], W = p->in[1], KH = p->k[0], KW = p->k[1], OH = p->out[0], OW = p->out[1];
     int64_t sh = p->stride[0], sw = p->stride[1], dh = p->dilation[0], dw = p->dilation[1];
     int64_t ph = p->pad_begin[0], pw = p->pad_begin[1];
@@ -248,8 +314,18 @@ static void general_item(const gctx *g, int64_t item) {
     a.mleft = p->M - ob0 * BLK;
     a.act = p->act;
     a.bias = g->bias ? g->bias + ob0 * BLK : NULL;
-    const tile_fn *tf = tiles[g->var][fb - 1], *t1f = tf;
-    int ntm = nt_max[fb];
+    const tile_fn *tf = tiles[g->var][fb - 1];
+    const gtile_fn *gf = gtiles[g->plain][fb - 1];
+    int ntm = nt_max[fb], gather = KH * KW <= GMAX_TAPS;
+    const float *tab[GMAX_TAPS * NTMAX];
+    int64_t tw[GMAX_TAPS];
+    gargs ga;
+    memset(&ga, 0, sizeof ga);
+    ga.tab = tab;
+    ga.tw = tw;
+    int64_t xpos = g->plain ? 1 : BLK; /* floats per input position */
+    float *yitem = g->y + (n * g->MB + ob0) * OH * OW * BLK;
+    const float *ritem = p->residual ? p->residual + (n * g->MB + ob0) * OH * OW * BLK : NULL;
     for (int64_t cb0 = 0; cb0 < g->CB; cb0 += g->cchunk) {
         a.ncb = KL_MIN(g->cchunk, g->CB - cb0);
         a.cvalid = p->C - cb0 * BLK;
@@ -257,42 +333,87 @@ static void general_item(const gctx *g, int64_t item) {
         a.last = cb0 + a.ncb >= g->CB;
         const float *xn = g->plain ? g->x + (n * p->C + cb0 * BLK) * H * W : g->x + (n * g->CB + cb0) * H * W * BLK;
         const float *wn = p->packed_w + (ob0 * g->CB + cb0) * a.ws_cb;
-        for (int64_t oy = oy0; oy < oy1; oy++) {
-            int64_t kh0, kh1;
-            tap_range(oy, sh, ph, dh, KH, H, &kh0, &kh1);
-            a.nkh = kh1 - kh0;
-            int64_t iy = oy * sh - ph + kh0 * dh; /* first valid input row (any value when nkh == 0) */
-            if (a.nkh <= 0) iy = 0;
-            float *yrow = g->y + ((n * g->MB + ob0) * OH + oy) * OW * BLK;
-            const float *rrow = p->residual ? p->residual + ((n * g->MB + ob0) * OH + oy) * OW * BLK : NULL;
-            const float *xrow = xn + iy * (g->plain ? W : W * BLK);
-            const float *wrow = wn + kh0 * a.ws_kh;
-            int64_t ox = 0;
-            while (ox < OW) {
-                int64_t kw0 = 0, kw1 = KW, nt = 1;
-                const tile_fn *use = t1f;
-                if (ox >= g->oxa && ox < g->oxb) {
-                    nt = KL_MIN(ntm, g->oxb - ox);
-                    use = tf;
-                } else {
-                    tap_range(ox, sw, pw, dw, KW, W, &kw0, &kw1);
+        /* Rectangles of output positions sharing their valid taps: runs of
+         * rows with one kh range times runs of columns with one kw range.
+         * A rectangle runs as contiguous tiles along its rows, or, when its
+         * rows are short (borders, small images), as gather tiles over all
+         * its positions (no tap of a gather tile is padding). */
+        for (int64_t ra = oy0, rb; ra < oy1; ra = rb) {
+            int64_t kh0, kh1, t0, t1;
+            tap_range(ra, sh, ph, dh, KH, H, &kh0, &kh1);
+            for (rb = ra + 1; rb < oy1; rb++) {
+                tap_range(rb, sh, ph, dh, KH, H, &t0, &t1);
+                if (t0 != kh0 || t1 != kh1) break;
+            }
+            for (int64_t ca = 0, cbn; ca < OW; ca = cbn) {
+                int64_t kw0, kw1;
+                tap_range(ca, sw, pw, dw, KW, W, &kw0, &kw1);
+                for (cbn = ca + 1; cbn < OW; cbn++) {
+                    tap_range(cbn, sw, pw, dw, KW, W, &t0, &t1);
+                    if (t0 != kw0 || t1 != kw1) break;
                 }
-                a.nkw = kw1 - kw0;
-                int64_t ix = ox * sw - pw + kw0 * dw;
-                if (a.nkw <= 0) ix = 0;
-                a.x = xrow + ix * (g->plain ? 1 : BLK);
-                a.w = wrow + kw0 * BLK * BLK;
-                a.y = yrow + ox * BLK;
-                a.res = rrow ? rrow + ox * BLK : NULL;
-                use[nt - 1](&a);
-                ox += nt;
+                int64_t L = cbn - ca, R = rb - ra;
+                if (kh1 <= kh0 || kw1 <= kw0 || L >= ntm || R == 1 || !gather) {
+                    /* contiguous tiles along each row, balanced sizes */
+                    a.nkh = KL_MAX(0, kh1 - kh0);
+                    a.nkw = KL_MAX(0, kw1 - kw0);
+                    a.w = wn + (a.nkh > 0 ? kh0 : 0) * a.ws_kh + (a.nkw > 0 ? kw0 : 0) * BLK * BLK;
+                    int64_t nti = (L + ntm - 1) / ntm;
+                    for (int64_t oy = ra; oy < rb; oy++) {
+                        int64_t iy = a.nkh > 0 ? oy * sh - ph + kh0 * dh : 0;
+                        for (int64_t t = 0, ox = ca; t < nti; t++) {
+                            int64_t nt = L / nti + (t < L % nti);
+                            int64_t ix = a.nkw > 0 ? ox * sw - pw + kw0 * dw : 0;
+                            a.x = xn + (iy * W + ix) * xpos;
+                            a.y = yitem + (oy * OW + ox) * BLK;
+                            a.res = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
+                            tf[nt - 1](&a);
+                            ox += nt;
+                        }
+                    }
+                    continue;
+                }
+                /* gather tiles over the R x L positions, balanced sizes */
+                int64_t P = R * L, nti = (P + ntm - 1) / ntm, ntap = (kh1 - kh0) * (kw1 - kw0);
+                ga.ntap = (int)ntap;
+                a.w = wn;
+                a.res = ritem;
+                for (int64_t kh = kh0, u = 0; kh < kh1; kh++)
+                    for (int64_t kw = kw0; kw < kw1; kw++) tw[u++] = (kh * KW + kw) * BLK * BLK;
+                for (int64_t t = 0, i = 0; t < nti; t++) {
+                    int64_t nt = P / nti + (t < P % nti);
+                    for (int64_t j = 0; j < nt; j++, i++) {
+                        int64_t oy = ra + i / L, ox = ca + i % L;
+                        ga.yp[j] = yitem + (oy * OW + ox) * BLK;
+                        ga.rp[j] = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
+                        int64_t u = 0;
+                        for (int64_t kh = kh0; kh < kh1; kh++)
+                            for (int64_t kw = kw0; kw < kw1; kw++, u++) {
+                                int64_t iy = oy * sh - ph + kh * dh, ix = ox * sw - pw + kw * dw;
+                                tab[u * nt + j] = xn + (iy * W + ix) * xpos;
+                            }
+                    }
+                    gf[nt - 1](&a, &ga);
+                }
             }
         }
     }
 }
 
 static void general_range(void *ctx, size_t b, size_t e, int chunk) {
-    for (size_t i = b; i < e; i++) general_item((const gctx *)ctx, (int64_t)i);
+    /* Work items are output rows (n, grp, oy); a chunk's consecutive rows of
+     * one (n, grp) run together so the weights of a channel chunk are
+     * fetched once for all of them. Every output element gets the same
+     * sequence of FMAs whatever the rows around it (input chunks, channel
+     * blocks, taps and channels in ascending order in every tile kind), so
+     * the bits do not depend on how the rows are split over threads. */
+    const gctx *g = (const gctx *)ctx;
+    int64_t OH = g->p->out[0];
+    for (int64_t i = (int64_t)b; i < (int64_t)e;) {
+        int64_t ng = i / OH, oy0 = i % OH, oy1 = KL_MIN(OH, oy0 + ((int64_t)e - i));
+        general_rows(g, ng / g->ngroups, ng % g->ngroups, oy0, oy1);
+        i += oy1 - oy0;
+    }
 }
 
 static int general_conv(const kl_conv_params *p, int plain, const float *x, const float *bias, float *y,
@@ -303,35 +424,14 @@ static int general_conv(const kl_conv_params *p, int plain, const float *x, cons
     g.CB = (p->C + BLK - 1) / BLK;
     g.MB = (p->M + BLK - 1) / BLK;
     g.ngroups = (g.MB + FBMAX - 1) / FBMAX;
-    int64_t OH = p->out[0], OW = p->out[1], KH = p->k[0], KW = p->k[1];
-    /* rows per item: at least ~16 items per call when the batch and channel
-     * groups alone give fewer */
-    int64_t per = p->N * g.ngroups, want = 16;
-    int64_t nrb = per >= want ? 1 : (want + per - 1) / per;
-    nrb = KL_MAX(1, KL_MIN(nrb, OH));
-    g.rpi = (OH + nrb - 1) / nrb;
-    g.nrb = (OH + g.rpi - 1) / g.rpi;
+    int64_t OH = p->out[0], KH = p->k[0], KW = p->k[1];
     g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * KH * KW * BLK * BLK * (int64_t)sizeof(float)));
-    /* interior columns */
-    int64_t sw = p->stride[1], pw = p->pad_begin[1], dw = p->dilation[1], W = p->in[1];
-    g.oxa = OW;
-    g.oxb = OW;
-    for (int64_t ox = 0; ox < OW; ox++) {
-        int64_t a, b;
-        tap_range(ox, sw, pw, dw, KW, W, &a, &b);
-        if (a == 0 && b == KW) {
-            if (g.oxa == OW) g.oxa = ox;
-            g.oxb = ox + 1;
-        } else if (g.oxa < OW) {
-            break;
-        }
-    }
-    if (g.oxa == OW) g.oxb = OW;
+    int64_t sw = p->stride[1];
     if (!plain && sw == 1) g.var = 0;
     else if (!plain && sw == 2) g.var = 1;
     else if (plain && sw == 2) g.var = 2;
     else g.var = 3;
-    kl_pool_parallel_for(pool, (size_t)(p->N * g.ngroups * g.nrb), 1, general_range, &g);
+    kl_pool_parallel_for(pool, (size_t)(p->N * g.ngroups * OH), 1, general_range, &g);
     return KL_OK;
 }
 
