@@ -17,9 +17,10 @@
  * sums live in y, and bias + residual + activation (+ zeroing the padding
  * lanes) are applied when the last chunk is stored.
  *
- * Work items: (image, group of up to 4 output-channel blocks, range of output
- * rows), fixed from the shape; every output element is computed by one item
- * with its input channels in ascending order: the same bits at any thread
+ * Work items: output rows (image, group of up to 4 output-channel blocks,
+ * row), fixed from the shape; every output element is computed by one item
+ * with the same sequence of FMAs whatever the tiling around it (input
+ * channels, taps, lanes in ascending order): the same bits at any thread
  * count. Only on CPUs with AVX-512F (kl_nchwc_conv_packed_floats is 0
  * otherwise, or with KEEL_NO_AVX512=1, and the conv stays NCHW).
  *
@@ -35,9 +36,6 @@
 #define FBMAX 4     /* output-channel blocks per tile */
 #define NTMAX 8     /* output positions per tile (upper bound over FB) */
 #define GMAX_TAPS 64 /* kernels up to this many taps use gather tiles at the borders */
-#ifndef NCHWC_ITEMS
-#define NCHWC_ITEMS 8 /* work items per call at least (row blocks when batch x channel groups give fewer) */
-#endif
 #define L2_BUDGET (320 * 1024) /* bytes of weights per input-channel chunk */
 
 /* Output positions per tile for FB blocks: FB * NT accumulators + FB weight
@@ -52,16 +50,18 @@ static int is_dense(const kl_conv_params *p) { return p->nsp == 2 && p->group ==
 
 size_t kl_nchwc_conv_packed_floats(const kl_conv_params *p) {
     if (!kl__pgemm_ok() || !p || p->nsp != 2 || p->k[0] <= 0 || p->k[1] <= 0) return 0;
+    if (kl__nchwc_pw_ok(p)) return kl__nchwc_pw_packed_floats(p);   /* 1x1: nchwc_pw.c */
     if (is_dense(p)) {
         int64_t CB = (p->C + BLK - 1) / BLK, MB = (p->M + BLK - 1) / BLK;
         return (size_t)(MB * CB * p->k[0] * p->k[1] * BLK * BLK);
     }
-    /* depthwise (group == C == M): not yet (branch nchwcm) */
+    if (kl__nchwc_dw_ok(p)) return kl__nchwc_dw_packed_floats(p);   /* depthwise: nchwc_dw.c */
     return 0;
 }
 
 void kl_nchwc_conv_pack_weights(const kl_conv_params *p, const float *w, float *dst) {
-    if (!is_dense(p)) return;
+    if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_pack(p, w, dst); return; }
+    if (!is_dense(p)) { if (kl__nchwc_dw_ok(p)) kl__nchwc_dw_pack(p, w, dst); return; }
     int64_t C = p->C, M = p->M, KH = p->k[0], KW = p->k[1];
     int64_t CB = (C + BLK - 1) / BLK, MB = (M + BLK - 1) / BLK;
     for (int64_t ob = 0; ob < MB; ob++)
@@ -180,44 +180,36 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
     tile_store(a, acc, FB, NT, yp, rp);
 }
 
-/* Gather tile: FB blocks x NT arbitrary positions (borders, row ends, small
- * images), each tap's input address per position from a table (NULL: the tap
- * falls into the padding, read from a zero vector instead). Channel groups:
- * blocked input, one group per channel block (16 lanes); plain input, one
- * group per channel (1 lane). */
+/* Gather tile: FB blocks x NT arbitrary positions (borders, short rows,
+ * small images) sharing their valid taps, each tap's input address per
+ * position from a table. Same FMA order as the contiguous tile (channel
+ * block, tap, channel). CS1: channel step 1 (blocked input), else a->xs_c
+ * (plain input). */
 typedef struct {
-    const float *const *tab;  /* [ntap][NT] input address at the chunk's first group */
+    const float *const *tab;  /* [ntap][NT] input address at the chunk's first channel */
     const int64_t *tw;        /* [ntap] weight offset of the tap */
     int ntap;
-    int64_t ngroups, xg;      /* channel groups in the chunk, input step per group */
-    int plain;
     float *yp[NTMAX];
     const float *rp[NTMAX];
 } gargs;
 
 __attribute__((target("avx512f"), always_inline)) static inline void
-gtile(const targs *a, const gargs *g, const int FB, const int NT) {
+gtile(const targs *a, const gargs *g, const int FB, const int NT, const int CS1) {
     __m512 acc[FBMAX][NTMAX];
+    const int64_t cs = CS1 ? 1 : a->xs_c;
     tile_load(a, acc, FB, NT, g->yp);
-    for (int64_t gi = 0; gi < g->ngroups; gi++) {
-        int64_t nic, xo = gi * g->xg;
-        const float *wg;
-        if (g->plain) {
-            nic = 1;
-            wg = a->w + (gi / BLK) * a->ws_cb + (gi % BLK) * BLK;
-        } else {
-            nic = KL_MIN(BLK, a->cvalid - gi * BLK);
-            wg = a->w + gi * a->ws_cb;
-        }
+    for (int64_t cb = 0; cb < a->ncb; cb++) {
+        int64_t nic = KL_MIN(BLK, a->cvalid - cb * BLK), xo = cb * a->xs_cb;
+        const float *wc = a->w + cb * a->ws_cb;
         for (int u = 0; u < g->ntap; u++) {
             const float *px[NTMAX];
             for (int j = 0; j < NT; j++) px[j] = g->tab[u * NT + j] + xo;
-            const float *wp = wg + g->tw[u];
+            const float *wp = wc + g->tw[u];
             for (int64_t ic = 0; ic < nic; ic++) {
                 __m512 wv[FBMAX];
                 for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
                 for (int j = 0; j < NT; j++) {
-                    __m512 b = _mm512_set1_ps(px[j][ic]);
+                    __m512 b = _mm512_set1_ps(px[j][ic * cs]);
                     for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
                 }
             }
@@ -233,7 +225,8 @@ typedef void (*tile_fn)(const targs *a);
 #define NVAR 4
 typedef void (*gtile_fn)(const targs *a, const gargs *g);
 #define TILE_VARIANT(FB, NT)                                                                               \
-    __attribute__((target("avx512f"))) static void g_##FB##_##NT(const targs *a, const gargs *g) { gtile(a, g, FB, NT); } \
+    __attribute__((target("avx512f"))) static void g_##FB##_##NT(const targs *a, const gargs *g) { gtile(a, g, FB, NT, 1); } \
+    __attribute__((target("avx512f"))) static void h_##FB##_##NT(const targs *a, const gargs *g) { gtile(a, g, FB, NT, 0); } \
     __attribute__((target("avx512f"))) static void t0_##FB##_##NT(const targs *a) { tile(a, FB, NT, 16, 1); } \
     __attribute__((target("avx512f"))) static void t1_##FB##_##NT(const targs *a) { tile(a, FB, NT, 32, 1); } \
     __attribute__((target("avx512f"))) static void t2_##FB##_##NT(const targs *a) { tile(a, FB, NT, 2, 0); }  \
@@ -257,6 +250,8 @@ TILE_VARIANT(3, 8)
      t##V##_##FB##_7, t##V##_##FB##_8}
 #define g_4_7 NULL
 #define g_4_8 NULL
+#define h_4_7 NULL
+#define h_4_8 NULL
 #define t0_4_7 NULL
 #define t0_4_8 NULL
 #define t1_4_7 NULL
@@ -271,8 +266,10 @@ static const tile_fn tiles[NVAR][FBMAX][NTMAX] = {
     {TV(2, 1), TV(2, 2), TV(2, 3), TV(2, 4)},
     {TV(3, 1), TV(3, 2), TV(3, 3), TV(3, 4)},
 };
-#define GV(FB) {g_##FB##_1, g_##FB##_2, g_##FB##_3, g_##FB##_4, g_##FB##_5, g_##FB##_6, g_##FB##_7, g_##FB##_8}
-static const gtile_fn gtiles[FBMAX][NTMAX] = {GV(1), GV(2), GV(3), GV(4)};
+#define GV(G, FB) {G##_##FB##_1, G##_##FB##_2, G##_##FB##_3, G##_##FB##_4, G##_##FB##_5, G##_##FB##_6, G##_##FB##_7, G##_##FB##_8}
+/* [plain input][FB - 1][NT - 1] */
+static const gtile_fn gtiles[2][FBMAX][NTMAX] = {{GV(g, 1), GV(g, 2), GV(g, 3), GV(g, 4)},
+                                                 {GV(h, 1), GV(h, 2), GV(h, 3), GV(h, 4)}};
 
 /* ==================================================================
  * General k x k kernel: work items and rows
@@ -283,7 +280,7 @@ typedef struct {
     int plain;
     const float *x, *bias;
     float *y;
-    int64_t CB, MB, ngroups, nrb, rpi, cchunk;
+    int64_t CB, MB, ngroups, cchunk;
     int var;
 } gctx;
 
@@ -296,11 +293,10 @@ static void tap_range(int64_t o, int64_t s, int64_t pad, int64_t d, int64_t k, i
     *t1 = e;
 }
 
-static void general_item(const gctx *g, int64_t item) {
+/* Output rows [oy0, oy1) of image n for channel-block group grp. */
+static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int64_t oy1) {
     const kl_conv_params *p = g->p;
-    int64_t rb = item % g->nrb, grp = (item / g->nrb) % g->ngroups, n = item / (g->nrb * g->ngroups);
     int64_t ob0 = grp * FBMAX, fb = KL_MIN(FBMAX, g->MB - ob0);
-    int64_t oy0 = rb * g->rpi, oy1 = KL_MIN(p->out[0], oy0 + g->rpi);
     int64_t H = p->in[0], W = p->in[1], KH = p->k[0], KW = p->k[1], OH = p->out[0], OW = p->out[1];
     int64_t sh = p->stride[0], sw = p->stride[1], dh = p->dilation[0], dw = p->dilation[1];
     int64_t ph = p->pad_begin[0], pw = p->pad_begin[1];
@@ -319,7 +315,7 @@ static void general_item(const gctx *g, int64_t item) {
     a.act = p->act;
     a.bias = g->bias ? g->bias + ob0 * BLK : NULL;
     const tile_fn *tf = tiles[g->var][fb - 1];
-    const gtile_fn *gf = gtiles[fb - 1];
+    const gtile_fn *gf = gtiles[g->plain][fb - 1];
     int ntm = nt_max[fb], gather = KH * KW <= GMAX_TAPS;
     const float *tab[GMAX_TAPS * NTMAX];
     int64_t tw[GMAX_TAPS];
@@ -327,8 +323,6 @@ static void general_item(const gctx *g, int64_t item) {
     memset(&ga, 0, sizeof ga);
     ga.tab = tab;
     ga.tw = tw;
-    ga.plain = g->plain;
-    ga.xg = g->plain ? H * W : H * W * BLK;
     int64_t xpos = g->plain ? 1 : BLK; /* floats per input position */
     float *yitem = g->y + (n * g->MB + ob0) * OH * OW * BLK;
     const float *ritem = p->residual ? p->residual + (n * g->MB + ob0) * OH * OW * BLK : NULL;
@@ -337,7 +331,6 @@ static void general_item(const gctx *g, int64_t item) {
         a.cvalid = p->C - cb0 * BLK;
         a.first = cb0 == 0;
         a.last = cb0 + a.ncb >= g->CB;
-        ga.ngroups = g->plain ? KL_MIN(a.cvalid, a.ncb * BLK) : a.ncb;
         const float *xn = g->plain ? g->x + (n * p->C + cb0 * BLK) * H * W : g->x + (n * g->CB + cb0) * H * W * BLK;
         const float *wn = p->packed_w + (ob0 * g->CB + cb0) * a.ws_cb;
         /* Rectangles of output positions sharing their valid taps: runs of
@@ -408,7 +401,19 @@ static void general_item(const gctx *g, int64_t item) {
 }
 
 static void general_range(void *ctx, size_t b, size_t e, int chunk) {
-    for (size_t i = b; i < e; i++) general_item((const gctx *)ctx, (int64_t)i);
+    /* Work items are output rows (n, grp, oy); a chunk's consecutive rows of
+     * one (n, grp) run together so the weights of a channel chunk are
+     * fetched once for all of them. Every output element gets the same
+     * sequence of FMAs whatever the rows around it (input chunks, channel
+     * blocks, taps and channels in ascending order in every tile kind), so
+     * the bits do not depend on how the rows are split over threads. */
+    const gctx *g = (const gctx *)ctx;
+    int64_t OH = g->p->out[0];
+    for (int64_t i = (int64_t)b; i < (int64_t)e;) {
+        int64_t ng = i / OH, oy0 = i % OH, oy1 = KL_MIN(OH, oy0 + ((int64_t)e - i));
+        general_rows(g, ng / g->ngroups, ng % g->ngroups, oy0, oy1);
+        i += oy1 - oy0;
+    }
 }
 
 static int general_conv(const kl_conv_params *p, int plain, const float *x, const float *bias, float *y,
@@ -420,20 +425,13 @@ static int general_conv(const kl_conv_params *p, int plain, const float *x, cons
     g.MB = (p->M + BLK - 1) / BLK;
     g.ngroups = (g.MB + FBMAX - 1) / FBMAX;
     int64_t OH = p->out[0], KH = p->k[0], KW = p->k[1];
-    /* rows per item: at least ~16 items per call when the batch and channel
-     * groups alone give fewer */
-    int64_t per = p->N * g.ngroups, want = NCHWC_ITEMS;
-    int64_t nrb = per >= want ? 1 : (want + per - 1) / per;
-    nrb = KL_MAX(1, KL_MIN(nrb, OH));
-    g.rpi = (OH + nrb - 1) / nrb;
-    g.nrb = (OH + g.rpi - 1) / g.rpi;
     g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * KH * KW * BLK * BLK * (int64_t)sizeof(float)));
     int64_t sw = p->stride[1];
     if (!plain && sw == 1) g.var = 0;
     else if (!plain && sw == 2) g.var = 1;
     else if (plain && sw == 2) g.var = 2;
     else g.var = 3;
-    kl_pool_parallel_for(pool, (size_t)(p->N * g.ngroups * g.nrb), 1, general_range, &g);
+    kl_pool_parallel_for(pool, (size_t)(p->N * g.ngroups * OH), 1, general_range, &g);
     return KL_OK;
 }
 
@@ -451,5 +449,7 @@ int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, 
     if (p->N <= 0 || p->out[0] <= 0 || p->out[1] <= 0) return KL_OK;
     /* Dispatch point: depthwise (group == C == M) and the 1x1 fast path of
      * branch nchwcm go here, before the general kernel. */
+    if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
+    if (!is_dense(p)) { kl__nchwc_dw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
     return general_conv(p, plain_input, x, bias, y, pool);
 }

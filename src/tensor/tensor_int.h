@@ -175,4 +175,33 @@ void kl__pgemm_run(const kl__pgemm *g, kl_pool *pool, int serial);
 void kl__pgemm_kblock(const kl__pgemm *g, int64_t i0, int64_t i1, int64_t j0, int64_t j1, int64_t k0, int64_t kc,
                       const float *bblk, int64_t pstride);
 
+/* ==================================================================
+ * NCHWc depthwise and pointwise kernels (nchwc_dw.c, nchwc_pw.c),
+ * AVX-512F only (callers check kl_nchwc_ok), called by the blocked-conv
+ * dispatcher (nchwc_conv.c). x, y, p->residual blocked (N, ceil(C/16), H,
+ * W, 16); bias (M) or NULL; p prepared (p->out set), p->packed_w from the
+ * matching _pack. Deterministic at any thread count.
+ * ================================================================== */
+
+/* _ok, _packed_floats and _pack read only the weight shape (nsp, C, M,
+ * group, k), as kl_nchwc_conv_packed_floats. plain_input: x is plain NCHW
+ * (N, C, H, W) (the first conv of a network; a slow generic path).
+ * Depthwise: nsp 2, group == C == M; any kernel, stride, pads, dilation.
+ * Packed weights [ceil(C/16)][KH*KW][16]. */
+int kl__nchwc_dw_ok(const kl_conv_params *p);
+size_t kl__nchwc_dw_packed_floats(const kl_conv_params *p);
+void kl__nchwc_dw_pack(const kl_conv_params *p, const float *w, float *dst);
+void kl__nchwc_dw_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
+                      kl_pool *pool);
+
+/* Pointwise: nsp 2, 1x1, group 1: the register-blocked kernel for strides 1
+ * and 2 without pads, a generic path for pads, other strides, plain input.
+ * Packed weights ceil(M/16) * C * 16 floats (groups of up to 4 output
+ * blocks, [C][nb][16]). */
+int kl__nchwc_pw_ok(const kl_conv_params *p);
+size_t kl__nchwc_pw_packed_floats(const kl_conv_params *p);
+void kl__nchwc_pw_pack(const kl_conv_params *p, const float *w, float *dst);
+void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
+                      kl_pool *pool);
+
 #endif

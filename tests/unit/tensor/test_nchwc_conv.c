@@ -4,7 +4,7 @@
  * over odd shapes (C, M not multiples of 16, 1x1, 3x3, 5x5, 7x7/2 plain input,
  * strides 1-3, dilation, asymmetric pads, batch > 1), fused residual and every
  * activation kind; padding lanes of y must be exactly 0 and the result
- * bit-identical with a 1-thread and a 2-thread pool. Without AVX-512F the
+ * bit-identical with 1-, 2- and 3-thread pools. Without AVX-512F the
  * blocked path reports 0 packed floats (the conv stays NCHW). */
 #include "../harness.h"
 #include "tt.h"
@@ -49,8 +49,8 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
     float *res = cs->res ? tt_randn(yn, 14 + idx) : NULL;
     float *xb = to_blocked(x, p.N, p.C, S), *rb = res ? to_blocked(res, p.N, p.M, OS) : NULL;
     float *ref = calloc((size_t)yn, 4), *refb = NULL;
-    float *y1 = malloc((size_t)ybn * 4), *y2 = malloc((size_t)ybn * 4);
-    for (int64_t i = 0; i < ybn; i++) y1[i] = y2[i] = NAN;  /* every element must be written */
+    float *y1 = malloc((size_t)ybn * 4), *y2 = malloc((size_t)ybn * 4), *y3 = malloc((size_t)ybn * 4);
+    for (int64_t i = 0; i < ybn; i++) y1[i] = y2[i] = y3[i] = NAN;  /* every element must be written */
     const float *bias = cs->bias ? b : NULL;
     int fail = 0;
     p.residual = res;
@@ -61,7 +61,9 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
     }
     refb = to_blocked(ref, p.N, p.M, OS);
     size_t pf = kl_nchwc_conv_packed_floats(&p);
-    if (pf != (size_t)(MB * CB * p.k[0] * p.k[1] * 256)) {
+    /* 1x1: the pointwise kernel's layout (nchwc_pw.c) */
+    size_t want = p.k[0] * p.k[1] == 1 ? (size_t)(MB * p.C * 16) : (size_t)(MB * CB * p.k[0] * p.k[1] * 256);
+    if (pf != want) {
         snprintf(msg, msz, "case %d: packed floats %zu", idx, pf);
         fail = 1;
         goto done;
@@ -74,6 +76,10 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
     void *ws = wsb ? kl_mem_alloc(wsb, KL_TAG_WORKSPACE) : NULL;
     int rc1 = kl_nchwc_conv_f32(&p, cs->plain, cs->plain ? x : xb, bias, y1, ws, tt_pool(1), &e);
     int rc2 = rc1 == KL_OK ? kl_nchwc_conv_f32(&p, cs->plain, cs->plain ? x : xb, bias, y2, ws, tt_pool(2), &e) : rc1;
+    /* 3 threads: rows split at other places (tiles change, bits must not) */
+    static kl_pool *p3;
+    if (!p3) kl_pool_new(3, &p3, NULL);
+    if (rc2 == KL_OK) rc2 = kl_nchwc_conv_f32(&p, cs->plain, cs->plain ? x : xb, bias, y3, ws, p3, &e);
     kl_mem_free(pw);
     kl_mem_free(ws);
     if (rc1 != KL_OK || rc2 != KL_OK) {
@@ -101,12 +107,12 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
                  (long long)cs->kh, (long long)cs->kw, (long long)cs->sh, (long long)cs->sw, cs->plain, cs->act, md,
                  tol);
         fail = 1;
-    } else if (memcmp(y1, y2, (size_t)ybn * 4)) {
-        snprintf(msg, msz, "case %d: 1 and 2 threads differ", idx);
+    } else if (memcmp(y1, y2, (size_t)ybn * 4) || memcmp(y1, y3, (size_t)ybn * 4)) {
+        snprintf(msg, msz, "case %d: 1, 2 and 3 threads differ", idx);
         fail = 1;
     }
 done:
-    free(x); free(w); free(b); free(res); free(xb); free(rb); free(ref); free(refb); free(y1); free(y2);
+    free(x); free(w); free(b); free(res); free(xb); free(rb); free(ref); free(refb); free(y1); free(y2); free(y3);
     return fail;
 }
 
