@@ -28,7 +28,7 @@ static const app_cmd_spec spec = {
     "--dim NAME=V (default 1). Float inputs are uniform random in [-1, 1),\n"
     "integer and bool inputs zero. Throughput is batch * runs per second.\n"
     "--profile times every node of the timed runs and prints the time per op\n"
-    "kind (Conv split into dw/1x1/kxk and strided) and the 25 slowest nodes\n"
+    "kind (Conv and NchwcConv split into dw/1x1/kxk and strided) and the 25 slowest nodes\n"
     "(--json: a \"profile\" object with every node); the clock reads add a\n"
     "little to the latencies. KEEL_PROFILE=1 prints the op-kind table of any\n"
     "command to stderr at exit.",
