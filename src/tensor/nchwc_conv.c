@@ -131,7 +131,17 @@ tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT,
             case KL_ACT_CLIP:
                 v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
                 break;
-            default: _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
+            case KL_ACT_LEAKY_RELU:
+                v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v,
+                                       _mm512_set1_ps(a->act.a));
+                break;
+            case KL_ACT_HARDSWISH: { /* as the elementwise kernel: x * relu6(x + 3) / 6 */
+                __m512 h = _mm512_max_ps(_mm512_setzero_ps(),
+                                         _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_add_ps(v, _mm512_set1_ps(3.0f))));
+                v = _mm512_div_ps(_mm512_mul_ps(v, h), _mm512_set1_ps(6.0f));
+                break;
+            }
+            default: /* sigmoid, tanh, gelu: the elementwise kernel on the 16 lanes */ _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
             }
             _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
         }
@@ -296,7 +306,9 @@ static void tap_range(int64_t o, int64_t s, int64_t pad, int64_t d, int64_t k, i
 /* Output rows [oy0, oy1) of image n for channel-block group grp. */
 static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int64_t oy1) {
     const kl_conv_params *p = g->p;
-    int64_t ob0 = grp * FBMAX, fb = KL_MIN(FBMAX, g->MB - ob0);
+    /* groups of balanced sizes: MB = 6 -> 3 + 3 (24 accumulators each), not 4 + 2 */
+    int64_t fbase = g->MB / g->ngroups, fextra = g->MB % g->ngroups;
+    int64_t fb = fbase + (grp < fextra), ob0 = grp * fbase + KL_MIN(grp, fextra);
     int64_t H = p->in[0], W = p->in[1], KH = p->k[0], KW = p->k[1], OH = p->out[0], OW = p->out[1];
     int64_t sh = p->stride[0], sw = p->stride[1], dh = p->dilation[0], dw = p->dilation[1];
     int64_t ph = p->pad_begin[0], pw = p->pad_begin[1];
