@@ -334,10 +334,20 @@ typedef struct sv_json_doc sv_json_doc;
 struct cJSON;
 #define SV_JSON_PACK 1 /* arrays of > SV_MAX_DIMS numbers become packed nodes */
 int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e);
-/* A packed array node: its numbers (valid until sv_json_free); 0 when a is not one. */
+/* A packed array node: its numbers as doubles, each exactly strtod's value
+ * (valid until sv_json_free); 0 when a is not one. */
 int sv_json_packed(const struct cJSON *a, const double **vals, size_t *n);
 /* Elements of an array node, packed or not. */
 int sv_json_array_size(const struct cJSON *a);
+/* The number of values of a packed array node (0: not one). */
+size_t sv_json_packed_count(const struct cJSON *a);
+/* A packed array's values as FP32, each exactly strtof's value of its text
+ * (dst holds sv_json_packed_count(a) floats); the parsed text must still be
+ * alive (a rare number is read again from it). */
+void sv_json_packed_f32(const struct cJSON *a, float *dst);
+/* One JSON number (the whole of s[0..len)) as FP32, exactly strtof's value;
+ * KL_EPARSE when s is not a JSON number. */
+int sv_parse_f32(const char *s, size_t len, float *out);
 const struct cJSON *sv_json_root(const sv_json_doc *d);
 void sv_json_free(sv_json_doc *d);
 
