@@ -250,6 +250,8 @@ struct sv_req {
     sv_conn *sc;            /* the connection (slow-client guard); NULL when untracked */
     sv_loop *loop;          /* the HTTP loop of the connection */
     int inl;                /* runs on its loop's thread (small enough), not on a worker */
+    int held;               /* inline, connection not suspended: libmicrohttpd calls the handler
+                               again each round until the answer is there (no epoll_ctl pair) */
     int counted_wait;       /* counted in loop->nwait */
 };
 
@@ -267,6 +269,7 @@ struct sv_loop {
     int resumed;                /* connections resumed on the loop's thread since its last MHD_run */
     int nconn;                  /* open connections (loop thread only) */
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
+    int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
 };
 
 /* ==================================================================
@@ -372,6 +375,13 @@ char *sv_error_json(const char *msg, size_t *len);
 /* sched.c */
 /* Queues r (or answers it at once: queue full, rate, memory); 0 = queued. */
 int sv_sched_submit(kl_server *s, sv_req *r);
+/* Whether r (decoded, level set) runs on its HTTP loop's thread: called on
+ * that thread; its estimated compute is below s->inline_ns and it is of its
+ * model's top level. The caller sets r->inl from it before submitting. */
+int sv_sched_can_inline(kl_server *s, const sv_req *r);
+/* A held request whose connection closed: taken out of its queue (or left
+ * alone when it has been answered meanwhile). */
+void sv_sched_cancel(kl_server *s, sv_req *r);
 int sv_sched_start(kl_server *s, kl_err *e);
 void sv_sched_stop(kl_server *s);
 /* lock held: answers every queued request with 503 (why) */
@@ -385,6 +395,9 @@ int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until);
 extern _Thread_local sv_loop *sv_cur_loop;
 /* Wakes loop lp (an eventfd write). */
 void sv_loop_wake(sv_loop *lp);
+/* The scheduling state of r (SV_Q_*): read and written with acquire/release
+ * (a held request is answered by its loop after another thread set it). */
+static inline int sv_qstate(const sv_req *r) { return __atomic_load_n(&r->qstate, __ATOMIC_ACQUIRE); }
 /* Marks r answered and wakes its connection. */
 void sv_req_finish(sv_req *r, int status, int reason, const char *msg);
 
