@@ -63,6 +63,7 @@ static const app_opt opts[] = {
     {"threads-per-worker", 0, 1, "N", "intra-op threads of each inference (default 1)", 0},
     {"http-threads", 0, 1, "N", "HTTP event loops on the same port (default 1)", 0},
     {"inline-us", 0, 1, "US", "requests estimated under US µs of compute run on the HTTP thread (default 500; 0 = never)", 0},
+    {"suspend-inline", 0, 0, NULL, "suspend an inline request's connection while it waits, as for worker requests (default: keep it active; fewer syscalls)", 0},
     {"max-body", 0, 1, "BYTES", "request body limit, e.g. 64M (default 64 MiB); larger bodies get 413", 0},
     {"exit-timeout", 0, 1, "S", "drain limit on SIGTERM/SIGINT in seconds (default 30)", 0},
     {"probe-interval", 0, 1, "S", "background health probe period in seconds (default 10)", 0},
@@ -131,6 +132,7 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = app_get_int(&a, &spec, "inline-us", 500, &v)) >= 0) return rc;
     if (v < 0 || v > 10000000) return app_usage_error(&spec, "--inline-us must be 0..10000000");
     o.inline_us = v ? v : -1;
+    o.hold_inline = app_flag(&a, "suspend-inline") ? -1 : 0;
     if ((rc = app_get_int(&a, &spec, "conn-timeout", 30, &v)) >= 0) return rc;
     if (v < 1) return app_usage_error(&spec, "--conn-timeout must be at least 1");
     o.conn_timeout_s = (int)v;

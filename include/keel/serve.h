@@ -39,6 +39,10 @@ typedef struct {
                                   row) is under this run on their HTTP loop's thread, batched per
                                   round of network events (no hand-off to a worker: two thread
                                   wake-ups less per batch); 0 = 500 us, < 0 = never */
+    int hold_inline;           /* an inline request's connection stays active while it waits
+                                  (libmicrohttpd calls the handler again each round) instead of
+                                  being suspended and resumed (two epoll_ctl calls and an empty
+                                  recv per request); 0 = on, < 0 = suspend as for worker requests */
 } kl_serve_opts;
 
 /* Loads the repository (integrity checks, warm-up) and prepares the server.

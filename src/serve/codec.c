@@ -164,15 +164,14 @@ static int put_value(fill_ctx *c, const cJSON *v) {
 static int fill(fill_ctx *c, const cJSON *arr, int depth) {
     if (depth > 32) return kl_err_set(c->e, KL_EPARSE, "%s.data: nested too deep", c->field);
     const double *vals;
-    size_t n;
+    size_t n = sv_json_packed_count(arr);
+    if (n && c->dt == SV_FP32) { /* a run of numbers straight to floats (exactly strtof's) */
+        if ((int64_t)n > c->cap - c->n) return too_many(c);
+        sv_json_packed_f32(arr, (float *)(void *)c->dst + c->n);
+        c->n += (int64_t)n;
+        return KL_OK;
+    }
     if (sv_json_packed(arr, &vals, &n)) { /* a run of numbers: one tight loop */
-        if (c->dt == SV_FP32) {
-            if ((int64_t)n > c->cap - c->n) return too_many(c);
-            float *d = (float *)(void *)c->dst + c->n;
-            for (size_t i = 0; i < n; i++) d[i] = (float)vals[i];
-            c->n += (int64_t)n;
-            return KL_OK;
-        }
         for (size_t i = 0; i < n; i++) {
             int rc = put_double(c, vals[i]);
             if (rc) return rc;

@@ -307,6 +307,23 @@ static void *repo_job(void *arg) {
  * Inference
  * ================================================================== */
 
+static void log_request(kl_server *s, sv_req *r);
+
+/* Sends the answer of r (the scheduler is done with it). */
+static enum MHD_Result answer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
+    if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
+    if (r->held) { r->loop->nheld--; r->held = 0; }
+    if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+    if (r->route == R_INFER) log_request(s, r);
+    char *body = r->resp;
+    size_t len = r->resp_len;
+    r->resp = NULL;
+    if (!body) { body = strdup("{}"); len = 2; }
+    return send_body(s, c, r, r->status ? r->status : 500, body, len,
+                     r->resp_header_len >= 0 ? "application/octet-stream" : "application/json", r->retry_after,
+                     r->resp_header_len);
+}
+
 static int parse_prio_header(const char *h, int *out) {
     int64_t v;
     if (!strcasecmp(h, "high")) { *out = 1; return 0; }
@@ -399,14 +416,30 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
             r->plan_bytes = bytes ? bytes : 1;
         }
     }
+    if (r->loop) { r->loop->nwait++; r->counted_wait = 1; }
+    r->inl = sv_sched_can_inline(s, r);
+    if (r->inl && s->o.hold_inline >= 0) {
+        /* runs on this thread after this round of network events: the
+         * connection is not suspended (suspend + resume cost two epoll_ctl
+         * calls and a recv that finds nothing); libmicrohttpd calls this
+         * handler again each round, which answers once the batch has run */
+        r->held = 1;
+        r->loop->nheld++;
+        sv_sched_submit(s, r);
+        if (sv_qstate(r) == SV_Q_DONE) return answer(s, c, r); /* refused at once */
+        return MHD_YES;
+    }
     MHD_suspend_connection(c);
     r->suspended = 1;
-    if (r->loop) { r->loop->nwait++; r->counted_wait = 1; }
     sv_sched_submit(s, r);
     return MHD_YES;
 }
 
 void sv_req_resume(sv_req *r) {
+    if (r->held) { /* answered: its loop's handler call sends it (wake the loop when this is another thread) */
+        if (r->loop != sv_cur_loop) sv_loop_wake(r->loop);
+        return;
+    }
     if (!r->suspended) return;
     /* r may be answered and freed by its loop as soon as it is resumed: read it first */
     sv_loop *lp = r->loop;
@@ -585,17 +618,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return MHD_YES;
     }
-    if (r->qstate == SV_Q_DONE) { /* resumed: the answer is ready */
-        if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
-        if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
-        if (r->route == R_INFER) log_request(s, r);
-        char *body = r->resp;
-        size_t len = r->resp_len;
-        r->resp = NULL;
-        if (!body) { body = strdup("{}"); len = 2; }
-        return send_body(s, c, r, r->status ? r->status : 500, body, len,
-                         r->resp_header_len >= 0 ? "application/octet-stream" : "application/json", r->retry_after,
-                         r->resp_header_len);
+    if (r->qstate != SV_Q_NEW) {
+        int q = sv_qstate(r);
+        if (q == SV_Q_DONE) return answer(s, c, r); /* resumed, or a held request's batch has run */
+        return MHD_YES;                              /* held, still in the scheduler */
     }
     if (*upload_size) {
         if (r->too_large) { *upload_size = 0; return MHD_YES; }
@@ -684,8 +710,14 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!r) return;
     *con_cls = NULL;
     conn_state(conn_of(c), SV_C_IDLE); /* keep-alive: waiting for the next request */
-    if (r->qstate == SV_Q_QUEUED || r->qstate == SV_Q_RUNNING) {
-        /* cannot happen: a suspended connection is not terminated before it is resumed */
+    if (r->held) { /* the client went away while its request was held: out of the queue first */
+        sv_sched_cancel(s, r);
+        r->loop->nheld--;
+    }
+    int q = sv_qstate(r);
+    if (q == SV_Q_QUEUED || q == SV_Q_RUNNING) {
+        /* cannot happen: a suspended connection is not terminated before it
+         * is resumed, a held one runs on this thread outside libmicrohttpd */
         kl_log(KL_LOG_ERROR, "serve", "request %s completed while in the scheduler", r->rid);
     }
     if (r->counted_wait) r->loop->nwait--; /* answered without the last handler call (client gone) */
@@ -750,7 +782,11 @@ static void *loop_main(void *arg) {
         if (sv_sched_inline(s, lp, &due) > 0 || lp->resumed) continue;
         int64_t now = kl_time_mono_ns(), wait_ns = 1000000000LL;
         MHD_UNSIGNED_LONG_LONG to;
-        if (MHD_get_timeout(lp->d, &to) == MHD_YES && (int64_t)to * 1000000 < wait_ns) wait_ns = (int64_t)to * 1000000;
+        /* held requests keep libmicrohttpd's timeout at 0 (it calls their
+         * handler each round): while their batch waits for its delay the
+         * loop sleeps until then, or until the network or a wake-up */
+        if (!(lp->nheld > 0 && due) && MHD_get_timeout(lp->d, &to) == MHD_YES && (int64_t)to * 1000000 < wait_ns)
+            wait_ns = (int64_t)to * 1000000;
         if (due && due - now < wait_ns) wait_ns = due > now ? due - now : 0;
         struct pollfd pf[2] = {{mfd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}};
         struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};

@@ -40,7 +40,7 @@ void sv_req_finish(sv_req *r, int status, int reason, const char *msg) {
         r->resp_header_len = -1;
     }
     if (status == 503 && !r->retry_after) r->retry_after = 1;
-    r->qstate = SV_Q_DONE;
+    __atomic_store_n(&r->qstate, SV_Q_DONE, __ATOMIC_RELEASE);
     sv_req_resume(r);
 }
 
@@ -86,6 +86,22 @@ static void write_snapshot(kl_server *s, char *path, size_t n) {
         kl_log(KL_LOG_WARN, "serve", "memory snapshot: %s", kl_err_what(&e));
         path[0] = 0;
     }
+}
+
+int sv_sched_can_inline(kl_server *s, const sv_req *r) {
+    return sv_cur_loop && r->loop == sv_cur_loop && s->inline_ns > 0 && r->level == 0 &&
+           est_ns(r->model, r->rows) < s->inline_ns;
+}
+
+void sv_sched_cancel(kl_server *s, sv_req *r) {
+    pthread_mutex_lock(&s->lock);
+    if (sv_qstate(r) == SV_Q_QUEUED) {
+        unqueue(s, r);
+        release_bytes(s, r);
+        __atomic_store_n(&r->qstate, SV_Q_DONE, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&s->dcond);
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 int sv_sched_submit(kl_server *s, sv_req *r) {
@@ -164,7 +180,6 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     int wake = 1;
     /* only the top priority level runs inline: a batch on the loop delays
      * every request the loop has not read yet, higher ones included */
-    r->inl = sv_cur_loop && s->inline_ns > 0 && r->level == 0 && est_ns(m, r->rows) < s->inline_ns;
     if (r->inl) wake = 0;
     else if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
         int64_t rows = m->qrows[r->level];

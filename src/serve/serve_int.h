@@ -250,6 +250,8 @@ struct sv_req {
     sv_conn *sc;            /* the connection (slow-client guard); NULL when untracked */
     sv_loop *loop;          /* the HTTP loop of the connection */
     int inl;                /* runs on its loop's thread (small enough), not on a worker */
+    int held;               /* inline, connection not suspended: libmicrohttpd calls the handler
+                               again each round until the answer is there (no epoll_ctl pair) */
     int counted_wait;       /* counted in loop->nwait */
 };
 
@@ -267,6 +269,7 @@ struct sv_loop {
     int resumed;                /* connections resumed on the loop's thread since its last MHD_run */
     int nconn;                  /* open connections (loop thread only) */
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
+    int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
 };
 
 /* ==================================================================
@@ -334,10 +337,20 @@ typedef struct sv_json_doc sv_json_doc;
 struct cJSON;
 #define SV_JSON_PACK 1 /* arrays of > SV_MAX_DIMS numbers become packed nodes */
 int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e);
-/* A packed array node: its numbers (valid until sv_json_free); 0 when a is not one. */
+/* A packed array node: its numbers as doubles, each exactly strtod's value
+ * (valid until sv_json_free); 0 when a is not one. */
 int sv_json_packed(const struct cJSON *a, const double **vals, size_t *n);
 /* Elements of an array node, packed or not. */
 int sv_json_array_size(const struct cJSON *a);
+/* The number of values of a packed array node (0: not one). */
+size_t sv_json_packed_count(const struct cJSON *a);
+/* A packed array's values as FP32, each exactly strtof's value of its text
+ * (dst holds sv_json_packed_count(a) floats); the parsed text must still be
+ * alive (a rare number is read again from it). */
+void sv_json_packed_f32(const struct cJSON *a, float *dst);
+/* One JSON number (the whole of s[0..len)) as FP32, exactly strtof's value;
+ * KL_EPARSE when s is not a JSON number. */
+int sv_parse_f32(const char *s, size_t len, float *out);
 const struct cJSON *sv_json_root(const sv_json_doc *d);
 void sv_json_free(sv_json_doc *d);
 
@@ -362,6 +375,13 @@ char *sv_error_json(const char *msg, size_t *len);
 /* sched.c */
 /* Queues r (or answers it at once: queue full, rate, memory); 0 = queued. */
 int sv_sched_submit(kl_server *s, sv_req *r);
+/* Whether r (decoded, level set) runs on its HTTP loop's thread: called on
+ * that thread; its estimated compute is below s->inline_ns and it is of its
+ * model's top level. The caller sets r->inl from it before submitting. */
+int sv_sched_can_inline(kl_server *s, const sv_req *r);
+/* A held request whose connection closed: taken out of its queue (or left
+ * alone when it has been answered meanwhile). */
+void sv_sched_cancel(kl_server *s, sv_req *r);
 int sv_sched_start(kl_server *s, kl_err *e);
 void sv_sched_stop(kl_server *s);
 /* lock held: answers every queued request with 503 (why) */
@@ -375,6 +395,9 @@ int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until);
 extern _Thread_local sv_loop *sv_cur_loop;
 /* Wakes loop lp (an eventfd write). */
 void sv_loop_wake(sv_loop *lp);
+/* The scheduling state of r (SV_Q_*): read and written with acquire/release
+ * (a held request is answered by its loop after another thread set it). */
+static inline int sv_qstate(const sv_req *r) { return __atomic_load_n(&r->qstate, __ATOMIC_ACQUIRE); }
 /* Marks r answered and wakes its connection. */
 void sv_req_finish(sv_req *r, int status, int reason, const char *msg);
 

@@ -104,6 +104,8 @@ try:
         ("unknown", infer_body(x[:1], name="z"), "inputs[0].name"),
         ("count", {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 784], "data": [0.5] * 784}]}, "inputs[0].data"),
         ("malformed", '{"inputs": [', "malformed JSON"),
+        ("number", '{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784], "data": [%s, 1.e5]}]}'
+         % ", ".join(["0.5"] * 783), "(inputs[0].data[783]): expected digits after '.' in '1.e5'"),
         ("outputs", infer_body(x[:1], outputs=[{"name": "nope"}]), "outputs[0].name"),
     ]
     for name, body, needle in cases:

@@ -5,6 +5,7 @@
 
 #include "serve/serve_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 KL_TEST(serve_cfg_parse_full) {
@@ -143,6 +144,11 @@ KL_TEST(serve_decode_errors_name_the_field) {
     const char *mask = "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[1],\"data\":[true]}";
     char j[1024];
     expect_error("{\"inputs\": [", "malformed JSON");
+    /* a malformed number inside the data: the error names the element and quotes it */
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[3,3],\"data\":[1,2,3,4,5,6,1.e5,8,9]}]}", mask);
+    expect_error(j, "(inputs[1].data[6]): expected digits after '.' in '1.e5'");
+    snprintf(j, sizeof j, "{\"inputs\":[%s,{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],\"data\":[[1,-,3]]}]}", mask);
+    expect_error(j, "(inputs[1].data[0][1]): expected a value");
     expect_error("[]", "expected a JSON object");
     expect_error("{}", "inputs: missing");
     snprintf(j, sizeof j, "{\"inputs\":[%s]}", mask);
@@ -304,6 +310,89 @@ KL_TEST(serve_json_number_runs_match_strtod) {
     if (bad >= 0) kt_fail(__FILE__, __LINE__, "number %d (%.20s): got %.17g, strtod %.17g", bad, tok[bad], v[bad], strtod(tok[bad], NULL));
     sv_json_free(doc);
     free(text);
+}
+
+/* one number through both FP32 paths (sv_parse_f32, and a packed array of
+ * nine copies into floats) against strtof, bit for bit */
+static int f32_both_match(const char *tok, float *got_out) {
+    float want = strtof(tok, NULL), got = 0, arr[9];
+    if (sv_parse_f32(tok, strlen(tok), &got)) return 0;
+    *got_out = got;
+    char text[700];
+    int o = snprintf(text, sizeof text, "[%s", tok);
+    for (int i = 1; i < 9; i++) o += snprintf(text + o, sizeof text - (size_t)o, ",%s", tok);
+    snprintf(text + o, sizeof text - (size_t)o, "]");
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    if (sv_json_parse(text, strlen(text), SV_JSON_PACK, &doc, &e)) return 0;
+    int ok = sv_json_packed_count(sv_json_root(doc)) == 9;
+    if (ok) sv_json_packed_f32(sv_json_root(doc), arr);
+    sv_json_free(doc);
+    return ok && !memcmp(&want, &got, 4) && !memcmp(&want, &arr[0], 4) && !memcmp(&want, &arr[8], 4);
+}
+
+KL_TEST(serve_json_f32_matches_strtof) {
+    const char *fixed[] = {
+        "0", "-0", "-0.0", "0.0e5", "1", "-1", "0.1", "-2.5E-3", "1E+10", "1e+0", "1e0001", "123.456e-2",
+        /* subnormals, the smallest, underflow to zero, FLT_MIN and around it */
+        "1e-45", "1.4e-45", "1.401298464324817e-45", "7e-46", "7.006492321624086e-46", "7.1e-46", "1e-50",
+        "1.1754942e-38", "1.1754943508222875e-38", "1.17549435e-38", "1.1754944e-38", "-3.0e-39", "2.5e-40",
+        /* FLT_MAX, the midpoint to 2^128 (ties to even: inf), just below it, overflow */
+        "3.4028234663852886e38", "3.4028235677973366e38", "3.4028235677973362e38", "3.5e38", "1e39", "-1e300",
+        /* float midpoints: exact ties, and decimals a hair off a tie whose double rounds onto the tie */
+        "16777217", "16777219", "33554435", "0.5000000298023223876953125", "0.5000000298023223876953126",
+        "0.5000000298023223876953124", "1.000000059604644775390625", "1.0000000596046447755", "1.0000000596046447753",
+        "1.00000005960464477539062500000000001", "-1.0000000596046447755",
+        /* long mantissas, many leading zeros, huge exponents */
+        "1.00000000000000000000000000001", "123456789012345678901234567890", "0.000000000000000000000000000000000000001",
+        "9999999999999999999999", "0.30000001192092895507812499999999", "1e-100000", "1e100000", "0.1e-40",
+        "123456789e-50", "4.7019774032891500318749461488889827112746622270883500860350068251e-38"};
+    float got = 0;
+    for (size_t i = 0; i < KL_ARRAY_LEN(fixed); i++)
+        KT_CHECKF(f32_both_match(fixed[i], &got), "%s: got %.9g, strtof %.9g", fixed[i], got, strtof(fixed[i], NULL));
+    /* the case that needs the care: (float)strtod is not strtof here */
+    KT_CHECK((float)strtod("1.0000000596046447755", NULL) != strtof("1.0000000596046447755", NULL));
+    /* random: floats printed short and long, doubles, midpoints nudged, digit strings */
+    uint64_t x = 88172645463325252ull;
+    int bad = 0;
+    for (int i = 0; i < 30000 && bad < 5; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        char buf[160];
+        uint32_t fb = (uint32_t)x;
+        float f;
+        memcpy(&f, &fb, 4);
+        if (isnan(f) || isinf(f)) continue;
+        switch (i % 5) {
+        case 0: snprintf(buf, sizeof buf, "%.9g", f); break;
+        case 1: snprintf(buf, sizeof buf, "%.6g", f); break;
+        case 2: { /* a midpoint between f and the next float, exactly or one digit off */
+            double mid = ((double)f + (double)nextafterf(f, INFINITY)) / 2;
+            int n = snprintf(buf, sizeof buf, "%.40e", mid);
+            char *ep = strchr(buf, 'e');
+            if (ep && (x >> 40) % 3 && n > 0) ep[-1] = (char)((x >> 40) % 3 == 1 ? '9' : '1');
+            break;
+        }
+        case 3: { double d; uint64_t db = x >> 2 | 0x3000000000000000ull; memcpy(&d, &db, 8); snprintf(buf, sizeof buf, "%.17g", d / 1e60); break; }
+        default: { /* 1..25 random digits, a point somewhere, an exponent */
+            int nd = 1 + (int)((x >> 8) % 25), o = 0, dot = (int)((x >> 16) % (uint64_t)(nd + 1));
+            uint64_t y = x;
+            if ((x >> 60) & 1) buf[o++] = '-';
+            for (int k = 0; k < nd; k++) {
+                if (k == dot && k) buf[o++] = '.';
+                y = y * 6364136223846793005ull + 1442695040888963407ull;
+                buf[o++] = (char)('0' + (k == 0 ? 1 + (y >> 33) % 9 : (y >> 33) % 10));
+            }
+            snprintf(buf + o, sizeof buf - (size_t)o, "e%d", (int)((x >> 24) % 100) - 60);
+        }
+        }
+        if (!f32_both_match(buf, &got)) {
+            bad++;
+            kt_fail(__FILE__, __LINE__, "%s: got %.9g, strtof %.9g", buf, got, strtof(buf, NULL));
+        }
+    }
+    /* not JSON numbers */
+    const char *inv[] = {"", "-", "+1", ".5", "1.", "1.e5", "01", "1e", "1e+", "--1", "0x10", "NaN", "Infinity", "1 ", "1,"};
+    for (size_t i = 0; i < KL_ARRAY_LEN(inv); i++) KT_CHECKF(sv_parse_f32(inv[i], strlen(inv[i]), &got) == KL_EPARSE, "accepted '%s'", inv[i]);
 }
 
 KL_TEST(serve_json_structure_and_errors) {

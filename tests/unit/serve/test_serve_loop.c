@@ -183,3 +183,85 @@ KL_TEST(serve_loops_inline_and_workers_answer_all) {
                                        c[i].ok, c[i].n, c[i].why);
     }
 }
+
+/* ==================================================================
+ * Held inline requests (the connection stays active while the request
+ * waits): a request that times out in the queue (answered from the
+ * reaper's thread), and a client that goes away while its request waits
+ * ================================================================== */
+
+static int connect_to(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a)) { close(fd); fd = -1; }
+    return fd;
+}
+
+static int send_infer(int fd, int i) {
+    char body[256], req[512];
+    int bl = snprintf(body, sizeof body,
+                      "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,4],\"data\":[-1,%d,-3,4]}]}", i);
+    int rl = snprintf(req, sizeof req, "POST /v2/models/relu/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n%s", bl,
+                      body);
+    return send(fd, req, (size_t)rl, MSG_NOSIGNAL) == rl ? 0 : -1;
+}
+
+KL_TEST(serve_loop_held_request_client_gone_and_timeout) {
+    char dir[1024], p[1100];
+    snprintf(dir, sizeof dir, "%s/repo2/relu/1", kt_tmpdir());
+    kl_err e = {0};
+    KT_OK(kl_mkdir_p(dir, &e), &e);
+    snprintf(p, sizeof p, "%s/model.onnx", dir);
+    KT_CHECK(write_relu_onnx(p) == 0);
+    snprintf(p, sizeof p, "%s/repo2/relu/config.yaml", kt_tmpdir());
+    /* a batch waits up to 3 s for more rows while some connection of the loop is idle */
+    const char *cfg = "max_batch_size: 16\ndynamic_batching:\n  max_queue_delay_us: 3000000\npriority_levels: 2\ndefault_priority: 1\n"
+                      "queue_policy:\n  1: {default_timeout_us: 300000}\n";
+    KT_OK(kl_write_file_atomic(p, cfg, strlen(cfg), &e), &e);
+    char repo[1100];
+    snprintf(repo, sizeof repo, "%s/repo2", kt_tmpdir());
+    kl_serve_opts o = {0};
+    o.repo = repo;
+    o.workers = 1;
+    o.http_threads = 1;
+    o.inline_us = 1000000; /* inline whatever the warm-up's time per row was */
+    kl_server *s = NULL;
+    KT_OK(kl_server_new(&o, &s, &e), &e);
+    if (kl_server_start(s, &e)) {
+        kl_server_free(s);
+        KT_CHECK(!"kl_server_start");
+    }
+    int port = kl_server_port(s);
+    char resp[4096];
+    /* A's request times out in the queue (B idle keeps the batch waiting):
+     * 503 from the reaper's thread, sent by the loop */
+    int a = connect_to(port), b = connect_to(port);
+    KT_CHECK(a >= 0 && b >= 0);
+    usleep(100000); /* both accepted by the loop */
+    int64_t t0 = kl_time_mono_ns();
+    KT_CHECK(send_infer(a, 1) == 0);
+    KT_CHECK(read_response(a, resp, sizeof resp) == 0);
+    double secs = (kl_time_mono_ns() - t0) / 1e9;
+    KT_CHECKF(!strncmp(resp, "HTTP/1.1 503", 12) && strstr(resp, "timed out"), "after %.2f s: %.300s", secs, resp);
+    KT_CHECKF(secs < 2.0, "timeout answer after %.2f s", secs);
+    /* A sends again and goes away while its request is held (the loop
+     * notices when the timeout's answer cannot be sent); B's request then
+     * is the loop's only one and runs at once */
+    KT_CHECK(send_infer(a, 2) == 0);
+    usleep(50000);
+    close(a);
+    usleep(600000);
+    t0 = kl_time_mono_ns();
+    KT_CHECK(send_infer(b, 3) == 0);
+    KT_CHECK(read_response(b, resp, sizeof resp) == 0);
+    secs = (kl_time_mono_ns() - t0) / 1e9;
+    KT_CHECKF(!strncmp(resp, "HTTP/1.1 200", 12) && strstr(resp, "\"data\":[0,3,0,4]"), "after %.2f s: %.400s", (kl_time_mono_ns() - t0) / 1e9, resp);
+    KT_CHECKF(secs < 2.0, "answer after %.2f s", secs);
+    close(b);
+    int rc = kl_server_shutdown(s, &e);
+    kl_server_free(s);
+    KT_EQ_INT(rc, KL_OK);
+}
