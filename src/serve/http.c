@@ -436,11 +436,7 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
 }
 
 void sv_req_resume(sv_req *r) {
-    if (r->held) { /* answered: its loop's handler call sends it (wake the loop when this is another thread) */
-        if (r->loop != sv_cur_loop) sv_loop_wake(r->loop);
-        return;
-    }
-    if (!r->suspended) return;
+    if (!r->suspended) return; /* held requests: sv_req_finish wakes their loop */
     /* r may be answered and freed by its loop as soon as it is resumed: read it first */
     sv_loop *lp = r->loop;
     MHD_resume_connection(r->conn);
@@ -618,11 +614,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         }
         return MHD_YES;
     }
-    if (r->qstate != SV_Q_NEW) {
-        int q = sv_qstate(r);
-        if (q == SV_Q_DONE) return answer(s, c, r); /* resumed, or a held request's batch has run */
-        return MHD_YES;                              /* held, still in the scheduler */
-    }
+    int q = sv_qstate(r);
+    if (q == SV_Q_DONE) return answer(s, c, r); /* resumed, or a held request's batch has run */
+    if (q != SV_Q_NEW) return MHD_YES;           /* held, still in the scheduler */
     if (*upload_size) {
         if (r->too_large) { *upload_size = 0; return MHD_YES; }
         size_t need = r->body_len + *upload_size;

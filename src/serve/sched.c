@@ -40,7 +40,15 @@ void sv_req_finish(sv_req *r, int status, int reason, const char *msg) {
         r->resp_header_len = -1;
     }
     if (status == 503 && !r->retry_after) r->retry_after = 1;
+    /* a held request may be answered and freed by its loop as soon as it is
+     * marked done: what the wake-up needs is read before */
+    int held = r->held;
+    sv_loop *lp = r->loop;
     __atomic_store_n(&r->qstate, SV_Q_DONE, __ATOMIC_RELEASE);
+    if (held) { /* its loop's next handler call sends the answer */
+        if (lp != sv_cur_loop) sv_loop_wake(lp);
+        return;
+    }
     sv_req_resume(r);
 }
 
