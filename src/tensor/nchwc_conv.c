@@ -36,11 +36,17 @@
 #define FBMAX 4     /* output-channel blocks per tile */
 #define NTMAX 8     /* output positions per tile (upper bound over FB) */
 #define GMAX_TAPS 64 /* kernels up to this many taps use gather tiles at the borders */
+#ifndef L2_BUDGET
 #define L2_BUDGET (320 * 1024) /* bytes of weights per input-channel chunk */
+#endif
 
 /* Output positions per tile for FB blocks: FB * NT accumulators + FB weight
  * vectors + a broadcast register stay within the 32 zmm registers. */
 static const int nt_max[FBMAX + 1] = {0, 8, 8, 8, 6};
+
+/* Outputs of at least this many bytes are written with streaming stores (a
+ * variable so the unit test can lower it; not for tuning). */
+size_t kl__nchwc_stream_bytes = (size_t)48 << 20;
 
 /* ==================================================================
  * Support and packing
@@ -97,6 +103,7 @@ typedef struct {
     int64_t ys_ob;                           /* output step per channel block */
     int64_t mleft;       /* output channels from ob0 * 16 to M */
     int first, last;     /* first chunk (accumulators start at 0), last chunk (epilogue) */
+    int stream;          /* final stores bypass the caches (outputs far larger than the caches) */
     kl_act act;
 } targs;
 
@@ -113,14 +120,18 @@ __attribute__((target("avx512f"), always_inline)) static inline void
 tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp,
            const float *const *rp) {
     if (!a->last) {
+        #pragma GCC unroll 8
         for (int f = 0; f < FB; f++)
+            #pragma GCC unroll 8
             for (int j = 0; j < NT; j++) _mm512_storeu_ps(yp[j] + f * a->ys_ob, acc[f][j]);
         return;
     }
+    #pragma GCC unroll 8
     for (int f = 0; f < FB; f++) {
         int64_t lanes = KL_MIN(BLK, a->mleft - f * BLK);
         __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
         __m512 bv = a->bias ? _mm512_maskz_loadu_ps(keep, a->bias + f * BLK) : _mm512_setzero_ps();
+        #pragma GCC unroll 8
         for (int j = 0; j < NT; j++) {
             float *y = yp[j] + f * a->ys_ob;
             __m512 v = _mm512_add_ps(acc[f][j], bv);
@@ -143,14 +154,17 @@ tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT,
             }
             default: /* sigmoid, tanh, gelu: the elementwise kernel on the 16 lanes */ _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
             }
-            _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
+            if (a->stream) _mm512_stream_ps(y, _mm512_maskz_mov_ps(keep, v));
+            else _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
         }
     }
 }
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile_load(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp) {
+    #pragma GCC unroll 8
     for (int f = 0; f < FB; f++)
+        #pragma GCC unroll 8
         for (int j = 0; j < NT; j++)
             acc[f][j] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(yp[j] + f * a->ys_ob);
 }
@@ -164,6 +178,7 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
     float *yp[NTMAX];
     const float *rp[NTMAX];
     const int64_t ps = PS ? PS : a->xs_p, cs = CS1 ? 1 : a->xs_c;
+    #pragma GCC unroll 8
     for (int j = 0; j < NT; j++) {
         yp[j] = a->y + j * BLK;
         rp[j] = a->res ? a->res + j * BLK : NULL;
@@ -178,9 +193,12 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
                 const float *xp = xk + kw * a->xs_kw, *wp = wk + kw * BLK * BLK;
                 for (int64_t ic = 0; ic < nic; ic++) {
                     __m512 wv[FBMAX];
+                    #pragma GCC unroll 8
                     for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
+                    #pragma GCC unroll 8
                     for (int j = 0; j < NT; j++) {
                         __m512 b = _mm512_set1_ps(xp[ic * cs + j * ps]);
+                        #pragma GCC unroll 8
                         for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
                     }
                 }
@@ -213,13 +231,17 @@ gtile(const targs *a, const gargs *g, const int FB, const int NT, const int CS1)
         const float *wc = a->w + cb * a->ws_cb;
         for (int u = 0; u < g->ntap; u++) {
             const float *px[NTMAX];
+            #pragma GCC unroll 8
             for (int j = 0; j < NT; j++) px[j] = g->tab[u * NT + j] + xo;
             const float *wp = wc + g->tw[u];
             for (int64_t ic = 0; ic < nic; ic++) {
                 __m512 wv[FBMAX];
+                #pragma GCC unroll 8
                 for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
+                #pragma GCC unroll 8
                 for (int j = 0; j < NT; j++) {
                     __m512 b = _mm512_set1_ps(px[j][ic * cs]);
+                    #pragma GCC unroll 8
                     for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
                 }
             }
@@ -291,6 +313,7 @@ typedef struct {
     const float *x, *bias;
     float *y;
     int64_t CB, MB, ngroups, cchunk;
+    int stream;
     int var;
 } gctx;
 
@@ -326,6 +349,7 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
     a.mleft = p->M - ob0 * BLK;
     a.act = p->act;
     a.bias = g->bias ? g->bias + ob0 * BLK : NULL;
+    a.stream = g->stream;
     const tile_fn *tf = tiles[g->var][fb - 1];
     const gtile_fn *gf = gtiles[g->plain][fb - 1];
     int ntm = nt_max[fb], gather = KH * KW <= GMAX_TAPS;
@@ -426,6 +450,7 @@ static void general_range(void *ctx, size_t b, size_t e, int chunk) {
         general_rows(g, ng / g->ngroups, ng % g->ngroups, oy0, oy1);
         i += oy1 - oy0;
     }
+    if (g->stream) _mm_sfence(); /* streamed stores visible before the pool's join */
 }
 
 static int general_conv(const kl_conv_params *p, int plain, const float *x, const float *bias, float *y,
@@ -439,6 +464,10 @@ static int general_conv(const kl_conv_params *p, int plain, const float *x, cons
     int64_t OH = p->out[0], KH = p->k[0], KW = p->k[1];
     g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * KH * KW * BLK * BLK * (int64_t)sizeof(float)));
     int64_t sw = p->stride[1];
+    /* outputs of tens of MB (large batches) are not read back from the
+     * caches anyway: streaming stores save the read-for-ownership */
+    size_t ybytes = (size_t)(p->N * g.MB * OH * p->out[1] * BLK) * sizeof(float);
+    g.stream = ybytes >= kl__nchwc_stream_bytes && ((uintptr_t)y & 63) == 0;
     if (!plain && sw == 1) g.var = 0;
     else if (!plain && sw == 2) g.var = 1;
     else if (plain && sw == 2) g.var = 2;
