@@ -36,7 +36,9 @@
 #define FBMAX 4     /* output-channel blocks per tile */
 #define NTMAX 8     /* output positions per tile (upper bound over FB) */
 #define GMAX_TAPS 64 /* kernels up to this many taps use gather tiles at the borders */
+#ifndef L2_BUDGET
 #define L2_BUDGET (320 * 1024) /* bytes of weights per input-channel chunk */
+#endif
 
 /* Output positions per tile for FB blocks: FB * NT accumulators + FB weight
  * vectors + a broadcast register stay within the 32 zmm registers. */
@@ -113,14 +115,18 @@ __attribute__((target("avx512f"), always_inline)) static inline void
 tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp,
            const float *const *rp) {
     if (!a->last) {
+        #pragma GCC unroll 8
         for (int f = 0; f < FB; f++)
+            #pragma GCC unroll 8
             for (int j = 0; j < NT; j++) _mm512_storeu_ps(yp[j] + f * a->ys_ob, acc[f][j]);
         return;
     }
+    #pragma GCC unroll 8
     for (int f = 0; f < FB; f++) {
         int64_t lanes = KL_MIN(BLK, a->mleft - f * BLK);
         __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
         __m512 bv = a->bias ? _mm512_maskz_loadu_ps(keep, a->bias + f * BLK) : _mm512_setzero_ps();
+        #pragma GCC unroll 8
         for (int j = 0; j < NT; j++) {
             float *y = yp[j] + f * a->ys_ob;
             __m512 v = _mm512_add_ps(acc[f][j], bv);
@@ -131,7 +137,17 @@ tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT,
             case KL_ACT_CLIP:
                 v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
                 break;
-            default: _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
+            case KL_ACT_LEAKY_RELU:
+                v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v,
+                                       _mm512_set1_ps(a->act.a));
+                break;
+            case KL_ACT_HARDSWISH: { /* as the elementwise kernel: x * relu6(x + 3) / 6 */
+                __m512 h = _mm512_max_ps(_mm512_setzero_ps(),
+                                         _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_add_ps(v, _mm512_set1_ps(3.0f))));
+                v = _mm512_div_ps(_mm512_mul_ps(v, h), _mm512_set1_ps(6.0f));
+                break;
+            }
+            default: /* sigmoid, tanh, gelu: the elementwise kernel on the 16 lanes */ _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
             }
             _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
         }
@@ -140,7 +156,9 @@ tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT,
 
 __attribute__((target("avx512f"), always_inline)) static inline void
 tile_load(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT, float *const *yp) {
+    #pragma GCC unroll 8
     for (int f = 0; f < FB; f++)
+        #pragma GCC unroll 8
         for (int j = 0; j < NT; j++)
             acc[f][j] = a->first ? _mm512_setzero_ps() : _mm512_loadu_ps(yp[j] + f * a->ys_ob);
 }
@@ -154,6 +172,7 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
     float *yp[NTMAX];
     const float *rp[NTMAX];
     const int64_t ps = PS ? PS : a->xs_p, cs = CS1 ? 1 : a->xs_c;
+    #pragma GCC unroll 8
     for (int j = 0; j < NT; j++) {
         yp[j] = a->y + j * BLK;
         rp[j] = a->res ? a->res + j * BLK : NULL;
@@ -168,9 +187,12 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
                 const float *xp = xk + kw * a->xs_kw, *wp = wk + kw * BLK * BLK;
                 for (int64_t ic = 0; ic < nic; ic++) {
                     __m512 wv[FBMAX];
+                    #pragma GCC unroll 8
                     for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
+                    #pragma GCC unroll 8
                     for (int j = 0; j < NT; j++) {
                         __m512 b = _mm512_set1_ps(xp[ic * cs + j * ps]);
+                        #pragma GCC unroll 8
                         for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
                     }
                 }
@@ -203,13 +225,17 @@ gtile(const targs *a, const gargs *g, const int FB, const int NT, const int CS1)
         const float *wc = a->w + cb * a->ws_cb;
         for (int u = 0; u < g->ntap; u++) {
             const float *px[NTMAX];
+            #pragma GCC unroll 8
             for (int j = 0; j < NT; j++) px[j] = g->tab[u * NT + j] + xo;
             const float *wp = wc + g->tw[u];
             for (int64_t ic = 0; ic < nic; ic++) {
                 __m512 wv[FBMAX];
+                #pragma GCC unroll 8
                 for (int f = 0; f < FB; f++) wv[f] = _mm512_loadu_ps(wp + f * a->ws_ob + ic * BLK);
+                #pragma GCC unroll 8
                 for (int j = 0; j < NT; j++) {
                     __m512 b = _mm512_set1_ps(px[j][ic * cs]);
+                    #pragma GCC unroll 8
                     for (int f = 0; f < FB; f++) acc[f][j] = _mm512_fmadd_ps(wv[f], b, acc[f][j]);
                 }
             }
@@ -296,7 +322,9 @@ static void tap_range(int64_t o, int64_t s, int64_t pad, int64_t d, int64_t k, i
 /* Output rows [oy0, oy1) of image n for channel-block group grp. */
 static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int64_t oy1) {
     const kl_conv_params *p = g->p;
-    int64_t ob0 = grp * FBMAX, fb = KL_MIN(FBMAX, g->MB - ob0);
+    /* groups of balanced sizes: MB = 6 -> 3 + 3 (24 accumulators each), not 4 + 2 */
+    int64_t fbase = g->MB / g->ngroups, fextra = g->MB % g->ngroups;
+    int64_t fb = fbase + (grp < fextra), ob0 = grp * fbase + KL_MIN(grp, fextra);
     int64_t H = p->in[0], W = p->in[1], KH = p->k[0], KW = p->k[1], OH = p->out[0], OW = p->out[1];
     int64_t sh = p->stride[0], sw = p->stride[1], dh = p->dilation[0], dw = p->dilation[1];
     int64_t ph = p->pad_begin[0], pw = p->pad_begin[1];

@@ -159,6 +159,12 @@ KL_TEST(tensor_nchwc_conv_vs_nchw) {
         {1, 24, 40, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_HARDSWISH},
         {1, 24, 40, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, KL_ACT_GELU},
         {4, 48, 130, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_RELU},   /* batch 4, 9 output blocks */
+        {1, 20, 36, 13, 12, 9, 9, 1, 1, 1, 1, 4, 4, 4, 4, 0, 1, 1, KL_ACT_RELU},   /* 81 taps: no gather tiles */
+        {2, 18, 40, 9, 17, 9, 9, 2, 1, 1, 1, 4, 3, 2, 5, 1, 0, 1, KL_ACT_CLIP},   /* 81 taps, plain, asymmetric */
+        {1, 32, 48, 10, 11, 1, 7, 1, 1, 1, 1, 0, 3, 0, 3, 0, 1, 1, KL_ACT_RELU},   /* 1x7 */
+        {1, 32, 48, 10, 11, 7, 1, 1, 1, 1, 1, 3, 0, 3, 0, 0, 1, 0, KL_ACT_NONE},   /* 7x1 */
+        {1, 96, 96, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_RELU},    /* 6 blocks: groups 3 + 3 */
+        {1, 16, 16, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_HARDSWISH}, /* 4x4 image */
     };
     char msg[512];
     for (size_t c = 0; c < KL_ARRAY_LEN(cs); c++) {
