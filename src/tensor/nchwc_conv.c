@@ -44,6 +44,10 @@
  * vectors + a broadcast register stay within the 32 zmm registers. */
 static const int nt_max[FBMAX + 1] = {0, 8, 8, 8, 6};
 
+/* Outputs of at least this many bytes are written with streaming stores (a
+ * variable so the unit test can lower it; not for tuning). */
+size_t kl__nchwc_stream_bytes = (size_t)48 << 20;
+
 /* ==================================================================
  * Support and packing
  * ================================================================== */
@@ -99,6 +103,7 @@ typedef struct {
     int64_t ys_ob;                           /* output step per channel block */
     int64_t mleft;       /* output channels from ob0 * 16 to M */
     int first, last;     /* first chunk (accumulators start at 0), last chunk (epilogue) */
+    int stream;          /* final stores bypass the caches (outputs far larger than the caches) */
     kl_act act;
 } targs;
 
@@ -149,7 +154,8 @@ tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT,
             }
             default: /* sigmoid, tanh, gelu: the elementwise kernel on the 16 lanes */ _mm512_storeu_ps(y, v); epilogue_slow(a, y, keep); continue;
             }
-            _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
+            if (a->stream) _mm512_stream_ps(y, _mm512_maskz_mov_ps(keep, v));
+            else _mm512_storeu_ps(y, _mm512_maskz_mov_ps(keep, v));
         }
     }
 }
@@ -307,6 +313,7 @@ typedef struct {
     const float *x, *bias;
     float *y;
     int64_t CB, MB, ngroups, cchunk;
+    int stream;
     int var;
 } gctx;
 
@@ -342,6 +349,7 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
     a.mleft = p->M - ob0 * BLK;
     a.act = p->act;
     a.bias = g->bias ? g->bias + ob0 * BLK : NULL;
+    a.stream = g->stream;
     const tile_fn *tf = tiles[g->var][fb - 1];
     const gtile_fn *gf = gtiles[g->plain][fb - 1];
     int ntm = nt_max[fb], gather = KH * KW <= GMAX_TAPS;
@@ -442,6 +450,7 @@ static void general_range(void *ctx, size_t b, size_t e, int chunk) {
         general_rows(g, ng / g->ngroups, ng % g->ngroups, oy0, oy1);
         i += oy1 - oy0;
     }
+    if (g->stream) _mm_sfence(); /* streamed stores visible before the pool's join */
 }
 
 static int general_conv(const kl_conv_params *p, int plain, const float *x, const float *bias, float *y,
@@ -455,6 +464,10 @@ static int general_conv(const kl_conv_params *p, int plain, const float *x, cons
     int64_t OH = p->out[0], KH = p->k[0], KW = p->k[1];
     g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * KH * KW * BLK * BLK * (int64_t)sizeof(float)));
     int64_t sw = p->stride[1];
+    /* outputs of tens of MB (large batches) are not read back from the
+     * caches anyway: streaming stores save the read-for-ownership */
+    size_t ybytes = (size_t)(p->N * g.MB * OH * p->out[1] * BLK) * sizeof(float);
+    g.stream = ybytes >= kl__nchwc_stream_bytes && ((uintptr_t)y & 63) == 0;
     if (!plain && sw == 1) g.var = 0;
     else if (!plain && sw == 2) g.var = 1;
     else if (plain && sw == 2) g.var = 2;

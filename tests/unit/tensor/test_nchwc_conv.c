@@ -9,6 +9,9 @@
 #include "../harness.h"
 #include "tt.h"
 
+/* nchwc_conv.c: outputs of at least this many bytes use streaming stores. */
+extern size_t kl__nchwc_stream_bytes;
+
 /* NCHW (N, C, S) -> blocked (N, CB, S, 16), padding lanes 0. */
 static float *to_blocked(const float *x, int64_t N, int64_t C, int64_t S) {
     int64_t CB = (C + 15) / 16;
@@ -49,7 +52,9 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
     float *res = cs->res ? tt_randn(yn, 14 + idx) : NULL;
     float *xb = to_blocked(x, p.N, p.C, S), *rb = res ? to_blocked(res, p.N, p.M, OS) : NULL;
     float *ref = calloc((size_t)yn, 4), *refb = NULL;
-    float *y1 = malloc((size_t)ybn * 4), *y2 = malloc((size_t)ybn * 4), *y3 = malloc((size_t)ybn * 4);
+    /* 64-byte aligned like arena tensors (streaming stores need it) */
+    float *y1 = kl_mem_alloc((size_t)ybn * 4, KL_TAG_OTHER), *y2 = kl_mem_alloc((size_t)ybn * 4, KL_TAG_OTHER);
+    float *y3 = kl_mem_alloc((size_t)ybn * 4, KL_TAG_OTHER);
     for (int64_t i = 0; i < ybn; i++) y1[i] = y2[i] = y3[i] = NAN;  /* every element must be written */
     const float *bias = cs->bias ? b : NULL;
     int fail = 0;
@@ -112,7 +117,7 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
         fail = 1;
     }
 done:
-    free(x); free(w); free(b); free(res); free(xb); free(rb); free(ref); free(refb); free(y1); free(y2); free(y3);
+    free(x); free(w); free(b); free(res); free(xb); free(rb); free(ref); free(refb); kl_mem_free(y1); kl_mem_free(y2); kl_mem_free(y3);
     return fail;
 }
 
@@ -171,6 +176,14 @@ KL_TEST(tensor_nchwc_conv_vs_nchw) {
         int f = run_case(&cs[c], (int)c, msg, sizeof msg);
         KT_CHECKF(!f, "%s", msg);
     }
+    /* the streaming-store path of large outputs, on small ones */
+    size_t keep = kl__nchwc_stream_bytes;
+    kl__nchwc_stream_bytes = 0;
+    for (size_t c = 0; c < KL_ARRAY_LEN(cs); c += 3) {
+        int f = run_case(&cs[c], (int)c, msg, sizeof msg);
+        KT_CHECKF(!f, "streaming stores: %s", msg);
+    }
+    kl__nchwc_stream_bytes = keep;
 }
 
 KL_TEST(tensor_nchwc_conv_support) {
