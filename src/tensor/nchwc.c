@@ -180,9 +180,57 @@ __attribute__((target("avx512f"))) static void bpool_avx512(void *vc, size_t i0,
         float *y = c->y + (nb * OH + oy) * OW * KL_NCHWC;
         int64_t by = oy * SY - p->pad_begin[0], vy, py;
         win_counts(by, KH, DY, H, H + p->pad_end[0], &vy, &py);
+        /* interior columns (every kx tap inside the row), four outputs at a
+         * time with the valid rows only: the same taps in the same order as
+         * the edge loop below, without the bounds tests */
+        int64_t ky0 = 0, ky1 = KH, PX = p->pad_begin[1];
+        while (ky0 < KH && by + ky0 * DY < 0) ky0++;
+        while (ky1 > ky0 && by + (ky1 - 1) * DY >= H) ky1--;
+        int64_t lo = (PX + SX - 1) / SX, last = W - 1 - (KW - 1) * DX + PX;
+        int64_t hi = last < 0 ? 0 : KL_MIN(OW, last / SX + 1);
+        __m512 init = c->avg ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
+        __m512 dv = _mm512_set1_ps((float)((p->count_include_pad ? py : vy) * KW));
+        int64_t ox4 = lo;
+        if (hi > lo && c->avg && (p->count_include_pad ? py : vy) > 0)
+            for (; ox4 + 4 <= hi; ox4 += 4) {
+                __m512 a0 = init, a1 = init, a2 = init, a3 = init;
+                for (int64_t ky = ky0; ky < ky1; ky++) {
+                    const float *q = x + ((by + ky * DY) * W + ox4 * SX - PX) * KL_NCHWC;
+                    for (int64_t kx = 0; kx < KW; kx++, q += DX * KL_NCHWC) {
+                        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(q));
+                        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(q + SX * KL_NCHWC));
+                        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(q + 2 * SX * KL_NCHWC));
+                        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(q + 3 * SX * KL_NCHWC));
+                    }
+                }
+                float *yo = y + ox4 * KL_NCHWC;
+                _mm512_storeu_ps(yo, _mm512_div_ps(a0, dv));
+                _mm512_storeu_ps(yo + KL_NCHWC, _mm512_div_ps(a1, dv));
+                _mm512_storeu_ps(yo + 2 * KL_NCHWC, _mm512_div_ps(a2, dv));
+                _mm512_storeu_ps(yo + 3 * KL_NCHWC, _mm512_div_ps(a3, dv));
+            }
+        else if (hi > lo && !c->avg && ky1 > ky0)
+            for (; ox4 + 4 <= hi; ox4 += 4) {
+                __m512 a0 = init, a1 = init, a2 = init, a3 = init;
+                for (int64_t ky = ky0; ky < ky1; ky++) {
+                    const float *q = x + ((by + ky * DY) * W + ox4 * SX - PX) * KL_NCHWC;
+                    for (int64_t kx = 0; kx < KW; kx++, q += DX * KL_NCHWC) {
+                        a0 = _mm512_max_ps(a0, _mm512_loadu_ps(q));
+                        a1 = _mm512_max_ps(a1, _mm512_loadu_ps(q + SX * KL_NCHWC));
+                        a2 = _mm512_max_ps(a2, _mm512_loadu_ps(q + 2 * SX * KL_NCHWC));
+                        a3 = _mm512_max_ps(a3, _mm512_loadu_ps(q + 3 * SX * KL_NCHWC));
+                    }
+                }
+                float *yo = y + ox4 * KL_NCHWC;
+                _mm512_storeu_ps(yo, a0);
+                _mm512_storeu_ps(yo + KL_NCHWC, a1);
+                _mm512_storeu_ps(yo + 2 * KL_NCHWC, a2);
+                _mm512_storeu_ps(yo + 3 * KL_NCHWC, a3);
+            }
         for (int64_t ox = 0; ox < OW; ox++) {
+            if (ox == lo && ox4 > lo) { ox = ox4 - 1; continue; } /* done above */
             int64_t bx = ox * SX - p->pad_begin[1];
-            __m512 acc = c->avg ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
+            __m512 acc = init;
             for (int64_t ky = 0; ky < KH; ky++) {
                 int64_t iy = by + ky * DY;
                 if (iy < 0 || iy >= H) continue;

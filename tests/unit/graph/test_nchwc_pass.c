@@ -298,3 +298,70 @@ KL_TEST(graph_nchwc_pass_broadcast_residual) {
     kl_graph_free(gs[0]);
     kl_graph_free(gs[1]);
 }
+
+/* auto_pad SAME_UPPER with stride 2, MaxPool with ceil_mode, a dilated conv
+ * with 20 -> 18 channels (padding lanes), AveragePool counting the pads. */
+KL_TEST(graph_nchwc_pass_attrs) {
+    kl_err e = {0};
+    kl_graph *gs[2];
+    for (int mode = 0; mode < 2; mode++) {
+        kl_graph *g;
+        KT_OK(kl_graph_new(&g, &e), &e);
+        g->opset = 17;
+        rs = 777;
+        int x = kl_graph_value(g, "x");
+        g->values[x].is_input = 1;
+        g->inputs = malloc(sizeof(int));
+        g->inputs[g->n_inputs++] = x;
+        conv(g, "x", "c1", 16, 20, 3, 2);
+        kl_gnode *c1 = &g->nodes[g->n_nodes - 1];
+        for (int i = 0; i < c1->n_attrs; i++)
+            if (!strcmp(c1->attrs[i].name, "pads")) c1->attrs[i].n = 0; /* pads unset: auto_pad decides */
+        kl_gnode_attr_add(c1, "auto_pad", KL_ATTR_STRING)->s = strdup("SAME_UPPER");
+        int mp = node(g, "MaxPool", "c1", "p1");
+        int64_t k2[2] = {2, 2}, s2[2] = {2, 2}, d2[2] = {2, 2}, p2[4] = {2, 2, 2, 2}, k3[2] = {3, 3}, p1[4] = {1, 0, 1, 1};
+        ints(g, mp, "kernel_shape", 2, k2);
+        ints(g, mp, "strides", 2, s2);
+        kl_gnode_attr_add(&g->nodes[mp], "ceil_mode", KL_ATTR_INT)->i = 1;
+        int64_t wd[4] = {18, 20, 3, 3}, m18 = 18;
+        add_init(g, "c2_w", 4, wd, 0.1f, 0);
+        add_init(g, "c2_b", 1, &m18, 0.1f, 0);
+        int c2 = node(g, "Conv", "p1,c2_w,c2_b", "c2");
+        ints(g, c2, "dilations", 2, d2);
+        ints(g, c2, "pads", 4, p2);
+        int ap = node(g, "AveragePool", "c2", "y");
+        ints(g, ap, "kernel_shape", 2, k3);
+        ints(g, ap, "pads", 4, p1);
+        kl_gnode_attr_add(&g->nodes[ap], "count_include_pad", KL_ATTR_INT)->i = 1;
+        g->outputs = malloc(sizeof(int));
+        int v = kl_graph_value(g, "y");
+        g->values[v].is_output = 1;
+        g->outputs[g->n_outputs++] = v;
+        KT_OK(optimize_mode(g, mode == 0, &e), &e);
+        gs[mode] = g;
+    }
+    if (nchwc_possible()) {
+        KT_EQ_INT(count_op(gs[0], "NchwcConv"), 2);
+        KT_EQ_INT(count_op(gs[0], "NchwcMaxPool"), 1);
+        KT_EQ_INT(count_op(gs[0], "NchwcAveragePool"), 1);
+        KT_EQ_INT(count_op(gs[0], "ReorderInput"), 1);
+    }
+    int64_t xd[4] = {2, 16, 17, 12};
+    kl_tensor *x, *o1[1] = {0}, *o2[1] = {0}, *op[1] = {0};
+    KT_OK(kl_tensor_new(KL_F32, 4, xd, KL_TAG_OTHER, &x, &e), &e);
+    for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = frand();
+    KT_OK(run(gs[0], x, 1, o1, &e), &e);
+    KT_OK(run(gs[0], x, 2, o2, &e), &e);
+    KT_OK(run(gs[1], x, 1, op, &e), &e);
+    if (o1[0] && o2[0] && op[0]) {
+        KT_EQ_INT(o1[0]->rank, 4);
+        KT_CHECK(!memcmp(o1[0]->dims, op[0]->dims, sizeof(int64_t) * 4));
+        KT_EQ_INT((int)op[0]->dims[1], 18);
+        KT_CHECK(!memcmp(o1[0]->data, o2[0]->data, o1[0]->nbytes));
+        KT_CHECKF(rel_err(o1[0], op[0]) <= 1e-4, "relative error %g", rel_err(o1[0], op[0]));
+    }
+    kl_tensor_free(o1[0]); kl_tensor_free(o2[0]); kl_tensor_free(op[0]);
+    kl_tensor_free(x);
+    kl_graph_free(gs[0]);
+    kl_graph_free(gs[1]);
+}

@@ -206,6 +206,10 @@ KL_TEST(tensor_nchwc_pw_vs_nchw) {
         {2, 33, 70, 6, 5, 2, 2, 0, 0, 0, 0, {KL_ACT_HARDSWISH, 0, 0}, 1, 0, 0},
         /* a big plane (several position chunks per image) */
         {1, 32, 48, 40, 40, 1, 1, 0, 0, 0, 0, {KL_ACT_CLIP, 0, 6}, 1, 0, 0},
+        /* many input channels */
+        {1, 400, 40, 5, 6, 1, 1, 0, 0, 0, 0, {KL_ACT_CLIP, 0, 6}, 1, 1, 0},
+        {2, 600, 20, 5, 30, 2, 2, 0, 0, 0, 0, {KL_ACT_RELU, 0, 0}, 0, 0, 0},
+        {1, 1000, 70, 4, 7, 1, 1, 0, 0, 0, 0, {KL_ACT_HARDSWISH, 0, 0}, 1, 1, 0},
         /* the generic path: pads, stride 3, plain NCHW input */
         {2, 20, 40, 7, 8, 1, 1, 1, 0, 2, 1, {KL_ACT_CLIP, 0.5f, 6}, 1, 1, 0},
         {1, 33, 17, 10, 11, 3, 3, 0, 0, 0, 0, {KL_ACT_RELU, 0, 0}, 1, 0, 0},
