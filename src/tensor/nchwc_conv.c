@@ -4,7 +4,8 @@
  *
  * Layouts: x blocked (N, CB, H, W, 16) or plain NCHW (plain_input, the first
  * conv of a network); y and the residual blocked (N, MB, OH, OW, 16); packed
- * weights [MB][CB][KH][KW][ic 16][oc 16] (zero for channels >= C or >= M).
+ * weights [MB][CB][KH][KW][ic 16][oc 16] (zero for channels >= C or >= M;
+ * [ic C] instead of [ic 16] when C < 16, see tap_ic).
  *
  * Kernel (as MLAS's NCHWc kernels): an output tile is FB blocks of 16 output
  * channels (one zmm each) times NT consecutive output positions of one row,
@@ -54,12 +55,18 @@ size_t kl__nchwc_stream_bytes = (size_t)48 << 20;
 
 static int is_dense(const kl_conv_params *p) { return p->nsp == 2 && p->group == 1 && p->C > 0 && p->M > 0; }
 
+/* Input channels stored per tap in the packed weights: 16, or C when C < 16
+ * (the first conv, C = 3): the 3 used rows of a tap are then adjacent
+ * instead of 1 KB apart, where the 49 taps x 4 output blocks of the 7x7 stem
+ * mapped onto a few L1 sets and missed the L1. Same values, same FMAs. */
+static int64_t tap_ic(const kl_conv_params *p) { return p->C < BLK ? p->C : BLK; }
+
 size_t kl_nchwc_conv_packed_floats(const kl_conv_params *p) {
     if (!kl__pgemm_ok() || !p || p->nsp != 2 || p->k[0] <= 0 || p->k[1] <= 0) return 0;
     if (kl__nchwc_pw_ok(p)) return kl__nchwc_pw_packed_floats(p);   /* 1x1: nchwc_pw.c */
     if (is_dense(p)) {
         int64_t CB = (p->C + BLK - 1) / BLK, MB = (p->M + BLK - 1) / BLK;
-        return (size_t)(MB * CB * p->k[0] * p->k[1] * BLK * BLK);
+        return (size_t)(MB * CB * p->k[0] * p->k[1] * tap_ic(p) * BLK);
     }
     if (kl__nchwc_dw_ok(p)) return kl__nchwc_dw_packed_floats(p);   /* depthwise: nchwc_dw.c */
     return 0;
@@ -69,13 +76,13 @@ void kl_nchwc_conv_pack_weights(const kl_conv_params *p, const float *w, float *
     if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_pack(p, w, dst); return; }
     if (!is_dense(p)) { if (kl__nchwc_dw_ok(p)) kl__nchwc_dw_pack(p, w, dst); return; }
     int64_t C = p->C, M = p->M, KH = p->k[0], KW = p->k[1];
-    int64_t CB = (C + BLK - 1) / BLK, MB = (M + BLK - 1) / BLK;
+    int64_t CB = (C + BLK - 1) / BLK, MB = (M + BLK - 1) / BLK, TI = tap_ic(p);
     for (int64_t ob = 0; ob < MB; ob++)
         for (int64_t cb = 0; cb < CB; cb++)
             for (int64_t kh = 0; kh < KH; kh++)
                 for (int64_t kw = 0; kw < KW; kw++) {
-                    float *d = dst + (((ob * CB + cb) * KH + kh) * KW + kw) * BLK * BLK;
-                    for (int ic = 0; ic < BLK; ic++)
+                    float *d = dst + (((ob * CB + cb) * KH + kh) * KW + kw) * TI * BLK;
+                    for (int ic = 0; ic < TI; ic++)
                         for (int oc = 0; oc < BLK; oc++) {
                             int64_t m = ob * BLK + oc, c = cb * BLK + ic;
                             d[ic * BLK + oc] = (m < M && c < C) ? w[((m * C + c) * KH + kh) * KW + kw] : 0.0f;
@@ -99,7 +106,7 @@ typedef struct {
     int64_t cvalid;      /* channels left from the chunk's first one (nic = min(16, cvalid - 16 cb)) */
     int64_t nkh, nkw;    /* valid taps */
     int64_t xs_cb, xs_c, xs_kh, xs_kw, xs_p; /* input steps: channel block, channel, kh, kw, position */
-    int64_t ws_ob, ws_cb, ws_kh;             /* weight steps */
+    int64_t ws_ob, ws_cb, ws_kh, ws_kw;      /* weight steps */
     int64_t ys_ob;                           /* output step per channel block */
     int64_t mleft;       /* output channels from ob0 * 16 to M */
     int first, last;     /* first chunk (accumulators start at 0), last chunk (epilogue) */
@@ -190,7 +197,7 @@ tile(const targs *a, const int FB, const int NT, const int64_t PS, const int CS1
         for (int64_t kh = 0; kh < a->nkh; kh++) {
             const float *xk = xc + kh * a->xs_kh, *wk = wc + kh * a->ws_kh;
             for (int64_t kw = 0; kw < a->nkw; kw++) {
-                const float *xp = xk + kw * a->xs_kw, *wp = wk + kw * BLK * BLK;
+                const float *xp = xk + kw * a->xs_kw, *wp = wk + kw * a->ws_kw;
                 for (int64_t ic = 0; ic < nic; ic++) {
                     __m512 wv[FBMAX];
                     #pragma GCC unroll 8
@@ -342,9 +349,11 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
     } else {
         a.xs_cb = H * W * BLK; a.xs_c = 1; a.xs_kh = dh * W * BLK; a.xs_kw = dw * BLK; a.xs_p = sw * BLK;
     }
-    a.ws_cb = KH * KW * BLK * BLK;
+    int64_t TI = tap_ic(p);
+    a.ws_kw = TI * BLK;
+    a.ws_cb = KH * KW * a.ws_kw;
     a.ws_ob = g->CB * a.ws_cb;
-    a.ws_kh = KW * BLK * BLK;
+    a.ws_kh = KW * a.ws_kw;
     a.ys_ob = OH * OW * BLK;
     a.mleft = p->M - ob0 * BLK;
     a.act = p->act;
@@ -393,7 +402,7 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
                     /* contiguous tiles along each row, balanced sizes */
                     a.nkh = KL_MAX(0, kh1 - kh0);
                     a.nkw = KL_MAX(0, kw1 - kw0);
-                    a.w = wn + (a.nkh > 0 ? kh0 : 0) * a.ws_kh + (a.nkw > 0 ? kw0 : 0) * BLK * BLK;
+                    a.w = wn + (a.nkh > 0 ? kh0 : 0) * a.ws_kh + (a.nkw > 0 ? kw0 : 0) * a.ws_kw;
                     int64_t nti = (L + ntm - 1) / ntm;
                     for (int64_t oy = ra; oy < rb; oy++) {
                         int64_t iy = a.nkh > 0 ? oy * sh - ph + kh0 * dh : 0;
@@ -415,7 +424,7 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
                 a.w = wn;
                 a.res = ritem;
                 for (int64_t kh = kh0, u = 0; kh < kh1; kh++)
-                    for (int64_t kw = kw0; kw < kw1; kw++) tw[u++] = (kh * KW + kw) * BLK * BLK;
+                    for (int64_t kw = kw0; kw < kw1; kw++) tw[u++] = (kh * KW + kw) * a.ws_kw;
                 for (int64_t t = 0, i = 0; t < nti; t++) {
                     int64_t nt = P / nti + (t < P % nti);
                     for (int64_t j = 0; j < nt; j++, i++) {

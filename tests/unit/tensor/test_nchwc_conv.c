@@ -66,8 +66,10 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
     }
     refb = to_blocked(ref, p.N, p.M, OS);
     size_t pf = kl_nchwc_conv_packed_floats(&p);
-    /* 1x1: the pointwise kernel's layout (nchwc_pw.c) */
-    size_t want = p.k[0] * p.k[1] == 1 ? (size_t)(MB * p.C * 16) : (size_t)(MB * CB * p.k[0] * p.k[1] * 256);
+    /* 1x1: the pointwise kernel's layout (nchwc_pw.c); k x k with C < 16
+     * (the stem): C input rows per tap instead of 16 */
+    size_t want = p.k[0] * p.k[1] == 1 ? (size_t)(MB * p.C * 16)
+                                       : (size_t)(MB * CB * p.k[0] * p.k[1] * (p.C < 16 ? p.C : 16) * 16);
     if (pf != want) {
         snprintf(msg, msz, "case %d: packed floats %zu", idx, pf);
         fail = 1;
