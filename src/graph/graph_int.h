@@ -60,6 +60,13 @@ int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e);
 int kl__nchwc_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
 /* The NCHWc pass (nchwc.c): run by kl_graph_optimize after the fusions. */
 int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e);
+/* Pass helpers (passes.c): a live node of the default ONNX domain with this
+ * op type; the initializer of value v or NULL; the value of a one-element
+ * initializer as double, NAN when v is not one; set (or add) an int attr. */
+int kl__is_onnx_op(const kl_gnode *n, const char *op);
+const kl_tensor *kl__init_of(const kl_graph *g, int v);
+double kl__scalar_of(const kl_graph *g, int v);
+int kl__set_int_attr(kl_gnode *n, const char *name, int64_t v);
 
 /* ---- helpers (graph.c) ---- */
 void kl__set_shape(kl_tensor *t, kl_dtype dt, int rank, const int64_t *dims);

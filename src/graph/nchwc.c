@@ -28,25 +28,6 @@ typedef struct {
     int n_orig;       /* nodes before the pass (new reorder nodes are appended) */
 } nctx;
 
-static int is_onnx(const kl_gnode *n, const char *op) { return !n->dead && !*n->domain && !strcmp(n->op_type, op); }
-
-static const kl_tensor *init_of(const kl_graph *g, int v) { return v >= 0 ? g->values[v].init : NULL; }
-
-static double scalar_of(const kl_graph *g, int v) {
-    const kl_tensor *t = init_of(g, v);
-    if (!t || kl_tensor_numel(t) != 1) return NAN;
-    return kl__dbl_at(t, 0);
-}
-
-static int set_int_attr(kl_gnode *n, const char *name, int64_t v) {
-    for (int i = 0; i < n->n_attrs; i++)
-        if (!strcmp(n->attrs[i].name, name)) { n->attrs[i].type = KL_ATTR_INT; n->attrs[i].i = v; return KL_OK; }
-    kl_attr *a = kl_gnode_attr_add(n, name, KL_ATTR_INT);
-    if (!a) return KL_ENOMEM;
-    a->i = v;
-    return KL_OK;
-}
-
 /* A new value named after base; -1 on OOM. */
 static int new_value(nctx *c, const char *base, const char *suffix) {
     char name[512];
@@ -70,7 +51,7 @@ static int add_reorder(nctx *c, const char *op, int from, int to, int64_t channe
     const char *ins[1] = {g->values[from].name}, *outs[1] = {g->values[to].name};
     int ni = kl_graph_add_node(g, op, nm, ins, 1, outs, 1);
     if (ni < 0 || kl_gnode_set_domain(&g->nodes[ni], "keel", 1)) return KL_ENOMEM;
-    if (channels > 0 && set_int_attr(&g->nodes[ni], "channels", channels)) return KL_ENOMEM;
+    if (channels > 0 && kl__set_int_attr(&g->nodes[ni], "channels", channels)) return KL_ENOMEM;
     return KL_OK;
 }
 
@@ -118,8 +99,8 @@ static int mark_blocked_output(nctx *c, int i, int64_t C) {
 
 /* Conv parameters the pass can know (weights only); 0 when not a candidate. */
 static int conv_candidate(const kl_graph *g, const kl_gnode *n, kl_conv_params *p) {
-    if (!is_onnx(n, "Conv") || n->n_in < 2 || n->n_out != 1) return 0;
-    const kl_tensor *W = init_of(g, n->inputs[1]);
+    if (!kl__is_onnx_op(n, "Conv") || n->n_in < 2 || n->n_out != 1) return 0;
+    const kl_tensor *W = kl__init_of(g, n->inputs[1]);
     if (!W || W->dtype != KL_F32 || W->rank != 4 || !kl_tensor_is_contiguous(W)) return 0;
     if (n->n_in > 2 && n->inputs[2] >= 0) {
         const kl_value *b = &g->values[n->inputs[2]];
@@ -145,8 +126,8 @@ static int clip_zero_safe(const kl_graph *g, const kl_gnode *n) {
         lo = kl_gnode_attr_float(n, "min", -INFINITY);
         hi = kl_gnode_attr_float(n, "max", INFINITY);
     } else {
-        lo = n->n_in > 1 && n->inputs[1] >= 0 ? scalar_of(g, n->inputs[1]) : -INFINITY;
-        hi = n->n_in > 2 && n->inputs[2] >= 0 ? scalar_of(g, n->inputs[2]) : INFINITY;
+        lo = n->n_in > 1 && n->inputs[1] >= 0 ? kl__scalar_of(g, n->inputs[1]) : -INFINITY;
+        hi = n->n_in > 2 && n->inputs[2] >= 0 ? kl__scalar_of(g, n->inputs[2]) : INFINITY;
     }
     return !isnan(lo) && !isnan(hi) && lo <= 0 && hi >= 0;
 }
@@ -154,7 +135,7 @@ static int clip_zero_safe(const kl_graph *g, const kl_gnode *n) {
 /* MaxPool/AveragePool on a blocked input: 2-D, no indices output, every
  * window with at least one input element (pads smaller than the window). */
 static int pool_candidate(const kl_gnode *n) {
-    int mx = is_onnx(n, "MaxPool"), av = is_onnx(n, "AveragePool");
+    int mx = kl__is_onnx_op(n, "MaxPool"), av = kl__is_onnx_op(n, "AveragePool");
     if (!mx && !av) return 0;
     if (n->n_out > 1 && n->outputs[1] >= 0) return 0;
     const kl_attr *ks = kl_gnode_attr(n, "kernel_shape"), *pd = kl_gnode_attr(n, "pads"), *dl = kl_gnode_attr(n, "dilations");
@@ -214,7 +195,7 @@ int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e) {
                     }
                 }
                 n = &g->nodes[i];
-                if (rename_op(n, "NchwcConv") || (plain && set_int_attr(n, "plain_input", 1))) { rc = KL_ENOMEM; goto done; }
+                if (rename_op(n, "NchwcConv") || (plain && kl__set_int_attr(n, "plain_input", 1))) { rc = KL_ENOMEM; goto done; }
                 if ((rc = mark_blocked_output(&c, i, p.M))) goto done;
                 n_conv++;
                 (*changed)++;
@@ -223,11 +204,11 @@ int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e) {
         } else if (cx > 0 && n->n_out >= 1 && n->outputs[0] >= 0) {
             const char *to = NULL;
             int pass = 0;
-            if (pool_candidate(n)) to = is_onnx(n, "MaxPool") ? "NchwcMaxPool" : "NchwcAveragePool";
-            else if (is_onnx(n, "GlobalAveragePool")) to = "NchwcGlobalAveragePool";
-            else if (is_onnx(n, "Relu") && n->n_out == 1) pass = 1;
-            else if (is_onnx(n, "Clip") && n->n_out == 1 && clip_zero_safe(g, n)) pass = 1;
-            else if (is_onnx(n, "Add") && n->n_in == 2 && n->n_out == 1 && n->inputs[1] >= 0 && c.chans[n->inputs[1]] == cx &&
+            if (pool_candidate(n)) to = kl__is_onnx_op(n, "MaxPool") ? "NchwcMaxPool" : "NchwcAveragePool";
+            else if (kl__is_onnx_op(n, "GlobalAveragePool")) to = "NchwcGlobalAveragePool";
+            else if (kl__is_onnx_op(n, "Relu") && n->n_out == 1) pass = 1;
+            else if (kl__is_onnx_op(n, "Clip") && n->n_out == 1 && clip_zero_safe(g, n)) pass = 1;
+            else if (kl__is_onnx_op(n, "Add") && n->n_in == 2 && n->n_out == 1 && n->inputs[1] >= 0 && c.chans[n->inputs[1]] == cx &&
                      kl_gnode_attr_int(n, "_act", 0) <= 1)
                 pass = 1;
             if (to || pass) {

@@ -72,12 +72,13 @@ static int only_consumer(const kl_graph *g, const uses_t *u, int v) {
     return u->list[u->start[v]];
 }
 
-static int is_op(const kl_gnode *n, const char *op) { return !n->dead && !strcmp(n->op_type, op) && !*n->domain; }
+int kl__is_onnx_op(const kl_gnode *n, const char *op) { return !n->dead && !strcmp(n->op_type, op) && !*n->domain; }
+static int is_op(const kl_gnode *n, const char *op) { return kl__is_onnx_op(n, op); }
 
-static const kl_tensor *init_of(const kl_graph *g, int v) { return v >= 0 ? g->values[v].init : NULL; }
+const kl_tensor *kl__init_of(const kl_graph *g, int v) { return v >= 0 ? g->values[v].init : NULL; }
+static const kl_tensor *init_of(const kl_graph *g, int v) { return kl__init_of(g, v); }
 
-/* scalar value of a one-element initializer (as double); NAN when not one */
-static double scalar_of(const kl_graph *g, int v) {
+double kl__scalar_of(const kl_graph *g, int v) {
     const kl_tensor *t = init_of(g, v);
     if (!t || kl_tensor_numel(t) != 1) return NAN;
     return kl__dbl_at(t, 0);
@@ -114,7 +115,7 @@ static int new_init(kl_graph *g, const char *base, kl_tensor *t) {
     return v;
 }
 
-static int set_int_attr(kl_gnode *n, const char *name, int64_t v) {
+int kl__set_int_attr(kl_gnode *n, const char *name, int64_t v) {
     for (int i = 0; i < n->n_attrs; i++)
         if (!strcmp(n->attrs[i].name, name)) { n->attrs[i].type = KL_ATTR_INT; n->attrs[i].i = v; return KL_OK; }
     kl_attr *a = kl_gnode_attr_add(n, name, KL_ATTR_INT);
@@ -256,15 +257,15 @@ static int pass_act(kl_graph *g, int *changed, kl_err *e) {
         else if (is_op(a, "Clip")) {
             if (a->opset < 11) { lo = kl_gnode_attr_float(a, "min", -INFINITY); hi = kl_gnode_attr_float(a, "max", INFINITY); act = 2; }
             else {
-                double l = a->n_in > 1 && a->inputs[1] >= 0 ? scalar_of(g, a->inputs[1]) : -INFINITY;
-                double h = a->n_in > 2 && a->inputs[2] >= 0 ? scalar_of(g, a->inputs[2]) : INFINITY;
+                double l = a->n_in > 1 && a->inputs[1] >= 0 ? kl__scalar_of(g, a->inputs[1]) : -INFINITY;
+                double h = a->n_in > 2 && a->inputs[2] >= 0 ? kl__scalar_of(g, a->inputs[2]) : INFINITY;
                 if (isnan(l) || isnan(h)) continue;
                 lo = (float)l; hi = (float)h; act = 2;
             }
             if (!conv && !fmm) continue; /* Gemm and Add fuse Relu only */
         }
         if (!act) continue;
-        if (set_int_attr(n, "_act", act)) { uses_free(&u); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        if (kl__set_int_attr(n, "_act", act)) { uses_free(&u); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
         if (act == 2 && (set_float_attr(n, "_act_a", lo) || set_float_attr(n, "_act_b", hi))) { uses_free(&u); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
         n->outputs[0] = a->outputs[0];
         a->dead = 1;
@@ -302,7 +303,7 @@ static int pass_conv_add(kl_graph *g, int *changed, kl_err *e) {
             if (c->n_in < 3) c->inputs[2] = -1;
             c->inputs[3] = rv;
             c->n_in = 4;
-            if (kl_gnode_attr_int(a, "_act", 0) == 1 && set_int_attr(c, "_act", 1)) {
+            if (kl_gnode_attr_int(a, "_act", 0) == 1 && kl__set_int_attr(c, "_act", 1)) {
                 uses_free(&u);
                 return kl_err_set(e, KL_ENOMEM, "out of memory");
             }
@@ -407,7 +408,7 @@ static int pass_layernorm(kl_graph *g, int *changed, kl_err *e) {
         int ipow = -1, idiv = -1;
         for (int k = u.start[d]; k < u.start[d + 1]; k++) {
             kl_gnode *c = &g->nodes[u.list[k]];
-            if (is_op(c, "Pow") && c->inputs[0] == d && scalar_of(g, c->inputs[1]) == 2.0) ipow = u.list[k];
+            if (is_op(c, "Pow") && c->inputs[0] == d && kl__scalar_of(g, c->inputs[1]) == 2.0) ipow = u.list[k];
             else if (is_op(c, "Mul") && c->inputs[0] == d && c->inputs[1] == d) ipow = u.list[k];
             else if (is_op(c, "Div") && c->inputs[0] == d) idiv = u.list[k];
         }
@@ -416,7 +417,7 @@ static int pass_layernorm(kl_graph *g, int *changed, kl_err *e) {
         if (irm2 < 0 || !is_op(&g->nodes[irm2], "ReduceMean") || !last_axis_only(g, &g->nodes[irm2])) continue;
         int iadd = only_consumer(g, &u, g->nodes[irm2].outputs[0]);
         if (iadd < 0 || !is_op(&g->nodes[iadd], "Add")) continue;
-        double eps = scalar_of(g, other_input(&g->nodes[iadd], g->nodes[irm2].outputs[0]));
+        double eps = kl__scalar_of(g, other_input(&g->nodes[iadd], g->nodes[irm2].outputs[0]));
         if (isnan(eps)) continue;
         int isq = only_consumer(g, &u, g->nodes[iadd].outputs[0]);
         if (isq < 0 || !is_op(&g->nodes[isq], "Sqrt") || g->nodes[idiv].inputs[1] != g->nodes[isq].outputs[0]) continue;
@@ -444,7 +445,7 @@ static int pass_layernorm(kl_graph *g, int *changed, kl_err *e) {
         kl_gnode *ln = &g->nodes[ni];
         ln->opset = 17;
         ln->index = g->nodes[i].index;
-        if (set_int_attr(ln, "axis", -1) || set_float_attr(ln, "epsilon", (float)eps)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+        if (kl__set_int_attr(ln, "axis", -1) || set_float_attr(ln, "epsilon", (float)eps)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
         for (int k = 0; k < 9; k++) if (dead[k] >= 0) g->nodes[dead[k]].dead = 1;
         (*changed)++;
     }
@@ -459,16 +460,16 @@ static int pass_gelu(kl_graph *g, int *changed, kl_err *e) {
     int rc = KL_OK, n0 = g->n_nodes;
     for (int i = 0; i < n0; i++) {
         kl_gnode *dv = &g->nodes[i];
-        if (!is_op(dv, "Div") || fabs(scalar_of(g, dv->inputs[1]) - 1.41421356) > 1e-3) continue;
+        if (!is_op(dv, "Div") || fabs(kl__scalar_of(g, dv->inputs[1]) - 1.41421356) > 1e-3) continue;
         int x = dv->inputs[0];
         int ierf = only_consumer(g, &u, dv->outputs[0]);
         if (ierf < 0 || !is_op(&g->nodes[ierf], "Erf")) continue;
         int iadd = only_consumer(g, &u, g->nodes[ierf].outputs[0]);
-        if (iadd < 0 || !is_op(&g->nodes[iadd], "Add") || scalar_of(g, other_input(&g->nodes[iadd], g->nodes[ierf].outputs[0])) != 1.0) continue;
+        if (iadd < 0 || !is_op(&g->nodes[iadd], "Add") || kl__scalar_of(g, other_input(&g->nodes[iadd], g->nodes[ierf].outputs[0])) != 1.0) continue;
         int imul = only_consumer(g, &u, g->nodes[iadd].outputs[0]);
         if (imul < 0 || !is_op(&g->nodes[imul], "Mul") || other_input(&g->nodes[imul], g->nodes[iadd].outputs[0]) != x) continue;
         int ihalf = only_consumer(g, &u, g->nodes[imul].outputs[0]);
-        if (ihalf < 0 || !is_op(&g->nodes[ihalf], "Mul") || scalar_of(g, other_input(&g->nodes[ihalf], g->nodes[imul].outputs[0])) != 0.5) continue;
+        if (ihalf < 0 || !is_op(&g->nodes[ihalf], "Mul") || kl__scalar_of(g, other_input(&g->nodes[ihalf], g->nodes[imul].outputs[0])) != 0.5) continue;
         char nm[512];
         snprintf(nm, sizeof nm, "%s_gelu", g->nodes[i].name);
         const char *ins[1] = {g->values[x].name}, *outs[1] = {g->values[g->nodes[ihalf].outputs[0]].name};
