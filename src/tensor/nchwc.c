@@ -169,6 +169,40 @@ static void win_counts(int64_t b, int64_t k, int64_t d, int64_t in, int64_t lim,
     }
 }
 
+/* Interior columns [ox4, hi) of one output row, four outputs at a time:
+ * sum (avg, divided by dv) or max over the valid rows ky0..ky1 and every kx
+ * tap. Returns the first column not done. */
+__attribute__((target("avx512f"), always_inline)) static inline int64_t
+interior4(int avg, const float *x, float *y, int64_t ox4, int64_t hi, int64_t ky0, int64_t ky1, int64_t by, int64_t W,
+          int64_t KW, int64_t SX, int64_t DY, int64_t DX, int64_t PX, __m512 init, __m512 dv) {
+#define KL_BP_COMB(a, v) (avg ? _mm512_add_ps((a), (v)) : _mm512_max_ps((a), (v)))
+    for (; ox4 + 4 <= hi; ox4 += 4) {
+        __m512 a0 = init, a1 = init, a2 = init, a3 = init;
+        for (int64_t ky = ky0; ky < ky1; ky++) {
+            const float *q = x + ((by + ky * DY) * W + ox4 * SX - PX) * KL_NCHWC;
+            for (int64_t kx = 0; kx < KW; kx++, q += DX * KL_NCHWC) {
+                a0 = KL_BP_COMB(a0, _mm512_loadu_ps(q));
+                a1 = KL_BP_COMB(a1, _mm512_loadu_ps(q + SX * KL_NCHWC));
+                a2 = KL_BP_COMB(a2, _mm512_loadu_ps(q + 2 * SX * KL_NCHWC));
+                a3 = KL_BP_COMB(a3, _mm512_loadu_ps(q + 3 * SX * KL_NCHWC));
+            }
+        }
+#undef KL_BP_COMB
+        if (avg) {
+            a0 = _mm512_div_ps(a0, dv);
+            a1 = _mm512_div_ps(a1, dv);
+            a2 = _mm512_div_ps(a2, dv);
+            a3 = _mm512_div_ps(a3, dv);
+        }
+        float *yo = y + ox4 * KL_NCHWC;
+        _mm512_storeu_ps(yo, a0);
+        _mm512_storeu_ps(yo + KL_NCHWC, a1);
+        _mm512_storeu_ps(yo + 2 * KL_NCHWC, a2);
+        _mm512_storeu_ps(yo + 3 * KL_NCHWC, a3);
+    }
+    return ox4;
+}
+
 __attribute__((target("avx512f"))) static void bpool_avx512(void *vc, size_t i0, size_t i1, int chunk) {
     const bpool_ctx *c = vc;
     const kl_pooling_params *p = c->p;
@@ -191,42 +225,9 @@ __attribute__((target("avx512f"))) static void bpool_avx512(void *vc, size_t i0,
         __m512 init = c->avg ? _mm512_setzero_ps() : _mm512_set1_ps(-INFINITY);
         __m512 dv = _mm512_set1_ps((float)((p->count_include_pad ? py : vy) * KW));
         int64_t ox4 = lo;
-        if (hi > lo && c->avg && (p->count_include_pad ? py : vy) > 0)
-            for (; ox4 + 4 <= hi; ox4 += 4) {
-                __m512 a0 = init, a1 = init, a2 = init, a3 = init;
-                for (int64_t ky = ky0; ky < ky1; ky++) {
-                    const float *q = x + ((by + ky * DY) * W + ox4 * SX - PX) * KL_NCHWC;
-                    for (int64_t kx = 0; kx < KW; kx++, q += DX * KL_NCHWC) {
-                        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(q));
-                        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(q + SX * KL_NCHWC));
-                        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(q + 2 * SX * KL_NCHWC));
-                        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(q + 3 * SX * KL_NCHWC));
-                    }
-                }
-                float *yo = y + ox4 * KL_NCHWC;
-                _mm512_storeu_ps(yo, _mm512_div_ps(a0, dv));
-                _mm512_storeu_ps(yo + KL_NCHWC, _mm512_div_ps(a1, dv));
-                _mm512_storeu_ps(yo + 2 * KL_NCHWC, _mm512_div_ps(a2, dv));
-                _mm512_storeu_ps(yo + 3 * KL_NCHWC, _mm512_div_ps(a3, dv));
-            }
-        else if (hi > lo && !c->avg && ky1 > ky0)
-            for (; ox4 + 4 <= hi; ox4 += 4) {
-                __m512 a0 = init, a1 = init, a2 = init, a3 = init;
-                for (int64_t ky = ky0; ky < ky1; ky++) {
-                    const float *q = x + ((by + ky * DY) * W + ox4 * SX - PX) * KL_NCHWC;
-                    for (int64_t kx = 0; kx < KW; kx++, q += DX * KL_NCHWC) {
-                        a0 = _mm512_max_ps(a0, _mm512_loadu_ps(q));
-                        a1 = _mm512_max_ps(a1, _mm512_loadu_ps(q + SX * KL_NCHWC));
-                        a2 = _mm512_max_ps(a2, _mm512_loadu_ps(q + 2 * SX * KL_NCHWC));
-                        a3 = _mm512_max_ps(a3, _mm512_loadu_ps(q + 3 * SX * KL_NCHWC));
-                    }
-                }
-                float *yo = y + ox4 * KL_NCHWC;
-                _mm512_storeu_ps(yo, a0);
-                _mm512_storeu_ps(yo + KL_NCHWC, a1);
-                _mm512_storeu_ps(yo + 2 * KL_NCHWC, a2);
-                _mm512_storeu_ps(yo + 3 * KL_NCHWC, a3);
-            }
+        if (hi > lo && (c->avg ? (p->count_include_pad ? py : vy) > 0 : ky1 > ky0))
+            ox4 = c->avg ? interior4(1, x, y, lo, hi, ky0, ky1, by, W, KW, SX, DY, DX, PX, init, dv)
+                         : interior4(0, x, y, lo, hi, ky0, ky1, by, W, KW, SX, DY, DX, PX, init, dv);
         for (int64_t ox = 0; ox < OW; ox++) {
             if (ox == lo && ox4 > lo) { ox = ox4 - 1; continue; } /* done above */
             int64_t bx = ox * SX - p->pad_begin[1];
