@@ -187,6 +187,11 @@ int kl__nchwc_prepack(kl_graph *g, kl_gnode *n, kl_err *e) {
     p.C = W->dims[1] * p.group;
     p.k[0] = W->dims[2];
     p.k[1] = W->dims[3];
+    const kl_attr *st = kl_gnode_attr(n, "strides"), *dl = kl_gnode_attr(n, "dilations");
+    for (int i = 0; i < 2; i++) { /* as nconv_params: the packed form depends on them (Winograd) */
+        p.stride[i] = st && st->n == 2 ? st->ints[i] : 1;
+        p.dilation[i] = dl && dl->n == 2 ? dl->ints[i] : 1;
+    }
     size_t nf = kl_nchwc_conv_packed_floats(&p);
     if (!nf) return KL_OK;
     float *pk = kl_mem_alloc_e(nf * sizeof(float), KL_TAG_PARAMS, e);

@@ -61,13 +61,17 @@ static int is_dense(const kl_conv_params *p) { return p->nsp == 2 && p->group ==
  * mapped onto a few L1 sets and missed the L1. Same values, same FMAs. */
 static int64_t tap_ic(const kl_conv_params *p) { return p->C < BLK ? p->C : BLK; }
 
+/* Floats of the direct kernel's packed weights; 3x3 stride-1 convs keep the
+ * Winograd form (nchwc_wino.c) after them. */
+static size_t direct_floats(const kl_conv_params *p) {
+    int64_t CB = (p->C + BLK - 1) / BLK, MB = (p->M + BLK - 1) / BLK;
+    return (size_t)(MB * CB * p->k[0] * p->k[1] * tap_ic(p) * BLK);
+}
+
 size_t kl_nchwc_conv_packed_floats(const kl_conv_params *p) {
     if (!kl__pgemm_ok() || !p || p->nsp != 2 || p->k[0] <= 0 || p->k[1] <= 0) return 0;
     if (kl__nchwc_pw_ok(p)) return kl__nchwc_pw_packed_floats(p);   /* 1x1: nchwc_pw.c */
-    if (is_dense(p)) {
-        int64_t CB = (p->C + BLK - 1) / BLK, MB = (p->M + BLK - 1) / BLK;
-        return (size_t)(MB * CB * p->k[0] * p->k[1] * tap_ic(p) * BLK);
-    }
+    if (is_dense(p)) return direct_floats(p) + (kl__nchwc_wino_ok(p) ? kl__nchwc_wino_packed_floats(p) : 0);
     if (kl__nchwc_dw_ok(p)) return kl__nchwc_dw_packed_floats(p);   /* depthwise: nchwc_dw.c */
     return 0;
 }
@@ -88,9 +92,12 @@ void kl_nchwc_conv_pack_weights(const kl_conv_params *p, const float *w, float *
                             d[ic * BLK + oc] = (m < M && c < C) ? w[((m * C + c) * KH + kh) * KW + kw] : 0.0f;
                         }
                 }
+    if (kl__nchwc_wino_ok(p)) kl__nchwc_wino_pack(p, w, dst + direct_floats(p));
 }
 
-size_t kl_nchwc_conv_workspace_bytes(const kl_conv_params *p, int plain_input) { return 0; }
+size_t kl_nchwc_conv_workspace_bytes(const kl_conv_params *p, int plain_input) {
+    return is_dense(p) && kl__nchwc_wino_use(p, plain_input) ? kl__nchwc_wino_workspace_bytes(p) : 0;
+}
 
 /* ==================================================================
  * Tile kernel
@@ -501,5 +508,7 @@ int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, 
      * branch nchwcm go here, before the general kernel. */
     if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
     if (!is_dense(p)) { kl__nchwc_dw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
+    if (kl__nchwc_wino_use(p, plain_input))
+        return kl__nchwc_wino_f32(p, x, bias, p->packed_w + direct_floats(p), y, ws, pool, e);
     return general_conv(p, plain_input, x, bias, y, pool);
 }

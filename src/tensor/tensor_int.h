@@ -204,4 +204,20 @@ void kl__nchwc_pw_pack(const kl_conv_params *p, const float *w, float *dst);
 void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
                       kl_pool *pool);
 
+/* Winograd F(4x4, 3x3) (nchwc_wino.c): dense 3x3 stride-1 dilation-1 convs
+ * (any pads, C, M) on blocked input. _ok/_packed_floats/_pack read the
+ * weight shape and stride/dilation (zero taken as 1). Packed weights
+ * [36][groups of up to 4 output blocks: [C][nb][16]]. _use: the dispatcher
+ * takes this path for p (shape rule; kl__nchwc_wino_force overrides: -1
+ * auto, 0 never, 1 always). _workspace_bytes: from p's prepared shape.
+ * U: the packed weights. Deterministic at any thread count. */
+extern int kl__nchwc_wino_force;
+int kl__nchwc_wino_ok(const kl_conv_params *p);
+size_t kl__nchwc_wino_packed_floats(const kl_conv_params *p);
+void kl__nchwc_wino_pack(const kl_conv_params *p, const float *w, float *dst);
+int kl__nchwc_wino_use(const kl_conv_params *p, int plain_input);
+size_t kl__nchwc_wino_workspace_bytes(const kl_conv_params *p);
+int kl__nchwc_wino_f32(const kl_conv_params *p, const float *x, const float *bias, const float *U, float *y, void *ws,
+                       kl_pool *pool, kl_err *e);
+
 #endif

@@ -8,6 +8,7 @@
  * blocked path reports 0 packed floats (the conv stays NCHW). */
 #include "../harness.h"
 #include "tt.h"
+#include "tensor/tensor_int.h"
 
 /* nchwc_conv.c: outputs of at least this many bytes use streaming stores. */
 extern size_t kl__nchwc_stream_bytes;
@@ -70,6 +71,7 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
      * (the stem): C input rows per tap instead of 16 */
     size_t want = p.k[0] * p.k[1] == 1 ? (size_t)(MB * p.C * 16)
                                        : (size_t)(MB * CB * p.k[0] * p.k[1] * (p.C < 16 ? p.C : 16) * 16);
+    if (kl__nchwc_wino_ok(&p)) want += kl__nchwc_wino_packed_floats(&p); /* + Winograd form (nchwc_wino.c) */
     if (pf != want) {
         snprintf(msg, msz, "case %d: packed floats %zu", idx, pf);
         fail = 1;
@@ -174,6 +176,8 @@ KL_TEST(tensor_nchwc_conv_vs_nchw) {
         {1, 16, 16, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_HARDSWISH}, /* 4x4 image */
     };
     char msg[512];
+    int wino = kl__nchwc_wino_force;
+    kl__nchwc_wino_force = 0; /* the direct kernel (Winograd: test_nchwc_wino.c) */
     for (size_t c = 0; c < KL_ARRAY_LEN(cs); c++) {
         int f = run_case(&cs[c], (int)c, msg, sizeof msg);
         KT_CHECKF(!f, "%s", msg);
@@ -186,13 +190,17 @@ KL_TEST(tensor_nchwc_conv_vs_nchw) {
         KT_CHECKF(!f, "streaming stores: %s", msg);
     }
     kl__nchwc_stream_bytes = keep;
+    kl__nchwc_wino_force = wino;
 }
 
 KL_TEST(tensor_nchwc_conv_support) {
     kl_conv_params p = dense_params(32, 32, 3);
     size_t dense = kl_nchwc_conv_packed_floats(&p);
     if (!dense) return;  /* no AVX-512F: checked in tensor_nchwc_conv_vs_nchw */
-    KT_EQ_INT((long long)dense, 2 * 2 * 9 * 256);
+    KT_EQ_INT((long long)dense, 2 * 2 * 9 * 256 + 36 * 2 * 32 * 16); /* direct + Winograd (3x3 stride 1) */
+    p.stride[0] = p.stride[1] = 2;
+    KT_EQ_INT((long long)kl_nchwc_conv_packed_floats(&p), 2 * 2 * 9 * 256);
+    p.stride[0] = p.stride[1] = 1;
     p.group = 2;  /* grouped (not depthwise): stays NCHW */
     KT_EQ_INT((long long)kl_nchwc_conv_packed_floats(&p), 0);
     p.nsp = 1;

@@ -1,0 +1,394 @@
+/* NCHWc Winograd convolution F(4x4, 3x3), AVX-512F: dense (group 1) 3x3
+ * stride-1 dilation-1 convs on channel-blocked tensors x (N, CB, H, W, 16) ->
+ * y (N, MB, OH, OW, 16), any pads, any C and M (see the NCHWc section of
+ * include/keel/tensor.h; called by the dispatcher in nchwc_conv.c).
+ *
+ * Every 4x4 output tile is computed from a 6x6 input tile: V = B^T d B per
+ * input channel (16 channels per vector), then for each of the 36 transform
+ * positions a GEMM  Mt[tile][m] = sum_c V[tile][c] U[c][m]  (U = G g G^T,
+ * transformed once at load), then Y = A^T Mt A fused with bias, residual,
+ * activation and zeroed padding lanes. 36 multiplies per 16 outputs instead
+ * of 144: 4x fewer FMAs than the direct kernel.
+ *
+ * Work runs in super-blocks of tiles (the flat tile index over images, rows
+ * and columns of tiles; sizes from the shape only): phase 1 transforms the
+ * super-block's input into V [pos][CB][T][16] (workspace), phase 2 runs
+ * items (group of up to 4 output-channel blocks, block of tiles): for each
+ * position the register-blocked GEMM micro-kernel (as nchwc_pw.c: F weight
+ * vectors per input channel, P broadcast input scalars, F*P accumulators)
+ * into Mt [pos][MB][T][16] (workspace), then the output transform of the
+ * item's tiles. Each output is a fixed sequence of operations (channels in
+ * ascending order, transforms in a fixed order) whatever the blocking, so
+ * the results are bit-identical at any thread count.
+ *
+ * Packed weights: [36][MB groups: [C][nb][16]] (the pointwise layout per
+ * transform position), zero lanes for output channels >= M. */
+#include "keel/tensor.h"
+#include "tensor_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define BLK KL_NCHWC
+#define NPOS 36
+#define TSB_BYTES ((size_t)4 << 20) /* target bytes of V + Mt per super-block */
+
+/* -1 automatic, 0 never, 1 whenever possible (unit tests). */
+int kl__nchwc_wino_force = -1;
+
+/* ==================================================================
+ * Shape checks and packing
+ * ================================================================== */
+
+static int64_t s1(int64_t v) { return v <= 0 ? 1 : v; }
+
+int kl__nchwc_wino_ok(const kl_conv_params *p) {
+    return p->nsp == 2 && p->group == 1 && p->k[0] == 3 && p->k[1] == 3 && s1(p->stride[0]) == 1 &&
+           s1(p->stride[1]) == 1 && s1(p->dilation[0]) == 1 && s1(p->dilation[1]) == 1 && p->C >= 1 && p->M >= 1;
+}
+
+size_t kl__nchwc_wino_packed_floats(const kl_conv_params *p) {
+    int64_t MB = (p->M + BLK - 1) / BLK;
+    return (size_t)(NPOS * MB * p->C * BLK);
+}
+
+/* Output blocks run in groups of at most 4 (sizes differ by at most one). */
+static int64_t n_groups(int64_t MB) { return (MB + 3) / 4; }
+static void grp_range(int64_t MB, int64_t g, int64_t *b0, int64_t *nb) {
+    int64_t G = n_groups(MB), base = MB / G, extra = MB % G;
+    *b0 = g * base + KL_MIN(g, extra);
+    *nb = base + (g < extra);
+}
+
+/* G (6x3) of F(4x4, 3x3) with the interpolation points 0, 1, -1, 2, -2, inf. */
+static const double Gm[6][3] = {{1.0 / 4, 0, 0},
+                                {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                {0, 0, 1}};
+
+void kl__nchwc_wino_pack(const kl_conv_params *p, const float *w, float *dst) {
+    int64_t C = p->C, M = p->M, MB = (M + BLK - 1) / BLK, per_pos = MB * C * BLK;
+    memset(dst, 0, (size_t)(NPOS * per_pos) * sizeof(float));
+    for (int64_t g = 0; g < n_groups(MB); g++) {
+        int64_t b0, nb;
+        grp_range(MB, g, &b0, &nb);
+        for (int64_t f = 0; f < nb; f++)
+            for (int l = 0; l < BLK; l++) {
+                int64_t m = (b0 + f) * BLK + l;
+                if (m >= M) continue;
+                for (int64_t c = 0; c < C; c++) {
+                    const float *k = w + (m * C + c) * 9;
+                    double t[6][3], u[6][6];
+                    for (int i = 0; i < 6; i++)
+                        for (int j = 0; j < 3; j++)
+                            t[i][j] = Gm[i][0] * k[0 * 3 + j] + Gm[i][1] * k[1 * 3 + j] + Gm[i][2] * k[2 * 3 + j];
+                    for (int i = 0; i < 6; i++)
+                        for (int j = 0; j < 6; j++) u[i][j] = t[i][0] * Gm[j][0] + t[i][1] * Gm[j][1] + t[i][2] * Gm[j][2];
+                    for (int pos = 0; pos < NPOS; pos++)
+                        dst[pos * per_pos + b0 * C * BLK + (c * nb + f) * BLK + l] = (float)u[pos / 6][pos % 6];
+                }
+            }
+    }
+}
+
+/* ==================================================================
+ * Plan (from the shape only)
+ * ================================================================== */
+
+typedef struct {
+    const kl_conv_params *p;
+    const float *x, *bias, *U;
+    float *y, *V, *Mt;
+    int64_t CB, MB, H, W, OH, OW, TY, TX, timg, ttot;
+    int64_t tsb;       /* tiles per super-block (V, Mt sized for it) */
+    int64_t t0, nt;    /* current super-block: first tile, tiles */
+    int64_t ngrp, nblk, tb; /* phase-2 items: groups x tile blocks of tb tiles */
+} wctx;
+
+static void plan(const kl_conv_params *p, wctx *c) {
+    memset(c, 0, sizeof *c);
+    c->p = p;
+    c->CB = (p->C + BLK - 1) / BLK;
+    c->MB = (p->M + BLK - 1) / BLK;
+    c->H = p->in[0];
+    c->W = p->in[1];
+    c->OH = p->out[0];
+    c->OW = p->out[1];
+    c->TY = (c->OH + 3) / 4;
+    c->TX = (c->OW + 3) / 4;
+    c->timg = c->TY * c->TX;
+    c->ttot = p->N * c->timg;
+    /* V and Mt of a super-block: about TSB_BYTES, or as much as the
+     * weights when they are larger (each tile block streams them once) */
+    size_t per_tile = (size_t)(NPOS * (c->CB + c->MB) * BLK) * sizeof(float);
+    size_t wbytes = kl__nchwc_wino_packed_floats(p) * sizeof(float);
+    int64_t tsb = (int64_t)(KL_MAX(TSB_BYTES, wbytes) / per_tile);
+    tsb = KL_MAX(1, KL_MIN(tsb, c->ttot));
+    int64_t nsb = (c->ttot + tsb - 1) / KL_MAX(1, tsb);
+    c->tsb = nsb ? (c->ttot + nsb - 1) / nsb : 1;
+    c->ngrp = n_groups(c->MB);
+}
+
+size_t kl__nchwc_wino_workspace_bytes(const kl_conv_params *p) {
+    wctx c;
+    plan(p, &c);
+    return (size_t)(NPOS * (c.CB + c.MB) * c.tsb * BLK) * sizeof(float) + 64;
+}
+
+/* ==================================================================
+ * Input transform: V[pos][cb][t][16] = (B^T d B)[pos] of the 6x6 tile
+ * ================================================================== */
+
+/* 1-D B^T of F(4, 3) on 6 points. */
+#define WINO_BT(d0, d1, d2, d3, d4, d5, o)                                                            \
+    do {                                                                                              \
+        __m512 f4_ = _mm512_set1_ps(4.0f), f5_ = _mm512_set1_ps(5.0f), f2_ = _mm512_set1_ps(2.0f); \
+        __m512 a_ = _mm512_fnmadd_ps(f4_, d2, d4);        /* d4 - 4 d2 */                           \
+        __m512 b_ = _mm512_fnmadd_ps(f4_, d1, d3);        /* d3 - 4 d1 */                           \
+        __m512 c_ = _mm512_sub_ps(d4, d2), e_ = _mm512_sub_ps(d3, d1);                               \
+        o[0] = _mm512_add_ps(_mm512_fnmadd_ps(f5_, d2, _mm512_mul_ps(f4_, d0)), d4);                  \
+        o[1] = _mm512_add_ps(a_, b_);                                                                 \
+        o[2] = _mm512_sub_ps(a_, b_);                                                                 \
+        o[3] = _mm512_fmadd_ps(f2_, e_, c_);                                                          \
+        o[4] = _mm512_fnmadd_ps(f2_, e_, c_);                                                         \
+        o[5] = _mm512_add_ps(_mm512_fnmadd_ps(f5_, d3, _mm512_mul_ps(f4_, d1)), d5);                  \
+    } while (0)
+
+__attribute__((target("avx512f"))) static void in_tile(const wctx *c, int64_t t, int64_t cb) {
+    const kl_conv_params *p = c->p;
+    int64_t gt = c->t0 + t, n = gt / c->timg, r = gt % c->timg;
+    int64_t iy0 = (r / c->TX) * 4 - p->pad_begin[0], ix0 = (r % c->TX) * 4 - p->pad_begin[1];
+    const float *xb = c->x + (n * c->CB + cb) * c->H * c->W * BLK;
+    __m512 e[6][6];
+    int colok[6];
+    for (int j = 0; j < 6; j++) colok[j] = ix0 + j >= 0 && ix0 + j < c->W;
+    for (int i = 0; i < 6; i++) {
+        int64_t iy = iy0 + i;
+        __m512 d[6];
+        if (iy >= 0 && iy < c->H) {
+            const float *row = xb + (iy * c->W + ix0) * BLK;
+            for (int j = 0; j < 6; j++) d[j] = colok[j] ? _mm512_loadu_ps(row + j * BLK) : _mm512_setzero_ps();
+        } else
+            for (int j = 0; j < 6; j++) d[j] = _mm512_setzero_ps();
+        WINO_BT(d[0], d[1], d[2], d[3], d[4], d[5], e[i]);
+    }
+    float *v = c->V + (cb * c->tsb + t) * BLK;
+    int64_t ps = c->CB * c->tsb * BLK;
+    for (int j = 0; j < 6; j++) {
+        __m512 o[6];
+        WINO_BT(e[0][j], e[1][j], e[2][j], e[3][j], e[4][j], e[5][j], o);
+        for (int i = 0; i < 6; i++) _mm512_storeu_ps(v + (i * 6 + j) * ps, o[i]);
+    }
+}
+
+static void in_range(void *ctx, size_t b, size_t e, int chunk) {
+    const wctx *c = ctx;
+    for (size_t i = b; i < e; i++) in_tile(c, (int64_t)i % c->nt, (int64_t)i / c->nt);
+}
+
+/* ==================================================================
+ * GEMM micro-kernel per transform position
+ * ================================================================== */
+
+typedef struct {
+    const float *v;  /* V at (pos, cb 0, first tile) */
+    int64_t vcs;     /* V channel-block stride (tsb * 16) */
+    const float *u;  /* U at (pos, group) : [C][nb][16] */
+    int64_t C;
+    float *m;        /* Mt at (pos, first block of the group, first tile) */
+    int64_t mbs;     /* Mt block stride (tsb * 16) */
+} gk;
+
+__attribute__((target("avx512f"), always_inline)) static inline void gemm_body(const gk *k, const int F, const int P) {
+    __m512 acc[4][12];
+#pragma GCC unroll 4
+    for (int f = 0; f < F; f++)
+#pragma GCC unroll 12
+        for (int q = 0; q < P; q++) acc[f][q] = _mm512_setzero_ps();
+    const float *vc = k->v, *uc = k->u;
+    for (int64_t c0 = 0; c0 < k->C; c0 += BLK, vc += k->vcs) {
+        int nl = (int)KL_MIN(BLK, k->C - c0);
+        const float *vl = vc;
+#pragma GCC unroll 4
+        for (int l = 0; l < nl; l++, vl++, uc += F * BLK) {
+            __m512 wv[4];
+#pragma GCC unroll 4
+            for (int f = 0; f < F; f++) wv[f] = _mm512_loadu_ps(uc + f * BLK);
+#pragma GCC unroll 12
+            for (int q = 0; q < P; q++) {
+                __m512 xb = _mm512_set1_ps(vl[q * BLK]);
+#pragma GCC unroll 4
+                for (int f = 0; f < F; f++) acc[f][q] = _mm512_fmadd_ps(xb, wv[f], acc[f][q]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int f = 0; f < F; f++)
+#pragma GCC unroll 12
+        for (int q = 0; q < P; q++) _mm512_storeu_ps(k->m + f * k->mbs + q * BLK, acc[f][q]);
+}
+
+typedef void (*gk_fn)(const gk *k);
+#define KL_GK_FN(F, P) \
+    __attribute__((target("avx512f"), noinline)) static void gk_##F##_##P(const gk *k) { gemm_body(k, F, P); }
+KL_GK_FN(1, 1) KL_GK_FN(1, 2) KL_GK_FN(1, 3) KL_GK_FN(1, 4) KL_GK_FN(1, 5) KL_GK_FN(1, 6)
+KL_GK_FN(1, 7) KL_GK_FN(1, 8) KL_GK_FN(1, 9) KL_GK_FN(1, 10) KL_GK_FN(1, 11) KL_GK_FN(1, 12)
+KL_GK_FN(2, 1) KL_GK_FN(2, 2) KL_GK_FN(2, 3) KL_GK_FN(2, 4) KL_GK_FN(2, 5) KL_GK_FN(2, 6)
+KL_GK_FN(2, 7) KL_GK_FN(2, 8) KL_GK_FN(2, 9) KL_GK_FN(2, 10) KL_GK_FN(2, 11) KL_GK_FN(2, 12)
+KL_GK_FN(3, 1) KL_GK_FN(3, 2) KL_GK_FN(3, 3) KL_GK_FN(3, 4) KL_GK_FN(3, 5) KL_GK_FN(3, 6)
+KL_GK_FN(3, 7) KL_GK_FN(3, 8)
+KL_GK_FN(4, 1) KL_GK_FN(4, 2) KL_GK_FN(4, 3) KL_GK_FN(4, 4) KL_GK_FN(4, 5) KL_GK_FN(4, 6)
+#undef KL_GK_FN
+
+/* Most tiles per micro-kernel call for F output blocks (F*P + F + 1 <= 32 zmm). */
+static const int PMAX[5] = {0, 12, 12, 8, 6};
+static const gk_fn GK[5][13] = {
+    {0},
+    {0, gk_1_1, gk_1_2, gk_1_3, gk_1_4, gk_1_5, gk_1_6, gk_1_7, gk_1_8, gk_1_9, gk_1_10, gk_1_11, gk_1_12},
+    {0, gk_2_1, gk_2_2, gk_2_3, gk_2_4, gk_2_5, gk_2_6, gk_2_7, gk_2_8, gk_2_9, gk_2_10, gk_2_11, gk_2_12},
+    {0, gk_3_1, gk_3_2, gk_3_3, gk_3_4, gk_3_5, gk_3_6, gk_3_7, gk_3_8},
+    {0, gk_4_1, gk_4_2, gk_4_3, gk_4_4, gk_4_5, gk_4_6},
+};
+
+/* ==================================================================
+ * Output transform + epilogue
+ * ================================================================== */
+
+/* 1-D A^T of F(4, 3): 6 points -> 4. */
+#define WINO_AT(m0, m1, m2, m3, m4, m5, o)                                                      \
+    do {                                                                                        \
+        __m512 s12_ = _mm512_add_ps(m1, m2), d12_ = _mm512_sub_ps(m1, m2);                     \
+        __m512 s34_ = _mm512_add_ps(m3, m4), d34_ = _mm512_sub_ps(m3, m4);                     \
+        o[0] = _mm512_add_ps(_mm512_add_ps(m0, s12_), s34_);                                   \
+        o[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), d34_, d12_);                              \
+        o[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), s34_, s12_);                              \
+        o[3] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), d34_, d12_), m5);           \
+    } while (0)
+
+__attribute__((target("avx512f"))) static void out_tile(const wctx *c, int64_t t, int64_t b) {
+    const kl_conv_params *p = c->p;
+    int64_t gt = c->t0 + t, n = gt / c->timg, r = gt % c->timg;
+    int64_t oy0 = (r / c->TX) * 4, ox0 = (r % c->TX) * 4;
+    const float *m = c->Mt + (b * c->tsb + t) * BLK;
+    int64_t ps = c->MB * c->tsb * BLK;
+    __m512 h[4][6];
+    for (int j = 0; j < 6; j++) {
+        __m512 o[4];
+        WINO_AT(_mm512_loadu_ps(m + (0 * 6 + j) * ps), _mm512_loadu_ps(m + (1 * 6 + j) * ps),
+                _mm512_loadu_ps(m + (2 * 6 + j) * ps), _mm512_loadu_ps(m + (3 * 6 + j) * ps),
+                _mm512_loadu_ps(m + (4 * 6 + j) * ps), _mm512_loadu_ps(m + (5 * 6 + j) * ps), o);
+        for (int i = 0; i < 4; i++) h[i][j] = o[i];
+    }
+    int64_t lanes = KL_MIN(BLK, p->M - b * BLK);
+    __mmask16 keep = (__mmask16)((1u << lanes) - 1u);
+    __m512 bv = c->bias ? _mm512_maskz_loadu_ps(keep, c->bias + b * BLK) : _mm512_setzero_ps();
+    int64_t ybase = (n * c->MB + b) * c->OH * c->OW;
+    kl_act act = p->act;
+    for (int i = 0; i < 4 && oy0 + i < c->OH; i++) {
+        __m512 o[4];
+        WINO_AT(h[i][0], h[i][1], h[i][2], h[i][3], h[i][4], h[i][5], o);
+        for (int j = 0; j < 4 && ox0 + j < c->OW; j++) {
+            int64_t yo = (ybase + (oy0 + i) * c->OW + ox0 + j) * BLK;
+            __m512 v = _mm512_add_ps(o[j], bv);
+            if (p->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(p->residual + yo));
+            switch (act.kind) {
+            case KL_ACT_NONE: break;
+            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
+            case KL_ACT_CLIP: v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(act.a)), _mm512_set1_ps(act.b)); break;
+            case KL_ACT_LEAKY_RELU:
+                v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_set1_ps(act.a));
+                break;
+            case KL_ACT_HARDSWISH: { /* as the elementwise kernel: x * relu6(x + 3) / 6 */
+                __m512 hs = _mm512_max_ps(_mm512_setzero_ps(),
+                                          _mm512_min_ps(_mm512_set1_ps(6.0f), _mm512_add_ps(v, _mm512_set1_ps(3.0f))));
+                v = _mm512_div_ps(_mm512_mul_ps(v, hs), _mm512_set1_ps(6.0f));
+                break;
+            }
+            default: /* sigmoid, tanh, gelu: the elementwise kernel on the 16 lanes */
+                _mm512_storeu_ps(c->y + yo, v);
+                kl__act_apply_range(act, c->y + yo, BLK);
+                v = _mm512_loadu_ps(c->y + yo);
+                break;
+            }
+            _mm512_storeu_ps(c->y + yo, _mm512_maskz_mov_ps(keep, v));
+        }
+    }
+}
+
+/* Phase-2 item: group g of output blocks x tile block tbi. */
+static void item(const wctx *c, int64_t g, int64_t tbi) {
+    int64_t b0, nb;
+    grp_range(c->MB, g, &b0, &nb);
+    int64_t ta = tbi * c->tb, te = KL_MIN(c->nt, ta + c->tb), n = te - ta;
+    if (n <= 0) return;
+    int64_t per_pos = c->MB * c->p->C * BLK, pmax = PMAX[nb];
+    int64_t nmt = (n + pmax - 1) / pmax, base = n / nmt, extra = n % nmt;
+    gk k;
+    k.vcs = c->tsb * BLK;
+    k.C = c->p->C;
+    k.mbs = c->tsb * BLK;
+    for (int pos = 0; pos < NPOS; pos++) {
+        const float *vp = c->V + (int64_t)pos * c->CB * c->tsb * BLK;
+        k.u = c->U + pos * per_pos + b0 * c->p->C * BLK;
+        float *mp = c->Mt + ((int64_t)pos * c->MB + b0) * c->tsb * BLK;
+        for (int64_t i = 0, t = ta; i < nmt; i++) {
+            int np = (int)(base + (i < extra));
+            k.v = vp + t * BLK;
+            k.m = mp + t * BLK;
+            GK[nb][np](&k);
+            t += np;
+        }
+    }
+    for (int64_t f = 0; f < nb; f++)
+        for (int64_t t = ta; t < te; t++) out_tile(c, t, b0 + f);
+}
+
+static void item_range(void *ctx, size_t b, size_t e, int chunk) {
+    const wctx *c = ctx;
+    for (size_t i = b; i < e; i++) item(c, (int64_t)i / c->nblk, (int64_t)i % c->nblk);
+}
+
+/* ==================================================================
+ * Entry
+ * ================================================================== */
+
+int kl__nchwc_wino_use(const kl_conv_params *p, int plain_input) {
+    if (plain_input || !kl__nchwc_wino_ok(p)) return 0;
+    if (kl__nchwc_wino_force >= 0) return kl__nchwc_wino_force;
+    const char *env = getenv("KEEL_WINO"); /* 0 / 1: never / always (A/B runs) */
+    if (env && *env) return *env != '0';
+    return p->C >= 16 && p->M >= 16;
+}
+
+int kl__nchwc_wino_f32(const kl_conv_params *p, const float *x, const float *bias, const float *U, float *y, void *ws,
+                       kl_pool *pool, kl_err *e) {
+    wctx c;
+    plan(p, &c);
+    if (c.ttot == 0) return KL_OK;
+    c.x = x;
+    c.bias = bias;
+    c.U = U;
+    c.y = y;
+    void *own = NULL;
+    if (!ws) {
+        if (!(own = kl_mem_alloc_e(kl__nchwc_wino_workspace_bytes(p), KL_TAG_WORKSPACE, e))) return e ? e->code : KL_ENOMEM;
+        ws = own;
+    }
+    c.V = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    c.Mt = c.V + NPOS * c.CB * c.tsb * BLK;
+    for (c.t0 = 0; c.t0 < c.ttot; c.t0 += c.tsb) {
+        c.nt = KL_MIN(c.tsb, c.ttot - c.t0);
+        kl_pool_parallel_for(pool, (size_t)(c.nt * c.CB), 4, in_range, &c);
+        /* tile blocks: up to 64 tiles each (V and U slices of a position stay
+         * in L2), split further while there are fewer than 8 items */
+        c.nblk = (c.nt + 63) / 64;
+        while (c.ngrp * c.nblk < 8 && c.nt / (c.nblk + 1) >= 6) c.nblk++;
+        c.tb = (c.nt + c.nblk - 1) / c.nblk;
+        c.nblk = (c.nt + c.tb - 1) / c.tb;
+        kl_pool_parallel_for(pool, (size_t)(c.ngrp * c.nblk), 1, item_range, &c);
+    }
+    kl_mem_free(own);
+    return KL_OK;
+}
