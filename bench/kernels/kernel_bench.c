@@ -3,7 +3,7 @@
  * (batch 1, 224x224) at 1 and 2 threads, and the NCHWc (channel-blocked)
  * conv kernel against the NCHW path per ResNet-18 layer (batch 1 or B, the two
  * paths interleaved in one loop). Medians of several runs.
- * Usage: kernel_bench [gemm|conv|nchwc|mobile|all] [iters] [batch (nchwc, mobile)];
+ * Usage: kernel_bench [gemm|conv|nchwc|mobile|wino|all] [iters] [batch (nchwc, mobile)];
  * mobile: MobileNetV2's depthwise and 1x1 layers, NCHWc vs NCHW. */
 #include <cblas.h>
 #include <stdio.h>
@@ -376,6 +376,75 @@ static void bench_nchwc(const char *model, const layer *L, size_t n, int iters, 
            tot[2], tot[3], tot[1] / tot[0], tot[3] / tot[2]);
 }
 
+/* Winograd F(4x4, 3x3) (nchwc_wino.c) vs the direct blocked kernel on the
+ * 3x3 stride-1 layers, same packed weights (both forms), the two paths
+ * alternating: 1 thread median CPU time, 2 threads best wall time. */
+extern int kl__nchwc_wino_force;
+static void bench_wino(const char *model, const layer *L, size_t n, int iters, int batch) {
+    printf("\n## %s 3x3 stride-1 layers: NCHWc direct vs Winograd F(4x4,3x3) (batch %d, %d runs; bias + ReLU)\n",
+           model, batch, iters);
+    printf("| layer | reps | direct 1t CPU ms | wino 1t CPU ms | wino/direct 1t | direct 2t min ms | wino 2t min ms | "
+           "wino/direct 2t | auto |\n|---|---|---|---|---|---|---|---|---|\n");
+    double tot[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        if (L[i].G != 1 || L[i].k != 3 || L[i].s != 1) continue;
+        kl_conv_params p;
+        memset(&p, 0, sizeof p);
+        p.nsp = 2; p.N = batch; p.C = L[i].C; p.M = L[i].M; p.group = 1;
+        p.in[0] = p.in[1] = L[i].H;
+        p.k[0] = p.k[1] = 3;
+        p.pad_begin[0] = p.pad_begin[1] = p.pad_end[0] = p.pad_end[1] = 1;
+        p.act.kind = KL_ACT_RELU;
+        kl_conv_prepare(&p, NULL);
+        size_t pfb = kl_nchwc_conv_packed_floats(&p);
+        if (!pfb) {
+            printf("| %s | NCHWc not available (no AVX-512F?) |\n", L[i].name);
+            continue;
+        }
+        int keep = kl__nchwc_wino_force;
+        size_t wsb = kl_nchwc_conv_workspace_bytes(&p, 0);
+        kl__nchwc_wino_force = 1;
+        size_t wsw = kl_nchwc_conv_workspace_bytes(&p, 0);
+        kl__nchwc_wino_force = keep;
+        int autow = wsb > 0;
+        int64_t CB = (p.C + 15) / 16, MB = (p.M + 15) / 16, S = L[i].H * L[i].H, OS = p.out[0] * p.out[1];
+        size_t xbn = (size_t)(batch * CB * S * 16), wn = (size_t)(p.M * p.C * 9), ybn = (size_t)(batch * MB * OS * 16);
+        float *xb = rnd(xbn), *w = rnd(wn), *b = rnd((size_t)p.M), *yb = rnd(ybn);
+        float *pwb = kl_mem_alloc(pfb * sizeof(float), KL_TAG_PARAMS);
+        kl_nchwc_conv_pack_weights(&p, w, pwb);
+        p.packed_w = pwb;
+        void *ws = kl_mem_alloc(KL_MAX(wsw, 64), KL_TAG_WORKSPACE);
+        double r[4];
+        for (int th = 1; th <= 2; th++) {
+            kl_pool *pool;
+            kl_pool_new(th, &pool, NULL);
+            double t0s[64], t1s[64];
+            for (int it = -1; it < iters; it++) {
+                kl__nchwc_wino_force = 0;
+                double a0 = now_s(), c0 = cpu_s();
+                kl_nchwc_conv_f32(&p, 0, xb, b, yb, ws, pool, NULL);
+                double a1 = now_s(), c1 = cpu_s();
+                kl__nchwc_wino_force = 1;
+                kl_nchwc_conv_f32(&p, 0, xb, b, yb, ws, pool, NULL);
+                double a2 = now_s(), c2 = cpu_s();
+                if (it < 0) continue;
+                t0s[it] = th == 1 ? c1 - c0 : a1 - a0;
+                t1s[it] = th == 1 ? c2 - c1 : a2 - a1;
+            }
+            kl__nchwc_wino_force = keep;
+            r[(th - 1) * 2] = (th == 1 ? median(t0s, iters) : minv(t0s, iters)) * 1e3;
+            r[(th - 1) * 2 + 1] = (th == 1 ? median(t1s, iters) : minv(t1s, iters)) * 1e3;
+            kl_pool_free(pool);
+        }
+        printf("| %s | %d | %.3f | %.3f | %.2f | %.3f | %.3f | %.2f | %s |\n", L[i].name, L[i].reps, r[0], r[1],
+               r[1] / r[0], r[2], r[3], r[3] / r[2], autow ? "wino" : "direct");
+        for (int k = 0; k < 4; k++) tot[k] += r[k] * L[i].reps;
+        kl_mem_free(xb); kl_mem_free(w); kl_mem_free(b); kl_mem_free(yb); kl_mem_free(pwb); kl_mem_free(ws);
+    }
+    printf("| **all 3x3/1 convs** (sum x reps) | | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | |\n", tot[0], tot[1],
+           tot[1] / tot[0], tot[2], tot[3], tot[3] / tot[2]);
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "all";
     int iters = argc > 2 ? atoi(argv[2]) : 9;
@@ -395,6 +464,12 @@ int main(int argc, char **argv) {
         if (batch < 1) batch = 1;
         bench_nchwc("ResNet-18", RESNET18, sizeof RESNET18 / sizeof *RESNET18, batch > 1 ? KL_MAX(3, iters / 3) : iters * 2,
                     batch);
+    }
+    if (!strcmp(what, "wino")) {
+        int batch = argc > 3 ? atoi(argv[3]) : 1;
+        if (batch < 1) batch = 1;
+        bench_wino("ResNet-18", RESNET18, sizeof RESNET18 / sizeof *RESNET18, batch > 1 ? KL_MAX(3, iters / 3) : iters * 2,
+                   batch);
     }
     return 0;
 }

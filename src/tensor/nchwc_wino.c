@@ -185,7 +185,9 @@ __attribute__((target("avx512f"))) static void in_tile(const wctx *c, int64_t t,
 
 static void in_range(void *ctx, size_t b, size_t e, int chunk) {
     const wctx *c = ctx;
-    for (size_t i = b; i < e; i++) in_tile(c, (int64_t)i % c->nt, (int64_t)i / c->nt);
+    /* tile-major: a thread transforms the tiles its phase-2 items mostly
+     * read (same static chunking order) */
+    for (size_t i = b; i < e; i++) in_tile(c, (int64_t)i / c->CB, (int64_t)i % c->CB);
 }
 
 /* ==================================================================
@@ -359,7 +361,14 @@ int kl__nchwc_wino_use(const kl_conv_params *p, int plain_input) {
     if (kl__nchwc_wino_force >= 0) return kl__nchwc_wino_force;
     const char *env = getenv("KEEL_WINO"); /* 0 / 1: never / always (A/B runs) */
     if (env && *env) return *env != '0';
-    return p->C >= 16 && p->M >= 16;
+    /* Winograd weights are 4x the direct ones (36 vs 9 per channel pair):
+     * with few tiles (batch 1 at 7x7, 512 channels: 4 tiles for 37.7 MB)
+     * streaming them costs more than the FMAs saved; measured crossover
+     * between 9.4 MB per tile (slower, 512 ch at 7x7 batch 1) and 0.6 MB
+     * (faster, 256 ch at 14x14) */
+    int64_t tiles = p->N * ((p->out[0] + 3) / 4) * ((p->out[1] + 3) / 4);
+    double wbytes = (double)kl__nchwc_wino_packed_floats(p) * sizeof(float);
+    return p->C >= 16 && p->M >= 16 && tiles > 0 && wbytes / (double)tiles <= 4.0e6;
 }
 
 int kl__nchwc_wino_f32(const kl_conv_params *p, const float *x, const float *bias, const float *U, float *y, void *ws,
@@ -381,10 +390,14 @@ int kl__nchwc_wino_f32(const kl_conv_params *p, const float *x, const float *bia
     for (c.t0 = 0; c.t0 < c.ttot; c.t0 += c.tsb) {
         c.nt = KL_MIN(c.tsb, c.ttot - c.t0);
         kl_pool_parallel_for(pool, (size_t)(c.nt * c.CB), 4, in_range, &c);
-        /* tile blocks: up to 64 tiles each (V and U slices of a position stay
-         * in L2), split further while there are fewer than 8 items */
-        c.nblk = (c.nt + 63) / 64;
-        while (c.ngrp * c.nblk < 8 && c.nt / (c.nblk + 1) >= 6) c.nblk++;
+        /* tile blocks: V slices of a position of at most 256 KB (they stay
+         * in L2 with the U slice while the micro-kernel walks the block),
+         * split further while there are fewer than 8 items (4 when the
+         * weights are large: every tile block streams them once) */
+        int64_t tbmax = KL_MAX(16, KL_MIN(256, 65536 / p->C));
+        int min_items = kl__nchwc_wino_packed_floats(p) * sizeof(float) > ((size_t)2 << 20) ? 4 : 8;
+        c.nblk = (c.nt + tbmax - 1) / tbmax;
+        while (c.ngrp * c.nblk < min_items && c.nt / (c.nblk + 1) >= 6) c.nblk++;
         c.tb = (c.nt + c.nblk - 1) / c.nblk;
         c.nblk = (c.nt + c.tb - 1) / c.tb;
         kl_pool_parallel_for(pool, (size_t)(c.ngrp * c.nblk), 1, item_range, &c);
