@@ -96,7 +96,7 @@ void kl_nchwc_conv_pack_weights(const kl_conv_params *p, const float *w, float *
 }
 
 size_t kl_nchwc_conv_workspace_bytes(const kl_conv_params *p, int plain_input) {
-    return is_dense(p) && kl__nchwc_wino_use(p, plain_input) ? kl__nchwc_wino_workspace_bytes(p) : 0;
+    return is_dense(p) && kl__pgemm_ok() && kl__nchwc_wino_use(p, plain_input) ? kl__nchwc_wino_workspace_bytes(p) : 0;
 }
 
 /* ==================================================================

@@ -105,6 +105,7 @@ typedef struct {
     int64_t tsb;       /* tiles per super-block (V, Mt sized for it) */
     int64_t t0, nt;    /* current super-block: first tile, tiles */
     int64_t ngrp, nblk, tb; /* phase-2 items: groups x tile blocks of tb tiles */
+    int fused;         /* one group: phase 2 items transform their own input */
 } wctx;
 
 static void plan(const kl_conv_params *p, wctx *c) {
@@ -325,6 +326,9 @@ static void item(const wctx *c, int64_t g, int64_t tbi) {
     grp_range(c->MB, g, &b0, &nb);
     int64_t ta = tbi * c->tb, te = KL_MIN(c->nt, ta + c->tb), n = te - ta;
     if (n <= 0) return;
+    if (c->fused) /* one group: the item transforms its own tiles (V stays in this core's cache) */
+        for (int64_t t = ta; t < te; t++)
+            for (int64_t cb = 0; cb < c->CB; cb++) in_tile(c, t, cb);
     int64_t per_pos = c->MB * c->p->C * BLK, pmax = PMAX[nb];
     int64_t nmt = (n + pmax - 1) / pmax, base = n / nmt, extra = n % nmt;
     gk k;
@@ -389,7 +393,8 @@ int kl__nchwc_wino_f32(const kl_conv_params *p, const float *x, const float *bia
     c.Mt = c.V + NPOS * c.CB * c.tsb * BLK;
     for (c.t0 = 0; c.t0 < c.ttot; c.t0 += c.tsb) {
         c.nt = KL_MIN(c.tsb, c.ttot - c.t0);
-        kl_pool_parallel_for(pool, (size_t)(c.nt * c.CB), 4, in_range, &c);
+        c.fused = c.ngrp == 1;
+        if (!c.fused) kl_pool_parallel_for(pool, (size_t)(c.nt * c.CB), 4, in_range, &c);
         /* tile blocks: V slices of a position of at most 256 KB (they stay
          * in L2 with the U slice while the micro-kernel walks the block),
          * split further while there are fewer than 8 items (4 when the
