@@ -21,8 +21,9 @@
  * ascending order, transforms in a fixed order) whatever the blocking, so
  * the results are bit-identical at any thread count.
  *
- * Packed weights: [36][MB groups: [C][nb][16]] (the pointwise layout per
- * transform position), zero lanes for output channels >= M. */
+ * Packed weights: [groups of up to 4 output blocks][36][C][nb][16] (the
+ * pointwise layout per transform position; each item streams one contiguous
+ * run), zero lanes for output channels >= M. */
 #include "keel/tensor.h"
 #include "tensor_int.h"
 
@@ -69,8 +70,8 @@ static const double Gm[6][3] = {{1.0 / 4, 0, 0},
                                 {0, 0, 1}};
 
 void kl__nchwc_wino_pack(const kl_conv_params *p, const float *w, float *dst) {
-    int64_t C = p->C, M = p->M, MB = (M + BLK - 1) / BLK, per_pos = MB * C * BLK;
-    memset(dst, 0, (size_t)(NPOS * per_pos) * sizeof(float));
+    int64_t C = p->C, M = p->M, MB = (M + BLK - 1) / BLK;
+    memset(dst, 0, (size_t)(NPOS * MB * C * BLK) * sizeof(float));
     for (int64_t g = 0; g < n_groups(MB); g++) {
         int64_t b0, nb;
         grp_range(MB, g, &b0, &nb);
@@ -87,7 +88,7 @@ void kl__nchwc_wino_pack(const kl_conv_params *p, const float *w, float *dst) {
                     for (int i = 0; i < 6; i++)
                         for (int j = 0; j < 6; j++) u[i][j] = t[i][0] * Gm[j][0] + t[i][1] * Gm[j][1] + t[i][2] * Gm[j][2];
                     for (int pos = 0; pos < NPOS; pos++)
-                        dst[pos * per_pos + b0 * C * BLK + (c * nb + f) * BLK + l] = (float)u[pos / 6][pos % 6];
+                        dst[(b0 * NPOS + pos * nb) * C * BLK + (c * nb + f) * BLK + l] = (float)u[pos / 6][pos % 6];
                 }
             }
     }
@@ -329,7 +330,7 @@ static void item(const wctx *c, int64_t g, int64_t tbi) {
     if (c->fused) /* one group: the item transforms its own tiles (V stays in this core's cache) */
         for (int64_t t = ta; t < te; t++)
             for (int64_t cb = 0; cb < c->CB; cb++) in_tile(c, t, cb);
-    int64_t per_pos = c->MB * c->p->C * BLK, pmax = PMAX[nb];
+    int64_t pmax = PMAX[nb];
     int64_t nmt = (n + pmax - 1) / pmax, base = n / nmt, extra = n % nmt;
     gk k;
     k.vcs = c->tsb * BLK;
@@ -337,7 +338,7 @@ static void item(const wctx *c, int64_t g, int64_t tbi) {
     k.mbs = c->tsb * BLK;
     for (int pos = 0; pos < NPOS; pos++) {
         const float *vp = c->V + (int64_t)pos * c->CB * c->tsb * BLK;
-        k.u = c->U + pos * per_pos + b0 * c->p->C * BLK;
+        k.u = c->U + (b0 * NPOS + pos * nb) * c->p->C * BLK;
         float *mp = c->Mt + ((int64_t)pos * c->MB + b0) * c->tsb * BLK;
         for (int64_t i = 0, t = ta; i < nmt; i++) {
             int np = (int)(base + (i < extra));
