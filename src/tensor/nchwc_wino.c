@@ -17,7 +17,8 @@
  * position the register-blocked GEMM micro-kernel (as nchwc_pw.c: F weight
  * vectors per input channel, P broadcast input scalars, F*P accumulators)
  * into Mt [pos][MB][T][16] (workspace), then the output transform of the
- * item's tiles. Each output is a fixed sequence of operations (channels in
+ * item's tiles (with a single group, M <= 64, there is no phase 1: each
+ * item transforms its own tiles first). Each output is a fixed sequence of operations (channels in
  * ascending order, transforms in a fixed order) whatever the blocking, so
  * the results are bit-identical at any thread count.
  *
