@@ -484,8 +484,9 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
                         const char *xbase = NULL;
                         if (oy + 1 < oy1) {
                             int64_t r1 = KL_MIN(H, (oy + 1) * sh - ph + (KH - 1) * dh + 1), r0 = KL_MAX(0, r1 - sh);
-                            xlr = (r1 - r0) * W * xpos * (int64_t)sizeof(float) / 64;
-                            if (r1 > r0 && xlr > 0) {
+                            int64_t lr = (r1 - r0) * W * xpos * (int64_t)sizeof(float) / 64;
+                            if (r1 > r0 && lr > 0) {
+                                xlr = lr;
                                 int64_t nreg = g->plain ? KL_MIN(p->C - cb0 * BLK, a.ncb * BLK) : a.ncb;
                                 xbase = (const char *)(xn + r0 * W * xpos);
                                 xstride = (g->plain ? a.xs_c : a.xs_cb) * (int64_t)sizeof(float);
@@ -503,7 +504,7 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
                             a.pf = pf_base ? pf_base + pfo * 64 : NULL;
                             a.pf_n = KL_MIN(pf_total - pfo, PF_LINES * a.ncb * a.nkh * a.nkw);
                             pfo += a.pf_n;
-                            a.xq = xc < xtot ? xbase + xc / xlr * xstride + xc % xlr * 64 : NULL;
+                            a.xq = xc < xtot ? xbase + xc / xlr * xstride + xc % xlr * 64 : NULL; /* xlr >= 1 */
                             a.xr = xlr - xc % xlr;
                             a.xn = KL_MIN(xtot - xc, XPF_LINES * a.ncb * a.nkh * a.nkw);
                             xc += a.xn;
