@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Kernel benchmarks: SGEMM vs OpenBLAS's own threading, conv layers of
 # ResNet-18 and MobileNetV2 at 1 and 2 threads, NCHWc vs NCHW per ResNet-18
-# layer. ITERS=n to change medians. Usage: run.sh [gemm|conv|nchwc|all] [batch];
-# run.sh layer C M H k s batch threads iters cold: one NCHWc layer (bench/kernels/layer_bench.c)
+# layer. ITERS=n to change medians. Usage: run.sh [gemm|conv|nchwc|all] [batch]
 set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
