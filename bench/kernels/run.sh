@@ -6,6 +6,12 @@ set -eu
 cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 mkdir -p "$BUILD/bench"
+if [ "${1:-}" = layer ]; then # one dense NCHWc layer, hot or cold weights: run.sh layer C M H k s batch threads iters cold
+  shift
+  gcc -O2 -std=c11 -D_GNU_SOURCE -pthread -march=x86-64-v3 -Iinclude bench/kernels/layer_bench.c "$BUILD/libkeel.a" \
+    $(pkg-config --libs openblas libcrypto yaml-0.1 libcjson libzstd) -lm -o "$BUILD/bench/layer_bench"
+  exec "$BUILD/bench/layer_bench" "$@"
+fi
 gcc -O2 -std=c11 -D_GNU_SOURCE -pthread -march=x86-64-v3 -Iinclude bench/kernels/kernel_bench.c "$BUILD/libkeel.a" \
   $(pkg-config --libs openblas libcrypto yaml-0.1 libcjson) -lm -o "$BUILD/bench/kernel_bench"
 "$BUILD/bench/kernel_bench" "${1:-all}" "${ITERS:-9}" "${2:-1}"

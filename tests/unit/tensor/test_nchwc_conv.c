@@ -174,6 +174,10 @@ KL_TEST(tensor_nchwc_conv_vs_nchw) {
         {1, 32, 48, 10, 11, 7, 1, 1, 1, 1, 1, 3, 0, 3, 0, 0, 1, 0, KL_ACT_NONE},   /* 7x1 */
         {1, 96, 96, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_RELU},    /* 6 blocks: groups 3 + 3 */
         {1, 16, 16, 4, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_HARDSWISH}, /* 4x4 image */
+        /* weight prefetch: next chunk, next group, next image's first group; input-row prefetch */
+        {2, 300, 80, 10, 9, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_RELU},  /* 3 chunks x 2 groups, stride 2 */
+        {1, 256, 96, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, KL_ACT_RELU},   /* layer4-like 7x7, 2 chunks */
+        {2, 40, 20, 19, 33, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1, 0, 1, KL_ACT_NONE},  /* plain, 40 channel planes */
     };
     char msg[512];
     int wino = kl__nchwc_wino_force;
