@@ -206,7 +206,8 @@ void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, 
 
 /* Winograd F(4x4, 3x3) (nchwc_wino.c): dense 3x3 stride-1 dilation-1 convs
  * (any pads, C, M) on blocked input. _ok/_packed_floats/_pack read the
- * weight shape and stride/dilation (zero taken as 1). Packed weights
+ * weight shape and stride/dilation (zero taken as 1); _ok is 0 for every
+ * conv when KEEL_WINO=0 (no Winograd form packed). Packed weights
  * [groups of up to 4 output blocks][36][C][nb][16]. _use: the dispatcher
  * takes this path for p (shape rule; kl__nchwc_wino_force overrides: -1
  * auto, 0 never, 1 always). _workspace_bytes: from p's prepared shape.
