@@ -611,7 +611,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->t_recv = kl_time_mono_ns();
         r->timeout_us = -1;
         r->resp_header_len = -1;
-        snprintf(r->rid, sizeof r->rid, "r%llu", (unsigned long long)atomic_fetch_add(&s->next_rid, 1));
+        r->rid[0] = 'r';
+        r->rid[1 + sv_fmt_u64(r->rid + 1, atomic_fetch_add(&s->next_rid, 1))] = 0;
         r->route = route(url, method, r);
         r->sc = conn_of(c);
         conn_state(r->sc, SV_C_BODY); /* the headers are in */

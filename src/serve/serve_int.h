@@ -379,6 +379,10 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
 /* A float as JSON: 9 significant digits (reads back exactly), %g layout,
  * "null" for NaN/Inf; writes < 24 bytes, returns the length. */
 int sv_fmt_f32(char *out, float f);
+/* v in decimal (no NUL); returns the length (<= 20). printf's %lld/%llu
+ * without the format parsing: a handful of these per request. */
+int sv_fmt_u64(char *out, uint64_t v);
+int sv_fmt_i64(char *out, int64_t v);
 /* {"error": msg} */
 char *sv_error_json(const char *msg, size_t *len);
 
