@@ -282,8 +282,9 @@ struct sv_loop {
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
     /* access log lines of this loop's requests not written yet: written in
-     * one go (sv_loop_log_flush) when the loop goes to sleep, once they are
-     * SV_LOG_FLUSH_NS old, at SV_LOG_FLUSH_BYTES, and when the loop stops */
+     * one go (sv_loop_log_flush) when the loop is about to sleep, on a busy
+     * loop once they are SV_LOG_FLUSH_NS old, at SV_LOG_FLUSH_BYTES, and
+     * when the loop stops */
     kl_buf log;
     int64_t log_since;          /* monotonic ns of the oldest buffered line */
     int log_fmt;                /* kl_log_format resolved for the buffered lines */
