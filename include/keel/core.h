@@ -123,6 +123,15 @@ typedef struct {
 #define KL_LF_INT(k, v) ((kl_log_field){(k), NULL, (double)(v), 1})
 void kl_log_fields(kl_log_level lvl, const char *module, const char *msg,
                    const kl_log_field *fields, size_t n);
+/* The line kl_log_fields writes (timestamp now, newline included), appended
+ * to b instead of written: for writers that buffer lines and write them in
+ * one go with kl_log_write_lines. fmt KL_LOG_AUTO: kl_log_get_format(). */
+struct kl_buf;
+void kl_log_format_line(struct kl_buf *b, kl_log_format fmt, kl_log_level lvl, const char *module, const char *msg,
+                        const kl_log_field *fields, size_t n);
+/* Writes whole formatted lines to the log output under the log lock (one
+ * write, flushed; other threads' lines never interleave with them). */
+void kl_log_write_lines(const char *text, size_t len);
 
 #define KL_LOG_DEBUG_(mod, ...) kl_log(KL_LOG_DEBUG, mod, __VA_ARGS__)
 #define KL_LOG_INFO_(mod, ...) kl_log(KL_LOG_INFO, mod, __VA_ARGS__)

@@ -91,13 +91,13 @@ int kl_log_init_from_env(kl_err *e) {
     return KL_OK;
 }
 
-static void emit(kl_log_level lvl, const char *module, const char *msg, const kl_log_field *fields,
-                 size_t nf) {
+void kl_log_format_line(kl_buf *bp, kl_log_format fmt, kl_log_level lvl, const char *module, const char *msg,
+                        const kl_log_field *fields, size_t nf) {
     char ts[40];
     kl_time_rfc3339(kl_time_now_us(), ts, sizeof ts);
-    kl_buf b;
-    kl_buf_init(&b);
-    int json = kl_log_get_format() == KL_LOG_JSON;
+    kl_buf b = *bp;
+    if (fmt == KL_LOG_AUTO) fmt = kl_log_get_format();
+    int json = fmt == KL_LOG_JSON;
     if (json) {
         kl_buf_printf(&b, "{\"ts\":\"%s\",\"level\":\"%s\",\"module\":", ts, level_names[lvl]);
         kl_buf_json_str(&b, module ? module : "keel");
@@ -130,13 +130,26 @@ static void emit(kl_log_level lvl, const char *module, const char *msg, const kl
         }
         kl_buf_puts(&b, "\n");
     }
+    *bp = b;
+}
+
+void kl_log_write_lines(const char *text, size_t len) {
+    if (!text || !len) return;
     pthread_mutex_lock(&log_mu);
     FILE *out = kl__log_stream();
     kl__progress_clear_line(out);
-    if (b.data) fwrite(b.data, 1, b.len, out);
+    fwrite(text, 1, len, out);
     kl__progress_redraw_line(out);
     fflush(out);
     pthread_mutex_unlock(&log_mu);
+}
+
+static void emit(kl_log_level lvl, const char *module, const char *msg, const kl_log_field *fields,
+                 size_t nf) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_log_format_line(&b, KL_LOG_AUTO, lvl, module, msg, fields, nf);
+    kl_log_write_lines(b.data, b.len);
     kl_buf_free(&b);
 }
 

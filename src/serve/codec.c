@@ -236,7 +236,10 @@ int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bi
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
     if (id) {
         if (!cJSON_IsString(id)) { rc = kl_err_set(e, KL_EPARSE, "id: expected a string"); goto done; }
-        snprintf(r->id, sizeof r->id, "%s", id->valuestring);
+        size_t idn = strlen(id->valuestring);
+        if (idn >= sizeof r->id) idn = sizeof r->id - 1; /* as snprintf would cut it */
+        memcpy(r->id, id->valuestring, idn);
+        r->id[idn] = 0;
         r->has_id = 1;
     }
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
@@ -271,8 +274,10 @@ int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bi
     r->n_in = v->n_in;
     r->rows = -1;
     for (const cJSON *in = inputs->child; in; in = in->next, idx++) {
-        char field[64];
-        snprintf(field, sizeof field, "inputs[%d]", idx);
+        char field[64] = "inputs[";
+        int fl = 7 + sv_fmt_i64(field + 7, idx);
+        field[fl] = ']';
+        field[fl + 1] = 0;
         if (!cJSON_IsObject(in)) { rc = kl_err_set(e, KL_EPARSE, "%s: expected an object", field); goto done; }
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(in, "name");
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
@@ -493,10 +498,23 @@ static void put_num(kl_buf *b, double d, int prec) {
     kl_buf_append(b, tmp, (size_t)n);
 }
 
+int sv_fmt_u64(char *out, uint64_t v) {
+    char tmp[20];
+    int n = 0;
+    do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
+    for (int i = 0; i < n; i++) out[i] = tmp[n - 1 - i];
+    return n;
+}
+
+int sv_fmt_i64(char *out, int64_t v) {
+    if (v >= 0) return sv_fmt_u64(out, (uint64_t)v);
+    out[0] = '-';
+    return 1 + sv_fmt_u64(out + 1, 0 - (uint64_t)v);
+}
+
 static void put_int(kl_buf *b, long long v) {
     char tmp[24];
-    int n = snprintf(tmp, sizeof tmp, "%lld", v);
-    kl_buf_append(b, tmp, (size_t)n);
+    kl_buf_append(b, tmp, (size_t)sv_fmt_i64(tmp, v));
 }
 
 static void json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
@@ -508,7 +526,7 @@ static void json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
         case SV_UINT8: put_int(b, ((const uint8_t *)p)[i]); break;
         case SV_UINT16: put_int(b, ((const uint16_t *)p)[i]); break;
         case SV_UINT32: put_int(b, ((const uint32_t *)p)[i]); break;
-        case SV_UINT64: kl_buf_printf(b, "%llu", (unsigned long long)((const uint64_t *)p)[i]); break;
+        case SV_UINT64: { char t[24]; kl_buf_append(b, t, (size_t)sv_fmt_u64(t, ((const uint64_t *)p)[i])); break; }
         case SV_INT8: put_int(b, ((const int8_t *)p)[i]); break;
         case SV_INT16: put_int(b, ((const int16_t *)p)[i]); break;
         case SV_INT32: put_int(b, ((const int32_t *)p)[i]); break;
@@ -627,7 +645,9 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
     int nbin = 0;
     kl_buf_puts(&b, "{\"model_name\":");
     kl_buf_json_str(&b, r->model->name);
-    kl_buf_printf(&b, ",\"model_version\":\"%lld\"", (long long)r->ver->version);
+    kl_buf_puts(&b, ",\"model_version\":\"");
+    put_int(&b, (long long)r->ver->version);
+    kl_buf_puts(&b, "\"");
     if (r->has_id) {
         kl_buf_puts(&b, ",\"id\":");
         kl_buf_json_str(&b, r->id);
@@ -655,8 +675,13 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
         if (i) kl_buf_puts(&b, ",");
         kl_buf_puts(&b, "{\"name\":");
         kl_buf_json_str(&b, r->ver->out[k].name);
-        kl_buf_printf(&b, ",\"datatype\":\"%s\",\"shape\":[", dt_names[t->dtype]);
-        for (int d = 0; d < t->rank; d++) kl_buf_printf(&b, d ? ",%lld" : "%lld", (long long)dims[d]);
+        kl_buf_puts(&b, ",\"datatype\":\"");
+        kl_buf_puts(&b, dt_names[t->dtype]);
+        kl_buf_puts(&b, "\",\"shape\":[");
+        for (int d = 0; d < t->rank; d++) {
+            if (d) kl_buf_append(&b, ",", 1);
+            put_int(&b, (long long)dims[d]);
+        }
         kl_buf_puts(&b, "]");
         size_t nbytes = (size_t)numel * dt_sizes[t->dtype];
         if (r->out_bin[i]) {

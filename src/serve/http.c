@@ -96,6 +96,8 @@ static int route(const char *url, const char *method, sv_req *r) {
  * Responses
  * ================================================================== */
 
+static void log_request(kl_server *s, sv_req *r);
+
 static enum MHD_Result send_body(kl_server *s, struct MHD_Connection *c, sv_req *r, int status, char *body, size_t len,
                                  const char *ctype, int retry_after, int64_t header_len) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
@@ -139,6 +141,7 @@ static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req
     r->status = status;
     r->reason = reason;
     if (r->route == R_INFER && !r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+    if (r->route == R_INFER) log_request(s, r);
     if (status == 503 && retry_after <= 0) retry_after = 1;
     return send_body(s, c, r, status, body, len, "application/json", retry_after, -1);
 }
@@ -307,8 +310,6 @@ static void *repo_job(void *arg) {
  * Inference
  * ================================================================== */
 
-static void log_request(kl_server *s, sv_req *r);
-
 /* Sends the answer of r (the scheduler is done with it). */
 static enum MHD_Result answer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
     if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
@@ -465,8 +466,24 @@ static void log_request(kl_server *s, sv_req *r) {
         KL_LF_NUM("queue_ms", qms), KL_LF_NUM("compute_ms", cms),
         KL_LF_NUM("total_ms", (kl_time_mono_ns() - r->t_recv) / 1e6), KL_LF_INT("status", r->status),
         KL_LF_STR("result", sv_reason_name(r->reason))};
-    kl_log_fields(r->status >= 500 && r->reason == SV_R_INTERNAL ? KL_LOG_ERROR : KL_LOG_INFO, "serve", "request", f,
-                  KL_ARRAY_LEN(f));
+    kl_log_level lvl = r->status >= 500 && r->reason == SV_R_INTERNAL ? KL_LOG_ERROR : KL_LOG_INFO;
+    sv_loop *lp = sv_cur_loop;
+    if (!lp || !kl_log_enabled(lvl)) { kl_log_fields(lvl, "serve", "request", f, KL_ARRAY_LEN(f)); return; }
+    /* on an HTTP loop: buffered, written a round of requests at a time (a
+     * write per request, and the terminal check of the log format per
+     * line, cost ~10 us of CPU per request) */
+    if (!lp->log.len) {
+        lp->log_since = kl_time_mono_ns();
+        lp->log_fmt = (int)kl_log_get_format();
+    }
+    kl_log_format_line(&lp->log, (kl_log_format)lp->log_fmt, lvl, "serve", "request", f, KL_ARRAY_LEN(f));
+    if (lp->log.len >= SV_LOG_FLUSH_BYTES || lp->log.failed) sv_loop_log_flush(lp);
+}
+
+void sv_loop_log_flush(sv_loop *lp) {
+    if (lp->log.len) kl_log_write_lines(lp->log.data, lp->log.len);
+    if (lp->log.failed) kl_buf_free(&lp->log);
+    else kl_buf_reset(&lp->log);
 }
 
 /* ==================================================================
@@ -508,7 +525,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         atomic_init(&sc->state, SV_C_NEW);
         atomic_init(&sc->since, kl_time_mono_ns());
         atomic_init(&sc->bytes, 0);
-        if (sv_cur_loop) sv_cur_loop->nconn++;
+        if (sv_cur_loop) { sv_cur_loop->nconn++; if (s->lfd < 0) atomic_fetch_add(&sv_cur_loop->load, 1); }
         pthread_mutex_lock(&s->conn_lock);
         sc->next = s->conns;
         if (s->conns) s->conns->prev = sc;
@@ -518,7 +535,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         return;
     }
     if (!sc) return;
-    if (sv_cur_loop) sv_cur_loop->nconn--;
+    if (sv_cur_loop) { sv_cur_loop->nconn--; atomic_fetch_sub(&sv_cur_loop->load, 1); }
     /* unlinked before libmicrohttpd closes the socket: the guard never shuts a reused fd */
     pthread_mutex_lock(&s->conn_lock);
     if (sc->prev) sc->prev->next = sc->next;
@@ -594,7 +611,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->t_recv = kl_time_mono_ns();
         r->timeout_us = -1;
         r->resp_header_len = -1;
-        snprintf(r->rid, sizeof r->rid, "r%llu", (unsigned long long)atomic_fetch_add(&s->next_rid, 1));
+        r->rid[0] = 'r';
+        r->rid[1 + sv_fmt_u64(r->rid + 1, atomic_fetch_add(&s->next_rid, 1))] = 0;
         r->route = route(url, method, r);
         r->sc = conn_of(c);
         conn_state(r->sc, SV_C_BODY); /* the headers are in */
@@ -747,6 +765,69 @@ void sv_loop_wake(sv_loop *lp) {
     if (lp->wake_fd >= 0 && write(lp->wake_fd, &one, sizeof one) < 0) { /* full counter: a wake-up is pending */ }
 }
 
+/* ==================================================================
+ * Balanced accept (several loops)
+ * ================================================================== */
+
+/* On loop lp's thread: the connections other loops accepted for it. */
+static void take_handed(sv_loop *lp) {
+    if (!atomic_load_explicit(&lp->naq, memory_order_acquire)) return;
+    int fd[64];
+    struct sockaddr_storage addr[64];
+    socklen_t len[64];
+    pthread_mutex_lock(&lp->aq_lock);
+    int n = atomic_load(&lp->naq);
+    memcpy(fd, lp->aq_fd, (size_t)n * sizeof *fd);
+    memcpy(addr, lp->aq_addr, (size_t)n * sizeof *addr);
+    memcpy(len, lp->aq_len, (size_t)n * sizeof *len);
+    atomic_store(&lp->naq, 0);
+    pthread_mutex_unlock(&lp->aq_lock);
+    for (int i = 0; i < n; i++) {
+        /* counted in load when handed; on_connection counts nconn */
+        if (MHD_add_connection(lp->d, fd[i], (const struct sockaddr *)&addr[i], len[i]) != MHD_YES) /* closed by it */
+            atomic_fetch_sub(&lp->load, 1);
+    }
+}
+
+/* On loop lp's thread: accepts what is pending on keel's listening socket
+ * and gives each connection to the loop with the fewest (this one on a tie). */
+static void accept_new(kl_server *s, sv_loop *lp) {
+    lp->last_accept_ns = kl_time_mono_ns();
+    for (int k = 0; k < 64 && !atomic_load(&s->lfd_off); k++) {
+        struct sockaddr_storage addr;
+        socklen_t len = sizeof addr;
+        int fd = accept4(s->lfd, (struct sockaddr *)&addr, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return; /* EAGAIN (another loop took it), or an error libmicrohttpd would also just skip */
+        sv_loop *to = lp;
+        int best = atomic_load(&lp->load);
+        for (int i = 0; i < s->nloops; i++) {
+            int l = atomic_load(&s->loops[i].load);
+            if (l < best) { best = l; to = &s->loops[i]; }
+        }
+        atomic_fetch_add(&to->load, 1);
+        if (to == lp) {
+            if (MHD_add_connection(lp->d, fd, (const struct sockaddr *)&addr, len) != MHD_YES) atomic_fetch_sub(&lp->load, 1);
+            continue;
+        }
+        pthread_mutex_lock(&to->aq_lock);
+        int n = atomic_load(&to->naq);
+        if (n < (int)KL_ARRAY_LEN(to->aq_fd)) {
+            to->aq_fd[n] = fd;
+            to->aq_addr[n] = addr;
+            to->aq_len[n] = len;
+            atomic_store_explicit(&to->naq, n + 1, memory_order_release);
+        }
+        pthread_mutex_unlock(&to->aq_lock);
+        if (n < (int)KL_ARRAY_LEN(to->aq_fd)) {
+            sv_loop_wake(to);
+        } else { /* its hand-over queue is full: this loop serves it */
+            atomic_fetch_sub(&to->load, 1);
+            atomic_fetch_add(&lp->load, 1);
+            if (MHD_add_connection(lp->d, fd, (const struct sockaddr *)&addr, len) != MHD_YES) atomic_fetch_sub(&lp->load, 1);
+        }
+    }
+}
+
 /* An HTTP loop: libmicrohttpd's epoll set and the loop's eventfd are polled
  * here (libmicrohttpd runs without threads of its own); after libmicrohttpd
  * has handled a round of events (requests decoded and queued, resumed
@@ -761,6 +842,7 @@ static void *loop_main(void *arg) {
     int mfd = di ? di->epoll_fd : -1;
     while (!atomic_load(&lp->stop)) {
         lp->resumed = 0;
+        if (s->lfd >= 0) take_handed(lp);
         MHD_run(lp->d);
         if (atomic_load(&lp->quiesce_req) == 1) { /* the listening socket is closed on this thread */
             MHD_socket ls = MHD_quiesce_daemon(lp->d);
@@ -773,8 +855,15 @@ static void *loop_main(void *arg) {
         }
         int64_t due = 0;
         /* answers to send (run here, or refused while libmicrohttpd ran): no waiting */
-        if (sv_sched_inline(s, lp, &due) > 0 || lp->resumed) continue;
+        if (sv_sched_inline(s, lp, &due) > 0 || lp->resumed) {
+            int64_t now = kl_time_mono_ns();
+            if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) sv_loop_log_flush(lp);
+            /* a loop that never sleeps still takes new connections */
+            if (s->lfd >= 0 && now - lp->last_accept_ns > 5000000 && !atomic_load(&s->lfd_off)) accept_new(s, lp);
+            continue;
+        }
         int64_t now = kl_time_mono_ns(), wait_ns = 1000000000LL;
+        if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) sv_loop_log_flush(lp);
         MHD_UNSIGNED_LONG_LONG to;
         /* held requests keep libmicrohttpd's timeout at 0 (it calls their
          * handler each round): while their batch waits for its delay the
@@ -782,13 +871,21 @@ static void *loop_main(void *arg) {
         if (!(lp->nheld > 0 && due) && MHD_get_timeout(lp->d, &to) == MHD_YES && (int64_t)to * 1000000 < wait_ns)
             wait_ns = (int64_t)to * 1000000;
         if (due && due - now < wait_ns) wait_ns = due > now ? due - now : 0;
-        struct pollfd pf[2] = {{mfd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}};
+        /* the loop is about to sleep: its lines go out now (a client that
+         * reads the log after its answer finds its line) */
+        if (lp->log.len && wait_ns > 0) sv_loop_log_flush(lp);
+        int lon = s->lfd >= 0 && !atomic_load(&s->lfd_off);
+        struct pollfd pf[3] = {{mfd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}, {lon ? s->lfd : -1, POLLIN, 0}};
         struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
-        if (ppoll(pf, 2, &ts, NULL) > 0 && (pf[1].revents & POLLIN)) {
-            uint64_t v;
-            if (read(lp->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: nothing left */ }
+        if (ppoll(pf, 3, &ts, NULL) > 0) {
+            if (pf[1].revents & POLLIN) {
+                uint64_t v;
+                if (read(lp->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: nothing left */ }
+            }
+            if (lon && (pf[2].revents & POLLIN)) accept_new(s, lp);
         }
     }
+    sv_loop_log_flush(lp);
     return NULL;
 }
 
@@ -796,9 +893,9 @@ static void *loop_main(void *arg) {
 static int loop_daemon(kl_server *s, sv_loop *lp, const struct sockaddr *addr, int ipv6, kl_err *e) {
     unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG | MHD_USE_TURBO;
     if (ipv6) flags |= MHD_USE_IPv6;
+    if (s->lfd >= 0) flags |= MHD_USE_NO_LISTEN_SOCKET; /* keel accepts (accept_new) */
     struct MHD_OptionItem ops[] = {
-        {MHD_OPTION_SOCK_ADDR, 0, (void *)addr},
-        {MHD_OPTION_LISTENING_ADDRESS_REUSE, s->nloops > 1, NULL},
+        {s->lfd >= 0 ? MHD_OPTION_LISTENING_ADDRESS_REUSE : MHD_OPTION_SOCK_ADDR, 0, (void *)addr},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)on_completed, s},
         {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s},
         {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)on_uri, s},
@@ -808,6 +905,8 @@ static int loop_daemon(kl_server *s, sv_loop *lp, const struct sockaddr *addr, i
         {MHD_OPTION_EXTERNAL_LOGGER, (intptr_t)mhd_log, NULL},
         {MHD_OPTION_END, 0, NULL}};
     lp->s = s;
+    pthread_mutex_init(&lp->aq_lock, NULL);
+    lp->aq_init = 1;
     lp->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (lp->wake_fd < 0) return kl_err_set(e, -errno, "eventfd: %s", strerror(errno));
     lp->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, ops, MHD_OPTION_END);
@@ -834,15 +933,34 @@ int sv_http_start(kl_server *s, kl_err *e) {
     s->nloops = n;
     struct sockaddr_storage addr;
     memcpy(&addr, ai->ai_addr, ai->ai_addrlen);
+    socklen_t alen = ai->ai_addrlen;
     int ipv6 = ai->ai_family == AF_INET6;
     freeaddrinfo(ai);
+    s->lfd = -1;
+    atomic_store(&s->lfd_off, 0);
+    if (n > 1) { /* keel listens and balances the loops (accept_new) */
+        int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+        if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) ||
+            (ipv6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one)) ||
+            bind(fd, (struct sockaddr *)&addr, alen) || listen(fd, 1024)) {
+            int err = errno;
+            if (fd >= 0) close(fd);
+            rc = kl_err_set(e, KL_EBUSY, "cannot listen on %s:%d: %s", s->host, s->o.port, strerror(err));
+        } else {
+            struct sockaddr_storage got;
+            socklen_t gl = sizeof got;
+            s->lfd = fd;
+            s->port = s->o.port;
+            if (!getsockname(fd, (struct sockaddr *)&got, &gl))
+                s->port = ntohs(got.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&got)->sin6_port
+                                                          : ((struct sockaddr_in *)&got)->sin_port);
+        }
+    }
     for (int i = 0; i < n && !rc; i++) {
         rc = loop_daemon(s, &s->loops[i], (struct sockaddr *)&addr, ipv6, e);
-        if (!rc && i == 0) { /* the port the first one got: the others listen on it too */
+        if (!rc && i == 0 && s->lfd < 0) { /* the port libmicrohttpd got */
             const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->loops[0].d, MHD_DAEMON_INFO_BIND_PORT);
             s->port = info ? info->port : s->o.port;
-            if (ipv6) ((struct sockaddr_in6 *)&addr)->sin6_port = htons((uint16_t)s->port);
-            else ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)s->port);
         }
     }
     s->inline_ns = s->o.inline_us < 0 ? 0 : (s->o.inline_us ? s->o.inline_us : 500) * 1000;
@@ -863,6 +981,11 @@ int sv_http_start(kl_server *s, kl_err *e) {
 
 /* Stops accepting connections; each loop closes its listening socket on its own thread. */
 static void http_quiesce(kl_server *s) {
+    if (s->lfd >= 0 && !atomic_exchange(&s->lfd_off, 1)) {
+        /* the loops stop polling it; it stops listening (closed at stop, after the loops) */
+        for (int i = 0; i < s->nloops; i++) sv_loop_wake(&s->loops[i]);
+        shutdown(s->lfd, SHUT_RDWR);
+    }
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->nloops; i++) {
         sv_loop *lp = &s->loops[i];
@@ -902,12 +1025,20 @@ void sv_http_stop(kl_server *s) {
     s->inline_ns = 0;
     for (int i = 0; i < s->nloops; i++) {
         sv_loop *lp = &s->loops[i];
-        if (lp->d) MHD_stop_daemon(lp->d);
+        if (lp->d) MHD_stop_daemon(lp->d); /* may answer (and log) requests still open */
+        sv_loop_log_flush(lp);
+        kl_buf_free(&lp->log);
         if (lp->wake_fd >= 0) close(lp->wake_fd);
+        if (lp->aq_init) {
+            for (int k = 0; k < atomic_load(&lp->naq); k++) close(lp->aq_fd[k]); /* handed, never added */
+            pthread_mutex_destroy(&lp->aq_lock);
+        }
     }
     free(s->loops);
     s->loops = NULL;
     s->nloops = 0;
+    if (s->lfd >= 0) close(s->lfd);
+    s->lfd = -1;
 }
 
 /* ==================================================================
@@ -920,6 +1051,7 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     if (!kl_path_exists(o->repo)) return kl_err_set(e, KL_ENOTFOUND, "model repository %s does not exist", o->repo);
     kl_server *s = calloc(1, sizeof *s);
     if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    s->lfd = -1;
     s->o = *o;
     snprintf(s->repo, sizeof s->repo, "%s", o->repo);
     snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");

@@ -9,6 +9,7 @@
 #include <keel/serve.h>
 
 #include <pthread.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -268,9 +269,30 @@ struct sv_loop {
     atomic_int quiesce_req;     /* 1: asked, 2: done */
     int resumed;                /* connections resumed on the loop's thread since its last MHD_run */
     int nconn;                  /* open connections (loop thread only) */
+    atomic_int load;            /* nconn + connections handed to it not yet added (read by the acceptors) */
+    /* connections accepted by another loop for this one (keel's own
+     * listening socket, several loops): added to its daemon on its thread */
+    pthread_mutex_t aq_lock;
+    int aq_init;
+    atomic_int naq;
+    int aq_fd[64];
+    struct sockaddr_storage aq_addr[64];
+    socklen_t aq_len[64];
+    int64_t last_accept_ns;     /* a busy loop tries the listening socket every few ms */
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
+    /* access log lines of this loop's requests not written yet: written in
+     * one go (sv_loop_log_flush) when the loop is about to sleep, on a busy
+     * loop once they are SV_LOG_FLUSH_NS old, at SV_LOG_FLUSH_BYTES, and
+     * when the loop stops */
+    kl_buf log;
+    int64_t log_since;          /* monotonic ns of the oldest buffered line */
+    int log_fmt;                /* kl_log_format resolved for the buffered lines */
 };
+#define SV_LOG_FLUSH_NS 5000000LL
+#define SV_LOG_FLUSH_BYTES 16384
+/* Writes loop lp's buffered access log lines (its thread, or after it stopped). */
+void sv_loop_log_flush(sv_loop *lp);
 
 /* ==================================================================
  * The server
@@ -281,6 +303,12 @@ struct kl_server {
     char repo[1024], host[256], snapdir[1024];
     sv_loop *loops;             /* --http-threads of them */
     int nloops;
+    /* with several loops keel listens itself and hands each new connection
+     * to the loop with the fewest (SO_REUSEPORT's hash of the address gives
+     * 16 connections an 8/8 split only 1 time in 5; a 9/7 one costs a
+     * second 8-row GEMM tile per batch on one loop); -1: libmicrohttpd listens */
+    int lfd;
+    atomic_int lfd_off;         /* quiesced: the loops no longer poll or accept it */
     int port;
     pthread_mutex_t lock;       /* models, versions, queues, states */
     pthread_cond_t qcond;       /* work for the workers */
@@ -369,6 +397,10 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
 /* A float as JSON: 9 significant digits (reads back exactly), %g layout,
  * "null" for NaN/Inf; writes < 24 bytes, returns the length. */
 int sv_fmt_f32(char *out, float f);
+/* v in decimal (no NUL); returns the length (<= 20). printf's %lld/%llu
+ * without the format parsing: a handful of these per request. */
+int sv_fmt_u64(char *out, uint64_t v);
+int sv_fmt_i64(char *out, int64_t v);
 /* {"error": msg} */
 char *sv_error_json(const char *msg, size_t *len);
 

@@ -467,3 +467,26 @@ KL_TEST(serve_fmt_f32_reads_back) {
         if (memcmp(&back, &f, 4)) break;
     }
 }
+
+KL_TEST(serve_fmt_int_matches_printf) {
+    const int64_t fixed[] = {0, 1, -1, 9, 10, -10, 99, 100, 123456789, -987654321012LL, INT64_MAX, INT64_MIN};
+    char a[32], b[32];
+    for (size_t i = 0; i < KL_ARRAY_LEN(fixed); i++) {
+        int n = sv_fmt_i64(a, fixed[i]);
+        a[n] = 0;
+        snprintf(b, sizeof b, "%lld", (long long)fixed[i]);
+        KT_EQ_STR(a, b);
+    }
+    uint64_t x = 88172645463325252ull;
+    for (int i = 0; i < 2000; i++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        uint64_t v = x >> (x % 64);
+        int n = sv_fmt_u64(a, v);
+        a[n] = 0;
+        snprintf(b, sizeof b, "%llu", (unsigned long long)v);
+        KT_EQ_STR(a, b);
+    }
+    int n = sv_fmt_u64(a, UINT64_MAX);
+    a[n] = 0;
+    KT_EQ_STR(a, "18446744073709551615");
+}
