@@ -86,25 +86,32 @@ static const double Gm[6][3] = {{1.0 / 4, 0, 0},
 
 void kl__nchwc_wino_pack(const kl_conv_params *p, const float *w, float *dst) {
     int64_t C = p->C, M = p->M, MB = (M + BLK - 1) / BLK;
-    memset(dst, 0, (size_t)(NPOS * MB * C * BLK) * sizeof(float));
+    /* lanes innermost: each position's 16 lanes are one contiguous store
+     * (output channel innermost scattered every float of 113 MB over its
+     * own cache line at load: ResNet-18 loaded in 1.3 s instead of 0.5) */
     for (int64_t g = 0; g < n_groups(MB); g++) {
         int64_t b0, nb;
         grp_range(MB, g, &b0, &nb);
-        for (int64_t f = 0; f < nb; f++)
-            for (int l = 0; l < BLK; l++) {
-                int64_t m = (b0 + f) * BLK + l;
-                if (m >= M) continue;
-                for (int64_t c = 0; c < C; c++) {
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t f = 0; f < nb; f++) {
+                float u16[NPOS][BLK];
+                for (int l = 0; l < BLK; l++) {
+                    int64_t m = (b0 + f) * BLK + l;
+                    if (m >= M) {
+                        for (int pos = 0; pos < NPOS; pos++) u16[pos][l] = 0.0f;
+                        continue;
+                    }
                     const float *k = w + (m * C + c) * 9;
-                    double t[6][3], u[6][6];
+                    double t[6][3];
                     for (int i = 0; i < 6; i++)
                         for (int j = 0; j < 3; j++)
                             t[i][j] = Gm[i][0] * k[0 * 3 + j] + Gm[i][1] * k[1 * 3 + j] + Gm[i][2] * k[2 * 3 + j];
                     for (int i = 0; i < 6; i++)
-                        for (int j = 0; j < 6; j++) u[i][j] = t[i][0] * Gm[j][0] + t[i][1] * Gm[j][1] + t[i][2] * Gm[j][2];
-                    for (int pos = 0; pos < NPOS; pos++)
-                        dst[(b0 * NPOS + pos * nb) * C * BLK + (c * nb + f) * BLK + l] = (float)u[pos / 6][pos % 6];
+                        for (int j = 0; j < 6; j++)
+                            u16[i * 6 + j][l] = (float)(t[i][0] * Gm[j][0] + t[i][1] * Gm[j][1] + t[i][2] * Gm[j][2]);
                 }
+                for (int pos = 0; pos < NPOS; pos++)
+                    memcpy(dst + (b0 * NPOS + pos * nb) * C * BLK + (c * nb + f) * BLK, u16[pos], sizeof u16[pos]);
             }
     }
 }
