@@ -126,22 +126,25 @@ typedef struct {
     uint8_t neg, slow;
 } dec;
 
-/* the value of a number the fast paths cannot take, by the C library */
-static double slow_f64(const dec *x) {
-    char tmp[256], *buf = x->len < sizeof tmp ? tmp : malloc((size_t)x->len + 1);
-    if (!buf) return NAN;
+/* The text of a number the fast paths cannot take, NUL-terminated for the C
+ * library: in tmp (256 bytes) when it fits, else malloc'd; NULL when out of
+ * memory. */
+static char *dec_text(const dec *x, char *tmp) {
+    char *buf = x->len < 256 ? tmp : malloc((size_t)x->len + 1);
+    if (!buf) return NULL;
     memcpy(buf, x->txt, x->len);
     buf[x->len] = 0;
-    double v = strtod(buf, NULL);
+    return buf;
+}
+static double slow_f64(const dec *x) {
+    char tmp[256], *buf = dec_text(x, tmp);
+    double v = buf ? strtod(buf, NULL) : NAN;
     if (buf != tmp) free(buf);
     return v;
 }
 static float slow_f32(const dec *x) {
-    char tmp[256], *buf = x->len < sizeof tmp ? tmp : malloc((size_t)x->len + 1);
-    if (!buf) return NAN;
-    memcpy(buf, x->txt, x->len);
-    buf[x->len] = 0;
-    float v = strtof(buf, NULL);
+    char tmp[256], *buf = dec_text(x, tmp);
+    float v = buf ? strtof(buf, NULL) : NAN;
     if (buf != tmp) free(buf);
     return v;
 }
