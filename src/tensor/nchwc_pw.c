@@ -94,23 +94,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void pw_body(con
 #pragma GCC unroll 12
         for (int q = 0; q < P; q++) acc[f][q] = b;
     }
-    const float *xc = t->x, *wc = t->w;
-    for (int64_t c0 = 0; c0 < t->C; c0 += KL_NCHWC, xc += t->xcs) {
-        int nl = (int)KL_MIN(KL_NCHWC, t->C - c0);
-        const float *xl = xc;
-#pragma GCC unroll 4
-        for (int l = 0; l < nl; l++, xl++, wc += F * KL_NCHWC) {
-            __m512 wv[4];
-#pragma GCC unroll 4
-            for (int f = 0; f < F; f++) wv[f] = _mm512_loadu_ps(wc + f * KL_NCHWC);
-#pragma GCC unroll 12
-            for (int q = 0; q < P; q++) {
-                __m512 xb = _mm512_set1_ps(xl[q * XS]);
-#pragma GCC unroll 4
-                for (int f = 0; f < F; f++) acc[f][q] = _mm512_fmadd_ps(xb, wv[f], acc[f][q]);
-            }
-        }
-    }
+    kl__nchwc_fma_cblocks(acc, t->x, t->xcs, XS, t->w, t->C, F, P);
     const kl_act act = t->act;
     const __m512 lo = _mm512_set1_ps(act.kind == KL_ACT_CLIP ? act.a : 0.0f), hi = _mm512_set1_ps(act.b);
 #pragma GCC unroll 4

@@ -233,23 +233,7 @@ __attribute__((target("avx512f"), always_inline)) static inline void gemm_body(c
     for (int f = 0; f < F; f++)
 #pragma GCC unroll 12
         for (int q = 0; q < P; q++) acc[f][q] = _mm512_setzero_ps();
-    const float *vc = k->v, *uc = k->u;
-    for (int64_t c0 = 0; c0 < k->C; c0 += BLK, vc += k->vcs) {
-        int nl = (int)KL_MIN(BLK, k->C - c0);
-        const float *vl = vc;
-#pragma GCC unroll 4
-        for (int l = 0; l < nl; l++, vl++, uc += F * BLK) {
-            __m512 wv[4];
-#pragma GCC unroll 4
-            for (int f = 0; f < F; f++) wv[f] = _mm512_loadu_ps(uc + f * BLK);
-#pragma GCC unroll 12
-            for (int q = 0; q < P; q++) {
-                __m512 xb = _mm512_set1_ps(vl[q * BLK]);
-#pragma GCC unroll 4
-                for (int f = 0; f < F; f++) acc[f][q] = _mm512_fmadd_ps(xb, wv[f], acc[f][q]);
-            }
-        }
-    }
+    kl__nchwc_fma_cblocks(acc, k->v, k->vcs, BLK, k->u, k->C, F, P);
 #pragma GCC unroll 4
     for (int f = 0; f < F; f++)
 #pragma GCC unroll 12

@@ -204,6 +204,33 @@ void kl__nchwc_pw_pack(const kl_conv_params *p, const float *w, float *dst);
 void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
                       kl_pool *pool);
 
+/* The reduction of the blocked 1x1 conv (nchwc_pw.c) and of the Winograd
+ * GEMM (nchwc_wino.c): acc[f][q] += sum over c < C of x[c][q] * w[c][f] for F
+ * output blocks x P positions (compile-time, F <= 4, P <= 12). x: blocked
+ * input, channel blocks xcs floats apart, positions xs floats apart within a
+ * block; w: [C][F][16]. One input channel: F weight loads, P broadcasts, F*P
+ * FMAs, in channel order (deterministic). */
+__attribute__((target("avx512f"), always_inline)) static inline void
+kl__nchwc_fma_cblocks(__m512 acc[4][12], const float *x, int64_t xcs, const int xs, const float *w, int64_t C,
+                      const int F, const int P) {
+    for (int64_t c0 = 0; c0 < C; c0 += KL_NCHWC, x += xcs) {
+        int nl = (int)(C - c0 < KL_NCHWC ? C - c0 : KL_NCHWC);
+        const float *xl = x;
+#pragma GCC unroll 4
+        for (int l = 0; l < nl; l++, xl++, w += F * KL_NCHWC) {
+            __m512 wv[4];
+#pragma GCC unroll 4
+            for (int f = 0; f < F; f++) wv[f] = _mm512_loadu_ps(w + f * KL_NCHWC);
+#pragma GCC unroll 12
+            for (int q = 0; q < P; q++) {
+                __m512 xb = _mm512_set1_ps(xl[q * xs]);
+#pragma GCC unroll 4
+                for (int f = 0; f < F; f++) acc[f][q] = _mm512_fmadd_ps(xb, wv[f], acc[f][q]);
+            }
+        }
+    }
+}
+
 /* Winograd F(4x4, 3x3) (nchwc_wino.c): dense 3x3 stride-1 dilation-1 convs
  * (any pads, C, M) on blocked input. _ok/_packed_floats/_pack read the
  * weight shape and stride/dilation (zero taken as 1); _ok is 0 for every
