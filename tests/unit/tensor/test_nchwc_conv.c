@@ -13,16 +13,6 @@
 /* nchwc_conv.c: outputs of at least this many bytes use streaming stores. */
 extern size_t kl__nchwc_stream_bytes;
 
-/* NCHW (N, C, S) -> blocked (N, CB, S, 16), padding lanes 0. */
-static float *to_blocked(const float *x, int64_t N, int64_t C, int64_t S) {
-    int64_t CB = (C + 15) / 16;
-    float *y = calloc((size_t)(N * CB * S * 16), sizeof(float));
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t s = 0; s < S; s++) y[((n * CB + c / 16) * S + s) * 16 + c % 16] = x[(n * C + c) * S + s];
-    return y;
-}
-
 /* One case: returns a message on failure, NULL on success. */
 typedef struct {
     int64_t N, C, M, H, W, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
@@ -51,7 +41,7 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
     int64_t xn = p.N * p.C * S, wn = p.M * p.C * p.k[0] * p.k[1], yn = p.N * p.M * OS, ybn = p.N * MB * OS * 16;
     float *x = tt_randn(xn, 11 + idx), *w = tt_randn(wn, 12 + idx), *b = tt_randn(p.M, 13 + idx);
     float *res = cs->res ? tt_randn(yn, 14 + idx) : NULL;
-    float *xb = to_blocked(x, p.N, p.C, S), *rb = res ? to_blocked(res, p.N, p.M, OS) : NULL;
+    float *xb = tt_to_blocked(x, p.N, p.C, S), *rb = res ? tt_to_blocked(res, p.N, p.M, OS) : NULL;
     float *ref = calloc((size_t)yn, 4), *refb = NULL;
     /* 64-byte aligned like arena tensors (streaming stores need it) */
     float *y1 = kl_mem_alloc((size_t)ybn * 4, KL_TAG_OTHER), *y2 = kl_mem_alloc((size_t)ybn * 4, KL_TAG_OTHER);
@@ -65,7 +55,7 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
         fail = 1;
         goto done;
     }
-    refb = to_blocked(ref, p.N, p.M, OS);
+    refb = tt_to_blocked(ref, p.N, p.M, OS);
     size_t pf = kl_nchwc_conv_packed_floats(&p);
     /* 1x1: the pointwise kernel's layout (nchwc_pw.c); k x k with C < 16
      * (the stem): C input rows per tap instead of 16 */

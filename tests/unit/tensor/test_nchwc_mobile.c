@@ -15,17 +15,9 @@
 #include <math.h>
 
 /* ==================================================================
- * Scalar reorders (x (N, C, S) <-> (N, CB, S, 16), zero padding lanes)
+ * Scalar reorder blocked (N, CB, S, 16) -> NCHW (N, C, S) (tt_to_blocked:
+ * the other way)
  * ================================================================== */
-
-static float *to_blocked(const float *x, int64_t N, int64_t C, int64_t S) {
-    int64_t CB = (C + 15) / 16;
-    float *y = calloc((size_t)(N * CB * S * 16 + 1), sizeof(float));
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t s = 0; s < S; s++) y[((n * CB + c / 16) * S + s) * 16 + c % 16] = x[(n * C + c) * S + s];
-    return y;
-}
 
 static void from_blocked(const float *x, int64_t N, int64_t C, int64_t S, float *y) {
     int64_t CB = (C + 15) / 16;
@@ -72,7 +64,7 @@ static void run_case(kl_conv_params *p, int dw, int plain, int with_bias, int wi
         o->maxdiff = INFINITY;
         goto done;
     }
-    float *xb = to_blocked(x, p->N, p->C, S), *rb = res ? to_blocked(res, p->N, p->M, OS) : NULL;
+    float *xb = tt_to_blocked(x, p->N, p->C, S), *rb = res ? tt_to_blocked(res, p->N, p->M, OS) : NULL;
     size_t pf = dw ? kl__nchwc_dw_packed_floats(p) : kl__nchwc_pw_packed_floats(p);
     float *pw = malloc(pf * sizeof(float));
     if (dw) kl__nchwc_dw_pack(p, w, pw);

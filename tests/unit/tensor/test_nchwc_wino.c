@@ -12,16 +12,6 @@
 
 #include <math.h>
 
-/* NCHW (N, C, S) -> blocked (N, CB, S, 16), padding lanes 0. */
-static float *blk(const float *x, int64_t N, int64_t C, int64_t S) {
-    int64_t CB = (C + 15) / 16;
-    float *y = calloc((size_t)(N * CB * S * 16), sizeof(float));
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t s = 0; s < S; s++) y[((n * CB + c / 16) * S + s) * 16 + c % 16] = x[(n * C + c) * S + s];
-    return y;
-}
-
 typedef struct {
     int64_t N, C, M, H, W, pt, pl, pb, pr;
     int res, bias;
@@ -56,7 +46,7 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
     int64_t xn = p.N * p.C * S, wn = p.M * p.C * 9, yn = p.N * p.M * OS, ybn = p.N * MB * OS * 16;
     float *x = tt_randn(xn, 21 + idx), *w = tt_randn(wn, 22 + idx), *b = tt_randn(p.M, 23 + idx);
     float *res = cs->res ? tt_randn(yn, 24 + idx) : NULL;
-    float *xb = blk(x, p.N, p.C, S), *rb = res ? blk(res, p.N, p.M, OS) : NULL;
+    float *xb = tt_to_blocked(x, p.N, p.C, S), *rb = res ? tt_to_blocked(res, p.N, p.M, OS) : NULL;
     float *ref = calloc((size_t)(yn > 0 ? yn : 1), 4), *refb = NULL, *pw = NULL;
     float *y1 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER), *y2 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER);
     float *y3 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER);
@@ -71,7 +61,7 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
         fail = 1;
         goto done;
     }
-    refb = blk(ref, p.N, p.M, OS);
+    refb = tt_to_blocked(ref, p.N, p.M, OS);
     size_t pf = kl_nchwc_conv_packed_floats(&p);
     if (!kl__nchwc_wino_ok(&p) || pf < kl__nchwc_wino_packed_floats(&p) || kl__nchwc_wino_use(&p, 0) != wino) {
         snprintf(msg, msz, "case %d: not a Winograd conv (packed floats %zu)", idx, pf);

@@ -38,4 +38,15 @@ static inline kl_pool *tt_pool(int threads) {
     return *pp;
 }
 
+/* Scalar reference reorder NCHW (N, C, S) -> blocked (N, ceil(C/16), S, 16),
+ * padding lanes 0 (one float of slack at the end); the caller frees it. */
+static inline float *tt_to_blocked(const float *x, int64_t N, int64_t C, int64_t S) {
+    int64_t CB = (C + 15) / 16;
+    float *y = calloc((size_t)(N * CB * S * 16 + 1), sizeof(float));
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t s = 0; s < S; s++) y[((n * CB + c / 16) * S + s) * 16 + c % 16] = x[(n * C + c) * S + s];
+    return y;
+}
+
 #endif
