@@ -117,37 +117,13 @@ typedef void (*pw_fn)(const pw_tile *t);
 #define KL_PW_FN(F, P)                                                                                                 \
     __attribute__((target("avx512f"), noinline)) static void pw_##F##_##P(const pw_tile *t) { pw_body(t, F, P, 16); } \
     __attribute__((target("avx512f"), noinline)) static void pw2_##F##_##P(const pw_tile *t) { pw_body(t, F, P, 32); }
-KL_PW_FN(1, 1) KL_PW_FN(1, 2) KL_PW_FN(1, 3) KL_PW_FN(1, 4) KL_PW_FN(1, 5) KL_PW_FN(1, 6)
-KL_PW_FN(1, 7) KL_PW_FN(1, 8) KL_PW_FN(1, 9) KL_PW_FN(1, 10) KL_PW_FN(1, 11) KL_PW_FN(1, 12)
-KL_PW_FN(2, 1) KL_PW_FN(2, 2) KL_PW_FN(2, 3) KL_PW_FN(2, 4) KL_PW_FN(2, 5) KL_PW_FN(2, 6)
-KL_PW_FN(2, 7) KL_PW_FN(2, 8) KL_PW_FN(2, 9) KL_PW_FN(2, 10) KL_PW_FN(2, 11) KL_PW_FN(2, 12)
-KL_PW_FN(3, 1) KL_PW_FN(3, 2) KL_PW_FN(3, 3) KL_PW_FN(3, 4) KL_PW_FN(3, 5) KL_PW_FN(3, 6)
-KL_PW_FN(3, 7) KL_PW_FN(3, 8)
-KL_PW_FN(4, 1) KL_PW_FN(4, 2) KL_PW_FN(4, 3) KL_PW_FN(4, 4) KL_PW_FN(4, 5) KL_PW_FN(4, 6)
+KL__NCHWC_TILES(KL_PW_FN)
 #undef KL_PW_FN
 
-/* Most positions per tile for F output blocks (F*P + F + 1 <= 32 zmm). */
-static const int PMAX[5] = {0, 12, 12, 8, 6};
-
 /* [stride 1 / 2][F][P] */
-static const pw_fn PW_FNS[2][5][13] = {
-    {
-        {0},
-        {0, pw_1_1, pw_1_2, pw_1_3, pw_1_4, pw_1_5, pw_1_6, pw_1_7, pw_1_8, pw_1_9, pw_1_10, pw_1_11, pw_1_12},
-        {0, pw_2_1, pw_2_2, pw_2_3, pw_2_4, pw_2_5, pw_2_6, pw_2_7, pw_2_8, pw_2_9, pw_2_10, pw_2_11, pw_2_12},
-        {0, pw_3_1, pw_3_2, pw_3_3, pw_3_4, pw_3_5, pw_3_6, pw_3_7, pw_3_8},
-        {0, pw_4_1, pw_4_2, pw_4_3, pw_4_4, pw_4_5, pw_4_6},
-    },
-    {
-        {0},
-        {0, pw2_1_1, pw2_1_2, pw2_1_3, pw2_1_4, pw2_1_5, pw2_1_6, pw2_1_7, pw2_1_8, pw2_1_9, pw2_1_10, pw2_1_11,
-         pw2_1_12},
-        {0, pw2_2_1, pw2_2_2, pw2_2_3, pw2_2_4, pw2_2_5, pw2_2_6, pw2_2_7, pw2_2_8, pw2_2_9, pw2_2_10, pw2_2_11,
-         pw2_2_12},
-        {0, pw2_3_1, pw2_3_2, pw2_3_3, pw2_3_4, pw2_3_5, pw2_3_6, pw2_3_7, pw2_3_8},
-        {0, pw2_4_1, pw2_4_2, pw2_4_3, pw2_4_4, pw2_4_5, pw2_4_6},
-    },
-};
+#define KL_PW_ENT(F, P) [0][F][P] = pw_##F##_##P, [1][F][P] = pw2_##F##_##P,
+static const pw_fn PW_FNS[2][5][13] = {KL__NCHWC_TILES(KL_PW_ENT)};
+#undef KL_PW_ENT
 
 /* ==================================================================
  * Work items
@@ -181,7 +157,8 @@ static void pw_run(const pw_ctx *c, int64_t n, int64_t b0, int64_t nb, int64_t o
     t.yos = OS * KL_NCHWC;
     t.act = p->act;
     /* tiles of nearly equal width (no narrow tail tile) */
-    int64_t nt = (npos + PMAX[nb] - 1) / PMAX[nb], base = npos / KL_MAX(1, nt), extra = npos % KL_MAX(1, nt);
+    int pmax = kl__nchwc_pmax[nb];
+    int64_t nt = (npos + pmax - 1) / pmax, base = npos / KL_MAX(1, nt), extra = npos % KL_MAX(1, nt);
     for (int64_t ti = 0, q0 = 0; ti < nt; ti++) {
         int np = (int)(base + (ti < extra));
         t.x = c->x + (n * c->CB * IS + i + q0 * c->SX) * KL_NCHWC;
@@ -307,7 +284,7 @@ void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, 
     c.generic = plain_input || c.PY || c.PX || p->pad_end[0] || p->pad_end[1] || c.SY > 2 || c.SX > 2;
     if (p->N == 0 || c.OH == 0 || c.OW == 0) return;
     c.ngrp = n_groups(c.MB);
-    int64_t F = (c.MB + c.ngrp - 1) / c.ngrp, P = PMAX[F];
+    int64_t F = (c.MB + c.ngrp - 1) / c.ngrp, P = kl__nchwc_pmax[F];
     /* about 64k FMAs (16 lanes each) per item: positions per chunk, then
      * chunks of equal size; an even number of items when there are few (two
      * threads get equal shares) */

@@ -243,24 +243,12 @@ __attribute__((target("avx512f"), always_inline)) static inline void gemm_body(c
 typedef void (*gk_fn)(const gk *k);
 #define KL_GK_FN(F, P) \
     __attribute__((target("avx512f"), noinline)) static void gk_##F##_##P(const gk *k) { gemm_body(k, F, P); }
-KL_GK_FN(1, 1) KL_GK_FN(1, 2) KL_GK_FN(1, 3) KL_GK_FN(1, 4) KL_GK_FN(1, 5) KL_GK_FN(1, 6)
-KL_GK_FN(1, 7) KL_GK_FN(1, 8) KL_GK_FN(1, 9) KL_GK_FN(1, 10) KL_GK_FN(1, 11) KL_GK_FN(1, 12)
-KL_GK_FN(2, 1) KL_GK_FN(2, 2) KL_GK_FN(2, 3) KL_GK_FN(2, 4) KL_GK_FN(2, 5) KL_GK_FN(2, 6)
-KL_GK_FN(2, 7) KL_GK_FN(2, 8) KL_GK_FN(2, 9) KL_GK_FN(2, 10) KL_GK_FN(2, 11) KL_GK_FN(2, 12)
-KL_GK_FN(3, 1) KL_GK_FN(3, 2) KL_GK_FN(3, 3) KL_GK_FN(3, 4) KL_GK_FN(3, 5) KL_GK_FN(3, 6)
-KL_GK_FN(3, 7) KL_GK_FN(3, 8)
-KL_GK_FN(4, 1) KL_GK_FN(4, 2) KL_GK_FN(4, 3) KL_GK_FN(4, 4) KL_GK_FN(4, 5) KL_GK_FN(4, 6)
+KL__NCHWC_TILES(KL_GK_FN)
 #undef KL_GK_FN
 
-/* Most tiles per micro-kernel call for F output blocks (F*P + F + 1 <= 32 zmm). */
-static const int PMAX[5] = {0, 12, 12, 8, 6};
-static const gk_fn GK[5][13] = {
-    {0},
-    {0, gk_1_1, gk_1_2, gk_1_3, gk_1_4, gk_1_5, gk_1_6, gk_1_7, gk_1_8, gk_1_9, gk_1_10, gk_1_11, gk_1_12},
-    {0, gk_2_1, gk_2_2, gk_2_3, gk_2_4, gk_2_5, gk_2_6, gk_2_7, gk_2_8, gk_2_9, gk_2_10, gk_2_11, gk_2_12},
-    {0, gk_3_1, gk_3_2, gk_3_3, gk_3_4, gk_3_5, gk_3_6, gk_3_7, gk_3_8},
-    {0, gk_4_1, gk_4_2, gk_4_3, gk_4_4, gk_4_5, gk_4_6},
-};
+#define KL_GK_ENT(F, P) [F][P] = gk_##F##_##P,
+static const gk_fn GK[5][13] = {KL__NCHWC_TILES(KL_GK_ENT)};
+#undef KL_GK_ENT
 
 /* ==================================================================
  * Output transform + epilogue
@@ -336,7 +324,7 @@ static void item(const wctx *c, int64_t g, int64_t tbi) {
     if (c->fused) /* one group: the item transforms its own tiles (V stays in this core's cache) */
         for (int64_t t = ta; t < te; t++)
             for (int64_t cb = 0; cb < c->CB; cb++) in_tile(c, t, cb);
-    int64_t pmax = PMAX[nb];
+    int64_t pmax = kl__nchwc_pmax[nb];
     int64_t nmt = (n + pmax - 1) / pmax, base = n / nmt, extra = n % nmt;
     gk k;
     k.vcs = c->tsb * BLK;

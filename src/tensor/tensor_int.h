@@ -204,6 +204,16 @@ void kl__nchwc_pw_pack(const kl_conv_params *p, const float *w, float *dst);
 void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
                       kl_pool *pool);
 
+/* The register tiles of kl__nchwc_fma_cblocks that the 1x1 kernel and the
+ * Winograd GEMM instantiate: F output blocks x P positions with F*P + F + 1
+ * <= 32 zmm registers; X(F, P) for each, and the most P for each F. */
+#define KL__NCHWC_TILES(X)                                                                                    \
+    X(1, 1) X(1, 2) X(1, 3) X(1, 4) X(1, 5) X(1, 6) X(1, 7) X(1, 8) X(1, 9) X(1, 10) X(1, 11) X(1, 12)        \
+    X(2, 1) X(2, 2) X(2, 3) X(2, 4) X(2, 5) X(2, 6) X(2, 7) X(2, 8) X(2, 9) X(2, 10) X(2, 11) X(2, 12)        \
+    X(3, 1) X(3, 2) X(3, 3) X(3, 4) X(3, 5) X(3, 6) X(3, 7) X(3, 8)                                           \
+    X(4, 1) X(4, 2) X(4, 3) X(4, 4) X(4, 5) X(4, 6)
+static const int kl__nchwc_pmax[5] = {0, 12, 12, 8, 6};
+
 /* The reduction of the blocked 1x1 conv (nchwc_pw.c) and of the Winograd
  * GEMM (nchwc_wino.c): acc[f][q] += sum over c < C of x[c][q] * w[c][f] for F
  * output blocks x P positions (compile-time, F <= 4, P <= 12). x: blocked
