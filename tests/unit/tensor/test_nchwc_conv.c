@@ -87,16 +87,7 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
         goto done;
     }
     double tol = 2e-5 * (1 + (double)(p.C * p.k[0] * p.k[1]) / 64.0), md = 0;
-    int64_t bad = -1;
-    for (int64_t i = 0; i < ybn; i++) {
-        int64_t lane = i % 16, blk = (i / 16 / OS) % MB;
-        if (blk * 16 + lane >= p.M) {
-            if (y1[i] != 0.0f || signbit(y1[i])) { bad = i; break; }
-            continue;
-        }
-        double d = fabs((double)y1[i] - (double)refb[i]);
-        if (!(d <= md)) md = d;  /* NaN propagates */
-    }
+    int64_t bad = tt_cmp_blocked(y1, refb, ybn, OS, MB, p.M, &md);
     if (bad >= 0) {
         snprintf(msg, msz, "case %d: padding lane %lld = %g (must be 0)", idx, (long long)bad, y1[bad]);
         fail = 1;

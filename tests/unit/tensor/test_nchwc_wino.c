@@ -90,16 +90,7 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
     /* F(4x4, 3x3) rounding: a few ulp of the sum of |terms| (inputs, weights
      * in [-1, 1]), growing with the 9 C taps */
     double tol = 4e-6 * (double)(p.C * 9 + 8), md = 0;
-    int64_t bad = -1;
-    for (int64_t i = 0; i < ybn; i++) {
-        int64_t lane = i % 16, bk = (i / 16 / OS) % MB;
-        if (bk * 16 + lane >= p.M) {
-            if (y1[i] != 0.0f || signbit(y1[i])) { bad = i; break; }
-            continue;
-        }
-        double d = fabs((double)y1[i] - (double)refb[i]);
-        if (!(d <= md)) md = d;  /* NaN propagates */
-    }
+    int64_t bad = tt_cmp_blocked(y1, refb, ybn, OS, MB, p.M, &md);
     for (int64_t i = ybn; i < ybn + 16 && bad < 0; i++)
         if (!isnan(y1[i])) bad = i;
     *maxd = md;

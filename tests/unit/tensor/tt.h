@@ -49,4 +49,24 @@ static inline float *tt_to_blocked(const float *x, int64_t N, int64_t C, int64_t
     return y;
 }
 
+/* Checks a blocked result y (n floats, (N, MB, S, 16)) of M channels
+ * against the blocked reference ref: returns the index of the first padding
+ * lane that is not +0 (or -1), and in *maxd the largest |y - ref| over the
+ * real lanes before it (NaN when either side has one there). */
+static inline int64_t tt_cmp_blocked(const float *y, const float *ref, int64_t n, int64_t S, int64_t MB, int64_t M,
+                                     double *maxd) {
+    double md = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t lane = i % 16, blk = (i / 16 / S) % MB;
+        if (blk * 16 + lane >= M) {
+            if (y[i] != 0.0f || signbit(y[i])) { *maxd = md; return i; }
+            continue;
+        }
+        double d = fabs((double)y[i] - (double)ref[i]);
+        if (!(d <= md)) md = d; /* NaN propagates */
+    }
+    *maxd = md;
+    return -1;
+}
+
 #endif
