@@ -18,19 +18,7 @@ A_ENV=${A_ENV:-}; B_ENV=${B_ENV:-}
 PY=/usr/bin/python3
 w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-ab-XXXXXX"); pids=
 trap 'for p in $pids; do kill $p 2>/dev/null; done; rm -rf "$w"' EXIT
-KEEL_SRC=$root $PY - "$w" <<'PY'
-import json, os, sys
-sys.path.insert(0, os.path.join(os.environ["KEEL_SRC"], "tests/integration/serve"))
-from helpers import write_mlp
-import numpy as np
-w = sys.argv[1]
-for side in "AB":
-    write_mlp(os.path.join(w, side, "mlp", "1", "model.onnx"), seed=0)
-x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
-with open(os.path.join(w, "body.json"), "w") as f:
-    json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
-                                          "data": [float("%.6g" % v) for v in x.ravel()]}]}, f)
-PY
+KEEL_SRC=$root $PY "$here/mlp_setup.py" "$w" "$w/A" "$w/B"
 printf '%s' "$A_CFG" > "$w/A/mlp/config.yaml"; printf '%s' "$B_CFG" > "$w/B/mlp/config.yaml"
 export BODY_FILE="$w/body.json"
 start() { # side binary args env

@@ -12,21 +12,17 @@ KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
 dur=${1:-10}; high=${2:-4}; low=${3:-32}
 w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-overload-XXXXXX"); kp=
 trap 'kill $kp 2>/dev/null; rm -rf "$w"' EXIT
-KEEL_SRC=$root $PY - "$w" <<'PY'
-import json, os, sys
-sys.path.insert(0, os.path.join(os.environ["KEEL_SRC"], "tests/integration/serve"))
-from helpers import write_mlp
-import numpy as np
-w = sys.argv[1]
-write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
-with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
-    f.write("max_batch_size: 32\ndynamic_batching:\n  max_queue_delay_us: 0\npriority_levels: 2\ndefault_priority: 2\n"
-            "queue_policy:\n  1: {max_queue_size: 0}\n  2: {max_queue_size: 16, default_timeout_us: 50000}\n")
-x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
-with open(os.path.join(w, "body.json"), "w") as f:
-    json.dump({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
-                           "data": [float("%.6g" % v) for v in x.ravel()]}]}, f)
-PY
+KEEL_SRC=$root $PY "$here/mlp_setup.py" "$w" "$w/repo" --id ''
+cat > "$w/repo/mlp/config.yaml" <<'YAML'
+max_batch_size: 32
+dynamic_batching:
+  max_queue_delay_us: 0
+priority_levels: 2
+default_priority: 2
+queue_policy:
+  1: {max_queue_size: 0}
+  2: {max_queue_size: 16, default_timeout_us: 50000}
+YAML
 export BODY_FILE="$w/body.json"
 "$KEEL" --memory-limit 1G serve "$w/repo" --port 0 --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
 for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done

@@ -11,20 +11,8 @@ dur=${1:-8}; conns=${2:-16}; out=${3:-$(mktemp -d "${TMPDIR:-/tmp}/keel-prof-XXX
 mkdir -p "$out"
 w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-prof-XXXXXX"); kp=
 trap 'kill $kp 2>/dev/null; rm -rf "$w"' EXIT
-KEEL_SRC=$root $PY - "$w" <<'PY'
-import json, os, sys
-sys.path.insert(0, os.path.join(os.environ["KEEL_SRC"], "tests/integration/serve"))
-from helpers import write_mlp
-import numpy as np
-w = sys.argv[1]
-write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
-with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
-    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "500")))
-x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
-with open(os.path.join(w, "body.json"), "w") as f:
-    json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
-                                          "data": [float("%.6g" % v) for v in x.ravel()]}]}, f)
-PY
+KEEL_SRC=$root $PY "$here/mlp_setup.py" "$w" "$w/repo"
+printf 'max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n' "${DELAY_US:-500}" > "$w/repo/mlp/config.yaml"
 export BODY_FILE="$w/body.json"
 "$KEEL" serve "$w/repo" --port 0 --workers "$(nproc)" --http-threads "${HTTP_THREADS:-$(nproc)}" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
 for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done

@@ -10,20 +10,8 @@ dur=${1:-10}; conns=${2:-16}
 for t in wrk "$KEEL"; do command -v "$t" >/dev/null || { echo "bench/serve: $t missing (make deps / make)"; exit 1; }; done
 w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-serve-XXXXXX"); trap 'kill $kp $fp 2>/dev/null; rm -rf "$w"' EXIT
 kp=; fp=
-KEEL_SRC=$root $PY - "$w" <<'PY'
-import json, os, sys
-sys.path.insert(0, os.path.join(os.environ.get("KEEL_SRC", "."), "tests/integration/serve"))
-from helpers import write_mlp
-import numpy as np
-w = sys.argv[1]
-write_mlp(os.path.join(w, "repo", "mlp", "1", "model.onnx"), seed=0)
-with open(os.path.join(w, "repo", "mlp", "config.yaml"), "w") as f:
-    f.write("max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n" % int(os.environ.get("DELAY_US", "500")))
-x = np.random.default_rng(0).standard_normal((1, 784)).astype(np.float32)
-with open(os.path.join(w, "body.json"), "w") as f:
-    json.dump({"id": "bench", "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 784],
-                                          "data": [float("%.6g" % v) for v in x.ravel()]}]}, f)
-PY
+KEEL_SRC=$root $PY "$here/mlp_setup.py" "$w" "$w/repo"
+printf 'max_batch_size: 64\ndynamic_batching:\n  max_queue_delay_us: %d\n' "${DELAY_US:-500}" > "$w/repo/mlp/config.yaml"
 export BODY_FILE="$w/body.json"
 workers=${WORKERS:-$(nproc)}
 "$KEEL" serve "$w/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-$(nproc)}" --no-access-log > "$w/keel.out" 2> "$w/keel.err" & kp=$!
