@@ -13,25 +13,7 @@
 #include "keel/core.h"
 #include "keel/tensor.h"
 
-static double now_s(void) { return (double)kl_time_mono_ns() * 1e-9; }
-static double cpu_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-static int cmpd(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-static float *rnd(size_t n) {
-    float *p = kl_mem_alloc(n * sizeof(float), KL_TAG_OTHER);
-    uint64_t s = 42;
-    for (size_t i = 0; i < n; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        p[i] = (float)((s >> 40) & 0xffff) / 65536.0f - 0.5f;
-    }
-    return p;
-}
+#include "bench_util.h"
 
 int main(int argc, char **argv) {
     if (argc < 10) {
