@@ -141,30 +141,36 @@ static void *client_main(void *arg) {
     return NULL;
 }
 
-KL_TEST(serve_loops_inline_and_workers_answer_all) {
-    char dir[1024], p[1100];
-    snprintf(dir, sizeof dir, "%s/repo/relu/1", kt_tmpdir());
-    kl_err e = {0};
-    KT_OK(kl_mkdir_p(dir, &e), &e);
+/* A repository kt_tmpdir()/NAME with the relu model (and config.yaml when
+ * cfg is given), served by a started server with options o (repo set
+ * here); NULL with e set when any step fails. */
+static kl_server *relu_server(const char *name, const char *cfg, kl_serve_opts o, kl_err *e) {
+    static char repo[1100]; /* o.repo outlives the call (the tests run one at a time) */
+    char dir[1024], p[1200];
+    snprintf(repo, sizeof repo, "%s/%s", kt_tmpdir(), name);
+    snprintf(dir, sizeof dir, "%s/relu/1", repo);
+    if (kl_mkdir_p(dir, e)) return NULL;
     snprintf(p, sizeof p, "%s/model.onnx", dir);
-    KT_CHECK(write_relu_onnx(p) == 0);
-    snprintf(p, sizeof p, "%s/repo/relu/config.yaml", kt_tmpdir());
+    if (write_relu_onnx(p)) { kl_err_set(e, KL_EINVAL, "cannot write %s", p); return NULL; }
+    snprintf(p, sizeof p, "%s/relu/config.yaml", repo);
+    if (cfg && kl_write_file_atomic(p, cfg, strlen(cfg), e)) return NULL;
+    o.repo = repo;
+    kl_server *s = NULL;
+    if (kl_server_new(&o, &s, e)) return NULL;
+    if (kl_server_start(s, e)) { kl_server_free(s); return NULL; }
+    return s;
+}
+
+KL_TEST(serve_loops_inline_and_workers_answer_all) {
+    kl_err e = {0};
     const char *cfg = "max_batch_size: 16\ndynamic_batching:\n  max_queue_delay_us: 200\npriority_levels: 2\n"
                       "default_priority: 1\ninstances: 2\n";
-    KT_OK(kl_write_file_atomic(p, cfg, strlen(cfg), &e), &e);
-    char repo[1100];
-    snprintf(repo, sizeof repo, "%s/repo", kt_tmpdir());
     kl_serve_opts o = {0};
-    o.repo = repo;
     o.workers = 2;
     o.http_threads = 2;
     o.probe_interval_s = 0.2;
-    kl_server *s = NULL;
-    KT_OK(kl_server_new(&o, &s, &e), &e);
-    if (kl_server_start(s, &e)) {
-        kl_server_free(s);
-        KT_CHECK(!"kl_server_start");
-    }
+    kl_server *s = relu_server("repo", cfg, o, &e);
+    KT_CHECKF(s, "relu server: %s", e.msg);
     client c[6];
     pthread_t t[6];
     for (int i = 0; i < 6; i++) {
@@ -210,30 +216,16 @@ static int send_infer(int fd, int i) {
 }
 
 KL_TEST(serve_loop_held_request_client_gone_and_timeout) {
-    char dir[1024], p[1100];
-    snprintf(dir, sizeof dir, "%s/repo2/relu/1", kt_tmpdir());
     kl_err e = {0};
-    KT_OK(kl_mkdir_p(dir, &e), &e);
-    snprintf(p, sizeof p, "%s/model.onnx", dir);
-    KT_CHECK(write_relu_onnx(p) == 0);
-    snprintf(p, sizeof p, "%s/repo2/relu/config.yaml", kt_tmpdir());
     /* a batch waits up to 3 s for more rows while some connection of the loop is idle */
     const char *cfg = "max_batch_size: 16\ndynamic_batching:\n  max_queue_delay_us: 3000000\npriority_levels: 2\ndefault_priority: 1\n"
                       "queue_policy:\n  1: {default_timeout_us: 300000}\n";
-    KT_OK(kl_write_file_atomic(p, cfg, strlen(cfg), &e), &e);
-    char repo[1100];
-    snprintf(repo, sizeof repo, "%s/repo2", kt_tmpdir());
     kl_serve_opts o = {0};
-    o.repo = repo;
     o.workers = 1;
     o.http_threads = 1;
     o.inline_us = 1000000; /* inline whatever the warm-up's time per row was */
-    kl_server *s = NULL;
-    KT_OK(kl_server_new(&o, &s, &e), &e);
-    if (kl_server_start(s, &e)) {
-        kl_server_free(s);
-        KT_CHECK(!"kl_server_start");
-    }
+    kl_server *s = relu_server("repo2", cfg, o, &e);
+    KT_CHECKF(s, "relu server: %s", e.msg);
     int port = kl_server_port(s);
     char resp[4096];
     /* A's request times out in the queue (B idle keeps the batch waiting):
@@ -275,24 +267,12 @@ KL_TEST(serve_loop_held_request_client_gone_and_timeout) {
 #include "serve/serve_int.h"
 
 KL_TEST(serve_loops_balance_connections) {
-    char dir[1024], p[1100];
-    snprintf(dir, sizeof dir, "%s/repo3/relu/1", kt_tmpdir());
     kl_err e = {0};
-    KT_OK(kl_mkdir_p(dir, &e), &e);
-    snprintf(p, sizeof p, "%s/model.onnx", dir);
-    KT_CHECK(write_relu_onnx(p) == 0);
-    char repo[1100];
-    snprintf(repo, sizeof repo, "%s/repo3", kt_tmpdir());
     kl_serve_opts o = {0};
-    o.repo = repo;
     o.workers = 1;
     o.http_threads = 2;
-    kl_server *s = NULL;
-    KT_OK(kl_server_new(&o, &s, &e), &e);
-    if (kl_server_start(s, &e)) {
-        kl_server_free(s);
-        KT_CHECK(!"kl_server_start");
-    }
+    kl_server *s = relu_server("repo3", NULL, o, &e);
+    KT_CHECKF(s, "relu server: %s", e.msg);
     int fd[9], ok = 0;
     for (int i = 0; i < 9; i++) {
         fd[i] = connect_to(kl_server_port(s));
