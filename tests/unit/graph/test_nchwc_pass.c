@@ -68,20 +68,28 @@ static void conv(kl_graph *g, const char *x, const char *y, int64_t C, int64_t M
     ints(g, n, "pads", 4, pd);
 }
 
+/* Value NAME made a graph input (out 0) or output (out 1); its index. */
+static int graph_io(kl_graph *g, const char *name, int out) {
+    int v = kl_graph_value(g, name);
+    int **list = out ? &g->outputs : &g->inputs, *n = out ? &g->n_outputs : &g->n_inputs;
+    *list = realloc(*list, sizeof(int) * (size_t)(*n + 1));
+    (*list)[(*n)++] = v;
+    if (out) g->values[v].is_output = 1;
+    else g->values[v].is_input = 1;
+    return v;
+}
+
 static kl_graph *build(void) {
     kl_graph *g;
     kl_graph_new(&g, NULL);
     g->opset = 17;
     rs = 0x9e3779b97f4a7c15ull;
-    int x = kl_graph_value(g, "x");
-    g->values[x].is_input = 1;
+    int x = graph_io(g, "x", 0);
     g->values[x].dtype = KL_F32;
     g->values[x].rank = 4;
     int64_t xd[4] = {-1, 3, 19, 21};
     memcpy(g->values[x].dims, xd, sizeof xd);
     g->values[x].dim_names[0] = strdup("batch");
-    g->inputs = malloc(sizeof(int));
-    g->inputs[g->n_inputs++] = x;
     conv(g, "x", "c1", 3, 24, 3, 1);
     node(g, "Relu", "c1", "r1");
     int mp = node(g, "MaxPool", "r1", "p1");
@@ -112,13 +120,8 @@ static kl_graph *build(void) {
     add_init(g, "fc_b", 1, &bd, 0.1f, 0);
     int gm = node(g, "Gemm", "fl,fc_w,fc_b", "y");
     kl_gnode_attr_add(&g->nodes[gm], "transB", KL_ATTR_INT)->i = 1;
-    const char *outs[2] = {"y", "r3"};
-    g->outputs = malloc(sizeof(int) * 2);
-    for (int i = 0; i < 2; i++) {
-        int v = kl_graph_value(g, outs[i]);
-        g->values[v].is_output = 1;
-        g->outputs[g->n_outputs++] = v;
-    }
+    graph_io(g, "y", 1);
+    graph_io(g, "r3", 1);
     return g;
 }
 
@@ -233,19 +236,11 @@ KL_TEST(graph_nchwc_pass_skips) {
     kl_graph *g;
     KT_OK(kl_graph_new(&g, &e), &e);
     g->opset = 17;
-    const char *in_names[2] = {"x", "w"};
-    g->inputs = malloc(sizeof(int) * 2);
-    for (int i = 0; i < 2; i++) {
-        int v = kl_graph_value(g, in_names[i]);
-        g->values[v].is_input = 1;
-        g->inputs[g->n_inputs++] = v;
-    }
+    graph_io(g, "x", 0);
+    graph_io(g, "w", 0);
     node(g, "Conv", "x,w", "y");        /* weight is a graph input (as in training) */
     node(g, "Relu", "y", "z");
-    g->outputs = malloc(sizeof(int));
-    int v = kl_graph_value(g, "z");
-    g->values[v].is_output = 1;
-    g->outputs[g->n_outputs++] = v;
+    graph_io(g, "z", 1);
     KT_OK(kl_graph_finalize(g, &e), &e);
     KT_OK(kl_graph_optimize(g, 1, &e), &e);
     KT_EQ_INT(count_op(g, "NchwcConv"), 0);
@@ -263,19 +258,13 @@ KL_TEST(graph_nchwc_pass_broadcast_residual) {
         KT_OK(kl_graph_new(&g, &e), &e);
         g->opset = 17;
         rs = 12345;
-        int x = kl_graph_value(g, "x");
-        g->values[x].is_input = 1;
-        g->inputs = malloc(sizeof(int));
-        g->inputs[g->n_inputs++] = x;
+        graph_io(g, "x", 0);
         conv(g, "x", "ca", 16, 20, 3, 1);
         node(g, "GlobalAveragePool", "ca", "ga");
         conv(g, "x", "cb", 16, 20, 3, 1);
         node(g, "Add", "cb,ga", "s");
         node(g, "Relu", "s", "y");
-        g->outputs = malloc(sizeof(int));
-        int v = kl_graph_value(g, "y");
-        g->values[v].is_output = 1;
-        g->outputs[g->n_outputs++] = v;
+        graph_io(g, "y", 1);
         KT_OK(optimize_mode(g, mode == 0, &e), &e);
         gs[mode] = g;
     }
@@ -309,10 +298,7 @@ KL_TEST(graph_nchwc_pass_attrs) {
         KT_OK(kl_graph_new(&g, &e), &e);
         g->opset = 17;
         rs = 777;
-        int x = kl_graph_value(g, "x");
-        g->values[x].is_input = 1;
-        g->inputs = malloc(sizeof(int));
-        g->inputs[g->n_inputs++] = x;
+        graph_io(g, "x", 0);
         conv(g, "x", "c1", 16, 20, 3, 2);
         kl_gnode *c1 = &g->nodes[g->n_nodes - 1];
         for (int i = 0; i < c1->n_attrs; i++)
@@ -333,10 +319,7 @@ KL_TEST(graph_nchwc_pass_attrs) {
         ints(g, ap, "kernel_shape", 2, k3);
         ints(g, ap, "pads", 4, p1);
         kl_gnode_attr_add(&g->nodes[ap], "count_include_pad", KL_ATTR_INT)->i = 1;
-        g->outputs = malloc(sizeof(int));
-        int v = kl_graph_value(g, "y");
-        g->values[v].is_output = 1;
-        g->outputs[g->n_outputs++] = v;
+        graph_io(g, "y", 1);
         KT_OK(optimize_mode(g, mode == 0, &e), &e);
         gs[mode] = g;
     }
