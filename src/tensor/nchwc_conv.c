@@ -391,7 +391,6 @@ static void tap_range(int64_t o, int64_t s, int64_t pad, int64_t d, int64_t k, i
     *t1 = e;
 }
 
-/* Output rows [oy0, oy1) of image n for channel-block group grp. */
 /* First output-channel block and block count of group grp. */
 static void group_blocks(const gctx *g, int64_t grp, int64_t *ob0, int64_t *fb) {
     /* groups of balanced sizes: MB = 6 -> 3 + 3 (24 accumulators each), not 4 + 2 */
@@ -604,8 +603,8 @@ int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, 
                           (long long)p->group);
     if (!p->packed_w) return kl_err_set(e, KL_EINVAL, "nchwc conv: weights not packed (p->packed_w NULL)");
     if (p->N <= 0 || p->out[0] <= 0 || p->out[1] <= 0) return KL_OK;
-    /* Dispatch point: depthwise (group == C == M) and the 1x1 fast path of
-     * branch nchwcm go here, before the general kernel. */
+    /* 1x1, depthwise (group == C == M), Winograd 3x3 stride 1, else the
+     * direct kernel */
     if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
     if (!is_dense(p)) { kl__nchwc_dw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
     if (kl__nchwc_wino_use(p, plain_input))
