@@ -445,6 +445,119 @@ KL_TEST(serve_json_packed_number_arrays) {
     }
 }
 
+/* Long number arrays inside a document take the two-pass reader (json.c,
+ * "fast path"): every token form and separator layout, each value exactly
+ * strtod's (packed doubles) and strtof's (the FP32 pass), at the start of
+ * the text and deep in it. */
+KL_TEST(serve_json_fast_arrays_match_strtod) {
+    const char *fixed[] = {"0", "-0", "-0.0", "0.5", "7", "-7", "10", "1.5", "-0.000001", "123456789012345",
+                           "-12345678901234", "1234567890123456", "0.00000000000001", "-0.0000000000001", "-1.234567890123",
+                           "9.99999999999999", "999999999999999", "1e5", "-2.5E-3", "1.5e+38", "3.4028235677973366e38",
+                           "1.0000000596046447755", "0.5000000298023223876953125", "1e-45", "7e-46", "123456789012345678901",
+                           "16777217", "33554435", "0.30000001192092895507812499999999", "4.9406564584124654e-324"};
+    const char *sep[] = {",", ", ", " ,", "\n,\t", "\r\n,  ", ",\n"};
+    const char *fmt[] = {"%.6g", "%.9g", "%.3f", "%.7f", "%g", "%.17g", "%.1f", "%.8f", "%.0f", "%.5e"};
+    size_t cap = 600000;
+    char *text = malloc(cap), **tok = malloc(8000 * sizeof *tok);
+    float *f = malloc(8000 * sizeof *f);
+    KT_CHECK(text && tok && f);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int round = 0; round < 6 && text && tok && f; round++) {
+        int n = 500 + round * 1300;
+        size_t off = (size_t)snprintf(text, cap, round % 2 ? "[%s" : "{\"id\":\"r\",\"inputs\":[{\"data\":[%s", round % 3 ? " " : "");
+        for (int i = 0; i < n; i++) {
+            char buf[64];
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            if (i < (int)KL_ARRAY_LEN(fixed) && round < 2) snprintf(buf, sizeof buf, "%s", fixed[(i + round) % KL_ARRAY_LEN(fixed)]);
+            else {
+                float fv;
+                uint32_t b = (uint32_t)x;
+                memcpy(&fv, &b, 4);
+                double d = (x >> 40) % 4 == 0 && isfinite(fv) ? (double)fv : ((double)(x >> 11) * 0x1.0p-53 - 0.5) * (i % 7 == 0 ? 1e-3 : i % 5 == 0 ? 1e6 : 8);
+                snprintf(buf, sizeof buf, fmt[(x >> 32) % KL_ARRAY_LEN(fmt)], d);
+            }
+            tok[i] = text + off;
+            off += (size_t)snprintf(text + off, cap - off, "%s%s", buf, i + 1 < n ? sep[(x >> 50) % KL_ARRAY_LEN(sep)] : "");
+        }
+        off += (size_t)snprintf(text + off, cap - off, "%s", round % 2 ? " ]" : "]}]}");
+        sv_json_doc *doc = NULL;
+        kl_err e = {0};
+        KT_OK(sv_json_parse(text, off, SV_JSON_PACK, &doc, &e), &e);
+        if (!doc) break;
+        const cJSON *arr = sv_json_root(doc);
+        if (!(round % 2)) arr = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(arr, "inputs"), 0), "data");
+        const double *v = NULL;
+        size_t nv = 0;
+        KT_CHECK(sv_json_packed(arr, &v, &nv) && nv == (size_t)n);
+        if (nv == (size_t)n) {
+            sv_json_packed_f32(arr, f);
+            int bad = -1;
+            for (int i = 0; i < n && bad < 0; i++) {
+                double want = strtod(tok[i], NULL);
+                float wf = strtof(tok[i], NULL);
+                if (memcmp(&want, &v[i], 8) || memcmp(&wf, &f[i], 4)) bad = i;
+            }
+            if (bad >= 0)
+                kt_fail(__FILE__, __LINE__, "round %d number %d (%.24s): got %.17g / %.9g, strtod %.17g / strtof %.9g", round, bad,
+                        tok[bad], v[bad], f[bad], strtod(tok[bad], NULL), strtof(tok[bad], NULL));
+        }
+        sv_json_free(doc);
+    }
+    free(text);
+    free(tok);
+    free(f);
+}
+
+/* A malformed token or separator in a long array: refused, and the error
+ * names the element, as the per-character reader does. */
+KL_TEST(serve_json_fast_array_errors) {
+    const char *badtok[] = {"01", "1.", ".5", "-", "--1", "+1", "1.2.3", "1-2", "1e", "1e+", "0x1", "-.5", "00.5", "1.5e",
+                            "2..5", "1.0.", "-01.5", "12345678901234567.", "1eE5"};
+    char text[4096];
+    for (size_t b = 0; b < KL_ARRAY_LEN(badtok); b++) {
+        size_t off = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"data\":[");
+        for (int i = 0; i < 60; i++)
+            off += (size_t)snprintf(text + off, sizeof text - off, "%s%s", i == 37 ? badtok[b] : "-0.123456", i < 59 ? ", " : "]}]}");
+        sv_json_doc *doc = NULL;
+        kl_err e = {0};
+        int rc = sv_json_parse(text, off, SV_JSON_PACK, &doc, &e);
+        sv_json_free(doc);
+        KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", badtok[b]);
+        KT_CHECKF(strstr(e.msg, "(inputs[0].data[37])") != NULL, "'%s': %s", badtok[b], e.msg);
+    }
+    /* separators: a missing or doubled comma, a leading or trailing one, no end, stray bytes */
+    const char *badarr[] = {"[1.5, 2.5 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5]",
+                            "[1.5, 2.5,, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5]",
+                            "[, 1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5]",
+                            "[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5,]",
+                            "[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5",
+                            "[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5, ",
+                            "[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5]]",
+                            "[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5\x01]"};
+    for (size_t b = 0; b < KL_ARRAY_LEN(badarr); b++) {
+        snprintf(text, sizeof text, "{\"id\":\"x\",\"inputs\":[{\"data\":%s}]}", badarr[b]);
+        sv_json_doc *doc = NULL;
+        kl_err e = {0};
+        int rc = sv_json_parse(text, strlen(text), SV_JSON_PACK, &doc, &e);
+        sv_json_free(doc);
+        KT_CHECKF(rc == KL_EPARSE, "accepted %s", badarr[b]);
+        KT_CHECKF(strstr(e.msg, "malformed JSON at byte") != NULL, "%s: %s", badarr[b], e.msg);
+    }
+    /* nested arrays and an array of strings are not number runs: still read */
+    const char *ok = "{\"a\":[[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5]], \"b\":[\"aaaaaaaaaaaa\", "
+                     "\"bbbbbbbbbbbbbbbbb\", \"ccccccccccccccccc\", \"dddddddddddddd\"]}";
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    KT_OK(sv_json_parse(ok, strlen(ok), SV_JSON_PACK, &doc, &e), &e);
+    if (doc) {
+        const double *v = NULL;
+        size_t nv = 0;
+        KT_CHECK(sv_json_packed(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(sv_json_root(doc), "a"), 0), &v, &nv) && nv == 12);
+        KT_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(sv_json_root(doc), "b")), 4);
+    }
+    sv_json_free(doc);
+}
+
 KL_TEST(serve_fmt_f32_reads_back) {
     const float fixed[] = {0.0f, -0.0f, 1.0f, 0.5f, 1.5f, 100.0f, 123456792.0f, 1e9f, 1e-5f, -2.5e-7f, 0.1f,
                            3.40282347e+38f, 1.17549435e-38f, 1.4e-45f, 999999.9f, 0.0001f, 123.456f};
