@@ -7,9 +7,11 @@
  * whose malloc per node and strtod per number dominated the request cost.
  * With SV_JSON_PACK (infer requests), an array of more than SV_MAX_DIMS
  * numbers is not a list of nodes but one node holding a packed double array
- * (sv_json_packed reads it): the tensor data of a request is parsed in one
- * tight loop into contiguous memory; any non-number in it falls back to the
- * node form so that the codec's errors still name the element. */
+ * (sv_json_packed reads it): the tensor data of a request is read by a
+ * two-pass SIMD reader ("Packed arrays, fast path") into contiguous memory;
+ * any non-number in it, or any token the grammar refuses, falls back to the
+ * per-character reader and the node form so that the errors still name the
+ * element. */
 #include "serve_int.h"
 
 #include <cjson/cJSON.h>
