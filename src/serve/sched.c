@@ -171,6 +171,7 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     if (r->timeout_us >= 0 && lc->allow_timeout_override && (to == 0 || r->timeout_us < to)) to = r->timeout_us;
     r->deadline = to > 0 ? now + to * 1000 : 0;
     r->t_enq = now;
+    m->last_arrival[r->level] = now;
     r->qstate = SV_Q_QUEUED;
     r->prev = m->qtail[r->level];
     r->next = NULL;
@@ -189,6 +190,8 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     /* only the top priority level runs inline: a batch on the loop delays
      * every request the loop has not read yet, higher ones included */
     if (r->inl) wake = 0;
+    /* a level held back by its reserve: no worker may take it now */
+    else if (!sv_sched_level_may_run(m, r->level, now, NULL)) wake = 0;
     else if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
         int64_t rows = m->qrows[r->level];
         wake = rows >= m->cfg.max_batch;
@@ -211,6 +214,33 @@ reject:
     }
     sv_req_finish(r, status, reason, msg);
     return -1;
+}
+
+/* ==================================================================
+ * Reserved instances: lower levels leave some of a model's instances to
+ * higher levels while those have recent traffic, so that a high-priority
+ * request finds a free worker instead of waiting behind a low batch
+ * ================================================================== */
+
+int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at) {
+    const sv_model_cfg *c = &m->cfg;
+    if (m->running >= c->instances) return 0;
+    int res = l > 0 && l < SV_MAX_LEVELS ? c->level[l].reserve_instances : 0;
+    if (res > c->instances - 1) res = c->instances - 1;
+    if (res <= 0) return 1;
+    int low = 0; /* batches of this level and lower ones */
+    for (int k = l; k < SV_MAX_LEVELS; k++) low += m->lrun[k];
+    if (low < c->instances - res) return 1;
+    int64_t until = 0;
+    for (int h = 0; h < l; h++) {
+        if (m->qlen[h] > 0 || m->lrun[h] > 0) return 0;
+        if (m->last_arrival[h] && now - m->last_arrival[h] < SV_RESERVE_WINDOW_NS &&
+            m->last_arrival[h] + SV_RESERVE_WINDOW_NS > until)
+            until = m->last_arrival[h] + SV_RESERVE_WINDOW_NS;
+    }
+    if (!until) return 1;
+    if (retry_at && (!*retry_at || until < *retry_at)) *retry_at = until;
+    return 0;
 }
 
 /* ==================================================================
@@ -309,11 +339,12 @@ static sv_req *first_of(sv_req *r, const sv_loop *lp) {
 /* lock held: the next batch to run (0 requests = nothing runnable): for a
  * worker (lp NULL) among the requests that do not run inline, for HTTP loop
  * lp among its own inline requests */
-static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_model **wait_model, int *wait_level) {
+static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_model **wait_model, int *wait_level,
+                int64_t *retry_at) {
     sv_model *best = NULL;
     sv_req *h = NULL;
     int bl = 0;
-    int64_t bt = 0;
+    int64_t bt = 0, now = kl_time_mono_ns();
     *wait_until = 0;
     for (int i = 0; i < s->nmodels; i++) {
         sv_model *m = s->models[i];
@@ -322,6 +353,9 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
         for (int l = 0; l < SV_MAX_LEVELS; l++) {
             sv_req *f = first_of(m->qhead[l], lp);
             if (!f) continue;
+            /* strict priority: when the model's top waiting level is held
+             * back by its reserve, nothing lower of the model runs either */
+            if (!lp && !sv_sched_level_may_run(m, l, now, retry_at)) break;
             if (!best || l < bl || (l == bl && f->t_enq < bt)) { best = m; bl = l; bt = f->t_enq; h = f; }
             break;
         }
@@ -330,14 +364,16 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
     int n = 1;
     rq[0] = h;
     const sv_model_cfg *c = &best->cfg;
-    if (c->dynamic_batching && c->max_batch > 0 && h->ver->batchable && h->rows > 0) {
+    int maxb = c->max_batch; /* a level may run smaller batches than the model */
+    if (c->level[bl].max_batch > 0 && c->level[bl].max_batch < maxb) maxb = c->level[bl].max_batch;
+    if (c->dynamic_batching && maxb > 0 && h->ver->batchable && h->rows > 0) {
         int64_t rows = h->rows;
         for (sv_req *r = h->next; r && n < SV_MAX_BATCH_REQS; r = r->next) {
-            if (!mine(r, lp) || (lp && est_ns(best, rows + r->rows) > s->inline_ns) || r->ver != h->ver || r->rows <= 0 || rows + r->rows > c->max_batch || !same_shape_tail(h, r)) continue;
+            if (!mine(r, lp) || (lp && est_ns(best, rows + r->rows) > s->inline_ns) || r->ver != h->ver || r->rows <= 0 || rows + r->rows > maxb || !same_shape_tail(h, r)) continue;
             rq[n++] = r;
             rows += r->rows;
         }
-        int preferred = rows >= c->max_batch;
+        int preferred = rows >= maxb;
         for (int i = 0; i < c->n_preferred; i++) preferred |= rows == c->preferred[i];
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
         /* an HTTP loop whose every connection has its request in the
@@ -352,7 +388,7 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
     }
     for (int i = 0; i < n; i++) { unqueue(s, rq[i]); rq[i]->qstate = SV_Q_RUNNING; }
     if (lp) best->inl_running++;
-    else best->running++;
+    else { best->running++; best->lrun[bl]++; }
     s->nrunning++;
     return n;
 }
@@ -362,11 +398,15 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
  * a context switch */
 static int runnable(const kl_server *s) {
     if (!s->nqueued || !s->nidle) return 0;
+    int64_t now = kl_time_mono_ns();
     for (int i = 0; i < s->nmodels; i++) {
         const sv_model *m = s->models[i];
         if (m->running >= m->cfg.instances) continue;
         for (int l = 0; l < SV_MAX_LEVELS; l++)
-            if (first_of(m->qhead[l], NULL)) return 1;
+            if (first_of(m->qhead[l], NULL)) {
+                if (sv_sched_level_may_run(m, l, now, NULL)) return 1;
+                break;
+            }
     }
     return 0;
 }
@@ -377,12 +417,20 @@ static void *worker_main(void *arg) {
     pthread_mutex_lock(&s->lock);
     for (;;) {
         if (s->stop) break;
-        int64_t wait_until = 0;
+        int64_t wait_until = 0, retry_at = 0;
         sv_model *wm = NULL;
         int wl = 0;
-        int n = pick(s, NULL, rq, &wait_until, &wm, &wl);
+        int n = pick(s, NULL, rq, &wait_until, &wm, &wl, &retry_at);
         if (!n) {
-            if (wait_until) {
+            if (!wait_until && retry_at) {
+                /* a level held back only by its reserve's window: look
+                 * again when the window ends (an idle worker meanwhile) */
+                struct timespec ts;
+                abs_time(&ts, retry_at);
+                s->nidle++;
+                pthread_cond_timedwait(&s->qcond, &s->lock, &ts);
+                s->nidle--;
+            } else if (wait_until) {
                 struct timespec ts;
                 abs_time(&ts, wait_until);
                 s->ntimed++;
@@ -399,10 +447,12 @@ static void *worker_main(void *arg) {
         }
         if (runnable(s)) pthread_cond_signal(&s->qcond); /* more work than this batch */
         sv_model *m = rq[0]->model;
+        int lvl = rq[0]->level;
         pthread_mutex_unlock(&s->lock);
         execute(s, rq, n);
         pthread_mutex_lock(&s->lock);
         m->running--;
+        m->lrun[lvl]--;
         s->nrunning--;
         pthread_cond_broadcast(&s->dcond);
         if (runnable(s)) pthread_cond_signal(&s->qcond); /* this one loops to pick too */
@@ -425,7 +475,7 @@ int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until) {
         int64_t wu = 0;
         sv_model *wm = NULL;
         int wl = 0;
-        int n = pick(s, lp, rq, &wu, &wm, &wl);
+        int n = pick(s, lp, rq, &wu, &wm, &wl, NULL);
         if (!n) { *wait_until = wu; break; }
         sv_model *m = rq[0]->model;
         pthread_mutex_unlock(&s->lock);
