@@ -11,6 +11,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,9 +230,9 @@ int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry
     int res = l > 0 && l < SV_MAX_LEVELS ? c->level[l].reserve_instances : 0;
     if (res > c->instances - 1) res = c->instances - 1;
     if (res <= 0) return 1;
-    int low = 0; /* batches of this level and lower ones */
-    for (int k = l; k < SV_MAX_LEVELS; k++) low += m->lrun[k];
-    if (low < c->instances - res) return 1;
+    /* res instances stay idle for the higher levels: a batch of level l
+     * starts only while fewer than instances - res batches run */
+    if (m->running < c->instances - res) return 1;
     int64_t until = 0;
     for (int h = 0; h < l; h++) {
         if (m->qlen[h] > 0 || m->lrun[h] > 0) return 0;
@@ -246,6 +248,36 @@ int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry
 /* ==================================================================
  * Workers
  * ================================================================== */
+
+/* ==================================================================
+ * Per-level niceness: a worker runs a lower level's batch at a higher nice
+ * value, so that the kernel gives the cores to the HTTP loops and to
+ * higher-level batches first. Going back down needs CAP_SYS_NICE or
+ * RLIMIT_NICE; probed once at start, the knob does nothing without it.
+ * ================================================================== */
+
+static atomic_int nice_ok; /* 1: a thread may lower its nice value back */
+
+static void *nice_probe(void *arg) {
+    (void)arg;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, (id_t)tid);
+    if (errno || base >= 19) return NULL;
+    if (setpriority(PRIO_PROCESS, (id_t)tid, base + 1)) return NULL;
+    if (!setpriority(PRIO_PROCESS, (id_t)tid, base)) atomic_store(&nice_ok, 1);
+    return NULL; /* the probe thread ends here, nicer or not */
+}
+
+static _Thread_local int nice_worker, nice_base, nice_cur, nice_want; /* nice_want: of the batch picked */
+
+/* on a worker: its nice value becomes its start value + want (at most 19);
+ * only around the model run (never while it may hold the server lock) */
+static void worker_nice(int want) {
+    if (!nice_worker || want == nice_cur || !atomic_load_explicit(&nice_ok, memory_order_relaxed)) return;
+    int v = nice_base + want > 19 ? 19 : nice_base + want;
+    if (!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), v)) nice_cur = want;
+}
 
 static int same_shape_tail(const sv_req *a, const sv_req *b) {
     for (size_t i = 0; i < a->n_in; i++) {
@@ -290,8 +322,10 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     }
     int64_t t0 = kl_time_mono_ns();
     for (int k = 0; k < n; k++) rq[k]->t_start = t0;
+    worker_nice(nice_want);
     if (!rc) rc = sb_run(v->sess, in, v->n_in, out, v->n_out, &e);
     int64_t t1 = kl_time_mono_ns();
+    worker_nice(0);
     if (!rc && total > 0) { /* moving average (1/8) of the time per row: decides inline or worker */
         sv_model *m = v->model;
         int64_t avg = atomic_load_explicit(&m->row_ns, memory_order_relaxed), dt = (t1 - t0) / total;
@@ -414,6 +448,10 @@ static int runnable(const kl_server *s) {
 static void *worker_main(void *arg) {
     kl_server *s = arg;
     sv_req *rq[SV_MAX_BATCH_REQS];
+    errno = 0;
+    nice_base = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (errno) nice_base = 0;
+    nice_worker = 1;
     pthread_mutex_lock(&s->lock);
     for (;;) {
         if (s->stop) break;
@@ -448,6 +486,7 @@ static void *worker_main(void *arg) {
         if (runnable(s)) pthread_cond_signal(&s->qcond); /* more work than this batch */
         sv_model *m = rq[0]->model;
         int lvl = rq[0]->level;
+        nice_want = m->cfg.level[lvl].nice;
         pthread_mutex_unlock(&s->lock);
         execute(s, rq, n);
         pthread_mutex_lock(&s->lock);
@@ -583,6 +622,8 @@ static void *prober_main(void *arg) {
  * ================================================================== */
 
 int sv_sched_start(kl_server *s, kl_err *e) {
+    pthread_t pt;
+    if (!pthread_create(&pt, NULL, nice_probe, NULL)) pthread_join(pt, NULL);
     int n = s->o.workers > 0 ? s->o.workers : kl_cpu_count();
     if (n < 1) n = 1;
     s->workers = calloc((size_t)n, sizeof *s->workers);

@@ -81,6 +81,7 @@ typedef struct {
     int reserve_instances;      /* instances this level leaves to higher levels while they
                                    have recent traffic (SV_RESERVE_WINDOW_NS); top level: unused */
     int max_batch;              /* rows of a batch of this level; 0 = the model's max_batch */
+    int nice;                   /* a worker runs this level's batches this much nicer (0..19) */
 } sv_level_cfg;
 
 /* A higher level's traffic is recent while it has requests queued or
@@ -423,8 +424,8 @@ int sv_sched_submit(kl_server *s, sv_req *r);
 int sv_sched_can_inline(kl_server *s, const sv_req *r);
 /* lock held: whether a worker may start a batch of level l (0-based) of m
  * at time now: m is below its instances and, for l > 0 while a higher level
- * has recent traffic, the batches of levels >= l stay below instances minus
- * level l's reserve_instances (never below 1). When only the window keeps
+ * has recent traffic, fewer than instances minus level l's
+ * reserve_instances (at most instances - 1) batches of m run. When only the window keeps
  * it back, *retry_at (if not NULL) gets when the window ends. */
 int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at);
 /* A held request whose connection closed: taken out of its queue (or left

@@ -40,16 +40,22 @@ KL_TEST(serve_cfg_reserve_and_level_batch) {
     sv_model_cfg c;
     kl_err e = {0};
     const char *y = "instances: 3\npriority_levels: 3\nmax_batch_size: 16\n"
-                    "queue_policy:\n  2: {reserve_instances: 2, max_batch_size: 2}\n  3: {reserve_instances: 0}\n";
+                    "queue_policy:\n  2: {reserve_instances: 2, max_batch_size: 2, nice: 10}\n  3: {reserve_instances: 0}\n";
     KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.level[0].reserve_instances, SV_RESERVE_DEFAULT);
     KT_EQ_INT(c.level[0].max_batch, 0);
     KT_EQ_INT(c.level[1].reserve_instances, 2);
     KT_EQ_INT(c.level[1].max_batch, 2);
+    KT_EQ_INT(c.level[1].nice, 10);
+    KT_EQ_INT(c.level[0].nice, 0);
     KT_EQ_INT(c.level[2].reserve_instances, 0);
     y = "queue_policy:\n  1: {reserve_instances: -1}\n";
     KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "reserve_instances");
+    kl_err_clear(&e);
+    y = "queue_policy:\n  1: {nice: 20}\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "nice");
     kl_err_clear(&e);
 }
 
@@ -65,7 +71,7 @@ KL_TEST(serve_sched_level_may_run_reserve) {
     /* no higher-level traffic yet: level 2 may take every instance */
     m.running = m.lrun[1] = 2;
     KT_CHECK(sv_sched_level_may_run(&m, 1, now, NULL));
-    /* a level-1 request arrived recently: level 2 stops at 3 - 1 = 2 batches */
+    /* a level-1 request arrived recently: level 2 starts no batch while 3 - 1 = 2 run */
     m.last_arrival[0] = now - SV_RESERVE_WINDOW_NS / 2;
     KT_CHECK(!sv_sched_level_may_run(&m, 1, now, &at));
     KT_EQ_INT(at, m.last_arrival[0] + SV_RESERVE_WINDOW_NS); /* when to look again */

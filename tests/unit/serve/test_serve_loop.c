@@ -9,6 +9,7 @@
 #include <keel/serve.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -326,9 +327,40 @@ static void *watch_main(void *arg) {
     return NULL;
 }
 
+/* threads of this process whose nice value (/proc/self/task/T/stat field
+ * 19) differs from the main thread's; -1 when /proc cannot be read */
+static int task_nice(const char *tid) {
+    char p[64], buf[1024];
+    snprintf(p, sizeof p, "/proc/self/task/%s/stat", tid);
+    FILE *f = fopen(p, "r");
+    if (!f) return -100;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *q = strrchr(buf, ')'); /* after the command name: field 3 on */
+    int field = 2, v = -100;
+    for (char *t = q ? strtok(q + 1, " ") : NULL; t; t = strtok(NULL, " "))
+        if (++field == 19) { v = atoi(t); break; }
+    return v;
+}
+
+static int threads_nicer_than_main(void) {
+    char self[32];
+    snprintf(self, sizeof self, "%d", (int)getpid());
+    int base = task_nice(self), n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d || base == -100) { if (d) closedir(d); return -1; }
+    for (struct dirent *de; (de = readdir(d));)
+        if (de->d_name[0] != '.' && task_nice(de->d_name) != base) n++;
+    closedir(d);
+    return n;
+}
+
 KL_TEST(serve_sched_reserve_leaves_a_worker_for_high_priority) {
     kl_err e = {0};
-    const char *cfg = "priority_levels: 2\ndefault_priority: 2\ninstances: 2\n";
+    /* level 2 also runs its batches 5 nicer (where the process may lower
+     * a thread's nice value again): after the flood no thread stays nicer */
+    const char *cfg = "priority_levels: 2\ndefault_priority: 2\ninstances: 2\nqueue_policy:\n  2: {nice: 5}\n";
     kl_serve_opts o = {0};
     o.workers = 2;
     o.http_threads = 1;
@@ -354,12 +386,18 @@ KL_TEST(serve_sched_reserve_leaves_a_worker_for_high_priority) {
     pthread_join(tw, NULL);
     __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
     pthread_join(th, NULL);
+    /* priority 2 alone at the end: a worker's last run was a nicer one */
+    client last = {.port = kl_server_port(s), .prio = 2, .n = 20};
+    client_main(&last);
+    int nicer = threads_nicer_than_main();
     int rc = kl_server_shutdown(s, &e);
     kl_server_free(s);
     KT_EQ_INT(rc, KL_OK);
     for (int i = 0; i < 8; i++)
         KT_CHECKF(lo[i].ok == lo[i].n, "low client %d: %d of %d answered: %s", i, lo[i].ok, lo[i].n, lo[i].why);
     KT_CHECKF(hi.ok == hi.n && hi.n > 0, "high client: %d of %d answered: %s", hi.ok, hi.n, hi.why);
+    KT_CHECKF(last.ok == last.n, "last low client: %d of %d answered: %s", last.ok, last.n, last.why);
+    KT_CHECKF(nicer == 0, "%d threads still nicer than the main thread after the flood", nicer);
     KT_CHECKF(w.samples > 0 && w.max_low == 1, "priority-2 batches at once: at most %d (want 1) in %d samples", w.max_low,
               w.samples);
 }
