@@ -4,8 +4,10 @@
  * (answered 503, never executed), dynamic batching (same model version,
  * concatenated along dim 0 up to max_batch_size or max_queue_delay_us, split
  * back per request), a fixed pool of inference workers, inline execution of
- * small models' batches on the HTTP loop thread, the reaper that expires
- * queued requests and the background health prober. */
+ * small models' batches on the HTTP loop thread, instances that lower
+ * levels leave idle for higher ones (reserve_instances) and their nicer
+ * model runs (nice), the reaper that expires queued requests and the
+ * background health prober. */
 #include "serve_int.h"
 
 #include <errno.h>
@@ -246,10 +248,6 @@ int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry
 }
 
 /* ==================================================================
- * Workers
- * ================================================================== */
-
-/* ==================================================================
  * Per-level niceness: a worker runs a lower level's batch at a higher nice
  * value, so that the kernel gives the cores to the HTTP loops and to
  * higher-level batches first. Going back down needs CAP_SYS_NICE or
@@ -278,6 +276,10 @@ static void worker_nice(int want) {
     int v = nice_base + want > 19 ? 19 : nice_base + want;
     if (!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), v)) nice_cur = want;
 }
+
+/* ==================================================================
+ * Workers
+ * ================================================================== */
 
 static int same_shape_tail(const sv_req *a, const sv_req *b) {
     for (size_t i = 0; i < a->n_in; i++) {
