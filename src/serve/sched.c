@@ -251,35 +251,47 @@ int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry
  * Per-level niceness: a worker runs a lower level's batch at a higher nice
  * value, so that the kernel gives the cores to the HTTP loops and to
  * higher-level batches first. Going back down needs CAP_SYS_NICE or
- * RLIMIT_NICE; probed once at start, the knob does nothing without it.
+ * RLIMIT_NICE; probed once, the knob does nothing without it.
  * ================================================================== */
 
-static atomic_int nice_ok; /* 1: a thread may lower its nice value back */
+static atomic_int nice_ok; /* 0: not probed yet, 1: a thread may lower its nice value back, -1: may not */
 
 static void *nice_probe(void *arg) {
     (void)arg;
     pid_t tid = (pid_t)syscall(SYS_gettid);
     errno = 0;
-    int base = getpriority(PRIO_PROCESS, (id_t)tid);
-    if (errno || base >= 19) return NULL;
-    if (setpriority(PRIO_PROCESS, (id_t)tid, base + 1)) return NULL;
-    if (!setpriority(PRIO_PROCESS, (id_t)tid, base)) atomic_store(&nice_ok, 1);
+    int base = getpriority(PRIO_PROCESS, (id_t)tid), ok = -1;
+    if (!errno && base < 19 && !setpriority(PRIO_PROCESS, (id_t)tid, base + 1) &&
+        !setpriority(PRIO_PROCESS, (id_t)tid, base))
+        ok = 1;
+    atomic_store(&nice_ok, ok);
     return NULL; /* the probe thread ends here, nicer or not */
 }
 
 static _Thread_local int nice_worker, nice_base, nice_cur, nice_want; /* nice_want: of the batch picked */
 
 /* on a worker: its nice value becomes its start value + want (at most 19);
- * only around the model run (never while it may hold the server lock) */
+ * only around the model run (never while it may hold the server lock).
+ * Probed on a throw-away thread the first time a level asks for it, so a
+ * server without `nice` never calls setpriority (a seccomp filter without
+ * @resources, as in deploy/systemd, would kill it) */
 static void worker_nice(int want) {
-    if (!nice_worker || want == nice_cur || !atomic_load_explicit(&nice_ok, memory_order_relaxed)) return;
+    if (!nice_worker || want == nice_cur) return;
+    int ok = atomic_load_explicit(&nice_ok, memory_order_relaxed);
+    if (!ok) {
+        pthread_t pt;
+        if (!pthread_create(&pt, NULL, nice_probe, NULL)) pthread_join(pt, NULL);
+        else atomic_store(&nice_ok, -1);
+        ok = atomic_load(&nice_ok);
+        static atomic_int warned;
+        if (ok < 0 && !atomic_exchange(&warned, 1))
+            kl_log(KL_LOG_WARN, "serve", "queue policy 'nice' ignored: this process may not lower a thread's nice "
+                   "value again (needs CAP_SYS_NICE or RLIMIT_NICE, e.g. systemd LimitNICE=+0)");
+    }
+    if (ok < 0) return;
     int v = nice_base + want > 19 ? 19 : nice_base + want;
     if (!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), v)) nice_cur = want;
 }
-
-/* ==================================================================
- * Workers
- * ================================================================== */
 
 static int same_shape_tail(const sv_req *a, const sv_req *b) {
     for (size_t i = 0; i < a->n_in; i++) {
@@ -624,8 +636,6 @@ static void *prober_main(void *arg) {
  * ================================================================== */
 
 int sv_sched_start(kl_server *s, kl_err *e) {
-    pthread_t pt;
-    if (!pthread_create(&pt, NULL, nice_probe, NULL)) pthread_join(pt, NULL);
     int n = s->o.workers > 0 ? s->o.workers : kl_cpu_count();
     if (n < 1) n = 1;
     s->workers = calloc((size_t)n, sizeof *s->workers);
