@@ -138,7 +138,7 @@ static void *client_main(void *arg) {
             snprintf(c->why, sizeof c->why, "request %d: %.200s", i, resp);
             break;
         }
-        c->ok++;
+        __atomic_fetch_add(&c->ok, 1, __ATOMIC_RELEASE); /* read by a waiting test while this runs */
     }
     close(fd);
     return NULL;
@@ -372,7 +372,7 @@ KL_TEST(serve_sched_reserve_leaves_a_worker_for_high_priority) {
     pthread_t th, tl[8], tw;
     lrun_watch w = {.s = s};
     pthread_create(&th, NULL, client_main, &hi);
-    while (!__atomic_load_n(&hi.ok, __ATOMIC_ACQUIRE) && !hi.why[0]) usleep(1000); /* priority 1 is recent */
+    for (int i = 0; i < 5000 && !__atomic_load_n(&hi.ok, __ATOMIC_ACQUIRE); i++) usleep(1000); /* priority 1 is recent */
     pthread_create(&tw, NULL, watch_main, &w);
     for (int i = 0; i < 8; i++) {
         memset(&lo[i], 0, sizeof lo[i]);
