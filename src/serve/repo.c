@@ -29,12 +29,13 @@ void sv_cfg_default(sv_model_cfg *c) {
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;
+        c->level[i].reserve_instances = SV_RESERVE_DEFAULT;
     }
 }
 
 static int parse_level(const kl_node *n, sv_level_cfg *l, kl_err *e) {
     static const char *const keys[] = {"max_queue_size", "default_timeout_us", "allow_timeout_override",
-                                       "rate_limit", "memory_share"};
+                                       "rate_limit", "memory_share", "reserve_instances", "max_batch_size", "nice"};
     if (kl_node_kind_of(n) != KL_NODE_MAP) return kl_node_error(n, e, KL_EINVAL, "expected a map");
     int rc = kl_spec_check_keys(n, keys, KL_ARRAY_LEN(keys), e);
     if (rc) return rc;
@@ -44,6 +45,16 @@ static int parse_level(const kl_node *n, sv_level_cfg *l, kl_err *e) {
         return rc;
     if ((rc = kl_spec_double(n, "rate_limit", l->rate_limit, &l->rate_limit, e))) return rc;
     if ((rc = kl_spec_double(n, "memory_share", l->memory_share, &l->memory_share, e))) return rc;
+    int64_t v;
+    if ((rc = kl_spec_int(n, "reserve_instances", l->reserve_instances, &v, e))) return rc;
+    if (v < 0 || v > 64) return kl_node_error(kl_node_get(n, "reserve_instances"), e, KL_EINVAL, "must be 0..64");
+    l->reserve_instances = (int)v;
+    if ((rc = kl_spec_int(n, "max_batch_size", l->max_batch, &v, e))) return rc;
+    if (v < 0 || v > 65536) return kl_node_error(kl_node_get(n, "max_batch_size"), e, KL_EINVAL, "must be 0..65536");
+    l->max_batch = (int)v;
+    if ((rc = kl_spec_int(n, "nice", l->nice, &v, e))) return rc;
+    if (v < 0 || v > 19) return kl_node_error(kl_node_get(n, "nice"), e, KL_EINVAL, "must be 0..19");
+    l->nice = (int)v;
     if (l->max_queue < 0 || l->default_timeout_us < 0 || l->rate_limit < 0)
         return kl_node_error(n, e, KL_EINVAL, "queue policy values must not be negative");
     if (l->memory_share < 0 || l->memory_share > 1)

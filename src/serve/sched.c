@@ -4,13 +4,17 @@
  * (answered 503, never executed), dynamic batching (same model version,
  * concatenated along dim 0 up to max_batch_size or max_queue_delay_us, split
  * back per request), a fixed pool of inference workers, inline execution of
- * small models' batches on the HTTP loop thread, the reaper that expires
- * queued requests and the background health prober. */
+ * small models' batches on the HTTP loop thread, instances that lower
+ * levels leave idle for higher ones (reserve_instances) and their nicer
+ * model runs (nice), the reaper that expires queued requests and the
+ * background health prober. */
 #include "serve_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -171,6 +175,7 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     if (r->timeout_us >= 0 && lc->allow_timeout_override && (to == 0 || r->timeout_us < to)) to = r->timeout_us;
     r->deadline = to > 0 ? now + to * 1000 : 0;
     r->t_enq = now;
+    m->last_arrival[r->level] = now;
     r->qstate = SV_Q_QUEUED;
     r->prev = m->qtail[r->level];
     r->next = NULL;
@@ -189,6 +194,8 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     /* only the top priority level runs inline: a batch on the loop delays
      * every request the loop has not read yet, higher ones included */
     if (r->inl) wake = 0;
+    /* a level held back by its reserve: no worker may take it now */
+    else if (!sv_sched_level_may_run(m, r->level, now, NULL)) wake = 0;
     else if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
         int64_t rows = m->qrows[r->level];
         wake = rows >= m->cfg.max_batch;
@@ -214,8 +221,77 @@ reject:
 }
 
 /* ==================================================================
- * Workers
+ * Reserved instances: lower levels leave some of a model's instances to
+ * higher levels while those have recent traffic, so that a high-priority
+ * request finds a free worker instead of waiting behind a low batch
  * ================================================================== */
+
+int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at) {
+    const sv_model_cfg *c = &m->cfg;
+    if (m->running >= c->instances) return 0;
+    int res = l > 0 && l < SV_MAX_LEVELS ? c->level[l].reserve_instances : 0;
+    if (res > c->instances - 1) res = c->instances - 1;
+    if (res <= 0) return 1;
+    /* res instances stay idle for the higher levels: a batch of level l
+     * starts only while fewer than instances - res batches run */
+    if (m->running < c->instances - res) return 1;
+    int64_t until = 0;
+    for (int h = 0; h < l; h++) {
+        if (m->qlen[h] > 0 || m->lrun[h] > 0) return 0;
+        if (m->last_arrival[h] && now - m->last_arrival[h] < SV_RESERVE_WINDOW_NS &&
+            m->last_arrival[h] + SV_RESERVE_WINDOW_NS > until)
+            until = m->last_arrival[h] + SV_RESERVE_WINDOW_NS;
+    }
+    if (!until) return 1;
+    if (retry_at && (!*retry_at || until < *retry_at)) *retry_at = until;
+    return 0;
+}
+
+/* ==================================================================
+ * Per-level niceness: a worker runs a lower level's batch at a higher nice
+ * value, so that the kernel gives the cores to the HTTP loops and to
+ * higher-level batches first. Going back down needs CAP_SYS_NICE or
+ * RLIMIT_NICE; probed once, the knob does nothing without it.
+ * ================================================================== */
+
+static atomic_int nice_ok; /* 0: not probed yet, 1: a thread may lower its nice value back, -1: may not */
+
+static void *nice_probe(void *arg) {
+    (void)arg;
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, (id_t)tid), ok = -1;
+    if (!errno && base < 19 && !setpriority(PRIO_PROCESS, (id_t)tid, base + 1) &&
+        !setpriority(PRIO_PROCESS, (id_t)tid, base))
+        ok = 1;
+    atomic_store(&nice_ok, ok);
+    return NULL; /* the probe thread ends here, nicer or not */
+}
+
+static _Thread_local int nice_worker, nice_base, nice_cur, nice_want; /* nice_want: of the batch picked */
+
+/* on a worker: its nice value becomes its start value + want (at most 19);
+ * only around the model run (never while it may hold the server lock).
+ * Probed on a throw-away thread the first time a level asks for it, so a
+ * server without `nice` never calls setpriority (a seccomp filter without
+ * @resources, as in deploy/systemd, would kill it) */
+static void worker_nice(int want) {
+    if (!nice_worker || want == nice_cur) return;
+    int ok = atomic_load_explicit(&nice_ok, memory_order_relaxed);
+    if (!ok) {
+        pthread_t pt;
+        if (!pthread_create(&pt, NULL, nice_probe, NULL)) pthread_join(pt, NULL);
+        else atomic_store(&nice_ok, -1);
+        ok = atomic_load(&nice_ok);
+        static atomic_int warned;
+        if (ok < 0 && !atomic_exchange(&warned, 1))
+            kl_log(KL_LOG_WARN, "serve", "queue policy 'nice' ignored: this process may not lower a thread's nice "
+                   "value again (needs CAP_SYS_NICE or RLIMIT_NICE, e.g. systemd LimitNICE=+0)");
+    }
+    if (ok < 0) return;
+    int v = nice_base + want > 19 ? 19 : nice_base + want;
+    if (!setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), v)) nice_cur = want;
+}
 
 static int same_shape_tail(const sv_req *a, const sv_req *b) {
     for (size_t i = 0; i < a->n_in; i++) {
@@ -260,8 +336,10 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     }
     int64_t t0 = kl_time_mono_ns();
     for (int k = 0; k < n; k++) rq[k]->t_start = t0;
+    worker_nice(nice_want);
     if (!rc) rc = sb_run(v->sess, in, v->n_in, out, v->n_out, &e);
     int64_t t1 = kl_time_mono_ns();
+    worker_nice(0);
     if (!rc && total > 0) { /* moving average (1/8) of the time per row: decides inline or worker */
         sv_model *m = v->model;
         int64_t avg = atomic_load_explicit(&m->row_ns, memory_order_relaxed), dt = (t1 - t0) / total;
@@ -309,11 +387,12 @@ static sv_req *first_of(sv_req *r, const sv_loop *lp) {
 /* lock held: the next batch to run (0 requests = nothing runnable): for a
  * worker (lp NULL) among the requests that do not run inline, for HTTP loop
  * lp among its own inline requests */
-static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_model **wait_model, int *wait_level) {
+static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_model **wait_model, int *wait_level,
+                int64_t *retry_at) {
     sv_model *best = NULL;
     sv_req *h = NULL;
     int bl = 0;
-    int64_t bt = 0;
+    int64_t bt = 0, now = kl_time_mono_ns();
     *wait_until = 0;
     for (int i = 0; i < s->nmodels; i++) {
         sv_model *m = s->models[i];
@@ -322,6 +401,9 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
         for (int l = 0; l < SV_MAX_LEVELS; l++) {
             sv_req *f = first_of(m->qhead[l], lp);
             if (!f) continue;
+            /* strict priority: when the model's top waiting level is held
+             * back by its reserve, nothing lower of the model runs either */
+            if (!lp && !sv_sched_level_may_run(m, l, now, retry_at)) break;
             if (!best || l < bl || (l == bl && f->t_enq < bt)) { best = m; bl = l; bt = f->t_enq; h = f; }
             break;
         }
@@ -330,14 +412,16 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
     int n = 1;
     rq[0] = h;
     const sv_model_cfg *c = &best->cfg;
-    if (c->dynamic_batching && c->max_batch > 0 && h->ver->batchable && h->rows > 0) {
+    int maxb = c->max_batch; /* a level may run smaller batches than the model */
+    if (c->level[bl].max_batch > 0 && c->level[bl].max_batch < maxb) maxb = c->level[bl].max_batch;
+    if (c->dynamic_batching && maxb > 0 && h->ver->batchable && h->rows > 0) {
         int64_t rows = h->rows;
         for (sv_req *r = h->next; r && n < SV_MAX_BATCH_REQS; r = r->next) {
-            if (!mine(r, lp) || (lp && est_ns(best, rows + r->rows) > s->inline_ns) || r->ver != h->ver || r->rows <= 0 || rows + r->rows > c->max_batch || !same_shape_tail(h, r)) continue;
+            if (!mine(r, lp) || (lp && est_ns(best, rows + r->rows) > s->inline_ns) || r->ver != h->ver || r->rows <= 0 || rows + r->rows > maxb || !same_shape_tail(h, r)) continue;
             rq[n++] = r;
             rows += r->rows;
         }
-        int preferred = rows >= c->max_batch;
+        int preferred = rows >= maxb;
         for (int i = 0; i < c->n_preferred; i++) preferred |= rows == c->preferred[i];
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
         /* an HTTP loop whose every connection has its request in the
@@ -352,7 +436,7 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
     }
     for (int i = 0; i < n; i++) { unqueue(s, rq[i]); rq[i]->qstate = SV_Q_RUNNING; }
     if (lp) best->inl_running++;
-    else best->running++;
+    else { best->running++; best->lrun[bl]++; }
     s->nrunning++;
     return n;
 }
@@ -362,11 +446,15 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
  * a context switch */
 static int runnable(const kl_server *s) {
     if (!s->nqueued || !s->nidle) return 0;
+    int64_t now = kl_time_mono_ns();
     for (int i = 0; i < s->nmodels; i++) {
         const sv_model *m = s->models[i];
         if (m->running >= m->cfg.instances) continue;
         for (int l = 0; l < SV_MAX_LEVELS; l++)
-            if (first_of(m->qhead[l], NULL)) return 1;
+            if (first_of(m->qhead[l], NULL)) {
+                if (sv_sched_level_may_run(m, l, now, NULL)) return 1;
+                break;
+            }
     }
     return 0;
 }
@@ -374,15 +462,27 @@ static int runnable(const kl_server *s) {
 static void *worker_main(void *arg) {
     kl_server *s = arg;
     sv_req *rq[SV_MAX_BATCH_REQS];
+    errno = 0;
+    nice_base = getpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid));
+    if (errno) nice_base = 0;
+    nice_worker = 1;
     pthread_mutex_lock(&s->lock);
     for (;;) {
         if (s->stop) break;
-        int64_t wait_until = 0;
+        int64_t wait_until = 0, retry_at = 0;
         sv_model *wm = NULL;
         int wl = 0;
-        int n = pick(s, NULL, rq, &wait_until, &wm, &wl);
+        int n = pick(s, NULL, rq, &wait_until, &wm, &wl, &retry_at);
         if (!n) {
-            if (wait_until) {
+            if (!wait_until && retry_at) {
+                /* a level held back only by its reserve's window: look
+                 * again when the window ends (an idle worker meanwhile) */
+                struct timespec ts;
+                abs_time(&ts, retry_at);
+                s->nidle++;
+                pthread_cond_timedwait(&s->qcond, &s->lock, &ts);
+                s->nidle--;
+            } else if (wait_until) {
                 struct timespec ts;
                 abs_time(&ts, wait_until);
                 s->ntimed++;
@@ -399,10 +499,13 @@ static void *worker_main(void *arg) {
         }
         if (runnable(s)) pthread_cond_signal(&s->qcond); /* more work than this batch */
         sv_model *m = rq[0]->model;
+        int lvl = rq[0]->level;
+        nice_want = m->cfg.level[lvl].nice;
         pthread_mutex_unlock(&s->lock);
         execute(s, rq, n);
         pthread_mutex_lock(&s->lock);
         m->running--;
+        m->lrun[lvl]--;
         s->nrunning--;
         pthread_cond_broadcast(&s->dcond);
         if (runnable(s)) pthread_cond_signal(&s->qcond); /* this one loops to pick too */
@@ -425,7 +528,7 @@ int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until) {
         int64_t wu = 0;
         sv_model *wm = NULL;
         int wl = 0;
-        int n = pick(s, lp, rq, &wu, &wm, &wl);
+        int n = pick(s, lp, rq, &wu, &wm, &wl, NULL);
         if (!n) { *wait_until = wu; break; }
         sv_model *m = rq[0]->model;
         pthread_mutex_unlock(&s->lock);

@@ -78,7 +78,16 @@ typedef struct {
     int allow_timeout_override; /* a request may ask for a shorter timeout */
     double rate_limit;          /* requests/s of this level; 0 = none */
     double memory_share;        /* share of the serving budget (0..1]; 1 = all */
+    int reserve_instances;      /* instances this level leaves to higher levels while they
+                                   have recent traffic (SV_RESERVE_WINDOW_NS); top level: unused */
+    int max_batch;              /* rows of a batch of this level; 0 = the model's max_batch */
+    int nice;                   /* a worker runs this level's batches this much nicer (0..19) */
 } sv_level_cfg;
+
+/* A higher level's traffic is recent while it has requests queued or
+ * running, or had one arrive within this window. */
+#define SV_RESERVE_WINDOW_NS 1000000000LL
+#define SV_RESERVE_DEFAULT 1
 
 typedef enum { SV_POLICY_LATEST, SV_POLICY_SPECIFIC, SV_POLICY_ALL } sv_policy;
 
@@ -176,6 +185,8 @@ struct sv_model {
     int qlen[SV_MAX_LEVELS];
     int64_t qrows[SV_MAX_LEVELS]; /* batch rows queued per level */
     int running;                /* batches on workers (bounded by cfg.instances) */
+    int lrun[SV_MAX_LEVELS];    /* of them, batches of each level */
+    int64_t last_arrival[SV_MAX_LEVELS]; /* monotonic ns of each level's latest request */
     int inl_running;            /* batches on HTTP loops (one per loop at most) */
     double tokens[SV_MAX_LEVELS];
     int64_t tok_ns[SV_MAX_LEVELS];
@@ -411,6 +422,12 @@ int sv_sched_submit(kl_server *s, sv_req *r);
  * that thread; its estimated compute is below s->inline_ns and it is of its
  * model's top level. The caller sets r->inl from it before submitting. */
 int sv_sched_can_inline(kl_server *s, const sv_req *r);
+/* lock held: whether a worker may start a batch of level l (0-based) of m
+ * at time now: m is below its instances and, for l > 0 while a higher level
+ * has recent traffic, fewer than instances minus level l's
+ * reserve_instances (at most instances - 1) batches of m run. When only the window keeps
+ * it back, *retry_at (if not NULL) gets when the window ends. */
+int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at);
 /* A held request whose connection closed: taken out of its queue (or left
  * alone when it has been answered meanwhile). */
 void sv_sched_cancel(kl_server *s, sv_req *r);

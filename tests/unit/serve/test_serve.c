@@ -36,6 +36,65 @@ KL_TEST(serve_cfg_parse_full) {
     KT_EQ_INT(c.latest_n, 2);
 }
 
+KL_TEST(serve_cfg_reserve_and_level_batch) {
+    sv_model_cfg c;
+    kl_err e = {0};
+    const char *y = "instances: 3\npriority_levels: 3\nmax_batch_size: 16\n"
+                    "queue_policy:\n  2: {reserve_instances: 2, max_batch_size: 2, nice: 10}\n  3: {reserve_instances: 0}\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.level[0].reserve_instances, SV_RESERVE_DEFAULT);
+    KT_EQ_INT(c.level[0].max_batch, 0);
+    KT_EQ_INT(c.level[1].reserve_instances, 2);
+    KT_EQ_INT(c.level[1].max_batch, 2);
+    KT_EQ_INT(c.level[1].nice, 10);
+    KT_EQ_INT(c.level[0].nice, 0);
+    KT_EQ_INT(c.level[2].reserve_instances, 0);
+    y = "queue_policy:\n  1: {reserve_instances: -1}\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "reserve_instances");
+    kl_err_clear(&e);
+    y = "queue_policy:\n  1: {nice: 20}\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "nice");
+    kl_err_clear(&e);
+}
+
+/* the reserve rule on a hand-built model: 3 instances, level 2 leaves 1 */
+KL_TEST(serve_sched_level_may_run_reserve) {
+    sv_model m;
+    memset(&m, 0, sizeof m);
+    sv_cfg_default(&m.cfg);
+    m.cfg.instances = 3;
+    m.cfg.levels = 3;
+    m.cfg.level[2].reserve_instances = 0;
+    int64_t now = 10 * SV_RESERVE_WINDOW_NS, at = 0;
+    /* no higher-level traffic yet: level 2 may take every instance */
+    m.running = m.lrun[1] = 2;
+    KT_CHECK(sv_sched_level_may_run(&m, 1, now, NULL));
+    /* a level-1 request arrived recently: level 2 starts no batch while 3 - 1 = 2 run */
+    m.last_arrival[0] = now - SV_RESERVE_WINDOW_NS / 2;
+    KT_CHECK(!sv_sched_level_may_run(&m, 1, now, &at));
+    KT_EQ_INT(at, m.last_arrival[0] + SV_RESERVE_WINDOW_NS); /* when to look again */
+    KT_CHECK(sv_sched_level_may_run(&m, 0, now, NULL));     /* level 1 takes the third */
+    /* level 3 reserves nothing but counts: levels >= 3 run 0 batches */
+    KT_CHECK(sv_sched_level_may_run(&m, 2, now, NULL));
+    /* the window passed: level 2 may use them all again */
+    KT_CHECK(sv_sched_level_may_run(&m, 1, now + SV_RESERVE_WINDOW_NS, NULL));
+    /* a level-1 request queued or running counts as recent whatever its age */
+    m.qlen[0] = 1;
+    KT_CHECK(!sv_sched_level_may_run(&m, 1, now + 5 * SV_RESERVE_WINDOW_NS, NULL));
+    m.qlen[0] = 0;
+    /* one level-2 batch of two: the reserve never blocks a level entirely */
+    m.running = m.lrun[1] = 0;
+    m.cfg.level[1].reserve_instances = 9;
+    KT_CHECK(sv_sched_level_may_run(&m, 1, now, NULL));
+    m.running = m.lrun[1] = 1;
+    KT_CHECK(!sv_sched_level_may_run(&m, 1, now, NULL));
+    /* never above instances, whatever the level */
+    m.running = 3;
+    KT_CHECK(!sv_sched_level_may_run(&m, 0, now, NULL));
+}
+
 KL_TEST(serve_cfg_errors_name_the_key) {
     sv_model_cfg c;
     kl_err e = {0};

@@ -9,6 +9,7 @@
 #include <keel/serve.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -83,6 +84,7 @@ static int write_relu_onnx(const char *path) {
 
 typedef struct {
     int port, prio, n, ok;
+    int *until;      /* when set: requests until *until becomes 1 (n counts them) */
     char why[256];
 } client;
 
@@ -117,7 +119,8 @@ static void *client_main(void *arg) {
         return NULL;
     }
     char body[256], req[512], resp[4096];
-    for (int i = 0; i < c->n; i++) {
+    for (int i = 0; c->until ? !__atomic_load_n(c->until, __ATOMIC_ACQUIRE) : i < c->n; i++) {
+        if (c->until) c->n = i + 1;
         /* rows: [-1, i, -3, 4] -> relu [0, i, 0, 4] */
         int bl = snprintf(body, sizeof body,
                           "{\"id\":\"c%d-%d\",\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,4],"
@@ -135,7 +138,7 @@ static void *client_main(void *arg) {
             snprintf(c->why, sizeof c->why, "request %d: %.200s", i, resp);
             break;
         }
-        c->ok++;
+        __atomic_fetch_add(&c->ok, 1, __ATOMIC_RELEASE); /* read by a waiting test while this runs */
     }
     close(fd);
     return NULL;
@@ -292,4 +295,109 @@ KL_TEST(serve_loops_balance_connections) {
     int rc = kl_server_shutdown(s, &e);
     kl_server_free(s);
     KT_EQ_INT(rc, KL_OK);
+}
+
+/* ==================================================================
+ * Reserved instances: with 2 workers and a flood of priority-2 requests
+ * (8 clients) while priority-1 traffic goes on, priority 2 never holds more
+ * than instances - reserve_instances (default 1) = 1 worker, so a
+ * priority-1 request always finds one; both levels are answered in full
+ * (without the reserve, 2 priority-2 batches at once show up most runs)
+ * ================================================================== */
+
+typedef struct {
+    kl_server *s;
+    int stop;
+    int max_low, max_all, samples;
+} lrun_watch;
+
+static void *watch_main(void *arg) {
+    lrun_watch *w = arg;
+    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&w->s->lock);
+        sv_model *m = sv_model_find(w->s, "relu");
+        if (m) {
+            if (m->lrun[1] > w->max_low) w->max_low = m->lrun[1];
+            if (m->running > w->max_all) w->max_all = m->running;
+            w->samples++;
+        }
+        pthread_mutex_unlock(&w->s->lock);
+        usleep(50);
+    }
+    return NULL;
+}
+
+/* threads of this process whose nice value (/proc/self/task/T/stat field
+ * 19) differs from the main thread's; -1 when /proc cannot be read */
+static int task_nice(const char *tid) {
+    char p[64], buf[1024];
+    snprintf(p, sizeof p, "/proc/self/task/%s/stat", tid);
+    FILE *f = fopen(p, "r");
+    if (!f) return -100;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *q = strrchr(buf, ')'); /* after the command name: field 3 on */
+    int field = 2, v = -100;
+    for (char *t = q ? strtok(q + 1, " ") : NULL; t; t = strtok(NULL, " "))
+        if (++field == 19) { v = atoi(t); break; }
+    return v;
+}
+
+static int threads_nicer_than_main(void) {
+    char self[32];
+    snprintf(self, sizeof self, "%d", (int)getpid());
+    int base = task_nice(self), n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d || base == -100) { if (d) closedir(d); return -1; }
+    for (struct dirent *de; (de = readdir(d));)
+        if (de->d_name[0] != '.' && task_nice(de->d_name) != base) n++;
+    closedir(d);
+    return n;
+}
+
+KL_TEST(serve_sched_reserve_leaves_a_worker_for_high_priority) {
+    kl_err e = {0};
+    /* level 2 also runs its batches 5 nicer (where the process may lower
+     * a thread's nice value again): after the flood no thread stays nicer */
+    const char *cfg = "priority_levels: 2\ndefault_priority: 2\ninstances: 2\nqueue_policy:\n  2: {nice: 5}\n";
+    kl_serve_opts o = {0};
+    o.workers = 2;
+    o.http_threads = 1;
+    o.inline_us = -1; /* every request on the workers */
+    kl_server *s = relu_server("repo4", cfg, o, &e);
+    KT_CHECKF(s, "relu server: %s", e.msg);
+    int stop = 0;
+    client hi = {.port = kl_server_port(s), .prio = 1, .until = &stop}, lo[8];
+    pthread_t th, tl[8], tw;
+    lrun_watch w = {.s = s};
+    pthread_create(&th, NULL, client_main, &hi);
+    for (int i = 0; i < 5000 && !__atomic_load_n(&hi.ok, __ATOMIC_ACQUIRE); i++) usleep(1000); /* priority 1 is recent */
+    pthread_create(&tw, NULL, watch_main, &w);
+    for (int i = 0; i < 8; i++) {
+        memset(&lo[i], 0, sizeof lo[i]);
+        lo[i].port = kl_server_port(s);
+        lo[i].prio = 2;
+        lo[i].n = 100;
+        pthread_create(&tl[i], NULL, client_main, &lo[i]);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(tl[i], NULL);
+    __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(tw, NULL);
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    /* priority 2 alone at the end: a worker's last run was a nicer one */
+    client last = {.port = kl_server_port(s), .prio = 2, .n = 20};
+    client_main(&last);
+    int nicer = threads_nicer_than_main();
+    int rc = kl_server_shutdown(s, &e);
+    kl_server_free(s);
+    KT_EQ_INT(rc, KL_OK);
+    for (int i = 0; i < 8; i++)
+        KT_CHECKF(lo[i].ok == lo[i].n, "low client %d: %d of %d answered: %s", i, lo[i].ok, lo[i].n, lo[i].why);
+    KT_CHECKF(hi.ok == hi.n && hi.n > 0, "high client: %d of %d answered: %s", hi.ok, hi.n, hi.why);
+    KT_CHECKF(last.ok == last.n, "last low client: %d of %d answered: %s", last.ok, last.n, last.why);
+    KT_CHECKF(nicer == 0, "%d threads still nicer than the main thread after the flood", nicer);
+    KT_CHECKF(w.samples > 0 && w.max_low == 1, "priority-2 batches at once: at most %d (want 1) in %d samples", w.max_low,
+              w.samples);
 }
