@@ -287,6 +287,17 @@ void kl_global_maxpool_f32(int64_t N, int64_t C, int64_t S, const float *x, floa
  * zero (windows never lie wholly in the padding: kl_pooling_prepare). */
 void kl_nchwc_maxpool_f32(const kl_pooling_params *p, const float *x, float *y, kl_pool *pool);
 void kl_nchwc_avgpool_f32(const kl_pooling_params *p, const float *x, float *y, kl_pool *pool);
+/* Conv then max pooling, fused (the conv's output never goes to memory):
+ * q pools p's output (q->in == p->out, q prepared by kl_pooling_prepare),
+ * y (N, ceil(M/16), q->out[0], q->out[1], 16); the same bits as
+ * kl_nchwc_conv_f32 then kl_nchwc_maxpool_f32. _ok: p takes the direct
+ * kernel (dense, not 1x1, not a Winograd 3x3), no residual; q 2-D, no
+ * dilation, ceil_mode 0, stride <= kernel <= 8, pads < kernel. ws:
+ * kl_nchwc_conv_maxpool_workspace_bytes (thread-count independent) or NULL. */
+int kl_nchwc_conv_maxpool_ok(const kl_conv_params *p, const kl_pooling_params *q);
+size_t kl_nchwc_conv_maxpool_workspace_bytes(const kl_conv_params *p, const kl_pooling_params *q);
+int kl_nchwc_conv_maxpool_f32(const kl_conv_params *p, int plain_input, const kl_pooling_params *q, const float *x,
+                              const float *bias, float *y, void *ws, kl_pool *pool, kl_err *e);
 /* x (N, ceil(C/16), S, 16) -> y (N, ceil(C/16), 16): the mean over S. */
 void kl_nchwc_global_avgpool_f32(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);
 

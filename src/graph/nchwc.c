@@ -8,7 +8,10 @@
  * tensors. keel::ReorderInput goes in front of a conv whose input is plain
  * (except a first conv with fewer than 16 channels, which reads NCHW itself:
  * plain_input=1), keel::ReorderOutput in front of every other consumer of a
- * blocked value and of graph outputs (which keep their names). Shapes are
+ * blocked value and of graph outputs (which keep their names). A MaxPool
+ * right after a direct-kernel NchwcConv (ResNet's stem) moves into it
+ * (_pool_* attributes: kl_nchwc_conv_maxpool_f32; KEEL_NCHWC_POOL_FUSE=0
+ * keeps it separate). Shapes are
  * left to the planner, so symbolic batch sizes work as before.
  * Off when kl_nchwc_ok() is 0 (no AVX-512F, KEEL_NO_AVX512=1 or
  * KEEL_NO_NCHWC=1). Training graphs never reach it (the trainer does not call
@@ -19,6 +22,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* KEEL_NCHWC_POOL_FUSE=0: keep max pools after convs separate (A/B runs). */
+static int getenv_fuse_off(void) {
+    const char *v = getenv("KEEL_NCHWC_POOL_FUSE");
+    return v && !strcmp(v, "0");
+}
 
 typedef struct {
     kl_graph *g;
@@ -148,6 +157,60 @@ static int pool_candidate(const kl_gnode *n) {
     return 1;
 }
 
+/* MaxPool node i reading blocked value x: the NchwcConv producing x when
+ * the pool can run inside it (kl_nchwc_conv_maxpool_f32): x read by the
+ * pool only, not a graph output, no residual, a conv on the direct kernel
+ * (not 1x1, not a 3x3 stride-1 one: Winograd), a 2-D pool without
+ * dilation, ceil mode or auto_pad, stride <= kernel <= 8, pads < kernel.
+ * -1 otherwise. Shapes are checked again at run time (the op falls back to
+ * the conv and the pool one after the other). */
+static int fusable_conv(const kl_graph *g, int i, int x) {
+    const kl_gnode *pn = &g->nodes[i];
+    if (!kl__is_onnx_op(pn, "MaxPool") || g->values[x].is_output || getenv_fuse_off()) return -1;
+    const kl_attr *ks = kl_gnode_attr(pn, "kernel_shape"), *st = kl_gnode_attr(pn, "strides"), *dl = kl_gnode_attr(pn, "dilations"),
+                  *pd = kl_gnode_attr(pn, "pads");
+    if (!ks || ks->n != 2 || (st && st->n != 2) || (pd && pd->n != 4) || (dl && dl->n != 2)) return -1;
+    if (kl_gnode_attr_int(pn, "ceil_mode", 0) || strcmp(kl_gnode_attr_str(pn, "auto_pad", "NOTSET"), "NOTSET")) return -1;
+    for (int d = 0; d < 2; d++) {
+        int64_t k = ks->ints[d], s = st ? st->ints[d] : 1;
+        if ((dl && dl->ints[d] != 1) || s < 1 || s > k || k > 8) return -1;
+        if (pd && (pd->ints[d] < 0 || pd->ints[d] >= k || pd->ints[d + 2] < 0 || pd->ints[d + 2] >= k)) return -1;
+    }
+    int prod = -1, uses = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const kl_gnode *n = &g->nodes[j];
+        if (n->dead) continue;
+        if (n->n_out >= 1 && n->outputs[0] == x) prod = j;
+        for (int k = 0; k < n->n_in; k++) uses += n->inputs[k] == x;
+    }
+    if (prod < 0 || uses != 1) return -1;
+    const kl_gnode *c = &g->nodes[prod];
+    if (strcmp(c->op_type, "NchwcConv") || strcmp(c->domain, "keel") || (c->n_in > 3 && c->inputs[3] >= 0)) return -1;
+    if (kl_gnode_attr_int(c, "group", 1) != 1) return -1;
+    const kl_tensor *W = kl__init_of(g, c->inputs[1]);
+    if (!W || W->rank != 4) return -1;
+    const kl_attr *cst = kl_gnode_attr(c, "strides"), *cdl = kl_gnode_attr(c, "dilations");
+    int s1 = 1;
+    for (int d = 0; d < 2; d++) s1 = s1 && (!cst || cst->ints[d] == 1) && (!cdl || cdl->ints[d] == 1);
+    if (W->dims[2] == 1 && W->dims[3] == 1) return -1;
+    if (W->dims[2] == 3 && W->dims[3] == 3 && s1) return -1;
+    return prod;
+}
+
+/* Moves MaxPool i into conv j (attrs _pool_*), j now writing the pool's output. */
+static int fuse_pool(kl_graph *g, int i, int j) {
+    kl_gnode *pn = &g->nodes[i], *c = &g->nodes[j];
+    const kl_attr *ks = kl_gnode_attr(pn, "kernel_shape"), *st = kl_gnode_attr(pn, "strides"), *pd = kl_gnode_attr(pn, "pads");
+    int64_t v[8] = {ks->ints[0], ks->ints[1], st ? st->ints[0] : 1, st ? st->ints[1] : 1, pd ? pd->ints[0] : 0, pd ? pd->ints[1] : 0,
+                    pd ? pd->ints[2] : 0, pd ? pd->ints[3] : 0};
+    static const char *const names[8] = {"_pool_kh", "_pool_kw", "_pool_sh", "_pool_sw", "_pool_pt", "_pool_pl", "_pool_pb", "_pool_pr"};
+    for (int k = 0; k < 8; k++)
+        if (kl__set_int_attr(c, names[k], v[k])) return KL_ENOMEM;
+    c->outputs[0] = pn->outputs[0];
+    pn->dead = 1;
+    return KL_OK;
+}
+
 static int rename_op(kl_gnode *n, const char *op) {
     char *t = strdup(op);
     if (!t) return KL_ENOMEM;
@@ -211,6 +274,13 @@ int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e) {
             else if (kl__is_onnx_op(n, "Add") && n->n_in == 2 && n->n_out == 1 && n->inputs[1] >= 0 && c.chans[n->inputs[1]] == cx &&
                      kl_gnode_attr_int(n, "_act", 0) <= 1)
                 pass = 1;
+            int j = to && !strcmp(to, "NchwcMaxPool") ? fusable_conv(g, i, x) : -1;
+            if (j >= 0) { /* the conv pools its own output */
+                if ((rc = fuse_pool(g, i, j))) goto done;
+                if ((rc = mark_blocked_output(&c, j, cx))) goto done;
+                (*changed)++;
+                continue;
+            }
             if (to || pass) {
                 if (to) {
                     if (rename_op(n, to)) { rc = KL_ENOMEM; goto done; }

@@ -130,12 +130,57 @@ static int nconv_shape(kl_gnode *n, const kl_conv_params *p, const kl_tensor *R,
 /* workspace layout: [conv ws][packed weights when not prepacked][conv result when R broadcasts] */
 static size_t a64(size_t x) { return (x + 63) & ~(size_t)63; }
 
+/* A max pooling fused by the NCHWc pass (_pool_kh > 0): q over the conv's
+ * output; *fuse: the fused kernel runs (kl_nchwc_conv_maxpool_f32), else the
+ * conv writes its output to the workspace and kl_nchwc_maxpool_f32 pools it
+ * (batch 1, where the conv output stays in the caches anyway and the
+ * separate pool was as fast: the same bits either way). */
+static int npool_fused(kl_gnode *n, const kl_conv_params *p, kl_pooling_params *q, int *fuse, kl_err *e) {
+    *fuse = 0;
+    if (kl_gnode_attr_int(n, "_pool_kh", 0) <= 0) return 0;
+    memset(q, 0, sizeof *q);
+    q->nsp = 2;
+    q->N = p->N;
+    q->C = p->M;
+    static const char *const ka[2] = {"_pool_kh", "_pool_kw"}, *const sa[2] = {"_pool_sh", "_pool_sw"},
+                             *const pb[2] = {"_pool_pt", "_pool_pl"}, *const pe[2] = {"_pool_pb", "_pool_pr"};
+    for (int i = 0; i < 2; i++) {
+        q->in[i] = p->out[i];
+        q->k[i] = kl_gnode_attr_int(n, ka[i], 1);
+        q->stride[i] = kl_gnode_attr_int(n, sa[i], 1);
+        q->dilation[i] = 1;
+        q->pad_begin[i] = kl_gnode_attr_int(n, pb[i], 0);
+        q->pad_end[i] = kl_gnode_attr_int(n, pe[i], 0);
+        if (q->k[i] <= 0 || q->stride[i] <= 0) return kl__fail_node(e, n, KL_EINVAL, "fused pool: kernel/strides must be positive");
+    }
+    int rc;
+    if ((rc = kl_pooling_prepare(q, e))) {
+        char m[600];
+        snprintf(m, sizeof m, "%s", e ? e->msg : "");
+        return kl__fail_node(e, n, rc, "fused pool: %s", m);
+    }
+    *fuse = p->N > 1 && kl_nchwc_conv_maxpool_ok(p, q);
+    return 1;
+}
+
 static int nconv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl_conv_params p;
     int rc, plain, same;
     if ((rc = nconv_params(n, in, n_in, &p, &plain, e))) return rc;
     int64_t d[5];
     if ((rc = nconv_shape(n, &p, n_in > 3 ? in[3] : NULL, d, &same, e))) return rc;
+    kl_pooling_params q;
+    int fuse, pooled = npool_fused(n, &p, &q, &fuse, e);
+    if (pooled < 0) return pooled;
+    if (pooled) {
+        if (!same) return kl__fail_node(e, n, KL_EINVAL, "fused pool with a broadcast residual");
+        int64_t pd[5] = {p.N, cblocks(p.M), q.out[0], q.out[1], KL_NCHWC};
+        kl__set_shape(&out[0], KL_F32, 5, pd);
+        if (fuse) *ws = a64(kl_nchwc_conv_maxpool_workspace_bytes(&p, &q));
+        else *ws = a64(kl_nchwc_conv_workspace_bytes(&p, plain)) + a64((size_t)(p.N * cblocks(p.M) * p.out[0] * p.out[1] * KL_NCHWC) * sizeof(float));
+        if (!n->priv) *ws += a64(kl_nchwc_conv_packed_floats(&p) * sizeof(float));
+        return KL_OK;
+    }
     kl__set_shape(&out[0], KL_F32, 5, d);
     *ws = a64(kl_nchwc_conv_workspace_bytes(&p, plain));
     if (!n->priv) *ws += a64(kl_nchwc_conv_packed_floats(&p) * sizeof(float));
@@ -150,7 +195,10 @@ static int nconv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *con
     const kl_tensor *R = n_in > 3 ? in[3] : NULL;
     int64_t d[5];
     if ((rc = nconv_shape(n, &p, R, d, &same, e))) return rc;
-    size_t cw = kl_nchwc_conv_workspace_bytes(&p, plain);
+    kl_pooling_params q;
+    int fuse, pooled = npool_fused(n, &p, &q, &fuse, e);
+    if (pooled < 0) return pooled;
+    size_t cw = fuse ? kl_nchwc_conv_maxpool_workspace_bytes(&p, &q) : kl_nchwc_conv_workspace_bytes(&p, plain);
     char *ws = x->ws, *rest = ws + a64(cw);
     if (!n->priv) { /* not prepacked (a graph built without kl_graph_optimize's prepack) */
         float *pk = (float *)rest;
@@ -159,6 +207,14 @@ static int nconv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *con
         rest += a64(kl_nchwc_conv_packed_floats(&p) * sizeof(float));
     }
     const float *bias = n_in > 2 && in[2] ? in[2]->data : NULL;
+    if (pooled) {
+        if (!same || R) return kl__fail_node(e, n, KL_EINVAL, "fused pool with a residual");
+        if (fuse) return kl_nchwc_conv_maxpool_f32(&p, plain, &q, in[0]->data, bias, out[0]->data, cw ? ws : NULL, x->pool, e);
+        float *tmp = (float *)rest; /* the conv's output, then the pool */
+        if ((rc = kl_nchwc_conv_f32(&p, plain, in[0]->data, bias, tmp, cw ? ws : NULL, x->pool, e))) return rc;
+        kl_nchwc_maxpool_f32(&q, tmp, out[0]->data, x->pool);
+        return KL_OK;
+    }
     if (same) {
         p.residual = R ? R->data : NULL;
         return kl_nchwc_conv_f32(&p, plain, in[0]->data, bias, out[0]->data, cw ? ws : NULL, x->pool, e);
@@ -277,7 +333,8 @@ static int ngap_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 static const char *const no_attrs[] = {NULL};
 static const char *const a_rout[] = {"channels", NULL};
 static const char *const a_nconv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "_act", "_act_a", "_act_b",
-                                      "plain_input", NULL};
+                                      "plain_input", "_pool_kh", "_pool_kw", "_pool_sh", "_pool_sw", "_pool_pt", "_pool_pl",
+                                      "_pool_pb", "_pool_pr", NULL};
 static const char *const a_npool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides",
                                       "storage_order", NULL};
 

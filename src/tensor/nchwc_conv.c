@@ -31,6 +31,7 @@
 #include "keel/tensor.h"
 #include "tensor_int.h"
 
+#include <math.h>
 #include <string.h>
 
 #define BLK KL_NCHWC
@@ -380,6 +381,12 @@ typedef struct {
     int64_t CB, MB, ngroups, cchunk;
     int stream;
     int var;
+    /* fused max pooling (kl_nchwc_conv_maxpool_f32): conv rows go to a ring
+     * of ring_k rows per chunk ([block][ring_k][OW][16]), the pool reads them */
+    const kl_pooling_params *q;
+    int64_t ring_k;
+    size_t ring_floats;
+    float *rings;
 } gctx;
 
 /* Valid tap range [t0, t1) of output coordinate o: o * s - pad + t * d in [0, n). */
@@ -402,7 +409,7 @@ static void group_blocks(const gctx *g, int64_t grp, int64_t *ob0, int64_t *fb) 
 /* Output rows [oy0, oy1) of image n for channel-block group grp; pf_next:
  * the caller runs the next group (grp + 1, or group 0 of the next image)
  * right after, so its first chunk's weights are prefetched during the last. */
-static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int64_t oy1, int pf_next) {
+static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int64_t oy1, int pf_next, float *ring) {
     const kl_conv_params *p = g->p;
     int64_t fb, ob0;
     group_blocks(g, grp, &ob0, &fb);
@@ -421,11 +428,11 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
     a.ws_cb = KH * KW * a.ws_kw;
     a.ws_ob = g->CB * a.ws_cb;
     a.ws_kh = KW * a.ws_kw;
-    a.ys_ob = OH * OW * BLK;
+    a.ys_ob = (ring ? g->ring_k : OH) * OW * BLK;
     a.mleft = p->M - ob0 * BLK;
     a.act = p->act;
     a.bias = g->bias ? g->bias + ob0 * BLK : NULL;
-    a.stream = g->stream;
+    a.stream = ring ? 0 : g->stream;
     const tile_fn *tf = tiles[g->var][fb - 1];
     const gtile_fn *gf = gtiles[g->plain][fb - 1];
     int ntm = nt_max[fb], gather = KH * KW <= GMAX_TAPS;
@@ -436,7 +443,9 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
     ga.tab = tab;
     ga.tw = tw;
     int64_t xpos = g->plain ? 1 : BLK; /* floats per input position */
-    float *yitem = g->y + (n * g->MB + ob0) * OH * OW * BLK;
+    float *yitem = ring ? ring : g->y + (n * g->MB + ob0) * OH * OW * BLK;
+    int64_t rk = ring ? g->ring_k : 0;
+#define YAT(oy, ox) (yitem + ((rk ? (oy) % rk : (oy)) * OW + (ox)) * BLK)
     const float *ritem = p->residual ? p->residual + (n * g->MB + ob0) * OH * OW * BLK : NULL;
     for (int64_t cb0 = 0; cb0 < g->CB; cb0 += g->cchunk) {
         a.ncb = KL_MIN(g->cchunk, g->CB - cb0);
@@ -505,7 +514,7 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
                             int64_t nt = L / nti + (t < L % nti);
                             int64_t ix = a.nkw > 0 ? ox * sw - pw + kw0 * dw : 0;
                             a.x = xn + (iy * W + ix) * xpos;
-                            a.y = yitem + (oy * OW + ox) * BLK;
+                            a.y = YAT(oy, ox);
                             a.res = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
                             a.pf = pf_base ? pf_base + pfo * 64 : NULL;
                             a.pf_n = KL_MIN(pf_total - pfo, PF_LINES * a.ncb * a.nkh * a.nkw);
@@ -531,7 +540,7 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
                     int64_t nt = P / nti + (t < P % nti);
                     for (int64_t j = 0; j < nt; j++, i++) {
                         int64_t oy = ra + i / L, ox = ca + i % L;
-                        ga.yp[j] = yitem + (oy * OW + ox) * BLK;
+                        ga.yp[j] = YAT(oy, ox);
                         ga.rp[j] = ritem ? ritem + (oy * OW + ox) * BLK : NULL;
                         int64_t u = 0;
                         for (int64_t kh = kh0; kh < kh1; kh++)
@@ -551,6 +560,8 @@ static void general_rows(const gctx *g, int64_t n, int64_t grp, int64_t oy0, int
     }
 }
 
+#undef YAT
+
 static void general_range(void *ctx, size_t b, size_t e, int chunk) {
     /* Work items are output rows (n, grp, oy); a chunk's consecutive rows of
      * one (n, grp) run together so the weights of a channel chunk are
@@ -562,7 +573,7 @@ static void general_range(void *ctx, size_t b, size_t e, int chunk) {
     int64_t OH = g->p->out[0];
     for (int64_t i = (int64_t)b; i < (int64_t)e;) {
         int64_t ng = i / OH, oy0 = i % OH, oy1 = KL_MIN(OH, oy0 + ((int64_t)e - i));
-        general_rows(g, ng / g->ngroups, ng % g->ngroups, oy0, oy1, i + (oy1 - oy0) < (int64_t)e);
+        general_rows(g, ng / g->ngroups, ng % g->ngroups, oy0, oy1, i + (oy1 - oy0) < (int64_t)e, NULL);
         i += oy1 - oy0;
     }
     if (g->stream) _mm_sfence(); /* streamed stores visible before the pool's join */
@@ -588,6 +599,128 @@ static int general_conv(const kl_conv_params *p, int plain, const float *x, cons
     else if (plain && sw == 2) g.var = 2;
     else g.var = 3;
     kl_pool_parallel_for(pool, (size_t)(p->N * g.ngroups * OH), 1, general_range, &g);
+    return KL_OK;
+}
+
+/* ==================================================================
+ * Conv + max pooling fused
+ * ================================================================== */
+
+/* Work items: pooled rows (image, group, pooled row). A chunk's run of
+ * pooled rows of one (image, group) computes the conv rows they need once,
+ * in order, into its ring (a row shared by two chunks is computed by both,
+ * with the same bits), and pools each pooled row as soon as its last conv
+ * row is there: the conv output never goes to memory (ResNet's stem: 3.2 MB
+ * per image written and read back by the pool). Max over the window in
+ * (row, column) order from -inf, as kl_nchwc_maxpool_f32. */
+__attribute__((target("avx512f"))) static void pool_row(const gctx *g, const float *ring, int64_t n, int64_t ob0,
+                                                         int64_t fb, int64_t py) {
+    const kl_pooling_params *q = g->q;
+    int64_t OW = g->p->out[1], OH = g->p->out[0], PH = q->out[0], PW = q->out[1];
+    int64_t ra = KL_MAX(0, py * q->stride[0] - q->pad_begin[0]), rb = KL_MIN(OH, py * q->stride[0] - q->pad_begin[0] + q->k[0]);
+    for (int64_t f = 0; f < fb; f++) {
+        const float *rf = ring + f * g->ring_k * OW * BLK;
+        float *y = g->y + (((n * g->MB + ob0 + f) * PH + py) * PW) * BLK;
+        for (int64_t px = 0; px < PW; px++) {
+            int64_t bx = px * q->stride[1] - q->pad_begin[1];
+            int64_t ca = KL_MAX(0, bx), cb = KL_MIN(OW, bx + q->k[1]);
+            __m512 acc = _mm512_set1_ps(-INFINITY);
+            for (int64_t r = ra; r < rb; r++) {
+                const float *row = rf + (r % g->ring_k) * OW * BLK;
+                for (int64_t cx = ca; cx < cb; cx++) acc = _mm512_max_ps(acc, _mm512_loadu_ps(row + cx * BLK));
+            }
+            _mm512_storeu_ps(y + px * BLK, acc);
+        }
+    }
+}
+
+static void pool_rows(const gctx *g, int64_t n, int64_t grp, int64_t py0, int64_t py1, float *ring) {
+    const kl_pooling_params *q = g->q;
+    int64_t OH = g->p->out[0], fb, ob0;
+    group_blocks(g, grp, &ob0, &fb);
+    int64_t next = KL_MAX(0, py0 * q->stride[0] - q->pad_begin[0]);
+    for (int64_t py = py0; py < py1; py++) {
+        int64_t ra = KL_MAX(0, py * q->stride[0] - q->pad_begin[0]);
+        int64_t rb = KL_MIN(OH, py * q->stride[0] - q->pad_begin[0] + q->k[0]);
+        if (rb > next) { /* as many rows as the ring holds above the first one still needed */
+            int64_t re = KL_MIN(OH, ra + g->ring_k);
+            if (py + 1 == py1) re = rb; /* the chunk's last pooled row: no more */
+            general_rows(g, n, grp, next, re, 0, ring);
+            next = re;
+        }
+        pool_row(g, ring, n, ob0, fb, py);
+    }
+}
+
+static void pool_range(void *ctx, size_t b, size_t e, int chunk) {
+    const gctx *g = (const gctx *)ctx;
+    int64_t PH = g->q->out[0];
+    float *ring = g->rings + (size_t)chunk * g->ring_floats;
+    for (int64_t i = (int64_t)b; i < (int64_t)e;) {
+        int64_t ng = i / PH, py0 = i % PH, py1 = KL_MIN(PH, py0 + ((int64_t)e - i));
+        pool_rows(g, ng / g->ngroups, ng % g->ngroups, py0, py1, ring);
+        i += py1 - py0;
+    }
+}
+
+/* Ring slots the workspace holds (more chunks allocate their own; a
+ * variable so the unit test can lower it). */
+int kl__nchwc_pool_slots = 4;
+
+int kl_nchwc_conv_maxpool_ok(const kl_conv_params *p, const kl_pooling_params *q) {
+    if (!p || !q || !kl_nchwc_conv_packed_floats(p) || !is_dense(p) || kl__nchwc_pw_ok(p) || kl__nchwc_wino_ok(p)) return 0;
+    if (p->residual || q->nsp != 2 || q->ceil_mode || q->in[0] != p->out[0] || q->in[1] != p->out[1]) return 0;
+    for (int i = 0; i < 2; i++)
+        if (q->dilation[i] != 1 || q->stride[i] < 1 || q->stride[i] > q->k[i] || q->k[i] > 8 || q->pad_begin[i] < 0 ||
+            q->pad_begin[i] >= q->k[i] || q->pad_end[i] < 0 || q->pad_end[i] >= q->k[i] || q->out[i] <= 0)
+            return 0;
+    return 1;
+}
+
+/* Conv rows a ring holds: the pool window and RING_EXTRA more, so the
+ * direct kernel runs several rows per call (tiles over more rows at the
+ * borders, input prefetch of the next row). */
+#define RING_EXTRA 4
+static int64_t ring_rows(const kl_pooling_params *q) { return q->k[0] + RING_EXTRA; }
+static size_t ring_floats(const kl_conv_params *p, const kl_pooling_params *q) {
+    return (size_t)(FBMAX * BLK * ring_rows(q) * p->out[1]);
+}
+
+size_t kl_nchwc_conv_maxpool_workspace_bytes(const kl_conv_params *p, const kl_pooling_params *q) {
+    return kl_nchwc_conv_maxpool_ok(p, q) ? (size_t)kl__nchwc_pool_slots * ring_floats(p, q) * sizeof(float) + 64 : 0;
+}
+
+int kl_nchwc_conv_maxpool_f32(const kl_conv_params *p, int plain_input, const kl_pooling_params *q, const float *x,
+                              const float *bias, float *y, void *ws, kl_pool *pool, kl_err *e) {
+    if (!p || !q || !x || !y) return kl_err_set(e, KL_EINVAL, "nchwc conv+maxpool: NULL argument");
+    if (!kl_nchwc_conv_maxpool_ok(p, q)) return kl_err_set(e, KL_EUNSUPPORTED, "nchwc conv+maxpool: not supported for this conv and pool");
+    if (!p->packed_w) return kl_err_set(e, KL_EINVAL, "nchwc conv+maxpool: weights not packed (p->packed_w NULL)");
+    if (p->N <= 0) return KL_OK;
+    gctx g;
+    memset(&g, 0, sizeof g);
+    g.p = p; g.plain = plain_input; g.x = x; g.bias = bias; g.y = y; g.q = q;
+    g.CB = (p->C + BLK - 1) / BLK;
+    g.MB = (p->M + BLK - 1) / BLK;
+    g.ngroups = (g.MB + FBMAX - 1) / FBMAX;
+    g.cchunk = KL_MAX(1, L2_BUDGET / (FBMAX * p->k[0] * p->k[1] * BLK * BLK * (int64_t)sizeof(float)));
+    int64_t sw = p->stride[1];
+    if (!plain_input && sw == 1) g.var = 0;
+    else if (!plain_input && sw == 2) g.var = 1;
+    else if (plain_input && sw == 2) g.var = 2;
+    else g.var = 3;
+    g.ring_k = ring_rows(q);
+    g.ring_floats = ring_floats(p, q);
+    size_t items = (size_t)(p->N * g.ngroups * q->out[0]);
+    int nch = kl_pool_chunks(pool, items, 1);
+    void *own = NULL;
+    if (!ws || nch > kl__nchwc_pool_slots) {
+        if (!(own = kl_mem_alloc_e((size_t)nch * g.ring_floats * sizeof(float) + 64, KL_TAG_WORKSPACE, e)))
+            return e ? e->code : KL_ENOMEM;
+        ws = own;
+    }
+    g.rings = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    kl_pool_parallel_for(pool, items, 1, pool_range, &g);
+    kl_mem_free(own);
     return KL_OK;
 }
 

@@ -250,6 +250,9 @@ kl__nchwc_fma_cblocks(__m512 acc[4][12], const float *x, int64_t xcs, const int 
  * auto, 0 never, 1 always). _workspace_bytes: from p's prepared shape.
  * U: the packed weights. Deterministic at any thread count. */
 extern int kl__nchwc_wino_force;
+/* Slots of V + Mt kl__nchwc_wino_workspace_bytes provides in slot mode
+ * (more chunks allocate their own; tests lower it). */
+extern int kl__nchwc_wino_slots;
 int kl__nchwc_wino_ok(const kl_conv_params *p);
 size_t kl__nchwc_wino_packed_floats(const kl_conv_params *p);
 void kl__nchwc_wino_pack(const kl_conv_params *p, const float *w, float *dst);

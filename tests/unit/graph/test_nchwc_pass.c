@@ -8,7 +8,8 @@
  * output's largest magnitude (the blocked kernels sum the input channels in
  * another order than im2col + GEMM: float rounding only, ~1e-6 per layer),
  * at two batch sizes of one graph (symbolic batch), and be bit-identical at
- * 1 and 2 threads. Without AVX-512F (or KEEL_NO_AVX512=1) the pass must
+ * 1 and 2 threads (and a 7x7/2 stem whose MaxPool the pass fuses into it).
+ * Without AVX-512F (or KEEL_NO_AVX512=1) the pass must
  * leave the graph alone. */
 #include "../harness.h"
 
@@ -347,4 +348,85 @@ KL_TEST(graph_nchwc_pass_attrs) {
     kl_tensor_free(x);
     kl_graph_free(gs[0]);
     kl_graph_free(gs[1]);
+}
+
+/* A 7x7/2 stem conv (+ Relu) -> MaxPool 3x3/2 pad 1 -> conv: the pool moves
+ * into the stem (_pool_* attributes, no NchwcMaxPool) unless
+ * KEEL_NCHWC_POOL_FUSE=0 or the conv's output has another consumer (here a
+ * second graph output); fused and separate give the same bits at batch 1
+ * (the op runs conv then pool) and 3 (the fused kernel), 1 and 2 threads,
+ * and match NCHW within 1e-4. */
+static kl_graph *build_stem(int second_use) {
+    kl_graph *g;
+    kl_graph_new(&g, NULL);
+    g->opset = 17;
+    rs = 0x2545f4914f6cdd1dull;
+    int x = graph_io(g, "x", 0);
+    g->values[x].dtype = KL_F32;
+    g->values[x].rank = 4;
+    int64_t xd[4] = {-1, 3, 37, 30};
+    memcpy(g->values[x].dims, xd, sizeof xd);
+    g->values[x].dim_names[0] = strdup("batch");
+    conv(g, "x", "c1", 3, 20, 7, 2);
+    node(g, "Relu", "c1", "r1");
+    int mp = node(g, "MaxPool", "r1", "p1");
+    int64_t k3[2] = {3, 3}, s2[2] = {2, 2}, p1[4] = {1, 1, 1, 1};
+    ints(g, mp, "kernel_shape", 2, k3);
+    ints(g, mp, "strides", 2, s2);
+    ints(g, mp, "pads", 4, p1);
+    conv(g, "p1", "y", 20, 24, 3, 1);
+    graph_io(g, "y", 1);
+    if (second_use) graph_io(g, "r1", 1);
+    return g;
+}
+
+static kl_graph *stem_mode(int second_use, int blocked, const char *fuse, kl_err *e) {
+    kl_graph *g = build_stem(second_use);
+    if (fuse) setenv("KEEL_NCHWC_POOL_FUSE", fuse, 1);
+    else unsetenv("KEEL_NCHWC_POOL_FUSE");
+    int rc = optimize_mode(g, blocked, e);
+    unsetenv("KEEL_NCHWC_POOL_FUSE");
+    if (rc) { kl_graph_free(g); return NULL; }
+    return g;
+}
+
+KL_TEST(graph_nchwc_pass_stem_pool) {
+    kl_err e = {0};
+    kl_graph *gf = stem_mode(0, 1, NULL, &e), *gs = stem_mode(0, 1, "0", &e), *gp = stem_mode(0, 0, NULL, &e);
+    kl_graph *g2 = stem_mode(1, 1, NULL, &e);
+    KT_CHECK(gf && gs && gp && g2);
+    if (!gf || !gs || !gp || !g2) return;
+    if (nchwc_possible()) {
+        KT_EQ_INT(count_op(gf, "NchwcMaxPool"), 0);
+        KT_EQ_INT(count_op(gf, "MaxPool"), 0);
+        int fused = 0;
+        for (int i = 0; i < gf->n_nodes; i++)
+            if (!gf->nodes[i].dead && !strcmp(gf->nodes[i].op_type, "NchwcConv")) fused += kl_gnode_attr_int(&gf->nodes[i], "_pool_kh", 0) == 3;
+        KT_EQ_INT(fused, 1);
+        KT_EQ_INT(count_op(gs, "NchwcMaxPool"), 1);
+        KT_EQ_INT(count_op(g2, "NchwcMaxPool"), 1); /* r1 is also a graph output */
+    }
+    for (int64_t N = 1; N <= 3; N += 2) {
+        int64_t xd[4] = {N, 3, 37, 30};
+        kl_tensor *x;
+        KT_OK(kl_tensor_new(KL_F32, 4, xd, KL_TAG_OTHER, &x, &e), &e);
+        for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = frand();
+        kl_tensor *f1[2] = {0}, *f2[2] = {0}, *s1[2] = {0}, *p[2] = {0};
+        KT_OK(run(gf, x, 1, f1, &e), &e);
+        KT_OK(run(gf, x, 2, f2, &e), &e);
+        KT_OK(run(gs, x, 1, s1, &e), &e);
+        KT_OK(run(gp, x, 1, p, &e), &e);
+        KT_CHECK(f1[0] && f2[0] && s1[0] && p[0]);
+        if (f1[0] && f2[0] && s1[0] && p[0]) {
+            KT_CHECK(f1[0]->nbytes == s1[0]->nbytes && !memcmp(f1[0]->data, s1[0]->data, s1[0]->nbytes));
+            KT_CHECK(!memcmp(f1[0]->data, f2[0]->data, f1[0]->nbytes));
+            double r = rel_err(f1[0], p[0]);
+            KT_CHECKF(r <= 1e-4, "batch %lld: relative error %g vs NCHW", (long long)N, r);
+            KT_EQ_INT((int)f1[0]->dims[2], 10);
+            KT_EQ_INT((int)f1[0]->dims[3], 8);
+        }
+        kl_tensor_free(f1[0]); kl_tensor_free(f2[0]); kl_tensor_free(s1[0]); kl_tensor_free(p[0]);
+        kl_tensor_free(x);
+    }
+    kl_graph_free(gf); kl_graph_free(gs); kl_graph_free(gp); kl_graph_free(g2);
 }

@@ -4,7 +4,7 @@
  * C, M in {3, 16, 24, 64, 70}, H/W in {1, 2, 5, 7, 8, 14, 15}, pads 0 / 1 /
  * asymmetric, batch 1 and 3, bias, residual and every activation kind;
  * padding lanes of y exactly 0, and bit-identical results with 1, 2 and 3
- * threads. Also: which convs get the Winograd form, the automatic choice,
+ * threads (and with a one-slot workspace: slot mode's own allocation). Also: which convs get the Winograd form, the automatic choice,
  * and that the direct kernel gives the same result within tolerance. */
 #include "../harness.h"
 #include "tt.h"
@@ -49,9 +49,9 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
     float *xb = tt_to_blocked(x, p.N, p.C, S), *rb = res ? tt_to_blocked(res, p.N, p.M, OS) : NULL;
     float *ref = calloc((size_t)(yn > 0 ? yn : 1), 4), *refb = NULL, *pw = NULL;
     float *y1 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER), *y2 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER);
-    float *y3 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER);
-    void *ws = NULL;
-    for (int64_t i = 0; i < ybn + 16; i++) y1[i] = y2[i] = y3[i] = NAN;  /* every element must be written */
+    float *y3 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER), *y4 = kl_mem_alloc((size_t)(ybn + 16) * 4, KL_TAG_OTHER);
+    void *ws = NULL, *ws1 = NULL;
+    for (int64_t i = 0; i < ybn + 16; i++) y1[i] = y2[i] = y3[i] = y4[i] = NAN;  /* every element must be written */
     const float *bias = cs->bias ? b : NULL;
     int fail = 0, keep = kl__nchwc_wino_force;
     kl__nchwc_wino_force = wino;
@@ -82,6 +82,13 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
     int rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y1, ws, tt_pool(1), &e);
     if (rc == KL_OK) rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y2, ws, tt_pool(2), &e);
     if (rc == KL_OK) rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y3, NULL, pool3(), &e); /* own workspace */
+    if (rc == KL_OK) { /* a workspace of one slot, 3 chunks: slot mode allocates its own slots */
+        int ks = kl__nchwc_wino_slots;
+        kl__nchwc_wino_slots = 1;
+        ws1 = kl_mem_alloc(kl_nchwc_conv_workspace_bytes(&p, 0), KL_TAG_WORKSPACE);
+        rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y4, ws1, pool3(), &e);
+        kl__nchwc_wino_slots = ks;
+    }
     if (rc != KL_OK) {
         snprintf(msg, msz, "case %d: nchwc conv: %s", idx, e.msg);
         fail = 1;
@@ -103,14 +110,14 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
                  idx, (long long)p.N, (long long)p.C, (long long)p.M, (long long)cs->H, (long long)cs->W,
                  (long long)cs->pt, (long long)cs->pl, (long long)cs->pb, (long long)cs->pr, cs->act, wino, md, tol);
         fail = 1;
-    } else if (memcmp(y1, y2, (size_t)ybn * 4) || memcmp(y1, y3, (size_t)ybn * 4)) {
+    } else if (memcmp(y1, y2, (size_t)ybn * 4) || memcmp(y1, y3, (size_t)ybn * 4) || memcmp(y1, y4, (size_t)ybn * 4)) {
         snprintf(msg, msz, "case %d: 1, 2 and 3 threads differ", idx);
         fail = 1;
     }
 done:
     kl__nchwc_wino_force = keep;
     free(x); free(w); free(b); free(res); free(xb); free(rb); free(ref); free(refb);
-    kl_mem_free(pw); kl_mem_free(ws); kl_mem_free(y2); kl_mem_free(y3);
+    kl_mem_free(pw); kl_mem_free(ws); kl_mem_free(ws1); kl_mem_free(y2); kl_mem_free(y3); kl_mem_free(y4);
     if (fail) kl_mem_free(y1);
     else *yout = y1;
     return fail;
