@@ -334,6 +334,27 @@ static int parse_prio_header(const char *h, int *out) {
     return 0;
 }
 
+
+/* lock held: whether a request of level lvl (0-based) of m is shed before
+ * its decode because the HTTP loop reading it is saturated (it has not had
+ * a round with nothing to do for the level's shed_busy_us) while a higher
+ * level has recent traffic: a shed request costs its read and a 503, not
+ * its decode and run, and the loop's time goes to the higher levels */
+static int loop_saturated(const sv_req *r, const sv_model *m, int lvl) {
+    if (lvl <= 0 || lvl >= SV_MAX_LEVELS || !r->loop) return 0;
+    int64_t busy = m->cfg.level[lvl].shed_busy_us;
+    if (busy <= 0) return 0;
+    int64_t now = kl_time_mono_ns();
+    if (now - r->loop->idle_ns < busy * 1000) return 0;
+    return sv_sched_higher_active(m, lvl, now, NULL);
+}
+
+static enum MHD_Result shed_error(kl_server *s, struct MHD_Connection *c, sv_req *r, const sv_model *m) {
+    return send_error(s, c, r, 503, SV_R_OVERLOAD, 1,
+                      "model '%s' priority %d: shed, the server is saturated while higher priorities have traffic",
+                      m->name, r->level + 1);
+}
+
 static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
     if (atomic_load(&s->draining))
         return send_error(s, c, r, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
@@ -381,16 +402,22 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     if (ph && parse_prio_header(ph, &prio))
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "X-Priority: expected a level 1..%d, high or low, got '%s'",
                           levels, ph);
+    int hdr_prio = prio != 0;
     if (prio) { /* shed a full level before paying for the JSON decode (submit checks again) */
         int lvl = (prio > levels ? levels : prio) - 1;
         pthread_mutex_lock(&s->lock);
         int64_t maxq = m->cfg.level[lvl].max_queue;
         int full = maxq > 0 && m->qlen[lvl] >= maxq;
+        int shed = !full && loop_saturated(r, m, lvl);
         pthread_mutex_unlock(&s->lock);
         if (full) {
             r->level = lvl;
             return send_error(s, c, r, 503, SV_R_QUEUE_FULL, 1, "model '%s' priority %d: queue full (%lld requests)",
                               m->name, lvl + 1, (long long)maxq);
+        }
+        if (shed) {
+            r->level = lvl;
+            return shed_error(s, c, r, m);
         }
     }
     kl_err e = {0};
@@ -408,6 +435,12 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     if (!prio) prio = def_level;
     if (prio > levels) prio = levels;
     r->level = prio - 1;
+    if (!hdr_prio && r->level > 0) { /* the level came with the body: its decode is paid, its run is not */
+        pthread_mutex_lock(&s->lock);
+        int shed = loop_saturated(r, m, r->level);
+        pthread_mutex_unlock(&s->lock);
+        if (shed) return shed_error(s, c, r, m);
+    }
     if (r->rows == -2 && v->batchable)
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "inputs: dimension 0 (the batch) differs between inputs");
     if (quota) {
@@ -839,6 +872,7 @@ static void *loop_main(void *arg) {
     sv_loop *lp = arg;
     kl_server *s = lp->s;
     sv_cur_loop = lp;
+    lp->idle_ns = kl_time_mono_ns();
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(lp->d, MHD_DAEMON_INFO_EPOLL_FD);
     int mfd = di ? di->epoll_fd : -1;
     while (!atomic_load(&lp->stop)) {
@@ -866,6 +900,7 @@ static void *loop_main(void *arg) {
             continue;
         }
         int64_t now = kl_time_mono_ns(), wait_ns = 1000000000LL;
+        lp->idle_ns = now; /* a round with nothing to do: the loop is not saturated */
         if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) sv_loop_log_flush(lp);
         MHD_UNSIGNED_LONG_LONG to;
         /* held requests keep libmicrohttpd's timeout at 0 (it calls their
@@ -880,7 +915,9 @@ static void *loop_main(void *arg) {
         int lon = s->lfd >= 0 && !atomic_load(&s->lfd_off);
         struct pollfd pf[3] = {{mfd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}, {lon ? s->lfd : -1, POLLIN, 0}};
         struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
-        if (ppoll(pf, 3, &ts, NULL) > 0) {
+        int pr = ppoll(pf, 3, &ts, NULL);
+        lp->idle_ns = kl_time_mono_ns(); /* slept until now: not saturated */
+        if (pr > 0) {
             if (pf[1].revents & POLLIN) {
                 uint64_t v;
                 if (read(lp->wake_fd, &v, sizeof v) < 0) { /* EAGAIN: nothing left */ }

@@ -15,7 +15,7 @@ static const double batch_le[SV_BATCH_BUCKETS - 1] = {1, 2, 4, 8, 16, 32, 64, 12
 
 static const char *const reason_names[SV_R_COUNT] = {
     "success", "bad_request", "not_found", "queue_full", "timeout", "memory_quota",
-    "rate_limited", "shutting_down", "not_ready", "body_too_large", "internal"};
+    "rate_limited", "shutting_down", "not_ready", "body_too_large", "internal", "overloaded"};
 
 const char *sv_reason_name(int r) { return r >= 0 && r < SV_R_COUNT ? reason_names[r] : "internal"; }
 

@@ -30,12 +30,14 @@ void sv_cfg_default(sv_model_cfg *c) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;
         c->level[i].reserve_instances = SV_RESERVE_DEFAULT;
+        c->level[i].shed_busy_us = SV_SHED_BUSY_DEFAULT_US;
     }
 }
 
 static int parse_level(const kl_node *n, sv_level_cfg *l, kl_err *e) {
     static const char *const keys[] = {"max_queue_size", "default_timeout_us", "allow_timeout_override",
-                                       "rate_limit", "memory_share", "reserve_instances", "max_batch_size", "nice"};
+                                       "rate_limit", "memory_share", "reserve_instances", "max_batch_size", "nice",
+                                       "shed_busy_us"};
     if (kl_node_kind_of(n) != KL_NODE_MAP) return kl_node_error(n, e, KL_EINVAL, "expected a map");
     int rc = kl_spec_check_keys(n, keys, KL_ARRAY_LEN(keys), e);
     if (rc) return rc;
@@ -55,7 +57,8 @@ static int parse_level(const kl_node *n, sv_level_cfg *l, kl_err *e) {
     if ((rc = kl_spec_int(n, "nice", l->nice, &v, e))) return rc;
     if (v < 0 || v > 19) return kl_node_error(kl_node_get(n, "nice"), e, KL_EINVAL, "must be 0..19");
     l->nice = (int)v;
-    if (l->max_queue < 0 || l->default_timeout_us < 0 || l->rate_limit < 0)
+    if ((rc = kl_spec_int(n, "shed_busy_us", l->shed_busy_us, &l->shed_busy_us, e))) return rc;
+    if (l->max_queue < 0 || l->default_timeout_us < 0 || l->rate_limit < 0 || l->shed_busy_us < 0)
         return kl_node_error(n, e, KL_EINVAL, "queue policy values must not be negative");
     if (l->memory_share < 0 || l->memory_share > 1)
         return kl_node_error(n, e, KL_EINVAL, "memory_share must be within 0..1, got %g", l->memory_share);

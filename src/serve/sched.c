@@ -236,15 +236,21 @@ int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry
      * starts only while fewer than instances - res batches run */
     if (m->running < c->instances - res) return 1;
     int64_t until = 0;
-    for (int h = 0; h < l; h++) {
-        if (m->qlen[h] > 0 || m->lrun[h] > 0) return 0;
-        if (m->last_arrival[h] && now - m->last_arrival[h] < SV_RESERVE_WINDOW_NS &&
-            m->last_arrival[h] + SV_RESERVE_WINDOW_NS > until)
-            until = m->last_arrival[h] + SV_RESERVE_WINDOW_NS;
-    }
-    if (!until) return 1;
-    if (retry_at && (!*retry_at || until < *retry_at)) *retry_at = until;
+    if (!sv_sched_higher_active(m, l, now, &until)) return 1;
+    if (until && retry_at && (!*retry_at || until < *retry_at)) *retry_at = until;
     return 0;
+}
+
+int sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until) {
+    int64_t u = 0;
+    for (int h = 0; h < l && h < SV_MAX_LEVELS; h++) {
+        if (m->qlen[h] > 0 || m->lrun[h] > 0) { if (until) *until = 0; return 1; }
+        if (m->last_arrival[h] && now - m->last_arrival[h] < SV_RESERVE_WINDOW_NS &&
+            m->last_arrival[h] + SV_RESERVE_WINDOW_NS > u)
+            u = m->last_arrival[h] + SV_RESERVE_WINDOW_NS;
+    }
+    if (until) *until = u;
+    return u != 0;
 }
 
 /* ==================================================================

@@ -82,12 +82,16 @@ typedef struct {
                                    have recent traffic (SV_RESERVE_WINDOW_NS); top level: unused */
     int max_batch;              /* rows of a batch of this level; 0 = the model's max_batch */
     int nice;                   /* a worker runs this level's batches this much nicer (0..19) */
+    int64_t shed_busy_us;       /* answer this level 503 before decoding while a higher level has
+                                   recent traffic and the HTTP loop reading it has not been idle
+                                   for this long (the loops are saturated); 0 = never */
 } sv_level_cfg;
 
 /* A higher level's traffic is recent while it has requests queued or
  * running, or had one arrive within this window. */
 #define SV_RESERVE_WINDOW_NS 1000000000LL
 #define SV_RESERVE_DEFAULT 1
+#define SV_SHED_BUSY_DEFAULT_US 2000
 
 typedef enum { SV_POLICY_LATEST, SV_POLICY_SPECIFIC, SV_POLICY_ALL } sv_policy;
 
@@ -126,7 +130,7 @@ typedef struct {
 
 enum {
     SV_R_SUCCESS, SV_R_BAD_REQUEST, SV_R_NOT_FOUND, SV_R_QUEUE_FULL, SV_R_TIMEOUT,
-    SV_R_MEMORY, SV_R_RATE, SV_R_SHUTDOWN, SV_R_NOT_READY, SV_R_TOO_LARGE, SV_R_INTERNAL,
+    SV_R_MEMORY, SV_R_RATE, SV_R_SHUTDOWN, SV_R_NOT_READY, SV_R_TOO_LARGE, SV_R_INTERNAL, SV_R_OVERLOAD,
     SV_R_COUNT
 };
 const char *sv_reason_name(int r);
@@ -290,6 +294,7 @@ struct sv_loop {
     struct sockaddr_storage aq_addr[64];
     socklen_t aq_len[64];
     int64_t last_accept_ns;     /* a busy loop tries the listening socket every few ms */
+    int64_t idle_ns;            /* when the loop last had a round with nothing to do (shed_busy_us) */
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
     /* access log lines of this loop's requests not written yet: written in
@@ -428,6 +433,10 @@ int sv_sched_can_inline(kl_server *s, const sv_req *r);
  * reserve_instances (at most instances - 1) batches of m run. When only the window keeps
  * it back, *retry_at (if not NULL) gets when the window ends. */
 int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at);
+/* lock held: whether a level above l of m has recent traffic (queued,
+ * running, or arrived within SV_RESERVE_WINDOW_NS); *until (if not NULL)
+ * gets when the arrival window ends (0 while requests are queued or run). */
+int sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until);
 /* A held request whose connection closed: taken out of its queue (or left
  * alone when it has been answered meanwhile). */
 void sv_sched_cancel(kl_server *s, sv_req *r);

@@ -3,7 +3,8 @@ onnx.helper at test time, checked against numpy): KServe v2 JSON inference
 (flat and nested data, id echo, output selection), the binary tensor
 extension round trip, 400s naming the field, version routing, dynamic
 batching, strict priorities under a low-priority flood, queue-full and
-queue-timeout answers (never executed), rate limits (429), memory quotas
+queue-timeout answers (never executed), shedding of a low level while the
+server is saturated and a higher level has traffic, rate limits (429), memory quotas
 (503 + allocator snapshot), hot reload under continuous load with zero
 failed requests (and a tampered version refused while the old one serves),
 SIGTERM during load with no request lost, per-request logs and metrics."""
@@ -36,6 +37,11 @@ with open(os.path.join(repo, "slow", "config.yaml"), "w") as f:
 write_mlp(os.path.join(repo, "limited", "1", "model.onnx"), seed=3, sizes=(8, 4, 2))
 with open(os.path.join(repo, "limited", "config.yaml"), "w") as f:
     f.write("default_queue_policy: {rate_limit: 2}\nmemory_quota: 64\n")
+# a model whose low level is shed as soon as its HTTP loop has been busy 1 µs
+# while the high level has traffic: load shedding, deterministically
+write_mlp(os.path.join(repo, "shed", "1", "model.onnx"), seed=4, sizes=(8, 4, 2))
+with open(os.path.join(repo, "shed", "config.yaml"), "w") as f:
+    f.write("priority_levels: 2\ndefault_priority: 2\nqueue_policy:\n  2: {shed_busy_us: 1}\n")
 snapdir = tmpdir("serve-snap-")
 
 
@@ -258,6 +264,22 @@ try:
     snaps = os.listdir(snapdir)
     check("serve_infer_memory_quota_503_snapshot", st == 503 and "memory quota" in b.get("error", "") and h.get("retry-after")
           and len(snaps) >= 1 and "allocator snapshot" in b.get("error", ""), (st, b, snaps))
+
+    # shedding on saturation: low priority runs while no higher level has
+    # traffic; once the high level has, a low request is answered 503
+    # (reason overloaded, Retry-After) before its decode whether its level
+    # came in X-Priority or with the body (default priority)
+    xs8 = rng.standard_normal((1, 8)).astype(np.float32)
+    st0, _, _ = s.json("POST", "/v2/models/shed/infer", infer_body(xs8), {"X-Priority": "2"})
+    st1, _, _ = s.json("POST", "/v2/models/shed/infer", infer_body(xs8), {"X-Priority": "1"})
+    st2, h2, b2 = s.json("POST", "/v2/models/shed/infer", infer_body(xs8), {"X-Priority": "2"})
+    st3, h3, b3 = s.json("POST", "/v2/models/shed/infer", infer_body(xs8))
+    st, h, m = s.req("GET", "/metrics")
+    shed_n = [float(l.split()[-1]) for l in m.decode().splitlines()
+              if l.startswith('keel_inference_requests_total{model="shed",result="overloaded"}')]
+    check("serve_infer_shed_low_when_saturated", st0 == 200 and st1 == 200 and st2 == 503 and st3 == 503
+          and "shed" in (b2 or {}).get("error", "") and h2.get("retry-after") and h3.get("retry-after")
+          and shed_n == [2.0], (st0, st1, st2, b2, st3, b3, shed_n))
 
     # hot reload under continuous load: zero failed requests, version 2 takes over
     params2 = None

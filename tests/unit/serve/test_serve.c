@@ -36,11 +36,11 @@ KL_TEST(serve_cfg_parse_full) {
     KT_EQ_INT(c.latest_n, 2);
 }
 
-KL_TEST(serve_cfg_reserve_and_level_batch) {
+KL_TEST(serve_cfg_reserve_level_batch_shed) {
     sv_model_cfg c;
     kl_err e = {0};
     const char *y = "instances: 3\npriority_levels: 3\nmax_batch_size: 16\n"
-                    "queue_policy:\n  2: {reserve_instances: 2, max_batch_size: 2, nice: 10}\n  3: {reserve_instances: 0}\n";
+                    "queue_policy:\n  2: {reserve_instances: 2, max_batch_size: 2, nice: 10}\n  3: {reserve_instances: 0, shed_busy_us: 0}\n";
     KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.level[0].reserve_instances, SV_RESERVE_DEFAULT);
     KT_EQ_INT(c.level[0].max_batch, 0);
@@ -49,6 +49,11 @@ KL_TEST(serve_cfg_reserve_and_level_batch) {
     KT_EQ_INT(c.level[1].nice, 10);
     KT_EQ_INT(c.level[0].nice, 0);
     KT_EQ_INT(c.level[2].reserve_instances, 0);
+    KT_EQ_INT(c.level[1].shed_busy_us, SV_SHED_BUSY_DEFAULT_US);
+    KT_EQ_INT(c.level[2].shed_busy_us, 0);
+    y = "queue_policy:\n  2: {shed_busy_us: -5}\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    kl_err_clear(&e);
     y = "queue_policy:\n  1: {reserve_instances: -1}\n";
     KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "reserve_instances");
@@ -93,6 +98,16 @@ KL_TEST(serve_sched_level_may_run_reserve) {
     /* never above instances, whatever the level */
     m.running = 3;
     KT_CHECK(!sv_sched_level_may_run(&m, 0, now, NULL));
+    /* higher-level traffic (what shedding on saturation also asks): the top
+     * level has none above it; a recent arrival counts until its window ends */
+    int64_t until = -1;
+    KT_CHECK(!sv_sched_higher_active(&m, 0, now, &until));
+    KT_CHECK(sv_sched_higher_active(&m, 1, now, &until));
+    KT_EQ_INT(until, m.last_arrival[0] + SV_RESERVE_WINDOW_NS);
+    KT_CHECK(!sv_sched_higher_active(&m, 1, now + SV_RESERVE_WINDOW_NS, NULL));
+    m.lrun[0] = 1; /* running: active whatever the arrival's age, no window end */
+    KT_CHECK(sv_sched_higher_active(&m, 2, now + 5 * SV_RESERVE_WINDOW_NS, &until));
+    KT_EQ_INT(until, 0);
 }
 
 KL_TEST(serve_cfg_errors_name_the_key) {
