@@ -80,17 +80,24 @@ static int graph_io(kl_graph *g, const char *name, int out) {
     return v;
 }
 
-static kl_graph *build(void) {
+/* A new opset-17 graph with input "x" F32 (batch, C, H, W), batch symbolic;
+ * seed: the weights' random stream. */
+static kl_graph *graph_x(uint64_t seed, int64_t C, int64_t H, int64_t W) {
     kl_graph *g;
     kl_graph_new(&g, NULL);
     g->opset = 17;
-    rs = 0x9e3779b97f4a7c15ull;
+    rs = seed;
     int x = graph_io(g, "x", 0);
     g->values[x].dtype = KL_F32;
     g->values[x].rank = 4;
-    int64_t xd[4] = {-1, 3, 19, 21};
+    int64_t xd[4] = {-1, C, H, W};
     memcpy(g->values[x].dims, xd, sizeof xd);
     g->values[x].dim_names[0] = strdup("batch");
+    return g;
+}
+
+static kl_graph *build(void) {
+    kl_graph *g = graph_x(0x9e3779b97f4a7c15ull, 3, 19, 21);
     conv(g, "x", "c1", 3, 24, 3, 1);
     node(g, "Relu", "c1", "r1");
     int mp = node(g, "MaxPool", "r1", "p1");
@@ -357,16 +364,7 @@ KL_TEST(graph_nchwc_pass_attrs) {
  * (the op runs conv then pool) and 3 (the fused kernel), 1 and 2 threads,
  * and match NCHW within 1e-4. */
 static kl_graph *build_stem(int second_use) {
-    kl_graph *g;
-    kl_graph_new(&g, NULL);
-    g->opset = 17;
-    rs = 0x2545f4914f6cdd1dull;
-    int x = graph_io(g, "x", 0);
-    g->values[x].dtype = KL_F32;
-    g->values[x].rank = 4;
-    int64_t xd[4] = {-1, 3, 37, 30};
-    memcpy(g->values[x].dims, xd, sizeof xd);
-    g->values[x].dim_names[0] = strdup("batch");
+    kl_graph *g = graph_x(0x2545f4914f6cdd1dull, 3, 37, 30);
     conv(g, "x", "c1", 3, 20, 7, 2);
     node(g, "Relu", "c1", "r1");
     int mp = node(g, "MaxPool", "r1", "p1");

@@ -76,9 +76,7 @@ static int run_case(const ncase *cs, int idx, char *msg, size_t msz) {
     int rc1 = kl_nchwc_conv_f32(&p, cs->plain, cs->plain ? x : xb, bias, y1, ws, tt_pool(1), &e);
     int rc2 = rc1 == KL_OK ? kl_nchwc_conv_f32(&p, cs->plain, cs->plain ? x : xb, bias, y2, ws, tt_pool(2), &e) : rc1;
     /* 3 threads: rows split at other places (tiles change, bits must not) */
-    static kl_pool *p3;
-    if (!p3) kl_pool_new(3, &p3, NULL);
-    if (rc2 == KL_OK) rc2 = kl_nchwc_conv_f32(&p, cs->plain, cs->plain ? x : xb, bias, y3, ws, p3, &e);
+    if (rc2 == KL_OK) rc2 = kl_nchwc_conv_f32(&p, cs->plain, cs->plain ? x : xb, bias, y3, ws, tt_pool(3), &e);
     kl_mem_free(pw);
     kl_mem_free(ws);
     if (rc1 != KL_OK || rc2 != KL_OK) {

@@ -17,12 +17,6 @@ typedef struct {
     int plain;
 } pcase;
 
-static kl_pool *pool3(void) {
-    static kl_pool *p3;
-    if (!p3) kl_pool_new(3, &p3, NULL);
-    return p3;
-}
-
 static int run_pcase(const pcase *cs, int idx, char *msg, size_t msz) {
     kl_err e = {0};
     kl_conv_params p;
@@ -66,12 +60,12 @@ static int run_pcase(const pcase *cs, int idx, char *msg, size_t msz) {
     if (rc == KL_OK) kl_nchwc_maxpool_f32(&q, conv, ref, tt_pool(1));
     if (rc == KL_OK) rc = kl_nchwc_conv_maxpool_f32(&p, cs->plain, &q, xin, b, y[0], ws, tt_pool(1), &e);
     if (rc == KL_OK) rc = kl_nchwc_conv_maxpool_f32(&p, cs->plain, &q, xin, b, y[1], ws, tt_pool(2), &e);
-    if (rc == KL_OK) rc = kl_nchwc_conv_maxpool_f32(&p, cs->plain, &q, xin, b, y[2], NULL, pool3(), &e);
+    if (rc == KL_OK) rc = kl_nchwc_conv_maxpool_f32(&p, cs->plain, &q, xin, b, y[2], NULL, tt_pool(3), &e);
     if (rc == KL_OK) {
         int keep = kl__nchwc_pool_slots;
         kl__nchwc_pool_slots = 1;
         ws1 = kl_mem_alloc(kl_nchwc_conv_maxpool_workspace_bytes(&p, &q), KL_TAG_WORKSPACE);
-        rc = kl_nchwc_conv_maxpool_f32(&p, cs->plain, &q, xin, b, y[3], ws1, pool3(), &e);
+        rc = kl_nchwc_conv_maxpool_f32(&p, cs->plain, &q, xin, b, y[3], ws1, tt_pool(3), &e);
         kl__nchwc_pool_slots = keep;
     }
     if (rc != KL_OK) {
@@ -91,15 +85,8 @@ static int run_pcase(const pcase *cs, int idx, char *msg, size_t msz) {
     return fail;
 }
 
-static int blocked_on(void) {
-    kl_conv_params p;
-    memset(&p, 0, sizeof p);
-    p.nsp = 2; p.N = 1; p.C = p.M = 16; p.group = 1; p.k[0] = p.k[1] = 3;
-    return kl_nchwc_conv_packed_floats(&p) > 0;
-}
-
 KL_TEST(tensor_nchwc_convpool_vs_separate) {
-    if (!blocked_on()) return; /* no AVX-512F: the blocked path is off (test_nchwc_conv.c checks that) */
+    if (!tt_nchwc_on()) return; /* no AVX-512F: the blocked path is off (test_nchwc_conv.c checks that) */
     static const pcase cases[] = {
         /* N  C   M   H   W  k  s cpad pk ps pt pl pb pr plain */
         {1, 3, 64, 40, 36, 7, 2, 3, 3, 2, 1, 1, 1, 1, 1},   /* ResNet's stem, small image */
@@ -117,7 +104,7 @@ KL_TEST(tensor_nchwc_convpool_vs_separate) {
 }
 
 KL_TEST(tensor_nchwc_convpool_support) {
-    if (!blocked_on()) return;
+    if (!tt_nchwc_on()) return;
     kl_err e = {0};
     kl_conv_params p;
     memset(&p, 0, sizeof p);

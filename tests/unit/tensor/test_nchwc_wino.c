@@ -18,12 +18,6 @@ typedef struct {
     kl_act_kind act;
 } wcase;
 
-static kl_pool *pool3(void) {
-    static kl_pool *p3;
-    if (!p3) kl_pool_new(3, &p3, NULL);
-    return p3;
-}
-
 /* Runs one case with Winograd forced (wino 1) or off (0); y1 gets the
  * blocked result (ybn floats, caller frees with kl_mem_free); *maxd the max
  * abs difference to the NCHW reference. Returns a failure message or NULL. */
@@ -81,12 +75,12 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
     ws = wsb ? kl_mem_alloc(wsb, KL_TAG_WORKSPACE) : NULL;
     int rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y1, ws, tt_pool(1), &e);
     if (rc == KL_OK) rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y2, ws, tt_pool(2), &e);
-    if (rc == KL_OK) rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y3, NULL, pool3(), &e); /* own workspace */
+    if (rc == KL_OK) rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y3, NULL, tt_pool(3), &e); /* own workspace */
     if (rc == KL_OK) { /* a workspace of one slot, 3 chunks: slot mode allocates its own slots */
         int ks = kl__nchwc_wino_slots;
         kl__nchwc_wino_slots = 1;
         ws1 = kl_mem_alloc(kl_nchwc_conv_workspace_bytes(&p, 0), KL_TAG_WORKSPACE);
-        rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y4, ws1, pool3(), &e);
+        rc = kl_nchwc_conv_f32(&p, 0, xb, bias, y4, ws1, tt_pool(3), &e);
         kl__nchwc_wino_slots = ks;
     }
     if (rc != KL_OK) {
@@ -123,15 +117,8 @@ done:
     return fail;
 }
 
-static int wino_on(void) {
-    kl_conv_params p;
-    memset(&p, 0, sizeof p);
-    p.nsp = 2; p.N = 1; p.C = p.M = 16; p.group = 1; p.k[0] = p.k[1] = 3;
-    return kl_nchwc_conv_packed_floats(&p) > 0;
-}
-
 KL_TEST(tensor_nchwc_wino_vs_nchw) {
-    if (!wino_on()) {  /* no AVX-512F / KEEL_NO_AVX512: the blocked path is off */
+    if (!tt_nchwc_on()) {  /* no AVX-512F / KEEL_NO_AVX512: the blocked path is off */
         KT_CHECK(kl_gemm_packed_b_floats(4, 4) == 0);
         return;
     }
@@ -183,7 +170,7 @@ KL_TEST(tensor_nchwc_wino_vs_nchw) {
 
 /* Winograd and the direct kernel agree within the tolerance on the same case. */
 KL_TEST(tensor_nchwc_wino_vs_direct) {
-    if (!wino_on()) return;
+    if (!tt_nchwc_on()) return;
     wcase c = {2, 48, 40, 11, 13, 1, 1, 1, 1, 1, 1, KL_ACT_NONE};
     float *yw, *yd;
     double mw, mdd;
@@ -204,7 +191,7 @@ KL_TEST(tensor_nchwc_wino_vs_direct) {
 
 /* Which convs carry the Winograd form and take the path. */
 KL_TEST(tensor_nchwc_wino_support) {
-    if (!wino_on()) return;
+    if (!tt_nchwc_on()) return;
     kl_conv_params p;
     memset(&p, 0, sizeof p);
     p.nsp = 2; p.N = 1; p.C = 64; p.M = 64; p.group = 1; p.k[0] = p.k[1] = 3;

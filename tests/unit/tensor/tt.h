@@ -30,12 +30,21 @@ static inline double tt_maxdiff(const float *a, const float *b, int64_t n) {
     return m;
 }
 
-/* Pools with 1 and 2 threads (created once, never freed: process lifetime). */
+/* Pools with 1 to 4 threads (created once, never freed: process lifetime). */
 static inline kl_pool *tt_pool(int threads) {
-    static kl_pool *p1, *p2;
-    kl_pool **pp = threads == 1 ? &p1 : &p2;
-    if (!*pp) kl_pool_new(threads, pp, NULL);
+    static kl_pool *pools[4];
+    kl_pool **pp = &pools[(threads < 1 ? 1 : threads > 4 ? 4 : threads) - 1];
+    if (!*pp) kl_pool_new(threads < 1 ? 1 : threads > 4 ? 4 : threads, pp, NULL);
     return *pp;
+}
+
+/* Whether the channel-blocked (NCHWc) conv path is on: AVX-512F present and
+ * KEEL_NO_AVX512 unset (tests of that path return early when it is off). */
+static inline int tt_nchwc_on(void) {
+    kl_conv_params p;
+    memset(&p, 0, sizeof p);
+    p.nsp = 2; p.N = 1; p.C = p.M = 16; p.group = 1; p.k[0] = p.k[1] = 3;
+    return kl_nchwc_conv_packed_floats(&p) > 0;
 }
 
 /* Scalar reference reorder NCHW (N, C, S) -> blocked (N, ceil(C/16), S, 16),
