@@ -334,7 +334,6 @@ static int parse_prio_header(const char *h, int *out) {
     return 0;
 }
 
-
 /* lock held: whether a request of level lvl (0-based) of m is shed before
  * its decode because the HTTP loop reading it is saturated (it has not had
  * a round with nothing to do for the level's shed_busy_us) while a higher
