@@ -89,3 +89,10 @@ echo "report:  $OUT/report.html"
 echo "ui:      $KEEL ui --tracking $RUNS   (then open http://127.0.0.1:5050)"
 echo "ready in $(( $(date +%s) - t0 )) s. Ctrl-C stops the server."
 wait "$SPID"
+rc=$?
+# Ctrl-C reaches the server too (same process group): when it has exited
+# before bash ran the trap, this wait returns its status and stop() never runs
+trap - INT TERM
+echo
+if [ "$rc" = 0 ]; then echo "keel serve stopped."; else echo "keel serve stopped (exit status $rc)."; fi
+exit "$rc"
