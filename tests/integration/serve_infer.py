@@ -33,7 +33,7 @@ slow_sizes = (1024, 2048, 2048, 10)
 write_mlp(os.path.join(repo, "slow", "1", "model.onnx"), seed=2, sizes=slow_sizes)
 with open(os.path.join(repo, "slow", "config.yaml"), "w") as f:
     f.write("priority_levels: 2\ndefault_priority: 2\ninstances: 1\n"
-            "queue_policy:\n  1: {max_queue_size: 100}\n  2: {max_queue_size: 4}\n")
+            "queue_policy:\n  1: {max_queue_size: 100}\n  2: {max_queue_size: 4, shed_busy_us: 0}\n")  # queue-full 503s only
 write_mlp(os.path.join(repo, "limited", "1", "model.onnx"), seed=3, sizes=(8, 4, 2))
 with open(os.path.join(repo, "limited", "config.yaml"), "w") as f:
     f.write("default_queue_policy: {rate_limit: 2}\nmemory_quota: 64\n")

@@ -166,8 +166,10 @@ static kl_server *relu_server(const char *name, const char *cfg, kl_serve_opts o
 
 KL_TEST(serve_loops_inline_and_workers_answer_all) {
     kl_err e = {0};
+    /* every request must be answered: no shedding on saturation (a slow,
+     * sanitized build keeps the loops busy for milliseconds) */
     const char *cfg = "max_batch_size: 16\ndynamic_batching:\n  max_queue_delay_us: 200\npriority_levels: 2\n"
-                      "default_priority: 1\ninstances: 2\n";
+                      "default_priority: 1\ninstances: 2\nqueue_policy:\n  2: {shed_busy_us: 0}\n";
     kl_serve_opts o = {0};
     o.workers = 2;
     o.http_threads = 2;
@@ -360,7 +362,8 @@ KL_TEST(serve_sched_reserve_leaves_a_worker_for_high_priority) {
     kl_err e = {0};
     /* level 2 also runs its batches 5 nicer (where the process may lower
      * a thread's nice value again): after the flood no thread stays nicer */
-    const char *cfg = "priority_levels: 2\ndefault_priority: 2\ninstances: 2\nqueue_policy:\n  2: {nice: 5}\n";
+    /* the reserve alone: no shedding on saturation (every request must be answered) */
+    const char *cfg = "priority_levels: 2\ndefault_priority: 2\ninstances: 2\nqueue_policy:\n  2: {nice: 5, shed_busy_us: 0}\n";
     kl_serve_opts o = {0};
     o.workers = 2;
     o.http_threads = 1;
