@@ -2,8 +2,9 @@
 # bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
 # 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
 # at 16 connections in one run. Prints a markdown table row per server.
-# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US)
+# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US, WRK_THREADS (default 2))
 set -eu
+wt=${WRK_THREADS:-2}  # wrk threads
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
 dur=${1:-10}; conns=${2:-16}
@@ -30,7 +31,7 @@ cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime in clock tic
 run() { # name port pid
   local c0=$(cpu "$3")
   /usr/bin/time -f "%U %S" -o "$w/$1.time" \
-    wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
+    wrk -t"$wt" -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
   local c1=$(cpu "$3")
   rps=$(awk '/^Requests\/sec/ {print $2}' "$w/$1.wrk")
   nreq=$(awk '/requests in/ {print $1}' "$w/$1.wrk")
@@ -41,7 +42,7 @@ run() { # name port pid
   wrk_share=$(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" '{w=$1+$2} END {s=(b-a)/hz; printf "%.0f%%", 100*w/(w+s)}' "$w/$1.time")
   echo "$1 $rps $p50 $p99 $cpu_us $wrk_share $errs"
 }
-wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
+wrk -t"$wt" -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
 k=$(run keel "$kport" "$kp"); f=$(run fastapi "$fport" "$fp")
 echo "| server | req/s | p50 | p99 | server CPU µs/request | wrk's share of wrk+server CPU | errors |"; echo "|---|---|---|---|---|---|---|"
 for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5 ws=$6; shift 6; echo "| $n | $r | $a | $b | $c | $ws | ${*:-none} |"; done
