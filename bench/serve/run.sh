@@ -2,7 +2,8 @@
 # bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
 # 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
 # at 16 connections in one run. Prints a markdown table row per server.
-# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US, WRK_THREADS (default 2))
+# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US, WRK_THREADS (default 2),
+#   FASTAPI_WORKERS (uvicorn worker processes, default 1))
 set -eu
 wt=${WRK_THREADS:-2}  # wrk threads
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
@@ -19,7 +20,7 @@ workers=${WORKERS:-$(nproc)}
 for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done
 kport=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/keel.out")
 fport=$((kport + 1))
-$PY "$here/fastapi_server.py" "$w/repo/mlp/1/model.onnx" "$fport" > "$w/fa.out" 2>&1 & fp=$!
+$PY "$here/fastapi_server.py" "$w/repo/mlp/1/model.onnx" "$fport" "${FASTAPI_WORKERS:-1}" > "$w/fa.out" 2>&1 & fp=$!
 for i in $(seq 200); do curl -s -o /dev/null -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/mlp/infer" && break; sleep 0.1; done
 # same answer from both
 curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$kport/v2/models/mlp/infer" > "$w/k.json"
@@ -27,7 +28,11 @@ curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/m
 $PY -c "
 import json,sys; a=json.load(open('$w/k.json'))['outputs'][0]['data']; b=json.load(open('$w/f.json'))['outputs'][0]['data']
 d=max(abs(x-y) for x,y in zip(a,b)); print('max |keel - torch| = %.2g' % d); sys.exit(d > 1e-3)"
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime in clock ticks
+cpu() { # utime + stime in clock ticks of a process and its children (uvicorn's workers)
+  local t=0 p
+  for p in $1 $(pgrep -P "$1"); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo $t
+}
 run() { # name port pid
   local c0=$(cpu "$3")
   /usr/bin/time -f "%U %S" -o "$w/$1.time" \
