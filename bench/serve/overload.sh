@@ -18,7 +18,7 @@
 # rounds and whether the servers are alive.
 # Usage: bench/serve/overload.sh [SECONDS] [ROUNDS]
 #   env MODEL=resnet (ResNet-18, binary extension, compute-bound) | mlp (784-512-512-10, JSON)
-#       WORKERS (default: cores), MAX_BATCH (resnet 4, mlp 32), LOW_QUEUE (max_queue_size of
+#       WORKERS (default: cores), HTTP_THREADS (default 1), MAX_BATCH (resnet 4, mlp 32), LOW_QUEUE (max_queue_size of
 #       level 2; resnet 8, mlp 64), LOW_TIMEOUT_US (level 2 default timeout; 100000),
 #       LEVEL2 (more level-2 queue policy keys, e.g. "max_batch_size: 1"), COMPARE (level-2
 #       keys of more configurations, ';' between them, each run side by side with the default
@@ -76,7 +76,7 @@ queue_policy:
   1: {max_queue_size: 0}
   2: {max_queue_size: $lq, default_timeout_us: ${LOW_TIMEOUT_US:-100000}${LEVEL2:+, $LEVEL2}${extra[$c]:-}}
 YAML
-  "$KEEL" --memory-limit 2G serve "$w/$c/repo" --port 0 --workers "$workers" > "$w/$c/keel.out" 2> "$w/$c/keel.err" &
+  "$KEEL" --memory-limit 2G serve "$w/$c/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-1}" > "$w/$c/keel.out" 2> "$w/$c/keel.err" &
   pid[$c]=$!; kp="$kp ${pid[$c]}"
   for i in $(seq 300); do grep -q listening "$w/$c/keel.out" 2>/dev/null && break; sleep 0.1; done
   port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/$c/keel.out")
