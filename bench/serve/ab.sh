@@ -6,8 +6,9 @@
 # Usage: bench/serve/ab.sh [SECONDS] [CONNECTIONS] [ROUNDS]
 # env: A_KEEL/B_KEEL (binaries, default build/keel), A_CFG/B_CFG (config.yaml
 # text, default: max_batch_size 64, max_queue_delay_us 300), A_ARGS/B_ARGS
-# (extra `keel serve` flags, default --workers 2), A_ENV/B_ENV (env for the server).
+# (extra `keel serve` flags, default --workers 2), A_ENV/B_ENV (env for the server), WRK_THREADS (wrk threads, default 2).
 set -eu
+wt=${WRK_THREADS:-2}  # wrk threads
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 dur=${1:-6}; conns=${2:-16}; rounds=${3:-3}
 A_KEEL=${A_KEEL:-$root/build/keel}; B_KEEL=${B_KEEL:-$root/build/keel}
@@ -31,13 +32,13 @@ start A "$A_KEEL" "$A_ARGS" "$A_ENV"; start B "$B_KEEL" "$B_ARGS" "$B_ENV"
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 batch() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp"\}/ {v[$1 ~ /sum/]=$2} END {printf "%s %s", v[1]+0, v[0]+0}'; }
 hz=$(getconf CLK_TCK)
-for s in A B; do eval "p=\$port_$s"; wrk -t2 -c"$conns" -d1s -s "$here/post.lua" "http://127.0.0.1:$p/v2/models/mlp/infer" > /dev/null; done
+for s in A B; do eval "p=\$port_$s"; wrk -t"$wt" -c"$conns" -d1s -s "$here/post.lua" "http://127.0.0.1:$p/v2/models/mlp/infer" > /dev/null; done
 : > "$w/rows"
 for r in $(seq "$rounds"); do
   for s in A B; do
     eval "p=\$port_$s; pid=\$pid_$s"
     c0=$(cpu "$pid"); b0=$(batch "$p")
-    wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$p/v2/models/mlp/infer" > "$w/wrk"
+    wrk -t"$wt" -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$p/v2/models/mlp/infer" > "$w/wrk"
     c1=$(cpu "$pid"); b1=$(batch "$p")
     awk -v s="$s" -v c0="$c0" -v c1="$c1" -v hz="$hz" -v b0="$b0" -v b1="$b1" -v la="$(cut -d' ' -f1 /proc/loadavg)" '
       function ms(x) { if (x ~ /us$/) return x/1000; if (x ~ /ms$/) return x+0; if (x ~ /s$/) return x*1000; return x }

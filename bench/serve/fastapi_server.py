@@ -1,6 +1,8 @@
 """The peer of bench/serve: FastAPI + uvicorn + PyTorch serving the same MLP
 (weights read from the same model.onnx) over the same KServe v2 JSON infer
-request. Usage: fastapi_server.py MODEL.onnx PORT"""
+request. Usage: fastapi_server.py MODEL.onnx PORT [WORKERS]
+(WORKERS > 1: uvicorn's worker processes, each with the model)"""
+import os
 import sys
 
 import numpy as np
@@ -11,7 +13,7 @@ from fastapi import FastAPI, Request
 from onnx import numpy_helper
 
 torch.set_num_threads(1)
-m = onnx.load(sys.argv[1])
+m = onnx.load(os.environ.get("KEEL_BENCH_MODEL") or sys.argv[1])
 inits = {i.name: numpy_helper.to_array(i) for i in m.graph.initializer}
 layers = []
 for n in m.graph.node:
@@ -43,4 +45,11 @@ async def infer(req: Request):
 
 
 if __name__ == "__main__":
-    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=False)
+    workers = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+    if workers > 1:  # the workers import this file again: the model path goes by environment
+        os.environ["KEEL_BENCH_MODEL"] = sys.argv[1]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        uvicorn.run("fastapi_server:app", host="127.0.0.1", port=int(sys.argv[2]), workers=workers,
+                    log_level="warning", access_log=False)
+    else:
+        uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning", access_log=False)

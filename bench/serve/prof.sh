@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # bench/serve/prof.sh: perf profile of `keel serve` alone under the MLP bench
-# load of run.sh (same model, config and request; wrk -t2 -cCONNS). Prints
+# load of run.sh (same model, config and request; wrk -tWRK_THREADS -cCONNS). Prints
 # wrk's summary, the server CPU per request and perf's flat profile (self
 # time per symbol, kernel included) and writes perf.data to OUTDIR.
-# Usage: bench/serve/prof.sh [SECONDS] [CONNECTIONS] [OUTDIR]   (env KEEL, HTTP_THREADS, DELAY_US, PERF_ARGS)
+# Usage: bench/serve/prof.sh [SECONDS] [CONNECTIONS] [OUTDIR]   (env KEEL, HTTP_THREADS, DELAY_US, PERF_ARGS, WRK_THREADS (default 2))
 set -eu
+wt=${WRK_THREADS:-2}  # wrk threads
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
 dur=${1:-8}; conns=${2:-16}; out=${3:-$(mktemp -d "${TMPDIR:-/tmp}/keel-prof-XXXXXX")}
@@ -18,11 +19,11 @@ export BODY_FILE="$w/body.json"
 for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done
 port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/keel.out")
 url="http://127.0.0.1:$port/v2/models/mlp/infer"
-wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "$url" > /dev/null
+wrk -t"$wt" -c"$conns" -d2s -s "$here/post.lua" "$url" > /dev/null
 c0=$(awk '{print $14 + $15}' "/proc/$kp/stat")
 perf record ${PERF_ARGS:--g} -o "$out/perf.data" -p "$kp" -- sleep "$dur" 2> "$out/perf.err" &
 pp=$!
-wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "$url" > "$out/wrk.txt"
+wrk -t"$wt" -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "$url" > "$out/wrk.txt"
 wait $pp || true
 c1=$(awk '{print $14 + $15}' "/proc/$kp/stat")
 n=$(awk '/requests in/ {print $1}' "$out/wrk.txt")

@@ -2,8 +2,10 @@
 # bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
 # 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
 # at 16 connections in one run. Prints a markdown table row per server.
-# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US)
+# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US, WRK_THREADS (default 2),
+#   FASTAPI_WORKERS (uvicorn worker processes, default 1))
 set -eu
+wt=${WRK_THREADS:-2}  # wrk threads
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
 dur=${1:-10}; conns=${2:-16}
@@ -18,7 +20,7 @@ workers=${WORKERS:-$(nproc)}
 for i in $(seq 100); do grep -q listening "$w/keel.out" 2>/dev/null && break; sleep 0.1; done
 kport=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/keel.out")
 fport=$((kport + 1))
-$PY "$here/fastapi_server.py" "$w/repo/mlp/1/model.onnx" "$fport" > "$w/fa.out" 2>&1 & fp=$!
+$PY "$here/fastapi_server.py" "$w/repo/mlp/1/model.onnx" "$fport" "${FASTAPI_WORKERS:-1}" > "$w/fa.out" 2>&1 & fp=$!
 for i in $(seq 200); do curl -s -o /dev/null -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/mlp/infer" && break; sleep 0.1; done
 # same answer from both
 curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$kport/v2/models/mlp/infer" > "$w/k.json"
@@ -26,11 +28,15 @@ curl -s -X POST --data-binary @"$BODY_FILE" "http://127.0.0.1:$fport/v2/models/m
 $PY -c "
 import json,sys; a=json.load(open('$w/k.json'))['outputs'][0]['data']; b=json.load(open('$w/f.json'))['outputs'][0]['data']
 d=max(abs(x-y) for x,y in zip(a,b)); print('max |keel - torch| = %.2g' % d); sys.exit(d > 1e-3)"
-cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime in clock ticks
+cpu() { # utime + stime in clock ticks of a process and its children (uvicorn's workers)
+  local t=0 p
+  for p in $1 $(pgrep -P "$1"); do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo $t
+}
 run() { # name port pid
   local c0=$(cpu "$3")
   /usr/bin/time -f "%U %S" -o "$w/$1.time" \
-    wrk -t2 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
+    wrk -t"$wt" -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$2/v2/models/mlp/infer" > "$w/$1.wrk"
   local c1=$(cpu "$3")
   rps=$(awk '/^Requests\/sec/ {print $2}' "$w/$1.wrk")
   nreq=$(awk '/requests in/ {print $1}' "$w/$1.wrk")
@@ -41,7 +47,7 @@ run() { # name port pid
   wrk_share=$(awk -v a="$c0" -v b="$c1" -v hz="$(getconf CLK_TCK)" '{w=$1+$2} END {s=(b-a)/hz; printf "%.0f%%", 100*w/(w+s)}' "$w/$1.time")
   echo "$1 $rps $p50 $p99 $cpu_us $wrk_share $errs"
 }
-wrk -t2 -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
+wrk -t"$wt" -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/models/mlp/infer" > /dev/null  # warm
 k=$(run keel "$kport" "$kp"); f=$(run fastapi "$fport" "$fp")
 echo "| server | req/s | p50 | p99 | server CPU µs/request | wrk's share of wrk+server CPU | errors |"; echo "|---|---|---|---|---|---|---|"
 for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5 ws=$6; shift 6; echo "| $n | $r | $a | $b | $c | $ws | ${*:-none} |"; done
