@@ -559,11 +559,10 @@ static inline uint64_t field_any(uint64_t m) { return (((m & F_NOTOP) + F_NOTOP)
 
 /* One register of four number windows (x: each 16-byte lane ends where its
  * number ends; lenb: each lane's length, 1..16, in all its bytes): the
- * lanes' digits as [m, m] (u64), the fraction digits f in each lane's
- * low quadword, and in *bad / *neg a bit per lane (bits 0..3): not of the
- * plain form -?(0|[1-9][0-9]*)(.[0-9]+)? of at most 15 bytes / negative. */
-static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m512i lenb, __m512i *fq, unsigned *bad,
-                                                                unsigned *neg) {
+ * lanes' digits as [m, m] (u64), in each lane's low quadword the fraction
+ * digits plus 16 when negative, and in *bad a bit per lane (bits 0..3):
+ * not of the plain form -?(0|[1-9][0-9]*)(.[0-9]+)? of at most 15 bytes. */
+static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m512i lenb, __m512i *fq, unsigned *bad) {
     const __m512i c15 = _mm512_broadcast_i32x4(_mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
     __m512i d = _mm512_sub_epi8(x, _mm512_set1_epi8('0'));
     /* the number's bytes (never a lane's byte 0: a 16-byte number is bad anyway) */
@@ -587,7 +586,6 @@ static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m5
     b |= minus & ~(dig >> 1);                      /* no digit after the sign */
     b |= fd & zero & (dig >> 1);                   /* a leading zero */
     *bad = (unsigned)_pext_u64(field_any(b), F_TOP);
-    *neg = (unsigned)_pext_u64(field_any(minus), F_TOP);
     /* the digits: the integer ones one byte right, over the point */
     __m512i dz = _mm512_maskz_mov_epi8(dig, d);
     __m512i w = _mm512_mask_blend_epi8(s, dz, _mm512_bslli_epi128(dz, 1));
@@ -595,7 +593,9 @@ static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m5
     w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00010064));        /* 100, 1 */
     w = _mm512_packus_epi32(w, w);
     w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00012710));        /* 10000, 1 */
-    __m512i f = _mm512_sad_epu8(_mm512_maskz_mov_epi8(dot, c15), _mm512_setzero_si512());
+    /* the fraction digits (15 - the point's place) plus 16 when negative */
+    __m512i f = _mm512_mask_mov_epi8(_mm512_maskz_mov_epi8(dot, c15), minus, _mm512_set1_epi8(16));
+    f = _mm512_sad_epu8(f, _mm512_setzero_si512());
     *fq = _mm512_add_epi64(f, _mm512_bsrli_epi128(f, 8));
     return _mm512_add_epi64(_mm512_mul_epu32(w, _mm512_set1_epi64(100000000)), _mm512_srli_epi64(w, 32));
 }
@@ -681,7 +681,6 @@ static T512 cJSON *packed_fast512(parser *ps) {
     const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
     const __m512d p10lo = _mm512_loadu_pd(pow10_tab), p10hi = _mm512_loadu_pd(pow10_tab + 8);
     const __m512i lo29 = _mm512_set1_epi64(0x1fffffff), mid = _mm512_set1_epi64(0x10000000);
-    const __m512i exf = _mm512_set1_epi64(0x7ff), exmin = _mm512_set1_epi64(1023 - 126);
     const char *w0 = t - 16;
     for (size_t i = 0; i < n8; i += 8) {
         if (__builtin_expect(en[i] < 16, 0)) { /* a window before the text: the general reader */
@@ -702,19 +701,18 @@ static T512 cJSON *packed_fast512(parser *ps) {
         xb = _mm512_inserti32x4(xb, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 6])), 2);
         xb = _mm512_inserti32x4(xb, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 7])), 3);
         __m512i fa, fb;
-        unsigned ba, bb, na, nb;
-        __m512i ma = lanes4(xa, _mm512_permutexvar_epi8(ia, lens), &fa, &ba, &na);
-        __m512i mb = lanes4(xb, _mm512_permutexvar_epi8(ib, lens), &fb, &bb, &nb);
+        unsigned ba, bb;
+        __m512i ma = lanes4(xa, _mm512_permutexvar_epi8(ia, lens), &fa, &ba);
+        __m512i mb = lanes4(xb, _mm512_permutexvar_epi8(ib, lens), &fb, &bb);
         __m512i m = _mm512_permutex2var_epi64(ma, even, mb), f = _mm512_permutex2var_epi64(fa, even, fb);
+        /* (the permute reads the index's low 4 bits: the sign's 16 is not seen) */
         __m512d x = _mm512_div_pd(_mm512_cvtepu64_pd(m), _mm512_permutex2var_pd(p10lo, f, p10hi));
-        x = _mm512_castsi512_pd(_mm512_mask_or_epi64(_mm512_castpd_si512(x), (__mmask8)(na | nb << 4), _mm512_castpd_si512(x),
-                                                     _mm512_set1_epi64((long long)0x8000000000000000ull)));
-        _mm512_storeu_pd(vals + i, x);
-        _mm256_storeu_ps(fl + i, _mm512_cvtpd_ps(x));
-        __m512i bx = _mm512_castpd_si512(x);
-        unsigned haz = _mm512_cmpeq_epi64_mask(_mm512_and_si512(bx, lo29), mid) |
-                       (_mm512_cmplt_epu64_mask(_mm512_and_si512(_mm512_srli_epi64(bx, 52), exf), exmin) &
-                        _mm512_test_epi64_mask(bx, _mm512_set1_epi64(0x7fffffffffffffffll)));
+        __m512i bx = _mm512_ternarylogic_epi64(_mm512_castpd_si512(x), _mm512_slli_epi64(f, 59),
+                                               _mm512_set1_epi64((long long)0x8000000000000000ull), 0xf8); /* x | (f<<59 & sign) */
+        _mm512_storeu_si512(vals + i, bx);
+        _mm256_storeu_ps(fl + i, _mm512_cvtpd_ps(_mm512_castsi512_pd(bx)));
+        /* f32_hazard: a plain number of at most 15 bytes is 0 or above 1e-13, never below the floats' normal range */
+        unsigned haz = _mm512_cmpeq_epi64_mask(_mm512_and_si512(bx, lo29), mid);
         unsigned slow = longm | ba | bb << 4;
         if (__builtin_expect((slow | haz) != 0, 0)) {
             for (unsigned k = slow; k; k &= k - 1)
