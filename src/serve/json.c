@@ -567,24 +567,22 @@ static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m5
     __m512i d = _mm512_sub_epi8(x, _mm512_set1_epi8('0'));
     /* the number's bytes (never a lane's byte 0: a 16-byte number is bad anyway) */
     uint64_t in = _mm512_cmpgt_epu8_mask(lenb, c15) & 0xfffefffefffefffeull;
-    uint64_t dig = _mm512_cmple_epu8_mask(d, _mm512_set1_epi8(9)) & in;
-    uint64_t dot = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('.')) & in;
-    uint64_t zero = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('0')) & in;
-    uint64_t first = in & ~(in << 1);
-    uint64_t minus = _mm512_cmpeq_epi8_mask(x, _mm512_set1_epi8('-')) & first;
-    /* the point and all bytes before it (per field) */
-    uint64_t s = dot;
-    s |= (s >> 1) & F_NOTOP;
-    s |= (s >> 2) & 0x3fff3fff3fff3fffull;
-    s |= (s >> 4) & 0x0fff0fff0fff0fffull;
-    s |= (s >> 8) & 0x00ff00ff00ff00ffull;
-    uint64_t fd = (first & ~minus) | (minus << 1); /* the first digit */
-    uint64_t b = in & ~(dig | dot | minus);        /* another byte */
-    b |= dot & (s >> 1) & F_NOTOP;                 /* two points */
-    b |= dot & ~(dig << 1);                        /* no digit before the point */
-    b |= dot & F_TOP;                              /* none after it */
-    b |= minus & ~(dig >> 1);                      /* no digit after the sign */
-    b |= fd & zero & (dig >> 1);                   /* a leading zero */
+    uint64_t dig = _mm512_mask_cmple_epu8_mask(in, d, _mm512_set1_epi8(9));
+    uint64_t dot = _mm512_mask_cmpeq_epi8_mask(in, x, _mm512_set1_epi8('.'));
+    uint64_t zero = _mm512_mask_cmpeq_epi8_mask(in, x, _mm512_set1_epi8('0'));
+    uint64_t minus = _mm512_mask_cmpeq_epi8_mask(in, x, _mm512_set1_epi8('-'));
+    /* per field, with one point: bit 15 and the bits below the point (no
+     * borrow between fields: each is >= 0x8000 before the subtraction) */
+    uint64_t pw = (dot | F_TOP) - 0x0001000100010001ull, hd = pw & F_TOP;
+    uint64_t s = (pw | dot) & (hd - (hd >> 15)); /* the point and the bytes before it; 0 without one */
+    /* (a lane's byte 0 is never in: shifts across fields bring in zeros
+     * where it matters, and a point or digit at byte 15 fails anyway) */
+    uint64_t dp = dig | dot, dpm = dp | minus, dr = dig >> 1;
+    uint64_t b = in & ~dpm;                     /* another byte */
+    b |= dot & ~((dig << 1) & dr);              /* a point not between two digits */
+    b |= pw & dot;                              /* two points */
+    b |= minus & (~dr | (dpm << 1));            /* a sign not first or not before a digit */
+    b |= zero & dr & ~(dp << 1);                /* a leading zero */
     *bad = (unsigned)_pext_u64(field_any(b), F_TOP);
     /* the digits: the integer ones one byte right, over the point */
     __m512i dz = _mm512_maskz_mov_epi8(dig, d);
