@@ -280,6 +280,7 @@ static int number_node(parser *ps, cJSON *n) {
  * a branch on the divide's result in the reading loop cost 15 %). */
 typedef struct {
     double *v;
+    float *f; /* the values as FP32, exactly strtof's (NULL: sv_json_packed_f32 converts v) */
     uint32_t *off;
     size_t n;
     const char *text, *end;
@@ -320,7 +321,7 @@ static cJSON *packed_array(parser *ps) {
     cJSON *a = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
     if (!a || !pk) return NULL;
-    *pk = (packed){v, off, n, ps->start, ps->end};
+    *pk = (packed){v, NULL, off, n, ps->start, ps->end};
     a->valuestring = (char *)pk;
     a->valueint = (int)n;
     return a;
@@ -389,6 +390,20 @@ static inline __attribute__((always_inline)) int plain15(const char *s, const ch
     return 1;
 }
 
+/* The token [s, e) by the general reader (it must take the whole token)
+ * into *out; -1 (nothing else changed) when it is not a JSON number. */
+static int token_f64(parser *ps, const char *s, const char *e, double *out) {
+    const char *at = ps->p;
+    dec x;
+    ps->p = s;
+    int bad = scan_number(ps, &x) || ps->p != e;
+    ps->p = at;
+    ps->err = NULL;
+    if (bad) return -1;
+    *out = dec_f64(&x);
+    return 0;
+}
+
 /* Character classes by nibble (class = lo[c & 15] & hi[c >> 4]; bytes >=
  * 0x80 are 0): 1 digits, 2 '+' '-' '.', 4 'e' 'E' (1|2|4: number), 8 tab,
  * LF, CR, 16 space (blanks), 32 ',', 64 ']'; 0 anything else. */
@@ -398,7 +413,11 @@ static const uint8_t cls_hi[16] = {8, 0, 2 | 16 | 32, 1, 4, 64, 4, 0, 0, 0, 0, 0
 /* At '[' (ps->p): an array of more than SV_MAX_DIMS numbers as one packed
  * node; NULL and nothing moved when it is not one (then the
  * per-character path reads it). */
+static int use512(void);
+static cJSON *packed_fast512(parser *ps);
+
 static cJSON *packed_fast(parser *ps) {
+    if (use512()) return packed_fast512(ps);
     const char *a = ps->p + 1, *end = ps->end, *t = ps->start;
     if (end - t > UINT32_MAX || end - a < 64) return NULL;
     size_t cap = 1024, n = 0, ne = 0;
@@ -470,18 +489,240 @@ static cJSON *packed_fast(parser *ps) {
         const char *s = t + st[i], *e = t + en[i];
         unsigned len = (unsigned)(e - s);
         if (__builtin_expect(len <= 15 && e - t >= 16, 1) && plain15(s, e, len, &vals[i])) continue;
-        /* the general reader: it must take the whole token */
-        const char *at = ps->p;
-        dec x;
-        ps->p = s;
-        if (scan_number(ps, &x) || ps->p != e) { ps->p = a - 1; ps->err = NULL; return NULL; }
-        ps->p = at;
-        vals[i] = dec_f64(&x);
+        if (token_f64(ps, s, e, &vals[i])) { ps->p = a - 1; return NULL; }
     }
     cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
     if (!nd || !pk) { ps->p = a - 1; ps->err = NULL; return NULL; }
-    *pk = (packed){vals, st, n, ps->start, ps->end};
+    *pk = (packed){vals, NULL, st, n, ps->start, ps->end};
+    nd->valuestring = (char *)pk;
+    nd->valueint = (int)n;
+    return nd;
+}
+
+/* ------------------------------------------------------------------
+ * Packed arrays, AVX-512 fast path (runtime dispatch: AVX-512 F, BW, VL,
+ * DQ, VBMI and VBMI2; KEEL_NO_AVX512=1 or sv_json_avx512(0) force the
+ * AVX2 path above)
+ *
+ * The same two passes, wider. Pass 1 classifies 64 bytes a step (the last
+ * bytes by a masked load: nothing past the input end is read) and writes
+ * the starts and ends of the numbers by compressing a byte index vector
+ * (no loop over the numbers). Pass 2 reads eight numbers at once: their
+ * 16-byte windows (each ending where its number ends) in two registers,
+ * the plain form's checks as bit masks over the four 16-bit fields of a
+ * register's byte masks, the point removed by one shift and blend, the
+ * digits summed by multiply-adds, the power of ten picked from a table
+ * by a permute, and eight correctly rounded divides in one instruction.
+ * It writes the doubles and their floats (exactly strtof's: the double
+ * rounding hazard of f32_hazard as a mask; the rare hazards read again
+ * from their text). A number that is not of the plain form (exponents,
+ * more than 15 characters, a malformed token) takes the per-number path
+ * of the AVX2 reader: same values, same give-up on malformed tokens.
+ * ------------------------------------------------------------------ */
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2")))
+
+static int json_isa = -1;
+
+static int use512(void) {
+    int v = __atomic_load_n(&json_isa, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *env = getenv("KEEL_NO_AVX512");
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+            __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") && !(env && *env && strcmp(env, "0"));
+        __atomic_store_n(&json_isa, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+int sv_json_avx512(int on) {
+    if (on >= 0) {
+        __atomic_store_n(&json_isa, -1, __ATOMIC_RELAXED);
+        if (on) use512();
+        else __atomic_store_n(&json_isa, 0, __ATOMIC_RELAXED);
+    }
+    return use512();
+}
+
+static const uint8_t iota64[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+                                   22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+                                   44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+
+/* the 16-bit fields (one per number) of a register's byte masks */
+#define F_NOTOP 0x7fff7fff7fff7fffull
+#define F_TOP 0x8000800080008000ull
+
+/* per field: its top bit when any bit of the field is set */
+static inline uint64_t field_any(uint64_t m) { return (((m & F_NOTOP) + F_NOTOP) | m) & F_TOP; }
+
+/* One register of four number windows (x: each 16-byte lane ends where its
+ * number ends; lenb: each lane's length, 1..16, in all its bytes): the
+ * lanes' digits as [m, m] (u64), in each lane's low quadword the fraction
+ * digits plus 16 when negative, and in *bad a bit per lane (bits 0..3):
+ * not of the plain form -?(0|[1-9][0-9]*)(.[0-9]+)? of at most 15 bytes. */
+static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m512i lenb, __m512i *fq, unsigned *bad) {
+    const __m512i c15 = _mm512_broadcast_i32x4(_mm_setr_epi8(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+    __m512i d = _mm512_sub_epi8(x, _mm512_set1_epi8('0'));
+    /* the number's bytes (never a lane's byte 0: a 16-byte number is bad anyway) */
+    uint64_t in = _mm512_cmpgt_epu8_mask(lenb, c15) & 0xfffefffefffefffeull;
+    uint64_t dig = _mm512_mask_cmple_epu8_mask(in, d, _mm512_set1_epi8(9));
+    uint64_t dot = _mm512_mask_cmpeq_epi8_mask(in, x, _mm512_set1_epi8('.'));
+    uint64_t zero = _mm512_mask_cmpeq_epi8_mask(in, x, _mm512_set1_epi8('0'));
+    uint64_t minus = _mm512_mask_cmpeq_epi8_mask(in, x, _mm512_set1_epi8('-'));
+    /* per field, with one point: bit 15 and the bits below the point (no
+     * borrow between fields: each is >= 0x8000 before the subtraction) */
+    uint64_t pw = (dot | F_TOP) - 0x0001000100010001ull, hd = pw & F_TOP;
+    uint64_t s = (pw | dot) & (hd - (hd >> 15)); /* the point and the bytes before it; 0 without one */
+    /* (a lane's byte 0 is never in: shifts across fields bring in zeros
+     * where it matters, and a point or digit at byte 15 fails anyway) */
+    uint64_t dp = dig | dot, dpm = dp | minus, dr = dig >> 1;
+    uint64_t b = in & ~dpm;                     /* another byte */
+    b |= dot & ~((dig << 1) & dr);              /* a point not between two digits */
+    b |= pw & dot;                              /* two points */
+    b |= minus & (~dr | (dpm << 1));            /* a sign not first or not before a digit */
+    b |= zero & dr & ~(dp << 1);                /* a leading zero */
+    *bad = (unsigned)_pext_u64(field_any(b), F_TOP);
+    /* the digits: the integer ones one byte right, over the point */
+    __m512i dz = _mm512_maskz_mov_epi8(dig, d);
+    __m512i w = _mm512_mask_blend_epi8(s, dz, _mm512_bslli_epi128(dz, 1));
+    w = _mm512_maddubs_epi16(w, _mm512_set1_epi16(0x010a));         /* 10, 1 */
+    w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00010064));        /* 100, 1 */
+    w = _mm512_packus_epi32(w, w);
+    w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00012710));        /* 10000, 1 */
+    /* the fraction digits (15 - the point's place) plus 16 when negative */
+    __m512i f = _mm512_mask_mov_epi8(_mm512_maskz_mov_epi8(dot, c15), minus, _mm512_set1_epi8(16));
+    f = _mm512_sad_epu8(f, _mm512_setzero_si512());
+    *fq = _mm512_add_epi64(f, _mm512_bsrli_epi128(f, 8));
+    return _mm512_add_epi64(_mm512_mul_epu32(w, _mm512_set1_epi64(100000000)), _mm512_srli_epi64(w, 32));
+}
+
+/* The general reader for number k of a group into vals/fl; -1: not a number */
+static int lane_slow(parser *ps, const char *t, const uint32_t *st, const uint32_t *en, double *vals, float *fl) {
+    const char *s = t + *st, *e = t + *en;
+    unsigned len = (unsigned)(e - s);
+    if (!(len <= 15 && e - t >= 16 && plain15(s, e, len, vals)) && token_f64(ps, s, e, vals)) return -1;
+    *fl = f32_hazard(*vals) ? hazard_f32(s, ps->end) : (float)*vals;
+    return 0;
+}
+
+static T512 cJSON *packed_fast512(parser *ps) {
+    const char *a = ps->p + 1, *end = ps->end, *t = ps->start;
+    if (end - t > UINT32_MAX || end - a < 64) return NULL;
+    size_t cap = 1024, n = 0, ne = 0;
+    uint32_t *st = alloc(ps->doc, (cap + 80) * sizeof *st), *en = alloc(ps->doc, (cap + 80) * sizeof *en);
+    if (!st || !en) return NULL;
+    const __m512i lo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)cls_lo));
+    const __m512i hi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)cls_hi));
+    const __m512i iota = _mm512_loadu_si512(iota64);
+    uint32_t base = (uint32_t)(a - t);
+    uint64_t carry = 0, bad = 0, expect = 0x5555555555555555ull;
+    for (size_t o = 0;; o += 64) {
+        __m512i v;
+        if (a + o + 64 <= end) v = _mm512_loadu_si512(a + o);
+        else if (a + o < end) v = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, (unsigned)(end - a - o)), a + o); /* 0: no JSON */
+        else return NULL; /* no ']' */
+        __m512i c = _mm512_and_si512(_mm512_shuffle_epi8(lo, v),
+                                     _mm512_shuffle_epi8(hi, _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15))));
+        uint64_t other = _mm512_testn_epi8_mask(c, c);
+        uint64_t num = _mm512_test_epi8_mask(c, _mm512_set1_epi8(7));
+        uint64_t comma = _mm512_test_epi8_mask(c, _mm512_set1_epi8(32));
+        uint64_t cl = _mm512_test_epi8_mask(c, _mm512_set1_epi8(64));
+        uint64_t lim = _blsmsk_u64(cl); /* up to the ']' (all when none) */
+        if (other & lim) return NULL;   /* another value: not a run of numbers */
+        num &= lim;
+        comma &= lim;
+        uint64_t prev = num << 1 | carry;
+        uint64_t starts = num & ~prev, ends = ~num & prev & lim;
+        carry = num >> 63;
+        uint64_t ev = starts | comma;
+        bad |= _pdep_u64(expect, ev) ^ starts; /* numbers and commas alternate */
+        if (__builtin_popcountll(ev) & 1) expect = ~expect;
+        if (n + 64 > cap) {
+            uint32_t *ns = alloc(ps->doc, (4 * cap + 80) * sizeof *ns), *nn = alloc(ps->doc, (4 * cap + 80) * sizeof *nn);
+            if (!ns || !nn) return NULL;
+            memcpy(ns, st, n * sizeof *st);
+            memcpy(nn, en, ne * sizeof *en);
+            st = ns;
+            en = nn;
+            cap *= 4;
+        }
+        /* at most 32 starts and 32 ends in 64 bytes: 16 written always, 16 more when there are */
+        __m512i at = _mm512_set1_epi32((int)(base + (uint32_t)o));
+        __m512i sp = _mm512_maskz_compress_epi8(starts, iota), ep = _mm512_maskz_compress_epi8(ends, iota);
+        unsigned cs = (unsigned)__builtin_popcountll(starts), ce = (unsigned)__builtin_popcountll(ends);
+        _mm512_storeu_si512(st + n, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(sp)), at));
+        _mm512_storeu_si512(en + ne, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(ep)), at));
+        if (__builtin_expect(cs > 16, 0))
+            _mm512_storeu_si512(st + n + 16, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(sp, 1)), at));
+        if (__builtin_expect(ce > 16, 0))
+            _mm512_storeu_si512(en + ne + 16, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(ep, 1)), at));
+        n += cs;
+        ne += ce;
+        if (cl) {
+            /* the last event a number (odd count: a comma expected next) */
+            if (bad || expect != 0xaaaaaaaaaaaaaaaaull || ne != n || n <= SV_MAX_DIMS || n > INT32_MAX) return NULL;
+            ps->p = a + o + _tzcnt_u64(cl) + 1;
+            break;
+        }
+    }
+    /* pass 2: groups of eight (the last one padded with copies of the last number) */
+    size_t n8 = (n + 7) & ~(size_t)7;
+    for (size_t i = n; i < n8; i++) { st[i] = st[n - 1]; en[i] = en[n - 1]; }
+    double *vals = alloc(ps->doc, n8 * sizeof *vals);
+    float *fl = alloc(ps->doc, n8 * sizeof *fl);
+    if (!vals || !fl) { ps->p = a - 1; return NULL; }
+    const __m512i ia = _mm512_set_epi64(0x0c0c0c0c0c0c0c0cll, 0x0c0c0c0c0c0c0c0cll, 0x0808080808080808ll, 0x0808080808080808ll,
+                                        0x0404040404040404ll, 0x0404040404040404ll, 0, 0);
+    const __m512i ib = _mm512_add_epi8(ia, _mm512_set1_epi8(16));
+    const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m512d p10lo = _mm512_loadu_pd(pow10_tab), p10hi = _mm512_loadu_pd(pow10_tab + 8);
+    const __m512i lo29 = _mm512_set1_epi64(0x1fffffff), mid = _mm512_set1_epi64(0x10000000);
+    const char *w0 = t - 16;
+    for (size_t i = 0; i < n8; i += 8) {
+        if (__builtin_expect(en[i] < 16, 0)) { /* a window before the text: the general reader */
+            for (int k = 0; k < 8; k++)
+                if (lane_slow(ps, t, st + i + k, en + i + k, vals + i + k, fl + i + k)) { ps->p = a - 1; return NULL; }
+            continue;
+        }
+        __m256i vlen = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(en + i)),
+                                        _mm256_loadu_si256((const __m256i *)(const void *)(st + i)));
+        unsigned longm = _mm256_cmpgt_epu32_mask(vlen, _mm256_set1_epi32(15));
+        __m512i lens = _mm512_castsi256_si512(_mm256_min_epu32(vlen, _mm256_set1_epi32(16)));
+        __m512i xa = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i])));
+        xa = _mm512_inserti32x4(xa, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 1])), 1);
+        xa = _mm512_inserti32x4(xa, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 2])), 2);
+        xa = _mm512_inserti32x4(xa, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 3])), 3);
+        __m512i xb = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 4])));
+        xb = _mm512_inserti32x4(xb, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 5])), 1);
+        xb = _mm512_inserti32x4(xb, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 6])), 2);
+        xb = _mm512_inserti32x4(xb, _mm_loadu_si128((const __m128i *)(const void *)(w0 + en[i + 7])), 3);
+        __m512i fa, fb;
+        unsigned ba, bb;
+        __m512i ma = lanes4(xa, _mm512_permutexvar_epi8(ia, lens), &fa, &ba);
+        __m512i mb = lanes4(xb, _mm512_permutexvar_epi8(ib, lens), &fb, &bb);
+        __m512i m = _mm512_permutex2var_epi64(ma, even, mb), f = _mm512_permutex2var_epi64(fa, even, fb);
+        /* (the permute reads the index's low 4 bits: the sign's 16 is not seen) */
+        __m512d x = _mm512_div_pd(_mm512_cvtepu64_pd(m), _mm512_permutex2var_pd(p10lo, f, p10hi));
+        __m512i bx = _mm512_ternarylogic_epi64(_mm512_castpd_si512(x), _mm512_slli_epi64(f, 59),
+                                               _mm512_set1_epi64((long long)0x8000000000000000ull), 0xf8); /* x | (f<<59 & sign) */
+        _mm512_storeu_si512(vals + i, bx);
+        _mm256_storeu_ps(fl + i, _mm512_cvtpd_ps(_mm512_castsi512_pd(bx)));
+        /* f32_hazard: a plain number of at most 15 bytes is 0 or above 1e-13, never below the floats' normal range */
+        unsigned haz = _mm512_cmpeq_epi64_mask(_mm512_and_si512(bx, lo29), mid);
+        unsigned slow = longm | ba | bb << 4;
+        if (__builtin_expect((slow | haz) != 0, 0)) {
+            for (unsigned k = slow; k; k &= k - 1)
+                if (lane_slow(ps, t, st + i + __builtin_ctz(k), en + i + __builtin_ctz(k), vals + i + __builtin_ctz(k),
+                              fl + i + __builtin_ctz(k))) { ps->p = a - 1; return NULL; }
+            for (unsigned k = haz & ~slow; k; k &= k - 1) fl[i + __builtin_ctz(k)] = hazard_f32(t + st[i + __builtin_ctz(k)], end);
+        }
+    }
+    cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
+    packed *pk = alloc(ps->doc, sizeof *pk);
+    if (!nd || !pk) { ps->p = a - 1; ps->err = NULL; return NULL; }
+    *pk = (packed){vals, fl, st, n, ps->start, ps->end};
     nd->valuestring = (char *)pk;
     nd->valueint = (int)n;
     return nd;
@@ -505,6 +746,7 @@ int sv_json_array_size(const cJSON *a) {
 
 void sv_json_packed_f32(const cJSON *a, float *dst) {
     const packed *pk = (const packed *)(const void *)a->valuestring;
+    if (pk->f) { memcpy(dst, pk->f, pk->n * sizeof *dst); return; } /* read as floats already */
     const double *v = pk->v;
     size_t i = 0, n = pk->n;
     /* four at a time: the conversions, and f32_hazard's test as a mask */

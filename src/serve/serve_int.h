@@ -396,6 +396,9 @@ void sv_json_packed_f32(const struct cJSON *a, float *dst);
 /* One JSON number (the whole of s[0..len)) as FP32, exactly strtof's value;
  * KL_EPARSE when s is not a JSON number. */
 int sv_parse_f32(const char *s, size_t len, float *out);
+/* Whether the JSON reader uses its AVX-512 path (0/1: off/on where the CPU
+ * has it, for tests; -1: only ask). */
+int sv_json_avx512(int on);
 const struct cJSON *sv_json_root(const sv_json_doc *d);
 void sv_json_free(sv_json_doc *d);
 

@@ -677,3 +677,136 @@ KL_TEST(serve_fmt_int_matches_printf) {
     a[n] = 0;
     KT_EQ_STR(a, "18446744073709551615");
 }
+
+/* A long array in a text of exactly its length (malloc'd: the sanitizer
+ * sees a read past the end), ending at every offset modulo 64 and with the
+ * array at the text's start (windows before the text): every plain-form
+ * length 1..17, signs, "0.x", integers, exponents and float midpoints
+ * (hazards of rounding twice), each value exactly strtod's and strtof's. */
+static void fast_tokens_exact(int rounds) {
+    uint64_t x = 0x2545f4914f6cdd1dull;
+    char buf[64];
+    for (int round = 0; round < rounds; round++) {
+        int n = 9 + round % 97, pre = round % 3 ? round % 71 : 0; /* pre: bytes of other text before the array */
+        size_t cap = (size_t)pre + (size_t)n * 40 + 64, off = 0;
+        char *text = malloc(cap);
+        char **tok = malloc((size_t)n * sizeof *tok);
+        KT_CHECK(text && tok);
+        if (!text || !tok) { free(text); free(tok); return; }
+        if (pre) off = (size_t)snprintf(text, cap, "{\"k\":\"%.*s\",\"d\":", pre, "abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyz");
+        text[off++] = '[';
+        for (int i = 0; i < n; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            int kind = (int)(x % 8), o = 0;
+            if (kind < 4) { /* plain: 1..17 digits, a point anywhere (or none), a sign */
+                int nd = 1 + (int)((x >> 8) % 17), dot = (int)((x >> 16) % (uint64_t)(nd + 1));
+                uint64_t y = x;
+                if ((x >> 60) & 1) buf[o++] = '-';
+                int lead0 = dot == 1 && ((x >> 62) & 1); /* "0.xxx" */
+                for (int k = 0; k < nd; k++) {
+                    if (k == dot && k) buf[o++] = '.';
+                    y = y * 6364136223846793005ull + 1442695040888963407ull;
+                    buf[o++] = (char)('0' + (k == 0 ? (lead0 ? 0 : 1 + (y >> 33) % 9) : (y >> 33) % 10));
+                }
+                buf[o] = 0;
+            } else if (kind == 4) { /* a float midpoint (25 significant bits), times or over a power of two: ties */
+                uint64_t m = ((1ull << 23) | (x >> 41)) * 2 + 1; /* 25 bits, odd */
+                int sh = (int)((x >> 8) % 12);
+                if (sh < 6) snprintf(buf, sizeof buf, "%s%llu", (x >> 61) & 1 ? "-" : "", (unsigned long long)(m << sh));
+                else snprintf(buf, sizeof buf, "%.*f", sh, (double)m / (double)(1ull << sh)); /* exact when short */
+            } else if (kind == 5) {
+                snprintf(buf, sizeof buf, (x >> 20) & 1 ? "%.6g" : "%.9g", ((double)(x >> 11) * 0x1.0p-53 - 0.5) * 8);
+            } else if (kind == 6) {
+                snprintf(buf, sizeof buf, "%de%d", (int)(x >> 40) % 1000, (int)((x >> 20) % 90) - 45);
+            } else {
+                float fv;
+                uint32_t b = (uint32_t)(x >> 7);
+                memcpy(&fv, &b, 4);
+                if (!isfinite(fv)) fv = 1.5f;
+                snprintf(buf, sizeof buf, "%.8g", fv);
+            }
+            tok[i] = text + off;
+            off += (size_t)snprintf(text + off, cap - off, "%s%s", buf, i + 1 < n ? ((x >> 30) % 4 ? "," : ", ") : "]");
+        }
+        if (pre) text[off++] = '}';
+        /* the same text in an allocation of its length (and each length to 64 more: every end modulo 64) */
+        char *exact = malloc(off);
+        KT_CHECK(exact != NULL);
+        if (!exact) { free(text); free(tok); return; }
+        memcpy(exact, text, off);
+        sv_json_doc *doc = NULL;
+        kl_err e = {0};
+        KT_OK(sv_json_parse(exact, off, SV_JSON_PACK, &doc, &e), &e);
+        if (doc) {
+            const cJSON *arr = sv_json_root(doc);
+            if (pre) arr = cJSON_GetObjectItemCaseSensitive(arr, "d");
+            const double *v = NULL;
+            size_t nv = 0;
+            float f[128];
+            KT_CHECKF(sv_json_packed(arr, &v, &nv) && nv == (size_t)n, "round %d: not packed", round);
+            if (nv == (size_t)n) {
+                sv_json_packed_f32(arr, f);
+                for (int i = 0; i < n; i++) {
+                    const char *s = exact + (tok[i] - text);
+                    double want = strtod(s, NULL);
+                    float wf = strtof(s, NULL);
+                    if (memcmp(&want, &v[i], 8) || memcmp(&wf, &f[i], 4)) {
+                        kt_fail(__FILE__, __LINE__, "round %d number %d (%.24s): got %.17g / %.9g, strtod %.17g / strtof %.9g", round,
+                                i, s, v[i], f[i], want, wf);
+                        break;
+                    }
+                }
+            }
+        }
+        sv_json_free(doc);
+        /* cut before the ']' at each of the last bytes: refused, no read past the end */
+        for (size_t cut = 1; cut <= 3 && cut < off; cut++) {
+            doc = NULL;
+            int rc = sv_json_parse(exact, off - cut - (pre ? 1 : 0), SV_JSON_PACK, &doc, &e);
+            sv_json_free(doc);
+            KT_CHECKF(rc == KL_EPARSE, "round %d: accepted a cut array", round);
+        }
+        free(exact);
+        free(text);
+        free(tok);
+    }
+}
+
+KL_TEST(serve_json_fast_tokens_exact) { fast_tokens_exact(3000); }
+
+/* A malformed token at every position of a group of eight numbers and in
+ * the last, padded group: refused, the error names the element. */
+KL_TEST(serve_json_fast_error_positions) {
+    const char *badtok[] = {"01", "1.", ".5", "-", "--1", "1.2.3", "1-2", "1e", "-.5", "00.5", "-01.5", "1.5.", "0-", "5-5"};
+    char text[4096];
+    for (size_t b = 0; b < KL_ARRAY_LEN(badtok); b++)
+        for (int at = 0; at < 75; at += (at < 20 ? 1 : 7)) {
+            size_t off = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"data\":[");
+            for (int i = 0; i < 75; i++)
+                off += (size_t)snprintf(text + off, sizeof text - off, "%s%s", i == at ? badtok[b] : i % 2 ? "0.5" : "-12.25",
+                                        i < 74 ? "," : "]}]}");
+            sv_json_doc *doc = NULL;
+            kl_err e = {0};
+            int rc = sv_json_parse(text, off, SV_JSON_PACK, &doc, &e);
+            sv_json_free(doc);
+            char want[64];
+            snprintf(want, sizeof want, "(inputs[0].data[%d])", at);
+            KT_CHECKF(rc == KL_EPARSE, "accepted '%s' at %d", badtok[b], at);
+            KT_CHECKF(strstr(e.msg, want) != NULL, "'%s' at %d: %s", badtok[b], at, e.msg);
+        }
+}
+
+/* The reader's tests again on the AVX2 path (what KEEL_NO_AVX512=1 or a
+ * CPU without AVX-512 runs). */
+KL_TEST(serve_json_avx2_path) {
+    int was = sv_json_avx512(-1);
+    sv_json_avx512(0);
+    serve_json_number_runs_match_strtod();
+    serve_json_f32_matches_strtof();
+    serve_json_packed_number_arrays();
+    serve_json_fast_arrays_match_strtod();
+    serve_json_fast_array_errors();
+    fast_tokens_exact(600);
+    serve_json_fast_error_positions();
+    sv_json_avx512(was);
+}
