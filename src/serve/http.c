@@ -408,7 +408,6 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         int64_t maxq = m->cfg.level[lvl].max_queue;
         int full = maxq > 0 && m->qlen[lvl] >= maxq;
         int shed = !full && loop_saturated(r, m, lvl);
-        if (full || shed) m->last_arrival[lvl] = kl_time_mono_ns(); /* refused, still traffic of its level */
         pthread_mutex_unlock(&s->lock);
         if (full) {
             r->level = lvl;
@@ -438,7 +437,6 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     if (!hdr_prio && r->level > 0) { /* the level came with the body: its decode is paid, its run is not */
         pthread_mutex_lock(&s->lock);
         int shed = loop_saturated(r, m, r->level);
-        if (shed) m->last_arrival[r->level] = kl_time_mono_ns();
         pthread_mutex_unlock(&s->lock);
         if (shed) return shed_error(s, c, r, m);
     }
@@ -462,13 +460,6 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         r->loop->nheld++;
         sv_sched_submit(s, r);
         if (sv_qstate(r) == SV_Q_DONE) return answer(s, c, r); /* refused at once */
-        if (sv_sched_run_now(s, r)) { /* priority first: its batch runs now, its answer goes out this round */
-            int64_t due;
-            r->loop->urgent = 1;
-            sv_sched_inline(s, r->loop, &due);
-            r->loop->urgent = 0;
-            if (sv_qstate(r) == SV_Q_DONE) return answer(s, c, r);
-        }
         return MHD_YES;
     }
     MHD_suspend_connection(c);

@@ -253,21 +253,6 @@ int sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until
     return u != 0;
 }
 
-int sv_sched_run_now(kl_server *s, const sv_req *r) {
-    const sv_model *m = r->model;
-    if (!r->inl || !r->held || r->level != 0 || !r->loop) return 0;
-    int run = 0;
-    pthread_mutex_lock(&s->lock);
-    int64_t now = kl_time_mono_ns(), busy = now - r->loop->idle_ns;
-    for (int l = 1; l < m->cfg.levels && l < SV_MAX_LEVELS && !run; l++) {
-        int64_t b = m->cfg.level[l].shed_busy_us;
-        run = b > 0 && busy >= b * 1000 &&
-              (m->qlen[l] > 0 || (m->last_arrival[l] && now - m->last_arrival[l] < SV_RESERVE_WINDOW_NS));
-    }
-    pthread_mutex_unlock(&s->lock);
-    return run;
-}
-
 /* ==================================================================
  * Per-level niceness: a worker runs a lower level's batch at a higher nice
  * value, so that the kernel gives the cores to the HTTP loops and to
@@ -447,7 +432,7 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
         /* an HTTP loop whose every connection has its request in the
          * scheduler waits for nobody: no more requests can come to it */
-        if (lp && (lp->nwait >= lp->nconn || lp->urgent)) preferred = 1;
+        if (lp && lp->nwait >= lp->nconn) preferred = 1;
         if (!preferred && c->max_queue_delay_us > 0 && kl_time_mono_ns() < due && !atomic_load(&s->draining)) {
             *wait_until = due;
             *wait_model = best;

@@ -190,7 +190,7 @@ struct sv_model {
     int64_t qrows[SV_MAX_LEVELS]; /* batch rows queued per level */
     int running;                /* batches on workers (bounded by cfg.instances) */
     int lrun[SV_MAX_LEVELS];    /* of them, batches of each level */
-    int64_t last_arrival[SV_MAX_LEVELS]; /* monotonic ns of each level's latest request (queued or refused) */
+    int64_t last_arrival[SV_MAX_LEVELS]; /* monotonic ns of each level's latest request */
     int inl_running;            /* batches on HTTP loops (one per loop at most) */
     double tokens[SV_MAX_LEVELS];
     int64_t tok_ns[SV_MAX_LEVELS];
@@ -297,7 +297,6 @@ struct sv_loop {
     int64_t idle_ns;            /* when the loop last had a round with nothing to do (shed_busy_us) */
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
-    int urgent;                 /* sv_sched_inline called from a handler: batches run without their delay */
     /* access log lines of this loop's requests not written yet: written in
      * one go (sv_loop_log_flush) when the loop is about to sleep, on a busy
      * loop once they are SV_LOG_FLUSH_NS old, at SV_LOG_FLUSH_BYTES, and
@@ -441,13 +440,6 @@ int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry
  * running, or arrived within SV_RESERVE_WINDOW_NS); *until (if not NULL)
  * gets when the arrival window ends (0 while requests are queued or run). */
 int sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until);
-/* On r's HTTP loop's thread, lock not held: whether the held inline
- * request r (top level) runs at once in its handler instead of after the
- * loop's round of network events: its loop is saturated (busy for a lower
- * level's shed_busy_us) while a lower level of its model has recent
- * traffic, so the rest of the round is mostly lower requests and their
- * 503s that it need not wait for. */
-int sv_sched_run_now(kl_server *s, const sv_req *r);
 /* A held request whose connection closed: taken out of its queue (or left
  * alone when it has been answered meanwhile). */
 void sv_sched_cancel(kl_server *s, sv_req *r);
