@@ -8,10 +8,11 @@
  * With SV_JSON_PACK (infer requests), an array of more than SV_MAX_DIMS
  * numbers is not a list of nodes but one node holding a packed double array
  * (sv_json_packed reads it): the tensor data of a request is read by a
- * two-pass SIMD reader ("Packed arrays, fast path") into contiguous memory;
- * any non-number in it, or any token the grammar refuses, falls back to the
- * per-character reader and the node form so that the errors still name the
- * element. */
+ * two-pass SIMD reader ("Packed arrays, fast path"; with AVX-512, "Packed
+ * arrays, AVX-512 fast path", which also writes the FP32 values) into
+ * contiguous memory; any non-number in it, or any token the grammar
+ * refuses, falls back to the per-character reader and the node form so
+ * that the errors still name the element. */
 #include "serve_int.h"
 
 #include <cjson/cJSON.h>
@@ -519,6 +520,9 @@ static cJSON *packed_fast(parser *ps) {
  * from their text). A number that is not of the plain form (exponents,
  * more than 15 characters, a malformed token) takes the per-number path
  * of the AVX2 reader: same values, same give-up on malformed tokens.
+ * On the KServe MLP request: 2.6 us (was 7.4), pass 2 ~60 %; its ~250
+ * instructions per eight numbers are the limit, not the divide (a
+ * multiply in its place measured 3 % faster).
  * ------------------------------------------------------------------ */
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512vbmi2")))
 
@@ -598,7 +602,8 @@ static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m5
     return _mm512_add_epi64(_mm512_mul_epu32(w, _mm512_set1_epi64(100000000)), _mm512_srli_epi64(w, 32));
 }
 
-/* The general reader for number k of a group into vals/fl; -1: not a number */
+/* One number ([*st, *en) of the text t) by the AVX2 reader's per-number
+ * path into *vals and *fl; -1 when it is not a JSON number. */
 static int lane_slow(parser *ps, const char *t, const uint32_t *st, const uint32_t *en, double *vals, float *fl) {
     const char *s = t + *st, *e = t + *en;
     unsigned len = (unsigned)(e - s);
