@@ -405,6 +405,33 @@ static int token_f64(parser *ps, const char *s, const char *e, double *out) {
     return 0;
 }
 
+/* The start and end positions of pass 1, in the document's arena: room
+ * for cap positions plus slack (written past the count without a branch);
+ * grow() makes it four times as much, keeping the n starts and ne ends. */
+typedef struct {
+    uint32_t *st, *en;
+    size_t cap, slack;
+} positions;
+
+static int pos_init(parser *ps, positions *p, size_t cap, size_t slack) {
+    p->cap = cap;
+    p->slack = slack;
+    p->st = alloc(ps->doc, (cap + slack) * sizeof *p->st);
+    p->en = alloc(ps->doc, (cap + slack) * sizeof *p->en);
+    return p->st && p->en ? 0 : -1;
+}
+
+static int pos_grow(parser *ps, positions *p, size_t n, size_t ne) {
+    uint32_t *ns = alloc(ps->doc, (4 * p->cap + p->slack) * sizeof *ns), *nn = alloc(ps->doc, (4 * p->cap + p->slack) * sizeof *nn);
+    if (!ns || !nn) return -1;
+    memcpy(ns, p->st, n * sizeof *ns);
+    memcpy(nn, p->en, ne * sizeof *nn);
+    p->st = ns;
+    p->en = nn;
+    p->cap *= 4;
+    return 0;
+}
+
 /* Character classes by nibble (class = lo[c & 15] & hi[c >> 4]; bytes >=
  * 0x80 are 0): 1 digits, 2 '+' '-' '.', 4 'e' 'E' (1|2|4: number), 8 tab,
  * LF, CR, 16 space (blanks), 32 ',', 64 ']'; 0 anything else. */
@@ -421,9 +448,10 @@ static cJSON *packed_fast(parser *ps) {
     if (use512()) return packed_fast512(ps);
     const char *a = ps->p + 1, *end = ps->end, *t = ps->start;
     if (end - t > UINT32_MAX || end - a < 64) return NULL;
-    size_t cap = 1024, n = 0, ne = 0;
-    uint32_t *st = alloc(ps->doc, (cap + 8) * sizeof *st), *en = alloc(ps->doc, (cap + 8) * sizeof *en);
-    if (!st || !en) return NULL;
+    size_t n = 0, ne = 0;
+    positions pos;
+    if (pos_init(ps, &pos, 1024, 8)) return NULL;
+    uint32_t *st = pos.st, *en = pos.en;
     const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)cls_lo));
     const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)cls_hi));
     uint32_t base = (uint32_t)(a - t), carry = 0, bad = 0;
@@ -454,14 +482,10 @@ static cJSON *packed_fast(parser *ps) {
         uint32_t ev = starts | comma;
         bad |= _pdep_u32(expect, ev) ^ starts; /* numbers and commas alternate */
         if (__builtin_popcount(ev) & 1) expect = ~expect;
-        if (n + 32 > cap) {
-            uint32_t *ns = alloc(ps->doc, (4 * cap + 8) * sizeof *ns), *nn = alloc(ps->doc, (4 * cap + 8) * sizeof *nn);
-            if (!ns || !nn) return NULL;
-            memcpy(ns, st, n * sizeof *st);
-            memcpy(nn, en, ne * sizeof *en);
-            st = ns;
-            en = nn;
-            cap *= 4;
+        if (n + 32 > pos.cap) {
+            if (pos_grow(ps, &pos, n, ne)) return NULL;
+            st = pos.st;
+            en = pos.en;
         }
         /* four starts and ends written whether there are or not (no branch
          * on their count), the rare rest in a loop */
@@ -615,9 +639,10 @@ static int lane_slow(parser *ps, const char *t, const uint32_t *st, const uint32
 static T512 cJSON *packed_fast512(parser *ps) {
     const char *a = ps->p + 1, *end = ps->end, *t = ps->start;
     if (end - t > UINT32_MAX || end - a < 64) return NULL;
-    size_t cap = 1024, n = 0, ne = 0;
-    uint32_t *st = alloc(ps->doc, (cap + 80) * sizeof *st), *en = alloc(ps->doc, (cap + 80) * sizeof *en);
-    if (!st || !en) return NULL;
+    size_t n = 0, ne = 0;
+    positions pos;
+    if (pos_init(ps, &pos, 1024, 80)) return NULL;
+    uint32_t *st = pos.st, *en = pos.en;
     const __m512i lo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)cls_lo));
     const __m512i hi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)cls_hi));
     const __m512i iota = _mm512_loadu_si512(iota64);
@@ -644,14 +669,10 @@ static T512 cJSON *packed_fast512(parser *ps) {
         uint64_t ev = starts | comma;
         bad |= _pdep_u64(expect, ev) ^ starts; /* numbers and commas alternate */
         if (__builtin_popcountll(ev) & 1) expect = ~expect;
-        if (n + 64 > cap) {
-            uint32_t *ns = alloc(ps->doc, (4 * cap + 80) * sizeof *ns), *nn = alloc(ps->doc, (4 * cap + 80) * sizeof *nn);
-            if (!ns || !nn) return NULL;
-            memcpy(ns, st, n * sizeof *st);
-            memcpy(nn, en, ne * sizeof *en);
-            st = ns;
-            en = nn;
-            cap *= 4;
+        if (n + 64 > pos.cap) {
+            if (pos_grow(ps, &pos, n, ne)) return NULL;
+            st = pos.st;
+            en = pos.en;
         }
         /* at most 32 starts and 32 ends in 64 bytes: 16 written always, 16 more when there are */
         __m512i at = _mm512_set1_epi32((int)(base + (uint32_t)o));
