@@ -11,14 +11,16 @@
  * whose batch inputs all come from the batch inputs of the graph, their
  * other inputs constants) and their activations per sample outweigh their
  * weights: one sample's activations then stay in the core's caches from one
- * layer to the next (ResNet-18's stem and layers 1-2: 0.8 MB per tensor per
- * image, 6.4 MB at batch 8) while the weight-heavy rest runs at the full
+ * layer to the next (MobileNetV2 at batch 8: 1.13-1.17x per image, batch 32
+ * 1.2x; ResNet-18, whose stem and layer 1 tensors are 0.8 MB per image
+ * already, within +-4 %) while the weight-heavy rest runs at the full
  * batch. The values the rest reads (and graph outputs) are written at
  * their sample's slice of their full-batch place; the prefix's other values
  * use only the first sample's share of theirs. Same bits as the full-batch
  * run (each op computes a sample alone; checked per node), at any thread
- * count. Off unless KEEL_SPLIT=1 (no gain measured yet on the 2-core
- * test machine: bench/kernels/split_bench.c, bench/README.md). */
+ * count. Runs with a pool of one thread only (serving workers), as the
+ * per-sample ops are too small to share between threads. KEEL_SPLIT=0
+ * turns it off (A/B: bench/kernels/run.sh split). */
 #include "graph/graph_int.h"
 
 #include <stdio.h>
@@ -48,6 +50,7 @@ struct kl_plan {
     int dyn_from;        /* first dynamic step (n_steps when none) */
     int split_end;       /* steps [0, split_end) run sample by sample (0: none) */
     int64_t split_n;     /* the batch they split */
+    int split_mt;        /* split also with a pool of several threads (forced mode) */
     int *split_vals, n_split_vals; /* the values that carry the batch there */
     size_t act_bytes, naive_bytes, ws_off, ws_bytes, hdr_off, arena_bytes;
 };
@@ -126,7 +129,7 @@ static int drop_dead_steps(kl_plan *p, const kl_graph *g, kl_err *e) {
 
 /* ---- depth-first prefix ---- */
 
-/* -1: from KEEL_SPLIT (unset: 0), 0: never, 1: the cost rule, 2: the
+/* -1: from KEEL_SPLIT (unset: 1), 0: never, 1: the cost rule, 2: the
  * longest separable prefix whatever it costs (unit tests), > 2: the cost
  * rule with the weights counted that many times (experiments). */
 int kl__plan_split = -1;
@@ -136,7 +139,7 @@ int kl_plan_split_steps(const kl_plan *p) { return p->split_end; }
 static int split_mode(void) {
     if (kl__plan_split >= 0) return kl__plan_split;
     const char *s = getenv("KEEL_SPLIT");
-    return s && *s >= '1' && *s <= '9' ? atoi(s) : 0;
+    return s && *s >= '0' && *s <= '9' ? atoi(s) : 1;
 }
 
 /* Shape of one sample of a full-batch meta (dims[0] == N). */
@@ -268,6 +271,7 @@ static int plan_split(kl_plan *p, kl_graph *g, kl_err *e) {
     for (int i = 0; i < g->n_values; i++)
         if (p->v[i].bat) p->split_vals[p->n_split_vals++] = i;
     p->split_end = end;
+    p->split_mt = mode == 2;
     if (ws_max > p->ws_bytes) p->ws_bytes = ws_max;
     return KL_OK;
 }
@@ -534,8 +538,12 @@ static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *input
         T[g->inputs[i]].owns = 0;
     }
     kl_exec x = {pool, A + p->ws_off, p->ws_bytes};
-    if (p->split_end > 0 && (rc = run_split(p, g, A, T, &x, prof_on, e))) goto done;
-    for (int s = p->split_end; s < p->n_steps; s++) {
+    /* sample by sample on one thread only: with several, the per-sample
+     * ops are too small to share (measured 0.8-0.9x at 2 threads); the
+     * plan's layout serves the full-batch run as well */
+    int split = p->split_end > 0 && (p->split_mt || kl_pool_threads(pool) == 1);
+    if (split && (rc = run_split(p, g, A, T, &x, prof_on, e))) goto done;
+    for (int s = split ? p->split_end : 0; s < p->n_steps; s++) {
         kl_gnode *n = &g->nodes[p->steps[s]];
         kl_tensor *in[MAX_IO], *o[MAX_IO];
         for (int k = 0; k < n->n_in; k++) in[k] = n->inputs[k] >= 0 ? &T[n->inputs[k]] : NULL;
