@@ -542,6 +542,8 @@ static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *input
      * ops are too small to share (measured 0.8-0.9x at 2 threads); the
      * plan's layout serves the full-batch run as well */
     int split = p->split_end > 0 && (p->split_mt || kl_pool_threads(pool) == 1);
+    for (int i = 0; split && i < g->n_inputs; i++) /* a strided input view is not cut into samples */
+        if (p->v[g->inputs[i]].bat && !kl_tensor_is_contiguous(&T[g->inputs[i]])) split = 0;
     if (split && (rc = run_split(p, g, A, T, &x, prof_on, e))) goto done;
     for (int s = split ? p->split_end : 0; s < p->n_steps; s++) {
         kl_gnode *n = &g->nodes[p->steps[s]];
