@@ -124,6 +124,10 @@ uint64_t kl_plan_activation_bytes(const kl_plan *p);
 /* Sum of all intermediate sizes (what a planner-less runtime would hold). */
 uint64_t kl_plan_naive_bytes(const kl_plan *p);
 int kl_plan_is_dynamic(const kl_plan *p);
+/* Steps the plan runs sample by sample at the start (its depth-first
+ * prefix at batch > 1, run so with a pool of one thread, see exec.c; 0:
+ * none). KEEL_SPLIT=0 turns it off. */
+int kl_plan_split_steps(const kl_plan *p);
 /* Runs the plan. arena: kl_plan_arena_bytes(p) bytes, 64-byte aligned.
  * outputs[i] are new tensors (caller frees). pool NULL = default pool. */
 int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,

@@ -251,6 +251,11 @@ size_t kl_nchwc_conv_workspace_bytes(const kl_conv_params *p, int plain_input);
  * Deterministic at any thread count; padding lanes of y written as 0. */
 int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
                       void *ws, kl_pool *pool, kl_err *e);
+/* 1 when image n of kl_nchwc_conv_f32's output has the same bits whatever
+ * p->N (the dispatcher picks the same kernel for p and for p at N = 1): a
+ * batch may then run image by image (the graph executor's depth-first
+ * prefix). 0 otherwise (Winograd chosen at this batch only) or unsupported. */
+int kl_nchwc_conv_batch_invariant(const kl_conv_params *p, int plain_input);
 /* NCHW (N, C, S) <-> blocked (N, ceil(C/16), S, 16), S = H * W. */
 void kl_nchwc_reorder_in(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);
 void kl_nchwc_reorder_out(int64_t N, int64_t C, int64_t S, const float *x, float *y, kl_pool *pool);

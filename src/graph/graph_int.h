@@ -41,6 +41,14 @@ typedef struct kl_op {
 
 #define KL_OP_NOFOLD 1       /* never constant-fold (random ops) */
 #define KL_OP_SHAPE_ONLY 2   /* output depends on input shapes only (Shape, Size): folded per plan */
+/* Batch-separable ops (the executor may run a batch sample by sample, see
+ * exec.c's depth-first prefix; set only where checked):
+ * KL_OP_BCAST: elementwise with broadcasting (each output element reads only
+ * the input elements broadcast to it);
+ * KL_OP_SAMPLEWISE: output sample b (dim 0) reads only sample b of the
+ * inputs that carry the batch, the other inputs are parameters (weights). */
+#define KL_OP_BCAST 4
+#define KL_OP_SAMPLEWISE 8
 
 /* Registry tables defined in the ops_*.c files. */
 extern const kl_op kl__ops_elem[];
@@ -58,6 +66,10 @@ extern const kl_op kl__ops_nchwc[];   /* keel:: NCHWc blocked ops (ops_nchwc.c) 
 int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e);
 /* keel::NchwcConv: weights packed for the blocked kernel into n->priv (ops_nchwc.c). */
 int kl__nchwc_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
+/* 0 when a KL_OP_SAMPLEWISE node, run sample by sample, would not give the
+ * bits of the run over the whole batch (in: the full-batch shapes), e.g. an
+ * NchwcConv whose kernel choice depends on the batch (ops_nchwc.c). */
+int kl__op_sample_ok(kl_gnode *n, kl_tensor *const *in, int n_in);
 /* The NCHWc pass (nchwc.c): run by kl_graph_optimize after the fusions. */
 int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e);
 /* Pass helpers (passes.c): a live node of the default ONNX domain with this

@@ -758,8 +758,8 @@ static const char *const a_clip[] = {"min", "max", NULL};
 static const char *const a_cast[] = {"to", "saturate", NULL};
 static const char *const a_dropout[] = {"ratio", "seed", NULL};
 
-#define UN(name, since, attrs) {name, "", since, 17, 1, 1, 1, 1, attrs, NULL, un_infer, un_run, 0}
-#define BIN(name, since) {name, "", since, 17, 2, 2, 1, 1, no_attrs, NULL, bin_infer, bin_run, 0}
+#define UN(name, since, attrs) {name, "", since, 17, 1, 1, 1, 1, attrs, NULL, un_infer, un_run, KL_OP_BCAST}
+#define BIN(name, since) {name, "", since, 17, 2, 2, 1, 1, no_attrs, NULL, bin_infer, bin_run, KL_OP_BCAST}
 #define VAR(name, since) {name, "", since, 17, 1, -1, 1, 1, no_attrs, NULL, bin_infer, var_run, 0}
 
 const kl_op kl__ops_elem[] = {
@@ -776,14 +776,14 @@ const kl_op kl__ops_elem[] = {
     UN("Identity", 1, no_attrs), UN("Shrink", 9, a_shrink), UN("BitwiseNot", 18, no_attrs),
     {"Gelu", "com.microsoft", 1, 1, 1, 1, 1, 1, no_attrs, NULL, un_infer, un_run, 0},
     {"Dropout", "", 7, 17, 1, 3, 1, 2, a_dropout, NULL, dropout_infer, dropout_run, 0},
-    {"Add", "", 7, 17, 2, 2, 1, 1, a_fused, NULL, bin_infer, bin_run, 0}, BIN("Sub", 7), BIN("Mul", 7), BIN("Div", 7), BIN("Pow", 7),
+    {"Add", "", 7, 17, 2, 2, 1, 1, a_fused, NULL, bin_infer, bin_run, KL_OP_BCAST}, BIN("Sub", 7), BIN("Mul", 7), BIN("Div", 7), BIN("Pow", 7),
     {"Mod", "", 10, 17, 2, 2, 1, 1, a_mod, NULL, bin_infer, bin_run, 0},
     BIN("PRelu", 7), BIN("Equal", 7), BIN("Less", 7), BIN("LessOrEqual", 12), BIN("Greater", 7),
     BIN("GreaterOrEqual", 12), BIN("And", 7), BIN("Or", 7), BIN("Xor", 7),
     {"BitShift", "", 11, 17, 2, 2, 1, 1, a_shift, NULL, bin_infer, bin_run, 0},
     BIN("BitwiseAnd", 18), BIN("BitwiseOr", 18), BIN("BitwiseXor", 18),
     VAR("Sum", 8), VAR("Mean", 8), VAR("Max", 8), VAR("Min", 8),
-    {"Clip", "", 6, 17, 1, 3, 1, 1, a_clip, NULL, un_infer, clip_run, 0},
+    {"Clip", "", 6, 17, 1, 3, 1, 1, a_clip, NULL, un_infer, clip_run, KL_OP_BCAST},
     {"Where", "", 9, 17, 3, 3, 1, 1, no_attrs, NULL, where_infer, where_run, 0},
     {"Cast", "", 6, 17, 1, 1, 1, 1, a_cast, NULL, cast_infer, cast_run, 0},
     {"CastLike", "", 15, 17, 2, 2, 1, 1, a_cast, NULL, cast_infer, cast_run, 0},

@@ -338,12 +338,23 @@ static const char *const a_nconv[] = {"auto_pad", "dilations", "group", "kernel_
 static const char *const a_npool[] = {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape", "pads", "strides",
                                       "storage_order", NULL};
 
+/* An NchwcConv runs sample by sample with the same bits only when its
+ * kernel choice does not depend on the batch (Winograd: weight bytes per
+ * tile); the other blocked ops compute each image alone. */
+int kl__op_sample_ok(kl_gnode *n, kl_tensor *const *in, int n_in) {
+    if (strcmp(n->op->name, "NchwcConv") || strcmp(n->op->domain, "keel")) return 1;
+    kl_conv_params p;
+    int plain;
+    if (nconv_params(n, in, n_in, &p, &plain, NULL)) return 0;
+    return kl_nchwc_conv_batch_invariant(&p, plain);
+}
+
 const kl_op kl__ops_nchwc[] = {
-    {"ReorderInput", "keel", 1, 1, 1, 1, 1, 1, no_attrs, NULL, rin_infer, rin_run, 0},
-    {"ReorderOutput", "keel", 1, 1, 1, 1, 1, 1, a_rout, NULL, rout_infer, rout_run, 0},
-    {"NchwcConv", "keel", 1, 1, 2, 4, 1, 1, a_nconv, NULL, nconv_infer, nconv_run, 0},
-    {"NchwcMaxPool", "keel", 1, 1, 1, 1, 1, 1, a_npool, NULL, npool_infer, npool_run, 0},
-    {"NchwcAveragePool", "keel", 1, 1, 1, 1, 1, 1, a_npool, NULL, npool_infer, npool_run, 0},
-    {"NchwcGlobalAveragePool", "keel", 1, 1, 1, 1, 1, 1, no_attrs, NULL, ngap_infer, ngap_run, 0},
+    {"ReorderInput", "keel", 1, 1, 1, 1, 1, 1, no_attrs, NULL, rin_infer, rin_run, KL_OP_SAMPLEWISE},
+    {"ReorderOutput", "keel", 1, 1, 1, 1, 1, 1, a_rout, NULL, rout_infer, rout_run, KL_OP_SAMPLEWISE},
+    {"NchwcConv", "keel", 1, 1, 2, 4, 1, 1, a_nconv, NULL, nconv_infer, nconv_run, KL_OP_SAMPLEWISE},
+    {"NchwcMaxPool", "keel", 1, 1, 1, 1, 1, 1, a_npool, NULL, npool_infer, npool_run, KL_OP_SAMPLEWISE},
+    {"NchwcAveragePool", "keel", 1, 1, 1, 1, 1, 1, a_npool, NULL, npool_infer, npool_run, KL_OP_SAMPLEWISE},
+    {"NchwcGlobalAveragePool", "keel", 1, 1, 1, 1, 1, 1, no_attrs, NULL, ngap_infer, ngap_run, KL_OP_SAMPLEWISE},
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

@@ -728,6 +728,17 @@ int kl_nchwc_conv_maxpool_f32(const kl_conv_params *p, int plain_input, const kl
  * Dispatcher
  * ================================================================== */
 
+/* Every kernel computes each output of image n by a fixed sequence that
+ * does not depend on the other images (the work items and the blocking only
+ * group outputs); only the choice of Winograd depends on the batch. */
+int kl_nchwc_conv_batch_invariant(const kl_conv_params *p, int plain_input) {
+    if (!p || !kl_nchwc_conv_packed_floats(p)) return 0;
+    if (kl__nchwc_pw_ok(p) || !is_dense(p)) return 1;
+    kl_conv_params one = *p;
+    one.N = 1;
+    return kl__nchwc_wino_use(p, plain_input) == kl__nchwc_wino_use(&one, plain_input);
+}
+
 int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
                       void *ws, kl_pool *pool, kl_err *e) {
     if (!p || !x || !y) return kl_err_set(e, KL_EINVAL, "nchwc conv: NULL argument");

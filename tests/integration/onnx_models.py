@@ -5,7 +5,9 @@ weights) are run by `keel run` and compared with PyTorch's outputs (max abs
 error <= 1e-4), on the default kernels (the CNNs on channel-blocked NCHWc
 tensors where the CPU has AVX-512F), again with KEEL_NO_AVX512=1 (the
 OpenBLAS/AVX2 paths a CPU without AVX-512F runs) and, for ResNet-18 and
-MobileNetV2, with KEEL_NO_NCHWC=1 (AVX-512 kernels on NCHW). Exports are
+MobileNetV2, with KEEL_NO_NCHWC=1 (AVX-512 kernels on NCHW) and at 1 thread
+(where batch 2 runs the graph's depth-first prefix sample by sample: its
+output must have the bits of the run with KEEL_SPLIT=0). Exports are
 cached in $BUILD/onnx-models."""
 import os
 import subprocess
@@ -29,6 +31,7 @@ if r.returncode != 0:
 ok = True
 runs = [(name, mode) for mode in ("", "_noavx512") for name in ["mlp", "resnet18", "mobilenet_v2", "transformer"]]
 runs += [(name, "_nonchwc") for name in ["resnet18", "mobilenet_v2"]]
+runs += [(name, "_1t") for name in ["resnet18", "mobilenet_v2"]]
 for name, mode in runs:
     env = dict(os.environ)
     env.pop("KEEL_NO_NCHWC", None)
@@ -44,6 +47,10 @@ for name, mode in runs:
         cmd = [keel, "run", os.path.join(d, "model.onnx"), "--output-dir", out]
         for i in ins:
             cmd += ["--input", "%s=%s" % (i, os.path.join(bd, i + ".npy"))]
+        if mode == "_1t":
+            cmd += ["--threads", "1"]
+            env0 = dict(env, KEEL_SPLIT="0")
+            r0 = subprocess.run(cmd[:4] + [out + "_nosplit"] + cmd[5:], capture_output=True, text=True, env=env0)
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         test = "onnx_model_%s_%s%s" % (name, b, mode)
         if r.returncode != 0:
@@ -56,6 +63,18 @@ for name, mode in runs:
             print("FAIL %s: shape %s, expected %s" % (test, got.shape, want.shape))
             ok = False
             continue
+        if mode == "_1t":
+            t0 = test + "_split_bits"
+            if r0.returncode != 0:
+                print("FAIL %s: keel run (KEEL_SPLIT=0) exited %d: %s" % (t0, r0.returncode, r0.stderr[-300:].replace("\n", " ")))
+                ok = False
+            else:
+                ref = np.load(os.path.join(out + "_nosplit", "y.npy"))
+                if ref.shape == got.shape and ref.tobytes() == got.tobytes():
+                    print("PASS %s" % t0)
+                else:
+                    print("FAIL %s: output differs from the run with KEEL_SPLIT=0" % t0)
+                    ok = False
         err = float(np.abs(got.astype(np.float64) - want).max())
         if err <= 1e-4:
             print("PASS %s (max abs error %.2e)" % (test, err))

@@ -428,3 +428,123 @@ KL_TEST(graph_nchwc_pass_stem_pool) {
     }
     kl_graph_free(gf); kl_graph_free(gs); kl_graph_free(gp); kl_graph_free(g2);
 }
+
+/* ================================================================== *
+ * Depth-first prefix (exec.c): the first batch-separable steps of a plan
+ * run sample by sample; the outputs must keep the bits of the full-batch
+ * run, at 1 and 2 threads.
+ * ================================================================== */
+
+extern int kl__plan_split;
+
+/* runs g on x (split mode `mode`, kl__plan_split) with `threads`; *steps:
+ * the plan's split steps */
+static int run_split(kl_graph *g, const kl_tensor *x, int mode, int threads, kl_tensor **outs, int *steps, kl_err *e) {
+    kl_pool *pool = NULL;
+    kl_plan *p = NULL;
+    void *arena = NULL;
+    int old = kl__plan_split;
+    kl__plan_split = mode;
+    int rc = kl_pool_new(threads, &pool, e);
+    if (!rc) rc = kl_plan_new(g, &x, 1, &p, e);
+    kl__plan_split = old;
+    if (!rc) *steps = kl_plan_split_steps(p);
+    if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
+    if (!rc) rc = kl_plan_run(p, g, &x, 1, outs, (size_t)g->n_outputs, arena, pool, e);
+    kl_mem_free(arena);
+    kl_plan_free(p);
+    kl_pool_free(pool);
+    return rc;
+}
+
+static int same_bits(kl_tensor *const *a, kl_tensor *const *b, int n) {
+    for (int k = 0; k < n; k++)
+        if (!a[k] || !b[k] || a[k]->nbytes != b[k]->nbytes || a[k]->rank != b[k]->rank ||
+            memcmp(a[k]->dims, b[k]->dims, sizeof(int64_t) * (size_t)a[k]->rank) || memcmp(a[k]->data, b[k]->data, a[k]->nbytes))
+            return 0;
+    return 1;
+}
+
+/* One graph, split off / forced (the longest separable prefix: up to the
+ * Flatten) / by the cost rule, batch 3 and 1: the same bits. */
+static void check_split(kl_graph *g, int64_t C, int64_t H, int64_t W, int n_out, int blocked) {
+    kl_err e = {0};
+    for (int64_t N = 1; N <= 3; N += 2) {
+        int64_t xd[4] = {N, C, H, W};
+        kl_tensor *x;
+        KT_OK(kl_tensor_new(KL_F32, 4, xd, KL_TAG_OTHER, &x, &e), &e);
+        for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = frand();
+        kl_tensor *ref[2] = {0}, *f1[2] = {0}, *f2[2] = {0}, *a1[2] = {0};
+        int s0 = -1, s1 = -1, s2 = -1, sa = -1;
+        KT_OK(run_split(g, x, 0, 1, ref, &s0, &e), &e);
+        KT_OK(run_split(g, x, 2, 1, f1, &s1, &e), &e);
+        KT_OK(run_split(g, x, 2, 2, f2, &s2, &e), &e);
+        KT_OK(run_split(g, x, 1, 1, a1, &sa, &e), &e);
+        KT_EQ_INT(s0, 0);
+        if (N == 1) KT_EQ_INT(s1, 0);              /* nothing to split at batch 1 */
+        else if (blocked) KT_CHECKF(s1 >= 8, "split steps %d", s1);
+        KT_EQ_INT(s1, s2);
+        KT_CHECK(sa <= s1);
+        KT_CHECKF(same_bits(ref, f1, n_out), "batch %lld: forced split, 1 thread", (long long)N);
+        KT_CHECKF(same_bits(ref, f2, n_out), "batch %lld: forced split, 2 threads", (long long)N);
+        KT_CHECKF(same_bits(ref, a1, n_out), "batch %lld: split by the cost rule", (long long)N);
+        for (int k = 0; k < 2; k++) { kl_tensor_free(ref[k]); kl_tensor_free(f1[k]); kl_tensor_free(f2[k]); kl_tensor_free(a1[k]); }
+        kl_tensor_free(x);
+    }
+}
+
+KL_TEST(graph_split_prefix_cnn) {
+    kl_err e = {0};
+    kl_graph *gb = build(), *gp = build();
+    KT_OK(optimize_mode(gb, 1, &e), &e);
+    KT_OK(optimize_mode(gp, 0, &e), &e);
+    check_split(gb, 3, 19, 21, 2, nchwc_possible());
+    check_split(gp, 3, 19, 21, 2, 0); /* NCHW: Conv is not marked separable, nothing splits */
+    kl_graph_free(gb);
+    kl_graph_free(gp);
+}
+
+/* The stem whose MaxPool the pass fuses into the conv at batch > 1 (at
+ * batch 1, one sample, the conv then the pool: the same bits). */
+KL_TEST(graph_split_prefix_stem) {
+    kl_err e = {0};
+    kl_graph *gf = stem_mode(0, 1, NULL, &e), *g2 = stem_mode(1, 1, NULL, &e);
+    KT_CHECK(gf && g2);
+    if (!gf || !g2) return;
+    check_split(gf, 3, 37, 30, 1, 0);
+    check_split(g2, 3, 37, 30, 2, 0);
+    kl_graph_free(gf);
+    kl_graph_free(g2);
+}
+
+/* Elementwise ops: a constant that carries its own dimension 0 (3 rows at
+ * batch 3) stops the prefix; one that broadcasts along the batch does not. */
+KL_TEST(graph_split_prefix_broadcast) {
+    kl_err e = {0};
+    for (int bad = 0; bad < 2; bad++) {
+        kl_graph *g = graph_x(777, 2, 3, 4);
+        int64_t cd[4] = {bad ? 3 : 1, 2, 3, 4}, ed[3] = {2, 1, 4};
+        add_init(g, "c", 4, cd, 1.0f, 0);
+        add_init(g, "d", 3, ed, 1.0f, 0);
+        node(g, "Relu", "x", "r");
+        node(g, "Mul", "r,d", "m");
+        node(g, "Add", "m,c", "a");
+        node(g, "Sigmoid", "a", "s");
+        node(g, "Flatten", "s", "y");
+        graph_io(g, "y", 1);
+        graph_io(g, "m", 1);
+        KT_OK(kl_graph_finalize(g, &e), &e);
+        int64_t xd[4] = {3, 2, 3, 4};
+        kl_tensor *x, *ref[2] = {0}, *f1[2] = {0};
+        KT_OK(kl_tensor_new(KL_F32, 4, xd, KL_TAG_OTHER, &x, &e), &e);
+        for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = frand();
+        int s0 = -1, s1 = -1;
+        KT_OK(run_split(g, x, 0, 1, ref, &s0, &e), &e);
+        KT_OK(run_split(g, x, 2, 2, f1, &s1, &e), &e);
+        KT_EQ_INT(s1, bad ? 2 : 4);
+        KT_CHECK(same_bits(ref, f1, 2));
+        for (int k = 0; k < 2; k++) { kl_tensor_free(ref[k]); kl_tensor_free(f1[k]); }
+        kl_tensor_free(x);
+        kl_graph_free(g);
+    }
+}
