@@ -6,9 +6,9 @@
 # Usage: bench/serve/ab.sh [SECONDS] [CONNECTIONS] [ROUNDS]
 # env: A_KEEL/B_KEEL (binaries, default build/keel), A_CFG/B_CFG (config.yaml
 # text, default: max_batch_size 64, max_queue_delay_us 300), A_ARGS/B_ARGS
-# (extra `keel serve` flags, default --workers 2), A_ENV/B_ENV (env for the server), WRK_THREADS (wrk threads, default 2).
+# (extra `keel serve` flags, default --workers 2), A_ENV/B_ENV (env for the server), WRK_THREADS (wrk threads, default 1).
 set -eu
-wt=${WRK_THREADS:-2}  # wrk threads
+wt=${WRK_THREADS:-1}  # wrk threads (one drives 16 connections; a second competes with the server for the 2 cores)
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 dur=${1:-6}; conns=${2:-16}; rounds=${3:-3}
 A_KEEL=${A_KEEL:-$root/build/keel}; B_KEEL=${B_KEEL:-$root/build/keel}

@@ -3,9 +3,9 @@
 # load of run.sh (same model, config and request; wrk -tWRK_THREADS -cCONNS). Prints
 # wrk's summary, the server CPU per request and perf's flat profile (self
 # time per symbol, kernel included) and writes perf.data to OUTDIR.
-# Usage: bench/serve/prof.sh [SECONDS] [CONNECTIONS] [OUTDIR]   (env KEEL, HTTP_THREADS, DELAY_US, PERF_ARGS, WRK_THREADS (default 2))
+# Usage: bench/serve/prof.sh [SECONDS] [CONNECTIONS] [OUTDIR]   (env KEEL, HTTP_THREADS, DELAY_US, PERF_ARGS, WRK_THREADS (default 1))
 set -eu
-wt=${WRK_THREADS:-2}  # wrk threads
+wt=${WRK_THREADS:-1}  # wrk threads (one drives 16 connections; a second competes with the server for the 2 cores)
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
 dur=${1:-8}; conns=${2:-16}; out=${3:-$(mktemp -d "${TMPDIR:-/tmp}/keel-prof-XXXXXX")}

@@ -2,10 +2,10 @@
 # bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
 # 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
 # at 16 connections in one run. Prints a markdown table row per server.
-# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US, WRK_THREADS (default 2),
+# Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US, WRK_THREADS (default 1),
 #   FASTAPI_WORKERS (uvicorn worker processes, default 1))
 set -eu
-wt=${WRK_THREADS:-2}  # wrk threads
+wt=${WRK_THREADS:-1}  # wrk threads (one drives 16 connections; a second competes with the server for the 2 cores)
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3
 dur=${1:-10}; conns=${2:-16}
