@@ -417,7 +417,8 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
     p->act_bytes = peak;
     p->ws_off = align64(peak);
     p->hdr_off = align64(p->ws_off + p->ws_bytes);
-    p->arena_bytes = align64(p->hdr_off + sizeof(kl_tensor) * (size_t)g->n_values);
+    /* the tensor headers; a prefix run sample by sample has a second set */
+    p->arena_bytes = align64(p->hdr_off + sizeof(kl_tensor) * (size_t)g->n_values * (p->split_end ? 2 : 1));
     free(iv);
     *out = p;
     return KL_OK;
@@ -446,13 +447,13 @@ static int check_into(const kl_plan *p, const kl_graph *g, size_t i, const kl_te
 }
 
 /* The depth-first prefix: its steps for sample 0, then for sample 1, ...
- * T: the full-batch headers (data set); S: a copy whose batch values are
- * pointed at one sample. */
+ * T: the full-batch headers (data set); S, the arena's second set of
+ * headers: a copy whose batch values are pointed at one sample. */
 static int run_split(const kl_plan *p, kl_graph *g, char *A, const kl_tensor *T, kl_exec *x, int prof_on, kl_err *e) {
     int rc = KL_OK;
-    kl_tensor *S = malloc(sizeof(kl_tensor) * ((size_t)g->n_values + 1));
+    kl_tensor *S = (kl_tensor *)(A + p->hdr_off) + g->n_values; /* the arena's second set of headers */
     double *ms = prof_on ? calloc((size_t)p->split_end, sizeof(double)) : NULL; /* per step, over the samples */
-    if (!S || (prof_on && !ms)) { free(S); free(ms); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (prof_on && !ms) return kl_err_set(e, KL_ENOMEM, "out of memory");
     memcpy(S, T, sizeof(kl_tensor) * (size_t)g->n_values);
     for (int64_t b = 0; b < p->split_n; b++) {
         for (int i = 0; i < p->n_split_vals; i++) {
@@ -482,7 +483,6 @@ static int run_split(const kl_plan *p, kl_graph *g, char *A, const kl_tensor *T,
         kl__prof_add(n, in, n->n_in, o, n->n_out, ms[s]);
     }
 done:
-    free(S);
     free(ms);
     return rc;
 }
