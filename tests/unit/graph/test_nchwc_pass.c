@@ -139,19 +139,12 @@ static int count_op(const kl_graph *g, const char *op) {
     return c;
 }
 
+extern int kl__plan_split;
+static int run_split(kl_graph *g, const kl_tensor *x, int mode, int threads, kl_tensor **outs, int *steps, kl_err *e);
+
 /* runs g on x with a pool of `threads`; outs[0..1] new tensors */
 static int run(kl_graph *g, const kl_tensor *x, int threads, kl_tensor **outs, kl_err *e) {
-    kl_pool *pool = NULL;
-    kl_plan *p = NULL;
-    void *arena = NULL;
-    int rc = kl_pool_new(threads, &pool, e);
-    if (!rc) rc = kl_plan_new(g, &x, 1, &p, e);
-    if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
-    if (!rc) rc = kl_plan_run(p, g, &x, 1, outs, (size_t)g->n_outputs, arena, pool, e);
-    kl_mem_free(arena);
-    kl_plan_free(p);
-    kl_pool_free(pool);
-    return rc;
+    return run_split(g, x, kl__plan_split, threads, outs, NULL, e);
 }
 
 static double rel_err(const kl_tensor *a, const kl_tensor *b) {
@@ -435,10 +428,8 @@ KL_TEST(graph_nchwc_pass_stem_pool) {
  * run, at 1 and 2 threads.
  * ================================================================== */
 
-extern int kl__plan_split;
-
-/* runs g on x (split mode `mode`, kl__plan_split) with `threads`; *steps:
- * the plan's split steps */
+/* runs g on x (split mode `mode`, kl__plan_split) with `threads`; *steps
+ * (when not NULL): the plan's split steps */
 static int run_split(kl_graph *g, const kl_tensor *x, int mode, int threads, kl_tensor **outs, int *steps, kl_err *e) {
     kl_pool *pool = NULL;
     kl_plan *p = NULL;
@@ -448,7 +439,7 @@ static int run_split(kl_graph *g, const kl_tensor *x, int mode, int threads, kl_
     int rc = kl_pool_new(threads, &pool, e);
     if (!rc) rc = kl_plan_new(g, &x, 1, &p, e);
     kl__plan_split = old;
-    if (!rc) *steps = kl_plan_split_steps(p);
+    if (!rc && steps) *steps = kl_plan_split_steps(p);
     if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
     if (!rc) rc = kl_plan_run(p, g, &x, 1, outs, (size_t)g->n_outputs, arena, pool, e);
     kl_mem_free(arena);
