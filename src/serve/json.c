@@ -438,6 +438,39 @@ static int pos_grow(parser *ps, positions *p, size_t n, size_t ne) {
 static const uint8_t cls_lo[16] = {1 | 16, 1, 1, 1, 1, 1 | 4, 1, 1, 1, 1 | 8, 8, 2, 32, 2 | 8 | 64, 2, 0};
 static const uint8_t cls_hi[16] = {8, 0, 2 | 16 | 32, 1, 4, 64, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 
+/* Pass 1's bookkeeping, shared by the AVX2 (32 bytes a step) and AVX-512
+ * (64) readers. One step of w bytes gives the masks of other bytes, number
+ * bytes, commas and ']' (bits at w and above clear); out come the bits
+ * where numbers start and end. carry: the step's last byte is a number;
+ * expect: the events (number starts, commas) in order, even ones numbers;
+ * bad: an event out of that order. -1: another value (not a run of numbers). */
+typedef struct {
+    uint64_t carry, expect, bad;
+} pass1;
+
+static inline __attribute__((always_inline)) int pass1_step(pass1 *q, unsigned w, uint64_t other, uint64_t num,
+                                                            uint64_t comma, uint64_t cl, uint64_t *starts, uint64_t *ends) {
+    uint64_t all = w == 64 ? ~0ull : (1ull << w) - 1;
+    uint64_t lim = _blsmsk_u64(cl) & all; /* up to the ']' (all when none) */
+    if (other & lim) return -1;
+    num &= lim;
+    comma &= lim;
+    uint64_t prev = (num << 1 | q->carry) & all;
+    *starts = num & ~prev;
+    *ends = ~num & prev & lim;
+    q->carry = num >> (w - 1);
+    uint64_t ev = *starts | comma;
+    q->bad |= _pdep_u64(q->expect, ev) ^ *starts; /* numbers and commas alternate */
+    if (__builtin_popcountll(ev) & 1) q->expect = ~q->expect;
+    return 0;
+}
+
+/* At the ']': the run is a packed array (the last event a number: a comma
+ * expected next; as many ends as starts; more than SV_MAX_DIMS numbers). */
+static int pass1_ok(const pass1 *q, size_t n, size_t ne) {
+    return !q->bad && q->expect == 0xaaaaaaaaaaaaaaaaull && ne == n && n > SV_MAX_DIMS && n <= INT32_MAX;
+}
+
 /* At '[' (ps->p): an array of more than SV_MAX_DIMS numbers as one packed
  * node; NULL and nothing moved when it is not one (then the
  * per-character path reads it). */
@@ -454,8 +487,8 @@ static cJSON *packed_fast(parser *ps) {
     uint32_t *st = pos.st, *en = pos.en;
     const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)cls_lo));
     const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)cls_hi));
-    uint32_t base = (uint32_t)(a - t), carry = 0, bad = 0;
-    uint32_t expect = 0x55555555u; /* the events (number starts, commas) in order: even ones are numbers */
+    uint32_t base = (uint32_t)(a - t);
+    pass1 q = {0, 0x5555555555555555ull, 0};
     for (size_t o = 0;; o += 32) {
         __m256i v;
         if (a + o + 32 <= end) v = _mm256_loadu_si256((const __m256i *)(const void *)(a + o));
@@ -472,16 +505,9 @@ static cJSON *packed_fast(parser *ps) {
         uint32_t num = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(7)), z));
         uint32_t comma = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(c, 2));
         uint32_t cl = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(c, 1));
-        uint32_t lim = _blsmsk_u32(cl); /* up to the ']' (all when none) */
-        if (other & lim) return NULL;   /* another value: not a run of numbers */
-        num &= lim;
-        comma &= lim;
-        uint32_t prev = num << 1 | carry;
-        uint32_t starts = num & ~prev, ends = ~num & prev & lim;
-        carry = num >> 31;
-        uint32_t ev = starts | comma;
-        bad |= _pdep_u32(expect, ev) ^ starts; /* numbers and commas alternate */
-        if (__builtin_popcount(ev) & 1) expect = ~expect;
+        uint64_t st64, en64;
+        if (pass1_step(&q, 32, other, num, comma, cl, &st64, &en64)) return NULL;
+        uint32_t starts = (uint32_t)st64, ends = (uint32_t)en64;
         if (n + 32 > pos.cap) {
             if (pos_grow(ps, &pos, n, ne)) return NULL;
             st = pos.st;
@@ -503,7 +529,7 @@ static cJSON *packed_fast(parser *ps) {
         for (we += 4; me; me = _blsr_u32(me)) *we++ = at + _tzcnt_u32(me);
         if (cl) {
             /* the last event a number (odd count: a comma expected next) */
-            if (bad || expect != 0xaaaaaaaau || ne != n || n <= SV_MAX_DIMS || n > INT32_MAX) return NULL;
+            if (!pass1_ok(&q, n, ne)) return NULL;
             ps->p = a + o + _tzcnt_u32(cl) + 1;
             break;
         }
@@ -647,7 +673,7 @@ static T512 cJSON *packed_fast512(parser *ps) {
     const __m512i hi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)cls_hi));
     const __m512i iota = _mm512_loadu_si512(iota64);
     uint32_t base = (uint32_t)(a - t);
-    uint64_t carry = 0, bad = 0, expect = 0x5555555555555555ull;
+    pass1 q = {0, 0x5555555555555555ull, 0};
     for (size_t o = 0;; o += 64) {
         __m512i v;
         if (a + o + 64 <= end) v = _mm512_loadu_si512(a + o);
@@ -659,16 +685,8 @@ static T512 cJSON *packed_fast512(parser *ps) {
         uint64_t num = _mm512_test_epi8_mask(c, _mm512_set1_epi8(7));
         uint64_t comma = _mm512_test_epi8_mask(c, _mm512_set1_epi8(32));
         uint64_t cl = _mm512_test_epi8_mask(c, _mm512_set1_epi8(64));
-        uint64_t lim = _blsmsk_u64(cl); /* up to the ']' (all when none) */
-        if (other & lim) return NULL;   /* another value: not a run of numbers */
-        num &= lim;
-        comma &= lim;
-        uint64_t prev = num << 1 | carry;
-        uint64_t starts = num & ~prev, ends = ~num & prev & lim;
-        carry = num >> 63;
-        uint64_t ev = starts | comma;
-        bad |= _pdep_u64(expect, ev) ^ starts; /* numbers and commas alternate */
-        if (__builtin_popcountll(ev) & 1) expect = ~expect;
+        uint64_t starts, ends;
+        if (pass1_step(&q, 64, other, num, comma, cl, &starts, &ends)) return NULL;
         if (n + 64 > pos.cap) {
             if (pos_grow(ps, &pos, n, ne)) return NULL;
             st = pos.st;
@@ -688,7 +706,7 @@ static T512 cJSON *packed_fast512(parser *ps) {
         ne += ce;
         if (cl) {
             /* the last event a number (odd count: a comma expected next) */
-            if (bad || expect != 0xaaaaaaaaaaaaaaaaull || ne != n || n <= SV_MAX_DIMS || n > INT32_MAX) return NULL;
+            if (!pass1_ok(&q, n, ne)) return NULL;
             ps->p = a + o + _tzcnt_u64(cl) + 1;
             break;
         }
