@@ -116,6 +116,13 @@ void sv_sched_cancel(kl_server *s, sv_req *r) {
     pthread_mutex_unlock(&s->lock);
 }
 
+int64_t sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us) {
+    int64_t to = lc->default_timeout_us;
+    /* 0 asks for no timeout: that would raise a default, never lower it */
+    if (req_us > 0 && lc->allow_timeout_override && (to == 0 || req_us < to)) to = req_us;
+    return to;
+}
+
 int sv_sched_submit(kl_server *s, sv_req *r) {
     sv_model *m = r->model;
     char msg[768];
@@ -171,8 +178,7 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
         m->inflight_bytes += r->plan_bytes;
     }
     /* timeout: the level's default, or the request's when allowed */
-    int64_t to = lc->default_timeout_us;
-    if (r->timeout_us >= 0 && lc->allow_timeout_override && (to == 0 || r->timeout_us < to)) to = r->timeout_us;
+    int64_t to = sv_sched_timeout_us(lc, r->timeout_us);
     r->deadline = to > 0 ? now + to * 1000 : 0;
     r->t_enq = now;
     m->last_arrival[r->level] = now;

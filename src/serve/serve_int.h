@@ -426,6 +426,11 @@ char *sv_error_json(const char *msg, size_t *len);
 /* sched.c */
 /* Queues r (or answers it at once: queue full, rate, memory); 0 = queued. */
 int sv_sched_submit(kl_server *s, sv_req *r);
+/* The queue timeout (µs, 0 = none) of a request of level lc that asked for
+ * req_us (-1: no `timeout` parameter; 0: none asked). A request may only
+ * lower its level's default_timeout_us, and only when the level allows it
+ * (allow_timeout_override); asking for none (0) keeps the default. */
+int64_t sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us);
 /* Whether r (decoded, level set) runs on its HTTP loop's thread: called on
  * that thread; its estimated compute is below s->inline_ns and it is of its
  * model's top level. The caller sets r->inl from it before submitting. */

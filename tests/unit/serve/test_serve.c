@@ -110,6 +110,25 @@ KL_TEST(serve_sched_level_may_run_reserve) {
     KT_EQ_INT(until, 0);
 }
 
+/* a request's `timeout` may only lower its level's default, when allowed */
+KL_TEST(serve_sched_timeout_override) {
+    sv_level_cfg l;
+    memset(&l, 0, sizeof l);
+    l.allow_timeout_override = 1;
+    KT_EQ_INT(sv_sched_timeout_us(&l, -1), 0);      /* no default, none asked */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 500);   /* no default: the request's */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 0), 0);
+    l.default_timeout_us = 2000;
+    KT_EQ_INT(sv_sched_timeout_us(&l, -1), 2000);
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 500);   /* lowered */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 9000), 2000); /* never raised */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 0), 2000);    /* "none" would raise it */
+    l.allow_timeout_override = 0;
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 2000);  /* the level's, whatever asked */
+    l.default_timeout_us = 0;
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 0);
+}
+
 KL_TEST(serve_cfg_errors_name_the_key) {
     sv_model_cfg c;
     kl_err e = {0};
