@@ -143,6 +143,7 @@ typedef struct {
     double batch_sum;
     uint64_t requests[SV_R_COUNT];
     uint64_t load_ok, load_fail;
+    uint64_t probe_ok, probe_fail; /* warm-up and background health inferences */
 } sv_mstats;
 
 void sv_hist_add(sv_hist *h, double seconds);
