@@ -393,6 +393,11 @@ size_t sv_json_packed_count(const struct cJSON *a);
  * (dst holds sv_json_packed_count(a) floats); the parsed text must still be
  * alive (a rare number is read again from it). */
 void sv_json_packed_f32(const struct cJSON *a, float *dst);
+/* Where the text of a number begins (the parsed text must still be alive):
+ * element i of a packed array node, or a number node of a document parsed
+ * with SV_JSON_PACK (i unused); NULL otherwise. The codec reads INT64 and
+ * UINT64 values beyond 2^53 from it (a double holds 53 bits). */
+const char *sv_json_number_text(const struct cJSON *a, size_t i);
 /* One JSON number (the whole of s[0..len)) as FP32, exactly strtof's value;
  * KL_EPARSE when s is not a JSON number. */
 int sv_parse_f32(const char *s, size_t len, float *out);

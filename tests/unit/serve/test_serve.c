@@ -324,6 +324,60 @@ KL_TEST(serve_decode_binary_and_encode) {
     req_clear(&r);
 }
 
+/* INT64/UINT64 data beyond 2^53 keep every digit (a double would not),
+ * in short (node) and long (packed) arrays, and values out of the range are
+ * refused naming the element */
+static void int_version(sv_model *m, sv_version *v) {
+    fake_version(m, v);
+    snprintf(v->in[0].name, SV_NAME_MAX, "i");
+    v->in[0].dtype = SV_INT64;
+    v->in[0].rank = 1;
+    snprintf(v->in[1].name, SV_NAME_MAX, "u");
+    v->in[1].dtype = SV_UINT64;
+    v->in[1].rank = 1;
+}
+
+KL_TEST(serve_decode_int64_exact) {
+    sv_model m;
+    sv_version v;
+    sv_req r;
+    int_version(&m, &v);
+    kl_err e = {0};
+    static const char *const forms[] = {
+        "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[3],"
+        "\"data\":[9007199254740993,-9223372036854775808,9223372036854775807]},"
+        "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[3],\"data\":[[18446744073709551615],[9007199254740993],[3]]}]}",
+        "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[12],"
+        "\"data\":[9007199254740993,-9223372036854775808,9223372036854775807,1,2,3,4,5,6,7,8,-9007199254740995]},"
+        "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[12],"
+        "\"data\":[18446744073709551615,9007199254740993,3,0,0,0,0,0,0,0,1e3,12345678901234567890]}]}"};
+    for (int f = 0; f < 2; f++) {
+        req_init(&r, &m, &v);
+        KT_OK(sv_decode_infer(&r, forms[f], strlen(forms[f]), NULL, 0, &e), &e);
+        const int64_t *i = r.in[0].data;
+        const uint64_t *u = r.in[1].data;
+        KT_CHECK(i[0] == 9007199254740993LL && i[1] == INT64_MIN && i[2] == INT64_MAX);
+        KT_CHECK(u[0] == UINT64_MAX && u[1] == 9007199254740993ULL && u[2] == 3);
+        if (f == 1) KT_CHECK(i[11] == -9007199254740995LL && u[10] == 1000 && u[11] == 12345678901234567890ULL);
+        req_clear(&r);
+    }
+    const char *u = "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[1],\"data\":[1]}";
+    char j[512];
+    snprintf(j, sizeof j, "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[2],"
+                          "\"data\":[1,9223372036854775808]},%s]}", u);
+    req_init(&r, &m, &v);
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[0].data[1]: 9223372036854775808 is not a valid INT64");
+    req_clear(&r);
+    snprintf(j, sizeof j, "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[1],\"data\":[1]},"
+                          "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[9],"
+                          "\"data\":[0,1,2,3,4,5,6,7,18446744073709551616]}]}");
+    req_init(&r, &m, &v);
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[1].data[8]: 18446744073709551616 is not a valid UINT64");
+    req_clear(&r);
+}
+
 KL_TEST(serve_dtypes_all_kserve_names) {
     const char *names[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
                            "INT32", "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"};
