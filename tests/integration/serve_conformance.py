@@ -88,6 +88,11 @@ pinned_policy([1])
 sp = write_mlp(os.path.join(repo, "shares", "1", "model.onnx"), seed=40, sizes=(8, 4, 2))
 with open(os.path.join(repo, "shares", "config.yaml"), "w") as f:
     f.write("priority_levels: 2\ndefault_priority: 1\nqueue_policy:\n  2: {memory_share: 0}\n")
+# pref: preferred batch size 4 under a long delay, on the workers (priority 2 never runs inline)
+write_mlp(os.path.join(repo, "pref", "1", "model.onnx"), seed=42, sizes=(8, 4, 2))
+with open(os.path.join(repo, "pref", "config.yaml"), "w") as f:
+    f.write("max_batch_size: 32\ndynamic_batching: {max_queue_delay_us: 1500000, preferred_batch_sizes: [4]}\n"
+            "priority_levels: 2\ndefault_priority: 2\n")
 write_mlp(os.path.join(repo, "rated", "1", "model.onnx"), seed=41, sizes=(8, 4, 2))
 with open(os.path.join(repo, "rated", "config.yaml"), "w") as f:
     f.write("default_queue_policy: {rate_limit: 1}\n")
@@ -267,6 +272,33 @@ try:
     r = [s.json("POST", "/v2/models/rated/infer", body8()) for _ in range(3)]
     check("serve_conf_rate_limit_429_retry_after", [x[0] for x in r][0] == 200 and any(
         x[0] == 429 and x[1].get("retry-after") and "rate limit" in x[2].get("error", "") for x in r), [x[::2] for x in r])
+
+    # -- preferred batch sizes: of 6 concurrent single-row requests, 4 run at once as a preferred batch
+    #    (not after the 1.5 s delay), the other 2 wait for their delay
+    go = threading.Barrier(6)
+    pref = {}
+
+    def pref_one(i):
+        c = s.conn()
+        go.wait()
+        t = time.time()
+        st = s.req("POST", "/v2/models/pref/infer", body8(x8[:1], id="pref-%d" % i), conn=c)[0]
+        pref[i] = (st, time.time() - t)
+        c.close()
+    ts = [threading.Thread(target=pref_one, args=(i,)) for i in range(6)]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    time.sleep(0.1)
+    recs = {}
+    for ln in s.logtext().splitlines():
+        if '"request_id":"pref-' in ln:
+            r = json.loads(ln)
+            recs[r["request_id"]] = r
+    bs = sorted(r["batch_size"] for r in recs.values())
+    fast = [r["total_ms"] for r in recs.values() if r["batch_size"] == 4]
+    check("serve_conf_preferred_batch_size_runs_at_once", all(st == 200 for st, _ in pref.values()) and len(pref) == 6
+          and bs == [2, 2, 4, 4, 4, 4] and max(fast) < 1000,
+          (bs, sorted((r["batch_size"], r["total_ms"]) for r in recs.values())))
 
     # -- the background health probe runs (--probe-interval 0.3): warm-up + probes
     time.sleep(max(0.0, 1.3 - (time.time() - t_start)))
