@@ -11,8 +11,10 @@ loaded), unload and load of a serving model, per-priority memory shares
 (503 + Retry-After + the allocator snapshot written), X-Priority low/high
 against the `priority` parameter, 429 with Retry-After, the background
 health probe running, request log lines in JSON when stderr is not a
-terminal, and on SIGTERM readiness false at once and new inference 503
-while a running request still finishes."""
+terminal, unload while requests run and wait (they finish, the version is
+freed), and on SIGTERM readiness false at once and new inference 503 while
+a running request still finishes. The server runs with
+--threads-per-worker 2 (every answer is checked)."""
 import json
 import os
 import signal
@@ -139,7 +141,7 @@ def same(name, sent, got):
     return list(sent) == list(got)
 
 
-s = Server(repo, "--workers", "1", "--probe-interval", "0.3", "--snapshot-dir", snapdir, "--exit-timeout", "20",
+s = Server(repo, "--workers", "1", "--threads-per-worker", "2", "--probe-interval", "0.3", "--snapshot-dir", snapdir, "--exit-timeout", "20",
            env={"KEEL_LOG_FORMAT": None})
 try:
     t_start = time.time()
@@ -314,22 +316,55 @@ try:
     check("serve_conf_request_log_json_off_terminal", any(r.get("request_id") == "all-types" and r.get("model") == "ids"
                                                           for r in recs) and len(recs) == len(lines), lines[:2])
 
+    # -- unload while requests are running and queued: they finish (200), new ones get 503; load brings it back
+    big = np.ones((2048, 1024), dtype=np.float32)
+
+    def heavy_req(rows, into, key):
+        xb = big[:rows]
+        hb = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 1024],
+                                     "parameters": {"binary_data_size": xb.nbytes}}],
+                         "outputs": [{"name": "y", "parameters": {"binary_data_output": True}}]}).encode()
+        into[key] = s.req("POST", "/v2/models/heavy/infer", hb + xb.tobytes(),
+                          {"Inference-Header-Content-Length": str(len(hb))})[0]
+
+    def wait_running(model):
+        for _ in range(500):
+            if metric(s.req("GET", "/metrics")[2].decode(), 'keel_inference_running{model="%s"}' % model) == 1:
+                return True
+            time.sleep(0.005)
+        return False
+    res = {}
+    blk = threading.Thread(target=heavy_req, args=(2048, res, "blocker"))
+    blk.start()
+    wait_running("heavy")
+    qs = [threading.Thread(target=heavy_req, args=(256, res, "queued-%d" % i)) for i in range(2)]
+    [t.start() for t in qs]
+    for _ in range(200):  # both queued behind the blocker (256 rows: too big to run on the HTTP loop)
+        if metric(s.req("GET", "/metrics")[2].decode(), 'keel_queue_length{model="heavy",priority="1"}') == 2:
+            break
+        time.sleep(0.005)
+    stu = s.json("POST", "/v2/repository/models/heavy/unload")[0]
+    stn, hn, bn = s.json("POST", "/v2/models/heavy/infer", body8(np.ones((1, 1024), np.float32)))
+    blk.join(60)
+    [t.join(60) for t in qs]
+    check("serve_conf_unload_drains_running_and_queued", stu == 200 and res == {"blocker": 200, "queued-0": 200, "queued-1": 200}
+          and stn == 503, (stu, res, stn, bn))
+    for _ in range(100):  # its last request's connection is done with it: freed
+        if "model heavy version 1 drained and freed" in s.logtext():
+            break
+        time.sleep(0.02)
+    freed = "model heavy version 1 drained and freed" in s.logtext()
+    stl, h, bl = s.json("POST", "/v2/repository/models/heavy/load")
+    check("serve_conf_unloaded_version_freed_and_reloaded", stl == 200 and freed, (stl, bl, freed))
+
     # -- SIGTERM: readiness false at once and new inference refused (503, Retry-After) while a running
     #    request finishes; then exit 0
-    big = np.ones((2048, 1024), dtype=np.float32)
-    hb = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [2048, 1024],
-                                 "parameters": {"binary_data_size": big.nbytes}}],
-                     "outputs": [{"name": "y", "parameters": {"binary_data_output": True}}]}).encode()
     res = {}
     c1 = s.conn()
     s.req("GET", "/v2/health/live", conn=c1)
-    blk = threading.Thread(target=lambda: res.__setitem__("blocker", s.req(
-        "POST", "/v2/models/heavy/infer", hb + big.tobytes(), {"Inference-Header-Content-Length": str(len(hb))})[0]))
+    blk = threading.Thread(target=heavy_req, args=(2048, res, "blocker"))
     blk.start()
-    for _ in range(500):
-        if metric(s.req("GET", "/metrics")[2].decode(), 'keel_inference_running{model="heavy"}') == 1:
-            break
-        time.sleep(0.005)
+    wait_running("heavy")
     s.signal(signal.SIGTERM)
     t0 = time.time()
     ready = []
