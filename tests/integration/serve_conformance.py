@@ -86,10 +86,10 @@ def pinned_policy(versions):
 
 
 pinned_policy([1])
-# shares: priority 2 may use no share of the serving memory budget; rated: 1 request/s
+# shares: of the 1 MiB serving budget (--memory-budget) priority 1 may plan half, priority 2 a byte; rated: 1 request/s
 sp = write_mlp(os.path.join(repo, "shares", "1", "model.onnx"), seed=40, sizes=(8, 4, 2))
 with open(os.path.join(repo, "shares", "config.yaml"), "w") as f:
-    f.write("priority_levels: 2\ndefault_priority: 1\nqueue_policy:\n  2: {memory_share: 0}\n")
+    f.write("priority_levels: 2\ndefault_priority: 1\nqueue_policy:\n  1: {memory_share: 0.5}\n  2: {memory_share: 0.000001}\n")
 # pref: preferred batch size 4 under a long delay, on the workers (priority 2 never runs inline)
 write_mlp(os.path.join(repo, "pref", "1", "model.onnx"), seed=42, sizes=(8, 4, 2))
 with open(os.path.join(repo, "pref", "config.yaml"), "w") as f:
@@ -141,7 +141,8 @@ def same(name, sent, got):
     return list(sent) == list(got)
 
 
-s = Server(repo, "--workers", "1", "--threads-per-worker", "2", "--probe-interval", "0.3", "--snapshot-dir", snapdir, "--exit-timeout", "20",
+s = Server(repo, "--workers", "1", "--threads-per-worker", "2", "--probe-interval", "0.3", "--snapshot-dir", snapdir,
+           "--exit-timeout", "20", "--memory-budget", "1M",
            env={"KEEL_LOG_FORMAT": None})
 try:
     t_start = time.time()
@@ -196,6 +197,18 @@ try:
         {"name": "in_FP32", "datatype": "BYTES", "shape": [1, 2], "data": ["a", "b"]}]})
     check("serve_conf_bytes_refused_400", st == 400 and "inputs[0].datatype" in b.get("error", "")
           and "BYTES" in b.get("error", ""), (st, b))
+
+    # -- binary extension errors: a header length beyond the body, binary data not matching the shape
+    hx = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8],
+                                 "parameters": {"binary_data_size": 32}}]}).encode()
+    st1, _, b1 = s.json("POST", "/v2/models/shares/infer", hx + bytes(32), {"Inference-Header-Content-Length": "99999"})
+    st2, _, b2 = s.json("POST", "/v2/models/shares/infer", hx + bytes(28), {"Inference-Header-Content-Length": str(len(hx))})
+    st3, _, b3 = s.json("POST", "/v2/models/shares/infer", hx.replace(b"size\": 32", b"size\": 28") + bytes(28),
+                        {"Inference-Header-Content-Length": str(len(hx))})
+    check("serve_conf_binary_errors_400", st1 == 400 and "Inference-Header-Content-Length" in b1.get("error", "")
+          and st2 == 400 and "inputs[0].parameters.binary_data_size" in b2.get("error", "")
+          and st3 == 400 and "inputs[0].parameters.binary_data_size: 28 bytes, shape needs 32" in b3.get("error", ""),
+          (st1, b1, st2, b2, st3, b3))
 
     # -- a version whose warm-up inference fails is refused (logged, counted), never served
     st, h, b = s.json("POST", "/v2/repository/index")
@@ -270,6 +283,14 @@ try:
         ({}, {}), ({}, {"parameters": {"priority": 2}}), ({"X-Priority": "high"}, {"parameters": {"priority": 2}}),
         ({"X-Priority": "2"}, {"parameters": {"priority": 1}}))]
     check("serve_conf_priority_header_and_parameter", sts == [200, 503, 200, 503], sts)
+    # priority 1's half of the budget: a request planning more than 512 KiB (its 640 KB input alone) is refused
+    xb = np.ones((20000, 8), dtype=np.float32)
+    hb = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [20000, 8],
+                                 "parameters": {"binary_data_size": xb.nbytes}}]}).encode()
+    st, h, b = s.json("POST", "/v2/models/shares/infer", hb + xb.tobytes(), {"Inference-Header-Content-Length": str(len(hb))})
+    budget = metric(s.req("GET", "/metrics")[2].decode(), "keel_serving_memory_budget_bytes")
+    check("serve_conf_memory_share_of_budget", st == 503 and "priority 1: memory quota exceeded" in b.get("error", "")
+          and "50% of 1048576" in b.get("error", "") and budget == 1048576, (st, b, budget))
     # -- a level over its rate limit: 429 with Retry-After
     r = [s.json("POST", "/v2/models/rated/infer", body8()) for _ in range(3)]
     check("serve_conf_rate_limit_429_retry_after", [x[0] for x in r][0] == 200 and any(
