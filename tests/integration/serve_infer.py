@@ -432,6 +432,18 @@ try:
         time.sleep(0.05)
     check("serve_registry_alias_moved_sighup", ra.returncode == 0 and v == "2" and np.allclose(
         np.array(b["outputs"][0]["data"]), mlp_ref(params2, x[:1]).ravel(), rtol=1e-4, atol=1e-4), (ra.stderr, v))
+    # a reference that cannot be resolved at SIGHUP (the store is gone) is logged; the current version keeps serving
+    os.rename(store, store + ".away")
+    s.signal(signal.SIGHUP)
+    for _ in range(100):
+        if "mlp@champion:" in s.logtext() and "the current version keeps serving" in s.logtext():
+            break
+        time.sleep(0.05)
+    st, h, b = s.json("POST", "/v2/models/mlp/infer", infer_body(x[:1]))
+    shutil.rmtree(store, ignore_errors=True)
+    os.rename(store + ".away", store)
+    check("serve_registry_unresolvable_keeps_serving", "the current version keeps serving" in s.logtext()
+          and st == 200 and b["model_version"] == "2", (st, b, s.logtext()[-500:]))
 finally:
     rc = s.stop()
 check("serve_registry_exit_0", rc == 0, rc)

@@ -378,6 +378,39 @@ KL_TEST(serve_decode_int64_exact) {
     req_clear(&r);
 }
 
+/* BYTES data: JSON strings (nested or flat) in the binary extension's
+ * layout, a 4-byte little-endian length before each element's bytes */
+KL_TEST(serve_decode_bytes_layout) {
+    sv_model m;
+    sv_version v;
+    sv_req r;
+    fake_version(&m, &v);
+    v.n_in = 1;
+    snprintf(v.in[0].name, SV_NAME_MAX, "s");
+    v.in[0].dtype = SV_BYTES;
+    v.in[0].rank = 2;
+    v.in[0].dims[1] = 2;
+    const char *j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[2,2],"
+                    "\"data\":[[\"ab\",\"\"],[\"\\u00e9\",\"xyz\"]]}]}";
+    kl_err e = {0};
+    req_init(&r, &m, &v);
+    KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
+    static const unsigned char want[] = {2, 0, 0, 0, 'a', 'b', 0, 0, 0, 0, 2, 0, 0, 0, 0xc3, 0xa9, 3, 0, 0, 0, 'x', 'y', 'z'};
+    KT_EQ_INT(r.in[0].nbytes, sizeof want);
+    KT_CHECK(r.in[0].nbytes == sizeof want && !memcmp(r.in[0].data, want, sizeof want));
+    req_clear(&r);
+    req_init(&r, &m, &v);
+    j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1,2],\"data\":[\"a\",5]}]}";
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[0].data[1]: expected a string");
+    req_clear(&r);
+    req_init(&r, &m, &v);
+    j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1,2],\"data\":[\"a\"]}]}";
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[0].data: 1 values, shape holds 2");
+    req_clear(&r);
+}
+
 KL_TEST(serve_dtypes_all_kserve_names) {
     const char *names[] = {"BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16",
                            "INT32", "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"};
