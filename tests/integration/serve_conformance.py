@@ -73,6 +73,11 @@ with open(os.path.join(repo, "multi", "2", "meta.json"), "w") as f:
     json.dump({"sha256": {"model.onnx": sha256(os.path.join(repo, "multi", "2", "model.onnx"))}}, f)
 with open(os.path.join(repo, "multi", "config.yaml"), "w") as f:
     f.write("version_policy: {latest: 2}\n")
+# every: versions 1 and 2, version_policy all
+for v in (1, 2):
+    write_mlp(os.path.join(repo, "every", str(v), "model.onnx"), seed=50 + v, sizes=(8, 4, 2))
+with open(os.path.join(repo, "every", "config.yaml"), "w") as f:
+    f.write("version_policy: all\n")
 # pinned: versions 1, 2 and a tampered 3 (list layout); {specific: [1]}
 pp = {v: write_mlp(os.path.join(repo, "pinned", str(v), "model.onnx"), seed=30 + v, sizes=(8, 4, 2)) for v in (1, 2, 3)}
 write_meta(os.path.join(repo, "pinned", "2"))
@@ -222,6 +227,8 @@ try:
     # -- version policy {latest: 2}: versions 3 and 2 (both meta.json layouts verified), 1 not loaded
     st, h, b = s.json("GET", "/v2/models/multi")
     check("serve_conf_policy_latest_2", st == 200 and b.get("versions") == ["3", "2"], (st, b))
+    st1, h, b1 = s.json("GET", "/v2/models/every")
+    check("serve_conf_policy_all", st1 == 200 and b1.get("versions") == ["2", "1"], (st1, b1))
     st, h, b = s.json("POST", "/v2/models/multi/infer", body8())
     check("serve_conf_latest_served_by_default", st == 200 and b["model_version"] == "3" and np.allclose(
         np.array(b["outputs"][0]["data"]).reshape(2, 2), mlp_ref(mp[3], x8), rtol=1e-5, atol=1e-6), (st, b))
@@ -340,6 +347,8 @@ try:
     # -- unload while requests are running and queued: they finish (200), new ones get 503; load brings it back
     big = np.ones((2048, 1024), dtype=np.float32)
 
+    done_at = {}
+
     def heavy_req(rows, into, key):
         xb = big[:rows]
         hb = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, 1024],
@@ -347,6 +356,7 @@ try:
                          "outputs": [{"name": "y", "parameters": {"binary_data_output": True}}]}).encode()
         into[key] = s.req("POST", "/v2/models/heavy/infer", hb + xb.tobytes(),
                           {"Inference-Header-Content-Length": str(len(hb))})[0]
+        done_at[key] = time.time()
 
     def wait_running(model):
         for _ in range(500):
@@ -358,18 +368,22 @@ try:
     blk = threading.Thread(target=heavy_req, args=(2048, res, "blocker"))
     blk.start()
     wait_running("heavy")
-    qs = [threading.Thread(target=heavy_req, args=(256, res, "queued-%d" % i)) for i in range(2)]
-    [t.start() for t in qs]
-    for _ in range(200):  # both queued behind the blocker (256 rows: too big to run on the HTTP loop)
-        if metric(s.req("GET", "/metrics")[2].decode(), 'keel_queue_length{model="heavy",priority="1"}') == 2:
-            break
-        time.sleep(0.005)
+    qs = [threading.Thread(target=heavy_req, args=(256, res, "queued-%d" % i)) for i in range(3)]
+    for i, t in enumerate(qs):  # queued one after the other behind the blocker (256 rows: too big for the HTTP loop)
+        t.start()
+        for _ in range(200):
+            if metric(s.req("GET", "/metrics")[2].decode(), 'keel_queue_length{model="heavy",priority="1"}') == i + 1:
+                break
+            time.sleep(0.005)
     stu = s.json("POST", "/v2/repository/models/heavy/unload")[0]
     stn, hn, bn = s.json("POST", "/v2/models/heavy/infer", body8(np.ones((1, 1024), np.float32)))
     blk.join(60)
     [t.join(60) for t in qs]
-    check("serve_conf_unload_drains_running_and_queued", stu == 200 and res == {"blocker": 200, "queued-0": 200, "queued-1": 200}
+    check("serve_conf_unload_drains_running_and_queued", stu == 200 and res == {"blocker": 200, "queued-0": 200, "queued-1": 200,
+                                                                                "queued-2": 200}
           and stn == 503, (stu, res, stn, bn))
+    order = sorted(("queued-0", "queued-1", "queued-2"), key=lambda k: done_at.get(k, 1e18))
+    check("serve_conf_fifo_within_a_level", order == ["queued-0", "queued-1", "queued-2"], (order, done_at))
     for _ in range(100):  # its last request's connection is done with it: freed
         if "model heavy version 1 drained and freed" in s.logtext():
             break
