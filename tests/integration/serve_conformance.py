@@ -73,11 +73,13 @@ with open(os.path.join(repo, "multi", "2", "meta.json"), "w") as f:
     json.dump({"sha256": {"model.onnx": sha256(os.path.join(repo, "multi", "2", "model.onnx"))}}, f)
 with open(os.path.join(repo, "multi", "config.yaml"), "w") as f:
     f.write("version_policy: {latest: 2}\n")
-# every: versions 1 and 2, version_policy all
+# every: versions 1 and 2, version_policy all; version 2's meta.json in the map-of-objects layout
 for v in (1, 2):
     write_mlp(os.path.join(repo, "every", str(v), "model.onnx"), seed=50 + v, sizes=(8, 4, 2))
 with open(os.path.join(repo, "every", "config.yaml"), "w") as f:
     f.write("version_policy: all\n")
+with open(os.path.join(repo, "every", "2", "meta.json"), "w") as f:  # the {"files": {name: {"sha256": ...}}} layout
+    json.dump({"files": {"model.onnx": {"sha256": sha256(os.path.join(repo, "every", "2", "model.onnx"))}}}, f)
 # pinned: versions 1, 2 and a tampered 3 (list layout); {specific: [1]}
 pp = {v: write_mlp(os.path.join(repo, "pinned", str(v), "model.onnx"), seed=30 + v, sizes=(8, 4, 2)) for v in (1, 2, 3)}
 write_meta(os.path.join(repo, "pinned", "2"))
@@ -228,7 +230,10 @@ try:
     st, h, b = s.json("GET", "/v2/models/multi")
     check("serve_conf_policy_latest_2", st == 200 and b.get("versions") == ["3", "2"], (st, b))
     st1, h, b1 = s.json("GET", "/v2/models/every")
+    log = s.logtext()
     check("serve_conf_policy_all", st1 == 200 and b1.get("versions") == ["2", "1"], (st1, b1))
+    check("serve_conf_meta_json_layouts_verified", all("model %s ready (sha256 verified" % mv in log for mv in (
+        "every version 2", "multi version 3", "multi version 2")), log[-600:])
     st, h, b = s.json("POST", "/v2/models/multi/infer", body8())
     check("serve_conf_latest_served_by_default", st == 200 and b["model_version"] == "3" and np.allclose(
         np.array(b["outputs"][0]["data"]).reshape(2, 2), mlp_ref(mp[3], x8), rtol=1e-5, atol=1e-6), (st, b))
