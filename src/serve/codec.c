@@ -109,9 +109,45 @@ static int too_many(fill_ctx *c) {
     return kl_err_set(c->e, KL_ESHAPE, "%s.data: more values than the shape holds (%lld)", c->field, (long long)c->cap);
 }
 
-static int put_double(fill_ctx *c, double d) {
+/* An INT64/UINT64 element's text read exactly (its double holds 53 bits):
+ * 1 when written to p, 0 when the text is not a plain integer (its double
+ * decides), -1 when it is out of the datatype's range. */
+static int exact_int(const char *s, sv_dtype dt, char *p) {
+    int neg = *s == '-';
+    s += neg;
+    if (*s < '0' || *s > '9') return 0;
+    uint64_t m = 0;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        unsigned d = (unsigned)(*s - '0');
+        if (m > (UINT64_MAX - d) / 10) return -1;
+        m = m * 10 + d;
+    }
+    if (*s == '.' || *s == 'e' || *s == 'E') return 0;
+    if (dt == SV_UINT64) {
+        if (neg && m) return -1;
+        memcpy(p, &m, 8);
+        return 1;
+    }
+    if (m > (uint64_t)INT64_MAX + (uint64_t)neg) return -1;
+    int64_t v = neg ? (m ? -(int64_t)(m - 1) - 1 : 0) : (int64_t)m;
+    memcpy(p, &v, 8);
+    return 1;
+}
+
+/* element d (number i of src, for its text) of the data */
+static int put_double(fill_ctx *c, double d, const cJSON *src, size_t i) {
     if (c->n >= c->cap) return too_many(c);
     char *p = c->dst + (size_t)c->n * dt_sizes[c->dt];
+    if ((c->dt == SV_INT64 || c->dt == SV_UINT64) && fabs(d) >= 9007199254740992.0) { /* 2^53: digits lost */
+        const char *t = sv_json_number_text(src, i);
+        int x = t ? exact_int(t, c->dt, p) : 0;
+        if (x < 0) {
+            size_t tl = strspn(t, "-0123456789");
+            return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: %.*s is not a valid %s", c->field, (long long)c->n,
+                              (int)(tl > 40 ? 40 : tl), t, dt_names[c->dt]);
+        }
+        if (x > 0) { c->n++; return KL_OK; }
+    }
     switch (c->dt) {
     case SV_BOOL:
         if (d != 0 && d != 1)
@@ -158,7 +194,7 @@ static int put_value(fill_ctx *c, const cJSON *v) {
     if (!cJSON_IsNumber(v))
         return kl_err_set(c->e, KL_EPARSE, "%s.data[%lld]: expected %s", c->field, (long long)c->n,
                           c->dt == SV_BOOL ? "true or false" : "a number");
-    return put_double(c, v->valuedouble);
+    return put_double(c, v->valuedouble, v, 0);
 }
 
 static int fill(fill_ctx *c, const cJSON *arr, int depth) {
@@ -173,7 +209,7 @@ static int fill(fill_ctx *c, const cJSON *arr, int depth) {
     }
     if (sv_json_packed(arr, &vals, &n)) { /* a run of numbers: one tight loop */
         for (size_t i = 0; i < n; i++) {
-            int rc = put_double(c, vals[i]);
+            int rc = put_double(c, vals[i], arr, i);
             if (rc) return rc;
         }
         return KL_OK;

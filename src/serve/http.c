@@ -214,6 +214,11 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
     }
     sv_version *v = pick_version(m, r->want_version);
+    if (!v && r->want_version >= 0 && m->nver > 0) { /* an unknown version: 404, as for infer and metadata */
+        pthread_mutex_unlock(&s->lock);
+        return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "model '%s' has no version %lld loaded", r->model_name,
+                          (long long)r->want_version);
+    }
     kl_buf b;
     kl_buf_init(&b);
     if (ready_only) {
@@ -224,7 +229,7 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
         kl_buf_printf(&b, ",\"ready\":%s", ok ? "true" : "false");
         if (!ok) {
             kl_buf_puts(&b, ",\"reason\":");
-            kl_buf_json_str(&b, !v ? (r->want_version >= 0 && m->nver ? "version not loaded" : m->reason) : v->probe_err);
+            kl_buf_json_str(&b, !v ? m->reason : v->probe_err);
         }
         kl_buf_puts(&b, "}");
         pthread_mutex_unlock(&s->lock);
@@ -233,12 +238,8 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
     if (!v) {
         char reason[600];
         snprintf(reason, sizeof reason, "%s", m->reason);
-        int has_any = m->nver > 0;
         pthread_mutex_unlock(&s->lock);
         kl_buf_free(&b);
-        if (r->want_version >= 0 && has_any)
-            return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "model '%s' has no version %lld loaded", r->model_name,
-                              (long long)r->want_version);
         return send_error(s, c, r, 503, SV_R_NOT_READY, 5, "model '%s' is not ready: %s", r->model_name, reason);
     }
     kl_buf_puts(&b, "{\"name\":");

@@ -46,6 +46,14 @@ typedef struct {
 } parser;
 
 #define PACKED_FLAG (1 << 12) /* above cJSON's type bits: cJSON_IsArray still holds */
+#define NUMTEXT_FLAG (1 << 13) /* a number node (SV_JSON_PACK) followed by its text's address */
+
+/* A number node that knows where its text is (sv_json_number_text: INT64
+ * values beyond 2^53 are read again from it, as doubles lose digits) */
+typedef struct {
+    cJSON c;
+    const char *txt;
+} numnode;
 
 /* One 64 KiB chunk per thread is kept between documents (a request's
  * document fits in it): no malloc/free of 64 KiB, and no fresh pages, per
@@ -784,6 +792,15 @@ int sv_json_packed(const cJSON *a, const double **vals, size_t *n) {
     return 1;
 }
 
+const char *sv_json_number_text(const cJSON *a, size_t i) {
+    if (!a) return NULL;
+    if (a->type & PACKED_FLAG) {
+        const packed *pk = (const packed *)(const void *)a->valuestring;
+        return i < pk->n ? pk->text + pk->off[i] : NULL;
+    }
+    return a->type & NUMTEXT_FLAG ? ((const numnode *)(const void *)a)->txt : NULL;
+}
+
 int sv_json_array_size(const cJSON *a) {
     return a && (a->type & PACKED_FLAG) ? (int)sv_json_packed_count(a) : cJSON_GetArraySize(a);
 }
@@ -967,6 +984,12 @@ static cJSON *value(parser *ps) {
     case 'f': if (!(n = node(ps, cJSON_False)) || lit(ps, "false")) return NULL; return n;
     case 'n': if (!(n = node(ps, cJSON_NULL)) || lit(ps, "null")) return NULL; return n;
     default:
+        if (ps->pack) {
+            numnode *nn = alloc(ps->doc, sizeof *nn);
+            if (!nn) { ps->err = "out of memory"; return NULL; }
+            *nn = (numnode){.c = {.type = cJSON_Number | NUMTEXT_FLAG}, .txt = ps->p};
+            return number_node(ps, &nn->c) ? NULL : &nn->c;
+        }
         if (!(n = node(ps, cJSON_Number)) || number_node(ps, n)) return NULL;
         return n;
     }

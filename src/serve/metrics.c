@@ -175,6 +175,13 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
         kl_buf_printf(&b, "keel_model_loads_total{%s,result=\"success\"} %llu\n", lb, (unsigned long long)ms[i]->st.load_ok);
         kl_buf_printf(&b, "keel_model_loads_total{%s,result=\"failure\"} %llu\n", lb, (unsigned long long)ms[i]->st.load_fail);
     }
+    head(&b, "keel_model_probes_total", "counter",
+         "Warm-up and background health-probe inferences of the model's versions, by result.");
+    for (int i = 0; i < nm; i++) {
+        model_label(lb, sizeof lb, ms[i]->name, 0);
+        kl_buf_printf(&b, "keel_model_probes_total{%s,result=\"success\"} %llu\n", lb, (unsigned long long)ms[i]->st.probe_ok);
+        kl_buf_printf(&b, "keel_model_probes_total{%s,result=\"failure\"} %llu\n", lb, (unsigned long long)ms[i]->st.probe_fail);
+    }
     pthread_mutex_unlock(&s->mx);
 
     head(&b, "keel_queue_length", "gauge", "Requests waiting in the scheduler, by model and priority.");

@@ -276,6 +276,12 @@ int sv_version_probe(kl_server *s, sv_version *v, kl_err *e) {
         for (size_t i = 0; i < v->n_out && !rc; i++) sv_tensor_release(&out[i]);
     }
     if (!rc && v->model) atomic_compare_exchange_strong(&v->model->row_ns, &none, dt > 0 ? dt : 1);
+    if (v->model) {
+        pthread_mutex_lock(&s->mx);
+        if (rc) v->model->st.probe_fail++;
+        else v->model->st.probe_ok++;
+        pthread_mutex_unlock(&s->mx);
+    }
     pthread_mutex_lock(&s->lock);
     v->probe_ok = rc == KL_OK;
     v->probe_ns = kl_time_mono_ns();

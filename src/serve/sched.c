@@ -116,6 +116,13 @@ void sv_sched_cancel(kl_server *s, sv_req *r) {
     pthread_mutex_unlock(&s->lock);
 }
 
+int64_t sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us) {
+    int64_t to = lc->default_timeout_us;
+    /* 0 asks for no timeout: that would raise a default, never lower it */
+    if (req_us > 0 && lc->allow_timeout_override && (to == 0 || req_us < to)) to = req_us;
+    return to;
+}
+
 int sv_sched_submit(kl_server *s, sv_req *r) {
     sv_model *m = r->model;
     char msg[768];
@@ -171,8 +178,7 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
         m->inflight_bytes += r->plan_bytes;
     }
     /* timeout: the level's default, or the request's when allowed */
-    int64_t to = lc->default_timeout_us;
-    if (r->timeout_us >= 0 && lc->allow_timeout_override && (to == 0 || r->timeout_us < to)) to = r->timeout_us;
+    int64_t to = sv_sched_timeout_us(lc, r->timeout_us);
     r->deadline = to > 0 ? now + to * 1000 : 0;
     r->t_enq = now;
     m->last_arrival[r->level] = now;
@@ -422,13 +428,20 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
     if (c->level[bl].max_batch > 0 && c->level[bl].max_batch < maxb) maxb = c->level[bl].max_batch;
     if (c->dynamic_batching && maxb > 0 && h->ver->batchable && h->rows > 0) {
         int64_t rows = h->rows;
+        int pn = 0; /* requests of the longest prefix whose rows are a preferred batch size */
+        for (int i = 0; i < c->n_preferred; i++) pn |= rows == c->preferred[i];
         for (sv_req *r = h->next; r && n < SV_MAX_BATCH_REQS; r = r->next) {
             if (!mine(r, lp) || (lp && est_ns(best, rows + r->rows) > s->inline_ns) || r->ver != h->ver || r->rows <= 0 || rows + r->rows > maxb || !same_shape_tail(h, r)) continue;
             rq[n++] = r;
             rows += r->rows;
+            for (int i = 0; i < c->n_preferred; i++)
+                if (rows == c->preferred[i]) pn = n;
         }
         int preferred = rows >= maxb;
-        for (int i = 0; i < c->n_preferred; i++) preferred |= rows == c->preferred[i];
+        /* below the maximum, the largest preferred size that the queue
+         * forms runs at once (as Triton's batcher does); the requests after
+         * it wait for company or their delay */
+        if (!preferred && pn) { n = pn; preferred = 1; }
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
         /* an HTTP loop whose every connection has its request in the
          * scheduler waits for nobody: no more requests can come to it */

@@ -143,6 +143,7 @@ typedef struct {
     double batch_sum;
     uint64_t requests[SV_R_COUNT];
     uint64_t load_ok, load_fail;
+    uint64_t probe_ok, probe_fail; /* warm-up and background health inferences */
 } sv_mstats;
 
 void sv_hist_add(sv_hist *h, double seconds);
@@ -392,6 +393,11 @@ size_t sv_json_packed_count(const struct cJSON *a);
  * (dst holds sv_json_packed_count(a) floats); the parsed text must still be
  * alive (a rare number is read again from it). */
 void sv_json_packed_f32(const struct cJSON *a, float *dst);
+/* Where the text of a number begins (the parsed text must still be alive):
+ * element i of a packed array node, or a number node of a document parsed
+ * with SV_JSON_PACK (i unused); NULL otherwise. The codec reads INT64 and
+ * UINT64 values beyond 2^53 from it (a double holds 53 bits). */
+const char *sv_json_number_text(const struct cJSON *a, size_t i);
 /* One JSON number (the whole of s[0..len)) as FP32, exactly strtof's value;
  * KL_EPARSE when s is not a JSON number. */
 int sv_parse_f32(const char *s, size_t len, float *out);
@@ -426,6 +432,11 @@ char *sv_error_json(const char *msg, size_t *len);
 /* sched.c */
 /* Queues r (or answers it at once: queue full, rate, memory); 0 = queued. */
 int sv_sched_submit(kl_server *s, sv_req *r);
+/* The queue timeout (µs, 0 = none) of a request of level lc that asked for
+ * req_us (-1: no `timeout` parameter; 0: none asked). A request may only
+ * lower its level's default_timeout_us, and only when the level allows it
+ * (allow_timeout_override); asking for none (0) keeps the default. */
+int64_t sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us);
 /* Whether r (decoded, level set) runs on its HTTP loop's thread: called on
  * that thread; its estimated compute is below s->inline_ns and it is of its
  * model's top level. The caller sets r->inl from it before submitting. */

@@ -171,7 +171,9 @@ try:
     check("serve_http_metrics_content", all(k in text for k in (
         "keel_inference_request_duration_seconds_bucket", "keel_queue_length", "keel_memory_allocated_bytes",
         "keel_memory_budget_bytes", "process_cpu_seconds_total", "keel_model_loads_total",
-        'keel_http_requests_failed_total{reason="not_found"}', "keel_inference_batch_size_bucket")),
+        'keel_http_requests_failed_total{reason="not_found"}', "keel_inference_batch_size_bucket",
+        "keel_process_cpu_utilisation_ratio", "keel_inference_queue_duration_seconds_bucket",
+        "keel_inference_compute_duration_seconds_bucket", "keel_model_probes_total", "keel_serving_memory_budget_bytes")),
         text[:300])
     cuts = {l.split('"')[1]: int(l.rsplit(" ", 1)[1]) for l in text.splitlines()
             if l.startswith("keel_http_connections_cut_total{")}

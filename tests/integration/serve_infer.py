@@ -145,7 +145,7 @@ try:
     # together, each a long run) overflows it
     xs = rng.standard_normal((8, slow_sizes[0])).astype(np.float32)
     xp = rng.standard_normal((128, slow_sizes[0])).astype(np.float32)  # ~1.6 GMAC: compute dominates
-    low_status = []
+    low_status, low_503 = [], []
     go = threading.Barrier(16)
 
     def low_once():
@@ -154,11 +154,14 @@ try:
         go.wait()
         st, h, b = s.req("POST", "/v2/models/slow/infer", *body, conn=c)
         low_status.append(st)
+        if st == 503:
+            low_503.append((h.get("retry-after"), b[:200]))
     lows = [threading.Thread(target=low_once) for _ in range(16)]
     [t.start() for t in lows]
     [t.join() for t in lows]
     n503 = low_status.count(503)
-    check("serve_infer_queue_full_503", n503 >= 1 and low_status.count(200) >= 4, low_status)
+    check("serve_infer_queue_full_503", n503 >= 1 and low_status.count(200) >= 4 and all(
+        ra and b"queue full" in b for ra, b in low_503), (low_status, low_503[:2]))
 
     # strict priority: a sustained flood of low-priority requests does not delay
     # high-priority ones beyond their own compute. Judged on the server's own
@@ -319,6 +322,8 @@ try:
     bad = [o for o in outcomes if o != 200]
     check("serve_infer_hot_reload_zero_failures", len(outcomes) > 20 and not bad, (len(outcomes), bad[:5]))
     check("serve_infer_hot_reload_swapped", "1" in versions and versions[-1] == "2", (versions[:3], versions[-3:]))
+    check("serve_infer_hot_reload_old_drained_freed", "model mlp version 1 drained and freed" in s.logtext(),
+          s.logtext()[-400:])
     st, h, b = s.json("POST", "/v2/models/mlp/infer", infer_body(x[:1]))
     check("serve_infer_tampered_refused_old_serves", st_load == 400 and "sha256" in (bl or {}).get("error", "") and st == 200
           and b["model_version"] == "2" and np.allclose(np.array(b["outputs"][0]["data"]), mlp_ref(params2, x[:1]).ravel(),
@@ -427,7 +432,27 @@ try:
         time.sleep(0.05)
     check("serve_registry_alias_moved_sighup", ra.returncode == 0 and v == "2" and np.allclose(
         np.array(b["outputs"][0]["data"]), mlp_ref(params2, x[:1]).ravel(), rtol=1e-4, atol=1e-4), (ra.stderr, v))
+    # a reference that cannot be resolved at SIGHUP (the store is gone) is logged; the current version keeps serving
+    os.rename(store, store + ".away")
+    s.signal(signal.SIGHUP)
+    for _ in range(100):
+        if "mlp@champion:" in s.logtext() and "the current version keeps serving" in s.logtext():
+            break
+        time.sleep(0.05)
+    st, h, b = s.json("POST", "/v2/models/mlp/infer", infer_body(x[:1]))
+    shutil.rmtree(store, ignore_errors=True)
+    os.rename(store + ".away", store)
+    check("serve_registry_unresolvable_keeps_serving", "the current version keeps serving" in s.logtext()
+          and st == 200 and b["model_version"] == "2", (st, b, s.logtext()[-500:]))
 finally:
     rc = s.stop()
 check("serve_registry_exit_0", rc == 0, rc)
+# a fixed registry version (name/N): served as is
+s = Server("mlp/1", env={"KEEL_TRACKING": store})
+try:
+    st, h, b = s.json("POST", "/v2/models/mlp/infer", infer_body(x[:1]))
+    check("serve_registry_fixed_version_served", st == 200 and b["model_version"] == "1" and np.allclose(
+        np.array(b["outputs"][0]["data"]), ref(x[:1]).ravel(), rtol=1e-4, atol=1e-4), (st, b))
+finally:
+    rc = s.stop()
 done()

@@ -32,15 +32,19 @@ def tmpdir(prefix):
 
 
 class Server:
-    """keel serve REPO --port 0 ...; the port is read from the first line."""
+    """keel serve REPO --port 0 ...; the port is read from the first line. The log is
+    JSON (KEEL_LOG_FORMAT=json) unless env says otherwise; env values None unset."""
 
     def __init__(self, repo, *args, env=None):
         self.log_path = os.path.join(tmpdir("serve-log-"), "stderr.log")
         self.log = open(self.log_path, "w")
         e = dict(os.environ)
         e["KEEL_LOG_FORMAT"] = "json"
-        if env:
-            e.update(env)
+        for k, v in (env or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
         self.p = subprocess.Popen([KEEL, "serve", repo, "--port", "0"] + list(args), stdout=subprocess.PIPE,
                                   stderr=self.log, env=e)
         r, _, _ = select.select([self.p.stdout], [], [], 60)

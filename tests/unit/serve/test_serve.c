@@ -110,6 +110,25 @@ KL_TEST(serve_sched_level_may_run_reserve) {
     KT_EQ_INT(until, 0);
 }
 
+/* a request's `timeout` may only lower its level's default, when allowed */
+KL_TEST(serve_sched_timeout_override) {
+    sv_level_cfg l;
+    memset(&l, 0, sizeof l);
+    l.allow_timeout_override = 1;
+    KT_EQ_INT(sv_sched_timeout_us(&l, -1), 0);      /* no default, none asked */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 500);   /* no default: the request's */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 0), 0);
+    l.default_timeout_us = 2000;
+    KT_EQ_INT(sv_sched_timeout_us(&l, -1), 2000);
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 500);   /* lowered */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 9000), 2000); /* never raised */
+    KT_EQ_INT(sv_sched_timeout_us(&l, 0), 2000);    /* "none" would raise it */
+    l.allow_timeout_override = 0;
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 2000);  /* the level's, whatever asked */
+    l.default_timeout_us = 0;
+    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 0);
+}
+
 KL_TEST(serve_cfg_errors_name_the_key) {
     sv_model_cfg c;
     kl_err e = {0};
@@ -302,6 +321,93 @@ KL_TEST(serve_decode_binary_and_encode) {
     req_init(&r, &m, &v);
     KT_CHECK(sv_decode_infer(&r, j, strlen(j), bin, 20, &e) != KL_OK);
     KT_CONTAINS(e.msg, "binary_data_size");
+    req_clear(&r);
+}
+
+/* INT64/UINT64 data beyond 2^53 keep every digit (a double would not),
+ * in short (node) and long (packed) arrays, and values out of the range are
+ * refused naming the element */
+static void int_version(sv_model *m, sv_version *v) {
+    fake_version(m, v);
+    snprintf(v->in[0].name, SV_NAME_MAX, "i");
+    v->in[0].dtype = SV_INT64;
+    v->in[0].rank = 1;
+    snprintf(v->in[1].name, SV_NAME_MAX, "u");
+    v->in[1].dtype = SV_UINT64;
+    v->in[1].rank = 1;
+}
+
+KL_TEST(serve_decode_int64_exact) {
+    sv_model m;
+    sv_version v;
+    sv_req r;
+    int_version(&m, &v);
+    kl_err e = {0};
+    static const char *const forms[] = {
+        "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[3],"
+        "\"data\":[9007199254740993,-9223372036854775808,9223372036854775807]},"
+        "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[3],\"data\":[[18446744073709551615],[9007199254740993],[3]]}]}",
+        "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[12],"
+        "\"data\":[9007199254740993,-9223372036854775808,9223372036854775807,1,2,3,4,5,6,7,8,-9007199254740995]},"
+        "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[12],"
+        "\"data\":[18446744073709551615,9007199254740993,3,0,0,0,0,0,0,0,1e3,12345678901234567890]}]}"};
+    for (int f = 0; f < 2; f++) {
+        req_init(&r, &m, &v);
+        KT_OK(sv_decode_infer(&r, forms[f], strlen(forms[f]), NULL, 0, &e), &e);
+        const int64_t *i = r.in[0].data;
+        const uint64_t *u = r.in[1].data;
+        KT_CHECK(i[0] == 9007199254740993LL && i[1] == INT64_MIN && i[2] == INT64_MAX);
+        KT_CHECK(u[0] == UINT64_MAX && u[1] == 9007199254740993ULL && u[2] == 3);
+        if (f == 1) KT_CHECK(i[11] == -9007199254740995LL && u[10] == 1000 && u[11] == 12345678901234567890ULL);
+        req_clear(&r);
+    }
+    const char *u = "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[1],\"data\":[1]}";
+    char j[512];
+    snprintf(j, sizeof j, "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[2],"
+                          "\"data\":[1,9223372036854775808]},%s]}", u);
+    req_init(&r, &m, &v);
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[0].data[1]: 9223372036854775808 is not a valid INT64");
+    req_clear(&r);
+    snprintf(j, sizeof j, "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[1],\"data\":[1]},"
+                          "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[9],"
+                          "\"data\":[0,1,2,3,4,5,6,7,18446744073709551616]}]}");
+    req_init(&r, &m, &v);
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[1].data[8]: 18446744073709551616 is not a valid UINT64");
+    req_clear(&r);
+}
+
+/* BYTES data: JSON strings (nested or flat) in the binary extension's
+ * layout, a 4-byte little-endian length before each element's bytes */
+KL_TEST(serve_decode_bytes_layout) {
+    sv_model m;
+    sv_version v;
+    sv_req r;
+    fake_version(&m, &v);
+    v.n_in = 1;
+    snprintf(v.in[0].name, SV_NAME_MAX, "s");
+    v.in[0].dtype = SV_BYTES;
+    v.in[0].rank = 2;
+    v.in[0].dims[1] = 2;
+    const char *j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[2,2],"
+                    "\"data\":[[\"ab\",\"\"],[\"\\u00e9\",\"xyz\"]]}]}";
+    kl_err e = {0};
+    req_init(&r, &m, &v);
+    KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
+    static const unsigned char want[] = {2, 0, 0, 0, 'a', 'b', 0, 0, 0, 0, 2, 0, 0, 0, 0xc3, 0xa9, 3, 0, 0, 0, 'x', 'y', 'z'};
+    KT_EQ_INT(r.in[0].nbytes, sizeof want);
+    KT_CHECK(r.in[0].nbytes == sizeof want && !memcmp(r.in[0].data, want, sizeof want));
+    req_clear(&r);
+    req_init(&r, &m, &v);
+    j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1,2],\"data\":[\"a\",5]}]}";
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[0].data[1]: expected a string");
+    req_clear(&r);
+    req_init(&r, &m, &v);
+    j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1,2],\"data\":[\"a\"]}]}";
+    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CONTAINS(e.msg, "inputs[0].data: 1 values, shape holds 2");
     req_clear(&r);
 }
 

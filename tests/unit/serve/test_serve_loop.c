@@ -404,3 +404,52 @@ KL_TEST(serve_sched_reserve_leaves_a_worker_for_high_priority) {
     KT_CHECKF(w.samples > 0 && w.max_low == 1, "priority-2 batches at once: at most %d (want 1) in %d samples", w.max_low,
               w.samples);
 }
+
+/* ==================================================================
+ * Deep readiness: ready only while every version's last warm-up or
+ * health probe succeeded, recently; a failed probe (here: the probe
+ * inputs made the wrong shape) makes the server and the model not ready
+ * with the runtime's error as the reason, a good one makes them ready
+ * again, and a probe older than 3 intervals + 10 s counts as none
+ * ================================================================== */
+
+KL_TEST(serve_ready_follows_the_health_probe) {
+    kl_err e = {0};
+    kl_serve_opts o = {0};
+    o.workers = 1;
+    o.probe_interval_s = 600; /* the background prober stays out of the way: probes run here */
+    kl_server *s = relu_server("repo5", NULL, o, &e);
+    KT_CHECKF(s, "relu server: %s", e.msg);
+    char why[800];
+    KT_CHECKF(sv_ready(s, why, sizeof why), "not ready at start: %s", why);
+    pthread_mutex_lock(&s->lock);
+    sv_version *v = sv_model_find(s, "relu")->ver[0];
+    sv_version_ref(v);
+    pthread_mutex_unlock(&s->lock);
+    v->warm[0].dims[1] = 2; /* the model takes [N, 4]: the probe inference fails */
+    v->warm[0].nbytes = 2 * sizeof(float);
+    kl_err pe = {0};
+    KT_CHECK(sv_version_probe(s, v, &pe) != KL_OK);
+    KT_CHECK(!sv_ready(s, why, sizeof why));
+    KT_CONTAINS(why, "model relu version 1");
+    KT_CONTAINS(why, pe.msg);
+    v->warm[0].dims[1] = 4;
+    v->warm[0].nbytes = 4 * sizeof(float);
+    KT_OK(sv_version_probe(s, v, &e), &e);
+    KT_CHECKF(sv_ready(s, why, sizeof why), "not ready after a good probe: %s", why);
+    pthread_mutex_lock(&s->lock);
+    v->probe_ns -= (int64_t)((3 * 600 + 11) * 1e9); /* the last probe is stale */
+    pthread_mutex_unlock(&s->lock);
+    KT_CHECK(!sv_ready(s, why, sizeof why));
+    KT_CONTAINS(why, "no recent health probe");
+    KT_OK(sv_version_probe(s, v, &e), &e);
+    KT_CHECK(sv_ready(s, NULL, 0));
+    size_t len = 0;
+    char *m = sv_metrics_render(s, &len);
+    KT_CONTAINS(m, "keel_model_probes_total{model=\"relu\",result=\"failure\"} 1\n");
+    free(m);
+    sv_version_unref(v);
+    int rc = kl_server_shutdown(s, &e);
+    kl_server_free(s);
+    KT_EQ_INT(rc, KL_OK);
+}
