@@ -651,6 +651,7 @@ static int conv_packed(const kl_conv_params *p, const sp3 *s, const float *x, co
 
 size_t kl_conv_workspace_bytes(const kl_conv_params *p) {
     sp3 s;
+    if (p->N == 0) return 0; /* an empty batch runs nothing (kl_conv_f32) */
     to_sp3(p->nsp, p->in, p->k, p->stride, p->dilation, p->pad_begin, p->out, &s);
     if (use_packed(p)) {
         fz_ctx c;

@@ -189,6 +189,11 @@ KL_TEST(tensor_conv_vs_ref) {
         KT_CHECKF(d < 1e-4, "conv case %zu maxdiff %g", c, d);
         KT_CHECKF(same, "conv case %zu differs between 1 and 2 threads", c);
     }
+    /* an empty batch (fuzz finding: the workspace size divided by zero columns) */
+    kl_conv_params z = {.nsp = 2, .N = 0, .C = 1, .M = 56, .group = 1, .in = {45, 5}, .k = {3, 3}, .stride = {42, 2}};
+    KT_OK(kl_conv_prepare(&z, &e), &e);
+    KT_EQ_INT((long long)kl_conv_workspace_bytes(&z), 0);
+    KT_OK(kl_conv_f32(&z, NULL, NULL, NULL, NULL, NULL, tt_pool(2), &e), &e);
     kl_conv_params p = {.nsp = 2, .N = 1, .C = 3, .M = 4, .group = 2, .in = {5, 5}, .k = {3, 3}};
     KT_EQ_INT(kl_conv_prepare(&p, &e), KL_ESHAPE);
     kl_conv_params q = {.nsp = 2, .N = 1, .C = 4, .M = 4, .group = 1, .in = {2, 2}, .k = {3, 3}};
