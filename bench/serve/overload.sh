@@ -24,12 +24,18 @@
 #       keys of more configurations, ';' between them, each run side by side with the default
 #       on its own server, interleaved round by round, e.g.
 #       COMPARE="reserve_instances: 0;nice: 10, max_batch_size: 1"), CAPACITY (skip the
-#       measurement), KEEL
+#       measurement), KEEL, KEEL_CPUS / GEN_CPUS (CPU lists for taskset: the server(s) on
+#       some cores, wrk and the load generator on the others, e.g. KEEL_CPUS=1 GEN_CPUS=0;
+#       C is then measured on the server's cores: without it the generator and the
+#       server share every core, and an HTTP-bound model's overload is the generator's)
 set -eu
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 KEEL=${KEEL:-$root/build/keel}; PY=/usr/bin/python3; LG=$root/build/loadgen
 dur=${1:-10}; rounds=${2:-3}; model=${MODEL:-resnet}; workers=${WORKERS:-$(nproc)}
-for t in wrk curl cc "$KEEL"; do command -v "$t" >/dev/null || { echo "bench/serve: $t missing (make deps / make)"; exit 1; }; done
+kpin=(); gpin=()
+[ -n "${KEEL_CPUS:-}" ] && kpin=(taskset -c "$KEEL_CPUS")
+[ -n "${GEN_CPUS:-}" ] && gpin=(taskset -c "$GEN_CPUS")
+for t in wrk curl cc "$KEEL" ${KEEL_CPUS:+taskset}; do command -v "$t" >/dev/null || { echo "bench/serve: $t missing (make deps / make)"; exit 1; }; done
 cc -O2 -Wall -o "$LG" "$here/loadgen.c" -lm
 w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-overload-XXXXXX"); kp=; sp=
 trap '[ -n "$sp" ] && kill $sp 2>/dev/null; [ -n "$kp" ] && kill $kp 2>/dev/null; rm -rf "$w"' EXIT  # kp: server pids
@@ -76,7 +82,7 @@ queue_policy:
   1: {max_queue_size: 0}
   2: {max_queue_size: $lq, default_timeout_us: ${LOW_TIMEOUT_US:-100000}${LEVEL2:+, $LEVEL2}${extra[$c]:-}}
 YAML
-  "$KEEL" --memory-limit 2G serve "$w/$c/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-1}" > "$w/$c/keel.out" 2> "$w/$c/keel.err" &
+  "${kpin[@]}" "$KEEL" --memory-limit 2G serve "$w/$c/repo" --port 0 --workers "$workers" --http-threads "${HTTP_THREADS:-1}" > "$w/$c/keel.out" 2> "$w/$c/keel.err" &
   pid[$c]=$!; kp="$kp ${pid[$c]}"
   for i in $(seq 300); do grep -q listening "$w/$c/keel.out" 2>/dev/null && break; sleep 0.1; done
   port=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/$c/keel.out")
@@ -84,11 +90,11 @@ YAML
   base[$c]=http://127.0.0.1:$port
   grep 'queue_policy\|  [12]:' "$w/$c/repo/m/config.yaml" | tr '\n' ' ' | sed "s/^/# $c config.yaml: /"; echo
 done
-echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), model $model, workers $workers, max_batch $mb, level 2 queue $lq, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), model $model, workers $workers, max_batch $mb, level 2 queue $lq, load $(cut -d' ' -f1-3 /proc/loadavg)${KEEL_CPUS:+, server on CPUs $KEEL_CPUS}${GEN_CPUS:+, generator on CPUs $GEN_CPUS}"
 url=${base[default]}/v2/models/m/infer
 if [ -n "${CAPACITY:-}" ]; then cap=$CAPACITY; else
-  PRIORITY=1 wrk -t1 -c"$capconns" -d3s --timeout 10s -s "$wrkscript" "$url" > /dev/null  # warm-up
-  PRIORITY=1 wrk -t1 -c"$capconns" -d"$(( dur < 8 ? dur : 8 ))s" --timeout 10s -s "$wrkscript" "$url" > "$w/cap.wrk"
+  PRIORITY=1 "${gpin[@]}" wrk -t1 -c"$capconns" -d3s --timeout 10s -s "$wrkscript" "$url" > /dev/null  # warm-up
+  PRIORITY=1 "${gpin[@]}" wrk -t1 -c"$capconns" -d"$(( dur < 8 ? dur : 8 ))s" --timeout 10s -s "$wrkscript" "$url" > "$w/cap.wrk"
   cap=$(awk '/^Requests\/sec/ {print $2}' "$w/cap.wrk")
 fi
 echo "# capacity C = $cap req/s (closed loop, $capconns connections, priority 1)"
@@ -108,10 +114,10 @@ for r in $(seq "$rounds"); do
   for c in "${cfgs[@]}"; do
     url=${base[$c]}/v2/models/m/infer
     idle "${base[$c]}"; la=$(wc -l < "$w/$c/keel.err")
-    "$LG" --url "$url" --rate "$hi" --duration "$dur" --poisson --seed "$r" "${lgbody[@]}" --max-conns 512 \
+    "${gpin[@]}" "$LG" --url "$url" --rate "$hi" --duration "$dur" --poisson --seed "$r" "${lgbody[@]}" --max-conns 512 \
       --class 'high:1:X-Priority: 1' --json > "$w/a.json"
     idle "${base[$c]}"; echo 0 > "$w/peak"; sample "${base[$c]}" & sp=$!; lb=$(wc -l < "$w/$c/keel.err")
-    "$LG" --url "$url" --rate "$tot" --duration "$dur" --poisson --seed "$r" "${lgbody[@]}" --max-conns 512 \
+    "${gpin[@]}" "$LG" --url "$url" --rate "$tot" --duration "$dur" --poisson --seed "$r" "${lgbody[@]}" --max-conns 512 \
       --class 'high:0.2:X-Priority: 1' --class 'low:0.8:X-Priority: 2' --json > "$w/b.json"
     kill $sp; wait $sp 2>/dev/null || true; sp=; idle "${base[$c]}"
     $PY - "$w/a.json" "$w/b.json" "$c $r" "$(cat "$w/peak")" "$(cut -d' ' -f1 /proc/loadavg)" "$w/$c/keel.err" "$la" "$lb" \
