@@ -358,6 +358,18 @@ static void execute(kl_server *s, sv_req **rq, int n) {
         if (avg && dt > 4 * avg) dt = 4 * avg; /* a run the machine preempted must not move a model off its loop at once */
         atomic_store_explicit(&m->row_ns, avg ? avg + (dt - avg) / 8 : dt, memory_order_relaxed);
     }
+    if (rc && n > 1 && rc != KL_ENOMEM) {
+        /* one request's data (an index out of range, a shape only it has)
+         * must not fail the requests batched with it: each runs alone and
+         * only the guilty one is answered with the error */
+        for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
+        for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
+        kl_log(KL_LOG_INFO, "serve", "model %s version %lld: a batch of %d requests failed (%s); running them one by one",
+               v->model->name, (long long)v->version, n, e.msg);
+        for (int k = 0; k < n; k++) execute(s, &rq[k], 1);
+        sv_version_unref(v);
+        return;
+    }
     /* give back the planned bytes before answering: an answered request may be freed at once */
     pthread_mutex_lock(&s->lock);
     for (int k = 0; k < n; k++) release_bytes(s, rq[k]);
@@ -368,7 +380,8 @@ static void execute(kl_server *s, sv_req **rq, int n) {
         r->t_end = t1;
         r->batch_size = (int)total;
         if (rc) {
-            int bad = rc == KL_ESHAPE || rc == KL_ETYPE || rc == KL_EINVAL;
+            /* the request's own data is at fault (a shape, a type, an index out of range): 400 */
+            int bad = rc == KL_ESHAPE || rc == KL_ETYPE || rc == KL_EINVAL || rc == KL_ERANGE;
             char msg[900];
             snprintf(msg, sizeof msg, "%s%s", bad ? "" : "inference failed: ", e.msg);
             if (!bad) kl_log(KL_LOG_ERROR, "serve", "model %s version %lld: %s", v->model->name, (long long)v->version, e.msg);

@@ -12,7 +12,9 @@ loaded), unload and load of a serving model, per-priority memory shares
 against the `priority` parameter, 429 with Retry-After, the background
 health probe running, request log lines in JSON when stderr is not a
 terminal, unload while requests run and wait (they finish, the version is
-freed), and on SIGTERM readiness false at once and new inference 503 while
+freed), a request whose data the model refuses (a Gather index out of
+range) answered 400 without failing the requests batched with it, and on
+SIGTERM readiness false at once and new inference 503 while
 a running request still finishes. The server runs with
 --threads-per-worker 2 (every answer is checked)."""
 import json
@@ -101,6 +103,15 @@ with open(os.path.join(repo, "shares", "config.yaml"), "w") as f:
 write_mlp(os.path.join(repo, "pref", "1", "model.onnx"), seed=42, sizes=(8, 4, 2))
 with open(os.path.join(repo, "pref", "config.yaml"), "w") as f:
     f.write("max_batch_size: 32\ndynamic_batching: {max_queue_delay_us: 1500000, preferred_batch_sizes: [4]}\n"
+            "priority_levels: 2\ndefault_priority: 2\n")
+# lookup: y = table[idx] (Gather), batched under a long delay with preferred size 3 on the workers
+table = np.arange(30, dtype=np.float32).reshape(10, 3)
+save(helper.make_graph([helper.make_node("Gather", ["table", "idx"], ["y"], axis=0)], "lookup",
+                       [helper.make_tensor_value_info("idx", TP.INT64, ["N"])],
+                       [helper.make_tensor_value_info("y", TP.FLOAT, ["N", 3])], [numpy_helper.from_array(table, "table")]),
+     os.path.join(repo, "lookup", "1", "model.onnx"))
+with open(os.path.join(repo, "lookup", "config.yaml"), "w") as f:
+    f.write("max_batch_size: 8\ndynamic_batching: {max_queue_delay_us: 1500000, preferred_batch_sizes: [3]}\n"
             "priority_levels: 2\ndefault_priority: 2\n")
 write_mlp(os.path.join(repo, "rated", "1", "model.onnx"), seed=41, sizes=(8, 4, 2))
 with open(os.path.join(repo, "rated", "config.yaml"), "w") as f:
@@ -334,6 +345,28 @@ try:
     check("serve_conf_preferred_batch_size_runs_at_once", all(st == 200 for st, _ in pref.values()) and len(pref) == 6
           and bs == [2, 2, 4, 4, 4, 4] and max(fast) < 1000,
           (bs, sorted((r["batch_size"], r["total_ms"]) for r in recs.values())))
+
+    # -- a request whose data the model refuses (an index out of range) is answered 400 naming it, and
+    #    the requests batched with it are not failed with it: the batch runs again one request at a time
+    go = threading.Barrier(3)
+    look = {}
+
+    def look_one(i, ix):
+        c = s.conn()
+        go.wait()
+        look[i] = s.json("POST", "/v2/models/lookup/infer", {"id": "look-%d" % i, "inputs": [
+            {"name": "idx", "datatype": "INT64", "shape": [1], "data": [ix]}]}, conn=c)
+        c.close()
+    ts = [threading.Thread(target=look_one, args=(i, ix)) for i, ix in enumerate((1, 99, 2))]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    time.sleep(0.1)
+    got = {i: (r[0], (r[2] or {}).get("outputs", [{}])[0].get("data") if r[0] == 200 else (r[2] or {}).get("error", ""))
+           for i, r in look.items()}
+    check("serve_conf_bad_request_does_not_fail_its_batch",
+          got.get(0) == (200, table[1].tolist()) and got.get(2) == (200, table[2].tolist())
+          and got.get(1, (0,))[0] == 400 and "99" in got[1][1] and "inference failed" not in got[1][1]
+          and "a batch of 3 requests failed" in s.logtext(), got)
 
     # -- the background health probe runs (--probe-interval 0.3): warm-up + probes
     time.sleep(max(0.0, 1.3 - (time.time() - t_start)))
