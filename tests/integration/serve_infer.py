@@ -3,7 +3,8 @@ onnx.helper at test time, checked against numpy): KServe v2 JSON inference
 (flat and nested data, id echo, output selection), the binary tensor
 extension round trip, 400s naming the field, version routing, dynamic
 batching, strict priorities under a low-priority flood, queue-full and
-queue-timeout answers (never executed), shedding of a low level while the
+queue-timeout answers (never executed; a level that refuses a request its own
+timeout keeps its default), shedding of a low level while the
 server is saturated and a higher level has traffic, rate limits (429), memory quotas
 (503 + allocator snapshot), hot reload under continuous load with zero
 failed requests (and a tampered version refused while the old one serves),
@@ -33,7 +34,7 @@ slow_sizes = (1024, 2048, 2048, 10)
 write_mlp(os.path.join(repo, "slow", "1", "model.onnx"), seed=2, sizes=slow_sizes)
 with open(os.path.join(repo, "slow", "config.yaml"), "w") as f:
     f.write("priority_levels: 2\ndefault_priority: 2\ninstances: 1\n"
-            "queue_policy:\n  1: {max_queue_size: 100}\n  2: {max_queue_size: 4, shed_busy_us: 0}\n")  # queue-full 503s only
+            "queue_policy:\n  1: {max_queue_size: 100}\n  2: {max_queue_size: 4, shed_busy_us: 0, allow_timeout_override: false}\n")  # queue-full 503s only
 write_mlp(os.path.join(repo, "limited", "1", "model.onnx"), seed=3, sizes=(8, 4, 2))
 with open(os.path.join(repo, "limited", "config.yaml"), "w") as f:
     f.write("default_queue_policy: {rate_limit: 2}\nmemory_quota: 64\n")
@@ -250,13 +251,21 @@ try:
         tout.append((st, (b or {}).get("error", "") if isinstance(b, dict) else "", h.get("retry-after")))
     tt = [threading.Thread(target=timed) for _ in range(3)]
     [t.start() for t in tt]
+    # priority 2 does not let a request set its timeout (allow_timeout_override: false, no default):
+    # the same 1 ms asked for is ignored and the request waits for the blocker, then runs
+    strict = []
+    ts = threading.Thread(target=lambda: strict.append(s.req("POST", "/v2/models/slow/infer", *bin_req(
+        xs, {"X-Priority": "2"}, parameters={"timeout": 1000}))[0]))
+    ts.start()
     [t.join() for t in tt]
+    ts.join()
     blocker.join()
     text1 = s.req("GET", "/metrics")[2].decode()
     executed = lambda t: [int(l.split()[-1]) for l in t.splitlines() if l.startswith('keel_inference_compute_duration_seconds_count{model="slow"}')][0]
     check("serve_infer_queue_timeout_503", all(st == 503 and "timed out" in e and ra for st, e, ra in tout)
           and count(text1, "slow", "timeout") - count(text0, "slow", "timeout") == 3, tout)
-    check("serve_infer_timeout_never_executed", executed(text1) - executed(text0) == 1, (executed(text0), executed(text1)))
+    check("serve_infer_timeout_never_executed", executed(text1) - executed(text0) == 2, (executed(text0), executed(text1)))
+    check("serve_infer_timeout_override_refused_by_level", strict == [200], strict)
 
     # rate limit (2 requests/s, burst 2) -> 429; memory quota (64 bytes) -> 503 + snapshot
     xl = rng.standard_normal((1, 8)).astype(np.float32)
