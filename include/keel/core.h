@@ -388,6 +388,12 @@ int kl_json_load_file(const char *path, void **out_cjson, kl_err *e);
 int kl_json_parse(const char *text, size_t len, const char *name, void **out_cjson, kl_err *e);
 /* Writes cJSON (pretty when pretty != 0) atomically. */
 int kl_json_write_file(const char *path, const void *cjson, int pretty, kl_err *e);
+/* The length in bytes of a cJSON string node's value. A JSON string may hold
+ * \u0000, which ends the C string early; a reader that keeps the length (the
+ * serving request reader) sets KL_JSON_STRLEN in the node's type and stores
+ * the length in valuedouble, unused by cJSON for strings. Other nodes: strlen. */
+#define KL_JSON_STRLEN (1 << 14)
+size_t kl_json_string_len(const void *cjson_string);
 
 /* ==================================================================
  * Growable string buffer (used for JSON, HTML, SVG, messages)

@@ -5,21 +5,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+static int json_loc(const char *text, const char *stop, const char *name, const char *what, kl_err *e) {
+    int line = 1, col = 1;
+    for (const char *p = text; p < stop; p++) {
+        if (*p == '\n') { line++; col = 1; }
+        else col++;
+    }
+    return kl_err_setloc(e, KL_EPARSE, name, line, col, "%s", what);
+}
+
 int kl_json_parse(const char *text, size_t len, const char *name, void **out, kl_err *e) {
     *out = NULL;
+    /* cJSON keeps strings as C strings: a \u0000 would cut one short and
+     * lose the rest without a word, so it is refused here (a backslash
+     * occurs only inside strings in valid JSON; an escaped one is skipped) */
+    for (const char *p = text, *end = text + len; p + 1 < end; p++) {
+        if (*p != '\\') continue;
+        if (p[1] == 'u' && end - p >= 6 && !memcmp(p + 2, "0000", 4))
+            return json_loc(text, p, name, "\\u0000 (a NUL character) in a string is not supported", e);
+        p++;
+    }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    if (!j) {
-        int line = 1, col = 1;
-        const char *stop = end && end >= text && end <= text + len ? end : text;
-        for (const char *p = text; p < stop; p++) {
-            if (*p == '\n') { line++; col = 1; }
-            else col++;
-        }
-        return kl_err_setloc(e, KL_EPARSE, name, line, col, "malformed JSON");
-    }
+    if (!j) return json_loc(text, end && end >= text && end <= text + len ? end : text, name, "malformed JSON", e);
     *out = j;
     return KL_OK;
+}
+
+size_t kl_json_string_len(const void *node) {
+    const cJSON *n = node;
+    if (!n || !n->valuestring) return 0;
+    return n->type & KL_JSON_STRLEN ? (size_t)n->valuedouble : strlen(n->valuestring);
 }
 
 int kl_json_load_file(const char *path, void **out, kl_err *e) {

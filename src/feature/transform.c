@@ -162,7 +162,7 @@ int kl__fval_from_json(const fin *in, const void *obj, fval *v, kl_err *e) {
     case KL_COL_STRING: case KL_COL_BINARY:
         if (!cJSON_IsString(it)) goto mismatch;
         v->s = it->valuestring;
-        v->n = strlen(it->valuestring);
+        v->n = kl_json_string_len(it); /* a \u0000 inside is kept */
         return KL_OK;
     case KL_COL_FLOAT32: case KL_COL_FLOAT64:
         if (!cJSON_IsNumber(it)) goto mismatch;
@@ -183,6 +183,7 @@ int kl__fval_from_json(const fin *in, const void *obj, fval *v, kl_err *e) {
         if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) || d != floor(d)) goto mismatch;
         v->i = (int64_t)d;
     } else if (cJSON_IsString(it)) {
+        if (kl_json_string_len(it) != strlen(it->valuestring)) goto mismatch; /* a \u0000 inside */
         if (in->type == KL_COL_TIMESTAMP || in->type == KL_COL_DATE) {
             if (parse_time(it->valuestring, in->type == KL_COL_DATE, &v->i)) goto mismatch;
         } else if (kl_parse_int64(it->valuestring, &v->i)) {

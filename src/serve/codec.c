@@ -235,7 +235,7 @@ static int fill_bytes(const cJSON *arr, kl_buf *b, int64_t *n, const char *field
             continue;
         }
         if (!cJSON_IsString(v)) return kl_err_set(e, KL_EPARSE, "%s.data[%lld]: expected a string", field, (long long)*n);
-        uint32_t len = (uint32_t)strlen(v->valuestring);
+        uint32_t len = (uint32_t)kl_json_string_len(v); /* a \u0000 inside is kept */
         kl_buf_append(b, &len, 4);
         kl_buf_append(b, v->valuestring, len);
         (*n)++;

@@ -859,7 +859,7 @@ static int hex4(const char *s, unsigned *out) {
     return 0;
 }
 
-static char *string(parser *ps) {
+static char *string(parser *ps, size_t *len) {
     const char *s = ++ps->p; /* after the quote */
     const char *q = s;
     int esc = 0;
@@ -874,6 +874,7 @@ static char *string(parser *ps) {
     if (!esc) {
         memcpy(out, s, (size_t)(q - s));
         out[q - s] = 0;
+        *len = (size_t)(q - s);
         ps->p = q + 1;
         return out;
     }
@@ -913,6 +914,7 @@ static char *string(parser *ps) {
         }
     }
     *o = 0;
+    *len = (size_t)(o - out);
     ps->p = q + 1;
     return out;
 }
@@ -942,7 +944,8 @@ static cJSON *container(parser *ps, int obj) {
             ws(ps);
             ps->path[ps->depth].key = NULL;
             if (ps->p >= ps->end || *ps->p != '"') { fail(ps, "expected a member name"); return NULL; }
-            if (!(key = string(ps))) return NULL;
+            size_t klen;
+            if (!(key = string(ps, &klen))) return NULL;
             ps->path[ps->depth].key = key;
             ws(ps);
             if (ps->p >= ps->end || *ps->p != ':') { fail(ps, "expected ':'"); return NULL; }
@@ -977,7 +980,10 @@ static cJSON *value(parser *ps) {
         return container(ps, 0);
     case '"': {
         if (!(n = node(ps, cJSON_String))) return NULL;
-        if (!(n->valuestring = string(ps))) return NULL;
+        size_t len;
+        if (!(n->valuestring = string(ps, &len))) return NULL;
+        n->type |= KL_JSON_STRLEN; /* kl_json_string_len: a \u0000 inside does not cut it */
+        n->valuedouble = (double)len;
         return n;
     }
     case 't': if (!(n = node(ps, cJSON_True)) || lit(ps, "true")) return NULL; n->valueint = 1; return n;

@@ -212,6 +212,63 @@ KL_TEST(feature_online_equals_offline) {
     kl_features_free(f);
 }
 
+/* row 0 of the log with field key = s (len bytes, a NUL inside) as a reader
+ * that keeps string lengths (the serving request reader) gives it */
+static cJSON *nul_record(kl_column *c[NC], const char *key, const char *s, size_t len, int keep_len) {
+    char buf[64];
+    memcpy(buf, s, len);
+    buf[len] = 0;
+    for (size_t i = 0; i < len; i++) if (!buf[i]) buf[i] = '?';
+    cJSON *o = cJSON_Parse(row_json(c, 0)), *st = cJSON_CreateString(buf);
+    cJSON_ReplaceItemInObjectCaseSensitive(o, key, st);
+    memcpy(st->valuestring, s, len);
+    if (keep_len) { st->type |= KL_JSON_STRLEN; st->valuedouble = (double)len; }
+    return o;
+}
+
+KL_TEST(feature_record_string_with_nul) {
+    /* a string with a \u0000 inside reaches the transforms whole when its
+     * reader kept the length (the hash of "Xb\0cd" is not the hash of "Xb"),
+     * and a timestamp with a NUL inside does not parse as its prefix */
+    kl_err e = {0};
+    kl_column *c[NC];
+    kl_features *f = NULL;
+    kl_fstore *st = NULL;
+    KT_OK(make_log(300, c, &e), &e);
+    KT_OK(kl_features_spec_parse(ALL_SPEC, strlen(ALL_SPEC), "all.yaml", &f, &e), &e);
+    KT_OK(kl_features_fit(f, c, NC, &e), &e);
+    KT_OK(kl_fstore_open(f, NULL, &st, &e), &e);
+    size_t w = kl_features_width(f), hs = w;
+    for (size_t j = 0; j < w; j++)
+        if (!strcmp(kl_features_slot_name(f, j), "cat_h")) hs = j;
+    KT_CHECK(hs < w);
+    double *d1 = malloc(w * sizeof *d1), *d2 = malloc(w * sizeof *d2);
+    KT_CHECK(d1 && d2);
+    int differ = 0;
+    for (int k = 0; k < 16 && !differ && hs < w; k++) {
+        char s[6] = {(char)('a' + k), 'b', 0, 'c', 'd', 0};
+        cJSON *whole = nul_record(c, "category", s, 5, 1), *cut = nul_record(c, "category", s, 2, 0);
+        KT_OK(kl_features_transform_record(f, st, whole, d1, NULL, &e), &e);
+        KT_OK(kl_features_transform_record(f, st, cut, d2, NULL, &e), &e);
+        differ = d1[hs] != d2[hs];
+        cJSON_Delete(whole);
+        cJSON_Delete(cut);
+    }
+    KT_CHECK(differ);
+    const char ts[] = "2023-11-01T00:00:00Z\0x";
+    cJSON *bad = nul_record(c, "ts", ts, sizeof ts - 1, 1), *good = nul_record(c, "ts", ts, sizeof ts - 1, 0);
+    KT_CHECK(kl_features_transform_record(f, st, bad, d1, NULL, &e) == KL_ETYPE);
+    KT_CONTAINS(e.msg, "ts");
+    KT_OK(kl_features_transform_record(f, st, good, d1, NULL, &e), &e); /* a C string: the prefix, as before */
+    cJSON_Delete(bad);
+    cJSON_Delete(good);
+    free(d1);
+    free(d2);
+    kl_fstore_free(st);
+    free_cols(c, NC);
+    kl_features_free(f);
+}
+
 KL_TEST(feature_apply_deterministic_and_order_free) {
     kl_err e = {0};
     kl_column *c[NC], *sh[NC];

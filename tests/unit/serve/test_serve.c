@@ -598,6 +598,30 @@ KL_TEST(serve_json_structure_and_errors) {
     }
 }
 
+KL_TEST(serve_json_string_keeps_nul) {
+    /* a \u0000 inside a string does not cut it: kl_json_string_len has the
+     * whole length (BYTES elements, raw record fields) */
+    const char *j = "{\"b\": \"x\\u0000y\\n\", \"k\\u0000\": \"plain\", \"e\": \"\"}";
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    KT_OK(sv_json_parse(j, strlen(j), SV_JSON_PACK, &doc, &e), &e);
+    const cJSON *r = sv_json_root(doc), *b = cJSON_GetObjectItemCaseSensitive(r, "b");
+    KT_CHECK(cJSON_IsString(b));
+    KT_EQ_INT(kl_json_string_len(b), 4);
+    KT_CHECK(b && !memcmp(b->valuestring, "x\0y\n", 4));
+    KT_EQ_INT(kl_json_string_len(cJSON_GetObjectItemCaseSensitive(r, "e")), 0);
+    sv_json_free(doc);
+    /* the cJSON reader refuses it with the position rather than cut a string short */
+    void *o = NULL;
+    KT_CHECK(kl_json_parse(j, strlen(j), "rec.json", &o, &e) == KL_EPARSE && !o);
+    KT_CONTAINS(kl_err_what(&e), "rec.json:1:9");
+    KT_CONTAINS(e.msg, "\\u0000");
+    const char *esc = "{\"b\": \"x\\\\u0000\"}"; /* an escaped backslash, then the text u0000 */
+    KT_OK(kl_json_parse(esc, strlen(esc), "esc.json", &o, &e), &e);
+    KT_EQ_STR(cJSON_GetObjectItemCaseSensitive(o, "b")->valuestring, "x\\u0000");
+    cJSON_Delete(o);
+}
+
 KL_TEST(serve_json_packed_number_arrays) {
     const char *j = "{\"a\":[1,2,3,4,5,6,7,8,9,-10.5e1], \"b\":[1,2], \"c\":[1,2,3,4,5,6,7,8,\"x\"], \"d\":[[1,2,3,4,5,6,7,8,9]]}";
     sv_json_doc *doc = NULL;
