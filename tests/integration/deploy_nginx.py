@@ -110,8 +110,13 @@ try:
     check("deploy_nginx_ready_through_proxy", st == 200, "status %d" % st)
     sts = [get(lport, "POST", "/v2/models/mlp/infer", body)[0] for _ in range(20)]
     check("deploy_nginx_infer_through_proxy", sts == [200] * 20, sts)
-    # both replicas answered (their access logs name each inference request)
-    counts = [s.logtext().count('"status":200') + s.logtext().count("status=200") for s in servers]
+    # both replicas answered (their access logs name each inference request; a
+    # server writes a request's line after its answer: wait for the last ones)
+    for _ in range(50):
+        counts = [s.logtext().count('"status":200') + s.logtext().count("status=200") for s in servers]
+        if sum(counts) >= 20:
+            break
+        time.sleep(0.05)
     check("deploy_nginx_both_replicas_used", all(c > 0 for c in counts) and sum(counts) == 20, "requests per replica: %s" % counts)
     st, _ = get(lport, "GET", "/metrics")
     check("deploy_nginx_metrics_not_balanced", st == 404, "status %d" % st)
