@@ -19,11 +19,10 @@ int kl_json_parse(const char *text, size_t len, const char *name, void **out, kl
     /* cJSON keeps strings as C strings: a \u0000 would cut one short and
      * lose the rest without a word, so it is refused here (a backslash
      * occurs only inside strings in valid JSON; an escaped one is skipped) */
-    for (const char *p = text, *end = text + len; p + 1 < end; p++) {
-        if (*p != '\\') continue;
+    for (const char *p = len ? memchr(text, '\\', len) : NULL, *end = text + len; p && end - p >= 2;
+         p = end - p > 2 ? memchr(p + 2, '\\', (size_t)(end - p - 2)) : NULL) {
         if (p[1] == 'u' && end - p >= 6 && !memcmp(p + 2, "0000", 4))
             return json_loc(text, p, name, "\\u0000 (a NUL character) in a string is not supported", e);
-        p++;
     }
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, 0);
