@@ -7,9 +7,8 @@ FUZZ=${1:-build/fuzz/parquet_fuzz}; SECS=${2:-600}; BUILD=${3:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
 corpus="$root/build/fuzz/corpus-parquet"
 mkdir -p "$corpus"
-shared=${KEEL_SHARED:-$root/../shared}
-[ -d "$shared/testdata" ] || shared=/work/shared
-for f in "$shared"/testdata/parquet-testing/data/*.parquet "$shared"/testdata/parquet-testing/bad_data/*.parquet; do
+pt="$root/tests/data/parquet-testing"
+for f in "$pt"/data/*.parquet "$pt"/bad_data/*.parquet; do
   [ -e "$f" ] || continue
   if [ "$(stat -c %s "$f")" -lt 200000 ]; then cp -n "$f" "$corpus/" || true; fi
 done

@@ -9,7 +9,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 BUILD=${BUILD:-build}
 export BUILD KEEL="$root/$BUILD/keel" KEEL_SRC="$root" PYTHON=/usr/bin/python3
-export KEEL_SHARED="${KEEL_SHARED:-$root/../shared}"
 export KEEL_TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/keel-test-XXXXXX")
 export KEEL_LOG_FORMAT=${KEEL_LOG_FORMAT:-text}
 log="$BUILD/test.log"

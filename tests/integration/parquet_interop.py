@@ -20,11 +20,7 @@ from report import report  # noqa: E402
 SRC = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILD = os.path.join(SRC, os.environ.get("BUILD", "build"))
 TOOL = os.path.join(BUILD, "parquet-tool")
-SHARED = next((p for p in (os.environ.get("KEEL_SHARED"), os.path.join(SRC, "..", "shared"),
-                            os.path.join(SRC, "..", "..", "shared"))
-               if p and os.path.isdir(os.path.join(p, "testdata", "parquet-testing"))),
-              os.environ.get("KEEL_SHARED", os.path.join(SRC, "..", "shared")))
-TESTDATA = os.path.join(SHARED, "testdata", "parquet-testing")
+TESTDATA = os.path.join(SRC, "tests", "data", "parquet-testing")
 NPM = os.path.join(SRC, "build", "npm")
 JS = os.path.join(SRC, "tests", "integration", "parquet_duckdb.mjs")
 TMP = tempfile.mkdtemp(prefix="pq-", dir=os.environ.get("KEEL_TEST_TMP"))

@@ -295,21 +295,18 @@ KL_TEST(parquet_rle_hybrid) {
  * tests/integration/parquet_interop.py. */
 #include <dirent.h>
 
+/* The corpus lives in the repository (tests/data/parquet-testing, Apache-2.0);
+ * the unit runner starts in the repository root (tests/run.sh). */
 static const char *testing_dir(void) {
     static char buf[1024];
-    const char *env = getenv("KEEL_SHARED");
-    const char *cands[] = {env, "../shared", "../../shared", "/work/shared"};
-    for (size_t i = 0; i < 4; i++) {
-        if (!cands[i]) continue;
-        snprintf(buf, sizeof buf, "%s/testdata/parquet-testing", cands[i]);
-        if (kl_path_exists(buf)) return buf;
-    }
-    return NULL;
+    const char *src = getenv("KEEL_SRC");
+    snprintf(buf, sizeof buf, "%s/tests/data/parquet-testing", src && *src ? src : ".");
+    return kl_path_exists(buf) ? buf : NULL;
 }
 
 KL_TEST(parquet_testing_files_no_crash) {
     const char *dir = testing_dir();
-    KT_CHECKF(dir != NULL, "parquet-testing not found (KEEL_SHARED=%s)", getenv("KEEL_SHARED") ? getenv("KEEL_SHARED") : "");
+    KT_CHECKF(dir != NULL, "tests/data/parquet-testing not found (KEEL_SRC=%s)", getenv("KEEL_SRC") ? getenv("KEEL_SRC") : "");
     const char *subs[2] = {"data", "bad_data"};
     int nread = 0, nfail = 0;
     for (int k = 0; k < 2; k++) {
