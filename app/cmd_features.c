@@ -55,7 +55,8 @@ static int fit(int argc, char **argv) {
     kl_features *f = NULL;
     kl_column **cols = NULL;
     size_t ncols = 0;
-    if (kl_features_spec_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, &cols, &ncols, &e)) {
+    if (kl_features_spec_load(a.pos[0], &f, &e) || kl_features_bind_dataset(f, data, &e) ||
+        kl_features_read_data(data, f, 0, &cols, &ncols, &e)) {
         kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);

@@ -7,8 +7,11 @@
 #ifndef KEEL_DATA_H
 #define KEEL_DATA_H
 
+#include <keel/column.h>
 #include <keel/core.h>
 #include <stdint.h>
+
+struct cJSON;
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,6 +81,10 @@ typedef enum {
 
 const char *kl_type_name(kl_type t);
 int kl_type_parse(const char *name, kl_type *out);
+/* The Parquet/column type that stores a schema type (category: string), and
+ * the schema type a column type reads as (string for string and binary). */
+kl_col_type kl_type_column(kl_type t);
+kl_type kl_type_of_column(kl_col_type c);
 
 typedef struct kl_field {
     char *name;
@@ -110,6 +117,13 @@ typedef struct kl_schema {
 int kl_schema_load_file(const char *path, kl_schema **out, kl_err *e);
 int kl_schema_load_str(const char *text, size_t len, const char *name, kl_schema **out, kl_err *e);
 void kl_schema_free(kl_schema *s);
+/* A schema from a document node: the YAML form, or the canonical JSON that
+ * manifests and features.json hold (kl_schema_json). */
+int kl_schema_from_node(const kl_node *root, kl_schema **out, kl_err *e);
+/* Canonical JSON of the schema (the dialect and the columns named in
+ * cols[0..ncols), or every column when cols is NULL); it loads again with
+ * kl_schema_load_str / kl_schema_from_node. */
+int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl_buf *out);
 /* Index of a field by name, -1 when absent. */
 int kl_schema_find(const kl_schema *s, const char *name);
 /* Sniffs dialect and column types from the first max_rows records of
@@ -137,6 +151,29 @@ typedef struct { int64_t i; double d; const char *s; size_t n; } kl_value;
  * uniqueness, not nullness). Returns KL_OK or the kind of failure + 1 as a
  * positive number (kind = rc - 1), with a message in msg (may be NULL). */
 int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char *msg, size_t msgn);
+
+/* The one grammar of a raw value, shared by CSV and JSONL ingest and by the
+ * online record path (`:predict`, `keel features transform`), so that a value
+ * means the same thing offline and online.
+ *
+ * kl_cell_parse: text s[0..n) of field f (s NULL = missing); an unquoted
+ * text equal to one of d's null tokens (d may be NULL: none) is null. Sets
+ * *isnull; a null in a non-nullable field is a KL_REJ_NULL reject. Returns
+ * KL_OK or reject kind + 1 with the reason in msg (no column prefix). */
+int kl_null_token(const kl_dialect *d, const char *s, size_t n);
+int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, int quoted, kl_value *v,
+                  int *isnull, char *msg, size_t msgn);
+/* The same for a JSON value (a cJSON node; NULL or JSON null = missing):
+ * strings as their whole text (\u0000 included), quoted for string and
+ * category fields (there a null token is a value; for other types a string
+ * equal to a null token is null); booleans as true/false; numbers read
+ * exactly as the field's type (an integer field refuses a fraction or a
+ * magnitude beyond 2^53; a date or timestamp field reads a whole number as
+ * days / µs since 1970-01-01 UTC; a text field takes the number's exact
+ * text, written into buf: v->s may point there). */
+#define KL_CELL_NUMBUF 40
+int kl_json_cell_parse(const kl_field *f, const kl_dialect *d, const struct cJSON *it, char buf[KL_CELL_NUMBUF],
+                       kl_value *v, int *isnull, char *msg, size_t msgn);
 
 /* Individual parsers: KL_OK, KL_EINVAL (malformed) or KL_ERANGE (overflow). */
 int kl_parse_i64n(const char *s, size_t n, int64_t *out);
@@ -247,6 +284,10 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e);
  * the list of Parquet files (sorted) and the manifest path (or NULL). The
  * caller frees each string and the arrays with free(). */
 int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **manifest, kl_err *e);
+/* The ingest schema a dataset was validated with (from its manifest); *out
+ * is NULL (and KL_OK) for a dataset without one (a lone .parquet file, a
+ * features dataset). */
+int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e);
 
 #ifdef __cplusplus
 }

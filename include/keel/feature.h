@@ -45,6 +45,16 @@ const char *kl_features_label(const kl_features *f);  /* NULL when none */
  * row order. Also measures the cost per row of each feature on these rows
  * (informational; not hashed). */
 int kl_features_fit(kl_features *f, kl_column *const *cols, size_t ncols, kl_err *e);
+/* Records how ingest read the raw inputs (their fields of schema s: type,
+ * time zone, constraints, and its null tokens) so that the online path reads
+ * a raw record exactly as ingest did; kept in features.json ("raw") and
+ * covered by the hash. s NULL forgets it (inputs read with their type's
+ * defaults). Fails when an input's type disagrees with the schema. */
+struct kl_schema;
+int kl_features_bind_schema(kl_features *f, const struct kl_schema *s, kl_err *e);
+/* kl_features_bind_schema with the schema of the dataset at path (its
+ * manifest; none for a lone Parquet file or clickgen:). */
+int kl_features_bind_dataset(kl_features *f, const char *path, kl_err *e);
 int kl_features_is_fitted(const kl_features *f);
 
 /* features.json: {"format":"keel.features/1", "library_version", "feature_hash",

@@ -1,6 +1,6 @@
 /* Dataset folders: resolving a path (dataset folder with `current`, a
  * version folder with manifest.json, or a single .parquet file) to its
- * Parquet files and manifest. */
+ * Parquet files and manifest, and the ingest schema its manifest records. */
 #include "data_int.h"
 
 #include <dirent.h>
@@ -92,4 +92,22 @@ int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **
     *files = v.v;
     *n_files = v.n;
     return KL_OK;
+}
+
+int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e) {
+    *out = NULL;
+    char **files = NULL, *manifest = NULL;
+    size_t n = 0;
+    int rc = kl_dataset_resolve(path, &files, &n, &manifest, e);
+    for (size_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+    if (rc || !manifest) { free(manifest); return rc; }
+    kl_doc *d = NULL;
+    rc = kl_doc_load_file(manifest, &d, e);
+    const kl_node *s = rc ? NULL : kl_node_get(kl_doc_root(d), "schema");
+    if (s && kl_node_kind_of(s) == KL_NODE_MAP && (rc = kl_schema_from_node(s, out, e)))
+        kl_err_prefix(e, "%s: schema", manifest);
+    kl_doc_free(d);
+    free(manifest);
+    return rc;
 }

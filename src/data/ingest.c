@@ -351,19 +351,6 @@ typedef struct ictx {
     kl_progress *prog;    /* NULL unless o->progress */
 } ictx;
 
-static kl_col_type col_type(kl_type t) {
-    switch (t) {
-    case KL_T_INT32: return KL_COL_INT32;
-    case KL_T_INT64: return KL_COL_INT64;
-    case KL_T_FLOAT32: return KL_COL_FLOAT32;
-    case KL_T_FLOAT64: return KL_COL_FLOAT64;
-    case KL_T_BOOL: return KL_COL_BOOL;
-    case KL_T_DATE: return KL_COL_DATE;
-    case KL_T_TIMESTAMP: return KL_COL_TIMESTAMP;
-    default: return KL_COL_STRING;
-    }
-}
-
 static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_reject_kind kind, const char *msg,
                       const char *raw, size_t rawn) {
     if (c->nrej == c->caprej) {
@@ -388,15 +375,6 @@ static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_rejec
     r->raw[rawn] = 0;
     c->nrej++;
     return KL_OK;
-}
-
-static int is_null_token(const kl_dialect *d, const char *s, size_t n) {
-    if (n >= sizeof d->null_tokens[0]) return 0;
-    for (int k = 0; k < d->n_null; k++) {
-        const char *t = d->null_tokens[k];
-        if (t[n] == 0 && (n == 0 || (t[0] == s[0] && !memcmp(t, s, n) && !memchr(t, 0, n)))) return 1;
-    }
-    return 0;
 }
 
 /* Appends without the generic push path (the hot loop of ingestion). */
@@ -436,10 +414,13 @@ static int fast_push(kl_column *c, int isnull, const kl_value *v) {
     return KL_OK;
 }
 
-/* Parses and pushes one row of texts (NULL text = missing/null). Returns
- * KL_OK, a positive reject (kind+1, with col and msg), or a negative error. */
+/* Parses and pushes one row: the texts of a CSV record (NULL text =
+ * missing/null), or the fields of a JSON object (obj; a number's text for a
+ * string field goes into nb[j]), each through the one value grammar
+ * (kl_cell_parse / kl_json_cell_parse). Returns KL_OK, a positive reject
+ * (kind+1, with col and msg), or a negative error. */
 static int push_row(ictx *x, chunk *c, const char *const *txt, const uint32_t *len, const uint8_t *quoted,
-                    int *bad_col, char *msg, size_t msgn) {
+                    const cJSON *obj, char (*nb)[KL_CELL_NUMBUF], int *bad_col, char *msg, size_t msgn) {
     const kl_schema *s = x->schema;
     kl_value vals[256];
     kl_value *v = s->n_fields <= 256 ? vals : malloc(s->n_fields * sizeof *v);
@@ -450,18 +431,11 @@ static int push_row(ictx *x, chunk *c, const char *const *txt, const uint32_t *l
     const kl_dialect *d = &x->src.v[c->src].d;
     for (size_t j = 0; j < s->n_fields; j++) {
         const kl_field *f = &s->fields[j];
-        nul[j] = !txt[j] || (!(quoted && quoted[j]) && is_null_token(d, txt[j], len[j]));
-        if (nul[j]) {
-            if (!f->nullable) {
-                *bad_col = (int)j;
-                snprintf(msg, msgn, "column %s: null in a non-nullable column", f->name);
-                rc = KL_REJ_NULL + 1;
-                goto done;
-            }
-            continue;
-        }
         char m[256];
-        int r = kl_value_parse(f, txt[j], len[j], &v[j], m, sizeof m);
+        int isn = 0;
+        int r = obj ? kl_json_cell_parse(f, d, cJSON_GetObjectItemCaseSensitive(obj, f->name), nb[j], &v[j], &isn, m, sizeof m)
+                    : kl_cell_parse(f, d, txt[j], len[j], quoted && quoted[j], &v[j], &isn, m, sizeof m);
+        nul[j] = (uint8_t)isn;
         if (r) {
             *bad_col = (int)j;
             snprintf(msg, msgn, "column %s: %s", f->name, m);
@@ -548,7 +522,7 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
             q[j] = r.quoted[map[j]];
         }
         int bad = -1;
-        int pr = push_row(x, c, txt, len, q, &bad, msg, sizeof msg);
+        int pr = push_row(x, c, txt, len, q, NULL, NULL, &bad, msg, sizeof msg);
         if (pr < 0) { rc = pr; goto done; }
         if (pr > 0) {
             if ((rc = add_reject(c, rl, (int64_t)start, bad, (kl_reject_kind)(pr - 1), msg, s->buf + start, pos - start)))
@@ -566,48 +540,12 @@ done:
     return rc;
 }
 
-/* Text of a JSON value for the type parsers; numbers are printed exactly. */
-static int json_text(const cJSON *it, const kl_field *f, char *buf, size_t n, const char **out, uint32_t *olen,
-                     char *msg, size_t msgn) {
-    if (cJSON_IsString(it)) {
-        *out = it->valuestring;
-        *olen = (uint32_t)strlen(it->valuestring);
-        return KL_OK;
-    }
-    if (cJSON_IsBool(it)) {
-        *out = cJSON_IsTrue(it) ? "true" : "false";
-        *olen = (uint32_t)strlen(*out);
-        return KL_OK;
-    }
-    if (cJSON_IsNumber(it)) {
-        double v = it->valuedouble;
-        if (f->type == KL_T_INT32 || f->type == KL_T_INT64 || f->type == KL_T_BOOL) {
-            if (v != floor(v)) { snprintf(msg, msgn, "column %s: %.17g is not an integer", f->name, v); return KL_REJ_TYPE + 1; }
-            if (fabs(v) > 9007199254740992.0) {
-                snprintf(msg, msgn, "column %s: %.17g is beyond 2^53 (not exact in JSON; quote it)", f->name, v);
-                return KL_REJ_RANGE + 1;
-            }
-            snprintf(buf, n, "%lld", (long long)v);
-        } else {
-            snprintf(buf, n, "%.17g", v);
-        }
-        *out = buf;
-        *olen = (uint32_t)strlen(buf);
-        return KL_OK;
-    }
-    snprintf(msg, msgn, "column %s: expected a scalar, got %s", f->name, cJSON_IsArray(it) ? "an array" : "an object");
-    return KL_REJ_TYPE + 1;
-}
-
 static int parse_jsonl_chunk(ictx *x, chunk *c) {
     const source *s = &x->src.v[c->src];
     const size_t nf = x->schema->n_fields;
-    const char **txt = calloc(nf, sizeof *txt);
-    uint32_t *len = calloc(nf, sizeof *len);
-    uint8_t *q = calloc(nf, 1);
-    char (*nb)[40] = calloc(nf, 40);
+    char (*nb)[KL_CELL_NUMBUF] = calloc(nf ? nf : 1, KL_CELL_NUMBUF);
     int rc = KL_OK;
-    if (!txt || !len || !q || !nb) { rc = KL_ENOMEM; goto done; }
+    if (!nb) { rc = KL_ENOMEM; goto done; }
     size_t pos = c->begin;
     int64_t line = 0;
     char msg[512];
@@ -636,16 +574,7 @@ static int parse_jsonl_chunk(ictx *x, chunk *c) {
             if ((rc = add_reject(c, rl, (int64_t)start, -1, KL_REJ_JSON, msg, s->buf + start, n))) goto done;
             continue;
         }
-        int bad = -1, pr = KL_OK;
-        for (size_t j = 0; j < nf && !pr; j++) {
-            const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, x->schema->fields[j].name);
-            q[j] = 0;
-            if (!it || cJSON_IsNull(it)) { txt[j] = NULL; len[j] = 0; continue; }
-            pr = json_text(it, &x->schema->fields[j], nb[j], sizeof nb[j], &txt[j], &len[j], msg, sizeof msg);
-            q[j] = cJSON_IsString(it);
-            if (pr) bad = (int)j;
-        }
-        if (!pr) pr = push_row(x, c, txt, len, q, &bad, msg, sizeof msg);
+        int bad = -1, pr = push_row(x, c, NULL, NULL, NULL, obj, nb, &bad, msg, sizeof msg);
         cJSON_Delete(obj);
         if (pr < 0) { rc = pr; goto done; }
         if (pr > 0) {
@@ -656,9 +585,6 @@ static int parse_jsonl_chunk(ictx *x, chunk *c) {
     }
     c->lines = line;
 done:
-    free(txt);
-    free(len);
-    free(q);
     free(nb);
     return rc;
 }
@@ -669,7 +595,7 @@ static int chunk_init_cols(ictx *x, chunk *c) {
     size_t est = (c->end - c->begin) / 40 + 16;
     for (size_t j = 0; j < s->n_fields; j++) {
         const kl_field *f = &s->fields[j];
-        if (kl_column_new(f->name, col_type(f->type), f->nullable, est, &c->cols[j], NULL)) return KL_ENOMEM;
+        if (kl_column_new(f->name, kl_type_column(f->type), f->nullable, est, &c->cols[j], NULL)) return KL_ENOMEM;
         if (f->type == KL_T_STRING || f->type == KL_T_CATEGORY)
             if (kl_column_reserve(c->cols[j], est, (c->end - c->begin) / 4)) return KL_ENOMEM;
     }

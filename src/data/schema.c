@@ -114,7 +114,9 @@ static int load_bound(const kl_node *n, kl_field *f, int is_max, kl_err *e) {
 
 static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
     static const char *const keys[] = {"name", "type", "nullable", "min", "max", "allowed", "values",
-                                       "max_length", "unique", "max_null_ratio", "timezone", "ambiguous", "description"};
+                                       "max_length", "unique", "max_null_ratio", "timezone", "ambiguous", "description",
+                                       /* the canonical JSON's spellings (manifests, features.json) */
+                                       "timezone_offset_minutes", "timezone_ambiguous"};
     if (kl_node_kind_of(m) != KL_NODE_MAP)
         return kl_node_error(m, e, KL_EINVAL, "a column is a map with at least name and type");
     int rc = kl_spec_check_keys(m, keys, KL_ARRAY_LEN(keys), e);
@@ -141,10 +143,22 @@ static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
     if ((rc = kl_spec_int(m, "max_length", 0, &f->max_length, e))) return rc;
     if (f->max_length && f->type != KL_T_STRING && f->type != KL_T_CATEGORY)
         return kl_node_error(kl_node_get(m, "max_length"), e, KL_EINVAL, "max_length applies to string columns");
-    if ((n = kl_node_get(m, "timezone"))) {
+    char offs[16];
+    const kl_node *tzn = kl_node_get(m, "timezone"), *offn = kl_node_get(m, "timezone_offset_minutes");
+    if (tzn && offn) return kl_node_error(offn, e, KL_EINVAL, "give timezone or timezone_offset_minutes, not both");
+    if ((n = tzn ? tzn : offn)) {
         if (f->type != KL_T_TIMESTAMP)
             return kl_node_error(n, e, KL_EINVAL, "timezone applies to timestamp columns");
-        if ((rc = kl_node_str(n, &v, e))) return rc;
+        if (offn) {
+            int64_t mins;
+            if ((rc = kl_node_int(offn, &mins, e))) return rc;
+            if (mins < -18 * 60 || mins > 18 * 60) return kl_node_error(offn, e, KL_EINVAL, "offset beyond 18 hours");
+            int64_t a = mins < 0 ? -mins : mins;
+            snprintf(offs, sizeof offs, "%c%02d:%02d", mins < 0 ? '-' : '+', (int)(a / 60), (int)(a % 60));
+            v = offs;
+        } else if ((rc = kl_node_str(n, &v, e))) {
+            return rc;
+        }
         kl_err te = {0};
         if (kl_tz_load(v, &f->tz, &te)) return kl_node_error(n, e, te.code, "%s", te.msg);
         if (!(f->timezone = strdup(v))) return KL_ENOMEM;
@@ -153,7 +167,8 @@ static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
                              "timestamp column '%s' needs an explicit timezone rule (timezone: UTC, an offset or a zone like Europe/Berlin)",
                              f->name);
     }
-    if ((n = kl_node_get(m, "ambiguous"))) {
+    if (!(n = kl_node_get(m, "ambiguous"))) n = kl_node_get(m, "timezone_ambiguous");
+    if (n) {
         if (!f->tz || kl_tz_is_fixed(f->tz))
             return kl_node_error(n, e, KL_EINVAL, "ambiguous applies to timestamp columns in a zone with clock changes");
         if ((rc = kl_node_str(n, &v, e))) return rc;
@@ -182,9 +197,9 @@ static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
     return KL_OK;
 }
 
-static int load(const kl_doc *d, kl_schema **out, kl_err *e) {
+int kl_schema_from_node(const kl_node *root, kl_schema **out, kl_err *e) {
     static const char *const keys[] = {"name", "description", "sha256", "dialect", "columns"};
-    const kl_node *root = kl_doc_root(d), *n;
+    const kl_node *n;
     kl_schema *s = calloc(1, sizeof *s);
     int rc;
     if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -239,7 +254,7 @@ int kl_schema_load_file(const char *path, kl_schema **out, kl_err *e) {
     *out = NULL;
     int rc = kl_doc_load_file(path, &d, e);
     if (rc) return rc;
-    rc = load(d, out, e);
+    rc = kl_schema_from_node(kl_doc_root(d), out, e);
     kl_doc_free(d);
     return rc;
 }
@@ -249,7 +264,7 @@ int kl_schema_load_str(const char *text, size_t len, const char *name, kl_schema
     *out = NULL;
     int rc = kl_doc_load_str(text, len, name, &d, e);
     if (rc) return rc;
-    rc = load(d, out, e);
+    rc = kl_schema_from_node(kl_doc_root(d), out, e);
     kl_doc_free(d);
     return rc;
 }
@@ -273,14 +288,22 @@ static void bound_str(const kl_field *f, int is_max, char *buf, size_t n) {
     }
 }
 
-int kl__schema_canonical(const kl_schema *s, kl_buf *b) {
+static int wanted(const kl_field *f, const char *const *cols, size_t ncols) {
+    if (!cols) return 1;
+    for (size_t k = 0; k < ncols; k++)
+        if (cols[k] && !strcmp(cols[k], f->name)) return 1;
+    return 0;
+}
+
+int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl_buf *b) {
     const kl_dialect *d = &s->dialect;
     char q[2] = {d->quote, 0}, dl[2] = {d->delim, 0};
     kl_buf_puts(b, "{\"columns\":[");
-    for (size_t i = 0; i < s->n_fields; i++) {
+    for (size_t i = 0, out = 0; i < s->n_fields; i++) {
         const kl_field *f = &s->fields[i];
         char tmp[64];
-        kl_buf_puts(b, i ? ",{" : "{");
+        if (!wanted(f, cols, ncols)) continue;
+        kl_buf_puts(b, out++ ? ",{" : "{");
         if (f->n_allowed) {
             kl_buf_puts(b, "\"allowed\":[");
             for (size_t k = 0; k < f->n_allowed; k++) {
@@ -324,6 +347,8 @@ int kl__schema_canonical(const kl_schema *s, kl_buf *b) {
     kl_buf_puts(b, "}");
     return b->failed ? KL_ENOMEM : KL_OK;
 }
+
+int kl__schema_canonical(const kl_schema *s, kl_buf *b) { return kl_schema_json(s, NULL, 0, b); }
 
 /* YAML scalar, double-quoted (JSON escapes are valid YAML). */
 static void yq(kl_buf *b, const char *s) { kl_buf_json_str(b, s); }

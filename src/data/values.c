@@ -1,7 +1,9 @@
 /* Strict value parsing for ingestion: integers with overflow checks, floats
  * (exact fast path, strtod otherwise), booleans, ISO dates and timestamps
  * with a timezone rule, UTF-8 validation, constraint checks of a schema
- * field, and HyperLogLog for approximate distinct counts. */
+ * field, the one grammar of a raw cell (null tokens, nullability, then the
+ * type) shared by CSV/JSONL ingest and the online record path of the feature
+ * layer, and HyperLogLog for approximate distinct counts. */
 #include "data_int.h"
 
 #include <errno.h>
@@ -10,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include <cjson/cJSON.h>
 
 static const char *const type_names[KL_T_COUNT] = {"int32", "int64", "float32", "float64", "bool",
                                                     "string", "category", "date", "timestamp"};
@@ -25,6 +29,32 @@ int kl_type_parse(const char *name, kl_type *out) {
     for (size_t i = 0; i < KL_ARRAY_LEN(alias); i++)
         if (!strcmp(name, alias[i].a)) { *out = alias[i].t; return KL_OK; }
     return KL_EINVAL;
+}
+
+kl_col_type kl_type_column(kl_type t) {
+    switch (t) {
+    case KL_T_INT32: return KL_COL_INT32;
+    case KL_T_INT64: return KL_COL_INT64;
+    case KL_T_FLOAT32: return KL_COL_FLOAT32;
+    case KL_T_FLOAT64: return KL_COL_FLOAT64;
+    case KL_T_BOOL: return KL_COL_BOOL;
+    case KL_T_DATE: return KL_COL_DATE;
+    case KL_T_TIMESTAMP: return KL_COL_TIMESTAMP;
+    default: return KL_COL_STRING;
+    }
+}
+
+kl_type kl_type_of_column(kl_col_type c) {
+    switch (c) {
+    case KL_COL_INT32: return KL_T_INT32;
+    case KL_COL_INT64: return KL_T_INT64;
+    case KL_COL_FLOAT32: return KL_T_FLOAT32;
+    case KL_COL_FLOAT64: return KL_T_FLOAT64;
+    case KL_COL_BOOL: return KL_T_BOOL;
+    case KL_COL_DATE: return KL_T_DATE;
+    case KL_COL_TIMESTAMP: return KL_T_TIMESTAMP;
+    default: return KL_T_STRING;
+    }
 }
 
 static const char *const rej_names[KL_REJ_COUNT] = {
@@ -321,6 +351,51 @@ static int check_allowed(const kl_field *f, const char *s, size_t n) {
     return 0;
 }
 
+/* The constraints of field f on a parsed value v; s[0..shown) is its text for
+ * the messages (NULL: a JSON number, printed from v). Floats are rounded to
+ * float32 here for float32 fields. */
+static int check_value(const kl_field *f, kl_value *v, const char *s, int shown, char *msg, size_t msgn) {
+    char num[KL_CELL_NUMBUF];
+#define SHOW_NUMBER() /* a JSON number's text, for a message only */                     \
+    do {                                                                                 \
+        if (s) break;                                                                    \
+        if (f->type == KL_T_FLOAT32 || f->type == KL_T_FLOAT64) snprintf(num, sizeof num, "%.17g", v->d); \
+        else snprintf(num, sizeof num, "%lld", (long long)v->i);                         \
+        s = num;                                                                         \
+        shown = (int)strlen(num);                                                        \
+    } while (0)
+#define REJ_SHOWN(kind, ...) do { SHOW_NUMBER(); REJ(kind, __VA_ARGS__); } while (0)
+    switch (f->type) {
+    case KL_T_INT32:
+    case KL_T_INT64:
+        if (f->type == KL_T_INT32 && (v->i < INT32_MIN || v->i > INT32_MAX))
+            REJ_SHOWN(KL_REJ_RANGE, "'%.*s' overflows %s", shown, s, kl_type_name(f->type));
+        if ((f->has_min && v->i < f->imin) || (f->has_max && v->i > f->imax))
+            REJ_SHOWN(KL_REJ_RANGE, "%lld is outside [%lld, %lld]", (long long)v->i,
+                (long long)(f->has_min ? f->imin : INT64_MIN), (long long)(f->has_max ? f->imax : INT64_MAX));
+        break;
+    case KL_T_FLOAT32:
+    case KL_T_FLOAT64:
+        if (f->type == KL_T_FLOAT32 && isfinite(v->d) && fabs(v->d) > FLT_MAX)
+            REJ_SHOWN(KL_REJ_RANGE, "'%.*s' overflows %s", shown, s, kl_type_name(f->type));
+        if (f->type == KL_T_FLOAT32) v->d = (float)v->d;
+        if ((f->has_min && !(v->d >= f->min)) || (f->has_max && !(v->d <= f->max)))
+            REJ_SHOWN(KL_REJ_RANGE, "%.*s is outside [%g, %g]", shown, s, f->has_min ? f->min : -INFINITY,
+                f->has_max ? f->max : INFINITY);
+        break;
+    case KL_T_DATE:
+    case KL_T_TIMESTAMP:
+        if ((f->has_min && v->i < f->imin) || (f->has_max && v->i > f->imax))
+            REJ_SHOWN(KL_REJ_RANGE, "%.*s is outside the allowed %s", shown, s, f->type == KL_T_DATE ? "dates" : "times");
+        break;
+    default:
+        break;
+    }
+    return KL_OK;
+#undef REJ_SHOWN
+#undef SHOW_NUMBER
+}
+
 int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char *msg, size_t msgn) {
     int rc;
     const int shown = n > 40 ? 40 : (int)n;
@@ -328,37 +403,26 @@ int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char
     case KL_T_INT32:
     case KL_T_INT64:
         rc = kl_parse_i64n(s, n, &v->i);
-        if (rc == KL_ERANGE || (rc == KL_OK && f->type == KL_T_INT32 && (v->i < INT32_MIN || v->i > INT32_MAX)))
-            REJ(KL_REJ_RANGE, "'%.*s' overflows %s", shown, s, kl_type_name(f->type));
+        if (rc == KL_ERANGE) REJ(KL_REJ_RANGE, "'%.*s' overflows %s", shown, s, kl_type_name(f->type));
         if (rc) REJ(KL_REJ_TYPE, "'%.*s' is not an %s", shown, s, kl_type_name(f->type));
-        if ((f->has_min && v->i < f->imin) || (f->has_max && v->i > f->imax))
-            REJ(KL_REJ_RANGE, "%lld is outside [%lld, %lld]", (long long)v->i,
-                (long long)(f->has_min ? f->imin : INT64_MIN), (long long)(f->has_max ? f->imax : INT64_MAX));
         break;
     case KL_T_FLOAT32:
     case KL_T_FLOAT64:
         rc = kl_parse_f64n(s, n, &v->d);
-        if (rc == KL_OK && f->type == KL_T_FLOAT32 && isfinite(v->d) && fabs(v->d) > FLT_MAX) rc = KL_ERANGE;
         if (rc == KL_ERANGE) REJ(KL_REJ_RANGE, "'%.*s' overflows %s", shown, s, kl_type_name(f->type));
         if (rc) REJ(KL_REJ_TYPE, "'%.*s' is not a %s", shown, s, kl_type_name(f->type));
-        if (f->type == KL_T_FLOAT32) v->d = (float)v->d;
-        if ((f->has_min && !(v->d >= f->min)) || (f->has_max && !(v->d <= f->max)))
-            REJ(KL_REJ_RANGE, "%.*s is outside [%g, %g]", shown, s, f->has_min ? f->min : -INFINITY,
-                f->has_max ? f->max : INFINITY);
         break;
     case KL_T_BOOL: {
         int b;
         if (kl_parse_booln(s, n, &b)) REJ(KL_REJ_TYPE, "'%.*s' is not a bool", shown, s);
         v->i = b;
-        break;
+        return KL_OK;
     }
     case KL_T_DATE: {
         int32_t d;
         rc = kl_parse_date(s, n, &d);
         if (rc) REJ(KL_REJ_TYPE, "'%.*s' is not a date (YYYY-MM-DD)", shown, s);
         v->i = d;
-        if ((f->has_min && v->i < f->imin) || (f->has_max && v->i > f->imax))
-            REJ(KL_REJ_RANGE, "%.*s is outside the allowed dates", shown, s);
         break;
     }
     case KL_T_TIMESTAMP:
@@ -368,8 +432,6 @@ int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char
             REJ(KL_REJ_TYPE, "'%.*s' occurs twice in %s (clocks go back; set the column's ambiguous: earliest or latest)", shown, s,
                 kl_tz_name(f->tz));
         if (rc) REJ(KL_REJ_TYPE, "'%.*s' is not a timestamp (ISO 8601)", shown, s);
-        if ((f->has_min && v->i < f->imin) || (f->has_max && v->i > f->imax))
-            REJ(KL_REJ_RANGE, "%.*s is outside the allowed times", shown, s);
         break;
     case KL_T_STRING:
     case KL_T_CATEGORY: {
@@ -381,12 +443,88 @@ int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char
             REJ(KL_REJ_ALLOWED, "'%.*s' is not one of the allowed values", shown, s);
         v->s = s;
         v->n = n;
-        break;
+        return KL_OK;
     }
     default:
         REJ(KL_REJ_TYPE, "unknown type");
     }
-    return KL_OK;
+    return check_value(f, v, s, shown, msg, msgn);
+}
+
+/* ---- one raw cell: the grammar shared by ingest and the online path ----- */
+
+int kl_null_token(const kl_dialect *d, const char *s, size_t n) {
+    if (!d || n >= sizeof d->null_tokens[0]) return 0;
+    for (int k = 0; k < d->n_null; k++) {
+        const char *t = d->null_tokens[k];
+        if (t[n] == 0 && (n == 0 || (t[0] == s[0] && !memcmp(t, s, n) && !memchr(t, 0, n)))) return 1;
+    }
+    return 0;
+}
+
+int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, int quoted, kl_value *v,
+                  int *isnull, char *msg, size_t msgn) {
+    *isnull = !s || (!quoted && kl_null_token(d, s, n));
+    if (*isnull) {
+        if (!f->nullable) REJ(KL_REJ_NULL, "null in a non-nullable column");
+        return KL_OK;
+    }
+    return kl_value_parse(f, s, n, v, msg, msgn);
+}
+
+static int is_text_type(kl_type t) { return t == KL_T_STRING || t == KL_T_CATEGORY; }
+
+/* Years 0000-9999 in days since the epoch: [-719528, 2932897). */
+#define DAYS_MIN (-719528LL)
+#define DAYS_END 2932897LL
+
+/* A JSON number of a non-text field: read as the field's type directly (the
+ * same value as printing it exactly and parsing the text, without either). */
+static int json_number(const kl_field *f, double x, kl_value *v, char *msg, size_t msgn) {
+    switch (f->type) {
+    case KL_T_FLOAT32:
+    case KL_T_FLOAT64:
+        v->d = x;
+        break;
+    case KL_T_DATE:
+    case KL_T_TIMESTAMP: { /* days / µs since 1970-01-01 (UTC) */
+        const char *unit = f->type == KL_T_DATE ? "days" : "µs";
+        if (x != floor(x) || fabs(x) > 9007199254740992.0) REJ(KL_REJ_TYPE, "%.17g is not a whole number of %s", x, unit);
+        v->i = (int64_t)x;
+        int64_t days = f->type == KL_T_DATE ? v->i : (int64_t)floor(x / 86400e6);
+        if (days < DAYS_MIN || days >= DAYS_END)
+            REJ(KL_REJ_RANGE, "%.17g %s since 1970-01-01 is outside the years 0000-9999", x, unit);
+        break;
+    }
+    default: /* integers and bools */
+        if (x != floor(x)) REJ(KL_REJ_TYPE, "%.17g is not an integer", x);
+        if (fabs(x) > 9007199254740992.0) REJ(KL_REJ_RANGE, "%.17g is beyond 2^53 (not exact in JSON; quote it)", x);
+        v->i = (int64_t)x;
+        if (f->type == KL_T_BOOL) {
+            if (v->i != 0 && v->i != 1) REJ(KL_REJ_TYPE, "'%lld' is not a bool", (long long)v->i);
+            return KL_OK;
+        }
+        break;
+    }
+    return check_value(f, v, NULL, 0, msg, msgn);
+}
+
+int kl_json_cell_parse(const kl_field *f, const kl_dialect *d, const cJSON *it, char buf[KL_CELL_NUMBUF], kl_value *v,
+                       int *isnull, char *msg, size_t msgn) {
+    *isnull = 0;
+    if (!it || cJSON_IsNull(it)) return kl_cell_parse(f, d, NULL, 0, 0, v, isnull, msg, msgn);
+    if (cJSON_IsString(it)) /* whole length, a \u0000 inside kept; quoted for text fields only */
+        return kl_cell_parse(f, d, it->valuestring, kl_json_string_len(it), is_text_type(f->type), v, isnull, msg, msgn);
+    if (cJSON_IsBool(it)) {
+        const char *t = cJSON_IsTrue(it) ? "true" : "false";
+        return kl_cell_parse(f, d, t, strlen(t), 1, v, isnull, msg, msgn);
+    }
+    if (cJSON_IsNumber(it)) {
+        if (!is_text_type(f->type)) return json_number(f, it->valuedouble, v, msg, msgn);
+        snprintf(buf, KL_CELL_NUMBUF, "%.17g", it->valuedouble); /* a number in a text field: its exact text */
+        return kl_cell_parse(f, d, buf, strlen(buf), 1, v, isnull, msg, msgn);
+    }
+    REJ(KL_REJ_TYPE, "expected a scalar, got %s", cJSON_IsArray(it) ? "an array" : "an object");
 }
 
 /* ---- hashing and HyperLogLog ---------------------------------------------- */

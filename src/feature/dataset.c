@@ -155,3 +155,12 @@ done:
     kl_buf_free(&b);
     return rc;
 }
+
+int kl_features_bind_dataset(kl_features *f, const char *path, kl_err *e) {
+    if (!strncmp(path, "clickgen:", 9)) return kl_features_bind_schema(f, NULL, e);
+    kl_schema *s = NULL;
+    int rc = kl_dataset_schema(path, &s, e);
+    if (!rc) rc = kl_features_bind_schema(f, s, e);
+    kl_schema_free(s);
+    return rc;
+}

@@ -6,6 +6,7 @@
 
 #include <stdint.h>
 
+#include "keel/data.h"
 #include "keel/feature.h"
 
 typedef enum {
@@ -26,6 +27,7 @@ typedef struct {
     int has_fill;
     double fill;
     int col;          /* index into kl_features.inputs */
+    const kl_field *raw;  /* the column as ingest read it (kl_features.raw); NULL: the type's defaults */
 } fin;
 
 /* One feature. */
@@ -65,6 +67,7 @@ typedef struct {
     char *name;
     kl_col_type type;
     int nullable;
+    const kl_field *raw;  /* its field of kl_features.raw, or NULL */
 } fcol;
 
 struct kl_features {
@@ -75,6 +78,11 @@ struct kl_features {
     char **slot_names;
     int fitted;
     char hash[65];
+    /* The grammar of the raw inputs: the ingest schema's fields of the input
+     * columns and its null tokens, recorded at fit from the dataset's
+     * manifest, so that the online path reads a raw value exactly as ingest
+     * did (kl_cell_parse). NULL: every input reads with its type's defaults. */
+    kl_schema *raw;
 };
 
 /* A value gathered from a column or a JSON field. */
@@ -84,6 +92,7 @@ typedef struct {
     double d;         /* numeric value (ints converted) */
     const char *s;    /* strings */
     size_t n;
+    char num[KL_CELL_NUMBUF];  /* a JSON number read as a string field: s points here */
 } fval;
 
 /* An event of an entity's history (windows). */
@@ -114,8 +123,12 @@ int kl__vocab_build(feat *F, kl_err *e);
 /* Key bytes of a value for hashing / vocabularies: strings as is, integers as
  * decimal text. buf >= 24. */
 const char *kl__fval_key(const fin *in, const fval *v, char *buf, size_t *n);
-/* Value of a record field into an fval per the input type. */
-int kl__fval_from_json(const fin *in, const void *cjson_obj, fval *v, kl_err *e);
+/* Value of a record field into an fval: the ingest grammar of the input's
+ * raw field (kl_json_cell_parse); d: the null tokens (NULL: none). */
+int kl__fval_from_json(const fin *in, const kl_dialect *d, const void *cjson_obj, fval *v, kl_err *e);
+/* Points every input (and fin) at its field of f->raw; checks the types. */
+int kl__features_bind_raw(kl_features *f, kl_err *e);
+static inline const kl_dialect *kl__features_nulls(const kl_features *f) { return f->raw ? &f->raw->dialect : NULL; }
 void kl__fval_from_col(const kl_column *c, size_t row, fval *v);
 /* Stores a double into slot column c at row as its dtype. */
 void kl__store_slot(kl_column *c, size_t row, double v);

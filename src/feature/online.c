@@ -281,8 +281,9 @@ int kl_fstore_append_record(kl_fstore *s, const void *obj, kl_err *e) {
         if (F->kind != TF_WINDOW) continue;
         fval ent, tm, val = {.null = 1};
         int rc;
-        if ((rc = kl__fval_from_json(&F->in[0], obj, &ent, e)) || (rc = kl__fval_from_json(&F->in[1], obj, &tm, e))) return rc;
-        if (F->has_value && (rc = kl__fval_from_json(&F->value, obj, &val, e))) return rc;
+        const kl_dialect *nt = kl__features_nulls(s->f);
+        if ((rc = kl__fval_from_json(&F->in[0], nt, obj, &ent, e)) || (rc = kl__fval_from_json(&F->in[1], nt, obj, &tm, e))) return rc;
+        if (F->has_value && (rc = kl__fval_from_json(&F->value, nt, obj, &val, e))) return rc;
         if ((rc = append_vals(s, i, &ent, &tm, &val, e))) return rc;
     }
     return KL_OK;
@@ -378,7 +379,7 @@ int kl_features_transform_record(const kl_features *f, const kl_fstore *store, c
         const feat *F = &f->f[i];
         fval in[2];
         for (int k = 0; k < F->nin; k++)
-            if ((rc = kl__fval_from_json(&F->in[k], obj, &in[k], e))) { kl_err_prefix(e, "feature %s", F->name); return rc; }
+            if ((rc = kl__fval_from_json(&F->in[k], kl__features_nulls(f), obj, &in[k], e))) { kl_err_prefix(e, "feature %s", F->name); return rc; }
         if (F->kind != TF_WINDOW) {
             if ((rc = kl__tf_eval(F, in, out + F->slot0, counts, e))) return rc;
             continue;

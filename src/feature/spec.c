@@ -41,6 +41,7 @@ void kl_features_free(kl_features *f) {
     free(f->label);
     for (size_t i = 0; i < f->width; i++) free(f->slot_names[i]);
     free(f->slot_names);
+    kl_schema_free(f->raw);
     free(f);
 }
 
@@ -78,25 +79,6 @@ static int parse_fin(const kl_node *n, fin *in, kl_err *e) {
     return KL_OK;
 }
 
-static int parse_time_str(const char *s, int64_t *out) {
-    int y, mo, d, h = 0, mi = 0, sec = 0, n = 0;
-    if (sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3) return -1;
-    const char *p = s + n;
-    if (*p == 'T' || *p == ' ') {
-        if (sscanf(p + 1, "%2d:%2d:%2d%n", &h, &mi, &sec, &n) != 3) return -1;
-        p += 1 + n;
-    }
-    if (*p == 'Z') p++;
-    if (*p) return -1;
-    int64_t yy = y - (mo <= 2);
-    int64_t era = (yy >= 0 ? yy : yy - 399) / 400;
-    unsigned yoe = (unsigned)(yy - era * 400);
-    unsigned doy = (153 * (unsigned)(mo > 2 ? mo - 3 : mo + 9) + 2) / 5 + (unsigned)d - 1;
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    int64_t days = era * 146097 + (int64_t)doe - 719468;
-    *out = (days * 86400 + h * 3600 + mi * 60 + sec) * 1000000;
-    return 0;
-}
 
 static int parse_unit(const kl_node *n, double *unit_s, kl_err *e) {
     const char *s;
@@ -259,8 +241,8 @@ static int parse_feature(const kl_node *n, feat *F, kl_err *e) {
     if (!(F->unit_s > 0)) return kl_node_error(n, e, KL_EINVAL, "unit must be > 0");
     if ((c = kl_node_get(n, "since"))) {
         if ((rc = kl_node_str(c, &s, e))) return rc;
-        if (parse_time_str(s, &F->since_us) && kl_parse_int64(s, &F->since_us))
-            return kl_node_error(c, e, KL_EINVAL, "since: expected YYYY-MM-DD[THH:MM:SS][Z] or µs, got '%s'", s);
+        if (kl_parse_timestamp(s, strlen(s), NULL, &F->since_us) && kl_parse_int64(s, &F->since_us))
+            return kl_node_error(c, e, KL_EINVAL, "since: expected an ISO 8601 time (naive = UTC) or µs, got '%s'", s);
         F->has_since = 1;
     }
     if ((c = kl_node_get(n, "since_us"))) { if ((rc = kl_node_int(c, &F->since_us, e))) return rc; F->has_since = 1; }
@@ -362,9 +344,50 @@ int kl__features_layout(kl_features *f, kl_err *e) {
     return KL_OK;
 }
 
+static void bind_fin(const kl_features *f, fin *in) { in->raw = in->column ? f->inputs[in->col].raw : NULL; }
+
+int kl__features_bind_raw(kl_features *f, kl_err *e) {
+    for (size_t i = 0; i < f->ninputs; i++) {
+        fcol *c = &f->inputs[i];
+        int j = f->raw ? kl_schema_find(f->raw, c->name) : -1;
+        c->raw = j < 0 ? NULL : &f->raw->fields[j];
+        if (c->raw && kl_type_column(c->raw->type) != c->type)
+            return kl_err_set(e, KL_ETYPE, "column '%s' is %s in the dataset's schema, the spec declares %s", c->name,
+                              kl_type_name(c->raw->type), kl_col_type_name(c->type));
+    }
+    for (size_t i = 0; i < f->nf; i++) {
+        feat *F = &f->f[i];
+        for (int k = 0; k < F->nin; k++) bind_fin(f, &F->in[k]);
+        if (F->has_value) bind_fin(f, &F->value);
+    }
+    return KL_OK;
+}
+
+int kl_features_bind_schema(kl_features *f, const kl_schema *s, kl_err *e) {
+    kl_schema_free(f->raw);
+    f->raw = NULL;
+    int rc = kl__features_bind_raw(f, e);
+    if (rc || !s) return rc;
+    const char **names = calloc(f->ninputs + 1, sizeof *names);
+    kl_buf b;
+    kl_buf_init(&b);
+    if (!names) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < f->ninputs; i++)
+        if (kl_schema_find(s, f->inputs[i].name) >= 0) names[n++] = f->inputs[i].name;
+    if (n == 0) { free(names); return KL_OK; }   /* none of the inputs comes from the schema */
+    if ((rc = kl_schema_json(s, names, n, &b)) || b.failed) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    else rc = kl_schema_load_str(b.data, b.len, "raw", &f->raw, e);
+    kl_buf_free(&b);
+    free(names);
+    if (!rc) rc = kl__features_bind_raw(f, e);
+    if (!rc && f->fitted) rc = kl__features_rehash(f, e);
+    return rc;
+}
+
 static int parse_set(const kl_node *root, kl_features **out, kl_err *e) {
     static const char *const top_keys[] = {"features", "label", "format", "library_version",
-                                           "feature_hash", "outputs", "measured", "width"};
+                                           "feature_hash", "outputs", "measured", "width", "raw"};
     int rc;
     *out = NULL;
     kl_features *f = calloc(1, sizeof *f);
@@ -394,6 +417,12 @@ static int parse_set(const kl_node *root, kl_features **out, kl_err *e) {
         f->label = l.column;
         f->label_type = l.type;
         f->has_label = 1;
+    }
+    const kl_node *rn = kl_node_get(root, "raw");
+    if (rn && kl_node_kind_of(rn) != KL_NODE_NULL &&
+        ((rc = kl_schema_from_node(rn, &f->raw, e)) || (rc = kl__features_bind_raw(f, e)))) {
+        kl_err_prefix(e, "%s: raw", kl_node_file(rn));
+        goto fail;
     }
     f->fitted = 1;
     for (size_t i = 0; i < f->nf; i++) f->fitted &= f->f[i].fitted;
@@ -506,6 +535,14 @@ static void put_feature(kl_buf *b, const feat *F, int with_state) {
     kl_buf_puts(b, "}");
 }
 
+/* ,"raw":{schema of the inputs} when recorded (absent otherwise, so sets
+ * fitted before it existed keep their hash). */
+static void put_raw(kl_buf *b, const kl_features *f) {
+    if (!f->raw) return;
+    kl_buf_puts(b, ",\"raw\":");
+    if (kl_schema_json(f->raw, NULL, 0, b)) b->failed = 1;
+}
+
 static void put_label(kl_buf *b, const kl_features *f) {
     if (!f->has_label) { kl_buf_puts(b, "null"); return; }
     fin l = {.column = f->label, .type = f->label_type};
@@ -517,6 +554,7 @@ char *kl_features_canonical(const kl_features *f) {
     kl_buf_init(&b);
     kl_buf_puts(&b, "{\"library_version\":\"" KL_FEATURES_LIBRARY_VERSION "\",\"label\":");
     put_label(&b, f);
+    put_raw(&b, f);
     kl_buf_puts(&b, ",\"features\":[");
     for (size_t i = 0; i < f->nf; i++) {
         if (i) kl_buf_puts(&b, ",");
@@ -548,6 +586,10 @@ int kl_features_save(const kl_features *f, const char *path, kl_err *e) {
     kl_buf_printf(&b, "{\n  \"format\": \"keel.features/1\",\n  \"library_version\": \"%s\",\n  \"feature_hash\": \"%s\",\n  \"label\": ",
                   KL_FEATURES_LIBRARY_VERSION, f->hash);
     put_label(&b, f);
+    if (f->raw) {
+        kl_buf_puts(&b, ",\n  \"raw\": ");
+        if (kl_schema_json(f->raw, NULL, 0, &b)) b.failed = 1;
+    }
     kl_buf_puts(&b, ",\n  \"features\": [\n");
     for (size_t i = 0; i < f->nf; i++) {
         kl_buf_puts(&b, "    ");

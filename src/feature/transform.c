@@ -4,6 +4,7 @@
  * (the platform-stable hash of hash_bucket); value gathering from columns and
  * JSON fields. Nothing here reads a clock, the environment or globals. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,91 +118,35 @@ void kl__fval_from_col(const kl_column *c, size_t row, fval *v) {
 }
 
 
-static int64_t days_from_civil(int64_t y, unsigned m, unsigned d) {
-    y -= m <= 2;
-    const int64_t era = (y >= 0 ? y : y - 399) / 400;
-    const unsigned yoe = (unsigned)(y - era * 400);
-    const unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + (int64_t)doe - 719468;
+/* The raw field of an input without a recorded one: its type's defaults
+ * (nullable, UTC for naive times, no constraints). */
+static const kl_field *default_field(const fin *in, kl_field *tmp) {
+    memset(tmp, 0, sizeof *tmp);
+    tmp->name = in->column;
+    tmp->type = kl_type_of_column(in->type);
+    tmp->nullable = 1;
+    tmp->max_null_ratio = 1.0;
+    return tmp;
 }
 
-/* "YYYY-MM-DD[(T| )HH:MM:SS[.ffffff]][Z]" → µs since epoch (UTC). */
-static int parse_time(const char *s, int want_date, int64_t *out) {
-    int y, mo, d, h = 0, mi = 0, sec = 0, n = 0;
-    if (sscanf(s, "%4d-%2d-%2d%n", &y, &mo, &d, &n) != 3 || mo < 1 || mo > 12 || d < 1 || d > 31) return -1;
-    s += n;
-    int64_t frac = 0;
-    if (*s == 'T' || *s == ' ') {
-        s++;
-        if (sscanf(s, "%2d:%2d:%2d%n", &h, &mi, &sec, &n) != 3 || h > 23 || mi > 59 || sec > 60) return -1;
-        s += n;
-        if (*s == '.') {
-            s++;
-            int digits = 0;
-            while (*s >= '0' && *s <= '9') {
-                if (digits < 6) { frac = frac * 10 + (*s - '0'); digits++; }
-                s++;
-            }
-            while (digits < 6) { frac *= 10; digits++; }
-        }
-    }
-    if (*s == 'Z') s++;
-    if (*s) return -1;
-    int64_t days = days_from_civil(y, (unsigned)mo, (unsigned)d);
-    if (want_date) { *out = days; return 0; }
-    *out = ((days * 86400 + h * 3600 + mi * 60 + sec) * 1000000) + frac;
-    return 0;
-}
-
-int kl__fval_from_json(const fin *in, const void *obj, fval *v, kl_err *e) {
+int kl__fval_from_json(const fin *in, const kl_dialect *d, const void *obj, fval *v, kl_err *e) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive((const cJSON *)obj, in->column);
-    memset(v, 0, sizeof *v);
-    if (!it || cJSON_IsNull(it)) { v->null = 1; return KL_OK; }
+    kl_field tmp;
+    const kl_field *f = in->raw ? in->raw : default_field(in, &tmp);
+    kl_value x = {0};
+    int isnull = 0;
+    char msg[256];
+    memset(v, 0, offsetof(fval, num));
+    int r = kl_json_cell_parse(f, d, it, v->num, &x, &isnull, msg, sizeof msg);
+    if (r) return kl_err_set(e, r == KL_REJ_NULL + 1 ? KL_EINVAL : KL_ETYPE, "field %s: %s", in->column, msg);
+    if (isnull) { v->null = 1; return KL_OK; }
     switch (in->type) {
-    case KL_COL_STRING: case KL_COL_BINARY:
-        if (!cJSON_IsString(it)) goto mismatch;
-        v->s = it->valuestring;
-        v->n = kl_json_string_len(it); /* a \u0000 inside is kept */
-        return KL_OK;
-    case KL_COL_FLOAT32: case KL_COL_FLOAT64:
-        if (!cJSON_IsNumber(it)) goto mismatch;
-        v->d = in->type == KL_COL_FLOAT32 ? (double)(float)it->valuedouble : it->valuedouble;
-        return KL_OK;
-    case KL_COL_BOOL:
-        if (cJSON_IsBool(it)) v->i = cJSON_IsTrue(it);
-        else if (cJSON_IsNumber(it) && (it->valuedouble == 0 || it->valuedouble == 1)) v->i = (int64_t)it->valuedouble;
-        else goto mismatch;
-        v->d = (double)v->i;
-        return KL_OK;
-    default:
-        break;
+    case KL_COL_STRING: case KL_COL_BINARY: v->s = x.s; v->n = x.n; break;
+    case KL_COL_FLOAT32: v->d = (double)(float)x.d; break;
+    case KL_COL_FLOAT64: v->d = x.d; break;
+    default: v->i = x.i; v->d = (double)x.i; break;
     }
-    /* integer-like */
-    if (cJSON_IsNumber(it)) {
-        double d = it->valuedouble;
-        if (!(d >= -9007199254740992.0 && d <= 9007199254740992.0) || d != floor(d)) goto mismatch;
-        v->i = (int64_t)d;
-    } else if (cJSON_IsString(it)) {
-        if (kl_json_string_len(it) != strlen(it->valuestring)) goto mismatch; /* a \u0000 inside */
-        if (in->type == KL_COL_TIMESTAMP || in->type == KL_COL_DATE) {
-            if (parse_time(it->valuestring, in->type == KL_COL_DATE, &v->i)) goto mismatch;
-        } else if (kl_parse_int64(it->valuestring, &v->i)) {
-            goto mismatch;
-        }
-    } else {
-        goto mismatch;
-    }
-    if (in->type == KL_COL_INT32 && (v->i < INT32_MIN || v->i > INT32_MAX)) goto mismatch;
-    v->d = (double)v->i;
     return KL_OK;
-mismatch:
-    return kl_err_set(e, KL_ETYPE, "field %s: expected %s, got %s", in->column, kl_col_type_name(in->type),
-                      cJSON_IsString(it) ? "a string that does not parse"
-                      : cJSON_IsNumber(it) ? "a number out of range or not integral"
-                      : cJSON_IsBool(it)   ? "a boolean"
-                      : cJSON_IsObject(it) ? "an object"
-                      : cJSON_IsArray(it)  ? "an array" : "another JSON type");
 }
 
 const char *kl__fval_key(const fin *in, const fval *v, char *buf, size_t *n) {
@@ -281,7 +226,7 @@ double kl__datepart(dp_part p, int64_t us) {
     if (p == DP_MONTH) return m;
     if (p == DP_YEAR) return (double)y;
     /* day of year, 1-based */
-    return (double)(days - days_from_civil(y, 1, 1) + 1);
+    return (double)(days - kl_days_from_civil(y, 1, 1) + 1);
 }
 
 /* ==================================================================

@@ -289,7 +289,9 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     int rc = KL_OK;
     if (!(frac > 0 && frac <= 1)) { rc = kl_node_error(kl_node_get(c->cfg[s], "train_fraction"), e, KL_EINVAL, "train_fraction: in (0, 1]"); goto done; }
     if (*ref && strcmp(ref, "clickgen")) { rc = kl_node_error(kl_node_get(c->cfg[s], "reference"), e, KL_EINVAL, "reference: clickgen (the click log's true probability) or absent"); goto done; }
-    if ((rc = kl_features_spec_load(spec, &f, e)) || (rc = kl_features_read_data(vdir, f, 1, &cols, &ncols, e))) goto done;
+    if ((rc = kl_features_spec_load(spec, &f, e)) || (rc = kl_features_bind_dataset(f, vdir, e)) ||
+        (rc = kl_features_read_data(vdir, f, 1, &cols, &ncols, e)))
+        goto done;
     /* fit on the first rows only (the training part of a time-ordered log) */
     size_t rows = ncols ? cols[0]->len : 0, keep = (size_t)ceil(frac * (double)rows);
     if (!(lens = calloc(ncols + 1, sizeof *lens))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
