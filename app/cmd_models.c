@@ -5,6 +5,7 @@
 #include "app.h"
 
 #include <cjson/cJSON.h>
+#include <keel/data.h>
 #include <keel/track.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,21 +287,10 @@ static const app_cmd_spec hist_spec = {"models history", "keel models history NA
                                        "Alias history of a model: every change with its time.", NULL, hist_opts,
                                        KL_ARRAY_LEN(hist_opts), 1, 1};
 
-/* "2026-11-29T21:04:14Z" / "2026-11-29T21:04:14.123456Z" / "2026-11-29 21:04:14" / µs. */
+/* An ISO 8601 time (naive = UTC; the one timestamp grammar of ingest) or µs. */
 static int parse_time(const char *s, int64_t *us) {
     if (!kl_parse_int64(s, us)) return 0;
-    int Y, M, D, h = 0, m = 0;
-    double sec = 0;
-    if (sscanf(s, "%d-%d-%d%*[T ]%d:%d:%lf", &Y, &M, &D, &h, &m, &sec) < 3) return -1;
-    /* days from civil (Howard Hinnant) */
-    int y = Y - (M <= 2);
-    int era = (y >= 0 ? y : y - 399) / 400;
-    unsigned yoe = (unsigned)(y - era * 400);
-    unsigned doy = (unsigned)((153 * (M + (M > 2 ? -3 : 9)) + 2) / 5 + D - 1);
-    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    int64_t days = (int64_t)era * 146097 + (int64_t)doe - 719468;
-    *us = ((days * 86400 + h * 3600 + m * 60) * 1000000LL) + (int64_t)(sec * 1e6 + 0.5);
-    return 0;
+    return kl_parse_timestamp(s, strlen(s), NULL, us) ? -1 : 0;
 }
 
 static int models_history(int argc, char **argv) {
