@@ -2,7 +2,8 @@
 # make fuzz: builds libkeel with clang's fuzzer instrumentation and ASan, then
 # runs every fuzz/fuzz_*.c target for FUZZ_SECONDS (default 600) each, with
 # its seed corpus fuzz/corpus/<target>/ when present. FUZZ=name runs one.
-# Findings (crash-*, leak-*, timeout-*) land in build/fuzz/<target>/.
+# Findings (crash-*, leak-*, timeout-*) land in build/fuzz/<target>/. Then the
+# raw-value grammar property test runs long (FUZZ=grammar_property alone).
 set -u
 cd "$(dirname "$0")/.."
 secs=${FUZZ_SECONDS:-600}
@@ -23,4 +24,13 @@ for src in fuzz/fuzz_*.c; do
     > "$out/log.txt" 2>&1 || { echo "FINDING in $name: see $out/log.txt"; rc=1; }
   tail -3 "$out/log.txt"
 done
+# The raw-value grammar property test (tests/unit/feature/test_grammar_property.c),
+# long: PROPERTY_RECORDS records (default 500000) with a seed from the clock.
+if [ -z "${FUZZ:-}" ] || [ "$FUZZ" = grammar_property ]; then
+  make --no-print-directory -j"$(nproc)" build/keel-unit >/dev/null || exit 1
+  seed=${PROPERTY_SEED:-$(date +%s)}
+  echo "grammar property: ${PROPERTY_RECORDS:-500000} records, seed $seed"
+  KEEL_PROPERTY_RECORDS=${PROPERTY_RECORDS:-500000} KEEL_PROPERTY_SEED=$seed \
+    build/keel-unit feature_grammar_property 2>&1 | tail -3 | grep -q '^PASS' || { echo "FINDING in grammar property (seed $seed)"; rc=1; }
+fi
 exit $rc
