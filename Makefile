@@ -103,10 +103,12 @@ quickstart: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@bash tools/quickstart.sh $(BUILD)
 
-# The command reference docs/commands.md, generated from every command's --help
-# (tests/integration/docs_commands.sh fails when it is stale).
+# The command reference docs/commands.md, generated from every command's --help,
+# and the README's tour, run for real (tests/integration/docs_commands.sh and
+# docs_tour.sh fail when either is stale).
 docs: $(KEEL)
 	@bash tools/gen-command-docs.sh $(KEEL) docs/commands.md
+	@/usr/bin/python3 tools/gen-tour.py $(KEEL) README.md
 
 bench: deps
 	@$(MAKE) --no-print-directory all OPT=-O3

@@ -14,7 +14,7 @@
  * Binding
  * ================================================================== */
 
-static int type_ok(kl_col_type declared, kl_col_type have) {
+int kl__features_type_ok(kl_col_type declared, kl_col_type have) {
     return declared == have || (declared == KL_COL_INT64 && have == KL_COL_INT32);
 }
 
@@ -37,7 +37,7 @@ int kl__features_bind(const kl_features *f, kl_column *const *cols, size_t ncols
             kl_buf_free(&b);
             return rc;
         }
-        if (!type_ok(t, c->type))
+        if (!kl__features_type_ok(t, c->type))
             return kl_err_set(e, KL_ETYPE, "column '%s' is %s in the data, the spec declares %s", name,
                               kl_col_type_name(c->type), kl_col_type_name(t));
         if (n != (size_t)-1 && c->len != n) return kl_err_set(e, KL_ESHAPE, "column '%s' has %zu rows, others %zu", name, c->len, n);

@@ -126,6 +126,9 @@ const char *kl__fval_key(const fin *in, const fval *v, char *buf, size_t *n);
 /* Value of a record field into an fval: the ingest grammar of the input's
  * raw field (kl_json_cell_parse); d: the null tokens (NULL: none). */
 int kl__fval_from_json(const fin *in, const kl_dialect *d, const void *cjson_obj, fval *v, kl_err *e);
+/* Whether data of column type `have` feeds an input declared `declared`
+ * (the same type, or int32 data for an int64 input). */
+int kl__features_type_ok(kl_col_type declared, kl_col_type have);
 /* Points every input (and fin) at its field of f->raw; checks the types. */
 int kl__features_bind_raw(kl_features *f, kl_err *e);
 static inline const kl_dialect *kl__features_nulls(const kl_features *f) { return f->raw ? &f->raw->dialect : NULL; }

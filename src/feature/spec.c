@@ -351,7 +351,7 @@ int kl__features_bind_raw(kl_features *f, kl_err *e) {
         fcol *c = &f->inputs[i];
         int j = f->raw ? kl_schema_find(f->raw, c->name) : -1;
         c->raw = j < 0 ? NULL : &f->raw->fields[j];
-        if (c->raw && kl_type_column(c->raw->type) != c->type)
+        if (c->raw && !kl__features_type_ok(c->type, kl_type_column(c->raw->type)))
             return kl_err_set(e, KL_ETYPE, "column '%s' is %s in the dataset's schema, the spec declares %s", c->name,
                               kl_type_name(c->raw->type), kl_col_type_name(c->type));
     }
