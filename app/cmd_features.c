@@ -132,16 +132,19 @@ static int apply(int argc, char **argv) {
     double tr = (double)(t1 - t0) / 1e9, ta = (double)(t2 - t1) / 1e9, tw = (double)(kl_time_mono_ns() - t2) / 1e9;
     if (app_flag(&a, "json"))
         printf("{\"rows\": %llu, \"outputs\": %zu, \"feature_hash\": \"%s\", \"out\": \"%s\", \"read_s\": %.3f, \"apply_s\": %.3f, "
-               "\"write_s\": %.3f, \"unknown\": %llu, \"null_filled\": %llu, \"div_zero\": %llu, \"clamped\": %llu, \"empty_window\": %llu}\n",
+               "\"write_s\": %.3f, \"unknown\": %llu, \"null_filled\": %llu, \"div_zero\": %llu, \"clamped\": %llu, \"empty_window\": %llu, "
+               "\"label_dropped\": %llu}\n",
                (unsigned long long)cnt.rows, kl_features_width(f), kl_features_hash(f), path, tr, ta, tw,
                (unsigned long long)cnt.unknown, (unsigned long long)cnt.null_filled, (unsigned long long)cnt.div_zero,
-               (unsigned long long)cnt.clamped, (unsigned long long)cnt.empty_window);
+               (unsigned long long)cnt.clamped, (unsigned long long)cnt.empty_window, (unsigned long long)cnt.label_dropped);
     else
         printf("%llu rows, %zu outputs → %s\nread %.3f s, apply %.3f s, write %.3f s\n"
                "fallbacks: unknown category %llu, nulls filled %llu, zero denominators %llu, clamped %llu, empty windows %llu\n",
                (unsigned long long)cnt.rows, kl_features_width(f), path, tr, ta, tw, (unsigned long long)cnt.unknown,
                (unsigned long long)cnt.null_filled, (unsigned long long)cnt.div_zero, (unsigned long long)cnt.clamped,
                (unsigned long long)cnt.empty_window);
+    if (!app_flag(&a, "json") && cnt.label_dropped)
+        printf("rows with a null label left out: %llu (label nulls: drop)\n", (unsigned long long)cnt.label_dropped);
     free(path);
     kl_features_free_columns(res, nres);
     kl_features_free_columns(cols, ncols);

@@ -91,6 +91,7 @@ typedef struct {
     uint64_t div_zero;       /* ratio with a zero denominator → on_zero */
     uint64_t clamped;        /* log1p of a negative value → log1p(0) */
     uint64_t empty_window;   /* window with too few earlier events → empty */
+    uint64_t label_dropped;  /* rows left out: null label (label nulls: drop, the default) */
 } kl_features_counts;
 
 /* ==================================================================
@@ -101,7 +102,8 @@ typedef struct {
  * checked). *out: kl_features_width() new columns named by slot and typed by
  * the slot dtype, plus the label column (a copy) when the spec has one, in
  * that order (*nout of them; free each with kl_column_free and the array with
- * free). Multi-threaded over rows (pool NULL = default); the result does not
+ * free). Rows whose label is null are dropped (counted in label_dropped),
+ * refused or filled, as the spec's label `nulls` says. Multi-threaded over rows (pool NULL = default); the result does not
  * depend on the thread count or on the order of the rows. */
 int kl_features_apply(const kl_features *f, kl_column *const *cols, size_t ncols, kl_pool *pool,
                       kl_column ***out, size_t *nout, kl_features_counts *counts, kl_err *e);

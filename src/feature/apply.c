@@ -408,6 +408,61 @@ done:
     return rc;
 }
 
+/* Keeps the rows r with keep[r] of a slot column (numeric: slots never hold strings). */
+static void keep_rows(kl_column *c, const uint8_t *keep, size_t n) {
+    size_t w = kl_col_type_size(c->type), m = 0;
+    uint8_t *v = c->values;
+    for (size_t r = 0; r < n; r++)
+        if (keep[r]) { if (m != r) memcpy(v + m * w, v + r * w, w); m++; }
+    c->len = m;
+}
+
+/* The label column after the slots: copied, with its null rows dropped (and
+ * the slots' rows with them, counted), refused, or filled, as the spec's
+ * label nulls says. */
+static int copy_label(const kl_features *f, const kl_column *label, size_t n, kl_column **slots,
+                      kl_features_counts *counts, kl_err *e) {
+    size_t nulls = label->valid ? kl_column_null_count(label) : 0;
+    if (nulls && f->label_nulls == LABEL_FAIL) {
+        size_t r = 0;
+        while (!kl_column_is_null(label, r)) r++;
+        return kl_err_set(e, KL_EINVAL, "label %s is null in row %zu (%zu null labels; label nulls: fail)", f->label, r, nulls);
+    }
+    int drop = nulls && f->label_nulls == LABEL_DROP;
+    int numeric = label->type != KL_COL_STRING && label->type != KL_COL_BINARY;
+    if (f->label_nulls == LABEL_FILL && !numeric) return kl_err_set(e, KL_ETYPE, "label %s: fill needs a numeric label", f->label);
+    kl_column *lc = NULL;
+    int rc = kl_column_new(label->name, label->type, nulls && !drop && f->label_nulls != LABEL_FILL, n - (drop ? nulls : 0), &lc, e);
+    if (rc) return rc;
+    slots[f->width] = lc;
+    for (size_t r = 0; r < n && !rc; r++) {
+        if (kl_column_is_null(label, r)) {
+            if (drop) continue;
+            if (f->label_nulls != LABEL_FILL) rc = kl_column_push_null(lc);
+            else if (label->type == KL_COL_FLOAT32 || label->type == KL_COL_FLOAT64) rc = kl_column_push_f64(lc, f->label_fill);
+            else rc = kl_column_push_i64(lc, (int64_t)f->label_fill);
+        } else if (label->type == KL_COL_FLOAT32 || label->type == KL_COL_FLOAT64) {
+            rc = kl_column_push_f64(lc, kl_column_get_f64(label, r));
+        } else if (!numeric) {
+            size_t sn;
+            const char *s = kl_column_get_str(label, r, &sn);
+            rc = kl_column_push_str(lc, s, sn);
+        } else {
+            rc = kl_column_push_i64(lc, kl_column_get_i64(label, r));
+        }
+    }
+    if (rc) return kl_err_set(e, rc, "copying the label column");
+    if (drop) {
+        uint8_t *keep = malloc(n ? n : 1);
+        if (!keep) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        for (size_t r = 0; r < n; r++) keep[r] = !kl_column_is_null(label, r);
+        for (size_t s = 0; s < f->width; s++) keep_rows(slots[s], keep, n);
+        free(keep);
+        if (counts) { counts->label_dropped = nulls; counts->rows = n - nulls; }
+    }
+    return KL_OK;
+}
+
 int kl_features_apply(const kl_features *f, kl_column *const *cols, size_t ncols, kl_pool *pool,
                       kl_column ***out, size_t *nout, kl_features_counts *counts, kl_err *e) {
     *out = NULL;
@@ -426,18 +481,7 @@ int kl_features_apply(const kl_features *f, kl_column *const *cols, size_t ncols
     if (counts) memset(counts, 0, sizeof *counts);
     if ((rc = apply_range(f, 0, f->nf, in, n, slots, pool, counts, e))) goto fail;
     if (counts) counts->rows = n;
-    if (label) {
-        kl_column *lc = NULL;
-        if ((rc = kl_column_new(label->name, label->type, label->valid != NULL, n, &lc, e))) goto fail;
-        slots[f->width] = lc;
-        for (size_t r = 0; r < n && !rc; r++) {
-            if (kl_column_is_null(label, r)) rc = kl_column_push_null(lc);
-            else if (label->type == KL_COL_FLOAT32 || label->type == KL_COL_FLOAT64) rc = kl_column_push_f64(lc, kl_column_get_f64(label, r));
-            else if (label->type == KL_COL_STRING || label->type == KL_COL_BINARY) { size_t sn; const char *s = kl_column_get_str(label, r, &sn); rc = kl_column_push_str(lc, s, sn); }
-            else rc = kl_column_push_i64(lc, kl_column_get_i64(label, r));
-        }
-        if (rc) { rc = kl_err_set(e, rc, "copying the label column"); goto fail; }
-    }
+    if (label && (rc = copy_label(f, label, n, slots, counts, e))) goto fail;
     free(in);
     *out = slots;
     *nout = total;

@@ -70,10 +70,14 @@ typedef struct {
     const kl_field *raw;  /* its field of kl_features.raw, or NULL */
 } fcol;
 
+/* What apply does with a row whose label is null. */
+typedef enum { LABEL_DROP, LABEL_FAIL, LABEL_FILL } label_nulls;
+
 struct kl_features {
     feat *f; size_t nf;
     fcol *inputs; size_t ninputs;
     char *label; kl_col_type label_type; int has_label;
+    label_nulls label_nulls; double label_fill;   /* label: {nulls: drop|fail|fill, fill: V} */
     size_t width;
     char **slot_names;
     int fitted;

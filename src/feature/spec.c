@@ -385,6 +385,45 @@ int kl_features_bind_schema(kl_features *f, const kl_schema *s, kl_err *e) {
     return rc;
 }
 
+/* label: {column, type, nulls: drop (default) | fail | fill, fill: V}. A
+ * features.json (from_json) also carries "nullable": false, the form labels
+ * had before nulls existed; in a spec nullable is refused (it meant nothing). */
+static int parse_label(const kl_node *n, int from_json, kl_features *f, kl_err *e) {
+    static const char *const keys[] = {"column", "type", "nulls", "fill", "nullable"};
+    static const char *const policies[] = {"drop", "fail", "fill"};
+    int rc;
+    if (kl_node_kind_of(n) != KL_NODE_MAP) return kl_node_error(n, e, KL_EINVAL, "expected a map {column, type, nulls, fill}");
+    if ((rc = kl_spec_check_keys(n, keys, KL_ARRAY_LEN(keys) - (from_json ? 0 : 1), e))) return rc;
+    const kl_node *c;
+    const char *s;
+    if ((rc = kl_spec_require(n, "column", &c, e)) || (rc = kl_node_str(c, &s, e))) return rc;
+    if (!(f->label = strdup(s))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if ((rc = kl_spec_require(n, "type", &c, e)) || (rc = parse_type(c, &f->label_type, e))) return rc;
+    f->has_label = 1;
+    const kl_node *fl = kl_node_get(n, "fill");
+    f->label_nulls = fl ? LABEL_FILL : LABEL_DROP;
+    if ((c = kl_node_get(n, "nulls"))) {
+        if ((rc = kl_node_str(c, &s, e))) return rc;
+        int k = 0;
+        while (k < 3 && strcmp(s, policies[k])) k++;
+        if (k == 3) {
+            const char *sg = kl_suggest(s, policies, 3);
+            return kl_node_error(c, e, KL_EINVAL, "'%s' is not drop, fail or fill%s%s%s", s,
+                                 sg ? " (did you mean '" : "", sg ? sg : "", sg ? "'?)" : "");
+        }
+        f->label_nulls = (label_nulls)k;
+        if (fl && k != LABEL_FILL) return kl_node_error(fl, e, KL_EINVAL, "label fill applies with nulls: fill");
+        if (!fl && k == LABEL_FILL) return kl_node_error(c, e, KL_EINVAL, "label nulls: fill needs a fill value");
+    }
+    if (fl) {
+        if ((rc = kl_node_double(fl, &f->label_fill, e))) return rc;
+        if (!isfinite(f->label_fill)) return kl_node_error(fl, e, KL_EINVAL, "fill must be finite");
+        if (f->label_type != KL_COL_FLOAT32 && f->label_type != KL_COL_FLOAT64 && f->label_fill != floor(f->label_fill))
+            return kl_node_error(fl, e, KL_EINVAL, "fill of a %s label must be a whole number", kl_col_type_name(f->label_type));
+    }
+    return KL_OK;
+}
+
 static int parse_set(const kl_node *root, kl_features **out, kl_err *e) {
     static const char *const top_keys[] = {"features", "label", "format", "library_version",
                                            "feature_hash", "outputs", "measured", "width", "raw"};
@@ -411,13 +450,7 @@ static int parse_set(const kl_node *root, kl_features **out, kl_err *e) {
         if (F->has_value && (rc = add_input(f, &F->value, e))) goto fail;
     }
     const kl_node *lb = kl_node_get(root, "label");
-    if (lb && kl_node_kind_of(lb) != KL_NODE_NULL) {
-        fin l = {0};
-        if ((rc = parse_fin(lb, &l, e))) { free(l.column); goto fail; }
-        f->label = l.column;
-        f->label_type = l.type;
-        f->has_label = 1;
-    }
+    if (lb && kl_node_kind_of(lb) != KL_NODE_NULL && (rc = parse_label(lb, kl_node_get(root, "format") != NULL, f, e))) goto fail;
     const kl_node *rn = kl_node_get(root, "raw");
     if (rn && kl_node_kind_of(rn) != KL_NODE_NULL &&
         ((rc = kl_schema_from_node(rn, &f->raw, e)) || (rc = kl__features_bind_raw(f, e)))) {
@@ -543,10 +576,17 @@ static void put_raw(kl_buf *b, const kl_features *f) {
     if (kl_schema_json(f->raw, NULL, 0, b)) b->failed = 1;
 }
 
+/* The label as before nulls existed ({column, type, nullable: false}, so
+ * sets that drop null labels keep their hash), plus the policy otherwise. */
 static void put_label(kl_buf *b, const kl_features *f) {
     if (!f->has_label) { kl_buf_puts(b, "null"); return; }
     fin l = {.column = f->label, .type = f->label_type};
     put_fin(b, &l);
+    if (f->label_nulls == LABEL_DROP) return;
+    b->len--; /* reopen the object */
+    kl_buf_printf(b, ",\"nulls\":\"%s\"", f->label_nulls == LABEL_FAIL ? "fail" : "fill");
+    if (f->label_nulls == LABEL_FILL) { kl_buf_puts(b, ",\"fill\":"); put_num(b, f->label_fill); }
+    kl_buf_puts(b, "}");
 }
 
 char *kl_features_canonical(const kl_features *f) {

@@ -517,3 +517,75 @@ KL_TEST(feature_store_concurrent) {
     free_cols(c, NC);
     kl_features_free(f);
 }
+
+/* label: {nulls: drop|fail|fill}: a null label is dropped with its row by
+ * default (counted), refused, or filled; `nullable` on a label (accepted and
+ * ignored before) is refused with the keys that exist; the default keeps the
+ * hash labels had before. */
+KL_TEST(feature_label_nulls) {
+    kl_err e = {0};
+    kl_column *c[2] = {NULL, NULL};
+    KT_OK(kl_column_new("x", KL_COL_FLOAT64, 0, 4, &c[0], &e), &e);
+    KT_OK(kl_column_new("y", KL_COL_INT32, 1, 4, &c[1], &e), &e);
+    for (int i = 0; i < 4; i++) {
+        KT_OK(kl_column_push_f64(c[0], i + 0.5), &e);
+        KT_OK(i == 1 ? kl_column_push_null(c[1]) : kl_column_push_i64(c[1], i), &e);
+    }
+    const char *specs[3] = {"label: {column: y, type: int32}\nfeatures:\n  - {name: a, transform: passthrough, input: x, type: float64}\n",
+                            "label: {column: y, type: int32, nulls: fail}\nfeatures:\n  - {name: a, transform: passthrough, input: x, type: float64}\n",
+                            "label: {column: y, type: int32, fill: 7}\nfeatures:\n  - {name: a, transform: passthrough, input: x, type: float64}\n"};
+    kl_features *f = NULL;
+    kl_column **out = NULL;
+    size_t nout = 0;
+    kl_features_counts cnt;
+    /* drop (default): rows 0, 2, 3 remain in every output column */
+    KT_OK(kl_features_spec_parse(specs[0], strlen(specs[0]), "s0", &f, &e), &e);
+    KT_OK(kl_features_fit(f, c, 2, &e), &e);
+    char *canon = kl_features_canonical(f);
+    KT_CONTAINS(canon, "\"label\":{\"column\":\"y\",\"type\":\"int32\",\"nullable\":false},");
+    free(canon);
+    KT_OK(kl_features_apply(f, c, 2, NULL, &out, &nout, &cnt, &e), &e);
+    KT_EQ_INT(cnt.label_dropped, 1);
+    KT_EQ_INT(cnt.rows, 3);
+    KT_EQ_INT(out[0]->len, 3);
+    KT_EQ_INT(out[1]->len, 3);
+    KT_CHECK(((float *)out[0]->values)[1] == 2.5f && kl_column_get_i64(out[1], 1) == 2);
+    for (size_t i = 0; i < nout; i++) kl_column_free(out[i]);
+    free(out);
+    kl_features_free(f);
+    /* fail: the error names the label and the row */
+    KT_OK(kl_features_spec_parse(specs[1], strlen(specs[1]), "s1", &f, &e), &e);
+    KT_OK(kl_features_fit(f, c, 2, &e), &e);
+    KT_EQ_INT(kl_features_apply(f, c, 2, NULL, &out, &nout, &cnt, &e), KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "label y is null in row 1");
+    kl_features_free(f);
+    /* fill: every row, the null one as 7; the policy is in the hash */
+    KT_OK(kl_features_spec_parse(specs[2], strlen(specs[2]), "s2", &f, &e), &e);
+    KT_OK(kl_features_fit(f, c, 2, &e), &e);
+    canon = kl_features_canonical(f);
+    KT_CONTAINS(canon, "\"nulls\":\"fill\",\"fill\":7}");
+    free(canon);
+    KT_OK(kl_features_apply(f, c, 2, NULL, &out, &nout, &cnt, &e), &e);
+    KT_EQ_INT(out[1]->len, 4);
+    KT_EQ_INT(kl_column_get_i64(out[1], 1), 7);
+    KT_CHECK(out[1]->valid == NULL || !kl_column_is_null(out[1], 1));
+    const char *fj = kt_path("f.json");
+    KT_OK(kl_features_save(f, fj, &e), &e);
+    kl_features *g = NULL;
+    KT_OK(kl_features_load(fj, &g, &e), &e);
+    KT_EQ_STR(kl_features_hash(g), kl_features_hash(f));
+    kl_features_free(g);
+    for (size_t i = 0; i < nout; i++) kl_column_free(out[i]);
+    free(out);
+    kl_features_free(f);
+    /* keys that mean nothing for a label are refused, naming the place */
+    const char *bad = "label: {column: y, type: int32, fill: 0, nullable: false}\nfeatures:\n  - {name: a, transform: passthrough, input: x, type: float64}\n";
+    KT_CHECK(kl_features_spec_parse(bad, strlen(bad), "bad.yaml", &f, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "bad.yaml:1:");
+    KT_CONTAINS(kl_err_what(&e), "nullable");
+    const char *bad2 = "label: {column: y, type: int32, nulls: zero}\nfeatures:\n  - {name: a, transform: passthrough, input: x, type: float64}\n";
+    KT_CHECK(kl_features_spec_parse(bad2, strlen(bad2), "bad2.yaml", &f, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "'zero' is not drop, fail or fill");
+    kl_column_free(c[0]);
+    kl_column_free(c[1]);
+}
