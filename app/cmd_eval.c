@@ -1,9 +1,12 @@
 /* keel eval: evaluates a trained model folder on .npy data or on its Parquet
- * source (a split of the dataset it was trained on): accuracy, AUC and ROC
- * points (binary), loss and the confusion matrix. */
+ * source (a split of the dataset it was trained on): loss, accuracy, the
+ * confusion matrix and per-class precision/recall/F1; for binary models AUC,
+ * ROC and PR points, calibration and thresholds; for regression MAE, RMSE and
+ * R2 against the mean predictor (src/train/metrics.c). */
 #include "app.h"
 
 #include <keel/train.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const app_opt opts[] = {
@@ -12,11 +15,14 @@ static const app_opt opts[] = {
     {"split", 0, 1, "NAME", "split of the Parquet source: test (default), val, train or all", 0},
     {"shards", 0, 1, "DIR", "an image shard set (keel pack) instead of --data", 0},
     {"logits", 0, 1, "FILE.npy", "also write the model outputs (rows, outputs) as .npy", 0},
-    {"roc", 0, 0, NULL, "with --json: include the ROC points (fpr, tpr, threshold)", 0},
+    {"roc", 0, 0, NULL, "with --json: include the ROC and precision-recall points", 0},
+    {"threshold", 0, 1, "P", "binary: also precision/recall/F1 at this probability threshold (the F1-optimal one is always shown)", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
-static const app_cmd_spec spec = {"eval", "keel eval DIR [--data X.npy,y.npy | --dataset PATH [--split test] | --shards DIR] [--logits OUT.npy] [--json [--roc]]",
-                                  "Evaluate a model trained by keel train: accuracy / AUC / loss and a confusion matrix.",
+static const app_cmd_spec spec = {"eval", "keel eval DIR [--data X.npy,y.npy | --dataset PATH [--split test] | --shards DIR] [--threshold P] [--logits OUT.npy] [--json [--roc]]",
+                                  "Evaluate a model trained by keel train: loss, accuracy, AUC, precision/recall/F1 per class,\n"
+                                  "calibration (Brier, ECE, reliability) and thresholds for binary models, MAE/RMSE/R2 against\n"
+                                  "the mean predictor for regression, and a confusion matrix.",
                                   "Without --data the rows come from the model's Parquet source (data.dataset in its\n"
                                   "spec) and the split named by --split (the spec's data.split decides the rows).",
                                   opts, KL_ARRAY_LEN(opts), 1, 1};
@@ -46,6 +52,13 @@ int cmd_eval(int argc, char **argv) {
     o.split = app_get(&a, "split");
     o.logits_out = app_get(&a, "logits");
     o.with_roc = app_flag(&a, "roc");
+    const char *th = app_get(&a, "threshold");
+    if (th) {
+        char *end;
+        o.threshold = strtod(th, &end);
+        if (*end || !(o.threshold >= 0 && o.threshold <= 1)) return app_usage_error(&spec, "--threshold takes a probability in [0, 1]");
+        o.has_threshold = 1;
+    }
     if (kl_train_eval_print(a.pos[0], &o, app_flag(&a, "json"), stdout, &e)) return app_fail(&e);
     return APP_EXIT_OK;
 }

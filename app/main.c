@@ -11,7 +11,7 @@ static const app_command commands[] = {
     {"data", "look at datasets: head, show, stats, validate, report", cmd_data},
     {"datagen", "generate deterministic synthetic data sets (defects: metal-surface images)", cmd_datagen},
     {"doctor", "check whether this machine is ready for AI work", cmd_doctor},
-    {"eval", "evaluate a trained model: accuracy, AUC, loss, confusion matrix", cmd_eval},
+    {"eval", "evaluate a trained model: loss, accuracy, AUC, per-class F1, calibration, regression errors", cmd_eval},
     {"features", "fit, apply and serve declared features (offline == online)", cmd_features},
     {"ingest", "validate CSV/JSONL sources and publish a Parquet dataset version", cmd_ingest},
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},

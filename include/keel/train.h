@@ -78,12 +78,19 @@ typedef struct {
     int with_roc;                 /* kl_train_eval_print --json: include the ROC points */
     const char *reference_column; /* Parquet source: also the AUC of this score column on the same
                                      rows ("reference_auc"), e.g. the generator's true probability */
+    int has_threshold;            /* binary: also the metrics at this probability threshold */
+    double threshold;             /* ("at_threshold"; the F1-optimal one is always reported) */
 } kl_eval_opts;
 
 /* Evaluates a model folder; *out_cjson (a cJSON object, caller frees with
  * cJSON_Delete) = {"rows","loss","accuracy","auc" (binary),"roc":{"fpr",
  * "tpr","threshold"} (binary),"confusion":[[..]] (rows: true class),
- * "dataset","split","dataset_version","feature_hash","reference_auc" (Parquet source)}. */
+ * "dataset","split","dataset_version","feature_hash","reference_auc" (Parquet source),
+ * classification: "per_class":[{class,precision,recall,f1,support}],"macro_f1";
+ * binary: "brier","ece","reliability":[{lo,hi,count,mean_probability,
+ * fraction_positive}],"pr":{"precision","recall","threshold"},"average_precision",
+ * "best_f1_threshold" and "at_threshold" ({threshold,precision,recall,f1,accuracy});
+ * regression (mse loss): "mae","rmse","r2","baseline":{predictor,mean,mae,rmse}}. */
 int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, kl_err *e);
 /* The same, printed (json: one line). */
 int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *out, kl_err *e);

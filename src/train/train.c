@@ -1180,6 +1180,14 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
             sl[i].s = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
             sl[i].pos = K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f;
         }
+        double *sc = malloc((size_t)(d.n + 1) * sizeof *sc);
+        uint8_t *ps = malloc((size_t)(d.n + 1));
+        if (!sc || !ps) { free(sc); free(ps); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        for (int64_t i = 0; i < d.n; i++) { sc[i] = sl[i].s; ps[i] = (uint8_t)sl[i].pos; }
+        rc = kl__eval_binary(sc, ps, d.n, o->has_threshold ? o->threshold : -1, o->roc_points ? o->roc_points : 101, j);
+        free(sc);
+        free(ps);
+        if (rc) { rc = kl_err_set(e, rc, "out of memory"); goto fail; }
         cJSON *roc = cJSON_CreateObject();
         double auc = auc_roc(sl, d.n, o->roc_points ? o->roc_points : 101, roc);
         if (!isnan(auc)) { cJSON_AddNumberToObject(j, "auc", auc); cJSON_AddItemToObject(j, "roc", roc); }
@@ -1210,7 +1218,9 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
             for (int64_t b = 0; b < C; b++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)cm[a * C + b]));
             cJSON_AddItemToArray(ca, row);
         }
+        kl__eval_classes(cm, C, j);
     }
+    if (s->loss == TR_LOSS_MSE && d.yf) kl__eval_regression(all, d.yf, d.n * K, j);
     *out_cjson = j;
     j = NULL;
     rc = KL_OK;
@@ -1227,6 +1237,44 @@ fail:
     return rc;
 }
 
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+static void print_at(const cJSON *j, const char *key, const char *label, FILE *out) {
+    const cJSON *t = cJSON_GetObjectItem(j, key);
+    if (t)
+        fprintf(out, "%-9s p >= %.4f: precision %.4f, recall %.4f, F1 %.4f, accuracy %.2f%%\n", label, num(t, "threshold"),
+                num(t, "precision"), num(t, "recall"), num(t, "f1"), 100 * num(t, "accuracy"));
+}
+
+/* The metrics of src/train/metrics.c, as text. */
+static void print_metrics(const cJSON *j, FILE *out) {
+    const cJSON *b = cJSON_GetObjectItem(j, "baseline");
+    if (cJSON_GetObjectItem(j, "mae")) {
+        fprintf(out, "mae       %.6g   (mean predictor %.6g)\nrmse      %.6g   (mean predictor %.6g)\n", num(j, "mae"),
+                num(b, "mae"), num(j, "rmse"), num(b, "rmse"));
+        if (cJSON_GetObjectItem(j, "r2")) fprintf(out, "r2        %.4f   (mean predictor 0)\n", num(j, "r2"));
+    }
+    if (cJSON_GetObjectItem(j, "brier")) {
+        fprintf(out, "brier     %.4f\nece       %.4f   (10 bins)\n", num(j, "brier"), num(j, "ece"));
+        if (cJSON_GetObjectItem(j, "average_precision")) fprintf(out, "avg prec  %.4f\n", num(j, "average_precision"));
+        print_at(j, "best_f1_threshold", "best F1", out);
+        print_at(j, "at_threshold", "threshold", out);
+    }
+    const cJSON *pc = cJSON_GetObjectItem(j, "per_class");
+    int C = cJSON_GetArraySize(pc);
+    if (pc && C <= 32) {
+        fprintf(out, "class  precision  recall      f1  support\n");
+        for (int c = 0; c < C; c++) {
+            const cJSON *o = cJSON_GetArrayItem(pc, c);
+            fprintf(out, "%5d  %9.4f  %6.4f  %6.4f  %7.0f\n", c, num(o, "precision"), num(o, "recall"), num(o, "f1"), num(o, "support"));
+        }
+        if (cJSON_GetObjectItem(j, "macro_f1")) fprintf(out, "macro F1  %.4f\n", num(j, "macro_f1"));
+    }
+}
+
 int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *out, kl_err *e) {
     void *res = NULL;
     int rc = kl_train_evaluate(dir, o, &res, e);
@@ -1236,6 +1284,9 @@ int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *
         cJSON *roc = cJSON_DetachItemFromObject(j, "roc");
         if (roc && !o->with_roc) cJSON_Delete(roc);
         else if (roc) cJSON_AddItemToObject(j, "roc", roc);
+        cJSON *pr = cJSON_DetachItemFromObject(j, "pr");   /* curves only when asked, as the ROC */
+        if (pr && !o->with_roc) cJSON_Delete(pr);
+        else if (pr) cJSON_AddItemToObject(j, "pr", pr);
         char *t = cJSON_PrintUnformatted(j);
         fprintf(out, "%s\n", t ? t : "{}");
         free(t);
@@ -1245,6 +1296,7 @@ int kl_train_eval_print(const char *dir, const kl_eval_opts *o, int json, FILE *
         fprintf(out, "rows      %.0f\nloss      %.4f\n", cJSON_GetObjectItem(j, "rows")->valuedouble, cJSON_GetObjectItem(j, "loss")->valuedouble);
         if ((v = cJSON_GetObjectItem(j, "accuracy"))) fprintf(out, "accuracy  %.2f%%\n", 100 * v->valuedouble);
         if ((v = cJSON_GetObjectItem(j, "auc"))) fprintf(out, "auc       %.4f\n", v->valuedouble);
+        print_metrics(j, out);
         cJSON *cm = cJSON_GetObjectItem(j, "confusion");
         int C = cJSON_GetArraySize(cm);
         if (cm && C <= 32) {

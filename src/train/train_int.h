@@ -229,4 +229,13 @@ int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_ou
  * opset 17 with kl_onnx_save (src/train/graph.c). */
 int tr_export_onnx(tr_model *m, const char *path, kl_err *e);
 
+/* Evaluation metrics into a cJSON object (src/train/metrics.c): regression
+ * (pred and y of n values), per-class precision/recall/F1 from a C x C
+ * confusion matrix (rows: true class), and binary calibration, PR curve and
+ * thresholds from scores (logits) and labels (threshold < 0: none given). */
+struct cJSON;
+void kl__eval_regression(const float *pred, const float *y, int64_t n, struct cJSON *j);
+void kl__eval_classes(const int64_t *cm, int64_t C, struct cJSON *j);
+int kl__eval_binary(const double *score, const uint8_t *pos, int64_t n, double threshold, int npts, struct cJSON *j);
+
 #endif
