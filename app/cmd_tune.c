@@ -356,7 +356,7 @@ static const app_opt run_opts[] = {
     {"parallel", 'p', 1, "P", "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
     {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
     {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
-    {"metric", 0, 1, "NAME", "per-epoch metric: val_accuracy (default), val_loss or train_loss", 0},
+    {"metric", 0, 1, "NAME", "per-epoch metric: val_accuracy, val_loss or train_loss (default: val_loss for an mse loss, else val_accuracy)", 0},
     {"direction", 0, 1, "maximize|minimize", "default: maximize for accuracy/auc metrics, else minimize", 0},
     {"sampler", 0, 1, "tpe|random|grid", "default tpe", 0},
     {"pruner", 0, 1, "none|median|asha", "early stopping of bad trials on the per-epoch metric (default none)", 0},
@@ -393,7 +393,14 @@ static int tune_run(int argc, char **argv) {
     if ((rc = app_get_double(&a, &run_spec, "timeout", 0, &timeout)) >= 0) return rc;
     if (trials < 1 || trials > 100000) return app_usage_error(&run_spec, "--trials must be in 1..100000");
     if (parallel < 1 || parallel > 64) return app_usage_error(&run_spec, "--parallel must be in 1..64");
-    const char *metric = app_get(&a, "metric") ? app_get(&a, "metric") : "val_accuracy";
+    const char *metric = app_get(&a, "metric");
+    if (!metric) { /* from the loss: accuracy means nothing for a regression */
+        const char *loss = NULL;
+        kl_err le = {0};
+        if (kl_train_spec_loss(spec_arg, &loss, &le)) return app_fail(&le);
+        metric = strcmp(loss, "mse") ? "val_accuracy" : "val_loss";
+        fprintf(stderr, "metric: %s (the default for a %s loss; --metric to choose)\n", metric, loss);
+    }
     const char *dir = app_get(&a, "direction");
     int minimize = !(strstr(metric, "acc") || strstr(metric, "auc"));
     if (dir) {

@@ -57,6 +57,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *opts, kl_err *e);
 
 /* Checks a spec (and the data it names, when present) without training. */
 int kl_train_check(const char *spec_path, kl_err *e);
+/* The loss a spec trains with: "cross_entropy", "bce_with_logits" or "mse"
+ * (a static string), for choices that depend on it (keel tune's metric). */
+int kl_train_spec_loss(const char *spec_path, const char **loss, kl_err *e);
 
 /* Evaluates a trained model folder on X/y .npy files: accuracy, AUC (binary),
  * loss and the confusion matrix, printed to out (json: one JSON object).

@@ -1037,6 +1037,15 @@ int kl_train_check(const char *spec_path, kl_err *e) {
     return rc;
 }
 
+int kl_train_spec_loss(const char *spec_path, const char **loss, kl_err *e) {
+    tr_spec *s = NULL;
+    *loss = NULL;
+    int rc = tr_spec_load(spec_path, &s, e);
+    if (!rc) *loss = s->loss == TR_LOSS_MSE ? "mse" : s->loss == TR_LOSS_BCE ? "bce_with_logits" : "cross_entropy";
+    tr_spec_free(s);
+    return rc;
+}
+
 /* ================================================================ eval */
 
 typedef struct { double s; int pos; } sc_lab;

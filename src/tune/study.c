@@ -184,9 +184,11 @@ int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info
         rc = fill_info(st, root) ? kl_err_set(e, KL_ENOMEM, "out of memory") : KL_OK;
         cJSON_Delete(root);
         if (!rc && (strcmp(st->metric, info->metric) || st->info.minimize != info->minimize))
-            rc = kl_err_set(e, KL_EINVAL, "study '%s' optimises %s (%s); this run asks for %s (%s): use another --study name",
+            rc = kl_err_set(e, KL_EINVAL,
+                            "study '%s' optimises %s (%s); this run asks for %s (%s): to continue the study give "
+                            "--metric %s --direction %s, or start a new one with --study NAME",
                             info->name, st->metric, st->info.minimize ? "minimize" : "maximize", info->metric,
-                            info->minimize ? "minimize" : "maximize");
+                            info->minimize ? "minimize" : "maximize", st->metric, st->info.minimize ? "minimize" : "maximize");
         if (!rc && strcmp(st->space_sha, info->space_sha256))
             rc = kl_err_set(e, KL_EINVAL, "study '%s' was run with another search space (sha256 %.12s, now %.12s): use another --study name",
                             info->name, st->space_sha, info->space_sha256);

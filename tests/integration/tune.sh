@@ -72,3 +72,15 @@ for f in ("history.svg", "parallel.svg"):
 P
 expect_rc tune_show_unknown 1 "$KEEL" tune show nosuch && grep -q "no study named 'nosuch'" "$T/err" \
   && pass tune_show_unknown_message || fail tune_show_unknown_message "$(cat "$T/err")"
+# the default metric follows the loss: val_loss (minimised) for a regression, said on stderr
+$PYTHON -c 'import numpy as np; x=np.load("data/x_train.npy"); np.save("data/yr.npy", (x[:, :1] * 2).astype(np.float32))'
+sed -e 's/cross_entropy/mse/' -e 's/out: 10}/out: 1}/' -e 's#y: data/y_train.npy#y: data/yr.npy#' spec.yaml > reg.yaml
+expect_rc tune_regression_runs 0 "$KEEL" tune reg.yaml --space space.yaml --trials 2 --study r1 --json
+if grep -q "metric: val_loss (the default for a mse loss" "$T/err" && \
+   $PYTHON -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["metric"]=="val_loss" and d["direction"]=="minimize", d' "$T/out"; then
+  pass tune_regression_default_metric
+else fail tune_regression_default_metric "$(head -c 400 "$T/err") $(head -c 300 "$T/out")"; fi
+# the same study with another metric: the error says how to continue or start anew
+expect_rc tune_other_metric_refused 1 "$KEEL" tune reg.yaml --space space.yaml --trials 3 --study r1 --metric train_loss
+grep -q -- "--metric val_loss --direction minimize" "$T/err" && pass tune_other_metric_explains \
+  || fail tune_other_metric_explains "$(head -c 400 "$T/err")"
