@@ -16,7 +16,9 @@
  * with a NaN input must not spread it beyond the outputs whose window holds
  * it (Winograd mixes a tile's 6x6 inputs: such inputs run the direct
  * kernel). tests/integration/tensor_no_avx512.sh
- * runs these again with KEEL_NO_AVX512=1 (the AVX2/OpenBLAS paths). */
+ * runs these again with KEEL_NO_AVX512=1 (the AVX2/OpenBLAS paths).
+ * Also (same helpers): a second MaxPool after a stem conv whose first pool
+ * the NCHWc pass fused stays a pool. */
 #include "../harness.h"
 
 #include "keel/graph.h"
@@ -527,4 +529,52 @@ KL_TEST(graph_nan_cnn_epilogues_and_pools) {
     /* a stride-2 depthwise + Clip and a plain conv + Clip */
     static const convspec dw2[] = {{"c1", 16, 3, 1, 1, 1, 2}, {"dw2", 16, 3, 2, 1, 16, 2}};
     check_cnn(dw2, 2, 0, 1, 8, 15, 65, "dw/2 15x65");
+}
+
+/* Two max pools after a stem conv: the NCHWc pass fuses the first into the
+ * conv; the second must stay a pool of the first's output (fusing it too
+ * overwrote the first pool's window). */
+KL_TEST(graph_nchwc_pass_second_pool_not_fused) {
+    kl_err e = {0};
+    kl_tensor *outs[3] = {0};
+    int64_t xd[4] = {1, 3, 33, 33};
+    kl_tensor *x;
+    KT_OK(kl_tensor_new(KL_F32, 4, xd, KL_TAG_OTHER, &x, &e), &e);
+    rs = 12345;
+    fill(x, -2, 0);
+    for (int mode = 0; mode < 2; mode++) {
+        rs = 777;
+        kl_graph *g = graph_new();
+        graph_io(g, "x", 0);
+        int64_t wd[4] = {16, 3, 7, 7}, bd[1] = {16};
+        float w[16 * 3 * 49], b[16];
+        for (int i = 0; i < 16 * 3 * 49; i++) w[i] = (float)(drand() * 0.3);
+        for (int i = 0; i < 16; i++) b[i] = (float)(drand() * 0.1);
+        init_f32(g, "w", 4, wd, w);
+        init_f32(g, "b", 1, bd, b);
+        int k = node(g, "Conv", "x,w,b", "c");
+        int64_t ks[2] = {7, 7}, st[2] = {2, 2}, pd[4] = {3, 3, 3, 3};
+        attr_ints(g, k, "kernel_shape", 2, ks);
+        attr_ints(g, k, "strides", 2, st);
+        attr_ints(g, k, "pads", 4, pd);
+        node(g, "Relu", "c", "r");
+        int64_t pk[2] = {3, 3}, ps[2] = {2, 2}, pp[4] = {1, 1, 1, 1}, qk[2] = {2, 2};
+        k = node(g, "MaxPool", "r", "p1");
+        attr_ints(g, k, "kernel_shape", 2, pk);
+        attr_ints(g, k, "strides", 2, ps);
+        attr_ints(g, k, "pads", 4, pp);
+        k = node(g, "MaxPool", "p1", "y");
+        attr_ints(g, k, "kernel_shape", 2, qk);
+        attr_ints(g, k, "strides", 2, qk);
+        graph_io(g, "y", 1);
+        KT_OK(prepare(g, mode, &e), &e);
+        KT_OK(run(g, &x, 1, &outs[mode], &e), &e);
+        kl_graph_free(g);
+    }
+    KT_EQ_INT(kl_tensor_numel(outs[0]), kl_tensor_numel(outs[1]));
+    for (int64_t i = 0; i < kl_tensor_numel(outs[0]); i++)
+        KT_CHECKF(same(get(outs[1], i), get(outs[0], i), 1e-4), "y[%lld] = %g, unoptimised %g", (long long)i, get(outs[1], i), get(outs[0], i));
+    kl_tensor_free(outs[0]);
+    kl_tensor_free(outs[1]);
+    kl_tensor_free(x);
 }
