@@ -74,6 +74,8 @@ typedef struct kl_graph {
     int n_outputs;
     int opset;          /* default-domain opset */
     char *producer;     /* producer_name + version, may be NULL */
+    int *vindex;        /* name -> value: open addressing, slot = value + 1 (0 empty); graph.c */
+    int vindex_cap;     /* slots (a power of two, at most half full) */
 } kl_graph;
 
 int kl_graph_new(kl_graph **out, kl_err *e);
@@ -81,6 +83,10 @@ void kl_graph_free(kl_graph *g);
 /* Index of the value called name, creating it (unknown type) when absent; -1 on OOM. */
 int kl_graph_value(kl_graph *g, const char *name);
 int kl_graph_find_value(const kl_graph *g, const char *name); /* -1 when absent */
+/* Renames value v (its name must not be taken by another value); KL_ENOMEM
+ * leaves it unchanged. The only way to change a value's name: the name
+ * index stays true. */
+int kl_graph_value_rename(kl_graph *g, int v, const char *name);
 /* Appends a node; returns its index or -1 on OOM. Inputs/outputs by name ("" = omitted). */
 int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const char *const *inputs,
                       int n_in, const char *const *outputs, int n_out);

@@ -628,10 +628,7 @@ int kl_graph_autodiff_seed(kl_graph *g, int loss, int seed_v, const int *wrt, in
         snprintf(nm, sizeof nm, "%s_grad", g->values[w].name);
         int ex = kl_graph_find_value(g, nm);
         if (ex >= 0 && ex != gv) { rc = kl_err_set(e, KL_EEXIST, "autodiff: a value named '%s' already exists", nm); goto done; }
-        char *s = strdup(nm);
-        if (!s) { rc = oom(&a); goto done; }
-        free(g->values[gv].name);
-        g->values[gv].name = s;
+        if (kl_graph_value_rename(g, gv, nm)) { rc = oom(&a); goto done; }
         int *no = realloc(g->outputs, sizeof(int) * ((size_t)g->n_outputs + 1));
         if (!no) { rc = oom(&a); goto done; }
         g->outputs = no;

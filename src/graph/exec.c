@@ -276,6 +276,134 @@ static int plan_split(kl_plan *p, kl_graph *g, kl_err *e) {
     return KL_OK;
 }
 
+/* ---- arena offsets: greedy by size, best fit ----
+ * The intervals, largest first, each go to the smallest gap (then the
+ * lowest offset) that fits among the placed intervals whose lifetimes
+ * overlap its own. Those are found through a segment tree over the steps
+ * (the intervals live at the interval's first step) and the intervals
+ * sorted by first step (those that begin later within its lifetime), so a
+ * placement costs O(log n + m log m) for m overlapping intervals, not a
+ * scan of all placed ones: a chain of n nodes plans in O(n log n). */
+
+typedef struct { size_t o, e; } span;
+/* Sorts spans by offset: quicksort, insertion sort below 16 (inline
+ * comparisons: this runs once per placement). */
+static void sort_spans(span *S, int n) {
+    while (n > 16) {
+        size_t piv = S[n / 2].o;
+        int i = 0, j = n - 1;
+        while (i <= j) {
+            while (S[i].o < piv) i++;
+            while (S[j].o > piv) j--;
+            if (i <= j) { span t = S[i]; S[i] = S[j]; S[j] = t; i++; j--; }
+        }
+        /* recurse into the smaller side, loop on the larger */
+        if (j + 1 < n - i) { sort_spans(S, j + 1); S += i; n -= i; }
+        else { sort_spans(S + i, n - i); n = j + 1; }
+    }
+    for (int i = 1; i < n; i++) {
+        span t = S[i];
+        int j = i - 1;
+        while (j >= 0 && S[j].o > t.o) { S[j + 1] = S[j]; j--; }
+        S[j + 1] = t;
+    }
+}
+typedef struct { int def, i; } defkey;
+static int by_def(const void *a, const void *b) {
+    const defkey *x = a, *y = b;
+    return x->def != y->def ? (x->def < y->def ? -1 : 1) : (x->i > y->i) - (x->i < y->i);
+}
+
+typedef struct {
+    int leaves;             /* a power of two >= the number of steps */
+    int *start, *list;      /* node t's intervals: list[start[t] .. start[t+1]) */
+} stree;
+
+/* Runs body with `node` set to each canonical node of steps [lo, hi] (at most 2 log n). */
+#define STREE_EACH(T, lo, hi, body) do { \
+        int l_ = (lo) + (T)->leaves, r_ = (hi) + (T)->leaves + 1; \
+        for (; l_ < r_; l_ >>= 1, r_ >>= 1) { \
+            if (l_ & 1) { int node = l_++; body; } \
+            if (r_ & 1) { int node = --r_; body; } \
+        } \
+    } while (0)
+
+static int stree_build(stree *T, const interval *iv, int nv, int steps) {
+    T->leaves = 1;
+    while (T->leaves < steps) T->leaves <<= 1;
+    T->start = calloc((size_t)T->leaves * 2 + 1, sizeof(int));
+    if (!T->start) return KL_ENOMEM;
+    for (int i = 0; i < nv; i++) STREE_EACH(T, iv[i].def, iv[i].last, T->start[node + 1]++);
+    for (int t = 0; t < T->leaves * 2; t++) T->start[t + 1] += T->start[t];
+    int *fill = calloc((size_t)T->leaves * 2, sizeof(int));
+    T->list = malloc(sizeof(int) * ((size_t)T->start[T->leaves * 2] + 1));
+    if (!fill || !T->list) { free(fill); return KL_ENOMEM; }
+    for (int i = 0; i < nv; i++) STREE_EACH(T, iv[i].def, iv[i].last, T->list[T->start[node] + fill[node]++] = i);
+    free(fill);
+    return KL_OK;
+}
+
+/* Best-fit offset of b bytes among the spans S (sorted by offset; pmax[k]:
+ * the largest end of S[0..k]): candidates 0 and each span's end; a
+ * candidate c fits when no span meets [c, c + b); its gap is the distance to
+ * the next span at or after c + b. */
+static size_t best_fit(const span *S, const size_t *pmax, int m, size_t b) {
+    size_t best = (size_t)-1, best_gap = (size_t)-1;
+    for (int j = -1; j < m; j++) {
+        size_t c = j < 0 ? 0 : S[j].e, end = c + b;
+        int lo = 0, hi = m; /* first span with offset >= end */
+        while (lo < hi) { int mid = (lo + hi) / 2; if (S[mid].o < end) lo = mid + 1; else hi = mid; }
+        if (lo > 0 && pmax[lo - 1] > c) continue; /* a span starting before end ends after c */
+        size_t gap = lo == m ? (size_t)-1 - 1 : S[lo].o - c;
+        if (gap < best_gap || (gap == best_gap && c < best)) { best_gap = gap; best = c; }
+    }
+    return best;
+}
+
+static int place_all(kl_plan *p, interval *iv, int nv, size_t *peak, kl_err *e) {
+    int rc = KL_OK;
+    stree T = {0};
+    defkey *bydef = malloc(sizeof(defkey) * ((size_t)nv + 1));
+    int m_cap = 64;
+    char *placed = calloc((size_t)nv + 1, 1);
+    span *S = malloc(sizeof(span) * (size_t)m_cap);
+    size_t *pmax = malloc(sizeof(size_t) * (size_t)m_cap);
+    if (!bydef || !placed || !S || !pmax || stree_build(&T, iv, nv, p->n_steps + 1)) { rc = KL_ENOMEM; goto done; }
+    for (int i = 0; i < nv; i++) bydef[i] = (defkey){iv[i].def, i};
+    qsort(bydef, (size_t)nv, sizeof(defkey), by_def);
+    for (int i = 0; i < nv; i++) {
+        int m = 0;
+        /* the placed intervals live at step def, then those beginning in (def, last] */
+        int lo = 0, hi = nv;
+        while (lo < hi) { int mid = (lo + hi) / 2; if (bydef[mid].def <= iv[i].def) lo = mid + 1; else hi = mid; }
+#define ADD_SPAN(j) do { \
+            if (m == m_cap) { \
+                m_cap *= 2; \
+                span *nS = realloc(S, sizeof(span) * (size_t)m_cap); if (nS) S = nS; \
+                size_t *np = realloc(pmax, sizeof(size_t) * (size_t)m_cap); if (np) pmax = np; \
+                if (!nS || !np) { rc = KL_ENOMEM; goto done; } \
+            } \
+            S[m].o = p->v[iv[j].v].offset; S[m].e = S[m].o + iv[j].bytes; m++; \
+        } while (0)
+        for (int node = iv[i].def + T.leaves; node >= 1; node >>= 1)
+            for (int k = T.start[node]; k < T.start[node + 1]; k++)
+                if (placed[T.list[k]]) ADD_SPAN(T.list[k]);
+        for (int k = lo; k < nv && bydef[k].def <= iv[i].last; k++)
+            if (placed[bydef[k].i]) ADD_SPAN(bydef[k].i);
+#undef ADD_SPAN
+        sort_spans(S, m);
+        for (int k = 0; k < m; k++) pmax[k] = k && pmax[k - 1] > S[k].e ? pmax[k - 1] : S[k].e;
+        size_t off = best_fit(S, pmax, m, iv[i].bytes);
+        p->v[iv[i].v].offset = off;
+        placed[i] = 1;
+        if (off + iv[i].bytes > *peak) *peak = off + iv[i].bytes;
+    }
+done:
+    free(T.start); free(T.list); free(bydef); free(placed); free(S); free(pmax);
+    if (rc) kl_err_set(e, rc, "out of memory");
+    return rc;
+}
+
 int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_plan **out, kl_err *e) {
     *out = NULL;
     int rc = KL_OK;
@@ -390,30 +518,7 @@ int kl_plan_new(kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_pla
         }
     qsort(iv, (size_t)nv, sizeof(interval), by_size_desc);
     size_t peak = 0;
-    for (int i = 0; i < nv; i++) {
-        /* placed intervals overlapping in time, sorted by offset: find the smallest gap that fits */
-        size_t best = (size_t)-1, best_gap = (size_t)-1;
-        /* collect overlapping placed ones */
-        size_t cand_off = 0;
-        /* simple O(n^2) scan: try offset 0 and the end of every overlapping interval */
-        for (int j = -1; j < i; j++) {
-            if (j >= 0 && !(iv[j].def <= iv[i].last && iv[i].def <= iv[j].last)) continue;
-            cand_off = j < 0 ? 0 : p->v[iv[j].v].offset + iv[j].bytes;
-            size_t end = cand_off + iv[i].bytes, next = (size_t)-1;
-            int ok = 1;
-            for (int k = 0; k < i && ok; k++) {
-                if (!(iv[k].def <= iv[i].last && iv[i].def <= iv[k].last)) continue;
-                size_t o = p->v[iv[k].v].offset, oe = o + iv[k].bytes;
-                if (o < end && cand_off < oe) ok = 0;
-                else if (o >= end && o < next) next = o;
-            }
-            if (!ok) continue;
-            size_t gap = next == (size_t)-1 ? (size_t)-1 - 1 : next - cand_off;
-            if (gap < best_gap || (gap == best_gap && cand_off < best)) { best_gap = gap; best = cand_off; }
-        }
-        p->v[iv[i].v].offset = best;
-        if (best + iv[i].bytes > peak) peak = best + iv[i].bytes;
-    }
+    if ((rc = place_all(p, iv, nv, &peak, e))) goto fail;
     p->act_bytes = peak;
     p->ws_off = align64(peak);
     p->hdr_off = align64(p->ws_off + p->ws_bytes);

@@ -55,18 +55,63 @@ void kl_graph_free(kl_graph *g) {
     free(g->outputs);
     free(g->name);
     free(g->producer);
+    free(g->vindex);
     free(g);
 }
 
+/* ---- the name index: value names -> value, open addressing with linear
+ * probing (slots hold value + 1, 0 = empty), at most half full; lookups and
+ * inserts O(1) on average, so loading n nodes is O(n) (a scan per name was
+ * O(n^2): 29 s for a 64k-node chain). */
+
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+/* The slot holding name, or the empty slot where it would go. */
+static size_t index_slot(const kl_graph *g, const char *name) {
+    size_t mask = (size_t)g->vindex_cap - 1, i = (size_t)name_hash(name) & mask;
+    while (g->vindex[i] && strcmp(g->values[g->vindex[i] - 1].name, name)) i = (i + 1) & mask;
+    return i;
+}
+
+static int index_grow(kl_graph *g) {
+    int cap = g->vindex_cap ? g->vindex_cap * 2 : 128;
+    int *old = g->vindex, ocap = g->vindex_cap;
+    if (cap <= 0 || !(g->vindex = calloc((size_t)cap, sizeof(int)))) { g->vindex = old; return KL_ENOMEM; }
+    g->vindex_cap = cap;
+    for (int i = 0; i < ocap; i++)
+        if (old[i]) g->vindex[index_slot(g, g->values[old[i] - 1].name)] = old[i];
+    free(old);
+    return KL_OK;
+}
+
+/* Removes value v's entry (its name is still g->values[v].name): backward
+ * shift, so that no probe sequence is cut. */
+static void index_remove(kl_graph *g, int v) {
+    size_t mask = (size_t)g->vindex_cap - 1, i = index_slot(g, g->values[v].name);
+    if (g->vindex[i] != v + 1) return;
+    for (size_t j = (i + 1) & mask; g->vindex[j]; j = (j + 1) & mask) {
+        size_t home = (size_t)name_hash(g->values[g->vindex[j] - 1].name) & mask;
+        /* the entry at j may move to i when its home is not in (i, j] */
+        if (((j - home) & mask) >= ((j - i) & mask)) { g->vindex[i] = g->vindex[j]; i = j; }
+    }
+    g->vindex[i] = 0;
+}
+
 int kl_graph_find_value(const kl_graph *g, const char *name) {
-    for (int i = g->n_values - 1; i >= 0; i--)
-        if (!strcmp(g->values[i].name, name)) return i;
-    return -1;
+    if (!g->vindex_cap) return -1;
+    int s = g->vindex[index_slot(g, name)];
+    return s - 1;
 }
 
 int kl_graph_value(kl_graph *g, const char *name) {
     int v = kl_graph_find_value(g, name);
     if (v >= 0) return v;
+    if (g->n_values == INT32_MAX / 4) return -1;
+    if ((size_t)(g->n_values + 1) * 2 > (size_t)g->vindex_cap && index_grow(g)) return -1;
     if (g->n_values == g->cap_values) {
         int nc = g->cap_values ? g->cap_values * 2 : 64;
         kl_value *nv = realloc(g->values, sizeof(kl_value) * nc);
@@ -81,7 +126,19 @@ int kl_graph_value(kl_graph *g, const char *name) {
     val->dtype = KL_DTYPE_COUNT;
     val->rank = -1;
     val->producer = -1;
+    g->vindex[index_slot(g, name)] = g->n_values + 1;
     return g->n_values++;
+}
+
+int kl_graph_value_rename(kl_graph *g, int v, const char *name) {
+    char *s = strdup(name);
+    if (!s) return KL_ENOMEM;
+    KL_ASSERT(kl_graph_find_value(g, name) < 0 || kl_graph_find_value(g, name) == v);
+    index_remove(g, v);
+    free(g->values[v].name);
+    g->values[v].name = s;
+    g->vindex[index_slot(g, s)] = v + 1;
+    return KL_OK;
 }
 
 int kl_graph_add_node(kl_graph *g, const char *op_type, const char *name, const char *const *inputs, int n_in,
@@ -233,9 +290,17 @@ static const kl_op *op_for(const kl_gnode *n, const kl_op **any) {
     return NULL;
 }
 
+/* n->op when it is still the entry for n (each finalize checks every node
+ * again: a registry scan per node each time was a third of planning). */
+static int op_still(const kl_gnode *n) {
+    const kl_op *o = n->op;
+    return o && !strcmp(o->name, n->op_type) && !strcmp(o->domain ? o->domain : "", n->domain) &&
+           n->opset >= o->since && n->opset <= o->until;
+}
+
 static int check_node(kl_graph *g, kl_gnode *n, kl_err *e) {
-    const kl_op *any;
-    const kl_op *o = op_for(n, &any);
+    const kl_op *any = NULL;
+    const kl_op *o = op_still(n) ? n->op : op_for(n, &any);
     if (!o) {
         if (!any)
             return kl__fail_node(e, n, KL_EUNSUPPORTED, "unsupported operator %s%s%s (opset %d)",

@@ -35,6 +35,8 @@ typedef struct {
     int64_t *chans;   /* > 0: value is blocked with that many channels */
     int *rin, *rout;  /* blocked twin of a plain value / plain twin of a blocked one, -1 */
     int n_orig;       /* nodes before the pass (new reorder nodes are appended) */
+    int v_orig;       /* values before the pass (their n_uses are the finalize's) */
+    int *prod;        /* the node writing blocked value v (mark_blocked_output), -1 */
 } nctx;
 
 /* A new value named after base; -1 on OOM. */
@@ -91,6 +93,7 @@ static int mark_blocked_output(nctx *c, int i, int64_t C) {
     int y = g->nodes[i].outputs[0];
     if (!g->values[y].is_output) {
         c->chans[y] = C;
+        c->prod[y] = i;
         return KL_OK;
     }
     int b = new_value(c, g->values[y].name, "_nchwc");
@@ -103,6 +106,7 @@ static int mark_blocked_output(nctx *c, int i, int64_t C) {
     }
     c->chans[b] = C;
     c->rout[b] = y;
+    c->prod[b] = i;
     return add_reorder(c, "ReorderOutput", b, y, C);
 }
 
@@ -164,7 +168,8 @@ static int pool_candidate(const kl_gnode *n) {
  * dilation, ceil mode or auto_pad, stride <= kernel <= 8, pads < kernel.
  * -1 otherwise. Shapes are checked again at run time (the op falls back to
  * the conv and the pool one after the other). */
-static int fusable_conv(const kl_graph *g, int i, int x) {
+static int fusable_conv(const nctx *cx, int i, int x) {
+    const kl_graph *g = cx->g;
     const kl_gnode *pn = &g->nodes[i];
     if (!kl__is_onnx_op(pn, "MaxPool") || g->values[x].is_output || getenv_fuse_off()) return -1;
     const kl_attr *ks = kl_gnode_attr(pn, "kernel_shape"), *st = kl_gnode_attr(pn, "strides"), *dl = kl_gnode_attr(pn, "dilations"),
@@ -176,16 +181,17 @@ static int fusable_conv(const kl_graph *g, int i, int x) {
         if ((dl && dl->ints[d] != 1) || s < 1 || s > k || k > 8) return -1;
         if (pd && (pd->ints[d] < 0 || pd->ints[d] >= k || pd->ints[d + 2] < 0 || pd->ints[d + 2] >= k)) return -1;
     }
-    int prod = -1, uses = 0;
-    for (int j = 0; j < g->n_nodes; j++) {
-        const kl_gnode *n = &g->nodes[j];
-        if (n->dead) continue;
-        if (n->n_out >= 1 && n->outputs[0] == x) prod = j;
-        for (int k = 0; k < n->n_in; k++) uses += n->inputs[k] == x;
-    }
-    if (prod < 0 || uses != 1) return -1;
+    /* x read by the pool only: the finalize's use count (the pass keeps
+     * it: a consumer rewired to a plain twin leaves a ReorderOutput reading
+     * x); values the pass made are twins read by a reorder too. The
+     * producer from the pass's own record (a scan of all nodes per pool was
+     * quadratic). */
+    if (x >= cx->v_orig || g->values[x].n_uses != 1) return -1;
+    int prod = cx->prod[x];
+    if (prod < 0) return -1;
     const kl_gnode *c = &g->nodes[prod];
     if (strcmp(c->op_type, "NchwcConv") || strcmp(c->domain, "keel") || (c->n_in > 3 && c->inputs[3] >= 0)) return -1;
+    if (kl_gnode_attr(c, "_pool_kh")) return -1; /* pools one output already */
     if (kl_gnode_attr_int(c, "group", 1) != 1) return -1;
     const kl_tensor *W = kl__init_of(g, c->inputs[1]);
     if (!W || W->rank != 4) return -1;
@@ -228,7 +234,7 @@ int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e) {
         any = conv_candidate(g, &g->nodes[i], &p);
     }
     if (!any) return KL_OK;
-    nctx c = {.g = g, .n_orig = g->n_nodes};
+    nctx c = {.g = g, .n_orig = g->n_nodes, .v_orig = g->n_values};
     /* values added: per node at most one per input (reorders) plus one output twin */
     int extra = 0;
     for (int i = 0; i < g->n_nodes; i++) extra += g->nodes[i].n_in + 2;
@@ -236,9 +242,10 @@ int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e) {
     c.chans = calloc((size_t)c.cap, sizeof(int64_t));
     c.rin = malloc(sizeof(int) * (size_t)c.cap);
     c.rout = malloc(sizeof(int) * (size_t)c.cap);
+    c.prod = malloc(sizeof(int) * (size_t)c.cap);
     int rc = KL_OK, n_conv = 0;
-    if (!c.chans || !c.rin || !c.rout) { rc = KL_ENOMEM; goto done; }
-    for (int v = 0; v < c.cap; v++) c.rin[v] = c.rout[v] = -1;
+    if (!c.chans || !c.rin || !c.rout || !c.prod) { rc = KL_ENOMEM; goto done; }
+    for (int v = 0; v < c.cap; v++) c.rin[v] = c.rout[v] = c.prod[v] = -1;
     for (int i = 0; i < c.n_orig; i++) {
         kl_gnode *n = &g->nodes[i];
         if (n->dead) continue;
@@ -274,7 +281,7 @@ int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e) {
             else if (kl__is_onnx_op(n, "Add") && n->n_in == 2 && n->n_out == 1 && n->inputs[1] >= 0 && c.chans[n->inputs[1]] == cx &&
                      kl_gnode_attr_int(n, "_act", 0) <= 1)
                 pass = 1;
-            int j = to && !strcmp(to, "NchwcMaxPool") ? fusable_conv(g, i, x) : -1;
+            int j = to && !strcmp(to, "NchwcMaxPool") ? fusable_conv(&c, i, x) : -1;
             if (j >= 0) { /* the conv pools its own output */
                 if ((rc = fuse_pool(g, i, j))) goto done;
                 if ((rc = mark_blocked_output(&c, j, cx))) goto done;
@@ -306,6 +313,7 @@ done:
     free(c.chans);
     free(c.rin);
     free(c.rout);
+    free(c.prod);
     if (rc == KL_ENOMEM) return kl_err_set(e, KL_ENOMEM, "out of memory (NCHWc pass)");
     return rc;
 }

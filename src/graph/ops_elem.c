@@ -472,6 +472,10 @@ typedef struct { unop op; double a, b; int det_neg, det_pos; } unctx;
 
 static double round_even(double v) { return nearbyint(v); }
 
+/* v limited to [lo, hi]; a NaN stays NaN (NumPy's np.clip; fmax/fmin would
+ * drop it) */
+static inline double clamp_nan(double v, double lo, double hi) { return v < lo ? lo : v > hi ? hi : v; }
+
 static double un_f(const unctx *c, double v) {
     double a = c->a, b = c->b;
     switch (c->op) {
@@ -482,16 +486,16 @@ static double un_f(const unctx *c, double v) {
     case U_LOG: return log(v);
     case U_RECIP: return 1.0 / v;
     case U_ERF: return erf(v);
-    case U_RELU: return v > 0 ? v : 0;
+    case U_RELU: return v < 0 ? 0 : v; /* NaN in, NaN out */
     case U_LRELU: return v < 0 ? a * v : v;
     case U_SIGMOID: return 1.0 / (1.0 + exp(-v));
     case U_TANH: return tanh(v);
-    case U_HSIG: return fmax(0, fmin(1, a * v + b));
-    case U_HSWISH: return v * fmax(0, fmin(1, v / 6.0 + 0.5));
+    case U_HSIG: return clamp_nan(a * v + b, 0, 1);
+    case U_HSWISH: return v * clamp_nan(v / 6.0 + 0.5, 0, 1);
     case U_FLOOR: return floor(v);
     case U_CEIL: return ceil(v);
     case U_ROUND: return round_even(v);
-    case U_SIGN: return v > 0 ? 1 : v < 0 ? -1 : 0;
+    case U_SIGN: return v > 0 ? 1 : v < 0 ? -1 : v == v ? 0 : v;
     case U_SIN: return sin(v);
     case U_COS: return cos(v);
     case U_TAN: return tan(v);
@@ -507,7 +511,7 @@ static double un_f(const unctx *c, double v) {
     case U_SOFTSIGN: return v / (1 + fabs(v));
     case U_ELU: return v < 0 ? a * (exp(v) - 1) : v;
     case U_SELU: return v <= 0 ? b * (a * exp(v) - a) : b * v;
-    case U_CELU: return fmax(0, v) + fmin(0, a * (exp(v / a) - 1));
+    case U_CELU: return clamp_nan(v, 0, INFINITY) + clamp_nan(a * (exp(v / a) - 1), -INFINITY, 0);
     case U_THRELU: return v > a ? v : 0;
     case U_MISH: return v * tanh(v > 30 ? v : log1p(exp(v)));
     case U_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
@@ -564,7 +568,7 @@ static void un_range(void *vctx, size_t b, size_t en, int chunk) {
         float *ys = u->y->data;
         float a = (float)c->a;
         switch (c->op) {
-        UN_F32_FAST(U_RELU, v > 0 ? v : 0)
+        UN_F32_FAST(U_RELU, v < 0 ? 0 : v)
         UN_F32_FAST(U_LRELU, v < 0 ? a * v : v)
         UN_F32_FAST(U_NEG, -v)
         UN_F32_FAST(U_ABS, fabsf(v))

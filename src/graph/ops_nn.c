@@ -828,8 +828,8 @@ static int red_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
         for (int d = r - 1; d >= 0; d--) { int64_t c = rem % in[0]->dims[d]; rem /= in[0]->dims[d]; if (!(mask & (1u << d))) o += c * ost[d]; }
         double v = kl__dbl_at(in[0], i);
         switch (op) {
-        case KL_RED_MAX: if (v > acc[o]) acc[o] = v; break;
-        case KL_RED_MIN: if (v < acc[o]) acc[o] = v; break;
+        case KL_RED_MAX: if ((v > acc[o] || v != v) && acc[o] == acc[o]) acc[o] = v; break; /* NaN kept */
+        case KL_RED_MIN: if ((v < acc[o] || v != v) && acc[o] == acc[o]) acc[o] = v; break;
         case KL_RED_PROD: acc[o] *= v; break;
         case KL_RED_SUM_SQUARE: case KL_RED_L2: acc[o] += v * v; break;
         case KL_RED_L1: acc[o] += fabs(v); break;
@@ -884,9 +884,9 @@ static int arg_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
         for (int64_t j = 0; j < inner; j++) {
             int64_t best = 0;
             double bv = kl__dbl_at(in[0], o * D * inner + j);
-            for (int64_t k = 1; k < D; k++) {
+            for (int64_t k = 1; k < D && bv == bv; k++) { /* the first NaN wins (NumPy) */
                 double v = kl__dbl_at(in[0], (o * D + k) * inner + j);
-                if (mx ? (v > bv || (last && v == bv)) : (v < bv || (last && v == bv))) { bv = v; best = k; }
+                if (v != v || (mx ? (v > bv || (last && v == bv)) : (v < bv || (last && v == bv)))) { bv = v; best = k; }
             }
             ((int64_t *)out[0]->data)[o * inner + j] = best;
         }

@@ -43,10 +43,9 @@ static int uses_build(const kl_graph *g, uses_t *u) {
         for (int k = 0; k < g->nodes[i].n_in; k++) {
             int v = g->nodes[i].inputs[k];
             if (v < 0) continue;
-            /* a node using v twice is listed once */
-            int dup = 0;
-            for (int j = u->start[v]; j < u->start[v] + fill[v]; j++) if (u->list[j] == i) dup = 1;
-            if (!dup) u->list[u->start[v] + fill[v]++] = i;
+            /* a node using v twice is listed once (nodes are visited in
+             * order: a repeat is the last entry of v's list so far) */
+            if (!fill[v] || u->list[u->start[v] + fill[v] - 1] != i) u->list[u->start[v] + fill[v]++] = i;
         }
     }
     /* compact duplicates: count actual */
@@ -92,14 +91,6 @@ static int other_input(const kl_gnode *n, int v) {
     return -1;
 }
 
-static void replace_uses(kl_graph *g, int from, int to) {
-    for (int i = 0; i < g->n_nodes; i++) {
-        kl_gnode *n = &g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_in; k++) if (n->inputs[k] == from) n->inputs[k] = to;
-    }
-}
-
 static int new_init(kl_graph *g, const char *base, kl_tensor *t) {
     char name[512];
     for (int i = 0;; i++) {
@@ -136,8 +127,12 @@ static int set_float_attr(kl_gnode *n, const char *name, float v) {
  * Passes
  * ================================================================== */
 
-/* Identity and Dropout (inference) are removed by rewiring their consumers. */
-static int pass_eliminate(kl_graph *g, int *changed) {
+/* Identity and Dropout (inference) are removed by rewiring their consumers:
+ * each removed output forwards to its input (fwd), then one sweep points
+ * every input at the end of its forwarding chain (O(nodes + values); a
+ * rewiring scan per removed node was quadratic). */
+static int pass_eliminate(kl_graph *g, int *changed, kl_err *e) {
+    int *fwd = NULL, n_drop = 0;
     for (int i = 0; i < g->n_nodes; i++) {
         kl_gnode *n = &g->nodes[i];
         if (n->dead || *n->domain) continue;
@@ -146,10 +141,27 @@ static int pass_eliminate(kl_graph *g, int *changed) {
         if (!drop || n->n_in < 1 || n->inputs[0] < 0 || n->outputs[0] < 0) continue;
         int x = n->inputs[0], y = n->outputs[0];
         if (g->values[y].is_output) continue; /* keep the graph output's name */
-        replace_uses(g, y, x);
+        if (!fwd) {
+            if (!(fwd = malloc(sizeof(int) * ((size_t)g->n_values + 1)))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            for (int v = 0; v < g->n_values; v++) fwd[v] = v;
+        }
+        fwd[y] = x;
         n->dead = 1;
-        (*changed)++;
+        n_drop++;
     }
+    if (!fwd) return KL_OK;
+    for (int v = 0; v < g->n_values; v++) { /* resolve the chains, compressing them */
+        int r = v;
+        while (fwd[r] != r) r = fwd[r];
+        for (int w = v; fwd[w] != r && w != r;) { int nx = fwd[w]; fwd[w] = r; w = nx; }
+    }
+    for (int i = 0; i < g->n_nodes; i++) {
+        kl_gnode *n = &g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->n_in; k++) if (n->inputs[k] >= 0) n->inputs[k] = fwd[n->inputs[k]];
+    }
+    free(fwd);
+    *changed += n_drop;
     return KL_OK;
 }
 
@@ -488,7 +500,7 @@ static int pass_gelu(kl_graph *g, int *changed, kl_err *e) {
 int kl_graph_optimize(kl_graph *g, int level, kl_err *e) {
     if (level <= 0) return KL_OK;
     int rc, changed = 0;
-    if ((rc = pass_eliminate(g, &changed))) return rc;
+    if ((rc = pass_eliminate(g, &changed, e))) return rc;
     if ((rc = pass_fold(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_conv_bn(g, &changed, e))) return rc;

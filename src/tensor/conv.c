@@ -809,11 +809,11 @@ static void pool_plane_2d(const pool_ctx *c, size_t pl) {
                     else for (int64_t ox = lo; ox < hi; ox++) acc[ox] += xs[ox * SX];
                 } else {
                     if (SX == 1)
-                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[ox]; acc[ox] = acc[ox] >= v ? acc[ox] : v; }
+                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[ox]; acc[ox] = acc[ox] >= v || acc[ox] != acc[ox] ? acc[ox] : v; }
                     else if (SX == 2)
-                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[2 * ox]; acc[ox] = acc[ox] >= v ? acc[ox] : v; }
+                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[2 * ox]; acc[ox] = acc[ox] >= v || acc[ox] != acc[ox] ? acc[ox] : v; }
                     else
-                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[ox * SX]; acc[ox] = acc[ox] >= v ? acc[ox] : v; }
+                        for (int64_t ox = lo; ox < hi; ox++) { float v = xs[ox * SX]; acc[ox] = acc[ox] >= v || acc[ox] != acc[ox] ? acc[ox] : v; }
                 }
             }
         }

@@ -158,10 +158,10 @@ static void dw_plane_fast(const dw_ctx *c, size_t pl, float *scratch, int64_t pw
                 a0 = _mm256_fmadd_ps(wv[t], _mm256_loadu_ps(src), a0);
                 a1 = _mm256_fmadd_ps(wv[t], _mm256_loadu_ps(src + 8), a1);
             }
-            if (act.kind == KL_ACT_RELU) { a0 = _mm256_max_ps(a0, zero); a1 = _mm256_max_ps(a1, zero); }
+            if (act.kind == KL_ACT_RELU) { a0 = _mm256_max_ps(zero, a0); a1 = _mm256_max_ps(zero, a1); }
             else if (act.kind == KL_ACT_CLIP) {
-                a0 = _mm256_min_ps(_mm256_max_ps(a0, lo), hi);
-                a1 = _mm256_min_ps(_mm256_max_ps(a1, lo), hi);
+                a0 = _mm256_min_ps(hi, _mm256_max_ps(lo, a0));
+                a1 = _mm256_min_ps(hi, _mm256_max_ps(lo, a1));
             }
             _mm256_storeu_ps(yr + ox, a0);
             _mm256_storeu_ps(yr + ox + 8, a1);
@@ -169,8 +169,8 @@ static void dw_plane_fast(const dw_ctx *c, size_t pl, float *scratch, int64_t pw
         for (; ox < OW; ox += 8) {
             __m256 acc = vb;
             for (int t = 0; t < nt; t++) acc = _mm256_fmadd_ps(wv[t], _mm256_loadu_ps(base + ox + toff[t]), acc);
-            if (act.kind == KL_ACT_RELU) acc = _mm256_max_ps(acc, zero);
-            else if (act.kind == KL_ACT_CLIP) acc = _mm256_min_ps(_mm256_max_ps(acc, lo), hi);
+            if (act.kind == KL_ACT_RELU) acc = _mm256_max_ps(zero, acc);
+            else if (act.kind == KL_ACT_CLIP) acc = _mm256_min_ps(hi, _mm256_max_ps(lo, acc));
             if (ox + 8 <= OW) _mm256_storeu_ps(yr + ox, acc);
             else _mm256_maskstore_ps(yr + ox, kl__tailmask(OW - ox), acc);
         }
@@ -284,8 +284,8 @@ __attribute__((target("avx512f"))) static void dw3_plane(const dw_ctx *c, size_t
                 KL_DW_ROW(r0, w0, w1, w2) KL_DW_ROW(r1, w3, w4, w5) KL_DW_ROW(r2, w6, w7, w8)
 #undef KL_DW_ROW
             }
-            if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(acc, lo);
-            else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
+            if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(lo, acc);
+            else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
             if (nv == 16) _mm512_storeu_ps(yr + ox, acc);
             else _mm512_mask_storeu_ps(yr + ox, om, acc);
         }
@@ -368,10 +368,10 @@ __attribute__((target("avx512f"))) static void dw3_flat_plane(const dw_ctx *c, s
         __m512 a0, a1;
         KL_DW_FLAT_VEC(a0, v * 16, fm[v].m);
         KL_DW_FLAT_VEC(a1, v * 16 + 16, fm[v + 1].m);
-        if (act.kind == KL_ACT_RELU) { a0 = _mm512_max_ps(a0, lo); a1 = _mm512_max_ps(a1, lo); }
+        if (act.kind == KL_ACT_RELU) { a0 = _mm512_max_ps(lo, a0); a1 = _mm512_max_ps(lo, a1); }
         else if (act.kind == KL_ACT_CLIP) {
-            a0 = _mm512_min_ps(_mm512_max_ps(a0, lo), hi);
-            a1 = _mm512_min_ps(_mm512_max_ps(a1, lo), hi);
+            a0 = _mm512_min_ps(hi, _mm512_max_ps(lo, a0));
+            a1 = _mm512_min_ps(hi, _mm512_max_ps(lo, a1));
         }
         _mm512_storeu_ps(y + v * 16, a0);
         _mm512_mask_storeu_ps(y + v * 16 + 16, (__mmask16)range_bits(v * 16 + 16, HW), a1);
@@ -379,8 +379,8 @@ __attribute__((target("avx512f"))) static void dw3_flat_plane(const dw_ctx *c, s
     if (v < nvec) {
         __m512 a0;
         KL_DW_FLAT_VEC(a0, v * 16, fm[v].m);
-        if (act.kind == KL_ACT_RELU) a0 = _mm512_max_ps(a0, lo);
-        else if (act.kind == KL_ACT_CLIP) a0 = _mm512_min_ps(_mm512_max_ps(a0, lo), hi);
+        if (act.kind == KL_ACT_RELU) a0 = _mm512_max_ps(lo, a0);
+        else if (act.kind == KL_ACT_CLIP) a0 = _mm512_min_ps(hi, _mm512_max_ps(lo, a0));
         _mm512_mask_storeu_ps(y + v * 16, (__mmask16)range_bits(v * 16, HW), a0);
     }
     if (act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP) kl__act_apply_range(act, y, HW);
@@ -442,8 +442,8 @@ __attribute__((target("avx512f"))) static void dw3_pairs_plane(const dw_ctx *c, 
                 acc = _mm512_fmadd_ps(wv[3 * ky + kx], _mm512_permutex2var_ps(a, ev, bb), acc);
             }
         }
-        if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(acc, lo);
-        else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(_mm512_max_ps(acc, lo), hi);
+        if (act.kind == KL_ACT_RELU) acc = _mm512_max_ps(lo, acc);
+        else if (act.kind == KL_ACT_CLIP) acc = _mm512_min_ps(hi, _mm512_max_ps(lo, acc));
         acc = _mm512_permutexvar_ps(pidx, acc);
         int64_t n = (two ? 2 : 1) * OW;
         _mm512_mask_storeu_ps(y + oy * OW, (__mmask16)((1u << n) - 1), acc);

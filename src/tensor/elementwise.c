@@ -27,7 +27,7 @@ static inline int un_vec(kl_unary_op op, __m256 x, float a, float b, __m256 *out
     const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
     switch (op) {
     case KL_UN_IDENTITY: *out = x; return 1;
-    case KL_UN_RELU: *out = _mm256_max_ps(x, zero); return 1;
+    case KL_UN_RELU: *out = _mm256_max_ps(zero, x); return 1;
     case KL_UN_LEAKY_RELU:
         *out = _mm256_blendv_ps(x, _mm256_mul_ps(x, _mm256_set1_ps(a)), _mm256_cmp_ps(x, zero, _CMP_LT_OQ));
         return 1;
@@ -59,7 +59,7 @@ static inline int un_vec(kl_unary_op op, __m256 x, float a, float b, __m256 *out
         *out = _mm256_div_ps(_mm256_mul_ps(x, h), _mm256_set1_ps(6.0f));
         return 1;
     }
-    case KL_UN_CLIP: *out = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(a)), _mm256_set1_ps(b)); return 1;
+    case KL_UN_CLIP: *out = _mm256_min_ps(_mm256_set1_ps(b), _mm256_max_ps(_mm256_set1_ps(a), x)); return 1;
     case KL_UN_FLOOR: *out = _mm256_floor_ps(x); return 1;
     case KL_UN_CEIL: *out = _mm256_ceil_ps(x); return 1;
     case KL_UN_ROUND: *out = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); return 1;

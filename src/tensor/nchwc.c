@@ -175,7 +175,7 @@ static void win_counts(int64_t b, int64_t k, int64_t d, int64_t in, int64_t lim,
 __attribute__((target("avx512f"), always_inline)) static inline int64_t
 interior4(int avg, const float *x, float *y, int64_t ox4, int64_t hi, int64_t ky0, int64_t ky1, int64_t by, int64_t W,
           int64_t KW, int64_t SX, int64_t DY, int64_t DX, int64_t PX, __m512 init, __m512 dv) {
-#define KL_BP_COMB(a, v) (avg ? _mm512_add_ps((a), (v)) : _mm512_max_ps((a), (v)))
+#define KL_BP_COMB(a, v) (avg ? _mm512_add_ps((a), (v)) : kl__max_nan512((a), (v)))
     for (; ox4 + 4 <= hi; ox4 += 4) {
         __m512 a0 = init, a1 = init, a2 = init, a3 = init;
         for (int64_t ky = ky0; ky < ky1; ky++) {
@@ -240,7 +240,7 @@ __attribute__((target("avx512f"))) static void bpool_avx512(void *vc, size_t i0,
                     int64_t ix = bx + kx * DX;
                     if (ix < 0 || ix >= W) continue;
                     __m512 v = _mm512_loadu_ps(xr + ix * KL_NCHWC);
-                    acc = c->avg ? _mm512_add_ps(acc, v) : _mm512_max_ps(acc, v);
+                    acc = c->avg ? _mm512_add_ps(acc, v) : kl__max_nan512(acc, v);
                 }
             }
             if (c->avg) {
@@ -277,7 +277,7 @@ static void bpool_c(void *vc, size_t i0, size_t i1, int chunk) {
                     if (ix < 0 || ix >= W) continue;
                     const float *v = x + (iy * W + ix) * KL_NCHWC;
                     for (int l = 0; l < KL_NCHWC; l++)
-                        acc[l] = c->avg ? acc[l] + v[l] : (acc[l] > v[l] ? acc[l] : v[l]);
+                        acc[l] = c->avg ? acc[l] + v[l] : (acc[l] > v[l] || acc[l] != acc[l] ? acc[l] : v[l]);
                 }
             }
             if (c->avg) {

@@ -196,9 +196,9 @@ tile_store(const targs *a, __m512 acc[FBMAX][NTMAX], const int FB, const int NT,
             if (a->res) v = _mm512_add_ps(v, _mm512_loadu_ps(rp[j] + f * a->ys_ob));
             switch (a->act.kind) {
             case KL_ACT_NONE: break;
-            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
+            case KL_ACT_RELU: v = _mm512_max_ps(_mm512_setzero_ps(), v); break;
             case KL_ACT_CLIP:
-                v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(a->act.a)), _mm512_set1_ps(a->act.b));
+                v = _mm512_min_ps(_mm512_set1_ps(a->act.b), _mm512_max_ps(_mm512_set1_ps(a->act.a), v));
                 break;
             case KL_ACT_LEAKY_RELU:
                 v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v,
@@ -627,7 +627,7 @@ __attribute__((target("avx512f"))) static void pool_row(const gctx *g, const flo
             __m512 acc = _mm512_set1_ps(-INFINITY);
             for (int64_t r = ra; r < rb; r++) {
                 const float *row = rf + (r % g->ring_k) * OW * BLK;
-                for (int64_t cx = ca; cx < cb; cx++) acc = _mm512_max_ps(acc, _mm512_loadu_ps(row + cx * BLK));
+                for (int64_t cx = ca; cx < cb; cx++) acc = kl__max_nan512(acc, _mm512_loadu_ps(row + cx * BLK));
             }
             _mm512_storeu_ps(y + px * BLK, acc);
         }
@@ -739,6 +739,24 @@ int kl_nchwc_conv_batch_invariant(const kl_conv_params *p, int plain_input) {
     return kl__nchwc_wino_use(p, plain_input) == kl__nchwc_wino_use(&one, plain_input);
 }
 
+/* 1 when the n floats at x are all finite: v - v is 0 for a finite v and
+ * NaN for a NaN or an infinity, and a sum of them stays NaN. */
+__attribute__((target("avx512f"))) static int all_finite(const float *x, size_t n) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
+        a0 = _mm512_add_ps(a0, _mm512_sub_ps(v0, v0));
+        a1 = _mm512_add_ps(a1, _mm512_sub_ps(v1, v1));
+    }
+    for (; i < n; i += 16) {
+        __m512 v = _mm512_maskz_loadu_ps((__mmask16)(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1), x + i);
+        a0 = _mm512_add_ps(a0, _mm512_sub_ps(v, v));
+    }
+    a0 = _mm512_add_ps(a0, a1);
+    return _mm512_cmp_ps_mask(a0, a0, _CMP_UNORD_Q) == 0;
+}
+
 int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, const float *bias, float *y,
                       void *ws, kl_pool *pool, kl_err *e) {
     if (!p || !x || !y) return kl_err_set(e, KL_EINVAL, "nchwc conv: NULL argument");
@@ -751,7 +769,12 @@ int kl_nchwc_conv_f32(const kl_conv_params *p, int plain_input, const float *x, 
      * direct kernel */
     if (kl__nchwc_pw_ok(p)) { kl__nchwc_pw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
     if (!is_dense(p)) { kl__nchwc_dw_f32(p, plain_input, x, bias, y, pool); return KL_OK; }
-    if (kl__nchwc_wino_use(p, plain_input))
+    /* Winograd mixes the 6x6 inputs of a tile: a NaN or an infinity would
+     * reach all 16 outputs of the tile (inf - inf), so an input with one
+     * runs the direct kernel, whose outputs see their own window only (as
+     * ONNX defines the conv) */
+    if (kl__nchwc_wino_use(p, plain_input) &&
+        all_finite(x, (size_t)(p->N * ((p->C + BLK - 1) / BLK) * p->in[0] * p->in[1] * BLK)))
         return kl__nchwc_wino_f32(p, x, bias, p->packed_w + direct_floats(p), y, ws, pool, e);
     return general_conv(p, plain_input, x, bias, y, pool);
 }

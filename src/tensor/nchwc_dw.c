@@ -73,8 +73,8 @@ typedef struct {
 __attribute__((target("avx512f"), always_inline)) static inline __m512 dw_out(const dw_row *r, const kl_act act,
                                                                                __m512 v, int64_t ox) {
     if (r->res) v = _mm512_add_ps(v, _mm512_loadu_ps(r->res + ox * KL_NCHWC));
-    if (act.kind == KL_ACT_RELU) v = _mm512_max_ps(v, _mm512_setzero_ps());
-    else if (act.kind == KL_ACT_CLIP) v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(act.a)), _mm512_set1_ps(act.b));
+    if (act.kind == KL_ACT_RELU) v = _mm512_max_ps(_mm512_setzero_ps(), v);
+    else if (act.kind == KL_ACT_CLIP) v = _mm512_min_ps(_mm512_set1_ps(act.b), _mm512_max_ps(_mm512_set1_ps(act.a), v));
     return _mm512_maskz_mov_ps(r->mask, v);
 }
 

@@ -105,8 +105,8 @@ __attribute__((target("avx512f"), always_inline)) static inline void pw_body(con
         for (int q = 0; q < P; q++) {
             __m512 v = acc[f][q];
             if (r) v = _mm512_add_ps(v, _mm512_loadu_ps(r + q * KL_NCHWC));
-            if (act.kind == KL_ACT_RELU) v = _mm512_max_ps(v, lo);
-            else if (act.kind == KL_ACT_CLIP) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            if (act.kind == KL_ACT_RELU) v = _mm512_max_ps(lo, v);
+            else if (act.kind == KL_ACT_CLIP) v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
             _mm512_storeu_ps(y + q * KL_NCHWC, _mm512_maskz_mov_ps(mk[f], v));
         }
     }
@@ -219,8 +219,8 @@ __attribute__((target("avx512f"))) static void pw_generic_row(const pw_ctx *c, i
             int64_t yo = ((n * c->MB + b0 + f) * OS + oy * c->OW + ox) * KL_NCHWC;
             __m512 v = acc[f];
             if (p->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(p->residual + yo));
-            if (act.kind == KL_ACT_RELU) v = _mm512_max_ps(v, lo);
-            else if (act.kind == KL_ACT_CLIP) v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+            if (act.kind == KL_ACT_RELU) v = _mm512_max_ps(lo, v);
+            else if (act.kind == KL_ACT_CLIP) v = _mm512_min_ps(hi, _mm512_max_ps(lo, v));
             _mm512_storeu_ps(c->y + yo, _mm512_maskz_mov_ps(mk[f], v));
         }
     }

@@ -334,8 +334,8 @@ __attribute__((target("avx512f"))) static void out_tile(const wctx *c, const wbu
             if (p->residual) v = _mm512_add_ps(v, _mm512_loadu_ps(p->residual + yo));
             switch (act.kind) {
             case KL_ACT_NONE: break;
-            case KL_ACT_RELU: v = _mm512_max_ps(v, _mm512_setzero_ps()); break;
-            case KL_ACT_CLIP: v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(act.a)), _mm512_set1_ps(act.b)); break;
+            case KL_ACT_RELU: v = _mm512_max_ps(_mm512_setzero_ps(), v); break;
+            case KL_ACT_CLIP: v = _mm512_min_ps(_mm512_set1_ps(act.b), _mm512_max_ps(_mm512_set1_ps(act.a), v)); break;
             case KL_ACT_LEAKY_RELU:
                 v = _mm512_mask_mul_ps(v, _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ), v, _mm512_set1_ps(act.a));
                 break;

@@ -159,12 +159,12 @@ row_out(const blk *q, int r, __m512 v0, __m512 v1, float *c, int64_t ldc, __mmas
             v1 = _mm512_add_ps(v1, l1);
         }
         if (act.kind == KL_ACT_RELU) {
-            v0 = _mm512_max_ps(v0, _mm512_setzero_ps());
-            v1 = _mm512_max_ps(v1, _mm512_setzero_ps());
+            v0 = _mm512_max_ps(_mm512_setzero_ps(), v0);
+            v1 = _mm512_max_ps(_mm512_setzero_ps(), v1);
         } else if (act.kind == KL_ACT_CLIP) {
             __m512 lo = _mm512_set1_ps(act.a), hi = _mm512_set1_ps(act.b);
-            v0 = _mm512_min_ps(_mm512_max_ps(v0, lo), hi);
-            v1 = _mm512_min_ps(_mm512_max_ps(v1, lo), hi);
+            v0 = _mm512_min_ps(hi, _mm512_max_ps(lo, v0));
+            v1 = _mm512_min_ps(hi, _mm512_max_ps(lo, v1));
         }
     }
     int other = q->last && act.kind != KL_ACT_NONE && act.kind != KL_ACT_RELU && act.kind != KL_ACT_CLIP;

@@ -195,8 +195,9 @@ void kl_reduce_f32(kl_reduce_op op, int rank, const int64_t *dims, const float *
                 switch (op) {                                                      \
                 case KL_RED_SUM: case KL_RED_MEAN: acc += v; break;                \
                 case KL_RED_PROD: acc *= v; break;                                 \
-                case KL_RED_MAX: if (first || v > acc) acc = v; break;             \
-                case KL_RED_MIN: if (first || v < acc) acc = v; break;             \
+                /* a NaN is kept (v != v: floating types only) */              \
+                case KL_RED_MAX: if (first || (acc == acc && (v > acc || v != v))) acc = v; break; \
+                case KL_RED_MIN: if (first || (acc == acc && (v < acc || v != v))) acc = v; break; \
                 default: break;                                                    \
                 }                                                                  \
                 first = 0;                                                         \

@@ -214,6 +214,16 @@ void kl__nchwc_pw_f32(const kl_conv_params *p, int plain_input, const float *x, 
     X(4, 1) X(4, 2) X(4, 3) X(4, 4) X(4, 5) X(4, 6)
 static const int kl__nchwc_pmax[5] = {0, 12, 12, 8, 6};
 
+/* NaN and the AVX min/max instructions: MAXPS/MINPS return their second
+ * operand when either is NaN. Activations put the input second
+ * (max(zero, x), min(hi, max(lo, x))) so that a NaN comes through, as ONNX
+ * and NumPy define Relu/Clip. A running max (pools) must keep a NaN from
+ * either side: kl__max_nan512(acc, v) is acc once acc is NaN, v when v is
+ * NaN, else max(acc, v). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 kl__max_nan512(__m512 acc, __m512 v) {
+    return _mm512_mask_mov_ps(_mm512_max_ps(v, acc), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);
+}
+
 /* The reduction of the blocked 1x1 conv (nchwc_pw.c) and of the Winograd
  * GEMM (nchwc_wino.c): acc[f][q] += sum over c < C of x[c][q] * w[c][f] for F
  * output blocks x P positions (compile-time, F <= 4, P <= 12). x: blocked
