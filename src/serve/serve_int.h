@@ -381,6 +381,12 @@ void sv_model_free(sv_model *m);
 typedef struct sv_json_doc sv_json_doc;
 struct cJSON;
 #define SV_JSON_PACK 1 /* arrays of > SV_MAX_DIMS numbers become packed nodes */
+/* A document takes at most RATIO times its text plus BASE bytes from the
+ * allocator (tag request): a cJSON node is 64 bytes, a value at least 2
+ * bytes of text ("1,"). Over it: KL_ERANGE; refused by the allocator (a
+ * budget): KL_ENOMEM. */
+#define SV_JSON_MEM_RATIO 32
+#define SV_JSON_MEM_BASE (128u << 10)
 int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e);
 /* A packed array node: its numbers as doubles, each exactly strtod's value
  * (valid until sv_json_free); 0 when a is not one. */
