@@ -197,7 +197,8 @@ static enum MHD_Result repo_index(kl_server *s, struct MHD_Connection *c, sv_req
     for (int i = 0; i < s->nmodels; i++) {
         sv_model *m = s->models[i];
         static const char *const st[] = {"READY", "UNAVAILABLE", "UNLOADED"};
-        if (m->nver == 0) {
+        int nref = m->state == SV_M_UNLOADED ? 0 : m->nrefused;
+        if (m->nver == 0 && nref == 0) { /* no version to list: the model's state */
             kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
             kl_buf_json_str(&b, m->name);
             kl_buf_printf(&b, ",\"state\":\"%s\",\"reason\":", st[m->state]);
@@ -209,6 +210,14 @@ static enum MHD_Result repo_index(kl_server *s, struct MHD_Connection *c, sv_req
             kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
             kl_buf_json_str(&b, m->name);
             kl_buf_printf(&b, ",\"version\":\"%lld\",\"state\":\"READY\",\"reason\":\"\"}", (long long)m->ver[j]->version);
+            first = 0;
+        }
+        for (int j = 0; j < nref; j++) { /* refused by the last scan, not serving */
+            kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
+            kl_buf_json_str(&b, m->name);
+            kl_buf_printf(&b, ",\"version\":\"%lld\",\"state\":\"UNAVAILABLE\",\"reason\":", (long long)m->refused[j].version);
+            kl_buf_json_str(&b, m->refused[j].reason);
+            kl_buf_puts(&b, "}");
             first = 0;
         }
     }

@@ -177,6 +177,12 @@ enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
 typedef struct sv_req sv_req;
 typedef struct sv_loop sv_loop;
 
+/* A version a scan refused, with the reason (repository index) */
+typedef struct {
+    int64_t version;
+    char reason[512];
+} sv_refused;
+
 struct sv_model {
     char name[SV_NAME_MAX];
     sv_model_cfg cfg;
@@ -184,6 +190,8 @@ struct sv_model {
     int nver;
     int state;
     char reason[512];
+    sv_refused refused[SV_MAX_VERSIONS]; /* versions the last scan refused (not serving), listed by the index */
+    int nrefused;
     int unloaded;           /* explicitly unloaded: scans skip it until load */
     /* scheduler (server lock) */
     sv_req *qhead[SV_MAX_LEVELS], *qtail[SV_MAX_LEVELS];
