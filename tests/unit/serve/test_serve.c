@@ -997,3 +997,46 @@ KL_TEST(serve_json_nested_arrays_memory_bounded) {
     KT_CHECKF(rc == KL_ENOMEM && !doc && strstr(e.msg, "no memory to read its JSON"), "rc %d: %s", rc, e.msg);
     kl_buf_free(&b);
 }
+
+/* Issue 22 item 4: the header rules against request smuggling and the
+ * request-target check (http_parse.c), on what libmicrohttpd hands over. */
+KL_TEST(serve_http_header_rules) {
+    char why[200];
+#define HDRS(...) ((sv_http_hdr[]){__VA_ARGS__}), (sizeof((sv_http_hdr[]){__VA_ARGS__}) / sizeof(sv_http_hdr))
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "x", 0}, {"Content-Length", "12", 0}, {"X-Priority", "high", 0}), why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "x", 0}, {"Transfer-Encoding", "Chunked", 0}), why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "0", 0}, {"content-length", "35", 0}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "more than once");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "2", 0}, {"Content-Length", "2", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "5", 0}, {"Transfer-Encoding", "chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "both Content-Length and Transfer-Encoding");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Transfer-Encoding ", "chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "whitespace before the colon");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"X-Pad", "1", 1}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "obs-fold");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Transfer-Encoding", "gzip, chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "+5", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "a", 0}, {"HOST", "b", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"X-A", "a\x01", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"X-A", "a\tb c", 0}), why, sizeof why), KL_OK);
+#undef HDRS
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m/ready", why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%2Fx%41", why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%00x/ready", why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "0x00");
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%1fx", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%7F", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m\x01", why, sizeof why), KL_EPARSE);
+    sv_req r;
+    memset(&r, 0, sizeof r);
+    KT_EQ_INT(sv_route("/v2/models/m\x01x/ready", "GET", &r), SV_RT_BAD_TARGET);
+    KT_EQ_INT(sv_route("/v2/models/m/versions/3/infer", "POST", &r), SV_RT_INFER);
+    KT_EQ_INT(r.want_version, 3);
+    KT_EQ_STR(r.model_name, "m");
+    size_t jl = 0;
+    KT_EQ_INT(sv_http_header_len("12", 20, &jl), KL_OK);
+    KT_EQ_INT(jl, 12);
+    KT_EQ_INT(sv_http_header_len("21", 20, &jl), KL_EPARSE);
+    KT_EQ_INT(sv_http_header_len("-1", 20, &jl), KL_EPARSE);
+}
