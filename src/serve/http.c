@@ -563,13 +563,10 @@ static int request_bad(struct MHD_Connection *c, sv_req *r, char *why, size_t n)
         snprintf(why, n, "request target: a control character after percent-decoding");
         return 1;
     }
-    hdr_list *l = malloc(sizeof *l);
-    if (!l) { snprintf(why, n, "out of memory"); return 1; }
-    l->n = 0;
-    MHD_get_connection_values(c, MHD_HEADER_KIND, collect_hdr, l);
-    int bad = sv_http_check_headers(l->h, l->n, why, n) != KL_OK;
-    free(l);
-    return bad;
+    hdr_list l; /* (6 KiB of the loop thread's stack) */
+    l.n = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, collect_hdr, &l);
+    return sv_http_check_headers(l.h, l.n, why, n) != KL_OK;
 }
 
 static void *guard_main(void *arg) {

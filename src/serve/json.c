@@ -1091,6 +1091,7 @@ int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl
     ps.doc = d;
     ps.pack = (flags & SV_JSON_PACK) != 0;
     d->root = value(&ps);
+    if (ps.sc.cap == SCRATCH_KEEP) pthread_once(&spare_once, spare_init);
     if (ps.sc.cap == SCRATCH_KEEP && !pthread_getspecific(spare_sc_key)) pthread_setspecific(spare_sc_key, ps.sc.p);
     else kl_mem_free(ps.sc.p);
     if (d->root) {
