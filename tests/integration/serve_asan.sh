@@ -18,7 +18,7 @@ fi
 san=build/san-address-undefined
 tmp=$(mktemp -d "${KEEL_TEST_TMP:-/tmp}/serve-asan-XXXXXX")
 t0=$(date +%s)
-if ! make --no-print-directory -j"${JOBS:-$(nproc)}" SANITIZE=address,undefined "$san/keel" > "$tmp/build.log" 2>&1; then
+if ! make --no-print-directory -j"${JOBS:-$(nproc)}" BUILD="$san" SANITIZE=address,undefined "$san/keel" > "$tmp/build.log" 2>&1; then
   echo "FAIL serve_asan_build: $(tail -5 "$tmp/build.log" | tr '\n' ' ')"
   exit 1
 fi
