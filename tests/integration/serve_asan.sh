@@ -2,8 +2,8 @@
 # The server's integration tests under AddressSanitizer + UBSan (issue 22):
 # builds build/san-address-undefined/keel with the Makefile's SANITIZE
 # mechanism (the objects CI's `make test-unit SANITIZE=address,undefined`
-# reuses) and runs the serve tests that need no model-run timing against it
-# with KEEL pointing at it. Any ASan/UBSan report fails: halt_on_error, the
+# reuses) and runs every serve integration test (tests/integration/serve_*.py
+# and quickstart_serve.py) against it with KEEL pointing at it. Any ASan/UBSan report fails: halt_on_error, the
 # reports go to files checked at the end, and leak detection stays on (the
 # server exits cleanly on SIGTERM, which every test checks: a report makes
 # that exit code non-zero). Test names get the prefix asan_.
@@ -27,7 +27,7 @@ export KEEL="$PWD/$san/keel"
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:exitcode=86:log_path=$tmp/asan"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:exitcode=87:log_path=$tmp/ubsan"
 export LSAN_OPTIONS="exitcode=86"
-tests=${KEEL_ASAN_TESTS:-serve_http serve_smuggling serve_limits serve_repo_index serve_predict serve_log serve_conformance}
+tests=${KEEL_ASAN_TESTS:-$(cd tests/integration && ls serve_*.py quickstart_serve.py | sed 's/\.py$//')}
 rc=0
 for t in $tests; do
   t1=$(date +%s)
