@@ -114,6 +114,19 @@ try:
         outcome = ("exception", repr(ex))
     print("  --memory-limit 8M, 7.5 MB body: %r" % (outcome,))
     check("serve_limits_8m_body_answered_not_reset", outcome[0] in (413, 503) and outcome[1], outcome)
+    # the JSON reader's memory counts against the budget too: the 500 KB nested body needs ~16 MB to read
+    t0 = time.time()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v2/models/m/infer", body=nested_body("flat_nested"))
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    try:
+        err = json.loads(data).get("error", "")
+    except ValueError:
+        err = data[:200]
+    check("serve_limits_8m_json_reader_over_budget_503", r.status == 503 and "no memory to read its JSON" in err
+          and time.time() - t0 < 2.0, (r.status, err))
     # and the server still answers
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/v2/health/live")
