@@ -79,8 +79,9 @@ try:
           (hwm0, hwm1, results, len(lat), max(x[0] for x in lat) if lat else -1))
     check("serve_limits_nested_arrays_answered_4xx_quickly",
           all(400 <= r[2] < 600 and r[3] < 1.5 for r in results), results)
-    # 32x the body is the reader's bound; allow it once plus slack for the allocator's caches
-    check("serve_limits_nested_arrays_rss_bounded", hwm0 > 0 and hwm1 - hwm0 < 64 * 1024, (hwm0, hwm1))
+    # 32x the body (16 MB) is the reader's bound per request; the slack is for the allocator's caches and,
+    # in the ASan build (serve_asan.sh), its quarantine of freed blocks (the old reader: +2 GB)
+    check("serve_limits_nested_arrays_rss_bounded", hwm0 > 0 and hwm1 - hwm0 < 128 * 1024, (hwm0, hwm1))
     check("serve_limits_other_client_served_meanwhile",
           len(lat) >= 3 and all(x[1] == 200 for x in lat) and max(x[0] for x in lat) < 1.0,
           (len(lat), max(x[0] for x in lat) if lat else None))
