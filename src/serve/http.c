@@ -23,75 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-enum {
-    R_NONE, R_LIVE, R_READY, R_SERVER, R_MODEL_META, R_MODEL_READY, R_INFER, R_REPO_INDEX, R_REPO_LOAD,
-    R_REPO_UNLOAD, R_METRICS, R_PREDICT, R_NOT_FOUND
-};
-
-/* ==================================================================
- * Routing
- * ================================================================== */
-
-/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer]. */
-static int route_models(const char *p, sv_req *r, int post) {
-    const char *slash = strchr(p, '/');
-    size_t n = slash ? (size_t)(slash - p) : strlen(p);
-    if (n == 0 || n >= SV_NAME_MAX) return R_NOT_FOUND;
-    memcpy(r->model_name, p, n);
-    r->model_name[n] = 0;
-    r->want_version = -1;
-    p += n;
-    if (!strncmp(p, "/versions/", 10)) {
-        p += 10;
-        char vb[32];
-        slash = strchr(p, '/');
-        n = slash ? (size_t)(slash - p) : strlen(p);
-        if (n == 0 || n >= sizeof vb) return R_NOT_FOUND;
-        memcpy(vb, p, n);
-        vb[n] = 0;
-        if (kl_parse_int64(vb, &r->want_version) || r->want_version < 0) return R_NOT_FOUND;
-        p += n;
-    }
-    if (!*p) { r->method_ok = !post; return R_MODEL_META; }
-    if (!strcmp(p, "/ready")) { r->method_ok = !post; return R_MODEL_READY; }
-    if (!strcmp(p, "/infer")) { r->method_ok = post; return R_INFER; }
-    return R_NOT_FOUND;
-}
-
-static int route(const char *url, const char *method, sv_req *r) {
-    int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    r->method_ok = get;
-    if (!strcmp(url, "/v2/health/live")) return R_LIVE;
-    if (!strcmp(url, "/v2/health/ready")) return R_READY;
-    if (!strcmp(url, "/v2") || !strcmp(url, "/v2/")) return R_SERVER;
-    if (!strcmp(url, "/metrics")) return R_METRICS;
-    if (!strncmp(url, "/v2/models/", 11)) {
-        int rt = route_models(url + 11, r, post);
-        if (rt != R_INFER && !get && !post) r->method_ok = 0;
-        return rt;
-    }
-    if (!strcmp(url, "/v2/repository/index")) { r->method_ok = post; return R_REPO_INDEX; }
-    if (!strncmp(url, "/v2/repository/models/", 22)) {
-        const char *p = url + 22, *slash = strrchr(p, '/');
-        if (!slash || slash == p || (size_t)(slash - p) >= SV_NAME_MAX) return R_NOT_FOUND;
-        memcpy(r->model_name, p, (size_t)(slash - p));
-        r->model_name[slash - p] = 0;
-        r->method_ok = post;
-        if (!strcmp(slash, "/load")) return R_REPO_LOAD;
-        if (!strcmp(slash, "/unload")) return R_REPO_UNLOAD;
-        return R_NOT_FOUND;
-    }
-    if (!strncmp(url, "/v1/models/", 11)) {
-        const char *p = url + 11, *c = strstr(p, ":predict");
-        if (!c || c[8] || c == p || (size_t)(c - p) >= SV_NAME_MAX) return R_NOT_FOUND;
-        memcpy(r->model_name, p, (size_t)(c - p));
-        r->model_name[c - p] = 0;
-        r->method_ok = post;
-        return R_PREDICT;
-    }
-    return R_NOT_FOUND;
-}
-
 /* ==================================================================
  * Responses
  * ================================================================== */
@@ -112,10 +43,9 @@ static enum MHD_Result send_body(kl_server *s, struct MHD_Connection *c, sv_req 
         snprintf(tmp, sizeof tmp, "%lld", (long long)header_len);
         MHD_add_response_header(resp, "Inference-Header-Content-Length", tmp);
     }
-    if (atomic_load(&s->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (atomic_load(&s->draining) || (r && r->close)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, resp);
     MHD_destroy_response(resp);
-    (void)r;
     return ret;
 }
 
@@ -140,8 +70,8 @@ static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req
     char *body = sv_error_json(msg, &len);
     r->status = status;
     r->reason = reason;
-    if (r->route == R_INFER && !r->counted) { r->counted = 1; sv_metrics_request(s, r); }
-    if (r->route == R_INFER) log_request(s, r);
+    if (r->route == SV_RT_INFER && !r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+    if (r->route == SV_RT_INFER) log_request(s, r);
     if (status == 503 && retry_after <= 0) retry_after = 1;
     return send_body(s, c, r, status, body, len, "application/json", retry_after, -1);
 }
@@ -267,7 +197,8 @@ static enum MHD_Result repo_index(kl_server *s, struct MHD_Connection *c, sv_req
     for (int i = 0; i < s->nmodels; i++) {
         sv_model *m = s->models[i];
         static const char *const st[] = {"READY", "UNAVAILABLE", "UNLOADED"};
-        if (m->nver == 0) {
+        int nref = m->state == SV_M_UNLOADED ? 0 : m->nrefused;
+        if (m->nver == 0 && nref == 0) { /* no version to list: the model's state */
             kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
             kl_buf_json_str(&b, m->name);
             kl_buf_printf(&b, ",\"state\":\"%s\",\"reason\":", st[m->state]);
@@ -279,6 +210,14 @@ static enum MHD_Result repo_index(kl_server *s, struct MHD_Connection *c, sv_req
             kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
             kl_buf_json_str(&b, m->name);
             kl_buf_printf(&b, ",\"version\":\"%lld\",\"state\":\"READY\",\"reason\":\"\"}", (long long)m->ver[j]->version);
+            first = 0;
+        }
+        for (int j = 0; j < nref; j++) { /* refused by the last scan, not serving */
+            kl_buf_puts(&b, first ? "{\"name\":" : ",{\"name\":");
+            kl_buf_json_str(&b, m->name);
+            kl_buf_printf(&b, ",\"version\":\"%lld\",\"state\":\"UNAVAILABLE\",\"reason\":", (long long)m->refused[j].version);
+            kl_buf_json_str(&b, m->refused[j].reason);
+            kl_buf_puts(&b, "}");
             first = 0;
         }
     }
@@ -293,7 +232,7 @@ static void *repo_job(void *arg) {
     sv_req *r = arg;
     kl_server *s = r->srv;
     kl_err e = {0};
-    int rc = r->route == R_REPO_LOAD ? sv_repo_scan(s, r->model_name, &e) : sv_repo_unload(s, r->model_name, &e);
+    int rc = r->route == SV_RT_REPO_LOAD ? sv_repo_scan(s, r->model_name, &e) : sv_repo_unload(s, r->model_name, &e);
     if (!rc) {
         r->resp = strdup("{}");
         r->resp_len = 2;
@@ -316,7 +255,7 @@ static enum MHD_Result answer(kl_server *s, struct MHD_Connection *c, sv_req *r)
     if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
     if (r->held) { r->loop->nheld--; r->held = 0; }
     if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
-    if (r->route == R_INFER) log_request(s, r);
+    if (r->route == SV_RT_INFER) log_request(s, r);
     char *body = r->resp;
     size_t len = r->resp_len;
     r->resp = NULL;
@@ -324,15 +263,6 @@ static enum MHD_Result answer(kl_server *s, struct MHD_Connection *c, sv_req *r)
     return send_body(s, c, r, r->status ? r->status : 500, body, len,
                      r->resp_header_len >= 0 ? "application/octet-stream" : "application/json", r->retry_after,
                      r->resp_header_len);
-}
-
-static int parse_prio_header(const char *h, int *out) {
-    int64_t v;
-    if (!strcasecmp(h, "high")) { *out = 1; return 0; }
-    if (!strcasecmp(h, "low")) { *out = SV_MAX_LEVELS + 1; return 0; }
-    if (kl_parse_int64(h, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
-    *out = (int)v;
-    return 0;
 }
 
 /* lock held: whether a request of level lvl (0-based) of m is shed before
@@ -388,18 +318,13 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     /* body: JSON, or JSON header + binary tensors */
     size_t json_len = r->body_len;
     const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
-    if (hl) {
-        int64_t n;
-        if (kl_parse_int64(hl, &n) || n < 0 || (size_t)n > r->body_len)
-            return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0,
-                              "Inference-Header-Content-Length: '%s' is not a length within the %zu-byte body", hl,
-                              r->body_len);
-        json_len = (size_t)n;
-    }
+    if (hl && sv_http_header_len(hl, r->body_len, &json_len))
+        return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0,
+                          "Inference-Header-Content-Length: '%s' is not a length within the %zu-byte body", hl, r->body_len);
     if (!r->body_len) return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "request body: empty (expected a JSON object)");
     int prio = 0;
     const char *ph = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Priority");
-    if (ph && parse_prio_header(ph, &prio))
+    if (ph && sv_http_prio_header(ph, &prio))
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "X-Priority: expected a level 1..%d, high or low, got '%s'",
                           levels, ph);
     int hdr_prio = prio != 0;
@@ -425,6 +350,7 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
                         : sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
     if (rc) {
         if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
+        if (rc == KL_ERANGE) return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "%s", e.msg); /* over SV_JSON_MEM_RATIO */
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
     }
     /* the decoded tensors hold the data now */
@@ -579,10 +505,68 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
     free(sc);
 }
 
-/* The request line has arrived: the headers' deadline starts. */
+/* The request line has arrived: the headers' deadline starts. The raw
+ * target is checked here, before libmicrohttpd percent-decodes it (a %00
+ * would cut the path the handler sees). */
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
-    conn_state(conn_of(c), SV_C_HEAD);
+    sv_conn *sc = conn_of(c);
+    conn_state(sc, SV_C_HEAD);
+    if (sc) sc->bad_uri = sv_http_check_uri(uri, sc->bad_uri_why, sizeof sc->bad_uri_why) != KL_OK;
     return NULL;
+}
+
+/* ==================================================================
+ * Request headers: what libmicrohttpd parsed, checked by
+ * sv_http_check_headers (http_parse.c)
+ * ================================================================== */
+
+typedef struct {
+    sv_http_hdr h[SV_HTTP_MAX_HEADERS + 1];
+    size_t n;
+} hdr_list;
+
+/* Whether header (k, v) came from an obs-fold continuation line.
+ * libmicrohttpd 0.9.7x parses the head in place: a value begins right
+ * after its name's NUL (where the colon was) and the blanks after it, and
+ * it appends a continuation line to the *name*, which moves the name
+ * elsewhere in the connection's pool: the value is then not where the name
+ * ends (checked by the integration test serve_smuggling.py). */
+static int hdr_folded(const char *k, const char *v) {
+#if MHD_VERSION <= 0x00097600
+    const char *e = k + strlen(k) + 1;
+    if (!v || v < e || v - e > 4096) return v != NULL;
+    for (const char *q = e; q < v; q++)
+        if (*q != ' ' && *q != '\t') return 1;
+#else
+    (void)k;
+    (void)v;
+#endif
+    return 0;
+}
+
+static enum MHD_Result collect_hdr(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    hdr_list *l = cls;
+    (void)kind;
+    if (l->n < KL_ARRAY_LEN(l->h)) l->h[l->n++] = (sv_http_hdr){key, value, hdr_folded(key, value)};
+    return MHD_YES;
+}
+
+/* At the first call of a request: its target and headers break a rule
+ * (why says which). Such a request is answered 400 with Connection: close:
+ * what follows on the connection is never read as a request. */
+static int request_bad(struct MHD_Connection *c, sv_req *r, char *why, size_t n) {
+    if (r->sc && r->sc->bad_uri) {
+        snprintf(why, n, "%s", r->sc->bad_uri_why);
+        return 1;
+    }
+    if (r->route == SV_RT_BAD_TARGET) {
+        snprintf(why, n, "request target: a control character after percent-decoding");
+        return 1;
+    }
+    hdr_list l; /* (6 KiB of the loop thread's stack) */
+    l.n = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, collect_hdr, &l);
+    return sv_http_check_headers(l.h, l.n, why, n) != KL_OK;
 }
 
 static void *guard_main(void *arg) {
@@ -631,6 +615,30 @@ static void *guard_main(void *arg) {
  * The access handler
  * ================================================================== */
 
+/* A request refused before its body is read (over --max-body, or no memory
+ * for it): the body is read and dropped, then the answer goes out, so that
+ * the client, still sending, reads it (closing a socket with unread data
+ * makes the kernel send a reset, and the client loses the answer). */
+static void refuse(sv_req *r, int status, int reason, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void refuse(sv_req *r, int status, int reason, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->refuse_msg, sizeof r->refuse_msg, fmt, ap);
+    va_end(ap);
+    r->refuse = status;
+    r->refuse_reason = reason;
+    kl_mem_free(r->body);
+    r->body = NULL;
+    r->body_len = r->body_cap = 0;
+}
+
+static enum MHD_Result drop_upload(sv_req *r, size_t *upload_size) {
+    r->dropped += *upload_size;
+    *upload_size = 0;
+    if (r->sc) atomic_store_explicit(&r->sc->bytes, (int64_t)r->dropped, memory_order_relaxed); /* the slow-body guard */
+    return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     kl_server *s = cls;
@@ -646,21 +654,36 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->resp_header_len = -1;
         r->rid[0] = 'r';
         r->rid[1 + sv_fmt_u64(r->rid + 1, atomic_fetch_add(&s->next_rid, 1))] = 0;
-        r->route = route(url, method, r);
+        r->route = sv_route(url, method, r);
         r->sc = conn_of(c);
         conn_state(r->sc, SV_C_BODY); /* the headers are in */
         atomic_fetch_add(&s->nlive, 1);
         *con_cls = r;
+        char why[200];
+        if (request_bad(c, r, why, sizeof why)) {
+            r->close = 1;
+            return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", why);
+        }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         int64_t n;
         if (cl && !kl_parse_int64(cl, &n) && n > 0) {
             if ((uint64_t)n > s->o.max_body) {
                 r->too_large = 1;
-                return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "request body of %lld bytes is over the limit of %llu",
-                                  (long long)n, (unsigned long long)s->o.max_body);
+                if ((uint64_t)n > SV_DISCARD_MAX) { /* not worth reading: answered now, the connection closed */
+                    r->close = 1;
+                    return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "request body of %lld bytes is over the limit of %llu",
+                                      (long long)n, (unsigned long long)s->o.max_body);
+                }
+                refuse(r, 413, SV_R_TOO_LARGE, "request body of %lld bytes is over the limit of %llu", (long long)n,
+                       (unsigned long long)s->o.max_body);
+                return MHD_YES;
             }
-            r->body = kl_mem_alloc((size_t)n + 1, KL_TAG_REQUEST);
-            if (!r->body) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "no memory for a %lld-byte body", (long long)n);
+            kl_err me = {0};
+            r->body = kl_mem_alloc_e((size_t)n + 1, KL_TAG_REQUEST, &me);
+            if (!r->body) {
+                refuse(r, 503, SV_R_MEMORY, "no memory for a %lld-byte body (%s)", (long long)n, kl_err_what(&me));
+                return MHD_YES;
+            }
             r->body_cap = (size_t)n + 1;
         }
         return MHD_YES;
@@ -669,18 +692,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (q == SV_Q_DONE) return answer(s, c, r); /* resumed, or a held request's batch has run */
     if (q != SV_Q_NEW) return MHD_YES;           /* held, still in the scheduler */
     if (*upload_size) {
-        if (r->too_large) { *upload_size = 0; return MHD_YES; }
+        if (r->too_large || r->refuse) return drop_upload(r, upload_size);
         size_t need = r->body_len + *upload_size;
         if (need > s->o.max_body) {
             r->too_large = 1;
-            *upload_size = 0;
-            return MHD_YES;
+            return drop_upload(r, upload_size);
         }
         if (need + 1 > r->body_cap) {
             size_t cap = r->body_cap ? r->body_cap * 2 : 16384;
             while (cap < need + 1) cap *= 2;
+            if (cap > s->o.max_body + 1) cap = s->o.max_body + 1;
             char *nb = kl_mem_realloc(r->body, cap, KL_TAG_REQUEST);
-            if (!nb) return MHD_NO;
+            if (!nb) {
+                refuse(r, 503, SV_R_MEMORY, "no memory for a body of more than %zu bytes", r->body_len);
+                return drop_upload(r, upload_size);
+            }
             r->body = nb;
             r->body_cap = cap;
         }
@@ -692,20 +718,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     conn_state(r->sc, SV_C_BUSY); /* the whole request is in */
+    if (r->refuse) return send_error(s, c, r, r->refuse, r->refuse_reason, 0, "%s", r->refuse_msg);
     if (r->too_large)
         return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "request body is over the limit of %llu bytes",
                           (unsigned long long)s->o.max_body);
-    if (r->route == R_NOT_FOUND) return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "no such endpoint: %s %s", method, url);
+    if (r->route == SV_RT_NOT_FOUND) return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "no such endpoint: %s %s", method, url);
     if (!r->method_ok) {
         return send_error(s, c, r, 405, SV_R_BAD_REQUEST, 0, "method %s is not allowed on %s", method, url);
     }
     kl_buf b;
     kl_buf_init(&b);
     switch (r->route) {
-    case R_LIVE:
+    case SV_RT_LIVE:
         kl_buf_puts(&b, "{\"live\":true}");
         return send_json(s, c, r, 200, &b);
-    case R_READY: {
+    case SV_RT_READY: {
         char why[800];
         int ok = sv_ready(s, why, sizeof why);
         kl_buf_printf(&b, "{\"ready\":%s", ok ? "true" : "false");
@@ -715,20 +742,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t len = b.len;
         return send_body(s, c, r, 503, kl_buf_take(&b), len, "application/json", 1, -1);
     }
-    case R_SERVER:
+    case SV_RT_SERVER:
         kl_buf_puts(&b, "{\"name\":\"keel\",\"version\":\"2\",\"extensions\":[\"binary_tensor_data\",\"model_repository\","
                         "\"priorities\",\"dynamic_batching\",\"metrics\"]}");
         return send_json(s, c, r, 200, &b);
-    case R_METRICS: {
+    case SV_RT_METRICS: {
         size_t len;
         char *body = sv_metrics_render(s, &len);
         return send_body(s, c, r, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, -1);
     }
-    case R_MODEL_META: return model_meta(s, c, r, 0);
-    case R_MODEL_READY: return model_meta(s, c, r, 1);
-    case R_REPO_INDEX: return repo_index(s, c, r);
-    case R_REPO_LOAD:
-    case R_REPO_UNLOAD: {
+    case SV_RT_MODEL_META: return model_meta(s, c, r, 0);
+    case SV_RT_MODEL_READY: return model_meta(s, c, r, 1);
+    case SV_RT_REPO_INDEX: return repo_index(s, c, r);
+    case SV_RT_REPO_LOAD:
+    case SV_RT_REPO_UNLOAD: {
         pthread_t t;
         pthread_attr_t at;
         pthread_attr_init(&at);
@@ -743,8 +770,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         pthread_attr_destroy(&at);
         return MHD_YES;
     }
-    case R_PREDICT: r->predict = 1; r->want_version = -1; return infer(s, c, r); /* latest version */
-    case R_INFER: return infer(s, c, r);
+    case SV_RT_PREDICT: r->predict = 1; r->want_version = -1; return infer(s, c, r); /* latest version */
+    case SV_RT_INFER: return infer(s, c, r);
     default: return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "no such endpoint: %s %s", method, url);
     }
 }

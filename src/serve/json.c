@@ -12,7 +12,15 @@
  * arrays, AVX-512 fast path", which also writes the FP32 values) into
  * contiguous memory; any non-number in it, or any token the grammar
  * refuses, falls back to the per-character reader and the node form so
- * that the errors still name the element. */
+ * that the errors still name the element.
+ *
+ * Memory: the arena's chunks and the packed readers' scratch (the
+ * positions or values of the array being read, reused from one array to
+ * the next and grown by doubling) come from the core allocator with tag
+ * request, so budgets hold; a document may take at most SV_JSON_MEM_RATIO
+ * times its text plus one chunk (a cJSON node is 64 bytes and a number
+ * takes at least 2 bytes of text: the bound holds for any JSON), and a
+ * packed array keeps only what its numbers need. */
 #include "serve_int.h"
 
 #include <cjson/cJSON.h>
@@ -31,7 +39,17 @@ typedef struct chunk {
 struct sv_json_doc {
     chunk *head;
     cJSON *root;
+    size_t used, limit; /* bytes taken from the allocator (chunks, scratch); the cap */
+    int oom;            /* an allocation was refused: 1 by the allocator (budget), 2 by the cap */
+    kl_err oom_err;     /* the allocator's reason */
 };
+
+/* The packed readers' scratch: one buffer per document, reused by every
+ * array (a failed attempt leaves nothing behind in the arena). */
+typedef struct {
+    void *p;
+    size_t cap; /* bytes */
+} scratch;
 
 typedef struct {
     const char *p, *end, *start;
@@ -40,31 +58,42 @@ typedef struct {
     const char *err;
     size_t err_off;
     int pack;
+    scratch sc;
     struct { const char *key; int idx, obj; } path[66]; /* where the reader is: member names, indices */
     char where[160];   /* the path at the error: "inputs[0].data[5]" */
     char msg[160];     /* an error message with the token in it */
 } parser;
 
 #define PACKED_FLAG (1 << 12) /* above cJSON's type bits: cJSON_IsArray still holds */
-#define NUMTEXT_FLAG (1 << 13) /* a number node (SV_JSON_PACK) followed by its text's address */
+#define NUMTEXT_FLAG (1 << 13) /* a number node (SV_JSON_PACK) with its text's address in valuestring */
 
-/* A number node that knows where its text is (sv_json_number_text: INT64
- * values beyond 2^53 are read again from it, as doubles lose digits) */
-typedef struct {
-    cJSON c;
-    const char *txt;
-} numnode;
+/* A number node that knows where its text is (NUMTEXT_FLAG; the text's
+ * address in valuestring, unused by cJSON for numbers: a node stays 64
+ * bytes) for sv_json_number_text: INT64 values beyond 2^53 are read again
+ * from it, as doubles lose digits. */
 
 /* One 64 KiB chunk per thread is kept between documents (a request's
- * document fits in it): no malloc/free of 64 KiB, and no fresh pages, per
+ * document fits in it): no allocation of 64 KiB, and no fresh pages, per
  * request. Freed when the thread exits. */
 #define CHUNK_CAP 65536
-static pthread_key_t spare_key;
+static pthread_key_t spare_key, spare_sc_key; /* a chunk; a scratch of SCRATCH_KEEP bytes */
 static pthread_once_t spare_once = PTHREAD_ONCE_INIT;
-static void spare_init(void) { pthread_key_create(&spare_key, free); }
+static void spare_init(void) {
+    pthread_key_create(&spare_key, kl_mem_free);
+    pthread_key_create(&spare_sc_key, kl_mem_free);
+}
+#define SCRATCH_KEEP 16384
+
+/* n more bytes from the allocator for d, within its cap; 0, or -1 with d->oom set */
+static int take(sv_json_doc *d, size_t n) {
+    if (d->oom) return -1;
+    if (n > d->limit - d->used || d->used > d->limit) { d->oom = 2; return -1; }
+    d->used += n;
+    return 0;
+}
 
 static void *alloc(sv_json_doc *d, size_t n) {
-    n = (n + 15) & ~(size_t)15;
+    n = (n + 7) & ~(size_t)7;
     chunk *c = d->head;
     if (!c || c->used + n > c->cap) {
         size_t cap = n > CHUNK_CAP ? n : CHUNK_CAP;
@@ -73,8 +102,14 @@ static void *alloc(sv_json_doc *d, size_t n) {
             pthread_once(&spare_once, spare_init);
             if ((nc = pthread_getspecific(spare_key))) pthread_setspecific(spare_key, NULL);
         }
-        if (!nc) nc = malloc(sizeof *nc + cap);
-        if (!nc) return NULL;
+        if (take(d, sizeof *nc + cap)) {
+            if (nc) pthread_setspecific(spare_key, nc);
+            return NULL;
+        }
+        if (!nc && !(nc = kl_mem_alloc_e(sizeof *nc + cap, KL_TAG_REQUEST, &d->oom_err))) {
+            d->oom = 1;
+            return NULL;
+        }
         nc->next = c;
         nc->used = 0;
         nc->cap = cap;
@@ -84,6 +119,31 @@ static void *alloc(sv_json_doc *d, size_t n) {
     void *r = c->data + c->used;
     c->used += n;
     return r;
+}
+
+/* The scratch of ps holding at least n bytes (its contents kept); NULL when refused */
+static void *scratch_get(parser *ps, size_t n) {
+    scratch *sc = &ps->sc;
+    if (n <= sc->cap) return sc->p;
+    size_t cap = sc->cap ? sc->cap : 4096;
+    while (cap < n) cap *= 2;
+    if (!sc->p && cap == SCRATCH_KEEP) { /* the thread's kept one */
+        pthread_once(&spare_once, spare_init);
+        void *k = pthread_getspecific(spare_sc_key);
+        if (k) {
+            if (take(ps->doc, cap)) return NULL;
+            pthread_setspecific(spare_sc_key, NULL);
+            sc->p = k;
+            sc->cap = cap;
+            return k;
+        }
+    }
+    if (take(ps->doc, cap - sc->cap)) return NULL;
+    void *p = kl_mem_realloc(sc->p, cap, KL_TAG_REQUEST);
+    if (!p) { ps->doc->oom = 1; kl_err_set(&ps->doc->oom_err, KL_ENOMEM, "the allocator refused %zu bytes", cap); return NULL; }
+    sc->p = p;
+    sc->cap = cap;
+    return p;
 }
 
 static cJSON *node(parser *ps, int type) {
@@ -139,10 +199,10 @@ typedef struct {
 } dec;
 
 /* The text of a number the fast paths cannot take, NUL-terminated for the C
- * library: in tmp (256 bytes) when it fits, else malloc'd; NULL when out of
+ * library: in tmp (256 bytes) when it fits, else from the allocator; NULL when out of
  * memory. */
 static char *dec_text(const dec *x, char *tmp) {
-    char *buf = x->len < 256 ? tmp : malloc((size_t)x->len + 1);
+    char *buf = x->len < 256 ? tmp : kl_mem_alloc((size_t)x->len + 1, KL_TAG_REQUEST);
     if (!buf) return NULL;
     memcpy(buf, x->txt, x->len);
     buf[x->len] = 0;
@@ -151,13 +211,13 @@ static char *dec_text(const dec *x, char *tmp) {
 static double slow_f64(const dec *x) {
     char tmp[256], *buf = dec_text(x, tmp);
     double v = buf ? strtod(buf, NULL) : NAN;
-    if (buf != tmp) free(buf);
+    if (buf != tmp) kl_mem_free(buf);
     return v;
 }
 static float slow_f32(const dec *x) {
     char tmp[256], *buf = dec_text(x, tmp);
     float v = buf ? strtof(buf, NULL) : NAN;
-    if (buf != tmp) free(buf);
+    if (buf != tmp) kl_mem_free(buf);
     return v;
 }
 
@@ -297,29 +357,28 @@ typedef struct {
 
 /* At '[': an array of only numbers, more than SV_MAX_DIMS of them, as one
  * packed node; NULL (and the position unchanged) when it is anything else
- * (then the node form reads it, and its errors name the element). */
+ * (then the node form reads it, and its errors name the element). The
+ * numbers are read into the scratch (value and text offset side by side). */
+typedef struct {
+    double v;
+    uint32_t off;
+} numpos;
+
 static cJSON *packed_array(parser *ps) {
     const char *save = ps->p;
-    size_t n = 0, cap = 1024;
-    double *v = alloc(ps->doc, cap * sizeof *v);
-    uint32_t *off = alloc(ps->doc, cap * sizeof *off);
-    if (!v || !off || ps->end - ps->start > UINT32_MAX) return NULL;
+    size_t n = 0, cap = 0;
+    numpos *np = NULL;
+    if (ps->end - ps->start > UINT32_MAX) return NULL;
     ps->p++;
     for (;;) {
         ws(ps);
         if (ps->p >= ps->end || (*ps->p != '-' && (*ps->p < '0' || *ps->p > '9'))) goto other;
         if (n == cap) {
-            double *nv = alloc(ps->doc, 4 * cap * sizeof *v);
-            uint32_t *no = alloc(ps->doc, 4 * cap * sizeof *off);
-            if (!nv || !no) goto other;
-            memcpy(nv, v, n * sizeof *v);
-            memcpy(no, off, n * sizeof *off);
-            v = nv;
-            off = no;
-            cap *= 4;
+            cap = cap ? 2 * cap : 64;
+            if (!(np = scratch_get(ps, cap * sizeof *np))) goto other;
         }
-        off[n] = (uint32_t)(ps->p - ps->start);
-        if (number(ps, &v[n])) goto other;
+        np[n].off = (uint32_t)(ps->p - ps->start);
+        if (number(ps, &np[n].v)) goto other;
         n++;
         ws(ps);
         if (ps->p < ps->end && *ps->p == ',') { ps->p++; continue; }
@@ -329,7 +388,10 @@ static cJSON *packed_array(parser *ps) {
     if (n <= SV_MAX_DIMS || n > INT32_MAX) goto other;
     cJSON *a = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
-    if (!a || !pk) return NULL;
+    double *v = alloc(ps->doc, n * sizeof *v);
+    uint32_t *off = alloc(ps->doc, n * sizeof *off);
+    if (!a || !pk || !v || !off) return NULL;
+    for (size_t i = 0; i < n; i++) { v[i] = np[i].v; off[i] = np[i].off; }
     *pk = (packed){v, NULL, off, n, ps->start, ps->end};
     a->valuestring = (char *)pk;
     a->valueint = (int)n;
@@ -413,9 +475,10 @@ static int token_f64(parser *ps, const char *s, const char *e, double *out) {
     return 0;
 }
 
-/* The start and end positions of pass 1, in the document's arena: room
+/* The start and end positions of pass 1, in the parser's scratch: room
  * for cap positions plus slack (written past the count without a branch);
- * grow() makes it four times as much, keeping the n starts and ne ends. */
+ * pos_grow() doubles it, keeping the n starts and ne ends. On success the
+ * starts are copied into the arena (keep_offsets): n of them, no more. */
 typedef struct {
     uint32_t *st, *en;
     size_t cap, slack;
@@ -424,20 +487,34 @@ typedef struct {
 static int pos_init(parser *ps, positions *p, size_t cap, size_t slack) {
     p->cap = cap;
     p->slack = slack;
-    p->st = alloc(ps->doc, (cap + slack) * sizeof *p->st);
-    p->en = alloc(ps->doc, (cap + slack) * sizeof *p->en);
-    return p->st && p->en ? 0 : -1;
+    p->st = scratch_get(ps, 2 * (cap + slack) * sizeof *p->st);
+    p->en = p->st ? p->st + cap + slack : NULL;
+    return p->st ? 0 : -1;
 }
 
 static int pos_grow(parser *ps, positions *p, size_t n, size_t ne) {
-    uint32_t *ns = alloc(ps->doc, (4 * p->cap + p->slack) * sizeof *ns), *nn = alloc(ps->doc, (4 * p->cap + p->slack) * sizeof *nn);
-    if (!ns || !nn) return -1;
-    memcpy(ns, p->st, n * sizeof *ns);
-    memcpy(nn, p->en, ne * sizeof *nn);
-    p->st = ns;
-    p->en = nn;
-    p->cap *= 4;
+    size_t cap = 2 * p->cap;
+    uint32_t *b = scratch_get(ps, 2 * (cap + p->slack) * sizeof *b);
+    if (!b) return -1;
+    memmove(b + cap + p->slack, b + p->cap + p->slack, ne * sizeof *b); /* the ends to their new place */
+    (void)n;                                                            /* the starts stay where they are */
+    p->st = b;
+    p->en = b + cap + p->slack;
+    p->cap = cap;
     return 0;
+}
+
+/* The first n starts of the scratch, copied into the arena (what a packed node keeps) */
+static uint32_t *keep_offsets(parser *ps, const uint32_t *st, size_t n) {
+    uint32_t *o = alloc(ps->doc, n * sizeof *o);
+    if (o) memcpy(o, st, n * sizeof *o);
+    return o;
+}
+
+/* Positions for a '[' at a: no more numbers than the bytes to the end / 2 + 1 */
+static size_t pos_cap(const char *a, const char *end) {
+    size_t most = (size_t)(end - a) / 2 + 1;
+    return most < 1024 ? most : 1024;
 }
 
 /* Character classes by nibble (class = lo[c & 15] & hi[c >> 4]; bytes >=
@@ -491,7 +568,7 @@ static cJSON *packed_fast(parser *ps) {
     if (end - t > UINT32_MAX || end - a < 64) return NULL;
     size_t n = 0, ne = 0;
     positions pos;
-    if (pos_init(ps, &pos, 1024, 8)) return NULL;
+    if (pos_init(ps, &pos, pos_cap(a, end), 8)) return NULL;
     uint32_t *st = pos.st, *en = pos.en;
     const __m256i lo = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)cls_lo));
     const __m256i hi = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)cls_hi));
@@ -552,8 +629,9 @@ static cJSON *packed_fast(parser *ps) {
     }
     cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
-    if (!nd || !pk) { ps->p = a - 1; ps->err = NULL; return NULL; }
-    *pk = (packed){vals, NULL, st, n, ps->start, ps->end};
+    uint32_t *off = keep_offsets(ps, st, n);
+    if (!nd || !pk || !off) { ps->p = a - 1; ps->err = NULL; return NULL; }
+    *pk = (packed){vals, NULL, off, n, ps->start, ps->end};
     nd->valuestring = (char *)pk;
     nd->valueint = (int)n;
     return nd;
@@ -675,7 +753,7 @@ static T512 cJSON *packed_fast512(parser *ps) {
     if (end - t > UINT32_MAX || end - a < 64) return NULL;
     size_t n = 0, ne = 0;
     positions pos;
-    if (pos_init(ps, &pos, 1024, 80)) return NULL;
+    if (pos_init(ps, &pos, pos_cap(a, end), 80)) return NULL;
     uint32_t *st = pos.st, *en = pos.en;
     const __m512i lo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)cls_lo));
     const __m512i hi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(const void *)cls_hi));
@@ -773,8 +851,9 @@ static T512 cJSON *packed_fast512(parser *ps) {
     }
     cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
-    if (!nd || !pk) { ps->p = a - 1; ps->err = NULL; return NULL; }
-    *pk = (packed){vals, fl, st, n, ps->start, ps->end};
+    uint32_t *off = keep_offsets(ps, st, n);
+    if (!nd || !pk || !off) { ps->p = a - 1; ps->err = NULL; return NULL; }
+    *pk = (packed){vals, fl, off, n, ps->start, ps->end};
     nd->valuestring = (char *)pk;
     nd->valueint = (int)n;
     return nd;
@@ -798,7 +877,7 @@ const char *sv_json_number_text(const cJSON *a, size_t i) {
         const packed *pk = (const packed *)(const void *)a->valuestring;
         return i < pk->n ? pk->text + pk->off[i] : NULL;
     }
-    return a->type & NUMTEXT_FLAG ? ((const numnode *)(const void *)a)->txt : NULL;
+    return a->type & NUMTEXT_FLAG ? a->valuestring : NULL;
 }
 
 int sv_json_array_size(const cJSON *a) {
@@ -991,10 +1070,9 @@ static cJSON *value(parser *ps) {
     case 'n': if (!(n = node(ps, cJSON_NULL)) || lit(ps, "null")) return NULL; return n;
     default:
         if (ps->pack) {
-            numnode *nn = alloc(ps->doc, sizeof *nn);
-            if (!nn) { ps->err = "out of memory"; return NULL; }
-            *nn = (numnode){.c = {.type = cJSON_Number | NUMTEXT_FLAG}, .txt = ps->p};
-            return number_node(ps, &nn->c) ? NULL : &nn->c;
+            if (!(n = node(ps, cJSON_Number | NUMTEXT_FLAG))) return NULL;
+            n->valuestring = (char *)ps->p;
+            return number_node(ps, n) ? NULL : n;
         }
         if (!(n = node(ps, cJSON_Number)) || number_node(ps, n)) return NULL;
         return n;
@@ -1005,6 +1083,7 @@ int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl
     *out = NULL;
     sv_json_doc *d = calloc(1, sizeof *d);
     if (!d) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    d->limit = len > (SIZE_MAX - SV_JSON_MEM_BASE) / SV_JSON_MEM_RATIO ? SIZE_MAX : SV_JSON_MEM_RATIO * len + SV_JSON_MEM_BASE;
     parser ps;
     memset(&ps, 0, sizeof ps);
     ps.p = ps.start = text;
@@ -1012,9 +1091,20 @@ int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl
     ps.doc = d;
     ps.pack = (flags & SV_JSON_PACK) != 0;
     d->root = value(&ps);
+    if (ps.sc.cap == SCRATCH_KEEP) pthread_once(&spare_once, spare_init);
+    if (ps.sc.cap == SCRATCH_KEEP && !pthread_getspecific(spare_sc_key)) pthread_setspecific(spare_sc_key, ps.sc.p);
+    else kl_mem_free(ps.sc.p);
     if (d->root) {
         ws(&ps);
         if (ps.p != ps.end) { fail(&ps, "unexpected text after the JSON value"); d->root = NULL; }
+    }
+    if (!d->root && d->oom) {
+        int rc = d->oom == 1 ? kl_err_set(e, KL_ENOMEM, "request body: no memory to read its JSON (%s)", kl_err_what(&d->oom_err))
+                             : kl_err_set(e, KL_ERANGE, "request body: reading its JSON would take more than %d times its %zu bytes "
+                                          "of memory (send tensor data flat, or with the binary extension)",
+                                          SV_JSON_MEM_RATIO, len);
+        sv_json_free(d);
+        return rc;
     }
     if (!d->root) {
         int rc = kl_err_set(e, KL_EPARSE, "request body: malformed JSON at byte %zu%s%s%s: %s", ps.err_off,
@@ -1033,7 +1123,7 @@ void sv_json_free(sv_json_doc *d) {
     for (chunk *c = d->head, *n; c; c = n) {
         n = c->next;
         if (c->cap == CHUNK_CAP && !pthread_getspecific(spare_key)) pthread_setspecific(spare_key, c);
-        else free(c);
+        else kl_mem_free(c);
     }
     free(d);
 }

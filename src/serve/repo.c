@@ -401,14 +401,18 @@ static void count_load(kl_server *s, sv_model *m, int ok) {
     pthread_mutex_unlock(&s->mx);
 }
 
-/* Replaces the version list (and config) of m; unreferences what dropped out. */
-static void swap_versions(kl_server *s, sv_model *m, sv_version **nv, int n, const sv_model_cfg *cfg, const char *reason) {
+/* Replaces the version list (and config) of m, and the list of refused
+ * versions (nref of ref; NULL: none); unreferences what dropped out. */
+static void swap_versions(kl_server *s, sv_model *m, sv_version **nv, int n, const sv_model_cfg *cfg, const char *reason,
+                          const sv_refused *ref, int nref) {
     sv_version *old[SV_MAX_VERSIONS];
     int nold = 0;
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < m->nver; i++) old[nold++] = m->ver[i];
     for (int i = 0; i < n; i++) m->ver[i] = nv[i];
     m->nver = n;
+    m->nrefused = ref ? nref : 0;
+    if (ref) memcpy(m->refused, ref, (size_t)nref * sizeof *ref);
     if (cfg) m->cfg = *cfg;
     m->state = n ? SV_M_READY : SV_M_UNAVAILABLE;
     snprintf(m->reason, sizeof m->reason, "%s", n ? "" : reason);
@@ -471,7 +475,12 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
     pthread_mutex_unlock(&s->lock);
 
     sv_version *nv[SV_MAX_VERSIONS];
-    int n = 0;
+    int n = 0, nref = 0;
+    sv_refused *ref = calloc(SV_MAX_VERSIONS, sizeof *ref);
+    if (!ref) {
+        for (int j = 0; j < ncur; j++) sv_version_unref(cur[j]);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
     char reason[512] = "no version folder with a model.onnx";
     if (nwant == 0 && nfound > 0) snprintf(reason, sizeof reason, "the version policy selects none of the %d version(s)", nfound);
     for (int i = 0; i < nwant; i++) {
@@ -492,6 +501,10 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
             snprintf(reason, sizeof reason, "version %lld: %s", (long long)want[i], kl_err_what(&le));
             if (!rc) { rc = lrc; if (e) *e = le; }
             if (have) { sv_version_ref(have); nv[n++] = have; }
+            else {
+                ref[nref].version = want[i];
+                snprintf(ref[nref++].reason, sizeof ref->reason, "%s", kl_err_what(&le));
+            }
             continue;
         }
         nv[n++] = v;
@@ -501,7 +514,8 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
         for (int j = 0; j < ncur && n < SV_MAX_VERSIONS; j++) { sv_version_ref(cur[j]); nv[n++] = cur[j]; }
         kl_log(KL_LOG_WARN, "serve", "model %s: no new version could be loaded; the current one(s) keep serving", m->name);
     }
-    swap_versions(s, m, nv, n, &cfg, reason);
+    swap_versions(s, m, nv, n, &cfg, reason, ref, nref);
+    free(ref);
     for (int j = 0; j < ncur; j++) sv_version_unref(cur[j]);
     return rc;
 }
@@ -557,7 +571,7 @@ int sv_repo_scan(kl_server *s, const char *only, kl_err *e) {
         if (only && strcmp(only, m->name)) continue;
         int present = 0;
         for (int j = 0; j < nnames; j++) present |= !strcmp(names[j], m->name);
-        if (!present && m->state != SV_M_UNLOADED) swap_versions(s, m, NULL, 0, NULL, "removed from the repository");
+        if (!present && m->state != SV_M_UNLOADED) swap_versions(s, m, NULL, 0, NULL, "removed from the repository", NULL, 0);
     }
     if (only && !found_only) rc = kl_err_set(e, KL_ENOTFOUND, "no model '%s' in repository %s", only, s->repo);
 done:
@@ -576,7 +590,7 @@ int sv_repo_unload(kl_server *s, const char *name, kl_err *e) {
     int rc = KL_OK;
     if (!m) rc = kl_err_set(e, KL_ENOTFOUND, "unknown model '%s'", name);
     else {
-        swap_versions(s, m, NULL, 0, NULL, "unloaded");
+        swap_versions(s, m, NULL, 0, NULL, "unloaded", NULL, 0);
         pthread_mutex_lock(&s->lock);
         m->state = SV_M_UNLOADED;
         pthread_mutex_unlock(&s->lock);

@@ -177,6 +177,12 @@ enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
 typedef struct sv_req sv_req;
 typedef struct sv_loop sv_loop;
 
+/* A version a scan refused, with the reason (repository index) */
+typedef struct {
+    int64_t version;
+    char reason[512];
+} sv_refused;
+
 struct sv_model {
     char name[SV_NAME_MAX];
     sv_model_cfg cfg;
@@ -184,6 +190,8 @@ struct sv_model {
     int nver;
     int state;
     char reason[512];
+    sv_refused refused[SV_MAX_VERSIONS]; /* versions the last scan refused (not serving), listed by the index */
+    int nrefused;
     int unloaded;           /* explicitly unloaded: scans skip it until load */
     /* scheduler (server lock) */
     sv_req *qhead[SV_MAX_LEVELS], *qtail[SV_MAX_LEVELS];
@@ -216,6 +224,8 @@ enum { SV_C_NEW, SV_C_IDLE, SV_C_HEAD, SV_C_BODY, SV_C_BUSY, SV_C_CUT };
 typedef struct sv_conn {
     struct sv_conn *next, *prev;   /* server conn list (conn_lock) */
     int fd;
+    int bad_uri;                   /* the current request's target failed sv_http_check_uri */
+    char bad_uri_why[160];
     atomic_int state;              /* SV_C_* */
     _Atomic int64_t since;         /* monotonic ns: when the state began */
     _Atomic int64_t bytes;         /* body bytes received (SV_C_BODY) */
@@ -232,6 +242,11 @@ struct sv_req {
     char *body;
     size_t body_len, body_cap;
     int too_large;
+    int refuse;             /* answer this status once the body is in (read and dropped); 0 none */
+    int refuse_reason;      /* SV_R_* of it */
+    int close;              /* answer with Connection: close */
+    size_t dropped;         /* body bytes read and dropped (refused, too large) */
+    char refuse_msg[200];
     int64_t header_len;     /* Inference-Header-Content-Length; -1 none */
     /* parsed inference request */
     char id[256];
@@ -376,11 +391,53 @@ sv_model *sv_model_find(kl_server *s, const char *name); /* lock held */
 int sv_version_probe(kl_server *s, sv_version *v, kl_err *e);
 void sv_model_free(sv_model *m);
 
+/* http_parse.c: the HTTP request handling keel owns, as pure functions
+ * (fuzz/fuzz_http.c). */
+enum {
+    SV_RT_NONE, SV_RT_LIVE, SV_RT_READY, SV_RT_SERVER, SV_RT_MODEL_META, SV_RT_MODEL_READY, SV_RT_INFER, SV_RT_REPO_INDEX,
+    SV_RT_REPO_LOAD, SV_RT_REPO_UNLOAD, SV_RT_METRICS, SV_RT_PREDICT, SV_RT_NOT_FOUND, SV_RT_BAD_TARGET
+};
+/* The route of a (percent-decoded) path; sets r->model_name, want_version
+ * and method_ok. SV_RT_BAD_TARGET: a control character in it. */
+int sv_route(const char *url, const char *method, sv_req *r);
+/* The raw request target (before percent-decoding): KL_EPARSE, with the
+ * reason in why, when it holds a control character or a space, raw or
+ * percent-encoded (%00 would cut the decoded path short). */
+int sv_http_check_uri(const char *raw, char *why, size_t n);
+/* A request header as libmicrohttpd gave it; folded: it came from an
+ * obs-fold continuation line (http.c detects it). */
+typedef struct {
+    const char *key, *value;
+    int folded;
+} sv_http_hdr;
+#define SV_HTTP_MAX_HEADERS 256
+/* A body over --max-body is read and dropped before the 413 (so the client
+ * sees it) up to this size; a larger Content-Length is answered at once. */
+#define SV_DISCARD_MAX (64u << 20)
+/* The header rules against request smuggling (RFC 9112): KL_EPARSE, with
+ * the reason in why, for a header name that is not a token (whitespace
+ * before the colon), obs-fold, a control character in a value, more than
+ * one Content-Length (even identical ones), Transfer-Encoding, Host,
+ * Inference-Header-Content-Length or X-Priority, a Content-Length that is
+ * not 1..19 digits, a Transfer-Encoding other than "chunked", both
+ * Content-Length and Transfer-Encoding, more than SV_HTTP_MAX_HEADERS. */
+int sv_http_check_headers(const sv_http_hdr *h, size_t nh, char *why, size_t n);
+/* Inference-Header-Content-Length: the JSON part's length, within body_len. */
+int sv_http_header_len(const char *hl, size_t body_len, size_t *json_len);
+/* X-Priority: 1..SV_MAX_LEVELS, high (1) or low (SV_MAX_LEVELS + 1); -1 when none of these. */
+int sv_http_prio_header(const char *h, int *out);
+
 /* json.c: a cJSON tree in one arena (read it with the cJSON accessors;
  * never cJSON_Delete it). */
 typedef struct sv_json_doc sv_json_doc;
 struct cJSON;
 #define SV_JSON_PACK 1 /* arrays of > SV_MAX_DIMS numbers become packed nodes */
+/* A document takes at most RATIO times its text plus BASE bytes from the
+ * allocator (tag request): a cJSON node is 64 bytes, a value at least 2
+ * bytes of text ("1,"). Over it: KL_ERANGE; refused by the allocator (a
+ * budget): KL_ENOMEM. */
+#define SV_JSON_MEM_RATIO 32
+#define SV_JSON_MEM_BASE (128u << 10)
 int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e);
 /* A packed array node: its numbers as doubles, each exactly strtod's value
  * (valid until sv_json_free); 0 when a is not one. */

@@ -940,3 +940,103 @@ KL_TEST(serve_json_avx2_path) {
     serve_json_fast_error_positions();
     sv_json_avx512(was);
 }
+
+/* Issue 22 item 3: a small body of tiny nested arrays took ~20 KiB per '['
+ * (1024 doubles + 1024 offsets, then 1024 positions, malloc'd outside the
+ * allocator): 500 KB raised the server's RSS by 2 GB. The reader's memory
+ * (arena chunks and scratch) now goes through the core allocator with tag
+ * request and stays within SV_JSON_MEM_RATIO (32) times the body plus one
+ * 64 KiB chunk: the peak of tag request while parsing is read here. */
+static void nested_body(kl_buf *b, int kind, size_t target) {
+    kl_buf_reset(b);
+    if (kind == 0) { /* [[[[...: nested too deep, refused */
+        while (b->len < target) kl_buf_puts(b, "[");
+        return;
+    }
+    kl_buf_puts(b, "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,1],\"data\":[");
+    for (int i = 0; b->len < target; i++)
+        kl_buf_puts(b, kind == 1 ? (i ? ",[1]" : "[1]") : (i ? ",[1,2,3,4,5,6,7,8,9]" : "[1,2,3,4,5,6,7,8,9]"));
+    kl_buf_puts(b, "]}]}");
+}
+
+KL_TEST(serve_json_nested_arrays_memory_bounded) {
+    kl_buf b;
+    kl_buf_init(&b);
+    for (int kind = 0; kind < 3; kind++) {
+        nested_body(&b, kind, 500000);
+        kl_mem_stats st0, st1;
+        kl_mem_stats_get(KL_TAG_REQUEST, &st0);
+        kl_mem_reset_peaks();
+        sv_json_doc *doc = NULL;
+        kl_err e = {0};
+        int64_t t0 = kl_time_mono_ns();
+        int rc = sv_json_parse(b.data, b.len, SV_JSON_PACK, &doc, &e);
+        double ms = (kl_time_mono_ns() - t0) / 1e6;
+        kl_mem_stats_get(KL_TAG_REQUEST, &st1);
+        uint64_t used = st1.peak_allocated - st0.allocated;
+        printf("  body %d: %zu bytes, rc %d, %.1f ms, tag request peak +%llu bytes (%.1fx)\n", kind, b.len, rc, ms,
+               (unsigned long long)used, (double)used / (double)b.len);
+        KT_CHECKF(kind == 0 ? rc == KL_EPARSE && strstr(e.msg, "nested too deep") : rc == KL_OK, "body %d: rc %d %s", kind, rc, e.msg);
+        /* through the allocator (tag request), and bounded */
+        KT_CHECKF(kind == 0 || used >= b.len, "body %d: %llu bytes of tag request: the reader's memory is not counted", kind,
+                  (unsigned long long)used);
+        KT_CHECKF(used <= SV_JSON_MEM_RATIO * (uint64_t)b.len + SV_JSON_MEM_BASE, "body %d: %llu bytes for a %zu-byte body (over 32x)",
+                  kind, (unsigned long long)used, b.len);
+        KT_CHECKF(ms < 3000, "body %d: %.1f ms", kind, ms); /* was 5300 ms (body 1); loose: machines under load */
+        sv_json_free(doc);
+    }
+    KT_EQ_INT(SV_JSON_MEM_RATIO, 32); /* k of the issue: 32 (a 64-byte cJSON node per 2 bytes of text, "1,") */
+    /* a budget refusal is KL_ENOMEM (the server's 503), at once */
+    nested_body(&b, 1, 500000);
+    uint64_t old = kl_mem_get_tag_budget(KL_TAG_REQUEST);
+    kl_mem_set_tag_budget(KL_TAG_REQUEST, 1u << 20);
+    sv_json_doc *doc = NULL;
+    kl_err e = {0};
+    int rc = sv_json_parse(b.data, b.len, SV_JSON_PACK, &doc, &e);
+    kl_mem_set_tag_budget(KL_TAG_REQUEST, old);
+    KT_CHECKF(rc == KL_ENOMEM && !doc && strstr(e.msg, "no memory to read its JSON"), "rc %d: %s", rc, e.msg);
+    kl_buf_free(&b);
+}
+
+/* Issue 22 item 4: the header rules against request smuggling and the
+ * request-target check (http_parse.c), on what libmicrohttpd hands over. */
+KL_TEST(serve_http_header_rules) {
+    char why[200];
+#define HDRS(...) ((sv_http_hdr[]){__VA_ARGS__}), (sizeof((sv_http_hdr[]){__VA_ARGS__}) / sizeof(sv_http_hdr))
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "x", 0}, {"Content-Length", "12", 0}, {"X-Priority", "high", 0}), why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "x", 0}, {"Transfer-Encoding", "Chunked", 0}), why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "0", 0}, {"content-length", "35", 0}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "more than once");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "2", 0}, {"Content-Length", "2", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "5", 0}, {"Transfer-Encoding", "chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "both Content-Length and Transfer-Encoding");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Transfer-Encoding ", "chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "whitespace before the colon");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"X-Pad", "1", 1}), why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "obs-fold");
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Transfer-Encoding", "gzip, chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "+5", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "a", 0}, {"HOST", "b", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"X-A", "a\x01", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_headers(HDRS({"X-A", "a\tb c", 0}), why, sizeof why), KL_OK);
+#undef HDRS
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m/ready", why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%2Fx%41", why, sizeof why), KL_OK);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%00x/ready", why, sizeof why), KL_EPARSE);
+    KT_CONTAINS(why, "0x00");
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%1fx", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m%7F", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(sv_http_check_uri("/v2/models/m\x01", why, sizeof why), KL_EPARSE);
+    sv_req r;
+    memset(&r, 0, sizeof r);
+    KT_EQ_INT(sv_route("/v2/models/m\x01x/ready", "GET", &r), SV_RT_BAD_TARGET);
+    KT_EQ_INT(sv_route("/v2/models/m/versions/3/infer", "POST", &r), SV_RT_INFER);
+    KT_EQ_INT(r.want_version, 3);
+    KT_EQ_STR(r.model_name, "m");
+    size_t jl = 0;
+    KT_EQ_INT(sv_http_header_len("12", 20, &jl), KL_OK);
+    KT_EQ_INT(jl, 12);
+    KT_EQ_INT(sv_http_header_len("21", 20, &jl), KL_EPARSE);
+    KT_EQ_INT(sv_http_header_len("-1", 20, &jl), KL_EPARSE);
+}
