@@ -153,12 +153,17 @@ def stop_server(p):
 
 def predicting(t):
     p, port, _ = start_server(t, "ctr@champion")
-    rec = '{"instances": [{"user_id": 42, "item_price": 19.99, "ts": "2023-11-03T20:15:00Z", "category": "beauty"}]}'
-    out = ["$ keel serve ctr@champion &"]
-    out += t.run("curl -s localhost:8000/v1/models/ctr:predict \\\n    -d '%s'" % rec,
-                 "curl -s localhost:%s/v1/models/ctr:predict -d '%s'; echo" % (port, rec))
-    stop_server(p)
-    return out
+    try:
+        rec = '{"instances": [{"user_id": 42, "item_price": 19.99, "ts": "2023-11-03T20:15:00Z", "category": "beauty"}]}'
+        out = ["$ keel serve ctr@champion &"]
+        out += t.run("curl -s localhost:8000/v1/models/ctr:predict \\\n    -d '%s'" % rec,
+                     "curl -s localhost:%s/v1/models/ctr:predict -d '%s'; echo" % (port, rec))
+        stop_server(p)
+        return out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def head_doctor(lines):
@@ -188,6 +193,16 @@ def head_doctor(lines):
 def serving(t):
     out = t.run("keel models register mlp --name digits --alias prod") + t.run("keel models list")
     p, port, shown = start_server(t, "digits@prod")
+    try:
+        return out + serving_requests(t, p, port, shown)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def serving_requests(t, p, port, shown):
+    out = []
     out += ["$ keel serve digits@prod &"] + shown
     import numpy as np
     x = np.load(os.path.join(t.work, "examples", "digits", "data", "x_test.npy"))[0]

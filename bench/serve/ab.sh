@@ -30,7 +30,7 @@ start() { # side binary args env
 }
 start A "$A_KEEL" "$A_ARGS" "$A_ENV"; start B "$B_KEEL" "$B_ARGS" "$B_ENV"
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
-batch() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp"\}/ {v[$1 ~ /sum/]=$2} END {printf "%s %s", v[1]+0, v[0]+0}'; }
+batch() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp",version="[^"]*"\}/ {v[$1 ~ /sum/]+=$2} END {printf "%s %s", v[1]+0, v[0]+0}'; }
 hz=$(getconf CLK_TCK)
 for s in A B; do eval "p=\$port_$s"; wrk -t"$wt" -c"$conns" -d1s -s "$here/post.lua" "http://127.0.0.1:$p/v2/models/mlp/infer" > /dev/null; done
 : > "$w/rows"

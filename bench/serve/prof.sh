@@ -29,7 +29,7 @@ c1=$(awk '{print $14 + $15}' "/proc/$kp/stat")
 n=$(awk '/requests in/ {print $1}' "$out/wrk.txt")
 grep -E "Requests/sec|requests in|99%|50%" "$out/wrk.txt"
 awk -v a="$c0" -v b="$c1" -v n="$n" -v hz="$(getconf CLK_TCK)" 'BEGIN{printf "server CPU %.1f us/request (perf running)\n", (b-a)/hz*1e6/n}'
-curl -s "http://127.0.0.1:$port/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp"\}/ {v[$1 ~ /sum/]=$2}
+curl -s "http://127.0.0.1:$port/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp",version="[^"]*"\}/ {v[$1 ~ /sum/]+=$2}
   END {if (v[0]) printf "mean batch size: %.2f rows\n", v[1]/v[0]}'
 perf report -i "$out/perf.data" --no-children --sort symbol --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -${TOP:-60}
 echo "perf.data in $out"

@@ -55,8 +55,8 @@ run() { # mode
   # mean batch, and model compute time per image (the batch's compute time over its rows; on a loaded
   # machine the steadier measure of what batching buys)
   local mb=$(curl -s "http://127.0.0.1:$port/metrics" | awk '
-    /^keel_inference_batch_size_sum\{model="resnet"\}/ {bs=$2} /^keel_inference_batch_size_count\{model="resnet"\}/ {bc=$2}
-    /^keel_inference_compute_duration_seconds_sum\{model="resnet"\}/ {cs=$2} /^keel_inference_compute_duration_seconds_count\{model="resnet"\}/ {cc=$2}
+    /^keel_inference_batch_size_sum\{model="resnet",version="[^"]*"\}/ {bs+=$2} /^keel_inference_batch_size_count\{model="resnet",version="[^"]*"\}/ {bc+=$2}
+    /^keel_inference_compute_duration_seconds_sum\{model="resnet",version="[^"]*"\}/ {cs+=$2} /^keel_inference_compute_duration_seconds_count\{model="resnet",version="[^"]*"\}/ {cc+=$2}
     END {if (bc && cc) printf "%.1f %.1f", bs/bc, cs/cc/(bs/bc)*1000; else printf "- -"}')
   kill -9 $kp; wait $kp 2>/dev/null || true; kp=  # no drain of the requests wrk left behind
   echo "$1 $rps $p50 $p99 $mb load=$(cut -d' ' -f1 /proc/loadavg) ${errs}"

@@ -51,7 +51,7 @@ wrk -t"$wt" -c"$conns" -d2s -s "$here/post.lua" "http://127.0.0.1:$kport/v2/mode
 k=$(run keel "$kport" "$kp"); f=$(run fastapi "$fport" "$fp")
 echo "| server | req/s | p50 | p99 | server CPU µs/request | wrk's share of wrk+server CPU | errors |"; echo "|---|---|---|---|---|---|---|"
 for l in "$k" "$f"; do set -- $l; n=$1 r=$2 a=$3 b=$4 c=$5 ws=$6; shift 6; echo "| $n | $r | $a | $b | $c | $ws | ${*:-none} |"; done
-curl -s "http://127.0.0.1:$kport/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp"\}/ {v[$1 ~ /sum/]=$2}
+curl -s "http://127.0.0.1:$kport/metrics" | awk '/^keel_inference_batch_size_(sum|count)\{model="mlp",version="[^"]*"\}/ {v[$1 ~ /sum/]+=$2}
   END {if (v[0]) printf "keel mean batch size: %.2f rows\n", v[1]/v[0]}'
 kr=$(echo "$k" | awk '{print $2}'); fr=$(echo "$f" | awk '{print $2}')
 echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x (load average $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -39,6 +39,12 @@ size_t kl_features_num_inputs(const kl_features *f);
 const char *kl_features_input_name(const kl_features *f, size_t i);
 kl_col_type kl_features_input_type(const kl_features *f, size_t i);
 const char *kl_features_label(const kl_features *f);  /* NULL when none */
+/* How input i reads from a raw record (:predict, features transform): its
+ * name, type (the ingest schema's when recorded: "category", "timestamp" ...;
+ * else the column type), whether a null is accepted, and the zone of naive
+ * times (NULL: UTC or not a timestamp). Pointers valid until kl_features_free. */
+typedef struct { const char *name, *type, *timezone; int nullable; } kl_features_field;
+void kl_features_input_field(const kl_features *f, size_t i, kl_features_field *out);
 
 /* Learns the fitted state (means, vocabularies, quantile edges ...) from
  * columns (matched by name; types checked). Deterministic: serial sums in

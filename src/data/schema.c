@@ -154,7 +154,8 @@ static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
             if ((rc = kl_node_int(offn, &mins, e))) return rc;
             if (mins < -18 * 60 || mins > 18 * 60) return kl_node_error(offn, e, KL_EINVAL, "offset beyond 18 hours");
             int64_t a = mins < 0 ? -mins : mins;
-            snprintf(offs, sizeof offs, "%c%02d:%02d", mins < 0 ? '-' : '+', (int)(a / 60), (int)(a % 60));
+            if (mins == 0) snprintf(offs, sizeof offs, "UTC");
+            else snprintf(offs, sizeof offs, "%c%02d:%02d", mins < 0 ? '-' : '+', (int)(a / 60), (int)(a % 60));
             v = offs;
         } else if ((rc = kl_node_str(n, &v, e))) {
             return rc;

@@ -714,6 +714,13 @@ int kl_features_load_str(const char *text, size_t len, const char *name, kl_feat
 size_t kl_features_num_inputs(const kl_features *f) { return f->ninputs; }
 const char *kl_features_input_name(const kl_features *f, size_t i) { return i < f->ninputs ? f->inputs[i].name : NULL; }
 kl_col_type kl_features_input_type(const kl_features *f, size_t i) { return f->inputs[i].type; }
+void kl_features_input_field(const kl_features *f, size_t i, kl_features_field *out) {
+    const fcol *c = &f->inputs[i];
+    out->name = c->name;
+    out->type = c->raw ? kl_type_name(c->raw->type) : kl_col_type_name(c->type);
+    out->nullable = c->nullable && (!c->raw || c->raw->nullable); /* a feature takes a null, and ingest would */
+    out->timezone = c->raw && c->raw->type == KL_T_TIMESTAMP && c->raw->timezone ? c->raw->timezone : NULL;
+}
 const char *kl_features_label(const kl_features *f) { return f->has_label ? f->label : NULL; }
 int kl_features_is_fitted(const kl_features *f) { return f->fitted; }
 size_t kl_features_count(const kl_features *f) { return f->nf; }

@@ -581,6 +581,30 @@ static void json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
     kl_buf_puts(b, "]");
 }
 
+/* :predict "outputs": ["logit", "probability", "label"] (absent: the raw
+ * output alone, as before); probability and label need a version whose
+ * meta.json declares its post-processing (keel train writes it). */
+static int predict_outputs(sv_req *r, const cJSON *o, kl_err *e) {
+    static const char *const names[3] = {"logit", "probability", "label"};
+    r->pred_outputs = 0;
+    if (!o) return KL_OK;
+    if (!cJSON_IsArray(o) || !cJSON_GetArraySize(o))
+        return kl_err_set(e, KL_EINVAL, "outputs: expected a list of \"logit\", \"probability\", \"label\"");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, o) {
+        int k = 0;
+        while (k < 3 && !(cJSON_IsString(it) && !strcmp(it->valuestring, names[k]))) k++;
+        if (k == 3) return kl_err_set(e, KL_EINVAL, "outputs: '%s' is not logit, probability or label",
+                                      cJSON_IsString(it) ? it->valuestring : "(not a string)");
+        r->pred_outputs |= 1 << k;
+    }
+    const sv_version *v = r->ver;
+    if ((r->pred_outputs & (SV_PRED_PROBABILITY | SV_PRED_LABEL)) && v->post != SV_POST_SIGMOID && v->post != SV_POST_SOFTMAX)
+        return kl_err_set(e, KL_EINVAL, "outputs: model '%s' version %lld %s, so it has no probability or label", r->model->name,
+                          (long long)v->version, v->post == SV_POST_NONE ? "is a regression" : "declares no post-processing (meta.json output)");
+    return KL_OK;
+}
+
 int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
     sv_version *v = r->ver;
     if (!v->feat)
@@ -594,6 +618,10 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
     if (n <= 0) {
         sv_json_free(d);
         return kl_err_set(e, KL_EINVAL, "instances: expected a non-empty list of records");
+    }
+    if ((rc = predict_outputs(r, cJSON_GetObjectItemCaseSensitive(sv_json_root(d), "outputs"), e))) {
+        sv_json_free(d);
+        return rc;
     }
     size_t width = kl_features_width(v->feat);
     double *tmp = malloc((width ? width : 1) * sizeof *tmp);
@@ -637,8 +665,46 @@ done:
     return rc;
 }
 
-/* {"predictions":[one entry per record: the first output's row], "model_name",
- * "model_version", "feature_hash"} */
+/* The first output's row of a record: a scalar when it has one value. */
+static void raw_entry(kl_buf *b, int dtype, const char *p, int64_t per_row) {
+    if (per_row != 1) { json_data(b, dtype, p, per_row); return; }
+    kl_buf b1;
+    kl_buf_init(&b1);
+    json_data(&b1, dtype, p, 1);
+    if (b1.len >= 2) kl_buf_append(b, b1.data + 1, b1.len - 2); /* strip the brackets */
+    kl_buf_free(&b1);
+}
+
+/* {"logit": ..., "probability": p | [p...], "label": k} of one record: the
+ * version's post-processing (sigmoid of one logit; softmax of K) and the
+ * class it gives (probability >= 0.5; the largest). */
+static void predict_entry(kl_buf *b, const sv_req *r, const float *z, int64_t k) {
+    const char *sep = "{";
+    if (r->pred_outputs & SV_PRED_LOGIT) {
+        kl_buf_printf(b, "%s\"logit\":", sep);
+        raw_entry(b, SV_FP32, (const char *)z, k);
+        sep = ",";
+    }
+    int softmax = r->ver->post == SV_POST_SOFTMAX && k > 1;
+    double mx = z[0], sum = 0;
+    int64_t best = 0;
+    for (int64_t i = 1; i < k; i++) if (z[i] > z[best]) best = i;
+    if (softmax) { mx = z[best]; for (int64_t i = 0; i < k; i++) sum += exp((double)z[i] - mx); }
+    if (r->pred_outputs & SV_PRED_PROBABILITY) {
+        kl_buf_printf(b, "%s\"probability\":", sep);
+        if (!softmax) kl_buf_printf(b, "%.9g", 1.0 / (1.0 + exp(-(double)z[0])));
+        else
+            for (int64_t i = 0; i < k; i++) kl_buf_printf(b, "%s%.9g", i ? "," : "[", exp((double)z[i] - mx) / sum);
+        if (softmax) kl_buf_puts(b, "]");
+        sep = ",";
+    }
+    if (r->pred_outputs & SV_PRED_LABEL)
+        kl_buf_printf(b, "%s\"label\":%lld", sep, softmax ? (long long)best : (long long)(z[0] >= 0));
+    kl_buf_puts(b, "}");
+}
+
+/* {"predictions":[one entry per record: the first output's row, or the
+ * requested outputs of it], "model_name", "model_version", "feature_hash"} */
 static int encode_predict(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0, kl_err *e) {
     if (n_out < 1) return kl_err_set(e, KL_EINTERNAL, "no outputs");
     const sv_tensor *t = &outs[0];
@@ -647,18 +713,13 @@ static int encode_predict(sv_req *r, const sv_tensor *outs, size_t n_out, int64_
     kl_buf b;
     kl_buf_init(&b);
     kl_buf_puts(&b, "{\"predictions\":[");
+    if (r->pred_outputs && t->dtype != SV_FP32)
+        return kl_err_set(e, KL_EUNSUPPORTED, "outputs: probability and label need a float32 output");
     for (int64_t i = 0; i < r->rows; i++) {
         const char *p = (const char *)t->data + (size_t)((row0 + i) * per_row) * dt_sizes[t->dtype];
         if (i) kl_buf_puts(&b, ",");
-        if (per_row == 1) { /* a scalar per record */
-            kl_buf b1;
-            kl_buf_init(&b1);
-            json_data(&b1, t->dtype, p, 1);
-            kl_buf_append(&b, b1.data + 1, b1.len - 2); /* strip the brackets */
-            kl_buf_free(&b1);
-        } else {
-            json_data(&b, t->dtype, p, per_row);
-        }
+        if (r->pred_outputs) predict_entry(&b, r, (const float *)p, per_row);
+        else raw_entry(&b, t->dtype, p, per_row);
     }
     kl_buf_puts(&b, "],\"model_name\":");
     kl_buf_json_str(&b, r->model->name);

@@ -56,6 +56,9 @@ static enum MHD_Result send_json(kl_server *s, struct MHD_Connection *c, sv_req 
     return send_body(s, c, r, status, body, len, "application/json", 0, -1);
 }
 
+/* v2 infer and :predict: both are inference requests, logged and counted alike */
+static int inference_route(const sv_req *r) { return r->route == SV_RT_INFER || r->route == SV_RT_PREDICT; }
+
 /* An error answer that is not an inference result: logged and counted. */
 static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req *r, int status, int reason,
                                   int retry_after, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
@@ -70,8 +73,8 @@ static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req
     char *body = sv_error_json(msg, &len);
     r->status = status;
     r->reason = reason;
-    if (r->route == SV_RT_INFER && !r->counted) { r->counted = 1; sv_metrics_request(s, r); }
-    if (r->route == SV_RT_INFER) log_request(s, r);
+    if (inference_route(r) && !r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+    if (inference_route(r)) log_request(s, r);
     if (status == 503 && retry_after <= 0) retry_after = 1;
     return send_body(s, c, r, status, body, len, "application/json", retry_after, -1);
 }
@@ -136,6 +139,25 @@ static sv_version *pick_version(sv_model *m, int64_t want) {
     return NULL;
 }
 
+/* ,"predict":{"fields":[the raw record :predict takes: name, type, nullable,
+ * timezone], "outputs":[what it can answer]} of a version with features */
+static void predict_meta(kl_buf *b, const sv_version *v) {
+    kl_buf_puts(b, ",\"predict\":{\"fields\":[");
+    for (size_t i = 0; i < kl_features_num_inputs(v->feat); i++) {
+        kl_features_field fd;
+        kl_features_input_field(v->feat, i, &fd);
+        kl_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        kl_buf_json_str(b, fd.name);
+        kl_buf_printf(b, ",\"type\":\"%s\",\"nullable\":%s", fd.type, fd.nullable ? "true" : "false");
+        if (fd.timezone) { kl_buf_puts(b, ",\"timezone\":"); kl_buf_json_str(b, fd.timezone); }
+        kl_buf_puts(b, "}");
+    }
+    int classify = v->post == SV_POST_SIGMOID || v->post == SV_POST_SOFTMAX;
+    kl_buf_printf(b, "],\"outputs\":[\"logit\"%s]", classify ? ",\"probability\",\"label\"" : "");
+    if (classify) kl_buf_printf(b, ",\"classes\":%d", v->nclasses);
+    kl_buf_puts(b, "}");
+}
+
 static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req *r, int ready_only) {
     pthread_mutex_lock(&s->lock);
     sv_model *m = sv_model_find(s, r->model_name);
@@ -181,9 +203,11 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
     kl_buf_puts(&b, ",\"outputs\":");
     io_json(&b, v->out, v->n_out);
     kl_buf_printf(&b, ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"priority_levels\":%d,"
-                      "\"default_priority\":%d,\"instances\":%d}}",
+                      "\"default_priority\":%d,\"instances\":%d}",
                   m->cfg.max_batch, m->cfg.dynamic_batching ? "true" : "false", m->cfg.levels, m->cfg.default_level,
                   m->cfg.instances);
+    if (v->feat) predict_meta(&b, v);
+    kl_buf_puts(&b, "}");
     pthread_mutex_unlock(&s->lock);
     return send_json(s, c, r, 200, &b);
 }
@@ -255,7 +279,7 @@ static enum MHD_Result answer(kl_server *s, struct MHD_Connection *c, sv_req *r)
     if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
     if (r->held) { r->loop->nheld--; r->held = 0; }
     if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
-    if (r->route == SV_RT_INFER) log_request(s, r);
+    if (inference_route(r)) log_request(s, r);
     char *body = r->resp;
     size_t len = r->resp_len;
     r->resp = NULL;

@@ -1,7 +1,7 @@
 /* Metrics of the server in the Prometheus text exposition format (checked
  * with `promtool check metrics`): request latency histograms per model and
- * priority, queue and compute time, batch sizes, queue lengths, request
- * results by reason, model loads, memory in use and budgets per allocator
+ * version and priority, queue and compute time, batch sizes, request results
+ * by reason (per model version), queue lengths, model loads, memory in use and budgets per allocator
  * tag, process CPU. */
 #include "serve_int.h"
 
@@ -27,6 +27,21 @@ void sv_hist_add(sv_hist *h, double x) {
     h->sum += x;
 }
 
+/* metrics lock held: the request statistics of version v of m (-1: none
+ * chosen), added when new; with SV_VSTATS versions counted, the lowest
+ * version's slot is reused. */
+static sv_mstats *version_stats(sv_model *m, int64_t v) {
+    int low = 0;
+    for (int i = 0; i < m->nvst; i++) {
+        if (m->vst[i].version == v) return &m->vst[i].st;
+        if (m->vst[i].version < m->vst[low].version) low = i;
+    }
+    int i = m->nvst < SV_VSTATS ? m->nvst++ : low;
+    memset(&m->vst[i], 0, sizeof m->vst[i]);
+    m->vst[i].version = v;
+    return &m->vst[i].st;
+}
+
 /* Records a finished request (called once per answered request). */
 void sv_metrics_request(kl_server *s, sv_req *r) {
     double total = (kl_time_mono_ns() - r->t_recv) * 1e-9;
@@ -34,7 +49,7 @@ void sv_metrics_request(kl_server *s, sv_req *r) {
     if (!r->model) {
         s->http_errors[r->reason]++;
     } else {
-        sv_mstats *st = &r->model->st;
+        sv_mstats *st = version_stats(r->model, r->ver ? r->ver->version : -1);
         st->requests[r->reason]++;
         if (r->reason == SV_R_SUCCESS) sv_hist_add(&st->latency[r->level], total);
         if (r->t_start) {
@@ -88,6 +103,19 @@ static void model_label(char *out, size_t n, const char *model, int level) {
     kl_buf_free(&b);
 }
 
+/* model="m",version="v" (version "" for requests answered before one was chosen) */
+static void version_label(char *out, size_t n, const char *model, int64_t version, int level) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "model=");
+    label(&b, model);
+    if (version >= 0) kl_buf_printf(&b, ",version=\"%lld\"", (long long)version);
+    else kl_buf_puts(&b, ",version=\"\"");
+    if (level > 0) kl_buf_printf(&b, ",priority=\"%d\"", level);
+    snprintf(out, n, "%s", b.data ? b.data : "");
+    kl_buf_free(&b);
+}
+
 static void cpu_seconds(double *cpu) {
     *cpu = 0;
     char *text = NULL;
@@ -128,37 +156,40 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     pthread_mutex_lock(&s->mx);
     head(&b, "keel_inference_request_duration_seconds", "histogram",
          "Time from request received to response ready, successful inference requests.");
-    for (int i = 0; i < nm; i++)
+#define EACH_VERSION(i, k) for (int i = 0; i < nm; i++) for (int k = 0; k < ms[i]->nvst; k++)
+    EACH_VERSION(i, k)
         for (int l = 0; l < levels[i]; l++) {
-            const sv_hist *h = &ms[i]->st.latency[l];
-            model_label(lb, sizeof lb, ms[i]->name, l + 1);
+            const sv_hist *h = &ms[i]->vst[k].st.latency[l];
+            version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, l + 1);
             hist(&b, "keel_inference_request_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
         }
     head(&b, "keel_inference_queue_duration_seconds", "histogram", "Time requests waited in the scheduler queue.");
-    for (int i = 0; i < nm; i++) {
-        const sv_hist *h = &ms[i]->st.queue;
-        model_label(lb, sizeof lb, ms[i]->name, 0);
+    EACH_VERSION(i, k) {
+        const sv_hist *h = &ms[i]->vst[k].st.queue;
+        version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, 0);
         hist(&b, "keel_inference_queue_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
     }
     head(&b, "keel_inference_compute_duration_seconds", "histogram", "Model execution time of the batch a request ran in.");
-    for (int i = 0; i < nm; i++) {
-        const sv_hist *h = &ms[i]->st.compute;
-        model_label(lb, sizeof lb, ms[i]->name, 0);
+    EACH_VERSION(i, k) {
+        const sv_hist *h = &ms[i]->vst[k].st.compute;
+        version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, 0);
         hist(&b, "keel_inference_compute_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
     }
     head(&b, "keel_inference_batch_size", "histogram", "Rows of the batch each successful request ran in.");
-    for (int i = 0; i < nm; i++) {
-        const sv_mstats *st = &ms[i]->st;
-        model_label(lb, sizeof lb, ms[i]->name, 0);
+    EACH_VERSION(i, k) {
+        const sv_mstats *st = &ms[i]->vst[k].st;
+        version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, 0);
         hist(&b, "keel_inference_batch_size", lb, st->batch, SV_BATCH_BUCKETS, batch_le, st->batch_count, st->batch_sum);
     }
-    head(&b, "keel_inference_requests_total", "counter", "Inference requests answered, by model and result.");
-    for (int i = 0; i < nm; i++)
+    head(&b, "keel_inference_requests_total", "counter",
+         "Inference requests answered (v2 infer and :predict), by model, version and result.");
+    EACH_VERSION(i, k)
         for (int r = 0; r < SV_R_COUNT; r++) {
-            model_label(lb, sizeof lb, ms[i]->name, 0);
+            version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, 0);
             kl_buf_printf(&b, "keel_inference_requests_total{%s,result=\"%s\"} %llu\n", lb, reason_names[r],
-                          (unsigned long long)ms[i]->st.requests[r]);
+                          (unsigned long long)ms[i]->vst[k].st.requests[r]);
         }
+#undef EACH_VERSION
     head(&b, "keel_http_connections_cut_total", "counter",
          "Slow clients cut: request headers late (header_timeout) or body below the minimum rate (slow_body).");
     kl_buf_printf(&b, "keel_http_connections_cut_total{reason=\"header_timeout\"} %llu\n",

@@ -231,7 +231,18 @@ static int check_one(const char *dir, const char *file, const char *want, kl_err
     return KL_OK;
 }
 
-static int check_integrity(const char *dir, int *nchecked, kl_err *e) {
+/* meta.json "output": {"postprocess": "softmax"|"sigmoid"|"none", "classes": K}
+ * (keel train writes it): what :predict's probability and label mean. */
+static void read_postprocess(const cJSON *root, sv_version *v) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "output");
+    const char *pp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "postprocess"));
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "classes");
+    v->post = !pp ? -1 : !strcmp(pp, "softmax") ? SV_POST_SOFTMAX : !strcmp(pp, "sigmoid") ? SV_POST_SIGMOID
+            : !strcmp(pp, "none") ? SV_POST_NONE : -1;
+    v->nclasses = cJSON_IsNumber(k) && k->valuedouble >= 1 && k->valuedouble <= 1e6 ? (int)k->valuedouble : 0;
+}
+
+static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err *e) {
     char p[1400];
     *nchecked = 0;
     snprintf(p, sizeof p, "%s/meta.json", dir);
@@ -240,6 +251,7 @@ static int check_integrity(const char *dir, int *nchecked, kl_err *e) {
     int rc = kl_json_load_file(p, &j, e);
     if (rc) return rc;
     cJSON *root = j;
+    read_postprocess(root, v);
     cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     if (!files) files = cJSON_GetObjectItemCaseSensitive(root, "sha256");
     if (cJSON_IsObject(files)) {
@@ -300,7 +312,8 @@ static int version_load(kl_server *s, sv_model *m, const char *dir, int64_t ver,
     snprintf(v->dir, sizeof v->dir, "%s", dir);
     version_sig(dir, v->sig, sizeof v->sig);
     int nchecked = 0;
-    int rc = check_integrity(dir, &nchecked, e);
+    v->post = -1;
+    int rc = check_integrity(dir, v, &nchecked, e);
     if (rc) goto fail;
     char p[1400];
     snprintf(p, sizeof p, "%s/model.onnx", dir);

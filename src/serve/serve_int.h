@@ -135,6 +135,8 @@ enum {
 };
 const char *sv_reason_name(int r);
 
+#define SV_VSTATS 16 /* versions of a model with request metrics (the lowest goes when more come) */
+
 typedef struct {
     sv_hist latency[SV_MAX_LEVELS];
     sv_hist queue, compute;
@@ -169,6 +171,8 @@ typedef struct sv_version {
     int probe_ok;
     char probe_err[256];
     kl_features *feat;      /* features.json of the version (NULL: none); :predict runs it */
+    int post;               /* meta.json output.postprocess: SV_POST_NONE, _SIGMOID, _SOFTMAX (-1: not declared) */
+    int nclasses;
     kl_fstore *fstore;      /* features.db next to it: recent events for entity windows */
 } sv_version;
 
@@ -205,8 +209,11 @@ struct sv_model {
     int64_t tok_ns[SV_MAX_LEVELS];
     uint64_t inflight_bytes;
     _Atomic int64_t row_ns;       /* moving average of compute time per batch row (0 = none yet) */
-    /* metrics (metrics lock) */
+    /* metrics (metrics lock): loads and probes in st, requests per version
+     * in vst (version -1: answered before a version was chosen) */
     sv_mstats st;
+    struct { int64_t version; sv_mstats st; } vst[SV_VSTATS];
+    int nvst;
 };
 
 void sv_version_ref(sv_version *v);
@@ -279,6 +286,7 @@ struct sv_req {
     int counted;
     int in_infer;           /* counted in ninfer */
     int predict;            /* a v1 :predict request: records in, {"predictions"} out */
+    int pred_outputs;       /* :predict "outputs": SV_PRED_* bits (0: the raw output, as before) */
     sv_conn *sc;            /* the connection (slow-client guard); NULL when untracked */
     sv_loop *loop;          /* the HTTP loop of the connection */
     int inl;                /* runs on its loop's thread (small enough), not on a worker */
@@ -469,6 +477,9 @@ void sv_json_free(sv_json_doc *d);
  * checked against the version's inputs; 400-style errors name the field. */
 int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin,
                     size_t bin_len, kl_err *e);
+enum { SV_POST_NONE, SV_POST_SIGMOID, SV_POST_SOFTMAX };
+enum { SV_PRED_LOGIT = 1, SV_PRED_PROBABILITY = 2, SV_PRED_LABEL = 4 };
+
 /* Parses a :predict request {"instances":[{...raw fields...}]} through the
  * version's features.json (the same code as offline feature computation)
  * into r->in; errors name the instance and field. */

@@ -581,6 +581,10 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
     cJSON_AddNumberToObject(j, "epochs", (double)pos->epoch);
     cJSON_AddNumberToObject(j, "train_seconds", secs);
     cJSON_AddBoolToObject(j, "early_stopped", pos->stopped);
+    /* what the outputs mean, for serving (:predict "outputs": probability, label) */
+    cJSON *oj = cJSON_AddObjectToObject(j, "output");
+    cJSON_AddStringToObject(oj, "postprocess", s->loss == TR_LOSS_CE ? "softmax" : s->loss == TR_LOSS_BCE ? "sigmoid" : "none");
+    if (s->loss != TR_LOSS_MSE) cJSON_AddNumberToObject(oj, "classes", (double)(s->loss == TR_LOSS_BCE ? 2 : m->out_numel));
     cJSON *fm = cJSON_AddObjectToObject(j, "final_metrics");
     double last_loss = NAN;
     for (size_t i = 0; i < rs->n; i++) if (rs->r[i].split == 0) last_loss = rs->r[i].loss;

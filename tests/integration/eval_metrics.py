@@ -74,6 +74,8 @@ if j:
     report("eval_at_threshold_vs_sklearn", near(j["at_threshold"]["f1"], skm.f1_score(yt, at)) and
            near(j["at_threshold"]["precision"], skm.precision_score(yt, at, zero_division=0)) and
            near(j["at_threshold"]["accuracy"], skm.accuracy_score(yt, at)), (j.get("at_threshold"),))
+    meta = json.load(open(os.path.join(d, "bin", "meta.json")))
+    report("eval_meta_declares_sigmoid", meta.get("output") == {"postprocess": "sigmoid", "classes": 2}, meta.get("output"))
     report("eval_auc_vs_sklearn", near(j.get("auc"), skm.roc_auc_score(yt, p)), (j.get("auc"), skm.roc_auc_score(yt, p)))
 
 # ---- 3 classes (cross entropy) ----
@@ -85,6 +87,8 @@ if j:
     P, R, F, S = skm.precision_recall_fscore_support(y, pred, zero_division=0)
     ok = all(near(j["per_class"][c]["f1"], F[c]) and near(j["per_class"][c]["precision"], P[c]) for c in range(3))
     report("eval_multiclass_per_class_vs_sklearn", ok, (j.get("per_class"), P, R, F))
+    meta = json.load(open(os.path.join(d, "multi", "meta.json")))
+    report("eval_meta_declares_softmax", meta.get("output") == {"postprocess": "softmax", "classes": 3}, meta.get("output"))
     report("eval_macro_f1_vs_sklearn", near(j.get("macro_f1"), skm.f1_score(y, pred, average="macro")),
            (j.get("macro_f1"), skm.f1_score(y, pred, average="macro")))
 
@@ -94,6 +98,8 @@ y = (2 * x[:, 0] - x[:, 1] + rng.normal(scale=0.3, size=400)).astype(np.float32)
 j, z = train_eval("reg", "mse", 1, x, y)
 if j:
     yt, yp = y[:, 0].astype(np.float64), z[:, 0]
+    meta = json.load(open(os.path.join(d, "reg", "meta.json")))
+    report("eval_meta_declares_regression", meta.get("output") == {"postprocess": "none"}, meta.get("output"))
     report("eval_mae_vs_sklearn", near(j.get("mae"), skm.mean_absolute_error(yt, yp)), (j.get("mae"),))
     report("eval_rmse_vs_sklearn", near(j.get("rmse"), skm.mean_squared_error(yt, yp) ** 0.5), (j.get("rmse"),))
     report("eval_r2_vs_sklearn", near(j.get("r2"), skm.r2_score(yt, yp)), (j.get("r2"), skm.r2_score(yt, yp)))

@@ -10,6 +10,7 @@ server is saturated and a higher level has traffic, rate limits (429), memory qu
 failed requests (and a tampered version refused while the old one serves),
 SIGTERM during load with no request lost, per-request logs and metrics."""
 import json
+import re
 import os
 import shutil
 import signal
@@ -22,6 +23,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ser
 from helpers import Server, check, done, mlp_ref, tmpdir, write_meta, write_mlp  # noqa: E402
 
 import numpy as np  # noqa: E402
+
+
+def metric_sum(text, name, model):
+    """A per-version metric of a model, summed over its versions."""
+    rx = re.compile(r'%s\{model="%s",version="[^"]*"\} (\S+)$' % (re.escape(name), re.escape(model)))
+    return sum(float(m.group(1)) for m in map(rx.match, text.splitlines()) if m)
 
 repo = tmpdir("serve-infer-")
 params = write_mlp(os.path.join(repo, "mlp", "1", "model.onnx"), seed=1)
@@ -137,8 +144,8 @@ try:
     [t.join() for t in ts]
     st, h, m = s.req("GET", "/metrics")
     text = m.decode()
-    bsum = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('keel_inference_batch_size_sum{model="mlp"}')]
-    bcnt = [float(l.split()[-1]) for l in text.splitlines() if l.startswith('keel_inference_batch_size_count{model="mlp"}')]
+    bsum = [metric_sum(text, "keel_inference_batch_size_sum", "mlp")]
+    bcnt = [metric_sum(text, "keel_inference_batch_size_count", "mlp")]
     check("serve_infer_dynamic_batching", all(results) and len(results) == 24 and bsum and bcnt and bsum[0] > bcnt[0] * 1.0 + 3,
           (results.count(True), bsum, bcnt))
 
@@ -231,11 +238,10 @@ try:
            "high s", ["%.3f" % v for v in high_lat], "low s", ["%.3f" % v for v in sorted(low_lat)]))
 
     # queue timeout: requests behind a long run time out, get 503 and are never executed
-    def count(text, model, result):
-        for l in text.splitlines():
-            if l.startswith('keel_inference_requests_total{model="%s",result="%s"}' % (model, result)):
-                return int(l.split()[-1])
-        return -1
+    def count(text, model, result):   # summed over the model's versions
+        n = [int(l.split()[-1]) for l in text.splitlines()
+             if re.match(r'keel_inference_requests_total\{model="%s",version="[^"]*",result="%s"\}' % (model, result), l)]
+        return sum(n) if n else -1
     big = rng.standard_normal((1024, slow_sizes[0])).astype(np.float32)  # 6.4 GMAC: a long run
     text0 = s.req("GET", "/metrics")[2].decode()
     blocker = threading.Thread(target=lambda: s.req("POST", "/v2/models/slow/infer", *bin_req(big, {"X-Priority": "1"})))
@@ -261,7 +267,7 @@ try:
     ts.join()
     blocker.join()
     text1 = s.req("GET", "/metrics")[2].decode()
-    executed = lambda t: [int(l.split()[-1]) for l in t.splitlines() if l.startswith('keel_inference_compute_duration_seconds_count{model="slow"}')][0]
+    executed = lambda t: int(metric_sum(t, "keel_inference_compute_duration_seconds_count", "slow"))
     check("serve_infer_queue_timeout_503", all(st == 503 and "timed out" in e and ra for st, e, ra in tout)
           and count(text1, "slow", "timeout") - count(text0, "slow", "timeout") == 3, tout)
     check("serve_infer_timeout_never_executed", executed(text1) - executed(text0) == 2, (executed(text0), executed(text1)))
@@ -287,8 +293,8 @@ try:
     st2, h2, b2 = s.json("POST", "/v2/models/shed/infer", infer_body(xs8), {"X-Priority": "2"})
     st3, h3, b3 = s.json("POST", "/v2/models/shed/infer", infer_body(xs8))
     st, h, m = s.req("GET", "/metrics")
-    shed_n = [float(l.split()[-1]) for l in m.decode().splitlines()
-              if l.startswith('keel_inference_requests_total{model="shed",result="overloaded"}')]
+    shed_n = [sum(float(l.split()[-1]) for l in m.decode().splitlines()
+                  if re.match(r'keel_inference_requests_total\{model="shed",version="[^"]*",result="overloaded"\}', l))]
     check("serve_infer_shed_low_when_saturated", st0 == 200 and st1 == 200 and st2 == 503 and st3 == 503
           and "shed" in (b2 or {}).get("error", "") and h2.get("retry-after") and h3.get("retry-after")
           and shed_n == [2.0], (st0, st1, st2, b2, st3, b3, shed_n))
@@ -346,7 +352,7 @@ try:
     st, h, body = s.req("GET", "/metrics")
     import subprocess
     p = subprocess.run(["promtool", "check", "metrics"], input=body, capture_output=True)
-    check("serve_infer_promtool_after_traffic", p.returncode == 0 and b'keel_inference_request_duration_seconds_count{model="mlp",priority="2"}' in body,
+    check("serve_infer_promtool_after_traffic", p.returncode == 0 and re.search(rb'keel_inference_request_duration_seconds_count\{model="mlp",version="\d+",priority="2"\}', body),
           (p.stdout + p.stderr)[:300])
 finally:
     rc = s.stop()

@@ -62,6 +62,9 @@ shutil.copy(os.path.join(d, "f.json"), os.path.join(repo, "ctr", "1", "features.
 shutil.copy(os.path.join(d, "store.db"), os.path.join(repo, "ctr", "1", "features.db"))
 write_mlp(os.path.join(repo, "plain", "1", "model.onnx"), seed=5, sizes=(width, 4, 2))
 
+shutil.copytree(os.path.join(repo, "ctr"), os.path.join(repo, "nometa"))   # features, no declared post-processing
+with open(os.path.join(repo, "ctr", "1", "meta.json"), "w") as f:   # what keel train declares (no files listed)
+    json.dump({"output": {"postprocess": "softmax", "classes": 2}}, f)
 srv = Server(repo)
 try:
     st, h, body = srv.json("POST", "/v1/models/ctr:predict", {"instances": records})
@@ -82,12 +85,64 @@ try:
     bad["ts"] = "yesterday"
     st, h, body = srv.json("POST", "/v1/models/ctr:predict", {"instances": [records[1], bad]})
     check("predict_bad_field_400", st == 400 and "instances[1]" in str(body) and "ts" in str(body), (st, body))
+    # probabilities and labels from the version's declared post-processing
+    st, h, body = srv.json("POST", "/v1/models/ctr:predict", {"instances": records, "outputs": ["logit", "probability", "label"]})
+    ok = st == 200 and len(body.get("predictions", [])) == 3
+    if ok:
+        z = np.array([p["logit"] for p in body["predictions"]], dtype=np.float64)
+        pz = np.exp(z - z.max(axis=1, keepdims=True))
+        pz /= pz.sum(axis=1, keepdims=True)
+        got_p = np.array([p["probability"] for p in body["predictions"]])
+        ok = np.allclose(got_p, pz, rtol=1e-6, atol=1e-7) and [p["label"] for p in body["predictions"]] == list(z.argmax(axis=1))
+    check("predict_probability_and_label", ok, (st, body))
+    st, h, body = srv.json("POST", "/v1/models/ctr:predict", {"instances": records, "outputs": ["label"]})
+    check("predict_label_only", st == 200 and all(set(p) == {"label"} for p in body.get("predictions", [{}])), (st, body))
+    st, h, body = srv.json("POST", "/v1/models/ctr:predict", {"instances": records, "outputs": ["odds"]})
+    check("predict_unknown_output_400", st == 400 and "odds" in str(body), (st, body))
+    st, h, meta = srv.json("GET", "/v2/models/ctr")
+    fields = {f["name"]: f for f in (meta or {}).get("predict", {}).get("fields", [])}
+    check("predict_metadata_describes_records", st == 200 and set(fields) == {"user_id", "item_price", "ts", "category"}
+          and fields["ts"]["type"] == "timestamp" and fields["ts"]["timezone"] == "UTC" and fields["ts"]["nullable"] is False
+          and fields["category"]["type"] == "category" and meta["predict"]["outputs"] == ["logit", "probability", "label"],
+          meta)
     st, h, body = srv.json("POST", "/v1/models/ctr:predict", {"rows": []})
     check("predict_missing_instances_400", st == 400 and "instances" in str(body), (st, body))
+    st, h, body = srv.json("POST", "/v1/models/nometa:predict", {"instances": records, "outputs": ["probability"]})
+    check("predict_probability_needs_declared_postprocess_400", st == 400 and "post-processing" in str(body), (st, body))
+    st, h, body = srv.json("POST", "/v1/models/nometa:predict", {"instances": records, "outputs": ["logit"]})
+    check("predict_logit_without_declaration", st == 200 and "logit" in str(body), (st, body))
     st, h, body = srv.json("POST", "/v1/models/plain:predict", {"instances": records})
     check("predict_without_features_json_400", st == 400 and "features.json" in str(body), (st, body))
     st, h, body = srv.json("POST", "/v1/models/nosuch:predict", {"instances": records})
     check("predict_unknown_model_404", st == 404, (st, body))
+    # :predict is accounted like v2 infer: three bad :predict calls and one bad v2 call are four
+    # bad_request results of the model's version, and every request has its access-log line
+    import re
+    import time
+
+    def ctr_count(result):
+        text = srv.req("GET", "/metrics")[2].decode()
+        return sum(int(line.split()[-1]) for line in text.splitlines()
+                   if re.match(r'keel_inference_requests_total\{model="ctr",version="1",result="%s"\}' % result, line))
+    def bad_lines():   # access-log lines of ctr's 400 answers
+        n = 0
+        for line in srv.logtext().splitlines():
+            try:
+                d = json.loads(line)
+            except ValueError:
+                continue
+            n += d.get("msg") == "request" and d.get("model") == "ctr" and d.get("status") == 400
+        return n
+    before, lines_before = ctr_count("bad_request"), bad_lines()
+    for k in range(3):
+        srv.json("POST", "/v1/models/ctr:predict", {"instances": [bad]})
+    srv.json("POST", "/v2/models/ctr/infer", {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1], "data": [1]}]})
+    check("predict_errors_counted_like_infer", ctr_count("bad_request") - before == 4, ctr_count("bad_request") - before)
+    check("predict_success_counted_with_version", ctr_count("success") >= 1, ctr_count("success"))
+    deadline = time.time() + 10
+    while time.time() < deadline and bad_lines() - lines_before < 4:
+        time.sleep(0.1)
+    check("predict_requests_in_access_log", bad_lines() - lines_before == 4, srv.logtext()[-800:])
 finally:
     log = srv.logtext()[-400:]
     check("predict_server_exits_cleanly", srv.stop() == 0, log)
