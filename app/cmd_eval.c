@@ -14,6 +14,7 @@ static const app_opt opts[] = {
     {"logits", 0, 1, "FILE.npy", "also write the model outputs (rows, outputs) as .npy", 0},
     {"roc", 0, 0, NULL, "with --json: include the ROC points (fpr, tpr, threshold)", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec spec = {"eval", "keel eval DIR [--data X.npy,y.npy | --dataset PATH [--split test] | --shards DIR] [--logits OUT.npy] [--json [--roc]]",
                                   "Evaluate a model trained by keel train: accuracy / AUC / loss and a confusion matrix.",
@@ -46,6 +47,7 @@ int cmd_eval(int argc, char **argv) {
     o.split = app_get(&a, "split");
     o.logits_out = app_get(&a, "logits");
     o.with_roc = app_flag(&a, "roc");
+    if ((rc = app_get_verify(&a, &spec, &o.verify)) >= 0) return rc;
     if (kl_train_eval_print(a.pos[0], &o, app_flag(&a, "json"), stdout, &e)) return app_fail(&e);
     return APP_EXIT_OK;
 }

@@ -697,6 +697,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     int rc;
     openblas_set_num_threads(1);
     if ((rc = tr_spec_load_set(spec_path, o->sets, o->nsets, &s, e))) goto fail;
+    if (s->ds) s->ds->verify = o->verify;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
     if (o->tracking && (rc = tr_runlog_start(o, s, spec_path, &trk, &trun, e))) goto fail;
     if (trun && o->run_id_out) *o->run_id_out = kl_track_run_id(trun);
@@ -1130,6 +1131,7 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
         for (part = 0; part < 4 && strcmp(part_label[part], sp); part++) {}
         if (part == 4) { rc = kl_err_set(e, KL_EINVAL, "split '%s': train, val, test or all", sp); goto fail; }
         if (!s->ds) { rc = kl_err_set(e, KL_EINVAL, "%s: the model was trained on .npy files; give --data X.npy,y.npy", dir); goto fail; }
+        s->ds->verify = o->verify;
         char *ds = NULL;
         if (o->dataset) ds = strdup(o->dataset);
         else {

@@ -30,6 +30,7 @@ typedef struct tr_dsrc {
     int shuffle;                /* fractions: seeded per-row draw (1) or contiguous in row order (0) */
     uint64_t seed;
     char *ref_col;              /* eval only: a reference score column read along (not a feature) */
+    int verify;                 /* kl_verify_mode of the files against the manifest (0 = sha256) */
 } tr_dsrc;
 
 /* What was read: the feature columns used and the dataset's identity. */
