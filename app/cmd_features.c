@@ -58,7 +58,7 @@ static int fit(int argc, char **argv) {
     kl_features *f = NULL;
     kl_column **cols = NULL;
     size_t ncols = 0;
-    if (kl_features_spec_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, verify, &cols, &ncols, &e)) {
+    if (kl_features_spec_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e)) {
         kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);
@@ -121,7 +121,7 @@ static int apply(int argc, char **argv) {
     kl_features_counts cnt = {0};
     char *path = NULL;
     int64_t t0 = kl_time_mono_ns(), t1 = 0, t2 = 0;
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 1, verify, &cols, &ncols, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 1, verify, &cols, &ncols, &e)) goto fail;
     t1 = kl_time_mono_ns();
     if (kl_features_apply(f, cols, ncols, NULL, &res, &nres, &cnt, &e)) goto fail;
     t2 = kl_time_mono_ns();
@@ -189,7 +189,7 @@ static int materialize(int argc, char **argv) {
     kl_column **cols = NULL;
     size_t ncols = 0;
     kl_fstore *s = NULL;
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, verify, &cols, &ncols, &e) ||
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) ||
         kl_fstore_open(f, store, &s, &e) || kl_features_materialize(f, cols, ncols, s, &e) || kl_fstore_flush(s, &e)) {
         kl_fstore_free(s);
         kl_features_free_columns(cols, ncols);
@@ -406,7 +406,7 @@ static int latency(int argc, char **argv) {
     float *v = NULL;
     kl_buf js;
     kl_buf_init(&js);
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, verify, &cols, &ncols, &e) || kl_fstore_open(f, NULL, &s, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) || kl_fstore_open(f, NULL, &s, &e)) goto fail;
     size_t n = nrows_of(cols, ncols), m = (size_t)nrec < n ? (size_t)nrec : n, first = n - m;
     for (size_t r = 0; r < first; r++)
         if (kl_fstore_append_columns(s, cols, ncols, r, &e)) goto fail;

@@ -258,7 +258,10 @@ const char *kl_verify_mode_name(kl_verify_mode m);
  * listed file must exist with its recorded size and (KL_VERIFY_SHA256) its
  * sha256: a mismatch is KL_ECHECKSUM naming the file, the expected and the
  * actual value (KL_ENOTFOUND for a listed file that is missing). */
-int kl_dataset_resolve(const char *path, kl_verify_mode verify, char ***files, size_t *n_files, char **manifest, kl_err *e);
+int kl_dataset_resolve_verify(const char *path, kl_verify_mode verify, char ***files, size_t *n_files, char **manifest,
+                              kl_err *e);
+/* The same with the default check, KL_VERIFY_SHA256. */
+int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **manifest, kl_err *e);
 
 #ifdef __cplusplus
 }

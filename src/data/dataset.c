@@ -126,7 +126,12 @@ static int verify_files(const char *dir, const char *mpath, char **files, size_t
 
 /* ================================================================ resolving */
 
-int kl_dataset_resolve(const char *path, kl_verify_mode verify, char ***files, size_t *n_files, char **manifest, kl_err *e) {
+int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **manifest, kl_err *e) {
+    return kl_dataset_resolve_verify(path, KL_VERIFY_SHA256, files, n_files, manifest, e);
+}
+
+int kl_dataset_resolve_verify(const char *path, kl_verify_mode verify, char ***files, size_t *n_files, char **manifest,
+                              kl_err *e) {
     *files = NULL;
     *n_files = 0;
     if (manifest) *manifest = NULL;

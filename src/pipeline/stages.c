@@ -245,7 +245,7 @@ static int clickgen_p(const char *vdir, int verify, kl_column **out, kl_err *e) 
     char **files = NULL;
     size_t nf = 0;
     *out = NULL;
-    int rc = kl_dataset_resolve(vdir, (kl_verify_mode)verify, &files, &nf, NULL, e);
+    int rc = kl_dataset_resolve_verify(vdir, (kl_verify_mode)verify, &files, &nf, NULL, e);
     if (rc) return rc;
     kl_column *p = NULL;
     if ((rc = kl_column_new(REF_COLUMN, KL_COL_FLOAT64, 0, 0, &p, e))) goto done;
@@ -289,7 +289,7 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     int rc = KL_OK;
     if (!(frac > 0 && frac <= 1)) { rc = kl_node_error(kl_node_get(c->cfg[s], "train_fraction"), e, KL_EINVAL, "train_fraction: in (0, 1]"); goto done; }
     if (*ref && strcmp(ref, "clickgen")) { rc = kl_node_error(kl_node_get(c->cfg[s], "reference"), e, KL_EINVAL, "reference: clickgen (the click log's true probability) or absent"); goto done; }
-    if ((rc = kl_features_spec_load(spec, &f, e)) || (rc = kl_features_read_data(vdir, f, 1, c->o->verify, &cols, &ncols, e))) goto done;
+    if ((rc = kl_features_spec_load(spec, &f, e)) || (rc = kl_features_read_data_verify(vdir, f, 1, c->o->verify, &cols, &ncols, e))) goto done;
     /* fit on the first rows only (the training part of a time-ordered log) */
     size_t rows = ncols ? cols[0]->len : 0, keep = (size_t)ceil(frac * (double)rows);
     if (!(lens = calloc(ncols + 1, sizeof *lens))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }

@@ -225,7 +225,7 @@ int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo
     tr_dsinfo info = {0};
     memset(X, 0, sizeof *X);
     memset(Y, 0, sizeof *Y);
-    int rc = kl_dataset_resolve(d->path, (kl_verify_mode)d->verify, &files, &nfiles, &manifest, e);
+    int rc = kl_dataset_resolve_verify(d->path, (kl_verify_mode)d->verify, &files, &nfiles, &manifest, e);
     if (rc) { kl_err_prefix(e, "data.dataset"); goto done; }
     if (!nfiles) { rc = kl_err_set(e, KL_ENOTFOUND, "data.dataset %s: no Parquet files", d->path); goto done; }
     /* schema from the first file; the total row count from every footer */

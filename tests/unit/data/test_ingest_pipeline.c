@@ -61,7 +61,7 @@ KL_TEST(ingest_pipeline_streaming_and_rerun) {
     KT_EQ_INT(r.files_written, 6);
     char **files = NULL, *manifest = NULL;
     size_t nf = 0;
-    KT_OK(kl_dataset_resolve(out2, KL_VERIFY_SHA256, &files, &nf, &manifest, &e), &e);
+    KT_OK(kl_dataset_resolve(out2, &files, &nf, &manifest, &e), &e);
     KT_EQ_INT(nf, 6);
     KT_CHECK(manifest != NULL);
     KT_CONTAINS(files[0], "category=");
@@ -109,7 +109,7 @@ static int copy_file(const char *from, const char *to, kl_err *e) {
 static int resolve(const char *dir, kl_verify_mode m, kl_err *e) {
     char **files = NULL, *manifest = NULL;
     size_t nf = 0;
-    int rc = kl_dataset_resolve(dir, m, &files, &nf, &manifest, e);
+    int rc = kl_dataset_resolve_verify(dir, m, &files, &nf, &manifest, e);
     for (size_t i = 0; i < nf; i++) free(files[i]);
     free(files);
     free(manifest);
