@@ -54,6 +54,12 @@ int app_get_all(const app_args *a, const char *name, const char **out, int max);
  * app_parse), or 2 after printing a usage error when malformed. */
 int app_get_int(const app_args *a, const app_cmd_spec *spec, const char *name, int64_t def, int64_t *out);
 int app_get_double(const app_args *a, const app_cmd_spec *spec, const char *name, double def, double *out);
+/* --verify sha256|size|none of the commands that read a dataset (train,
+ * eval, features, pipeline): how its files are checked against manifest.json.
+ * APP_OPT_VERIFY is the option's table entry. Returns -1 when fine (*mode
+ * set, default sha256), or 2 after a usage error. */
+#define APP_OPT_VERIFY {"verify", 0, 1, "MODE", "check the dataset's files against its manifest: sha256 (default), size or none", 0}
+int app_get_verify(const app_args *a, const app_cmd_spec *spec, int *mode);
 void app_print_help(const app_cmd_spec *spec, FILE *out);
 /* Prints "keel NAME: message" and "Try 'keel NAME --help'." to stderr; returns 2. */
 int app_usage_error(const app_cmd_spec *spec, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -4,6 +4,7 @@
 #include "app.h"
 
 #include <cjson/cJSON.h>
+#include <keel/data.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,15 @@ int app_get_double(const app_args *a, const app_cmd_spec *s, const char *name, d
     const char *v = app_get(a, name);
     if (!v) { *out = def; return -1; }
     if (kl_parse_double(v, out)) return app_usage_error(s, "--%s: expected a number, got '%s'", name, v);
+    return -1;
+}
+
+int app_get_verify(const app_args *a, const app_cmd_spec *s, int *mode) {
+    const char *v = app_get(a, "verify");
+    kl_verify_mode m = KL_VERIFY_SHA256;
+    kl_err e = {0};
+    if (v && kl_verify_mode_parse(v, &m, &e)) return app_usage_error(s, "%s", e.msg);
+    *mode = (int)m;
     return -1;
 }
 

@@ -33,7 +33,9 @@ static void dset_free(dset *d) {
 
 static int dset_open(const char *path, dset *d, kl_err *e) {
     memset(d, 0, sizeof *d);
-    int rc = kl_dataset_resolve(path, &d->files, &d->nfiles, &d->manifest_path, e);
+    /* keel data inspects a dataset as found: `data validate` reports every
+     * mismatch with the manifest itself */
+    int rc = kl_dataset_resolve_verify(path, KL_VERIFY_NONE, &d->files, &d->nfiles, &d->manifest_path, e);
     if (rc) return rc;
     if (d->manifest_path && (rc = kl_json_load_file(d->manifest_path, (void **)&d->manifest, e))) { dset_free(d); return rc; }
     return KL_OK;

@@ -18,6 +18,7 @@ static const app_opt opts[] = {
     {"roc", 0, 0, NULL, "with --json: include the ROC and precision-recall points", 0},
     {"threshold", 0, 1, "P", "binary: also precision/recall/F1 at this probability threshold (the F1-optimal one is always shown)", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec spec = {"eval", "keel eval DIR [--data X.npy,y.npy | --dataset PATH [--split test] | --shards DIR] [--threshold P] [--logits OUT.npy] [--json [--roc]]",
                                   "Evaluate a model trained by keel train: loss, accuracy, AUC, precision/recall/F1 per class,\n"
@@ -59,6 +60,7 @@ int cmd_eval(int argc, char **argv) {
         if (*end || !(o.threshold >= 0 && o.threshold <= 1)) return app_usage_error(&spec, "--threshold takes a probability in [0, 1]");
         o.has_threshold = 1;
     }
+    if ((rc = app_get_verify(&a, &spec, &o.verify)) >= 0) return rc;
     if (kl_train_eval_print(a.pos[0], &o, app_flag(&a, "json"), stdout, &e)) return app_fail(&e);
     return APP_EXIT_OK;
 }

@@ -30,6 +30,7 @@ static const app_opt fit_opts[] = {
     {"out", 'o', 1, "FILE", "features.json to write (default features.json)", 0},
     {"train-fraction", 0, 1, "F", "fit on the first F (0 < F <= 1) of the rows only: the training split", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec fit_spec = {"features fit", "keel features fit SPEC --data DATASET [--out features.json]",
                                       "learn the fitted state and freeze spec + state into features.json",
@@ -45,6 +46,8 @@ static int fit(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&fit_spec, argc, argv, &a);
     if (rc >= 0) return rc;
+    int verify;
+    if ((rc = app_get_verify(&a, &fit_spec, &verify)) >= 0) return rc;
     const char *data = app_get(&a, "data"), *out = app_get(&a, "out");
     if (!data) return app_usage_error(&fit_spec, "--data is required");
     if (!out) out = "features.json";
@@ -56,7 +59,7 @@ static int fit(int argc, char **argv) {
     kl_column **cols = NULL;
     size_t ncols = 0;
     if (kl_features_spec_load(a.pos[0], &f, &e) || kl_features_bind_dataset(f, data, &e) ||
-        kl_features_read_data(data, f, 0, &cols, &ncols, &e)) {
+        kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e)) {
         kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);
@@ -90,6 +93,7 @@ static const app_opt apply_opts[] = {
     {"out", 'o', 1, "PATH", "output: a .parquet file, or a folder (features.parquet, features.json, manifest.json)", 0},
     {"codec", 0, 1, "CODEC", "Parquet codec: zstd (default), snappy, none, ...", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec apply_spec = {"features apply", "keel features apply features.json --data DATASET --out OUT",
                                         "compute the features of every row (columnar, multi-threaded) into Parquet",
@@ -103,6 +107,8 @@ static int apply(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&apply_spec, argc, argv, &a);
     if (rc >= 0) return rc;
+    int verify;
+    if ((rc = app_get_verify(&a, &apply_spec, &verify)) >= 0) return rc;
     const char *data = app_get(&a, "data"), *out = app_get(&a, "out");
     if (!data || !out) return app_usage_error(&apply_spec, "--data and --out are required");
     kl_pq_write_opts wo;
@@ -116,7 +122,7 @@ static int apply(int argc, char **argv) {
     kl_features_counts cnt = {0};
     char *path = NULL;
     int64_t t0 = kl_time_mono_ns(), t1 = 0, t2 = 0;
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 1, &cols, &ncols, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 1, verify, &cols, &ncols, &e)) goto fail;
     t1 = kl_time_mono_ns();
     if (kl_features_apply(f, cols, ncols, NULL, &res, &nres, &cnt, &e)) goto fail;
     t2 = kl_time_mono_ns();
@@ -166,6 +172,7 @@ static const app_opt mat_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
     {"store", 0, 1, "PATH", "online store (SQLite file)", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec mat_spec = {"features materialize", "keel features materialize features.json --data DATASET --store PATH",
                                       "fill the online store with the recent events per entity of the window features",
@@ -177,6 +184,8 @@ static int materialize(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&mat_spec, argc, argv, &a);
     if (rc >= 0) return rc;
+    int verify;
+    if ((rc = app_get_verify(&a, &mat_spec, &verify)) >= 0) return rc;
     const char *data = app_get(&a, "data"), *store = app_get(&a, "store");
     if (!data || !store) return app_usage_error(&mat_spec, "--data and --store are required");
     kl_err e = {0};
@@ -184,7 +193,7 @@ static int materialize(int argc, char **argv) {
     kl_column **cols = NULL;
     size_t ncols = 0;
     kl_fstore *s = NULL;
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, &cols, &ncols, &e) ||
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) ||
         kl_fstore_open(f, store, &s, &e) || kl_features_materialize(f, cols, ncols, s, &e) || kl_fstore_flush(s, &e)) {
         kl_fstore_free(s);
         kl_features_free_columns(cols, ncols);
@@ -368,6 +377,7 @@ static const app_opt lat_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
     {"records", 'n', 1, "N", "records timed at the end of the data (default 10000)", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec lat_spec = {"features latency", "keel features latency features.json --data DATASET [--records N]",
                                       "measure the online path: p50/p99 of transform_row (JSON parse included) with windows",
@@ -385,6 +395,8 @@ static int latency(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&lat_spec, argc, argv, &a);
     if (rc >= 0) return rc;
+    int verify;
+    if ((rc = app_get_verify(&a, &lat_spec, &verify)) >= 0) return rc;
     int64_t nrec;
     if ((rc = app_get_int(&a, &lat_spec, "records", 10000, &nrec)) >= 0) return rc;
     const char *data = app_get(&a, "data");
@@ -398,7 +410,7 @@ static int latency(int argc, char **argv) {
     float *v = NULL;
     kl_buf js;
     kl_buf_init(&js);
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data(data, f, 0, &cols, &ncols, &e) || kl_fstore_open(f, NULL, &s, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) || kl_fstore_open(f, NULL, &s, &e)) goto fail;
     size_t n = nrows_of(cols, ncols), m = (size_t)nrec < n ? (size_t)nrec : n, first = n - m;
     for (size_t r = 0; r < first; r++)
         if (kl_fstore_append_columns(s, cols, ncols, r, &e)) goto fail;

@@ -16,6 +16,7 @@ static const app_opt run_opts[] = {
     {"set", 0, 1, "KEY=VALUE", "override a key of the file, e.g. --set stages.ingest.source=/data/clicks.csv", 1},
     {"quiet", 'q', 0, NULL, "no progress lines from the stages", 0},
     {"json", 0, 0, NULL, "summary as JSON", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec run_spec = {
     "pipeline run", "keel pipeline run PIPELINE.yaml [--from STAGE | --only STAGE] [--force] [--out DIR] [--set KEY=VALUE]... [--json]",
@@ -117,6 +118,7 @@ static int run(int argc, char **argv) {
     o.nsets = app_get_all(&a, "set", sets, APP_MAX_VALUES);
     o.sets = sets;
     o.quiet = app_flag(&a, "quiet");
+    if ((rc = app_get_verify(&a, &run_spec, &o.verify)) >= 0) return rc;
     if (app_config() && kl_config_source(app_config(), "tracking") != KL_SRC_DEFAULT) o.tracking = kl_config_get(app_config(), "tracking");
     int json = app_flag(&a, "json");
     o.log = json ? stderr : stdout;

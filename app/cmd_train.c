@@ -16,6 +16,7 @@ static const app_opt opts[] = {
     {"track", 0, 0, NULL, "log the run to the experiment store (also on when --tracking / KEEL_TRACKING is set)", 0},
     {"experiment", 0, 1, "NAME", "experiment of the logged run (default train)", 0},
     {"run-name", 0, 1, "NAME", "name of the logged run (default: the spec's file name)", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec spec = {
     "train", "keel train SPEC.yaml --out DIR [--set KEY=VALUE]... [--resume] [--memory-report] [--memory-limit SIZE]",
@@ -46,6 +47,7 @@ int cmd_train(int argc, char **argv) {
     o.resume = app_flag(&a, "resume");
     o.memory_report = app_flag(&a, "memory-report");
     o.max_steps = max_steps;
+    if ((rc = app_get_verify(&a, &spec, &o.verify)) >= 0) return rc;
     o.quiet = app_flag(&a, "quiet");
     o.json = app_flag(&a, "json");
     const char *sets[APP_MAX_VALUES];

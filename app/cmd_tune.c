@@ -82,6 +82,10 @@ static int trial_epoch(void *ctx, const kl_train_epoch *ep) {
     return r != 1 || d == 'p';
 }
 
+/* --verify of keel tune run: how every trial checks a Parquet dataset
+ * against its manifest (set once before the trials; forked trials inherit it). */
+static int tune_verify;
+
 /* Trains one trial: SPEC with the trial's values as --set overrides, the
  * summary into report, fn called after every epoch. */
 static int train_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *dir, FILE *report,
@@ -104,6 +108,7 @@ static int train_trial(const char *spec, const kl_tune_space *s, const kl_tune_v
     o.nsets = ns;
     o.on_epoch = fn;
     o.on_epoch_ctx = ctx;
+    o.verify = tune_verify;
     return kl_train_run(spec, &o, e);
 }
 
@@ -364,6 +369,7 @@ static const app_opt run_opts[] = {
     {"seed", 0, 1, "N", "sampler seed (default 0)", 0},
     {"out", 'o', 1, "DIR", "trial artifacts (default tune-<study>)", 0},
     {"json", 0, 0, NULL, "summary as JSON", 0},
+    APP_OPT_VERIFY,
 };
 static const app_cmd_spec run_spec = {
     "tune", "keel tune SPEC.yaml --space SPACE.yaml [--trials N] [--parallel P] [--timeout S] [options]",
@@ -391,6 +397,7 @@ static int tune_run(int argc, char **argv) {
     if ((rc = app_get_int(&a, &run_spec, "parallel", 1, &parallel)) >= 0) return rc;
     if ((rc = app_get_int(&a, &run_spec, "seed", 0, &seed)) >= 0) return rc;
     if ((rc = app_get_double(&a, &run_spec, "timeout", 0, &timeout)) >= 0) return rc;
+    if ((rc = app_get_verify(&a, &run_spec, &tune_verify)) >= 0) return rc;
     if (trials < 1 || trials > 100000) return app_usage_error(&run_spec, "--trials must be in 1..100000");
     if (parallel < 1 || parallel > 64) return app_usage_error(&run_spec, "--parallel must be in 1..64");
     const char *metric = app_get(&a, "metric");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the Parquet reader fuzzer (fuzz/fuzz_parquet.c) for N seconds on a
 # corpus in build/fuzz/corpus-parquet seeded with parquet-testing files and
-# small keel-written files. Findings land in build/fuzz/ (crash-*, leak-*).
+# small keel-written files and fuzz/corpus/fuzz_parquet/. Findings land in build/fuzz/ (crash-*, leak-*).
 set -eu
 FUZZ=${1:-build/fuzz/parquet_fuzz}; SECS=${2:-600}; BUILD=${3:-build}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +12,8 @@ for f in "$pt"/data/*.parquet "$pt"/bad_data/*.parquet; do
   [ -e "$f" ] || continue
   if [ "$(stat -c %s "$f")" -lt 200000 ]; then cp -n "$f" "$corpus/" || true; fi
 done
+# the committed regression seeds (footers that lie about the row count, ...)
+cp -n "$root"/fuzz/corpus/fuzz_parquet/* "$corpus/" 2>/dev/null || true
 for c in none snappy zstd; do
   "$BUILD/parquet-tool" write "$corpus/keel_$c.parquet" --codec "$c" --rows 60 --page-bytes 300 --rg-rows 25 > /dev/null
   "$BUILD/parquet-tool" write "$corpus/keel_${c}_v2.parquet" --codec "$c" --rows 40 --v2 --dict 0 > /dev/null

@@ -280,9 +280,24 @@ void kl_ingest_opts_default(kl_ingest_opts *o);
  * KL_EPARSE/KL_EINVAL... when the data failed validation (summary filled). */
 int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e);
 
+/* How the files of a dataset version are checked against its manifest.json
+ * when the dataset is opened (`--verify MODE` of train, features, pipeline):
+ * the full sha256 of every file (default), only the sizes, or nothing. */
+typedef enum { KL_VERIFY_SHA256 = 0, KL_VERIFY_SIZE, KL_VERIFY_NONE } kl_verify_mode;
+/* "sha256" | "size" | "none"; KL_EINVAL otherwise. */
+int kl_verify_mode_parse(const char *s, kl_verify_mode *m, kl_err *e);
+const char *kl_verify_mode_name(kl_verify_mode m);
+
 /* Resolves PATH (a dataset folder, a version folder or a .parquet file) to
  * the list of Parquet files (sorted) and the manifest path (or NULL). The
- * caller frees each string and the arrays with free(). */
+ * caller frees each string and the arrays with free().
+ * With a manifest, every Parquet file found must be listed there and every
+ * listed file must exist with its recorded size and (KL_VERIFY_SHA256) its
+ * sha256: a mismatch is KL_ECHECKSUM naming the file, the expected and the
+ * actual value (KL_ENOTFOUND for a listed file that is missing). */
+int kl_dataset_resolve_verify(const char *path, kl_verify_mode verify, char ***files, size_t *n_files, char **manifest,
+                              kl_err *e);
+/* The same with the default check, KL_VERIFY_SHA256. */
 int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **manifest, kl_err *e);
 /* The ingest schema a dataset was validated with (from its manifest); *out
  * is NULL (and KL_OK) for a dataset without one (a lone .parquet file, a

@@ -121,8 +121,12 @@ int kl_features_apply(const kl_features *f, kl_column *const *cols, size_t ncols
 /* Reads the columns the features need (and the label, when with_label and
  * the data has it) from path: a dataset folder, version folder, .parquet
  * file, or clickgen:ROWS[:SEED] (the click log, generated in memory).
+ * A dataset's files are first checked against its manifest (full sha256).
  * Free with kl_features_free_columns. */
 int kl_features_read_data(const char *path, const kl_features *f, int with_label, kl_column ***cols, size_t *ncols, kl_err *e);
+/* The same with verify: the kl_verify_mode (keel/data.h) of that check. */
+int kl_features_read_data_verify(const char *path, const kl_features *f, int with_label, int verify, kl_column ***cols,
+                                 size_t *ncols, kl_err *e);
 void kl_features_free_columns(kl_column **cols, size_t n);  /* NULL is a no-op */
 /* Writes apply's output: out ending in .parquet = one file; else a features
  * dataset folder (features.parquet with key/value keel.feature_hash,

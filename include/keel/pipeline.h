@@ -57,6 +57,8 @@ typedef struct {
     int nsets;
     const char *tracking;       /* experiment store; NULL = the file's `tracking:`, else KEEL_TRACKING / ./keel-runs */
     int quiet;                  /* no progress lines from the stages */
+    int verify;                 /* kl_verify_mode (keel/data.h) of the datasets the stages read
+                                   against their manifests: 0 = full sha256 (default) */
     FILE *log;                  /* one line per stage (NULL = stderr) */
     /* Called once the stages before serve are done (the summary can be
      * printed before the serve stage blocks); may be NULL. */

@@ -49,6 +49,8 @@ typedef struct {
     int64_t *run_id_out;        /* may be NULL: the logged run's id */
     kl_train_epoch_fn on_epoch; /* NULL = none (keel tune reports and prunes through it) */
     void *on_epoch_ctx;
+    int verify;                 /* kl_verify_mode (keel/data.h) of a Parquet dataset's files
+                                   against its manifest: 0 = full sha256 (default) */
 } kl_train_opts;
 
 /* Trains SPEC into opts->out_dir. Spec errors name the line / layer; data
@@ -83,6 +85,7 @@ typedef struct {
                                      rows ("reference_auc"), e.g. the generator's true probability */
     int has_threshold;            /* binary: also the metrics at this probability threshold */
     double threshold;             /* ("at_threshold"; the F1-optimal one is always reported) */
+    int verify;                   /* Parquet source: kl_verify_mode (keel/data.h), 0 = full sha256 */
 } kl_eval_opts;
 
 /* Evaluates a model folder; *out_cjson (a cJSON object, caller frees with

@@ -1,8 +1,11 @@
 /* Dataset folders: resolving a path (dataset folder with `current`, a
  * version folder with manifest.json, or a single .parquet file) to its
- * Parquet files and manifest, and the ingest schema its manifest records. */
+ * Parquet files and manifest, verifying the files against the manifest
+ * (sha256 or size) so that every reader of a dataset reads what was
+ * published, and the ingest schema its manifest records. */
 #include "data_int.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -44,7 +47,91 @@ static int walk(const char *dir, strvec *out) {
 
 static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* ================================================================ verification */
+
+int kl_verify_mode_parse(const char *s, kl_verify_mode *m, kl_err *e) {
+    static const char *const names[] = {"sha256", "size", "none"};
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, names[i])) { *m = (kl_verify_mode)i; return KL_OK; }
+    return kl_err_set(e, KL_EINVAL, "--verify %s: expected sha256, size or none", s ? s : "");
+}
+
+const char *kl_verify_mode_name(kl_verify_mode m) {
+    return m == KL_VERIFY_SIZE ? "size" : m == KL_VERIFY_NONE ? "none" : "sha256";
+}
+
+/* One listed file at dir/rel: its size and (sha256 mode) its hash. */
+static int verify_one(const char *dir, const char *mpath, const cJSON *f, kl_verify_mode mode, kl_err *e) {
+    const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
+    const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
+    const cJSON *by = cJSON_GetObjectItem(f, "bytes");
+    size_t rl = rel ? strlen(rel) : 0;
+    if (!rl || rel[0] == '/' || !strncmp(rel, "../", 3) || strstr(rel, "/../") || !strcmp(rel, "..") ||
+        (rl >= 3 && !strcmp(rel + rl - 3, "/..")))
+        return kl_err_set(e, KL_EPARSE, "%s: a files entry has no valid path", mpath);
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    struct stat st;
+    if (stat(p, &st)) return kl_err_set(e, KL_ENOTFOUND, "%s: listed in %s but missing (%s)", p, mpath, strerror(errno));
+    int size_ok = !cJSON_IsNumber(by) || (double)st.st_size == by->valuedouble;
+    if (mode == KL_VERIFY_SIZE) {
+        if (!size_ok)
+            return kl_err_set(e, KL_ECHECKSUM, "%s: %lld bytes, the manifest %s says %.0f (changed after the dataset was published; --verify none skips this check)",
+                              p, (long long)st.st_size, mpath, by->valuedouble);
+        return KL_OK;
+    }
+    if (!sha) return kl_err_set(e, KL_EPARSE, "%s: the files entry of %s has no sha256", mpath, rel);
+    char hex[65];
+    int rc = kl_sha256_file_hex(p, hex, e);
+    if (rc) return rc;
+    if (strcmp(hex, sha) || !size_ok)
+        return kl_err_set(e, KL_ECHECKSUM, "%s: sha256 %s (%lld bytes), the manifest %s says %s (%.0f bytes) (changed after the dataset was published; --verify none skips this check)",
+                          p, hex, (long long)st.st_size, mpath, sha, cJSON_IsNumber(by) ? by->valuedouble : (double)st.st_size);
+    return KL_OK;
+}
+
+static int cmp_rel(const void *key, const void *el) { return strcmp((const char *)key, *(char *const *)el); }
+
+/* Every Parquet file found under dir (sorted, full paths) is listed in the
+ * manifest and matches it; every listed file exists. */
+static int verify_files(const char *dir, const char *mpath, char **files, size_t n, kl_verify_mode mode, kl_err *e) {
+    if (mode == KL_VERIFY_NONE) return KL_OK;
+    void *mj = NULL;
+    int rc = kl_json_load_file(mpath, &mj, e);
+    if (rc) return rc;
+    cJSON *m = mj, *list = cJSON_GetObjectItem(m, "files"), *f;
+    size_t dl = strlen(dir) + 1, listed = 0;
+    unsigned char *seen = calloc(n ? n : 1, 1);
+    if (!seen) { cJSON_Delete(m); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (!cJSON_IsArray(list)) rc = kl_err_set(e, KL_EPARSE, "%s: no files list", mpath);
+    char **rels = calloc(n ? n : 1, sizeof *rels);
+    if (!rc && !rels) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) rels[i] = files[i] + dl; /* same prefix: still sorted */
+    cJSON_ArrayForEach(f, list) {
+        if (rc) break;
+        if ((rc = verify_one(dir, mpath, f, mode, e))) break;
+        const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
+        char **hit = bsearch(rel, rels, n, sizeof *rels, cmp_rel);
+        if (hit) seen[hit - rels] = 1;
+        listed++;
+    }
+    for (size_t i = 0; !rc && i < n; i++)
+        if (!seen[i]) rc = kl_err_set(e, KL_ECHECKSUM, "%s: not listed in %s (added after the dataset was published; --verify none skips this check)", files[i], mpath);
+    free(rels);
+    free(seen);
+    cJSON_Delete(m);
+    (void)listed;
+    return rc;
+}
+
+/* ================================================================ resolving */
+
 int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **manifest, kl_err *e) {
+    return kl_dataset_resolve_verify(path, KL_VERIFY_SHA256, files, n_files, manifest, e);
+}
+
+int kl_dataset_resolve_verify(const char *path, kl_verify_mode verify, char ***files, size_t *n_files, char **manifest,
+                              kl_err *e) {
     *files = NULL;
     *n_files = 0;
     if (manifest) *manifest = NULL;
@@ -75,7 +162,8 @@ int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **
     }
     char mp[4300];
     snprintf(mp, sizeof mp, "%s/manifest.json", dir);
-    if (kl_path_exists(mp) && manifest && !(*manifest = strdup(mp))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int has_manifest = kl_path_exists(mp);
+    if (has_manifest && manifest && !(*manifest = strdup(mp))) return kl_err_set(e, KL_ENOMEM, "out of memory");
     rc = walk(dir, &v);
     if (rc) {
         for (size_t i = 0; i < v.n; i++) free(v.v[i]);
@@ -89,6 +177,12 @@ int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **
         return kl_err_set(e, KL_ENOTFOUND, "%s: no .parquet files (not a dataset?)", path);
     }
     qsort(v.v, v.n, sizeof *v.v, cmp);
+    if (has_manifest && (rc = verify_files(dir, mp, v.v, v.n, verify, e))) {
+        for (size_t i = 0; i < v.n; i++) free(v.v[i]);
+        free(v.v);
+        if (manifest) { free(*manifest); *manifest = NULL; }
+        return rc;
+    }
     *files = v.v;
     *n_files = v.n;
     return KL_OK;
@@ -98,7 +192,8 @@ int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e) {
     *out = NULL;
     char **files = NULL, *manifest = NULL;
     size_t n = 0;
-    int rc = kl_dataset_resolve(path, &files, &n, &manifest, e);
+    /* the schema only: the reader that follows verifies the files */
+    int rc = kl_dataset_resolve_verify(path, KL_VERIFY_NONE, &files, &n, &manifest, e);
     for (size_t i = 0; i < n; i++) free(files[i]);
     free(files);
     if (rc || !manifest) { free(manifest); return rc; }

@@ -334,6 +334,17 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
     if (r.err) return kl_err_set(e, KL_EPARSE, "%s: corrupt or truncated footer (Thrift FileMetaData)", R->name);
     if (!have_schema) return kl_err_set(e, KL_EPARSE, "%s: the footer has no schema", R->name);
     if (R->num_rows < 0) return kl_err_set(e, KL_EPARSE, "%s: negative row count", R->name);
+    /* readers size their buffers from num_rows and decode row group by row
+     * group: the two counts must agree */
+    int64_t sum = 0;
+    for (size_t g = 0; g < R->nrg; g++) {
+        if (R->rgs[g].num_rows > INT64_MAX - sum)
+            return kl_err_set(e, KL_EPARSE, "%s: the row groups' row counts overflow", R->name);
+        sum += R->rgs[g].num_rows;
+    }
+    if (sum != R->num_rows)
+        return kl_err_set(e, KL_EPARSE, "%s: the footer says %lld rows, its %zu row groups hold %lld", R->name,
+                          (long long)R->num_rows, R->nrg, (long long)sum);
     /* per chunk checks */
     for (size_t g = 0; g < R->nrg; g++)
         for (size_t c = 0; c < R->nleaves; c++) {

@@ -29,6 +29,11 @@ static int append_col(kl_column *dst, const kl_column *src, kl_err *e) {
 }
 
 int kl_features_read_data(const char *path, const kl_features *f, int with_label, kl_column ***cols, size_t *ncols, kl_err *e) {
+    return kl_features_read_data_verify(path, f, with_label, KL_VERIFY_SHA256, cols, ncols, e);
+}
+
+int kl_features_read_data_verify(const char *path, const kl_features *f, int with_label, int verify, kl_column ***cols,
+                                 size_t *ncols, kl_err *e) {
     *cols = NULL;
     *ncols = 0;
     if (!strncmp(path, "clickgen:", 9)) {
@@ -47,7 +52,7 @@ int kl_features_read_data(const char *path, const kl_features *f, int with_label
     }
     char **files = NULL, *manifest = NULL;
     size_t nfiles = 0;
-    int rc = kl_dataset_resolve(path, &files, &nfiles, &manifest, e);
+    int rc = kl_dataset_resolve_verify(path, (kl_verify_mode)verify, &files, &nfiles, &manifest, e);
     if (rc) return rc;
     size_t nn = kl_features_num_inputs(f);
     const char **names = calloc(nn + 2, sizeof *names);

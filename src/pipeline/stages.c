@@ -241,11 +241,11 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
 
 /* The click log's true click probability of every row of the dataset (the
  * generator's formula on the raw columns), for the Bayes-optimal AUC. */
-static int clickgen_p(const char *vdir, kl_column **out, kl_err *e) {
+static int clickgen_p(const char *vdir, int verify, kl_column **out, kl_err *e) {
     char **files = NULL;
     size_t nf = 0;
     *out = NULL;
-    int rc = kl_dataset_resolve(vdir, &files, &nf, NULL, e);
+    int rc = kl_dataset_resolve_verify(vdir, (kl_verify_mode)verify, &files, &nf, NULL, e);
     if (rc) return rc;
     kl_column *p = NULL;
     if ((rc = kl_column_new(REF_COLUMN, KL_COL_FLOAT64, 0, 0, &p, e))) goto done;
@@ -290,7 +290,7 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     if (!(frac > 0 && frac <= 1)) { rc = kl_node_error(kl_node_get(c->cfg[s], "train_fraction"), e, KL_EINVAL, "train_fraction: in (0, 1]"); goto done; }
     if (*ref && strcmp(ref, "clickgen")) { rc = kl_node_error(kl_node_get(c->cfg[s], "reference"), e, KL_EINVAL, "reference: clickgen (the click log's true probability) or absent"); goto done; }
     if ((rc = kl_features_spec_load(spec, &f, e)) || (rc = kl_features_bind_dataset(f, vdir, e)) ||
-        (rc = kl_features_read_data(vdir, f, 1, &cols, &ncols, e)))
+        (rc = kl_features_read_data_verify(vdir, f, 1, c->o->verify, &cols, &ncols, e)))
         goto done;
     /* fit on the first rows only (the training part of a time-ordered log) */
     size_t rows = ncols ? cols[0]->len : 0, keep = (size_t)ceil(frac * (double)rows);
@@ -304,7 +304,7 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
         if (!r2) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
         res = r2;
         res[nres] = NULL;
-        if ((rc = clickgen_p(vdir, &res[nres], e))) goto done;
+        if ((rc = clickgen_p(vdir, c->o->verify, &res[nres], e))) goto done;
         nres++;
         if (res[nres - 1]->len != rows) { rc = kl_err_set(e, KL_EINTERNAL, "reference column: %zu rows, features %zu", res[nres - 1]->len, rows); goto done; }
     }
@@ -363,6 +363,7 @@ static int st_train(pl_ctx *c, cJSON *out, int64_t parent, kl_err *e) {
     o.run_name = "train";
     o.parent_run = parent;
     o.run_id_out = &run_id;
+    o.verify = c->o->verify;
     int rc = kl_rm_rf(dir, e);
     if (!rc) rc = kl_train_run(spec, &o, e);
     free(spec);
@@ -394,6 +395,7 @@ static int st_evaluate(pl_ctx *c, cJSON *out, kl_err *e) {
     o.reference_column = ref;
     o.dataset = pl_out_str(c, KL_STAGE_FEATURES, "dir");
     void *res = NULL;
+    o.verify = c->o->verify;
     int rc = kl_train_evaluate(pl_out_str(c, KL_STAGE_TRAIN, "dir"), &o, &res, e);
     if (rc) return rc;
     cJSON *j = res;

@@ -20,13 +20,17 @@ static const char *skip_ws(const char *p, const char *end) {
     return p;
 }
 
-/* Finds the value after 'key': in the dict text; NULL when missing. */
+/* Finds the value after 'key': in the dict text; NULL when missing, or when
+ * the header ends before the value (callers read at least one byte of it). */
 static const char *find_key(const char *h, const char *end, const char *key) {
     size_t kl = strlen(key);
     for (const char *p = h; p + kl + 2 <= end; p++) {
         if ((*p == '\'' || *p == '"') && p[kl + 1] == *p && memcmp(p + 1, key, kl) == 0) {
             const char *q = skip_ws(p + kl + 2, end);
-            if (q < end && *q == ':') return skip_ws(q + 1, end);
+            if (q < end && *q == ':') {
+                const char *v = skip_ws(q + 1, end);
+                return v < end ? v : NULL;
+            }
         }
     }
     return NULL;

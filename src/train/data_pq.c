@@ -225,7 +225,7 @@ int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo
     tr_dsinfo info = {0};
     memset(X, 0, sizeof *X);
     memset(Y, 0, sizeof *Y);
-    int rc = kl_dataset_resolve(d->path, &files, &nfiles, &manifest, e);
+    int rc = kl_dataset_resolve_verify(d->path, (kl_verify_mode)d->verify, &files, &nfiles, &manifest, e);
     if (rc) { kl_err_prefix(e, "data.dataset"); goto done; }
     if (!nfiles) { rc = kl_err_set(e, KL_ENOTFOUND, "data.dataset %s: no Parquet files", d->path); goto done; }
     /* schema from the first file; the total row count from every footer */
@@ -233,12 +233,15 @@ int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo
     for (size_t fi = 0; fi < nfiles; fi++) {
         if ((rc = kl_pq_open(files[fi], &r, e))) goto done;
         if (fi == 0 && (rc = pick_features(d, r, files[fi], &info, e))) goto done;
-        total += (int64_t)kl_pq_num_rows(r);
+        uint64_t fr = kl_pq_num_rows(r);
+        if (fr > (uint64_t)(INT64_MAX / 16 - total)) { rc = kl_err_set(e, KL_ERANGE, "%s: %llu rows: the dataset's row count overflows", files[fi], (unsigned long long)fr); goto done; }
+        total += (int64_t)fr;
         kl_pq_close(r);
         r = NULL;
     }
     if ((rc = identify(manifest, files, nfiles, &info, e))) goto done;
     int64_t F = info.nnames;
+    if (F && total > (INT64_MAX / 16) / (F + 1)) { rc = kl_err_set(e, KL_ERANGE, "data.dataset %s: %lld rows x %lld features overflow", d->path, (long long)total, (long long)F); goto done; }
     names = calloc((size_t)F + 3, sizeof *names);
     if (!names) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     for (int64_t i = 0; i < F; i++) names[nn++] = info.names[i];
@@ -268,6 +271,14 @@ int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo
             if (!is_numeric(cols[j]->type)) { rc = kl_err_set(e, KL_ETYPE, "%s: feature column '%s' is %s, not numeric", files[fi], names[j], kl_col_type_name(cols[j]->type)); goto done; }
         if (lc->type == KL_COL_FLOAT32 || lc->type == KL_COL_FLOAT64) label_int = 0;
         size_t len = lc->len;
+        /* X, Y and ref hold total rows: never write past them, whatever the
+         * decoder returned (a file changed between the two passes) */
+        if ((uint64_t)len > (uint64_t)(total - g)) {
+            rc = kl_err_set(e, KL_EPARSE, "%s: %zu rows decoded, beyond the %lld the footers announced", files[fi], len, (long long)total);
+            goto done;
+        }
+        for (size_t j = 0; j < ncols; j++)
+            if (cols[j]->len != len) { rc = kl_err_set(e, KL_EPARSE, "%s: column '%s' has %zu rows, the label %zu", files[fi], names[j], cols[j]->len, len); goto done; }
         for (size_t i = 0; i < len; i++, g++) {
             int p = row_part(d, sc, i, g, total);
             if (p >= 0) info.rows_part[p]++;

@@ -1,7 +1,10 @@
 /* keel train -> experiment store: when kl_train_opts.tracking is set, the
  * training run is a run of the store (include/keel/track.h): params from the
- * spec, per-epoch and final metrics, the artifacts of the model folder, and
- * the lineage (dataset version, feature hash, spec hash, code version). */
+ * spec, the final metrics, the artifacts of the model folder, and the
+ * lineage (dataset version, feature hash, spec hash, code version). The
+ * per-epoch metrics are logged by the training loop as each epoch ends (one
+ * transaction per epoch), so a killed run keeps them; the store marks it
+ * killed on its next open. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -61,39 +61,89 @@ done:
     return rc;
 }
 
-int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e) {
-    char *buf = NULL;
-    size_t len = 0;
+/* Bytes per element of a safetensors dtype; 0 when unknown. */
+static size_t st_dtype_size(const char *dt) {
+    static const struct { const char *n; size_t sz; } T[] = {
+        {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},
+        {"U64", 8}, {"U32", 4}, {"U16", 2}, {"U8", 1}, {"BOOL", 1}, {"F8_E4M3", 1}, {"F8_E5M2", 1}};
+    for (size_t i = 0; i < KL_ARRAY_LEN(T); i++) if (!strcmp(dt, T[i].n)) return T[i].sz;
+    return 0;
+}
+
+/* A JSON number that is a whole value in [0, 2^53]; -1 otherwise. */
+static int64_t st_uint(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return -1;
+    double d = v->valuedouble;
+    if (!(d >= 0 && d <= 9007199254740992.0) || d != (double)(int64_t)d) return -1;
+    return (int64_t)d;
+}
+
+/* One header entry: dtype known, shape of whole numbers, offsets inside the
+ * data and exactly numel * dtype size bytes long. */
+static int st_entry(const char *name, const cJSON *it, size_t dlen, int *rank, int64_t *dims, size_t *a, size_t *b, kl_err *e) {
+    const char *tn = it->string ? it->string : "?";
+    cJSON *dt = cJSON_GetObjectItem(it, "dtype"), *sh = cJSON_GetObjectItem(it, "shape"), *of = cJSON_GetObjectItem(it, "data_offsets");
+    if (!cJSON_IsObject(it) || !cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2)
+        return kl_err_set(e, KL_EPARSE, "%s: tensor '%s': bad header entry (needs dtype, shape, data_offsets)", name, tn);
+    size_t es = st_dtype_size(dt->valuestring);
+    if (!es) return kl_err_set(e, KL_EPARSE, "%s: tensor '%s': unknown dtype '%s'", name, tn, dt->valuestring);
+    *rank = cJSON_GetArraySize(sh);
+    if (*rank > 8) return kl_err_set(e, KL_EPARSE, "%s: tensor '%s': rank %d above 8", name, tn, *rank);
+    uint64_t numel = 1;
+    for (int d = 0; d < *rank; d++) {
+        int64_t v = st_uint(cJSON_GetArrayItem(sh, d));
+        if (v < 0) return kl_err_set(e, KL_EPARSE, "%s: tensor '%s': shape[%d] is not a whole number >= 0", name, tn, d);
+        dims[d] = v;
+        if (v && numel > (UINT64_MAX / es) / (uint64_t)v) return kl_err_set(e, KL_EPARSE, "%s: tensor '%s': shape overflows", name, tn);
+        numel *= (uint64_t)v;
+    }
+    int64_t oa = st_uint(cJSON_GetArrayItem(of, 0)), ob = st_uint(cJSON_GetArrayItem(of, 1));
+    if (oa < 0 || ob < oa || (uint64_t)ob > dlen) return kl_err_set(e, KL_EPARSE, "%s: tensor '%s': offsets beyond the file", name, tn);
+    if ((uint64_t)(ob - oa) != numel * es)
+        return kl_err_set(e, KL_EPARSE, "%s: tensor '%s': %lld bytes for %llu elements of %s", name, tn, (long long)(ob - oa),
+                          (unsigned long long)numel, dt->valuestring);
+    *a = (size_t)oa;
+    *b = (size_t)ob;
+    return KL_OK;
+}
+
+int tr_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e) {
+    const unsigned char *buf = bytes;
     cJSON *j = NULL;
+    int rc = KL_OK;
     if (meta_out) *meta_out = NULL;
-    int rc = kl_read_file(path, &buf, &len, e);
-    if (rc) return rc;
     uint64_t hl = 0;
-    if (len < 8) { rc = kl_err_set(e, KL_EPARSE, "%s: not a safetensors file (%zu bytes)", path, len); goto done; }
-    for (int i = 0; i < 8; i++) hl |= (uint64_t)(uint8_t)buf[i] << (8 * i);
-    if (hl > len - 8) { rc = kl_err_set(e, KL_EPARSE, "%s: header length %llu beyond the file", path, (unsigned long long)hl); goto done; }
-    j = cJSON_ParseWithLength(buf + 8, (size_t)hl);
-    if (!cJSON_IsObject(j)) { rc = kl_err_set(e, KL_EPARSE, "%s: header is not a JSON object", path); goto done; }
-    const char *data = buf + 8 + hl;
+    if (len < 8) return kl_err_set(e, KL_EPARSE, "%s: not a safetensors file (%zu bytes)", name, len);
+    for (int i = 0; i < 8; i++) hl |= (uint64_t)buf[i] << (8 * i);
+    if (hl > len - 8) return kl_err_set(e, KL_EPARSE, "%s: header length %llu beyond the file", name, (unsigned long long)hl);
+    j = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hl);
+    if (!cJSON_IsObject(j)) { rc = kl_err_set(e, KL_EPARSE, "%s: header is not a JSON object", name); goto done; }
+    const char *data = (const char *)buf + 8 + hl;
     size_t dlen = len - 8 - (size_t)hl;
     for (cJSON *it = j->child; it; it = it->next) {
-        if (!strcmp(it->string, "__metadata__")) {
-            if (meta_out) *meta_out = cJSON_PrintUnformatted(it);
+        if (it->string && !strcmp(it->string, "__metadata__")) {
+            if (meta_out && !*meta_out) *meta_out = cJSON_PrintUnformatted(it);
             continue;
         }
-        cJSON *dt = cJSON_GetObjectItem(it, "dtype"), *sh = cJSON_GetObjectItem(it, "shape"), *of = cJSON_GetObjectItem(it, "data_offsets");
-        if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || cJSON_GetArraySize(of) != 2 || cJSON_GetArraySize(sh) > 8) {
-            rc = kl_err_set(e, KL_EPARSE, "%s: tensor '%s': bad header entry", path, it->string); goto done;
-        }
+        int rank = 0;
         int64_t dims[8];
-        int rank = cJSON_GetArraySize(sh);
-        for (int d = 0; d < rank; d++) dims[d] = (int64_t)cJSON_GetArrayItem(sh, d)->valuedouble;
-        double a = cJSON_GetArrayItem(of, 0)->valuedouble, b = cJSON_GetArrayItem(of, 1)->valuedouble;
-        if (a < 0 || b < a || b > (double)dlen) { rc = kl_err_set(e, KL_EPARSE, "%s: tensor '%s': offsets beyond the file", path, it->string); goto done; }
-        if ((rc = fn(ctx, it->string, dt->valuestring, rank, dims, data + (size_t)a, (size_t)(b - a), e))) goto done;
+        size_t a = 0, b = 0;
+        if ((rc = st_entry(name, it, dlen, &rank, dims, &a, &b, e))) goto done;
+        if ((rc = fn(ctx, it->string, cJSON_GetObjectItem(it, "dtype")->valuestring, rank, dims, data + a, b - a, e))) goto done;
     }
 done:
     cJSON_Delete(j);
+    if (rc && meta_out) { free(*meta_out); *meta_out = NULL; }
+    return rc;
+}
+
+int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e) {
+    char *buf = NULL;
+    size_t len = 0;
+    if (meta_out) *meta_out = NULL;
+    int rc = kl_read_file(path, &buf, &len, e);
+    if (rc) return rc;
+    rc = tr_safetensors_read_mem(buf, len, path, fn, ctx, meta_out, e);
     free(buf);
     return rc;
 }

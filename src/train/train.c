@@ -236,6 +236,28 @@ static int evaluate(tr_model *m, tr_batches *bs, int64_t n, tr_eval *out, float 
 typedef struct { int64_t step, epoch; int split; /* 0 train step, 1 val epoch, 2 train epoch */ double loss, acc, lr, gnorm; } tr_row;
 typedef struct { tr_row *r; size_t n, cap; } tr_rows;
 
+/* Logs the per-epoch metrics of rows[*logged..n) (train_loss, val_loss,
+ * val_accuracy by epoch) to the experiment store in one transaction, so that
+ * a killed run keeps every finished epoch. */
+static int rows_log(kl_track_run *run, const tr_rows *rs, size_t *logged, kl_err *e) {
+    if (!run || *logged >= rs->n) return KL_OK;
+    kl_metric_point *pts = calloc((rs->n - *logged) * 2 + 1, sizeof *pts);
+    if (!pts) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    size_t np = 0;
+    for (size_t i = *logged; i < rs->n; i++) {
+        const tr_row *r = &rs->r[i];
+        if (r->split == 2) pts[np++] = (kl_metric_point){"train_loss", r->epoch, 0, r->loss};
+        if (r->split == 1) {
+            pts[np++] = (kl_metric_point){"val_loss", r->epoch, 0, r->loss};
+            if (isfinite(r->acc)) pts[np++] = (kl_metric_point){"val_accuracy", r->epoch, 0, r->acc};
+        }
+    }
+    int rc = np ? kl_track_log_metrics(run, pts, np, e) : KL_OK;
+    free(pts);
+    if (!rc) *logged = rs->n;
+    return rc;
+}
+
 static void rows_add(tr_rows *rs, tr_row r) {
     if (rs->n == rs->cap) {
         size_t nc = rs->cap ? rs->cap * 2 : 256;
@@ -669,6 +691,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     kl_track_run *trun = NULL;
     tr_optim opt = {0};
     tr_rows rows = {0};
+    size_t rows_logged = 0; /* rows[0..rows_logged) are in the experiment store */
     tr_images imt = {0}, imv = {0};
     int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL, *base_tr = NULL;
     float *xb = NULL, *yfb = NULL;
@@ -678,6 +701,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     int rc;
     openblas_set_num_threads(1);
     if ((rc = tr_spec_load_set(spec_path, o->sets, o->nsets, &s, e))) goto fail;
+    if (s->ds) s->ds->verify = o->verify;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
     if (o->tracking && (rc = tr_runlog_start(o, s, spec_path, &trk, &trun, e))) goto fail;
     if (trun && o->run_id_out) *o->run_id_out = kl_track_run_id(trun);
@@ -911,6 +935,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
                 if (pr) kl_progress_field(pr, "val_loss", "%.4f", ev.loss);
                 if (pr && ev.count) kl_progress_field(pr, "val_acc", "%.2f%%", 100 * acc);
             }
+            if ((rc = rows_log(trun, &rows, &rows_logged, e))) { kl_err_prefix(e, "tracking: epoch %lld", (long long)pos.epoch + 1); goto fail; }
             if (o->on_epoch) { /* the caller's hook (keel tune: report, maybe prune) */
                 kl_train_epoch ce = {pos.epoch, pos.step, NAN, NAN, NAN};
                 for (size_t r = rows.n; r-- > 0;)
@@ -974,25 +999,16 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     }
     if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, &dsi, e))) goto fail;
     if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi, e))) goto fail;
-    if (trun) { /* per-epoch metrics (train, val) and the final ones */
-        kl_metric_point *pts = calloc(rows.n * 2 + 8, sizeof *pts);
+    if (trun) { /* the per-epoch metrics not logged yet (each epoch logs its own), and the final ones */
+        if ((rc = rows_log(trun, &rows, &rows_logged, e))) goto fail;
+        kl_metric_point pts[8];
         size_t np = 0;
-        if (!pts) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (size_t i = 0; i < rows.n; i++) {
-            const tr_row *r = &rows.r[i];
-            if (r->split == 2) pts[np++] = (kl_metric_point){"train_loss", r->epoch, 0, r->loss};
-            if (r->split == 1) {
-                pts[np++] = (kl_metric_point){"val_loss", r->epoch, 0, r->loss};
-                if (isfinite(r->acc)) pts[np++] = (kl_metric_point){"val_accuracy", r->epoch, 0, r->acc};
-            }
-        }
         pts[np++] = (kl_metric_point){"steps", pos.step, 0, (double)pos.step};
         pts[np++] = (kl_metric_point){"train_seconds", pos.step, 0, secs};
         if (nva) pts[np++] = (kl_metric_point){"final_val_loss", pos.step, 0, fin_val.loss};
         if (nva && fin_val.count) pts[np++] = (kl_metric_point){"final_val_accuracy", pos.step, 0, (double)fin_val.correct / (double)fin_val.count};
         rc = tr_runlog_finish(trk, trun, s, o->out_dir, &dsi, pts, np, e);
         trk = NULL; trun = NULL;
-        free(pts);
         if (rc) goto fail;
     }
     if (o->json) {
@@ -1128,6 +1144,7 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
         for (part = 0; part < 4 && strcmp(part_label[part], sp); part++) {}
         if (part == 4) { rc = kl_err_set(e, KL_EINVAL, "split '%s': train, val, test or all", sp); goto fail; }
         if (!s->ds) { rc = kl_err_set(e, KL_EINVAL, "%s: the model was trained on .npy files; give --data X.npy,y.npy", dir); goto fail; }
+        s->ds->verify = o->verify;
         char *ds = NULL;
         if (o->dataset) ds = strdup(o->dataset);
         else {

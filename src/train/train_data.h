@@ -8,7 +8,9 @@ typedef struct {
     int is_int;
     double *f;   /* n values, as double (exact for the ints training uses) */
 } tr_array;
+/* Reads .npy through the tensor layer's reader (kl_npy_load_mem) into doubles. */
 int tr_npy_read(const char *path, tr_array *out, kl_err *e);
+int tr_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e);
 void tr_array_free(tr_array *a);
 int tr_npy_write_f32(const char *path, int rank, const int64_t *dims, const float *data, kl_err *e);
 
@@ -28,6 +30,7 @@ typedef struct tr_dsrc {
     int shuffle;                /* fractions: seeded per-row draw (1) or contiguous in row order (0) */
     uint64_t seed;
     char *ref_col;              /* eval only: a reference score column read along (not a feature) */
+    int verify;                 /* kl_verify_mode of the files against the manifest (0 = sha256) */
 } tr_dsrc;
 
 /* What was read: the feature columns used and the dataset's identity. */

@@ -222,6 +222,11 @@ int tr_safetensors_write(const char *path, const tr_st_entry *t, int n, const ch
 typedef int (*tr_st_fn)(void *ctx, const char *name, const char *dtype, int rank,
                         const int64_t *dims, const void *data, size_t nbytes, kl_err *e);
 int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e);
+/* The same over bytes in memory (NAME for messages). Every entry is checked
+ * before fn sees it: known dtype, rank <= 8, whole-number shape, offsets in
+ * the data, and data_offsets spanning exactly numel * dtype size bytes. */
+int tr_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx, char **meta_out,
+                            kl_err *e);
 
 /* ================================================================ export */
 

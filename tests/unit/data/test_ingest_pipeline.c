@@ -7,6 +7,8 @@
 #include <keel/core.h>
 #include <keel/data.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static const char *SCHEMA =
     "name: clicks\n"
@@ -93,4 +95,87 @@ KL_TEST(ingest_pipeline_rejects_fail) {
     KT_CONTAINS(r.summary, "bad.csv:3: column item_price: 'N/A' is not a float64");
     KT_CONTAINS(r.summary, "bad.csv:4: column user_id: 0 is outside [1,");
     KT_CHECK(!kl_path_exists(kt_path("dbad")));
+}
+
+static int copy_file(const char *from, const char *to, kl_err *e) {
+    char *b = NULL;
+    size_t n = 0;
+    int rc = kl_read_file(from, &b, &n, e);
+    if (!rc) rc = kl_write_file_atomic(to, b, n, e);
+    free(b);
+    return rc;
+}
+
+static int resolve(const char *dir, kl_verify_mode m, kl_err *e) {
+    char **files = NULL, *manifest = NULL;
+    size_t nf = 0;
+    int rc = kl_dataset_resolve_verify(dir, m, &files, &nf, &manifest, e);
+    for (size_t i = 0; i < nf; i++) free(files[i]);
+    free(files);
+    free(manifest);
+    return rc;
+}
+
+/* Issue 22: a part file replaced by another valid one went unnoticed by
+ * every reader. Opening a dataset checks its files against the manifest:
+ * sha256 (default), size, or none. */
+KL_TEST(dataset_resolve_verifies_files_against_manifest) {
+    char csv[512], schema[512], out[512];
+    kl_err e = {0};
+    KT_OK(setup(csv, schema, sizeof csv, &e), &e);
+    snprintf(out, sizeof out, "%s", kt_path("dsv"));
+    const char *srcs[] = {csv};
+    kl_ingest_opts o;
+    kl_ingest_opts_default(&o);
+    o.sources = srcs;
+    o.n_sources = 1;
+    o.schema_path = schema;
+    o.out_dir = out;
+    o.chunk_bytes = 64 << 10;
+    kl_ingest_result r;
+    KT_OK(kl_ingest(&o, &r, &e), &e);
+    KT_CHECK(r.files_written > 1);
+    KT_OK(resolve(out, KL_VERIFY_SHA256, &e), &e);
+    char p0[1200], p1[1200], keep[1200], extra[1200];
+    snprintf(p0, sizeof p0, "%s/part-00000.parquet", r.version_dir);
+    snprintf(p1, sizeof p1, "%s/part-00001.parquet", r.version_dir);
+    snprintf(keep, sizeof keep, "%s", kt_path("part0.keep"));
+    KT_OK(copy_file(p0, keep, &e), &e);
+    /* the same size, one byte changed: sha256 refuses, size and none accept */
+    char *b = NULL;
+    size_t n = 0;
+    KT_OK(kl_read_file(p0, &b, &n, &e), &e);
+    b[n / 2] ^= 1;
+    KT_OK(kl_write_file_atomic(p0, b, n, &e), &e);
+    free(b);
+    KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
+    KT_CONTAINS(e.msg, "part-00000.parquet: sha256 ");
+    KT_CONTAINS(e.msg, " bytes)");
+    KT_CONTAINS(e.msg, "the manifest");
+    KT_OK(resolve(out, KL_VERIFY_SIZE, &e), &e);
+    KT_OK(resolve(out, KL_VERIFY_NONE, &e), &e);
+    /* another valid part file in its place: the size tells already */
+    KT_OK(copy_file(p1, p0, &e), &e);
+    KT_EQ_INT(resolve(out, KL_VERIFY_SIZE, &e), KL_ECHECKSUM);
+    KT_CONTAINS(e.msg, "part-00000.parquet");
+    KT_CONTAINS(e.msg, "bytes");
+    KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
+    KT_OK(copy_file(keep, p0, &e), &e);
+    KT_OK(resolve(out, KL_VERIFY_SHA256, &e), &e);
+    /* a file added, a file missing */
+    snprintf(extra, sizeof extra, "%s/part-99999.parquet", r.version_dir);
+    KT_OK(copy_file(p1, extra, &e), &e);
+    KT_EQ_INT(resolve(out, KL_VERIFY_SIZE, &e), KL_ECHECKSUM);
+    KT_CONTAINS(e.msg, "part-99999.parquet: not listed in");
+    KT_OK(resolve(out, KL_VERIFY_NONE, &e), &e);
+    KT_CHECK(unlink(extra) == 0);
+    KT_CHECK(unlink(p1) == 0);
+    KT_EQ_INT(resolve(out, KL_VERIFY_SIZE, &e), KL_ENOTFOUND);
+    KT_CONTAINS(e.msg, "part-00001.parquet: listed in");
+    /* kl_verify_mode_parse */
+    kl_verify_mode m;
+    KT_OK(kl_verify_mode_parse("size", &m, &e), &e);
+    KT_EQ_INT(m, KL_VERIFY_SIZE);
+    KT_CHECK(kl_verify_mode_parse("md5", &m, &e) == KL_EINVAL);
+    KT_EQ_STR(kl_verify_mode_name(KL_VERIFY_NONE), "none");
 }

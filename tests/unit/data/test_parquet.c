@@ -9,6 +9,7 @@
 #include "../harness.h"
 #include "data/parquet_int.h"
 #include "keel/parquet.h"
+#include "pq_footer.h"
 
 static const kl_col_type all_types[] = {KL_COL_BOOL, KL_COL_INT32, KL_COL_INT64, KL_COL_FLOAT32, KL_COL_FLOAT64,
                                         KL_COL_STRING, KL_COL_DATE, KL_COL_TIMESTAMP, KL_COL_BINARY};
@@ -270,6 +271,47 @@ KL_TEST(parquet_corrupt_files_fail_cleanly) {
     free(buf);
     KT_EQ_INT(kl_pq_open(kt_path("missing.parquet"), &r, &e), KL_ENOTFOUND);
     KT_CHECK(r == NULL);
+}
+
+/* The footer's num_rows must be the sum of the row groups' counts: every
+ * consumer sizes its buffers from it (issue 22: 1 of 20000 aborted training,
+ * 19000 of 20000 wrote past its buffer). */
+KL_TEST(parquet_footer_num_rows_must_match_row_groups) {
+    kl_err e = {0};
+    kl_column *c[NT];
+    KT_OK(make_cols(c, 20000, 1, 0, 3, &e), &e);
+    kl_pq_write_opts o;
+    kl_pq_write_opts_default(&o);
+    o.row_group_rows = 7000;
+    const char *path = kt_path("rows.parquet");
+    KT_OK(kl_pq_write_file(path, c, NT, &o, NULL, &e), &e);
+    for (size_t t = 0; t < NT; t++) kl_column_free(c[t]);
+    char *buf; size_t len;
+    KT_OK(kl_read_file(path, &buf, &len, &e), &e);
+    kl_pq_reader *r = NULL;
+    KT_OK(kl_pq_open_mem(buf, len, "good.parquet", &r, &e), &e);
+    KT_EQ_INT(kl_pq_num_rows(r), 20000);
+    KT_EQ_INT(kl_pq_num_row_groups(r), 3);
+    kl_pq_close(r);
+    static const int64_t lies[] = {1, 19000, 20001, 0, 1ll << 40};
+    for (size_t k = 0; k < KL_ARRAY_LEN(lies); k++) {
+        char *p2; size_t n2;
+        KT_CHECK(kt_pq_patch_num_rows(buf, len, lies[k], &p2, &n2) == 0);
+        int rc = kl_pq_open_mem(p2, n2, "lying.parquet", &r, &e);
+        free(p2);
+        KT_EQ_INT(rc, KL_EPARSE);
+        KT_CHECK(r == NULL);
+        char want[64];
+        snprintf(want, sizeof want, "%lld rows", (long long)lies[k]);
+        KT_CONTAINS(e.msg, "lying.parquet");
+        KT_CONTAINS(e.msg, want);
+        KT_CONTAINS(e.msg, "20000");
+    }
+    free(buf);
+    /* the same through kl_pq_open: the error names the path */
+    KT_CHECK(kt_pq_set_num_rows(path, 19000) == 0);
+    KT_EQ_INT(kl_pq_open(path, &r, &e), KL_EPARSE);
+    KT_CONTAINS(e.msg, path);
 }
 
 KL_TEST(parquet_rle_hybrid) {

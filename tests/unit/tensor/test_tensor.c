@@ -235,6 +235,31 @@ KL_TEST(tensor_npy_versions_and_errors) {
     KT_CHECK(kl_npy_load(kt_path("missing.npy"), &t, &e) != KL_OK);
 }
 
+/* fuzz_npy finding (fuzz/corpus/fuzz_npy/crash-key-at-end.npy): a header
+ * that ends right after "'descr':" made the reader step past its end and
+ * memchr with a wrapped length (SEGV); the same for 'shape':. */
+KL_TEST(tensor_npy_header_ends_after_key) {
+    /* the last one: the dtype string was read out of the data after the header */
+    static const char *hdrs[] = {"{'descr':", "{'descr':  ", "{'descr': '<f4', 'fortran_order': False, 'shape':",
+                                 "{'fortran_order': False, 'shape': (5,), 'descr':"};
+    static const char *data[] = {"", "", "", "'|u1'"};
+    for (size_t k = 0; k < KL_ARRAY_LEN(hdrs); k++) {
+        size_t hl = strlen(hdrs[k]), dl = strlen(data[k]), n = 10 + hl + dl;
+        unsigned char *b = malloc(n); /* exactly the file: ASan sees a read past it */
+        memcpy(b, "\x93NUMPY\x01\x00", 8);
+        b[8] = (unsigned char)hl;
+        b[9] = 0;
+        memcpy(b + 10, hdrs[k], hl);
+        memcpy(b + 10 + hl, data[k], dl);
+        kl_err e = {0};
+        kl_tensor *t = NULL;
+        KT_EQ_INT(kl_npy_load_mem(b, n, "cut.npy", &t, &e), KL_EPARSE);
+        KT_CHECK(t == NULL);
+        KT_CONTAINS(e.msg, "cut.npy");
+        free(b);
+    }
+}
+
 KL_TEST(tensor_npy_save_view) {
     kl_err e = {0};
     int64_t d[2] = {3, 4};

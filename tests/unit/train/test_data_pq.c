@@ -8,6 +8,7 @@
 #include "../harness.h"
 #include "keel/parquet.h"
 #include "train/train_data.h"
+#include "../data/pq_footer.h"
 
 /* x1 float64, x2 int32, s string (not a feature), day int64, y bool, __ref float64;
  * x1 of row null_row is null when null_row >= 0. */
@@ -124,4 +125,33 @@ KL_TEST(train_pq_errors_name_column_and_row) {
     snprintf(y, sizeof y, "{dataset: %s, label: y, split: {train: 0.9, test: 0.5}}", p);
     KT_CHECK(parse(y, &d, &e) == KL_EINVAL);
     KT_CONTAINS(e.msg, "sum to at most 1");
+}
+
+/* A footer whose num_rows disagrees with its row groups (issue 22: 1 of
+ * 20000 rows aborted in the allocator, 19000 of 20000 wrote past X and Y and
+ * returned 0): the load fails naming the file and both counts. */
+KL_TEST(train_pq_footer_row_count_lie_is_refused) {
+    static const int64_t lies[] = {1, 19000};
+    for (size_t k = 0; k < KL_ARRAY_LEN(lies); k++) {
+        char name[64];
+        snprintf(name, sizeof name, "pq_lie%zu.parquet", k);
+        const char *p0 = write_pq(name, 20000, -1);
+        KT_CHECK(p0 != NULL);
+        char p[4096];
+        snprintf(p, sizeof p, "%s", p0);
+        KT_CHECK(kt_pq_set_num_rows(p, lies[k]) == 0);
+        char y[4300];
+        snprintf(y, sizeof y, "{dataset: %s, label: y}", p);
+        tr_dsrc *d = NULL;
+        kl_err e = {0};
+        KT_OK(parse(y, &d, &e), &e);
+        tr_array X, Y;
+        tr_dsinfo info;
+        int rc = tr_dsrc_load(d, TR_PART_ALL, &X, &Y, &info, &e);
+        tr_dsrc_free(d);
+        if (rc == 0) { tr_array_free(&X); tr_array_free(&Y); tr_dsinfo_free(&info); }
+        KT_EQ_INT(rc, KL_EPARSE);
+        KT_CONTAINS(e.msg, name);
+        KT_CONTAINS(e.msg, "20000");
+    }
 }

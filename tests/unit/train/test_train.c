@@ -2,8 +2,11 @@
  * optimizer semantics, schedules, clipping, safetensors round trip and
  * bit-identical training at 1 and 2 threads. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "../harness.h"
+#include "keel/tensor.h"
+#include "train/train_data.h"
 #include "train/train_int.h"
 
 static int spec_err(const char *text, kl_err *e) {
@@ -174,4 +177,88 @@ KL_TEST(train_bit_identical_at_1_and_2_threads) {
     KT_EQ_INT(n1, n2);
     KT_CHECK(n1 > 1000 && n1 < 20000);
     KT_CHECK(memcmp(p1, p2, (size_t)n1 * 4) == 0);
+}
+
+/* ---- hostile .npy / safetensors files (issue 22, fuzz_npy, fuzz_safetensors) ---- */
+
+static const char *write_bytes(const char *name, const void *b, size_t n) {
+    kl_err e = {0};
+    const char *p = kt_path(name);
+    return kl_write_file_atomic(p, b, n, &e) ? NULL : p;
+}
+
+/* A v1 .npy with header text h (unpadded) and n data bytes of zeros. */
+static const char *write_npy(const char *name, const char *h, size_t n) {
+    static char buf[512];
+    size_t hl = strlen(h);
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (char)hl; buf[9] = 0;
+    memcpy(buf + 10, h, hl);
+    memset(buf + 10 + hl, 0, n);
+    return write_bytes(name, buf, 10 + hl + n);
+}
+
+/* The training reader used to multiply the shape without overflow checks
+ * (2^62 x 4 wrapped to 0 elements and was accepted) and to dereference a
+ * missing ':' after 'fortran_order' (crash); it now reads through the tensor
+ * layer's kl_npy_load_mem. */
+KL_TEST(train_npy_reader_refuses_overflow_and_cut_header) {
+    kl_err e = {0};
+    tr_array a;
+    const char *p = write_npy("ov.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }\n", 16);
+    KT_CHECK(tr_npy_read(p, &a, &e) != 0);
+    KT_CHECK(a.f == NULL);
+    p = write_npy("cut.npy", "{'descr': '<f4', 'shape': (1,), 'fortran_order'", 0);
+    KT_CHECK(tr_npy_read(p, &a, &e) != 0);
+    KT_CONTAINS(e.msg, "cut.npy");
+    /* what the tensor layer reads, the training path reads: big-endian, v2, ints */
+    int64_t dims[2] = {2, 3};
+    kl_tensor *t = NULL;
+    KT_OK(kl_tensor_new(KL_I16, 2, dims, KL_TAG_OTHER, &t, &e), &e);
+    for (int i = 0; i < 6; i++) ((int16_t *)t->data)[i] = (int16_t)(i - 2);
+    p = kt_path("i2.npy");
+    KT_OK(kl_npy_save(p, t, &e), &e);
+    kl_tensor_free(t);
+    KT_OK(tr_npy_read(p, &a, &e), &e);
+    KT_EQ_INT(a.rank, 2);
+    KT_EQ_INT(a.dims[1], 3);
+    KT_EQ_INT(a.is_int, 1);
+    KT_NEAR(a.f[0], -2, 0);
+    KT_NEAR(a.f[5], 3, 0);
+    tr_array_free(&a);
+}
+
+static int st_count(void *ctx, const char *name, const char *dtype, int rank, const int64_t *dims, const void *data,
+                    size_t nbytes, kl_err *e) {
+    (void)name; (void)dtype; (void)rank; (void)dims; (void)data; (void)nbytes; (void)e;
+    ++*(int *)ctx;
+    return KL_OK;
+}
+
+/* A safetensors entry whose shape disagrees with its data_offsets, or whose
+ * shape is not whole numbers, or whose dtype is unknown, is refused by the
+ * reader before any consumer sees it (it was passed on). */
+KL_TEST(train_safetensors_reader_checks_entries) {
+    static const char *bad[] = {
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[1000000],\"data_offsets\":[0,8]}}",
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[1e300,-1.5],\"data_offsets\":[0,4]}}",
+        "{\"x\":{\"dtype\":\"Q7\",\"shape\":[1],\"data_offsets\":[0,1]}}",
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0.5,8.5]}}",
+        "{\"x\":{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}}",
+        "{\"x\":[1,2]}",
+    };
+    static const char *why[] = {"8 bytes for 1000000 elements", "shape[0]", "unknown dtype", "offsets", "shape[0]", "bad header entry"};
+    kl_err e = {0};
+    for (size_t k = 0; k < KL_ARRAY_LEN(bad); k++) {
+        char buf[256];
+        size_t hl = strlen(bad[k]);
+        for (int i = 0; i < 8; i++) buf[i] = (char)((uint64_t)hl >> (8 * i));
+        memcpy(buf + 8, bad[k], hl);
+        memset(buf + 8 + hl, 0, 16);
+        const char *p = write_bytes("bad.safetensors", buf, 8 + hl + 16);
+        int n = 0;
+        KT_CHECK(tr_safetensors_read(p, st_count, &n, NULL, &e) == KL_EPARSE);
+        KT_EQ_INT(n, 0);
+        KT_CONTAINS(e.msg, why[k]);
+    }
 }
