@@ -210,6 +210,35 @@ expect_rc ingest_glob_source 0 "$KEEL" ingest "srcdir/*.csv" --schema clicks.yam
 head -c 300000 b.csv.gz > trunc.csv.gz
 expect_rc ingest_truncated_gz 1 "$KEEL" ingest trunc.csv.gz --schema clicks.yaml --out dtr
 grep -qi "truncated\|gzip" "$T/err" && [ ! -e dtr ] && pass ingest_truncated_gz_message || fail ingest_truncated_gz_message "$(head -c 300 "$T/err")"
+# decompression bombs: ~1 GiB of CSV in a ~1 MB multi-member gzip is refused by the
+# expansion cap, and a zstd one by the size cap, naming the file and the cap, in bounded memory
+$PYTHON - <<'PYEOF'
+import zlib
+line = b"1234567890123456789,1.5,2023-11-01 00:00:00,books,0\n"
+body = line * (8 * 1024 * 1024 // len(line))
+c = zlib.compressobj(9, zlib.DEFLATED, 31)
+member = c.compress(body) + c.flush()
+hc = zlib.compressobj(9, zlib.DEFLATED, 31)
+with open("bomb.csv.gz", "wb") as f:
+    f.write(hc.compress(b"user_id,item_price,ts,category,clicked\n") + hc.flush())
+    for _ in range(128):
+        f.write(member)
+PYEOF
+if /usr/bin/time -v -o bomb.time "$KEEL" ingest bomb.csv.gz --schema clicks.yaml --out dbomb --max-expansion 100 >"$T/out" 2>"$T/err"; then
+  fail ingest_gz_bomb_refused "the bomb was ingested"
+else
+  grep -q "bomb.csv.gz" "$T/err" && grep -q -- "--max-expansion" "$T/err" && [ ! -e dbomb/versions ] \
+    && pass ingest_gz_bomb_refused || fail ingest_gz_bomb_refused "$(head -c 300 "$T/err")"
+fi
+rss_kb=$(awk -F: '/Maximum resident/ {gsub(/ /, "", $2); print $2}' bomb.time)
+[ -n "$rss_kb" ] && [ "$rss_kb" -lt 400000 ] && pass ingest_gz_bomb_bounded_rss || fail ingest_gz_bomb_bounded_rss "max RSS ${rss_kb:-?} kB"
+if command -v zstd >/dev/null; then
+  (head -1 clicks.csv; yes "1234567890123456789,1.5,2023-11-01 00:00:00,books,0" | head -c 300000000) | zstd -q -3 -c > bomb.csv.zst
+  expect_rc ingest_zst_bomb_size_cap 1 "$KEEL" ingest bomb.csv.zst --schema clicks.yaml --out dbombz --max-decompressed 64M --max-expansion 1e9
+  grep -q "bomb.csv.zst" "$T/err" && grep -q -- "--max-decompressed" "$T/err" && grep -q "64.0 MiB" "$T/err" \
+    && pass ingest_zst_bomb_size_cap_message || fail ingest_zst_bomb_size_cap_message "$(head -c 300 "$T/err")"
+fi
+expect_rc ingest_gz_under_caps 0 "$KEEL" ingest b.csv.gz --schema clicks.yaml --out dgz2 --max-decompressed 64M --max-expansion 20
 expect_rc ingest_sha256_mismatch 1 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dsha --sha256 "$(printf '0%.0s' $(seq 64))"
 grep -q "sha256 mismatch" "$T/err" && pass ingest_sha256_message || fail ingest_sha256_message "$(head -c 300 "$T/err")"
 expect_rc ingest_sha256_match 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dsha --sha256 "$(sha256sum clicks.csv | cut -d' ' -f1)"
