@@ -270,7 +270,8 @@ typedef struct {
     kl_col_type type;
     int64_t rows, nulls;
     int has;
-    double dmin, dmax;
+    double dmin, dmax;   /* float columns; others too, for the report's histograms */
+    int64_t imin, imax;  /* integer, date and timestamp columns: exact */
     char *smin, *smax;
     kl_hll hll;
     double *vals;        /* numeric values (report histograms) */
@@ -327,6 +328,10 @@ static int stat_num(const stats_ctx *s, cstat *c, kl_col_type t, double v, int64
         kl_hll_add_hash(&c->hll, kl_hash64(&iv, sizeof iv));
     } else {
         kl_hll_add_hash(&c->hll, kl_hash64(&v, sizeof v));
+    }
+    if (t != KL_COL_FLOAT32 && t != KL_COL_FLOAT64) {
+        if (!c->has || iv < c->imin) c->imin = iv;
+        if (!c->has || iv > c->imax) c->imax = iv;
     }
     if (!isnan(v)) {
         if (!c->has || v < c->dmin) c->dmin = v;
@@ -473,15 +478,18 @@ static void stats_free(stats_ctx *s) {
     free(s->c);
 }
 
-static void fmt_num(kl_col_type t, double v, char *buf, size_t n) {
+/* A value of an integer, date or timestamp column (int64 all the way: a
+ * double would round 9999-12-31T23:59:59.999999Z up to year 10000). */
+static void fmt_int(kl_col_type t, int64_t v, char *buf, size_t n) {
     if (t == KL_COL_DATE) {
         int y, m, d;
-        kl_civil_from_days((int64_t)v, &y, &m, &d);
+        kl_civil_from_days(v, &y, &m, &d);
         snprintf(buf, n, "%04d-%02d-%02d", y, m, d);
-    } else if (t == KL_COL_TIMESTAMP) kl_time_rfc3339((int64_t)v, buf, n);
-    else if (t == KL_COL_INT32 || t == KL_COL_INT64) snprintf(buf, n, "%.0f", v);
-    else snprintf(buf, n, "%.10g", v);
+    } else if (t == KL_COL_TIMESTAMP) kl_time_rfc3339(v, buf, n);
+    else snprintf(buf, n, "%lld", (long long)v);
 }
+
+static void fmt_num(kl_col_type t, double v, char *buf, size_t n) { (void)t; snprintf(buf, n, "%.10g", v); } /* floats */
 
 static const app_opt stats_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}};
 static const app_cmd_spec stats_spec = {"data stats", "keel data stats PATH [--json]",
@@ -508,7 +516,8 @@ static int stats(int argc, char **argv) {
         cstat *c = &s.c[j];
         char mn[64] = "", mx[64] = "";
         if (c->has) {
-            if (is_numeric(c->type)) { fmt_num(c->type, c->dmin, mn, sizeof mn); fmt_num(c->type, c->dmax, mx, sizeof mx); }
+            if (is_float(c->type)) { fmt_num(c->type, c->dmin, mn, sizeof mn); fmt_num(c->type, c->dmax, mx, sizeof mx); }
+            else if (is_numeric(c->type)) { fmt_int(c->type, c->imin, mn, sizeof mn); fmt_int(c->type, c->imax, mx, sizeof mx); }
             else { snprintf(mn, sizeof mn, "%s", c->smin); snprintf(mx, sizeof mx, "%s", c->smax); }
         }
         double dist = c->has ? kl_hll_estimate(&c->hll) : 0;
@@ -556,7 +565,7 @@ static void groupby_key(const kl_pq_group *g, kl_col_type t, char *buf, size_t n
     if (g->key.is_null) snprintf(buf, n, "NULL");
     else if (t == KL_COL_STRING || t == KL_COL_BINARY) snprintf(buf, n, "%.*s", (int)KL_MIN(g->key.n, n - 1), g->key.s);
     else if (t == KL_COL_BOOL) snprintf(buf, n, "%s", g->key.i ? "true" : "false");
-    else if (t == KL_COL_DATE || t == KL_COL_TIMESTAMP) fmt_num(t, (double)g->key.i, buf, n);
+    else if (t == KL_COL_DATE || t == KL_COL_TIMESTAMP) fmt_int(t, g->key.i, buf, n);
     else snprintf(buf, n, "%lld", (long long)g->key.i);
 }
 
@@ -751,8 +760,8 @@ static void svg_hist(kl_buf *b, const cstat *c) {
                       k * (double)W / BINS + 0.5, H - bh, (double)W / BINS - 1, bh, (long long)cnt[k]);
     }
     char l[64], r[64];
-    fmt_num(c->type, lo, l, sizeof l);
-    fmt_num(c->type, hi, r, sizeof r);
+    if (is_float(c->type)) { fmt_num(c->type, lo, l, sizeof l); fmt_num(c->type, hi, r, sizeof r); }
+    else { fmt_int(c->type, c->imin, l, sizeof l); fmt_int(c->type, c->imax, r, sizeof r); }
     kl_buf_puts(b, "<text x=\"0\" y=\"155\" font-size=\"11\">");
     kl_buf_html(b, l);
     kl_buf_printf(b, "</text><text x=\"%d\" y=\"155\" font-size=\"11\" text-anchor=\"end\">", W);

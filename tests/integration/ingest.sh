@@ -322,5 +322,26 @@ for r, g in zip(ref, got):
     assert int(r["id"]) == g["id"] and int(r["n"]) == g["n"], (r, g)
     assert (g["text"] if g["text"] is not None else "") == r["text"], (r, g)
 PYEOF
+  gzip -c q.csv > q.csv.gz
+  if expect_rc ingest_quoted_gz_small_chunks 0 "$KEEL" ingest q.csv.gz --schema q.yaml --out dqgz --chunk-size 4K; then
+    "$KEEL" data head dqgz -n 100000 --json > qgz.out
+    cmp -s qgz.out qs.out && pass ingest_quoted_gz_identical || fail ingest_quoted_gz_identical "$(cmp qgz.out qs.out)"
+  fi
+fi
+
+# ---- data stats keeps int64 and timestamp extremes exact (no double) ----
+printf 'id,ts\n9223372036854775807,9999-12-31T23:59:59.999999Z\n-9223372036854775808,0001-01-01T00:00:00Z\n9007199254740993,2023-01-01T00:00:00Z\n' > big.csv
+printf 'columns:\n  - {name: id, type: int64}\n  - {name: ts, type: timestamp, timezone: UTC}\n' > big.yaml
+if expect_rc ingest_int64_extremes 0 "$KEEL" ingest big.csv --schema big.yaml --out dbig; then
+  "$KEEL" data stats dbig > big.txt 2>&1
+  grep -q '9999-12-31T23:59:59.999999Z' big.txt && grep -q ' 9223372036854775807 ' big.txt && grep -q -- '-9223372036854775808' big.txt \
+    && pass ingest_stats_extremes_exact || fail ingest_stats_extremes_exact "$(cat big.txt)"
+  "$KEEL" data stats dbig --json > big.json 2>&1
+  $PYTHON - <<'PYEOF' && pass ingest_stats_extremes_exact_json || fail ingest_stats_extremes_exact_json "$(cat big.json)"
+import json
+c = {x["name"]: x for x in json.load(open("big.json"))["columns"]}
+assert c["id"]["min"] == "-9223372036854775808" and c["id"]["max"] == "9223372036854775807", c["id"]
+assert c["ts"]["max"] == "9999-12-31T23:59:59.999999Z" and c["ts"]["min"] == "0001-01-01T00:00:00.000000Z", c["ts"]
+PYEOF
 fi
 exit 0
