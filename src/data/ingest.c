@@ -417,14 +417,17 @@ typedef struct {
     char *raw;
 } reject;
 
+typedef struct { char *s; size_t n; } lstr; /* a string with its length (may hold NUL) */
+
 typedef struct {
     int64_t nulls, count;
     int has;             /* min/max valid */
     int64_t imin, imax;
     double dmin, dmax;
-    char *smin, *smax;   /* malloc'ed */
+    char *smin, *smax;   /* malloc'ed; a value may hold NUL bytes: lengths below */
+    size_t smin_n, smax_n;
     kl_hll hll;
-    char **vocab;        /* category: distinct values (up to VOCAB_MAX) */
+    lstr *vocab;         /* category: distinct values (up to VOCAB_MAX) */
     size_t nvocab, capvocab;
     int vocab_overflow;
 } colstat;
@@ -697,7 +700,7 @@ static int json_text(const cJSON *it, const kl_field *f, char *buf, size_t n, co
                      char *msg, size_t msgn) {
     if (cJSON_IsString(it)) {
         *out = it->valuestring;
-        *olen = (uint32_t)strlen(it->valuestring);
+        *olen = (uint32_t)kl_json_string_len(it); /* a \u0000 inside does not cut it */
         return KL_OK;
     }
     if (cJSON_IsBool(it)) {
@@ -757,9 +760,14 @@ static int parse_jsonl_chunk(ictx *x, chunk *c) {
             if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_RECORD_SIZE, msg, buf + start, n))) goto done;
             continue;
         }
-        cJSON *obj = cJSON_ParseWithLength(buf + start, n);
+        void *jv = NULL;
+        int jrc = kl_json_parse_opts(buf + start, n, NULL, KL_JSON_KEEP_NUL, &jv, NULL); /* \u0000 kept whole */
+        if (jrc == KL_ENOMEM) { rc = jrc; goto done; }
+        cJSON *obj = jv;
         if (!obj || !cJSON_IsObject(obj)) {
-            snprintf(msg, sizeof msg, "%s", obj ? "not a JSON object" : "malformed JSON");
+            kl_err je = {0}; /* the reason, read again only for a bad record */
+            if (!obj) kl_json_parse_opts(buf + start, n, NULL, KL_JSON_KEEP_NUL, &jv, &je);
+            snprintf(msg, sizeof msg, "%s", obj ? "not a JSON object" : strstr(je.msg, "member name") ? je.msg : "malformed JSON");
             cJSON_Delete(obj);
             if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_JSON, msg, buf + start, n))) goto done;
             continue;
@@ -1063,39 +1071,49 @@ static int check_unique(ictx *x, kl_err *e) {
 static void stat_free(colstat *st) {
     free(st->smin);
     free(st->smax);
-    for (size_t k = 0; k < st->nvocab; k++) free(st->vocab[k]);
+    for (size_t k = 0; k < st->nvocab; k++) free(st->vocab[k].s);
     free(st->vocab);
 }
 
 static int vocab_add(colstat *st, const char *s, size_t n) {
     /* linear scan; categories are few (the cap keeps this bounded) */
     for (size_t k = 0; k < st->nvocab; k++)
-        if (strlen(st->vocab[k]) == n && !memcmp(st->vocab[k], s, n)) return KL_OK;
+        if (st->vocab[k].n == n && !memcmp(st->vocab[k].s, s, n)) return KL_OK;
     if (st->nvocab >= VOCAB_MAX) { st->vocab_overflow = 1; return KL_OK; }
     if (st->nvocab == st->capvocab) {
         size_t nc = st->capvocab ? st->capvocab * 2 : 16;
-        char **v = realloc(st->vocab, nc * sizeof *v);
+        lstr *v = realloc(st->vocab, nc * sizeof *v);
         if (!v) return KL_ENOMEM;
         st->vocab = v;
         st->capvocab = nc;
     }
-    if (!(st->vocab[st->nvocab] = strndup(s, n))) return KL_ENOMEM;
-    st->nvocab++;
+    char *p = malloc(n + 1);
+    if (!p) return KL_ENOMEM;
+    memcpy(p, s, n);
+    p[n] = 0;
+    st->vocab[st->nvocab++] = (lstr){p, n};
     return KL_OK;
 }
 
-static int set_str(char **dst, const char *s, size_t n) {
-    char *p = strndup(s, n);
+static int set_str(char **dst, size_t *dn, const char *s, size_t n) {
+    char *p = malloc(n + 1);
     if (!p) return KL_ENOMEM;
+    memcpy(p, s, n);
+    p[n] = 0;
     free(*dst);
     *dst = p;
+    *dn = n;
     return KL_OK;
 }
 
-static int strcmp_n(const char *a, size_t an, const char *b) {
-    size_t bn = strlen(b);
+static int strcmp_n(const char *a, size_t an, const char *b, size_t bn) {
     int r = memcmp(a, b, KL_MIN(an, bn));
     return r ? r : (an < bn ? -1 : an > bn);
+}
+
+static int cmp_lstr(const void *a, const void *b) {
+    const lstr *x = a, *y = b;
+    return strcmp_n(x->s, x->n, y->s, y->n);
 }
 
 static int chunk_stats(ictx *x, chunk *c) {
@@ -1118,8 +1136,8 @@ static int chunk_stats(ictx *x, chunk *c) {
                 if (cache[h & 63] == h) continue;
                 cache[h & 63] = h;
                 kl_hll_add_hash(&st->hll, h);
-                if (!st->has || strcmp_n(v, vn, st->smin) < 0) { if (set_str(&st->smin, v, vn)) return KL_ENOMEM; }
-                if (!st->has || strcmp_n(v, vn, st->smax) > 0) { if (set_str(&st->smax, v, vn)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smin, st->smin_n) < 0) { if (set_str(&st->smin, &st->smin_n, v, vn)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smax, st->smax_n) > 0) { if (set_str(&st->smax, &st->smax_n, v, vn)) return KL_ENOMEM; }
                 st->has = 1;
                 if (t == KL_T_CATEGORY && vocab_add(st, v, vn)) return KL_ENOMEM;
             }
@@ -1182,8 +1200,8 @@ static int merge_stats(ictx *x, colstat *tot) {
             kl_hll_merge(&t->hll, &c->hll);
             if (c->has) {
                 if (c->smin) {
-                    if (!t->has || strcmp(c->smin, t->smin) < 0) { if (set_str(&t->smin, c->smin, strlen(c->smin))) return KL_ENOMEM; }
-                    if (!t->has || strcmp(c->smax, t->smax) > 0) { if (set_str(&t->smax, c->smax, strlen(c->smax))) return KL_ENOMEM; }
+                    if (!t->has || strcmp_n(c->smin, c->smin_n, t->smin, t->smin_n) < 0) { if (set_str(&t->smin, &t->smin_n, c->smin, c->smin_n)) return KL_ENOMEM; }
+                    if (!t->has || strcmp_n(c->smax, c->smax_n, t->smax, t->smax_n) > 0) { if (set_str(&t->smax, &t->smax_n, c->smax, c->smax_n)) return KL_ENOMEM; }
                 } else {
                     if (!t->has || c->imin < t->imin) t->imin = c->imin;
                     if (!t->has || c->imax > t->imax) t->imax = c->imax;
@@ -1193,10 +1211,10 @@ static int merge_stats(ictx *x, colstat *tot) {
                 t->has = 1;
             }
             for (size_t k = 0; k < c->nvocab; k++)
-                if (vocab_add(t, c->vocab[k], strlen(c->vocab[k]))) return KL_ENOMEM;
+                if (vocab_add(t, c->vocab[k].s, c->vocab[k].n)) return KL_ENOMEM;
             t->vocab_overflow |= c->vocab_overflow;
         }
-        if (t->nvocab) qsort(t->vocab, t->nvocab, sizeof *t->vocab, cmpstr);
+        if (t->nvocab) qsort(t->vocab, t->nvocab, sizeof *t->vocab, cmp_lstr);
     }
     return KL_OK;
 }
@@ -1606,7 +1624,7 @@ static void json_stat_value(kl_buf *b, kl_type t, const colstat *st, int is_max)
         kl_time_rfc3339(is_max ? st->imax : st->imin, tmp, sizeof tmp);
         kl_buf_printf(b, "\"%s\"", tmp);
         break;
-    case KL_T_STRING: case KL_T_CATEGORY: kl_buf_json_str(b, is_max ? st->smax : st->smin); break;
+    case KL_T_STRING: case KL_T_CATEGORY: kl_buf_json_strn(b, is_max ? st->smax : st->smin, is_max ? st->smax_n : st->smin_n); break;
     default: kl_buf_printf(b, "%lld", (long long)(is_max ? st->imax : st->imin)); break;
     }
 }
@@ -1672,7 +1690,7 @@ static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf,
             kl_buf_puts(b, ", \"vocabulary\": [");
             for (size_t k = 0; k < st->nvocab; k++) {
                 if (k) kl_buf_puts(b, ", ");
-                kl_buf_json_str(b, st->vocab[k]);
+                kl_buf_json_strn(b, st->vocab[k].s, st->vocab[k].n);
             }
             kl_buf_printf(b, "]%s", st->vocab_overflow ? ", \"vocabulary_truncated\": true" : "");
         }
@@ -1960,7 +1978,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
                 /* counts from the manifest */
                 cJSON *m = NULL;
                 snprintf(p, sizeof p, "%s/manifest.json", res->version_dir);
-                if (kl_json_load_file(p, (void **)&m, NULL) == KL_OK) {
+                if (kl_json_load_file_opts(p, KL_JSON_KEEP_NUL, (void **)&m, NULL) == KL_OK) {
                     cJSON *rows = cJSON_GetObjectItem(m, "rows");
                     res->rows_accepted = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted"));
                     res->rows_rejected = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));

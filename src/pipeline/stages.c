@@ -177,7 +177,7 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
     char p[4300];
     snprintf(p, sizeof p, "%s/manifest.json", vdir);
     void *mj = NULL;
-    int rc = kl_json_load_file(p, &mj, e);
+    int rc = kl_json_load_file_opts(p, KL_JSON_KEEP_NUL, &mj, e); /* a vocabulary value may hold \u0000 */
     if (rc) return rc;
     cJSON *m = mj, *rep = cJSON_CreateObject(), *probs = cJSON_AddArrayToObject(rep, "problems");
     kl_buf pb;

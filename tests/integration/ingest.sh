@@ -344,4 +344,18 @@ assert c["id"]["min"] == "-9223372036854775808" and c["id"]["max"] == "922337203
 assert c["ts"]["max"] == "9999-12-31T23:59:59.999999Z" and c["ts"]["min"] == "0001-01-01T00:00:00.000000Z", c["ts"]
 PYEOF
 fi
+
+# ---- JSONL \u0000 in a string: kept whole (Parquet, head, stats, manifest vocabulary) ----
+printf '{"id": 1, "s": "a\\u0000b", "c": "x\\u0000y"}\n{"id": 2, "s": "z", "c": "x"}\n' > nul.jsonl
+printf 'columns:\n  - {name: id, type: int64}\n  - {name: s, type: string}\n  - {name: c, type: category}\n' > nul.yaml
+if expect_rc ingest_jsonl_nul 0 "$KEEL" ingest nul.jsonl --schema nul.yaml --out dnul; then
+  "$KEEL" data head dnul --json > nul.out 2>&1
+  grep -qF '"s": "a\u0000b"' nul.out && grep -qF '"c": "x\u0000y"' nul.out \
+    && pass ingest_jsonl_nul_head_whole || fail ingest_jsonl_nul_head_whole "$(cat nul.out)"
+  "$KEEL" data stats dnul --json > nuls.out 2>&1
+  grep -qF '"min": "a\u0000b"' nuls.out && pass ingest_jsonl_nul_stats_whole || fail ingest_jsonl_nul_stats_whole "$(cat nuls.out)"
+  "$KEEL" data show dnul --json > nulm.out 2>&1
+  $PYTHON -c "import json; d=json.load(open('nulm.out')); v=[c for c in d['manifest']['columns'] if c['name']=='c'][0]['vocabulary']; assert v == ['x', 'x\x00y'], v" \
+    && pass ingest_jsonl_nul_vocabulary_whole || fail ingest_jsonl_nul_vocabulary_whole "$(head -c 600 nulm.out)"
+fi
 exit 0
