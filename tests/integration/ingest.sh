@@ -358,4 +358,10 @@ if expect_rc ingest_jsonl_nul 0 "$KEEL" ingest nul.jsonl --schema nul.yaml --out
   $PYTHON -c "import json; d=json.load(open('nulm.out')); v=[c for c in d['manifest']['columns'] if c['name']=='c'][0]['vocabulary']; assert v == ['x', 'x\x00y'], v" \
     && pass ingest_jsonl_nul_vocabulary_whole || fail ingest_jsonl_nul_vocabulary_whole "$(head -c 600 nulm.out)"
 fi
+
+# ---- schema infer on garbage (invalid UTF-8, YAML-special names) writes YAML that loads ----
+printf 'bad\377\376,"a""b","k: v","- dash","# hash","two\nlines",ok\n1,x\377,y,z,w,v,u\n2,x,y,z,w,v,u\n' > garbage.csv
+if expect_rc ingest_schema_infer_garbage 0 "$KEEL" schema infer garbage.csv --out garbage.yaml; then
+  expect_rc ingest_schema_infer_garbage_loads 0 "$KEEL" schema check garbage.yaml
+fi
 exit 0
