@@ -76,7 +76,8 @@ typedef struct {
     size_t cap;           /* compressed: capacity of buf */
     size_t off;           /* stream offset of buf[0] (0 for a plain file) */
     int mapped;           /* buf is an mmap */
-    zsrc *z;              /* NULL for a plain file */
+    int compressed;       /* .gz/.zst */
+    zsrc *z;              /* the decoder while the source is cut (src_open), else NULL */
     kl_dialect d;
 } source;
 
@@ -372,15 +373,35 @@ static int zsrc_open(source *s, const kl_ingest_opts *o, kl_err *e) {
     return src_more(s, 65536, 65536, e); /* the first bytes: dialect sniffing */
 }
 
-/* Maps a plain file, or opens the decoder of a compressed one (its first
- * 64 KiB decompressed); computes the sha256 of the stored file. */
+/* A compressed source's decoder is live only while the source is cut into
+ * chunks (one at a time: a folder of many .zst files does not hold a
+ * decoder, its window and a file descriptor each). Opens it from the start. */
+static int src_open(source *s, const kl_ingest_opts *o, kl_err *e) {
+    if (!s->compressed) return KL_OK;
+    kl_mem_free(s->buf);
+    s->buf = NULL;
+    s->len = s->cap = s->off = 0;
+    return zsrc_open(s, o, e);
+}
+
+static void src_close(source *s) {
+    zsrc_free(s->z);
+    s->z = NULL;
+}
+
+/* Maps a plain file, or decompresses the first 64 KiB of a compressed one
+ * (for the dialect sniffing; the decoder is closed again); computes the
+ * sha256 of the stored file. */
 static int load_source(source *s, const kl_ingest_opts *o, kl_err *e) {
     struct stat st;
     if (stat(s->path, &st)) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
     s->bytes = st.st_size;
     if (has_suffix(s->path, ".gz") || has_suffix(s->path, ".zst")) {
+        s->compressed = 1;
         int rc = kl_sha256_file_hex(s->path, s->sha, e);
-        return rc ? rc : zsrc_open(s, o, e);
+        if (!rc) rc = zsrc_open(s, o, e);
+        src_close(s);
+        return rc;
     }
     if (st.st_size == 0) {
         kl_sha256_buf_hex("", 0, s->sha);
@@ -2010,13 +2031,15 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         x.staging = staging;
     }
     if (o->progress) {
-        for (size_t i = 0; i < x.src.n; i++) x.prog_total += x.src.v[i].z ? 0 : x.src.v[i].len;
+        for (size_t i = 0; i < x.src.n; i++) x.prog_total += x.src.v[i].compressed ? 0 : x.src.v[i].len;
         x.prog = kl_progress_new("parse+validate", x.prog_total, "B");
     }
     for (size_t si = 0; si < x.src.n; si++) {
         size_t begin = 0;
+        if ((rc = src_open(&x.src.v[si], o, e))) goto fail;
         if ((rc = setup_source(&x, (int)si, &begin, e))) goto fail;
         if ((rc = cut_source(&x, (int)si, begin, o->chunk_bytes ? o->chunk_bytes : (4u << 20), e))) goto fail;
+        src_close(&x.src.v[si]);
     }
     if ((rc = flush_chunks(&x, 1, e))) goto fail;
     kl_progress_finish(x.prog);

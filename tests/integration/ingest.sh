@@ -364,4 +364,13 @@ printf 'bad\377\376,"a""b","k: v","- dash","# hash","two\nlines",ok\n1,x\377,y,z
 if expect_rc ingest_schema_infer_garbage 0 "$KEEL" schema infer garbage.csv --out garbage.yaml; then
   expect_rc ingest_schema_infer_garbage_loads 0 "$KEEL" schema check garbage.yaml
 fi
+
+# ---- a folder of 60 compressed sources under a 32-descriptor limit: one decoder at a time ----
+mkdir -p manyz
+for i in $(seq 1 60); do (head -1 clicks.csv; sed -n "$((i * 10 + 2)),$((i * 10 + 11))p" clicks.csv) | gzip -c > manyz/p$(printf %03d "$i").csv.gz; done
+if (ulimit -n 32; "$KEEL" ingest manyz --schema clicks.yaml --out dmanyz --json > manyz.out 2> manyz.err); then
+  [ "$(json_get manyz.out "d['rows_accepted']")" = 600 ] && pass ingest_many_compressed_sources || fail ingest_many_compressed_sources "$(cat manyz.out)"
+else
+  fail ingest_many_compressed_sources "$(head -c 300 manyz.err)"
+fi
 exit 0
