@@ -11,19 +11,14 @@
 #include <string.h>
 #include <unistd.h>
 
-static char dir[64];
-
-static void cleanup(void) { kl_rm_rf(dir, NULL); }
-
 /* The rest of the input as a compressed source: streamed through the chunk
- * pipeline with 4 KiB chunks, at most 128 KiB decompressed. */
+ * pipeline with 4 KiB chunks, at most 128 KiB decompressed. Each run works
+ * in a fresh folder (tmpfs when there is one), removed after it. */
 static void ingest_compressed(const uint8_t *data, size_t size, int mode) {
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/dev/shm/keel-fuzz-XXXXXX");
-        if (!mkdtemp(dir)) { snprintf(dir, sizeof dir, "/tmp/keel-fuzz-XXXXXX"); if (!mkdtemp(dir)) abort(); }
-        kl_log_set_level(KL_LOG_ERROR);
-        atexit(cleanup);
-    }
+    char dir[64];
+    snprintf(dir, sizeof dir, "/dev/shm/keel-fuzz-XXXXXX");
+    if (!mkdtemp(dir)) { snprintf(dir, sizeof dir, "/tmp/keel-fuzz-XXXXXX"); if (!mkdtemp(dir)) abort(); }
+    kl_log_set_level(KL_LOG_ERROR);
     char src[128], schema[128], out[128];
     snprintf(src, sizeof src, "%s/in.%s.%s", dir, mode & 16 ? "jsonl" : "csv", mode & 8 ? "zst" : "gz");
     snprintf(schema, sizeof schema, "%s/s.yaml", dir);
@@ -44,8 +39,7 @@ static void ingest_compressed(const uint8_t *data, size_t size, int mode) {
     kl_ingest_result r;
     kl_err e = {0};
     kl_ingest(&o, &r, &e);
-    kl_rm_rf(out, NULL);
-    unlink(src);
+    kl_rm_rf(dir, NULL);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
