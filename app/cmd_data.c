@@ -37,7 +37,7 @@ static int dset_open(const char *path, dset *d, kl_err *e) {
      * mismatch with the manifest itself */
     int rc = kl_dataset_resolve_verify(path, KL_VERIFY_NONE, &d->files, &d->nfiles, &d->manifest_path, e);
     if (rc) return rc;
-    if (d->manifest_path && (rc = kl_json_load_file(d->manifest_path, (void **)&d->manifest, e))) { dset_free(d); return rc; }
+    if (d->manifest_path && (rc = kl_json_load_file_opts(d->manifest_path, KL_JSON_KEEP_NUL, (void **)&d->manifest, e))) { dset_free(d); return rc; }
     return KL_OK;
 }
 
@@ -68,6 +68,24 @@ static int scan(dset *d, size_t max_rows, batch_fn fn, void *ctx, kl_err *e) {
         if (rc) return rc;
     }
     return KL_OK;
+}
+
+/* A string value as text, whole: a NUL byte is written as \0. */
+static void put_text(kl_buf *b, const char *s, size_t n) {
+    for (const char *z; n && (z = memchr(s, 0, n)); n -= (size_t)(z - s) + 1, s = z + 1) {
+        kl_buf_append(b, s, (size_t)(z - s));
+        kl_buf_puts(b, "\\0");
+    }
+    kl_buf_append(b, s, n);
+}
+
+/* put_text into a fixed buffer (cut to fit). */
+static void text_into(char *dst, size_t dn, const char *s, size_t n) {
+    kl_buf t;
+    kl_buf_init(&t);
+    put_text(&t, s, n);
+    snprintf(dst, dn, "%s", t.data ? t.data : "");
+    kl_buf_free(&t);
 }
 
 static void fmt_value(const kl_column *c, size_t i, kl_buf *b, int json) {
@@ -101,10 +119,8 @@ static void fmt_value(const kl_column *c, size_t i, kl_buf *b, int json) {
     default: {
         size_t n;
         const char *s = kl_column_get_str(c, i, &n);
-        char *z = strndup(s, n);
-        if (json) kl_buf_json_str(b, z ? z : "");
-        else kl_buf_puts(b, z ? z : "");
-        free(z);
+        if (json) kl_buf_json_strn(b, s, n); /* whole: a NUL is \u0000 */
+        else put_text(b, s, n);
     }
     }
 }
@@ -242,11 +258,18 @@ static int show(int argc, char **argv) {
     }
     if (json) {
         kl_buf_puts(&b, "], \"manifest\": ");
-        if (d.manifest) {
+        char *raw = NULL;
+        size_t rawn = 0;
+        if (d.manifest && !kl_read_file(d.manifest_path, &raw, &rawn, NULL) && memmem(raw, rawn, "\\u0000", 6)) {
+            /* cJSON would print a string with \u0000 cut short: the file's own text (its newlines are whitespace) */
+            for (size_t k = 0; k < rawn; k++) if (raw[k] == '\n') raw[k] = ' ';
+            kl_buf_append(&b, raw, rawn);
+        } else if (d.manifest) {
             char *m = cJSON_PrintUnformatted(d.manifest);
             kl_buf_puts(&b, m ? m : "null");
             free(m);
         } else kl_buf_puts(&b, "null");
+        free(raw);
         kl_buf_puts(&b, "}\n");
     }
     kl_pq_close(first);
@@ -265,15 +288,17 @@ fail:
  * stats (and the data the report needs)
  * ================================================================== */
 
-typedef struct { char *s; int64_t n; } topv;
+typedef struct { char *s; size_t len; int64_t n; } topv; /* s may hold NUL bytes */
 
 typedef struct {
     char *name;
     kl_col_type type;
     int64_t rows, nulls;
     int has;
-    double dmin, dmax;
-    char *smin, *smax;
+    double dmin, dmax;   /* float columns; others too, for the report's histograms */
+    int64_t imin, imax;  /* integer, date and timestamp columns: exact */
+    char *smin, *smax;   /* may hold NUL bytes: lengths below */
+    size_t smin_n, smax_n;
     kl_hll hll;
     double *vals;        /* numeric values (report histograms) */
     size_t nvals, capvals;
@@ -289,7 +314,7 @@ typedef struct {
 
 static int top_add(cstat *c, const char *s, size_t n) {
     for (size_t k = 0; k < c->ntop; k++)
-        if (strlen(c->top[k].s) == n && !memcmp(c->top[k].s, s, n)) { c->top[k].n++; return KL_OK; }
+        if (c->top[k].len == n && !memcmp(c->top[k].s, s, n)) { c->top[k].n++; return KL_OK; }
     if (c->ntop >= 5000) return KL_OK;
     if (c->ntop == c->captop) {
         size_t nc = c->captop ? c->captop * 2 : 16;
@@ -298,14 +323,17 @@ static int top_add(cstat *c, const char *s, size_t n) {
         c->top = t;
         c->captop = nc;
     }
-    if (!(c->top[c->ntop].s = strndup(s, n))) return KL_ENOMEM;
+    if (!(c->top[c->ntop].s = malloc(n + 1))) return KL_ENOMEM;
+    memcpy(c->top[c->ntop].s, s, n);
+    c->top[c->ntop].s[n] = 0;
+    c->top[c->ntop].len = n;
     c->top[c->ntop++].n = 1;
     return KL_OK;
 }
 
 static int top_add_n(cstat *c, const char *s, size_t n, int64_t times) {
     for (size_t k = 0; k < c->ntop; k++)
-        if (strlen(c->top[k].s) == n && !memcmp(c->top[k].s, s, n)) { c->top[k].n += times; return KL_OK; }
+        if (c->top[k].len == n && !memcmp(c->top[k].s, s, n)) { c->top[k].n += times; return KL_OK; }
     size_t before = c->ntop;
     int rc = top_add(c, s, n);
     if (rc == KL_OK && c->ntop > before) c->top[c->ntop - 1].n = times;
@@ -330,6 +358,10 @@ static int stat_num(const stats_ctx *s, cstat *c, kl_col_type t, double v, int64
     } else {
         kl_hll_add_hash(&c->hll, kl_hash64(&v, sizeof v));
     }
+    if (t != KL_COL_FLOAT32 && t != KL_COL_FLOAT64) {
+        if (!c->has || iv < c->imin) c->imin = iv;
+        if (!c->has || iv > c->imax) c->imax = iv;
+    }
     if (!isnan(v)) {
         if (!c->has || v < c->dmin) c->dmin = v;
         if (!c->has || v > c->dmax) c->dmax = v;
@@ -348,20 +380,31 @@ static int stat_num(const stats_ctx *s, cstat *c, kl_col_type t, double v, int64
     return KL_OK;
 }
 
+static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn) {
+    int r = memcmp(a, b, KL_MIN(an, bn));
+    return r ? r : (an < bn ? -1 : an > bn);
+}
+
+static int set_bytes(char **dst, size_t *dn, const char *s, size_t n) {
+    char *z = malloc(n + 1);
+    if (!z) return KL_ENOMEM;
+    memcpy(z, s, n);
+    z[n] = 0;
+    free(*dst);
+    *dst = z;
+    *dn = n;
+    return KL_OK;
+}
+
 /* A present string (or bool as text) seen `times` times. */
 static int stat_str(const stats_ctx *s, cstat *c, kl_col_type t, const char *sv, size_t sl, int64_t times, kl_err *e) {
     kl_hll_add_hash(&c->hll, kl_hash64(sv, sl));
     if ((s->keep_values || t == KL_COL_BOOL) && top_add_n(c, sv, sl, times)) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    char *z = NULL;
-    if (!c->has || strncmp(sv, c->smin, sl) < 0 || (strlen(c->smin) > sl && !strncmp(sv, c->smin, sl))) {
-        if (!(z = strndup(sv, sl))) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        free(c->smin);
-        c->smin = z;
+    if (!c->has || cmp_bytes(sv, sl, c->smin, c->smin_n) < 0) {
+        if (set_bytes(&c->smin, &c->smin_n, sv, sl)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     }
-    if (!c->has || strncmp(sv, c->smax, sl) > 0 || (strlen(c->smax) < sl && !strncmp(sv, c->smax, strlen(c->smax)))) {
-        if (!(z = strndup(sv, sl))) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        free(c->smax);
-        c->smax = z;
+    if (!c->has || cmp_bytes(sv, sl, c->smax, c->smax_n) > 0) {
+        if (set_bytes(&c->smax, &c->smax_n, sv, sl)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     }
     c->has = 1;
     return KL_OK;
@@ -475,15 +518,18 @@ static void stats_free(stats_ctx *s) {
     free(s->c);
 }
 
-static void fmt_num(kl_col_type t, double v, char *buf, size_t n) {
+/* A value of an integer, date or timestamp column (int64 all the way: a
+ * double would round 9999-12-31T23:59:59.999999Z up to year 10000). */
+static void fmt_int(kl_col_type t, int64_t v, char *buf, size_t n) {
     if (t == KL_COL_DATE) {
         int y, m, d;
-        kl_civil_from_days((int64_t)v, &y, &m, &d);
+        kl_civil_from_days(v, &y, &m, &d);
         snprintf(buf, n, "%04d-%02d-%02d", y, m, d);
-    } else if (t == KL_COL_TIMESTAMP) kl_time_rfc3339((int64_t)v, buf, n);
-    else if (t == KL_COL_INT32 || t == KL_COL_INT64) snprintf(buf, n, "%.0f", v);
-    else snprintf(buf, n, "%.10g", v);
+    } else if (t == KL_COL_TIMESTAMP) kl_time_rfc3339(v, buf, n);
+    else snprintf(buf, n, "%lld", (long long)v);
 }
+
+static void fmt_num(kl_col_type t, double v, char *buf, size_t n) { (void)t; snprintf(buf, n, "%.10g", v); } /* floats */
 
 static const app_opt stats_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}};
 static const app_cmd_spec stats_spec = {"data stats", "keel data stats PATH [--json]",
@@ -510,8 +556,9 @@ static int stats(int argc, char **argv) {
         cstat *c = &s.c[j];
         char mn[64] = "", mx[64] = "";
         if (c->has) {
-            if (is_numeric(c->type)) { fmt_num(c->type, c->dmin, mn, sizeof mn); fmt_num(c->type, c->dmax, mx, sizeof mx); }
-            else { snprintf(mn, sizeof mn, "%s", c->smin); snprintf(mx, sizeof mx, "%s", c->smax); }
+            if (is_float(c->type)) { fmt_num(c->type, c->dmin, mn, sizeof mn); fmt_num(c->type, c->dmax, mx, sizeof mx); }
+            else if (is_numeric(c->type)) { fmt_int(c->type, c->imin, mn, sizeof mn); fmt_int(c->type, c->imax, mx, sizeof mx); }
+            else { text_into(mn, sizeof mn, c->smin, c->smin_n); text_into(mx, sizeof mx, c->smax, c->smax_n); }
         }
         double dist = c->has ? kl_hll_estimate(&c->hll) : 0;
         if (json) {
@@ -519,9 +566,10 @@ static int stats(int argc, char **argv) {
             kl_buf_json_str(&b, c->name);
             kl_buf_printf(&b, ", \"type\": \"%s\", \"rows\": %lld, \"nulls\": %lld, \"min\": ", kl_col_type_name(c->type),
                           (long long)c->rows, (long long)c->nulls);
-            if (c->has) kl_buf_json_str(&b, mn); else kl_buf_puts(&b, "null");
+            int str = c->has && !is_numeric(c->type); /* strings whole (a NUL as \u0000), not cut to the table width */
+            if (str) kl_buf_json_strn(&b, c->smin, c->smin_n); else if (c->has) kl_buf_json_str(&b, mn); else kl_buf_puts(&b, "null");
             kl_buf_puts(&b, ", \"max\": ");
-            if (c->has) kl_buf_json_str(&b, mx); else kl_buf_puts(&b, "null");
+            if (str) kl_buf_json_strn(&b, c->smax, c->smax_n); else if (c->has) kl_buf_json_str(&b, mx); else kl_buf_puts(&b, "null");
             kl_buf_printf(&b, ", \"distinct_approx\": %.0f}", dist);
         } else {
             kl_buf_printf(&b, "%-20s %-10s %10lld %10lld %26s %26s %10.0f\n", c->name, kl_col_type_name(c->type),
@@ -558,7 +606,7 @@ static void groupby_key(const kl_pq_group *g, kl_col_type t, char *buf, size_t n
     if (g->key.is_null) snprintf(buf, n, "NULL");
     else if (t == KL_COL_STRING || t == KL_COL_BINARY) snprintf(buf, n, "%.*s", (int)KL_MIN(g->key.n, n - 1), g->key.s);
     else if (t == KL_COL_BOOL) snprintf(buf, n, "%s", g->key.i ? "true" : "false");
-    else if (t == KL_COL_DATE || t == KL_COL_TIMESTAMP) fmt_num(t, (double)g->key.i, buf, n);
+    else if (t == KL_COL_DATE || t == KL_COL_TIMESTAMP) fmt_int(t, g->key.i, buf, n);
     else snprintf(buf, n, "%lld", (long long)g->key.i);
 }
 
@@ -753,8 +801,8 @@ static void svg_hist(kl_buf *b, const cstat *c) {
                       k * (double)W / BINS + 0.5, H - bh, (double)W / BINS - 1, bh, (long long)cnt[k]);
     }
     char l[64], r[64];
-    fmt_num(c->type, lo, l, sizeof l);
-    fmt_num(c->type, hi, r, sizeof r);
+    if (is_float(c->type)) { fmt_num(c->type, lo, l, sizeof l); fmt_num(c->type, hi, r, sizeof r); }
+    else { fmt_int(c->type, c->imin, l, sizeof l); fmt_int(c->type, c->imax, r, sizeof r); }
     kl_buf_puts(b, "<text x=\"0\" y=\"155\" font-size=\"11\">");
     kl_buf_html(b, l);
     kl_buf_printf(b, "</text><text x=\"%d\" y=\"155\" font-size=\"11\" text-anchor=\"end\">", W);
@@ -816,7 +864,11 @@ static int report(int argc, char **argv) {
             kl_buf_puts(&b, "<table><tr><th>top values</th><th>count</th><th></th></tr>");
             for (size_t k = 0; k < c->ntop && k < 10; k++) {
                 kl_buf_puts(&b, "<tr><td>");
-                kl_buf_html(&b, c->top[k].s);
+                kl_buf tv;
+                kl_buf_init(&tv);
+                put_text(&tv, c->top[k].s, c->top[k].len);
+                kl_buf_html(&b, tv.data ? tv.data : "");
+                kl_buf_free(&tv);
                 kl_buf_printf(&b, "</td><td>%lld (%.1f%%)</td><td><svg width=\"160\" height=\"12\"><rect width=\"%.1f\" height=\"12\" fill=\"#4c78a8\"/></svg></td></tr>",
                               (long long)c->top[k].n, nonnull ? 100.0 * (double)c->top[k].n / (double)nonnull : 0,
                               160.0 * (double)c->top[k].n / (double)mx);

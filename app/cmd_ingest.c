@@ -22,6 +22,8 @@ static const app_opt opts[] = {
     {"row-group-rows", 0, 1, "N", "Parquet row group size in rows (default: the writer's, 131072)", 0},
     {"rejects", 0, 1, "PATH", "also write the rejects of a failed ingest here (JSON lines)", 0},
     {"chunk-size", 0, 1, "SIZE", "parse chunk size (default 4M; part of the ingest identity)", 0},
+    {"max-decompressed", 0, 1, "SIZE", "refuse a .gz/.zst source that decompresses to more (default 32G)", 0},
+    {"max-expansion", 0, 1, "R", "refuse a .gz/.zst source that decompresses to more than R times its size (default 1000)", 0},
     {"progress", 0, 0, NULL, "show parsing progress (stderr)", 0},
     {"json", 0, 0, NULL, "machine-readable result", 0},
 };
@@ -72,6 +74,14 @@ int cmd_ingest(int argc, char **argv) {
             return app_usage_error(&spec, "--chunk-size: expected a size of at least 4K");
         o.chunk_bytes = (size_t)cs;
     }
+    if (app_get(&a, "max-decompressed")) {
+        uint64_t md;
+        if (kl_mem_parse_size(app_get(&a, "max-decompressed"), &md, &e) || md == 0)
+            return app_usage_error(&spec, "--max-decompressed: expected a size (e.g. 64G)");
+        o.max_decompressed_bytes = md;
+    }
+    if ((rc = app_get_double(&a, &spec, "max-expansion", KL_INGEST_MAX_EXPANSION, &o.max_expansion)) >= 0) return rc;
+    if (!(o.max_expansion >= 1)) return app_usage_error(&spec, "--max-expansion must be at least 1");
     o.keel_version = KEEL_VERSION;
     o.progress = app_flag(&a, "progress");
     int json = app_flag(&a, "json");

@@ -385,7 +385,13 @@ int kl_parse_bool(const char *s, int *out);       /* true/false/yes/no/on/off/1/
 
 /* Parses a file; errors say "file:line:col: expected ..." */
 int kl_json_load_file(const char *path, void **out_cjson, kl_err *e);
+/* Refuses a string with \u0000 (cJSON's C strings would cut it short). */
 int kl_json_parse(const char *text, size_t len, const char *name, void **out_cjson, kl_err *e);
+/* flags KL_JSON_KEEP_NUL: a string value with \u0000 is kept whole (its
+ * length by kl_json_string_len); a member name with one is refused. */
+#define KL_JSON_KEEP_NUL 1
+int kl_json_parse_opts(const char *text, size_t len, const char *name, int flags, void **out_cjson, kl_err *e);
+int kl_json_load_file_opts(const char *path, int flags, void **out_cjson, kl_err *e);
 /* Writes cJSON (pretty when pretty != 0) atomically. */
 int kl_json_write_file(const char *path, const void *cjson, int pretty, kl_err *e);
 /* The length in bytes of a cJSON string node's value. A JSON string may hold
@@ -413,6 +419,7 @@ int kl_buf_puts(kl_buf *b, const char *s);
 int kl_buf_printf(kl_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int kl_buf_vprintf(kl_buf *b, const char *fmt, va_list ap);
 int kl_buf_json_str(kl_buf *b, const char *s);   /* "..." with JSON escapes */
+int kl_buf_json_strn(kl_buf *b, const char *s, size_t n); /* n bytes, a NUL as \u0000 */
 int kl_buf_html(kl_buf *b, const char *s);       /* HTML-escaped text */
 /* Takes the data (caller frees with free()); leaves b empty. */
 char *kl_buf_take(kl_buf *b);

@@ -260,7 +260,15 @@ typedef struct kl_ingest_opts {
     const char *rejects_path;   /* where to write rejects of a failed ingest (optional) */
     int progress;               /* show progress */
     const char *keel_version;   /* recorded in the manifest (not part of the version id) */
+    /* .gz/.zst sources: refuse one that decompresses to more than this many
+     * bytes, or to more than max_expansion times its size on disk (default
+     * KL_INGEST_MAX_DECOMPRESSED, KL_INGEST_MAX_EXPANSION; not part of the version id) */
+    uint64_t max_decompressed_bytes;
+    double max_expansion;
 } kl_ingest_opts;
+
+#define KL_INGEST_MAX_DECOMPRESSED ((uint64_t)32 << 30) /* 32 GiB */
+#define KL_INGEST_MAX_EXPANSION 1000.0
 
 typedef struct kl_ingest_result {
     char version_id[65];

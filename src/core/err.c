@@ -216,12 +216,14 @@ int kl_buf_printf(kl_buf *b, const char *fmt, ...) {
     return rc;
 }
 
-int kl_buf_json_str(kl_buf *b, const char *s) {
+int kl_buf_json_str(kl_buf *b, const char *s) { return s ? kl_buf_json_strn(b, s, strlen(s)) : kl_buf_puts(b, "null"); }
+
+int kl_buf_json_strn(kl_buf *b, const char *s, size_t n) {
     if (!s) return kl_buf_puts(b, "null");
     if (kl_buf_append(b, "\"", 1)) return KL_ENOMEM;
-    const unsigned char *p = (const unsigned char *)s;
+    const unsigned char *p = (const unsigned char *)s, *end = p + n;
     const unsigned char *run = p;
-    for (; *p; p++) {
+    for (; p < end; p++) {
         const char *esc = NULL;
         char tmp[8];
         switch (*p) {

@@ -97,7 +97,7 @@ static int cmp_rel(const void *key, const void *el) { return strcmp((const char 
 static int verify_files(const char *dir, const char *mpath, char **files, size_t n, kl_verify_mode mode, kl_err *e) {
     if (mode == KL_VERIFY_NONE) return KL_OK;
     void *mj = NULL;
-    int rc = kl_json_load_file(mpath, &mj, e);
+    int rc = kl_json_load_file_opts(mpath, KL_JSON_KEEP_NUL, &mj, e); /* column stats may hold \u0000 */
     if (rc) return rc;
     cJSON *m = mj, *list = cJSON_GetObjectItem(m, "files"), *f;
     size_t dl = strlen(dir) + 1, listed = 0;

@@ -68,7 +68,7 @@ static void guess_add(colguess *g, const char *s, size_t n, int is_null) {
         for (k = 0; k < g->ndistinct; k++)
             if (strlen(g->distinct[k]) == n && !memcmp(g->distinct[k], s, n)) break;
         if (k == g->ndistinct) {
-            if (g->ndistinct == MAX_DISTINCT || n > 64) g->too_many = 1;
+            if (g->ndistinct == MAX_DISTINCT || n > 64 || memchr(s, 0, n)) g->too_many = 1; /* a NUL: not a schema value */
             else g->distinct[g->ndistinct++] = strndup(s, n);
         }
     }
@@ -154,7 +154,9 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
         while (pos < len && (size_t)rows < max_rows) {
             const char *nl = memchr(buf + pos, '\n', len - pos);
             size_t end = nl ? (size_t)(nl - buf) : len;
-            cJSON *o = cJSON_ParseWithLength(buf + pos, end - pos);
+            void *ov = NULL;
+            kl_json_parse_opts(buf + pos, end - pos, NULL, KL_JSON_KEEP_NUL, &ov, NULL); /* the reader ingest uses */
+            cJSON *o = ov;
             pos = end + 1;
             if (!cJSON_IsObject(o)) { cJSON_Delete(o); continue; }
             rows++;
@@ -164,7 +166,7 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
                 if (k == ng) { ADD_COL(it->string, strlen(it->string)); g[k].nulls = rows - 1; }
                 char tmp[64];
                 if (cJSON_IsNull(it)) guess_add(&g[k], "", 0, 1);
-                else if (cJSON_IsString(it)) guess_add(&g[k], it->valuestring, strlen(it->valuestring), 0);
+                else if (cJSON_IsString(it)) guess_add(&g[k], it->valuestring, kl_json_string_len(it), 0);
                 else if (cJSON_IsBool(it)) guess_add(&g[k], cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0);
                 else if (cJSON_IsNumber(it)) {
                     double v = it->valuedouble;

@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#define ZSTD_STATIC_LINKING_ONLY /* ZSTD_createDCtx_advanced: the decoder's memory through the allocator */
 #include <zstd.h>
 
 #define MAX_RAW 4096 /* bytes of a rejected line kept in the rejects file */
@@ -38,15 +39,45 @@
  * Sources
  * ================================================================== */
 
+/* A compressed source's decoder: the file is read 256 KiB at a time and
+ * decompressed into the source's window on demand (src_more), never whole.
+ * The zlib/zstd state and every buffer come from the core allocator (tag
+ * dataset). Output beyond `cap` bytes (the smaller of the size cap and the
+ * expansion cap times the stored size) is refused. */
+#define ZIN_BYTES ((size_t)256 << 10)
+#define EXPANSION_FLOOR ((uint64_t)1 << 20) /* the expansion cap never refuses the first MiB */
+
+typedef struct {
+    int gzip;             /* 1 gzip (multi-member), 0 zstd (multi-frame) */
+    int fd;
+    z_stream zs;
+    int zs_live;
+    ZSTD_DCtx *zd;
+    unsigned char *in;    /* compressed bytes [in_pos, in_len) not yet consumed */
+    size_t in_len, in_pos;
+    int in_eof;
+    int member_end;       /* gzip: the last member is complete */
+    size_t zret;          /* zstd: the last hint (0 = at a frame end) */
+    int done;             /* no more output */
+    uint64_t total;       /* decompressed bytes so far */
+    uint64_t cap;         /* refuse output beyond this */
+    int cap_is_size;      /* the size cap (not the expansion cap) is the smaller */
+    double expansion;
+} zsrc;
+
 typedef struct {
     char *path;           /* local file */
     char *name;           /* as recorded (basename, or the URL) */
     char *url;            /* NULL unless downloaded */
     char sha[65];
     int64_t bytes;        /* stored size */
-    char *buf;            /* contents (decompressed) */
-    size_t len;
+    char *buf;            /* plain: the whole file (mmap); compressed: the window */
+    size_t len;           /* bytes in buf */
+    size_t cap;           /* compressed: capacity of buf */
+    size_t off;           /* stream offset of buf[0] (0 for a plain file) */
     int mapped;           /* buf is an mmap */
+    int compressed;       /* .gz/.zst */
+    zsrc *z;              /* the decoder while the source is cut (src_open), else NULL */
     kl_dialect d;
 } source;
 
@@ -94,7 +125,18 @@ static int add_source(source_list *l, const char *path, const char *url, kl_err 
     return KL_OK;
 }
 
+static void zsrc_free(zsrc *z) {
+    if (!z) return;
+    if (z->zs_live) inflateEnd(&z->zs);
+    ZSTD_freeDCtx(z->zd);
+    if (z->fd >= 0) close(z->fd);
+    kl_mem_free(z->in);
+    kl_mem_free(z);
+}
+
 static void source_unload(source *s) {
+    zsrc_free(s->z);
+    s->z = NULL;
     if (!s->buf) return;
     if (s->mapped) munmap(s->buf, s->len);
     else kl_mem_free(s->buf);
@@ -189,89 +231,177 @@ static int expand_sources(const kl_ingest_opts *o, const char *expect, source_li
     return rc;
 }
 
-/* Grows a decompression buffer. */
-static int grow_buf(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return KL_OK;
-    size_t nc = *cap ? *cap : (1u << 20);
-    while (nc < need) nc *= 2;
-    char *p = kl_mem_realloc(*buf, nc, KL_TAG_DATASET);
-    if (!p) return KL_ENOMEM;
-    *buf = p;
-    *cap = nc;
-    return KL_OK;
-}
+/* ---- compressed sources: streaming decoders ------------------------------ */
 
-static int load_gz(source *s, kl_err *e) {
-    gzFile g = gzopen(s->path, "rb");
-    if (!g) return kl_err_set(e, -errno, "%s: %s", s->name, strerror(errno));
-    gzbuffer(g, 1 << 17);
-    char *buf = NULL;
-    size_t cap = 0, len = 0;
-    int rc = KL_OK;
-    for (;;) {
-        if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); break; }
-        int n = gzread(g, buf + len, (unsigned)(cap - len));
-        if (n < 0) {
-            int ge;
-            const char *m = gzerror(g, &ge);
-            rc = kl_err_set(e, KL_EPARSE, "%s: corrupt gzip data after %zu bytes: %s", s->name, len, m);
-            break;
-        }
-        if (n == 0) {
-            int ge;
-            const char *m = gzerror(g, &ge);
-            if (ge != Z_OK && ge != Z_STREAM_END) rc = kl_err_set(e, KL_EPARSE, "%s: gzip: %s", s->name, m);
-            break;
-        }
-        len += (size_t)n;
+static void *z_alloc(void *op, uInt items, uInt size) {
+    (void)op;
+    return (size_t)items * size / (size ? size : 1) == items ? kl_mem_alloc((size_t)items * size, KL_TAG_DATASET) : NULL;
+}
+static void z_free(void *op, void *p) { (void)op; kl_mem_free(p); }
+static void *zs_alloc(void *op, size_t n) { (void)op; return kl_mem_alloc(n, KL_TAG_DATASET); }
+static void zs_free(void *op, void *p) { (void)op; kl_mem_free(p); }
+
+/* Reads more compressed bytes after the unconsumed ones. */
+static int zin_more(source *s, kl_err *e) {
+    zsrc *z = s->z;
+    if (z->in_pos) {
+        memmove(z->in, z->in + z->in_pos, z->in_len - z->in_pos);
+        z->in_len -= z->in_pos;
+        z->in_pos = 0;
     }
-    /* zlib reports a truncated member as a plain EOF; detect it via gzclose */
-    int cr = gzclose(g);
-    if (!rc && cr == Z_BUF_ERROR)
-        rc = kl_err_set(e, KL_EPARSE, "%s: truncated gzip file (ends inside a compressed member)", s->name);
-    if (rc) { kl_mem_free(buf); return rc; }
-    s->buf = buf;
-    s->len = len;
+    ssize_t r;
+    do r = read(z->fd, z->in + z->in_len, ZIN_BYTES - z->in_len);
+    while (r < 0 && errno == EINTR);
+    if (r < 0) return kl_err_set(e, -errno, "%s: %s", s->name, strerror(errno));
+    if (r == 0) z->in_eof = 1;
+    z->in_len += (size_t)r;
     return KL_OK;
 }
 
-static int load_zst(source *s, kl_err *e) {
-    char *raw = NULL;
-    size_t rawlen = 0;
-    int rc = kl_read_file(s->path, &raw, &rawlen, e);
-    if (rc) return rc;
-    ZSTD_DCtx *dc = ZSTD_createDCtx();
-    char *buf = NULL;
-    size_t cap = 0, len = 0;
-    ZSTD_inBuffer in = {raw, rawlen, 0};
-    size_t last = 0;
-    for (;;) {
-        if (grow_buf(&buf, &cap, len + (1 << 20))) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", s->name); goto done; }
-        ZSTD_outBuffer out = {buf + len, cap - len, 0};
-        last = ZSTD_decompressStream(dc, &out, &in);
-        if (ZSTD_isError(last)) { rc = kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(last)); goto done; }
-        len += out.pos;
-        if (in.pos == in.size && out.pos < out.size) break;
+static int gz_step(source *s, char *dst, size_t n, size_t *got, kl_err *e) {
+    zsrc *z = s->z;
+    size_t avail = z->in_len - z->in_pos;
+    if (z->member_end) { /* another member follows, or trailing bytes, ignored as gzread does */
+        if (avail < 2 && !z->in_eof) return zin_more(s, e);
+        if (avail >= 2 && z->in[z->in_pos] == 0x1f && z->in[z->in_pos + 1] == 0x8b) {
+            inflateReset(&z->zs);
+            z->member_end = 0;
+        } else z->done = 1;
+        return KL_OK;
     }
-    if (last != 0) rc = kl_err_set(e, KL_EPARSE, "%s: truncated zstd file", s->name);
-done:
-    ZSTD_freeDCtx(dc);
-    free(raw);
-    if (rc) { kl_mem_free(buf); return rc; }
-    s->buf = buf;
-    s->len = len;
+    z->zs.next_in = z->in + z->in_pos;
+    z->zs.avail_in = (uInt)avail;
+    z->zs.next_out = (Bytef *)dst;
+    z->zs.avail_out = (uInt)n;
+    int r = inflate(&z->zs, Z_NO_FLUSH);
+    z->in_pos += avail - z->zs.avail_in;
+    *got = n - z->zs.avail_out;
+    if (r == Z_STREAM_END) z->member_end = 1;
+    else if (r == Z_BUF_ERROR || (r == Z_OK && !*got && z->in_pos == z->in_len)) {
+        if (z->in_pos < z->in_len) return kl_err_set(e, KL_EPARSE, "%s: corrupt gzip data (no progress)", s->name);
+        if (z->in_eof) return kl_err_set(e, KL_EPARSE, "%s: truncated gzip file (ends inside a compressed member)", s->name);
+        return zin_more(s, e);
+    } else if (r != Z_OK)
+        return kl_err_set(e, KL_EPARSE, "%s: corrupt gzip data after %llu bytes: %s", s->name,
+                          (unsigned long long)(z->total + *got), z->zs.msg ? z->zs.msg : zError(r));
     return KL_OK;
 }
 
-/* Loads the contents and computes the sha256 of the stored file. */
-static int load_source(source *s, kl_err *e) {
+static int zst_step(source *s, char *dst, size_t n, size_t *got, kl_err *e) {
+    zsrc *z = s->z;
+    int rc;
+    if (z->in_pos == z->in_len && !z->in_eof && (rc = zin_more(s, e))) return rc;
+    ZSTD_inBuffer in = {z->in, z->in_len, z->in_pos};
+    ZSTD_outBuffer out = {dst, n, 0};
+    size_t r = ZSTD_decompressStream(z->zd, &out, &in);
+    if (ZSTD_isError(r)) return kl_err_set(e, KL_EPARSE, "%s: zstd: %s", s->name, ZSTD_getErrorName(r));
+    *got = out.pos;
+    if (!out.pos && in.pos == z->in_pos && in.pos == in.size && z->in_eof) { /* nothing more */
+        if (z->zret) return kl_err_set(e, KL_EPARSE, "%s: truncated zstd file", s->name);
+        z->done = 1;
+    }
+    z->in_pos = in.pos;
+    if (!z->done) z->zret = r; /* 0: the last frame is complete */
+    return KL_OK;
+}
+
+static int cap_error(const source *s, kl_err *e) {
+    char b1[32], b2[32];
+    const zsrc *z = s->z;
+    if (z->cap_is_size)
+        return kl_err_set(e, KL_ERANGE, "%s: decompresses to more than %s, the cap on decompressed size (--max-decompressed)",
+                          s->name, kl_fmt_bytes(z->cap, b1, sizeof b1));
+    return kl_err_set(e, KL_ERANGE,
+                      "%s: decompresses to more than %s, %gx its %s on disk: a decompression bomb? (the cap: --max-expansion %g)",
+                      s->name, kl_fmt_bytes(z->cap, b1, sizeof b1), z->expansion,
+                      kl_fmt_bytes((uint64_t)s->bytes, b2, sizeof b2), z->expansion);
+}
+
+/* Decompresses up to `want` more bytes onto the end of the window (fewer only
+ * at the end of the stream: z->done). */
+static int src_more(source *s, size_t want, size_t min_cap, kl_err *e) {
+    zsrc *z = s->z;
+    if (s->len + want > s->cap) {
+        size_t nc = KL_MAX(KL_MAX(s->len + want, s->cap * 2), min_cap);
+        char *p = kl_mem_realloc(s->buf, nc, KL_TAG_DATASET);
+        if (!p) {
+            char b[32];
+            return kl_err_set(e, KL_ENOMEM, "%s: out of memory for a %s decompression window", s->name, kl_fmt_bytes(nc, b, sizeof b));
+        }
+        s->buf = p;
+        s->cap = nc;
+    }
+    size_t have = 0;
+    while (have < want && !z->done) {
+        size_t n = want - have, got = 0;
+        if (n > z->cap - z->total) n = (size_t)(z->cap - z->total) + 1; /* one byte past the cap tells */
+        int rc = z->gzip ? gz_step(s, s->buf + s->len + have, n, &got, e) : zst_step(s, s->buf + s->len + have, n, &got, e);
+        if (rc) return rc;
+        have += got;
+        z->total += got;
+        if (z->total > z->cap) return cap_error(s, e);
+    }
+    s->len += have;
+    return KL_OK;
+}
+
+static int zsrc_open(source *s, const kl_ingest_opts *o, kl_err *e) {
+    zsrc *z = kl_mem_calloc(1, sizeof *z, KL_TAG_DATASET);
+    if (!z) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    z->fd = -1;
+    z->zret = 1; /* nothing decoded yet: an empty file is a truncated one */
+    s->z = z;
+    z->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (z->fd < 0) return kl_err_set(e, -errno, "%s: %s", s->name, strerror(errno));
+    if (!(z->in = kl_mem_alloc(ZIN_BYTES, KL_TAG_DATASET))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    z->gzip = has_suffix(s->path, ".gz");
+    if (z->gzip) {
+        z->zs.zalloc = z_alloc;
+        z->zs.zfree = z_free;
+        if (inflateInit2(&z->zs, 15 + 32) != Z_OK) return kl_err_set(e, KL_ENOMEM, "%s: gzip: out of memory", s->name);
+        z->zs_live = 1;
+    } else {
+        ZSTD_customMem cm = {zs_alloc, zs_free, NULL};
+        if (!(z->zd = ZSTD_createDCtx_advanced(cm))) return kl_err_set(e, KL_ENOMEM, "%s: zstd: out of memory", s->name);
+    }
+    uint64_t size_cap = o->max_decompressed_bytes ? o->max_decompressed_bytes : KL_INGEST_MAX_DECOMPRESSED;
+    z->expansion = o->max_expansion > 0 ? o->max_expansion : KL_INGEST_MAX_EXPANSION;
+    double ec = z->expansion * (double)s->bytes;
+    uint64_t exp_cap = ec >= 1.8e19 ? UINT64_MAX : KL_MAX((uint64_t)ec, EXPANSION_FLOOR);
+    z->cap_is_size = size_cap <= exp_cap;
+    z->cap = KL_MIN(size_cap, exp_cap);
+    return src_more(s, 65536, 65536, e); /* the first bytes: dialect sniffing */
+}
+
+/* A compressed source's decoder is live only while the source is cut into
+ * chunks (one at a time: a folder of many .zst files does not hold a
+ * decoder, its window and a file descriptor each). Opens it from the start. */
+static int src_open(source *s, const kl_ingest_opts *o, kl_err *e) {
+    if (!s->compressed) return KL_OK;
+    kl_mem_free(s->buf);
+    s->buf = NULL;
+    s->len = s->cap = s->off = 0;
+    return zsrc_open(s, o, e);
+}
+
+static void src_close(source *s) {
+    zsrc_free(s->z);
+    s->z = NULL;
+}
+
+/* Maps a plain file, or decompresses the first 64 KiB of a compressed one
+ * (for the dialect sniffing; the decoder is closed again); computes the
+ * sha256 of the stored file. */
+static int load_source(source *s, const kl_ingest_opts *o, kl_err *e) {
     struct stat st;
     if (stat(s->path, &st)) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
     s->bytes = st.st_size;
     if (has_suffix(s->path, ".gz") || has_suffix(s->path, ".zst")) {
+        s->compressed = 1;
         int rc = kl_sha256_file_hex(s->path, s->sha, e);
-        if (rc) return rc;
-        return has_suffix(s->path, ".gz") ? load_gz(s, e) : load_zst(s, e);
+        if (!rc) rc = zsrc_open(s, o, e);
+        src_close(s);
+        return rc;
     }
     if (st.st_size == 0) {
         kl_sha256_buf_hex("", 0, s->sha);
@@ -292,6 +422,9 @@ static int load_source(source *s, kl_err *e) {
     return KL_OK;
 }
 
+/* 1 when every byte of the source is in its window or was handed to a chunk. */
+static int src_done(const source *s) { return !s->z || s->z->done; }
+
 /* ==================================================================
  * Chunks: parsing and validation
  * ================================================================== */
@@ -305,14 +438,17 @@ typedef struct {
     char *raw;
 } reject;
 
+typedef struct { char *s; size_t n; } lstr; /* a string with its length (may hold NUL) */
+
 typedef struct {
     int64_t nulls, count;
     int has;             /* min/max valid */
     int64_t imin, imax;
     double dmin, dmax;
-    char *smin, *smax;   /* malloc'ed */
+    char *smin, *smax;   /* malloc'ed; a value may hold NUL bytes: lengths below */
+    size_t smin_n, smax_n;
     kl_hll hll;
-    char **vocab;        /* category: distinct values (up to VOCAB_MAX) */
+    lstr *vocab;         /* category: distinct values (up to VOCAB_MAX) */
     size_t nvocab, capvocab;
     int vocab_overflow;
 } colstat;
@@ -321,7 +457,10 @@ typedef struct {
 
 typedef struct {
     int src;
-    size_t begin, end;
+    size_t begin, end;    /* stream offsets (decompressed) */
+    const char *base;     /* the chunk's text: stream offset base_off is base[0] */
+    size_t base_off;
+    char *own;            /* compressed sources: the window the chunk owns (base), freed once parsed */
     int64_t line0;        /* first line number of the chunk (absolute, after the fix-up) */
     int64_t lines;        /* physical lines in the chunk */
     kl_column **cols;
@@ -345,10 +484,20 @@ typedef struct ictx {
     int *nfile_cols;      /* per source: fields per record */
     int64_t *hdr_lines;   /* per source: lines taken by the header */
     chunk *ch;
-    size_t nch;
+    size_t nch, capch;
     int need_row_pos;
     atomic_size_t next;
     kl_progress *prog;    /* NULL unless o->progress */
+    uint64_t prog_total;
+    /* the chunk pipeline (flush_chunks) */
+    int streaming;        /* unpartitioned, no unique columns: part files written as groups complete */
+    struct outfile *files;
+    size_t nfiles, capfiles; /* streaming: groups launched so far */
+    const char *staging;
+    kl_pq_write_opts wo;
+    size_t parsed;        /* chunks [0, parsed) are parsed */
+    size_t owned_live;    /* chunks holding a compressed source's text */
+    size_t batch;         /* flush once this many hold text */
 } ictx;
 
 static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_reject_kind kind, const char *msg,
@@ -477,8 +626,7 @@ static int count_nl(const char *p, size_t n) {
 }
 
 static int parse_csv_chunk(ictx *x, chunk *c) {
-    const source *s = &x->src.v[c->src];
-    const kl_dialect *d = &s->d;
+    const kl_dialect *d = &x->src.v[c->src].d;
     const int *map = x->colmap[c->src];
     const size_t nf = x->schema->n_fields, nfile = (size_t)x->nfile_cols[c->src];
     kl_csv_rec r;
@@ -488,21 +636,23 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
     uint8_t *q = calloc(nf, 1);
     int rc = KL_OK;
     if (!txt || !len || !q) { rc = KL_ENOMEM; goto done; }
-    size_t pos = c->begin;
+    const char *buf = c->base; /* positions below are relative to base; + bo gives the stream offset */
+    const size_t bo = c->base_off, cend = c->end - bo;
+    size_t pos = c->begin - bo;
     int64_t line = 0; /* relative line of the current record */
     char msg[512];
-    while (pos < c->end) {
+    while (pos < cend) {
         size_t start = pos;
         kl_err pe = {0};
-        int prc = kl_csv_next(d, s->buf, c->end, &pos, &r, &pe);
+        int prc = kl_csv_next(d, buf, cend, &pos, &r, &pe);
         if (prc == KL_CSV_END) break;
         if (prc == KL_ENOMEM) { rc = prc; goto done; }
         if (prc) {
-            int64_t nl = count_nl(s->buf + start, pos - start);
+            int64_t nl = count_nl(buf + start, pos - start);
             snprintf(msg, sizeof msg, "%s", pe.msg);
             c->records++;
-            if ((rc = add_reject(c, line, (int64_t)start, -1, prc == KL_ERANGE ? KL_REJ_RECORD_SIZE : KL_REJ_QUOTE, msg,
-                                 s->buf + start, pos - start)))
+            if ((rc = add_reject(c, line, (int64_t)(start + bo), -1, prc == KL_ERANGE ? KL_REJ_RECORD_SIZE : KL_REJ_QUOTE, msg,
+                                 buf + start, pos - start)))
                 goto done;
             line += nl ? nl : 1;
             continue;
@@ -513,7 +663,7 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
         c->records++;
         if (r.n != nfile) {
             snprintf(msg, sizeof msg, "%zu fields, expected %zu", r.n, nfile);
-            if ((rc = add_reject(c, rl, (int64_t)start, -1, KL_REJ_RAGGED, msg, s->buf + start, pos - start))) goto done;
+            if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_RAGGED, msg, buf + start, pos - start))) goto done;
             continue;
         }
         for (size_t j = 0; j < nf; j++) {
@@ -525,11 +675,11 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
         int pr = push_row(x, c, txt, len, q, NULL, NULL, &bad, msg, sizeof msg);
         if (pr < 0) { rc = pr; goto done; }
         if (pr > 0) {
-            if ((rc = add_reject(c, rl, (int64_t)start, bad, (kl_reject_kind)(pr - 1), msg, s->buf + start, pos - start)))
+            if ((rc = add_reject(c, rl, (int64_t)(start + bo), bad, (kl_reject_kind)(pr - 1), msg, buf + start, pos - start)))
                 goto done;
             continue;
         }
-        if ((rc = note_row_pos(x, c, rl, (int64_t)start))) goto done;
+        if ((rc = note_row_pos(x, c, rl, (int64_t)(start + bo)))) goto done;
     }
     c->lines = line;
 done:
@@ -546,42 +696,49 @@ static int parse_jsonl_chunk(ictx *x, chunk *c) {
     char (*nb)[KL_CELL_NUMBUF] = calloc(nf ? nf : 1, KL_CELL_NUMBUF);
     int rc = KL_OK;
     if (!nb) { rc = KL_ENOMEM; goto done; }
-    size_t pos = c->begin;
+    const char *buf = c->base; /* positions below are relative to base; + bo gives the stream offset */
+    const size_t bo = c->base_off, cend = c->end - bo;
+    size_t pos = c->begin - bo;
     int64_t line = 0;
     char msg[512];
     size_t maxr = s->d.max_record;
-    while (pos < c->end) {
+    while (pos < cend) {
         size_t start = pos;
-        const char *nl = memchr(s->buf + pos, '\n', c->end - pos);
-        size_t end = nl ? (size_t)(nl - s->buf) : c->end;
-        pos = nl ? end + 1 : c->end;
+        const char *nl = memchr(buf + pos, '\n', cend - pos);
+        size_t end = nl ? (size_t)(nl - buf) : cend;
+        pos = nl ? end + 1 : cend;
         int64_t rl = line++;
         size_t n = end - start;
-        if (n && s->buf[end - 1] == '\r') n--;
+        if (n && buf[end - 1] == '\r') n--;
         size_t k = 0;
-        while (k < n && (s->buf[start + k] == ' ' || s->buf[start + k] == '\t')) k++;
+        while (k < n && (buf[start + k] == ' ' || buf[start + k] == '\t')) k++;
         if (k == n) continue; /* blank */
         c->records++;
         if (n > maxr) {
             snprintf(msg, sizeof msg, "record longer than %zu bytes", maxr);
-            if ((rc = add_reject(c, rl, (int64_t)start, -1, KL_REJ_RECORD_SIZE, msg, s->buf + start, n))) goto done;
+            if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_RECORD_SIZE, msg, buf + start, n))) goto done;
             continue;
         }
-        cJSON *obj = cJSON_ParseWithLength(s->buf + start, n);
+        void *jv = NULL;
+        int jrc = kl_json_parse_opts(buf + start, n, NULL, KL_JSON_KEEP_NUL, &jv, NULL); /* \u0000 kept whole */
+        if (jrc == KL_ENOMEM) { rc = jrc; goto done; }
+        cJSON *obj = jv;
         if (!obj || !cJSON_IsObject(obj)) {
-            snprintf(msg, sizeof msg, "%s", obj ? "not a JSON object" : "malformed JSON");
+            kl_err je = {0}; /* the reason, read again only for a bad record */
+            if (!obj) kl_json_parse_opts(buf + start, n, NULL, KL_JSON_KEEP_NUL, &jv, &je);
+            snprintf(msg, sizeof msg, "%s", obj ? "not a JSON object" : strstr(je.msg, "member name") ? je.msg : "malformed JSON");
             cJSON_Delete(obj);
-            if ((rc = add_reject(c, rl, (int64_t)start, -1, KL_REJ_JSON, msg, s->buf + start, n))) goto done;
+            if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_JSON, msg, buf + start, n))) goto done;
             continue;
         }
         int bad = -1, pr = push_row(x, c, NULL, NULL, NULL, obj, nb, &bad, msg, sizeof msg);
         cJSON_Delete(obj);
         if (pr < 0) { rc = pr; goto done; }
         if (pr > 0) {
-            if ((rc = add_reject(c, rl, (int64_t)start, bad, (kl_reject_kind)(pr - 1), msg, s->buf + start, n))) goto done;
+            if ((rc = add_reject(c, rl, (int64_t)(start + bo), bad, (kl_reject_kind)(pr - 1), msg, buf + start, n))) goto done;
             continue;
         }
-        if ((rc = note_row_pos(x, c, rl, (int64_t)start))) goto done;
+        if ((rc = note_row_pos(x, c, rl, (int64_t)(start + bo)))) goto done;
     }
     c->lines = line;
 done:
@@ -619,65 +776,55 @@ static void parse_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
 
 /* ---- splitting a source into chunks at safe record boundaries ------------ */
 
-typedef struct { const char *buf; size_t len, bs; char quote; uint64_t *quotes; } qcount_ctx;
+/* Chunk boundaries, found in one pass that needs only the bytes after the
+ * last boundary (so a compressed source is cut as it is decompressed): the
+ * k-th candidate is begin + k*bs, and the boundary is the first newline at
+ * or after it outside quotes (quote parity counted from begin); candidates
+ * at or before the last boundary are skipped. The same bytes give the same
+ * chunks however they arrive. */
+typedef struct {
+    size_t begin, bs;
+    size_t next;          /* the current candidate (stream offset) */
+    size_t scan;          /* bytes before this are counted in parity */
+    uint64_t parity;      /* quote characters in [begin, scan) */
+    char quote;           /* 0: no quoting (JSONL) */
+} splitter;
 
-static void qcount_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
-    qcount_ctx *q = ctx;
-    for (size_t k = b; k < e_; k++) {
-        size_t s = k * q->bs, e = KL_MIN(s + q->bs, q->len);
-        uint64_t n = 0;
-        const char *p = q->buf + s, *end = q->buf + e;
-        if (q->quote)
-            while ((p = memchr(p, q->quote, (size_t)(end - p)))) { n++; p++; }
-        q->quotes[k] = n;
-    }
+static void split_init(splitter *sp, size_t begin, size_t bs, char quote) {
+    sp->begin = sp->scan = begin;
+    sp->bs = bs;
+    sp->next = begin + bs;
+    sp->parity = 0;
+    sp->quote = quote;
 }
 
-typedef struct { size_t *v; size_t n, cap; } szvec;
-static int szpush(szvec *v, size_t x) {
-    if (v->n == v->cap) {
-        size_t nc = v->cap ? v->cap * 2 : 64;
-        size_t *p = realloc(v->v, nc * sizeof *p);
-        if (!p) return KL_ENOMEM;
-        v->v = p;
-        v->cap = nc;
-    }
-    v->v[v->n++] = x;
-    return KL_OK;
+static uint64_t count_byte(const char *p, size_t n, char ch) {
+    uint64_t k = 0;
+    for (size_t i = 0; i < n; i++) k += p[i] == ch;
+    return k;
 }
 
-/* Appends the chunk boundaries of [begin, len) to bounds (starts; the caller adds len). */
-static int split_source(const source *s, size_t begin, size_t bs, szvec *starts, kl_err *e) {
-    size_t len = s->len;
-    if (szpush(starts, begin)) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    if (len - begin <= bs) return KL_OK;
-    size_t nb = (len - begin + bs - 1) / bs;
-    uint64_t *quotes = calloc(nb, sizeof *quotes);
-    if (!quotes) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    char quote = s->d.format == KL_FMT_CSV ? s->d.quote : 0;
-    qcount_ctx q = {s->buf + begin, len - begin, bs, quote, quotes};
-    if (quote) kl_pool_parallel_for(NULL, nb, 1, qcount_worker, &q);
-    uint64_t parity = 0;
-    size_t last = begin;
-    for (size_t k = 1; k < nb; k++) {
-        parity += quotes[k - 1];
-        size_t p = begin + k * bs;
-        if (p <= last) continue;
-        /* scan forward to the first newline outside quotes */
-        int inq = (int)(parity & 1);
-        size_t i = p;
-        for (; i < len; i++) {
-            char ch = s->buf[i];
-            if (quote && ch == quote) inq ^= 1;
-            else if (ch == '\n' && !inq) break;
+/* Looks at the stream bytes [sp->scan, upto), held at buf (stream offset
+ * base_off is buf[0]); 1 and *b = the next boundary when one is found. */
+static int split_next(splitter *sp, const char *buf, size_t base_off, size_t upto, size_t *b) {
+    while (sp->scan < upto) {
+        if (sp->scan < sp->next) {
+            size_t lim = KL_MIN(sp->next, upto);
+            if (sp->quote) sp->parity += count_byte(buf + (sp->scan - base_off), lim - sp->scan, sp->quote);
+            sp->scan = lim;
+            continue;
         }
-        if (i >= len) break;
-        /* account for quotes passed beyond this block: recomputed at next block start anyway */
-        if (szpush(starts, i + 1)) { free(quotes); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
-        last = i + 1;
+        for (; sp->scan < upto; sp->scan++) {
+            char ch = buf[sp->scan - base_off];
+            if (sp->quote && ch == sp->quote) sp->parity++;
+            else if (ch == '\n' && !(sp->parity & 1)) {
+                *b = ++sp->scan;
+                while (sp->next <= *b) sp->next += sp->bs;
+                return 1;
+            }
+        }
     }
-    free(quotes);
-    return KL_OK;
+    return 0;
 }
 
 /* ---- header ---------------------------------------------------------------- */
@@ -691,7 +838,12 @@ static int setup_source(ictx *x, int si, size_t *data_begin, kl_err *e) {
     x->colmap[si] = map;
     size_t bom = s->len >= 3 && !memcmp(s->buf, "\xEF\xBB\xBF", 3) ? 3 : 0;
     size_t k = bom;
-    while (k < s->len && (s->buf[k] == '\n' || s->buf[k] == '\r' || s->buf[k] == ' ' || s->buf[k] == '\t')) k++;
+    int rc;
+    for (;;) { /* a compressed source: decompress until a record starts */
+        while (k < s->len && (s->buf[k] == '\n' || s->buf[k] == '\r' || s->buf[k] == ' ' || s->buf[k] == '\t')) k++;
+        if (k < s->len || src_done(s)) break;
+        if ((rc = src_more(s, 65536, 0, e))) return rc;
+    }
     if (k >= s->len) return kl_err_set(e, KL_EPARSE, "%s: empty file (no records)", s->name);
     *data_begin = bom;
     x->hdr_lines[si] = 0;
@@ -704,7 +856,13 @@ static int setup_source(ictx *x, int si, size_t *data_begin, kl_err *e) {
     kl_csv_rec_init(&r);
     size_t pos = 0;
     kl_err pe = {0};
-    int rc = kl_csv_next(&s->d, s->buf, s->len, &pos, &r, &pe);
+    for (;;) { /* a compressed source: the header and a byte after it in the window */
+        pos = 0;
+        memset(&pe, 0, sizeof pe);
+        rc = kl_csv_next(&s->d, s->buf, s->len, &pos, &r, &pe);
+        if ((!rc && pos < s->len) || src_done(s) || s->len > s->d.max_record + 65536) break;
+        if ((rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e))) { kl_csv_rec_free(&r); return rc; }
+    }
     if (rc) {
         kl_csv_rec_free(&r);
         return kl_err_setloc(e, KL_EPARSE, s->name, 1, 0, "header: %s", pe.msg);
@@ -823,13 +981,13 @@ static int check_unique(ictx *x, kl_err *e) {
                     for (size_t k = 0; k < i; k++) keep[nkeep++] = (uint32_t)k;
                 }
                 if (dup) {
-                    const source *src = &x->src.v[c->src];
                     int64_t off = c->row_off[i];
-                    const char *nl = memchr(src->buf + off, '\n', src->len - (size_t)off);
-                    size_t rawn = nl ? (size_t)(nl - src->buf - off) : src->len - (size_t)off;
+                    const char *raw = c->base + ((size_t)off - c->base_off), *cend = c->base + (c->end - c->base_off);
+                    const char *nl = memchr(raw, '\n', (size_t)(cend - raw));
+                    size_t rawn = nl ? (size_t)(nl - raw) : (size_t)(cend - raw);
                     char msg[300];
                     snprintf(msg, sizeof msg, "column %s: duplicate value in a unique column", s->fields[j].name);
-                    if (add_reject(c, c->row_line[i], off, (int)j, KL_REJ_UNIQUE, msg, src->buf + off, rawn)) {
+                    if (add_reject(c, c->row_line[i], off, (int)j, KL_REJ_UNIQUE, msg, raw, rawn)) {
                         rc = kl_err_set(e, KL_ENOMEM, "out of memory");
                         break;
                     }
@@ -860,39 +1018,49 @@ static int check_unique(ictx *x, kl_err *e) {
 static void stat_free(colstat *st) {
     free(st->smin);
     free(st->smax);
-    for (size_t k = 0; k < st->nvocab; k++) free(st->vocab[k]);
+    for (size_t k = 0; k < st->nvocab; k++) free(st->vocab[k].s);
     free(st->vocab);
 }
 
 static int vocab_add(colstat *st, const char *s, size_t n) {
     /* linear scan; categories are few (the cap keeps this bounded) */
     for (size_t k = 0; k < st->nvocab; k++)
-        if (strlen(st->vocab[k]) == n && !memcmp(st->vocab[k], s, n)) return KL_OK;
+        if (st->vocab[k].n == n && !memcmp(st->vocab[k].s, s, n)) return KL_OK;
     if (st->nvocab >= VOCAB_MAX) { st->vocab_overflow = 1; return KL_OK; }
     if (st->nvocab == st->capvocab) {
         size_t nc = st->capvocab ? st->capvocab * 2 : 16;
-        char **v = realloc(st->vocab, nc * sizeof *v);
+        lstr *v = realloc(st->vocab, nc * sizeof *v);
         if (!v) return KL_ENOMEM;
         st->vocab = v;
         st->capvocab = nc;
     }
-    if (!(st->vocab[st->nvocab] = strndup(s, n))) return KL_ENOMEM;
-    st->nvocab++;
+    char *p = malloc(n + 1);
+    if (!p) return KL_ENOMEM;
+    memcpy(p, s, n);
+    p[n] = 0;
+    st->vocab[st->nvocab++] = (lstr){p, n};
     return KL_OK;
 }
 
-static int set_str(char **dst, const char *s, size_t n) {
-    char *p = strndup(s, n);
+static int set_str(char **dst, size_t *dn, const char *s, size_t n) {
+    char *p = malloc(n + 1);
     if (!p) return KL_ENOMEM;
+    memcpy(p, s, n);
+    p[n] = 0;
     free(*dst);
     *dst = p;
+    *dn = n;
     return KL_OK;
 }
 
-static int strcmp_n(const char *a, size_t an, const char *b) {
-    size_t bn = strlen(b);
+static int strcmp_n(const char *a, size_t an, const char *b, size_t bn) {
     int r = memcmp(a, b, KL_MIN(an, bn));
     return r ? r : (an < bn ? -1 : an > bn);
+}
+
+static int cmp_lstr(const void *a, const void *b) {
+    const lstr *x = a, *y = b;
+    return strcmp_n(x->s, x->n, y->s, y->n);
 }
 
 static int chunk_stats(ictx *x, chunk *c) {
@@ -915,8 +1083,8 @@ static int chunk_stats(ictx *x, chunk *c) {
                 if (cache[h & 63] == h) continue;
                 cache[h & 63] = h;
                 kl_hll_add_hash(&st->hll, h);
-                if (!st->has || strcmp_n(v, vn, st->smin) < 0) { if (set_str(&st->smin, v, vn)) return KL_ENOMEM; }
-                if (!st->has || strcmp_n(v, vn, st->smax) > 0) { if (set_str(&st->smax, v, vn)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smin, st->smin_n) < 0) { if (set_str(&st->smin, &st->smin_n, v, vn)) return KL_ENOMEM; }
+                if (!st->has || strcmp_n(v, vn, st->smax, st->smax_n) > 0) { if (set_str(&st->smax, &st->smax_n, v, vn)) return KL_ENOMEM; }
                 st->has = 1;
                 if (t == KL_T_CATEGORY && vocab_add(st, v, vn)) return KL_ENOMEM;
             }
@@ -979,8 +1147,8 @@ static int merge_stats(ictx *x, colstat *tot) {
             kl_hll_merge(&t->hll, &c->hll);
             if (c->has) {
                 if (c->smin) {
-                    if (!t->has || strcmp(c->smin, t->smin) < 0) { if (set_str(&t->smin, c->smin, strlen(c->smin))) return KL_ENOMEM; }
-                    if (!t->has || strcmp(c->smax, t->smax) > 0) { if (set_str(&t->smax, c->smax, strlen(c->smax))) return KL_ENOMEM; }
+                    if (!t->has || strcmp_n(c->smin, c->smin_n, t->smin, t->smin_n) < 0) { if (set_str(&t->smin, &t->smin_n, c->smin, c->smin_n)) return KL_ENOMEM; }
+                    if (!t->has || strcmp_n(c->smax, c->smax_n, t->smax, t->smax_n) > 0) { if (set_str(&t->smax, &t->smax_n, c->smax, c->smax_n)) return KL_ENOMEM; }
                 } else {
                     if (!t->has || c->imin < t->imin) t->imin = c->imin;
                     if (!t->has || c->imax > t->imax) t->imax = c->imax;
@@ -990,10 +1158,10 @@ static int merge_stats(ictx *x, colstat *tot) {
                 t->has = 1;
             }
             for (size_t k = 0; k < c->nvocab; k++)
-                if (vocab_add(t, c->vocab[k], strlen(c->vocab[k]))) return KL_ENOMEM;
+                if (vocab_add(t, c->vocab[k].s, c->vocab[k].n)) return KL_ENOMEM;
             t->vocab_overflow |= c->vocab_overflow;
         }
-        if (t->nvocab) qsort(t->vocab, t->nvocab, sizeof *t->vocab, cmpstr);
+        if (t->nvocab) qsort(t->vocab, t->nvocab, sizeof *t->vocab, cmp_lstr);
     }
     return KL_OK;
 }
@@ -1006,7 +1174,7 @@ static int merge_stats(ictx *x, colstat *tot) {
 
 typedef struct { uint32_t chunk, row; } rowref;
 
-typedef struct {
+typedef struct outfile {
     char *rel;            /* "part-00000.parquet" or "ts=2023-11-14/part-00000.parquet" */
     char *pkey, *pval;    /* partition column and value (NULL when unpartitioned) */
     size_t c0, c1;        /* unpartitioned: chunks [c0, c1) */
@@ -1154,6 +1322,127 @@ static void outfiles_free(outfile *f, size_t n) {
     free(f);
 }
 
+/* ---- the chunk pipeline: cut, parse in batches, release ------------------ */
+
+static void chunk_release_text(ictx *x, chunk *c) {
+    if (!c->own) return;
+    kl_mem_free(c->own);
+    c->own = NULL;
+    c->base = NULL;
+    x->owned_live--;
+}
+
+/* Parses what is pending: streaming, the part-file groups complete so far
+ * (all when final); otherwise every chunk not yet parsed. Chunk texts a
+ * compressed source handed over are freed once parsed (kept only for the
+ * unique checks, which quote the raw line of a duplicate). */
+static int flush_chunks(ictx *x, int final, kl_err *e) {
+    size_t c0, c1;
+    if (x->streaming) {
+        size_t ng = final ? (x->nch + CHUNKS_PER_FILE - 1) / CHUNKS_PER_FILE : x->nch / CHUNKS_PER_FILE;
+        if (ng <= x->nfiles) return KL_OK;
+        if (ng > x->capfiles) {
+            size_t nc = KL_MAX(ng, x->capfiles * 2);
+            outfile *f = realloc(x->files, nc * sizeof *f);
+            if (!f) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            memset(f + x->capfiles, 0, (nc - x->capfiles) * sizeof *f);
+            x->files = f;
+            x->capfiles = nc;
+        }
+        for (size_t g = x->nfiles; g < ng; g++) {
+            x->files[g].c0 = g * CHUNKS_PER_FILE;
+            x->files[g].c1 = KL_MIN(x->files[g].c0 + CHUNKS_PER_FILE, x->nch);
+            if (asprintf(&x->files[g].rel, "part-%05zu.parquet", g) < 0) {
+                x->files[g].rel = NULL;
+                return kl_err_set(e, KL_ENOMEM, "out of memory");
+            }
+        }
+        wctx w = {x, x->files, ng, x->staging, x->wo, x->nfiles};
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stream_worker, &w);
+        c0 = x->files[x->nfiles].c0;
+        c1 = x->files[ng - 1].c1;
+        x->nfiles = ng;
+    } else {
+        if (x->parsed == x->nch) return KL_OK;
+        atomic_store(&x->next, x->parsed);
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, x);
+        c0 = x->parsed;
+        c1 = x->nch;
+    }
+    x->parsed = c1;
+    for (size_t i = c0; i < c1; i++) {
+        if (x->ch[i].rc) {
+            if (e) *e = x->ch[i].err;
+            return x->ch[i].rc;
+        }
+        if (!x->need_row_pos) chunk_release_text(x, &x->ch[i]);
+    }
+    return KL_OK;
+}
+
+/* Adds the chunk [begin, end) of source si. A compressed source hands its
+ * window to the chunk and keeps the bytes after `end` in a new one. */
+static int cut_chunk(ictx *x, int si, size_t begin, size_t end, size_t min_cap, kl_err *e) {
+    source *s = &x->src.v[si];
+    if (x->nch == x->capch) {
+        size_t nc = x->capch ? x->capch * 2 : 64;
+        chunk *ch = realloc(x->ch, nc * sizeof *ch);
+        if (!ch) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        x->ch = ch;
+        x->capch = nc;
+    }
+    chunk *c = &x->ch[x->nch];
+    memset(c, 0, sizeof *c);
+    c->src = si;
+    c->begin = begin;
+    c->end = end;
+    c->base = s->buf;
+    c->base_off = s->off;
+    if (s->z) {
+        size_t tail = s->off + s->len - end;
+        char *nb = kl_mem_alloc(KL_MAX(min_cap, tail), KL_TAG_DATASET);
+        if (!nb) return kl_err_set(e, KL_ENOMEM, "%s: out of memory for a decompression window", s->name);
+        memcpy(nb, s->buf + (end - s->off), tail);
+        c->own = s->buf;
+        s->buf = nb;
+        s->cap = KL_MAX(min_cap, tail);
+        s->len = tail;
+        s->off = end;
+        x->owned_live++;
+    }
+    x->nch++;
+    if (x->prog) kl_progress_set_total(x->prog, x->prog_total += s->z ? end - begin : 0);
+    if (s->z && !x->need_row_pos && x->owned_live >= x->batch) return flush_chunks(x, 0, e);
+    return KL_OK;
+}
+
+/* Cuts source si into chunks from `begin`: a plain file in one pass over its
+ * mapping, a compressed one window by window as it is decompressed (a
+ * window holds about one chunk: memory does not grow with the source). */
+static int cut_source(ictx *x, int si, size_t begin, size_t bs, kl_err *e) {
+    source *s = &x->src.v[si];
+    splitter sp;
+    split_init(&sp, begin, bs, s->d.format == KL_FMT_CSV ? s->d.quote : 0);
+    const size_t step = KL_MIN(bs, (size_t)1 << 20), wcap = bs + 2 * step;
+    const size_t wmax = bs + 2 * KL_MAX(s->d.max_record, (size_t)1 << 20) + 2 * step;
+    size_t cur = begin, b;
+    int rc;
+    for (;;) {
+        while (split_next(&sp, s->buf, s->off, s->off + s->len, &b)) {
+            if ((rc = cut_chunk(x, si, cur, b, wcap, e))) return rc;
+            cur = b;
+        }
+        if (src_done(s)) break;
+        if (s->len > wmax) {
+            char bb[32];
+            return kl_err_set(e, KL_EPARSE, "%s: no record boundary in %s after byte %zu (an unclosed quote?)", s->name,
+                              kl_fmt_bytes(s->len, bb, sizeof bb), cur);
+        }
+        if ((rc = src_more(s, step, wcap, e))) return rc;
+    }
+    return cut_chunk(x, si, cur, s->off + s->len, 0, e);
+}
+
 /* Partition value of row i of column c, as text. */
 static void part_value(const kl_column *c, size_t i, kl_type t, char *buf, size_t n, const char **s, size_t *sl) {
     if (kl_column_is_null(c, i)) { *s = ""; *sl = 0; return; }
@@ -1282,7 +1571,7 @@ static void json_stat_value(kl_buf *b, kl_type t, const colstat *st, int is_max)
         kl_time_rfc3339(is_max ? st->imax : st->imin, tmp, sizeof tmp);
         kl_buf_printf(b, "\"%s\"", tmp);
         break;
-    case KL_T_STRING: case KL_T_CATEGORY: kl_buf_json_str(b, is_max ? st->smax : st->smin); break;
+    case KL_T_STRING: case KL_T_CATEGORY: kl_buf_json_strn(b, is_max ? st->smax : st->smin, is_max ? st->smax_n : st->smin_n); break;
     default: kl_buf_printf(b, "%lld", (long long)(is_max ? st->imax : st->imin)); break;
     }
 }
@@ -1348,7 +1637,7 @@ static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf,
             kl_buf_puts(b, ", \"vocabulary\": [");
             for (size_t k = 0; k < st->nvocab; k++) {
                 if (k) kl_buf_puts(b, ", ");
-                kl_buf_json_str(b, st->vocab[k]);
+                kl_buf_json_strn(b, st->vocab[k].s, st->vocab[k].n);
             }
             kl_buf_printf(b, "]%s", st->vocab_overflow ? ", \"vocabulary_truncated\": true" : "");
         }
@@ -1466,6 +1755,8 @@ void kl_ingest_opts_default(kl_ingest_opts *o) {
     memset(o, 0, sizeof *o);
     o->codec = "zstd";
     o->chunk_bytes = (size_t)4 << 20;
+    o->max_decompressed_bytes = KL_INGEST_MAX_DECOMPRESSED;
+    o->max_expansion = KL_INGEST_MAX_EXPANSION;
 }
 
 /* ==================================================================
@@ -1483,8 +1774,10 @@ static void ictx_free(ictx *x) {
         free(c->st);
         free(c->row_line);
         free(c->row_off);
+        kl_mem_free(c->own);
     }
     free(x->ch);
+    outfiles_free(x->files, x->nfiles);
     if (x->colmap) for (size_t i = 0; i < x->src.n; i++) free(x->colmap[i]);
     free(x->colmap);
     free(x->nfile_cols);
@@ -1593,7 +1886,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     if ((rc = expand_sources(o, expect, &x.src, e))) goto fail;
     if (expect && x.src.n != 1) { rc = kl_err_set(e, KL_EINVAL, "an expected sha256 needs exactly one source file (got %zu)", x.src.n); goto fail; }
     for (size_t i = 0; i < x.src.n; i++) {
-        if ((rc = load_source(&x.src.v[i], e))) goto fail;
+        if ((rc = load_source(&x.src.v[i], o, e))) goto fail;
         if (expect && strcasecmp(expect, x.src.v[i].sha)) {
             rc = kl_err_set(e, KL_ECHECKSUM, "%s: sha256 mismatch: expected %s, got %s", x.src.v[i].name, expect, x.src.v[i].sha);
             goto fail;
@@ -1632,7 +1925,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
                 /* counts from the manifest */
                 cJSON *m = NULL;
                 snprintf(p, sizeof p, "%s/manifest.json", res->version_dir);
-                if (kl_json_load_file(p, (void **)&m, NULL) == KL_OK) {
+                if (kl_json_load_file_opts(p, KL_JSON_KEEP_NUL, (void **)&m, NULL) == KL_OK) {
                     cJSON *rows = cJSON_GetObjectItem(m, "rows");
                     res->rows_accepted = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted"));
                     res->rows_rejected = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));
@@ -1655,56 +1948,34 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     x.hdr_lines = calloc(x.src.n, sizeof *x.hdr_lines);
     if (!x.colmap || !x.nfile_cols || !x.hdr_lines) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     for (size_t j = 0; j < x.schema->n_fields; j++) x.need_row_pos |= x.schema->fields[j].unique;
-    {
-        size_t cap = 0;
-        for (size_t si = 0; si < x.src.n; si++) {
-            size_t begin = 0;
-            if ((rc = setup_source(&x, (int)si, &begin, e))) goto fail;
-            szvec starts = {0};
-            if ((rc = split_source(&x.src.v[si], begin, o->chunk_bytes ? o->chunk_bytes : (4u << 20), &starts, e))) { free(starts.v); goto fail; }
-            for (size_t k = 0; k < starts.n; k++) {
-                if (x.nch == cap) {
-                    cap = cap ? cap * 2 : 64;
-                    chunk *nc = realloc(x.ch, cap * sizeof *nc);
-                    if (!nc) { free(starts.v); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-                    x.ch = nc;
-                }
-                chunk *c = &x.ch[x.nch++];
-                memset(c, 0, sizeof *c);
-                c->src = (int)si;
-                c->begin = starts.v[k];
-                c->end = k + 1 < starts.n ? starts.v[k + 1] : x.src.v[si].len;
-            }
-            free(starts.v);
-        }
-    }
-    atomic_store(&x.next, 0);
-    if (o->progress) {
-        uint64_t total = 0;
-        for (size_t i = 0; i < x.nch; i++) total += x.ch[i].end - x.ch[i].begin;
-        x.prog = kl_progress_new("parse+validate", total, "B");
-    }
-    const int streaming = pcol < 0 && !x.need_row_pos;
-    if (streaming) {
+    x.streaming = pcol < 0 && !x.need_row_pos;
+    x.wo = wo;
+    x.batch = (size_t)KL_MAX(kl_pool_threads(kl_pool_default()), 1) * CHUNKS_PER_FILE;
+    if (x.streaming) {
         snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
         if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
-        nfiles = (x.nch + CHUNKS_PER_FILE - 1) / CHUNKS_PER_FILE;
-        if (!(files = calloc(nfiles ? nfiles : 1, sizeof *files))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (size_t g = 0; g < nfiles; g++) {
-            files[g].c0 = g * CHUNKS_PER_FILE;
-            files[g].c1 = KL_MIN(files[g].c0 + CHUNKS_PER_FILE, x.nch);
-            if (asprintf(&files[g].rel, "part-%05zu.parquet", g) < 0) { files[g].rel = NULL; rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        }
-        wctx w = {&x, files, nfiles, staging, wo, 0};
-        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stream_worker, &w);
-    } else {
-        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, parse_worker, &x);
+        x.staging = staging;
     }
+    if (o->progress) {
+        for (size_t i = 0; i < x.src.n; i++) x.prog_total += x.src.v[i].compressed ? 0 : x.src.v[i].len;
+        x.prog = kl_progress_new("parse+validate", x.prog_total, "B");
+    }
+    for (size_t si = 0; si < x.src.n; si++) {
+        size_t begin = 0;
+        if ((rc = src_open(&x.src.v[si], o, e))) goto fail;
+        if ((rc = setup_source(&x, (int)si, &begin, e))) goto fail;
+        if ((rc = cut_source(&x, (int)si, begin, o->chunk_bytes ? o->chunk_bytes : (4u << 20), e))) goto fail;
+        src_close(&x.src.v[si]);
+    }
+    if ((rc = flush_chunks(&x, 1, e))) goto fail;
     kl_progress_finish(x.prog);
     x.prog = NULL;
-    for (size_t i = 0; i < x.nch; i++)
-        if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
+    const int streaming = x.streaming;
     if (streaming) {
+        files = x.files;
+        nfiles = x.nfiles;
+        x.files = NULL;
+        x.nfiles = 0;
         size_t k = 0;
         for (size_t g = 0; g < nfiles; g++) {
             if (files[g].rc) { rc = files[g].rc; if (e) *e = files[g].err; goto fail; }

@@ -351,8 +351,45 @@ int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl
 
 int kl__schema_canonical(const kl_schema *s, kl_buf *b) { return kl_schema_json(s, NULL, 0, b); }
 
-/* YAML scalar, double-quoted (JSON escapes are valid YAML). */
-static void yq(kl_buf *b, const char *s) { kl_buf_json_str(b, s); }
+/* Length of the valid UTF-8 sequence at p (up to end) and its code point;
+ * 0 when the bytes there are not one (overlong, surrogate, beyond U+10FFFF,
+ * cut short). */
+static int utf8_seq(const unsigned char *p, const unsigned char *end, uint32_t *cp) {
+    int n = p[0] >= 0xf0 ? 4 : p[0] >= 0xe0 ? 3 : p[0] >= 0xc0 ? 2 : 0;
+    if (!n || p[0] > 0xf4 || end - p < n) return 0;
+    uint32_t v = p[0] & (0x3f >> (n - 1));
+    for (int i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        v = v << 6 | (p[i] & 0x3f);
+    }
+    static const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (v < least[n] || v > 0x10ffff || (v >= 0xd800 && v < 0xe000)) return 0;
+    *cp = v;
+    return n;
+}
+
+/* A YAML scalar, double-quoted, that keel's loader (libyaml) always reads
+ * back: quotes, backslashes and every character YAML does not allow raw
+ * (C0 and C1 controls, DEL, U+FFFE/U+FFFF) are escaped; a byte that is not
+ * UTF-8 (garbage input) becomes \xNN, which reads back as U+00NN, since a
+ * YAML file is Unicode text and cannot hold the raw byte. */
+static void yq(kl_buf *b, const char *s) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
+    kl_buf_puts(b, "\"");
+    while (p < end) {
+        uint32_t cp = *p;
+        int n = *p < 0x80 ? 1 : utf8_seq(p, end, &cp);
+        if (n == 0) { kl_buf_printf(b, "\\x%02x", *p++); continue; }
+        if (cp == '"' || cp == '\\') kl_buf_printf(b, "\\%c", (int)cp);
+        else if (cp == '\n') kl_buf_puts(b, "\\n");
+        else if (cp == '\t') kl_buf_puts(b, "\\t");
+        else if (cp < 0x20 || (cp >= 0x7f && cp < 0xa0)) kl_buf_printf(b, "\\x%02x", (unsigned)cp);
+        else if (cp == 0xfffe || cp == 0xffff) kl_buf_printf(b, "\\u%04x", (unsigned)cp);
+        else kl_buf_append(b, p, (size_t)n);
+        p += n;
+    }
+    kl_buf_puts(b, "\"");
+}
 
 int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
     const kl_dialect *d = &s->dialect;
@@ -362,7 +399,10 @@ int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
     kl_buf_puts(b, "dialect:\n");
     kl_buf_printf(b, "  format: %s\n", d->format == KL_FMT_JSONL ? "jsonl" : "csv");
     if (d->format == KL_FMT_CSV) {
-        kl_buf_printf(b, "  delimiter: %s\n", d->delim == '\t' ? "\"\\t\"" : (char[]){'"', d->delim, '"', 0});
+        char dl[2] = {d->delim, 0};
+        kl_buf_puts(b, "  delimiter: ");
+        yq(b, dl);
+        kl_buf_puts(b, "\n");
         kl_buf_puts(b, "  quote: ");
         yq(b, q);
         kl_buf_printf(b, "\n  header: %s\n", d->header ? "true" : "false");
@@ -379,7 +419,7 @@ int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
         kl_buf_puts(b, "  - name: ");
         yq(b, f->name);
         kl_buf_printf(b, "\n    type: %s\n    nullable: %s\n", kl_type_name(f->type), f->nullable ? "true" : "false");
-        if (f->type == KL_T_TIMESTAMP) kl_buf_printf(b, "    timezone: %s\n", f->timezone ? f->timezone : "UTC");
+        if (f->type == KL_T_TIMESTAMP) { kl_buf_puts(b, "    timezone: "); yq(b, f->timezone ? f->timezone : "UTC"); kl_buf_puts(b, "\n"); }
         if (f->type == KL_T_TIMESTAMP && f->tz_ambiguous != KL_TZ_REJECT)
             kl_buf_printf(b, "    ambiguous: %s\n", f->tz_ambiguous == KL_TZ_EARLIEST ? "earliest" : "latest");
         if (f->n_allowed) {

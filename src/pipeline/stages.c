@@ -51,7 +51,8 @@ static int key_file(pl_ctx *c, kl_buf *key, const char *rel, kl_err *e) {
     return rc;
 }
 
-static const char *const ingest_keys[] = {"source", "schema", "max_reject_ratio", "partition_by", "codec"};
+static const char *const ingest_keys[] = {"source", "schema", "max_reject_ratio", "partition_by", "codec",
+                                          "max_decompressed", "max_expansion"};
 static const char *const validate_keys[] = {"max_reject_ratio", "max_null_ratio", "min_rows"};
 static const char *const features_keys[] = {"spec", "train_fraction", "reference", "store"};
 static const char *const train_keys[] = {"spec"};
@@ -138,6 +139,12 @@ static int st_ingest(pl_ctx *c, cJSON *out, kl_err *e) {
     o.max_reject_ratio = cfg_num(c, s, "max_reject_ratio", 0);
     o.partition_by = cfg_str(c, s, "partition_by", NULL);
     o.codec = cfg_str(c, s, "codec", NULL);
+    o.max_expansion = cfg_num(c, s, "max_expansion", KL_INGEST_MAX_EXPANSION);
+    const char *md = cfg_str(c, s, "max_decompressed", NULL);
+    if (md && (kl_mem_parse_size(md, &o.max_decompressed_bytes, e) || !o.max_decompressed_bytes)) {
+        rc = kl_err_set(e, KL_EINVAL, "ingest.max_decompressed: '%s' is not a size (e.g. 64G)", md);
+        goto done;
+    }
     o.keel_version = KEEL_VERSION;
     kl_ingest_result r;
     memset(&r, 0, sizeof r);
@@ -170,7 +177,7 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
     char p[4300];
     snprintf(p, sizeof p, "%s/manifest.json", vdir);
     void *mj = NULL;
-    int rc = kl_json_load_file(p, &mj, e);
+    int rc = kl_json_load_file_opts(p, KL_JSON_KEEP_NUL, &mj, e); /* a vocabulary value may hold \u0000 */
     if (rc) return rc;
     cJSON *m = mj, *rep = cJSON_CreateObject(), *probs = cJSON_AddArrayToObject(rep, "problems");
     kl_buf pb;

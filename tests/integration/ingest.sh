@@ -210,6 +210,35 @@ expect_rc ingest_glob_source 0 "$KEEL" ingest "srcdir/*.csv" --schema clicks.yam
 head -c 300000 b.csv.gz > trunc.csv.gz
 expect_rc ingest_truncated_gz 1 "$KEEL" ingest trunc.csv.gz --schema clicks.yaml --out dtr
 grep -qi "truncated\|gzip" "$T/err" && [ ! -e dtr ] && pass ingest_truncated_gz_message || fail ingest_truncated_gz_message "$(head -c 300 "$T/err")"
+# decompression bombs: ~1 GiB of CSV in a ~1 MB multi-member gzip is refused by the
+# expansion cap, and a zstd one by the size cap, naming the file and the cap, in bounded memory
+$PYTHON - <<'PYEOF'
+import zlib
+line = b"1234567890123456789,1.5,2023-11-01 00:00:00,books,0\n"
+body = line * (8 * 1024 * 1024 // len(line))
+c = zlib.compressobj(9, zlib.DEFLATED, 31)
+member = c.compress(body) + c.flush()
+hc = zlib.compressobj(9, zlib.DEFLATED, 31)
+with open("bomb.csv.gz", "wb") as f:
+    f.write(hc.compress(b"user_id,item_price,ts,category,clicked\n") + hc.flush())
+    for _ in range(128):
+        f.write(member)
+PYEOF
+if /usr/bin/time -v -o bomb.time "$KEEL" ingest bomb.csv.gz --schema clicks.yaml --out dbomb --max-expansion 100 >"$T/out" 2>"$T/err"; then
+  fail ingest_gz_bomb_refused "the bomb was ingested"
+else
+  grep -q "bomb.csv.gz" "$T/err" && grep -q -- "--max-expansion" "$T/err" && [ ! -e dbomb/versions ] \
+    && pass ingest_gz_bomb_refused || fail ingest_gz_bomb_refused "$(head -c 300 "$T/err")"
+fi
+rss_kb=$(awk -F: '/Maximum resident/ {gsub(/ /, "", $2); print $2}' bomb.time)
+[ -n "$rss_kb" ] && [ "$rss_kb" -lt 400000 ] && pass ingest_gz_bomb_bounded_rss || fail ingest_gz_bomb_bounded_rss "max RSS ${rss_kb:-?} kB"
+if command -v zstd >/dev/null; then
+  (head -1 clicks.csv; yes "1234567890123456789,1.5,2023-11-01 00:00:00,books,0" | head -c 300000000) | zstd -q -3 -c > bomb.csv.zst
+  expect_rc ingest_zst_bomb_size_cap 1 "$KEEL" ingest bomb.csv.zst --schema clicks.yaml --out dbombz --max-decompressed 64M --max-expansion 1e9
+  grep -q "bomb.csv.zst" "$T/err" && grep -q -- "--max-decompressed" "$T/err" && grep -q "64.0 MiB" "$T/err" \
+    && pass ingest_zst_bomb_size_cap_message || fail ingest_zst_bomb_size_cap_message "$(head -c 300 "$T/err")"
+fi
+expect_rc ingest_gz_under_caps 0 "$KEEL" ingest b.csv.gz --schema clicks.yaml --out dgz2 --max-decompressed 64M --max-expansion 20
 expect_rc ingest_sha256_mismatch 1 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dsha --sha256 "$(printf '0%.0s' $(seq 64))"
 grep -q "sha256 mismatch" "$T/err" && pass ingest_sha256_message || fail ingest_sha256_message "$(head -c 300 "$T/err")"
 expect_rc ingest_sha256_match 0 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dsha --sha256 "$(sha256sum clicks.csv | cut -d' ' -f1)"
@@ -293,5 +322,55 @@ for r, g in zip(ref, got):
     assert int(r["id"]) == g["id"] and int(r["n"]) == g["n"], (r, g)
     assert (g["text"] if g["text"] is not None else "") == r["text"], (r, g)
 PYEOF
+  gzip -c q.csv > q.csv.gz
+  if expect_rc ingest_quoted_gz_small_chunks 0 "$KEEL" ingest q.csv.gz --schema q.yaml --out dqgz --chunk-size 4K; then
+    "$KEEL" data head dqgz -n 100000 --json > qgz.out
+    cmp -s qgz.out qs.out && pass ingest_quoted_gz_identical || fail ingest_quoted_gz_identical "$(cmp qgz.out qs.out)"
+  fi
+fi
+
+# ---- data stats keeps int64 and timestamp extremes exact (no double) ----
+printf 'id,ts\n9223372036854775807,9999-12-31T23:59:59.999999Z\n-9223372036854775808,0001-01-01T00:00:00Z\n9007199254740993,2023-01-01T00:00:00Z\n' > big.csv
+printf 'columns:\n  - {name: id, type: int64}\n  - {name: ts, type: timestamp, timezone: UTC}\n' > big.yaml
+if expect_rc ingest_int64_extremes 0 "$KEEL" ingest big.csv --schema big.yaml --out dbig; then
+  "$KEEL" data stats dbig > big.txt 2>&1
+  grep -q '9999-12-31T23:59:59.999999Z' big.txt && grep -q ' 9223372036854775807 ' big.txt && grep -q -- '-9223372036854775808' big.txt \
+    && pass ingest_stats_extremes_exact || fail ingest_stats_extremes_exact "$(cat big.txt)"
+  "$KEEL" data stats dbig --json > big.json 2>&1
+  $PYTHON - <<'PYEOF' && pass ingest_stats_extremes_exact_json || fail ingest_stats_extremes_exact_json "$(cat big.json)"
+import json
+c = {x["name"]: x for x in json.load(open("big.json"))["columns"]}
+assert c["id"]["min"] == "-9223372036854775808" and c["id"]["max"] == "9223372036854775807", c["id"]
+assert c["ts"]["max"] == "9999-12-31T23:59:59.999999Z" and c["ts"]["min"] == "0001-01-01T00:00:00.000000Z", c["ts"]
+PYEOF
+fi
+
+# ---- JSONL \u0000 in a string: kept whole (Parquet, head, stats, manifest vocabulary) ----
+printf '{"id": 1, "s": "a\\u0000b", "c": "x\\u0000y"}\n{"id": 2, "s": "z", "c": "x"}\n' > nul.jsonl
+printf 'columns:\n  - {name: id, type: int64}\n  - {name: s, type: string}\n  - {name: c, type: category}\n' > nul.yaml
+if expect_rc ingest_jsonl_nul 0 "$KEEL" ingest nul.jsonl --schema nul.yaml --out dnul; then
+  "$KEEL" data head dnul --json > nul.out 2>&1
+  grep -qF '"s": "a\u0000b"' nul.out && grep -qF '"c": "x\u0000y"' nul.out \
+    && pass ingest_jsonl_nul_head_whole || fail ingest_jsonl_nul_head_whole "$(cat nul.out)"
+  "$KEEL" data stats dnul --json > nuls.out 2>&1
+  grep -qF '"min": "a\u0000b"' nuls.out && pass ingest_jsonl_nul_stats_whole || fail ingest_jsonl_nul_stats_whole "$(cat nuls.out)"
+  "$KEEL" data show dnul --json > nulm.out 2>&1
+  $PYTHON -c "import json; d=json.load(open('nulm.out')); v=[c for c in d['manifest']['columns'] if c['name']=='c'][0]['vocabulary']; assert v == ['x', 'x\x00y'], v" \
+    && pass ingest_jsonl_nul_vocabulary_whole || fail ingest_jsonl_nul_vocabulary_whole "$(head -c 600 nulm.out)"
+fi
+
+# ---- schema infer on garbage (invalid UTF-8, YAML-special names) writes YAML that loads ----
+printf 'bad\377\376,"a""b","k: v","- dash","# hash","two\nlines",ok\n1,x\377,y,z,w,v,u\n2,x,y,z,w,v,u\n' > garbage.csv
+if expect_rc ingest_schema_infer_garbage 0 "$KEEL" schema infer garbage.csv --out garbage.yaml; then
+  expect_rc ingest_schema_infer_garbage_loads 0 "$KEEL" schema check garbage.yaml
+fi
+
+# ---- a folder of 60 compressed sources under a 32-descriptor limit: one decoder at a time ----
+mkdir -p manyz
+for i in $(seq 1 60); do (head -1 clicks.csv; sed -n "$((i * 10 + 2)),$((i * 10 + 11))p" clicks.csv) | gzip -c > manyz/p$(printf %03d "$i").csv.gz; done
+if (ulimit -n 32; "$KEEL" ingest manyz --schema clicks.yaml --out dmanyz --json > manyz.out 2> manyz.err); then
+  [ "$(json_get manyz.out "d['rows_accepted']")" = 600 ] && pass ingest_many_compressed_sources || fail ingest_many_compressed_sources "$(cat manyz.out)"
+else
+  fail ingest_many_compressed_sources "$(head -c 300 manyz.err)"
 fi
 exit 0
