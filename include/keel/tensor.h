@@ -114,6 +114,8 @@ int kl_tensor_reshape(const kl_tensor *t, int rank, const int64_t *dims,
 int kl_tensor_contiguous(const kl_tensor *t, kl_mem_tag tag, kl_tensor **out, kl_err *e);
 /* Element read for tests / small tensors: value at a multi-index, as double. */
 double kl_tensor_get_f64(const kl_tensor *t, const int64_t *idx);
+/* Element i (row-major) of a contiguous tensor, as double. */
+double kl_tensor_flat_f64(const kl_tensor *t, int64_t i);
 /* Strided copy of any tensors of equal dtype and shape (views included). */
 int kl_tensor_copy(kl_tensor *dst, const kl_tensor *src, kl_err *e);
 

@@ -410,11 +410,9 @@ int kl_tensor_contiguous(const kl_tensor *t, kl_mem_tag tag, kl_tensor **out, kl
     return KL_OK;
 }
 
-double kl_tensor_get_f64(const kl_tensor *t, const int64_t *idx) {
-    int64_t off = 0;
-    for (int i = 0; i < t->rank; i++) off += idx[i] * t->strides[i];
-    const char *p = (const char *)t->data + off * (int64_t)kl_dtype_size(t->dtype);
-    switch (t->dtype) {
+/* The value at p of a dtype, as double (NaN for a dtype without one). */
+static double value_f64(kl_dtype dt, const char *p) {
+    switch (dt) {
     case KL_F32: { float v; memcpy(&v, p, 4); return v; }
     case KL_F16: { uint16_t v; memcpy(&v, p, 2); return kl_f16_to_f32(v); }
     case KL_BF16: { uint16_t v; memcpy(&v, p, 2); return kl_bf16_to_f32(v); }
@@ -429,4 +427,14 @@ double kl_tensor_get_f64(const kl_tensor *t, const int64_t *idx) {
     case KL_U64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
     default: return NAN;
     }
+}
+
+double kl_tensor_get_f64(const kl_tensor *t, const int64_t *idx) {
+    int64_t off = 0;
+    for (int i = 0; i < t->rank; i++) off += idx[i] * t->strides[i];
+    return value_f64(t->dtype, (const char *)t->data + off * (int64_t)kl_dtype_size(t->dtype));
+}
+
+double kl_tensor_flat_f64(const kl_tensor *t, int64_t i) {
+    return value_f64(t->dtype, (const char *)t->data + (size_t)i * kl_dtype_size(t->dtype));
 }

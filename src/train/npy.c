@@ -7,26 +7,6 @@
 #include "train/train_int.h"
 #include "train/train_data.h"
 
-/* Element i of a contiguous tensor as double. */
-static double elem_f64(const kl_tensor *t, int64_t i) {
-    const void *p = (const char *)t->data + (size_t)i * kl_dtype_size(t->dtype);
-    switch (t->dtype) {
-    case KL_F32: { float v; memcpy(&v, p, 4); return v; }
-    case KL_F64: { double v; memcpy(&v, p, 8); return v; }
-    case KL_F16: { uint16_t v; memcpy(&v, p, 2); return kl_f16_to_f32(v); }
-    case KL_BF16: { uint16_t v; memcpy(&v, p, 2); return kl_bf16_to_f32(v); }
-    case KL_I8: return *(const int8_t *)p;
-    case KL_I16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case KL_I32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case KL_I64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    case KL_U8: case KL_BOOL: return *(const uint8_t *)p;
-    case KL_U16: { uint16_t v; memcpy(&v, p, 2); return v; }
-    case KL_U32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    case KL_U64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
-    default: return 0;
-    }
-}
-
 static int from_tensor(const kl_tensor *t, tr_array *out, kl_err *e) {
     int64_t n = kl_tensor_numel(t);
     out->rank = t->rank;
@@ -35,7 +15,7 @@ static int from_tensor(const kl_tensor *t, tr_array *out, kl_err *e) {
     out->is_int = !kl_dtype_is_float(t->dtype);
     out->f = kl_mem_alloc_e((size_t)(n ? n : 1) * sizeof(double), KL_TAG_DATASET, e);
     if (!out->f) return KL_ENOMEM;
-    for (int64_t i = 0; i < n; i++) out->f[i] = elem_f64(t, i);
+    for (int64_t i = 0; i < n; i++) out->f[i] = kl_tensor_flat_f64(t, i);
     return KL_OK;
 }
 
