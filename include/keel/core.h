@@ -157,6 +157,21 @@ typedef enum {
 
 #define KL_MEM_ALIGN 64
 
+/* KL_ASAN is 1 in an AddressSanitizer build (gcc -fsanitize=address defines
+ * __SANITIZE_ADDRESS__, clang has __has_feature(address_sanitizer)). There the
+ * allocator serves every block with its own malloc, so that ASan sees
+ * overflows and use-after-free (see kl_mem_direct). */
+#if defined(__SANITIZE_ADDRESS__)
+#define KL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KL_ASAN 1
+#endif
+#endif
+#ifndef KL_ASAN
+#define KL_ASAN 0
+#endif
+
 const char *kl_mem_tag_name(kl_mem_tag tag);
 int kl_mem_tag_parse(const char *name, kl_mem_tag *out);
 
@@ -208,6 +223,11 @@ void kl_mem_set_snapshot_path(const char *path);
 int kl_mem_snapshot(const char *path, kl_err *e);
 /* Returns cached blocks to the OS; returns the bytes released. */
 uint64_t kl_mem_trim(void);
+/* 1 when every block is its own malloc (the AddressSanitizer build): no size
+ * classes, no slabs, no caching (cache_hits stays 0, kl_mem_trim releases
+ * nothing), reserved = requested bytes + the 64-byte header of each live
+ * block. Tagging, statistics, budgets and snapshots work the same. */
+int kl_mem_direct(void);
 uint64_t kl_mem_physical_bytes(void);
 
 /* Arena: bump allocation out of allocator blocks, freed with one call.
