@@ -860,7 +860,7 @@ static int report(int argc, char **argv) {
                 line = nl ? nl + 1 : NULL;
             }
             kl_buf_puts(&b, "</table>");
-            free(txt);
+            kl_mem_free(txt);
         }
     }
     kl_buf_puts(&b, "</body></html>\n");

@@ -492,7 +492,15 @@ int kl_afile_commit(kl_afile *f, kl_err *e);
 /* Removes the temp file; frees f. NULL is a no-op. */
 void kl_afile_abort(kl_afile *f);
 int kl_write_file_atomic(const char *path, const void *data, size_t len, kl_err *e);
-/* Reads a whole file (NUL-terminated; caller frees with free()). */
+/* Reads a whole regular file into a block of the core allocator (tag other;
+ * NUL-terminated; caller frees with kl_mem_free). Refuses what is not a
+ * regular file (a folder, FIFO, device, socket: KL_EINVAL "not a regular
+ * file"; a FIFO is not waited on) and a file larger than max bytes
+ * (KL_ERANGE naming the limit); KL_ENOMEM with the reason over the memory
+ * budget. The one reader of whole files in keel. */
+int kl_read_file_max(const char *path, uint64_t max, char **out, size_t *len, kl_err *e);
+/* kl_read_file_max with the default cap KL_READ_FILE_MAX (4 GiB). */
+#define KL_READ_FILE_MAX (4ull << 30)
 int kl_read_file(const char *path, char **out, size_t *len, kl_err *e);
 /* Copies a file (read whole, written atomically to dst). */
 int kl_copy_file(const char *src, const char *dst, kl_err *e);

@@ -44,7 +44,7 @@ int kl_json_load_file(const char *path, void **out, kl_err *e) {
     int rc = kl_read_file(path, &text, &len, e);
     if (rc) return rc;
     rc = kl_json_parse(text, len, path, out, e);
-    free(text);
+    kl_mem_free(text);
     return rc;
 }
 

@@ -256,7 +256,7 @@ static int load_zst(source *s, kl_err *e) {
     if (last != 0) rc = kl_err_set(e, KL_EPARSE, "%s: truncated zstd file", s->name);
 done:
     ZSTD_freeDCtx(dc);
-    free(raw);
+    kl_mem_free(raw);
     if (rc) { kl_mem_free(buf); return rc; }
     s->buf = buf;
     s->len = len;
@@ -267,6 +267,7 @@ done:
 static int load_source(source *s, kl_err *e) {
     struct stat st;
     if (stat(s->path, &st)) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return kl_err_set(e, KL_EINVAL, "%s: not a regular file", s->path);
     s->bytes = st.st_size;
     if (has_suffix(s->path, ".gz") || has_suffix(s->path, ".zst")) {
         int rc = kl_sha256_file_hex(s->path, s->sha, e);
@@ -1590,7 +1591,7 @@ static int read_pointer(const char *path, char id[65]) {
     if (kl_read_file(path, &t, &n, NULL)) return KL_ENOTFOUND;
     int ok = n >= 64 && strspn(t, "0123456789abcdef") >= 64;
     if (ok) { memcpy(id, t, 64); id[64] = 0; }
-    free(t);
+    kl_mem_free(t);
     return ok ? KL_OK : KL_EPARSE;
 }
 

@@ -61,11 +61,16 @@ static int read_external(const Onnx__TensorProto *tp, const char *base_dir, void
         return kl_err_set(e, KL_EPARSE, "external data '%s': length %lld, tensor needs %zu bytes", loc, (long long)len, nbytes);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", base_dir, loc);
-    FILE *f = fopen(path, "rb");
-    if (!f) return kl_err_set(e, -errno, "external data %s: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) { int er = errno; if (fd >= 0) close(fd); return kl_err_set(e, -er, "external data %s: %s", path, strerror(er)); }
     struct stat st;
     int rc = KL_OK;
-    if (fstat(fileno(f), &st) || (uint64_t)off > (uint64_t)st.st_size || (uint64_t)st.st_size - (uint64_t)off < nbytes) {
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+        rc = kl_err_set(e, KL_EINVAL, "external data %s: not a regular file", path);
+        goto done;
+    }
+    if ((uint64_t)off > (uint64_t)st.st_size || (uint64_t)st.st_size - (uint64_t)off < nbytes) {
         rc = kl_err_set(e, KL_EPARSE, "external data %s: offset %lld + %zu bytes beyond the file end", path, (long long)off, nbytes);
         goto done;
     }
@@ -181,7 +186,7 @@ int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *
     if (rc) return rc;
     rc = kl_onnx_tensor_load_mem(buf, len, out, name, e);
     if (rc) kl_err_prefix(e, "%s", path);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }
 
@@ -417,7 +422,7 @@ int kl_onnx_load(const char *path, kl_graph **out, kl_err *e) {
     char *buf = NULL;
     void *map = NULL;
     size_t len = 0;
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait; kl_read_file refuses it */
     struct stat st;
     if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size > 0) {
         map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -434,6 +439,6 @@ int kl_onnx_load(const char *path, kl_graph **out, kl_err *e) {
     else snprintf(dir, sizeof dir, ".");
     rc = kl_onnx_load_mem(buf, len, path, dir, out, e);
     if (map) munmap(map, len);
-    else free(buf);
+    else kl_mem_free(buf);
     return rc;
 }

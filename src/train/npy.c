@@ -75,7 +75,7 @@ int tr_npy_read(const char *path, tr_array *out, kl_err *e) {
         out->f[i] = v;
     }
 done:
-    free(buf);
+    kl_mem_free(buf);
     if (rc) { kl_mem_free(out->f); out->f = NULL; }
     return rc;
 }

@@ -94,6 +94,6 @@ int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_ou
     }
 done:
     cJSON_Delete(j);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }

@@ -363,7 +363,7 @@ int tr_spec_load(const char *path, tr_spec **out, kl_err *e) {
     int rc = kl_read_file(path, &text, &len, e);
     if (rc) return rc;
     rc = tr_spec_load_str(text, path, out, e);
-    free(text);
+    kl_mem_free(text);
     return rc;
 }
 

@@ -267,7 +267,7 @@ KL_TEST(parquet_corrupt_files_fail_cleanly) {
         }
         buf[at] = old;
     }
-    free(buf);
+    kl_mem_free(buf);
     KT_EQ_INT(kl_pq_open(kt_path("missing.parquet"), &r, &e), KL_ENOTFOUND);
     KT_CHECK(r == NULL);
 }
