@@ -343,6 +343,11 @@ typedef struct kl_doc kl_doc;
 typedef struct kl_node kl_node;
 typedef enum { KL_NODE_NULL, KL_NODE_SCALAR, KL_NODE_SEQ, KL_NODE_MAP } kl_node_kind;
 
+/* Both refuse (KL_ERANGE, naming the node) a document whose aliases expand
+ * it beyond KL_DOC_MAX_NODES nodes ("billion laughs": every walk of the tree
+ * visits an aliased node once per alias), and an alias inside its own anchor
+ * (a cycle, KL_EPARSE). A file is read with kl_read_file (its 4 GiB cap). */
+#define KL_DOC_MAX_NODES 1000000
 int kl_doc_load_file(const char *path, kl_doc **out, kl_err *e);
 /* name is used in error locations (e.g. the file name). */
 int kl_doc_load_str(const char *text, size_t len, const char *name, kl_doc **out, kl_err *e);
