@@ -269,7 +269,7 @@ static int show(int argc, char **argv) {
             kl_buf_puts(&b, m ? m : "null");
             free(m);
         } else kl_buf_puts(&b, "null");
-        free(raw);
+        kl_mem_free(raw);
         kl_buf_puts(&b, "}\n");
     }
     kl_pq_close(first);
@@ -914,7 +914,7 @@ static int report(int argc, char **argv) {
                 line = nl ? nl + 1 : NULL;
             }
             kl_buf_puts(&b, "</table>");
-            free(txt);
+            kl_mem_free(txt);
         }
     }
     kl_buf_puts(&b, "</body></html>\n");

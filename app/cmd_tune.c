@@ -244,7 +244,7 @@ static void last_line(const char *path, char *out, size_t n) {
     while (len && (text[len - 1] == '\n' || text[len - 1] == ' ')) text[--len] = 0;
     char *nl = strrchr(text, '\n');
     snprintf(out, n, "%s", nl ? nl + 1 : text);
-    free(text);
+    kl_mem_free(text);
 }
 
 static void describe(const kl_tune_space *s, const kl_tune_value *v, char *out, size_t n) {
@@ -654,7 +654,7 @@ done:
     kl_study_free(st);
     kl_track_close(t);
     kl_tune_space_free(s);
-    free(space_text);
+    kl_mem_free(space_text);
     if (rc || exit_code != APP_EXIT_OK) return app_fail(&e);
     return exit_code;
 }

@@ -157,6 +157,21 @@ typedef enum {
 
 #define KL_MEM_ALIGN 64
 
+/* KL_ASAN is 1 in an AddressSanitizer build (gcc -fsanitize=address defines
+ * __SANITIZE_ADDRESS__, clang has __has_feature(address_sanitizer)). There the
+ * allocator serves every block with its own malloc, so that ASan sees
+ * overflows and use-after-free (see kl_mem_direct). */
+#if defined(__SANITIZE_ADDRESS__)
+#define KL_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KL_ASAN 1
+#endif
+#endif
+#ifndef KL_ASAN
+#define KL_ASAN 0
+#endif
+
 const char *kl_mem_tag_name(kl_mem_tag tag);
 int kl_mem_tag_parse(const char *name, kl_mem_tag *out);
 
@@ -208,6 +223,11 @@ void kl_mem_set_snapshot_path(const char *path);
 int kl_mem_snapshot(const char *path, kl_err *e);
 /* Returns cached blocks to the OS; returns the bytes released. */
 uint64_t kl_mem_trim(void);
+/* 1 when every block is its own malloc (the AddressSanitizer build): no size
+ * classes, no slabs, no caching (cache_hits stays 0, kl_mem_trim releases
+ * nothing), reserved = requested bytes + the 64-byte header of each live
+ * block. Tagging, statistics, budgets and snapshots work the same. */
+int kl_mem_direct(void);
 uint64_t kl_mem_physical_bytes(void);
 
 /* Arena: bump allocation out of allocator blocks, freed with one call.
@@ -323,6 +343,11 @@ typedef struct kl_doc kl_doc;
 typedef struct kl_node kl_node;
 typedef enum { KL_NODE_NULL, KL_NODE_SCALAR, KL_NODE_SEQ, KL_NODE_MAP } kl_node_kind;
 
+/* Both refuse (KL_ERANGE, naming the node) a document whose aliases expand
+ * it beyond KL_DOC_MAX_NODES nodes ("billion laughs": every walk of the tree
+ * visits an aliased node once per alias), and an alias inside its own anchor
+ * (a cycle, KL_EPARSE). A file is read with kl_read_file (its 4 GiB cap). */
+#define KL_DOC_MAX_NODES 1000000
 int kl_doc_load_file(const char *path, kl_doc **out, kl_err *e);
 /* name is used in error locations (e.g. the file name). */
 int kl_doc_load_str(const char *text, size_t len, const char *name, kl_doc **out, kl_err *e);
@@ -479,7 +504,15 @@ int kl_afile_commit(kl_afile *f, kl_err *e);
 /* Removes the temp file; frees f. NULL is a no-op. */
 void kl_afile_abort(kl_afile *f);
 int kl_write_file_atomic(const char *path, const void *data, size_t len, kl_err *e);
-/* Reads a whole file (NUL-terminated; caller frees with free()). */
+/* Reads a whole regular file into a block of the core allocator (tag other;
+ * NUL-terminated; caller frees with kl_mem_free). Refuses what is not a
+ * regular file (a folder, FIFO, device, socket: KL_EINVAL "not a regular
+ * file"; a FIFO is not waited on) and a file larger than max bytes
+ * (KL_ERANGE naming the limit); KL_ENOMEM with the reason over the memory
+ * budget. The one reader of whole files in keel. */
+int kl_read_file_max(const char *path, uint64_t max, char **out, size_t *len, kl_err *e);
+/* kl_read_file_max with the default cap KL_READ_FILE_MAX (4 GiB). */
+#define KL_READ_FILE_MAX (4ull << 30)
 int kl_read_file(const char *path, char **out, size_t *len, kl_err *e);
 /* Copies a file (read whole, written atomically to dst). */
 int kl_copy_file(const char *src, const char *dst, kl_err *e);

@@ -20,6 +20,8 @@ struct kl_node {
     size_t n, cap;
     char *path;
     const char *file;
+    uint64_t weight; /* nodes of the subtree with every alias expanded (capped at KL_DOC_MAX_NODES + 1) */
+    int open;        /* its children are being parsed: an alias to it would make a cycle */
 };
 
 struct kl_doc {
@@ -166,7 +168,14 @@ static int parse_node(kl_doc *d, yaml_parser_t *ps, yaml_event_t *ev, const char
     switch (ev->type) {
     case YAML_ALIAS_EVENT: {
         for (struct anchor *a = d->anchors; a; a = a->next)
-            if (!strcmp(a->name, (const char *)ev->data.alias.anchor)) { *out = a->node; return KL_OK; }
+            if (!strcmp(a->name, (const char *)ev->data.alias.anchor)) {
+                if (a->node->open)
+                    return kl_err_setloc(e, KL_EPARSE, d->name, (int)ev->start_mark.line + 1,
+                                         (int)ev->start_mark.column + 1, "alias *%s refers to a node that contains it",
+                                         ev->data.alias.anchor);
+                *out = a->node;
+                return KL_OK;
+            }
         return kl_err_setloc(e, KL_EPARSE, d->name, (int)ev->start_mark.line + 1, (int)ev->start_mark.column + 1,
                              "unknown alias *%s", ev->data.alias.anchor);
     }
@@ -175,6 +184,7 @@ static int parse_node(kl_doc *d, yaml_parser_t *ps, yaml_event_t *ev, const char
         if (!n) return kl_err_set(e, KL_ENOMEM, "out of memory");
         n->scalar = kl_arena_strdup(d->arena, (const char *)ev->data.scalar.value);
         n->quoted = ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE;
+        n->weight = 1;
         if (!n->scalar || remember_anchor(d, ev->data.scalar.anchor, n)) return kl_err_set(e, KL_ENOMEM, "out of memory");
         *out = n;
         return KL_OK;
@@ -186,6 +196,8 @@ static int parse_node(kl_doc *d, yaml_parser_t *ps, yaml_event_t *ev, const char
         if (!n) return kl_err_set(e, KL_ENOMEM, "out of memory");
         if (remember_anchor(d, is_map ? ev->data.mapping_start.anchor : ev->data.sequence_start.anchor, n))
             return kl_err_set(e, KL_ENOMEM, "out of memory");
+        n->open = 1;
+        n->weight = 1;
         for (;;) {
             yaml_event_t kev;
             if ((rc = next_event(d, ps, &kev, e))) return rc;
@@ -221,7 +233,15 @@ static int parse_node(kl_doc *d, yaml_parser_t *ps, yaml_event_t *ev, const char
             yaml_event_delete(&kev);
             if (rc) return rc;
             if (node_push(d, n, key, child)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            /* every walk of the tree (config show, to_json) visits an alias's
+             * node once per alias: the expanded size is what is bounded */
+            n->weight += child->weight;
+            if (n->weight > KL_DOC_MAX_NODES)
+                return kl_err_setloc(e, KL_ERANGE, d->name, n->line, n->col,
+                                     "%s: aliases expand the document beyond %d nodes (the limit of a YAML document)",
+                                     *path ? path : "(root)", KL_DOC_MAX_NODES);
         }
+        n->open = 0;
         *out = n;
         return KL_OK;
     }
@@ -279,7 +299,7 @@ int kl_doc_load_file(const char *path, kl_doc **out, kl_err *e) {
     int rc = kl_read_file(path, &text, &len, e);
     if (rc) return rc;
     rc = kl_doc_load_str(text, len, path, out, e);
-    free(text);
+    kl_mem_free(text);
     return rc;
 }
 

@@ -1,11 +1,13 @@
 /* Files: atomic writes (temp + fsync + rename + fsync of the folder),
- * whole-file reads, mkdir -p, rm -rf. */
+ * whole-file reads (regular files only, size-capped, through the core
+ * allocator), mkdir -p, rm -rf. */
 #include "core_int.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -118,38 +120,79 @@ int kl_write_file_atomic(const char *path, const void *data, size_t len, kl_err 
     return kl_afile_commit(a, e);
 }
 
-int kl_read_file(const char *path, char **out, size_t *len, kl_err *e) {
-    *out = NULL;
-    if (len) *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kl_err_set(e, errno == ENOENT ? KL_ENOTFOUND : -errno, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) { int rc = kl_err_set(e, -errno, "%s: %s", path, strerror(errno)); close(fd); return rc; }
-    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 65536, n = 0;
-    char *buf = malloc(cap);
-    if (!buf) { close(fd); return kl_err_set(e, KL_ENOMEM, "%s: out of memory", path); }
+/* Reads fd whole into a block of the core allocator, refusing more than max
+ * bytes; starts from the size fstat reported (a file can grow, /proc files
+ * say 0) and reads at most max + 1 bytes to tell "exactly max" from more. */
+static int read_fd(int fd, const char *path, size_t hint, uint64_t max, char **out, size_t *len, kl_err *e) {
+    char b1[32];
+    if (max > SIZE_MAX / 4) max = SIZE_MAX / 4;
+    size_t limit = (size_t)max + 1, cap = hint < 4095 ? 4096 : hint + 1, n = 0;
+    if (cap > limit) cap = limit;
+    kl_err ae = {0};
+    char *buf = kl_mem_alloc_e(cap + 1, KL_TAG_OTHER, &ae);
+    if (!buf) return kl_err_set(e, KL_ENOMEM, "%s: %s", path, ae.msg);
     for (;;) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) { free(buf); close(fd); return kl_err_set(e, KL_ENOMEM, "%s: out of memory", path); }
+        if (n == cap) {
+            if (cap >= limit) break;
+            size_t ncap = cap > limit / 2 ? limit : cap * 2;
+            char *nb = kl_mem_alloc_e(ncap + 1, KL_TAG_OTHER, &ae);
+            if (!nb) { kl_mem_free(buf); return kl_err_set(e, KL_ENOMEM, "%s: %s", path, ae.msg); }
+            memcpy(nb, buf, n);
+            kl_mem_free(buf);
             buf = nb;
-            cap *= 2;
+            cap = ncap;
         }
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        ssize_t r = read(fd, buf + n, cap - n);
         if (r < 0) {
             if (errno == EINTR) continue;
             int rc = kl_err_set(e, -errno, "%s: read: %s", path, strerror(errno));
-            free(buf); close(fd);
+            kl_mem_free(buf);
             return rc;
         }
         if (r == 0) break;
         n += (size_t)r;
     }
-    close(fd);
+    if (n > max) {
+        kl_mem_free(buf);
+        return kl_err_set(e, KL_ERANGE, "%s: larger than the %s limit of a whole-file read", path,
+                          kl_fmt_bytes(max, b1, sizeof b1));
+    }
     buf[n] = 0;
     *out = buf;
     if (len) *len = n;
     return KL_OK;
+}
+
+int kl_read_file_max(const char *path, uint64_t max, char **out, size_t *len, kl_err *e) {
+    *out = NULL;
+    if (len) *len = 0;
+    char b1[32], b2[32];
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer before fstat refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return kl_err_set(e, errno == ENOENT ? KL_ENOTFOUND : -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = KL_OK;
+    if (fstat(fd, &st) != 0) {
+        rc = kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = kl_err_set(e, KL_EINVAL, "%s: not a regular file (%s)", path,
+                        S_ISDIR(st.st_mode) ? "a folder" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                        : S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ? "a block device"
+                        : S_ISSOCK(st.st_mode) ? "a socket" : "a special file");
+    } else if ((uint64_t)st.st_size > max) {
+        rc = kl_err_set(e, KL_ERANGE, "%s: %s is larger than the %s limit of a whole-file read", path,
+                        kl_fmt_bytes((uint64_t)st.st_size, b1, sizeof b1), kl_fmt_bytes(max, b2, sizeof b2));
+    } else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        rc = kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    } else {
+        rc = read_fd(fd, path, (size_t)st.st_size, max, out, len, e);
+    }
+    close(fd);
+    return rc;
+}
+
+int kl_read_file(const char *path, char **out, size_t *len, kl_err *e) {
+    return kl_read_file_max(path, KL_READ_FILE_MAX, out, len, e);
 }
 
 int kl_copy_file(const char *src, const char *dst, kl_err *e) {
@@ -157,7 +200,7 @@ int kl_copy_file(const char *src, const char *dst, kl_err *e) {
     size_t len = 0;
     int rc = kl_read_file(src, &buf, &len, e);
     if (!rc) rc = kl_write_file_atomic(dst, buf, len, e);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }
 

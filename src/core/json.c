@@ -122,7 +122,7 @@ int kl_json_load_file_opts(const char *path, int flags, void **out, kl_err *e) {
     int rc = kl_read_file(path, &text, &len, e);
     if (rc) return rc;
     rc = kl_json_parse_opts(text, len, path, flags, out, e);
-    free(text);
+    kl_mem_free(text);
     return rc;
 }
 

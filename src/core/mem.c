@@ -7,7 +7,14 @@
  * is 64-byte aligned and kl_mem_free finds its class without a lookup.
  * Small classes (block <= SLAB_MAX) are carved from slab segments of
  * 256 KiB..4 MiB; larger blocks get a mapping each. reserved counts whole
- * segments; allocated counts requested bytes of live blocks. */
+ * segments; allocated counts requested bytes of live blocks.
+ *
+ * Under AddressSanitizer (KL_ASAN) none of that: every block is its own
+ * malloc of header + requested bytes, freed with free, so that ASan's
+ * redzones sit right after the requested bytes and a freed block is
+ * quarantined instead of reused; the header's padding is poisoned. The
+ * statistics, budgets and snapshots keep working on these blocks (see the
+ * "direct blocks" section). */
 #include "core_int.h"
 
 #include <errno.h>
@@ -17,6 +24,7 @@
 #include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <sanitizer/asan_interface.h> /* no-op macros outside ASan builds */
 
 #define HDR 64
 #define MAGIC_LIVE 0x6b6c4d31u /* "klM1" */
@@ -25,6 +33,7 @@
 #define STEPS 8                /* classes per power of two above 1024 */
 #define NCLASSES (SMALL_LINEAR + STEPS * 40)
 #define SLAB_MAX (256u << 10)  /* blocks up to 256 KiB live in slabs */
+#define DIRECT KL_ASAN         /* every block its own malloc (see the header comment) */
 
 typedef struct seg seg;
 typedef struct blk {
@@ -33,8 +42,11 @@ typedef struct blk {
     uint8_t tag;
     uint8_t pad0;
     uint64_t req;   /* requested bytes (live blocks) */
-    seg *sg;
-    struct blk *next; /* free-list link (cached blocks) */
+    union {
+        seg *sg;
+        struct blk *prev; /* direct blocks: the list of live blocks */
+    };
+    struct blk *next; /* free-list link (cached blocks); direct: live list */
     char pad[HDR - 32];
 } blk;
 _Static_assert(sizeof(blk) == HDR, "block header must be 64 bytes");
@@ -380,6 +392,63 @@ static seg *seg_new(int c, size_t bsize) {
     return s;
 }
 
+/* ---- direct blocks (AddressSanitizer builds) --------------------------
+ * One malloc per block: header + requested bytes, so the byte after the
+ * request is ASan's redzone. The header's padding (the 32 bytes just before
+ * the user pointer) is poisoned, so an underflow is caught too. Live blocks
+ * are kept on one list for snapshots. Compiled in every build (the poison
+ * macros are no-ops without ASan); used only when DIRECT. */
+
+static pthread_mutex_t direct_mu = PTHREAD_MUTEX_INITIALIZER;
+static blk *direct_live;
+
+int kl_mem_direct(void) { return DIRECT; }
+
+static blk *direct_new(size_t size, int tag) {
+    void *m = NULL;
+    if (posix_memalign(&m, HDR, HDR + size) != 0) return NULL;
+    blk *b = m;
+    memset(b, 0, HDR);
+    b->magic = MAGIC_LIVE;
+    b->tag = (uint8_t)tag;
+    b->req = size;
+    pthread_mutex_lock(&direct_mu);
+    b->next = direct_live;
+    if (direct_live) direct_live->prev = b;
+    direct_live = b;
+    pthread_mutex_unlock(&direct_mu);
+    uint64_t r = atomic_fetch_add(&total.reserved, HDR + size) + HDR + size;
+    peak_update(&total.peak_reserved, r);
+    ASAN_POISON_MEMORY_REGION(b->pad, sizeof b->pad);
+    return b;
+}
+
+static void direct_free(blk *b) {
+    pthread_mutex_lock(&direct_mu);
+    if (b->prev) b->prev->next = b->next;
+    else direct_live = b->next;
+    if (b->next) b->next->prev = b->prev;
+    pthread_mutex_unlock(&direct_mu);
+    atomic_fetch_sub(&total.reserved, HDR + b->req);
+    b->magic = MAGIC_FREE;
+    ASAN_UNPOISON_MEMORY_REGION(b->pad, sizeof b->pad);
+    free(b);
+}
+
+/* The snapshot's "segments" of a direct build: one per live block. */
+static void direct_snapshot(kl_buf *b) {
+    int first = 1;
+    pthread_mutex_lock(&direct_mu);
+    for (blk *h = direct_live; h; h = h->next) {
+        kl_buf_printf(b, "%s\n {\"address\":\"%p\",\"size\":%llu,\"kind\":\"malloc\",\"block_size\":%llu,\"blocks\":["
+                         "{\"offset\":%d,\"size\":%llu,\"requested\":%llu,\"tag\":\"%s\",\"state\":\"allocated\"}]}",
+                      first ? "" : ",", (void *)h, (unsigned long long)(HDR + h->req), (unsigned long long)h->req, HDR,
+                      (unsigned long long)h->req, (unsigned long long)h->req, kl_mem_tag_name((kl_mem_tag)h->tag));
+        first = 0;
+    }
+    pthread_mutex_unlock(&direct_mu);
+}
+
 /* ---- snapshot ---------------------------------------------------------- */
 
 static void snap_stats(kl_buf *b, const stats_t *s, int tag) {
@@ -414,6 +483,7 @@ static int snapshot_to(const char *path, const char *reason, kl_err *e) {
         }
     }
     kl_buf_puts(&b, "},\n\"segments\":[");
+    if (DIRECT) direct_snapshot(&b);
     int first = 1;
     /* one class at a time: each segment is consistent, and no thread ever
      * holds more than one class lock */
@@ -487,12 +557,34 @@ static void *refuse(kl_mem_tag tag, kl_err *e, int code, const char *fmt, ...) {
     return NULL;
 }
 
+static void *refuse_budget(int tag, kl_err *e, uint64_t need, size_t size) {
+    char b1[32], b2[32], b3[32], b4[32];
+    return refuse(tag, e, KL_ENOMEM, "memory budget exceeded: %s reserved + %s for a %s block (tag %s) > budget %s",
+                  kl_fmt_bytes(total.reserved, b1, sizeof b1), kl_fmt_bytes(need, b2, sizeof b2),
+                  kl_fmt_bytes(size, b3, sizeof b3), tag_names[tag], kl_fmt_bytes(budget_total, b4, sizeof b4));
+}
+
+static void *refuse_os(int tag, kl_err *e, size_t size) {
+    char b1[32];
+    return refuse(tag, e, KL_ENOMEM, "the operating system refused %s (tag %s)", kl_fmt_bytes(size, b1, sizeof b1),
+                  tag_names[tag]);
+}
+
+/* DIRECT: the budget holds header + requested bytes per block. */
+static void *direct_alloc(tstate *t, size_t size, int tag, kl_err *e) {
+    if (budget_take(HDR + size)) return refuse_budget(tag, e, HDR + size, size);
+    blk *b = direct_new(size, tag);
+    if (!b) return refuse_os(tag, e, size);
+    stat_alloc(t, tag, size, HDR + size, 0);
+    return (char *)b + HDR;
+}
+
 void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e) {
     pthread_once(&init_once, init_classes);
     if ((unsigned)tag >= KL_TAG_COUNT) tag = KL_TAG_OTHER;
     size_t bsize;
     int c = size_class(size, &bsize);
-    char b1[32], b2[32], b3[32], b4[32];
+    char b1[32], b2[32], b3[32];
     if (c < 0) return refuse(tag, e, KL_ENOMEM, "allocation of %zu bytes is too large", size);
     uint64_t tb = budget_tag[tag];
     if (tb && tag_stats[tag].allocated + size > tb)
@@ -500,6 +592,7 @@ void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e) {
                       tag_names[tag], kl_fmt_bytes(tag_stats[tag].allocated, b1, sizeof b1),
                       kl_fmt_bytes(size, b2, sizeof b2), kl_fmt_bytes(tb, b3, sizeof b3));
     tstate *t = ts_get();
+    if (DIRECT) return direct_alloc(t, size, tag, e);
     if (t && c < NTC && t->head[c]) { /* fast path: this thread's cache */
         blk *b = t->head[c];
         t->head[c] = b->next;
@@ -523,11 +616,7 @@ void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e) {
             pthread_mutex_lock(&k->mu);
             if (!k->free && budget_take(need)) {
                 pthread_mutex_unlock(&k->mu);
-                return refuse(tag, e, KL_ENOMEM,
-                              "memory budget exceeded: %s reserved + %s for a %s block (tag %s) > budget %s",
-                              kl_fmt_bytes(total.reserved, b1, sizeof b1), kl_fmt_bytes(need, b2, sizeof b2),
-                              kl_fmt_bytes(size, b3, sizeof b3), tag_names[tag],
-                              kl_fmt_bytes(budget_total, b4, sizeof b4));
+                return refuse_budget(tag, e, need, size);
             }
         }
         if (!k->free && !seg_new(c, bsize)) {
@@ -536,8 +625,7 @@ void *kl_mem_alloc_e(size_t size, kl_mem_tag tag, kl_err *e) {
             pthread_mutex_lock(&k->mu);
             if (!k->free && !seg_new(c, bsize)) {
                 pthread_mutex_unlock(&k->mu);
-                return refuse(tag, e, KL_ENOMEM, "the operating system refused %s (tag %s)",
-                              kl_fmt_bytes(size, b1, sizeof b1), tag_names[tag]);
+                return refuse_os(tag, e, size);
             }
         }
     }
@@ -609,10 +697,15 @@ void kl_mem_free(void *p) {
     blk *b = hdr_of(p);
     int c = b->cls, tag = b->tag;
     uint64_t req = b->req;
+    tstate *t = ts_get();
+    if (DIRECT) {
+        direct_free(b);
+        stat_free(t, tag, req, HDR + req);
+        return;
+    }
     size_t bs = class_size(c);
     b->magic = MAGIC_FREE;
     b->tag = 0xff;
-    tstate *t = ts_get();
     if (t && c < NTC) {
         b->next = t->head[c];
         t->head[c] = b;
@@ -633,7 +726,7 @@ void *kl_mem_realloc(void *p, size_t size, kl_mem_tag tag) {
     if (!p) return kl_mem_alloc(size, tag);
     blk *b = hdr_of(p);
     size_t bs = class_size(b->cls);
-    if (size <= bs && size >= bs / 2) {
+    if (!DIRECT && size <= bs && size >= bs / 2) { /* DIRECT: always a new block, so ASan sees the new end */
         int t = b->tag;
         uint64_t old = b->req;
         b->req = size;
@@ -663,6 +756,7 @@ char *kl_mem_strdup(const char *s, kl_mem_tag tag) {
 
 uint64_t kl_mem_trim(void) {
     pthread_once(&init_once, init_classes);
+    if (DIRECT) return 0; /* nothing is cached */
     if (ts_me) tc_flush(ts_me); /* other threads keep their (small) caches */
     uint64_t released = 0;
     for (int c = 0; c < NCLASSES; c++) {
@@ -714,9 +808,21 @@ kl_arena *kl_arena_new(size_t chunk_size, kl_mem_tag tag) {
     return a;
 }
 
+/* DIRECT: every allocation gets a chunk of exactly its size, so that ASan
+ * sees an overflow from one object into the next. */
 void *kl_arena_alloc(kl_arena *a, size_t size) {
+    size_t want = size;
     size = (size + KL_MEM_ALIGN - 1) & ~(size_t)(KL_MEM_ALIGN - 1);
     chunk *c = a->head;
+    if (DIRECT) {
+        chunk *n = kl_mem_alloc(sizeof(chunk) + want, a->tag);
+        if (!n) return NULL;
+        n->size = n->used = want;
+        n->next = c;
+        a->head = n;
+        a->used_total += size;
+        return n + 1;
+    }
     if (!c || c->size - c->used < size) {
         size_t cs = size > a->chunk_size ? size : a->chunk_size;
         chunk *n = kl_mem_alloc(sizeof(chunk) + cs, a->tag);
@@ -743,7 +849,7 @@ size_t kl_arena_used(const kl_arena *a) { return a->used_total; }
 
 void kl_arena_reset(kl_arena *a) {
     chunk *c = a->head;
-    while (c && c->next) {
+    while (c && (c->next || DIRECT)) {
         chunk *n = c->next;
         kl_mem_free(c);
         c = n;

@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct kl_sha256 {
@@ -85,10 +86,17 @@ static int hash_fd(int fd, const char *name, uint8_t out[32], kl_err *e) {
 }
 
 int kl_sha256_file(const char *path, uint8_t out[32], kl_err *e) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO is refused below instead of waited on */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    struct stat st;
+    int rc = KL_OK;
+    if (fstat(fd, &st) != 0) rc = kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = kl_err_set(e, KL_EINVAL, "%s: not a regular file", path);
+    else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) rc = kl_err_set(e, -errno, "%s: %s", path, strerror(errno));
+    if (rc) { close(fd); return rc; }
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-    int rc = hash_fd(fd, path, out, e);
+    rc = hash_fd(fd, path, out, e);
     close(fd);
     return rc;
 }

@@ -154,11 +154,11 @@ int kl_dataset_resolve_verify(const char *path, kl_verify_mode verify, char ***f
     if (kl_read_file(cur, &id, &idn, NULL) == KL_OK) {
         id[strcspn(id, "\r\n")] = 0;
         if (strlen(id) != 64 || strspn(id, "0123456789abcdef") != 64) {
-            free(id);
+            kl_mem_free(id);
             return kl_err_set(e, KL_EPARSE, "%s: malformed pointer file", cur);
         }
         snprintf(dir, sizeof dir, "%s/versions/%s", path, id);
-        free(id);
+        kl_mem_free(id);
     }
     char mp[4300];
     snprintf(mp, sizeof mp, "%s/manifest.json", dir);

@@ -81,7 +81,7 @@ int kl_fetch_url(const char *url, const char *dest, const kl_fetch_opts *o, char
     {
         char *t = NULL;
         size_t n;
-        if (kl_read_file(etagp, &t, &n, NULL) == KL_OK) { snprintf(etag, sizeof etag, "%s", t); free(t); }
+        if (kl_read_file(etagp, &t, &n, NULL) == KL_OK) { snprintf(etag, sizeof etag, "%s", t); kl_mem_free(t); }
     }
     int rc = KL_OK;
     char cerr[CURL_ERROR_SIZE];

@@ -395,6 +395,7 @@ static void src_close(source *s) {
 static int load_source(source *s, const kl_ingest_opts *o, kl_err *e) {
     struct stat st;
     if (stat(s->path, &st)) return kl_err_set(e, -errno, "%s: %s", s->path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return kl_err_set(e, KL_EINVAL, "%s: not a regular file", s->path);
     s->bytes = st.st_size;
     if (has_suffix(s->path, ".gz") || has_suffix(s->path, ".zst")) {
         s->compressed = 1;
@@ -1809,7 +1810,7 @@ static int read_pointer(const char *path, char id[65]) {
     if (kl_read_file(path, &t, &n, NULL)) return KL_ENOTFOUND;
     int ok = n >= 64 && strspn(t, "0123456789abcdef") >= 64;
     if (ok) { memcpy(id, t, 64); id[64] = 0; }
-    free(t);
+    kl_mem_free(t);
     return ok ? KL_OK : KL_EPARSE;
 }
 

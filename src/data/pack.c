@@ -151,7 +151,7 @@ static int labels_csv(const char *file, plan *p, kl_err *e) {
         rc = plan_add(p, key, r.f[lc], r.len[lc], e);
     }
     kl_csv_rec_free(&r);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }
 
@@ -315,7 +315,7 @@ static void check_range(void *ctx, size_t begin, size_t end, int chunk) {
             kl_err_prefix(&e, "%s", t->key);
         }
         if (rc) {
-            free(c->bytes);
+            kl_mem_free(c->bytes);
             c->bytes = NULL;
             /* the reason without the leading "key: " (the report names the file) */
             const char *m = e.msg;
@@ -604,7 +604,7 @@ int kl_pack(const kl_pack_opts *o, kl_pack_result *res, kl_err *e) {
                 if ((rc = kl_shard_writer_open(path, &w, e))) goto fail;
             }
             if ((rc = kl_shard_writer_add(w, c->bytes, c->len, p.it[i].label, p.it[i].key, e))) goto fail;
-            free(c->bytes);
+            kl_mem_free(c->bytes);
             c->bytes = NULL;
         }
     }
@@ -656,7 +656,7 @@ issues:
 fail:
     kl_shard_writer_abort(w);
     if (cb)
-        for (size_t j = 0; j < BATCH; j++) { free(cb[j].bytes); free(cb[j].reason); }
+        for (size_t j = 0; j < BATCH; j++) { kl_mem_free(cb[j].bytes); free(cb[j].reason); }
     free(cb);
     kl_progress_finish(prog);
     res->seconds = (double)(kl_time_mono_ns() - t0) / 1e9;

@@ -376,7 +376,7 @@ int kl_pq_open_mem(const void *data, size_t len, const char *name, kl_pq_reader 
 
 int kl_pq_open(const char *path, kl_pq_reader **out, kl_err *e) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
     if (fd < 0) return kl_err_set(e, errno == ENOENT ? KL_ENOTFOUND : -errno, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) { int er = errno; close(fd); return kl_err_set(e, -er, "%s: %s", path, strerror(er)); }

@@ -417,13 +417,13 @@ int kl_shardset_open(const char *dir, int verify, kl_shardset **out, kl_err *e) 
         fd = -1;
         if ((rc = shard_check(s, i, j, verify, e))) goto fail;
     }
-    free(text);
+    kl_mem_free(text);
     cJSON_Delete(j);
     *out = s;
     return KL_OK;
 fail:
     if (fd >= 0) close(fd);
-    free(text);
+    kl_mem_free(text);
     cJSON_Delete(j);
     kl_shardset_free(s);
     return rc;

@@ -263,7 +263,7 @@ int kl_tz_load(const char *name, kl_tz **out, kl_err *e) {
     }
     rc = tzif_parse(z, path, (const unsigned char *)buf, len, e);
 done:
-    free(buf);
+    kl_mem_free(buf);
     if (rc) kl_tz_free(z);
     else *out = z;
     return rc;

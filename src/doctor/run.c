@@ -156,7 +156,7 @@ static void rpath(const ctx *x, const char *p, char *out, size_t n) {
     if (w < 0 || (size_t)w >= n) out[0] = 0; /* too long: reads fail as "absent" */
 }
 
-/* Text of root-relative file p, or NULL. free() it. */
+/* Text of root-relative file p, or NULL. kl_mem_free() it. */
 static char *rread(const ctx *x, const char *p) {
     char path[PATH_MAX + 256];
     char *t;
@@ -193,7 +193,7 @@ static int cgroup_dir(const ctx *x, char *out, size_t n) {
         }
         line = nl ? nl + 1 : NULL;
     }
-    free(t);
+    kl_mem_free(t);
     return found;
 }
 
@@ -209,7 +209,7 @@ static uint64_t cgroup_mem_limit(const ctx *x) {
     char *t = cgroup_read(x, "memory.max");
     int64_t v = 0;
     if (t && kl_doctor_parse_int(t, &v) != KL_OK) v = 0; /* "max" */
-    free(t);
+    kl_mem_free(t);
     return v > 0 ? (uint64_t)v : 0;
 }
 
@@ -219,7 +219,7 @@ static double cgroup_cpu_quota(const ctx *x) {
     long long quota, period;
     if (t && sscanf(t, "%lld %lld", &quota, &period) == 2 && quota > 0 && period > 0)
         q = (double)quota / (double)period;
-    free(t);
+    kl_mem_free(t);
     return q;
 }
 
@@ -277,7 +277,7 @@ static int add_file_check(kl_doctor_report *r, const ctx *x, const char *id, con
     kl_doctor_check c;
     char *t = rread(x, file);
     int rc = kl_doctor_eval_text(id, t, &c, e);
-    free(t);
+    kl_mem_free(t);
     return rc ? rc : add(r, &c, e);
 }
 
@@ -430,10 +430,10 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
     r = NULL;
     rc = KL_OK;
 fail:
-    free(meminfo);
-    free(cpuinfo);
-    free(nvver);
-    free(mountinfo);
+    kl_mem_free(meminfo);
+    kl_mem_free(cpuinfo);
+    kl_mem_free(nvver);
+    kl_mem_free(mountinfo);
     free(x);
     kl_doctor_report_free(r);
     return rc;

@@ -61,11 +61,16 @@ static int read_external(const Onnx__TensorProto *tp, const char *base_dir, void
         return kl_err_set(e, KL_EPARSE, "external data '%s': length %lld, tensor needs %zu bytes", loc, (long long)len, nbytes);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", base_dir, loc);
-    FILE *f = fopen(path, "rb");
-    if (!f) return kl_err_set(e, -errno, "external data %s: %s", path, strerror(errno));
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused below, not waited on */
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) { int er = errno; if (fd >= 0) close(fd); return kl_err_set(e, -er, "external data %s: %s", path, strerror(er)); }
     struct stat st;
     int rc = KL_OK;
-    if (fstat(fileno(f), &st) || (uint64_t)off > (uint64_t)st.st_size || (uint64_t)st.st_size - (uint64_t)off < nbytes) {
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
+        rc = kl_err_set(e, KL_EINVAL, "external data %s: not a regular file", path);
+        goto done;
+    }
+    if ((uint64_t)off > (uint64_t)st.st_size || (uint64_t)st.st_size - (uint64_t)off < nbytes) {
         rc = kl_err_set(e, KL_EPARSE, "external data %s: offset %lld + %zu bytes beyond the file end", path, (long long)off, nbytes);
         goto done;
     }
@@ -83,6 +88,47 @@ done:
 static void *pb_alloc(void *ad, size_t n) { return kl_mem_alloc(n ? n : 1, KL_TAG_PARAMS); }
 static void pb_free(void *ad, void *p) { kl_mem_free(p); }
 static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
+
+/* One unpack's allocator: it remembers whether the core allocator refused a
+ * request (over --memory-limit or a tag budget), so that the failure is
+ * reported as such and not as a corrupt file (protobuf-c returns NULL for
+ * both). */
+typedef struct {
+    ProtobufCAllocator a;
+    uint64_t got;      /* bytes handed out so far */
+    uint64_t need;     /* got + the refused request */
+    int refused;
+    kl_err why;        /* the allocator's reason */
+} pb_unpack;
+
+static void *pb_alloc_tracked(void *ad, size_t n) {
+    pb_unpack *u = ad;
+    kl_err e = {0};
+    void *p = kl_mem_alloc_e(n ? n : 1, KL_TAG_PARAMS, &e);
+    if (p) u->got += n;
+    else if (!u->refused) { u->refused = 1; u->need = u->got + n; u->why = e; }
+    return p;
+}
+
+static void pb_unpack_init(pb_unpack *u) {
+    memset(u, 0, sizeof *u);
+    u->a = (ProtobufCAllocator){pb_alloc_tracked, pb_free, u};
+}
+
+/* The error of a failed unpack of len bytes of what (a model or a tensor);
+ * name is the file (or NULL). */
+static int pb_unpack_error(const pb_unpack *u, const char *name, const char *what, size_t len, kl_err *e) {
+    char b1[32], b2[32], b3[32];
+    if (!u->refused)
+        return kl_err_set(e, KL_EPARSE, "%s%snot a valid ONNX %s (corrupt or truncated protobuf, %zu bytes)",
+                          name ? name : "", name ? ": " : "", what, len);
+    uint64_t limit = kl_mem_get_budget();
+    char lim[64] = "out of memory";
+    if (limit) snprintf(lim, sizeof lim, "memory limit %s reached", kl_fmt_bytes(limit, b1, sizeof b1));
+    return kl_err_set(e, KL_ENOMEM, "%s while loading %s%s (needs at least %s for its %s of protobuf): %s", lim,
+                      name ? "" : "an ONNX ", name ? name : what, kl_fmt_bytes(u->need, b2, sizeof b2),
+                      kl_fmt_bytes(len, b3, sizeof b3), u->why.msg);
+}
 
 static int tensor_from_proto(Onnx__TensorProto *tp, const char *base_dir, kl_tensor **out, kl_err *e) {
     *out = NULL;
@@ -165,8 +211,10 @@ fail:
 int kl_onnx_tensor_load_mem(const void *buf, size_t len, kl_tensor **out, char **name, kl_err *e) {
     *out = NULL;
     if (name) *name = NULL;
-    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&pb_allocator, len, buf);
-    if (!tp) return kl_err_set(e, KL_EPARSE, "not a valid ONNX TensorProto (corrupt or truncated protobuf)");
+    pb_unpack u;
+    pb_unpack_init(&u);
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(&u.a, len, buf);
+    if (!tp) return pb_unpack_error(&u, NULL, "TensorProto", len, e);
     int rc = tensor_from_proto(tp, NULL, out, e);
     if (!rc && name && tp->name) *name = strdup(tp->name);
     onnx__tensor_proto__free_unpacked(tp, &pb_allocator);
@@ -181,7 +229,7 @@ int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *
     if (rc) return rc;
     rc = kl_onnx_tensor_load_mem(buf, len, out, name, e);
     if (rc) kl_err_prefix(e, "%s", path);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }
 
@@ -403,10 +451,10 @@ fail:
 
 int kl_onnx_load_mem(const void *buf, size_t len, const char *name, const char *base_dir, kl_graph **out, kl_err *e) {
     *out = NULL;
-    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, len, buf);
-    if (!m)
-        return kl_err_set(e, KL_EPARSE, "%s: not a valid ONNX model (corrupt or truncated protobuf, %zu bytes)",
-                          name ? name : "model", len);
+    pb_unpack u;
+    pb_unpack_init(&u);
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&u.a, len, buf);
+    if (!m) return pb_unpack_error(&u, name, "model", len, e);
     int rc = build_graph(m, name, base_dir, out, e);
     onnx__model_proto__free_unpacked(m, &pb_allocator);
     return rc;
@@ -417,7 +465,7 @@ int kl_onnx_load(const char *path, kl_graph **out, kl_err *e) {
     char *buf = NULL;
     void *map = NULL;
     size_t len = 0;
-    int rc, fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc, fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: no wait; kl_read_file refuses it */
     struct stat st;
     if (fd >= 0 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size > 0) {
         map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -434,6 +482,6 @@ int kl_onnx_load(const char *path, kl_graph **out, kl_err *e) {
     else snprintf(dir, sizeof dir, ".");
     rc = kl_onnx_load_mem(buf, len, path, dir, out, e);
     if (map) munmap(map, len);
-    else free(buf);
+    else kl_mem_free(buf);
     return rc;
 }

@@ -233,7 +233,9 @@ done:
         free_entry(pe);
     } else {
         pthread_mutex_lock(&s->mu);
-        if (pe->n_free < MAX_FREE_ARENAS) pe->free_arenas[pe->n_free++] = arena;
+        /* under ASan a run's arena is not kept for the next run, so that a
+         * use after the run is reported (kl_mem_direct) */
+        if (!KL_ASAN && pe->n_free < MAX_FREE_ARENAS) pe->free_arenas[pe->n_free++] = arena;
         else kl_mem_free(arena);
         pthread_mutex_unlock(&s->mu);
     }

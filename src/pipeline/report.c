@@ -145,7 +145,7 @@ static void sec_training(pl_ctx *c, kl_buf *b) {
         kl_track_svg_chart(b, "validation accuracy per epoch", "epoch", "accuracy", &acc, 1, 460, 300);
     }
     for (int k = 0; k < 3; k++) { free(x[k]); free(y[k]); }
-    free(txt);
+    kl_mem_free(txt);
 }
 
 static void sec_eval(pl_ctx *c, kl_buf *b) {
@@ -205,7 +205,7 @@ static void sec_card(pl_ctx *c, kl_buf *b) {
     kl_buf_puts(b, "<pre>");
     kl_buf_html(b, txt);
     kl_buf_puts(b, "</pre>");
-    free(txt);
+    kl_mem_free(txt);
 }
 
 static void chain_item(kl_buf *b, const char *what, const char *val) {

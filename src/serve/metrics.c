@@ -128,7 +128,7 @@ static void cpu_seconds(double *cpu) {
         if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
             *cpu = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
     }
-    free(text);
+    kl_mem_free(text);
 }
 
 char *sv_metrics_render(kl_server *s, size_t *len) {

@@ -445,7 +445,7 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
         size_t len = 0;
         rc = kl_read_file(p, &text, &len, e);
         if (!rc) rc = sv_cfg_parse(text, len, p, &cfg, e);
-        free(text);
+        kl_mem_free(text);
         if (rc) {
             kl_log(KL_LOG_ERROR, "serve", "model %s: %s (keeping the current configuration)", m->name, kl_err_what(e));
             count_load(s, m, 0);

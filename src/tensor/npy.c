@@ -143,7 +143,7 @@ int kl_npy_load(const char *path, kl_tensor **out, kl_err *e) {
     int rc = kl_read_file(path, &buf, &len, e);
     if (rc) return rc;
     rc = kl_npy_load_mem(buf, len, path, out, e);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }
 

@@ -201,7 +201,7 @@ static int identify(const char *manifest, char **files, size_t nfiles, tr_dsinfo
     size_t len;
     if ((rc = kl_read_file(manifest, &txt, &len, e))) return rc;
     cJSON *j = cJSON_ParseWithLength(txt, len);
-    free(txt);
+    kl_mem_free(txt);
     cJSON *v = cJSON_GetObjectItem(j, "version_id"), *fh = cJSON_GetObjectItem(j, "feature_hash");
     if (cJSON_IsString(v)) snprintf(info->dataset_version, sizeof info->dataset_version, "%s", v->valuestring);
     if (cJSON_IsString(fh)) {

@@ -37,7 +37,7 @@ int tr_npy_read(const char *path, tr_array *out, kl_err *e) {
     int rc = kl_read_file(path, &buf, &len, e);
     if (rc) return rc;
     rc = tr_npy_read_mem(buf, len, path, out, e);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }
 

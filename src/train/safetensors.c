@@ -144,6 +144,6 @@ int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_ou
     int rc = kl_read_file(path, &buf, &len, e);
     if (rc) return rc;
     rc = tr_safetensors_read_mem(buf, len, path, fn, ctx, meta_out, e);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }

@@ -55,6 +55,7 @@ static int parse_layer(const kl_node *n, tr_lspec *L, int idx, kl_err *e) {
     if (kl_node_kind_of(n) != KL_NODE_MAP) return kl_node_error(n, e, KL_EINVAL, "a layer must be a map with a 'type'");
     L->line = kl_node_line(n);
     if ((rc = kl_spec_str(n, "type", NULL, &type, e))) return rc;
+    if (!type) return kl_node_error(n, e, KL_EINVAL, "a layer needs a 'type' (linear, conv2d, relu, ...)");
     int t = -1;
     for (int i = 0; i < TR_L_COUNT; i++)
         if (!strcmp(type, ltype_names[i])) t = i;
@@ -363,7 +364,7 @@ int tr_spec_load(const char *path, tr_spec **out, kl_err *e) {
     int rc = kl_read_file(path, &text, &len, e);
     if (rc) return rc;
     rc = tr_spec_load_str(text, path, out, e);
-    free(text);
+    kl_mem_free(text);
     return rc;
 }
 

@@ -485,7 +485,7 @@ static int ckpt_find(const char *dir, char *best, size_t n) {
         kl_err e = {0};
         if (kl_read_file(sp, &txt, &len, &e)) continue;
         int ok = !kl_sha256_file_hex(p, hex, &e) && len >= 64 && !strncmp(txt, hex, 64);
-        free(txt);
+        kl_mem_free(txt);
         if (ok) { snprintf(best, n, "%s", p); return 1; }
         kl_log(KL_LOG_WARN, "train", "checkpoint %s fails its sha256; trying an older one", p);
     }
@@ -1153,7 +1153,7 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
             snprintf(p, sizeof p, "%s/meta.json", dir);
             if ((rc = kl_read_file(p, &txt, &len, e))) goto fail;
             cJSON *mj = cJSON_ParseWithLength(txt, len);
-            free(txt);
+            kl_mem_free(txt);
             cJSON *dv = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "dataset");
             ds = cJSON_IsString(dv) ? strdup(dv->valuestring) : NULL;
             cJSON_Delete(mj);

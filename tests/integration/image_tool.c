@@ -28,7 +28,7 @@ static int mini_pack(const char *dir, int nclass) {
         size_t len = 0;
         if (kl_read_file(file, &data, &len, &e)) goto fail;
         int rc = kl_shard_writer_add(w, data, len, label, file, &e);
-        free(data);
+        kl_mem_free(data);
         if (rc) goto fail;
         counts[label]++; n++;
     }

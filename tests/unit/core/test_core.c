@@ -258,7 +258,7 @@ KL_TEST(atomic_write_leaves_nothing_on_abort) {
     size_t n;
     KT_OK(kl_read_file(p, &s, &n, &e), &e);
     KT_EQ_STR(s, "one");
-    free(s);
+    kl_mem_free(s);
     char cmd[1100];
     snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", kt_tmpdir());
     FILE *pp = popen(cmd, "r");
@@ -362,5 +362,38 @@ KL_TEST(doc_set_and_json_round_trip) {
     KT_EQ_STR(kl_node_scalar(kl_node_find(kl_doc_root(d2), "layers.1.type")), "relu");
     kl_buf_free(&b);
     kl_doc_free(d2);
+    kl_doc_free(d);
+}
+
+/* Aliases are shared nodes, but every walk of the tree (config show, to_json)
+ * visits an aliased node once per alias: the loader refuses a document that
+ * would expand beyond KL_DOC_MAX_NODES (billion laughs) and an alias inside
+ * its own anchor; ordinary aliases still work. */
+KL_TEST(doc_yaml_alias_expansion_capped) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    for (int i = 1; i <= 9; i++) {
+        kl_buf_printf(&b, "a%d: &a%d [", i, i);
+        for (int k = 0; k < 10; k++) kl_buf_printf(&b, "%s*a%d", k ? ", " : "", i - 1);
+        kl_buf_puts(&b, "]\n");
+    }
+    kl_doc *d = NULL;
+    kl_err e = {0};
+    int64_t t0 = kl_time_mono_ns();
+    int rc = kl_doc_load_str(b.data, b.len, "laughs.yaml", &d, &e);
+    kl_buf_free(&b);
+    KT_EQ_INT(rc, KL_ERANGE);
+    KT_CHECK(d == NULL);
+    KT_CONTAINS(e.msg, "1000000 nodes");
+    KT_CONTAINS(kl_err_what(&e), "laughs.yaml:");
+    KT_CHECK(kl_time_mono_ns() - t0 < 1000000000ll);
+    const char *cyc = "a: &x [1, *x]\n";
+    e = (kl_err){0};
+    rc = kl_doc_load_str(cyc, strlen(cyc), "cycle.yaml", &d, &e);
+    KT_CHECK(rc != KL_OK && d == NULL);
+    const char *ok = "base: &b {lr: 0.1, epochs: 3}\nrun1: *b\nrun2: *b\n";
+    KT_OK(kl_doc_load_str(ok, strlen(ok), "ok.yaml", &d, &e), &e);
+    KT_EQ_STR(kl_node_scalar(kl_node_get(kl_node_get(kl_doc_root(d), "run2"), "lr")), "0.1");
     kl_doc_free(d);
 }

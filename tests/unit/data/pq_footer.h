@@ -51,7 +51,7 @@ static int kt_pq_set_num_rows(const char *path, int64_t rows) {
     kl_err e = {0};
     if (kl_read_file(path, &buf, &len, &e)) return -1;
     int rc = kt_pq_patch_num_rows(buf, len, rows, &o, &n);
-    free(buf);
+    kl_mem_free(buf);
     if (!rc) rc = kl_write_file_atomic(path, o, n, &e) ? -1 : 0;
     free(o);
     return rc;

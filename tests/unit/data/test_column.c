@@ -51,5 +51,5 @@ KL_TEST(parquet_clickgen_deterministic) {
     KT_OK(kl_read_file(kt_path("c.csv"), &txt, &len, &e), &e);
     KT_CHECK(len > 40000 && len < 55000);
     KT_CHECK(strncmp(txt, "user_id,item_price,ts,category,clicked\n", 39) == 0);
-    free(txt);
+    kl_mem_free(txt);
 }

@@ -77,7 +77,7 @@ KL_TEST(ingest_jsonl_nul_kept_whole) {
     KT_CONTAINS(m, "\"x\\u0000y\"");        /* the vocabulary */
     KT_CONTAINS(m, "\"max\": \"z\"");
     KT_CONTAINS(m, "\"min\": \"a\\u0000b\""); /* min of s, whole */
-    free(m);
+    kl_mem_free(m);
     for (size_t i = 0; i < nf; i++) free(files[i]);
     free(files);
     free(manifest);

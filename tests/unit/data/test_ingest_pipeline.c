@@ -102,7 +102,7 @@ static int copy_file(const char *from, const char *to, kl_err *e) {
     size_t n = 0;
     int rc = kl_read_file(from, &b, &n, e);
     if (!rc) rc = kl_write_file_atomic(to, b, n, e);
-    free(b);
+    kl_mem_free(b);
     return rc;
 }
 
@@ -147,7 +147,7 @@ KL_TEST(dataset_resolve_verifies_files_against_manifest) {
     KT_OK(kl_read_file(p0, &b, &n, &e), &e);
     b[n / 2] ^= 1;
     KT_OK(kl_write_file_atomic(p0, b, n, &e), &e);
-    free(b);
+    kl_mem_free(b);
     KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
     KT_CONTAINS(e.msg, "part-00000.parquet: sha256 ");
     KT_CONTAINS(e.msg, " bytes)");

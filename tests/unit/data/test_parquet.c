@@ -268,7 +268,7 @@ KL_TEST(parquet_corrupt_files_fail_cleanly) {
         }
         buf[at] = old;
     }
-    free(buf);
+    kl_mem_free(buf);
     KT_EQ_INT(kl_pq_open(kt_path("missing.parquet"), &r, &e), KL_ENOTFOUND);
     KT_CHECK(r == NULL);
 }
@@ -307,7 +307,7 @@ KL_TEST(parquet_footer_num_rows_must_match_row_groups) {
         KT_CONTAINS(e.msg, want);
         KT_CONTAINS(e.msg, "20000");
     }
-    free(buf);
+    kl_mem_free(buf);
     /* the same through kl_pq_open: the error names the path */
     KT_CHECK(kt_pq_set_num_rows(path, 19000) == 0);
     KT_EQ_INT(kl_pq_open(path, &r, &e), KL_EPARSE);

@@ -178,5 +178,5 @@ KL_TEST(shard_bad_index_and_manifest) {
         KT_CHECKF(rc == KL_EPARSE || rc == KL_EUNSUPPORTED, "manifest %zu: rc %d", i, rc);
         KT_CHECK(s == NULL);
     }
-    free(bad); free(man); free(sh);
+    free(bad); kl_mem_free(man); kl_mem_free(sh);
 }

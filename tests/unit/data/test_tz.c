@@ -109,5 +109,5 @@ KL_TEST(data_tz_malformed_files) {
     }
     if (old) { setenv("TZDIR", old, 1); free(old); }
     else unsetenv("TZDIR");
-    free(buf);
+    kl_mem_free(buf);
 }

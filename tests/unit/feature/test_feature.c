@@ -352,7 +352,7 @@ KL_TEST(feature_save_load_hash) {
     KT_EQ_INT(kl_features_load_str(txt, len, "tampered.json", &g, &e), KL_ECHECKSUM);
     KT_CHECK(!g);
     KT_CONTAINS(kl_err_what(&e), "feature_hash mismatch");
-    free(txt);
+    kl_mem_free(txt);
     free_cols(c, NC);
     kl_features_free(f);
 }

@@ -349,7 +349,7 @@ static int read_rejects(const char *vdir, char **why, size_t n, size_t *count, k
         }
         cJSON_Delete(o);
     }
-    free(text);
+    kl_mem_free(text);
     return KL_OK;
 }
 

@@ -413,3 +413,45 @@ KL_TEST(onnx_external_data_bounds) {
     KT_EQ_INT(kl_session_load(path, NULL, &s, &e), KL_EPARSE);
     KT_CONTAINS(kl_err_what(&e), "leaves the model folder");
 }
+
+/* A model refused by the memory budget says so (naming the limit, KL_ENOMEM),
+ * not "corrupt"; a truncated one still says corrupt. */
+KL_TEST(onnx_load_budget_refusal_names_limit) {
+    mb b;
+    model(&b, 1, 13);
+    node(&b, 0, "Identity", "id0", "x", NULL, "y");
+    enum { NW = 1 << 20 };
+    float *big = calloc(NW, sizeof *big);
+    KT_CHECK(big);
+    static int64_t bd[1] = {NW};
+    b.init[0].dims = bd;
+    b.init[0].raw_data.len = NW * sizeof *big;
+    b.init[0].raw_data.data = (uint8_t *)big;
+    size_t len;
+    uint8_t *buf = pack(&b, &len);
+    free(big);
+    kl_err e = {0};
+    kl_graph *g = NULL;
+    KT_OK(kl_onnx_load_mem(buf, len, "big.onnx", NULL, &g, &e), &e); /* a valid model */
+    kl_graph_free(g);
+    g = NULL;
+    kl_mem_trim();
+    kl_mem_stats s;
+    kl_mem_stats_get(KL_TAG_COUNT, &s);
+    kl_mem_set_budget(s.reserved + (1u << 20)); /* the 4 MiB of weights do not fit */
+    e = (kl_err){0};
+    int rc = kl_onnx_load_mem(buf, len, "big.onnx", NULL, &g, &e);
+    kl_mem_set_budget(0);
+    KT_EQ_INT(rc, KL_ENOMEM);
+    KT_CHECK(g == NULL);
+    KT_CONTAINS(e.msg, "memory limit");
+    KT_CONTAINS(e.msg, "big.onnx");
+    KT_CONTAINS(e.msg, "needs at least");
+    KT_CHECK(!strstr(e.msg, "corrupt"));
+    /* truncated, no budget: still a corrupt file */
+    e = (kl_err){0};
+    KT_EQ_INT(kl_onnx_load_mem(buf, len / 2, "cut.onnx", NULL, &g, &e), KL_EPARSE);
+    KT_CONTAINS(e.msg, "corrupt");
+    KT_CONTAINS(e.msg, "cut.onnx");
+    free(buf);
+}

@@ -157,7 +157,7 @@ KL_TEST(tensor_npy_roundtrip) {
         size_t len = 0;
         KT_OK(kl_read_file(path, &raw, &len, &e), &e);
         KT_EQ_INT((len - t->nbytes) % 64, 0);
-        free(raw);
+        kl_mem_free(raw);
         kl_tensor_free(t);
         kl_tensor_free(u);
     }

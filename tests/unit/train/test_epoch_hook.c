@@ -87,6 +87,6 @@ KL_TEST(train_epoch_hook_reports_and_stops) {
     int vals = 0;
     for (char *q = csv; (q = strstr(q, ",val,")); q++) vals++;
     KT_EQ_INT(vals, 2);
-    free(csv);
+    kl_mem_free(csv);
     fclose(rep);
 }

@@ -34,6 +34,16 @@ KL_TEST(train_spec_unknown_key_suggests) {
     KT_CONTAINS(kl_err_what(&e), "three");
 }
 
+/* fuzz_spec found it: a layer map without 'type' crashed the parser (strcmp of NULL) */
+KL_TEST(train_spec_layer_without_type) {
+    kl_err e = {0};
+    int rc = spec_err("input: {shape: [4]}\nlayers:\n  - {type: linear, out: 8}\n  - {tye: linear, out: 3}\n", &e);
+    KT_EQ_INT(rc, KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "t.yaml:4");
+    KT_CONTAINS(kl_err_what(&e), "layers.1");
+    KT_CONTAINS(kl_err_what(&e), "needs a 'type'");
+}
+
 KL_TEST(train_spec_shape_mismatch_names_layer) {
     kl_err e = {0};
     int rc = spec_err("input: {shape: [4]}\nlayers:\n  - {type: linear, out: 8}\n  - {type: linear, in: 7, out: 3, name: head}\n", &e);
