@@ -139,7 +139,28 @@ done:
 
 /* ================================================================ loss & metrics */
 
-typedef struct { double loss; int64_t correct, count; } tr_eval;
+/* Loss and accuracy of an evaluation; for an mse loss also the sums of the
+ * regression errors (tr_eval_regression turns them into MAE, RMSE, R2). */
+typedef struct {
+    double loss;
+    int64_t correct, count;
+    double abs_err, sq_err, sum_y, sum_y2; /* mse: over reg_n values */
+    int64_t reg_n;
+} tr_eval;
+
+typedef struct { double mae, rmse, r2, base_rmse; } tr_reg;
+
+/* MAE, RMSE, R2 and the mean predictor's RMSE (the labels' standard
+ * deviation) of an evaluation; 0 when it has no regression values. */
+static int tr_eval_regression(const tr_eval *ev, tr_reg *r) {
+    if (ev->reg_n <= 0) return 0;
+    double n = (double)ev->reg_n, sst = ev->sum_y2 - ev->sum_y * ev->sum_y / n;
+    r->mae = ev->abs_err / n;
+    r->rmse = sqrt(ev->sq_err / n);
+    r->base_rmse = sqrt(sst > 0 ? sst / n : 0);
+    r->r2 = sst > 0 ? 1 - ev->sq_err / sst : NAN;
+    return 1;
+}
 
 /* Counts the correct predictions of a batch (CE: argmax; BCE: sign). */
 static void batch_acc(const tr_model *m, const float *z, int64_t B, const int64_t *yi, const float *yf, tr_eval *acc) {
@@ -153,6 +174,12 @@ static void batch_acc(const tr_model *m, const float *z, int64_t B, const int64_
             acc->count++;
         } else if (s->loss == TR_LOSS_BCE) {
             for (int64_t k = 0; k < K; k++) { acc->correct += (z[r * K + k] > 0) == (yf[r * K + k] > 0.5f); acc->count++; }
+        } else if (yf) {
+            for (int64_t k = 0; k < K; k++) {
+                double y = yf[r * K + k], d = (double)z[r * K + k] - y;
+                acc->abs_err += fabs(d); acc->sq_err += d * d; acc->sum_y += y; acc->sum_y2 += y * y;
+                acc->reg_n++;
+            }
         }
     }
 }
@@ -612,6 +639,13 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
     for (size_t i = 0; i < rs->n; i++) if (rs->r[i].split == 0) last_loss = rs->r[i].loss;
     if (isfinite(last_loss)) cJSON_AddNumberToObject(fm, "train_step_loss", last_loss);
     if (fin_train && fin_train->count) cJSON_AddNumberToObject(fm, "train_accuracy", (double)fin_train->correct / (double)fin_train->count);
+    tr_reg rg;
+    if (nval && tr_eval_regression(fin_val, &rg)) {
+        cJSON_AddNumberToObject(fm, "val_mae", rg.mae);
+        cJSON_AddNumberToObject(fm, "val_rmse", rg.rmse);
+        if (isfinite(rg.r2)) cJSON_AddNumberToObject(fm, "val_r2", rg.r2);
+        cJSON_AddNumberToObject(fm, "val_baseline_rmse", rg.base_rmse);
+    }
     if (nval && isfinite(fin_val->loss)) {
         cJSON_AddNumberToObject(fm, "val_loss", fin_val->loss);
         if (fin_val->count) cJSON_AddNumberToObject(fm, "val_accuracy", (double)fin_val->correct / (double)fin_val->count);
@@ -663,6 +697,10 @@ static int write_card(const char *out, const tr_spec *s, const tr_model *m, int6
             b.len -= 5;
             kl_buf_printf(&b, "%.2f %% |\n\n", 100.0 * (double)fin_val->correct / (double)fin_val->count);
         }
+        tr_reg rg;
+        if (tr_eval_regression(fin_val, &rg))
+            kl_buf_printf(&b, "| validation | MAE | RMSE | R² |\n|---|---|---|---|\n| model | %.6g | %.6g | %.4f |\n"
+                              "| mean of the labels (baseline) | | %.6g | 0 |\n\n", rg.mae, rg.rmse, rg.r2, rg.base_rmse);
         if (best_used) kl_buf_printf(&b, "Exported weights: best epoch %lld by %s (%.4f).\n\n", (long long)pos->best_epoch, s->monitor, pos->best);
     } else kl_buf_puts(&b, "No validation split was used (val_fraction 0).\n\n");
     kl_buf_puts(&b, "Curves: curves.svg; per-step values: metrics.csv.\n\n## Limitations\n\n- Evaluated only on a held-out split of the same data; no fairness or robustness evaluation was run.\n- Float32 CPU training; results are reproducible bit-for-bit with the same spec, data and seed.\n");
@@ -829,7 +867,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     int64_t samples = 0;
-    tr_eval fin_val = {NAN, 0, 0};
+    tr_eval fin_val = {.loss = NAN};
     base_tr = malloc((size_t)(ntr + 1) * 8);
     if (!base_tr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     tr_batches bt = {&d, idx_tr, ntr, s->shuffle, base_tr, -1, xb, yb, yfb, images ? &imt : NULL};
@@ -1001,12 +1039,18 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi, e))) goto fail;
     if (trun) { /* the per-epoch metrics not logged yet (each epoch logs its own), and the final ones */
         if ((rc = rows_log(trun, &rows, &rows_logged, e))) goto fail;
-        kl_metric_point pts[8];
+        kl_metric_point pts[12];
         size_t np = 0;
         pts[np++] = (kl_metric_point){"steps", pos.step, 0, (double)pos.step};
         pts[np++] = (kl_metric_point){"train_seconds", pos.step, 0, secs};
         if (nva) pts[np++] = (kl_metric_point){"final_val_loss", pos.step, 0, fin_val.loss};
         if (nva && fin_val.count) pts[np++] = (kl_metric_point){"final_val_accuracy", pos.step, 0, (double)fin_val.correct / (double)fin_val.count};
+        tr_reg rg;
+        if (nva && tr_eval_regression(&fin_val, &rg)) {
+            pts[np++] = (kl_metric_point){"final_val_mae", pos.step, 0, rg.mae};
+            pts[np++] = (kl_metric_point){"final_val_rmse", pos.step, 0, rg.rmse};
+            if (isfinite(rg.r2)) pts[np++] = (kl_metric_point){"final_val_r2", pos.step, 0, rg.r2};
+        }
         rc = tr_runlog_finish(trk, trun, s, o->out_dir, &dsi, pts, np, e);
         trk = NULL; trun = NULL;
         if (rc) goto fail;
@@ -1023,6 +1067,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
         if (nva) {
             fprintf(rep, "validation: loss %.4f", fin_val.loss);
             if (fin_val.count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fin_val.correct / (double)fin_val.count);
+            tr_reg rg;
+            if (tr_eval_regression(&fin_val, &rg))
+                fprintf(rep, ", MAE %.4g, RMSE %.4g (mean predictor %.4g), R2 %.4f", rg.mae, rg.rmse, rg.base_rmse, rg.r2);
             fprintf(rep, "%s\n", best_used ? " (best epoch)" : "");
         }
         if (images)

@@ -100,6 +100,11 @@ if j:
     yt, yp = y[:, 0].astype(np.float64), z[:, 0]
     meta = json.load(open(os.path.join(d, "reg", "meta.json")))
     report("eval_meta_declares_regression", meta.get("output") == {"postprocess": "none"}, meta.get("output"))
+    fm = meta.get("final_metrics", {})
+    report("train_regression_val_metrics", all(k in fm for k in ("val_mae", "val_rmse", "val_r2", "val_baseline_rmse"))
+           and abs(fm["val_rmse"] ** 2 - fm["val_loss"]) <= 1e-6 * max(1.0, fm["val_loss"]) and fm["val_r2"] < 1, fm)
+    card = open(os.path.join(d, "reg", "card.md")).read()
+    report("train_regression_card", "| validation | MAE | RMSE | R² |" in card and "mean of the labels (baseline)" in card, card[-600:])
     report("eval_mae_vs_sklearn", near(j.get("mae"), skm.mean_absolute_error(yt, yp)), (j.get("mae"),))
     report("eval_rmse_vs_sklearn", near(j.get("rmse"), skm.mean_squared_error(yt, yp) ** 0.5), (j.get("rmse"),))
     report("eval_r2_vs_sklearn", near(j.get("r2"), skm.r2_score(yt, yp)), (j.get("r2"), skm.r2_score(yt, yp)))
