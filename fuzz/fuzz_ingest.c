@@ -68,7 +68,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     kl_csv_rec_free(&r);
     kl_schema *s = NULL;
-    if (kl_schema_infer(buf, size, "fuzz", 200, &s, &e) == KL_OK) {
+    if (kl_schema_infer(buf, size, "fuzz", 200, 0, &s, &e) == KL_OK) {
         kl_buf b;
         kl_buf_init(&b);
         kl_schema_to_yaml(s, &b);

@@ -102,6 +102,7 @@ typedef struct kl_field {
     char *timezone;            /* as written ("UTC", "+02:00", "Europe/Berlin") */
     int tz_ambiguous;          /* KL_TZ_REJECT / EARLIEST / LATEST: naive times that occur twice */
     int line, col;             /* position in the schema file */
+    char *note;                /* schema infer: what the sample showed (YAML comment lines; not loaded) */
 } kl_field;
 
 typedef struct kl_schema {
@@ -112,6 +113,7 @@ typedef struct kl_schema {
     kl_field *fields;
     size_t n_fields;
     char *text;                /* canonical JSON of the schema (for the manifest and hashing) */
+    char *note;                /* schema infer: how much was read (a YAML comment; not loaded) */
 } kl_schema;
 
 int kl_schema_load_file(const char *path, kl_schema **out, kl_err *e);
@@ -127,8 +129,14 @@ int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl
 /* Index of a field by name, -1 when absent. */
 int kl_schema_find(const kl_schema *s, const char *name);
 /* Sniffs dialect and column types from the first max_rows records of
- * buf (0 = 20000); name labels errors and names the schema. */
-int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, kl_schema **out, kl_err *e);
+ * buf (0 = 20000; SIZE_MAX = all); name labels errors and names the schema.
+ * Types are chosen by majority: a column is typed when all but a small error
+ * budget of its values parse (the others are listed, with their lines, in
+ * the field's note: they will be rejects); the usual null tokens (NA, N/A,
+ * null, NULL, -, empty) of typed columns become the dialect's null tokens;
+ * timestamp offsets seen are noted. more: buf holds only part of the data
+ * (the note says the ranges come from a sample). */
+int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, int more, kl_schema **out, kl_err *e);
 /* Writes the schema as YAML (for `keel schema infer`). */
 int kl_schema_to_yaml(const kl_schema *s, kl_buf *out);
 

@@ -1,7 +1,10 @@
 /* `keel schema infer`: sniffs the dialect (delimiter, quote, header, line
  * ending, BOM) and the column types from a sample of a CSV/TSV/JSONL file
- * and builds a schema for review (category when few distinct values,
- * nullable when nulls were seen, observed ranges as comments). */
+ * and builds a schema for review: types by majority with a small error
+ * budget (the minority values, with their lines, noted as future rejects),
+ * the usual null tokens of typed columns, category when few distinct values,
+ * nullable when nulls were seen, timestamp offsets and observed ranges as
+ * comments, and whether it read a sample or the whole file. */
 #include "data_int.h"
 
 #include <cjson/cJSON.h>
@@ -10,90 +13,206 @@
 #include <string.h>
 
 #define MAX_DISTINCT 64
+#define MAX_SHOWN 5    /* values that do not parse, shown per type */
+#define MAX_OFFSETS 8  /* distinct timestamp offsets noted */
+
+enum { T_BOOL, T_INT, T_FLOAT, T_DATE, T_TS, T_N };
+
+/* The usual spellings of a missing value; those a typed column holds become
+ * the dialect's null tokens ("" always is one). */
+static const char *const null_words[] = {"NA", "N/A", "null", "NULL", "-", "n/a", "NaN", "none", "None"};
+#define N_NULL_WORDS (sizeof null_words / sizeof *null_words)
 
 typedef struct {
     char *name;
-    int64_t seen, nulls;
-    int can_bool, can_int, can_float, can_date, can_ts, all_01;
+    int64_t seen, nulls;          /* non-null values / empty or missing */
+    int64_t ok[T_N];              /* values that parse as each type */
+    int64_t bad_line[T_N][MAX_SHOWN];
+    char *bad_val[T_N][MAX_SHOWN];
+    int nbad[T_N];
+    int64_t words[N_NULL_WORDS];  /* null words seen (not counted in seen) */
+    int all_01;
     int64_t imin, imax;
     double dmin, dmax;
-    int has_num;
+    int has_int, has_num;
     char *distinct[MAX_DISTINCT];
     int ndistinct, too_many;
     int64_t ts_min, ts_max;
     int has_ts;
-    int explicit_tz;
+    int64_t naive, zulu;          /* timestamps without an offset / with Z */
+    int off_min[MAX_OFFSETS];     /* other offsets seen, minutes east, and how often */
+    int64_t off_n[MAX_OFFSETS];
+    int noff;
 } colguess;
 
 static void guess_init(colguess *g) {
     memset(g, 0, sizeof *g);
-    g->can_bool = g->can_int = g->can_float = g->can_date = g->can_ts = g->all_01 = 1;
+    g->all_01 = 1;
 }
 
-static void guess_add(colguess *g, const char *s, size_t n, int is_null) {
+static void note_bad(colguess *g, int t, const char *s, size_t n, int64_t line) {
+    if (g->nbad[t] >= MAX_SHOWN) return;
+    g->bad_line[t][g->nbad[t]] = line;
+    g->bad_val[t][g->nbad[t]++] = strndup(s, n > 40 ? 40 : n);
+}
+
+/* Z, +HH:MM, -HHMM, +HH at the end of a timestamp: minutes east, or 0 with
+ * *naive / *zulu set. s[0..n) is not NUL-terminated. */
+static int ts_offset(const char *s, size_t n, int *naive, int *zulu) {
+    *naive = *zulu = 0;
+    if (n && (s[n - 1] == 'Z' || s[n - 1] == 'z')) { *zulu = 1; return 0; }
+    for (size_t k = n; k-- > 16;) { /* after YYYY-MM-DDTHH:MM */
+        if (s[k] != '+' && s[k] != '-') continue;
+        char tail[8];
+        int m = 0;
+        if (n - k < sizeof tail) {
+            memcpy(tail, s + k, n - k);
+            tail[n - k] = 0;
+            if (kl_parse_tz(tail, &m) == KL_OK) return m;
+        }
+        break;
+    }
+    *naive = 1;
+    return 0;
+}
+
+static void note_ts(colguess *g, const char *s, size_t n) {
+    int naive, zulu, m = ts_offset(s, n, &naive, &zulu);
+    if (naive) { g->naive++; return; }
+    if (zulu) { g->zulu++; return; }
+    for (int k = 0; k < g->noff; k++)
+        if (g->off_min[k] == m) { g->off_n[k]++; return; }
+    if (g->noff < MAX_OFFSETS) { g->off_min[g->noff] = m; g->off_n[g->noff++] = 1; }
+}
+
+static void add_distinct(colguess *g, const char *s, size_t n);
+
+/* One value of line `line`; a quoted one is never a null word (as ingest reads it). */
+static void guess_add(colguess *g, const char *s, size_t n, int is_null, int quoted, int64_t line) {
     if (is_null) { g->nulls++; return; }
-    g->seen++;
+    int word = 0;
+    for (size_t w = 0; w < N_NULL_WORDS && !quoted && !word; w++)
+        if (strlen(null_words[w]) == n && !memcmp(null_words[w], s, n)) { g->words[w]++; word = 1; }
+    if (!word) g->seen++;
     int64_t i;
     double d;
     int b;
     int32_t dd;
     int64_t ts;
-    if (g->can_int) {
-        if (kl_parse_i64n(s, n, &i) == KL_OK) {
-            if (!g->has_num || i < g->imin) g->imin = i;
-            if (!g->has_num || i > g->imax) g->imax = i;
-            if (i != 0 && i != 1) g->all_01 = 0;
-        } else g->can_int = 0, g->all_01 = 0;
-    } else g->all_01 = 0;
-    if (g->can_float) {
-        if (kl_parse_f64n(s, n, &d) == KL_OK) {
-            if (!g->has_num || d < g->dmin) g->dmin = d;
-            if (!g->has_num || d > g->dmax) g->dmax = d;
-            g->has_num = 1;
-        } else g->can_float = 0;
+    if (word) return; /* a null word votes for no type (a text column may keep it as a value: finish_field) */
+    if (kl_parse_i64n(s, n, &i) == KL_OK) {
+        g->ok[T_INT]++;
+        if (!g->has_int || i < g->imin) g->imin = i;
+        if (!g->has_int || i > g->imax) g->imax = i;
+        g->has_int = 1;
+        if (i != 0 && i != 1) g->all_01 = 0;
+    } else {
+        g->all_01 = 0;
+        note_bad(g, T_INT, s, n, line);
     }
-    if (g->can_bool && kl_parse_booln(s, n, &b) != KL_OK) g->can_bool = 0;
-    if (g->can_date && kl_parse_date(s, n, &dd) != KL_OK) g->can_date = 0;
-    if (g->can_ts) {
-        if (kl_parse_timestamp(s, n, NULL, &ts) == KL_OK) {
-            if (!g->has_ts || ts < g->ts_min) g->ts_min = ts;
-            if (!g->has_ts || ts > g->ts_max) g->ts_max = ts;
-            g->has_ts = 1;
-            char last = s[n - 1];
-            if (last == 'Z' || last == 'z' || (n > 6 && (s[n - 6] == '+' || s[n - 6] == '-'))) g->explicit_tz = 1;
-        } else g->can_ts = 0;
-    }
+    if (kl_parse_f64n(s, n, &d) == KL_OK) {
+        g->ok[T_FLOAT]++;
+        if (!g->has_num || d < g->dmin) g->dmin = d;
+        if (!g->has_num || d > g->dmax) g->dmax = d;
+        g->has_num = 1;
+    } else note_bad(g, T_FLOAT, s, n, line);
+    if (kl_parse_booln(s, n, &b) == KL_OK) g->ok[T_BOOL]++;
+    else note_bad(g, T_BOOL, s, n, line);
+    if (kl_parse_date(s, n, &dd) == KL_OK) g->ok[T_DATE]++;
+    else note_bad(g, T_DATE, s, n, line);
+    if (kl_parse_timestamp(s, n, NULL, &ts) == KL_OK) {
+        g->ok[T_TS]++;
+        if (!g->has_ts || ts < g->ts_min) g->ts_min = ts;
+        if (!g->has_ts || ts > g->ts_max) g->ts_max = ts;
+        g->has_ts = 1;
+        note_ts(g, s, n);
+    } else note_bad(g, T_TS, s, n, line);
+    add_distinct(g, s, n);
+}
+
+static void add_distinct(colguess *g, const char *s, size_t n) {
     if (!g->too_many) {
         int k;
         for (k = 0; k < g->ndistinct; k++)
             if (strlen(g->distinct[k]) == n && !memcmp(g->distinct[k], s, n)) break;
         if (k == g->ndistinct) {
-            if (g->ndistinct == MAX_DISTINCT || n > 64 || memchr(s, 0, n)) g->too_many = 1; /* a NUL: not a schema value */
+            if (g->ndistinct == MAX_DISTINCT || n > 64) g->too_many = 1;
             else g->distinct[g->ndistinct++] = strndup(s, n);
         }
     }
 }
 
+/* All values of the column parse as type t but an error budget: none in a
+ * small sample, 1 % (at least one) from 50 values on. */
+static int majority(const colguess *g, int t) {
+    int64_t budget = g->seen >= 50 ? KL_MAX(1, g->seen / 100) : 0;
+    return g->seen > 0 && g->ok[t] >= g->seen - budget;
+}
+
 static int cmpstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int finish_field(colguess *g, kl_field *f, int64_t rows) {
+/* The field's note: the values that will be rejects, the null words taken,
+ * the offsets of a timestamp column. */
+static int field_note(const colguess *g, int t, const kl_field *f, const kl_dialect *d, kl_buf *b) {
+    if (t >= 0 && g->ok[t] < g->seen) {
+        kl_buf_printf(b, "%lld of %lld values are not %s and will be rejected, e.g.", (long long)(g->seen - g->ok[t]),
+                      (long long)g->seen, kl_type_name(f->type));
+        for (int k = 0; k < g->nbad[t]; k++)
+            kl_buf_printf(b, "%s line %lld '%s'", k ? "," : "", (long long)g->bad_line[t][k], g->bad_val[t][k]);
+        kl_buf_puts(b, "\n");
+    }
+    for (size_t w = 0; w < N_NULL_WORDS; w++) /* (in a text column a word that is no null token is a value) */
+        if (g->words[w] && kl_null_token(d, null_words[w], strlen(null_words[w])))
+            kl_buf_printf(b, "'%s' (%lld times) is read as a null\n", null_words[w], (long long)g->words[w]);
+    if (f->type == KL_T_TIMESTAMP) {
+        kl_buf_printf(b, "times seen: %lld with Z, %lld without an offset (read in the timezone below)", (long long)g->zulu,
+                      (long long)g->naive);
+        for (int k = 0; k < g->noff; k++) {
+            int m = g->off_min[k], a = m < 0 ? -m : m;
+            kl_buf_printf(b, ", %lld at %c%02d:%02d", (long long)g->off_n[k], m < 0 ? '-' : '+', a / 60, a % 60);
+        }
+        kl_buf_puts(b, g->noff + (g->zulu > 0) > 1 ? "\nmixed offsets: each value keeps its own, stored in UTC\n" : "\n");
+    }
+    return b->failed ? KL_ENOMEM : KL_OK;
+}
+
+/* The type a column's values vote for: T_* of a typed column, or -1 (text). */
+static int column_type(const colguess *g) {
+    if (g->seen == 0) return -1;
+    if (majority(g, T_BOOL) && !majority(g, T_INT)) return T_BOOL;
+    if (majority(g, T_INT)) return T_INT;
+    if (majority(g, T_FLOAT)) return T_FLOAT;
+    if (majority(g, T_DATE)) return T_DATE;
+    if (majority(g, T_TS)) return T_TS;
+    return -1;
+}
+
+/* The field of column g (t = column_type(g)) once the dialect's null tokens d
+ * are known: a null word among them is a null; in a text column another one
+ * is a value. */
+static int finish_field(colguess *g, int t, const kl_dialect *d, kl_field *f, int64_t rows) {
     f->name = g->name;
     g->name = NULL;
-    f->nullable = g->nulls > 0 || g->seen == 0;
     f->max_null_ratio = 1;
-    if (g->seen == 0) f->type = KL_T_STRING;
-    else if (g->can_bool && !g->can_int) f->type = KL_T_BOOL;
-    else if (g->can_int && g->all_01 && g->ndistinct == 2) f->type = KL_T_BOOL;
-    else if (g->can_int) {
+    int64_t nulls = g->nulls;
+    for (size_t w = 0; w < N_NULL_WORDS; w++) {
+        if (!g->words[w]) continue;
+        if (kl_null_token(d, null_words[w], strlen(null_words[w]))) nulls += g->words[w];
+        else if (t < 0) { g->seen += g->words[w]; add_distinct(g, null_words[w], strlen(null_words[w])); }
+        else g->words[w] = 0; /* no null token (the list is full): left out of the note */
+    }
+    if (t < 0 && g->seen == 0) f->type = KL_T_STRING;
+    else if (t == T_BOOL || (t == T_INT && g->all_01 && g->ndistinct == 2)) f->type = KL_T_BOOL;
+    else if (t == T_INT) {
         f->type = (g->imin >= INT32_MIN && g->imax <= INT32_MAX && g->imax - g->imin < 1000000) ? KL_T_INT32 : KL_T_INT64;
         f->has_min = f->has_max = 1;
         f->imin = g->imin; f->imax = g->imax; f->min = (double)g->imin; f->max = (double)g->imax;
-    } else if (g->can_float) {
+    } else if (t == T_FLOAT) {
         f->type = KL_T_FLOAT64;
         f->has_min = f->has_max = 1;
         f->min = g->dmin; f->max = g->dmax;
-    } else if (g->can_date) f->type = KL_T_DATE;
-    else if (g->can_ts) {
+    } else if (t == T_DATE) f->type = KL_T_DATE;
+    else if (t == T_TS) {
         f->type = KL_T_TIMESTAMP;
         f->timezone = strdup("UTC");
         f->has_min = f->has_max = 1;
@@ -101,17 +220,35 @@ static int finish_field(colguess *g, kl_field *f, int64_t rows) {
     } else if (!g->too_many && g->ndistinct <= 32 && rows >= 20 && g->ndistinct * 5 <= g->seen) {
         f->type = KL_T_CATEGORY;
         qsort(g->distinct, (size_t)g->ndistinct, sizeof *g->distinct, cmpstr);
-        f->allowed = calloc((size_t)g->ndistinct, sizeof *f->allowed);
+        f->allowed = calloc((size_t)g->ndistinct + 1, sizeof *f->allowed);
         if (!f->allowed) return KL_ENOMEM;
         for (int k = 0; k < g->ndistinct; k++) { f->allowed[k] = g->distinct[k]; g->distinct[k] = NULL; }
         f->n_allowed = (size_t)g->ndistinct;
     } else f->type = KL_T_STRING;
-    return KL_OK;
+    f->nullable = nulls > 0 || g->seen == 0;
+    kl_buf b;
+    kl_buf_init(&b);
+    int rc = field_note(g, t, f, d, &b);
+    if (!rc && b.len) f->note = kl_buf_take(&b);
+    else kl_buf_free(&b);
+    return rc;
 }
 
 static void guess_free(colguess *g) {
     free(g->name);
     for (int k = 0; k < g->ndistinct; k++) free(g->distinct[k]);
+    for (int t = 0; t < T_N; t++)
+        for (int k = 0; k < g->nbad[t]; k++) free(g->bad_val[t][k]);
+}
+
+/* The null words of the typed columns join the dialect's null tokens. */
+static void add_null_words(kl_dialect *d, const colguess *g, size_t ng, const int *types) {
+    for (size_t w = 0; w < N_NULL_WORDS; w++) {
+        int used = 0;
+        for (size_t k = 0; k < ng; k++) used |= g[k].words[w] > 0 && types[k] >= 0;
+        if (!used || kl_null_token(d, null_words[w], strlen(null_words[w])) || d->n_null >= KL_MAX_NULL_TOKENS) continue;
+        snprintf(d->null_tokens[d->n_null++], sizeof d->null_tokens[0], "%s", null_words[w]);
+    }
 }
 
 static int looks_like_data(const char *s, size_t n) {
@@ -123,7 +260,7 @@ static int looks_like_data(const char *s, size_t n) {
            kl_parse_date(s, n, &dd) == KL_OK || kl_parse_timestamp(s, n, NULL, &ts) == KL_OK;
 }
 
-int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, kl_schema **out, kl_err *e) {
+int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, int more, kl_schema **out, kl_err *e) {
     *out = NULL;
     kl_schema *s = calloc(1, sizeof *s);
     colguess *g = NULL;
@@ -151,7 +288,9 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
     } while (0)
     if (s->dialect.format == KL_FMT_JSONL) {
         size_t pos = 0;
+        int64_t lineno = 0;
         while (pos < len && (size_t)rows < max_rows) {
+            lineno++;
             const char *nl = memchr(buf + pos, '\n', len - pos);
             size_t end = nl ? (size_t)(nl - buf) : len;
             void *ov = NULL;
@@ -165,15 +304,15 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
                 for (k = 0; k < ng; k++) if (!strcmp(g[k].name, it->string)) break;
                 if (k == ng) { ADD_COL(it->string, strlen(it->string)); g[k].nulls = rows - 1; }
                 char tmp[64];
-                if (cJSON_IsNull(it)) guess_add(&g[k], "", 0, 1);
-                else if (cJSON_IsString(it)) guess_add(&g[k], it->valuestring, kl_json_string_len(it), 0);
-                else if (cJSON_IsBool(it)) guess_add(&g[k], cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0);
+                if (cJSON_IsNull(it)) guess_add(&g[k], "", 0, 1, 0, lineno);
+                else if (cJSON_IsString(it)) guess_add(&g[k], it->valuestring, kl_json_string_len(it), 0, 0, lineno);
+                else if (cJSON_IsBool(it)) guess_add(&g[k], cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0, 1, lineno);
                 else if (cJSON_IsNumber(it)) {
                     double v = it->valuedouble;
                     if (v == (double)(int64_t)v && fabs(v) < 9e15) snprintf(tmp, sizeof tmp, "%lld", (long long)v);
                     else snprintf(tmp, sizeof tmp, "%.17g", v);
-                    guess_add(&g[k], tmp, strlen(tmp), 0);
-                } else guess_add(&g[k], "x", 1, 0), g[k].too_many = 1;
+                    guess_add(&g[k], tmp, strlen(tmp), 0, 1, lineno);
+                } else guess_add(&g[k], "x", 1, 0, 1, lineno), g[k].too_many = 1;
             }
             cJSON_Delete(o);
         }
@@ -184,9 +323,13 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
         int first = 1;
         size_t hdr_n = 0;
         char **hdr = NULL;
+        int64_t line = 1;   /* of the record starting at pos */
         while ((size_t)rows < max_rows) {
             kl_err pe = {0};
+            size_t start = pos;
+            int64_t rec_line = line;
             int prc = kl_csv_next(&s->dialect, buf, len, &pos, &r, &pe);
+            for (size_t k = start; k < pos && k < len; k++) line += buf[k] == '\n';
             if (prc == KL_CSV_END) break;
             if (prc) continue;
             if (r.n == 1 && r.len[0] == 0) continue;
@@ -213,7 +356,7 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
             rows++;
             for (size_t i = 0; i < r.n; i++) {
                 int isnull = !r.quoted[i] && r.len[i] == 0;
-                guess_add(&g[i], r.f[i], r.len[i], isnull);
+                guess_add(&g[i], r.f[i], r.len[i], isnull, r.quoted[i], rec_line);
             }
         }
         if (hdr) for (size_t i = 0; i < hdr_n; i++) free(hdr[i]);
@@ -222,8 +365,23 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
     if (ng == 0) { rc = kl_err_set(e, KL_EPARSE, "%s: no columns found", name); goto fail; }
     if (!(s->fields = calloc(ng, sizeof *s->fields))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     s->n_fields = ng;
-    for (size_t k = 0; k < ng; k++)
-        if ((rc = finish_field(&g[k], &s->fields[k], rows))) { kl_err_set(e, rc, "out of memory"); goto fail; }
+    int *types = calloc(ng, sizeof *types);
+    if (!types) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    for (size_t k = 0; k < ng; k++) types[k] = column_type(&g[k]);
+    add_null_words(&s->dialect, g, ng, types);
+    for (size_t k = 0; k < ng && !rc; k++) rc = finish_field(&g[k], types[k], &s->dialect, &s->fields[k], rows);
+    free(types);
+    if (rc) { kl_err_set(e, rc, "out of memory"); goto fail; }
+    {
+        kl_buf nb;
+        kl_buf_init(&nb);
+        int sample = more || (size_t)rows >= max_rows;
+        if (sample)
+            kl_buf_printf(&nb, "inferred from a sample: the first %lld records (observed ranges and values may be narrower than the\n"
+                               "whole file's; `keel schema infer --scan full` reads all of it)", (long long)rows);
+        else kl_buf_printf(&nb, "inferred from all %lld records of the file", (long long)rows);
+        s->note = kl_buf_take(&nb);
+    }
     {
         const char *b = strrchr(name, '/');
         b = b ? b + 1 : name;

@@ -17,8 +17,10 @@ void kl_schema_free(kl_schema *s) {
         kl_tz_free(f->tz);
         for (size_t k = 0; k < f->n_allowed; k++) free(f->allowed[k]);
         free(f->allowed);
+        free(f->note);
     }
     free(s->fields);
+    free(s->note);
     free(s->name);
     free(s->sha256);
     free(s->text);
@@ -391,10 +393,27 @@ static void yq(kl_buf *b, const char *s) {
     kl_buf_puts(b, "\"");
 }
 
+/* Each line of text as a YAML comment (control characters and bytes that are
+ * not printable ASCII shown as '?': a comment must stay one valid line). */
+static void comment(kl_buf *b, const char *indent, const char *text) {
+    while (*text) {
+        size_t n = strcspn(text, "\n");
+        kl_buf_printf(b, "%s# ", indent);
+        for (size_t i = 0; i < n; i++) {
+            unsigned char c = (unsigned char)text[i];
+            char ch = c >= 0x20 && c < 0x7f ? (char)c : '?';
+            kl_buf_append(b, &ch, 1);
+        }
+        kl_buf_puts(b, "\n");
+        text += n + (text[n] == '\n');
+    }
+}
+
 int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
     const kl_dialect *d = &s->dialect;
     char q[2] = {d->quote, 0};
     kl_buf_puts(b, "# keel ingest schema (review before use: types, nullability, constraints)\n");
+    if (s->note) comment(b, "", s->note);
     if (s->name && *s->name) { kl_buf_puts(b, "name: "); yq(b, s->name); kl_buf_puts(b, "\n"); }
     kl_buf_puts(b, "dialect:\n");
     kl_buf_printf(b, "  format: %s\n", d->format == KL_FMT_JSONL ? "jsonl" : "csv");
@@ -433,6 +452,7 @@ int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
         char tmp[64];
         if (f->has_min) { bound_str(f, 0, tmp, sizeof tmp); kl_buf_printf(b, "    # observed min: %s\n", tmp); }
         if (f->has_max) { bound_str(f, 1, tmp, sizeof tmp); kl_buf_printf(b, "    # observed max: %s\n", tmp); }
+        if (f->note) comment(b, "    ", f->note);
     }
     return b->failed ? KL_ENOMEM : KL_OK;
 }

@@ -373,4 +373,20 @@ if (ulimit -n 32; "$KEEL" ingest manyz --schema clicks.yaml --out dmanyz --json 
 else
   fail ingest_many_compressed_sources "$(head -c 300 manyz.err)"
 fi
+# ---- schema infer by majority, over the whole file ----
+$PYTHON - <<'P' > majority.csv
+print("x,when")
+for i in range(6000):
+    print("%s,%s" % ("oops" if i == 4321 else "NA" if i % 50 == 0 else "%d.5" % i, "2024-01-02T03:04:05-05:00"))
+P
+if expect_rc ingest_schema_infer_scan_full 0 "$KEEL" schema infer majority.csv --scan full --out maj.yaml; then
+  grep -q "type: float64" maj.yaml && grep -q "line 4323 'oops'" maj.yaml && grep -q "inferred from all 6000 records" maj.yaml \
+    && grep -q 'null: \["", "NA"\]' maj.yaml && pass ingest_schema_infer_majority || fail ingest_schema_infer_majority "$(cat maj.yaml)"
+  expect_rc ingest_majority_one_reject 0 "$KEEL" ingest majority.csv --schema maj.yaml --out dmaj --max-reject-ratio 0.001 &&
+    grep -q "5999 rows accepted, 1 rejected" "$T/out" && pass ingest_majority_rejects_the_minority \
+    || fail ingest_majority_rejects_the_minority "$(cat "$T/out" "$T/err" | head -c 400)"
+fi
+"$KEEL" schema infer majority.csv --rows 100 | grep -q "inferred from a sample: the first 100 records" \
+  && pass ingest_schema_infer_says_sample || fail ingest_schema_infer_says_sample
+expect_rc ingest_schema_infer_scan_usage 2 "$KEEL" schema infer majority.csv --scan everything
 exit 0

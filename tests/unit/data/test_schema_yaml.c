@@ -26,7 +26,7 @@ KL_TEST(schema_infer_yaml_round_trip_garbage) {
     }
     kl_schema *s = NULL;
     kl_err e = {0};
-    KT_OK(kl_schema_infer(csv.data, csv.len, "g\xffrbage.csv", 1000, &s, &e), &e);
+    KT_OK(kl_schema_infer(csv.data, csv.len, "g\xffrbage.csv", 1000, 0, &s, &e), &e);
     kl_buf_free(&csv);
     KT_EQ_INT(s->n_fields, KL_ARRAY_LEN(names) + 1);
     KT_CHECK(s->fields[0].n_allowed == 2);
