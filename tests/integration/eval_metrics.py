@@ -32,8 +32,8 @@ def train_eval(name, loss, out, x, y, extra=()):
     with open(os.path.join(d, name + ".yaml"), "w") as f:
         f.write("seed: 3\ninput: {shape: [%d]}\nlayers:\n  - {type: linear, out: 16}\n  - {type: relu}\n"
                 "  - {type: linear, out: %d}\nloss: {type: %s}\noptimizer: {type: adamw, lr: 0.01}\n"
-                "train: {epochs: 3, batch_size: 32, val_fraction: 0.2}\ndata: {x: %s_x.npy, y: %s_y.npy}\n"
-                % (x.shape[1], out, loss, name, name))
+                "train: {epochs: %d, batch_size: 32, val_fraction: 0.2}\ndata: {x: %s_x.npy, y: %s_y.npy}\n"
+                % (x.shape[1], out, loss, 30 if name == "wide" else 3, name, name))
     r = subprocess.run([KEEL, "train", name + ".yaml", "--out", name, "--quiet"], cwd=d, capture_output=True, text=True)
     if r.returncode:
         report(name + "_train", False, r.stderr[-400:])
@@ -74,6 +74,8 @@ if j:
     report("eval_at_threshold_vs_sklearn", near(j["at_threshold"]["f1"], skm.f1_score(yt, at)) and
            near(j["at_threshold"]["precision"], skm.precision_score(yt, at, zero_division=0)) and
            near(j["at_threshold"]["accuracy"], skm.accuracy_score(yt, at)), (j.get("at_threshold"),))
+    svg = open(os.path.join(d, "bin", "curves.svg")).read()
+    report("train_curves_titled_bce", "keel train: BCE loss" in svg and "validation accuracy" in svg, svg[:300])
     meta = json.load(open(os.path.join(d, "bin", "meta.json")))
     report("eval_meta_declares_sigmoid", meta.get("output") == {"postprocess": "sigmoid", "classes": 2}, meta.get("output"))
     report("eval_auc_vs_sklearn", near(j.get("auc"), skm.roc_auc_score(yt, p)), (j.get("auc"), skm.roc_auc_score(yt, p)))
@@ -103,6 +105,20 @@ if j:
     fm = meta.get("final_metrics", {})
     report("train_regression_val_metrics", all(k in fm for k in ("val_mae", "val_rmse", "val_r2", "val_baseline_rmse"))
            and abs(fm["val_rmse"] ** 2 - fm["val_loss"]) <= 1e-6 * max(1.0, fm["val_loss"]) and fm["val_r2"] < 1, fm)
+    svg = open(os.path.join(d, "reg", "curves.svg")).read()
+    losses = [float(line.split(",")[3]) for line in open(os.path.join(d, "reg", "metrics.csv")).read().splitlines()[1:]
+              if line.split(",")[3] not in ("", "nan")]
+    wide = max(losses) / min(v for v in losses if v > 0) > 100
+    report("train_curves_titled_by_loss", "keel train: MSE loss" in svg and "accuracy" not in svg
+           and (("(log scale)" in svg) == wide), (svg[:400], wide))
+    # a loss falling over more than two decades gets a log axis
+    x = rng.normal(size=(400, 2))
+    jw, _ = train_eval("wide", "mse", 1, x, (30 * x[:, :1]).astype(np.float32))
+    if jw:
+        lw = [float(line.split(",")[3]) for line in open(os.path.join(d, "wide", "metrics.csv")).read().splitlines()[1:]]
+        svg = open(os.path.join(d, "wide", "curves.svg")).read()
+        report("train_curves_log_axis", max(lw) / min(v for v in lw if v > 0) > 100 and "(log scale)" in svg
+               and "MSE loss (log)" in svg, (max(lw), min(lw), svg[:300]))
     card = open(os.path.join(d, "reg", "card.md")).read()
     report("train_regression_card", "| validation | MAE | RMSE | R² |" in card and "mean of the labels (baseline)" in card, card[-600:])
     report("eval_mae_vs_sklearn", near(j.get("mae"), skm.mean_absolute_error(yt, yp)), (j.get("mae"),))
