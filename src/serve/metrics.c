@@ -93,28 +93,23 @@ static void hist(kl_buf *b, const char *name, const char *labels, const uint64_t
     kl_buf_printf(b, "%s_sum{%s} %.9g\n%s_count{%s} %llu\n", name, labels, sum, name, labels, (unsigned long long)count);
 }
 
-static void model_label(char *out, size_t n, const char *model, int level) {
-    kl_buf b;
-    kl_buf_init(&b);
-    kl_buf_puts(&b, "model=");
-    label(&b, model);
-    if (level > 0) kl_buf_printf(&b, ",priority=\"%d\"", level);
-    snprintf(out, n, "%s", b.data ? b.data : "");
-    kl_buf_free(&b);
-}
+#define NO_VERSION (-2)
 
-/* model="m",version="v" (version "" for requests answered before one was chosen) */
+/* model="m"[,version="v"][,priority="p"]: version -1 is "" (a request
+ * answered before a version was chosen), NO_VERSION leaves it out. */
 static void version_label(char *out, size_t n, const char *model, int64_t version, int level) {
     kl_buf b;
     kl_buf_init(&b);
     kl_buf_puts(&b, "model=");
     label(&b, model);
     if (version >= 0) kl_buf_printf(&b, ",version=\"%lld\"", (long long)version);
-    else kl_buf_puts(&b, ",version=\"\"");
+    else if (version == -1) kl_buf_puts(&b, ",version=\"\"");
     if (level > 0) kl_buf_printf(&b, ",priority=\"%d\"", level);
     snprintf(out, n, "%s", b.data ? b.data : "");
     kl_buf_free(&b);
 }
+
+static void model_label(char *out, size_t n, const char *model, int level) { version_label(out, n, model, NO_VERSION, level); }
 
 static void cpu_seconds(double *cpu) {
     *cpu = 0;
