@@ -116,7 +116,9 @@ int tr_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_
     if (len < 8) return kl_err_set(e, KL_EPARSE, "%s: not a safetensors file (%zu bytes)", name, len);
     for (int i = 0; i < 8; i++) hl |= (uint64_t)buf[i] << (8 * i);
     if (hl > len - 8) return kl_err_set(e, KL_EPARSE, "%s: header length %llu beyond the file", name, (unsigned long long)hl);
-    j = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hl);
+    void *jv = NULL;
+    if ((rc = kl_json_parse((const char *)buf + 8, (size_t)hl, name, &jv, e))) return rc; /* the core reader: errors say where */
+    j = jv;
     if (!cJSON_IsObject(j)) { rc = kl_err_set(e, KL_EPARSE, "%s: header is not a JSON object", name); goto done; }
     const char *data = (const char *)buf + 8 + hl;
     size_t dlen = len - 8 - (size_t)hl;
