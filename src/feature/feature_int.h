@@ -27,7 +27,7 @@ typedef struct {
     int has_fill;
     double fill;
     int col;          /* index into kl_features.inputs */
-    const kl_field *raw;  /* the column as ingest read it (kl_features.raw); NULL: the type's defaults */
+    const kl_field *raw;  /* how a raw value of the column reads (its fcol's raw; bound after parsing) */
 } fin;
 
 /* One feature. */
@@ -67,7 +67,8 @@ typedef struct {
     char *name;
     kl_col_type type;
     int nullable;
-    const kl_field *raw;  /* its field of kl_features.raw, or NULL */
+    const kl_field *raw;  /* its field of kl_features.raw, else dflt (set by kl__features_bind_raw) */
+    kl_field dflt;        /* without a recorded field: the type's defaults (nullable, naive = UTC) */
 } fcol;
 
 /* What apply does with a row whose label is null. */

@@ -344,14 +344,19 @@ int kl__features_layout(kl_features *f, kl_err *e) {
     return KL_OK;
 }
 
-static void bind_fin(const kl_features *f, fin *in) { in->raw = in->column ? f->inputs[in->col].raw : NULL; }
+static void bind_fin(const kl_features *f, fin *in) { in->raw = f->inputs[in->col].raw; }
 
 int kl__features_bind_raw(kl_features *f, kl_err *e) {
     for (size_t i = 0; i < f->ninputs; i++) {
         fcol *c = &f->inputs[i];
         int j = f->raw ? kl_schema_find(f->raw, c->name) : -1;
-        c->raw = j < 0 ? NULL : &f->raw->fields[j];
-        if (c->raw && !kl__features_type_ok(c->type, kl_type_column(c->raw->type)))
+        memset(&c->dflt, 0, sizeof c->dflt);
+        c->dflt.name = c->name;
+        c->dflt.type = kl_type_of_column(c->type);
+        c->dflt.nullable = 1;
+        c->dflt.max_null_ratio = 1.0;
+        c->raw = j < 0 ? &c->dflt : &f->raw->fields[j];
+        if (j >= 0 && !kl__features_type_ok(c->type, kl_type_column(c->raw->type)))
             return kl_err_set(e, KL_ETYPE, "column '%s' is %s in the dataset's schema, the spec declares %s", c->name,
                               kl_type_name(c->raw->type), kl_col_type_name(c->type));
     }
@@ -452,9 +457,12 @@ static int parse_set(const kl_node *root, kl_features **out, kl_err *e) {
     const kl_node *lb = kl_node_get(root, "label");
     if (lb && kl_node_kind_of(lb) != KL_NODE_NULL && (rc = parse_label(lb, kl_node_get(root, "format") != NULL, f, e))) goto fail;
     const kl_node *rn = kl_node_get(root, "raw");
-    if (rn && kl_node_kind_of(rn) != KL_NODE_NULL &&
-        ((rc = kl_schema_from_node(rn, &f->raw, e)) || (rc = kl__features_bind_raw(f, e)))) {
+    if (rn && kl_node_kind_of(rn) != KL_NODE_NULL && (rc = kl_schema_from_node(rn, &f->raw, e))) {
         kl_err_prefix(e, "%s: raw", kl_node_file(rn));
+        goto fail;
+    }
+    if ((rc = kl__features_bind_raw(f, e))) { /* every input, with or without a recorded field */
+        if (rn) kl_err_prefix(e, "%s: raw", kl_node_file(rn));
         goto fail;
     }
     f->fitted = 1;
@@ -717,9 +725,10 @@ kl_col_type kl_features_input_type(const kl_features *f, size_t i) { return f->i
 void kl_features_input_field(const kl_features *f, size_t i, kl_features_field *out) {
     const fcol *c = &f->inputs[i];
     out->name = c->name;
-    out->type = c->raw ? kl_type_name(c->raw->type) : kl_col_type_name(c->type);
-    out->nullable = c->nullable && (!c->raw || c->raw->nullable); /* a feature takes a null, and ingest would */
-    out->timezone = c->raw && c->raw->type == KL_T_TIMESTAMP && c->raw->timezone ? c->raw->timezone : NULL;
+    int recorded = c->raw != &c->dflt;
+    out->type = recorded ? kl_type_name(c->raw->type) : kl_col_type_name(c->type);
+    out->nullable = c->nullable && c->raw->nullable; /* a feature takes a null, and ingest would */
+    out->timezone = recorded && c->raw->type == KL_T_TIMESTAMP && c->raw->timezone ? c->raw->timezone : NULL;
 }
 const char *kl_features_label(const kl_features *f) { return f->has_label ? f->label : NULL; }
 int kl_features_is_fitted(const kl_features *f) { return f->fitted; }

@@ -118,21 +118,10 @@ void kl__fval_from_col(const kl_column *c, size_t row, fval *v) {
 }
 
 
-/* The raw field of an input without a recorded one: its type's defaults
- * (nullable, UTC for naive times, no constraints). */
-static const kl_field *default_field(const fin *in, kl_field *tmp) {
-    memset(tmp, 0, sizeof *tmp);
-    tmp->name = in->column;
-    tmp->type = kl_type_of_column(in->type);
-    tmp->nullable = 1;
-    tmp->max_null_ratio = 1.0;
-    return tmp;
-}
-
 int kl__fval_from_json(const fin *in, const kl_dialect *d, const void *obj, fval *v, kl_err *e) {
     const cJSON *it = cJSON_GetObjectItemCaseSensitive((const cJSON *)obj, in->column);
-    kl_field tmp;
-    const kl_field *f = in->raw ? in->raw : default_field(in, &tmp);
+    const kl_field *f = in->raw;
+    KL_ASSERT(f != NULL); /* bound when the features were parsed */
     kl_value x = {0};
     int isnull = 0;
     char msg[256];

@@ -2,6 +2,7 @@
  * ingest (Parquet string length, manifest vocabulary and min/max), and the
  * JSON reader (kl_json_parse_opts with KL_JSON_KEEP_NUL) gives the lengths. */
 #include "../harness.h"
+#include "../kt_ingest.h"
 
 #include <cjson/cJSON.h>
 #include <keel/column.h>
@@ -43,11 +44,7 @@ KL_TEST(ingest_jsonl_nul_kept_whole) {
     KT_OK(kl_write_file_atomic(sp, schema, strlen(schema), &e), &e);
     const char *srcs[] = {src};
     kl_ingest_opts o;
-    kl_ingest_opts_default(&o);
-    o.sources = srcs;
-    o.n_sources = 1;
-    o.schema_path = sp;
-    o.out_dir = out;
+    kt_ingest_opts(&o, srcs, sp, out);
     kl_ingest_result r;
     KT_OK(kl_ingest(&o, &r, &e), &e);
     KT_EQ_INT(r.rows_accepted, 2);

@@ -2,6 +2,7 @@
  * unit tests cover the threaded pipeline): streaming and partitioned paths,
  * idempotent re-run, determinism across chunkings' thread use, rejects. */
 #include "../harness.h"
+#include "../kt_ingest.h"
 
 #include <keel/clickgen.h>
 #include <keel/core.h>
@@ -34,11 +35,7 @@ KL_TEST(ingest_pipeline_streaming_and_rerun) {
     snprintf(out, sizeof out, "%s", kt_path("ds"));
     const char *srcs[] = {csv};
     kl_ingest_opts o;
-    kl_ingest_opts_default(&o);
-    o.sources = srcs;
-    o.n_sources = 1;
-    o.schema_path = schema;
-    o.out_dir = out;
+    kt_ingest_opts(&o, srcs, schema, out);
     o.chunk_bytes = 64 << 10; /* many chunks and several part files */
     kl_ingest_result r;
     KT_OK(kl_ingest(&o, &r, &e), &e);
@@ -126,11 +123,7 @@ KL_TEST(dataset_resolve_verifies_files_against_manifest) {
     snprintf(out, sizeof out, "%s", kt_path("dsv"));
     const char *srcs[] = {csv};
     kl_ingest_opts o;
-    kl_ingest_opts_default(&o);
-    o.sources = srcs;
-    o.n_sources = 1;
-    o.schema_path = schema;
-    o.out_dir = out;
+    kt_ingest_opts(&o, srcs, schema, out);
     o.chunk_bytes = 64 << 10;
     kl_ingest_result r;
     KT_OK(kl_ingest(&o, &r, &e), &e);

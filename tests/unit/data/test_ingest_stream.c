@@ -4,6 +4,7 @@
  * (multi-member gzip, multi-frame zstd, records and UTF-8 split across
  * reads) gives the same Parquet files as the plain one. */
 #include "../harness.h"
+#include "../kt_ingest.h"
 
 #include <keel/core.h>
 #include <keel/data.h>
@@ -65,11 +66,7 @@ static int write_bomb(const char *path, int zst, int copies, kl_err *e) {
 }
 
 static void opts_for(kl_ingest_opts *o, const char **src, const char *schema, const char *out) {
-    kl_ingest_opts_default(o);
-    o->sources = src;
-    o->n_sources = 1;
-    o->schema_path = schema;
-    o->out_dir = out;
+    kt_ingest_opts(o, src, schema, out);
     o->chunk_bytes = 256 << 10;
 }
 

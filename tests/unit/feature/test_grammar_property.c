@@ -10,6 +10,7 @@
  * record ingest rejects the online path rejects with the same reason.
  * KEEL_PROPERTY_RECORDS / KEEL_PROPERTY_SEED run it longer (make fuzz). */
 #include "../harness.h"
+#include "../kt_ingest.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -371,11 +372,7 @@ KL_TEST(feature_grammar_property_online_equals_ingest) {
     /* offline: ingest (rejects allowed), fit on the dataset, apply */
     const char *srcs[] = {csv};
     kl_ingest_opts o;
-    kl_ingest_opts_default(&o);
-    o.sources = srcs;
-    o.n_sources = 1;
-    o.schema_path = schema;
-    o.out_dir = ds;
+    kt_ingest_opts(&o, srcs, schema, ds);
     o.max_reject_ratio = 1.0;
     o.chunk_bytes = 32 << 10;
     kl_ingest_result ir;
