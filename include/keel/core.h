@@ -394,6 +394,11 @@ int kl_spec_str(const kl_node *map, const char *key, const char *def, const char
 int kl_spec_require(const kl_node *map, const char *key, const kl_node **out, kl_err *e);
 /* Unknown keys → KL_EINVAL naming the key, its position and a suggestion. */
 int kl_spec_check_keys(const kl_node *map, const char *const *allowed, size_t n, kl_err *e);
+/* A key that no reader looked up (kl_node_get, kl_node_at, kl_node_find,
+ * kl_spec_*) below root → KL_EINVAL naming it and its position: the loader of
+ * a spec calls it once it has read everything, so that a key accepted by
+ * kl_spec_check_keys but ignored in this configuration is an error too. */
+int kl_node_check_used(const kl_node *root, kl_err *e);
 /* Error at a node's position: "file:line:col: path: msg". Returns code. */
 int kl_node_error(const kl_node *n, kl_err *e, int code, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

@@ -22,6 +22,7 @@ struct kl_node {
     const char *file;
     uint64_t weight; /* nodes of the subtree with every alias expanded (capped at KL_DOC_MAX_NODES + 1) */
     int open;        /* its children are being parsed: an alias to it would make a cycle */
+    int used;        /* a reader looked it up (kl_node_get / kl_node_at): kl_node_check_used */
 };
 
 struct kl_doc {
@@ -326,14 +327,21 @@ const char *kl_node_kind_name(kl_node_kind k) {
     return "?";
 }
 size_t kl_node_len(const kl_node *n) { return n && (n->kind == KL_NODE_SEQ || n->kind == KL_NODE_MAP) ? n->n : 0; }
-const kl_node *kl_node_at(const kl_node *n, size_t i) { return i < kl_node_len(n) ? n->items[i] : NULL; }
+/* The lookups mark what they return as read, so that kl_node_check_used can
+ * name a key that no reader looked at (a key accepted and then ignored). The
+ * flag is the only thing a reader changes in a document. */
+static const kl_node *mark_used(kl_node *n) {
+    if (n) n->used = 1;
+    return n;
+}
+const kl_node *kl_node_at(const kl_node *n, size_t i) { return i < kl_node_len(n) ? mark_used(n->items[i]) : NULL; }
 const char *kl_node_key_at(const kl_node *n, size_t i) {
     return n && n->kind == KL_NODE_MAP && i < n->n ? n->keys[i] : NULL;
 }
 const kl_node *kl_node_get(const kl_node *n, const char *key) {
     if (!n || n->kind != KL_NODE_MAP) return NULL;
     for (size_t i = 0; i < n->n; i++)
-        if (!strcmp(n->keys[i], key)) return n->items[i];
+        if (!strcmp(n->keys[i], key)) return mark_used(n->items[i]);
     return NULL;
 }
 const kl_node *kl_node_find(const kl_node *n, const char *path) {
@@ -471,6 +479,31 @@ int kl_spec_check_keys(const kl_node *map, const char *const *allowed, size_t n,
         return rc;
     }
     return KL_OK;
+}
+
+/* Depth-first: the first key of a mapping whose value no reader looked up.
+ * Only read nodes are descended into: an ignored subtree is named at its top. */
+static const kl_node *first_unused(const kl_node *n, const char **key) {
+    if (!n || (n->kind != KL_NODE_MAP && n->kind != KL_NODE_SEQ)) return NULL;
+    for (size_t i = 0; i < n->n; i++) {
+        const kl_node *c = n->items[i];
+        if (n->kind == KL_NODE_MAP && !c->used) {
+            *key = n->keys[i];
+            return c;
+        }
+        const kl_node *u = c->used || n->kind == KL_NODE_SEQ ? first_unused(c, key) : NULL;
+        if (u) return u;
+    }
+    return NULL;
+}
+
+int kl_node_check_used(const kl_node *root, kl_err *e) {
+    const char *key = NULL;
+    const kl_node *u = first_unused(root, &key);
+    if (!u) return KL_OK;
+    return kl_node_error(u, e, KL_EINVAL,
+                         "key '%s' has no effect here (with the other settings of this section nothing reads it); "
+                         "remove it, or see the guide for the setting it belongs with", key);
 }
 
 /* ---- editing and writing --------------------------------------------------- */

@@ -123,6 +123,7 @@ static int load_field(const kl_node *m, kl_field *f, kl_err *e) {
         return kl_node_error(m, e, KL_EINVAL, "a column is a map with at least name and type");
     int rc = kl_spec_check_keys(m, keys, KL_ARRAY_LEN(keys), e);
     if (rc) return rc;
+    (void)kl_node_get(m, "description"); /* for the reader only */
     f->line = kl_node_line(m);
     f->col = kl_node_col(m);
     const kl_node *n;
@@ -209,6 +210,7 @@ int kl_schema_from_node(const kl_node *root, kl_schema **out, kl_err *e) {
     kl_dialect_default(&s->dialect);
     if (kl_node_kind_of(root) != KL_NODE_MAP) { rc = kl_node_error(root, e, KL_EINVAL, "a schema is a map with 'columns'"); goto fail; }
     if ((rc = kl_spec_check_keys(root, keys, KL_ARRAY_LEN(keys), e))) goto fail;
+    (void)kl_node_get(root, "description"); /* for the reader only */
     const char *v;
     if ((rc = kl_spec_str(root, "name", "", &v, e))) goto fail;
     s->name = strdup(v);
@@ -252,12 +254,18 @@ fail:
     return rc;
 }
 
+/* A schema file is written by hand (or by schema infer, then edited): a key
+ * that nothing reads for its column's type is an error, not silence. */
 int kl_schema_load_file(const char *path, kl_schema **out, kl_err *e) {
     kl_doc *d = NULL;
     *out = NULL;
     int rc = kl_doc_load_file(path, &d, e);
     if (rc) return rc;
     rc = kl_schema_from_node(kl_doc_root(d), out, e);
+    if (!rc && (rc = kl_node_check_used(kl_doc_root(d), e))) {
+        kl_schema_free(*out);
+        *out = NULL;
+    }
     kl_doc_free(d);
     return rc;
 }

@@ -147,12 +147,57 @@ static int parse_state(feat *F, const kl_node *st, kl_err *e) {
     return KL_OK;
 }
 
+/* The parameters of each transform, read only for the kinds that use them (as
+ * the canonical JSON writes them): another kind's key stays unread, and
+ * kl_node_check_used refuses it (edges on a standardize, buckets on a onehot). */
+static int parse_kind_params(const kl_node *n, feat *F, kl_err *e) {
+    int rc;
+    const kl_node *c;
+    const char *s;
+    int64_t v;
+    F->max_size = 1000;
+    F->unit_s = 1;
+    if (F->kind == TF_CLIP) {
+        if ((c = kl_node_get(n, "lower"))) { if ((rc = kl_node_double(c, &F->lo, e))) return rc; F->has_lo = 1; }
+        if ((c = kl_node_get(n, "upper"))) { if ((rc = kl_node_double(c, &F->hi, e))) return rc; F->has_hi = 1; }
+        if (!F->has_lo && !F->has_hi) return kl_node_error(n, e, KL_EINVAL, "clip needs lower and/or upper");
+    }
+    if (F->kind == TF_BUCKETIZE && (rc = kl_spec_int(n, "quantiles", 0, &F->quantiles, e))) return rc;
+    if (F->kind == TF_ONEHOT || F->kind == TF_INDEX) {
+        if ((rc = kl_spec_int(n, "max_size", 1000, &F->max_size, e))) return rc;
+        if (F->max_size < 1 || F->max_size > 1000000) return kl_node_error(kl_node_get(n, "max_size"), e, KL_ERANGE, "max_size must be 1..1000000");
+    }
+    if (F->kind == TF_HASH) {
+        if ((rc = kl_spec_int(n, "buckets", 0, &F->buckets, e))) return rc;
+        if (F->buckets < 1 || F->buckets > (1LL << 31)) return kl_node_error(n, e, KL_EINVAL, "hash_bucket needs buckets in 1..2^31");
+        if ((rc = kl_spec_int(n, "seed", 0, &v, e))) return rc;
+        F->seed = (uint64_t)v;
+    }
+    if (F->kind == TF_RATIO && (rc = kl_spec_double(n, "on_zero", 0.0, &F->on_zero, e))) return rc;
+    if (F->kind == TF_WINDOW && (rc = kl_spec_double(n, "empty", 0.0, &F->empty, e))) return rc;
+    if (F->kind == TF_TIME_SINCE || F->kind == TF_WINDOW) {
+        if ((c = kl_node_get(n, "unit")) && (rc = parse_unit(c, &F->unit_s, e))) return rc;
+        if ((rc = kl_spec_double(n, "unit_s", F->unit_s, &F->unit_s, e))) return rc;
+        if (!(F->unit_s > 0)) return kl_node_error(n, e, KL_EINVAL, "unit must be > 0");
+    }
+    if (F->kind != TF_TIME_SINCE) return KL_OK;
+    if ((c = kl_node_get(n, "since"))) {
+        if ((rc = kl_node_str(c, &s, e))) return rc;
+        if (kl_parse_timestamp(s, strlen(s), NULL, &F->since_us) && kl_parse_int64(s, &F->since_us))
+            return kl_node_error(c, e, KL_EINVAL, "since: expected an ISO 8601 time (naive = UTC) or µs, got '%s'", s);
+        F->has_since = 1;
+    }
+    if ((c = kl_node_get(n, "since_us"))) { if ((rc = kl_node_int(c, &F->since_us, e))) return rc; F->has_since = 1; }
+    return KL_OK;
+}
+
 static int parse_feature(const kl_node *n, feat *F, kl_err *e) {
     int rc;
     const kl_node *c;
     const char *s;
     if (kl_node_kind_of(n) != KL_NODE_MAP) return kl_node_error(n, e, KL_EINVAL, "expected a feature map");
     if ((rc = kl_spec_check_keys(n, feat_keys, KL_ARRAY_LEN(feat_keys), e))) return rc;
+    (void)kl_node_get(n, "description"); /* for the reader only */
     if ((rc = kl_spec_require(n, "name", &c, e)) || (rc = kl_node_str(c, &s, e))) return rc;
     if (!*s || strchr(s, '=')) return kl_node_error(c, e, KL_EINVAL, "feature name must be non-empty without '='");
     F->name = strdup(s);
@@ -221,31 +266,7 @@ static int parse_feature(const kl_node *n, feat *F, kl_err *e) {
             return kl_node_error(n, e, KL_EINVAL, "input %s is nullable: give a fill value", in->column);
     }
     if (F->kind == TF_FILL_NULL && !F->in[0].has_fill) return kl_node_error(n, e, KL_EINVAL, "fill_null needs fill");
-    if ((c = kl_node_get(n, "lower"))) { if ((rc = kl_node_double(c, &F->lo, e))) return rc; F->has_lo = 1; }
-    if ((c = kl_node_get(n, "upper"))) { if ((rc = kl_node_double(c, &F->hi, e))) return rc; F->has_hi = 1; }
-    if (F->kind == TF_CLIP && !F->has_lo && !F->has_hi) return kl_node_error(n, e, KL_EINVAL, "clip needs lower and/or upper");
-    if ((rc = kl_spec_int(n, "quantiles", 0, &F->quantiles, e))) return rc;
-    if ((rc = kl_spec_int(n, "max_size", 1000, &F->max_size, e))) return rc;
-    if (F->max_size < 1 || F->max_size > 1000000) return kl_node_error(kl_node_get(n, "max_size"), e, KL_ERANGE, "max_size must be 1..1000000");
-    int64_t v;
-    if ((rc = kl_spec_int(n, "buckets", 0, &F->buckets, e))) return rc;
-    if (F->kind == TF_HASH && (F->buckets < 1 || F->buckets > (1LL << 31)))
-        return kl_node_error(n, e, KL_EINVAL, "hash_bucket needs buckets in 1..2^31");
-    if ((rc = kl_spec_int(n, "seed", 0, &v, e))) return rc;
-    F->seed = (uint64_t)v;
-    if ((rc = kl_spec_double(n, "on_zero", 0.0, &F->on_zero, e))) return rc;
-    if ((rc = kl_spec_double(n, "empty", 0.0, &F->empty, e))) return rc;
-    F->unit_s = 1;
-    if ((c = kl_node_get(n, "unit")) && (rc = parse_unit(c, &F->unit_s, e))) return rc;
-    if ((rc = kl_spec_double(n, "unit_s", F->unit_s, &F->unit_s, e))) return rc;
-    if (!(F->unit_s > 0)) return kl_node_error(n, e, KL_EINVAL, "unit must be > 0");
-    if ((c = kl_node_get(n, "since"))) {
-        if ((rc = kl_node_str(c, &s, e))) return rc;
-        if (kl_parse_timestamp(s, strlen(s), NULL, &F->since_us) && kl_parse_int64(s, &F->since_us))
-            return kl_node_error(c, e, KL_EINVAL, "since: expected an ISO 8601 time (naive = UTC) or µs, got '%s'", s);
-        F->has_since = 1;
-    }
-    if ((c = kl_node_get(n, "since_us"))) { if ((rc = kl_node_int(c, &F->since_us, e))) return rc; F->has_since = 1; }
+    if ((rc = parse_kind_params(n, F, e))) return rc;
     if (F->kind == TF_DATEPART) {
         if ((rc = kl_spec_require(n, "part", &c, e)) || (rc = kl_node_str(c, &s, e))) return rc;
         int p;
@@ -465,6 +486,9 @@ static int parse_set(const kl_node *root, kl_features **out, kl_err *e) {
         if (rn) kl_err_prefix(e, "%s: raw", kl_node_file(rn));
         goto fail;
     }
+    /* a spec written by hand: every key it gives must be one a reader used
+     * (features.json, with its format, is keel's own file and may be newer) */
+    if (!kl_node_get(root, "format") && (rc = kl_node_check_used(root, e))) goto fail;
     f->fitted = 1;
     for (size_t i = 0; i < f->nf; i++) f->fitted &= f->f[i].fitted;
     if ((rc = kl__features_layout(f, e))) goto fail;

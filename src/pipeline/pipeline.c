@@ -201,6 +201,9 @@ int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *
     static const int required[] = {KL_STAGE_INGEST, KL_STAGE_FEATURES, KL_STAGE_TRAIN};
     for (size_t i = 0; i < KL_ARRAY_LEN(required); i++)
         if (!c.cfg[required[i]]) { rc = kl_node_error(stages, e, KL_EINVAL, "stages.%s is required", stage_names[required[i]]); goto done; }
+    for (int s = 0; s < KL_STAGE_COUNT; s++) /* every stage's keys, before any stage runs */
+        if (c.cfg[s] && (rc = pl_stage_check_keys(&c, s, e))) goto done;
+    (void)kl_node_get(c.root, "description"); /* for the reader only */
     const char *name;
     if ((rc = kl_spec_str(c.root, "name", "pipeline", &name, e))) goto done;
     snprintf(res->name, sizeof res->name, "%s", name);

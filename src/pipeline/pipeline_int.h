@@ -35,6 +35,9 @@ double pl_out_num(const pl_ctx *c, int stage, const char *key);      /* NaN when
  * adds the hashes of the files it reads (spec files, sources) to key_in
  * through pl_stage_inputs before it runs, so a skip can be decided. */
 int pl_stage_inputs(pl_ctx *c, int stage, kl_buf *key_in, kl_err *e);
+/* The stage's config keys against those it reads (unknown → KL_EINVAL with a
+ * suggestion); run for every stage when the file is loaded. */
+int pl_stage_check_keys(const pl_ctx *c, int stage, kl_err *e);
 int pl_stage_run(pl_ctx *c, int stage, cJSON *out, int64_t stage_run, kl_err *e);
 /* Paths that must exist for a cached stage's outputs to be reused. */
 int pl_stage_outputs_present(const pl_ctx *c, int stage);

@@ -54,19 +54,23 @@ static int key_file(pl_ctx *c, kl_buf *key, const char *rel, kl_err *e) {
 static const char *const ingest_keys[] = {"source", "schema", "max_reject_ratio", "partition_by", "codec",
                                           "max_decompressed", "max_expansion"};
 static const char *const validate_keys[] = {"max_reject_ratio", "max_null_ratio", "min_rows"};
-static const char *const features_keys[] = {"spec", "train_fraction", "reference", "store"};
+static const char *const features_keys[] = {"spec", "train_fraction", "reference"};
 static const char *const train_keys[] = {"spec"};
 static const char *const eval_keys[] = {"split", "min_auc", "max_gap_to_reference"};
 static const char *const export_keys[] = {"model"};
 static const char *const register_keys[] = {"model", "alias"};
 static const char *const serve_keys[] = {"host", "port", "workers"};
 
-int pl_stage_inputs(pl_ctx *c, int s, kl_buf *key, kl_err *e) {
+int pl_stage_check_keys(const pl_ctx *c, int s, kl_err *e) {
     static const char *const *keys[KL_STAGE_COUNT] = {ingest_keys, validate_keys, features_keys, train_keys, eval_keys, export_keys, register_keys, serve_keys};
     static const size_t nkeys[KL_STAGE_COUNT] = {KL_ARRAY_LEN(ingest_keys), KL_ARRAY_LEN(validate_keys), KL_ARRAY_LEN(features_keys),
                                                  KL_ARRAY_LEN(train_keys), KL_ARRAY_LEN(eval_keys), KL_ARRAY_LEN(export_keys),
                                                  KL_ARRAY_LEN(register_keys), KL_ARRAY_LEN(serve_keys)};
-    int rc = check_keys(c, s, keys[s], nkeys[s], e);
+    return check_keys(c, s, keys[s], nkeys[s], e);
+}
+
+int pl_stage_inputs(pl_ctx *c, int s, kl_buf *key, kl_err *e) {
+    int rc = pl_stage_check_keys(c, s, e);
     if (rc) return rc;
     if (s == KL_STAGE_INGEST) {
         const kl_node *src = kl_node_get(c->cfg[s], "source");

@@ -167,6 +167,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     if (kl_node_kind_of(root) != KL_NODE_MAP) return kl_node_error(root, e, KL_EINVAL, "a model spec must be a map");
     static const char *top[] = {"seed", "input", "layers", "loss", "optimizer", "schedule", "train", "data", "name", "description"};
     if ((rc = kl_spec_check_keys(root, top, KL_ARRAY_LEN(top), e))) return rc;
+    (void)kl_node_get(root, "description"); /* for the reader only */
     int64_t seed;
     if ((rc = kl_spec_int(root, "seed", 0, &seed, e))) return rc;
     s->seed = (uint64_t)seed;
@@ -239,12 +240,17 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         else if (!strcmp(t, "adamw")) s->opt = TR_OPT_ADAMW;
         else return kl_node_error(kl_node_get(op, "type"), e, KL_EINVAL, "optimizer.type: sgd or adamw, got '%s'", t);
         if ((rc = rng_double(op, "lr", 1e-3, 0, 1e6, &s->lr, e))) return rc;
-        if ((rc = rng_double(op, "momentum", 0, 0, 1, &s->momentum, e))) return rc;
-        if ((rc = rng_double(op, "dampening", 0, 0, 1, &s->dampening, e))) return rc;
-        if ((rc = kl_spec_bool(op, "nesterov", 0, &s->nesterov, e))) return rc;
         if ((rc = rng_double(op, "weight_decay", s->opt == TR_OPT_ADAMW ? 0.01 : 0, 0, 1e6, &s->wd, e))) return rc;
-        if ((rc = rng_double(op, "eps", 1e-8, 0, 1, &s->adam_eps, e))) return rc;
-        const kl_node *b = kl_node_get(op, "betas");
+        /* each optimizer reads only its own keys: the others are left unread,
+         * so that kl_node_check_used refuses e.g. momentum with adamw */
+        if (s->opt == TR_OPT_SGD) {
+            if ((rc = rng_double(op, "momentum", 0, 0, 1, &s->momentum, e))) return rc;
+            if ((rc = rng_double(op, "dampening", 0, 0, 1, &s->dampening, e))) return rc;
+            if ((rc = kl_spec_bool(op, "nesterov", 0, &s->nesterov, e))) return rc;
+        } else if ((rc = rng_double(op, "eps", 1e-8, 0, 1, &s->adam_eps, e))) {
+            return rc;
+        }
+        const kl_node *b = s->opt == TR_OPT_ADAMW ? kl_node_get(op, "betas") : NULL;
         if (b) {
             if (kl_node_kind_of(b) != KL_NODE_SEQ || kl_node_len(b) != 2) return kl_node_error(b, e, KL_EINVAL, "betas: [beta1, beta2]");
             if ((rc = kl_node_double(kl_node_at(b, 0), &s->beta1, e)) || (rc = kl_node_double(kl_node_at(b, 1), &s->beta2, e))) return rc;
@@ -267,9 +273,13 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         else if (!strcmp(t, "step")) s->sched = TR_SCHED_STEP;
         else return kl_node_error(kl_node_get(sc, "type"), e, KL_EINVAL, "schedule.type: constant, cosine, exponential or step, got '%s'", t);
         if ((rc = pos_int(sc, "warmup_steps", 0, 0, &s->warmup, e))) return rc;
-        if ((rc = rng_double(sc, "min_lr", 0, 0, 1e6, &s->min_lr, e))) return rc;
-        if ((rc = rng_double(sc, "gamma", s->sched == TR_SCHED_EXPONENTIAL ? 0.95 : 0.1, 0, 1, &s->gamma, e))) return rc;
-        if ((rc = pos_int(sc, "step_size", 1, 1, &s->step_size, e))) return rc;
+        /* min_lr is cosine's floor, gamma the decay of exponential and step,
+         * step_size step's period: read only where they act */
+        if (s->sched == TR_SCHED_COSINE && (rc = rng_double(sc, "min_lr", 0, 0, 1e6, &s->min_lr, e))) return rc;
+        if ((s->sched == TR_SCHED_EXPONENTIAL || s->sched == TR_SCHED_STEP) &&
+            (rc = rng_double(sc, "gamma", s->sched == TR_SCHED_EXPONENTIAL ? 0.95 : 0.1, 0, 1, &s->gamma, e)))
+            return rc;
+        if (s->sched == TR_SCHED_STEP && (rc = pos_int(sc, "step_size", 1, 1, &s->step_size, e))) return rc;
     }
     /* train */
     const kl_node *tr = kl_node_get(root, "train");
@@ -290,7 +300,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         if ((rc = kl_spec_str(tr, "precision", "fp32", &prec, e))) return rc;
         if (!strcmp(prec, "fp16")) s->fp16 = 1;
         else if (strcmp(prec, "fp32")) return kl_node_error(kl_node_get(tr, "precision"), e, KL_EINVAL, "precision: fp32 or fp16, got '%s'", prec);
-        const kl_node *ls = kl_node_get(tr, "loss_scale");
+        const kl_node *ls = s->fp16 ? kl_node_get(tr, "loss_scale") : NULL; /* fp16's loss scaling only */
         if (ls) {
             static const char *lk[] = {"init", "growth", "backoff", "interval", "min"};
             if ((rc = kl_spec_check_keys(ls, lk, 5, e))) return rc;
@@ -347,7 +357,7 @@ int tr_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *
     s->text = strdup(text);
     int rc = kl_doc_load_str(text, strlen(text), name, &d, e);
     if (rc) goto fail;
-    if ((rc = parse(s, kl_doc_root(d), e))) goto fail;
+    if ((rc = parse(s, kl_doc_root(d), e)) || (rc = kl_node_check_used(kl_doc_root(d), e))) goto fail;
     kl_doc_free(d);
     *out = s;
     return KL_OK;
@@ -387,7 +397,7 @@ int tr_spec_load_set(const char *path, const char *const *sets, int nsets, tr_sp
     }
     if ((rc = kl_doc_to_json(d, &b))) { rc = kl_err_set(e, rc, "out of memory"); goto fail; }
     s->text = kl_buf_take(&b);
-    if ((rc = parse(s, kl_doc_root(d), e))) goto fail;
+    if ((rc = parse(s, kl_doc_root(d), e)) || (rc = kl_node_check_used(kl_doc_root(d), e))) goto fail;
     kl_doc_free(d);
     *out = s;
     return KL_OK;

@@ -132,6 +132,8 @@ int kl_tune_space_parse(const kl_node *map, kl_tune_space **out, kl_err *e) {
         s->n++;
         if (rc) { kl_tune_space_free(s); return rc; }
     }
+    int rc = kl_node_check_used(map, e); /* a key its type ignores, e.g. low/high on a categorical */
+    if (rc) { kl_tune_space_free(s); return rc; }
     *out = s;
     return KL_OK;
 }

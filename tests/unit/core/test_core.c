@@ -189,6 +189,37 @@ KL_TEST(doc_yaml_syntax_errors) {
     KT_CHECK(kl_doc_load_file(kt_path("nope.yaml"), &d, &e) == KL_ENOTFOUND);
 }
 
+/* A key that no reader looked up is named with its position: accepted by the
+ * allowed-keys check and then ignored is an error too (issue 23). */
+KL_TEST(doc_unused_key_is_named) {
+    kl_err e = {0};
+    kl_doc *d = NULL;
+    const char *y = "a: 1\nb: {c: 2, d: 3}\nlist:\n  - {x: 1, y: 2}\nskipped: {deep: 1}\n";
+    KT_OK(kl_doc_load_str(y, strlen(y), "u.yaml", &d, &e), &e);
+    const kl_node *r = kl_doc_root(d);
+    KT_CHECK(kl_node_check_used(r, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "'a'");
+    KT_CONTAINS(kl_err_what(&e), "u.yaml:1");
+    (void)kl_node_get(r, "a");
+    (void)kl_node_find(r, "b.c");
+    (void)kl_node_find(r, "list.0.x");
+    KT_CHECK(kl_node_check_used(r, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "'d'");
+    KT_CONTAINS(kl_err_what(&e), "u.yaml:2");
+    (void)kl_node_find(r, "b.d");
+    KT_CHECK(kl_node_check_used(r, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "'y'");
+    (void)kl_node_find(r, "list.0.y");
+    KT_CHECK(kl_node_check_used(r, &e) == KL_EINVAL); /* an unread subtree is named at its top */
+    KT_CONTAINS(kl_err_what(&e), "'skipped'");
+    (void)kl_node_get(r, "skipped");
+    KT_CHECK(kl_node_check_used(r, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "'deep'");
+    (void)kl_node_find(r, "skipped.deep");
+    KT_OK(kl_node_check_used(r, &e), &e);
+    kl_doc_free(d);
+}
+
 KL_TEST(parse_scalars) {
     int64_t i;
     double x;

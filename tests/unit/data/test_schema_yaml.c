@@ -46,3 +46,24 @@ KL_TEST(schema_infer_yaml_round_trip_garbage) {
     kl_schema_free(s);
     kl_buf_free(&y);
 }
+
+/* A schema key that nothing reads is refused with its line: a column giving
+ * both allowed and values (its old spelling) kept only one of them. */
+KL_TEST(schema_file_key_without_effect_is_refused) {
+    kl_err e = {0};
+    kl_schema *s = NULL;
+    const char *p = kt_path("both.yaml");
+    FILE *f = fopen(p, "w");
+    KT_CHECK(f != NULL);
+    fputs("description: two spellings\ncolumns:\n  - {name: c, type: string, allowed: [a, b],\n     values: [c]}\n", f);
+    fclose(f);
+    KT_EQ_INT(kl_schema_load_file(p, &s, &e), KL_EINVAL);
+    KT_CHECK(s == NULL);
+    KT_CONTAINS(kl_err_what(&e), "'values'");
+    KT_CONTAINS(kl_err_what(&e), "both.yaml:4:");
+    f = fopen(p, "w");
+    fputs("description: one\ncolumns:\n  - {name: c, type: string, allowed: [a, b], description: the code}\n", f);
+    fclose(f);
+    KT_OK(kl_schema_load_file(p, &s, &e), &e);
+    kl_schema_free(s);
+}

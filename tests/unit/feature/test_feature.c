@@ -153,6 +153,28 @@ KL_TEST(feature_spec_errors) {
     kl_features_free(f);
 }
 
+/* A key the feature's transform never reads is refused, named with its line:
+ * edges on a standardize, part on a log1p (issue 23: parsed means honoured). */
+KL_TEST(feature_spec_key_its_transform_ignores_is_refused) {
+    kl_err e = {0};
+    kl_features *f = NULL;
+    const char *bad[] = {"features:\n  - {name: a, transform: standardize, input: x, type: float64, fill: 0, edges: [1, 2]}\n", "edges",
+                         "features:\n  - {name: a, transform: log1p, input: x, type: float64, fill: 0, part: hour}\n", "part",
+                         "features:\n  - {name: a, transform: onehot, input: c, type: string, buckets: 8}\n", "buckets"};
+    for (size_t i = 0; i < KL_ARRAY_LEN(bad); i += 2) {
+        int rc = kl_features_spec_parse(bad[i], strlen(bad[i]), "s.yaml", &f, &e);
+        KT_CHECKF(rc != 0 && !f, "%s was accepted", bad[i + 1]);
+        kl_features_free(f);
+        f = NULL;
+        KT_CONTAINS(kl_err_what(&e), bad[i + 1]);
+        KT_CONTAINS(kl_err_what(&e), "s.yaml:2:");
+        KT_CONTAINS(kl_err_what(&e), "no effect");
+    }
+    const char *ok = "features:\n  - {name: a, transform: standardize, input: x, type: float64, fill: 0, description: price}\n";
+    KT_OK(kl_features_spec_parse(ok, strlen(ok), "s.yaml", &f, &e), &e);
+    kl_features_free(f);
+}
+
 KL_TEST(feature_online_equals_offline) {
     kl_err e = {0};
     kl_column *c[NC];

@@ -20,6 +20,19 @@ static const char *SPACE =
     "opt: {type: categorical, choices: [adamw, sgd]}\n"
     "momentum: {type: float, low: 0.5, high: 0.99, when: {opt: sgd}}\n";
 
+/* low/high mean nothing to a categorical, choices nothing to a float: refused. */
+KL_TEST(tune_space_key_its_type_ignores_is_refused) {
+    kl_err e = {0};
+    KT_CHECK(space_of("opt: {type: categorical, choices: [a, b], low: 1}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "'low'");
+    KT_CONTAINS(kl_err_what(&e), "space.yaml:1:");
+    KT_CHECK(space_of("lr: {type: float, low: 0.1, high: 1, choices: [1]}\n", &e) == NULL);
+    KT_CONTAINS(kl_err_what(&e), "'choices'");
+    kl_tune_space *s = space_of(SPACE, &e);
+    KT_CHECK(s != NULL);
+    kl_tune_space_free(s);
+}
+
 KL_TEST(tune_space_errors) {
     kl_err e = {0};
     KT_CHECK(space_of("{}", &e) == NULL);
