@@ -116,6 +116,27 @@ sed -e "s|dataset: .*|dataset: $(dirname "$(ls "$T"/o/dataset/versions/*/part-00
 expect_rc train_parquet_null 1 $KEEL train "$T/nulls.yaml" --out "$T/m2" --quiet
 if grep -q "feature column 'item_price' is null" "$T/err"; then pass train_parquet_null_message; else fail train_parquet_null_message "$(head -c 300 "$T/err")"; fi
 
+# ---- a regression model (loss mse on the click label): the evaluate stage's note and the
+# report give MAE, RMSE, R2 and the mean predictor's errors; an AUC gate is refused
+EXR="$T/exr"
+cp -r "$KEEL_SRC/examples/clicks" "$EXR"
+rm -rf "$EXR"/out-* "$EXR/data"
+sed -i 's/^loss: .*/loss: {type: mse}/' "$EXR/model.yaml"
+sed -i '/max_gap_to_reference/d' "$EXR/pipeline.yaml"
+PR="$KEEL --tracking $T/runs pipeline run $EXR/pipeline.yaml --out $T/oreg --set stages.ingest.source=$QS/clicks.csv --json"
+if $PR > "$T/reg.json" 2> "$T/reg.err"; then pass pipeline_regression_runs; else fail pipeline_regression_runs "$(tail -c 400 "$T/reg.err")"; fi
+check pipeline_regression_metrics_in_note_and_report $PYTHON -c '
+import json, sys
+j = json.load(open(sys.argv[1]))["stages"]["evaluate"]
+e = json.load(open(sys.argv[2]))
+h = open(sys.argv[3]).read()
+print(j.get("note"), e.get("rmse"), e.get("baseline"))
+ok = "RMSE" in j["note"] and "mean predictor" in j["note"] and 0 < e["rmse"] <= e["baseline"]["rmse"] * 1.05
+ok = ok and "Regression errors" in h and "mean predictor" in h and "R&sup2;" in h
+sys.exit(0 if ok else 1)' "$T/reg.json" "$T/oreg/eval.json" "$T/oreg/report.html"
+$KEEL --tracking $T/runs pipeline run "$EXR/pipeline.yaml" --out "$T/oreg" --set stages.ingest.source=$QS/clicks.csv --set stages.evaluate.min_auc=0.6 > /dev/null 2> "$T/reg2.err"
+if grep -q "regression" "$T/reg2.err" && grep -q "min_auc" "$T/reg2.err"; then pass pipeline_regression_auc_gate_refused; else fail pipeline_regression_auc_gate_refused "$(tail -c 300 "$T/reg2.err")"; fi
+
 # ---- the optional serve stage (in-process keel serve on the exported repo):
 # ready, answers a raw record through the features pipeline, survives SIGHUP,
 # drains and exits 0 on SIGTERM
