@@ -88,6 +88,11 @@ def load_tables(root):
 
 
 def source_files(root, modules):
+    folders = {m["folder"] for m in modules.values()}
+    src = os.path.join(root, "src")
+    for d in sorted(os.listdir(src)) if os.path.isdir(src) else []:
+        if os.path.isdir(os.path.join(src, d)) and "src/" + d not in folders:
+            yield None, "src/" + d + "/"  # a module folder the table does not know
     for name, m in sorted(modules.items()):
         top = os.path.join(root, m["folder"])
         for d, _, files in sorted(os.walk(top)):
@@ -127,6 +132,9 @@ def check(root):
     modules, libs, system = load_tables(root)
     errors, used = [], {n: set() for n in modules}
     for mod, src in source_files(root, modules):
+        if mod is None and src.endswith("/"):
+            errors.append("%s: module folder in no row of %s (add its row: what it owns, what it may use)" % (src, DOC))
+            continue
         if mod is None:
             errors.append("%s:1: public header owned by no module (add it to a row's public headers in %s)" % (src, DOC))
             continue

@@ -33,6 +33,12 @@ expect_violation deps_refuses_unknown_header src/core/zz_bad.c '#include <hiredi
 expect_violation deps_refuses_unowned_public_header include/keel/zz_bad.h '#include "keel/train.h"' \
   'include/keel/zz_bad.h:1: public header owned by no module'
 
+# a new module folder must get a row before its includes count as checked
+mkdir -p "$w/src/newmod"
+expect_violation deps_refuses_folder_without_row src/newmod/a.c '#include "keel/core.h"' \
+  'src/newmod/: module folder in no row of docs/architecture.md'
+rmdir "$w/src/newmod"
+
 # The table is exact both ways: an entry no file uses is stale, and a cycle fails.
 sed 's/| `src\/doctor\/` \(.*\)| core | - |$/| `src\/doctor\/` \1| core, tensor | - |/' "$KEEL_SRC/docs/architecture.md" > "$w/docs/architecture.md"
 $PYTHON "$chk" --root "$w" > "$T/deps.out" 2>&1; rc=$?
