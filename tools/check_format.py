@@ -83,7 +83,11 @@ def touched(root, base):
 
 
 def collapse(s):
-    return re.sub(r"\s+", " ", re.sub(r"\\\n", " ", s).strip())
+    """Text with line continuations, runs of blanks and the blanks just inside
+    braces made canonical (a braced list broken after `{` or joined by
+    clang-format compares equal)."""
+    s = re.sub(r"\s+", " ", re.sub(r"\\\n", " ", s).strip())
+    return re.sub(r"\{ ", "{", re.sub(r" \}", "}", s))
 
 
 def indent(s):
