@@ -56,7 +56,7 @@ def pick_base(root):
 
 def touched(root, base):
     """{path: [(first, last), ...]} of added/changed lines in the working tree vs base."""
-    rc, out = git(root, "diff", "-U0", "--no-color", "--no-ext-diff", "--diff-filter=AM", base, "--")
+    rc, out = git(root, "diff", "-U0", "--no-color", "--no-ext-diff", "--diff-filter=AMR", "-M", base, "--")
     if rc:
         return None
     ranges, path = {}, None
