@@ -164,8 +164,9 @@ int kl_npy_save(const char *path, const kl_tensor *t, kl_err *e) {
     size_t hl = padded - 10;
     int64_t n = kl_tensor_numel(t);
     size_t es = kl_dtype_size(t->dtype), data = (size_t)n * es;
-    char *buf = malloc(padded + data);
-    if (!buf) return kl_err_set(e, KL_ENOMEM, "%s: out of memory", path);
+    kl_err ae = {0};
+    char *buf = kl_mem_alloc_e(padded + data, KL_TAG_WORKSPACE, &ae);
+    if (!buf) return kl_err_set(e, KL_ENOMEM, "%s: %s", path, ae.msg);
     memcpy(buf, "\x93NUMPY\x01\x00", 8);
     buf[8] = (char)(hl & 0xff);
     buf[9] = (char)(hl >> 8);
@@ -181,6 +182,6 @@ int kl_npy_save(const char *path, const kl_tensor *t, kl_err *e) {
         }
     }
     int rc = kl_write_file_atomic(path, buf, padded + data, e);
-    free(buf);
+    kl_mem_free(buf);
     return rc;
 }

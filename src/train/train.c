@@ -1250,7 +1250,9 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
     if (o->logits_out) {
         int64_t dd[2] = {d.n, K};
-        if ((rc = tr_npy_write_f32(o->logits_out, 2, dd, all, e))) goto fail;
+        kl_tensor lt;
+        kl_tensor_view_init(&lt, KL_F32, 2, dd, all);
+        if ((rc = kl_npy_save(o->logits_out, &lt, e))) goto fail;
     }
     j = cJSON_CreateObject();
     if (o->shards) cJSON_AddStringToObject(j, "shards", o->shards);

@@ -8,11 +8,11 @@ typedef struct {
     int is_int;
     double *f;   /* n values, as double (exact for the ints training uses) */
 } tr_array;
-/* Reads .npy through the tensor layer's reader (kl_npy_load_mem) into doubles. */
+/* Reads .npy through the tensor layer's reader (kl_npy_load_mem) into doubles
+ * (src/train/data_npy.c). */
 int tr_npy_read(const char *path, tr_array *out, kl_err *e);
 int tr_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e);
 void tr_array_free(tr_array *a);
-int tr_npy_write_f32(const char *path, int rank, const int64_t *dims, const float *data, kl_err *e);
 
 /* A Parquet training source (spec `data: {dataset: ..., label: ...}`), read
  * through the data layer's Parquet reader (src/train/data_pq.c). */

@@ -4,6 +4,7 @@
 #include "tt.h"
 
 #include <stdio.h>
+#include <unistd.h>
 
 KL_TEST(tensor_dtype_names) {
     kl_dtype d;
@@ -270,4 +271,49 @@ KL_TEST(tensor_npy_save_view) {
     KT_EQ_INT(u->dims[0], 4);
     KT_NEAR(((float *)u->data)[1], 4, 0);
     kl_tensor_free(t); kl_tensor_free(tr); kl_tensor_free(u);
+}
+
+/* The bytes numpy.save writes for a (2, 3) float32 array: the one .npy writer
+ * (keel eval --logits writes through it too) keeps this header exactly. */
+KL_TEST(tensor_npy_save_header_as_numpy) {
+    kl_err e = {0};
+    int64_t d[2] = {2, 3};
+    float v[6] = {0, 1, 2, 3, 4, 5};
+    kl_tensor t;
+    kl_tensor_view_init(&t, KL_F32, 2, d, v);
+    KT_OK(kl_npy_save(kt_path("h.npy"), &t, &e), &e);
+    char *raw = NULL;
+    size_t len = 0;
+    KT_OK(kl_read_file(kt_path("h.npy"), &raw, &len, &e), &e);
+    const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    KT_EQ_INT(len, 128 + 24);
+    KT_CHECK(memcmp(raw, "\x93NUMPY\x01\x00\x76\x00", 10) == 0);
+    KT_CHECK(memcmp(raw + 10, dict, strlen(dict)) == 0);
+    for (size_t i = 10 + strlen(dict); i < 127; i++) KT_CHECK(raw[i] == ' ');
+    KT_CHECK(raw[127] == '\n');
+    KT_CHECK(memcmp(raw + 128, v, sizeof v) == 0);
+    kl_mem_free(raw);
+}
+
+/* The write buffer comes from the core allocator (tag workspace), so budgets
+ * and statistics see it: over the workspace budget the save is refused with
+ * a message and writes nothing (it used plain malloc, unseen). */
+KL_TEST(tensor_npy_save_buffer_through_allocator) {
+    kl_err e = {0};
+    int64_t d[1] = {1 << 18};
+    kl_tensor *t = NULL;
+    KT_OK(kl_tensor_new(KL_F32, 1, d, KL_TAG_OTHER, &t, &e), &e);
+    kl_mem_stats st;
+    kl_mem_stats_get(KL_TAG_WORKSPACE, &st);
+    uint64_t old = kl_mem_get_tag_budget(KL_TAG_WORKSPACE);
+    kl_mem_set_tag_budget(KL_TAG_WORKSPACE, st.allocated + (64u << 10));
+    const char *p = kt_path("big.npy");
+    remove(p);
+    int rc = kl_npy_save(p, t, &e);
+    kl_mem_set_tag_budget(KL_TAG_WORKSPACE, old);
+    KT_EQ_INT(rc, KL_ENOMEM);
+    KT_CONTAINS(e.msg, "big.npy");
+    KT_CHECK(access(p, F_OK) != 0);
+    KT_OK(kl_npy_save(p, t, &e), &e);
+    kl_tensor_free(t);
 }

@@ -1,5 +1,7 @@
-/* Training data from .npy: the tensor layer's reader (kl_npy_load_mem, the
- * one .npy parser) and a conversion to double features / labels. */
+/* Training data from .npy X/y files: read by the tensor layer's reader
+ * (kl_npy_load_mem, the one .npy parser) and converted to the double arrays
+ * of a training source (tr_array), as data_pq.c does for Parquet. .npy files
+ * are written by kl_npy_save only (keel eval --logits included). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,30 +45,4 @@ int tr_npy_read(const char *path, tr_array *out, kl_err *e) {
 
 void tr_array_free(tr_array *a) {
     if (a) { kl_mem_free(a->f); a->f = NULL; }
-}
-
-int tr_file_sha256(const char *path, char hex[65], kl_err *e) { return kl_sha256_file_hex(path, hex, e); }
-
-int tr_npy_write_f32(const char *path, int rank, const int64_t *dims, const float *data, kl_err *e) {
-    char hdr[256], shape[160] = "";
-    int64_t n = 1;
-    for (int i = 0; i < rank; i++) {
-        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%lld,%s", (long long)dims[i], (rank > 1 && i < rank - 1) ? " " : "");
-        n *= dims[i];
-    }
-    if (rank > 1) shape[strlen(shape) - 1] = 0;
-    int hl = snprintf(hdr, sizeof hdr, "{'descr': '<f4', 'fortran_order': False, 'shape': (%s), }", shape);
-    int total = 10 + hl + 1, pad = (64 - total % 64) % 64;
-    kl_buf b;
-    kl_buf_init(&b);
-    kl_buf_append(&b, "\x93NUMPY\x01\x00", 8);
-    uint16_t l = (uint16_t)(hl + pad + 1);
-    kl_buf_append(&b, &l, 2);
-    kl_buf_append(&b, hdr, (size_t)hl);
-    for (int i = 0; i < pad; i++) kl_buf_append(&b, " ", 1);
-    kl_buf_append(&b, "\n", 1);
-    kl_buf_append(&b, data, (size_t)n * 4);
-    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(path, b.data, b.len, e);
-    kl_buf_free(&b);
-    return rc;
 }
