@@ -158,18 +158,26 @@ static int parse_kind_params(const kl_node *n, feat *F, kl_err *e) {
     F->max_size = 1000;
     F->unit_s = 1;
     if (F->kind == TF_CLIP) {
-        if ((c = kl_node_get(n, "lower"))) { if ((rc = kl_node_double(c, &F->lo, e))) return rc; F->has_lo = 1; }
-        if ((c = kl_node_get(n, "upper"))) { if ((rc = kl_node_double(c, &F->hi, e))) return rc; F->has_hi = 1; }
+        if ((c = kl_node_get(n, "lower"))) {
+            if ((rc = kl_node_double(c, &F->lo, e))) return rc;
+            F->has_lo = 1;
+        }
+        if ((c = kl_node_get(n, "upper"))) {
+            if ((rc = kl_node_double(c, &F->hi, e))) return rc;
+            F->has_hi = 1;
+        }
         if (!F->has_lo && !F->has_hi) return kl_node_error(n, e, KL_EINVAL, "clip needs lower and/or upper");
     }
     if (F->kind == TF_BUCKETIZE && (rc = kl_spec_int(n, "quantiles", 0, &F->quantiles, e))) return rc;
     if (F->kind == TF_ONEHOT || F->kind == TF_INDEX) {
         if ((rc = kl_spec_int(n, "max_size", 1000, &F->max_size, e))) return rc;
-        if (F->max_size < 1 || F->max_size > 1000000) return kl_node_error(kl_node_get(n, "max_size"), e, KL_ERANGE, "max_size must be 1..1000000");
+        if (F->max_size < 1 || F->max_size > 1000000)
+            return kl_node_error(kl_node_get(n, "max_size"), e, KL_ERANGE, "max_size must be 1..1000000");
     }
     if (F->kind == TF_HASH) {
         if ((rc = kl_spec_int(n, "buckets", 0, &F->buckets, e))) return rc;
-        if (F->buckets < 1 || F->buckets > (1LL << 31)) return kl_node_error(n, e, KL_EINVAL, "hash_bucket needs buckets in 1..2^31");
+        if (F->buckets < 1 || F->buckets > (1LL << 31))
+            return kl_node_error(n, e, KL_EINVAL, "hash_bucket needs buckets in 1..2^31");
         if ((rc = kl_spec_int(n, "seed", 0, &v, e))) return rc;
         F->seed = (uint64_t)v;
     }
@@ -187,7 +195,10 @@ static int parse_kind_params(const kl_node *n, feat *F, kl_err *e) {
             return kl_node_error(c, e, KL_EINVAL, "since: expected an ISO 8601 time (naive = UTC) or µs, got '%s'", s);
         F->has_since = 1;
     }
-    if ((c = kl_node_get(n, "since_us"))) { if ((rc = kl_node_int(c, &F->since_us, e))) return rc; F->has_since = 1; }
+    if ((c = kl_node_get(n, "since_us"))) {
+        if ((rc = kl_node_int(c, &F->since_us, e))) return rc;
+        F->has_since = 1;
+    }
     return KL_OK;
 }
 

@@ -151,11 +151,13 @@ static void sec_training(pl_ctx *c, kl_buf *b) {
 /* A regression model's errors beside the mean predictor's (the baseline it
  * must beat), from keel eval's mae/rmse/r2/baseline. */
 static void sec_eval_regression(kl_buf *b, const cJSON *v) {
-    double mae = cJSON_GetNumberValue(cJSON_GetObjectItem(v, "mae")), rmse = cJSON_GetNumberValue(cJSON_GetObjectItem(v, "rmse"));
+    double mae = cJSON_GetNumberValue(cJSON_GetObjectItem(v, "mae")),
+           rmse = cJSON_GetNumberValue(cJSON_GetObjectItem(v, "rmse"));
     if (!isfinite(rmse)) return;
     const cJSON *bl = cJSON_GetObjectItem(v, "baseline");
     double r2 = cJSON_GetNumberValue(cJSON_GetObjectItem(v, "r2"));
-    double bmae = cJSON_GetNumberValue(cJSON_GetObjectItem(bl, "mae")), brmse = cJSON_GetNumberValue(cJSON_GetObjectItem(bl, "rmse"));
+    double bmae = cJSON_GetNumberValue(cJSON_GetObjectItem(bl, "mae")),
+           brmse = cJSON_GetNumberValue(cJSON_GetObjectItem(bl, "rmse"));
     kl_buf_printf(b, "<div class=\"kpi\">MAE<b>%.4g</b></div><div class=\"kpi\">RMSE<b>%.4g</b></div>", mae, rmse);
     if (isfinite(r2)) kl_buf_printf(b, "<div class=\"kpi\">R&sup2;<b>%.4f</b></div>", r2);
     kl_buf_puts(b, "<h3>Regression errors</h3><table><tr><th></th><th>MAE</th><th>RMSE</th></tr>");
@@ -163,7 +165,9 @@ static void sec_eval_regression(kl_buf *b, const cJSON *v) {
     if (isfinite(brmse))
         kl_buf_printf(b, "<tr><th>mean predictor (%.6g)</th><td>%.6g</td><td>%.6g</td></tr>",
                       cJSON_GetNumberValue(cJSON_GetObjectItem(bl, "mean")), bmae, brmse);
-    kl_buf_puts(b, "</table><p>The mean predictor always answers the mean of these labels: a model that does not beat it has learnt nothing.</p>");
+    kl_buf_puts(b,
+                "</table><p>The mean predictor always answers the mean of these labels: a model that does not beat it "
+                "has learnt nothing.</p>");
 }
 
 static void sec_eval(pl_ctx *c, kl_buf *b) {

@@ -423,9 +423,11 @@ static int st_evaluate(pl_ctx *c, cJSON *out, kl_err *e) {
     char note[200];
     if (isfinite(rmse)) /* a regression model: its errors and the mean predictor's */
         snprintf(note, sizeof note, "%s RMSE %.4g, MAE %.4g, R2 %.4f (mean predictor RMSE %.4g)", o.split, rmse,
-                 cJSON_GetNumberValue(cJSON_GetObjectItem(j, "mae")), cJSON_GetNumberValue(cJSON_GetObjectItem(j, "r2")),
+                 cJSON_GetNumberValue(cJSON_GetObjectItem(j, "mae")),
+                 cJSON_GetNumberValue(cJSON_GetObjectItem(j, "r2")),
                  cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "baseline"), "rmse")));
-    else if (isfinite(ra)) snprintf(note, sizeof note, "%s AUC %.4f, Bayes-optimal %.4f (gap %.4f)", o.split, auc, ra, ra - auc);
+    else if (isfinite(ra))
+        snprintf(note, sizeof note, "%s AUC %.4f, Bayes-optimal %.4f (gap %.4f)", o.split, auc, ra, ra - auc);
     else if (isfinite(auc)) snprintf(note, sizeof note, "%s AUC %.4f, accuracy %.2f%%", o.split, auc, 100 * cJSON_GetNumberValue(cJSON_GetObjectItem(j, "accuracy")));
     else snprintf(note, sizeof note, "%s loss %.4f", o.split, cJSON_GetNumberValue(cJSON_GetObjectItem(j, "loss")));
     cJSON_AddStringToObject(out, "note", note);
@@ -433,7 +435,8 @@ static int st_evaluate(pl_ctx *c, cJSON *out, kl_err *e) {
     if ((isfinite(min_auc) || isfinite(gap)) && isfinite(rmse))
         rc = kl_node_error(kl_node_get(c->cfg[s], isfinite(min_auc) ? "min_auc" : "max_gap_to_reference"), e, KL_EINVAL,
                            "the model is a regression (loss mse): AUC gates do not apply");
-    else if (isfinite(min_auc) && !(auc >= min_auc)) rc = kl_err_set(e, KL_ERANGE, "test AUC %.4f is below min_auc %.4f", auc, min_auc);
+    else if (isfinite(min_auc) && !(auc >= min_auc))
+        rc = kl_err_set(e, KL_ERANGE, "test AUC %.4f is below min_auc %.4f", auc, min_auc);
     else if (isfinite(gap) && isfinite(ra) && !(ra - auc <= gap))
         rc = kl_err_set(e, KL_ERANGE, "test AUC %.4f is %.4f below the Bayes-optimal %.4f, more than max_gap_to_reference %.4f", auc, ra - auc, ra, gap);
 done:

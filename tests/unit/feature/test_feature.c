@@ -158,9 +158,13 @@ KL_TEST(feature_spec_errors) {
 KL_TEST(feature_spec_key_its_transform_ignores_is_refused) {
     kl_err e = {0};
     kl_features *f = NULL;
-    const char *bad[] = {"features:\n  - {name: a, transform: standardize, input: x, type: float64, fill: 0, edges: [1, 2]}\n", "edges",
-                         "features:\n  - {name: a, transform: log1p, input: x, type: float64, fill: 0, part: hour}\n", "part",
-                         "features:\n  - {name: a, transform: onehot, input: c, type: string, buckets: 8}\n", "buckets"};
+    const char *bad[] = {
+        "features:\n  - {name: a, transform: standardize, input: x, type: float64, fill: 0, edges: [1, 2]}\n",
+        "edges",
+        "features:\n  - {name: a, transform: log1p, input: x, type: float64, fill: 0, part: hour}\n",
+        "part",
+        "features:\n  - {name: a, transform: onehot, input: c, type: string, buckets: 8}\n",
+        "buckets"};
     for (size_t i = 0; i < KL_ARRAY_LEN(bad); i += 2) {
         int rc = kl_features_spec_parse(bad[i], strlen(bad[i]), "s.yaml", &f, &e);
         KT_CHECKF(rc != 0 && !f, "%s was accepted", bad[i + 1]);
@@ -170,7 +174,8 @@ KL_TEST(feature_spec_key_its_transform_ignores_is_refused) {
         KT_CONTAINS(kl_err_what(&e), "s.yaml:2:");
         KT_CONTAINS(kl_err_what(&e), "no effect");
     }
-    const char *ok = "features:\n  - {name: a, transform: standardize, input: x, type: float64, fill: 0, description: price}\n";
+    const char *ok =
+        "features:\n  - {name: a, transform: standardize, input: x, type: float64, fill: 0, description: price}\n";
     KT_OK(kl_features_spec_parse(ok, strlen(ok), "s.yaml", &f, &e), &e);
     kl_features_free(f);
 }

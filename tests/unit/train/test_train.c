@@ -39,12 +39,18 @@ KL_TEST(train_spec_unknown_key_suggests) {
 KL_TEST(train_spec_key_ignored_by_its_setting_is_refused) {
     kl_err e = {0};
     const char *base = "input: {shape: [4]}\nlayers:\n  - {type: linear, out: 3}\n";
-    const char *bad[] = {"optimizer: {type: adamw, lr: 0.01, momentum: 0.9}\n", "momentum",
-                         "optimizer: {type: sgd, lr: 0.01, betas: [0.9, 0.99]}\n", "betas",
-                         "schedule: {type: cosine, gamma: 0.5}\n", "gamma",
-                         "schedule: {type: exponential, step_size: 3}\n", "step_size",
-                         "train: {epochs: 1, loss_scale: {init: 8}}\n", "loss_scale",
-                         "description: a model\nfoo: 1\n", "foo"};
+    const char *bad[] = {"optimizer: {type: adamw, lr: 0.01, momentum: 0.9}\n",
+                         "momentum",
+                         "optimizer: {type: sgd, lr: 0.01, betas: [0.9, 0.99]}\n",
+                         "betas",
+                         "schedule: {type: cosine, gamma: 0.5}\n",
+                         "gamma",
+                         "schedule: {type: exponential, step_size: 3}\n",
+                         "step_size",
+                         "train: {epochs: 1, loss_scale: {init: 8}}\n",
+                         "loss_scale",
+                         "description: a model\nfoo: 1\n",
+                         "foo"};
     for (size_t i = 0; i < KL_ARRAY_LEN(bad); i += 2) {
         char text[512];
         snprintf(text, sizeof text, "%s%s", base, bad[i]);
@@ -53,8 +59,11 @@ KL_TEST(train_spec_key_ignored_by_its_setting_is_refused) {
         KT_CONTAINS(kl_err_what(&e), i + 2 < KL_ARRAY_LEN(bad) ? "t.yaml:4" : "t.yaml:5");
     }
     char ok[512];
-    snprintf(ok, sizeof ok, "%sdescription: a model\noptimizer: {type: sgd, lr: 0.01, momentum: 0.9}\n"
-             "schedule: {type: step, gamma: 0.5, step_size: 2}\ntrain: {epochs: 1, precision: fp16, loss_scale: {init: 8}}\n", base);
+    snprintf(ok, sizeof ok,
+             "%sdescription: a model\noptimizer: {type: sgd, lr: 0.01, momentum: 0.9}\n"
+             "schedule: {type: step, gamma: 0.5, step_size: 2}\ntrain: {epochs: 1, precision: fp16, loss_scale: {init: "
+             "8}}\n",
+             base);
     KT_EQ_INT(spec_err(ok, &e), 0);
 }
 
