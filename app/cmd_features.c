@@ -59,7 +59,7 @@ static int fit(int argc, char **argv) {
     kl_column **cols = NULL;
     size_t ncols = 0;
     if (kl_features_spec_load(a.pos[0], &f, &e) || kl_features_bind_dataset(f, data, &e) ||
-        kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e)) {
+        kl_features_read_data_verify(data, f, kl_features_fit_needs_label(f), verify, &cols, &ncols, &e)) {
         kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);

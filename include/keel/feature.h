@@ -39,6 +39,12 @@ size_t kl_features_num_inputs(const kl_features *f);
 const char *kl_features_input_name(const kl_features *f, size_t i);
 kl_col_type kl_features_input_type(const kl_features *f, size_t i);
 const char *kl_features_label(const kl_features *f);  /* NULL when none */
+/* A string label is a class name: fit learns the classes (sorted bytewise,
+ * at most 65,536) from the label column, so it needs the label
+ * (kl_features_fit_needs_label), and apply writes the int32 index of each
+ * row's class. The names, index order; 0 for a numeric label. */
+size_t kl_features_label_classes(const kl_features *f, const char *const **names);
+int kl_features_fit_needs_label(const kl_features *f);
 /* How input i reads from a raw record (:predict, features transform): its
  * name, type (the ingest schema's when recorded: "category", "timestamp" ...;
  * else the column type), whether a null is accepted, and the zone of naive

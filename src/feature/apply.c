@@ -417,6 +417,30 @@ static void keep_rows(kl_column *c, const uint8_t *keep, size_t n) {
     c->len = m;
 }
 
+/* Row r's class: the index of its label among the fitted classes (sorted,
+ * so a binary search); a value fit never saw is refused, naming it. */
+static int class_index(const kl_features *f, const kl_column *label, size_t r, int64_t *k, kl_err *e) {
+    size_t sn, lo = 0, hi = f->nclasses;
+    const char *s = kl_column_get_str(label, r, &sn);
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *c = f->classes[mid];
+        size_t cn = strlen(c);
+        int d = memcmp(c, s, KL_MIN(cn, sn));
+        if (!d) d = cn < sn ? -1 : cn > sn;
+        if (!d) {
+            *k = (int64_t)mid;
+            return KL_OK;
+        }
+        if (d < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return kl_err_set(e, KL_EINVAL,
+                      "label %s, row %zu: '%.*s' is not one of the %zu classes the features were fitted on (refit on "
+                      "rows that contain it)",
+                      f->label, r, (int)KL_MIN(sn, (size_t)200), s, f->nclasses);
+}
+
 /* The label column after the slots: copied, with its null rows dropped (and
  * the slots' rows with them, counted), refused, or filled, as the spec's
  * label nulls says. */
@@ -431,8 +455,10 @@ static int copy_label(const kl_features *f, const kl_column *label, size_t n, kl
     int drop = nulls && f->label_nulls == LABEL_DROP;
     int numeric = label->type != KL_COL_STRING && label->type != KL_COL_BINARY;
     if (f->label_nulls == LABEL_FILL && !numeric) return kl_err_set(e, KL_ETYPE, "label %s: fill needs a numeric label", f->label);
+    int classes = kl__label_is_class(f);
     kl_column *lc = NULL;
-    int rc = kl_column_new(label->name, label->type, nulls && !drop && f->label_nulls != LABEL_FILL, n - (drop ? nulls : 0), &lc, e);
+    int rc = kl_column_new(label->name, classes ? KL_COL_INT32 : label->type,
+                           nulls && !drop && f->label_nulls != LABEL_FILL, n - (drop ? nulls : 0), &lc, e);
     if (rc) return rc;
     slots[f->width] = lc;
     for (size_t r = 0; r < n && !rc; r++) {
@@ -443,6 +469,10 @@ static int copy_label(const kl_features *f, const kl_column *label, size_t n, kl
             else rc = kl_column_push_i64(lc, (int64_t)f->label_fill);
         } else if (label->type == KL_COL_FLOAT32 || label->type == KL_COL_FLOAT64) {
             rc = kl_column_push_f64(lc, kl_column_get_f64(label, r));
+        } else if (classes) {
+            int64_t k = 0;
+            if ((rc = class_index(f, label, r, &k, e))) break;
+            rc = kl_column_push_i64(lc, k);
         } else if (!numeric) {
             size_t sn;
             const char *s = kl_column_get_str(label, r, &sn);
@@ -451,7 +481,7 @@ static int copy_label(const kl_features *f, const kl_column *label, size_t n, kl
             rc = kl_column_push_i64(lc, kl_column_get_i64(label, r));
         }
     }
-    if (rc) return kl_err_set(e, rc, "copying the label column");
+    if (rc) return e && e->code ? rc : kl_err_set(e, rc, "copying the label column");
     if (drop) {
         uint8_t *keep = malloc(n ? n : 1);
         if (!keep) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -587,6 +617,60 @@ static int fit_one(feat *F, const kl_column *c, size_t n, kl_err *e) {
     return rc;
 }
 
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* A string label's classes: its distinct non-null values, sorted bytewise
+ * (a refit learns them again). More than KL_FEATURES_MAX_CLASSES is refused:
+ * a label of that many classes is an identifier, not a class. */
+static int fit_classes(kl_features *f, const kl_column *label, size_t n, kl_err *e) {
+    for (size_t i = 0; i < f->nclasses; i++) free(f->classes[i]);
+    free(f->classes);
+    f->classes = NULL;
+    f->nclasses = 0;
+    fmap seen;
+    if (kl__fmap_init(&seen, 64)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    size_t cap = 0;
+    int rc = KL_OK;
+    for (size_t r = 0; r < n && !rc; r++) {
+        if (kl_column_is_null(label, r)) continue;
+        size_t sn;
+        const char *s = kl_column_get_str(label, r, &sn);
+        if (memchr(s, 0, sn)) {
+            rc = kl_err_set(e, KL_EINVAL, "label %s, row %zu: a class name with a NUL byte", f->label, r);
+            break;
+        }
+        int created = 0;
+        if (!kl__fmap_put(&seen, s, sn, &created)) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
+        if (!created) continue;
+        if (f->nclasses == KL_FEATURES_MAX_CLASSES) {
+            rc = kl_err_set(e, KL_ERANGE, "label %s has more than %d distinct values: not a class label", f->label,
+                            KL_FEATURES_MAX_CLASSES);
+            break;
+        }
+        if (f->nclasses == cap) {
+            char **g = realloc(f->classes, (cap = cap ? 2 * cap : 16) * sizeof *g);
+            if (!g) {
+                rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                break;
+            }
+            f->classes = g;
+        }
+        if (!(f->classes[f->nclasses] = strndup(s, sn))) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
+        f->nclasses++;
+    }
+    kl__fmap_free(&seen);
+    if (!rc && !f->nclasses)
+        rc = kl_err_set(e, KL_EINVAL, "label %s: every value is null, no class to learn", f->label);
+    if (!rc) qsort(f->classes, f->nclasses, sizeof *f->classes, cmp_str);
+    return rc;
+}
+
 int kl_features_fit(kl_features *f, kl_column *const *cols, size_t ncols, kl_err *e) {
     const kl_column **in = calloc(f->ninputs + 1, sizeof *in);
     const kl_column *label = NULL;
@@ -595,11 +679,12 @@ int kl_features_fit(kl_features *f, kl_column *const *cols, size_t ncols, kl_err
     kl_pool *one = NULL;
     int rc;
     if (!in) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    if ((rc = kl__features_bind(f, cols, ncols, 0, in, &label, &n, e))) goto done;
+    if ((rc = kl__features_bind(f, cols, ncols, kl__label_is_class(f), in, &label, &n, e))) goto done;
     for (size_t i = 0; i < f->nf; i++) {
         feat *F = &f->f[i];
         if (kl__tf_needs_fit(F) && (rc = fit_one(F, in[F->in[0].col], n, e))) goto done;
     }
+    if (kl__label_is_class(f) && (rc = fit_classes(f, label, n, e))) goto done;
     f->fitted = 1;
     if ((rc = kl__features_layout(f, e)) || (rc = kl__features_rehash(f, e))) goto done;
     /* measured cost per row: one thread, up to 50k rows, best of 3 (the

@@ -119,6 +119,16 @@ static int write_manifest(const char *dir, const kl_features *f, const char *dat
     kl_buf_init(&b);
     kl_buf_printf(&b, "{\n  \"format\": \"keel-features-dataset-1\",\n  \"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
     kl_buf_json_str(&b, data);
+    const char *const *names;
+    size_t nc = kl_features_label_classes(f, &names);
+    if (nc) { /* what the label's int32 index k means: for training's meta.json and serving's labels */
+        kl_buf_puts(&b, ",\n  \"label_classes\": [");
+        for (size_t i = 0; i < nc; i++) {
+            if (i) kl_buf_puts(&b, ", ");
+            kl_buf_json_str(&b, names[i]);
+        }
+        kl_buf_puts(&b, "]");
+    }
     kl_buf_printf(&b, ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"},\n"
                       "  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n"
                       "  \"files\": [\n    {\"path\": \"features.parquet\", \"sha256\": \"%s\", \"rows\": %llu, \"bytes\": %lld}\n  ]\n}\n",

@@ -79,6 +79,11 @@ struct kl_features {
     fcol *inputs; size_t ninputs;
     char *label; kl_col_type label_type; int has_label;
     label_nulls label_nulls; double label_fill;   /* label: {nulls: drop|fail|fill, fill: V} */
+    /* A string label's classes, sorted bytewise, learnt at fit: applied, the
+     * label becomes the int32 index of its class (the model's class k is
+     * classes[k]). NULL for a numeric label. */
+    char **classes;
+    size_t nclasses;
     size_t width;
     char **slot_names;
     int fitted;
@@ -89,6 +94,10 @@ struct kl_features {
      * did (kl_cell_parse). NULL: every input reads with its type's defaults. */
     kl_schema *raw;
 };
+
+/* Most classes a string label may have (fit refuses more). */
+#define KL_FEATURES_MAX_CLASSES 65536
+static inline int kl__label_is_class(const kl_features *f) { return f->has_label && f->label_type == KL_COL_STRING; }
 
 /* A value gathered from a column or a JSON field. */
 typedef struct {

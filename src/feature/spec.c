@@ -39,6 +39,8 @@ void kl_features_free(kl_features *f) {
     for (size_t i = 0; i < f->ninputs; i++) free(f->inputs[i].name);
     free(f->inputs);
     free(f->label);
+    for (size_t i = 0; i < f->nclasses; i++) free(f->classes[i]);
+    free(f->classes);
     for (size_t i = 0; i < f->width; i++) free(f->slot_names[i]);
     free(f->slot_names);
     kl_schema_free(f->raw);
@@ -425,12 +427,31 @@ int kl_features_bind_schema(kl_features *f, const kl_schema *s, kl_err *e) {
 /* label: {column, type, nulls: drop (default) | fail | fill, fill: V}. A
  * features.json (from_json) also carries "nullable": false, the form labels
  * had before nulls existed; in a spec nullable is refused (it meant nothing). */
+/* features.json's label classes: the sorted, distinct class names fit learnt. */
+static int parse_classes(const kl_node *c, kl_features *f, kl_err *e) {
+    if (!c) return KL_OK; /* a string label not fitted yet */
+    size_t n = kl_node_len(c);
+    if (kl_node_kind_of(c) != KL_NODE_SEQ || n == 0 || n > KL_FEATURES_MAX_CLASSES)
+        return kl_node_error(c, e, KL_EINVAL, "classes: a list of 1..%d class names", KL_FEATURES_MAX_CLASSES);
+    if (!(f->classes = calloc(n, sizeof *f->classes))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const char *s;
+        int rc = kl_node_str(kl_node_at(c, i), &s, e);
+        if (rc) return rc;
+        if (i && strcmp(f->classes[i - 1], s) >= 0)
+            return kl_node_error(kl_node_at(c, i), e, KL_EINVAL, "classes must be sorted and distinct");
+        if (!(f->classes[i] = strdup(s))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        f->nclasses = i + 1;
+    }
+    return KL_OK;
+}
+
 static int parse_label(const kl_node *n, int from_json, kl_features *f, kl_err *e) {
-    static const char *const keys[] = {"column", "type", "nulls", "fill", "nullable"};
+    static const char *const keys[] = {"column", "type", "nulls", "fill", "classes", "nullable"};
     static const char *const policies[] = {"drop", "fail", "fill"};
     int rc;
     if (kl_node_kind_of(n) != KL_NODE_MAP) return kl_node_error(n, e, KL_EINVAL, "expected a map {column, type, nulls, fill}");
-    if ((rc = kl_spec_check_keys(n, keys, KL_ARRAY_LEN(keys) - (from_json ? 0 : 1), e))) return rc;
+    if ((rc = kl_spec_check_keys(n, keys, KL_ARRAY_LEN(keys) - (from_json ? 0 : 2), e))) return rc;
     const kl_node *c;
     const char *s;
     if ((rc = kl_spec_require(n, "column", &c, e)) || (rc = kl_node_str(c, &s, e))) return rc;
@@ -458,6 +479,7 @@ static int parse_label(const kl_node *n, int from_json, kl_features *f, kl_err *
         if (f->label_type != KL_COL_FLOAT32 && f->label_type != KL_COL_FLOAT64 && f->label_fill != floor(f->label_fill))
             return kl_node_error(fl, e, KL_EINVAL, "fill of a %s label must be a whole number", kl_col_type_name(f->label_type));
     }
+    if (from_json && kl__label_is_class(f) && (rc = parse_classes(kl_node_get(n, "classes"), f, e))) return rc;
     return KL_OK;
 }
 
@@ -500,7 +522,7 @@ static int parse_set(const kl_node *root, kl_features **out, kl_err *e) {
     /* a spec written by hand: every key it gives must be one a reader used
      * (features.json, with its format, is keel's own file and may be newer) */
     if (!kl_node_get(root, "format") && (rc = kl_node_check_used(root, e))) goto fail;
-    f->fitted = 1;
+    f->fitted = !kl__label_is_class(f) || f->nclasses > 0;
     for (size_t i = 0; i < f->nf; i++) f->fitted &= f->f[i].fitted;
     if ((rc = kl__features_layout(f, e))) goto fail;
     if (f->fitted && (rc = kl__features_rehash(f, e))) goto fail;
@@ -625,10 +647,19 @@ static void put_label(kl_buf *b, const kl_features *f) {
     if (!f->has_label) { kl_buf_puts(b, "null"); return; }
     fin l = {.column = f->label, .type = f->label_type};
     put_fin(b, &l);
-    if (f->label_nulls == LABEL_DROP) return;
+    if (f->label_nulls == LABEL_DROP && !f->nclasses) return;
     b->len--; /* reopen the object */
-    kl_buf_printf(b, ",\"nulls\":\"%s\"", f->label_nulls == LABEL_FAIL ? "fail" : "fill");
+    if (f->label_nulls != LABEL_DROP)
+        kl_buf_printf(b, ",\"nulls\":\"%s\"", f->label_nulls == LABEL_FAIL ? "fail" : "fill");
     if (f->label_nulls == LABEL_FILL) { kl_buf_puts(b, ",\"fill\":"); put_num(b, f->label_fill); }
+    if (f->nclasses) {
+        kl_buf_puts(b, ",\"classes\":[");
+        for (size_t i = 0; i < f->nclasses; i++) {
+            if (i) kl_buf_puts(b, ",");
+            kl_buf_json_str(b, f->classes[i]);
+        }
+        kl_buf_puts(b, "]");
+    }
     kl_buf_puts(b, "}");
 }
 
@@ -766,6 +797,11 @@ void kl_features_input_field(const kl_features *f, size_t i, kl_features_field *
     out->timezone = recorded && c->raw->type == KL_T_TIMESTAMP && c->raw->timezone ? c->raw->timezone : NULL;
 }
 const char *kl_features_label(const kl_features *f) { return f->has_label ? f->label : NULL; }
+size_t kl_features_label_classes(const kl_features *f, const char *const **names) {
+    if (names) *names = (const char *const *)f->classes;
+    return f->nclasses;
+}
+int kl_features_fit_needs_label(const kl_features *f) { return kl__label_is_class(f); }
 int kl_features_is_fitted(const kl_features *f) { return f->fitted; }
 size_t kl_features_count(const kl_features *f) { return f->nf; }
 const char *kl_features_name(const kl_features *f, size_t i) { return i < f->nf ? f->f[i].name : NULL; }

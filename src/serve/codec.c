@@ -698,8 +698,16 @@ static void predict_entry(kl_buf *b, const sv_req *r, const float *z, int64_t k)
         if (softmax) kl_buf_puts(b, "]");
         sep = ",";
     }
-    if (r->pred_outputs & SV_PRED_LABEL)
-        kl_buf_printf(b, "%s\"label\":%lld", sep, softmax ? (long long)best : (long long)(z[0] >= 0));
+    if (r->pred_outputs & SV_PRED_LABEL) {
+        int64_t cls = softmax ? best : (int64_t)(z[0] >= 0);
+        const sv_version *v = r->ver;
+        if (cls < v->nclass_names) { /* the class's name, as training's label spelt it */
+            kl_buf_printf(b, "%s\"label\":", sep);
+            kl_buf_json_str(b, v->class_names[cls]);
+        } else {
+            kl_buf_printf(b, "%s\"label\":%lld", sep, (long long)cls);
+        }
+    }
     kl_buf_puts(b, "}");
 }
 

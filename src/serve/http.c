@@ -155,6 +155,14 @@ static void predict_meta(kl_buf *b, const sv_version *v) {
     int classify = v->post == SV_POST_SIGMOID || v->post == SV_POST_SOFTMAX;
     kl_buf_printf(b, "],\"outputs\":[\"logit\"%s]", classify ? ",\"probability\",\"label\"" : "");
     if (classify) kl_buf_printf(b, ",\"classes\":%d", v->nclasses);
+    if (classify && v->nclass_names) {
+        kl_buf_puts(b, ",\"class_names\":[");
+        for (int i = 0; i < v->nclass_names; i++) {
+            if (i) kl_buf_puts(b, ",");
+            kl_buf_json_str(b, v->class_names[i]);
+        }
+        kl_buf_puts(b, "]");
+    }
     kl_buf_puts(b, "}");
 }
 

@@ -187,6 +187,8 @@ static void version_free(sv_version *v) {
     sb_free(v->sess);
     kl_fstore_free(v->fstore);
     kl_features_free(v->feat);
+    for (int i = 0; i < v->nclass_names; i++) free(v->class_names[i]);
+    free(v->class_names);
     free(v);
 }
 
@@ -231,10 +233,28 @@ static int check_one(const char *dir, const char *file, const char *want, kl_err
     return KL_OK;
 }
 
-/* meta.json "output": {"postprocess": "softmax"|"sigmoid"|"none", "classes": K}
- * (keel train writes it): what :predict's probability and label mean. */
+/* output.class_names: K names when the model's label was a string (the
+ * index order of its outputs); anything else leaves labels as indices. */
+static void read_class_names(const cJSON *o, sv_version *v) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "class_names");
+    int n = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || n < 1 || n > 65536 || !(v->class_names = calloc((size_t)n, sizeof *v->class_names)))
+        return;
+    for (const cJSON *c = a->child; c && cJSON_IsString(c); c = c->next)
+        if ((v->class_names[v->nclass_names] = strdup(c->valuestring))) v->nclass_names++;
+    if (v->nclass_names == n) return;
+    for (int i = 0; i < v->nclass_names; i++) free(v->class_names[i]);
+    free(v->class_names);
+    v->class_names = NULL;
+    v->nclass_names = 0;
+}
+
+/* meta.json "output": {"postprocess": "softmax"|"sigmoid"|"none", "classes": K,
+ * "class_names": [...]} (keel train writes it): what :predict's probability and
+ * label mean. */
 static void read_postprocess(const cJSON *root, sv_version *v) {
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "output");
+    read_class_names(o, v);
     const char *pp = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "postprocess"));
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "classes");
     v->post = !pp ? -1 : !strcmp(pp, "softmax") ? SV_POST_SOFTMAX : !strcmp(pp, "sigmoid") ? SV_POST_SIGMOID

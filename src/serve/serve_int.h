@@ -173,6 +173,8 @@ typedef struct sv_version {
     kl_features *feat;      /* features.json of the version (NULL: none); :predict runs it */
     int post;               /* meta.json output.postprocess: SV_POST_NONE, _SIGMOID, _SOFTMAX (-1: not declared) */
     int nclasses;
+    char **class_names; /* meta.json output.class_names: class k's name (NULL: labels are indices) */
+    int nclass_names;
     kl_fstore *fstore;      /* features.db next to it: recent events for entity windows */
 } sv_version;
 

@@ -98,6 +98,9 @@ void tr_dsrc_free(tr_dsrc *d) {
 void tr_dsinfo_free(tr_dsinfo *i) {
     if (!i) return;
     strv_free(i->names, i->nnames);
+    strv_free(i->classes, i->nclasses);
+    i->classes = NULL;
+    i->nclasses = 0;
     kl_mem_free(i->ref);
     i->ref = NULL;
     i->names = NULL;
@@ -192,7 +195,23 @@ static int row_part(const tr_dsrc *d, const kl_column *sc, size_t i, int64_t g, 
     return -1;
 }
 
-/* Identity: manifest version_id / sha256, feature_hash, features.json. */
+/* A features dataset's label_classes (its label is a string class name,
+ * stored as the class index): the names, for meta.json and serving. */
+static int read_classes(const cJSON *a, const char *manifest, tr_dsinfo *info, kl_err *e) {
+    if (!a) return KL_OK;
+    int n = cJSON_GetArraySize(a);
+    if (!cJSON_IsArray(a) || n < 1 || n > 65536)
+        return kl_err_set(e, KL_EPARSE, "%s: label_classes: a list of 1..65536 names", manifest);
+    if (!(info->classes = calloc((size_t)n, sizeof *info->classes))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (const cJSON *c = a->child; c; c = c->next) {
+        if (!cJSON_IsString(c)) return kl_err_set(e, KL_EPARSE, "%s: label_classes: names are strings", manifest);
+        if (!(info->classes[info->nclasses] = strdup(c->valuestring))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        info->nclasses++;
+    }
+    return KL_OK;
+}
+
+/* Identity: manifest version_id / sha256, feature_hash, features.json, label classes. */
 static int identify(const char *manifest, char **files, size_t nfiles, tr_dsinfo *info, kl_err *e) {
     int rc = KL_OK;
     if (!manifest) return nfiles == 1 ? kl_sha256_file_hex(files[0], info->manifest_sha, e) : KL_OK;
@@ -211,8 +230,9 @@ static int identify(const char *manifest, char **files, size_t nfiles, tr_dsinfo
         snprintf(info->features_json, sizeof info->features_json, "%.*s/features.json", dl, slash ? manifest : ".");
         if (!kl_path_exists(info->features_json)) info->features_json[0] = 0;
     }
+    rc = read_classes(cJSON_GetObjectItem(j, "label_classes"), manifest, info, e);
     cJSON_Delete(j);
-    return KL_OK;
+    return rc;
 }
 
 int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {

@@ -56,6 +56,27 @@ static int data_load(const tr_model *m, const char *xp, const char *yp, tr_data 
     return rc;
 }
 
+/* A label of class names (the dataset's label_classes) against the model's
+ * outputs: K classes need K logits (cross_entropy) or, for two, one
+ * (bce_with_logits); a regression of class indices is refused. */
+static int classes_check(const tr_model *m, const tr_dsinfo *info, kl_err *e) {
+    if (!info || !info->nclasses) return KL_OK;
+    const tr_spec *s = m->spec;
+    const char *lab = s->ds->label;
+    if (s->loss == TR_LOSS_MSE)
+        return kl_err_set(e, KL_EINVAL,
+                          "label '%s' holds %d class names (%s, ...): a classification loss is needed, not mse", lab,
+                          info->nclasses, info->classes[0]);
+    if (s->loss == TR_LOSS_BCE && info->nclasses != 2)
+        return kl_err_set(e, KL_ESHAPE, "label '%s' has %d classes: bce_with_logits takes two (use cross_entropy)", lab,
+                          info->nclasses);
+    if (s->loss == TR_LOSS_CE && m->out_numel != info->nclasses)
+        return kl_err_set(e, KL_ESHAPE, "label '%s' has %d classes (%s ... %s) but the last layer has %lld outputs",
+                          lab, info->nclasses, info->classes[0], info->classes[info->nclasses - 1],
+                          (long long)m->out_numel);
+    return KL_OK;
+}
+
 /* Loads part (TR_PART_*) of the spec's Parquet source (data.dataset). */
 static int data_load_ds(const tr_model *m, int part, tr_data *d, tr_dsinfo *info, kl_err *e) {
     tr_array X = {0}, Y = {0};
@@ -76,7 +97,9 @@ static int data_load_ds(const tr_model *m, int part, tr_data *d, tr_dsinfo *info
         tr_dsinfo_free(info);
         return rc;
     }
-    rc = data_check(m, m->spec->ds->path, yn, &X, &Y, d, e);
+    rc = classes_check(m, info, e);
+    if (!rc) rc = data_check(m, m->spec->ds->path, yn, &X, &Y, d, e);
+    else tr_array_free(&X), tr_array_free(&Y);
     if (rc && info) tr_dsinfo_free(info);
     return rc;
 }
@@ -648,6 +671,10 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
     cJSON *oj = cJSON_AddObjectToObject(j, "output");
     cJSON_AddStringToObject(oj, "postprocess", s->loss == TR_LOSS_CE ? "softmax" : s->loss == TR_LOSS_BCE ? "sigmoid" : "none");
     if (s->loss != TR_LOSS_MSE) cJSON_AddNumberToObject(oj, "classes", (double)(s->loss == TR_LOSS_BCE ? 2 : m->out_numel));
+    if (dsi && dsi->nclasses) { /* class k's name, from the features' string label */
+        cJSON *cn = cJSON_AddArrayToObject(oj, "class_names");
+        for (int i = 0; i < dsi->nclasses; i++) cJSON_AddItemToArray(cn, cJSON_CreateString(dsi->classes[i]));
+    }
     cJSON *fm = cJSON_AddObjectToObject(j, "final_metrics");
     double last_loss = NAN;
     for (size_t i = 0; i < rs->n; i++) if (rs->r[i].split == 0) last_loss = rs->r[i].loss;

@@ -42,6 +42,8 @@ typedef struct {
     char features_json[4096];   /* features.json beside the manifest, "" when none */
     int64_t rows_total, rows_part[3];
     double *ref;                /* ref_col's values of the rows read (when ref_col) */
+    char **classes;
+    int nclasses; /* the manifest's label_classes: class k's name (a string label), else none */
 } tr_dsinfo;
 
 struct kl_node;
