@@ -216,11 +216,9 @@ static int identify(const char *manifest, char **files, size_t nfiles, tr_dsinfo
     int rc = KL_OK;
     if (!manifest) return nfiles == 1 ? kl_sha256_file_hex(files[0], info->manifest_sha, e) : KL_OK;
     if ((rc = kl_sha256_file_hex(manifest, info->manifest_sha, e))) return rc;
-    char *txt = NULL;
-    size_t len;
-    if ((rc = kl_read_file(manifest, &txt, &len, e))) return rc;
-    cJSON *j = cJSON_ParseWithLength(txt, len);
-    kl_mem_free(txt);
+    void *doc = NULL;
+    if ((rc = kl_json_load_file(manifest, &doc, e))) return rc; /* a manifest that does not parse is an error, named */
+    cJSON *j = doc;
     cJSON *v = cJSON_GetObjectItem(j, "version_id"), *fh = cJSON_GetObjectItem(j, "feature_hash");
     if (cJSON_IsString(v)) snprintf(info->dataset_version, sizeof info->dataset_version, "%s", v->valuestring);
     if (cJSON_IsString(fh)) {

@@ -561,8 +561,10 @@ static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, char *loader_pos, si
     char *meta = NULL;
     int rc = tr_safetensors_read(path, load_tensor, &c, &meta, e);
     if (rc) return rc;
-    cJSON *j = meta ? cJSON_Parse(meta) : NULL;
+    void *doc = NULL;
+    if (meta) (void)kl_json_parse(meta, strlen(meta), path, &doc, NULL); /* unparsable: "lacks 'step'" below */
     free(meta);
+    cJSON *j = doc;
     const char *keys[] = {"step", "epoch", "batch", "opt_t", "opt_has_buf", "drop_rng", "best", "best_epoch", "bad_epochs", "ep_loss", "ep_n", "scale", "tracker", "skipped"};
     const char *v[14];
     for (int i = 0; i < 14; i++) {
@@ -1236,12 +1238,10 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
         char *ds = NULL;
         if (o->dataset) ds = strdup(o->dataset);
         else {
-            char *txt = NULL;
-            size_t len;
+            void *doc = NULL;
             snprintf(p, sizeof p, "%s/meta.json", dir);
-            if ((rc = kl_read_file(p, &txt, &len, e))) goto fail;
-            cJSON *mj = cJSON_ParseWithLength(txt, len);
-            kl_mem_free(txt);
+            if ((rc = kl_json_load_file(p, &doc, e))) goto fail;
+            cJSON *mj = doc;
             cJSON *dv = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "dataset");
             ds = cJSON_IsString(dv) ? strdup(dv->valuestring) : NULL;
             cJSON_Delete(mj);
