@@ -78,6 +78,12 @@ typedef struct kl_graph {
     int vindex_cap;     /* slots (a power of two, at most half full) */
 } kl_graph;
 
+/* ONNX TensorProto.DataType numbers (the graph's Cast/ConstantOfShape
+ * attributes, the loader's tensors): KL_EUNSUPPORTED for a type keel has no
+ * kl_dtype for (STRING, COMPLEX*), and the type's ONNX name for errors. */
+int kl_dtype_from_onnx(int onnx_type, kl_dtype *out);
+const char *kl_onnx_type_name(int onnx_type);
+
 int kl_graph_new(kl_graph **out, kl_err *e);
 void kl_graph_free(kl_graph *g);
 /* Index of the value called name, creating it (unknown type) when absent; -1 on OOM. */

@@ -526,12 +526,22 @@ void kl__set_dbl(kl_tensor *t, int64_t i, double v) {
     }
 }
 
-int kl__dtype_from_onnx(int t, kl_dtype *out) {
-    static const int map[17] = {-1, KL_F32, KL_U8, KL_I8, KL_U16, KL_I16, KL_I32, KL_I64, -1, KL_BOOL, KL_F16, KL_F64,
-                                KL_U32, KL_U64, -1, -1, KL_BF16};
-    if (t < 0 || t > 16 || map[t] < 0) return KL_EUNSUPPORTED;
-    *out = (kl_dtype)map[t];
+/* The one table of ONNX TensorProto.DataType numbers: initializers, value
+ * infos (src/onnx) and the Cast/ConstantOfShape attributes read through it. */
+static const struct { const char *name; int dtype; } onnx_types[] = {
+    {"UNDEFINED", -1}, {"FLOAT", KL_F32},   {"UINT8", KL_U8},     {"INT8", KL_I8},        {"UINT16", KL_U16},
+    {"INT16", KL_I16}, {"INT32", KL_I32},   {"INT64", KL_I64},    {"STRING", -1},         {"BOOL", KL_BOOL},
+    {"FLOAT16", KL_F16}, {"DOUBLE", KL_F64}, {"UINT32", KL_U32}, {"UINT64", KL_U64},     {"COMPLEX64", -1},
+    {"COMPLEX128", -1}, {"BFLOAT16", KL_BF16}};
+
+int kl_dtype_from_onnx(int t, kl_dtype *out) {
+    if (t < 0 || t >= (int)KL_ARRAY_LEN(onnx_types) || onnx_types[t].dtype < 0) return KL_EUNSUPPORTED;
+    *out = (kl_dtype)onnx_types[t].dtype;
     return KL_OK;
+}
+
+const char *kl_onnx_type_name(int t) {
+    return t >= 0 && t < (int)KL_ARRAY_LEN(onnx_types) ? onnx_types[t].name : "unknown";
 }
 
 int kl__norm_axis(int64_t axis, int rank, int64_t *out) {

@@ -88,7 +88,6 @@ int64_t kl__int_at(const kl_tensor *t, int64_t i);
 double kl__dbl_at(const kl_tensor *t, int64_t i);
 void kl__set_dbl(kl_tensor *t, int64_t i, double v);
 /* ONNX TensorProto data_type -> kl_dtype; KL_EUNSUPPORTED otherwise. */
-int kl__dtype_from_onnx(int t, kl_dtype *out);
 int kl__norm_axis(int64_t axis, int rank, int64_t *out);
 /* Runs one node standalone, allocating outputs (constant folding, dynamic steps). */
 int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,

@@ -709,7 +709,7 @@ static int cast_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     else {
         const kl_attr *a = kl_gnode_attr(n, "to");
         if (!a || a->type != KL_ATTR_INT) return kl__fail_node(e, n, KL_EINVAL, "attribute 'to' missing");
-        int rc = kl__dtype_from_onnx((int)a->i, &to);
+        int rc = kl_dtype_from_onnx((int)a->i, &to);
         if (rc) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: cast to ONNX type %lld is not supported", n->opset, (long long)a->i);
     }
     kl__set_shape(&out[0], to, in[0]->rank, in[0]->dims);

@@ -752,7 +752,7 @@ static int pad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 static int eyelike_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl_dtype dt = in[0]->dtype;
     const kl_attr *a = kl_gnode_attr(n, "dtype");
-    if (a && kl__dtype_from_onnx((int)a->i, &dt)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "dtype");
+    if (a && kl_dtype_from_onnx((int)a->i, &dt)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "dtype");
     if (in[0]->rank != 2) return kl__fail_node(e, n, KL_ESHAPE, "input must be 2-D");
     kl__set_shape(&out[0], dt, 2, in[0]->dims);
     return KL_OK;

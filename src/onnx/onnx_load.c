@@ -20,26 +20,8 @@
  * ================================================================== */
 
 int kl_onnx_dtype(int t, kl_dtype *out, kl_err *e) {
-    switch (t) {
-    case 1: *out = KL_F32; return KL_OK;
-    case 2: *out = KL_U8; return KL_OK;
-    case 3: *out = KL_I8; return KL_OK;
-    case 4: *out = KL_U16; return KL_OK;
-    case 5: *out = KL_I16; return KL_OK;
-    case 6: *out = KL_I32; return KL_OK;
-    case 7: *out = KL_I64; return KL_OK;
-    case 9: *out = KL_BOOL; return KL_OK;
-    case 10: *out = KL_F16; return KL_OK;
-    case 11: *out = KL_F64; return KL_OK;
-    case 12: *out = KL_U32; return KL_OK;
-    case 13: *out = KL_U64; return KL_OK;
-    case 16: *out = KL_BF16; return KL_OK;
-    }
-    static const char *names[] = {"UNDEFINED", "FLOAT", "UINT8", "INT8", "UINT16", "INT16", "INT32", "INT64",
-                                  "STRING", "BOOL", "FLOAT16", "DOUBLE", "UINT32", "UINT64", "COMPLEX64",
-                                  "COMPLEX128", "BFLOAT16"};
-    return kl_err_set(e, KL_EUNSUPPORTED, "unsupported tensor data type %s (%d)",
-                      t >= 0 && t < (int)KL_ARRAY_LEN(names) ? names[t] : "unknown", t);
+    if (kl_dtype_from_onnx(t, out) == KL_OK) return KL_OK;
+    return kl_err_set(e, KL_EUNSUPPORTED, "unsupported tensor data type %s (%d)", kl_onnx_type_name(t), t);
 }
 
 /* Reads external data: location/offset/length relative to base_dir. */
