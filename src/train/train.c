@@ -1339,6 +1339,13 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
             cJSON_AddItemToArray(ca, row);
         }
         kl__eval_classes(cm, C, j);
+        if (dsi.nclasses == C) { /* a string label: each class's name beside its index */
+            cJSON *names = cJSON_AddArrayToObject(j, "class_names");
+            for (int64_t c = 0; c < C; c++) {
+                cJSON_AddItemToArray(names, cJSON_CreateString(dsi.classes[c]));
+                cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_class"), (int)c), "name", dsi.classes[c]);
+            }
+        }
     }
     if (s->loss == TR_LOSS_MSE && d.yf) kl__eval_regression(all, d.yf, d.n * K, j);
     *out_cjson = j;

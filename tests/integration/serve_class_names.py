@@ -81,6 +81,11 @@ check("classes_train", r.returncode == 0, r.stderr[-400:])
 meta = json.load(open(os.path.join(d, "m3", "meta.json")))
 check("classes_meta_declares_names", meta.get("output", {}).get("class_names") == want, meta.get("output"))
 
+r = keel("eval", "m3", "--split", "all", "--json")
+ev = json.loads(r.stdout) if r.returncode == 0 else {}
+check("classes_eval_names_per_class", ev.get("class_names") == want and [c.get("name") for c in ev.get("per_class", [])] == want,
+      (r.stderr[-300:], ev.get("per_class")))
+
 # a class the features were not fitted on: apply refuses, naming it
 with open(os.path.join(d, "iris.csv"), "a") as f:
     f.write("1.0,0.0,iris-nova\n")
