@@ -1343,7 +1343,8 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
             cJSON *names = cJSON_AddArrayToObject(j, "class_names");
             for (int64_t c = 0; c < C; c++) {
                 cJSON_AddItemToArray(names, cJSON_CreateString(dsi.classes[c]));
-                cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_class"), (int)c), "name", dsi.classes[c]);
+                cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_class"), (int)c), "name",
+                                        dsi.classes[c]);
             }
         }
     }
