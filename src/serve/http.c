@@ -967,9 +967,11 @@ static void *loop_main(void *arg) {
         if (!(lp->nheld > 0 && due) && MHD_get_timeout(lp->d, &to) == MHD_YES && (int64_t)to * 1000000 < wait_ns)
             wait_ns = (int64_t)to * 1000000;
         if (due && due - now < wait_ns) wait_ns = due > now ? due - now : 0;
-        /* the loop is about to sleep: its lines go out now (a client that
-         * reads the log after its answer finds its line) */
-        if (lp->log.len && wait_ns > 0) sv_loop_log_flush(lp);
+        /* buffered lines go out once the oldest is SV_LOG_FLUSH_NS old: a
+         * sleeping loop wakes for them, so that a few ms of requests take
+         * one write (a write each time the loop slept cost ~1 us a request) */
+        if (lp->log.len && lp->log_since + SV_LOG_FLUSH_NS - now < wait_ns)
+            wait_ns = lp->log_since + SV_LOG_FLUSH_NS > now ? lp->log_since + SV_LOG_FLUSH_NS - now : 0;
         int lon = s->lfd >= 0 && !atomic_load(&s->lfd_off);
         struct pollfd pf[3] = {{mfd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}, {lon ? s->lfd : -1, POLLIN, 0}};
         struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};

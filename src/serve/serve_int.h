@@ -336,14 +336,14 @@ struct sv_loop {
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
     /* access log lines of this loop's requests not written yet: written in
-     * one go (sv_loop_log_flush) when the loop is about to sleep, on a busy
-     * loop once they are SV_LOG_FLUSH_NS old, at SV_LOG_FLUSH_BYTES, and
-     * when the loop stops */
+     * one go (sv_loop_log_flush) once the oldest is SV_LOG_FLUSH_NS old (a
+     * sleeping loop wakes for it), at SV_LOG_FLUSH_BYTES, and when the loop
+     * stops (SIGTERM drain included) */
     kl_buf log;
     int64_t log_since;          /* monotonic ns of the oldest buffered line */
     int log_fmt;                /* kl_log_format resolved for the buffered lines */
 };
-#define SV_LOG_FLUSH_NS 5000000LL
+#define SV_LOG_FLUSH_NS 2000000LL
 #define SV_LOG_FLUSH_BYTES 16384
 /* Writes loop lp's buffered access log lines (its thread, or after it stopped). */
 void sv_loop_log_flush(sv_loop *lp);
