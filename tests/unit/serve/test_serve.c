@@ -110,12 +110,13 @@ KL_TEST(serve_cfg_batching_default_on) {
 /* one HTTP loop per core of the thread-count setting unless asked */
 KL_TEST(serve_http_loops_default_per_core) {
     kl_serve_opts o = {0};
-    KT_EQ_INT(sv_http_loops(&o), kl_threads_default() < SV_MAX_LOOPS ? kl_threads_default() : SV_MAX_LOOPS);
+    int was = kl_threads_default();
+    KT_EQ_INT(sv_http_loops(&o), was < SV_MAX_LOOPS ? was : SV_MAX_LOOPS);
     kl_threads_set(3); /* --threads 3 / KEEL_THREADS=3 / threads: 3 */
     KT_EQ_INT(sv_http_loops(&o), 3);
     kl_threads_set(1000);
     KT_EQ_INT(sv_http_loops(&o), SV_MAX_LOOPS);
-    kl_threads_set(0);
+    kl_threads_set(was);
     o.http_threads = 5;
     KT_EQ_INT(sv_http_loops(&o), 5);
 }
