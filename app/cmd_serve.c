@@ -61,7 +61,7 @@ static const app_opt opts[] = {
     {"port", 'p', 1, "N", "port; 0 picks a free one (default 8000)", 0},
     {"workers", 0, 1, "N", "inference workers (default: online cores)", 0},
     {"threads-per-worker", 0, 1, "N", "intra-op threads of each inference (default 1)", 0},
-    {"http-threads", 0, 1, "N", "HTTP event loops on the same port (default 1)", 0},
+    {"http-threads", 0, 1, "N", "HTTP event loops on the same port (default: one per core, the global --threads; max 64)", 0},
     {"inline-us", 0, 1, "US", "requests estimated under US µs of compute run on the HTTP thread (default 500; 0 = never)", 0},
     {"suspend-inline", 0, 0, NULL, "suspend an inline request's connection while it waits, as for worker requests (default: keep it active; fewer syscalls)", 0},
     {"max-body", 0, 1, "BYTES", "request body limit, e.g. 64M (default 64 MiB); larger bodies get 413", 0},
@@ -126,8 +126,9 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = app_get_int(&a, &spec, "threads-per-worker", 1, &v)) >= 0) return rc;
     if (v < 1 || v > 256) return app_usage_error(&spec, "--threads-per-worker must be 1..256");
     o.threads_per_worker = (int)v;
-    if ((rc = app_get_int(&a, &spec, "http-threads", 1, &v)) >= 0) return rc;
-    if (v < 1 || v > 64) return app_usage_error(&spec, "--http-threads must be 1..64");
+    /* absent: 0, one loop per core of the thread-count setting (the library's default) */
+    if ((rc = app_get_int(&a, &spec, "http-threads", 0, &v)) >= 0) return rc;
+    if (app_get(&a, "http-threads") && (v < 1 || v > 64)) return app_usage_error(&spec, "--http-threads must be 1..64");
     o.http_threads = (int)v;
     if ((rc = app_get_int(&a, &spec, "inline-us", 500, &v)) >= 0) return rc;
     if (v < 0 || v > 10000000) return app_usage_error(&spec, "--inline-us must be 0..10000000");

@@ -2,8 +2,11 @@
 # bench/serve: keel serve vs FastAPI + uvicorn + PyTorch serving the same
 # 784-512-512-10 MLP over the same KServe v2 JSON request, measured with wrk
 # at 16 connections in one run. Prints a markdown table row per server.
+# Then keel's defaults against this tuned configuration: `keel serve REPO`
+# with no config.yaml, no flags and the access log on, against the tuned one,
+# in ROUNDS interleaved wrk runs each (bench/serve/ab.sh): medians and ratio.
 # Usage: bench/serve/run.sh [SECONDS] [CONNECTIONS]   (env KEEL, WORKERS, HTTP_THREADS (default: cores), DELAY_US, WRK_THREADS (default 1),
-#   FASTAPI_WORKERS (uvicorn worker processes, default 1))
+#   FASTAPI_WORKERS (uvicorn worker processes, default 1), ROUNDS (default vs tuned rounds, default 5; 0 = skip))
 set -eu
 wt=${WRK_THREADS:-1}  # wrk threads (one drives 16 connections; a second competes with the server for the 2 cores)
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
@@ -55,3 +58,16 @@ curl -s "http://127.0.0.1:$kport/metrics" | awk '/^keel_inference_batch_size_(su
   END {if (v[0]) printf "keel mean batch size: %.2f rows\n", v[1]/v[0]}'
 kr=$(echo "$k" | awk '{print $2}'); fr=$(echo "$f" | awk '{print $2}')
 echo "ratio keel/fastapi req/s: $(awk -v a="$kr" -v b="$fr" 'BEGIN{printf "%.1f", a/b}')x (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+
+# keel's defaults vs the tuned configuration above, interleaved rounds
+rounds=${ROUNDS:-5}
+[ "$rounds" -gt 0 ] || exit 0
+tuned_cfg=$(cat "$w/repo/mlp/config.yaml")$'\n'
+A_KEEL=$KEEL B_KEEL=$KEEL A_CFG=$tuned_cfg A_ARGS="--workers $workers --http-threads ${HTTP_THREADS:-$(nproc)}" A_LOG=0 \
+  B_CFG=none B_ARGS=none B_LOG=1 WRK_THREADS=$wt bash "$here/ab.sh" "$dur" "$conns" "$rounds" > "$w/ab.out"
+echo
+echo "| keel configuration (median of $rounds runs) | req/s | p50 ms | p99 ms | server CPU µs/request | mean batch rows |"
+echo "|---|---|---|---|---|---|"
+awk '$2=="rps" {n = $1=="A" ? "tuned (config.yaml above, --workers/--http-threads, --no-access-log)" : "default (no config.yaml, no flags, access log on)";
+  printf "| %s | %s | %s | %s | %s | %s |\n", n, $3, $4, $5, $6, $7}' "$w/ab.out"
+awk '/^ratio/ {sub(/^ratio B\/A req\/s: /, ""); print "default/tuned req/s: " $0 " (load average '"$(cut -d' ' -f1-3 /proc/loadavg)"')"}' "$w/ab.out"

@@ -22,7 +22,8 @@ typedef struct {
     int port;                  /* 0 = pick a free port (kl_server_port says which) */
     int workers;               /* inference workers; 0 = online cores */
     int threads_per_worker;    /* intra-op threads of each session run; 0 = 1 */
-    int http_threads;          /* HTTP event loops (one libmicrohttpd daemon each, SO_REUSEPORT); 0 = 1 */
+    int http_threads;          /* HTTP event loops (one libmicrohttpd daemon each); 0 = one per core
+                                  of the thread-count setting (kl_threads_default), at most 64 */
     uint64_t max_body;         /* request body limit in bytes; 0 = 64 MiB */
     double exit_timeout_s;     /* drain limit on shutdown; <= 0 = 30 s */
     double probe_interval_s;   /* background health probe period; <= 0 = 10 s */

@@ -14,5 +14,8 @@ void kl__log_unlock(void);
 void kl__progress_clear_line(FILE *out);
 void kl__progress_redraw_line(FILE *out);
 FILE *kl__log_stream(void);
+/* x as printf's "%.6g" writes it (the log line's number fields), without
+ * printf; returns the length (< 32, no NUL). */
+int kl__log_fmt_g6(char *out, double x);
 
 #endif

@@ -210,10 +210,13 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
     io_json(&b, v->in, v->n_in);
     kl_buf_puts(&b, ",\"outputs\":");
     io_json(&b, v->out, v->n_out);
-    kl_buf_printf(&b, ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"priority_levels\":%d,"
-                      "\"default_priority\":%d,\"instances\":%d}",
-                  m->cfg.max_batch, m->cfg.dynamic_batching ? "true" : "false", m->cfg.levels, m->cfg.default_level,
-                  m->cfg.instances);
+    /* dynamic_batching: whether this version's requests are batched (the
+     * configuration's, default on, and the version can batch) */
+    int batches = sv_version_batches(&m->cfg, v);
+    kl_buf_printf(&b, ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"max_queue_delay_us\":%lld,"
+                      "\"priority_levels\":%d,\"default_priority\":%d,\"instances\":%d}",
+                  m->cfg.max_batch, batches ? "true" : "false", batches ? (long long)m->cfg.max_queue_delay_us : 0LL,
+                  m->cfg.levels, m->cfg.default_level, m->cfg.instances);
     if (v->feat) predict_meta(&b, v);
     kl_buf_puts(&b, "}");
     pthread_mutex_unlock(&s->lock);
@@ -441,14 +444,18 @@ void sv_req_resume(sv_req *r) {
 static void log_request(kl_server *s, sv_req *r) {
     if (!s->o.access_log || !kl_log_enabled(KL_LOG_INFO)) return;
     char shapes[256] = "", ver[24] = "";
-    size_t off = 0;
+    size_t off = 0; /* "[1,784],[1,3]" without printf (a line per request) */
     for (size_t i = 0; i < r->n_in && off < sizeof shapes - 40; i++) {
-        off += (size_t)snprintf(shapes + off, sizeof shapes - off, "%s[", i ? "," : "");
-        for (int d = 0; d < r->in[i].rank && off < sizeof shapes - 24; d++)
-            off += (size_t)snprintf(shapes + off, sizeof shapes - off, d ? ",%lld" : "%lld", (long long)r->in[i].dims[d]);
-        off += (size_t)snprintf(shapes + off, sizeof shapes - off, "]");
+        if (i) shapes[off++] = ',';
+        shapes[off++] = '[';
+        for (int d = 0; d < r->in[i].rank && off < sizeof shapes - 24; d++) {
+            if (d) shapes[off++] = ',';
+            off += (size_t)sv_fmt_i64(shapes + off, r->in[i].dims[d]);
+        }
+        shapes[off++] = ']';
+        shapes[off] = 0;
     }
-    if (r->ver) snprintf(ver, sizeof ver, "%lld", (long long)r->ver->version);
+    if (r->ver) ver[sv_fmt_i64(ver, r->ver->version)] = 0;
     double qms = r->t_start ? (r->t_start - r->t_enq) / 1e6 : r->t_enq ? (kl_time_mono_ns() - r->t_enq) / 1e6 : 0;
     double cms = r->t_start ? (r->t_end - r->t_start) / 1e6 : 0;
     kl_log_field f[] = {
@@ -968,9 +975,11 @@ static void *loop_main(void *arg) {
         if (!(lp->nheld > 0 && due) && MHD_get_timeout(lp->d, &to) == MHD_YES && (int64_t)to * 1000000 < wait_ns)
             wait_ns = (int64_t)to * 1000000;
         if (due && due - now < wait_ns) wait_ns = due > now ? due - now : 0;
-        /* the loop is about to sleep: its lines go out now (a client that
-         * reads the log after its answer finds its line) */
-        if (lp->log.len && wait_ns > 0) sv_loop_log_flush(lp);
+        /* buffered lines go out once the oldest is SV_LOG_FLUSH_NS old: a
+         * sleeping loop wakes for them, so that a few ms of requests take
+         * one write (a write each time the loop slept cost ~1 us a request) */
+        if (lp->log.len && lp->log_since + SV_LOG_FLUSH_NS - now < wait_ns)
+            wait_ns = lp->log_since + SV_LOG_FLUSH_NS > now ? lp->log_since + SV_LOG_FLUSH_NS - now : 0;
         int lon = s->lfd >= 0 && !atomic_load(&s->lfd_off);
         struct pollfd pf[3] = {{mfd, POLLIN, 0}, {lp->wake_fd, POLLIN, 0}, {lon ? s->lfd : -1, POLLIN, 0}};
         struct timespec ts = {(time_t)(wait_ns / 1000000000), (long)(wait_ns % 1000000000)};
@@ -1016,6 +1025,11 @@ static int loop_daemon(kl_server *s, sv_loop *lp, const struct sockaddr *addr, i
     return KL_OK;
 }
 
+int sv_http_loops(const kl_serve_opts *o) {
+    int n = o->http_threads > 0 ? o->http_threads : kl_threads_default();
+    return n < 1 ? 1 : n > SV_MAX_LOOPS ? SV_MAX_LOOPS : n;
+}
+
 int sv_http_start(kl_server *s, kl_err *e) {
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -1025,7 +1039,7 @@ int sv_http_start(kl_server *s, kl_err *e) {
     snprintf(port, sizeof port, "%d", s->o.port);
     int grc = getaddrinfo(s->host, port, &hints, &ai);
     if (grc || !ai) return kl_err_set(e, KL_EINVAL, "--host %s: %s", s->host, gai_strerror(grc));
-    int n = s->o.http_threads > 1 ? s->o.http_threads : 1, rc = KL_OK;
+    int n = sv_http_loops(&s->o), rc = KL_OK;
     s->loops = calloc((size_t)n, sizeof *s->loops);
     if (!s->loops) { freeaddrinfo(ai); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
     for (int i = 0; i < n; i++) s->loops[i].wake_fd = -1;
@@ -1201,6 +1215,8 @@ int kl_server_start(kl_server *s, kl_err *e) {
     rc = sv_http_start(s, e);
     if (rc) { sv_sched_stop(s); return rc; }
     s->started = 1;
+    kl_log(KL_LOG_INFO, "serve", "%d HTTP loop(s), %d inference worker(s), access log %s", s->nloops, s->nworkers,
+           s->o.access_log ? "on" : "off");
     return KL_OK;
 }
 

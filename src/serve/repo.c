@@ -21,6 +21,9 @@
 
 void sv_cfg_default(sv_model_cfg *c) {
     memset(c, 0, sizeof *c);
+    c->max_batch = SV_BATCH_DEFAULT_MAX;
+    c->dynamic_batching = 1;
+    c->max_queue_delay_us = SV_BATCH_DEFAULT_DELAY_US;
     c->instances = 1;
     c->levels = 1;
     c->default_level = 1;
@@ -78,7 +81,7 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
     if (!root || kl_node_kind_of(root) == KL_NODE_NULL) goto done;
     if (kl_node_kind_of(root) != KL_NODE_MAP) { rc = kl_node_error(root, e, KL_EINVAL, "expected a map"); goto done; }
     if ((rc = kl_spec_check_keys(root, keys, KL_ARRAY_LEN(keys), e))) goto done;
-    if ((rc = kl_spec_int(root, "max_batch_size", 0, &v, e))) goto done;
+    if ((rc = kl_spec_int(root, "max_batch_size", c->max_batch, &v, e))) goto done;
     if (v < 0 || v > 65536) { rc = kl_node_error(kl_node_get(root, "max_batch_size"), e, KL_EINVAL, "must be 0..65536"); goto done; }
     c->max_batch = (int)v;
     if ((rc = kl_spec_int(root, "instances", 1, &v, e))) goto done;
@@ -96,13 +99,20 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
         goto done;
     }
     c->default_level = (int)v;
+    /* batching: on by default (sv_cfg_default); `dynamic_batching: false`
+     * or `max_batch_size: 0` (without dynamic_batching) turn it off */
     const kl_node *n = kl_node_get(root, "dynamic_batching");
+    if (!n && c->max_batch == 0) c->dynamic_batching = 0;
     if (n) {
         static const char *const dk[] = {"max_queue_delay_us", "preferred_batch_sizes"};
         c->dynamic_batching = 1;
         if (kl_node_kind_of(n) == KL_NODE_MAP) {
             if ((rc = kl_spec_check_keys(n, dk, 2, e))) goto done;
-            if ((rc = kl_spec_int(n, "max_queue_delay_us", 0, &c->max_queue_delay_us, e))) goto done;
+            if ((rc = kl_spec_int(n, "max_queue_delay_us", c->max_queue_delay_us, &c->max_queue_delay_us, e))) goto done;
+            if (c->max_queue_delay_us < 0 || c->max_queue_delay_us > 60000000) {
+                rc = kl_node_error(kl_node_get(n, "max_queue_delay_us"), e, KL_EINVAL, "must be 0..60000000 (µs)");
+                goto done;
+            }
             const kl_node *p = kl_node_get(n, "preferred_batch_sizes");
             if (p) {
                 if (kl_node_kind_of(p) != KL_NODE_SEQ) { rc = kl_node_error(p, e, KL_EINVAL, "expected a list"); goto done; }
@@ -116,7 +126,9 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
             if ((rc = kl_node_bool(n, &on, e))) goto done;
             c->dynamic_batching = on;
         }
-        if (c->dynamic_batching && c->max_batch == 0) c->max_batch = 32;
+        if (c->dynamic_batching && c->max_batch == 0) c->max_batch = SV_BATCH_DEFAULT_MAX;
+        /* off: max_batch_size (unless given) reads 0, requests run as sent */
+        if (!c->dynamic_batching && !kl_node_get(root, "max_batch_size")) c->max_batch = 0;
     }
     n = kl_node_get(root, "default_queue_policy");
     if (n) {
@@ -322,7 +334,9 @@ int sv_version_probe(kl_server *s, sv_version *v, kl_err *e) {
     return rc;
 }
 
-static int version_load(kl_server *s, sv_model *m, const char *dir, int64_t ver, sv_version **out, kl_err *e) {
+/* Loads version ver of m from dir; cfg: the configuration it will serve under (for the log). */
+static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, const char *dir, int64_t ver, sv_version **out,
+                        kl_err *e) {
     *out = NULL;
     sv_version *v = calloc(1, sizeof *v);
     if (!v) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -372,9 +386,16 @@ static int version_load(kl_server *s, sv_model *m, const char *dir, int64_t ver,
     }
     int64_t t0 = kl_time_mono_ns();
     if ((rc = sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
-    kl_log(KL_LOG_INFO, "serve", "model %s version %lld ready (%s, %zu input(s), warm-up %.2f ms%s)", m->name,
+    char batching[96];
+    if (sv_version_batches(cfg, v))
+        snprintf(batching, sizeof batching, "dynamic batching: up to %d rows, %lld us delay", cfg->max_batch,
+                 (long long)cfg->max_queue_delay_us);
+    else
+        snprintf(batching, sizeof batching, "no dynamic batching: %s", v->batchable ? "off in config.yaml"
+                                                                                     : "no free batch dimension");
+    kl_log(KL_LOG_INFO, "serve", "model %s version %lld ready (%s, %zu input(s), warm-up %.2f ms%s; %s)", m->name,
            (long long)ver, nchecked ? "sha256 verified" : "no meta.json", v->n_in, (kl_time_mono_ns() - t0) / 1e6,
-           v->batchable ? ", batchable" : "");
+           v->batchable ? ", batchable" : "", batching);
     *out = v;
     return KL_OK;
 fail:
@@ -526,7 +547,7 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
         if (have && !strcmp(have->sig, sig)) { sv_version_ref(have); nv[n++] = have; continue; }
         sv_version *v = NULL;
         kl_err le = {0};
-        int lrc = version_load(s, m, vdir, want[i], &v, &le);
+        int lrc = version_load(s, m, &cfg, vdir, want[i], &v, &le);
         count_load(s, m, lrc == KL_OK);
         if (lrc) {
             kl_log(KL_LOG_ERROR, "serve", "model %s version %lld refused: %s%s", m->name, (long long)want[i],

@@ -95,9 +95,18 @@ typedef struct {
 
 typedef enum { SV_POLICY_LATEST, SV_POLICY_SPECIFIC, SV_POLICY_ALL } sv_policy;
 
+/* Dynamic batching is on by default (no config.yaml, or one without
+ * `dynamic_batching`) for every version that can batch (sv_version.batchable):
+ * at most SV_BATCH_DEFAULT_MAX rows, the oldest request waiting at most
+ * SV_BATCH_DEFAULT_DELAY_US for company (an HTTP loop's batch runs at once
+ * when every connection of the loop has its request queued). */
+#define SV_BATCH_DEFAULT_MAX 32
+#define SV_BATCH_DEFAULT_DELAY_US 500
+
 typedef struct {
     int max_batch;              /* rows per run; 0 = requests run as sent */
-    int dynamic_batching;
+    int dynamic_batching;       /* on unless config.yaml turns it off (or max_batch_size: 0);
+                                   a version batches only when it is also batchable */
     int64_t max_queue_delay_us;
     int preferred[8];
     int n_preferred;
@@ -218,6 +227,11 @@ struct sv_model {
     int nvst;
 };
 
+/* Whether v's requests are batched under its model's configuration c:
+ * c batches (dynamic_batching, max_batch > 0) and v is batchable. */
+static inline int sv_version_batches(const sv_model_cfg *c, const sv_version *v) {
+    return v->batchable && c->dynamic_batching && c->max_batch > 0;
+}
 void sv_version_ref(sv_version *v);
 void sv_version_unref(sv_version *v);
 
@@ -324,14 +338,14 @@ struct sv_loop {
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
     /* access log lines of this loop's requests not written yet: written in
-     * one go (sv_loop_log_flush) when the loop is about to sleep, on a busy
-     * loop once they are SV_LOG_FLUSH_NS old, at SV_LOG_FLUSH_BYTES, and
-     * when the loop stops */
+     * one go (sv_loop_log_flush) once the oldest is SV_LOG_FLUSH_NS old (a
+     * sleeping loop wakes for it), at SV_LOG_FLUSH_BYTES, and when the loop
+     * stops (SIGTERM drain included) */
     kl_buf log;
     int64_t log_since;          /* monotonic ns of the oldest buffered line */
     int log_fmt;                /* kl_log_format resolved for the buffered lines */
 };
-#define SV_LOG_FLUSH_NS 5000000LL
+#define SV_LOG_FLUSH_NS 2000000LL
 #define SV_LOG_FLUSH_BYTES 16384
 /* Writes loop lp's buffered access log lines (its thread, or after it stopped). */
 void sv_loop_log_flush(sv_loop *lp);
@@ -548,6 +562,11 @@ void sv_metrics_request(kl_server *s, sv_req *r);
 char *sv_metrics_render(kl_server *s, size_t *len);
 
 /* http.c */
+#define SV_MAX_LOOPS 64
+/* The number of HTTP loops of o: http_threads, or (0) one per core of the
+ * thread-count setting (kl_threads_default: --threads, KEEL_THREADS, the
+ * online cores), at most SV_MAX_LOOPS. */
+int sv_http_loops(const kl_serve_opts *o);
 int sv_http_start(kl_server *s, kl_err *e);
 void sv_http_stop(kl_server *s);
 void sv_req_resume(sv_req *r);

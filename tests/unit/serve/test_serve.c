@@ -64,6 +64,63 @@ KL_TEST(serve_cfg_reserve_level_batch_shed) {
     kl_err_clear(&e);
 }
 
+/* batching is on by default (no config.yaml, or one without dynamic_batching)
+ * with SV_BATCH_DEFAULT_MAX rows and SV_BATCH_DEFAULT_DELAY_US; config.yaml
+ * turns it off or sets it */
+KL_TEST(serve_cfg_batching_default_on) {
+    sv_model_cfg c;
+    kl_err e = {0};
+    sv_cfg_default(&c);
+    KT_EQ_INT(c.dynamic_batching, 1);
+    KT_EQ_INT(c.max_batch, SV_BATCH_DEFAULT_MAX);
+    KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
+    KT_CHECK(SV_BATCH_DEFAULT_DELAY_US > 0 && SV_BATCH_DEFAULT_DELAY_US <= 1000);
+    const char *y = "instances: 2\n"; /* a config.yaml about something else */
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.dynamic_batching, 1);
+    KT_EQ_INT(c.max_batch, SV_BATCH_DEFAULT_MAX);
+    KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
+    y = "";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.dynamic_batching, 1);
+    const char *off[] = {"dynamic_batching: false\n", "dynamic_batching: off\n", "max_batch_size: 0\n"};
+    for (int i = 0; i < 3; i++) {
+        KT_OK(sv_cfg_parse(off[i], strlen(off[i]), "config.yaml", &c, &e), &e);
+        KT_EQ_INT(c.dynamic_batching, 0);
+        KT_EQ_INT(c.max_batch, 0);
+    }
+    y = "max_batch_size: 8\n"; /* the size alone: batching on with the default delay */
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.dynamic_batching, 1);
+    KT_EQ_INT(c.max_batch, 8);
+    KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
+    y = "dynamic_batching: {max_queue_delay_us: 0}\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.dynamic_batching, 1);
+    KT_EQ_INT(c.max_queue_delay_us, 0);
+    y = "dynamic_batching: {preferred_batch_sizes: [4]}\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
+    y = "dynamic_batching:\n  max_queue_delay_us: -1\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
+    kl_err_clear(&e);
+}
+
+/* one HTTP loop per core of the thread-count setting unless asked */
+KL_TEST(serve_http_loops_default_per_core) {
+    kl_serve_opts o = {0};
+    int was = kl_threads_default();
+    KT_EQ_INT(sv_http_loops(&o), was < SV_MAX_LOOPS ? was : SV_MAX_LOOPS);
+    kl_threads_set(3); /* --threads 3 / KEEL_THREADS=3 / threads: 3 */
+    KT_EQ_INT(sv_http_loops(&o), 3);
+    kl_threads_set(1000);
+    KT_EQ_INT(sv_http_loops(&o), SV_MAX_LOOPS);
+    kl_threads_set(was);
+    o.http_threads = 5;
+    KT_EQ_INT(sv_http_loops(&o), 5);
+}
+
 /* the reserve rule on a hand-built model: 3 instances, level 2 leaves 1 */
 KL_TEST(serve_sched_level_may_run_reserve) {
     sv_model m;
