@@ -182,6 +182,7 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
             goto done;
         }
     }
+    rc = kl_node_check_used(root, e); /* e.g. version_policy {latest, specific}: one is read, the other refused */
 done:
     kl_doc_free(d);
     return rc;

@@ -203,6 +203,12 @@ KL_TEST(serve_cfg_errors_name_the_key) {
     KT_EQ_INT(c.policy, SV_POLICY_SPECIFIC);
     KT_EQ_INT(c.n_specific, 2);
     KT_EQ_INT(c.specific[1], 3);
+    /* a key nothing reads in this configuration: latest wins, specific was ignored */
+    kl_err_clear(&e);
+    y = "version_policy: {latest: 2,\n  specific: [1]}\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "'specific'");
+    KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
 }
 
 /* a model version description without a session: enough for the codec */
