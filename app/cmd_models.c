@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int open_store(kl_track **t, kl_err *e) { return kl_track_open(kl_config_get(app_config(), "tracking"), t, e); }
+/* Every command here reads an existing store, except register (creates it). */
+static int open_store(kl_track **t, kl_err *e) { return app_store_open(0, t, e); }
 
 static void print_json(const cJSON *j) {
     char *s = cJSON_Print(j);
@@ -48,7 +49,7 @@ static int models_register(int argc, char **argv) {
     kl_err e = {0};
     kl_track *t = NULL;
     int64_t v = 0;
-    if (open_store(&t, &e) || kl_registry_register(t, name, a.pos[0], run, app_get(&a, "signature"), &v, &e)) goto fail;
+    if (app_store_open(1, &t, &e) || kl_registry_register(t, name, a.pos[0], run, app_get(&a, "signature"), &v, &e)) goto fail;
     const char *vals[APP_MAX_VALUES];
     int na = app_get_all(&a, "alias", vals, APP_MAX_VALUES);
     for (int i = 0; i < na; i++)
@@ -99,10 +100,11 @@ static int models_list(int argc, char **argv) {
     kl_err e = {0};
     kl_track *t = NULL;
     void *j = NULL;
-    if (open_store(&t, &e) || kl_registry_json(t, NULL, &j, &e)) {
+    if (app_store_open_list(&t, &e) || (t && kl_registry_json(t, NULL, &j, &e))) {
         kl_track_close(t);
         return app_fail(&e);
     }
+    if (!j) j = cJSON_CreateArray(); /* no store yet: no models */
     if (app_flag(&a, "json")) print_json(j);
     else {
         printf("%-24s %8s %-20s %s\n", "NAME", "VERSIONS", "CREATED", "ALIASES");

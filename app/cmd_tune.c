@@ -459,7 +459,7 @@ static int tune_run(int argc, char **argv) {
     snprintf(outdir, sizeof outdir, "%s", app_get(&a, "out") ? app_get(&a, "out") : "");
     if (!outdir[0]) snprintf(outdir, sizeof outdir, "tune-%s", name);
     if ((rc = kl_mkdir_p(outdir, &e))) goto done;
-    if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
+    if ((rc = app_store_open(1, &t, &e))) goto done;
     kl_study_info info = {name, metric, minimize, sampler, sha, spec, space_text};
     if ((rc = kl_study_open(t, s, &info, &st, &e))) goto done;
     const kl_trial *loaded;
@@ -685,7 +685,7 @@ static int tune_show(int argc, char **argv) {
     double *imp = NULL;
     kl_buf b;
     kl_buf_init(&b);
-    if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
+    if ((rc = app_store_open(0, &t, &e))) goto done;
     if ((rc = kl_study_find_recorded(t, a.pos[0], &st, &e))) goto done;
     const kl_study_info *info = kl_study_get_info(st);
     const kl_tune_space *s = kl_study_space(st);

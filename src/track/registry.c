@@ -33,7 +33,7 @@ static int model_id(kl_track *t, const char *name, int64_t *id, kl_err *e) {
     if (s == SQLITE_ROW) *id = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     if (s == SQLITE_ROW) return KL_OK;
-    if (s == SQLITE_DONE) return kl_err_set(e, KL_ENOTFOUND, "model '%s' not found", name);
+    if (s == SQLITE_DONE) return kl__track_notfound(t, e, "model '%s' not found", name);
     return kl__track_sqlerr(t, s, e, "finding a model");
 }
 
@@ -286,7 +286,7 @@ static int version_exists(kl_track *t, int64_t mid, int64_t v, kl_err *e, const 
     sqlite3_bind_int64(st, 2, v);
     int found = sqlite3_step(st) == SQLITE_ROW;
     sqlite3_finalize(st);
-    return found ? KL_OK : kl_err_set(e, KL_ENOTFOUND, "model %s has no version %lld", name, (long long)v);
+    return found ? KL_OK : kl__track_notfound(t, e, "model %s has no version %lld", name, (long long)v);
 }
 
 int kl_registry_set_alias(kl_track *t, const char *name, const char *alias, int64_t version, kl_err *e) {
@@ -392,7 +392,7 @@ int kl_registry_parse_ref(kl_track *t, const char *ref, char **name, int64_t *ve
     if (alias) {
         if ((rc = alias_at_locked(t, mid, alias, 0, &v, e))) goto done;
         if (!v) {
-            rc = kl_err_set(e, KL_ENOTFOUND, "model %s has no alias '%s'", buf, alias);
+            rc = kl__track_notfound(t, e, "model %s has no alias '%s'", buf, alias);
             goto done;
         }
     } else if (v) {
@@ -404,7 +404,7 @@ int kl_registry_parse_ref(kl_track *t, const char *ref, char **name, int64_t *ve
         if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
         if (!v) {
-            rc = kl_err_set(e, KL_ENOTFOUND, "model %s has no versions", buf);
+            rc = kl__track_notfound(t, e, "model %s has no versions", buf);
             goto done;
         }
     }
@@ -667,7 +667,7 @@ int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e)
         sqlite3_reset(as);
         add_tags(t, cJSON_AddObjectToObject(m, "tags"), mid, 0);
     }
-    if (name && cJSON_GetArraySize(arr) == 0) rc = kl_err_set(e, KL_ENOTFOUND, "model '%s' not found", name);
+    if (name && cJSON_GetArraySize(arr) == 0) rc = kl__track_notfound(t, e, "model '%s' not found", name);
 done:
     sqlite3_finalize(ms);
     sqlite3_finalize(vs);

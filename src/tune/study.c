@@ -106,7 +106,7 @@ int kl_study_find(kl_track *t, const char *name, const kl_tune_space *s, kl_stud
     cJSON *root = NULL;
     int64_t id;
     rc = find_root(t, name, &id, &root, e);
-    if (rc == KL_ENOTFOUND) return kl_err_set(e, KL_ENOTFOUND, "no study named '%s' in %s", name, kl_track_dir(t));
+    if (rc == KL_ENOTFOUND) return kl_err_set(e, KL_ENOTFOUND, "no study named '%s' in the experiment store %s", name, kl_track_where(t));
     if (rc) return rc;
     kl_study *st;
     if ((rc = study_new(t, s, name, &st, e))) { cJSON_Delete(root); return rc; }
