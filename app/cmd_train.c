@@ -60,14 +60,14 @@ int cmd_train(int argc, char **argv) {
     if (app_config() && kl_config_get(app_config(), "memory.limit") && kl_config_get_size(app_config(), "memory.limit", &lim, &e)) return app_fail(&e);
     o.memory_limit = lim;
     if (lim) kl_mem_set_budget(0); /* checked against the plan up front, then enforced */
-    /* the run is logged whenever a store is found (--tracking / KEEL_TRACKING
-     * name one; the nearest keel-runs/ or the per-user default count once
-     * they exist), or with --track (which creates it) */
+    /* the run is logged whenever a store is found: --tracking, KEEL_TRACKING,
+     * a keel-runs/ folder here or above, or the per-user default once it
+     * exists; --track creates the per-user default */
     if (app_flag(&a, "track") && app_flag(&a, "no-track")) return app_usage_error(&spec, "--track and --no-track contradict each other");
     kl_store_loc loc;
     if (!app_flag(&a, "no-track")) {
         if (app_store_resolve(&loc, &e)) return app_fail(&e);
-        if (app_flag(&a, "track") || loc.exists || loc.rule == KL_STORE_GIVEN || loc.rule == KL_STORE_ENV) o.tracking = loc.dir;
+        if (app_flag(&a, "track") || loc.exists || loc.rule != KL_STORE_USER) o.tracking = loc.dir;
     }
     o.experiment = app_get(&a, "experiment");
     o.run_name = app_get(&a, "run-name");

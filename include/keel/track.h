@@ -194,6 +194,17 @@ int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const
  * present, else from signature_json (may be NULL). *version gets the number. */
 int kl_registry_register(kl_track *t, const char *name, const char *dir, int64_t run_id,
                          const char *signature_json, int64_t *version, kl_err *e);
+/* A file registered with a version from outside its folder, under name (a
+ * plain file name): e.g. {"features.json", path} and {"features.db", path},
+ * what keel serve's :predict reads beside model.onnx. */
+typedef struct {
+    const char *name;
+    const char *path;
+} kl_registry_file;
+/* kl_registry_register plus extra files (each replaces dir's file of the
+ * same name, if any). */
+int kl_registry_register_files(kl_track *t, const char *name, const char *dir, const kl_registry_file *extra,
+                               size_t nextra, int64_t run_id, const char *signature_json, int64_t *version, kl_err *e);
 /* Sets alias (e.g. "champion") of a model to version (0 removes it). The
  * history keeps every change with its time. */
 int kl_registry_set_alias(kl_track *t, const char *name, const char *alias, int64_t version, kl_err *e);

@@ -733,6 +733,11 @@ void kl_features_input_field(const kl_features *f, size_t i, kl_features_field *
 const char *kl_features_label(const kl_features *f) { return f->has_label ? f->label : NULL; }
 int kl_features_is_fitted(const kl_features *f) { return f->fitted; }
 size_t kl_features_count(const kl_features *f) { return f->nf; }
+const char *kl_features_first_window(const kl_features *f) {
+    for (size_t i = 0; i < f->nf; i++)
+        if (f->f[i].kind == TF_WINDOW) return f->f[i].name;
+    return NULL;
+}
 const char *kl_features_name(const kl_features *f, size_t i) { return i < f->nf ? f->f[i].name : NULL; }
 size_t kl_features_width(const kl_features *f) { return f->width; }
 const char *kl_features_slot_name(const kl_features *f, size_t s) { return s < f->width ? f->slot_names[s] : NULL; }
