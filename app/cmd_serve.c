@@ -51,6 +51,7 @@ static int reg_resolve(reg_src *r, kl_err *e) {
                (long long)r->version);
     }
 done:
+    if (rc) kl_err_prefix(e, "%s", r->ref);
     free(name);
     kl_track_close(t);
     return rc;
@@ -181,7 +182,7 @@ int cmd_serve(int argc, char **argv) {
         if (sig == SIGHUP) {
             kl_err_clear(&re);
             if (reg.ref && reg_resolve(&reg, &re))
-                kl_log(KL_LOG_ERROR, "serve", "%s: %s (the current version keeps serving)", reg.ref, kl_err_what(&re));
+                kl_log(KL_LOG_ERROR, "serve", "%s (the current version keeps serving)", kl_err_what(&re)); /* names the reference */
             kl_err_clear(&re);
             if (kl_server_rescan(s, &re)) kl_log(KL_LOG_WARN, "serve", "rescan: %s", kl_err_what(&re));
             continue;
