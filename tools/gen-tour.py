@@ -117,7 +117,9 @@ def blocks(t):
     yield "tune", (t.run("keel tune examples/digits/mlp.yaml --space space.yaml --trials 6",
                          keep=pick(r"^trial 0:", r"^trial 1: started", r"^trial 5: val", r"^study", r"^best", r"^details",
                                    note="(trimmed)"))
-                   + t.run("keel runs list", keep=lambda ls: ls[:3] + ["..." + " " * 70 + "(trimmed)"] + ls[-1:]))
+                   + t.run("keel runs list", keep=lambda ls: ls[:3] + ["..." + " " * 70 + "(trimmed)"] + ls[-1:])
+                   + t.run("keel tune register mlp-afec7e0d --name digits --alias tuned     # the best trial's model",
+                           "keel tune register mlp-afec7e0d --name digits --alias tuned"))
     shutil.copytree(os.path.join(SRC, "examples", "clicks"), os.path.join(t.work, "examples", "clicks"),
                     ignore=shutil.ignore_patterns("data", "out-*"))
     os.makedirs(os.path.join(t.work, "examples", "clicks", "data"), exist_ok=True)
