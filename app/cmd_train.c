@@ -67,7 +67,10 @@ int cmd_train(int argc, char **argv) {
     kl_store_loc loc;
     if (!app_flag(&a, "no-track")) {
         if (app_store_resolve(&loc, &e)) return app_fail(&e);
-        if (app_flag(&a, "track") || loc.exists || loc.rule != KL_STORE_USER) o.tracking = loc.dir;
+        if (app_flag(&a, "track") || loc.exists || loc.rule != KL_STORE_USER) {
+            o.tracking = loc.dir;
+            o.tracking_how = loc.how;
+        }
     }
     o.experiment = app_get(&a, "experiment");
     o.run_name = app_get(&a, "run-name");

@@ -193,8 +193,9 @@ int tr_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m,
     kl_track *t = NULL;
     kl_track_run *r = NULL;
     params p = {0};
-    int rc = kl_track_open(o->tracking, &t, e);
-    if (rc) return rc;
+    kl_store_loc loc;
+    int rc = kl_track_store_resolve(o->tracking, o->tracking_how, &loc, e);
+    if (rc || (rc = kl_track_open_loc(&loc, 1, &t, e))) return rc;
     const char *base = strrchr(spec_path, '/');
     if ((rc = kl_track_run_start(t, o->experiment ? o->experiment : "train", o->run_name ? o->run_name : base ? base + 1 : spec_path,
                                  o->parent_run, &r, e)))
