@@ -28,14 +28,17 @@ static const app_opt reg_opts[] = {
     {"name", 'n', 1, "NAME", "registered model name (required)", 0},
     {"run", 0, 1, "ID", "run that produced the model (default: run_id in meta.json)", 0},
     {"signature", 0, 1, "JSON", "signature when DIR has no meta.json: {\"inputs\":[...],\"outputs\":[...]}", 0},
-    {"features", 0, 1, "FILE", "features.json to register with the model (what :predict runs before it; default DIR/features.json)", 0},
-    {"store", 0, 1, "FILE", "online store of the window features (keel features materialize) to register as features.db", 0},
+    {"features", 0, 1, "FILE",
+     "features.json to register with the model (what :predict runs before it; default DIR/features.json)", 0},
+    {"store", 0, 1, "FILE",
+     "online store of the window features (keel features materialize) to register as features.db", 0},
     {"alias", 'a', 1, "ALIAS", "also point this alias at the new version", 1},
     {"tag", 't', 1, "KEY=VALUE", "tag the new version", 1},
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
 static const app_cmd_spec reg_spec = {
-    "models register", "keel models register DIR --name NAME [--features FILE] [--store FILE] [--run ID] [--alias A]... [--tag K=V]...",
+    "models register",
+    "keel models register DIR --name NAME [--features FILE] [--store FILE] [--run ID] [--alias A]... [--tag K=V]...",
     "Store the files of DIR as a new immutable version of a registered model.",
     "Files are copied into the content-addressed object store (sha256). The signature (inputs and\n"
     "outputs with dtypes and shapes) is read from DIR/meta.json when present, and so is the run\n"
@@ -53,7 +56,9 @@ static int check_features(const char *dir, const char *features, const char *sto
     char fp[4200], sp[4200];
     snprintf(fp, sizeof fp, "%s/features.json", dir);
     if (!features && !kl_path_exists(fp)) {
-        if (store) return kl_err_set(e, KL_EINVAL, "--store %s: the model has no features.json (give it with --features)", store);
+        if (store)
+            return kl_err_set(e, KL_EINVAL, "--store %s: the model has no features.json (give it with --features)",
+                              store);
         return KL_OK;
     }
     const char *fpath = features ? features : fp;
@@ -70,21 +75,26 @@ static int check_features(const char *dir, const char *features, const char *sto
     if (kl_path_exists(mp) && !kl_json_load_file(mp, &mj, NULL)) {
         const cJSON *fh = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "feature_hash");
         if (cJSON_IsString(fh) && strcmp(fh->valuestring, kl_features_hash(f))) {
-            rc = kl_err_set(e, KL_ESTATE, "%s: feature hash %.12s, but the model in %s was trained on features %.12s (meta.json)", fpath,
-                            kl_features_hash(f), dir, fh->valuestring);
+            rc = kl_err_set(e, KL_ESTATE,
+                            "%s: feature hash %.12s, but the model in %s was trained on features %.12s (meta.json)",
+                            fpath, kl_features_hash(f), dir, fh->valuestring);
             goto done;
         }
     }
     if (win && !spath) {
-        rc = kl_err_set(e, KL_EINVAL,
-                        "%s: feature %s is a window over recent events, which :predict reads from the online store; fill "
-                        "one with 'keel features materialize %s --data DATASET --store STORE.db' and register it with the "
-                        "model: keel models register %s --name %s --features %s --store STORE.db",
-                        fpath, win, fpath, dir, name, fpath);
+        rc = kl_err_set(
+            e, KL_EINVAL,
+            "%s: feature %s is a window over recent events, which :predict reads from the online store; fill "
+            "one with 'keel features materialize %s --data DATASET --store STORE.db' and register it with the "
+            "model: keel models register %s --name %s --features %s --store STORE.db",
+            fpath, win, fpath, dir, name, fpath);
         goto done;
     }
     if (spath) {
-        if (!kl_path_exists(spath)) { rc = kl_err_set(e, KL_ENOTFOUND, "--store %s: no such file", spath); goto done; }
+        if (!kl_path_exists(spath)) {
+            rc = kl_err_set(e, KL_ENOTFOUND, "--store %s: no such file", spath);
+            goto done;
+        }
         if ((rc = kl_fstore_open(f, spath, &fs, e))) goto done; /* a store filled for these features */
     }
 done:
@@ -134,8 +144,11 @@ static int models_register(int argc, char **argv) {
     void *mj = NULL;
     if (!kl_registry_json(t, name, &mj, &e)) {
         const cJSON *vv;
-        cJSON_ArrayForEach(vv, cJSON_GetObjectItem(cJSON_GetArrayItem(mj, 0), "versions"))
-            if (app_jnum(vv, "version") == (double)v && cJSON_IsNumber(cJSON_GetObjectItem(vv, "run_id"))) from_run = (int64_t)app_jnum(vv, "run_id");
+        const cJSON *vs = cJSON_GetObjectItem(cJSON_GetArrayItem(mj, 0), "versions");
+        cJSON_ArrayForEach(vv, vs) {
+            if (app_jnum(vv, "version") == (double)v && cJSON_IsNumber(cJSON_GetObjectItem(vv, "run_id")))
+                from_run = (int64_t)app_jnum(vv, "run_id");
+        }
     }
     cJSON_Delete(mj);
     if (app_flag(&a, "json")) {

@@ -19,7 +19,8 @@ static const app_opt run_opts[] = {
     APP_OPT_VERIFY,
 };
 static const app_cmd_spec run_spec = {
-    "pipeline run", "keel pipeline run PIPELINE.yaml [--from STAGE | --only STAGE] [--force] [--out DIR] [--set KEY=VALUE]... [--json]",
+    "pipeline run",
+    "keel pipeline run PIPELINE.yaml [--from STAGE | --only STAGE] [--force] [--out DIR] [--set KEY=VALUE]... [--json]",
     "run the stages ingest -> validate -> features -> train -> evaluate -> export -> register (-> serve)",
     "A stage whose inputs, config and keel code version are unchanged is skipped (its\n"
     "outputs are reused; state in OUT/pipeline-state.json). A failing stage stops the run\n"
@@ -120,7 +121,8 @@ static int run(int argc, char **argv) {
     o.sets = sets;
     o.quiet = app_flag(&a, "quiet");
     if ((rc = app_get_verify(&a, &run_spec, &o.verify)) >= 0) return rc;
-    if (app_config() && kl_config_source(app_config(), "tracking") == KL_SRC_FLAG) o.tracking = kl_config_get(app_config(), "tracking");
+    if (app_config() && kl_config_source(app_config(), "tracking") == KL_SRC_FLAG)
+        o.tracking = kl_config_get(app_config(), "tracking");
     int json = app_flag(&a, "json");
     o.log = json ? stderr : stdout;
     if (!json) o.on_done = summary_text;

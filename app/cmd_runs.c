@@ -682,7 +682,8 @@ static int runs_simulate(int argc, char **argv) {
     kl_track_run *r = NULL;
     kl_metric_point *pts = NULL;
     char **names = NULL;
-    if (app_store_open(1, &t, &e) || kl_track_run_start(t, app_get(&a, "experiment"), app_get(&a, "name"), parent, &r, &e)) {
+    if (app_store_open(1, &t, &e) ||
+        kl_track_run_start(t, app_get(&a, "experiment"), app_get(&a, "name"), parent, &r, &e)) {
         kl_track_close(t);
         return app_fail(&e);
     }
@@ -798,7 +799,9 @@ out:
  * ================================================================== */
 
 static const app_cmd_spec where_spec = {
-    "runs where", "keel runs where [--json]", "Print the experiment store every command here uses, and the rule that chose it.",
+    "runs where",
+    "keel runs where [--json]",
+    "Print the experiment store every command here uses, and the rule that chose it.",
     "Rules, first match wins: --tracking DIR; KEEL_TRACKING; the nearest folder named keel-runs\n"
     "in the current folder or a parent (the search never enters a folder listed in the\n"
     "colon-separated KEEL_TRACKING_CEILING, nor goes above it); the per-user default\n"
@@ -824,7 +827,8 @@ static int runs_where(int argc, char **argv) {
         fputs(b.data, stdout);
         kl_buf_free(&b);
     } else {
-        printf("%s\n  chosen by: %s\n  %s\n", loc.dir, loc.how, loc.exists ? "exists" : "not created yet (keel train, tune, pipeline or models register create it)");
+        printf("%s\n  chosen by: %s\n  %s\n", loc.dir, loc.how,
+               loc.exists ? "exists" : "not created yet (keel train, tune, pipeline or models register create it)");
     }
     return APP_EXIT_OK;
 }

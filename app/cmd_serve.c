@@ -182,7 +182,8 @@ int cmd_serve(int argc, char **argv) {
         if (sig == SIGHUP) {
             kl_err_clear(&re);
             if (reg.ref && reg_resolve(&reg, &re))
-                kl_log(KL_LOG_ERROR, "serve", "%s (the current version keeps serving)", kl_err_what(&re)); /* names the reference */
+                kl_log(KL_LOG_ERROR, "serve", "%s (the current version keeps serving)",
+                       kl_err_what(&re)); /* names the reference */
             kl_err_clear(&re);
             if (kl_server_rescan(s, &re)) kl_log(KL_LOG_WARN, "serve", "rescan: %s", kl_err_what(&re));
             continue;

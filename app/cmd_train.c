@@ -5,7 +5,8 @@
 #include <string.h>
 
 static const app_opt opts[] = {
-    {"out", 'o', 1, "DIR", "artifacts folder (model.onnx, meta.json, card.md, metrics.csv, curves.svg, checkpoints/)", 0},
+    {"out", 'o', 1, "DIR", "artifacts folder (model.onnx, meta.json, card.md, metrics.csv, curves.svg, checkpoints/)",
+     0},
     {"resume", 0, 0, NULL, "continue from the newest valid checkpoint in DIR/checkpoints", 0},
     {"memory-report", 0, 0, NULL, "print the memory plan (params, grads, optimizer, activations, workspace, peak)", 0},
     {"max-steps", 0, 1, "N", "stop after N optimizer steps (overrides train.max_steps when lower)", 0},
@@ -20,7 +21,8 @@ static const app_opt opts[] = {
     APP_OPT_VERIFY,
 };
 static const app_cmd_spec spec = {
-    "train", "keel train SPEC.yaml --out DIR [--set KEY=VALUE]... [--resume] [--memory-report] [--memory-limit SIZE]",
+    "train",
+    "keel train SPEC.yaml --out DIR [--set KEY=VALUE]... [--resume] [--memory-report] [--memory-limit SIZE]",
     "Train a model from a YAML spec; write model.onnx and its lineage.",
     "The spec names the input shape, the layers and their wiring, the loss, the optimizer,\n"
     "the schedule, the training settings and the data (.npy X and y, or a Parquet dataset:\n"
@@ -63,7 +65,8 @@ int cmd_train(int argc, char **argv) {
     /* the run is logged whenever a store is found: --tracking, KEEL_TRACKING,
      * a keel-runs/ folder here or above, or the per-user default once it
      * exists; --track creates the per-user default */
-    if (app_flag(&a, "track") && app_flag(&a, "no-track")) return app_usage_error(&spec, "--track and --no-track contradict each other");
+    if (app_flag(&a, "track") && app_flag(&a, "no-track"))
+        return app_usage_error(&spec, "--track and --no-track contradict each other");
     kl_store_loc loc;
     if (!app_flag(&a, "no-track")) {
         if (app_store_resolve(&loc, &e)) return app_fail(&e);

@@ -368,14 +368,18 @@ static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_
 static const app_opt run_opts[] = {
     {"space", 0, 1, "SPACE.yaml", "the search space (required)", 0},
     {"trials", 'n', 1, "N", "trials in the study in all (default 20); re-running continues up to N", 0},
-    {"parallel", 'p', 1, "P", "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
+    {"parallel", 'p', 1, "P",
+     "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
     {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
     {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
-    {"metric", 0, 1, "NAME", "per-epoch metric: val_accuracy, val_loss or train_loss (default: val_loss for an mse loss, else val_accuracy)", 0},
+    {"metric", 0, 1, "NAME",
+     "per-epoch metric: val_accuracy, val_loss or train_loss (default: val_loss for an mse loss, else val_accuracy)",
+     0},
     {"direction", 0, 1, "maximize|minimize", "default: maximize for accuracy/auc metrics, else minimize", 0},
     {"sampler", 0, 1, "tpe|random|grid", "default tpe", 0},
     {"pruner", 0, 1, "none|median|asha", "early stopping of bad trials on the per-epoch metric (default none)", 0},
-    {"prune-min-epochs", 0, 1, "N", "no trial is pruned before N epochs (asha: the first rung; median: warm-up; default 1)", 0},
+    {"prune-min-epochs", 0, 1, "N",
+     "no trial is pruned before N epochs (asha: the first rung; median: warm-up; default 1)", 0},
     {"seed", 0, 1, "N", "sampler seed (default 0)", 0},
     {"out", 'o', 1, "DIR", "trial artifacts (default tune-<study>): trial-N/ keeps each complete trial's model", 0},
     {"set", 0, 1, "KEY=VALUE", "override a spec key in every trial, as keel train --set (not a key of the space)", 1},
@@ -383,7 +387,8 @@ static const app_opt run_opts[] = {
     APP_OPT_VERIFY,
 };
 static const app_cmd_spec run_spec = {
-    "tune", "keel tune SPEC.yaml --space SPACE.yaml [--trials N] [--parallel P] [--timeout S] [options]",
+    "tune",
+    "keel tune SPEC.yaml --space SPACE.yaml [--trials N] [--parallel P] [--timeout S] [options]",
     "Search hyperparameters of a training spec; a resumable study in the experiment store.",
     "The space maps spec keys (dotted paths, e.g. optimizer.lr, layers.0.out) to\n"
     "  {type: float|int|categorical, low, high, log, step, choices, when: {param: value}}.\n"
@@ -468,16 +473,24 @@ static int tune_run(int argc, char **argv) {
     tune_nsets = app_get_all(&a, "set", tune_sets, APP_MAX_VALUES);
     for (int i = 0; i < tune_nsets; i++) {
         const char *eq = strchr(tune_sets[i], '=');
-        if (!eq || eq == tune_sets[i]) { rc = kl_err_set(&e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", tune_sets[i]); goto done; }
+        if (!eq || eq == tune_sets[i]) {
+            rc = kl_err_set(&e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", tune_sets[i]);
+            goto done;
+        }
         char key[256];
         snprintf(key, sizeof key, "%.*s", (int)(eq - tune_sets[i]), tune_sets[i]);
         if (kl_tune_space_find(s, key) >= 0) {
-            rc = kl_err_set(&e, KL_EINVAL, "--set %s: %s is a parameter of the search space %s (the trials choose it)", tune_sets[i], key, space_path);
+            rc = kl_err_set(&e, KL_EINVAL, "--set %s: %s is a parameter of the search space %s (the trials choose it)",
+                            tune_sets[i], key, space_path);
             goto done;
         }
-        if (stl < sizeof sets_text) stl += (size_t)snprintf(sets_text + stl, sizeof sets_text - stl, "%s%s", i ? "\n" : "", tune_sets[i]);
+        if (stl < sizeof sets_text)
+            stl += (size_t)snprintf(sets_text + stl, sizeof sets_text - stl, "%s%s", i ? "\n" : "", tune_sets[i]);
     }
-    if (stl >= sizeof sets_text) { rc = kl_err_set(&e, KL_EINVAL, "--set: the overrides are too long"); goto done; }
+    if (stl >= sizeof sets_text) {
+        rc = kl_err_set(&e, KL_EINVAL, "--set: the overrides are too long");
+        goto done;
+    }
     /* a spec key that does not exist is caught by the first trial; check the spec loads at all */
     char sha[65], name[256], outdir[1024], name_sha[65];
     kl_sha256_buf_hex(space_text, space_len, sha);
@@ -486,7 +499,11 @@ static int tune_run(int argc, char **argv) {
         kl_buf nb;
         kl_buf_init(&nb);
         kl_buf_printf(&nb, "%.*s\n--set\n%s", (int)space_len, space_text, sets_text);
-        if (nb.failed) { kl_buf_free(&nb); rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
+        if (nb.failed) {
+            kl_buf_free(&nb);
+            rc = kl_err_set(&e, KL_ENOMEM, "out of memory");
+            goto done;
+        }
         kl_sha256_buf_hex(nb.data, nb.len, name_sha);
         kl_buf_free(&nb);
     }
@@ -832,7 +849,8 @@ static const app_opt reg_opts[] = {
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
 static const app_cmd_spec reg_spec = {
-    "tune register", "keel tune register STUDY --name NAME [--alias A]... [--trial N] [--json]",
+    "tune register",
+    "keel tune register STUDY --name NAME [--alias A]... [--trial N] [--json]",
     "Register the best trial's model (or --trial N's) as a new version, linked to the trial's run.",
     "The model is the one the trial exported (its folder is recorded with the trial). The\n"
     "version is tagged with the study, the trial and its objective.",
@@ -860,10 +878,13 @@ static int tune_register(int argc, char **argv) {
     if (want >= 0) {
         for (size_t i = 0; i < n; i++)
             if (tr[i].number == want) pick = &tr[i];
-        if (!pick) { rc = kl_err_set(&e, KL_ENOTFOUND, "study %s has no trial %lld", info->name, (long long)want); goto done; }
+        if (!pick) {
+            rc = kl_err_set(&e, KL_ENOTFOUND, "study %s has no trial %lld", info->name, (long long)want);
+            goto done;
+        }
         if (pick->state != KL_TRIAL_COMPLETE) {
-            rc = kl_err_set(&e, KL_ESTATE, "trial %d of study %s is %s: only a complete trial has a model", pick->number, info->name,
-                            kl_trial_state_name(pick->state));
+            rc = kl_err_set(&e, KL_ESTATE, "trial %d of study %s is %s: only a complete trial has a model",
+                            pick->number, info->name, kl_trial_state_name(pick->state));
             goto done;
         }
     } else if (!(pick = kl_tune_best(tr, n, info->minimize))) {
@@ -872,7 +893,8 @@ static int tune_register(int argc, char **argv) {
     }
     if ((rc = kl_study_trial_model_dir(st, pick->run_id, dir, sizeof dir, &e))) {
         if (rc == KL_ENOTFOUND)
-            kl_err_set(&e, KL_ENOTFOUND, "trial %d of study %s (run %lld) has no recorded model folder (a study run by an older keel); "
+            kl_err_set(&e, KL_ENOTFOUND,
+                       "trial %d of study %s (run %lld) has no recorded model folder (a study run by an older keel); "
                        "register its folder with keel models register DIR --name %s --run %lld",
                        pick->number, info->name, (long long)pick->run_id, model, (long long)pick->run_id);
         goto done;
@@ -880,8 +902,10 @@ static int tune_register(int argc, char **argv) {
     char mp[4200];
     snprintf(mp, sizeof mp, "%s/model.onnx", dir);
     if (!kl_path_exists(mp)) {
-        rc = kl_err_set(&e, KL_ENOTFOUND, "trial %d of study %s: %s is gone (the trial folders keep the models; re-run the study into a new --out)",
-                        pick->number, info->name, mp);
+        rc = kl_err_set(
+            &e, KL_ENOTFOUND,
+            "trial %d of study %s: %s is gone (the trial folders keep the models; re-run the study into a new --out)",
+            pick->number, info->name, mp);
         goto done;
     }
     if ((rc = kl_registry_register(t, model, dir, pick->run_id, NULL, &v, &e))) goto done;
@@ -889,7 +913,8 @@ static int tune_register(int argc, char **argv) {
     snprintf(num, sizeof num, "%d", pick->number);
     snprintf(val, sizeof val, "%.15g", pick->value); /* the shortest text that reads back the same */
     if (strtod(val, NULL) != pick->value) snprintf(val, sizeof val, "%.17g", pick->value);
-    if ((rc = kl_registry_set_tag(t, model, v, "study", info->name, &e)) || (rc = kl_registry_set_tag(t, model, v, "trial", num, &e)) ||
+    if ((rc = kl_registry_set_tag(t, model, v, "study", info->name, &e)) ||
+        (rc = kl_registry_set_tag(t, model, v, "trial", num, &e)) ||
         (rc = kl_registry_set_tag(t, model, v, info->metric, val, &e)))
         goto done;
     const char *al[APP_MAX_VALUES];
@@ -903,7 +928,8 @@ static int tune_register(int argc, char **argv) {
         kl_buf_json_str(&b, model);
         kl_buf_printf(&b, ",\"version\":%lld,\"run_id\":%lld,\"study\":", (long long)v, (long long)pick->run_id);
         kl_buf_json_str(&b, info->name);
-        kl_buf_printf(&b, ",\"trial\":%d,\"metric\":\"%s\",\"value\":%.17g,\"dir\":", pick->number, info->metric, pick->value);
+        kl_buf_printf(&b, ",\"trial\":%d,\"metric\":\"%s\",\"value\":%.17g,\"dir\":", pick->number, info->metric,
+                      pick->value);
         kl_buf_json_str(&b, dir);
         kl_buf_puts(&b, "}\n");
         fputs(b.data, stdout);

@@ -45,8 +45,9 @@ typedef enum {
 typedef struct {
     char dir[4096];
     kl_store_rule rule;
-    char how[4352]; /* "--tracking", "KEEL_TRACKING", "the nearest keel-runs/ above /a/b", "the per-user default (...)" */
-    int exists;     /* dir/keel.db exists */
+    /* how it was chosen: "--tracking", "KEEL_TRACKING", "the nearest keel-runs/ folder from /a/b", ... */
+    char how[4352];
+    int exists; /* dir/keel.db exists */
 } kl_store_loc;
 /* The one resolver of the store's folder, the same from every folder and
  * command: given (how: what gave it, e.g. "--tracking"; NULL = "given"),

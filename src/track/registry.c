@@ -146,16 +146,16 @@ int kl_registry_register(kl_track *t, const char *name, const char *dir, int64_t
 }
 
 /* The source of each registered name: dir/NAME, or the extra file given for it. */
-static const char *file_source(const char *dir, const char *rel, const kl_registry_file *extra, size_t nextra, char *buf,
-                               size_t n) {
+static const char *file_source(const char *dir, const char *rel, const kl_registry_file *extra, size_t nextra,
+                               char *buf, size_t n) {
     for (size_t k = 0; k < nextra; k++)
         if (!strcmp(extra[k].name, rel)) return extra[k].path;
     snprintf(buf, n, "%s/%s", dir, rel);
     return buf;
 }
 
-int kl_registry_register_files(kl_track *t, const char *name, const char *dir, const kl_registry_file *extra, size_t nextra,
-                               int64_t run_id, const char *signature_json, int64_t *version, kl_err *e) {
+int kl_registry_register_files(kl_track *t, const char *name, const char *dir, const kl_registry_file *extra,
+                               size_t nextra, int64_t run_id, const char *signature_json, int64_t *version, kl_err *e) {
     *version = 0;
     if (!valid_name(name)) return kl_err_set(e, KL_EINVAL, "model name '%s' is not valid (letters, digits, '_', '-', '.')", name ? name : "");
     strvec files = {0};
@@ -174,13 +174,18 @@ int kl_registry_register_files(kl_track *t, const char *name, const char *dir, c
     }
     for (size_t k = 0; k < nextra; k++) { /* extra files: added, or replacing DIR's file of that name */
         struct stat xb;
-        if (!extra[k].name || !*extra[k].name || strchr(extra[k].name, '/') || stat(extra[k].path, &xb) != 0 || !S_ISREG(xb.st_mode)) {
-            rc = kl_err_set(e, KL_EINVAL, "%s: not a file to register as %s", extra[k].path, extra[k].name ? extra[k].name : "?");
+        if (!extra[k].name || !*extra[k].name || strchr(extra[k].name, '/') || stat(extra[k].path, &xb) != 0 ||
+            !S_ISREG(xb.st_mode)) {
+            rc = kl_err_set(e, KL_EINVAL, "%s: not a file to register as %s", extra[k].path,
+                            extra[k].name ? extra[k].name : "?");
             goto fail;
         }
         int have = 0;
         for (size_t i = 0; i < files.n; i++) have |= !strcmp(files.v[i], extra[k].name);
-        if (!have && strvec_push(&files, extra[k].name)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        if (!have && strvec_push(&files, extra[k].name)) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            goto fail;
+        }
     }
     if (!files.n) {
         rc = kl_err_set(e, KL_EINVAL, "%s: no files to register", dir);
@@ -197,8 +202,10 @@ int kl_registry_register_files(kl_track *t, const char *name, const char *dir, c
             rc = kl__track_notfound(t, e, "run %lld (the model's producing run) not found", (long long)run_id);
             goto fail;
         }
-        kl_log(KL_LOG_WARN, "track", "%s/meta.json: run_id %lld is not a run of %s; the version is registered without it (--run ID links one)",
-               dir, (long long)run_id, kl_track_where(t));
+        kl_log(
+            KL_LOG_WARN, "track",
+            "%s/meta.json: run_id %lld is not a run of %s; the version is registered without it (--run ID links one)",
+            dir, (long long)run_id, kl_track_where(t));
         run_id = 0;
     }
     if (!sig && signature_json) {

@@ -355,20 +355,25 @@ int kl_track_open_loc(const kl_store_loc *loc, int create, kl_track **out, kl_er
     char path[4096];
     snprintf(path, sizeof path, "%s/keel.db", dir);
     if (!create && !kl_path_exists(path))
-        return kl_err_set(e, KL_ENOTFOUND, "no experiment store at %s (%s): nothing has been recorded there yet", dir, loc->how);
+        return kl_err_set(e, KL_ENOTFOUND, "no experiment store at %s (%s): nothing has been recorded there yet", dir,
+                          loc->how);
     kl_track *t = calloc(1, sizeof *t);
     if (!t) return kl_err_set(e, KL_ENOMEM, "out of memory");
     pthread_mutex_init(&t->mu, NULL);
     t->dir = strdup(dir);
     size_t wl = strlen(dir) + strlen(loc->how) + 4;
     t->where = malloc(wl);
-    if (!t->dir || !t->where) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (!t->dir || !t->where) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
     snprintf(t->where, wl, "%s (%s)", dir, loc->how);
     if (gethostname(t->host, sizeof t->host - 1) != 0) strcpy(t->host, "localhost");
     snprintf(path, sizeof path, "%s/objects", dir);
     if ((rc = kl_mkdir_p(path, e))) goto fail;
     snprintf(path, sizeof path, "%s/keel.db", dir);
-    int s = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_FULLMUTEX, NULL);
+    int s = sqlite3_open_v2(path, &t->db,
+                            SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_FULLMUTEX, NULL);
     if (s != SQLITE_OK) {
         rc = kl__track_sqlerr(t, s, e, path);
         goto fail;

@@ -19,7 +19,7 @@ typedef struct {
 struct kl_track {
     sqlite3 *db;
     char *dir;
-    char *where;    /* "DIR (how it was chosen)" for messages */
+    char *where; /* "DIR (how it was chosen)" for messages */
     char host[256];
     pthread_mutex_t mu;
     int stale_marked;

@@ -66,7 +66,8 @@ int kl_track_store_resolve_in(const char *given, const char *how, const char *en
     memset(o, 0, sizeof *o);
     const char *explicit_dir = given && *given ? given : env_tracking && *env_tracking ? env_tracking : NULL;
     if (explicit_dir) {
-        if (strlen(explicit_dir) >= sizeof o->dir) return kl_err_set(e, KL_EINVAL, "experiment store path too long: %.64s...", explicit_dir);
+        if (strlen(explicit_dir) >= sizeof o->dir)
+            return kl_err_set(e, KL_EINVAL, "experiment store path too long: %.64s...", explicit_dir);
         snprintf(o->dir, sizeof o->dir, "%s", explicit_dir);
         o->rule = given && *given ? KL_STORE_GIVEN : KL_STORE_ENV;
         snprintf(o->how, sizeof o->how, "%s", o->rule == KL_STORE_ENV ? "KEEL_TRACKING" : how && *how ? how : "given");
@@ -82,17 +83,20 @@ int kl_track_store_resolve_in(const char *given, const char *how, const char *en
     o->rule = KL_STORE_USER;
     if (xdg_data_home && xdg_data_home[0] == '/' && strlen(xdg_data_home) < sizeof o->dir - 16) {
         snprintf(o->dir, sizeof o->dir, "%s/keel/runs", xdg_data_home);
-        snprintf(o->how, sizeof o->how, "the per-user default $XDG_DATA_HOME/keel/runs: no keel-runs/ folder in %s or above",
+        snprintf(o->how, sizeof o->how,
+                 "the per-user default $XDG_DATA_HOME/keel/runs: no keel-runs/ folder in %s or above",
                  cwd ? cwd : "the current folder");
     } else if (home && home[0] == '/' && strlen(home) < sizeof o->dir - 32) {
         snprintf(o->dir, sizeof o->dir, "%s/.local/share/keel/runs", home);
-        snprintf(o->how, sizeof o->how, "the per-user default ~/.local/share/keel/runs: no keel-runs/ folder in %s or above",
+        snprintf(o->how, sizeof o->how,
+                 "the per-user default ~/.local/share/keel/runs: no keel-runs/ folder in %s or above",
                  cwd ? cwd : "the current folder");
     } else {
-        return kl_err_set(e, KL_ENOTFOUND,
-                          "no experiment store: no keel-runs/ folder in %s or above, and no home folder for the per-user "
-                          "default (XDG_DATA_HOME and HOME unset); give --tracking DIR or KEEL_TRACKING",
-                          cwd ? cwd : "the current folder");
+        return kl_err_set(
+            e, KL_ENOTFOUND,
+            "no experiment store: no keel-runs/ folder in %s or above, and no home folder for the per-user "
+            "default (XDG_DATA_HOME and HOME unset); give --tracking DIR or KEEL_TRACKING",
+            cwd ? cwd : "the current folder");
     }
     set_exists(o);
     return KL_OK;

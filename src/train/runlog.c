@@ -41,7 +41,10 @@ static void padd(params *p, const char *key, const char *fmt, ...) {
         kl_kv *nkv = realloc(p->kv, nc * sizeof *nkv);
         if (nkv) p->kv = nkv;
         char **no = nkv ? realloc(p->owned, nc * 2 * sizeof *no) : NULL;
-        if (!nkv || !no) { p->oom = 1; return; }
+        if (!nkv || !no) {
+            p->oom = 1;
+            return;
+        }
         p->owned = no;
         p->cap = nc;
     }
@@ -51,7 +54,12 @@ static void padd(params *p, const char *key, const char *fmt, ...) {
     vsnprintf(val, sizeof val, fmt, ap);
     va_end(ap);
     char *k = strdup(key), *v = strdup(val);
-    if (!k || !v) { free(k); free(v); p->oom = 1; return; }
+    if (!k || !v) {
+        free(k);
+        free(v);
+        p->oom = 1;
+        return;
+    }
     p->owned[2 * p->n] = k;
     p->owned[2 * p->n + 1] = v;
     p->kv[p->n++] = (kl_kv){k, v};
@@ -72,7 +80,8 @@ static const char *num(double v, char *buf, size_t n) {
 
 static const char *dims_text(int rank, const int64_t *d, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < rank && k < n; i++) k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)d[i]);
+    for (int i = 0; i < rank && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, "%s%lld", i ? ", " : "", (long long)d[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
     return buf;
 }
@@ -95,7 +104,8 @@ static void layer_params(params *p, const tr_layer *l, int i) {
         padd(p, LK("out"), "%lld", (long long)L->out);
         padd(p, LK("bias"), "%s", L->bias ? "true" : "false");
         __attribute__((fallthrough)); /* kernel, stride, padding */
-    case TR_L_MAXPOOL2D: case TR_L_AVGPOOL2D:
+    case TR_L_MAXPOOL2D:
+    case TR_L_AVGPOOL2D:
         padd(p, LK("kernel"), "%s", dims_text(2, L->k, a, sizeof a));
         padd(p, LK("stride"), "%s", dims_text(2, L->s, a, sizeof a));
         padd(p, LK("padding"), "%s", dims_text(2, L->p, a, sizeof a));
@@ -142,7 +152,8 @@ static void spec_params(params *p, const tr_spec *s, const tr_model *m) {
     if (s->nclass_w) {
         char w[4096];
         size_t k = 0;
-        for (int i = 0; i < s->nclass_w && k < sizeof w - 40; i++) k += (size_t)snprintf(w + k, sizeof w - k, "%s%s", i ? ", " : "", num(s->class_w[i], a, sizeof a));
+        for (int i = 0; i < s->nclass_w && k < sizeof w - 40; i++)
+            k += (size_t)snprintf(w + k, sizeof w - k, "%s%s", i ? ", " : "", num(s->class_w[i], a, sizeof a));
         padd(p, "loss.class_weights", "[%s]", w);
     }
     padd(p, "optimizer.type", "%s", opt_names[s->opt]);
@@ -160,7 +171,8 @@ static void spec_params(params *p, const tr_spec *s, const tr_model *m) {
     padd(p, "schedule.type", "%s", sched_names[s->sched]);
     padd(p, "schedule.warmup_steps", "%lld", (long long)s->warmup);
     if (s->sched != TR_SCHED_CONSTANT) padd(p, "schedule.min_lr", "%s", num(s->min_lr, a, sizeof a));
-    if (s->sched == TR_SCHED_EXPONENTIAL || s->sched == TR_SCHED_STEP) padd(p, "schedule.gamma", "%s", num(s->gamma, a, sizeof a));
+    if (s->sched == TR_SCHED_EXPONENTIAL || s->sched == TR_SCHED_STEP)
+        padd(p, "schedule.gamma", "%s", num(s->gamma, a, sizeof a));
     if (s->sched == TR_SCHED_STEP) padd(p, "schedule.step_size", "%lld", (long long)s->step_size);
     padd(p, "train.epochs", "%lld", (long long)s->epochs);
     padd(p, "train.batch_size", "%lld", (long long)s->batch);
@@ -201,7 +213,10 @@ int tr_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m,
                                  o->parent_run, &r, e)))
         goto fail;
     spec_params(&p, s, m);
-    if (p.oom) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (p.oom) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
     char spec_hash[65];
     kl_sha256_buf_hex(s->text, strlen(s->text), spec_hash);
     kl_track_lineage lin = {0};

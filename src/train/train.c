@@ -594,9 +594,9 @@ static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n)
 
 static const char *part_names[5] = {"params", "grads", "optimizer", "activations", "workspace"};
 
-static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs, const tr_pos *pos,
-                      int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train, int best_used, double secs,
-                      const tr_dsinfo *dsi, int64_t run_id, kl_err *e) {
+static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs,
+                      const tr_pos *pos, int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train,
+                      int best_used, double secs, const tr_dsinfo *dsi, int64_t run_id, kl_err *e) {
     const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml", "metrics.csv", "curves.svg", "card.md", "features.json"};
     cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
     char p[4096], hex[65];
@@ -1052,7 +1052,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
         if ((rc = kl_copy_file(dsi.features_json, p, e))) goto fail;
     }
     if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, &dsi, e))) goto fail;
-    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi, trun ? kl_track_run_id(trun) : 0, e))) goto fail;
+    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi,
+                         trun ? kl_track_run_id(trun) : 0, e)))
+        goto fail;
     if (trun) { /* the per-epoch metrics not logged yet (each epoch logs its own), and the final ones */
         if ((rc = rows_log(trun, &rows, &rows_logged, e))) goto fail;
         kl_metric_point pts[12];

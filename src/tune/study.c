@@ -34,7 +34,13 @@ static void free_trials(kl_study *st) {
 void kl_study_free(kl_study *st) {
     if (!st) return;
     free_trials(st);
-    free(st->name); free(st->metric); free(st->sampler); free(st->space_sha); free(st->spec); free(st->space_text); free(st->sets);
+    free(st->name);
+    free(st->metric);
+    free(st->sampler);
+    free(st->space_sha);
+    free(st->spec);
+    free(st->space_text);
+    free(st->sets);
     kl_tune_space_free(st->own_space);
     free(st);
 }
@@ -71,7 +77,8 @@ static int find_root(kl_track *t, const char *name, int64_t *root, cJSON **json,
 
 static int fill_info(kl_study *st, cJSON *root) {
     const char *m = tag(root, "metric"), *d = tag(root, "direction"), *sa = tag(root, "sampler"),
-               *sh = tag(root, "space_sha256"), *sp = tag(root, "spec"), *tx = tag(root, "space"), *ss = tag(root, "sets");
+               *sh = tag(root, "space_sha256"), *sp = tag(root, "spec"), *tx = tag(root, "space"),
+               *ss = tag(root, "sets");
     st->metric = strdup(m ? m : "");
     st->sampler = strdup(sa ? sa : "");
     st->space_sha = strdup(sh ? sh : "");
@@ -108,7 +115,8 @@ int kl_study_find(kl_track *t, const char *name, const kl_tune_space *s, kl_stud
     cJSON *root = NULL;
     int64_t id;
     rc = find_root(t, name, &id, &root, e);
-    if (rc == KL_ENOTFOUND) return kl_err_set(e, KL_ENOTFOUND, "no study named '%s' in the experiment store %s", name, kl_track_where(t));
+    if (rc == KL_ENOTFOUND)
+        return kl_err_set(e, KL_ENOTFOUND, "no study named '%s' in the experiment store %s", name, kl_track_where(t));
     if (rc) return rc;
     kl_study *st;
     if ((rc = study_new(t, s, name, &st, e))) { cJSON_Delete(root); return rc; }
@@ -176,8 +184,10 @@ static const char *sets_list(const char *sets, char *buf, size_t n) {
     if (!sets || !*sets) return "none";
     size_t k = 0;
     for (const char *p = sets; *p && k + 3 < n; p++) {
-        if (*p == '\n') { buf[k++] = ','; buf[k++] = ' '; }
-        else buf[k++] = *p;
+        if (*p == '\n') {
+            buf[k++] = ',';
+            buf[k++] = ' ';
+        } else buf[k++] = *p;
     }
     buf[k] = 0;
     return buf;
@@ -205,7 +215,9 @@ int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info
                             info->minimize ? "minimize" : "maximize", st->metric, st->info.minimize ? "minimize" : "maximize");
         if (!rc && strcmp(st->sets, info->sets ? info->sets : "")) {
             char was[2048], now[2048];
-            rc = kl_err_set(e, KL_EINVAL, "study '%s' was run with other --set overrides (%s; now %s): give the same ones, or use another --study name",
+            rc = kl_err_set(e, KL_EINVAL,
+                            "study '%s' was run with other --set overrides (%s; now %s): give the same ones, or use "
+                            "another --study name",
                             info->name, sets_list(st->sets, was, sizeof was), sets_list(info->sets, now, sizeof now));
         }
         if (!rc && strcmp(st->space_sha, info->space_sha256))
@@ -220,10 +232,15 @@ int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info
     kl_track_run *r;
     if ((rc = kl_track_run_start(t, "tune", rname, 0, &r, e))) { kl_study_free(st); return rc; }
     st->root = kl_track_run_id(r);
-    const char *kv[][2] = {{"kind", "study"}, {"study", info->name}, {"metric", info->metric},
-                           {"direction", info->minimize ? "minimize" : "maximize"}, {"sampler", info->sampler},
-                           {"space_sha256", info->space_sha256}, {"spec", info->spec ? info->spec : ""},
-                           {"space", info->space_text ? info->space_text : ""}, {"sets", info->sets ? info->sets : ""}};
+    const char *kv[][2] = {{"kind", "study"},
+                           {"study", info->name},
+                           {"metric", info->metric},
+                           {"direction", info->minimize ? "minimize" : "maximize"},
+                           {"sampler", info->sampler},
+                           {"space_sha256", info->space_sha256},
+                           {"spec", info->spec ? info->spec : ""},
+                           {"space", info->space_text ? info->space_text : ""},
+                           {"sets", info->sets ? info->sets : ""}};
     for (size_t i = 0; i < KL_ARRAY_LEN(kv) && !rc; i++) rc = kl_track_set_tag(r, kv[i][0], kv[i][1], e);
     /* the root run stays "running" while the study can grow; it is a container */
     kl_track_run_end(r, KL_RUN_FINISHED, rc ? NULL : e);

@@ -18,8 +18,10 @@ KL_TEST(track_where_rules_in_order) {
     snprintf(cwd, sizeof cwd, "%s/a/b", root);
     snprintf(runs, sizeof runs, "%s/a/keel-runs", root);
     mk(root);
-    snprintf(cwd, sizeof cwd, "%s/a", root); mk(cwd);
-    snprintf(cwd, sizeof cwd, "%s/a/b", root); mk(cwd);
+    snprintf(cwd, sizeof cwd, "%s/a", root);
+    mk(cwd);
+    snprintf(cwd, sizeof cwd, "%s/a/b", root);
+    mk(cwd);
     /* nothing found: the per-user default, XDG first, then HOME */
     KT_OK(kl_track_store_resolve_in(NULL, NULL, NULL, cwd, NULL, "/x/data", "/home/u", &l, &e), &e);
     KT_EQ_INT(l.rule, KL_STORE_USER);
