@@ -779,8 +779,17 @@ static int tune_show(int argc, char **argv) {
     if (app_flag(&a, "json")) {
         kl_buf_puts(&b, "{\"study\":");
         kl_buf_json_str(&b, info->name);
-        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"sampler\":\"%s\",\"best\":", info->metric,
+        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"sampler\":\"%s\",\"sets\":[", info->metric,
                       minimize ? "minimize" : "maximize", info->sampler);
+        for (const char *p = info->sets ? info->sets : ""; *p;) {
+            size_t l = strcspn(p, "\n");
+            char one[512];
+            snprintf(one, sizeof one, "%.*s", (int)(l < sizeof one ? l : sizeof one - 1), p);
+            if (p != info->sets) kl_buf_puts(&b, ",");
+            kl_buf_json_str(&b, one);
+            p += l + (p[l] == '\n');
+        }
+        kl_buf_puts(&b, "],\"best\":");
         if (best) kl_buf_printf(&b, "{\"number\":%d,\"value\":%.17g}", best->number, best->value);
         else kl_buf_puts(&b, "null");
         kl_buf_puts(&b, ",\"importance\":{");
@@ -812,6 +821,15 @@ static int tune_show(int argc, char **argv) {
     } else {
         printf("study %s: %s (%s), sampler %s, %zu trials\n", info->name, info->metric, minimize ? "minimize" : "maximize",
                info->sampler, n);
+        if (info->sets && *info->sets) { /* the fixed overrides of every trial, one per line */
+            printf("--set:");
+            for (const char *p = info->sets; *p;) {
+                size_t l = strcspn(p, "\n");
+                printf(" %.*s", (int)l, p);
+                p += l + (p[l] == '\n');
+            }
+            printf("\n");
+        }
         if (best) {
             char desc[1024];
             describe(s, best->params, desc, sizeof desc);

@@ -126,6 +126,9 @@ expect_rc where_tune_set_space_key 1 $K tune "$T/elsewhere/spec.yaml" --space sp
 grep -q "optimizer.lr is a parameter of the search space" "$T/err" && pass where_tune_set_space_key_named || fail where_tune_set_space_key_named "$(cat "$T/err")"
 expect_rc where_tune_set_rerun_differs 1 $K tune "$T/elsewhere/spec.yaml" --space space.yaml --trials 3 --sampler grid --set train.epochs=2 --study s1
 grep -q "other --set overrides (train.epochs=1, layers.0.out=6; now train.epochs=2)" "$T/err" && pass where_tune_set_recorded || fail where_tune_set_recorded "$(cat "$T/err")"
+expect_rc where_tune_show_sets 0 $K tune show s1 --json --out "$T/pics" &&
+  { [ "$(jq_ "$T/out" "d['sets']")" = "['train.epochs=1', 'layers.0.out=6']" ] && pass where_tune_show_lists_sets ||
+    fail where_tune_show_lists_sets "$(head -c 300 "$T/out")"; }
 expect_rc where_tune_register 0 $K tune register s1 --name tuned --alias champion --json &&
   $PYTHON - "$T/out" <<'PY' && pass where_tune_register_best || fail where_tune_register_best "$(cat "$T/out")"
 import json, sys
