@@ -4,6 +4,7 @@
 #define KEEL_APP_H
 
 #include <keel/core.h>
+#include <keel/track.h>
 
 enum { APP_EXIT_OK = 0, APP_EXIT_FAIL = 1, APP_EXIT_USAGE = 2 };
 
@@ -82,6 +83,18 @@ double app_jnum(const struct cJSON *o, const char *key);
 
 /* The process-wide settings (common settings already applied). */
 kl_config *app_config(void);
+
+/* The experiment store of every command, found by kl_track_store_resolve:
+ * --tracking, else KEEL_TRACKING, else the nearest keel-runs/ in the current
+ * folder or a parent, else the per-user default. */
+int app_store_resolve(kl_store_loc *loc, kl_err *e);
+/* Opens it; create 0 for read-only commands: a missing store is an error
+ * naming the folder and the rule that chose it, and nothing is created. */
+int app_store_open(int create, kl_track **t, kl_err *e);
+/* For list commands: as app_store_open(0, ...), but no store yet is not an
+ * error: *t stays NULL (the command prints an empty result) after a note on
+ * stderr naming where it looked and why there. */
+int app_store_open_list(kl_track **t, kl_err *e);
 
 /* The commands (one file each). */
 int cmd_version(int argc, char **argv);

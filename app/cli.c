@@ -187,3 +187,29 @@ double app_jnum(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
+
+int app_store_resolve(kl_store_loc *loc, kl_err *e) {
+    kl_config *c = app_config();
+    const char *given = NULL;
+    if (c && kl_config_source(c, "tracking") == KL_SRC_FLAG) given = kl_config_get(c, "tracking");
+    return kl_track_store_resolve(given, "--tracking", loc, e);
+}
+
+int app_store_open(int create, kl_track **t, kl_err *e) {
+    kl_store_loc loc;
+    *t = NULL;
+    int rc = app_store_resolve(&loc, e);
+    return rc ? rc : kl_track_open_loc(&loc, create, t, e);
+}
+
+int app_store_open_list(kl_track **t, kl_err *e) {
+    kl_store_loc loc;
+    *t = NULL;
+    int rc = app_store_resolve(&loc, e);
+    if (rc) return rc;
+    if (!loc.exists) {
+        fprintf(stderr, "keel: no experiment store at %s (%s): nothing recorded yet\n", loc.dir, loc.how);
+        return KL_OK;
+    }
+    return kl_track_open_loc(&loc, 0, t, e);
+}

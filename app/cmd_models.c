@@ -6,11 +6,13 @@
 
 #include <cjson/cJSON.h>
 #include <keel/data.h>
+#include <keel/feature.h>
 #include <keel/track.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int open_store(kl_track **t, kl_err *e) { return kl_track_open(kl_config_get(app_config(), "tracking"), t, e); }
+/* Every command here reads an existing store, except register (creates it). */
+static int open_store(kl_track **t, kl_err *e) { return app_store_open(0, t, e); }
 
 static void print_json(const cJSON *j) {
     char *s = cJSON_Print(j);
@@ -26,16 +28,81 @@ static const app_opt reg_opts[] = {
     {"name", 'n', 1, "NAME", "registered model name (required)", 0},
     {"run", 0, 1, "ID", "run that produced the model (default: run_id in meta.json)", 0},
     {"signature", 0, 1, "JSON", "signature when DIR has no meta.json: {\"inputs\":[...],\"outputs\":[...]}", 0},
+    {"features", 0, 1, "FILE",
+     "features.json to register with the model (what :predict runs before it; default DIR/features.json)", 0},
+    {"store", 0, 1, "FILE",
+     "online store of the window features (keel features materialize) to register as features.db", 0},
     {"alias", 'a', 1, "ALIAS", "also point this alias at the new version", 1},
     {"tag", 't', 1, "KEY=VALUE", "tag the new version", 1},
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
 static const app_cmd_spec reg_spec = {
-    "models register", "keel models register DIR --name NAME [--run ID] [--alias A]... [--tag K=V]...",
+    "models register",
+    "keel models register DIR --name NAME [--features FILE] [--store FILE] [--run ID] [--alias A]... [--tag K=V]...",
     "Store the files of DIR as a new immutable version of a registered model.",
     "Files are copied into the content-addressed object store (sha256). The signature (inputs and\n"
-    "outputs with dtypes and shapes) is read from DIR/meta.json when present.",
+    "outputs with dtypes and shapes) is read from DIR/meta.json when present, and so is the run\n"
+    "that trained it (meta.json's run_id, written by a tracked keel train; --run overrides).\n"
+    "--features and --store bundle the features and the online store of their window features\n"
+    "as features.json and features.db, the layout keel serve's :predict reads (what keel\n"
+    "pipeline's export stage writes). Window features without a store are refused.",
     reg_opts, KL_ARRAY_LEN(reg_opts), 1, 1};
+
+/* What :predict will need from this version: features.json (given or in
+ * DIR) with window features needs features.db beside it (given or in DIR),
+ * filled for those features and, when meta.json names the feature hash the
+ * model was trained on, the same features. */
+static int check_features(const char *dir, const char *features, const char *store, const char *name, kl_err *e) {
+    char fp[4200], sp[4200];
+    snprintf(fp, sizeof fp, "%s/features.json", dir);
+    if (!features && !kl_path_exists(fp)) {
+        if (store)
+            return kl_err_set(e, KL_EINVAL, "--store %s: the model has no features.json (give it with --features)",
+                              store);
+        return KL_OK;
+    }
+    const char *fpath = features ? features : fp;
+    snprintf(sp, sizeof sp, "%s/features.db", dir);
+    const char *spath = store ? store : kl_path_exists(sp) ? sp : NULL;
+    kl_features *f = NULL;
+    kl_fstore *fs = NULL;
+    void *mj = NULL;
+    int rc = kl_features_load(fpath, &f, e);
+    if (rc) return rc;
+    const char *win = kl_features_first_window(f);
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/meta.json", dir);
+    if (kl_path_exists(mp) && !kl_json_load_file(mp, &mj, NULL)) {
+        const cJSON *fh = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "feature_hash");
+        if (cJSON_IsString(fh) && strcmp(fh->valuestring, kl_features_hash(f))) {
+            rc = kl_err_set(e, KL_ESTATE,
+                            "%s: feature hash %.12s, but the model in %s was trained on features %.12s (meta.json)",
+                            fpath, kl_features_hash(f), dir, fh->valuestring);
+            goto done;
+        }
+    }
+    if (win && !spath) {
+        rc = kl_err_set(
+            e, KL_EINVAL,
+            "%s: feature %s is a window over recent events, which :predict reads from the online store; fill "
+            "one with 'keel features materialize %s --data DATASET --store STORE.db' and register it with the "
+            "model: keel models register %s --name %s --features %s --store STORE.db",
+            fpath, win, fpath, dir, name, fpath);
+        goto done;
+    }
+    if (spath) {
+        if (!kl_path_exists(spath)) {
+            rc = kl_err_set(e, KL_ENOTFOUND, "--store %s: no such file", spath);
+            goto done;
+        }
+        if ((rc = kl_fstore_open(f, spath, &fs, e))) goto done; /* a store filled for these features */
+    }
+done:
+    cJSON_Delete(mj);
+    kl_fstore_free(fs);
+    kl_features_free(f);
+    return rc;
+}
 
 static int models_register(int argc, char **argv) {
     app_args a;
@@ -48,7 +115,15 @@ static int models_register(int argc, char **argv) {
     kl_err e = {0};
     kl_track *t = NULL;
     int64_t v = 0;
-    if (open_store(&t, &e) || kl_registry_register(t, name, a.pos[0], run, app_get(&a, "signature"), &v, &e)) goto fail;
+    const char *features = app_get(&a, "features"), *store = app_get(&a, "store");
+    kl_registry_file extra[2];
+    size_t nextra = 0;
+    if (features) extra[nextra++] = (kl_registry_file){"features.json", features};
+    if (store) extra[nextra++] = (kl_registry_file){"features.db", store};
+    if (check_features(a.pos[0], features, store, name, &e)) return app_fail(&e);
+    if (app_store_open(1, &t, &e) ||
+        kl_registry_register_files(t, name, a.pos[0], extra, nextra, run, app_get(&a, "signature"), &v, &e))
+        goto fail;
     const char *vals[APP_MAX_VALUES];
     int na = app_get_all(&a, "alias", vals, APP_MAX_VALUES);
     for (int i = 0; i < na; i++)
@@ -64,8 +139,27 @@ static int models_register(int argc, char **argv) {
         snprintf(key, sizeof key, "%.*s", (int)(eq - vals[i]), vals[i]);
         if (kl_registry_set_tag(t, name, v, key, eq + 1, &e)) goto fail;
     }
-    if (app_flag(&a, "json")) printf("{\"name\":\"%s\",\"version\":%lld}\n", name, (long long)v);
-    else printf("registered %s version %lld\n", name, (long long)v);
+    /* the run it came from, as recorded with the version */
+    int64_t from_run = 0;
+    void *mj = NULL;
+    if (!kl_registry_json(t, name, &mj, &e)) {
+        const cJSON *vv;
+        const cJSON *vs = cJSON_GetObjectItem(cJSON_GetArrayItem(mj, 0), "versions");
+        cJSON_ArrayForEach(vv, vs) {
+            if (app_jnum(vv, "version") == (double)v && cJSON_IsNumber(cJSON_GetObjectItem(vv, "run_id")))
+                from_run = (int64_t)app_jnum(vv, "run_id");
+        }
+    }
+    cJSON_Delete(mj);
+    if (app_flag(&a, "json")) {
+        printf("{\"name\":\"%s\",\"version\":%lld,\"run_id\":", name, (long long)v);
+        if (from_run) printf("%lld}\n", (long long)from_run);
+        else printf("null}\n");
+    } else if (from_run) {
+        printf("registered %s version %lld (from run %lld)\n", name, (long long)v, (long long)from_run);
+    } else {
+        printf("registered %s version %lld\n", name, (long long)v);
+    }
     kl_track_close(t);
     return APP_EXIT_OK;
 fail:
@@ -99,10 +193,11 @@ static int models_list(int argc, char **argv) {
     kl_err e = {0};
     kl_track *t = NULL;
     void *j = NULL;
-    if (open_store(&t, &e) || kl_registry_json(t, NULL, &j, &e)) {
+    if (app_store_open_list(&t, &e) || (t && kl_registry_json(t, NULL, &j, &e))) {
         kl_track_close(t);
         return app_fail(&e);
     }
+    if (!j) j = cJSON_CreateArray(); /* no store yet: no models */
     if (app_flag(&a, "json")) print_json(j);
     else {
         printf("%-24s %8s %-20s %s\n", "NAME", "VERSIONS", "CREATED", "ALIASES");

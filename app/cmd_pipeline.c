@@ -19,13 +19,15 @@ static const app_opt run_opts[] = {
     APP_OPT_VERIFY,
 };
 static const app_cmd_spec run_spec = {
-    "pipeline run", "keel pipeline run PIPELINE.yaml [--from STAGE | --only STAGE] [--force] [--out DIR] [--set KEY=VALUE]... [--json]",
+    "pipeline run",
+    "keel pipeline run PIPELINE.yaml [--from STAGE | --only STAGE] [--force] [--out DIR] [--set KEY=VALUE]... [--json]",
     "run the stages ingest -> validate -> features -> train -> evaluate -> export -> register (-> serve)",
     "A stage whose inputs, config and keel code version are unchanged is skipped (its\n"
     "outputs are reused; state in OUT/pipeline-state.json). A failing stage stops the run\n"
     "with its error; earlier outputs stay and the next run resumes there. Every stage is\n"
-    "a run in the experiment store (--tracking / the file's tracking:), children of the\n"
-    "pipeline's run, which carries the lineage: dataset version -> feature hash -> training\n"
+    "a run in the experiment store (--tracking, KEEL_TRACKING, the file's tracking:, else\n"
+    "as 'keel runs where' says), children of the pipeline's run, which carries the\n"
+    "lineage: dataset version -> feature hash -> training\n"
     "run -> model version -> alias. OUT/report.html holds the data quality, features,\n"
     "curves, evaluation, model card, lineage and timings. See docs/pipeline.md.",
     run_opts, KL_ARRAY_LEN(run_opts), 1, 1};
@@ -119,7 +121,8 @@ static int run(int argc, char **argv) {
     o.sets = sets;
     o.quiet = app_flag(&a, "quiet");
     if ((rc = app_get_verify(&a, &run_spec, &o.verify)) >= 0) return rc;
-    if (app_config() && kl_config_source(app_config(), "tracking") != KL_SRC_DEFAULT) o.tracking = kl_config_get(app_config(), "tracking");
+    if (app_config() && kl_config_source(app_config(), "tracking") == KL_SRC_FLAG)
+        o.tracking = kl_config_get(app_config(), "tracking");
     int json = app_flag(&a, "json");
     o.log = json ? stderr : stdout;
     if (!json) o.on_done = summary_text;

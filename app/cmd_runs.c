@@ -1,7 +1,9 @@
 /* keel runs: list (filter, sort, limit), show, compare (differences
  * highlighted), plot (SVG line chart), export (CSV/JSON), end, and simulate
  * (a synthetic training run logging through the batch API: demos, tests,
- * benchmarks). The store comes from --tracking / KEEL_TRACKING. */
+ * benchmarks), where (which store, and why). The store is found by
+ * app_store_open (--tracking, KEEL_TRACKING, the nearest keel-runs/, the
+ * per-user default). */
 #include "app.h"
 
 #include <cjson/cJSON.h>
@@ -16,7 +18,8 @@
  * Shared helpers
  * ================================================================== */
 
-static int open_store(kl_track **t, kl_err *e) { return kl_track_open(kl_config_get(app_config(), "tracking"), t, e); }
+/* Every command here reads an existing store, except simulate (creates it). */
+static int open_store(kl_track **t, kl_err *e) { return app_store_open(0, t, e); }
 
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -103,8 +106,8 @@ static int runs_list(int argc, char **argv) {
     kl_track *t = NULL;
     int64_t *ids = NULL;
     size_t n = 0;
-    if (open_store(&t, &e)) return app_fail(&e);
-    if (kl_track_runs_find(t, filter, sort, limit, &ids, &n, &e)) {
+    if (app_store_open_list(&t, &e)) return app_fail(&e);
+    if (t && kl_track_runs_find(t, filter, sort, limit, &ids, &n, &e)) {
         kl_track_close(t);
         return filter_fail(e.col && filter && strstr(e.msg, "filter") ? filter : NULL, &e);
     }
@@ -679,7 +682,8 @@ static int runs_simulate(int argc, char **argv) {
     kl_track_run *r = NULL;
     kl_metric_point *pts = NULL;
     char **names = NULL;
-    if (open_store(&t, &e) || kl_track_run_start(t, app_get(&a, "experiment"), app_get(&a, "name"), parent, &r, &e)) {
+    if (app_store_open(1, &t, &e) ||
+        kl_track_run_start(t, app_get(&a, "experiment"), app_get(&a, "name"), parent, &r, &e)) {
         kl_track_close(t);
         return app_fail(&e);
     }
@@ -790,6 +794,45 @@ out:
  * Dispatch
  * ================================================================== */
 
+/* ==================================================================
+ * runs where
+ * ================================================================== */
+
+static const app_cmd_spec where_spec = {
+    "runs where",
+    "keel runs where [--json]",
+    "Print the experiment store every command here uses, and the rule that chose it.",
+    "Rules, first match wins: --tracking DIR; KEEL_TRACKING; the nearest folder named keel-runs\n"
+    "in the current folder or a parent (the search never enters a folder listed in the\n"
+    "colon-separated KEEL_TRACKING_CEILING, nor goes above it); the per-user default\n"
+    "$XDG_DATA_HOME/keel/runs, else ~/.local/share/keel/runs. Nothing is created.",
+    show_opts, KL_ARRAY_LEN(show_opts), 0, 0};
+
+static int runs_where(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&where_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    static const char *const rules[] = {"flag", "env", "nearest", "user"};
+    kl_store_loc loc;
+    kl_err e = {0};
+    if (app_store_resolve(&loc, &e)) return app_fail(&e);
+    if (app_flag(&a, "json")) {
+        kl_buf b;
+        kl_buf_init(&b);
+        kl_buf_puts(&b, "{\"dir\":");
+        kl_buf_json_str(&b, loc.dir);
+        kl_buf_printf(&b, ",\"rule\":\"%s\",\"how\":", rules[loc.rule]);
+        kl_buf_json_str(&b, loc.how);
+        kl_buf_printf(&b, ",\"exists\":%s}\n", loc.exists ? "true" : "false");
+        fputs(b.data, stdout);
+        kl_buf_free(&b);
+    } else {
+        printf("%s\n  chosen by: %s\n  %s\n", loc.dir, loc.how,
+               loc.exists ? "exists" : "not created yet (keel train, tune, pipeline or models register create it)");
+    }
+    return APP_EXIT_OK;
+}
+
 int cmd_runs(int argc, char **argv) {
     static const app_command sub[] = {
         {"list", "list runs (filter, sort, limit)", runs_list},
@@ -799,6 +842,7 @@ int cmd_runs(int argc, char **argv) {
         {"export", "export runs as CSV or JSON", runs_export},
         {"end", "set the final status of a run", runs_end},
         {"simulate", "log a synthetic run (demos, tests, benchmarks)", runs_simulate},
+        {"where", "which experiment store, and the rule that chose it", runs_where},
     };
     return app_dispatch("runs", sub, KL_ARRAY_LEN(sub), argc, argv);
 }

@@ -30,7 +30,7 @@ static int reg_resolve(reg_src *r, kl_err *e) {
     kl_track *t = NULL;
     char *name = NULL, dir[1400];
     int64_t version = 0;
-    int rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, e);
+    int rc = app_store_open(0, &t, e);
     if (!rc) rc = kl_registry_parse_ref(t, r->ref, &name, &version, e);
     if (!rc && r->name && !strcmp(name, r->name) && version == r->version) goto done; /* unchanged */
     if (!rc) {
@@ -51,6 +51,7 @@ static int reg_resolve(reg_src *r, kl_err *e) {
                (long long)r->version);
     }
 done:
+    if (rc) kl_err_prefix(e, "%s", r->ref);
     free(name);
     kl_track_close(t);
     return rc;
@@ -81,7 +82,7 @@ static const app_cmd_spec spec = {
     "                  [--exit-timeout S] [--memory-limit SIZE] ...",
     "Serve the models of a repository over the KServe v2 REST protocol.",
     "REPO holds REPO/<model>/<version>/model.onnx with optional config.yaml (per model),\n"
-    "or is a registry reference (name@alias or name/3; store from --tracking): the version\n"
+    "or is a registry reference (name@alias or name/3; the store as for keel runs where): the version\n"
     "is verified and served, and SIGHUP re-resolves the alias. A version folder may also hold\n"
     "meta.json (sha256 of the files; checked before a version is served) and features.json.\n"
     "Endpoints: /v2/health/live, /v2/health/ready (deep probe), /v2, /v2/models/M[/versions/V][/ready],\n"
@@ -182,7 +183,8 @@ int cmd_serve(int argc, char **argv) {
         if (sig == SIGHUP) {
             kl_err_clear(&re);
             if (reg.ref && reg_resolve(&reg, &re))
-                kl_log(KL_LOG_ERROR, "serve", "%s: %s (the current version keeps serving)", reg.ref, kl_err_what(&re));
+                kl_log(KL_LOG_ERROR, "serve", "%s (the current version keeps serving)",
+                       kl_err_what(&re)); /* names the reference */
             kl_err_clear(&re);
             if (kl_server_rescan(s, &re)) kl_log(KL_LOG_WARN, "serve", "rescan: %s", kl_err_what(&re));
             continue;

@@ -5,7 +5,8 @@
  * writes only its metrics.csv. The child reports the metric after every
  * epoch over a pipe and waits for the pruner's answer on another; the parent
  * records everything in the experiment store as a study, so re-running the
- * same command continues the study. `keel tune show STUDY` reports it. */
+ * same command continues the study. `keel tune show STUDY` reports it;
+ * `keel tune register STUDY --name N` registers the best trial's model. */
 #include "app.h"
 
 #include <keel/track.h>
@@ -88,17 +89,24 @@ static int tune_verify;
 
 /* Trains one trial: SPEC with the trial's values as --set overrides, the
  * summary into report, fn called after every epoch. */
+/* --set KEY=VALUE of keel tune run: the same overrides of every trial,
+ * before the trial's own values (set once before the trials; forked trials
+ * inherit them). */
+static const char *tune_sets[APP_MAX_VALUES];
+static int tune_nsets;
+
 static int train_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *dir, FILE *report,
                        kl_train_epoch_fn fn, void *ctx, kl_err *e) {
     char sets[64][256];
-    const char *setp[64];
+    const char *setp[64 + APP_MAX_VALUES];
     int ns = 0;
-    for (int p = 0; p < s->n && ns < 64; p++) {
+    for (int i = 0; i < tune_nsets; i++) setp[ns++] = tune_sets[i];
+    for (int p = 0; p < s->n && ns < 64 + tune_nsets; p++) {
         if (!v[p].present) continue;
         char val[96];
-        snprintf(sets[ns], sizeof sets[ns], "%s=%s", s->p[p].name, kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
-        setp[ns] = sets[ns];
-        ns++;
+        char *slot = sets[ns - tune_nsets];
+        snprintf(slot, sizeof sets[0], "%s=%s", s->p[p].name, kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
+        setp[ns++] = slot;
     }
     kl_train_opts o = {0};
     o.out_dir = dir;
@@ -327,7 +335,9 @@ static int finish_trial(tune_ctx *x, child *c, int status, kl_err *e) {
         } else {
             tr->state = KL_TRIAL_COMPLETE;
             tr->value = v;
-            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, &te);
+            /* its exported model stays in c->dir: recorded for keel tune register */
+            kl_study_trial_set_model_dir(x->st, c->run_id, c->dir, &te);
+            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, te.code ? NULL : &te);
             fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, x->metric, v, secs, desc);
         }
     } else {
@@ -358,21 +368,27 @@ static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_
 static const app_opt run_opts[] = {
     {"space", 0, 1, "SPACE.yaml", "the search space (required)", 0},
     {"trials", 'n', 1, "N", "trials in the study in all (default 20); re-running continues up to N", 0},
-    {"parallel", 'p', 1, "P", "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
+    {"parallel", 'p', 1, "P",
+     "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
     {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
     {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
-    {"metric", 0, 1, "NAME", "per-epoch metric: val_accuracy, val_loss or train_loss (default: val_loss for an mse loss, else val_accuracy)", 0},
+    {"metric", 0, 1, "NAME",
+     "per-epoch metric: val_accuracy, val_loss or train_loss (default: val_loss for an mse loss, else val_accuracy)",
+     0},
     {"direction", 0, 1, "maximize|minimize", "default: maximize for accuracy/auc metrics, else minimize", 0},
     {"sampler", 0, 1, "tpe|random|grid", "default tpe", 0},
     {"pruner", 0, 1, "none|median|asha", "early stopping of bad trials on the per-epoch metric (default none)", 0},
-    {"prune-min-epochs", 0, 1, "N", "no trial is pruned before N epochs (asha: the first rung; median: warm-up; default 1)", 0},
+    {"prune-min-epochs", 0, 1, "N",
+     "no trial is pruned before N epochs (asha: the first rung; median: warm-up; default 1)", 0},
     {"seed", 0, 1, "N", "sampler seed (default 0)", 0},
-    {"out", 'o', 1, "DIR", "trial artifacts (default tune-<study>)", 0},
+    {"out", 'o', 1, "DIR", "trial artifacts (default tune-<study>): trial-N/ keeps each complete trial's model", 0},
+    {"set", 0, 1, "KEY=VALUE", "override a spec key in every trial, as keel train --set (not a key of the space)", 1},
     {"json", 0, 0, NULL, "summary as JSON", 0},
     APP_OPT_VERIFY,
 };
 static const app_cmd_spec run_spec = {
-    "tune", "keel tune SPEC.yaml --space SPACE.yaml [--trials N] [--parallel P] [--timeout S] [options]",
+    "tune",
+    "keel tune SPEC.yaml --space SPACE.yaml [--trials N] [--parallel P] [--timeout S] [options]",
     "Search hyperparameters of a training spec; a resumable study in the experiment store.",
     "The space maps spec keys (dotted paths, e.g. optimizer.lr, layers.0.out) to\n"
     "  {type: float|int|categorical, low, high, log, step, choices, when: {param: value}}.\n"
@@ -380,9 +396,13 @@ static const app_cmd_spec run_spec = {
     "process, or forked ones with --parallel); the pruner can stop it after any epoch. Its objective\n"
     "is the best value of "
     "--metric over its epochs. A configuration already evaluated is not trained again.\n"
+    "--set KEY=VALUE overrides the spec in every trial (the same parser as keel train); the\n"
+    "study records them, and a re-run must give the same ones. Each complete trial keeps its\n"
+    "exported model in OUT/trial-N, so the best one can be registered.\n"
     "\n"
     "Commands:\n"
-    "  show         print a study and draw its history (keel tune show STUDY)",
+    "  show         print a study and draw its history (keel tune show STUDY)\n"
+    "  register     register the best trial's model (keel tune register STUDY --name N)",
     run_opts, KL_ARRAY_LEN(run_opts), 1, 1};
 
 static int tune_run(int argc, char **argv) {
@@ -447,20 +467,57 @@ static int tune_run(int argc, char **argv) {
     int exit_code = APP_EXIT_FAIL, nkids = 0;
     if ((rc = kl_read_file(space_path, &space_text, &space_len, &e)) || (rc = kl_tune_space_load(space_path, &s, &e)))
         goto done;
+    /* fixed overrides: KEY=VALUE, never a parameter of the space */
+    char sets_text[8192] = "";
+    size_t stl = 0;
+    tune_nsets = app_get_all(&a, "set", tune_sets, APP_MAX_VALUES);
+    for (int i = 0; i < tune_nsets; i++) {
+        const char *eq = strchr(tune_sets[i], '=');
+        if (!eq || eq == tune_sets[i]) {
+            rc = kl_err_set(&e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", tune_sets[i]);
+            goto done;
+        }
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - tune_sets[i]), tune_sets[i]);
+        if (kl_tune_space_find(s, key) >= 0) {
+            rc = kl_err_set(&e, KL_EINVAL, "--set %s: %s is a parameter of the search space %s (the trials choose it)",
+                            tune_sets[i], key, space_path);
+            goto done;
+        }
+        if (stl < sizeof sets_text)
+            stl += (size_t)snprintf(sets_text + stl, sizeof sets_text - stl, "%s%s", i ? "\n" : "", tune_sets[i]);
+    }
+    if (stl >= sizeof sets_text) {
+        rc = kl_err_set(&e, KL_EINVAL, "--set: the overrides are too long");
+        goto done;
+    }
     /* a spec key that does not exist is caught by the first trial; check the spec loads at all */
-    char sha[65], name[256], outdir[1024];
+    char sha[65], name[256], outdir[1024], name_sha[65];
     kl_sha256_buf_hex(space_text, space_len, sha);
+    snprintf(name_sha, sizeof name_sha, "%s", sha); /* the default name: the space, and the --set overrides when any */
+    if (stl) {
+        kl_buf nb;
+        kl_buf_init(&nb);
+        kl_buf_printf(&nb, "%.*s\n--set\n%s", (int)space_len, space_text, sets_text);
+        if (nb.failed) {
+            kl_buf_free(&nb);
+            rc = kl_err_set(&e, KL_ENOMEM, "out of memory");
+            goto done;
+        }
+        kl_sha256_buf_hex(nb.data, nb.len, name_sha);
+        kl_buf_free(&nb);
+    }
     if (app_get(&a, "study")) snprintf(name, sizeof name, "%s", app_get(&a, "study"));
     else {
         const char *b = strrchr(spec, '/');
         b = b ? b + 1 : spec;
-        snprintf(name, sizeof name, "%.*s-%.8s", (int)strcspn(b, "."), b, sha);
+        snprintf(name, sizeof name, "%.*s-%.8s", (int)strcspn(b, "."), b, name_sha);
     }
     snprintf(outdir, sizeof outdir, "%s", app_get(&a, "out") ? app_get(&a, "out") : "");
     if (!outdir[0]) snprintf(outdir, sizeof outdir, "tune-%s", name);
     if ((rc = kl_mkdir_p(outdir, &e))) goto done;
-    if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
-    kl_study_info info = {name, metric, minimize, sampler, sha, spec, space_text};
+    if ((rc = app_store_open(1, &t, &e))) goto done;
+    kl_study_info info = {name, metric, minimize, sampler, sha, spec, space_text, sets_text};
     if ((rc = kl_study_open(t, s, &info, &st, &e))) goto done;
     const kl_trial *loaded;
     size_t nloaded;
@@ -518,11 +575,15 @@ static int tune_run(int argc, char **argv) {
                 if (all[i].state == KL_TRIAL_COMPLETE && same_params(s, all[i].params, tr->params)) same = &all[i];
             int64_t run_id;
             if ((rc = kl_study_trial_start(st, tr->number, tr->params, &run_id, &e))) goto done;
+            tr->run_id = run_id;
             if (same) {
-                char note[64];
+                char note[64], mdir[4096];
                 snprintf(note, sizeof note, "cached from trial %d", same->number);
                 tr->state = KL_TRIAL_COMPLETE;
                 tr->value = same->value;
+                /* the same model as the trial it repeats */
+                if (same->run_id && !kl_study_trial_model_dir(st, same->run_id, mdir, sizeof mdir, NULL))
+                    kl_study_trial_set_model_dir(st, run_id, mdir, NULL);
                 if ((rc = kl_study_trial_end(st, run_id, KL_TRIAL_COMPLETE, tr->value, note, &e))) goto done;
                 fprintf(stderr, "trial %d: %s = %.6g (cached: same as trial %d) [%s]\n", tr->number, metric, tr->value,
                         same->number, desc);
@@ -685,7 +746,7 @@ static int tune_show(int argc, char **argv) {
     double *imp = NULL;
     kl_buf b;
     kl_buf_init(&b);
-    if ((rc = kl_track_open(kl_config_get(app_config(), "tracking"), &t, &e))) goto done;
+    if ((rc = app_store_open(0, &t, &e))) goto done;
     if ((rc = kl_study_find_recorded(t, a.pos[0], &st, &e))) goto done;
     const kl_study_info *info = kl_study_get_info(st);
     const kl_tune_space *s = kl_study_space(st);
@@ -718,8 +779,17 @@ static int tune_show(int argc, char **argv) {
     if (app_flag(&a, "json")) {
         kl_buf_puts(&b, "{\"study\":");
         kl_buf_json_str(&b, info->name);
-        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"sampler\":\"%s\",\"best\":", info->metric,
+        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"sampler\":\"%s\",\"sets\":[", info->metric,
                       minimize ? "minimize" : "maximize", info->sampler);
+        for (const char *p = info->sets ? info->sets : ""; *p;) {
+            size_t l = strcspn(p, "\n");
+            char one[512];
+            snprintf(one, sizeof one, "%.*s", (int)(l < sizeof one ? l : sizeof one - 1), p);
+            if (p != info->sets) kl_buf_puts(&b, ",");
+            kl_buf_json_str(&b, one);
+            p += l + (p[l] == '\n');
+        }
+        kl_buf_puts(&b, "],\"best\":");
         if (best) kl_buf_printf(&b, "{\"number\":%d,\"value\":%.17g}", best->number, best->value);
         else kl_buf_puts(&b, "null");
         kl_buf_puts(&b, ",\"importance\":{");
@@ -751,6 +821,15 @@ static int tune_show(int argc, char **argv) {
     } else {
         printf("study %s: %s (%s), sampler %s, %zu trials\n", info->name, info->metric, minimize ? "minimize" : "maximize",
                info->sampler, n);
+        if (info->sets && *info->sets) { /* the fixed overrides of every trial, one per line */
+            printf("--set:");
+            for (const char *p = info->sets; *p;) {
+                size_t l = strcspn(p, "\n");
+                printf(" %.*s", (int)l, p);
+                p += l + (p[l] == '\n');
+            }
+            printf("\n");
+        }
         if (best) {
             char desc[1024];
             describe(s, best->params, desc, sizeof desc);
@@ -777,7 +856,114 @@ done:
     return APP_EXIT_OK;
 }
 
+/* ==================================================================
+ * keel tune register STUDY --name N [--alias A]
+ * ================================================================== */
+
+static const app_opt reg_opts[] = {
+    {"name", 'n', 1, "NAME", "registered model name (required)", 0},
+    {"alias", 'a', 1, "ALIAS", "also point this alias at the new version", 1},
+    {"trial", 0, 1, "N", "register this trial instead of the best one", 0},
+    {"json", 0, 0, NULL, "machine-readable output", 0},
+};
+static const app_cmd_spec reg_spec = {
+    "tune register",
+    "keel tune register STUDY --name NAME [--alias A]... [--trial N] [--json]",
+    "Register the best trial's model (or --trial N's) as a new version, linked to the trial's run.",
+    "The model is the one the trial exported (its folder is recorded with the trial). The\n"
+    "version is tagged with the study, the trial and its objective.",
+    reg_opts, KL_ARRAY_LEN(reg_opts), 1, 1};
+
+static int tune_register(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&reg_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    const char *model = app_get(&a, "name");
+    if (!model) return app_usage_error(&reg_spec, "--name is required");
+    int64_t want;
+    if ((rc = app_get_int(&a, &reg_spec, "trial", -1, &want)) >= 0) return rc;
+    kl_err e = {0};
+    kl_track *t = NULL;
+    kl_study *st = NULL;
+    const kl_trial *tr = NULL, *pick = NULL;
+    size_t n = 0;
+    char dir[4096];
+    int64_t v = 0;
+    if ((rc = app_store_open(0, &t, &e)) || (rc = kl_study_find_recorded(t, a.pos[0], &st, &e)) ||
+        (rc = kl_study_load(st, &tr, &n, &e)))
+        goto done;
+    const kl_study_info *info = kl_study_get_info(st);
+    if (want >= 0) {
+        for (size_t i = 0; i < n; i++)
+            if (tr[i].number == want) pick = &tr[i];
+        if (!pick) {
+            rc = kl_err_set(&e, KL_ENOTFOUND, "study %s has no trial %lld", info->name, (long long)want);
+            goto done;
+        }
+        if (pick->state != KL_TRIAL_COMPLETE) {
+            rc = kl_err_set(&e, KL_ESTATE, "trial %d of study %s is %s: only a complete trial has a model",
+                            pick->number, info->name, kl_trial_state_name(pick->state));
+            goto done;
+        }
+    } else if (!(pick = kl_tune_best(tr, n, info->minimize))) {
+        rc = kl_err_set(&e, KL_ENOTFOUND, "study %s has no complete trial yet", info->name);
+        goto done;
+    }
+    if ((rc = kl_study_trial_model_dir(st, pick->run_id, dir, sizeof dir, &e))) {
+        if (rc == KL_ENOTFOUND)
+            kl_err_set(&e, KL_ENOTFOUND,
+                       "trial %d of study %s (run %lld) has no recorded model folder (a study run by an older keel); "
+                       "register its folder with keel models register DIR --name %s --run %lld",
+                       pick->number, info->name, (long long)pick->run_id, model, (long long)pick->run_id);
+        goto done;
+    }
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/model.onnx", dir);
+    if (!kl_path_exists(mp)) {
+        rc = kl_err_set(
+            &e, KL_ENOTFOUND,
+            "trial %d of study %s: %s is gone (the trial folders keep the models; re-run the study into a new --out)",
+            pick->number, info->name, mp);
+        goto done;
+    }
+    if ((rc = kl_registry_register(t, model, dir, pick->run_id, NULL, &v, &e))) goto done;
+    char num[32], val[64];
+    snprintf(num, sizeof num, "%d", pick->number);
+    snprintf(val, sizeof val, "%.15g", pick->value); /* the shortest text that reads back the same */
+    if (strtod(val, NULL) != pick->value) snprintf(val, sizeof val, "%.17g", pick->value);
+    if ((rc = kl_registry_set_tag(t, model, v, "study", info->name, &e)) ||
+        (rc = kl_registry_set_tag(t, model, v, "trial", num, &e)) ||
+        (rc = kl_registry_set_tag(t, model, v, info->metric, val, &e)))
+        goto done;
+    const char *al[APP_MAX_VALUES];
+    int na = app_get_all(&a, "alias", al, APP_MAX_VALUES);
+    for (int i = 0; i < na && !rc; i++) rc = kl_registry_set_alias(t, model, al[i], v, &e);
+    if (rc) goto done;
+    if (app_flag(&a, "json")) {
+        kl_buf b;
+        kl_buf_init(&b);
+        kl_buf_puts(&b, "{\"name\":");
+        kl_buf_json_str(&b, model);
+        kl_buf_printf(&b, ",\"version\":%lld,\"run_id\":%lld,\"study\":", (long long)v, (long long)pick->run_id);
+        kl_buf_json_str(&b, info->name);
+        kl_buf_printf(&b, ",\"trial\":%d,\"metric\":\"%s\",\"value\":%.17g,\"dir\":", pick->number, info->metric,
+                      pick->value);
+        kl_buf_json_str(&b, dir);
+        kl_buf_puts(&b, "}\n");
+        fputs(b.data, stdout);
+        kl_buf_free(&b);
+    } else {
+        printf("registered %s version %lld (from run %lld: study %s trial %d, %s = %.6g)\n", model, (long long)v,
+               (long long)pick->run_id, info->name, pick->number, info->metric, pick->value);
+    }
+done:
+    kl_study_free(st);
+    kl_track_close(t);
+    return rc ? app_fail(&e) : APP_EXIT_OK;
+}
+
 int cmd_tune(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "show")) return tune_show(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "register")) return tune_register(argc - 1, argv + 1);
     return tune_run(argc, argv);
 }

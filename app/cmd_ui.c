@@ -711,7 +711,7 @@ int cmd_ui(int argc, char **argv) {
     else ((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
     kl_err e = {0};
     ui_ctx c = {0};
-    if (kl_track_open(kl_config_get(app_config(), "tracking"), &c.t, &e)) return app_fail(&e);
+    if (app_store_open(0, &c.t, &e)) return app_fail(&e);
     /* block the stop signals in every thread; this one waits for them */
     kl_err se = {0};
     if (kl_signal_catch(&se)) { kl_track_close(c.t); return app_fail(&se); }

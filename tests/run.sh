@@ -11,6 +11,15 @@ BUILD=${BUILD:-build}
 export BUILD KEEL="$root/$BUILD/keel" KEEL_SRC="$root" PYTHON=/usr/bin/python3
 export KEEL_TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/keel-test-XXXXXX")
 export KEEL_LOG_FORMAT=${KEEL_LOG_FORMAT:-text}
+# The experiment store is found from the environment and the folders
+# (kl_track_store_resolve): pin it so no test reads or writes the user's own
+# store. No KEEL_TRACKING from outside; the per-user default lands in the
+# test's temporary folder; the search for a keel-runs/ folder never looks at
+# the repository root or above the temporary folder (a developer's
+# ./keel-runs or a /tmp/keel-runs must not change what the tests see).
+unset KEEL_TRACKING
+export XDG_DATA_HOME="$KEEL_TEST_TMP/xdg-data"
+export KEEL_TRACKING_CEILING="$root:$(dirname "$KEEL_TEST_TMP")"
 log="$BUILD/test.log"
 : > "$log"
 passed=0; failed=0; failures=()

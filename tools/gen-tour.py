@@ -30,8 +30,11 @@ class Tour:
         self.work = work
         self.env = dict(os.environ, PATH=os.path.dirname(self.keel) + ":/usr/bin:" + os.environ.get("PATH", ""),
                         KEEL_LOG_FORMAT="text", LC_ALL="C", COLUMNS="200")
-        for k in ("KEEL_THREADS", "KEEL_TRACKING", "KEEL_MEMORY_LIMIT", "KEEL_LOG_LEVEL"):
+        for k in ("KEEL_THREADS", "KEEL_TRACKING", "KEEL_TRACKING_CEILING", "KEEL_MEMORY_LIMIT", "KEEL_LOG_LEVEL"):
             self.env.pop(k, None)
+        # the experiment store is the tour folder's keel-runs/ (made by the train
+        # block); the per-user default is never the user's own
+        self.env["XDG_DATA_HOME"] = os.path.join(work, ".xdg-data")
         self.env["KEEL_THREADS"] = "2"   # the README's 2-core machine, whatever runs it
 
     def run(self, shown, cmd=None, keep=None, timeout=600):
@@ -99,7 +102,9 @@ def blocks(t):
     shutil.copytree(os.path.join(SRC, "examples", "digits"), os.path.join(t.work, "examples", "digits"),
                     ignore=shutil.ignore_patterns("data", "out-*"))
     ev = "keel eval mlp --data examples/digits/data/x_test.npy,examples/digits/data/y_test.npy"
-    yield "train", (t.run("python3 examples/digits/prepare.py examples/digits/data")
+    yield "train", (t.run("mkdir keel-runs      # this folder's experiment store: keel finds it from here and below",
+                          "mkdir keel-runs")
+                    + t.run("python3 examples/digits/prepare.py examples/digits/data")
                     + t.run("keel train examples/digits/mlp.yaml --out mlp --set train.epochs=15 --quiet")
                     + t.run(ev, keep=pick(r"^(rows|loss|accuracy|class|macro|confusion) ", r"^ +[0-2] +[01]\.",
                                           r"^ {11}0", r"^ +0 +36 ", r"^ +9 ", note="(trimmed)")))
@@ -112,7 +117,9 @@ def blocks(t):
     yield "tune", (t.run("keel tune examples/digits/mlp.yaml --space space.yaml --trials 6",
                          keep=pick(r"^trial 0:", r"^trial 1: started", r"^trial 5: val", r"^study", r"^best", r"^details",
                                    note="(trimmed)"))
-                   + t.run("keel runs list", keep=lambda ls: ls[:3] + ["..." + " " * 70 + "(trimmed)"] + ls[-1:]))
+                   + t.run("keel runs list", keep=lambda ls: ls[:3] + ["..." + " " * 70 + "(trimmed)"] + ls[-1:])
+                   + t.run("keel tune register mlp-afec7e0d --name digits --alias tuned     # the best trial's model",
+                           "keel tune register mlp-afec7e0d --name digits --alias tuned"))
     shutil.copytree(os.path.join(SRC, "examples", "clicks"), os.path.join(t.work, "examples", "clicks"),
                     ignore=shutil.ignore_patterns("data", "out-*"))
     os.makedirs(os.path.join(t.work, "examples", "clicks", "data"), exist_ok=True)

@@ -52,7 +52,7 @@ echo "sort by metrics.m3 over all 10,000 runs, top 20: median $(printf '%s\n' "$
 
 echo "--- 3. 4 processes logging concurrently for ${TRACK_BENCH_SECONDS:-30} s"
 export KEEL_TRACKING="$W/conc"
-"$KEEL" runs list > /dev/null
+"$KEEL" runs simulate --experiment init --steps 1 > /dev/null   # create the store first (read-only commands never do)
 pids=""
 for i in 1 2 3 4; do
   "$KEEL" runs simulate --experiment conc --name "w$i" --duration "${TRACK_BENCH_SECONDS:-30}" --batch 100 --metrics 10 --json > "$W/w$i.json" &

@@ -88,6 +88,9 @@ char *kl_features_canonical(const kl_features *f);
  * ================================================================== */
 
 size_t kl_features_count(const kl_features *f);
+/* The name of the first window feature (which needs the online store of
+ * recent events per entity: kl_fstore), NULL when there is none. */
+const char *kl_features_first_window(const kl_features *f);
 const char *kl_features_name(const kl_features *f, size_t feature);
 size_t kl_features_width(const kl_features *f);
 const char *kl_features_slot_name(const kl_features *f, size_t slot);   /* "category=books" */

@@ -55,7 +55,9 @@ typedef struct {
     int force;                  /* ignore the cache */
     const char *const *sets;    /* "key=value" overrides of the file (--set) */
     int nsets;
-    const char *tracking;       /* experiment store; NULL = the file's `tracking:`, else KEEL_TRACKING / ./keel-runs */
+    /* experiment store (--tracking); NULL = KEEL_TRACKING, else the file's `tracking:`,
+     * else the nearest keel-runs/ or the per-user default (kl_track_store_resolve) */
+    const char *tracking;
     int quiet;                  /* no progress lines from the stages */
     int verify;                 /* kl_verify_mode (keel/data.h) of the datasets the stages read
                                    against their manifests: 0 = full sha256 (default) */

@@ -6,7 +6,10 @@
  *   <dir>/keel.db              SQLite database (WAL mode)
  *   <dir>/objects/ab/cdef...   content-addressed files (sha256), read-only
  *
- * The folder comes from the caller, else KEEL_TRACKING, else ./keel-runs.
+ * The folder is found by kl_track_store_resolve: the caller's (--tracking),
+ * else KEEL_TRACKING, else the nearest keel-runs/ in the current folder or a
+ * parent, else the per-user default ($XDG_DATA_HOME/keel/runs or
+ * ~/.local/share/keel/runs).
  * A kl_track handle may be shared by threads (calls are serialized); several
  * processes may write to the same store at once (WAL, busy timeout, retry). */
 #ifndef KEEL_TRACK_H
@@ -32,14 +35,49 @@ int kl_run_status_parse(const char *s, kl_run_status *out);
 /* Current schema version (PRAGMA user_version of keel.db). */
 #define KL_TRACK_SCHEMA_VERSION 4
 
-/* Opens (creating and migrating when needed) the store in dir (NULL: the
- * KEEL_TRACKING variable, else ./keel-runs). Marks runs of dead processes
- * killed (same host: pid no longer alive; other hosts: no heartbeat for
+/* Where the store is and which rule chose it. */
+typedef enum {
+    KL_STORE_GIVEN,   /* the caller's folder (--tracking, a pipeline's tracking:) */
+    KL_STORE_ENV,     /* KEEL_TRACKING */
+    KL_STORE_NEAREST, /* the nearest keel-runs/ in the current folder or a parent */
+    KL_STORE_USER,    /* the per-user default */
+} kl_store_rule;
+typedef struct {
+    char dir[4096];
+    kl_store_rule rule;
+    /* how it was chosen: "--tracking", "KEEL_TRACKING", "the nearest keel-runs/ folder from /a/b", ... */
+    char how[4352];
+    int exists; /* dir/keel.db exists */
+} kl_store_loc;
+/* The one resolver of the store's folder, the same from every folder and
+ * command: given (how: what gave it, e.g. "--tracking"; NULL = "given"),
+ * else KEEL_TRACKING, else the nearest folder named keel-runs in the current
+ * folder or a parent (as git finds .git; the search never enters a folder of
+ * the colon-separated KEEL_TRACKING_CEILING or anything above it), else
+ * $XDG_DATA_HOME/keel/runs (an absolute XDG_DATA_HOME), else
+ * $HOME/.local/share/keel/runs. Creates nothing. KL_ENOTFOUND only when no
+ * rule applies (no home folder). */
+int kl_track_store_resolve(const char *given, const char *how, kl_store_loc *out, kl_err *e);
+/* The same with every input explicit (tests): env_tracking, the current
+ * folder, ceiling, XDG_DATA_HOME and HOME as given (NULL = unset). */
+int kl_track_store_resolve_in(const char *given, const char *how, const char *env_tracking, const char *cwd,
+                              const char *ceiling, const char *xdg_data_home, const char *home, kl_store_loc *out,
+                              kl_err *e);
+
+/* Opens (creating and migrating when needed) the store in dir (NULL: found
+ * by kl_track_store_resolve). Marks runs of dead processes killed (same
+ * host: pid no longer alive; other hosts: no heartbeat for
  * KL_TRACK_STALE_S seconds). */
 #define KL_TRACK_STALE_S 900
 int kl_track_open(const char *dir, kl_track **out, kl_err *e);
+/* Opens the store at loc; create 0 (read-only commands): a store that does
+ * not exist is KL_ENOTFOUND naming the folder and the rule that chose it,
+ * and nothing is created. */
+int kl_track_open_loc(const kl_store_loc *loc, int create, kl_track **out, kl_err *e);
 void kl_track_close(kl_track *t); /* NULL is a no-op; does not end open runs */
 const char *kl_track_dir(const kl_track *t);
+/* "DIR (how it was chosen)", for messages; valid until kl_track_close. */
+const char *kl_track_where(const kl_track *t);
 /* Runs marked killed by the stale check of the last open. */
 int kl_track_stale_marked(const kl_track *t);
 
@@ -157,6 +195,17 @@ int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const
  * present, else from signature_json (may be NULL). *version gets the number. */
 int kl_registry_register(kl_track *t, const char *name, const char *dir, int64_t run_id,
                          const char *signature_json, int64_t *version, kl_err *e);
+/* A file registered with a version from outside its folder, under name (a
+ * plain file name): e.g. {"features.json", path} and {"features.db", path},
+ * what keel serve's :predict reads beside model.onnx. */
+typedef struct {
+    const char *name;
+    const char *path;
+} kl_registry_file;
+/* kl_registry_register plus extra files (each replaces dir's file of the
+ * same name, if any). */
+int kl_registry_register_files(kl_track *t, const char *name, const char *dir, const kl_registry_file *extra,
+                               size_t nextra, int64_t run_id, const char *signature_json, int64_t *version, kl_err *e);
 /* Sets alias (e.g. "champion") of a model to version (0 removes it). The
  * history keeps every change with its time. */
 int kl_registry_set_alias(kl_track *t, const char *name, const char *alias, int64_t version, kl_err *e);

@@ -43,6 +43,7 @@ typedef struct {
      * is logged there (params, per-epoch metrics, final metrics, artifacts,
      * lineage tags). NULL = not logged. */
     const char *tracking;
+    const char *tracking_how;   /* the rule that chose it, for messages (NULL = "given"; kl_store_loc.how) */
     const char *experiment;     /* NULL = "train" */
     const char *run_name;       /* NULL = the spec's file name */
     int64_t parent_run;         /* 0 = none */

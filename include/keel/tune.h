@@ -134,10 +134,12 @@ typedef struct {
     const char *space_sha256;
     const char *spec;       /* the training spec's path (recorded) */
     const char *space_text; /* the search space file (recorded, so `tune show` needs nothing else) */
+    const char *sets;       /* fixed --set overrides of every trial, one KEY=VALUE per line ("" or NULL = none) */
 } kl_study_info;
 
 /* Opens the study NAME, creating it when new. An existing study whose metric,
- * direction or space differ is KL_EINVAL (a contradictory re-run). */
+ * direction, space or fixed --set overrides differ is KL_EINVAL (a
+ * contradictory re-run). */
 int kl_study_open(struct kl_track *t, const kl_tune_space *s, const kl_study_info *info, kl_study **out, kl_err *e);
 /* Opens an existing study for reading (KL_ENOTFOUND when there is none); s may
  * be NULL and set later (e.g. parsed from the recorded space_text). */
@@ -157,6 +159,11 @@ int kl_study_load(kl_study *st, const kl_trial **trials, size_t *n, kl_err *e);
 /* Records a new trial with its parameters; returns its run id. */
 int kl_study_trial_start(kl_study *st, int number, const kl_tune_value *params, int64_t *run_id, kl_err *e);
 int kl_study_trial_report(kl_study *st, int64_t run_id, int step, double value, kl_err *e);
+/* The folder a trial's model was exported to (keel tune register registers
+ * the best one from it): recorded as the trial's tag model_dir (absolute). */
+int kl_study_trial_set_model_dir(kl_study *st, int64_t run_id, const char *dir, kl_err *e);
+/* The recorded model folder of a trial into out; KL_ENOTFOUND when none. */
+int kl_study_trial_model_dir(kl_study *st, int64_t run_id, char *out, size_t n, kl_err *e);
 /* Ends a trial: state, final value (COMPLETE), and an optional note (error or cache origin). */
 int kl_study_trial_end(kl_study *st, int64_t run_id, kl_trial_state state, double value, const char *note, kl_err *e);
 const char *kl_trial_state_name(kl_trial_state s);

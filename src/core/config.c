@@ -117,7 +117,9 @@ int kl_config_define_common(kl_config *c) {
     rc |= kl_config_define(c, "threads", KL_CFG_INT, threads, "KEEL_THREADS", "--threads", "worker threads for kernels and loaders");
     rc |= kl_config_define(c, "log.level", KL_CFG_STR, "info", "KEEL_LOG_LEVEL", "--log-level", "trace, debug, info, warn, error, off");
     rc |= kl_config_define(c, "log.format", KL_CFG_STR, "auto", "KEEL_LOG_FORMAT", "--log-format", "auto (text on a terminal, JSON lines otherwise), text, json");
-    rc |= kl_config_define(c, "tracking", KL_CFG_STR, "./keel-runs", "KEEL_TRACKING", "--tracking", "experiment store folder");
+    rc |= kl_config_define(c, "tracking", KL_CFG_STR, "", "KEEL_TRACKING", "--tracking",
+                           "experiment store folder (unset: the nearest keel-runs/ here or above, else the per-user "
+                           "default; keel runs where)");
     rc |= kl_config_define(c, "memory.limit", KL_CFG_SIZE, "0", "KEEL_MEMORY_LIMIT", "--memory-limit", "memory budget (512M, 2G, 70%; 0 = none)");
     rc |= kl_config_define(c, "memory.snapshot", KL_CFG_STR, "", "KEEL_MEMORY_SNAPSHOT", "--memory-snapshot", "where a memory snapshot is written when the budget refuses an allocation");
     return rc ? KL_ENOMEM : KL_OK;

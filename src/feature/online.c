@@ -384,7 +384,13 @@ int kl_features_transform_record(const kl_features *f, const kl_fstore *store, c
             if ((rc = kl__tf_eval(F, in, out + F->slot0, counts, e))) return rc;
             continue;
         }
-        if (!store) return kl_err_set(e, KL_ESTATE, "feature %s is a window: an online store is needed", F->name);
+        if (!store)
+            return kl_err_set(e, KL_ESTATE,
+                              "feature %s is a window over recent events, which need the online store: fill one with "
+                              "'keel features materialize features.json --data DATASET --store STORE.db', then give it "
+                              "(features transform --store STORE.db) or register it with the model "
+                              "(keel models register DIR --features features.json --store STORE.db)",
+                              F->name);
         if (store->f != f && strcmp(kl_features_hash(store->f), f->hash))
             return kl_err_set(e, KL_ESTATE, "the online store belongs to other features");
         if (in[0].null || in[1].null)

@@ -804,6 +804,11 @@ size_t kl_features_label_classes(const kl_features *f, const char *const **names
 int kl_features_fit_needs_label(const kl_features *f) { return kl__label_is_class(f); }
 int kl_features_is_fitted(const kl_features *f) { return f->fitted; }
 size_t kl_features_count(const kl_features *f) { return f->nf; }
+const char *kl_features_first_window(const kl_features *f) {
+    for (size_t i = 0; i < f->nf; i++)
+        if (f->f[i].kind == TF_WINDOW) return f->f[i].name;
+    return NULL;
+}
 const char *kl_features_name(const kl_features *f, size_t i) { return i < f->nf ? f->f[i].name : NULL; }
 size_t kl_features_width(const kl_features *f) { return f->width; }
 const char *kl_features_slot_name(const kl_features *f, size_t s) { return s < f->width ? f->slot_names[s] : NULL; }

@@ -246,15 +246,23 @@ int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *
     cJSON_DeleteItemFromObject(c.state, "pipeline");
     cJSON_AddStringToObject(c.state, "pipeline", name);
     /* experiment store: the pipeline's run */
-    const char *trk = o->tracking;
-    char *trk_abs = NULL;
-    if (!trk) {
+    /* the store: --tracking > KEEL_TRACKING > the file's tracking: > the nearest keel-runs/ > the per-user default */
+    const char *trk = o->tracking, *how = "--tracking";
+    char *trk_abs = NULL, how_file[4400];
+    const char *env = getenv("KEEL_TRACKING");
+    if (!trk && !(env && *env)) {
         const char *tv;
         if ((rc = kl_spec_str(c.root, "tracking", "", &tv, e))) goto done;
-        if (*tv) trk = trk_abs = pl_path(&c, tv);
+        if (*tv) {
+            trk = trk_abs = pl_path(&c, tv);
+            snprintf(how_file, sizeof how_file, "tracking: in %s", o->path);
+            how = how_file;
+        }
     }
-    if ((rc = kl_track_open(trk, &c.t, e))) { free(trk_abs); goto done; }
+    kl_store_loc loc;
+    rc = kl_track_store_resolve(trk, how, &loc, e);
     free(trk_abs);
+    if (rc || (rc = kl_track_open_loc(&loc, 1, &c.t, e))) goto done;
     snprintf(res->tracking, sizeof res->tracking, "%s", kl_track_dir(c.t));
     if ((rc = kl_track_run_start(c.t, "pipeline", name, 0, &prun, e))) goto done;
     c.run_id = res->run_id = kl_track_run_id(prun);

@@ -370,6 +370,7 @@ static int st_train(pl_ctx *c, cJSON *out, int64_t parent, kl_err *e) {
     o.sets = sets;
     o.nsets = 1;
     o.tracking = kl_track_dir(c->t);
+    o.tracking_how = "the pipeline's store";
     o.experiment = "pipeline";
     o.run_name = "train";
     o.parent_run = parent;

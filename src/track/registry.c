@@ -33,7 +33,7 @@ static int model_id(kl_track *t, const char *name, int64_t *id, kl_err *e) {
     if (s == SQLITE_ROW) *id = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     if (s == SQLITE_ROW) return KL_OK;
-    if (s == SQLITE_DONE) return kl_err_set(e, KL_ENOTFOUND, "model '%s' not found", name);
+    if (s == SQLITE_DONE) return kl__track_notfound(t, e, "model '%s' not found", name);
     return kl__track_sqlerr(t, s, e, "finding a model");
 }
 
@@ -126,8 +126,36 @@ static char *signature_from_meta(const char *dir, int64_t *run_id) {
  * Register
  * ================================================================== */
 
+static int run_exists(kl_track *t, int64_t run_id) {
+    sqlite3_stmt *st = NULL;
+    kl_err e = {0};
+    kl__track_lock(t);
+    int found = !kl__track_prep(t, "SELECT 1 FROM runs WHERE id=?", &st, &e);
+    if (found) {
+        sqlite3_bind_int64(st, 1, run_id);
+        found = sqlite3_step(st) == SQLITE_ROW;
+    }
+    sqlite3_finalize(st);
+    kl__track_unlock(t);
+    return found;
+}
+
 int kl_registry_register(kl_track *t, const char *name, const char *dir, int64_t run_id, const char *signature_json,
                          int64_t *version, kl_err *e) {
+    return kl_registry_register_files(t, name, dir, NULL, 0, run_id, signature_json, version, e);
+}
+
+/* The source of each registered name: dir/NAME, or the extra file given for it. */
+static const char *file_source(const char *dir, const char *rel, const kl_registry_file *extra, size_t nextra,
+                               char *buf, size_t n) {
+    for (size_t k = 0; k < nextra; k++)
+        if (!strcmp(extra[k].name, rel)) return extra[k].path;
+    snprintf(buf, n, "%s/%s", dir, rel);
+    return buf;
+}
+
+int kl_registry_register_files(kl_track *t, const char *name, const char *dir, const kl_registry_file *extra,
+                               size_t nextra, int64_t run_id, const char *signature_json, int64_t *version, kl_err *e) {
     *version = 0;
     if (!valid_name(name)) return kl_err_set(e, KL_EINVAL, "model name '%s' is not valid (letters, digits, '_', '-', '.')", name ? name : "");
     strvec files = {0};
@@ -144,12 +172,42 @@ int kl_registry_register(kl_track *t, const char *name, const char *dir, int64_t
         rc = kl_err_set(e, KL_EINVAL, "%s: expected a model folder", dir);
         goto fail;
     }
+    for (size_t k = 0; k < nextra; k++) { /* extra files: added, or replacing DIR's file of that name */
+        struct stat xb;
+        if (!extra[k].name || !*extra[k].name || strchr(extra[k].name, '/') || stat(extra[k].path, &xb) != 0 ||
+            !S_ISREG(xb.st_mode)) {
+            rc = kl_err_set(e, KL_EINVAL, "%s: not a file to register as %s", extra[k].path,
+                            extra[k].name ? extra[k].name : "?");
+            goto fail;
+        }
+        int have = 0;
+        for (size_t i = 0; i < files.n; i++) have |= !strcmp(files.v[i], extra[k].name);
+        if (!have && strvec_push(&files, extra[k].name)) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            goto fail;
+        }
+    }
     if (!files.n) {
         rc = kl_err_set(e, KL_EINVAL, "%s: no files to register", dir);
         goto fail;
     }
     qsort(files.v, files.n, sizeof *files.v, cmp_str);
+    int64_t given_run = run_id;
     sig = signature_from_meta(dir, &run_id);
+    /* the producing run: --run must be a run of this store; meta.json's
+     * run_id (a tracked keel train) is linked when it is one (a model
+     * trained against another store is registered without the link) */
+    if (run_id > 0 && !run_exists(t, run_id)) {
+        if (given_run > 0) {
+            rc = kl__track_notfound(t, e, "run %lld (the model's producing run) not found", (long long)run_id);
+            goto fail;
+        }
+        kl_log(
+            KL_LOG_WARN, "track",
+            "%s/meta.json: run_id %lld is not a run of %s; the version is registered without it (--run ID links one)",
+            dir, (long long)run_id, kl_track_where(t));
+        run_id = 0;
+    }
     if (!sig && signature_json) {
         void *j = NULL;
         if ((rc = kl_json_parse(signature_json, strlen(signature_json), "signature", &j, e))) goto fail;
@@ -164,8 +222,8 @@ int kl_registry_register(kl_track *t, const char *name, const char *dir, int64_t
     }
     /* copy the files into the object store first (outside the transaction) */
     for (size_t i = 0; i < files.n; i++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/%s", dir, files.v[i]);
+        char buf[4096];
+        const char *p = file_source(dir, files.v[i], extra, nextra, buf, sizeof buf);
         hex[i] = malloc(65);
         if (!hex[i]) {
             rc = kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -286,7 +344,7 @@ static int version_exists(kl_track *t, int64_t mid, int64_t v, kl_err *e, const 
     sqlite3_bind_int64(st, 2, v);
     int found = sqlite3_step(st) == SQLITE_ROW;
     sqlite3_finalize(st);
-    return found ? KL_OK : kl_err_set(e, KL_ENOTFOUND, "model %s has no version %lld", name, (long long)v);
+    return found ? KL_OK : kl__track_notfound(t, e, "model %s has no version %lld", name, (long long)v);
 }
 
 int kl_registry_set_alias(kl_track *t, const char *name, const char *alias, int64_t version, kl_err *e) {
@@ -392,7 +450,7 @@ int kl_registry_parse_ref(kl_track *t, const char *ref, char **name, int64_t *ve
     if (alias) {
         if ((rc = alias_at_locked(t, mid, alias, 0, &v, e))) goto done;
         if (!v) {
-            rc = kl_err_set(e, KL_ENOTFOUND, "model %s has no alias '%s'", buf, alias);
+            rc = kl__track_notfound(t, e, "model %s has no alias '%s'", buf, alias);
             goto done;
         }
     } else if (v) {
@@ -404,7 +462,7 @@ int kl_registry_parse_ref(kl_track *t, const char *ref, char **name, int64_t *ve
         if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
         sqlite3_finalize(st);
         if (!v) {
-            rc = kl_err_set(e, KL_ENOTFOUND, "model %s has no versions", buf);
+            rc = kl__track_notfound(t, e, "model %s has no versions", buf);
             goto done;
         }
     }
@@ -667,7 +725,7 @@ int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e)
         sqlite3_reset(as);
         add_tags(t, cJSON_AddObjectToObject(m, "tags"), mid, 0);
     }
-    if (name && cJSON_GetArraySize(arr) == 0) rc = kl_err_set(e, KL_ENOTFOUND, "model '%s' not found", name);
+    if (name && cJSON_GetArraySize(arr) == 0) rc = kl__track_notfound(t, e, "model '%s' not found", name);
 done:
     sqlite3_finalize(ms);
     sqlite3_finalize(vs);

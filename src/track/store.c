@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -342,20 +343,37 @@ fail:
 
 int kl_track_open(const char *dir, kl_track **out, kl_err *e) {
     *out = NULL;
+    kl_store_loc loc;
+    int rc = kl_track_store_resolve(dir, NULL, &loc, e);
+    return rc ? rc : kl_track_open_loc(&loc, 1, out, e);
+}
+
+int kl_track_open_loc(const kl_store_loc *loc, int create, kl_track **out, kl_err *e) {
+    *out = NULL;
     int rc;
-    if (!dir || !*dir) dir = getenv("KEEL_TRACKING");
-    if (!dir || !*dir) dir = "./keel-runs";
+    const char *dir = loc->dir;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/keel.db", dir);
+    if (!create && !kl_path_exists(path))
+        return kl_err_set(e, KL_ENOTFOUND, "no experiment store at %s (%s): nothing has been recorded there yet", dir,
+                          loc->how);
     kl_track *t = calloc(1, sizeof *t);
     if (!t) return kl_err_set(e, KL_ENOMEM, "out of memory");
     pthread_mutex_init(&t->mu, NULL);
     t->dir = strdup(dir);
-    if (!t->dir) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    size_t wl = strlen(dir) + strlen(loc->how) + 4;
+    t->where = malloc(wl);
+    if (!t->dir || !t->where) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
+    snprintf(t->where, wl, "%s (%s)", dir, loc->how);
     if (gethostname(t->host, sizeof t->host - 1) != 0) strcpy(t->host, "localhost");
-    char path[4096];
     snprintf(path, sizeof path, "%s/objects", dir);
     if ((rc = kl_mkdir_p(path, e))) goto fail;
     snprintf(path, sizeof path, "%s/keel.db", dir);
-    int s = sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX, NULL);
+    int s = sqlite3_open_v2(path, &t->db,
+                            SQLITE_OPEN_READWRITE | (create ? SQLITE_OPEN_CREATE : 0) | SQLITE_OPEN_FULLMUTEX, NULL);
     if (s != SQLITE_OK) {
         rc = kl__track_sqlerr(t, s, e, path);
         goto fail;
@@ -381,9 +399,18 @@ int kl_track_open(const char *dir, kl_track **out, kl_err *e) {
     *out = t;
     return KL_OK;
 fail:
-    kl_err_prefix(e, "tracking store %s", dir);
+    kl_err_prefix(e, "tracking store %s (%s)", dir, loc->how);
     kl_track_close(t);
     return rc;
+}
+
+int kl__track_notfound(const kl_track *t, kl_err *e, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return kl_err_set(e, KL_ENOTFOUND, "%s in the experiment store %s", msg, t->where);
 }
 
 static void keycache_clear(kl_track *t) {
@@ -405,10 +432,12 @@ void kl_track_close(kl_track *t) {
     keycache_clear(t);
     pthread_mutex_destroy(&t->mu);
     free(t->dir);
+    free(t->where);
     free(t);
 }
 
 const char *kl_track_dir(const kl_track *t) { return t->dir; }
+const char *kl_track_where(const kl_track *t) { return t->where; }
 int kl_track_stale_marked(const kl_track *t) { return t->stale_marked; }
 
 /* ==================================================================
@@ -523,7 +552,7 @@ int kl_track_run_start(kl_track *t, const char *experiment, const char *run_name
         sqlite3_finalize(st);
         st = NULL;
         if (!found) {
-            rc = kl_err_set(e, KL_ENOTFOUND, "parent run %lld not found", (long long)parent_id);
+            rc = kl__track_notfound(t, e, "parent run %lld not found", (long long)parent_id);
             goto fail;
         }
     }
@@ -576,7 +605,7 @@ int kl_track_run_attach(kl_track *t, int64_t run_id, kl_track_run **out, kl_err 
     sqlite3_bind_int64(st, 1, run_id);
     int found = sqlite3_step(st) == SQLITE_ROW;
     sqlite3_finalize(st);
-    if (!found) return kl_err_set(e, KL_ENOTFOUND, "run %lld not found", (long long)run_id);
+    if (!found) return kl__track_notfound(t, e, "run %lld not found", (long long)run_id);
     kl_track_run *r = calloc(1, sizeof *r);
     if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
     r->t = t;
@@ -600,7 +629,7 @@ int kl_track_run_set_status(kl_track *t, int64_t run_id, kl_run_status status, k
         sqlite3_bind_int64(st, 3, run_id);
         int s = sqlite3_step(st);
         if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "setting the run status");
-        else if (sqlite3_changes(t->db) == 0) rc = kl_err_set(e, KL_ENOTFOUND, "run %lld not found", (long long)run_id);
+        else if (sqlite3_changes(t->db) == 0) rc = kl__track_notfound(t, e, "run %lld not found", (long long)run_id);
     }
     sqlite3_finalize(st);
     kl__track_unlock(t);
@@ -1110,7 +1139,7 @@ int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) 
     if (rc) goto fail;
     sqlite3_bind_int64(st, 1, run_id);
     if (sqlite3_step(st) != SQLITE_ROW) {
-        rc = kl_err_set(e, KL_ENOTFOUND, "run %lld not found", (long long)run_id);
+        rc = kl__track_notfound(t, e, "run %lld not found", (long long)run_id);
         goto fail;
     }
     o = cJSON_CreateObject();

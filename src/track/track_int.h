@@ -19,6 +19,7 @@ typedef struct {
 struct kl_track {
     sqlite3 *db;
     char *dir;
+    char *where; /* "DIR (how it was chosen)" for messages */
     char host[256];
     pthread_mutex_t mu;
     int stale_marked;
@@ -45,6 +46,9 @@ struct kl_track_run {
 extern int kl__track_target_version;
 
 int kl__track_sqlerr(kl_track *t, int rc, kl_err *e, const char *what);
+/* KL_ENOTFOUND with the message and "in the experiment store DIR (how it
+ * was chosen)" after it: every "not found" names where it looked. */
+int kl__track_notfound(const kl_track *t, kl_err *e, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int kl__track_exec(kl_track *t, const char *sql, kl_err *e);
 int kl__track_prep(kl_track *t, const char *sql, sqlite3_stmt **st, kl_err *e);
 /* A prepared statement cached on the handle for a static SQL string; reset

@@ -619,9 +619,9 @@ static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n)
 
 static const char *part_names[5] = {"params", "grads", "optimizer", "activations", "workspace"};
 
-static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs, const tr_pos *pos,
-                      int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train, int best_used, double secs,
-                      const tr_dsinfo *dsi, kl_err *e) {
+static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs,
+                      const tr_pos *pos, int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train,
+                      int best_used, double secs, const tr_dsinfo *dsi, int64_t run_id, kl_err *e) {
     const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml", "metrics.csv", "curves.svg", "card.md", "features.json"};
     cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
     char p[4096], hex[65];
@@ -635,6 +635,8 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
     cJSON_AddStringToObject(j, "format", "keel-model-1");
     cJSON_AddStringToObject(j, "code_version", KEEL_VERSION " (" KEEL_GIT_COMMIT ")");
     cJSON_AddNumberToObject(j, "seed", (double)s->seed);
+    /* the run of the experiment store that trained it: keel models register links the version to it */
+    if (run_id > 0) cJSON_AddNumberToObject(j, "run_id", (double)run_id);
     cJSON_AddStringToObject(j, "spec", s->text);
     cJSON *dd = cJSON_AddObjectToObject(j, "data");
     if (s->x_path) { cJSON_AddStringToObject(dd, "x", s->x_path); cJSON_AddStringToObject(dd, "x_sha256", d->x_sha); }
@@ -784,7 +786,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if ((rc = tr_spec_load_set(spec_path, o->sets, o->nsets, &s, e))) goto fail;
     if (s->ds) s->ds->verify = o->verify;
     if ((rc = tr_model_new(s, &m, e))) goto fail;
-    if (o->tracking && (rc = tr_runlog_start(o, s, spec_path, &trk, &trun, e))) goto fail;
+    if (o->tracking && (rc = tr_runlog_start(o, s, m, spec_path, &trk, &trun, e))) goto fail;
     if (trun && o->run_id_out) *o->run_id_out = kl_track_run_id(trun);
     /* data: .npy X/y, a Parquet source (data.dataset, src/train/data_pq.c) or image shards (the loader) */
     int images = s->shards != NULL;
@@ -1079,7 +1081,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
         if ((rc = kl_copy_file(dsi.features_json, p, e))) goto fail;
     }
     if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, &dsi, e))) goto fail;
-    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi, e))) goto fail;
+    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi,
+                         trun ? kl_track_run_id(trun) : 0, e)))
+        goto fail;
     if (trun) { /* the per-epoch metrics not logged yet (each epoch logs its own), and the final ones */
         if ((rc = rows_log(trun, &rows, &rows_logged, e))) goto fail;
         kl_metric_point pts[12];

@@ -16,7 +16,7 @@ struct kl_study {
     kl_tune_space *own_space; /* kl_study_find_recorded: parsed from space_text */
     int64_t root;
     kl_study_info info;
-    char *name, *metric, *sampler, *space_sha, *spec, *space_text;
+    char *name, *metric, *sampler, *space_sha, *spec, *space_text, *sets;
     kl_trial *trials;
     size_t ntrials;
 };
@@ -34,7 +34,13 @@ static void free_trials(kl_study *st) {
 void kl_study_free(kl_study *st) {
     if (!st) return;
     free_trials(st);
-    free(st->name); free(st->metric); free(st->sampler); free(st->space_sha); free(st->spec); free(st->space_text);
+    free(st->name);
+    free(st->metric);
+    free(st->sampler);
+    free(st->space_sha);
+    free(st->spec);
+    free(st->space_text);
+    free(st->sets);
     kl_tune_space_free(st->own_space);
     free(st);
 }
@@ -71,13 +77,16 @@ static int find_root(kl_track *t, const char *name, int64_t *root, cJSON **json,
 
 static int fill_info(kl_study *st, cJSON *root) {
     const char *m = tag(root, "metric"), *d = tag(root, "direction"), *sa = tag(root, "sampler"),
-               *sh = tag(root, "space_sha256"), *sp = tag(root, "spec"), *tx = tag(root, "space");
+               *sh = tag(root, "space_sha256"), *sp = tag(root, "spec"), *tx = tag(root, "space"),
+               *ss = tag(root, "sets");
     st->metric = strdup(m ? m : "");
     st->sampler = strdup(sa ? sa : "");
     st->space_sha = strdup(sh ? sh : "");
     st->spec = strdup(sp ? sp : "");
     st->space_text = strdup(tx ? tx : "");
-    if (!st->metric || !st->sampler || !st->space_sha || !st->spec || !st->space_text) return KL_ENOMEM;
+    st->sets = strdup(ss ? ss : ""); /* studies recorded before --set: none */
+    if (!st->metric || !st->sampler || !st->space_sha || !st->spec || !st->space_text || !st->sets) return KL_ENOMEM;
+    st->info.sets = st->sets;
     st->info.space_text = st->space_text;
     st->info.name = st->name;
     st->info.metric = st->metric;
@@ -106,7 +115,8 @@ int kl_study_find(kl_track *t, const char *name, const kl_tune_space *s, kl_stud
     cJSON *root = NULL;
     int64_t id;
     rc = find_root(t, name, &id, &root, e);
-    if (rc == KL_ENOTFOUND) return kl_err_set(e, KL_ENOTFOUND, "no study named '%s' in %s", name, kl_track_dir(t));
+    if (rc == KL_ENOTFOUND)
+        return kl_err_set(e, KL_ENOTFOUND, "no study named '%s' in the experiment store %s", name, kl_track_where(t));
     if (rc) return rc;
     kl_study *st;
     if ((rc = study_new(t, s, name, &st, e))) { cJSON_Delete(root); return rc; }
@@ -169,6 +179,20 @@ const kl_trial *kl_tune_best(const kl_trial *t, size_t n, int minimize) {
     return best;
 }
 
+/* "a=1, b=2" from the recorded "a=1\nb=2" ("none" when empty) */
+static const char *sets_list(const char *sets, char *buf, size_t n) {
+    if (!sets || !*sets) return "none";
+    size_t k = 0;
+    for (const char *p = sets; *p && k + 3 < n; p++) {
+        if (*p == '\n') {
+            buf[k++] = ',';
+            buf[k++] = ' ';
+        } else buf[k++] = *p;
+    }
+    buf[k] = 0;
+    return buf;
+}
+
 int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info, kl_study **out, kl_err *e) {
     *out = NULL;
     int rc = check_name(info->name, e);
@@ -189,6 +213,13 @@ int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info
                             "--metric %s --direction %s, or start a new one with --study NAME",
                             info->name, st->metric, st->info.minimize ? "minimize" : "maximize", info->metric,
                             info->minimize ? "minimize" : "maximize", st->metric, st->info.minimize ? "minimize" : "maximize");
+        if (!rc && strcmp(st->sets, info->sets ? info->sets : "")) {
+            char was[2048], now[2048];
+            rc = kl_err_set(e, KL_EINVAL,
+                            "study '%s' was run with other --set overrides (%s; now %s): give the same ones, or use "
+                            "another --study name",
+                            info->name, sets_list(st->sets, was, sizeof was), sets_list(info->sets, now, sizeof now));
+        }
         if (!rc && strcmp(st->space_sha, info->space_sha256))
             rc = kl_err_set(e, KL_EINVAL, "study '%s' was run with another search space (sha256 %.12s, now %.12s): use another --study name",
                             info->name, st->space_sha, info->space_sha256);
@@ -201,10 +232,15 @@ int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info
     kl_track_run *r;
     if ((rc = kl_track_run_start(t, "tune", rname, 0, &r, e))) { kl_study_free(st); return rc; }
     st->root = kl_track_run_id(r);
-    const char *kv[][2] = {{"kind", "study"}, {"study", info->name}, {"metric", info->metric},
-                           {"direction", info->minimize ? "minimize" : "maximize"}, {"sampler", info->sampler},
-                           {"space_sha256", info->space_sha256}, {"spec", info->spec ? info->spec : ""},
-                           {"space", info->space_text ? info->space_text : ""}};
+    const char *kv[][2] = {{"kind", "study"},
+                           {"study", info->name},
+                           {"metric", info->metric},
+                           {"direction", info->minimize ? "minimize" : "maximize"},
+                           {"sampler", info->sampler},
+                           {"space_sha256", info->space_sha256},
+                           {"spec", info->spec ? info->spec : ""},
+                           {"space", info->space_text ? info->space_text : ""},
+                           {"sets", info->sets ? info->sets : ""}};
     for (size_t i = 0; i < KL_ARRAY_LEN(kv) && !rc; i++) rc = kl_track_set_tag(r, kv[i][0], kv[i][1], e);
     /* the root run stays "running" while the study can grow; it is a container */
     kl_track_run_end(r, KL_RUN_FINISHED, rc ? NULL : e);
@@ -214,7 +250,9 @@ int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info
     st->space_sha = strdup(info->space_sha256);
     st->spec = strdup(info->spec ? info->spec : "");
     st->space_text = strdup(info->space_text ? info->space_text : "");
+    st->sets = strdup(info->sets ? info->sets : "");
     st->info = *info;
+    st->info.sets = st->sets;
     st->info.space_text = st->space_text;
     st->info.name = st->name;
     st->info.metric = st->metric;
@@ -326,6 +364,27 @@ int kl_study_trial_report(kl_study *st, int64_t run_id, int step, double value, 
     rc = kl_track_log_metrics(r, &pt, 1, e);
     kl_track_run_free(r);
     return rc;
+}
+
+int kl_study_trial_set_model_dir(kl_study *st, int64_t run_id, const char *dir, kl_err *e) {
+    char abs[4096];
+    if (!realpath(dir, abs)) return kl_err_set(e, KL_ENOTFOUND, "%s: the trial's model folder is gone", dir);
+    kl_track_run *r;
+    int rc = kl_track_run_attach(st->t, run_id, &r, e);
+    if (rc) return rc;
+    rc = kl_track_set_tag(r, "model_dir", abs, e);
+    kl_track_run_free(r);
+    return rc;
+}
+
+int kl_study_trial_model_dir(kl_study *st, int64_t run_id, char *out, size_t n, kl_err *e) {
+    void *j = NULL;
+    int rc = kl_track_run_json(st->t, run_id, &j, e);
+    if (rc) return rc;
+    const char *d = tag(j, "model_dir");
+    if (d) snprintf(out, n, "%s", d);
+    cJSON_Delete(j);
+    return d ? KL_OK : KL_ENOTFOUND;
 }
 
 int kl_study_trial_end(kl_study *st, int64_t run_id, kl_trial_state state, double value, const char *note, kl_err *e) {

@@ -1,6 +1,7 @@
 /* Search spaces, samplers and pruners. */
 #include "../harness.h"
 
+#include <keel/track.h>
 #include <keel/tune.h>
 #include <math.h>
 #include <stdlib.h>
@@ -306,5 +307,63 @@ KL_TEST(tune_tpe_learns_from_pruned_trials) {
     }
     KT_CHECK(near >= 9); /* random search puts about 6 of 20 there (the old ranking: 5); now 10 */
     free_study(h, 40);
+    kl_tune_space_free(s);
+}
+
+/* A study records its fixed --set overrides (a re-run with others is refused,
+ * naming both; a study recorded before them has none) and each trial's model
+ * folder (what keel tune register registers). */
+KL_TEST(tune_study_records_sets_and_model_dir) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of(SPACE, &e);
+    KT_CHECK(s);
+    kl_track *t = NULL;
+    KT_OK(kl_track_open(kt_path("store"), &t, &e), &e);
+    kl_study_info info = {"st", "val_loss", 1, "tpe", "abc", "spec.yaml", SPACE, "train.epochs=3\nlayers.0.out=8"};
+    kl_study *st = NULL;
+    KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
+    kl_tune_value v[4] = {{1, 0.01}, {1, 64}, {1, 0}, {0, 0}};
+    int64_t run = 0;
+    KT_OK(kl_study_trial_start(st, 0, v, &run, &e), &e);
+    char dir[4096], got[4096];
+    snprintf(dir, sizeof dir, "%s", kt_path("trial-0"));
+    KT_EQ_INT(kl_study_trial_set_model_dir(st, run, dir, &e), KL_ENOTFOUND); /* not there yet */
+    KT_CONTAINS(kl_err_what(&e), "trial-0");
+    KT_EQ_INT(kl_study_trial_model_dir(st, run, got, sizeof got, NULL), KL_ENOTFOUND);
+    KT_OK(kl_mkdir_p(dir, &e), &e);
+    KT_OK(kl_study_trial_set_model_dir(st, run, dir, &e), &e);
+    KT_OK(kl_study_trial_model_dir(st, run, got, sizeof got, &e), &e);
+    char *abs = realpath(dir, NULL);
+    KT_EQ_STR(got, abs);
+    free(abs);
+    KT_OK(kl_study_trial_end(st, run, KL_TRIAL_COMPLETE, 0.5, NULL, &e), &e);
+    kl_study_free(st);
+    /* the same overrides continue it; other ones are refused, naming both */
+    KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
+    KT_EQ_STR(kl_study_get_info(st)->sets, "train.epochs=3\nlayers.0.out=8");
+    kl_study_free(st);
+    info.sets = "train.epochs=4";
+    KT_EQ_INT(kl_study_open(t, s, &info, &st, &e), KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "other --set overrides (train.epochs=3, layers.0.out=8; now train.epochs=4)");
+    info.sets = NULL;
+    KT_EQ_INT(kl_study_open(t, s, &info, &st, &e), KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "now none");
+    /* a study recorded before --set (no "sets" tag) has none */
+    kl_study_info old = {"old", "val_loss", 1, "tpe", "abc", "spec.yaml", SPACE, NULL};
+    KT_OK(kl_study_open(t, s, &old, &st, &e), &e);
+    kl_study_free(st);
+    int64_t *ids = NULL;
+    size_t n = 0;
+    KT_OK(kl_track_runs_find(t, "tags.study = \"old\" and tags.kind = \"study\"", NULL, 0, &ids, &n, &e), &e);
+    KT_EQ_INT(n, 1);
+    kl_track_run *r = NULL;
+    KT_OK(kl_track_run_attach(t, ids[0], &r, &e), &e);
+    free(ids);
+    KT_OK(kl_track_set_tag(r, "sets", NULL, &e), &e); /* as an older keel wrote it */
+    kl_track_run_free(r);
+    KT_OK(kl_study_open(t, s, &old, &st, &e), &e);
+    KT_EQ_STR(kl_study_get_info(st)->sets, "");
+    kl_study_free(st);
+    kl_track_close(t);
     kl_tune_space_free(s);
 }
