@@ -325,10 +325,21 @@ const char *kl_line_term_name(kl_line_term t) {
     return (unsigned)t < 4 ? n[t] : "?";
 }
 
+/* Line breaks of a sample by kind: CRLF, a CR alone, an LF alone (quoted
+ * ones included: the majority decides). */
+static void line_counts(const char *buf, size_t len, size_t *crlf, size_t *cr, size_t *lf) {
+    for (size_t k = 0; k < len; k++) {
+        if (buf[k] == '\r') { if (k + 1 < len && buf[k + 1] == '\n') { (*crlf)++; k++; } else (*cr)++; }
+        else if (buf[k] == '\n') (*lf)++;
+    }
+}
+
 void kl_dialect_resolve_eol(kl_dialect *d, const char *buf, size_t len) {
     if (d->line_term == KL_LT_CR) { d->eol = '\r'; return; }
     if (d->line_term != KL_LT_AUTO) { d->eol = '\n'; return; }
-    d->eol = !memchr(buf, '\n', len) && memchr(buf, '\r', len) ? '\r' : '\n';
+    size_t crlf = 0, cr = 0, lf = 0;
+    line_counts(buf, len, &crlf, &cr, &lf);
+    d->eol = cr > crlf + lf ? '\r' : '\n';
 }
 
 /* ---- transcoding ------------------------------------------------------------ */
@@ -443,7 +454,8 @@ typedef struct {
     double score, pattern, types;
     int skip_lines;      /* physical lines before the first consistent record */
     int width;           /* the modal field count */
-    int rows;
+    int rows;            /* records after the preamble */
+    int modal;           /* of them, records of the modal width */
 } sniff_score;
 
 /* Parses up to SNIFF_ROWS records of buf with dialect d and scores them as
@@ -515,6 +527,7 @@ static void score_dialect(const kl_dialect *d, const char *buf, size_t len, snif
     out->skip_lines = lines_at[first];
     out->width = mode;
     out->rows = n - first;
+    for (int i = first; i < n; i++) out->modal += widths[i] == mode;
 }
 
 static void describe(kl_buf *b, const kl_dialect *d) {
@@ -636,10 +649,7 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
     }
     /* line terminator: CRLF, CR-only or LF, by count */
     size_t crlf = 0, cr = 0, lf = 0;
-    for (size_t k = off; k < len; k++) {
-        if (buf[k] == '\r') { if (k + 1 < len && buf[k + 1] == '\n') { crlf++; k++; } else cr++; }
-        else if (buf[k] == '\n') lf++;
-    }
+    line_counts(buf + off, len - off, &crlf, &cr, &lf);
     d->crlf = crlf > 0 && crlf >= lf;
     if (cr > crlf + lf) { d->line_term = KL_LT_CR; d->eol = '\r'; }
     else d->line_term = d->crlf ? KL_LT_CRLF : KL_LT_LF;
@@ -682,8 +692,8 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
     if (ev) {
         kl_buf_puts(ev, "sniffed: ");
         describe(ev, d);
-        kl_buf_printf(ev, ", score %.3f (rows of %d fields: consistency %.2f x typed cells %.2f over %d records)", bs.score, bs.width,
-                      bs.pattern / (bs.rows ? bs.rows : 1), bs.types, bs.rows);
+        kl_buf_printf(ev, ", score %.3f (%d of %d records have %d fields; %.0f%% of the cells typed)", bs.score, bs.modal, bs.rows,
+                      bs.width, bs.types * 100);
         double conf = bs.score > 0 ? (bs.score - ss.score) / bs.score : 0;
         kl_buf_printf(ev, ";\nconfidence %.0f%% over the runner-up (", conf * 100);
         describe(ev, &second);
