@@ -651,8 +651,8 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
     size_t crlf = 0, cr = 0, lf = 0;
     line_counts(buf + off, len - off, &crlf, &cr, &lf);
     d->crlf = crlf > 0 && crlf >= lf;
+    /* CR-only is written out; LF and CRLF stay `auto` (which reads both), so the schema keeps its text */
     if (cr > crlf + lf) { d->line_term = KL_LT_CR; d->eol = '\r'; }
-    else d->line_term = d->crlf ? KL_LT_CRLF : KL_LT_LF;
     /* candidates: every delimiter x quote x escape; the best score wins,
      * earlier candidates (the common ones) on ties */
     static const char *const delims[] = {",", "\t", ";", "|", ", ", "||", "; ", " "};

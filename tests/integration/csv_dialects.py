@@ -370,7 +370,7 @@ except Exception as ex:
 # ---- schema infer sniffs each variant's dialect back; the sniffed schema reads the same rows ----
 SNIFF = {"semicolon_decimal_comma": None, "tab": {"delimiter": "\t"}, "comma_space": {"delimiter": ", "},
          "double_pipe": {"delimiter": "||"}, "backslash_escape": {"escape": "\\"}, "apostrophe_quote": {"quote": "'"},
-         "cr_only": {"line_terminator": "cr"}, "crlf": {"line_terminator": "crlf"}, "preamble": {"skip_rows": 3},
+         "cr_only": {"line_terminator": "cr"}, "crlf": {"# line endings": "CRLF"}, "preamble": {"skip_rows": 3},
          "no_header": {"header": "false"}, "header_rows_2": {"header_rows": "2"}, "utf16le": {"encoding": "utf-16le"},
          "utf16be_bom": {"encoding": "utf-16be"}, "windows1252": {"encoding": "windows-1252"}}
 for name, want in SNIFF.items():
@@ -384,7 +384,7 @@ for name, want in SNIFF.items():
         continue
     y = open(out).read()
     missing = [f"{k}: {v}" for k, v in want.items() if not any(
-        line.strip() in (f"{k}: {json.dumps(v)}", f"{k}: {v}") for line in y.splitlines())]
+        line.strip() in (f"{k}: {json.dumps(v)}", f"{k}: {v}") or line.strip().startswith(f"{k}: {v} ") for line in y.splitlines())]
     if "# sniffed:" not in y or "confidence" not in y:
         missing.append("the evidence comment")
     report(f"csv_dialect_sniff_{name}", not missing, f"missing {missing}:\n{y[:900]}")
