@@ -246,6 +246,13 @@ int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t 
 int kl_json_cell_parse(const kl_field *f, const kl_dialect *d, const struct cJSON *it, char buf[KL_CELL_NUMBUF],
                        kl_value *v, int *isnull, char *msg, size_t msgn);
 
+/* A number written with d's separators (decimal ',', thousands '.' ...) in
+ * the form the number parsers read (group separators between digits of the
+ * integer part dropped, the decimal separator made '.') into nb[0..*out);
+ * 0 when it needs no change or does not fit nb (then it is read as it is).
+ * Used by kl_cell_parse for numeric fields and by schema infer. */
+int kl_num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, size_t nbn, size_t *out);
+
 /* Individual parsers: KL_OK, KL_EINVAL (malformed) or KL_ERANGE (overflow). */
 int kl_parse_i64n(const char *s, size_t n, int64_t *out);
 int kl_parse_f64n(const char *s, size_t n, double *out);

@@ -620,6 +620,49 @@ static void sniff_header(kl_dialect *d, const char *buf, size_t len, size_t begi
     }
 }
 
+/* Decimal commas (a delimiter other than ','): the data cells that read as
+ * numbers only with decimal ',' (and '.' digit groups) against those with a
+ * '.' that read as numbers as they are; the first win when they are more. */
+static void sniff_decimal(kl_dialect *d, const char *buf, size_t len, size_t begin, kl_buf *ev) {
+    size_t dn;
+    const char *dl = kl_dialect_delim(d, &dn);
+    if (memchr(dl, ',', dn) || d->format != KL_FMT_CSV) return;
+    kl_dialect eu = *d;
+    eu.decimal = ',';
+    eu.thousands = '.';
+    kl_csv_rec r;
+    kl_csv_rec_init(&r);
+    size_t pos = begin;
+    int64_t comma = 0, dot = 0, groups = 0;
+    for (int k = 0; k < SNIFF_ROWS; k++) {
+        kl_err e = {0};
+        int rc = kl_csv_next(d, buf, len, &pos, &r, &e);
+        if (rc == KL_CSV_END) break;
+        if (rc || k < (d->header ? d->header_rows : 0)) continue;
+        for (size_t j = 0; j < r.n; j++) {
+            const char *s = r.f[j];
+            size_t n = r.len[j], nn;
+            char nb[128];
+            double v;
+            if (!n || n >= sizeof nb) continue;
+            int has_c = memchr(s, ',', n) != NULL, has_d = memchr(s, '.', n) != NULL;
+            if (has_d && !has_c && kl_parse_f64n(s, n, &v) == KL_OK) { dot++; continue; }
+            if (has_c && kl_num_normalize(&eu, s, n, nb, sizeof nb, &nn) && kl_parse_f64n(nb, nn, &v) == KL_OK) {
+                comma++;
+                groups += has_d;
+            }
+        }
+    }
+    kl_csv_rec_free(&r);
+    if (comma > 0 && comma > dot) {
+        d->decimal = ',';
+        if (groups) d->thousands = '.';
+        if (ev)
+            kl_buf_printf(ev, "numbers: decimal comma (%lld cells read as numbers with ',' as the decimal separator%s, %lld with '.')\n",
+                          (long long)comma, groups ? " and '.' digit groups" : "", (long long)dot);
+    }
+}
+
 int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, kl_err *e) {
     kl_dialect_default(d);
     char *own = NULL;
@@ -703,6 +746,7 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
                       crlf, cr, lf, kl_encoding_name(d->encoding), d->bom ? " with a BOM" : "");
     }
     sniff_header(d, buf, len, begin, ev);
+    sniff_decimal(d, buf, len, begin, ev);
     kl_mem_free(own);
     return KL_OK;
 }

@@ -88,8 +88,13 @@ static void note_ts(colguess *g, const char *s, size_t n) {
 static void add_distinct(colguess *g, const char *s, size_t n);
 
 /* One value of line `line`; a quoted one is never a null word (as ingest reads it). */
-static void guess_add(colguess *g, const char *s, size_t n, int is_null, int quoted, int64_t line) {
+static void guess_add(colguess *g, const kl_dialect *dia, const char *s, size_t n, int is_null, int quoted, int64_t line) {
     if (is_null) { g->nulls++; return; }
+    const char *ns = s; /* a number's text in the parsers' form (the dialect's decimal/thousands separators) */
+    size_t nn = n;
+    char nbuf[128];
+    if (dia && (dia->thousands || (dia->decimal && dia->decimal != '.')) && kl_num_normalize(dia, s, n, nbuf, sizeof nbuf, &nn))
+        ns = nbuf;
     int word = 0;
     for (size_t w = 0; w < N_NULL_WORDS && !quoted && !word; w++)
         if (strlen(null_words[w]) == n && !memcmp(null_words[w], s, n)) { g->words[w]++; word = 1; }
@@ -100,7 +105,7 @@ static void guess_add(colguess *g, const char *s, size_t n, int is_null, int quo
     int32_t dd;
     int64_t ts;
     if (word) return; /* a null word votes for no type (a text column may keep it as a value: finish_field) */
-    if (kl_parse_i64n(s, n, &i) == KL_OK) {
+    if (kl_parse_i64n(ns, nn, &i) == KL_OK) {
         g->ok[T_INT]++;
         if (!g->has_int || i < g->imin) g->imin = i;
         if (!g->has_int || i > g->imax) g->imax = i;
@@ -110,7 +115,7 @@ static void guess_add(colguess *g, const char *s, size_t n, int is_null, int quo
         g->all_01 = 0;
         note_bad(g, T_INT, s, n, line);
     }
-    if (kl_parse_f64n(s, n, &d) == KL_OK) {
+    if (kl_parse_f64n(ns, nn, &d) == KL_OK) {
         g->ok[T_FLOAT]++;
         if (!g->has_num || d < g->dmin) g->dmin = d;
         if (!g->has_num || d > g->dmax) g->dmax = d;
@@ -338,7 +343,7 @@ static int infer_csv(kl_schema *s, const char *buf, size_t len, size_t max_rows,
         (*rows)++;
         for (size_t i = 0; i < r.n; i++) {
             int isnull = !r.quoted[i] && r.len[i] == 0;
-            guess_add(&(*g)[i], r.f[i], r.len[i], isnull, r.quoted[i], rec_line);
+            guess_add(&(*g)[i], d, r.f[i], r.len[i], isnull, r.quoted[i], rec_line);
         }
     }
 done:
@@ -406,15 +411,15 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
                 for (k = 0; k < ng; k++) if (!strcmp(g[k].name, it->string)) break;
                 if (k == ng) { ADD_COL(it->string, strlen(it->string)); g[k].nulls = rows - 1; }
                 char tmp[64];
-                if (cJSON_IsNull(it)) guess_add(&g[k], "", 0, 1, 0, lineno);
-                else if (cJSON_IsString(it)) guess_add(&g[k], it->valuestring, kl_json_string_len(it), 0, 0, lineno);
-                else if (cJSON_IsBool(it)) guess_add(&g[k], cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0, 1, lineno);
+                if (cJSON_IsNull(it)) guess_add(&g[k], NULL, "", 0, 1, 0, lineno);
+                else if (cJSON_IsString(it)) guess_add(&g[k], NULL, it->valuestring, kl_json_string_len(it), 0, 0, lineno);
+                else if (cJSON_IsBool(it)) guess_add(&g[k], NULL, cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0, 1, lineno);
                 else if (cJSON_IsNumber(it)) {
                     double v = it->valuedouble;
                     if (v == (double)(int64_t)v && fabs(v) < 9e15) snprintf(tmp, sizeof tmp, "%lld", (long long)v);
                     else snprintf(tmp, sizeof tmp, "%.17g", v);
-                    guess_add(&g[k], tmp, strlen(tmp), 0, 1, lineno);
-                } else guess_add(&g[k], "x", 1, 0, 1, lineno), g[k].too_many = 1;
+                    guess_add(&g[k], NULL, tmp, strlen(tmp), 0, 1, lineno);
+                } else guess_add(&g[k], NULL, "x", 1, 0, 1, lineno), g[k].too_many = 1;
             }
             cJSON_Delete(o);
         }

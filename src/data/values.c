@@ -401,7 +401,7 @@ static int check_value(const kl_field *f, kl_value *v, const char *s, int shown,
  * between digits of the integer part dropped, the decimal separator made
  * '.'. 0 when the text needs no change or does not fit nb (then it is read
  * as it is); the parsers then decide whether it is a number. */
-static int num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, size_t nbn, size_t *out) {
+int kl_num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, size_t nbn, size_t *out) {
     const char dec = d->decimal ? d->decimal : '.', th = d->thousands;
     if (n >= nbn) return 0;
     size_t o = 0;
@@ -430,7 +430,7 @@ static int value_parse(const kl_field *f, const kl_dialect *d, const char *s, si
     size_t nn = n;
     char nb[128];
     if (d && (d->thousands || (d->decimal && d->decimal != '.')) && f->type <= KL_T_FLOAT64 &&
-        num_normalize(d, s, n, nb, sizeof nb, &nn))
+        kl_num_normalize(d, s, n, nb, sizeof nb, &nn))
         ns = nb;
     switch (f->type) {
     case KL_T_INT32:

@@ -368,7 +368,7 @@ except Exception as ex:
     report("csv_dialect_manifest_keeps_names", False, f"{ex}: {r.stderr[-300:]}")
 
 # ---- schema infer sniffs each variant's dialect back; the sniffed schema reads the same rows ----
-SNIFF = {"semicolon_decimal_comma": None, "tab": {"delimiter": "\t"}, "comma_space": {"delimiter": ", "},
+SNIFF = {"semicolon_decimal_comma": {"decimal": ",", "thousands": "."}, "tab": {"delimiter": "\t"}, "comma_space": {"delimiter": ", "},
          "double_pipe": {"delimiter": "||"}, "backslash_escape": {"escape": "\\"}, "apostrophe_quote": {"quote": "'"},
          "cr_only": {"line_terminator": "cr"}, "crlf": {"# line endings": "CRLF"}, "preamble": {"skip_rows": 3},
          "no_header": {"header": "false"}, "header_rows_2": {"header_rows": "2"}, "utf16le": {"encoding": "utf-16le"},
@@ -388,5 +388,18 @@ for name, want in SNIFF.items():
     if "# sniffed:" not in y or "confidence" not in y:
         missing.append("the evidence comment")
     report(f"csv_dialect_sniff_{name}", not missing, f"missing {missing}:\n{y[:900]}")
+    # the sniffed schema reads the same cells as the given dialect did
+    ds2 = os.path.join(TMP, "ds-sniffed-" + name)
+    r = keel("ingest", src, "--schema", out, "--out", ds2)
+    if r.returncode != 0:
+        report(f"csv_dialect_sniffed_ingest_{name}", False, r.stderr[-500:])
+        continue
+    a, b = keel_rows(os.path.join(TMP, "ds-" + name)), keel_rows(ds2)
+    if name == "no_header":  # by position: the sniffed names are column_1..5
+        b = [{n: row[f"column_{i + 1}"] for i, n in enumerate(names)} for row in b]
+    if name == "header_rows_2":
+        b = [{n: row[n] for n in names} for row in b]
+    why = compare(a, b, names)
+    report(f"csv_dialect_sniffed_ingest_{name}", not why, why)
 
 sys.exit(1 if rep.failed else 0)

@@ -322,6 +322,12 @@ KL_TEST(csv_dialect_sniffer) {
     KT_EQ_INT(d.skip_rows, 3);
     KT_EQ_INT(d.header, 1);
     KT_EQ_INT(d.header_rows, 2);
+    /* decimal commas and '.' digit groups */
+    d = sniff("id;price;name\n1;1.234,5;a\n2;0,25;b\n3;-7,0;c\n4;12;d\n");
+    KT_EQ_INT(d.decimal, ',');
+    KT_EQ_INT(d.thousands, '.');
+    d = sniff("id;price\n1;1.5\n2;2.25\n");
+    KT_EQ_INT(d.decimal, '.');
     /* no header */
     d = sniff("1,2.5,x\n2,3.5,y\n3,4.5,z\n");
     KT_EQ_INT(d.header, 0);
