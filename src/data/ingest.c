@@ -857,9 +857,12 @@ typedef struct {
     char esc;             /* an escape character inside quotes (0: doubled quotes, counted by parity) */
     char eol;             /* the record terminator */
     int pend;             /* esc: the byte at scan is escaped */
+    const char *cmt;      /* comment prefix (lines starting with it hold no record) */
+    size_t cmtn;
+    int bol, in_cmt;      /* cmt: scan is at a line start outside quotes / inside a comment line */
 } splitter;
 
-static void split_init(splitter *sp, size_t begin, size_t bs, char quote, char esc, char eol) {
+static void split_init(splitter *sp, size_t begin, size_t bs, char quote, char esc, char eol, const char *cmt) {
     sp->begin = sp->scan = begin;
     sp->bs = bs;
     sp->next = begin + bs;
@@ -868,19 +871,39 @@ static void split_init(splitter *sp, size_t begin, size_t bs, char quote, char e
     sp->esc = quote && esc != quote ? esc : 0;
     sp->eol = eol ? eol : '\n';
     sp->pend = 0;
+    sp->cmt = cmt;
+    sp->cmtn = cmt ? strlen(cmt) : 0;
+    sp->bol = 1;
+    sp->in_cmt = 0;
 }
 
-/* split_next with an escape character: a quote state machine (an escaped
- * quote does not end a quoted field). */
-static int split_next_esc(splitter *sp, const char *buf, size_t base_off, size_t upto, size_t *b) {
+/* split_next with an escape character or comment lines: a quote state
+ * machine (an escaped quote does not end a quoted field; the quotes of a
+ * comment line do not count). Waits (returns 0) at a line start with fewer
+ * bytes than the comment prefix in view: more come, or the source ends. */
+static int split_next_sm(splitter *sp, const char *buf, size_t base_off, size_t upto, size_t *b) {
     for (; sp->scan < upto; sp->scan++) {
         char ch = buf[sp->scan - base_off];
         if (sp->pend) { sp->pend = 0; continue; }
+        if (sp->in_cmt) {
+            if (ch != sp->eol) continue;
+            sp->in_cmt = 0;
+            sp->bol = 1;
+        } else if (sp->bol && sp->cmtn && !(sp->parity & 1)) {
+            if (sp->scan + sp->cmtn > upto) return 0;
+            sp->bol = 0;
+            if (!memcmp(buf + (sp->scan - base_off), sp->cmt, sp->cmtn)) { sp->in_cmt = 1; continue; }
+        }
+        sp->bol = 0;
         if (sp->parity & 1) {
-            if (ch == sp->esc) sp->pend = 1;
+            if (sp->esc && ch == sp->esc) sp->pend = 1;
             else if (ch == sp->quote) sp->parity++;
-        } else if (ch == sp->quote) sp->parity++;
-        else if (ch == sp->eol && sp->scan >= sp->next) {
+            continue;
+        }
+        if (sp->quote && ch == sp->quote) { sp->parity++; continue; }
+        if (ch != sp->eol) continue;
+        sp->bol = 1;
+        if (sp->scan >= sp->next) {
             *b = ++sp->scan;
             while (sp->next <= *b) sp->next += sp->bs;
             return 1;
@@ -898,7 +921,7 @@ static uint64_t count_byte(const char *p, size_t n, char ch) {
 /* Looks at the stream bytes [sp->scan, upto), held at buf (stream offset
  * base_off is buf[0]); 1 and *b = the next boundary when one is found. */
 static int split_next(splitter *sp, const char *buf, size_t base_off, size_t upto, size_t *b) {
-    if (sp->esc) return split_next_esc(sp, buf, base_off, upto, b);
+    if (sp->esc || sp->cmtn) return split_next_sm(sp, buf, base_off, upto, b);
     while (sp->scan < upto) {
         if (sp->scan < sp->next) {
             size_t lim = KL_MIN(sp->next, upto);
@@ -1610,7 +1633,7 @@ static int cut_source(ictx *x, int si, size_t begin, size_t bs, kl_err *e) {
     source *s = &x->src.v[si];
     splitter sp;
     const int csv = s->d.format == KL_FMT_CSV;
-    split_init(&sp, begin, bs, csv ? s->d.quote : 0, csv ? s->d.escape : 0, csv ? s->d.eol : '\n');
+    split_init(&sp, begin, bs, csv ? s->d.quote : 0, csv ? s->d.escape : 0, csv ? s->d.eol : '\n', csv ? s->d.comment : NULL);
     const size_t step = KL_MIN(bs, (size_t)1 << 20), wcap = bs + 2 * step;
     const size_t wmax = bs + 2 * KL_MAX(s->d.max_record, (size_t)1 << 20) + 2 * step;
     size_t cur = begin, b;
