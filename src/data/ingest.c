@@ -844,100 +844,123 @@ static void parse_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
 
 /* Chunk boundaries, found in one pass that needs only the bytes after the
  * last boundary (so a compressed source is cut as it is decompressed): the
- * k-th candidate is begin + k*bs, and the boundary is the first newline at
- * or after it outside quotes (quote parity counted from begin); candidates
- * at or before the last boundary are skipped. The same bytes give the same
- * chunks however they arrive. */
+ * k-th candidate is begin + k*bs, and the boundary is the first record
+ * terminator at or after it outside quotes; candidates at or before the last
+ * boundary are skipped. The same bytes give the same chunks however they
+ * arrive. Quotes are read as the record parser reads them: a quote opens a
+ * quoted field only at a field's start (after the delimiter, a record end,
+ * or blanks there under trim) -- a stray quote inside an unquoted field is
+ * data and does not shift what follows --; inside quotes a doubled quote (or
+ * the escape character and the byte after it) stays inside; comment lines
+ * are skipped whole. */
 typedef struct {
     size_t begin, bs;
     size_t next;          /* the current candidate (stream offset) */
-    size_t scan;          /* bytes before this are counted in parity */
-    uint64_t parity;      /* quote characters in [begin, scan) */
+    size_t scan;          /* bytes before this are read */
     char quote;           /* 0: no quoting (JSONL) */
-    char esc;             /* an escape character inside quotes (0: doubled quotes, counted by parity) */
+    char esc;             /* an escape character inside quotes (0: doubled quotes) */
     char eol;             /* the record terminator */
-    int pend;             /* esc: the byte at scan is escaped */
+    const char *dl;       /* the delimiter */
+    size_t dn;
+    int trim;
     const char *cmt;      /* comment prefix (lines starting with it hold no record) */
     size_t cmtn;
-    int bol, in_cmt;      /* cmt: scan is at a line start outside quotes / inside a comment line */
+    int in_q;             /* scan is inside a quoted field */
+    int pend;             /* the byte at scan is escaped */
+    int bol, in_cmt;      /* scan is at a line start (outside quotes) / inside a comment line */
 } splitter;
 
-static void split_init(splitter *sp, size_t begin, size_t bs, char quote, char esc, char eol, const char *cmt) {
+static void split_init(splitter *sp, size_t begin, size_t bs, const kl_dialect *d) {
+    memset(sp, 0, sizeof *sp);
     sp->begin = sp->scan = begin;
     sp->bs = bs;
     sp->next = begin + bs;
-    sp->parity = 0;
-    sp->quote = quote;
-    sp->esc = quote && esc != quote ? esc : 0;
-    sp->eol = eol ? eol : '\n';
-    sp->pend = 0;
-    sp->cmt = cmt;
-    sp->cmtn = cmt ? strlen(cmt) : 0;
+    sp->eol = '\n';
     sp->bol = 1;
-    sp->in_cmt = 0;
+    if (d->format != KL_FMT_CSV) return; /* JSONL: lines */
+    sp->quote = d->quote;
+    sp->esc = d->quote && d->escape != d->quote ? d->escape : 0;
+    sp->eol = d->eol ? d->eol : '\n';
+    sp->dl = kl_dialect_delim(d, &sp->dn);
+    sp->trim = d->trim;
+    sp->cmt = d->comment;
+    sp->cmtn = strlen(d->comment);
 }
 
-/* split_next with an escape character or comment lines: a quote state
- * machine (an escaped quote does not end a quoted field; the quotes of a
- * comment line do not count). Waits (returns 0) at a line start with fewer
- * bytes than the comment prefix in view: more come, or the source ends. */
-static int split_next_sm(splitter *sp, const char *buf, size_t base_off, size_t upto, size_t *b) {
-    for (; sp->scan < upto; sp->scan++) {
-        char ch = buf[sp->scan - base_off];
-        if (sp->pend) { sp->pend = 0; continue; }
-        if (sp->in_cmt) {
-            if (ch != sp->eol) continue;
-            sp->in_cmt = 0;
-            sp->bol = 1;
-        } else if (sp->bol && sp->cmtn && !(sp->parity & 1)) {
-            if (sp->scan + sp->cmtn > upto) return 0;
-            sp->bol = 0;
-            if (!memcmp(buf + (sp->scan - base_off), sp->cmt, sp->cmtn)) { sp->in_cmt = 1; continue; }
+/* Does the quote at stream offset i open a field? */
+static int quote_opens(const splitter *sp, const char *buf, size_t base_off, size_t i) {
+    size_t k = i;
+    if (sp->trim)
+        while (k > base_off && k > sp->begin) {
+            char c = buf[k - 1 - base_off];
+            if (!(c == ' ' || (c == '\t' && !(sp->dn == 1 && sp->dl[0] == '\t')))) break;
+            k--;
         }
-        sp->bol = 0;
-        if (sp->parity & 1) {
-            if (sp->esc && ch == sp->esc) sp->pend = 1;
-            else if (ch == sp->quote) sp->parity++;
-            continue;
-        }
-        if (sp->quote && ch == sp->quote) { sp->parity++; continue; }
-        if (ch != sp->eol) continue;
-        sp->bol = 1;
-        if (sp->scan >= sp->next) {
-            *b = ++sp->scan;
-            while (sp->next <= *b) sp->next += sp->bs;
-            return 1;
-        }
-    }
-    return 0;
-}
-
-static uint64_t count_byte(const char *p, size_t n, char ch) {
-    uint64_t k = 0;
-    for (size_t i = 0; i < n; i++) k += p[i] == ch;
-    return k;
+    if (k == sp->begin || k == base_off) return 1; /* the window starts at a boundary */
+    char prev = buf[k - 1 - base_off];
+    if (prev == sp->eol || prev == '\n') return 1;
+    return k - base_off >= sp->dn && !memcmp(buf + (k - sp->dn - base_off), sp->dl, sp->dn);
 }
 
 /* Looks at the stream bytes [sp->scan, upto), held at buf (stream offset
- * base_off is buf[0]); 1 and *b = the next boundary when one is found. */
+ * base_off is buf[0]); 1 and *b = the next boundary when one is found, 0
+ * when more bytes are needed (or the source ends: the rest is one chunk). */
 static int split_next(splitter *sp, const char *buf, size_t base_off, size_t upto, size_t *b) {
-    if (sp->esc || sp->cmtn) return split_next_sm(sp, buf, base_off, upto, b);
     while (sp->scan < upto) {
-        if (sp->scan < sp->next) {
-            size_t lim = KL_MIN(sp->next, upto);
-            if (sp->quote) sp->parity += count_byte(buf + (sp->scan - base_off), lim - sp->scan, sp->quote);
-            sp->scan = lim;
+        const char *p = buf + (sp->scan - base_off);
+        const size_t avail = upto - sp->scan;
+        if (sp->pend) { sp->pend = 0; sp->scan++; continue; }
+        if (sp->in_q) { /* to the next quote (or escape) */
+            const char *q = memchr(p, sp->quote, avail);
+            const char *x = sp->esc ? memchr(p, sp->esc, q ? (size_t)(q - p) : avail) : NULL;
+            if (x) { sp->scan += (size_t)(x - p) + 1; sp->pend = 1; continue; }
+            if (!q) { sp->scan = upto; return 0; }
+            size_t i = sp->scan + (size_t)(q - p);
+            if (!sp->esc) { /* a doubled quote stays inside: decided once the next byte is in view */
+                if (i + 1 >= upto) { sp->scan = i; return 0; }
+                if (buf[i + 1 - base_off] == sp->quote) { sp->scan = i + 2; continue; }
+            }
+            sp->in_q = 0;
+            sp->scan = i + 1;
             continue;
         }
-        for (; sp->scan < upto; sp->scan++) {
-            char ch = buf[sp->scan - base_off];
-            if (sp->quote && ch == sp->quote) sp->parity++;
-            else if (ch == sp->eol && !(sp->parity & 1)) {
-                *b = ++sp->scan;
-                while (sp->next <= *b) sp->next += sp->bs;
-                return 1;
+        if (sp->in_cmt || (sp->bol && sp->cmtn)) {
+            if (!sp->in_cmt) {
+                if (avail < sp->cmtn) return 0;
+                sp->in_cmt = !memcmp(p, sp->cmt, sp->cmtn);
+            }
+            if (sp->in_cmt) { /* a comment line: to its end, which is a record boundary too */
+                const char *nl = memchr(p, sp->eol, avail);
+                if (!nl) { sp->scan = upto; return 0; }
+                size_t i = sp->scan + (size_t)(nl - p);
+                sp->in_cmt = 0;
+                sp->bol = 1;
+                sp->scan = i + 1;
+                if (i >= sp->next) { *b = sp->scan; while (sp->next <= *b) sp->next += sp->bs; return 1; }
+                continue;
             }
         }
+        /* outside quotes: before the candidate only quotes matter (and line starts, with comments) */
+        size_t lim = !sp->cmtn && sp->scan < sp->next ? KL_MIN(upto, sp->next) : upto;
+        const char *nl = sp->cmtn || sp->scan >= sp->next ? memchr(p, sp->eol, lim - sp->scan) : NULL;
+        size_t end = nl ? (size_t)(nl - p) : lim - sp->scan;
+        const char *q = sp->quote ? memchr(p, sp->quote, end) : NULL;
+        if (q) {
+            size_t i = sp->scan + (size_t)(q - p);
+            sp->in_q = quote_opens(sp, buf, base_off, i); /* else a stray quote: data */
+            sp->bol = 0;
+            sp->scan = i + 1;
+            continue;
+        }
+        if (nl) {
+            size_t i = sp->scan + end;
+            sp->bol = 1;
+            sp->scan = i + 1;
+            if (i >= sp->next) { *b = sp->scan; while (sp->next <= *b) sp->next += sp->bs; return 1; }
+            continue;
+        }
+        if (end) sp->bol = 0;
+        sp->scan = lim;
     }
     return 0;
 }
@@ -1632,8 +1655,7 @@ static int cut_chunk(ictx *x, int si, size_t begin, size_t end, size_t min_cap, 
 static int cut_source(ictx *x, int si, size_t begin, size_t bs, kl_err *e) {
     source *s = &x->src.v[si];
     splitter sp;
-    const int csv = s->d.format == KL_FMT_CSV;
-    split_init(&sp, begin, bs, csv ? s->d.quote : 0, csv ? s->d.escape : 0, csv ? s->d.eol : '\n', csv ? s->d.comment : NULL);
+    split_init(&sp, begin, bs, &s->d);
     const size_t step = KL_MIN(bs, (size_t)1 << 20), wcap = bs + 2 * step;
     const size_t wmax = bs + 2 * KL_MAX(s->d.max_record, (size_t)1 << 20) + 2 * step;
     size_t cur = begin, b;

@@ -305,6 +305,26 @@ r4 = keel("ingest", src, "--schema", os.path.join(TMP, "comment_quotes.yaml"), "
 why = r.stderr[-300:] + r4.stderr[-300:] if r.returncode or r4.returncode else compare(keel_rows(ds4), keel_rows(ds), names)
 report("csv_dialect_comment_quotes_chunked", not why, why)
 
+# ---- a stray quote inside an unquoted field does not shift the chunk split for the rest of the source ----
+lines = ["id,name,price,qty,note"]
+for i in range(1500):
+    name = 'st"ray' if i == 2 else f'"line one\nline two {i}"'
+    lines.append(f'{i + 1},{name},{i}.5,{i},n')
+src = os.path.join(TMP, "stray.csv")
+with open(src, "w") as f:
+    f.write("\n".join(lines) + "\n")
+with open(os.path.join(TMP, "stray.yaml"), "w") as f:
+    f.write(schema_yaml({}))
+for mode, want_rej in (("reject", 1), ("recover", 0)):
+    r = keel("ingest", src, "--schema", os.path.join(TMP, "stray.yaml"), "--out", os.path.join(TMP, "ds-stray-" + mode),
+             "--chunk-size", "4K", "--max-reject-ratio", "1", "--on-error", mode, "--json")
+    try:
+        res = json.loads(r.stdout)
+        report(f"csv_dialect_stray_quote_chunked_{mode}", res["rows_rejected"] == want_rej and res["rows_accepted"] == 1500 - want_rej,
+               r.stdout[-300:] + r.stderr[-300:])
+    except Exception as ex:
+        report(f"csv_dialect_stray_quote_chunked_{mode}", False, f"{ex}: {r.stderr[-300:]}")
+
 # ---- --on-error recover: ragged rows and stray quotes, against DuckDB's null_padding / strict_mode=false ----
 rows = table(7, n=60, text_chars=False)
 lines = ["id,name,price,qty,note"]
