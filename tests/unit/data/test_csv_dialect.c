@@ -6,6 +6,7 @@
  * sniffer (delimiter, quote, escape, preamble, header rows, line endings,
  * encoding) by consistency scoring. */
 #include "../harness.h"
+#include "../kt_ingest.h"
 
 #include <keel/core.h>
 #include <keel/data.h>
@@ -353,4 +354,57 @@ KL_TEST(csv_dialect_sniffer) {
     KT_CONTAINS(ev.data, "confidence");
     KT_CONTAINS(ev.data, "runner-up");
     kl_buf_free(&ev);
+}
+
+/* kl_ingest as a library call with the ingest-level options (so the
+ * sanitizer runs of the unit tests cover them): a Windows-1252 file with a
+ * preamble, a two-row header with a repeated name, comment lines, CR-only
+ * records, decimal commas, ragged and stray-quote rows under recover. */
+KL_TEST(csv_dialect_ingest_options) {
+    kl_err e = {0};
+    char csv[512], schema[512], out[512];
+    snprintf(csv, sizeof csv, "%s", kt_path("d.csv"));
+    snprintf(schema, sizeof schema, "%s", kt_path("d.yaml"));
+    snprintf(out, sizeof out, "%s", kt_path("dds"));
+    const char *text = "export \x93sales\x94\r"
+                       "v;v;name\r"
+                       ";;\r"
+                       "# a comment with a \" quote\r"
+                       "1,5;2;caf\xe9\r"
+                       "3;4\r"
+                       "5;6;na\"ive;extra;more\r";
+    const char *sch = "dialect: {delimiter: \";\", decimal: \",\", skip_rows: 1, header_rows: 2, comment: \"#\",\n"
+                      "  encoding: windows-1252, line_terminator: cr}\n"
+                      "columns:\n  - {name: v, type: float64}\n  - {name: v_2, type: int64}\n  - {name: name, type: string}\n";
+    KT_OK(kl_write_file_atomic(csv, text, strlen(text), &e), &e);
+    KT_OK(kl_write_file_atomic(schema, sch, strlen(sch), &e), &e);
+    const char *srcs[] = {csv};
+    kl_ingest_opts o;
+    kt_ingest_opts(&o, srcs, schema, out);
+    kl_ingest_result r;
+    /* reject (default): the ragged rows are rejects */
+    KT_EQ_INT(kl_ingest(&o, &r, &e), KL_EPARSE);
+    KT_EQ_INT(r.rows_rejected, 2);
+    KT_CONTAINS(r.summary, "d.csv:6: 2 fields, expected 3");
+    kl_err_clear(&e);
+    o.on_error = KL_ON_ERROR_RECOVER;
+    KT_OK(kl_ingest(&o, &r, &e), &e);
+    KT_EQ_INT(r.rows_accepted, 3);
+    KT_EQ_INT(r.rows_rejected, 0);
+    KT_EQ_INT(r.rows_repaired, 3); /* a short row, a long row, a stray quote */
+    char path[1200], *m = NULL, *rej = NULL;
+    size_t n;
+    snprintf(path, sizeof path, "%s/manifest.json", r.version_dir);
+    KT_OK(kl_read_file(path, &m, &n, &e), &e);
+    KT_CONTAINS(m, "\"header_names\": {\"v_2\": \"v\"}");
+    KT_CONTAINS(m, "\"repairs\": {\"ragged\": 2, \"quote\": 1}");
+    KT_CONTAINS(m, "\"name\":\"_extra\"");
+    snprintf(path, sizeof path, "%s/rejects.jsonl", r.version_dir);
+    KT_OK(kl_read_file(path, &rej, &n, &e), &e);
+    KT_CONTAINS(rej, "\"line\": 6, \"offset\"");
+    KT_CONTAINS(rej, "padded 1 missing fields with null");
+    KT_CONTAINS(rej, "the 2 extra fields kept in _extra");
+    KT_CONTAINS(rej, "\"kind\": \"quote\", \"warning\": true, \"repair\": \"stray quote read literally\"");
+    kl_mem_free(m);
+    kl_mem_free(rej);
 }
