@@ -702,8 +702,9 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
     static const char quotes[] = {'"', '\'', 0};
     static const char escapes[] = {0, '\\'};
     kl_dialect best = *d, second = *d;
-    sniff_score bs = {0}, ss = {0};
-    int have = 0;
+    sniff_score bs = {0}, ss = {0}, all[8 * 3 * 2];
+    kl_dialect cands[8 * 3 * 2];
+    int have = 0, nc = 0;
     for (size_t a = 0; a < sizeof delims / sizeof *delims; a++)
         for (size_t q = 0; q < sizeof quotes; q++)
             for (size_t x = 0; x < sizeof escapes; x++) {
@@ -718,11 +719,17 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
                 sniff_score sc;
                 score_dialect(&c, buf + off, len - off, &sc);
                 if (sc.width < 2) sc.score *= 0.01; /* one column: only when nothing else fits */
-                if (!have || sc.score > bs.score * (1 + 1e-9)) {
-                    if (have) { second = best; ss = bs; }
-                    best = c; bs = sc; have = 1;
-                } else if (sc.score > ss.score) { second = c; ss = sc; }
+                cands[nc] = c;
+                all[nc++] = sc;
+                if (!have || sc.score > bs.score * (1 + 1e-9)) { best = c; bs = sc; have = 1; }
             }
+    /* the runner-up: the best candidate that reads the sample differently (a lower score); the
+     * candidates that tie with the winner read it alike (their quote or escape is not exercised) */
+    int ties = 0;
+    for (int k = 0; k < nc; k++) {
+        if (all[k].score >= bs.score * (1 - 1e-9)) { ties++; continue; }
+        if (all[k].score > ss.score) { ss = all[k]; second = cands[k]; }
+    }
     *d = best;
     if (d->delim_n <= 1) { d->delim_n = 0; memset(d->delim_s, 0, sizeof d->delim_s); }
     d->skip_rows = bs.skip_lines;
@@ -741,6 +748,9 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
         kl_buf_printf(ev, ";\nconfidence %.0f%% over the runner-up (", conf * 100);
         describe(ev, &second);
         kl_buf_printf(ev, ", score %.3f)\n", ss.score);
+        if (ties > 1)
+            kl_buf_printf(ev, "%d candidate dialects read the sample alike (a quote or escape it does not use): the common one is taken\n",
+                          ties);
         if (d->skip_rows) kl_buf_printf(ev, "preamble: %d lines before the first consistent record are skipped\n", d->skip_rows);
         kl_buf_printf(ev, "line endings: %s (%zu CRLF, %zu CR, %zu LF); encoding %s%s\n", d->line_term == KL_LT_CR ? "CR" : d->crlf ? "CRLF" : "LF",
                       crlf, cr, lf, kl_encoding_name(d->encoding), d->bom ? " with a BOM" : "");
