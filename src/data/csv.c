@@ -509,7 +509,8 @@ static void score_dialect(const kl_dialect *d, const char *buf, size_t len, snif
         kc[k]++;
     }
     double pat = 0;
-    for (int k = 0; k < K; k++) pat += kw[k] > 0 ? kc[k] * (double)(kw[k] - 1) / kw[k] : 0;
+    for (int k = 0; k < K; k++) /* (one field: 1/2, as CleverCSV's floor, so a one-column reading can win when nothing splits) */
+        pat += kw[k] > 0 ? kc[k] * (kw[k] > 1 ? (double)(kw[k] - 1) / kw[k] : 0.5) : 0;
     pat /= K;
     /* type score: typed cells of the records after the preamble */
     int64_t cells = 0, typed = 0;
@@ -719,6 +720,9 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
                 sniff_score sc;
                 score_dialect(&c, buf + off, len - off, &sc);
                 if (sc.width < 2) sc.score *= 0.01; /* one column: only when nothing else fits */
+                /* the rarer delimiters (several bytes, a space) only when nearly every record agrees:
+                   a one-column file of sentences is not space-delimited */
+                if ((dn > 1 || c.delim == ' ') && sc.modal * 10 < sc.rows * 9) sc.score *= 0.01;
                 cands[nc] = c;
                 all[nc++] = sc;
                 if (!have || sc.score > bs.score * (1 + 1e-9)) { best = c; bs = sc; have = 1; }

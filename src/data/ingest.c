@@ -2061,7 +2061,7 @@ static void pick_dialect(const kl_schema *s, source *src) {
     kl_dialect sn;
     if (kl_dialect_sniff(src->buf, KL_MIN(src->len, (size_t)65536), &sn, NULL) == KL_OK) {
         if (sn.format == KL_FMT_JSONL) src->d.format = KL_FMT_JSONL;
-        else src->d.delim = sn.delim;
+        else if (sn.delim != ' ') src->d.delim = sn.delim; /* (as before: one byte of , tab ; |) */
     }
 }
 

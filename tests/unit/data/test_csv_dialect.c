@@ -329,6 +329,9 @@ KL_TEST(csv_dialect_sniffer) {
     KT_EQ_INT(d.thousands, '.');
     d = sniff("id;price\n1;1.5\n2;2.25\n");
     KT_EQ_INT(d.decimal, '.');
+    /* a one-column file of sentences is not space-delimited */
+    d = sniff("text\nthe cat sat\na dog\nbirds fly south in winter\nno\nyes it is\n");
+    KT_EQ_INT(d.delim, ',');
     /* no header */
     d = sniff("1,2.5,x\n2,3.5,y\n3,4.5,z\n");
     KT_EQ_INT(d.header, 0);
