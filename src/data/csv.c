@@ -250,7 +250,6 @@ static int csv_next_general(const kl_dialect *d, const char *buf, size_t len, si
                 break;
             }
             if (p - start > maxr) goto too_long;
-            size_t q_end = p;
             if (g.trim) while (p < len && trim_ws(&g, buf[p])) p++;
             int ends = p >= len || at_delim(&g, buf, len, p) || buf[p] == g.eol ||
                        (g.eol == '\n' && buf[p] == '\r' && (p + 1 >= len || buf[p + 1] == '\n'));
@@ -265,7 +264,6 @@ static int csv_next_general(const kl_dialect *d, const char *buf, size_t len, si
                 continue;
             }
             if (!g.lenient) {
-                (void)q_end;
                 *pos = next_line_eol(buf, len, p, g.eol);
                 return kl_err_set(e, KL_EPARSE, "unexpected character after closing quote (field %zu)", fi + 1);
             }
@@ -276,9 +274,12 @@ static int csv_next_general(const kl_dialect *d, const char *buf, size_t len, si
             p = f0;
             literal = 1;
         }
-        size_t fs = p;
-        if (g.trim && !literal) fs = p; /* leading blanks already skipped */
-        if (literal) { fs = f0; if (g.trim) while (fs < len && trim_ws(&g, buf[fs])) fs++; p = fs; }
+        size_t fs = p; /* (blanks before it already skipped under trim) */
+        if (literal) { /* the field again from its start, its quotes as data */
+            fs = f0;
+            if (g.trim) while (fs < len && trim_ws(&g, buf[fs])) fs++;
+            p = fs;
+        }
         if (scan_unquoted(&g, buf, len, &p, literal, r)) {
             *pos = next_line_eol(buf, len, p, g.eol);
             return kl_err_set(e, KL_EPARSE, "quote inside an unquoted field (field %zu)", fi + 1);
@@ -462,8 +463,9 @@ typedef struct {
  * CleverCSV does: pattern = (1/K) sum_k N_k (L_k - 1) / L_k over the K
  * distinct field counts L_k (N_k records each; a record that does not
  * parse is a pattern of its own), times the share of typed cells, both
- * after a preamble: the records before the first run of 2 records of the
- * modal width (rows that do not fit are a preamble when they come first). */
+ * after a preamble: the records before the first record of the modal width
+ * (rows that do not fit are a preamble when they come first; a ragged row
+ * further down is not). */
 static void score_dialect(const kl_dialect *d, const char *buf, size_t len, sniff_score *out) {
     kl_csv_rec r;
     kl_csv_rec_init(&r);
@@ -497,9 +499,9 @@ static void score_dialect(const kl_dialect *d, const char *buf, size_t len, snif
         for (int k = 0; k < n; k++) c += widths[k] == widths[i];
         if (c > best || (c == best && widths[i] > mode)) { best = c; mode = widths[i]; }
     }
-    int first = 0;
-    while (first + 1 < n && !(widths[first] == mode && widths[first + 1] == mode)) first++;
-    if (first + 1 >= n) first = 0;
+    int first = 0; /* the preamble: the records before the first one of the modal width */
+    while (first < n && widths[first] != mode) first++;
+    if (first >= n) first = 0;
     /* pattern score over the records after the preamble */
     int kw[SNIFF_ROWS], kc[SNIFF_ROWS], K = 0;
     for (int i = first; i < n; i++) {

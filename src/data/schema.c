@@ -383,7 +383,7 @@ static int wanted(const kl_field *f, const char *const *cols, size_t ncols) {
 
 int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl_buf *b) {
     const kl_dialect *d = &s->dialect;
-    char q[2] = {d->quote, 0}, dl[2] = {d->delim, 0};
+    char q[2] = {d->quote, 0};
     kl_buf_puts(b, "{\"columns\":[");
     for (size_t i = 0, out = 0; i < s->n_fields; i++) {
         const kl_field *f = &s->fields[i];
@@ -426,7 +426,6 @@ int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl
     const char *dls = kl_dialect_delim(d, &dn);
     char dlb[sizeof d->delim_s + 1] = {0};
     memcpy(dlb, dls, dn);
-    (void)dl;
     kl_buf_puts(b, "\"delimiter\":");
     kl_buf_json_str(b, dlb);
     if (d->encoding != KL_ENC_UTF8) kl_buf_printf(b, ",\"encoding\":\"%s\"", kl_encoding_name(d->encoding));

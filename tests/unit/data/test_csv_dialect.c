@@ -332,6 +332,10 @@ KL_TEST(csv_dialect_sniffer) {
     /* a one-column file of sentences is not space-delimited */
     d = sniff("text\nthe cat sat\na dog\nbirds fly south in winter\nno\nyes it is\n");
     KT_EQ_INT(d.delim, ',');
+    /* a ragged row near the top is no preamble */
+    d = sniff("id,name,v\n1,a,2\n3,b\n4,c,5\n6,d,7\n8,e,9\n");
+    KT_EQ_INT(d.skip_rows, 0);
+    KT_EQ_INT(d.header, 1);
     /* no header */
     d = sniff("1,2.5,x\n2,3.5,y\n3,4.5,z\n");
     KT_EQ_INT(d.header, 0);
