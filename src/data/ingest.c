@@ -2177,7 +2177,6 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     if (!o->out_dir || !o->schema_path || !o->n_sources) return kl_err_set(e, KL_EINVAL, "ingest needs sources, a schema and an output folder");
     if ((rc = kl_schema_load_file(o->schema_path, &x.schema, e))) return rc;
     x.extra_col = -1;
-    if (o->on_error == KL_ON_ERROR_RECOVER && (rc = add_extra_column(x.schema, &x.extra_col, e))) goto fail;
     kl_pq_write_opts wo;
     kl_pq_write_opts_default(&wo);
     if (o->codec && kl_pq_codec_parse(o->codec, &wo.codec)) { rc = kl_err_set(e, KL_EINVAL, "unknown codec '%s' (zstd, snappy, gzip, none)", o->codec); goto fail; }
@@ -2211,6 +2210,9 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         kl_dialect_resolve_eol(&x.src.v[i].d, x.src.v[i].buf, KL_MIN(x.src.v[i].len, (size_t)65536));
         x.src.v[i].d.lenient = o->on_error == KL_ON_ERROR_RECOVER;
     }
+    int any_csv = 0;
+    for (size_t i = 0; i < x.src.n; i++) any_csv |= x.src.v[i].d.format == KL_FMT_CSV;
+    if (o->on_error == KL_ON_ERROR_RECOVER && any_csv && (rc = add_extra_column(x.schema, &x.extra_col, e))) goto fail;
 
     /* ---- idempotency: the ingest key ---- */
     {
