@@ -24,20 +24,25 @@ static const app_opt opts[] = {
     {"chunk-size", 0, 1, "SIZE", "parse chunk size (default 4M; part of the ingest identity)", 0},
     {"max-decompressed", 0, 1, "SIZE", "refuse a .gz/.zst source that decompresses to more (default 32G)", 0},
     {"max-expansion", 0, 1, "R", "refuse a .gz/.zst source that decompresses to more than R times its size (default 1000)", 0},
+    {"on-error", 0, 1, "MODE", "a malformed CSV row: reject (default), recover (pad / _extra / literal quote, noted) or fail", 0},
     {"progress", 0, 0, NULL, "show parsing progress (stderr)", 0},
     {"json", 0, 0, NULL, "machine-readable result", 0},
 };
 static const app_cmd_spec spec = {
     "ingest",
     "keel ingest SOURCE... --schema SCHEMA.yaml --out DATASET_DIR [--max-reject-ratio R] [--sha256 HEX]\n"
-    "       [--partition-by COL] [--codec zstd|snappy|gzip|none] [--rejects PATH] [--json]",
+    "       [--partition-by COL] [--codec zstd|snappy|gzip|none] [--rejects PATH]\n"
+    "       [--on-error reject|recover|fail] [--json]",
     "Validate CSV/TSV/JSONL sources against a schema and publish them as a Parquet dataset version.",
     "SOURCE: a file (optionally .gz/.zst), a folder, a glob, or an http(s) URL (downloaded with\n"
     "resume). Every value is parsed against its column's type and constraints; rejected rows go\n"
     "to rejects.jsonl. If the share of rejected rows exceeds --max-reject-ratio, or a column's\n"
     "null ratio exceeds its max_null_ratio, nothing is published and a summary of the first\n"
-    "errors by kind is printed. Re-running the same ingest reports the existing version; an\n"
-    "interrupted ingest resumes, reusing the Parquet files it had finished.",
+    "errors by kind is printed. --on-error recover loads a ragged row (padded with nulls, extra\n"
+    "fields in an _extra column) and a stray quote (read literally), each repair a warning row\n"
+    "in rejects.jsonl; --on-error fail fails on the first rejected row. Re-running the same\n"
+    "ingest reports the existing version; an interrupted ingest resumes, reusing the Parquet\n"
+    "files it had finished.",
     opts, KL_ARRAY_LEN(opts), 1, -1};
 
 int cmd_ingest(int argc, char **argv) {
@@ -84,6 +89,8 @@ int cmd_ingest(int argc, char **argv) {
     if (!(o.max_expansion >= 1)) return app_usage_error(&spec, "--max-expansion must be at least 1");
     o.keel_version = KEEL_VERSION;
     o.progress = app_flag(&a, "progress");
+    if (app_get(&a, "on-error") && kl_on_error_parse(app_get(&a, "on-error"), &o.on_error))
+        return app_usage_error(&spec, "--on-error: expected reject, recover or fail");
     int json = app_flag(&a, "json");
     kl_ingest_result res;
     rc = kl_ingest(&o, &res, &e);
@@ -92,11 +99,11 @@ int cmd_ingest(int argc, char **argv) {
         kl_buf_init(&b);
         kl_buf_printf(&b, "{\"ok\": %s, \"version_id\": ", rc ? "false" : "true");
         if (rc) kl_buf_puts(&b, "null"); else kl_buf_json_str(&b, res.version_id);
-        kl_buf_printf(&b, ", \"reused\": %s, \"rows_read\": %lld, \"rows_accepted\": %lld, \"rows_rejected\": %lld, "
+        kl_buf_printf(&b, ", \"reused\": %s, \"rows_read\": %lld, \"rows_accepted\": %lld, \"rows_rejected\": %lld, \"rows_repaired\": %lld, "
                           "\"files\": %lld, \"bytes\": %lld, \"partitions_reused\": %lld, \"seconds\": %.3f, \"path\": ",
                       res.reused ? "true" : "false", (long long)res.rows_read, (long long)res.rows_accepted,
-                      (long long)res.rows_rejected, (long long)res.files_written, (long long)res.bytes_written,
-                      (long long)res.partitions_reused, res.seconds);
+                      (long long)res.rows_rejected, (long long)res.rows_repaired, (long long)res.files_written,
+                      (long long)res.bytes_written, (long long)res.partitions_reused, res.seconds);
         if (rc) kl_buf_puts(&b, "null"); else kl_buf_json_str(&b, res.version_dir);
         kl_buf_puts(&b, ", \"error\": ");
         if (rc) kl_buf_json_str(&b, kl_err_what(&e)); else kl_buf_puts(&b, "null");
@@ -120,7 +127,8 @@ int cmd_ingest(int argc, char **argv) {
                (long long)res.rows_accepted, (long long)res.rows_rejected, (long long)res.files_written,
                kl_fmt_bytes((uint64_t)res.bytes_written, bb, sizeof bb), kl_fmt_duration(res.seconds, tb, sizeof tb),
                res.partitions_reused ? " (resumed)" : "");
-        if (res.rows_rejected) printf("  rejects: %s/rejects.jsonl\n", res.version_dir);
+        if (res.rows_repaired) printf("  %lld repairs (--on-error recover), listed as warnings in the rejects file\n", (long long)res.rows_repaired);
+        if (res.rows_rejected || res.rows_repaired) printf("  rejects: %s/rejects.jsonl\n", res.version_dir);
     }
     printf("%s\n", res.version_dir);
     return APP_EXIT_OK;

@@ -3,7 +3,14 @@
  * reader with \u0000 kept), the inferred schema's YAML loading back, every
  * value parser, and (mode byte: data[0] & 4) kl_ingest of the rest of the
  * input as a .gz or .zst (data[0] & 8) CSV or JSONL (data[0] & 16) source
- * under small decompression caps (128 KiB). Run by `make fuzz` (tools/fuzz.sh). */
+ * under small decompression caps (128 KiB). Dialect options (issue 26):
+ * with data[0] & 32 the byte data[1] picks the record parser's dialect
+ * (a delimiter of one or two bytes, backslash escape, apostrophe or no
+ * quote, CR records, trim, lenient stray quotes, decimal comma) and the
+ * sniffer and the transcoders (UTF-16LE/BE, Latin-1, Windows-1252) read the
+ * rest; with data[0] & 4 as well, kl_ingest reads it as a plain CSV whose
+ * schema dialect data[1] picks (skip_rows, header_rows, comment, encoding,
+ * ", " delimiter, --on-error recover). Run by `make fuzz` (tools/fuzz.sh). */
 #include <keel/core.h>
 #include <keel/data.h>
 #include <stdio.h>
@@ -42,7 +49,57 @@ static void ingest_compressed(const uint8_t *data, size_t size, int mode) {
     kl_rm_rf(dir, NULL);
 }
 
+/* The rest of the input as a plain CSV with the schema dialect bits b pick. */
+static void ingest_dialect(const uint8_t *data, size_t size, uint8_t b) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/dev/shm/keel-fuzz-XXXXXX");
+    if (!mkdtemp(dir)) { snprintf(dir, sizeof dir, "/tmp/keel-fuzz-XXXXXX"); if (!mkdtemp(dir)) abort(); }
+    kl_log_set_level(KL_LOG_ERROR);
+    char src[128], schema[128], out[128], sch[512];
+    snprintf(src, sizeof src, "%s/in.csv", dir);
+    snprintf(schema, sizeof schema, "%s/s.yaml", dir);
+    snprintf(out, sizeof out, "%s/ds", dir);
+    static const char *const enc[] = {"utf-8", "utf-16le", "latin-1", "windows-1252"};
+    snprintf(sch, sizeof sch,
+             "dialect: {skip_rows: %d, header_rows: %d, comment: \"%s\", encoding: %s, delimiter: \"%s\", max_record_bytes: 4096}\n"
+             "columns:\n  - {name: a, type: string}\n  - {name: b, type: int64}\n",
+             b & 3, 1 + (b >> 2 & 1), b & 8 ? "#" : "", enc[b >> 4 & 3], b & 64 ? ", " : ",");
+    if (kl_write_file_atomic(src, data, size, NULL) || kl_write_file_atomic(schema, sch, strlen(sch), NULL)) abort();
+    const char *srcs[] = {src};
+    kl_ingest_opts o;
+    kl_ingest_opts_default(&o);
+    o.sources = srcs;
+    o.n_sources = 1;
+    o.schema_path = schema;
+    o.out_dir = out;
+    o.chunk_bytes = 4096;
+    o.max_reject_ratio = 1;
+    o.on_error = b & 128 ? KL_ON_ERROR_RECOVER : KL_ON_ERROR_REJECT;
+    kl_ingest_result r;
+    kl_err e = {0};
+    kl_ingest(&o, &r, &e);
+    kl_rm_rf(dir, NULL);
+}
+
+/* The record parser's dialect from the bits of b. */
+static void dialect_bits(kl_dialect *d, uint8_t b) {
+    static const char *const delims[] = {",", ";", ", ", "||"};
+    const char *dl = delims[b & 3];
+    d->delim = dl[0];
+    d->delim_n = strlen(dl) > 1 ? (int)strlen(dl) : 0;
+    if (d->delim_n) memcpy(d->delim_s, dl, strlen(dl) + 1);
+    if (b & 4) d->escape = '\\';
+    if (b & 8) d->quote = '\'';
+    if (b & 16) d->quote = 0, d->escape = 0;
+    if (b & 32) d->eol = '\r', d->line_term = KL_LT_CR;
+    d->trim = !!(b & 64);
+    d->lenient = !!(b & 128);
+    d->decimal = b & 1 ? ',' : '.';
+    d->thousands = b & 1 ? '.' : 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size >= 2 && (data[0] & 36) == 36) { ingest_dialect(data + 2, size - 2, data[1]); return 0; }
     if (size && data[0] & 4) { ingest_compressed(data + 1, size - 1, data[0]); return 0; }
     const char *buf = (const char *)data;
     kl_dialect d;
@@ -50,6 +107,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     d.max_record = 4096;
     if (size && data[0] & 1) d.delim = ';';
     if (size && data[0] & 2) d.quote = 0;
+    if (size >= 2 && data[0] & 32) {
+        dialect_bits(&d, data[1]);
+        for (int enc = 1; enc < KL_ENC_COUNT; enc++) { /* the transcoders: valid UTF-8 out, or an error */
+            char *o = NULL;
+            size_t on = 0;
+            kl_err te = {0};
+            if (kl_transcode_utf8((kl_encoding)enc, buf, size, &o, &on, &te) == KL_OK && !kl_utf8_valid(o, on, NULL))
+                __builtin_trap();
+            kl_mem_free(o);
+        }
+        kl_buf ev;
+        kl_buf_init(&ev);
+        kl_dialect sd;
+        kl_err se = {0};
+        kl_dialect_sniff_ex(buf, size, &sd, &ev, &se);
+        kl_buf_free(&ev);
+    }
     kl_csv_rec r;
     kl_csv_rec_init(&r);
     size_t pos = 0, steps = 0;
@@ -90,7 +164,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         f.type = (kl_type)t;
         kl_value v;
         char msg[128];
+        int isn;
         kl_value_parse(&f, buf, n, &v, msg, sizeof msg);
+        kl_cell_parse(&f, &d, buf, n, 0, &v, &isn, msg, sizeof msg); /* the dialect's decimal/thousands separators */
     }
     return 0;
 }

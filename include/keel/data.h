@@ -24,11 +24,30 @@ extern "C" {
 typedef enum { KL_FMT_CSV, KL_FMT_JSONL } kl_src_format;
 
 #define KL_MAX_NULL_TOKENS 8
+/* Text encodings a source may be read from (transcoded to UTF-8 on read). */
+typedef enum { KL_ENC_UTF8, KL_ENC_UTF16LE, KL_ENC_UTF16BE, KL_ENC_LATIN1, KL_ENC_CP1252, KL_ENC_COUNT } kl_encoding;
+/* Line terminators: auto (LF, CRLF or CR-only, decided per source from its
+ * first bytes), LF and CRLF (records end at LF; a CR before it is dropped),
+ * CR (records end at a CR). */
+typedef enum { KL_LT_AUTO, KL_LT_LF, KL_LT_CRLF, KL_LT_CR } kl_line_term;
 typedef struct kl_dialect {
     kl_src_format format;
-    char delim;            /* ',' '\t' ';' '|' */
-    char quote;            /* '"' or 0 for none; escapes are doubled quotes (RFC 4180) */
-    int header;            /* first record holds the column names */
+    char delim;            /* first byte of the delimiter: ',' '\t' ';' '|' */
+    char delim_s[8];       /* the whole delimiter when it is longer than one byte (", " "||") */
+    int delim_n;           /* its length: 0 or 1 = the single byte delim */
+    char quote;            /* '"' (any byte), or 0 for none */
+    char escape;           /* inside quotes, escape + c is c ('\\'); 0 = a quote is escaped by doubling (RFC 4180) */
+    int header;            /* the first header_rows records (after skip_rows) hold the column names */
+    int header_rows;       /* header records (default 1); names of several are joined with "_" */
+    int skip_rows;         /* physical lines before the header / first record skipped (a preamble) */
+    char comment[8];       /* lines starting with this are skipped ("" none) */
+    kl_line_term line_term;
+    char eol;              /* the record terminator byte ('\n', or '\r' for CR); resolved per source */
+    kl_encoding encoding;  /* of the source; transcoded to UTF-8 before parsing */
+    char decimal;          /* decimal separator of numbers ('.' or ',') */
+    char thousands;        /* digit group separator of numbers (0 none, ',' '.' ' ' '\'') */
+    int trim;              /* spaces and tabs around fields are dropped (not inside quotes) */
+    int lenient;           /* (ingest --on-error recover, not in the schema) a stray quote is taken literally */
     int bom;               /* (sniffed) the file starts with a UTF-8 BOM; always skipped */
     int crlf;              /* (sniffed) lines end in CRLF; CR before LF is always accepted */
     int n_null;            /* unquoted fields equal to one of these are null */
@@ -36,8 +55,31 @@ typedef struct kl_dialect {
     size_t max_record;     /* bytes per record; default 10 MiB */
 } kl_dialect;
 
-/* Defaults: CSV, ',', '"', header, null token "", 10 MiB records. */
+/* Defaults: CSV, ',', '"', doubled-quote escapes, one header row, auto line
+ * terminator, UTF-8, '.' decimals, null token "", 10 MiB records. */
 void kl_dialect_default(kl_dialect *d);
+/* Names of encodings and line terminators, as the schema spells them. */
+const char *kl_encoding_name(kl_encoding enc);
+int kl_encoding_parse(const char *name, kl_encoding *out);
+const char *kl_line_term_name(kl_line_term t);
+/* The delimiter's bytes and length. */
+static inline const char *kl_dialect_delim(const kl_dialect *d, size_t *n) {
+    if (d->delim_n > 1) { *n = (size_t)d->delim_n; return d->delim_s; }
+    *n = 1;
+    return &d->delim;
+}
+/* Resolves line_term auto from the first bytes of a source into d->eol
+ * (CR when the sample has CRs and no LF). */
+void kl_dialect_resolve_eol(kl_dialect *d, const char *buf, size_t len);
+/* Transcodes buf (in encoding enc; a UTF-16 BOM is dropped, a missing one
+ * means the byte order given) to UTF-8 in memory from the core allocator
+ * (tag dataset; free with kl_mem_free). KL_EPARSE for a cut UTF-16 unit or
+ * an unpaired surrogate, with the byte offset in e. */
+int kl_transcode_utf8(kl_encoding enc, const char *buf, size_t len, char **out, size_t *outn, kl_err *e);
+/* The encoding a buffer's bytes say: a UTF-16 BOM, else UTF-8 when the
+ * bytes are valid UTF-8, else windows-1252 (latin-1 when no byte is in
+ * 0x80..0x9f). */
+kl_encoding kl_encoding_sniff(const char *buf, size_t len);
 
 /* One parsed record. Field i is f[i] (not NUL-terminated) of len[i] bytes;
  * quoted[i] says it was quoted. Pointers refer to the input buffer or to the
@@ -52,7 +94,11 @@ typedef struct kl_csv_rec {
     char *scratch;
     size_t slen, scap;
     int64_t lines;         /* physical lines this record spans */
+    int repairs;           /* KL_CSV_REPAIR_* a lenient dialect made to read this record */
 } kl_csv_rec;
+
+/* Repairs of a lenient dialect (kl_csv_rec.repairs). */
+enum { KL_CSV_REPAIR_QUOTE = 1 };
 
 void kl_csv_rec_init(kl_csv_rec *r);
 void kl_csv_rec_free(kl_csv_rec *r);
@@ -67,8 +113,24 @@ enum { KL_CSV_END = 1 };
  * the start of the next line so parsing can go on. */
 int kl_csv_next(const kl_dialect *d, const char *buf, size_t len, size_t *pos, kl_csv_rec *r, kl_err *e);
 
-/* Sniffs the dialect from the first bytes of a file. */
+/* Header names: kl_csv_header_add appends a header record to the names
+ * being built (cols[0..*nc), grown as needed; a column's parts joined with
+ * "_", empty parts left out); kl_csv_header_names makes the schema's names
+ * of them: an empty name is column_N (N its position from 1), a repeated one
+ * gets the first free suffix _2, _3 ...; orig[i] is the header's own text.
+ * Both arrays (n + 1 entries, malloc'ed strings) are freed by the caller. */
+int kl_csv_header_add(kl_buf **cols, size_t *nc, const kl_csv_rec *r);
+int kl_csv_header_names(const kl_buf *cols, size_t nc, char ***names, char ***orig);
+
+/* Sniffs the dialect from the first bytes of a file: encoding (BOM, UTF-8
+ * validity), line terminator (by count), then delimiter x quote x escape by
+ * consistency scoring (CleverCSV's pattern score: how regular the field
+ * counts are, times the share of cells of a recognisable type), a preamble
+ * (lines before the first run of consistent records: skip_rows) and the
+ * header (presence and rows). ev (may be NULL) gets the evidence: scores,
+ * the runner-up, counts, as text lines for a schema comment. */
 int kl_dialect_sniff(const char *buf, size_t len, kl_dialect *d, kl_err *e);
+int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, kl_err *e);
 
 /* ==================================================================
  * Schema
@@ -114,6 +176,7 @@ typedef struct kl_schema {
     size_t n_fields;
     char *text;                /* canonical JSON of the schema (for the manifest and hashing) */
     char *note;                /* schema infer: how much was read (a YAML comment; not loaded) */
+    char *dialect_note;        /* schema infer: the sniffer's evidence (a YAML comment; not loaded) */
 } kl_schema;
 
 int kl_schema_load_file(const char *path, kl_schema **out, kl_err *e);
@@ -182,6 +245,13 @@ int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t 
 #define KL_CELL_NUMBUF 40
 int kl_json_cell_parse(const kl_field *f, const kl_dialect *d, const struct cJSON *it, char buf[KL_CELL_NUMBUF],
                        kl_value *v, int *isnull, char *msg, size_t msgn);
+
+/* A number written with d's separators (decimal ',', thousands '.' ...) in
+ * the form the number parsers read (group separators between digits of the
+ * integer part dropped, the decimal separator made '.') into nb[0..*out);
+ * 0 when it needs no change or does not fit nb (then it is read as it is).
+ * Used by kl_cell_parse for numeric fields and by schema infer. */
+int kl_num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, size_t nbn, size_t *out);
 
 /* Individual parsers: KL_OK, KL_EINVAL (malformed) or KL_ERANGE (overflow). */
 int kl_parse_i64n(const char *s, size_t n, int64_t *out);
@@ -273,7 +343,18 @@ typedef struct kl_ingest_opts {
      * KL_INGEST_MAX_DECOMPRESSED, KL_INGEST_MAX_EXPANSION; not part of the version id) */
     uint64_t max_decompressed_bytes;
     double max_expansion;
+    /* What a malformed CSV row does (KL_ON_ERROR_*): reject (default: the row
+     * goes to the rejects), recover (a short row is padded with nulls, a long
+     * row's extra fields go to an `_extra` string column, a stray quote is
+     * read literally; each repair is a warning row in the rejects file; the
+     * repaired row is still validated) or fail (the first rejected row fails
+     * the ingest, whatever --max-reject-ratio says). Part of the ingest key. */
+    int on_error;
 } kl_ingest_opts;
+
+enum { KL_ON_ERROR_REJECT = 0, KL_ON_ERROR_RECOVER, KL_ON_ERROR_FAIL };
+/* "reject" | "recover" | "fail"; KL_EINVAL otherwise. */
+int kl_on_error_parse(const char *s, int *out);
 
 #define KL_INGEST_MAX_DECOMPRESSED ((uint64_t)32 << 30) /* 32 GiB */
 #define KL_INGEST_MAX_EXPANSION 1000.0
@@ -283,6 +364,7 @@ typedef struct kl_ingest_result {
     int reused;                 /* 1: the same ingest was already published (no-op) */
     int published;              /* 1: a version is current after this call */
     int64_t rows_read, rows_accepted, rows_rejected;
+    int64_t rows_repaired;      /* --on-error recover: repairs made (warning rows of the rejects file) */
     int64_t files_written, bytes_written;
     int64_t partitions_reused;
     double seconds;

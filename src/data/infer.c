@@ -88,8 +88,13 @@ static void note_ts(colguess *g, const char *s, size_t n) {
 static void add_distinct(colguess *g, const char *s, size_t n);
 
 /* One value of line `line`; a quoted one is never a null word (as ingest reads it). */
-static void guess_add(colguess *g, const char *s, size_t n, int is_null, int quoted, int64_t line) {
+static void guess_add(colguess *g, const kl_dialect *dia, const char *s, size_t n, int is_null, int quoted, int64_t line) {
     if (is_null) { g->nulls++; return; }
+    const char *ns = s; /* a number's text in the parsers' form (the dialect's decimal/thousands separators) */
+    size_t nn = n;
+    char nbuf[128];
+    if (dia && (dia->thousands || (dia->decimal && dia->decimal != '.')) && kl_num_normalize(dia, s, n, nbuf, sizeof nbuf, &nn))
+        ns = nbuf;
     int word = 0;
     for (size_t w = 0; w < N_NULL_WORDS && !quoted && !word; w++)
         if (strlen(null_words[w]) == n && !memcmp(null_words[w], s, n)) { g->words[w]++; word = 1; }
@@ -100,7 +105,7 @@ static void guess_add(colguess *g, const char *s, size_t n, int is_null, int quo
     int32_t dd;
     int64_t ts;
     if (word) return; /* a null word votes for no type (a text column may keep it as a value: finish_field) */
-    if (kl_parse_i64n(s, n, &i) == KL_OK) {
+    if (kl_parse_i64n(ns, nn, &i) == KL_OK) {
         g->ok[T_INT]++;
         if (!g->has_int || i < g->imin) g->imin = i;
         if (!g->has_int || i > g->imax) g->imax = i;
@@ -110,7 +115,7 @@ static void guess_add(colguess *g, const char *s, size_t n, int is_null, int quo
         g->all_01 = 0;
         note_bad(g, T_INT, s, n, line);
     }
-    if (kl_parse_f64n(s, n, &d) == KL_OK) {
+    if (kl_parse_f64n(ns, nn, &d) == KL_OK) {
         g->ok[T_FLOAT]++;
         if (!g->has_num || d < g->dmin) g->dmin = d;
         if (!g->has_num || d > g->dmax) g->dmax = d;
@@ -251,13 +256,108 @@ static void add_null_words(kl_dialect *d, const colguess *g, size_t ng, const in
     }
 }
 
-static int looks_like_data(const char *s, size_t n) {
-    int64_t i;
-    double d;
-    int32_t dd;
-    int64_t ts;
-    return n == 0 || kl_parse_i64n(s, n, &i) == KL_OK || kl_parse_f64n(s, n, &d) == KL_OK ||
-           kl_parse_date(s, n, &dd) == KL_OK || kl_parse_timestamp(s, n, NULL, &ts) == KL_OK;
+
+static int add_col(colguess **g, size_t *ng, size_t *capg, const char *nm) {
+    if (*ng == *capg) {
+        size_t nc = *capg ? *capg * 2 : 16;
+        colguess *ngs = realloc(*g, nc * sizeof **g);
+        if (!ngs) return KL_ENOMEM;
+        *g = ngs;
+        *capg = nc;
+    }
+    guess_init(&(*g)[*ng]);
+    if (!((*g)[*ng].name = strdup(nm))) return KL_ENOMEM;
+    (*ng)++;
+    return KL_OK;
+}
+
+/* The records of a CSV sample with the sniffed dialect s->dialect (the text
+ * transcoded to UTF-8 first when it is in another encoding): the preamble
+ * (skip_rows lines) skipped, the header's names (header_rows records)
+ * normalised as ingest normalises them (kl_csv_header_names; column_N by
+ * position without a header), and every record of the header's width voting
+ * for its columns' types. */
+static int infer_csv(kl_schema *s, const char *buf, size_t len, size_t max_rows, colguess **g, size_t *ng, size_t *capg,
+                     int64_t *rows, kl_err *e) {
+    kl_dialect *d = &s->dialect;
+    char *own = NULL;
+    size_t ownn;
+    int rc = KL_OK;
+    kl_csv_rec r;
+    kl_csv_rec_init(&r);
+    kl_buf *cols = NULL;
+    size_t nc = 0;
+    char **names = NULL, **orig = NULL;
+    if (d->encoding != KL_ENC_UTF8) {
+        size_t tl = len;
+        if (d->encoding == KL_ENC_UTF16LE || d->encoding == KL_ENC_UTF16BE) tl &= ~(size_t)1;
+        if ((rc = kl_transcode_utf8(d->encoding, buf, tl, &own, &ownn, e))) return rc;
+        buf = own;
+        len = ownn;
+    }
+    const char eol = d->eol ? d->eol : '\n';
+    size_t pos = len >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3) ? 3 : 0;
+    int64_t line = 1; /* of the record starting at pos */
+    for (int k = 0; k < d->skip_rows && pos < len; k++, line++) {
+        const char *nl = memchr(buf + pos, eol, len - pos);
+        pos = nl ? (size_t)(nl - buf) + 1 : len;
+    }
+    size_t width = 0;
+    int have_width = 0;
+    for (int h = 0; d->header && h < d->header_rows; h++) {
+        kl_err pe = {0};
+        while (pos < len && (buf[pos] == eol || buf[pos] == '\r')) { pos++; line += buf[pos - 1] == eol; }
+        size_t start = pos;
+        int prc = kl_csv_next(d, buf, len, &pos, &r, &pe);
+        for (size_t k = start; k < pos && k < len; k++) line += buf[k] == eol;
+        if (prc == KL_CSV_END) break;
+        if (prc) continue;
+        if (kl_csv_header_add(&cols, &nc, &r)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+        width = nc;
+        have_width = 1;
+    }
+    if (d->header) {
+        if (kl_csv_header_names(cols, nc, &names, &orig)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+        for (size_t i = 0; i < nc; i++)
+            if ((rc = add_col(g, ng, capg, names[i]))) { rc = kl_err_set(e, rc, "out of memory"); goto done; }
+    }
+    while ((size_t)*rows < max_rows) {
+        kl_err pe = {0};
+        size_t start = pos;
+        int64_t rec_line = line;
+        int prc = kl_csv_next(d, buf, len, &pos, &r, &pe);
+        for (size_t k = start; k < pos && k < len; k++) line += buf[k] == eol;
+        if (prc == KL_CSV_END) break;
+        if (prc) continue;
+        if (r.n == 1 && r.len[0] == 0) continue;
+        if (!have_width) { /* no header: columns by position */
+            width = r.n;
+            have_width = 1;
+            for (size_t i = 0; i < width; i++) {
+                char nm[32];
+                snprintf(nm, sizeof nm, "column_%zu", i + 1);
+                if ((rc = add_col(g, ng, capg, nm))) { rc = kl_err_set(e, rc, "out of memory"); goto done; }
+            }
+        }
+        if (r.n != width) continue; /* ragged rows do not vote */
+        (*rows)++;
+        for (size_t i = 0; i < r.n; i++) {
+            int isnull = !r.quoted[i] && r.len[i] == 0;
+            guess_add(&(*g)[i], d, r.f[i], r.len[i], isnull, r.quoted[i], rec_line);
+        }
+    }
+done:
+    for (size_t i = 0; i < nc; i++) {
+        kl_buf_free(&cols[i]);
+        if (names) free(names[i]);
+        if (orig) free(orig[i]);
+    }
+    free(cols);
+    free(names);
+    free(orig);
+    kl_csv_rec_free(&r);
+    kl_mem_free(own);
+    return rc;
 }
 
 int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_rows, int more, kl_schema **out, kl_err *e) {
@@ -270,7 +370,14 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
     kl_csv_rec r;
     kl_csv_rec_init(&r);
     if (!s) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    if ((rc = kl_dialect_sniff(buf, len, &s->dialect, e))) { kl_err_prefix(e, "%s", name); goto fail; }
+    {
+        kl_buf ev;
+        kl_buf_init(&ev);
+        rc = kl_dialect_sniff_ex(buf, len, &s->dialect, &ev, e);
+        if (!rc && ev.len) s->dialect_note = kl_buf_take(&ev);
+        else kl_buf_free(&ev);
+        if (rc) { kl_err_prefix(e, "%s", name); goto fail; }
+    }
     s->dialect_given = 1;
     if (!max_rows) max_rows = 20000;
 #define ADD_COL(nm, nl)                                                              \
@@ -304,63 +411,22 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
                 for (k = 0; k < ng; k++) if (!strcmp(g[k].name, it->string)) break;
                 if (k == ng) { ADD_COL(it->string, strlen(it->string)); g[k].nulls = rows - 1; }
                 char tmp[64];
-                if (cJSON_IsNull(it)) guess_add(&g[k], "", 0, 1, 0, lineno);
-                else if (cJSON_IsString(it)) guess_add(&g[k], it->valuestring, kl_json_string_len(it), 0, 0, lineno);
-                else if (cJSON_IsBool(it)) guess_add(&g[k], cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0, 1, lineno);
+                if (cJSON_IsNull(it)) guess_add(&g[k], NULL, "", 0, 1, 0, lineno);
+                else if (cJSON_IsString(it)) guess_add(&g[k], NULL, it->valuestring, kl_json_string_len(it), 0, 0, lineno);
+                else if (cJSON_IsBool(it)) guess_add(&g[k], NULL, cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0, 1, lineno);
                 else if (cJSON_IsNumber(it)) {
                     double v = it->valuedouble;
                     if (v == (double)(int64_t)v && fabs(v) < 9e15) snprintf(tmp, sizeof tmp, "%lld", (long long)v);
                     else snprintf(tmp, sizeof tmp, "%.17g", v);
-                    guess_add(&g[k], tmp, strlen(tmp), 0, 1, lineno);
-                } else guess_add(&g[k], "x", 1, 0, 1, lineno), g[k].too_many = 1;
+                    guess_add(&g[k], NULL, tmp, strlen(tmp), 0, 1, lineno);
+                } else guess_add(&g[k], NULL, "x", 1, 0, 1, lineno), g[k].too_many = 1;
             }
             cJSON_Delete(o);
         }
         for (size_t k = 0; k < ng; k++) /* keys missing from some objects are nulls */
             if (g[k].seen + g[k].nulls < rows) g[k].nulls = rows - g[k].seen;
     } else {
-        size_t pos = 0;
-        int first = 1;
-        size_t hdr_n = 0;
-        char **hdr = NULL;
-        int64_t line = 1;   /* of the record starting at pos */
-        while ((size_t)rows < max_rows) {
-            kl_err pe = {0};
-            size_t start = pos;
-            int64_t rec_line = line;
-            int prc = kl_csv_next(&s->dialect, buf, len, &pos, &r, &pe);
-            for (size_t k = start; k < pos && k < len; k++) line += buf[k] == '\n';
-            if (prc == KL_CSV_END) break;
-            if (prc) continue;
-            if (r.n == 1 && r.len[0] == 0) continue;
-            if (first) {
-                first = 0;
-                hdr_n = r.n;
-                hdr = calloc(r.n, sizeof *hdr);
-                if (!hdr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-                int header = 1;
-                for (size_t i = 0; i < r.n; i++) {
-                    hdr[i] = strndup(r.f[i], r.len[i]);
-                    if (looks_like_data(r.f[i], r.len[i])) header = 0;
-                }
-                s->dialect.header = header;
-                for (size_t i = 0; i < r.n; i++) {
-                    char nm[32];
-                    snprintf(nm, sizeof nm, "column%zu", i + 1);
-                    if (header) ADD_COL(hdr[i], strlen(hdr[i]));
-                    else ADD_COL(nm, strlen(nm));
-                }
-                if (header) continue;
-            }
-            if (r.n != hdr_n) continue; /* ragged rows do not vote */
-            rows++;
-            for (size_t i = 0; i < r.n; i++) {
-                int isnull = !r.quoted[i] && r.len[i] == 0;
-                guess_add(&g[i], r.f[i], r.len[i], isnull, r.quoted[i], rec_line);
-            }
-        }
-        if (hdr) for (size_t i = 0; i < hdr_n; i++) free(hdr[i]);
-        free(hdr);
+        if ((rc = infer_csv(s, buf, len, max_rows, &g, &ng, &capg, &rows, e))) goto fail;
     }
     if (ng == 0) { rc = kl_err_set(e, KL_EPARSE, "%s: no columns found", name); goto fail; }
     if (!(s->fields = calloc(ng, sizeof *s->fields))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }

@@ -471,6 +471,8 @@ typedef struct {
     size_t rl_cap;
     reject *rej;
     size_t nrej, caprej;
+    reject *warn;         /* --on-error recover: the repairs made (warning rows of the rejects file) */
+    size_t nwarn, capwarn;
     int64_t records;      /* data records seen (accepted + rejected) */
     colstat *st;
     int rc;
@@ -483,7 +485,9 @@ typedef struct ictx {
     source_list src;
     int **colmap;         /* per source: schema field -> field index in the file */
     int *nfile_cols;      /* per source: fields per record */
-    int64_t *hdr_lines;   /* per source: lines taken by the header */
+    int64_t *hdr_lines;   /* per source: lines taken by the preamble and the header */
+    char **renamed;       /* per source: JSON object normalised name -> header name, for the names changed (or NULL) */
+    int extra_col;        /* --on-error recover: the schema field `_extra` (a long row's extra fields), else -1 */
     chunk *ch;
     size_t nch, capch;
     int need_row_pos;
@@ -499,18 +503,19 @@ typedef struct ictx {
     size_t parsed;        /* chunks [0, parsed) are parsed */
     size_t owned_live;    /* chunks holding a compressed source's text */
     size_t batch;         /* flush once this many hold text */
+    const int64_t *repairs; /* --on-error recover: repairs by kind (for the manifest) */
 } ictx;
 
-static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_reject_kind kind, const char *msg,
-                      const char *raw, size_t rawn) {
-    if (c->nrej == c->caprej) {
-        size_t nc = c->caprej ? c->caprej * 2 : 64;
-        reject *r = realloc(c->rej, nc * sizeof *r);
+static int add_entry(reject **arr, size_t *n, size_t *cap, chunk *c, int64_t rel_line, int64_t off, int col,
+                     kl_reject_kind kind, const char *msg, const char *raw, size_t rawn) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        reject *r = realloc(*arr, nc * sizeof *r);
         if (!r) return KL_ENOMEM;
-        c->rej = r;
-        c->caprej = nc;
+        *arr = r;
+        *cap = nc;
     }
-    reject *r = &c->rej[c->nrej];
+    reject *r = &(*arr)[*n];
     while (rawn && (raw[rawn - 1] == '\n' || raw[rawn - 1] == '\r')) rawn--;
     if (rawn > MAX_RAW) rawn = MAX_RAW;
     r->line = rel_line;
@@ -523,8 +528,19 @@ static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_rejec
     if (!r->msg || !r->raw) { free(r->msg); free(r->raw); return KL_ENOMEM; }
     memcpy(r->raw, raw, rawn);
     r->raw[rawn] = 0;
-    c->nrej++;
+    (*n)++;
     return KL_OK;
+}
+
+static int add_reject(chunk *c, int64_t rel_line, int64_t off, int col, kl_reject_kind kind, const char *msg,
+                      const char *raw, size_t rawn) {
+    return add_entry(&c->rej, &c->nrej, &c->caprej, c, rel_line, off, col, kind, msg, raw, rawn);
+}
+
+/* A repair of --on-error recover: msg says what was done. */
+static int add_warning(chunk *c, int64_t rel_line, int64_t off, kl_reject_kind kind, const char *msg, const char *raw,
+                       size_t rawn) {
+    return add_entry(&c->warn, &c->nwarn, &c->capwarn, c, rel_line, off, -1, kind, msg, raw, rawn);
 }
 
 /* Appends without the generic push path (the hot loop of ingestion). */
@@ -619,19 +635,37 @@ static int note_row_pos(ictx *x, chunk *c, int64_t line, int64_t off) {
     return KL_OK;
 }
 
-static int count_nl(const char *p, size_t n) {
+static int count_nl(const char *p, size_t n, char eol) {
     int k = 0;
     const char *end = p + n;
-    while ((p = memchr(p, '\n', (size_t)(end - p)))) { k++; p++; }
+    while ((p = memchr(p, eol, (size_t)(end - p)))) { k++; p++; }
     return k;
+}
+
+/* --on-error recover: a long record's fields from nfile on, joined by the
+ * delimiter, into xb (the `_extra` value). */
+static int join_extra(const kl_dialect *d, const kl_csv_rec *r, size_t nfile, kl_buf *xb) {
+    size_t dn;
+    const char *dl = kl_dialect_delim(d, &dn);
+    kl_buf_reset(xb);
+    for (size_t i = nfile; i < r->n; i++) {
+        if (i > nfile) kl_buf_append(xb, dl, dn);
+        kl_buf_append(xb, r->f[i], r->len[i]);
+    }
+    return xb->failed ? KL_ENOMEM : KL_OK;
 }
 
 static int parse_csv_chunk(ictx *x, chunk *c) {
     const kl_dialect *d = &x->src.v[c->src].d;
     const int *map = x->colmap[c->src];
     const size_t nf = x->schema->n_fields, nfile = (size_t)x->nfile_cols[c->src];
+    const int recover = x->o->on_error == KL_ON_ERROR_RECOVER, xcol = x->extra_col;
+    const char eol = d->eol ? d->eol : '\n';
+    const size_t cmtn = strlen(d->comment);
     kl_csv_rec r;
     kl_csv_rec_init(&r);
+    kl_buf xb;
+    kl_buf_init(&xb);
     const char **txt = calloc(nf, sizeof *txt);
     uint32_t *len = calloc(nf, sizeof *len);
     uint8_t *q = calloc(nf, 1);
@@ -644,12 +678,18 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
     char msg[512];
     while (pos < cend) {
         size_t start = pos;
+        if (cmtn && cend - pos >= cmtn && !memcmp(buf + pos, d->comment, cmtn)) { /* a comment line */
+            const char *nl = memchr(buf + pos, eol, cend - pos);
+            pos = nl ? (size_t)(nl - buf) + 1 : cend;
+            line++;
+            continue;
+        }
         kl_err pe = {0};
         int prc = kl_csv_next(d, buf, cend, &pos, &r, &pe);
         if (prc == KL_CSV_END) break;
         if (prc == KL_ENOMEM) { rc = prc; goto done; }
         if (prc) {
-            int64_t nl = count_nl(buf + start, pos - start);
+            int64_t nl = count_nl(buf + start, pos - start, eol);
             snprintf(msg, sizeof msg, "%s", pe.msg);
             c->records++;
             if ((rc = add_reject(c, line, (int64_t)(start + bo), -1, prc == KL_ERANGE ? KL_REJ_RECORD_SIZE : KL_REJ_QUOTE, msg,
@@ -662,15 +702,39 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
         line += r.lines;
         if (r.n == 1 && r.len[0] == 0 && !r.quoted[0]) continue; /* blank line */
         c->records++;
+        if (r.repairs &&
+            (rc = add_warning(c, rl, (int64_t)(start + bo), KL_REJ_QUOTE, "stray quote read literally", buf + start, pos - start)))
+            goto done;
+        int has_extra = 0;
         if (r.n != nfile) {
-            snprintf(msg, sizeof msg, "%zu fields, expected %zu", r.n, nfile);
-            if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_RAGGED, msg, buf + start, pos - start))) goto done;
-            continue;
+            if (!recover) {
+                snprintf(msg, sizeof msg, "%zu fields, expected %zu", r.n, nfile);
+                if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_RAGGED, msg, buf + start, pos - start))) goto done;
+                continue;
+            }
+            if (r.n < nfile) snprintf(msg, sizeof msg, "%zu fields, expected %zu: padded %zu missing fields with null", r.n, nfile, nfile - r.n);
+            else snprintf(msg, sizeof msg, "%zu fields, expected %zu: the %zu extra fields kept in _extra", r.n, nfile, r.n - nfile);
+            if ((rc = add_warning(c, rl, (int64_t)(start + bo), KL_REJ_RAGGED, msg, buf + start, pos - start))) goto done;
+            if (r.n > nfile) {
+                if ((rc = join_extra(d, &r, nfile, &xb))) goto done;
+                has_extra = 1;
+            }
         }
         for (size_t j = 0; j < nf; j++) {
-            txt[j] = r.f[map[j]];
-            len[j] = r.len[map[j]];
-            q[j] = r.quoted[map[j]];
+            int m = map[j];
+            if ((int)j == xcol) { /* `_extra`: null unless the row was long */
+                txt[j] = has_extra ? (xb.data ? xb.data : "") : NULL;
+                len[j] = has_extra ? (uint32_t)xb.len : 0;
+                q[j] = 1;
+            } else if (m >= 0 && (size_t)m < r.n) {
+                txt[j] = r.f[m];
+                len[j] = r.len[m];
+                q[j] = r.quoted[m];
+            } else { /* a short row, padded */
+                txt[j] = NULL;
+                len[j] = 0;
+                q[j] = 0;
+            }
         }
         int bad = -1;
         int pr = push_row(x, c, txt, len, q, NULL, NULL, &bad, msg, sizeof msg);
@@ -685,6 +749,7 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
     c->lines = line;
 done:
     kl_csv_rec_free(&r);
+    kl_buf_free(&xb);
     free(txt);
     free(len);
     free(q);
@@ -779,56 +844,215 @@ static void parse_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {
 
 /* Chunk boundaries, found in one pass that needs only the bytes after the
  * last boundary (so a compressed source is cut as it is decompressed): the
- * k-th candidate is begin + k*bs, and the boundary is the first newline at
- * or after it outside quotes (quote parity counted from begin); candidates
- * at or before the last boundary are skipped. The same bytes give the same
- * chunks however they arrive. */
+ * k-th candidate is begin + k*bs, and the boundary is the first record
+ * terminator at or after it outside quotes; candidates at or before the last
+ * boundary are skipped. The same bytes give the same chunks however they
+ * arrive. Quotes are read as the record parser reads them: a quote opens a
+ * quoted field only at a field's start (after the delimiter, a record end,
+ * or blanks there under trim) -- a stray quote inside an unquoted field is
+ * data and does not shift what follows --; inside quotes a doubled quote (or
+ * the escape character and the byte after it) stays inside; comment lines
+ * are skipped whole. */
 typedef struct {
     size_t begin, bs;
     size_t next;          /* the current candidate (stream offset) */
-    size_t scan;          /* bytes before this are counted in parity */
-    uint64_t parity;      /* quote characters in [begin, scan) */
+    size_t scan;          /* bytes before this are read */
     char quote;           /* 0: no quoting (JSONL) */
+    char esc;             /* an escape character inside quotes (0: doubled quotes) */
+    char eol;             /* the record terminator */
+    const char *dl;       /* the delimiter */
+    size_t dn;
+    int trim;
+    const char *cmt;      /* comment prefix (lines starting with it hold no record) */
+    size_t cmtn;
+    int in_q;             /* scan is inside a quoted field */
+    int pend;             /* the byte at scan is escaped */
+    int bol, in_cmt;      /* scan is at a line start (outside quotes) / inside a comment line */
 } splitter;
 
-static void split_init(splitter *sp, size_t begin, size_t bs, char quote) {
+static void split_init(splitter *sp, size_t begin, size_t bs, const kl_dialect *d) {
+    memset(sp, 0, sizeof *sp);
     sp->begin = sp->scan = begin;
     sp->bs = bs;
     sp->next = begin + bs;
-    sp->parity = 0;
-    sp->quote = quote;
+    sp->eol = '\n';
+    sp->bol = 1;
+    if (d->format != KL_FMT_CSV) return; /* JSONL: lines */
+    sp->quote = d->quote;
+    sp->esc = d->quote && d->escape != d->quote ? d->escape : 0;
+    sp->eol = d->eol ? d->eol : '\n';
+    sp->dl = kl_dialect_delim(d, &sp->dn);
+    sp->trim = d->trim;
+    sp->cmt = d->comment;
+    sp->cmtn = strlen(d->comment);
 }
 
-static uint64_t count_byte(const char *p, size_t n, char ch) {
-    uint64_t k = 0;
-    for (size_t i = 0; i < n; i++) k += p[i] == ch;
-    return k;
+/* Does the quote at stream offset i open a field? */
+static int quote_opens(const splitter *sp, const char *buf, size_t base_off, size_t i) {
+    size_t k = i;
+    if (sp->trim)
+        while (k > base_off && k > sp->begin) {
+            char c = buf[k - 1 - base_off];
+            if (!(c == ' ' || (c == '\t' && !(sp->dn == 1 && sp->dl[0] == '\t')))) break;
+            k--;
+        }
+    if (k == sp->begin || k == base_off) return 1; /* the window starts at a boundary */
+    char prev = buf[k - 1 - base_off];
+    if (prev == sp->eol || prev == '\n') return 1;
+    return k - base_off >= sp->dn && !memcmp(buf + (k - sp->dn - base_off), sp->dl, sp->dn);
 }
 
 /* Looks at the stream bytes [sp->scan, upto), held at buf (stream offset
- * base_off is buf[0]); 1 and *b = the next boundary when one is found. */
+ * base_off is buf[0]); 1 and *b = the next boundary when one is found, 0
+ * when more bytes are needed (or the source ends: the rest is one chunk). */
 static int split_next(splitter *sp, const char *buf, size_t base_off, size_t upto, size_t *b) {
     while (sp->scan < upto) {
-        if (sp->scan < sp->next) {
-            size_t lim = KL_MIN(sp->next, upto);
-            if (sp->quote) sp->parity += count_byte(buf + (sp->scan - base_off), lim - sp->scan, sp->quote);
-            sp->scan = lim;
+        const char *p = buf + (sp->scan - base_off);
+        const size_t avail = upto - sp->scan;
+        if (sp->pend) { sp->pend = 0; sp->scan++; continue; }
+        if (sp->in_q) { /* to the next quote (or escape) */
+            const char *q = memchr(p, sp->quote, avail);
+            const char *x = sp->esc ? memchr(p, sp->esc, q ? (size_t)(q - p) : avail) : NULL;
+            if (x) { sp->scan += (size_t)(x - p) + 1; sp->pend = 1; continue; }
+            if (!q) { sp->scan = upto; return 0; }
+            size_t i = sp->scan + (size_t)(q - p);
+            if (!sp->esc) { /* a doubled quote stays inside: decided once the next byte is in view */
+                if (i + 1 >= upto) { sp->scan = i; return 0; }
+                if (buf[i + 1 - base_off] == sp->quote) { sp->scan = i + 2; continue; }
+            }
+            sp->in_q = 0;
+            sp->scan = i + 1;
             continue;
         }
-        for (; sp->scan < upto; sp->scan++) {
-            char ch = buf[sp->scan - base_off];
-            if (sp->quote && ch == sp->quote) sp->parity++;
-            else if (ch == '\n' && !(sp->parity & 1)) {
-                *b = ++sp->scan;
-                while (sp->next <= *b) sp->next += sp->bs;
-                return 1;
+        if (sp->in_cmt || (sp->bol && sp->cmtn)) {
+            if (!sp->in_cmt) {
+                if (avail < sp->cmtn) return 0;
+                sp->in_cmt = !memcmp(p, sp->cmt, sp->cmtn);
+            }
+            if (sp->in_cmt) { /* a comment line: to its end, which is a record boundary too */
+                const char *nl = memchr(p, sp->eol, avail);
+                if (!nl) { sp->scan = upto; return 0; }
+                size_t i = sp->scan + (size_t)(nl - p);
+                sp->in_cmt = 0;
+                sp->bol = 1;
+                sp->scan = i + 1;
+                if (i >= sp->next) { *b = sp->scan; while (sp->next <= *b) sp->next += sp->bs; return 1; }
+                continue;
             }
         }
+        /* outside quotes: before the candidate only quotes matter (and line starts, with comments) */
+        size_t lim = !sp->cmtn && sp->scan < sp->next ? KL_MIN(upto, sp->next) : upto;
+        const char *nl = sp->cmtn || sp->scan >= sp->next ? memchr(p, sp->eol, lim - sp->scan) : NULL;
+        size_t end = nl ? (size_t)(nl - p) : lim - sp->scan;
+        const char *q = sp->quote ? memchr(p, sp->quote, end) : NULL;
+        if (q) {
+            size_t i = sp->scan + (size_t)(q - p);
+            sp->in_q = quote_opens(sp, buf, base_off, i); /* else a stray quote: data */
+            sp->bol = 0;
+            sp->scan = i + 1;
+            continue;
+        }
+        if (nl) {
+            size_t i = sp->scan + end;
+            sp->bol = 1;
+            sp->scan = i + 1;
+            if (i >= sp->next) { *b = sp->scan; while (sp->next <= *b) sp->next += sp->bs; return 1; }
+            continue;
+        }
+        if (end) sp->bol = 0;
+        sp->scan = lim;
     }
     return 0;
 }
 
 /* ---- header ---------------------------------------------------------------- */
+
+/* Makes sure the window holds the byte at stream position pos + want (or the
+ * source is done); a compressed source is decompressed further. */
+static int window_has(source *s, size_t pos, size_t want, kl_err *e) {
+    while (pos + want > s->len && !src_done(s)) {
+        if (s->len > s->d.max_record + ((size_t)16 << 20)) break; /* bounded: a preamble line is a record */
+        int rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e);
+        if (rc) return rc;
+    }
+    return KL_OK;
+}
+
+/* Skips the preamble: skip_rows physical lines, then comment lines and blank
+ * lines, from *pos; *lines counts them. */
+static int skip_preamble(source *s, size_t *pos, int64_t *lines, kl_err *e) {
+    const kl_dialect *d = &s->d;
+    const char eol = d->eol ? d->eol : '\n';
+    const size_t cmtn = strlen(d->comment);
+    int rc;
+    for (int k = 0; k < d->skip_rows; k++) {
+        const char *nl;
+        for (;;) {
+            nl = *pos < s->len ? memchr(s->buf + *pos, eol, s->len - *pos) : NULL;
+            if (nl || src_done(s) || s->len > s->d.max_record + ((size_t)16 << 20)) break;
+            if ((rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e))) return rc;
+        }
+        if (!nl) return kl_err_setloc(e, KL_EPARSE, s->name, k + 1, 0, "skip_rows %d: the source has only %d lines", d->skip_rows, k);
+        *pos = (size_t)(nl - s->buf) + 1;
+        (*lines)++;
+    }
+    for (;;) {
+        if ((rc = window_has(s, *pos, cmtn ? cmtn : 1, e))) return rc;
+        if (*pos >= s->len) return KL_OK;
+        const char c = s->buf[*pos];
+        int blank = c == eol || (c == '\r' && eol == '\n');
+        if (!blank && !(cmtn && s->len - *pos >= cmtn && !memcmp(s->buf + *pos, d->comment, cmtn))) return KL_OK;
+        const char *nl;
+        for (;;) {
+            nl = memchr(s->buf + *pos, eol, s->len - *pos);
+            if (nl || src_done(s) || s->len > s->d.max_record + ((size_t)16 << 20)) break;
+            if ((rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e))) return rc;
+        }
+        *pos = nl ? (size_t)(nl - s->buf) + 1 : s->len;
+        (*lines)++;
+    }
+}
+
+/* The header's column names: header_rows records from *pos, joined and
+ * normalised by kl_csv_header_add / kl_csv_header_names (names: the
+ * schema's; orig: the header's own text; n of each). */
+static int read_header(source *s, size_t *pos, int64_t *lines, char ***names, char ***orig, size_t *n, kl_err *e) {
+    kl_csv_rec r;
+    kl_csv_rec_init(&r);
+    kl_buf *cols = NULL;
+    size_t nc = 0;
+    int rc = KL_OK;
+    *names = *orig = NULL;
+    *n = 0;
+    for (int h = 0; h < s->d.header_rows; h++) {
+        size_t p;
+        kl_err pe = {0};
+        for (;;) { /* a compressed source: the record and a byte after it in the window */
+            p = *pos;
+            memset(&pe, 0, sizeof pe);
+            rc = kl_csv_next(&s->d, s->buf, s->len, &p, &r, &pe);
+            if ((!rc && p < s->len) || src_done(s) || s->len > s->d.max_record + 65536) break;
+            if ((rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e))) goto done;
+        }
+        if (rc == KL_CSV_END) { rc = kl_err_setloc(e, KL_EPARSE, s->name, *lines + 1, 0, "header: the source ends before header row %d", h + 1); goto done; }
+        if (rc) { rc = kl_err_setloc(e, KL_EPARSE, s->name, *lines + 1, 0, "header: %s", pe.msg); goto done; }
+        if (kl_csv_header_add(&cols, &nc, &r)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+        *lines += r.lines;
+        *pos = p;
+    }
+    if (kl_csv_header_names(cols, nc, names, orig)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    *n = nc;
+done:
+    for (size_t i = 0; i < nc; i++) kl_buf_free(&cols[i]);
+    free(cols);
+    kl_csv_rec_free(&r);
+    return rc;
+}
+
+static void free_names(char **v, size_t n) {
+    if (v) for (size_t i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
 
 static int setup_source(ictx *x, int si, size_t *data_begin, kl_err *e) {
     source *s = &x->src.v[si];
@@ -848,49 +1072,57 @@ static int setup_source(ictx *x, int si, size_t *data_begin, kl_err *e) {
     if (k >= s->len) return kl_err_set(e, KL_EPARSE, "%s: empty file (no records)", s->name);
     *data_begin = bom;
     x->hdr_lines[si] = 0;
-    if (s->d.format == KL_FMT_JSONL || !s->d.header) {
+    if (s->d.format == KL_FMT_JSONL) {
         for (size_t j = 0; j < nf; j++) map[j] = (int)j;
         x->nfile_cols[si] = (int)nf;
         return KL_OK;
     }
-    kl_csv_rec r;
-    kl_csv_rec_init(&r);
-    size_t pos = 0;
-    kl_err pe = {0};
-    for (;;) { /* a compressed source: the header and a byte after it in the window */
-        pos = 0;
-        memset(&pe, 0, sizeof pe);
-        rc = kl_csv_next(&s->d, s->buf, s->len, &pos, &r, &pe);
-        if ((!rc && pos < s->len) || src_done(s) || s->len > s->d.max_record + 65536) break;
-        if ((rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e))) { kl_csv_rec_free(&r); return rc; }
+    size_t pos = bom;
+    int64_t lines = 0;
+    if ((rc = skip_preamble(s, &pos, &lines, e))) return rc;
+    if (!s->d.header) { /* by position: the schema's columns in order (`_extra` is no column of the file) */
+        int nfile = 0;
+        for (size_t j = 0; j < nf; j++) map[j] = (int)j == x->extra_col ? -1 : nfile++;
+        x->nfile_cols[si] = nfile;
+        x->hdr_lines[si] = lines;
+        *data_begin = pos;
+        if (pos >= s->len) return kl_err_setloc(e, KL_EPARSE, s->name, lines + 1, 0, "no data rows after the preamble");
+        return KL_OK;
     }
-    if (rc) {
-        kl_csv_rec_free(&r);
-        return kl_err_setloc(e, KL_EPARSE, s->name, 1, 0, "header: %s", pe.msg);
-    }
-    x->hdr_lines[si] = r.lines;
-    x->nfile_cols[si] = (int)r.n;
-    rc = KL_OK;
+    char **names = NULL, **orig = NULL;
+    size_t n = 0;
+    if ((rc = read_header(s, &pos, &lines, &names, &orig, &n, e))) { free_names(names, n); free_names(orig, n); return rc; }
+    x->hdr_lines[si] = lines;
+    x->nfile_cols[si] = (int)n;
     for (size_t j = 0; j < nf && !rc; j++) {
         map[j] = -1;
-        for (size_t i = 0; i < r.n; i++)
-            if (strlen(sc->fields[j].name) == r.len[i] && !memcmp(sc->fields[j].name, r.f[i], r.len[i])) { map[j] = (int)i; break; }
+        if ((int)j == x->extra_col) continue;
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(sc->fields[j].name, names[i])) { map[j] = (int)i; break; }
         if (map[j] < 0)
-            rc = kl_err_setloc(e, KL_EINVAL, s->name, 1, 0, "column '%s' of the schema is missing from the header",
+            rc = kl_err_setloc(e, KL_EINVAL, s->name, lines, 0, "column '%s' of the schema is missing from the header",
                                sc->fields[j].name);
     }
-    if (!rc && r.n > nf) {
-        for (size_t i = 0; i < r.n; i++) {
-            int used = 0;
-            for (size_t j = 0; j < nf; j++) used |= map[j] == (int)i;
-            if (!used) kl_log(KL_LOG_WARN, "ingest", "%s: column '%.*s' is not in the schema; ignored", s->name,
-                              (int)r.len[i], r.f[i]);
+    kl_buf rn;
+    kl_buf_init(&rn);
+    for (size_t i = 0; i < n && !rc; i++) {
+        int used = 0;
+        for (size_t j = 0; j < nf; j++) used |= map[j] == (int)i;
+        if (!used) kl_log(KL_LOG_WARN, "ingest", "%s: column '%s' is not in the schema; ignored", s->name, names[i]);
+        if (strcmp(names[i], orig[i])) { /* the manifest keeps the header's own name */
+            kl_buf_puts(&rn, rn.len ? ", " : "{");
+            kl_buf_json_str(&rn, names[i]);
+            kl_buf_puts(&rn, ": ");
+            kl_buf_json_str(&rn, orig[i]);
         }
     }
-    kl_csv_rec_free(&r);
+    if (rn.len) { kl_buf_puts(&rn, "}"); x->renamed[si] = kl_buf_take(&rn); }
+    else kl_buf_free(&rn);
+    free_names(names, n);
+    free_names(orig, n);
     if (rc) return rc;
     *data_begin = pos;
-    if (pos >= s->len) return kl_err_setloc(e, KL_EPARSE, s->name, 2, 0, "no data rows after the header");
+    if (pos >= s->len) return kl_err_setloc(e, KL_EPARSE, s->name, lines + 1, 0, "no data rows after the header");
     return KL_OK;
 }
 
@@ -1423,7 +1655,7 @@ static int cut_chunk(ictx *x, int si, size_t begin, size_t end, size_t min_cap, 
 static int cut_source(ictx *x, int si, size_t begin, size_t bs, kl_err *e) {
     source *s = &x->src.v[si];
     splitter sp;
-    split_init(&sp, begin, bs, s->d.format == KL_FMT_CSV ? s->d.quote : 0);
+    split_init(&sp, begin, bs, &s->d);
     const size_t step = KL_MIN(bs, (size_t)1 << 20), wcap = bs + 2 * step;
     const size_t wmax = bs + 2 * KL_MAX(s->d.max_record, (size_t)1 << 20) + 2 * step;
     size_t cur = begin, b;
@@ -1594,7 +1826,9 @@ static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf,
         const source *sr = &x->src.v[i];
         kl_buf_puts(b, i ? ",\n    {\"name\": " : "\n    {\"name\": ");
         kl_buf_json_str(b, sr->name);
-        kl_buf_printf(b, ", \"sha256\": \"%s\", \"bytes\": %lld}", sr->sha, (long long)sr->bytes);
+        kl_buf_printf(b, ", \"sha256\": \"%s\", \"bytes\": %lld", sr->sha, (long long)sr->bytes);
+        if (x->renamed && x->renamed[i]) { kl_buf_puts(b, ", \"header_names\": "); kl_buf_puts(b, x->renamed[i]); }
+        kl_buf_puts(b, "}");
     }
     kl_buf_printf(b, "\n  ],\n  \"rows\": {\"read\": %lld, \"accepted\": %lld, \"rejected\": %lld},\n",
                   (long long)(accepted + rejected), (long long)accepted, (long long)rejected);
@@ -1605,7 +1839,16 @@ static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf,
             kl_buf_printf(b, "%s\"%s\": %lld", first ? "" : ", ", kl_reject_kind_name((kl_reject_kind)k), (long long)by_kind[k]);
             first = 0;
         }
-    kl_buf_printf(b, "}%s,\n  \"files\": [", rejected ? ",\n  \"rejects_file\": \"rejects.jsonl\"" : "");
+    kl_buf_puts(b, "}");
+    int64_t nrep = 0;
+    for (int k = 0; k < KL_REJ_COUNT && x->repairs; k++) nrep += x->repairs[k];
+    if (nrep) { /* --on-error recover: repairs by kind (warning rows of the rejects file) */
+        kl_buf_puts(b, ",\n  \"repairs\": {");
+        for (int k = 0, fst = 1; k < KL_REJ_COUNT; k++)
+            if (x->repairs[k]) { kl_buf_printf(b, "%s\"%s\": %lld", fst ? "" : ", ", kl_reject_kind_name((kl_reject_kind)k), (long long)x->repairs[k]); fst = 0; }
+        kl_buf_puts(b, "}");
+    }
+    kl_buf_printf(b, "%s,\n  \"files\": [", rejected || nrep ? ",\n  \"rejects_file\": \"rejects.jsonl\"" : "");
     for (size_t i = 0; i < nf; i++) {
         kl_buf_puts(b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
         kl_buf_json_str(b, f[i].rel);
@@ -1655,6 +1898,28 @@ static int64_t abs_line(ictx *x, size_t ci, int64_t rel) {
     return line;
 }
 
+/* One line of the rejects file: a rejected row, or (warn) a repair of
+ * --on-error recover with "warning": true and the repair in "repair". */
+static void reject_json(ictx *x, const reject *r, int64_t line, int warn, kl_buf *b) {
+    kl_buf_puts(b, "{\"source\": ");
+    kl_buf_json_str(b, x->src.v[r->src].name);
+    kl_buf_printf(b, ", \"line\": %lld, \"offset\": %lld, \"column\": ", (long long)line, (long long)r->offset);
+    if (r->col >= 0) kl_buf_json_str(b, x->schema->fields[r->col].name);
+    else kl_buf_puts(b, "null");
+    kl_buf_printf(b, ", \"kind\": \"%s\", %s", kl_reject_kind_name(r->kind), warn ? "\"warning\": true, \"repair\": " : "\"error\": ");
+    kl_buf_json_str(b, r->msg);
+    kl_buf_puts(b, ", \"raw\": ");
+    /* raw bytes may be invalid UTF-8: replace bad bytes for valid JSON */
+    size_t rn = strlen(r->raw);
+    if (kl_utf8_valid(r->raw, rn, NULL)) kl_buf_json_str(b, r->raw);
+    else {
+        char *cp = strdup(r->raw);
+        if (cp) { for (char *p = cp; *p; p++) if ((unsigned char)*p >= 0x80) *p = '?'; kl_buf_json_str(b, cp); free(cp); }
+        else b->failed = 1;
+    }
+    kl_buf_puts(b, "}\n");
+}
+
 static int write_rejects(ictx *x, const char *path, kl_err *e) {
     kl_afile *af;
     int rc = kl_afile_open(path, &af, e);
@@ -1662,34 +1927,18 @@ static int write_rejects(ictx *x, const char *path, kl_err *e) {
     FILE *fp = kl_afile_stream(af);
     kl_buf b;
     kl_buf_init(&b);
-    for (size_t ci = 0; ci < x->nch; ci++) {
+    for (size_t ci = 0; ci < x->nch && !rc; ci++) {
         chunk *c = &x->ch[ci];
         int64_t base = abs_line(x, ci, 0);
-        for (size_t k = 0; k < c->nrej; k++) {
-            reject *r = &c->rej[k];
+        size_t i = 0, w = 0;
+        while ((i < c->nrej || w < c->nwarn) && !rc) { /* both in line order; a repair before the row's reject */
+            int warn = w < c->nwarn && (i >= c->nrej || c->warn[w].line <= c->rej[i].line);
+            const reject *r = warn ? &c->warn[w++] : &c->rej[i++];
             kl_buf_reset(&b);
-            kl_buf_puts(&b, "{\"source\": ");
-            kl_buf_json_str(&b, x->src.v[r->src].name);
-            kl_buf_printf(&b, ", \"line\": %lld, \"offset\": %lld, \"column\": ", (long long)(base + r->line), (long long)r->offset);
-            if (r->col >= 0) kl_buf_json_str(&b, x->schema->fields[r->col].name);
-            else kl_buf_puts(&b, "null");
-            kl_buf_printf(&b, ", \"kind\": \"%s\", \"error\": ", kl_reject_kind_name(r->kind));
-            kl_buf_json_str(&b, r->msg);
-            kl_buf_puts(&b, ", \"raw\": ");
-            /* raw bytes may be invalid UTF-8: replace bad bytes for valid JSON */
-            size_t rn = strlen(r->raw);
-            if (kl_utf8_valid(r->raw, rn, NULL)) kl_buf_json_str(&b, r->raw);
-            else {
-                char *cp = strdup(r->raw);
-                if (cp) { for (char *p = cp; *p; p++) if ((unsigned char)*p >= 0x80) *p = '?'; kl_buf_json_str(&b, cp); free(cp); }
-            }
-            kl_buf_puts(&b, "}\n");
-            if (b.failed || fwrite(b.data, 1, b.len, fp) != b.len) {
+            reject_json(x, r, base + r->line, warn, &b);
+            if (b.failed || fwrite(b.data, 1, b.len, fp) != b.len)
                 rc = kl_err_set(e, b.failed ? KL_ENOMEM : -errno, "%s: %s", path, b.failed ? "out of memory" : strerror(errno));
-                break;
-            }
         }
-        if (rc) break;
     }
     kl_buf_free(&b);
     if (rc) { kl_afile_abort(af); return rc; }
@@ -1752,6 +2001,14 @@ static int fsync_tree(const char *dir, kl_err *e) {
     return rc ? rc : kl_fsync_dir(dir, e);
 }
 
+int kl_on_error_parse(const char *s, int *out) {
+    if (!strcmp(s, "reject")) *out = KL_ON_ERROR_REJECT;
+    else if (!strcmp(s, "recover")) *out = KL_ON_ERROR_RECOVER;
+    else if (!strcmp(s, "fail")) *out = KL_ON_ERROR_FAIL;
+    else return KL_EINVAL;
+    return KL_OK;
+}
+
 void kl_ingest_opts_default(kl_ingest_opts *o) {
     memset(o, 0, sizeof *o);
     o->codec = "zstd";
@@ -1771,6 +2028,8 @@ static void ictx_free(ictx *x) {
         free(c->cols);
         for (size_t k = 0; k < c->nrej; k++) { free(c->rej[k].msg); free(c->rej[k].raw); }
         free(c->rej);
+        for (size_t k = 0; k < c->nwarn; k++) { free(c->warn[k].msg); free(c->warn[k].raw); }
+        free(c->warn);
         if (c->st) for (size_t j = 0; j < x->schema->n_fields; j++) stat_free(&c->st[j]);
         free(c->st);
         free(c->row_line);
@@ -1783,6 +2042,8 @@ static void ictx_free(ictx *x) {
     free(x->colmap);
     free(x->nfile_cols);
     free(x->hdr_lines);
+    if (x->renamed) for (size_t i = 0; i < x->src.n; i++) free(x->renamed[i]);
+    free(x->renamed);
     sources_free(&x->src);
     kl_schema_free(x->schema);
 }
@@ -1800,8 +2061,59 @@ static void pick_dialect(const kl_schema *s, source *src) {
     kl_dialect sn;
     if (kl_dialect_sniff(src->buf, KL_MIN(src->len, (size_t)65536), &sn, NULL) == KL_OK) {
         if (sn.format == KL_FMT_JSONL) src->d.format = KL_FMT_JSONL;
-        else src->d.delim = sn.delim;
+        else if (sn.delim != ' ') src->d.delim = sn.delim; /* (as before: one byte of , tab ; |) */
     }
+}
+
+/* A source in another encoding is read as UTF-8: a plain file is transcoded
+ * whole into memory (the mapping is dropped; reject offsets are then in the
+ * UTF-8 text). A UTF-16 BOM always means UTF-16. */
+static int transcode_source(source *s, kl_err *e) {
+    kl_encoding enc = s->d.encoding;
+    const unsigned char *b = (const unsigned char *)s->buf;
+    if (s->len >= 2 && ((b[0] == 0xff && b[1] == 0xfe) || (b[0] == 0xfe && b[1] == 0xff)))
+        enc = b[0] == 0xff ? KL_ENC_UTF16LE : KL_ENC_UTF16BE;
+    if (enc == KL_ENC_UTF8 || s->d.format != KL_FMT_CSV) return KL_OK;
+    if (s->compressed)
+        return kl_err_set(e, KL_EINVAL, "%s: encoding %s is read from plain files only (decompress the source first)", s->name,
+                          kl_encoding_name(enc));
+    char *out;
+    size_t outn;
+    int rc = kl_transcode_utf8(enc, s->buf, s->len, &out, &outn, e);
+    if (rc) { kl_err_prefix(e, "%s: %s", s->name, kl_encoding_name(enc)); return rc; }
+    source_unload(s);
+    s->buf = out;
+    s->len = outn;
+    s->mapped = 0;
+    s->d.encoding = enc;
+    return KL_OK;
+}
+
+/* recover mode: the `_extra` column (a long row's extra fields) joins the schema. */
+static int add_extra_column(kl_schema *s, int *col, kl_err *e) {
+    int k = kl_schema_find(s, "_extra");
+    if (k >= 0) {
+        if (s->fields[k].type != KL_T_STRING || !s->fields[k].nullable)
+            return kl_err_set(e, KL_EINVAL, "--on-error recover: the schema's column _extra must be a nullable string");
+        *col = k;
+        return KL_OK;
+    }
+    kl_field *nf = realloc(s->fields, (s->n_fields + 1) * sizeof *nf);
+    if (!nf) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    s->fields = nf;
+    kl_field *f = &s->fields[s->n_fields];
+    memset(f, 0, sizeof *f);
+    if (!(f->name = strdup("_extra"))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    f->type = KL_T_STRING;
+    f->nullable = 1;
+    f->max_null_ratio = 1;
+    *col = (int)s->n_fields++;
+    kl_buf b;
+    kl_buf_init(&b);
+    if (kl__schema_canonical(s, &b) || b.failed) { kl_buf_free(&b); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    free(s->text);
+    s->text = kl_buf_take(&b);
+    return KL_OK;
 }
 
 static int read_pointer(const char *path, char id[65]) {
@@ -1864,6 +2176,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     int rc;
     if (!o->out_dir || !o->schema_path || !o->n_sources) return kl_err_set(e, KL_EINVAL, "ingest needs sources, a schema and an output folder");
     if ((rc = kl_schema_load_file(o->schema_path, &x.schema, e))) return rc;
+    x.extra_col = -1;
     kl_pq_write_opts wo;
     kl_pq_write_opts_default(&wo);
     if (o->codec && kl_pq_codec_parse(o->codec, &wo.codec)) { rc = kl_err_set(e, KL_EINVAL, "unknown codec '%s' (zstd, snappy, gzip, none)", o->codec); goto fail; }
@@ -1893,7 +2206,13 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
             goto fail;
         }
         pick_dialect(x.schema, &x.src.v[i]);
+        if ((rc = transcode_source(&x.src.v[i], e))) goto fail;
+        kl_dialect_resolve_eol(&x.src.v[i].d, x.src.v[i].buf, KL_MIN(x.src.v[i].len, (size_t)65536));
+        x.src.v[i].d.lenient = o->on_error == KL_ON_ERROR_RECOVER;
     }
+    int any_csv = 0;
+    for (size_t i = 0; i < x.src.n; i++) any_csv |= x.src.v[i].d.format == KL_FMT_CSV;
+    if (o->on_error == KL_ON_ERROR_RECOVER && any_csv && (rc = add_extra_column(x.schema, &x.extra_col, e))) goto fail;
 
     /* ---- idempotency: the ingest key ---- */
     {
@@ -1902,9 +2221,11 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
         kl_buf_printf(&kb, "keel-ingest-1\n%s\ncodec=%s level=%d rg=%llu part=%s ratio=%.17g chunk=%zu\n", x.schema->text,
                       kl_pq_codec_name(wo.codec), wo.zstd_level, (unsigned long long)wo.row_group_rows,
                       o->partition_by ? o->partition_by : "", o->max_reject_ratio, o->chunk_bytes);
+        if (o->on_error) kl_buf_printf(&kb, "on_error=%s\n", o->on_error == KL_ON_ERROR_RECOVER ? "recover" : "fail");
         for (size_t i = 0; i < x.src.n; i++) {
             char dl[2] = {x.src.v[i].d.delim, 0};
             kl_buf_printf(&kb, "%s %s %d %s\n", x.src.v[i].name, x.src.v[i].sha, (int)x.src.v[i].d.format, dl);
+            if (x.src.v[i].d.eol == '\r') kl_buf_puts(&kb, "eol=cr\n");
         }
         if (kb.failed) { kl_buf_free(&kb); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
         kl_sha256_buf_hex(kb.data, kb.len, key);
@@ -1947,7 +2268,8 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     x.colmap = calloc(x.src.n, sizeof *x.colmap);
     x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
     x.hdr_lines = calloc(x.src.n, sizeof *x.hdr_lines);
-    if (!x.colmap || !x.nfile_cols || !x.hdr_lines) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    x.renamed = calloc(x.src.n, sizeof *x.renamed);
+    if (!x.colmap || !x.nfile_cols || !x.hdr_lines || !x.renamed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     for (size_t j = 0; j < x.schema->n_fields; j++) x.need_row_pos |= x.schema->fields[j].unique;
     x.streaming = pcol < 0 && !x.need_row_pos;
     x.wo = wo;
@@ -1987,11 +2309,26 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     int64_t t_parse = kl_time_mono_ns();
     if ((rc = check_unique(&x, e))) goto fail;
-    int64_t by_kind[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0;
+    int64_t by_kind[KL_REJ_COUNT] = {0}, repairs[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0, repaired = 0;
     for (size_t i = 0; i < x.nch; i++) {
         accepted += (int64_t)x.ch[i].rows;
         rejected += (int64_t)x.ch[i].nrej;
+        repaired += (int64_t)x.ch[i].nwarn;
         for (size_t k = 0; k < x.ch[i].nrej; k++) by_kind[x.ch[i].rej[k].kind]++;
+        for (size_t k = 0; k < x.ch[i].nwarn; k++) repairs[x.ch[i].warn[k].kind]++;
+    }
+    res->rows_repaired = repaired;
+    x.repairs = repairs;
+    if (o->on_error == KL_ON_ERROR_FAIL && rejected) { /* the first rejected row fails the ingest */
+        for (size_t i = 0; i < x.nch; i++)
+            if (x.ch[i].nrej) {
+                const reject *r = &x.ch[i].rej[0];
+                summarize(&x, by_kind, "--on-error fail: a row was rejected", res);
+                if (o->rejects_path) write_rejects(&x, o->rejects_path, NULL);
+                rc = kl_err_setloc(e, KL_EPARSE, x.src.v[r->src].name, abs_line(&x, i, r->line), 0, "%s (--on-error fail); nothing was published",
+                                   r->msg);
+                goto fail;
+            }
     }
     res->rows_accepted = accepted;
     res->rows_rejected = rejected;
@@ -2040,7 +2377,7 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     }
     int64_t t_write = kl_time_mono_ns();
     char p[4300];
-    if (rejected) {
+    if (rejected || repaired) {
         snprintf(p, sizeof p, "%s/rejects.jsonl", staging);
         if ((rc = write_rejects(&x, p, e))) goto fail;
     }

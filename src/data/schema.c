@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void kl_schema_free(kl_schema *s) {
     if (!s) return;
@@ -21,6 +22,7 @@ void kl_schema_free(kl_schema *s) {
     }
     free(s->fields);
     free(s->note);
+    free(s->dialect_note);
     free(s->name);
     free(s->sha256);
     free(s->text);
@@ -44,8 +46,100 @@ static int one_char(const kl_node *n, char *out, int allow_empty, kl_err *e) {
     return KL_OK;
 }
 
+/* A separator of numbers: one of , . space ' or none. */
+static int num_sep(const kl_node *n, char *out, int allow_none, kl_err *e) {
+    const char *v;
+    int rc = kl_node_str(n, &v, e);
+    if (rc) return rc;
+    if (allow_none && (!*v || !strcmp(v, "none"))) { *out = 0; return KL_OK; }
+    if (strlen(v) != 1 || !strchr(allow_none ? ",. '_" : ",.", v[0]))
+        return kl_node_error(n, e, KL_EINVAL, "expected %s, got \"%s\"", allow_none ? "one of , . ' _ space or none" : "'.' or ','", v);
+    *out = v[0];
+    return KL_OK;
+}
+
+static int load_delimiter(const kl_node *n, kl_dialect *d, kl_err *e) {
+    const char *v;
+    int rc = kl_node_str(n, &v, e);
+    if (rc) return rc;
+    if (!strcmp(v, "\\t") || !strcmp(v, "tab")) v = "\t";
+    size_t len = strlen(v);
+    if (len == 0 || len >= sizeof d->delim_s)
+        return kl_node_error(n, e, KL_EINVAL, "a delimiter is 1 to %zu bytes, got \"%s\"", sizeof d->delim_s - 1, v);
+    if (strchr(v, '\n') || strchr(v, '\r')) return kl_node_error(n, e, KL_EINVAL, "a delimiter cannot hold a line break");
+    d->delim = v[0];
+    d->delim_n = len > 1 ? (int)len : 0;
+    memset(d->delim_s, 0, sizeof d->delim_s);
+    if (len > 1) memcpy(d->delim_s, v, len);
+    return KL_OK;
+}
+
+static int load_nulls(const kl_node *n, kl_dialect *d, kl_err *e) {
+    int rc;
+    d->n_null = 0;
+    size_t cnt = kl_node_kind_of(n) == KL_NODE_SEQ ? kl_node_len(n) : 1;
+    for (size_t i = 0; i < cnt; i++) {
+        const kl_node *x = kl_node_kind_of(n) == KL_NODE_SEQ ? kl_node_at(n, i) : n;
+        const char *v = "";
+        if (kl_node_kind_of(x) != KL_NODE_NULL && (rc = kl_node_str(x, &v, e))) return rc;
+        if (d->n_null >= KL_MAX_NULL_TOKENS || strlen(v) >= sizeof d->null_tokens[0])
+            return kl_node_error(x, e, KL_EINVAL, "at most %d null tokens of up to 15 bytes", KL_MAX_NULL_TOKENS);
+        strcpy(d->null_tokens[d->n_null++], v);
+    }
+    return KL_OK;
+}
+
+/* The dialect options of the CSV reader (docs/data.md "Dialect"). */
+static int load_csv_options(const kl_node *m, kl_dialect *d, kl_err *e) {
+    const kl_node *n;
+    const char *v;
+    int rc;
+    int64_t iv;
+    if ((n = kl_node_get(m, "escape"))) {
+        if ((rc = one_char(n, &d->escape, 1, e))) return rc;
+        if (d->escape == '\n' || d->escape == '\r') return kl_node_error(n, e, KL_EINVAL, "an escape cannot be a line break");
+    }
+    if ((rc = kl_spec_int(m, "header_rows", d->header_rows, &iv, e))) return rc;
+    if (iv < 1 || iv > 16) return kl_node_error(kl_node_get(m, "header_rows"), e, KL_EINVAL, "header_rows must be 1 to 16");
+    d->header_rows = (int)iv;
+    if ((rc = kl_spec_int(m, "skip_rows", d->skip_rows, &iv, e))) return rc;
+    if (iv < 0 || iv > 1000000) return kl_node_error(kl_node_get(m, "skip_rows"), e, KL_EINVAL, "skip_rows must be 0 to 1000000");
+    d->skip_rows = (int)iv;
+    if ((n = kl_node_get(m, "comment"))) {
+        if ((rc = kl_node_str(n, &v, e))) return rc;
+        if (strlen(v) >= sizeof d->comment || strchr(v, '\n') || strchr(v, '\r'))
+            return kl_node_error(n, e, KL_EINVAL, "a comment prefix is up to %zu bytes on one line", sizeof d->comment - 1);
+        snprintf(d->comment, sizeof d->comment, "%s", v);
+    }
+    if ((n = kl_node_get(m, "line_terminator"))) {
+        if ((rc = kl_node_str(n, &v, e))) return rc;
+        int t = !strcmp(v, "auto") ? KL_LT_AUTO : !strcasecmp(v, "lf") || !strcmp(v, "\n") ? KL_LT_LF
+              : !strcasecmp(v, "crlf") || !strcmp(v, "\r\n") ? KL_LT_CRLF : !strcasecmp(v, "cr") || !strcmp(v, "\r") ? KL_LT_CR : -1;
+        if (t < 0) return kl_node_error(n, e, KL_EINVAL, "line_terminator must be auto, lf, crlf or cr, got \"%s\"", v);
+        d->line_term = (kl_line_term)t;
+        d->eol = t == KL_LT_CR ? '\r' : '\n';
+    }
+    if ((n = kl_node_get(m, "encoding"))) {
+        if ((rc = kl_node_str(n, &v, e))) return rc;
+        if (kl_encoding_parse(v, &d->encoding))
+            return kl_node_error(n, e, KL_EINVAL, "encoding must be utf-8, utf-16le, utf-16be, latin-1 or windows-1252, got \"%s\"", v);
+    }
+    if ((n = kl_node_get(m, "decimal")) && (rc = num_sep(n, &d->decimal, 0, e))) return rc;
+    if ((n = kl_node_get(m, "thousands")) && (rc = num_sep(n, &d->thousands, 1, e))) return rc;
+    if (d->thousands && d->thousands == d->decimal)
+        return kl_node_error(kl_node_get(m, "thousands"), e, KL_EINVAL, "thousands and decimal separators must differ");
+    if ((rc = kl_spec_bool(m, "trim", d->trim, &d->trim, e))) return rc;
+    size_t dn;
+    const char *dl = kl_dialect_delim(d, &dn);
+    if (d->quote && memchr(dl, d->quote, dn)) return kl_node_error(m, e, KL_EINVAL, "the quote character is part of the delimiter");
+    if (d->escape && memchr(dl, d->escape, dn)) return kl_node_error(m, e, KL_EINVAL, "the escape character is part of the delimiter");
+    return KL_OK;
+}
+
 static int load_dialect(const kl_node *m, kl_dialect *d, kl_err *e) {
-    static const char *const keys[] = {"format", "delimiter", "quote", "header", "null", "max_record_bytes"};
+    static const char *const keys[] = {"format", "delimiter", "quote", "header", "null", "max_record_bytes", "escape",
+                                       "header_rows", "skip_rows", "comment", "line_terminator", "encoding", "decimal",
+                                       "thousands", "trim"};
     int rc = kl_spec_check_keys(m, keys, KL_ARRAY_LEN(keys), e);
     if (rc) return rc;
     if (kl_node_kind_of(m) != KL_NODE_MAP) return kl_node_error(m, e, KL_EINVAL, "expected a map");
@@ -57,26 +151,15 @@ static int load_dialect(const kl_node *m, kl_dialect *d, kl_err *e) {
         else if (!strcmp(v, "jsonl") || !strcmp(v, "ndjson")) d->format = KL_FMT_JSONL;
         else return kl_node_error(n, e, KL_EINVAL, "format must be csv, tsv or jsonl, got \"%s\"", v);
     }
-    if ((n = kl_node_get(m, "delimiter")) && (rc = one_char(n, &d->delim, 0, e))) return rc;
+    if ((n = kl_node_get(m, "delimiter")) && (rc = load_delimiter(n, d, e))) return rc;
     if ((n = kl_node_get(m, "quote")) && (rc = one_char(n, &d->quote, 1, e))) return rc;
     if ((rc = kl_spec_bool(m, "header", d->header, &d->header, e))) return rc;
-    if ((n = kl_node_get(m, "null"))) {
-        d->n_null = 0;
-        size_t cnt = kl_node_kind_of(n) == KL_NODE_SEQ ? kl_node_len(n) : 1;
-        for (size_t i = 0; i < cnt; i++) {
-            const kl_node *x = kl_node_kind_of(n) == KL_NODE_SEQ ? kl_node_at(n, i) : n;
-            const char *v = "";
-            if (kl_node_kind_of(x) != KL_NODE_NULL && (rc = kl_node_str(x, &v, e))) return rc;
-            if (d->n_null >= KL_MAX_NULL_TOKENS || strlen(v) >= sizeof d->null_tokens[0])
-                return kl_node_error(x, e, KL_EINVAL, "at most %d null tokens of up to 15 bytes", KL_MAX_NULL_TOKENS);
-            strcpy(d->null_tokens[d->n_null++], v);
-        }
-    }
+    if ((n = kl_node_get(m, "null")) && (rc = load_nulls(n, d, e))) return rc;
     int64_t mr;
     if ((rc = kl_spec_int(m, "max_record_bytes", (int64_t)d->max_record, &mr, e))) return rc;
     if (mr < 16) return kl_node_error(kl_node_get(m, "max_record_bytes"), e, KL_EINVAL, "must be at least 16");
     d->max_record = (size_t)mr;
-    return KL_OK;
+    return load_csv_options(m, d, e);
 }
 
 /* min/max of a field: numbers for numeric types, ISO strings for date/timestamp. */
@@ -308,7 +391,7 @@ static int wanted(const kl_field *f, const char *const *cols, size_t ncols) {
 
 int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl_buf *b) {
     const kl_dialect *d = &s->dialect;
-    char q[2] = {d->quote, 0}, dl[2] = {d->delim, 0};
+    char q[2] = {d->quote, 0};
     kl_buf_puts(b, "{\"columns\":[");
     for (size_t i = 0, out = 0; i < s->n_fields; i++) {
         const kl_field *f = &s->fields[i];
@@ -342,16 +425,32 @@ int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl
         if (f->unique) kl_buf_puts(b, ",\"unique\":true");
         kl_buf_puts(b, "}");
     }
-    kl_buf_puts(b, "],\"dialect\":{\"delimiter\":");
-    kl_buf_json_str(b, dl);
-    kl_buf_printf(b, ",\"format\":\"%s\",\"header\":%s,\"max_record_bytes\":%zu,\"null\":[",
-                  d->format == KL_FMT_JSONL ? "jsonl" : "csv", d->header ? "true" : "false", d->max_record);
+    kl_buf_puts(b, "],\"dialect\":{");
+    /* options beyond the original dialect only when set, so that a schema without them keeps its text (and ids) */
+    char one[2] = {0, 0};
+    if (d->comment[0]) { kl_buf_puts(b, "\"comment\":"); kl_buf_json_str(b, d->comment); kl_buf_puts(b, ","); }
+    if (d->decimal && d->decimal != '.') { one[0] = d->decimal; kl_buf_puts(b, "\"decimal\":"); kl_buf_json_str(b, one); kl_buf_puts(b, ","); }
+    size_t dn;
+    const char *dls = kl_dialect_delim(d, &dn);
+    char dlb[sizeof d->delim_s + 1] = {0};
+    memcpy(dlb, dls, dn);
+    kl_buf_puts(b, "\"delimiter\":");
+    kl_buf_json_str(b, dlb);
+    if (d->encoding != KL_ENC_UTF8) kl_buf_printf(b, ",\"encoding\":\"%s\"", kl_encoding_name(d->encoding));
+    if (d->escape) { one[0] = d->escape; kl_buf_puts(b, ",\"escape\":"); kl_buf_json_str(b, one); }
+    kl_buf_printf(b, ",\"format\":\"%s\",\"header\":%s", d->format == KL_FMT_JSONL ? "jsonl" : "csv", d->header ? "true" : "false");
+    if (d->header_rows > 1) kl_buf_printf(b, ",\"header_rows\":%d", d->header_rows);
+    if (d->line_term != KL_LT_AUTO) kl_buf_printf(b, ",\"line_terminator\":\"%s\"", kl_line_term_name(d->line_term));
+    kl_buf_printf(b, ",\"max_record_bytes\":%zu,\"null\":[", d->max_record);
     for (int i = 0; i < d->n_null; i++) {
         if (i) kl_buf_puts(b, ",");
         kl_buf_json_str(b, d->null_tokens[i]);
     }
     kl_buf_puts(b, "],\"quote\":");
     kl_buf_json_str(b, q);
+    if (d->skip_rows) kl_buf_printf(b, ",\"skip_rows\":%d", d->skip_rows);
+    if (d->thousands) { one[0] = d->thousands; kl_buf_puts(b, ",\"thousands\":"); kl_buf_json_str(b, one); }
+    if (d->trim) kl_buf_puts(b, ",\"trim\":true");
     kl_buf_puts(b, "},\"name\":");
     kl_buf_json_str(b, s->name ? s->name : "");
     if (s->sha256) { kl_buf_puts(b, ",\"sha256\":"); kl_buf_json_str(b, s->sha256); }
@@ -426,14 +525,27 @@ int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
     kl_buf_puts(b, "dialect:\n");
     kl_buf_printf(b, "  format: %s\n", d->format == KL_FMT_JSONL ? "jsonl" : "csv");
     if (d->format == KL_FMT_CSV) {
-        char dl[2] = {d->delim, 0};
+        size_t dn;
+        const char *dls = kl_dialect_delim(d, &dn);
+        char dl[sizeof d->delim_s + 1] = {0}, one[2] = {0, 0};
+        memcpy(dl, dls, dn);
+        if (s->dialect_note) comment(b, "  ", s->dialect_note);
         kl_buf_puts(b, "  delimiter: ");
         yq(b, dl);
         kl_buf_puts(b, "\n");
         kl_buf_puts(b, "  quote: ");
         yq(b, q);
+        if (d->escape) { one[0] = d->escape; kl_buf_puts(b, "\n  escape: "); yq(b, one); }
         kl_buf_printf(b, "\n  header: %s\n", d->header ? "true" : "false");
-        kl_buf_printf(b, "  # sniffed: line endings %s%s\n", d->crlf ? "CRLF" : "LF", d->bom ? ", UTF-8 BOM" : "");
+        if (d->header_rows > 1) kl_buf_printf(b, "  header_rows: %d\n", d->header_rows);
+        if (d->skip_rows) kl_buf_printf(b, "  skip_rows: %d\n", d->skip_rows);
+        if (d->comment[0]) { kl_buf_puts(b, "  comment: "); yq(b, d->comment); kl_buf_puts(b, "\n"); }
+        if (d->line_term != KL_LT_AUTO) kl_buf_printf(b, "  line_terminator: %s\n", kl_line_term_name(d->line_term));
+        if (d->encoding != KL_ENC_UTF8) kl_buf_printf(b, "  encoding: %s\n", kl_encoding_name(d->encoding));
+        if (d->decimal && d->decimal != '.') { one[0] = d->decimal; kl_buf_puts(b, "  decimal: "); yq(b, one); kl_buf_puts(b, "\n"); }
+        if (d->thousands) { one[0] = d->thousands; kl_buf_puts(b, "  thousands: "); yq(b, one); kl_buf_puts(b, "\n"); }
+        if (d->trim) kl_buf_puts(b, "  trim: true\n");
+        if (!s->dialect_note) kl_buf_printf(b, "  # sniffed: line endings %s%s\n", d->crlf ? "CRLF" : "LF", d->bom ? ", UTF-8 BOM" : "");
     }
     kl_buf_puts(b, "  null: [");
     for (int i = 0; i < d->n_null; i++) {

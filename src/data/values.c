@@ -396,19 +396,52 @@ static int check_value(const kl_field *f, kl_value *v, const char *s, int shown,
 #undef SHOW_NUMBER
 }
 
-int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char *msg, size_t msgn) {
+/* A number written with the dialect's separators (decimal ',', thousands
+ * '.' ' ' '\'' ...) in the form the number parsers read: group separators
+ * between digits of the integer part dropped, the decimal separator made
+ * '.'. 0 when the text needs no change or does not fit nb (then it is read
+ * as it is); the parsers then decide whether it is a number. */
+int kl_num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, size_t nbn, size_t *out) {
+    const char dec = d->decimal ? d->decimal : '.', th = d->thousands;
+    if (n >= nbn) return 0;
+    size_t o = 0;
+    int frac = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int digit_before = i > 0 && (unsigned)(s[i - 1] - '0') <= 9, digit_after = i + 1 < n && (unsigned)(s[i + 1] - '0') <= 9;
+        if (th && c == th && !frac && digit_before && digit_after) continue;
+        if (c == dec && !frac) { nb[o++] = '.'; frac = 1; continue; }
+        if (c == '.' && dec != '.') { /* a '.' that is no separator here: not a number */
+            nb[0] = 'x';
+            *out = 1;
+            return 1;
+        }
+        if (c == 'e' || c == 'E') frac = 1;
+        nb[o++] = c;
+    }
+    *out = o;
+    return 1;
+}
+
+static int value_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, kl_value *v, char *msg, size_t msgn) {
     int rc;
     const int shown = n > 40 ? 40 : (int)n;
+    const char *ns = s; /* the number's text in the parsers' form */
+    size_t nn = n;
+    char nb[128];
+    if (d && (d->thousands || (d->decimal && d->decimal != '.')) && f->type <= KL_T_FLOAT64 &&
+        kl_num_normalize(d, s, n, nb, sizeof nb, &nn))
+        ns = nb;
     switch (f->type) {
     case KL_T_INT32:
     case KL_T_INT64:
-        rc = kl_parse_i64n(s, n, &v->i);
+        rc = kl_parse_i64n(ns, nn, &v->i);
         if (rc == KL_ERANGE) REJ(KL_REJ_RANGE, "'%.*s' overflows %s", shown, s, kl_type_name(f->type));
         if (rc) REJ(KL_REJ_TYPE, "'%.*s' is not an %s", shown, s, kl_type_name(f->type));
         break;
     case KL_T_FLOAT32:
     case KL_T_FLOAT64:
-        rc = kl_parse_f64n(s, n, &v->d);
+        rc = kl_parse_f64n(ns, nn, &v->d);
         if (rc == KL_ERANGE) REJ(KL_REJ_RANGE, "'%.*s' overflows %s", shown, s, kl_type_name(f->type));
         if (rc) REJ(KL_REJ_TYPE, "'%.*s' is not a %s", shown, s, kl_type_name(f->type));
         break;
@@ -451,6 +484,10 @@ int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char
     return check_value(f, v, s, shown, msg, msgn);
 }
 
+int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char *msg, size_t msgn) {
+    return value_parse(f, NULL, s, n, v, msg, msgn);
+}
+
 /* ---- one raw cell: the grammar shared by ingest and the online path ----- */
 
 int kl_null_token(const kl_dialect *d, const char *s, size_t n) {
@@ -469,7 +506,7 @@ int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t 
         if (!f->nullable) REJ(KL_REJ_NULL, "null in a non-nullable column");
         return KL_OK;
     }
-    return kl_value_parse(f, s, n, v, msg, msgn);
+    return value_parse(f, d, s, n, v, msg, msgn);
 }
 
 static int is_text_type(kl_type t) { return t == KL_T_STRING || t == KL_T_CATEGORY; }

@@ -267,7 +267,12 @@ KL_TEST(ingest_schema_errors_line_col) {
     KT_CHECK(!s);
     KT_CONTAINS(kl_err_what(&e), "expected an integer");
     kl_err_clear(&e);
-    s = load("dialect: {delimiter: ';;'}\ncolumns:\n  - {name: a, type: int64}\n", &e);
+    /* (a delimiter of several bytes is valid since issue 26; an empty one and one of 8+ bytes are not) */
+    s = load("dialect: {delimiter: ''}\ncolumns:\n  - {name: a, type: int64}\n", &e);
+    KT_CHECK(!s);
+    KT_CONTAINS(kl_err_what(&e), "s.yaml:1:");
+    kl_err_clear(&e);
+    s = load("dialect: {delimiter: 'abcdefghij'}\ncolumns:\n  - {name: a, type: int64}\n", &e);
     KT_CHECK(!s);
     KT_CONTAINS(kl_err_what(&e), "s.yaml:1:");
     kl_err_clear(&e);
