@@ -104,19 +104,23 @@ static int cmd_dump(int argc, char **argv) {
         } else {
             kl_buf_puts(&out, ",\"ok\":true,");
             put_columns(c, n);
-            /* unsupported (nested) columns */
+            /* columns keel cannot read, and why */
             kl_pq_reader *r;
             if (kl_pq_open(argv[i], &r, &e) == 0) {
                 kl_buf_puts(&out, ",\"unsupported\":[");
                 int first = 1;
-                for (size_t k = 0; k < kl_pq_num_columns(r); k++) {
-                    const kl_pq_column_info *ci = kl_pq_column(r, k);
+                kl_buf why;
+                kl_buf_init(&why);
+                for (size_t k = 0; k < kl_pq_num_top(r); k++) {
+                    const kl_pq_column_info *ci = kl_pq_column(r, kl_pq_top(r, k));
                     if (ci->supported) continue;
-                    if (!first) kl_buf_puts(&out, ",");
+                    if (!first) { kl_buf_puts(&out, ","); kl_buf_puts(&why, ","); }
                     kl_buf_json_str(&out, ci->name);
+                    kl_buf_json_str(&why, ci->why);
                     first = 0;
                 }
-                kl_buf_puts(&out, "]");
+                kl_buf_printf(&out, "],\"why\":[%s]", why.data ? why.data : "");
+                kl_buf_free(&why);
                 kl_pq_close(r);
             }
             for (size_t k = 0; k < n; k++) kl_column_free(c[k]);
