@@ -651,9 +651,19 @@ static void put_jnum(kl_buf *b, double v) {
     else kl_buf_puts(b, "null");
 }
 
-static void groupby_key(const kl_pq_group *g, kl_col_type t, char *buf, size_t n) {
+static void groupby_key(const kl_pq_group *g, kl_col_type t, int uns, int uuid, char *buf, size_t n) {
     if (g->key.is_null) snprintf(buf, n, "NULL");
-    else if (t == KL_COL_STRING || t == KL_COL_BINARY) snprintf(buf, n, "%.*s", (int)KL_MIN(g->key.n, n - 1), g->key.s);
+    else if (t == KL_COL_BINARY) {
+        kl_pq_column_info ci = {0};
+        ci.logical = uuid ? "UUID" : "";
+        kl_buf b;
+        kl_buf_init(&b);
+        fmt_bytes(&b, g->key.s, g->key.n, t, &ci, 0);
+        snprintf(buf, n, "%s", b.data ? b.data : "");
+        kl_buf_free(&b);
+    }
+    else if (t == KL_COL_STRING) snprintf(buf, n, "%.*s", (int)KL_MIN(g->key.n, n - 1), g->key.s);
+    else if (uns) snprintf(buf, n, "%llu", (unsigned long long)(uint64_t)g->key.i);
     else if (t == KL_COL_BOOL) snprintf(buf, n, "%s", g->key.i ? "true" : "false");
     else if (t == KL_COL_DATE || t == KL_COL_TIMESTAMP) fmt_int(t, g->key.i, buf, n);
     else snprintf(buf, n, "%lld", (long long)g->key.i);
@@ -669,10 +679,16 @@ static int groupby(int argc, char **argv) {
     const char *by = app_get(&a, "by"), *sum = app_get(&a, "sum");
     kl_pq_groups g = {0};
     kl_col_type kt = KL_COL_STRING;
+    int kuns = 0, kuuid = 0;
     for (size_t fi = 0; fi < d.nfiles && rc < 0; fi++) {
         kl_pq_reader *r;
         if (kl_pq_open(d.files[fi], &r, &e)) { rc = app_fail(&e); break; }
-        if (by && kl_pq_find_column(r, by) >= 0) kt = kl_pq_column(r, (size_t)kl_pq_find_column(r, by))->type;
+        if (by && kl_pq_find_column(r, by) >= 0) {
+            const kl_pq_column_info *ci = kl_pq_column(r, (size_t)kl_pq_find_column(r, by));
+            kt = ci->type;
+            kuns = ci->is_unsigned;
+            kuuid = ci->logical && !strcmp(ci->logical, "UUID");
+        }
         if (kl_pq_group_by(r, by, sum, &g, &e)) {
             if (!strstr(kl_err_what(&e), d.files[fi])) kl_err_prefix(&e, "%s", d.files[fi]);
             rc = app_fail(&e);
@@ -690,7 +706,7 @@ static int groupby(int argc, char **argv) {
     for (size_t i = 0; i < g.n; i++) {
         const kl_pq_group *x = &g.g[i];
         char k[256];
-        groupby_key(x, kt, k, sizeof k);
+        groupby_key(x, kt, kuns, kuuid, k, sizeof k);
         double mean = x->count ? x->sum / (double)x->count : NAN;
         if (json) {
             kl_buf_puts(&b, i ? ", {\"key\": " : "{\"key\": ");

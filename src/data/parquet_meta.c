@@ -196,6 +196,7 @@ static void leaf_type(pq_leaf *L, const pq_schema_el *el) {
     case PT_FLBA:
         if (is_dec) { L->type = KL_COL_FLOAT64; L->kind = K_DECBIN; }
         else if (lt == 15 && el->type_length == 2) { L->type = KL_COL_FLOAT32; L->kind = K_F16; strcpy(lg, "FLOAT16"); }
+        else if (!lt && ct == CT_INTERVAL && el->type_length == 12) { L->type = KL_COL_STRING; L->kind = K_INTERVAL; strcpy(lg, "INTERVAL"); }
         else { L->type = KL_COL_BINARY; L->kind = K_BYTES; if (lt == 14) strcpy(lg, "UUID"); }
         break;
     }

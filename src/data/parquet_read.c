@@ -545,11 +545,42 @@ static float half_to_float(uint16_t h) {
 
 static int64_t floordiv(int64_t a, int64_t b) { return a / b - (a % b < 0); }
 
+/* INTERVAL (months, days, milliseconds: three little-endian uint32) as
+ * DuckDB prints it: "1 year 2 months 3 days 04:05:06.007", "00:00:00". */
+static size_t interval_text(const uint8_t *p, char *out, size_t cap) {
+    uint32_t mo, dd, ms;
+    memcpy(&mo, p, 4); memcpy(&dd, p + 4, 4); memcpy(&ms, p + 8, 4);
+    size_t n = 0;
+    uint32_t y = mo / 12, m = mo % 12;
+#define PART(v, w) if (v) n += (size_t)snprintf(out + n, cap - n, "%s%u %s%s", n ? " " : "", v, w, v == 1 ? "" : "s")
+    PART(y, "year");
+    PART(m, "month");
+    PART(dd, "day");
+#undef PART
+    if (ms || n == 0) {
+        uint32_t s = ms / 1000, f = ms % 1000;
+        n += (size_t)snprintf(out + n, cap - n, "%s%02u:%02u:%02u", n ? " " : "", s / 3600, s / 60 % 60, s % 60);
+        if (f) {
+            n += (size_t)snprintf(out + n, cap - n, ".%03u", f);
+            while (out[n - 1] == '0') out[--n] = 0;
+        }
+    }
+    return n;
+}
+
 /* Appends prow rows (levels lev, nn present values) to col. */
 static int materialize(ctxt *c, kl_column *col, const uint8_t *pres, size_t prow, size_t nn,
                        const uint8_t *fx, const bref *br, int padded) {
     const pq_leaf *L = c->L;
     if (prow == 0) return KL_OK;
+    if (L->kind == K_INTERVAL) {
+        for (size_t r = 0, j = 0; r < prow; r++) {
+            char t[96];
+            int rc = nn < prow && !pres[r] ? kl_column_push_null(col) : kl_column_push_str(col, t, interval_text(br[j++].p, t, sizeof t));
+            if (rc) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
+        }
+        return KL_OK;
+    }
     size_t data = 0;
     if (L->kind == K_BYTES) for (size_t i = 0; i < nn; i++) data += br[i].n;
     if (kl_column_reserve(col, col->len + prow, col->data_len + data + 16)) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);

@@ -6,7 +6,7 @@
 
 /* How a leaf's physical values become kl_column values. */
 enum { K_BOOL = 1, K_I32, K_U32, K_I64, K_F32, K_F64, K_TS_MS, K_TS_NS, K_TIME32MS,
-       K_INT96, K_DEC32, K_DEC64, K_DECBIN, K_F16, K_BYTES };
+       K_INT96, K_DEC32, K_DEC64, K_DECBIN, K_F16, K_BYTES, K_INTERVAL };
 
 typedef struct {
     const uint8_t *name; uint32_t name_len;
