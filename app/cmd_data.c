@@ -121,7 +121,7 @@ static void fmt_bytes(kl_buf *b, const char *s, size_t n, kl_col_type t, const k
     int64_t off[2] = {0, (int64_t)n};
     kl_column c;
     memset(&c, 0, sizeof c);
-    c.type = t;
+    c.type = t == KL_COL_BINARY ? t : KL_COL_STRING; /* bools' min/max are their text */
     c.len = 1;
     c.offsets = off;
     c.data = (char *)s;
