@@ -216,6 +216,44 @@ KL_TEST(parquet_nested_map_key_value) {
     KT_EQ_STR(got, "{\"1\":10,\"2\":null} | {} | NULL");
 }
 
+KL_TEST(parquet_nested_with_a_filter) {
+    /* required int32 id; optional group m (LIST) { repeated group list { optional int32 element; } }:
+     * a predicate on id keeps the matching records of the nested column */
+    static const el_t els[] = {{"id", PT_INT32, REP_REQUIRED, 0, -1}, {"m", -1, REP_OPTIONAL, 1, CT_LIST},
+                               {"list", -1, REP_REPEATED, 1, -1}, {"element", PT_INT32, REP_OPTIONAL, 0, -1}};
+    static const uint32_t z[] = {0, 0, 0, 0};
+    static const int32_t ids[] = {1, 2, 3, 4};
+    static const uint32_t er[] = {0, 1, 0, 0, 0, 1}, ed[] = {3, 2, 1, 0, 3, 3};
+    static const int32_t ev[] = {10, 30, 31};
+    leaf_t L[2] = {{4, z, z, 0, 0, ids, "id"}, {6, er, ed, 1, 3, ev, "m.list.element"}};
+    const char *p = kt_path("filter.parquet");
+    KT_CHECK(write_nested(p, els, 4, 2, L, 2, 4) == 0);
+    kl_err e = {0};
+    kl_pq_reader *r;
+    KT_OK(kl_pq_open(p, &r, &e), &e);
+    const char *names[] = {"m", "id"};
+    KT_OK(kl_pq_select(r, names, 2, &e), &e);
+    kl_pq_value v = kl_pq_int(KL_COL_INT32, 2);
+    KT_OK(kl_pq_filter(r, "id", KL_PQ_GE, &v, 1, &e), &e);
+    KT_CHECK(kl_pq_filter(r, "m", KL_PQ_GE, &v, 1, &e) == KL_EUNSUPPORTED);
+    kl_column *c[2] = {0};
+    size_t n = 0;
+    KT_OK(kl_pq_read_batch(r, 100, c, &n, &e), &e);
+    KT_EQ_INT(n, 3);
+    kl_buf b;
+    kl_buf_init(&b);
+    for (size_t i = 0; i < n; i++) {
+        kl_pq_format_value(&b, c[0], i, kl_pq_selected(r, 0), 1);
+        kl_buf_puts(&b, ";");
+    }
+    KT_EQ_STR(b.data, "[];null;[30,31];"); /* record 1 ([10,null]) filtered out */
+    KT_EQ_INT(kl_column_get_i64(c[1], 0), 2);
+    kl_buf_free(&b);
+    kl_column_free(c[0]);
+    kl_column_free(c[1]);
+    kl_pq_close(r);
+}
+
 KL_TEST(parquet_nested_malformed_levels) {
     static const el_t els[] = {{"a", -1, REP_OPTIONAL, 1, CT_LIST}, {"element", PT_INT32, REP_REPEATED, 0, -1}};
     static const int32_t v[] = {1, 2, 3, 4, 5};
