@@ -33,9 +33,7 @@ static void put_value(const kl_column *c, size_t i) {
     case KL_COL_STRING: {
         size_t n;
         const char *s = kl_column_get_str(c, i, &n);
-        char *z = strndup(s, n);
-        kl_buf_json_str(&out, z ? z : "");
-        free(z);
+        kl_buf_json_strn(&out, s, n); /* whole: a NUL is \u0000 */
         return;
     }
     case KL_COL_BINARY: {
