@@ -348,6 +348,8 @@ static int decode_plain(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, s
         return KL_OK;
     }
     if (L->ptype == PT_BYTE_ARRAY) {
+        /* every value has a 4-byte length: a count the page cannot hold is refused before any allocation */
+        if (nn > avail / 4) return BAD(c, "PLAIN byte arrays: %zu values need at least %zu bytes, page has %zu", nn, nn * 4, avail);
         if (GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         for (size_t i = 0; i < nn; i++) {
             if (end - p < 4) return BAD(c, "PLAIN byte array %zu of %zu: truncated length", i, nn);
@@ -872,11 +874,8 @@ static int decode_chunk(chunk_job *J, dec *d) {
         if (total > (int64_t)PQ_MAX_NESTED_VALUES)
             return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: %lld values in one column chunk (keel reads at most %u in a nested column)",
                               R->name, L->name, where, (long long)total, PQ_MAX_NESTED_VALUES);
-        lv->n = 0;
-        if (GROW(lv->def, lv->cap, (size_t)total + 1) || !(lv->rep = kl_mem_realloc(lv->rep, lv->cap, KL_TAG_DATASET)))
-            return kl_err_set(e, KL_ENOMEM, "out of memory");
-    }
-    if (total > 0 && total <= (int64_t)1 << 31 && kl_column_reserve(col, (size_t)total, 0))
+        lv->n = 0; /* the levels grow page by page (num_values is not trusted for memory) */
+    } else if (total > 0 && total <= (int64_t)1 << 31 && kl_column_reserve(col, (size_t)total, 0))
         return kl_err_set(e, KL_ENOMEM, "out of memory for %lld rows of column %s", (long long)total, L->name);
     int guard = 0;
     while (done < total) {
@@ -987,6 +986,11 @@ static int decode_chunk(chunk_job *J, dec *d) {
             vals = d->page;
             vend = d->page + vunc;
             if (max_def == 0) lv_p = NULL;
+        }
+        size_t lcap = lv ? lv->cap : 0;
+        if (lv && (GROW(lv->def, lv->cap, lv->n + n + 1) || (lv->cap != lcap && !(lv->rep = kl_mem_realloc(lv->rep, lv->cap, KL_TAG_DATASET))))) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            goto out;
         }
         /* definition levels → present flags */
         size_t nn = n;
