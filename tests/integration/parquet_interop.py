@@ -2,8 +2,9 @@
 """Parquet interoperability with DuckDB 1.5 (the oracle, npm @duckdb/node-api
 installed into build/npm): DuckDB reads every file keel writes with identical
 values, nulls and row counts; keel reads DuckDB-written files identically;
-keel reads the flat files of parquet-testing/data like DuckDB does; every
-file of parquet-testing/bad_data gives a clear error, never a crash.
+keel reads every file of parquet-testing/data like DuckDB does (nested
+columns compared as JSON values; counts of files read and refused printed);
+every file of parquet-testing/bad_data gives a clear error, never a crash.
 Prints PASS/FAIL lines. A missing DuckDB is a FAIL, never a skip."""
 import json
 import math
