@@ -1,8 +1,10 @@
 /* keel Parquet: a writer (PLAIN / RLE_DICTIONARY, definition levels, page and
  * row-group statistics, zstd/snappy/gzip/lz4_raw/none) and a reader (every
- * standard encoding of flat columns, data page v1 and v2, CRCs, statistics
- * based row-group and page skipping, projection, batched columnar reads into
- * kl_column and a row-at-a-time adapter). See docs/parquet.md. */
+ * standard encoding and codec, data page v1 and v2, CRCs, statistics based
+ * row-group and page skipping, projection, batched columnar reads into
+ * kl_column and a row-at-a-time adapter; nested LIST/MAP/STRUCT columns read
+ * as JSON text; columns it cannot read named with the reason). See
+ * docs/parquet.md. */
 #ifndef KEEL_PARQUET_H
 #define KEEL_PARQUET_H
 

@@ -1,5 +1,6 @@
 /* Parquet building blocks shared by writer and reader: page compression
- * codecs (snappy, gzip incl. multi-member, zstd, lz4_raw, legacy Hadoop LZ4),
+ * codecs (snappy, gzip incl. multi-member, zstd, lz4_raw, legacy Hadoop LZ4,
+ * and BROTLI for reading),
  * the RLE/bit-packed hybrid encoding and CRC-32. */
 #include <brotli/decode.h>
 #include <immintrin.h>
