@@ -19,7 +19,7 @@ BUILD    ?= build/san-$(subst $(comma),-,$(SANITIZE))
 SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
-PKGS := openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libturbojpeg \
+PKGS := openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libbrotlidec libturbojpeg \
         libpng libcurl libmicrohttpd sqlite3 libprotobuf-c
 
 # Kernels use AVX2/FMA/F16C when the build machine has them (keel doctor reports it).

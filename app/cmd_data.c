@@ -41,16 +41,44 @@ static int dset_open(const char *path, dset *d, kl_err *e) {
     return KL_OK;
 }
 
-/* Calls fn for every batch of every file (all columns). */
-typedef int (*batch_fn)(void *ctx, size_t file, kl_column **cols, size_t ncols, size_t nrows, kl_err *e);
+/* A column keel cannot read is never left out silently: without skip the
+ * read fails naming it and the reason; with skip each one is named on
+ * stderr ("skipped column ..."), once per name. */
+typedef struct { int skip; char **said; size_t nsaid; } unreadable;
 
-static int scan(dset *d, size_t max_rows, batch_fn fn, void *ctx, kl_err *e) {
+static void unreadable_free(unreadable *u) {
+    for (size_t i = 0; i < u->nsaid; i++) free(u->said[i]);
+    free(u->said);
+}
+
+static int check_readable(kl_pq_reader *r, const char *file, unreadable *u, kl_err *e) {
+    for (size_t t = 0; t < kl_pq_num_top(r); t++) {
+        const kl_pq_column_info *ci = kl_pq_column(r, kl_pq_top(r, t));
+        if (ci->supported) continue;
+        if (!u || !u->skip)
+            return kl_err_set(e, KL_EUNSUPPORTED, "%s: cannot read column %s: %s (--skip-unreadable reads the other columns)", file, ci->name, ci->why);
+        size_t k = 0;
+        while (k < u->nsaid && strcmp(u->said[k], ci->name)) k++;
+        if (k < u->nsaid) continue;
+        char **ns = realloc(u->said, (u->nsaid + 1) * sizeof *ns);
+        if (!ns || !(ns[u->nsaid] = strdup(ci->name))) { if (ns) u->said = ns; return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        u->said = ns;
+        u->nsaid++;
+        fprintf(stderr, "keel: skipped column %s: %s\n", ci->name, ci->why);
+    }
+    return KL_OK;
+}
+
+/* Calls fn for every batch of every file (all readable columns; r describes them). */
+typedef int (*batch_fn)(void *ctx, kl_pq_reader *r, kl_column **cols, size_t ncols, size_t nrows, kl_err *e);
+
+static int scan(dset *d, size_t max_rows, unreadable *u, batch_fn fn, void *ctx, kl_err *e) {
     size_t done = 0;
     for (size_t fi = 0; fi < d->nfiles && done < max_rows; fi++) {
         kl_pq_reader *r;
         int rc = kl_pq_open(d->files[fi], &r, e);
         if (rc) return rc;
-        if ((rc = kl_pq_select(r, NULL, 0, e))) { kl_pq_close(r); return rc; }
+        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) { kl_pq_close(r); return rc; }
         size_t nc = kl_pq_num_selected(r);
         kl_column **cols = calloc(nc ? nc : 1, sizeof *cols);
         if (!cols) { kl_pq_close(r); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
@@ -59,7 +87,7 @@ static int scan(dset *d, size_t max_rows, batch_fn fn, void *ctx, kl_err *e) {
             if (want == 0) break;
             if ((rc = kl_pq_read_batch(r, want, cols, &n, e))) { kl_err_prefix(e, "%s", d->files[fi]); break; }
             if (n == 0) break;
-            if ((rc = fn(ctx, fi, cols, nc, n, e))) break;
+            if ((rc = fn(ctx, r, cols, nc, n, e))) break;
             done += n;
         }
         for (size_t i = 0; i < nc; i++) kl_column_free(cols[i]);
@@ -88,41 +116,16 @@ static void text_into(char *dst, size_t dn, const char *s, size_t n) {
     kl_buf_free(&t);
 }
 
-static void fmt_value(const kl_column *c, size_t i, kl_buf *b, int json) {
-    if (kl_column_is_null(c, i)) { kl_buf_puts(b, json ? "null" : "NULL"); return; }
-    char tmp[64];
-    switch (c->type) {
-    case KL_COL_BOOL: kl_buf_puts(b, kl_column_get_i64(c, i) ? "true" : "false"); break;
-    case KL_COL_INT32: case KL_COL_INT64: kl_buf_printf(b, "%lld", (long long)kl_column_get_i64(c, i)); break;
-    case KL_COL_FLOAT32: case KL_COL_FLOAT64: {
-        double v = kl_column_get_f64(c, i);
-        if (!isfinite(v)) { kl_buf_printf(b, json ? "\"%g\"" : "%g", v); break; }
-        char t[40];
-        int prec = c->type == KL_COL_FLOAT32 ? 6 : 15;
-        for (;; prec++) { /* shortest text that reads back as the same value */
-            snprintf(t, sizeof t, "%.*g", prec, v);
-            if (prec >= 17 || (c->type == KL_COL_FLOAT32 ? (float)strtod(t, NULL) == (float)v : strtod(t, NULL) == v)) break;
-        }
-        kl_buf_puts(b, t);
-        break;
-    }
-    case KL_COL_DATE: {
-        int y, m, d;
-        kl_civil_from_days(kl_column_get_i64(c, i), &y, &m, &d);
-        kl_buf_printf(b, json ? "\"%04d-%02d-%02d\"" : "%04d-%02d-%02d", y, m, d);
-        break;
-    }
-    case KL_COL_TIMESTAMP:
-        kl_time_rfc3339(kl_column_get_i64(c, i), tmp, sizeof tmp);
-        kl_buf_printf(b, json ? "\"%s\"" : "%s", tmp);
-        break;
-    default: {
-        size_t n;
-        const char *s = kl_column_get_str(c, i, &n);
-        if (json) kl_buf_json_strn(b, s, n); /* whole: a NUL is \u0000 */
-        else put_text(b, s, n);
-    }
-    }
+/* Bytes of a STRING/BINARY value as kl_pq_format_value prints them (binary as base64, UUID canonical). */
+static void fmt_bytes(kl_buf *b, const char *s, size_t n, kl_col_type t, const kl_pq_column_info *ci, int json) {
+    int64_t off[2] = {0, (int64_t)n};
+    kl_column c;
+    memset(&c, 0, sizeof c);
+    c.type = t == KL_COL_BINARY ? t : KL_COL_STRING; /* bools' min/max are their text */
+    c.len = 1;
+    c.offsets = off;
+    c.data = (char *)s;
+    kl_pq_format_value(b, &c, 0, ci, json);
 }
 
 static int is_float(kl_col_type t) { return t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64; }
@@ -136,17 +139,23 @@ static int is_numeric(kl_col_type t) {
  * head
  * ================================================================== */
 
+#define OPT_SKIP_UNREADABLE {"skip-unreadable", 0, 0, NULL, "leave out columns keel cannot read, naming each on stderr (default: fail naming them)", 0}
 static const app_opt head_opts[] = {
     {"rows", 'n', 1, "N", "rows to print (default 10)", 0},
     {"json", 0, 0, NULL, "JSON lines, one object per row", 0},
+    OPT_SKIP_UNREADABLE,
 };
-static const app_cmd_spec head_spec = {"data head", "keel data head PATH [-n N] [--json]",
-                                       "Print the first rows of a dataset or Parquet file.", NULL, head_opts,
-                                       KL_ARRAY_LEN(head_opts), 1, 1};
+static const app_cmd_spec head_spec = {"data head", "keel data head PATH [-n N] [--json] [--skip-unreadable]",
+                                       "Print the first rows of a dataset or Parquet file.",
+                                       "Values print as JSON would hold them: binary as base64, UUIDs canonical,\n"
+                                       "nested columns (LIST, MAP, STRUCT) as JSON values. A column keel cannot\n"
+                                       "read fails the command with its name and the reason, unless\n"
+                                       "--skip-unreadable is given.",
+                                       head_opts, KL_ARRAY_LEN(head_opts), 1, 1};
 
 typedef struct { int json, header_done; } head_ctx;
 
-static int head_batch(void *ctx, size_t file, kl_column **cols, size_t nc, size_t n, kl_err *e) {
+static int head_batch(void *ctx, kl_pq_reader *r, kl_column **cols, size_t nc, size_t n, kl_err *e) {
     head_ctx *h = ctx;
     kl_buf b;
     kl_buf_init(&b);
@@ -163,7 +172,7 @@ static int head_batch(void *ctx, size_t file, kl_column **cols, size_t nc, size_
                 kl_buf_json_str(&b, cols[j]->name);
                 kl_buf_puts(&b, ": ");
             } else if (j) kl_buf_puts(&b, "\t");
-            fmt_value(cols[j], i, &b, h->json);
+            kl_pq_format_value(&b, cols[j], i, kl_pq_selected(r, j), h->json);
         }
         kl_buf_puts(&b, h->json ? "}\n" : "\n");
     }
@@ -182,7 +191,9 @@ static int head(int argc, char **argv) {
     dset d;
     if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
     head_ctx h = {app_flag(&a, "json"), 0};
-    rc = scan(&d, n < 0 ? 0 : (size_t)n, head_batch, &h, &e);
+    unreadable u = {app_flag(&a, "skip-unreadable"), NULL, 0};
+    rc = scan(&d, n < 0 ? 0 : (size_t)n, &u, head_batch, &h, &e);
+    unreadable_free(&u);
     dset_free(&d);
     return rc ? app_fail(&e) : APP_EXIT_OK;
 }
@@ -241,19 +252,27 @@ static int show(int argc, char **argv) {
     }
     if (json) kl_buf_printf(&b, "], \"rows\": %llu, \"columns\": [", (unsigned long long)total);
     else kl_buf_printf(&b, "rows      %llu\ncreated by %s\ncolumns:\n", (unsigned long long)total, kl_pq_created_by(first));
-    for (size_t j = 0; j < kl_pq_num_columns(first); j++) {
-        const kl_pq_column_info *ci = kl_pq_column(first, j);
+    for (size_t j = 0; j < kl_pq_num_top(first); j++) {
+        const kl_pq_column_info *ci = kl_pq_column(first, kl_pq_top(first, j));
+        const char *type = ci->nested ? "json" : ci->is_unsigned ? "uint64" : kl_col_type_name(ci->type);
         if (json) {
             kl_buf_puts(&b, j ? ", {\"name\": " : "{\"name\": ");
             kl_buf_json_str(&b, ci->name);
-            kl_buf_printf(&b, ", \"type\": \"%s\", \"nullable\": %s, \"physical\": \"%s\", \"logical\": ", kl_col_type_name(ci->type),
+            kl_buf_printf(&b, ", \"type\": \"%s\", \"nullable\": %s, \"physical\": \"%s\", \"logical\": ", type,
                           ci->nullable ? "true" : "false", ci->physical);
             kl_buf_json_str(&b, ci->logical ? ci->logical : "");
+            kl_buf_printf(&b, ", \"nested\": %s, \"readable\": %s", ci->nested ? "true" : "false", ci->supported ? "true" : "false");
+            if (!ci->supported) {
+                kl_buf_puts(&b, ", \"why\": ");
+                kl_buf_json_str(&b, ci->why);
+            }
             kl_buf_puts(&b, "}");
         } else {
-            kl_buf_printf(&b, "  %-20s %-10s %s%s%s%s\n", ci->name, kl_col_type_name(ci->type), ci->physical,
+            kl_buf_printf(&b, "  %-20s %-10s %s%s%s%s", ci->name, type, ci->physical,
                           ci->logical && *ci->logical ? "/" : "", ci->logical ? ci->logical : "",
                           ci->nullable ? "" : " not null");
+            if (!ci->supported) kl_buf_printf(&b, "  (not readable: %s)", ci->why);
+            kl_buf_puts(&b, "\n");
         }
     }
     if (json) {
@@ -293,6 +312,8 @@ typedef struct { char *s; size_t len; int64_t n; } topv; /* s may hold NUL bytes
 typedef struct {
     char *name;
     kl_col_type type;
+    kl_pq_column_info ci; /* what kl_pq_format_value needs: is_unsigned, nested, logical */
+    char logical[48];
     int64_t rows, nulls;
     int has;
     double dmin, dmax;   /* float columns; others too, for the report's histograms */
@@ -340,11 +361,22 @@ static int top_add_n(cstat *c, const char *s, size_t n, int64_t times) {
     return rc;
 }
 
-static int stats_setup(stats_ctx *s, size_t nc, char **names, const kl_col_type *types, kl_err *e) {
+static int stats_setup(stats_ctx *s, kl_pq_reader *r, kl_err *e) {
+    size_t nc = kl_pq_num_selected(r);
     if (!s->c) {
         s->nc = nc;
         if (!(s->c = calloc(nc ? nc : 1, sizeof *s->c))) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        for (size_t j = 0; j < nc; j++) { s->c[j].name = strdup(names[j]); s->c[j].type = types[j]; }
+        for (size_t j = 0; j < nc; j++) {
+            const kl_pq_column_info *ci = kl_pq_selected(r, j);
+            cstat *c = &s->c[j];
+            c->name = strdup(ci->name);
+            c->type = ci->type;
+            c->ci = *ci;
+            snprintf(c->logical, sizeof c->logical, "%s", ci->logical ? ci->logical : "");
+            c->ci.name = c->name;
+            c->ci.logical = c->logical;
+            c->ci.why = c->ci.physical = "";
+        }
     }
     if (nc != s->nc) return kl_err_set(e, KL_ESHAPE, "files of the dataset have different columns");
     return KL_OK;
@@ -358,7 +390,11 @@ static int stat_num(const stats_ctx *s, cstat *c, kl_col_type t, double v, int64
     } else {
         kl_hll_add_hash(&c->hll, kl_hash64(&v, sizeof v));
     }
-    if (t != KL_COL_FLOAT32 && t != KL_COL_FLOAT64) {
+    if (c->ci.is_unsigned) {
+        v = (double)(uint64_t)iv;
+        if (!c->has || (uint64_t)iv < (uint64_t)c->imin) c->imin = iv;
+        if (!c->has || (uint64_t)iv > (uint64_t)c->imax) c->imax = iv;
+    } else if (t != KL_COL_FLOAT32 && t != KL_COL_FLOAT64) {
         if (!c->has || iv < c->imin) c->imin = iv;
         if (!c->has || iv > c->imax) c->imax = iv;
     }
@@ -410,15 +446,10 @@ static int stat_str(const stats_ctx *s, cstat *c, kl_col_type t, const char *sv,
     return KL_OK;
 }
 
-static int stats_batch(void *ctx, size_t file, kl_column **cols, size_t nc, size_t n, kl_err *e) {
+static int stats_batch(void *ctx, kl_pq_reader *r, kl_column **cols, size_t nc, size_t n, kl_err *e) {
     stats_ctx *s = ctx;
     int rc;
-    if (!s->c) {
-        char *names[nc ? nc : 1];
-        kl_col_type types[nc ? nc : 1];
-        for (size_t j = 0; j < nc; j++) { names[j] = cols[j]->name; types[j] = cols[j]->type; }
-        if ((rc = stats_setup(s, nc, names, types, e))) return rc;
-    } else if ((rc = stats_setup(s, nc, NULL, NULL, e))) return rc;
+    if ((rc = stats_setup(s, r, e))) return rc;
     for (size_t j = 0; j < nc; j++) {
         cstat *c = &s->c[j];
         const kl_column *col = cols[j];
@@ -484,17 +515,14 @@ static int stats_vectors(stats_ctx *s, const kl_pq_vector *v, size_t nc, size_t 
     return rc;
 }
 
-static int stats_scan(dset *d, stats_ctx *s, kl_err *e) {
+static int stats_scan(dset *d, stats_ctx *s, unreadable *u, kl_err *e) {
     for (size_t fi = 0; fi < d->nfiles; fi++) {
         kl_pq_reader *r;
         int rc = kl_pq_open(d->files[fi], &r, e);
         if (rc) return rc;
-        if ((rc = kl_pq_select(r, NULL, 0, e))) { kl_pq_close(r); return rc; }
+        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) { kl_pq_close(r); return rc; }
         size_t nc = kl_pq_num_selected(r);
-        char *names[nc ? nc : 1];
-        kl_col_type types[nc ? nc : 1];
-        for (size_t j = 0; j < nc; j++) { names[j] = (char *)kl_pq_selected(r, j)->name; types[j] = kl_pq_selected(r, j)->type; }
-        rc = stats_setup(s, nc, names, types, e);
+        rc = stats_setup(s, r, e);
         while (!rc) {
             const kl_pq_vector *v;
             size_t n;
@@ -529,10 +557,18 @@ static void fmt_int(kl_col_type t, int64_t v, char *buf, size_t n) {
     else snprintf(buf, n, "%lld", (long long)v);
 }
 
+/* fmt_int for a column (UINT64 unsigned). */
+static void fmt_cint(const cstat *c, int64_t v, char *buf, size_t n) {
+    if (c->ci.is_unsigned) snprintf(buf, n, "%llu", (unsigned long long)(uint64_t)v);
+    else fmt_int(c->type, v, buf, n);
+}
+
+static const char *stat_type(const cstat *c) { return c->ci.nested ? "json" : c->ci.is_unsigned ? "uint64" : kl_col_type_name(c->type); }
+
 static void fmt_num(kl_col_type t, double v, char *buf, size_t n) { (void)t; snprintf(buf, n, "%.10g", v); } /* floats */
 
-static const app_opt stats_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}};
-static const app_cmd_spec stats_spec = {"data stats", "keel data stats PATH [--json]",
+static const app_opt stats_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}, OPT_SKIP_UNREADABLE};
+static const app_cmd_spec stats_spec = {"data stats", "keel data stats PATH [--json] [--skip-unreadable]",
                                         "Per-column statistics (rows, nulls, min, max, approximate distinct) by a full scan.",
                                         NULL, stats_opts, KL_ARRAY_LEN(stats_opts), 1, 1};
 
@@ -544,7 +580,9 @@ static int stats(int argc, char **argv) {
     dset d;
     if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
     stats_ctx s = {0};
-    rc = stats_scan(&d, &s, &e);
+    unreadable u = {app_flag(&a, "skip-unreadable"), NULL, 0};
+    rc = stats_scan(&d, &s, &u, &e);
+    unreadable_free(&u);
     dset_free(&d);
     if (rc) { stats_free(&s); return app_fail(&e); }
     int json = app_flag(&a, "json");
@@ -555,24 +593,35 @@ static int stats(int argc, char **argv) {
     for (size_t j = 0; j < s.nc; j++) {
         cstat *c = &s.c[j];
         char mn[64] = "", mx[64] = "";
-        if (c->has) {
+        int minmax = c->has && !c->ci.nested; /* the order of JSON texts means nothing */
+        if (minmax) {
             if (is_float(c->type)) { fmt_num(c->type, c->dmin, mn, sizeof mn); fmt_num(c->type, c->dmax, mx, sizeof mx); }
-            else if (is_numeric(c->type)) { fmt_int(c->type, c->imin, mn, sizeof mn); fmt_int(c->type, c->imax, mx, sizeof mx); }
+            else if (is_numeric(c->type)) { fmt_cint(c, c->imin, mn, sizeof mn); fmt_cint(c, c->imax, mx, sizeof mx); }
+            else if (c->type == KL_COL_BINARY) {
+                kl_buf t; kl_buf_init(&t);
+                fmt_bytes(&t, c->smin, c->smin_n, c->type, &c->ci, 0);
+                snprintf(mn, sizeof mn, "%s", t.data ? t.data : "");
+                kl_buf_reset(&t);
+                fmt_bytes(&t, c->smax, c->smax_n, c->type, &c->ci, 0);
+                snprintf(mx, sizeof mx, "%s", t.data ? t.data : "");
+                kl_buf_free(&t);
+            }
             else { text_into(mn, sizeof mn, c->smin, c->smin_n); text_into(mx, sizeof mx, c->smax, c->smax_n); }
         }
         double dist = c->has ? kl_hll_estimate(&c->hll) : 0;
         if (json) {
             kl_buf_puts(&b, j ? ", {\"name\": " : "{\"name\": ");
             kl_buf_json_str(&b, c->name);
-            kl_buf_printf(&b, ", \"type\": \"%s\", \"rows\": %lld, \"nulls\": %lld, \"min\": ", kl_col_type_name(c->type),
+            kl_buf_printf(&b, ", \"type\": \"%s\", \"rows\": %lld, \"nulls\": %lld, \"min\": ", stat_type(c),
                           (long long)c->rows, (long long)c->nulls);
-            int str = c->has && !is_numeric(c->type); /* strings whole (a NUL as \u0000), not cut to the table width */
-            if (str) kl_buf_json_strn(&b, c->smin, c->smin_n); else if (c->has) kl_buf_json_str(&b, mn); else kl_buf_puts(&b, "null");
+            /* strings whole (a NUL as \u0000), not cut to the table width; binary as base64 */
+            int str = minmax && !is_numeric(c->type);
+            if (str) fmt_bytes(&b, c->smin, c->smin_n, c->type, &c->ci, 1); else if (minmax) kl_buf_json_str(&b, mn); else kl_buf_puts(&b, "null");
             kl_buf_puts(&b, ", \"max\": ");
-            if (str) kl_buf_json_strn(&b, c->smax, c->smax_n); else if (c->has) kl_buf_json_str(&b, mx); else kl_buf_puts(&b, "null");
+            if (str) fmt_bytes(&b, c->smax, c->smax_n, c->type, &c->ci, 1); else if (minmax) kl_buf_json_str(&b, mx); else kl_buf_puts(&b, "null");
             kl_buf_printf(&b, ", \"distinct_approx\": %.0f}", dist);
         } else {
-            kl_buf_printf(&b, "%-20s %-10s %10lld %10lld %26s %26s %10.0f\n", c->name, kl_col_type_name(c->type),
+            kl_buf_printf(&b, "%-20s %-10s %10lld %10lld %26s %26s %10.0f\n", c->name, stat_type(c),
                           (long long)c->rows, (long long)c->nulls, mn, mx, dist);
         }
     }
@@ -602,9 +651,19 @@ static void put_jnum(kl_buf *b, double v) {
     else kl_buf_puts(b, "null");
 }
 
-static void groupby_key(const kl_pq_group *g, kl_col_type t, char *buf, size_t n) {
+static void groupby_key(const kl_pq_group *g, kl_col_type t, int uns, int uuid, char *buf, size_t n) {
     if (g->key.is_null) snprintf(buf, n, "NULL");
-    else if (t == KL_COL_STRING || t == KL_COL_BINARY) snprintf(buf, n, "%.*s", (int)KL_MIN(g->key.n, n - 1), g->key.s);
+    else if (t == KL_COL_BINARY) {
+        kl_pq_column_info ci = {0};
+        ci.logical = uuid ? "UUID" : "";
+        kl_buf b;
+        kl_buf_init(&b);
+        fmt_bytes(&b, g->key.s, g->key.n, t, &ci, 0);
+        snprintf(buf, n, "%s", b.data ? b.data : "");
+        kl_buf_free(&b);
+    }
+    else if (t == KL_COL_STRING) snprintf(buf, n, "%.*s", (int)KL_MIN(g->key.n, n - 1), g->key.s);
+    else if (uns) snprintf(buf, n, "%llu", (unsigned long long)(uint64_t)g->key.i);
     else if (t == KL_COL_BOOL) snprintf(buf, n, "%s", g->key.i ? "true" : "false");
     else if (t == KL_COL_DATE || t == KL_COL_TIMESTAMP) fmt_int(t, g->key.i, buf, n);
     else snprintf(buf, n, "%lld", (long long)g->key.i);
@@ -620,10 +679,16 @@ static int groupby(int argc, char **argv) {
     const char *by = app_get(&a, "by"), *sum = app_get(&a, "sum");
     kl_pq_groups g = {0};
     kl_col_type kt = KL_COL_STRING;
+    int kuns = 0, kuuid = 0;
     for (size_t fi = 0; fi < d.nfiles && rc < 0; fi++) {
         kl_pq_reader *r;
         if (kl_pq_open(d.files[fi], &r, &e)) { rc = app_fail(&e); break; }
-        if (by && kl_pq_find_column(r, by) >= 0) kt = kl_pq_column(r, (size_t)kl_pq_find_column(r, by))->type;
+        if (by && kl_pq_find_column(r, by) >= 0) {
+            const kl_pq_column_info *ci = kl_pq_column(r, (size_t)kl_pq_find_column(r, by));
+            kt = ci->type;
+            kuns = ci->is_unsigned;
+            kuuid = ci->logical && !strcmp(ci->logical, "UUID");
+        }
         if (kl_pq_group_by(r, by, sum, &g, &e)) {
             if (!strstr(kl_err_what(&e), d.files[fi])) kl_err_prefix(&e, "%s", d.files[fi]);
             rc = app_fail(&e);
@@ -641,7 +706,7 @@ static int groupby(int argc, char **argv) {
     for (size_t i = 0; i < g.n; i++) {
         const kl_pq_group *x = &g.g[i];
         char k[256];
-        groupby_key(x, kt, k, sizeof k);
+        groupby_key(x, kt, kuns, kuuid, k, sizeof k);
         double mean = x->count ? x->sum / (double)x->count : NAN;
         if (json) {
             kl_buf_puts(&b, i ? ", {\"key\": " : "{\"key\": ");
@@ -685,7 +750,7 @@ static const app_cmd_spec validate_spec = {
     "rows, and every page decodes. For a single .parquet file: every page decodes.",
     validate_opts, KL_ARRAY_LEN(validate_opts), 1, 1};
 
-static int count_batch(void *ctx, size_t file, kl_column **cols, size_t nc, size_t n, kl_err *e) {
+static int count_batch(void *ctx, kl_pq_reader *r, kl_column **cols, size_t nc, size_t n, kl_err *e) {
     *(uint64_t *)ctx += n;
     return KL_OK;
 }
@@ -731,7 +796,7 @@ static int validate(int argc, char **argv) {
         double acc = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(d.manifest, "rows"), "accepted"));
         if (acc != total) { kl_buf_printf(&prob, "files hold %.0f rows, manifest accepted %.0f\n", total, acc); nprob++; }
     }
-    if (scan(&d, SIZE_MAX, count_batch, &rows, &e)) { kl_buf_printf(&prob, "%s\n", kl_err_what(&e)); nprob++; }
+    if (scan(&d, SIZE_MAX, NULL, count_batch, &rows, &e)) { kl_buf_printf(&prob, "%s\n", kl_err_what(&e)); nprob++; }
     if (app_flag(&a, "json")) {
         kl_buf b;
         kl_buf_init(&b);
@@ -823,7 +888,7 @@ static int report(int argc, char **argv) {
     if (dset_open(a.pos[0], &d, &e)) return app_fail(&e);
     stats_ctx s = {0};
     s.keep_values = 1;
-    if (scan(&d, (size_t)maxr, stats_batch, &s, &e)) { stats_free(&s); dset_free(&d); return app_fail(&e); }
+    if (scan(&d, (size_t)maxr, NULL, stats_batch, &s, &e)) { stats_free(&s); dset_free(&d); return app_fail(&e); }
     kl_buf b;
     kl_buf_init(&b);
     kl_buf_puts(&b, "<!doctype html><html><head><meta charset=\"utf-8\"><title>keel data report</title><style>"

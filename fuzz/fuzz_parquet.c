@@ -1,5 +1,6 @@
 /* libFuzzer target of the Parquet reader: opens the input as a Parquet file
- * (footer, schema, statistics), reads every supported column in batches and
+ * (footer, schema, statistics), reads every supported column (nested ones
+ * assembled into JSON) in batches, formats their values, and
  * by vector scan (dictionary codes checked against their dictionary), runs a
  * group-by, and tries a predicate. Any crash, leak or sanitizer report is a
  * finding.
@@ -18,7 +19,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kl_column **cols = calloc(n + 1, sizeof *cols);
     size_t got;
     int guard = 0;
-    while (kl_pq_read_batch(r, 1000, cols, &got, &e) == 0 && got && guard++ < 1000) {}
+    kl_buf b;
+    kl_buf_init(&b);
+    while (kl_pq_read_batch(r, 1000, cols, &got, &e) == 0 && got && guard++ < 1000)
+        for (size_t j = 0; j < n; j++) /* every value through the JSON/text formatter */
+            for (size_t i = 0; i < got && i < 64; i++) {
+                kl_pq_format_value(&b, cols[j], i, kl_pq_selected(r, j), (int)(i & 1));
+                kl_buf_reset(&b);
+            }
+    kl_buf_free(&b);
     /* vector scan: codes must index their dictionary */
     kl_pq_rewind(r);
     const kl_pq_vector *v;

@@ -6,7 +6,7 @@
 # Env: ITERS (default 30), MODEL (mlp|cnn|all), THREADS (default "1 2").
 set -e
 cd "$(dirname "$0")/../.."
-PKGS="openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libturbojpeg libpng libcurl libmicrohttpd sqlite3 libprotobuf-c"
+PKGS="openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libbrotlidec libturbojpeg libpng libcurl libmicrohttpd sqlite3 libprotobuf-c"
 cc -O2 -march=x86-64-v3 -std=c11 -D_GNU_SOURCE -pthread -Iinclude bench/autodiff/autodiff_bench.c build/libkeel.a \
    $(pkg-config --libs $PKGS 2>/dev/null) -lm -ldl -o build/autodiff_bench
 for t in ${THREADS:-1 2}; do

@@ -15,7 +15,7 @@ fi
 if [ "${1:-}" = split ]; then # depth-first prefix off vs on (exec.c), one model: run.sh split MODEL.onnx batch iters [mode]
   shift
   gcc -O2 -std=c11 -D_GNU_SOURCE -pthread -march=x86-64-v3 -Iinclude bench/kernels/split_bench.c "$BUILD/libkeel.a" \
-    $(pkg-config --libs openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libprotobuf-c) -lm -o "$BUILD/bench/split_bench"
+    $(pkg-config --libs openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libbrotlidec libprotobuf-c) -lm -o "$BUILD/bench/split_bench"
   exec "$BUILD/bench/split_bench" "$@"
 fi
 gcc -O2 -std=c11 -D_GNU_SOURCE -pthread -march=x86-64-v3 -Iinclude bench/kernels/kernel_bench.c "$BUILD/libkeel.a" \

@@ -1,8 +1,10 @@
 /* keel Parquet: a writer (PLAIN / RLE_DICTIONARY, definition levels, page and
  * row-group statistics, zstd/snappy/gzip/lz4_raw/none) and a reader (every
- * standard encoding of flat columns, data page v1 and v2, CRCs, statistics
- * based row-group and page skipping, projection, batched columnar reads into
- * kl_column and a row-at-a-time adapter). See docs/parquet.md. */
+ * standard encoding and codec, data page v1 and v2, CRCs, statistics based
+ * row-group and page skipping, projection, batched columnar reads into
+ * kl_column and a row-at-a-time adapter; nested LIST/MAP/STRUCT columns read
+ * as JSON text; columns it cannot read named with the reason). See
+ * docs/parquet.md. */
 #ifndef KEEL_PARQUET_H
 #define KEEL_PARQUET_H
 
@@ -20,7 +22,7 @@ extern "C" {
  * Values and statistics
  * ================================================================== */
 
-typedef enum { KL_PQ_UNCOMPRESSED, KL_PQ_SNAPPY, KL_PQ_GZIP, KL_PQ_ZSTD, KL_PQ_LZ4_RAW } kl_pq_codec;
+typedef enum { KL_PQ_UNCOMPRESSED, KL_PQ_SNAPPY, KL_PQ_GZIP, KL_PQ_ZSTD, KL_PQ_LZ4_RAW } kl_pq_codec; /* written */
 const char *kl_pq_codec_name(kl_pq_codec c);             /* "none","snappy","gzip","zstd","lz4_raw" */
 int kl_pq_codec_parse(const char *s, kl_pq_codec *out);  /* also "uncompressed" */
 
@@ -107,10 +109,15 @@ typedef struct {
     const char *name;         /* top-level name (a dotted path for nested leaves) */
     kl_col_type type;         /* keel type it reads into */
     int nullable;
-    int supported;            /* 0: nested/unsupported; reading it fails with why */
+    int supported;            /* 0: unsupported; reading it fails with why */
     const char *why;          /* reason when !supported, else "" */
-    const char *physical;     /* "INT32", "BYTE_ARRAY", ... */
-    const char *logical;      /* "DATE", "DECIMAL(9,2)", "STRING", "" ... */
+    const char *physical;     /* "INT32", "BYTE_ARRAY", ... ("group" for a nested column) */
+    const char *logical;      /* "DATE", "DECIMAL(9,2)", "STRING", "UINT64", "UUID", "LIST", "MAP", "STRUCT", "" ... */
+    int nested;               /* 1: a top-level LIST/MAP/STRUCT (or repeated) column, read as
+                               * a STRING column of JSON text, one JSON value per row */
+    int inner;                /* 1: a leaf inside a nested column (read through that column) */
+    int is_unsigned;          /* 1: UINT64, read into INT64 as the bit pattern (print and
+                               * compare as unsigned: kl_pq_format_value does) */
 } kl_pq_column_info;
 
 typedef struct kl_pq_reader kl_pq_reader;
@@ -124,8 +131,16 @@ uint64_t kl_pq_num_rows(const kl_pq_reader *r);
 size_t kl_pq_num_row_groups(const kl_pq_reader *r);
 uint64_t kl_pq_row_group_rows(const kl_pq_reader *r, size_t rg);
 size_t kl_pq_num_columns(const kl_pq_reader *r);  /* leaf columns */
-const kl_pq_column_info *kl_pq_column(const kl_pq_reader *r, size_t i);
-int kl_pq_find_column(const kl_pq_reader *r, const char *name); /* index or -1 */
+const kl_pq_column_info *kl_pq_column(const kl_pq_reader *r, size_t i); /* i < kl_pq_num_all_columns */
+/* Columns by index: 0 .. kl_pq_num_columns-1 are the leaf columns (nested
+ * leaves included, marked inner), then the nested top-level columns. */
+size_t kl_pq_num_all_columns(const kl_pq_reader *r);
+/* Top-level columns in schema order (flat leaves and nested columns): what
+ * a default selection reads and what `keel data show` lists. Returns the
+ * column index (for kl_pq_column) of the i-th, or (size_t)-1. */
+size_t kl_pq_num_top(const kl_pq_reader *r);
+size_t kl_pq_top(const kl_pq_reader *r, size_t i);
+int kl_pq_find_column(const kl_pq_reader *r, const char *name); /* index (leaf or nested column) or -1 */
 const char *kl_pq_created_by(const kl_pq_reader *r);           /* "" when absent */
 /* Value of a key in the file's key/value metadata, or NULL. */
 const char *kl_pq_kv(const kl_pq_reader *r, const char *key);
@@ -134,8 +149,8 @@ const char *kl_pq_kv(const kl_pq_reader *r, const char *key);
 int kl_pq_stats(const kl_pq_reader *r, size_t rg, size_t col, kl_pq_col_stats *out, kl_err *e);
 
 /* Projection: read only these columns, in this order (NULL/0 = every
- * supported leaf column). A nested or unknown name → clear error. Resets the
- * read position. */
+ * supported top-level column, nested ones included). An unsupported or
+ * unknown name → clear error. Resets the read position. */
 int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e);
 size_t kl_pq_num_selected(const kl_pq_reader *r);
 const kl_pq_column_info *kl_pq_selected(const kl_pq_reader *r, size_t i);
@@ -222,6 +237,14 @@ void kl_pq_groups_clear(kl_pq_groups *g);
 /* Row at a time: fills row[0..nselected-1] (strings point into the reader,
  * valid until the next call). Returns 1 for a row, 0 at the end, <0 error. */
 int kl_pq_next_row(kl_pq_reader *r, kl_pq_value *row, kl_err *e);
+
+/* Appends row i of c (a column read from a column described by ci; ci may
+ * be NULL) to b: json = 1 as a JSON value (strings quoted, dates and
+ * timestamps as quoted ISO-8601, binary as quoted base64, UUID canonical
+ * 8-4-4-4-12, UINT64 unsigned, nested columns as their JSON, NaN and
+ * infinities quoted, NULL as null); json = 0 as text (the same without
+ * quotes, a NUL byte in a string as \0, NULL as NULL). */
+void kl_pq_format_value(kl_buf *b, const kl_column *c, size_t i, const kl_pq_column_info *ci, int json);
 
 /* Reads every selected row of a file into new columns (*cols: malloc'ed array
  * of *ncols columns; free each with kl_column_free and the array with free).

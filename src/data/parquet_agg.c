@@ -21,6 +21,7 @@ typedef struct {
     double *tmp; size_t tmp_cap;       /* values converted to double */
     kl_col_type key_type, value_type;  /* of the first call (later calls must match) */
     int has_key, has_value;
+    int value_unsigned;                /* UINT64 values (the INT64 bit pattern) */
 } agg;
 
 static uint64_t key_hash(const kl_pq_value *k) {
@@ -116,7 +117,8 @@ static const double *as_double(agg *a, const kl_pq_vector *v, size_t n) {
     c.type = v->type;
     c.values = (void *)v->values;
     c.len = n;
-    for (size_t i = 0; i < n; i++) a->tmp[i] = kl_column_get_f64(&c, i);
+    if (a->value_unsigned) for (size_t i = 0; i < n; i++) a->tmp[i] = (double)((const uint64_t *)v->values)[i];
+    else for (size_t i = 0; i < n; i++) a->tmp[i] = kl_column_get_f64(&c, i);
     return a->tmp;
 }
 
@@ -245,6 +247,7 @@ int kl_pq_group_by(kl_pq_reader *r, const char *key, const char *value, kl_pq_gr
         kl_col_type t = kl_pq_selected(r, (size_t)vi)->type;
         if (t == KL_COL_STRING || t == KL_COL_BINARY) { rc = kl_err_set(e, KL_ETYPE, "group by: value column %s is %s, not numeric", value, kl_col_type_name(t)); goto fail; }
         a->value_type = t;
+        a->value_unsigned = kl_pq_selected(r, (size_t)vi)->is_unsigned;
     }
     kl_pq_rewind(r);
     for (;;) {

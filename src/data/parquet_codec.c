@@ -1,6 +1,8 @@
 /* Parquet building blocks shared by writer and reader: page compression
- * codecs (snappy, gzip incl. multi-member, zstd, lz4_raw, legacy Hadoop LZ4),
+ * codecs (snappy, gzip incl. multi-member, zstd, lz4_raw, legacy Hadoop LZ4,
+ * and BROTLI for reading),
  * the RLE/bit-packed hybrid encoding and CRC-32. */
+#include <brotli/decode.h>
 #include <immintrin.h>
 #include <lz4.h>
 #include <snappy-c.h>
@@ -151,9 +153,24 @@ int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t 
         if (r >= 0 && (size_t)r == dst_len) return KL_OK;
         return kl_err_set(e, KL_EPARSE, "lz4: corrupt page data (neither Hadoop framing nor a raw block)");
     }
+    case CODEC_BROTLI: {
+        size_t got = dst_len;
+        if (BrotliDecoderDecompress(n, src, &got, dst) != BROTLI_DECODER_RESULT_SUCCESS)
+            return kl_err_set(e, KL_EPARSE, "brotli: corrupt page data (or larger than the %zu bytes the header says)", dst_len);
+        if (got != dst_len) return kl_err_set(e, KL_EPARSE, "brotli: page decompressed to %zu bytes, expected %zu", got, dst_len);
+        return KL_OK;
+    }
     case CODEC_LZO: return kl_err_set(e, KL_EUNSUPPORTED, "codec LZO is not supported");
-    case CODEC_BROTLI: return kl_err_set(e, KL_EUNSUPPORTED, "codec BROTLI is not supported");
     default: return kl_err_set(e, KL_EPARSE, "unknown compression codec %d", codec);
+    }
+}
+
+const char *pq_codec_unsupported(int codec) {
+    switch (codec) {
+    case CODEC_UNCOMPRESSED: case CODEC_SNAPPY: case CODEC_GZIP: case CODEC_BROTLI: case CODEC_LZ4:
+    case CODEC_ZSTD: case CODEC_LZ4_RAW: return NULL;
+    case CODEC_LZO: return "codec LZO is not supported";
+    default: return "unknown compression codec";
     }
 }
 

@@ -81,6 +81,8 @@ static inline int tr_bool_field(int type) { return type == TT_TRUE; }
 int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out, kl_err *e);
 /* Decompresses exactly dst_len bytes. */
 int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e);
+/* Why keel cannot read a codec, or NULL when it can. */
+const char *pq_codec_unsupported(int codec);
 
 /* ---- RLE / bit-packed hybrid ---- */
 void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw);

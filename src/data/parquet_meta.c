@@ -45,6 +45,8 @@ static void parse_logical(tr *r, pq_schema_el *el) {
          * others (MAP, LIST, UNKNOWN, BSON, future types) fall back to the converted type */
         if (id == 1 || id == 4 || id == 5 || id == 6 || id == 7 || id == 8 || id == 10 || id == 12 || id == 14 || id == 15)
             el->logical = id;
+        else if (id == 2) el->group_kind = G_MAP;
+        else if (id == 3) el->group_kind = G_LIST;
         int16_t l2 = 0, i2; int t2;
         while (tr_field(r, &l2, &t2, &i2)) {
             if (id == 5 && i2 == 1 && t2 == TT_I32) el->scale = (int)tr_int(r);
@@ -194,6 +196,7 @@ static void leaf_type(pq_leaf *L, const pq_schema_el *el) {
     case PT_FLBA:
         if (is_dec) { L->type = KL_COL_FLOAT64; L->kind = K_DECBIN; }
         else if (lt == 15 && el->type_length == 2) { L->type = KL_COL_FLOAT32; L->kind = K_F16; strcpy(lg, "FLOAT16"); }
+        else if (!lt && ct == CT_INTERVAL && el->type_length == 12) { L->type = KL_COL_STRING; L->kind = K_INTERVAL; strcpy(lg, "INTERVAL"); }
         else { L->type = KL_COL_BINARY; L->kind = K_BYTES; if (lt == 14) strcpy(lg, "UUID"); }
         break;
     }
@@ -201,28 +204,12 @@ static void leaf_type(pq_leaf *L, const pq_schema_el *el) {
 
 typedef struct { pq_reader_t *R; uint32_t at, n; kl_err *e; } walk;
 
-static int walk_schema(walk *w, int depth, int max_def, int max_rep, int nested, const char *prefix, int *count_leaves) {
-    if (w->at >= w->n) return kl_err_set(w->e, KL_EPARSE, "%s: schema ends early (num_children too large)", w->R->name);
-    if (depth > 64) return kl_err_set(w->e, KL_EPARSE, "%s: schema nested too deeply", w->R->name);
-    pq_schema_el *el = &w->R->schema[w->at++];
-    char path[512];
-    snprintf(path, sizeof path, "%s%s%.*s", prefix, *prefix ? "." : "", (int)el->name_len, el->name ? (const char *)el->name : "");
-    if (el->rep == REP_OPTIONAL) max_def++;
-    else if (el->rep == REP_REPEATED) { max_def++; max_rep++; }
-    else if (el->rep != REP_REQUIRED) return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid repetition type %d", w->R->name, path, el->rep);
-    if (el->has_children && el->num_children > 0) {
-        if ((uint32_t)el->num_children > w->n) return kl_err_set(w->e, KL_EPARSE, "%s: group %s has %d children, the schema %u elements", w->R->name, path, el->num_children, w->n);
-        for (int i = 0; i < el->num_children; i++) {
-            int rc = walk_schema(w, depth + 1, max_def, max_rep, 1, path, count_leaves);
-            if (rc) return rc;
-        }
-        return KL_OK;
-    }
-    if (el->ptype < 0 || el->ptype > 7)
-        return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid physical type %d", w->R->name, path, el->ptype);
-    if (el->ptype == PT_FLBA && (el->type_length <= 0 || el->type_length > (1 << 20)))
-        return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid FIXED_LEN_BYTE_ARRAY length %d", w->R->name, path, el->type_length);
+static int add_leaf(walk *w, pq_schema_el *el, const char *path, int max_def, int max_rep, int field) {
     pq_reader_t *R = w->R;
+    if (el->ptype < 0 || el->ptype > 7)
+        return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid physical type %d", R->name, path, el->ptype);
+    if (el->ptype == PT_FLBA && (el->type_length <= 0 || el->type_length > (1 << 20)))
+        return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid FIXED_LEN_BYTE_ARRAY length %d", R->name, path, el->type_length);
     if (R->nleaves >= R->capleaves) {
         size_t nc = R->capleaves ? R->capleaves * 2 : 16;
         pq_leaf *nl = realloc(R->leaves, nc * sizeof *nl);
@@ -236,20 +223,87 @@ static int walk_schema(walk *w, int depth, int max_def, int max_rep, int nested,
     L->ptype = el->ptype;
     L->max_def = max_def;
     L->max_rep = max_rep;
+    L->field = field;
     leaf_type(L, el);
     L->info.name = L->name;
     L->info.type = L->type;
     L->info.nullable = max_def > 0;
     L->info.physical = ptype_name(el->ptype);
     L->info.logical = L->logicalbuf;
-    L->info.supported = !nested && el->rep != REP_REPEATED;
+    L->info.is_unsigned = L->kind == K_I64 && L->unsigned_order && L->ptype == PT_INT64;
+    L->info.supported = field < 0;
+    L->info.inner = field >= 0;
     L->info.why = "";
-    if (!L->info.supported) {
-        snprintf(L->whybuf, sizeof L->whybuf, "column %s is nested (inside a group, list or map, or repeated); nested columns are not supported", path);
+    if (field >= 0) {
+        snprintf(L->whybuf, sizeof L->whybuf, "column %s is part of the nested column %s (select %s)", path,
+                 R->fields[field].name, R->fields[field].name);
         L->info.why = L->whybuf;
     }
-    (*count_leaves)++;
-    (void)depth;
+    return KL_OK;
+}
+
+/* One schema element and its subtree; field: the nested column it is part of (-1: none). */
+static int walk_schema(walk *w, int depth, int max_def, int max_rep, int field, const char *prefix) {
+    pq_reader_t *R = w->R;
+    if (w->at >= w->n) return kl_err_set(w->e, KL_EPARSE, "%s: schema ends early (num_children too large)", R->name);
+    if (depth > 64) return kl_err_set(w->e, KL_EPARSE, "%s: schema nested too deeply", R->name);
+    uint32_t at = w->at++;
+    pq_schema_el *el = &R->schema[at];
+    char path[512];
+    snprintf(path, sizeof path, "%s%s%.*s", prefix, *prefix ? "." : "", (int)el->name_len, el->name ? (const char *)el->name : "");
+    if (el->rep == REP_OPTIONAL) max_def++;
+    else if (el->rep == REP_REPEATED) { max_def++; max_rep++; }
+    else if (el->rep != REP_REQUIRED) return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid repetition type %d", R->name, path, el->rep);
+    int group = el->has_children && el->num_children > 0;
+    if (field < 0 && (group || el->rep == REP_REPEATED || (el->has_children && el->ptype < 0))) {
+        /* a nested top-level column */
+        pq_field *F = &R->fields[R->nfields];
+        memset(F, 0, sizeof *F);
+        if (!(F->name = strdup(path))) return kl_err_set(w->e, KL_ENOMEM, "out of memory");
+        F->el = at;
+        F->leaf0 = R->nleaves;
+        field = (int)R->nfields++;
+        F->info.name = F->name;
+        F->info.type = KL_COL_STRING;
+        F->info.nullable = el->rep == REP_OPTIONAL;
+        F->info.supported = 1;
+        F->info.nested = 1;
+        F->info.why = "";
+        F->info.physical = group ? "group" : ptype_name(el->ptype);
+        F->info.logical = F->logicalbuf;
+        snprintf(F->logicalbuf, sizeof F->logicalbuf, "%s", el->rep == REP_REPEATED || el->group_kind == G_LIST || el->conv == CT_LIST ? "LIST"
+                 : el->group_kind == G_MAP || el->conv == CT_MAP || el->conv == CT_MAP_KEY_VALUE ? "MAP" : "STRUCT");
+        R->top[R->ntop++] = (size_t)-1 - (size_t)field; /* numbered after all leaves: resolved at the end */
+    }
+    pq_node *N = &R->nodes[at];
+    N->def = max_def;
+    N->rep = max_rep;
+    N->leaf = -1;
+    N->first_leaf = (int)R->nleaves;
+    if (el->has_children && el->num_children > 0) {
+        if ((uint32_t)el->num_children > w->n) return kl_err_set(w->e, KL_EPARSE, "%s: group %s has %d children, the schema %u elements", R->name, path, el->num_children, w->n);
+        for (int i = 0; i < el->num_children; i++) {
+            int rc = walk_schema(w, depth + 1, max_def, max_rep, field, path);
+            if (rc) return rc;
+        }
+    } else if (el->has_children && el->ptype < 0) {
+        /* an empty group: no leaves, no data */
+        snprintf(R->fields[field].whybuf, sizeof R->fields[field].whybuf, "column %s holds an empty group; empty groups are not supported", path);
+        R->fields[field].info.supported = 0;
+    } else {
+        if (field < 0) R->top[R->ntop++] = R->nleaves;
+        N->leaf = (int)R->nleaves;
+        int rc = add_leaf(w, el, path, max_def, max_rep, field);
+        if (rc) return rc;
+        if (field >= 0 && max_rep > PQ_MAX_REP && R->fields[field].info.supported) {
+            snprintf(R->fields[field].whybuf, sizeof R->fields[field].whybuf,
+                     "column %s is nested %d lists deep; keel reads at most %d", R->fields[field].name, max_rep, PQ_MAX_REP);
+            R->fields[field].info.supported = 0;
+        }
+    }
+    N->nleaves = (int)R->nleaves - N->first_leaf;
+    N->end = w->at;
+    if (field >= 0 && R->fields[field].el == at) R->fields[field].nleaf = R->nleaves - R->fields[field].leaf0;
     return KL_OK;
 }
 
@@ -285,14 +339,22 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
             /* root: its children are the top-level fields */
             walk w = {R, 1, n, e};
             pq_schema_el *root = &R->schema[0];
-            int nl = 0;
-            for (int c = 0; c < root->num_children && rc == KL_OK; c++) rc = walk_schema(&w, 1, 0, 0, 0, "", &nl);
+            if (root->num_children < 0 || (uint32_t)root->num_children > n) return kl_err_set(e, KL_EPARSE, "%s: the schema root has %d children", R->name, root->num_children);
+            R->nodes = calloc(n, sizeof *R->nodes);
+            R->fields = calloc((size_t)root->num_children + 1, sizeof *R->fields);
+            R->top = calloc((size_t)root->num_children + 1, sizeof *R->top);
+            if (!R->nodes || !R->fields || !R->top) return kl_err_set(e, KL_ENOMEM, "out of memory");
+            for (int c = 0; c < root->num_children && rc == KL_OK; c++) rc = walk_schema(&w, 1, 0, 0, -1, "");
             if (rc) return rc;
             if (w.at != n) return kl_err_set(e, KL_EPARSE, "%s: schema has %u elements but the tree covers %u", R->name, n, w.at);
+            for (size_t i = 0; i < R->ntop; i++) /* fields are numbered after all the leaves */
+                if (R->top[i] > R->nleaves + R->nfields) R->top[i] = R->nleaves + ((size_t)-1 - R->top[i]);
             for (size_t i = 0; i < R->nleaves; i++) { /* leaves moved while growing */
                 R->leaves[i].info.logical = R->leaves[i].logicalbuf;
-                if (!R->leaves[i].info.supported) R->leaves[i].info.why = R->leaves[i].whybuf;
+                if (*R->leaves[i].whybuf) R->leaves[i].info.why = R->leaves[i].whybuf;
             }
+            for (size_t f = 0; f < R->nfields; f++)
+                if (!R->fields[f].info.supported) R->fields[f].info.why = R->fields[f].whybuf;
             have_schema = 1;
         } else if (id == 3 && t == TT_I64) {
             R->num_rows = tr_int(&r);
@@ -345,12 +407,24 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
     if (sum != R->num_rows)
         return kl_err_set(e, KL_EPARSE, "%s: the footer says %lld rows, its %zu row groups hold %lld", R->name,
                           (long long)R->num_rows, R->nrg, (long long)sum);
-    /* per chunk checks */
+    /* per chunk checks; a chunk keel cannot decode makes its column unreadable
+     * (named with the reason by kl_pq_column, never left out silently) */
     for (size_t g = 0; g < R->nrg; g++)
         for (size_t c = 0; c < R->nleaves; c++) {
             pq_chunk *ch = &R->rgs[g].cols[c];
-            if (ch->has_meta && ch->ptype != R->leaves[c].ptype && R->leaves[c].info.supported)
-                return kl_err_set(e, KL_EPARSE, "%s: column %s: chunk type %d differs from the schema type %d", R->name, R->leaves[c].name, ch->ptype, R->leaves[c].ptype);
+            pq_leaf *L = &R->leaves[c];
+            if (ch->has_meta && ch->ptype != L->ptype)
+                return kl_err_set(e, KL_EPARSE, "%s: column %s: chunk type %d differs from the schema type %d", R->name, L->name, ch->ptype, L->ptype);
+            const char *why = ch->encrypted ? "encrypted columns are not supported"
+                              : ch->external ? "column data in an external file is not supported"
+                              : ch->has_meta ? pq_codec_unsupported(ch->codec) : NULL;
+            if (!why) continue;
+            kl_pq_column_info *ci = L->field >= 0 ? &R->fields[L->field].info : &L->info;
+            char *buf = L->field >= 0 ? R->fields[L->field].whybuf : L->whybuf;
+            if (!ci->supported) continue;
+            snprintf(buf, sizeof L->whybuf, "column %s (row group %zu): %s", L->name, g, why);
+            ci->supported = 0;
+            ci->why = buf;
         }
     return KL_OK;
 }
@@ -406,6 +480,10 @@ void kl_pq_close(kl_pq_reader *r) {
     pq_read_free(R);
     for (size_t i = 0; i < R->nleaves; i++) free(R->leaves[i].name);
     free(R->leaves);
+    for (size_t f = 0; f < R->nfields; f++) free(R->fields[f].name);
+    free(R->fields);
+    free(R->nodes);
+    free(R->top);
     for (size_t g = 0; g < R->nrg; g++) free(R->rgs[g].cols);
     free(R->rgs);
     free(R->schema);
@@ -428,15 +506,32 @@ uint64_t kl_pq_row_group_rows(const kl_pq_reader *r, size_t rg) {
     return rg < R->nrg ? (uint64_t)R->rgs[rg].num_rows : 0;
 }
 size_t kl_pq_num_columns(const kl_pq_reader *r) { return ((const pq_reader_t *)r)->nleaves; }
-const kl_pq_column_info *kl_pq_column(const kl_pq_reader *r, size_t i) {
+size_t kl_pq_num_all_columns(const kl_pq_reader *r) {
     const pq_reader_t *R = (const pq_reader_t *)r;
-    return i < R->nleaves ? &R->leaves[i].info : NULL;
+    return R->nleaves + R->nfields;
+}
+const kl_pq_column_info *pq_colinfo(const pq_reader_t *R, size_t i) {
+    if (i < R->nleaves) return &R->leaves[i].info;
+    if (i - R->nleaves < R->nfields) return &R->fields[i - R->nleaves].info;
+    return NULL;
+}
+const kl_pq_column_info *kl_pq_column(const kl_pq_reader *r, size_t i) { return pq_colinfo((const pq_reader_t *)r, i); }
+size_t kl_pq_num_top(const kl_pq_reader *r) { return ((const pq_reader_t *)r)->ntop; }
+size_t kl_pq_top(const kl_pq_reader *r, size_t i) {
+    const pq_reader_t *R = (const pq_reader_t *)r;
+    return i < R->ntop ? R->top[i] : (size_t)-1;
 }
 int kl_pq_find_column(const kl_pq_reader *r, const char *name) {
     const pq_reader_t *R = (const pq_reader_t *)r;
+    int inner = -1;
     for (size_t i = 0; i < R->nleaves; i++)
-        if (!strcmp(R->leaves[i].name, name)) return (int)i;
-    return -1;
+        if (!strcmp(R->leaves[i].name, name)) {
+            if (!R->leaves[i].info.inner) return (int)i;
+            inner = (int)i;
+        }
+    for (size_t f = 0; f < R->nfields; f++) /* a repeated top-level leaf shares its field's name */
+        if (!strcmp(R->fields[f].name, name)) return (int)(R->nleaves + f);
+    return inner;
 }
 const char *kl_pq_created_by(const kl_pq_reader *r) {
     const pq_reader_t *R = (const pq_reader_t *)r;

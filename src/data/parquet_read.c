@@ -114,11 +114,11 @@ static void free_preds(pq_reader_t *R) {
 int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e) {
     pq_reader_t *R = (pq_reader_t *)r;
     scan_reset(R);
-    size_t *sel = malloc((names ? n : R->nleaves) * sizeof *sel + 1);
+    size_t *sel = malloc((names ? n : R->ntop) * sizeof *sel + 1);
     if (!sel) return kl_err_set(e, KL_ENOMEM, "out of memory");
     size_t k = 0;
     if (!names) {
-        for (size_t i = 0; i < R->nleaves; i++) if (R->leaves[i].info.supported) sel[k++] = i;
+        for (size_t i = 0; i < R->ntop; i++) if (pq_colinfo(R, R->top[i])->supported) sel[k++] = R->top[i];
     } else {
         for (size_t j = 0; j < n; j++) {
             int i = kl_pq_find_column(r, names[j]);
@@ -130,7 +130,7 @@ int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e)
                 free(sel);
                 return KL_ENOTFOUND;
             }
-            if (!R->leaves[i].info.supported) { free(sel); return kl_err_set(e, KL_EUNSUPPORTED, "%s: %s", R->name, R->leaves[i].info.why); }
+            if (!pq_colinfo(R, (size_t)i)->supported) { free(sel); return kl_err_set(e, KL_EUNSUPPORTED, "%s: %s", R->name, pq_colinfo(R, (size_t)i)->why); }
             sel[k++] = (size_t)i;
         }
     }
@@ -143,13 +143,14 @@ int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e)
 size_t kl_pq_num_selected(const kl_pq_reader *r) { return ((const pq_reader_t *)r)->nsel; }
 const kl_pq_column_info *kl_pq_selected(const kl_pq_reader *r, size_t i) {
     const pq_reader_t *R = (const pq_reader_t *)r;
-    return i < R->nsel ? &R->leaves[R->sel[i]].info : NULL;
+    return i < R->nsel ? pq_colinfo(R, R->sel[i]) : NULL;
 }
 
 int kl_pq_filter(kl_pq_reader *r, const char *column, kl_pq_op op, const kl_pq_value *vals, size_t nvals, kl_err *e) {
     pq_reader_t *R = (pq_reader_t *)r;
     int ci = kl_pq_find_column(r, column);
     if (ci < 0) return kl_err_set(e, KL_ENOTFOUND, "%s: filter: no column \"%s\"", R->name, column);
+    if ((size_t)ci >= R->nleaves) return kl_err_set(e, KL_EUNSUPPORTED, "%s: filter: %s is a nested column; filters on nested columns are not supported", R->name, column);
     pq_leaf *L = &R->leaves[ci];
     if (!L->info.supported) return kl_err_set(e, KL_EUNSUPPORTED, "%s: filter: %s", R->name, L->info.why);
     size_t want = op == KL_PQ_BETWEEN ? 2 : op == KL_PQ_IN ? nvals : 1;
@@ -347,6 +348,8 @@ static int decode_plain(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, s
         return KL_OK;
     }
     if (L->ptype == PT_BYTE_ARRAY) {
+        /* every value has a 4-byte length: a count the page cannot hold is refused before any allocation */
+        if (nn > avail / 4) return BAD(c, "PLAIN byte arrays: %zu values need at least %zu bytes, page has %zu", nn, nn * 4, avail);
         if (GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         for (size_t i = 0; i < nn; i++) {
             if (end - p < 4) return BAD(c, "PLAIN byte array %zu of %zu: truncated length", i, nn);
@@ -544,11 +547,42 @@ static float half_to_float(uint16_t h) {
 
 static int64_t floordiv(int64_t a, int64_t b) { return a / b - (a % b < 0); }
 
+/* INTERVAL (months, days, milliseconds: three little-endian uint32) as
+ * DuckDB prints it: "1 year 2 months 3 days 04:05:06.007", "00:00:00". */
+static size_t interval_text(const uint8_t *p, char *out, size_t cap) {
+    uint32_t mo, dd, ms;
+    memcpy(&mo, p, 4); memcpy(&dd, p + 4, 4); memcpy(&ms, p + 8, 4);
+    size_t n = 0;
+    uint32_t y = mo / 12, m = mo % 12;
+#define PART(v, w) if (v) n += (size_t)snprintf(out + n, cap - n, "%s%u %s%s", n ? " " : "", v, w, v == 1 ? "" : "s")
+    PART(y, "year");
+    PART(m, "month");
+    PART(dd, "day");
+#undef PART
+    if (ms || n == 0) {
+        uint32_t s = ms / 1000, f = ms % 1000;
+        n += (size_t)snprintf(out + n, cap - n, "%s%02u:%02u:%02u", n ? " " : "", s / 3600, s / 60 % 60, s % 60);
+        if (f) {
+            n += (size_t)snprintf(out + n, cap - n, ".%03u", f);
+            while (out[n - 1] == '0') out[--n] = 0;
+        }
+    }
+    return n;
+}
+
 /* Appends prow rows (levels lev, nn present values) to col. */
 static int materialize(ctxt *c, kl_column *col, const uint8_t *pres, size_t prow, size_t nn,
                        const uint8_t *fx, const bref *br, int padded) {
     const pq_leaf *L = c->L;
     if (prow == 0) return KL_OK;
+    if (L->kind == K_INTERVAL) {
+        for (size_t r = 0, j = 0; r < prow; r++) {
+            char t[96];
+            int rc = nn < prow && !pres[r] ? kl_column_push_null(col) : kl_column_push_str(col, t, interval_text(br[j++].p, t, sizeof t));
+            if (rc) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
+        }
+        return KL_OK;
+    }
     size_t data = 0;
     if (L->kind == K_BYTES) for (size_t i = 0; i < nn; i++) data += br[i].n;
     if (kl_column_reserve(col, col->len + prow, col->data_len + data + 16)) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
@@ -670,7 +704,7 @@ static void keep_ranges(kl_column *col, size_t base, int64_t first, size_t prow,
 typedef struct {
     int type, has_crc;
     int32_t unc, comp; uint32_t crc;
-    int32_t nv; int enc, def_enc;             /* v1 / dict */
+    int32_t nv; int enc, def_enc, rep_enc;    /* v1 / dict */
     int32_t nnulls, nrows, def_len, rep_len; int is_compressed; /* v2 */
     int has_v1, has_v2, has_dict;
 } page_hdr;
@@ -681,6 +715,7 @@ static void parse_dph(tr *r, page_hdr *h) {
         if (id == 1 && t == TT_I32) h->nv = (int32_t)tr_int(r);
         else if (id == 2 && t == TT_I32) h->enc = (int)tr_int(r);
         else if (id == 3 && t == TT_I32) h->def_enc = (int)tr_int(r);
+        else if (id == 4 && t == TT_I32) h->rep_enc = (int)tr_int(r);
         else tr_skip(r, t);
     }
 }
@@ -690,7 +725,7 @@ static int parse_page_header(tr *r, page_hdr *h) {
     memset(h, 0, sizeof *h);
     h->type = -1;
     h->is_compressed = 1;
-    h->def_enc = ENC_RLE;
+    h->def_enc = h->rep_enc = ENC_RLE;
     while (tr_field(r, &last, &t, &id)) {
         if (id == 1 && t == TT_I32) h->type = (int)tr_int(r);
         else if (id == 2 && t == TT_I32) h->unc = (int32_t)tr_int(r);
@@ -765,6 +800,7 @@ typedef struct {
     pq_vout *vo;                         /* NULL: materialize strings */
     uint64_t pages_read, pages_skipped;
     int rc; kl_err err;
+    pq_levels *lv;                       /* a leaf of a nested column: every level entry, levels kept */
 } chunk_job;
 
 /* Coded rows [0, col->len) → strings in col (a non-dictionary page follows). */
@@ -805,7 +841,8 @@ static int decode_chunk(chunk_job *J, dec *d) {
     int rc = KL_OK;
     kl_column *col = J->out;
     kl_column_clear(col);
-    pq_vout *vo = J->vo && L->kind == K_BYTES ? J->vo : NULL;
+    pq_vout *vo = J->vo && L->kind == K_BYTES && !J->lv ? J->vo : NULL;
+    pq_levels *lv = J->lv;
     if (J->vo) J->vo->coded = 0;
     if (!ch->has_meta) return BAD(&c, "column chunk has no metadata");
     if (ch->external) return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s: data in an external file is not supported", R->name, L->name);
@@ -830,12 +867,19 @@ static int decode_chunk(chunk_job *J, dec *d) {
     int64_t done = 0;
     if (ch->num_values != rows && L->max_rep == 0)
         return BAD(&c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values, (long long)rows);
-    int max_def = L->max_def, bw = pq_bit_width((uint64_t)max_def);
-    if (rows > 0 && rows <= (int64_t)1 << 31 && kl_column_reserve(col, (size_t)rows, 0))
-        return kl_err_set(e, KL_ENOMEM, "out of memory for %lld rows of column %s", (long long)rows, L->name);
+    int max_def = L->max_def, bw = pq_bit_width((uint64_t)max_def), max_rep = L->max_rep, rbw = pq_bit_width((uint64_t)max_rep);
+    /* a nested leaf holds level entries (values, nulls and empty lists), a flat one rows */
+    int64_t total = lv ? ch->num_values : rows;
+    if (lv) {
+        if (total > (int64_t)PQ_MAX_NESTED_VALUES)
+            return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: %lld values in one column chunk (keel reads at most %u in a nested column)",
+                              R->name, L->name, where, (long long)total, PQ_MAX_NESTED_VALUES);
+        lv->n = 0; /* the levels grow page by page (num_values is not trusted for memory) */
+    } else if (total > 0 && total <= (int64_t)1 << 31 && kl_column_reserve(col, (size_t)total, 0))
+        return kl_err_set(e, KL_ENOMEM, "out of memory for %lld rows of column %s", (long long)total, L->name);
     int guard = 0;
-    while (done < rows) {
-        if (pos >= end) { rc = BAD(&c, "chunk ends after %lld of %lld rows", (long long)done, (long long)rows); goto out; }
+    while (done < total) {
+        if (pos >= end) { rc = BAD(&c, "chunk ends after %lld of %lld %s", (long long)done, (long long)total, lv ? "values" : "rows"); goto out; }
         page_hdr h;
         tr t = {pos, end, 0, 0};
         if (parse_page_header(&t, &h)) { rc = BAD(&c, "corrupt page header at offset %lld", (long long)(pos - R->data)); goto out; }
@@ -877,7 +921,11 @@ static int decode_chunk(chunk_job *J, dec *d) {
         if ((h.type == PAGE_DATA && !h.has_v1) || (h.type == PAGE_DATA_V2 && !h.has_v2)) { rc = BAD(&c, "data page without its header"); goto out; }
         if (h.nv < 0) { rc = BAD(&c, "page has %d values", h.nv); goto out; }
         size_t n = (size_t)h.nv;
-        if ((int64_t)n > rows - done) { rc = BAD(&c, "pages hold more values (%lld+) than the row group has rows (%lld)", (long long)(done + (int64_t)n), (long long)rows); goto out; }
+        if ((int64_t)n > total - done) {
+            rc = lv ? BAD(&c, "pages hold more values (%lld+) than the chunk (%lld)", (long long)(done + (int64_t)n), (long long)total)
+                    : BAD(&c, "pages hold more values (%lld+) than the row group has rows (%lld)", (long long)(done + (int64_t)n), (long long)rows);
+            goto out;
+        }
         int64_t first = done;
         done += (int64_t)n;
         /* page skipping */
@@ -893,13 +941,21 @@ static int decode_chunk(chunk_job *J, dec *d) {
         }
         J->pages_read++;
         /* decompress and split levels / values */
-        const uint8_t *lv_p = NULL, *vals, *vend;
-        size_t lv_len = 0;
+        const uint8_t *lv_p = NULL, *rp_p = NULL, *vals, *vend;
+        size_t lv_len = 0, rp_len = 0;
         if (h.type == PAGE_DATA) {
             if (GROW(d->page, d->page_cap, (size_t)h.unc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
             if ((rc = pq_decompress(ch->codec, src, (size_t)h.comp, d->page, (size_t)h.unc, e))) { kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where); goto out; }
             vals = d->page;
             vend = d->page + h.unc;
+            if (max_rep > 0) {
+                if (h.rep_enc != ENC_RLE) { rc = kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: repetition level encoding %d is not supported", R->name, L->name, where, h.rep_enc); goto out; }
+                if (vend - vals < 4) { rc = BAD(&c, "truncated repetition levels"); goto out; }
+                uint32_t l; memcpy(&l, vals, 4);
+                if (l > (size_t)(vend - vals - 4)) { rc = BAD(&c, "repetition levels length %u exceeds the page", l); goto out; }
+                rp_p = vals + 4; rp_len = l;
+                vals += 4 + l;
+            }
             if (max_def > 0) {
                 if (h.def_enc == ENC_RLE) {
                     if (vend - vals < 4) { rc = BAD(&c, "truncated definition levels"); goto out; }
@@ -917,6 +973,7 @@ static int decode_chunk(chunk_job *J, dec *d) {
         } else {
             if (h.rep_len < 0 || h.def_len < 0 || (int64_t)h.rep_len + h.def_len > h.comp || (int64_t)h.rep_len + h.def_len > h.unc) { rc = BAD(&c, "bad level lengths in data page v2"); goto out; }
             lv_p = src + h.rep_len; lv_len = (size_t)h.def_len;
+            rp_p = src; rp_len = (size_t)h.rep_len;
             const uint8_t *vsrc = src + h.rep_len + h.def_len;
             size_t vcomp = (size_t)(h.comp - h.rep_len - h.def_len), vunc = (size_t)(h.unc - h.rep_len - h.def_len);
             if (GROW(d->page, d->page_cap, vunc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
@@ -930,12 +987,17 @@ static int decode_chunk(chunk_job *J, dec *d) {
             vend = d->page + vunc;
             if (max_def == 0) lv_p = NULL;
         }
+        size_t lcap = lv ? lv->cap : 0;
+        if (lv && (GROW(lv->def, lv->cap, lv->n + n + 1) || (lv->cap != lcap && !(lv->rep = kl_mem_realloc(lv->rep, lv->cap, KL_TAG_DATASET))))) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            goto out;
+        }
         /* definition levels → present flags */
         size_t nn = n;
         if (max_def > 0) {
             if (GROW(d->pres, d->pres_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
             uint8_t *pres = d->pres;
-            if (max_def == 1 && !(h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED)) {
+            if (max_def == 1 && !lv && !(h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED)) {
                 /* flat optional column: the levels are the flags */
                 if (n && pq_rle_decode_u8(lv_p, lv_len, 1, pres, n)) { rc = BAD(&c, "definition levels truncated or corrupt"); goto out; }
                 size_t cnt = 0;
@@ -956,7 +1018,21 @@ static int decode_chunk(chunk_job *J, dec *d) {
                     pres[i] = d->lev[i] == (uint32_t)max_def;
                     nn += pres[i];
                 }
+                if (lv) for (size_t i = 0; i < n; i++) lv->def[lv->n + i] = (uint8_t)d->lev[i];
             }
+        } else if (lv) memset(lv->def + lv->n, 0, n);
+        if (lv) {
+            /* repetition levels: 0 starts a record */
+            if (max_rep == 0) memset(lv->rep + lv->n, 0, n);
+            else {
+                if (GROW(d->lev, d->lev_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
+                if (n && pq_rle_decode(rp_p, rp_len, rbw, d->lev, n)) { rc = BAD(&c, "repetition levels truncated or corrupt"); goto out; }
+                for (size_t i = 0; i < n; i++) {
+                    if (d->lev[i] > (uint32_t)max_rep) { rc = BAD(&c, "repetition level %u above the maximum %d", d->lev[i], max_rep); goto out; }
+                    lv->rep[lv->n + i] = (uint8_t)d->lev[i];
+                }
+            }
+            lv->n += n;
         }
         uint8_t *fx = NULL; bref *br = NULL;
         const uint8_t *pres = d->pres;
@@ -1018,6 +1094,37 @@ out:
         return rc;
 }
 
+/* A nested column of one row group: each of its leaves decoded with its
+ * levels, then assembled into JSON text per record (parquet_nested.c). */
+static int decode_field(chunk_job *J, dec *d) {
+    const pq_reader_t *R = J->R;
+    size_t f = J->leaf - R->nleaves;
+    const pq_field *F = &R->fields[f];
+    pq_levels *lv = calloc(F->nleaf + 1, sizeof *lv);
+    if (!lv) return kl_err_set(&J->err, KL_ENOMEM, "out of memory");
+    int rc = KL_OK;
+    for (size_t k = 0; k < F->nleaf && !rc; k++) {
+        const pq_leaf *L = &R->leaves[F->leaf0 + k];
+        if ((rc = kl_column_new(L->name, L->type, 1, 0, &lv[k].vals, &J->err))) break;
+        chunk_job sj = *J;
+        sj.leaf = F->leaf0 + k;
+        sj.out = lv[k].vals;
+        sj.vo = NULL;
+        sj.lv = &lv[k];
+        sj.full = 1;
+        sj.pages_read = sj.pages_skipped = 0;
+        rc = decode_chunk(&sj, d);
+        J->pages_read += sj.pages_read;
+        if (rc) J->err = sj.err;
+    }
+    kl_column_clear(J->out);
+    if (!rc) rc = pq_assemble(R, f, lv, (size_t)R->rgs[J->rg].num_rows, J->out, &J->err);
+    if (!rc && !J->full) keep_ranges(J->out, 0, 0, J->out->len, J->ranges, J->nranges);
+    for (size_t k = 0; k < F->nleaf; k++) pq_levels_free(&lv[k]);
+    free(lv);
+    return rc;
+}
+
 /* Column chunks are claimed one at a time by whichever worker is free (a
  * descheduled worker does not hold back the others); each job writes only
  * its own output, so results never depend on who decoded what. Scratch
@@ -1030,7 +1137,9 @@ static void chunk_task(void *ctx, size_t begin, size_t end, int chunk) {
     for (;;) {
         size_t i = atomic_fetch_add(&cr->next, 1);
         if (i >= cr->n) break;
-        cr->jobs[i].rc = decode_chunk(&cr->jobs[i], d);
+        chunk_job *J = &cr->jobs[i];
+        if (J->vo) J->vo->coded = 0;
+        J->rc = J->leaf >= J->R->nleaves ? decode_field(J, d) : decode_chunk(J, d);
     }
 }
 
@@ -1163,7 +1272,7 @@ static int page_ranges(const pq_reader_t *R, size_t rg, const pq_pred *p, range 
 static int scan_init(pq_reader_t *R, kl_err *e) {
     if (R->nsel == 0 && R->nleaves > 0) {
         const char *why = "";
-        for (size_t i = 0; i < R->nleaves && !*why; i++) why = R->leaves[i].info.why;
+        for (size_t i = 0; i < R->ntop && !*why; i++) why = pq_colinfo(R, R->top[i])->why;
         return kl_err_set(e, KL_EUNSUPPORTED, "%s: no readable columns selected (%s)", R->name, *why ? why : "empty selection");
     }
     pq_scan *s = calloc(1, sizeof *s);
@@ -1187,8 +1296,8 @@ static int scan_init(pq_reader_t *R, kl_err *e) {
     if (!s->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
     s->slot[0] = s->cols;
     for (size_t k = 0; k < s->nneed; k++) {
-        const pq_leaf *L = &R->leaves[s->need[k]];
-        int rc = kl_column_new(L->name, L->type, L->max_def > 0, 0, &s->cols[k], e);
+        const kl_pq_column_info *ci = pq_colinfo(R, s->need[k]);
+        int rc = kl_column_new(ci->name, ci->type, ci->nullable, 0, &s->cols[k], e);
         if (rc) return rc;
     }
     return KL_OK;
@@ -1205,7 +1314,7 @@ static int slot_cols(pq_reader_t *R, pq_scan *s, int k, kl_err *e) {
         s->vout[k] = calloc(s->nneed + 1, sizeof **s->vout);
         if (!s->vout[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
         for (size_t j = 0; j < s->nneed; j++) {
-            int rc = kl_column_new("dictionary", R->leaves[s->need[j]].type, 0, 0, &s->vout[k][j].dict, e);
+            int rc = kl_column_new("dictionary", pq_colinfo(R, s->need[j])->type, 0, 0, &s->vout[k][j].dict, e);
             if (rc) return rc;
         }
     }
@@ -1213,8 +1322,8 @@ static int slot_cols(pq_reader_t *R, pq_scan *s, int k, kl_err *e) {
     s->slot[k] = calloc(s->nneed + 1, sizeof **s->slot);
     if (!s->slot[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (size_t j = 0; j < s->nneed; j++) {
-        const pq_leaf *L = &R->leaves[s->need[j]];
-        int rc = kl_column_new(L->name, L->type, L->max_def > 0, 0, &s->slot[k][j], e);
+        const kl_pq_column_info *ci = pq_colinfo(R, s->need[j]);
+        int rc = kl_column_new(ci->name, ci->type, ci->nullable, 0, &s->slot[k][j], e);
         if (rc) return rc;
     }
     return KL_OK;
@@ -1244,7 +1353,7 @@ static int load_prefetch(pq_reader_t *R, kl_err *e) {
             rs[k] = (range){0, (int64_t)s->slot_rows[k]};
             for (size_t j = 0; j < s->nneed; j++)
                 jobs[k * s->nneed + j] = (chunk_job){R, s->slot_rg[k], s->need[j], &rs[k], 1, 1, s->slot[k][j],
-                                                     s->vec ? &s->vout[k][j] : NULL, 0, 0, 0, {0}};
+                                                     s->vec ? &s->vout[k][j] : NULL, 0, 0, 0, {0}, NULL};
         }
         int rc = run_jobs(s, jobs, nj, e);
         if (rc) { free(jobs); free(rs); return rc; }
@@ -1306,7 +1415,7 @@ static int load_next(pq_reader_t *R, kl_err *e) {
         chunk_job *jobs = calloc(s->nneed + 1, sizeof *jobs);
         if (!jobs) { free(rs); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
         for (size_t k = 0; k < s->nneed; k++) {
-            jobs[k] = (chunk_job){R, g, s->need[k], rs, nr, full, s->cols[k], NULL, 0, 0, 0, {0}};
+            jobs[k] = (chunk_job){R, g, s->need[k], rs, nr, full, s->cols[k], NULL, 0, 0, 0, {0}, NULL};
         }
         int rc = run_jobs(s, jobs, s->nneed, e);
         if (rc) { free(jobs); free(rs); return rc; }
@@ -1382,13 +1491,13 @@ static int read_batch(pq_reader_t *R, size_t max_rows, kl_column **cols, size_t 
     pq_scan *s = R->scan;
     int rc;
     for (size_t i = 0; i < R->nsel; i++) {
-        const pq_leaf *L = &R->leaves[R->sel[i]];
+        const kl_pq_column_info *L = pq_colinfo(R, R->sel[i]);
         if (!cols[i]) {
-            if ((rc = kl_column_new(L->name, L->type, L->max_def > 0, 0, &cols[i], e))) return rc;
+            if ((rc = kl_column_new(L->name, L->type, L->nullable, 0, &cols[i], e))) return rc;
         } else {
             if (cols[i]->type != L->type) return kl_err_set(e, KL_ETYPE, "%s: column %s is %s, the output column is %s", R->name, L->name, kl_col_type_name(L->type), kl_col_type_name(cols[i]->type));
             kl_column_clear(cols[i]);
-            if (L->max_def > 0) cols[i]->nullable = 1;
+            if (L->nullable) cols[i]->nullable = 1;
         }
     }
     if (max_rows == 0) return KL_OK;

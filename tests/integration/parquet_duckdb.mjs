@@ -2,7 +2,10 @@
 // from build/npm, installed by tests/integration/parquet_interop.py).
 //   node parquet_duckdb.mjs dump FILE...   one JSON line per file in the format of
 //                                          `parquet-tool dump` (dates as days, timestamps as µs,
-//                                          decimals as doubles, blobs as hex); nested columns left out
+//                                          decimals as doubles, blobs as hex, nested columns as the
+//                                          text of to_json: type "json")
+//   node parquet_duckdb.mjs json FILE...   one JSON line per file: {file, ok, rows: [to_json of each row]}
+//                                          (nested columns as JSON values: the oracle of `keel data head --json`)
 //   node parquet_duckdb.mjs sql STMT...    runs statements (COPY ... TO for test files)
 //   node parquet_duckdb.mjs time STMT      runs STMT 5 times (after a warm-up), prints seconds
 import { createRequire } from 'module';
@@ -41,8 +44,8 @@ async function dump(file) {
   for (const row of desc.getRowObjectsJS()) {
     const name = row.column_name, type = String(row.column_type);
     let e = id(name), kt = null;
-    if (/^(STRUCT|MAP|UNION)/.test(type) || type.endsWith('[]') || /\[\d+\]$/.test(type)) continue;
-    if (type === 'DATE') { e = `(${e} - DATE '1970-01-01')::BIGINT`; kt = 'date'; }
+    if (/^(STRUCT|MAP|UNION)/.test(type) || type.endsWith('[]') || /\[\d+\]$/.test(type)) { e = `to_json(${e})::VARCHAR`; kt = 'json'; }
+    else if (type === 'DATE') { e = `(${e} - DATE '1970-01-01')::BIGINT`; kt = 'date'; }
     else if (type === 'TIMESTAMP_NS') { e = `epoch_ns(${e})`; kt = 'timestamp_ns'; }
     else if (type.startsWith('TIMESTAMP')) { e = `epoch_us(${e})`; kt = 'timestamp'; }
     else if (type.startsWith('TIME')) { e = `(hour(${e})::BIGINT * 3600000000 + minute(${e})::BIGINT * 60000000 + microsecond(${e}))`; kt = 'int64'; }
@@ -72,6 +75,14 @@ if (cmd === 'dump') {
   for (const f of args) {
     try { process.stdout.write(fmt(await dump(f)) + '\n'); }
     catch (err) { process.stdout.write(JSON.stringify({ file: f, ok: false, error: String(err.message || err) }) + '\n'); }
+  }
+} else if (cmd === 'json') {
+  for (const f of args) {
+    try {
+      const res = await conn.runAndReadAll(`SELECT to_json(t)::VARCHAR AS j FROM read_parquet(${q(f)}) t`);
+      const rows = res.getColumnsJS()[0] || [];
+      process.stdout.write('{"file":' + JSON.stringify(f) + ',"ok":true,"rows":[' + rows.join(',') + ']}\n');
+    } catch (err) { process.stdout.write(JSON.stringify({ file: f, ok: false, error: String(err.message || err) }) + '\n'); }
   }
 } else if (cmd === 'sql') {
   for (const s of args) await conn.run(s);

@@ -33,9 +33,7 @@ static void put_value(const kl_column *c, size_t i) {
     case KL_COL_STRING: {
         size_t n;
         const char *s = kl_column_get_str(c, i, &n);
-        char *z = strndup(s, n);
-        kl_buf_json_str(&out, z ? z : "");
-        free(z);
+        kl_buf_json_strn(&out, s, n); /* whole: a NUL is \u0000 */
         return;
     }
     case KL_COL_BINARY: {
@@ -104,19 +102,23 @@ static int cmd_dump(int argc, char **argv) {
         } else {
             kl_buf_puts(&out, ",\"ok\":true,");
             put_columns(c, n);
-            /* unsupported (nested) columns */
+            /* columns keel cannot read, and why */
             kl_pq_reader *r;
             if (kl_pq_open(argv[i], &r, &e) == 0) {
                 kl_buf_puts(&out, ",\"unsupported\":[");
                 int first = 1;
-                for (size_t k = 0; k < kl_pq_num_columns(r); k++) {
-                    const kl_pq_column_info *ci = kl_pq_column(r, k);
+                kl_buf why;
+                kl_buf_init(&why);
+                for (size_t k = 0; k < kl_pq_num_top(r); k++) {
+                    const kl_pq_column_info *ci = kl_pq_column(r, kl_pq_top(r, k));
                     if (ci->supported) continue;
-                    if (!first) kl_buf_puts(&out, ",");
+                    if (!first) { kl_buf_puts(&out, ","); kl_buf_puts(&why, ","); }
                     kl_buf_json_str(&out, ci->name);
+                    kl_buf_json_str(&why, ci->why);
                     first = 0;
                 }
-                kl_buf_puts(&out, "]");
+                kl_buf_printf(&out, "],\"why\":[%s]", why.data ? why.data : "");
+                kl_buf_free(&why);
                 kl_pq_close(r);
             }
             for (size_t k = 0; k < n; k++) kl_column_free(c[k]);
