@@ -56,12 +56,17 @@ static int check_readable(kl_pq_reader *r, const char *file, unreadable *u, kl_e
         const kl_pq_column_info *ci = kl_pq_column(r, kl_pq_top(r, t));
         if (ci->supported) continue;
         if (!u || !u->skip)
-            return kl_err_set(e, KL_EUNSUPPORTED, "%s: cannot read column %s: %s (--skip-unreadable reads the other columns)", file, ci->name, ci->why);
+            return kl_err_set(e, KL_EUNSUPPORTED,
+                              "%s: cannot read column %s: %s (--skip-unreadable reads the other columns)", file,
+                              ci->name, ci->why);
         size_t k = 0;
         while (k < u->nsaid && strcmp(u->said[k], ci->name)) k++;
         if (k < u->nsaid) continue;
         char **ns = realloc(u->said, (u->nsaid + 1) * sizeof *ns);
-        if (!ns || !(ns[u->nsaid] = strdup(ci->name))) { if (ns) u->said = ns; return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        if (!ns || !(ns[u->nsaid] = strdup(ci->name))) {
+            if (ns) u->said = ns;
+            return kl_err_set(e, KL_ENOMEM, "out of memory");
+        }
         u->said = ns;
         u->nsaid++;
         fprintf(stderr, "keel: skipped column %s: %s\n", ci->name, ci->why);
@@ -78,7 +83,10 @@ static int scan(dset *d, size_t max_rows, unreadable *u, batch_fn fn, void *ctx,
         kl_pq_reader *r;
         int rc = kl_pq_open(d->files[fi], &r, e);
         if (rc) return rc;
-        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) { kl_pq_close(r); return rc; }
+        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) {
+            kl_pq_close(r);
+            return rc;
+        }
         size_t nc = kl_pq_num_selected(r);
         kl_column **cols = calloc(nc ? nc : 1, sizeof *cols);
         if (!cols) { kl_pq_close(r); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
@@ -139,7 +147,8 @@ static int is_numeric(kl_col_type t) {
  * head
  * ================================================================== */
 
-#define OPT_SKIP_UNREADABLE {"skip-unreadable", 0, 0, NULL, "leave out columns keel cannot read, naming each on stderr (default: fail naming them)", 0}
+#define SKIP_UNREADABLE_HELP "leave out columns keel cannot read, naming each on stderr (default: fail naming them)"
+#define OPT_SKIP_UNREADABLE {"skip-unreadable", 0, 0, NULL, SKIP_UNREADABLE_HELP, 0}
 static const app_opt head_opts[] = {
     {"rows", 'n', 1, "N", "rows to print (default 10)", 0},
     {"json", 0, 0, NULL, "JSON lines, one object per row", 0},
@@ -261,7 +270,8 @@ static int show(int argc, char **argv) {
             kl_buf_printf(&b, ", \"type\": \"%s\", \"nullable\": %s, \"physical\": \"%s\", \"logical\": ", type,
                           ci->nullable ? "true" : "false", ci->physical);
             kl_buf_json_str(&b, ci->logical ? ci->logical : "");
-            kl_buf_printf(&b, ", \"nested\": %s, \"readable\": %s", ci->nested ? "true" : "false", ci->supported ? "true" : "false");
+            kl_buf_printf(&b, ", \"nested\": %s, \"readable\": %s", ci->nested ? "true" : "false",
+                          ci->supported ? "true" : "false");
             if (!ci->supported) {
                 kl_buf_puts(&b, ", \"why\": ");
                 kl_buf_json_str(&b, ci->why);
@@ -520,7 +530,10 @@ static int stats_scan(dset *d, stats_ctx *s, unreadable *u, kl_err *e) {
         kl_pq_reader *r;
         int rc = kl_pq_open(d->files[fi], &r, e);
         if (rc) return rc;
-        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) { kl_pq_close(r); return rc; }
+        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) {
+            kl_pq_close(r);
+            return rc;
+        }
         size_t nc = kl_pq_num_selected(r);
         rc = stats_setup(s, r, e);
         while (!rc) {
@@ -563,14 +576,22 @@ static void fmt_cint(const cstat *c, int64_t v, char *buf, size_t n) {
     else fmt_int(c->type, v, buf, n);
 }
 
-static const char *stat_type(const cstat *c) { return c->ci.nested ? "json" : c->ci.is_unsigned ? "uint64" : kl_col_type_name(c->type); }
+static const char *stat_type(const cstat *c) {
+    return c->ci.nested ? "json" : c->ci.is_unsigned ? "uint64" : kl_col_type_name(c->type);
+}
 
 static void fmt_num(kl_col_type t, double v, char *buf, size_t n) { (void)t; snprintf(buf, n, "%.10g", v); } /* floats */
 
 static const app_opt stats_opts[] = {{"json", 0, 0, NULL, "machine-readable output", 0}, OPT_SKIP_UNREADABLE};
-static const app_cmd_spec stats_spec = {"data stats", "keel data stats PATH [--json] [--skip-unreadable]",
-                                        "Per-column statistics (rows, nulls, min, max, approximate distinct) by a full scan.",
-                                        NULL, stats_opts, KL_ARRAY_LEN(stats_opts), 1, 1};
+static const app_cmd_spec stats_spec = {
+    "data stats",
+    "keel data stats PATH [--json] [--skip-unreadable]",
+    "Per-column statistics (rows, nulls, min, max, approximate distinct) by a full scan.",
+    NULL,
+    stats_opts,
+    KL_ARRAY_LEN(stats_opts),
+    1,
+    1};
 
 static int stats(int argc, char **argv) {
     app_args a;
@@ -595,9 +616,13 @@ static int stats(int argc, char **argv) {
         char mn[64] = "", mx[64] = "";
         int minmax = c->has && !c->ci.nested; /* the order of JSON texts means nothing */
         if (minmax) {
-            if (is_float(c->type)) { fmt_num(c->type, c->dmin, mn, sizeof mn); fmt_num(c->type, c->dmax, mx, sizeof mx); }
-            else if (is_numeric(c->type)) { fmt_cint(c, c->imin, mn, sizeof mn); fmt_cint(c, c->imax, mx, sizeof mx); }
-            else if (c->type == KL_COL_BINARY) {
+            if (is_float(c->type)) {
+                fmt_num(c->type, c->dmin, mn, sizeof mn);
+                fmt_num(c->type, c->dmax, mx, sizeof mx);
+            } else if (is_numeric(c->type)) {
+                fmt_cint(c, c->imin, mn, sizeof mn);
+                fmt_cint(c, c->imax, mx, sizeof mx);
+            } else if (c->type == KL_COL_BINARY) {
                 kl_buf t; kl_buf_init(&t);
                 fmt_bytes(&t, c->smin, c->smin_n, c->type, &c->ci, 0);
                 snprintf(mn, sizeof mn, "%s", t.data ? t.data : "");
@@ -605,8 +630,10 @@ static int stats(int argc, char **argv) {
                 fmt_bytes(&t, c->smax, c->smax_n, c->type, &c->ci, 0);
                 snprintf(mx, sizeof mx, "%s", t.data ? t.data : "");
                 kl_buf_free(&t);
+            } else {
+                text_into(mn, sizeof mn, c->smin, c->smin_n);
+                text_into(mx, sizeof mx, c->smax, c->smax_n);
             }
-            else { text_into(mn, sizeof mn, c->smin, c->smin_n); text_into(mx, sizeof mx, c->smax, c->smax_n); }
         }
         double dist = c->has ? kl_hll_estimate(&c->hll) : 0;
         if (json) {
@@ -616,9 +643,13 @@ static int stats(int argc, char **argv) {
                           (long long)c->rows, (long long)c->nulls);
             /* strings whole (a NUL as \u0000), not cut to the table width; binary as base64 */
             int str = minmax && !is_numeric(c->type);
-            if (str) fmt_bytes(&b, c->smin, c->smin_n, c->type, &c->ci, 1); else if (minmax) kl_buf_json_str(&b, mn); else kl_buf_puts(&b, "null");
+            if (str) fmt_bytes(&b, c->smin, c->smin_n, c->type, &c->ci, 1);
+            else if (minmax) kl_buf_json_str(&b, mn);
+            else kl_buf_puts(&b, "null");
             kl_buf_puts(&b, ", \"max\": ");
-            if (str) fmt_bytes(&b, c->smax, c->smax_n, c->type, &c->ci, 1); else if (minmax) kl_buf_json_str(&b, mx); else kl_buf_puts(&b, "null");
+            if (str) fmt_bytes(&b, c->smax, c->smax_n, c->type, &c->ci, 1);
+            else if (minmax) kl_buf_json_str(&b, mx);
+            else kl_buf_puts(&b, "null");
             kl_buf_printf(&b, ", \"distinct_approx\": %.0f}", dist);
         } else {
             kl_buf_printf(&b, "%-20s %-10s %10lld %10lld %26s %26s %10.0f\n", c->name, stat_type(c),

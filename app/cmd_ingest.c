@@ -23,8 +23,10 @@ static const app_opt opts[] = {
     {"rejects", 0, 1, "PATH", "also write the rejects of a failed ingest here (JSON lines)", 0},
     {"chunk-size", 0, 1, "SIZE", "parse chunk size (default 4M; part of the ingest identity)", 0},
     {"max-decompressed", 0, 1, "SIZE", "refuse a .gz/.zst source that decompresses to more (default 32G)", 0},
-    {"max-expansion", 0, 1, "R", "refuse a .gz/.zst source that decompresses to more than R times its size (default 1000)", 0},
-    {"on-error", 0, 1, "MODE", "a malformed CSV row: reject (default), recover (pad / _extra / literal quote, noted) or fail", 0},
+    {"max-expansion", 0, 1, "R",
+     "refuse a .gz/.zst source that decompresses to more than R times its size (default 1000)", 0},
+    {"on-error", 0, 1, "MODE",
+     "a malformed CSV row: reject (default), recover (pad / _extra / literal quote, noted) or fail", 0},
     {"progress", 0, 0, NULL, "show parsing progress (stderr)", 0},
     {"json", 0, 0, NULL, "machine-readable result", 0},
 };
@@ -99,8 +101,10 @@ int cmd_ingest(int argc, char **argv) {
         kl_buf_init(&b);
         kl_buf_printf(&b, "{\"ok\": %s, \"version_id\": ", rc ? "false" : "true");
         if (rc) kl_buf_puts(&b, "null"); else kl_buf_json_str(&b, res.version_id);
-        kl_buf_printf(&b, ", \"reused\": %s, \"rows_read\": %lld, \"rows_accepted\": %lld, \"rows_rejected\": %lld, \"rows_repaired\": %lld, "
-                          "\"files\": %lld, \"bytes\": %lld, \"partitions_reused\": %lld, \"seconds\": %.3f, \"path\": ",
+        kl_buf_printf(&b,
+                      ", \"reused\": %s, \"rows_read\": %lld, \"rows_accepted\": %lld, \"rows_rejected\": %lld, "
+                      "\"rows_repaired\": %lld, "
+                      "\"files\": %lld, \"bytes\": %lld, \"partitions_reused\": %lld, \"seconds\": %.3f, \"path\": ",
                       res.reused ? "true" : "false", (long long)res.rows_read, (long long)res.rows_accepted,
                       (long long)res.rows_rejected, (long long)res.rows_repaired, (long long)res.files_written,
                       (long long)res.bytes_written, (long long)res.partitions_reused, res.seconds);
@@ -127,7 +131,9 @@ int cmd_ingest(int argc, char **argv) {
                (long long)res.rows_accepted, (long long)res.rows_rejected, (long long)res.files_written,
                kl_fmt_bytes((uint64_t)res.bytes_written, bb, sizeof bb), kl_fmt_duration(res.seconds, tb, sizeof tb),
                res.partitions_reused ? " (resumed)" : "");
-        if (res.rows_repaired) printf("  %lld repairs (--on-error recover), listed as warnings in the rejects file\n", (long long)res.rows_repaired);
+        if (res.rows_repaired)
+            printf("  %lld repairs (--on-error recover), listed as warnings in the rejects file\n",
+                   (long long)res.rows_repaired);
         if (res.rows_rejected || res.rows_repaired) printf("  rejects: %s/rejects.jsonl\n", res.version_dir);
     }
     printf("%s\n", res.version_dir);

@@ -61,7 +61,8 @@ static void ingest_dialect(const uint8_t *data, size_t size, uint8_t b) {
     snprintf(out, sizeof out, "%s/ds", dir);
     static const char *const enc[] = {"utf-8", "utf-16le", "latin-1", "windows-1252"};
     snprintf(sch, sizeof sch,
-             "dialect: {skip_rows: %d, header_rows: %d, comment: \"%s\", encoding: %s, delimiter: \"%s\", max_record_bytes: 4096}\n"
+             "dialect: {skip_rows: %d, header_rows: %d, comment: \"%s\", encoding: %s, delimiter: \"%s\", "
+             "max_record_bytes: 4096}\n"
              "columns:\n  - {name: a, type: string}\n  - {name: b, type: int64}\n",
              b & 3, 1 + (b >> 2 & 1), b & 8 ? "#" : "", enc[b >> 4 & 3], b & 64 ? ", " : ",");
     if (kl_write_file_atomic(src, data, size, NULL) || kl_write_file_atomic(schema, sch, strlen(sch), NULL)) abort();

@@ -137,7 +137,10 @@ int kl_csv_next(const kl_dialect *d, const char *buf, size_t len, size_t *pos, k
             if (c == delim) { p++; continue; }
             if (c == '\n') { p++; break; }
             if (c == '\r' && (p + 1 >= len || buf[p + 1] == '\n')) { p += p + 1 < len ? 2 : 1; break; }
-            if (d->lenient) { *pos = start; return csv_next_general(d, buf, len, pos, r, e); } /* rare: re-read leniently */
+            if (d->lenient) {
+                *pos = start;
+                return csv_next_general(d, buf, len, pos, r, e);
+            } /* rare: re-read leniently */
             *pos = next_line(buf, len, p);
             return kl_err_set(e, KL_EPARSE, "unexpected character after closing quote (field %zu)", fi + 1);
         }
@@ -346,9 +349,10 @@ void kl_dialect_resolve_eol(kl_dialect *d, const char *buf, size_t len) {
 /* ---- transcoding ------------------------------------------------------------ */
 
 /* Windows-1252's 0x80..0x9f (the five undefined bytes map to the C1 controls, as WHATWG does). */
-static const uint16_t cp1252_hi[32] = {
-    0x20ac, 0x0081, 0x201a, 0x0192, 0x201e, 0x2026, 0x2020, 0x2021, 0x02c6, 0x2030, 0x0160, 0x2039, 0x0152, 0x008d, 0x017d, 0x008f,
-    0x0090, 0x2018, 0x2019, 0x201c, 0x201d, 0x2022, 0x2013, 0x2014, 0x02dc, 0x2122, 0x0161, 0x203a, 0x0153, 0x009d, 0x017e, 0x0178};
+static const uint16_t cp1252_hi[32] = {0x20ac, 0x0081, 0x201a, 0x0192, 0x201e, 0x2026, 0x2020, 0x2021,
+                                       0x02c6, 0x2030, 0x0160, 0x2039, 0x0152, 0x008d, 0x017d, 0x008f,
+                                       0x0090, 0x2018, 0x2019, 0x201c, 0x201d, 0x2022, 0x2013, 0x2014,
+                                       0x02dc, 0x2122, 0x0161, 0x203a, 0x0153, 0x009d, 0x017e, 0x0178};
 
 static size_t put_utf8(char *o, uint32_t cp) {
     if (cp < 0x80) { o[0] = (char)cp; return 1; }
@@ -374,7 +378,10 @@ int kl_transcode_utf8(kl_encoding enc, const char *buf, size_t len, char **out, 
     size_t n = 0, i = 0;
     if (u16) {
         int le = enc == KL_ENC_UTF16LE;
-        if (len >= 2 && ((b[0] == 0xff && b[1] == 0xfe) || (b[0] == 0xfe && b[1] == 0xff))) { le = b[0] == 0xff; i = 2; }
+        if (len >= 2 && ((b[0] == 0xff && b[1] == 0xfe) || (b[0] == 0xfe && b[1] == 0xff))) {
+            le = b[0] == 0xff;
+            i = 2;
+        }
         for (; i < len; i += 2) {
             uint32_t u = le ? (uint32_t)(b[i] | b[i + 1] << 8) : (uint32_t)(b[i] << 8 | b[i + 1]);
             if (u >= 0xd800 && u < 0xdc00 && i + 3 < len) {
@@ -511,7 +518,8 @@ static void score_dialect(const kl_dialect *d, const char *buf, size_t len, snif
         kc[k]++;
     }
     double pat = 0;
-    for (int k = 0; k < K; k++) /* (one field: 1/2, as CleverCSV's floor, so a one-column reading can win when nothing splits) */
+    for (int k = 0; k < K;
+         k++) /* (one field: 1/2, as CleverCSV's floor, so a one-column reading can win when nothing splits) */
         pat += kw[k] > 0 ? kc[k] * (kw[k] > 1 ? (double)(kw[k] - 1) / kw[k] : 0.5) : 0;
     pat /= K;
     /* type score: typed cells of the records after the preamble */
@@ -551,8 +559,9 @@ static int looks_like_data(const char *s, size_t l) {
     double dv;
     int32_t dd;
     int64_t ts;
-    return l && (kl_parse_i64n(s, l, &i) == KL_OK || kl_parse_f64n(s, l, &dv) == KL_OK || kl_parse_date(s, l, &dd) == KL_OK ||
-                 kl_parse_timestamp(s, l, NULL, &ts) == KL_OK);
+    return l &&
+        (kl_parse_i64n(s, l, &i) == KL_OK || kl_parse_f64n(s, l, &dv) == KL_OK || kl_parse_date(s, l, &dd) == KL_OK ||
+         kl_parse_timestamp(s, l, NULL, &ts) == KL_OK);
 }
 
 #define HDR_PEEK 4
@@ -594,20 +603,22 @@ static void sniff_header(kl_dialect *d, const char *buf, size_t len, size_t begi
         int weak = has_empty[k];
         for (size_t a = 0; a < w && !weak; a++)
             for (size_t b = a + 1; b < w && !weak; b++)
-                weak = rows[k][a].len && rows[k][a].len == rows[k][b].len && !memcmp(rows[k][a].data, rows[k][b].data, rows[k][a].len);
+                weak = rows[k][a].len && rows[k][a].len == rows[k][b].len &&
+                    !memcmp(rows[k][a].data, rows[k][b].data, rows[k][a].len);
         if (!weak || !(has_empty[k + 1] || names_only[k + 1])) break;
         int distinct = 1; /* the joined names (row k's and k+1's parts) */
         for (size_t a = 0; a < w && distinct; a++)
             for (size_t b = a + 1; b < w && distinct; b++) {
                 const kl_buf *ua = &rows[k][a], *ub = &rows[k][b], *la = &rows[k + 1][a], *lb = &rows[k + 1][b];
-                distinct = !(ua->len == ub->len && (!ua->len || !memcmp(ua->data, ub->data, ua->len)) && la->len == lb->len &&
-                             (!la->len || !memcmp(la->data, lb->data, la->len)));
+                distinct = !(ua->len == ub->len && (!ua->len || !memcmp(ua->data, ub->data, ua->len)) &&
+                             la->len == lb->len && (!la->len || !memcmp(la->data, lb->data, la->len)));
             }
         if (!distinct) break;
         d->header_rows = k + 2;
         /* for the next candidate, row k+1's empty cells take the name above them */
         for (size_t a = 0; a < w; a++)
-            if (!rows[k + 1][a].len) kl_buf_append(&rows[k + 1][a], rows[k][a].data ? rows[k][a].data : "", rows[k][a].len);
+            if (!rows[k + 1][a].len)
+                kl_buf_append(&rows[k + 1][a], rows[k][a].data ? rows[k][a].data : "", rows[k][a].len);
         has_empty[k + 1] = 0;
         for (size_t a = 0; a < w; a++) has_empty[k + 1] |= !rows[k + 1][a].len;
     }
@@ -619,7 +630,10 @@ static void sniff_header(kl_dialect *d, const char *buf, size_t len, size_t begi
     if (ev) {
         if (d->header_rows > 1)
             kl_buf_printf(ev, "header: %d rows of names (a spanning header; joined with '_')\n", d->header_rows);
-        else kl_buf_printf(ev, "header: %s\n", d->header ? "the first record holds names" : "none (a value in the first record looks like data)");
+        else
+            kl_buf_printf(ev, "header: %s\n",
+                          d->header ? "the first record holds names"
+                                    : "none (a value in the first record looks like data)");
     }
 }
 
@@ -661,7 +675,9 @@ static void sniff_decimal(kl_dialect *d, const char *buf, size_t len, size_t beg
         d->decimal = ',';
         if (groups) d->thousands = '.';
         if (ev)
-            kl_buf_printf(ev, "numbers: decimal comma (%lld cells read as numbers with ',' as the decimal separator%s, %lld with '.')\n",
+            kl_buf_printf(ev,
+                          "numbers: decimal comma (%lld cells read as numbers with ',' as the decimal separator%s, "
+                          "%lld with '.')\n",
                           (long long)comma, groups ? " and '.' digit groups" : "", (long long)dot);
     }
 }
@@ -748,17 +764,23 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
     if (ev) {
         kl_buf_puts(ev, "sniffed: ");
         describe(ev, d);
-        kl_buf_printf(ev, ", score %.3f (%d of %d records have %d fields; %.0f%% of the cells typed)", bs.score, bs.modal, bs.rows,
-                      bs.width, bs.types * 100);
+        kl_buf_printf(ev, ", score %.3f (%d of %d records have %d fields; %.0f%% of the cells typed)", bs.score,
+                      bs.modal, bs.rows, bs.width, bs.types * 100);
         double conf = bs.score > 0 ? (bs.score - ss.score) / bs.score : 0;
         kl_buf_printf(ev, ";\nconfidence %.0f%% over the runner-up (", conf * 100);
         describe(ev, &second);
         kl_buf_printf(ev, ", score %.3f)\n", ss.score);
         if (ties > 1)
-            kl_buf_printf(ev, "%d candidate dialects read the sample alike (a quote or escape it does not use): the common one is taken\n",
+            kl_buf_printf(ev,
+                          "%d candidate dialects read the sample alike (a quote or escape it does not use): the common "
+                          "one is taken\n",
                           ties);
-        if (d->skip_rows) kl_buf_printf(ev, "preamble: %d lines before the first consistent record are skipped\n", d->skip_rows);
-        kl_buf_printf(ev, "line endings: %s (%zu CRLF, %zu CR, %zu LF); encoding %s%s\n", d->line_term == KL_LT_CR ? "CR" : d->crlf ? "CRLF" : "LF",
+        if (d->skip_rows)
+            kl_buf_printf(ev, "preamble: %d lines before the first consistent record are skipped\n", d->skip_rows);
+        kl_buf_printf(ev, "line endings: %s (%zu CRLF, %zu CR, %zu LF); encoding %s%s\n",
+                      d->line_term == KL_LT_CR ? "CR"
+                          : d->crlf            ? "CRLF"
+                                               : "LF",
                       crlf, cr, lf, kl_encoding_name(d->encoding), d->bom ? " with a BOM" : "");
     }
     sniff_header(d, buf, len, begin, ev);
@@ -767,7 +789,9 @@ int kl_dialect_sniff_ex(const char *buf, size_t len, kl_dialect *d, kl_buf *ev, 
     return KL_OK;
 }
 
-int kl_dialect_sniff(const char *buf, size_t len, kl_dialect *d, kl_err *e) { return kl_dialect_sniff_ex(buf, len, d, NULL, e); }
+int kl_dialect_sniff(const char *buf, size_t len, kl_dialect *d, kl_err *e) {
+    return kl_dialect_sniff_ex(buf, len, d, NULL, e);
+}
 
 /* ---- header names -------------------------------------------------------------- */
 

@@ -88,12 +88,14 @@ static void note_ts(colguess *g, const char *s, size_t n) {
 static void add_distinct(colguess *g, const char *s, size_t n);
 
 /* One value of line `line`; a quoted one is never a null word (as ingest reads it). */
-static void guess_add(colguess *g, const kl_dialect *dia, const char *s, size_t n, int is_null, int quoted, int64_t line) {
+static void guess_add(colguess *g, const kl_dialect *dia, const char *s, size_t n, int is_null, int quoted,
+                      int64_t line) {
     if (is_null) { g->nulls++; return; }
     const char *ns = s; /* a number's text in the parsers' form (the dialect's decimal/thousands separators) */
     size_t nn = n;
     char nbuf[128];
-    if (dia && (dia->thousands || (dia->decimal && dia->decimal != '.')) && kl_num_normalize(dia, s, n, nbuf, sizeof nbuf, &nn))
+    if (dia && (dia->thousands || (dia->decimal && dia->decimal != '.')) &&
+        kl_num_normalize(dia, s, n, nbuf, sizeof nbuf, &nn))
         ns = nbuf;
     int word = 0;
     for (size_t w = 0; w < N_NULL_WORDS && !quoted && !word; w++)
@@ -412,8 +414,10 @@ int kl_schema_infer(const char *buf, size_t len, const char *name, size_t max_ro
                 if (k == ng) { ADD_COL(it->string, strlen(it->string)); g[k].nulls = rows - 1; }
                 char tmp[64];
                 if (cJSON_IsNull(it)) guess_add(&g[k], NULL, "", 0, 1, 0, lineno);
-                else if (cJSON_IsString(it)) guess_add(&g[k], NULL, it->valuestring, kl_json_string_len(it), 0, 0, lineno);
-                else if (cJSON_IsBool(it)) guess_add(&g[k], NULL, cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0, 1, lineno);
+                else if (cJSON_IsString(it))
+                    guess_add(&g[k], NULL, it->valuestring, kl_json_string_len(it), 0, 0, lineno);
+                else if (cJSON_IsBool(it))
+                    guess_add(&g[k], NULL, cJSON_IsTrue(it) ? "true" : "false", cJSON_IsTrue(it) ? 4 : 5, 0, 1, lineno);
                 else if (cJSON_IsNumber(it)) {
                     double v = it->valuedouble;
                     if (v == (double)(int64_t)v && fabs(v) < 9e15) snprintf(tmp, sizeof tmp, "%lld", (long long)v);

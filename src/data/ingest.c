@@ -703,18 +703,25 @@ static int parse_csv_chunk(ictx *x, chunk *c) {
         if (r.n == 1 && r.len[0] == 0 && !r.quoted[0]) continue; /* blank line */
         c->records++;
         if (r.repairs &&
-            (rc = add_warning(c, rl, (int64_t)(start + bo), KL_REJ_QUOTE, "stray quote read literally", buf + start, pos - start)))
+            (rc = add_warning(c, rl, (int64_t)(start + bo), KL_REJ_QUOTE, "stray quote read literally", buf + start,
+                              pos - start)))
             goto done;
         int has_extra = 0;
         if (r.n != nfile) {
             if (!recover) {
                 snprintf(msg, sizeof msg, "%zu fields, expected %zu", r.n, nfile);
-                if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_RAGGED, msg, buf + start, pos - start))) goto done;
+                if ((rc = add_reject(c, rl, (int64_t)(start + bo), -1, KL_REJ_RAGGED, msg, buf + start, pos - start)))
+                    goto done;
                 continue;
             }
-            if (r.n < nfile) snprintf(msg, sizeof msg, "%zu fields, expected %zu: padded %zu missing fields with null", r.n, nfile, nfile - r.n);
-            else snprintf(msg, sizeof msg, "%zu fields, expected %zu: the %zu extra fields kept in _extra", r.n, nfile, r.n - nfile);
-            if ((rc = add_warning(c, rl, (int64_t)(start + bo), KL_REJ_RAGGED, msg, buf + start, pos - start))) goto done;
+            if (r.n < nfile)
+                snprintf(msg, sizeof msg, "%zu fields, expected %zu: padded %zu missing fields with null", r.n, nfile,
+                         nfile - r.n);
+            else
+                snprintf(msg, sizeof msg, "%zu fields, expected %zu: the %zu extra fields kept in _extra", r.n, nfile,
+                         r.n - nfile);
+            if ((rc = add_warning(c, rl, (int64_t)(start + bo), KL_REJ_RAGGED, msg, buf + start, pos - start)))
+                goto done;
             if (r.n > nfile) {
                 if ((rc = join_extra(d, &r, nfile, &xb))) goto done;
                 has_extra = 1;
@@ -992,7 +999,9 @@ static int skip_preamble(source *s, size_t *pos, int64_t *lines, kl_err *e) {
             if (nl || src_done(s) || s->len > s->d.max_record + ((size_t)16 << 20)) break;
             if ((rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e))) return rc;
         }
-        if (!nl) return kl_err_setloc(e, KL_EPARSE, s->name, k + 1, 0, "skip_rows %d: the source has only %d lines", d->skip_rows, k);
+        if (!nl)
+            return kl_err_setloc(e, KL_EPARSE, s->name, k + 1, 0, "skip_rows %d: the source has only %d lines",
+                                 d->skip_rows, k);
         *pos = (size_t)(nl - s->buf) + 1;
         (*lines)++;
     }
@@ -1034,7 +1043,11 @@ static int read_header(source *s, size_t *pos, int64_t *lines, char ***names, ch
             if ((!rc && p < s->len) || src_done(s) || s->len > s->d.max_record + 65536) break;
             if ((rc = src_more(s, KL_MAX(s->len, (size_t)65536), 0, e))) goto done;
         }
-        if (rc == KL_CSV_END) { rc = kl_err_setloc(e, KL_EPARSE, s->name, *lines + 1, 0, "header: the source ends before header row %d", h + 1); goto done; }
+        if (rc == KL_CSV_END) {
+            rc = kl_err_setloc(e, KL_EPARSE, s->name, *lines + 1, 0, "header: the source ends before header row %d",
+                               h + 1);
+            goto done;
+        }
         if (rc) { rc = kl_err_setloc(e, KL_EPARSE, s->name, *lines + 1, 0, "header: %s", pe.msg); goto done; }
         if (kl_csv_header_add(&cols, &nc, &r)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
         *lines += r.lines;
@@ -1091,7 +1104,11 @@ static int setup_source(ictx *x, int si, size_t *data_begin, kl_err *e) {
     }
     char **names = NULL, **orig = NULL;
     size_t n = 0;
-    if ((rc = read_header(s, &pos, &lines, &names, &orig, &n, e))) { free_names(names, n); free_names(orig, n); return rc; }
+    if ((rc = read_header(s, &pos, &lines, &names, &orig, &n, e))) {
+        free_names(names, n);
+        free_names(orig, n);
+        return rc;
+    }
     x->hdr_lines[si] = lines;
     x->nfile_cols[si] = (int)n;
     for (size_t j = 0; j < nf && !rc; j++) {
@@ -1845,7 +1862,11 @@ static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf,
     if (nrep) { /* --on-error recover: repairs by kind (warning rows of the rejects file) */
         kl_buf_puts(b, ",\n  \"repairs\": {");
         for (int k = 0, fst = 1; k < KL_REJ_COUNT; k++)
-            if (x->repairs[k]) { kl_buf_printf(b, "%s\"%s\": %lld", fst ? "" : ", ", kl_reject_kind_name((kl_reject_kind)k), (long long)x->repairs[k]); fst = 0; }
+            if (x->repairs[k]) {
+                kl_buf_printf(b, "%s\"%s\": %lld", fst ? "" : ", ", kl_reject_kind_name((kl_reject_kind)k),
+                              (long long)x->repairs[k]);
+                fst = 0;
+            }
         kl_buf_puts(b, "}");
     }
     kl_buf_printf(b, "%s,\n  \"files\": [", rejected || nrep ? ",\n  \"rejects_file\": \"rejects.jsonl\"" : "");
@@ -1906,7 +1927,8 @@ static void reject_json(ictx *x, const reject *r, int64_t line, int warn, kl_buf
     kl_buf_printf(b, ", \"line\": %lld, \"offset\": %lld, \"column\": ", (long long)line, (long long)r->offset);
     if (r->col >= 0) kl_buf_json_str(b, x->schema->fields[r->col].name);
     else kl_buf_puts(b, "null");
-    kl_buf_printf(b, ", \"kind\": \"%s\", %s", kl_reject_kind_name(r->kind), warn ? "\"warning\": true, \"repair\": " : "\"error\": ");
+    kl_buf_printf(b, ", \"kind\": \"%s\", %s", kl_reject_kind_name(r->kind),
+                  warn ? "\"warning\": true, \"repair\": " : "\"error\": ");
     kl_buf_json_str(b, r->msg);
     kl_buf_puts(b, ", \"raw\": ");
     /* raw bytes may be invalid UTF-8: replace bad bytes for valid JSON */
@@ -1914,8 +1936,12 @@ static void reject_json(ictx *x, const reject *r, int64_t line, int warn, kl_buf
     if (kl_utf8_valid(r->raw, rn, NULL)) kl_buf_json_str(b, r->raw);
     else {
         char *cp = strdup(r->raw);
-        if (cp) { for (char *p = cp; *p; p++) if ((unsigned char)*p >= 0x80) *p = '?'; kl_buf_json_str(b, cp); free(cp); }
-        else b->failed = 1;
+        if (cp) {
+            for (char *p = cp; *p; p++)
+                if ((unsigned char)*p >= 0x80) *p = '?';
+            kl_buf_json_str(b, cp);
+            free(cp);
+        } else b->failed = 1;
     }
     kl_buf_puts(b, "}\n");
 }
@@ -2075,8 +2101,8 @@ static int transcode_source(source *s, kl_err *e) {
         enc = b[0] == 0xff ? KL_ENC_UTF16LE : KL_ENC_UTF16BE;
     if (enc == KL_ENC_UTF8 || s->d.format != KL_FMT_CSV) return KL_OK;
     if (s->compressed)
-        return kl_err_set(e, KL_EINVAL, "%s: encoding %s is read from plain files only (decompress the source first)", s->name,
-                          kl_encoding_name(enc));
+        return kl_err_set(e, KL_EINVAL, "%s: encoding %s is read from plain files only (decompress the source first)",
+                          s->name, kl_encoding_name(enc));
     char *out;
     size_t outn;
     int rc = kl_transcode_utf8(enc, s->buf, s->len, &out, &outn, e);
@@ -2269,7 +2295,10 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
     x.hdr_lines = calloc(x.src.n, sizeof *x.hdr_lines);
     x.renamed = calloc(x.src.n, sizeof *x.renamed);
-    if (!x.colmap || !x.nfile_cols || !x.hdr_lines || !x.renamed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (!x.colmap || !x.nfile_cols || !x.hdr_lines || !x.renamed) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
     for (size_t j = 0; j < x.schema->n_fields; j++) x.need_row_pos |= x.schema->fields[j].unique;
     x.streaming = pcol < 0 && !x.need_row_pos;
     x.wo = wo;
@@ -2325,8 +2354,8 @@ int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
                 const reject *r = &x.ch[i].rej[0];
                 summarize(&x, by_kind, "--on-error fail: a row was rejected", res);
                 if (o->rejects_path) write_rejects(&x, o->rejects_path, NULL);
-                rc = kl_err_setloc(e, KL_EPARSE, x.src.v[r->src].name, abs_line(&x, i, r->line), 0, "%s (--on-error fail); nothing was published",
-                                   r->msg);
+                rc = kl_err_setloc(e, KL_EPARSE, x.src.v[r->src].name, abs_line(&x, i, r->line), 0,
+                                   "%s (--on-error fail); nothing was published", r->msg);
                 goto fail;
             }
     }

@@ -156,8 +156,10 @@ int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t 
     case CODEC_BROTLI: {
         size_t got = dst_len;
         if (BrotliDecoderDecompress(n, src, &got, dst) != BROTLI_DECODER_RESULT_SUCCESS)
-            return kl_err_set(e, KL_EPARSE, "brotli: corrupt page data (or larger than the %zu bytes the header says)", dst_len);
-        if (got != dst_len) return kl_err_set(e, KL_EPARSE, "brotli: page decompressed to %zu bytes, expected %zu", got, dst_len);
+            return kl_err_set(e, KL_EPARSE, "brotli: corrupt page data (or larger than the %zu bytes the header says)",
+                              dst_len);
+        if (got != dst_len)
+            return kl_err_set(e, KL_EPARSE, "brotli: page decompressed to %zu bytes, expected %zu", got, dst_len);
         return KL_OK;
     }
     case CODEC_LZO: return kl_err_set(e, KL_EUNSUPPORTED, "codec LZO is not supported");

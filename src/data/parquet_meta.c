@@ -194,10 +194,20 @@ static void leaf_type(pq_leaf *L, const pq_schema_el *el) {
         else { L->type = KL_COL_BINARY; L->kind = K_BYTES; }
         break;
     case PT_FLBA:
-        if (is_dec) { L->type = KL_COL_FLOAT64; L->kind = K_DECBIN; }
-        else if (lt == 15 && el->type_length == 2) { L->type = KL_COL_FLOAT32; L->kind = K_F16; strcpy(lg, "FLOAT16"); }
-        else if (!lt && ct == CT_INTERVAL && el->type_length == 12) { L->type = KL_COL_STRING; L->kind = K_INTERVAL; strcpy(lg, "INTERVAL"); }
-        else { L->type = KL_COL_BINARY; L->kind = K_BYTES; if (lt == 14) strcpy(lg, "UUID"); }
+        if (is_dec) { L->type = KL_COL_FLOAT64; L->kind = K_DECBIN;
+        } else if (lt == 15 && el->type_length == 2) {
+            L->type = KL_COL_FLOAT32;
+            L->kind = K_F16;
+            strcpy(lg, "FLOAT16");
+        } else if (!lt && ct == CT_INTERVAL && el->type_length == 12) {
+            L->type = KL_COL_STRING;
+            L->kind = K_INTERVAL;
+            strcpy(lg, "INTERVAL");
+        } else {
+            L->type = KL_COL_BINARY;
+            L->kind = K_BYTES;
+            if (lt == 14) strcpy(lg, "UUID");
+        }
         break;
     }
 }
@@ -209,7 +219,8 @@ static int add_leaf(walk *w, pq_schema_el *el, const char *path, int max_def, in
     if (el->ptype < 0 || el->ptype > 7)
         return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid physical type %d", R->name, path, el->ptype);
     if (el->ptype == PT_FLBA && (el->type_length <= 0 || el->type_length > (1 << 20)))
-        return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid FIXED_LEN_BYTE_ARRAY length %d", R->name, path, el->type_length);
+        return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid FIXED_LEN_BYTE_ARRAY length %d", R->name, path,
+                          el->type_length);
     if (R->nleaves >= R->capleaves) {
         size_t nc = R->capleaves ? R->capleaves * 2 : 16;
         pq_leaf *nl = realloc(R->leaves, nc * sizeof *nl);
@@ -250,10 +261,14 @@ static int walk_schema(walk *w, int depth, int max_def, int max_rep, int field, 
     uint32_t at = w->at++;
     pq_schema_el *el = &R->schema[at];
     char path[512];
-    snprintf(path, sizeof path, "%s%s%.*s", prefix, *prefix ? "." : "", (int)el->name_len, el->name ? (const char *)el->name : "");
+    snprintf(path, sizeof path, "%s%s%.*s", prefix, *prefix ? "." : "", (int)el->name_len,
+             el->name ? (const char *)el->name : "");
     if (el->rep == REP_OPTIONAL) max_def++;
-    else if (el->rep == REP_REPEATED) { max_def++; max_rep++; }
-    else if (el->rep != REP_REQUIRED) return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid repetition type %d", R->name, path, el->rep);
+    else if (el->rep == REP_REPEATED) {
+        max_def++;
+        max_rep++;
+    } else if (el->rep != REP_REQUIRED)
+        return kl_err_set(w->e, KL_EPARSE, "%s: column %s: invalid repetition type %d", R->name, path, el->rep);
     int group = el->has_children && el->num_children > 0;
     if (field < 0 && (group || el->rep == REP_REPEATED || (el->has_children && el->ptype < 0))) {
         /* a nested top-level column */
@@ -271,8 +286,10 @@ static int walk_schema(walk *w, int depth, int max_def, int max_rep, int field, 
         F->info.why = "";
         F->info.physical = group ? "group" : ptype_name(el->ptype);
         F->info.logical = F->logicalbuf;
-        snprintf(F->logicalbuf, sizeof F->logicalbuf, "%s", el->rep == REP_REPEATED || el->group_kind == G_LIST || el->conv == CT_LIST ? "LIST"
-                 : el->group_kind == G_MAP || el->conv == CT_MAP || el->conv == CT_MAP_KEY_VALUE ? "MAP" : "STRUCT");
+        snprintf(F->logicalbuf, sizeof F->logicalbuf, "%s",
+                 el->rep == REP_REPEATED || el->group_kind == G_LIST || el->conv == CT_LIST          ? "LIST"
+                     : el->group_kind == G_MAP || el->conv == CT_MAP || el->conv == CT_MAP_KEY_VALUE ? "MAP"
+                                                                                                     : "STRUCT");
         R->top[R->ntop++] = (size_t)-1 - (size_t)field; /* numbered after all leaves: resolved at the end */
     }
     pq_node *N = &R->nodes[at];
@@ -281,14 +298,17 @@ static int walk_schema(walk *w, int depth, int max_def, int max_rep, int field, 
     N->leaf = -1;
     N->first_leaf = (int)R->nleaves;
     if (el->has_children && el->num_children > 0) {
-        if ((uint32_t)el->num_children > w->n) return kl_err_set(w->e, KL_EPARSE, "%s: group %s has %d children, the schema %u elements", R->name, path, el->num_children, w->n);
+        if ((uint32_t)el->num_children > w->n)
+            return kl_err_set(w->e, KL_EPARSE, "%s: group %s has %d children, the schema %u elements", R->name, path,
+                              el->num_children, w->n);
         for (int i = 0; i < el->num_children; i++) {
             int rc = walk_schema(w, depth + 1, max_def, max_rep, field, path);
             if (rc) return rc;
         }
     } else if (el->has_children && el->ptype < 0) {
         /* an empty group: no leaves, no data */
-        snprintf(R->fields[field].whybuf, sizeof R->fields[field].whybuf, "column %s holds an empty group; empty groups are not supported", path);
+        snprintf(R->fields[field].whybuf, sizeof R->fields[field].whybuf,
+                 "column %s holds an empty group; empty groups are not supported", path);
         R->fields[field].info.supported = 0;
     } else {
         if (field < 0) R->top[R->ntop++] = R->nleaves;
@@ -297,7 +317,8 @@ static int walk_schema(walk *w, int depth, int max_def, int max_rep, int field, 
         if (rc) return rc;
         if (field >= 0 && max_rep > PQ_MAX_REP && R->fields[field].info.supported) {
             snprintf(R->fields[field].whybuf, sizeof R->fields[field].whybuf,
-                     "column %s is nested %d lists deep; keel reads at most %d", R->fields[field].name, max_rep, PQ_MAX_REP);
+                     "column %s is nested %d lists deep; keel reads at most %d", R->fields[field].name, max_rep,
+                     PQ_MAX_REP);
             R->fields[field].info.supported = 0;
         }
     }
@@ -339,7 +360,8 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
             /* root: its children are the top-level fields */
             walk w = {R, 1, n, e};
             pq_schema_el *root = &R->schema[0];
-            if (root->num_children < 0 || (uint32_t)root->num_children > n) return kl_err_set(e, KL_EPARSE, "%s: the schema root has %d children", R->name, root->num_children);
+            if (root->num_children < 0 || (uint32_t)root->num_children > n)
+                return kl_err_set(e, KL_EPARSE, "%s: the schema root has %d children", R->name, root->num_children);
             R->nodes = calloc(n, sizeof *R->nodes);
             R->fields = calloc((size_t)root->num_children + 1, sizeof *R->fields);
             R->top = calloc((size_t)root->num_children + 1, sizeof *R->top);
@@ -414,7 +436,8 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
             pq_chunk *ch = &R->rgs[g].cols[c];
             pq_leaf *L = &R->leaves[c];
             if (ch->has_meta && ch->ptype != L->ptype)
-                return kl_err_set(e, KL_EPARSE, "%s: column %s: chunk type %d differs from the schema type %d", R->name, L->name, ch->ptype, L->ptype);
+                return kl_err_set(e, KL_EPARSE, "%s: column %s: chunk type %d differs from the schema type %d", R->name,
+                                  L->name, ch->ptype, L->ptype);
             const char *why = ch->encrypted ? "encrypted columns are not supported"
                               : ch->external ? "column data in an external file is not supported"
                               : ch->has_meta ? pq_codec_unsupported(ch->codec) : NULL;

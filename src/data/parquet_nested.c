@@ -91,7 +91,9 @@ static void emit_kv(asm_t *A, uint32_t kv) {
 }
 
 static int is_list(const pq_schema_el *el) { return el->group_kind == G_LIST || el->conv == CT_LIST; }
-static int is_map(const pq_schema_el *el) { return el->group_kind == G_MAP || el->conv == CT_MAP || el->conv == CT_MAP_KEY_VALUE; }
+static int is_map(const pq_schema_el *el) {
+    return el->group_kind == G_MAP || el->conv == CT_MAP || el->conv == CT_MAP_KEY_VALUE;
+}
 
 /* The element of a LIST group k whose only child is the repeated r. */
 static uint32_t list_element(const pq_reader_t *R, uint32_t k, uint32_t r) {
@@ -99,7 +101,8 @@ static uint32_t list_element(const pq_reader_t *R, uint32_t k, uint32_t r) {
     if (R->nodes[r].leaf >= 0) return r;          /* repeated primitive: 2-level */
     if (re->num_children != 1) return r;          /* repeated group of several fields: 2-level struct */
     if ((re->name_len == 5 && !memcmp(re->name, "array", 5)) ||
-        (re->name_len == g->name_len + 6 && !memcmp(re->name, g->name, g->name_len) && !memcmp(re->name + g->name_len, "_tuple", 6)))
+        (re->name_len == g->name_len + 6 && !memcmp(re->name, g->name, g->name_len) &&
+         !memcmp(re->name + g->name_len, "_tuple", 6)))
         return r;                                 /* legacy names: the group is the element */
     return r + 1;                                 /* 3-level: the only child */
 }
@@ -152,14 +155,19 @@ int pq_assemble(const pq_reader_t *R, size_t f, pq_levels *lv, size_t rows, kl_c
     for (size_t r = 0; r < rows && !rc; r++) {
         for (size_t l = 0; l < F->nleaf; l++)
             if (pos[l] >= lv[l].n || lv[l].rep[pos[l]] != 0) {
-                rc = kl_err_set(e, KL_EPARSE, "%s: column %s: the levels of %s hold %zu records, the row group %zu rows",
-                                R->name, F->name, R->leaves[F->leaf0 + l].name, r, rows);
+                rc =
+                    kl_err_set(e, KL_EPARSE, "%s: column %s: the levels of %s hold %zu records, the row group %zu rows",
+                               R->name, F->name, R->leaves[F->leaf0 + l].name, r, rows);
                 break;
             }
         if (rc) break;
         kl_buf_reset(&b);
         emit_child(&A, F->el);
-        if (A.bad) { rc = kl_err_set(e, KL_EPARSE, "%s: column %s: inconsistent repetition/definition levels in record %zu", R->name, F->name, r); break; }
+        if (A.bad) {
+            rc = kl_err_set(e, KL_EPARSE, "%s: column %s: inconsistent repetition/definition levels in record %zu",
+                            R->name, F->name, r);
+            break;
+        }
         if (b.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
         int null = b.len == 4 && !memcmp(b.data, "null", 4) && F->info.nullable;
         if ((null ? kl_column_push_null(out) : kl_column_push_str(out, b.data ? b.data : "", b.len)))

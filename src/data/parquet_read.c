@@ -130,7 +130,10 @@ int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e)
                 free(sel);
                 return KL_ENOTFOUND;
             }
-            if (!pq_colinfo(R, (size_t)i)->supported) { free(sel); return kl_err_set(e, KL_EUNSUPPORTED, "%s: %s", R->name, pq_colinfo(R, (size_t)i)->why); }
+            if (!pq_colinfo(R, (size_t)i)->supported) {
+                free(sel);
+                return kl_err_set(e, KL_EUNSUPPORTED, "%s: %s", R->name, pq_colinfo(R, (size_t)i)->why);
+            }
             sel[k++] = (size_t)i;
         }
     }
@@ -150,7 +153,10 @@ int kl_pq_filter(kl_pq_reader *r, const char *column, kl_pq_op op, const kl_pq_v
     pq_reader_t *R = (pq_reader_t *)r;
     int ci = kl_pq_find_column(r, column);
     if (ci < 0) return kl_err_set(e, KL_ENOTFOUND, "%s: filter: no column \"%s\"", R->name, column);
-    if ((size_t)ci >= R->nleaves) return kl_err_set(e, KL_EUNSUPPORTED, "%s: filter: %s is a nested column; filters on nested columns are not supported", R->name, column);
+    if ((size_t)ci >= R->nleaves)
+        return kl_err_set(e, KL_EUNSUPPORTED,
+                          "%s: filter: %s is a nested column; filters on nested columns are not supported", R->name,
+                          column);
     pq_leaf *L = &R->leaves[ci];
     if (!L->info.supported) return kl_err_set(e, KL_EUNSUPPORTED, "%s: filter: %s", R->name, L->info.why);
     size_t want = op == KL_PQ_BETWEEN ? 2 : op == KL_PQ_IN ? nvals : 1;
@@ -349,7 +355,8 @@ static int decode_plain(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, s
     }
     if (L->ptype == PT_BYTE_ARRAY) {
         /* every value has a 4-byte length: a count the page cannot hold is refused before any allocation */
-        if (nn > avail / 4) return BAD(c, "PLAIN byte arrays: %zu values need at least %zu bytes, page has %zu", nn, nn * 4, avail);
+        if (nn > avail / 4)
+            return BAD(c, "PLAIN byte arrays: %zu values need at least %zu bytes, page has %zu", nn, nn * 4, avail);
         if (GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         for (size_t i = 0; i < nn; i++) {
             if (end - p < 4) return BAD(c, "PLAIN byte array %zu of %zu: truncated length", i, nn);
@@ -578,7 +585,8 @@ static int materialize(ctxt *c, kl_column *col, const uint8_t *pres, size_t prow
     if (L->kind == K_INTERVAL) {
         for (size_t r = 0, j = 0; r < prow; r++) {
             char t[96];
-            int rc = nn < prow && !pres[r] ? kl_column_push_null(col) : kl_column_push_str(col, t, interval_text(br[j++].p, t, sizeof t));
+            int rc = nn < prow && !pres[r] ? kl_column_push_null(col)
+                                           : kl_column_push_str(col, t, interval_text(br[j++].p, t, sizeof t));
             if (rc) return kl_err_set(c->e, KL_ENOMEM, "out of memory reading column %s", L->name);
         }
         return KL_OK;
@@ -867,19 +875,25 @@ static int decode_chunk(chunk_job *J, dec *d) {
     int64_t done = 0;
     if (ch->num_values != rows && L->max_rep == 0)
         return BAD(&c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values, (long long)rows);
-    int max_def = L->max_def, bw = pq_bit_width((uint64_t)max_def), max_rep = L->max_rep, rbw = pq_bit_width((uint64_t)max_rep);
+    int max_def = L->max_def, bw = pq_bit_width((uint64_t)max_def), max_rep = L->max_rep,
+        rbw = pq_bit_width((uint64_t)max_rep);
     /* a nested leaf holds level entries (values, nulls and empty lists), a flat one rows */
     int64_t total = lv ? ch->num_values : rows;
     if (lv) {
         if (total > (int64_t)PQ_MAX_NESTED_VALUES)
-            return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: %lld values in one column chunk (keel reads at most %u in a nested column)",
-                              R->name, L->name, where, (long long)total, PQ_MAX_NESTED_VALUES);
+            return kl_err_set(
+                e, KL_EUNSUPPORTED,
+                "%s: column %s%s: %lld values in one column chunk (keel reads at most %u in a nested column)", R->name,
+                L->name, where, (long long)total, PQ_MAX_NESTED_VALUES);
         lv->n = 0; /* the levels grow page by page (num_values is not trusted for memory) */
     } else if (total > 0 && total <= (int64_t)1 << 31 && kl_column_reserve(col, (size_t)total, 0))
         return kl_err_set(e, KL_ENOMEM, "out of memory for %lld rows of column %s", (long long)total, L->name);
     int guard = 0;
     while (done < total) {
-        if (pos >= end) { rc = BAD(&c, "chunk ends after %lld of %lld %s", (long long)done, (long long)total, lv ? "values" : "rows"); goto out; }
+        if (pos >= end) {
+            rc = BAD(&c, "chunk ends after %lld of %lld %s", (long long)done, (long long)total, lv ? "values" : "rows");
+            goto out;
+        }
         page_hdr h;
         tr t = {pos, end, 0, 0};
         if (parse_page_header(&t, &h)) { rc = BAD(&c, "corrupt page header at offset %lld", (long long)(pos - R->data)); goto out; }
@@ -922,8 +936,10 @@ static int decode_chunk(chunk_job *J, dec *d) {
         if (h.nv < 0) { rc = BAD(&c, "page has %d values", h.nv); goto out; }
         size_t n = (size_t)h.nv;
         if ((int64_t)n > total - done) {
-            rc = lv ? BAD(&c, "pages hold more values (%lld+) than the chunk (%lld)", (long long)(done + (int64_t)n), (long long)total)
-                    : BAD(&c, "pages hold more values (%lld+) than the row group has rows (%lld)", (long long)(done + (int64_t)n), (long long)rows);
+            rc = lv ? BAD(&c, "pages hold more values (%lld+) than the chunk (%lld)", (long long)(done + (int64_t)n),
+                          (long long)total)
+                    : BAD(&c, "pages hold more values (%lld+) than the row group has rows (%lld)",
+                          (long long)(done + (int64_t)n), (long long)rows);
             goto out;
         }
         int64_t first = done;
@@ -949,10 +965,22 @@ static int decode_chunk(chunk_job *J, dec *d) {
             vals = d->page;
             vend = d->page + h.unc;
             if (max_rep > 0) {
-                if (h.rep_enc != ENC_RLE) { rc = kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: repetition level encoding %d is not supported", R->name, L->name, where, h.rep_enc); goto out; }
-                if (vend - vals < 4) { rc = BAD(&c, "truncated repetition levels"); goto out; }
-                uint32_t l; memcpy(&l, vals, 4);
-                if (l > (size_t)(vend - vals - 4)) { rc = BAD(&c, "repetition levels length %u exceeds the page", l); goto out; }
+                if (h.rep_enc != ENC_RLE) {
+                    rc =
+                        kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: repetition level encoding %d is not supported",
+                                   R->name, L->name, where, h.rep_enc);
+                    goto out;
+                }
+                if (vend - vals < 4) {
+                    rc = BAD(&c, "truncated repetition levels");
+                    goto out;
+                }
+                uint32_t l;
+                memcpy(&l, vals, 4);
+                if (l > (size_t)(vend - vals - 4)) {
+                    rc = BAD(&c, "repetition levels length %u exceeds the page", l);
+                    goto out;
+                }
                 rp_p = vals + 4; rp_len = l;
                 vals += 4 + l;
             }
@@ -988,7 +1016,9 @@ static int decode_chunk(chunk_job *J, dec *d) {
             if (max_def == 0) lv_p = NULL;
         }
         size_t lcap = lv ? lv->cap : 0;
-        if (lv && (GROW(lv->def, lv->cap, lv->n + n + 1) || (lv->cap != lcap && !(lv->rep = kl_mem_realloc(lv->rep, lv->cap, KL_TAG_DATASET))))) {
+        if (lv &&
+            (GROW(lv->def, lv->cap, lv->n + n + 1) ||
+             (lv->cap != lcap && !(lv->rep = kl_mem_realloc(lv->rep, lv->cap, KL_TAG_DATASET))))) {
             rc = kl_err_set(e, KL_ENOMEM, "out of memory");
             goto out;
         }
@@ -1025,10 +1055,19 @@ static int decode_chunk(chunk_job *J, dec *d) {
             /* repetition levels: 0 starts a record */
             if (max_rep == 0) memset(lv->rep + lv->n, 0, n);
             else {
-                if (GROW(d->lev, d->lev_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-                if (n && pq_rle_decode(rp_p, rp_len, rbw, d->lev, n)) { rc = BAD(&c, "repetition levels truncated or corrupt"); goto out; }
+                if (GROW(d->lev, d->lev_cap, n + 8)) {
+                    rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                    goto out;
+                }
+                if (n && pq_rle_decode(rp_p, rp_len, rbw, d->lev, n)) {
+                    rc = BAD(&c, "repetition levels truncated or corrupt");
+                    goto out;
+                }
                 for (size_t i = 0; i < n; i++) {
-                    if (d->lev[i] > (uint32_t)max_rep) { rc = BAD(&c, "repetition level %u above the maximum %d", d->lev[i], max_rep); goto out; }
+                    if (d->lev[i] > (uint32_t)max_rep) {
+                        rc = BAD(&c, "repetition level %u above the maximum %d", d->lev[i], max_rep);
+                        goto out;
+                    }
                     lv->rep[lv->n + i] = (uint8_t)d->lev[i];
                 }
             }

@@ -53,7 +53,8 @@ static int num_sep(const kl_node *n, char *out, int allow_none, kl_err *e) {
     if (rc) return rc;
     if (allow_none && (!*v || !strcmp(v, "none"))) { *out = 0; return KL_OK; }
     if (strlen(v) != 1 || !strchr(allow_none ? ",. '_" : ",.", v[0]))
-        return kl_node_error(n, e, KL_EINVAL, "expected %s, got \"%s\"", allow_none ? "one of , . ' _ space or none" : "'.' or ','", v);
+        return kl_node_error(n, e, KL_EINVAL, "expected %s, got \"%s\"",
+                             allow_none ? "one of , . ' _ space or none" : "'.' or ','", v);
     *out = v[0];
     return KL_OK;
 }
@@ -66,7 +67,8 @@ static int load_delimiter(const kl_node *n, kl_dialect *d, kl_err *e) {
     size_t len = strlen(v);
     if (len == 0 || len >= sizeof d->delim_s)
         return kl_node_error(n, e, KL_EINVAL, "a delimiter is 1 to %zu bytes, got \"%s\"", sizeof d->delim_s - 1, v);
-    if (strchr(v, '\n') || strchr(v, '\r')) return kl_node_error(n, e, KL_EINVAL, "a delimiter cannot hold a line break");
+    if (strchr(v, '\n') || strchr(v, '\r'))
+        return kl_node_error(n, e, KL_EINVAL, "a delimiter cannot hold a line break");
     d->delim = v[0];
     d->delim_n = len > 1 ? (int)len : 0;
     memset(d->delim_s, 0, sizeof d->delim_s);
@@ -97,24 +99,31 @@ static int load_csv_options(const kl_node *m, kl_dialect *d, kl_err *e) {
     int64_t iv;
     if ((n = kl_node_get(m, "escape"))) {
         if ((rc = one_char(n, &d->escape, 1, e))) return rc;
-        if (d->escape == '\n' || d->escape == '\r') return kl_node_error(n, e, KL_EINVAL, "an escape cannot be a line break");
+        if (d->escape == '\n' || d->escape == '\r')
+            return kl_node_error(n, e, KL_EINVAL, "an escape cannot be a line break");
     }
     if ((rc = kl_spec_int(m, "header_rows", d->header_rows, &iv, e))) return rc;
-    if (iv < 1 || iv > 16) return kl_node_error(kl_node_get(m, "header_rows"), e, KL_EINVAL, "header_rows must be 1 to 16");
+    if (iv < 1 || iv > 16)
+        return kl_node_error(kl_node_get(m, "header_rows"), e, KL_EINVAL, "header_rows must be 1 to 16");
     d->header_rows = (int)iv;
     if ((rc = kl_spec_int(m, "skip_rows", d->skip_rows, &iv, e))) return rc;
-    if (iv < 0 || iv > 1000000) return kl_node_error(kl_node_get(m, "skip_rows"), e, KL_EINVAL, "skip_rows must be 0 to 1000000");
+    if (iv < 0 || iv > 1000000)
+        return kl_node_error(kl_node_get(m, "skip_rows"), e, KL_EINVAL, "skip_rows must be 0 to 1000000");
     d->skip_rows = (int)iv;
     if ((n = kl_node_get(m, "comment"))) {
         if ((rc = kl_node_str(n, &v, e))) return rc;
         if (strlen(v) >= sizeof d->comment || strchr(v, '\n') || strchr(v, '\r'))
-            return kl_node_error(n, e, KL_EINVAL, "a comment prefix is up to %zu bytes on one line", sizeof d->comment - 1);
+            return kl_node_error(n, e, KL_EINVAL, "a comment prefix is up to %zu bytes on one line",
+                                 sizeof d->comment - 1);
         snprintf(d->comment, sizeof d->comment, "%s", v);
     }
     if ((n = kl_node_get(m, "line_terminator"))) {
         if ((rc = kl_node_str(n, &v, e))) return rc;
-        int t = !strcmp(v, "auto") ? KL_LT_AUTO : !strcasecmp(v, "lf") || !strcmp(v, "\n") ? KL_LT_LF
-              : !strcasecmp(v, "crlf") || !strcmp(v, "\r\n") ? KL_LT_CRLF : !strcasecmp(v, "cr") || !strcmp(v, "\r") ? KL_LT_CR : -1;
+        int t = !strcmp(v, "auto")                         ? KL_LT_AUTO
+            : !strcasecmp(v, "lf") || !strcmp(v, "\n")     ? KL_LT_LF
+            : !strcasecmp(v, "crlf") || !strcmp(v, "\r\n") ? KL_LT_CRLF
+            : !strcasecmp(v, "cr") || !strcmp(v, "\r")     ? KL_LT_CR
+                                                           : -1;
         if (t < 0) return kl_node_error(n, e, KL_EINVAL, "line_terminator must be auto, lf, crlf or cr, got \"%s\"", v);
         d->line_term = (kl_line_term)t;
         d->eol = t == KL_LT_CR ? '\r' : '\n';
@@ -122,7 +131,8 @@ static int load_csv_options(const kl_node *m, kl_dialect *d, kl_err *e) {
     if ((n = kl_node_get(m, "encoding"))) {
         if ((rc = kl_node_str(n, &v, e))) return rc;
         if (kl_encoding_parse(v, &d->encoding))
-            return kl_node_error(n, e, KL_EINVAL, "encoding must be utf-8, utf-16le, utf-16be, latin-1 or windows-1252, got \"%s\"", v);
+            return kl_node_error(n, e, KL_EINVAL,
+                                 "encoding must be utf-8, utf-16le, utf-16be, latin-1 or windows-1252, got \"%s\"", v);
     }
     if ((n = kl_node_get(m, "decimal")) && (rc = num_sep(n, &d->decimal, 0, e))) return rc;
     if ((n = kl_node_get(m, "thousands")) && (rc = num_sep(n, &d->thousands, 1, e))) return rc;
@@ -131,8 +141,10 @@ static int load_csv_options(const kl_node *m, kl_dialect *d, kl_err *e) {
     if ((rc = kl_spec_bool(m, "trim", d->trim, &d->trim, e))) return rc;
     size_t dn;
     const char *dl = kl_dialect_delim(d, &dn);
-    if (d->quote && memchr(dl, d->quote, dn)) return kl_node_error(m, e, KL_EINVAL, "the quote character is part of the delimiter");
-    if (d->escape && memchr(dl, d->escape, dn)) return kl_node_error(m, e, KL_EINVAL, "the escape character is part of the delimiter");
+    if (d->quote && memchr(dl, d->quote, dn))
+        return kl_node_error(m, e, KL_EINVAL, "the quote character is part of the delimiter");
+    if (d->escape && memchr(dl, d->escape, dn))
+        return kl_node_error(m, e, KL_EINVAL, "the escape character is part of the delimiter");
     return KL_OK;
 }
 
@@ -428,8 +440,17 @@ int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl
     kl_buf_puts(b, "],\"dialect\":{");
     /* options beyond the original dialect only when set, so that a schema without them keeps its text (and ids) */
     char one[2] = {0, 0};
-    if (d->comment[0]) { kl_buf_puts(b, "\"comment\":"); kl_buf_json_str(b, d->comment); kl_buf_puts(b, ","); }
-    if (d->decimal && d->decimal != '.') { one[0] = d->decimal; kl_buf_puts(b, "\"decimal\":"); kl_buf_json_str(b, one); kl_buf_puts(b, ","); }
+    if (d->comment[0]) {
+        kl_buf_puts(b, "\"comment\":");
+        kl_buf_json_str(b, d->comment);
+        kl_buf_puts(b, ",");
+    }
+    if (d->decimal && d->decimal != '.') {
+        one[0] = d->decimal;
+        kl_buf_puts(b, "\"decimal\":");
+        kl_buf_json_str(b, one);
+        kl_buf_puts(b, ",");
+    }
     size_t dn;
     const char *dls = kl_dialect_delim(d, &dn);
     char dlb[sizeof d->delim_s + 1] = {0};
@@ -437,8 +458,13 @@ int kl_schema_json(const kl_schema *s, const char *const *cols, size_t ncols, kl
     kl_buf_puts(b, "\"delimiter\":");
     kl_buf_json_str(b, dlb);
     if (d->encoding != KL_ENC_UTF8) kl_buf_printf(b, ",\"encoding\":\"%s\"", kl_encoding_name(d->encoding));
-    if (d->escape) { one[0] = d->escape; kl_buf_puts(b, ",\"escape\":"); kl_buf_json_str(b, one); }
-    kl_buf_printf(b, ",\"format\":\"%s\",\"header\":%s", d->format == KL_FMT_JSONL ? "jsonl" : "csv", d->header ? "true" : "false");
+    if (d->escape) {
+        one[0] = d->escape;
+        kl_buf_puts(b, ",\"escape\":");
+        kl_buf_json_str(b, one);
+    }
+    kl_buf_printf(b, ",\"format\":\"%s\",\"header\":%s", d->format == KL_FMT_JSONL ? "jsonl" : "csv",
+                  d->header ? "true" : "false");
     if (d->header_rows > 1) kl_buf_printf(b, ",\"header_rows\":%d", d->header_rows);
     if (d->line_term != KL_LT_AUTO) kl_buf_printf(b, ",\"line_terminator\":\"%s\"", kl_line_term_name(d->line_term));
     kl_buf_printf(b, ",\"max_record_bytes\":%zu,\"null\":[", d->max_record);
@@ -542,10 +568,16 @@ int kl_schema_to_yaml(const kl_schema *s, kl_buf *b) {
         if (d->comment[0]) { kl_buf_puts(b, "  comment: "); yq(b, d->comment); kl_buf_puts(b, "\n"); }
         if (d->line_term != KL_LT_AUTO) kl_buf_printf(b, "  line_terminator: %s\n", kl_line_term_name(d->line_term));
         if (d->encoding != KL_ENC_UTF8) kl_buf_printf(b, "  encoding: %s\n", kl_encoding_name(d->encoding));
-        if (d->decimal && d->decimal != '.') { one[0] = d->decimal; kl_buf_puts(b, "  decimal: "); yq(b, one); kl_buf_puts(b, "\n"); }
+        if (d->decimal && d->decimal != '.') {
+            one[0] = d->decimal;
+            kl_buf_puts(b, "  decimal: ");
+            yq(b, one);
+            kl_buf_puts(b, "\n");
+        }
         if (d->thousands) { one[0] = d->thousands; kl_buf_puts(b, "  thousands: "); yq(b, one); kl_buf_puts(b, "\n"); }
         if (d->trim) kl_buf_puts(b, "  trim: true\n");
-        if (!s->dialect_note) kl_buf_printf(b, "  # sniffed: line endings %s%s\n", d->crlf ? "CRLF" : "LF", d->bom ? ", UTF-8 BOM" : "");
+        if (!s->dialect_note)
+            kl_buf_printf(b, "  # sniffed: line endings %s%s\n", d->crlf ? "CRLF" : "LF", d->bom ? ", UTF-8 BOM" : "");
     }
     kl_buf_puts(b, "  null: [");
     for (int i = 0; i < d->n_null; i++) {

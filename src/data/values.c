@@ -408,7 +408,8 @@ int kl_num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, siz
     int frac = 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        int digit_before = i > 0 && (unsigned)(s[i - 1] - '0') <= 9, digit_after = i + 1 < n && (unsigned)(s[i + 1] - '0') <= 9;
+        int digit_before = i > 0 && (unsigned)(s[i - 1] - '0') <= 9,
+            digit_after = i + 1 < n && (unsigned)(s[i + 1] - '0') <= 9;
         if (th && c == th && !frac && digit_before && digit_after) continue;
         if (c == dec && !frac) { nb[o++] = '.'; frac = 1; continue; }
         if (c == '.' && dec != '.') { /* a '.' that is no separator here: not a number */
@@ -423,7 +424,8 @@ int kl_num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, siz
     return 1;
 }
 
-static int value_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, kl_value *v, char *msg, size_t msgn) {
+static int value_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, kl_value *v, char *msg,
+                       size_t msgn) {
     int rc;
     const int shown = n > 40 ? 40 : (int)n;
     const char *ns = s; /* the number's text in the parsers' form */

@@ -108,7 +108,8 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
         c->dynamic_batching = 1;
         if (kl_node_kind_of(n) == KL_NODE_MAP) {
             if ((rc = kl_spec_check_keys(n, dk, 2, e))) goto done;
-            if ((rc = kl_spec_int(n, "max_queue_delay_us", c->max_queue_delay_us, &c->max_queue_delay_us, e))) goto done;
+            if ((rc = kl_spec_int(n, "max_queue_delay_us", c->max_queue_delay_us, &c->max_queue_delay_us, e)))
+                goto done;
             if (c->max_queue_delay_us < 0 || c->max_queue_delay_us > 60000000) {
                 rc = kl_node_error(kl_node_get(n, "max_queue_delay_us"), e, KL_EINVAL, "must be 0..60000000 (µs)");
                 goto done;
@@ -336,8 +337,8 @@ int sv_version_probe(kl_server *s, sv_version *v, kl_err *e) {
 }
 
 /* Loads version ver of m from dir; cfg: the configuration it will serve under (for the log). */
-static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, const char *dir, int64_t ver, sv_version **out,
-                        kl_err *e) {
+static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, const char *dir, int64_t ver,
+                        sv_version **out, kl_err *e) {
     *out = NULL;
     sv_version *v = calloc(1, sizeof *v);
     if (!v) return kl_err_set(e, KL_ENOMEM, "out of memory");

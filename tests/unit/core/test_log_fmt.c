@@ -44,7 +44,8 @@ KL_TEST(log_fmt_g6_is_printf) {
     for (int64_t ns = 0; ns < 200000; ns++) bad += !same_g6(ns / 1e6, &rep);
     /* uniform mantissas at every decimal exponent in and around the fast range */
     for (int e = -20; e <= 24; e++)
-        for (int i = 0; i < 4000; i++) bad += !same_g6((1.0 + (double)(rnd() >> 11) / 9007199254740992.0 * 9.0) * pow(10, e), &rep);
+        for (int i = 0; i < 4000; i++)
+            bad += !same_g6((1.0 + (double)(rnd() >> 11) / 9007199254740992.0 * 9.0) * pow(10, e), &rep);
     /* ties and near-ties of the 6th digit, powers of ten and their neighbours */
     static const double edge[] = {0.5, 1.5, 2.5, 0.125, 1.0000005, 1.0000015, 123456.5, 999999.5, 999999.4999,
                                   99999.95, 9.999995, 0.00001, 0.0001, 0.00009999995, 1e-5, 1e-4, 1e5, 1e6,

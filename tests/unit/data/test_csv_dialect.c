@@ -157,13 +157,20 @@ KL_TEST(csv_dialect_schema_keys_and_canonical) {
     kl_schema *s = load("dialect: {delimiter: \";\"}\ncolumns:\n  - {name: a, type: string}\n", &e);
     KT_CHECKF(s, "%s", kl_err_what(&e));
     /* a schema without the new options keeps its canonical text (and so its ingest keys and version ids) */
-    KT_EQ_STR(s->text, "{\"columns\":[{\"name\":\"a\",\"nullable\":true,\"type\":\"string\"}],\"dialect\":{\"delimiter\":\";\","
-                       "\"format\":\"csv\",\"header\":true,\"max_record_bytes\":10485760,\"null\":[\"\"],\"quote\":\"\\\"\"},\"name\":\"\"}");
+    KT_EQ_STR(s->text,
+              "{\"columns\":[{\"name\":\"a\",\"nullable\":true,\"type\":\"string\"}],\"dialect\":{\"delimiter\":\";\","
+              "\"format\":\"csv\",\"header\":true,\"max_record_bytes\":10485760,\"null\":[\"\"],\"quote\":\"\\\"\"},"
+              "\"name\":\"\"}");
     kl_schema_free(s);
-    s = load("dialect: {delimiter: \"||\", escape: \"\\\\\", header_rows: 2, skip_rows: 3, comment: \"#\", line_terminator: crlf,\n"
-             "  encoding: latin-1, decimal: \",\", thousands: \".\", trim: true}\ncolumns:\n  - {name: a, type: float64}\n", &e);
+    s = load(
+        "dialect: {delimiter: \"||\", escape: \"\\\\\", header_rows: 2, skip_rows: 3, comment: \"#\", line_terminator: "
+        "crlf,\n"
+        "  encoding: latin-1, decimal: \",\", thousands: \".\", trim: true}\ncolumns:\n  - {name: a, type: float64}\n",
+        &e);
     KT_CHECKF(s, "%s", kl_err_what(&e));
-    KT_CONTAINS(s->text, "\"comment\":\"#\",\"decimal\":\",\",\"delimiter\":\"||\",\"encoding\":\"latin-1\",\"escape\":\"\\\\\"");
+    KT_CONTAINS(
+        s->text,
+        "\"comment\":\"#\",\"decimal\":\",\",\"delimiter\":\"||\",\"encoding\":\"latin-1\",\"escape\":\"\\\\\"");
     KT_CONTAINS(s->text, "\"header_rows\":2,\"line_terminator\":\"crlf\"");
     KT_CONTAINS(s->text, "\"skip_rows\":3,\"thousands\":\".\",\"trim\":true");
     /* the canonical JSON loads back to the same text */
@@ -319,7 +326,8 @@ KL_TEST(csv_dialect_sniffer) {
     d = sniff("a||b||c\n1||x|y||2\n3||z||4\n5||w||6\n");
     KT_EQ_INT(d.delim_n, 2);
     /* a preamble and two header rows */
-    d = sniff("Quarterly report\nGenerated 2024-01-05 by finance\n\nregion,sales,sales\n,2023,2024\nnorth,1,2\nsouth,3,4\neast,5,6\nwest,7,8\n");
+    d = sniff("Quarterly report\nGenerated 2024-01-05 by "
+              "finance\n\nregion,sales,sales\n,2023,2024\nnorth,1,2\nsouth,3,4\neast,5,6\nwest,7,8\n");
     KT_EQ_INT(d.skip_rows, 3);
     KT_EQ_INT(d.header, 1);
     KT_EQ_INT(d.header_rows, 2);
@@ -380,9 +388,10 @@ KL_TEST(csv_dialect_ingest_options) {
                        "1,5;2;caf\xe9\r"
                        "3;4\r"
                        "5;6;na\"ive;extra;more\r";
-    const char *sch = "dialect: {delimiter: \";\", decimal: \",\", skip_rows: 1, header_rows: 2, comment: \"#\",\n"
-                      "  encoding: windows-1252, line_terminator: cr}\n"
-                      "columns:\n  - {name: v, type: float64}\n  - {name: v_2, type: int64}\n  - {name: name, type: string}\n";
+    const char *sch =
+        "dialect: {delimiter: \";\", decimal: \",\", skip_rows: 1, header_rows: 2, comment: \"#\",\n"
+        "  encoding: windows-1252, line_terminator: cr}\n"
+        "columns:\n  - {name: v, type: float64}\n  - {name: v_2, type: int64}\n  - {name: name, type: string}\n";
     KT_OK(kl_write_file_atomic(csv, text, strlen(text), &e), &e);
     KT_OK(kl_write_file_atomic(schema, sch, strlen(sch), &e), &e);
     const char *srcs[] = {csv};

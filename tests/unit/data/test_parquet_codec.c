@@ -8,7 +8,12 @@
 #include "../harness.h"
 #include "data/parquet_int.h"
 
-static void be32(uint8_t *p, uint32_t v) { p[0] = (uint8_t)(v >> 24); p[1] = (uint8_t)(v >> 16); p[2] = (uint8_t)(v >> 8); p[3] = (uint8_t)v; }
+static void be32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)(v >> 24);
+    p[1] = (uint8_t)(v >> 16);
+    p[2] = (uint8_t)(v >> 8);
+    p[3] = (uint8_t)v;
+}
 
 KL_TEST(parquet_codec_lz4_hadoop_frames) {
     enum { N = 5000, H = 2600 };

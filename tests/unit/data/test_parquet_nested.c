@@ -11,9 +11,15 @@
 #include "data/parquet_int.h"
 #include "keel/parquet.h"
 
-typedef struct { const char *name; int ptype; int rep; int nchildren; int conv; } el_t; /* ptype -1: group */
 typedef struct {
-    size_t n;                 /* level entries */
+    const char *name;
+    int ptype;
+    int rep;
+    int nchildren;
+    int conv;
+} el_t; /* ptype -1: group */
+typedef struct {
+    size_t n; /* level entries */
     const uint32_t *rep, *def;
     int max_rep, max_def;
     const int32_t *vals;      /* the present values (def == max_def), in order */
@@ -30,7 +36,8 @@ static void rle_levels(pq_buf *b, const uint32_t *lev, size_t n, int maxv) {
 }
 
 /* One row group of rows records; one uncompressed v1 page per leaf. */
-static int write_nested(const char *path, const el_t *els, size_t nel, int ntop, const leaf_t *lf, size_t nleaf, int64_t rows) {
+static int write_nested(const char *path, const el_t *els, size_t nel, int ntop, const leaf_t *lf, size_t nleaf,
+                        int64_t rows) {
     pq_buf f = {0}, b = {0}, fb = {0};
     int64_t start[8], len[8];
     pq_buf_put(&f, "PAR1", 4);
@@ -158,7 +165,8 @@ KL_TEST(parquet_nested_legacy_two_level_list) {
 
 KL_TEST(parquet_nested_legacy_array_group) {
     /* optional group b (LIST) { repeated group array { required int32 x; } }: elements are structs */
-    static const el_t els[] = {{"b", -1, REP_OPTIONAL, 1, CT_LIST}, {"array", -1, REP_REPEATED, 1, -1}, {"x", PT_INT32, REP_REQUIRED, 0, -1}};
+    static const el_t els[] = {
+        {"b", -1, REP_OPTIONAL, 1, CT_LIST}, {"array", -1, REP_REPEATED, 1, -1}, {"x", PT_INT32, REP_REQUIRED, 0, -1}};
     static const uint32_t rep[] = {0, 1, 0}, def[] = {2, 2, 1};
     static const int32_t v[] = {7, 8};
     leaf_t L = {3, rep, def, 1, 2, v, "b.array.x"};
