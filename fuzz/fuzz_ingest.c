@@ -18,19 +18,23 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The rest of the input as a compressed source: streamed through the chunk
- * pipeline with 4 KiB chunks, at most 128 KiB decompressed. Each run works
- * in a fresh folder (tmpfs when there is one), removed after it. */
-static void ingest_compressed(const uint8_t *data, size_t size, int mode) {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/dev/shm/keel-fuzz-XXXXXX");
-    if (!mkdtemp(dir)) { snprintf(dir, sizeof dir, "/tmp/keel-fuzz-XXXXXX"); if (!mkdtemp(dir)) abort(); }
+/* A fresh folder for one run (tmpfs when there is one), removed after it. */
+static void fresh_dir(char dir[64]) {
+    snprintf(dir, 64, "/dev/shm/keel-fuzz-XXXXXX");
+    if (!mkdtemp(dir)) {
+        snprintf(dir, 64, "/tmp/keel-fuzz-XXXXXX");
+        if (!mkdtemp(dir)) abort();
+    }
     kl_log_set_level(KL_LOG_ERROR);
-    char src[128], schema[128], out[128];
-    snprintf(src, sizeof src, "%s/in.%s.%s", dir, mode & 16 ? "jsonl" : "csv", mode & 8 ? "zst" : "gz");
+}
+
+/* kl_ingest of src under schema text sch into dir/ds: 4 KiB chunks, every
+ * row may be rejected, at most 128 KiB decompressed; then the folder goes. */
+static void run_ingest(const char *dir, const char *src, const uint8_t *data, size_t size, const char *sch,
+                       int on_error) {
+    char schema[128], out[128];
     snprintf(schema, sizeof schema, "%s/s.yaml", dir);
     snprintf(out, sizeof out, "%s/ds", dir);
-    static const char *sch = "columns:\n  - {name: a, type: string}\n  - {name: b, type: int64}\n";
     if (kl_write_file_atomic(src, data, size, NULL) || kl_write_file_atomic(schema, sch, strlen(sch), NULL)) abort();
     const char *srcs[] = {src};
     kl_ingest_opts o;
@@ -43,43 +47,35 @@ static void ingest_compressed(const uint8_t *data, size_t size, int mode) {
     o.max_reject_ratio = 1;
     o.max_decompressed_bytes = (uint64_t)128 << 10;
     o.max_expansion = 50;
+    o.on_error = on_error;
     kl_ingest_result r;
     kl_err e = {0};
     kl_ingest(&o, &r, &e);
     kl_rm_rf(dir, NULL);
 }
 
+/* The rest of the input as a compressed source: streamed through the chunk
+ * pipeline with 4 KiB chunks, at most 128 KiB decompressed. */
+static void ingest_compressed(const uint8_t *data, size_t size, int mode) {
+    char dir[64], src[128];
+    fresh_dir(dir);
+    snprintf(src, sizeof src, "%s/in.%s.%s", dir, mode & 16 ? "jsonl" : "csv", mode & 8 ? "zst" : "gz");
+    run_ingest(dir, src, data, size, "columns:\n  - {name: a, type: string}\n  - {name: b, type: int64}\n",
+               KL_ON_ERROR_REJECT);
+}
+
 /* The rest of the input as a plain CSV with the schema dialect bits b pick. */
 static void ingest_dialect(const uint8_t *data, size_t size, uint8_t b) {
-    char dir[64];
-    snprintf(dir, sizeof dir, "/dev/shm/keel-fuzz-XXXXXX");
-    if (!mkdtemp(dir)) { snprintf(dir, sizeof dir, "/tmp/keel-fuzz-XXXXXX"); if (!mkdtemp(dir)) abort(); }
-    kl_log_set_level(KL_LOG_ERROR);
-    char src[128], schema[128], out[128], sch[512];
+    char dir[64], src[128], sch[512];
+    fresh_dir(dir);
     snprintf(src, sizeof src, "%s/in.csv", dir);
-    snprintf(schema, sizeof schema, "%s/s.yaml", dir);
-    snprintf(out, sizeof out, "%s/ds", dir);
     static const char *const enc[] = {"utf-8", "utf-16le", "latin-1", "windows-1252"};
     snprintf(sch, sizeof sch,
              "dialect: {skip_rows: %d, header_rows: %d, comment: \"%s\", encoding: %s, delimiter: \"%s\", "
              "max_record_bytes: 4096}\n"
              "columns:\n  - {name: a, type: string}\n  - {name: b, type: int64}\n",
              b & 3, 1 + (b >> 2 & 1), b & 8 ? "#" : "", enc[b >> 4 & 3], b & 64 ? ", " : ",");
-    if (kl_write_file_atomic(src, data, size, NULL) || kl_write_file_atomic(schema, sch, strlen(sch), NULL)) abort();
-    const char *srcs[] = {src};
-    kl_ingest_opts o;
-    kl_ingest_opts_default(&o);
-    o.sources = srcs;
-    o.n_sources = 1;
-    o.schema_path = schema;
-    o.out_dir = out;
-    o.chunk_bytes = 4096;
-    o.max_reject_ratio = 1;
-    o.on_error = b & 128 ? KL_ON_ERROR_RECOVER : KL_ON_ERROR_REJECT;
-    kl_ingest_result r;
-    kl_err e = {0};
-    kl_ingest(&o, &r, &e);
-    kl_rm_rf(dir, NULL);
+    run_ingest(dir, src, data, size, sch, b & 128 ? KL_ON_ERROR_RECOVER : KL_ON_ERROR_REJECT);
 }
 
 /* The record parser's dialect from the bits of b. */
