@@ -159,7 +159,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t n = size > 64 ? 64 : size;
     for (int t = 0; t < KL_T_COUNT; t++) {
         f.type = (kl_type)t;
-        kl_value v;
+        kl_cell v;
         char msg[128];
         int isn;
         kl_value_parse(&f, buf, n, &v, msg, sizeof msg);

@@ -214,14 +214,14 @@ typedef enum {
 } kl_reject_kind;
 const char *kl_reject_kind_name(kl_reject_kind k);
 
-/* A parsed value: i (int types, bool, date, timestamp), d (floats), or
- * s/n (string, category). */
-typedef struct { int64_t i; double d; const char *s; size_t n; } kl_value;
+/* A parsed cell: i (int types, bool, date, timestamp), d (floats), or s/n
+ * (string, category). (kl_value is the graph's value, include/keel/graph.h.) */
+typedef struct { int64_t i; double d; const char *s; size_t n; } kl_cell;
 
 /* Parses text s[0..n) as field f's type and checks its constraints (not
  * uniqueness, not nullness). Returns KL_OK or the kind of failure + 1 as a
  * positive number (kind = rc - 1), with a message in msg (may be NULL). */
-int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char *msg, size_t msgn);
+int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_cell *v, char *msg, size_t msgn);
 
 /* The one grammar of a raw value, shared by CSV and JSONL ingest and by the
  * online record path (`:predict`, `keel features transform`), so that a value
@@ -232,7 +232,7 @@ int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char
  * *isnull; a null in a non-nullable field is a KL_REJ_NULL reject. Returns
  * KL_OK or reject kind + 1 with the reason in msg (no column prefix). */
 int kl_null_token(const kl_dialect *d, const char *s, size_t n);
-int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, int quoted, kl_value *v,
+int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, int quoted, kl_cell *v,
                   int *isnull, char *msg, size_t msgn);
 /* The same for a JSON value (a cJSON node; NULL or JSON null = missing):
  * strings as their whole text (\u0000 included), quoted for string and
@@ -244,7 +244,7 @@ int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t 
  * text, written into buf: v->s may point there). */
 #define KL_CELL_NUMBUF 40
 int kl_json_cell_parse(const kl_field *f, const kl_dialect *d, const struct cJSON *it, char buf[KL_CELL_NUMBUF],
-                       kl_value *v, int *isnull, char *msg, size_t msgn);
+                       kl_cell *v, int *isnull, char *msg, size_t msgn);
 
 /* A number written with d's separators (decimal ',', thousands '.' ...) in
  * the form the number parsers read (group separators between digits of the

@@ -561,7 +561,7 @@ static inline int mark_valid(kl_column *c, int present) {
     return KL_OK;
 }
 
-static int fast_push(kl_column *c, int isnull, const kl_value *v) {
+static int fast_push(kl_column *c, int isnull, const kl_cell *v) {
     size_t n = isnull || c->type != KL_COL_STRING ? 0 : v->n;
     if (ensure_room(c, n) || mark_valid(c, !isnull)) return KL_ENOMEM;
     switch (c->type) {
@@ -588,8 +588,8 @@ static int fast_push(kl_column *c, int isnull, const kl_value *v) {
 static int push_row(ictx *x, chunk *c, const char *const *txt, const uint32_t *len, const uint8_t *quoted,
                     const cJSON *obj, char (*nb)[KL_CELL_NUMBUF], int *bad_col, char *msg, size_t msgn) {
     const kl_schema *s = x->schema;
-    kl_value vals[256];
-    kl_value *v = s->n_fields <= 256 ? vals : malloc(s->n_fields * sizeof *v);
+    kl_cell vals[256];
+    kl_cell *v = s->n_fields <= 256 ? vals : malloc(s->n_fields * sizeof *v);
     uint8_t isnull[256];
     uint8_t *nul = s->n_fields <= 256 ? isnull : malloc(s->n_fields);
     int rc = KL_OK;

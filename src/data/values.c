@@ -354,7 +354,7 @@ static int check_allowed(const kl_field *f, const char *s, size_t n) {
 /* The constraints of field f on a parsed value v; s[0..shown) is its text for
  * the messages (NULL: a JSON number, printed from v). Floats are rounded to
  * float32 here for float32 fields. */
-static int check_value(const kl_field *f, kl_value *v, const char *s, int shown, char *msg, size_t msgn) {
+static int check_value(const kl_field *f, kl_cell *v, const char *s, int shown, char *msg, size_t msgn) {
     char num[KL_CELL_NUMBUF];
 #define SHOW_NUMBER() /* a JSON number's text, for a message only */                     \
     do {                                                                                 \
@@ -424,7 +424,7 @@ int kl_num_normalize(const kl_dialect *d, const char *s, size_t n, char *nb, siz
     return 1;
 }
 
-static int value_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, kl_value *v, char *msg,
+static int value_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, kl_cell *v, char *msg,
                        size_t msgn) {
     int rc;
     const int shown = n > 40 ? 40 : (int)n;
@@ -486,7 +486,7 @@ static int value_parse(const kl_field *f, const kl_dialect *d, const char *s, si
     return check_value(f, v, s, shown, msg, msgn);
 }
 
-int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_value *v, char *msg, size_t msgn) {
+int kl_value_parse(const kl_field *f, const char *s, size_t n, kl_cell *v, char *msg, size_t msgn) {
     return value_parse(f, NULL, s, n, v, msg, msgn);
 }
 
@@ -501,7 +501,7 @@ int kl_null_token(const kl_dialect *d, const char *s, size_t n) {
     return 0;
 }
 
-int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, int quoted, kl_value *v,
+int kl_cell_parse(const kl_field *f, const kl_dialect *d, const char *s, size_t n, int quoted, kl_cell *v,
                   int *isnull, char *msg, size_t msgn) {
     *isnull = !s || (!quoted && kl_null_token(d, s, n));
     if (*isnull) {
@@ -519,7 +519,7 @@ static int is_text_type(kl_type t) { return t == KL_T_STRING || t == KL_T_CATEGO
 
 /* A JSON number of a non-text field: read as the field's type directly (the
  * same value as printing it exactly and parsing the text, without either). */
-static int json_number(const kl_field *f, double x, kl_value *v, char *msg, size_t msgn) {
+static int json_number(const kl_field *f, double x, kl_cell *v, char *msg, size_t msgn) {
     switch (f->type) {
     case KL_T_FLOAT32:
     case KL_T_FLOAT64:
@@ -548,7 +548,7 @@ static int json_number(const kl_field *f, double x, kl_value *v, char *msg, size
     return check_value(f, v, NULL, 0, msg, msgn);
 }
 
-int kl_json_cell_parse(const kl_field *f, const kl_dialect *d, const cJSON *it, char buf[KL_CELL_NUMBUF], kl_value *v,
+int kl_json_cell_parse(const kl_field *f, const kl_dialect *d, const cJSON *it, char buf[KL_CELL_NUMBUF], kl_cell *v,
                        int *isnull, char *msg, size_t msgn) {
     *isnull = 0;
     if (!it || cJSON_IsNull(it)) return kl_cell_parse(f, d, NULL, 0, 0, v, isnull, msg, msgn);

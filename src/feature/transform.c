@@ -122,7 +122,7 @@ int kl__fval_from_json(const fin *in, const kl_dialect *d, const void *obj, fval
     const cJSON *it = cJSON_GetObjectItemCaseSensitive((const cJSON *)obj, in->column);
     const kl_field *f = in->raw;
     KL_ASSERT(f != NULL); /* bound when the features were parsed */
-    kl_value x = {0};
+    kl_cell x = {0};
     int isnull = 0;
     char msg[256];
     memset(v, 0, offsetof(fval, num));

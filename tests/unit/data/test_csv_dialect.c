@@ -215,7 +215,7 @@ KL_TEST(csv_dialect_number_separators) {
                         "  - {name: f, type: float64}\n  - {name: i, type: int64}\n",
                         &e);
     KT_CHECKF(s, "%s", kl_err_what(&e));
-    kl_value v;
+    kl_cell v;
     int isn;
     char m[128];
     KT_EQ_INT(kl_cell_parse(&s->fields[0], &s->dialect, "1.234,5", 7, 0, &v, &isn, m, sizeof m), 0);

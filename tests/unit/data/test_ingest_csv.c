@@ -216,7 +216,7 @@ KL_TEST(ingest_value_constraints) {
                         "  - {name: f, type: float32}\n",
                         &e);
     KT_CHECKF(s, "%s", kl_err_what(&e));
-    kl_value v;
+    kl_cell v;
     char msg[256];
     const kl_field *F = s->fields;
     KT_EQ_INT(kl_value_parse(&F[0], "42", 2, &v, msg, sizeof msg), 0);
