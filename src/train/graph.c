@@ -513,7 +513,7 @@ const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const
         for (int i = 0; i < ev->g->n_outputs && i < 2; i++)
             if (ev->g->outputs[i] == ev->out_v) kl_tensor_view_init(&to[i], KL_F32, ov->rank, ov->dims, y);
     if (kl_plan_run_into(ev->plan[k], ev->g, ins, (size_t)ev->n_in, outs, (size_t)ev->g->n_outputs, ev->arena[k] ? ev->arena[k] : m->arena,
-                         m->pool == TR_NOPOOL ? NULL : m->pool, e))
+                         m->pool, e))
         return NULL;
     *loss = lv;
     return y;

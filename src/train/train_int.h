@@ -21,8 +21,6 @@ typedef struct {
     int64_t N, C, H, W, kh, kw, sh, sw, ph, pw, OH, OW;
 } tr_pool2;
 
-/* Pool sentinel for "run inline, no pool". */
-#define TR_NOPOOL ((kl_pool *)(uintptr_t)1)
 
 /* ================================================================ spec */
 
@@ -132,7 +130,7 @@ typedef struct tr_model {
     int64_t in_numel, out_numel;
     float *out;                 /* (B, out_numel): the eval forward's output rows */
     kl_rng drop_rng;            /* unused since dropout is keyed by step (kept in checkpoints) */
-    kl_pool *pool;
+    kl_pool *pool;              /* the pool the graph runs on; NULL: the process pool (--threads / KEEL_THREADS) */
     int fp16;                   /* activations and gradients at float16 precision */
     int f64;                    /* graphs built in float64 (whole-model gradient checks) */
     tr_evalg ev;                /* eval forward through the graph executor */
