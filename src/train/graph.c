@@ -512,8 +512,8 @@ const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const
     if (ov && ov->rank != 2) /* the output keeps the last layer's shape: view the rows with it */
         for (int i = 0; i < ev->g->n_outputs && i < 2; i++)
             if (ev->g->outputs[i] == ev->out_v) kl_tensor_view_init(&to[i], KL_F32, ov->rank, ov->dims, y);
-    if (kl_plan_run_into(ev->plan[k], ev->g, ins, (size_t)ev->n_in, outs, (size_t)ev->g->n_outputs, ev->arena[k] ? ev->arena[k] : m->arena,
-                         m->pool, e))
+    if (kl_plan_run_into(ev->plan[k], ev->g, ins, (size_t)ev->n_in, outs, (size_t)ev->g->n_outputs,
+                         ev->arena[k] ? ev->arena[k] : m->arena, m->pool, e))
         return NULL;
     *loss = lv;
     return y;

@@ -243,8 +243,8 @@ int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf,
             if (!(m->arena = kl_mem_alloc_e((size_t)m->arena_bytes, KL_TAG_ACTIVATIONS, e))) return KL_ENOMEM;
         }
     }
-    if ((rc = kl_plan_run_into(st->plan[k], st->g, ins, (size_t)st->n_in, outs, (size_t)st->n_out, m->arena,
-                               m->pool, e)))
+    if ((rc = kl_plan_run_into(st->plan[k], st->g, ins, (size_t)st->n_in, outs, (size_t)st->n_out, m->arena, m->pool,
+                               e)))
         return rc;
     for (int i = 0; i < st->n_out; i++) /* the updated running statistics */
         if (st->out_kind[i] == OUT_RMEAN || st->out_kind[i] == OUT_RVAR)
