@@ -993,7 +993,9 @@ static int report(int argc, char **argv) {
             for (int n = 0; n < 20 && line && *line; n++) {
                 char *nl = strchr(line, '\n');
                 if (nl) *nl = 0;
-                cJSON *o = cJSON_Parse(line);
+                void *ov = NULL;
+                (void)kl_json_parse(line, strlen(line), p, &ov, NULL); /* a line that does not parse is skipped */
+                cJSON *o = ov;
                 if (o) {
                     char where[512];
                     snprintf(where, sizeof where, "%s:%.0f", cJSON_GetStringValue(cJSON_GetObjectItem(o, "source")),

@@ -699,7 +699,9 @@ int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e)
             if (sqlite3_column_type(vs, 2) == SQLITE_NULL) cJSON_AddNullToObject(v, "run_id");
             else cJSON_AddNumberToObject(v, "run_id", (double)sqlite3_column_int64(vs, 2));
             const char *sig = (const char *)sqlite3_column_text(vs, 3);
-            cJSON *sj = sig ? cJSON_Parse(sig) : NULL;
+            void *sjv = NULL;
+            if (sig) (void)kl_json_parse(sig, strlen(sig), "signature", &sjv, NULL); /* unparsable: null */
+            cJSON *sj = sjv;
             if (sj) cJSON_AddItemToObject(v, "signature", sj);
             else cJSON_AddNullToObject(v, "signature");
             const char *src = (const char *)sqlite3_column_text(vs, 4);
