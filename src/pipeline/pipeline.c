@@ -168,6 +168,270 @@ static void fill_result(pl_ctx *c) {
 
 /* ================================================================ the run */
 
+/* ---- stage A: the file ---------------------------------------------------- */
+
+/* Loads the pipeline file with the --set overrides and checks its shape and
+ * every stage's keys before anything runs. */
+static int load_file(pl_ctx *c, kl_doc **doc, kl_err *e) {
+    const kl_pipeline_opts *o = c->o;
+    int rc = kl_doc_load_file(o->path, doc, e);
+    if (rc) return rc;
+    for (int i = 0; i < o->nsets; i++) {
+        const char *eq = strchr(o->sets[i], '=');
+        if (!eq || eq == o->sets[i]) return kl_err_set(e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", o->sets[i]);
+        char k[256];
+        snprintf(k, sizeof k, "%.*s", (int)(eq - o->sets[i]), o->sets[i]);
+        if ((rc = kl_doc_set(*doc, k, eq + 1, "--set", e))) return rc;
+    }
+    c->root = kl_doc_root(*doc);
+    static const char *top[] = {"name", "description", "out", "tracking", "stages"};
+    if (kl_node_kind_of(c->root) != KL_NODE_MAP)
+        return kl_node_error(c->root, e, KL_EINVAL, "a pipeline file is a map with 'stages'");
+    if ((rc = kl_spec_check_keys(c->root, top, KL_ARRAY_LEN(top), e))) return rc;
+    const kl_node *stages = kl_node_get(c->root, "stages");
+    if (!stages || kl_node_kind_of(stages) != KL_NODE_MAP)
+        return kl_node_error(stages ? stages : c->root, e, KL_EINVAL, "stages: a map of stage name -> config");
+    if ((rc = kl_spec_check_keys(stages, stage_names, KL_STAGE_COUNT, e))) return rc;
+    for (int s = 0; s < KL_STAGE_COUNT; s++) c->cfg[s] = kl_node_get(stages, stage_names[s]);
+    static const int required[] = {KL_STAGE_INGEST, KL_STAGE_FEATURES, KL_STAGE_TRAIN};
+    for (size_t i = 0; i < KL_ARRAY_LEN(required); i++)
+        if (!c->cfg[required[i]])
+            return kl_node_error(stages, e, KL_EINVAL, "stages.%s is required", stage_names[required[i]]);
+    for (int s = 0; s < KL_STAGE_COUNT; s++) /* every stage's keys, before any stage runs */
+        if (c->cfg[s] && (rc = pl_stage_check_keys(c, s, e))) return rc;
+    (void)kl_node_get(c->root, "description"); /* for the reader only */
+    const char *name;
+    if ((rc = kl_spec_str(c->root, "name", "pipeline", &name, e))) return rc;
+    snprintf(c->res->name, sizeof c->res->name, "%s", name);
+    return KL_OK;
+}
+
+/* ---- stage B: the folders, the selection, the state ---------------------- */
+
+/* The file's folder (paths in the file are relative to it) and the output
+ * folder (--out, else the file's out:, relative to the file), created. */
+static int resolve_folders(pl_ctx *c, kl_err *e) {
+    const kl_pipeline_opts *o = c->o;
+    kl_pipeline_result *res = c->res;
+    char *abs = realpath(o->path, NULL);
+    if (!abs) return kl_err_set(e, KL_ENOTFOUND, "%s: cannot resolve the path", o->path);
+    char *slash = strrchr(abs, '/');
+    snprintf(c->base, sizeof c->base, "%.*s", slash && slash != abs ? (int)(slash - abs) : 1, abs);
+    free(abs);
+    const char *outv;
+    int rc = kl_spec_str(c->root, "out", "out", &outv, e);
+    if (rc) return rc;
+    if (o->out_dir) {
+        char cwd[4096];
+        if (o->out_dir[0] == '/' || !getcwd(cwd, sizeof cwd)) snprintf(c->out, sizeof c->out, "%s", o->out_dir);
+        else snprintf(c->out, sizeof c->out, "%s/%s", cwd, o->out_dir);
+    } else {
+        char *p = pl_path(c, outv);
+        snprintf(c->out, sizeof c->out, "%s", p ? p : outv);
+        free(p);
+    }
+    if ((rc = kl_mkdir_p(c->out, e))) return rc;
+    snprintf(res->out_dir, sizeof res->out_dir, "%s", c->out);
+    snprintf(res->state_file, sizeof res->state_file, "%s/pipeline-state.json", c->out);
+    snprintf(res->report, sizeof res->report, "%s/report.html", c->out);
+    return KL_OK;
+}
+
+/* --from / --only as stage indices (-1: not given). */
+static int select_stages(const pl_ctx *c, int *from, int *only, kl_err *e) {
+    const kl_pipeline_opts *o = c->o;
+    static const char *const all = "ingest, validate, features, train, evaluate, export, register, serve";
+    *from = *only = -1;
+    if (o->from && (*from = kl_pipeline_stage_parse(o->from)) < 0)
+        return kl_err_set(e, KL_EINVAL, "--from %s: not a stage (%s)", o->from, all);
+    if (o->only && (*only = kl_pipeline_stage_parse(o->only)) < 0)
+        return kl_err_set(e, KL_EINVAL, "--only %s: not a stage (%s)", o->only, all);
+    if ((*from >= 0 && !c->cfg[*from]) || (*only >= 0 && !c->cfg[*only]))
+        return kl_err_set(e, KL_EINVAL, "stage %s is not in %s", stage_names[*from >= 0 ? *from : *only], o->path);
+    return KL_OK;
+}
+
+/* pipeline-state.json of an earlier run (unreadable: every stage runs). */
+static void load_state(pl_ctx *c, kl_err *e) {
+    const char *sf = c->res->state_file;
+    if (kl_path_exists(sf)) {
+        void *j = NULL;
+        if (kl_json_load_file(sf, &j, e)) {
+            kl_log(KL_LOG_WARN, "pipeline", "%s unreadable (%s); every stage runs", sf, kl_err_what(e));
+            memset(e, 0, sizeof *e);
+        }
+        c->state = j;
+    }
+    if (!c->state) c->state = cJSON_CreateObject();
+    if (!cJSON_GetObjectItem(c->state, "stages")) cJSON_AddObjectToObject(c->state, "stages");
+    cJSON_DeleteItemFromObject(c->state, "pipeline");
+    cJSON_AddStringToObject(c->state, "pipeline", c->res->name);
+}
+
+/* ---- stage C: the pipeline's run in the experiment store ----------------- */
+
+/* The store: --tracking > KEEL_TRACKING > the file's tracking: > the nearest
+ * keel-runs/ > the per-user default; the pipeline's run in it. */
+static int open_run(pl_ctx *c, kl_track_run **prun, kl_err *e) {
+    const kl_pipeline_opts *o = c->o;
+    kl_pipeline_result *res = c->res;
+    const char *trk = o->tracking, *how = "--tracking";
+    char *trk_abs = NULL, how_file[4400];
+    const char *env = getenv("KEEL_TRACKING");
+    int rc;
+    if (!trk && !(env && *env)) {
+        const char *tv;
+        if ((rc = kl_spec_str(c->root, "tracking", "", &tv, e))) return rc;
+        if (*tv) {
+            trk = trk_abs = pl_path(c, tv);
+            snprintf(how_file, sizeof how_file, "tracking: in %s", o->path);
+            how = how_file;
+        }
+    }
+    kl_store_loc loc;
+    rc = kl_track_store_resolve(trk, how, &loc, e);
+    free(trk_abs);
+    if (rc || (rc = kl_track_open_loc(&loc, 1, &c->t, e))) return rc;
+    snprintf(res->tracking, sizeof res->tracking, "%s", kl_track_dir(c->t));
+    if ((rc = kl_track_run_start(c->t, "pipeline", res->name, 0, prun, e))) return rc;
+    c->run_id = res->run_id = kl_track_run_id(*prun);
+    kl_track_set_tag(*prun, "pipeline_file", o->path, NULL);
+    fprintf(c->log, "keel pipeline %s: output %s, run %lld in %s\n", res->name, c->out, (long long)c->run_id,
+            res->tracking);
+    return KL_OK;
+}
+
+/* ---- stage D: each stage, run or skipped -------------------------------- */
+
+/* The cache key of stage s: the code, the stage's config, every earlier
+ * stage's output identity and the files it reads; its sha256 into hex. */
+static int stage_key(pl_ctx *c, int s, const char *code, kl_buf *key, char hex[65], kl_err *e) {
+    kl_pipeline_result *res = c->res;
+    for (int u = 0; u < s; u++) /* inputs: every earlier stage's output identity must exist */
+        if (c->cfg[u] && u != KL_STAGE_SERVE && !*pl_out_str(c, u, "id")) {
+            res->failed_stage = s;
+            return kl_err_set(e, KL_ESTATE, "stage %s needs the outputs of stage %s, which has not run; %s",
+                              stage_names[s], stage_names[u], "run without --from/--only first");
+        }
+    kl_buf_reset(key);
+    kl_buf_printf(key, "keel-pipeline-1\ncode %s\nstage %s\nconfig ", code, stage_names[s]);
+    canon(key, c->cfg[s]);
+    for (int u = 0; u < s; u++)
+        if (c->cfg[u]) kl_buf_printf(key, "\ninput %s %s", stage_names[u], pl_out_str(c, u, "id"));
+    int rc = pl_stage_inputs(c, s, key, e);
+    if (rc) {
+        kl_err_prefix(e, "stage %s", stage_names[s]);
+        res->failed_stage = s;
+        return rc;
+    }
+    if (key->failed) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    kl_sha256_buf_hex(key->data, key->len, hex);
+    return KL_OK;
+}
+
+/* Runs stage s (its state invalid until it succeeds), records its outputs
+ * in the state file and its run in the store. */
+static int run_stage(pl_ctx *c, int s, const char *hex, kl_err *e) {
+    kl_pipeline_result *res = c->res;
+    logf_stage(c, s, "running", -1, NULL);
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItem(c->state, "stages"), stage_names[s]);
+    int rc = save_state(c, e);
+    if (rc) return rc;
+    cJSON *out = cJSON_CreateObject();
+    int64_t t0 = kl_time_mono_ns();
+    rc = pl_stage_run(c, s, out, c->run_id, e);
+    double secs = (double)(kl_time_mono_ns() - t0) / 1e9;
+    res->st[s].seconds = secs;
+    if (rc) {
+        res->st[s].state = 3;
+        res->failed_stage = s;
+        kl_err_prefix(e, "stage %s", stage_names[s]);
+        logf_stage(c, s, "FAILED", secs, kl_err_what(e));
+        kl_err re = {0};
+        if (s != KL_STAGE_TRAIN) record_stage(c, s, 0, hex, secs, out, 1, &re);
+        cJSON_Delete(out);
+        return rc;
+    }
+    cJSON *ent = cJSON_CreateObject();
+    cJSON_AddStringToObject(ent, "key", hex);
+    cJSON_AddNumberToObject(ent, "seconds", secs);
+    char ts[40];
+    kl_time_rfc3339(kl_time_now_us(), ts, sizeof ts);
+    cJSON_AddStringToObject(ent, "finished", ts);
+    const char *note = cJSON_GetStringValue(cJSON_GetObjectItem(out, "note"));
+    if (note) cJSON_AddStringToObject(ent, "note", note);
+    cJSON_AddItemToObject(ent, "out", out);
+    cJSON_AddItemToObject(cJSON_GetObjectItem(c->state, "stages"), stage_names[s], ent);
+    if ((rc = save_state(c, e))) return rc;
+    res->st[s].state = 1;
+    snprintf(res->st[s].note, sizeof res->st[s].note, "%s", note ? note : "");
+    logf_stage(c, s, "done", secs, note);
+    if (s != KL_STAGE_TRAIN && (rc = record_stage(c, s, 0, hex, secs, out, 0, e))) return rc;
+    return KL_OK;
+}
+
+/* Every configured stage but serve, in order: kept (not selected), skipped
+ * (cached: same key, outputs present) or run. */
+static int run_stages(pl_ctx *c, int from, int only, kl_buf *key, kl_err *e) {
+    kl_pipeline_result *res = c->res;
+    /* the code version: the version, and the sha256 of the running keel
+     * binary (any rebuild with other code invalidates the cache), else the
+     * git commit it was built from */
+    char code[200], exe_sha[65];
+    kl_err xe = {0};
+    if (!kl_sha256_file_hex("/proc/self/exe", exe_sha, &xe)) snprintf(code, sizeof code, "%s exe %s", KEEL_VERSION, exe_sha);
+    else snprintf(code, sizeof code, "%s commit %s", KEEL_VERSION, KEEL_GIT_COMMIT);
+    for (int s = 0; s < KL_STAGE_COUNT; s++) {
+        if (!c->cfg[s]) continue;
+        int selected = only >= 0 ? s == only : from >= 0 ? s >= from : 1;
+        cJSON *st = pl_stage_state(c, s);
+        if (!selected) {
+            res->st[s].state = 0;
+            if (st) logf_stage(c, s, "kept", -1, "(not selected; outputs from an earlier run)");
+            continue;
+        }
+        if (s == KL_STAGE_SERVE) continue; /* serve runs after the report */
+        char hex[65];
+        int rc = stage_key(c, s, code, key, hex, e);
+        if (rc) return rc;
+        const char *old = cJSON_GetStringValue(cJSON_GetObjectItem(st, "key"));
+        int forced = c->o->force || only >= 0 || from >= 0;
+        if (!forced && old && !strcmp(old, hex) && pl_stage_outputs_present(c, s)) {
+            res->st[s].state = 2;
+            logf_stage(c, s, "skipped", -1, "(cached: inputs, config and code unchanged)");
+            if ((rc = record_stage(c, s, 1, hex, 0, cJSON_GetObjectItem(st, "out"), 0, e))) return rc;
+            continue;
+        }
+        if ((rc = run_stage(c, s, hex, e))) return rc;
+    }
+    return KL_OK;
+}
+
+/* ---- stage E: the report, the lineage, the run's end --------------------- */
+
+static int finish_run(pl_ctx *c, kl_track_run **prun, int64_t t_start, kl_err *e) {
+    kl_pipeline_result *res = c->res;
+    fill_result(c);
+    int rc;
+    if (pl_stage_state(c, KL_STAGE_TRAIN) && (rc = pl_report_write(c, res->report, e))) {
+        kl_err_prefix(e, "report");
+        return rc;
+    }
+    if ((rc = link_lineage(c, *prun, e))) return rc;
+    if (!pl_stage_state(c, KL_STAGE_TRAIN)) res->report[0] = 0;
+    else kl_track_log_artifact(*prun, res->report, NULL);
+    res->seconds = (double)(kl_time_mono_ns() - t_start) / 1e9;
+    kl_metric_point p = {"seconds", 0, 0, res->seconds};
+    kl_track_log_metrics(*prun, &p, 1, NULL);
+    rc = kl_track_run_end(*prun, KL_RUN_FINISHED, e);
+    *prun = NULL;
+    return rc;
+}
+
+/* The run, stage by stage: load_file, resolve_folders, select_stages,
+ * load_state, open_run, run_stages, finish_run, then the optional serve
+ * stage (blocks until SIGINT / SIGTERM). A failure ends the run FAILED with
+ * the failed stage tagged; earlier outputs are kept. */
 int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *e) {
     pl_ctx c = {0};
     kl_doc *doc = NULL;
@@ -181,187 +445,21 @@ int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *
     c.res = res;
     c.log = o->log ? o->log : stderr;
     int64_t t_start = kl_time_mono_ns();
-    int rc = kl_doc_load_file(o->path, &doc, e);
-    if (rc) goto done;
-    for (int i = 0; i < o->nsets; i++) {
-        const char *eq = strchr(o->sets[i], '=');
-        if (!eq || eq == o->sets[i]) { rc = kl_err_set(e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", o->sets[i]); goto done; }
-        char k[256];
-        snprintf(k, sizeof k, "%.*s", (int)(eq - o->sets[i]), o->sets[i]);
-        if ((rc = kl_doc_set(doc, k, eq + 1, "--set", e))) goto done;
-    }
-    c.root = kl_doc_root(doc);
-    static const char *top[] = {"name", "description", "out", "tracking", "stages"};
-    if (kl_node_kind_of(c.root) != KL_NODE_MAP) { rc = kl_node_error(c.root, e, KL_EINVAL, "a pipeline file is a map with 'stages'"); goto done; }
-    if ((rc = kl_spec_check_keys(c.root, top, KL_ARRAY_LEN(top), e))) goto done;
-    const kl_node *stages = kl_node_get(c.root, "stages");
-    if (!stages || kl_node_kind_of(stages) != KL_NODE_MAP) { rc = kl_node_error(stages ? stages : c.root, e, KL_EINVAL, "stages: a map of stage name -> config"); goto done; }
-    if ((rc = kl_spec_check_keys(stages, stage_names, KL_STAGE_COUNT, e))) goto done;
-    for (int s = 0; s < KL_STAGE_COUNT; s++) c.cfg[s] = kl_node_get(stages, stage_names[s]);
-    static const int required[] = {KL_STAGE_INGEST, KL_STAGE_FEATURES, KL_STAGE_TRAIN};
-    for (size_t i = 0; i < KL_ARRAY_LEN(required); i++)
-        if (!c.cfg[required[i]]) { rc = kl_node_error(stages, e, KL_EINVAL, "stages.%s is required", stage_names[required[i]]); goto done; }
-    for (int s = 0; s < KL_STAGE_COUNT; s++) /* every stage's keys, before any stage runs */
-        if (c.cfg[s] && (rc = pl_stage_check_keys(&c, s, e))) goto done;
-    (void)kl_node_get(c.root, "description"); /* for the reader only */
-    const char *name;
-    if ((rc = kl_spec_str(c.root, "name", "pipeline", &name, e))) goto done;
-    snprintf(res->name, sizeof res->name, "%s", name);
-    /* folders: the file's folder, the output folder */
-    {
-        char *abs = realpath(o->path, NULL);
-        if (!abs) { rc = kl_err_set(e, KL_ENOTFOUND, "%s: cannot resolve the path", o->path); goto done; }
-        char *slash = strrchr(abs, '/');
-        snprintf(c.base, sizeof c.base, "%.*s", slash && slash != abs ? (int)(slash - abs) : 1, abs);
-        free(abs);
-    }
-    const char *outv;
-    if ((rc = kl_spec_str(c.root, "out", "out", &outv, e))) goto done;
-    if (o->out_dir) {
-        char cwd[4096];
-        if (o->out_dir[0] == '/' || !getcwd(cwd, sizeof cwd)) snprintf(c.out, sizeof c.out, "%s", o->out_dir);
-        else snprintf(c.out, sizeof c.out, "%s/%s", cwd, o->out_dir);
-    } else {
-        char *p = pl_path(&c, outv);
-        snprintf(c.out, sizeof c.out, "%s", p ? p : outv);
-        free(p);
-    }
-    if ((rc = kl_mkdir_p(c.out, e))) goto done;
-    snprintf(res->out_dir, sizeof res->out_dir, "%s", c.out);
-    snprintf(res->state_file, sizeof res->state_file, "%s/pipeline-state.json", c.out);
-    snprintf(res->report, sizeof res->report, "%s/report.html", c.out);
-    /* stage selection */
-    int from = -1, only = -1;
-    if (o->from && (from = kl_pipeline_stage_parse(o->from)) < 0) { rc = kl_err_set(e, KL_EINVAL, "--from %s: not a stage (ingest, validate, features, train, evaluate, export, register, serve)", o->from); goto done; }
-    if (o->only && (only = kl_pipeline_stage_parse(o->only)) < 0) { rc = kl_err_set(e, KL_EINVAL, "--only %s: not a stage (ingest, validate, features, train, evaluate, export, register, serve)", o->only); goto done; }
-    if ((from >= 0 && !c.cfg[from]) || (only >= 0 && !c.cfg[only])) { rc = kl_err_set(e, KL_EINVAL, "stage %s is not in %s", stage_names[from >= 0 ? from : only], o->path); goto done; }
-    /* state */
-    if (kl_path_exists(res->state_file)) {
-        void *j = NULL;
-        if (kl_json_load_file(res->state_file, &j, e)) { kl_log(KL_LOG_WARN, "pipeline", "%s unreadable (%s); every stage runs", res->state_file, kl_err_what(e)); memset(e, 0, sizeof *e); }
-        c.state = j;
-    }
-    if (!c.state) c.state = cJSON_CreateObject();
-    if (!cJSON_GetObjectItem(c.state, "stages")) cJSON_AddObjectToObject(c.state, "stages");
-    cJSON_DeleteItemFromObject(c.state, "pipeline");
-    cJSON_AddStringToObject(c.state, "pipeline", name);
-    /* experiment store: the pipeline's run */
-    /* the store: --tracking > KEEL_TRACKING > the file's tracking: > the nearest keel-runs/ > the per-user default */
-    const char *trk = o->tracking, *how = "--tracking";
-    char *trk_abs = NULL, how_file[4400];
-    const char *env = getenv("KEEL_TRACKING");
-    if (!trk && !(env && *env)) {
-        const char *tv;
-        if ((rc = kl_spec_str(c.root, "tracking", "", &tv, e))) goto done;
-        if (*tv) {
-            trk = trk_abs = pl_path(&c, tv);
-            snprintf(how_file, sizeof how_file, "tracking: in %s", o->path);
-            how = how_file;
-        }
-    }
-    kl_store_loc loc;
-    rc = kl_track_store_resolve(trk, how, &loc, e);
-    free(trk_abs);
-    if (rc || (rc = kl_track_open_loc(&loc, 1, &c.t, e))) goto done;
-    snprintf(res->tracking, sizeof res->tracking, "%s", kl_track_dir(c.t));
-    if ((rc = kl_track_run_start(c.t, "pipeline", name, 0, &prun, e))) goto done;
-    c.run_id = res->run_id = kl_track_run_id(prun);
-    kl_track_set_tag(prun, "pipeline_file", o->path, NULL);
-    fprintf(c.log, "keel pipeline %s: output %s, run %lld in %s\n", name, c.out, (long long)c.run_id, res->tracking);
-    /* the code version: the version, and the sha256 of the running keel
-     * binary (any rebuild with other code invalidates the cache), else the
-     * git commit it was built from */
-    char code[200], exe_sha[65];
-    kl_err xe = {0};
-    if (!kl_sha256_file_hex("/proc/self/exe", exe_sha, &xe)) snprintf(code, sizeof code, "%s exe %s", KEEL_VERSION, exe_sha);
-    else snprintf(code, sizeof code, "%s commit %s", KEEL_VERSION, KEEL_GIT_COMMIT);
-    /* the stages */
-    for (int s = 0; s < KL_STAGE_COUNT; s++) {
-        if (!c.cfg[s]) continue;
-        int selected = only >= 0 ? s == only : from >= 0 ? s >= from : 1;
-        cJSON *st = pl_stage_state(&c, s);
-        if (!selected) {
-            res->st[s].state = 0;
-            if (st) logf_stage(&c, s, "kept", -1, "(not selected; outputs from an earlier run)");
-            continue;
-        }
-        if (s == KL_STAGE_SERVE) continue;   /* serve runs after the report */
-        /* inputs: every earlier stage's output identity must exist */
-        for (int u = 0; u < s; u++)
-            if (c.cfg[u] && u != KL_STAGE_SERVE && !*pl_out_str(&c, u, "id")) {
-                rc = kl_err_set(e, KL_ESTATE, "stage %s needs the outputs of stage %s, which has not run; run without --from/--only first", stage_names[s], stage_names[u]);
-                res->failed_stage = s;
-                goto done;
-            }
-        kl_buf_reset(&key);
-        kl_buf_printf(&key, "keel-pipeline-1\ncode %s\nstage %s\nconfig ", code, stage_names[s]);
-        canon(&key, c.cfg[s]);
-        for (int u = 0; u < s; u++) if (c.cfg[u]) kl_buf_printf(&key, "\ninput %s %s", stage_names[u], pl_out_str(&c, u, "id"));
-        if ((rc = pl_stage_inputs(&c, s, &key, e))) { kl_err_prefix(e, "stage %s", stage_names[s]); res->failed_stage = s; goto done; }
-        if (key.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-        char hex[65];
-        kl_sha256_buf_hex(key.data, key.len, hex);
-        const char *old = cJSON_GetStringValue(cJSON_GetObjectItem(st, "key"));
-        int forced = o->force || only >= 0 || from >= 0;
-        if (!forced && old && !strcmp(old, hex) && pl_stage_outputs_present(&c, s)) {
-            res->st[s].state = 2;
-            logf_stage(&c, s, "skipped", -1, "(cached: inputs, config and code unchanged)");
-            if ((rc = record_stage(&c, s, 1, hex, 0, cJSON_GetObjectItem(st, "out"), 0, e))) goto done;
-            continue;
-        }
-        logf_stage(&c, s, "running", -1, NULL);
-        /* the state of this stage is invalid from here until it succeeds */
-        cJSON_DeleteItemFromObject(cJSON_GetObjectItem(c.state, "stages"), stage_names[s]);
-        if ((rc = save_state(&c, e))) goto done;
-        cJSON *out = cJSON_CreateObject();
-        int64_t t0 = kl_time_mono_ns();
-        rc = pl_stage_run(&c, s, out, c.run_id, e);
-        double secs = (double)(kl_time_mono_ns() - t0) / 1e9;
-        res->st[s].seconds = secs;
-        if (rc) {
-            res->st[s].state = 3;
-            res->failed_stage = s;
-            kl_err_prefix(e, "stage %s", stage_names[s]);
-            logf_stage(&c, s, "FAILED", secs, kl_err_what(e));
-            kl_err re = {0};
-            if (s != KL_STAGE_TRAIN) record_stage(&c, s, 0, hex, secs, out, 1, &re);
-            cJSON_Delete(out);
-            goto done;
-        }
-        cJSON *ent = cJSON_CreateObject();
-        cJSON_AddStringToObject(ent, "key", hex);
-        cJSON_AddNumberToObject(ent, "seconds", secs);
-        char ts[40];
-        kl_time_rfc3339(kl_time_now_us(), ts, sizeof ts);
-        cJSON_AddStringToObject(ent, "finished", ts);
-        const char *note = cJSON_GetStringValue(cJSON_GetObjectItem(out, "note"));
-        if (note) cJSON_AddStringToObject(ent, "note", note);
-        cJSON_AddItemToObject(ent, "out", out);
-        cJSON_AddItemToObject(cJSON_GetObjectItem(c.state, "stages"), stage_names[s], ent);
-        if ((rc = save_state(&c, e))) goto done;
-        res->st[s].state = 1;
-        snprintf(res->st[s].note, sizeof res->st[s].note, "%s", note ? note : "");
-        logf_stage(&c, s, "done", secs, note);
-        if (s != KL_STAGE_TRAIN && (rc = record_stage(&c, s, 0, hex, secs, out, 0, e))) goto done;
-    }
-    fill_result(&c);
-    if (pl_stage_state(&c, KL_STAGE_TRAIN) && (rc = pl_report_write(&c, res->report, e))) { kl_err_prefix(e, "report"); goto done; }
-    if ((rc = link_lineage(&c, prun, e))) goto done;
-    if (!pl_stage_state(&c, KL_STAGE_TRAIN)) res->report[0] = 0;
-    else kl_track_log_artifact(prun, res->report, NULL);
-    res->seconds = (double)(kl_time_mono_ns() - t_start) / 1e9;
-    {
-        kl_metric_point p = {"seconds", 0, 0, res->seconds};
-        kl_track_log_metrics(prun, &p, 1, NULL);
-    }
-    rc = kl_track_run_end(prun, KL_RUN_FINISHED, e);
-    prun = NULL;
-    if (rc) goto done;
+    int from, only, rc;
+    if ((rc = load_file(&c, &doc, e)) || (rc = resolve_folders(&c, e)) || (rc = select_stages(&c, &from, &only, e)))
+        goto done;
+    load_state(&c, e);
+    if ((rc = open_run(&c, &prun, e)) || (rc = run_stages(&c, from, only, &key, e)) ||
+        (rc = finish_run(&c, &prun, t_start, e)))
+        goto done;
     if (o->on_done) o->on_done(res, o->ctx);
-    /* optional serve stage: blocks until SIGINT / SIGTERM */
     if (c.cfg[KL_STAGE_SERVE] && (only < 0 || only == KL_STAGE_SERVE)) {
         logf_stage(&c, KL_STAGE_SERVE, "running", -1, "(until Ctrl-C)");
-        if ((rc = pl_stage_run(&c, KL_STAGE_SERVE, NULL, c.run_id, e))) { res->failed_stage = KL_STAGE_SERVE; kl_err_prefix(e, "stage serve"); goto done; }
+        if ((rc = pl_stage_run(&c, KL_STAGE_SERVE, NULL, c.run_id, e))) {
+            res->failed_stage = KL_STAGE_SERVE;
+            kl_err_prefix(e, "stage serve");
+            goto done;
+        }
         res->st[KL_STAGE_SERVE].state = 1;
     }
 done:
