@@ -20,16 +20,21 @@
  *   VEXPB(x): the biased exponent field of x as a float; VMANT1(x): x's
  *   significand with exponent 0 (in [1, 2)) */
 
-/* exp(x): Cephes range reduction x = n ln2 + r (|r| <= ln2/2, ln2 in two
- * parts) and its degree-5 polynomial; 2^n applied in two factors (finite up
- * to FLT_MAX, overflow gives inf); results below the normal range (x <
- * -87.34) are 0, as keel's exp always gave; NaN stays NaN. */
-VM_ATTR V VM_FN(exp)(V x0) {
+/* exp(hi + lo) (lo: a low-order part, 0 for plain exp): Cephes range
+ * reduction hi + lo = n ln2 + r (|r| <= ln2/2, ln2 in two parts, lo added
+ * to r after the exact steps) and its degree-5 polynomial; 2^n applied in
+ * two factors (finite up to FLT_MAX, overflow gives inf); results below the
+ * normal range (x < -87.34) are 0, as keel's exp always gave; NaN stays NaN. */
+VM_ATTR V VM_FN(exp_parts)(V hi, V lo) {
+    V x0 = VADD(hi, lo);
+    M out = MOR(MOR(MLT(x0, VSET(-104.0f)), MGT(x0, VSET(88.8f))), MNAN(x0));
     V x = VMIN(VSET(88.8f), VMAX(VSET(-104.0f), x0));
     x = VSEL(MNAN(x0), VSET(0.0f), x);
+    V h = VSEL(out, x, hi), l = VSEL(out, VSET(0.0f), lo);
     V n = VRINT(VMUL(x, VSET(1.44269504088896341f)));
-    V r = VFNMA(n, VSET(0.693359375f), x);
+    V r = VFNMA(n, VSET(0.693359375f), h);
     r = VFNMA(n, VSET(-2.12194440e-4f), r);
+    r = VADD(r, l);
     V z = VMUL(r, r);
     V y = VSET(1.9875691500E-4f);
     y = VFMA(y, r, VSET(1.3981999507E-3f));
@@ -43,6 +48,8 @@ VM_ATTR V VM_FN(exp)(V x0) {
     y = VSEL(MLT(x0, VSET(-87.3365478515625f)), VSET(0.0f), y);
     return VSEL(MNAN(x0), x0, y);
 }
+
+VM_ATTR V VM_FN(exp)(V x) { return VM_FN(exp_parts)(x, VSET(0.0f)); }
 
 /* expm1(x) for x <= 0 (and NaN): 2^n (1 + p) - 1 as fma(2^n, p, 2^n - 1),
  * with p = expm1(r) from the same polynomial, so small |x| keeps its
@@ -67,10 +74,10 @@ VM_ATTR V VM_FN(expm1neg)(V x0) {
     return VSEL(MNAN(x0), x0, e);
 }
 
-/* log(x): Cephes logf (significand in [sqrt(1/2), sqrt 2), degree-8
- * polynomial, ln2 in two parts); subnormals scaled by 2^23 first; log(0) =
- * -inf, log(x < 0) = NaN, log(inf) = inf, NaN stays NaN. */
-VM_ATTR V VM_FN(log)(V x0) {
+/* log(x) for x > 0 finite as hi + lo: hi = e * 0.693359375 (exact), lo
+ * the rest (Cephes logf: significand in [sqrt(1/2), sqrt 2), degree-8
+ * polynomial, the low part of ln2); subnormals scaled by 2^23 first. */
+VM_ATTR V VM_FN(log_parts)(V x0, V *lo) {
     M den = MLT(x0, VSET(1.17549435e-38f));
     V x = VSEL(den, VMUL(x0, VSET(8388608.0f)), x0);
     V e = VSUB(VEXPB(x), VSEL(den, VSET(150.0f), VSET(127.0f)));
@@ -92,8 +99,15 @@ VM_ATTR V VM_FN(log)(V x0) {
     y = VMUL(VMUL(y, f), z);
     y = VFMA(e, VSET(-2.12194440e-4f), y);
     y = VFNMA(z, VSET(0.5f), y);
-    V r = VADD(f, y);
-    r = VFMA(e, VSET(0.693359375f), r);
+    *lo = VADD(f, y);
+    return VMUL(e, VSET(0.693359375f));
+}
+
+/* log(x): log_parts summed once; log(0) = -inf, log(x < 0) = NaN, log(inf)
+ * = inf, NaN stays NaN. */
+VM_ATTR V VM_FN(log)(V x0) {
+    V lo, hi = VM_FN(log_parts)(x0, &lo);
+    V r = VADD(hi, lo);
     r = VSEL(MEQ(x0, VSET(INFINITY)), x0, r);
     r = VSEL(MEQ(x0, VSET(0.0f)), VSET(-INFINITY), r);
     return VSEL(MOR(MLT(x0, VSET(0.0f)), MNAN(x0)), VSET(NAN), r);
@@ -176,13 +190,21 @@ VM_ATTR V VM_FN(gelu_tanh)(V x) {
 }
 
 /* x^p for a constant p that is not one of the special exponents unary.c
- * handles directly: exp(p log|x|), the sign of x for odd integer p, NaN for
- * x < 0 finite and non-integer p; zeros and infinities as C's pow (through
- * log(0) = -inf and log(inf) = inf). odd: p is an odd integer; integral: p
- * is an integer. */
+ * handles directly: exp(p log|x|) with log|x| = hi + lo and the product's
+ * rounding error (an fma) carried into exp's reduction, so the error stays
+ * a few ulps however large p log|x| is; the sign of x for odd integer p,
+ * NaN for x < 0 finite and non-integer p, zeros and infinities of x as C's
+ * pow. odd: p is an odd integer; integral: p is an integer. */
 VM_ATTR V VM_FN(powc)(V x, V p, int odd, int integral) {
     V ax = VANDNOT(VSET(-0.0f), x);
-    V r = VM_FN(exp)(VMUL(p, VM_FN(log)(ax)));
+    V lo, hi = VM_FN(log_parts)(ax, &lo);
+    V a = VMUL(p, hi);
+    V s = VFMA(p, lo, VFMA(p, hi, VXOR(a, VSET(-0.0f))));
+    V r = VM_FN(exp_parts)(a, s);
+    M pos = MGT(p, VSET(0.0f));
+    r = VSEL(MEQ(ax, VSET(0.0f)), VSEL(pos, VSET(0.0f), VSET(INFINITY)), r);
+    r = VSEL(MEQ(ax, VSET(INFINITY)), VSEL(pos, VSET(INFINITY), VSET(0.0f)), r);
+    r = VSEL(MNAN(x), x, r);
     if (odd) r = VOR(r, VAND(x, VSET(-0.0f)));
     if (!integral) r = VSEL(MAND(MLT(x, VSET(0.0f)), MGT(x, VSET(-INFINITY))), VSET(NAN), r);
     return VSEL(MEQ(x, VSET(1.0f)), VSET(1.0f), r);
