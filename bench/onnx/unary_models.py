@@ -3,6 +3,9 @@
 elementwise/unary op on a float32 input x of shape (1, 64, 128, 128) (1M
 elements), OUT/x.npy (normal values, scale 3) and OUT/xpos.npy (|x| + 1e-3,
 the input of log, sqrt and fractional powers). Prints the model names.
+With a second argument K, each graph applies its op K times in a row (the
+marginal cost of one op, free of the per-run overhead, is the difference of
+the K and 1 runs over K - 1).
 SiLU is Mul(x, Sigmoid(x)) and GELU the Div/Erf/Add/Mul/Mul decomposition,
 as PyTorch exports them (both runtimes fuse them). Mish (opset 18) is left
 out: keel's ONNX loader reads default-domain opsets up to 17."""
@@ -72,8 +75,37 @@ def cases():
     yield "pow1.7", pow_model(1.7)
 
 
+def chain(m, k):
+    """m's op applied k times in a row (x -> op -> ... -> y), initializers shared."""
+    if k == 1:
+        return m
+    g = m.graph
+    inits = {t.name for t in g.initializer}
+    nodes = []
+    for i in range(k):
+        def ren(v, is_out):
+            if v in inits:
+                return v
+            if v == "x":
+                return "x" if i == 0 else "c%d" % (i - 1)
+            if v == "y":
+                return "y" if i == k - 1 else "c%d" % i
+            return "%s_%d" % (v, i)
+        for n in g.node:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            del c.input[:]
+            del c.output[:]
+            c.input.extend(ren(v, False) for v in n.input)
+            c.output.extend(ren(v, True) for v in n.output)
+            nodes.append(c)
+    ng = helper.make_graph(nodes, "unary_chain", list(g.input), list(g.output), list(g.initializer))
+    return helper.make_model(ng, opset_imports=list(m.opset_import), producer_name="keel-bench")
+
+
 def main():
     out = sys.argv[1]
+    k = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     os.makedirs(out, exist_ok=True)
     rng = np.random.default_rng(1)
     x = (3 * rng.standard_normal(SHAPE)).astype(np.float32)
@@ -81,6 +113,7 @@ def main():
     np.save(os.path.join(out, "xpos.npy"), np.abs(x) + np.float32(1e-3))
     names = []
     for name, m in cases():
+        m = chain(m, k)
         onnx.checker.check_model(m)
         onnx.save(m, os.path.join(out, name + ".onnx"))
         names.append(name)
