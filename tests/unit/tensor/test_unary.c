@@ -140,9 +140,10 @@ static void check_case(const ucase *c) {
     }
 
 /* floors: FLT_MIN where a result below the normal range is flushed (exp and
- * what uses it) or its subnormal rounding shifts, 1e-36 for x sigmoid(x)
- * and mish (their exp flushes, x times it is still normal); 2^-24 where the formula cancels (0.5 x (1 +
- * erf), x sigmoid(x) near its minimum) so the error is absolute */
+ * what uses it) or its subnormal rounding shifts; 1e-36 for x sigmoid(x)
+ * and mish (their exp flushes while x times it is still normal); 2^-24
+ * where the formula cancels (0.5 x (1 + erf) for x < 0) so the error is
+ * absolute */
 #define TINY 1.17549435e-38
 #define ABS24 5.9604645e-8
 UCASE_TEST(sigmoid, {KL_UN_SIGMOID, 0, 0, 4, TINY})
