@@ -348,11 +348,23 @@ typedef enum {
     KL_UN_ELU,          /* x < 0 ? a (exp(x) - 1) : x */
     KL_UN_SELU,         /* b * (x <= 0 ? a (exp(x) - 1) : x); a = alpha, b = gamma */
     KL_UN_SQUARE,
+    KL_UN_SILU,         /* x * sigmoid(x) (Mul(x, Sigmoid(x)) fused: the same bits) */
+    KL_UN_MISH,         /* x * tanh(softplus(x)) */
+    KL_UN_CELU,         /* x > 0 ? x : a (exp(x / a) - 1) */
+    KL_UN_SOFTSIGN,     /* x / (1 + |x|) */
+    KL_UN_POW,          /* x^a for a constant exponent a (C's pow for zeros, infinities, x < 0) */
     KL_UN_COUNT
 } kl_unary_op;
-/* y[i] = op(x[i]) for n floats; a, b: op parameters (see above). y may alias x. */
+/* y[i] = op(x[i]) for n floats; a, b: op parameters (see above). y may alias x.
+ * AVX-512, AVX2 or scalar code by the CPU (bit-identical results); accuracy
+ * per op in docs/tensor.md. */
 void kl_unary_f32(kl_unary_op op, const float *x, float *y, int64_t n, float a, float b,
                   kl_pool *pool);
+/* The same in the caller's thread (for callers that split the work themselves). */
+void kl_unary_row_f32(kl_unary_op op, const float *x, float *y, int64_t n, float a, float b);
+/* PRelu: y[i] = x < 0 ? x * slope : x with x[i * sx], slope[i * ss] (strides
+ * 0 or 1 run vectorised); serial. */
+void kl_prelu_f32(const float *x, int64_t sx, const float *slope, int64_t ss, float *y, int64_t n);
 const char *kl_unary_name(kl_unary_op op);
 
 typedef enum {

@@ -193,6 +193,8 @@ FLOAT_BIN(f64)
     } while (0)
 
 static int bin_f32_vec(binop op, float *o, const float *a, const float *b, int64_t sa, int64_t sb, int64_t n) {
+    if (op == B_PRELU) { kl_prelu_f32(a, sa, b, sb, o, n); return 1; }
+    if (op == B_POW && sa == 1 && sb == 0) { kl_unary_row_f32(KL_UN_POW, a, o, n, b[0], 0); return 1; }
     if ((sa != 0 && sa != 1) || (sb != 0 && sb != 1) || (!sa && !sb)) return 0;
     switch (op) {
     case B_ADD: KL_VLOOP(_mm256_add_ps, +); return 1;
@@ -370,6 +372,13 @@ static void to_f64(const kl_tensor *t, double *d) {
 static int bin_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     binop op = binop_of(n);
     kl_dtype dt = in[0]->dtype;
+    if (op == B_POW && dt == KL_F32 && kl_tensor_numel(in[1]) == 1 &&
+        kl_tensor_numel(out[0]) == kl_tensor_numel(in[0])) {
+        /* one exponent (of any numeric type): the tensor kernel */
+        float p = (float)kl__dbl_at(in[1], 0);
+        kl_unary_f32(KL_UN_POW, in[0]->data, out[0]->data, kl_tensor_numel(in[0]), p, 0, x->pool);
+        return KL_OK;
+    }
     if ((op == B_POW || op == B_PRELU) && in[1]->dtype != dt && !is_half(dt)) {
         /* exponent of another type: compute in f64 */
         kl_tensor a = *in[0], b = *in[1], o = *out[0];
@@ -455,7 +464,7 @@ static int var_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 typedef enum { U_ABS, U_NEG, U_SQRT, U_EXP, U_LOG, U_RECIP, U_ERF, U_RELU, U_LRELU, U_SIGMOID, U_TANH, U_HSIG,
                U_HSWISH, U_FLOOR, U_CEIL, U_ROUND, U_SIGN, U_SIN, U_COS, U_TAN, U_ASIN, U_ACOS, U_ATAN, U_SINH,
                U_COSH, U_ASINH, U_ACOSH, U_ATANH, U_SOFTPLUS, U_SOFTSIGN, U_ELU, U_SELU, U_CELU, U_THRELU, U_MISH,
-               U_GELU, U_NOT, U_ISNAN, U_ISINF, U_IDENT, U_SHRINK, U_BNOT } unop;
+               U_GELU, U_NOT, U_ISNAN, U_ISINF, U_IDENT, U_SHRINK, U_BNOT, U_SILU } unop;
 
 static const struct { const char *name; unop op; } unops[] = {
     {"Abs", U_ABS}, {"Neg", U_NEG}, {"Sqrt", U_SQRT}, {"Exp", U_EXP}, {"Log", U_LOG}, {"Reciprocal", U_RECIP},
@@ -466,6 +475,7 @@ static const struct { const char *name; unop op; } unops[] = {
     {"Atanh", U_ATANH}, {"Softplus", U_SOFTPLUS}, {"Softsign", U_SOFTSIGN}, {"Elu", U_ELU}, {"Selu", U_SELU},
     {"Celu", U_CELU}, {"ThresholdedRelu", U_THRELU}, {"Mish", U_MISH}, {"Gelu", U_GELU}, {"Not", U_NOT},
     {"IsNaN", U_ISNAN}, {"IsInf", U_ISINF}, {"Identity", U_IDENT}, {"Shrink", U_SHRINK}, {"BitwiseNot", U_BNOT},
+    {"Silu", U_SILU},
 };
 
 typedef struct { unop op; double a, b; int det_neg, det_pos; } unctx;
@@ -515,6 +525,7 @@ static double un_f(const unctx *c, double v) {
     case U_THRELU: return v > a ? v : 0;
     case U_MISH: return v * tanh(v > 30 ? v : log1p(exp(v)));
     case U_GELU: return 0.5 * v * (1 + erf(v / sqrt(2.0)));
+    case U_SILU: return v / (1 + exp(-v));
     case U_NOT: return v == 0;
     case U_ISNAN: return isnan(v) ? 1 : 0;
     case U_ISINF: return isinf(v) ? ((v < 0 && c->det_neg) || (v > 0 && c->det_pos)) : 0;
@@ -558,30 +569,34 @@ static int un_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
 
 typedef struct { unctx c; const kl_tensor *x; kl_tensor *y; } unrun;
 
-#define UN_F32_FAST(OPN, EXPR) case OPN: for (size_t i = b; i < en; i++) { float v = xs[i]; ys[i] = (EXPR); } return;
+/* The tensor kernel of a float32 unary op, with its parameters; 0 if none. */
+static int un_kernel(const unctx *c, kl_unary_op *op, float *a, float *b) {
+    static const struct { unop u; kl_unary_op k; } map[] = {
+        {U_ABS, KL_UN_ABS}, {U_NEG, KL_UN_NEG}, {U_SQRT, KL_UN_SQRT}, {U_EXP, KL_UN_EXP}, {U_LOG, KL_UN_LOG},
+        {U_RECIP, KL_UN_RECIPROCAL}, {U_ERF, KL_UN_ERF}, {U_RELU, KL_UN_RELU}, {U_LRELU, KL_UN_LEAKY_RELU},
+        {U_SIGMOID, KL_UN_SIGMOID}, {U_TANH, KL_UN_TANH}, {U_HSIG, KL_UN_HARDSIGMOID}, {U_HSWISH, KL_UN_HARDSWISH},
+        {U_FLOOR, KL_UN_FLOOR}, {U_CEIL, KL_UN_CEIL}, {U_ROUND, KL_UN_ROUND}, {U_SIGN, KL_UN_SIGN},
+        {U_SIN, KL_UN_SIN}, {U_COS, KL_UN_COS}, {U_SOFTPLUS, KL_UN_SOFTPLUS}, {U_SOFTSIGN, KL_UN_SOFTSIGN},
+        {U_ELU, KL_UN_ELU}, {U_SELU, KL_UN_SELU}, {U_CELU, KL_UN_CELU}, {U_MISH, KL_UN_MISH}, {U_GELU, KL_UN_GELU},
+        {U_SILU, KL_UN_SILU},
+    };
+    for (size_t i = 0; i < KL_ARRAY_LEN(map); i++)
+        if (map[i].u == c->op) {
+            *op = map[i].k;
+            *a = (float)c->a;
+            *b = (float)c->b;
+            return 1;
+        }
+    return 0;
+}
 
+/* dtypes and ops without a tensor kernel: per element in double */
 static void un_range(void *vctx, size_t b, size_t en, int chunk) {
     unrun *u = vctx;
     const unctx *c = &u->c;
     if (u->x->dtype == KL_F32 && u->y->dtype == KL_F32) {
         const float *xs = u->x->data;
         float *ys = u->y->data;
-        float a = (float)c->a;
-        switch (c->op) {
-        UN_F32_FAST(U_RELU, v < 0 ? 0 : v)
-        UN_F32_FAST(U_LRELU, v < 0 ? a * v : v)
-        UN_F32_FAST(U_NEG, -v)
-        UN_F32_FAST(U_ABS, fabsf(v))
-        UN_F32_FAST(U_SQRT, sqrtf(v))
-        UN_F32_FAST(U_RECIP, 1.0f / v)
-        UN_F32_FAST(U_SIGMOID, 1.0f / (1.0f + expf(-v)))
-        UN_F32_FAST(U_TANH, tanhf(v))
-        UN_F32_FAST(U_EXP, expf(v))
-        UN_F32_FAST(U_ERF, erff(v))
-        UN_F32_FAST(U_IDENT, v)
-        UN_F32_FAST(U_HSWISH, v * fmaxf(0.f, fminf(1.f, v / 6.0f + 0.5f)))
-        default: break;
-        }
         for (size_t i = b; i < en; i++) ys[i] = (float)un_f(c, xs[i]);
         return;
     }
@@ -615,6 +630,12 @@ static int un_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     int64_t m = kl_tensor_numel(in[0]);
     if (u.c.op == U_IDENT || (!strcmp(n->op_type, "Dropout"))) {
         if (out[0]->data != in[0]->data) memcpy(out[0]->data, in[0]->data, (size_t)m * kl_dtype_size(in[0]->dtype));
+        return KL_OK;
+    }
+    kl_unary_op kop;
+    float ka, kb;
+    if (in[0]->dtype == KL_F32 && out[0]->dtype == KL_F32 && un_kernel(&u.c, &kop, &ka, &kb)) {
+        kl_unary_f32(kop, in[0]->data, out[0]->data, m, ka, kb, x->pool);
         return KL_OK;
     }
     if (m < 16384) un_range(&u, 0, (size_t)m, 0);
@@ -654,10 +675,7 @@ static int clip_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     }
     int64_t m = kl_tensor_numel(in[0]);
     if (in[0]->dtype == KL_F32) {
-        const float *xs = in[0]->data;
-        float *ys = out[0]->data;
-        float l = (float)lo, h = (float)hi;
-        for (int64_t i = 0; i < m; i++) { float v = xs[i]; v = v < l ? l : v; ys[i] = v > h ? h : v; }
+        kl_unary_f32(KL_UN_CLIP, in[0]->data, out[0]->data, m, (float)lo, (float)hi, x->pool);
         return KL_OK;
     }
     if (in[0]->dtype == KL_I64 || in[0]->dtype == KL_U64 || in[0]->dtype == KL_I32 || in[0]->dtype == KL_U32) {
@@ -776,9 +794,13 @@ const kl_op kl__ops_elem[] = {
     UN("Atan", 7, no_attrs), UN("Sinh", 9, no_attrs), UN("Cosh", 9, no_attrs), UN("Asinh", 9, no_attrs),
     UN("Acosh", 9, no_attrs), UN("Atanh", 9, no_attrs), UN("Softplus", 1, no_attrs), UN("Softsign", 1, no_attrs),
     UN("Elu", 6, a_alpha), UN("Selu", 6, a_selu), UN("Celu", 12, a_alpha), UN("ThresholdedRelu", 10, a_alpha),
-    UN("Mish", 18, no_attrs), UN("Not", 1, no_attrs), UN("IsNaN", 9, no_attrs), UN("IsInf", 10, a_isinf),
+    UN("Not", 1, no_attrs), UN("IsNaN", 9, no_attrs), UN("IsInf", 10, a_isinf),
     UN("Identity", 1, no_attrs), UN("Shrink", 9, a_shrink), UN("BitwiseNot", 18, no_attrs),
+    /* Mish: since opset 18, unchanged to 22 (UN's 17 would exclude it) */
+    {"Mish", "", 18, 22, 1, 1, 1, 1, no_attrs, NULL, un_infer, un_run, KL_OP_BCAST},
     {"Gelu", "com.microsoft", 1, 1, 1, 1, 1, 1, no_attrs, NULL, un_infer, un_run, 0},
+    /* Mul(x, Sigmoid(x)) fused by a pass (passes.c) */
+    {"Silu", "keel", 1, 1, 1, 1, 1, 1, no_attrs, NULL, un_infer, un_run, 0},
     {"Dropout", "", 7, 17, 1, 3, 1, 2, a_dropout, NULL, dropout_infer, dropout_run, 0},
     {"Add", "", 7, 17, 2, 2, 1, 1, a_fused, NULL, bin_infer, bin_run, KL_OP_BCAST}, BIN("Sub", 7), BIN("Mul", 7), BIN("Div", 7), BIN("Pow", 7),
     {"Mod", "", 10, 17, 2, 2, 1, 1, a_mod, NULL, bin_infer, bin_run, 0},

@@ -497,6 +497,35 @@ static int pass_gelu(kl_graph *g, int *changed, kl_err *e) {
     return rc;
 }
 
+/* Mul(x, Sigmoid(x)) (either order; the Sigmoid's only consumer) -> keel::Silu(x):
+ * the SiLU kernel computes x * sigmoid(x) with the same bits. */
+static int pass_silu(kl_graph *g, int *changed, kl_err *e) {
+    uses_t u;
+    if (uses_build(g, &u)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int rc = KL_OK, n0 = g->n_nodes;
+    for (int i = 0; i < n0; i++) {
+        kl_gnode *sg = &g->nodes[i];
+        if (!is_op(sg, "Sigmoid") || sg->n_in != 1 || sg->n_out != 1) continue;
+        int x = sg->inputs[0], s = sg->outputs[0];
+        int imul = only_consumer(g, &u, s);
+        if (imul < 0 || !is_op(&g->nodes[imul], "Mul") || other_input(&g->nodes[imul], s) != x) continue;
+        char nm[512];
+        snprintf(nm, sizeof nm, "%s_silu", sg->name);
+        const char *ins[1] = {g->values[x].name}, *outs[1] = {g->values[g->nodes[imul].outputs[0]].name};
+        int ni = kl_graph_add_node(g, "Silu", nm, ins, 1, outs, 1);
+        if (ni < 0 || kl_gnode_set_domain(&g->nodes[ni], "keel", 1)) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
+        g->nodes[ni].index = g->nodes[i].index;
+        g->nodes[i].dead = 1;
+        g->nodes[imul].dead = 1;
+        (*changed)++;
+    }
+    uses_free(&u);
+    return rc;
+}
+
 int kl_graph_optimize(kl_graph *g, int level, kl_err *e) {
     if (level <= 0) return KL_OK;
     int rc, changed = 0;
@@ -508,6 +537,8 @@ int kl_graph_optimize(kl_graph *g, int level, kl_err *e) {
     if ((rc = pass_layernorm(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_gelu(g, &changed, e))) return rc;
+    if ((rc = kl_graph_finalize(g, e))) return rc;
+    if ((rc = pass_silu(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_matmul_add(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;

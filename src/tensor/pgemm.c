@@ -36,6 +36,20 @@ int kl__pgemm_ok(void) {
     return v;
 }
 
+int kl__isa_force = -1;
+
+int kl__isa_level(void) {
+    static int avx2 = -1;
+    int a = __atomic_load_n(&avx2, __ATOMIC_RELAXED);
+    if (a < 0) {
+        __builtin_cpu_init();
+        a = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&avx2, a, __ATOMIC_RELAXED);
+    }
+    int lv = kl__pgemm_ok() ? 2 : a ? 1 : 0, f = __atomic_load_n(&kl__isa_force, __ATOMIC_RELAXED);
+    return f >= 0 && f < lv ? f : lv;
+}
+
 /* ==================================================================
  * Packing
  * ================================================================== */

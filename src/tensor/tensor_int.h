@@ -162,6 +162,11 @@ typedef struct kl__pgemm {
 
 /* 1 when the CPU has AVX-512F (and KEEL_NO_AVX512 is unset): the packed paths run. */
 int kl__pgemm_ok(void);
+/* The vector level of the kernels that have all three (unary.c): 2 AVX-512F
+ * (kl__pgemm_ok), 1 AVX2+FMA, 0 scalar; never above kl__isa_force when that
+ * is >= 0 (tests force each level; -1 = the CPU's). */
+extern int kl__isa_force;
+int kl__isa_level(void);
 size_t kl__pgemm_packed_a_floats(int64_t M, int64_t K);
 size_t kl__pgemm_packed_b_floats(int64_t K, int64_t N);
 /* Element (i,k) of A at a[i*rs + k*ks]; (k,j) of B at b[k*rs + j*cs]. */
