@@ -303,6 +303,10 @@ int kl_pool_chunks(const kl_pool *p, size_t n, size_t grain);
 
 /* KEEL_THREADS or the number of online cores. */
 int kl_threads_default(void);
+/* Whether AVX-512 code paths may run: 0 when KEEL_NO_AVX512 is set (and not
+ * "0"), read once per process (core/config.c, the owner of the KEEL_*
+ * settings); the CPU's own support is each kernel's check. */
+int kl_simd_avx512_allowed(void);
 /* Sets the thread count of the default pool (before its first use, or it is recreated). */
 void kl_threads_set(int n);
 /* The process-wide default pool (created on first use). */

@@ -318,3 +318,15 @@ int kl_config_apply_common(const kl_config *c, kl_err *e) {
     if (snap && *snap) kl_mem_set_snapshot_path(snap);
     return KL_OK;
 }
+
+/* KEEL_NO_AVX512, read once (every SIMD dispatch asks here). */
+int kl_simd_avx512_allowed(void) {
+    static int allowed = -1;
+    int v = __atomic_load_n(&allowed, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *env = getenv("KEEL_NO_AVX512");
+        v = !(env && *env && strcmp(env, "0"));
+        __atomic_store_n(&allowed, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}

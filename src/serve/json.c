@@ -667,11 +667,10 @@ static int json_isa = -1;
 static int use512(void) {
     int v = __atomic_load_n(&json_isa, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char *env = getenv("KEEL_NO_AVX512");
         __builtin_cpu_init();
         v = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") && !(env && *env && strcmp(env, "0"));
+            __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") && kl_simd_avx512_allowed();
         __atomic_store_n(&json_isa, v, __ATOMIC_RELAXED);
     }
     return v;

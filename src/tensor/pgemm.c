@@ -28,9 +28,8 @@ static int isa = -1;
 int kl__pgemm_ok(void) {
     int v = __atomic_load_n(&isa, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char *env = getenv("KEEL_NO_AVX512");
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512f") && !(env && *env && strcmp(env, "0"));
+        v = __builtin_cpu_supports("avx512f") && kl_simd_avx512_allowed();
         __atomic_store_n(&isa, v, __ATOMIC_RELAXED);
     }
     return v;
