@@ -307,6 +307,13 @@ int kl_threads_default(void);
  * "0"), read once per process (core/config.c, the owner of the KEEL_*
  * settings); the CPU's own support is each kernel's check. */
 int kl_simd_avx512_allowed(void);
+/* The environment the experiment store is found from, read by core/config.c
+ * (the owner of KEEL_* and the other variables) and handed to the store
+ * resolver (src/track/where.c) as values: KEEL_TRACKING,
+ * KEEL_TRACKING_CEILING, XDG_DATA_HOME, and HOME (else the account's home
+ * directory). Each may be NULL; the strings live as long as the environment. */
+typedef struct { const char *tracking, *ceiling, *xdg_data_home, *home; } kl_store_env;
+void kl_config_store_env(kl_store_env *out);
 /* Sets the thread count of the default pool (before its first use, or it is recreated). */
 void kl_threads_set(int n);
 /* The process-wide default pool (created on first use). */

@@ -5,7 +5,10 @@
 
 #include <ctype.h>
 #include <stdlib.h>
+#include <pwd.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
     char *key, *value, *origin, *env, *flag, *help;
@@ -329,4 +332,19 @@ int kl_simd_avx512_allowed(void) {
         __atomic_store_n(&allowed, v, __ATOMIC_RELAXED);
     }
     return v;
+}
+
+void kl_config_store_env(kl_store_env *out) {
+    static char pw_home[4096];
+    out->tracking = getenv("KEEL_TRACKING");
+    out->ceiling = getenv("KEEL_TRACKING_CEILING");
+    out->xdg_data_home = getenv("XDG_DATA_HOME");
+    out->home = getenv("HOME");
+    if (out->home && out->home[0] == '/') return;
+    struct passwd pw, *pwp = NULL;
+    char buf[4096];
+    if (getpwuid_r(getuid(), &pw, buf, sizeof buf, &pwp) == 0 && pwp) { /* the account's home when HOME is unset */
+        snprintf(pw_home, sizeof pw_home, "%s", pwp->pw_dir);
+        out->home = pw_home;
+    }
 }

@@ -277,9 +277,10 @@ static int open_run(pl_ctx *c, kl_track_run **prun, kl_err *e) {
     kl_pipeline_result *res = c->res;
     const char *trk = o->tracking, *how = "--tracking";
     char *trk_abs = NULL, how_file[4400];
-    const char *env = getenv("KEEL_TRACKING");
+    kl_store_env env;
+    kl_config_store_env(&env);
     int rc;
-    if (!trk && !(env && *env)) {
+    if (!trk && !(env.tracking && *env.tracking)) {
         const char *tv;
         if ((rc = kl_spec_str(c->root, "tracking", "", &tv, e))) return rc;
         if (*tv) {

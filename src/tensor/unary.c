@@ -85,47 +85,7 @@ static void kl__un_libm(const kl__un_plan *p, const float *x, float *y, int64_t 
 #define VLOADT(p, k) _mm512_maskz_loadu_ps((__mmask16)((1u << (k)) - 1), p)
 #define VSTORET(p, k, v) _mm512_mask_storeu_ps(p, (__mmask16)((1u << (k)) - 1), v)
 #include "unary_impl.h"
-#undef V
-#undef M
-#undef VM_FN
-#undef VM_ATTR
-#undef VM_ATTR_OUTER
-#undef VI_
-#undef VF_
-#undef VSET
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VDIV
-#undef VFMA
-#undef VFNMA
-#undef VMIN
-#undef VMAX
-#undef VSQRT
-#undef VRINT
-#undef VFLOOR
-#undef VCEIL
-#undef VAND
-#undef VOR
-#undef VXOR
-#undef VANDNOT
-#undef MLT
-#undef MLE
-#undef MGT
-#undef MGE
-#undef MEQ
-#undef MNAN
-#undef MOR
-#undef MAND
-#undef VSEL
-#undef VPOW2N
-#undef VEXPB
-#undef VMANT1
-#undef VW
-#undef VLOAD
-#undef VSTORE
-#undef VLOADT
-#undef VSTORET
+#include "unary_undef.h"
 
 /* ------------------------------------------------------------------- AVX2 */
 #define V __m256
@@ -171,47 +131,7 @@ static void kl__un_libm(const kl__un_plan *p, const float *x, float *y, int64_t 
 #define VLOADT(p, k) _mm256_maskload_ps(p, kl__tailmask(k))
 #define VSTORET(p, k, v) _mm256_maskstore_ps(p, kl__tailmask(k), v)
 #include "unary_impl.h"
-#undef V
-#undef M
-#undef VM_FN
-#undef VM_ATTR
-#undef VM_ATTR_OUTER
-#undef VI_
-#undef VF_
-#undef VSET
-#undef VADD
-#undef VSUB
-#undef VMUL
-#undef VDIV
-#undef VFMA
-#undef VFNMA
-#undef VMIN
-#undef VMAX
-#undef VSQRT
-#undef VRINT
-#undef VFLOOR
-#undef VCEIL
-#undef VAND
-#undef VOR
-#undef VXOR
-#undef VANDNOT
-#undef MLT
-#undef MLE
-#undef MGT
-#undef MGE
-#undef MEQ
-#undef MNAN
-#undef MOR
-#undef MAND
-#undef VSEL
-#undef VPOW2N
-#undef VEXPB
-#undef VMANT1
-#undef VW
-#undef VLOAD
-#undef VSTORE
-#undef VLOADT
-#undef VSTORET
+#include "unary_undef.h"
 
 /* ----------------------------------------------------------------- scalar */
 static inline uint32_t kl__fbits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }

@@ -5,7 +5,6 @@
 #include "track_int.h"
 
 #include <limits.h>
-#include <pwd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -104,11 +103,8 @@ int kl_track_store_resolve_in(const char *given, const char *how, const char *en
 
 int kl_track_store_resolve(const char *given, const char *how, kl_store_loc *out, kl_err *e) {
     char cwd[4096];
-    const char *home = getenv("HOME");
-    struct passwd pw, *pwp = NULL;
-    char pwbuf[4096];
-    if ((!home || home[0] != '/') && getpwuid_r(getuid(), &pw, pwbuf, sizeof pwbuf, &pwp) == 0 && pwp)
-        home = pwp->pw_dir; /* the account's home when HOME is unset */
-    return kl_track_store_resolve_in(given, how, getenv("KEEL_TRACKING"), getcwd(cwd, sizeof cwd) ? cwd : NULL,
-                                     getenv("KEEL_TRACKING_CEILING"), getenv("XDG_DATA_HOME"), home, out, e);
+    kl_store_env env;
+    kl_config_store_env(&env);
+    return kl_track_store_resolve_in(given, how, env.tracking, getcwd(cwd, sizeof cwd) ? cwd : NULL, env.ceiling,
+                                     env.xdg_data_home, env.home, out, e);
 }

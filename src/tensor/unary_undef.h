@@ -1,0 +1,44 @@
+/* Undefines the vector primitives of one instantiation of unary_impl.h
+ * (src/tensor/unary.c includes it after the AVX-512 and the AVX2 one), so
+ * that the next level defines its own. No include guard: included once per level. */
+#undef V
+#undef M
+#undef VM_FN
+#undef VM_ATTR
+#undef VM_ATTR_OUTER
+#undef VI_
+#undef VF_
+#undef VSET
+#undef VADD
+#undef VSUB
+#undef VMUL
+#undef VDIV
+#undef VFMA
+#undef VFNMA
+#undef VMIN
+#undef VMAX
+#undef VSQRT
+#undef VRINT
+#undef VFLOOR
+#undef VCEIL
+#undef VAND
+#undef VOR
+#undef VXOR
+#undef VANDNOT
+#undef MLT
+#undef MLE
+#undef MGT
+#undef MGE
+#undef MEQ
+#undef MNAN
+#undef MOR
+#undef MAND
+#undef VSEL
+#undef VPOW2N
+#undef VEXPB
+#undef VMANT1
+#undef VW
+#undef VLOAD
+#undef VSTORE
+#undef VLOADT
+#undef VSTORET
