@@ -441,6 +441,10 @@ int kl_json_write_file(const char *path, const void *cjson, int pretty, kl_err *
  * the length in valuedouble, unused by cJSON for strings. Other nodes: strlen. */
 #define KL_JSON_STRLEN (1 << 14)
 size_t kl_json_string_len(const void *cjson_string);
+/* A JSON array of 1..max strings as malloc'ed copies (*out, *n; free each
+ * and the array). KL_EINVAL (nothing allocated) when it is not such an
+ * array, KL_ENOMEM. */
+int kl_json_string_list(const void *cjson_array, int max, char ***out, int *n);
 
 /* ==================================================================
  * Growable string buffer (used for JSON, HTML, SVG, messages)

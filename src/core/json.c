@@ -113,6 +113,28 @@ size_t kl_json_string_len(const void *node) {
     return n->type & KL_JSON_STRLEN ? (size_t)n->valuedouble : strlen(n->valuestring);
 }
 
+int kl_json_string_list(const void *array, int max, char ***out, int *n) {
+    const cJSON *a = array;
+    int k = cJSON_GetArraySize(a);
+    *out = NULL;
+    *n = 0;
+    if (!cJSON_IsArray(a) || k < 1 || k > max) return KL_EINVAL;
+    for (const cJSON *c = a->child; c; c = c->next)
+        if (!cJSON_IsString(c)) return KL_EINVAL;
+    char **v = calloc((size_t)k, sizeof *v);
+    if (!v) return KL_ENOMEM;
+    int i = 0;
+    for (const cJSON *c = a->child; c; c = c->next, i++)
+        if (!(v[i] = strdup(c->valuestring))) {
+            while (i--) free(v[i]);
+            free(v);
+            return KL_ENOMEM;
+        }
+    *out = v;
+    *n = k;
+    return KL_OK;
+}
+
 int kl_json_load_file(const char *path, void **out, kl_err *e) { return kl_json_load_file_opts(path, 0, out, e); }
 
 int kl_json_load_file_opts(const char *path, int flags, void **out, kl_err *e) {

@@ -250,17 +250,8 @@ static int check_one(const char *dir, const char *file, const char *want, kl_err
 /* output.class_names: K names when the model's label was a string (the
  * index order of its outputs); anything else leaves labels as indices. */
 static void read_class_names(const cJSON *o, sv_version *v) {
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "class_names");
-    int n = cJSON_GetArraySize(a);
-    if (!cJSON_IsArray(a) || n < 1 || n > 65536 || !(v->class_names = calloc((size_t)n, sizeof *v->class_names)))
-        return;
-    for (const cJSON *c = a->child; c && cJSON_IsString(c); c = c->next)
-        if ((v->class_names[v->nclass_names] = strdup(c->valuestring))) v->nclass_names++;
-    if (v->nclass_names == n) return;
-    for (int i = 0; i < v->nclass_names; i++) free(v->class_names[i]);
-    free(v->class_names);
-    v->class_names = NULL;
-    v->nclass_names = 0;
+    (void)kl_json_string_list(cJSON_GetObjectItemCaseSensitive(o, "class_names"), 65536, &v->class_names,
+                              &v->nclass_names);
 }
 
 /* meta.json "output": {"postprocess": "softmax"|"sigmoid"|"none", "classes": K,

@@ -199,15 +199,9 @@ static int row_part(const tr_dsrc *d, const kl_column *sc, size_t i, int64_t g, 
  * stored as the class index): the names, for meta.json and serving. */
 static int read_classes(const cJSON *a, const char *manifest, tr_dsinfo *info, kl_err *e) {
     if (!a) return KL_OK;
-    int n = cJSON_GetArraySize(a);
-    if (!cJSON_IsArray(a) || n < 1 || n > 65536)
-        return kl_err_set(e, KL_EPARSE, "%s: label_classes: a list of 1..65536 names", manifest);
-    if (!(info->classes = calloc((size_t)n, sizeof *info->classes))) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    for (const cJSON *c = a->child; c; c = c->next) {
-        if (!cJSON_IsString(c)) return kl_err_set(e, KL_EPARSE, "%s: label_classes: names are strings", manifest);
-        if (!(info->classes[info->nclasses] = strdup(c->valuestring))) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        info->nclasses++;
-    }
+    int rc = kl_json_string_list(a, 65536, &info->classes, &info->nclasses);
+    if (rc == KL_ENOMEM) return kl_err_set(e, rc, "out of memory");
+    if (rc) return kl_err_set(e, KL_EPARSE, "%s: label_classes: a list of 1..65536 names", manifest);
     return KL_OK;
 }
 
