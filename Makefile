@@ -45,6 +45,10 @@ BUILD_INFO = -DKEEL_VERSION='"$(VERSION)"' -DKEEL_GIT_COMMIT='"$(GIT_COMMIT)"' \
 LIB   = $(BUILD)/libkeel.a
 KEEL  = $(BUILD)/keel
 UNIT  = $(BUILD)/keel-unit
+# keel with the test hooks compiled in (src/core/hooks.c with -DKEEL_TEST_HOOKS,
+# linked ahead of the library): only the crash-consistency tests run it.
+HOOKS = $(BUILD)/keel-hooks
+HOOKS_OBJ = $(BUILD)/obj-hooks/src/core/hooks.o
 
 GEN_SRCS   =
 -include mk/*.mk
@@ -57,7 +61,7 @@ APP_OBJS   = $(patsubst %.c,$(BUILD)/obj/%.o,$(APP_SRCS))
 UNIT_OBJS  = $(patsubst %.c,$(BUILD)/obj/%.o,$(UNIT_SRCS))
 
 .PHONY: all deps test test-unit quickstart bench fuzz clean docs
-all: $(LIB) $(KEEL) $(UNIT)
+all: $(LIB) $(KEEL) $(UNIT) $(HOOKS)
 
 deps:
 	@sh mk/deps.sh
@@ -84,6 +88,15 @@ $(KEEL): $(APP_OBJS) $(LIB)
 	@echo "  LD      $@"
 	@$(CC) $(LDFLAGS) -o $@ $(APP_OBJS) $(LIB) $(LDLIBS)
 
+$(HOOKS_OBJ): src/core/hooks.c
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (test hooks)"
+	@$(CC) $(CFLAGS) -DKEEL_TEST_HOOKS -c $< -o $@
+
+$(HOOKS): $(APP_OBJS) $(HOOKS_OBJ) $(LIB)
+	@echo "  LD      $@"
+	@$(CC) $(LDFLAGS) -o $@ $(APP_OBJS) $(HOOKS_OBJ) $(LIB) $(LDLIBS)
+
 $(UNIT): $(UNIT_OBJS) $(LIB)
 	@echo "  LD      $@"
 	@$(CC) $(LDFLAGS) -o $@ $(UNIT_OBJS) $(LIB) $(LDLIBS)
@@ -95,7 +108,7 @@ test: deps
 
 # Unit tests only (CI runs these under the sanitizers).
 test-unit: deps
-	@$(MAKE) --no-print-directory -j$(JOBS) $(UNIT) $(KEEL)
+	@$(MAKE) --no-print-directory -j$(JOBS) $(UNIT) $(KEEL) $(HOOKS)
 	@BUILD=$(BUILD) SANITIZE=$(SANITIZE) KEEL_TEST_ONLY=unit bash tests/run.sh
 
 # The main job. Until the pipeline lands it builds keel and runs `keel doctor`.
@@ -120,4 +133,4 @@ fuzz: deps
 clean:
 	rm -rf build
 
--include $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(UNIT_OBJS:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(APP_OBJS:.o=.d) $(UNIT_OBJS:.o=.d) $(HOOKS_OBJ:.o=.d)

@@ -60,7 +60,7 @@ done:
 static const app_opt opts[] = {
     {"host", 0, 1, "ADDR", "bind address (default 127.0.0.1)", 0},
     {"port", 'p', 1, "N", "port; 0 picks a free one (default 8000)", 0},
-    {"workers", 0, 1, "N", "inference workers (default: online cores)", 0},
+    {"workers", 0, 1, "N", "inference workers (default: the thread count: --threads, KEEL_THREADS, cores)", 0},
     {"threads-per-worker", 0, 1, "N", "intra-op threads of each inference (default 1)", 0},
     {"http-threads", 0, 1, "N",
      "HTTP event loops on the same port (default: one per core, the global --threads; max 64)", 0},
@@ -131,8 +131,9 @@ int cmd_serve(int argc, char **argv) {
     if ((rc = app_get_int(&a, &spec, "workers", 0, &v)) >= 0) return rc;
     if (v < 0 || v > 1024) return app_usage_error(&spec, "--workers must be 0..1024");
     o.workers = (int)v;
-    if ((rc = app_get_int(&a, &spec, "threads-per-worker", 1, &v)) >= 0) return rc;
-    if (v < 1 || v > 256) return app_usage_error(&spec, "--threads-per-worker must be 1..256");
+    if ((rc = app_get_int(&a, &spec, "threads-per-worker", 0, &v)) >= 0) return rc; /* absent: the library's default */
+    if (app_get(&a, "threads-per-worker") && (v < 1 || v > 256))
+        return app_usage_error(&spec, "--threads-per-worker must be 1..256");
     o.threads_per_worker = (int)v;
     /* absent: 0, one loop per core of the thread-count setting (the library's default) */
     if ((rc = app_get_int(&a, &spec, "http-threads", 0, &v)) >= 0) return rc;

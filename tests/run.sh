@@ -8,7 +8,7 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 BUILD=${BUILD:-build}
-export BUILD KEEL="$root/$BUILD/keel" KEEL_SRC="$root" PYTHON=/usr/bin/python3
+export BUILD KEEL="$root/$BUILD/keel" KEEL_HOOKS="$root/$BUILD/keel-hooks" KEEL_SRC="$root" PYTHON=/usr/bin/python3
 export KEEL_TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/keel-test-XXXXXX")
 export KEEL_LOG_FORMAT=${KEEL_LOG_FORMAT:-text}
 # The experiment store is found from the environment and the folders

@@ -346,7 +346,6 @@ static void bench_nchwc(const char *model, const layer *L, size_t n, int iters, 
 /* Winograd F(4x4, 3x3) (nchwc_wino.c) vs the direct blocked kernel on the
  * 3x3 stride-1 layers, same packed weights (both forms), the two paths
  * alternating: 1 thread median CPU time, 2 threads best wall time. */
-extern int kl__nchwc_wino_force;
 static void bench_wino(const char *model, const layer *L, size_t n, int iters, int batch) {
     printf("\n## %s 3x3 stride-1 layers: NCHWc direct vs Winograd F(4x4,3x3) (batch %d, %d runs; bias + ReLU)\n",
            model, batch, iters);
@@ -368,11 +367,11 @@ static void bench_wino(const char *model, const layer *L, size_t n, int iters, i
             printf("| %s | NCHWc not available (no AVX-512F?) |\n", L[i].name);
             continue;
         }
-        int keep = kl__nchwc_wino_force;
+        int keep = kl_settings_get()->wino_use;
         size_t wsb = kl_nchwc_conv_workspace_bytes(&p, 0);
-        kl__nchwc_wino_force = 1;
+        kl_settings_mut()->wino_use = 1;
         size_t wsw = kl_nchwc_conv_workspace_bytes(&p, 0);
-        kl__nchwc_wino_force = keep;
+        kl_settings_mut()->wino_use = keep;
         int autow = wsb > 0;
         int64_t CB = (p.C + 15) / 16, MB = (p.M + 15) / 16, S = L[i].H * L[i].H, OS = p.out[0] * p.out[1];
         size_t xbn = (size_t)(batch * CB * S * 16), wn = (size_t)(p.M * p.C * 9), ybn = (size_t)(batch * MB * OS * 16);
@@ -387,18 +386,18 @@ static void bench_wino(const char *model, const layer *L, size_t n, int iters, i
             kl_pool_new(th, &pool, NULL);
             double t0s[64], t1s[64];
             for (int it = -1; it < iters; it++) {
-                kl__nchwc_wino_force = 0;
+                kl_settings_mut()->wino_use = 0;
                 double a0 = now_s(), c0 = cpu_s();
                 kl_nchwc_conv_f32(&p, 0, xb, b, yb, ws, pool, NULL);
                 double a1 = now_s(), c1 = cpu_s();
-                kl__nchwc_wino_force = 1;
+                kl_settings_mut()->wino_use = 1;
                 kl_nchwc_conv_f32(&p, 0, xb, b, yb, ws, pool, NULL);
                 double a2 = now_s(), c2 = cpu_s();
                 if (it < 0) continue;
                 t0s[it] = th == 1 ? c1 - c0 : a1 - a0;
                 t1s[it] = th == 1 ? c2 - c1 : a2 - a1;
             }
-            kl__nchwc_wino_force = keep;
+            kl_settings_mut()->wino_use = keep;
             r[(th - 1) * 2] = (th == 1 ? median(t0s, iters) : minv(t0s, iters)) * 1e3;
             r[(th - 1) * 2 + 1] = (th == 1 ? median(t1s, iters) : minv(t1s, iters)) * 1e3;
             kl_pool_free(pool);

@@ -103,8 +103,6 @@ void kl_log_set_format(kl_log_format fmt);
 kl_log_format kl_log_get_format(void);
 /* Output stream (default stderr). The stream is not closed by keel. */
 void kl_log_set_output(FILE *f);
-/* Reads KEEL_LOG_LEVEL and KEEL_LOG_FORMAT. Invalid values are reported in e. */
-int kl_log_init_from_env(kl_err *e);
 int kl_log_enabled(kl_log_level lvl);
 
 void kl_log(kl_log_level lvl, const char *module, const char *fmt, ...)
@@ -303,9 +301,37 @@ int kl_pool_chunks(const kl_pool *p, size_t n, size_t grain);
 
 /* KEEL_THREADS or the number of online cores. */
 int kl_threads_default(void);
-/* Whether AVX-512 code paths may run: 0 when KEEL_NO_AVX512 is set (and not
- * "0"), read once per process (core/config.c, the owner of the KEEL_*
- * settings); the CPU's own support is each kernel's check. */
+/* The process's settings from its environment, read once (on first use) by
+ * core/config.c, the owner of every KEEL_* variable: modules take these
+ * values and never call getenv for one. (The command line's own settings —
+ * threads, log, tracking, memory — are kl_config keys, whose environment
+ * layer is the same variables.) */
+typedef struct {
+    int threads;                /* KEEL_THREADS when 1..1024, else 0 (the online cores) */
+    int avx512_allowed;         /* 0 when KEEL_NO_AVX512 is set and not "0" */
+    int nchwc;                  /* 0 when KEEL_NO_NCHWC is set and not "0": no blocked-layout graph path */
+    int nchwc_pool_fuse;        /* 0 when KEEL_NCHWC_POOL_FUSE=0: max pools after convs stay separate */
+    int wino_pack;              /* 0 when KEEL_WINO=0: no Winograd weight form is packed */
+    int wino_use;               /* KEEL_WINO: -1 automatic (unset), 0 never, 1 whenever packed */
+    int plan_split;             /* KEEL_SPLIT: the planner's split mode (0 off; default 1) */
+    int profile;                /* KEEL_PROFILE set and not "0": the per-op profile is printed at exit */
+    int fetch_retries;          /* KEEL_FETCH_RETRIES: 0 the fetcher's default, -1 none (0 or less), else N */
+    double progress_interval_s; /* KEEL_PROGRESS_INTERVAL: seconds between progress log lines (default 10) */
+    const char *doctor_root;    /* KEEL_DOCTOR_ROOT: folder /proc, /sys and /dev/shm are read under; NULL */
+} kl_settings;
+const kl_settings *kl_settings_get(void);
+/* The settings an environment (NAME=VALUE strings, NULL-terminated) gives;
+ * kl_settings_get is this over the process's environment, once. */
+void kl_settings_parse(kl_settings *out, char *const *envp);
+/* The same settings, writable: for tests and benchmarks that compare
+ * algorithms inside one process (set before the work they affect). */
+kl_settings *kl_settings_mut(void);
+/* A test hook's value: the integer in environment variable `name` (>= 0) in
+ * the test build's binary only (build/keel-hooks, core/hooks.c), else -1 —
+ * the library and the release keel never read it. */
+int64_t kl__test_hook(const char *name);
+/* Whether AVX-512 code paths may run: kl_settings_get()->avx512_allowed
+ * (KEEL_NO_AVX512); the CPU's own support is each kernel's check. */
 int kl_simd_avx512_allowed(void);
 /* The environment the experiment store is found from, read by core/config.c
  * (the owner of KEEL_* and the other variables) and handed to the store

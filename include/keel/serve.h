@@ -20,8 +20,8 @@ typedef struct {
     const char *repo;          /* model repository folder (required) */
     const char *host;          /* bind address; NULL = "127.0.0.1" */
     int port;                  /* 0 = pick a free port (kl_server_port says which) */
-    int workers;               /* inference workers; 0 = online cores */
-    int threads_per_worker;    /* intra-op threads of each session run; 0 = 1 */
+    int workers;               /* inference workers; 0 = the thread-count setting (kl_threads_default) */
+    int threads_per_worker;    /* intra-op threads of each session run; 0 = 1 (the default) */
     int http_threads;          /* HTTP event loops (one libmicrohttpd daemon each); 0 = one per core
                                   of the thread-count setting (kl_threads_default), at most 64 */
     uint64_t max_body;         /* request body limit in bytes; 0 = 64 MiB */

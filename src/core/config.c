@@ -4,6 +4,7 @@
 #include "core_int.h"
 
 #include <ctype.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -322,17 +323,58 @@ int kl_config_apply_common(const kl_config *c, kl_err *e) {
     return KL_OK;
 }
 
-/* KEEL_NO_AVX512, read once (every SIMD dispatch asks here). */
-int kl_simd_avx512_allowed(void) {
-    static int allowed = -1;
-    int v = __atomic_load_n(&allowed, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *env = getenv("KEEL_NO_AVX512");
-        v = !(env && *env && strcmp(env, "0"));
-        __atomic_store_n(&allowed, v, __ATOMIC_RELAXED);
-    }
-    return v;
+/* ==================================================================
+ * The process's KEEL_* settings, read once
+ * ================================================================== */
+
+static kl_settings settings;
+static pthread_once_t settings_once = PTHREAD_ONCE_INIT;
+
+static const char *env_in(char *const *envp, const char *name) {
+    size_t n = strlen(name);
+    for (; envp && *envp; envp++)
+        if (!strncmp(*envp, name, n) && (*envp)[n] == '=') return *envp + n + 1;
+    return NULL;
 }
+
+static int env_set(char *const *envp, const char *name) { /* set, non-empty and not "0" */
+    const char *v = env_in(envp, name);
+    return v && *v && strcmp(v, "0");
+}
+
+void kl_settings_parse(kl_settings *s, char *const *envp) {
+    const char *v;
+    int64_t n;
+    double d;
+    s->threads =
+        (v = env_in(envp, "KEEL_THREADS")) && *v && kl_parse_int64(v, &n) == KL_OK && n > 0 && n <= 1024 ? (int)n : 0;
+    s->avx512_allowed = !env_set(envp, "KEEL_NO_AVX512");
+    s->nchwc = !env_set(envp, "KEEL_NO_NCHWC");
+    s->nchwc_pool_fuse = !((v = env_in(envp, "KEEL_NCHWC_POOL_FUSE")) && !strcmp(v, "0"));
+    v = env_in(envp, "KEEL_WINO");
+    s->wino_use = v && *v ? *v != '0' : -1;
+    s->wino_pack = s->wino_use != 0;
+    s->plan_split = (v = env_in(envp, "KEEL_SPLIT")) && *v >= '0' && *v <= '9' ? atoi(v) : 1;
+    s->profile = env_set(envp, "KEEL_PROFILE");
+    s->fetch_retries = (v = env_in(envp, "KEEL_FETCH_RETRIES")) ? (atoi(v) > 0 ? atoi(v) : -1) : 0;
+    s->progress_interval_s =
+        (v = env_in(envp, "KEEL_PROGRESS_INTERVAL")) && kl_parse_double(v, &d) == KL_OK && d > 0 ? d : 10.0;
+    s->doctor_root = (v = env_in(envp, "KEEL_DOCTOR_ROOT")) && *v ? v : NULL;
+}
+
+static void settings_read(void) { kl_settings_parse(&settings, environ); }
+
+const kl_settings *kl_settings_get(void) {
+    pthread_once(&settings_once, settings_read);
+    return &settings;
+}
+
+kl_settings *kl_settings_mut(void) {
+    pthread_once(&settings_once, settings_read);
+    return &settings;
+}
+
+int kl_simd_avx512_allowed(void) { return kl_settings_get()->avx512_allowed; }
 
 void kl_config_store_env(kl_store_env *out) {
     static char pw_home[4096];

@@ -75,23 +75,6 @@ kl_log_format kl_log_get_format(void) {
 
 int kl_log_enabled(kl_log_level lvl) { return (int)lvl >= log_level && lvl < KL_LOG_OFF; }
 
-int kl_log_init_from_env(kl_err *e) {
-    const char *lv = getenv("KEEL_LOG_LEVEL"), *fm = getenv("KEEL_LOG_FORMAT");
-    kl_log_level l;
-    kl_log_format f;
-    if (lv && *lv) {
-        if (kl_log_level_parse(lv, &l))
-            return kl_err_set(e, KL_EINVAL, "KEEL_LOG_LEVEL: '%s' is not one of trace, debug, info, warn, error, off", lv);
-        kl_log_set_level(l);
-    }
-    if (fm && *fm) {
-        if (kl_log_format_parse(fm, &f))
-            return kl_err_set(e, KL_EINVAL, "KEEL_LOG_FORMAT: '%s' is not one of auto, text, json", fm);
-        kl_log_set_format(f);
-    }
-    return KL_OK;
-}
-
 /* ---- the line formatter's time and number writers -------------------------
  * printf-free (a served request writes one line; snprintf's timestamp, three
  * %.6g and three %lld cost ~2 us of its ~40), each writing exactly what the

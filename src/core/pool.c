@@ -189,10 +189,8 @@ static int def_threads;
 
 int kl_threads_default(void) {
     if (def_threads > 0) return def_threads;
-    const char *s = getenv("KEEL_THREADS");
-    int64_t v;
-    if (s && *s && kl_parse_int64(s, &v) == KL_OK && v > 0 && v <= 1024) return (int)v;
-    return kl_cpu_count();
+    int env = kl_settings_get()->threads;
+    return env > 0 ? env : kl_cpu_count();
 }
 
 void kl_threads_set(int n) {

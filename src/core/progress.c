@@ -44,9 +44,7 @@ kl_progress *kl_progress_new(const char *label, uint64_t total, const char *unit
     p->total = total;
     p->t0 = p->last_log = kl_time_mono_ns();
     p->tty = mode_override >= 0 ? mode_override : isatty(fileno(kl__log_stream()));
-    const char *iv = getenv("KEEL_PROGRESS_INTERVAL");
-    double v;
-    p->interval_s = iv && kl_parse_double(iv, &v) == KL_OK && v > 0 ? v : 10.0;
+    p->interval_s = kl_settings_get()->progress_interval_s;
     return p;
 }
 

@@ -199,8 +199,7 @@ static int fetch_source(source_list *l, const char *url, const kl_ingest_opts *o
     if (!kl_path_exists(path)) {
         kl_fetch_opts fo = {0};
         fo.expected_sha256 = expect;
-        const char *rt = getenv("KEEL_FETCH_RETRIES");
-        if (rt) fo.retries = atoi(rt) > 0 ? atoi(rt) : -1;
+        fo.retries = kl_settings_get()->fetch_retries;
         if ((rc = kl_fetch_url(url, path, &fo, NULL, e))) return rc;
     }
     return add_source(l, path, url, e);
@@ -1514,14 +1513,15 @@ fail:
     return rc;
 }
 
-/* Test hook: KEEL_TEST_KILL_AFTER_FILES=N makes the process SIGKILL itself
- * after N Parquet files were finished (crash-consistency tests). */
+/* Test hook (build/keel-hooks only): KEEL_TEST_KILL_AFTER_FILES=N makes the
+ * process SIGKILL itself after N Parquet files were finished
+ * (crash-consistency tests). */
 static atomic_int files_done;
 
 static void write_file(wctx *w, outfile *f) {
-    const char *kill_after = getenv("KEEL_TEST_KILL_AFTER_FILES");
+    int64_t kill_after = kl__test_hook("KEEL_TEST_KILL_AFTER_FILES");
     f->rc = write_one(w, f);
-    if (kill_after && !f->rc && !f->reused && atomic_fetch_add(&files_done, 1) + 1 >= atoi(kill_after)) raise(SIGKILL);
+    if (kill_after >= 0 && !f->rc && !f->reused && atomic_fetch_add(&files_done, 1) + 1 >= kill_after) raise(SIGKILL);
 }
 
 static void write_worker(void *ctx, size_t b, size_t e_, int chunk_idx) {

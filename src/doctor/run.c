@@ -292,7 +292,7 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
     *out = NULL;
     if (!o) o = &def;
     if (!x) return kl_err_set(e, KL_ENOMEM, "doctor: out of memory");
-    const char *root = o->root ? o->root : getenv("KEEL_DOCTOR_ROOT");
+    const char *root = o->root ? o->root : kl_settings_get()->doctor_root;
     if (root && strlen(root) >= sizeof x->root - 64) {
         rc = kl_err_set(e, KL_EINVAL, "doctor: root prefix too long");
         goto fail;

@@ -132,15 +132,9 @@ static int drop_dead_steps(kl_plan *p, const kl_graph *g, kl_err *e) {
 /* -1: from KEEL_SPLIT (unset: 1), 0: never, 1: the cost rule, 2: the
  * longest separable prefix whatever it costs (unit tests), > 2: the cost
  * rule with the weights counted that many times (experiments). */
-int kl__plan_split = -1;
-
 int kl_plan_split_steps(const kl_plan *p) { return p->split_end; }
 
-static int split_mode(void) {
-    if (kl__plan_split >= 0) return kl__plan_split;
-    const char *s = getenv("KEEL_SPLIT");
-    return s && *s >= '0' && *s <= '9' ? atoi(s) : 1;
-}
+static int split_mode(void) { return kl_settings_get()->plan_split; }
 
 /* Shape of one sample of a full-batch meta (dims[0] == N). */
 static void sample_meta(pval *pv, int64_t N) {

@@ -24,10 +24,7 @@
 #include <string.h>
 
 /* KEEL_NCHWC_POOL_FUSE=0: keep max pools after convs separate (A/B runs). */
-static int getenv_fuse_off(void) {
-    const char *v = getenv("KEEL_NCHWC_POOL_FUSE");
-    return v && !strcmp(v, "0");
-}
+static int pool_fuse_off(void) { return !kl_settings_get()->nchwc_pool_fuse; }
 
 typedef struct {
     kl_graph *g;
@@ -171,7 +168,7 @@ static int pool_candidate(const kl_gnode *n) {
 static int fusable_conv(const nctx *cx, int i, int x) {
     const kl_graph *g = cx->g;
     const kl_gnode *pn = &g->nodes[i];
-    if (!kl__is_onnx_op(pn, "MaxPool") || g->values[x].is_output || getenv_fuse_off()) return -1;
+    if (!kl__is_onnx_op(pn, "MaxPool") || g->values[x].is_output || pool_fuse_off()) return -1;
     const kl_attr *ks = kl_gnode_attr(pn, "kernel_shape"), *st = kl_gnode_attr(pn, "strides"), *dl = kl_gnode_attr(pn, "dilations"),
                   *pd = kl_gnode_attr(pn, "pads");
     if (!ks || ks->n != 2 || (st && st->n != 2) || (pd && pd->n != 4) || (dl && dl->n != 2)) return -1;

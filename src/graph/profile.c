@@ -37,8 +37,7 @@ int kl__prof_on(void) {
     if (on < 0) {
         pthread_mutex_lock(&mu);
         if (on < 0) {
-            const char *v = getenv("KEEL_PROFILE");
-            env_on = v && *v && strcmp(v, "0");
+            env_on = kl_settings_get()->profile;
             if (env_on) atexit(print_at_exit);
             on = env_on;
         }

@@ -344,7 +344,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
     if (rc) goto fail;
     char p[1400];
     snprintf(p, sizeof p, "%s/model.onnx", dir);
-    int threads = s->o.threads_per_worker > 0 ? s->o.threads_per_worker : 1;
+    int threads = sv_threads_per_worker(&s->o);
     if ((rc = sb_load(p, threads, &v->sess, e))) goto fail;
     if ((rc = sb_describe(v->sess, v->in, &v->n_in, v->out, &v->n_out, e))) goto fail;
     if (v->n_in == 0 || v->n_out == 0) { rc = kl_err_set(e, KL_EUNSUPPORTED, "%s: model has no inputs or outputs", p); goto fail; }

@@ -667,9 +667,17 @@ static void *prober_main(void *arg) {
  * Start / stop
  * ================================================================== */
 
+int sv_workers(const kl_serve_opts *o) {
+    int n = o->workers > 0 ? o->workers : kl_threads_default();
+    return n < 1 ? 1 : n;
+}
+
+int sv_threads_per_worker(const kl_serve_opts *o) {
+    return o->threads_per_worker > 0 ? o->threads_per_worker : SV_THREADS_PER_WORKER;
+}
+
 int sv_sched_start(kl_server *s, kl_err *e) {
-    int n = s->o.workers > 0 ? s->o.workers : kl_cpu_count();
-    if (n < 1) n = 1;
+    int n = sv_workers(&s->o);
     s->workers = calloc((size_t)n, sizeof *s->workers);
     if (!s->workers) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) {

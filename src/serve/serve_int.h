@@ -567,6 +567,13 @@ char *sv_metrics_render(kl_server *s, size_t *len);
  * thread-count setting (kl_threads_default: --threads, KEEL_THREADS, the
  * online cores), at most SV_MAX_LOOPS. */
 int sv_http_loops(const kl_serve_opts *o);
+/* sched.c: the inference workers of o (workers, or 0: the thread-count
+ * setting, like the HTTP loops) and the intra-op threads of each session run
+ * (threads_per_worker, or 0: SV_THREADS_PER_WORKER) — the one place either
+ * default is decided. */
+#define SV_THREADS_PER_WORKER 1
+int sv_workers(const kl_serve_opts *o);
+int sv_threads_per_worker(const kl_serve_opts *o);
 int sv_http_start(kl_server *s, kl_err *e);
 void sv_http_stop(kl_server *s);
 void sv_req_resume(sv_req *r);

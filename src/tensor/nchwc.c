@@ -16,9 +16,7 @@
 #include <string.h>
 
 int kl_nchwc_ok(void) {
-    const char *env = getenv("KEEL_NO_NCHWC");
-    if (env && *env && strcmp(env, "0")) return 0;
-    return kl__pgemm_ok();
+    return kl_settings_get()->nchwc && kl__pgemm_ok();
 }
 
 static int64_t cblocks(int64_t C) { return (C + KL_NCHWC - 1) / KL_NCHWC; }

@@ -40,32 +40,16 @@
 #define SLOT_BYTES ((size_t)256 << 10) /* target bytes of V + Mt per slot (slot mode) */
 #define SLOT_UMAX ((size_t)1 << 20)   /* slot mode up to this many bytes of weights */
 
-/* -1 automatic, 0 never, 1 whenever possible (unit tests). */
-int kl__nchwc_wino_force = -1;
-
 /* ==================================================================
  * Shape checks and packing
  * ================================================================== */
 
 static int64_t s1(int64_t v) { return v <= 0 ? 1 : v; }
 
-/* KEEL_WINO, read once per process so that packing (at load) and dispatch
- * (per run) always agree: 0 = no Winograd form is packed or used (saves its
- * memory, 4x the direct weights), 1 = used whenever packed, else automatic. */
-static int wino_env(void) {
-    static int v = -2;
-    int r = __atomic_load_n(&v, __ATOMIC_ACQUIRE);
-    if (r == -2) {
-        const char *env = getenv("KEEL_WINO");
-        r = env && *env ? *env != '0' : -1;
-        __atomic_store_n(&v, r, __ATOMIC_RELEASE);
-    }
-    return r;
-}
-
 int kl__nchwc_wino_ok(const kl_conv_params *p) {
     return p->nsp == 2 && p->group == 1 && p->k[0] == 3 && p->k[1] == 3 && s1(p->stride[0]) == 1 &&
-           s1(p->stride[1]) == 1 && s1(p->dilation[0]) == 1 && s1(p->dilation[1]) == 1 && p->C >= 1 && p->M >= 1 && wino_env() != 0;
+           s1(p->stride[1]) == 1 && s1(p->dilation[0]) == 1 && s1(p->dilation[1]) == 1 && p->C >= 1 && p->M >= 1 &&
+           kl_settings_get()->wino_pack;
 }
 
 size_t kl__nchwc_wino_packed_floats(const kl_conv_params *p) {
@@ -429,8 +413,8 @@ static void slot_range(void *ctx, size_t b, size_t e, int chunk) {
 
 int kl__nchwc_wino_use(const kl_conv_params *p, int plain_input) {
     if (plain_input || !kl__nchwc_wino_ok(p)) return 0;
-    if (kl__nchwc_wino_force >= 0) return kl__nchwc_wino_force;
-    if (wino_env() == 1) return 1;
+    int use = kl_settings_get()->wino_use; /* KEEL_WINO, read once: packing and dispatch agree */
+    if (use >= 0) return use;
     /* Winograd weights are 4x the direct ones (36 vs 9 per channel pair):
      * with few tiles (batch 1 at 7x7, 512 channels: 4 tiles for 37.7 MB)
      * streaming them costs more than the FMAs saved; measured crossover

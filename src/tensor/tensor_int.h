@@ -259,12 +259,11 @@ kl__nchwc_fma_cblocks(__m512 acc[4][12], const float *x, int64_t xcs, const int 
 /* Winograd F(4x4, 3x3) (nchwc_wino.c): dense 3x3 stride-1 dilation-1 convs
  * (any pads, C, M) on blocked input. _ok/_packed_floats/_pack read the
  * weight shape and stride/dilation (zero taken as 1); _ok is 0 for every
- * conv when KEEL_WINO=0 (no Winograd form packed). Packed weights
- * [groups of up to 4 output blocks][36][C][nb][16]. _use: the dispatcher
- * takes this path for p (shape rule; kl__nchwc_wino_force overrides: -1
- * auto, 0 never, 1 always). _workspace_bytes: from p's prepared shape.
- * U: the packed weights. Deterministic at any thread count. */
-extern int kl__nchwc_wino_force;
+ * conv when KEEL_WINO=0 (kl_settings.wino_pack: no Winograd form packed).
+ * Packed weights [groups of up to 4 output blocks][36][C][nb][16]. _use: the
+ * dispatcher takes this path for p (shape rule; kl_settings.wino_use
+ * overrides: -1 auto, 0 never, 1 always). _workspace_bytes: from p's
+ * prepared shape. U: the packed weights. Deterministic at any thread count. */
 /* Slots of V + Mt kl__nchwc_wino_workspace_bytes provides in slot mode
  * (more chunks allocate their own; tests lower it). */
 extern int kl__nchwc_wino_slots;

@@ -905,8 +905,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     }
     snprintf(p, sizeof p, "%s/spec.yaml", o->out_dir);
     if ((rc = kl_write_file_atomic(p, s->text, strlen(s->text), e))) goto fail;
-    const char *crash = getenv("KEEL_TRAIN_CRASH_AT_STEP"); /* test hook: SIGKILL itself after that step */
-    int64_t crash_at = crash ? strtoll(crash, NULL, 10) : -1;
+    int64_t crash_at = kl__test_hook("KEEL_TRAIN_CRASH_AT_STEP"); /* build/keel-hooks: SIGKILL itself after that step */
     if (!o->quiet) pr = kl_progress_new("train", (uint64_t)total, "steps");
     if (pr) kl_progress_update(pr, (uint64_t)pos.step);
     struct timespec t0;

@@ -43,7 +43,7 @@ fi
 sed 's/workers: 2/workers: 3/' cnn.yaml > cnn3.yaml
 $KEEL train cnn3.yaml --out r3 --quiet > /dev/null 2>&1
 if cmp -s r1/model.safetensors r3/model.safetensors; then pass images_train_same_model_any_workers; else fail images_train_same_model_any_workers "models differ for 2 and 3 workers"; fi
-KEEL_TRAIN_CRASH_AT_STEP=14 $KEEL train cnn.yaml --out r2 --quiet > /dev/null 2>&1
+KEEL_TRAIN_CRASH_AT_STEP=14 $KEEL_HOOKS train cnn.yaml --out r2 --quiet > /dev/null 2>&1
 $KEEL train cnn.yaml --out r2 --resume --quiet > /dev/null 2> resume.err
 if cmp -s r1/model.safetensors r2/model.safetensors; then pass images_train_resume_bit_identical; else fail images_train_resume_bit_identical "$(tail -c 300 resume.err)"; fi
 sed 's/shards: sh/shards: tsh/' cnn.yaml > other.yaml

@@ -104,9 +104,13 @@ PY
   expect_rc ingest_validate_detects_tamper 1 "$KEEL" data validate ds_t
   grep -q "sha256" "$T/err" && pass ingest_validate_tamper_msg || fail ingest_validate_tamper_msg "$(head -c 300 "$T/err")"
 
+  # ---- the release keel never reads test hooks; keel-hooks (the test build) does ----
+  if KEEL_TEST_KILL_AFTER_FILES=1 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dhook --chunk-size 256K >/dev/null 2>&1; then
+    pass ingest_release_ignores_test_hook; else fail ingest_release_ignores_test_hook "keel exit $? with KEEL_TEST_KILL_AFTER_FILES set"; fi
+  rm -rf dhook
   # ---- kill -9 after the first finished file, re-run: identical to a clean run ----
   ref_hashes=$(tree_hashes "ds/versions/$id")
-  KEEL_TEST_KILL_AFTER_FILES=1 "$KEEL" ingest clicks.csv --schema clicks.yaml --out dk --chunk-size 256K >/dev/null 2>&1
+  KEEL_TEST_KILL_AFTER_FILES=1 "$KEEL_HOOKS" ingest clicks.csv --schema clicks.yaml --out dk --chunk-size 256K >/dev/null 2>&1
   krc=$?
   [ $krc = 137 ] && pass ingest_killed_midway || fail ingest_killed_midway "exit $krc (expected SIGKILL)"
   [ ! -e dk/current ] && pass ingest_killed_publishes_nothing || fail ingest_killed_publishes_nothing "current exists"

@@ -68,7 +68,7 @@ if [ -s "$T/d1/model.safetensors" ] && [ "$h1" = "$h2" ] && [ "$h2" = "$h3" ] &&
   pass train_deterministic_runs_and_threads; else fail train_deterministic_runs_and_threads "weights or losses differ between runs / thread counts"; fi
 
 # ---- resume: 100 straight vs crash (SIGKILL) after step 60 + resume from the step-50 checkpoint
-KEEL_TRAIN_CRASH_AT_STEP=60 $KEEL train "$T/det.yaml" --out "$T/r" --quiet --max-steps 100 > /dev/null 2>&1
+KEEL_TRAIN_CRASH_AT_STEP=60 $KEEL_HOOKS train "$T/det.yaml" --out "$T/r" --quiet --max-steps 100 > /dev/null 2>&1
 rc=$?
 if [ $rc -ne 137 ]; then fail train_resume_after_kill "the run was not killed (exit $rc)"; else
   [ -f "$T/r/model.safetensors" ] && fail train_resume_after_kill "artifacts written before the kill?"

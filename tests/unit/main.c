@@ -61,9 +61,10 @@ int main(int argc, char **argv) {
     int list = argc > 1 && strcmp(argv[1], "--list") == 0;
     qsort(cases, ncases, sizeof *cases, cmp_case);
     kl_log_set_level(KL_LOG_WARN);
-    /* read once per process by the kernels: the unit tests pick the
-     * algorithm themselves (kl__nchwc_wino_force) */
-    unsetenv("KEEL_WINO");
+    /* the unit tests pick the Winograd algorithm themselves, whatever
+     * KEEL_WINO says (kl_settings.wino_use) */
+    kl_settings_mut()->wino_pack = 1;
+    kl_settings_mut()->wino_use = -1;
     int passed = 0, failed = 0;
     for (size_t i = 0; i < ncases; i++) {
         int want = argc <= 1 || list;

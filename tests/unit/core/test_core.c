@@ -428,3 +428,48 @@ KL_TEST(doc_yaml_alias_expansion_capped) {
     KT_EQ_STR(kl_node_scalar(kl_node_get(kl_node_get(kl_doc_root(d), "run2"), "lr")), "0.1");
     kl_doc_free(d);
 }
+
+/* every KEEL_* setting is read in one place (kl_settings_parse over an
+ * environment); defaults when unset, the documented meanings when set */
+KL_TEST(settings_parse_every_variable) {
+    kl_settings s;
+    char *none[] = {"PATH=/bin", NULL};
+    kl_settings_parse(&s, none);
+    KT_EQ_INT(s.threads, 0);
+    KT_EQ_INT(s.avx512_allowed, 1);
+    KT_EQ_INT(s.nchwc, 1);
+    KT_EQ_INT(s.nchwc_pool_fuse, 1);
+    KT_EQ_INT(s.wino_pack, 1);
+    KT_EQ_INT(s.wino_use, -1);
+    KT_EQ_INT(s.plan_split, 1);
+    KT_EQ_INT(s.profile, 0);
+    KT_EQ_INT(s.fetch_retries, 0);
+    KT_CHECK(s.progress_interval_s == 10.0);
+    KT_CHECK(s.doctor_root == NULL);
+    char *set[] = {"KEEL_THREADS=3", "KEEL_NO_AVX512=1", "KEEL_NO_NCHWC=yes", "KEEL_NCHWC_POOL_FUSE=0",
+                   "KEEL_WINO=0", "KEEL_SPLIT=0", "KEEL_PROFILE=1", "KEEL_FETCH_RETRIES=0",
+                   "KEEL_PROGRESS_INTERVAL=2.5", "KEEL_DOCTOR_ROOT=/tmp/r", "KEEL_THREADSX=9", NULL};
+    kl_settings_parse(&s, set);
+    KT_EQ_INT(s.threads, 3);
+    KT_EQ_INT(s.avx512_allowed, 0);
+    KT_EQ_INT(s.nchwc, 0);
+    KT_EQ_INT(s.nchwc_pool_fuse, 0);
+    KT_EQ_INT(s.wino_pack, 0);
+    KT_EQ_INT(s.wino_use, 0);
+    KT_EQ_INT(s.plan_split, 0);
+    KT_EQ_INT(s.profile, 1);
+    KT_EQ_INT(s.fetch_retries, -1);
+    KT_CHECK(s.progress_interval_s == 2.5);
+    KT_CHECK(s.doctor_root && !strcmp(s.doctor_root, "/tmp/r"));
+    char *odd[] = {"KEEL_THREADS=5000", "KEEL_NO_AVX512=0", "KEEL_WINO=1", "KEEL_SPLIT=x", "KEEL_FETCH_RETRIES=4",
+                   "KEEL_PROGRESS_INTERVAL=-1", "KEEL_DOCTOR_ROOT=", NULL};
+    kl_settings_parse(&s, odd);
+    KT_EQ_INT(s.threads, 0); /* out of 1..1024: the online cores */
+    KT_EQ_INT(s.avx512_allowed, 1);
+    KT_EQ_INT(s.wino_pack, 1);
+    KT_EQ_INT(s.wino_use, 1);
+    KT_EQ_INT(s.plan_split, 1);
+    KT_EQ_INT(s.fetch_retries, 4);
+    KT_CHECK(s.progress_interval_s == 10.0);
+    KT_CHECK(s.doctor_root == NULL);
+}

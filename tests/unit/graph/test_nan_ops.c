@@ -467,13 +467,10 @@ static kl_graph *cnn(const convspec *cs, int nc, int pool, int gmp, int64_t C0, 
 static int prepare(kl_graph *g, int mode, kl_err *e) {
     int rc = kl_graph_finalize(g, e);
     if (rc || !mode) return rc;
-    const char *old = getenv("KEEL_NO_NCHWC");
-    char *save = old ? strdup(old) : NULL;
-    if (mode == 2) setenv("KEEL_NO_NCHWC", "1", 1);
-    else unsetenv("KEEL_NO_NCHWC");
+    int keep = kl_settings_get()->nchwc;
+    kl_settings_mut()->nchwc = mode != 2;
     rc = kl_graph_optimize(g, 1, e);
-    if (save) { setenv("KEEL_NO_NCHWC", save, 1); free(save); }
-    else unsetenv("KEEL_NO_NCHWC");
+    kl_settings_mut()->nchwc = keep;
     return rc;
 }
 

@@ -139,12 +139,11 @@ static int count_op(const kl_graph *g, const char *op) {
     return c;
 }
 
-extern int kl__plan_split;
 static int run_split(kl_graph *g, const kl_tensor *x, int mode, int threads, kl_tensor **outs, int *steps, kl_err *e);
 
 /* runs g on x with a pool of `threads`; outs[0..1] new tensors */
 static int run(kl_graph *g, const kl_tensor *x, int threads, kl_tensor **outs, kl_err *e) {
-    return run_split(g, x, kl__plan_split, threads, outs, NULL, e);
+    return run_split(g, x, kl_settings_get()->plan_split, threads, outs, NULL, e);
 }
 
 static double rel_err(const kl_tensor *a, const kl_tensor *b) {
@@ -160,23 +159,19 @@ static double rel_err(const kl_tensor *a, const kl_tensor *b) {
 
 /* kl_nchwc_ok() with KEEL_NO_NCHWC unset (the CPU and KEEL_NO_AVX512 decide) */
 static int nchwc_possible(void) {
-    const char *old = getenv("KEEL_NO_NCHWC");
-    char *save = old ? strdup(old) : NULL;
-    unsetenv("KEEL_NO_NCHWC");
+    int keep = kl_settings_get()->nchwc;
+    kl_settings_mut()->nchwc = 1;
     int on = kl_nchwc_ok();
-    if (save) { setenv("KEEL_NO_NCHWC", save, 1); free(save); }
+    kl_settings_mut()->nchwc = keep;
     return on;
 }
 
 static int optimize_mode(kl_graph *g, int blocked, kl_err *e) {
-    const char *old = getenv("KEEL_NO_NCHWC");
-    char *save = old ? strdup(old) : NULL;
-    if (blocked) unsetenv("KEEL_NO_NCHWC");
-    else setenv("KEEL_NO_NCHWC", "1", 1);
+    int keep = kl_settings_get()->nchwc;
+    kl_settings_mut()->nchwc = blocked;
     int rc = kl_graph_finalize(g, e);
     if (!rc) rc = kl_graph_optimize(g, 1, e);
-    if (save) { setenv("KEEL_NO_NCHWC", save, 1); free(save); }
-    else unsetenv("KEEL_NO_NCHWC");
+    kl_settings_mut()->nchwc = keep;
     return rc;
 }
 
@@ -373,10 +368,10 @@ static kl_graph *build_stem(int second_use) {
 
 static kl_graph *stem_mode(int second_use, int blocked, const char *fuse, kl_err *e) {
     kl_graph *g = build_stem(second_use);
-    if (fuse) setenv("KEEL_NCHWC_POOL_FUSE", fuse, 1);
-    else unsetenv("KEEL_NCHWC_POOL_FUSE");
+    int keep = kl_settings_get()->nchwc_pool_fuse;
+    kl_settings_mut()->nchwc_pool_fuse = !(fuse && !strcmp(fuse, "0")); /* as KEEL_NCHWC_POOL_FUSE=fuse */
     int rc = optimize_mode(g, blocked, e);
-    unsetenv("KEEL_NCHWC_POOL_FUSE");
+    kl_settings_mut()->nchwc_pool_fuse = keep;
     if (rc) { kl_graph_free(g); return NULL; }
     return g;
 }
@@ -428,17 +423,17 @@ KL_TEST(graph_nchwc_pass_stem_pool) {
  * run, at 1 and 2 threads.
  * ================================================================== */
 
-/* runs g on x (split mode `mode`, kl__plan_split) with `threads`; *steps
+/* runs g on x (split mode `mode`, kl_settings.plan_split) with `threads`; *steps
  * (when not NULL): the plan's split steps */
 static int run_split(kl_graph *g, const kl_tensor *x, int mode, int threads, kl_tensor **outs, int *steps, kl_err *e) {
     kl_pool *pool = NULL;
     kl_plan *p = NULL;
     void *arena = NULL;
-    int old = kl__plan_split;
-    kl__plan_split = mode;
+    int old = kl_settings_get()->plan_split;
+    kl_settings_mut()->plan_split = mode;
     int rc = kl_pool_new(threads, &pool, e);
     if (!rc) rc = kl_plan_new(g, &x, 1, &p, e);
-    kl__plan_split = old;
+    kl_settings_mut()->plan_split = old;
     if (!rc && steps) *steps = kl_plan_split_steps(p);
     if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
     if (!rc) rc = kl_plan_run(p, g, &x, 1, outs, (size_t)g->n_outputs, arena, pool, e);

@@ -121,6 +121,22 @@ KL_TEST(serve_http_loops_default_per_core) {
     KT_EQ_INT(sv_http_loops(&o), 5);
 }
 
+/* inference workers follow the same thread-count setting as the HTTP loops
+ * (before: always the online cores); each session run gets 1 thread unless
+ * asked */
+KL_TEST(serve_workers_follow_thread_setting) {
+    kl_serve_opts o = {0};
+    int was = kl_threads_default();
+    kl_threads_set(3);
+    KT_EQ_INT(sv_workers(&o), 3);
+    kl_threads_set(was);
+    o.workers = 7;
+    KT_EQ_INT(sv_workers(&o), 7);
+    KT_EQ_INT(sv_threads_per_worker(&o), 1);
+    o.threads_per_worker = 4;
+    KT_EQ_INT(sv_threads_per_worker(&o), 4);
+}
+
 /* the reserve rule on a hand-built model: 3 instances, level 2 leaves 1 */
 KL_TEST(serve_sched_level_may_run_reserve) {
     sv_model m;

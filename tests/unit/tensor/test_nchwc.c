@@ -116,13 +116,16 @@ KL_TEST(tensor_nchwc_global_avgpool) {
 }
 
 KL_TEST(tensor_nchwc_ok_env) {
-    const char *old = getenv("KEEL_NO_NCHWC");
-    char *save = old ? strdup(old) : NULL;
-    setenv("KEEL_NO_NCHWC", "1", 1);
+    kl_settings s;
+    char *off[] = {"KEEL_NO_NCHWC=1", NULL}, *zero[] = {"KEEL_NO_NCHWC=0", NULL}, *none[] = {NULL};
+    kl_settings_parse(&s, off);
+    KT_EQ_INT(s.nchwc, 0);
+    kl_settings_parse(&s, zero);
+    KT_EQ_INT(s.nchwc, 1);
+    kl_settings_parse(&s, none);
+    KT_EQ_INT(s.nchwc, 1);
+    int keep = kl_settings_get()->nchwc;
+    kl_settings_mut()->nchwc = 0;
     KT_EQ_INT(kl_nchwc_ok(), 0);
-    setenv("KEEL_NO_NCHWC", "0", 1);
-    int on = kl_nchwc_ok();
-    unsetenv("KEEL_NO_NCHWC");
-    KT_EQ_INT(kl_nchwc_ok(), on);
-    if (save) { setenv("KEEL_NO_NCHWC", save, 1); free(save); }
+    kl_settings_mut()->nchwc = keep;
 }

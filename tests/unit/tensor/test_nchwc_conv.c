@@ -159,8 +159,8 @@ KL_TEST(tensor_nchwc_conv_vs_nchw) {
         {2, 40, 20, 19, 33, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1, 0, 1, KL_ACT_NONE},  /* plain, 40 channel planes */
     };
     char msg[512];
-    int wino = kl__nchwc_wino_force;
-    kl__nchwc_wino_force = 0; /* the direct kernel (Winograd: test_nchwc_wino.c) */
+    int wino = kl_settings_get()->wino_use;
+    kl_settings_mut()->wino_use = 0; /* the direct kernel (Winograd: test_nchwc_wino.c) */
     for (size_t c = 0; c < KL_ARRAY_LEN(cs); c++) {
         int f = run_case(&cs[c], (int)c, msg, sizeof msg);
         KT_CHECKF(!f, "%s", msg);
@@ -173,7 +173,7 @@ KL_TEST(tensor_nchwc_conv_vs_nchw) {
         KT_CHECKF(!f, "streaming stores: %s", msg);
     }
     kl__nchwc_stream_bytes = keep;
-    kl__nchwc_wino_force = wino;
+    kl_settings_mut()->wino_use = wino;
 }
 
 KL_TEST(tensor_nchwc_conv_support) {

@@ -47,8 +47,8 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
     void *ws = NULL, *ws1 = NULL;
     for (int64_t i = 0; i < ybn + 16; i++) y1[i] = y2[i] = y3[i] = y4[i] = NAN;  /* every element must be written */
     const float *bias = cs->bias ? b : NULL;
-    int fail = 0, keep = kl__nchwc_wino_force;
-    kl__nchwc_wino_force = wino;
+    int fail = 0, keep = kl_settings_get()->wino_use;
+    kl_settings_mut()->wino_use = wino;
     p.residual = res;
     if (kl_conv_f32(&p, x, w, bias, ref, NULL, tt_pool(1), &e) != KL_OK) {
         snprintf(msg, msz, "case %d: reference: %s", idx, e.msg);
@@ -109,7 +109,7 @@ static int run_wcase(const wcase *cs, int idx, int wino, float **yout, double *m
         fail = 1;
     }
 done:
-    kl__nchwc_wino_force = keep;
+    kl_settings_mut()->wino_use = keep;
     free(x); free(w); free(b); free(res); free(xb); free(rb); free(ref); free(refb);
     kl_mem_free(pw); kl_mem_free(ws); kl_mem_free(ws1); kl_mem_free(y2); kl_mem_free(y3); kl_mem_free(y4);
     if (fail) kl_mem_free(y1);
