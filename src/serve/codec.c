@@ -243,20 +243,9 @@ static int fill_bytes(const cJSON *arr, kl_buf *b, int64_t *n, const char *field
     return KL_OK;
 }
 
-static int parse_priority(const cJSON *p, int *out) {
-    if (cJSON_IsNumber(p)) {
-        if (p->valuedouble != floor(p->valuedouble) || p->valuedouble < 1 || p->valuedouble > SV_MAX_LEVELS) return -1;
-        *out = (int)p->valuedouble;
-        return 0;
-    }
-    if (cJSON_IsString(p)) {
-        int64_t v;
-        if (!strcmp(p->valuestring, "high")) { *out = 1; return 0; }
-        if (!strcmp(p->valuestring, "low")) { *out = SV_MAX_LEVELS + 1; return 0; } /* lowest level */
-        if (kl_parse_int64(p->valuestring, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
-        *out = (int)v;
-        return 0;
-    }
+static int parse_priority(const cJSON *p, int *level) {
+    if (cJSON_IsNumber(p)) return sv_priority_number(p->valuedouble, level);
+    if (cJSON_IsString(p)) return sv_priority_parse(p->valuestring, level);
     return -1;
 }
 

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+_Thread_local sv_loop *sv_cur_loop;
+
 /* ==================================================================
  * Responses
  * ================================================================== */
@@ -213,10 +215,11 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
     /* dynamic_batching: whether this version's requests are batched (the
      * configuration's, default on, and the version can batch) */
     int batches = sv_version_batches(&m->cfg, v);
-    kl_buf_printf(&b, ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"max_queue_delay_us\":%lld,"
-                      "\"priority_levels\":%d,\"default_priority\":%d,\"instances\":%d}",
+    kl_buf_printf(&b,
+                  ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"max_queue_delay_us\":%lld,"
+                  "\"priority_levels\":%d,\"default_priority\":%d,\"instances\":%d}",
                   m->cfg.max_batch, batches ? "true" : "false", batches ? (long long)m->cfg.max_queue_delay_us : 0LL,
-                  m->cfg.levels, m->cfg.default_level, m->cfg.instances);
+                  m->cfg.levels, m->cfg.default_level + 1, m->cfg.instances);
     if (v->feat) predict_meta(&b, v);
     kl_buf_puts(&b, "}");
     pthread_mutex_unlock(&s->lock);
@@ -300,24 +303,17 @@ static enum MHD_Result answer(kl_server *s, struct MHD_Connection *c, sv_req *r)
                      r->resp_header_len);
 }
 
-/* lock held: whether a request of level lvl (0-based) of m is shed before
- * its decode because the HTTP loop reading it is saturated (it has not had
- * a round with nothing to do for the level's shed_busy_us) while a higher
- * level has recent traffic: a shed request costs its read and a 503, not
- * its decode and run, and the loop's time goes to the higher levels */
-static int loop_saturated(const sv_req *r, const sv_model *m, int lvl) {
-    if (lvl <= 0 || lvl >= SV_MAX_LEVELS || !r->loop) return 0;
-    int64_t busy = m->cfg.level[lvl].shed_busy_us;
-    if (busy <= 0) return 0;
-    int64_t now = kl_time_mono_ns();
-    if (now - r->loop->idle_ns < busy * 1000) return 0;
-    return sv_sched_higher_active(m, lvl, now, NULL);
-}
-
-static enum MHD_Result shed_error(kl_server *s, struct MHD_Connection *c, sv_req *r, const sv_model *m) {
-    return send_error(s, c, r, 503, SV_R_OVERLOAD, 1,
-                      "model '%s' priority %d: shed, the server is saturated while higher priorities have traffic",
-                      m->name, r->level + 1);
+/* The scheduler's admission of r at an HTTP stage (before or right after
+ * the decode): 0 when admitted; else the refusal is sent and *res is the
+ * handler's result. */
+static int refused(kl_server *s, struct MHD_Connection *c, sv_req *r, sv_admit_stage stage, enum MHD_Result *res) {
+    sv_verdict v;
+    r->loop_idle_ns = r->loop ? r->loop->idle_ns : 0;
+    pthread_mutex_lock(&s->lock);
+    int st = sv_sched_admit(s, r, stage, &v);
+    pthread_mutex_unlock(&s->lock);
+    if (st) *res = send_error(s, c, r, v.status, v.reason, v.retry_after, "%s", v.msg);
+    return st != 0;
 }
 
 static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
@@ -345,7 +341,7 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     }
     sv_version_ref(v);
     r->ver = v;
-    int levels = m->cfg.levels, def_level = m->cfg.default_level;
+    int levels = m->cfg.levels;
     int quota = m->cfg.memory_quota > 0;
     for (int l = 0; l < levels; l++) quota |= m->cfg.level[l].memory_share < 1;
     pthread_mutex_unlock(&s->lock);
@@ -357,28 +353,16 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0,
                           "Inference-Header-Content-Length: '%s' is not a length within the %zu-byte body", hl, r->body_len);
     if (!r->body_len) return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "request body: empty (expected a JSON object)");
-    int prio = 0;
+    int asked = -1;
+    enum MHD_Result res;
     const char *ph = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Priority");
-    if (ph && sv_http_prio_header(ph, &prio))
+    if (ph && sv_priority_parse(ph, &asked))
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "X-Priority: expected a level 1..%d, high or low, got '%s'",
                           levels, ph);
-    int hdr_prio = prio != 0;
-    if (prio) { /* shed a full level before paying for the JSON decode (submit checks again) */
-        int lvl = (prio > levels ? levels : prio) - 1;
-        pthread_mutex_lock(&s->lock);
-        int64_t maxq = m->cfg.level[lvl].max_queue;
-        int full = maxq > 0 && m->qlen[lvl] >= maxq;
-        int shed = !full && loop_saturated(r, m, lvl);
-        pthread_mutex_unlock(&s->lock);
-        if (full) {
-            r->level = lvl;
-            return send_error(s, c, r, 503, SV_R_QUEUE_FULL, 1, "model '%s' priority %d: queue full (%lld requests)",
-                              m->name, lvl + 1, (long long)maxq);
-        }
-        if (shed) {
-            r->level = lvl;
-            return shed_error(s, c, r, m);
-        }
+    int hdr_prio = asked >= 0; /* the header's level wins over the body's */
+    if (hdr_prio) {            /* refuse a full or shed level before paying for the JSON decode */
+        r->level = sv_priority_level(&m->cfg, asked);
+        if (refused(s, c, r, SV_ADMIT_HEADER, &res)) return res;
     }
     kl_err e = {0};
     int rc = r->predict ? sv_decode_predict(r, r->body, r->body_len, &e)
@@ -392,15 +376,9 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     kl_mem_free(r->body);
     r->body = NULL;
     r->body_len = r->body_cap = 0;
-    if (!prio) prio = r->prio_param;
-    if (!prio) prio = def_level;
-    if (prio > levels) prio = levels;
-    r->level = prio - 1;
-    if (!hdr_prio && r->level > 0) { /* the level came with the body: its decode is paid, its run is not */
-        pthread_mutex_lock(&s->lock);
-        int shed = loop_saturated(r, m, r->level);
-        pthread_mutex_unlock(&s->lock);
-        if (shed) return shed_error(s, c, r, m);
+    if (!hdr_prio) { /* the level came with the body (or is the default): its decode is paid, its run is not */
+        r->level = sv_priority_level(&m->cfg, r->prio_param);
+        if (r->level > 0 && refused(s, c, r, SV_ADMIT_DECODED, &res)) return res;
     }
     if (r->rows == -2 && v->batchable)
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "inputs: dimension 0 (the batch) differs between inputs");
@@ -429,6 +407,24 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     sv_sched_submit(s, r);
     return MHD_YES;
 }
+
+/* sv_transport.deliver: a held request may be answered and freed by its
+ * loop as soon as it is marked done, so what the wake-up needs is read
+ * before; a held one is sent by its loop's next handler call */
+static void deliver(sv_req *r) {
+    int held = r->held;
+    sv_loop *lp = r->loop;
+    __atomic_store_n(&r->qstate, SV_Q_DONE, __ATOMIC_RELEASE);
+    if (held) {
+        if (lp != sv_cur_loop) sv_loop_wake(lp);
+        return;
+    }
+    sv_req_resume(r);
+}
+
+static int on_own_loop(const sv_req *r) { return sv_cur_loop && r->loop == sv_cur_loop; }
+
+static int loop_all_waiting(const sv_loop *lp) { return lp->nwait >= lp->nconn; }
 
 void sv_req_resume(sv_req *r) {
     if (!r->suspended) return; /* held requests: sv_req_finish wakes their loop */
@@ -690,6 +686,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->loop = sv_cur_loop;
         r->t_recv = kl_time_mono_ns();
         r->timeout_us = -1;
+        r->prio_param = -1;
         r->resp_header_len = -1;
         r->rid[0] = 'r';
         r->rid[1 + sv_fmt_u64(r->rid + 1, atomic_fetch_add(&s->next_rid, 1))] = 0;
@@ -1210,6 +1207,7 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
 }
 
 int kl_server_start(kl_server *s, kl_err *e) {
+    s->io = (sv_transport){deliver, on_own_loop, loop_all_waiting};
     int rc = sv_sched_start(s, e);
     if (rc) return rc;
     rc = sv_http_start(s, e);

@@ -9,6 +9,7 @@
  * hands these functions what it saw. */
 #include "serve_int.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -159,11 +160,30 @@ int sv_http_header_len(const char *hl, size_t body_len, size_t *json_len) {
     return KL_OK;
 }
 
-int sv_http_prio_header(const char *h, int *out) {
+int sv_priority_parse(const char *s, int *level) {
     int64_t v;
-    if (!strcasecmp(h, "high")) { *out = 1; return 0; }
-    if (!strcasecmp(h, "low")) { *out = SV_MAX_LEVELS + 1; return 0; }
-    if (kl_parse_int64(h, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
-    *out = (int)v;
+    if (!strcasecmp(s, "high")) {
+        *level = 0;
+        return 0;
+    }
+    if (!strcasecmp(s, "low")) {
+        *level = SV_LEVEL_LOWEST;
+        return 0;
+    }
+    for (const char *p = s; *p; p++)
+        if (*p < '0' || *p > '9') return -1;
+    if (kl_parse_int64(s, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
+    *level = (int)v - 1;
     return 0;
+}
+
+int sv_priority_number(double v, int *level) {
+    if (!(v >= 1 && v <= SV_MAX_LEVELS) || v != floor(v)) return -1;
+    *level = (int)v - 1;
+    return 0;
+}
+
+int sv_priority_level(const sv_model_cfg *c, int asked) {
+    if (asked < 0) return c->default_level;
+    return asked >= c->levels ? c->levels - 1 : asked;
 }

@@ -26,7 +26,7 @@ void sv_cfg_default(sv_model_cfg *c) {
     c->max_queue_delay_us = SV_BATCH_DEFAULT_DELAY_US;
     c->instances = 1;
     c->levels = 1;
-    c->default_level = 1;
+    c->default_level = 0;
     c->policy = SV_POLICY_LATEST;
     c->latest_n = 1;
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
@@ -98,7 +98,7 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
         rc = kl_node_error(kl_node_get(root, "default_priority"), e, KL_EINVAL, "must be 1..%d", c->levels);
         goto done;
     }
-    c->default_level = (int)v;
+    c->default_level = (int)v - 1;
     /* batching: on by default (sv_cfg_default); `dynamic_batching: false`
      * or `max_batch_size: 0` (without dynamic_batching) turn it off */
     const kl_node *n = kl_node_get(root, "dynamic_batching");

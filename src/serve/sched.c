@@ -11,14 +11,14 @@
 #include "serve_int.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-_Thread_local sv_loop *sv_cur_loop;
 
 /* Estimated compute time of rows rows of model m (its recent time per row). */
 static int64_t est_ns(const sv_model *m, int64_t rows) {
@@ -44,16 +44,7 @@ void sv_req_finish(sv_req *r, int status, int reason, const char *msg) {
         r->resp_header_len = -1;
     }
     if (status == 503 && !r->retry_after) r->retry_after = 1;
-    /* a held request may be answered and freed by its loop as soon as it is
-     * marked done: what the wake-up needs is read before */
-    int held = r->held;
-    sv_loop *lp = r->loop;
-    __atomic_store_n(&r->qstate, SV_Q_DONE, __ATOMIC_RELEASE);
-    if (held) { /* its loop's next handler call sends the answer */
-        if (lp != sv_cur_loop) sv_loop_wake(lp);
-        return;
-    }
-    sv_req_resume(r);
+    r->srv->io.deliver(r);
 }
 
 /* lock held: removes r from its queue */
@@ -101,8 +92,7 @@ static void write_snapshot(kl_server *s, char *path, size_t n) {
 }
 
 int sv_sched_can_inline(kl_server *s, const sv_req *r) {
-    return sv_cur_loop && r->loop == sv_cur_loop && s->inline_ns > 0 && r->level == 0 &&
-           est_ns(r->model, r->rows) < s->inline_ns;
+    return s->inline_ns > 0 && r->level == 0 && s->io.on_own_loop(r) && est_ns(r->model, r->rows) < s->inline_ns;
 }
 
 void sv_sched_cancel(kl_server *s, sv_req *r) {
@@ -123,60 +113,114 @@ int64_t sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us) {
     return to;
 }
 
+/* ==================================================================
+ * Admission: the one place a request is let in or refused
+ * ================================================================== */
+
+static int verdict(sv_verdict *v, int status, int reason, int retry_after, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int verdict(sv_verdict *v, int status, int reason, int retry_after, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(v->msg, sizeof v->msg, fmt, ap);
+    va_end(ap);
+    v->status = status;
+    v->reason = reason;
+    v->retry_after = retry_after;
+    return status;
+}
+
+/* the level's queue is at its max_queue */
+static int queue_full(const sv_model *m, const sv_req *r, sv_verdict *v) {
+    int64_t maxq = m->cfg.level[r->level].max_queue;
+    if (maxq <= 0 || m->qlen[r->level] < maxq) return 0;
+    return verdict(v, 503, SV_R_QUEUE_FULL, 1, "model '%s' priority %d: queue full (%lld requests)", m->name,
+                   r->level + 1, (long long)maxq);
+}
+
+/* shed before the decode (or the run) because the HTTP loop reading it is
+ * saturated — it has not had a round with nothing to do for the level's
+ * shed_busy_us — while a higher level has recent traffic: a shed request
+ * costs its read and a 503, and the loop's time goes to the higher levels */
+static int shed(const sv_model *m, const sv_req *r, int64_t now, sv_verdict *v) {
+    int lvl = r->level;
+    if (lvl <= 0 || lvl >= SV_MAX_LEVELS || !r->loop_idle_ns) return 0;
+    int64_t busy = m->cfg.level[lvl].shed_busy_us;
+    if (busy <= 0 || now - r->loop_idle_ns < busy * 1000 || !sv_sched_higher_active(m, lvl, now, NULL)) return 0;
+    return verdict(v, 503, SV_R_OVERLOAD, 1,
+                   "model '%s' priority %d: shed, the server is saturated while higher priorities have traffic",
+                   m->name, lvl + 1);
+}
+
+/* token bucket of the level's rate_limit (burst: one second of it, at least 1) */
+static int over_rate(sv_model *m, const sv_req *r, int64_t now, sv_verdict *v) {
+    const sv_level_cfg *lc = &m->cfg.level[r->level];
+    int l = r->level;
+    if (lc->rate_limit <= 0) return 0;
+    double burst = lc->rate_limit < 1 ? 1 : lc->rate_limit;
+    if (!m->tok_ns[l]) {
+        m->tokens[l] = burst;
+        m->tok_ns[l] = now;
+    }
+    m->tokens[l] += (double)(now - m->tok_ns[l]) * 1e-9 * lc->rate_limit;
+    if (m->tokens[l] > burst) m->tokens[l] = burst;
+    m->tok_ns[l] = now;
+    if (m->tokens[l] >= 1) {
+        m->tokens[l] -= 1;
+        return 0;
+    }
+    return verdict(v, 429, SV_R_RATE, 1, "model '%s' priority %d: over its rate limit of %g requests/s", m->name,
+                   r->level + 1, lc->rate_limit);
+}
+
+/* the level's memory_share of the budget and the model's memory_quota, in
+ * planned bytes in flight; admitted bytes are reserved (release_bytes) */
+static int over_memory(kl_server *s, sv_model *m, sv_req *r, sv_verdict *v) {
+    const sv_level_cfg *lc = &m->cfg.level[r->level];
+    if (!r->plan_bytes) return 0;
+    uint64_t lim = (uint64_t)(lc->memory_share * (double)s->budget);
+    if (lc->memory_share < 1 && s->level_bytes[r->level] + r->plan_bytes > lim) {
+        v->snapshot = 1;
+        return verdict(v, 503, SV_R_MEMORY, 0,
+                       "priority %d: memory quota exceeded (%llu planned bytes in flight + %llu > %.0f%% of %llu)",
+                       r->level + 1, (unsigned long long)s->level_bytes[r->level], (unsigned long long)r->plan_bytes,
+                       lc->memory_share * 100, (unsigned long long)s->budget);
+    }
+    if (m->cfg.memory_quota && m->inflight_bytes + r->plan_bytes > m->cfg.memory_quota) {
+        v->snapshot = 1;
+        return verdict(v, 503, SV_R_MEMORY, 0,
+                       "model '%s': memory quota exceeded (%llu planned bytes in flight + %llu > %llu)", m->name,
+                       (unsigned long long)m->inflight_bytes, (unsigned long long)r->plan_bytes,
+                       (unsigned long long)m->cfg.memory_quota);
+    }
+    s->level_bytes[r->level] += r->plan_bytes;
+    m->inflight_bytes += r->plan_bytes;
+    return 0;
+}
+
+int sv_sched_admit(kl_server *s, sv_req *r, sv_admit_stage stage, sv_verdict *v) {
+    sv_model *m = r->model;
+    int64_t now = kl_time_mono_ns();
+    v->snapshot = 0;
+    if (stage == SV_ADMIT_QUEUE && atomic_load(&s->draining))
+        return verdict(v, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
+    switch (stage) {
+    case SV_ADMIT_HEADER: return queue_full(m, r, v) ? v->status : shed(m, r, now, v);
+    case SV_ADMIT_DECODED: return shed(m, r, now, v);
+    case SV_ADMIT_QUEUE:
+        if (over_rate(m, r, now, v) || queue_full(m, r, v)) return v->status;
+        return over_memory(s, m, r, v);
+    }
+    return 0;
+}
+
 int sv_sched_submit(kl_server *s, sv_req *r) {
     sv_model *m = r->model;
-    char msg[768];
-    int status = 0, reason = 0, snap = 0;
+    sv_verdict v;
     pthread_mutex_lock(&s->lock);
     const sv_level_cfg *lc = &m->cfg.level[r->level];
     int64_t now = kl_time_mono_ns();
-    if (atomic_load(&s->draining)) {
-        status = 503; reason = SV_R_SHUTDOWN;
-        snprintf(msg, sizeof msg, "server is shutting down");
-        r->retry_after = 5;
-        goto reject;
-    }
-    if (lc->rate_limit > 0) {
-        double burst = lc->rate_limit < 1 ? 1 : lc->rate_limit;
-        if (!m->tok_ns[r->level]) { m->tokens[r->level] = burst; m->tok_ns[r->level] = now; }
-        m->tokens[r->level] += (double)(now - m->tok_ns[r->level]) * 1e-9 * lc->rate_limit;
-        if (m->tokens[r->level] > burst) m->tokens[r->level] = burst;
-        m->tok_ns[r->level] = now;
-        if (m->tokens[r->level] < 1) {
-            status = 429; reason = SV_R_RATE;
-            snprintf(msg, sizeof msg, "model '%s' priority %d: over its rate limit of %g requests/s", m->name,
-                     r->level + 1, lc->rate_limit);
-            r->retry_after = 1;
-            goto reject;
-        }
-        m->tokens[r->level] -= 1;
-    }
-    if (lc->max_queue > 0 && m->qlen[r->level] >= lc->max_queue) {
-        status = 503; reason = SV_R_QUEUE_FULL;
-        snprintf(msg, sizeof msg, "model '%s' priority %d: queue full (%lld requests)", m->name, r->level + 1,
-                 (long long)lc->max_queue);
-        r->retry_after = 1;
-        goto reject;
-    }
-    if (r->plan_bytes) {
-        uint64_t lim = (uint64_t)(lc->memory_share * (double)s->budget);
-        if (lc->memory_share < 1 && s->level_bytes[r->level] + r->plan_bytes > lim) {
-            status = 503; reason = SV_R_MEMORY; snap = 1;
-            snprintf(msg, sizeof msg, "priority %d: memory quota exceeded (%llu planned bytes in flight + %llu > %.0f%% of %llu)",
-                     r->level + 1, (unsigned long long)s->level_bytes[r->level], (unsigned long long)r->plan_bytes,
-                     lc->memory_share * 100, (unsigned long long)s->budget);
-            goto reject;
-        }
-        if (m->cfg.memory_quota && m->inflight_bytes + r->plan_bytes > m->cfg.memory_quota) {
-            status = 503; reason = SV_R_MEMORY; snap = 1;
-            snprintf(msg, sizeof msg, "model '%s': memory quota exceeded (%llu planned bytes in flight + %llu > %llu)",
-                     m->name, (unsigned long long)m->inflight_bytes, (unsigned long long)r->plan_bytes,
-                     (unsigned long long)m->cfg.memory_quota);
-            goto reject;
-        }
-        s->level_bytes[r->level] += r->plan_bytes;
-        m->inflight_bytes += r->plan_bytes;
-    }
+    if (sv_sched_admit(s, r, SV_ADMIT_QUEUE, &v)) goto reject;
     /* timeout: the level's default, or the request's when allowed */
     int64_t to = sv_sched_timeout_us(lc, r->timeout_us);
     r->deadline = to > 0 ? now + to * 1000 : 0;
@@ -213,16 +257,17 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
 reject:
     r->plan_bytes = 0;
     pthread_mutex_unlock(&s->lock);
-    if (snap) {
+    if (v.snapshot) {
         char path[1200];
         write_snapshot(s, path, sizeof path);
         if (path[0]) {
-            size_t n = strlen(msg);
-            snprintf(msg + n, sizeof msg - n, "; allocator snapshot: %s", path);
-            kl_log(KL_LOG_WARN, "serve", "%s", msg);
+            size_t n = strlen(v.msg);
+            snprintf(v.msg + n, sizeof v.msg - n, "; allocator snapshot: %s", path);
+            kl_log(KL_LOG_WARN, "serve", "%s", v.msg);
         }
     }
-    sv_req_finish(r, status, reason, msg);
+    if (v.retry_after) r->retry_after = v.retry_after;
+    sv_req_finish(r, v.status, v.reason, v.msg);
     return -1;
 }
 
@@ -458,7 +503,7 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
         int64_t due = h->t_enq + c->max_queue_delay_us * 1000;
         /* an HTTP loop whose every connection has its request in the
          * scheduler waits for nobody: no more requests can come to it */
-        if (lp && lp->nwait >= lp->nconn) preferred = 1;
+        if (lp && s->io.loop_all_waiting(lp)) preferred = 1;
         if (!preferred && c->max_queue_delay_us > 0 && kl_time_mono_ns() < due && !atomic_load(&s->draining)) {
             *wait_until = due;
             *wait_model = best;

@@ -112,7 +112,7 @@ typedef struct {
     int n_preferred;
     int instances;              /* concurrent runs of one version */
     int levels;                 /* priority levels, 1 = highest */
-    int default_level;          /* 1-based */
+    int default_level;          /* 0-based (config.yaml's default_priority - 1) */
     sv_level_cfg level[SV_MAX_LEVELS];
     uint64_t memory_quota;      /* planned in-flight bytes of this model; 0 = none */
     sv_policy policy;
@@ -278,7 +278,7 @@ struct sv_req {
     sv_model *model;
     sv_version *ver;        /* referenced while the request lives */
     int level;              /* 0-based */
-    int prio_param;         /* 1-based level from the request; 0 = none */
+    int prio_param;         /* 0-based level from the request body (sv_priority_*); -1 = none */
     int64_t timeout_us;     /* from the request parameters; -1 = none */
     int all_binary;         /* request parameter binary_data_output */
     sv_tensor in[SV_MAX_IO];
@@ -309,6 +309,7 @@ struct sv_req {
     int held;               /* inline, connection not suspended: libmicrohttpd calls the handler
                                again each round until the answer is there (no epoll_ctl pair) */
     int counted_wait;       /* counted in loop->nwait */
+    int64_t loop_idle_ns;   /* its loop's idle_ns when admission looked (sv_sched_admit) */
 };
 
 /* An HTTP loop (http.c): one thread running one libmicrohttpd daemon (all
@@ -354,8 +355,23 @@ void sv_loop_log_flush(sv_loop *lp);
  * The server
  * ================================================================== */
 
+/* What the scheduler needs from the transport that feeds it (http.c sets
+ * it before the scheduler starts): the scheduler calls these, never the
+ * HTTP layer's functions or state. */
+typedef struct {
+    /* r is answered (status and body set): mark it done and get the answer
+     * on its way (resume its connection, or wake the loop that holds it) */
+    void (*deliver)(sv_req *r);
+    /* whether the calling thread is the HTTP loop r came in on */
+    int (*on_own_loop)(const sv_req *r);
+    /* whether every connection of loop lp has its request in the scheduler
+     * (no more can come to it: its batch need not wait for company) */
+    int (*loop_all_waiting)(const sv_loop *lp);
+} sv_transport;
+
 struct kl_server {
     kl_serve_opts o;
+    sv_transport io;
     char repo[1024], host[256], snapdir[1024];
     sv_loop *loops;             /* --http-threads of them */
     int nloops;
@@ -448,8 +464,19 @@ typedef struct {
 int sv_http_check_headers(const sv_http_hdr *h, size_t nh, char *why, size_t n);
 /* Inference-Header-Content-Length: the JSON part's length, within body_len. */
 int sv_http_header_len(const char *hl, size_t body_len, size_t *json_len);
-/* X-Priority: 1..SV_MAX_LEVELS, high (1) or low (SV_MAX_LEVELS + 1); -1 when none of these. */
-int sv_http_prio_header(const char *h, int *out);
+/* The priority grammar, one for the X-Priority header, the v2 body's
+ * parameters.priority (the header serves :predict too): a level 1..SV_MAX_LEVELS in plain
+ * digits (1 = highest), or the words "high" (level 1) and "low" (the model's
+ * lowest level) in any case; a JSON body may give the level as a number
+ * (sv_priority_number: an integer 1..SV_MAX_LEVELS). *level is 0-based, as
+ * everywhere inside serve (SV_LEVEL_LOWEST for "low"); -1 when the text is
+ * none of these. sv_priority_level: the level a request runs at for model
+ * config c — asked (0-based; -1 = not asked: the model's default_priority)
+ * capped at the model's lowest level. */
+#define SV_LEVEL_LOWEST SV_MAX_LEVELS
+int sv_priority_parse(const char *s, int *level);
+int sv_priority_number(double v, int *level);
+int sv_priority_level(const sv_model_cfg *c, int asked);
 
 /* json.c: a cJSON tree in one arena (read it with the cJSON accessors;
  * never cJSON_Delete it). */
@@ -514,7 +541,25 @@ int sv_fmt_i64(char *out, int64_t v);
 char *sv_error_json(const char *msg, size_t *len);
 
 /* sched.c */
-/* Queues r (or answers it at once: queue full, rate, memory); 0 = queued. */
+/* Admission — the one place a request is let in or refused — at three
+ * stages: SV_ADMIT_HEADER, before the body is decoded when X-Priority gave
+ * the level (queue full, then shedding: a refused request costs its read,
+ * not its decode); SV_ADMIT_DECODED, after the decode when the level came
+ * with the body or is the default (shedding); SV_ADMIT_QUEUE, at submit
+ * (shutdown, the level's rate limit → 429, queue full, memory shares and the
+ * model's quota → 503 with an allocator snapshot; admitted planned bytes are
+ * reserved). Lock held for HEADER and DECODED (sv_sched_submit takes it for
+ * QUEUE). r->model and r->level set; r->loop_idle_ns is when its HTTP loop
+ * last had a round with nothing to do (0: not on a loop). Returns 0 when
+ * admitted, else the HTTP status with *v filled in. */
+typedef enum { SV_ADMIT_HEADER, SV_ADMIT_DECODED, SV_ADMIT_QUEUE } sv_admit_stage;
+typedef struct {
+    int status, reason, retry_after; /* retry_after in s; 0: the 503 default */
+    int snapshot;                    /* a memory refusal: write an allocator snapshot */
+    char msg[768];
+} sv_verdict;
+int sv_sched_admit(kl_server *s, sv_req *r, sv_admit_stage stage, sv_verdict *v);
+/* Queues r (or answers it at once when SV_ADMIT_QUEUE refuses it); 0 = queued. */
 int sv_sched_submit(kl_server *s, sv_req *r);
 /* The queue timeout (µs, 0 = none) of a request of level lc that asked for
  * req_us (-1: no `timeout` parameter; 0: none asked). A request may only
@@ -554,7 +599,7 @@ void sv_loop_wake(sv_loop *lp);
 /* The scheduling state of r (SV_Q_*): read and written with acquire/release
  * (a held request is answered by its loop after another thread set it). */
 static inline int sv_qstate(const sv_req *r) { return __atomic_load_n(&r->qstate, __ATOMIC_ACQUIRE); }
-/* Marks r answered and wakes its connection. */
+/* Sets r's answer and hands it to the transport (sv_transport.deliver). */
 void sv_req_finish(sv_req *r, int status, int reason, const char *msg);
 
 /* metrics.c */

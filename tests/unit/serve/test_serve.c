@@ -25,7 +25,7 @@ KL_TEST(serve_cfg_parse_full) {
     KT_EQ_INT(c.preferred[1], 8);
     KT_EQ_INT(c.instances, 2);
     KT_EQ_INT(c.levels, 2);
-    KT_EQ_INT(c.default_level, 2);
+    KT_EQ_INT(c.default_level + 1, 2); /* default_priority: 2, kept 0-based */
     KT_EQ_INT(c.level[0].max_queue, 100);
     KT_NEAR(c.level[0].memory_share, 0.7, 1e-12);
     KT_EQ_INT(c.level[1].default_timeout_us, 5000);
@@ -256,6 +256,7 @@ static void req_init(sv_req *r, sv_model *m, sv_version *v) {
     r->model = m;
     r->ver = v;
     r->timeout_us = -1;
+    r->prio_param = -1;
     r->resp_header_len = -1;
 }
 
@@ -263,6 +264,52 @@ static void req_clear(sv_req *r) {
     for (int i = 0; i < SV_MAX_IO; i++) sv_tensor_release(&r->in[i]);
     free(r->resp);
     r->resp = NULL;
+}
+
+/* one priority grammar: the X-Priority header and the body's
+ * parameters.priority accept the same spellings (words in any case) and give
+ * the same 0-based level; before, the body took "high"/"low" only in lower
+ * case and both kept a 1-based level with "low" as levels + 1 */
+KL_TEST(serve_priority_one_grammar_header_and_body) {
+    static const struct {
+        const char *text;
+        int level;
+    } cs[] = {
+        {"1", 0},  {"8", 7},  {"high", 0}, {"HIGH", 0}, {"High", 0}, {"low", SV_LEVEL_LOWEST}, {"LOW", SV_LEVEL_LOWEST},
+        {"0", -1}, {"9", -1}, {"+1", -1},  {" 1", -1},  {"1.0", -1}, {"urgent", -1},           {"", -1},
+    };
+    sv_model m;
+    sv_version v;
+    fake_version(&m, &v);
+    for (size_t i = 0; i < KL_ARRAY_LEN(cs); i++) {
+        int hl = -2, rc = sv_priority_parse(cs[i].text, &hl);
+        KT_CHECKF(cs[i].level < 0 ? rc != 0 : rc == 0 && hl == cs[i].level, "header '%s': rc %d level %d", cs[i].text,
+                  rc, hl);
+        char j[512];
+        snprintf(j, sizeof j,
+                 "{\"parameters\":{\"priority\":\"%s\"},\"inputs\":[{\"name\":\"mask\",\"datatype\":\"BOOL\","
+                 "\"shape\":[1],\"data\":[true]},{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[1,3],"
+                 "\"data\":[1,2,3]}]}",
+                 cs[i].text);
+        sv_req r;
+        req_init(&r, &m, &v);
+        kl_err e = {0};
+        rc = sv_decode_infer(&r, j, strlen(j), NULL, 0, &e);
+        KT_CHECKF(cs[i].level < 0 ? rc != 0 : rc == 0 && r.prio_param == cs[i].level, "body '%s': rc %d level %d (%s)",
+                  cs[i].text, rc, r.prio_param, e.msg);
+        req_clear(&r);
+    }
+    int lv = -1;
+    KT_CHECK(sv_priority_number(3, &lv) == 0 && lv == 2);
+    KT_CHECK(sv_priority_number(2.5, &lv) != 0 && sv_priority_number(0, &lv) != 0 && sv_priority_number(NAN, &lv) != 0);
+    sv_model_cfg c;
+    sv_cfg_default(&c);
+    c.levels = 3;
+    c.default_level = 1;
+    KT_EQ_INT(sv_priority_level(&c, -1), 1);              /* not asked: default_priority */
+    KT_EQ_INT(sv_priority_level(&c, SV_LEVEL_LOWEST), 2); /* "low": the model's lowest */
+    KT_EQ_INT(sv_priority_level(&c, 7), 2);
+    KT_EQ_INT(sv_priority_level(&c, 0), 0);
 }
 
 KL_TEST(serve_decode_nested_and_flat) {
@@ -278,7 +325,7 @@ KL_TEST(serve_decode_nested_and_flat) {
     kl_err e = {0};
     KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
     KT_EQ_STR(r.id, "abc");
-    KT_EQ_INT(r.prio_param, 2);
+    KT_EQ_INT(r.prio_param + 1, 2); /* kept 0-based */
     KT_EQ_INT(r.timeout_us, 1500);
     KT_EQ_INT(r.rows, 2);
     const float *x = r.in[0].data;
