@@ -125,7 +125,7 @@ static void charts(kl_buf *b, kl_track *t, const int64_t *ids, cJSON **runs, int
             size_t cnt = 0;
             if (history(t, ids[i], k->string, &x, &y, &cnt, 2000)) continue;
             snprintf(labels[ns], sizeof labels[ns], "%lld %s", (long long)ids[i], jstr(runs[i], "name"));
-            s[ns] = (kl_chart_series){labels[ns], x, y, cnt, NULL};
+            s[ns] = (kl_chart_series){labels[ns], x, y, cnt, NULL, 0, 0};
             ns++;
         }
         kl_track_svg_chart(b, k->string, "step", k->string, s, (size_t)ns, 560, 340);

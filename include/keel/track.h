@@ -171,17 +171,31 @@ int kl_track_metric_count(kl_track *t, int64_t run_id, const char *key, int64_t 
 int kl_track_filter_compile(const char *filter, char **sql, kl_err *e);
 
 /* ==================================================================
- * Charts (SVG line chart, shared by `keel runs plot` and `keel ui`)
+ * Charts: the one SVG line chart of keel — `keel runs plot`, `keel ui`, the
+ * training run's curves.svg, study histories (`keel tune show`) and the
+ * pipeline report
  * ================================================================== */
 
 typedef struct {
     const char *label;
     const int64_t *x;  /* steps */
-    const double *y;   /* NaN/Inf points break the line */
+    const double *y;   /* NaN/Inf points (and, on a log axis, y <= 0) break the line */
     size_t n;
     const double *xf;  /* when non-NULL: real x values instead of steps (ROC curves) */
+    int right;         /* plotted on the right axis: a fraction 0..1 shown as 0-100 % (accuracy) */
+    int dots;          /* a dot at every point (per-epoch values among per-step ones) */
 } kl_chart_series;
-/* Appends an <svg> element: axes with ticks, one path per series, legend. */
+typedef struct {
+    const char *title, *xlabel, *ylabel; /* each may be NULL */
+    const char *ylabel_right;            /* the right axis' label when a series is on it */
+    const kl_chart_series *series;
+    size_t nseries;
+    int width, height; /* at least 200 x 150 */
+    int logy;          /* left axis log10 (one grid line per decade) */
+} kl_chart;
+/* Appends an <svg> element: axes with ticks, one path per series
+ * (class="series"), legend. kl_track_svg_chart: the plain form. */
+int kl_svg_chart(kl_buf *out, const kl_chart *c);
 int kl_track_svg_chart(kl_buf *out, const char *title, const char *xlabel, const char *ylabel,
                        const kl_chart_series *series, size_t nseries, int width, int height);
 

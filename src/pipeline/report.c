@@ -138,10 +138,11 @@ static void sec_training(pl_ctx *c, kl_buf *b) {
     kl_buf_puts(b, "<p>Training ");
     kl_buf_html(b, cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(pl_stage_state(c, KL_STAGE_TRAIN), "out"), "note")));
     kl_buf_puts(b, ". Curves of the run's metrics.csv; the exported weights are the best epoch by validation loss.</p>");
-    kl_chart_series loss[2] = {{"train loss", x[0], y[0], n[0], NULL}, {"validation loss", x[1], y[1], n[1], NULL}};
+    kl_chart_series loss[2] = {{"train loss", x[0], y[0], n[0], NULL, 0, 0},
+                               {"validation loss", x[1], y[1], n[1], NULL, 0, 0}};
     kl_track_svg_chart(b, "loss per epoch", "epoch", "loss", loss, 2, 460, 300);
     if (n[2]) {
-        kl_chart_series acc = {"validation accuracy", x[2], y[2], n[2], NULL};
+        kl_chart_series acc = {"validation accuracy", x[2], y[2], n[2], NULL, 0, 0};
         kl_track_svg_chart(b, "validation accuracy per epoch", "epoch", "accuracy", &acc, 1, 460, 300);
     }
     for (int k = 0; k < 3; k++) { free(x[k]); free(y[k]); }
@@ -209,7 +210,7 @@ static void sec_eval(pl_ctx *c, kl_buf *b) {
             }
             static const double dx[2] = {0, 1}, dy[2] = {0, 1};
             static const int64_t dd[2] = {0, 0};
-            kl_chart_series s[2] = {{"model", dummy, ty, (size_t)n, fx}, {"chance", dd, dy, 2, dx}};
+            kl_chart_series s[2] = {{"model", dummy, ty, (size_t)n, fx, 0, 0}, {"chance", dd, dy, 2, dx, 0, 0}};
             kl_buf_puts(b, "<h3>ROC curve</h3>");
             kl_track_svg_chart(b, "ROC (test split)", "false positive rate", "true positive rate", s, 2, 460, 400);
         }

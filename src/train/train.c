@@ -363,78 +363,48 @@ static int read_metrics_csv(const char *path, int64_t upto_step, tr_rows *rs) {
 
 /* ================================================================ curves.svg */
 
-/* The plotted value of a loss: itself, or its log10 on a log axis. */
-static double plot_y(double v, int logy) { return logy ? log10(v > 1e-300 ? v : 1e-300) : v; }
-
-/* One series as a polyline (and dots); acc: the accuracy, else the loss
- * (its log10 when logy; a loss <= 0 is left out there). */
-static void svg_series(kl_buf *b, const tr_rows *rs, int split, int acc, double x0, double x1, double y0, double y1,
-                       int W, int H, int L, int T, const char *color, int dots, int logy) {
-    kl_buf_printf(b, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", color);
-    for (int pass = 0; pass < 1 + dots; pass++) {
-        for (size_t i = 0; i < rs->n; i++) {
-            const tr_row *r = &rs->r[i];
-            double v = acc ? r->acc : r->loss;
-            if (r->split != split || !isfinite(v) || (logy && !acc && !(v > 0))) continue;
-            if (!acc) v = plot_y(v, logy);
-            double px = L + (r->step - x0) / (x1 - x0 > 0 ? x1 - x0 : 1) * W, py = T + H - (v - y0) / (y1 - y0 > 0 ? y1 - y0 : 1) * H;
-            if (pass == 0) kl_buf_printf(b, "%.1f,%.1f ", px, py);
-            else kl_buf_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"%s\"/>\n", px, py, color);
-        }
-        if (pass == 0) kl_buf_puts(b, "\"/>\n");
+/* One series of curves.svg: the rows of split (0 train steps, 1 validation
+ * epochs), their loss or (acc) accuracy. xs, ys: room for rs->n points. */
+static kl_chart_series curve(const tr_rows *rs, int split, int acc, int64_t *xs, double *ys, const char *label) {
+    size_t n = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        if (rs->r[i].split != split) continue;
+        xs[n] = rs->r[i].step;
+        ys[n++] = acc ? rs->r[i].acc : rs->r[i].loss;
     }
+    return (kl_chart_series){label, xs, ys, n, NULL, acc, split == 1};
 }
 
-/* curves.svg: the train loss per step, the validation loss per epoch and,
- * for classification, the validation accuracy (right axis), titled by the
- * loss; a log axis when the loss spans more than two decades. */
+/* curves.svg (track's chart): the train loss per step, the validation loss
+ * per epoch and, for classification, the validation accuracy (right axis),
+ * titled by the loss; a log axis when the loss spans more than two decades. */
 static int write_curves_svg(const char *path, const tr_rows *rs, tr_loss_kind loss, kl_err *e) {
-    const int L = 70, T = 40, W = 640, H = 300, RW = 60;
-    double x0 = 0, x1 = 1, y0 = 0, y1 = 0, lo = INFINITY;
+    double hi = 0, lo = INFINITY;
     int have_acc = 0;
     for (size_t i = 0; i < rs->n; i++) {
         const tr_row *r = &rs->r[i];
-        if (r->step > x1) x1 = (double)r->step;
-        if (isfinite(r->loss) && r->loss > y1) y1 = r->loss;
+        if (isfinite(r->loss) && r->loss > hi) hi = r->loss;
         if (isfinite(r->loss) && r->loss > 0 && r->loss < lo) lo = r->loss;
         if (r->split == 1 && isfinite(r->acc)) have_acc = 1;
     }
-    if (y1 <= 0) y1 = 1;
-    int logy = isfinite(lo) && y1 / lo > 100;
-    if (logy) { y0 = floor(log10(lo)); y1 = ceil(log10(y1)); if (y1 <= y0) y1 = y0 + 1; }
-    else y1 *= 1.05;
+    int logy = isfinite(lo) && hi / lo > 100;
     const char *name = loss == TR_LOSS_CE ? "cross-entropy" : loss == TR_LOSS_BCE ? "BCE" : "MSE";
-    char title[160];
+    char title[160], ylabel[64];
     snprintf(title, sizeof title, "keel train: %s loss%s%s", name, logy ? " (log scale)" : "", have_acc ? " and validation accuracy" : "");
+    snprintf(ylabel, sizeof ylabel, "%s loss%s", name, logy ? " (log)" : "");
+    size_t cap = rs->n ? rs->n : 1;
+    int64_t *xs = malloc(3 * cap * sizeof *xs);
+    double *ys = malloc(3 * cap * sizeof *ys);
+    if (!xs || !ys) { free(xs); free(ys); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    kl_chart_series ser[3] = {curve(rs, 0, 0, xs, ys, "train loss (per step)"),
+                              curve(rs, 1, 0, xs + cap, ys + cap, "validation loss (per epoch)"),
+                              curve(rs, 1, 1, xs + 2 * cap, ys + 2 * cap, "validation accuracy (right axis)")};
+    kl_chart c = {title, "step", ylabel, "validation accuracy", ser, have_acc ? 3 : 2, 770, 420, logy};
     kl_buf b;
     kl_buf_init(&b);
-    kl_buf_printf(&b, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" font-size=\"11\">\n", L + W + RW, T + H + 60);
-    kl_buf_puts(&b, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n<text x=\"70\" y=\"22\" font-size=\"14\">");
-    kl_buf_html(&b, title);
-    kl_buf_puts(&b, "</text>\n");
-    int ny = logy ? (int)(y1 - y0) : 5; /* a log axis: one line per decade */
-    for (int i = 0; i <= ny; i++) {
-        double yv = y0 + (y1 - y0) * i / ny, py = T + H - (double)H * i / ny;
-        kl_buf_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, py, L + W, py);
-        kl_buf_printf(&b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%.3g</text>\n", L - 6, py + 4, logy ? pow(10, yv) : yv);
-    }
-    for (int i = 0; i <= 5; i++) {
-        double py = T + H - (double)H * i / 5, xv = x0 + (x1 - x0) * i / 5, px = L + (double)W * i / 5;
-        kl_buf_printf(&b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%.0f</text>\n", px, T + H + 16, xv);
-        if (have_acc) kl_buf_printf(&b, "<text x=\"%d\" y=\"%.1f\">%.0f%%</text>\n", L + W + 6, py + 4, 100.0 * i / 5);
-    }
-    kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", L, T, W, H);
-    kl_buf_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">step</text>\n", L + W / 2, T + H + 34);
-    kl_buf_printf(&b, "<text x=\"16\" y=\"%d\" transform=\"rotate(-90 16 %d)\" text-anchor=\"middle\">%s loss%s</text>\n", T + H / 2,
-                  T + H / 2, name, logy ? " (log)" : "");
-    svg_series(&b, rs, 0, 0, x0, x1, y0, y1, W, H, L, T, "#1f77b4", 0, logy);
-    svg_series(&b, rs, 1, 0, x0, x1, y0, y1, W, H, L, T, "#d62728", 1, logy);
-    if (have_acc) svg_series(&b, rs, 1, 1, x0, x1, 0, 1, W, H, L, T, "#2ca02c", 1, 0);
-    int ly = T + H + 50;
-    kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#1f77b4\"/><text x=\"%d\" y=\"%d\">train loss (per step)</text>\n", L, ly - 4, L + 16, ly);
-    kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#d62728\"/><text x=\"%d\" y=\"%d\">validation loss (per epoch)</text>\n", L + 170, ly - 4, L + 186, ly);
-    if (have_acc) kl_buf_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"3\" fill=\"#2ca02c\"/><text x=\"%d\" y=\"%d\">validation accuracy (right axis)</text>\n", L + 370, ly - 4, L + 386, ly);
-    kl_buf_puts(&b, "</svg>\n");
+    kl_svg_chart(&b, &c);
+    free(xs);
+    free(ys);
     int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(path, b.data, b.len, e);
     kl_buf_free(&b);
     return rc;

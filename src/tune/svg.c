@@ -22,7 +22,7 @@ int kl_tune_svg_history(kl_buf *b, const kl_trial *t, size_t n, int minimize, co
             yb[m] = run;
             m++;
         }
-        kl_chart_series ser[2] = {{"trial value", xs, ys, m, NULL}, {"best so far", xb, yb, m, NULL}};
+        kl_chart_series ser[2] = {{"trial value", xs, ys, m, NULL, 0, 0}, {"best so far", xb, yb, m, NULL, 0, 0}};
         rc = kl_track_svg_chart(b, "optimisation history", "trial", metric, ser, 2, 800, 420);
     }
     free(xs); free(xb); free(ys); free(yb);

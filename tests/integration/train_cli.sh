@@ -30,7 +30,8 @@ for k in ["seed", "spec", "code_version", "data", "final_metrics", "best"]:
     assert k in m, k
 assert m["data"]["x_sha256"] and "val_accuracy" in m["final_metrics"]
 svg = open(os.path.join(d, "curves.svg")).read()
-assert svg.count("<polyline") >= 2 and "validation" in svg
+# the shared chart (track's kl_svg_chart): train loss, validation loss and accuracy (right axis)
+assert svg.count('<path class="series"') >= 3 and "validation accuracy" in svg and 'class="yaxis-right"' in svg
 assert open(os.path.join(d, "metrics.csv")).readline().startswith("step,epoch,split,loss")
 card = open(os.path.join(d, "card.md")).read()
 for s in ["Model details", "Intended use", "Training data", "Training procedure", "Evaluation results", "Limitations"]:

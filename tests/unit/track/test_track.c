@@ -322,7 +322,7 @@ KL_TEST(track_registry_tamper_detected) {
 KL_TEST(track_svg_chart) {
     int64_t x[] = {0, 1, 2, 3};
     double y[] = {1.0, 0.5, NAN, 0.2};
-    kl_chart_series s[] = {{"run 1", x, y, 4, NULL}, {"run <2>", x, y, 2, NULL}};
+    kl_chart_series s[] = {{"run 1", x, y, 4, NULL, 0, 0}, {"run <2>", x, y, 2, NULL, 0, 0}};
     kl_buf b;
     kl_buf_init(&b);
     KT_OK(kl_track_svg_chart(&b, "loss", "step", "loss", s, 2, 640, 400), NULL);
@@ -330,6 +330,27 @@ KL_TEST(track_svg_chart) {
     KT_CONTAINS(b.data, "class=\"series\"");
     KT_CONTAINS(b.data, "run &lt;2&gt;");
     KT_CONTAINS(b.data, " M"); /* the NaN broke the line */
+    kl_buf_free(&b);
+}
+
+/* the training curves' form of the one chart: a log loss axis (a grid line
+ * per decade, y <= 0 not drawn), per-epoch dots, accuracy on a 0-100 % right
+ * axis */
+KL_TEST(track_svg_chart_log_and_right_axis) {
+    int64_t x[] = {0, 10, 20, 30};
+    double loss[] = {1000, 10, 0, 0.01}, acc[] = {0.1, 0.5, 0.9, 1.0};
+    kl_chart_series s[] = {{"train loss", x, loss, 4, NULL, 0, 0}, {"validation accuracy", x, acc, 4, NULL, 1, 1}};
+    kl_chart c = {"curves", "step", "loss (log)", "accuracy", s, 2, 770, 420, 1};
+    kl_buf b;
+    kl_buf_init(&b);
+    KT_OK(kl_svg_chart(&b, &c), NULL);
+    KT_CONTAINS(b.data, ">0.01</text>");
+    KT_CONTAINS(b.data, ">1e+03</text>");
+    KT_CONTAINS(b.data, ">100%</text>");
+    KT_CONTAINS(b.data, "class=\"yaxis-right\"");
+    KT_CHECK(strstr(b.data, "<circle") != NULL); /* the dotted series */
+    const char *p = strstr(b.data, "<path class=\"series\"");
+    KT_CHECK(p && strstr(p, " M") && strstr(p, " M") < strstr(p, "/>")); /* the 0 loss broke the log line */
     kl_buf_free(&b);
 }
 
