@@ -2185,306 +2185,395 @@ static int set_current(const char *out_dir, const char *id, kl_err *e) {
     return kl_write_file_atomic(p, line, strlen(line), e);
 }
 
-int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
+/* The state of one kl_ingest across its stages. */
+typedef struct {
     ictx x;
-    memset(&x, 0, sizeof x);
-    memset(res, 0, sizeof *res);
-    x.o = o;
-    int64_t t0 = kl_time_mono_ns();
-    outfile *files = NULL;
-    size_t nfiles = 0;
-    colstat *tot = NULL;
-    char staging[4200] = "", key[65], lock_path[4300];
-    int lock_fd = -1;
-    int created_out = 0;
-    kl_buf mb;
-    kl_buf_init(&mb);
+    const kl_ingest_opts *o;
+    kl_ingest_result *res;
+    int64_t t0, t_load, t_parse, t_stats, t_write; /* monotonic ns at each phase's start (debug log) */
+    const char *expect;                            /* the expected sha256 of the one source, else NULL */
+    int pcol;                                      /* --partition-by's field, else -1 */
+    outfile *files;                                /* the part files, in manifest order */
+    size_t nfiles;
+    colstat *tot; /* per field: the merged column statistics */
+    int64_t by_kind[KL_REJ_COUNT], repairs[KL_REJ_COUNT], accepted, rejected, repaired;
+    char staging[4200], key[65], lock_path[4300];
+    int lock_fd, created_out;
+} irun;
+
+/* Stage 1: the schema and the writer options. */
+static int ingest_options(irun *R, kl_err *e) {
+    const kl_ingest_opts *o = R->o;
+    ictx *x = &R->x;
     int rc;
-    if (!o->out_dir || !o->schema_path || !o->n_sources) return kl_err_set(e, KL_EINVAL, "ingest needs sources, a schema and an output folder");
-    if ((rc = kl_schema_load_file(o->schema_path, &x.schema, e))) return rc;
-    x.extra_col = -1;
-    kl_pq_write_opts wo;
-    kl_pq_write_opts_default(&wo);
-    if (o->codec && kl_pq_codec_parse(o->codec, &wo.codec)) { rc = kl_err_set(e, KL_EINVAL, "unknown codec '%s' (zstd, snappy, gzip, none)", o->codec); goto fail; }
-    if (o->zstd_level) wo.zstd_level = o->zstd_level;
-    if (o->row_group_rows) wo.row_group_rows = o->row_group_rows;
-    int pcol = -1;
+    if ((rc = kl_schema_load_file(o->schema_path, &x->schema, e))) return rc;
+    x->extra_col = -1;
+    kl_pq_write_opts_default(&x->wo);
+    if (o->codec && kl_pq_codec_parse(o->codec, &x->wo.codec))
+        return kl_err_set(e, KL_EINVAL, "unknown codec '%s' (zstd, snappy, gzip, none)", o->codec);
+    if (o->zstd_level) x->wo.zstd_level = o->zstd_level;
+    if (o->row_group_rows) x->wo.row_group_rows = o->row_group_rows;
+    R->pcol = -1;
     if (o->partition_by) {
-        pcol = kl_schema_find(x.schema, o->partition_by);
-        if (pcol < 0) { rc = kl_err_set(e, KL_EINVAL, "--partition-by %s: no such column in the schema", o->partition_by); goto fail; }
-        kl_type pt = x.schema->fields[pcol].type;
-        if (pt != KL_T_DATE && pt != KL_T_TIMESTAMP && pt != KL_T_CATEGORY && pt != KL_T_STRING) {
-            rc = kl_err_set(e, KL_EINVAL, "--partition-by %s: a %s column; partition by a date, timestamp or category column",
-                            o->partition_by, kl_type_name(pt));
-            goto fail;
-        }
+        R->pcol = kl_schema_find(x->schema, o->partition_by);
+        if (R->pcol < 0)
+            return kl_err_set(e, KL_EINVAL, "--partition-by %s: no such column in the schema", o->partition_by);
+        kl_type pt = x->schema->fields[R->pcol].type;
+        if (pt != KL_T_DATE && pt != KL_T_TIMESTAMP && pt != KL_T_CATEGORY && pt != KL_T_STRING)
+            return kl_err_set(e, KL_EINVAL,
+                              "--partition-by %s: a %s column; partition by a date, timestamp or category column",
+                              o->partition_by, kl_type_name(pt));
     }
-    const char *expect = o->sha256 ? o->sha256 : x.schema->sha256;
-    created_out = !kl_path_exists(o->out_dir);
+    R->expect = o->sha256 ? o->sha256 : x->schema->sha256;
+    R->created_out = !kl_path_exists(o->out_dir);
+    return KL_OK;
+}
 
-    /* ---- transport + storage: fetch, load, hash ---- */
-    if ((rc = expand_sources(o, expect, &x.src, e))) goto fail;
-    if (expect && x.src.n != 1) { rc = kl_err_set(e, KL_EINVAL, "an expected sha256 needs exactly one source file (got %zu)", x.src.n); goto fail; }
-    for (size_t i = 0; i < x.src.n; i++) {
-        if ((rc = load_source(&x.src.v[i], o, e))) goto fail;
-        if (expect && strcasecmp(expect, x.src.v[i].sha)) {
-            rc = kl_err_set(e, KL_ECHECKSUM, "%s: sha256 mismatch: expected %s, got %s", x.src.v[i].name, expect, x.src.v[i].sha);
-            goto fail;
-        }
-        pick_dialect(x.schema, &x.src.v[i]);
-        if ((rc = transcode_source(&x.src.v[i], e))) goto fail;
-        kl_dialect_resolve_eol(&x.src.v[i].d, x.src.v[i].buf, KL_MIN(x.src.v[i].len, (size_t)65536));
-        x.src.v[i].d.lenient = o->on_error == KL_ON_ERROR_RECOVER;
-    }
+/* Stage 2, transport and storage: fetch, load and hash every source, pick
+ * its dialect, transcode it to UTF-8. */
+static int ingest_sources(irun *R, kl_err *e) {
+    const kl_ingest_opts *o = R->o;
+    ictx *x = &R->x;
+    int rc;
+    if ((rc = expand_sources(o, R->expect, &x->src, e))) return rc;
+    if (R->expect && x->src.n != 1)
+        return kl_err_set(e, KL_EINVAL, "an expected sha256 needs exactly one source file (got %zu)", x->src.n);
     int any_csv = 0;
-    for (size_t i = 0; i < x.src.n; i++) any_csv |= x.src.v[i].d.format == KL_FMT_CSV;
-    if (o->on_error == KL_ON_ERROR_RECOVER && any_csv && (rc = add_extra_column(x.schema, &x.extra_col, e))) goto fail;
+    for (size_t i = 0; i < x->src.n; i++) {
+        source *sv = &x->src.v[i];
+        if ((rc = load_source(sv, o, e))) return rc;
+        if (R->expect && strcasecmp(R->expect, sv->sha))
+            return kl_err_set(e, KL_ECHECKSUM, "%s: sha256 mismatch: expected %s, got %s", sv->name, R->expect,
+                              sv->sha);
+        pick_dialect(x->schema, sv);
+        if ((rc = transcode_source(sv, e))) return rc;
+        kl_dialect_resolve_eol(&sv->d, sv->buf, KL_MIN(sv->len, (size_t)65536));
+        sv->d.lenient = o->on_error == KL_ON_ERROR_RECOVER;
+        any_csv |= sv->d.format == KL_FMT_CSV;
+    }
+    if (o->on_error == KL_ON_ERROR_RECOVER && any_csv) return add_extra_column(x->schema, &x->extra_col, e);
+    return KL_OK;
+}
 
-    /* ---- idempotency: the ingest key ---- */
-    {
-        kl_buf kb;
-        kl_buf_init(&kb);
-        kl_buf_printf(&kb, "keel-ingest-1\n%s\ncodec=%s level=%d rg=%llu part=%s ratio=%.17g chunk=%zu\n", x.schema->text,
-                      kl_pq_codec_name(wo.codec), wo.zstd_level, (unsigned long long)wo.row_group_rows,
-                      o->partition_by ? o->partition_by : "", o->max_reject_ratio, o->chunk_bytes);
-        if (o->on_error) kl_buf_printf(&kb, "on_error=%s\n", o->on_error == KL_ON_ERROR_RECOVER ? "recover" : "fail");
-        for (size_t i = 0; i < x.src.n; i++) {
-            char dl[2] = {x.src.v[i].d.delim, 0};
-            kl_buf_printf(&kb, "%s %s %d %s\n", x.src.v[i].name, x.src.v[i].sha, (int)x.src.v[i].d.format, dl);
-            if (x.src.v[i].d.eol == '\r') kl_buf_puts(&kb, "eol=cr\n");
-        }
-        if (kb.failed) { kl_buf_free(&kb); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        kl_sha256_buf_hex(kb.data, kb.len, key);
-        kl_buf_free(&kb);
+/* Stage 3, idempotency: the ingest key over the schema, the options and the
+ * sources' hashes and dialects. */
+static int ingest_key(irun *R, kl_err *e) {
+    const kl_ingest_opts *o = R->o;
+    const ictx *x = &R->x;
+    kl_buf kb;
+    kl_buf_init(&kb);
+    kl_buf_printf(&kb, "keel-ingest-1\n%s\ncodec=%s level=%d rg=%llu part=%s ratio=%.17g chunk=%zu\n", x->schema->text,
+                  kl_pq_codec_name(x->wo.codec), x->wo.zstd_level, (unsigned long long)x->wo.row_group_rows,
+                  o->partition_by ? o->partition_by : "", o->max_reject_ratio, o->chunk_bytes);
+    if (o->on_error) kl_buf_printf(&kb, "on_error=%s\n", o->on_error == KL_ON_ERROR_RECOVER ? "recover" : "fail");
+    for (size_t i = 0; i < x->src.n; i++) {
+        char dl[2] = {x->src.v[i].d.delim, 0};
+        kl_buf_printf(&kb, "%s %s %d %s\n", x->src.v[i].name, x->src.v[i].sha, (int)x->src.v[i].d.format, dl);
+        if (x->src.v[i].d.eol == '\r') kl_buf_puts(&kb, "eol=cr\n");
     }
-    {
-        char p[4200], id[65];
-        snprintf(p, sizeof p, "%s/ingests/%s", o->out_dir, key);
-        if (read_pointer(p, id) == KL_OK) {
-            snprintf(p, sizeof p, "%s/versions/%s/manifest.json", o->out_dir, id);
-            if (kl_path_exists(p)) {
-                char cur[65];
-                snprintf(p, sizeof p, "%s/current", o->out_dir);
-                if (read_pointer(p, cur) != KL_OK || strcmp(cur, id))
-                    if ((rc = set_current(o->out_dir, id, e))) goto fail;
-                memcpy(res->version_id, id, 65);
-                snprintf(res->version_dir, sizeof res->version_dir, "%s/versions/%s", o->out_dir, id);
-                res->reused = res->published = 1;
-                /* counts from the manifest */
-                cJSON *m = NULL;
-                snprintf(p, sizeof p, "%s/manifest.json", res->version_dir);
-                if (kl_json_load_file_opts(p, KL_JSON_KEEP_NUL, (void **)&m, NULL) == KL_OK) {
-                    cJSON *rows = cJSON_GetObjectItem(m, "rows");
-                    res->rows_accepted = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted"));
-                    res->rows_rejected = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));
-                    res->rows_read = res->rows_accepted + res->rows_rejected;
-                    res->files_written = cJSON_GetArraySize(cJSON_GetObjectItem(m, "files"));
-                    cJSON_Delete(m);
-                }
-                res->seconds = (kl_time_mono_ns() - t0) / 1e9;
-                rc = KL_OK;
-                goto done;
-            }
-        }
-    }
+    int failed = kb.failed;
+    if (!failed) kl_sha256_buf_hex(kb.data, kb.len, R->key);
+    kl_buf_free(&kb);
+    return failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : KL_OK;
+}
 
-    int64_t t_load = kl_time_mono_ns();
-    /* ---- semantics: split, parse, validate ---- */
-    if ((rc = lock_staging(o->out_dir, key, &lock_fd, lock_path, sizeof lock_path, e))) goto fail;
-    x.colmap = calloc(x.src.n, sizeof *x.colmap);
-    x.nfile_cols = calloc(x.src.n, sizeof *x.nfile_cols);
-    x.hdr_lines = calloc(x.src.n, sizeof *x.hdr_lines);
-    x.renamed = calloc(x.src.n, sizeof *x.renamed);
-    if (!x.colmap || !x.nfile_cols || !x.hdr_lines || !x.renamed) {
-        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-        goto fail;
+/* Stage 4: the same key already published a version: point current at it
+ * and take the counts from its manifest. 1 = reused, 0 = not, < 0 error. */
+static int reuse_published(irun *R, kl_err *e) {
+    const kl_ingest_opts *o = R->o;
+    kl_ingest_result *res = R->res;
+    char p[4200], id[65], cur[65];
+    snprintf(p, sizeof p, "%s/ingests/%s", o->out_dir, R->key);
+    if (read_pointer(p, id) != KL_OK) return 0;
+    snprintf(p, sizeof p, "%s/versions/%s/manifest.json", o->out_dir, id);
+    if (!kl_path_exists(p)) return 0;
+    snprintf(p, sizeof p, "%s/current", o->out_dir);
+    int rc;
+    if ((read_pointer(p, cur) != KL_OK || strcmp(cur, id)) && (rc = set_current(o->out_dir, id, e))) return rc;
+    memcpy(res->version_id, id, 65);
+    snprintf(res->version_dir, sizeof res->version_dir, "%s/versions/%s", o->out_dir, id);
+    res->reused = res->published = 1;
+    cJSON *m = NULL;
+    snprintf(p, sizeof p, "%s/manifest.json", res->version_dir);
+    if (kl_json_load_file_opts(p, KL_JSON_KEEP_NUL, (void **)&m, NULL) == KL_OK) {
+        cJSON *rows = cJSON_GetObjectItem(m, "rows");
+        res->rows_accepted = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted"));
+        res->rows_rejected = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));
+        res->rows_read = res->rows_accepted + res->rows_rejected;
+        res->files_written = cJSON_GetArraySize(cJSON_GetObjectItem(m, "files"));
+        cJSON_Delete(m);
     }
-    for (size_t j = 0; j < x.schema->n_fields; j++) x.need_row_pos |= x.schema->fields[j].unique;
-    x.streaming = pcol < 0 && !x.need_row_pos;
-    x.wo = wo;
-    x.batch = (size_t)KL_MAX(kl_pool_threads(kl_pool_default()), 1) * CHUNKS_PER_FILE;
-    if (x.streaming) {
-        snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
-        if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
-        x.staging = staging;
+    return 1;
+}
+
+/* Stage 5, semantics: split every source into chunks, parse and validate
+ * them (streaming: part files are written as their groups complete). */
+static int parse_validate(irun *R, kl_err *e) {
+    const kl_ingest_opts *o = R->o;
+    ictx *x = &R->x;
+    int rc;
+    if ((rc = lock_staging(o->out_dir, R->key, &R->lock_fd, R->lock_path, sizeof R->lock_path, e))) return rc;
+    x->colmap = calloc(x->src.n, sizeof *x->colmap);
+    x->nfile_cols = calloc(x->src.n, sizeof *x->nfile_cols);
+    x->hdr_lines = calloc(x->src.n, sizeof *x->hdr_lines);
+    x->renamed = calloc(x->src.n, sizeof *x->renamed);
+    if (!x->colmap || !x->nfile_cols || !x->hdr_lines || !x->renamed) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t j = 0; j < x->schema->n_fields; j++) x->need_row_pos |= x->schema->fields[j].unique;
+    x->streaming = R->pcol < 0 && !x->need_row_pos;
+    x->batch = (size_t)KL_MAX(kl_pool_threads(kl_pool_default()), 1) * CHUNKS_PER_FILE;
+    if (x->streaming) {
+        snprintf(R->staging, sizeof R->staging, "%s/.staging/%s", o->out_dir, R->key);
+        if ((rc = kl_mkdir_p(R->staging, e))) {
+            R->staging[0] = 0;
+            return rc;
+        }
+        x->staging = R->staging;
     }
     if (o->progress) {
-        for (size_t i = 0; i < x.src.n; i++) x.prog_total += x.src.v[i].compressed ? 0 : x.src.v[i].len;
-        x.prog = kl_progress_new("parse+validate", x.prog_total, "B");
+        for (size_t i = 0; i < x->src.n; i++) x->prog_total += x->src.v[i].compressed ? 0 : x->src.v[i].len;
+        x->prog = kl_progress_new("parse+validate", x->prog_total, "B");
     }
-    for (size_t si = 0; si < x.src.n; si++) {
+    for (size_t si = 0; si < x->src.n; si++) {
         size_t begin = 0;
-        if ((rc = src_open(&x.src.v[si], o, e))) goto fail;
-        if ((rc = setup_source(&x, (int)si, &begin, e))) goto fail;
-        if ((rc = cut_source(&x, (int)si, begin, o->chunk_bytes ? o->chunk_bytes : (4u << 20), e))) goto fail;
-        src_close(&x.src.v[si]);
+        if ((rc = src_open(&x->src.v[si], o, e))) return rc;
+        if ((rc = setup_source(x, (int)si, &begin, e))) return rc;
+        if ((rc = cut_source(x, (int)si, begin, o->chunk_bytes ? o->chunk_bytes : (4u << 20), e))) return rc;
+        src_close(&x->src.v[si]);
     }
-    if ((rc = flush_chunks(&x, 1, e))) goto fail;
-    kl_progress_finish(x.prog);
-    x.prog = NULL;
-    const int streaming = x.streaming;
-    if (streaming) {
-        files = x.files;
-        nfiles = x.nfiles;
-        x.files = NULL;
-        x.nfiles = 0;
-        size_t k = 0;
-        for (size_t g = 0; g < nfiles; g++) {
-            if (files[g].rc) { rc = files[g].rc; if (e) *e = files[g].err; goto fail; }
-            if (files[g].rows_total) files[k++] = files[g];
-            else free(files[g].rel);
+    if ((rc = flush_chunks(x, 1, e))) return rc;
+    kl_progress_finish(x->prog);
+    x->prog = NULL;
+    if (!x->streaming) return KL_OK;
+    R->files = x->files; /* the streamed part files, empty groups dropped */
+    R->nfiles = x->nfiles;
+    x->files = NULL;
+    x->nfiles = 0;
+    size_t k = 0;
+    for (size_t g = 0; g < R->nfiles; g++) {
+        if (R->files[g].rc) {
+            if (e) *e = R->files[g].err;
+            return R->files[g].rc;
         }
-        nfiles = k;
+        if (R->files[g].rows_total) R->files[k++] = R->files[g];
+        else free(R->files[g].rel);
     }
-    int64_t t_parse = kl_time_mono_ns();
-    if ((rc = check_unique(&x, e))) goto fail;
-    int64_t by_kind[KL_REJ_COUNT] = {0}, repairs[KL_REJ_COUNT] = {0}, accepted = 0, rejected = 0, repaired = 0;
-    for (size_t i = 0; i < x.nch; i++) {
-        accepted += (int64_t)x.ch[i].rows;
-        rejected += (int64_t)x.ch[i].nrej;
-        repaired += (int64_t)x.ch[i].nwarn;
-        for (size_t k = 0; k < x.ch[i].nrej; k++) by_kind[x.ch[i].rej[k].kind]++;
-        for (size_t k = 0; k < x.ch[i].nwarn; k++) repairs[x.ch[i].warn[k].kind]++;
+    R->nfiles = k;
+    return KL_OK;
+}
+
+/* Stage 6: unique columns, the row counts and the gates on them (--on-error
+ * fail, max_reject_ratio, no rows). */
+static int count_and_gate(irun *R, kl_err *e) {
+    const kl_ingest_opts *o = R->o;
+    ictx *x = &R->x;
+    kl_ingest_result *res = R->res;
+    int rc;
+    if ((rc = check_unique(x, e))) return rc;
+    for (size_t i = 0; i < x->nch; i++) {
+        R->accepted += (int64_t)x->ch[i].rows;
+        R->rejected += (int64_t)x->ch[i].nrej;
+        R->repaired += (int64_t)x->ch[i].nwarn;
+        for (size_t k = 0; k < x->ch[i].nrej; k++) R->by_kind[x->ch[i].rej[k].kind]++;
+        for (size_t k = 0; k < x->ch[i].nwarn; k++) R->repairs[x->ch[i].warn[k].kind]++;
     }
-    res->rows_repaired = repaired;
-    x.repairs = repairs;
-    if (o->on_error == KL_ON_ERROR_FAIL && rejected) { /* the first rejected row fails the ingest */
-        for (size_t i = 0; i < x.nch; i++)
-            if (x.ch[i].nrej) {
-                const reject *r = &x.ch[i].rej[0];
-                summarize(&x, by_kind, "--on-error fail: a row was rejected", res);
-                if (o->rejects_path) write_rejects(&x, o->rejects_path, NULL);
-                rc = kl_err_setloc(e, KL_EPARSE, x.src.v[r->src].name, abs_line(&x, i, r->line), 0,
-                                   "%s (--on-error fail); nothing was published", r->msg);
-                goto fail;
+    res->rows_repaired = R->repaired;
+    x->repairs = R->repairs;
+    if (o->on_error == KL_ON_ERROR_FAIL && R->rejected) { /* the first rejected row fails the ingest */
+        for (size_t i = 0; i < x->nch; i++)
+            if (x->ch[i].nrej) {
+                const reject *r = &x->ch[i].rej[0];
+                summarize(x, R->by_kind, "--on-error fail: a row was rejected", res);
+                if (o->rejects_path) write_rejects(x, o->rejects_path, NULL);
+                return kl_err_setloc(e, KL_EPARSE, x->src.v[r->src].name, abs_line(x, i, r->line), 0,
+                                     "%s (--on-error fail); nothing was published", r->msg);
             }
     }
-    res->rows_accepted = accepted;
-    res->rows_rejected = rejected;
-    res->rows_read = accepted + rejected;
-    if (accepted + rejected == 0) { rc = kl_err_set(e, KL_EPARSE, "%s: no data rows", x.src.v[0].name); goto fail; }
-    double ratio = (double)rejected / (double)(accepted + rejected);
-    if (rejected && ratio > o->max_reject_ratio) {
+    int64_t all = R->accepted + R->rejected;
+    res->rows_accepted = R->accepted;
+    res->rows_rejected = R->rejected;
+    res->rows_read = all;
+    if (all == 0) return kl_err_set(e, KL_EPARSE, "%s: no data rows", x->src.v[0].name);
+    double ratio = (double)R->rejected / (double)all;
+    if (R->rejected && ratio > o->max_reject_ratio) {
         char extra[256];
-        snprintf(extra, sizeof extra, "%lld of %lld rows rejected (%.4g%%, allowed %.4g%%)", (long long)rejected,
-                 (long long)(accepted + rejected), ratio * 100, o->max_reject_ratio * 100);
-        summarize(&x, by_kind, extra, res);
-        if (o->rejects_path) write_rejects(&x, o->rejects_path, NULL);
-        rc = kl_err_set(e, KL_EPARSE, "validation failed: %s; nothing was published", extra);
-        goto fail;
+        snprintf(extra, sizeof extra, "%lld of %lld rows rejected (%.4g%%, allowed %.4g%%)", (long long)R->rejected,
+                 (long long)all, ratio * 100, o->max_reject_ratio * 100);
+        summarize(x, R->by_kind, extra, res);
+        if (o->rejects_path) write_rejects(x, o->rejects_path, NULL);
+        return kl_err_set(e, KL_EPARSE, "validation failed: %s; nothing was published", extra);
     }
-    if (accepted == 0) { rc = kl_err_set(e, KL_EPARSE, "no rows accepted"); goto fail; }
-    atomic_store(&x.next, 0);
-    if (!streaming) kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stats_worker, &x);
-    for (size_t i = 0; i < x.nch; i++)
-        if (x.ch[i].rc) { rc = x.ch[i].rc; if (e) *e = x.ch[i].err; goto fail; }
-    if (!(tot = calloc(x.schema->n_fields, sizeof *tot)) || merge_stats(&x, tot)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-    for (size_t j = 0; j < x.schema->n_fields; j++) {
-        const kl_field *f = &x.schema->fields[j];
-        double nr = tot[j].count ? (double)tot[j].nulls / (double)tot[j].count : 0;
-        if (nr > f->max_null_ratio) {
-            char extra[300];
-            snprintf(extra, sizeof extra, "column %s: null ratio %.4g exceeds max_null_ratio %.4g (%lld of %lld rows)",
-                     f->name, nr, f->max_null_ratio, (long long)tot[j].nulls, (long long)tot[j].count);
-            summarize(&x, by_kind, extra, res);
-            rc = kl_err_setloc(e, KL_EPARSE, o->schema_path, f->line, f->col, "validation failed: %s; nothing was published", extra);
-            goto fail;
-        }
-    }
+    if (R->accepted == 0) return kl_err_set(e, KL_EPARSE, "no rows accepted");
+    return KL_OK;
+}
 
-    int64_t t_stats = kl_time_mono_ns();
-    /* ---- write into staging ---- */
-    if (!streaming) {
-        if ((rc = plan_files(&x, pcol, &files, &nfiles, e))) goto fail;
-        snprintf(staging, sizeof staging, "%s/.staging/%s", o->out_dir, key);
-        if ((rc = kl_mkdir_p(staging, e))) { staging[0] = 0; goto fail; }
-        atomic_store(&x.next, 0);
-        wctx w = {&x, files, nfiles, staging, wo, 0};
-        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, write_worker, &w);
-        for (size_t i = 0; i < nfiles; i++)
-            if (files[i].rc) { rc = files[i].rc; if (e) *e = files[i].err; goto fail; }
-    }
-    int64_t t_write = kl_time_mono_ns();
-    char p[4300];
-    if (rejected || repaired) {
-        snprintf(p, sizeof p, "%s/rejects.jsonl", staging);
-        if ((rc = write_rejects(&x, p, e))) goto fail;
-    }
-    {
-        kl_buf body;
-        kl_buf_init(&body);
-        if (manifest_body(&x, key, files, nfiles, tot, accepted, rejected, by_kind, pcol, &body)) {
-            kl_buf_free(&body);
-            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-            goto fail;
+/* Stage 7: the column statistics, merged over chunks, and the null-ratio
+ * gates of the schema. */
+static int column_stats(irun *R, kl_err *e) {
+    ictx *x = &R->x;
+    atomic_store(&x->next, 0);
+    if (!x->streaming) kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, stats_worker, x);
+    for (size_t i = 0; i < x->nch; i++)
+        if (x->ch[i].rc) {
+            if (e) *e = x->ch[i].err;
+            return x->ch[i].rc;
         }
+    if (!(R->tot = calloc(x->schema->n_fields, sizeof *R->tot)) || merge_stats(x, R->tot))
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t j = 0; j < x->schema->n_fields; j++) {
+        const kl_field *f = &x->schema->fields[j];
+        const colstat *t = &R->tot[j];
+        double nr = t->count ? (double)t->nulls / (double)t->count : 0;
+        if (nr <= f->max_null_ratio) continue;
+        char extra[300];
+        snprintf(extra, sizeof extra, "column %s: null ratio %.4g exceeds max_null_ratio %.4g (%lld of %lld rows)",
+                 f->name, nr, f->max_null_ratio, (long long)t->nulls, (long long)t->count);
+        summarize(x, R->by_kind, extra, R->res);
+        return kl_err_setloc(e, KL_EPARSE, R->o->schema_path, f->line, f->col,
+                             "validation failed: %s; nothing was published", extra);
+    }
+    return KL_OK;
+}
+
+/* Stage 8: the part files (unless streamed) and the rejects file into staging. */
+static int write_staging(irun *R, kl_err *e) {
+    ictx *x = &R->x;
+    int rc;
+    if (!x->streaming) {
+        if ((rc = plan_files(x, R->pcol, &R->files, &R->nfiles, e))) return rc;
+        snprintf(R->staging, sizeof R->staging, "%s/.staging/%s", R->o->out_dir, R->key);
+        if ((rc = kl_mkdir_p(R->staging, e))) {
+            R->staging[0] = 0;
+            return rc;
+        }
+        atomic_store(&x->next, 0);
+        wctx w = {x, R->files, R->nfiles, R->staging, x->wo, 0};
+        kl_pool_parallel_for(NULL, (size_t)kl_pool_threads(kl_pool_default()), 1, write_worker, &w);
+        for (size_t i = 0; i < R->nfiles; i++)
+            if (R->files[i].rc) {
+                if (e) *e = R->files[i].err;
+                return R->files[i].rc;
+            }
+    }
+    if (!R->rejected && !R->repaired) return KL_OK;
+    char p[4300];
+    snprintf(p, sizeof p, "%s/rejects.jsonl", R->staging);
+    return write_rejects(x, p, e);
+}
+
+/* Stage 9: manifest.json; the version id is the sha256 of its body. */
+static int write_manifest(irun *R, kl_err *e) {
+    kl_buf body, mb;
+    kl_buf_init(&body);
+    kl_buf_init(&mb);
+    int rc = KL_ENOMEM;
+    if (!manifest_body(&R->x, R->key, R->files, R->nfiles, R->tot, R->accepted, R->rejected, R->by_kind, R->pcol,
+                       &body)) {
         kl_sha256 *h = kl_sha256_new();
         uint8_t dg[32];
         kl_sha256_update(h, "keel-dataset-1\n", 15);
         kl_sha256_update(h, body.data, body.len);
         kl_sha256_final(h, dg);
         kl_sha256_free(h);
-        kl_sha256_hex(dg, res->version_id);
-        kl_buf_printf(&mb, "{\n  \"version_id\": \"%s\",\n  \"keel_version\": ", res->version_id);
-        kl_buf_json_str(&mb, o->keel_version ? o->keel_version : "");
+        kl_sha256_hex(dg, R->res->version_id);
+        kl_buf_printf(&mb, "{\n  \"version_id\": \"%s\",\n  \"keel_version\": ", R->res->version_id);
+        kl_buf_json_str(&mb, R->o->keel_version ? R->o->keel_version : "");
         kl_buf_puts(&mb, ",\n  ");
         kl_buf_append(&mb, body.data, body.len);
-        kl_buf_free(&body);
-        if (mb.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        rc = mb.failed ? KL_ENOMEM : KL_OK;
     }
-    snprintf(p, sizeof p, "%s/manifest.json", staging);
-    if ((rc = kl_write_file_atomic(p, mb.data, mb.len, e))) goto fail;
-    prune_temps(staging);
-    if ((rc = fsync_tree(staging, e))) goto fail;
-
-    /* ---- publish ---- */
-    snprintf(p, sizeof p, "%s/versions", o->out_dir);
-    if ((rc = kl_mkdir_p(p, e))) goto fail;
-    snprintf(res->version_dir, sizeof res->version_dir, "%s/versions/%s", o->out_dir, res->version_id);
-    if (rename(staging, res->version_dir)) {
-        if (errno != EEXIST && errno != ENOTEMPTY) { rc = kl_err_set(e, -errno, "publishing %s: %s", res->version_dir, strerror(errno)); goto fail; }
-        kl_rm_rf(staging, NULL); /* the same content is already published */
-    }
-    staging[0] = 0;
-    if ((rc = kl_fsync_dir(p, e))) goto fail;
-    snprintf(p, sizeof p, "%s/ingests", o->out_dir);
-    if ((rc = kl_mkdir_p(p, e))) goto fail;
-    snprintf(p, sizeof p, "%s/ingests/%s", o->out_dir, key);
-    {
-        char line[80];
-        snprintf(line, sizeof line, "%s\n", res->version_id);
-        if ((rc = kl_write_file_atomic(p, line, strlen(line), e))) goto fail;
-    }
-    if ((rc = set_current(o->out_dir, res->version_id, e))) goto fail;
-    res->published = 1;
-    for (size_t i = 0; i < nfiles; i++) {
-        res->bytes_written += files[i].bytes;
-        res->partitions_reused += files[i].reused;
-    }
-    res->files_written = (int64_t)nfiles;
-    res->seconds = (kl_time_mono_ns() - t0) / 1e9;
-    kl_log(KL_LOG_DEBUG, "ingest", "phases: load+sha256 %.3f s, parse+validate %.3f s, unique+stats %.3f s, write %.3f s, publish %.3f s",
-           (t_load - t0) / 1e9, (t_parse - t_load) / 1e9, (t_stats - t_parse) / 1e9, (t_write - t_stats) / 1e9,
-           (kl_time_mono_ns() - t_write) / 1e9);
-    unlock_staging(&lock_fd, lock_path);
-    snprintf(p, sizeof p, "%s/.staging", o->out_dir);
-    rmdir(p);
-    rc = KL_OK;
-    goto done;
-fail:
-    if (staging[0]) kl_rm_rf(staging, NULL);
-    unlock_staging(&lock_fd, lock_path);
-    {
-        char p2[4200];
-        snprintf(p2, sizeof p2, "%s/.staging", o->out_dir);
-        rmdir(p2);
-        if (created_out) rmdir(o->out_dir);
-    }
-    res->seconds = (kl_time_mono_ns() - t0) / 1e9;
-done:
-    if (tot) { for (size_t j = 0; j < x.schema->n_fields; j++) stat_free(&tot[j]); free(tot); }
-    outfiles_free(files, nfiles);
+    if (rc) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    char p[4300];
+    snprintf(p, sizeof p, "%s/manifest.json", R->staging);
+    if (!rc) rc = kl_write_file_atomic(p, mb.data, mb.len, e);
+    kl_buf_free(&body);
     kl_buf_free(&mb);
-    ictx_free(&x);
+    if (rc) return rc;
+    prune_temps(R->staging);
+    return fsync_tree(R->staging, e);
+}
+
+/* Stage 10: rename staging to versions/<id>, record the ingest key, move
+ * current. */
+static int publish(irun *R, kl_err *e) {
+    const kl_ingest_opts *o = R->o;
+    kl_ingest_result *res = R->res;
+    char p[4300], line[80];
+    int rc;
+    snprintf(p, sizeof p, "%s/versions", o->out_dir);
+    if ((rc = kl_mkdir_p(p, e))) return rc;
+    snprintf(res->version_dir, sizeof res->version_dir, "%s/versions/%s", o->out_dir, res->version_id);
+    if (rename(R->staging, res->version_dir)) {
+        if (errno != EEXIST && errno != ENOTEMPTY)
+            return kl_err_set(e, -errno, "publishing %s: %s", res->version_dir, strerror(errno));
+        kl_rm_rf(R->staging, NULL); /* the same content is already published */
+    }
+    R->staging[0] = 0;
+    if ((rc = kl_fsync_dir(p, e))) return rc;
+    snprintf(p, sizeof p, "%s/ingests", o->out_dir);
+    if ((rc = kl_mkdir_p(p, e))) return rc;
+    snprintf(p, sizeof p, "%s/ingests/%s", o->out_dir, R->key);
+    snprintf(line, sizeof line, "%s\n", res->version_id);
+    if ((rc = kl_write_file_atomic(p, line, strlen(line), e))) return rc;
+    if ((rc = set_current(o->out_dir, res->version_id, e))) return rc;
+    res->published = 1;
+    for (size_t i = 0; i < R->nfiles; i++) {
+        res->bytes_written += R->files[i].bytes;
+        res->partitions_reused += R->files[i].reused;
+    }
+    res->files_written = (int64_t)R->nfiles;
+    return KL_OK;
+}
+
+/* Removes what a failed run left: staging, the lock, an output folder it created. */
+static void clean_up_failed(irun *R) {
+    char p[4200];
+    if (R->staging[0]) kl_rm_rf(R->staging, NULL);
+    unlock_staging(&R->lock_fd, R->lock_path);
+    snprintf(p, sizeof p, "%s/.staging", R->o->out_dir);
+    rmdir(p);
+    if (R->created_out) rmdir(R->o->out_dir);
+}
+
+int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
+    if (!o->out_dir || !o->schema_path || !o->n_sources)
+        return kl_err_set(e, KL_EINVAL, "ingest needs sources, a schema and an output folder");
+    irun *R = calloc(1, sizeof *R);
+    if (!R) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    memset(res, 0, sizeof *res);
+    R->o = R->x.o = o;
+    R->res = res;
+    R->lock_fd = -1;
+    R->t0 = kl_time_mono_ns();
+    int rc = ingest_options(R, e);
+    if (!rc) rc = ingest_sources(R, e);
+    if (!rc) rc = ingest_key(R, e);
+    int reused = rc ? 0 : reuse_published(R, e);
+    if (reused < 0) rc = reused;
+    if (!rc && !reused) {
+        R->t_load = kl_time_mono_ns();
+        if (!(rc = parse_validate(R, e))) R->t_parse = kl_time_mono_ns();
+        if (!rc && !(rc = count_and_gate(R, e)) && !(rc = column_stats(R, e))) R->t_stats = kl_time_mono_ns();
+        if (!rc && !(rc = write_staging(R, e))) R->t_write = kl_time_mono_ns();
+        if (!rc && !(rc = write_manifest(R, e))) rc = publish(R, e);
+    }
+    if (rc) clean_up_failed(R);
+    res->seconds = (kl_time_mono_ns() - R->t0) / 1e9;
+    if (!rc && !reused) {
+        kl_log(KL_LOG_DEBUG, "ingest",
+               "phases: load+sha256 %.3f s, parse+validate %.3f s, unique+stats %.3f s, write %.3f s, publish %.3f s",
+               (R->t_load - R->t0) / 1e9, (R->t_parse - R->t_load) / 1e9, (R->t_stats - R->t_parse) / 1e9,
+               (R->t_write - R->t_stats) / 1e9, (kl_time_mono_ns() - R->t_write) / 1e9);
+        unlock_staging(&R->lock_fd, R->lock_path);
+        char p[4200];
+        snprintf(p, sizeof p, "%s/.staging", o->out_dir);
+        rmdir(p);
+    }
+    if (R->tot) {
+        for (size_t j = 0; j < R->x.schema->n_fields; j++) stat_free(&R->tot[j]);
+        free(R->tot);
+    }
+    outfiles_free(R->files, R->nfiles);
+    ictx_free(&R->x);
+    free(R);
     return rc;
 }
