@@ -1,11 +1,8 @@
-/* keel tune: hyperparameter search over a training spec. Each trial is a
- * forked child process of the tune process that calls the training library
- * directly (kl_train_run with `--set`-style overrides and a per-epoch
- * callback): no exec, no start-up, and a pruned trial stops at once and
- * writes only its metrics.csv. The child reports the metric after every
- * epoch over a pipe and waits for the pruner's answer on another; the parent
- * records everything in the experiment store as a study, so re-running the
- * same command continues the study. `keel tune show STUDY` reports it;
+/* keel tune: hyperparameter search over a training spec. This file reads the
+ * command line, opens the study and hands the trials to the tune module's
+ * orchestrator (kl_tune_run, src/tune/run.c: sampler, cache, pruner, forked
+ * trials) with kl_train_run as the trainer of a trial; re-running the same
+ * command continues the study. `keel tune show STUDY` reports it;
  * `keel tune register STUDY --name N` registers the best trial's model. */
 #include "app.h"
 
@@ -14,38 +11,19 @@
 #include <keel/tune.h>
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 /* ==================================================================
- * Trials in flight: one forked process each
+ * The trainer of a trial (kl_tune_run_opts.train): kl_train_run
  * ================================================================== */
-
-typedef struct {
-    pid_t pid;
-    int slot;          /* index into the history array */
-    int64_t run_id;
-    int rfd, wfd;      /* from the child (report lines), to the child (decisions) */
-    char dir[1024], log[1100];
-    char buf[2048];    /* partial line from the child */
-    size_t blen;
-    char err[768];     /* the child's error line ("E ...") */
-    int done, pruned;
-    double t0;
-} child;
 
 static volatile sig_atomic_t interrupted;
 static void on_signal(int sig) { (void)sig; interrupted = 1; }
-
-static double now_s(void) { return (double)kl_time_mono_ns() / 1e9; }
 
 /* the metric a trial reports, from one epoch's values (NaN = not there) */
 static double epoch_metric(const char *metric, const kl_train_epoch *ep) {
@@ -55,310 +33,37 @@ static double epoch_metric(const char *metric, const kl_train_epoch *ep) {
     return NAN;
 }
 
-static int write_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
+typedef struct {
+    const char *spec, *metric;
+    int verify; /* --verify: how every trial checks a Parquet dataset against its manifest */
+} trainer;
 
-typedef struct { const char *metric; int wfd, rfd; } trial_io;
+typedef struct {
+    const char *metric;
+    kl_tune_value_fn fn;
+    void *ctx;
+} epoch_io;
 
-/* In the child, after each epoch: "R epoch value" to the parent, then wait
- * for its answer: 'c' go on, 'p' prune (stop now). */
-static int trial_epoch(void *ctx, const kl_train_epoch *ep) {
-    trial_io *io = ctx;
+static int on_epoch(void *ctx, const kl_train_epoch *ep) {
+    epoch_io *io = ctx;
     double v = epoch_metric(io->metric, ep);
-    if (isnan(v)) return 0;
-    char line[96];
-    int n = snprintf(line, sizeof line, "R %lld %.17g\n", (long long)ep->epoch, v);
-    if (write_all(io->wfd, line, (size_t)n)) return 1; /* the parent is gone */
-    char d;
-    ssize_t r;
-    while ((r = read(io->rfd, &d, 1)) < 0 && errno == EINTR) {}
-    return r != 1 || d == 'p';
+    return isnan(v) ? 0 : io->fn(io->ctx, (int)ep->epoch, v);
 }
 
-/* --verify of keel tune run: how every trial checks a Parquet dataset
- * against its manifest (set once before the trials; forked trials inherit it). */
-static int tune_verify;
-
-/* Trains one trial: SPEC with the trial's values as --set overrides, the
- * summary into report, fn called after every epoch. */
-/* --set KEY=VALUE of keel tune run: the same overrides of every trial,
- * before the trial's own values (set once before the trials; forked trials
- * inherit them). */
-static const char *tune_sets[APP_MAX_VALUES];
-static int tune_nsets;
-
-static int train_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *dir, FILE *report,
-                       kl_train_epoch_fn fn, void *ctx, kl_err *e) {
-    char sets[64][256];
-    const char *setp[64 + APP_MAX_VALUES];
-    int ns = 0;
-    for (int i = 0; i < tune_nsets; i++) setp[ns++] = tune_sets[i];
-    for (int p = 0; p < s->n && ns < 64 + tune_nsets; p++) {
-        if (!v[p].present) continue;
-        char val[96];
-        char *slot = sets[ns - tune_nsets];
-        snprintf(slot, sizeof sets[0], "%s=%s", s->p[p].name, kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
-        setp[ns++] = slot;
-    }
+static int train_trial(void *ctx, const char *const *sets, int nsets, const char *dir, FILE *report,
+                       kl_tune_value_fn on_value, void *value_ctx, kl_err *e) {
+    const trainer *tr = ctx;
+    epoch_io io = {tr->metric, on_value, value_ctx};
     kl_train_opts o = {0};
     o.out_dir = dir;
     o.quiet = 1;
     o.report = report;
-    o.sets = setp;
-    o.nsets = ns;
-    o.on_epoch = fn;
-    o.on_epoch_ctx = ctx;
-    o.verify = tune_verify;
-    return kl_train_run(spec, &o, e);
-}
-
-/* The child: train in-process, tell the parent how it ended, _exit. */
-static void trial_child(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric,
-                        int threads, int wfd, int rfd, const char *dir, const char *logpath) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
-    int lfd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (lfd >= 0) { dup2(lfd, 1); dup2(lfd, 2); close(lfd); }
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul >= 0) { dup2(nul, 0); close(nul); }
-    kl_threads_set(threads);
-    trial_io io = {metric, wfd, rfd};
-    kl_err e = {0};
-    int rc = train_trial(spec, s, v, dir, stdout, trial_epoch, &io, &e);
-    char line[1100];
-    int n;
-    if (rc) {
-        const char *w = kl_err_what(&e);
-        fprintf(stderr, "error: %s\n", w);
-        n = snprintf(line, sizeof line, "E %.1000s\n", w);
-        for (char *q = line + 2; q < line + n - 1; q++) if (*q == '\n') *q = ' ';
-    } else {
-        n = snprintf(line, sizeof line, "D\n");
-    }
-    fflush(stdout);
-    fflush(stderr);
-    write_all(wfd, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
-    _exit(rc ? 1 : 0);
-}
-
-static int fork_trial(const char *spec, const kl_tune_space *s, const kl_tune_value *v, const char *metric, int threads,
-                      child *c, kl_err *e) {
-    int up[2], down[2];
-    if (pipe(up)) return kl_err_set(e, -errno, "pipe: %s", strerror(errno));
-    if (pipe(down)) {
-        int err = errno;
-        close(up[0]); close(up[1]);
-        return kl_err_set(e, -err, "pipe: %s", strerror(err));
-    }
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        int err = errno;
-        close(up[0]); close(up[1]); close(down[0]); close(down[1]);
-        return kl_err_set(e, -err, "fork: %s", strerror(err));
-    }
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        trial_child(spec, s, v, metric, threads, up[1], down[0], c->dir, c->log);
-    }
-    close(up[1]);
-    close(down[0]);
-    c->pid = pid;
-    c->rfd = up[0];
-    c->wfd = down[1];
-    fcntl(c->rfd, F_SETFD, FD_CLOEXEC);
-    fcntl(c->wfd, F_SETFD, FD_CLOEXEC);
-    return KL_OK;
-}
-
-/* What recording a trial needs: the study, the history the pruner and the
- * sampler see (own copy; new trials are appended), the settings. */
-typedef struct {
-    kl_study *st;
-    const kl_tune_space *s;
-    kl_trial *all;
-    size_t nall;
-    const kl_pruner_opts *po;
-    int minimize;
-    const char *metric;
-} tune_ctx;
-
-/* A trial reported its metric for an epoch: record it, ask the pruner. */
-static void report_epoch(tune_ctx *x, child *c, long long epoch, double v) {
-    kl_trial *t = &x->all[c->slot];
-    if (epoch < 0 || epoch > 100000) return;
-    if (epoch >= t->ninter) {
-        double *ni = realloc(t->inter, (size_t)(epoch + 1) * sizeof *ni);
-        if (!ni) return;
-        for (int k = t->ninter; k <= epoch; k++) ni[k] = NAN;
-        t->inter = ni;
-        t->ninter = (int)epoch + 1;
-    }
-    t->inter[epoch] = v;
-    kl_err e = {0};
-    if (kl_study_trial_report(x->st, c->run_id, (int)epoch, v, &e))
-        kl_log(KL_LOG_WARN, "tune", "trial %d: recording %s: %s", t->number, x->metric, kl_err_what(&e));
-    if (!c->pruned && kl_tune_should_prune(x->po, x->all, x->nall, t, (int)epoch, x->minimize)) c->pruned = 1;
-}
-
-/* Handles one complete line from a child: records a reported value and
- * answers with the pruner's decision. */
-static void child_line(tune_ctx *x, child *c, const char *line) {
-    if (line[0] == 'D') { c->done = 1; return; }
-    if (line[0] == 'E') { snprintf(c->err, sizeof c->err, "%s", line + 2); return; }
-    if (line[0] != 'R') return;
-    char *end;
-    long long epoch = strtoll(line + 2, &end, 10);
-    report_epoch(x, c, epoch, strtod(end, NULL));
-    char answer = c->pruned ? 'p' : 'c';
-    write_all(c->wfd, &answer, 1);
-}
-
-/* Reads what a child has written; returns 1 at end of file (it exited). */
-static int child_read(tune_ctx *x, child *c) {
-    ssize_t r = read(c->rfd, c->buf + c->blen, sizeof c->buf - 1 - c->blen);
-    if (r < 0) return errno == EINTR || errno == EAGAIN ? 0 : 1;
-    if (r == 0) return 1;
-    c->blen += (size_t)r;
-    c->buf[c->blen] = 0;
-    char *p = c->buf, *nl;
-    while ((nl = strchr(p, '\n'))) {
-        *nl = 0;
-        child_line(x, c, p);
-        p = nl + 1;
-    }
-    c->blen = (size_t)(c->buf + c->blen - p);
-    memmove(c->buf, p, c->blen);
-    if (c->blen == sizeof c->buf - 1) c->blen = 0; /* an overlong line: drop it */
-    return 0;
-}
-
-/* last non-empty line of a file (a crashed trial's last words) */
-static void last_line(const char *path, char *out, size_t n) {
-    out[0] = 0;
-    char *text;
-    size_t len;
-    if (kl_read_file(path, &text, &len, NULL)) return;
-    while (len && (text[len - 1] == '\n' || text[len - 1] == ' ')) text[--len] = 0;
-    char *nl = strrchr(text, '\n');
-    snprintf(out, n, "%s", nl ? nl + 1 : text);
-    kl_mem_free(text);
-}
-
-static void describe(const kl_tune_space *s, const kl_tune_value *v, char *out, size_t n) {
-    size_t k = 0;
-    out[0] = 0;
-    for (int p = 0; p < s->n && k < n; p++) {
-        if (!v[p].present) continue;
-        char val[96];
-        k += (size_t)snprintf(out + k, n - k, "%s%s=%s", k ? ", " : "", s->p[p].name, kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
-    }
-}
-
-static double objective_of(const kl_trial *t, int minimize) {
-    double best = NAN;
-    for (int i = 0; i < t->ninter; i++) {
-        double v = t->inter[i];
-        if (isnan(v)) continue;
-        if (isnan(best) || (minimize ? v < best : v > best)) best = v;
-    }
-    return best;
-}
-
-/* ---- a trial in the tune process itself (--parallel 1) ------------------ */
-
-typedef struct { tune_ctx *x; child *c; } inproc_io;
-
-static int inproc_epoch(void *ctx, const kl_train_epoch *ep) {
-    inproc_io *io = ctx;
-    double v = epoch_metric(io->x->metric, ep);
-    if (!isnan(v)) report_epoch(io->x, io->c, (long long)ep->epoch, v);
-    return io->c->pruned || interrupted;
-}
-
-static double cpu_now(void) {
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
-}
-
-/* Trains one trial with the training library in this process; c->done or
- * c->err tell how it ended. Returns its CPU seconds. */
-static double run_inproc(tune_ctx *x, child *c, const char *spec) {
-    double cpu0 = cpu_now();
-    FILE *log = fopen(c->log, "w");
-    inproc_io io = {x, c};
-    kl_err e = {0};
-    if (train_trial(spec, x->s, x->all[c->slot].params, c->dir, log ? log : stderr, inproc_epoch, &io, &e)) {
-        snprintf(c->err, sizeof c->err, "%s", kl_err_what(&e));
-        if (log) fprintf(log, "error: %s\n", c->err);
-    } else {
-        c->done = 1;
-    }
-    if (log) fclose(log);
-    return cpu_now() - cpu0;
-}
-
-/* Records how a trial ended (state, value or error) and prints a line.
- * Returns 1 when a successful trial never reported the metric. */
-static int finish_trial(tune_ctx *x, child *c, int status, kl_err *e) {
-    kl_trial *tr = &x->all[c->slot];
-    double secs = now_s() - c->t0;
-    char desc[1024];
-    describe(x->s, tr->params, desc, sizeof desc);
-    kl_err te = {0};
-    int missing = 0;
-    if (c->pruned) {
-        tr->state = KL_TRIAL_PRUNED;
-        kl_study_trial_end(x->st, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
-        fprintf(stderr, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
-    } else if (c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
-        double v = objective_of(tr, x->minimize);
-        if (isnan(v)) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "metric '%s' never appeared in the trial's epochs (the training loop reports val_accuracy, val_loss and train_loss; see %s/metrics.csv)",
-                     x->metric, c->dir);
-            tr->state = KL_TRIAL_FAILED;
-            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_FAILED, NAN, msg, &te);
-            kl_err_set(e, KL_ENOTFOUND, "trial %d: %s", tr->number, msg);
-            missing = 1;
-        } else {
-            tr->state = KL_TRIAL_COMPLETE;
-            tr->value = v;
-            /* its exported model stays in c->dir: recorded for keel tune register */
-            kl_study_trial_set_model_dir(x->st, c->run_id, c->dir, &te);
-            kl_study_trial_end(x->st, c->run_id, KL_TRIAL_COMPLETE, v, NULL, te.code ? NULL : &te);
-            fprintf(stderr, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, x->metric, v, secs, desc);
-        }
-    } else {
-        char err[768];
-        snprintf(err, sizeof err, "%s", c->err);
-        if (!err[0]) last_line(c->log, err, sizeof err);
-        if (!err[0]) snprintf(err, sizeof err, "exited with status %d", WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
-        tr->state = KL_TRIAL_FAILED;
-        kl_study_trial_end(x->st, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
-        fprintf(stderr, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
-    }
-    if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
-    return missing;
-}
-
-static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_tune_value *b) {
-    for (int p = 0; p < s->n; p++) {
-        if (a[p].present != b[p].present) return 0;
-        if (a[p].present && a[p].v != b[p].v) return 0;
-    }
-    return 1;
+    o.sets = sets;
+    o.nsets = nsets;
+    o.on_epoch = on_epoch;
+    o.on_epoch_ctx = &io;
+    o.verify = tr->verify;
+    return kl_train_run(tr->spec, &o, e);
 }
 
 /* ==================================================================
@@ -405,6 +110,100 @@ static const app_cmd_spec run_spec = {
     "  register     register the best trial's model (keel tune register STUDY --name N)",
     run_opts, KL_ARRAY_LEN(run_opts), 1, 1};
 
+/* The run's summary: text, or --json. APP_EXIT_OK when a trial completed. */
+static int print_summary(const app_args *a, const char *name, const char *metric, int minimize, const kl_tune_space *s,
+                         const kl_tune_run_result *res) {
+    const kl_trial *best = kl_tune_best(res->trials, res->n, minimize);
+    int ncomplete = 0, npruned = 0, nfailed = 0;
+    for (size_t i = 0; i < res->n; i++) {
+        ncomplete += res->trials[i].state == KL_TRIAL_COMPLETE;
+        npruned += res->trials[i].state == KL_TRIAL_PRUNED;
+        nfailed += res->trials[i].state == KL_TRIAL_FAILED;
+    }
+    char desc[1024] = "";
+    if (best) kl_tune_params_str(s, best->params, desc, sizeof desc);
+    if (!app_flag(a, "json")) {
+        printf("study %s: %zu trials (%d complete, %d pruned, %d failed), %d trained now\n", name, res->n, ncomplete,
+               npruned, nfailed, res->launched);
+        if (best) printf("best: trial %d, %s = %.6g [%s]\n", best->number, metric, best->value, desc);
+        printf("details: keel tune show %s\n", name);
+        return best ? APP_EXIT_OK : APP_EXIT_FAIL;
+    }
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "{\"study\":");
+    kl_buf_json_str(&b, name);
+    kl_buf_printf(&b,
+                  ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,"
+                  "\"launched\":%d,\"seconds\":%.3f,\"train_seconds\":%.3f,\"train_cpu_seconds\":%.3f",
+                  metric, minimize ? "minimize" : "maximize", res->n, ncomplete, npruned, nfailed, res->launched,
+                  res->seconds, res->train_seconds, res->train_cpu_seconds);
+    if (best) {
+        kl_buf_printf(&b, ",\"best\":{\"number\":%d,\"value\":%.17g,\"params\":{", best->number, best->value);
+        int first = 1;
+        for (int p = 0; p < s->n; p++) {
+            if (!best->params[p].present) continue;
+            char val[96];
+            kl_buf_printf(&b, "%s", first ? "" : ",");
+            kl_buf_json_str(&b, s->p[p].name);
+            kl_buf_puts(&b, ":");
+            kl_buf_json_str(&b, kl_tune_value_str(&s->p[p], best->params[p], val, sizeof val));
+            first = 0;
+        }
+        kl_buf_puts(&b, "}}");
+    }
+    kl_buf_puts(&b, "}\n");
+    fputs(b.data, stdout);
+    kl_buf_free(&b);
+    return best ? APP_EXIT_OK : APP_EXIT_FAIL;
+}
+
+/* The objective and the search of keel tune: --metric (default from the
+ * spec's loss), --direction, --sampler, --pruner, --prune-min-epochs. -1
+ * when they are fine, else the exit code. */
+typedef struct {
+    const char *metric, *sampler;
+    int minimize;
+    kl_sampler_opts so;
+    kl_pruner_opts po;
+} search;
+
+static int parse_search(const app_args *a, const char *spec_arg, int64_t seed, search *q) {
+    int rc;
+    const char *metric = app_get(a, "metric");
+    if (!metric) { /* from the loss: accuracy means nothing for a regression */
+        const char *loss = NULL;
+        kl_err le = {0};
+        if (kl_train_spec_loss(spec_arg, &loss, &le)) return app_fail(&le);
+        metric = strcmp(loss, "mse") ? "val_accuracy" : "val_loss";
+        fprintf(stderr, "metric: %s (the default for a %s loss; --metric to choose)\n", metric, loss);
+    }
+    const char *dir = app_get(a, "direction");
+    int minimize = !(strstr(metric, "acc") || strstr(metric, "auc"));
+    if (dir) {
+        if (!strcmp(dir, "minimize") || !strcmp(dir, "min")) minimize = 1;
+        else if (!strcmp(dir, "maximize") || !strcmp(dir, "max")) minimize = 0;
+        else return app_usage_error(&run_spec, "--direction must be maximize or minimize");
+    }
+    kl_sampler_opts_default(&q->so);
+    q->so.seed = (uint64_t)seed;
+    const char *sampler = app_get(a, "sampler") ? app_get(a, "sampler") : "tpe";
+    if (kl_sampler_kind_parse(sampler, &q->so.kind))
+        return app_usage_error(&run_spec, "unknown sampler '%s' (tpe, random, grid)", sampler);
+    kl_pruner_opts_default(&q->po);
+    if (app_get(a, "pruner") && kl_pruner_kind_parse(app_get(a, "pruner"), &q->po.kind))
+        return app_usage_error(&run_spec, "unknown pruner '%s' (none, median, asha)", app_get(a, "pruner"));
+    int64_t min_epochs;
+    if ((rc = app_get_int(a, &run_spec, "prune-min-epochs", 1, &min_epochs)) >= 0) return rc;
+    if (min_epochs < 1 || min_epochs > 100000) return app_usage_error(&run_spec, "--prune-min-epochs must be in 1..100000");
+    q->po.min_resource = (int)min_epochs;
+    q->po.n_warmup_steps = (int)min_epochs - 1;
+    q->metric = metric;
+    q->sampler = sampler;
+    q->minimize = minimize;
+    return -1;
+}
+
 static int tune_run(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&run_spec, argc, argv, &a);
@@ -417,38 +216,14 @@ static int tune_run(int argc, char **argv) {
     if ((rc = app_get_int(&a, &run_spec, "parallel", 1, &parallel)) >= 0) return rc;
     if ((rc = app_get_int(&a, &run_spec, "seed", 0, &seed)) >= 0) return rc;
     if ((rc = app_get_double(&a, &run_spec, "timeout", 0, &timeout)) >= 0) return rc;
-    if ((rc = app_get_verify(&a, &run_spec, &tune_verify)) >= 0) return rc;
+    int verify = 0;
+    if ((rc = app_get_verify(&a, &run_spec, &verify)) >= 0) return rc;
     if (trials < 1 || trials > 100000) return app_usage_error(&run_spec, "--trials must be in 1..100000");
     if (parallel < 1 || parallel > 64) return app_usage_error(&run_spec, "--parallel must be in 1..64");
-    const char *metric = app_get(&a, "metric");
-    if (!metric) { /* from the loss: accuracy means nothing for a regression */
-        const char *loss = NULL;
-        kl_err le = {0};
-        if (kl_train_spec_loss(spec_arg, &loss, &le)) return app_fail(&le);
-        metric = strcmp(loss, "mse") ? "val_accuracy" : "val_loss";
-        fprintf(stderr, "metric: %s (the default for a %s loss; --metric to choose)\n", metric, loss);
-    }
-    const char *dir = app_get(&a, "direction");
-    int minimize = !(strstr(metric, "acc") || strstr(metric, "auc"));
-    if (dir) {
-        if (!strcmp(dir, "minimize") || !strcmp(dir, "min")) minimize = 1;
-        else if (!strcmp(dir, "maximize") || !strcmp(dir, "max")) minimize = 0;
-        else return app_usage_error(&run_spec, "--direction must be maximize or minimize");
-    }
-    kl_sampler_opts so;
-    kl_sampler_opts_default(&so);
-    so.seed = (uint64_t)seed;
-    const char *sampler = app_get(&a, "sampler") ? app_get(&a, "sampler") : "tpe";
-    if (kl_sampler_kind_parse(sampler, &so.kind)) return app_usage_error(&run_spec, "unknown sampler '%s' (tpe, random, grid)", sampler);
-    kl_pruner_opts po;
-    kl_pruner_opts_default(&po);
-    if (app_get(&a, "pruner") && kl_pruner_kind_parse(app_get(&a, "pruner"), &po.kind))
-        return app_usage_error(&run_spec, "unknown pruner '%s' (none, median, asha)", app_get(&a, "pruner"));
-    int64_t min_epochs;
-    if ((rc = app_get_int(&a, &run_spec, "prune-min-epochs", 1, &min_epochs)) >= 0) return rc;
-    if (min_epochs < 1 || min_epochs > 100000) return app_usage_error(&run_spec, "--prune-min-epochs must be in 1..100000");
-    po.min_resource = (int)min_epochs;
-    po.n_warmup_steps = (int)min_epochs - 1;
+    search q;
+    if ((rc = parse_search(&a, spec_arg, seed, &q)) >= 0) return rc;
+    const char *metric = q.metric, *sampler = q.sampler;
+    int minimize = q.minimize;
 
     kl_err e = {0};
     char spec[4096];
@@ -461,31 +236,30 @@ static int tune_run(int argc, char **argv) {
     kl_tune_space *s = NULL;
     kl_track *t = NULL;
     kl_study *st = NULL;
-    child *kids = NULL;
-    kl_trial *all = NULL;
-    size_t nall = 0;
-    int exit_code = APP_EXIT_FAIL, nkids = 0;
+    kl_tune_run_result res = {0};
+    const char *sets[APP_MAX_VALUES];
+    int exit_code = APP_EXIT_FAIL;
     if ((rc = kl_read_file(space_path, &space_text, &space_len, &e)) || (rc = kl_tune_space_load(space_path, &s, &e)))
         goto done;
     /* fixed overrides: KEY=VALUE, never a parameter of the space */
     char sets_text[8192] = "";
     size_t stl = 0;
-    tune_nsets = app_get_all(&a, "set", tune_sets, APP_MAX_VALUES);
-    for (int i = 0; i < tune_nsets; i++) {
-        const char *eq = strchr(tune_sets[i], '=');
-        if (!eq || eq == tune_sets[i]) {
-            rc = kl_err_set(&e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", tune_sets[i]);
+    int nsets = app_get_all(&a, "set", sets, APP_MAX_VALUES);
+    for (int i = 0; i < nsets; i++) {
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i]) {
+            rc = kl_err_set(&e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", sets[i]);
             goto done;
         }
         char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - tune_sets[i]), tune_sets[i]);
+        snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
         if (kl_tune_space_find(s, key) >= 0) {
             rc = kl_err_set(&e, KL_EINVAL, "--set %s: %s is a parameter of the search space %s (the trials choose it)",
-                            tune_sets[i], key, space_path);
+                            sets[i], key, space_path);
             goto done;
         }
         if (stl < sizeof sets_text)
-            stl += (size_t)snprintf(sets_text + stl, sizeof sets_text - stl, "%s%s", i ? "\n" : "", tune_sets[i]);
+            stl += (size_t)snprintf(sets_text + stl, sizeof sets_text - stl, "%s%s", i ? "\n" : "", sets[i]);
     }
     if (stl >= sizeof sets_text) {
         rc = kl_err_set(&e, KL_EINVAL, "--set: the overrides are too long");
@@ -519,199 +293,16 @@ static int tune_run(int argc, char **argv) {
     if ((rc = app_store_open(1, &t, &e))) goto done;
     kl_study_info info = {name, metric, minimize, sampler, sha, spec, space_text, sets_text};
     if ((rc = kl_study_open(t, s, &info, &st, &e))) goto done;
-    const kl_trial *loaded;
-    size_t nloaded;
-    if ((rc = kl_study_load(st, &loaded, &nloaded, &e))) goto done;
-    /* our own copy of the history, to which new trials are appended */
-    all = calloc(nloaded + (size_t)trials + 1, sizeof *all);
-    kids = calloc((size_t)parallel, sizeof *kids);
-    if (!all || !kids) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
-    int next = 0;
-    for (size_t i = 0; i < nloaded; i++) {
-        all[nall] = loaded[i];
-        all[nall].params = malloc((size_t)s->n * sizeof(kl_tune_value));
-        all[nall].inter = loaded[i].ninter ? malloc((size_t)loaded[i].ninter * sizeof(double)) : NULL;
-        if (!all[nall].params) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
-        memcpy(all[nall].params, loaded[i].params, (size_t)s->n * sizeof(kl_tune_value));
-        if (all[nall].inter) memcpy(all[nall].inter, loaded[i].inter, (size_t)loaded[i].ninter * sizeof(double));
-        if (loaded[i].number >= next) next = loaded[i].number + 1;
-        nall++;
-    }
-    if (nall) kl_log(KL_LOG_INFO, "tune", "study %s: continuing with %zu trials recorded", name, nall);
-    int threads = KL_MAX(1, kl_threads_default() / (int)parallel);
+    trainer tr = {spec, metric, verify};
+    kl_tune_run_opts ro = {st,     s,    metric, minimize, &q.so,       &q.po, (size_t)trials, (int)parallel, timeout,
+                           outdir, sets, nsets,  0,        train_trial, &tr,   &interrupted,   stderr};
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    double t_start = now_s();
-    int launched = 0, failed_first_metric = 0;
-    double train_seconds = 0, train_cpu = 0; /* summed over the trials trained now: wall (fork to exit), CPU */
-    size_t target = (size_t)trials;
-    int grid_done = 0;
-    tune_ctx x = {st, s, all, 0, &po, minimize, metric};
-    while (!interrupted) {
-        /* start trials while there are free slots and budget */
-        while (!interrupted && !grid_done && nkids < parallel && nall < target && !failed_first_metric &&
-               !(timeout > 0 && now_s() - t_start > timeout)) {
-            kl_trial *tr = &all[nall];
-            memset(tr, 0, sizeof *tr);
-            tr->number = next++;
-            tr->state = KL_TRIAL_RUNNING;
-            tr->params = calloc((size_t)s->n, sizeof(kl_tune_value));
-            if (!tr->params) { rc = kl_err_set(&e, KL_ENOMEM, "out of memory"); goto done; }
-            rc = kl_tune_suggest(s, &so, all, nall, minimize, tr->number, tr->params, &e);
-            if (rc == KL_ENOTFOUND && so.kind == KL_SAMPLER_GRID) {
-                kl_log(KL_LOG_INFO, "tune", "%s", kl_err_what(&e));
-                free(tr->params);
-                grid_done = 1;
-                rc = KL_OK;
-                break;
-            }
-            if (rc) goto done;
-            nall++;
-            char desc[1024];
-            describe(s, tr->params, desc, sizeof desc);
-            /* already evaluated? reuse its value */
-            const kl_trial *same = NULL;
-            for (size_t i = 0; i + 1 < nall && !same; i++)
-                if (all[i].state == KL_TRIAL_COMPLETE && same_params(s, all[i].params, tr->params)) same = &all[i];
-            int64_t run_id;
-            if ((rc = kl_study_trial_start(st, tr->number, tr->params, &run_id, &e))) goto done;
-            tr->run_id = run_id;
-            if (same) {
-                char note[64], mdir[4096];
-                snprintf(note, sizeof note, "cached from trial %d", same->number);
-                tr->state = KL_TRIAL_COMPLETE;
-                tr->value = same->value;
-                /* the same model as the trial it repeats */
-                if (same->run_id && !kl_study_trial_model_dir(st, same->run_id, mdir, sizeof mdir, NULL))
-                    kl_study_trial_set_model_dir(st, run_id, mdir, NULL);
-                if ((rc = kl_study_trial_end(st, run_id, KL_TRIAL_COMPLETE, tr->value, note, &e))) goto done;
-                fprintf(stderr, "trial %d: %s = %.6g (cached: same as trial %d) [%s]\n", tr->number, metric, tr->value,
-                        same->number, desc);
-                continue;
-            }
-            child *c = &kids[nkids];
-            memset(c, 0, sizeof *c);
-            c->slot = (int)nall - 1;
-            c->run_id = run_id;
-            c->rfd = c->wfd = -1;
-            c->t0 = now_s();
-            snprintf(c->dir, sizeof c->dir, "%s/trial-%d", outdir, tr->number);
-            snprintf(c->log, sizeof c->log, "%s/trial-%d.log", outdir, tr->number);
-            kl_rm_rf(c->dir, NULL); /* a leftover of an interrupted run */
-            launched++;
-            if (parallel == 1) { /* in this process: no fork, memory reused from trial to trial */
-                fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
-                x.nall = nall;
-                train_cpu += run_inproc(&x, c, spec);
-                train_seconds += now_s() - c->t0;
-                if (interrupted && !c->pruned) {
-                    kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
-                    break;
-                }
-                failed_first_metric |= finish_trial(&x, c, 0, &e);
-                continue;
-            }
-            if ((rc = fork_trial(spec, s, tr->params, metric, threads, c, &e))) {
-                kl_study_trial_end(st, run_id, KL_TRIAL_FAILED, NAN, kl_err_what(&e), NULL);
-                goto done;
-            }
-            nkids++;
-            fprintf(stderr, "trial %d: started [%s]\n", tr->number, desc);
-        }
-        if (nkids == 0) break;
-        /* watch the running ones: their reports, pruner answers, exits */
-        struct pollfd pfd[64];
-        for (int k = 0; k < nkids; k++) pfd[k] = (struct pollfd){kids[k].rfd, POLLIN, 0};
-        if (poll(pfd, (nfds_t)nkids, 200) < 0 && errno != EINTR) {
-            rc = kl_err_set(&e, -errno, "poll: %s", strerror(errno));
-            goto done;
-        }
-        for (int k = 0; k < nkids; k++) {
-            child *c = &kids[k];
-            if (!(pfd[k].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            x.nall = nall;
-            if (!child_read(&x, c)) continue;
-            int status = 0;
-            struct rusage ru = {0};
-            while (wait4(c->pid, &status, 0, &ru) < 0 && errno == EINTR) {}
-            train_cpu += (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
-                         (double)ru.ru_stime.tv_usec * 1e-6;
-            close(c->rfd);
-            close(c->wfd);
-            pfd[k] = pfd[nkids - 1];
-            train_seconds += now_s() - c->t0;
-            failed_first_metric |= finish_trial(&x, c, status, &e);
-            kids[k] = kids[--nkids];
-            k--;
-        }
-    }
-    if (interrupted) {
-        for (int k = 0; k < nkids; k++) {
-            kill(kids[k].pid, SIGTERM);
-            waitpid(kids[k].pid, NULL, 0);
-            close(kids[k].rfd);
-            close(kids[k].wfd);
-            kl_study_trial_end(st, kids[k].run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
-        }
-        nkids = 0;
-        kl_err_set(&e, KL_ECANCELED, "interrupted; re-run the same command to continue the study");
-        rc = KL_ECANCELED;
-        goto done;
-    }
-    if (failed_first_metric) { rc = KL_ENOTFOUND; goto done; }
-    /* summary */
-    const kl_trial *best = kl_tune_best(all, nall, minimize);
-    int ncomplete = 0, npruned = 0, nfailed = 0;
-    for (size_t i = 0; i < nall; i++) {
-        ncomplete += all[i].state == KL_TRIAL_COMPLETE;
-        npruned += all[i].state == KL_TRIAL_PRUNED;
-        nfailed += all[i].state == KL_TRIAL_FAILED;
-    }
-    char desc[1024] = "";
-    if (best) describe(s, best->params, desc, sizeof desc);
-    if (app_flag(&a, "json")) {
-        kl_buf b;
-        kl_buf_init(&b);
-        kl_buf_puts(&b, "{\"study\":");
-        kl_buf_json_str(&b, name);
-        kl_buf_printf(&b, ",\"metric\":\"%s\",\"direction\":\"%s\",\"trials\":%zu,\"complete\":%d,\"pruned\":%d,\"failed\":%d,\"launched\":%d,\"seconds\":%.3f,\"train_seconds\":%.3f,\"train_cpu_seconds\":%.3f",
-                      metric, minimize ? "minimize" : "maximize", nall, ncomplete, npruned, nfailed, launched, now_s() - t_start, train_seconds,
-                      train_cpu);
-        if (best) {
-            kl_buf_printf(&b, ",\"best\":{\"number\":%d,\"value\":%.17g,\"params\":{", best->number, best->value);
-            int first = 1;
-            for (int p = 0; p < s->n; p++) {
-                if (!best->params[p].present) continue;
-                char val[96];
-                kl_buf_printf(&b, "%s", first ? "" : ",");
-                kl_buf_json_str(&b, s->p[p].name);
-                kl_buf_puts(&b, ":");
-                kl_buf_json_str(&b, kl_tune_value_str(&s->p[p], best->params[p], val, sizeof val));
-                first = 0;
-            }
-            kl_buf_puts(&b, "}}");
-        }
-        kl_buf_puts(&b, "}\n");
-        fputs(b.data, stdout);
-        kl_buf_free(&b);
-    } else {
-        printf("study %s: %zu trials (%d complete, %d pruned, %d failed), %d trained now\n", name, nall, ncomplete,
-               npruned, nfailed, launched);
-        if (best) printf("best: trial %d, %s = %.6g [%s]\n", best->number, metric, best->value, desc);
-        printf("details: keel tune show %s\n", name);
-    }
-    exit_code = best ? APP_EXIT_OK : APP_EXIT_FAIL;
-    if (!best) kl_err_set(&e, KL_ENOTFOUND, "no trial completed");
+    if ((rc = kl_tune_run(&ro, &res, &e))) goto done;
+    exit_code = print_summary(&a, name, metric, minimize, s, &res);
+    if (exit_code != APP_EXIT_OK) kl_err_set(&e, KL_ENOTFOUND, "no trial completed");
 done:
-    for (int k = 0; k < nkids; k++) {
-        kill(kids[k].pid, SIGTERM);
-        waitpid(kids[k].pid, NULL, 0);
-        close(kids[k].rfd);
-        close(kids[k].wfd);
-    }
-    for (size_t i = 0; i < nall; i++) { free(all[i].params); free(all[i].inter); }
-    free(all);
-    free(kids);
+    kl_tune_run_result_free(&res);
     kl_study_free(st);
     kl_track_close(t);
     kl_tune_space_free(s);
@@ -832,13 +423,13 @@ static int tune_show(int argc, char **argv) {
         }
         if (best) {
             char desc[1024];
-            describe(s, best->params, desc, sizeof desc);
+            kl_tune_params_str(s, best->params, desc, sizeof desc);
             printf("best: trial %d, %s = %.6g [%s]\n\n", best->number, info->metric, best->value, desc);
         }
         printf("%6s  %-9s %12s %6s  %s\n", "TRIAL", "STATE", "VALUE", "EPOCHS", "PARAMS");
         for (size_t i = 0; i < n; i++) {
             char desc[1024], val[32] = "-";
-            describe(s, tr[i].params, desc, sizeof desc);
+            kl_tune_params_str(s, tr[i].params, desc, sizeof desc);
             if (tr[i].state == KL_TRIAL_COMPLETE && isfinite(tr[i].value)) snprintf(val, sizeof val, "%.6g", tr[i].value);
             printf("%6d  %-9s %12s %6d  %s%s\n", tr[i].number, kl_trial_state_name(tr[i].state), val, tr[i].ninter, desc,
                    best == &tr[i] ? "  <- best" : "");

@@ -6,6 +6,8 @@
 #define KEEL_TUNE_H
 
 #include <keel/core.h>
+#include <signal.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -172,6 +174,52 @@ const char *kl_trial_state_name(kl_trial_state s);
  * each parameter alone (correlation ratio over quantile bins for numbers,
  * per choice for categoricals), normalised to sum to 1. out has space->n. */
 void kl_tune_importance(const kl_tune_space *s, const kl_trial *t, size_t n, double *out);
+
+/* ---- running a study (src/tune/run.c) ----------------------------------------- */
+
+/* After each epoch of a trial: the study metric's value (the trainer skips
+ * epochs without one). A non-zero return stops the trial now (pruned, or
+ * the run was stopped). */
+typedef int (*kl_tune_value_fn)(void *ctx, int epoch, double value);
+/* The trainer of a trial: train with the overrides sets (KEY=VALUE, the
+ * fixed ones first, then the trial's parameters), artifacts in dir, its own
+ * output to report, on_value after every epoch. The tune module knows no
+ * training library; `keel tune` passes kl_train_run. */
+typedef int (*kl_tune_train_fn)(void *ctx, const char *const *sets, int nsets, const char *dir, FILE *report,
+                                kl_tune_value_fn on_value, void *value_ctx, kl_err *e);
+typedef struct {
+    kl_study *study; /* opened on space (kl_study_open) */
+    const kl_tune_space *space;
+    const char *metric; /* the per-epoch metric the objective is the best of */
+    int minimize;
+    const kl_sampler_opts *sampler;
+    const kl_pruner_opts *pruner;
+    size_t trials;           /* the study's trials in all (recorded ones count) */
+    int parallel;            /* trials at once: 1 in this process, 2..64 in forked ones */
+    double timeout_s;        /* start no new trial after this long; <= 0 none */
+    const char *out_dir;     /* trial-N/ (a complete trial's model) and trial-N.log */
+    const char *const *sets; /* fixed overrides of every trial */
+    int nsets;
+    int threads_per_trial; /* a forked trial's threads; 0 = the thread count / parallel */
+    kl_tune_train_fn train;
+    void *train_ctx;
+    volatile sig_atomic_t *stop; /* non-zero (a signal handler): end the running trials as interrupted */
+    FILE *progress;              /* a line per trial started and ended; NULL quiet */
+} kl_tune_run_opts;
+typedef struct {
+    kl_trial *trials; /* the whole history, recorded trials first */
+    size_t n;
+    int launched;                                     /* trained in this run (not cached) */
+    double seconds, train_seconds, train_cpu_seconds; /* wall; trials' wall (fork to exit) and CPU, summed */
+} kl_tune_run_result;
+/* Runs the study up to o->trials trials: sampler, cached configurations,
+ * pruner, everything recorded in the study (running it again continues).
+ * KL_ECANCELED when stopped, KL_ENOTFOUND when a trial never reported the
+ * metric; res holds the history in every case (kl_tune_run_result_free). */
+int kl_tune_run(const kl_tune_run_opts *o, kl_tune_run_result *res, kl_err *e);
+void kl_tune_run_result_free(kl_tune_run_result *r);
+/* "name=value, ..." of the present parameters of v. */
+void kl_tune_params_str(const kl_tune_space *s, const kl_tune_value *v, char *out, size_t n);
 
 /* ---- pictures (keel tune show and keel ui draw the same SVG) --------------- */
 
