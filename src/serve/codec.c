@@ -249,18 +249,11 @@ static int parse_priority(const cJSON *p, int *level) {
     return -1;
 }
 
-int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin, size_t bin_len, kl_err *e) {
-    sv_version *v = r->ver;
-    int rc = KL_OK;
-    sv_json_doc *doc = NULL;
-    rc = sv_json_parse(json, json_len, SV_JSON_PACK, &doc, e);
-    if (rc) return rc;
-    const cJSON *root = sv_json_root(doc);
-    if (!cJSON_IsObject(root)) { rc = kl_err_set(e, KL_EPARSE, "request body: expected a JSON object"); goto done; }
-
+/* The request's "id" and "parameters" (priority, timeout, binary_data_output). */
+static int decode_params(sv_req *r, const cJSON *root, kl_err *e) {
     const cJSON *id = cJSON_GetObjectItemCaseSensitive(root, "id");
     if (id) {
-        if (!cJSON_IsString(id)) { rc = kl_err_set(e, KL_EPARSE, "id: expected a string"); goto done; }
+        if (!cJSON_IsString(id)) return kl_err_set(e, KL_EPARSE, "id: expected a string");
         size_t idn = strlen(id->valuestring);
         if (idn >= sizeof r->id) idn = sizeof r->id - 1; /* as snprintf would cut it */
         memcpy(r->id, id->valuestring, idn);
@@ -268,34 +261,145 @@ int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bi
         r->has_id = 1;
     }
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
-    if (params) {
-        if (!cJSON_IsObject(params)) { rc = kl_err_set(e, KL_EPARSE, "parameters: expected an object"); goto done; }
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(params, "priority");
-        if (p && parse_priority(p, &r->prio_param)) {
-            rc = kl_err_set(e, KL_EINVAL, "parameters.priority: expected a level 1..%d, \"high\" or \"low\"", SV_MAX_LEVELS);
-            goto done;
-        }
-        p = cJSON_GetObjectItemCaseSensitive(params, "timeout");
-        if (p) {
-            if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble != floor(p->valuedouble)) {
-                rc = kl_err_set(e, KL_EINVAL, "parameters.timeout: expected microseconds (a non-negative integer)");
-                goto done;
-            }
-            r->timeout_us = (int64_t)p->valuedouble;
-        }
-        p = cJSON_GetObjectItemCaseSensitive(params, "binary_data_output");
-        if (p) {
-            if (!cJSON_IsBool(p)) { rc = kl_err_set(e, KL_EINVAL, "parameters.binary_data_output: expected true or false"); goto done; }
-            r->all_binary = cJSON_IsTrue(p);
-        }
+    if (!params) return KL_OK;
+    if (!cJSON_IsObject(params)) return kl_err_set(e, KL_EPARSE, "parameters: expected an object");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(params, "priority");
+    if (p && parse_priority(p, &r->prio_param))
+        return kl_err_set(e, KL_EINVAL, "parameters.priority: expected a level 1..%d, \"high\" or \"low\"",
+                          SV_MAX_LEVELS);
+    p = cJSON_GetObjectItemCaseSensitive(params, "timeout");
+    if (p) {
+        if (!cJSON_IsNumber(p) || p->valuedouble < 0 || p->valuedouble != floor(p->valuedouble))
+            return kl_err_set(e, KL_EINVAL, "parameters.timeout: expected microseconds (a non-negative integer)");
+        r->timeout_us = (int64_t)p->valuedouble;
     }
+    p = cJSON_GetObjectItemCaseSensitive(params, "binary_data_output");
+    if (p) {
+        if (!cJSON_IsBool(p)) return kl_err_set(e, KL_EINVAL, "parameters.binary_data_output: expected true or false");
+        r->all_binary = cJSON_IsTrue(p);
+    }
+    return KL_OK;
+}
 
+/* An input's name, datatype and shape against the model's input; *k its
+ * index, *numel its element count; r->rows follows dimension 0. */
+static int decode_signature(sv_req *r, const cJSON *in, const char *field, int *seen, size_t *k, int64_t *numel,
+                            kl_err *e) {
+    const sv_version *v = r->ver;
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(in, "name");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(in, "shape");
+    if (!cJSON_IsString(nm)) return kl_err_set(e, KL_EPARSE, "%s.name: missing or not a string", field);
+    for (*k = 0; *k < v->n_in; (*k)++)
+        if (!strcmp(v->in[*k].name, nm->valuestring)) break;
+    if (*k == v->n_in)
+        return kl_err_set(e, KL_ENOTFOUND, "%s.name: model '%s' has no input '%s' (its inputs: %s%s)", field,
+                          v->model->name, nm->valuestring, v->in[0].name, v->n_in > 1 ? ", ..." : "");
+    if (seen[*k]++) return kl_err_set(e, KL_EINVAL, "%s.name: input '%s' given twice", field, nm->valuestring);
+    const sv_io *io = &v->in[*k];
+    sv_dtype dtype;
+    if (!cJSON_IsString(dt) || sv_dtype_parse(dt->valuestring, &dtype))
+        return kl_err_set(
+            e, KL_ETYPE, "%s.datatype: expected one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES",
+            field);
+    if (dtype != io->dtype)
+        return kl_err_set(e, KL_ETYPE, "%s.datatype: input '%s' is %s, got %s", field, io->name, dt_names[io->dtype],
+                          dt_names[dtype]);
+    if (!cJSON_IsArray(sh)) return kl_err_set(e, KL_ESHAPE, "%s.shape: missing or not an array", field);
+    sv_tensor *t = &r->in[*k];
+    int rank = sv_json_array_size(sh);
+    if (rank != io->rank)
+        return kl_err_set(e, KL_ESHAPE, "%s.shape: input '%s' has rank %d, got %d", field, io->name, io->rank, rank);
+    t->dtype = dtype;
+    t->rank = rank;
+    int d = 0;
+    *numel = 1;
+    for (const cJSON *x = sh->child; x; x = x->next, d++) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != floor(x->valuedouble) ||
+            x->valuedouble > 1e12)
+            return kl_err_set(e, KL_ESHAPE, "%s.shape[%d]: expected a non-negative integer", field, d);
+        t->dims[d] = (int64_t)x->valuedouble;
+        if (io->dims[d] >= 0 && io->dims[d] != t->dims[d])
+            return kl_err_set(e, KL_ESHAPE, "%s.shape[%d]: input '%s' needs %lld, got %lld", field, d, io->name,
+                              (long long)io->dims[d], (long long)t->dims[d]);
+        *numel *= t->dims[d];
+        if (*numel > ((int64_t)1 << 40)) return kl_err_set(e, KL_ESHAPE, "%s.shape: too many elements", field);
+    }
+    if (rank > 0) {
+        if (r->rows < 0) r->rows = t->dims[0];
+        else if (r->rows != t->dims[0]) r->rows = -2; /* inconsistent batch: not batchable */
+    }
+    return KL_OK;
+}
+
+/* An input's data from the binary part (parameters.binary_data_size), at
+ * *bin_off of bin. */
+static int decode_binary(sv_tensor *t, const cJSON *bds, int64_t numel, const char *bin, size_t bin_len,
+                         size_t *bin_off, const char *field, kl_err *e) {
+    if (!cJSON_IsNumber(bds) || bds->valuedouble < 0)
+        return kl_err_set(e, KL_EINVAL, "%s.parameters.binary_data_size: expected a byte count", field);
+    size_t nb = (size_t)bds->valuedouble;
+    if (*bin_off + nb > bin_len)
+        return kl_err_set(e, KL_EPARSE, "%s.parameters.binary_data_size: %zu bytes, only %zu left in the body", field,
+                          nb, bin_len - *bin_off);
+    if (t->dtype != SV_BYTES && nb != (size_t)numel * dt_sizes[t->dtype])
+        return kl_err_set(e, KL_ESHAPE, "%s.parameters.binary_data_size: %zu bytes, shape needs %lld", field, nb,
+                          (long long)numel * (long long)dt_sizes[t->dtype]);
+    t->data = kl_mem_alloc(nb, KL_TAG_REQUEST);
+    if (!t->data) return kl_err_set(e, KL_ENOMEM, "%s: out of memory (%zu bytes)", field, nb);
+    t->own = 1;
+    t->nbytes = nb;
+    memcpy(t->data, bin + *bin_off, nb);
+    *bin_off += nb;
+    return KL_OK;
+}
+
+/* An input's data from its JSON "data" array (nested or flat; BYTES as
+ * strings). */
+static int decode_data(sv_tensor *t, const cJSON *data, int64_t numel, const char *field, kl_err *e) {
+    int rc;
+    if (!cJSON_IsArray(data)) return kl_err_set(e, KL_EPARSE, "%s.data: missing or not an array", field);
+    if (t->dtype == SV_BYTES) {
+        kl_buf b;
+        kl_buf_init(&b);
+        int64_t n = 0;
+        rc = fill_bytes(data, &b, &n, field, e, 0);
+        if (!rc && n != numel)
+            rc = kl_err_set(e, KL_ESHAPE, "%s.data: %lld values, shape holds %lld", field, (long long)n,
+                            (long long)numel);
+        if (!rc) {
+            t->data = kl_mem_alloc(b.len, KL_TAG_REQUEST);
+            if (t->data) {
+                memcpy(t->data, b.data, b.len);
+                t->own = 1;
+                t->nbytes = b.len;
+            } else rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", field);
+        }
+        kl_buf_free(&b);
+        return rc;
+    }
+    size_t nb = (size_t)numel * dt_sizes[t->dtype];
+    t->data = kl_mem_alloc(nb, KL_TAG_REQUEST);
+    if (!t->data) return kl_err_set(e, KL_ENOMEM, "%s: out of memory (%zu bytes)", field, nb);
+    t->own = 1;
+    t->nbytes = nb;
+    fill_ctx fc = {t->dtype, t->data, 0, numel, field, e};
+    if ((rc = fill(&fc, data, 0))) return rc;
+    if (fc.n != numel)
+        return kl_err_set(e, KL_ESHAPE, "%s.data: %lld values, shape [%s] holds %lld", field, (long long)fc.n, "...",
+                          (long long)numel);
+    return KL_OK;
+}
+
+/* "inputs": every model input once, its data from JSON or the binary part
+ * (which the inputs must claim exactly). */
+static int decode_inputs(sv_req *r, const cJSON *root, const char *bin, size_t bin_len, kl_err *e) {
+    const sv_version *v = r->ver;
     const cJSON *inputs = cJSON_GetObjectItemCaseSensitive(root, "inputs");
-    if (!inputs) { rc = kl_err_set(e, KL_EPARSE, "inputs: missing"); goto done; }
-    if (!cJSON_IsArray(inputs)) { rc = kl_err_set(e, KL_EPARSE, "inputs: expected an array"); goto done; }
-    int seen[SV_MAX_IO] = {0};
+    if (!inputs) return kl_err_set(e, KL_EPARSE, "inputs: missing");
+    if (!cJSON_IsArray(inputs)) return kl_err_set(e, KL_EPARSE, "inputs: expected an array");
+    int seen[SV_MAX_IO] = {0}, idx = 0, rc;
     size_t bin_off = 0;
-    int idx = 0;
     r->n_in = v->n_in;
     r->rows = -1;
     for (const cJSON *in = inputs->child; in; in = in->next, idx++) {
@@ -303,159 +407,70 @@ int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bi
         int fl = 7 + sv_fmt_i64(field + 7, idx);
         field[fl] = ']';
         field[fl + 1] = 0;
-        if (!cJSON_IsObject(in)) { rc = kl_err_set(e, KL_EPARSE, "%s: expected an object", field); goto done; }
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(in, "name");
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
-        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(in, "shape");
-        const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "data");
+        if (!cJSON_IsObject(in)) return kl_err_set(e, KL_EPARSE, "%s: expected an object", field);
+        size_t k = 0;
+        int64_t numel = 0;
+        if ((rc = decode_signature(r, in, field, seen, &k, &numel, e))) return rc;
         const cJSON *ip = cJSON_GetObjectItemCaseSensitive(in, "parameters");
-        if (!cJSON_IsString(nm)) { rc = kl_err_set(e, KL_EPARSE, "%s.name: missing or not a string", field); goto done; }
-        size_t k;
-        for (k = 0; k < v->n_in; k++)
-            if (!strcmp(v->in[k].name, nm->valuestring)) break;
-        if (k == v->n_in) {
-            rc = kl_err_set(e, KL_ENOTFOUND, "%s.name: model '%s' has no input '%s' (its inputs: %s%s)", field,
-                            v->model->name, nm->valuestring, v->in[0].name, v->n_in > 1 ? ", ..." : "");
-            goto done;
-        }
-        if (seen[k]++) { rc = kl_err_set(e, KL_EINVAL, "%s.name: input '%s' given twice", field, nm->valuestring); goto done; }
-        const sv_io *io = &v->in[k];
-        sv_dtype dtype;
-        if (!cJSON_IsString(dt) || sv_dtype_parse(dt->valuestring, &dtype)) {
-            rc = kl_err_set(e, KL_ETYPE, "%s.datatype: expected one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES",
-                            field);
-            goto done;
-        }
-        if (dtype != io->dtype) {
-            rc = kl_err_set(e, KL_ETYPE, "%s.datatype: input '%s' is %s, got %s", field, io->name,
-                            dt_names[io->dtype], dt_names[dtype]);
-            goto done;
-        }
-        if (!cJSON_IsArray(sh)) { rc = kl_err_set(e, KL_ESHAPE, "%s.shape: missing or not an array", field); goto done; }
-        sv_tensor *t = &r->in[k];
-        int rank = sv_json_array_size(sh);
-        if (rank != io->rank) {
-            rc = kl_err_set(e, KL_ESHAPE, "%s.shape: input '%s' has rank %d, got %d", field, io->name, io->rank, rank);
-            goto done;
-        }
-        t->dtype = dtype;
-        t->rank = rank;
-        int d = 0;
-        int64_t numel = 1;
-        for (const cJSON *x = sh->child; x; x = x->next, d++) {
-            if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble != floor(x->valuedouble) || x->valuedouble > 1e12) {
-                rc = kl_err_set(e, KL_ESHAPE, "%s.shape[%d]: expected a non-negative integer", field, d);
-                goto done;
-            }
-            t->dims[d] = (int64_t)x->valuedouble;
-            if (io->dims[d] >= 0 && io->dims[d] != t->dims[d]) {
-                rc = kl_err_set(e, KL_ESHAPE, "%s.shape[%d]: input '%s' needs %lld, got %lld", field, d, io->name,
-                                (long long)io->dims[d], (long long)t->dims[d]);
-                goto done;
-            }
-            numel *= t->dims[d];
-            if (numel > ((int64_t)1 << 40)) { rc = kl_err_set(e, KL_ESHAPE, "%s.shape: too many elements", field); goto done; }
-        }
-        if (rank > 0) {
-            if (r->rows < 0) r->rows = t->dims[0];
-            else if (r->rows != t->dims[0]) r->rows = -2; /* inconsistent batch: not batchable */
-        }
         const cJSON *bds = ip ? cJSON_GetObjectItemCaseSensitive(ip, "binary_data_size") : NULL;
-        if (bds) {
-            if (!cJSON_IsNumber(bds) || bds->valuedouble < 0) {
-                rc = kl_err_set(e, KL_EINVAL, "%s.parameters.binary_data_size: expected a byte count", field);
-                goto done;
-            }
-            size_t nb = (size_t)bds->valuedouble;
-            if (bin_off + nb > bin_len) {
-                rc = kl_err_set(e, KL_EPARSE, "%s.parameters.binary_data_size: %zu bytes, only %zu left in the body", field,
-                                nb, bin_len - bin_off);
-                goto done;
-            }
-            if (dtype != SV_BYTES && nb != (size_t)numel * dt_sizes[dtype]) {
-                rc = kl_err_set(e, KL_ESHAPE, "%s.parameters.binary_data_size: %zu bytes, shape needs %lld", field, nb,
-                                (long long)numel * (long long)dt_sizes[dtype]);
-                goto done;
-            }
-            t->data = kl_mem_alloc(nb, KL_TAG_REQUEST);
-            if (!t->data) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory (%zu bytes)", field, nb); goto done; }
-            t->own = 1;
-            t->nbytes = nb;
-            memcpy(t->data, bin + bin_off, nb);
-            bin_off += nb;
-            continue;
-        }
-        if (!cJSON_IsArray(data)) { rc = kl_err_set(e, KL_EPARSE, "%s.data: missing or not an array", field); goto done; }
-        if (dtype == SV_BYTES) {
-            kl_buf b;
-            kl_buf_init(&b);
-            int64_t n = 0;
-            rc = fill_bytes(data, &b, &n, field, e, 0);
-            if (!rc && n != numel)
-                rc = kl_err_set(e, KL_ESHAPE, "%s.data: %lld values, shape holds %lld", field, (long long)n, (long long)numel);
-            if (!rc) {
-                t->data = kl_mem_alloc(b.len, KL_TAG_REQUEST);
-                if (t->data) { memcpy(t->data, b.data, b.len); t->own = 1; t->nbytes = b.len; }
-                else rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", field);
-            }
-            kl_buf_free(&b);
-            if (rc) goto done;
-            continue;
-        }
-        size_t nb = (size_t)numel * dt_sizes[dtype];
-        t->data = kl_mem_alloc(nb, KL_TAG_REQUEST);
-        if (!t->data) { rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory (%zu bytes)", field, nb); goto done; }
-        t->own = 1;
-        t->nbytes = nb;
-        fill_ctx fc = {dtype, t->data, 0, numel, field, e};
-        rc = fill(&fc, data, 0);
-        if (rc) goto done;
-        if (fc.n != numel) {
-            rc = kl_err_set(e, KL_ESHAPE, "%s.data: %lld values, shape [%s] holds %lld", field, (long long)fc.n,
-                            "...", (long long)numel);
-            goto done;
-        }
+        rc = bds ? decode_binary(&r->in[k], bds, numel, bin, bin_len, &bin_off, field, e)
+                 : decode_data(&r->in[k], cJSON_GetObjectItemCaseSensitive(in, "data"), numel, field, e);
+        if (rc) return rc;
     }
     for (size_t k = 0; k < v->n_in; k++)
-        if (!seen[k]) { rc = kl_err_set(e, KL_EINVAL, "inputs: missing input '%s'", v->in[k].name); goto done; }
-    if (bin_off != bin_len) {
-        rc = kl_err_set(e, KL_EPARSE, "request body: %zu bytes of binary data not claimed by any input", bin_len - bin_off);
-        goto done;
-    }
+        if (!seen[k]) return kl_err_set(e, KL_EINVAL, "inputs: missing input '%s'", v->in[k].name);
+    if (bin_off != bin_len)
+        return kl_err_set(e, KL_EPARSE, "request body: %zu bytes of binary data not claimed by any input",
+                          bin_len - bin_off);
+    return KL_OK;
+}
 
+/* "outputs": the model outputs asked for, in order, each in binary or JSON
+ * (absent: all outputs, as parameters.binary_data_output says). */
+static int decode_outputs(sv_req *r, const cJSON *root, kl_err *e) {
+    const sv_version *v = r->ver;
     const cJSON *outs = cJSON_GetObjectItemCaseSensitive(root, "outputs");
     r->n_out_sel = 0;
-    if (outs) {
-        if (!cJSON_IsArray(outs)) { rc = kl_err_set(e, KL_EPARSE, "outputs: expected an array"); goto done; }
-        idx = 0;
-        for (const cJSON *o = outs->child; o; o = o->next, idx++) {
-            const cJSON *nm = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
-            if (!cJSON_IsString(nm)) { rc = kl_err_set(e, KL_EPARSE, "outputs[%d].name: missing or not a string", idx); goto done; }
-            size_t k;
-            for (k = 0; k < v->n_out; k++)
-                if (!strcmp(v->out[k].name, nm->valuestring)) break;
-            if (k == v->n_out) {
-                rc = kl_err_set(e, KL_ENOTFOUND, "outputs[%d].name: model '%s' has no output '%s'", idx, v->model->name,
-                                nm->valuestring);
-                goto done;
-            }
-            if (r->n_out_sel >= SV_MAX_IO) { rc = kl_err_set(e, KL_EINVAL, "outputs: too many"); goto done; }
-            const cJSON *op = cJSON_GetObjectItemCaseSensitive(o, "parameters");
-            const cJSON *bo = op ? cJSON_GetObjectItemCaseSensitive(op, "binary_data_output") : NULL;
-            if (bo && !cJSON_IsBool(bo)) {
-                rc = kl_err_set(e, KL_EINVAL, "outputs[%d].parameters.binary_data_output: expected true or false", idx);
-                goto done;
-            }
-            r->out_bin[r->n_out_sel] = bo ? cJSON_IsTrue(bo) : r->all_binary;
-            r->out_sel[r->n_out_sel++] = (int)k;
-        }
-    } else {
+    if (!outs) {
         for (size_t k = 0; k < v->n_out; k++) {
             r->out_bin[r->n_out_sel] = r->all_binary;
             r->out_sel[r->n_out_sel++] = (int)k;
         }
+        return KL_OK;
     }
-done:
+    if (!cJSON_IsArray(outs)) return kl_err_set(e, KL_EPARSE, "outputs: expected an array");
+    int idx = 0;
+    for (const cJSON *o = outs->child; o; o = o->next, idx++) {
+        const cJSON *nm = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "name") : NULL;
+        if (!cJSON_IsString(nm)) return kl_err_set(e, KL_EPARSE, "outputs[%d].name: missing or not a string", idx);
+        size_t k;
+        for (k = 0; k < v->n_out; k++)
+            if (!strcmp(v->out[k].name, nm->valuestring)) break;
+        if (k == v->n_out)
+            return kl_err_set(e, KL_ENOTFOUND, "outputs[%d].name: model '%s' has no output '%s'", idx, v->model->name,
+                              nm->valuestring);
+        if (r->n_out_sel >= SV_MAX_IO) return kl_err_set(e, KL_EINVAL, "outputs: too many");
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+        const cJSON *bo = op ? cJSON_GetObjectItemCaseSensitive(op, "binary_data_output") : NULL;
+        if (bo && !cJSON_IsBool(bo))
+            return kl_err_set(e, KL_EINVAL, "outputs[%d].parameters.binary_data_output: expected true or false", idx);
+        r->out_bin[r->n_out_sel] = bo ? cJSON_IsTrue(bo) : r->all_binary;
+        r->out_sel[r->n_out_sel++] = (int)k;
+    }
+    return KL_OK;
+}
+
+/* A v2 infer request: the JSON part (fast reader, packed arrays) read in
+ * three stages — parameters, inputs, outputs. */
+int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin, size_t bin_len, kl_err *e) {
+    sv_json_doc *doc = NULL;
+    int rc = sv_json_parse(json, json_len, SV_JSON_PACK, &doc, e);
+    if (rc) return rc;
+    const cJSON *root = sv_json_root(doc);
+    if (!cJSON_IsObject(root)) rc = kl_err_set(e, KL_EPARSE, "request body: expected a JSON object");
+    if (!rc) rc = decode_params(r, root, e);
+    if (!rc) rc = decode_inputs(r, root, bin, bin_len, e);
+    if (!rc) rc = decode_outputs(r, root, e);
     sv_json_free(doc);
     return rc;
 }
