@@ -1,5 +1,5 @@
 /* bench/serve/json_bench.c: time of the KServe request reader on the bench's
- * 784-number FP32 request body (sv_json_parse with packed arrays, then the
+ * 784-number FP32 request body (kl_json_doc_parse with packed arrays, then the
  * FP32 pass), min and median over rounds of parses. Built and run by
  * bench/serve/json_bench.sh. Usage: json_bench BODY.json [ROUNDS] [PARSES] */
 #include "../../src/serve/serve_int.h"
@@ -35,16 +35,19 @@ int main(int argc, char **argv) {
     for (int r = 0; r < rounds; r++) {
         double t0 = now_us();
         for (int i = 0; i < parses; i++) {
-            sv_json_doc *d = NULL;
+            kl_json_doc *d = NULL;
             kl_err e = {0};
-            if (sv_json_parse(text, len, SV_JSON_PACK, &d, &e)) { fprintf(stderr, "%s\n", e.msg); return 1; }
-            const cJSON *in = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(sv_json_root(d), "inputs"), 0);
+            if (kl_json_doc_parse(text, len, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &d, &e)) {
+                fprintf(stderr, "%s\n", e.msg);
+                return 1;
+            }
+            const cJSON *in = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(d), "inputs"), 0);
             const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "data");
-            size_t n = sv_json_packed_count(data);
+            size_t n = kl_json_packed_count(data);
             if (!n) { fprintf(stderr, "data is not a packed array\n"); return 1; }
-            sv_json_packed_f32(data, dst);
+            kl_json_packed_f32(data, dst);
             sink += dst[n - 1];
-            sv_json_free(d);
+            kl_json_doc_free(d);
         }
         t[r] = (now_us() - t0) / parses;
     }

@@ -472,6 +472,51 @@ size_t kl_json_string_len(const void *cjson_string);
  * array, KL_ENOMEM. */
 int kl_json_string_list(const void *cjson_array, int max, char ***out, int *n);
 
+/* The fast mode of the JSON reader (core/json_doc.c; the serving request
+ * path): the same cJSON tree kl_json_parse builds, with the same rules —
+ * a \u0000 in a string refused unless KL_JSON_KEEP_NUL (then kept whole,
+ * kl_json_string_len), always refused in a member name; numbers exactly
+ * strtod's value; errors "name:line:col: malformed JSON at byte N (path):
+ * why" — but every node and string comes from one bump arena freed with one
+ * call (read it with the cJSON accessors; never cJSON_Delete it), numbers
+ * take an exact fast path, and with KL_JSON_PACK an array of more than
+ * KL_JSON_PACK_MIN numbers is one packed node read by a SIMD reader. A
+ * document takes at most KL_JSON_MEM_RATIO times its text plus
+ * KL_JSON_MEM_BASE bytes from the allocator (tag request: a cJSON node is
+ * 64 bytes, a value at least 2 bytes of text): over it KL_ERANGE; refused by
+ * the allocator (a budget): KL_ENOMEM. */
+typedef struct kl_json_doc kl_json_doc;
+struct cJSON;
+#define KL_JSON_PACK      2
+#define KL_JSON_PACK_MIN  8
+#define KL_JSON_MEM_RATIO 32
+#define KL_JSON_MEM_BASE  (128u << 10)
+int kl_json_doc_parse(const char *text, size_t len, const char *name, int flags, kl_json_doc **out, kl_err *e);
+const struct cJSON *kl_json_doc_root(const kl_json_doc *d);
+void kl_json_doc_free(kl_json_doc *d);
+/* A packed array node: its numbers as doubles, each exactly strtod's value
+ * (valid until kl_json_doc_free); 0 when a is not one. */
+int kl_json_packed(const struct cJSON *a, const double **vals, size_t *n);
+/* Elements of an array node, packed or not. */
+int kl_json_array_size(const struct cJSON *a);
+/* The number of values of a packed array node (0: not one). */
+size_t kl_json_packed_count(const struct cJSON *a);
+/* A packed array's values as FP32, each exactly strtof's value of its text
+ * (dst holds kl_json_packed_count(a) floats); the parsed text must still be
+ * alive (a rare number is read again from it). */
+void kl_json_packed_f32(const struct cJSON *a, float *dst);
+/* Where the text of a number begins (the parsed text must still be alive):
+ * element i of a packed array node, or a number node of a document parsed
+ * with KL_JSON_PACK (i unused); NULL otherwise (INT64/UINT64 values beyond
+ * 2^53 are read from it). */
+const char *kl_json_number_text(const struct cJSON *a, size_t i);
+/* One JSON number (the whole of s[0..len)) as FP32, exactly strtof's value;
+ * KL_EPARSE when s is not a JSON number. */
+int kl_parse_f32(const char *s, size_t len, float *out);
+/* Whether the fast reader uses its AVX-512 path (0/1: off/on where the CPU
+ * has it, for tests; -1: only ask). */
+int kl_json_avx512(int on);
+
 /* ==================================================================
  * Growable string buffer (used for JSON, HTML, SVG, messages)
  * ================================================================== */

@@ -139,7 +139,7 @@ static int put_double(fill_ctx *c, double d, const cJSON *src, size_t i) {
     if (c->n >= c->cap) return too_many(c);
     char *p = c->dst + (size_t)c->n * dt_sizes[c->dt];
     if ((c->dt == SV_INT64 || c->dt == SV_UINT64) && fabs(d) >= 9007199254740992.0) { /* 2^53: digits lost */
-        const char *t = sv_json_number_text(src, i);
+        const char *t = kl_json_number_text(src, i);
         int x = t ? exact_int(t, c->dt, p) : 0;
         if (x < 0) {
             size_t tl = strspn(t, "-0123456789");
@@ -200,14 +200,14 @@ static int put_value(fill_ctx *c, const cJSON *v) {
 static int fill(fill_ctx *c, const cJSON *arr, int depth) {
     if (depth > 32) return kl_err_set(c->e, KL_EPARSE, "%s.data: nested too deep", c->field);
     const double *vals;
-    size_t n = sv_json_packed_count(arr);
+    size_t n = kl_json_packed_count(arr);
     if (n && c->dt == SV_FP32) { /* a run of numbers straight to floats (exactly strtof's) */
         if ((int64_t)n > c->cap - c->n) return too_many(c);
-        sv_json_packed_f32(arr, (float *)(void *)c->dst + c->n);
+        kl_json_packed_f32(arr, (float *)(void *)c->dst + c->n);
         c->n += (int64_t)n;
         return KL_OK;
     }
-    if (sv_json_packed(arr, &vals, &n)) { /* a run of numbers: one tight loop */
+    if (kl_json_packed(arr, &vals, &n)) { /* a run of numbers: one tight loop */
         for (size_t i = 0; i < n; i++) {
             int rc = put_double(c, vals[i], arr, i);
             if (rc) return rc;
@@ -227,7 +227,8 @@ static int fill_bytes(const cJSON *arr, kl_buf *b, int64_t *n, const char *field
     if (depth > 32) return kl_err_set(e, KL_EPARSE, "%s.data: nested too deep", field);
     const double *vals;
     size_t nv;
-    if (sv_json_packed(arr, &vals, &nv)) return kl_err_set(e, KL_EPARSE, "%s.data[%lld]: expected a string", field, (long long)*n);
+    if (kl_json_packed(arr, &vals, &nv))
+        return kl_err_set(e, KL_EPARSE, "%s.data[%lld]: expected a string", field, (long long)*n);
     for (const cJSON *v = arr->child; v; v = v->next) {
         if (cJSON_IsArray(v)) {
             int rc = fill_bytes(v, b, n, field, e, depth + 1);
@@ -307,7 +308,7 @@ static int decode_signature(sv_req *r, const cJSON *in, const char *field, int *
                           dt_names[dtype]);
     if (!cJSON_IsArray(sh)) return kl_err_set(e, KL_ESHAPE, "%s.shape: missing or not an array", field);
     sv_tensor *t = &r->in[*k];
-    int rank = sv_json_array_size(sh);
+    int rank = kl_json_array_size(sh);
     if (rank != io->rank)
         return kl_err_set(e, KL_ESHAPE, "%s.shape: input '%s' has rank %d, got %d", field, io->name, io->rank, rank);
     t->dtype = dtype;
@@ -463,15 +464,15 @@ static int decode_outputs(sv_req *r, const cJSON *root, kl_err *e) {
 /* A v2 infer request: the JSON part (fast reader, packed arrays) read in
  * three stages — parameters, inputs, outputs. */
 int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin, size_t bin_len, kl_err *e) {
-    sv_json_doc *doc = NULL;
-    int rc = sv_json_parse(json, json_len, SV_JSON_PACK, &doc, e);
+    kl_json_doc *doc = NULL;
+    int rc = kl_json_doc_parse(json, json_len, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, e);
     if (rc) return rc;
-    const cJSON *root = sv_json_root(doc);
+    const cJSON *root = kl_json_doc_root(doc);
     if (!cJSON_IsObject(root)) rc = kl_err_set(e, KL_EPARSE, "request body: expected a JSON object");
     if (!rc) rc = decode_params(r, root, e);
     if (!rc) rc = decode_inputs(r, root, bin, bin_len, e);
     if (!rc) rc = decode_outputs(r, root, e);
-    sv_json_free(doc);
+    kl_json_doc_free(doc);
     return rc;
 }
 
@@ -614,17 +615,17 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
     if (!v->feat)
         return kl_err_set(e, KL_EUNSUPPORTED, "model '%s' version %lld has no features.json: send tensors to "
                           "POST /v2/models/%s/infer", r->model->name, (long long)v->version, r->model->name);
-    sv_json_doc *d = NULL;
-    int rc = sv_json_parse(json, json_len, 0, &d, e);
+    kl_json_doc *d = NULL;
+    int rc = kl_json_doc_parse(json, json_len, "request body", KL_JSON_KEEP_NUL, &d, e);
     if (rc) return rc;
-    const cJSON *inst = cJSON_GetObjectItemCaseSensitive(sv_json_root(d), "instances");
+    const cJSON *inst = cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(d), "instances");
     int n = cJSON_IsArray(inst) ? cJSON_GetArraySize(inst) : -1;
     if (n <= 0) {
-        sv_json_free(d);
+        kl_json_doc_free(d);
         return kl_err_set(e, KL_EINVAL, "instances: expected a non-empty list of records");
     }
-    if ((rc = predict_outputs(r, cJSON_GetObjectItemCaseSensitive(sv_json_root(d), "outputs"), e))) {
-        sv_json_free(d);
+    if ((rc = predict_outputs(r, cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(d), "outputs"), e))) {
+        kl_json_doc_free(d);
         return rc;
     }
     size_t width = kl_features_width(v->feat);
@@ -664,7 +665,7 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
     r->predict = 1;
 done:
     free(tmp);
-    sv_json_free(d);
+    kl_json_doc_free(d);
     if (rc) { sv_tensor_release(t); r->n_in = 0; }
     return rc;
 }

@@ -369,7 +369,8 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
                         : sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
     if (rc) {
         if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
-        if (rc == KL_ERANGE) return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "%s", e.msg); /* over SV_JSON_MEM_RATIO */
+        if (rc == KL_ERANGE)
+            return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "%s", e.msg); /* over KL_JSON_MEM_RATIO */
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
     }
     /* the decoded tensors hold the data now */

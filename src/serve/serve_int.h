@@ -478,43 +478,6 @@ int sv_priority_parse(const char *s, int *level);
 int sv_priority_number(double v, int *level);
 int sv_priority_level(const sv_model_cfg *c, int asked);
 
-/* json.c: a cJSON tree in one arena (read it with the cJSON accessors;
- * never cJSON_Delete it). */
-typedef struct sv_json_doc sv_json_doc;
-struct cJSON;
-#define SV_JSON_PACK 1 /* arrays of > SV_MAX_DIMS numbers become packed nodes */
-/* A document takes at most RATIO times its text plus BASE bytes from the
- * allocator (tag request): a cJSON node is 64 bytes, a value at least 2
- * bytes of text ("1,"). Over it: KL_ERANGE; refused by the allocator (a
- * budget): KL_ENOMEM. */
-#define SV_JSON_MEM_RATIO 32
-#define SV_JSON_MEM_BASE (128u << 10)
-int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e);
-/* A packed array node: its numbers as doubles, each exactly strtod's value
- * (valid until sv_json_free); 0 when a is not one. */
-int sv_json_packed(const struct cJSON *a, const double **vals, size_t *n);
-/* Elements of an array node, packed or not. */
-int sv_json_array_size(const struct cJSON *a);
-/* The number of values of a packed array node (0: not one). */
-size_t sv_json_packed_count(const struct cJSON *a);
-/* A packed array's values as FP32, each exactly strtof's value of its text
- * (dst holds sv_json_packed_count(a) floats); the parsed text must still be
- * alive (a rare number is read again from it). */
-void sv_json_packed_f32(const struct cJSON *a, float *dst);
-/* Where the text of a number begins (the parsed text must still be alive):
- * element i of a packed array node, or a number node of a document parsed
- * with SV_JSON_PACK (i unused); NULL otherwise. The codec reads INT64 and
- * UINT64 values beyond 2^53 from it (a double holds 53 bits). */
-const char *sv_json_number_text(const struct cJSON *a, size_t i);
-/* One JSON number (the whole of s[0..len)) as FP32, exactly strtof's value;
- * KL_EPARSE when s is not a JSON number. */
-int sv_parse_f32(const char *s, size_t len, float *out);
-/* Whether the JSON reader uses its AVX-512 path (0/1: off/on where the CPU
- * has it, for tests; -1: only ask). */
-int sv_json_avx512(int on);
-const struct cJSON *sv_json_root(const sv_json_doc *d);
-void sv_json_free(sv_json_doc *d);
-
 /* codec.c */
 /* Parses a KServe v2 infer request (JSON, or JSON + binary tail) into r->in,
  * checked against the version's inputs; 400-style errors name the field. */

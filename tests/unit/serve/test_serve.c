@@ -570,11 +570,11 @@ KL_TEST(serve_json_numbers_match_strtod) {
             if (i % 3 == 0) d = (double)(float)((x >> 11) * 0x1.0p-53 * 8 - 4);
             snprintf(buf, sizeof buf, i % 2 ? "%.9g" : "%.17g", d);
         }
-        sv_json_doc *doc = NULL;
+        kl_json_doc *doc = NULL;
         kl_err e = {0};
-        KT_OK(sv_json_parse(s, strlen(s), 0, &doc, &e), &e);
-        double want = strtod(s, NULL), got = sv_json_root(doc)->valuedouble;
-        sv_json_free(doc);
+        KT_OK(kl_json_doc_parse(s, strlen(s), "request body", KL_JSON_KEEP_NUL, &doc, &e), &e);
+        double want = strtod(s, NULL), got = kl_json_doc_root(doc)->valuedouble;
+        kl_json_doc_free(doc);
         KT_CHECKF(memcmp(&want, &got, 8) == 0, "%s: got %.17g, strtod %.17g", s, got, want);
     }
 }
@@ -602,38 +602,38 @@ KL_TEST(serve_json_number_runs_match_strtod) {
         tok[n] = text + off;
         off += (size_t)snprintf(text + off, 64, "%s%s", buf, n + 1 < 6000 ? (n % 3 ? "," : ", ") : "]");
     }
-    sv_json_doc *doc = NULL;
+    kl_json_doc *doc = NULL;
     kl_err e = {0};
-    KT_OK(sv_json_parse(text, off, SV_JSON_PACK, &doc, &e), &e);
+    KT_OK(kl_json_doc_parse(text, off, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e), &e);
     const double *v = NULL;
     size_t nv = 0;
-    KT_CHECK(sv_json_packed(sv_json_root(doc), &v, &nv) && nv == 6000);
+    KT_CHECK(kl_json_packed(kl_json_doc_root(doc), &v, &nv) && nv == 6000);
     int bad = -1;
     for (int i = 0; i < n && bad < 0; i++) {
         double want = strtod(tok[i], NULL);
         if (memcmp(&want, &v[i], 8)) bad = i;
     }
     if (bad >= 0) kt_fail(__FILE__, __LINE__, "number %d (%.20s): got %.17g, strtod %.17g", bad, tok[bad], v[bad], strtod(tok[bad], NULL));
-    sv_json_free(doc);
+    kl_json_doc_free(doc);
     free(text);
 }
 
-/* one number through both FP32 paths (sv_parse_f32, and a packed array of
+/* one number through both FP32 paths (kl_parse_f32, and a packed array of
  * nine copies into floats) against strtof, bit for bit */
 static int f32_both_match(const char *tok, float *got_out) {
     float want = strtof(tok, NULL), got = 0, arr[9];
-    if (sv_parse_f32(tok, strlen(tok), &got)) return 0;
+    if (kl_parse_f32(tok, strlen(tok), &got)) return 0;
     *got_out = got;
     char text[700];
     int o = snprintf(text, sizeof text, "[%s", tok);
     for (int i = 1; i < 9; i++) o += snprintf(text + o, sizeof text - (size_t)o, ",%s", tok);
     snprintf(text + o, sizeof text - (size_t)o, "]");
-    sv_json_doc *doc = NULL;
+    kl_json_doc *doc = NULL;
     kl_err e = {0};
-    if (sv_json_parse(text, strlen(text), SV_JSON_PACK, &doc, &e)) return 0;
-    int ok = sv_json_packed_count(sv_json_root(doc)) == 9;
-    if (ok) sv_json_packed_f32(sv_json_root(doc), arr);
-    sv_json_free(doc);
+    if (kl_json_doc_parse(text, strlen(text), "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e)) return 0;
+    int ok = kl_json_packed_count(kl_json_doc_root(doc)) == 9;
+    if (ok) kl_json_packed_f32(kl_json_doc_root(doc), arr);
+    kl_json_doc_free(doc);
     return ok && !memcmp(&want, &got, 4) && !memcmp(&want, &arr[0], 4) && !memcmp(&want, &arr[8], 4);
 }
 
@@ -698,27 +698,28 @@ KL_TEST(serve_json_f32_matches_strtof) {
     }
     /* not JSON numbers */
     const char *inv[] = {"", "-", "+1", ".5", "1.", "1.e5", "01", "1e", "1e+", "--1", "0x10", "NaN", "Infinity", "1 ", "1,"};
-    for (size_t i = 0; i < KL_ARRAY_LEN(inv); i++) KT_CHECKF(sv_parse_f32(inv[i], strlen(inv[i]), &got) == KL_EPARSE, "accepted '%s'", inv[i]);
+    for (size_t i = 0; i < KL_ARRAY_LEN(inv); i++)
+        KT_CHECKF(kl_parse_f32(inv[i], strlen(inv[i]), &got) == KL_EPARSE, "accepted '%s'", inv[i]);
 }
 
 KL_TEST(serve_json_structure_and_errors) {
     const char *j = "{\"a\" : [1, [2, 3], {\"b\": \"x\\n\\u00e9\\ud83d\\ude00\"}], \"t\": true, \"n\": null}";
-    sv_json_doc *doc = NULL;
+    kl_json_doc *doc = NULL;
     kl_err e = {0};
-    KT_OK(sv_json_parse(j, strlen(j), 0, &doc, &e), &e);
-    const cJSON *r = sv_json_root(doc);
+    KT_OK(kl_json_doc_parse(j, strlen(j), "request body", KL_JSON_KEEP_NUL, &doc, &e), &e);
+    const cJSON *r = kl_json_doc_root(doc);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "a");
     KT_EQ_INT(cJSON_GetArraySize(a), 3);
     KT_NEAR(cJSON_GetArrayItem(cJSON_GetArrayItem(a, 1), 1)->valuedouble, 3, 0);
     KT_EQ_STR(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(a, 2), "b")->valuestring, "x\n\xc3\xa9\xf0\x9f\x98\x80");
     KT_CHECK(cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "t")));
     KT_CHECK(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r, "n")));
-    sv_json_free(doc);
+    kl_json_doc_free(doc);
     const char *bad[] = {"", "{", "[1,]", "{\"a\" 1}", "[1 2]", "\"abc", "[01]", "{} x", "[-]", "[1.]", "[\"\\q\"]", "tru"};
     for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
         doc = NULL;
-        int rc = sv_json_parse(bad[i], strlen(bad[i]), 0, &doc, &e);
-        sv_json_free(doc);
+        int rc = kl_json_doc_parse(bad[i], strlen(bad[i]), "request body", KL_JSON_KEEP_NUL, &doc, &e);
+        kl_json_doc_free(doc);
         KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", bad[i]);
         KT_CONTAINS(e.msg, "malformed JSON at byte");
     }
@@ -727,16 +728,16 @@ KL_TEST(serve_json_structure_and_errors) {
 KL_TEST(serve_json_string_keeps_nul) {
     /* a \u0000 inside a string does not cut it: kl_json_string_len has the
      * whole length (BYTES elements, raw record fields) */
-    const char *j = "{\"b\": \"x\\u0000y\\n\", \"k\\u0000\": \"plain\", \"e\": \"\"}";
-    sv_json_doc *doc = NULL;
+    const char *j = "{\"b\": \"x\\u0000y\\n\", \"k\": \"plain\", \"e\": \"\"}";
+    kl_json_doc *doc = NULL;
     kl_err e = {0};
-    KT_OK(sv_json_parse(j, strlen(j), SV_JSON_PACK, &doc, &e), &e);
-    const cJSON *r = sv_json_root(doc), *b = cJSON_GetObjectItemCaseSensitive(r, "b");
+    KT_OK(kl_json_doc_parse(j, strlen(j), "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e), &e);
+    const cJSON *r = kl_json_doc_root(doc), *b = cJSON_GetObjectItemCaseSensitive(r, "b");
     KT_CHECK(cJSON_IsString(b));
     KT_EQ_INT(kl_json_string_len(b), 4);
     KT_CHECK(b && !memcmp(b->valuestring, "x\0y\n", 4));
     KT_EQ_INT(kl_json_string_len(cJSON_GetObjectItemCaseSensitive(r, "e")), 0);
-    sv_json_free(doc);
+    kl_json_doc_free(doc);
     /* the cJSON reader refuses it with the position rather than cut a string short */
     void *o = NULL;
     KT_CHECK(kl_json_parse(j, strlen(j), "rec.json", &o, &e) == KL_EPARSE && !o);
@@ -748,29 +749,52 @@ KL_TEST(serve_json_string_keeps_nul) {
     cJSON_Delete(o);
 }
 
+/* the fast reader is a mode of core's JSON reader with its rules: a \u0000
+ * in a member name is refused by both (before: the fast one cut the name
+ * short, "k\u0000" read as "k"), one in a string without KL_JSON_KEEP_NUL
+ * too, and both name the position as name:line:col */
+KL_TEST(serve_json_fast_reader_same_rules_as_core) {
+    const char *key = "{\"k\\u0000\": 1}", *str = "{\n \"b\": \"x\\u0000\"}";
+    kl_json_doc *doc = NULL;
+    void *o = NULL;
+    kl_err e = {0};
+    KT_CHECK(kl_json_doc_parse(key, strlen(key), "r.json", KL_JSON_KEEP_NUL, &doc, &e) == KL_EPARSE && !doc);
+    KT_CONTAINS(e.msg, "member name");
+    KT_CONTAINS(kl_err_what(&e), "r.json:1:2");
+    KT_CHECK(kl_json_parse_opts(key, strlen(key), "r.json", KL_JSON_KEEP_NUL, &o, &e) == KL_EPARSE && !o);
+    KT_CONTAINS(e.msg, "member name");
+    KT_CHECK(kl_json_doc_parse(str, strlen(str), "r.json", 0, &doc, &e) == KL_EPARSE && !doc);
+    KT_CONTAINS(e.msg, "\\u0000 (a NUL character) in a string is not supported");
+    KT_CONTAINS(kl_err_what(&e), "r.json:2:");
+    KT_CHECK(kl_json_parse(str, strlen(str), "r.json", &o, &e) == KL_EPARSE && !o);
+    KT_CONTAINS(e.msg, "\\u0000 (a NUL character) in a string is not supported");
+    KT_OK(kl_json_doc_parse(str, strlen(str), "r.json", KL_JSON_KEEP_NUL, &doc, &e), &e);
+    kl_json_doc_free(doc);
+}
+
 KL_TEST(serve_json_packed_number_arrays) {
     const char *j = "{\"a\":[1,2,3,4,5,6,7,8,9,-10.5e1], \"b\":[1,2], \"c\":[1,2,3,4,5,6,7,8,\"x\"], \"d\":[[1,2,3,4,5,6,7,8,9]]}";
-    sv_json_doc *doc = NULL;
+    kl_json_doc *doc = NULL;
     kl_err e = {0};
-    KT_OK(sv_json_parse(j, strlen(j), SV_JSON_PACK, &doc, &e), &e);
-    const cJSON *r = sv_json_root(doc);
+    KT_OK(kl_json_doc_parse(j, strlen(j), "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e), &e);
+    const cJSON *r = kl_json_doc_root(doc);
     const double *v;
     size_t n = 0;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(r, "a");
-    KT_CHECK(cJSON_IsArray(a) && sv_json_packed(a, &v, &n));
+    KT_CHECK(cJSON_IsArray(a) && kl_json_packed(a, &v, &n));
     KT_EQ_INT((int)n, 10);
-    KT_EQ_INT(sv_json_array_size(a), 10);
+    KT_EQ_INT(kl_json_array_size(a), 10);
     if (n == 10) { KT_NEAR(v[0], 1, 0); KT_NEAR(v[9], -105, 0); }
     const cJSON *b = cJSON_GetObjectItemCaseSensitive(r, "b"), *c = cJSON_GetObjectItemCaseSensitive(r, "c");
-    KT_CHECK(!sv_json_packed(b, &v, &n) && sv_json_array_size(b) == 2);             /* shape-sized: nodes */
-    KT_CHECK(!sv_json_packed(c, &v, &n) && cJSON_GetArraySize(c) == 9);             /* not all numbers: nodes */
-    KT_CHECK(sv_json_packed(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "d"), 0), &v, &n) && n == 9);
-    sv_json_free(doc);
+    KT_CHECK(!kl_json_packed(b, &v, &n) && kl_json_array_size(b) == 2); /* shape-sized: nodes */
+    KT_CHECK(!kl_json_packed(c, &v, &n) && cJSON_GetArraySize(c) == 9); /* not all numbers: nodes */
+    KT_CHECK(kl_json_packed(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(r, "d"), 0), &v, &n) && n == 9);
+    kl_json_doc_free(doc);
     const char *bad[] = {"[1,2,3,4,5,6,7,8,9,]", "[1,2,3,4,5,6,7,8,9 10]", "[1,2,3,4,5,6,7,8,01]", "[1,2,3,4,5,6,7,8,9"};
     for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
         doc = NULL;
-        int rc = sv_json_parse(bad[i], strlen(bad[i]), SV_JSON_PACK, &doc, &e);
-        sv_json_free(doc);
+        int rc = kl_json_doc_parse(bad[i], strlen(bad[i]), "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e);
+        kl_json_doc_free(doc);
         KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", bad[i]);
     }
 }
@@ -810,17 +834,17 @@ KL_TEST(serve_json_fast_arrays_match_strtod) {
             off += (size_t)snprintf(text + off, cap - off, "%s%s", buf, i + 1 < n ? sep[(x >> 50) % KL_ARRAY_LEN(sep)] : "");
         }
         off += (size_t)snprintf(text + off, cap - off, "%s", round % 2 ? " ]" : "]}]}");
-        sv_json_doc *doc = NULL;
+        kl_json_doc *doc = NULL;
         kl_err e = {0};
-        KT_OK(sv_json_parse(text, off, SV_JSON_PACK, &doc, &e), &e);
+        KT_OK(kl_json_doc_parse(text, off, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e), &e);
         if (!doc) break;
-        const cJSON *arr = sv_json_root(doc);
+        const cJSON *arr = kl_json_doc_root(doc);
         if (!(round % 2)) arr = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(arr, "inputs"), 0), "data");
         const double *v = NULL;
         size_t nv = 0;
-        KT_CHECK(sv_json_packed(arr, &v, &nv) && nv == (size_t)n);
+        KT_CHECK(kl_json_packed(arr, &v, &nv) && nv == (size_t)n);
         if (nv == (size_t)n) {
-            sv_json_packed_f32(arr, f);
+            kl_json_packed_f32(arr, f);
             int bad = -1;
             for (int i = 0; i < n && bad < 0; i++) {
                 double want = strtod(tok[i], NULL);
@@ -831,7 +855,7 @@ KL_TEST(serve_json_fast_arrays_match_strtod) {
                 kt_fail(__FILE__, __LINE__, "round %d number %d (%.24s): got %.17g / %.9g, strtod %.17g / strtof %.9g", round, bad,
                         tok[bad], v[bad], f[bad], strtod(tok[bad], NULL), strtof(tok[bad], NULL));
         }
-        sv_json_free(doc);
+        kl_json_doc_free(doc);
     }
     free(text);
     free(tok);
@@ -848,10 +872,10 @@ KL_TEST(serve_json_fast_array_errors) {
         size_t off = (size_t)snprintf(text, sizeof text, "{\"inputs\":[{\"data\":[");
         for (int i = 0; i < 60; i++)
             off += (size_t)snprintf(text + off, sizeof text - off, "%s%s", i == 37 ? badtok[b] : "-0.123456", i < 59 ? ", " : "]}]}");
-        sv_json_doc *doc = NULL;
+        kl_json_doc *doc = NULL;
         kl_err e = {0};
-        int rc = sv_json_parse(text, off, SV_JSON_PACK, &doc, &e);
-        sv_json_free(doc);
+        int rc = kl_json_doc_parse(text, off, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e);
+        kl_json_doc_free(doc);
         KT_CHECKF(rc == KL_EPARSE, "accepted '%s'", badtok[b]);
         KT_CHECKF(strstr(e.msg, "(inputs[0].data[37])") != NULL, "'%s': %s", badtok[b], e.msg);
     }
@@ -866,26 +890,28 @@ KL_TEST(serve_json_fast_array_errors) {
                             "[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 1.5, 2.5, 3.5, 4.5, 5.5\x01]"};
     for (size_t b = 0; b < KL_ARRAY_LEN(badarr); b++) {
         snprintf(text, sizeof text, "{\"id\":\"x\",\"inputs\":[{\"data\":%s}]}", badarr[b]);
-        sv_json_doc *doc = NULL;
+        kl_json_doc *doc = NULL;
         kl_err e = {0};
-        int rc = sv_json_parse(text, strlen(text), SV_JSON_PACK, &doc, &e);
-        sv_json_free(doc);
+        int rc = kl_json_doc_parse(text, strlen(text), "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e);
+        kl_json_doc_free(doc);
         KT_CHECKF(rc == KL_EPARSE, "accepted %s", badarr[b]);
         KT_CHECKF(strstr(e.msg, "malformed JSON at byte") != NULL, "%s: %s", badarr[b], e.msg);
     }
     /* nested arrays and an array of strings are not number runs: still read */
     const char *ok = "{\"a\":[[1.5, 2.5, 3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5]], \"b\":[\"aaaaaaaaaaaa\", "
                      "\"bbbbbbbbbbbbbbbbb\", \"ccccccccccccccccc\", \"dddddddddddddd\"]}";
-    sv_json_doc *doc = NULL;
+    kl_json_doc *doc = NULL;
     kl_err e = {0};
-    KT_OK(sv_json_parse(ok, strlen(ok), SV_JSON_PACK, &doc, &e), &e);
+    KT_OK(kl_json_doc_parse(ok, strlen(ok), "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e), &e);
     if (doc) {
         const double *v = NULL;
         size_t nv = 0;
-        KT_CHECK(sv_json_packed(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(sv_json_root(doc), "a"), 0), &v, &nv) && nv == 12);
-        KT_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(sv_json_root(doc), "b")), 4);
+        KT_CHECK(kl_json_packed(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(doc), "a"), 0), &v,
+                                &nv) &&
+                 nv == 12);
+        KT_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(doc), "b")), 4);
     }
-    sv_json_free(doc);
+    kl_json_doc_free(doc);
 }
 
 KL_TEST(serve_fmt_f32_reads_back) {
@@ -990,18 +1016,18 @@ static void fast_tokens_exact(int rounds) {
         KT_CHECK(exact != NULL);
         if (!exact) { free(text); free(tok); return; }
         memcpy(exact, text, off);
-        sv_json_doc *doc = NULL;
+        kl_json_doc *doc = NULL;
         kl_err e = {0};
-        KT_OK(sv_json_parse(exact, off, SV_JSON_PACK, &doc, &e), &e);
+        KT_OK(kl_json_doc_parse(exact, off, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e), &e);
         if (doc) {
-            const cJSON *arr = sv_json_root(doc);
+            const cJSON *arr = kl_json_doc_root(doc);
             if (pre) arr = cJSON_GetObjectItemCaseSensitive(arr, "d");
             const double *v = NULL;
             size_t nv = 0;
             float f[128];
-            KT_CHECKF(sv_json_packed(arr, &v, &nv) && nv == (size_t)n, "round %d: not packed", round);
+            KT_CHECKF(kl_json_packed(arr, &v, &nv) && nv == (size_t)n, "round %d: not packed", round);
             if (nv == (size_t)n) {
-                sv_json_packed_f32(arr, f);
+                kl_json_packed_f32(arr, f);
                 for (int i = 0; i < n; i++) {
                     const char *s = exact + (tok[i] - text);
                     double want = strtod(s, NULL);
@@ -1014,12 +1040,13 @@ static void fast_tokens_exact(int rounds) {
                 }
             }
         }
-        sv_json_free(doc);
+        kl_json_doc_free(doc);
         /* cut before the ']' at each of the last bytes: refused, no read past the end */
         for (size_t cut = 1; cut <= 3 && cut < off; cut++) {
             doc = NULL;
-            int rc = sv_json_parse(exact, off - cut - (pre ? 1 : 0), SV_JSON_PACK, &doc, &e);
-            sv_json_free(doc);
+            int rc = kl_json_doc_parse(exact, off - cut - (pre ? 1 : 0), "request body",
+                                       KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e);
+            kl_json_doc_free(doc);
             KT_CHECKF(rc == KL_EPARSE, "round %d: accepted a cut array", round);
         }
         free(exact);
@@ -1041,10 +1068,10 @@ KL_TEST(serve_json_fast_error_positions) {
             for (int i = 0; i < 75; i++)
                 off += (size_t)snprintf(text + off, sizeof text - off, "%s%s", i == at ? badtok[b] : i % 2 ? "0.5" : "-12.25",
                                         i < 74 ? "," : "]}]}");
-            sv_json_doc *doc = NULL;
+            kl_json_doc *doc = NULL;
             kl_err e = {0};
-            int rc = sv_json_parse(text, off, SV_JSON_PACK, &doc, &e);
-            sv_json_free(doc);
+            int rc = kl_json_doc_parse(text, off, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e);
+            kl_json_doc_free(doc);
             char want[64];
             snprintf(want, sizeof want, "(inputs[0].data[%d])", at);
             KT_CHECKF(rc == KL_EPARSE, "accepted '%s' at %d", badtok[b], at);
@@ -1055,8 +1082,8 @@ KL_TEST(serve_json_fast_error_positions) {
 /* The reader's tests again on the AVX2 path (what KEEL_NO_AVX512=1 or a
  * CPU without AVX-512 runs). */
 KL_TEST(serve_json_avx2_path) {
-    int was = sv_json_avx512(-1);
-    sv_json_avx512(0);
+    int was = kl_json_avx512(-1);
+    kl_json_avx512(0);
     serve_json_number_runs_match_strtod();
     serve_json_f32_matches_strtof();
     serve_json_packed_number_arrays();
@@ -1064,14 +1091,14 @@ KL_TEST(serve_json_avx2_path) {
     serve_json_fast_array_errors();
     fast_tokens_exact(600);
     serve_json_fast_error_positions();
-    sv_json_avx512(was);
+    kl_json_avx512(was);
 }
 
 /* Issue 22 item 3: a small body of tiny nested arrays took ~20 KiB per '['
  * (1024 doubles + 1024 offsets, then 1024 positions, malloc'd outside the
  * allocator): 500 KB raised the server's RSS by 2 GB. The reader's memory
  * (arena chunks and scratch) now goes through the core allocator with tag
- * request and stays within SV_JSON_MEM_RATIO (32) times the body plus one
+ * request and stays within KL_JSON_MEM_RATIO (32) times the body plus one
  * 64 KiB chunk: the peak of tag request while parsing is read here. */
 static void nested_body(kl_buf *b, int kind, size_t target) {
     kl_buf_reset(b);
@@ -1093,10 +1120,10 @@ KL_TEST(serve_json_nested_arrays_memory_bounded) {
         kl_mem_stats st0, st1;
         kl_mem_stats_get(KL_TAG_REQUEST, &st0);
         kl_mem_reset_peaks();
-        sv_json_doc *doc = NULL;
+        kl_json_doc *doc = NULL;
         kl_err e = {0};
         int64_t t0 = kl_time_mono_ns();
-        int rc = sv_json_parse(b.data, b.len, SV_JSON_PACK, &doc, &e);
+        int rc = kl_json_doc_parse(b.data, b.len, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e);
         double ms = (kl_time_mono_ns() - t0) / 1e6;
         kl_mem_stats_get(KL_TAG_REQUEST, &st1);
         uint64_t used = st1.peak_allocated - st0.allocated;
@@ -1106,19 +1133,19 @@ KL_TEST(serve_json_nested_arrays_memory_bounded) {
         /* through the allocator (tag request), and bounded */
         KT_CHECKF(kind == 0 || used >= b.len, "body %d: %llu bytes of tag request: the reader's memory is not counted", kind,
                   (unsigned long long)used);
-        KT_CHECKF(used <= SV_JSON_MEM_RATIO * (uint64_t)b.len + SV_JSON_MEM_BASE, "body %d: %llu bytes for a %zu-byte body (over 32x)",
-                  kind, (unsigned long long)used, b.len);
+        KT_CHECKF(used <= KL_JSON_MEM_RATIO * (uint64_t)b.len + KL_JSON_MEM_BASE,
+                  "body %d: %llu bytes for a %zu-byte body (over 32x)", kind, (unsigned long long)used, b.len);
         KT_CHECKF(ms < 3000, "body %d: %.1f ms", kind, ms); /* was 5300 ms (body 1); loose: machines under load */
-        sv_json_free(doc);
+        kl_json_doc_free(doc);
     }
-    KT_EQ_INT(SV_JSON_MEM_RATIO, 32); /* k of the issue: 32 (a 64-byte cJSON node per 2 bytes of text, "1,") */
+    KT_EQ_INT(KL_JSON_MEM_RATIO, 32); /* k of the issue: 32 (a 64-byte cJSON node per 2 bytes of text, "1,") */
     /* a budget refusal is KL_ENOMEM (the server's 503), at once */
     nested_body(&b, 1, 500000);
     uint64_t old = kl_mem_get_tag_budget(KL_TAG_REQUEST);
     kl_mem_set_tag_budget(KL_TAG_REQUEST, 1u << 20);
-    sv_json_doc *doc = NULL;
+    kl_json_doc *doc = NULL;
     kl_err e = {0};
-    int rc = sv_json_parse(b.data, b.len, SV_JSON_PACK, &doc, &e);
+    int rc = kl_json_doc_parse(b.data, b.len, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, &e);
     kl_mem_set_tag_budget(KL_TAG_REQUEST, old);
     KT_CHECKF(rc == KL_ENOMEM && !doc && strstr(e.msg, "no memory to read its JSON"), "rc %d: %s", rc, e.msg);
     kl_buf_free(&b);

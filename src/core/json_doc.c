@@ -1,13 +1,16 @@
-/* A fast JSON reader for inference requests. It builds the same cJSON tree
- * that cJSON_Parse would (so the codec reads it with the cJSON accessors),
+/* The fast mode of core's JSON reader (kl_json_doc_parse; the serving
+ * request path). It builds the same cJSON tree that kl_json_parse would,
+ * with the same rules (a \u0000 in a string refused unless
+ * KL_JSON_KEEP_NUL, always in a member name; errors at name:line:col), so
+ * callers read it with the cJSON accessors,
  * but every node and string comes from one bump arena freed with one call,
  * and numbers take the exact fast path (Clinger: <= 19 significant digits,
  * |exponent| <= 22) before falling back to strtod. On the KServe MLP request
  * (784 numbers) this is several times faster than cJSON_ParseWithLength,
  * whose malloc per node and strtod per number dominated the request cost.
- * With SV_JSON_PACK (infer requests), an array of more than SV_MAX_DIMS
+ * With KL_JSON_PACK (infer requests), an array of more than KL_JSON_PACK_MIN
  * numbers is not a list of nodes but one node holding a packed double array
- * (sv_json_packed reads it): the tensor data of a request is read by a
+ * (kl_json_packed reads it): the tensor data of a request is read by a
  * two-pass SIMD reader ("Packed arrays, fast path"; with AVX-512, "Packed
  * arrays, AVX-512 fast path", which also writes the FP32 values) into
  * contiguous memory; any non-number in it, or any token the grammar
@@ -17,11 +20,11 @@
  * Memory: the arena's chunks and the packed readers' scratch (the
  * positions or values of the array being read, reused from one array to
  * the next and grown by doubling) come from the core allocator with tag
- * request, so budgets hold; a document may take at most SV_JSON_MEM_RATIO
+ * request, so budgets hold; a document may take at most KL_JSON_MEM_RATIO
  * times its text plus one chunk (a cJSON node is 64 bytes and a number
  * takes at least 2 bytes of text: the bound holds for any JSON), and a
  * packed array keeps only what its numbers need. */
-#include "serve_int.h"
+#include "core_int.h"
 
 #include <cjson/cJSON.h>
 #include <immintrin.h>
@@ -36,7 +39,7 @@ typedef struct chunk {
     char data[];
 } chunk;
 
-struct sv_json_doc {
+struct kl_json_doc {
     chunk *head;
     cJSON *root;
     size_t used, limit; /* bytes taken from the allocator (chunks, scratch); the cap */
@@ -53,23 +56,27 @@ typedef struct {
 
 typedef struct {
     const char *p, *end, *start;
-    sv_json_doc *doc;
+    kl_json_doc *doc;
     int depth;
     const char *err;
     size_t err_off;
     int pack;
+    int keep_nul; /* KL_JSON_KEEP_NUL: a \u0000 in a string value is kept (its length in the node) */
     scratch sc;
-    struct { const char *key; int idx, obj; } path[66]; /* where the reader is: member names, indices */
-    char where[160];   /* the path at the error: "inputs[0].data[5]" */
-    char msg[160];     /* an error message with the token in it */
+    struct {
+        const char *key;
+        int idx, obj;
+    } path[66];      /* where the reader is: member names, indices */
+    char where[160]; /* the path at the error: "inputs[0].data[5]" */
+    char msg[160];   /* an error message with the token in it */
 } parser;
 
-#define PACKED_FLAG (1 << 12) /* above cJSON's type bits: cJSON_IsArray still holds */
-#define NUMTEXT_FLAG (1 << 13) /* a number node (SV_JSON_PACK) with its text's address in valuestring */
+#define PACKED_FLAG  (1 << 12) /* above cJSON's type bits: cJSON_IsArray still holds */
+#define NUMTEXT_FLAG (1 << 13) /* a number node (KL_JSON_PACK) with its text's address in valuestring */
 
 /* A number node that knows where its text is (NUMTEXT_FLAG; the text's
  * address in valuestring, unused by cJSON for numbers: a node stays 64
- * bytes) for sv_json_number_text: INT64 values beyond 2^53 are read again
+ * bytes) for kl_json_number_text: INT64 values beyond 2^53 are read again
  * from it, as doubles lose digits. */
 
 /* One 64 KiB chunk per thread is kept between documents (a request's
@@ -85,14 +92,17 @@ static void spare_init(void) {
 #define SCRATCH_KEEP 16384
 
 /* n more bytes from the allocator for d, within its cap; 0, or -1 with d->oom set */
-static int take(sv_json_doc *d, size_t n) {
+static int take(kl_json_doc *d, size_t n) {
     if (d->oom) return -1;
-    if (n > d->limit - d->used || d->used > d->limit) { d->oom = 2; return -1; }
+    if (n > d->limit - d->used || d->used > d->limit) {
+        d->oom = 2;
+        return -1;
+    }
     d->used += n;
     return 0;
 }
 
-static void *alloc(sv_json_doc *d, size_t n) {
+static void *alloc(kl_json_doc *d, size_t n) {
     n = (n + 7) & ~(size_t)7;
     chunk *c = d->head;
     if (!c || c->used + n > c->cap) {
@@ -140,7 +150,11 @@ static void *scratch_get(parser *ps, size_t n) {
     }
     if (take(ps->doc, cap - sc->cap)) return NULL;
     void *p = kl_mem_realloc(sc->p, cap, KL_TAG_REQUEST);
-    if (!p) { ps->doc->oom = 1; kl_err_set(&ps->doc->oom_err, KL_ENOMEM, "the allocator refused %zu bytes", cap); return NULL; }
+    if (!p) {
+        ps->doc->oom = 1;
+        kl_err_set(&ps->doc->oom_err, KL_ENOMEM, "the allocator refused %zu bytes", cap);
+        return NULL;
+    }
     sc->p = p;
     sc->cap = cap;
     return p;
@@ -148,7 +162,10 @@ static void *scratch_get(parser *ps, size_t n) {
 
 static cJSON *node(parser *ps, int type) {
     cJSON *n = alloc(ps->doc, sizeof *n);
-    if (!n) { ps->err = "out of memory"; return NULL; }
+    if (!n) {
+        ps->err = "out of memory";
+        return NULL;
+    }
     *n = (cJSON){0};
     n->type = type;
     return n;
@@ -256,7 +273,10 @@ static inline int f32_hazard(double d) {
 static inline int digits(const char **sp, const char *e, uint64_t *m) {
     const char *s = *sp;
     uint64_t acc = *m;
-    while (s < e && (unsigned)(*s - '0') <= 9) { acc = acc * 10 + (uint64_t)(*s - '0'); s++; }
+    while (s < e && (unsigned)(*s - '0') <= 9) {
+        acc = acc * 10 + (uint64_t)(*s - '0');
+        s++;
+    }
     int n = (int)(s - *sp);
     *m = acc;
     *sp = s;
@@ -301,10 +321,22 @@ static inline __attribute__((always_inline)) int scan_number(parser *ps, dec *x)
         int sig = 0, dot = 0, ex2 = 0;
         m = 0;
         for (; q < s && *q != 'e' && *q != 'E'; q++) {
-            if (*q == '.') { dot = 1; continue; }
-            if (!m && *q == '0') { if (dot) ex2--; continue; }
-            if (sig < 19) { m = m * 10 + (uint64_t)(*q - '0'); sig++; if (dot) ex2--; }
-            else { if (!dot) ex2++; if (*q != '0') x->slow = 1; }
+            if (*q == '.') {
+                dot = 1;
+                continue;
+            }
+            if (!m && *q == '0') {
+                if (dot) ex2--;
+                continue;
+            }
+            if (sig < 19) {
+                m = m * 10 + (uint64_t)(*q - '0');
+                sig++;
+                if (dot) ex2--;
+            } else {
+                if (!dot) ex2++;
+                if (*q != '0') x->slow = 1;
+            }
         }
         e10 += ex2 + (nd - nint); /* e10 held -(fraction digits) + exponent */
     }
@@ -338,8 +370,9 @@ static float hazard_f32(const char *s, const char *e) {
 
 static int number_node(parser *ps, cJSON *n) {
     if (number(ps, &n->valuedouble)) return -1;
-    n->valueint = n->valuedouble >= 2147483647.0 ? 2147483647 : n->valuedouble <= -2147483648.0 ? (int)-2147483648.0
-                                                                                                   : (int)n->valuedouble;
+    n->valueint = n->valuedouble >= 2147483647.0 ? 2147483647
+        : n->valuedouble <= -2147483648.0        ? (int)-2147483648.0
+                                                 : (int)n->valuedouble;
     return 0;
 }
 
@@ -349,13 +382,13 @@ static int number_node(parser *ps, cJSON *n) {
  * a branch on the divide's result in the reading loop cost 15 %). */
 typedef struct {
     double *v;
-    float *f; /* the values as FP32, exactly strtof's (NULL: sv_json_packed_f32 converts v) */
+    float *f; /* the values as FP32, exactly strtof's (NULL: kl_json_packed_f32 converts v) */
     uint32_t *off;
     size_t n;
     const char *text, *end;
 } packed;
 
-/* At '[': an array of only numbers, more than SV_MAX_DIMS of them, as one
+/* At '[': an array of only numbers, more than KL_JSON_PACK_MIN of them, as one
  * packed node; NULL (and the position unchanged) when it is anything else
  * (then the node form reads it, and its errors name the element). The
  * numbers are read into the scratch (value and text offset side by side). */
@@ -381,17 +414,26 @@ static cJSON *packed_array(parser *ps) {
         if (number(ps, &np[n].v)) goto other;
         n++;
         ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') { ps->p++; continue; }
-        if (ps->p < ps->end && *ps->p == ']') { ps->p++; break; }
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == ']') {
+            ps->p++;
+            break;
+        }
         goto other;
     }
-    if (n <= SV_MAX_DIMS || n > INT32_MAX) goto other;
+    if (n <= KL_JSON_PACK_MIN || n > INT32_MAX) goto other;
     cJSON *a = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
     double *v = alloc(ps->doc, n * sizeof *v);
     uint32_t *off = alloc(ps->doc, n * sizeof *off);
     if (!a || !pk || !v || !off) return NULL;
-    for (size_t i = 0; i < n; i++) { v[i] = np[i].v; off[i] = np[i].off; }
+    for (size_t i = 0; i < n; i++) {
+        v[i] = np[i].v;
+        off[i] = np[i].off;
+    }
     *pk = (packed){v, NULL, off, n, ps->start, ps->end};
     a->valuestring = (char *)pk;
     a->valueint = (int)n;
@@ -423,7 +465,7 @@ other:
  * names the element. The values are the same doubles (exactly strtod's).
  * ------------------------------------------------------------------ */
 /* 16 zero bytes, then 16 0xff: loadu(zo + k) is 0xff from byte 16 - k on */
-static const uint8_t zo[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+static const uint8_t zo[32] = {0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,   0,
                                255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255, 255};
 
 /* The plain number of len (1..15) bytes at s, which ends at e (e - 16 is
@@ -435,12 +477,13 @@ static inline __attribute__((always_inline)) int plain15(const char *s, const ch
     unsigned dig = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(_mm_min_epu8(d, _mm_set1_epi8(9)), d)) & in;
     unsigned dot = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8('.'))) & in;
     unsigned neg = s[0] == '-', hasdot = dot != 0;
-    int q = hasdot ? (int)_tzcnt_u32(dot) : 16;   /* the point, or past the end */
-    int ip = q - (int)(sh + neg);                 /* integer digits */
-    unsigned nd = len - neg - hasdot;             /* digits */
+    int q = hasdot ? (int)_tzcnt_u32(dot) : 16; /* the point, or past the end */
+    int ip = q - (int)(sh + neg);               /* integer digits */
+    unsigned nd = len - neg - hasdot;           /* digits */
     /* digits everywhere but the sign and one point, a digit on both sides
      * of the point, no leading zero before another integer digit */
-    int ok = ((dig | dot | (neg << sh)) == in) & !(dot & (dot - 1)) & (ip >= 1) & (q != 15) & ((s[neg] != '0') | (ip == 1));
+    int ok =
+        ((dig | dot | (neg << sh)) == in) & !(dot & (dot - 1)) & (ip >= 1) & (q != 15) & ((s[neg] != '0') | (ip == 1));
     if (__builtin_expect(!ok, 0)) return 0; /* (&, not &&: one branch, not one per test) */
     /* the integer digits one byte right, over the point; only the nd digits kept */
     __m128i w = _mm_blendv_epi8(_mm_slli_si128(d, 1), d,
@@ -534,7 +577,8 @@ typedef struct {
 } pass1;
 
 static inline __attribute__((always_inline)) int pass1_step(pass1 *q, unsigned w, uint64_t other, uint64_t num,
-                                                            uint64_t comma, uint64_t cl, uint64_t *starts, uint64_t *ends) {
+                                                            uint64_t comma, uint64_t cl, uint64_t *starts,
+                                                            uint64_t *ends) {
     uint64_t all = w == 64 ? ~0ull : (1ull << w) - 1;
     uint64_t lim = _blsmsk_u64(cl) & all; /* up to the ']' (all when none) */
     if (other & lim) return -1;
@@ -551,12 +595,12 @@ static inline __attribute__((always_inline)) int pass1_step(pass1 *q, unsigned w
 }
 
 /* At the ']': the run is a packed array (the last event a number: a comma
- * expected next; as many ends as starts; more than SV_MAX_DIMS numbers). */
+ * expected next; as many ends as starts; more than KL_JSON_PACK_MIN numbers). */
 static int pass1_ok(const pass1 *q, size_t n, size_t ne) {
-    return !q->bad && q->expect == 0xaaaaaaaaaaaaaaaaull && ne == n && n > SV_MAX_DIMS && n <= INT32_MAX;
+    return !q->bad && q->expect == 0xaaaaaaaaaaaaaaaaull && ne == n && n > KL_JSON_PACK_MIN && n <= INT32_MAX;
 }
 
-/* At '[' (ps->p): an array of more than SV_MAX_DIMS numbers as one packed
+/* At '[' (ps->p): an array of more than KL_JSON_PACK_MIN numbers as one packed
  * node; NULL and nothing moved when it is not one (then the
  * per-character path reads it). */
 static int use512(void);
@@ -577,14 +621,14 @@ static cJSON *packed_fast(parser *ps) {
     for (size_t o = 0;; o += 32) {
         __m256i v;
         if (a + o + 32 <= end) v = _mm256_loadu_si256((const __m256i *)(const void *)(a + o));
-        else if (a + o < end) { /* the last bytes, padded with a byte that is no JSON */
-            char tmp[32];
+        else if (a + o < end) { /* the last bytes, padded with a byte that is no JSON */ char tmp[32];
             memset(tmp, 0, sizeof tmp);
             memcpy(tmp, a + o, (size_t)(end - a - o));
             v = _mm256_loadu_si256((const __m256i *)(void *)tmp);
         } else return NULL; /* no ']' */
-        __m256i c = _mm256_and_si256(_mm256_shuffle_epi8(lo, v),
-                                     _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15))));
+        __m256i c =
+            _mm256_and_si256(_mm256_shuffle_epi8(lo, v),
+                             _mm256_shuffle_epi8(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(15))));
         __m256i z = _mm256_setzero_si256();
         uint32_t other = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(c, z));
         uint32_t num = ~(uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c, _mm256_set1_epi8(7)), z));
@@ -620,17 +664,27 @@ static cJSON *packed_fast(parser *ps) {
         }
     }
     double *vals = alloc(ps->doc, n * sizeof *vals);
-    if (!vals) { ps->p = a - 1; return NULL; }
+    if (!vals) {
+        ps->p = a - 1;
+        return NULL;
+    }
     for (size_t i = 0; i < n; i++) {
         const char *s = t + st[i], *e = t + en[i];
         unsigned len = (unsigned)(e - s);
         if (__builtin_expect(len <= 15 && e - t >= 16, 1) && plain15(s, e, len, &vals[i])) continue;
-        if (token_f64(ps, s, e, &vals[i])) { ps->p = a - 1; return NULL; }
+        if (token_f64(ps, s, e, &vals[i])) {
+            ps->p = a - 1;
+            return NULL;
+        }
     }
     cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
     uint32_t *off = keep_offsets(ps, st, n);
-    if (!nd || !pk || !off) { ps->p = a - 1; ps->err = NULL; return NULL; }
+    if (!nd || !pk || !off) {
+        ps->p = a - 1;
+        ps->err = NULL;
+        return NULL;
+    }
     *pk = (packed){vals, NULL, off, n, ps->start, ps->end};
     nd->valuestring = (char *)pk;
     nd->valueint = (int)n;
@@ -639,7 +693,7 @@ static cJSON *packed_fast(parser *ps) {
 
 /* ------------------------------------------------------------------
  * Packed arrays, AVX-512 fast path (runtime dispatch: AVX-512 F, BW, VL,
- * DQ, VBMI and VBMI2; KEEL_NO_AVX512=1 or sv_json_avx512(0) force the
+ * DQ, VBMI and VBMI2; KEEL_NO_AVX512=1 or kl_json_avx512(0) force the
  * AVX2 path above)
  *
  * The same two passes, wider. Pass 1 classifies 64 bytes a step (the last
@@ -676,7 +730,7 @@ static int use512(void) {
     return v;
 }
 
-int sv_json_avx512(int on) {
+int kl_json_avx512(int on) {
     if (on >= 0) {
         __atomic_store_n(&json_isa, -1, __ATOMIC_RELAXED);
         if (on) use512();
@@ -685,13 +739,14 @@ int sv_json_avx512(int on) {
     return use512();
 }
 
-static const uint8_t iota64[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
-                                   22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
-                                   44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+static const uint8_t iota64[64] = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15,
+                                   16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                                   32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,
+                                   48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
 
 /* the 16-bit fields (one per number) of a register's byte masks */
 #define F_NOTOP 0x7fff7fff7fff7fffull
-#define F_TOP 0x8000800080008000ull
+#define F_TOP   0x8000800080008000ull
 
 /* per field: its top bit when any bit of the field is set */
 static inline uint64_t field_any(uint64_t m) { return (((m & F_NOTOP) + F_NOTOP) | m) & F_TOP; }
@@ -717,19 +772,19 @@ static inline __attribute__((always_inline)) T512 __m512i lanes4(__m512i x, __m5
     /* (a lane's byte 0 is never in: shifts across fields bring in zeros
      * where it matters, and a point or digit at byte 15 fails anyway) */
     uint64_t dp = dig | dot, dpm = dp | minus, dr = dig >> 1;
-    uint64_t b = in & ~dpm;                     /* another byte */
-    b |= dot & ~((dig << 1) & dr);              /* a point not between two digits */
-    b |= pw & dot;                              /* two points */
-    b |= minus & (~dr | (dpm << 1));            /* a sign not first or not before a digit */
-    b |= zero & dr & ~(dp << 1);                /* a leading zero */
+    uint64_t b = in & ~dpm;          /* another byte */
+    b |= dot & ~((dig << 1) & dr);   /* a point not between two digits */
+    b |= pw & dot;                   /* two points */
+    b |= minus & (~dr | (dpm << 1)); /* a sign not first or not before a digit */
+    b |= zero & dr & ~(dp << 1);     /* a leading zero */
     *bad = (unsigned)_pext_u64(field_any(b), F_TOP);
     /* the digits: the integer ones one byte right, over the point */
     __m512i dz = _mm512_maskz_mov_epi8(dig, d);
     __m512i w = _mm512_mask_blend_epi8(s, dz, _mm512_bslli_epi128(dz, 1));
-    w = _mm512_maddubs_epi16(w, _mm512_set1_epi16(0x010a));         /* 10, 1 */
-    w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00010064));        /* 100, 1 */
+    w = _mm512_maddubs_epi16(w, _mm512_set1_epi16(0x010a));  /* 10, 1 */
+    w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00010064)); /* 100, 1 */
     w = _mm512_packus_epi32(w, w);
-    w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00012710));        /* 10000, 1 */
+    w = _mm512_madd_epi16(w, _mm512_set1_epi32(0x00012710)); /* 10000, 1 */
     /* the fraction digits (15 - the point's place) plus 16 when negative */
     __m512i f = _mm512_mask_mov_epi8(_mm512_maskz_mov_epi8(dot, c15), minus, _mm512_set1_epi8(16));
     f = _mm512_sad_epu8(f, _mm512_setzero_si512());
@@ -762,10 +817,12 @@ static T512 cJSON *packed_fast512(parser *ps) {
     for (size_t o = 0;; o += 64) {
         __m512i v;
         if (a + o + 64 <= end) v = _mm512_loadu_si512(a + o);
-        else if (a + o < end) v = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, (unsigned)(end - a - o)), a + o); /* 0: no JSON */
-        else return NULL; /* no ']' */
-        __m512i c = _mm512_and_si512(_mm512_shuffle_epi8(lo, v),
-                                     _mm512_shuffle_epi8(hi, _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15))));
+        else if (a + o < end)
+            v = _mm512_maskz_loadu_epi8(_bzhi_u64(~0ull, (unsigned)(end - a - o)), a + o); /* 0: no JSON */
+        else return NULL;                                                                  /* no ']' */
+        __m512i c =
+            _mm512_and_si512(_mm512_shuffle_epi8(lo, v),
+                             _mm512_shuffle_epi8(hi, _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(15))));
         uint64_t other = _mm512_testn_epi8_mask(c, c);
         uint64_t num = _mm512_test_epi8_mask(c, _mm512_set1_epi8(7));
         uint64_t comma = _mm512_test_epi8_mask(c, _mm512_set1_epi8(32));
@@ -784,9 +841,11 @@ static T512 cJSON *packed_fast512(parser *ps) {
         _mm512_storeu_si512(st + n, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(sp)), at));
         _mm512_storeu_si512(en + ne, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_castsi512_si128(ep)), at));
         if (__builtin_expect(cs > 16, 0))
-            _mm512_storeu_si512(st + n + 16, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(sp, 1)), at));
+            _mm512_storeu_si512(st + n + 16,
+                                _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(sp, 1)), at));
         if (__builtin_expect(ce > 16, 0))
-            _mm512_storeu_si512(en + ne + 16, _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(ep, 1)), at));
+            _mm512_storeu_si512(en + ne + 16,
+                                _mm512_add_epi32(_mm512_cvtepu8_epi32(_mm512_extracti32x4_epi32(ep, 1)), at));
         n += cs;
         ne += ce;
         if (cl) {
@@ -798,12 +857,18 @@ static T512 cJSON *packed_fast512(parser *ps) {
     }
     /* pass 2: groups of eight (the last one padded with copies of the last number) */
     size_t n8 = (n + 7) & ~(size_t)7;
-    for (size_t i = n; i < n8; i++) { st[i] = st[n - 1]; en[i] = en[n - 1]; }
+    for (size_t i = n; i < n8; i++) {
+        st[i] = st[n - 1];
+        en[i] = en[n - 1];
+    }
     double *vals = alloc(ps->doc, n8 * sizeof *vals);
     float *fl = alloc(ps->doc, n8 * sizeof *fl);
-    if (!vals || !fl) { ps->p = a - 1; return NULL; }
-    const __m512i ia = _mm512_set_epi64(0x0c0c0c0c0c0c0c0cll, 0x0c0c0c0c0c0c0c0cll, 0x0808080808080808ll, 0x0808080808080808ll,
-                                        0x0404040404040404ll, 0x0404040404040404ll, 0, 0);
+    if (!vals || !fl) {
+        ps->p = a - 1;
+        return NULL;
+    }
+    const __m512i ia = _mm512_set_epi64(0x0c0c0c0c0c0c0c0cll, 0x0c0c0c0c0c0c0c0cll, 0x0808080808080808ll,
+                                        0x0808080808080808ll, 0x0404040404040404ll, 0x0404040404040404ll, 0, 0);
     const __m512i ib = _mm512_add_epi8(ia, _mm512_set1_epi8(16));
     const __m512i even = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
     const __m512d p10lo = _mm512_loadu_pd(pow10_tab), p10hi = _mm512_loadu_pd(pow10_tab + 8);
@@ -812,7 +877,10 @@ static T512 cJSON *packed_fast512(parser *ps) {
     for (size_t i = 0; i < n8; i += 8) {
         if (__builtin_expect(en[i] < 16, 0)) { /* a window before the text: the general reader */
             for (int k = 0; k < 8; k++)
-                if (lane_slow(ps, t, st + i + k, en + i + k, vals + i + k, fl + i + k)) { ps->p = a - 1; return NULL; }
+                if (lane_slow(ps, t, st + i + k, en + i + k, vals + i + k, fl + i + k)) {
+                    ps->p = a - 1;
+                    return NULL;
+                }
             continue;
         }
         __m256i vlen = _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(en + i)),
@@ -835,7 +903,8 @@ static T512 cJSON *packed_fast512(parser *ps) {
         /* (the permute reads the index's low 4 bits: the sign's 16 is not seen) */
         __m512d x = _mm512_div_pd(_mm512_cvtepu64_pd(m), _mm512_permutex2var_pd(p10lo, f, p10hi));
         __m512i bx = _mm512_ternarylogic_epi64(_mm512_castpd_si512(x), _mm512_slli_epi64(f, 59),
-                                               _mm512_set1_epi64((long long)0x8000000000000000ull), 0xf8); /* x | (f<<59 & sign) */
+                                               _mm512_set1_epi64((long long)0x8000000000000000ull),
+                                               0xf8); /* x | (f<<59 & sign) */
         _mm512_storeu_si512(vals + i, bx);
         _mm256_storeu_ps(fl + i, _mm512_cvtpd_ps(_mm512_castsi512_pd(bx)));
         /* f32_hazard: a plain number of at most 15 bytes is 0 or above 1e-13, never below the floats' normal range */
@@ -844,25 +913,33 @@ static T512 cJSON *packed_fast512(parser *ps) {
         if (__builtin_expect((slow | haz) != 0, 0)) {
             for (unsigned k = slow; k; k &= k - 1)
                 if (lane_slow(ps, t, st + i + __builtin_ctz(k), en + i + __builtin_ctz(k), vals + i + __builtin_ctz(k),
-                              fl + i + __builtin_ctz(k))) { ps->p = a - 1; return NULL; }
-            for (unsigned k = haz & ~slow; k; k &= k - 1) fl[i + __builtin_ctz(k)] = hazard_f32(t + st[i + __builtin_ctz(k)], end);
+                              fl + i + __builtin_ctz(k))) {
+                    ps->p = a - 1;
+                    return NULL;
+                }
+            for (unsigned k = haz & ~slow; k; k &= k - 1)
+                fl[i + __builtin_ctz(k)] = hazard_f32(t + st[i + __builtin_ctz(k)], end);
         }
     }
     cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
     packed *pk = alloc(ps->doc, sizeof *pk);
     uint32_t *off = keep_offsets(ps, st, n);
-    if (!nd || !pk || !off) { ps->p = a - 1; ps->err = NULL; return NULL; }
+    if (!nd || !pk || !off) {
+        ps->p = a - 1;
+        ps->err = NULL;
+        return NULL;
+    }
     *pk = (packed){vals, fl, off, n, ps->start, ps->end};
     nd->valuestring = (char *)pk;
     nd->valueint = (int)n;
     return nd;
 }
 
-size_t sv_json_packed_count(const cJSON *a) {
+size_t kl_json_packed_count(const cJSON *a) {
     return a && (a->type & PACKED_FLAG) ? ((const packed *)(const void *)a->valuestring)->n : 0;
 }
 
-int sv_json_packed(const cJSON *a, const double **vals, size_t *n) {
+int kl_json_packed(const cJSON *a, const double **vals, size_t *n) {
     if (!a || !(a->type & PACKED_FLAG)) return 0;
     const packed *pk = (const packed *)(const void *)a->valuestring;
     *vals = pk->v;
@@ -870,7 +947,7 @@ int sv_json_packed(const cJSON *a, const double **vals, size_t *n) {
     return 1;
 }
 
-const char *sv_json_number_text(const cJSON *a, size_t i) {
+const char *kl_json_number_text(const cJSON *a, size_t i) {
     if (!a) return NULL;
     if (a->type & PACKED_FLAG) {
         const packed *pk = (const packed *)(const void *)a->valuestring;
@@ -879,13 +956,16 @@ const char *sv_json_number_text(const cJSON *a, size_t i) {
     return a->type & NUMTEXT_FLAG ? a->valuestring : NULL;
 }
 
-int sv_json_array_size(const cJSON *a) {
-    return a && (a->type & PACKED_FLAG) ? (int)sv_json_packed_count(a) : cJSON_GetArraySize(a);
+int kl_json_array_size(const cJSON *a) {
+    return a && (a->type & PACKED_FLAG) ? (int)kl_json_packed_count(a) : cJSON_GetArraySize(a);
 }
 
-void sv_json_packed_f32(const cJSON *a, float *dst) {
+void kl_json_packed_f32(const cJSON *a, float *dst) {
     const packed *pk = (const packed *)(const void *)a->valuestring;
-    if (pk->f) { memcpy(dst, pk->f, pk->n * sizeof *dst); return; } /* read as floats already */
+    if (pk->f) {
+        memcpy(dst, pk->f, pk->n * sizeof *dst);
+        return;
+    } /* read as floats already */
     const double *v = pk->v;
     size_t i = 0, n = pk->n;
     /* four at a time: the conversions, and f32_hazard's test as a mask */
@@ -912,7 +992,7 @@ void sv_json_packed_f32(const cJSON *a, float *dst) {
     }
 }
 
-int sv_parse_f32(const char *s, size_t len, float *out) {
+int kl_parse_f32(const char *s, size_t len, float *out) {
     parser ps;
     memset(&ps, 0, sizeof ps);
     ps.p = ps.start = s;
@@ -942,13 +1022,26 @@ static char *string(parser *ps, size_t *len) {
     const char *q = s;
     int esc = 0;
     while (q < ps->end && *q != '"') {
-        if ((unsigned char)*q < 0x20) { ps->p = q; fail(ps, "control character in a string"); return NULL; }
-        if (*q == '\\') { esc = 1; q++; }
+        if ((unsigned char)*q < 0x20) {
+            ps->p = q;
+            fail(ps, "control character in a string");
+            return NULL;
+        }
+        if (*q == '\\') {
+            esc = 1;
+            q++;
+        }
         q++;
     }
-    if (q >= ps->end) { fail(ps, "unterminated string"); return NULL; }
+    if (q >= ps->end) {
+        fail(ps, "unterminated string");
+        return NULL;
+    }
     char *out = alloc(ps->doc, (size_t)(q - s) + 1);
-    if (!out) { fail(ps, "out of memory"); return NULL; }
+    if (!out) {
+        fail(ps, "out of memory");
+        return NULL;
+    }
     if (!esc) {
         memcpy(out, s, (size_t)(q - s));
         out[q - s] = 0;
@@ -958,7 +1051,10 @@ static char *string(parser *ps, size_t *len) {
     }
     char *o = out;
     for (const char *c = s; c < q; c++) {
-        if (*c != '\\') { *o++ = *c; continue; }
+        if (*c != '\\') {
+            *o++ = *c;
+            continue;
+        }
         c++;
         switch (*c) {
         case '"': *o++ = '"'; break;
@@ -971,7 +1067,11 @@ static char *string(parser *ps, size_t *len) {
         case 't': *o++ = '\t'; break;
         case 'u': {
             unsigned u, lo;
-            if (q - c < 5 || hex4(c + 1, &u)) { ps->p = c; fail(ps, "bad \\u escape"); return NULL; }
+            if (q - c < 5 || hex4(c + 1, &u)) {
+                ps->p = c;
+                fail(ps, "bad \\u escape");
+                return NULL;
+            }
             c += 4;
             if (u >= 0xd800 && u < 0xdc00 && q - c >= 7 && c[1] == '\\' && c[2] == 'u' && !hex4(c + 3, &lo) &&
                 lo >= 0xdc00 && lo < 0xe000) {
@@ -979,20 +1079,35 @@ static char *string(parser *ps, size_t *len) {
                 c += 6;
             }
             if (u < 0x80) *o++ = (char)u;
-            else if (u < 0x800) { *o++ = (char)(0xc0 | (u >> 6)); *o++ = (char)(0x80 | (u & 0x3f)); }
-            else if (u < 0x10000) {
-                *o++ = (char)(0xe0 | (u >> 12)); *o++ = (char)(0x80 | ((u >> 6) & 0x3f)); *o++ = (char)(0x80 | (u & 0x3f));
+            else if (u < 0x800) {
+                *o++ = (char)(0xc0 | (u >> 6));
+                *o++ = (char)(0x80 | (u & 0x3f));
+            } else if (u < 0x10000) {
+                *o++ = (char)(0xe0 | (u >> 12));
+                *o++ = (char)(0x80 | ((u >> 6) & 0x3f));
+                *o++ = (char)(0x80 | (u & 0x3f));
             } else {
-                *o++ = (char)(0xf0 | (u >> 18)); *o++ = (char)(0x80 | ((u >> 12) & 0x3f));
-                *o++ = (char)(0x80 | ((u >> 6) & 0x3f)); *o++ = (char)(0x80 | (u & 0x3f));
+                *o++ = (char)(0xf0 | (u >> 18));
+                *o++ = (char)(0x80 | ((u >> 12) & 0x3f));
+                *o++ = (char)(0x80 | ((u >> 6) & 0x3f));
+                *o++ = (char)(0x80 | (u & 0x3f));
             }
             break;
         }
-        default: ps->p = c; fail(ps, "bad escape in a string"); return NULL;
+        default:
+            ps->p = c;
+            fail(ps, "bad escape in a string");
+            return NULL;
         }
     }
     *o = 0;
     *len = (size_t)(o - out);
+    if (memchr(out, 0, *len) && !ps->keep_nul) { /* as kl_json_parse: cJSON's C strings would cut it short */
+        ps->p = memmem(s, (size_t)(q - s), "\\u0000", 6);
+        if (!ps->p) ps->p = s;
+        fail(ps, "\\u0000 (a NUL character) in a string is not supported");
+        return NULL;
+    }
     ps->p = q + 1;
     return out;
 }
@@ -1009,36 +1124,68 @@ static int lit(parser *ps, const char *w) {
 static cJSON *container(parser *ps, int obj) {
     cJSON *n = node(ps, obj ? cJSON_Object : cJSON_Array), *last = NULL;
     if (!n) return NULL;
-    if (++ps->depth > 64) { fail(ps, "nested too deep"); return NULL; }
+    if (++ps->depth > 64) {
+        fail(ps, "nested too deep");
+        return NULL;
+    }
     ps->path[ps->depth].obj = obj;
     ps->path[ps->depth].key = NULL;
     ps->path[ps->depth].idx = 0;
     ps->p++;
     ws(ps);
-    if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) { ps->p++; ps->depth--; return n; }
+    if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) {
+        ps->p++;
+        ps->depth--;
+        return n;
+    }
     for (;;) {
         char *key = NULL;
         if (obj) {
             ws(ps);
             ps->path[ps->depth].key = NULL;
-            if (ps->p >= ps->end || *ps->p != '"') { fail(ps, "expected a member name"); return NULL; }
+            if (ps->p >= ps->end || *ps->p != '"') {
+                fail(ps, "expected a member name");
+                return NULL;
+            }
             size_t klen;
-            if (!(key = string(ps, &klen))) return NULL;
+            const char *at = ps->p;
+            int keep = ps->keep_nul;
+            ps->keep_nul = 1; /* refused below with its own message */
+            key = string(ps, &klen);
+            ps->keep_nul = keep;
+            if (!key) return NULL;
+            if (strlen(key) != klen) {
+                ps->p = at;
+                fail(ps, "\\u0000 (a NUL character) in a member name is not supported");
+                return NULL;
+            }
             ps->path[ps->depth].key = key;
             ws(ps);
-            if (ps->p >= ps->end || *ps->p != ':') { fail(ps, "expected ':'"); return NULL; }
+            if (ps->p >= ps->end || *ps->p != ':') {
+                fail(ps, "expected ':'");
+                return NULL;
+            }
             ps->p++;
         }
         cJSON *v = value(ps);
         if (!v) return NULL;
         v->string = key;
-        if (last) { last->next = v; v->prev = last; }
-        else n->child = v;
+        if (last) {
+            last->next = v;
+            v->prev = last;
+        } else n->child = v;
         last = v;
         n->child->prev = last; /* cJSON keeps the last item in child->prev */
         ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') { ps->p++; ps->path[ps->depth].idx++; continue; }
-        if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) { ps->p++; break; }
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            ps->path[ps->depth].idx++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == (obj ? '}' : ']')) {
+            ps->p++;
+            break;
+        }
         fail(ps, obj ? "expected ',' or '}'" : "expected ',' or ']'");
         return NULL;
     }
@@ -1048,7 +1195,10 @@ static cJSON *container(parser *ps, int obj) {
 
 static cJSON *value(parser *ps) {
     ws(ps);
-    if (ps->p >= ps->end) { fail(ps, "unexpected end of input"); return NULL; }
+    if (ps->p >= ps->end) {
+        fail(ps, "unexpected end of input");
+        return NULL;
+    }
     cJSON *n;
     switch (*ps->p) {
     case '{': return container(ps, 1);
@@ -1064,9 +1214,16 @@ static cJSON *value(parser *ps) {
         n->valuedouble = (double)len;
         return n;
     }
-    case 't': if (!(n = node(ps, cJSON_True)) || lit(ps, "true")) return NULL; n->valueint = 1; return n;
-    case 'f': if (!(n = node(ps, cJSON_False)) || lit(ps, "false")) return NULL; return n;
-    case 'n': if (!(n = node(ps, cJSON_NULL)) || lit(ps, "null")) return NULL; return n;
+    case 't':
+        if (!(n = node(ps, cJSON_True)) || lit(ps, "true")) return NULL;
+        n->valueint = 1;
+        return n;
+    case 'f':
+        if (!(n = node(ps, cJSON_False)) || lit(ps, "false")) return NULL;
+        return n;
+    case 'n':
+        if (!(n = node(ps, cJSON_NULL)) || lit(ps, "null")) return NULL;
+        return n;
     default:
         if (ps->pack) {
             if (!(n = node(ps, cJSON_Number | NUMTEXT_FLAG))) return NULL;
@@ -1078,46 +1235,60 @@ static cJSON *value(parser *ps) {
     }
 }
 
-int sv_json_parse(const char *text, size_t len, int flags, sv_json_doc **out, kl_err *e) {
+int kl_json_doc_parse(const char *text, size_t len, const char *name, int flags, kl_json_doc **out, kl_err *e) {
     *out = NULL;
-    sv_json_doc *d = calloc(1, sizeof *d);
+    kl_json_doc *d = calloc(1, sizeof *d);
     if (!d) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    d->limit = len > (SIZE_MAX - SV_JSON_MEM_BASE) / SV_JSON_MEM_RATIO ? SIZE_MAX : SV_JSON_MEM_RATIO * len + SV_JSON_MEM_BASE;
+    d->limit =
+        len > (SIZE_MAX - KL_JSON_MEM_BASE) / KL_JSON_MEM_RATIO ? SIZE_MAX : KL_JSON_MEM_RATIO * len + KL_JSON_MEM_BASE;
     parser ps;
     memset(&ps, 0, sizeof ps);
     ps.p = ps.start = text;
     ps.end = text + len;
     ps.doc = d;
-    ps.pack = (flags & SV_JSON_PACK) != 0;
+    ps.pack = (flags & KL_JSON_PACK) != 0;
+    ps.keep_nul = (flags & KL_JSON_KEEP_NUL) != 0;
     d->root = value(&ps);
     if (ps.sc.cap == SCRATCH_KEEP) pthread_once(&spare_once, spare_init);
     if (ps.sc.cap == SCRATCH_KEEP && !pthread_getspecific(spare_sc_key)) pthread_setspecific(spare_sc_key, ps.sc.p);
     else kl_mem_free(ps.sc.p);
     if (d->root) {
         ws(&ps);
-        if (ps.p != ps.end) { fail(&ps, "unexpected text after the JSON value"); d->root = NULL; }
+        if (ps.p != ps.end) {
+            fail(&ps, "unexpected text after the JSON value");
+            d->root = NULL;
+        }
     }
+    if (!name) name = "JSON";
     if (!d->root && d->oom) {
-        int rc = d->oom == 1 ? kl_err_set(e, KL_ENOMEM, "request body: no memory to read its JSON (%s)", kl_err_what(&d->oom_err))
-                             : kl_err_set(e, KL_ERANGE, "request body: reading its JSON would take more than %d times its %zu bytes "
-                                          "of memory (send tensor data flat, or with the binary extension)",
-                                          SV_JSON_MEM_RATIO, len);
-        sv_json_free(d);
+        int rc = d->oom == 1
+            ? kl_err_set(e, KL_ENOMEM, "%s: no memory to read its JSON (%s)", name, kl_err_what(&d->oom_err))
+            : kl_err_set(e, KL_ERANGE,
+                         "%s: reading its JSON would take more than %d times its %zu bytes "
+                         "of memory (send tensor data flat, or with the binary extension)",
+                         name, KL_JSON_MEM_RATIO, len);
+        kl_json_doc_free(d);
         return rc;
     }
-    if (!d->root) {
-        int rc = kl_err_set(e, KL_EPARSE, "request body: malformed JSON at byte %zu%s%s%s: %s", ps.err_off,
-                            ps.where[0] ? " (" : "", ps.where, ps.where[0] ? ")" : "", ps.err ? ps.err : "syntax error");
-        sv_json_free(d);
+    if (!d->root) { /* name:line:col as kl_json_parse, and the byte and the path */
+        int line = 1, col = 1;
+        for (size_t i = 0; i < ps.err_off && i < len; i++) {
+            if (text[i] == '\n') line++, col = 1;
+            else col++;
+        }
+        int rc =
+            kl_err_setloc(e, KL_EPARSE, name, line, col, "malformed JSON at byte %zu%s%s%s: %s", ps.err_off,
+                          ps.where[0] ? " (" : "", ps.where, ps.where[0] ? ")" : "", ps.err ? ps.err : "syntax error");
+        kl_json_doc_free(d);
         return rc;
     }
     *out = d;
     return KL_OK;
 }
 
-const cJSON *sv_json_root(const sv_json_doc *d) { return d->root; }
+const cJSON *kl_json_doc_root(const kl_json_doc *d) { return d->root; }
 
-void sv_json_free(sv_json_doc *d) {
+void kl_json_doc_free(kl_json_doc *d) {
     if (!d) return;
     for (chunk *c = d->head, *n; c; c = n) {
         n = c->next;
