@@ -62,6 +62,7 @@ extern const kl_op kl__ops_nchwc[];   /* keel:: NCHWc blocked ops (ops_nchwc.c) 
 extern const kl_op kl__ops_vision[];  /* Resize, Upsample, detection ops (ops_vision.c) */
 extern const kl_op kl__ops_einsum[];  /* Einsum, Det (ops_einsum.c) */
 extern const kl_op kl__ops_misc2[];   /* Unique, Compress, ReverseSequence, MVN (ops_misc2.c) */
+extern const kl_op kl__ops_random[];  /* Random*, Bernoulli, ai.onnx.preview.training (ops_random.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path
