@@ -921,6 +921,38 @@ static int vi_asc(const void *a, const void *b) {
     if (x->v != y->v) return x->v < y->v ? -1 : 1;
     return x->i < y->i ? -1 : 1;
 }
+/* the k best of buf[0..D) into buf[0..k), sorted: a full sort when k is a
+ * large part of D, else a bounded heap (worst on top) in O(D log k) */
+static void topk_select(vi_t *buf, int64_t D, int64_t k, int (*better)(const void *, const void *)) {
+    if (k == 0) return;
+    if (k * 4 >= D) {
+        qsort(buf, (size_t)D, sizeof(vi_t), better);
+        return;
+    }
+    /* heap over buf[0..k): parent is better-ordered-last (the worst kept) */
+    for (int64_t i = 1; i < k; i++)
+        for (int64_t c = i; c > 0 && better(&buf[(c - 1) / 2], &buf[c]) < 0; c = (c - 1) / 2) {
+            vi_t t = buf[c];
+            buf[c] = buf[(c - 1) / 2];
+            buf[(c - 1) / 2] = t;
+        }
+    for (int64_t i = k; i < D; i++) {
+        if (better(&buf[i], &buf[0]) >= 0) continue;
+        buf[0] = buf[i];
+        for (int64_t p = 0;;) {
+            int64_t l = 2 * p + 1, r = l + 1, w = p;
+            if (l < k && better(&buf[w], &buf[l]) < 0) w = l;
+            if (r < k && better(&buf[w], &buf[r]) < 0) w = r;
+            if (w == p) break;
+            vi_t t = buf[p];
+            buf[p] = buf[w];
+            buf[w] = t;
+            p = w;
+        }
+    }
+    qsort(buf, (size_t)k, sizeof(vi_t), better);
+}
+
 static int topk_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax, k = kl__int_at(in[1], 0);
     kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax);
@@ -928,19 +960,24 @@ static int topk_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     int64_t outer = 1, inner = 1, D = in[0]->dims[ax];
     for (int i = 0; i < ax; i++) outer *= in[0]->dims[i];
     for (int i = (int)ax + 1; i < in[0]->rank; i++) inner *= in[0]->dims[i];
-    vi_t *buf = malloc(sizeof(vi_t) * (size_t)(D + 1));
+    vi_t *buf = kl_mem_alloc_e(sizeof(vi_t) * (size_t)(D + 1), KL_TAG_WORKSPACE, e);
     if (!buf) return kl__fail_node(e, n, KL_ENOMEM, "out of memory");
+    const float *xf = in[0]->dtype == KL_F32 ? in[0]->data : NULL;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < inner; j++) {
-            for (int64_t t = 0; t < D; t++) { buf[t].v = kl__dbl_at(in[0], (o * D + t) * inner + j); buf[t].i = t; }
-            qsort(buf, (size_t)D, sizeof(vi_t), largest ? vi_desc : vi_asc);
+            for (int64_t t = 0; t < D; t++) {
+                int64_t src = (o * D + t) * inner + j;
+                buf[t].v = xf ? (double)xf[src] : kl__dbl_at(in[0], src);
+                buf[t].i = t;
+            }
+            topk_select(buf, D, k, largest ? vi_desc : vi_asc);
             for (int64_t t = 0; t < k; t++) {
                 int64_t oi = (o * k + t) * inner + j;
                 kl__set_dbl(out[0], oi, buf[t].v);
                 ((int64_t *)out[1]->data)[oi] = buf[t].i;
             }
         }
-    free(buf);
+    kl_mem_free(buf);
     return KL_OK;
 }
 

@@ -598,3 +598,46 @@ KL_TEST(graph_maxunpool_inverts_maxpool) {
         kl_graph_free(g);
     }
 }
+
+/* ---- TopK at detector sizes: the bounded-heap path against a full sort ---- */
+
+static int topk_ref_cmp_desc(const void *a, const void *b) {
+    const float *x = a, *y = b;
+    return *x > *y ? -1 : *x < *y ? 1 : 0;
+}
+
+KL_TEST(graph_topk_large_matches_sort) {
+    kl_err e = {0};
+    const int64_t Ds[] = {20000, 37, 5}, ks[] = {300, 37, 0};
+    for (int c = 0; c < 3; c++)
+        for (int largest = 0; largest < 2; largest++) {
+            int64_t D = Ds[c], K = ks[c], d[2] = {2, D}, one = 1;
+            kl_graph *g = ktg_new(11);
+            ktg_io(g, "x", 0);
+            kl_tensor *tk = ktg_tensor(KL_I64, 1, &one, &K);
+            ktg_init(g, "k", tk);
+            int n = ktg_node(g, "TopK", "x,k", "v,i");
+            ktg_attr_i(g, n, "axis", -1), ktg_attr_i(g, n, "largest", largest);
+            ktg_io(g, "v", 1), ktg_io(g, "i", 1);
+            kl_tensor *x = ktg_tensor(KL_F32, 2, d, NULL), *o[2] = {0};
+            for (int64_t i = 0; i < 2 * D; i++) ((float *)x->data)[i] = (float)(int)(ktg_rand() * 5000); /* ties */
+            KT_OK(ktg_run(g, &x, 1, o, &e), &e);
+            float *ref = malloc(sizeof(float) * (size_t)D);
+            for (int r = 0; r < 2; r++) {
+                const float *xr = (const float *)x->data + r * D;
+                for (int64_t i = 0; i < D; i++) ref[i] = largest ? xr[i] : -xr[i];
+                qsort(ref, (size_t)D, sizeof(float), topk_ref_cmp_desc);
+                for (int64_t t = 0; t < K; t++) {
+                    float v = ((float *)o[0]->data)[r * K + t];
+                    int64_t ix = ((int64_t *)o[1]->data)[r * K + t];
+                    KT_NEAR(v, largest ? ref[t] : -ref[t], 0);
+                    KT_NEAR(xr[ix], v, 0);
+                    if (t > 0 && ((float *)o[0]->data)[r * K + t - 1] == v) /* ties: lower index first */
+                        KT_CHECK(((int64_t *)o[1]->data)[r * K + t - 1] < ix);
+                }
+            }
+            free(ref);
+            kl_tensor_free(x), kl_tensor_free(o[0]), kl_tensor_free(o[1]), kl_tensor_free(tk);
+            kl_graph_free(g);
+        }
+}
