@@ -16,8 +16,8 @@
  * ================================================================== */
 
 #define ES_MAXOP 16
-#define ES_NLET (52 + KL_MAX_DIMS) /* a-z, A-Z, then the ellipsis dims */
-#define ES_MAXR (2 * KL_MAX_DIMS)
+#define ES_NLET  (52 + KL_MAX_DIMS) /* a-z, A-Z, then the ellipsis dims */
+#define ES_MAXR  (2 * KL_MAX_DIMS)
 
 typedef struct {
     int nops;
@@ -30,14 +30,16 @@ static int es_letter(char c) { return c >= 'a' && c <= 'z' ? c - 'a' : c >= 'A' 
 
 /* one term ("ij", "...ii"): letters, ellipsis expanded to rank - letters ids
  * right-aligned in a block of ell (the widest ellipsis) */
-static int es_term(kl_gnode *n, const char *s, const char *end, int rank, int ell, int *let, int *nl, int *ell_rank, kl_err *e) {
+static int es_term(kl_gnode *n, const char *s, const char *end, int rank, int ell, int *let, int *nl, int *ell_rank,
+                   kl_err *e) {
     int k = 0, seen_ell = 0, named = 0;
     for (const char *p = s; p < end; p++)
         if (es_letter(*p) >= 0) named++;
     for (const char *p = s; p < end; p++) {
         if (*p == ' ') continue;
         if (*p == '.') {
-            if (end - p < 3 || p[1] != '.' || p[2] != '.' || seen_ell) return kl__fail_node(e, n, KL_EINVAL, "equation: bad ellipsis");
+            if (end - p < 3 || p[1] != '.' || p[2] != '.' || seen_ell)
+                return kl__fail_node(e, n, KL_EINVAL, "equation: bad ellipsis");
             seen_ell = 1;
             p += 2;
             int er = rank - named;
@@ -66,7 +68,8 @@ static int es_parse(kl_gnode *n, kl_tensor *const *in, int n_in, es_eq *q, kl_er
     const char *eq = kl_gnode_attr_str(n, "equation", NULL);
     if (!eq) return kl__fail_node(e, n, KL_EINVAL, "missing equation");
     memset(q, 0, sizeof *q);
-    if (n_in > ES_MAXOP) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: more than %d operands", n->opset, ES_MAXOP);
+    if (n_in > ES_MAXOP)
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: more than %d operands", n->opset, ES_MAXOP);
     const char *arrow = strstr(eq, "->"), *lhs_end = arrow ? arrow : eq + strlen(eq);
     const char *terms[ES_MAXOP + 1];
     int nt = 0;
@@ -88,7 +91,8 @@ static int es_parse(kl_gnode *n, kl_tensor *const *in, int n_in, es_eq *q, kl_er
             if (!pass && er > ell) ell = er;
             if (strstr(terms[i], "...") && strstr(terms[i], "...") < end) any_ell = 1;
             if (pass && q->n[i] != in[i]->rank)
-                return kl__fail_node(e, n, KL_ESHAPE, "equation term %d has %d indices for rank %d", i, q->n[i], in[i]->rank);
+                return kl__fail_node(e, n, KL_ESHAPE, "equation term %d has %d indices for rank %d", i, q->n[i],
+                                     in[i]->rank);
         }
     for (int l = 0; l < ES_NLET; l++) q->size[l] = -1;
     for (int i = 0; i < nt; i++)
@@ -97,7 +101,8 @@ static int es_parse(kl_gnode *n, kl_tensor *const *in, int n_in, es_eq *q, kl_er
             int64_t d = in[i]->dims[k];
             if (q->size[l] < 0 || q->size[l] == 1) q->size[l] = d;
             else if (d != 1 && d != q->size[l])
-                return kl__fail_node(e, n, KL_ESHAPE, "index of size %lld and %lld", (long long)q->size[l], (long long)d);
+                return kl__fail_node(e, n, KL_ESHAPE, "index of size %lld and %lld", (long long)q->size[l],
+                                     (long long)d);
         }
     if (arrow) {
         int r, named = 0, has = strstr(arrow + 2, "...") != NULL;
@@ -131,7 +136,8 @@ static int es_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     (void)n_out, (void)ws;
     for (int i = 0; i < n_in; i++)
         if (in[i]->dtype != in[0]->dtype || (in[0]->dtype != KL_F32 && in[0]->dtype != KL_F64))
-            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: inputs must all be float32 or all float64", n->opset);
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: inputs must all be float32 or all float64",
+                                 n->opset);
     es_eq q;
     int rc = es_parse(n, in, n_in, &q, e);
     if (rc) return rc;
@@ -146,7 +152,7 @@ static int es_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
  * ================================================================== */
 
 typedef struct {
-    void *data;  /* owned when own != NULL */
+    void *data; /* owned when own != NULL */
     void *own;
     int n, let[ES_MAXR];
     int64_t dim[ES_MAXR], st[ES_MAXR];
@@ -253,7 +259,8 @@ static int es_sum_private(es_run_ctx *c, es_view *v, const es_view *other, int i
 }
 
 /* C[b] = A[b] (M x K) * B[b] (K x N) */
-static void es_bgemm(es_run_ctx *c, int64_t nb, int64_t M, int64_t N, int64_t K, const void *A, const void *B, void *C) {
+static void es_bgemm(es_run_ctx *c, int64_t nb, int64_t M, int64_t N, int64_t K, const void *A, const void *B,
+                     void *C) {
     if (K == 0) {
         memset(C, 0, (size_t)(nb * M * N) * c->es);
         return;
@@ -263,8 +270,9 @@ static void es_bgemm(es_run_ctx *c, int64_t nb, int64_t M, int64_t N, int64_t K,
             kl_gemm_f32(0, 0, M, N, K, 1.f, (const float *)A + b * M * K, K, (const float *)B + b * K * N, N, 0.f,
                         (float *)C + b * M * N, N, c->pool);
         else
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0, (const double *)A + b * M * K,
-                        (int)K, (const double *)B + b * K * N, (int)N, 0.0, (double *)C + b * M * N, (int)N);
+            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K, 1.0,
+                        (const double *)A + b * M * K, (int)K, (const double *)B + b * K * N, (int)N, 0.0,
+                        (double *)C + b * M * N, (int)N);
     }
 }
 
@@ -287,7 +295,8 @@ static int es_contract(es_run_ctx *c, es_view *acc, es_view *v, int idx) {
     for (int i = 0; i < nb; i++) ob[k++] = bat[i];
     for (int i = 0; i < nc; i++) ob[k++] = con[i];
     for (int i = 0; i < nf; i++) ob[k++] = fb[i];
-    if (nb + na + nf > ES_MAXR) return kl__fail_node(c->e, c->n, KL_EUNSUPPORTED, "opset %d: intermediate rank above %d", c->n->opset, ES_MAXR);
+    if (nb + na + nf > ES_MAXR)
+        return kl__fail_node(c->e, c->n, KL_EUNSUPPORTED, "opset %d: intermediate rank above %d", c->n->opset, ES_MAXR);
     es_view A, B;
     int rc = es_materialize(c, acc, oa, nb + na + nc, &A);
     if (rc) return rc;
@@ -317,7 +326,8 @@ static int es_contract(es_run_ctx *c, es_view *acc, es_view *v, int idx) {
     return KL_OK;
 }
 
-static int es_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int es_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                  kl_err *e) {
     (void)n_out;
     es_eq q;
     int rc = es_parse(n, in, n_in, &q, e);
@@ -355,7 +365,8 @@ static int det_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     (void)n_in, (void)n_out;
     const kl_tensor *X = in[0];
     if (X->dtype != KL_F32 && X->dtype != KL_F64)
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s (float32, float64)", n->opset, kl_dtype_name(X->dtype));
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s (float32, float64)", n->opset,
+                             kl_dtype_name(X->dtype));
     if (X->rank < 2 || X->dims[X->rank - 1] != X->dims[X->rank - 2])
         return kl__fail_node(e, n, KL_ESHAPE, "input must be [..., M, M]");
     kl__set_shape(&out[0], X->dtype, X->rank - 2, X->dims);
@@ -388,7 +399,8 @@ static double det_lu(double *a, int64_t m) {
     return det;
 }
 
-static int det_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int det_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
     (void)n, (void)n_in, (void)n_out, (void)e;
     const kl_tensor *X = in[0];
     int64_t m = X->dims[X->rank - 1], mats = kl_tensor_numel(out[0]);

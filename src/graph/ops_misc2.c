@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEED(t) do { if (!(t) || !(t)->data) return KL__NEED_DATA; } while (0)
+#define NEED(t)                                       \
+    do {                                              \
+        if (!(t) || !(t)->data) return KL__NEED_DATA; \
+    } while (0)
 
 /* ================================================================== *
  * Unique: slices along axis (or elements of the flattened input), sorted
@@ -25,7 +28,10 @@ static _Thread_local const uq_ctx *uq_cur;
 /* compares element a with element b (flat indices) by value */
 static int uq_elem_cmp(const kl_tensor *x, int64_t a, int64_t b) {
     switch (x->dtype) {
-    case KL_F32: case KL_F64: case KL_F16: case KL_BF16: {
+    case KL_F32:
+    case KL_F64:
+    case KL_F16:
+    case KL_BF16: {
         double u = kl__dbl_at(x, a), v = kl__dbl_at(x, b);
         if (u != v) {
             if (u != u) return v != v ? 0 : 1; /* NaN sorts last */
@@ -34,7 +40,11 @@ static int uq_elem_cmp(const kl_tensor *x, int64_t a, int64_t b) {
         }
         return 0;
     }
-    case KL_U8: case KL_U16: case KL_U32: case KL_U64: case KL_BOOL: {
+    case KL_U8:
+    case KL_U16:
+    case KL_U32:
+    case KL_U64:
+    case KL_BOOL: {
         uint64_t u = 0, v = 0;
         size_t es = kl_dtype_size(x->dtype);
         memcpy(&u, (const char *)x->data + a * es, es);
@@ -76,7 +86,8 @@ static int uq_compute(kl_gnode *n, const kl_tensor *x, uq_ctx *c, uq_result *r, 
     c->x = x;
     if (ax) {
         int64_t a;
-        if (kl__norm_axis(ax->i, x->rank, &a)) return kl__fail_node(e, n, KL_EINVAL, "axis %lld out of range", (long long)ax->i);
+        if (kl__norm_axis(ax->i, x->rank, &a))
+            return kl__fail_node(e, n, KL_EINVAL, "axis %lld out of range", (long long)ax->i);
         c->outer = 1, c->inner = 1, c->len = x->dims[a];
         for (int i = 0; i < a; i++) c->outer *= x->dims[i];
         for (int i = (int)a + 1; i < x->rank; i++) c->inner *= x->dims[i];
@@ -148,7 +159,8 @@ static int uq_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 
-static int uq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int uq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                  kl_err *e) {
     (void)n_in, (void)x;
     uq_ctx c;
     uq_result r;
@@ -176,12 +188,15 @@ static int cp_count(kl_gnode *n, const kl_tensor *x, const kl_tensor *cond, int6
     int64_t len = kl_tensor_numel(x);
     *axis = -1;
     if (ax) {
-        if (kl__norm_axis(ax->i, x->rank, axis)) return kl__fail_node(e, n, KL_EINVAL, "axis %lld out of range", (long long)ax->i);
+        if (kl__norm_axis(ax->i, x->rank, axis))
+            return kl__fail_node(e, n, KL_EINVAL, "axis %lld out of range", (long long)ax->i);
         len = x->dims[*axis];
     }
     if (cond->rank != 1) return kl__fail_node(e, n, KL_ESHAPE, "condition must be 1-D");
     int64_t m = kl_tensor_numel(cond);
-    if (m > len) return kl__fail_node(e, n, KL_ESHAPE, "condition has %lld entries for %lld slices", (long long)m, (long long)len);
+    if (m > len)
+        return kl__fail_node(e, n, KL_ESHAPE, "condition has %lld entries for %lld slices", (long long)m,
+                             (long long)len);
     *cnt = 0;
     for (int64_t i = 0; i < m; i++) *cnt += kl__int_at(cond, i) != 0;
     return KL_OK;
@@ -202,7 +217,8 @@ static int cp_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 
-static int cp_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int cp_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                  kl_err *e) {
     (void)n_in, (void)n_out, (void)x;
     int64_t axis, cnt, outer = 1, inner = 1, len;
     int rc = cp_count(n, in[0], in[1], &axis, &cnt, e);
@@ -248,7 +264,8 @@ static int rv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     return KL_OK;
 }
 
-static int rv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int rv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                  kl_err *e) {
     (void)n_in, (void)n_out, (void)x;
     int ta, ba;
     rv_axes(n, in[0], &ta, &ba, e);
@@ -257,7 +274,9 @@ static int rv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     size_t es = kl_dtype_size(in[0]->dtype), row = (size_t)inner * es;
     for (int64_t b = 0; b < B; b++) {
         int64_t L = kl__int_at(in[1], b);
-        if (L < 0 || L > T) return kl__fail_node(e, n, KL_ERANGE, "sequence_lens[%lld] = %lld is not in [0, %lld]", (long long)b, (long long)L, (long long)T);
+        if (L < 0 || L > T)
+            return kl__fail_node(e, n, KL_ERANGE, "sequence_lens[%lld] = %lld is not in [0, %lld]", (long long)b,
+                                 (long long)L, (long long)T);
         for (int64_t t = 0; t < T; t++) {
             int64_t s = t < L ? L - 1 - t : t;
             int64_t di = ta == 0 ? t * B + b : b * T + t, si = ta == 0 ? s * B + b : b * T + s;
@@ -280,7 +299,9 @@ static int mvn_mask(kl_gnode *n, const kl_tensor *x, uint32_t *mask, kl_err *e) 
     *mask = 0;
     for (int i = 0; i < na; i++) {
         int64_t v;
-        if (kl__norm_axis(ax[i], x->rank, &v)) return kl__fail_node(e, n, KL_EINVAL, "axes[%d] = %lld is out of range for rank %d", i, (long long)ax[i], x->rank);
+        if (kl__norm_axis(ax[i], x->rank, &v))
+            return kl__fail_node(e, n, KL_EINVAL, "axes[%d] = %lld is out of range for rank %d", i, (long long)ax[i],
+                                 x->rank);
         *mask |= 1u << v;
     }
     return KL_OK;
@@ -290,7 +311,8 @@ static int mvn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     (void)n_in, (void)n_out;
     const kl_tensor *x = in[0];
     if (x->dtype != KL_F32 && x->dtype != KL_F64 && x->dtype != KL_F16 && x->dtype != KL_BF16)
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s (float types only)", n->opset, kl_dtype_name(x->dtype));
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s (float types only)", n->opset,
+                             kl_dtype_name(x->dtype));
     uint32_t mask;
     int rc = mvn_mask(n, x, &mask, e);
     if (rc) return rc;
@@ -302,7 +324,8 @@ static int mvn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     return KL_OK;
 }
 
-static int mvn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int mvn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
     (void)n_in, (void)n_out;
     const kl_tensor *X = in[0];
     uint32_t mask;

@@ -55,7 +55,8 @@ static void rnd_seed(const kl_gnode *n, rnd_state *r) {
     } else {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (atomic_fetch_add(&counter, 1) * 0xD1B54A32D192ED03ull);
+        x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^
+            (atomic_fetch_add(&counter, 1) * 0xD1B54A32D192ED03ull);
     }
     for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
 }
@@ -64,7 +65,9 @@ static void rnd_seed(const kl_gnode *n, rnd_state *r) {
  * Random ops
  * ================================================================== */
 
-static int rnd_is_like(const kl_gnode *n) { return strstr(n->op_type, "Like") != NULL || !strcmp(n->op_type, "Bernoulli"); }
+static int rnd_is_like(const kl_gnode *n) {
+    return strstr(n->op_type, "Like") != NULL || !strcmp(n->op_type, "Bernoulli");
+}
 
 static int rnd_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     (void)n_in, (void)n_out, (void)ws;
@@ -72,25 +75,31 @@ static int rnd_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     const kl_attr *da = kl_gnode_attr(n, "dtype");
     if (rnd_is_like(n)) dt = in[0]->dtype;
     if (da && kl_dtype_from_onnx((int)da->i, &dt))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %lld is not supported", n->opset, (long long)da->i);
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %lld is not supported", n->opset,
+                             (long long)da->i);
     int bern = !strcmp(n->op_type, "Bernoulli");
     if (!bern && dt != KL_F32 && dt != KL_F64 && dt != KL_F16 && dt != KL_BF16)
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: output dtype %s (float types only)", n->opset, kl_dtype_name(dt));
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: output dtype %s (float types only)", n->opset,
+                             kl_dtype_name(dt));
     if (bern && (in[0]->dtype != KL_F32 && in[0]->dtype != KL_F64 && in[0]->dtype != KL_F16))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: input dtype %s (float types only)", n->opset, kl_dtype_name(in[0]->dtype));
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: input dtype %s (float types only)", n->opset,
+                             kl_dtype_name(in[0]->dtype));
     if (rnd_is_like(n)) {
         kl__set_shape(&out[0], dt, in[0]->rank, in[0]->dims);
         return KL_OK;
     }
     const kl_attr *sh = kl_gnode_attr(n, "shape");
-    if (!sh || sh->type != KL_ATTR_INTS || sh->n > KL_MAX_DIMS) return kl__fail_node(e, n, KL_EINVAL, "needs the shape attribute (at most %d dims)", KL_MAX_DIMS);
+    if (!sh || sh->type != KL_ATTR_INTS || sh->n > KL_MAX_DIMS)
+        return kl__fail_node(e, n, KL_EINVAL, "needs the shape attribute (at most %d dims)", KL_MAX_DIMS);
     for (int i = 0; i < sh->n; i++)
-        if (sh->ints[i] < 0 || sh->ints[i] > ((int64_t)1 << 40)) return kl__fail_node(e, n, KL_EINVAL, "shape[%d] = %lld", i, (long long)sh->ints[i]);
+        if (sh->ints[i] < 0 || sh->ints[i] > ((int64_t)1 << 40))
+            return kl__fail_node(e, n, KL_EINVAL, "shape[%d] = %lld", i, (long long)sh->ints[i]);
     kl__set_shape(&out[0], dt, sh->n, sh->ints);
     return KL_OK;
 }
 
-static int rnd_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int rnd_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
     (void)n_in, (void)n_out, (void)x, (void)e;
     rnd_state r;
     rnd_seed(n, &r);
@@ -126,31 +135,38 @@ static int opt_states(const kl_gnode *n) { return !strcmp(n->op_type, "Adam") ? 
 static int opt_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     (void)ws;
     int ns = opt_states(n), groups = 2 + ns;
-    if (n_in < 2 + groups || (n_in - 2) % groups) return kl__fail_node(e, n, KL_EINVAL, "%d inputs: R, T, then %d groups of tensors", n_in, groups);
+    if (n_in < 2 + groups || (n_in - 2) % groups)
+        return kl__fail_node(e, n, KL_EINVAL, "%d inputs: R, T, then %d groups of tensors", n_in, groups);
     int nx = (n_in - 2) / groups;
     if (n_out != nx * (1 + ns)) return kl__fail_node(e, n, KL_EINVAL, "%d outputs for %d tensors", n_out, nx);
-    if (kl_tensor_numel(in[0]) != 1 || kl_tensor_numel(in[1]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "R and T must be scalars");
+    if (kl_tensor_numel(in[0]) != 1 || kl_tensor_numel(in[1]) != 1)
+        return kl__fail_node(e, n, KL_ESHAPE, "R and T must be scalars");
     for (int i = 0; i < nx; i++) {
         const kl_tensor *X = in[2 + i];
         if (X->dtype != KL_F32 && X->dtype != KL_F64)
-            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s (float32, float64)", n->opset, kl_dtype_name(X->dtype));
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: dtype %s (float32, float64)", n->opset,
+                                 kl_dtype_name(X->dtype));
         for (int g = 1; g < groups; g++) {
             const kl_tensor *t = in[2 + g * nx + i];
-            if (t->dtype != X->dtype || t->rank != X->rank || memcmp(t->dims, X->dims, sizeof(int64_t) * (size_t)X->rank))
-                return kl__fail_node(e, n, KL_ESHAPE, "tensor group %d entry %d differs from X in shape or dtype", g, i);
+            if (t->dtype != X->dtype || t->rank != X->rank ||
+                memcmp(t->dims, X->dims, sizeof(int64_t) * (size_t)X->rank))
+                return kl__fail_node(e, n, KL_ESHAPE, "tensor group %d entry %d differs from X in shape or dtype", g,
+                                     i);
         }
         for (int s = 0; s <= ns; s++) kl__set_shape(&out[s * nx + i], X->dtype, X->rank, X->dims);
     }
     return KL_OK;
 }
 
-static int opt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int opt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
     (void)n_out, (void)x, (void)e;
     int ns = opt_states(n), nx = (n_in - 2) / (2 + ns);
     double R = kl__dbl_at(in[0], 0), T = (double)kl__int_at(in[1], 0);
     double nc = kl_gnode_attr_float(n, "norm_coefficient", 0.f);
     for (int i = 0; i < nx; i++) {
-        const kl_tensor *X = in[2 + i], *G = in[2 + nx + i], *S1 = in[2 + 2 * nx + i], *S2 = ns > 1 ? in[2 + 3 * nx + i] : NULL;
+        const kl_tensor *X = in[2 + i], *G = in[2 + nx + i], *S1 = in[2 + 2 * nx + i],
+                        *S2 = ns > 1 ? in[2 + 3 * nx + i] : NULL;
         kl_tensor *Xn = out[i], *S1n = out[nx + i], *S2n = ns > 1 ? out[2 * nx + i] : NULL;
         int64_t m = kl_tensor_numel(X);
         for (int64_t k = 0; k < m; k++) {
@@ -160,7 +176,8 @@ static int opt_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
                 kl__set_dbl(Xn, k, xv - r * g / (sqrt(h) + kl_gnode_attr_float(n, "epsilon", 1e-6f)));
                 kl__set_dbl(S1n, k, h);
             } else if (!strcmp(n->op_type, "Momentum")) {
-                double al = kl_gnode_attr_float(n, "alpha", 0.f), be = T > 0 ? kl_gnode_attr_float(n, "beta", 0.f) : 1.0;
+                double al = kl_gnode_attr_float(n, "alpha", 0.f),
+                       be = T > 0 ? kl_gnode_attr_float(n, "beta", 0.f) : 1.0;
                 double v = al * s1 + be * g;
                 int nest = !strcmp(kl_gnode_attr_str(n, "mode", "standard"), "nesterov");
                 kl__set_dbl(Xn, k, nest ? xv - R * (g + al * v) : xv - R * v);

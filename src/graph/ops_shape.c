@@ -889,8 +889,10 @@ static int trilu_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *o
     return KL_OK;
 }
 static int scatter_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    if (in[1]->rank != in[0]->rank && strcmp(n->op_type, "ScatterND")) return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs");
-    if (kl_tensor_numel(in[2]) != kl_tensor_numel(in[1]) && strcmp(n->op_type, "ScatterND")) return kl__fail_node(e, n, KL_ESHAPE, "updates and indices differ");
+    if (in[1]->rank != in[0]->rank && strcmp(n->op_type, "ScatterND"))
+        return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs");
+    if (kl_tensor_numel(in[2]) != kl_tensor_numel(in[1]) && strcmp(n->op_type, "ScatterND"))
+        return kl__fail_node(e, n, KL_ESHAPE, "updates and indices differ");
     if (in[2]->dtype != in[0]->dtype) return kl__fail_node(e, n, KL_ETYPE, "updates dtype differs");
     if (!strcmp(n->op_type, "ScatterND")) {
         int q = in[1]->rank;

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NEED(t) do { if (!(t) || !(t)->data) return KL__NEED_DATA; } while (0)
+#define NEED(t)                                       \
+    do {                                              \
+        if (!(t) || !(t)->data) return KL__NEED_DATA; \
+    } while (0)
 
 static int need_f32(kl_gnode *n, const kl_tensor *t, kl_err *e) {
     if (t->dtype != KL_F32)
@@ -22,8 +25,9 @@ static int need_f32(kl_gnode *n, const kl_tensor *t, kl_err *e) {
  * ================================================================== */
 
 static const char *const RS_MODES[] = {"nearest", "linear", "cubic", NULL};
-static const char *const RS_COORDS[] = {"half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
-                                        "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric", NULL};
+static const char *const RS_COORDS[] = {
+    "half_pixel",           "align_corners",      "asymmetric",           "pytorch_half_pixel",
+    "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric", NULL};
 static const char *const RS_NEAREST[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil", NULL};
 
 static int str_index(const char *const *list, const char *s) {
@@ -46,21 +50,25 @@ static int resize_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     (void)g;
     const char *m = kl_gnode_attr_str(n, "mode", "nearest");
     if (rs_mode(n) < 0)
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: %s mode '%s' is not supported (nearest, linear%s)", n->opset,
-                             n->op_type, m, rs_legacy(n) ? "" : ", cubic");
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: %s mode '%s' is not supported (nearest, linear%s)",
+                             n->opset, n->op_type, m, rs_legacy(n) ? "" : ", cubic");
     if (rs_legacy(n)) return KL_OK;
     const char *c = kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel");
     int ci = str_index(RS_COORDS, c);
     if (ci < 0 || (ci == KL_CT_HALF_PIXEL_SYMMETRIC && n->opset < 19))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: coordinate_transformation_mode '%s' is not supported", n->opset, c);
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: coordinate_transformation_mode '%s' is not supported",
+                             n->opset, c);
     const char *nm = kl_gnode_attr_str(n, "nearest_mode", "round_prefer_floor");
     if (str_index(RS_NEAREST, nm) < 0)
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: nearest_mode '%s' is not supported", n->opset, nm);
     const char *kp = kl_gnode_attr_str(n, "keep_aspect_ratio_policy", "stretch");
     if (strcmp(kp, "stretch") && strcmp(kp, "not_larger") && strcmp(kp, "not_smaller"))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: keep_aspect_ratio_policy '%s' is not supported", n->opset, kp);
-    if (n->opset < 18 && (kl_gnode_attr(n, "antialias") || kl_gnode_attr(n, "axes") || kl_gnode_attr(n, "keep_aspect_ratio_policy")))
-        return kl__fail_node(e, n, KL_EINVAL, "opset %d: antialias/axes/keep_aspect_ratio_policy need opset 18", n->opset);
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: keep_aspect_ratio_policy '%s' is not supported",
+                             n->opset, kp);
+    if (n->opset < 18 &&
+        (kl_gnode_attr(n, "antialias") || kl_gnode_attr(n, "axes") || kl_gnode_attr(n, "keep_aspect_ratio_policy")))
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: antialias/axes/keep_aspect_ratio_policy need opset 18",
+                             n->opset);
     return KL_OK;
 }
 
@@ -88,7 +96,8 @@ static int rs_axes(kl_gnode *n, int rank, rs_params *p, kl_err *e) {
     for (int i = 0; i < a->n; i++) {
         int64_t ax;
         if (kl__norm_axis(a->ints[i], rank, &ax) || seen[ax]++)
-            return kl__fail_node(e, n, KL_EINVAL, "axes[%d] = %lld is out of range or repeated", i, (long long)a->ints[i]);
+            return kl__fail_node(e, n, KL_EINVAL, "axes[%d] = %lld is out of range or repeated", i,
+                                 (long long)a->ints[i]);
         p->axes[i] = (int)ax;
     }
     return KL_OK;
@@ -139,7 +148,10 @@ static int rs_params_of(kl_gnode *n, kl_tensor *const *in, int n_in, rs_params *
     const kl_tensor *x = in[0];
     int r = x->rank, rc;
     memset(p, 0, sizeof *p);
-    for (int i = 0; i < r; i++) { p->od[i] = x->dims[i]; p->sc[i] = 1.f; }
+    for (int i = 0; i < r; i++) {
+        p->od[i] = x->dims[i];
+        p->sc[i] = 1.f;
+    }
     if ((rc = rs_axes(n, r, p, e))) return rc;
     if (!strcmp(n->op_type, "Upsample") && n->opset < 9) {
         const kl_attr *a = kl_gnode_attr(n, "scales");
@@ -165,7 +177,10 @@ static int rs_params_of(kl_gnode *n, kl_tensor *const *in, int n_in, rs_params *
 
 /* the roi of tf_crop_and_resize as starts[rank], ends[rank] */
 static int rs_roi(kl_gnode *n, kl_tensor *const *in, int n_in, const rs_params *p, int rank, float *roi, kl_err *e) {
-    for (int i = 0; i < rank; i++) { roi[i] = 0; roi[rank + i] = 1; }
+    for (int i = 0; i < rank; i++) {
+        roi[i] = 0;
+        roi[rank + i] = 1;
+    }
     const kl_tensor *t = n_in > 1 ? in[1] : NULL;
     if (!t || !kl_tensor_numel(t)) return kl__fail_node(e, n, KL_EINVAL, "tf_crop_and_resize needs roi");
     if (kl_tensor_numel(t) != 2 * p->nax) return kl__fail_node(e, n, KL_EINVAL, "roi must have %d entries", 2 * p->nax);
@@ -186,7 +201,8 @@ static int resize_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *
     return KL_OK;
 }
 
-static int resize_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int resize_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                      kl_err *e) {
     (void)n_out;
     int rc, rank = in[0]->rank;
     rs_params p;
@@ -194,8 +210,10 @@ static int resize_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *co
     kl_resize_opts o = {(kl_resize_mode)rs_mode(n), KL_CT_ASYMMETRIC, KL_NEAREST_SIMPLE, -0.75f, 0, 0.f, 0, NULL};
     float roi[2 * KL_MAX_DIMS];
     if (!rs_legacy(n)) {
-        o.coord = (kl_resize_coord)str_index(RS_COORDS, kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel"));
-        o.nearest = (kl_resize_nearest)str_index(RS_NEAREST, kl_gnode_attr_str(n, "nearest_mode", "round_prefer_floor"));
+        o.coord =
+            (kl_resize_coord)str_index(RS_COORDS, kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel"));
+        o.nearest =
+            (kl_resize_nearest)str_index(RS_NEAREST, kl_gnode_attr_str(n, "nearest_mode", "round_prefer_floor"));
         o.cubic_a = kl_gnode_attr_float(n, "cubic_coeff_a", -0.75f);
         o.exclude_outside = (int)kl_gnode_attr_int(n, "exclude_outside", 0);
         o.extrapolation = kl_gnode_attr_float(n, "extrapolation_value", 0.f);
@@ -276,7 +294,8 @@ static int nms_args_of(kl_gnode *n, kl_tensor *const *in, int n_in, nms_args *a,
     if (n_in > 3 && in[3]) a->iou = (float)kl__dbl_at(in[3], 0);
     if (n_in > 4 && in[4]) a->sthr = (float)kl__dbl_at(in[4], 0), a->has_sthr = 1;
     if (a->max_out < 0) a->max_out = 0;
-    if (a->iou < 0 || a->iou > 1) return kl__fail_node(e, n, KL_EINVAL, "iou_threshold %g is not in [0, 1]", (double)a->iou);
+    if (a->iou < 0 || a->iou > 1)
+        return kl__fail_node(e, n, KL_EINVAL, "iou_threshold %g is not in [0, 1]", (double)a->iou);
     NEED(bx);
     NEED(sc);
     return KL_OK;
@@ -284,7 +303,8 @@ static int nms_args_of(kl_gnode *n, kl_tensor *const *in, int n_in, nms_args *a,
 
 /* Runs NMS; sel (NULL = count only) gets (batch, class, box) triples.
  * Returns the number selected, or a negative error. */
-static int64_t nms_select(kl_gnode *n, const nms_args *a, const float *boxes, const float *scores, int64_t *sel, kl_err *e) {
+static int64_t nms_select(kl_gnode *n, const nms_args *a, const float *boxes, const float *scores, int64_t *sel,
+                          kl_err *e) {
     size_t bytes = (size_t)a->N * (sizeof(nms_cand) + sizeof(nms_box) + sizeof(int64_t)) + 64;
     char *mem = kl_mem_alloc_e(bytes, KL_TAG_WORKSPACE, e);
     if (!mem) return kl__fail_node(e, n, KL_ENOMEM, "out of memory for %lld boxes", (long long)a->N);
@@ -326,7 +346,8 @@ static int nms_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     return KL_OK;
 }
 
-static int nms_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int nms_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
     (void)n_out, (void)x;
     nms_args a;
     int rc = nms_args_of(n, in, n_in, &a, e);
@@ -344,7 +365,8 @@ static int roi_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     (void)g;
     const char *m = kl_gnode_attr_str(n, "mode", "avg");
     const char *c = kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel");
-    if (strcmp(m, "avg") && strcmp(m, "max")) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: mode '%s' (avg, max)", n->opset, m);
+    if (strcmp(m, "avg") && strcmp(m, "max"))
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: mode '%s' (avg, max)", n->opset, m);
     if (strcmp(c, "half_pixel") && strcmp(c, "output_half_pixel"))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: coordinate_transformation_mode '%s'", n->opset, c);
     if (kl_gnode_attr_int(n, "output_height", 1) < 1 || kl_gnode_attr_int(n, "output_width", 1) < 1 ||
@@ -360,7 +382,8 @@ static int roi_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     if ((rc = need_f32(n, X, e)) || (rc = need_f32(n, R, e))) return rc;
     if (X->rank != 4 || R->rank != 2 || R->dims[1] != 4 || I->rank != 1 || I->dims[0] != R->dims[0])
         return kl__fail_node(e, n, KL_ESHAPE, "X must be NCHW, rois [num_rois, 4], batch_indices [num_rois]");
-    int64_t d[4] = {R->dims[0], X->dims[1], kl_gnode_attr_int(n, "output_height", 1), kl_gnode_attr_int(n, "output_width", 1)};
+    int64_t d[4] = {R->dims[0], X->dims[1], kl_gnode_attr_int(n, "output_height", 1),
+                    kl_gnode_attr_int(n, "output_width", 1)};
     kl__set_shape(&out[0], KL_F32, 4, d);
     return KL_OK;
 }
@@ -382,26 +405,32 @@ static float roi_sample(const float *p, int64_t H, int64_t W, double y, double x
     return (float)(v1 + v2 + v3 + v4);
 }
 
-static int roi_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int roi_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
     (void)n_in, (void)n_out, (void)x;
     const kl_tensor *X = in[0], *R = in[1], *I = in[2];
     int64_t N = X->dims[0], C = X->dims[1], H = X->dims[2], W = X->dims[3], nr = R->dims[0];
     int64_t oh = out[0]->dims[2], ow = out[0]->dims[3], sr = kl_gnode_attr_int(n, "sampling_ratio", 0);
     double ss = kl_gnode_attr_float(n, "spatial_scale", 1.f);
     int mx = !strcmp(kl_gnode_attr_str(n, "mode", "avg"), "max");
-    int half = n->opset >= 16 && !strcmp(kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel"), "half_pixel");
+    int half =
+        n->opset >= 16 && !strcmp(kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel"), "half_pixel");
     double off = half ? 0.5 : 0;
     const float *rois = R->data;
     float *y = out[0]->data;
     for (int64_t r = 0; r < nr; r++) {
         int64_t b = kl__int_at(I, r);
-        if (b < 0 || b >= N) return kl__fail_node(e, n, KL_ERANGE, "batch_indices[%lld] = %lld is out of range", (long long)r, (long long)b);
+        if (b < 0 || b >= N)
+            return kl__fail_node(e, n, KL_ERANGE, "batch_indices[%lld] = %lld is out of range", (long long)r,
+                                 (long long)b);
         double sw = rois[4 * r] * ss - off, sh = rois[4 * r + 1] * ss - off;
         double rw = rois[4 * r + 2] * ss - off - sw, rh = rois[4 * r + 3] * ss - off - sh;
         if (!half) rw = fmax(rw, 1.0), rh = fmax(rh, 1.0);
         double bh = rh / (double)oh, bw = rw / (double)ow;
         int64_t gh = sr > 0 ? sr : (int64_t)ceil(rh / (double)oh), gw = sr > 0 ? sr : (int64_t)ceil(rw / (double)ow);
-        if (gh > 4096 || gw > 4096) return kl__fail_node(e, n, KL_ERANGE, "roi %lld needs a %lldx%lld sampling grid", (long long)r, (long long)gh, (long long)gw);
+        if (gh > 4096 || gw > 4096)
+            return kl__fail_node(e, n, KL_ERANGE, "roi %lld needs a %lldx%lld sampling grid", (long long)r,
+                                 (long long)gh, (long long)gw);
         double cnt = (double)KL_MAX(gh * gw, 1);
         for (int64_t c = 0; c < C; c++) {
             const float *p = (const float *)X->data + (b * C + c) * H * W;
@@ -493,7 +522,7 @@ static float gs_sample(const gs_ctx *g, const float *p, float nx, float ny) {
     if (g->mode == 0) {
         float dx1 = x - (float)x1, dx2 = (float)(x1 + 1) - x, dy1 = y - (float)y1, dy2 = (float)(y1 + 1) - y;
         return dy2 * (dx2 * gs_pixel(g, p, y1, x1) + dx1 * gs_pixel(g, p, y1, x1 + 1)) +
-               dy1 * (dx2 * gs_pixel(g, p, y1 + 1, x1) + dx1 * gs_pixel(g, p, y1 + 1, x1 + 1));
+            dy1 * (dx2 * gs_pixel(g, p, y1 + 1, x1) + dx1 * gs_pixel(g, p, y1 + 1, x1 + 1));
     }
     float cx[4], cy[4], v[4];
     gs_cubic_coeffs(x - (float)x1, cx);
@@ -511,7 +540,8 @@ static int gs_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     if (strcmp(m, "bilinear") && strcmp(m, "nearest") && strcmp(m, "bicubic"))
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: mode '%s' (bilinear, nearest, bicubic)", n->opset, m);
     if (strcmp(p, "zeros") && strcmp(p, "border") && strcmp(p, "reflection"))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: padding_mode '%s' (zeros, border, reflection)", n->opset, p);
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: padding_mode '%s' (zeros, border, reflection)", n->opset,
+                             p);
     return KL_OK;
 }
 
@@ -521,18 +551,31 @@ static int gs_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out,
     int rc;
     if ((rc = need_f32(n, X, e)) || (rc = need_f32(n, G, e))) return rc;
     if (X->rank != 4 || G->rank != 4 || G->dims[0] != X->dims[0] || G->dims[3] != 2)
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: X must be [N, C, H, W] and grid [N, H_out, W_out, 2] (4-D only)", n->opset);
+        return kl__fail_node(e, n, KL_EUNSUPPORTED,
+                             "opset %d: X must be [N, C, H, W] and grid [N, H_out, W_out, 2] (4-D only)", n->opset);
     int64_t d[4] = {X->dims[0], X->dims[1], G->dims[1], G->dims[2]};
     kl__set_shape(&out[0], KL_F32, 4, d);
     return KL_OK;
 }
 
-static int gs_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int gs_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                  kl_err *e) {
     (void)n_in, (void)n_out, (void)x, (void)e;
     const kl_tensor *X = in[0], *G = in[1];
     const char *m = kl_gnode_attr_str(n, "mode", "bilinear"), *p = kl_gnode_attr_str(n, "padding_mode", "zeros");
-    gs_ctx g = {!strcmp(m, "nearest") ? 1 : !strcmp(m, "bicubic") ? 2 : 0, !strcmp(p, "border") ? 1 : !strcmp(p, "reflection") ? 2 : 0,
-                (int)kl_gnode_attr_int(n, "align_corners", 0), X->dims[2], X->dims[3], 0, 0, 0, 0};
+    gs_ctx g = {!strcmp(m, "nearest")       ? 1
+                    : !strcmp(m, "bicubic") ? 2
+                                            : 0,
+                !strcmp(p, "border")           ? 1
+                    : !strcmp(p, "reflection") ? 2
+                                               : 0,
+                (int)kl_gnode_attr_int(n, "align_corners", 0),
+                X->dims[2],
+                X->dims[3],
+                0,
+                0,
+                0,
+                0};
     g.xmin = g.align ? 0.f : -0.5f, g.ymin = g.xmin;
     g.xmax = g.align ? (float)(g.W - 1) : (float)g.W - 0.5f;
     g.ymax = g.align ? (float)(g.H - 1) : (float)g.H - 0.5f;
@@ -560,14 +603,17 @@ static int gs_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
 
 static int unpool_inferred(kl_gnode *n, const kl_tensor *X, int64_t *d, kl_err *e) {
     int r = X->rank, sp = r - 2;
-    const kl_attr *ks = kl_gnode_attr(n, "kernel_shape"), *st = kl_gnode_attr(n, "strides"), *pd = kl_gnode_attr(n, "pads");
+    const kl_attr *ks = kl_gnode_attr(n, "kernel_shape"), *st = kl_gnode_attr(n, "strides"),
+                  *pd = kl_gnode_attr(n, "pads");
     if (!ks || ks->n != sp) return kl__fail_node(e, n, KL_EINVAL, "kernel_shape must have %d entries", sp);
-    if ((st && st->n != sp) || (pd && pd->n != 2 * sp)) return kl__fail_node(e, n, KL_EINVAL, "strides/pads have the wrong length");
+    if ((st && st->n != sp) || (pd && pd->n != 2 * sp))
+        return kl__fail_node(e, n, KL_EINVAL, "strides/pads have the wrong length");
     d[0] = X->dims[0], d[1] = X->dims[1];
     for (int i = 0; i < sp; i++) {
         int64_t s = st ? st->ints[i] : 1, p = pd ? pd->ints[i] + pd->ints[sp + i] : 0;
         d[i + 2] = (X->dims[i + 2] - 1) * s + ks->ints[i] - p;
-        if (d[i + 2] < 0 || s < 1) return kl__fail_node(e, n, KL_EINVAL, "axis %d: inferred size %lld", i + 2, (long long)d[i + 2]);
+        if (d[i + 2] < 0 || s < 1)
+            return kl__fail_node(e, n, KL_EINVAL, "axis %d: inferred size %lld", i + 2, (long long)d[i + 2]);
     }
     return KL_OK;
 }
@@ -587,15 +633,16 @@ static int unpool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *
         for (int i = 0; i < r; i++) {
             d[i] = kl__int_at(in[2], i);
             if (d[i] < inf[i] || (i < 2 && d[i] != X->dims[i]))
-                return kl__fail_node(e, n, KL_ESHAPE, "output_shape[%d] = %lld is smaller than the unpooled size %lld", i,
-                                     (long long)d[i], (long long)inf[i]);
+                return kl__fail_node(e, n, KL_ESHAPE, "output_shape[%d] = %lld is smaller than the unpooled size %lld",
+                                     i, (long long)d[i], (long long)inf[i]);
         }
     }
     kl__set_shape(&out[0], X->dtype, r, d);
     return KL_OK;
 }
 
-static int unpool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int unpool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                      kl_err *e) {
     (void)n_in, (void)n_out, (void)x;
     const kl_tensor *X = in[0];
     int r = X->rank, rc;
@@ -607,8 +654,13 @@ static int unpool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *co
     memset(out[0]->data, 0, (size_t)mo * es);
     for (int64_t i = 0; i < m; i++) {
         int64_t k = kl__int_at(in[1], i), off = 0, rem = k;
-        if (k < 0 || k >= mi) return kl__fail_node(e, n, KL_ERANGE, "index %lld is outside the unpooled tensor (%lld elements)", (long long)k, (long long)mi);
-        for (int d = r - 1; d >= 0; d--) { off += (rem % inf[d]) * ost[d]; rem /= inf[d]; }
+        if (k < 0 || k >= mi)
+            return kl__fail_node(e, n, KL_ERANGE, "index %lld is outside the unpooled tensor (%lld elements)",
+                                 (long long)k, (long long)mi);
+        for (int d = r - 1; d >= 0; d--) {
+            off += (rem % inf[d]) * ost[d];
+            rem /= inf[d];
+        }
         memcpy((char *)out[0]->data + off * es, (const char *)X->data + i * es, es);
     }
     return KL_OK;
@@ -618,14 +670,21 @@ static int unpool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *co
  * Registry
  * ================================================================== */
 
-static const char *const a_resize[] = {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a",
-                                       "exclude_outside", "extrapolation_value", "antialias", "axes",
-                                       "keep_aspect_ratio_policy", NULL};
+static const char *const a_resize[] = {"mode",
+                                       "coordinate_transformation_mode",
+                                       "nearest_mode",
+                                       "cubic_coeff_a",
+                                       "exclude_outside",
+                                       "extrapolation_value",
+                                       "antialias",
+                                       "axes",
+                                       "keep_aspect_ratio_policy",
+                                       NULL};
 static const char *const a_resize10[] = {"mode", NULL};
 static const char *const a_upsample7[] = {"mode", "scales", NULL};
 static const char *const a_nms[] = {"center_point_box", NULL};
-static const char *const a_roi[] = {"mode", "output_height", "output_width", "sampling_ratio", "spatial_scale",
-                                    "coordinate_transformation_mode", NULL};
+static const char *const a_roi[] = {
+    "mode", "output_height", "output_width", "sampling_ratio", "spatial_scale", "coordinate_transformation_mode", NULL};
 static const char *const a_gs[] = {"mode", "padding_mode", "align_corners", NULL};
 static const char *const a_unpool[] = {"kernel_shape", "pads", "strides", NULL};
 

@@ -387,7 +387,8 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
         const char *dom = np->domain ? np->domain : "";
         if (!np->op_type || !*np->op_type) { rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i); goto fail; }
         if (g->opset == 0 && (!*dom || !strcmp(dom, "ai.onnx"))) {
-            rc = kl_err_set(e, KL_EUNSUPPORTED, "node %zu (%s): model imports no default-domain (ai.onnx) opset", i, np->op_type);
+            rc = kl_err_set(e, KL_EUNSUPPORTED, "node %zu (%s): model imports no default-domain (ai.onnx) opset", i,
+                            np->op_type);
             goto fail;
         }
         for (size_t k = 0; k < np->n_input; k++)

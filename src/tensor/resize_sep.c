@@ -13,14 +13,14 @@
 
 typedef struct {
     int64_t in, out, ntap;
-    int64_t *idx;  /* out * ntap */
-    float *w;      /* out * ntap */
-    uint8_t *ext;  /* out: 1 = extrapolation value */
+    int64_t *idx; /* out * ntap */
+    float *w;     /* out * ntap */
+    uint8_t *ext; /* out: 1 = extrapolation value */
 } rs_axis;
 
 /* the input coordinate of output index o (ONNX's x_original) */
-static double rs_coord(const kl_resize_opts *o, int64_t xo, int64_t in, int64_t on, double sc, double len,
-                       double r0, double r1) {
+static double rs_coord(const kl_resize_opts *o, int64_t xo, int64_t in, int64_t on, double sc, double len, double r0,
+                       double r1) {
     double x = (double)xo;
     switch (o->coord) {
     case KL_CT_ALIGN_CORNERS: return len == 1 ? 0 : x * (double)(in - 1) / (len - 1);
@@ -29,7 +29,7 @@ static double rs_coord(const kl_resize_opts *o, int64_t xo, int64_t in, int64_t 
     case KL_CT_TF_HALF_PIXEL_FOR_NN: return (x + 0.5) / sc;
     case KL_CT_TF_CROP_AND_RESIZE:
         return (len > 1 ? x * (r1 - r0) * (double)(in - 1) / (len - 1) : (r1 - r0) * (double)(in - 1) / 2) +
-               r0 * (double)(in - 1);
+            r0 * (double)(in - 1);
     case KL_CT_HALF_PIXEL_SYMMETRIC: {
         double adj = (double)on / len, center = (double)in / 2;
         return center * (1 - adj) + (x + 0.5) / sc - 0.5;
@@ -74,8 +74,8 @@ static void rs_filter_taps(const kl_resize_opts *o, rs_axis *a, int64_t j, doubl
 }
 
 /* fills a (idx/w/ext allocated by the caller for ntap taps) */
-static void rs_axis_fill(const kl_resize_opts *o, rs_axis *a, double sc, double len, double seff, int64_t start, double r0,
-                         double r1) {
+static void rs_axis_fill(const kl_resize_opts *o, rs_axis *a, double sc, double len, double seff, int64_t start,
+                         double r0, double r1) {
     for (int64_t j = 0; j < a->out; j++) {
         double xo = rs_coord(o, j, a->in, a->out, sc, len, r0, r1);
         a->ext[j] = o->coord == KL_CT_TF_CROP_AND_RESIZE && (xo < 0 || xo > (double)(a->in - 1));
@@ -156,7 +156,7 @@ int kl_resize_ex_f32(int rank, const int64_t *dims, const float *x, const int64_
                      const kl_resize_opts *o, float *y, kl_pool *pool, kl_err *e) {
     if (rank < 1 || rank > KL_MAX_DIMS) return kl_err_set(e, KL_ESHAPE, "resize: rank %d not supported", rank);
     int fast = o->mode != KL_RESIZE_CUBIC && !o->exclude_outside && o->coord != KL_CT_TF_CROP_AND_RESIZE &&
-               o->coord != KL_CT_HALF_PIXEL_SYMMETRIC;
+        o->coord != KL_CT_HALF_PIXEL_SYMMETRIC;
     if (fast && o->antialias && o->mode == KL_RESIZE_LINEAR)
         for (int i = 0; i < rank; i++) {
             double sc = scales && scales[i] > 0 ? scales[i] : dims[i] ? (double)out_dims[i] / (double)dims[i] : 1;
@@ -178,7 +178,8 @@ int kl_resize_ex_f32(int rank, const int64_t *dims, const float *x, const int64_
     for (int i = 0; i < rank; i++) {
         scs[i] = scales && scales[i] > 0 ? scales[i] : (double)out_dims[i] / (double)dims[i];
         rs_support(o, scs[i], &seffs[i], &starts[i], &ntaps[i]);
-        if (ntaps[i] > (int64_t)1 << 20) return kl_err_set(e, KL_ERANGE, "resize: axis %d filter of %lld taps", i, (long long)ntaps[i]);
+        if (ntaps[i] > (int64_t)1 << 20)
+            return kl_err_set(e, KL_ERANGE, "resize: axis %d filter of %lld taps", i, (long long)ntaps[i]);
         tab += out_dims[i] * ntaps[i];
     }
     size_t tbytes = (size_t)tab * (sizeof(int64_t) + sizeof(float)) + (size_t)numel_out + 64;

@@ -83,7 +83,8 @@ enum { R_PASS, R_FAIL, R_UNSUP, R_BAD };
 
 /* Tests whose data in onnx 1.12 is inconsistent or that hit a known kernel
  * limitation: counted as not passed, reported, not failures. */
-static const struct { const char *name, *why; } known[] = {
+static const struct { const char *name, *why;
+} known[] = {
     {"test_castlike_BFLOAT16_to_FLOAT", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_BFLOAT16_to_FLOAT_expanded", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_FLOAT_to_BFLOAT16", "test data: 'like' has shape [1], the model declares [3,4]"},

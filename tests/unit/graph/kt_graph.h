@@ -48,12 +48,24 @@ static inline int ktg_node(kl_graph *g, const char *op, const char *ins, const c
     int ni = 0, no = 0;
     snprintf(ib, sizeof ib, "%s", ins);
     snprintf(ob, sizeof ob, "%s", outs);
-    for (char *s = ib, *t; s && *ib; s = t) { t = strchr(s, ','); if (t) *t++ = 0; iv[ni++] = s; }
-    for (char *s = ob, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; ov[no++] = s; }
+    for (char *s = ib, *t; s && *ib; s = t) {
+        t = strchr(s, ',');
+        if (t) *t++ = 0;
+        iv[ni++] = s;
+    }
+    for (char *s = ob, *t; s; s = t) {
+        t = strchr(s, ',');
+        if (t) *t++ = 0;
+        ov[no++] = s;
+    }
     return kl_graph_add_node(g, op, op, iv, ni, ov, no);
 }
-static inline void ktg_attr_i(kl_graph *g, int k, const char *name, int64_t v) { kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INT)->i = v; }
-static inline void ktg_attr_f(kl_graph *g, int k, const char *name, float v) { kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_FLOAT)->f = v; }
+static inline void ktg_attr_i(kl_graph *g, int k, const char *name, int64_t v) {
+    kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INT)->i = v;
+}
+static inline void ktg_attr_f(kl_graph *g, int k, const char *name, float v) {
+    kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_FLOAT)->f = v;
+}
 static inline void ktg_attr_s(kl_graph *g, int k, const char *name, const char *v) {
     kl_attr *a = kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_STRING);
     a->s = malloc(strlen(v) + 1);
@@ -81,7 +93,8 @@ static inline int ktg_run(kl_graph *g, kl_tensor **x, int n_in, kl_tensor **outs
     if (!rc) rc = kl_pool_new(2, &pool, e);
     if (!rc) rc = kl_plan_new(g, (const kl_tensor *const *)x, (size_t)n_in, &p, e);
     if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
-    if (!rc) rc = kl_plan_run(p, g, (const kl_tensor *const *)x, (size_t)n_in, outs, (size_t)g->n_outputs, arena, pool, e);
+    if (!rc)
+        rc = kl_plan_run(p, g, (const kl_tensor *const *)x, (size_t)n_in, outs, (size_t)g->n_outputs, arena, pool, e);
     kl_mem_free(arena);
     kl_plan_free(p);
     kl_pool_free(pool);

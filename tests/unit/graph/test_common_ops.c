@@ -46,7 +46,8 @@ static void ee_ref(const char *eq, int nops, kl_tensor **in, const char *out, do
         double p = 1;
         for (int i = 0; i < nops; i++) {
             int64_t off = 0;
-            for (int k = 0; k < tl[i]; k++) off = off * in[i]->dims[k] + (in[i]->dims[k] == 1 ? 0 : val[ee_letter(term[i][k])]);
+            for (int k = 0; k < tl[i]; k++)
+                off = off * in[i]->dims[k] + (in[i]->dims[k] == 1 ? 0 : val[ee_letter(term[i][k])]);
             p *= in[i]->dtype == KL_F64 ? ((double *)in[i]->data)[off] : ((float *)in[i]->data)[off];
         }
         int64_t o = 0;
@@ -113,8 +114,9 @@ KL_TEST(graph_einsum_reference) {
             ee_ref(k->ref_in, k->nops, x, k->ref_out, want, ny);
             for (int64_t i = 0; i < ny; i++) {
                 double got = dt ? ((double *)y->data)[i] : ((float *)y->data)[i];
-                KT_CHECKF(fabs(got - want[i]) <= (dt ? 1e-12 : 1e-5) * fmax(1, fabs(want[i])), "%s %s: element %lld = %g, expected %g", k->eq,
-                          dt ? "f64" : "f32", (long long)i, got, want[i]);
+                KT_CHECKF(fabs(got - want[i]) <= (dt ? 1e-12 : 1e-5) * fmax(1, fabs(want[i])),
+                          "%s %s: element %lld = %g, expected %g", k->eq, dt ? "f64" : "f32", (long long)i, got,
+                          want[i]);
             }
             free(want);
             kl_tensor_free(y);
@@ -180,9 +182,11 @@ KL_TEST(graph_det_reference) {
             int64_t mats = kl_tensor_numel(y);
             for (int64_t b = 0; b < mats; b++) {
                 double a[16];
-                for (int64_t i = 0; i < m * m; i++) a[i] = dt ? ((double *)x->data)[b * m * m + i] : ((float *)x->data)[b * m * m + i];
+                for (int64_t i = 0; i < m * m; i++)
+                    a[i] = dt ? ((double *)x->data)[b * m * m + i] : ((float *)x->data)[b * m * m + i];
                 double want = cofactor_det(a, (int)m), got = dt ? ((double *)y->data)[b] : ((float *)y->data)[b];
-                KT_CHECKF(fabs(got - want) <= 1e-4 * fmax(1, fabs(want)), "matrix %lld: %g, expected %g", (long long)b, got, want);
+                KT_CHECKF(fabs(got - want) <= 1e-4 * fmax(1, fabs(want)), "matrix %lld: %g, expected %g", (long long)b,
+                          got, want);
             }
             kl_tensor_free(x), kl_tensor_free(y);
             kl_graph_free(g);
@@ -212,7 +216,8 @@ KL_TEST(graph_unique_reference) {
     for (int sorted = 0; sorted < 2; sorted++) {
         KT_CHECKF(run_unique(x, 0, 0, sorted, o, &e) != NULL, "%s", kl_err_what(&e));
         const float ys[] = {-1, 0, 2, 7}, yu[] = {2, 0, -1, 7};
-        const int64_t is[] = {3, 1, 0, 5}, iu[] = {0, 1, 3, 5}, vs[] = {2, 1, 2, 0, 1, 3}, vu[] = {0, 1, 0, 2, 1, 3}, cs[] = {1, 2, 2, 1}, cu[] = {2, 2, 1, 1};
+        const int64_t is[] = {3, 1, 0, 5}, iu[] = {0, 1, 3, 5}, vs[] = {2, 1, 2, 0, 1, 3}, vu[] = {0, 1, 0, 2, 1, 3},
+                      cs[] = {1, 2, 2, 1}, cu[] = {2, 2, 1, 1};
         KT_EQ_INT(o[0]->dims[0], 4);
         for (int i = 0; i < 4; i++) {
             KT_NEAR(((float *)o[0]->data)[i], sorted ? ys[i] : yu[i], 0);
@@ -251,10 +256,17 @@ KL_TEST(graph_compress_reference) {
     int64_t d[3] = {2, 3, 2};
     float v[12];
     for (int i = 0; i < 12; i++) v[i] = (float)i;
-    struct { int has_axis; int64_t axis; int nc; uint8_t c[6]; int64_t want_n; float want[12]; } cases[] = {
-        {1, -2, 2, {0, 1}, 4, {2, 3, 8, 9}},          /* short condition: slice 2 dropped */
-        {1, 0, 2, {0, 0}, 0, {0}},                     /* none true */
-        {0, 0, 5, {1, 0, 0, 1, 1}, 3, {0, 3, 4}},      /* flattened */
+    struct {
+        int has_axis;
+        int64_t axis;
+        int nc;
+        uint8_t c[6];
+        int64_t want_n;
+        float want[12];
+    } cases[] = {
+        {1, -2, 2, {0, 1}, 4, {2, 3, 8, 9}},      /* short condition: slice 2 dropped */
+        {1, 0, 2, {0, 0}, 0, {0}},                /* none true */
+        {0, 0, 5, {1, 0, 0, 1, 1}, 3, {0, 3, 4}}, /* flattened */
         {1, 2, 2, {0, 1}, 6, {1, 3, 5, 7, 9, 11}},
     };
     for (int c = 0; c < 4; c++) {
@@ -291,7 +303,8 @@ KL_TEST(graph_reversesequence_reference) {
             for (int64_t b = 0; b < B; b++)
                 for (int64_t f = 0; f < F; f++) {
                     int64_t s = t < lens[b] ? lens[b] - 1 - t : t;
-                    int64_t di = ((layout ? b * T + t : t * B + b)) * F + f, si = ((layout ? b * T + s : s * B + b)) * F + f;
+                    int64_t di = ((layout ? b * T + t : t * B + b)) * F + f,
+                            si = ((layout ? b * T + s : s * B + b)) * F + f;
                     KT_EQ_INT(((int32_t *)y->data)[di], ((int32_t *)in[0]->data)[si]);
                 }
         kl_tensor_free(in[0]), kl_tensor_free(in[1]), kl_tensor_free(y);

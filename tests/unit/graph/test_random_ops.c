@@ -44,8 +44,9 @@ KL_TEST(graph_random_seeded_deterministic) {
     kl_tensor *x = ktg_tensor(KL_F64, 2, d, NULL);
     for (int i = 0; i < 20000; i++) ((double *)x->data)[i] = 0.3;
     for (int o = 0; o < 5; o++) {
-        kl_tensor *a = rnd_run1(ops[o], 1, 7.f, x, 0, &e), *b = rnd_run1(ops[o], 1, 7.f, x, 0, &e), *c = rnd_run1(ops[o], 1, 8.f, x, 0, &e),
-                  *u = rnd_run1(ops[o], 0, 0, x, 0, &e), *v = rnd_run1(ops[o], 0, 0, x, 0, &e);
+        kl_tensor *a = rnd_run1(ops[o], 1, 7.f, x, 0, &e), *b = rnd_run1(ops[o], 1, 7.f, x, 0, &e),
+                  *c = rnd_run1(ops[o], 1, 8.f, x, 0, &e), *u = rnd_run1(ops[o], 0, 0, x, 0, &e),
+                  *v = rnd_run1(ops[o], 0, 0, x, 0, &e);
         KT_CHECKF(a && b && c && u && v, "%s: %s", ops[o], kl_err_what(&e));
         KT_EQ_INT(a->dims[0], 2);
         KT_EQ_INT(a->dims[1], 10000);
@@ -112,15 +113,25 @@ static void opt_case(const char *op, int64_t T, const char *mode, int *ok, kl_er
     for (int s = 0; s <= ns; s++)
         for (int i = 1; i <= 2; i++) {
             char nm[12];
-            snprintf(nm, sizeof nm, "%s%s%d_new", *outs ? "," : "", s == 0 ? "X" : !strcmp(op, "Adagrad") || s == 2 ? "H" : "V", i);
+            snprintf(nm, sizeof nm, "%s%s%d_new", *outs ? "," : "",
+                     s == 0                                 ? "X"
+                         : !strcmp(op, "Adagrad") || s == 2 ? "H"
+                                                            : "V",
+                     i);
             strcat(outs, nm);
         }
     int k = ktg_node(g, op, ins, outs);
     kl_gnode_set_domain(&g->nodes[k], "ai.onnx.preview.training", 1);
     float alpha = 0.9f, beta = 0.8f, eps = 1e-3f, nc = 0.01f, decay = 0.1f;
-    if (!strcmp(op, "Adagrad")) ktg_attr_f(g, k, "epsilon", eps), ktg_attr_f(g, k, "decay_factor", decay), ktg_attr_f(g, k, "norm_coefficient", nc);
-    if (!strcmp(op, "Momentum")) ktg_attr_f(g, k, "alpha", alpha), ktg_attr_f(g, k, "beta", beta), ktg_attr_s(g, k, "mode", mode), ktg_attr_f(g, k, "norm_coefficient", nc);
-    if (!strcmp(op, "Adam")) ktg_attr_f(g, k, "alpha", alpha), ktg_attr_f(g, k, "beta", beta), ktg_attr_f(g, k, "epsilon", eps), ktg_attr_f(g, k, "norm_coefficient", nc);
+    if (!strcmp(op, "Adagrad"))
+        ktg_attr_f(g, k, "epsilon", eps), ktg_attr_f(g, k, "decay_factor", decay),
+            ktg_attr_f(g, k, "norm_coefficient", nc);
+    if (!strcmp(op, "Momentum"))
+        ktg_attr_f(g, k, "alpha", alpha), ktg_attr_f(g, k, "beta", beta), ktg_attr_s(g, k, "mode", mode),
+            ktg_attr_f(g, k, "norm_coefficient", nc);
+    if (!strcmp(op, "Adam"))
+        ktg_attr_f(g, k, "alpha", alpha), ktg_attr_f(g, k, "beta", beta), ktg_attr_f(g, k, "epsilon", eps),
+            ktg_attr_f(g, k, "norm_coefficient", nc);
     int nin = 2 + 2 * (2 + ns);
     kl_tensor *in[12];
     int64_t one = 1, d2 = 3;
@@ -129,7 +140,8 @@ static void opt_case(const char *op, int64_t T, const char *mode, int *ok, kl_er
     in[1] = ktg_tensor(KL_I64, 0, &one, &T);
     for (int i = 2; i < nin; i++) {
         in[i] = ktg_tensor(KL_F32, 1, &d2, NULL);
-        for (int j = 0; j < 3; j++) ((float *)in[i]->data)[j] = (float)(ktg_rand() * 2 - (i >= 2 + 2 * 2 ? 0 : 1)); /* states >= 0 */
+        for (int j = 0; j < 3; j++)
+            ((float *)in[i]->data)[j] = (float)(ktg_rand() * 2 - (i >= 2 + 2 * 2 ? 0 : 1)); /* states >= 0 */
     }
     for (int i = 0; i < nin; i++) {
         const char *p = ins;
@@ -153,7 +165,8 @@ static void opt_case(const char *op, int64_t T, const char *mode, int *ok, kl_er
     }
     for (int i = 0; !rc && i < 2; i++)
         for (int j = 0; j < 3; j++) {
-            double x = ((float *)in[2 + i]->data)[j], gr = nc * x + ((float *)in[4 + i]->data)[j], s1 = ((float *)in[6 + i]->data)[j];
+            double x = ((float *)in[2 + i]->data)[j], gr = nc * x + ((float *)in[4 + i]->data)[j],
+                   s1 = ((float *)in[6 + i]->data)[j];
             double xw, s1w, s2w = 0;
             if (!strcmp(op, "Adagrad")) {
                 double r = R / (1 + (double)T * decay);
@@ -169,9 +182,11 @@ static void opt_case(const char *op, int64_t T, const char *mode, int *ok, kl_er
                 double r = T > 0 ? R * sqrt(1 - pow(beta, (double)T)) / (1 - pow(alpha, (double)T)) : R;
                 xw = x - r * s1w / (sqrt(s2w) + eps);
             }
-            double got[3] = {((float *)o[i]->data)[j], ((float *)o[2 + i]->data)[j], ns > 1 ? ((float *)o[4 + i]->data)[j] : 0};
+            double got[3] = {((float *)o[i]->data)[j], ((float *)o[2 + i]->data)[j],
+                             ns > 1 ? ((float *)o[4 + i]->data)[j] : 0};
             if (fabs(got[0] - xw) > 1e-5 || fabs(got[1] - s1w) > 1e-5 || (ns > 1 && fabs(got[2] - s2w) > 1e-5)) {
-                kt_fail(__FILE__, __LINE__, "%s %s T=%lld tensor %d elem %d: %g %g %g, expected %g %g %g", op, mode, (long long)T, i, j, got[0], got[1], got[2], xw, s1w, s2w);
+                kt_fail(__FILE__, __LINE__, "%s %s T=%lld tensor %d elem %d: %g %g %g, expected %g %g %g", op, mode,
+                        (long long)T, i, j, got[0], got[1], got[2], xw, s1w, s2w);
                 *ok = 0;
                 i = 2;
                 break;

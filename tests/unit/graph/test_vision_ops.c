@@ -30,8 +30,8 @@ static double rref_cubic(double x, double a) {
 
 /* 1-D: the taps (index into the input, coefficient) of output index o;
  * returns the tap count, -1 = extrapolate */
-static int rref_taps(const rref_opts *o, int64_t in, int64_t on, double sc, double len, double r0, double r1, int64_t xo,
-                     int64_t *idx, double *w) {
+static int rref_taps(const rref_opts *o, int64_t in, int64_t on, double sc, double len, double r0, double r1,
+                     int64_t xo, int64_t *idx, double *w) {
     double x = (double)xo, xr;
     const char *c = o->coord;
     if (!strcmp(c, "align_corners")) xr = len == 1 ? 0 : x * (double)(in - 1) / (len - 1);
@@ -82,7 +82,11 @@ static int rref_taps(const rref_opts *o, int64_t in, int64_t on, double sc, doub
         chosen[k] = best;
     }
     for (int a = 1; a < n; a++)
-        for (int b = a; b > 0 && chosen[b] < chosen[b - 1]; b--) { int64_t t = chosen[b]; chosen[b] = chosen[b - 1]; chosen[b - 1] = t; }
+        for (int b = a; b > 0 && chosen[b] < chosen[b - 1]; b--) {
+            int64_t t = chosen[b];
+            chosen[b] = chosen[b - 1];
+            chosen[b - 1] = t;
+        }
     double sum = 0;
     for (int k = 0; k < n; k++) {
         int64_t i = chosen[k] - pad;
@@ -107,15 +111,23 @@ static void rref_resize(const rref_opts *o, int rank, const int64_t *dims, const
     kl_tensor_contiguous_strides(rank, dims, st);
     for (int i = 0; i < rank; i++)
         for (int64_t j = 0; j < od[i]; j++) {
-            double s = sc[i] > 0 ? sc[i] : (double)od[i] / (double)dims[i], len = sc[i] > 0 ? (double)dims[i] * sc[i] : (double)od[i];
-            nt[i][j] = rref_taps(o, dims[i], od[i], s, len, roi ? roi[i] : 0, roi ? roi[rank + i] : 1, j, idx[i] + j * 64, w[i] + j * 64);
+            double s = sc[i] > 0 ? sc[i] : (double)od[i] / (double)dims[i],
+                   len = sc[i] > 0 ? (double)dims[i] * sc[i] : (double)od[i];
+            nt[i][j] = rref_taps(o, dims[i], od[i], s, len, roi ? roi[i] : 0, roi ? roi[rank + i] : 1, j,
+                                 idx[i] + j * 64, w[i] + j * 64);
         }
     for (int64_t e = 0; e < tot; e++) {
         int64_t c[KL_MAX_DIMS], rem = e;
-        for (int i = rank - 1; i >= 0; i--) { c[i] = rem % od[i]; rem /= od[i]; }
+        for (int i = rank - 1; i >= 0; i--) {
+            c[i] = rem % od[i];
+            rem /= od[i];
+        }
         int ext = 0;
         for (int i = 0; i < rank; i++) ext |= nt[i][c[i]] < 0;
-        if (ext) { y[e] = o->extrap; continue; }
+        if (ext) {
+            y[e] = o->extrap;
+            continue;
+        }
         /* tensor product of the taps */
         int t[KL_MAX_DIMS] = {0};
         double acc = 0;
@@ -213,8 +225,9 @@ static void resize_case(const rref_opts *o, const rcase *rc, int opset, int *fai
             for (int64_t i = 0; i < m; i++) {
                 double got = ((float *)y->data)[i];
                 if (!(fabs(got - want[i]) <= 1e-4 * fmax(1, fabs(want[i])))) {
-                    kt_fail(__FILE__, __LINE__, "Resize %s/%s/%s a=%g excl=%d aa=%d: element %lld = %.7g, expected %.7g", o->mode,
-                            o->coord, o->nearest, o->a, o->exclude, o->antialias, (long long)i, got, want[i]);
+                    kt_fail(__FILE__, __LINE__,
+                            "Resize %s/%s/%s a=%g excl=%d aa=%d: element %lld = %.7g, expected %.7g", o->mode, o->coord,
+                            o->nearest, o->a, o->exclude, o->antialias, (long long)i, got, want[i]);
                     ++*fails;
                     break;
                 }
@@ -229,8 +242,9 @@ static void resize_case(const rref_opts *o, const rcase *rc, int opset, int *fai
     kl_graph_free(g);
 }
 
-static const char *const COORDS[] = {"half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel",
-                                     "tf_half_pixel_for_nn", "tf_crop_and_resize", "half_pixel_symmetric"};
+static const char *const COORDS[] = {"half_pixel",          "align_corners",        "asymmetric",
+                                     "pytorch_half_pixel",  "tf_half_pixel_for_nn", "tf_crop_and_resize",
+                                     "half_pixel_symmetric"};
 static const char *const NEARS[] = {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"};
 
 /* every mode x coordinate mode on odd up/down scales of a 2-D and a 4-D input */
@@ -247,7 +261,8 @@ KL_TEST(graph_resize_modes_reference) {
             for (size_t ct = 0; ct < sizeof COORDS / sizeof *COORDS; ct++)
                 for (int nm = 0; nm < (m == 0 ? 4 : 1); nm++) {
                     if (ct == 4 && m != 0) continue; /* tf_half_pixel_for_nn: nearest only (as ORT) */
-                    rref_opts o = {m == 0 ? "nearest" : m == 1 ? "linear" : "cubic", COORDS[ct], NEARS[nm], -0.75, 0, 0, -3.5};
+                    rref_opts o = {
+                        m == 0 ? "nearest" : m == 1 ? "linear" : "cubic", COORDS[ct], NEARS[nm], -0.75, 0, 0, -3.5};
                     resize_case(&o, &cases[c], 19, &fails);
                     if (fails > 3) return;
                 }
@@ -266,7 +281,13 @@ KL_TEST(graph_resize_cubic_antialias_reference) {
             for (int ex = 0; ex < 2; ex++)
                 for (int aa = 0; aa < 2; aa++)
                     for (int ct = 0; ct < 4; ct++) {
-                        rref_opts o = {m == 1 ? "linear" : "cubic", COORDS[ct], "round_prefer_floor", m == 2 && ex ? -0.5 : -0.75, ex, aa, 0};
+                        rref_opts o = {m == 1 ? "linear" : "cubic",
+                                       COORDS[ct],
+                                       "round_prefer_floor",
+                                       m == 2 && ex ? -0.5 : -0.75,
+                                       ex,
+                                       aa,
+                                       0};
                         resize_case(&o, &cases[c], 18, &fails);
                         if (fails > 3) return;
                     }
@@ -283,8 +304,15 @@ KL_TEST(graph_resize_axes_keep_aspect) {
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
         for (int m = 0; m < 3; m++) {
-            rref_opts o = {m == 0 ? "nearest" : m == 1 ? "linear" : "cubic", c == 0 ? "tf_crop_and_resize" : "half_pixel",
-                           "round_prefer_floor", -0.75, 0, 0, 1.25};
+            rref_opts o = {m == 0       ? "nearest"
+                               : m == 1 ? "linear"
+                                        : "cubic",
+                           c == 0 ? "tf_crop_and_resize" : "half_pixel",
+                           "round_prefer_floor",
+                           -0.75,
+                           0,
+                           0,
+                           1.25};
             resize_case(&o, &cases[c], 18, &fails);
             if (fails > 3) return;
         }
@@ -295,9 +323,11 @@ KL_TEST(graph_resize_axes_keep_aspect) {
 KL_TEST(graph_resize_fast_equals_general_and_empty) {
     kl_err e = {0};
     int64_t d[3] = {3, 17, 13}, od[3] = {3, 29, 6};
-    float *x = malloc(sizeof(float) * 3 * 17 * 13), *y1 = malloc(sizeof(float) * 3 * 29 * 6), *y2 = malloc(sizeof(float) * 3 * 29 * 6);
+    float *x = malloc(sizeof(float) * 3 * 17 * 13), *y1 = malloc(sizeof(float) * 3 * 29 * 6),
+          *y2 = malloc(sizeof(float) * 3 * 29 * 6);
     for (int i = 0; i < 3 * 17 * 13; i++) x[i] = (float)ktg_rand();
-    kl_resize_opts a = {KL_RESIZE_LINEAR, KL_CT_HALF_PIXEL, KL_NEAREST_ROUND_PREFER_FLOOR, -0.75f, 0, 0, 0, NULL}, b = a;
+    kl_resize_opts a = {KL_RESIZE_LINEAR, KL_CT_HALF_PIXEL, KL_NEAREST_ROUND_PREFER_FLOOR, -0.75f, 0, 0, 0, NULL},
+                   b = a;
     b.exclude_outside = 1;
     KT_OK(kl_resize_ex_f32(3, d, x, od, NULL, &a, y1, NULL, &e), &e);
     KT_OK(kl_resize_ex_f32(3, d, x, od, NULL, &b, y2, NULL, &e), &e);
@@ -336,7 +366,8 @@ KL_TEST(graph_upsample_and_resize10) {
                     else {
                         int y0 = (int)yy, x0 = (int)xx, y1 = y0 + 1 > 1 ? 1 : y0 + 1, x1 = x0 + 1 > 1 ? 1 : x0 + 1;
                         double ly = yy - y0, lx = xx - x0;
-                        want = (1 - ly) * ((1 - lx) * xv[y0 * 2 + x0] + lx * xv[y0 * 2 + x1]) + ly * ((1 - lx) * xv[y1 * 2 + x0] + lx * xv[y1 * 2 + x1]);
+                        want = (1 - ly) * ((1 - lx) * xv[y0 * 2 + x0] + lx * xv[y0 * 2 + x1]) +
+                            ly * ((1 - lx) * xv[y1 * 2 + x0] + lx * xv[y1 * 2 + x1]);
                     }
                     KT_NEAR(v[i * 6 + j], want, 1e-6);
                 }
@@ -389,19 +420,22 @@ KL_TEST(graph_nms_reference) {
     kl_err e = {0};
     for (int center = 0; center < 2; center++)
         for (int trial = 0; trial < 6; trial++) {
-            int64_t B = 1 + trial % 2, C = 1 + trial % 3, N = trial == 5 ? 0 : 40 + trial, maxo = trial == 4 ? 0 : 3 + trial;
+            int64_t B = 1 + trial % 2, C = 1 + trial % 3, N = trial == 5 ? 0 : 40 + trial,
+                    maxo = trial == 4 ? 0 : 3 + trial;
             float iou = 0.3f + 0.1f * (float)trial, sthr = trial == 3 ? -1e9f : 0.3f;
             int64_t db[3] = {B, N, 4}, ds[3] = {B, C, N}, one = 1;
             kl_tensor *bx = ktg_tensor(KL_F32, 3, db, NULL), *sc = ktg_tensor(KL_F32, 3, ds, NULL);
             for (int64_t i = 0; i < B * N; i++) {
-                float *b = (float *)bx->data + 4 * i, u = (float)ktg_rand() * 10, v = (float)ktg_rand() * 10, w = (float)ktg_rand() * 4 + 0.5f,
-                      h = (float)ktg_rand() * 4 + 0.5f;
+                float *b = (float *)bx->data + 4 * i, u = (float)ktg_rand() * 10, v = (float)ktg_rand() * 10,
+                      w = (float)ktg_rand() * 4 + 0.5f, h = (float)ktg_rand() * 4 + 0.5f;
                 if (center) b[0] = u, b[1] = v, b[2] = w, b[3] = h;
                 else if (i % 2) b[0] = v, b[1] = u, b[2] = v + h, b[3] = u + w;
                 else b[0] = v + h, b[1] = u + w, b[2] = v, b[3] = u; /* flipped corners */
             }
-            for (int64_t i = 0; i < B * C * N; i++) ((float *)sc->data)[i] = (float)(int)(ktg_rand() * 20) / 20.f; /* ties */
-            kl_tensor *tm = ktg_tensor(KL_I64, 1, &one, &maxo), *ti = ktg_tensor(KL_F32, 1, &one, &iou), *tt = ktg_tensor(KL_F32, 1, &one, &sthr);
+            for (int64_t i = 0; i < B * C * N; i++)
+                ((float *)sc->data)[i] = (float)(int)(ktg_rand() * 20) / 20.f; /* ties */
+            kl_tensor *tm = ktg_tensor(KL_I64, 1, &one, &maxo), *ti = ktg_tensor(KL_F32, 1, &one, &iou),
+                      *tt = ktg_tensor(KL_F32, 1, &one, &sthr);
             kl_graph *g = ktg_new(11);
             ktg_io(g, "b", 0);
             ktg_io(g, "s", 0);
@@ -426,7 +460,9 @@ KL_TEST(graph_nms_reference) {
                         done[best] = 1;
                         int ok = 1;
                         for (int64_t j = 0; j < nk; j++)
-                            if (nref_iou((const float *)bx->data + (b * N + best) * 4, (const float *)bx->data + (b * N + kept[j]) * 4, center) > iou + 1e-6) ok = 0;
+                            if (nref_iou((const float *)bx->data + (b * N + best) * 4,
+                                         (const float *)bx->data + (b * N + kept[j]) * 4, center) > iou + 1e-6)
+                                ok = 0;
                         if (!ok) continue;
                         kept[nk++] = best;
                         want[3 * nw] = b, want[3 * nw + 1] = c, want[3 * nw + 2] = best, nw++;
@@ -436,7 +472,8 @@ KL_TEST(graph_nms_reference) {
             KT_EQ_INT(y->dims[1], 3);
             KT_EQ_INT(y->dims[0], nw);
             for (int64_t i = 0; i < 3 * nw; i++) KT_EQ_INT(((int64_t *)y->data)[i], want[i]);
-            kl_tensor_free(y), kl_tensor_free(bx), kl_tensor_free(sc), kl_tensor_free(tm), kl_tensor_free(ti), kl_tensor_free(tt);
+            kl_tensor_free(y), kl_tensor_free(bx), kl_tensor_free(sc), kl_tensor_free(tm), kl_tensor_free(ti),
+                kl_tensor_free(tt);
             kl_graph_free(g);
         }
 }
@@ -453,14 +490,16 @@ KL_TEST(graph_roialign_affine) {
             for (int b = 0; b < 2; b++)
                 for (int c = 0; c < 3; c++)
                     for (int y = 0; y < 10; y++)
-                        for (int x = 0; x < 12; x++) xv[((b * 3 + c) * 10 + y) * 12 + x] = mx ? 1.0f + c : (float)(b + c) + 0.5f * x + 0.25f * y;
+                        for (int x = 0; x < 12; x++)
+                            xv[((b * 3 + c) * 10 + y) * 12 + x] = mx ? 1.0f + c : (float)(b + c) + 0.5f * x + 0.25f * y;
             float rv[12] = {1, 1, 7, 6, 0.5f, 2, 9.5f, 8, 2, 2, 4, 3};
             int64_t iv[3] = {0, 1, 1};
             kl_tensor *R = ktg_tensor(KL_F32, 2, dr, rv), *I = ktg_tensor(KL_I64, 1, &di, iv);
             kl_graph *g = ktg_new(16);
             ktg_io(g, "x", 0), ktg_io(g, "r", 0), ktg_io(g, "i", 0);
             int k = ktg_node(g, "RoiAlign", "x,r,i", "y");
-            ktg_attr_i(g, k, "output_height", 3), ktg_attr_i(g, k, "output_width", 2), ktg_attr_i(g, k, "sampling_ratio", 2);
+            ktg_attr_i(g, k, "output_height", 3), ktg_attr_i(g, k, "output_width", 2),
+                ktg_attr_i(g, k, "sampling_ratio", 2);
             ktg_attr_s(g, k, "coordinate_transformation_mode", half ? "half_pixel" : "output_half_pixel");
             ktg_attr_s(g, k, "mode", mx ? "max" : "avg");
             ktg_io(g, "y", 1);
@@ -471,7 +510,8 @@ KL_TEST(graph_roialign_affine) {
             KT_EQ_INT(Y->dims[2], 3);
             KT_EQ_INT(Y->dims[3], 2);
             for (int r = 0; r < 3; r++) {
-                double off = half ? 0.5 : 0, x0 = rv[4 * r] - off, y0 = rv[4 * r + 1] - off, w = rv[4 * r + 2] - off - x0, h = rv[4 * r + 3] - off - y0;
+                double off = half ? 0.5 : 0, x0 = rv[4 * r] - off, y0 = rv[4 * r + 1] - off,
+                       w = rv[4 * r + 2] - off - x0, h = rv[4 * r + 3] - off - y0;
                 if (!half) w = fmax(w, 1), h = fmax(h, 1);
                 for (int c = 0; c < 3; c++)
                     for (int ph = 0; ph < 3; ph++)
@@ -482,14 +522,18 @@ KL_TEST(graph_roialign_affine) {
                             if (mx) {
                                 for (int sy = 0; sy < 2; sy++)
                                     for (int sx = 0; sx < 2; sx++) {
-                                        double yy = y0 + ph * h / 3 + (sy + 0.5) * h / 6, xx = x0 + pw * w / 2 + (sx + 0.5) * w / 4;
+                                        double yy = y0 + ph * h / 3 + (sy + 0.5) * h / 6,
+                                               xx = x0 + pw * w / 2 + (sx + 0.5) * w / 4;
                                         double ly = yy - floor(yy), lx = xx - floor(xx);
-                                        double m = fmax(fmax((1 - ly) * (1 - lx), (1 - ly) * lx), fmax(ly * (1 - lx), ly * lx));
+                                        double m = fmax(fmax((1 - ly) * (1 - lx), (1 - ly) * lx),
+                                                        fmax(ly * (1 - lx), ly * lx));
                                         want = fmax(want, m * (1.0 + c));
                                     }
                             }
                             float got = ((float *)Y->data)[((r * 3 + c) * 3 + ph) * 2 + pw];
-                            KT_CHECKF(fabs(got - want) < 1e-4, "roi %d c %d bin (%d,%d) half=%d max=%d: %g, expected %g", r, c, ph, pw, half, mx, got, want);
+                            KT_CHECKF(fabs(got - want) < 1e-4,
+                                      "roi %d c %d bin (%d,%d) half=%d max=%d: %g, expected %g", r, c, ph, pw, half, mx,
+                                      got, want);
                         }
             }
             kl_tensor_free(X), kl_tensor_free(R), kl_tensor_free(I), kl_tensor_free(Y);
@@ -536,7 +580,8 @@ KL_TEST(graph_gridsample_identity_and_padding) {
                         int x = i % 7, y = (i / 7) % 5;
                         if (x == 0 || x == 6 || y == 0 || y == 4) continue;
                     }
-                    KT_CHECKF(fabs(((float *)Y->data)[i] - ((float *)X->data)[i]) < 1e-5, "%s %s align=%d: element %d", modes[m], pads[pd], align, i);
+                    KT_CHECKF(fabs(((float *)Y->data)[i] - ((float *)X->data)[i]) < 1e-5, "%s %s align=%d: element %d",
+                              modes[m], pads[pd], align, i);
                 }
                 kl_tensor_free(Y);
             }
