@@ -465,22 +465,16 @@ typedef struct {
     float xmin, xmax, ymin, ymax;
 } gs_ctx;
 
+/* reflects v at the borders lo/hi until inside (ONNX Runtime's rule, in
+ * double so that far-away coordinates do not overflow an int) */
 static float gs_reflect(float v, float lo, float hi) {
-    float range = hi - lo;
+    double range = (double)hi - lo;
     if (range <= 0) return lo;
-    if (v < lo) {
-        float d = lo - v;
-        int k = (int)(d / range);
-        float r = d - (float)k * range;
-        return k % 2 == 0 ? lo + r : hi - r;
-    }
-    if (v > hi) {
-        float d = v - hi;
-        int k = (int)(d / range);
-        float r = d - (float)k * range;
-        return k % 2 == 0 ? hi - r : lo + r;
-    }
-    return v;
+    if (v >= lo && v <= hi) return v;
+    double d = v < lo ? (double)lo - v : (double)v - hi, k = floor(d / range), r = d - k * range;
+    int even = fmod(k, 2.0) == 0;
+    if (v < lo) return (float)(even ? lo + r : hi - r);
+    return (float)(even ? hi - r : lo + r);
 }
 
 static float gs_pixel(const gs_ctx *g, const float *p, int64_t r, int64_t c) {
@@ -506,6 +500,7 @@ static void gs_cubic_coeffs(float t, float c[4]) {
 static float gs_sample(const gs_ctx *g, const float *p, float nx, float ny) {
     float x = g->align ? (nx + 1) / 2 * (float)(g->W - 1) : ((nx + 1) * (float)g->W - 1) / 2;
     float y = g->align ? (ny + 1) / 2 * (float)(g->H - 1) : ((ny + 1) * (float)g->H - 1) / 2;
+    if (isnan(x) || isnan(y)) return NAN;
     if (g->mode == 1) x = nearbyintf(x), y = nearbyintf(y);
     if (x < g->xmin || x > g->xmax || y < g->ymin || y > g->ymax) {
         if (g->pad == 1) {
@@ -516,7 +511,8 @@ static float gs_sample(const gs_ctx *g, const float *p, float nx, float ny) {
             y = gs_reflect(y, g->ymin, g->ymax);
         }
     }
-    if (!isfinite(x) || !isfinite(y) || fabsf(x) > 1e15f || fabsf(y) > 1e15f) return g->pad == 0 ? 0.f : NAN;
+    /* far outside (zeros padding, or an infinite coordinate) */
+    if (!(fabsf(x) < 1e9f) || !(fabsf(y) < 1e9f)) return g->pad == 0 ? 0.f : NAN;
     if (g->mode == 1) return gs_pixel(g, p, (int64_t)y, (int64_t)x);
     int64_t x1 = (int64_t)floorf(x), y1 = (int64_t)floorf(y);
     if (g->mode == 0) {

@@ -600,6 +600,27 @@ KL_TEST(graph_gridsample_identity_and_padding) {
             }
         kl_tensor_free(Y);
     }
+    /* hostile coordinates: huge, infinite, NaN (no overflow; NaN in, NaN out) */
+    const float hostile[4] = {3e30f, -INFINITY, NAN, 1e12f};
+    for (int pd = 0; pd < 3; pd++)
+        for (int m = 0; m < 3; m++) {
+            for (int i = 0; i < 2 * 5 * 7; i++) {
+                ((float *)G->data)[2 * i] = hostile[i % 4];
+                ((float *)G->data)[2 * i + 1] = i % 3 ? 0.f : hostile[(i + 1) % 4];
+            }
+            kl_tensor *Y = gs_run1(modes[m], pads[pd], 1, X, G, &e);
+            KT_CHECKF(Y != NULL, "%s", kl_err_what(&e));
+            for (int b = 0; b < 2; b++)
+                for (int c = 0; c < 3; c++)
+                    for (int k = 0; k < 35; k++) {
+                        int gi = b * 35 + k;
+                        float gx = hostile[gi % 4], gy = gi % 3 ? 0.f : hostile[(gi + 1) % 4];
+                        float got = ((float *)Y->data)[(b * 3 + c) * 35 + k];
+                        if (isnan(gx) || isnan(gy)) KT_CHECK(isnan(got));
+                        else if (pd == 0) KT_NEAR(got, 0, 0);
+                    }
+            kl_tensor_free(Y);
+        }
     kl_tensor_free(X), kl_tensor_free(G);
 }
 
