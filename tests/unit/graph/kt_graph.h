@@ -8,6 +8,7 @@
 #include "keel/graph.h"
 #include "keel/tensor.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,45 @@ static inline kl_tensor *ktg_tensor(kl_dtype dt, int rank, const int64_t *dims, 
     kl_tensor_new(dt, rank, dims, KL_TAG_OTHER, &t, NULL);
     if (data && t->nbytes) memcpy(t->data, data, t->nbytes);
     return t;
+}
+
+/* element i of t as a double / set from a double, any numeric dtype */
+static inline double ktg_get(const kl_tensor *t, int64_t i) {
+    const void *d = t->data;
+    switch (t->dtype) {
+    case KL_F32: return ((const float *)d)[i];
+    case KL_F64: return ((const double *)d)[i];
+    case KL_F16: return kl_f16_to_f32(((const uint16_t *)d)[i]);
+    case KL_BF16: return kl_bf16_to_f32(((const uint16_t *)d)[i]);
+    case KL_I8: return ((const int8_t *)d)[i];
+    case KL_I16: return ((const int16_t *)d)[i];
+    case KL_I32: return ((const int32_t *)d)[i];
+    case KL_I64: return (double)((const int64_t *)d)[i];
+    case KL_U8: case KL_BOOL: return ((const uint8_t *)d)[i];
+    case KL_U16: return ((const uint16_t *)d)[i];
+    case KL_U32: return ((const uint32_t *)d)[i];
+    case KL_U64: return (double)((const uint64_t *)d)[i];
+    default: return NAN;
+    }
+}
+static inline void ktg_set(kl_tensor *t, int64_t i, double v) {
+    void *d = t->data;
+    switch (t->dtype) {
+    case KL_F32: ((float *)d)[i] = (float)v; break;
+    case KL_F64: ((double *)d)[i] = v; break;
+    case KL_F16: ((uint16_t *)d)[i] = kl_f32_to_f16((float)v); break;
+    case KL_BF16: ((uint16_t *)d)[i] = kl_f32_to_bf16((float)v); break;
+    case KL_I8: ((int8_t *)d)[i] = (int8_t)v; break;
+    case KL_I16: ((int16_t *)d)[i] = (int16_t)v; break;
+    case KL_I32: ((int32_t *)d)[i] = (int32_t)v; break;
+    case KL_I64: ((int64_t *)d)[i] = (int64_t)v; break;
+    case KL_U8: ((uint8_t *)d)[i] = (uint8_t)v; break;
+    case KL_BOOL: ((uint8_t *)d)[i] = v != 0; break;
+    case KL_U16: ((uint16_t *)d)[i] = (uint16_t)v; break;
+    case KL_U32: ((uint32_t *)d)[i] = (uint32_t)v; break;
+    case KL_U64: ((uint64_t *)d)[i] = (uint64_t)v; break;
+    default: break;
+    }
 }
 
 static uint64_t ktg_rand_state = 0x9E3779B97F4A7C15ull;

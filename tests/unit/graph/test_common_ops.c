@@ -344,3 +344,38 @@ KL_TEST(graph_mvn_reference) {
     kl_tensor_free(x), kl_tensor_free(y);
     kl_graph_free(g);
 }
+
+/* ---- Cast / CastLike: every numeric pair ---- */
+
+KL_TEST(graph_cast_every_numeric_pair) {
+    kl_err e = {0};
+    /* ONNX TensorProto numbers of the numeric types */
+    const int onnx_types[] = {1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 16};
+    const double vals[] = {0, 1, 2, 7, 100, 3, 64, 0, 1, 5};
+    int64_t d = 10;
+    for (size_t a = 0; a < sizeof onnx_types / sizeof *onnx_types; a++)
+        for (size_t b = 0; b < sizeof onnx_types / sizeof *onnx_types; b++)
+            for (int like = 0; like < 2; like++) {
+                kl_dtype from, to;
+                KT_OK(kl_dtype_from_onnx(onnx_types[a], &from), &e);
+                KT_OK(kl_dtype_from_onnx(onnx_types[b], &to), &e);
+                kl_graph *g = ktg_new(15);
+                ktg_io(g, "x", 0);
+                kl_tensor *x = ktg_tensor(from, 1, &d, NULL), *l = ktg_tensor(to, 1, &d, NULL), *y = NULL;
+                memset(l->data, 0, l->nbytes);
+                for (int i = 0; i < 10; i++) ktg_set(x, i, from == KL_BOOL ? vals[i] != 0 : vals[i]);
+                if (like) ktg_init(g, "l", l);
+                int k = ktg_node(g, like ? "CastLike" : "Cast", like ? "x,l" : "x", "y");
+                if (!like) ktg_attr_i(g, k, "to", onnx_types[b]);
+                ktg_io(g, "y", 1);
+                KT_CHECKF(ktg_run(g, &x, 1, &y, &e) == 0, "%s -> %s: %s", kl_dtype_name(from), kl_dtype_name(to), kl_err_what(&e));
+                KT_EQ_INT(y->dtype, to);
+                for (int i = 0; i < 10; i++) {
+                    double want = from == KL_BOOL || to == KL_BOOL ? vals[i] != 0 : vals[i];
+                    KT_CHECKF(ktg_get(y, i) == want, "%s -> %s (%s): element %d = %g, expected %g", kl_dtype_name(from),
+                              kl_dtype_name(to), like ? "CastLike" : "Cast", i, ktg_get(y, i), want);
+                }
+                kl_tensor_free(x), kl_tensor_free(l), kl_tensor_free(y);
+                kl_graph_free(g);
+            }
+}
