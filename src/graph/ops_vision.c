@@ -308,9 +308,9 @@ static int64_t nms_select(kl_gnode *n, const nms_args *a, const float *boxes, co
     size_t bytes = (size_t)a->N * (sizeof(nms_cand) + sizeof(nms_box) + sizeof(int64_t)) + 64;
     char *mem = kl_mem_alloc_e(bytes, KL_TAG_WORKSPACE, e);
     if (!mem) return kl__fail_node(e, n, KL_ENOMEM, "out of memory for %lld boxes", (long long)a->N);
-    nms_cand *cand = (nms_cand *)mem;
-    nms_box *bx = (nms_box *)(cand + a->N);
-    int64_t *kept = (int64_t *)(bx + a->N), total = 0;
+    nms_cand *cand = (nms_cand *)mem; /* 16-byte entries, then 8-byte indices, then the 20-byte boxes */
+    int64_t *kept = (int64_t *)(cand + a->N), total = 0;
+    nms_box *bx = (nms_box *)(kept + a->N);
     for (int64_t b = 0; b < a->B; b++) {
         for (int64_t i = 0; i < a->N; i++) bx[i] = nms_box_at(boxes + (b * a->N + i) * 4, a->center);
         for (int64_t c = 0; c < a->C; c++) {
