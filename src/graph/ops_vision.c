@@ -160,7 +160,8 @@ static int rs_params_of(kl_gnode *n, kl_tensor *const *in, int n_in, rs_params *
     }
     const kl_tensor *scales = n_in > 2 ? in[2] : NULL, *sizes = n_in > 3 ? in[3] : NULL;
     if (rs_legacy(n)) scales = n_in > 1 ? in[1] : NULL, sizes = NULL;
-    if (scales && !kl_tensor_numel(scales)) scales = NULL; /* an empty input = absent (its shape is known when planning) */
+    if (scales && !kl_tensor_numel(scales))
+        scales = NULL; /* an empty input = absent (its shape is known when planning) */
     if (sizes && !kl_tensor_numel(sizes)) sizes = NULL;
     if (sizes) {
         NEED(sizes);

@@ -121,7 +121,8 @@ static inline double ktg_get(const kl_tensor *t, int64_t i) {
     case KL_I16: return ((const int16_t *)d)[i];
     case KL_I32: return ((const int32_t *)d)[i];
     case KL_I64: return (double)((const int64_t *)d)[i];
-    case KL_U8: case KL_BOOL: return ((const uint8_t *)d)[i];
+    case KL_U8:
+    case KL_BOOL: return ((const uint8_t *)d)[i];
     case KL_U16: return ((const uint16_t *)d)[i];
     case KL_U32: return ((const uint32_t *)d)[i];
     case KL_U64: return (double)((const uint64_t *)d)[i];

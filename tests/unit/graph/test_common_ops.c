@@ -368,7 +368,8 @@ KL_TEST(graph_cast_every_numeric_pair) {
                 int k = ktg_node(g, like ? "CastLike" : "Cast", like ? "x,l" : "x", "y");
                 if (!like) ktg_attr_i(g, k, "to", onnx_types[b]);
                 ktg_io(g, "y", 1);
-                KT_CHECKF(ktg_run(g, &x, 1, &y, &e) == 0, "%s -> %s: %s", kl_dtype_name(from), kl_dtype_name(to), kl_err_what(&e));
+                KT_CHECKF(ktg_run(g, &x, 1, &y, &e) == 0, "%s -> %s: %s", kl_dtype_name(from), kl_dtype_name(to),
+                          kl_err_what(&e));
                 KT_EQ_INT(y->dtype, to);
                 for (int i = 0; i < 10; i++) {
                     double want = from == KL_BOOL || to == KL_BOOL ? vals[i] != 0 : vals[i];
