@@ -499,22 +499,51 @@ int kl_expand(size_t esize, int rx, const int64_t *dx, const void *x, int ry, co
               void *y, kl_pool *pool, kl_err *e);
 
 /* ==================================================================
- * Resize (ONNX Resize, f32): nearest or linear on any axes (scales 1 on
- * unchanged axes), coordinate transformation modes below.
+ * Resize (ONNX Resize, f32): nearest, linear or cubic on any axes (scales 1
+ * on unchanged axes), coordinate transformation modes below.
  * ================================================================== */
 
-typedef enum { KL_RESIZE_NEAREST, KL_RESIZE_LINEAR } kl_resize_mode;
+typedef enum { KL_RESIZE_NEAREST, KL_RESIZE_LINEAR, KL_RESIZE_CUBIC } kl_resize_mode;
 typedef enum {
-    KL_CT_HALF_PIXEL, KL_CT_ALIGN_CORNERS, KL_CT_ASYMMETRIC, KL_CT_PYTORCH_HALF_PIXEL
+    KL_CT_HALF_PIXEL,
+    KL_CT_ALIGN_CORNERS,
+    KL_CT_ASYMMETRIC,
+    KL_CT_PYTORCH_HALF_PIXEL,
+    KL_CT_TF_HALF_PIXEL_FOR_NN,
+    KL_CT_TF_CROP_AND_RESIZE,
+    KL_CT_HALF_PIXEL_SYMMETRIC
 } kl_resize_coord;
+/* KL_NEAREST_SIMPLE: Resize-10 / Upsample (ceil when the axis shrinks,
+ * floor otherwise). */
 typedef enum {
-    KL_NEAREST_ROUND_PREFER_FLOOR, KL_NEAREST_ROUND_PREFER_CEIL, KL_NEAREST_FLOOR,
-    KL_NEAREST_CEIL
+    KL_NEAREST_ROUND_PREFER_FLOOR,
+    KL_NEAREST_ROUND_PREFER_CEIL,
+    KL_NEAREST_FLOOR,
+    KL_NEAREST_CEIL,
+    KL_NEAREST_SIMPLE
 } kl_resize_nearest;
-/* scales: per-axis output/input scale factors (NULL = out_dims/dims). */
+/* scales: per-axis output/input scale factors (NULL = out_dims/dims).
+ * Nearest/linear with the first four coordinate modes or tf_half_pixel_for_nn
+ * (the fast single-pass kernel). */
 int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *out_dims,
                   const float *scales, kl_resize_mode mode, kl_resize_coord coord,
                   kl_resize_nearest nearest, float *y, kl_pool *pool, kl_err *e);
+
+/* Every option of ONNX Resize (opsets 10-19). */
+typedef struct kl_resize_opts {
+    kl_resize_mode mode;
+    kl_resize_coord coord;
+    kl_resize_nearest nearest;
+    float cubic_a;       /* cubic coefficient (ONNX default -0.75) */
+    int exclude_outside; /* weights of taps outside the input are 0, renormalised */
+    float extrapolation; /* tf_crop_and_resize: value outside the input */
+    int antialias;       /* linear/cubic: filter widened by 1/scale when downscaling */
+    const float *roi;    /* tf_crop_and_resize: starts[rank] then ends[rank]; NULL = 0..1 */
+} kl_resize_opts;
+/* Resize with any options: the fast kernel above where it applies, otherwise
+ * a separable pass per axis over per-axis tap tables (resize_sep.c). */
+int kl_resize_ex_f32(int rank, const int64_t *dims, const float *x, const int64_t *out_dims, const float *scales,
+                     const kl_resize_opts *o, float *y, kl_pool *pool, kl_err *e);
 
 #ifdef __cplusplus
 }

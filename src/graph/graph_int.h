@@ -59,6 +59,10 @@ extern const kl_op kl__ops_grad[];  /* ai.keel.grad (ops_grad.c) */
 extern const kl_op kl__ops_train[]; /* ai.keel.train (ops_grad.c) */
 extern const kl_op kl__ops_grad_nn[]; /* ai.keel.grad conv/pool/norm gradients (grad_nn.c) */
 extern const kl_op kl__ops_nchwc[];   /* keel:: NCHWc blocked ops (ops_nchwc.c) */
+extern const kl_op kl__ops_vision[];  /* Resize, Upsample, detection ops (ops_vision.c) */
+extern const kl_op kl__ops_einsum[];  /* Einsum, Det (ops_einsum.c) */
+extern const kl_op kl__ops_misc2[];   /* Unique, Compress, ReverseSequence, MVN (ops_misc2.c) */
+extern const kl_op kl__ops_random[];  /* Random*, Bernoulli, ai.onnx.preview.training (ops_random.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path

@@ -1,7 +1,7 @@
 /* Neural-network operators on top of the tensor kernels: MatMul Gemm Conv
  * ConvTranspose MaxPool AveragePool Global*Pool BatchNormalization
  * LayerNormalization InstanceNormalization Softmax LogSoftmax Hardmax
- * Reduce* ArgMax ArgMin Resize LRN TopK. f32 fast paths; other dtypes
+ * Reduce* ArgMax ArgMin LRN TopK (Resize: ops_vision.c). f32 fast paths; other dtypes
  * through simple generic loops where the node tests need them. */
 #include "graph/graph_int.h"
 #include "graph/grad_int.h"
@@ -921,6 +921,38 @@ static int vi_asc(const void *a, const void *b) {
     if (x->v != y->v) return x->v < y->v ? -1 : 1;
     return x->i < y->i ? -1 : 1;
 }
+/* the k best of buf[0..D) into buf[0..k), sorted: a full sort when k is a
+ * large part of D, else a bounded heap (worst on top) in O(D log k) */
+static void topk_select(vi_t *buf, int64_t D, int64_t k, int (*better)(const void *, const void *)) {
+    if (k == 0) return;
+    if (k * 4 >= D) {
+        qsort(buf, (size_t)D, sizeof(vi_t), better);
+        return;
+    }
+    /* heap over buf[0..k): parent is better-ordered-last (the worst kept) */
+    for (int64_t i = 1; i < k; i++)
+        for (int64_t c = i; c > 0 && better(&buf[(c - 1) / 2], &buf[c]) < 0; c = (c - 1) / 2) {
+            vi_t t = buf[c];
+            buf[c] = buf[(c - 1) / 2];
+            buf[(c - 1) / 2] = t;
+        }
+    for (int64_t i = k; i < D; i++) {
+        if (better(&buf[i], &buf[0]) >= 0) continue;
+        buf[0] = buf[i];
+        for (int64_t p = 0;;) {
+            int64_t l = 2 * p + 1, r = l + 1, w = p;
+            if (l < k && better(&buf[w], &buf[l]) < 0) w = l;
+            if (r < k && better(&buf[w], &buf[r]) < 0) w = r;
+            if (w == p) break;
+            vi_t t = buf[p];
+            buf[p] = buf[w];
+            buf[w] = t;
+            p = w;
+        }
+    }
+    qsort(buf, (size_t)k, sizeof(vi_t), better);
+}
+
 static int topk_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t ax, k = kl__int_at(in[1], 0);
     kl__norm_axis(kl_gnode_attr_int(n, "axis", -1), in[0]->rank, &ax);
@@ -928,86 +960,25 @@ static int topk_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     int64_t outer = 1, inner = 1, D = in[0]->dims[ax];
     for (int i = 0; i < ax; i++) outer *= in[0]->dims[i];
     for (int i = (int)ax + 1; i < in[0]->rank; i++) inner *= in[0]->dims[i];
-    vi_t *buf = malloc(sizeof(vi_t) * (size_t)(D + 1));
+    vi_t *buf = kl_mem_alloc_e(sizeof(vi_t) * (size_t)(D + 1), KL_TAG_WORKSPACE, e);
     if (!buf) return kl__fail_node(e, n, KL_ENOMEM, "out of memory");
+    const float *xf = in[0]->dtype == KL_F32 ? in[0]->data : NULL;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < inner; j++) {
-            for (int64_t t = 0; t < D; t++) { buf[t].v = kl__dbl_at(in[0], (o * D + t) * inner + j); buf[t].i = t; }
-            qsort(buf, (size_t)D, sizeof(vi_t), largest ? vi_desc : vi_asc);
+            for (int64_t t = 0; t < D; t++) {
+                int64_t src = (o * D + t) * inner + j;
+                buf[t].v = xf ? (double)xf[src] : kl__dbl_at(in[0], src);
+                buf[t].i = t;
+            }
+            topk_select(buf, D, k, largest ? vi_desc : vi_asc);
             for (int64_t t = 0; t < k; t++) {
                 int64_t oi = (o * k + t) * inner + j;
                 kl__set_dbl(out[0], oi, buf[t].v);
                 ((int64_t *)out[1]->data)[oi] = buf[t].i;
             }
         }
-    free(buf);
+    kl_mem_free(buf);
     return KL_OK;
-}
-
-/* ================================================================== *
- * Resize
- * ================================================================== */
-
-static int resize_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
-    const char *m = kl_gnode_attr_str(n, "mode", "nearest");
-    const char *c = kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel");
-    const char *nm = kl_gnode_attr_str(n, "nearest_mode", "round_prefer_floor");
-    if (strcmp(m, "nearest") && strcmp(m, "linear"))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: Resize mode '%s' is not supported (nearest, linear)", n->opset, m);
-    if (strcmp(c, "half_pixel") && strcmp(c, "align_corners") && strcmp(c, "asymmetric") && strcmp(c, "pytorch_half_pixel"))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: coordinate_transformation_mode '%s' is not supported", n->opset, c);
-    if (strcmp(nm, "round_prefer_floor") && strcmp(nm, "round_prefer_ceil") && strcmp(nm, "floor") && strcmp(nm, "ceil"))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: nearest_mode '%s' is not supported", n->opset, nm);
-    if (kl_gnode_attr_int(n, "exclude_outside", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: exclude_outside=1 is not supported", n->opset);
-    return KL_OK;
-}
-static int resize_params(kl_gnode *n, kl_tensor *const *in, int n_in, int64_t *od, float *sc, int *have_sc, kl_err *e) {
-    int r = in[0]->rank;
-    const kl_tensor *scales = n_in > 2 ? in[2] : NULL, *sizes = n_in > 3 ? in[3] : NULL;
-    if (n->opset < 11) scales = n_in > 1 ? in[1] : NULL;
-    if (scales && !kl_tensor_numel(scales)) scales = NULL;
-    if (sizes && !kl_tensor_numel(sizes)) sizes = NULL;
-    *have_sc = 0;
-    if (sizes) {
-        if (!sizes->data) return KL__NEED_DATA;
-        if (kl_tensor_numel(sizes) != r) return kl__fail_node(e, n, KL_EINVAL, "sizes must have %d entries", r);
-        for (int i = 0; i < r; i++) { od[i] = kl__int_at(sizes, i); sc[i] = in[0]->dims[i] ? (float)od[i] / (float)in[0]->dims[i] : 1.f; }
-        return KL_OK;
-    }
-    if (!scales) return kl__fail_node(e, n, KL_EINVAL, "needs scales or sizes");
-    if (!scales->data) return KL__NEED_DATA;
-    if (kl_tensor_numel(scales) != r) return kl__fail_node(e, n, KL_EINVAL, "scales must have %d entries", r);
-    for (int i = 0; i < r; i++) {
-        sc[i] = (float)kl__dbl_at(scales, i);
-        if (!(sc[i] > 0)) return kl__fail_node(e, n, KL_EINVAL, "scale must be positive");
-        od[i] = (int64_t)floor(in[0]->dims[i] * (double)sc[i]);
-    }
-    *have_sc = 1;
-    return KL_OK;
-}
-static int resize_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    int rc, hs;
-    if ((rc = need_f32(n, in[0], e))) return rc;
-    int64_t od[KL_MAX_DIMS];
-    float sc[KL_MAX_DIMS];
-    if ((rc = resize_params(n, in, n_in, od, sc, &hs, e))) return rc;
-    kl__set_shape(&out[0], KL_F32, in[0]->rank, od);
-    return KL_OK;
-}
-static int resize_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    int rc, hs;
-    int64_t od[KL_MAX_DIMS];
-    float sc[KL_MAX_DIMS];
-    if ((rc = resize_params(n, in, n_in, od, sc, &hs, e))) return rc;
-    const char *m = kl_gnode_attr_str(n, "mode", "nearest");
-    const char *c = kl_gnode_attr_str(n, "coordinate_transformation_mode", "half_pixel");
-    const char *nm = kl_gnode_attr_str(n, "nearest_mode", "round_prefer_floor");
-    kl_resize_coord ct = !strcmp(c, "align_corners") ? KL_CT_ALIGN_CORNERS : !strcmp(c, "asymmetric") ? KL_CT_ASYMMETRIC :
-                         !strcmp(c, "pytorch_half_pixel") ? KL_CT_PYTORCH_HALF_PIXEL : KL_CT_HALF_PIXEL;
-    kl_resize_nearest nr = !strcmp(nm, "round_prefer_ceil") ? KL_NEAREST_ROUND_PREFER_CEIL : !strcmp(nm, "floor") ? KL_NEAREST_FLOOR :
-                           !strcmp(nm, "ceil") ? KL_NEAREST_CEIL : KL_NEAREST_ROUND_PREFER_FLOOR;
-    return kl_resize_f32(in[0]->rank, in[0]->dims, in[0]->data, od, hs ? sc : NULL, !strcmp(m, "linear") ? KL_RESIZE_LINEAR : KL_RESIZE_NEAREST,
-                         ct, nr, out[0]->data, x->pool, e);
 }
 
 /* ================================================================== *
@@ -1028,7 +999,6 @@ static const char *const a_red[] = {"axes", "keepdims", "noop_with_empty_axes", 
 static const char *const a_arg[] = {"axis", "keepdims", "select_last_index", NULL};
 static const char *const a_lrn[] = {"alpha", "beta", "bias", "size", NULL};
 static const char *const a_topk[] = {"axis", "largest", "sorted", NULL};
-static const char *const a_resize[] = {"mode", "coordinate_transformation_mode", "nearest_mode", "cubic_coeff_a", "exclude_outside", "extrapolation_value", NULL};
 
 #define RED(name, since) {name, "", since, 17, 1, 2, 1, 1, a_red, NULL, red_infer, red_run, 0}
 
@@ -1050,11 +1020,18 @@ const kl_op kl__ops_nn[] = {
     {"AddSoftmax", "keel", 1, 1, 2, 2, 1, 1, no_attrs, NULL, addsm_infer, addsm_run, 0},
     {"LogSoftmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
     {"Hardmax", "", 1, 17, 1, 1, 1, 1, a_axis, NULL, same_infer, softmax_run, 0},
-    RED("ReduceSum", 1), RED("ReduceMean", 1), RED("ReduceMax", 1), RED("ReduceMin", 1), RED("ReduceProd", 1),
-    RED("ReduceSumSquare", 1), RED("ReduceL1", 1), RED("ReduceL2", 1), RED("ReduceLogSum", 1), RED("ReduceLogSumExp", 1),
+    RED("ReduceSum", 1),
+    RED("ReduceMean", 1),
+    RED("ReduceMax", 1),
+    RED("ReduceMin", 1),
+    RED("ReduceProd", 1),
+    RED("ReduceSumSquare", 1),
+    RED("ReduceL1", 1),
+    RED("ReduceL2", 1),
+    RED("ReduceLogSum", 1),
+    RED("ReduceLogSumExp", 1),
     {"ArgMax", "", 1, 17, 1, 1, 1, 1, a_arg, NULL, arg_infer, arg_run, 0},
     {"ArgMin", "", 1, 17, 1, 1, 1, 1, a_arg, NULL, arg_infer, arg_run, 0},
     {"TopK", "", 10, 17, 2, 2, 2, 2, a_topk, NULL, topk_infer, topk_run, 0},
-    {"Resize", "", 11, 17, 1, 4, 1, 1, a_resize, resize_check, resize_infer, resize_run, 0},
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

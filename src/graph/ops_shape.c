@@ -889,8 +889,10 @@ static int trilu_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *o
     return KL_OK;
 }
 static int scatter_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
-    if (in[1]->rank != in[0]->rank && !strcmp(n->op_type, "ScatterElements")) return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs");
-    if (kl_tensor_numel(in[2]) != kl_tensor_numel(in[1]) && !strcmp(n->op_type, "ScatterElements")) return kl__fail_node(e, n, KL_ESHAPE, "updates and indices differ");
+    if (in[1]->rank != in[0]->rank && strcmp(n->op_type, "ScatterND"))
+        return kl__fail_node(e, n, KL_ESHAPE, "indices rank differs");
+    if (kl_tensor_numel(in[2]) != kl_tensor_numel(in[1]) && strcmp(n->op_type, "ScatterND"))
+        return kl__fail_node(e, n, KL_ESHAPE, "updates and indices differ");
     if (in[2]->dtype != in[0]->dtype) return kl__fail_node(e, n, KL_ETYPE, "updates dtype differs");
     if (!strcmp(n->op_type, "ScatterND")) {
         int q = in[1]->rank;
@@ -974,6 +976,7 @@ const kl_op kl__ops_shape[] = {
     {"Gather", "", 1, 17, 2, 2, 1, 1, a_axis, NULL, gather_infer, gather_run, 0},
     {"GatherElements", "", 11, 17, 2, 2, 1, 1, a_axis, NULL, idxshape_infer, gather_el_run, 0},
     {"ScatterElements", "", 11, 17, 3, 3, 1, 1, a_scatter, NULL, scatter_infer, scatter_el_run, 0},
+    {"Scatter", "", 9, 10, 3, 3, 1, 1, a_axis, NULL, scatter_infer, scatter_el_run, 0}, /* deprecated ScatterElements */
     {"GatherND", "", 11, 17, 2, 2, 1, 1, a_gnd, NULL, gather_nd_infer, gather_nd_run, 0},
     {"ScatterND", "", 11, 17, 3, 3, 1, 1, a_red, NULL, scatter_infer, scatter_nd_run, 0},
     {"Shape", "", 1, 17, 1, 1, 1, 1, a_shape, NULL, shape_infer, shape_run, KL_OP_SHAPE_ONLY},

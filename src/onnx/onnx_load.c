@@ -342,8 +342,11 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
             g->opset = (int)os->version;
         }
     }
+    /* a model of other domains only (e.g. ai.onnx.preview.training): opset 0,
+     * and a default-domain node is refused below */
+    if (g->opset < 0 && m->n_opset_import > 0) g->opset = 0;
     if (g->opset < 0) { rc = kl_err_set(e, KL_EUNSUPPORTED, "model imports no default-domain (ai.onnx) opset"); goto fail; }
-    if (g->opset < KL_ONNX_OPSET_MIN || g->opset > KL_ONNX_OPSET_MAX) {
+    if (g->opset != 0 && (g->opset < KL_ONNX_OPSET_MIN || g->opset > KL_ONNX_OPSET_MAX)) {
         rc = kl_err_set(e, KL_EUNSUPPORTED, "unsupported default-domain opset %d (supported: %d-%d)", g->opset,
                         KL_ONNX_OPSET_MIN, KL_ONNX_OPSET_MAX);
         goto fail;
@@ -383,6 +386,11 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
         const Onnx__NodeProto *np = gp->node[i];
         const char *dom = np->domain ? np->domain : "";
         if (!np->op_type || !*np->op_type) { rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i); goto fail; }
+        if (g->opset == 0 && (!*dom || !strcmp(dom, "ai.onnx"))) {
+            rc = kl_err_set(e, KL_EUNSUPPORTED, "node %zu (%s): model imports no default-domain (ai.onnx) opset", i,
+                            np->op_type);
+            goto fail;
+        }
         for (size_t k = 0; k < np->n_input; k++)
             if (!np->input[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i); goto fail; }
         for (size_t k = 0; k < np->n_output; k++)

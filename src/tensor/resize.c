@@ -1,7 +1,9 @@
-/* ONNX Resize (f32): nearest and (multi-)linear interpolation on any axes,
- * with the half_pixel / align_corners / asymmetric / pytorch_half_pixel
- * coordinate transformations. Per-axis index/weight tables, then one pass
- * over output rows. */
+/* ONNX Resize (f32), the fast path: nearest and (multi-)linear interpolation
+ * on any axes, with the half_pixel / align_corners / asymmetric /
+ * pytorch_half_pixel / tf_half_pixel_for_nn coordinate transformations.
+ * Per-axis index/weight tables, then one pass over output rows. The other
+ * modes (cubic, antialias, tf_crop_and_resize, exclude_outside) are the
+ * separable kernel in resize_sep.c. */
 #include "keel/tensor.h"
 #include "tensor_int.h"
 
@@ -63,6 +65,10 @@ int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *
     rs_ctx c;
     memset(&c, 0, sizeof c);
     if (rank < 1 || rank > KL_MAX_DIMS) return kl_err_set(e, KL_ESHAPE, "resize: rank %d not supported", rank);
+    if (mode == KL_RESIZE_CUBIC || coord == KL_CT_TF_CROP_AND_RESIZE || coord == KL_CT_HALF_PIXEL_SYMMETRIC) {
+        kl_resize_opts o = {mode, coord, nearest, -0.75f, 0, 0.f, 0, NULL};
+        return kl_resize_ex_f32(rank, dims, x, out_dims, scales, &o, y, pool, e);
+    }
     c.rank = rank;
     c.dims = dims;
     c.od = out_dims;
@@ -94,6 +100,9 @@ int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *
     for (int i = 0; i < rank; i++) {
         int64_t in = dims[i], on = out_dims[i];
         double sc = scales && scales[i] > 0 ? scales[i] : (double)on / (double)in;
+        /* ONNX's length_resized: in * scale when scales were given (not the
+         * floored output size), as the reference implementation */
+        double len = scales && scales[i] > 0 ? (double)in * sc : (double)on;
         c.i0[i] = ibuf + 2 * pos;
         c.i1[i] = ibuf + 2 * pos + on;
         c.w[i] = wbuf + pos;
@@ -103,9 +112,10 @@ int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *
         for (int64_t o = 0; o < on; o++) {
             double xo;
             switch (coord) {
-            case KL_CT_ALIGN_CORNERS: xo = on == 1 ? 0 : (double)o * (double)(in - 1) / (double)(on - 1); break;
+            case KL_CT_ALIGN_CORNERS: xo = len == 1 ? 0 : (double)o * (double)(in - 1) / (len - 1); break;
             case KL_CT_ASYMMETRIC: xo = (double)o / sc; break;
-            case KL_CT_PYTORCH_HALF_PIXEL: xo = on > 1 ? ((double)o + 0.5) / sc - 0.5 : 0; break;
+            case KL_CT_PYTORCH_HALF_PIXEL: xo = len > 1 ? ((double)o + 0.5) / sc - 0.5 : 0; break;
+            case KL_CT_TF_HALF_PIXEL_FOR_NN: xo = ((double)o + 0.5) / sc; break;
             default: xo = ((double)o + 0.5) / sc - 0.5; break;
             }
             if (mode == KL_RESIZE_NEAREST || !c.interp[i]) {
@@ -114,6 +124,7 @@ int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *
                 else switch (nearest) {
                 case KL_NEAREST_FLOOR: r = floor(xo); break;
                 case KL_NEAREST_CEIL: r = ceil(xo); break;
+                case KL_NEAREST_SIMPLE: r = sc < 1 ? ceil(xo) : floor(xo); break;
                 case KL_NEAREST_ROUND_PREFER_CEIL: r = (xo - floor(xo) == 0.5) ? ceil(xo) : round(xo); break;
                 default: r = (xo - floor(xo) == 0.5) ? floor(xo) : round(xo); break;
                 }

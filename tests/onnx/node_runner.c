@@ -83,13 +83,14 @@ enum { R_PASS, R_FAIL, R_UNSUP, R_BAD };
 
 /* Tests whose data in onnx 1.12 is inconsistent or that hit a known kernel
  * limitation: counted as not passed, reported, not failures. */
-static const struct { const char *name, *why; } known[] = {
+static const struct { const char *name, *why;
+} known[] = {
     {"test_castlike_BFLOAT16_to_FLOAT", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_BFLOAT16_to_FLOAT_expanded", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_FLOAT_to_BFLOAT16", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_FLOAT_to_BFLOAT16_expanded", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_cast_FLOAT_to_BFLOAT16", "onnx 1.12 truncates to bfloat16; keel rounds to nearest even"},
-    {"test_resize_downsample_scales_linear_align_corners", "align_corners from the floored output size (kernel), onnx uses in*scale"},
+    {"test_adam_multiple", "test data: computed with epsilon 1e-2, the node has no epsilon attribute (default 1e-6)"},
 };
 
 static int run_test(const char *dir, char *msg, size_t mn) {
@@ -147,6 +148,13 @@ static int run_test(const char *dir, char *msg, size_t mn) {
             }
             if (want->dtype == KL_U16 && ot[i]->dtype == KL_BF16) want->dtype = KL_BF16;
             char m2[512];
+            /* random outputs: shape and dtype only, as ONNX's own backend
+             * runner does for the bernoulli tests */
+            if (strstr(dir, "bernoulli") && ot[i]->dtype == want->dtype && ot[i]->rank == want->rank &&
+                !memcmp(ot[i]->dims, want->dims, sizeof(int64_t) * want->rank)) {
+                kl_tensor_free(want);
+                continue;
+            }
             if (compare(ot[i], want, m2, sizeof m2)) {
                 snprintf(msg, mn, "output %d (%s): %s", i, kl_session_output(s, i)->name, m2);
                 result = R_FAIL;
