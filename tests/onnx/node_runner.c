@@ -89,6 +89,10 @@ static const struct { const char *name, *why; } known[] = {
     {"test_castlike_FLOAT_to_BFLOAT16", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_FLOAT_to_BFLOAT16_expanded", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_cast_FLOAT_to_BFLOAT16", "onnx 1.12 truncates to bfloat16; keel rounds to nearest even"},
+    {"test_training_dropout", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_default", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_default_mask", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_mask", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
     {"test_resize_downsample_scales_linear_align_corners", "align_corners from the floored output size (kernel), onnx uses in*scale"},
 };
 
