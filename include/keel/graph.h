@@ -29,6 +29,8 @@ typedef struct kl_attr {
     int64_t *ints;      /* INTS */
     char **strings;     /* STRINGS */
     int n;              /* element count of FLOATS/INTS/STRINGS */
+    struct kl_graph *g; /* GRAPH (owned): a subgraph (If branch, Loop/Scan body), finalized
+                           by kl_gnode_bind_subgraphs */
 } kl_attr;
 
 typedef struct kl_value {
@@ -49,7 +51,8 @@ typedef struct kl_gnode {
     char *op_type;
     char *domain;       /* "" = ai.onnx */
     int *inputs;        /* value indices; -1 = omitted optional input */
-    int n_in;
+    int n_in;           /* including the n_implicit ones */
+    int n_implicit;     /* the last n_implicit inputs: outer-scope values its subgraphs read */
     int *outputs;       /* value indices; -1 = omitted optional output */
     int n_out;
     kl_attr *attrs;
@@ -69,7 +72,9 @@ typedef struct kl_graph {
     kl_gnode *nodes;     /* in topological order after kl_graph_finalize */
     int n_nodes, cap_nodes;
     int *inputs;        /* graph inputs (not initializers) */
-    int n_inputs;
+    int n_inputs;       /* including the n_outer ones */
+    int n_outer;        /* a subgraph: the last n_outer inputs are bound to the enclosing
+                           node's implicit inputs (outer-scope values), in that order */
     int *outputs;
     int n_outputs;
     int opset;          /* default-domain opset */
@@ -105,6 +110,14 @@ float kl_gnode_attr_float(const kl_gnode *n, const char *name, float def);
 const char *kl_gnode_attr_str(const kl_gnode *n, const char *name, const char *def);
 /* "node 17 'conv1' (Conv)" into buf. */
 const char *kl_gnode_desc(const kl_gnode *n, char *buf, size_t len);
+
+/* Binds the subgraphs (GRAPH attributes) of node `node` of g to g: the
+ * values each subgraph reads without defining them (outer-scope names, its
+ * nested subgraphs' included) are appended, as one list in first-use order,
+ * to the node's inputs (n_implicit) and to every subgraph's inputs (n_outer),
+ * so the executor passes them by position; then finalizes each subgraph.
+ * Call once per node, after its attributes are set and before g's finalize. */
+int kl_gnode_bind_subgraphs(kl_graph *g, int node, kl_err *e);
 
 /* Checks ops against the registry (op type, opset, attributes), dangling
  * inputs, duplicate producers and cycles; sorts nodes topologically; counts

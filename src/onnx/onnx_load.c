@@ -1,7 +1,8 @@
 /* ONNX loader: protobuf (protobuf-c generated code) -> kl_graph. Handles
  * raw_data and typed data fields, external data files (relative to the model,
- * bounds-checked), initializers, Constant nodes' tensors, opset imports and
- * symbolic dimensions. Malformed input gives an error, never a crash. */
+ * bounds-checked), initializers, Constant nodes' tensors, opset imports,
+ * symbolic dimensions and subgraphs (GRAPH attributes of If/Loop/Scan,
+ * bound to their node by kl_gnode_bind_subgraphs). Malformed input gives an error, never a crash. */
 #include "keel/onnx.h"
 
 #include <errno.h>
@@ -261,7 +262,43 @@ static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_
     return KL_OK;
 }
 
-static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
+/* What loading a graph body needs: the model (opset imports), the folder
+ * of external data, and the subgraph nesting depth (bounded: a hostile file
+ * could nest graphs until the stack ends). */
+typedef struct {
+    const Onnx__ModelProto *m;
+    const char *base_dir;
+    int depth;
+} load_ctx;
+
+#define MAX_SUBGRAPH_DEPTH 32
+
+static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g, kl_err *e);
+
+/* A GRAPH attribute: the subgraph as a keel graph (bound to its node and
+ * finalized by kl_gnode_bind_subgraphs once the node's attributes are in). */
+static int load_subgraph(const kl_gnode *n, const Onnx__AttributeProto *ap, const load_ctx *c, kl_graph **out, kl_err *e) {
+    *out = NULL;
+    if (!ap->g) return kl_err_set(e, KL_EPARSE, "attribute '%s': GRAPH without a graph", ap->name);
+    if (c->depth >= MAX_SUBGRAPH_DEPTH)
+        return kl_err_set(e, KL_EUNSUPPORTED, "attribute '%s': subgraphs nested deeper than %d", ap->name, MAX_SUBGRAPH_DEPTH);
+    kl_graph *sub;
+    int rc = kl_graph_new(&sub, e);
+    if (rc) return rc;
+    sub->opset = n->opset;
+    sub->name = strdup(ap->g->name ? ap->g->name : "");
+    load_ctx c2 = *c;
+    c2.depth++;
+    if ((rc = load_body(ap->g, &c2, sub, e))) {
+        kl_err_prefix(e, "subgraph '%s'", ap->name);
+        kl_graph_free(sub);
+        return rc;
+    }
+    *out = sub;
+    return KL_OK;
+}
+
+static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, const load_ctx *c, kl_err *e) {
     if (!ap->name) return kl_err_set(e, KL_EPARSE, "attribute without a name");
     kl_attr_type ty;
     switch (ap->has_type ? (int)ap->type : 0) {
@@ -272,7 +309,7 @@ static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: ty = KL_ATTR_FLOATS; break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: ty = KL_ATTR_INTS; break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS: ty = KL_ATTR_STRINGS; break;
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS: ty = KL_ATTR_GRAPH; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: ty = KL_ATTR_GRAPH; break;
     default: ty = KL_ATTR_OTHER; break;
     }
     if (ap->ref_attr_name && *ap->ref_attr_name)
@@ -293,6 +330,7 @@ static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
         if (!ap->t) return kl_err_set(e, KL_EPARSE, "attribute '%s': TENSOR without a tensor", ap->name);
         if ((rc = tensor_from_proto(ap->t, NULL, &a->t, e))) kl_err_prefix(e, "attribute '%s'", ap->name);
         break;
+    case KL_ATTR_GRAPH: rc = load_subgraph(n, ap, c, &a->g, e); break;
     case KL_ATTR_FLOATS:
         a->n = (int)ap->n_floats;
         a->floats = malloc(sizeof(float) * (ap->n_floats + 1));
@@ -319,6 +357,91 @@ static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
     default: break;
     }
     return rc;
+}
+
+/* The graph's initializers, inputs, nodes (their subgraphs bound), outputs
+ * and value_info into g (not finalized). */
+static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g, kl_err *e) {
+    int rc = KL_OK;
+    /* initializers */
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        Onnx__TensorProto *tp = gp->initializer[i];
+        if (!tp->name || !*tp->name) { rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i); return rc; }
+        int v = kl_graph_value(g, tp->name);
+        if (v < 0) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        if (g->values[v].init) { rc = kl_err_set(e, KL_EPARSE, "initializer '%s' defined twice", tp->name); return rc; }
+        kl_tensor *t;
+        if ((rc = tensor_from_proto(tp, c->base_dir, &t, e))) { kl_err_prefix(e, "initializer '%s'", tp->name); return rc; }
+        kl_value *val = &g->values[v];
+        val->init = t;
+        val->dtype = t->dtype;
+        val->rank = t->rank;
+        for (int d = 0; d < t->rank; d++) val->dims[d] = t->dims[d];
+    }
+    if (gp->n_sparse_initializer) { rc = kl_err_set(e, KL_EUNSUPPORTED, "sparse initializers are not supported"); return rc; }
+    /* inputs (skipping those that are initializers: defaults) */
+    g->inputs = calloc(gp->n_input + 1, sizeof(int));
+    g->outputs = calloc(gp->n_output + 1, sizeof(int));
+    if (!g->inputs || !g->outputs) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < gp->n_input; i++) {
+        int v;
+        if (gp->input[i]->name && kl_graph_find_value(g, gp->input[i]->name) >= 0 &&
+            g->values[kl_graph_find_value(g, gp->input[i]->name)].init)
+            continue; /* an initializer listed as input: treat as constant */
+        if ((rc = value_info(g, gp->input[i], &v, e))) { kl_err_prefix(e, "graph input %zu", i); return rc; }
+        if (g->values[v].is_input) { rc = kl_err_set(e, KL_EPARSE, "graph input '%s' listed twice", g->values[v].name); return rc; }
+        g->values[v].is_input = 1;
+        g->inputs[g->n_inputs++] = v;
+    }
+    /* nodes */
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *dom = np->domain ? np->domain : "";
+        if (!np->op_type || !*np->op_type) { rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i); return rc; }
+        for (size_t k = 0; k < np->n_input; k++)
+            if (!np->input[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i); return rc; }
+        for (size_t k = 0; k < np->n_output; k++)
+            if (!np->output[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null output name", i); return rc; }
+        int ni = kl_graph_add_node(g, np->op_type, np->name ? np->name : "", (const char *const *)np->input,
+                                   (int)np->n_input, (const char *const *)np->output, (int)np->n_output);
+        if (ni < 0) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        kl_gnode *n = &g->nodes[ni];
+        n->index = (int)i;
+        free(n->domain);
+        n->domain = strdup(!strcmp(dom, "ai.onnx") ? "" : dom);
+        n->opset = g->opset;
+        if (*dom && strcmp(dom, "ai.onnx")) {
+            n->opset = -1;
+            for (size_t k = 0; k < c->m->n_opset_import; k++)
+                if (c->m->opset_import[k]->domain && !strcmp(c->m->opset_import[k]->domain, dom))
+                    n->opset = (int)c->m->opset_import[k]->version;
+        }
+        for (size_t k = 0; k < np->n_attribute; k++) {
+            if ((rc = load_attr(n, np->attribute[k], c, e))) {
+                char d[256];
+                kl_err_prefix(e, "%s", kl_gnode_desc(n, d, sizeof d));
+                return rc;
+            }
+        }
+        int subs = 0;
+        for (int k = 0; k < n->n_attrs; k++) subs += n->attrs[k].type == KL_ATTR_GRAPH && n->attrs[k].g;
+        if (subs && (rc = kl_gnode_bind_subgraphs(g, ni, e))) return rc;
+    }
+    for (size_t i = 0; i < gp->n_output; i++) {
+        int v;
+        if ((rc = value_info(g, gp->output[i], &v, e))) { kl_err_prefix(e, "graph output %zu", i); return rc; }
+        g->values[v].is_output = 1;
+        g->outputs[g->n_outputs++] = v;
+    }
+    /* value_info: types of intermediates (informational; inference recomputes) */
+    for (size_t i = 0; i < gp->n_value_info; i++) {
+        const Onnx__ValueInfoProto *vi = gp->value_info[i];
+        if (!vi->name || kl_graph_find_value(g, vi->name) < 0) continue;
+        int v;
+        kl_err e2 = {0};
+        (void)value_info(g, vi, &v, &e2);
+    }
+    return KL_OK;
 }
 
 static int build_graph(const Onnx__ModelProto *m, const char *name, const char *base_dir, kl_graph **out, kl_err *e) {
@@ -348,80 +471,8 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
                         KL_ONNX_OPSET_MIN, KL_ONNX_OPSET_MAX);
         goto fail;
     }
-    /* initializers */
-    for (size_t i = 0; i < gp->n_initializer; i++) {
-        Onnx__TensorProto *tp = gp->initializer[i];
-        if (!tp->name || !*tp->name) { rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i); goto fail; }
-        int v = kl_graph_value(g, tp->name);
-        if (v < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        if (g->values[v].init) { rc = kl_err_set(e, KL_EPARSE, "initializer '%s' defined twice", tp->name); goto fail; }
-        kl_tensor *t;
-        if ((rc = tensor_from_proto(tp, base_dir, &t, e))) { kl_err_prefix(e, "initializer '%s'", tp->name); goto fail; }
-        kl_value *val = &g->values[v];
-        val->init = t;
-        val->dtype = t->dtype;
-        val->rank = t->rank;
-        for (int d = 0; d < t->rank; d++) val->dims[d] = t->dims[d];
-    }
-    if (gp->n_sparse_initializer) { rc = kl_err_set(e, KL_EUNSUPPORTED, "sparse initializers are not supported"); goto fail; }
-    /* inputs (skipping those that are initializers: defaults) */
-    g->inputs = calloc(gp->n_input + 1, sizeof(int));
-    g->outputs = calloc(gp->n_output + 1, sizeof(int));
-    if (!g->inputs || !g->outputs) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-    for (size_t i = 0; i < gp->n_input; i++) {
-        int v;
-        if (gp->input[i]->name && kl_graph_find_value(g, gp->input[i]->name) >= 0 &&
-            g->values[kl_graph_find_value(g, gp->input[i]->name)].init)
-            continue; /* an initializer listed as input: treat as constant */
-        if ((rc = value_info(g, gp->input[i], &v, e))) { kl_err_prefix(e, "graph input %zu", i); goto fail; }
-        if (g->values[v].is_input) { rc = kl_err_set(e, KL_EPARSE, "graph input '%s' listed twice", g->values[v].name); goto fail; }
-        g->values[v].is_input = 1;
-        g->inputs[g->n_inputs++] = v;
-    }
-    /* nodes */
-    for (size_t i = 0; i < gp->n_node; i++) {
-        const Onnx__NodeProto *np = gp->node[i];
-        const char *dom = np->domain ? np->domain : "";
-        if (!np->op_type || !*np->op_type) { rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i); goto fail; }
-        for (size_t k = 0; k < np->n_input; k++)
-            if (!np->input[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i); goto fail; }
-        for (size_t k = 0; k < np->n_output; k++)
-            if (!np->output[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null output name", i); goto fail; }
-        int ni = kl_graph_add_node(g, np->op_type, np->name ? np->name : "", (const char *const *)np->input,
-                                   (int)np->n_input, (const char *const *)np->output, (int)np->n_output);
-        if (ni < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        kl_gnode *n = &g->nodes[ni];
-        n->index = (int)i;
-        free(n->domain);
-        n->domain = strdup(!strcmp(dom, "ai.onnx") ? "" : dom);
-        n->opset = g->opset;
-        if (*dom && strcmp(dom, "ai.onnx")) {
-            n->opset = -1;
-            for (size_t k = 0; k < m->n_opset_import; k++)
-                if (m->opset_import[k]->domain && !strcmp(m->opset_import[k]->domain, dom)) n->opset = (int)m->opset_import[k]->version;
-        }
-        for (size_t k = 0; k < np->n_attribute; k++) {
-            if ((rc = load_attr(n, np->attribute[k], e))) {
-                char d[256];
-                kl_err_prefix(e, "%s", kl_gnode_desc(n, d, sizeof d));
-                goto fail;
-            }
-        }
-    }
-    for (size_t i = 0; i < gp->n_output; i++) {
-        int v;
-        if ((rc = value_info(g, gp->output[i], &v, e))) { kl_err_prefix(e, "graph output %zu", i); goto fail; }
-        g->values[v].is_output = 1;
-        g->outputs[g->n_outputs++] = v;
-    }
-    /* value_info: types of intermediates (informational; inference recomputes) */
-    for (size_t i = 0; i < gp->n_value_info; i++) {
-        const Onnx__ValueInfoProto *vi = gp->value_info[i];
-        if (!vi->name || kl_graph_find_value(g, vi->name) < 0) continue;
-        int v;
-        kl_err e2 = {0};
-        (void)value_info(g, vi, &v, &e2);
-    }
+    load_ctx c = {m, base_dir, 0};
+    if ((rc = load_body(gp, &c, g, e))) goto fail;
     if ((rc = kl_graph_finalize(g, e))) goto fail;
     *out = g;
     return KL_OK;

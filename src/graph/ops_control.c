@@ -1,0 +1,443 @@
+/* Control-flow operators with subgraphs: If (1-16), Loop (1-16), Scan
+ * (9-16). Their subgraphs are keel graphs bound to the node
+ * (kl_gnode_bind_subgraphs: outer-scope values arrive as the node's implicit
+ * inputs) and run by the same executor (kl__sub_run: planned once per set of
+ * iteration shapes, one arena reused across iterations). Their output
+ * shapes depend on the data (the branch taken, the trip count), so they run
+ * as dynamic steps that allocate their outputs (KL_OP_ALLOCS); Loop's scan
+ * outputs are gathered per iteration and stacked at the end, Scan's are
+ * written into their place as each iteration ends. Tensors only: sequence
+ * and optional values are refused by the loader. */
+#include "graph/graph_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A Loop without a trip count stops by its condition alone: past this many
+ * iterations it is refused (a model that never stops would hang the run). */
+#define LOOP_MAX_ITERS ((int64_t)1 << 31)
+
+static kl_graph *sub_of(const kl_gnode *n, const char *name) {
+    const kl_attr *a = kl_gnode_attr(n, name);
+    return a && a->type == KL_ATTR_GRAPH ? a->g : NULL;
+}
+
+static int n_explicit(const kl_gnode *n) { return n->n_in - n->n_implicit; }
+
+/* A new contiguous copy of t. */
+static int dup_tensor(const kl_tensor *t, kl_tensor **out, kl_err *e) {
+    int rc = kl_tensor_new_uninit(t->dtype, t->rank, t->dims, KL_TAG_ACTIVATIONS, out, e);
+    if (!rc && (*out)->nbytes) memcpy((*out)->data, t->data, (*out)->nbytes);
+    return rc;
+}
+
+/* A graph output of 0 iterations: the declared dtype (f32 when unknown)
+ * with the stacking axis 0 (its declared dims after it where known). */
+static int empty_stack(const kl_graph *sub, int o, kl_tensor **out, kl_err *e) {
+    const kl_value *v = &sub->values[sub->outputs[o]];
+    int64_t dims[KL_MAX_DIMS] = {0};
+    int rank = 1;
+    for (int d = 0; v->rank >= 0 && d < v->rank && rank < KL_MAX_DIMS; d++) dims[rank++] = v->dims[d] < 0 ? 0 : v->dims[d];
+    return kl_tensor_new(v->dtype == KL_DTYPE_COUNT ? KL_F32 : v->dtype, rank, dims, KL_TAG_ACTIVATIONS, out, e);
+}
+
+static int need_data(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    return KL__NEED_DATA;
+}
+
+/* The result res into the executor's empty tensor dst (KL_OP_ALLOCS):
+ * contents swapped, the empty one freed. */
+static void move_into(kl_tensor *dst, kl_tensor *res) {
+    kl_tensor t = *dst;
+    *dst = *res;
+    *res = t;
+    kl_tensor_free(res);
+}
+
+/* Hands the subgraph's outputs to the node's (omitted ones freed). */
+static void give_outputs(const kl_gnode *n, kl_tensor **res, kl_tensor *const *out, int n_out) {
+    for (int k = 0; k < n_out; k++) {
+        if (n->outputs[k] < 0 || !out[k] || !res[k]) kl_tensor_free(res[k]);
+        else move_into(out[k], res[k]);
+        res[k] = NULL;
+    }
+}
+
+/* ================================================================== *
+ * If(cond) then_branch / else_branch
+ * ================================================================== */
+
+static int if_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
+    const char *names[2] = {"then_branch", "else_branch"};
+    for (int i = 0; i < 2; i++) {
+        kl_graph *b = sub_of(n, names[i]);
+        if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no %s graph", n->opset, names[i]);
+        if (b->n_inputs != b->n_outer) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s takes inputs", n->opset, names[i]);
+        if (b->n_outputs != n->n_out)
+            return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s has %d outputs, the node %d", n->opset, names[i], b->n_outputs, n->n_out);
+    }
+    return KL_OK;
+}
+
+static int if_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (kl_tensor_numel(in[0]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "opset %d: cond has %lld elements, not 1", n->opset, (long long)kl_tensor_numel(in[0]));
+    const char *which = kl__int_at(in[0], 0) ? "then_branch" : "else_branch";
+    kl__sub r;
+    kl__sub_init(&r, sub_of(n, which), x->pool);
+    kl_tensor *res[512];
+    if (n_out > 512) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: %d outputs", n->opset, n_out);
+    int rc = kl__sub_run(&r, in + n_explicit(n), res, e);
+    kl__sub_free(&r);
+    if (rc) {
+        char d[300];
+        kl_err_prefix(e, "%s %s", kl_gnode_desc(n, d, sizeof d), which);
+        return rc;
+    }
+    give_outputs(n, res, out, n_out);
+    return KL_OK;
+}
+
+/* ================================================================== *
+ * Loop(M?, cond?, v_initial...) body(iter, cond, v...) -> (cond, v..., scan...)
+ * ================================================================== */
+
+static int loop_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
+    kl_graph *b = sub_of(n, "body");
+    int N = n_explicit(n) - 2;
+    if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no body graph", n->opset);
+    if (N < 0) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %d inputs, Loop takes M, cond and the carried values", n->opset, n_explicit(n));
+    if (b->n_inputs - b->n_outer != N + 2)
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs, the loop carries %d (+ iteration, condition)", n->opset,
+                             b->n_inputs - b->n_outer, N);
+    if (b->n_outputs < N + 1 || n->n_out > b->n_outputs - 1)
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body gives %d outputs for %d carried values and %d node outputs", n->opset,
+                             b->n_outputs, N, n->n_out);
+    return KL_OK;
+}
+
+/* Scan outputs of a Loop: one tensor per iteration, stacked at the end. */
+typedef struct { kl_tensor **t; int64_t n, cap; } stack_list;
+
+static int stack_push(stack_list *s, kl_tensor *t, kl_err *e) {
+    if (s->n == s->cap) {
+        int64_t nc = s->cap ? s->cap * 2 : 16;
+        kl_tensor **nt = realloc(s->t, sizeof(kl_tensor *) * (size_t)nc);
+        if (!nt) { kl_tensor_free(t); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        s->t = nt;
+        s->cap = nc;
+    }
+    s->t[s->n++] = t;
+    return KL_OK;
+}
+
+static int stack_join(const kl_gnode *n, const stack_list *s, kl_tensor **out, kl_err *e) {
+    const kl_tensor *f = s->t[0];
+    if (f->rank >= KL_MAX_DIMS) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: scan output of rank %d", n->opset, f->rank);
+    int64_t dims[KL_MAX_DIMS];
+    dims[0] = s->n;
+    memcpy(dims + 1, f->dims, sizeof(int64_t) * (size_t)f->rank);
+    for (int64_t i = 1; i < s->n; i++)
+        if (s->t[i]->dtype != f->dtype || s->t[i]->rank != f->rank || memcmp(s->t[i]->dims, f->dims, sizeof(int64_t) * (size_t)f->rank)) {
+            char a[96], b[96];
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan output is %s at iteration 0, %s at iteration %lld", n->opset,
+                                 kl_shape_str(f->rank, f->dims, a, sizeof a), kl_shape_str(s->t[i]->rank, s->t[i]->dims, b, sizeof b),
+                                 (long long)i);
+        }
+    int rc = kl_tensor_new_uninit(f->dtype, f->rank + 1, dims, KL_TAG_ACTIVATIONS, out, e);
+    for (int64_t i = 0; !rc && i < s->n && f->nbytes; i++) memcpy((char *)(*out)->data + (size_t)i * f->nbytes, s->t[i]->data, f->nbytes);
+    return rc;
+}
+
+typedef struct {
+    kl__sub r;
+    kl_tensor **bin, **bout, **carry;
+    char *owned;
+    stack_list *scans;
+    kl_tensor *iter, *cond;
+    int N, K;
+} loop_state;
+
+static void loop_state_free(loop_state *s) {
+    kl__sub_free(&s->r);
+    for (int j = 0; s->carry && j < s->N; j++)
+        if (s->owned[j]) kl_tensor_free(s->carry[j]);
+    for (int k = 0; s->scans && k < s->K; k++) {
+        for (int64_t i = 0; i < s->scans[k].n; i++) kl_tensor_free(s->scans[k].t[i]);
+        free(s->scans[k].t);
+    }
+    kl_tensor_free(s->iter);
+    kl_tensor_free(s->cond);
+    free(s->bin);
+    free(s->bout);
+    free(s->carry);
+    free(s->owned);
+    free(s->scans);
+}
+
+/* One iteration: runs the body, takes the condition, the carried values
+ * and the scan outputs. */
+static int loop_step(kl_gnode *n, loop_state *s, int *cond, kl_err *e) {
+    int rc = kl__sub_run(&s->r, s->bin, s->bout, e);
+    if (rc) return rc;
+    const kl_tensor *c = s->bout[0];
+    if (kl_tensor_numel(c) != 1) rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: body condition has %lld elements", n->opset, (long long)kl_tensor_numel(c));
+    else *cond = kl__int_at(c, 0) != 0;
+    kl_tensor_free(s->bout[0]);
+    for (int j = 0; j < s->N; j++) {
+        if (s->owned[j]) kl_tensor_free(s->carry[j]);
+        s->carry[j] = s->bout[1 + j];
+        s->owned[j] = 1;
+        s->bin[2 + j] = s->carry[j];
+    }
+    for (int k = 0; k < s->K; k++) {
+        kl_tensor *t = s->bout[1 + s->N + k];
+        if (!rc) rc = stack_push(&s->scans[k], t, e);
+        else kl_tensor_free(t);
+    }
+    return rc;
+}
+
+static int loop_outputs(kl_gnode *n, loop_state *s, kl_tensor *const *dst, int n_out, kl_err *e) {
+    int rc = KL_OK;
+    kl_tensor *out[512] = {0};
+    if (n_out > 512) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: %d outputs", n->opset, n_out);
+    for (int k = 0; k < n_out && !rc; k++) {
+        if (n->outputs[k] < 0) continue;
+        if (k < s->N) {
+            if (s->owned[k]) { out[k] = s->carry[k]; s->owned[k] = 0; }
+            else rc = dup_tensor(s->carry[k], &out[k], e);
+        } else {
+            const stack_list *l = &s->scans[k - s->N];
+            rc = l->n ? stack_join(n, l, &out[k], e) : empty_stack(s->r.g, 1 + k, &out[k], e);
+        }
+    }
+    if (!rc) give_outputs(n, out, dst, n_out);
+    for (int k = 0; k < n_out; k++) kl_tensor_free(out[k]);
+    return rc;
+}
+
+static int loop_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    kl_graph *b = sub_of(n, "body");
+    loop_state s;
+    memset(&s, 0, sizeof s);
+    s.N = n_explicit(n) - 2;
+    s.K = b->n_outputs - 1 - s.N;
+    const kl_tensor *M = in[0], *C = in[1];
+    if ((M && kl_tensor_numel(M) != 1) || (C && kl_tensor_numel(C) != 1))
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: the trip count and the condition must have one element", n->opset);
+    int64_t trip = M ? kl__int_at(M, 0) : -1;
+    int cond = C ? kl__int_at(C, 0) != 0 : 1, rc;
+    kl__sub_init(&s.r, b, x->pool);
+    s.bin = calloc((size_t)b->n_inputs + 1, sizeof(kl_tensor *));
+    s.bout = calloc((size_t)b->n_outputs + 1, sizeof(kl_tensor *));
+    s.carry = calloc((size_t)s.N + 1, sizeof(kl_tensor *));
+    s.owned = calloc((size_t)s.N + 1, 1);
+    s.scans = calloc((size_t)s.K + 1, sizeof(stack_list));
+    if (!s.bin || !s.bout || !s.carry || !s.owned || !s.scans) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if ((rc = kl_tensor_new(KL_I64, 0, NULL, KL_TAG_ACTIVATIONS, &s.iter, e)) ||
+        (rc = kl_tensor_new(KL_BOOL, 0, NULL, KL_TAG_ACTIVATIONS, &s.cond, e)))
+        goto done;
+    s.bin[0] = s.iter;
+    s.bin[1] = s.cond;
+    for (int j = 0; j < s.N; j++) {
+        if (!in[2 + j]) { rc = kl__fail_node(e, n, KL_EPARSE, "opset %d: carried value %d has no initial value", n->opset, j); goto done; }
+        s.carry[j] = in[2 + j];
+        s.bin[2 + j] = s.carry[j];
+    }
+    for (int j = 0; j < n->n_implicit; j++) s.bin[2 + s.N + j] = in[n_explicit(n) + j];
+    for (int64_t i = 0; (trip < 0 || i < trip) && cond; i++) {
+        if (trip < 0 && i >= LOOP_MAX_ITERS) {
+            rc = kl__fail_node(e, n, KL_ERANGE, "opset %d: no trip count and still running after %lld iterations", n->opset, (long long)i);
+            goto done;
+        }
+        *(int64_t *)s.iter->data = i;
+        *(uint8_t *)s.cond->data = (uint8_t)cond;
+        if ((rc = loop_step(n, &s, &cond, e))) {
+            char d[300];
+            kl_err_prefix(e, "%s body, iteration %lld", kl_gnode_desc(n, d, sizeof d), (long long)i);
+            goto done;
+        }
+    }
+    rc = loop_outputs(n, &s, out, n_out, e);
+done:
+    loop_state_free(&s);
+    return rc;
+}
+
+/* ================================================================== *
+ * Scan(initial states..., scan inputs...) body(states..., slices...) ->
+ * (states..., scan outputs...) (opset 9+: axes and directions per input
+ * and output)
+ * ================================================================== */
+
+typedef struct {
+    int N, M, K;
+    int64_t T;
+    int64_t in_axis[64], out_axis[64];
+    int in_rev[64], out_rev[64];
+} scan_shape;
+
+static int scan_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
+    kl_graph *b = sub_of(n, "body");
+    int64_t M = kl_gnode_attr_int(n, "num_scan_inputs", -1);
+    if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no body graph", n->opset);
+    if (M < 1 || M > n_explicit(n) || M > 64) return kl__fail_node(e, n, KL_EPARSE, "opset %d: num_scan_inputs %lld for %d inputs", n->opset, (long long)M, n_explicit(n));
+    int N = n_explicit(n) - (int)M;
+    if (b->n_inputs - b->n_outer != n_explicit(n))
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs, the node gives %d", n->opset, b->n_inputs - b->n_outer, n_explicit(n));
+    if (b->n_outputs != n->n_out || b->n_outputs < N || b->n_outputs - N > 64)
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body gives %d outputs, the node has %d (%d states)", n->opset, b->n_outputs, n->n_out, N);
+    const char *lists[4] = {"scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"};
+    for (int i = 0; i < 4; i++) {
+        const kl_attr *a = kl_gnode_attr(n, lists[i]);
+        int want = i < 2 ? (int)M : b->n_outputs - N;
+        if (a && a->n != want) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s has %d entries, not %d", n->opset, lists[i], a->n, want);
+        for (int k = 0; a && i % 2 && k < a->n; k++)
+            if (a->ints[k] != 0 && a->ints[k] != 1) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s must be 0 or 1", n->opset, lists[i]);
+    }
+    return KL_OK;
+}
+
+static int64_t attr_at(const kl_gnode *n, const char *name, int k) {
+    const kl_attr *a = kl_gnode_attr(n, name);
+    return a && k < a->n ? a->ints[k] : 0;
+}
+
+/* The scan's length and each input's axis and direction. */
+static int scan_plan(kl_gnode *n, kl_tensor *const *in, scan_shape *sh, kl_err *e) {
+    kl_graph *b = sub_of(n, "body");
+    sh->M = (int)kl_gnode_attr_int(n, "num_scan_inputs", 1);
+    sh->N = n_explicit(n) - sh->M;
+    sh->K = b->n_outputs - sh->N;
+    sh->T = -1;
+    for (int j = 0; j < sh->M; j++) {
+        const kl_tensor *x = in[sh->N + j];
+        if (!x || (x->rank < 1)) return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan input %d needs rank >= 1", n->opset, j);
+        if (kl__norm_axis(attr_at(n, "scan_input_axes", j), x->rank, &sh->in_axis[j]))
+            return kl__fail_node(e, n, KL_EINVAL, "opset %d: scan input %d: axis %lld out of range", n->opset, j, (long long)attr_at(n, "scan_input_axes", j));
+        sh->in_rev[j] = (int)attr_at(n, "scan_input_directions", j);
+        int64_t t = x->dims[sh->in_axis[j]];
+        if (sh->T >= 0 && t != sh->T)
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan inputs have lengths %lld and %lld", n->opset, (long long)sh->T, (long long)t);
+        sh->T = t;
+    }
+    for (int k = 0; k < sh->K; k++) sh->out_rev[k] = (int)attr_at(n, "scan_output_directions", k);
+    return KL_OK;
+}
+
+/* dst = src[..., t, ...] along axis (dst preallocated with that axis removed) */
+static void take_slice(const kl_tensor *src, int axis, int64_t t, kl_tensor *dst) {
+    int64_t outer = 1, inner = 1, T = src->dims[axis];
+    for (int d = 0; d < axis; d++) outer *= src->dims[d];
+    for (int d = axis + 1; d < src->rank; d++) inner *= src->dims[d];
+    size_t rb = (size_t)inner * kl_dtype_size(src->dtype);
+    for (int64_t o = 0; o < outer; o++) memcpy((char *)dst->data + (size_t)o * rb, (const char *)src->data + ((size_t)(o * T + t)) * rb, rb);
+}
+
+/* dst[..., t, ...] = src along axis of dst */
+static void put_slice(kl_tensor *dst, int axis, int64_t t, const kl_tensor *src) {
+    int64_t outer = 1, inner = 1, T = dst->dims[axis];
+    for (int d = 0; d < axis; d++) outer *= dst->dims[d];
+    for (int d = axis + 1; d < dst->rank; d++) inner *= dst->dims[d];
+    size_t rb = (size_t)inner * kl_dtype_size(dst->dtype);
+    for (int64_t o = 0; o < outer; o++) memcpy((char *)dst->data + ((size_t)(o * T + t)) * rb, (const char *)src->data + (size_t)o * rb, rb);
+}
+
+/* The scan output k's tensor, made when its first slice is known. */
+static int scan_out_new(kl_gnode *n, scan_shape *sh, int k, const kl_tensor *s, kl_tensor **out, kl_err *e) {
+    int64_t ax;
+    if (s->rank >= KL_MAX_DIMS) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: scan output of rank %d", n->opset, s->rank);
+    if (kl__norm_axis(attr_at(n, "scan_output_axes", k), s->rank + 1, &ax))
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: scan output %d: axis %lld out of range", n->opset, k, (long long)attr_at(n, "scan_output_axes", k));
+    sh->out_axis[k] = ax;
+    int64_t dims[KL_MAX_DIMS];
+    for (int d = 0, r = 0; d <= s->rank; d++) dims[d] = d == ax ? sh->T : s->dims[r++];
+    return kl_tensor_new_uninit(s->dtype, s->rank + 1, dims, KL_TAG_ACTIVATIONS, out, e);
+}
+
+static int scan_iter(kl_gnode *n, scan_shape *sh, loop_state *s, kl_tensor *const *in, kl_tensor **slices, kl_tensor **res,
+                     int64_t t, kl_err *e) {
+    for (int j = 0; j < sh->M; j++) take_slice(in[sh->N + j], (int)sh->in_axis[j], sh->in_rev[j] ? sh->T - 1 - t : t, slices[j]);
+    int rc = kl__sub_run(&s->r, s->bin, s->bout, e);
+    if (rc) return rc;
+    for (int j = 0; j < sh->N; j++) {
+        if (s->owned[j]) kl_tensor_free(s->carry[j]);
+        s->carry[j] = s->bout[j];
+        s->owned[j] = 1;
+        s->bin[j] = s->carry[j];
+    }
+    for (int k = 0; k < sh->K && !rc; k++) {
+        const kl_tensor *o = s->bout[sh->N + k];
+        if (!res[sh->N + k]) rc = scan_out_new(n, sh, k, o, &res[sh->N + k], e);
+        kl_tensor *r = res[sh->N + k];
+        if (!rc && (r->dtype != o->dtype || r->rank != o->rank + 1 || kl_tensor_numel(r) != kl_tensor_numel(o) * sh->T)) {
+            char a[96];
+            rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan output %d changes shape (%s) at iteration %lld", n->opset, k,
+                               kl_shape_str(o->rank, o->dims, a, sizeof a), (long long)t);
+        }
+        if (!rc) put_slice(r, (int)sh->out_axis[k], sh->out_rev[k] ? sh->T - 1 - t : t, o);
+    }
+    for (int k = 0; k < sh->K; k++) { kl_tensor_free(s->bout[sh->N + k]); s->bout[sh->N + k] = NULL; }
+    return rc;
+}
+
+static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    kl_graph *b = sub_of(n, "body");
+    scan_shape sh;
+    loop_state s;
+    memset(&s, 0, sizeof s);
+    kl_tensor **res = calloc((size_t)n_out + 1, sizeof(kl_tensor *)), **slices = NULL;
+    int rc = res ? scan_plan(n, in, &sh, e) : kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (rc) { free(res); return rc; }
+    s.N = sh.N;
+    kl__sub_init(&s.r, b, x->pool);
+    s.bin = calloc((size_t)b->n_inputs + 1, sizeof(kl_tensor *));
+    s.bout = calloc((size_t)b->n_outputs + 1, sizeof(kl_tensor *));
+    s.carry = calloc((size_t)sh.N + 1, sizeof(kl_tensor *));
+    s.owned = calloc((size_t)sh.N + 1, 1);
+    slices = calloc((size_t)sh.M + 1, sizeof(kl_tensor *));
+    if (!s.bin || !s.bout || !s.carry || !s.owned || !slices) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    for (int j = 0; j < sh.N; j++) s.bin[j] = s.carry[j] = in[j];
+    for (int j = 0; j < sh.M && !rc; j++) {
+        const kl_tensor *x = in[sh.N + j];
+        int64_t dims[KL_MAX_DIMS];
+        for (int d = 0, r = 0; d < x->rank; d++)
+            if (d != sh.in_axis[j]) dims[r++] = x->dims[d];
+        rc = kl_tensor_new_uninit(x->dtype, x->rank - 1, dims, KL_TAG_ACTIVATIONS, &slices[j], e);
+        s.bin[sh.N + j] = slices[j];
+    }
+    for (int j = 0; j < n->n_implicit; j++) s.bin[n_explicit(n) + j] = in[n_explicit(n) + j];
+    for (int64_t t = 0; !rc && t < sh.T; t++)
+        if ((rc = scan_iter(n, &sh, &s, in, slices, res, t, e))) {
+            char d[300];
+            kl_err_prefix(e, "%s body, iteration %lld", kl_gnode_desc(n, d, sizeof d), (long long)t);
+        }
+    for (int k = 0; !rc && k < n_out; k++) {
+        if (k < sh.N) {
+            if (s.owned[k]) { res[k] = s.carry[k]; s.owned[k] = 0; }
+            else rc = dup_tensor(s.carry[k], &res[k], e);
+        } else if (!res[k]) {
+            rc = empty_stack(b, k, &res[k], e);
+        }
+    }
+    if (!rc) give_outputs(n, res, out, n_out);
+done:
+    for (int k = 0; k < n_out; k++) kl_tensor_free(res[k]);
+    for (int j = 0; slices && j < sh.M; j++) kl_tensor_free(slices[j]);
+    free(slices);
+    free(res);
+    loop_state_free(&s);
+    return rc;
+}
+
+static const char *const a_if[] = {"then_branch", "else_branch", NULL};
+static const char *const a_loop[] = {"body", NULL};
+static const char *const a_scan[] = {"body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
+                                     "scan_output_axes", "scan_output_directions", NULL};
+
+const kl_op kl__ops_control[] = {
+    {"If", "", 1, 16, 1, 1, 1, -1, a_if, if_check, need_data, if_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"Loop", "", 1, 16, 0, -1, 0, -1, a_loop, loop_check, need_data, loop_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"Scan", "", 9, 16, 1, -1, 1, -1, a_scan, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+};
