@@ -1,5 +1,5 @@
 /* Control-flow operators with subgraphs: If (1-16), Loop (1-16), Scan
- * (9-16). Their subgraphs are keel graphs bound to the node
+ * (8-16). Their subgraphs are keel graphs bound to the node
  * (kl_gnode_bind_subgraphs: outer-scope values arrive as the node's implicit
  * inputs) and run by the same executor (kl__sub_run: planned once per set of
  * iteration shapes, one arena reused across iterations). Their output
@@ -282,13 +282,16 @@ static int scan_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     int64_t M = kl_gnode_attr_int(n, "num_scan_inputs", -1);
     if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no body graph", n->opset);
     if (M < 1 || M > n_explicit(n) || M > 64) return kl__fail_node(e, n, KL_EPARSE, "opset %d: num_scan_inputs %lld for %d inputs", n->opset, (long long)M, n_explicit(n));
-    int N = n_explicit(n) - (int)M;
-    if (b->n_inputs - b->n_outer != n_explicit(n))
-        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs, the node gives %d", n->opset, b->n_inputs - b->n_outer, n_explicit(n));
+    int lens = n->opset < 9; /* Scan 8: sequence_lens first */
+    int N = n_explicit(n) - lens - (int)M;
+    if (N < 0 || b->n_inputs - b->n_outer != n_explicit(n) - lens)
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs, the node gives %d", n->opset, b->n_inputs - b->n_outer,
+                             n_explicit(n) - lens);
     if (b->n_outputs != n->n_out || b->n_outputs < N || b->n_outputs - N > 64)
         return kl__fail_node(e, n, KL_EPARSE, "opset %d: body gives %d outputs, the node has %d (%d states)", n->opset, b->n_outputs, n->n_out, N);
     const char *lists[4] = {"scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"};
-    for (int i = 0; i < 4; i++) {
+    if (lens) lists[1] = "directions";
+    for (int i = lens; i < 4 - 2 * lens; i++) {
         const kl_attr *a = kl_gnode_attr(n, lists[i]);
         int want = i < 2 ? (int)M : b->n_outputs - N;
         if (a && a->n != want) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s has %d entries, not %d", n->opset, lists[i], a->n, want);
@@ -381,52 +384,135 @@ static int scan_iter(kl_gnode *n, scan_shape *sh, loop_state *s, kl_tensor *cons
     return rc;
 }
 
-static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+/* The scan over in (N states, M scan inputs, then the outer values) into
+ * res (N final states, K scan outputs; new tensors). */
+static int scan_exec(kl_gnode *n, scan_shape *sh, kl_tensor *const *in, kl_tensor **res, kl_pool *pool, kl_err *e) {
     kl_graph *b = sub_of(n, "body");
-    scan_shape sh;
     loop_state s;
     memset(&s, 0, sizeof s);
-    kl_tensor **res = calloc((size_t)n_out + 1, sizeof(kl_tensor *)), **slices = NULL;
-    int rc = res ? scan_plan(n, in, &sh, e) : kl_err_set(e, KL_ENOMEM, "out of memory");
-    if (rc) { free(res); return rc; }
-    s.N = sh.N;
-    kl__sub_init(&s.r, b, x->pool);
+    kl_tensor **slices = NULL;
+    int rc = KL_OK, nx = sh->N + sh->M, n_res = sh->N + sh->K;
+    s.N = sh->N;
+    kl__sub_init(&s.r, b, pool);
     s.bin = calloc((size_t)b->n_inputs + 1, sizeof(kl_tensor *));
     s.bout = calloc((size_t)b->n_outputs + 1, sizeof(kl_tensor *));
-    s.carry = calloc((size_t)sh.N + 1, sizeof(kl_tensor *));
-    s.owned = calloc((size_t)sh.N + 1, 1);
-    slices = calloc((size_t)sh.M + 1, sizeof(kl_tensor *));
+    s.carry = calloc((size_t)sh->N + 1, sizeof(kl_tensor *));
+    s.owned = calloc((size_t)sh->N + 1, 1);
+    slices = calloc((size_t)sh->M + 1, sizeof(kl_tensor *));
     if (!s.bin || !s.bout || !s.carry || !s.owned || !slices) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-    for (int j = 0; j < sh.N; j++) s.bin[j] = s.carry[j] = in[j];
-    for (int j = 0; j < sh.M && !rc; j++) {
-        const kl_tensor *x = in[sh.N + j];
+    for (int j = 0; j < sh->N; j++) s.bin[j] = s.carry[j] = in[j];
+    for (int j = 0; j < sh->M && !rc; j++) {
+        const kl_tensor *x = in[sh->N + j];
         int64_t dims[KL_MAX_DIMS];
         for (int d = 0, r = 0; d < x->rank; d++)
-            if (d != sh.in_axis[j]) dims[r++] = x->dims[d];
+            if (d != sh->in_axis[j]) dims[r++] = x->dims[d];
         rc = kl_tensor_new_uninit(x->dtype, x->rank - 1, dims, KL_TAG_ACTIVATIONS, &slices[j], e);
-        s.bin[sh.N + j] = slices[j];
+        s.bin[sh->N + j] = slices[j];
     }
-    for (int j = 0; j < n->n_implicit; j++) s.bin[n_explicit(n) + j] = in[n_explicit(n) + j];
-    for (int64_t t = 0; !rc && t < sh.T; t++)
-        if ((rc = scan_iter(n, &sh, &s, in, slices, res, t, e))) {
+    for (int j = 0; j < n->n_implicit; j++) s.bin[nx + j] = in[nx + j];
+    for (int64_t t = 0; !rc && t < sh->T; t++)
+        if ((rc = scan_iter(n, sh, &s, in, slices, res, t, e))) {
             char d[300];
             kl_err_prefix(e, "%s body, iteration %lld", kl_gnode_desc(n, d, sizeof d), (long long)t);
         }
-    for (int k = 0; !rc && k < n_out; k++) {
-        if (k < sh.N) {
+    for (int k = 0; !rc && k < n_res; k++) {
+        if (k < sh->N) {
             if (s.owned[k]) { res[k] = s.carry[k]; s.owned[k] = 0; }
             else rc = dup_tensor(s.carry[k], &res[k], e);
         } else if (!res[k]) {
             rc = empty_stack(b, k, &res[k], e);
         }
     }
-    if (!rc) give_outputs(n, res, out, n_out);
 done:
-    for (int k = 0; k < n_out; k++) kl_tensor_free(res[k]);
-    for (int j = 0; slices && j < sh.M; j++) kl_tensor_free(slices[j]);
+    if (rc)
+        for (int k = 0; k < n_res; k++) { kl_tensor_free(res[k]); res[k] = NULL; }
+    for (int j = 0; slices && j < sh->M; j++) kl_tensor_free(slices[j]);
     free(slices);
-    free(res);
     loop_state_free(&s);
+    return rc;
+}
+
+/* Scan 8: sequence_lens?, states and scan inputs with a batch dimension
+ * first (scanned along dimension 1): the scan per batch row. */
+static int scan8_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    kl_graph *b = sub_of(n, "body");
+    scan_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.M = (int)kl_gnode_attr_int(n, "num_scan_inputs", 1);
+    sh.N = n_explicit(n) - 1 - sh.M;
+    sh.K = b->n_outputs - sh.N;
+    int nx = sh.N + sh.M, rc = KL_OK;
+    int64_t B = -1;
+    for (int k = 1; k <= nx; k++) {
+        const kl_tensor *t = in[k];
+        int need = k > sh.N ? 2 : 1;
+        if (!t || t->rank < need || (B >= 0 && t->dims[0] != B))
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: input %d needs the batch dimension first%s", n->opset, k,
+                                 k > sh.N ? " and the sequence second" : "");
+        B = t->dims[0];
+    }
+    sh.T = in[1 + sh.N]->dims[1];
+    for (int j = 0; j < sh.M; j++) {
+        if (in[1 + sh.N + j]->dims[1] != sh.T) return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan inputs of different lengths", n->opset);
+        sh.in_rev[j] = (int)attr_at(n, "directions", j);
+    }
+    for (int64_t r = 0; in[0] && r < kl_tensor_numel(in[0]); r++)
+        if (kl__int_at(in[0], r) != sh.T)
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: sequence_lens %lld shorter than the sequence (%lld)", n->opset,
+                                 (long long)kl__int_at(in[0], r), (long long)sh.T);
+    kl_tensor views[64], *vin[64 + 512], *res[128], *full[128] = {0};
+    if (nx > 64 || n->n_implicit > 512 || n_out > 128 || sh.N + sh.K > 128)
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: too many inputs or outputs", n->opset);
+    for (int j = 0; j < n->n_implicit; j++) vin[nx + j] = in[1 + nx + j];
+    for (int64_t r = 0; r < B && !rc; r++) {
+        for (int k = 0; k < nx; k++) { /* row r of input 1 + k */
+            const kl_tensor *t = in[1 + k];
+            views[k] = *t;
+            views[k].rank = t->rank - 1;
+            memmove(views[k].dims, t->dims + 1, sizeof(int64_t) * (size_t)views[k].rank);
+            kl_tensor_contiguous_strides(views[k].rank, views[k].dims, views[k].strides);
+            views[k].nbytes = (size_t)kl_tensor_numel(&views[k]) * kl_dtype_size(t->dtype);
+            views[k].data = (char *)t->data + (size_t)r * views[k].nbytes;
+            views[k].owns = 0;
+            vin[k] = &views[k];
+        }
+        memset(res, 0, sizeof res);
+        if ((rc = scan_exec(n, &sh, vin, res, x->pool, e))) break;
+        for (int k = 0; k < sh.N + sh.K && !rc; k++) {
+            const kl_tensor *o = res[k];
+            if (!full[k]) {
+                int64_t dims[KL_MAX_DIMS];
+                if (o->rank >= KL_MAX_DIMS) { rc = kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: output rank %d", n->opset, o->rank); break; }
+                dims[0] = B;
+                memcpy(dims + 1, o->dims, sizeof(int64_t) * (size_t)o->rank);
+                if ((rc = kl_tensor_new_uninit(o->dtype, o->rank + 1, dims, KL_TAG_ACTIVATIONS, &full[k], e))) break;
+            }
+            if (o->dtype != full[k]->dtype || (int64_t)o->nbytes * B != (int64_t)full[k]->nbytes) {
+                rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: output %d changes shape between batch rows", n->opset, k);
+                break;
+            }
+            if (o->nbytes) memcpy((char *)full[k]->data + (size_t)r * o->nbytes, o->data, o->nbytes);
+        }
+        for (int k = 0; k < sh.N + sh.K; k++) kl_tensor_free(res[k]);
+    }
+    for (int k = 0; !rc && k < n_out; k++) {
+        if (!full[k]) { int64_t z = 0; rc = kl_tensor_new(KL_F32, 1, &z, KL_TAG_ACTIVATIONS, &full[k], e); }
+    }
+    if (!rc) give_outputs(n, full, out, n_out);
+    for (int k = 0; k < 128; k++) kl_tensor_free(full[k]);
+    return rc;
+}
+
+static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+    if (n->opset < 9) return scan8_run(n, in, out, n_out, x, e);
+    scan_shape sh;
+    int rc = scan_plan(n, in, &sh, e);
+    if (rc) return rc;
+    kl_tensor **res = calloc((size_t)n_out + 1, sizeof(kl_tensor *));
+    if (!res) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!(rc = scan_exec(n, &sh, in, res, x->pool, e))) give_outputs(n, res, out, n_out);
+    for (int k = 0; k < n_out; k++) kl_tensor_free(res[k]);
+    free(res);
     return rc;
 }
 
@@ -434,10 +520,12 @@ static const char *const a_if[] = {"then_branch", "else_branch", NULL};
 static const char *const a_loop[] = {"body", NULL};
 static const char *const a_scan[] = {"body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
                                      "scan_output_axes", "scan_output_directions", NULL};
+static const char *const a_scan8[] = {"body", "num_scan_inputs", "directions", NULL};
 
 const kl_op kl__ops_control[] = {
     {"If", "", 1, 16, 1, 1, 1, -1, a_if, if_check, need_data, if_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {"Loop", "", 1, 16, 0, -1, 0, -1, a_loop, loop_check, need_data, loop_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"Scan", "", 8, 8, 0, -1, 1, -1, a_scan8, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {"Scan", "", 9, 16, 1, -1, 1, -1, a_scan, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

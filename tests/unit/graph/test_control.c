@@ -426,3 +426,46 @@ KL_TEST(graph_loop_body_arity_error) {
     KT_CONTAINS(kl_err_what(&e), "opset 16");
     kl_graph_free(g);
 }
+
+/* Scan opset 8: batch first, scanned along dimension 1, per-row; the
+ * sequence_lens input omitted; directions reverse. X = [[1,2,3],[4,5,6]]
+ * (B 2, T 3, 1): row sums taken from the end: [3,5,6], [6,11,15]. */
+KL_TEST(graph_scan8_batch_rows) {
+    kl_err e = {0};
+    kl_graph *g = graph_new(8);
+    graph_io(g, "s0", 0);
+    graph_io(g, "X", 0);
+    kl_graph *b = graph_new(8);
+    graph_io(b, "s", 0);
+    graph_io(b, "xt", 0);
+    node(b, "Add", "add", "s,xt", "s1");
+    node(b, "Identity", "id", "s1", "o");
+    graph_io(b, "s1", 1);
+    graph_io(b, "o", 1);
+    int n = node(g, "Scan", "scan8", ",s0,X", "sf,Y");
+    attr_g(g, n, "body", b);
+    attr_i(g, n, "num_scan_inputs", 1);
+    int64_t dir[1] = {1};
+    attr_ints(g, n, "directions", 1, dir);
+    graph_io(g, "sf", 1);
+    graph_io(g, "Y", 1);
+    KT_OK(kl_gnode_bind_subgraphs(g, 0, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    int64_t sd[2] = {2, 1}, xd[3] = {2, 3, 1};
+    kl_tensor *in[2], *o[2];
+    kl_tensor_new(KL_F32, 2, sd, KL_TAG_OTHER, &in[0], NULL);
+    kl_tensor_new(KL_F32, 3, xd, KL_TAG_OTHER, &in[1], NULL);
+    for (int i = 0; i < 6; i++) ((float *)in[1]->data)[i] = (float)(i + 1);
+    KT_OK(run(g, in, 2, o, &e), &e);
+    const float want[6] = {3, 5, 6, 6, 11, 15};
+    KT_EQ_INT(o[1]->rank, 3);
+    KT_EQ_INT(o[1]->dims[0], 2);
+    KT_EQ_INT(o[1]->dims[1], 3);
+    for (int i = 0; i < 6; i++) KT_CHECKF(at(o[1], i) == want[i], "Y[%d] = %g, expected %g", i, at(o[1], i), want[i]);
+    KT_CHECK(at(o[0], 0) == 6 && at(o[0], 1) == 15);
+    kl_tensor_free(o[0]);
+    kl_tensor_free(o[1]);
+    kl_tensor_free(in[0]);
+    kl_tensor_free(in[1]);
+    kl_graph_free(g);
+}
