@@ -3,7 +3,10 @@
 OUTDIR/<name>/: model.onnx, inputs (<input>.npy, per batch size b<B>/) and
 PyTorch's outputs (expected_<output>.npy). Models: mlp (784-512-512-10),
 resnet18, mobilenet_v2, transformer (2-layer nn.TransformerEncoder with a
-key padding mask, dynamic batch). Usage: export_models.py OUTDIR [NAME...]"""
+key padding mask, dynamic batch), lstm (2-layer bidirectional nn.LSTM over
+batch-first sequences + a linear head, dynamic batch and length), gru_lm (a
+GRU language model: nn.Embedding, 2-layer nn.GRU, a linear head over the
+vocabulary; int64 tokens). Usage: export_models.py OUTDIR [NAME...]"""
 import os
 import sys
 import warnings
@@ -28,6 +31,27 @@ class Transformer(torch.nn.Module):
         return self.head(self.enc(x, src_key_padding_mask=mask))
 
 
+class LSTMTagger(torch.nn.Module):
+    def __init__(self, d=32, h=48, layers=2):
+        super().__init__()
+        self.rnn = torch.nn.LSTM(d, h, layers, batch_first=True, bidirectional=True)
+        self.head = torch.nn.Linear(2 * h, 5)
+
+    def forward(self, x):
+        return self.head(self.rnn(x)[0])
+
+
+class GRULM(torch.nn.Module):
+    def __init__(self, vocab=500, d=64, h=96, layers=2):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab, d)
+        self.rnn = torch.nn.GRU(d, h, layers, batch_first=True)
+        self.head = torch.nn.Linear(h, vocab)
+
+    def forward(self, tokens):
+        return self.head(self.rnn(self.emb(tokens))[0])
+
+
 def build(name):
     if name == "mlp":
         m = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
@@ -49,6 +73,12 @@ def build(name):
                 mask[i, s - (i % 4) * 3:] = True   # pad the tail of some sequences
             return [x, mask]
         return m, ["x", "mask"], inputs, {"x": {0: "batch"}, "mask": {0: "batch"}, "y": {0: "batch"}}, 14, [1, 3]
+    if name == "lstm":
+        dyn = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
+        return LSTMTagger(), ["x"], lambda b: [np.random.randn(b, 7 + b, 32).astype(np.float32)], dyn, 14, [1, 3]
+    if name == "gru_lm":
+        dyn = {"tokens": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
+        return GRULM(), ["tokens"], lambda b: [np.random.randint(0, 500, (b, 9 + b)).astype(np.int64)], dyn, 14, [1, 3]
     raise SystemExit("unknown model " + name)
 
 
@@ -64,7 +94,7 @@ def randomize(m):
 
 def main():
     out = sys.argv[1]
-    names = sys.argv[2:] or ["mlp", "resnet18", "mobilenet_v2", "transformer"]
+    names = sys.argv[2:] or ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm"]
     for name in names:
         d = os.path.join(out, name)
         if os.path.exists(os.path.join(d, ".done")):
