@@ -43,6 +43,7 @@ typedef struct kl_value {
     int producer;       /* node index, -1 for graph inputs and initializers */
     int is_input, is_output;
     int n_uses;         /* consumer count (set by kl_graph_finalize) */
+    int kind;           /* KL_VAL_TENSOR, or a sequence/optional value (dtype uint8, rank 1: see kl_seq_new) */
 } kl_value;
 
 struct kl_op;
@@ -82,6 +83,24 @@ typedef struct kl_graph {
     int *vindex;        /* name -> value: open addressing, slot = value + 1 (0 empty); graph.c */
     int vindex_cap;     /* slots (a power of two, at most half full) */
 } kl_graph;
+
+/* ---- Sequence and optional values ----
+ * ONNX seq(tensor), optional(tensor) and optional(seq) values are carried
+ * as one self-contained uint8 tensor of rank 1 (a header, an entry per
+ * element: dtype, shape, offset, size, then the elements' data, 8-byte
+ * aligned; an element may itself be such a value), so that the executor
+ * plans, copies, carries and frees them as bytes. Readers validate the
+ * layout: values may come from users. */
+enum { KL_VAL_TENSOR = 0, KL_VAL_SEQUENCE = 1, KL_VAL_OPTIONAL = 2 };
+/* A new value of kind holding copies of elems[0..n) (an optional: n 0 or 1;
+ * elem: the element dtype of an empty sequence, KL_DTYPE_COUNT unknown). */
+int kl_seq_new(int kind, kl_dtype elem, const kl_tensor *const *elems, int64_t n, kl_tensor **out, kl_err *e);
+/* Validates v as a value: its kind, element dtype and count (any may be NULL). */
+int kl_seq_check(const kl_tensor *v, int *kind, kl_dtype *elem, int64_t *count, kl_err *e);
+/* Element i as a view into v (valid while v lives). */
+int kl_seq_at(const kl_tensor *v, int64_t i, kl_tensor *view, kl_err *e);
+/* 1 when v is laid out as a sequence/optional value (its magic). */
+int kl_seq_is_value(const kl_tensor *v);
 
 /* ONNX TensorProto.DataType numbers (the graph's Cast/ConstantOfShape
  * attributes, the loader's tensors): KL_EUNSUPPORTED for a type keel has no

@@ -244,7 +244,7 @@ int kl__fail_node(kl_err *e, const kl_gnode *n, int code, const char *fmt, ...) 
  * ================================================================== */
 
 static const kl_op *const tables[] = {kl__ops_elem, kl__ops_nn, kl__ops_shape, kl__ops_misc, kl__ops_grad, kl__ops_grad_nn, kl__ops_train, kl__ops_nchwc,
-                                     kl__ops_control, kl__ops_rnn};
+                                     kl__ops_control, kl__ops_rnn, kl__ops_seq};
 
 const kl_op *kl_op_find(const char *domain, const char *op_type) {
     for (size_t t = 0; t < KL_ARRAY_LEN(tables); t++)
@@ -553,6 +553,13 @@ int kl__norm_axis(int64_t axis, int rank, int64_t *out) {
     if (axis < -r || axis >= r) return KL_EINVAL;
     *out = axis < 0 ? axis + r : axis;
     return KL_OK;
+}
+
+void kl__tensor_move(kl_tensor *dst, kl_tensor *res) {
+    kl_tensor t = *dst;
+    *dst = *res;
+    *res = t;
+    kl_tensor_free(res);
 }
 
 /* A KL_OP_ALLOCS node: its run fills the empty tensors it is given. */

@@ -67,6 +67,7 @@ extern const kl_op kl__ops_grad_nn[]; /* ai.keel.grad conv/pool/norm gradients (
 extern const kl_op kl__ops_nchwc[];   /* keel:: NCHWc blocked ops (ops_nchwc.c) */
 extern const kl_op kl__ops_control[]; /* If, Loop, Scan (ops_control.c) */
 extern const kl_op kl__ops_rnn[];     /* RNN, GRU, LSTM (ops_rnn.c) */
+extern const kl_op kl__ops_seq[];     /* sequence and optional ops (ops_seq.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path
@@ -100,6 +101,10 @@ int kl__norm_axis(int64_t axis, int rank, int64_t *out);
 /* Runs one node standalone, allocating outputs (constant folding, dynamic steps). */
 int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
                        kl_err *e);
+
+/* A KL_OP_ALLOCS run's result res into the executor's empty tensor dst:
+ * contents swapped, res (now the empty one) freed. (graph.c) */
+void kl__tensor_move(kl_tensor *dst, kl_tensor *res);
 
 /* ---- subgraph.c: running a bound subgraph (If/Loop/Scan) ----
  * One plan per set of input shapes (kept while an iteration's shapes stay

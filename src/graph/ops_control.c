@@ -1,13 +1,13 @@
-/* Control-flow operators with subgraphs: If (1-16), Loop (1-16), Scan
- * (8-16). Their subgraphs are keel graphs bound to the node
- * (kl_gnode_bind_subgraphs: outer-scope values arrive as the node's implicit
+/* Control-flow operators with subgraphs: If (1-17), Loop (1-17), Scan (8,
+ * 9-17; the semantics of opset 16, unchanged until 19). Their subgraphs are
+ * keel graphs bound to the node (kl_gnode_bind_subgraphs: outer-scope values arrive as the node's implicit
  * inputs) and run by the same executor (kl__sub_run: planned once per set of
  * iteration shapes, one arena reused across iterations). Their output
  * shapes depend on the data (the branch taken, the trip count), so they run
  * as dynamic steps that allocate their outputs (KL_OP_ALLOCS); Loop's scan
  * outputs are gathered per iteration and stacked at the end, Scan's are
- * written into their place as each iteration ends. Tensors only: sequence
- * and optional values are refused by the loader. */
+ * written into their place as each iteration ends. Sequence and optional
+ * values (kl_seq_new) travel through them as bytes. */
 #include "graph/graph_int.h"
 
 #include <stdlib.h>
@@ -45,20 +45,12 @@ static int need_data(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     return KL__NEED_DATA;
 }
 
-/* The result res into the executor's empty tensor dst (KL_OP_ALLOCS):
- * contents swapped, the empty one freed. */
-static void move_into(kl_tensor *dst, kl_tensor *res) {
-    kl_tensor t = *dst;
-    *dst = *res;
-    *res = t;
-    kl_tensor_free(res);
-}
 
 /* Hands the subgraph's outputs to the node's (omitted ones freed). */
 static void give_outputs(const kl_gnode *n, kl_tensor **res, kl_tensor *const *out, int n_out) {
     for (int k = 0; k < n_out; k++) {
         if (n->outputs[k] < 0 || !out[k] || !res[k]) kl_tensor_free(res[k]);
-        else move_into(out[k], res[k]);
+        else kl__tensor_move(out[k], res[k]);
         res[k] = NULL;
     }
 }
@@ -523,9 +515,9 @@ static const char *const a_scan[] = {"body", "num_scan_inputs", "scan_input_axes
 static const char *const a_scan8[] = {"body", "num_scan_inputs", "directions", NULL};
 
 const kl_op kl__ops_control[] = {
-    {"If", "", 1, 16, 1, 1, 1, -1, a_if, if_check, need_data, if_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
-    {"Loop", "", 1, 16, 0, -1, 0, -1, a_loop, loop_check, need_data, loop_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"If", "", 1, 17, 1, 1, 1, -1, a_if, if_check, need_data, if_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"Loop", "", 1, 17, 0, -1, 0, -1, a_loop, loop_check, need_data, loop_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {"Scan", "", 8, 8, 0, -1, 1, -1, a_scan8, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
-    {"Scan", "", 9, 16, 1, -1, 1, -1, a_scan, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"Scan", "", 9, 17, 1, -1, 1, -1, a_scan, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "keel/graph.h"
 #include "onnx/onnx.pb-c.h"
+#include "onnx/onnx_data.pb-c.h"
 
 /* ================================================================== *
  * dtypes and tensors
@@ -216,6 +218,61 @@ int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *
     return rc;
 }
 
+/* ---- sequence and optional values (test data files) ---- */
+
+static int seq_from_proto(Onnx__SequenceProto *sp, kl_tensor **out, int depth, kl_err *e);
+
+static int opt_from_proto(Onnx__OptionalProto *op, kl_tensor **out, int depth, kl_err *e) {
+    kl_tensor *el = NULL;
+    int rc = KL_OK;
+    if (depth > 8) return kl_err_set(e, KL_EUNSUPPORTED, "values nested deeper than 8");
+    if (op->tensor_value) rc = tensor_from_proto(op->tensor_value, NULL, &el, e);
+    else if (op->sequence_value) rc = seq_from_proto(op->sequence_value, &el, depth + 1, e);
+    else if (op->optional_value) return kl_err_set(e, KL_EUNSUPPORTED, "optional of an optional");
+    if (!rc) rc = kl_seq_new(KL_VAL_OPTIONAL, KL_DTYPE_COUNT, (const kl_tensor *const *)&el, el ? 1 : 0, out, e);
+    kl_tensor_free(el);
+    return rc;
+}
+
+static int seq_from_proto(Onnx__SequenceProto *sp, kl_tensor **out, int depth, kl_err *e) {
+    if (depth > 8) return kl_err_set(e, KL_EUNSUPPORTED, "values nested deeper than 8");
+    if (sp->n_optional_values) return kl_err_set(e, KL_EUNSUPPORTED, "a sequence of optional values");
+    size_t n = sp->n_tensor_values + sp->n_sequence_values;
+    kl_tensor **el = calloc(n + 1, sizeof(kl_tensor *));
+    if (!el) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int rc = KL_OK;
+    for (size_t i = 0; i < sp->n_tensor_values && !rc; i++) rc = tensor_from_proto(sp->tensor_values[i], NULL, &el[i], e);
+    for (size_t i = 0; i < sp->n_sequence_values && !rc; i++)
+        rc = seq_from_proto(sp->sequence_values[i], &el[sp->n_tensor_values + i], depth + 1, e);
+    if (!rc) rc = kl_seq_new(KL_VAL_SEQUENCE, KL_DTYPE_COUNT, (const kl_tensor *const *)el, (int64_t)n, out, e);
+    for (size_t i = 0; i < n; i++) kl_tensor_free(el[i]);
+    free(el);
+    return rc;
+}
+
+int kl_onnx_value_load(const char *path, int kind, kl_tensor **out, kl_err *e) {
+    *out = NULL;
+    if (kind == KL_VAL_TENSOR) return kl_onnx_tensor_load(path, out, NULL, e);
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = kl_read_file(path, &buf, &len, e);
+    if (rc) return rc;
+    pb_unpack u;
+    pb_unpack_init(&u);
+    if (kind == KL_VAL_SEQUENCE) {
+        Onnx__SequenceProto *sp = onnx__sequence_proto__unpack(&u.a, len, (const uint8_t *)buf);
+        rc = sp ? seq_from_proto(sp, out, 0, e) : pb_unpack_error(&u, path, "SequenceProto", len, e);
+        if (sp) onnx__sequence_proto__free_unpacked(sp, &pb_allocator);
+    } else {
+        Onnx__OptionalProto *op = onnx__optional_proto__unpack(&u.a, len, (const uint8_t *)buf);
+        rc = op ? opt_from_proto(op, out, 0, e) : pb_unpack_error(&u, path, "OptionalProto", len, e);
+        if (op) onnx__optional_proto__free_unpacked(op, &pb_allocator);
+    }
+    if (rc) kl_err_prefix(e, "%s", path);
+    kl_mem_free(buf);
+    return rc;
+}
+
 int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e) {
     size_t n = strlen(path);
     if (n >= 4 && !strcmp(path + n - 4, ".npy")) return kl_npy_load(path, out, e);
@@ -226,6 +283,22 @@ int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e) {
  * Graph
  * ================================================================== */
 
+/* KL_VAL_* of a type: tensor, seq(tensor), optional(tensor or seq(tensor));
+ * -1 for what keel does not carry (maps, sparse tensors, nested sequences) */
+static int value_kind(const Onnx__TypeProto *tp) {
+    switch (tp->value_case) {
+    case ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE: return tp->tensor_type ? KL_VAL_TENSOR : -1;
+    case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE:
+        return tp->sequence_type && tp->sequence_type->elem_type && value_kind(tp->sequence_type->elem_type) == KL_VAL_TENSOR
+                   ? KL_VAL_SEQUENCE : -1;
+    case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE: {
+        int k = tp->optional_type && tp->optional_type->elem_type ? value_kind(tp->optional_type->elem_type) : -1;
+        return k == KL_VAL_TENSOR || k == KL_VAL_SEQUENCE ? KL_VAL_OPTIONAL : -1;
+    }
+    default: return -1;
+    }
+}
+
 static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_err *e) {
     if (!vi->name || !*vi->name) return kl_err_set(e, KL_EPARSE, "graph input/output without a name");
     int v = kl_graph_value(g, vi->name);
@@ -234,8 +307,17 @@ static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_
     kl_value *val = &g->values[v];
     const Onnx__TypeProto *tp = vi->type;
     if (!tp) return KL_OK;
-    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-        return kl_err_set(e, KL_EUNSUPPORTED, "value '%s': only tensor types are supported (sequence/map/optional are not)", vi->name);
+    int kind = value_kind(tp);
+    if (kind < 0)
+        return kl_err_set(e, KL_EUNSUPPORTED, "value '%s': only tensors, sequences of tensors and optional tensors or sequences are supported (maps and sparse tensors are not)", vi->name);
+    if (kind != KL_VAL_TENSOR) {
+        /* carried as bytes (kl_seq_new): uint8, rank 1, any length */
+        val->kind = kind;
+        val->dtype = KL_U8;
+        val->rank = 1;
+        val->dims[0] = -1;
+        return KL_OK;
+    }
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     int rc;
     if (tt->has_elem_type && (rc = kl_onnx_dtype(tt->elem_type, &val->dtype, e))) {
