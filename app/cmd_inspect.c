@@ -16,13 +16,17 @@ static const app_opt opts[] = {
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
 static const app_cmd_spec spec = {
-    "inspect", "keel inspect MODEL [--batch B] [--dim NAME=V] [--json]",
+    "inspect",
+    "keel inspect MODEL [--batch B] [--dim NAME=V] [--json]",
     "Describe an ONNX model: inputs, outputs, opsets, ops, subgraphs, parameters, FLOPs, planned memory.",
     "The op histogram is of the model as stored (the top-level graph; each\n"
     "subgraph of an If/Loop/Scan node is listed with its own, indented by nesting); FLOPs (2 per multiply-add for\n"
     "Conv/MatMul/Gemm, 1 per output element otherwise) and the planned activation\n"
     "memory are for the optimised graph keel runs.",
-    opts, KL_ARRAY_LEN(opts), 1, 1};
+    opts,
+    KL_ARRAY_LEN(opts),
+    1,
+    1};
 
 typedef struct { char *op; int n; } hist_t;
 
@@ -63,8 +67,8 @@ static void subgraphs_text(kl_buf *b, const kl_graph *g, int depth, int json) {
                 kl_buf_printf(b, ",\"nodes\":%d,\"inputs\":%d,\"outer_inputs\":%d,\"outputs\":%d,\"ops\":{", s->n_nodes,
                               s->n_inputs - s->n_outer, s->n_outer, s->n_outputs);
             } else {
-                kl_buf_printf(b, "%*s%s %s: %d nodes, %d inputs (+%d outer), %d outputs;", 2 + 2 * depth, "", d, n->attrs[k].name,
-                              s->n_nodes, s->n_inputs - s->n_outer, s->n_outer, s->n_outputs);
+                kl_buf_printf(b, "%*s%s %s: %d nodes, %d inputs (+%d outer), %d outputs;", 2 + 2 * depth, "", d,
+                              n->attrs[k].name, s->n_nodes, s->n_inputs - s->n_outer, s->n_outer, s->n_outputs);
             }
             first = 0;
             /* op counts in first-seen order */

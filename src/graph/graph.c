@@ -243,8 +243,9 @@ int kl__fail_node(kl_err *e, const kl_gnode *n, int code, const char *fmt, ...) 
  * Registry
  * ================================================================== */
 
-static const kl_op *const tables[] = {kl__ops_elem, kl__ops_nn, kl__ops_shape, kl__ops_misc, kl__ops_grad, kl__ops_grad_nn, kl__ops_train, kl__ops_nchwc,
-                                     kl__ops_control, kl__ops_rnn, kl__ops_seq};
+static const kl_op *const tables[] = {kl__ops_elem,    kl__ops_nn,      kl__ops_shape, kl__ops_misc,
+                                      kl__ops_grad,    kl__ops_grad_nn, kl__ops_train, kl__ops_nchwc,
+                                      kl__ops_control, kl__ops_rnn,     kl__ops_seq};
 
 const kl_op *kl_op_find(const char *domain, const char *op_type) {
     for (size_t t = 0; t < KL_ARRAY_LEN(tables); t++)
@@ -323,7 +324,8 @@ static int check_node(kl_graph *g, kl_gnode *n, kl_err *e) {
     for (int i = 0; i < n->n_attrs; i++) {
         kl_attr *a = &n->attrs[i];
         if (a->type == KL_ATTR_GRAPH && (!(o->flags & KL_OP_SUBGRAPH) || !a->g))
-            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: graph attribute '%s' is not supported", n->opset, a->name);
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: graph attribute '%s' is not supported", n->opset,
+                                 a->name);
         if (!o->attrs) continue;
         int ok = 0;
         for (const char *const *an = o->attrs; *an; an++)
@@ -563,14 +565,18 @@ void kl__tensor_move(kl_tensor *dst, kl_tensor *res) {
 }
 
 /* A KL_OP_ALLOCS node: its run fills the empty tensors it is given. */
-static int run_allocs(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool, kl_err *e) {
+static int run_allocs(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
+                      kl_err *e) {
     int64_t zero = 0;
     int rc = KL_OK;
     for (int i = 0; i < n_out && !rc; i++) rc = kl_tensor_new(KL_F32, 1, &zero, KL_TAG_ACTIVATIONS, &out[i], e);
     kl_exec x = {pool, NULL, 0};
     if (!rc) rc = n->op->run(n, in, n_in, out, n_out, &x, e);
     if (rc)
-        for (int i = 0; i < n_out; i++) { kl_tensor_free(out[i]); out[i] = NULL; }
+        for (int i = 0; i < n_out; i++) {
+            kl_tensor_free(out[i]);
+            out[i] = NULL;
+        }
     return rc;
 }
 

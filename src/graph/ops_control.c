@@ -37,7 +37,8 @@ static int empty_stack(const kl_graph *sub, int o, kl_tensor **out, kl_err *e) {
     const kl_value *v = &sub->values[sub->outputs[o]];
     int64_t dims[KL_MAX_DIMS] = {0};
     int rank = 1;
-    for (int d = 0; v->rank >= 0 && d < v->rank && rank < KL_MAX_DIMS; d++) dims[rank++] = v->dims[d] < 0 ? 0 : v->dims[d];
+    for (int d = 0; v->rank >= 0 && d < v->rank && rank < KL_MAX_DIMS; d++)
+        dims[rank++] = v->dims[d] < 0 ? 0 : v->dims[d];
     return kl_tensor_new(v->dtype == KL_DTYPE_COUNT ? KL_F32 : v->dtype, rank, dims, KL_TAG_ACTIVATIONS, out, e);
 }
 
@@ -64,15 +65,20 @@ static int if_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     for (int i = 0; i < 2; i++) {
         kl_graph *b = sub_of(n, names[i]);
         if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no %s graph", n->opset, names[i]);
-        if (b->n_inputs != b->n_outer) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s takes inputs", n->opset, names[i]);
+        if (b->n_inputs != b->n_outer)
+            return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s takes inputs", n->opset, names[i]);
         if (b->n_outputs != n->n_out)
-            return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s has %d outputs, the node %d", n->opset, names[i], b->n_outputs, n->n_out);
+            return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s has %d outputs, the node %d", n->opset, names[i],
+                                 b->n_outputs, n->n_out);
     }
     return KL_OK;
 }
 
-static int if_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    if (kl_tensor_numel(in[0]) != 1) return kl__fail_node(e, n, KL_ESHAPE, "opset %d: cond has %lld elements, not 1", n->opset, (long long)kl_tensor_numel(in[0]));
+static int if_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                  kl_err *e) {
+    if (kl_tensor_numel(in[0]) != 1)
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: cond has %lld elements, not 1", n->opset,
+                             (long long)kl_tensor_numel(in[0]));
     const char *which = kl__int_at(in[0], 0) ? "then_branch" : "else_branch";
     kl__sub r;
     kl__sub_init(&r, sub_of(n, which), x->pool);
@@ -97,24 +103,34 @@ static int loop_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     kl_graph *b = sub_of(n, "body");
     int N = n_explicit(n) - 2;
     if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no body graph", n->opset);
-    if (N < 0) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %d inputs, Loop takes M, cond and the carried values", n->opset, n_explicit(n));
+    if (N < 0)
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: %d inputs, Loop takes M, cond and the carried values",
+                             n->opset, n_explicit(n));
     if (b->n_inputs - b->n_outer != N + 2)
-        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs, the loop carries %d (+ iteration, condition)", n->opset,
+        return kl__fail_node(e, n, KL_EPARSE,
+                             "opset %d: body takes %d inputs, the loop carries %d (+ iteration, condition)", n->opset,
                              b->n_inputs - b->n_outer, N);
     if (b->n_outputs < N + 1 || n->n_out > b->n_outputs - 1)
-        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body gives %d outputs for %d carried values and %d node outputs", n->opset,
+        return kl__fail_node(e, n, KL_EPARSE,
+                             "opset %d: body gives %d outputs for %d carried values and %d node outputs", n->opset,
                              b->n_outputs, N, n->n_out);
     return KL_OK;
 }
 
 /* Scan outputs of a Loop: one tensor per iteration, stacked at the end. */
-typedef struct { kl_tensor **t; int64_t n, cap; } stack_list;
+typedef struct {
+    kl_tensor **t;
+    int64_t n, cap;
+} stack_list;
 
 static int stack_push(stack_list *s, kl_tensor *t, kl_err *e) {
     if (s->n == s->cap) {
         int64_t nc = s->cap ? s->cap * 2 : 16;
         kl_tensor **nt = realloc(s->t, sizeof(kl_tensor *) * (size_t)nc);
-        if (!nt) { kl_tensor_free(t); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+        if (!nt) {
+            kl_tensor_free(t);
+            return kl_err_set(e, KL_ENOMEM, "out of memory");
+        }
         s->t = nt;
         s->cap = nc;
     }
@@ -124,19 +140,22 @@ static int stack_push(stack_list *s, kl_tensor *t, kl_err *e) {
 
 static int stack_join(const kl_gnode *n, const stack_list *s, kl_tensor **out, kl_err *e) {
     const kl_tensor *f = s->t[0];
-    if (f->rank >= KL_MAX_DIMS) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: scan output of rank %d", n->opset, f->rank);
+    if (f->rank >= KL_MAX_DIMS)
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: scan output of rank %d", n->opset, f->rank);
     int64_t dims[KL_MAX_DIMS];
     dims[0] = s->n;
     memcpy(dims + 1, f->dims, sizeof(int64_t) * (size_t)f->rank);
     for (int64_t i = 1; i < s->n; i++)
-        if (s->t[i]->dtype != f->dtype || s->t[i]->rank != f->rank || memcmp(s->t[i]->dims, f->dims, sizeof(int64_t) * (size_t)f->rank)) {
+        if (s->t[i]->dtype != f->dtype || s->t[i]->rank != f->rank ||
+            memcmp(s->t[i]->dims, f->dims, sizeof(int64_t) * (size_t)f->rank)) {
             char a[96], b[96];
-            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan output is %s at iteration 0, %s at iteration %lld", n->opset,
-                                 kl_shape_str(f->rank, f->dims, a, sizeof a), kl_shape_str(s->t[i]->rank, s->t[i]->dims, b, sizeof b),
-                                 (long long)i);
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan output is %s at iteration 0, %s at iteration %lld",
+                                 n->opset, kl_shape_str(f->rank, f->dims, a, sizeof a),
+                                 kl_shape_str(s->t[i]->rank, s->t[i]->dims, b, sizeof b), (long long)i);
         }
     int rc = kl_tensor_new_uninit(f->dtype, f->rank + 1, dims, KL_TAG_ACTIVATIONS, out, e);
-    for (int64_t i = 0; !rc && i < s->n && f->nbytes; i++) memcpy((char *)(*out)->data + (size_t)i * f->nbytes, s->t[i]->data, f->nbytes);
+    for (int64_t i = 0; !rc && i < s->n && f->nbytes; i++)
+        memcpy((char *)(*out)->data + (size_t)i * f->nbytes, s->t[i]->data, f->nbytes);
     return rc;
 }
 
@@ -172,7 +191,9 @@ static int loop_step(kl_gnode *n, loop_state *s, int *cond, kl_err *e) {
     int rc = kl__sub_run(&s->r, s->bin, s->bout, e);
     if (rc) return rc;
     const kl_tensor *c = s->bout[0];
-    if (kl_tensor_numel(c) != 1) rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: body condition has %lld elements", n->opset, (long long)kl_tensor_numel(c));
+    if (kl_tensor_numel(c) != 1)
+        rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: body condition has %lld elements", n->opset,
+                           (long long)kl_tensor_numel(c));
     else *cond = kl__int_at(c, 0) != 0;
     kl_tensor_free(s->bout[0]);
     for (int j = 0; j < s->N; j++) {
@@ -196,8 +217,10 @@ static int loop_outputs(kl_gnode *n, loop_state *s, kl_tensor *const *dst, int n
     for (int k = 0; k < n_out && !rc; k++) {
         if (n->outputs[k] < 0) continue;
         if (k < s->N) {
-            if (s->owned[k]) { out[k] = s->carry[k]; s->owned[k] = 0; }
-            else rc = dup_tensor(s->carry[k], &out[k], e);
+            if (s->owned[k]) {
+                out[k] = s->carry[k];
+                s->owned[k] = 0;
+            } else rc = dup_tensor(s->carry[k], &out[k], e);
         } else {
             const stack_list *l = &s->scans[k - s->N];
             rc = l->n ? stack_join(n, l, &out[k], e) : empty_stack(s->r.g, 1 + k, &out[k], e);
@@ -208,7 +231,8 @@ static int loop_outputs(kl_gnode *n, loop_state *s, kl_tensor *const *dst, int n
     return rc;
 }
 
-static int loop_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int loop_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                    kl_err *e) {
     kl_graph *b = sub_of(n, "body");
     loop_state s;
     memset(&s, 0, sizeof s);
@@ -216,7 +240,8 @@ static int loop_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     s.K = b->n_outputs - 1 - s.N;
     const kl_tensor *M = in[0], *C = in[1];
     if ((M && kl_tensor_numel(M) != 1) || (C && kl_tensor_numel(C) != 1))
-        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: the trip count and the condition must have one element", n->opset);
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: the trip count and the condition must have one element",
+                             n->opset);
     int64_t trip = M ? kl__int_at(M, 0) : -1;
     int cond = C ? kl__int_at(C, 0) != 0 : 1, rc;
     kl__sub_init(&s.r, b, x->pool);
@@ -225,21 +250,28 @@ static int loop_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     s.carry = calloc((size_t)s.N + 1, sizeof(kl_tensor *));
     s.owned = calloc((size_t)s.N + 1, 1);
     s.scans = calloc((size_t)s.K + 1, sizeof(stack_list));
-    if (!s.bin || !s.bout || !s.carry || !s.owned || !s.scans) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if (!s.bin || !s.bout || !s.carry || !s.owned || !s.scans) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
     if ((rc = kl_tensor_new(KL_I64, 0, NULL, KL_TAG_ACTIVATIONS, &s.iter, e)) ||
         (rc = kl_tensor_new(KL_BOOL, 0, NULL, KL_TAG_ACTIVATIONS, &s.cond, e)))
         goto done;
     s.bin[0] = s.iter;
     s.bin[1] = s.cond;
     for (int j = 0; j < s.N; j++) {
-        if (!in[2 + j]) { rc = kl__fail_node(e, n, KL_EPARSE, "opset %d: carried value %d has no initial value", n->opset, j); goto done; }
+        if (!in[2 + j]) {
+            rc = kl__fail_node(e, n, KL_EPARSE, "opset %d: carried value %d has no initial value", n->opset, j);
+            goto done;
+        }
         s.carry[j] = in[2 + j];
         s.bin[2 + j] = s.carry[j];
     }
     for (int j = 0; j < n->n_implicit; j++) s.bin[2 + s.N + j] = in[n_explicit(n) + j];
     for (int64_t i = 0; (trip < 0 || i < trip) && cond; i++) {
         if (trip < 0 && i >= LOOP_MAX_ITERS) {
-            rc = kl__fail_node(e, n, KL_ERANGE, "opset %d: no trip count and still running after %lld iterations", n->opset, (long long)i);
+            rc = kl__fail_node(e, n, KL_ERANGE, "opset %d: no trip count and still running after %lld iterations",
+                               n->opset, (long long)i);
             goto done;
         }
         *(int64_t *)s.iter->data = i;
@@ -273,22 +305,28 @@ static int scan_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     kl_graph *b = sub_of(n, "body");
     int64_t M = kl_gnode_attr_int(n, "num_scan_inputs", -1);
     if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no body graph", n->opset);
-    if (M < 1 || M > n_explicit(n) || M > 64) return kl__fail_node(e, n, KL_EPARSE, "opset %d: num_scan_inputs %lld for %d inputs", n->opset, (long long)M, n_explicit(n));
+    if (M < 1 || M > n_explicit(n) || M > 64)
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: num_scan_inputs %lld for %d inputs", n->opset, (long long)M,
+                             n_explicit(n));
     int lens = n->opset < 9; /* Scan 8: sequence_lens first */
     int N = n_explicit(n) - lens - (int)M;
     if (N < 0 || b->n_inputs - b->n_outer != n_explicit(n) - lens)
-        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs, the node gives %d", n->opset, b->n_inputs - b->n_outer,
-                             n_explicit(n) - lens);
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs, the node gives %d", n->opset,
+                             b->n_inputs - b->n_outer, n_explicit(n) - lens);
     if (b->n_outputs != n->n_out || b->n_outputs < N || b->n_outputs - N > 64)
-        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body gives %d outputs, the node has %d (%d states)", n->opset, b->n_outputs, n->n_out, N);
+        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body gives %d outputs, the node has %d (%d states)", n->opset,
+                             b->n_outputs, n->n_out, N);
     const char *lists[4] = {"scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions"};
     if (lens) lists[1] = "directions";
     for (int i = lens; i < 4 - 2 * lens; i++) {
         const kl_attr *a = kl_gnode_attr(n, lists[i]);
         int want = i < 2 ? (int)M : b->n_outputs - N;
-        if (a && a->n != want) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s has %d entries, not %d", n->opset, lists[i], a->n, want);
+        if (a && a->n != want)
+            return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s has %d entries, not %d", n->opset, lists[i], a->n,
+                                 want);
         for (int k = 0; a && i % 2 && k < a->n; k++)
-            if (a->ints[k] != 0 && a->ints[k] != 1) return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s must be 0 or 1", n->opset, lists[i]);
+            if (a->ints[k] != 0 && a->ints[k] != 1)
+                return kl__fail_node(e, n, KL_EPARSE, "opset %d: %s must be 0 or 1", n->opset, lists[i]);
     }
     return KL_OK;
 }
@@ -307,13 +345,16 @@ static int scan_plan(kl_gnode *n, kl_tensor *const *in, scan_shape *sh, kl_err *
     sh->T = -1;
     for (int j = 0; j < sh->M; j++) {
         const kl_tensor *x = in[sh->N + j];
-        if (!x || (x->rank < 1)) return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan input %d needs rank >= 1", n->opset, j);
+        if (!x || (x->rank < 1))
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan input %d needs rank >= 1", n->opset, j);
         if (kl__norm_axis(attr_at(n, "scan_input_axes", j), x->rank, &sh->in_axis[j]))
-            return kl__fail_node(e, n, KL_EINVAL, "opset %d: scan input %d: axis %lld out of range", n->opset, j, (long long)attr_at(n, "scan_input_axes", j));
+            return kl__fail_node(e, n, KL_EINVAL, "opset %d: scan input %d: axis %lld out of range", n->opset, j,
+                                 (long long)attr_at(n, "scan_input_axes", j));
         sh->in_rev[j] = (int)attr_at(n, "scan_input_directions", j);
         int64_t t = x->dims[sh->in_axis[j]];
         if (sh->T >= 0 && t != sh->T)
-            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan inputs have lengths %lld and %lld", n->opset, (long long)sh->T, (long long)t);
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan inputs have lengths %lld and %lld", n->opset,
+                                 (long long)sh->T, (long long)t);
         sh->T = t;
     }
     for (int k = 0; k < sh->K; k++) sh->out_rev[k] = (int)attr_at(n, "scan_output_directions", k);
@@ -326,7 +367,8 @@ static void take_slice(const kl_tensor *src, int axis, int64_t t, kl_tensor *dst
     for (int d = 0; d < axis; d++) outer *= src->dims[d];
     for (int d = axis + 1; d < src->rank; d++) inner *= src->dims[d];
     size_t rb = (size_t)inner * kl_dtype_size(src->dtype);
-    for (int64_t o = 0; o < outer; o++) memcpy((char *)dst->data + (size_t)o * rb, (const char *)src->data + ((size_t)(o * T + t)) * rb, rb);
+    for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)dst->data + (size_t)o * rb, (const char *)src->data + ((size_t)(o * T + t)) * rb, rb);
 }
 
 /* dst[..., t, ...] = src along axis of dst */
@@ -335,24 +377,28 @@ static void put_slice(kl_tensor *dst, int axis, int64_t t, const kl_tensor *src)
     for (int d = 0; d < axis; d++) outer *= dst->dims[d];
     for (int d = axis + 1; d < dst->rank; d++) inner *= dst->dims[d];
     size_t rb = (size_t)inner * kl_dtype_size(dst->dtype);
-    for (int64_t o = 0; o < outer; o++) memcpy((char *)dst->data + ((size_t)(o * T + t)) * rb, (const char *)src->data + (size_t)o * rb, rb);
+    for (int64_t o = 0; o < outer; o++)
+        memcpy((char *)dst->data + ((size_t)(o * T + t)) * rb, (const char *)src->data + (size_t)o * rb, rb);
 }
 
 /* The scan output k's tensor, made when its first slice is known. */
 static int scan_out_new(kl_gnode *n, scan_shape *sh, int k, const kl_tensor *s, kl_tensor **out, kl_err *e) {
     int64_t ax;
-    if (s->rank >= KL_MAX_DIMS) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: scan output of rank %d", n->opset, s->rank);
+    if (s->rank >= KL_MAX_DIMS)
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: scan output of rank %d", n->opset, s->rank);
     if (kl__norm_axis(attr_at(n, "scan_output_axes", k), s->rank + 1, &ax))
-        return kl__fail_node(e, n, KL_EINVAL, "opset %d: scan output %d: axis %lld out of range", n->opset, k, (long long)attr_at(n, "scan_output_axes", k));
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: scan output %d: axis %lld out of range", n->opset, k,
+                             (long long)attr_at(n, "scan_output_axes", k));
     sh->out_axis[k] = ax;
     int64_t dims[KL_MAX_DIMS];
     for (int d = 0, r = 0; d <= s->rank; d++) dims[d] = d == ax ? sh->T : s->dims[r++];
     return kl_tensor_new_uninit(s->dtype, s->rank + 1, dims, KL_TAG_ACTIVATIONS, out, e);
 }
 
-static int scan_iter(kl_gnode *n, scan_shape *sh, loop_state *s, kl_tensor *const *in, kl_tensor **slices, kl_tensor **res,
-                     int64_t t, kl_err *e) {
-    for (int j = 0; j < sh->M; j++) take_slice(in[sh->N + j], (int)sh->in_axis[j], sh->in_rev[j] ? sh->T - 1 - t : t, slices[j]);
+static int scan_iter(kl_gnode *n, scan_shape *sh, loop_state *s, kl_tensor *const *in, kl_tensor **slices,
+                     kl_tensor **res, int64_t t, kl_err *e) {
+    for (int j = 0; j < sh->M; j++)
+        take_slice(in[sh->N + j], (int)sh->in_axis[j], sh->in_rev[j] ? sh->T - 1 - t : t, slices[j]);
     int rc = kl__sub_run(&s->r, s->bin, s->bout, e);
     if (rc) return rc;
     for (int j = 0; j < sh->N; j++) {
@@ -365,14 +411,18 @@ static int scan_iter(kl_gnode *n, scan_shape *sh, loop_state *s, kl_tensor *cons
         const kl_tensor *o = s->bout[sh->N + k];
         if (!res[sh->N + k]) rc = scan_out_new(n, sh, k, o, &res[sh->N + k], e);
         kl_tensor *r = res[sh->N + k];
-        if (!rc && (r->dtype != o->dtype || r->rank != o->rank + 1 || kl_tensor_numel(r) != kl_tensor_numel(o) * sh->T)) {
+        if (!rc &&
+            (r->dtype != o->dtype || r->rank != o->rank + 1 || kl_tensor_numel(r) != kl_tensor_numel(o) * sh->T)) {
             char a[96];
-            rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan output %d changes shape (%s) at iteration %lld", n->opset, k,
-                               kl_shape_str(o->rank, o->dims, a, sizeof a), (long long)t);
+            rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan output %d changes shape (%s) at iteration %lld",
+                               n->opset, k, kl_shape_str(o->rank, o->dims, a, sizeof a), (long long)t);
         }
         if (!rc) put_slice(r, (int)sh->out_axis[k], sh->out_rev[k] ? sh->T - 1 - t : t, o);
     }
-    for (int k = 0; k < sh->K; k++) { kl_tensor_free(s->bout[sh->N + k]); s->bout[sh->N + k] = NULL; }
+    for (int k = 0; k < sh->K; k++) {
+        kl_tensor_free(s->bout[sh->N + k]);
+        s->bout[sh->N + k] = NULL;
+    }
     return rc;
 }
 
@@ -391,7 +441,10 @@ static int scan_exec(kl_gnode *n, scan_shape *sh, kl_tensor *const *in, kl_tenso
     s.carry = calloc((size_t)sh->N + 1, sizeof(kl_tensor *));
     s.owned = calloc((size_t)sh->N + 1, 1);
     slices = calloc((size_t)sh->M + 1, sizeof(kl_tensor *));
-    if (!s.bin || !s.bout || !s.carry || !s.owned || !slices) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if (!s.bin || !s.bout || !s.carry || !s.owned || !slices) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
     for (int j = 0; j < sh->N; j++) s.bin[j] = s.carry[j] = in[j];
     for (int j = 0; j < sh->M && !rc; j++) {
         const kl_tensor *x = in[sh->N + j];
@@ -409,15 +462,20 @@ static int scan_exec(kl_gnode *n, scan_shape *sh, kl_tensor *const *in, kl_tenso
         }
     for (int k = 0; !rc && k < n_res; k++) {
         if (k < sh->N) {
-            if (s.owned[k]) { res[k] = s.carry[k]; s.owned[k] = 0; }
-            else rc = dup_tensor(s.carry[k], &res[k], e);
+            if (s.owned[k]) {
+                res[k] = s.carry[k];
+                s.owned[k] = 0;
+            } else rc = dup_tensor(s.carry[k], &res[k], e);
         } else if (!res[k]) {
             rc = empty_stack(b, k, &res[k], e);
         }
     }
 done:
     if (rc)
-        for (int k = 0; k < n_res; k++) { kl_tensor_free(res[k]); res[k] = NULL; }
+        for (int k = 0; k < n_res; k++) {
+            kl_tensor_free(res[k]);
+            res[k] = NULL;
+        }
     for (int j = 0; slices && j < sh->M; j++) kl_tensor_free(slices[j]);
     free(slices);
     loop_state_free(&s);
@@ -445,13 +503,14 @@ static int scan8_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *const *out, i
     }
     sh.T = in[1 + sh.N]->dims[1];
     for (int j = 0; j < sh.M; j++) {
-        if (in[1 + sh.N + j]->dims[1] != sh.T) return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan inputs of different lengths", n->opset);
+        if (in[1 + sh.N + j]->dims[1] != sh.T)
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: scan inputs of different lengths", n->opset);
         sh.in_rev[j] = (int)attr_at(n, "directions", j);
     }
     for (int64_t r = 0; in[0] && r < kl_tensor_numel(in[0]); r++)
         if (kl__int_at(in[0], r) != sh.T)
-            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: sequence_lens %lld shorter than the sequence (%lld)", n->opset,
-                                 (long long)kl__int_at(in[0], r), (long long)sh.T);
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: sequence_lens %lld shorter than the sequence (%lld)",
+                                 n->opset, (long long)kl__int_at(in[0], r), (long long)sh.T);
     kl_tensor views[64], *vin[64 + 512], *res[128], *full[128] = {0};
     if (nx > 64 || n->n_implicit > 512 || n_out > 128 || sh.N + sh.K > 128)
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: too many inputs or outputs", n->opset);
@@ -474,13 +533,17 @@ static int scan8_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *const *out, i
             const kl_tensor *o = res[k];
             if (!full[k]) {
                 int64_t dims[KL_MAX_DIMS];
-                if (o->rank >= KL_MAX_DIMS) { rc = kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: output rank %d", n->opset, o->rank); break; }
+                if (o->rank >= KL_MAX_DIMS) {
+                    rc = kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: output rank %d", n->opset, o->rank);
+                    break;
+                }
                 dims[0] = B;
                 memcpy(dims + 1, o->dims, sizeof(int64_t) * (size_t)o->rank);
                 if ((rc = kl_tensor_new_uninit(o->dtype, o->rank + 1, dims, KL_TAG_ACTIVATIONS, &full[k], e))) break;
             }
             if (o->dtype != full[k]->dtype || (int64_t)o->nbytes * B != (int64_t)full[k]->nbytes) {
-                rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: output %d changes shape between batch rows", n->opset, k);
+                rc =
+                    kl__fail_node(e, n, KL_ESHAPE, "opset %d: output %d changes shape between batch rows", n->opset, k);
                 break;
             }
             if (o->nbytes) memcpy((char *)full[k]->data + (size_t)r * o->nbytes, o->data, o->nbytes);
@@ -488,14 +551,18 @@ static int scan8_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *const *out, i
         for (int k = 0; k < sh.N + sh.K; k++) kl_tensor_free(res[k]);
     }
     for (int k = 0; !rc && k < n_out; k++) {
-        if (!full[k]) { int64_t z = 0; rc = kl_tensor_new(KL_F32, 1, &z, KL_TAG_ACTIVATIONS, &full[k], e); }
+        if (!full[k]) {
+            int64_t z = 0;
+            rc = kl_tensor_new(KL_F32, 1, &z, KL_TAG_ACTIVATIONS, &full[k], e);
+        }
     }
     if (!rc) give_outputs(n, full, out, n_out);
     for (int k = 0; k < 128; k++) kl_tensor_free(full[k]);
     return rc;
 }
 
-static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                    kl_err *e) {
     if (n->opset < 9) return scan8_run(n, in, out, n_out, x, e);
     scan_shape sh;
     int rc = scan_plan(n, in, &sh, e);
@@ -510,8 +577,9 @@ static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
 
 static const char *const a_if[] = {"then_branch", "else_branch", NULL};
 static const char *const a_loop[] = {"body", NULL};
-static const char *const a_scan[] = {"body", "num_scan_inputs", "scan_input_axes", "scan_input_directions",
-                                     "scan_output_axes", "scan_output_directions", NULL};
+static const char *const a_scan[] = {
+    "body", "num_scan_inputs", "scan_input_axes", "scan_input_directions", "scan_output_axes", "scan_output_directions",
+    NULL};
 static const char *const a_scan8[] = {"body", "num_scan_inputs", "directions", NULL};
 
 const kl_op kl__ops_control[] = {

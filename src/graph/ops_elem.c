@@ -679,12 +679,15 @@ static int dropout_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     int64_t m = kl_tensor_numel(in[0]);
     kl_tensor *mask = n_out > 1 ? out[1] : NULL;
     int train = n->opset >= 12 && n_in > 2 && in[2] && kl__int_at(in[2], 0) != 0;
-    double ratio = n->opset >= 12 ? (n_in > 1 && in[1] ? kl__dbl_at(in[1], 0) : 0.5) : kl_gnode_attr_float(n, "ratio", 0.5f);
+    double ratio =
+        n->opset >= 12 ? (n_in > 1 && in[1] ? kl__dbl_at(in[1], 0) : 0.5) : kl_gnode_attr_float(n, "ratio", 0.5f);
     if (train && ratio != 0) {
         if (!(ratio > 0 && ratio < 1))
-            return kl__fail_node(e, n, KL_EINVAL, "opset %d: training_mode with ratio %g outside [0, 1)", n->opset, ratio);
+            return kl__fail_node(e, n, KL_EINVAL, "opset %d: training_mode with ratio %g outside [0, 1)", n->opset,
+                                 ratio);
         if (!kl_dtype_is_float(in[0]->dtype))
-            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training_mode on %s data", n->opset, kl_dtype_name(in[0]->dtype));
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training_mode on %s data", n->opset,
+                                 kl_dtype_name(in[0]->dtype));
         dropout_apply(in[0], out[0], mask, (uint64_t)kl_gnode_attr_int(n, "seed", 0), (float)ratio);
         return KL_OK;
     }

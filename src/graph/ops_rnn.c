@@ -19,20 +19,20 @@ enum { R_RNN, R_GRU, R_LSTM };
 enum { A_KERNEL, A_AFFINE, A_THRESH, A_SCALED_TANH };
 
 typedef struct {
-    int kind;              /* A_KERNEL: op */
+    int kind; /* A_KERNEL: op */
     kl_unary_op op;
     float a, b;
 } rnn_act;
 
 typedef struct {
-    int cell;              /* R_* */
-    int G;                 /* gates: 1, 3, 4 */
-    int64_t T, B, I, H;    /* steps, batch, input size, hidden size */
-    int dirs, reverse;     /* reverse: forward-only graph run backwards ("reverse") */
+    int cell;           /* R_* */
+    int G;              /* gates: 1, 3, 4 */
+    int64_t T, B, I, H; /* steps, batch, input size, hidden size */
+    int dirs, reverse;  /* reverse: forward-only graph run backwards ("reverse") */
     int layout;
     int lbr, input_forget;
-    float clip;            /* 0: none */
-    rnn_act act[2][3];     /* per direction: f, g, h */
+    float clip;        /* 0: none */
+    rnn_act act[2][3]; /* per direction: f, g, h */
 } rnn_cfg;
 
 static int cell_of(const kl_gnode *n) {
@@ -43,7 +43,13 @@ static int cell_of(const kl_gnode *n) {
 
 static int act_parse(const kl_gnode *n, const char *name, const float **alpha, int *na, const float **beta, int *nb,
                      rnn_act *a, kl_err *e) {
-    static const struct { const char *name; int kind; kl_unary_op op; float a, b; int uses_a, uses_b; } T[] = {
+    static const struct {
+        const char *name;
+        int kind;
+        kl_unary_op op;
+        float a, b;
+        int uses_a, uses_b;
+    } T[] = {
         {"Relu", A_KERNEL, KL_UN_RELU, 0, 0, 0, 0},
         {"Tanh", A_KERNEL, KL_UN_TANH, 0, 0, 0, 0},
         {"Sigmoid", A_KERNEL, KL_UN_SIGMOID, 0, 0, 0, 0},
@@ -61,8 +67,16 @@ static int act_parse(const kl_gnode *n, const char *name, const float **alpha, i
         *a = (rnn_act){T[i].kind, T[i].op, T[i].a, T[i].b};
         /* activation_alpha/beta are consumed in the order of the
          * activations that take them (as ONNX Runtime does) */
-        if (T[i].uses_a && *na > 0) { a->a = **alpha; (*alpha)++; (*na)--; }
-        if (T[i].uses_b && *nb > 0) { a->b = **beta; (*beta)++; (*nb)--; }
+        if (T[i].uses_a && *na > 0) {
+            a->a = **alpha;
+            (*alpha)++;
+            (*na)--;
+        }
+        if (T[i].uses_b && *nb > 0) {
+            a->b = **beta;
+            (*beta)++;
+            (*nb)--;
+        }
         return KL_OK;
     }
     return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: activation '%s'", n->opset, name);
@@ -74,7 +88,8 @@ static int acts_parse(const kl_gnode *n, rnn_cfg *c, kl_err *e) {
     const kl_attr *as = kl_gnode_attr(n, "activations"), *aa = kl_gnode_attr(n, "activation_alpha"),
                   *ab = kl_gnode_attr(n, "activation_beta");
     if (as && as->n != per && as->n != per * c->dirs)
-        return kl__fail_node(e, n, KL_EINVAL, "opset %d: %d activations, %s takes %d per direction", n->opset, as->n, n->op_type, per);
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: %d activations, %s takes %d per direction", n->opset, as->n,
+                             n->op_type, per);
     const float *alpha = aa ? aa->floats : NULL, *beta = ab ? ab->floats : NULL;
     int na = aa ? aa->n : 0, nb = ab ? ab->n : 0, rc;
     for (int d = 0; d < c->dirs; d++)
@@ -119,41 +134,52 @@ static int cfg_read(kl_gnode *n, kl_tensor *const *in, int n_in, rnn_cfg *c, kl_
     else if (!strcmp(dir, "bidirectional")) c->dirs = 2;
     else return kl__fail_node(e, n, KL_EINVAL, "opset %d: direction '%s'", n->opset, dir);
     c->layout = (int)kl_gnode_attr_int(n, "layout", 0);
-    if (c->layout != 0 && c->layout != 1) return kl__fail_node(e, n, KL_EINVAL, "opset %d: layout %d", n->opset, c->layout);
+    if (c->layout != 0 && c->layout != 1)
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: layout %d", n->opset, c->layout);
     c->lbr = (int)kl_gnode_attr_int(n, "linear_before_reset", 0);
     c->input_forget = (int)kl_gnode_attr_int(n, "input_forget", 0);
     c->clip = kl_gnode_attr(n, "clip") ? kl_gnode_attr_float(n, "clip", 0) : 0;
-    if (kl_gnode_attr(n, "clip") && !(c->clip > 0)) return kl__fail_node(e, n, KL_EINVAL, "opset %d: clip %g must be > 0", n->opset, (double)c->clip);
+    if (kl_gnode_attr(n, "clip") && !(c->clip > 0))
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: clip %g must be > 0", n->opset, (double)c->clip);
     if (X->rank != 3 || W->rank != 3 || R->rank != 3)
-        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: X, W and R must have rank 3 (ranks %d, %d, %d)", n->opset, X->rank, W->rank, R->rank);
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: X, W and R must have rank 3 (ranks %d, %d, %d)", n->opset,
+                             X->rank, W->rank, R->rank);
     if (X->dtype != KL_F32 || W->dtype != KL_F32 || R->dtype != KL_F32)
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: %s inputs (float32 only)", n->opset, kl_dtype_name(X->dtype));
+        return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: %s inputs (float32 only)", n->opset,
+                             kl_dtype_name(X->dtype));
     c->T = X->dims[c->layout ? 1 : 0];
     c->B = X->dims[c->layout ? 0 : 1];
     c->I = X->dims[2];
     c->H = R->dims[2];
     int64_t hs = kl_gnode_attr_int(n, "hidden_size", c->H);
-    if (hs != c->H) return kl__fail_node(e, n, KL_ESHAPE, "opset %d: hidden_size %lld, R is for %lld", n->opset, (long long)hs, (long long)c->H);
+    if (hs != c->H)
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: hidden_size %lld, R is for %lld", n->opset, (long long)hs,
+                             (long long)c->H);
     int64_t GH = c->G * c->H;
     if (W->dims[0] != c->dirs || W->dims[1] != GH || W->dims[2] != c->I || R->dims[0] != c->dirs || R->dims[1] != GH)
-        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: W or R do not match %d direction(s), %d gates, hidden %lld, input %lld",
+        return kl__fail_node(e, n, KL_ESHAPE,
+                             "opset %d: W or R do not match %d direction(s), %d gates, hidden %lld, input %lld",
                              n->opset, c->dirs, c->G, (long long)c->H, (long long)c->I);
     const kl_tensor *Bt = n_in > 3 ? in[3] : NULL, *L = n_in > 4 ? in[4] : NULL;
     if (Bt && (Bt->dtype != KL_F32 || Bt->rank != 2 || Bt->dims[0] != c->dirs || Bt->dims[1] != 2 * GH))
-        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: B must be float32 [%d, %lld]", n->opset, c->dirs, (long long)(2 * GH));
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: B must be float32 [%d, %lld]", n->opset, c->dirs,
+                             (long long)(2 * GH));
     if (L && (L->rank != 1 || L->dims[0] != c->B || (L->dtype != KL_I32 && L->dtype != KL_I64)))
-        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: sequence_lens must be int32 [%lld]", n->opset, (long long)c->B);
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: sequence_lens must be int32 [%lld]", n->opset,
+                             (long long)c->B);
     int64_t sd[3] = {c->layout ? c->B : c->dirs, c->layout ? c->dirs : c->B, c->H};
     for (int k = 5; k < n_in && k < 7; k++) {
         const kl_tensor *s = in[k];
         if (!s) continue;
         if (s->dtype != KL_F32 || s->rank != 3 || memcmp(s->dims, sd, sizeof sd))
-            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: input %d (initial state) must be float32 [%lld, %lld, %lld]", n->opset, k,
+            return kl__fail_node(e, n, KL_ESHAPE,
+                                 "opset %d: input %d (initial state) must be float32 [%lld, %lld, %lld]", n->opset, k,
                                  (long long)sd[0], (long long)sd[1], (long long)sd[2]);
     }
     if (c->cell == R_LSTM && n_in > 7 && in[7] &&
         (in[7]->dtype != KL_F32 || in[7]->rank != 2 || in[7]->dims[0] != c->dirs || in[7]->dims[1] != 3 * c->H))
-        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: P must be float32 [%d, %lld]", n->opset, c->dirs, (long long)(3 * c->H));
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: P must be float32 [%d, %lld]", n->opset, c->dirs,
+                             (long long)(3 * c->H));
     return acts_parse(n, c, e);
 }
 
@@ -181,8 +207,8 @@ static int rnn_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
 
 typedef struct {
     const rnn_cfg *c;
-    int d;                       /* direction index (weights, outputs) */
-    int back;                    /* runs from the last step to the first */
+    int d;    /* direction index (weights, outputs) */
+    int back; /* runs from the last step to the first */
     const float *W, *R, *Wb, *Rb, *P;
     float *xw, *hr, *h, *cst, *tmp;
     const kl_tensor *lens;
@@ -215,7 +241,8 @@ static void rnn_cell(rnn_dir *r, const float *xw, const float *hr, int64_t b, fl
 }
 
 /* GRU gates z, r for row b into tmp (2H); hn: the new state */
-static void gru_cell(rnn_dir *r, const float *xw, const float *hr, const float *hh, int64_t b, const float *hprev, float *hn) {
+static void gru_cell(rnn_dir *r, const float *xw, const float *hr, const float *hh, int64_t b, const float *hprev,
+                     float *hn) {
     const rnn_cfg *c = r->c;
     int64_t H = c->H;
     float *z = r->tmp + b * 2 * H, *rg = z + H; /* computed before by gru_gates */
@@ -228,7 +255,8 @@ static void gru_cell(rnn_dir *r, const float *xw, const float *hr, const float *
     (void)hr;
 }
 
-static void lstm_cell(rnn_dir *r, const float *xw, const float *hr, int64_t b, const float *cprev, float *hn, float *cn) {
+static void lstm_cell(rnn_dir *r, const float *xw, const float *hr, int64_t b, const float *cprev, float *hn,
+                      float *cn) {
     const rnn_cfg *c = r->c;
     int64_t H = c->H;
     float *g = r->tmp; /* 4H scratch for this row: i, o, f, c~ */
@@ -286,7 +314,9 @@ static void rnn_step(rnn_dir *r, int64_t t, float *Y) {
     float *hn = r->tmp + B * 4 * H, *cn = hn + H;
     for (int64_t b = 0; b < B; b++) {
         float *hp = r->h + b * H, *cp = r->cst + b * H;
-        float *y = !Y ? NULL : c->layout ? Y + ((b * c->T + t) * c->dirs + r->d) * H : Y + ((t * c->dirs + r->d) * B + b) * H;
+        float *y = !Y   ? NULL
+            : c->layout ? Y + ((b * c->T + t) * c->dirs + r->d) * H
+                        : Y + ((t * c->dirs + r->d) * B + b) * H;
         if (t >= len_of(r, b)) {
             if (y) memset(y, 0, sizeof(float) * (size_t)H);
             continue;
@@ -308,7 +338,10 @@ static void init_state(const rnn_cfg *c, const kl_tensor *s, int d, float *dst) 
     int64_t H = c->H;
     for (int64_t b = 0; b < c->B; b++) {
         float *o = dst + b * H;
-        if (!s) { memset(o, 0, sizeof(float) * (size_t)H); continue; }
+        if (!s) {
+            memset(o, 0, sizeof(float) * (size_t)H);
+            continue;
+        }
         const float *src = (const float *)s->data + (c->layout ? b * c->dirs + d : d * c->B + b) * H;
         memcpy(o, src, sizeof(float) * (size_t)H);
     }
@@ -318,14 +351,17 @@ static void store_state(const rnn_cfg *c, const float *src, int d, kl_tensor *o)
     if (!o) return;
     int64_t H = c->H;
     for (int64_t b = 0; b < c->B; b++)
-        memcpy((float *)o->data + (c->layout ? b * c->dirs + d : d * c->B + b) * H, src + b * H, sizeof(float) * (size_t)H);
+        memcpy((float *)o->data + (c->layout ? b * c->dirs + d : d * c->B + b) * H, src + b * H,
+               sizeof(float) * (size_t)H);
 }
 
-static int rnn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int rnn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
     rnn_cfg c;
     int rc = cfg_read(n, in, n_in, &c, e);
     if (rc) return rc;
-    if ((size_t)ws_floats(&c) * sizeof(float) > x->ws_bytes) return kl__fail_node(e, n, KL_EINTERNAL, "workspace too small");
+    if ((size_t)ws_floats(&c) * sizeof(float) > x->ws_bytes)
+        return kl__fail_node(e, n, KL_EINTERNAL, "workspace too small");
     int64_t H = c.H, GH = c.G * H, B = c.B;
     const kl_tensor *Bt = n_in > 3 ? in[3] : NULL;
     float *Y = n_out > 0 && out[0] ? out[0]->data : NULL;
@@ -343,10 +379,14 @@ static int rnn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
         r.lens = n_in > 4 ? in[4] : NULL;
         r.pool = x->pool;
         float *w = x->ws;
-        r.xw = w; w += c.T * B * GH;
-        r.hr = w; w += B * GH;
-        r.h = w; w += B * H;
-        r.cst = w; w += B * H;
+        r.xw = w;
+        w += c.T * B * GH;
+        r.hr = w;
+        w += B * GH;
+        r.h = w;
+        w += B * H;
+        r.cst = w;
+        w += B * H;
         r.tmp = w; /* 2 B H: GRU's z, r per row, or LSTM's 4H gates; then hn, cn */
         init_state(&c, n_in > 5 ? in[5] : NULL, d, r.h);
         if (c.cell == R_LSTM) init_state(&c, n_in > 6 ? in[6] : NULL, d, r.cst);
@@ -363,12 +403,12 @@ static int rnn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     return KL_OK;
 }
 
-static const char *const a_rnn[] = {"activation_alpha", "activation_beta", "activations", "clip", "direction",
-                                    "hidden_size", "layout", NULL};
-static const char *const a_gru[] = {"activation_alpha", "activation_beta", "activations", "clip", "direction",
-                                    "hidden_size", "layout", "linear_before_reset", NULL};
-static const char *const a_lstm[] = {"activation_alpha", "activation_beta", "activations", "clip", "direction",
-                                     "hidden_size", "layout", "input_forget", NULL};
+static const char *const a_rnn[] = {"activation_alpha", "activation_beta", "activations", "clip",
+                                    "direction",        "hidden_size",     "layout",      NULL};
+static const char *const a_gru[] = {"activation_alpha", "activation_beta", "activations",         "clip", "direction",
+                                    "hidden_size",      "layout",          "linear_before_reset", NULL};
+static const char *const a_lstm[] = {"activation_alpha", "activation_beta", "activations",  "clip", "direction",
+                                     "hidden_size",      "layout",          "input_forget", NULL};
 
 const kl_op kl__ops_rnn[] = {
     {"RNN", "", 7, 17, 3, 6, 0, 2, a_rnn, NULL, rnn_infer, rnn_run, 0},

@@ -61,7 +61,8 @@ static int copy_out(kl_tensor *out, const kl_tensor *t, kl_err *e) {
 }
 
 /* position p of a sequence of n (p in [-n, n - 1 + extra]) */
-static int position(const kl_gnode *n, const kl_tensor *p, int64_t cnt, int extra, int64_t def, int64_t *out, kl_err *e) {
+static int position(const kl_gnode *n, const kl_tensor *p, int64_t cnt, int extra, int64_t def, int64_t *out,
+                    kl_err *e) {
     int64_t v = def;
     if (p) {
         if (kl_tensor_numel(p) != 1 || kl_dtype_is_float(p->dtype))
@@ -78,13 +79,15 @@ static int position(const kl_gnode *n, const kl_tensor *p, int64_t cnt, int extr
 
 static int same_dtype(const kl_gnode *n, kl_dtype a, kl_dtype b, kl_err *e) {
     if (a != KL_DTYPE_COUNT && b != KL_DTYPE_COUNT && a != b)
-        return kl__fail_node(e, n, KL_ETYPE, "opset %d: a %s tensor in a sequence of %s", n->opset, kl_dtype_name(b), kl_dtype_name(a));
+        return kl__fail_node(e, n, KL_ETYPE, "opset %d: a %s tensor in a sequence of %s", n->opset, kl_dtype_name(b),
+                             kl_dtype_name(a));
     return KL_OK;
 }
 
 /* ---- sequences ---- */
 
-static int seq_empty_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int seq_empty_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                         kl_err *e) {
     kl_dtype dt = KL_F32;
     const kl_attr *a = kl_gnode_attr(n, "dtype");
     if (a && kl_dtype_from_onnx((int)a->i, &dt))
@@ -92,7 +95,8 @@ static int seq_empty_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     return emit(out[0], KL_VAL_SEQUENCE, dt, NULL, 0, e);
 }
 
-static int seq_construct_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int seq_construct_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                             kl_err *e) {
     int m = n_in - n->n_implicit;
     for (int i = 1; i < m; i++) {
         int rc = same_dtype(n, in[0]->dtype, in[i]->dtype, e);
@@ -101,7 +105,8 @@ static int seq_construct_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_ten
     return emit(out[0], KL_VAL_SEQUENCE, in[0]->dtype, in, m, e);
 }
 
-static int seq_insert_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int seq_insert_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                          kl_err *e) {
     kl_tensor *el;
     int64_t cnt, pos;
     int rc = elements(n, in[0], KL_VAL_SEQUENCE, &el, &cnt, e);
@@ -118,7 +123,8 @@ static int seq_insert_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor
     return rc;
 }
 
-static int seq_erase_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int seq_erase_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                         kl_err *e) {
     kl_tensor *el;
     int64_t cnt, pos;
     int rc = elements(n, in[0], KL_VAL_SEQUENCE, &el, &cnt, e);
@@ -135,7 +141,8 @@ static int seq_erase_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor 
     return rc;
 }
 
-static int seq_at_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int seq_at_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                      kl_err *e) {
     kl_tensor *el;
     int64_t cnt, pos;
     int rc = elements(n, in[0], KL_VAL_SEQUENCE, &el, &cnt, e);
@@ -145,7 +152,8 @@ static int seq_at_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *co
     return rc;
 }
 
-static int seq_length_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int seq_length_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                          kl_err *e) {
     int64_t cnt;
     int kind;
     int rc = kl_seq_check(in[0], &kind, NULL, &cnt, e);
@@ -172,15 +180,18 @@ static int piece(const kl_tensor *x, int axis, int64_t b, int64_t len, int keep,
     if (rc) return rc;
     size_t es = kl_dtype_size(x->dtype), row = (size_t)(len * inner) * es;
     for (int64_t o = 0; o < outer && row; o++)
-        memcpy((char *)(*out)->data + (size_t)o * row, (const char *)x->data + ((size_t)(o * x->dims[axis] + b) * (size_t)inner) * es, row);
+        memcpy((char *)(*out)->data + (size_t)o * row,
+               (const char *)x->data + ((size_t)(o * x->dims[axis] + b) * (size_t)inner) * es, row);
     return KL_OK;
 }
 
-static int split_to_seq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int split_to_seq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                            kl_err *e) {
     const kl_tensor *X = in[0], *S = n_in > 1 ? in[1] : NULL;
     int64_t axis;
     if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), X->rank, &axis) || X->rank < 1)
-        return kl__fail_node(e, n, KL_EINVAL, "opset %d: axis %lld out of range for rank %d", n->opset, (long long)kl_gnode_attr_int(n, "axis", 0), X->rank);
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: axis %lld out of range for rank %d", n->opset,
+                             (long long)kl_gnode_attr_int(n, "axis", 0), X->rank);
     int64_t L = X->dims[axis], np = 0;
     int keep = 1;
     int64_t *lens = NULL;
@@ -203,7 +214,9 @@ static int split_to_seq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tens
         if (lens[i] < 0) rc = kl__fail_node(e, n, KL_EINVAL, "opset %d: negative split", n->opset);
         sum += lens[i];
     }
-    if (!rc && sum != L) rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: splits sum to %lld, the axis has %lld", n->opset, (long long)sum, (long long)L);
+    if (!rc && sum != L)
+        rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: splits sum to %lld, the axis has %lld", n->opset, (long long)sum,
+                           (long long)L);
     for (int64_t i = 0, b = 0; !rc && i < np; b += lens[i], i++) rc = piece(X, (int)axis, b, lens[i], keep, &ts[i], e);
     if (!rc) rc = emit(out[0], KL_VAL_SEQUENCE, X->dtype, ts, np, e);
     for (int64_t i = 0; ts && i < np; i++) kl_tensor_free(ts[i]);
@@ -212,26 +225,33 @@ static int split_to_seq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tens
     return rc;
 }
 
-static int concat_from_seq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int concat_from_seq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out,
+                               kl_exec *x, kl_err *e) {
     kl_tensor *el;
     int64_t cnt;
     int rc = elements(n, in[0], KL_VAL_SEQUENCE, &el, &cnt, e);
     if (rc) return rc;
     int new_axis = kl_gnode_attr_int(n, "new_axis", 0) != 0;
-    if (cnt == 0) { free(el); return kl__fail_node(e, n, KL_ESHAPE, "opset %d: an empty sequence", n->opset); }
+    if (cnt == 0) {
+        free(el);
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: an empty sequence", n->opset);
+    }
     const kl_tensor *f = &el[0];
     int r = f->rank + new_axis;
     int64_t axis;
     if (kl__norm_axis(kl_gnode_attr_int(n, "axis", 0), r, &axis) || r < 1 || r > KL_MAX_DIMS) {
         free(el);
-        return kl__fail_node(e, n, KL_EINVAL, "opset %d: axis %lld out of range", n->opset, (long long)kl_gnode_attr_int(n, "axis", 0));
+        return kl__fail_node(e, n, KL_EINVAL, "opset %d: axis %lld out of range", n->opset,
+                             (long long)kl_gnode_attr_int(n, "axis", 0));
     }
     int64_t total = 0;
     for (int64_t i = 0; i < cnt && !rc; i++) {
         const kl_tensor *t = &el[i];
         int bad = t->dtype != f->dtype || t->rank != f->rank;
         for (int d = 0; !bad && d < f->rank; d++) bad = (new_axis || d != axis) && t->dims[d] != f->dims[d];
-        if (bad) rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: element %lld does not match element 0", n->opset, (long long)i);
+        if (bad)
+            rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: element %lld does not match element 0", n->opset,
+                               (long long)i);
         else total += new_axis ? 1 : t->dims[axis];
     }
     int64_t dims[KL_MAX_DIMS];
@@ -260,7 +280,8 @@ static int concat_from_seq_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_t
 
 /* ---- optional values ---- */
 
-static int optional_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int optional_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                        kl_err *e) {
     int m = n_in - n->n_implicit;
     const kl_tensor *v = m > 0 ? in[0] : NULL;
     return emit(out[0], KL_VAL_OPTIONAL, v ? v->dtype : KL_DTYPE_COUNT, (kl_tensor *const *)&v, v ? 1 : 0, e);
@@ -270,7 +291,10 @@ static int optional_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *
  * optional is expected counts as present, as opset 18 allows) */
 static int opt_count(const kl_tensor *v, int64_t *cnt, kl_tensor *el) {
     int kind;
-    if (!v) { *cnt = 0; return KL_OK; }
+    if (!v) {
+        *cnt = 0;
+        return KL_OK;
+    }
     if (kl_seq_is_value(v) && kl_seq_check(v, &kind, NULL, cnt, NULL) == KL_OK && kind == KL_VAL_OPTIONAL) {
         if (*cnt && el) kl_seq_at(v, 0, el, NULL);
         return KL_OK;
@@ -280,7 +304,8 @@ static int opt_count(const kl_tensor *v, int64_t *cnt, kl_tensor *el) {
     return KL_OK;
 }
 
-static int opt_has_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int opt_has_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                       kl_err *e) {
     int64_t cnt;
     opt_count(n_in - n->n_implicit > 0 ? in[0] : NULL, &cnt, NULL);
     kl_tensor *res;
@@ -291,7 +316,8 @@ static int opt_has_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *c
     return KL_OK;
 }
 
-static int opt_get_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int opt_get_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                       kl_err *e) {
     int64_t cnt;
     kl_tensor el;
     opt_count(in[0], &cnt, &el);
@@ -306,26 +332,34 @@ static int seq_map_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     const kl_graph *b = a && a->type == KL_ATTR_GRAPH ? a->g : NULL;
     if (!b) return kl__fail_node(e, n, KL_EPARSE, "opset %d: no body graph", n->opset);
     if (b->n_inputs - b->n_outer != n->n_in - n->n_implicit || b->n_outputs != n->n_out)
-        return kl__fail_node(e, n, KL_EPARSE, "opset %d: body takes %d inputs and gives %d outputs, the node has %d and %d", n->opset,
+        return kl__fail_node(e, n, KL_EPARSE,
+                             "opset %d: body takes %d inputs and gives %d outputs, the node has %d and %d", n->opset,
                              b->n_inputs - b->n_outer, b->n_outputs, n->n_in - n->n_implicit, n->n_out);
     return KL_OK;
 }
 
-static int seq_map_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
+static int seq_map_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                       kl_err *e) {
     kl_graph *b = kl_gnode_attr(n, "body")->g;
     int m = n_in - n->n_implicit, rc = KL_OK;
     int64_t len = -1;
-    kl_tensor **el = calloc((size_t)m + 1, sizeof(kl_tensor *)), **bin = calloc((size_t)b->n_inputs + 1, sizeof(kl_tensor *));
+    kl_tensor **el = calloc((size_t)m + 1, sizeof(kl_tensor *)),
+              **bin = calloc((size_t)b->n_inputs + 1, sizeof(kl_tensor *));
     kl_tensor **bout = calloc((size_t)b->n_outputs + 1, sizeof(kl_tensor *));
     kl_tensor ***res = calloc((size_t)n_out + 1, sizeof(kl_tensor **));
     char *is_seq = calloc((size_t)m + 1, 1);
-    if (!el || !bin || !bout || !res || !is_seq) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if (!el || !bin || !bout || !res || !is_seq) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
     for (int k = 0; k < m && !rc; k++) {
         is_seq[k] = k == 0 || kl_seq_is_value(in[k]);
         if (!is_seq[k]) continue;
         int64_t c;
         if ((rc = elements(n, in[k], KL_VAL_SEQUENCE, &el[k], &c, e))) break;
-        if (len >= 0 && c != len) rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: sequences of %lld and %lld elements", n->opset, (long long)len, (long long)c);
+        if (len >= 0 && c != len)
+            rc = kl__fail_node(e, n, KL_ESHAPE, "opset %d: sequences of %lld and %lld elements", n->opset,
+                               (long long)len, (long long)c);
         len = c;
     }
     for (int k = 0; k < n_out && !rc; k++)
@@ -368,7 +402,8 @@ static const char *const a_concat[] = {"axis", "new_axis", NULL};
 static const char *const a_opt[] = {"type", NULL};
 static const char *const a_map[] = {"body", NULL};
 
-#define SOP(name, since, mi, ma, attrs, run) {name, "", since, 17, mi, ma, 1, 1, attrs, NULL, need_data, run, KL_OP_ALLOCS}
+#define SOP(name, since, mi, ma, attrs, run) \
+    { name, "", since, 17, mi, ma, 1, 1, attrs, NULL, need_data, run, KL_OP_ALLOCS }
 
 const kl_op kl__ops_seq[] = {
     SOP("SequenceEmpty", 11, 0, 0, a_empty, seq_empty_run),
@@ -382,6 +417,7 @@ const kl_op kl__ops_seq[] = {
     SOP("Optional", 15, 0, 1, a_opt, optional_run),
     SOP("OptionalHasElement", 15, 0, 1, a_none, opt_has_run),
     SOP("OptionalGetElement", 15, 1, 1, a_none, opt_get_run),
-    {"SequenceMap", "", 17, 17, 1, -1, 1, -1, a_map, seq_map_check, need_data, seq_map_run, KL_OP_ALLOCS | KL_OP_SUBGRAPH},
+    {"SequenceMap", "", 17, 17, 1, -1, 1, -1, a_map, seq_map_check, need_data, seq_map_run,
+     KL_OP_ALLOCS | KL_OP_SUBGRAPH},
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

@@ -15,8 +15,8 @@
 
 typedef struct {
     char magic[8];
-    int32_t kind;     /* KL_VAL_SEQUENCE / KL_VAL_OPTIONAL */
-    int32_t elem;     /* element dtype (KL_DTYPE_COUNT: unknown / nested values) */
+    int32_t kind; /* KL_VAL_SEQUENCE / KL_VAL_OPTIONAL */
+    int32_t elem; /* element dtype (KL_DTYPE_COUNT: unknown / nested values) */
     int64_t count;
 } seq_hdr;
 
@@ -30,12 +30,14 @@ static size_t al8(size_t x) { return (x + 7) & ~(size_t)7; }
 
 int kl_seq_new(int kind, kl_dtype elem, const kl_tensor *const *elems, int64_t n, kl_tensor **out, kl_err *e) {
     *out = NULL;
-    if (kind != KL_VAL_SEQUENCE && kind != KL_VAL_OPTIONAL) return kl_err_set(e, KL_EINVAL, "not a sequence or optional kind");
+    if (kind != KL_VAL_SEQUENCE && kind != KL_VAL_OPTIONAL)
+        return kl_err_set(e, KL_EINVAL, "not a sequence or optional kind");
     if (n < 0 || (kind == KL_VAL_OPTIONAL && n > 1) || n > ((int64_t)1 << 32))
         return kl_err_set(e, KL_ERANGE, "%lld elements", (long long)n);
     size_t bytes = sizeof(seq_hdr) + (size_t)n * sizeof(seq_ent);
     for (int64_t i = 0; i < n; i++) {
-        if (!kl_tensor_is_contiguous(elems[i])) return kl_err_set(e, KL_EINVAL, "element %lld is not contiguous", (long long)i);
+        if (!kl_tensor_is_contiguous(elems[i]))
+            return kl_err_set(e, KL_EINVAL, "element %lld is not contiguous", (long long)i);
         bytes += al8((size_t)kl_tensor_numel(elems[i]) * kl_dtype_size(elems[i]->dtype));
     }
     int64_t nb = (int64_t)bytes;
@@ -73,9 +75,9 @@ int kl_seq_check(const kl_tensor *v, int *kind, kl_dtype *elem, int64_t *count, 
     size_t len = (size_t)v->dims[0];
     const char *b = v->data;
     memcpy(&h, b, sizeof h);
-    if (memcmp(h.magic, MAGIC, sizeof h.magic) || (h.kind != KL_VAL_SEQUENCE && h.kind != KL_VAL_OPTIONAL) || h.count < 0 ||
-        (h.kind == KL_VAL_OPTIONAL && h.count > 1) || (uint64_t)h.count > (len - sizeof h) / sizeof(seq_ent) ||
-        h.elem < 0 || h.elem > KL_DTYPE_COUNT)
+    if (memcmp(h.magic, MAGIC, sizeof h.magic) || (h.kind != KL_VAL_SEQUENCE && h.kind != KL_VAL_OPTIONAL) ||
+        h.count < 0 || (h.kind == KL_VAL_OPTIONAL && h.count > 1) ||
+        (uint64_t)h.count > (len - sizeof h) / sizeof(seq_ent) || h.elem < 0 || h.elem > KL_DTYPE_COUNT)
         return kl_err_set(e, KL_EINVAL, "not a valid sequence or optional value (%zu bytes)", len);
     for (int64_t i = 0; i < h.count; i++) {
         seq_ent en;
@@ -86,7 +88,8 @@ int kl_seq_check(const kl_tensor *v, int *kind, kl_dtype *elem, int64_t *count, 
             bad = en.dims[d] < 0 || (en.dims[d] && numel > INT64_MAX / 16 / en.dims[d]);
             numel *= bad ? 1 : en.dims[d];
         }
-        if (bad || en.nbytes != (uint64_t)numel * kl_dtype_size((kl_dtype)en.dtype) || en.offset > len || len - en.offset < en.nbytes)
+        if (bad || en.nbytes != (uint64_t)numel * kl_dtype_size((kl_dtype)en.dtype) || en.offset > len ||
+            len - en.offset < en.nbytes)
             return kl_err_set(e, KL_EINVAL, "sequence element %lld: bad entry", (long long)i);
     }
     if (kind) *kind = h.kind;
@@ -115,5 +118,5 @@ int kl_seq_at(const kl_tensor *v, int64_t i, kl_tensor *view, kl_err *e) {
 
 int kl_seq_is_value(const kl_tensor *v) {
     return v && v->dtype == KL_U8 && v->rank == 1 && (size_t)v->dims[0] >= sizeof(seq_hdr) && v->data &&
-           !memcmp(v->data, MAGIC, 8);
+        !memcmp(v->data, MAGIC, 8);
 }

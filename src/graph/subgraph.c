@@ -42,7 +42,10 @@ static int free_names(const kl_graph *sub, char ***names, int *n, int *cap, kl_e
             if (*n == *cap) {
                 int nc = *cap ? *cap * 2 : 8;
                 char **nn = realloc(*names, sizeof(char *) * (size_t)nc);
-                if (!nn) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+                if (!nn) {
+                    rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                    break;
+                }
                 *names = nn;
                 *cap = nc;
             }
@@ -94,7 +97,10 @@ int kl_gnode_bind_subgraphs(kl_graph *g, int node, kl_err *e) {
     for (int j = 0; j < nn && !rc; j++) {
         int v = kl_graph_value(g, names[j]);
         n = &g->nodes[node];
-        if (v < 0 || append_int(&n->inputs, n->n_in, v)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+        if (v < 0 || append_int(&n->inputs, n->n_in, v)) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
         n->n_in++;
         n->n_implicit++;
     }
@@ -104,8 +110,12 @@ int kl_gnode_bind_subgraphs(kl_graph *g, int node, kl_err *e) {
         if (!sub) continue;
         /* a name this subgraph defines but another reads from outside */
         char *def = defined_values(sub);
-        if (!def) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
-        for (int v = 0; v < sub->n_values; v++) sub->values[v].producer = def[v] && !sub->values[v].is_input && !sub->values[v].init ? 0 : -1;
+        if (!def) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
+        for (int v = 0; v < sub->n_values; v++)
+            sub->values[v].producer = def[v] && !sub->values[v].is_input && !sub->values[v].init ? 0 : -1;
         free(def);
         for (int j = 0; j < nn && !rc; j++) rc = bind_outer(sub, names[j], j, e);
         if (!rc) rc = kl_graph_finalize(sub, e);

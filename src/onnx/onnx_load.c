@@ -241,7 +241,8 @@ static int seq_from_proto(Onnx__SequenceProto *sp, kl_tensor **out, int depth, k
     kl_tensor **el = calloc(n + 1, sizeof(kl_tensor *));
     if (!el) return kl_err_set(e, KL_ENOMEM, "out of memory");
     int rc = KL_OK;
-    for (size_t i = 0; i < sp->n_tensor_values && !rc; i++) rc = tensor_from_proto(sp->tensor_values[i], NULL, &el[i], e);
+    for (size_t i = 0; i < sp->n_tensor_values && !rc; i++)
+        rc = tensor_from_proto(sp->tensor_values[i], NULL, &el[i], e);
     for (size_t i = 0; i < sp->n_sequence_values && !rc; i++)
         rc = seq_from_proto(sp->sequence_values[i], &el[sp->n_tensor_values + i], depth + 1, e);
     if (!rc) rc = kl_seq_new(KL_VAL_SEQUENCE, KL_DTYPE_COUNT, (const kl_tensor *const *)el, (int64_t)n, out, e);
@@ -289,8 +290,10 @@ static int value_kind(const Onnx__TypeProto *tp) {
     switch (tp->value_case) {
     case ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE: return tp->tensor_type ? KL_VAL_TENSOR : -1;
     case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE:
-        return tp->sequence_type && tp->sequence_type->elem_type && value_kind(tp->sequence_type->elem_type) == KL_VAL_TENSOR
-                   ? KL_VAL_SEQUENCE : -1;
+        return tp->sequence_type && tp->sequence_type->elem_type &&
+                value_kind(tp->sequence_type->elem_type) == KL_VAL_TENSOR
+            ? KL_VAL_SEQUENCE
+            : -1;
     case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE: {
         int k = tp->optional_type && tp->optional_type->elem_type ? value_kind(tp->optional_type->elem_type) : -1;
         return k == KL_VAL_TENSOR || k == KL_VAL_SEQUENCE ? KL_VAL_OPTIONAL : -1;
@@ -309,7 +312,10 @@ static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_
     if (!tp) return KL_OK;
     int kind = value_kind(tp);
     if (kind < 0)
-        return kl_err_set(e, KL_EUNSUPPORTED, "value '%s': only tensors, sequences of tensors and optional tensors or sequences are supported (maps and sparse tensors are not)", vi->name);
+        return kl_err_set(e, KL_EUNSUPPORTED,
+                          "value '%s': only tensors, sequences of tensors and optional tensors or sequences are "
+                          "supported (maps and sparse tensors are not)",
+                          vi->name);
     if (kind != KL_VAL_TENSOR) {
         /* carried as bytes (kl_seq_new): uint8, rank 1, any length */
         val->kind = kind;
@@ -359,11 +365,13 @@ static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g,
 
 /* A GRAPH attribute: the subgraph as a keel graph (bound to its node and
  * finalized by kl_gnode_bind_subgraphs once the node's attributes are in). */
-static int load_subgraph(const kl_gnode *n, const Onnx__AttributeProto *ap, const load_ctx *c, kl_graph **out, kl_err *e) {
+static int load_subgraph(const kl_gnode *n, const Onnx__AttributeProto *ap, const load_ctx *c, kl_graph **out,
+                         kl_err *e) {
     *out = NULL;
     if (!ap->g) return kl_err_set(e, KL_EPARSE, "attribute '%s': GRAPH without a graph", ap->name);
     if (c->depth >= MAX_SUBGRAPH_DEPTH)
-        return kl_err_set(e, KL_EUNSUPPORTED, "attribute '%s': subgraphs nested deeper than %d", ap->name, MAX_SUBGRAPH_DEPTH);
+        return kl_err_set(e, KL_EUNSUPPORTED, "attribute '%s': subgraphs nested deeper than %d", ap->name,
+                          MAX_SUBGRAPH_DEPTH);
     kl_graph *sub;
     int rc = kl_graph_new(&sub, e);
     if (rc) return rc;
@@ -448,19 +456,31 @@ static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g,
     /* initializers */
     for (size_t i = 0; i < gp->n_initializer; i++) {
         Onnx__TensorProto *tp = gp->initializer[i];
-        if (!tp->name || !*tp->name) { rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i); return rc; }
+        if (!tp->name || !*tp->name) {
+            rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i);
+            return rc;
+        }
         int v = kl_graph_value(g, tp->name);
         if (v < 0) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        if (g->values[v].init) { rc = kl_err_set(e, KL_EPARSE, "initializer '%s' defined twice", tp->name); return rc; }
+        if (g->values[v].init) {
+            rc = kl_err_set(e, KL_EPARSE, "initializer '%s' defined twice", tp->name);
+            return rc;
+        }
         kl_tensor *t;
-        if ((rc = tensor_from_proto(tp, c->base_dir, &t, e))) { kl_err_prefix(e, "initializer '%s'", tp->name); return rc; }
+        if ((rc = tensor_from_proto(tp, c->base_dir, &t, e))) {
+            kl_err_prefix(e, "initializer '%s'", tp->name);
+            return rc;
+        }
         kl_value *val = &g->values[v];
         val->init = t;
         val->dtype = t->dtype;
         val->rank = t->rank;
         for (int d = 0; d < t->rank; d++) val->dims[d] = t->dims[d];
     }
-    if (gp->n_sparse_initializer) { rc = kl_err_set(e, KL_EUNSUPPORTED, "sparse initializers are not supported"); return rc; }
+    if (gp->n_sparse_initializer) {
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "sparse initializers are not supported");
+        return rc;
+    }
     /* inputs (skipping those that are initializers: defaults) */
     g->inputs = calloc(gp->n_input + 1, sizeof(int));
     g->outputs = calloc(gp->n_output + 1, sizeof(int));
@@ -470,8 +490,14 @@ static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g,
         if (gp->input[i]->name && kl_graph_find_value(g, gp->input[i]->name) >= 0 &&
             g->values[kl_graph_find_value(g, gp->input[i]->name)].init)
             continue; /* an initializer listed as input: treat as constant */
-        if ((rc = value_info(g, gp->input[i], &v, e))) { kl_err_prefix(e, "graph input %zu", i); return rc; }
-        if (g->values[v].is_input) { rc = kl_err_set(e, KL_EPARSE, "graph input '%s' listed twice", g->values[v].name); return rc; }
+        if ((rc = value_info(g, gp->input[i], &v, e))) {
+            kl_err_prefix(e, "graph input %zu", i);
+            return rc;
+        }
+        if (g->values[v].is_input) {
+            rc = kl_err_set(e, KL_EPARSE, "graph input '%s' listed twice", g->values[v].name);
+            return rc;
+        }
         g->values[v].is_input = 1;
         g->inputs[g->n_inputs++] = v;
     }
@@ -479,11 +505,20 @@ static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g,
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *np = gp->node[i];
         const char *dom = np->domain ? np->domain : "";
-        if (!np->op_type || !*np->op_type) { rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i); return rc; }
+        if (!np->op_type || !*np->op_type) {
+            rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i);
+            return rc;
+        }
         for (size_t k = 0; k < np->n_input; k++)
-            if (!np->input[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i); return rc; }
+            if (!np->input[k]) {
+                rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i);
+                return rc;
+            }
         for (size_t k = 0; k < np->n_output; k++)
-            if (!np->output[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null output name", i); return rc; }
+            if (!np->output[k]) {
+                rc = kl_err_set(e, KL_EPARSE, "node %zu: null output name", i);
+                return rc;
+            }
         int ni = kl_graph_add_node(g, np->op_type, np->name ? np->name : "", (const char *const *)np->input,
                                    (int)np->n_input, (const char *const *)np->output, (int)np->n_output);
         if (ni < 0) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -511,7 +546,10 @@ static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g,
     }
     for (size_t i = 0; i < gp->n_output; i++) {
         int v;
-        if ((rc = value_info(g, gp->output[i], &v, e))) { kl_err_prefix(e, "graph output %zu", i); return rc; }
+        if ((rc = value_info(g, gp->output[i], &v, e))) {
+            kl_err_prefix(e, "graph output %zu", i);
+            return rc;
+        }
         g->values[v].is_output = 1;
         g->outputs[g->n_outputs++] = v;
     }
@@ -531,7 +569,10 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
     int rc = kl_graph_new(&g, e);
     if (rc) return rc;
     const Onnx__GraphProto *gp = m->graph;
-    if (!gp) { rc = kl_err_set(e, KL_EPARSE, "model has no graph"); goto fail; }
+    if (!gp) {
+        rc = kl_err_set(e, KL_EPARSE, "model has no graph");
+        goto fail;
+    }
     g->name = strdup(gp->name ? gp->name : "");
     if (m->producer_name) {
         char buf[256];
@@ -543,11 +584,12 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *os = m->opset_import[i];
         const char *dom = os->domain ? os->domain : "";
-        if (!*dom || !strcmp(dom, "ai.onnx")) {
-            g->opset = (int)os->version;
-        }
+        if (!*dom || !strcmp(dom, "ai.onnx")) { g->opset = (int)os->version; }
     }
-    if (g->opset < 0) { rc = kl_err_set(e, KL_EUNSUPPORTED, "model imports no default-domain (ai.onnx) opset"); goto fail; }
+    if (g->opset < 0) {
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "model imports no default-domain (ai.onnx) opset");
+        goto fail;
+    }
     if (g->opset < KL_ONNX_OPSET_MIN || g->opset > KL_ONNX_OPSET_MAX) {
         rc = kl_err_set(e, KL_EUNSUPPORTED, "unsupported default-domain opset %d (supported: %d-%d)", g->opset,
                         KL_ONNX_OPSET_MIN, KL_ONNX_OPSET_MAX);

@@ -49,7 +49,10 @@ static int finish(kl_graph *g, const char *name, const kl_session_opts *o, kl_se
     int rc;
     if (!s) { kl_graph_free(g); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
     s->g = g;
-    if (name && !(s->name = strdup(name))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (name && !(s->name = strdup(name))) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
     pthread_mutex_init(&s->mu, NULL);
     int level = o ? o->opt_level : 1;
     if ((rc = kl_graph_optimize(g, level, e))) goto fail;

@@ -86,11 +86,14 @@ static int compare_value(const kl_tensor *got, const kl_tensor *want, char *msg,
     int kg, kw;
     int64_t ng, nw;
     kl_err e = {0};
-    if (kl_seq_check(got, &kg, NULL, &ng, &e)) { snprintf(msg, n, "not a sequence/optional value: %s", kl_err_what(&e)); return 1; }
+    if (kl_seq_check(got, &kg, NULL, &ng, &e)) {
+        snprintf(msg, n, "not a sequence/optional value: %s", kl_err_what(&e));
+        return 1;
+    }
     kl_seq_check(want, &kw, NULL, &nw, &e);
     if (kg != kw || ng != nw) {
-        snprintf(msg, n, "%s of %lld, expected %s of %lld", kg == KL_VAL_SEQUENCE ? "sequence" : "optional", (long long)ng,
-                 kw == KL_VAL_SEQUENCE ? "sequence" : "optional", (long long)nw);
+        snprintf(msg, n, "%s of %lld, expected %s of %lld", kg == KL_VAL_SEQUENCE ? "sequence" : "optional",
+                 (long long)ng, kw == KL_VAL_SEQUENCE ? "sequence" : "optional", (long long)nw);
         return 1;
     }
     for (int64_t i = 0; i < ng; i++) {
@@ -110,17 +113,23 @@ enum { R_PASS, R_FAIL, R_UNSUP, R_BAD };
 
 /* Tests whose data in onnx 1.12 is inconsistent or that hit a known kernel
  * limitation: counted as not passed, reported, not failures. */
-static const struct { const char *name, *why; } known[] = {
+static const struct { const char *name, *why;
+} known[] = {
     {"test_castlike_BFLOAT16_to_FLOAT", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_BFLOAT16_to_FLOAT_expanded", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_FLOAT_to_BFLOAT16", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_castlike_FLOAT_to_BFLOAT16_expanded", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_cast_FLOAT_to_BFLOAT16", "onnx 1.12 truncates to bfloat16; keel rounds to nearest even"},
-    {"test_training_dropout", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
-    {"test_training_dropout_default", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
-    {"test_training_dropout_default_mask", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
-    {"test_training_dropout_mask", "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
-    {"test_resize_downsample_scales_linear_align_corners", "align_corners from the floored output size (kernel), onnx uses in*scale"},
+    {"test_training_dropout",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_default",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_default_mask",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_mask",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_resize_downsample_scales_linear_align_corners",
+     "align_corners from the floored output size (kernel), onnx uses in*scale"},
 };
 
 static int run_test(const char *dir, char *msg, size_t mn) {

@@ -52,18 +52,30 @@ static int node(kl_graph *g, const char *op, const char *name, const char *ins, 
     int ni = 0, no = 0;
     snprintf(ib, sizeof ib, "%s", ins);
     snprintf(ob, sizeof ob, "%s", outs);
-    for (char *s = ib, *t; s && *ins; s = t) { t = strchr(s, ','); if (t) *t++ = 0; iv[ni++] = s; }
-    for (char *s = ob, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; ov[no++] = s; }
+    for (char *s = ib, *t; s && *ins; s = t) {
+        t = strchr(s, ',');
+        if (t) *t++ = 0;
+        iv[ni++] = s;
+    }
+    for (char *s = ob, *t; s; s = t) {
+        t = strchr(s, ',');
+        if (t) *t++ = 0;
+        ov[no++] = s;
+    }
     return kl_graph_add_node(g, op, name, iv, ni, ov, no);
 }
-static void attr_i(kl_graph *g, int k, const char *name, int64_t v) { kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INT)->i = v; }
+static void attr_i(kl_graph *g, int k, const char *name, int64_t v) {
+    kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INT)->i = v;
+}
 static void attr_ints(kl_graph *g, int k, const char *name, int n, const int64_t *v) {
     kl_attr *a = kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INTS);
     a->ints = malloc(sizeof(int64_t) * (size_t)(n + 1));
     memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
     a->n = n;
 }
-static void attr_g(kl_graph *g, int k, const char *name, kl_graph *sub) { kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_GRAPH)->g = sub; }
+static void attr_g(kl_graph *g, int k, const char *name, kl_graph *sub) {
+    kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_GRAPH)->g = sub;
+}
 
 static int run(kl_graph *g, kl_tensor **x, int n_in, kl_tensor **outs, kl_err *e) {
     kl_pool *pool = NULL;
@@ -72,7 +84,8 @@ static int run(kl_graph *g, kl_tensor **x, int n_in, kl_tensor **outs, kl_err *e
     int rc = kl_pool_new(2, &pool, e);
     if (!rc) rc = kl_plan_new(g, (const kl_tensor *const *)x, (size_t)n_in, &p, e);
     if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
-    if (!rc) rc = kl_plan_run(p, g, (const kl_tensor *const *)x, (size_t)n_in, outs, (size_t)g->n_outputs, arena, pool, e);
+    if (!rc)
+        rc = kl_plan_run(p, g, (const kl_tensor *const *)x, (size_t)n_in, outs, (size_t)g->n_outputs, arena, pool, e);
     kl_mem_free(arena);
     kl_plan_free(p);
     kl_pool_free(pool);
@@ -141,7 +154,10 @@ KL_TEST(graph_dropout_training_mode) {
         KT_CHECK(at(o[0], i) == (m ? xs[i] * 2.f : 0.f));
     }
     KT_CHECKF(kept > 430 && kept < 570, "%d of 1000 kept at ratio 0.5", kept);
-    for (int k = 0; k < 2; k++) { kl_tensor_free(o[k]); kl_tensor_free(o2[k]); }
+    for (int k = 0; k < 2; k++) {
+        kl_tensor_free(o[k]);
+        kl_tensor_free(o2[k]);
+    }
     kl_graph_free(g);
     /* another seed, another mask */
     g = dropout_graph(0.5f, 1, 8);
@@ -151,7 +167,10 @@ KL_TEST(graph_dropout_training_mode) {
     KT_OK(kl_graph_finalize(g7, &e), &e);
     KT_OK(run(g7, &x, 1, o, &e), &e);
     KT_CHECK(memcmp(o[1]->data, o2[1]->data, 1000) != 0);
-    for (int k = 0; k < 2; k++) { kl_tensor_free(o[k]); kl_tensor_free(o2[k]); }
+    for (int k = 0; k < 2; k++) {
+        kl_tensor_free(o[k]);
+        kl_tensor_free(o2[k]);
+    }
     kl_graph_free(g);
     kl_graph_free(g7);
     /* ratio 1 in training mode: an error naming the node and the opset */

@@ -31,7 +31,8 @@ typedef struct {
 
 /* det. values in [-0.5, 0.5): sin of a seed and the index */
 static void fill(kl_tensor *t, double seed) {
-    for (int64_t i = 0; i < kl_tensor_numel(t); i++) ((float *)t->data)[i] = (float)(0.5 * sin(seed * 1.7 + (double)i * 0.37));
+    for (int64_t i = 0; i < kl_tensor_numel(t); i++)
+        ((float *)t->data)[i] = (float)(0.5 * sin(seed * 1.7 + (double)i * 0.37));
 }
 
 static kl_tensor *ft(int rank, int64_t d0, int64_t d1, int64_t d2, double seed) {
@@ -107,9 +108,14 @@ static float f(const kl_tensor *t, int64_t i) { return ((const float *)t->data)[
 
 /* NumPy float64 of the ONNX equations on the inputs below (written at
  * test-writing time) */
-#define REF_LSTM_Y -0.030125476f, -0.0405852567f, -0.00391661703f, -0.015704499f, 0.0391633675f, 0.0273303803f, 0.0569377167f, 0.0334450905f, -0.0150410977f, -0.00960575919f, 0.00168118548f, -0.00333944195f
+#define REF_LSTM_Y                                                                                              \
+    -0.030125476f, -0.0405852567f, -0.00391661703f, -0.015704499f, 0.0391633675f, 0.0273303803f, 0.0569377167f, \
+        0.0334450905f, -0.0150410977f, -0.00960575919f, 0.00168118548f, -0.00333944195f
 #define REF_LSTM_C -0.0372444984f, -0.0214517005f, 0.00465220021f, -0.00686195316f
-#define REF_GRU_Y -0.375749515f, -0.150628126f, -0.0891921454f, -0.197082302f, 0.0173239281f, 0.136575686f, 0.131002743f, 0.224051375f, 0.0898624114f, -0.385930737f, -0.226299557f, -0.0958447362f, -0.32826659f, -0.236600142f, -0.0925711654f, -0.135042673f, -0.108487142f, -0.167184907f
+#define REF_GRU_Y                                                                                               \
+    -0.375749515f, -0.150628126f, -0.0891921454f, -0.197082302f, 0.0173239281f, 0.136575686f, 0.131002743f,     \
+        0.224051375f, 0.0898624114f, -0.385930737f, -0.226299557f, -0.0958447362f, -0.32826659f, -0.236600142f, \
+        -0.0925711654f, -0.135042673f, -0.108487142f, -0.167184907f
 
 #define NEAR(a, b) (fabs((double)(a) - (double)(b)) <= 1e-5 + 1e-4 * fabs((double)(b)))
 
@@ -119,17 +125,28 @@ static float f(const kl_tensor *t, int64_t i) { return ((const float *)t->data)[
  * equations (f = 1 - i with input_forget; clip on every gate input). */
 KL_TEST(graph_lstm_peephole_clip_reference) {
     kl_err e = {0};
-    kl_tensor *in[N_IN] = {ft(3, 3, 2, 3, 1), ft(3, 1, 8, 3, 2), ft(3, 1, 8, 2, 3), ft(2, 1, 16, 0, 4), NULL, NULL, NULL,
-                           ft(2, 1, 6, 0, 5)};
-    rnn_spec s = {.op = "LSTM", .direction = "forward", .input_forget = 1, .clip = 0.3f, .acts = {"HardSigmoid", "Tanh", "Softsign"},
-                  .n_acts = 3, .alpha = {0.3f}, .beta = {0.4f}, .n_alpha = 1, .n_beta = 1};
+    kl_tensor *in[N_IN] = {
+        ft(3, 3, 2, 3, 1), ft(3, 1, 8, 3, 2), ft(3, 1, 8, 2, 3), ft(2, 1, 16, 0, 4), NULL, NULL, NULL,
+        ft(2, 1, 6, 0, 5)};
+    rnn_spec s = {.op = "LSTM",
+                  .direction = "forward",
+                  .input_forget = 1,
+                  .clip = 0.3f,
+                  .acts = {"HardSigmoid", "Tanh", "Softsign"},
+                  .n_acts = 3,
+                  .alpha = {0.3f},
+                  .beta = {0.4f},
+                  .n_alpha = 1,
+                  .n_beta = 1};
     kl_tensor *o[3];
     KT_OK(run_rnn(&s, in, o, 3, &e), &e);
     static const float want_y[12] = {REF_LSTM_Y};
     static const float want_c[4] = {REF_LSTM_C};
-    for (int i = 0; i < 12; i++) KT_CHECKF(NEAR(f(o[0], i), want_y[i]), "Y[%d] = %.7g, NumPy %.7g", i, f(o[0], i), want_y[i]);
+    for (int i = 0; i < 12; i++)
+        KT_CHECKF(NEAR(f(o[0], i), want_y[i]), "Y[%d] = %.7g, NumPy %.7g", i, f(o[0], i), want_y[i]);
     for (int i = 0; i < 4; i++) KT_CHECKF(NEAR(f(o[1], i), want_y[8 + i]), "Y_h[%d]", i);
-    for (int i = 0; i < 4; i++) KT_CHECKF(NEAR(f(o[2], i), want_c[i]), "Y_c[%d] = %.7g, NumPy %.7g", i, f(o[2], i), want_c[i]);
+    for (int i = 0; i < 4; i++)
+        KT_CHECKF(NEAR(f(o[2], i), want_c[i]), "Y_c[%d] = %.7g, NumPy %.7g", i, f(o[2], i), want_c[i]);
     for (int i = 0; i < 3; i++) kl_tensor_free(o[i]);
     for (int i = 0; i < N_IN; i++) kl_tensor_free(in[i]);
 }
@@ -138,12 +155,14 @@ KL_TEST(graph_lstm_peephole_clip_reference) {
  * R 8, B 9, h0 10. */
 KL_TEST(graph_gru_linear_before_reset_reference) {
     kl_err e = {0};
-    kl_tensor *in[N_IN] = {ft(3, 2, 3, 2, 6), ft(3, 1, 9, 2, 7), ft(3, 1, 9, 3, 8), ft(2, 1, 18, 0, 9), NULL, ft(3, 1, 3, 3, 10)};
+    kl_tensor *in[N_IN] = {ft(3, 2, 3, 2, 6), ft(3, 1, 9, 2, 7), ft(3, 1, 9, 3, 8), ft(2, 1, 18, 0, 9), NULL,
+                           ft(3, 1, 3, 3, 10)};
     rnn_spec s = {.op = "GRU", .direction = "forward", .lbr = 1};
     kl_tensor *o[2];
     KT_OK(run_rnn(&s, in, o, 2, &e), &e);
     static const float want_y[18] = {REF_GRU_Y};
-    for (int i = 0; i < 18; i++) KT_CHECKF(NEAR(f(o[0], i), want_y[i]), "Y[%d] = %.7g, NumPy %.7g", i, f(o[0], i), want_y[i]);
+    for (int i = 0; i < 18; i++)
+        KT_CHECKF(NEAR(f(o[0], i), want_y[i]), "Y[%d] = %.7g, NumPy %.7g", i, f(o[0], i), want_y[i]);
     for (int i = 0; i < 9; i++) KT_CHECK(f(o[1], i) == f(o[0], 9 + i));
     for (int i = 0; i < 2; i++) kl_tensor_free(o[i]);
     for (int i = 0; i < N_IN; i++) kl_tensor_free(in[i]);
@@ -162,7 +181,8 @@ static kl_tensor *swap01(const kl_tensor *x) {
     kl_tensor_new(KL_F32, 3, d, KL_TAG_OTHER, &t, NULL);
     for (int64_t i = 0; i < d[0]; i++)
         for (int64_t k = 0; k < d[1]; k++)
-            memcpy((float *)t->data + (i * d[1] + k) * d[2], (const float *)x->data + (k * d[0] + i) * d[2], sizeof(float) * (size_t)d[2]);
+            memcpy((float *)t->data + (i * d[1] + k) * d[2], (const float *)x->data + (k * d[0] + i) * d[2],
+                   sizeof(float) * (size_t)d[2]);
     return t;
 }
 
@@ -175,8 +195,14 @@ KL_TEST(graph_rnn_layout_lens_bidirectional) {
         kl_err e = {0};
         int G = c == 0 ? 1 : c == 1 ? 3 : 4, nout = c == 2 ? 3 : 2;
         int64_t T = 5, B = 3, I = 7, H = 5;
-        kl_tensor *in[N_IN] = {ft(3, T, B, I, 11), ft(3, 2, G * H, I, 12), ft(3, 2, G * H, H, 13), ft(2, 2, 2 * G * H, 0, 14), NULL,
-                               ft(3, 2, B, H, 15), c == 2 ? ft(3, 2, B, H, 16) : NULL, c == 2 ? ft(2, 2, 3 * H, 0, 17) : NULL};
+        kl_tensor *in[N_IN] = {ft(3, T, B, I, 11),
+                               ft(3, 2, G * H, I, 12),
+                               ft(3, 2, G * H, H, 13),
+                               ft(2, 2, 2 * G * H, 0, 14),
+                               NULL,
+                               ft(3, 2, B, H, 15),
+                               c == 2 ? ft(3, 2, B, H, 16) : NULL,
+                               c == 2 ? ft(2, 2, 3 * H, 0, 17) : NULL};
         int64_t nb = B;
         kl_tensor_new(KL_I32, 1, &nb, KL_TAG_OTHER, &in[I_LEN], NULL);
         const int32_t lens[3] = {5, 2, 0};
@@ -195,7 +221,8 @@ KL_TEST(graph_rnn_layout_lens_bidirectional) {
                 for (int64_t b = 0; b < B; b++)
                     for (int64_t j = 0; j < H; j++) {
                         float y0 = y_at(o[0], 0, t, d, b, j);
-                        KT_CHECKF(y0 == y_at(ol[0], 1, t, d, b, j), "%s layout 1 differs at t %lld", ops[c], (long long)t);
+                        KT_CHECKF(y0 == y_at(ol[0], 1, t, d, b, j), "%s layout 1 differs at t %lld", ops[c],
+                                  (long long)t);
                         if (t >= lens[b]) KT_CHECKF(y0 == 0.f, "%s: Y past the length is %g", ops[c], y0);
                     }
         for (int k = 1; k < nout; k++)
@@ -205,9 +232,13 @@ KL_TEST(graph_rnn_layout_lens_bidirectional) {
                         float h = f(o[k], (d * B + b) * H + j);
                         KT_CHECK(h == f(ol[k], (b * 2 + d) * H + j));
                         if (k == 1 && lens[b] > 0) KT_CHECK(h == y_at(o[0], 0, d ? 0 : lens[b] - 1, d, b, j));
-                        if (lens[b] == 0) KT_CHECK(h == f(in[k == 1 ? I_H0 : I_C0], (d * B + b) * H + j)); /* state kept */
+                        if (lens[b] == 0)
+                            KT_CHECK(h == f(in[k == 1 ? I_H0 : I_C0], (d * B + b) * H + j)); /* state kept */
                     }
-        for (int k = 0; k < nout; k++) { kl_tensor_free(o[k]); kl_tensor_free(ol[k]); }
+        for (int k = 0; k < nout; k++) {
+            kl_tensor_free(o[k]);
+            kl_tensor_free(ol[k]);
+        }
         kl_tensor_free(inl[I_X]);
         kl_tensor_free(inl[I_H0]);
         if (c == 2) kl_tensor_free(inl[I_C0]);
@@ -232,18 +263,25 @@ KL_TEST(graph_gru_reverse_identities) {
     s.direction = "reverse";
     KT_OK(run_rnn(&s, one, orv, 2, &e), &e);
     kl_tensor *xr = ft(3, T, B, I, 0);
-    for (int64_t t = 0; t < T; t++) memcpy((float *)xr->data + t * B * I, (float *)in[I_X]->data + (T - 1 - t) * B * I, sizeof(float) * (size_t)(B * I));
+    for (int64_t t = 0; t < T; t++)
+        memcpy((float *)xr->data + t * B * I, (float *)in[I_X]->data + (T - 1 - t) * B * I,
+               sizeof(float) * (size_t)(B * I));
     one[I_X] = xr;
     s.direction = "forward";
     KT_OK(run_rnn(&s, one, of, 2, &e), &e);
     for (int64_t t = 0; t < T; t++)
         for (int64_t b = 0; b < B; b++)
             for (int64_t j = 0; j < H; j++) {
-                float yb = y_at(ob[0], 0, t, 1, b, j), yr = y_at(orv[0], 0, t, 0, b, j), yf = y_at(of[0], 0, T - 1 - t, 0, b, j);
+                float yb = y_at(ob[0], 0, t, 1, b, j), yr = y_at(orv[0], 0, t, 0, b, j),
+                      yf = y_at(of[0], 0, T - 1 - t, 0, b, j);
                 KT_CHECKF(yb == yr, "bidirectional half %g, reverse %g", yb, yr);
                 KT_CHECKF(NEAR(yr, yf), "reverse %g, forward on reversed input %g", yr, yf);
             }
-    for (int i = 0; i < 2; i++) { kl_tensor_free(ob[i]); kl_tensor_free(orv[i]); kl_tensor_free(of[i]); }
+    for (int i = 0; i < 2; i++) {
+        kl_tensor_free(ob[i]);
+        kl_tensor_free(orv[i]);
+        kl_tensor_free(of[i]);
+    }
     kl_tensor_free(xr);
     for (int i = 1; i < 4; i++) kl_tensor_free(one[i]);
     for (int i = 0; i < N_IN; i++) kl_tensor_free(in[i]);

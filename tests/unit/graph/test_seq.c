@@ -45,11 +45,21 @@ static int node(kl_graph *g, const char *op, const char *name, const char *ins, 
     int ni = 0, no = 0;
     snprintf(ib, sizeof ib, "%s", ins);
     snprintf(ob, sizeof ob, "%s", outs);
-    for (char *s = ib, *t; s && *ins; s = t) { t = strchr(s, ','); if (t) *t++ = 0; iv[ni++] = s; }
-    for (char *s = ob, *t; s; s = t) { t = strchr(s, ','); if (t) *t++ = 0; ov[no++] = s; }
+    for (char *s = ib, *t; s && *ins; s = t) {
+        t = strchr(s, ',');
+        if (t) *t++ = 0;
+        iv[ni++] = s;
+    }
+    for (char *s = ob, *t; s; s = t) {
+        t = strchr(s, ',');
+        if (t) *t++ = 0;
+        ov[no++] = s;
+    }
     return kl_graph_add_node(g, op, name, iv, ni, ov, no);
 }
-static void attr_i(kl_graph *g, int k, const char *name, int64_t v) { kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INT)->i = v; }
+static void attr_i(kl_graph *g, int k, const char *name, int64_t v) {
+    kl_gnode_attr_add(&g->nodes[k], name, KL_ATTR_INT)->i = v;
+}
 
 static int run(kl_graph *g, kl_tensor **x, int n_in, kl_tensor **outs, kl_err *e) {
     kl_plan *p = NULL;
@@ -57,7 +67,8 @@ static int run(kl_graph *g, kl_tensor **x, int n_in, kl_tensor **outs, kl_err *e
     int rc = kl_graph_finalize(g, e);
     if (!rc) rc = kl_plan_new(g, (const kl_tensor *const *)x, (size_t)n_in, &p, e);
     if (!rc) arena = kl_mem_alloc(kl_plan_arena_bytes(p) + 64, KL_TAG_ACTIVATIONS);
-    if (!rc) rc = kl_plan_run(p, g, (const kl_tensor *const *)x, (size_t)n_in, outs, (size_t)g->n_outputs, arena, NULL, e);
+    if (!rc)
+        rc = kl_plan_run(p, g, (const kl_tensor *const *)x, (size_t)n_in, outs, (size_t)g->n_outputs, arena, NULL, e);
     kl_mem_free(arena);
     kl_plan_free(p);
     return rc;
