@@ -488,3 +488,49 @@ KL_TEST(graph_scan8_batch_rows) {
     kl_tensor_free(in[1]);
     kl_graph_free(g);
 }
+
+/* A value of the top graph read two levels down: Loop body -> If branch.
+ * The If's free name becomes the body's, then the Loop's implicit input.
+ * Loop(M = 4, s0 = 0): s' = i is odd ? s + x : s - one  (x, one outer) */
+KL_TEST(graph_nested_subgraph_outer_scope) {
+    kl_err e = {0};
+    kl_graph *g = graph_new(16);
+    graph_io(g, "M", 0);
+    graph_io(g, "x", 0);
+    init_scalar(g, "s0", KL_F32, 0);
+    init_scalar(g, "one", KL_F32, 1);
+    init_scalar(g, "two", KL_I64, 2);
+    init_scalar(g, "true", KL_BOOL, 1);
+    kl_graph *b = graph_new(16);
+    graph_io(b, "i", 0);
+    graph_io(b, "cin", 0);
+    graph_io(b, "s", 0);
+    node(b, "Mod", "mod", "i,two", "r");
+    int k = node(b, "Cast", "odd", "r", "c");
+    attr_i(b, k, "to", 9);
+    kl_graph *t = graph_new(16), *f = graph_new(16);
+    node(t, "Add", "plus", "s,x", "ty");
+    graph_io(t, "ty", 1);
+    node(f, "Sub", "minus", "s,one", "fy");
+    graph_io(f, "fy", 1);
+    int n = node(b, "If", "branch", "c", "s1");
+    attr_g(b, n, "then_branch", t);
+    attr_g(b, n, "else_branch", f);
+    KT_OK(kl_gnode_bind_subgraphs(b, n, &e), &e);
+    node(b, "Identity", "keep", "cin", "cout");
+    graph_io(b, "cout", 1);
+    graph_io(b, "s1", 1);
+    n = node(g, "Loop", "outer", "M,true,s0", "sf");
+    attr_g(g, n, "body", b);
+    graph_io(g, "sf", 1);
+    KT_OK(kl_gnode_bind_subgraphs(g, n, &e), &e);
+    KT_EQ_INT(b->n_outer, 3); /* two, x, one: the If's (x, one) and the body's own (two) */
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    kl_tensor *in[2] = {scalar(KL_I64, 4), scalar(KL_F32, 10)}, *o;
+    KT_OK(run(g, in, 2, &o, &e), &e);
+    KT_CHECKF(at(o, 0) == -1 + 10 - 1 + 10, "got %g", at(o, 0)); /* i = 0: -1, 1: +10, 2: -1, 3: +10 */
+    kl_tensor_free(o);
+    kl_tensor_free(in[0]);
+    kl_tensor_free(in[1]);
+    kl_graph_free(g);
+}
