@@ -6,7 +6,8 @@ resnet18, mobilenet_v2, transformer (2-layer nn.TransformerEncoder with a
 key padding mask, dynamic batch), lstm (2-layer bidirectional nn.LSTM over
 batch-first sequences + a linear head, dynamic batch and length), gru_lm (a
 GRU language model: nn.Embedding, 2-layer nn.GRU, a linear head over the
-vocabulary; int64 tokens). Usage: export_models.py OUTDIR [NAME...]"""
+vocabulary; int64 tokens), embedding_bag (an nn.EmbeddingBag(mean)
+recommender, exported as a Loop over the bags). Usage: export_models.py OUTDIR [NAME...]"""
 import os
 import sys
 import warnings
@@ -52,6 +53,22 @@ class GRULM(torch.nn.Module):
         return self.head(self.rnn(self.emb(tokens))[0])
 
 
+class BagRecommender(torch.nn.Module):
+    def __init__(self, items=300, d=16):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(items, d, mode="mean")
+        self.head = torch.nn.Linear(d, 1)
+
+    def forward(self, ids, offsets):
+        return torch.sigmoid(self.head(self.bag(ids, offsets)))
+
+
+def bags(b):
+    lens = np.random.randint(1, 7, b)
+    ids = np.random.randint(0, 300, int(lens.sum())).astype(np.int64)
+    return [ids, np.concatenate([[0], np.cumsum(lens)[:-1]]).astype(np.int64)]
+
+
 def build(name):
     if name == "mlp":
         m = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 512),
@@ -79,6 +96,9 @@ def build(name):
     if name == "gru_lm":
         dyn = {"tokens": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
         return GRULM(), ["tokens"], lambda b: [np.random.randint(0, 500, (b, 9 + b)).astype(np.int64)], dyn, 14, [1, 3]
+    if name == "embedding_bag":
+        dyn = {"ids": {0: "n"}, "offsets": {0: "batch"}, "y": {0: "batch"}}
+        return BagRecommender(), ["ids", "offsets"], bags, dyn, 14, [2, 5]
     raise SystemExit("unknown model " + name)
 
 
@@ -94,7 +114,7 @@ def randomize(m):
 
 def main():
     out = sys.argv[1]
-    names = sys.argv[2:] or ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm"]
+    names = sys.argv[2:] or ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm", "embedding_bag"]
     for name in names:
         d = os.path.join(out, name)
         if os.path.exists(os.path.join(d, ".done")):
