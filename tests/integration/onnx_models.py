@@ -2,7 +2,8 @@
 """Real-model parity: PyTorch 1.13 exports (MLP, ResNet-18, MobileNetV2, a
 2-layer TransformerEncoder with a padding mask and dynamic batch, a 2-layer
 bidirectional LSTM and a GRU language model with dynamic batch and length,
-an nn.EmbeddingBag recommender exported as a Loop;
+an nn.EmbeddingBag recommender exported as a Loop, Swin-T with its training-mode
+Dropout nodes;
 random weights) are run by `keel run` and compared with PyTorch's outputs
 (max abs error <= 1e-4; the recurrent models also within 1e-4 relative to
 the largest output), on the default kernels (the CNNs on channel-blocked NCHWc
@@ -32,7 +33,8 @@ if r.returncode != 0:
     sys.exit(1)
 
 ok = True
-runs = [(name, mode) for mode in ("", "_noavx512") for name in ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm", "embedding_bag"]]
+runs = [(name, mode) for mode in ("", "_noavx512") for name in ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm",
+                                                                  "embedding_bag", "swin_t"]]
 runs += [(name, "_nonchwc") for name in ["resnet18", "mobilenet_v2"]]
 runs += [(name, "_1t") for name in ["resnet18", "mobilenet_v2"]]
 for name, mode in runs:

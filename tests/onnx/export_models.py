@@ -7,7 +7,8 @@ key padding mask, dynamic batch), lstm (2-layer bidirectional nn.LSTM over
 batch-first sequences + a linear head, dynamic batch and length), gru_lm (a
 GRU language model: nn.Embedding, 2-layer nn.GRU, a linear head over the
 vocabulary; int64 tokens), embedding_bag (an nn.EmbeddingBag(mean)
-recommender, exported as a Loop over the bags). Usage: export_models.py OUTDIR [NAME...]"""
+recommender, exported as a Loop over the bags), swin_t (torchvision's
+Swin-T: 24 Dropout(ratio=0, training_mode=True) nodes, batch 1). Usage: export_models.py OUTDIR [NAME...]"""
 import os
 import sys
 import warnings
@@ -96,6 +97,9 @@ def build(name):
     if name == "gru_lm":
         dyn = {"tokens": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
         return GRULM(), ["tokens"], lambda b: [np.random.randint(0, 500, (b, 9 + b)).astype(np.int64)], dyn, 14, [1, 3]
+    if name == "swin_t":
+        m = torchvision.models.swin_t(weights=None)
+        return m, ["x"], lambda b: [np.random.randn(b, 3, 224, 224).astype(np.float32)], None, 14, [1]
     if name == "embedding_bag":
         dyn = {"ids": {0: "n"}, "offsets": {0: "batch"}, "y": {0: "batch"}}
         return BagRecommender(), ["ids", "offsets"], bags, dyn, 14, [2, 5]
@@ -114,7 +118,8 @@ def randomize(m):
 
 def main():
     out = sys.argv[1]
-    names = sys.argv[2:] or ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm", "embedding_bag"]
+    names = sys.argv[2:] or ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm", "embedding_bag",
+                              "swin_t"]
     for name in names:
         d = os.path.join(out, name)
         if os.path.exists(os.path.join(d, ".done")):
