@@ -3,8 +3,11 @@
  * keel graphs bound to the node (kl_gnode_bind_subgraphs: outer-scope values arrive as the node's implicit
  * inputs) and run by the same executor (kl__sub_run: planned once per set of
  * iteration shapes, one arena reused across iterations). Their output
- * shapes depend on the data (the branch taken, the trip count), so they run
- * as dynamic steps that allocate their outputs (KL_OP_ALLOCS); Loop's scan
+ * shapes may depend on the data (the branch taken, the trip count): Loop,
+ * and If and Scan unless their subgraphs' plans fix the shapes (both
+ * branches alike; Scan's states keeping theirs), run as dynamic steps that
+ * allocate their outputs (KL_OP_ALLOCS); static ones write into their
+ * planned places; Loop's scan
  * outputs are gathered per iteration and stacked at the end, Scan's are
  * written into their place as each iteration ends. Sequence and optional
  * values (kl_seq_new) travel through them as bytes. */
@@ -50,10 +53,49 @@ static int need_data(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
 /* Hands the subgraph's outputs to the node's (omitted ones freed). */
 static void give_outputs(const kl_gnode *n, kl_tensor **res, kl_tensor *const *out, int n_out) {
     for (int k = 0; k < n_out; k++) {
-        if (n->outputs[k] < 0 || !out[k] || !res[k]) kl_tensor_free(res[k]);
-        else kl__tensor_move(out[k], res[k]);
+        if (n->outputs[k] < 0 || !out[k] || !res[k]) { /* omitted */
+        } else if (out[k]->owns) {                     /* a dynamic step's empty tensor */
+            kl__tensor_move(out[k], res[k]);
+            res[k] = NULL;
+            continue;
+        } else if (out[k]->nbytes == res[k]->nbytes && out[k]->dtype == res[k]->dtype && res[k]->nbytes) {
+            memcpy(out[k]->data, res[k]->data,
+                   res[k]->nbytes); /* a static step's planned place (shapes checked by static_check) */
+        }
+        kl_tensor_free(res[k]);
         res[k] = NULL;
     }
+}
+
+/* A static step's outputs (planned by infer) must get results of exactly
+ * the planned shapes. */
+static int static_check(const kl_gnode *n, kl_tensor **res, kl_tensor *const *out, int n_out, kl_err *e) {
+    for (int k = 0; k < n_out; k++) {
+        if (n->outputs[k] < 0 || !out[k] || out[k]->owns || !res[k]) continue;
+        if (out[k]->dtype != res[k]->dtype || out[k]->rank != res[k]->rank ||
+            memcmp(out[k]->dims, res[k]->dims, sizeof(int64_t) * (size_t)out[k]->rank)) {
+            char a[96], b[96];
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: output %d is %s, planned %s", n->opset, k,
+                                 kl_shape_str(res[k]->rank, res[k]->dims, a, sizeof a),
+                                 kl_shape_str(out[k]->rank, out[k]->dims, b, sizeof b));
+        }
+    }
+    return KL_OK;
+}
+
+/* The output shapes of subgraph g for inputs of these shapes when its plan
+ * fixes them all (meta[i]: output i); 0 when some depend on data. */
+static int sub_shapes(kl_graph *g, kl_tensor *const *in, kl_tensor *meta) {
+    kl_plan *p = NULL;
+    kl_err e2 = {0};
+    int ok = kl_plan_new(g, (const kl_tensor *const *)in, (size_t)g->n_inputs, &p, &e2) == KL_OK;
+    for (int k = 0; ok && k < g->n_outputs; k++) {
+        const kl_tensor *m = kl_plan_value(p, g->outputs[k]);
+        if (!m) ok = 0;
+        else kl__set_shape(&meta[k], m->dtype, m->rank, m->dims);
+    }
+    kl_plan_free(p);
+    return ok;
 }
 
 /* ================================================================== *
@@ -74,6 +116,21 @@ static int if_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
     return KL_OK;
 }
 
+/* Static when both branches' plans give the same dtypes and shapes. */
+static int if_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    kl_graph *t = sub_of(n, "then_branch"), *f = sub_of(n, "else_branch");
+    kl_tensor *mt = calloc((size_t)n_out + 1, sizeof(kl_tensor)), *mf = calloc((size_t)n_out + 1, sizeof(kl_tensor));
+    int ok = mt && mf && sub_shapes(t, in + n_explicit(n), mt) && sub_shapes(f, in + n_explicit(n), mf);
+    for (int k = 0; ok && k < n_out; k++) {
+        ok = mt[k].dtype == mf[k].dtype && mt[k].rank == mf[k].rank &&
+            !memcmp(mt[k].dims, mf[k].dims, sizeof(int64_t) * (size_t)mt[k].rank);
+        out[k] = mt[k];
+    }
+    free(mt);
+    free(mf);
+    return ok ? KL_OK : KL__NEED_DATA;
+}
+
 static int if_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
                   kl_err *e) {
     if (kl_tensor_numel(in[0]) != 1)
@@ -89,6 +146,10 @@ static int if_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     if (rc) {
         char d[300];
         kl_err_prefix(e, "%s %s", kl_gnode_desc(n, d, sizeof d), which);
+        return rc;
+    }
+    if ((rc = static_check(n, res, out, n_out, e))) {
+        for (int k = 0; k < n_out; k++) kl_tensor_free(res[k]);
         return rc;
     }
     give_outputs(n, res, out, n_out);
@@ -561,6 +622,50 @@ static int scan8_run(kl_gnode *n, kl_tensor *const *in, kl_tensor *const *out, i
     return rc;
 }
 
+/* Scan 9+ is static when the body's plan for one iteration's shapes fixes
+ * its outputs and keeps the states' shapes. */
+static int scan_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
+    scan_shape sh;
+    kl_err e2 = {0};
+    kl_graph *b = sub_of(n, "body");
+    if (n->opset < 9 || scan_plan(n, in, &sh, &e2) || b->n_inputs > 512) return KL__NEED_DATA;
+    kl_tensor slices[64], *bin[512];
+    kl_tensor *meta = calloc((size_t)b->n_outputs + 1, sizeof(kl_tensor));
+    if (!meta) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int nx = sh.N + sh.M;
+    for (int j = 0; j < nx; j++) {
+        if (j < sh.N) {
+            bin[j] = in[j];
+            continue;
+        }
+        const kl_tensor *x = in[j];
+        int64_t dims[KL_MAX_DIMS];
+        for (int d = 0, r = 0; d < x->rank; d++)
+            if (d != sh.in_axis[j - sh.N]) dims[r++] = x->dims[d];
+        memset(&slices[j - sh.N], 0, sizeof(kl_tensor));
+        kl__set_shape(&slices[j - sh.N], x->dtype, x->rank - 1, dims);
+        bin[j] = &slices[j - sh.N];
+    }
+    for (int j = 0; j < n->n_implicit; j++) bin[nx + j] = in[nx + j];
+    int ok = sub_shapes(b, bin, meta);
+    for (int k = 0; ok && k < sh.N; k++) /* a state keeps its shape */
+        ok = meta[k].dtype == in[k]->dtype && meta[k].rank == in[k]->rank &&
+            !memcmp(meta[k].dims, in[k]->dims, sizeof(int64_t) * (size_t)in[k]->rank);
+    for (int k = 0; ok && k < n_out; k++) {
+        if (k < sh.N) {
+            out[k] = meta[k];
+            continue;
+        }
+        int64_t ax, dims[KL_MAX_DIMS];
+        const kl_tensor *m = &meta[k];
+        ok = m->rank < KL_MAX_DIMS && !kl__norm_axis(attr_at(n, "scan_output_axes", k - sh.N), m->rank + 1, &ax);
+        for (int d = 0, r = 0; ok && d <= m->rank; d++) dims[d] = d == ax ? sh.T : m->dims[r++];
+        if (ok) kl__set_shape(&out[k], m->dtype, m->rank + 1, dims);
+    }
+    free(meta);
+    return ok ? KL_OK : KL__NEED_DATA;
+}
+
 static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
                     kl_err *e) {
     if (n->opset < 9) return scan8_run(n, in, out, n_out, x, e);
@@ -569,7 +674,8 @@ static int scan_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     if (rc) return rc;
     kl_tensor **res = calloc((size_t)n_out + 1, sizeof(kl_tensor *));
     if (!res) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    if (!(rc = scan_exec(n, &sh, in, res, x->pool, e))) give_outputs(n, res, out, n_out);
+    if (!(rc = scan_exec(n, &sh, in, res, x->pool, e)) && !(rc = static_check(n, res, out, n_out, e)))
+        give_outputs(n, res, out, n_out);
     for (int k = 0; k < n_out; k++) kl_tensor_free(res[k]);
     free(res);
     return rc;
@@ -583,9 +689,9 @@ static const char *const a_scan[] = {
 static const char *const a_scan8[] = {"body", "num_scan_inputs", "directions", NULL};
 
 const kl_op kl__ops_control[] = {
-    {"If", "", 1, 17, 1, 1, 1, -1, a_if, if_check, need_data, if_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"If", "", 1, 17, 1, 1, 1, -1, a_if, if_check, if_infer, if_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {"Loop", "", 1, 17, 0, -1, 0, -1, a_loop, loop_check, need_data, loop_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {"Scan", "", 8, 8, 0, -1, 1, -1, a_scan8, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
-    {"Scan", "", 9, 17, 1, -1, 1, -1, a_scan, scan_check, need_data, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
+    {"Scan", "", 9, 17, 1, -1, 1, -1, a_scan, scan_check, scan_infer, scan_run, KL_OP_SUBGRAPH | KL_OP_ALLOCS},
     {NULL, NULL, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
 };

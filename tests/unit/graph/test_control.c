@@ -534,3 +534,45 @@ KL_TEST(graph_nested_subgraph_outer_scope) {
     kl_tensor_free(in[1]);
     kl_graph_free(g);
 }
+
+/* Shape inference where static: a Scan whose body fixes its shapes and an
+ * If whose branches agree plan statically (their outputs get planned
+ * places); an If whose branches differ, and a Loop, plan dynamically. */
+KL_TEST(graph_control_static_plans) {
+    kl_err e = {0};
+    kl_graph *g = graph_new(16);
+    graph_io(g, "c", 0);
+    graph_io(g, "x", 0);
+    kl_graph *t = graph_new(16), *f = graph_new(16);
+    node(t, "Relu", "relu", "x", "ty");
+    graph_io(t, "ty", 1);
+    node(f, "Neg", "neg", "x", "fy");
+    graph_io(f, "fy", 1);
+    int n = node(g, "If", "same", "c", "y");
+    attr_g(g, n, "then_branch", t);
+    attr_g(g, n, "else_branch", f);
+    graph_io(g, "y", 1);
+    KT_OK(kl_gnode_bind_subgraphs(g, n, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    float xs[3] = {-1, 2, -3};
+    kl_tensor *in[2] = {scalar(KL_BOOL, 0), vec(3, xs)}, *y;
+    kl_plan *p = NULL;
+    KT_OK(kl_plan_new(g, (const kl_tensor *const *)in, 2, &p, &e), &e);
+    KT_CHECK(!kl_plan_is_dynamic(p));
+    KT_CHECK(kl_plan_value(p, kl_graph_find_value(g, "y"))->dims[0] == 3);
+    kl_plan_free(p);
+    KT_OK(run(g, in, 2, &y, &e), &e);
+    KT_CHECK(at(y, 0) == 1 && at(y, 1) == -2 && at(y, 2) == 3);
+    kl_tensor_free(y);
+    kl_graph_free(g);
+    /* branches of different shapes: dynamic */
+    g = if_graph();
+    KT_OK(kl_gnode_bind_subgraphs(g, 0, &e), &e);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_plan_new(g, (const kl_tensor *const *)in, 2, &p, &e), &e);
+    KT_CHECK(kl_plan_is_dynamic(p));
+    kl_plan_free(p);
+    kl_graph_free(g);
+    kl_tensor_free(in[0]);
+    kl_tensor_free(in[1]);
+}
