@@ -360,6 +360,7 @@ typedef struct {
 } load_ctx;
 
 #define MAX_SUBGRAPH_DEPTH 32
+#define PREFIX_DEPTH 4 /* subgraph levels named in a load error's path */
 
 static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g, kl_err *e);
 
@@ -380,7 +381,9 @@ static int load_subgraph(const kl_gnode *n, const Onnx__AttributeProto *ap, cons
     load_ctx c2 = *c;
     c2.depth++;
     if ((rc = load_body(ap->g, &c2, sub, e))) {
-        kl_err_prefix(e, "subgraph '%s'", ap->name);
+        /* the path to the failing node, its first levels (a deep nest would
+         * push the reason itself out of the message) */
+        if (c->depth < PREFIX_DEPTH) kl_err_prefix(e, "subgraph '%s'", ap->name);
         kl_graph_free(sub);
         return rc;
     }
@@ -536,7 +539,7 @@ static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g,
         for (size_t k = 0; k < np->n_attribute; k++) {
             if ((rc = load_attr(n, np->attribute[k], c, e))) {
                 char d[256];
-                kl_err_prefix(e, "%s", kl_gnode_desc(n, d, sizeof d));
+                if (c->depth < PREFIX_DEPTH) kl_err_prefix(e, "%s", kl_gnode_desc(n, d, sizeof d));
                 return rc;
             }
         }
