@@ -1,6 +1,6 @@
 /* keel inspect: describes an ONNX model: inputs and outputs with shapes
- * (symbolic names kept), opsets, the op histogram, parameter count and
- * bytes, a FLOPs estimate and the planned activation memory for a batch
+ * (symbolic names kept), opsets, the op histogram, the subgraphs of
+ * If/Loop/Scan nodes (indented by nesting), parameter count and bytes, a FLOPs estimate and the planned activation memory for a batch
  * size (symbolic dimensions: first = --batch, others 1 or --dim NAME=V). */
 #include "app.h"
 
@@ -16,12 +16,17 @@ static const app_opt opts[] = {
     {"json", 0, 0, NULL, "machine-readable output", 0},
 };
 static const app_cmd_spec spec = {
-    "inspect", "keel inspect MODEL [--batch B] [--dim NAME=V] [--json]",
-    "Describe an ONNX model: inputs, outputs, opsets, ops, parameters, FLOPs, planned memory.",
-    "The op histogram is of the model as stored; FLOPs (2 per multiply-add for\n"
+    "inspect",
+    "keel inspect MODEL [--batch B] [--dim NAME=V] [--json]",
+    "Describe an ONNX model: inputs, outputs, opsets, ops, subgraphs, parameters, FLOPs, planned memory.",
+    "The op histogram is of the model as stored (the top-level graph; each\n"
+    "subgraph of an If/Loop/Scan node is listed with its own, indented by nesting); FLOPs (2 per multiply-add for\n"
     "Conv/MatMul/Gemm, 1 per output element otherwise) and the planned activation\n"
     "memory are for the optimised graph keel runs.",
-    opts, KL_ARRAY_LEN(opts), 1, 1};
+    opts,
+    KL_ARRAY_LEN(opts),
+    1,
+    1};
 
 typedef struct { char *op; int n; } hist_t;
 
@@ -41,6 +46,55 @@ static int cmp_hist(const void *a, const void *b) {
     const hist_t *x = a, *y = b;
     if (x->n != y->n) return y->n - x->n;
     return strcmp(x->op, y->op);
+}
+
+/* The subgraphs of g's nodes, depth-first: text lines indented by depth,
+ * or JSON objects with their own "subgraphs". */
+static void subgraphs_text(kl_buf *b, const kl_graph *g, int depth, int json) {
+    int first = 1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const kl_gnode *n = &g->nodes[i];
+        for (int k = 0; k < n->n_attrs; k++) {
+            const kl_graph *s = n->attrs[k].type == KL_ATTR_GRAPH ? n->attrs[k].g : NULL;
+            if (!s) continue;
+            char d[300];
+            kl_gnode_desc(n, d, sizeof d);
+            if (json) {
+                kl_buf_puts(b, first ? "{\"node\":" : ",{\"node\":");
+                kl_buf_json_str(b, d);
+                kl_buf_puts(b, ",\"attribute\":");
+                kl_buf_json_str(b, n->attrs[k].name);
+                kl_buf_printf(b, ",\"nodes\":%d,\"inputs\":%d,\"outer_inputs\":%d,\"outputs\":%d,\"ops\":{", s->n_nodes,
+                              s->n_inputs - s->n_outer, s->n_outer, s->n_outputs);
+            } else {
+                kl_buf_printf(b, "%*s%s %s: %d nodes, %d inputs (+%d outer), %d outputs;", 2 + 2 * depth, "", d,
+                              n->attrs[k].name, s->n_nodes, s->n_inputs - s->n_outer, s->n_outer, s->n_outputs);
+            }
+            first = 0;
+            /* op counts in first-seen order */
+            for (int j = 0; j < s->n_nodes; j++) {
+                int seen = 0, c = 0;
+                for (int q = 0; q < j && !seen; q++) seen = !strcmp(s->nodes[q].op_type, s->nodes[j].op_type);
+                if (seen) continue;
+                for (int q = j; q < s->n_nodes; q++) c += !strcmp(s->nodes[q].op_type, s->nodes[j].op_type);
+                if (json) {
+                    kl_buf_puts(b, j ? "," : "");
+                    kl_buf_json_str(b, s->nodes[j].op_type);
+                    kl_buf_printf(b, ":%d", c);
+                } else {
+                    kl_buf_printf(b, " %s:%d", s->nodes[j].op_type, c);
+                }
+            }
+            if (json) {
+                kl_buf_puts(b, "},\"subgraphs\":[");
+                subgraphs_text(b, s, depth + 1, 1);
+                kl_buf_puts(b, "]}");
+            } else {
+                kl_buf_puts(b, "\n");
+                subgraphs_text(b, s, depth + 1, 0);
+            }
+        }
+    }
 }
 
 int cmd_inspect(int argc, char **argv) {
@@ -98,6 +152,18 @@ int cmd_inspect(int argc, char **argv) {
         }
         if (json) kl_buf_puts(&io, "]");
     }
+    kl_buf subs;
+    kl_buf_init(&subs);
+    subgraphs_text(&subs, g, 0, json);
+    if (json) {
+        kl_buf_puts(&io, ",\"subgraphs\":[");
+        kl_buf_puts(&io, subs.data ? subs.data : "");
+        kl_buf_puts(&io, "]");
+    } else if (subs.len) {
+        kl_buf_puts(&io, "subgraphs:\n");
+        kl_buf_puts(&io, subs.data);
+    }
+    kl_buf_free(&subs);
     /* optimise, plan for the batch size, estimate FLOPs */
     if (kl_graph_optimize(g, 1, &e)) { ret = app_fail(&e); kl_buf_free(&io); goto done; }
     const char *dims[APP_MAX_VALUES];

@@ -14,8 +14,18 @@ $(ONNX_GEN_C) $(ONNX_GEN_H) &: $(ONNX_PROTO)
 	@cp $< $(BUILD)/gen/onnx/onnx.proto
 	@cd $(BUILD)/gen/onnx && protoc-c --c_out=. onnx.proto
 
+# SequenceProto / OptionalProto (keel's subset of onnx-data.proto, which
+# imports onnx.proto): sequence and optional values in test data files.
+ONNX_DATA_GEN_C = $(BUILD)/gen/onnx/onnx_data.pb-c.c
+ONNX_DATA_GEN_H = $(BUILD)/gen/onnx/onnx_data.pb-c.h
+GEN_SRCS       += $(ONNX_DATA_GEN_C)
+$(ONNX_DATA_GEN_C) $(ONNX_DATA_GEN_H) &: src/onnx/onnx_data.proto $(ONNX_GEN_H)
+	@echo "  PROTOC  $<"
+	@cp $< $(BUILD)/gen/onnx/onnx_data.proto
+	@cd $(BUILD)/gen/onnx && protoc-c --c_out=. onnx_data.proto
+
 # Everything in src/onnx and src/graph may include the generated header.
-$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/onnx/*.c src/graph/*.c tests/unit/onnx/*.c tests/onnx/*.c)): $(ONNX_GEN_H)
+$(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard src/onnx/*.c src/graph/*.c tests/unit/onnx/*.c tests/onnx/*.c)): $(ONNX_GEN_H) $(ONNX_DATA_GEN_H)
 
 # The ONNX backend node-test runner (tests/integration/onnx_node.sh runs it).
 ONNX_TEST = $(BUILD)/keel-onnx-test

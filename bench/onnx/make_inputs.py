@@ -14,6 +14,10 @@ if model == "mlp":
     arrs = {"x": rng.standard_normal((batch, 784), dtype=np.float32)}
 elif model in ("resnet18", "mobilenet_v2"):
     arrs = {"x": rng.standard_normal((batch, 3, 224, 224), dtype=np.float32)}
+elif model == "lstm":  # 32 steps of 32 features
+    arrs = {"x": rng.standard_normal((batch, 32, 32), dtype=np.float32)}
+elif model == "gru_lm":  # 32 tokens
+    arrs = {"tokens": rng.integers(0, 500, (batch, 32)).astype(np.int64)}
 else:
     mask = np.zeros((batch, 16), dtype=bool)
     mask[:, 12:] = True

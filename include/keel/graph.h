@@ -29,6 +29,8 @@ typedef struct kl_attr {
     int64_t *ints;      /* INTS */
     char **strings;     /* STRINGS */
     int n;              /* element count of FLOATS/INTS/STRINGS */
+    struct kl_graph *g; /* GRAPH (owned): a subgraph (If branch, Loop/Scan body), finalized
+                           by kl_gnode_bind_subgraphs */
 } kl_attr;
 
 typedef struct kl_value {
@@ -41,6 +43,7 @@ typedef struct kl_value {
     int producer;       /* node index, -1 for graph inputs and initializers */
     int is_input, is_output;
     int n_uses;         /* consumer count (set by kl_graph_finalize) */
+    int kind;           /* KL_VAL_TENSOR, or a sequence/optional value (dtype uint8, rank 1: see kl_seq_new) */
 } kl_value;
 
 struct kl_op;
@@ -49,7 +52,8 @@ typedef struct kl_gnode {
     char *op_type;
     char *domain;       /* "" = ai.onnx */
     int *inputs;        /* value indices; -1 = omitted optional input */
-    int n_in;
+    int n_in;           /* including the n_implicit ones */
+    int n_implicit;     /* the last n_implicit inputs: outer-scope values its subgraphs read */
     int *outputs;       /* value indices; -1 = omitted optional output */
     int n_out;
     kl_attr *attrs;
@@ -69,7 +73,9 @@ typedef struct kl_graph {
     kl_gnode *nodes;     /* in topological order after kl_graph_finalize */
     int n_nodes, cap_nodes;
     int *inputs;        /* graph inputs (not initializers) */
-    int n_inputs;
+    int n_inputs;       /* including the n_outer ones */
+    int n_outer;        /* a subgraph: the last n_outer inputs are bound to the enclosing
+                           node's implicit inputs (outer-scope values), in that order */
     int *outputs;
     int n_outputs;
     int opset;          /* default-domain opset */
@@ -77,6 +83,24 @@ typedef struct kl_graph {
     int *vindex;        /* name -> value: open addressing, slot = value + 1 (0 empty); graph.c */
     int vindex_cap;     /* slots (a power of two, at most half full) */
 } kl_graph;
+
+/* ---- Sequence and optional values ----
+ * ONNX seq(tensor), optional(tensor) and optional(seq) values are carried
+ * as one self-contained uint8 tensor of rank 1 (a header, an entry per
+ * element: dtype, shape, offset, size, then the elements' data, 8-byte
+ * aligned; an element may itself be such a value), so that the executor
+ * plans, copies, carries and frees them as bytes. Readers validate the
+ * layout: values may come from users. */
+enum { KL_VAL_TENSOR = 0, KL_VAL_SEQUENCE = 1, KL_VAL_OPTIONAL = 2 };
+/* A new value of kind holding copies of elems[0..n) (an optional: n 0 or 1;
+ * elem: the element dtype of an empty sequence, KL_DTYPE_COUNT unknown). */
+int kl_seq_new(int kind, kl_dtype elem, const kl_tensor *const *elems, int64_t n, kl_tensor **out, kl_err *e);
+/* Validates v as a value: its kind, element dtype and count (any may be NULL). */
+int kl_seq_check(const kl_tensor *v, int *kind, kl_dtype *elem, int64_t *count, kl_err *e);
+/* Element i as a view into v (valid while v lives). */
+int kl_seq_at(const kl_tensor *v, int64_t i, kl_tensor *view, kl_err *e);
+/* 1 when v is laid out as a sequence/optional value (its magic). */
+int kl_seq_is_value(const kl_tensor *v);
 
 /* ONNX TensorProto.DataType numbers (the graph's Cast/ConstantOfShape
  * attributes, the loader's tensors): KL_EUNSUPPORTED for a type keel has no
@@ -105,6 +129,14 @@ float kl_gnode_attr_float(const kl_gnode *n, const char *name, float def);
 const char *kl_gnode_attr_str(const kl_gnode *n, const char *name, const char *def);
 /* "node 17 'conv1' (Conv)" into buf. */
 const char *kl_gnode_desc(const kl_gnode *n, char *buf, size_t len);
+
+/* Binds the subgraphs (GRAPH attributes) of node `node` of g to g: the
+ * values each subgraph reads without defining them (outer-scope names, its
+ * nested subgraphs' included) are appended, as one list in first-use order,
+ * to the node's inputs (n_implicit) and to every subgraph's inputs (n_outer),
+ * so the executor passes them by position; then finalizes each subgraph.
+ * Call once per node, after its attributes are set and before g's finalize. */
+int kl_gnode_bind_subgraphs(kl_graph *g, int node, kl_err *e);
 
 /* Checks ops against the registry (op type, opset, attributes), dangling
  * inputs, duplicate producers and cycles; sorts nodes topologically; counts

@@ -38,6 +38,10 @@ int kl_onnx_tensor_load_mem(const void *buf, size_t len, kl_tensor **out, char *
 /* Reads a tensor file by extension: .npy (NumPy) or anything else as a
  * serialized ONNX TensorProto (.pb). */
 int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e);
+/* A serialized value of kind KL_VAL_* (keel/graph.h): a TensorProto, or a
+ * SequenceProto / OptionalProto of tensors (and of sequences) as a
+ * sequence/optional value (kl_seq_new). */
+int kl_onnx_value_load(const char *path, int kind, kl_tensor **out, kl_err *e);
 /* Maps an ONNX TensorProto data_type to a kl_dtype (KL_EUNSUPPORTED otherwise). */
 int kl_onnx_dtype(int onnx_type, kl_dtype *out, kl_err *e);
 

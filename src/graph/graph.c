@@ -27,6 +27,7 @@ static void attr_clear(kl_attr *a) {
     if (a->strings)
         for (int i = 0; i < a->n; i++) free(a->strings[i]);
     free(a->strings);
+    kl_graph_free(a->g);
 }
 
 void kl_graph_free(kl_graph *g) {
@@ -242,9 +243,9 @@ int kl__fail_node(kl_err *e, const kl_gnode *n, int code, const char *fmt, ...) 
  * Registry
  * ================================================================== */
 
-static const kl_op *const tables[] = {kl__ops_elem,   kl__ops_nn,      kl__ops_shape, kl__ops_misc,
-                                      kl__ops_grad,   kl__ops_grad_nn, kl__ops_train, kl__ops_nchwc,
-                                      kl__ops_vision, kl__ops_einsum,  kl__ops_misc2, kl__ops_random};
+static const kl_op *const tables[] = {kl__ops_elem,   kl__ops_nn,      kl__ops_shape,   kl__ops_misc, kl__ops_grad,
+                                      kl__ops_grad_nn, kl__ops_train,  kl__ops_nchwc,   kl__ops_vision, kl__ops_einsum,
+                                      kl__ops_misc2,  kl__ops_random,  kl__ops_control, kl__ops_rnn,  kl__ops_seq};
 
 const kl_op *kl_op_find(const char *domain, const char *op_type) {
     for (size_t t = 0; t < KL_ARRAY_LEN(tables); t++)
@@ -310,18 +311,21 @@ static int check_node(kl_graph *g, kl_gnode *n, kl_err *e) {
         return kl__fail_node(e, n, KL_EUNSUPPORTED, "operator %s at opset %d is not supported (supported: opsets %d-%d)",
                              n->op_type, n->opset, any->since, any->until);
     }
-    if (n->n_in < o->min_in || (o->max_in >= 0 && n->n_in > o->max_in))
-        return kl__fail_node(e, n, KL_EPARSE, "%d inputs, %s takes %d to %d", n->n_in, n->op_type, o->min_in, o->max_in);
+    int n_in = n->n_in - n->n_implicit; /* the implicit (outer-scope) inputs are not the op's */
+    if (n_in < o->min_in || (o->max_in >= 0 && n_in > o->max_in))
+        return kl__fail_node(e, n, KL_EPARSE, "%d inputs, %s takes %d to %d", n_in, n->op_type, o->min_in, o->max_in);
     if (n->n_out < o->min_out || (o->max_out >= 0 && n->n_out > o->max_out))
         return kl__fail_node(e, n, KL_EPARSE, "%d outputs, %s gives %d to %d", n->n_out, n->op_type, o->min_out, o->max_out);
     for (int k = 0; k < n->n_in && k < o->min_in; k++)
         if (n->inputs[k] < 0) return kl__fail_node(e, n, KL_EPARSE, "required input %d is empty", k);
-    for (int k = 0; k < n->n_out && k < (o->min_out > 0 ? o->min_out : 1); k++)
+    /* output 0 is required unless the op declares none required (Loop, RNN/GRU/LSTM: Y may be omitted) */
+    for (int k = 0; k < n->n_out && k < o->min_out; k++)
         if (n->outputs[k] < 0) return kl__fail_node(e, n, KL_EPARSE, "required output %d is empty", k);
     for (int i = 0; i < n->n_attrs; i++) {
         kl_attr *a = &n->attrs[i];
-        if (a->type == KL_ATTR_GRAPH)
-            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: graph attribute '%s' (control flow) is not supported", n->opset, a->name);
+        if (a->type == KL_ATTR_GRAPH && (!(o->flags & KL_OP_SUBGRAPH) || !a->g))
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: graph attribute '%s' is not supported", n->opset,
+                                 a->name);
         if (!o->attrs) continue;
         int ok = 0;
         for (const char *const *an = o->attrs; *an; an++)
@@ -553,6 +557,29 @@ int kl__norm_axis(int64_t axis, int rank, int64_t *out) {
     return KL_OK;
 }
 
+void kl__tensor_move(kl_tensor *dst, kl_tensor *res) {
+    kl_tensor t = *dst;
+    *dst = *res;
+    *res = t;
+    kl_tensor_free(res);
+}
+
+/* A KL_OP_ALLOCS node: its run fills the empty tensors it is given. */
+static int run_allocs(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
+                      kl_err *e) {
+    int64_t zero = 0;
+    int rc = KL_OK;
+    for (int i = 0; i < n_out && !rc; i++) rc = kl_tensor_new(KL_F32, 1, &zero, KL_TAG_ACTIVATIONS, &out[i], e);
+    kl_exec x = {pool, NULL, 0};
+    if (!rc) rc = n->op->run(n, in, n_in, out, n_out, &x, e);
+    if (rc)
+        for (int i = 0; i < n_out; i++) {
+            kl_tensor_free(out[i]);
+            out[i] = NULL;
+        }
+    return rc;
+}
+
 int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
                        kl_err *e) {
     kl_tensor meta[16];
@@ -560,6 +587,7 @@ int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **
     int rc;
     void *wsp = NULL;
     for (int i = 0; i < n_out; i++) out[i] = NULL;
+    if (n->op->flags & KL_OP_ALLOCS) return run_allocs(n, in, n_in, out, n_out, pool, e);
     if (n_out > 16) return kl__fail_node(e, n, KL_EUNSUPPORTED, "too many outputs");
     memset(meta, 0, sizeof meta);
     if ((rc = n->op->infer(n, in, n_in, meta, n_out, &ws, e))) {

@@ -49,6 +49,12 @@ typedef struct kl_op {
  * inputs that carry the batch, the other inputs are parameters (weights). */
 #define KL_OP_BCAST 4
 #define KL_OP_SAMPLEWISE 8
+/* Takes GRAPH attributes (subgraphs); input counts exclude the implicit ones. */
+#define KL_OP_SUBGRAPH 16
+/* Output shapes known only by running (control flow): infer returns
+ * KL__NEED_DATA, and run, on a dynamic step, gets empty owned tensors and
+ * replaces each wanted one's contents (shape and data) with its result. */
+#define KL_OP_ALLOCS 32
 
 /* Registry tables defined in the ops_*.c files. */
 extern const kl_op kl__ops_elem[];
@@ -63,6 +69,9 @@ extern const kl_op kl__ops_vision[];  /* Resize, Upsample, detection ops (ops_vi
 extern const kl_op kl__ops_einsum[];  /* Einsum, Det (ops_einsum.c) */
 extern const kl_op kl__ops_misc2[];   /* Unique, Compress, ReverseSequence, MVN (ops_misc2.c) */
 extern const kl_op kl__ops_random[];  /* Random*, Bernoulli, ai.onnx.preview.training (ops_random.c) */
+extern const kl_op kl__ops_control[]; /* If, Loop, Scan (ops_control.c) */
+extern const kl_op kl__ops_rnn[];     /* RNN, GRU, LSTM (ops_rnn.c) */
+extern const kl_op kl__ops_seq[];     /* sequence and optional ops (ops_seq.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path
@@ -96,6 +105,27 @@ int kl__norm_axis(int64_t axis, int rank, int64_t *out);
 /* Runs one node standalone, allocating outputs (constant folding, dynamic steps). */
 int kl__run_node_alloc(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor **out, int n_out, kl_pool *pool,
                        kl_err *e);
+
+/* A KL_OP_ALLOCS run's result res into the executor's empty tensor dst:
+ * contents swapped, res (now the empty one) freed. (graph.c) */
+void kl__tensor_move(kl_tensor *dst, kl_tensor *res);
+
+/* ---- subgraph.c: running a bound subgraph (If/Loop/Scan) ----
+ * One plan per set of input shapes (kept while an iteration's shapes stay
+ * the same) and one arena, reused across iterations. Not shared between
+ * threads: each run of the node has its own. */
+typedef struct kl__sub {
+    kl_graph *g;
+    kl_pool *pool;
+    kl_plan *plan;
+    void *arena;
+    size_t arena_bytes;
+} kl__sub;
+void kl__sub_init(kl__sub *r, kl_graph *g, kl_pool *pool);
+void kl__sub_free(kl__sub *r);
+/* in: g->n_inputs tensors (formal inputs, then the outer values); out:
+ * g->n_outputs new tensors (the caller frees them). */
+int kl__sub_run(kl__sub *r, kl_tensor *const *in, kl_tensor **out, kl_err *e);
 
 /* ---- profile.c: per-node timing (keel bench --profile, KEEL_PROFILE=1) ---- */
 int kl__prof_on(void);

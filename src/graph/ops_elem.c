@@ -2,6 +2,7 @@
  * comparison and logic with NumPy broadcasting, variadic Sum/Mean/Max/Min,
  * Where, Cast/CastLike, Clip. Generic over dtypes (f16/bf16 via f32). */
 #include "graph/graph_int.h"
+#include "graph/grad_int.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -643,18 +644,57 @@ static int un_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const 
     return KL_OK;
 }
 
-/* Dropout (inference): identity; optional mask output all true. */
+/* Dropout: a copy with an all-true mask in inference (opsets 7-11 always;
+ * 12+ when training_mode is false or absent, or ratio is 0). In training
+ * mode with ratio in (0, 1): y = x * mask / (1 - ratio), the mask from the
+ * counter-based generator of ai.keel.train::Dropout (kl__dropout_keep:
+ * splitmix64 of the seed attribute (0 when absent) and the element index,
+ * kept when its top 24 bits as a uniform in [0, 1) are >= ratio), so a seed
+ * gives the same mask on every run and any thread count. The mask is bool
+ * from opset 10, the input's dtype before. */
 static int dropout_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     kl__set_shape(&out[0], in[0]->dtype, in[0]->rank, in[0]->dims);
-    if (n_out > 1) kl__set_shape(&out[1], KL_BOOL, in[0]->rank, in[0]->dims);
+    if (n_out > 1) kl__set_shape(&out[1], n->opset < 10 ? in[0]->dtype : KL_BOOL, in[0]->rank, in[0]->dims);
+    if (n_in > 1 && in[1] && kl_tensor_numel(in[1]) != 1)
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: ratio must be a scalar", n->opset);
+    if (n_in > 2 && in[2] && kl_tensor_numel(in[2]) != 1)
+        return kl__fail_node(e, n, KL_ESHAPE, "opset %d: training_mode must be a scalar", n->opset);
     return KL_OK;
 }
+
+static void dropout_apply(const kl_tensor *x, kl_tensor *y, kl_tensor *mask, uint64_t seed, float ratio) {
+    int64_t m = kl_tensor_numel(x);
+    double sc = 1.0 / (1.0 - ratio);
+    for (int64_t i = 0; i < m; i++) {
+        uint8_t k = kl__dropout_keep(seed, (uint64_t)i, ratio);
+        if (x->dtype == KL_F32) ((float *)y->data)[i] = k ? ((const float *)x->data)[i] * (float)sc : 0.f;
+        else kl__set_dbl(y, i, k ? kl__dbl_at(x, i) * sc : 0.0);
+        if (!mask) continue;
+        if (mask->dtype == KL_BOOL) ((uint8_t *)mask->data)[i] = k;
+        else kl__set_dbl(mask, i, k);
+    }
+}
+
 static int dropout_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t m = kl_tensor_numel(in[0]);
-    if (n_in > 2 && in[2] && in[2]->data && kl_tensor_numel(in[2]) > 0 && kl__int_at(in[2], 0))
-        return kl__fail_node(e, n, KL_EUNSUPPORTED, "training_mode=true is not supported");
+    kl_tensor *mask = n_out > 1 ? out[1] : NULL;
+    int train = n->opset >= 12 && n_in > 2 && in[2] && kl__int_at(in[2], 0) != 0;
+    double ratio =
+        n->opset >= 12 ? (n_in > 1 && in[1] ? kl__dbl_at(in[1], 0) : 0.5) : kl_gnode_attr_float(n, "ratio", 0.5f);
+    if (train && ratio != 0) {
+        if (!(ratio > 0 && ratio < 1))
+            return kl__fail_node(e, n, KL_EINVAL, "opset %d: training_mode with ratio %g outside [0, 1)", n->opset,
+                                 ratio);
+        if (!kl_dtype_is_float(in[0]->dtype))
+            return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: training_mode on %s data", n->opset,
+                                 kl_dtype_name(in[0]->dtype));
+        dropout_apply(in[0], out[0], mask, (uint64_t)kl_gnode_attr_int(n, "seed", 0), (float)ratio);
+        return KL_OK;
+    }
     if (out[0]->data != in[0]->data) memcpy(out[0]->data, in[0]->data, (size_t)m * kl_dtype_size(in[0]->dtype));
-    if (n_out > 1 && out[1]) memset(out[1]->data, 1, (size_t)m);
+    if (mask && mask->dtype == KL_BOOL) memset(mask->data, 1, (size_t)m);
+    else if (mask)
+        for (int64_t i = 0; i < m; i++) kl__set_dbl(mask, i, 1.0);
     return KL_OK;
 }
 

@@ -1,7 +1,8 @@
 /* ONNX loader: protobuf (protobuf-c generated code) -> kl_graph. Handles
  * raw_data and typed data fields, external data files (relative to the model,
- * bounds-checked), initializers, Constant nodes' tensors, opset imports and
- * symbolic dimensions. Malformed input gives an error, never a crash. */
+ * bounds-checked), initializers, Constant nodes' tensors, opset imports,
+ * symbolic dimensions and subgraphs (GRAPH attributes of If/Loop/Scan,
+ * bound to their node by kl_gnode_bind_subgraphs). Malformed input gives an error, never a crash. */
 #include "keel/onnx.h"
 
 #include <errno.h>
@@ -13,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "keel/graph.h"
 #include "onnx/onnx.pb-c.h"
+#include "onnx/onnx_data.pb-c.h"
 
 /* ================================================================== *
  * dtypes and tensors
@@ -215,6 +218,62 @@ int kl_onnx_tensor_load(const char *path, kl_tensor **out, char **name, kl_err *
     return rc;
 }
 
+/* ---- sequence and optional values (test data files) ---- */
+
+static int seq_from_proto(Onnx__SequenceProto *sp, kl_tensor **out, int depth, kl_err *e);
+
+static int opt_from_proto(Onnx__OptionalProto *op, kl_tensor **out, int depth, kl_err *e) {
+    kl_tensor *el = NULL;
+    int rc = KL_OK;
+    if (depth > 8) return kl_err_set(e, KL_EUNSUPPORTED, "values nested deeper than 8");
+    if (op->tensor_value) rc = tensor_from_proto(op->tensor_value, NULL, &el, e);
+    else if (op->sequence_value) rc = seq_from_proto(op->sequence_value, &el, depth + 1, e);
+    else if (op->optional_value) return kl_err_set(e, KL_EUNSUPPORTED, "optional of an optional");
+    if (!rc) rc = kl_seq_new(KL_VAL_OPTIONAL, KL_DTYPE_COUNT, (const kl_tensor *const *)&el, el ? 1 : 0, out, e);
+    kl_tensor_free(el);
+    return rc;
+}
+
+static int seq_from_proto(Onnx__SequenceProto *sp, kl_tensor **out, int depth, kl_err *e) {
+    if (depth > 8) return kl_err_set(e, KL_EUNSUPPORTED, "values nested deeper than 8");
+    if (sp->n_optional_values) return kl_err_set(e, KL_EUNSUPPORTED, "a sequence of optional values");
+    size_t n = sp->n_tensor_values + sp->n_sequence_values;
+    kl_tensor **el = calloc(n + 1, sizeof(kl_tensor *));
+    if (!el) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int rc = KL_OK;
+    for (size_t i = 0; i < sp->n_tensor_values && !rc; i++)
+        rc = tensor_from_proto(sp->tensor_values[i], NULL, &el[i], e);
+    for (size_t i = 0; i < sp->n_sequence_values && !rc; i++)
+        rc = seq_from_proto(sp->sequence_values[i], &el[sp->n_tensor_values + i], depth + 1, e);
+    if (!rc) rc = kl_seq_new(KL_VAL_SEQUENCE, KL_DTYPE_COUNT, (const kl_tensor *const *)el, (int64_t)n, out, e);
+    for (size_t i = 0; i < n; i++) kl_tensor_free(el[i]);
+    free(el);
+    return rc;
+}
+
+int kl_onnx_value_load(const char *path, int kind, kl_tensor **out, kl_err *e) {
+    *out = NULL;
+    if (kind == KL_VAL_TENSOR) return kl_onnx_tensor_load(path, out, NULL, e);
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = kl_read_file(path, &buf, &len, e);
+    if (rc) return rc;
+    pb_unpack u;
+    pb_unpack_init(&u);
+    if (kind == KL_VAL_SEQUENCE) {
+        Onnx__SequenceProto *sp = onnx__sequence_proto__unpack(&u.a, len, (const uint8_t *)buf);
+        rc = sp ? seq_from_proto(sp, out, 0, e) : pb_unpack_error(&u, path, "SequenceProto", len, e);
+        if (sp) onnx__sequence_proto__free_unpacked(sp, &pb_allocator);
+    } else {
+        Onnx__OptionalProto *op = onnx__optional_proto__unpack(&u.a, len, (const uint8_t *)buf);
+        rc = op ? opt_from_proto(op, out, 0, e) : pb_unpack_error(&u, path, "OptionalProto", len, e);
+        if (op) onnx__optional_proto__free_unpacked(op, &pb_allocator);
+    }
+    if (rc) kl_err_prefix(e, "%s", path);
+    kl_mem_free(buf);
+    return rc;
+}
+
 int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e) {
     size_t n = strlen(path);
     if (n >= 4 && !strcmp(path + n - 4, ".npy")) return kl_npy_load(path, out, e);
@@ -225,6 +284,24 @@ int kl_onnx_tensor_read(const char *path, kl_tensor **out, kl_err *e) {
  * Graph
  * ================================================================== */
 
+/* KL_VAL_* of a type: tensor, seq(tensor), optional(tensor or seq(tensor));
+ * -1 for what keel does not carry (maps, sparse tensors, nested sequences) */
+static int value_kind(const Onnx__TypeProto *tp) {
+    switch (tp->value_case) {
+    case ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE: return tp->tensor_type ? KL_VAL_TENSOR : -1;
+    case ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE:
+        return tp->sequence_type && tp->sequence_type->elem_type &&
+                value_kind(tp->sequence_type->elem_type) == KL_VAL_TENSOR
+            ? KL_VAL_SEQUENCE
+            : -1;
+    case ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE: {
+        int k = tp->optional_type && tp->optional_type->elem_type ? value_kind(tp->optional_type->elem_type) : -1;
+        return k == KL_VAL_TENSOR || k == KL_VAL_SEQUENCE ? KL_VAL_OPTIONAL : -1;
+    }
+    default: return -1;
+    }
+}
+
 static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_err *e) {
     if (!vi->name || !*vi->name) return kl_err_set(e, KL_EPARSE, "graph input/output without a name");
     int v = kl_graph_value(g, vi->name);
@@ -233,8 +310,20 @@ static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_
     kl_value *val = &g->values[v];
     const Onnx__TypeProto *tp = vi->type;
     if (!tp) return KL_OK;
-    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
-        return kl_err_set(e, KL_EUNSUPPORTED, "value '%s': only tensor types are supported (sequence/map/optional are not)", vi->name);
+    int kind = value_kind(tp);
+    if (kind < 0)
+        return kl_err_set(e, KL_EUNSUPPORTED,
+                          "value '%s': only tensors, sequences of tensors and optional tensors or sequences are "
+                          "supported (maps and sparse tensors are not)",
+                          vi->name);
+    if (kind != KL_VAL_TENSOR) {
+        /* carried as bytes (kl_seq_new): uint8, rank 1, any length */
+        val->kind = kind;
+        val->dtype = KL_U8;
+        val->rank = 1;
+        val->dims[0] = -1;
+        return KL_OK;
+    }
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     int rc;
     if (tt->has_elem_type && (rc = kl_onnx_dtype(tt->elem_type, &val->dtype, e))) {
@@ -261,7 +350,48 @@ static int value_info(kl_graph *g, const Onnx__ValueInfoProto *vi, int *idx, kl_
     return KL_OK;
 }
 
-static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
+/* What loading a graph body needs: the model (opset imports), the folder
+ * of external data, and the subgraph nesting depth (bounded: a hostile file
+ * could nest graphs until the stack ends). */
+typedef struct {
+    const Onnx__ModelProto *m;
+    const char *base_dir;
+    int depth;
+} load_ctx;
+
+#define MAX_SUBGRAPH_DEPTH 32
+#define PREFIX_DEPTH 4 /* subgraph levels named in a load error's path */
+
+static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g, kl_err *e);
+
+/* A GRAPH attribute: the subgraph as a keel graph (bound to its node and
+ * finalized by kl_gnode_bind_subgraphs once the node's attributes are in). */
+static int load_subgraph(const kl_gnode *n, const Onnx__AttributeProto *ap, const load_ctx *c, kl_graph **out,
+                         kl_err *e) {
+    *out = NULL;
+    if (!ap->g) return kl_err_set(e, KL_EPARSE, "attribute '%s': GRAPH without a graph", ap->name);
+    if (c->depth >= MAX_SUBGRAPH_DEPTH)
+        return kl_err_set(e, KL_EUNSUPPORTED, "attribute '%s': subgraphs nested deeper than %d", ap->name,
+                          MAX_SUBGRAPH_DEPTH);
+    kl_graph *sub;
+    int rc = kl_graph_new(&sub, e);
+    if (rc) return rc;
+    sub->opset = n->opset;
+    sub->name = strdup(ap->g->name ? ap->g->name : "");
+    load_ctx c2 = *c;
+    c2.depth++;
+    if ((rc = load_body(ap->g, &c2, sub, e))) {
+        /* the path to the failing node, its first levels (a deep nest would
+         * push the reason itself out of the message) */
+        if (c->depth < PREFIX_DEPTH) kl_err_prefix(e, "subgraph '%s'", ap->name);
+        kl_graph_free(sub);
+        return rc;
+    }
+    *out = sub;
+    return KL_OK;
+}
+
+static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, const load_ctx *c, kl_err *e) {
     if (!ap->name) return kl_err_set(e, KL_EPARSE, "attribute without a name");
     kl_attr_type ty;
     switch (ap->has_type ? (int)ap->type : 0) {
@@ -272,7 +402,7 @@ static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS: ty = KL_ATTR_FLOATS; break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS: ty = KL_ATTR_INTS; break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS: ty = KL_ATTR_STRINGS; break;
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS: ty = KL_ATTR_GRAPH; break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: ty = KL_ATTR_GRAPH; break;
     default: ty = KL_ATTR_OTHER; break;
     }
     if (ap->ref_attr_name && *ap->ref_attr_name)
@@ -293,6 +423,7 @@ static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
         if (!ap->t) return kl_err_set(e, KL_EPARSE, "attribute '%s': TENSOR without a tensor", ap->name);
         if ((rc = tensor_from_proto(ap->t, NULL, &a->t, e))) kl_err_prefix(e, "attribute '%s'", ap->name);
         break;
+    case KL_ATTR_GRAPH: rc = load_subgraph(n, ap, c, &a->g, e); break;
     case KL_ATTR_FLOATS:
         a->n = (int)ap->n_floats;
         a->floats = malloc(sizeof(float) * (ap->n_floats + 1));
@@ -321,63 +452,55 @@ static int load_attr(kl_gnode *n, const Onnx__AttributeProto *ap, kl_err *e) {
     return rc;
 }
 
-static int build_graph(const Onnx__ModelProto *m, const char *name, const char *base_dir, kl_graph **out, kl_err *e) {
-    kl_graph *g = NULL;
-    int rc = kl_graph_new(&g, e);
-    if (rc) return rc;
-    const Onnx__GraphProto *gp = m->graph;
-    if (!gp) { rc = kl_err_set(e, KL_EPARSE, "model has no graph"); goto fail; }
-    g->name = strdup(gp->name ? gp->name : "");
-    if (m->producer_name) {
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s %s", m->producer_name, m->producer_version ? m->producer_version : "");
-        g->producer = strdup(buf);
-    }
-    /* opsets */
-    g->opset = -1;
-    for (size_t i = 0; i < m->n_opset_import; i++) {
-        const Onnx__OperatorSetIdProto *os = m->opset_import[i];
-        const char *dom = os->domain ? os->domain : "";
-        if (!*dom || !strcmp(dom, "ai.onnx")) {
-            g->opset = (int)os->version;
-        }
-    }
-    /* a model of other domains only (e.g. ai.onnx.preview.training): opset 0,
-     * and a default-domain node is refused below */
-    if (g->opset < 0 && m->n_opset_import > 0) g->opset = 0;
-    if (g->opset < 0) { rc = kl_err_set(e, KL_EUNSUPPORTED, "model imports no default-domain (ai.onnx) opset"); goto fail; }
-    if (g->opset != 0 && (g->opset < KL_ONNX_OPSET_MIN || g->opset > KL_ONNX_OPSET_MAX)) {
-        rc = kl_err_set(e, KL_EUNSUPPORTED, "unsupported default-domain opset %d (supported: %d-%d)", g->opset,
-                        KL_ONNX_OPSET_MIN, KL_ONNX_OPSET_MAX);
-        goto fail;
-    }
+/* The graph's initializers, inputs, nodes (their subgraphs bound), outputs
+ * and value_info into g (not finalized). */
+static int load_body(const Onnx__GraphProto *gp, const load_ctx *c, kl_graph *g, kl_err *e) {
+    int rc = KL_OK;
     /* initializers */
     for (size_t i = 0; i < gp->n_initializer; i++) {
         Onnx__TensorProto *tp = gp->initializer[i];
-        if (!tp->name || !*tp->name) { rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i); goto fail; }
+        if (!tp->name || !*tp->name) {
+            rc = kl_err_set(e, KL_EPARSE, "initializer %zu has no name", i);
+            return rc;
+        }
         int v = kl_graph_value(g, tp->name);
-        if (v < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        if (g->values[v].init) { rc = kl_err_set(e, KL_EPARSE, "initializer '%s' defined twice", tp->name); goto fail; }
+        if (v < 0) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        if (g->values[v].init) {
+            rc = kl_err_set(e, KL_EPARSE, "initializer '%s' defined twice", tp->name);
+            return rc;
+        }
         kl_tensor *t;
-        if ((rc = tensor_from_proto(tp, base_dir, &t, e))) { kl_err_prefix(e, "initializer '%s'", tp->name); goto fail; }
+        if ((rc = tensor_from_proto(tp, c->base_dir, &t, e))) {
+            kl_err_prefix(e, "initializer '%s'", tp->name);
+            return rc;
+        }
         kl_value *val = &g->values[v];
         val->init = t;
         val->dtype = t->dtype;
         val->rank = t->rank;
         for (int d = 0; d < t->rank; d++) val->dims[d] = t->dims[d];
     }
-    if (gp->n_sparse_initializer) { rc = kl_err_set(e, KL_EUNSUPPORTED, "sparse initializers are not supported"); goto fail; }
+    if (gp->n_sparse_initializer) {
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "sparse initializers are not supported");
+        return rc;
+    }
     /* inputs (skipping those that are initializers: defaults) */
     g->inputs = calloc(gp->n_input + 1, sizeof(int));
     g->outputs = calloc(gp->n_output + 1, sizeof(int));
-    if (!g->inputs || !g->outputs) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (!g->inputs || !g->outputs) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (size_t i = 0; i < gp->n_input; i++) {
         int v;
         if (gp->input[i]->name && kl_graph_find_value(g, gp->input[i]->name) >= 0 &&
             g->values[kl_graph_find_value(g, gp->input[i]->name)].init)
             continue; /* an initializer listed as input: treat as constant */
-        if ((rc = value_info(g, gp->input[i], &v, e))) { kl_err_prefix(e, "graph input %zu", i); goto fail; }
-        if (g->values[v].is_input) { rc = kl_err_set(e, KL_EPARSE, "graph input '%s' listed twice", g->values[v].name); goto fail; }
+        if ((rc = value_info(g, gp->input[i], &v, e))) {
+            kl_err_prefix(e, "graph input %zu", i);
+            return rc;
+        }
+        if (g->values[v].is_input) {
+            rc = kl_err_set(e, KL_EPARSE, "graph input '%s' listed twice", g->values[v].name);
+            return rc;
+        }
         g->values[v].is_input = 1;
         g->inputs[g->n_inputs++] = v;
     }
@@ -385,19 +508,26 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
     for (size_t i = 0; i < gp->n_node; i++) {
         const Onnx__NodeProto *np = gp->node[i];
         const char *dom = np->domain ? np->domain : "";
-        if (!np->op_type || !*np->op_type) { rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i); goto fail; }
-        if (g->opset == 0 && (!*dom || !strcmp(dom, "ai.onnx"))) {
-            rc = kl_err_set(e, KL_EUNSUPPORTED, "node %zu (%s): model imports no default-domain (ai.onnx) opset", i,
-                            np->op_type);
-            goto fail;
+        if (!np->op_type || !*np->op_type) {
+            rc = kl_err_set(e, KL_EPARSE, "node %zu has no op_type", i);
+            return rc;
         }
+        if (g->opset == 0 && (!*dom || !strcmp(dom, "ai.onnx")))
+            return kl_err_set(e, KL_EUNSUPPORTED, "node %zu (%s): model imports no default-domain (ai.onnx) opset", i,
+                              np->op_type);
         for (size_t k = 0; k < np->n_input; k++)
-            if (!np->input[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i); goto fail; }
+            if (!np->input[k]) {
+                rc = kl_err_set(e, KL_EPARSE, "node %zu: null input name", i);
+                return rc;
+            }
         for (size_t k = 0; k < np->n_output; k++)
-            if (!np->output[k]) { rc = kl_err_set(e, KL_EPARSE, "node %zu: null output name", i); goto fail; }
+            if (!np->output[k]) {
+                rc = kl_err_set(e, KL_EPARSE, "node %zu: null output name", i);
+                return rc;
+            }
         int ni = kl_graph_add_node(g, np->op_type, np->name ? np->name : "", (const char *const *)np->input,
                                    (int)np->n_input, (const char *const *)np->output, (int)np->n_output);
-        if (ni < 0) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+        if (ni < 0) return kl_err_set(e, KL_ENOMEM, "out of memory");
         kl_gnode *n = &g->nodes[ni];
         n->index = (int)i;
         free(n->domain);
@@ -405,20 +535,27 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
         n->opset = g->opset;
         if (*dom && strcmp(dom, "ai.onnx")) {
             n->opset = -1;
-            for (size_t k = 0; k < m->n_opset_import; k++)
-                if (m->opset_import[k]->domain && !strcmp(m->opset_import[k]->domain, dom)) n->opset = (int)m->opset_import[k]->version;
+            for (size_t k = 0; k < c->m->n_opset_import; k++)
+                if (c->m->opset_import[k]->domain && !strcmp(c->m->opset_import[k]->domain, dom))
+                    n->opset = (int)c->m->opset_import[k]->version;
         }
         for (size_t k = 0; k < np->n_attribute; k++) {
-            if ((rc = load_attr(n, np->attribute[k], e))) {
+            if ((rc = load_attr(n, np->attribute[k], c, e))) {
                 char d[256];
-                kl_err_prefix(e, "%s", kl_gnode_desc(n, d, sizeof d));
-                goto fail;
+                if (c->depth < PREFIX_DEPTH) kl_err_prefix(e, "%s", kl_gnode_desc(n, d, sizeof d));
+                return rc;
             }
         }
+        int subs = 0;
+        for (int k = 0; k < n->n_attrs; k++) subs += n->attrs[k].type == KL_ATTR_GRAPH && n->attrs[k].g;
+        if (subs && (rc = kl_gnode_bind_subgraphs(g, ni, e))) return rc;
     }
     for (size_t i = 0; i < gp->n_output; i++) {
         int v;
-        if ((rc = value_info(g, gp->output[i], &v, e))) { kl_err_prefix(e, "graph output %zu", i); goto fail; }
+        if ((rc = value_info(g, gp->output[i], &v, e))) {
+            kl_err_prefix(e, "graph output %zu", i);
+            return rc;
+        }
         g->values[v].is_output = 1;
         g->outputs[g->n_outputs++] = v;
     }
@@ -430,6 +567,45 @@ static int build_graph(const Onnx__ModelProto *m, const char *name, const char *
         kl_err e2 = {0};
         (void)value_info(g, vi, &v, &e2);
     }
+    return KL_OK;
+}
+
+static int build_graph(const Onnx__ModelProto *m, const char *name, const char *base_dir, kl_graph **out, kl_err *e) {
+    kl_graph *g = NULL;
+    int rc = kl_graph_new(&g, e);
+    if (rc) return rc;
+    const Onnx__GraphProto *gp = m->graph;
+    if (!gp) {
+        rc = kl_err_set(e, KL_EPARSE, "model has no graph");
+        goto fail;
+    }
+    g->name = strdup(gp->name ? gp->name : "");
+    if (m->producer_name) {
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s %s", m->producer_name, m->producer_version ? m->producer_version : "");
+        g->producer = strdup(buf);
+    }
+    /* opsets */
+    g->opset = -1;
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *os = m->opset_import[i];
+        const char *dom = os->domain ? os->domain : "";
+        if (!*dom || !strcmp(dom, "ai.onnx")) { g->opset = (int)os->version; }
+    }
+    /* a model of other domains only (e.g. ai.onnx.preview.training): opset 0,
+     * and a default-domain node is refused in load_body */
+    if (g->opset < 0 && m->n_opset_import > 0) g->opset = 0;
+    if (g->opset < 0) {
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "model imports no default-domain (ai.onnx) opset");
+        goto fail;
+    }
+    if (g->opset != 0 && (g->opset < KL_ONNX_OPSET_MIN || g->opset > KL_ONNX_OPSET_MAX)) {
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "unsupported default-domain opset %d (supported: %d-%d)", g->opset,
+                        KL_ONNX_OPSET_MIN, KL_ONNX_OPSET_MAX);
+        goto fail;
+    }
+    load_ctx c = {m, base_dir, 0};
+    if ((rc = load_body(gp, &c, g, e))) goto fail;
     if ((rc = kl_graph_finalize(g, e))) goto fail;
     *out = g;
     return KL_OK;

@@ -25,6 +25,7 @@ typedef struct plan_entry {
 
 struct kl_session {
     kl_graph *g;
+    char *name;                   /* the model's file (or the name given), for run-time refusals */
     kl_pool *pool;                /* NULL = default pool */
     kl_value_info *ins, *outs;
     pthread_mutex_t mu;
@@ -43,11 +44,15 @@ static void fill_info(const kl_value *v, kl_value_info *vi) {
     }
 }
 
-static int finish(kl_graph *g, const kl_session_opts *o, kl_session **out, kl_err *e) {
+static int finish(kl_graph *g, const char *name, const kl_session_opts *o, kl_session **out, kl_err *e) {
     kl_session *s = calloc(1, sizeof *s);
     int rc;
     if (!s) { kl_graph_free(g); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
     s->g = g;
+    if (name && !(s->name = strdup(name))) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
     pthread_mutex_init(&s->mu, NULL);
     int level = o ? o->opt_level : 1;
     if ((rc = kl_graph_optimize(g, level, e))) goto fail;
@@ -69,7 +74,7 @@ int kl_session_load(const char *path, const kl_session_opts *o, kl_session **out
     kl_graph *g;
     int rc = kl_onnx_load(path, &g, e);
     if (rc) return rc;
-    return finish(g, o, out, e);
+    return finish(g, path, o, out, e);
 }
 
 int kl_session_load_mem(const void *bytes, size_t len, const char *name, const kl_session_opts *o, kl_session **out,
@@ -78,7 +83,7 @@ int kl_session_load_mem(const void *bytes, size_t len, const char *name, const k
     kl_graph *g;
     int rc = kl_onnx_load_mem(bytes, len, name, name ? "." : NULL, &g, e);
     if (rc) return rc;
-    return finish(g, o, out, e);
+    return finish(g, name, o, out, e);
 }
 
 void kl_session_free(kl_session *s) {
@@ -96,6 +101,7 @@ void kl_session_free(kl_session *s) {
     pthread_mutex_destroy(&s->mu);
     free(s->ins);
     free(s->outs);
+    free(s->name);
     kl_graph_free(s->g);
     free(s);
 }
@@ -207,6 +213,7 @@ int kl_session_run(kl_session *s, const kl_tensor *const *inputs, size_t n_in, k
     rc = get_plan(s, inputs, n_in, &pe, &temp, e);
     if (!rc && !temp && pe->n_free > 0) arena = pe->free_arenas[--pe->n_free];
     pthread_mutex_unlock(&s->mu);
+    if (rc == KL_EUNSUPPORTED && s->name) kl_err_prefix(e, "%s", s->name);
     if (rc) return rc;
     size_t ab = kl_plan_arena_bytes(pe->plan);
     if (!arena && !(arena = kl_mem_alloc_e(ab, KL_TAG_ACTIVATIONS, e))) {
@@ -220,6 +227,9 @@ int kl_session_run(kl_session *s, const kl_tensor *const *inputs, size_t n_in, k
         if (!outs) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     }
     rc = kl_plan_run(pe->plan, s->g, inputs, n_in, outs, no, arena, s->pool, e);
+    /* a refusal met at run time (an op's input value it does not support)
+     * names the model as one met at load time does */
+    if (rc == KL_EUNSUPPORTED && s->name) kl_err_prefix(e, "%s", s->name);
     if (outs != outputs) {
         for (size_t i = 0; i < no; i++) {
             if (i < n_out) outputs[i] = outs[i];

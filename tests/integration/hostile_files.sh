@@ -45,3 +45,19 @@ fast_fail hostile_train_x_dev_zero "/dev/zero: not a regular file" "$KEEL" train
 } > "$T/laughs.yaml"
 fast_fail hostile_config_show_billion_laughs "limit of a YAML document" "$KEEL" config show "$T/laughs.yaml"
 grep -q "1000000 nodes" "$T/err" && pass hostile_billion_laughs_names_cap || fail hostile_billion_laughs_names_cap "$(head -c 300 "$T/err")"
+
+# subgraphs nested 40 deep (If inside If ...): refused at the loader's bound
+# instead of recursing until the stack ends
+$PYTHON - "$T/nested.onnx" <<'P'
+import sys
+from onnx import helper, TensorProto
+leaf = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "leaf", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+g = leaf
+for i in range(40):  # nested through then_branch only: the file grows linearly
+    node = helper.make_node("If", ["c"], ["y"], then_branch=g, else_branch=leaf)
+    g = helper.make_graph([node], "g%d" % i, [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+top = helper.make_graph(g.node, "top", [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+open(sys.argv[1], "wb").write(helper.make_model(top, opset_imports=[helper.make_opsetid("", 16)]).SerializeToString())
+P
+fast_fail hostile_inspect_nested_subgraphs "subgraphs nested deeper than 32" "$KEEL" inspect "$T/nested.onnx"

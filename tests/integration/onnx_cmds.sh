@@ -28,3 +28,15 @@ $PYTHON -c 'import json,sys; p=json.load(open(sys.argv[1]))["profile"]; assert p
   && pass onnx_bench_profile_fields || fail onnx_bench_profile_fields "$(head -c 300 "$T/out")"
 expect_rc onnx_bench_profile_text 0 "$KEEL" bench "$m" --iters 2 --warmup 0 --profile
 grep -q "^Conv 3x3/2 .* 100.0%" "$T/out" && pass onnx_bench_profile_table || fail onnx_bench_profile_table "$(head -c 600 "$T/out")"
+# control flow: keel inspect lists a Loop's body (and If's branches), keel run runs it
+lm="$dir/test_loop11/model.onnx"
+ld="$dir/test_loop11/test_data_set_0"
+expect_rc onnx_inspect_subgraphs 0 "$KEEL" inspect "$lm"
+grep -q "^  node 0 (Loop) body: 9 nodes, 3 inputs (+0 outer), 3 outputs; " "$T/out" && pass onnx_inspect_subgraphs_text ||
+  fail onnx_inspect_subgraphs_text "$(head -c 600 "$T/out")"
+expect_rc onnx_inspect_subgraphs_json 0 "$KEEL" inspect "$dir/test_if/model.onnx" --json
+$PYTHON -c 'import json,sys; s=json.load(open(sys.argv[1]))["subgraphs"]; assert sorted(x["attribute"] for x in s)==["else_branch","then_branch"] and s[0]["ops"]=={"Constant":1} and s[0]["subgraphs"]==[]' "$T/out" \
+  && pass onnx_inspect_subgraphs_fields || fail onnx_inspect_subgraphs_fields "$(head -c 600 "$T/out")"
+expect_rc onnx_run_loop 0 "$KEEL" run "$lm" --input trip_count="$ld/input_0.pb" --input cond="$ld/input_1.pb" --input y="$ld/input_2.pb" --output-dir "$T/loop"
+$PYTHON -c 'import numpy as np,sys; a=np.load(sys.argv[1]); assert a.shape==(5,1) and np.allclose(a[:,0],[-1,1,4,8,13]), a' "$T/loop/res_scan.npy" \
+  && pass onnx_run_loop_values || fail onnx_run_loop_values "$(ls "$T/loop" 2>&1)"

@@ -1,8 +1,12 @@
 #!/usr/bin/python3
 """Real-model parity: PyTorch 1.13 exports (MLP, ResNet-18, MobileNetV2, a
-2-layer TransformerEncoder with a padding mask and dynamic batch; random
-weights) are run by `keel run` and compared with PyTorch's outputs (max abs
-error <= 1e-4), on the default kernels (the CNNs on channel-blocked NCHWc
+2-layer TransformerEncoder with a padding mask and dynamic batch, a 2-layer
+bidirectional LSTM and a GRU language model with dynamic batch and length,
+an nn.EmbeddingBag recommender exported as a Loop, Swin-T with its training-mode
+Dropout nodes;
+random weights) are run by `keel run` and compared with PyTorch's outputs
+(max abs error <= 1e-4; the recurrent models also within 1e-4 relative to
+the largest output), on the default kernels (the CNNs on channel-blocked NCHWc
 tensors where the CPU has AVX-512F), again with KEEL_NO_AVX512=1 (the
 OpenBLAS/AVX2 paths a CPU without AVX-512F runs) and, for ResNet-18 and
 MobileNetV2, with KEEL_NO_NCHWC=1 (AVX-512 kernels on NCHW) and at 1 thread
@@ -29,7 +33,8 @@ if r.returncode != 0:
     sys.exit(1)
 
 ok = True
-runs = [(name, mode) for mode in ("", "_noavx512") for name in ["mlp", "resnet18", "mobilenet_v2", "transformer"]]
+runs = [(name, mode) for mode in ("", "_noavx512") for name in ["mlp", "resnet18", "mobilenet_v2", "transformer", "lstm", "gru_lm",
+                                                                  "embedding_bag", "swin_t"]]
 runs += [(name, "_nonchwc") for name in ["resnet18", "mobilenet_v2"]]
 runs += [(name, "_1t") for name in ["resnet18", "mobilenet_v2"]]
 for name, mode in runs:
@@ -76,6 +81,10 @@ for name, mode in runs:
                     print("FAIL %s: output differs from the run with KEEL_SPLIT=0" % t0)
                     ok = False
         err = float(np.abs(got.astype(np.float64) - want).max())
+        if name in ("lstm", "gru_lm") and err > 1e-4 * max(1.0, float(np.abs(want).max())):
+            print("FAIL %s: max abs error %.3e beyond 1e-4 relative" % (test, err))
+            ok = False
+            continue
         if err <= 1e-4:
             print("PASS %s (max abs error %.2e)" % (test, err))
         else:

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keel/graph.h"
 #include "keel/onnx.h"
 #include "keel/runtime.h"
 
@@ -79,6 +80,35 @@ static int compare(const kl_tensor *got, const kl_tensor *want, char *msg, size_
     return 0;
 }
 
+/* compare for tensors; sequence/optional values element by element */
+static int compare_value(const kl_tensor *got, const kl_tensor *want, char *msg, size_t n, int depth) {
+    if (!kl_seq_is_value(want) || depth > 8) return compare(got, want, msg, n);
+    int kg, kw;
+    int64_t ng, nw;
+    kl_err e = {0};
+    if (kl_seq_check(got, &kg, NULL, &ng, &e)) {
+        snprintf(msg, n, "not a sequence/optional value: %s", kl_err_what(&e));
+        return 1;
+    }
+    kl_seq_check(want, &kw, NULL, &nw, &e);
+    if (kg != kw || ng != nw) {
+        snprintf(msg, n, "%s of %lld, expected %s of %lld", kg == KL_VAL_SEQUENCE ? "sequence" : "optional",
+                 (long long)ng, kw == KL_VAL_SEQUENCE ? "sequence" : "optional", (long long)nw);
+        return 1;
+    }
+    for (int64_t i = 0; i < ng; i++) {
+        kl_tensor a, b;
+        char m2[400];
+        kl_seq_at(got, i, &a, &e);
+        kl_seq_at(want, i, &b, &e);
+        if (compare_value(&a, &b, m2, sizeof m2, depth + 1)) {
+            snprintf(msg, n, "element %lld: %s", (long long)i, m2);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 enum { R_PASS, R_FAIL, R_UNSUP, R_BAD };
 
 /* Tests whose data in onnx 1.12 is inconsistent or that hit a known kernel
@@ -91,6 +121,14 @@ static const struct { const char *name, *why;
     {"test_castlike_FLOAT_to_BFLOAT16_expanded", "test data: 'like' has shape [1], the model declares [3,4]"},
     {"test_cast_FLOAT_to_BFLOAT16", "onnx 1.12 truncates to bfloat16; keel rounds to nearest even"},
     {"test_adam_multiple", "test data: computed with epsilon 1e-2, the node has no epsilon attribute (default 1e-6)"},
+    {"test_training_dropout",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_default",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_default_mask",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
+    {"test_training_dropout_mask",
+     "mask from NumPy's random generator; keel's is counter-based (seed attribute, docs/inference.md)"},
 };
 
 static int run_test(const char *dir, char *msg, size_t mn) {
@@ -123,7 +161,8 @@ static int run_test(const char *dir, char *msg, size_t mn) {
         }
         for (int i = 0; i < ni && result == R_PASS; i++) {
             snprintf(path, sizeof path, "%s/%s", sd, ins[i]);
-            if ((rc = kl_onnx_tensor_load(path, &it[i], NULL, &e))) {
+            const kl_graph *g = kl_session_graph(s);
+            if ((rc = kl_onnx_value_load(path, g->values[g->inputs[i]].kind, &it[i], &e))) {
                 snprintf(msg, mn, "%s", kl_err_what(&e));
                 result = rc == KL_EUNSUPPORTED ? R_UNSUP : R_FAIL;
             }
@@ -141,7 +180,8 @@ static int run_test(const char *dir, char *msg, size_t mn) {
         for (int i = 0; i < no && result == R_PASS && (size_t)i < n_out; i++) {
             kl_tensor *want;
             snprintf(path, sizeof path, "%s/%s", sd, outs[i]);
-            if ((rc = kl_onnx_tensor_load(path, &want, NULL, &e))) {
+            const kl_graph *g = kl_session_graph(s);
+            if ((rc = kl_onnx_value_load(path, g->values[g->outputs[i]].kind, &want, &e))) {
                 snprintf(msg, mn, "%s", kl_err_what(&e));
                 result = rc == KL_EUNSUPPORTED ? R_UNSUP : R_FAIL;
                 break;
@@ -155,7 +195,7 @@ static int run_test(const char *dir, char *msg, size_t mn) {
                 kl_tensor_free(want);
                 continue;
             }
-            if (compare(ot[i], want, m2, sizeof m2)) {
+            if (compare_value(ot[i], want, m2, sizeof m2, 0)) {
                 snprintf(msg, mn, "output %d (%s): %s", i, kl_session_output(s, i)->name, m2);
                 result = R_FAIL;
             }
