@@ -230,6 +230,20 @@ typedef struct {
     tr_images *im;                                                  /* image shards */
 } tr_batches;
 
+/* Rows [r0, r0 + n) of epoch `epoch`'s order of the arrays: the order is a
+ * function of (seed, epoch) only, so a rank takes its rows of a global batch
+ * without any exchange. Pointers valid until the next call. */
+static void batch_rows(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t r0, int64_t n, const float **x, const int64_t **yi,
+                       const float **yf) {
+    if (bs->idx_epoch != epoch) {
+        memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
+        if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
+        bs->idx_epoch = epoch;
+    }
+    gather_rows(m, bs->d, bs->idx + r0, n, bs->xb, bs->yb, bs->yfb);
+    *x = bs->xb; *yi = bs->yb; *yf = bs->yfb;
+}
+
 /* Batch b of epoch `epoch` (of size B, the last may be shorter). Pointers
  * valid until the next call. */
 static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t b, int64_t B, const float **x, const int64_t **yi,
@@ -245,15 +259,8 @@ static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t
         *x = kb.images; *yi = kb.labels; *yf = NULL; *nb = kb.n;
         return KL_OK;
     }
-    if (bs->idx_epoch != epoch) {
-        memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
-        if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
-        bs->idx_epoch = epoch;
-    }
-    int64_t b0 = b * B;
-    *nb = KL_MIN(B, bs->n - b0);
-    gather_rows(m, bs->d, bs->idx + b0, *nb, bs->xb, bs->yb, bs->yfb);
-    *x = bs->xb; *yi = bs->yb; *yf = bs->yfb;
+    *nb = KL_MIN(B, bs->n - b * B);
+    batch_rows(bs, m, epoch, b * B, *nb, x, yi, yf);
     return KL_OK;
 }
 
@@ -766,7 +773,7 @@ static void print_plan(FILE *f, const uint64_t bytes[5], uint64_t data_bytes) {
 }
 
 /* kl_train_run in named stages over one run context (tr_run):
- *   run_open       spec, model, experiment-store run
+ *   run_open       spec, MPI (rank and world, src/train/dist.c), model, experiment-store run (rank 0)
  *   run_data       training and validation rows (.npy, Parquet, image shards)
  *   run_plan       steps per epoch, the memory plan and --memory-limit
  *   run_alloc      parameters, optimizer, initial weights, batch buffers, output folders
@@ -806,6 +813,11 @@ typedef struct {
     double secs;
     tr_eval fin_val, fin_train;
     tr_batches bt, bv;
+    tr_dist dist;               /* rank and world (1 without MPI) */
+    tr_par *par;                /* the step's gradients over the ranks (parallel.c) */
+    int64_t L;                  /* rows the step is planned for: B, or a rank's / micro-batch's share */
+    int lead;                   /* rank 0: writes every output */
+    double rank_s[3 * 64];      /* per rank: step, compute, communication seconds (rank 0, at the end) */
 } tr_run;
 
 static int run_open(tr_run *r, kl_err *e) {
@@ -813,8 +825,10 @@ static int run_open(tr_run *r, kl_err *e) {
     int rc;
     if ((rc = tr_spec_load_set(r->spec_path, o->sets, o->nsets, &r->s, e))) return rc;
     if (r->s->ds) r->s->ds->verify = o->verify;
+    if ((rc = tr_dist_start(&r->dist, o->distributed, r->s->dist_timeout, e))) return rc;
+    r->lead = r->dist.rank == 0;
     if ((rc = tr_model_new(r->s, &r->m, e))) return rc;
-    if (o->tracking && (rc = tr_runlog_start(o, r->s, r->m, r->spec_path, &r->trk, &r->trun, e))) return rc;
+    if (o->tracking && r->lead && (rc = tr_runlog_start(o, r->s, r->m, r->spec_path, &r->trk, &r->trun, e))) return rc;
     if (r->trun && o->run_id_out) *o->run_id_out = kl_track_run_id(r->trun);
     return KL_OK;
 }
@@ -871,7 +885,9 @@ static int run_data(tr_run *r, kl_err *e) {
         return kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), data.dataset or data.shards are required", r->spec_path);
     if ((rc = r->images ? run_data_images(r, e) : run_data_arrays(r, e))) return rc;
     if (r->ntr < 1) return kl_err_set(e, KL_EINVAL, "no training rows left after the validation split");
+    if ((rc = tr_par_check(s, r->dist.world, r->images, e))) return rc;
     r->B = KL_MIN(s->batch, r->ntr);
+    r->L = tr_par_leaf_rows(s, r->dist.world, r->B);
     if (r->images && ((rc = tr_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, r->B, s->epochs, e)) ||
                       (r->nva && (rc = tr_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->B, 1, e)))))
         return rc;
@@ -893,7 +909,7 @@ static int memory_limit_error(const uint64_t plan[5], uint64_t need, uint64_t li
 static int run_plan(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
     tr_model *m = r->m;
-    int64_t B = r->B;
+    int64_t B = r->B, L = r->L; /* the global batch; the rows one step run takes */
     int rc;
     r->steps_per_epoch = r->images ? kl_loader_batches_per_epoch(r->imt.ld) : s->drop_last ? r->ntr / B : (r->ntr + B - 1) / B;
     if (r->steps_per_epoch < 1) r->steps_per_epoch = 1;
@@ -908,10 +924,10 @@ static int run_plan(tr_run *r, kl_err *e) {
      * autodiff): activations and workspace are that plan's */
     m->fp16 = s->fp16;
     uint64_t g_act = 0, g_ws = 0;
-    if ((rc = tr_step_prepare(m, B, &g_act, &g_ws, e))) return rc;
-    tr_model_plan(m, B, tr_optim_slots(s), plan);
-    plan[3] = g_act + (uint64_t)(B * m->out_numel) * 4;                                 /* + the eval output rows */
-    plan[4] = g_ws + (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
+    if ((rc = tr_step_prepare(m, L, &g_act, &g_ws, e))) return rc;
+    tr_model_plan(m, L, tr_optim_slots(s), plan);
+    plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;                                 /* + the eval output rows */
+    plan[4] = g_ws + (uint64_t)L * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
     for (int i = 0; i < 5; i++) tot += plan[i];
     if (r->o->memory_report) {
         print_plan(r->rep, plan, data_bytes);
@@ -926,7 +942,7 @@ static int run_plan(tr_run *r, kl_err *e) {
 static int run_alloc(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
     tr_model *m = r->m;
-    int64_t B = r->B;
+    int64_t B = r->L; /* the batch buffers hold one step run's rows */
     int rc;
     if ((rc = tr_model_alloc(m, B, e))) return rc;
     if ((rc = tr_optim_init(&r->opt, s, m->nparams, e))) return rc;
@@ -944,9 +960,9 @@ static int run_alloc(tr_run *r, kl_err *e) {
     r->yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
     r->yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
     if (!r->xb || !r->yb || !r->yfb) return KL_ENOMEM;
-    if ((rc = kl_mkdir_p(r->o->out_dir, e))) return rc;
+    if ((rc = tr_par_new(m, s, &r->dist, r->B, r->o->dist_no_allreduce, &r->par, e))) return rc;
     snprintf(r->ckdir, sizeof r->ckdir, "%s/checkpoints", r->o->out_dir);
-    if ((rc = kl_mkdir_p(r->ckdir, e))) return rc;
+    if (r->lead && ((rc = kl_mkdir_p(r->o->out_dir, e)) || (rc = kl_mkdir_p(r->ckdir, e)))) return rc;
     snprintf(r->bestp, sizeof r->bestp, "%s/best.safetensors", r->ckdir);
     r->lower_better = !strcmp(s->monitor, "val_loss");
     r->pos = (tr_pos){0, 0, 0, r->lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
@@ -957,8 +973,39 @@ static int run_alloc(tr_run *r, kl_err *e) {
     return KL_OK;
 }
 
-/* --resume: parameters, optimizer state, position (and the loader's), the metrics so far */
+/* --resume with several ranks: rank 0 reads the checkpoint (its outcome first,
+ * so that a failure stops every rank), then sends the weights, the optimizer
+ * state and the position: the position is global, so any rank count resumes
+ * any checkpoint. */
+static int run_resume_bcast(tr_run *r, int rc0, kl_err *e) {
+    tr_dist *d = &r->dist;
+    tr_model *m = r->m;
+    int32_t st = rc0;
+    int rc = tr_dist_bcast(d, &st, sizeof st, 0, "resume", e);
+    if (rc || rc0) return rc ? rc : rc0;
+    if (st) return kl_err_set(e, KL_ESTATE, "--resume: rank 0 could not read the checkpoint (its error is in rank 0's output)");
+    int64_t t = r->opt.t, hb = r->opt.has_buf;
+    if ((rc = tr_dist_bcast(d, m->params, (size_t)m->nparams * 4, 0, "resume", e)) ||
+        (rc = tr_dist_bcast(d, m->bufs, (size_t)m->nbuf * 4, 0, "resume", e)) ||
+        (r->opt.m && (rc = tr_dist_bcast(d, r->opt.m, (size_t)r->opt.n * 4, 0, "resume", e))) ||
+        (r->opt.v && (rc = tr_dist_bcast(d, r->opt.v, (size_t)r->opt.n * 4, 0, "resume", e))) ||
+        (rc = tr_dist_bcast(d, &t, sizeof t, 0, "resume", e)) || (rc = tr_dist_bcast(d, &hb, sizeof hb, 0, "resume", e)) ||
+        (rc = tr_dist_bcast(d, &r->pos, sizeof r->pos, 0, "resume", e)))
+        return rc;
+    r->opt.t = t;
+    r->opt.has_buf = (int)hb;
+    return KL_OK;
+}
+
+static int run_resume_read(tr_run *r, kl_err *e);
+
 static int run_resume(tr_run *r, kl_err *e) {
+    int rc = r->lead ? run_resume_read(r, e) : KL_OK;
+    return r->dist.world > 1 ? run_resume_bcast(r, rc, e) : rc;
+}
+
+/* --resume: parameters, optimizer state, position (and the loader's), the metrics so far */
+static int run_resume_read(tr_run *r, kl_err *e) {
     char ck[4096], lp[256];
     int rc;
     if (!ckpt_find(r->ckdir, ck, sizeof ck)) return kl_err_set(e, KL_ENOTFOUND, "--resume: no valid checkpoint in %s", r->ckdir);
@@ -1041,18 +1088,36 @@ static int run_checkpoint(tr_run *r, kl_err *e) {
     return rc ? rc : ckpt_write(r->m, &r->opt, &cp, r->images ? lp : NULL, r->ckdir, r->pos.step, e);
 }
 
+/* The rows of the current global batch a leaf of the step asks for
+ * (parallel.c): from the arrays by index, or the loader's batch. */
+typedef struct {
+    tr_run *r;
+    const float *x, *yf;        /* image shards: the loader's whole batch */
+    const int64_t *yi;
+} step_rows;
+
+static int step_rows_get(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf, kl_err *e) {
+    step_rows *sr = ctx;
+    tr_run *r = sr->r;
+    if (r->images) { /* one process: the leaf is the whole batch */
+        *x = sr->x; *yi = sr->yi; *yf = sr->yf;
+        return KL_OK;
+    }
+    batch_rows(&r->bt, r->m, r->pos.epoch, r->pos.batch * r->B + off, cnt, x, yi, yf);
+    return KL_OK;
+}
+
 /* one optimizer step: the batch, forward/loss/gradients, clipping and update */
 static int run_step(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
     tr_model *m = r->m;
     tr_pos *pos = &r->pos;
-    const float *xin, *yfin;
-    const int64_t *yin;
-    int64_t nb;
+    step_rows sr = {r, NULL, NULL, NULL};
+    int64_t nb = KL_MIN(r->B, r->ntr - pos->batch * r->B); /* the global batch's rows */
     int rc;
-    if ((rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &xin, &yin, &yfin, &nb, e))) return rc;
-    double loss; /* forward, loss and gradients (into m->grads) in one plan run */
-    if ((rc = tr_step_run(m, xin, yin, yfin, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, &loss, e))) return rc;
+    if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &nb, e))) return rc;
+    double loss; /* forward, loss and gradients (into m->grads) of the global batch, on every rank */
+    if ((rc = tr_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e))) return rc;
     if (!isfinite(loss))
         return kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip", (long long)pos->step,
                           (long long)pos->epoch, isnan(loss) ? "NaN" : "infinite");
@@ -1068,7 +1133,8 @@ static int run_step(tr_run *r, kl_err *e) {
     pos->ep_loss += loss * (double)nb; pos->ep_n += nb;
     rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 0, loss, NAN, lr, gn});
     if (r->pr) run_progress(r, loss, lr);
-    if (s->ckpt_every && pos->step % s->ckpt_every == 0 && (rc = run_checkpoint(r, e))) return rc;
+    if (s->check_every && pos->step % s->check_every == 0 && (rc = tr_par_same_weights(r->par, pos->step, e))) return rc;
+    if (r->lead && s->ckpt_every && pos->step % s->ckpt_every == 0 && (rc = run_checkpoint(r, e))) return rc;
     if (r->crash_at == pos->step) raise(SIGKILL);
     return KL_OK;
 }
@@ -1087,7 +1153,7 @@ static int run_validate(tr_run *r, kl_err *e) {
     int better = r->lower_better ? v < pos->best - s->min_delta : v > pos->best + s->min_delta;
     if (better || pos->best_epoch < 0) {
         pos->best = v; pos->best_epoch = pos->epoch; pos->bad_epochs = 0;
-        if ((rc = weights_write(r->m, r->bestp, e))) return rc;
+        if (r->lead && (rc = weights_write(r->m, r->bestp, e))) return rc;
     } else if (++pos->bad_epochs >= s->patience && s->patience > 0) {
         pos->stopped = 1;
         kl_log(KL_LOG_INFO, "train", "early stopping after epoch %lld: %s did not improve for %lld epochs (best %.5g at epoch %lld)",
@@ -1119,12 +1185,26 @@ static int run_epoch_end(tr_run *r, kl_err *e) {
     return KL_OK;
 }
 
+/* after the last step, several ranks: the final weight check and every
+ * rank's step, compute and communication seconds (to rank 0) */
+static int run_ranks_end(tr_run *r, kl_err *e) {
+    tr_dist *d = &r->dist;
+    int rc = tr_par_same_weights(r->par, r->pos.step, e);
+    if (rc) return rc;
+    double mine[3] = {r->secs, tr_par_compute_s(r->par), d->comm_s}, *all = calloc((size_t)d->world * 3, sizeof(double));
+    if (!all) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    rc = tr_dist_allgather(d, mine, all, sizeof mine, "timings", e);
+    memcpy(r->rank_s, all, sizeof(double) * 3 * (size_t)KL_MIN(d->world, 64));
+    free(all);
+    return rc;
+}
+
 static int run_loop(tr_run *r, kl_err *e) {
     tr_pos *pos = &r->pos;
     int rc;
     const char *crash = getenv("KEEL_TRAIN_CRASH_AT_STEP"); /* test hook: SIGKILL itself after that step */
     r->crash_at = crash ? strtoll(crash, NULL, 10) : -1;
-    if (!r->o->quiet) r->pr = kl_progress_new("train", (uint64_t)r->total, "steps");
+    if (!r->o->quiet && r->lead) r->pr = kl_progress_new("train", (uint64_t)r->total, "steps");
     if (r->pr) kl_progress_update(r->pr, (uint64_t)pos->step);
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     while (pos->step < r->total && pos->epoch < r->s->epochs && !pos->stopped && !r->cb_stop) {
@@ -1138,7 +1218,7 @@ static int run_loop(tr_run *r, kl_err *e) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     r->secs = (double)(t1.tv_sec - r->t0.tv_sec) + (double)(t1.tv_nsec - r->t0.tv_nsec) * 1e-9;
-    return KL_OK;
+    return r->dist.world > 1 ? run_ranks_end(r, e) : KL_OK;
 }
 
 /* --memory-report: the plan against what the allocator measured */
@@ -1190,8 +1270,16 @@ static int run_track_end(tr_run *r, kl_err *e) {
     const tr_eval *fv = &r->fin_val;
     int rc;
     if ((rc = rows_log(r->trun, &r->rows, &r->rows_logged, e))) return rc;
-    kl_metric_point pts[12];
+    kl_metric_point pts[12 + 3 * 64];
+    static const char *what[3] = {"step", "compute", "comm"};
+    char names[3 * 64][40];
     size_t np = 0;
+    for (int k = 0; r->dist.world > 1 && k < KL_MIN(r->dist.world, 64); k++) /* rank<k>_step_seconds, _compute_, _comm_ */
+        for (int j = 0; j < 3; j++) {
+            snprintf(names[k * 3 + j], sizeof names[0], "rank%d_%s_seconds", k, what[j]);
+            pts[np++] = (kl_metric_point){names[k * 3 + j], pos->step, 0, r->rank_s[k * 3 + j]};
+        }
+    if (r->dist.world > 1) pts[np++] = (kl_metric_point){"ranks", pos->step, 0, (double)r->dist.world};
     pts[np++] = (kl_metric_point){"steps", pos->step, 0, (double)pos->step};
     pts[np++] = (kl_metric_point){"train_seconds", pos->step, 0, r->secs};
     if (r->nva) pts[np++] = (kl_metric_point){"final_val_loss", pos->step, 0, fv->loss};
@@ -1218,11 +1306,16 @@ static void run_summary(tr_run *r) {
         if (r->nva) fprintf(rep, ",\"val_loss\":%.9g", fv->loss);
         if (r->nva && fv->count) fprintf(rep, ",\"val_accuracy\":%.6f", (double)fv->correct / (double)fv->count);
         if (r->images) fprintf(rep, ",\"loader_wait_share\":%.4f,\"loader_images_per_s\":%.1f", ls->wait_share, ls->samples_per_s);
+        if (r->dist.world > 1)
+            fprintf(rep, ",\"ranks\":%d,\"compute_seconds\":%.3f,\"comm_seconds\":%.3f", r->dist.world, r->rank_s[1], r->rank_s[2]);
         fprintf(rep, ",\"out\":\"%s\"}\n", r->o->out_dir);
         return;
     }
     fprintf(rep, "trained %lld steps (%lld epochs%s) in %.1f s, %.0f samples/s\n", (long long)pos->step, (long long)pos->epoch,
             pos->stopped ? ", early stopped" : "", r->secs, sps);
+    for (int k = 0; r->dist.world > 1 && k < KL_MIN(r->dist.world, 64); k++)
+        fprintf(rep, "rank %d of %d: %.1f s, compute %.1f s, communication %.1f s\n", k, r->dist.world, r->rank_s[3 * k], r->rank_s[3 * k + 1],
+                r->rank_s[3 * k + 2]);
     if (r->nva) {
         fprintf(rep, "validation: loss %.4f", fv->loss);
         if (fv->count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fv->correct / (double)fv->count);
@@ -1247,6 +1340,7 @@ static void run_free(tr_run *r) {
     tr_dsinfo_free(&r->dsi);
     tr_runlog_fail(r->trk, r->trun);
     tr_images_close(&r->imt); tr_images_close(&r->imv);
+    tr_par_free(r->par);
     tr_model_free(r->m);
     tr_spec_free(r->s);
 }
@@ -1254,6 +1348,7 @@ static void run_free(tr_run *r) {
 /* what runs after the loop: a caller's stop (metrics only), or the artifacts and the summary */
 static int run_finish(tr_run *r, kl_err *e) {
     int rc;
+    if (!r->lead) return KL_OK; /* one run, one output: rank 0's */
     if (r->cb_stop) { /* stopped by the caller: only the metrics, no model artifacts */
         snprintf(r->p, sizeof r->p, "%s/metrics.csv", r->o->out_dir);
         if ((rc = write_metrics_csv(r->p, &r->rows, e))) return rc;
@@ -1278,8 +1373,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if (!(rc = run_open(r, e)) && !(rc = run_data(r, e)) && !(rc = run_plan(r, e)) && !(rc = run_alloc(r, e)) &&
         !(rc = o->resume ? run_resume(r, e) : KL_OK)) {
         snprintf(r->p, sizeof r->p, "%s/spec.yaml", o->out_dir);
-        if (!(rc = kl_write_file_atomic(r->p, r->s->text, strlen(r->s->text), e)) && !(rc = run_loop(r, e))) rc = run_finish(r, e);
+        if (!(rc = r->lead ? kl_write_file_atomic(r->p, r->s->text, strlen(r->s->text), e) : KL_OK) && !(rc = run_loop(r, e))) rc = run_finish(r, e);
     }
+    if (rc) tr_dist_fail(&r->dist); /* several ranks: MPI_Abort at exit stops the others */
     run_free(r);
     free(r);
     return rc;
