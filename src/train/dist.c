@@ -6,14 +6,17 @@
  * Without MPI every call is the identity of one process. MPI is only ever
  * called from the training loop's thread (MPI_THREAD_FUNNELED). */
 #include <mpi.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "train/dist.h"
 #include "keel/train.h"
 
 static int g_started, g_failed;
+static const tr_dist *g_dist; /* for the SIGTERM message */
 
 static double now_s(void) {
     struct timespec t;
@@ -42,6 +45,33 @@ void tr_dist_fail(tr_dist *d) {
     if (d && d->on && d->world > 1) g_failed = 1;
 }
 
+static char *put_num(char *p, long long v) {
+    char t[24];
+    int n = 0;
+    if (v < 0) { *p++ = '-'; v = -v; }
+    do { t[n++] = (char)('0' + v % 10); v /= 10; } while (v && n < 24);
+    while (n) *p++ = t[--n];
+    return p;
+}
+
+/* The launcher (mpirun) ends the other ranks with SIGTERM when one died:
+ * say which rank stopped where, and how to go on (async-signal-safe). */
+static void on_term(int sig) {
+    char msg[256], *p = msg;
+    static const char a[] = "keel: error: rank ", b[] = " of ", c[] = ": stopped by the launcher during step ",
+                      d[] = " (another rank died or failed); resume from the last checkpoint with --resume\n";
+    memcpy(p, a, sizeof a - 1); p += sizeof a - 1;
+    p = put_num(p, g_dist ? g_dist->rank : -1);
+    memcpy(p, b, sizeof b - 1); p += sizeof b - 1;
+    p = put_num(p, g_dist ? g_dist->world : -1);
+    memcpy(p, c, sizeof c - 1); p += sizeof c - 1;
+    p = put_num(p, g_dist ? (long long)g_dist->step : -1);
+    memcpy(p, d, sizeof d - 1); p += sizeof d - 1;
+    ssize_t w = write(2, msg, (size_t)(p - msg));
+    (void)w;
+    _exit(128 + sig);
+}
+
 int tr_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e) {
     memset(d, 0, sizeof *d);
     d->world = 1;
@@ -58,7 +88,20 @@ int tr_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e) {
     d->on = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+    if (d->world > 1) {
+        g_dist = d;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_term;
+        sigaction(SIGTERM, &sa, NULL);
+    }
     return KL_OK;
+}
+
+void tr_dist_end(tr_dist *d) {
+    if (g_dist != d) return;
+    signal(SIGTERM, SIG_DFL);
+    g_dist = NULL;
 }
 
 static int mpi_error(tr_dist *d, int code, const char *what, kl_err *e) {

@@ -28,6 +28,8 @@ int tr_dist_launched(void);
  * Starts MPI once per process (finalized at exit; aborted instead when a
  * collective failed, so that the launcher stops every rank). */
 int tr_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e);
+/* The run is over: SIGTERM is no longer reported as a stopped step. */
+void tr_dist_end(tr_dist *d);
 /* Marks the run failed: the process ends with MPI_Abort (the launcher then
  * stops the other ranks) instead of MPI_Finalize. */
 void tr_dist_fail(tr_dist *d);

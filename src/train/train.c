@@ -1341,6 +1341,7 @@ static void run_free(tr_run *r) {
     tr_runlog_fail(r->trk, r->trun);
     tr_images_close(&r->imt); tr_images_close(&r->imv);
     tr_par_free(r->par);
+    tr_dist_end(&r->dist);
     tr_model_free(r->m);
     tr_spec_free(r->s);
 }
