@@ -6,6 +6,7 @@
  * Without MPI every call is the identity of one process. MPI is only ever
  * called from the training loop's thread (MPI_THREAD_FUNNELED). */
 #include <mpi.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,23 +114,32 @@ static int mpi_error(tr_dist *d, int code, const char *what, kl_err *e) {
                       (long long)d->step, what, d->rank, d->world, msg);
 }
 
-/* Polls the requests until all are done or the deadline passes. */
+/* Polls the requests until all are done or the deadline passes. A
+ * non-blocking collective moves only while its ranks poll it, so the first
+ * 0.2 s spin (yielding the core, staying runnable: a sleep would hand a
+ * loaded machine's core to another process for a whole time slice at every
+ * round of the collective); a longer wait (rank 0 writing a checkpoint, a
+ * rank that hangs) sleeps 100 us between polls. */
 static int wait_reqs(tr_dist *d, MPI_Request *r, int n, const char *what, kl_err *e) {
-    double t0 = now_s(), deadline = t0 + d->timeout_s;
+    double t0 = now_s(), deadline = t0 + d->timeout_s, t = t0;
     for (long spins = 0;; spins++) {
         int flag = 0, rc = MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) return mpi_error(d, rc, what, e);
         if (flag) break;
-        if (spins > 256) { /* not right away: most waits end within microseconds */
-            struct timespec ts = {0, 20000};
-            nanosleep(&ts, NULL);
-            if (now_s() > deadline) {
-                tr_dist_fail(d);
-                return kl_err_set(e, KL_ETIMEOUT,
-                                  "step %lld: %s: rank %d of %d waited %.0f s for the other ranks; a rank died or hangs "
-                                  "(train.distributed.timeout); resume from the last checkpoint with --resume",
-                                  (long long)d->step, what, d->rank, d->world, d->timeout_s);
-            }
+        if (spins < 64) continue; /* most waits end within microseconds */
+        if (spins % 64 == 0) t = now_s();
+        if (t - t0 < 0.2) {
+            sched_yield();
+            continue;
+        }
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        if (t > deadline) {
+            tr_dist_fail(d);
+            return kl_err_set(e, KL_ETIMEOUT,
+                              "step %lld: %s: rank %d of %d waited %.0f s for the other ranks; a rank died or hangs "
+                              "(train.distributed.timeout); resume from the last checkpoint with --resume",
+                              (long long)d->step, what, d->rank, d->world, d->timeout_s);
         }
     }
     d->comm_s += now_s() - t0;

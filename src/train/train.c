@@ -1206,6 +1206,7 @@ static int run_loop(tr_run *r, kl_err *e) {
     r->crash_at = crash ? strtoll(crash, NULL, 10) : -1;
     if (!r->o->quiet && r->lead) r->pr = kl_progress_new("train", (uint64_t)r->total, "steps");
     if (r->pr) kl_progress_update(r->pr, (uint64_t)pos->step);
+    if ((rc = tr_dist_barrier(&r->dist, "start", e))) return rc; /* the clock starts when every rank is ready */
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     while (pos->step < r->total && pos->epoch < r->s->epochs && !pos->stopped && !r->cb_stop) {
         for (; pos->batch < r->steps_per_epoch && pos->step < r->total; pos->batch++)
