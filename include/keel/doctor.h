@@ -141,6 +141,14 @@ void kl_doctor_eval_mount(const char *mountinfo, const char *path, kl_doctor_che
 void kl_doctor_eval_clock(int rc, int status, long maxerror_us, long esterror_us,
                           kl_doctor_check *out);
 
+/* train.mpi: the output of `mpirun --version` (NULL = no mpirun on PATH),
+ * for data-parallel keel train (docs/training.md). */
+void kl_doctor_eval_mpi(const char *mpirun_output, kl_doctor_check *out);
+/* train.ranks: ranks of this job on this host (0 = not started by a
+ * launcher), threads per rank and the CPUs this process may use: more
+ * rank x thread than CPUs oversubscribes the cores. */
+void kl_doctor_eval_ranks(int local_ranks, int threads, int cpus, kl_doctor_check *out);
+
 /* gpu.cuda: driver version ("535.104.05", NULL = no driver) and the output
  * of `nvcc --version` (NULL = no nvcc). */
 void kl_doctor_eval_cuda(const char *driver, const char *nvcc_output, kl_doctor_check *out);

@@ -380,6 +380,21 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
     if ((rc = add_file_check(r, x, "cpu.governor", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", e)))
         goto fail;
 
+    /* multi-rank training: mpirun, and the layout when a launcher started keel doctor */
+    {
+        char path[PATH_MAX + 64];
+        char *mv = NULL;
+        int st = 0;
+        if (!x->no_exec && kl__doctor_which("mpirun", path, sizeof path)) mv = run_prog(x, path, "--version", NULL, NULL, &st);
+        kl_doctor_eval_mpi(mv && st == 0 ? mv : NULL, &c);
+        free(mv);
+        if ((rc = add(r, &c, e))) goto fail;
+        const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); /* the launcher's contract: Open MPI, then Slurm */
+        if (!lr) lr = getenv("SLURM_STEP_TASKS_PER_NODE");
+        kl_doctor_eval_ranks(lr ? atoi(lr) : 0, kl_threads_default(), affinity_cpus(), &c);
+        if ((rc = add(r, &c, e))) goto fail;
+    }
+
     /* clock */
     {
         struct timex tx;

@@ -780,3 +780,34 @@ KL_TEST(doctor_run_fake_programs) {
     KT_EQ_INT(s_hung, KL_DOCTOR_WARN);
     KT_CHECKF(ms < 2000, "doctor took %.0f ms with a hung nvidia-smi (limit 300 ms)", ms);
 }
+
+/* ------------------------------------------------------------------
+ * multi-rank training (MPI)
+ * ------------------------------------------------------------------ */
+
+KL_TEST(doctor_mpi_present) {
+    kl_doctor_check c;
+    kl_doctor_eval_mpi("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n", &c);
+    KT_EQ_STR(c.id, "train.mpi");
+    KT_EQ_INT(c.status, KL_DOCTOR_PASS);
+    KT_CONTAINS(c.observed, "Open MPI) 4.1.4");
+    kl_doctor_eval_mpi(NULL, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_INFO);
+    KT_CONTAINS(c.observed, "no mpirun");
+    KT_CONTAINS(c.fix, "openmpi-bin");
+}
+
+KL_TEST(doctor_ranks_per_core) {
+    kl_doctor_check c;
+    kl_doctor_eval_ranks(2, 1, 2, &c);
+    KT_EQ_STR(c.id, "train.ranks");
+    KT_EQ_INT(c.status, KL_DOCTOR_PASS);
+    KT_CONTAINS(c.observed, "2 ranks on this host x 1 thread = 2 of 2 CPUs");
+    kl_doctor_eval_ranks(4, 2, 2, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_WARN);
+    KT_CONTAINS(c.observed, "8 of 2 CPUs");
+    KT_CONTAINS(c.fix, "--threads");
+    kl_doctor_eval_ranks(0, 2, 2, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_INFO);
+    KT_CONTAINS(c.observed, "not started by a launcher");
+}
