@@ -679,8 +679,8 @@ void kl_doctor_eval_ranks(int ranks, int threads, int cpus, kl_doctor_check *c) 
                       "every step waits for the slowest rank: ranks that share cores slow down all of them.");
     if (ranks <= 0) {
         c->status = KL_DOCTOR_INFO;
-        kl__doctor_observed(c, "not started by a launcher (%d threads, %d CPUs); `mpirun -np N keel doctor` checks a layout",
-                            threads, cpus);
+        kl__doctor_observed(c, "not started by a launcher (%d threads, %d CPUs)", threads, cpus);
+        kl__doctor_fix(c, "# `mpirun -np N keel doctor --threads T` checks a multi-rank layout");
         return;
     }
     long use = (long)ranks * threads;

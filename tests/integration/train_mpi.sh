@@ -108,7 +108,7 @@ start_long "$T/k" "$T/k.log"
 if [ -z "$victim" ]; then fail train_mpi_kill9_stops_others "no rank 1 process found under mpirun $mp"; kill -9 $mp; wait $mp; else
   kill -9 "$victim"
   finish_within 20
-  if [ $rc -ne 0 ] && [ $rc -ne 999 ] && grep -q "rank 1 .*exited on signal 9\|rank 1.*Killed" "$T/k.log"; then
+  if [ $rc -ne 0 ] && [ $rc -ne 999 ] && grep -q "rank 1 .*exited on signal 9\|rank 1.*Killed" "$T/k.log" && grep -q "keel: error: .*rank 0 of 2" "$T/k.log"; then
     pass train_mpi_kill9_stops_others; else fail train_mpi_kill9_stops_others "exit $rc after ${secs}s: $(tail -c 300 "$T/k.log")"; fi
   trainN 2 "$T/long.yaml" --out "$T/k" --resume --max-steps 120 > "$T/k2.log" 2>&1
   if [ $? -eq 0 ] && [ -s "$T/k/model.safetensors" ] && grep -q '^120,' "$T/k/metrics.csv"; then pass train_mpi_kill9_resumes;
