@@ -659,8 +659,9 @@ void kl_doctor_eval_clock(int rc, int status, long maxerror_us, long esterror_us
 void kl_doctor_eval_mpi(const char *out, kl_doctor_check *c) {
     kl__doctor_init(c, "train.mpi");
     kl__doctor_recommended(c, "Open MPI (mpirun) for data-parallel training");
-    kl__doctor_why(c, "`mpirun -np N keel train` trains one model over N ranks (docs/training.md, "
-                      "\"Data-parallel training on MPI\"); one-process training does not need it.");
+    kl__doctor_why(c,
+                   "`mpirun -np N keel train` trains one model over N ranks (docs/training.md, "
+                   "\"Data-parallel training on MPI\"); one-process training does not need it.");
     if (!out) {
         c->status = KL_DOCTOR_INFO;
         kl__doctor_observed(c, "no mpirun on PATH");
@@ -675,8 +676,9 @@ void kl_doctor_eval_mpi(const char *out, kl_doctor_check *c) {
 void kl_doctor_eval_ranks(int ranks, int threads, int cpus, kl_doctor_check *c) {
     kl__doctor_init(c, "train.ranks");
     kl__doctor_recommended(c, "ranks on a host x threads per rank <= its CPUs");
-    kl__doctor_why(c, "each rank of a data-parallel run has its own thread pool (--threads is per rank) and "
-                      "every step waits for the slowest rank: ranks that share cores slow down all of them.");
+    kl__doctor_why(c,
+                   "each rank of a data-parallel run has its own thread pool (--threads is per rank) and "
+                   "every step waits for the slowest rank: ranks that share cores slow down all of them.");
     if (ranks <= 0) {
         c->status = KL_DOCTOR_INFO;
         kl__doctor_observed(c, "not started by a launcher (%d threads, %d CPUs)", threads, cpus);
@@ -684,7 +686,8 @@ void kl_doctor_eval_ranks(int ranks, int threads, int cpus, kl_doctor_check *c) 
         return;
     }
     long use = (long)ranks * threads;
-    kl__doctor_observed(c, "%d ranks on this host x %d thread%s = %ld of %d CPUs", ranks, threads, threads == 1 ? "" : "s", use, cpus);
+    kl__doctor_observed(c, "%d ranks on this host x %d thread%s = %ld of %d CPUs", ranks, threads,
+                        threads == 1 ? "" : "s", use, cpus);
     if (cpus > 0 && use > cpus) {
         c->status = KL_DOCTOR_WARN;
         kl__doctor_fix(c, "mpirun -np %d keel train ... --threads %d   # or fewer ranks per host", ranks,

@@ -385,7 +385,8 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
         char path[PATH_MAX + 64];
         char *mv = NULL;
         int st = 0;
-        if (!x->no_exec && kl__doctor_which("mpirun", path, sizeof path)) mv = run_prog(x, path, "--version", NULL, NULL, &st);
+        if (!x->no_exec && kl__doctor_which("mpirun", path, sizeof path))
+            mv = run_prog(x, path, "--version", NULL, NULL, &st);
         kl_doctor_eval_mpi(mv && st == 0 ? mv : NULL, &c);
         free(mv);
         if ((rc = add(r, &c, e))) goto fail;

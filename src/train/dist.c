@@ -49,8 +49,14 @@ void tr_dist_fail(tr_dist *d) {
 static char *put_num(char *p, long long v) {
     char t[24];
     int n = 0;
-    if (v < 0) { *p++ = '-'; v = -v; }
-    do { t[n++] = (char)('0' + v % 10); v /= 10; } while (v && n < 24);
+    if (v < 0) {
+        *p++ = '-';
+        v = -v;
+    }
+    do {
+        t[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && n < 24);
     while (n) *p++ = t[--n];
     return p;
 }
@@ -61,13 +67,17 @@ static void on_term(int sig) {
     char msg[256], *p = msg;
     static const char a[] = "keel: error: rank ", b[] = " of ", c[] = ": stopped by the launcher during step ",
                       d[] = " (another rank died or failed); resume from the last checkpoint with --resume\n";
-    memcpy(p, a, sizeof a - 1); p += sizeof a - 1;
+    memcpy(p, a, sizeof a - 1);
+    p += sizeof a - 1;
     p = put_num(p, g_dist ? g_dist->rank : -1);
-    memcpy(p, b, sizeof b - 1); p += sizeof b - 1;
+    memcpy(p, b, sizeof b - 1);
+    p += sizeof b - 1;
     p = put_num(p, g_dist ? g_dist->world : -1);
-    memcpy(p, c, sizeof c - 1); p += sizeof c - 1;
+    memcpy(p, c, sizeof c - 1);
+    p += sizeof c - 1;
     p = put_num(p, g_dist ? (long long)g_dist->step : -1);
-    memcpy(p, d, sizeof d - 1); p += sizeof d - 1;
+    memcpy(p, d, sizeof d - 1);
+    p += sizeof d - 1;
     ssize_t w = write(2, msg, (size_t)(p - msg));
     (void)w;
     _exit(128 + sig);
@@ -81,7 +91,8 @@ int tr_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e) {
     if (!g_started) {
         int provided = 0;
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-            return kl_err_set(e, KL_ESTATE, "--distributed mpi: MPI_Init failed (is the run started by mpirun or srun?)");
+            return kl_err_set(e, KL_ESTATE,
+                              "--distributed mpi: MPI_Init failed (is the run started by mpirun or srun?)");
         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
         atexit(at_exit);
         g_started = 1;
@@ -110,8 +121,10 @@ static int mpi_error(tr_dist *d, int code, const char *what, kl_err *e) {
     int len = 0;
     MPI_Error_string(code, msg, &len);
     tr_dist_fail(d);
-    return kl_err_set(e, KL_ESTATE, "step %lld: %s failed on rank %d of %d: %s (a rank died?); resume from the last checkpoint with --resume",
-                      (long long)d->step, what, d->rank, d->world, msg);
+    return kl_err_set(
+        e, KL_ESTATE,
+        "step %lld: %s failed on rank %d of %d: %s (a rank died?); resume from the last checkpoint with --resume",
+        (long long)d->step, what, d->rank, d->world, msg);
 }
 
 /* Polls the requests until all are done or the deadline passes. A
@@ -154,15 +167,20 @@ static int allreduce(tr_dist *d, void *buf, int64_t n, MPI_Datatype t, const cha
     return wait_reqs(d, &r, 1, what, e);
 }
 
-int tr_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e) { return allreduce(d, buf, n, MPI_FLOAT, what, e); }
-int tr_dist_allreduce_f64(tr_dist *d, double *buf, int64_t n, const char *what, kl_err *e) { return allreduce(d, buf, n, MPI_DOUBLE, what, e); }
+int tr_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e) {
+    return allreduce(d, buf, n, MPI_FLOAT, what, e);
+}
+int tr_dist_allreduce_f64(tr_dist *d, double *buf, int64_t n, const char *what, kl_err *e) {
+    return allreduce(d, buf, n, MPI_DOUBLE, what, e);
+}
 
 int tr_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e) {
     if (!d->on || d->world == 1) {
         if (recv != send) memmove(recv, send, bytes);
         return KL_OK;
     }
-    if (bytes > (size_t)INT32_MAX) return kl_err_set(e, KL_ERANGE, "%s: %zu bytes per rank exceed one MPI message", what, bytes);
+    if (bytes > (size_t)INT32_MAX)
+        return kl_err_set(e, KL_ERANGE, "%s: %zu bytes per rank exceed one MPI message", what, bytes);
     MPI_Request r;
     int rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, MPI_COMM_WORLD, &r);
     if (rc != MPI_SUCCESS) return mpi_error(d, rc, what, e);
@@ -204,8 +222,10 @@ void tr_dist_reqs_free(tr_dist_reqs *q) {
 
 int tr_dist_iallreduce_f32(tr_dist *d, tr_dist_reqs *q, float *buf, int64_t n, kl_err *e) {
     if (!d->on || d->world == 1 || n == 0) return KL_OK;
-    if (q->n >= TR_DIST_MAX_REQ) return kl_err_set(e, KL_ERANGE, "more than %d gradient buckets in flight", TR_DIST_MAX_REQ);
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, (MPI_Request *)q->req + q->n);
+    if (q->n >= TR_DIST_MAX_REQ)
+        return kl_err_set(e, KL_ERANGE, "more than %d gradient buckets in flight", TR_DIST_MAX_REQ);
+    int rc =
+        MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, (MPI_Request *)q->req + q->n);
     if (rc != MPI_SUCCESS) return mpi_error(d, rc, "gradient all-reduce", e);
     q->n++;
     return KL_OK;

@@ -14,11 +14,11 @@
 #include "keel/core.h"
 
 typedef struct {
-    int on;              /* MPI started (world may still be 1 under mpirun -np 1) */
+    int on; /* MPI started (world may still be 1 under mpirun -np 1) */
     int rank, world;
-    double timeout_s;    /* longest wait for the other ranks */
-    double comm_s;       /* seconds spent in (waiting for) collectives */
-    int64_t step;        /* the step being taken, for messages */
+    double timeout_s; /* longest wait for the other ranks */
+    double comm_s;    /* seconds spent in (waiting for) collectives */
+    int64_t step;     /* the step being taken, for messages */
 } tr_dist;
 
 /* A launcher in the environment: Open MPI (OMPI_COMM_WORLD_SIZE), a PMI
@@ -48,7 +48,7 @@ int tr_dist_barrier(tr_dist *d, const char *what, kl_err *e);
 #define TR_DIST_MAX_REQ 4096
 typedef struct {
     int n;
-    void *req;           /* MPI_Request[TR_DIST_MAX_REQ] */
+    void *req; /* MPI_Request[TR_DIST_MAX_REQ] */
 } tr_dist_reqs;
 int tr_dist_reqs_init(tr_dist_reqs *q, kl_err *e);
 void tr_dist_reqs_free(tr_dist_reqs *q);

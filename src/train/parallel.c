@@ -27,10 +27,10 @@ struct tr_par {
     tr_model *m;
     const tr_spec *s;
     tr_dist *d;
-    int64_t B, L;            /* global batch, rows per leaf */
+    int64_t B, L;                /* global batch, rows per leaf */
     int64_t leaves, mine0, mine; /* leaves in all; this rank's first and count */
     int det, no_reduce;
-    int64_t V;               /* tree vector: grads, running stats, loss */
+    int64_t V; /* tree vector: grads, running stats, loss */
     float *leaf, *acc, *gath, *bufs0;
     int levels;
     tr_dist_reqs q;
@@ -50,19 +50,25 @@ int64_t tr_par_leaf_rows(const tr_spec *s, int world, int64_t B) {
 
 int tr_par_check(const tr_spec *s, int world, int images, kl_err *e) {
     if (world > 1 && images)
-        return kl_err_set(e, KL_EUNSUPPORTED, "%s: data.shards with %d ranks: image shard sets train on one process only so far (arrays and Parquet sources shard by rank)",
+        return kl_err_set(e, KL_EUNSUPPORTED,
+                          "%s: data.shards with %d ranks: image shard sets train on one process only so far (arrays "
+                          "and Parquet sources shard by rank)",
                           s->path, world);
     if (!s->deterministic) return KL_OK;
     if (world & (world - 1) || world > s->micro_batches)
         return kl_err_set(e, KL_EINVAL,
-                          "%s: train.deterministic with %d ranks: the rank count must be a power of two up to train.distributed.micro_batches (%lld)",
+                          "%s: train.deterministic with %d ranks: the rank count must be a power of two up to "
+                          "train.distributed.micro_batches (%lld)",
                           s->path, world, (long long)s->micro_batches);
     return KL_OK;
 }
 
 void tr_par_free(tr_par *p) {
     if (!p) return;
-    kl_mem_free(p->leaf); kl_mem_free(p->acc); kl_mem_free(p->gath); kl_mem_free(p->bufs0);
+    kl_mem_free(p->leaf);
+    kl_mem_free(p->acc);
+    kl_mem_free(p->gath);
+    kl_mem_free(p->bufs0);
     tr_dist_reqs_free(&p->q);
     free(p);
 }
@@ -71,7 +77,10 @@ int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allr
     tr_par *p = calloc(1, sizeof *p);
     if (!p) return kl_err_set(e, KL_ENOMEM, "out of memory");
     *out = p;
-    p->m = m; p->s = s; p->d = d; p->B = B;
+    p->m = m;
+    p->s = s;
+    p->d = d;
+    p->B = B;
     p->det = s->deterministic;
     p->no_reduce = no_allreduce;
     p->L = tr_par_leaf_rows(s, d->world, B);
@@ -89,7 +98,8 @@ int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allr
         p->gath = kl_mem_alloc_e(v * (size_t)d->world, KL_TAG_GRADS, e);
         p->bufs0 = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e);
         if (!p->leaf || !p->acc || !p->gath || !p->bufs0) return KL_ENOMEM;
-    } else if (d->world > 1 && !(p->leaf = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e))) return KL_ENOMEM;
+    } else if (d->world > 1 && !(p->leaf = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e)))
+        return KL_ENOMEM;
     return KL_OK;
 }
 
@@ -109,8 +119,8 @@ static void leaf_rows(const tr_par *p, int64_t k, int64_t nb, int64_t *off, int6
 
 /* Forward, loss and gradients of leaf k into m->grads (and m->bufs). Its
  * dropout masks are keyed by (step, k): leaf 0 is the one-process step's. */
-static int leaf_step(tr_par *p, int64_t k, int64_t off, int64_t cnt, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
-                     kl_err *e) {
+static int leaf_step(tr_par *p, int64_t k, int64_t off, int64_t cnt, int64_t step, float scale, tr_rows_fn get,
+                     void *ctx, double *loss, kl_err *e) {
     const float *x, *yf;
     const int64_t *yi;
     int rc = get(ctx, off, cnt, &x, &yi, &yf, e);
@@ -132,7 +142,8 @@ static void tree_add(tr_par *p, int64_t j, float *v) {
     memcpy(p->acc + (size_t)lvl * (size_t)p->V, v, (size_t)p->V * 4);
 }
 
-static int grads_det(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e) {
+static int grads_det(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
+                     kl_err *e) {
     tr_model *m = p->m;
     int64_t P = m->nparams, NB = m->nbuf;
     int rc;
@@ -154,7 +165,8 @@ static int grads_det(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_f
         tree_add(p, j, v);
     }
     const float *sub = p->acc + (size_t)ilog2(p->mine) * (size_t)p->V; /* this rank's subtree */
-    if ((rc = tr_dist_allgather(p->d, sub, p->gath, (size_t)p->V * 4, "deterministic gradient all-gather", e))) return rc;
+    if ((rc = tr_dist_allgather(p->d, sub, p->gath, (size_t)p->V * 4, "deterministic gradient all-gather", e)))
+        return rc;
     for (int r = 0; r < p->d->world; r++) tree_add(p, r, p->gath + (size_t)r * (size_t)p->V);
     const float *tot = p->acc + (size_t)ilog2(p->d->world) * (size_t)p->V;
     memcpy(m->grads, tot, (size_t)P * 4);
@@ -164,7 +176,8 @@ static int grads_det(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_f
 }
 
 /* fast mode: this rank's rows, weighted, summed over the ranks in buckets */
-static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e) {
+static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
+                      kl_err *e) {
     tr_model *m = p->m;
     int64_t P = m->nparams, NB = m->nbuf, off, cnt;
     int rc;
@@ -179,7 +192,8 @@ static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_
     float w = (float)((double)cnt / (double)nb);
     /* buckets from the last parameters (the first gradients backward
      * finishes) to the first: the first small, then bucket_mb each */
-    int64_t first = KL_MAX(1, (int64_t)(p->s->first_bucket_mb * 1048576.0 / 4)), rest = KL_MAX(1, (int64_t)(p->s->bucket_mb * 1048576.0 / 4));
+    int64_t first = KL_MAX(1, (int64_t)(p->s->first_bucket_mb * 1048576.0 / 4)),
+            rest = KL_MAX(1, (int64_t)(p->s->bucket_mb * 1048576.0 / 4));
     for (int64_t hi = P, n = first; hi > 0; n = rest) {
         int64_t lo = KL_MAX(0, hi - n);
         for (int64_t i = lo; i < hi; i++) m->grads[i] *= w;
@@ -199,7 +213,8 @@ static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_
 
 int tr_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e) {
     p->d->step = step;
-    return p->det ? grads_det(p, nb, step, scale, get, ctx, loss, e) : grads_fast(p, nb, step, scale, get, ctx, loss, e);
+    return p->det ? grads_det(p, nb, step, scale, get, ctx, loss, e)
+                  : grads_fast(p, nb, step, scale, get, ctx, loss, e);
 }
 
 int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e) {
@@ -208,7 +223,10 @@ int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e) {
     uint8_t h[32], *all = malloc((size_t)d->world * 32);
     if (!all) return kl_err_set(e, KL_ENOMEM, "out of memory");
     kl_sha256 *sh = kl_sha256_new();
-    if (!sh) { free(all); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (!sh) {
+        free(all);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
     kl_sha256_update(sh, p->m->params, (size_t)p->m->nparams * 4);
     kl_sha256_update(sh, p->m->bufs, (size_t)p->m->nbuf * 4);
     kl_sha256_final(sh, h);
@@ -218,8 +236,11 @@ int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e) {
     for (int r = 1; !rc && r < d->world; r++)
         if (memcmp(all, all + (size_t)r * 32, 32)) {
             tr_dist_fail(d);
-            rc = kl_err_set(e, KL_ESTATE, "step %lld: the weights of rank %d differ from rank 0's (sha256 %02x%02x%02x%02x... vs %02x%02x%02x%02x...): the ranks diverged",
-                            (long long)step, r, all[r * 32], all[r * 32 + 1], all[r * 32 + 2], all[r * 32 + 3], all[0], all[1], all[2], all[3]);
+            rc = kl_err_set(e, KL_ESTATE,
+                            "step %lld: the weights of rank %d differ from rank 0's (sha256 %02x%02x%02x%02x... vs "
+                            "%02x%02x%02x%02x...): the ranks diverged",
+                            (long long)step, r, all[r * 32], all[r * 32 + 1], all[r * 32 + 2], all[r * 32 + 3], all[0],
+                            all[1], all[2], all[3]);
         }
     free(all);
     return rc;

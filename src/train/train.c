@@ -233,15 +233,17 @@ typedef struct {
 /* Rows [r0, r0 + n) of epoch `epoch`'s order of the arrays: the order is a
  * function of (seed, epoch) only, so a rank takes its rows of a global batch
  * without any exchange. Pointers valid until the next call. */
-static void batch_rows(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t r0, int64_t n, const float **x, const int64_t **yi,
-                       const float **yf) {
+static void batch_rows(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t r0, int64_t n, const float **x,
+                       const int64_t **yi, const float **yf) {
     if (bs->idx_epoch != epoch) {
         memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
         if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
         bs->idx_epoch = epoch;
     }
     gather_rows(m, bs->d, bs->idx + r0, n, bs->xb, bs->yb, bs->yfb);
-    *x = bs->xb; *yi = bs->yb; *yf = bs->yfb;
+    *x = bs->xb;
+    *yi = bs->yb;
+    *yf = bs->yfb;
 }
 
 /* Batch b of epoch `epoch` (of size B, the last may be shorter). Pointers
@@ -791,15 +793,15 @@ typedef struct {
     tr_spec *s;
     tr_model *m;
     tr_data d, dv;
-    const tr_data *vd;          /* the validation rows' arrays (d or dv) */
+    const tr_data *vd; /* the validation rows' arrays (d or dv) */
     tr_dsinfo dsi;
     kl_track *trk;
     kl_track_run *trun;
     tr_optim opt;
     tr_rows rows;
-    size_t rows_logged;         /* rows[0..rows_logged) are in the experiment store */
+    size_t rows_logged; /* rows[0..rows_logged) are in the experiment store */
     tr_images imt, imv;
-    int images;                 /* data.shards: batches from the loader */
+    int images; /* data.shards: batches from the loader */
     int64_t *idx_tr, *idx_va, *yb, *base_tr;
     float *xb, *yfb;
     int64_t ntr, nva, B, steps_per_epoch, total;
@@ -813,11 +815,11 @@ typedef struct {
     double secs;
     tr_eval fin_val, fin_train;
     tr_batches bt, bv;
-    tr_dist dist;               /* rank and world (1 without MPI) */
-    tr_par *par;                /* the step's gradients over the ranks (parallel.c) */
-    int64_t L;                  /* rows the step is planned for: B, or a rank's / micro-batch's share */
-    int lead;                   /* rank 0: writes every output */
-    double rank_s[3 * 64];      /* per rank: step, compute, communication seconds (rank 0, at the end) */
+    tr_dist dist;          /* rank and world (1 without MPI) */
+    tr_par *par;           /* the step's gradients over the ranks (parallel.c) */
+    int64_t L;             /* rows the step is planned for: B, or a rank's / micro-batch's share */
+    int lead;              /* rank 0: writes every output */
+    double rank_s[3 * 64]; /* per rank: step, compute, communication seconds (rank 0, at the end) */
 } tr_run;
 
 static int run_open(tr_run *r, kl_err *e) {
@@ -836,7 +838,10 @@ static int run_open(tr_run *r, kl_err *e) {
 /* rows 0..n-1 as an index list */
 static int64_t *iota_rows(int64_t n, kl_err *e) {
     int64_t *v = malloc((size_t)(n + 1) * 8);
-    if (!v) { kl_err_set(e, KL_ENOMEM, "out of memory"); return NULL; }
+    if (!v) {
+        kl_err_set(e, KL_ENOMEM, "out of memory");
+        return NULL;
+    }
     for (int64_t i = 0; i < n; i++) v[i] = i;
     return v;
 }
@@ -849,7 +854,8 @@ static int run_data_images(tr_run *r, kl_err *e) {
     r->d.shards_id = kl_shardset_id(r->imt.set);
     if ((rc = tr_images_open_set(&r->imv, s, r->m, s->val_shards ? s->val_shards : s->shards, e))) return rc;
     if (!s->val_shards)
-        return tr_split_rows(kl_shardset_count(r->imt.set), s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va, &r->nva, e);
+        return tr_split_rows(kl_shardset_count(r->imt.set), s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va,
+                             &r->nva, e);
     r->ntr = kl_shardset_count(r->imt.set);
     r->nva = kl_shardset_count(r->imv.set);
     return (r->idx_tr = iota_rows(r->ntr, e)) ? KL_OK : KL_ENOMEM;
@@ -863,7 +869,8 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
     if (s->ds) {
         if ((rc = data_load_ds(r->m, TR_PART_TRAIN, &r->d, &r->dsi, e))) return rc;
     } else if ((rc = data_load(r->m, s->x_path, s->y_path, &r->d, e))) return rc;
-    if (!s->val_x && !ds_val) return tr_split_rows(r->d.n, s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va, &r->nva, e);
+    if (!s->val_x && !ds_val)
+        return tr_split_rows(r->d.n, s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va, &r->nva, e);
     if (ds_val) {
         if ((rc = data_load_ds(r->m, TR_PART_VAL, &r->dv, NULL, e))) return rc;
     } else {
@@ -871,7 +878,8 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
         if ((rc = data_load(r->m, s->val_x, s->val_y, &r->dv, e))) return rc;
     }
     r->vd = &r->dv;
-    r->ntr = r->d.n; r->nva = r->dv.n;
+    r->ntr = r->d.n;
+    r->nva = r->dv.n;
     if (!(r->idx_tr = iota_rows(r->ntr, e)) || !(r->idx_va = iota_rows(r->nva, e))) return KL_ENOMEM;
     return KL_OK;
 }
@@ -882,14 +890,16 @@ static int run_data(tr_run *r, kl_err *e) {
     r->images = s->shards != NULL;
     r->vd = &r->d;
     if (!r->images && !s->ds && (!s->x_path || !s->y_path))
-        return kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), data.dataset or data.shards are required", r->spec_path);
+        return kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), data.dataset or data.shards are required",
+                          r->spec_path);
     if ((rc = r->images ? run_data_images(r, e) : run_data_arrays(r, e))) return rc;
     if (r->ntr < 1) return kl_err_set(e, KL_EINVAL, "no training rows left after the validation split");
     if ((rc = tr_par_check(s, r->dist.world, r->images, e))) return rc;
     r->B = KL_MIN(s->batch, r->ntr);
     r->L = tr_par_leaf_rows(s, r->dist.world, r->B);
-    if (r->images && ((rc = tr_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, r->B, s->epochs, e)) ||
-                      (r->nva && (rc = tr_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->B, 1, e)))))
+    if (r->images &&
+        ((rc = tr_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, r->B, s->epochs, e)) ||
+         (r->nva && (rc = tr_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->B, 1, e)))))
         return rc;
     return KL_OK;
 }
@@ -900,8 +910,9 @@ static int memory_limit_error(const uint64_t plan[5], uint64_t need, uint64_t li
         if (plan[i] > plan[big]) big = i;
     char b1[32], b2[32], b3[32], b4[32];
     return kl_err_set(e, KL_ENOMEM, "memory plan %s exceeds --memory-limit %s by %s; largest part: %s (%s)%s",
-                      kl_fmt_bytes(need, b1, sizeof b1), kl_fmt_bytes(limit, b2, sizeof b2), kl_fmt_bytes(need - limit, b3, sizeof b3),
-                      part_names[big], kl_fmt_bytes(plan[big], b4, sizeof b4),
+                      kl_fmt_bytes(need, b1, sizeof b1), kl_fmt_bytes(limit, b2, sizeof b2),
+                      kl_fmt_bytes(need - limit, b3, sizeof b3), part_names[big],
+                      kl_fmt_bytes(plan[big], b4, sizeof b4),
                       big == 3 || big == 4 ? " - a smaller batch_size reduces it" : "");
 }
 
@@ -911,30 +922,39 @@ static int run_plan(tr_run *r, kl_err *e) {
     tr_model *m = r->m;
     int64_t B = r->B, L = r->L; /* the global batch; the rows one step run takes */
     int rc;
-    r->steps_per_epoch = r->images ? kl_loader_batches_per_epoch(r->imt.ld) : s->drop_last ? r->ntr / B : (r->ntr + B - 1) / B;
+    r->steps_per_epoch = r->images ? kl_loader_batches_per_epoch(r->imt.ld)
+        : s->drop_last             ? r->ntr / B
+                                   : (r->ntr + B - 1) / B;
     if (r->steps_per_epoch < 1) r->steps_per_epoch = 1;
     r->total = s->epochs * r->steps_per_epoch;
     if (s->max_steps && s->max_steps < r->total) r->total = s->max_steps;
     if (r->o->max_steps && r->o->max_steps < r->total) r->total = r->o->max_steps;
-    uint64_t plan[5], tot = 0, data_bytes = (uint64_t)(r->d.n + r->dv.n) * (uint64_t)(m->in_numel * 4 + (r->d.yi ? 8 : m->out_numel * 4));
+    uint64_t plan[5],
+        tot = 0,
+        data_bytes = (uint64_t)(r->d.n + r->dv.n) * (uint64_t)(m->in_numel * 4 + (r->d.yi ? 8 : m->out_numel * 4));
     if (r->images) /* the loaders' batch buffers: prefetch + 1 each */
-        data_bytes = (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) * (uint64_t)B *
-                     (uint64_t)(m->in_numel * 4 + 8);
+        data_bytes =
+            (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) *
+            (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8);
     /* the training step as one planned graph (train-mode forward, loss,
      * autodiff): activations and workspace are that plan's */
     m->fp16 = s->fp16;
     uint64_t g_act = 0, g_ws = 0;
     if ((rc = tr_step_prepare(m, L, &g_act, &g_ws, e))) return rc;
     tr_model_plan(m, L, tr_optim_slots(s), plan);
-    plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;                                 /* + the eval output rows */
+    plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;                                /* + the eval output rows */
     plan[4] = g_ws + (uint64_t)L * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
     for (int i = 0; i < 5; i++) tot += plan[i];
     if (r->o->memory_report) {
         print_plan(r->rep, plan, data_bytes);
         fprintf(r->rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", tr_step_nodes(m));
     }
-    if (r->o->memory_limit && tot + data_bytes > r->o->memory_limit) return memory_limit_error(plan, tot + data_bytes, r->o->memory_limit, e);
-    if (r->o->memory_limit) { kl_mem_trim(); kl_mem_set_budget(r->o->memory_limit); }
+    if (r->o->memory_limit && tot + data_bytes > r->o->memory_limit)
+        return memory_limit_error(plan, tot + data_bytes, r->o->memory_limit, e);
+    if (r->o->memory_limit) {
+        kl_mem_trim();
+        kl_mem_set_budget(r->o->memory_limit);
+    }
     return KL_OK;
 }
 
@@ -953,8 +973,13 @@ static int run_alloc(tr_run *r, kl_err *e) {
         load_ctx lc = {m, NULL, 0};
         tr_tensor_ref refs[TR_MAX_LAYERS * 4];
         int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
-        if ((rc = tr_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) { kl_err_prefix(e, "train.init %s", s->init_path); return rc; }
-        if (lc.found != nt) return kl_err_set(e, KL_ENOTFOUND, "train.init %s: %d of the model's %d tensors found", s->init_path, lc.found, nt);
+        if ((rc = tr_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) {
+            kl_err_prefix(e, "train.init %s", s->init_path);
+            return rc;
+        }
+        if (lc.found != nt)
+            return kl_err_set(e, KL_ENOTFOUND, "train.init %s: %d of the model's %d tensors found", s->init_path,
+                              lc.found, nt);
     }
     r->xb = kl_mem_alloc_e((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE, e);
     r->yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
@@ -968,7 +993,8 @@ static int run_alloc(tr_run *r, kl_err *e) {
     r->pos = (tr_pos){0, 0, 0, r->lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
     r->fin_val = (tr_eval){.loss = NAN};
     if (!(r->base_tr = malloc((size_t)(r->ntr + 1) * 8))) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    r->bt = (tr_batches){&r->d, r->idx_tr, r->ntr, s->shuffle, r->base_tr, -1, r->xb, r->yb, r->yfb, r->images ? &r->imt : NULL};
+    r->bt = (tr_batches){&r->d, r->idx_tr, r->ntr, s->shuffle, r->base_tr,
+                         -1,    r->xb,     r->yb,  r->yfb,     r->images ? &r->imt : NULL};
     r->bv = (tr_batches){r->vd, r->idx_va, r->nva, 0, r->idx_va, 0, r->xb, r->yb, r->yfb, r->images ? &r->imv : NULL};
     return KL_OK;
 }
@@ -983,13 +1009,16 @@ static int run_resume_bcast(tr_run *r, int rc0, kl_err *e) {
     int32_t st = rc0;
     int rc = tr_dist_bcast(d, &st, sizeof st, 0, "resume", e);
     if (rc || rc0) return rc ? rc : rc0;
-    if (st) return kl_err_set(e, KL_ESTATE, "--resume: rank 0 could not read the checkpoint (its error is in rank 0's output)");
+    if (st)
+        return kl_err_set(e, KL_ESTATE,
+                          "--resume: rank 0 could not read the checkpoint (its error is in rank 0's output)");
     int64_t t = r->opt.t, hb = r->opt.has_buf;
     if ((rc = tr_dist_bcast(d, m->params, (size_t)m->nparams * 4, 0, "resume", e)) ||
         (rc = tr_dist_bcast(d, m->bufs, (size_t)m->nbuf * 4, 0, "resume", e)) ||
         (r->opt.m && (rc = tr_dist_bcast(d, r->opt.m, (size_t)r->opt.n * 4, 0, "resume", e))) ||
         (r->opt.v && (rc = tr_dist_bcast(d, r->opt.v, (size_t)r->opt.n * 4, 0, "resume", e))) ||
-        (rc = tr_dist_bcast(d, &t, sizeof t, 0, "resume", e)) || (rc = tr_dist_bcast(d, &hb, sizeof hb, 0, "resume", e)) ||
+        (rc = tr_dist_bcast(d, &t, sizeof t, 0, "resume", e)) ||
+        (rc = tr_dist_bcast(d, &hb, sizeof hb, 0, "resume", e)) ||
         (rc = tr_dist_bcast(d, &r->pos, sizeof r->pos, 0, "resume", e)))
         return rc;
     r->opt.t = t;
@@ -1008,17 +1037,27 @@ static int run_resume(tr_run *r, kl_err *e) {
 static int run_resume_read(tr_run *r, kl_err *e) {
     char ck[4096], lp[256];
     int rc;
-    if (!ckpt_find(r->ckdir, ck, sizeof ck)) return kl_err_set(e, KL_ENOTFOUND, "--resume: no valid checkpoint in %s", r->ckdir);
-    if ((rc = ckpt_load(r->m, &r->opt, &r->pos, lp, sizeof lp, ck, e))) { kl_err_prefix(e, "resuming from %s", ck); return rc; }
+    if (!ckpt_find(r->ckdir, ck, sizeof ck))
+        return kl_err_set(e, KL_ENOTFOUND, "--resume: no valid checkpoint in %s", r->ckdir);
+    if ((rc = ckpt_load(r->m, &r->opt, &r->pos, lp, sizeof lp, ck, e))) {
+        kl_err_prefix(e, "resuming from %s", ck);
+        return rc;
+    }
     if (r->images) { /* the loader continues where the checkpoint left it; another dataset is an error */
         kl_loader_pos lpos;
-        if (!*lp) return kl_err_set(e, KL_ESTATE, "resuming from %s: the checkpoint has no loader position (trained on arrays, not shards)", ck);
-        if ((rc = kl_loader_pos_parse(lp, &lpos, e)) || (rc = kl_loader_restore(r->imt.ld, &lpos, e))) { kl_err_prefix(e, "resuming from %s", ck); return rc; }
+        if (!*lp)
+            return kl_err_set(e, KL_ESTATE,
+                              "resuming from %s: the checkpoint has no loader position (trained on arrays, not shards)",
+                              ck);
+        if ((rc = kl_loader_pos_parse(lp, &lpos, e)) || (rc = kl_loader_restore(r->imt.ld, &lpos, e))) {
+            kl_err_prefix(e, "resuming from %s", ck);
+            return rc;
+        }
     }
     snprintf(r->p, sizeof r->p, "%s/metrics.csv", r->ckdir);
     read_metrics_csv(r->p, r->pos.step, &r->rows);
-    kl_log(KL_LOG_INFO, "train", "resumed from %s at step %lld (epoch %lld, batch %lld)", ck, (long long)r->pos.step, (long long)r->pos.epoch,
-           (long long)r->pos.batch);
+    kl_log(KL_LOG_INFO, "train", "resumed from %s at step %lld (epoch %lld, batch %lld)", ck, (long long)r->pos.step,
+           (long long)r->pos.epoch, (long long)r->pos.batch);
     return KL_OK;
 }
 
@@ -1032,14 +1071,20 @@ static int run_update_fp16(tr_run *r, double lr, double *gn, kl_err *e) {
     float sc = (float)pos->scale;
     int finite = 1;
     for (int64_t k = 0; k < m->nparams && finite; k++) finite = isfinite(m->grads[k]);
-    if (r->nhist == 16) { memmove(r->scale_hist, r->scale_hist + 1, 15 * sizeof(double)); r->nhist = 15; }
+    if (r->nhist == 16) {
+        memmove(r->scale_hist, r->scale_hist + 1, 15 * sizeof(double));
+        r->nhist = 15;
+    }
     r->scale_hist[r->nhist++] = pos->scale;
     if (finite) {
         float inv = (float)(1.0 / (double)sc);
         for (int64_t k = 0; k < m->nparams; k++) m->grads[k] *= inv;
         *gn = tr_clip_grad(m->grads, m->nparams, s->clip);
         tr_optim_step(&r->opt, s, m->params, m->grads, lr);
-        if (++pos->tracker >= s->ls_interval) { pos->scale *= s->ls_growth; pos->tracker = 0; }
+        if (++pos->tracker >= s->ls_interval) {
+            pos->scale *= s->ls_growth;
+            pos->tracker = 0;
+        }
         return KL_OK;
     }
     pos->skipped++;
@@ -1051,8 +1096,10 @@ static int run_update_fp16(tr_run *r, double lr, double *gn, kl_err *e) {
     kl_buf_init(&hb);
     for (int k = 0; k < r->nhist; k++) kl_buf_printf(&hb, "%s%g", k ? ", " : "", r->scale_hist[k]);
     int rc = kl_err_set(e, KL_ERANGE,
-                        "step %lld (epoch %lld): the loss scale collapsed to %g, below the floor %g (%lld steps skipped for inf/NaN gradients); last scales: %s",
-                        (long long)pos->step, (long long)pos->epoch, pos->scale, s->ls_min, (long long)pos->skipped, hb.data ? hb.data : "");
+                        "step %lld (epoch %lld): the loss scale collapsed to %g, below the floor %g (%lld steps "
+                        "skipped for inf/NaN gradients); last scales: %s",
+                        (long long)pos->step, (long long)pos->epoch, pos->scale, s->ls_min, (long long)pos->skipped,
+                        hb.data ? hb.data : "");
     kl_buf_free(&hb);
     return rc;
 }
@@ -1076,7 +1123,9 @@ static void run_progress(tr_run *r, double loss, double lr) {
 static int run_checkpoint(tr_run *r, kl_err *e) {
     tr_pos cp = r->pos;
     cp.batch = r->pos.batch + 1;
-    if (cp.batch >= r->steps_per_epoch) { /* the epoch end (validation) still runs after resuming */ cp.batch = r->steps_per_epoch; }
+    if (cp.batch >= r->steps_per_epoch) { /* the epoch end (validation) still runs after resuming */
+        cp.batch = r->steps_per_epoch;
+    }
     snprintf(r->p, sizeof r->p, "%s/metrics.csv", r->ckdir);
     char lp[256] = "";
     if (r->images) {
@@ -1092,15 +1141,18 @@ static int run_checkpoint(tr_run *r, kl_err *e) {
  * (parallel.c): from the arrays by index, or the loader's batch. */
 typedef struct {
     tr_run *r;
-    const float *x, *yf;        /* image shards: the loader's whole batch */
+    const float *x, *yf; /* image shards: the loader's whole batch */
     const int64_t *yi;
 } step_rows;
 
-static int step_rows_get(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf, kl_err *e) {
+static int step_rows_get(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf,
+                         kl_err *e) {
     step_rows *sr = ctx;
     tr_run *r = sr->r;
     if (r->images) { /* one process: the leaf is the whole batch */
-        *x = sr->x; *yi = sr->yi; *yf = sr->yf;
+        *x = sr->x;
+        *yi = sr->yi;
+        *yf = sr->yf;
         return KL_OK;
     }
     batch_rows(&r->bt, r->m, r->pos.epoch, r->pos.batch * r->B + off, cnt, x, yi, yf);
@@ -1115,12 +1167,15 @@ static int run_step(tr_run *r, kl_err *e) {
     step_rows sr = {r, NULL, NULL, NULL};
     int64_t nb = KL_MIN(r->B, r->ntr - pos->batch * r->B); /* the global batch's rows */
     int rc;
-    if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &nb, e))) return rc;
+    if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &nb, e)))
+        return rc;
     double loss; /* forward, loss and gradients (into m->grads) of the global batch, on every rank */
-    if ((rc = tr_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e))) return rc;
+    if ((rc = tr_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e)))
+        return rc;
     if (!isfinite(loss))
-        return kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip", (long long)pos->step,
-                          (long long)pos->epoch, isnan(loss) ? "NaN" : "infinite");
+        return kl_err_set(e, KL_ERANGE,
+                          "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip",
+                          (long long)pos->step, (long long)pos->epoch, isnan(loss) ? "NaN" : "infinite");
     double lr = tr_sched_lr(s, pos->step, pos->epoch, r->total), gn;
     if (s->fp16) {
         if ((rc = run_update_fp16(r, lr, &gn, e))) return rc;
@@ -1130,10 +1185,12 @@ static int run_step(tr_run *r, kl_err *e) {
     }
     pos->step++;
     r->samples += nb;
-    pos->ep_loss += loss * (double)nb; pos->ep_n += nb;
+    pos->ep_loss += loss * (double)nb;
+    pos->ep_n += nb;
     rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 0, loss, NAN, lr, gn});
     if (r->pr) run_progress(r, loss, lr);
-    if (s->check_every && pos->step % s->check_every == 0 && (rc = tr_par_same_weights(r->par, pos->step, e))) return rc;
+    if (s->check_every && pos->step % s->check_every == 0 && (rc = tr_par_same_weights(r->par, pos->step, e)))
+        return rc;
     if (r->lead && s->ckpt_every && pos->step % s->ckpt_every == 0 && (rc = run_checkpoint(r, e))) return rc;
     if (r->crash_at == pos->step) raise(SIGKILL);
     return KL_OK;
@@ -1152,12 +1209,16 @@ static int run_validate(tr_run *r, kl_err *e) {
     double v = r->lower_better ? ev.loss : acc;
     int better = r->lower_better ? v < pos->best - s->min_delta : v > pos->best + s->min_delta;
     if (better || pos->best_epoch < 0) {
-        pos->best = v; pos->best_epoch = pos->epoch; pos->bad_epochs = 0;
+        pos->best = v;
+        pos->best_epoch = pos->epoch;
+        pos->bad_epochs = 0;
         if (r->lead && (rc = weights_write(r->m, r->bestp, e))) return rc;
     } else if (++pos->bad_epochs >= s->patience && s->patience > 0) {
         pos->stopped = 1;
-        kl_log(KL_LOG_INFO, "train", "early stopping after epoch %lld: %s did not improve for %lld epochs (best %.5g at epoch %lld)",
-               (long long)pos->epoch + 1, s->monitor, (long long)pos->bad_epochs, pos->best, (long long)pos->best_epoch + 1);
+        kl_log(KL_LOG_INFO, "train",
+               "early stopping after epoch %lld: %s did not improve for %lld epochs (best %.5g at epoch %lld)",
+               (long long)pos->epoch + 1, s->monitor, (long long)pos->bad_epochs, pos->best,
+               (long long)pos->best_epoch + 1);
     }
     if (r->pr) kl_progress_field(r->pr, "val_loss", "%.4f", ev.loss);
     if (r->pr && ev.count) kl_progress_field(r->pr, "val_acc", "%.2f%%", 100 * acc);
@@ -1168,16 +1229,24 @@ static int run_validate(tr_run *r, kl_err *e) {
 static int run_epoch_end(tr_run *r, kl_err *e) {
     tr_pos *pos = &r->pos;
     int rc;
-    if (pos->ep_n) rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 2, pos->ep_loss / (double)pos->ep_n, NAN, NAN, NAN});
-    pos->ep_loss = 0; pos->ep_n = 0;
+    if (pos->ep_n)
+        rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 2, pos->ep_loss / (double)pos->ep_n, NAN, NAN, NAN});
+    pos->ep_loss = 0;
+    pos->ep_n = 0;
     if (r->nva && (rc = run_validate(r, e))) return rc;
-    if ((rc = rows_log(r->trun, &r->rows, &r->rows_logged, e))) { kl_err_prefix(e, "tracking: epoch %lld", (long long)pos->epoch + 1); return rc; }
+    if ((rc = rows_log(r->trun, &r->rows, &r->rows_logged, e))) {
+        kl_err_prefix(e, "tracking: epoch %lld", (long long)pos->epoch + 1);
+        return rc;
+    }
     if (r->o->on_epoch) { /* the caller's hook (keel tune: report, maybe prune) */
         kl_train_epoch ce = {pos->epoch, pos->step, NAN, NAN, NAN};
         for (size_t i = r->rows.n; i-- > 0;)
             if (r->rows.r[i].epoch != pos->epoch) break;
             else if (r->rows.r[i].split == 2) ce.train_loss = r->rows.r[i].loss;
-            else if (r->rows.r[i].split == 1) { ce.val_loss = r->rows.r[i].loss; ce.val_accuracy = r->rows.r[i].acc; }
+            else if (r->rows.r[i].split == 1) {
+                ce.val_loss = r->rows.r[i].loss;
+                ce.val_accuracy = r->rows.r[i].acc;
+            }
         if (r->o->on_epoch(r->o->on_epoch_ctx, &ce)) r->cb_stop = 1;
     }
     pos->epoch++;
@@ -1191,7 +1260,8 @@ static int run_ranks_end(tr_run *r, kl_err *e) {
     tr_dist *d = &r->dist;
     int rc = tr_par_same_weights(r->par, r->pos.step, e);
     if (rc) return rc;
-    double mine[3] = {r->secs, tr_par_compute_s(r->par), d->comm_s}, *all = calloc((size_t)d->world * 3, sizeof(double));
+    double mine[3] = {r->secs, tr_par_compute_s(r->par), d->comm_s},
+           *all = calloc((size_t)d->world * 3, sizeof(double));
     if (!all) return kl_err_set(e, KL_ENOMEM, "out of memory");
     rc = tr_dist_allgather(d, mine, all, sizeof mine, "timings", e);
     memcpy(r->rank_s, all, sizeof(double) * 3 * (size_t)KL_MIN(d->world, 64));
@@ -1224,13 +1294,15 @@ static int run_loop(tr_run *r, kl_err *e) {
 
 /* --memory-report: the plan against what the allocator measured */
 static void run_memory_measured(tr_run *r) {
-    static const kl_mem_tag tags[6] = {KL_TAG_PARAMS, KL_TAG_GRADS, KL_TAG_OPTIMIZER, KL_TAG_ACTIVATIONS, KL_TAG_WORKSPACE, KL_TAG_DATASET};
+    static const kl_mem_tag tags[6] = {KL_TAG_PARAMS,      KL_TAG_GRADS,     KL_TAG_OPTIMIZER,
+                                       KL_TAG_ACTIVATIONS, KL_TAG_WORKSPACE, KL_TAG_DATASET};
     char b[32];
     fprintf(r->rep, "measured peaks (allocator):");
     for (int i = 0; i < 6; i++) {
         kl_mem_stats st;
         kl_mem_stats_get(tags[i], &st);
-        fprintf(r->rep, " %s %s%s", kl_mem_tag_name(tags[i]), kl_fmt_bytes(st.peak_allocated, b, sizeof b), i < 5 ? "," : "");
+        fprintf(r->rep, " %s %s%s", kl_mem_tag_name(tags[i]), kl_fmt_bytes(st.peak_allocated, b, sizeof b),
+                i < 5 ? "," : "");
     }
     kl_mem_stats tot;
     kl_mem_stats_get(KL_TAG_COUNT, &tot);
@@ -1261,8 +1333,8 @@ static int run_artifacts(tr_run *r, kl_err *e) {
         if ((rc = kl_copy_file(r->dsi.features_json, r->p, e))) return rc;
     }
     if ((rc = write_card(out, r->s, m, r->ntr, r->nva, &r->pos, &r->fin_val, r->best_used, &r->dsi, e))) return rc;
-    return write_meta(out, r->s, m, &r->d, &r->rows, &r->pos, r->ntr, r->nva, &r->fin_val, &r->fin_train, r->best_used, r->secs, &r->dsi,
-                      r->trun ? kl_track_run_id(r->trun) : 0, e);
+    return write_meta(out, r->s, m, &r->d, &r->rows, &r->pos, r->ntr, r->nva, &r->fin_val, &r->fin_train, r->best_used,
+                      r->secs, &r->dsi, r->trun ? kl_track_run_id(r->trun) : 0, e);
 }
 
 /* the per-epoch metrics not logged yet (each epoch logs its own), the final ones, the artifacts */
@@ -1275,7 +1347,8 @@ static int run_track_end(tr_run *r, kl_err *e) {
     static const char *what[3] = {"step", "compute", "comm"};
     char names[3 * 64][40];
     size_t np = 0;
-    for (int k = 0; r->dist.world > 1 && k < KL_MIN(r->dist.world, 64); k++) /* rank<k>_step_seconds, _compute_, _comm_ */
+    for (int k = 0; r->dist.world > 1 && k < KL_MIN(r->dist.world, 64);
+         k++) /* rank<k>_step_seconds, _compute_, _comm_ */
         for (int j = 0; j < 3; j++) {
             snprintf(names[k * 3 + j], sizeof names[0], "rank%d_%s_seconds", k, what[j]);
             pts[np++] = (kl_metric_point){names[k * 3 + j], pos->step, 0, r->rank_s[k * 3 + j]};
@@ -1284,7 +1357,8 @@ static int run_track_end(tr_run *r, kl_err *e) {
     pts[np++] = (kl_metric_point){"steps", pos->step, 0, (double)pos->step};
     pts[np++] = (kl_metric_point){"train_seconds", pos->step, 0, r->secs};
     if (r->nva) pts[np++] = (kl_metric_point){"final_val_loss", pos->step, 0, fv->loss};
-    if (r->nva && fv->count) pts[np++] = (kl_metric_point){"final_val_accuracy", pos->step, 0, (double)fv->correct / (double)fv->count};
+    if (r->nva && fv->count)
+        pts[np++] = (kl_metric_point){"final_val_accuracy", pos->step, 0, (double)fv->correct / (double)fv->count};
     tr_reg rg;
     if (r->nva && tr_eval_regression(fv, &rg)) {
         pts[np++] = (kl_metric_point){"final_val_mae", pos->step, 0, rg.mae};
@@ -1292,7 +1366,8 @@ static int run_track_end(tr_run *r, kl_err *e) {
         if (isfinite(rg.r2)) pts[np++] = (kl_metric_point){"final_val_r2", pos->step, 0, rg.r2};
     }
     rc = tr_runlog_finish(r->trk, r->trun, r->s, r->o->out_dir, &r->dsi, pts, np, e);
-    r->trk = NULL; r->trun = NULL;
+    r->trk = NULL;
+    r->trun = NULL;
     return rc;
 }
 
@@ -1303,44 +1378,60 @@ static void run_summary(tr_run *r) {
     const kl_loader_stats *ls = &r->d.ls;
     double sps = r->secs > 0 ? (double)r->samples / r->secs : 0.0;
     if (r->o->json) {
-        fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos->step, (long long)pos->epoch, r->secs, sps);
+        fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos->step,
+                (long long)pos->epoch, r->secs, sps);
         if (r->nva) fprintf(rep, ",\"val_loss\":%.9g", fv->loss);
         if (r->nva && fv->count) fprintf(rep, ",\"val_accuracy\":%.6f", (double)fv->correct / (double)fv->count);
-        if (r->images) fprintf(rep, ",\"loader_wait_share\":%.4f,\"loader_images_per_s\":%.1f", ls->wait_share, ls->samples_per_s);
+        if (r->images)
+            fprintf(rep, ",\"loader_wait_share\":%.4f,\"loader_images_per_s\":%.1f", ls->wait_share, ls->samples_per_s);
         if (r->dist.world > 1)
-            fprintf(rep, ",\"ranks\":%d,\"compute_seconds\":%.3f,\"comm_seconds\":%.3f", r->dist.world, r->rank_s[1], r->rank_s[2]);
+            fprintf(rep, ",\"ranks\":%d,\"compute_seconds\":%.3f,\"comm_seconds\":%.3f", r->dist.world, r->rank_s[1],
+                    r->rank_s[2]);
         fprintf(rep, ",\"out\":\"%s\"}\n", r->o->out_dir);
         return;
     }
-    fprintf(rep, "trained %lld steps (%lld epochs%s) in %.1f s, %.0f samples/s\n", (long long)pos->step, (long long)pos->epoch,
-            pos->stopped ? ", early stopped" : "", r->secs, sps);
+    fprintf(rep, "trained %lld steps (%lld epochs%s) in %.1f s, %.0f samples/s\n", (long long)pos->step,
+            (long long)pos->epoch, pos->stopped ? ", early stopped" : "", r->secs, sps);
     for (int k = 0; r->dist.world > 1 && k < KL_MIN(r->dist.world, 64); k++)
-        fprintf(rep, "rank %d of %d: %.1f s, compute %.1f s, communication %.1f s\n", k, r->dist.world, r->rank_s[3 * k], r->rank_s[3 * k + 1],
-                r->rank_s[3 * k + 2]);
+        fprintf(rep, "rank %d of %d: %.1f s, compute %.1f s, communication %.1f s\n", k, r->dist.world,
+                r->rank_s[3 * k], r->rank_s[3 * k + 1], r->rank_s[3 * k + 2]);
     if (r->nva) {
         fprintf(rep, "validation: loss %.4f", fv->loss);
         if (fv->count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fv->correct / (double)fv->count);
         tr_reg rg;
-        if (tr_eval_regression(fv, &rg)) fprintf(rep, ", MAE %.4g, RMSE %.4g (mean predictor %.4g), R2 %.4f", rg.mae, rg.rmse, rg.base_rmse, rg.r2);
+        if (tr_eval_regression(fv, &rg))
+            fprintf(rep, ", MAE %.4g, RMSE %.4g (mean predictor %.4g), R2 %.4f", rg.mae, rg.rmse, rg.base_rmse, rg.r2);
         fprintf(rep, "%s\n", r->best_used ? " (best epoch)" : "");
     }
     if (r->images)
-        fprintf(rep, "loader: the training loop waited %.1f%% of its step time for data (%.0f images/s, decode %.1f MPix/s per worker, queue depth %.1f)\n",
-                100 * ls->wait_share, ls->samples_per_s, ls->decode_s > 0 ? ls->decode_mpix / ls->decode_s : 0.0, ls->queue_depth);
-    if (r->s->fp16) fprintf(rep, "fp16: final loss scale %g, %lld steps skipped for inf/NaN gradients\n", pos->scale, (long long)pos->skipped);
-    fprintf(rep, "artifacts in %s: model.onnx model.safetensors meta.json card.md metrics.csv curves.svg\n", r->o->out_dir);
+        fprintf(rep,
+                "loader: the training loop waited %.1f%% of its step time for data (%.0f images/s, decode %.1f MPix/s "
+                "per worker, queue depth %.1f)\n",
+                100 * ls->wait_share, ls->samples_per_s, ls->decode_s > 0 ? ls->decode_mpix / ls->decode_s : 0.0,
+                ls->queue_depth);
+    if (r->s->fp16)
+        fprintf(rep, "fp16: final loss scale %g, %lld steps skipped for inf/NaN gradients\n", pos->scale,
+                (long long)pos->skipped);
+    fprintf(rep, "artifacts in %s: model.onnx model.safetensors meta.json card.md metrics.csv curves.svg\n",
+            r->o->out_dir);
 }
 
 static void run_free(tr_run *r) {
     kl_progress_finish(r->pr);
     free(r->rows.r);
-    kl_mem_free(r->xb); kl_mem_free(r->yb); kl_mem_free(r->yfb);
-    free(r->idx_tr); free(r->idx_va); free(r->base_tr);
+    kl_mem_free(r->xb);
+    kl_mem_free(r->yb);
+    kl_mem_free(r->yfb);
+    free(r->idx_tr);
+    free(r->idx_va);
+    free(r->base_tr);
     tr_optim_free(&r->opt);
-    data_free(&r->d); data_free(&r->dv);
+    data_free(&r->d);
+    data_free(&r->dv);
     tr_dsinfo_free(&r->dsi);
     tr_runlog_fail(r->trk, r->trun);
-    tr_images_close(&r->imt); tr_images_close(&r->imv);
+    tr_images_close(&r->imt);
+    tr_images_close(&r->imv);
     tr_par_free(r->par);
     tr_dist_end(&r->dist);
     tr_model_free(r->m);
@@ -1351,10 +1442,11 @@ static void run_free(tr_run *r) {
 static int run_finish(tr_run *r, kl_err *e) {
     int rc;
     if (!r->lead) return KL_OK; /* one run, one output: rank 0's */
-    if (r->cb_stop) { /* stopped by the caller: only the metrics, no model artifacts */
+    if (r->cb_stop) {           /* stopped by the caller: only the metrics, no model artifacts */
         snprintf(r->p, sizeof r->p, "%s/metrics.csv", r->o->out_dir);
         if ((rc = write_metrics_csv(r->p, &r->rows, e))) return rc;
-        fprintf(r->rep, "stopped by the caller after %lld epochs (%lld steps)\n", (long long)r->pos.epoch, (long long)r->pos.step);
+        fprintf(r->rep, "stopped by the caller after %lld epochs (%lld steps)\n", (long long)r->pos.epoch,
+                (long long)r->pos.step);
         return KL_OK;
     }
     if (r->o->memory_report) run_memory_measured(r);
@@ -1375,7 +1467,9 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     if (!(rc = run_open(r, e)) && !(rc = run_data(r, e)) && !(rc = run_plan(r, e)) && !(rc = run_alloc(r, e)) &&
         !(rc = o->resume ? run_resume(r, e) : KL_OK)) {
         snprintf(r->p, sizeof r->p, "%s/spec.yaml", o->out_dir);
-        if (!(rc = r->lead ? kl_write_file_atomic(r->p, r->s->text, strlen(r->s->text), e) : KL_OK) && !(rc = run_loop(r, e))) rc = run_finish(r, e);
+        if (!(rc = r->lead ? kl_write_file_atomic(r->p, r->s->text, strlen(r->s->text), e) : KL_OK) &&
+            !(rc = run_loop(r, e)))
+            rc = run_finish(r, e);
     }
     if (rc) tr_dist_fail(&r->dist); /* several ranks: MPI_Abort at exit stops the others */
     run_free(r);

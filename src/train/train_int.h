@@ -73,7 +73,7 @@ typedef struct {
     int64_t epochs, batch, max_steps, ckpt_every, patience, log_every;
     double clip, val_fraction, min_delta;
     int shuffle, drop_last;
-    int deterministic;          /* train.deterministic: the same weights at any number of ranks */
+    int deterministic;                  /* train.deterministic: the same weights at any number of ranks */
     int64_t micro_batches, check_every; /* train.distributed (src/train/parallel.c) */
     double bucket_mb, first_bucket_mb, dist_timeout;
     char monitor[32];           /* val_loss | val_acc */
@@ -249,7 +249,8 @@ int kl__eval_binary(const double *score, const uint8_t *pos, int64_t n, double t
 
 typedef struct tr_par tr_par;
 /* Rows [off, off + cnt) of the current global batch. */
-typedef int (*tr_rows_fn)(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf, kl_err *e);
+typedef int (*tr_rows_fn)(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf,
+                          kl_err *e);
 /* Rows per leaf: what the step is planned for (B at one process, not deterministic). */
 int64_t tr_par_leaf_rows(const tr_spec *s, int world, int64_t B);
 int tr_par_check(const tr_spec *s, int world, int images, kl_err *e);

@@ -67,6 +67,13 @@ if grep -q "^rank 3 of 4:" "$T/mlp4.log" && [ "$(grep -c '^trained ' "$T/mlp4.lo
   [ -e "$T/mlp4/checkpoints/ckpt-00000060.safetensors" ] && cmp -s "$T/mlp1/checkpoints/ckpt-00000060.safetensors" "$T/mlp4/checkpoints/ckpt-00000060.safetensors"; then
   pass train_mpi_rank0_writes; else fail train_mpi_rank0_writes "$(head -c 300 "$T/mlp4.log"; ls "$T/mlp4/checkpoints")"; fi
 
+# ---- one micro-batch is the plain one-process step: deterministic with micro_batches 1 = deterministic false
+sed 's/deterministic: true/deterministic: true, distributed: {micro_batches: 1}/' "$T/mlp.yaml" > "$T/m1.yaml"
+sed 's/, deterministic: true//' "$T/mlp.yaml" > "$T/plain.yaml"
+train1 "$T/m1.yaml" --out "$T/m1" > /dev/null 2>&1; train1 "$T/plain.yaml" --out "$T/plain" > /dev/null 2>&1
+if [ -s "$T/m1/model.safetensors" ] && [ "$(sha "$T/m1/model.safetensors")" = "$(sha "$T/plain/model.safetensors")" ]; then
+  pass train_mpi_one_micro_batch_is_plain; else fail train_mpi_one_micro_batch_is_plain "weights differ"; fi
+
 # ---- fast mode: validation loss at 2 ranks within 1 % of one process's
 sed 's/, deterministic: true//; s/epochs: 3/epochs: 10/' "$T/mlp.yaml" > "$T/fast.yaml"
 train1 "$T/fast.yaml" --out "$T/f1" --json > "$T/f1.json" 2> "$T/f1.err"
@@ -82,7 +89,8 @@ PY
 then pass train_mpi_fast_val_loss_1pct; else fail train_mpi_fast_val_loss_1pct "$(tail -c 300 "$T/f.out") $(tail -c 200 "$T/f2.err")"; fi
 
 # ---- a checkpoint taken at 4 ranks resumes at 2: the straight run's weights
-KEEL_TRAIN_CRASH_AT_STEP=30 trainN 4 "$T/mlp.yaml" --out "$T/r" > "$T/r4.log" 2>&1
+# (the crash is the test hook KEEL_TRAIN_CRASH_AT_STEP: the test build's binary where there is one)
+KEEL_TRAIN_CRASH_AT_STEP=30 $MPI 4 -x KEEL_TRAIN_CRASH_AT_STEP "${KEEL_HOOKS:-$KEEL}" train "$T/mlp.yaml" --out "$T/r" --quiet --no-track > "$T/r4.log" 2>&1
 rc=$?
 if [ $rc -eq 0 ] || [ -e "$T/r/model.safetensors" ]; then fail train_mpi_resume_other_rank_count "the 4-rank run was not stopped (exit $rc)"; else
   trainN 2 "$T/mlp.yaml" --out "$T/r" --resume > "$T/r2.log" 2>&1
