@@ -48,6 +48,13 @@ int64_t tr_par_leaf_rows(const tr_spec *s, int world, int64_t B) {
     return (B + n - 1) / n;
 }
 
+uint64_t tr_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf) {
+    uint64_t v = (uint64_t)(nparams + nbuf + 1) * 4, aux = (uint64_t)(nbuf + 1) * 4;
+    if (!s->deterministic) return world > 1 ? aux : 0; /* the buckets are all-reduced in place */
+    int64_t mine = s->micro_batches / world;
+    return v * (uint64_t)(1 + ilog2(mine > world ? mine : world) + 1 + world) + aux;
+}
+
 int tr_par_check(const tr_spec *s, int world, int images, kl_err *e) {
     if (world > 1 && images)
         return kl_err_set(e, KL_EUNSUPPORTED,

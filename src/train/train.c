@@ -942,10 +942,11 @@ static int run_plan(tr_run *r, kl_err *e) {
     uint64_t g_act = 0, g_ws = 0;
     if ((rc = tr_step_prepare(m, L, &g_act, &g_ws, e))) return rc;
     tr_model_plan(m, L, tr_optim_slots(s), plan);
+    plan[1] += tr_par_bytes(s, r->dist.world, m->nparams, m->nbuf); /* deterministic mode's tree vectors */
     plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;                                /* + the eval output rows */
     plan[4] = g_ws + (uint64_t)L * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
     for (int i = 0; i < 5; i++) tot += plan[i];
-    if (r->o->memory_report) {
+    if (r->o->memory_report && r->lead) {
         print_plan(r->rep, plan, data_bytes);
         fprintf(r->rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", tr_step_nodes(m));
     }

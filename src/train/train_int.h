@@ -253,6 +253,8 @@ typedef int (*tr_rows_fn)(void *ctx, int64_t off, int64_t cnt, const float **x, 
                           kl_err *e);
 /* Rows per leaf: what the step is planned for (B at one process, not deterministic). */
 int64_t tr_par_leaf_rows(const tr_spec *s, int world, int64_t B);
+/* Memory the step's reduction adds to the gradient block (tagged grads). */
+uint64_t tr_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf);
 int tr_par_check(const tr_spec *s, int world, int images, kl_err *e);
 int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e);
 /* The step's gradients (m->grads), running statistics (m->bufs) and loss of
