@@ -62,6 +62,12 @@ for m in mlp cnn; do
   done
   if [ $ok = 1 ] && cmp -s "$T/${m}1/metrics.csv" "$T/${m}4/metrics.csv"; then pass train_mpi_deterministic_${m}_1_2_4; else fail train_mpi_deterministic_${m}_1_2_4 "$why"; fi
 done
+# fp16 (the loss scaler's overflow check on the summed gradient) with drop_last: N = 1 and 2
+sed 's/deterministic: true/deterministic: true, precision: fp16, drop_last: true/' "$T/mlp.yaml" > "$T/fp16.yaml"
+train1 "$T/fp16.yaml" --out "$T/h1" > "$T/h1.log" 2>&1; trainN 2 "$T/fp16.yaml" --out "$T/h2" > "$T/h2.log" 2>&1
+if [ -s "$T/h1/model.safetensors" ] && [ "$(sha "$T/h1/model.safetensors")" = "$(sha "$T/h2/model.safetensors")" ]; then
+  pass train_mpi_deterministic_fp16_drop_last_1_2; else fail train_mpi_deterministic_fp16_drop_last_1_2 "$(tail -c 300 "$T/h2.log")"; fi
+
 # one run, one output: rank 0's summary names every rank; one set of artifacts and checkpoints
 if grep -q "^rank 3 of 4:" "$T/mlp4.log" && [ "$(grep -c '^trained ' "$T/mlp4.log")" = 1 ] && [ -s "$T/mlp4/meta.json" ] &&
   [ -e "$T/mlp4/checkpoints/ckpt-00000060.safetensors" ] && cmp -s "$T/mlp1/checkpoints/ckpt-00000060.safetensors" "$T/mlp4/checkpoints/ckpt-00000060.safetensors"; then
