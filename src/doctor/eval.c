@@ -673,6 +673,33 @@ void kl_doctor_eval_mpi(const char *out, kl_doctor_check *c) {
     kl__doctor_observed(c, "%.*s", (int)(n < 120 ? n : 120), out);
 }
 
+void kl_doctor_eval_hostfile(const char *path, const char (*hosts)[256], const int *state, int n, kl_doctor_check *c) {
+    kl__doctor_init(c, "train.hostfile");
+    kl__doctor_recommended(c, "every host resolves; remote ones answer on ssh (port 22)");
+    kl__doctor_why(c,
+                   "mpirun starts the ranks of other hosts over ssh and they exchange gradients over TCP: "
+                   "a host that does not resolve or answer stops a multi-host training before its first step.");
+    int bad = 0, no_ssh = 0;
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        if (state[i] == KL_DOCTOR_HOST_LOCAL || state[i] == KL_DOCTOR_HOST_SSH) continue;
+        bad++;
+        no_ssh += state[i] == KL_DOCTOR_HOST_NO_SSH;
+        if (o < sizeof c->observed)
+            o += (size_t)snprintf(c->observed + o, sizeof c->observed - o, "%s%s: %s", o ? "; " : "", hosts[i],
+                                  state[i] == KL_DOCTOR_HOST_NO_SSH ? "ssh port closed" : "not resolved");
+    }
+    if (!bad) {
+        c->status = KL_DOCTOR_PASS;
+        kl__doctor_observed(c, "%s: %d hosts, all reachable", path, n);
+        return;
+    }
+    c->status = KL_DOCTOR_FAIL;
+    kl__doctor_fix(c, "# %s: fix the names in the hostfile or DNS/hosts%s", path,
+                   no_ssh ? "\n# start sshd on the hosts whose ssh port is closed (apt-get install openssh-server)"
+                          : "");
+}
+
 void kl_doctor_eval_ranks(int ranks, int threads, int cpus, kl_doctor_check *c) {
     kl__doctor_init(c, "train.ranks");
     kl__doctor_recommended(c, "ranks on a host x threads per rank <= its CPUs");

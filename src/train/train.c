@@ -943,7 +943,7 @@ static int run_plan(tr_run *r, kl_err *e) {
     if ((rc = tr_step_prepare(m, L, &g_act, &g_ws, e))) return rc;
     tr_model_plan(m, L, tr_optim_slots(s), plan);
     plan[1] += tr_par_bytes(s, r->dist.world, m->nparams, m->nbuf); /* deterministic mode's tree vectors */
-    plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;                                /* + the eval output rows */
+    plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;             /* + the eval output rows */
     plan[4] = g_ws + (uint64_t)L * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
     for (int i = 0; i < 5; i++) tot += plan[i];
     if (r->o->memory_report && r->lead) {

@@ -50,3 +50,15 @@ rc=$?
 h1=$(sha256sum "$T/one/model.safetensors" 2> /dev/null | cut -c1-64); h2=$(sha256sum "$T/two/model.safetensors" 2> /dev/null | cut -c1-64)
 if [ $rc -eq 0 ] && [ -n "$h1" ] && [ "$h1" = "$h2" ] && grep -q "^rank 3 of 4:" "$T/two.log"; then pass train_mpi_two_hosts_deterministic;
 else fail train_mpi_two_hosts_deterministic "exit $rc, ${h2:-no model} vs ${h1:-no model}: $(tail -c 300 "$T/two.log")"; fi
+
+# keel doctor --hostfile: the first host is local, the second answers no ssh (no sshd in its namespace)
+ip netns exec $A $KEEL doctor --hostfile "$T/hosts" --json > "$T/doc.json" 2> "$T/doc.err"
+rc=$?
+if [ $rc -eq 1 ] && $PYTHON -c "
+import json, sys
+c = [c for c in json.load(open('$T/doc.json'))['checks'] if c['id'] == 'train.hostfile'][0]
+assert c['status'] == 'fail' and '$net.2: ssh port closed' in c['observed'] and '$net.1' not in c['observed'], c
+" 2> "$T/doc.py"; then pass train_mpi_doctor_hostfile; else fail train_mpi_doctor_hostfile "exit $rc: $(tail -c 300 "$T/doc.py") $(head -c 200 "$T/doc.err")"; fi
+printf 'localhost slots=two\n' > "$T/bad_hosts"
+$KEEL doctor --hostfile "$T/bad_hosts" > /dev/null 2> "$T/bad.err"
+if grep -q "bad_hosts:1: not an MPI hostfile line" "$T/bad.err"; then pass train_mpi_doctor_bad_hostfile; else fail train_mpi_doctor_bad_hostfile "$(head -c 300 "$T/bad.err")"; fi

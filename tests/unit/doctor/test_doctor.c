@@ -811,3 +811,35 @@ KL_TEST(doctor_ranks_per_core) {
     KT_EQ_INT(c.status, KL_DOCTOR_INFO);
     KT_CONTAINS(c.observed, "not started by a launcher");
 }
+
+KL_TEST(doctor_hostfile_parse) {
+    char hosts[4][256];
+    int n = 0;
+    KT_EQ_INT(kl_doctor_parse_hostfile(
+                  "# the cluster\nnode-a slots=2\n\n  node-b slots=2 max_slots=4  # gpu box\nnode-c\n", hosts, 4, &n),
+              KL_OK);
+    KT_EQ_INT(n, 3);
+    KT_EQ_STR(hosts[0], "node-a");
+    KT_EQ_STR(hosts[1], "node-b");
+    KT_EQ_STR(hosts[2], "node-c");
+    KT_EQ_INT(kl_doctor_parse_hostfile("a\nb\nc\nd\ne\n", hosts, 4, &n), KL_OK);
+    KT_EQ_INT(n, 4); /* at most max */
+    KT_EQ_INT(kl_doctor_parse_hostfile("node-a\nnode-b slots=two\n", hosts, 4, &n), KL_EPARSE);
+    KT_EQ_INT(n, 2); /* the line */
+}
+
+KL_TEST(doctor_hostfile_eval) {
+    kl_doctor_check c;
+    const char hosts[3][256] = {"localhost", "node-b", "nowhere.invalid"};
+    int ok[3] = {KL_DOCTOR_HOST_LOCAL, KL_DOCTOR_HOST_SSH, KL_DOCTOR_HOST_SSH};
+    kl_doctor_eval_hostfile("hosts", hosts, ok, 2, &c);
+    KT_EQ_STR(c.id, "train.hostfile");
+    KT_EQ_INT(c.status, KL_DOCTOR_PASS);
+    KT_CONTAINS(c.observed, "2 hosts");
+    int bad[3] = {KL_DOCTOR_HOST_LOCAL, KL_DOCTOR_HOST_NO_SSH, KL_DOCTOR_HOST_UNRESOLVED};
+    kl_doctor_eval_hostfile("hosts", hosts, bad, 3, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_FAIL);
+    KT_CONTAINS(c.observed, "nowhere.invalid: not resolved");
+    KT_CONTAINS(c.observed, "node-b: ssh port closed");
+    KT_CONTAINS(c.fix, "ssh");
+}
