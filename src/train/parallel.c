@@ -4,9 +4,12 @@
  *   - one process, not deterministic: one leaf, the whole batch (today's step);
  *   - fast mode, N ranks: one leaf per rank (ceil(B/N) rows each), its
  *     gradient weighted by its share of the rows and summed over the ranks
- *     with MPI_Iallreduce in buckets (the first small, then
- *     train.distributed.bucket_mb), the BatchNorm running statistics and the
- *     loss with them;
+ *     with MPI_Iallreduce in buckets (from the last parameters, the first
+ *     small, then train.distributed.bucket_mb), each started from the step
+ *     plan's node hook as soon as the nodes writing its gradients have run,
+ *     so the all-reduce overlaps the rest of the backward pass (and is
+ *     progressed between its nodes); the BatchNorm running statistics and the
+ *     loss follow after the step;
  *   - train.deterministic: train.distributed.micro_batches leaves whatever N
  *     is, each rank computing a contiguous aligned block of them; the leaves'
  *     weighted [gradient | running statistics | loss] vectors are summed in one
@@ -23,6 +26,13 @@
 #include "train/dist.h"
 #include "train/train_int.h"
 
+/* A gradient bucket: the flat range [lo, hi) of the gradient block; pending:
+ * its tensors whose producing node has not run yet in this step. */
+typedef struct {
+    int64_t lo, hi;
+    int ntensors, pending, started;
+} tr_bucket;
+
 struct tr_par {
     tr_model *m;
     const tr_spec *s;
@@ -35,6 +45,12 @@ struct tr_par {
     int levels;
     tr_dist_reqs q;
     double compute_s;
+    tr_bucket *bk; /* fast mode: buckets, bk[0] holds the last parameters */
+    int nbk, nref;
+    int *ref_node, *ref_bucket; /* per tensor ref: its gradient's producing node, its bucket (-1: none) */
+    float w;                    /* this step's weight of the rank's gradient */
+    int hook_rc;                /* an error inside the hook (reported after the run) */
+    kl_err hook_err;
 };
 
 static int ilog2(int64_t v) {
@@ -72,12 +88,81 @@ int tr_par_check(const tr_spec *s, int world, int images, kl_err *e) {
 
 void tr_par_free(tr_par *p) {
     if (!p) return;
+    free(p->bk);
+    free(p->ref_node);
+    free(p->ref_bucket);
     kl_mem_free(p->leaf);
     kl_mem_free(p->acc);
     kl_mem_free(p->gath);
     kl_mem_free(p->bufs0);
     tr_dist_reqs_free(&p->q);
     free(p);
+}
+
+static void bucket_start(tr_par *p, tr_bucket *b);
+
+/* The step plan's hook: after node `node`, the buckets whose last gradient
+ * it wrote start their all-reduce; every call moves the ones in flight. */
+static void on_node(void *ctx, int node) {
+    tr_par *p = ctx;
+    for (int r = 0; r < p->nref; r++)
+        if (p->ref_node[r] == node && p->ref_bucket[r] >= 0) {
+            tr_bucket *b = &p->bk[p->ref_bucket[r]];
+            if (--b->pending == 0) bucket_start(p, b);
+        }
+    tr_dist_progress(p->d, &p->q);
+}
+
+/* Buckets over the trainable tensors from the last to the first (the order
+ * in which backward finishes them): the first up to first_bucket_mb, then
+ * bucket_mb each; together they cover the gradient block [0, nparams). */
+static int buckets_make(tr_par *p, kl_err *e) {
+    tr_model *m = p->m;
+    tr_tensor_ref *refs = calloc(TR_MAX_LAYERS * 4, sizeof *refs);
+    int nt = refs ? tr_model_tensors(m, refs, TR_MAX_LAYERS * 4) : 0;
+    p->nref = nt;
+    p->bk = calloc((size_t)nt + 1, sizeof *p->bk);
+    p->ref_node = calloc((size_t)nt + 1, sizeof(int));
+    p->ref_bucket = calloc((size_t)nt + 1, sizeof(int));
+    int *order = calloc((size_t)nt + 1, sizeof(int));
+    if (!refs || !p->bk || !p->ref_node || !p->ref_bucket || !order) {
+        free(refs);
+        free(order);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
+    tr_step_grad_producers(m, p->ref_node, nt);
+    int n = 0;
+    for (int r = 0; r < nt; r++) {
+        p->ref_bucket[r] = -1;
+        if (!refs[r].buffer) order[n++] = r;
+    }
+    for (int i = 1; i < n; i++) /* by offset, last first */
+        for (int j = i; j > 0 && refs[order[j]].data > refs[order[j - 1]].data; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    int64_t first = KL_MAX(1, (int64_t)(p->s->first_bucket_mb * 1048576.0 / 4));
+    int64_t rest = KL_MAX(1, (int64_t)(p->s->bucket_mb * 1048576.0 / 4));
+    int64_t hi = m->nparams;
+    for (int i = 0; i < n;) {
+        tr_bucket *b = &p->bk[p->nbk];
+        int64_t cap = p->nbk ? rest : first, lo = hi;
+        b->hi = hi;
+        do {
+            lo = refs[order[i]].data - m->params;
+            p->ref_bucket[order[i]] = p->nbk;
+            b->ntensors++;
+            i++;
+        } while (i < n && hi - lo < cap);
+        b->lo = i == n ? 0 : lo;
+        hi = b->lo;
+        p->nbk++;
+    }
+    free(refs);
+    free(order);
+    tr_step_set_hook(m, on_node, p);
+    return KL_OK;
 }
 
 int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e) {
@@ -105,8 +190,10 @@ int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allr
         p->gath = kl_mem_alloc_e(v * (size_t)d->world, KL_TAG_GRADS, e);
         p->bufs0 = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e);
         if (!p->leaf || !p->acc || !p->gath || !p->bufs0) return KL_ENOMEM;
-    } else if (d->world > 1 && !(p->leaf = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e)))
-        return KL_ENOMEM;
+    } else if (d->world > 1) {
+        if (!(p->leaf = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e))) return KL_ENOMEM;
+        if (!no_allreduce && (rc = buckets_make(p, e))) return rc;
+    }
     return KL_OK;
 }
 
@@ -182,6 +269,15 @@ static int grads_det(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_f
     return KL_OK;
 }
 
+static void bucket_start(tr_par *p, tr_bucket *b) {
+    float *g = p->m->grads + b->lo;
+    int64_t n = b->hi - b->lo;
+    b->started = 1;
+    if (p->m->fp16) tr_round_f16(g, n); /* the gradients at float16 precision, as the one-process step */
+    for (int64_t i = 0; i < n; i++) g[i] *= p->w;
+    if (!p->hook_rc) p->hook_rc = tr_dist_iallreduce_f32(p->d, &p->q, g, n, &p->hook_err);
+}
+
 /* fast mode: this rank's rows, weighted, summed over the ranks in buckets */
 static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
                       kl_err *e) {
@@ -189,28 +285,30 @@ static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_
     int64_t P = m->nparams, NB = m->nbuf, off, cnt;
     int rc;
     leaf_rows(p, p->mine0, nb, &off, &cnt);
+    p->w = (float)((double)cnt / (double)nb);
+    p->hook_rc = 0;
+    for (int i = 0; i < p->nbk; i++) {
+        p->bk[i].pending = p->bk[i].ntensors;
+        p->bk[i].started = 0;
+    }
     double l = 0;
     if (cnt && (rc = leaf_step(p, p->mine0, off, cnt, step, scale, get, ctx, &l, e))) return rc;
     if (!cnt) memset(m->grads, 0, (size_t)P * 4);
     if (p->d->world == 1 || p->no_reduce) {
+        if (m->fp16 && p->nbk) tr_round_f16(m->grads, P);
         *loss = l;
         return KL_OK;
     }
-    float w = (float)((double)cnt / (double)nb);
-    /* buckets from the last parameters (the first gradients backward
-     * finishes) to the first: the first small, then bucket_mb each */
-    int64_t first = KL_MAX(1, (int64_t)(p->s->first_bucket_mb * 1048576.0 / 4)),
-            rest = KL_MAX(1, (int64_t)(p->s->bucket_mb * 1048576.0 / 4));
-    for (int64_t hi = P, n = first; hi > 0; n = rest) {
-        int64_t lo = KL_MAX(0, hi - n);
-        for (int64_t i = lo; i < hi; i++) m->grads[i] *= w;
-        if ((rc = tr_dist_iallreduce_f32(p->d, &p->q, m->grads + lo, hi - lo, e))) return rc;
-        tr_dist_progress(p->d, &p->q);
-        hi = lo;
+    /* what the hook did not start: tensors without a producing node, a dynamic plan, no rows */
+    for (int i = 0; i < p->nbk; i++)
+        if (!p->bk[i].started) bucket_start(p, &p->bk[i]);
+    if (p->hook_rc) {
+        *e = p->hook_err;
+        return p->hook_rc;
     }
     float *aux = p->leaf; /* running statistics and the loss, weighted the same way */
-    for (int64_t i = 0; i < NB; i++) aux[i] = cnt ? m->bufs[i] * w : 0;
-    aux[NB] = (float)l * w;
+    for (int64_t i = 0; i < NB; i++) aux[i] = cnt ? m->bufs[i] * p->w : 0;
+    aux[NB] = (float)l * p->w;
     if ((rc = tr_dist_allreduce_f32(p->d, aux, NB + 1, "running statistics all-reduce", e))) return rc;
     if ((rc = tr_dist_wait_all(p->d, &p->q, "gradient all-reduce", e))) return rc;
     memcpy(m->bufs, aux, (size_t)NB * 4);

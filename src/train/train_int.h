@@ -185,6 +185,12 @@ typedef struct tr_stepg tr_stepg;
 int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e);
 uint64_t tr_step_arena_bytes(const tr_model *m);
 int tr_step_nodes(const tr_model *m);
+/* Calls fn(ctx, node) after each node of the step's plan run (NULL: none);
+ * with a hook the fp16 rounding of the gradients is the hook's job. */
+void tr_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx);
+/* node_of_ref[r]: the graph node writing tensor ref r's gradient (-1: none,
+ * e.g. a buffer, or zeros off the loss path). */
+void tr_step_grad_producers(const tr_model *m, int *node_of_ref, int nref);
 int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step, float scale,
                 double *loss, kl_err *e);
 void tr_step_free(tr_model *m);
