@@ -40,6 +40,7 @@ struct tr_par {
     int64_t B, L;                /* global batch, rows per leaf */
     int64_t leaves, mine0, mine; /* leaves in all; this rank's first and count */
     int det, no_reduce;
+    int even;  /* the rows come as equal shares per rank (image shards' loaders) */
     int64_t V; /* tree vector: grads, running stats, loss */
     float *leaf, *acc, *gath, *bufs0;
     int levels;
@@ -72,11 +73,7 @@ uint64_t tr_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf
 }
 
 int tr_par_check(const tr_spec *s, int world, int images, kl_err *e) {
-    if (world > 1 && images)
-        return kl_err_set(e, KL_EUNSUPPORTED,
-                          "%s: data.shards with %d ranks: image shard sets train on one process only so far (arrays "
-                          "and Parquet sources shard by rank)",
-                          s->path, world);
+    (void)images;
     if (!s->deterministic) return KL_OK;
     if (world & (world - 1) || world > s->micro_batches)
         return kl_err_set(e, KL_EINVAL,
@@ -199,6 +196,8 @@ int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allr
 
 double tr_par_compute_s(const tr_par *p) { return p->compute_s; }
 
+void tr_par_even(tr_par *p) { p->even = !p->det; }
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -207,6 +206,11 @@ static double now_s(void) {
 
 /* Rows [off, off + cnt) of the batch of nb rows for leaf k. */
 static void leaf_rows(const tr_par *p, int64_t k, int64_t nb, int64_t *off, int64_t *cnt) {
+    if (p->even) { /* fast mode only: one leaf per rank */
+        *off = 0;
+        *cnt = nb / p->d->world;
+        return;
+    }
     *off = k * p->L;
     *cnt = KL_MAX(0, KL_MIN(p->L, nb - *off));
 }

@@ -884,6 +884,27 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
     return KL_OK;
 }
 
+/* The loaders of image shards. Fast mode at N ranks: each rank's training
+ * loader makes its B / N rows of every global batch (the loader's rank
+ * sharding of the (seed, epoch) order); one process or the deterministic
+ * mode: the whole batch, which the step's leaves slice. Validation: in
+ * batches of the rows a step run takes. */
+static int run_data_loaders(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    int shard = !s->deterministic && r->dist.world > 1, rc;
+    if (shard && r->B % r->dist.world)
+        return kl_err_set(e, KL_EINVAL,
+                          "%s: data.shards with %d ranks: train.batch_size %lld must be a multiple of the rank count "
+                          "(each rank's loader makes its share of every batch)",
+                          r->spec_path, r->dist.world, (long long)r->B);
+    if (shard) {
+        r->imt.rank = r->dist.rank;
+        r->imt.world = r->dist.world;
+    }
+    if ((rc = tr_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, shard ? r->L : r->B, s->epochs, e))) return rc;
+    return r->nva ? tr_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->L, 1, e) : KL_OK;
+}
+
 static int run_data(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
     int rc;
@@ -897,11 +918,7 @@ static int run_data(tr_run *r, kl_err *e) {
     if ((rc = tr_par_check(s, r->dist.world, r->images, e))) return rc;
     r->B = KL_MIN(s->batch, r->ntr);
     r->L = tr_par_leaf_rows(s, r->dist.world, r->B);
-    if (r->images &&
-        ((rc = tr_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, r->B, s->epochs, e)) ||
-         (r->nva && (rc = tr_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->B, 1, e)))))
-        return rc;
-    return KL_OK;
+    return r->images ? run_data_loaders(r, e) : KL_OK;
 }
 
 static int memory_limit_error(const uint64_t plan[5], uint64_t need, uint64_t limit, kl_err *e) {
@@ -987,6 +1004,7 @@ static int run_alloc(tr_run *r, kl_err *e) {
     r->yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
     if (!r->xb || !r->yb || !r->yfb) return KL_ENOMEM;
     if ((rc = tr_par_new(m, s, &r->dist, r->B, r->o->dist_no_allreduce, &r->par, e))) return rc;
+    if (r->imt.world > 1) tr_par_even(r->par);
     snprintf(r->ckdir, sizeof r->ckdir, "%s/checkpoints", r->o->out_dir);
     if (r->lead && ((rc = kl_mkdir_p(r->o->out_dir, e)) || (rc = kl_mkdir_p(r->ckdir, e)))) return rc;
     snprintf(r->bestp, sizeof r->bestp, "%s/best.safetensors", r->ckdir);
@@ -1050,7 +1068,14 @@ static int run_resume_read(tr_run *r, kl_err *e) {
             return kl_err_set(e, KL_ESTATE,
                               "resuming from %s: the checkpoint has no loader position (trained on arrays, not shards)",
                               ck);
-        if ((rc = kl_loader_pos_parse(lp, &lpos, e)) || (rc = kl_loader_restore(r->imt.ld, &lpos, e))) {
+        if ((rc = kl_loader_pos_parse(lp, &lpos, e))) {
+            kl_err_prefix(e, "resuming from %s", ck);
+            return rc;
+        }
+        lpos.rank =
+            r->imt.world > 1 ? r->dist.rank : 0; /* the position (epoch, global batch) holds at any rank count */
+        lpos.world = KL_MAX(1, r->imt.world);
+        if ((rc = kl_loader_restore(r->imt.ld, &lpos, e))) {
             kl_err_prefix(e, "resuming from %s", ck);
             return rc;
         }
@@ -1150,10 +1175,11 @@ static int step_rows_get(void *ctx, int64_t off, int64_t cnt, const float **x, c
                          kl_err *e) {
     step_rows *sr = ctx;
     tr_run *r = sr->r;
-    if (r->images) { /* one process: the leaf is the whole batch */
-        *x = sr->x;
-        *yi = sr->yi;
-        *yf = sr->yf;
+    if (r->images) { /* the loader's batch: this rank's share (fast mode), or the leaf's rows of it */
+        int64_t o = r->imt.world > 1 ? 0 : off;
+        *x = sr->x + o * r->m->in_numel;
+        *yi = sr->yi + o;
+        *yf = NULL;
         return KL_OK;
     }
     batch_rows(&r->bt, r->m, r->pos.epoch, r->pos.batch * r->B + off, cnt, x, yi, yf);
@@ -1170,6 +1196,7 @@ static int run_step(tr_run *r, kl_err *e) {
     int rc;
     if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &nb, e)))
         return rc;
+    if (r->imt.world > 1) nb *= r->imt.world; /* every rank's loader made the same share */
     double loss; /* forward, loss and gradients (into m->grads) of the global batch, on every rank */
     if ((rc = tr_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e)))
         return rc;

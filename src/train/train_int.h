@@ -269,6 +269,8 @@ int tr_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn ge
 /* Every rank's weights hash the same; otherwise an error naming the step. */
 int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e);
 double tr_par_compute_s(const tr_par *p);
+/* Fast mode, image shards: each rank's rows are its loader's batch, an equal share of nb. */
+void tr_par_even(tr_par *p);
 void tr_par_free(tr_par *p);
 
 #endif

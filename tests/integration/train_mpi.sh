@@ -137,6 +137,32 @@ if [ -z "$victim" ]; then fail train_mpi_hung_rank_times_out "no rank 1 process 
     pass train_mpi_hung_rank_times_out; else fail train_mpi_hung_rank_times_out "exit $rc after ${secs}s: $(tail -c 300 "$T/h.log")"; fi
 fi
 
+# ---- image shards through the loader: deterministic N = 1 and 2 (each rank's loader makes the whole
+# batch, the leaves slice it) bit-identical, also after a crash at 2 ranks resumed at 1; the fast mode
+# at 2 ranks (each rank's loader makes its half of every batch) runs the same steps
+if (cd "$T" && $KEEL datagen defects --out img --n 200 --size 32 --seed 1 && $KEEL pack img --out sh) > "$T/img.log" 2>&1; then
+  cat > "$T/icnn.yaml" <<YAML
+seed: 3
+input: {shape: [3, 32, 32]}
+layers: [{type: conv2d, out: 8, kernel: 3, padding: 1}, {type: batchnorm2d}, {type: relu}, {type: global_avgpool}, {type: flatten}, {type: linear, out: 3}]
+loss: {type: cross_entropy}
+optimizer: {type: adamw, lr: 0.01}
+train: {epochs: 2, batch_size: 32, val_fraction: 0.1, checkpoint_every: 4, deterministic: true}
+data: {shards: $T/sh, image: {size: 32, resize: 36, crop: random, flip: true, workers: 1}}
+YAML
+  train1 "$T/icnn.yaml" --out "$T/i1" > "$T/i1.log" 2>&1; trainN 2 "$T/icnn.yaml" --out "$T/i2" > "$T/i2.log" 2>&1
+  KEEL_TRAIN_CRASH_AT_STEP=6 $MPI 2 -x KEEL_TRAIN_CRASH_AT_STEP "${KEEL_HOOKS:-$KEEL}" train "$T/icnn.yaml" --out "$T/ir" --quiet --no-track > "$T/ir.log" 2>&1
+  train1 "$T/icnn.yaml" --out "$T/ir" --resume >> "$T/ir.log" 2>&1
+  hi=$(sha "$T/i1/model.safetensors")
+  if [ -n "$hi" ] && [ "$(sha "$T/i2/model.safetensors")" = "$hi" ] && [ "$(sha "$T/ir/model.safetensors")" = "$hi" ]; then pass train_mpi_images_deterministic_and_resume;
+  else fail train_mpi_images_deterministic_and_resume "$(tail -c 300 "$T/i2.log") $(tail -c 300 "$T/ir.log")"; fi
+  sed 's/, deterministic: true//' "$T/icnn.yaml" > "$T/ifast.yaml"
+  trainN 2 "$T/ifast.yaml" --out "$T/if2" --json > "$T/if2.json" 2> "$T/if2.err"
+  if grep -q '"steps":12,.*"ranks":2' "$T/if2.json"; then pass train_mpi_images_fast; else fail train_mpi_images_fast "$(tail -c 300 "$T/if2.err") $(cat "$T/if2.json")"; fi
+else
+  fail train_mpi_images_data "datagen/pack failed: $(tail -c 300 "$T/img.log")"
+fi
+
 # ---- refusals: deterministic at 3 ranks; --distributed mpi spelled wrong
 trainN 3 "$T/mlp.yaml" --out "$T/bad3" > "$T/bad3.log" 2>&1
 if [ $? -ne 0 ] && grep -q "train.deterministic with 3 ranks: the rank count must be a power of two" "$T/bad3.log"; then pass train_mpi_deterministic_3_refused;
