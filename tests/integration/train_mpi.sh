@@ -163,6 +163,13 @@ else
   fail train_mpi_images_data "datagen/pack failed: $(tail -c 300 "$T/img.log")"
 fi
 
+# ---- divergence: rank 1 trains with another weight decay (mpirun MPMD) -> the weight check names the step
+$MPI 1 $KEEL train "$T/fast.yaml" --out "$T/dv" --quiet --no-track --set train.distributed.check_every=5 : \
+  -np 1 $KEEL train "$T/fast.yaml" --out "$T/dv" --quiet --no-track --set train.distributed.check_every=5 --set optimizer.weight_decay=0.5 > "$T/dv.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && grep -q "step 5: the weights of rank 1 differ from rank 0's" "$T/dv.log" && [ ! -e "$T/dv/model.safetensors" ]; then
+  pass train_mpi_divergence_names_step; else fail train_mpi_divergence_names_step "exit $rc: $(tail -c 300 "$T/dv.log")"; fi
+
 # ---- refusals: deterministic at 3 ranks; --distributed mpi spelled wrong
 trainN 3 "$T/mlp.yaml" --out "$T/bad3" > "$T/bad3.log" 2>&1
 if [ $? -ne 0 ] && grep -q "train.deterministic with 3 ranks: the rank count must be a power of two" "$T/bad3.log"; then pass train_mpi_deterministic_3_refused;
