@@ -163,6 +163,41 @@ else
   fail train_mpi_images_data "datagen/pack failed: $(tail -c 300 "$T/img.log")"
 fi
 
+# ---- a Parquet source (a features dataset): deterministic at N = 1 and 2, the same weights
+cat > "$T/clicks.yaml" <<'YAML'
+name: clicks
+columns:
+  - {name: user_id, type: int64, nullable: false, min: 1}
+  - {name: item_price, type: float64, min: 0}
+  - {name: ts, type: timestamp, timezone: UTC, nullable: false}
+  - {name: category, type: category, nullable: false}
+  - {name: clicked, type: bool, nullable: false}
+YAML
+cat > "$T/feat.yaml" <<'YAML'
+label: {column: clicked, type: bool}
+features:
+  - {name: price_log, transform: log1p, input: item_price, type: float64, fill: 0}
+  - {name: category, transform: onehot, input: category, type: string, max_size: 4}
+YAML
+if (cd "$T" && $KEEL data gen-clicks clicks.csv --rows 2000 --seed 7 && $KEEL ingest clicks.csv --schema clicks.yaml --out ds &&
+    $KEEL features fit feat.yaml --data ds --out f.json && $KEEL features apply f.json --data ds --out feat) > "$T/pq.log" 2>&1; then
+  cat > "$T/pq.yaml" <<YAML
+seed: 1
+input: {shape: [6]}
+layers: [{type: linear, out: 8}, {type: relu}, {type: linear, out: 1}]
+loss: {type: bce_with_logits}
+optimizer: {type: sgd, lr: 0.1}
+train: {epochs: 2, batch_size: 64, deterministic: true}
+data: {dataset: $T/feat, label: clicked, split: {train: 0.8, val: 0.2}}
+YAML
+  train1 "$T/pq.yaml" --out "$T/p1" > "$T/p1.log" 2>&1; trainN 2 "$T/pq.yaml" --out "$T/p2" > "$T/p2.log" 2>&1
+  hp=$(sha "$T/p1/model.safetensors")
+  if [ -n "$hp" ] && [ "$(sha "$T/p2/model.safetensors")" = "$hp" ]; then pass train_mpi_parquet_deterministic_1_2;
+  else fail train_mpi_parquet_deterministic_1_2 "$(tail -c 300 "$T/p1.log") $(tail -c 300 "$T/p2.log")"; fi
+else
+  fail train_mpi_parquet_data "gen-clicks/ingest/features failed: $(tail -c 300 "$T/pq.log")"
+fi
+
 # ---- divergence: rank 1 trains with another weight decay (mpirun MPMD) -> the weight check names the step
 $MPI 1 $KEEL train "$T/fast.yaml" --out "$T/dv" --quiet --no-track --set train.distributed.check_every=5 : \
   -np 1 $KEEL train "$T/fast.yaml" --out "$T/dv" --quiet --no-track --set train.distributed.check_every=5 --set optimizer.weight_decay=0.5 > "$T/dv.log" 2>&1
