@@ -159,19 +159,25 @@ static int wait_reqs(tr_dist *d, MPI_Request *r, int n, const char *what, kl_err
     return KL_OK;
 }
 
-static int allreduce(tr_dist *d, void *buf, int64_t n, MPI_Datatype t, const char *what, kl_err *e) {
+static int allreduce(tr_dist *d, void *buf, int64_t n, MPI_Datatype t, size_t esize, const char *what, kl_err *e) {
     if (!d->on || d->world == 1 || n == 0) return KL_OK;
-    MPI_Request r;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, t, MPI_SUM, MPI_COMM_WORLD, &r);
-    if (rc != MPI_SUCCESS) return mpi_error(d, rc, what, e);
-    return wait_reqs(d, &r, 1, what, e);
+    for (int64_t off = 0; off < n;) { /* MPI counts are int */
+        int64_t k = KL_MIN(n - off, (int64_t)1 << 30);
+        MPI_Request r;
+        int rc =
+            MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)off * esize, (int)k, t, MPI_SUM, MPI_COMM_WORLD, &r);
+        if (rc != MPI_SUCCESS) return mpi_error(d, rc, what, e);
+        if ((rc = wait_reqs(d, &r, 1, what, e))) return rc;
+        off += k;
+    }
+    return KL_OK;
 }
 
 int tr_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e) {
-    return allreduce(d, buf, n, MPI_FLOAT, what, e);
+    return allreduce(d, buf, n, MPI_FLOAT, 4, what, e);
 }
 int tr_dist_allreduce_f64(tr_dist *d, double *buf, int64_t n, const char *what, kl_err *e) {
-    return allreduce(d, buf, n, MPI_DOUBLE, what, e);
+    return allreduce(d, buf, n, MPI_DOUBLE, 8, what, e);
 }
 
 int tr_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e) {
@@ -222,12 +228,16 @@ void tr_dist_reqs_free(tr_dist_reqs *q) {
 
 int tr_dist_iallreduce_f32(tr_dist *d, tr_dist_reqs *q, float *buf, int64_t n, kl_err *e) {
     if (!d->on || d->world == 1 || n == 0) return KL_OK;
-    if (q->n >= TR_DIST_MAX_REQ)
-        return kl_err_set(e, KL_ERANGE, "more than %d gradient buckets in flight", TR_DIST_MAX_REQ);
-    int rc =
-        MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, (MPI_Request *)q->req + q->n);
-    if (rc != MPI_SUCCESS) return mpi_error(d, rc, "gradient all-reduce", e);
-    q->n++;
+    for (int64_t off = 0; off < n;) { /* MPI counts are int */
+        int64_t k = KL_MIN(n - off, (int64_t)1 << 30);
+        if (q->n >= TR_DIST_MAX_REQ)
+            return kl_err_set(e, KL_ERANGE, "more than %d gradient buckets in flight", TR_DIST_MAX_REQ);
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                (MPI_Request *)q->req + q->n);
+        if (rc != MPI_SUCCESS) return mpi_error(d, rc, "gradient all-reduce", e);
+        q->n++;
+        off += k;
+    }
     return KL_OK;
 }
 
