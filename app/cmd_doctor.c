@@ -13,25 +13,32 @@ static const app_opt opts[] = {
     {"json", 0, 0, NULL, "machine-readable output", 0},
     {"fix-script", 0, 0, NULL, "print a shell script of the fixes for review (never run)", 0},
     {"data-dir", 0, 1, "DIR", "data folder to check (default: the current folder)", 0},
+    {"hostfile", 0, 1, "FILE", "also check every host of an MPI hostfile (resolves; local, or ssh answers)", 0},
 };
 
-static const char details[] =
-    "Checks kernel settings (swappiness, overcommit, transparent huge pages,\n"
-    "listen backlogs), the open-files limit, /dev/shm, memory and swap, the data\n"
-    "folder (exists, writable, free space, mount options), the CPU (model, AVX2/\n"
-    "FMA/F16C/AVX-512F, frequency governor), clock synchronisation and the NVIDIA\n"
-    "driver, CUDA toolkit and GPU memory. Nothing is changed.\n"
-    "\n"
-    "Each check is pass, warn, fail or info. Exit status: 0 when no check fails\n"
-    "(warnings included), 1 when one fails (e.g. a missing or unwritable data\n"
-    "folder, under 1 GiB free, a full /dev/shm), 2 for a usage error.\n"
-    "\n"
-    "KEEL_DOCTOR_ROOT=DIR reads /proc, /sys and /dev/shm under DIR (for tests).\n"
-    "See docs/doctor.md for every check and the driver/CUDA table.";
+static const char details[] = "Checks kernel settings (swappiness, overcommit, transparent huge pages,\n"
+                              "listen backlogs), the open-files limit, /dev/shm, memory and swap, the data\n"
+                              "folder (exists, writable, free space, mount options), the CPU (model, AVX2/\n"
+                              "FMA/F16C/AVX-512F, frequency governor), multi-rank training (mpirun, ranks x\n"
+                              "threads per host under a launcher, the hosts of --hostfile), clock\n"
+                              "synchronisation and the NVIDIA driver, CUDA toolkit and GPU memory. Nothing\n"
+                              "is changed.\n"
+                              "\n"
+                              "Each check is pass, warn, fail or info. Exit status: 0 when no check fails\n"
+                              "(warnings included), 1 when one fails (e.g. a missing or unwritable data\n"
+                              "folder, under 1 GiB free, a full /dev/shm), 2 for a usage error.\n"
+                              "\n"
+                              "KEEL_DOCTOR_ROOT=DIR reads /proc, /sys and /dev/shm under DIR (for tests).\n"
+                              "See docs/doctor.md for every check and the driver/CUDA table.";
 
-static const app_cmd_spec spec = {"doctor", "keel doctor [--json | --fix-script] [--data-dir DIR]",
-                                  "Check whether this machine is ready for AI work.", details,
-                                  opts, KL_ARRAY_LEN(opts), 0, 0};
+static const app_cmd_spec spec = {"doctor",
+                                  "keel doctor [--json | --fix-script] [--data-dir DIR] [--hostfile FILE]",
+                                  "Check whether this machine is ready for AI work.",
+                                  details,
+                                  opts,
+                                  KL_ARRAY_LEN(opts),
+                                  0,
+                                  0};
 
 static int use_color(void) {
     const char *nc = getenv("NO_COLOR");
@@ -53,6 +60,7 @@ int cmd_doctor(int argc, char **argv) {
     kl_err e = {0};
     kl_doctor_opts o = {0};
     o.data_dir = dir;
+    o.hostfile = app_get(&a, "hostfile");
     kl_doctor_report *r = NULL;
     if ((rc = kl_doctor_run(&o, &r, &e)) != KL_OK) return app_fail(&e);
 

@@ -18,6 +18,10 @@ static const app_opt opts[] = {
     {"no-track", 0, 0, NULL, "do not log the run (default: logged whenever a store is found: keel runs where)", 0},
     {"experiment", 0, 1, "NAME", "experiment of the logged run (default train)", 0},
     {"run-name", 0, 1, "NAME", "name of the logged run (default: the spec's file name)", 0},
+    {"distributed", 0, 1, "auto|mpi|off",
+     "data-parallel training on MPI: auto (when started by mpirun or srun), mpi (required), off", 0},
+    {"no-allreduce", 0, 0, NULL,
+     "benchmarks only: skip the gradient all-reduce of a multi-rank run (the ranks diverge)", 0},
     APP_OPT_VERIFY,
 };
 static const app_cmd_spec spec = {
@@ -30,8 +34,13 @@ static const app_cmd_spec spec = {
     "gives bit-identical weights at any thread count. --memory-limit (global) makes a plan\n"
     "above it fail before training. The run is logged to the experiment store whenever one\n"
     "is found ('keel runs where'; --no-track: not logged), and meta.json records its run id\n"
-    "so 'keel models register' links the version to it. See docs/training.md.",
-    opts, KL_ARRAY_LEN(opts), 1, 1};
+    "so 'keel models register' links the version to it. Started by 'mpirun -np N' (or srun),\n"
+    "N ranks train one model data-parallel (--threads is per rank; rank 0 writes DIR).\n"
+    "See docs/training.md.",
+    opts,
+    KL_ARRAY_LEN(opts),
+    1,
+    1};
 
 int cmd_train(int argc, char **argv) {
     app_args a;
@@ -55,6 +64,13 @@ int cmd_train(int argc, char **argv) {
     if ((rc = app_get_verify(&a, &spec, &o.verify)) >= 0) return rc;
     o.quiet = app_flag(&a, "quiet");
     o.json = app_flag(&a, "json");
+    const char *dist = app_get(&a, "distributed");
+    if (dist && strcmp(dist, "auto") && strcmp(dist, "mpi") && strcmp(dist, "off"))
+        return app_usage_error(&spec, "--distributed: auto, mpi or off, got '%s'", dist);
+    o.distributed = !dist || !strcmp(dist, "auto") ? KL_TRAIN_DIST_AUTO
+        : !strcmp(dist, "mpi")                     ? KL_TRAIN_DIST_MPI
+                                                   : KL_TRAIN_DIST_OFF;
+    o.dist_no_allreduce = app_flag(&a, "no-allreduce");
     const char *sets[APP_MAX_VALUES];
     o.nsets = app_get_all(&a, "set", sets, APP_MAX_VALUES);
     o.sets = sets;

@@ -48,6 +48,7 @@ typedef struct {
                               NULL = $KEEL_DOCTOR_ROOT, or "" (the real ones) */
     int exec_timeout_ms;   /* limit per external program (nvcc, nvidia-smi); <= 0 = 2000 */
     int no_exec;           /* 1: run no external programs */
+    const char *hostfile;  /* an MPI hostfile: is every host reachable (train.hostfile); NULL = no check */
 } kl_doctor_opts;
 
 typedef struct kl_doctor_report kl_doctor_report;
@@ -141,6 +142,19 @@ void kl_doctor_eval_mount(const char *mountinfo, const char *path, kl_doctor_che
 void kl_doctor_eval_clock(int rc, int status, long maxerror_us, long esterror_us,
                           kl_doctor_check *out);
 
+/* train.mpi: the output of `mpirun --version` (NULL = no mpirun on PATH),
+ * for data-parallel keel train (docs/training.md). */
+void kl_doctor_eval_mpi(const char *mpirun_output, kl_doctor_check *out);
+/* train.hostfile (keel doctor --hostfile FILE): what each host of an MPI
+ * hostfile answered: a local address (no ssh needed), ssh's port open,
+ * closed, or the name did not resolve. */
+enum { KL_DOCTOR_HOST_LOCAL, KL_DOCTOR_HOST_SSH, KL_DOCTOR_HOST_NO_SSH, KL_DOCTOR_HOST_UNRESOLVED };
+void kl_doctor_eval_hostfile(const char *path, const char (*hosts)[256], const int *state, int n, kl_doctor_check *out);
+/* train.ranks: ranks of this job on this host (0 = not started by a
+ * launcher), threads per rank and the CPUs this process may use: more
+ * rank x thread than CPUs oversubscribes the cores. */
+void kl_doctor_eval_ranks(int local_ranks, int threads, int cpus, kl_doctor_check *out);
+
 /* gpu.cuda: driver version ("535.104.05", NULL = no driver) and the output
  * of `nvcc --version` (NULL = no nvcc). */
 void kl_doctor_eval_cuda(const char *driver, const char *nvcc_output, kl_doctor_check *out);
@@ -200,6 +214,10 @@ typedef struct {
 /* nvidia-smi CSV lines "NVIDIA H100 80GB HBM3, 81559 MiB, 0 MiB"; *n = GPUs
  * found (at most max). KL_EPARSE when a line is malformed. */
 int kl_doctor_parse_nvsmi(const char *text, kl_doctor_gpu *gpus, int max, int *n);
+
+/* An MPI hostfile ("node-a slots=2 max_slots=4", '#' comments): the host
+ * names in order, at most max. KL_EPARSE for a malformed line (*n = its number). */
+int kl_doctor_parse_hostfile(const char *text, char (*hosts)[256], int max, int *n);
 
 /* Compares dotted numeric versions ("535.104.05" vs "535.54.03"): <0, 0, >0.
  * Missing parts count as 0. */

@@ -186,6 +186,15 @@ const kl_tensor *kl_plan_value(const kl_plan *p, int v);
  * KL_ESHAPE naming the output. */
 int kl_plan_run_into(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in,
                      kl_tensor *const *outputs, size_t n_out, void *arena, kl_pool *pool, kl_err *e);
+/* As kl_plan_run_into, calling hook(ctx, node) on the calling thread after
+ * each node of g has run (a per-sample prefix: after all its samples): an
+ * output of a static plan (kl_plan_is_dynamic 0) written in place is final
+ * once the node producing it has run, so a trainer can start sending a
+ * gradient while the rest of the backward pass runs. */
+typedef void (*kl_plan_node_fn)(void *ctx, int node);
+int kl_plan_run_into_hook(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in,
+                          kl_tensor *const *outputs, size_t n_out, void *arena, kl_pool *pool, kl_plan_node_fn hook,
+                          void *hook_ctx, kl_err *e);
 
 /* ---- Autodiff ----
  * Appends to g the nodes computing d(loss)/d(wrt[i]) for a float value

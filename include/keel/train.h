@@ -28,6 +28,8 @@ typedef struct {
  * metrics.csv (and its checkpoints), not the model artifacts. */
 typedef int (*kl_train_epoch_fn)(void *ctx, const kl_train_epoch *ep);
 
+enum { KL_TRAIN_DIST_AUTO = 0, KL_TRAIN_DIST_MPI = 1, KL_TRAIN_DIST_OFF = 2 };
+
 typedef struct {
     const char *out_dir;        /* artifacts folder (created) */
     int resume;                 /* continue from the newest valid checkpoint in out_dir */
@@ -52,6 +54,10 @@ typedef struct {
     void *on_epoch_ctx;
     int verify;                 /* kl_verify_mode (keel/data.h) of a Parquet dataset's files
                                    against its manifest: 0 = full sha256 (default) */
+    int distributed;            /* KL_TRAIN_DIST_AUTO: data-parallel on MPI when a launcher (mpirun, srun)
+                                   started keel; _MPI: required; _OFF: one process (docs/training.md) */
+    int dist_no_allreduce;      /* benchmark baseline only: skip the gradient all-reduce (the ranks
+                                   diverge; the weight check is off) */
 } kl_train_opts;
 
 /* Trains SPEC into opts->out_dir. Spec errors name the line / layer; data

@@ -653,6 +653,78 @@ void kl_doctor_eval_clock(int rc, int status, long maxerror_us, long esterror_us
 }
 
 /* ==================================================================
+ * multi-rank training (MPI)
+ * ================================================================== */
+
+void kl_doctor_eval_mpi(const char *out, kl_doctor_check *c) {
+    kl__doctor_init(c, "train.mpi");
+    kl__doctor_recommended(c, "Open MPI (mpirun) for data-parallel training");
+    kl__doctor_why(c,
+                   "`mpirun -np N keel train` trains one model over N ranks (docs/training.md, "
+                   "\"Data-parallel training on MPI\"); one-process training does not need it.");
+    if (!out) {
+        c->status = KL_DOCTOR_INFO;
+        kl__doctor_observed(c, "no mpirun on PATH");
+        kl__doctor_fix(c, "apt-get install openmpi-bin libopenmpi-dev   # only for multi-rank training");
+        return;
+    }
+    size_t n = strcspn(out, "\n");
+    c->status = KL_DOCTOR_PASS;
+    kl__doctor_observed(c, "%.*s", (int)(n < 120 ? n : 120), out);
+}
+
+void kl_doctor_eval_hostfile(const char *path, const char (*hosts)[256], const int *state, int n, kl_doctor_check *c) {
+    kl__doctor_init(c, "train.hostfile");
+    kl__doctor_recommended(c, "every host resolves; remote ones answer on ssh (port 22)");
+    kl__doctor_why(c,
+                   "mpirun starts the ranks of other hosts over ssh and they exchange gradients over TCP: "
+                   "a host that does not resolve or answer stops a multi-host training before its first step.");
+    int bad = 0, no_ssh = 0;
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        if (state[i] == KL_DOCTOR_HOST_LOCAL || state[i] == KL_DOCTOR_HOST_SSH) continue;
+        bad++;
+        no_ssh += state[i] == KL_DOCTOR_HOST_NO_SSH;
+        if (o < sizeof c->observed)
+            o += (size_t)snprintf(c->observed + o, sizeof c->observed - o, "%s%s: %s", o ? "; " : "", hosts[i],
+                                  state[i] == KL_DOCTOR_HOST_NO_SSH ? "ssh port closed" : "not resolved");
+    }
+    if (!bad) {
+        c->status = KL_DOCTOR_PASS;
+        kl__doctor_observed(c, "%s: %d hosts, all reachable", path, n);
+        return;
+    }
+    c->status = KL_DOCTOR_FAIL;
+    kl__doctor_fix(c, "# %s: fix the names in the hostfile or DNS/hosts%s", path,
+                   no_ssh ? "\n# start sshd on the hosts whose ssh port is closed (apt-get install openssh-server)"
+                          : "");
+}
+
+void kl_doctor_eval_ranks(int ranks, int threads, int cpus, kl_doctor_check *c) {
+    kl__doctor_init(c, "train.ranks");
+    kl__doctor_recommended(c, "ranks on a host x threads per rank <= its CPUs");
+    kl__doctor_why(c,
+                   "each rank of a data-parallel run has its own thread pool (--threads is per rank) and "
+                   "every step waits for the slowest rank: ranks that share cores slow down all of them.");
+    if (ranks <= 0) {
+        c->status = KL_DOCTOR_INFO;
+        kl__doctor_observed(c, "not started by a launcher (%d threads, %d CPUs)", threads, cpus);
+        kl__doctor_fix(c, "# `mpirun -np N keel doctor --threads T` checks a multi-rank layout");
+        return;
+    }
+    long use = (long)ranks * threads;
+    kl__doctor_observed(c, "%d ranks on this host x %d thread%s = %ld of %d CPUs", ranks, threads,
+                        threads == 1 ? "" : "s", use, cpus);
+    if (cpus > 0 && use > cpus) {
+        c->status = KL_DOCTOR_WARN;
+        kl__doctor_fix(c, "mpirun -np %d keel train ... --threads %d   # or fewer ranks per host", ranks,
+                       cpus / ranks > 0 ? cpus / ranks : 1);
+        return;
+    }
+    c->status = KL_DOCTOR_PASS;
+}
+
+/* ==================================================================
  * CUDA toolkit and GPU memory
  * ================================================================== */
 

@@ -449,3 +449,38 @@ int kl_doctor_driver_max_cuda(const char *driver, char *out, size_t n) {
         }
     return KL_ENOTFOUND;
 }
+
+/* ------------------------------------------------------------------
+ * MPI hostfile
+ * ------------------------------------------------------------------ */
+
+int kl_doctor_parse_hostfile(const char *text, char (*hosts)[256], int max, int *n) {
+    const char *p = text, *ls;
+    size_t len;
+    int line = 0;
+    *n = 0;
+    while (next_line(&p, &ls, &len)) {
+        line++;
+        const char *h = memchr(ls, '#', len);
+        size_t l = h ? (size_t)(h - ls) : len, i = 0;
+        while (i < l && isspace((unsigned char)ls[i])) i++;
+        if (i == l) continue;
+        size_t b = i;
+        while (i < l && !isspace((unsigned char)ls[i])) i++;
+        for (size_t j = i; j < l;) { /* key=value words: slots, max_slots (whole numbers) */
+            while (j < l && isspace((unsigned char)ls[j])) j++;
+            size_t w = j;
+            while (j < l && !isspace((unsigned char)ls[j])) j++;
+            if (w == j) break;
+            const char *eq = memchr(ls + w, '=', j - w);
+            int ok = eq && eq + 1 < ls + j;
+            for (const char *d = eq ? eq + 1 : ls + j; ok && d < ls + j; d++) ok = isdigit((unsigned char)*d) != 0;
+            if (!ok) {
+                *n = line;
+                return KL_EPARSE;
+            }
+        }
+        if (*n < max) copy_str(hosts[(*n)++], 256, ls + b, i - b);
+    }
+    return KL_OK;
+}

@@ -5,6 +5,8 @@
 #include "doctor_int.h"
 
 #include <errno.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -268,6 +270,65 @@ static char *run_prog(const ctx *x, const char *path, const char *a1, const char
  * kl_doctor_run
  * ================================================================== */
 
+static int add(kl_doctor_report *r, const kl_doctor_check *c, kl_err *e);
+
+/* What a hostfile's host answers: an address of this machine (binding it
+ * works: mpirun starts those ranks itself), else ssh's port within 1 s. */
+static int host_state(const char *host) {
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, "22", &hints, &ai) != 0 || !ai) return KL_DOCTOR_HOST_UNRESOLVED;
+    int state = KL_DOCTOR_HOST_NO_SSH;
+    for (struct addrinfo *a = ai; a && state != KL_DOCTOR_HOST_LOCAL; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        struct sockaddr_storage ss;
+        memcpy(&ss, a->ai_addr, a->ai_addrlen);
+        if (ss.ss_family == AF_INET) ((struct sockaddr_in *)&ss)->sin_port = 0;
+        else if (ss.ss_family == AF_INET6) ((struct sockaddr_in6 *)&ss)->sin6_port = 0;
+        if (bind(fd, (struct sockaddr *)&ss, a->ai_addrlen) == 0) state = KL_DOCTOR_HOST_LOCAL;
+        close(fd);
+    }
+    for (struct addrinfo *a = ai; a && state == KL_DOCTOR_HOST_NO_SSH; a = a->ai_next) {
+        int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) continue;
+        if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) state = KL_DOCTOR_HOST_SSH;
+        else if (errno == EINPROGRESS) {
+            struct pollfd pf = {fd, POLLOUT, 0};
+            int err = 0;
+            socklen_t el = sizeof err;
+            if (poll(&pf, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && !err)
+                state = KL_DOCTOR_HOST_SSH;
+        }
+        close(fd);
+    }
+    freeaddrinfo(ai);
+    return state;
+}
+
+/* train.hostfile: every host of the given MPI hostfile */
+static int hostfile_check(kl_doctor_report *r, const char *path, kl_doctor_check *c, kl_err *e) {
+    char *text = NULL, (*hosts)[256] = calloc(256, 256);
+    int n = 0, state[256], rc;
+    if (!hosts) return kl_err_set(e, KL_ENOMEM, "doctor: out of memory");
+    if ((rc = kl_read_file_max(path, 1 << 20, &text, NULL, e))) {
+        free(hosts);
+        kl_err_prefix(e, "--hostfile");
+        return rc;
+    }
+    rc = kl_doctor_parse_hostfile(text, hosts, 256, &n);
+    kl_mem_free(text);
+    if (rc) {
+        free(hosts);
+        return kl_err_set(e, KL_EPARSE, "--hostfile %s:%d: not an MPI hostfile line (\"HOST [slots=N] [max_slots=N]\")",
+                          path, n);
+    }
+    for (int i = 0; i < n; i++) state[i] = host_state(hosts[i]);
+    kl_doctor_eval_hostfile(path, (const char(*)[256])hosts, state, n, c);
+    free(hosts);
+    return add(r, c, e);
+}
+
 static int add(kl_doctor_report *r, const kl_doctor_check *c, kl_err *e) {
     return kl_doctor_report_add(r, c, e);
 }
@@ -379,6 +440,24 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
     if ((rc = kl_doctor_eval_text("cpu.simd", cpuinfo, &c, e)) || (rc = add(r, &c, e))) goto fail;
     if ((rc = add_file_check(r, x, "cpu.governor", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", e)))
         goto fail;
+
+    /* multi-rank training: mpirun, and the layout when a launcher started keel doctor */
+    {
+        char path[PATH_MAX + 64];
+        char *mv = NULL;
+        int st = 0;
+        if (!x->no_exec && kl__doctor_which("mpirun", path, sizeof path))
+            mv = run_prog(x, path, "--version", NULL, NULL, &st);
+        kl_doctor_eval_mpi(mv && st == 0 ? mv : NULL, &c);
+        free(mv);
+        if ((rc = add(r, &c, e))) goto fail;
+        const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); /* the launcher's contract: Open MPI, then Slurm */
+        if (!lr) lr = getenv("SLURM_STEP_TASKS_PER_NODE");
+        kl_doctor_eval_ranks(lr ? atoi(lr) : 0, kl_threads_default(), affinity_cpus(), &c);
+        if ((rc = add(r, &c, e))) goto fail;
+    }
+
+    if (o->hostfile && (rc = hostfile_check(r, o->hostfile, &c, e))) goto fail;
 
     /* clock */
     {

@@ -588,7 +588,8 @@ done:
 
 /* outputs (new tensors) or into (caller tensors, entries may be NULL = not wanted). */
 static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
-                    kl_tensor *const *into, size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
+                    kl_tensor *const *into, size_t n_out, void *arena, kl_pool *pool, kl_plan_node_fn hook,
+                    void *hook_ctx, kl_err *e) {
     int rc = KL_OK;
     int prof_on = kl__prof_on();
     char *A = arena;
@@ -644,6 +645,7 @@ static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *input
     for (int i = 0; split && i < g->n_inputs; i++) /* a strided input view is not cut into samples */
         if (p->v[g->inputs[i]].bat && !kl_tensor_is_contiguous(&T[g->inputs[i]])) split = 0;
     if (split && (rc = run_split(p, g, A, T, &x, prof_on, e))) goto done;
+    for (int s = 0; hook && split && s < p->split_end; s++) hook(hook_ctx, p->steps[s]);
     for (int s = split ? p->split_end : 0; s < p->n_steps; s++) {
         kl_gnode *n = &g->nodes[p->steps[s]];
         kl_tensor *in[MAX_IO], *o[MAX_IO];
@@ -653,6 +655,7 @@ static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *input
             int64_t t0 = prof_on ? kl_time_mono_ns() : 0;
             if ((rc = n->op->run(n, in, n->n_in, o, n->n_out, &x, e))) goto done;
             if (prof_on) kl__prof_add(n, in, n->n_in, o, n->n_out, (kl_time_mono_ns() - t0) / 1e6);
+            if (hook) hook(hook_ctx, p->steps[s]);
             continue;
         }
         /* dynamic step */
@@ -675,6 +678,7 @@ static int run_impl(const kl_plan *p, kl_graph *g, const kl_tensor *const *input
                 outs[v] = NULL;
             }
         }
+        if (hook) hook(hook_ctx, p->steps[s]);
     }
     if (into) {
         /* copy what was not written in place: constants, inputs, dynamic values, repeated outputs */
@@ -719,10 +723,16 @@ done:
 
 int kl_plan_run(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in, kl_tensor **outputs,
                 size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
-    return run_impl(p, g, inputs, n_in, outputs, NULL, n_out, arena, pool, e);
+    return run_impl(p, g, inputs, n_in, outputs, NULL, n_out, arena, pool, NULL, NULL, e);
 }
 
 int kl_plan_run_into(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in,
                      kl_tensor *const *outputs, size_t n_out, void *arena, kl_pool *pool, kl_err *e) {
-    return run_impl(p, g, inputs, n_in, NULL, outputs, n_out, arena, pool, e);
+    return run_impl(p, g, inputs, n_in, NULL, outputs, n_out, arena, pool, NULL, NULL, e);
+}
+
+int kl_plan_run_into_hook(const kl_plan *p, kl_graph *g, const kl_tensor *const *inputs, size_t n_in,
+                          kl_tensor *const *outputs, size_t n_out, void *arena, kl_pool *pool, kl_plan_node_fn hook,
+                          void *hook_ctx, kl_err *e) {
+    return run_impl(p, g, inputs, n_in, NULL, outputs, n_out, arena, pool, hook, hook_ctx, e);
 }

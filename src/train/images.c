@@ -171,6 +171,8 @@ int tr_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_
     c.shuffle = train && s->shuffle;
     c.drop_last = train && s->drop_last;
     c.epochs = epochs;
+    c.rank = im->rank;
+    c.world = im->world;
     return kl_loader_new(&im->src, &c, &im->ld, e);
 }
 

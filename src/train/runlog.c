@@ -183,6 +183,12 @@ static void spec_params(params *p, const tr_spec *s, const tr_model *m) {
     padd(p, "train.drop_last", "%s", s->drop_last ? "true" : "false");
     padd(p, "train.checkpoint_every", "%lld", (long long)s->ckpt_every);
     padd(p, "train.precision", "%s", s->fp16 ? "fp16" : "fp32");
+    padd(p, "train.deterministic", "%s", s->deterministic ? "true" : "false");
+    padd(p, "train.distributed.micro_batches", "%lld", (long long)s->micro_batches);
+    padd(p, "train.distributed.bucket_mb", "%s", num(s->bucket_mb, a, sizeof a));
+    padd(p, "train.distributed.first_bucket_mb", "%s", num(s->first_bucket_mb, a, sizeof a));
+    padd(p, "train.distributed.check_every", "%lld", (long long)s->check_every);
+    padd(p, "train.distributed.timeout", "%s", num(s->dist_timeout, a, sizeof a));
     if (s->patience) {
         padd(p, "train.early_stopping.patience", "%lld", (long long)s->patience);
         padd(p, "train.early_stopping.monitor", "%s", s->monitor);

@@ -49,6 +49,27 @@ static int rng_double(const kl_node *map, const char *key, double def, double lo
     return KL_OK;
 }
 
+/* train.distributed: data-parallel training (docs/training.md, "Data-parallel
+ * training"): gradient buckets, deterministic micro-batches, the weight check
+ * and the timeout for the other ranks. */
+static int dist_spec(const kl_node *tr, tr_spec *s, kl_err *e) {
+    const kl_node *d = kl_node_get(tr, "distributed");
+    if (!d) return KL_OK;
+    static const char *k[] = {"micro_batches", "bucket_mb", "first_bucket_mb", "check_every", "timeout"};
+    int rc;
+    if ((rc = kl_spec_check_keys(d, k, KL_ARRAY_LEN(k), e))) return rc;
+    if ((rc = pos_int(d, "micro_batches", 8, 1, &s->micro_batches, e)) ||
+        (rc = pos_int(d, "check_every", 100, 0, &s->check_every, e)) ||
+        (rc = rng_double(d, "bucket_mb", 25, 0.001, 1e6, &s->bucket_mb, e)) ||
+        (rc = rng_double(d, "first_bucket_mb", 1, 0.001, 1e6, &s->first_bucket_mb, e)) ||
+        (rc = rng_double(d, "timeout", 120, 0.1, 1e7, &s->dist_timeout, e)))
+        return rc;
+    if (s->micro_batches & (s->micro_batches - 1) || s->micro_batches > 4096)
+        return kl_node_error(kl_node_get(d, "micro_batches"), e, KL_EINVAL,
+                             "micro_batches: a power of two up to 4096, got %lld", (long long)s->micro_batches);
+    return KL_OK;
+}
+
 static int parse_layer(const kl_node *n, tr_lspec *L, int idx, kl_err *e) {
     int rc;
     const char *type;
@@ -283,12 +304,18 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     }
     /* train */
     const kl_node *tr = kl_node_get(root, "train");
+    s->micro_batches = 8;
+    s->bucket_mb = 25;
+    s->first_bucket_mb = 1;
+    s->check_every = 100;
+    s->dist_timeout = 120;
     s->epochs = 10; s->batch = 32; s->shuffle = 1; s->val_fraction = 0.1; s->log_every = 1;
     snprintf(s->monitor, sizeof s->monitor, "val_loss");
     s->ls_init = 65536; s->ls_growth = 2; s->ls_backoff = 0.5; s->ls_interval = 2000; s->ls_min = 1.0 / 65536;
     if (tr) {
-        static const char *k[] = {"epochs", "batch_size", "max_steps", "grad_clip", "val_fraction", "shuffle",
-                                  "drop_last", "checkpoint_every", "early_stopping", "init", "precision", "loss_scale"};
+        static const char *k[] = {"epochs",    "batch_size", "max_steps",        "grad_clip",      "val_fraction",
+                                  "shuffle",   "drop_last",  "checkpoint_every", "early_stopping", "init",
+                                  "precision", "loss_scale", "deterministic",    "distributed"};
         if ((rc = kl_spec_check_keys(tr, k, KL_ARRAY_LEN(k), e))) return rc;
         if ((rc = pos_int(tr, "epochs", 10, 1, &s->epochs, e)) || (rc = pos_int(tr, "batch_size", 32, 1, &s->batch, e)) ||
             (rc = pos_int(tr, "max_steps", 0, 0, &s->max_steps, e)) || (rc = pos_int(tr, "checkpoint_every", 0, 0, &s->ckpt_every, e)))
@@ -309,6 +336,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
                 (rc = rng_double(ls, "min", 1.0 / 65536, 0, 1e38, &s->ls_min, e)))
                 return rc;
         }
+        if ((rc = kl_spec_bool(tr, "deterministic", 0, &s->deterministic, e)) || (rc = dist_spec(tr, s, e))) return rc;
         const char *ip;
         if ((rc = kl_spec_str(tr, "init", "", &ip, e))) return rc;
         if (*ip && (rc = rel_path(s, ip, &s->init_path, e))) return rc;

@@ -30,6 +30,8 @@ struct tr_stepg {
     float *stage;               /* BN running stats staging (nbuf floats) */
     int64_t *ids;               /* integer inputs converted from the float batch */
     uint64_t act_bytes, arena_bytes;
+    kl_plan_node_fn hook; /* tr_step_set_hook: after each node of the run */
+    void *hook_ctx;
 };
 
 enum { OUT_LOSS, OUT_GRAD, OUT_RMEAN, OUT_RVAR, OUT_OTHER };
@@ -78,6 +80,24 @@ static void shape_inputs(tr_model *m, int64_t Bn) {
 }
 
 int tr_step_nodes(const tr_model *m) { return m->st ? m->st->g->n_nodes : 0; }
+
+void tr_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx) {
+    m->st->hook = fn;
+    m->st->hook_ctx = ctx;
+}
+
+void tr_step_grad_producers(const tr_model *m, int *node_of_ref, int nref) {
+    const tr_stepg *st = m->st;
+    const kl_graph *g = st->g;
+    for (int r = 0; r < nref; r++) node_of_ref[r] = -1;
+    for (int i = 0; i < st->n_out; i++) {
+        if (st->out_kind[i] != OUT_GRAD || st->out_ref[i] < 0 || st->out_ref[i] >= nref) continue;
+        int v = g->outputs[i];
+        for (int n = 0; n < g->n_nodes && node_of_ref[st->out_ref[i]] < 0; n++)
+            for (int k = 0; k < g->nodes[n].n_out; k++)
+                if (g->nodes[n].outputs[k] == v) node_of_ref[st->out_ref[i]] = n;
+    }
+}
 uint64_t tr_step_arena_bytes(const tr_model *m) { return m->st ? m->st->arena_bytes : 0; }
 
 int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e) {
@@ -243,13 +263,20 @@ int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf,
             if (!(m->arena = kl_mem_alloc_e((size_t)m->arena_bytes, KL_TAG_ACTIVATIONS, e))) return KL_ENOMEM;
         }
     }
-    if ((rc = kl_plan_run_into(st->plan[k], st->g, ins, (size_t)st->n_in, outs, (size_t)st->n_out, m->arena, m->pool,
-                               e)))
-        return rc;
+    /* with a hook (data-parallel: start a gradient bucket's all-reduce when it
+     * is final), only a static plan: a dynamic one copies its outputs at the end */
+    int hook = st->hook && !kl_plan_is_dynamic(st->plan[k]);
+    if (hook)
+        rc = kl_plan_run_into_hook(st->plan[k], st->g, ins, (size_t)st->n_in, outs, (size_t)st->n_out, m->arena,
+                                   m->pool, st->hook, st->hook_ctx, e);
+    else
+        rc = kl_plan_run_into(st->plan[k], st->g, ins, (size_t)st->n_in, outs, (size_t)st->n_out, m->arena, m->pool, e);
+    if (rc) return rc;
     for (int i = 0; i < st->n_out; i++) /* the updated running statistics */
         if (st->out_kind[i] == OUT_RMEAN || st->out_kind[i] == OUT_RVAR)
             memcpy((char *)m->bufs + ((char *)st->out[i].data - (char *)st->stage), st->out[i].data, st->out[i].nbytes);
-    if (m->fp16) tr_round_f16(m->grads, m->nparams); /* gradients at float16 precision */
+    if (m->fp16 && !st->hook)
+        tr_round_f16(m->grads, m->nparams); /* gradients at float16 precision (with a hook: its job) */
     *loss = st->loss;
     return KL_OK;
 }

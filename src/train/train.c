@@ -230,6 +230,22 @@ typedef struct {
     tr_images *im;                                                  /* image shards */
 } tr_batches;
 
+/* Rows [r0, r0 + n) of epoch `epoch`'s order of the arrays: the order is a
+ * function of (seed, epoch) only, so a rank takes its rows of a global batch
+ * without any exchange. Pointers valid until the next call. */
+static void batch_rows(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t r0, int64_t n, const float **x,
+                       const int64_t **yi, const float **yf) {
+    if (bs->idx_epoch != epoch) {
+        memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
+        if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
+        bs->idx_epoch = epoch;
+    }
+    gather_rows(m, bs->d, bs->idx + r0, n, bs->xb, bs->yb, bs->yfb);
+    *x = bs->xb;
+    *yi = bs->yb;
+    *yf = bs->yfb;
+}
+
 /* Batch b of epoch `epoch` (of size B, the last may be shorter). Pointers
  * valid until the next call. */
 static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t b, int64_t B, const float **x, const int64_t **yi,
@@ -245,15 +261,8 @@ static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t
         *x = kb.images; *yi = kb.labels; *yf = NULL; *nb = kb.n;
         return KL_OK;
     }
-    if (bs->idx_epoch != epoch) {
-        memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
-        if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
-        bs->idx_epoch = epoch;
-    }
-    int64_t b0 = b * B;
-    *nb = KL_MIN(B, bs->n - b0);
-    gather_rows(m, bs->d, bs->idx + b0, *nb, bs->xb, bs->yb, bs->yfb);
-    *x = bs->xb; *yi = bs->yb; *yf = bs->yfb;
+    *nb = KL_MIN(B, bs->n - b * B);
+    batch_rows(bs, m, epoch, b * B, *nb, x, yi, yf);
     return KL_OK;
 }
 
@@ -735,107 +744,216 @@ static void print_plan(FILE *f, const uint64_t bytes[5], uint64_t data_bytes) {
     fprintf(f, "  %-12s %12s (all parts live together)\n", "peak", kl_fmt_bytes(tot + data_bytes, b, sizeof b));
 }
 
-int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
-    tr_spec *s = NULL;
-    tr_model *m = NULL;
-    tr_data d = {0}, dv = {0};
-    tr_dsinfo dsi = {0};
-    kl_track *trk = NULL;
-    kl_track_run *trun = NULL;
-    tr_optim opt = {0};
-    tr_rows rows = {0};
-    size_t rows_logged = 0; /* rows[0..rows_logged) are in the experiment store */
-    tr_images imt = {0}, imv = {0};
-    int64_t *idx_tr = NULL, *idx_va = NULL, *yb = NULL, *base_tr = NULL;
-    float *xb = NULL, *yfb = NULL;
-    kl_progress *pr = NULL;
-    FILE *rep = o->report ? o->report : stdout;
-    char p[4096], ckdir[4096];
+/* kl_train_run in named stages over one run context (tr_run):
+ *   run_open       spec, MPI (rank and world, src/train/dist.c), model, experiment-store run (rank 0)
+ *   run_data       training and validation rows (.npy, Parquet, image shards)
+ *   run_plan       steps per epoch, the memory plan and --memory-limit
+ *   run_alloc      parameters, optimizer, initial weights, batch buffers, output folders
+ *   run_resume     --resume: the newest valid checkpoint
+ *   run_loop       epochs of steps (run_step: batch, step, update, checkpoint)
+ *                  and epoch ends (run_epoch_end: validation, early stopping)
+ *   run_artifacts  model.safetensors (best epoch), model.onnx, metrics, card, meta.json
+ *   run_track_end  the final metrics and artifacts in the experiment store
+ *   run_summary    the summary line(s) or --json
+ * Each stage returns KL_OK or an error code; kl_train_run frees whatever was made. */
+typedef struct {
+    const char *spec_path;
+    const kl_train_opts *o;
+    FILE *rep;
+    tr_spec *s;
+    tr_model *m;
+    tr_data d, dv;
+    const tr_data *vd; /* the validation rows' arrays (d or dv) */
+    tr_dsinfo dsi;
+    kl_track *trk;
+    kl_track_run *trun;
+    tr_optim opt;
+    tr_rows rows;
+    size_t rows_logged; /* rows[0..rows_logged) are in the experiment store */
+    tr_images imt, imv;
+    int images; /* data.shards: batches from the loader */
+    int64_t *idx_tr, *idx_va, *yb, *base_tr;
+    float *xb, *yfb;
+    int64_t ntr, nva, B, steps_per_epoch, total;
+    kl_progress *pr;
+    char p[4096], ckdir[4096], bestp[4096];
+    int lower_better, cb_stop, nhist, best_used;
+    tr_pos pos;
+    double scale_hist[16];
+    int64_t crash_at, samples;
+    struct timespec t0;
+    double secs;
+    tr_eval fin_val, fin_train;
+    tr_batches bt, bv;
+    tr_dist dist;          /* rank and world (1 without MPI) */
+    tr_par *par;           /* the step's gradients over the ranks (parallel.c) */
+    int64_t L;             /* rows the step is planned for: B, or a rank's / micro-batch's share */
+    int lead;              /* rank 0: writes every output */
+    double rank_s[3 * 64]; /* per rank: step, compute, communication seconds (rank 0, at the end) */
+} tr_run;
+
+static int run_open(tr_run *r, kl_err *e) {
+    const kl_train_opts *o = r->o;
     int rc;
-    openblas_set_num_threads(1);
-    if ((rc = tr_spec_load_set(spec_path, o->sets, o->nsets, &s, e))) goto fail;
-    if (s->ds) s->ds->verify = o->verify;
-    if ((rc = tr_model_new(s, &m, e))) goto fail;
-    if (o->tracking && (rc = tr_runlog_start(o, s, m, spec_path, &trk, &trun, e))) goto fail;
-    if (trun && o->run_id_out) *o->run_id_out = kl_track_run_id(trun);
-    /* data: .npy X/y, a Parquet source (data.dataset, src/train/data_pq.c) or image shards (the loader) */
-    int images = s->shards != NULL;
-    if (!images && !s->ds && (!s->x_path || !s->y_path)) {
-        rc = kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), data.dataset or data.shards are required", spec_path);
-        goto fail;
+    if ((rc = tr_spec_load_set(r->spec_path, o->sets, o->nsets, &r->s, e))) return rc;
+    if (r->s->ds) r->s->ds->verify = o->verify;
+    if ((rc = tr_dist_start(&r->dist, o->distributed, r->s->dist_timeout, e))) return rc;
+    r->lead = r->dist.rank == 0;
+    if ((rc = tr_model_new(r->s, &r->m, e))) return rc;
+    if (o->tracking && r->lead && (rc = tr_runlog_start(o, r->s, r->m, r->spec_path, &r->trk, &r->trun, e))) return rc;
+    if (r->trun && o->run_id_out) *o->run_id_out = kl_track_run_id(r->trun);
+    return KL_OK;
+}
+
+/* rows 0..n-1 as an index list */
+static int64_t *iota_rows(int64_t n, kl_err *e) {
+    int64_t *v = malloc((size_t)(n + 1) * 8);
+    if (!v) {
+        kl_err_set(e, KL_ENOMEM, "out of memory");
+        return NULL;
     }
-    int64_t ntr, nva;
-    const tr_data *vd = &d;
-    int ds_val = s->ds && s->ds->has_split && (s->ds->split_col ? s->ds->nvals[1] > 0 : s->ds->frac[1] > 0);
-    if (images) {
-        /* image shard sets through the loader */
-        if ((rc = tr_images_open_set(&imt, s, m, s->shards, e))) goto fail;
-        d.shards_id = kl_shardset_id(imt.set);
-        if ((rc = tr_images_open_set(&imv, s, m, s->val_shards ? s->val_shards : s->shards, e))) goto fail;
-        if (s->val_shards) {
-            ntr = kl_shardset_count(imt.set); nva = kl_shardset_count(imv.set);
-            idx_tr = malloc((size_t)(ntr + 1) * 8);
-            if (!idx_tr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-            for (int64_t i = 0; i < ntr; i++) idx_tr[i] = i;
-        } else if ((rc = tr_split_rows(kl_shardset_count(imt.set), s->seed, s->val_fraction, &idx_tr, &ntr, &idx_va, &nva, e))) goto fail;
-    } else if (s->ds) {
-        if ((rc = data_load_ds(m, TR_PART_TRAIN, &d, &dsi, e))) goto fail;
-    } else if ((rc = data_load(m, s->x_path, s->y_path, &d, e))) goto fail;
-    if (images) {
-    } else if (s->val_x || ds_val) {
-        if (ds_val) {
-            if ((rc = data_load_ds(m, TR_PART_VAL, &dv, NULL, e))) goto fail;
-        } else {
-            if (!s->val_y) { rc = kl_err_set(e, KL_EINVAL, "%s: data.val_x needs data.val_y", spec_path); goto fail; }
-            if ((rc = data_load(m, s->val_x, s->val_y, &dv, e))) goto fail;
-        }
-        vd = &dv;
-        ntr = d.n; nva = dv.n;
-        idx_tr = malloc((size_t)(ntr + 1) * 8); idx_va = malloc((size_t)(nva + 1) * 8);
-        if (!idx_tr || !idx_va) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < ntr; i++) idx_tr[i] = i;
-        for (int64_t i = 0; i < nva; i++) idx_va[i] = i;
-    } else if ((rc = tr_split_rows(d.n, s->seed, s->val_fraction, &idx_tr, &ntr, &idx_va, &nva, e))) goto fail;
-    if (ntr < 1) { rc = kl_err_set(e, KL_EINVAL, "no training rows left after the validation split"); goto fail; }
-    int64_t B = KL_MIN(s->batch, ntr);
-    if (images && ((rc = tr_images_start(&imt, s, idx_tr, ntr, 1, B, s->epochs, e)) ||
-                   (nva && (rc = tr_images_start(&imv, s, idx_va, nva, 0, B, 1, e)))))
-        goto fail;
-    int64_t steps_per_epoch = images ? kl_loader_batches_per_epoch(imt.ld) : s->drop_last ? ntr / B : (ntr + B - 1) / B;
-    if (steps_per_epoch < 1) steps_per_epoch = 1;
-    int64_t total = s->epochs * steps_per_epoch;
-    if (s->max_steps && s->max_steps < total) total = s->max_steps;
-    if (o->max_steps && o->max_steps < total) total = o->max_steps;
-    /* memory plan, before any allocation of the model */
-    uint64_t plan[5], tot = 0, data_bytes = (uint64_t)(d.n + dv.n) * (uint64_t)(m->in_numel * 4 + (d.yi ? 8 : m->out_numel * 4));
-    if (images) /* the loaders' batch buffers: prefetch + 1 each */
-        data_bytes = (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) * (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8);
+    for (int64_t i = 0; i < n; i++) v[i] = i;
+    return v;
+}
+
+/* image shard sets through the loader: training and validation records */
+static int run_data_images(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    int rc;
+    if ((rc = tr_images_open_set(&r->imt, s, r->m, s->shards, e))) return rc;
+    r->d.shards_id = kl_shardset_id(r->imt.set);
+    if ((rc = tr_images_open_set(&r->imv, s, r->m, s->val_shards ? s->val_shards : s->shards, e))) return rc;
+    if (!s->val_shards)
+        return tr_split_rows(kl_shardset_count(r->imt.set), s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va,
+                             &r->nva, e);
+    r->ntr = kl_shardset_count(r->imt.set);
+    r->nva = kl_shardset_count(r->imv.set);
+    return (r->idx_tr = iota_rows(r->ntr, e)) ? KL_OK : KL_ENOMEM;
+}
+
+/* .npy X/y or a Parquet source (data.dataset, src/train/data_pq.c); validation
+ * from data.val_x/val_y, the dataset's val split, or a seeded split */
+static int run_data_arrays(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    int rc, ds_val = s->ds && s->ds->has_split && (s->ds->split_col ? s->ds->nvals[1] > 0 : s->ds->frac[1] > 0);
+    if (s->ds) {
+        if ((rc = data_load_ds(r->m, TR_PART_TRAIN, &r->d, &r->dsi, e))) return rc;
+    } else if ((rc = data_load(r->m, s->x_path, s->y_path, &r->d, e))) return rc;
+    if (!s->val_x && !ds_val)
+        return tr_split_rows(r->d.n, s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va, &r->nva, e);
+    if (ds_val) {
+        if ((rc = data_load_ds(r->m, TR_PART_VAL, &r->dv, NULL, e))) return rc;
+    } else {
+        if (!s->val_y) return kl_err_set(e, KL_EINVAL, "%s: data.val_x needs data.val_y", r->spec_path);
+        if ((rc = data_load(r->m, s->val_x, s->val_y, &r->dv, e))) return rc;
+    }
+    r->vd = &r->dv;
+    r->ntr = r->d.n;
+    r->nva = r->dv.n;
+    if (!(r->idx_tr = iota_rows(r->ntr, e)) || !(r->idx_va = iota_rows(r->nva, e))) return KL_ENOMEM;
+    return KL_OK;
+}
+
+/* The loaders of image shards. Fast mode at N ranks: each rank's training
+ * loader makes its B / N rows of every global batch (the loader's rank
+ * sharding of the (seed, epoch) order); one process or the deterministic
+ * mode: the whole batch, which the step's leaves slice. Validation: in
+ * batches of the rows a step run takes. */
+static int run_data_loaders(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    int shard = !s->deterministic && r->dist.world > 1, rc;
+    if (shard && r->B % r->dist.world)
+        return kl_err_set(e, KL_EINVAL,
+                          "%s: data.shards with %d ranks: train.batch_size %lld must be a multiple of the rank count "
+                          "(each rank's loader makes its share of every batch)",
+                          r->spec_path, r->dist.world, (long long)r->B);
+    if (shard) {
+        r->imt.rank = r->dist.rank;
+        r->imt.world = r->dist.world;
+    }
+    if ((rc = tr_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, shard ? r->L : r->B, s->epochs, e))) return rc;
+    return r->nva ? tr_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->L, 1, e) : KL_OK;
+}
+
+static int run_data(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    int rc;
+    r->images = s->shards != NULL;
+    r->vd = &r->d;
+    if (!r->images && !s->ds && (!s->x_path || !s->y_path))
+        return kl_err_set(e, KL_EINVAL, "%s: data.x and data.y (.npy files), data.dataset or data.shards are required",
+                          r->spec_path);
+    if ((rc = r->images ? run_data_images(r, e) : run_data_arrays(r, e))) return rc;
+    if (r->ntr < 1) return kl_err_set(e, KL_EINVAL, "no training rows left after the validation split");
+    if ((rc = tr_par_check(s, r->dist.world, r->images, e))) return rc;
+    r->B = KL_MIN(s->batch, r->ntr);
+    r->L = tr_par_leaf_rows(s, r->dist.world, r->B);
+    return r->images ? run_data_loaders(r, e) : KL_OK;
+}
+
+static int memory_limit_error(const uint64_t plan[5], uint64_t need, uint64_t limit, kl_err *e) {
+    int big = 0;
+    for (int i = 1; i < 5; i++)
+        if (plan[i] > plan[big]) big = i;
+    char b1[32], b2[32], b3[32], b4[32];
+    return kl_err_set(e, KL_ENOMEM, "memory plan %s exceeds --memory-limit %s by %s; largest part: %s (%s)%s",
+                      kl_fmt_bytes(need, b1, sizeof b1), kl_fmt_bytes(limit, b2, sizeof b2),
+                      kl_fmt_bytes(need - limit, b3, sizeof b3), part_names[big],
+                      kl_fmt_bytes(plan[big], b4, sizeof b4),
+                      big == 3 || big == 4 ? " - a smaller batch_size reduces it" : "");
+}
+
+/* steps per epoch and in all; the memory plan, before any allocation of the model */
+static int run_plan(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    tr_model *m = r->m;
+    int64_t B = r->B, L = r->L; /* the global batch; the rows one step run takes */
+    int rc;
+    r->steps_per_epoch = r->images ? kl_loader_batches_per_epoch(r->imt.ld)
+        : s->drop_last             ? r->ntr / B
+                                   : (r->ntr + B - 1) / B;
+    if (r->steps_per_epoch < 1) r->steps_per_epoch = 1;
+    r->total = s->epochs * r->steps_per_epoch;
+    if (s->max_steps && s->max_steps < r->total) r->total = s->max_steps;
+    if (r->o->max_steps && r->o->max_steps < r->total) r->total = r->o->max_steps;
+    uint64_t plan[5],
+        tot = 0,
+        data_bytes = (uint64_t)(r->d.n + r->dv.n) * (uint64_t)(m->in_numel * 4 + (r->d.yi ? 8 : m->out_numel * 4));
+    if (r->images) /* the loaders' batch buffers: prefetch + 1 each */
+        data_bytes =
+            (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) *
+            (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8);
     /* the training step as one planned graph (train-mode forward, loss,
      * autodiff): activations and workspace are that plan's */
     m->fp16 = s->fp16;
     uint64_t g_act = 0, g_ws = 0;
-    if ((rc = tr_step_prepare(m, B, &g_act, &g_ws, e))) goto fail;
-    tr_model_plan(m, B, tr_optim_slots(s), plan);
-    plan[3] = g_act + (uint64_t)(B * m->out_numel) * 4; /* + the eval output rows */
-    plan[4] = g_ws + (uint64_t)B * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
+    if ((rc = tr_step_prepare(m, L, &g_act, &g_ws, e))) return rc;
+    tr_model_plan(m, L, tr_optim_slots(s), plan);
+    plan[1] += tr_par_bytes(s, r->dist.world, m->nparams, m->nbuf); /* deterministic mode's tree vectors */
+    plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;             /* + the eval output rows */
+    plan[4] = g_ws + (uint64_t)L * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
     for (int i = 0; i < 5; i++) tot += plan[i];
-    if (o->memory_report) {
-        print_plan(rep, plan, data_bytes);
-        fprintf(rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", tr_step_nodes(m));
+    if (r->o->memory_report && r->lead) {
+        print_plan(r->rep, plan, data_bytes);
+        fprintf(r->rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", tr_step_nodes(m));
     }
-    if (o->memory_limit && tot + data_bytes > o->memory_limit) {
-        int big = 0;
-        for (int i = 1; i < 5; i++) if (plan[i] > plan[big]) big = i;
-        char b1[32], b2[32], b3[32], b4[32];
-        rc = kl_err_set(e, KL_ENOMEM, "memory plan %s exceeds --memory-limit %s by %s; largest part: %s (%s)%s",
-                        kl_fmt_bytes(tot + data_bytes, b1, sizeof b1), kl_fmt_bytes(o->memory_limit, b2, sizeof b2),
-                        kl_fmt_bytes(tot + data_bytes - o->memory_limit, b3, sizeof b3), part_names[big], kl_fmt_bytes(plan[big], b4, sizeof b4),
-                        big == 3 || big == 4 ? " - a smaller batch_size reduces it" : "");
-        goto fail;
+    if (r->o->memory_limit && tot + data_bytes > r->o->memory_limit)
+        return memory_limit_error(plan, tot + data_bytes, r->o->memory_limit, e);
+    if (r->o->memory_limit) {
+        kl_mem_trim();
+        kl_mem_set_budget(r->o->memory_limit);
     }
-    if (o->memory_limit) { kl_mem_trim(); kl_mem_set_budget(o->memory_limit); }
-    if ((rc = tr_model_alloc(m, B, e))) goto fail;
-    if ((rc = tr_optim_init(&opt, s, m->nparams, e))) goto fail;
+    return KL_OK;
+}
+
+/* parameters (initialised, or train.init), optimizer state, batch buffers, output folders */
+static int run_alloc(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    tr_model *m = r->m;
+    int64_t B = r->L; /* the batch buffers hold one step run's rows */
+    int rc;
+    if ((rc = tr_model_alloc(m, B, e))) return rc;
+    if ((rc = tr_optim_init(&r->opt, s, m->nparams, e))) return rc;
     kl_rng init_rng;
     kl_rng_seed(&init_rng, s->seed);
     tr_model_init(m, &init_rng);
@@ -843,270 +961,516 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
         load_ctx lc = {m, NULL, 0};
         tr_tensor_ref refs[TR_MAX_LAYERS * 4];
         int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
-        if ((rc = tr_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) { kl_err_prefix(e, "train.init %s", s->init_path); goto fail; }
-        if (lc.found != nt) { rc = kl_err_set(e, KL_ENOTFOUND, "train.init %s: %d of the model's %d tensors found", s->init_path, lc.found, nt); goto fail; }
-    }
-    xb = kl_mem_alloc_e((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE, e);
-    yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
-    yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
-    if (!xb || !yb || !yfb) { rc = KL_ENOMEM; goto fail; }
-    if ((rc = kl_mkdir_p(o->out_dir, e))) goto fail;
-    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", o->out_dir);
-    if ((rc = kl_mkdir_p(ckdir, e))) goto fail;
-    int lower_better = !strcmp(s->monitor, "val_loss");
-    tr_pos pos = {0, 0, 0, lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
-    double scale_hist[16];
-    int nhist = 0, cb_stop = 0;
-    char bestp[4096];
-    snprintf(bestp, sizeof bestp, "%s/best.safetensors", ckdir);
-    if (o->resume) {
-        char ck[4096];
-        if (!ckpt_find(ckdir, ck, sizeof ck)) { rc = kl_err_set(e, KL_ENOTFOUND, "--resume: no valid checkpoint in %s", ckdir); goto fail; }
-        char lp[256];
-        if ((rc = ckpt_load(m, &opt, &pos, lp, sizeof lp, ck, e))) { kl_err_prefix(e, "resuming from %s", ck); goto fail; }
-        if (images) { /* the loader continues where the checkpoint left it; another dataset is an error */
-            kl_loader_pos lpos;
-            if (!*lp) { rc = kl_err_set(e, KL_ESTATE, "resuming from %s: the checkpoint has no loader position (trained on arrays, not shards)", ck); goto fail; }
-            if ((rc = kl_loader_pos_parse(lp, &lpos, e)) || (rc = kl_loader_restore(imt.ld, &lpos, e))) { kl_err_prefix(e, "resuming from %s", ck); goto fail; }
+        if ((rc = tr_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) {
+            kl_err_prefix(e, "train.init %s", s->init_path);
+            return rc;
         }
-        snprintf(p, sizeof p, "%s/metrics.csv", ckdir);
-        read_metrics_csv(p, pos.step, &rows);
-        kl_log(KL_LOG_INFO, "train", "resumed from %s at step %lld (epoch %lld, batch %lld)", ck, (long long)pos.step, (long long)pos.epoch, (long long)pos.batch);
+        if (lc.found != nt)
+            return kl_err_set(e, KL_ENOTFOUND, "train.init %s: %d of the model's %d tensors found", s->init_path,
+                              lc.found, nt);
     }
-    snprintf(p, sizeof p, "%s/spec.yaml", o->out_dir);
-    if ((rc = kl_write_file_atomic(p, s->text, strlen(s->text), e))) goto fail;
-    int64_t crash_at = kl__test_hook("KEEL_TRAIN_CRASH_AT_STEP"); /* build/keel-hooks: SIGKILL itself after that step */
-    if (!o->quiet) pr = kl_progress_new("train", (uint64_t)total, "steps");
-    if (pr) kl_progress_update(pr, (uint64_t)pos.step);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    int64_t samples = 0;
-    tr_eval fin_val = {.loss = NAN};
-    base_tr = malloc((size_t)(ntr + 1) * 8);
-    if (!base_tr) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-    tr_batches bt = {&d, idx_tr, ntr, s->shuffle, base_tr, -1, xb, yb, yfb, images ? &imt : NULL};
-    tr_batches bv = {vd, idx_va, nva, 0, idx_va, 0, xb, yb, yfb, images ? &imv : NULL};
-    while (pos.step < total && pos.epoch < s->epochs && !pos.stopped) {
-        for (; pos.batch < steps_per_epoch && pos.step < total; pos.batch++) {
-            const float *xin, *yfin;
-            const int64_t *yin;
-            int64_t nb;
-            if ((rc = batches_get(&bt, m, pos.epoch, pos.batch, B, &xin, &yin, &yfin, &nb, e))) goto fail;
-            double loss; /* forward, loss and gradients (into m->grads) in one plan run */
-            if ((rc = tr_step_run(m, xin, yin, yfin, nb, pos.step, s->fp16 ? (float)pos.scale : 1.0f, &loss, e))) goto fail;
-            if (!isfinite(loss)) {
-                rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip", (long long)pos.step, (long long)pos.epoch, isnan(loss) ? "NaN" : "infinite");
-                goto fail;
-            }
-            double lr = tr_sched_lr(s, pos.step, pos.epoch, total), gn;
-            if (s->fp16) {
-                /* dynamic loss scaling (as torch.cuda.amp.GradScaler) */
-                float sc = (float)pos.scale; /* the gradients came out of the step scaled by it */
-                int finite = 1;
-                for (int64_t k = 0; k < m->nparams && finite; k++) finite = isfinite(m->grads[k]);
-                if (nhist == 16) { memmove(scale_hist, scale_hist + 1, 15 * sizeof(double)); nhist = 15; }
-                scale_hist[nhist++] = pos.scale;
-                if (!finite) {
-                    pos.skipped++;
-                    pos.tracker = 0;
-                    pos.scale *= s->ls_backoff;
-                    gn = NAN;
-                    if (pos.scale < s->ls_min) {
-                        kl_buf hb;
-                        kl_buf_init(&hb);
-                        for (int k = 0; k < nhist; k++) kl_buf_printf(&hb, "%s%g", k ? ", " : "", scale_hist[k]);
-                        rc = kl_err_set(e, KL_ERANGE, "step %lld (epoch %lld): the loss scale collapsed to %g, below the floor %g (%lld steps skipped for inf/NaN gradients); last scales: %s",
-                                        (long long)pos.step, (long long)pos.epoch, pos.scale, s->ls_min, (long long)pos.skipped, hb.data ? hb.data : "");
-                        kl_buf_free(&hb);
-                        goto fail;
-                    }
-                } else {
-                    float inv = (float)(1.0 / (double)sc);
-                    for (int64_t k = 0; k < m->nparams; k++) m->grads[k] *= inv;
-                    gn = tr_clip_grad(m->grads, m->nparams, s->clip);
-                    tr_optim_step(&opt, s, m->params, m->grads, lr);
-                    if (++pos.tracker >= s->ls_interval) { pos.scale *= s->ls_growth; pos.tracker = 0; }
-                }
-            } else {
-                gn = tr_clip_grad(m->grads, m->nparams, s->clip);
-                tr_optim_step(&opt, s, m->params, m->grads, lr);
-            }
-            pos.step++;
-            samples += nb;
-            pos.ep_loss += loss * (double)nb; pos.ep_n += nb;
-            rows_add(&rows, (tr_row){pos.step, pos.epoch, 0, loss, NAN, lr, gn});
-            if (pr) {
-                struct timespec t1;
-                clock_gettime(CLOCK_MONOTONIC, &t1);
-                double el = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-                kl_progress_field(pr, "epoch", "%lld/%lld", (long long)pos.epoch + 1, (long long)s->epochs);
-                kl_progress_field(pr, "loss", "%.4f", loss);
-                kl_progress_field(pr, "lr", "%.3g", lr);
-                kl_progress_field(pr, "samples/s", "%.0f", el > 0 ? (double)samples / el : 0.0);
-                if (images) {
-                    kl_loader_stats_get(imt.ld, &d.ls);
-                    kl_progress_field(pr, "wait", "%.1f%%", 100 * d.ls.wait_share);
-                }
-                kl_progress_update(pr, (uint64_t)pos.step);
-            }
-            if (s->ckpt_every && pos.step % s->ckpt_every == 0) {
-                tr_pos cp = pos;
-                cp.batch = pos.batch + 1;
-                if (cp.batch >= steps_per_epoch) { /* the epoch end (validation) still runs after resuming */ cp.batch = steps_per_epoch; }
-                snprintf(p, sizeof p, "%s/metrics.csv", ckdir);
-                char lp[256] = "";
-                if (images) {
-                    kl_loader_pos lpos;
-                    kl_loader_tell(imt.ld, &lpos);
-                    kl_loader_pos_format(&lpos, lp, sizeof lp);
-                }
-                if ((rc = write_metrics_csv(p, &rows, e)) || (rc = ckpt_write(m, &opt, &cp, images ? lp : NULL, ckdir, pos.step, e))) goto fail;
-            }
-            if (crash_at == pos.step) raise(SIGKILL);
+    r->xb = kl_mem_alloc_e((size_t)(B * m->in_numel) * 4, KL_TAG_WORKSPACE, e);
+    r->yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
+    r->yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
+    if (!r->xb || !r->yb || !r->yfb) return KL_ENOMEM;
+    if ((rc = tr_par_new(m, s, &r->dist, r->B, r->o->dist_no_allreduce, &r->par, e))) return rc;
+    if (r->imt.world > 1) tr_par_even(r->par);
+    snprintf(r->ckdir, sizeof r->ckdir, "%s/checkpoints", r->o->out_dir);
+    if (r->lead && ((rc = kl_mkdir_p(r->o->out_dir, e)) || (rc = kl_mkdir_p(r->ckdir, e)))) return rc;
+    snprintf(r->bestp, sizeof r->bestp, "%s/best.safetensors", r->ckdir);
+    r->lower_better = !strcmp(s->monitor, "val_loss");
+    r->pos = (tr_pos){0, 0, 0, r->lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
+    r->fin_val = (tr_eval){.loss = NAN};
+    if (!(r->base_tr = malloc((size_t)(r->ntr + 1) * 8))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    r->bt = (tr_batches){&r->d, r->idx_tr, r->ntr, s->shuffle, r->base_tr,
+                         -1,    r->xb,     r->yb,  r->yfb,     r->images ? &r->imt : NULL};
+    r->bv = (tr_batches){r->vd, r->idx_va, r->nva, 0, r->idx_va, 0, r->xb, r->yb, r->yfb, r->images ? &r->imv : NULL};
+    return KL_OK;
+}
+
+/* --resume with several ranks: rank 0 reads the checkpoint (its outcome first,
+ * so that a failure stops every rank), then sends the weights, the optimizer
+ * state and the position: the position is global, so any rank count resumes
+ * any checkpoint. */
+static int run_resume_bcast(tr_run *r, int rc0, kl_err *e) {
+    tr_dist *d = &r->dist;
+    tr_model *m = r->m;
+    int32_t st = rc0;
+    int rc = tr_dist_bcast(d, &st, sizeof st, 0, "resume", e);
+    if (rc || rc0) return rc ? rc : rc0;
+    if (st)
+        return kl_err_set(e, KL_ESTATE,
+                          "--resume: rank 0 could not read the checkpoint (its error is in rank 0's output)");
+    int64_t t = r->opt.t, hb = r->opt.has_buf;
+    if ((rc = tr_dist_bcast(d, m->params, (size_t)m->nparams * 4, 0, "resume", e)) ||
+        (rc = tr_dist_bcast(d, m->bufs, (size_t)m->nbuf * 4, 0, "resume", e)) ||
+        (r->opt.m && (rc = tr_dist_bcast(d, r->opt.m, (size_t)r->opt.n * 4, 0, "resume", e))) ||
+        (r->opt.v && (rc = tr_dist_bcast(d, r->opt.v, (size_t)r->opt.n * 4, 0, "resume", e))) ||
+        (rc = tr_dist_bcast(d, &t, sizeof t, 0, "resume", e)) ||
+        (rc = tr_dist_bcast(d, &hb, sizeof hb, 0, "resume", e)) ||
+        (rc = tr_dist_bcast(d, &r->pos, sizeof r->pos, 0, "resume", e)))
+        return rc;
+    r->opt.t = t;
+    r->opt.has_buf = (int)hb;
+    return KL_OK;
+}
+
+static int run_resume_read(tr_run *r, kl_err *e);
+
+static int run_resume(tr_run *r, kl_err *e) {
+    int rc = r->lead ? run_resume_read(r, e) : KL_OK;
+    return r->dist.world > 1 ? run_resume_bcast(r, rc, e) : rc;
+}
+
+/* --resume: parameters, optimizer state, position (and the loader's), the metrics so far */
+static int run_resume_read(tr_run *r, kl_err *e) {
+    char ck[4096], lp[256];
+    int rc;
+    if (!ckpt_find(r->ckdir, ck, sizeof ck))
+        return kl_err_set(e, KL_ENOTFOUND, "--resume: no valid checkpoint in %s", r->ckdir);
+    if ((rc = ckpt_load(r->m, &r->opt, &r->pos, lp, sizeof lp, ck, e))) {
+        kl_err_prefix(e, "resuming from %s", ck);
+        return rc;
+    }
+    if (r->images) { /* the loader continues where the checkpoint left it; another dataset is an error */
+        kl_loader_pos lpos;
+        if (!*lp)
+            return kl_err_set(e, KL_ESTATE,
+                              "resuming from %s: the checkpoint has no loader position (trained on arrays, not shards)",
+                              ck);
+        if ((rc = kl_loader_pos_parse(lp, &lpos, e))) {
+            kl_err_prefix(e, "resuming from %s", ck);
+            return rc;
         }
-        if (pos.batch >= steps_per_epoch) {
-            /* end of epoch: validation, early stopping, best weights */
-            if (pos.ep_n) rows_add(&rows, (tr_row){pos.step, pos.epoch, 2, pos.ep_loss / (double)pos.ep_n, NAN, NAN, NAN});
-            pos.ep_loss = 0; pos.ep_n = 0;
-            if (nva) {
-                tr_eval ev;
-                if ((rc = evaluate(m, &bv, nva, &ev, NULL, NULL, e))) goto fail;
-                double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
-                rows_add(&rows, (tr_row){pos.step, pos.epoch, 1, ev.loss, acc, NAN, NAN});
-                fin_val = ev;
-                double v = lower_better ? ev.loss : acc;
-                int better = lower_better ? v < pos.best - s->min_delta : v > pos.best + s->min_delta;
-                if (better || pos.best_epoch < 0) {
-                    pos.best = v; pos.best_epoch = pos.epoch; pos.bad_epochs = 0;
-                    if ((rc = weights_write(m, bestp, e))) goto fail;
-                } else if (++pos.bad_epochs >= s->patience && s->patience > 0) {
-                    pos.stopped = 1;
-                    kl_log(KL_LOG_INFO, "train", "early stopping after epoch %lld: %s did not improve for %lld epochs (best %.5g at epoch %lld)",
-                           (long long)pos.epoch + 1, s->monitor, (long long)pos.bad_epochs, pos.best, (long long)pos.best_epoch + 1);
-                }
-                if (pr) kl_progress_field(pr, "val_loss", "%.4f", ev.loss);
-                if (pr && ev.count) kl_progress_field(pr, "val_acc", "%.2f%%", 100 * acc);
-            }
-            if ((rc = rows_log(trun, &rows, &rows_logged, e))) { kl_err_prefix(e, "tracking: epoch %lld", (long long)pos.epoch + 1); goto fail; }
-            if (o->on_epoch) { /* the caller's hook (keel tune: report, maybe prune) */
-                kl_train_epoch ce = {pos.epoch, pos.step, NAN, NAN, NAN};
-                for (size_t r = rows.n; r-- > 0;)
-                    if (rows.r[r].epoch != pos.epoch) break;
-                    else if (rows.r[r].split == 2) ce.train_loss = rows.r[r].loss;
-                    else if (rows.r[r].split == 1) { ce.val_loss = rows.r[r].loss; ce.val_accuracy = rows.r[r].acc; }
-                if (o->on_epoch(o->on_epoch_ctx, &ce)) cb_stop = 1;
-            }
-            pos.epoch++;
-            pos.batch = 0;
-            if (cb_stop) break;
+        lpos.rank =
+            r->imt.world > 1 ? r->dist.rank : 0; /* the position (epoch, global batch) holds at any rank count */
+        lpos.world = KL_MAX(1, r->imt.world);
+        if ((rc = kl_loader_restore(r->imt.ld, &lpos, e))) {
+            kl_err_prefix(e, "resuming from %s", ck);
+            return rc;
         }
     }
-    if (images) kl_loader_stats_get(imt.ld, &d.ls);
-    kl_progress_finish(pr);
-    pr = NULL;
-    if (cb_stop) { /* stopped by the caller: only the metrics, no model artifacts */
-        snprintf(p, sizeof p, "%s/metrics.csv", o->out_dir);
-        if ((rc = write_metrics_csv(p, &rows, e))) goto fail;
-        fprintf(rep, "stopped by the caller after %lld epochs (%lld steps)\n", (long long)pos.epoch, (long long)pos.step);
-        rc = KL_OK;
-        goto fail;
+    snprintf(r->p, sizeof r->p, "%s/metrics.csv", r->ckdir);
+    read_metrics_csv(r->p, r->pos.step, &r->rows);
+    kl_log(KL_LOG_INFO, "train", "resumed from %s at step %lld (epoch %lld, batch %lld)", ck, (long long)r->pos.step,
+           (long long)r->pos.epoch, (long long)r->pos.batch);
+    return KL_OK;
+}
+
+/* fp16: dynamic loss scaling (as torch.cuda.amp.GradScaler) around the update;
+ * the gradients came out of the step scaled by pos.scale. *gn: the norm, NaN
+ * for a skipped step. */
+static int run_update_fp16(tr_run *r, double lr, double *gn, kl_err *e) {
+    const tr_spec *s = r->s;
+    tr_model *m = r->m;
+    tr_pos *pos = &r->pos;
+    float sc = (float)pos->scale;
+    int finite = 1;
+    for (int64_t k = 0; k < m->nparams && finite; k++) finite = isfinite(m->grads[k]);
+    if (r->nhist == 16) {
+        memmove(r->scale_hist, r->scale_hist + 1, 15 * sizeof(double));
+        r->nhist = 15;
     }
-    if (o->memory_report) { /* the plan against what the allocator measured */
-        static const kl_mem_tag tags[6] = {KL_TAG_PARAMS, KL_TAG_GRADS, KL_TAG_OPTIMIZER, KL_TAG_ACTIVATIONS, KL_TAG_WORKSPACE, KL_TAG_DATASET};
-        char b[32];
-        fprintf(rep, "measured peaks (allocator):");
-        for (int i = 0; i < 6; i++) {
-            kl_mem_stats st;
-            kl_mem_stats_get(tags[i], &st);
-            fprintf(rep, " %s %s%s", kl_mem_tag_name(tags[i]), kl_fmt_bytes(st.peak_allocated, b, sizeof b), i < 5 ? "," : "");
+    r->scale_hist[r->nhist++] = pos->scale;
+    if (finite) {
+        float inv = (float)(1.0 / (double)sc);
+        for (int64_t k = 0; k < m->nparams; k++) m->grads[k] *= inv;
+        *gn = tr_clip_grad(m->grads, m->nparams, s->clip);
+        tr_optim_step(&r->opt, s, m->params, m->grads, lr);
+        if (++pos->tracker >= s->ls_interval) {
+            pos->scale *= s->ls_growth;
+            pos->tracker = 0;
         }
-        kl_mem_stats tot;
-        kl_mem_stats_get(KL_TAG_COUNT, &tot);
-        fprintf(rep, "; total peak %s\n", kl_fmt_bytes(tot.peak_allocated, b, sizeof b));
+        return KL_OK;
     }
+    pos->skipped++;
+    pos->tracker = 0;
+    pos->scale *= s->ls_backoff;
+    *gn = NAN;
+    if (pos->scale >= s->ls_min) return KL_OK;
+    kl_buf hb;
+    kl_buf_init(&hb);
+    for (int k = 0; k < r->nhist; k++) kl_buf_printf(&hb, "%s%g", k ? ", " : "", r->scale_hist[k]);
+    int rc = kl_err_set(e, KL_ERANGE,
+                        "step %lld (epoch %lld): the loss scale collapsed to %g, below the floor %g (%lld steps "
+                        "skipped for inf/NaN gradients); last scales: %s",
+                        (long long)pos->step, (long long)pos->epoch, pos->scale, s->ls_min, (long long)pos->skipped,
+                        hb.data ? hb.data : "");
+    kl_buf_free(&hb);
+    return rc;
+}
+
+static void run_progress(tr_run *r, double loss, double lr) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    /* final artifacts */
-    snprintf(p, sizeof p, "%s/model.safetensors", o->out_dir);
-    if ((rc = weights_write(m, p, e))) goto fail;
-    int best_used = 0;
-    tr_eval fin_train = {0};
-    if (nva && pos.best_epoch >= 0 && kl_path_exists(bestp)) {
-        if ((rc = kl__train_load_weights(m, bestp, e))) goto fail;
-        best_used = 1;
-        if ((rc = evaluate(m, &bv, nva, &fin_val, NULL, NULL, e))) goto fail;
-        snprintf(p, sizeof p, "%s/model.safetensors", o->out_dir);
-        if ((rc = weights_write(m, p, e))) goto fail;
+    double el = (double)(t1.tv_sec - r->t0.tv_sec) + (double)(t1.tv_nsec - r->t0.tv_nsec) * 1e-9;
+    kl_progress_field(r->pr, "epoch", "%lld/%lld", (long long)r->pos.epoch + 1, (long long)r->s->epochs);
+    kl_progress_field(r->pr, "loss", "%.4f", loss);
+    kl_progress_field(r->pr, "lr", "%.3g", lr);
+    kl_progress_field(r->pr, "samples/s", "%.0f", el > 0 ? (double)r->samples / el : 0.0);
+    if (r->images) {
+        kl_loader_stats_get(r->imt.ld, &r->d.ls);
+        kl_progress_field(r->pr, "wait", "%.1f%%", 100 * r->d.ls.wait_share);
     }
-    snprintf(p, sizeof p, "%s/model.onnx", o->out_dir);
-    if ((rc = tr_export_onnx(m, p, e))) goto fail;
-    snprintf(p, sizeof p, "%s/metrics.csv", o->out_dir);
-    if ((rc = write_metrics_csv(p, &rows, e))) goto fail;
-    snprintf(p, sizeof p, "%s/curves.svg", o->out_dir);
-    if ((rc = write_curves_svg(p, &rows, s->loss, e))) goto fail;
-    if (dsi.features_json[0]) { /* a feature output: the model carries its features.json (serve's :predict) */
-        snprintf(p, sizeof p, "%s/features.json", o->out_dir);
-        if ((rc = kl_copy_file(dsi.features_json, p, e))) goto fail;
+    kl_progress_update(r->pr, (uint64_t)r->pos.step);
+}
+
+/* checkpoint after the step just taken: metrics so far, weights, optimizer, position */
+static int run_checkpoint(tr_run *r, kl_err *e) {
+    tr_pos cp = r->pos;
+    cp.batch = r->pos.batch + 1;
+    if (cp.batch >= r->steps_per_epoch) { /* the epoch end (validation) still runs after resuming */
+        cp.batch = r->steps_per_epoch;
     }
-    if ((rc = write_card(o->out_dir, s, m, ntr, nva, &pos, &fin_val, best_used, &dsi, e))) goto fail;
-    if ((rc = write_meta(o->out_dir, s, m, &d, &rows, &pos, ntr, nva, &fin_val, &fin_train, best_used, secs, &dsi,
-                         trun ? kl_track_run_id(trun) : 0, e)))
-        goto fail;
-    if (trun) { /* the per-epoch metrics not logged yet (each epoch logs its own), and the final ones */
-        if ((rc = rows_log(trun, &rows, &rows_logged, e))) goto fail;
-        kl_metric_point pts[12];
-        size_t np = 0;
-        pts[np++] = (kl_metric_point){"steps", pos.step, 0, (double)pos.step};
-        pts[np++] = (kl_metric_point){"train_seconds", pos.step, 0, secs};
-        if (nva) pts[np++] = (kl_metric_point){"final_val_loss", pos.step, 0, fin_val.loss};
-        if (nva && fin_val.count) pts[np++] = (kl_metric_point){"final_val_accuracy", pos.step, 0, (double)fin_val.correct / (double)fin_val.count};
-        tr_reg rg;
-        if (nva && tr_eval_regression(&fin_val, &rg)) {
-            pts[np++] = (kl_metric_point){"final_val_mae", pos.step, 0, rg.mae};
-            pts[np++] = (kl_metric_point){"final_val_rmse", pos.step, 0, rg.rmse};
-            if (isfinite(rg.r2)) pts[np++] = (kl_metric_point){"final_val_r2", pos.step, 0, rg.r2};
-        }
-        rc = tr_runlog_finish(trk, trun, s, o->out_dir, &dsi, pts, np, e);
-        trk = NULL; trun = NULL;
-        if (rc) goto fail;
+    snprintf(r->p, sizeof r->p, "%s/metrics.csv", r->ckdir);
+    char lp[256] = "";
+    if (r->images) {
+        kl_loader_pos lpos;
+        kl_loader_tell(r->imt.ld, &lpos);
+        kl_loader_pos_format(&lpos, lp, sizeof lp);
     }
-    if (o->json) {
-        fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos.step, (long long)pos.epoch, secs, secs > 0 ? (double)samples / secs : 0.0);
-        if (nva) fprintf(rep, ",\"val_loss\":%.9g", fin_val.loss);
-        if (nva && fin_val.count) fprintf(rep, ",\"val_accuracy\":%.6f", (double)fin_val.correct / (double)fin_val.count);
-        if (images) fprintf(rep, ",\"loader_wait_share\":%.4f,\"loader_images_per_s\":%.1f", d.ls.wait_share, d.ls.samples_per_s);
-        fprintf(rep, ",\"out\":\"%s\"}\n", o->out_dir);
+    int rc = write_metrics_csv(r->p, &r->rows, e);
+    return rc ? rc : ckpt_write(r->m, &r->opt, &cp, r->images ? lp : NULL, r->ckdir, r->pos.step, e);
+}
+
+/* The rows of the current global batch a leaf of the step asks for
+ * (parallel.c): from the arrays by index, or the loader's batch. */
+typedef struct {
+    tr_run *r;
+    const float *x, *yf; /* image shards: the loader's whole batch */
+    const int64_t *yi;
+} step_rows;
+
+static int step_rows_get(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf,
+                         kl_err *e) {
+    step_rows *sr = ctx;
+    tr_run *r = sr->r;
+    if (r->images) { /* the loader's batch: this rank's share (fast mode), or the leaf's rows of it */
+        int64_t o = r->imt.world > 1 ? 0 : off;
+        *x = sr->x + o * r->m->in_numel;
+        *yi = sr->yi + o;
+        *yf = NULL;
+        return KL_OK;
+    }
+    batch_rows(&r->bt, r->m, r->pos.epoch, r->pos.batch * r->B + off, cnt, x, yi, yf);
+    return KL_OK;
+}
+
+/* one optimizer step: the batch, forward/loss/gradients, clipping and update */
+static int run_step(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    tr_model *m = r->m;
+    tr_pos *pos = &r->pos;
+    step_rows sr = {r, NULL, NULL, NULL};
+    int64_t nb = KL_MIN(r->B, r->ntr - pos->batch * r->B); /* the global batch's rows */
+    int rc;
+    if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &nb, e)))
+        return rc;
+    if (r->imt.world > 1) nb *= r->imt.world; /* every rank's loader made the same share */
+    double loss; /* forward, loss and gradients (into m->grads) of the global batch, on every rank */
+    if ((rc = tr_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e)))
+        return rc;
+    if (!isfinite(loss))
+        return kl_err_set(e, KL_ERANGE,
+                          "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip",
+                          (long long)pos->step, (long long)pos->epoch, isnan(loss) ? "NaN" : "infinite");
+    double lr = tr_sched_lr(s, pos->step, pos->epoch, r->total), gn;
+    if (s->fp16) {
+        if ((rc = run_update_fp16(r, lr, &gn, e))) return rc;
     } else {
-        fprintf(rep, "trained %lld steps (%lld epochs%s) in %.1f s, %.0f samples/s\n", (long long)pos.step, (long long)pos.epoch, pos.stopped ? ", early stopped" : "", secs,
-                secs > 0 ? (double)samples / secs : 0.0);
-        if (nva) {
-            fprintf(rep, "validation: loss %.4f", fin_val.loss);
-            if (fin_val.count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fin_val.correct / (double)fin_val.count);
-            tr_reg rg;
-            if (tr_eval_regression(&fin_val, &rg))
-                fprintf(rep, ", MAE %.4g, RMSE %.4g (mean predictor %.4g), R2 %.4f", rg.mae, rg.rmse, rg.base_rmse, rg.r2);
-            fprintf(rep, "%s\n", best_used ? " (best epoch)" : "");
-        }
-        if (images)
-            fprintf(rep, "loader: the training loop waited %.1f%% of its step time for data (%.0f images/s, decode %.1f MPix/s per worker, queue depth %.1f)\n",
-                    100 * d.ls.wait_share, d.ls.samples_per_s, d.ls.decode_s > 0 ? d.ls.decode_mpix / d.ls.decode_s : 0.0, d.ls.queue_depth);
-        if (s->fp16) fprintf(rep, "fp16: final loss scale %g, %lld steps skipped for inf/NaN gradients\n", pos.scale, (long long)pos.skipped);
-        fprintf(rep, "artifacts in %s: model.onnx model.safetensors meta.json card.md metrics.csv curves.svg\n", o->out_dir);
+        gn = tr_clip_grad(m->grads, m->nparams, s->clip);
+        tr_optim_step(&r->opt, s, m->params, m->grads, lr);
     }
-    rc = KL_OK;
-fail:
-    kl_progress_finish(pr);
-    free(rows.r);
-    kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb);
-    free(idx_tr); free(idx_va); free(base_tr);
-    tr_optim_free(&opt);
-    data_free(&d); data_free(&dv);
-    tr_dsinfo_free(&dsi);
-    tr_runlog_fail(trk, trun);
-    tr_images_close(&imt); tr_images_close(&imv);
-    tr_model_free(m);
-    tr_spec_free(s);
+    pos->step++;
+    r->samples += nb;
+    pos->ep_loss += loss * (double)nb;
+    pos->ep_n += nb;
+    rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 0, loss, NAN, lr, gn});
+    if (r->pr) run_progress(r, loss, lr);
+    if (s->check_every && pos->step % s->check_every == 0 && (rc = tr_par_same_weights(r->par, pos->step, e)))
+        return rc;
+    if (r->lead && s->ckpt_every && pos->step % s->ckpt_every == 0 && (rc = run_checkpoint(r, e))) return rc;
+    if (r->crash_at == pos->step) raise(SIGKILL);
+    return KL_OK;
+}
+
+/* validation after an epoch: metrics row, best weights, early stopping */
+static int run_validate(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    tr_pos *pos = &r->pos;
+    tr_eval ev;
+    int rc;
+    if ((rc = evaluate(r->m, &r->bv, r->nva, &ev, NULL, NULL, e))) return rc;
+    double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;
+    rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 1, ev.loss, acc, NAN, NAN});
+    r->fin_val = ev;
+    double v = r->lower_better ? ev.loss : acc;
+    int better = r->lower_better ? v < pos->best - s->min_delta : v > pos->best + s->min_delta;
+    if (better || pos->best_epoch < 0) {
+        pos->best = v;
+        pos->best_epoch = pos->epoch;
+        pos->bad_epochs = 0;
+        if (r->lead && (rc = weights_write(r->m, r->bestp, e))) return rc;
+    } else if (++pos->bad_epochs >= s->patience && s->patience > 0) {
+        pos->stopped = 1;
+        kl_log(KL_LOG_INFO, "train",
+               "early stopping after epoch %lld: %s did not improve for %lld epochs (best %.5g at epoch %lld)",
+               (long long)pos->epoch + 1, s->monitor, (long long)pos->bad_epochs, pos->best,
+               (long long)pos->best_epoch + 1);
+    }
+    if (r->pr) kl_progress_field(r->pr, "val_loss", "%.4f", ev.loss);
+    if (r->pr && ev.count) kl_progress_field(r->pr, "val_acc", "%.2f%%", 100 * acc);
+    return KL_OK;
+}
+
+/* end of an epoch: its train loss, validation, the store, the caller's hook */
+static int run_epoch_end(tr_run *r, kl_err *e) {
+    tr_pos *pos = &r->pos;
+    int rc;
+    if (pos->ep_n)
+        rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 2, pos->ep_loss / (double)pos->ep_n, NAN, NAN, NAN});
+    pos->ep_loss = 0;
+    pos->ep_n = 0;
+    if (r->nva && (rc = run_validate(r, e))) return rc;
+    if ((rc = rows_log(r->trun, &r->rows, &r->rows_logged, e))) {
+        kl_err_prefix(e, "tracking: epoch %lld", (long long)pos->epoch + 1);
+        return rc;
+    }
+    if (r->o->on_epoch) { /* the caller's hook (keel tune: report, maybe prune) */
+        kl_train_epoch ce = {pos->epoch, pos->step, NAN, NAN, NAN};
+        for (size_t i = r->rows.n; i-- > 0;)
+            if (r->rows.r[i].epoch != pos->epoch) break;
+            else if (r->rows.r[i].split == 2) ce.train_loss = r->rows.r[i].loss;
+            else if (r->rows.r[i].split == 1) {
+                ce.val_loss = r->rows.r[i].loss;
+                ce.val_accuracy = r->rows.r[i].acc;
+            }
+        if (r->o->on_epoch(r->o->on_epoch_ctx, &ce)) r->cb_stop = 1;
+    }
+    pos->epoch++;
+    pos->batch = 0;
+    return KL_OK;
+}
+
+/* after the last step, several ranks: the final weight check and every
+ * rank's step, compute and communication seconds (to rank 0) */
+static int run_ranks_end(tr_run *r, kl_err *e) {
+    tr_dist *d = &r->dist;
+    int rc = tr_par_same_weights(r->par, r->pos.step, e);
+    if (rc) return rc;
+    double mine[3] = {r->secs, tr_par_compute_s(r->par), d->comm_s},
+           *all = calloc((size_t)d->world * 3, sizeof(double));
+    if (!all) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    rc = tr_dist_allgather(d, mine, all, sizeof mine, "timings", e);
+    memcpy(r->rank_s, all, sizeof(double) * 3 * (size_t)KL_MIN(d->world, 64));
+    free(all);
+    return rc;
+}
+
+static int run_loop(tr_run *r, kl_err *e) {
+    tr_pos *pos = &r->pos;
+    int rc;
+    r->crash_at = kl__test_hook("KEEL_TRAIN_CRASH_AT_STEP"); /* build/keel-hooks: SIGKILL itself after that step */
+    if (!r->o->quiet && r->lead) r->pr = kl_progress_new("train", (uint64_t)r->total, "steps");
+    if (r->pr) kl_progress_update(r->pr, (uint64_t)pos->step);
+    if ((rc = tr_dist_barrier(&r->dist, "start", e))) return rc; /* the clock starts when every rank is ready */
+    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    while (pos->step < r->total && pos->epoch < r->s->epochs && !pos->stopped && !r->cb_stop) {
+        for (; pos->batch < r->steps_per_epoch && pos->step < r->total; pos->batch++)
+            if ((rc = run_step(r, e))) return rc;
+        if (pos->batch >= r->steps_per_epoch && (rc = run_epoch_end(r, e))) return rc;
+    }
+    if (r->images) kl_loader_stats_get(r->imt.ld, &r->d.ls);
+    kl_progress_finish(r->pr);
+    r->pr = NULL;
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r->secs = (double)(t1.tv_sec - r->t0.tv_sec) + (double)(t1.tv_nsec - r->t0.tv_nsec) * 1e-9;
+    return r->dist.world > 1 ? run_ranks_end(r, e) : KL_OK;
+}
+
+/* --memory-report: the plan against what the allocator measured */
+static void run_memory_measured(tr_run *r) {
+    static const kl_mem_tag tags[6] = {KL_TAG_PARAMS,      KL_TAG_GRADS,     KL_TAG_OPTIMIZER,
+                                       KL_TAG_ACTIVATIONS, KL_TAG_WORKSPACE, KL_TAG_DATASET};
+    char b[32];
+    fprintf(r->rep, "measured peaks (allocator):");
+    for (int i = 0; i < 6; i++) {
+        kl_mem_stats st;
+        kl_mem_stats_get(tags[i], &st);
+        fprintf(r->rep, " %s %s%s", kl_mem_tag_name(tags[i]), kl_fmt_bytes(st.peak_allocated, b, sizeof b),
+                i < 5 ? "," : "");
+    }
+    kl_mem_stats tot;
+    kl_mem_stats_get(KL_TAG_COUNT, &tot);
+    fprintf(r->rep, "; total peak %s\n", kl_fmt_bytes(tot.peak_allocated, b, sizeof b));
+}
+
+/* the model folder: weights (the best epoch's when validating), export, metrics, curves, card, meta.json */
+static int run_artifacts(tr_run *r, kl_err *e) {
+    const char *out = r->o->out_dir;
+    tr_model *m = r->m;
+    int rc;
+    snprintf(r->p, sizeof r->p, "%s/model.safetensors", out);
+    if ((rc = weights_write(m, r->p, e))) return rc;
+    if (r->nva && r->pos.best_epoch >= 0 && kl_path_exists(r->bestp)) {
+        if ((rc = kl__train_load_weights(m, r->bestp, e))) return rc;
+        r->best_used = 1;
+        if ((rc = evaluate(m, &r->bv, r->nva, &r->fin_val, NULL, NULL, e))) return rc;
+        if ((rc = weights_write(m, r->p, e))) return rc;
+    }
+    snprintf(r->p, sizeof r->p, "%s/model.onnx", out);
+    if ((rc = tr_export_onnx(m, r->p, e))) return rc;
+    snprintf(r->p, sizeof r->p, "%s/metrics.csv", out);
+    if ((rc = write_metrics_csv(r->p, &r->rows, e))) return rc;
+    snprintf(r->p, sizeof r->p, "%s/curves.svg", out);
+    if ((rc = write_curves_svg(r->p, &r->rows, r->s->loss, e))) return rc;
+    if (r->dsi.features_json[0]) { /* a feature output: the model carries its features.json (serve's :predict) */
+        snprintf(r->p, sizeof r->p, "%s/features.json", out);
+        if ((rc = kl_copy_file(r->dsi.features_json, r->p, e))) return rc;
+    }
+    if ((rc = write_card(out, r->s, m, r->ntr, r->nva, &r->pos, &r->fin_val, r->best_used, &r->dsi, e))) return rc;
+    return write_meta(out, r->s, m, &r->d, &r->rows, &r->pos, r->ntr, r->nva, &r->fin_val, &r->fin_train, r->best_used,
+                      r->secs, &r->dsi, r->trun ? kl_track_run_id(r->trun) : 0, e);
+}
+
+/* the per-epoch metrics not logged yet (each epoch logs its own), the final ones, the artifacts */
+static int run_track_end(tr_run *r, kl_err *e) {
+    const tr_pos *pos = &r->pos;
+    const tr_eval *fv = &r->fin_val;
+    int rc;
+    if ((rc = rows_log(r->trun, &r->rows, &r->rows_logged, e))) return rc;
+    kl_metric_point pts[12 + 3 * 64];
+    static const char *what[3] = {"step", "compute", "comm"};
+    char names[3 * 64][40];
+    size_t np = 0;
+    for (int k = 0; r->dist.world > 1 && k < KL_MIN(r->dist.world, 64);
+         k++) /* rank<k>_step_seconds, _compute_, _comm_ */
+        for (int j = 0; j < 3; j++) {
+            snprintf(names[k * 3 + j], sizeof names[0], "rank%d_%s_seconds", k, what[j]);
+            pts[np++] = (kl_metric_point){names[k * 3 + j], pos->step, 0, r->rank_s[k * 3 + j]};
+        }
+    if (r->dist.world > 1) pts[np++] = (kl_metric_point){"ranks", pos->step, 0, (double)r->dist.world};
+    pts[np++] = (kl_metric_point){"steps", pos->step, 0, (double)pos->step};
+    pts[np++] = (kl_metric_point){"train_seconds", pos->step, 0, r->secs};
+    if (r->nva) pts[np++] = (kl_metric_point){"final_val_loss", pos->step, 0, fv->loss};
+    if (r->nva && fv->count)
+        pts[np++] = (kl_metric_point){"final_val_accuracy", pos->step, 0, (double)fv->correct / (double)fv->count};
+    tr_reg rg;
+    if (r->nva && tr_eval_regression(fv, &rg)) {
+        pts[np++] = (kl_metric_point){"final_val_mae", pos->step, 0, rg.mae};
+        pts[np++] = (kl_metric_point){"final_val_rmse", pos->step, 0, rg.rmse};
+        if (isfinite(rg.r2)) pts[np++] = (kl_metric_point){"final_val_r2", pos->step, 0, rg.r2};
+    }
+    rc = tr_runlog_finish(r->trk, r->trun, r->s, r->o->out_dir, &r->dsi, pts, np, e);
+    r->trk = NULL;
+    r->trun = NULL;
+    return rc;
+}
+
+static void run_summary(tr_run *r) {
+    FILE *rep = r->rep;
+    const tr_pos *pos = &r->pos;
+    const tr_eval *fv = &r->fin_val;
+    const kl_loader_stats *ls = &r->d.ls;
+    double sps = r->secs > 0 ? (double)r->samples / r->secs : 0.0;
+    if (r->o->json) {
+        fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos->step,
+                (long long)pos->epoch, r->secs, sps);
+        if (r->nva) fprintf(rep, ",\"val_loss\":%.9g", fv->loss);
+        if (r->nva && fv->count) fprintf(rep, ",\"val_accuracy\":%.6f", (double)fv->correct / (double)fv->count);
+        if (r->images)
+            fprintf(rep, ",\"loader_wait_share\":%.4f,\"loader_images_per_s\":%.1f", ls->wait_share, ls->samples_per_s);
+        if (r->dist.world > 1)
+            fprintf(rep, ",\"ranks\":%d,\"compute_seconds\":%.3f,\"comm_seconds\":%.3f", r->dist.world, r->rank_s[1],
+                    r->rank_s[2]);
+        fprintf(rep, ",\"out\":\"%s\"}\n", r->o->out_dir);
+        return;
+    }
+    fprintf(rep, "trained %lld steps (%lld epochs%s) in %.1f s, %.0f samples/s\n", (long long)pos->step,
+            (long long)pos->epoch, pos->stopped ? ", early stopped" : "", r->secs, sps);
+    for (int k = 0; r->dist.world > 1 && k < KL_MIN(r->dist.world, 64); k++)
+        fprintf(rep, "rank %d of %d: %.1f s, compute %.1f s, communication %.1f s\n", k, r->dist.world,
+                r->rank_s[3 * k], r->rank_s[3 * k + 1], r->rank_s[3 * k + 2]);
+    if (r->nva) {
+        fprintf(rep, "validation: loss %.4f", fv->loss);
+        if (fv->count) fprintf(rep, ", accuracy %.2f%%", 100.0 * (double)fv->correct / (double)fv->count);
+        tr_reg rg;
+        if (tr_eval_regression(fv, &rg))
+            fprintf(rep, ", MAE %.4g, RMSE %.4g (mean predictor %.4g), R2 %.4f", rg.mae, rg.rmse, rg.base_rmse, rg.r2);
+        fprintf(rep, "%s\n", r->best_used ? " (best epoch)" : "");
+    }
+    if (r->images)
+        fprintf(rep,
+                "loader: the training loop waited %.1f%% of its step time for data (%.0f images/s, decode %.1f MPix/s "
+                "per worker, queue depth %.1f)\n",
+                100 * ls->wait_share, ls->samples_per_s, ls->decode_s > 0 ? ls->decode_mpix / ls->decode_s : 0.0,
+                ls->queue_depth);
+    if (r->s->fp16)
+        fprintf(rep, "fp16: final loss scale %g, %lld steps skipped for inf/NaN gradients\n", pos->scale,
+                (long long)pos->skipped);
+    fprintf(rep, "artifacts in %s: model.onnx model.safetensors meta.json card.md metrics.csv curves.svg\n",
+            r->o->out_dir);
+}
+
+static void run_free(tr_run *r) {
+    kl_progress_finish(r->pr);
+    free(r->rows.r);
+    kl_mem_free(r->xb);
+    kl_mem_free(r->yb);
+    kl_mem_free(r->yfb);
+    free(r->idx_tr);
+    free(r->idx_va);
+    free(r->base_tr);
+    tr_optim_free(&r->opt);
+    data_free(&r->d);
+    data_free(&r->dv);
+    tr_dsinfo_free(&r->dsi);
+    tr_runlog_fail(r->trk, r->trun);
+    tr_images_close(&r->imt);
+    tr_images_close(&r->imv);
+    tr_par_free(r->par);
+    tr_dist_end(&r->dist);
+    tr_model_free(r->m);
+    tr_spec_free(r->s);
+}
+
+/* what runs after the loop: a caller's stop (metrics only), or the artifacts and the summary */
+static int run_finish(tr_run *r, kl_err *e) {
+    int rc;
+    if (!r->lead) return KL_OK; /* one run, one output: rank 0's */
+    if (r->cb_stop) {           /* stopped by the caller: only the metrics, no model artifacts */
+        snprintf(r->p, sizeof r->p, "%s/metrics.csv", r->o->out_dir);
+        if ((rc = write_metrics_csv(r->p, &r->rows, e))) return rc;
+        fprintf(r->rep, "stopped by the caller after %lld epochs (%lld steps)\n", (long long)r->pos.epoch,
+                (long long)r->pos.step);
+        return KL_OK;
+    }
+    if (r->o->memory_report) run_memory_measured(r);
+    if ((rc = run_artifacts(r, e))) return rc;
+    if (r->trun && (rc = run_track_end(r, e))) return rc;
+    run_summary(r);
+    return KL_OK;
+}
+
+int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
+    tr_run *r = calloc(1, sizeof *r);
+    if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    r->spec_path = spec_path;
+    r->o = o;
+    r->rep = o->report ? o->report : stdout;
+    openblas_set_num_threads(1);
+    int rc;
+    if (!(rc = run_open(r, e)) && !(rc = run_data(r, e)) && !(rc = run_plan(r, e)) && !(rc = run_alloc(r, e)) &&
+        !(rc = o->resume ? run_resume(r, e) : KL_OK)) {
+        snprintf(r->p, sizeof r->p, "%s/spec.yaml", o->out_dir);
+        if (!(rc = r->lead ? kl_write_file_atomic(r->p, r->s->text, strlen(r->s->text), e) : KL_OK) &&
+            !(rc = run_loop(r, e)))
+            rc = run_finish(r, e);
+    }
+    if (rc) tr_dist_fail(&r->dist); /* several ranks: MPI_Abort at exit stops the others */
+    run_free(r);
+    free(r);
     return rc;
 }
 

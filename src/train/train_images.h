@@ -16,6 +16,7 @@ typedef struct {
     kl_loader_source base, src;  /* src: the rows of base */
     kl_loader *ld;
     kl_camera cam;               /* data.image.undistort */
+    int rank, world;             /* data-parallel: this rank's share of every batch (world 0 = 1; set before start) */
 } tr_images;
 
 /* Opens the shard set at path (checks it against the model: input shape

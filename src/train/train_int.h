@@ -11,6 +11,7 @@
 #include "keel/core.h"
 #include "keel/graph.h"
 #include "keel/train.h"
+#include "train/dist.h"
 
 /* ================================================================ shapes */
 
@@ -72,6 +73,9 @@ typedef struct {
     int64_t epochs, batch, max_steps, ckpt_every, patience, log_every;
     double clip, val_fraction, min_delta;
     int shuffle, drop_last;
+    int deterministic;                  /* train.deterministic: the same weights at any number of ranks */
+    int64_t micro_batches, check_every; /* train.distributed (src/train/parallel.c) */
+    double bucket_mb, first_bucket_mb, dist_timeout;
     char monitor[32];           /* val_loss | val_acc */
     int fp16;                   /* train.precision: fp16 (mixed precision, loss scaling) */
     double ls_init, ls_growth, ls_backoff, ls_min; int64_t ls_interval;
@@ -181,6 +185,12 @@ typedef struct tr_stepg tr_stepg;
 int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e);
 uint64_t tr_step_arena_bytes(const tr_model *m);
 int tr_step_nodes(const tr_model *m);
+/* Calls fn(ctx, node) after each node of the step's plan run (NULL: none);
+ * with a hook the fp16 rounding of the gradients is the hook's job. */
+void tr_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx);
+/* node_of_ref[r]: the graph node writing tensor ref r's gradient (-1: none,
+ * e.g. a buffer, or zeros off the loss path). */
+void tr_step_grad_producers(const tr_model *m, int *node_of_ref, int nref);
 int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step, float scale,
                 double *loss, kl_err *e);
 void tr_step_free(tr_model *m);
@@ -240,5 +250,27 @@ struct cJSON;
 void kl__eval_regression(const float *pred, const float *y, int64_t n, struct cJSON *j);
 void kl__eval_classes(const int64_t *cm, int64_t C, struct cJSON *j);
 int kl__eval_binary(const double *score, const uint8_t *pos, int64_t n, double threshold, int npts, struct cJSON *j);
+
+/* ================================================================ data-parallel step (parallel.c) */
+
+typedef struct tr_par tr_par;
+/* Rows [off, off + cnt) of the current global batch. */
+typedef int (*tr_rows_fn)(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf,
+                          kl_err *e);
+/* Rows per leaf: what the step is planned for (B at one process, not deterministic). */
+int64_t tr_par_leaf_rows(const tr_spec *s, int world, int64_t B);
+/* Memory the step's reduction adds to the gradient block (tagged grads). */
+uint64_t tr_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf);
+int tr_par_check(const tr_spec *s, int world, int images, kl_err *e);
+int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e);
+/* The step's gradients (m->grads), running statistics (m->bufs) and loss of
+ * the global batch of nb rows, the same on every rank. */
+int tr_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e);
+/* Every rank's weights hash the same; otherwise an error naming the step. */
+int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e);
+double tr_par_compute_s(const tr_par *p);
+/* Fast mode, image shards: each rank's rows are its loader's batch, an equal share of nb. */
+void tr_par_even(tr_par *p);
+void tr_par_free(tr_par *p);
 
 #endif

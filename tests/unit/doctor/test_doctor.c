@@ -780,3 +780,66 @@ KL_TEST(doctor_run_fake_programs) {
     KT_EQ_INT(s_hung, KL_DOCTOR_WARN);
     KT_CHECKF(ms < 2000, "doctor took %.0f ms with a hung nvidia-smi (limit 300 ms)", ms);
 }
+
+/* ------------------------------------------------------------------
+ * multi-rank training (MPI)
+ * ------------------------------------------------------------------ */
+
+KL_TEST(doctor_mpi_present) {
+    kl_doctor_check c;
+    kl_doctor_eval_mpi("mpirun (Open MPI) 4.1.4\n\nReport bugs to http://www.open-mpi.org/community/help/\n", &c);
+    KT_EQ_STR(c.id, "train.mpi");
+    KT_EQ_INT(c.status, KL_DOCTOR_PASS);
+    KT_CONTAINS(c.observed, "Open MPI) 4.1.4");
+    kl_doctor_eval_mpi(NULL, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_INFO);
+    KT_CONTAINS(c.observed, "no mpirun");
+    KT_CONTAINS(c.fix, "openmpi-bin");
+}
+
+KL_TEST(doctor_ranks_per_core) {
+    kl_doctor_check c;
+    kl_doctor_eval_ranks(2, 1, 2, &c);
+    KT_EQ_STR(c.id, "train.ranks");
+    KT_EQ_INT(c.status, KL_DOCTOR_PASS);
+    KT_CONTAINS(c.observed, "2 ranks on this host x 1 thread = 2 of 2 CPUs");
+    kl_doctor_eval_ranks(4, 2, 2, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_WARN);
+    KT_CONTAINS(c.observed, "8 of 2 CPUs");
+    KT_CONTAINS(c.fix, "--threads");
+    kl_doctor_eval_ranks(0, 2, 2, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_INFO);
+    KT_CONTAINS(c.observed, "not started by a launcher");
+}
+
+KL_TEST(doctor_hostfile_parse) {
+    char hosts[4][256];
+    int n = 0;
+    KT_EQ_INT(kl_doctor_parse_hostfile(
+                  "# the cluster\nnode-a slots=2\n\n  node-b slots=2 max_slots=4  # gpu box\nnode-c\n", hosts, 4, &n),
+              KL_OK);
+    KT_EQ_INT(n, 3);
+    KT_EQ_STR(hosts[0], "node-a");
+    KT_EQ_STR(hosts[1], "node-b");
+    KT_EQ_STR(hosts[2], "node-c");
+    KT_EQ_INT(kl_doctor_parse_hostfile("a\nb\nc\nd\ne\n", hosts, 4, &n), KL_OK);
+    KT_EQ_INT(n, 4); /* at most max */
+    KT_EQ_INT(kl_doctor_parse_hostfile("node-a\nnode-b slots=two\n", hosts, 4, &n), KL_EPARSE);
+    KT_EQ_INT(n, 2); /* the line */
+}
+
+KL_TEST(doctor_hostfile_eval) {
+    kl_doctor_check c;
+    const char hosts[3][256] = {"localhost", "node-b", "nowhere.invalid"};
+    int ok[3] = {KL_DOCTOR_HOST_LOCAL, KL_DOCTOR_HOST_SSH, KL_DOCTOR_HOST_SSH};
+    kl_doctor_eval_hostfile("hosts", hosts, ok, 2, &c);
+    KT_EQ_STR(c.id, "train.hostfile");
+    KT_EQ_INT(c.status, KL_DOCTOR_PASS);
+    KT_CONTAINS(c.observed, "2 hosts");
+    int bad[3] = {KL_DOCTOR_HOST_LOCAL, KL_DOCTOR_HOST_NO_SSH, KL_DOCTOR_HOST_UNRESOLVED};
+    kl_doctor_eval_hostfile("hosts", hosts, bad, 3, &c);
+    KT_EQ_INT(c.status, KL_DOCTOR_FAIL);
+    KT_CONTAINS(c.observed, "nowhere.invalid: not resolved");
+    KT_CONTAINS(c.observed, "node-b: ssh port closed");
+    KT_CONTAINS(c.fix, "ssh");
+}
