@@ -170,11 +170,11 @@ fail:
 
 static const app_opt mat_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
-    {"store", 0, 1, "PATH", "online store (SQLite file)", 0},
+    {"store", 0, 1, "PATH|URL", "online store: a SQLite file, or redis://HOST:PORT/DB", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
     APP_OPT_VERIFY,
 };
-static const app_cmd_spec mat_spec = {"features materialize", "keel features materialize features.json --data DATASET --store PATH",
+static const app_cmd_spec mat_spec = {"features materialize", "keel features materialize features.json --data DATASET --store PATH|URL",
                                       "fill the online store with the recent events per entity of the window features",
                                       "Rows are appended in time order; the store keeps what a later record's\n"
                                       "windows can need and records the feature_hash it belongs to.",
@@ -217,7 +217,7 @@ static int materialize(int argc, char **argv) {
  * ================================================================== */
 
 static const app_opt tr_opts[] = {
-    {"store", 0, 1, "PATH", "online store (needed for window features)", 0},
+    {"store", 0, 1, "PATH|URL", "online store: SQLite file or redis://HOST:PORT/DB (needed for window features)", 0},
     {"append", 0, 0, NULL, "append each record to the store after transforming it (and flush at the end)", 0},
 };
 static const app_cmd_spec tr_spec = {"features transform", "keel features transform features.json [--store PATH [--append]] < records.jsonl",
@@ -240,7 +240,8 @@ static int transform(int argc, char **argv) {
     /* without --store, window features fail with a clear error (never an
      * empty history standing in for the real one) */
     struct stat sb;
-    if (app_get(&a, "store") && !app_flag(&a, "append") && stat(app_get(&a, "store"), &sb) != 0) {
+    if (app_get(&a, "store") && !app_flag(&a, "append") && !kl_fstore_is_url(app_get(&a, "store")) &&
+        stat(app_get(&a, "store"), &sb) != 0) {
         kl_features_free(f);
         kl_err_set(&e, KL_ENOTFOUND, "online store %s not found (keel features materialize fills it)", app_get(&a, "store"));
         return app_fail(&e);
@@ -267,6 +268,59 @@ static int transform(int argc, char **argv) {
     if (!rc && app_flag(&a, "append") && kl_fstore_flush(s, &e)) rc = app_fail(&e);
     free(line);
     free(v);
+    kl_fstore_free(s);
+    kl_features_free(f);
+    return rc;
+}
+
+/* ==================================================================
+ * push: raw events (one JSON record per line on stdin) → the online store
+ * ================================================================== */
+
+static const app_opt push_opts[] = {
+    {"store", 0, 1, "PATH|URL", "online store: a SQLite file, or redis://HOST:PORT/DB", 0},
+    {"json", 0, 0, NULL, "machine-readable summary", 0},
+};
+static const app_cmd_spec push_spec = {"features push", "keel features push features.json --store URL < events.jsonl",
+                                       "append raw events to the online store of the window features",
+                                       "Each line is one raw record (a JSON object with the window features'\n"
+                                       "entity, time and value fields), appended in the order read; the store\n"
+                                       "keeps what later records' windows can need. A bad line stops the push\n"
+                                       "and is named (stdin:LINE): in Redis the lines before it stay appended,\n"
+                                       "a SQLite store is written only when every line was appended.",
+                                       push_opts, KL_ARRAY_LEN(push_opts), 1, 1};
+
+static int push(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&push_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    const char *store = app_get(&a, "store");
+    if (!store) return app_usage_error(&push_spec, "--store is required");
+    kl_err e = {0};
+    kl_features *f = NULL;
+    kl_fstore *s = NULL;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_fstore_open(f, store, &s, &e)) {
+        kl_features_free(f);
+        return app_fail(&e);
+    }
+    char *line = NULL;
+    size_t cap = 0, lineno = 0, pushed = 0;
+    ssize_t n;
+    rc = APP_EXIT_OK;
+    while ((n = getline(&line, &cap, stdin)) > 0) {
+        lineno++;
+        if (n == 1 && line[0] == '\n') continue;
+        if (kl_fstore_append(s, line, (size_t)n, &e)) {
+            kl_err_prefix(&e, "stdin:%zu", lineno);
+            rc = app_fail(&e);
+            break;
+        }
+        pushed++;
+    }
+    if (!rc && kl_fstore_flush(s, &e)) rc = app_fail(&e);
+    if (!rc && app_flag(&a, "json")) printf("{\"events\": %zu, \"store\": \"%s\"}\n", pushed, store);
+    else if (!rc) printf("%zu events → %s\n", pushed, store);
+    free(line);
     kl_fstore_free(s);
     kl_features_free(f);
     return rc;
@@ -465,6 +519,7 @@ int cmd_features(int argc, char **argv) {
         {"apply", "compute features over a dataset into Parquet", apply},
         {"materialize", "fill the online store for window features", materialize},
         {"transform", "online path over JSON records on stdin", transform},
+        {"push", "append raw events (JSON lines) to the online store", push},
         {"describe", "features, inputs, dtypes, state and cost per row", describe},
         {"latency", "p50/p99 of the online transform with windows", latency},
     };

@@ -168,6 +168,9 @@ double kl_features_cost_ns(const kl_features *f, size_t feature);
  * The same ordering, pruning and point-in-time rules on both. Thread-safe. */
 typedef struct kl_fstore kl_fstore;
 int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_err *e);
+/* The same, but a server that does not answer yet does not fail the open
+ * (the first call connects): for a server process that must start anyway. */
+int kl_fstore_open_lazy(const kl_features *f, const char *path, kl_fstore **out, kl_err *e);
 /* Whether a store name is a URL of a server backend (redis://). */
 int kl_fstore_is_url(const char *path);
 /* What to do when a window read fails (Redis unreachable): 0 fail with the

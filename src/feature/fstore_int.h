@@ -37,8 +37,9 @@ typedef struct {
 typedef struct kl__fsr kl__fsr;
 /* Whether a store name is a Redis URL (redis://...). */
 int kl__fsr_is_url(const char *name);
-/* Parses the URL and connects once (fails when Redis does not answer). */
-int kl__fsr_open(const kl_features *f, const char *url, kl__fsr **out, kl_err *e);
+/* Parses the URL and connects once (fails when Redis does not answer,
+ * unless lazy: then the first call connects). */
+int kl__fsr_open(const kl_features *f, const char *url, int lazy, kl__fsr **out, kl_err *e);
 void kl__fsr_free(kl__fsr *r);
 /* Appends a record's events (one per window feature) in one atomic script
  * call. Errors: KL_ETIMEOUT when Redis is unreachable or slow. */

@@ -253,7 +253,7 @@ done:
     return rc;
 }
 
-int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_err *e) {
+static int fstore_open(const kl_features *f, const char *path, int lazy, kl_fstore **out, kl_err *e) {
     *out = NULL;
     if (!f->fitted) return kl_err_set(e, KL_ESTATE, "features are not fitted");
     kl_fstore *s = calloc(1, sizeof *s);
@@ -264,7 +264,7 @@ int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_e
     if (!s->w || (path && !(s->path = strdup(path)))) { kl_fstore_free(s); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
     struct stat sb;
     if (kl__fsr_is_url(path)) {
-        int rc = kl__fsr_open(f, path, &s->redis, e);
+        int rc = kl__fsr_open(f, path, lazy, &s->redis, e);
         if (rc) { kl_fstore_free(s); return rc; }
     } else if (path && stat(path, &sb) == 0) {
         int rc = store_load(s, e);
@@ -272,6 +272,13 @@ int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_e
     }
     *out = s;
     return KL_OK;
+}
+
+int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_err *e) {
+    return fstore_open(f, path, 0, out, e);
+}
+int kl_fstore_open_lazy(const kl_features *f, const char *path, kl_fstore **out, kl_err *e) {
+    return fstore_open(f, path, 1, out, e);
 }
 
 /* ==================================================================

@@ -286,7 +286,7 @@ static int io_err(kl__fsr *r, redisContext *c, kl_err *e, const char *what) {
  * Open, append, read, ping
  * ================================================================== */
 
-int kl__fsr_open(const kl_features *f, const char *url, kl__fsr **out, kl_err *e) {
+int kl__fsr_open(const kl_features *f, const char *url, int lazy, kl__fsr **out, kl_err *e) {
     *out = NULL;
     kl__fsr *r = calloc(1, sizeof *r);
     if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -294,7 +294,7 @@ int kl__fsr_open(const kl_features *f, const char *url, kl__fsr **out, kl_err *e
     pthread_mutex_init(&r->mu, NULL);
     int rc = url_parse(r, url, e);
     redisContext *c = NULL;
-    if (!rc) rc = connect_one(r, &c, e);
+    if (!rc && !lazy) rc = connect_one(r, &c, e);
     if (rc) {
         kl__fsr_free(r);
         return rc;
