@@ -174,11 +174,15 @@ static const app_opt mat_opts[] = {
     {"json", 0, 0, NULL, "machine-readable summary", 0},
     APP_OPT_VERIFY,
 };
-static const app_cmd_spec mat_spec = {"features materialize", "keel features materialize features.json --data DATASET --store PATH|URL",
+static const app_cmd_spec mat_spec = {"features materialize",
+                                      "keel features materialize features.json --data DATASET --store PATH|URL",
                                       "fill the online store with the recent events per entity of the window features",
                                       "Rows are appended in time order; the store keeps what a later record's\n"
                                       "windows can need and records the feature_hash it belongs to.",
-                                      mat_opts, KL_ARRAY_LEN(mat_opts), 1, 1};
+                                      mat_opts,
+                                      KL_ARRAY_LEN(mat_opts),
+                                      1,
+                                      1};
 
 static int materialize(int argc, char **argv) {
     app_args a;
@@ -281,14 +285,18 @@ static const app_opt push_opts[] = {
     {"store", 0, 1, "PATH|URL", "online store: a SQLite file, or redis://HOST:PORT/DB", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
 };
-static const app_cmd_spec push_spec = {"features push", "keel features push features.json --store URL < events.jsonl",
+static const app_cmd_spec push_spec = {"features push",
+                                       "keel features push features.json --store URL < events.jsonl",
                                        "append raw events to the online store of the window features",
                                        "Each line is one raw record (a JSON object with the window features'\n"
                                        "entity, time and value fields), appended in the order read; the store\n"
                                        "keeps what later records' windows can need. A bad line stops the push\n"
                                        "and is named (stdin:LINE): in Redis the lines before it stay appended,\n"
                                        "a SQLite store is written only when every line was appended.",
-                                       push_opts, KL_ARRAY_LEN(push_opts), 1, 1};
+                                       push_opts,
+                                       KL_ARRAY_LEN(push_opts),
+                                       1,
+                                       1};
 
 static int push(int argc, char **argv) {
     app_args a;

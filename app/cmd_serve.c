@@ -104,7 +104,10 @@ static const app_cmd_spec spec = {
     "Signals: SIGHUP rescans the repository; SIGTERM/SIGINT drain (queued and running requests\n"
     "finish, up to --exit-timeout; what is left then gets 503) and exit 0.\n"
     "Global --memory-limit caps the allocator (see 'keel --help').",
-    opts, KL_ARRAY_LEN(opts), 1, 1};
+    opts,
+    KL_ARRAY_LEN(opts),
+    1,
+    1};
 
 int cmd_serve(int argc, char **argv) {
     app_args a;

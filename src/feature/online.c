@@ -265,7 +265,10 @@ static int fstore_open(const kl_features *f, const char *path, int lazy, kl_fsto
     struct stat sb;
     if (kl__fsr_is_url(path)) {
         int rc = kl__fsr_open(f, path, lazy, &s->redis, e);
-        if (rc) { kl_fstore_free(s); return rc; }
+        if (rc) {
+            kl_fstore_free(s);
+            return rc;
+        }
     } else if (path && stat(path, &sb) == 0) {
         int rc = store_load(s, e);
         if (rc) { kl_fstore_free(s); return rc; }
@@ -293,13 +296,15 @@ typedef struct {
     size_t n;
 } rec_events;
 
-static int gather_vals(kl_fstore *s, rec_events *r, size_t i, const fval *ent, const fval *tm, const fval *val, kl_err *e) {
+static int gather_vals(kl_fstore *s, rec_events *r, size_t i, const fval *ent, const fval *tm, const fval *val,
+                       kl_err *e) {
     const feat *F = &s->f->f[i];
     if (ent->null || tm->null)
         return kl_err_set(e, KL_EINVAL, "feature %s: %s is missing or null", F->name, ent->null ? F->in[0].column : F->in[1].column);
     if (F->has_value && val->null && !F->value.has_fill)
         return kl_err_set(e, KL_EINVAL, "feature %s: %s is null and has no fill", F->name, F->value.column);
-    if (r->n == KL_ARRAY_LEN(r->a)) return kl_err_set(e, KL_ERANGE, "more than %zu window features", KL_ARRAY_LEN(r->a));
+    if (r->n == KL_ARRAY_LEN(r->a))
+        return kl_err_set(e, KL_ERANGE, "more than %zu window features", KL_ARRAY_LEN(r->a));
     char kb[8];
     size_t kn;
     const char *k = kl__entity_key(F, ent, kb, &kn);
@@ -433,7 +438,10 @@ int kl_features_materialize(const kl_features *f, kl_column *const *cols, size_t
         order[r] = (trow){t.null ? INT64_MIN : kl__win_time(W, &t), r};
     }
     qsort(order, n, sizeof *order, trow_cmp);
-    if (!(r = malloc(sizeof *r))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if (!(r = malloc(sizeof *r))) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
     for (size_t k = 0; k < n; k++)
         if ((rc = append_row(s, in, order[k].row, r, e))) goto done;
 done:
@@ -475,8 +483,10 @@ static int window_read(const kl_features *f, const kl_fstore *store, const feat 
     if (store->f != f && strcmp(kl_features_hash(store->f), f->hash))
         return kl_err_set(e, KL_ESTATE, "the online store belongs to other features");
     if (in[0].null || in[1].null)
-        return kl_err_set(e, KL_EINVAL, "feature %s: %s is missing or null", F->name, in[0].null ? F->in[0].column : F->in[1].column);
-    if (rr->n == KL_ARRAY_LEN(rr->r)) return kl_err_set(e, KL_ERANGE, "more than %zu window features", KL_ARRAY_LEN(rr->r));
+        return kl_err_set(e, KL_EINVAL, "feature %s: %s is missing or null", F->name,
+                          in[0].null ? F->in[0].column : F->in[1].column);
+    if (rr->n == KL_ARRAY_LEN(rr->r))
+        return kl_err_set(e, KL_ERANGE, "more than %zu window features", KL_ARRAY_LEN(rr->r));
     char kb[8];
     size_t kn;
     const char *k = kl__entity_key(F, &in[0], kb, &kn);
@@ -531,7 +541,8 @@ int kl_features_transform_record(const kl_features *f, const kl_fstore *store, c
         fval in[2];
         for (int k = 0; k < F->nin; k++)
             if ((rc = kl__fval_from_json(&F->in[k], kl__features_nulls(f), obj, &in[k], e))) { kl_err_prefix(e, "feature %s", F->name); return rc; }
-        rc = F->kind != TF_WINDOW ? kl__tf_eval(F, in, out + F->slot0, counts, e) : window_read(f, store, F, i, in, rr, e);
+        rc = F->kind != TF_WINDOW ? kl__tf_eval(F, in, out + F->slot0, counts, e)
+                                  : window_read(f, store, F, i, in, rr, e);
     }
     if (!rc) rc = window_eval(f, store, rr, out, counts, e);
     if (!rc && counts) counts->rows++;

@@ -20,18 +20,18 @@
 
 #include "feature/fstore_int.h"
 
-#define FSR_POOL 16
-#define FSR_SIGN 0x8000000000000000ULL
+#define FSR_POOL       16
+#define FSR_SIGN       0x8000000000000000ULL
 #define FSR_BACKOFF_NS 100000000LL /* after a failed connect, fail fast for 100 ms */
 
 struct kl__fsr {
     const kl_features *f;
     char host[256], pass[256], prefix[128];
-    char name[400];       /* redis://host:port/N (no password) */
+    char name[400]; /* redis://host:port/N (no password) */
     int port, db;
     int connect_ms, timeout_ms;
-    char sha[48];         /* of the append script (SCRIPT LOAD answers it) */
-    pthread_mutex_t mu;   /* the pool */
+    char sha[48];       /* of the append script (SCRIPT LOAD answers it) */
+    pthread_mutex_t mu; /* the pool */
     redisContext *pool[FSR_POOL];
     int npool;
     _Atomic int64_t down_until; /* monotonic ns: connects fail fast before it */
@@ -178,8 +178,8 @@ static int url_parse(kl__fsr *r, const char *url, kl_err *e) {
             memcpy(r->prefix, v, vn);
             r->prefix[vn] = 0;
         } else
-            return kl_err_set(e, KL_EINVAL, "%s: unknown parameter '%.*s' (timeout_ms, connect_timeout_ms, prefix)", url,
-                              (int)kn, p);
+            return kl_err_set(e, KL_EINVAL, "%s: unknown parameter '%.*s' (timeout_ms, connect_timeout_ms, prefix)",
+                              url, (int)kn, p);
         if (bad) return kl_err_set(e, KL_EINVAL, "%s: %.*s: expected 1..600000 (ms)", url, (int)kn, p);
         p += n + (p[n] == '&');
     }
@@ -276,8 +276,9 @@ static void release(kl__fsr *r, redisContext *c) {
 
 /* a reply of a broken connection (timeout, reset): the error, the connection dropped */
 static int io_err(kl__fsr *r, redisContext *c, kl_err *e, const char *what) {
-    int rc = down(r, e, what, c->err == REDIS_ERR_IO || c->err == REDIS_ERR_EOF ? "no answer in time or connection lost"
-                                                                                      : c->errstr);
+    int rc =
+        down(r, e, what,
+             c->err == REDIS_ERR_IO || c->err == REDIS_ERR_EOF ? "no answer in time or connection lost" : c->errstr);
     if (!c->err) c->err = REDIS_ERR_OTHER;
     return rc;
 }
@@ -319,7 +320,8 @@ int kl__fsr_ping(kl__fsr *r, kl_err *e) {
     if (rc) return rc;
     redisReply *y = redisCommand(c, "PING");
     if (!y) rc = io_err(r, c, e, "PING");
-    else if (y->type == REDIS_REPLY_ERROR) rc = kl_err_set(e, KL_ETIMEOUT, "online store %s: PING: %s", r->name, y->str);
+    else if (y->type == REDIS_REPLY_ERROR)
+        rc = kl_err_set(e, KL_ETIMEOUT, "online store %s: PING: %s", r->name, y->str);
     freeReplyObject(y);
     release(r, c);
     return rc;
@@ -333,7 +335,7 @@ int kl__fsr_append(kl__fsr *r, const fs_append *a, size_t n, kl_err *e) {
     const char **av = calloc(argc, sizeof *av);
     size_t *al = calloc(argc, sizeof *al);
     char *keys[64] = {0}, **kp = n <= 64 ? keys : calloc(n, sizeof *kp);
-    char (*buf)[2][24] = calloc(n, sizeof *buf);
+    char(*buf)[2][24] = calloc(n, sizeof *buf);
     char nk[24], sha[48];
     int rc = KL_OK;
     if (!av || !al || !kp || !buf) {
@@ -406,7 +408,8 @@ void kl__fsr_read_free(fs_read *rd, size_t n) {
 /* a reply of ZREVRANGEBYLEX (newest first) → ev in time order */
 static int decode_window(kl__fsr *r, const redisReply *y, fs_read *rd, kl_err *e) {
     if (y->type == REDIS_REPLY_ERROR) return kl_err_set(e, KL_EINVAL, "online store %s: read: %s", r->name, y->str);
-    if (y->type != REDIS_REPLY_ARRAY) return kl_err_set(e, KL_EPARSE, "online store %s: read: unexpected reply", r->name);
+    if (y->type != REDIS_REPLY_ARRAY)
+        return kl_err_set(e, KL_EPARSE, "online store %s: read: unexpected reply", r->name);
     rd->ev = malloc((y->elements ? y->elements : 1) * sizeof *rd->ev);
     if (!rd->ev) return kl_err_set(e, KL_ENOMEM, "out of memory");
     rd->n = y->elements;

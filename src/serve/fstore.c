@@ -82,9 +82,10 @@ static const cJSON *event_list(const cJSON *root, int *n, int *single) {
 int sv_events_append(sv_version *v, const char *body, size_t len, int *appended, kl_err *e) {
     *appended = 0;
     if (!v->feat || !v->fstore || !kl_features_first_window(v->feat))
-        return kl_err_set(e, KL_EUNSUPPORTED,
-                          "model '%s' version %lld has no window features (or no online store): events have nowhere to go",
-                          v->model->name, (long long)v->version);
+        return kl_err_set(
+            e, KL_EUNSUPPORTED,
+            "model '%s' version %lld has no window features (or no online store): events have nowhere to go",
+            v->model->name, (long long)v->version);
     sv_json_doc *d = NULL;
     int rc = sv_json_parse(body, len, 0, &d, e);
     if (rc) return rc;
@@ -97,8 +98,7 @@ int sv_events_append(sv_version *v, const char *body, size_t len, int *appended,
     const cJSON *rec;
     int i = 0;
     if (single) rc = kl_fstore_check_record(v->fstore, list, e);
-    else
-        cJSON_ArrayForEach(rec, list) {
+    else cJSON_ArrayForEach(rec, list) {
             if ((rc = kl_fstore_check_record(v->fstore, rec, e))) {
                 kl_err_prefix(e, "records[%d]", i);
                 break;

@@ -178,11 +178,12 @@ static enum MHD_Result events(kl_server *s, struct MHD_Connection *c, sv_req *r)
     if (v) sv_version_ref(v);
     pthread_mutex_unlock(&s->lock);
     if (!v)
-        return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, m ? "model '%s' has no such version loaded" : "unknown model '%s'",
-                          r->model_name);
+        return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0,
+                          m ? "model '%s' has no such version loaded" : "unknown model '%s'", r->model_name);
     kl_err e = {0};
-    int n = 0, rc = r->body_len ? sv_events_append(v, r->body, r->body_len, &n, &e)
-                                : kl_err_set(&e, KL_EINVAL, "request body: empty (expected JSON records)");
+    int n = 0,
+        rc = r->body_len ? sv_events_append(v, r->body, r->body_len, &n, &e)
+                         : kl_err_set(&e, KL_EINVAL, "request body: empty (expected JSON records)");
     int64_t ver = v->version;
     sv_version_unref(v);
     if (rc == KL_ETIMEOUT) return send_error(s, c, r, 503, SV_R_NOT_READY, 1, "feature store unavailable: %s", e.msg);

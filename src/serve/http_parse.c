@@ -40,7 +40,10 @@ static int route_models(const char *p, sv_req *r, int post) {
     if (!*p) { r->method_ok = !post; return SV_RT_MODEL_META; }
     if (!strcmp(p, "/ready")) { r->method_ok = !post; return SV_RT_MODEL_READY; }
     if (!strcmp(p, "/infer")) { r->method_ok = post; return SV_RT_INFER; }
-    if (!strcmp(p, "/events")) { r->method_ok = post; return SV_RT_EVENTS; }
+    if (!strcmp(p, "/events")) {
+        r->method_ok = post;
+        return SV_RT_EVENTS;
+    }
     return SV_RT_NOT_FOUND;
 }
 

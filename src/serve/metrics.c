@@ -274,7 +274,8 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->nmodels && i < 256; i++) {
         model_label(lb, sizeof lb, s->models[i]->name, 0);
-        kl_buf_printf(&b, "keel_feature_store_errors_total{%s} %llu\n", lb, (unsigned long long)sv_fstore_errors(s->models[i]));
+        kl_buf_printf(&b, "keel_feature_store_errors_total{%s} %llu\n", lb,
+                      (unsigned long long)sv_fstore_errors(s->models[i]));
     }
     pthread_mutex_unlock(&s->lock);
     head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");

@@ -83,9 +83,9 @@ static int parse_on_store_error(const kl_node *root, sv_model_cfg *c, kl_err *e)
 }
 
 int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e) {
-    static const char *const keys[] = {"max_batch_size", "dynamic_batching", "instances", "priority_levels",
-                                       "default_priority", "queue_policy", "default_queue_policy",
-                                       "memory_quota", "version_policy", "on_store_error"};
+    static const char *const keys[] = {
+        "max_batch_size", "dynamic_batching",     "instances",    "priority_levels", "default_priority",
+        "queue_policy",   "default_queue_policy", "memory_quota", "version_policy",  "on_store_error"};
     kl_doc *d = NULL;
     sv_cfg_default(c);
     int rc = kl_doc_load_str(text, len, name, &d, e);

@@ -119,7 +119,7 @@ typedef struct {
     int latest_n;
     int64_t specific[SV_MAX_VERSIONS];
     int n_specific;
-    int on_store_error_empty;   /* on_store_error: empty (windows read as empty, counted) | fail (503) */
+    int on_store_error_empty; /* on_store_error: empty (windows read as empty, counted) | fail (503) */
 } sv_model_cfg;
 
 void sv_cfg_default(sv_model_cfg *c);
@@ -420,8 +420,20 @@ void sv_model_free(sv_model *m);
 /* http_parse.c: the HTTP request handling keel owns, as pure functions
  * (fuzz/fuzz_http.c). */
 enum {
-    SV_RT_NONE, SV_RT_LIVE, SV_RT_READY, SV_RT_SERVER, SV_RT_MODEL_META, SV_RT_MODEL_READY, SV_RT_INFER, SV_RT_REPO_INDEX,
-    SV_RT_REPO_LOAD, SV_RT_REPO_UNLOAD, SV_RT_METRICS, SV_RT_PREDICT, SV_RT_NOT_FOUND, SV_RT_BAD_TARGET,
+    SV_RT_NONE,
+    SV_RT_LIVE,
+    SV_RT_READY,
+    SV_RT_SERVER,
+    SV_RT_MODEL_META,
+    SV_RT_MODEL_READY,
+    SV_RT_INFER,
+    SV_RT_REPO_INDEX,
+    SV_RT_REPO_LOAD,
+    SV_RT_REPO_UNLOAD,
+    SV_RT_METRICS,
+    SV_RT_PREDICT,
+    SV_RT_NOT_FOUND,
+    SV_RT_BAD_TARGET,
     SV_RT_EVENTS
 };
 /* The route of a (percent-decoded) path; sets r->model_name, want_version
