@@ -16,3 +16,20 @@ if KEEL_TEST_REDIS_URL="$REDIS_URL" "$KEEL_SRC/$BUILD/keel-unit" feature_online_
 else
   fail redis_replay_equals_offline "$(grep -v '^PASS' unit.out | head -c 600)"
 fi
+
+# 2. keel pipeline with stages.features.store: redis:// materializes there
+#    (no features.db in the features dataset nor in the exported version)
+"$KEEL" data gen-clicks clicks.csv --rows 4000 --seed 3 > /dev/null
+cp -r "$KEEL_SRC/examples/clicks" ex && rm -rf ex/out-* ex/data
+if "$KEEL" --tracking "$T/runs" pipeline run ex/pipeline.yaml --out "$T/pl" --set "stages.ingest.source=$T/clicks.csv" \
+  --set "stages.features.store=$REDIS_URL" --set stages.evaluate.max_gap_to_reference=1 --json > pl.json 2> pl.err; then
+  h=$($PYTHON -c 'import json,sys; print(json.load(open(sys.argv[1]))["feature_hash"][:16])' pl/features/features.json)
+  n=$(redis-cli -p "$REDIS_PORT" --scan --pattern "keel:fs:$h:*" | wc -l)
+  [ "$n" -gt 100 ] && [ ! -e pl/features/features.db ] && [ ! -e pl/repo/ctr/1/features.db ] && pass redis_pipeline_store ||
+    fail redis_pipeline_store "$n histories in Redis for $h; $(ls pl/features pl/repo/ctr/1 | tr '\n' ' ')"
+else
+  fail redis_pipeline_store "$(tail -c 400 pl.err)"
+fi
+"$KEEL" --tracking "$T/runs" pipeline run ex/pipeline.yaml --out "$T/pl2" --set "stages.ingest.source=$T/clicks.csv" \
+  --set "stages.features.store=/tmp/not-a-url" --json > pl2.json 2> pl2.err
+grep -q "store: expected redis://" pl2.err && pass redis_pipeline_store_not_url || fail redis_pipeline_store_not_url "$(tail -c 300 pl2.err)"

@@ -11,6 +11,7 @@
 . "$KEEL_SRC/tests/integration/lib_redis.sh"
 redis_start || exit 0
 cd "$T"
+URL="$REDIS_URL?timeout_ms=2000" # generous: a loaded test machine (refused connections still fail at once)
 
 "$KEEL" data gen-clicks clicks.csv --rows 3000 --seed 3 > /dev/null || { fail redis_gen "gen-clicks failed"; exit 0; }
 cat > clicks.yaml <<'EOF'
@@ -35,7 +36,7 @@ EOF
   { fail redis_setup "$(cat ingest.err fit.err | head -c 400)"; exit 0; }
 
 # ---- command line: materialize, transform, push on both stores ----
-expect_rc redis_materialize 0 "$KEEL" features materialize f.json --data ds --store "$REDIS_URL" --json
+expect_rc redis_materialize 0 "$KEEL" features materialize f.json --data ds --store "$URL" --json
 "$KEEL" features materialize f.json --data ds --store store.db > /dev/null
 cat > rec.jsonl <<'EOF'
 {"user_id": 5, "item_price": 12.5, "ts": "2030-01-01T10:00:00Z", "category": "books", "clicked": true}
@@ -43,7 +44,7 @@ cat > rec.jsonl <<'EOF'
 {"user_id": 99999, "item_price": 0.5, "ts": "2030-01-03T01:00:00Z", "category": "toys", "clicked": false}
 EOF
 "$KEEL" features transform f.json --store store.db < rec.jsonl > sql1.out 2> sql1.err
-"$KEEL" features transform f.json --store "$REDIS_URL" < rec.jsonl > redis1.out 2> redis1.err
+"$KEEL" features transform f.json --store "$URL" < rec.jsonl > redis1.out 2> redis1.err
 [ -s sql1.out ] && cmp -s sql1.out redis1.out && pass redis_transform_equals_sqlite ||
   fail redis_transform_equals_sqlite "sqlite: $(head -c 300 sql1.out) $(head -c 200 sql1.err) redis: $(head -c 300 redis1.out) $(head -c 300 redis1.err)"
 
@@ -52,15 +53,15 @@ cat > ev.jsonl <<'EOF'
 {"user_id": 5, "item_price": 41.0, "ts": "2029-12-31T09:30:00Z", "category": "books"}
 {"user_id": 17, "item_price": 7.0, "ts": "2030-01-02T20:00:00Z", "category": "beauty"}
 EOF
-expect_rc redis_push 0 "$KEEL" features push f.json --store "$REDIS_URL" --json < ev.jsonl
+expect_rc redis_push 0 "$KEEL" features push f.json --store "$URL" --json < ev.jsonl
 grep -q '"events": 3' "$T/out" && pass redis_push_counts || fail redis_push_counts "$(cat "$T/out")"
 "$KEEL" features push f.json --store store.db < ev.jsonl > /dev/null
 "$KEEL" features transform f.json --store store.db < rec.jsonl > sql2.out
-"$KEEL" features transform f.json --store "$REDIS_URL" < rec.jsonl > redis2.out
+"$KEEL" features transform f.json --store "$URL" < rec.jsonl > redis2.out
 cmp -s sql2.out redis2.out && ! cmp -s sql1.out sql2.out && pass redis_push_equals_sqlite ||
   fail redis_push_equals_sqlite "sqlite: $(cat sql2.out) redis: $(cat redis2.out)"
 printf '\n%s\n' '{"item_price": 1.0, "ts": "2030-01-01T00:00:00Z", "category": "toys"}' > bad.jsonl
-expect_rc redis_push_bad_line 1 "$KEEL" features push f.json --store "$REDIS_URL" < bad.jsonl
+expect_rc redis_push_bad_line 1 "$KEEL" features push f.json --store "$URL" < bad.jsonl
 grep -q "stdin:2" "$T/err" && grep -q "user_id" "$T/err" && pass redis_push_bad_line_named || fail redis_push_bad_line_named "$(cat "$T/err")"
 expect_rc redis_bad_url 1 "$KEEL" features transform f.json --store "redis://127.0.0.1:notaport/0" < rec.jsonl
 grep -q "port" "$T/err" && pass redis_bad_url_named || fail redis_bad_url_named "$(cat "$T/err")"
@@ -98,8 +99,8 @@ serve_start() { # NAME ARGS... : starts keel serve, sets PORT_NAME
   eval "PORT_$name=$(sed -n 's/.*listening on http:\/\/127.0.0.1:\([0-9]*\).*/\1/p' "serve-$name.out")"
 }
 at_exit 'for p in $SERVE_PIDS; do kill $p 2>/dev/null; done; for p in $SERVE_PIDS; do wait $p 2>/dev/null; done'
-serve_start a repo --feature-store "$REDIS_URL"
-serve_start b repo --feature-store "$REDIS_URL"
+serve_start a repo --feature-store "$URL"
+serve_start b repo --feature-store "$URL"
 serve_start s repo_sql
 if [ -z "$PORT_a" ] || [ -z "$PORT_b" ] || [ -z "$PORT_s" ]; then
   fail redis_serve_start "$(cat serve-a.err serve-b.err serve-s.err | tail -c 600)"

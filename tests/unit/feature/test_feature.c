@@ -253,7 +253,7 @@ KL_TEST(feature_online_equals_offline_redis) {
         return;
     }
     char u[512];
-    snprintf(u, sizeof u, "%s?prefix=keel-unit:%ld:", url, (long)time(NULL));
+    snprintf(u, sizeof u, "%s?prefix=keel-unit:%ld:&timeout_ms=5000", url, (long)time(NULL)); /* a loaded machine */
     online_equals_offline(u);
 }
 
