@@ -48,6 +48,10 @@ int kl__fsr_append(kl__fsr *r, const fs_append *a, size_t n, kl_err *e);
 int kl__fsr_read(kl__fsr *r, fs_read *rd, size_t n, kl_err *e);
 void kl__fsr_read_free(fs_read *rd, size_t n);
 int kl__fsr_ping(kl__fsr *r, kl_err *e);
+/* A Redis history member's first 16 bytes: bytewise order == kl__fevent_cmp
+ * order; decode gives the same bits back. */
+void kl__fsr_encode(fevent x, char out[16]);
+fevent kl__fsr_decode(const char in[16]);
 /* The URL without a password (for messages). */
 const char *kl__fsr_name(const kl__fsr *r);
 

@@ -99,9 +99,12 @@ static double vkey_inv(uint64_t u) {
     memcpy(&v, &b, 8);
     return v;
 }
-static void ev_encode(fevent x, char out[16]) {
+void kl__fsr_encode(fevent x, char out[16]) {
     be64((uint64_t)x.ts ^ FSR_SIGN, out);
     be64(vkey(x.v), out + 8);
+}
+fevent kl__fsr_decode(const char in[16]) {
+    return (fevent){(int64_t)(rd_be64(in) ^ FSR_SIGN), vkey_inv(rd_be64(in + 8))};
 }
 
 /* keel:fs:<feature_hash 16>:<feature>:<entity bytes> (prefix from the URL) */
@@ -357,7 +360,7 @@ int kl__fsr_append(kl__fsr *r, const fs_append *a, size_t n, kl_err *e) {
         }
         av[3 + i] = kp[i];
         size_t j = 3 + n + 3 * i;
-        ev_encode(a[i].x, buf[i][0]);
+        kl__fsr_encode(a[i].x, buf[i][0]);
         av[j] = buf[i][0], al[j] = 16;
         snprintf(buf[i][1], sizeof buf[i][1], "%lld", (long long)F->events);
         av[j + 1] = buf[i][1], al[j + 1] = strlen(buf[i][1]);
@@ -417,9 +420,7 @@ static int decode_window(kl__fsr *r, const redisReply *y, fs_read *rd, kl_err *e
         const redisReply *m = y->element[j];
         if (m->type != REDIS_REPLY_STRING || m->len < 16)
             return kl_err_set(e, KL_EPARSE, "online store %s: a history member is not a keel event", r->name);
-        fevent *x = &rd->ev[y->elements - 1 - j];
-        x->ts = (int64_t)(rd_be64(m->str) ^ FSR_SIGN);
-        x->v = vkey_inv(rd_be64(m->str + 8));
+        rd->ev[y->elements - 1 - j] = kl__fsr_decode(m->str);
     }
     return KL_OK;
 }
