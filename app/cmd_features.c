@@ -444,16 +444,20 @@ static const app_opt lat_opts[] = {
     {"json", 0, 0, NULL, "machine-readable output", 0},
     APP_OPT_VERIFY,
 };
-static const app_cmd_spec lat_spec = {"features latency",
-                                      "keel features latency features.json --data DATASET [--records N] [--store URL] [--rate R]",
-                                      "measure the online path: p50/p99 of transform_row (JSON parse included) with windows",
-                                      "Materializes all rows but the last N in memory, then for each of the last N\n"
-                                      "rows (in time order) times kl_features_transform_row on its JSON record, then\n"
-                                      "appends it. --store redis://... fills and reads that store instead (its\n"
-                                      "keys for these features should be empty first); --rate R starts record k\n"
-                                      "at k/R s, and its latency counts from then (a late start included);\n"
-                                      "--json adds call_p50_us/call_p99_us, timed from the call itself.",
-                                      lat_opts, KL_ARRAY_LEN(lat_opts), 1, 1};
+static const app_cmd_spec lat_spec = {
+    "features latency",
+    "keel features latency features.json --data DATASET [--records N] [--store URL] [--rate R]",
+    "measure the online path: p50/p99 of transform_row (JSON parse included) with windows",
+    "Materializes all rows but the last N in memory, then for each of the last N\n"
+    "rows (in time order) times kl_features_transform_row on its JSON record, then\n"
+    "appends it. --store redis://... fills and reads that store instead (its\n"
+    "keys for these features should be empty first); --rate R starts record k\n"
+    "at k/R s, and its latency counts from then (a late start included);\n"
+    "--json adds call_p50_us/call_p99_us, timed from the call itself.",
+    lat_opts,
+    KL_ARRAY_LEN(lat_opts),
+    1,
+    1};
 
 static int dcmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -483,7 +487,9 @@ static int latency(int argc, char **argv) {
     float *v = NULL;
     kl_buf js;
     kl_buf_init(&js);
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) || kl_fstore_open(f, url, &s, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) ||
+        kl_fstore_open(f, url, &s, &e))
+        goto fail;
     size_t n = nrows_of(cols, ncols), m = (size_t)nrec < n ? (size_t)nrec : n, first = n - m;
     for (size_t r = 0; r < first; r++)
         if (kl_fstore_append_columns(s, cols, ncols, r, &e)) goto fail;
@@ -526,9 +532,10 @@ static int latency(int argc, char **argv) {
     size_t i99 = (size_t)((double)(m - 1) * 0.99);
     double p50 = lat[m / 2], p99 = lat[i99], mx = lat[m - 1];
     if (app_flag(&a, "json"))
-        printf("{\"records\": %zu, \"store\": \"%s\", \"rate\": %g, \"p50_us\": %.2f, \"p99_us\": %.2f, \"max_us\": %.2f, "
-               "\"call_p50_us\": %.2f, \"call_p99_us\": %.2f}\n",
-               m, url ? "redis" : "memory", rate, p50, p99, mx, svc[m / 2], svc[i99]);
+        printf(
+            "{\"records\": %zu, \"store\": \"%s\", \"rate\": %g, \"p50_us\": %.2f, \"p99_us\": %.2f, \"max_us\": %.2f, "
+            "\"call_p50_us\": %.2f, \"call_p99_us\": %.2f}\n",
+            m, url ? "redis" : "memory", rate, p50, p99, mx, svc[m / 2], svc[i99]);
     else
         printf("%zu records: transform_row p50 %.2f µs, p99 %.2f µs, max %.2f µs\n", m, p50, p99, mx);
     rc = APP_EXIT_OK;

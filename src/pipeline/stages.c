@@ -330,7 +330,9 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     if ((rc = kl_features_write(f, res, nres, dir, src, NULL, e))) goto done;
     /* the online store of the window features, for keel serve's :predict */
     snprintf(p, sizeof p, "%s/features.db", dir);
-    if ((rc = kl_fstore_open(f, *url ? url : p, &store, e)) || (rc = kl_features_materialize(f, cols, ncols, store, e)) || (rc = kl_fstore_flush(store, e))) goto done;
+    if ((rc = kl_fstore_open(f, *url ? url : p, &store, e)) ||
+        (rc = kl_features_materialize(f, cols, ncols, store, e)) || (rc = kl_fstore_flush(store, e)))
+        goto done;
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     set_id_from_file(out, p);
     cJSON_AddStringToObject(out, "feature_hash", kl_features_hash(f));

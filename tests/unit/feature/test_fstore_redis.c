@@ -17,7 +17,8 @@
 #include "keel/feature.h"
 
 KL_TEST(fstore_redis_encoding_orders_as_memory_store) {
-    const double vals[] = {-INFINITY, -1e308, -2.5, -1.0, -5e-324, -0.0, 0.0, 5e-324, 1.0, 2.5, 1e308, INFINITY, NAN, -NAN};
+    const double vals[] = {-INFINITY, -1e308, -2.5, -1.0,  -5e-324,  -0.0, 0.0,
+                           5e-324,    1.0,    2.5,  1e308, INFINITY, NAN,  -NAN};
     const int64_t tss[] = {INT64_MIN, -86400000000LL, -1, 0, 1, 1700000000000000LL, INT64_MAX};
     fevent ev[KL_ARRAY_LEN(vals) * KL_ARRAY_LEN(tss)];
     size_t n = 0;
@@ -33,19 +34,20 @@ KL_TEST(fstore_redis_encoding_orders_as_memory_store) {
             kl__fsr_encode(ev[b], kb);
             int m = memcmp(ka, kb, 16), c = kl__fevent_cmp(&ev[a], &ev[b]);
             if ((m > 0) - (m < 0) != c) {
-                if (bad++ < 3) fprintf(stderr, "(%lld, %g) vs (%lld, %g): bytes %d, store %d\n", (long long)ev[a].ts, ev[a].v,
-                                       (long long)ev[b].ts, ev[b].v, m, c);
+                if (bad++ < 3)
+                    fprintf(stderr, "(%lld, %g) vs (%lld, %g): bytes %d, store %d\n", (long long)ev[a].ts, ev[a].v,
+                            (long long)ev[b].ts, ev[b].v, m, c);
             }
         }
     }
     KT_EQ_INT(bad, 0);
 }
 
-static const char *SPEC =
-    "features:\n"
-    "  - {name: price, transform: passthrough, input: p, type: float64, fill: 0}\n"
-    "  - {name: u_count, transform: window, agg: count, events: 5, entity: {column: u, type: int64}, time: {column: ts, "
-    "type: timestamp}}\n";
+static const char *SPEC = "features:\n"
+                          "  - {name: price, transform: passthrough, input: p, type: float64, fill: 0}\n"
+                          "  - {name: u_count, transform: window, agg: count, events: 5, entity: {column: u, type: "
+                          "int64}, time: {column: ts, "
+                          "type: timestamp}}\n";
 
 static kl_features *fitted(kl_err *e) {
     kl_features *f = NULL;
@@ -57,9 +59,20 @@ KL_TEST(fstore_redis_bad_urls_are_named) {
     kl_err e = {0};
     kl_features *f = fitted(&e);
     KT_CHECK(f && kl_features_is_fitted(f));
-    const char *bad[] = {"redis://", "HOST", "redis://h:0/0", "port", "redis://h:99999", "port", "redis://h:1/x", "database",
-                         "redis://h:1/0?foo=1", "unknown parameter 'foo'", "redis://h:1/0?timeout_ms=0", "timeout_ms",
-                         "redis://h:1/0?timeout_ms", "KEY=VALUE"};
+    const char *bad[] = {"redis://",
+                         "HOST",
+                         "redis://h:0/0",
+                         "port",
+                         "redis://h:99999",
+                         "port",
+                         "redis://h:1/x",
+                         "database",
+                         "redis://h:1/0?foo=1",
+                         "unknown parameter 'foo'",
+                         "redis://h:1/0?timeout_ms=0",
+                         "timeout_ms",
+                         "redis://h:1/0?timeout_ms",
+                         "KEY=VALUE"};
     for (size_t i = 0; i < KL_ARRAY_LEN(bad); i += 2) {
         kl_fstore *s = NULL;
         int rc = kl_fstore_open_lazy(f, bad[i], &s, &e);
