@@ -65,7 +65,7 @@ uint64_t kl_fstore_entities(const kl_fstore *s) {
 }
 uint64_t kl_fstore_events(const kl_fstore *s) {
     uint64_t n = 0;
-    if (s->redis) return s->events;
+    if (s->redis) return __atomic_load_n(&s->events, __ATOMIC_RELAXED);
     for (size_t i = 0; i < s->f->nf; i++)
         for (size_t j = 0; j < s->w[i].nh; j++) n += s->w[i].h[j].n;
     return n;
@@ -322,7 +322,7 @@ static int commit_events(kl_fstore *s, const rec_events *r, kl_err *e) {
     if (s->redis) {
         int rc = kl__fsr_append(s->redis, r->a, r->n, e);
         if (rc) atomic_fetch_add(&s->errors, 1);
-        else s->events += r->n;
+        else __atomic_fetch_add(&s->events, r->n, __ATOMIC_RELAXED); /* appends from several threads */
         return rc;
     }
     int rc = KL_OK;

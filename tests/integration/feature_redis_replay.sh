@@ -33,3 +33,12 @@ fi
 "$KEEL" --tracking "$T/runs" pipeline run ex/pipeline.yaml --out "$T/pl2" --set "stages.ingest.source=$T/clicks.csv" \
   --set "stages.features.store=/tmp/not-a-url" --json > pl2.json 2> pl2.err
 grep -q "store: expected redis://" pl2.err && pass redis_pipeline_store_not_url || fail redis_pipeline_store_not_url "$(tail -c 300 pl2.err)"
+
+# 3. keel models register --store redis://: checked (it must answer), not bundled
+if [ -d pl/repo/ctr/1 ]; then
+  expect_rc redis_register_needs_store 1 "$KEEL" --tracking "$T/runs" models register pl/repo/ctr/1 --name ctr2
+  expect_rc redis_register_url 0 "$KEEL" --tracking "$T/runs" models register pl/repo/ctr/1 --name ctr2 --store "$REDIS_URL" --json
+  expect_rc redis_register_url_down 1 "$KEEL" --tracking "$T/runs" models register pl/repo/ctr/1 --name ctr3 \
+    --store "redis://127.0.0.1:$(free_port)/0"
+  grep -q "online store redis://127.0.0.1" "$T/err" && pass redis_register_url_down_named || fail redis_register_url_down_named "$(cat "$T/err")"
+fi
