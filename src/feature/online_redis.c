@@ -9,6 +9,7 @@
  * the same windows. Connections come from a small pool; every connect and
  * command has a timeout, a broken connection is dropped and the next call
  * reconnects (after a short back-off when the server was just found down). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -252,10 +253,13 @@ static int connect_one(kl__fsr *r, redisContext **out, kl_err *e) {
     return KL_OK;
 }
 
-static int acquire(kl__fsr *r, redisContext **out, kl_err *e) {
+/* *fresh: 1 when the connection was just made (0: from the pool, maybe
+ * stale after a server restart) */
+static int acquire(kl__fsr *r, redisContext **out, int *fresh, kl_err *e) {
     pthread_mutex_lock(&r->mu);
     redisContext *c = r->npool ? r->pool[--r->npool] : NULL;
     pthread_mutex_unlock(&r->mu);
+    *fresh = !c;
     if (c) {
         *out = c;
         return KL_OK;
@@ -263,18 +267,27 @@ static int acquire(kl__fsr *r, redisContext **out, kl_err *e) {
     return connect_one(r, out, e);
 }
 
-/* back to the pool, unless it broke (then the next call reconnects) */
-static void release(kl__fsr *r, redisContext *c) {
+/* The connection was closed under it (server restarted or gone), not slow. */
+static int conn_lost(const redisContext *c, int err_no) {
+    return c->err == REDIS_ERR_EOF || (c->err == REDIS_ERR_IO && err_no != EAGAIN && err_no != EWOULDBLOCK);
+}
+
+/* Back to the pool, unless it broke (then the next call reconnects); a lost
+ * connection drops the idle ones too (they went with the same server). */
+static void release(kl__fsr *r, redisContext *c, int lost) {
     if (!c) return;
-    if (!c->err) {
-        pthread_mutex_lock(&r->mu);
-        if (r->npool < FSR_POOL) {
-            r->pool[r->npool++] = c;
-            c = NULL;
-        }
-        pthread_mutex_unlock(&r->mu);
+    redisContext *drop[FSR_POOL];
+    int ndrop = 0;
+    pthread_mutex_lock(&r->mu);
+    if (!c->err && r->npool < FSR_POOL) {
+        r->pool[r->npool++] = c;
+        c = NULL;
+    } else if (lost) {
+        while (r->npool) drop[ndrop++] = r->pool[--r->npool];
     }
+    pthread_mutex_unlock(&r->mu);
     if (c) redisFree(c);
+    while (ndrop) redisFree(drop[--ndrop]);
 }
 
 /* a reply of a broken connection (timeout, reset): the error, the connection dropped */
@@ -303,7 +316,7 @@ int kl__fsr_open(const kl_features *f, const char *url, int lazy, kl__fsr **out,
         kl__fsr_free(r);
         return rc;
     }
-    release(r, c);
+    release(r, c, 0);
     *out = r;
     return KL_OK;
 }
@@ -318,16 +331,19 @@ void kl__fsr_free(kl__fsr *r) {
 const char *kl__fsr_name(const kl__fsr *r) { return r->name; }
 
 int kl__fsr_ping(kl__fsr *r, kl_err *e) {
-    redisContext *c;
-    int rc = acquire(r, &c, e);
-    if (rc) return rc;
-    redisReply *y = redisCommand(c, "PING");
-    if (!y) rc = io_err(r, c, e, "PING");
-    else if (y->type == REDIS_REPLY_ERROR)
-        rc = kl_err_set(e, KL_ETIMEOUT, "online store %s: PING: %s", r->name, y->str);
-    freeReplyObject(y);
-    release(r, c);
-    return rc;
+    for (int attempt = 0;; attempt++) {
+        redisContext *c;
+        int fresh, rc = acquire(r, &c, &fresh, e);
+        if (rc) return rc;
+        redisReply *y = redisCommand(c, "PING");
+        int lost = !y && conn_lost(c, errno);
+        if (!y) rc = io_err(r, c, e, "PING");
+        else if (y->type == REDIS_REPLY_ERROR)
+            rc = kl_err_set(e, KL_ETIMEOUT, "online store %s: PING: %s", r->name, y->str);
+        freeReplyObject(y);
+        release(r, c, lost);
+        if (!(lost && !fresh && attempt == 0)) return rc; /* a stale pooled connection: once more, fresh */
+    }
 }
 
 /* EVALSHA sha N key... (event, events, within)... ; NOSCRIPT (a flushed
@@ -369,7 +385,8 @@ int kl__fsr_append(kl__fsr *r, const fs_append *a, size_t n, kl_err *e) {
     }
     redisContext *c = NULL;
     for (int attempt = 0; attempt < 2 && !rc; attempt++) {
-        if ((rc = acquire(r, &c, e))) break;
+        int fresh;
+        if ((rc = acquire(r, &c, &fresh, e))) break;
         if (attempt) { /* the connection's SCRIPT LOAD refreshed the sha */
             pthread_mutex_lock(&r->mu);
             memcpy(sha, r->sha, sizeof sha);
@@ -377,7 +394,8 @@ int kl__fsr_append(kl__fsr *r, const fs_append *a, size_t n, kl_err *e) {
             al[1] = strlen(sha);
         }
         redisReply *y = redisCommandArgv(c, (int)argc, av, al);
-        int noscript = 0;
+        int noscript = 0, lost = !y && conn_lost(c, errno);
+        /* not retried: whether a lost connection ran the script is unknown */
         if (!y) rc = io_err(r, c, e, "append");
         else if (y->type == REDIS_REPLY_ERROR) {
             noscript = !strncmp(y->str, "NOSCRIPT", 8);
@@ -385,7 +403,7 @@ int kl__fsr_append(kl__fsr *r, const fs_append *a, size_t n, kl_err *e) {
             else c->err = REDIS_ERR_OTHER; /* reconnect: SCRIPT LOAD again */
         }
         freeReplyObject(y);
-        release(r, c);
+        release(r, c, lost);
         c = NULL;
         if (!noscript) break;
         if (attempt) rc = kl_err_set(e, KL_EINVAL, "online store %s: append: the script is not loaded", r->name);
@@ -425,18 +443,16 @@ static int decode_window(kl__fsr *r, const redisReply *y, fs_read *rd, kl_err *e
     return KL_OK;
 }
 
-int kl__fsr_read(kl__fsr *r, fs_read *rd, size_t n, kl_err *e) {
-    if (!n) return KL_OK;
-    redisContext *c;
-    int rc = acquire(r, &c, e);
-    if (rc) return rc;
+/* One pipelined try; *lost: the connection was closed under it. */
+static int read_once(kl__fsr *r, redisContext *c, fs_read *rd, size_t n, int *lost, kl_err *e) {
+    int rc = KL_OK;
+    *lost = 0;
     for (size_t i = 0; i < n; i++) {
         const feat *F = &r->f->f[rd[i].feat];
         size_t kn;
         char *k = key_of(r, F, rd[i].key, rd[i].kn, &kn), hi[9], lim[24];
         if (!k) {
             c->err = REDIS_ERR_OTHER; /* replies of the commands sent so far are pending */
-            release(r, c);
             return kl_err_set(e, KL_ENOMEM, "out of memory");
         }
         hi[0] = '(';
@@ -450,13 +466,27 @@ int kl__fsr_read(kl__fsr *r, fs_read *rd, size_t n, kl_err *e) {
     for (size_t i = 0; i < n; i++) {
         redisReply *y = NULL;
         if (redisGetReply(c, (void **)&y) != REDIS_OK || !y) {
+            *lost = conn_lost(c, errno);
             rc = io_err(r, c, e, "read");
             break;
         }
         if (!rc) rc = decode_window(r, y, &rd[i], e);
         freeReplyObject(y);
     }
-    release(r, c);
     if (rc) kl__fsr_read_free(rd, n);
     return rc;
+}
+
+/* A read is retried once on a fresh connection when a pooled one turns out
+ * closed (the server restarted while it was idle). */
+int kl__fsr_read(kl__fsr *r, fs_read *rd, size_t n, kl_err *e) {
+    if (!n) return KL_OK;
+    for (int attempt = 0;; attempt++) {
+        redisContext *c;
+        int fresh, lost, rc = acquire(r, &c, &fresh, e);
+        if (rc) return rc;
+        rc = read_once(r, c, rd, n, &lost, e);
+        release(r, c, lost);
+        if (!(rc && lost && !fresh && attempt == 0)) return rc;
+    }
 }

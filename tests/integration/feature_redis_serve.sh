@@ -205,3 +205,13 @@ st=$(post "$PORT_a" /v1/models/ctr:predict "$RECS")
 [ "$st" = 200 ] && pass redis_reconnect_predict || fail redis_reconnect_predict "$st $(cat "$T/resp")"
 st=$(get "$PORT_a" /v2/health/ready)
 [ "$st" = 200 ] && pass redis_reconnect_ready || fail redis_reconnect_ready "$st $(cat "$T/resp")"
+
+# ---- Redis restarted while the replicas were idle: their pooled connections
+#      are stale; the first read after it still answers (one retry, fresh) ----
+post "$PORT_a" /v1/models/ctr:predict "$RECS" > /dev/null
+get "$PORT_b" /v2/health/ready > /dev/null
+redis_restart || fail redis_restart_idle "redis-server did not come back"
+st=$(post "$PORT_a" /v1/models/ctr:predict "$RECS")
+[ "$st" = 200 ] && pass redis_restart_idle_first_predict || fail redis_restart_idle_first_predict "$st $(cat "$T/resp")"
+st=$(get "$PORT_b" /v2/health/ready)
+[ "$st" = 200 ] && pass redis_restart_idle_first_ready || fail redis_restart_idle_first_ready "$st $(cat "$T/resp")"
