@@ -66,7 +66,15 @@ int pl_stage_check_keys(const pl_ctx *c, int s, kl_err *e) {
     static const size_t nkeys[KL_STAGE_COUNT] = {KL_ARRAY_LEN(ingest_keys), KL_ARRAY_LEN(validate_keys), KL_ARRAY_LEN(features_keys),
                                                  KL_ARRAY_LEN(train_keys), KL_ARRAY_LEN(eval_keys), KL_ARRAY_LEN(export_keys),
                                                  KL_ARRAY_LEN(register_keys), KL_ARRAY_LEN(serve_keys)};
-    return check_keys(c, s, keys[s], nkeys[s], e);
+    int rc = check_keys(c, s, keys[s], nkeys[s], e);
+    /* features.store names a shared online store: a URL (a file would be features.db's job) */
+    const kl_node *st = s == KL_STAGE_FEATURES && !rc ? kl_node_get(c->cfg[s], "store") : NULL;
+    const char *url = NULL;
+    if (st && (rc = kl_node_str(st, &url, e))) return rc;
+    if (st && !kl_fstore_is_url(url))
+        return kl_node_error(st, e, KL_EINVAL, "store: expected redis://HOST:PORT/DB (a shared online store), got '%s'",
+                             url ? url : "");
+    return rc;
 }
 
 int pl_stage_inputs(pl_ctx *c, int s, kl_buf *key, kl_err *e) {
@@ -300,10 +308,6 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     const char *url = cfg_str(c, s, "store", ""); /* a shared online store (redis://) instead of features.db */
     int rc = KL_OK;
     if (!(frac > 0 && frac <= 1)) { rc = kl_node_error(kl_node_get(c->cfg[s], "train_fraction"), e, KL_EINVAL, "train_fraction: in (0, 1]"); goto done; }
-    if (*url && !kl_fstore_is_url(url)) {
-        rc = kl_node_error(kl_node_get(c->cfg[s], "store"), e, KL_EINVAL, "store: expected redis://HOST:PORT/DB");
-        goto done;
-    }
     if (*ref && strcmp(ref, "clickgen")) { rc = kl_node_error(kl_node_get(c->cfg[s], "reference"), e, KL_EINVAL, "reference: clickgen (the click log's true probability) or absent"); goto done; }
     if ((rc = kl_features_spec_load(spec, &f, e)) || (rc = kl_features_bind_dataset(f, vdir, e)) ||
         (rc = kl_features_read_data_verify(vdir, f, 1, c->o->verify, &cols, &ncols, e)))

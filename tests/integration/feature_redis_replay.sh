@@ -32,7 +32,8 @@ else
 fi
 "$KEEL" --tracking "$T/runs" pipeline run ex/pipeline.yaml --out "$T/pl2" --set "stages.ingest.source=$T/clicks.csv" \
   --set "stages.features.store=/tmp/not-a-url" --json > pl2.json 2> pl2.err
-grep -q "store: expected redis://" pl2.err && pass redis_pipeline_store_not_url || fail redis_pipeline_store_not_url "$(tail -c 300 pl2.err)"
+grep -q "store: expected redis://" pl2.err pl2.json && [ ! -e pl2/ingest ] && pass redis_pipeline_store_not_url ||
+  fail redis_pipeline_store_not_url "$(tail -c 300 pl2.err); $(ls pl2 2>&1)"
 
 # 3. keel models register --store redis://: checked (it must answer), not bundled
 if [ -d pl/repo/ctr/1 ]; then
