@@ -208,6 +208,9 @@ static int materialize(int argc, char **argv) {
     if (app_flag(&a, "json"))
         printf("{\"rows\": %zu, \"entities\": %llu, \"events\": %llu, \"store\": \"%s\"}\n", nrows_of(cols, ncols),
                (unsigned long long)kl_fstore_entities(s), (unsigned long long)kl_fstore_events(s), store);
+    else if (kl_fstore_is_url(store))
+        printf("%zu rows → %s: %llu events appended\n", nrows_of(cols, ncols), store,
+               (unsigned long long)kl_fstore_events(s));
     else
         printf("%zu rows → %s: %llu entity histories, %llu events kept\n", nrows_of(cols, ncols), store,
                (unsigned long long)kl_fstore_entities(s), (unsigned long long)kl_fstore_events(s));

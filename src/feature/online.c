@@ -380,7 +380,8 @@ int kl_fstore_append(kl_fstore *s, const char *json, size_t len, kl_err *e) {
     return rc;
 }
 
-static int append_row(kl_fstore *s, const kl_column **in, size_t row, rec_events *r, kl_err *e) {
+/* Gathers row `row`'s events into r (nothing appended). */
+static int gather_row(kl_fstore *s, const kl_column **in, size_t row, rec_events *r, kl_err *e) {
     r->n = 0;
     for (size_t i = 0; i < s->f->nf; i++) {
         const feat *F = &s->f->f[i];
@@ -392,8 +393,48 @@ static int append_row(kl_fstore *s, const kl_column **in, size_t row, rec_events
         int rc = gather_vals(s, r, i, &ent, &tm, &val, e);
         if (rc) { kl_err_prefix(e, "row %zu", row); return rc; }
     }
-    int rc = commit_events(s, r, e);
-    if (rc) kl_err_prefix(e, "row %zu", row);
+    return KL_OK;
+}
+
+static int append_row(kl_fstore *s, const kl_column **in, size_t row, rec_events *r, kl_err *e) {
+    int rc = gather_row(s, in, row, r, e);
+    if (!rc && (rc = commit_events(s, r, e))) kl_err_prefix(e, "row %zu", row);
+    return rc;
+}
+
+/* Materialize into Redis: the events of up to MAT_BATCH rows (in time
+ * order) go in one script call — one round trip per batch instead of per
+ * row, the same order of appends. */
+#define MAT_BATCH 256
+static int materialize_redis(kl_fstore *s, const kl_column **in, const size_t *rows, size_t n, rec_events *r,
+                             kl_err *e) {
+    size_t cap = MAT_BATCH * KL_ARRAY_LEN(r->a), nb = 0, first = 0;
+    fs_append *b = malloc(cap * sizeof *b);
+    char(*kb)[KL_CELL_NUMBUF + 8] = malloc(cap * sizeof *kb);
+    int rc = b && kb ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t k = 0; k < n && !rc; k++) {
+        if ((rc = gather_row(s, in, rows[k], r, e))) break;
+        for (size_t j = 0; j < r->n; j++) { /* keys in r's buffer move with the event */
+            b[nb] = r->a[j];
+            if (b[nb].key >= r->kb[0] && b[nb].key < r->kb[0] + sizeof r->kb) {
+                memcpy(kb[nb], b[nb].key, b[nb].kn);
+                b[nb].key = kb[nb];
+            }
+            nb++;
+        }
+        if (k + 1 - first == MAT_BATCH || k + 1 == n) {
+            if ((rc = kl__fsr_append(s->redis, b, nb, e))) {
+                atomic_fetch_add(&s->errors, 1);
+                kl_err_prefix(e, "rows %zu..%zu (in time order; the earlier ones were appended)", first, k);
+                break;
+            }
+            __atomic_fetch_add(&s->events, nb, __ATOMIC_RELAXED);
+            nb = 0;
+            first = k + 1;
+        }
+    }
+    free(b);
+    free(kb);
     return rc;
 }
 
@@ -440,6 +481,14 @@ int kl_features_materialize(const kl_features *f, kl_column *const *cols, size_t
     qsort(order, n, sizeof *order, trow_cmp);
     if (!(r = malloc(sizeof *r))) {
         rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
+    if (s->redis) {
+        size_t *rows = malloc(n * sizeof *rows + 1);
+        if (!rows) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+        for (size_t k = 0; k < n; k++) rows[k] = order[k].row;
+        rc = materialize_redis(s, in, rows, n, r, e);
+        free(rows);
         goto done;
     }
     for (size_t k = 0; k < n; k++)
