@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* ==================================================================
  * Reading the data: a .parquet file, a dataset folder, or clickgen:N[:SEED]
@@ -170,15 +171,19 @@ fail:
 
 static const app_opt mat_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
-    {"store", 0, 1, "PATH", "online store (SQLite file)", 0},
+    {"store", 0, 1, "PATH|URL", "online store: a SQLite file, or redis://HOST:PORT/DB", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
     APP_OPT_VERIFY,
 };
-static const app_cmd_spec mat_spec = {"features materialize", "keel features materialize features.json --data DATASET --store PATH",
+static const app_cmd_spec mat_spec = {"features materialize",
+                                      "keel features materialize features.json --data DATASET --store PATH|URL",
                                       "fill the online store with the recent events per entity of the window features",
                                       "Rows are appended in time order; the store keeps what a later record's\n"
                                       "windows can need and records the feature_hash it belongs to.",
-                                      mat_opts, KL_ARRAY_LEN(mat_opts), 1, 1};
+                                      mat_opts,
+                                      KL_ARRAY_LEN(mat_opts),
+                                      1,
+                                      1};
 
 static int materialize(int argc, char **argv) {
     app_args a;
@@ -203,6 +208,9 @@ static int materialize(int argc, char **argv) {
     if (app_flag(&a, "json"))
         printf("{\"rows\": %zu, \"entities\": %llu, \"events\": %llu, \"store\": \"%s\"}\n", nrows_of(cols, ncols),
                (unsigned long long)kl_fstore_entities(s), (unsigned long long)kl_fstore_events(s), store);
+    else if (kl_fstore_is_url(store))
+        printf("%zu rows → %s: %llu events appended\n", nrows_of(cols, ncols), store,
+               (unsigned long long)kl_fstore_events(s));
     else
         printf("%zu rows → %s: %llu entity histories, %llu events kept\n", nrows_of(cols, ncols), store,
                (unsigned long long)kl_fstore_entities(s), (unsigned long long)kl_fstore_events(s));
@@ -217,7 +225,7 @@ static int materialize(int argc, char **argv) {
  * ================================================================== */
 
 static const app_opt tr_opts[] = {
-    {"store", 0, 1, "PATH", "online store (needed for window features)", 0},
+    {"store", 0, 1, "PATH|URL", "online store: SQLite file or redis://HOST:PORT/DB (needed for window features)", 0},
     {"append", 0, 0, NULL, "append each record to the store after transforming it (and flush at the end)", 0},
 };
 static const app_cmd_spec tr_spec = {"features transform", "keel features transform features.json [--store PATH [--append]] < records.jsonl",
@@ -240,7 +248,8 @@ static int transform(int argc, char **argv) {
     /* without --store, window features fail with a clear error (never an
      * empty history standing in for the real one) */
     struct stat sb;
-    if (app_get(&a, "store") && !app_flag(&a, "append") && stat(app_get(&a, "store"), &sb) != 0) {
+    if (app_get(&a, "store") && !app_flag(&a, "append") && !kl_fstore_is_url(app_get(&a, "store")) &&
+        stat(app_get(&a, "store"), &sb) != 0) {
         kl_features_free(f);
         kl_err_set(&e, KL_ENOTFOUND, "online store %s not found (keel features materialize fills it)", app_get(&a, "store"));
         return app_fail(&e);
@@ -267,6 +276,63 @@ static int transform(int argc, char **argv) {
     if (!rc && app_flag(&a, "append") && kl_fstore_flush(s, &e)) rc = app_fail(&e);
     free(line);
     free(v);
+    kl_fstore_free(s);
+    kl_features_free(f);
+    return rc;
+}
+
+/* ==================================================================
+ * push: raw events (one JSON record per line on stdin) → the online store
+ * ================================================================== */
+
+static const app_opt push_opts[] = {
+    {"store", 0, 1, "PATH|URL", "online store: a SQLite file, or redis://HOST:PORT/DB", 0},
+    {"json", 0, 0, NULL, "machine-readable summary", 0},
+};
+static const app_cmd_spec push_spec = {"features push",
+                                       "keel features push features.json --store URL < events.jsonl",
+                                       "append raw events to the online store of the window features",
+                                       "Each line is one raw record (a JSON object with the window features'\n"
+                                       "entity, time and value fields), appended in the order read; the store\n"
+                                       "keeps what later records' windows can need. A bad line stops the push\n"
+                                       "and is named (stdin:LINE): in Redis the lines before it stay appended,\n"
+                                       "a SQLite store is written only when every line was appended.",
+                                       push_opts,
+                                       KL_ARRAY_LEN(push_opts),
+                                       1,
+                                       1};
+
+static int push(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&push_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    const char *store = app_get(&a, "store");
+    if (!store) return app_usage_error(&push_spec, "--store is required");
+    kl_err e = {0};
+    kl_features *f = NULL;
+    kl_fstore *s = NULL;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_fstore_open(f, store, &s, &e)) {
+        kl_features_free(f);
+        return app_fail(&e);
+    }
+    char *line = NULL;
+    size_t cap = 0, lineno = 0, pushed = 0;
+    ssize_t n;
+    rc = APP_EXIT_OK;
+    while ((n = getline(&line, &cap, stdin)) > 0) {
+        lineno++;
+        if (n == 1 && line[0] == '\n') continue;
+        if (kl_fstore_append(s, line, (size_t)n, &e)) {
+            kl_err_prefix(&e, "stdin:%zu", lineno);
+            rc = app_fail(&e);
+            break;
+        }
+        pushed++;
+    }
+    if (!rc && kl_fstore_flush(s, &e)) rc = app_fail(&e);
+    if (!rc && app_flag(&a, "json")) printf("{\"events\": %zu, \"store\": \"%s\"}\n", pushed, store);
+    else if (!rc) printf("%zu events → %s\n", pushed, store);
+    free(line);
     kl_fstore_free(s);
     kl_features_free(f);
     return rc;
@@ -376,15 +442,25 @@ static int describe(int argc, char **argv) {
 static const app_opt lat_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
     {"records", 'n', 1, "N", "records timed at the end of the data (default 10000)", 0},
+    {"store", 0, 1, "URL", "online store to time against: redis://HOST:PORT/DB (default: in memory)", 0},
+    {"rate", 0, 1, "R", "records per second, paced (default: back to back); latency counts from each record's slot", 0},
     {"json", 0, 0, NULL, "machine-readable output", 0},
     APP_OPT_VERIFY,
 };
-static const app_cmd_spec lat_spec = {"features latency", "keel features latency features.json --data DATASET [--records N]",
-                                      "measure the online path: p50/p99 of transform_row (JSON parse included) with windows",
-                                      "Materializes all rows but the last N in memory, then for each of the last N\n"
-                                      "rows (in time order) times kl_features_transform_row on its JSON record, then\n"
-                                      "appends it.",
-                                      lat_opts, KL_ARRAY_LEN(lat_opts), 1, 1};
+static const app_cmd_spec lat_spec = {
+    "features latency",
+    "keel features latency features.json --data DATASET [--records N] [--store URL] [--rate R]",
+    "measure the online path: p50/p99 of transform_row (JSON parse included) with windows",
+    "Materializes all rows but the last N in memory, then for each of the last N\n"
+    "rows (in time order) times kl_features_transform_row on its JSON record, then\n"
+    "appends it. --store redis://... fills and reads that store instead (its\n"
+    "keys for these features should be empty first); --rate R starts record k\n"
+    "at k/R s, and its latency counts from then (a late start included);\n"
+    "--json adds call_p50_us/call_p99_us, timed from the call itself.",
+    lat_opts,
+    KL_ARRAY_LEN(lat_opts),
+    1,
+    1};
 
 static int dcmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -399,23 +475,31 @@ static int latency(int argc, char **argv) {
     if ((rc = app_get_verify(&a, &lat_spec, &verify)) >= 0) return rc;
     int64_t nrec;
     if ((rc = app_get_int(&a, &lat_spec, "records", 10000, &nrec)) >= 0) return rc;
-    const char *data = app_get(&a, "data");
+    const char *data = app_get(&a, "data"), *url = app_get(&a, "store");
     if (!data || nrec < 1) return app_usage_error(&lat_spec, "--data is required, --records >= 1");
+    double rate;
+    if ((rc = app_get_double(&a, &lat_spec, "rate", 0, &rate)) >= 0) return rc;
+    if (rate < 0 || rate > 1e7) return app_usage_error(&lat_spec, "--rate must be 0..10000000");
+    if (url && !kl_fstore_is_url(url)) return app_usage_error(&lat_spec, "--store: expected redis://HOST:PORT/DB");
     kl_err e = {0};
     kl_features *f = NULL;
     kl_column **cols = NULL;
     size_t ncols = 0;
     kl_fstore *s = NULL;
-    double *lat = NULL;
+    double *lat = NULL, *svc = NULL; /* from the slot; from the call */
     float *v = NULL;
     kl_buf js;
     kl_buf_init(&js);
-    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) || kl_fstore_open(f, NULL, &s, &e)) goto fail;
+    if (kl_features_load(a.pos[0], &f, &e) || kl_features_read_data_verify(data, f, 0, verify, &cols, &ncols, &e) ||
+        kl_fstore_open(f, url, &s, &e))
+        goto fail;
     size_t n = nrows_of(cols, ncols), m = (size_t)nrec < n ? (size_t)nrec : n, first = n - m;
     for (size_t r = 0; r < first; r++)
         if (kl_fstore_append_columns(s, cols, ncols, r, &e)) goto fail;
     lat = malloc(m * sizeof *lat + 1);
+    svc = malloc(m * sizeof *svc + 1);
     v = malloc(kl_features_width(f) * sizeof *v + 1);
+    int64_t start = kl_time_mono_ns();
     for (size_t r = first; r < n; r++) {
         kl_buf_reset(&js);
         kl_buf_puts(&js, "{");
@@ -431,14 +515,30 @@ static int latency(int argc, char **argv) {
         }
         kl_buf_puts(&js, "}");
         int64_t t0 = kl_time_mono_ns();
+        if (rate > 0) { /* paced: this record's slot */
+            int64_t slot = start + (int64_t)((double)(r - first) * 1e9 / rate);
+            while ((t0 = kl_time_mono_ns()) < slot) {
+                int64_t ns = slot - t0 - 100000; /* wake early, spin the rest */
+                if (ns > 100000) nanosleep(&(struct timespec){0, (long)(ns < 999999999 ? ns : 999999999)}, NULL);
+            }
+        }
+        int64_t called = t0;
+        if (rate > 0) t0 = start + (int64_t)((double)(r - first) * 1e9 / rate);
         if (kl_features_transform_row(f, s, js.data, js.len, v, NULL, &e)) goto fail;
-        lat[r - first] = (double)(kl_time_mono_ns() - t0) / 1e3;
+        int64_t t1 = kl_time_mono_ns();
+        lat[r - first] = (double)(t1 - t0) / 1e3;
+        svc[r - first] = (double)(t1 - called) / 1e3;
         if (kl_fstore_append_columns(s, cols, ncols, r, &e)) goto fail;
     }
     qsort(lat, m, sizeof *lat, dcmp);
-    double p50 = lat[m / 2], p99 = lat[(size_t)((double)(m - 1) * 0.99)], mx = lat[m - 1];
+    qsort(svc, m, sizeof *svc, dcmp);
+    size_t i99 = (size_t)((double)(m - 1) * 0.99);
+    double p50 = lat[m / 2], p99 = lat[i99], mx = lat[m - 1];
     if (app_flag(&a, "json"))
-        printf("{\"records\": %zu, \"p50_us\": %.2f, \"p99_us\": %.2f, \"max_us\": %.2f}\n", m, p50, p99, mx);
+        printf(
+            "{\"records\": %zu, \"store\": \"%s\", \"rate\": %g, \"p50_us\": %.2f, \"p99_us\": %.2f, \"max_us\": %.2f, "
+            "\"call_p50_us\": %.2f, \"call_p99_us\": %.2f}\n",
+            m, url ? "redis" : "memory", rate, p50, p99, mx, svc[m / 2], svc[i99]);
     else
         printf("%zu records: transform_row p50 %.2f µs, p99 %.2f µs, max %.2f µs\n", m, p50, p99, mx);
     rc = APP_EXIT_OK;
@@ -448,6 +548,7 @@ fail:
 done:
     kl_buf_free(&js);
     free(lat);
+    free(svc);
     free(v);
     kl_fstore_free(s);
     kl_features_free_columns(cols, ncols);
@@ -465,6 +566,7 @@ int cmd_features(int argc, char **argv) {
         {"apply", "compute features over a dataset into Parquet", apply},
         {"materialize", "fill the online store for window features", materialize},
         {"transform", "online path over JSON records on stdin", transform},
+        {"push", "append raw events (JSON lines) to the online store", push},
         {"describe", "features, inputs, dtypes, state and cost per row", describe},
         {"latency", "p50/p99 of the online transform with windows", latency},
     };

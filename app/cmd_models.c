@@ -30,8 +30,10 @@ static const app_opt reg_opts[] = {
     {"signature", 0, 1, "JSON", "signature when DIR has no meta.json: {\"inputs\":[...],\"outputs\":[...]}", 0},
     {"features", 0, 1, "FILE",
      "features.json to register with the model (what :predict runs before it; default DIR/features.json)", 0},
-    {"store", 0, 1, "FILE",
-     "online store of the window features (keel features materialize) to register as features.db", 0},
+    {"store", 0, 1, "FILE|URL",
+     "online store of the window features (keel features materialize) to register as features.db; a redis:// URL is "
+     "checked, not bundled",
+     0},
     {"alias", 'a', 1, "ALIAS", "also point this alias at the new version", 1},
     {"tag", 't', 1, "KEY=VALUE", "tag the new version", 1},
     {"json", 0, 0, NULL, "machine-readable output", 0},
@@ -45,7 +47,9 @@ static const app_cmd_spec reg_spec = {
     "that trained it (meta.json's run_id, written by a tracked keel train; --run overrides).\n"
     "--features and --store bundle the features and the online store of their window features\n"
     "as features.json and features.db, the layout keel serve's :predict reads (what keel\n"
-    "pipeline's export stage writes). Window features without a store are refused.",
+    "pipeline's export stage writes). Window features without a store are refused. --store\n"
+    "redis://HOST:PORT/DB names a shared store instead: it must answer, nothing is bundled, and\n"
+    "the version is served with keel serve --feature-store URL.",
     reg_opts, KL_ARRAY_LEN(reg_opts), 1, 1};
 
 /* What :predict will need from this version: features.json (given or in
@@ -91,7 +95,7 @@ static int check_features(const char *dir, const char *features, const char *sto
         goto done;
     }
     if (spath) {
-        if (!kl_path_exists(spath)) {
+        if (!kl_fstore_is_url(spath) && !kl_path_exists(spath)) {
             rc = kl_err_set(e, KL_ENOTFOUND, "--store %s: no such file", spath);
             goto done;
         }
@@ -119,7 +123,7 @@ static int models_register(int argc, char **argv) {
     kl_registry_file extra[2];
     size_t nextra = 0;
     if (features) extra[nextra++] = (kl_registry_file){"features.json", features};
-    if (store) extra[nextra++] = (kl_registry_file){"features.db", store};
+    if (store && !kl_fstore_is_url(store)) extra[nextra++] = (kl_registry_file){"features.db", store};
     if (check_features(a.pos[0], features, store, name, &e)) return app_fail(&e);
     if (app_store_open(1, &t, &e) ||
         kl_registry_register_files(t, name, a.pos[0], extra, nextra, run, app_get(&a, "signature"), &v, &e))

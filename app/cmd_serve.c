@@ -3,6 +3,7 @@
  * SIGHUP, drains and exits on SIGTERM/SIGINT. See docs/serving.md. */
 #include "app.h"
 
+#include <keel/feature.h>
 #include <keel/serve.h>
 #include <keel/track.h>
 
@@ -81,6 +82,9 @@ static const app_opt opts[] = {
      "serving budget that priority memory shares divide (default: --memory-limit, else 80% of RAM)", 0},
     {"snapshot-dir", 0, 1, "DIR", "where memory-quota refusals write allocator snapshots (default $TMPDIR)", 0},
     {"no-access-log", 0, 0, NULL, "no log line per inference request", 0},
+    {"feature-store", 0, 1, "URL",
+     "online store of window features shared by replicas: redis://HOST:PORT/DB (default: each version's features.db)",
+     0},
     {"json", 0, 0, NULL, "print the listening address as JSON", 0},
 };
 static const app_cmd_spec spec = {
@@ -95,11 +99,15 @@ static const app_cmd_spec spec = {
     "Endpoints: /v2/health/live, /v2/health/ready (deep probe), /v2, /v2/models/M[/versions/V][/ready],\n"
     "POST /v2/models/M[/versions/V]/infer (JSON or binary tensor extension), POST /v2/repository/index,\n"
     "POST /v2/repository/models/M/load|unload, POST /v1/models/M:predict (raw\n"
-    "records through the version's features.json), GET /metrics (Prometheus).\n"
+    "records through the version's features.json), POST /v2/models/M/events (raw records appended\n"
+    "to the online store of its window features), GET /metrics (Prometheus).\n"
     "Signals: SIGHUP rescans the repository; SIGTERM/SIGINT drain (queued and running requests\n"
     "finish, up to --exit-timeout; what is left then gets 503) and exit 0.\n"
     "Global --memory-limit caps the allocator (see 'keel --help').",
-    opts, KL_ARRAY_LEN(opts), 1, 1};
+    opts,
+    KL_ARRAY_LEN(opts),
+    1,
+    1};
 
 int cmd_serve(int argc, char **argv) {
     app_args a;
@@ -123,6 +131,9 @@ int cmd_serve(int argc, char **argv) {
     o.host = app_get(&a, "host");
     o.access_log = !app_flag(&a, "no-access-log");
     o.snapshot_dir = app_get(&a, "snapshot-dir");
+    o.feature_store = app_get(&a, "feature-store");
+    if (o.feature_store && !kl_fstore_is_url(o.feature_store))
+        return app_usage_error(&spec, "--feature-store: expected redis://HOST:PORT/DB, got '%s'", o.feature_store);
     int64_t v;
     double d;
     if ((rc = app_get_int(&a, &spec, "port", 8000, &v)) >= 0) return rc;

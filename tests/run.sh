@@ -51,7 +51,7 @@ fi
 if [ "$only" != unit ]; then
   for t in tests/integration/*.sh tests/integration/*.py; do
     [ -e "$t" ] || continue
-    [ "$(basename "$t")" = lib.sh ] && continue
+    case "$(basename "$t")" in lib.sh | lib_*.sh) continue ;; esac # helpers, not tests
     [ -n "$filter" ] && [[ "$t" != *"$filter"* ]] && continue
     case "$t" in
       *.sh) run_prog "$(basename "$t")" bash "$t" ;;

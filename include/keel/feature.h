@@ -151,24 +151,50 @@ double kl_features_cost_ns(const kl_features *f, size_t feature);
  * Online: one record at a time
  * ================================================================== */
 
-/* The online store of recent events per entity for the window features.
- * In memory; path (may be NULL) is a SQLite file it is loaded from (when it
- * exists) and flushed to. The store records the feature_hash it was filled
- * for; opening it with other features fails (KL_ESTATE). Thread-safe:
- * transforms share a read lock, appends and flushes take the write lock. */
+/* The online store of recent events per entity for the window features,
+ * on one of two backends named by path:
+ * - a file path (or NULL): in memory, loaded from that SQLite file (when it
+ *   exists) and written back by kl_fstore_flush. The store records the
+ *   feature_hash it was filled for; opening it with other features fails
+ *   (KL_ESTATE). Transforms share a read lock, appends take the write lock.
+ * - redis://[:PASSWORD@]HOST[:PORT][/DB][?timeout_ms=N&connect_timeout_ms=N
+ *   &prefix=P]: the histories live in Redis (keys P<feature_hash>:<feature>:
+ *   <entity>; P defaults to "keel:fs:"), shared by every process that opens
+ *   it with the same features; each append is written at once, atomically
+ *   (flush is a no-op). Every call is bounded by the timeouts (defaults
+ *   250 ms per command, 500 ms per connect); an unreachable server fails with
+ *   KL_ETIMEOUT and the next call reconnects. Open fails when it does not
+ *   answer.
+ * The same ordering, pruning and point-in-time rules on both. Thread-safe. */
 typedef struct kl_fstore kl_fstore;
 int kl_fstore_open(const kl_features *f, const char *path, kl_fstore **out, kl_err *e);
+/* The same, but a server that does not answer yet does not fail the open
+ * (the first call connects): for a server process that must start anyway. */
+int kl_fstore_open_lazy(const kl_features *f, const char *path, kl_fstore **out, kl_err *e);
+/* Whether a store name is a URL of a server backend (redis://). */
+int kl_fstore_is_url(const char *path);
+/* What to do when a window read fails (Redis unreachable): 0 fail with the
+ * error (KL_ETIMEOUT), 1 use empty windows. Either way it is counted. */
+void kl_fstore_set_on_error(kl_fstore *s, int empty);
+uint64_t kl_fstore_errors(const kl_fstore *s);
+/* KL_OK when the backend answers (always for the in-memory store). */
+int kl_fstore_ping(kl_fstore *s, kl_err *e);
+/* Checks that a record (cJSON object) carries what every window feature
+ * appends (entity, time, value), appending nothing. */
+int kl_fstore_check_record(kl_fstore *s, const void *cjson, kl_err *e);
 void kl_fstore_free(kl_fstore *s);     /* NULL is a no-op; does not flush */
 /* Adds one event (a raw record as a JSON object) to every window feature's
- * history. cjson: a cJSON object (void* to keep cJSON out of the API). */
+ * history — all or none of them. cjson: a cJSON object (void* to keep cJSON
+ * out of the API). */
 int kl_fstore_append(kl_fstore *s, const char *json, size_t len, kl_err *e);
 int kl_fstore_append_record(kl_fstore *s, const void *cjson, kl_err *e);
 /* Appends row `row` of columns (matched by name) — materialize. */
 int kl_fstore_append_columns(kl_fstore *s, kl_column *const *cols, size_t ncols, size_t row, kl_err *e);
-/* Writes the changed entities to the SQLite file (one transaction). */
+/* Writes the changed entities to the SQLite file (one transaction); a no-op
+ * for Redis. */
 int kl_fstore_flush(kl_fstore *s, kl_err *e);
-uint64_t kl_fstore_entities(const kl_fstore *s);
-uint64_t kl_fstore_events(const kl_fstore *s);
+uint64_t kl_fstore_entities(const kl_fstore *s); /* Redis: 0 (not counted) */
+uint64_t kl_fstore_events(const kl_fstore *s);   /* Redis: events this handle appended */
 
 /* Fills the store from every row of cols in time order (stable). */
 int kl_features_materialize(const kl_features *f, kl_column *const *cols, size_t ncols,

@@ -44,6 +44,8 @@ typedef struct {
                                   (libmicrohttpd calls the handler again each round) instead of
                                   being suspended and resumed (two epoll_ctl calls and an empty
                                   recv per request); 0 = on, < 0 = suspend as for worker requests */
+    const char *feature_store; /* online store of the versions' window features, shared by replicas
+                                  (redis://HOST:PORT/DB); NULL = each version's features.db */
 } kl_serve_opts;
 
 /* Loads the repository (integrity checks, warm-up) and prepares the server.

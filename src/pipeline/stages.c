@@ -54,7 +54,7 @@ static int key_file(pl_ctx *c, kl_buf *key, const char *rel, kl_err *e) {
 static const char *const ingest_keys[] = {"source", "schema", "max_reject_ratio", "partition_by", "codec",
                                           "max_decompressed", "max_expansion"};
 static const char *const validate_keys[] = {"max_reject_ratio", "max_null_ratio", "min_rows"};
-static const char *const features_keys[] = {"spec", "train_fraction", "reference"};
+static const char *const features_keys[] = {"spec", "train_fraction", "reference", "store"};
 static const char *const train_keys[] = {"spec"};
 static const char *const eval_keys[] = {"split", "min_auc", "max_gap_to_reference"};
 static const char *const export_keys[] = {"model"};
@@ -66,7 +66,15 @@ int pl_stage_check_keys(const pl_ctx *c, int s, kl_err *e) {
     static const size_t nkeys[KL_STAGE_COUNT] = {KL_ARRAY_LEN(ingest_keys), KL_ARRAY_LEN(validate_keys), KL_ARRAY_LEN(features_keys),
                                                  KL_ARRAY_LEN(train_keys), KL_ARRAY_LEN(eval_keys), KL_ARRAY_LEN(export_keys),
                                                  KL_ARRAY_LEN(register_keys), KL_ARRAY_LEN(serve_keys)};
-    return check_keys(c, s, keys[s], nkeys[s], e);
+    int rc = check_keys(c, s, keys[s], nkeys[s], e);
+    /* features.store names a shared online store: a URL (a file would be features.db's job) */
+    const kl_node *st = s == KL_STAGE_FEATURES && !rc ? kl_node_get(c->cfg[s], "store") : NULL;
+    const char *url = NULL;
+    if (st && (rc = kl_node_str(st, &url, e))) return rc;
+    if (st && !kl_fstore_is_url(url))
+        return kl_node_error(st, e, KL_EINVAL, "store: expected redis://HOST:PORT/DB (a shared online store), got '%s'",
+                             url ? url : "");
+    return rc;
 }
 
 int pl_stage_inputs(pl_ctx *c, int s, kl_buf *key, kl_err *e) {
@@ -297,6 +305,7 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     kl_fstore *store = NULL;
     double frac = cfg_num(c, s, "train_fraction", 1.0);
     const char *ref = cfg_str(c, s, "reference", "");
+    const char *url = cfg_str(c, s, "store", ""); /* a shared online store (redis://) instead of features.db */
     int rc = KL_OK;
     if (!(frac > 0 && frac <= 1)) { rc = kl_node_error(kl_node_get(c->cfg[s], "train_fraction"), e, KL_EINVAL, "train_fraction: in (0, 1]"); goto done; }
     if (*ref && strcmp(ref, "clickgen")) { rc = kl_node_error(kl_node_get(c->cfg[s], "reference"), e, KL_EINVAL, "reference: clickgen (the click log's true probability) or absent"); goto done; }
@@ -325,7 +334,9 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     if ((rc = kl_features_write(f, res, nres, dir, src, NULL, e))) goto done;
     /* the online store of the window features, for keel serve's :predict */
     snprintf(p, sizeof p, "%s/features.db", dir);
-    if ((rc = kl_fstore_open(f, p, &store, e)) || (rc = kl_features_materialize(f, cols, ncols, store, e)) || (rc = kl_fstore_flush(store, e))) goto done;
+    if ((rc = kl_fstore_open(f, *url ? url : p, &store, e)) ||
+        (rc = kl_features_materialize(f, cols, ncols, store, e)) || (rc = kl_fstore_flush(store, e)))
+        goto done;
     snprintf(p, sizeof p, "%s/manifest.json", dir);
     set_id_from_file(out, p);
     cJSON_AddStringToObject(out, "feature_hash", kl_features_hash(f));
@@ -340,6 +351,7 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     cJSON_AddNumberToObject(out, "clamped", (double)cnt.clamped);
     cJSON_AddNumberToObject(out, "empty_window", (double)cnt.empty_window);
     cJSON_AddNumberToObject(out, "store_entities", (double)kl_fstore_entities(store));
+    if (*url) cJSON_AddStringToObject(out, "store", url);
     if (*ref) cJSON_AddStringToObject(out, "reference_column", REF_COLUMN);
     char note[256];
     snprintf(note, sizeof note, "feature hash %.12s: %zu features -> %zu outputs, fitted on %zu of %zu rows", kl_features_hash(f),
@@ -520,6 +532,8 @@ static int st_serve(pl_ctx *c, kl_err *e) {
     o.port = (int)cfg_num(c, s, "port", 8000);
     o.workers = (int)cfg_num(c, s, "workers", 0);
     o.access_log = 1;
+    const char *url = pl_out_str(c, KL_STAGE_FEATURES, "store"); /* the features stage's shared store */
+    o.feature_store = *url ? url : NULL;
     kl_server *srv = NULL;
     int rc = kl_signal_catch(e);   /* Ctrl-C / SIGTERM stop the server (whichever thread gets them) */
     if (!rc) rc = kl_server_new(&o, &srv, e);

@@ -115,6 +115,7 @@ int sv_ready(kl_server *s, char *reason, size_t n) {
         }
     }
     pthread_mutex_unlock(&s->lock);
+    if (ok) ok = sv_fstore_ready(s, reason, n);
     return ok;
 }
 
@@ -166,6 +167,37 @@ static void predict_meta(kl_buf *b, const sv_version *v) {
         kl_buf_puts(b, "]");
     }
     kl_buf_puts(b, "}");
+}
+
+/* POST /v2/models/M[/versions/V]/events: raw records appended to the
+ * version's online store (no prediction); answered on the HTTP thread
+ * (bounded by the store's timeouts). */
+static enum MHD_Result events(kl_server *s, struct MHD_Connection *c, sv_req *r) {
+    if (atomic_load(&s->draining)) return send_error(s, c, r, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
+    pthread_mutex_lock(&s->lock);
+    sv_model *m = sv_model_find(s, r->model_name);
+    sv_version *v = m ? pick_version(m, r->want_version) : NULL;
+    if (v) sv_version_ref(v);
+    pthread_mutex_unlock(&s->lock);
+    if (!v)
+        return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0,
+                          m ? "model '%s' has no such version loaded" : "unknown model '%s'", r->model_name);
+    kl_err e = {0};
+    int n = 0,
+        rc = r->body_len ? sv_events_append(v, r->body, r->body_len, &n, &e)
+                         : kl_err_set(&e, KL_EINVAL, "request body: empty (expected JSON records)");
+    int64_t ver = v->version;
+    sv_version_unref(v);
+    if (rc == KL_ETIMEOUT) return send_error(s, c, r, 503, SV_R_NOT_READY, 1, "feature store unavailable: %s", e.msg);
+    if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
+    if (rc == KL_ERANGE) return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "%s", e.msg);
+    if (rc) return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "{\"model_name\":");
+    kl_buf_json_str(&b, r->model_name);
+    kl_buf_printf(&b, ",\"model_version\":\"%lld\",\"appended\":%d}", (long long)ver, n);
+    return send_json(s, c, r, 200, &b);
 }
 
 static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req *r, int ready_only) {
@@ -371,6 +403,8 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
         if (rc == KL_ERANGE)
             return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "%s", e.msg); /* over KL_JSON_MEM_RATIO */
+        if (rc == KL_ETIMEOUT) /* the online feature store did not answer (on_store_error: fail) */
+            return send_error(s, c, r, 503, SV_R_NOT_READY, 1, "feature store unavailable: %s", e.msg);
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
     }
     /* the decoded tensors hold the data now */
@@ -809,6 +843,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     case SV_RT_PREDICT: r->predict = 1; r->want_version = -1; return infer(s, c, r); /* latest version */
     case SV_RT_INFER: return infer(s, c, r);
+    case SV_RT_EVENTS: return events(s, c, r);
     default: return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "no such endpoint: %s %s", method, url);
     }
 }

@@ -268,6 +268,16 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     kl_buf_printf(&b, "keel_process_cpu_utilisation_ratio %.4f\n", util);
     head(&b, "keel_cpu_cores", "gauge", "Online CPU cores.");
     kl_buf_printf(&b, "keel_cpu_cores %d\n", kl_cpu_count());
+    head(&b, "keel_feature_store_errors_total", "counter",
+         "Online feature store calls that failed (Redis unreachable or slow): errors, or empty windows under "
+         "on_store_error: empty.");
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->nmodels && i < 256; i++) {
+        model_label(lb, sizeof lb, s->models[i]->name, 0);
+        kl_buf_printf(&b, "keel_feature_store_errors_total{%s} %llu\n", lb,
+                      (unsigned long long)sv_fstore_errors(s->models[i]));
+    }
+    pthread_mutex_unlock(&s->lock);
     head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
     kl_buf_printf(&b, "keel_ready %d\n", sv_ready(s, NULL, 0));
     *len = b.len;

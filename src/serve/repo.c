@@ -68,10 +68,24 @@ static int parse_level(const kl_node *n, sv_level_cfg *l, kl_err *e) {
     return KL_OK;
 }
 
+/* on_store_error: fail | empty — what :predict does when the online store
+ * does not answer */
+static int parse_on_store_error(const kl_node *root, sv_model_cfg *c, kl_err *e) {
+    const kl_node *n = kl_node_get(root, "on_store_error");
+    if (!n) return KL_OK;
+    const char *v = NULL;
+    int rc = kl_node_str(n, &v, e);
+    if (rc) return rc;
+    if (v && !strcmp(v, "fail")) c->on_store_error_empty = 0;
+    else if (v && !strcmp(v, "empty")) c->on_store_error_empty = 1;
+    else return kl_node_error(n, e, KL_EINVAL, "on_store_error: expected fail or empty");
+    return KL_OK;
+}
+
 int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e) {
-    static const char *const keys[] = {"max_batch_size", "dynamic_batching", "instances", "priority_levels",
-                                       "default_priority", "queue_policy", "default_queue_policy",
-                                       "memory_quota", "version_policy"};
+    static const char *const keys[] = {
+        "max_batch_size", "dynamic_batching",     "instances",    "priority_levels", "default_priority",
+        "queue_policy",   "default_queue_policy", "memory_quota", "version_policy",  "on_store_error"};
     kl_doc *d = NULL;
     sv_cfg_default(c);
     int rc = kl_doc_load_str(text, len, name, &d, e);
@@ -163,6 +177,7 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
         if ((rc = kl_node_str(n, &s, e))) goto done;
         if ((rc = kl_mem_parse_size(s, &c->memory_quota, e))) { kl_node_error(n, e, rc, "%s", e ? e->msg : ""); goto done; }
     }
+    if ((rc = parse_on_store_error(root, c, e))) goto done;
     n = kl_node_get(root, "version_policy");
     if (n) {
         const char *s = kl_node_scalar(n);
@@ -368,8 +383,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
     snprintf(p, sizeof p, "%s/features.json", dir);
     if (kl_path_exists(p)) {
         if ((rc = kl_features_load(p, &v->feat, e))) goto fail;
-        snprintf(p, sizeof p, "%s/features.db", dir);
-        if (kl_path_exists(p) && (rc = kl_fstore_open(v->feat, p, &v->fstore, e))) goto fail;
+        if ((rc = sv_fstore_open(s, v, cfg, e))) goto fail;
         if (v->n_in != 1 || v->in[0].rank != 2 || v->in[0].dtype != SV_FP32 ||
             (v->in[0].dims[1] >= 0 && (size_t)v->in[0].dims[1] != kl_features_width(v->feat))) {
             rc = kl_err_set(e, KL_ESHAPE, "%s/features.json: %zu feature values per record, but the model's input is not "
@@ -456,11 +470,18 @@ static void swap_versions(kl_server *s, sv_model *m, sv_version **nv, int n, con
     int nold = 0;
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < m->nver; i++) old[nold++] = m->ver[i];
+    for (int i = 0; i < nold; i++) { /* their feature store errors keep counting for the model */
+        int kept = 0;
+        for (int j = 0; j < n; j++) kept |= nv[j] == old[i];
+        if (!kept && old[i]->fstore) m->fstore_errors_gone += kl_fstore_errors(old[i]->fstore);
+    }
     for (int i = 0; i < n; i++) m->ver[i] = nv[i];
     m->nver = n;
     m->nrefused = ref ? nref : 0;
     if (ref) memcpy(m->refused, ref, (size_t)nref * sizeof *ref);
     if (cfg) m->cfg = *cfg;
+    for (int i = 0; i < n && cfg; i++)
+        if (nv[i]->fstore) kl_fstore_set_on_error(nv[i]->fstore, cfg->on_store_error_empty);
     m->state = n ? SV_M_READY : SV_M_UNAVAILABLE;
     snprintf(m->reason, sizeof m->reason, "%s", n ? "" : reason);
     pthread_cond_broadcast(&s->qcond);

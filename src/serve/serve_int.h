@@ -119,6 +119,7 @@ typedef struct {
     int latest_n;
     int64_t specific[SV_MAX_VERSIONS];
     int n_specific;
+    int on_store_error_empty; /* on_store_error: empty (windows read as empty, counted) | fail (503) */
 } sv_model_cfg;
 
 void sv_cfg_default(sv_model_cfg *c);
@@ -225,6 +226,7 @@ struct sv_model {
     sv_mstats st;
     struct { int64_t version; sv_mstats st; } vst[SV_VSTATS];
     int nvst;
+    uint64_t fstore_errors_gone; /* feature store errors of versions swapped out (server lock) */
 };
 
 /* Whether v's requests are batched under its model's configuration c:
@@ -434,8 +436,21 @@ void sv_model_free(sv_model *m);
 /* http_parse.c: the HTTP request handling keel owns, as pure functions
  * (fuzz/fuzz_http.c). */
 enum {
-    SV_RT_NONE, SV_RT_LIVE, SV_RT_READY, SV_RT_SERVER, SV_RT_MODEL_META, SV_RT_MODEL_READY, SV_RT_INFER, SV_RT_REPO_INDEX,
-    SV_RT_REPO_LOAD, SV_RT_REPO_UNLOAD, SV_RT_METRICS, SV_RT_PREDICT, SV_RT_NOT_FOUND, SV_RT_BAD_TARGET
+    SV_RT_NONE,
+    SV_RT_LIVE,
+    SV_RT_READY,
+    SV_RT_SERVER,
+    SV_RT_MODEL_META,
+    SV_RT_MODEL_READY,
+    SV_RT_INFER,
+    SV_RT_REPO_INDEX,
+    SV_RT_REPO_LOAD,
+    SV_RT_REPO_UNLOAD,
+    SV_RT_METRICS,
+    SV_RT_PREDICT,
+    SV_RT_NOT_FOUND,
+    SV_RT_BAD_TARGET,
+    SV_RT_EVENTS
 };
 /* The route of a (percent-decoded) path; sets r->model_name, want_version
  * and method_ok. SV_RT_BAD_TARGET: a control character in it. */
@@ -588,5 +603,18 @@ void sv_req_resume(sv_req *r);
 /* Deep readiness: not draining and every model's versions probed fine
  * recently. reason (may be NULL) says why not. */
 int sv_ready(kl_server *s, char *reason, size_t n);
+
+/* ==================================================================
+ * The online feature store of the versions (fstore.c)
+ * ================================================================== */
+
+/* Opens v->fstore (--feature-store, else DIR/features.db) under cfg. */
+int sv_fstore_open(kl_server *s, sv_version *v, const sv_model_cfg *cfg, kl_err *e);
+/* 1 when every served version's shared store answers; else 0 and why. */
+int sv_fstore_ready(kl_server *s, char *reason, size_t n);
+/* POST /v2/models/M/events: appends the body's records to v's store. */
+int sv_events_append(sv_version *v, const char *body, size_t len, int *appended, kl_err *e);
+/* The model's feature store errors (server lock held). */
+uint64_t sv_fstore_errors(const sv_model *m);
 
 #endif

@@ -180,7 +180,9 @@ KL_TEST(feature_spec_key_its_transform_ignores_is_refused) {
     kl_features_free(f);
 }
 
-KL_TEST(feature_online_equals_offline) {
+/* The replay through the online store named store (NULL: in memory) gives
+ * apply's values bit for bit. */
+static void online_equals_offline(const char *store) {
     kl_err e = {0};
     kl_column *c[NC];
     kl_features *f = NULL;
@@ -200,7 +202,7 @@ KL_TEST(feature_online_equals_offline) {
     KT_CHECK(cnt.empty_window > 0);
     /* replay in time order: transform (before the append), then append */
     kl_fstore *s = NULL;
-    KT_OK(kl_fstore_open(f, NULL, &s, &e), &e);
+    KT_OK(kl_fstore_open(f, store, &s, &e), &e);
     size_t w = kl_features_width(f), bad = 0, nonzero_windows = 0;
     double *d = malloc(w * sizeof *d);
     float *fl = malloc(w * sizeof *fl);
@@ -237,6 +239,22 @@ KL_TEST(feature_online_equals_offline) {
     free(out);
     free_cols(c, NC);
     kl_features_free(f);
+}
+
+KL_TEST(feature_online_equals_offline) { online_equals_offline(NULL); }
+
+/* The same replay through Redis (tests/integration/feature_redis_replay.sh
+ * starts a server and names it in KEEL_TEST_REDIS_URL; without it the test
+ * has nothing to run against). Keys get a prefix of their own. */
+KL_TEST(feature_online_equals_offline_redis) {
+    const char *url = getenv("KEEL_TEST_REDIS_URL");
+    if (!url || !*url) {
+        fprintf(stderr, "feature_online_equals_offline_redis: KEEL_TEST_REDIS_URL not set, nothing to check\n");
+        return;
+    }
+    char u[512];
+    snprintf(u, sizeof u, "%s?prefix=keel-unit:%ld:&timeout_ms=5000", url, (long)time(NULL)); /* a loaded machine */
+    online_equals_offline(u);
 }
 
 /* row 0 of the log with field key = s (len bytes, a NUL inside) as a reader
