@@ -47,7 +47,9 @@ typedef struct {
     kl_store_rule rule;
     /* how it was chosen: "--tracking", "KEEL_TRACKING", "the nearest keel-runs/ folder from /a/b", ... */
     char how[4352];
-    int exists; /* dir/keel.db exists */
+    int exists; /* dir/keel.db exists (a server URL: 1, checked when opened) */
+    /* the object folder of a server store (--artifacts, KEEL_ARTIFACTS; "" = none) */
+    char artifacts[4096];
 } kl_store_loc;
 /* The one resolver of the store's folder, the same from every folder and
  * command: given (how: what gave it, e.g. "--tracking"; NULL = "given"),
