@@ -70,6 +70,9 @@ extern const kl__dialect kl__dialect_sqlite;
 /* Opens the engine of t (t->dir, t->where set); creates the schema when create. */
 int kl__db_sqlite_open(kl_track *t, int create, kl_err *e);
 int kl__db_pg_open(kl_track *t, int create, kl_err *e);
+/* Tests: a fresh empty database name on server (postgresql://user@host:port);
+ * its URL in url. */
+int kl__pg_fresh_db(const char *server, const char *name, char *url, size_t n, kl_err *e);
 /* 1 when s names a PostgreSQL server (postgresql:// or postgres://). */
 int kl__is_pg_url(const char *s);
 /* The URL with its password replaced by "***", for messages. */

@@ -21,6 +21,7 @@
 /* Parameter types (pg_type OIDs). */
 #define OID_INT8 20
 #define OID_FLOAT8 701
+#define OID_TEXT 25
 
 /* ==================================================================
  * Schema and migrations: index i migrates version i to i+1, the same
@@ -315,7 +316,7 @@ static void p_bind_f64(kl__st *b, int i, double v) {
     set_param(b, i, buf, OID_FLOAT8);
 }
 
-static void p_bind_text(kl__st *b, int i, const char *s) { set_param(b, i, s, 0); }
+static void p_bind_text(kl__st *b, int i, const char *s) { set_param(b, i, s, OID_TEXT); }
 static void p_bind_null(kl__st *b, int i) { set_param(b, i, NULL, 0); }
 
 static int p_step(kl__st *b) {
@@ -497,3 +498,27 @@ const kl__dbops kl__db_pg = {
     .migrate = p_migrate,
     .close = p_close,
 };
+
+int kl__pg_fresh_db(const char *server, const char *name, char *url, size_t n, kl_err *e) {
+    char info[4600];
+    snprintf(info, sizeof info, "%s/postgres?connect_timeout=10", server);
+    PGconn *c = PQconnectdb(info);
+    if (!c || PQstatus(c) != CONNECTION_OK) {
+        int rc = kl_err_set(e, -EIO, "cannot connect to %s: %s", server, c ? PQerrorMessage(c) : "out of memory");
+        PQfinish(c);
+        return rc;
+    }
+    PQsetNoticeProcessor(c, no_notices, NULL);
+    char sql[256];
+    int rc = KL_OK;
+    const char *steps[2] = {"DROP DATABASE IF EXISTS \"%s\"", "CREATE DATABASE \"%s\""};
+    for (int i = 0; i < 2 && !rc; i++) {
+        snprintf(sql, sizeof sql, steps[i], name);
+        PGresult *res = PQexec(c, sql);
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) rc = kl_err_set(e, -EIO, "%s: %s", sql, PQresultErrorMessage(res));
+        PQclear(res);
+    }
+    PQfinish(c);
+    snprintf(url, n, "%s/%s", server, name);
+    return rc;
+}

@@ -504,7 +504,7 @@ static int list_files(kl_track *t, const char *name, int64_t version, vfile **ou
                             " WHERE (?1 IS NULL OR m.name = ?1) AND (?2 = 0 OR f.version = ?2) ORDER BY m.name, f.version, f.path",
                             &st, e);
     if (rc) goto done;
-    if (name) kl__bind_text(st, 1, name);
+    kl__bind_text(st, 1, name); /* NULL: every model */
     kl__bind_i64(st, 2, version);
     int s;
     while ((s = kl__step(st)) == KL__ROW) {
@@ -681,7 +681,7 @@ int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e)
     if (!rc) rc = kl__track_prep(t, "SELECT path, size, sha256 FROM model_files WHERE model_id=? AND version=? ORDER BY path", &fs, e);
     if (!rc) rc = kl__track_prep(t, "SELECT alias, version, set_us FROM model_aliases WHERE model_id=? ORDER BY alias", &as, e);
     if (rc) goto done;
-    if (name) kl__bind_text(ms, 1, name);
+    kl__bind_text(ms, 1, name); /* NULL: every model */
     while (kl__step(ms) == KL__ROW) {
         int64_t mid = kl__col_i64(ms, 0);
         cJSON *m = cJSON_CreateObject();

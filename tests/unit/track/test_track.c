@@ -4,6 +4,7 @@
 #include "../harness.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <keel/track.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -12,9 +13,32 @@
 
 #include "track/track_int.h"
 
+/* KEEL_TEST_TRACK_URL (postgresql://user@host:port, set by
+ * tests/integration/track_pg.sh): the same tests on a PostgreSQL store, a
+ * fresh database per test and store, objects in NAME/objects as on SQLite. */
+static const char *pg_server(void) {
+    const char *u = getenv("KEEL_TEST_TRACK_URL");
+    return u && *u ? u : NULL;
+}
+
 static kl_track *open_store(const char *name) {
     kl_err e = {0};
     kl_track *t = NULL;
+    if (pg_server()) {
+        kl_store_loc loc;
+        char db[64], url[4096], *p;
+        const char *base = strrchr(kt_tmpdir(), '/');
+        snprintf(db, sizeof db, "kt_%.40s_%.12s", base ? base + 1 : "x", name);
+        for (p = db; *p; p++)
+            if (!isalnum((unsigned char)*p)) *p = '_';
+        if (kl__pg_fresh_db(pg_server(), db, url, sizeof url, &e) || kl_track_store_resolve(url, "test", &loc, &e)) {
+            kt_fail(__FILE__, __LINE__, "PostgreSQL store: %s", kl_err_what(&e));
+            return NULL;
+        }
+        snprintf(loc.artifacts, sizeof loc.artifacts, "%s/objects", kt_path(name));
+        if (kl_track_open_loc(&loc, 1, &t, &e)) kt_fail(__FILE__, __LINE__, "open: %s", kl_err_what(&e));
+        return t;
+    }
     if (kl_track_open(kt_path(name), &t, &e)) {
         kt_fail(__FILE__, __LINE__, "open: %s", kl_err_what(&e));
         return NULL;
@@ -104,6 +128,7 @@ KL_TEST(track_metrics_nan_inf_roundtrip) {
 }
 
 KL_TEST(track_migration_forward) {
+    if (pg_server()) return; /* SQLite's user_version and file layout */
     kl_err e = {0};
     kl__track_target_version = 1; /* an old store: no registry tables */
     kl_track *t = NULL;
@@ -426,6 +451,7 @@ KL_TEST(track_artifacts_and_lineage) {
 KL_TEST(track_migration_dev_layout) {
     /* a schema-1 store written by a development build: metrics as a rowid
      * table without seq; opening rebuilds it and keeps every point in order */
+    if (pg_server()) return; /* SQLite's file layout */
     kl_err e = {0};
     kl__track_target_version = 1;
     kl_track *t = NULL;
