@@ -32,6 +32,9 @@ typedef struct {
     const char *like;     /* case-insensitive ASCII LIKE without an escape character */
     const char *not_like;
     const char *like_tail; /* after the pattern */
+    /* after rows were inserted with explicit ids (a store copy): SQL that
+     * moves the id generators past them (NULL: nothing to do) */
+    const char *after_copy;
 } kl__dialect;
 
 typedef struct kl__dbops {

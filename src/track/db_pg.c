@@ -96,6 +96,8 @@ static const char *const pg_migrations[] = {
 
 int kl__is_pg_url(const char *s) { return s && (!strncmp(s, "postgresql://", 13) || !strncmp(s, "postgres://", 11)); }
 
+void kl_track_redact(const char *dir, char *out, size_t n) { kl__url_redact(dir, out, n); }
+
 void kl__url_redact(const char *url, char *out, size_t n) {
     snprintf(out, n, "%s", url ? url : "");
     if (!kl__is_pg_url(out)) return;
@@ -472,6 +474,9 @@ static const kl__dialect dialect_pg = {
     .like = "ILIKE",
     .not_like = "NOT ILIKE",
     .like_tail = " ESCAPE ''",
+#define NEXT_ID(t) "SELECT setval(pg_get_serial_sequence('" t "', 'id'), coalesce((SELECT max(id) FROM " t "), 0) + 1, false);"
+    .after_copy = NEXT_ID("experiments") NEXT_ID("runs") NEXT_ID("metric_keys") NEXT_ID("models") NEXT_ID("alias_history"),
+#undef NEXT_ID
 };
 
 const kl__dbops kl__db_pg = {

@@ -69,7 +69,7 @@ pg_start() {
 }
 
 # psql against the test server (database postgres unless -d is given).
-pg_psql() { "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U keel -d postgres "$@"; }
+pg_psql() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U keel -d postgres "$@"; }
 
 # A fresh empty database; prints its URL.
 pg_newdb() {

@@ -10,6 +10,7 @@
 . "$KEEL_SRC/tests/integration/lib_pg.sh"
 if ! pg_available; then
   echo "SKIP track_pg: no PostgreSQL server binaries in $PG_BIN (mk/packages.txt: postgresql)"
+  
   exit 0
 fi
 pg_start || exit 0
@@ -91,4 +92,36 @@ mkdir -p "$T/m"
 printf 'w' > "$T/m/model.onnx"
 expect_rc pg_register_needs_artifacts 1 env -u KEEL_ARTIFACTS $K --tracking "$m_url" models register "$T/m" --name m
 grep -q -- '--artifacts' "$T/err" && pass pg_register_needs_artifacts_message || fail pg_register_needs_artifacts_message "$(cat "$T/err")"
+
+# 8. keel runs migrate: SQLite -> PostgreSQL -> SQLite, the same dumps each way
+export KEEL_TRACKING="$T/lite"
+$K runs simulate --experiment ads --name a --steps 40 --param lr=0.001 --tag team=ads > /dev/null
+$K runs simulate --experiment ads --name b --steps 30 --metrics 3 --param lr=0.01 --status failed > /dev/null
+printf 'w1' > "$T/m/model.onnx"
+$K models register "$T/m" --name iris > /dev/null
+printf 'w2' > "$T/m/model.onnx"
+$K models register "$T/m" --name iris --alias champion > /dev/null
+$K models alias iris champion 1 > /dev/null
+unset KEEL_TRACKING
+g_url=$(pg_newdb migrated)
+expect_rc pg_migrate_to_pg 0 $K runs migrate --from "$T/lite" --to "$g_url" --artifacts "$T/gart"
+grep -q 'copied 2 runs, 170 metric points, 2 model versions, 2 alias changes, 2 objects' "$T/out" && pass pg_migrate_counts || fail pg_migrate_counts "$(cat "$T/out")"
+expect_rc pg_migrate_back 0 $K runs migrate --from "$g_url" --from-artifacts "$T/gart" --to "$T/lite2"
+same=1
+for c in "runs list --json" "runs show 1 --json" "runs show 2 --json" "runs export --format csv --history" "models show iris --json" "models history iris"; do
+  $K --tracking "$T/lite" $c > "$T/d1" 2>&1
+  $K --tracking "$g_url" --artifacts "$T/gart" $c > "$T/d2" 2>&1
+  $K --tracking "$T/lite2" $c > "$T/d3" 2>&1
+  if ! cmp -s "$T/d1" "$T/d2" || ! cmp -s "$T/d1" "$T/d3"; then
+    same=0
+    fail pg_migrate_same_dump "$c: $(diff "$T/d1" "$T/d2" | head -5) $(diff "$T/d1" "$T/d3" | head -5)"
+  fi
+done
+[ "$same" = 1 ] && pass pg_migrate_same_dump
+expect_rc pg_migrate_verify 0 $K --tracking "$g_url" --artifacts "$T/gart" models verify
+expect_rc pg_migrate_resolve 0 $K --tracking "$g_url" --artifacts "$T/gart" models resolve iris@champion "$T/res"
+[ "$(cat "$T/res/model.onnx")" = w1 ] && pass pg_migrate_resolve_content || fail pg_migrate_resolve_content "$(cat "$T/res/model.onnx")"
+expect_rc pg_migrate_not_empty 1 $K runs migrate --from "$T/lite" --to "$g_url" --artifacts "$T/gart"
+grep -q 'not empty' "$T/err" && pass pg_migrate_not_empty_message || fail pg_migrate_not_empty_message "$(cat "$T/err")"
+expect_rc pg_migrate_usage 2 $K runs migrate --from "$T/lite"
 exit 0
