@@ -214,5 +214,11 @@ int app_store_open_list(kl_track **t, kl_err *e) {
         fprintf(stderr, "keel: no experiment store at %s (%s): nothing recorded yet\n", loc.dir, loc.how);
         return KL_OK;
     }
-    return kl_track_open_loc(&loc, 0, t, e);
+    rc = kl_track_open_loc(&loc, 0, t, e);
+    if (rc == KL_ENOTFOUND) { /* a server database keel has not written to yet: an empty list */
+        fprintf(stderr, "keel: %s\n", kl_err_what(e));
+        kl_err_clear(e);
+        return KL_OK;
+    }
+    return rc;
 }

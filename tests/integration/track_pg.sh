@@ -74,6 +74,8 @@ expect_rc pg_password_hidden 1 $K --tracking "postgresql://keel:s3cret@127.0.0.1
 e_url=$(pg_newdb empty)
 expect_rc pg_list_empty_db 1 $K --tracking "$e_url" runs show 1
 grep -q 'no experiment store' "$T/err" && pass pg_list_empty_db_message || fail pg_list_empty_db_message "$(cat "$T/err")"
+expect_rc pg_list_empty_db_lists_nothing 0 $K --tracking "$e_url" runs list --json
+[ "$(tr -d ' \n' < "$T/out")" = "[]" ] && grep -q 'no experiment store' "$T/err" && pass pg_list_empty_db_empty_result || fail pg_list_empty_db_empty_result "$(cat "$T/out" "$T/err")"
 [ "$(pg_psql -d empty -tA -c "select count(*) from pg_tables where schemaname='public'")" = 0 ] && pass pg_readonly_creates_nothing || fail pg_readonly_creates_nothing "tables created"
 
 # 6. eight processes open a new database at once: one migration, no errors
