@@ -24,15 +24,23 @@ if [ -x "$UNIT" ]; then
   grep -q '^unit: [0-9]* passed, 0 failed' "$T/unit.out" && pass pg_unit_all || fail pg_unit_all "$(tail -c 600 "$T/unit.out")"
 fi
 
-# 2. the command-line test against the server
-url=$(pg_newdb cli)
-mkdir -p "$T/art"
-KEEL_TEST_TRACKING="$url" KEEL_ARTIFACTS="$T/art" bash "$KEEL_SRC/tests/integration/track_cli.sh" > "$T/cli.out" 2>&1
-sed -n 's/^\(PASS\|FAIL\) /\1 pg_/p' "$T/cli.out"
-[ "$(grep -c '^PASS' "$T/cli.out")" -ge 40 ] && pass pg_cli_ran || fail pg_cli_ran "$(tail -c 600 "$T/cli.out")"
+# 2. the store's command-line tests against the server, each on a fresh
+# database (their check names prefixed pg_)
+run_on_pg() {
+  local db=${1%.*} cmd=bash
+  case $1 in *.py) cmd=$PYTHON ;; esac
+  local u
+  u=$(pg_newdb "$db") || { fail "pg_${db}_database" "could not create it"; return; }
+  mkdir -p "$T/art_$db"
+  KEEL_TEST_TRACKING="$u" KEEL_ARTIFACTS="$T/art_$db" $cmd "$KEEL_SRC/tests/integration/$1" > "$T/$db.out" 2>&1
+  sed -n 's/^\(PASS\|FAIL\) /\1 pg_/p' "$T/$db.out"
+  grep -q '^PASS' "$T/$db.out" && ! grep -q '^FAIL' "$T/$db.out" && pass "pg_${db}_ran" || fail "pg_${db}_ran" "$(tail -c 600 "$T/$db.out")"
+}
+for t in track_cli.sh track_concurrent.sh track_kill.sh track_ui.py ${KEEL_TEST_PG_EXTRA:-tune.sh}; do run_on_pg "$t"; done
+url="postgresql://keel@127.0.0.1:$PG_PORT/track_cli"
 
 # 3. URL forms: postgres:// is the same store; --tracking and KEEL_TRACKING
-url2="postgres://keel@127.0.0.1:$PG_PORT/cli"
+url2="postgres://keel@127.0.0.1:$PG_PORT/track_cli"
 expect_rc pg_url_short_form 0 $K --tracking "$url2" runs list --json
 $PYTHON -c 'import json,sys; assert len(json.load(open(sys.argv[1])))==3' "$T/out" && pass pg_url_short_form_rows || fail pg_url_short_form_rows "$(head -c 300 "$T/out")"
 expect_rc pg_where 0 $K --tracking "$url" runs where
