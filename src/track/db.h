@@ -59,6 +59,14 @@ typedef struct kl__dbops {
     int (*commit)(kl_track *t, kl_err *e);
     void (*rollback)(kl_track *t);
     int (*migrate)(kl_track *t, kl_err *e);
+    /* Inside a write transaction: inserts metric history rows with seq 0,
+     * skipping a (key, step) already there; inserted[i] = 1 for each row
+     * written. Rows marked inserted[i] = 2 on entry cannot collide (they
+     * may be written without a conflict check) and end as 1. (SQLite: a
+     * cached statement per row; PostgreSQL: thousands of rows per
+     * statement.) */
+    int (*metrics_put)(kl_track *t, int64_t run_id, const int64_t *key_id, const int64_t *step, const int64_t *ts,
+                       const double *value, size_t n, uint8_t *inserted, kl_err *e);
     void (*close)(kl_track *t);
 } kl__dbops;
 
@@ -69,6 +77,9 @@ struct kl__st {
 
 extern const kl__dbops kl__db_sqlite, kl__db_pg;
 extern const kl__dialect kl__dialect_sqlite;
+
+int kl__metrics_put_rows(kl_track *t, int64_t run_id, const int64_t *key_id, const int64_t *step, const int64_t *ts,
+                         const double *value, size_t n, uint8_t *inserted, kl_err *e);
 
 /* Opens the engine of t (t->dir, t->where set); creates the schema when create. */
 int kl__db_sqlite_open(kl_track *t, int create, kl_err *e);

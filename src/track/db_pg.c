@@ -376,6 +376,121 @@ static double p_col_f64(kl__st *b, int i) {
 static int64_t p_changes(kl__st *b) { return P(b)->changes; }
 
 /* ==================================================================
+ * Metric history in bulk: a few thousand rows per statement, as arrays
+ * ================================================================== */
+
+#define PUT_CHUNK 8192
+
+/* Array literals of the rows idx[0..m) of a column. */
+static void arr_i64(kl_buf *b, const int64_t *v, const size_t *idx, size_t m) {
+    char num[32];
+    kl_buf_append(b, "{", 1);
+    for (size_t i = 0; i < m; i++) {
+        int w = snprintf(num, sizeof num, "%s%lld", i ? "," : "", (long long)v[idx[i]]);
+        kl_buf_append(b, num, (size_t)w);
+    }
+    kl_buf_append(b, "}", 1);
+}
+
+static void arr_f64(kl_buf *b, const double *v, const size_t *idx, size_t m) {
+    kl_buf_append(b, "{", 1);
+    for (size_t i = 0; i < m; i++) {
+        double x = v[idx[i]];
+        if (i) kl_buf_append(b, ",", 1);
+        if (isnan(x)) kl_buf_puts(b, "NULL"); /* NaN is stored as NULL */
+        else if (isinf(x)) kl_buf_puts(b, x > 0 ? "Infinity" : "-Infinity");
+        else kl_buf_printf(b, "%.17g", x);
+    }
+    kl_buf_append(b, "}", 1);
+}
+
+static uint64_t pair_hash(int64_t k, int64_t s) {
+    uint64_t h = (uint64_t)k * 0x9E3779B97F4A7C15ULL ^ (uint64_t)s * 0xC2B2AE3D27D4EB4FULL;
+    return h ^ (h >> 29);
+}
+
+/* Marks the first row of each returned (key_id, step) of a chunk inserted:
+ * within one statement the first of equal rows is the one written. */
+static int mark_inserted(PGresult *res, const int64_t *key_id, const int64_t *step, const size_t *idx, size_t m,
+                         uint8_t *inserted) {
+    size_t cap = 16;
+    while (cap < m * 2) cap *= 2;
+    size_t *first = calloc(cap, sizeof *first); /* row + 1; 0 = empty */
+    if (!first) return KL_ENOMEM;
+#define SAME(f, k, s) (key_id[(f)-1] == (k) && step[(f)-1] == (s))
+    for (size_t i = 0; i < m; i++) {
+        size_t r = idx[i], j = pair_hash(key_id[r], step[r]) & (cap - 1);
+        while (first[j] && !SAME(first[j], key_id[r], step[r])) j = (j + 1) & (cap - 1);
+        if (!first[j]) first[j] = r + 1;
+    }
+    for (int q = 0; q < PQntuples(res); q++) {
+        int64_t k = strtoll(PQgetvalue(res, q, 0), NULL, 10), st = strtoll(PQgetvalue(res, q, 1), NULL, 10);
+        size_t j = pair_hash(k, st) & (cap - 1);
+        while (first[j] && !SAME(first[j], k, st)) j = (j + 1) & (cap - 1);
+        if (first[j]) inserted[first[j] - 1] = 1;
+    }
+#undef SAME
+    free(first);
+    return KL_OK;
+}
+
+/* One statement for the rows idx[0..m): checked (ON CONFLICT DO NOTHING,
+ * the written ones returned and marked) or, for fresh rows, plain. */
+static int put_chunk(kl_track *t, const char *rid, const int64_t *key_id, const int64_t *step, const int64_t *ts,
+                     const double *value, const size_t *idx, size_t m, int checked, uint8_t *inserted, kl_buf a[4],
+                     kl_err *e) {
+    static const char *const head = "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
+                                    " SELECT $1, k, s, 0, ts, v FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::float8[])"
+                                    " AS u(k, s, ts, v)";
+    char sql[512];
+    snprintf(sql, sizeof sql, "%s%s", head, checked ? " ON CONFLICT DO NOTHING RETURNING key_id, step" : "");
+    for (int i = 0; i < 4; i++) kl_buf_reset(&a[i]);
+    arr_i64(&a[0], key_id, idx, m);
+    arr_i64(&a[1], step, idx, m);
+    arr_i64(&a[2], ts, idx, m);
+    arr_f64(&a[3], value, idx, m);
+    if (a[0].failed || a[1].failed || a[2].failed || a[3].failed) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    const char *vals[5] = {rid, a[0].data, a[1].data, a[2].data, a[3].data};
+    PGresult *res = PQexecParams(C(t), sql, 5, NULL, vals, NULL, NULL, 0);
+    int rc = KL_OK;
+    if (PQresultStatus(res) != (checked ? PGRES_TUPLES_OK : PGRES_COMMAND_OK)) {
+        rc = p_note(t, res);
+        kl_err_set(e, rc, "logging metrics: %s", t->errmsg);
+    } else if (checked) {
+        if (mark_inserted(res, key_id, step, idx, m, inserted)) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    } else {
+        for (size_t i = 0; i < m; i++) inserted[idx[i]] = 1;
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* Fresh rows (inserted[i] == 2) first, without a conflict check, then the
+ * others checked; each in statements of PUT_CHUNK rows. */
+static int p_metrics_put(kl_track *t, int64_t run_id, const int64_t *key_id, const int64_t *step, const int64_t *ts,
+                         const double *value, size_t n, uint8_t *inserted, kl_err *e) {
+    size_t *idx = malloc(PUT_CHUNK * sizeof *idx);
+    kl_buf a[4];
+    for (int i = 0; i < 4; i++) kl_buf_init(&a[i]);
+    char rid[32];
+    snprintf(rid, sizeof rid, "%lld", (long long)run_id);
+    int rc = idx ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int checked = 0; checked < 2 && !rc; checked++) {
+        size_t m = 0;
+        for (size_t i = 0; i <= n && !rc; i++) {
+            if (i < n && inserted[i] == (checked ? 0 : 2)) idx[m++] = i;
+            if (m && (m == PUT_CHUNK || i == n)) {
+                rc = put_chunk(t, rid, key_id, step, ts, value, idx, m, checked, inserted, a, e);
+                m = 0;
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++) kl_buf_free(&a[i]);
+    free(idx);
+    return rc;
+}
+
+/* ==================================================================
  * Open, migrate
  * ================================================================== */
 
@@ -501,6 +616,7 @@ const kl__dbops kl__db_pg = {
     .commit = p_commit,
     .rollback = p_rollback,
     .migrate = p_migrate,
+    .metrics_put = p_metrics_put,
     .close = p_close,
 };
 

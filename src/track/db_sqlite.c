@@ -333,5 +333,6 @@ const kl__dbops kl__db_sqlite = {
     .commit = s_commit,
     .rollback = s_rollback,
     .migrate = s_migrate,
+    .metrics_put = kl__metrics_put_rows,
     .close = s_close,
 };

@@ -544,6 +544,170 @@ fail:
     return rc;
 }
 
+/* The history rows of a batch, columns apart (what an engine's bulk put takes). */
+typedef struct {
+    int64_t *key_id, *step, *ts;
+    double *value;
+    uint8_t *inserted;
+} batch_cols;
+
+static void batch_free(batch_cols *c) {
+    free(c->key_id);
+    free(c->step);
+    free(c->ts);
+    free(c->value);
+    free(c->inserted);
+}
+
+/* Stage 1: key ids (created when new), timestamps, and per key the batch's
+ * latest point and count; touched[] gets the first index of each key. */
+static int batch_keys(kl_track *t, const kl_metric_point *pts, size_t n, int64_t now, batch_cols *c, size_t **touched,
+                      size_t *ntouched, kl_err *e) {
+    uint64_t gen = ++t->gen;
+    size_t cap = 0;
+    c->key_id = malloc(n * sizeof *c->key_id);
+    c->step = malloc(n * sizeof *c->step);
+    c->ts = malloc(n * sizeof *c->ts);
+    c->value = malloc(n * sizeof *c->value);
+    c->inserted = calloc(n, 1);
+    if (!c->key_id || !c->step || !c->ts || !c->value || !c->inserted) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        if (!pts[i].key || !*pts[i].key) return kl_err_set(e, KL_EINVAL, "metric point %zu: empty key", i);
+        kl__keyent *k = NULL;
+        int rc = metric_key(t, pts[i].key, &k, e);
+        if (rc) return rc;
+        if (k->gen != gen) {
+            if (*ntouched == cap) {
+                cap = cap ? cap * 2 : 16;
+                size_t *nt = realloc(*touched, cap * sizeof *nt);
+                if (!nt) return kl_err_set(e, KL_ENOMEM, "out of memory");
+                *touched = nt;
+            }
+            /* keep the index, not the entry: the cache may grow and move */
+            (*touched)[(*ntouched)++] = i;
+            k->gen = gen;
+            k->idx = i;
+            k->cnt = 1;
+        } else {
+            if (pts[i].step >= pts[k->idx].step) k->idx = i;
+            k->cnt++;
+        }
+        c->key_id[i] = k->id;
+        c->step[i] = pts[i].step;
+        c->ts[i] = pts[i].ts_us ? pts[i].ts_us : now;
+        c->value[i] = pts[i].value;
+    }
+    return KL_OK;
+}
+
+/* Stage 2: rows that cannot collide with a logged point: each key's steps
+ * rising through the batch from above the latest step in the store
+ * (metric_latest keeps the largest). inserted[i] = 2 marks them; an engine
+ * may write those without a conflict check. */
+static int batch_fresh(kl_track *t, int64_t run_id, const kl_metric_point *pts, batch_cols *c, size_t n,
+                       const size_t *touched, size_t ntouched, kl_err *e) {
+    static const char *const q = "SELECT step FROM metric_latest WHERE run_id=? AND key_id=?";
+    for (size_t j = 0; j < ntouched; j++) { /* the store's latest step of each key, in the cache entry */
+        kl__keyent *k = keycache_find(t, pts[touched[j]].key);
+        kl__st *st = NULL;
+        int rc = kl__track_cached(t, q, &st, e);
+        if (rc) return rc;
+        kl__bind_i64(st, 1, run_id);
+        kl__bind_i64(st, 2, k->id);
+        int s = kl__step(st);
+        k->above = s == KL__ROW ? kl__col_i64(st, 0) : INT64_MIN;
+        kl__reset(st);
+        if (s != KL__ROW && s != KL__DONE) return kl__track_sqlerr(t, s, e, "reading latest metrics");
+        k->fresh = 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kl__keyent *k = keycache_find(t, pts[i].key);
+        if (!k->fresh || c->step[i] <= k->above) {
+            k->fresh = 0; /* from here on this key's rows are checked */
+            continue;
+        }
+        k->above = c->step[i];
+        c->inserted[i] = 2;
+    }
+    return KL_OK;
+}
+
+/* SQLite's bulk put: one cached statement per row (seq 0; a step logged
+ * before is left for the append stage). */
+int kl__metrics_put_rows(kl_track *t, int64_t run_id, const int64_t *key_id, const int64_t *step, const int64_t *ts,
+                         const double *value, size_t n, uint8_t *inserted, kl_err *e) {
+    int rc;
+    if (!t->st_metric_ins &&
+        (rc = kl__track_prep(t, "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value) VALUES(?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+                             &t->st_metric_ins, e)))
+        return rc;
+    kl__st *ins = t->st_metric_ins;
+    for (size_t i = 0; i < n; i++) {
+        kl__bind_i64(ins, 1, run_id);
+        kl__bind_i64(ins, 2, key_id[i]);
+        kl__bind_i64(ins, 3, step[i]);
+        kl__bind_i64(ins, 4, ts[i]);
+        kl__bind_f64(ins, 5, value[i]);
+        int s = kl__step(ins);
+        kl__reset(ins);
+        if (s != KL__DONE) return kl__track_sqlerr(t, s, e, "logging metrics");
+        inserted[i] = kl__changes(ins) > 0; /* a fresh row (2) is checked all the same */
+    }
+    return KL_OK;
+}
+
+/* Stage 3: points whose step was logged before (in the store or earlier in
+ * the batch) go after it, in batch order. */
+static int batch_append(kl_track *t, int64_t run_id, const batch_cols *c, size_t n, kl_err *e) {
+    static const char *const again = "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
+                                     " SELECT ?1, ?2, ?3, max(seq) + 1, ?4, ?5 FROM metrics WHERE run_id=?1 AND key_id=?2 AND step=?3";
+    for (size_t i = 0; i < n; i++) {
+        if (c->inserted[i]) continue;
+        kl__st *st2 = NULL;
+        int rc = kl__track_cached(t, again, &st2, e);
+        if (rc) return rc;
+        kl__bind_i64(st2, 1, run_id);
+        kl__bind_i64(st2, 2, c->key_id[i]);
+        kl__bind_i64(st2, 3, c->step[i]);
+        kl__bind_i64(st2, 4, c->ts[i]);
+        kl__bind_f64(st2, 5, c->value[i]);
+        int s = kl__step(st2);
+        kl__reset(st2);
+        if (s != KL__DONE) return kl__track_sqlerr(t, s, e, "logging metrics");
+    }
+    return KL_OK;
+}
+
+/* Stage 4: the latest value and the point count of each touched key. */
+static int batch_latest(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c, const size_t *touched,
+                        size_t ntouched, kl_err *e) {
+    int rc;
+    if (!t->st_latest_up &&
+        (rc = kl__track_prep(t,
+                             "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value, n) VALUES(?, ?, ?, ?, ?, ?)"
+                             " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
+                             " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
+                             " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
+                             " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END",
+                             &t->st_latest_up, e)))
+        return rc;
+    for (size_t j = 0; j < ntouched; j++) {
+        kl__keyent *k = keycache_find(t, pts[touched[j]].key);
+        size_t i = k->idx;
+        kl__st *up = t->st_latest_up;
+        kl__bind_i64(up, 1, run_id);
+        kl__bind_i64(up, 2, k->id);
+        kl__bind_i64(up, 3, c->step[i]);
+        kl__bind_i64(up, 4, c->ts[i]);
+        kl__bind_f64(up, 5, c->value[i]);
+        kl__bind_i64(up, 6, k->cnt);
+        int s = kl__step(up);
+        kl__reset(up);
+        if (s != KL__DONE) return kl__track_sqlerr(t, s, e, "updating latest metrics");
+    }
+    return KL_OK;
+}
+
 int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, kl_err *e) {
     kl_track *t = r->t;
     int rc;
@@ -553,97 +717,14 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
         kl__track_unlock(t);
         return rc;
     }
-    if (!t->st_metric_ins &&
-        (rc = kl__track_prep(t, "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value) VALUES(?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
-                             &t->st_metric_ins, e)))
-        goto fail;
-    static const char *const again = "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
-                                     " SELECT ?1, ?2, ?3, max(seq) + 1, ?4, ?5 FROM metrics WHERE run_id=?1 AND key_id=?2 AND step=?3";
-    if (!t->st_latest_up &&
-        (rc = kl__track_prep(t,
-                             "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value, n) VALUES(?, ?, ?, ?, ?, ?)"
-                             " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
-                             " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
-                             " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
-                             " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END",
-                             &t->st_latest_up, e)))
-        goto fail;
-    uint64_t gen = ++t->gen;
     int64_t now = kl_time_now_us();
-    /* touched keys of this batch, to write the latest values once per key */
-    size_t *touched = NULL; /* first index of each key in the batch */
-    size_t ntouched = 0, captouched = 0;
-    kl__st *ins = t->st_metric_ins;
-    for (size_t i = 0; i < n; i++) {
-        if (!pts[i].key || !*pts[i].key) {
-            rc = kl_err_set(e, KL_EINVAL, "metric point %zu: empty key", i);
-            goto fail_touched;
-        }
-        kl__keyent *k = NULL;
-        if ((rc = metric_key(t, pts[i].key, &k, e))) goto fail_touched;
-        if (k->gen != gen) {
-            if (ntouched == captouched) {
-                captouched = captouched ? captouched * 2 : 16;
-                size_t *nt = realloc(touched, captouched * sizeof *nt);
-                if (!nt) {
-                    rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-                    goto fail_touched;
-                }
-                touched = nt;
-            }
-            /* keep the index, not the entry: the cache may grow and move */
-            touched[ntouched++] = i;
-            k->gen = gen;
-            k->idx = i;
-            k->cnt = 1;
-        } else {
-            if (pts[i].step >= pts[k->idx].step) k->idx = i;
-            k->cnt++;
-        }
-        int64_t ts = pts[i].ts_us ? pts[i].ts_us : now;
-        kl__bind_i64(ins, 1, r->id);
-        kl__bind_i64(ins, 2, k->id);
-        kl__bind_i64(ins, 3, pts[i].step);
-        kl__bind_i64(ins, 4, ts);
-        kl__bind_f64(ins, 5, pts[i].value);
-        int s = kl__step(ins);
-        kl__reset(ins);
-        if (s == KL__DONE && kl__changes(ins) == 0) { /* this step was logged before: append after it */
-            kl__st *st2 = NULL;
-            if ((rc = kl__track_cached(t, again, &st2, e))) goto fail_touched;
-            kl__bind_i64(st2, 1, r->id);
-            kl__bind_i64(st2, 2, k->id);
-            kl__bind_i64(st2, 3, pts[i].step);
-            kl__bind_i64(st2, 4, ts);
-            kl__bind_f64(st2, 5, pts[i].value);
-            s = kl__step(st2);
-            kl__reset(st2);
-        }
-        if (s != KL__DONE) {
-            rc = kl__track_sqlerr(t, s, e, "logging metrics");
-            goto fail_touched;
-        }
-    }
-    /* latest value per key: touched[] holds the first index of each key */
-    for (size_t j = 0; j < ntouched; j++) {
-        kl__keyent *k = keycache_find(t, pts[touched[j]].key);
-        const kl_metric_point *p = &pts[k->idx];
-        kl__st *up = t->st_latest_up;
-        kl__bind_i64(up, 1, r->id);
-        kl__bind_i64(up, 2, k->id);
-        kl__bind_i64(up, 3, p->step);
-        kl__bind_i64(up, 4, p->ts_us ? p->ts_us : now);
-        kl__bind_f64(up, 5, p->value);
-        kl__bind_i64(up, 6, k->cnt);
-        int s = kl__step(up);
-        kl__reset(up);
-        if (s != KL__DONE) {
-            rc = kl__track_sqlerr(t, s, e, "updating latest metrics");
-            goto fail_touched;
-        }
-    }
-    free(touched);
-    touched = NULL;
+    batch_cols c = {0};
+    size_t *touched = NULL, ntouched = 0;
+    if ((rc = batch_keys(t, pts, n, now, &c, &touched, &ntouched, e))) goto fail;
+    if ((rc = batch_fresh(t, r->id, pts, &c, n, touched, ntouched, e))) goto fail;
+    if ((rc = t->ops->metrics_put(t, r->id, c.key_id, c.step, c.ts, c.value, n, c.inserted, e))) goto fail;
+    if ((rc = batch_append(t, r->id, &c, n, e))) goto fail;
+    if ((rc = batch_latest(t, r->id, pts, &c, touched, ntouched, e))) goto fail;
     if (now - r->last_hb_us > 1000000) {
         if (!t->st_heartbeat && (rc = kl__track_prep(t, "UPDATE runs SET heartbeat_us=? WHERE id=?", &t->st_heartbeat, e))) goto fail;
         kl__bind_i64(t->st_heartbeat, 1, now);
@@ -652,12 +733,14 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
         kl__reset(t->st_heartbeat);
         r->last_hb_us = now;
     }
+    free(touched);
+    batch_free(&c);
     rc = kl__track_commit(t, e);
     kl__track_unlock(t);
     return rc;
-fail_touched:
-    free(touched);
 fail:
+    free(touched);
+    batch_free(&c);
     kl__track_rollback(t);
     kl__track_unlock(t);
     return rc;

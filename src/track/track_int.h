@@ -17,6 +17,8 @@ typedef struct {
     uint64_t gen; /* batch generation that last touched it */
     size_t idx;   /* index of the batch's latest point for this key */
     int64_t cnt;  /* points of this key in the batch */
+    int64_t above; /* batch scratch: rows above this step cannot collide */
+    int fresh;
 } kl__keyent;
 
 struct kl_track {
