@@ -192,10 +192,7 @@ int app_store_resolve(kl_store_loc *loc, kl_err *e) {
     kl_config *c = app_config();
     const char *given = NULL;
     if (c && kl_config_source(c, "tracking") == KL_SRC_FLAG) given = kl_config_get(c, "tracking");
-    int rc = kl_track_store_resolve(given, "--tracking", loc, e);
-    const char *art = c && kl_config_source(c, "artifacts") == KL_SRC_FLAG ? kl_config_get(c, "artifacts") : NULL;
-    if (!rc && art && *art) snprintf(loc->artifacts, sizeof loc->artifacts, "%s", art);
-    return rc;
+    return kl_track_store_resolve(given, "--tracking", loc, e); /* --artifacts: KEEL_ARTIFACTS (main.c) */
 }
 
 int app_store_open(int create, kl_track **t, kl_err *e) {

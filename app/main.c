@@ -111,6 +111,9 @@ int main(int argc, char **argv) {
     }
     int rc = take_globals(&argc, argv);
     if (rc >= 0) return rc;
+    /* --artifacts reaches every store this process opens (train's run log, a
+     * pipeline's stages) and the processes it starts (tune's trials) */
+    if (kl_config_source(config, "artifacts") == KL_SRC_FLAG) setenv("KEEL_ARTIFACTS", kl_config_get(config, "artifacts"), 1);
     if (kl_config_apply_common(config, &e)) {
         fprintf(stderr, "keel: %s\n", kl_err_what(&e));
         return APP_EXIT_USAGE;

@@ -100,6 +100,8 @@ typedef struct {
 int kl_track_copy(kl_track *from, kl_track *to, kl_track_copy_stats *stats, kl_err *e);
 /* The store's name for messages: a URL with its password replaced by ***. */
 void kl_track_redact(const char *dir, char *out, size_t n);
+/* 1 when s names a server store (postgresql://..., postgres://...), not a folder. */
+int kl_track_is_url(const char *s);
 
 /* Starts a run in experiment (created when new; NULL = "default"). run_name
  * may be NULL (then "run-<id>"); parent_id 0 = no parent. */

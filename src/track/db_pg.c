@@ -97,6 +97,7 @@ static const char *const pg_migrations[] = {
 int kl__is_pg_url(const char *s) { return s && (!strncmp(s, "postgresql://", 13) || !strncmp(s, "postgres://", 11)); }
 
 void kl_track_redact(const char *dir, char *out, size_t n) { kl__url_redact(dir, out, n); }
+int kl_track_is_url(const char *s) { return kl__is_pg_url(s); }
 
 void kl__url_redact(const char *url, char *out, size_t n) {
     snprintf(out, n, "%s", url ? url : "");
