@@ -35,37 +35,97 @@ static int ncols(const char *cols) {
     return n;
 }
 
-/* Binds column i of a source row to parameter i + 1 of the insert, by kind. */
-static void copy_value(kl__st *src, kl__st *dst, int i) {
-    switch (src->ops->col_kind(src, i)) {
-    case KL__NULL: kl__bind_null(dst, i + 1); break;
-    case KL__INT: kl__bind_i64(dst, i + 1, kl__col_i64(src, i)); break;
-    case KL__REAL: kl__bind_f64(dst, i + 1, kl__col_f64(src, i)); break;
-    default: kl__bind_text(dst, i + 1, kl__col_text(src, i));
+/* A column value of a source row, kept until its rows are sent. */
+typedef struct {
+    int kind;
+    int64_t i;
+    double f;
+    char *s;
+} cval;
+
+static int read_value(kl__st *src, int i, cval *v) {
+    v->kind = src->ops->col_kind(src, i);
+    v->s = NULL;
+    if (v->kind == KL__INT) v->i = kl__col_i64(src, i);
+    else if (v->kind == KL__REAL) v->f = kl__col_f64(src, i);
+    else if (v->kind == KL__TEXT && !(v->s = strdup(kl__col_text(src, i)))) return KL_ENOMEM;
+    return KL_OK;
+}
+
+static void bind_value(kl__st *dst, int p, const cval *v) {
+    switch (v->kind) {
+    case KL__NULL: kl__bind_null(dst, p); break;
+    case KL__INT: kl__bind_i64(dst, p, v->i); break;
+    case KL__REAL: kl__bind_f64(dst, p, v->f); break;
+    default: kl__bind_text(dst, p, v->s);
     }
 }
 
+/* The insert of rows rows of table k (a multi-row VALUES both dialects share). */
+static int insert_sql(int k, int n, int rows, kl_buf *sql) {
+    kl_buf_reset(sql);
+    kl_buf_printf(sql, "INSERT INTO %s(%s) VALUES", tables[k].table, tables[k].cols);
+    for (int r = 0; r < rows; r++) {
+        kl_buf_puts(sql, r ? ", (" : " (");
+        for (int i = 0; i < n; i++) kl_buf_puts(sql, i ? ", ?" : "?");
+        kl_buf_puts(sql, ")");
+    }
+    return sql->failed ? KL_ENOMEM : KL_OK;
+}
+
+#define COPY_ROWS 200 /* rows per insert: 200 x 11 columns stays under SQLite's 32766 parameters */
+
+/* Sends m gathered rows: the prepared full-size insert, or one for the tail. */
+static int send_rows(kl_track *to, int k, int n, cval *v, int m, kl__st *full, kl_buf *sql, kl_err *e) {
+    kl__st *d = full;
+    int rc = KL_OK;
+    if (m < COPY_ROWS) {
+        if (insert_sql(k, n, m, sql)) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        if (!rc) rc = kl__track_prep(to, sql->data, &d, e);
+    }
+    if (!rc) {
+        for (int i = 0; i < m * n; i++) bind_value(d, i + 1, &v[i]);
+        int x = kl__step(d);
+        if (x != KL__DONE) rc = kl__track_sqlerr(to, x, e, tables[k].table);
+    }
+    if (d && d != full) kl__free(d);
+    else if (d) kl__reset(full);
+    for (int i = 0; i < m * n; i++) {
+        free(v[i].s);
+        v[i].s = NULL;
+    }
+    return rc;
+}
+
 static int copy_table(kl_track *from, kl_track *to, int k, int64_t *rows, kl_err *e) {
-    char sel[512], ins[768];
+    char sel[512];
     int n = ncols(tables[k].cols);
     snprintf(sel, sizeof sel, "SELECT %s FROM %s ORDER BY %s", tables[k].cols, tables[k].table, tables[k].order);
-    int w = snprintf(ins, sizeof ins, "INSERT INTO %s(%s) VALUES(", tables[k].table, tables[k].cols);
-    for (int i = 0; i < n; i++) w += snprintf(ins + w, sizeof ins - (size_t)w, "%s?", i ? ", " : "");
-    snprintf(ins + w, sizeof ins - (size_t)w, ")");
-    kl__st *s = NULL, *d = NULL;
-    int rc = kl__track_prep(from, sel, &s, e);
-    if (!rc) rc = kl__track_prep(to, ins, &d, e);
-    int r;
+    kl__st *s = NULL, *full = NULL;
+    kl_buf sql;
+    kl_buf_init(&sql);
+    cval *v = calloc((size_t)COPY_ROWS * (size_t)n, sizeof *v);
+    int rc = v ? kl__track_prep(from, sel, &s, e) : kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!rc && insert_sql(k, n, COPY_ROWS, &sql)) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!rc) rc = kl__track_prep(to, sql.data, &full, e);
+    int r = KL__DONE, m = 0;
     while (!rc && (r = kl__step(s)) == KL__ROW) {
-        for (int i = 0; i < n; i++) copy_value(s, d, i);
-        int x = kl__step(d);
-        kl__reset(d);
-        if (x != KL__DONE) rc = kl__track_sqlerr(to, x, e, tables[k].table);
+        for (int i = 0; i < n && !rc; i++)
+            if (read_value(s, i, &v[m * n + i])) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        m++;
         (*rows)++;
+        if (!rc && m == COPY_ROWS) {
+            rc = send_rows(to, k, n, v, m, full, &sql, e);
+            m = 0;
+        }
     }
     if (!rc && r != KL__DONE) rc = kl__track_sqlerr(from, r, e, tables[k].table);
+    if (!rc && m) rc = send_rows(to, k, n, v, m, full, &sql, e);
+    for (int i = 0; v && i < COPY_ROWS * n; i++) free(v[i].s);
+    free(v);
     kl__free(s);
-    kl__free(d);
+    kl__free(full);
+    kl_buf_free(&sql);
     if (rc) kl_err_prefix(e, "copying table %s", tables[k].table);
     return rc;
 }

@@ -55,7 +55,9 @@ typedef struct kl__dbops {
     const char *(*col_text)(kl__st *st, int i);
     int64_t (*changes)(kl__st *st); /* rows changed by the last step of st */
     int (*exec)(kl_track *t, const char *sql, kl_err *e);
-    int (*begin)(kl_track *t, kl_err *e);
+    /* scope 0: every writer of the store waits; a run id: only writers of
+     * that run (its params and metric history) */
+    int (*begin)(kl_track *t, int64_t scope, kl_err *e);
     int (*commit)(kl_track *t, kl_err *e);
     void (*rollback)(kl_track *t);
     int (*migrate)(kl_track *t, kl_err *e);

@@ -17,6 +17,7 @@
 /* Advisory lock keys ('keel' in ASCII, then the lock's use). */
 #define LOCK_WRITE 0x6b65656c0001LL
 #define LOCK_MIGRATE 0x6b65656c0002LL
+#define LOCK_RUN 0x6b65656c /* with a run id: pg_advisory_xact_lock(int4, int4) */
 
 /* Parameter types (pg_type OIDs). */
 #define OID_INT8 20
@@ -168,12 +169,16 @@ static int p_exec(kl_track *t, const char *sql, kl_err *e) {
     return rc;
 }
 
-static int p_begin(kl_track *t, kl_err *e) {
+static int p_begin(kl_track *t, int64_t scope, kl_err *e) {
     int rc = p_exec(t, "BEGIN", e);
     if (rc) return rc;
-    /* writers are serialized, as on SQLite: read-then-write steps are atomic */
-    char sql[96];
-    snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%lld)", (long long)LOCK_WRITE);
+    /* writers are serialized, as on SQLite: read-then-write steps are atomic;
+     * a run's writers only among themselves (the lock of its id) */
+    char sql[128];
+    if (scope > 0)
+        snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%d, %d)", (int)LOCK_RUN, (int)(int32_t)(uint32_t)(scope & 0xffffffff));
+    else
+        snprintf(sql, sizeof sql, "SELECT pg_advisory_xact_lock(%lld)", (long long)LOCK_WRITE);
     if ((rc = p_exec(t, sql, e))) p_exec(t, "ROLLBACK", NULL);
     return rc;
 }

@@ -110,7 +110,8 @@ static int s_exec(kl_track *t, const char *sql, kl_err *e) {
     return KL_OK;
 }
 
-static int s_begin(kl_track *t, kl_err *e) {
+static int s_begin(kl_track *t, int64_t scope, kl_err *e) {
+    (void)scope; /* one writer at a time, whatever it writes */
     /* The busy timeout already waits; this loop covers the cases where
      * SQLite returns BUSY at once (WAL recovery, deadlock avoidance). */
     for (int attempt = 0;; attempt++) {
@@ -221,7 +222,7 @@ static int s_migrate(kl_track *t, kl_err *e) {
     int rc;
     int target = kl__track_target_version;
     if (target > (int)KL_ARRAY_LEN(migrations)) target = (int)KL_ARRAY_LEN(migrations);
-    if ((rc = s_begin(t, e))) return rc;
+    if ((rc = s_begin(t, 0, e))) return rc;
     sqlite3_stmt *st = NULL;
     if ((rc = s_prep_raw(t, "PRAGMA user_version", &st, e))) goto fail;
     int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;

@@ -54,7 +54,9 @@ int kl__track_cached(kl_track *t, const char *sql, kl__st **st, kl_err *e) {
     return KL_OK;
 }
 
-int kl__track_begin(kl_track *t, kl_err *e) { return t->ops->begin(t, e); }
+int kl__track_begin(kl_track *t, kl_err *e) { return t->ops->begin(t, 0, e); }
+
+int kl__track_begin_run(kl_track *t, int64_t run_id, kl_err *e) { return t->ops->begin(t, run_id, e); }
 
 int kl__track_commit(kl_track *t, kl_err *e) {
     int rc = t->ops->commit(t, e);
@@ -263,7 +265,6 @@ static void keycache_clear(kl_track *t) {
 void kl_track_close(kl_track *t) {
     if (!t) return;
     kl__free(t->st_metric_ins);
-    kl__free(t->st_latest_up);
     kl__free(t->st_key_ins);
     kl__free(t->st_key_get);
     kl__free(t->st_heartbeat);
@@ -274,6 +275,7 @@ void kl_track_close(kl_track *t) {
     free(t->dir);
     free(t->where);
     free(t->objects);
+    free(t->latest_one);
     free(t);
 }
 
@@ -496,7 +498,7 @@ int kl_track_log_params(kl_track_run *r, const kl_kv *params, size_t n, kl_err *
     kl__st *ins = NULL, *get = NULL;
     int rc;
     kl__track_lock(t);
-    if ((rc = kl__track_begin(t, e))) {
+    if ((rc = kl__track_begin_run(t, r->id, e))) {
         kl__track_unlock(t);
         return rc;
     }
@@ -604,22 +606,41 @@ static int batch_keys(kl_track *t, const kl_metric_point *pts, size_t n, int64_t
  * rising through the batch from above the latest step in the store
  * (metric_latest keeps the largest). inserted[i] = 2 marks them; an engine
  * may write those without a conflict check. */
+typedef struct {
+    int64_t id;
+    kl__keyent *k;
+} key_ref;
+
+static int cmp_key_ref(const void *a, const void *b) {
+    int64_t x = ((const key_ref *)a)->id, y = ((const key_ref *)b)->id;
+    return x < y ? -1 : x > y;
+}
+
 static int batch_fresh(kl_track *t, int64_t run_id, const kl_metric_point *pts, batch_cols *c, size_t n,
                        const size_t *touched, size_t ntouched, kl_err *e) {
-    static const char *const q = "SELECT step FROM metric_latest WHERE run_id=? AND key_id=?";
-    for (size_t j = 0; j < ntouched; j++) { /* the store's latest step of each key, in the cache entry */
+    static const char *const q = "SELECT key_id, step FROM metric_latest WHERE run_id=?";
+    key_ref *refs = malloc((ntouched ? ntouched : 1) * sizeof *refs);
+    if (!refs) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t j = 0; j < ntouched; j++) {
         kl__keyent *k = keycache_find(t, pts[touched[j]].key);
-        kl__st *st = NULL;
-        int rc = kl__track_cached(t, q, &st, e);
-        if (rc) return rc;
-        kl__bind_i64(st, 1, run_id);
-        kl__bind_i64(st, 2, k->id);
-        int s = kl__step(st);
-        k->above = s == KL__ROW ? kl__col_i64(st, 0) : INT64_MIN;
-        kl__reset(st);
-        if (s != KL__ROW && s != KL__DONE) return kl__track_sqlerr(t, s, e, "reading latest metrics");
+        k->above = INT64_MIN;
         k->fresh = 1;
+        refs[j] = (key_ref){k->id, k};
     }
+    qsort(refs, ntouched, sizeof *refs, cmp_key_ref);
+    kl__st *st = NULL;
+    int rc = kl__track_cached(t, q, &st, e), s = KL__DONE;
+    if (!rc) { /* the store's latest step of each key of the run (one query) */
+        kl__bind_i64(st, 1, run_id);
+        while ((s = kl__step(st)) == KL__ROW) {
+            key_ref want = {kl__col_i64(st, 0), NULL}, *hit = bsearch(&want, refs, ntouched, sizeof *refs, cmp_key_ref);
+            if (hit) hit->k->above = kl__col_i64(st, 1);
+        }
+        kl__reset(st);
+        if (s != KL__DONE) rc = kl__track_sqlerr(t, s, e, "reading latest metrics");
+    }
+    free(refs);
+    if (rc) return rc;
     for (size_t i = 0; i < n; i++) {
         kl__keyent *k = keycache_find(t, pts[i].key);
         if (!k->fresh || c->step[i] <= k->above) {
@@ -678,42 +699,59 @@ static int batch_append(kl_track *t, int64_t run_id, const batch_cols *c, size_t
     return KL_OK;
 }
 
-/* Stage 4: the latest value and the point count of each touched key. */
-static int batch_latest(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c, const size_t *touched,
-                        size_t ntouched, kl_err *e) {
-    int rc;
-    if (!t->st_latest_up &&
-        (rc = kl__track_prep(t,
-                             "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value, n) VALUES(?, ?, ?, ?, ?, ?)"
-                             " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
-                             " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
-                             " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
-                             " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END",
-                             &t->st_latest_up, e)))
-        return rc;
-    for (size_t j = 0; j < ntouched; j++) {
+/* Stage 4: the latest value and the point count of each touched key, up
+ * to LATEST_ROWS keys per statement (a multi-row upsert both dialects
+ * share; each key once per statement). */
+#define LATEST_ROWS 256
+
+static int latest_chunk(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c, const size_t *touched,
+                        size_t m, kl_buf *sql, kl_err *e) {
+    kl_buf_reset(sql);
+    kl_buf_puts(sql, "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value, n) VALUES");
+    for (size_t j = 0; j < m; j++) kl_buf_puts(sql, j ? ", (?, ?, ?, ?, ?, ?)" : " (?, ?, ?, ?, ?, ?)");
+    kl_buf_puts(sql, " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
+                     " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
+                     " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
+                     " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END");
+    if (sql->failed) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    kl__st *up = NULL;
+    int rc = m == 1 ? kl__track_cached(t, t->latest_one ? t->latest_one : (t->latest_one = strdup(sql->data)), &up, e)
+                    : kl__track_prep(t, sql->data, &up, e);
+    if (rc) return rc;
+    for (size_t j = 0; j < m; j++) {
         kl__keyent *k = keycache_find(t, pts[touched[j]].key);
         size_t i = k->idx;
-        kl__st *up = t->st_latest_up;
-        kl__bind_i64(up, 1, run_id);
-        kl__bind_i64(up, 2, k->id);
-        kl__bind_i64(up, 3, c->step[i]);
-        kl__bind_i64(up, 4, c->ts[i]);
-        kl__bind_f64(up, 5, c->value[i]);
-        kl__bind_i64(up, 6, k->cnt);
-        int s = kl__step(up);
-        kl__reset(up);
-        if (s != KL__DONE) return kl__track_sqlerr(t, s, e, "updating latest metrics");
+        int p = (int)j * 6;
+        kl__bind_i64(up, p + 1, run_id);
+        kl__bind_i64(up, p + 2, k->id);
+        kl__bind_i64(up, p + 3, c->step[i]);
+        kl__bind_i64(up, p + 4, c->ts[i]);
+        kl__bind_f64(up, p + 5, c->value[i]);
+        kl__bind_i64(up, p + 6, k->cnt);
     }
-    return KL_OK;
+    int s = kl__step(up);
+    if (s != KL__DONE) rc = kl__track_sqlerr(t, s, e, "updating latest metrics");
+    if (m == 1) kl__reset(up);
+    else kl__free(up);
+    return rc;
 }
 
-int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, kl_err *e) {
+static int batch_latest(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c, const size_t *touched,
+                        size_t ntouched, kl_err *e) {
+    kl_buf sql;
+    kl_buf_init(&sql);
+    int rc = KL_OK;
+    for (size_t off = 0; off < ntouched && !rc; off += LATEST_ROWS)
+        rc = latest_chunk(t, run_id, pts, c, touched + off, ntouched - off < LATEST_ROWS ? ntouched - off : LATEST_ROWS, &sql, e);
+    kl_buf_free(&sql);
+    return rc;
+}
+
+static int log_metrics_once(kl_track_run *r, const kl_metric_point *pts, size_t n, kl_err *e) {
     kl_track *t = r->t;
     int rc;
-    if (n == 0) return KL_OK;
     kl__track_lock(t);
-    if ((rc = kl__track_begin(t, e))) {
+    if ((rc = kl__track_begin_run(t, r->id, e))) {
         kl__track_unlock(t);
         return rc;
     }
@@ -743,6 +781,15 @@ fail:
     batch_free(&c);
     kl__track_rollback(t);
     kl__track_unlock(t);
+    return rc;
+}
+
+int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, kl_err *e) {
+    if (n == 0) return KL_OK;
+    /* a server may abort a batch that crossed another writer's new metric
+     * keys (a deadlock, KL_EBUSY): the batch was rolled back; send it again */
+    int rc = KL_EBUSY;
+    for (int attempt = 0; attempt < 4 && rc == KL_EBUSY; attempt++) rc = log_metrics_once(r, pts, n, e);
     return rc;
 }
 

@@ -33,11 +33,12 @@ struct kl_track {
     char errmsg[640]; /* the engine's last error: "message (sqlite 19)" */
     int stale_marked;
     /* cached statements */
-    kl__st *st_metric_ins, *st_latest_up, *st_key_ins, *st_key_get, *st_heartbeat;
+    kl__st *st_metric_ins, *st_key_ins, *st_key_get, *st_heartbeat;
     struct {
         const char *sql; /* a static string: cached by address */
         kl__st *st;
     } cache[32];
+    char *latest_one; /* the one-key latest upsert's SQL: cached by this address */
     kl__keyent *keys;
     size_t nkeys, capkeys;
     uint64_t gen;
@@ -69,6 +70,9 @@ int kl__track_cached(kl_track *t, const char *sql, kl__st **st, kl_err *e);
  * a transaction advisory lock), so read-then-write steps inside one (next
  * version number, repeated-step sequence, a claim) are atomic. */
 int kl__track_begin(kl_track *t, kl_err *e);
+/* The same for the writers of one run (params, metrics): on PostgreSQL
+ * other runs' writers do not wait (SQLite: kl__track_begin). */
+int kl__track_begin_run(kl_track *t, int64_t run_id, kl_err *e);
 int kl__track_commit(kl_track *t, kl_err *e);
 void kl__track_rollback(kl_track *t);
 void kl__track_lock(kl_track *t);
