@@ -100,9 +100,22 @@ int kl__is_pg_url(const char *s) { return s && (!strncmp(s, "postgresql://", 13)
 void kl_track_redact(const char *dir, char *out, size_t n) { kl__url_redact(dir, out, n); }
 int kl_track_is_url(const char *s) { return kl__is_pg_url(s); }
 
+/* ...?password=SECRET&... -> ...?password=***&... */
+static void redact_query(char *out, size_t n) {
+    char *q = strchr(out, '?');
+    for (char *p = q; p && (p = strstr(p, "password=")); p++) {
+        if (p[-1] != '?' && p[-1] != '&') continue;
+        char *v = p + 9, *end = strchr(v, '&');
+        char rest[4096];
+        snprintf(rest, sizeof rest, "%s", end ? end : "");
+        snprintf(v, n - (size_t)(v - out), "***%s", rest);
+    }
+}
+
 void kl__url_redact(const char *url, char *out, size_t n) {
     snprintf(out, n, "%s", url ? url : "");
     if (!kl__is_pg_url(out)) return;
+    redact_query(out, n);
     char *auth = strstr(out, "://") + 3;
     char *at = strchr(auth, '@'), *slash = strchr(auth, '/');
     if (!at || (slash && slash < at)) return;
