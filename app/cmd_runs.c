@@ -124,12 +124,13 @@ static int runs_list(int argc, char **argv) {
         for (int k = 0; k < nk; k++) printf(" %14.14s", keys[k]);
         printf("\n");
     }
+    void *all = NULL; /* every listed run in a few queries (one round trip each on a server) */
+    if (n && kl_track_runs_json(t, ids, n, &all, &e)) {
+        rc = app_fail(&e);
+        goto done;
+    }
     for (size_t i = 0; i < n; i++) {
-        void *j = NULL;
-        if (kl_track_run_json(t, ids[i], &j, &e)) {
-            rc = app_fail(&e);
-            goto done;
-        }
+        cJSON *j = cJSON_DetachItemFromArray(all, 0);
         if (json) {
             cJSON_AddItemToArray(arr, j);
             continue;
@@ -154,6 +155,7 @@ static int runs_list(int argc, char **argv) {
     }
     rc = APP_EXIT_OK;
 done:
+    cJSON_Delete(all);
     cJSON_Delete(arr);
     free(ids);
     kl_track_close(t);

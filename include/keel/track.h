@@ -177,6 +177,10 @@ int kl_track_runs_find(kl_track *t, const char *filter, const char *sort_key, in
  * Non-finite metric values are the strings "NaN", "Infinity", "-Infinity". */
 int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e);
 
+/* The same for several runs at once (a few queries, whatever n): a cJSON
+ * array in the order of ids; a missing run is KL_ENOTFOUND. */
+int kl_track_runs_json(kl_track *t, const int64_t *ids, size_t n, void **out_cjson, kl_err *e);
+
 /* Metric history of one run and key, in (step, insertion) order. Arrays
  * malloc'ed (caller frees each). */
 int kl_track_metric_history(kl_track *t, int64_t run_id, const char *key, int64_t **steps,

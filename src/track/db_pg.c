@@ -583,17 +583,22 @@ int kl__db_pg_open(kl_track *t, int create, kl_err *e) {
     PQsetNoticeProcessor(c, no_notices, NULL);
     int rc = p_exec(t, "SET extra_float_digits = 3; SET lock_timeout = '120s'; SET client_min_messages = warning", e);
     if (rc) return rc;
-    if (!create) { /* read-only commands: a database keel never wrote is not a store */
-        PGresult *res = PQexec(c, "SELECT to_regclass('keel_migrations') IS NULL");
-        int absent = PQresultStatus(res) == PGRES_TUPLES_OK && !strcmp(PQgetvalue(res, 0, 0), "t");
-        PQclear(res);
-        if (absent) {
-            conn_name(c, name, sizeof name);
-            return kl_err_set(e, KL_ENOTFOUND, "no experiment store in PostgreSQL at %s: nothing has been recorded there yet",
-                              name);
-        }
+    /* the schema's version without a lock: the common case, nothing to migrate */
+    PGresult *res = PQexec(c, "SELECT to_regclass('keel_migrations') IS NULL");
+    int absent = PQresultStatus(res) == PGRES_TUPLES_OK && !strcmp(PQgetvalue(res, 0, 0), "t");
+    PQclear(res);
+    if (absent && !create) { /* read-only commands: a database keel never wrote is not a store */
+        conn_name(c, name, sizeof name);
+        return kl_err_set(e, KL_ENOTFOUND, "no experiment store in PostgreSQL at %s: nothing has been recorded there yet",
+                          name);
     }
-    return p_migrate(t, e);
+    if (!absent) {
+        res = PQexec(c, "SELECT coalesce(max(version), 0) FROM keel_migrations");
+        int v = PQresultStatus(res) == PGRES_TUPLES_OK ? atoi(PQgetvalue(res, 0, 0)) : -1;
+        PQclear(res);
+        if (v == (int)KL_ARRAY_LEN(pg_migrations)) return KL_OK;
+    }
+    return p_migrate(t, e); /* under the lock: creates, migrates, or refuses a newer schema */
 }
 
 static void p_close(kl_track *t) {

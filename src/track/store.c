@@ -1066,70 +1066,77 @@ static void add_int(cJSON *o, const char *name, kl__st *st, int col) {
     else cJSON_AddNumberToObject(o, name, (double)kl__col_i64(st, col));
 }
 
-/* Runs a one-parameter (run id) query; calls fn for each row. */
-static int each_row(kl_track *t, const char *sql, int64_t id, void (*fn)(cJSON *, kl__st *), cJSON *into, kl_err *e) {
-    kl__st *st = NULL;
-    int rc = kl__track_cached(t, sql, &st, e);
-    if (rc) return rc;
-    kl__bind_i64(st, 1, id);
-    int s;
-    while ((s = kl__step(st)) == KL__ROW) fn(into, st);
-    if (s != KL__DONE) rc = kl__track_sqlerr(t, s, e, "reading a run");
-    kl__reset(st);
-    return rc;
-}
+/* Everything of a set of runs but their rows, in one query (one round trip
+ * to a server): part 0 params, 1 latest metrics, 2 tags, 3 artifacts, 4
+ * lineage, 5 child runs; by run, then part, each part in its order (name,
+ * then id). %s is the run id list. Columns: rid, part, name, v1, v2, v3,
+ * i1, i2, i3, f. */
+static const char *const run_parts_fmt =
+    "SELECT run_id AS rid, 0 AS part, key AS name, value AS v1, CAST(NULL AS TEXT) AS v2, CAST(NULL AS TEXT) AS v3,"
+    " CAST(NULL AS BIGINT) AS i1, CAST(NULL AS BIGINT) AS i2, CAST(NULL AS BIGINT) AS i3, CAST(NULL AS DOUBLE PRECISION) AS f"
+    " FROM params WHERE run_id IN (%1$s)"
+    " UNION ALL SELECT l.run_id, 1, k.name, NULL, NULL, NULL, l.step, l.ts_us, l.n, l.value FROM metric_latest l"
+    " JOIN metric_keys k ON k.id = l.key_id WHERE l.run_id IN (%1$s)"
+    " UNION ALL SELECT run_id, 2, key, value, NULL, NULL, NULL, NULL, NULL, NULL FROM tags WHERE run_id IN (%1$s)"
+    " UNION ALL SELECT run_id, 3, path, sha256, NULL, NULL, size, NULL, NULL, NULL FROM artifacts WHERE run_id IN (%1$s)"
+    " UNION ALL SELECT run_id, 4, dataset_version, feature_hash, code_version, spec_hash, NULL, NULL, NULL, NULL FROM lineage"
+    " WHERE run_id IN (%1$s)"
+    " UNION ALL SELECT parent_id, 5, substr(name, 1, 0), NULL, NULL, NULL, id, NULL, NULL, NULL FROM runs"
+    " WHERE parent_id IN (%1$s)"
+    " ORDER BY rid, part, name, i1";
 
-static void row_kv(cJSON *o, kl__st *st) {
-    cJSON_AddStringToObject(o, kl__col_text(st, 0), kl__col_text(st, 1));
-}
+static const char *const run_rows_fmt =
+    "SELECT r.id, x.name, r.name, r.status, r.start_us, r.end_us, r.parent_id, r.pid, r.host, r.heartbeat_us"
+    " FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE r.id IN (%s)";
 
-static void row_metric(cJSON *o, kl__st *st) {
-    cJSON *m = cJSON_AddObjectToObject(o, kl__col_text(st, 0));
-    if (!m) return;
-    cJSON_AddNumberToObject(m, "step", (double)kl__col_i64(st, 1));
-    cJSON_AddNumberToObject(m, "ts_us", (double)kl__col_i64(st, 2));
-    kl__json_num(m, "value", kl__col_f64(st, 3));
-}
+/* A run being read: its object and the containers its parts go into. */
+typedef struct {
+    int64_t id;
+    cJSON *o, *into[6];
+    int64_t points;
+} run_obj;
 
-static void row_artifact(cJSON *a, kl__st *st) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o) return;
-    cJSON_AddStringToObject(o, "path", kl__col_text(st, 0));
-    cJSON_AddNumberToObject(o, "size", (double)kl__col_i64(st, 1));
-    cJSON_AddStringToObject(o, "sha256", kl__col_text(st, 2));
-    cJSON_AddItemToArray(a, o);
-}
-
-static void row_lineage(cJSON *o, kl__st *st) {
-    add_text(o, "dataset_version", st, 0);
-    add_text(o, "feature_hash", st, 1);
-    add_text(o, "code_version", st, 2);
-    add_text(o, "spec_hash", st, 3);
-}
-
-static void row_count(cJSON *o, kl__st *st) { cJSON_AddNumberToObject(o, "points", (double)kl__col_i64(st, 0)); }
-
-static void row_child(cJSON *a, kl__st *st) { cJSON_AddItemToArray(a, cJSON_CreateNumber((double)kl__col_i64(st, 0))); }
-
-int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) {
-    *out_cjson = NULL;
-    kl__st *st = NULL;
-    cJSON *o = NULL;
-    kl__track_lock(t);
-    static const char *const q = "SELECT r.id, x.name, r.name, r.status, r.start_us, r.end_us, r.parent_id, r.pid, r.host, r.heartbeat_us"
-                                 " FROM runs r JOIN experiments x ON x.id = r.experiment_id WHERE r.id=?";
-    int rc = kl__track_cached(t, q, &st, e);
-    if (rc) goto fail;
-    kl__bind_i64(st, 1, run_id);
-    if (kl__step(st) != KL__ROW) {
-        rc = kl__track_notfound(t, e, "run %lld not found", (long long)run_id);
-        goto fail;
+static void part_row(kl__st *st, run_obj *r) {
+    int part = (int)kl__col_i64(st, 1);
+    const char *name = kl__col_text(st, 2);
+    cJSON *o = r->into[part], *m;
+    switch (part) {
+    case 0:
+    case 2: cJSON_AddStringToObject(o, name, kl__col_text(st, 3)); break;
+    case 1:
+        if (!(m = cJSON_AddObjectToObject(o, name))) return;
+        cJSON_AddNumberToObject(m, "step", (double)kl__col_i64(st, 6));
+        cJSON_AddNumberToObject(m, "ts_us", (double)kl__col_i64(st, 7));
+        kl__json_num(m, "value", kl__col_f64(st, 9));
+        r->points += kl__col_i64(st, 8);
+        break;
+    case 3:
+        if (!(m = cJSON_CreateObject())) return;
+        cJSON_AddStringToObject(m, "path", name);
+        cJSON_AddNumberToObject(m, "size", (double)kl__col_i64(st, 6));
+        cJSON_AddStringToObject(m, "sha256", kl__col_text(st, 3));
+        cJSON_AddItemToArray(o, m);
+        break;
+    case 4:
+        add_text(o, "dataset_version", st, 2);
+        add_text(o, "feature_hash", st, 3);
+        add_text(o, "code_version", st, 4);
+        add_text(o, "spec_hash", st, 5);
+        break;
+    case 5: cJSON_AddItemToArray(o, cJSON_CreateNumber((double)kl__col_i64(st, 6))); break;
     }
-    o = cJSON_CreateObject();
-    if (!o) {
-        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-        goto fail;
-    }
+}
+
+static size_t first_run(const run_obj *v, size_t n, int64_t id) {
+    for (size_t i = 0; i < n; i++)
+        if (v[i].id == id) return i;
+    return n;
+}
+
+/* The run row's attributes, then the (empty) containers of its parts. */
+static int run_row(kl__st *st, run_obj *r) {
+    cJSON *o = r->o = cJSON_CreateObject();
+    if (!o) return KL_ENOMEM;
     add_int(o, "id", st, 0);
     add_text(o, "experiment", st, 1);
     add_text(o, "name", st, 2);
@@ -1140,36 +1147,88 @@ int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) 
     add_int(o, "pid", st, 7);
     add_text(o, "host", st, 8);
     add_int(o, "heartbeat_us", st, 9);
-    kl__reset(st);
-    st = NULL;
-    cJSON *params = cJSON_AddObjectToObject(o, "params");
-    cJSON *metrics = cJSON_AddObjectToObject(o, "metrics");
-    cJSON *tags = cJSON_AddObjectToObject(o, "tags");
-    cJSON *arts = cJSON_AddArrayToObject(o, "artifacts");
-    cJSON *lin = cJSON_AddObjectToObject(o, "lineage");
-    cJSON *kids = cJSON_AddArrayToObject(o, "children");
-    if ((rc = each_row(t, "SELECT key, value FROM params WHERE run_id=? ORDER BY key", run_id, row_kv, params, e))) goto fail;
-    if ((rc = each_row(t,
-                       "SELECT k.name, l.step, l.ts_us, l.value FROM metric_latest l JOIN metric_keys k ON k.id = l.key_id"
-                       " WHERE l.run_id=? ORDER BY k.name",
-                       run_id, row_metric, metrics, e)))
-        goto fail;
-    if ((rc = each_row(t, "SELECT key, value FROM tags WHERE run_id=? ORDER BY key", run_id, row_kv, tags, e))) goto fail;
-    if ((rc = each_row(t, "SELECT path, size, sha256 FROM artifacts WHERE run_id=? ORDER BY path", run_id, row_artifact, arts, e)))
-        goto fail;
-    if ((rc = each_row(t, "SELECT dataset_version, feature_hash, code_version, spec_hash FROM lineage WHERE run_id=?", run_id,
-                       row_lineage, lin, e)))
-        goto fail;
-    if ((rc = each_row(t, "SELECT id FROM runs WHERE parent_id=? ORDER BY id", run_id, row_child, kids, e))) goto fail;
-    if ((rc = each_row(t, "SELECT coalesce(sum(n), 0) FROM metric_latest WHERE run_id=?", run_id, row_count, o, e))) goto fail;
-    kl__track_unlock(t);
-    *out_cjson = o;
+    const char *names[6] = {"params", "metrics", "tags", "artifacts", "lineage", "children"};
+    for (int k = 0; k < 6; k++)
+        if (!(r->into[k] = k == 3 || k == 5 ? cJSON_AddArrayToObject(o, names[k]) : cJSON_AddObjectToObject(o, names[k])))
+            return KL_ENOMEM;
     return KL_OK;
-fail:
-    if (st) kl__reset(st);
-    kl__track_unlock(t);
-    cJSON_Delete(o);
+}
+
+/* Reads the runs v[0..n) (ids set) with two queries. */
+static int read_runs(kl_track *t, run_obj *v, size_t n, kl_err *e) {
+    kl_buf list, sql;
+    kl_buf_init(&list);
+    kl_buf_init(&sql);
+    for (size_t i = 0; i < n; i++) kl_buf_printf(&list, i ? ", ?%zu" : "?%zu", i + 1);
+    kl__st *st = NULL;
+    int rc = KL_OK, s;
+    for (int q = 0; q < 2 && !rc; q++) {
+        kl_buf_reset(&sql);
+        kl_buf_printf(&sql, q ? run_parts_fmt : run_rows_fmt, list.data);
+        if (list.failed || sql.failed) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
+        if ((rc = kl__track_prep(t, sql.data, &st, e))) break;
+        for (size_t i = 0; i < n; i++) kl__bind_i64(st, (int)i + 1, v[i].id);
+        size_t from = 0; /* rows come by run: the first entry of the run (an id may be asked twice) */
+        while (!rc && (s = kl__step(st)) == KL__ROW) {
+            int64_t id = kl__col_i64(st, 0);
+            if (from >= n || v[from].id != id) from = first_run(v, n, id);
+            for (size_t i = from; i < n && !rc; i++) {
+                if (v[i].id != id) continue;
+                if (q == 0 && run_row(st, &v[i])) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                if (q == 1 && v[i].o) part_row(st, &v[i]);
+            }
+        }
+        if (!rc && s != KL__DONE) rc = kl__track_sqlerr(t, s, e, "reading runs");
+        kl__free(st);
+        st = NULL;
+        for (size_t i = 0; !rc && q == 0 && i < n; i++)
+            if (!v[i].o) rc = kl__track_notfound(t, e, "run %lld not found", (long long)v[i].id);
+    }
+    for (size_t i = 0; !rc && i < n; i++) cJSON_AddNumberToObject(v[i].o, "points", (double)v[i].points);
+    kl_buf_free(&list);
+    kl_buf_free(&sql);
     return rc;
+}
+
+#define READ_RUNS 200 /* runs per pair of queries */
+
+int kl_track_runs_json(kl_track *t, const int64_t *ids, size_t n, void **out_cjson, kl_err *e) {
+    *out_cjson = NULL;
+    cJSON *arr = cJSON_CreateArray();
+    run_obj *v = calloc(READ_RUNS, sizeof *v);
+    int rc = arr && v ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+    kl__track_lock(t);
+    for (size_t off = 0; off < n && !rc; off += READ_RUNS) {
+        size_t m = n - off < READ_RUNS ? n - off : READ_RUNS;
+        memset(v, 0, READ_RUNS * sizeof *v);
+        for (size_t i = 0; i < m; i++) v[i].id = ids[off + i];
+        rc = read_runs(t, v, m, e);
+        for (size_t i = 0; i < m; i++) {
+            if (!rc) cJSON_AddItemToArray(arr, v[i].o);
+            else cJSON_Delete(v[i].o);
+        }
+    }
+    kl__track_unlock(t);
+    free(v);
+    if (rc) {
+        cJSON_Delete(arr);
+        return rc;
+    }
+    *out_cjson = arr;
+    return KL_OK;
+}
+
+int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e) {
+    *out_cjson = NULL;
+    void *arr = NULL;
+    int rc = kl_track_runs_json(t, &run_id, 1, &arr, e);
+    if (rc) return rc;
+    *out_cjson = cJSON_DetachItemFromArray(arr, 0);
+    cJSON_Delete(arr);
+    return KL_OK;
 }
 
 int kl_track_metric_history(kl_track *t, int64_t run_id, const char *key, int64_t **steps, int64_t **ts_us, double **values,
