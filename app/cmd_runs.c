@@ -853,7 +853,10 @@ static const app_cmd_spec migrate_spec = {
     "store names (artifacts, model files) are copied into the destination's object folder\n"
     "(--artifacts DIR for a PostgreSQL destination), each checked against its sha256.\n"
     "Example: keel runs migrate --from ./keel-runs --to postgresql://keel@db:5432/keel --artifacts /shared/keel",
-    migrate_opts, KL_ARRAY_LEN(migrate_opts), 0, 0};
+    migrate_opts,
+    KL_ARRAY_LEN(migrate_opts),
+    0,
+    0};
 
 static int runs_migrate(int argc, char **argv) {
     app_args a;
@@ -865,7 +868,8 @@ static int runs_migrate(int argc, char **argv) {
     kl_store_loc lf, lt;
     kl_track *tf = NULL, *tt = NULL;
     kl_track_copy_stats st;
-    if ((rc = kl_track_store_resolve(from, "--from", &lf, &e)) || (rc = kl_track_store_resolve(to, "--to", &lt, &e))) return app_fail(&e);
+    if ((rc = kl_track_store_resolve(from, "--from", &lf, &e)) || (rc = kl_track_store_resolve(to, "--to", &lt, &e)))
+        return app_fail(&e);
     kl_store_loc here;
     if (!app_store_resolve(&here, &e) && here.artifacts[0]) { /* --artifacts / KEEL_ARTIFACTS: the destination's */
         snprintf(lt.artifacts, sizeof lt.artifacts, "%s", here.artifacts);
@@ -880,14 +884,16 @@ static int runs_migrate(int argc, char **argv) {
         return app_fail(&e);
     }
     if (app_flag(&a, "json"))
-        printf("{\"runs\":%lld,\"points\":%lld,\"versions\":%lld,\"alias_changes\":%lld,\"objects\":%lld,\"rows\":%lld}\n",
-               (long long)st.runs, (long long)st.points, (long long)st.versions, (long long)st.alias_changes,
-               (long long)st.objects, (long long)st.rows);
+        printf(
+            "{\"runs\":%lld,\"points\":%lld,\"versions\":%lld,\"alias_changes\":%lld,\"objects\":%lld,\"rows\":%lld}\n",
+            (long long)st.runs, (long long)st.points, (long long)st.versions, (long long)st.alias_changes,
+            (long long)st.objects, (long long)st.rows);
     else
-        printf("copied %lld runs, %lld metric points, %lld model versions, %lld alias changes, %lld objects (%lld rows)\n"
-               "  from %s\n  to   %s\n",
-               (long long)st.runs, (long long)st.points, (long long)st.versions, (long long)st.alias_changes,
-               (long long)st.objects, (long long)st.rows, kl_track_where(tf), kl_track_where(tt));
+        printf(
+            "copied %lld runs, %lld metric points, %lld model versions, %lld alias changes, %lld objects (%lld rows)\n"
+            "  from %s\n  to   %s\n",
+            (long long)st.runs, (long long)st.points, (long long)st.versions, (long long)st.alias_changes,
+            (long long)st.objects, (long long)st.rows, kl_track_where(tf), kl_track_where(tt));
     kl_track_close(tf);
     kl_track_close(tt);
     return APP_EXIT_OK;

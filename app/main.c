@@ -31,7 +31,7 @@ static const app_command commands[] = {
 
 /* Options every command accepts, anywhere on the line; they set the
  * settings of the same name (flag > KEEL_* environment > spec > default). */
-static const char *const global_flags[] = {"--threads", "--log-level", "--log-format", "--tracking",
+static const char *const global_flags[] = {"--threads",   "--log-level",    "--log-format",     "--tracking",
                                            "--artifacts", "--memory-limit", "--memory-snapshot"};
 
 static kl_config *config;
@@ -113,7 +113,8 @@ int main(int argc, char **argv) {
     if (rc >= 0) return rc;
     /* --artifacts reaches every store this process opens (train's run log, a
      * pipeline's stages) and the processes it starts (tune's trials) */
-    if (kl_config_source(config, "artifacts") == KL_SRC_FLAG) setenv("KEEL_ARTIFACTS", kl_config_get(config, "artifacts"), 1);
+    if (kl_config_source(config, "artifacts") == KL_SRC_FLAG)
+        setenv("KEEL_ARTIFACTS", kl_config_get(config, "artifacts"), 1);
     if (kl_config_apply_common(config, &e)) {
         fprintf(stderr, "keel: %s\n", kl_err_what(&e));
         return APP_EXIT_USAGE;

@@ -145,7 +145,8 @@ static int count_rows(kl_track *t, const char *sql, int64_t *n, kl_err *e) {
  * object folder and checked against its name. */
 static int copy_objects(kl_track *from, kl_track *to, int64_t *nobj, kl_err *e) {
     kl__st *st = NULL;
-    int rc = kl__track_prep(from, "SELECT sha256 FROM artifacts UNION SELECT sha256 FROM model_files ORDER BY 1", &st, e);
+    int rc =
+        kl__track_prep(from, "SELECT sha256 FROM artifacts UNION SELECT sha256 FROM model_files ORDER BY 1", &st, e);
     if (rc) return rc;
     if (from->objects && to->objects && !strcmp(from->objects, to->objects)) { /* a shared folder: nothing to copy */
         kl__free(st);
@@ -159,7 +160,8 @@ static int copy_objects(kl_track *from, kl_track *to, int64_t *nobj, kl_err *e) 
         if ((rc = kl__track_need_objects(from, e)) || (rc = kl__track_need_objects(to, e))) break;
         kl__track_object_path(from, want, src, sizeof src);
         if ((rc = kl__track_put_object(to, src, got, &size, e))) break;
-        if (strcmp(got, want)) rc = kl_err_set(e, KL_ECHECKSUM, "object %s: sha256 mismatch (its content hashes to %.12s...)", src, got);
+        if (strcmp(got, want))
+            rc = kl_err_set(e, KL_ECHECKSUM, "object %s: sha256 mismatch (its content hashes to %.12s...)", src, got);
         (*nobj)++;
     }
     if (!rc && r != KL__DONE) rc = kl__track_sqlerr(from, r, e, "listing objects");
@@ -174,11 +176,14 @@ int kl_track_copy(kl_track *from, kl_track *to, kl_track_copy_stats *stats, kl_e
     int64_t have = 0;
     kl__track_lock(from);
     kl__track_lock(to);
-    int rc = count_rows(to, "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM models) + (SELECT count(*) FROM experiments)",
-                        &have, e);
+    int rc = count_rows(
+        to, "SELECT (SELECT count(*) FROM runs) + (SELECT count(*) FROM models) + (SELECT count(*) FROM experiments)",
+        &have, e);
     if (!rc && have)
-        rc = kl_err_set(e, KL_EEXIST, "the destination store %s is not empty (%lld runs, models and experiments); copy into a new one",
-                        to->where, (long long)have);
+        rc =
+            kl_err_set(e, KL_EEXIST,
+                       "the destination store %s is not empty (%lld runs, models and experiments); copy into a new one",
+                       to->where, (long long)have);
     if (!rc) rc = copy_objects(from, to, &stats->objects, e);
     if (!rc) rc = kl__track_begin(to, e);
     for (int k = 0; !rc && k < (int)KL_ARRAY_LEN(tables); k++) {

@@ -18,7 +18,7 @@ typedef struct kl__st kl__st;
 
 /* Result of kl__step: a row, done, or a negative KL_E* code (the engine's
  * message is kept in t->errmsg for kl__track_sqlerr). */
-#define KL__ROW 1
+#define KL__ROW  1
 #define KL__DONE 0
 
 /* Column kinds (what kl__col_kind reports; the store copy binds by them). */
@@ -29,7 +29,7 @@ typedef struct {
     const char *name;     /* "sqlite", "postgresql" */
     const char *num_open; /* text -> number, SQLite's lenient CAST (a non-number is 0) */
     const char *num_close;
-    const char *like;     /* case-insensitive ASCII LIKE without an escape character */
+    const char *like; /* case-insensitive ASCII LIKE without an escape character */
     const char *not_like;
     const char *like_tail; /* after the pattern */
     /* after rows were inserted with explicit ids (a store copy): SQL that
@@ -45,7 +45,7 @@ typedef struct kl__dbops {
     void (*clear)(kl__st *st); /* unbinds (NULL) */
     void (*free)(kl__st *st);
     void (*bind_i64)(kl__st *st, int i, int64_t v);
-    void (*bind_f64)(kl__st *st, int i, double v); /* NaN binds NULL */
+    void (*bind_f64)(kl__st *st, int i, double v);       /* NaN binds NULL */
     void (*bind_text)(kl__st *st, int i, const char *s); /* copied; NULL binds NULL */
     void (*bind_null)(kl__st *st, int i);
     int (*step)(kl__st *st);

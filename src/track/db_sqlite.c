@@ -29,7 +29,8 @@ static const char *const migrations[] = {
     /* one B-tree clustered by (run, key, step); seq orders repeated steps; NULL value = NaN */
     "CREATE TABLE metrics(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
     " seq INTEGER NOT NULL, ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id, step, seq)) WITHOUT ROWID;"
-    "CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'metric history is append-only'); END;"
+    "CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'metric history is "
+    "append-only'); END;"
     "CREATE TABLE metric_latest(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
     " ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id)) WITHOUT ROWID;"
     "CREATE TABLE tags(run_id INTEGER NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL,"
@@ -44,10 +45,14 @@ static const char *const migrations[] = {
     " run_id INTEGER, signature TEXT, source TEXT, PRIMARY KEY(model_id, version)) WITHOUT ROWID;"
     "CREATE TABLE model_files(model_id INTEGER NOT NULL, version INTEGER NOT NULL, path TEXT NOT NULL,"
     " size INTEGER NOT NULL, sha256 TEXT NOT NULL, PRIMARY KEY(model_id, version, path)) WITHOUT ROWID;"
-    "CREATE TRIGGER model_versions_immutable BEFORE UPDATE ON model_versions BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;"
-    "CREATE TRIGGER model_versions_nodelete BEFORE DELETE ON model_versions BEGIN SELECT RAISE(ABORT, 'model versions are immutable'); END;"
-    "CREATE TRIGGER model_files_immutable BEFORE UPDATE ON model_files BEGIN SELECT RAISE(ABORT, 'model files are immutable'); END;"
-    "CREATE TRIGGER model_files_nodelete BEFORE DELETE ON model_files BEGIN SELECT RAISE(ABORT, 'model files are immutable'); END;"
+    "CREATE TRIGGER model_versions_immutable BEFORE UPDATE ON model_versions BEGIN SELECT RAISE(ABORT, 'model versions "
+    "are immutable'); END;"
+    "CREATE TRIGGER model_versions_nodelete BEFORE DELETE ON model_versions BEGIN SELECT RAISE(ABORT, 'model versions "
+    "are immutable'); END;"
+    "CREATE TRIGGER model_files_immutable BEFORE UPDATE ON model_files BEGIN SELECT RAISE(ABORT, 'model files are "
+    "immutable'); END;"
+    "CREATE TRIGGER model_files_nodelete BEFORE DELETE ON model_files BEGIN SELECT RAISE(ABORT, 'model files are "
+    "immutable'); END;"
     "CREATE TABLE model_tags(model_id INTEGER NOT NULL, version INTEGER NOT NULL, key TEXT NOT NULL,"
     " value TEXT NOT NULL, PRIMARY KEY(model_id, version, key)) WITHOUT ROWID;"
     "CREATE TABLE model_aliases(model_id INTEGER NOT NULL, alias TEXT NOT NULL, version INTEGER NOT NULL,"
@@ -228,27 +233,31 @@ static int s_migrate(kl_track *t, kl_err *e) {
     int v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : 0;
     sqlite3_finalize(st);
     if (v > (int)KL_ARRAY_LEN(migrations)) {
-        rc = kl_err_set(e, KL_EUNSUPPORTED, "%s/keel.db: schema version %d is newer than this keel supports (%d)", t->dir, v,
-                        (int)KL_ARRAY_LEN(migrations));
+        rc = kl_err_set(e, KL_EUNSUPPORTED, "%s/keel.db: schema version %d is newer than this keel supports (%d)",
+                        t->dir, v, (int)KL_ARRAY_LEN(migrations));
         goto fail;
     }
     if (v >= 1) {
         /* stores written by development builds of schema 1-2 (before the
          * history was clustered): rebuild the metrics table in place */
-        if ((rc = s_prep_raw(t, "SELECT count(*) FROM pragma_table_info('metrics') WHERE name='seq'", &st, e))) goto fail;
+        if ((rc = s_prep_raw(t, "SELECT count(*) FROM pragma_table_info('metrics') WHERE name='seq'", &st, e)))
+            goto fail;
         int has_seq = sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) > 0;
         sqlite3_finalize(st);
         if (!has_seq &&
             (rc = s_exec(t,
-                                 "ALTER TABLE metrics RENAME TO metrics_rowid;"
-                                 "DROP TRIGGER IF EXISTS metrics_append_only;"
-                                 "CREATE TABLE metrics(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
-                                 " seq INTEGER NOT NULL, ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id, step, seq)) WITHOUT ROWID;"
-                                 "INSERT INTO metrics SELECT run_id, key_id, step,"
-                                 " row_number() OVER (PARTITION BY run_id, key_id, step ORDER BY rowid) - 1, ts_us, value FROM metrics_rowid;"
-                                 "DROP TABLE metrics_rowid;"
-                                 "CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, 'metric history is append-only'); END;",
-                                 e))) {
+                         "ALTER TABLE metrics RENAME TO metrics_rowid;"
+                         "DROP TRIGGER IF EXISTS metrics_append_only;"
+                         "CREATE TABLE metrics(run_id INTEGER NOT NULL, key_id INTEGER NOT NULL, step INTEGER NOT NULL,"
+                         " seq INTEGER NOT NULL, ts_us INTEGER NOT NULL, value REAL, PRIMARY KEY(run_id, key_id, step, "
+                         "seq)) WITHOUT ROWID;"
+                         "INSERT INTO metrics SELECT run_id, key_id, step,"
+                         " row_number() OVER (PARTITION BY run_id, key_id, step ORDER BY rowid) - 1, ts_us, value FROM "
+                         "metrics_rowid;"
+                         "DROP TABLE metrics_rowid;"
+                         "CREATE TRIGGER metrics_append_only BEFORE UPDATE ON metrics BEGIN SELECT RAISE(ABORT, "
+                         "'metric history is append-only'); END;",
+                         e))) {
             kl_err_prefix(e, "rebuilding the metric history table");
             goto fail;
         }
@@ -292,8 +301,11 @@ int kl__db_sqlite_open(kl_track *t, int create, kl_err *e) {
         sleep_ms(10);
     }
     /* NORMAL in WAL mode: a committed batch survives a crash of the process. */
-    if ((rc = s_exec(t, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
-                                 " PRAGMA cache_size=-65536;", e))) return rc;
+    if ((rc = s_exec(t,
+                     "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;"
+                     " PRAGMA cache_size=-65536;",
+                     e)))
+        return rc;
     if ((rc = s_migrate(t, e))) return rc;
     return KL_OK;
 }

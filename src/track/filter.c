@@ -396,8 +396,8 @@ static int parse_cmp(lexer *L) {
         if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
     } else {
         const char *tab = f.kind == F_PARAM ? "params" : "tags";
-        kl_buf_printf(sql, "r.id IN (SELECT run_id FROM %s WHERE key = ? AND %svalue%s %s ?%s)", tab, numeric ? L->d->num_open : "",
-                      numeric ? L->d->num_close : "", cmp, tail);
+        kl_buf_printf(sql, "r.id IN (SELECT run_id FROM %s WHERE key = ? AND %svalue%s %s ?%s)", tab,
+                      numeric ? L->d->num_open : "", numeric ? L->d->num_close : "", cmp, tail);
         if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
     }
     if (is_num) rc = bind_add(L->b, 1, num, NULL, 0);

@@ -665,8 +665,7 @@ static void add_tags(kl_track *t, cJSON *into, int64_t mid, int64_t version) {
     if (kl__track_prep(t, "SELECT key, value FROM model_tags WHERE model_id=? AND version=? ORDER BY key", &st, NULL)) return;
     kl__bind_i64(st, 1, mid);
     kl__bind_i64(st, 2, version);
-    while (kl__step(st) == KL__ROW)
-        cJSON_AddStringToObject(into, kl__col_text(st, 0), kl__col_text(st, 1));
+    while (kl__step(st) == KL__ROW) cJSON_AddStringToObject(into, kl__col_text(st, 0), kl__col_text(st, 1));
     kl__free(st);
 }
 
@@ -722,8 +721,7 @@ int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e)
         kl__reset(vs);
         cJSON *al = cJSON_AddObjectToObject(m, "aliases");
         kl__bind_i64(as, 1, mid);
-        while (kl__step(as) == KL__ROW)
-            cJSON_AddNumberToObject(al, kl__col_text(as, 0), (double)kl__col_i64(as, 1));
+        while (kl__step(as) == KL__ROW) cJSON_AddNumberToObject(al, kl__col_text(as, 0), (double)kl__col_i64(as, 1));
         kl__reset(as);
         add_tags(t, cJSON_AddObjectToObject(m, "tags"), mid, 0);
     }

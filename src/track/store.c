@@ -31,7 +31,8 @@ int kl__track_target_version = KL_TRACK_SCHEMA_VERSION;
  * ================================================================== */
 
 int kl__track_sqlerr(kl_track *t, int rc, kl_err *e, const char *what) {
-    return kl_err_set(e, rc < 0 ? rc : KL_EINTERNAL, "%s: %s", what, t->errmsg[0] ? t->errmsg : "unknown database error");
+    return kl_err_set(e, rc < 0 ? rc : KL_EINTERNAL, "%s: %s", what,
+                      t->errmsg[0] ? t->errmsg : "unknown database error");
 }
 
 int kl__track_exec(kl_track *t, const char *sql, kl_err *e) { return t->ops->exec(t, sql, e); }
@@ -335,7 +336,9 @@ static int metric_key(kl_track *t, const char *key, kl__keyent **out, kl_err *e)
         return KL_OK;
     }
     int rc;
-    if (!t->st_key_ins && (rc = kl__track_prep(t, "INSERT INTO metric_keys(name) VALUES(?) ON CONFLICT DO NOTHING", &t->st_key_ins, e))) return rc;
+    if (!t->st_key_ins &&
+        (rc = kl__track_prep(t, "INSERT INTO metric_keys(name) VALUES(?) ON CONFLICT DO NOTHING", &t->st_key_ins, e)))
+        return rc;
     if (!t->st_key_get && (rc = kl__track_prep(t, "SELECT id FROM metric_keys WHERE name=?", &t->st_key_get, e))) return rc;
     kl__bind_text(t->st_key_ins, 1, key);
     int s = kl__step(t->st_key_ins);
@@ -397,10 +400,11 @@ int kl_track_run_start(kl_track *t, const char *experiment, const char *run_name
             goto fail;
         }
     }
-    if ((rc = kl__track_prep(t,
-                             "INSERT INTO runs(experiment_id, name, status, start_us, parent_id, pid, pid_start, host, heartbeat_us)"
-                             " VALUES(?, ?, 'running', ?, ?, ?, ?, ?, ?) RETURNING id",
-                             &st, e)))
+    if ((rc = kl__track_prep(
+             t,
+             "INSERT INTO runs(experiment_id, name, status, start_us, parent_id, pid, pid_start, host, heartbeat_us)"
+             " VALUES(?, ?, 'running', ?, ?, ?, ?, ?, ?) RETURNING id",
+             &st, e)))
         goto fail;
     int64_t now = kl_time_now_us();
     kl__bind_i64(st, 1, exp_id);
@@ -524,8 +528,8 @@ int kl_track_log_params(kl_track_run *r, const kl_kv *params, size_t n, kl_err *
             kl__bind_text(get, 2, params[i].key);
             int differs = kl__step(get) == KL__ROW && strcmp(kl__col_text(get, 0), params[i].value);
             if (differs) {
-                rc = kl_err_set(e, KL_EEXIST, "run %lld: param %s is already %s; params are immutable (got %s)", (long long)r->id,
-                                params[i].key, kl__col_text(get, 0), params[i].value);
+                rc = kl_err_set(e, KL_EEXIST, "run %lld: param %s is already %s; params are immutable (got %s)",
+                                (long long)r->id, params[i].key, kl__col_text(get, 0), params[i].value);
                 kl_err_field(e, "params.%s", params[i].key);
                 kl__reset(get);
                 goto fail;
@@ -659,7 +663,9 @@ int kl__metrics_put_rows(kl_track *t, int64_t run_id, const int64_t *key_id, con
                          const double *value, size_t n, uint8_t *inserted, kl_err *e) {
     int rc;
     if (!t->st_metric_ins &&
-        (rc = kl__track_prep(t, "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value) VALUES(?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING",
+        (rc = kl__track_prep(t,
+                             "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value) VALUES(?, ?, ?, 0, ?, ?) ON "
+                             "CONFLICT DO NOTHING",
                              &t->st_metric_ins, e)))
         return rc;
     kl__st *ins = t->st_metric_ins;
@@ -680,8 +686,9 @@ int kl__metrics_put_rows(kl_track *t, int64_t run_id, const int64_t *key_id, con
 /* Stage 3: points whose step was logged before (in the store or earlier in
  * the batch) go after it, in batch order. */
 static int batch_append(kl_track *t, int64_t run_id, const batch_cols *c, size_t n, kl_err *e) {
-    static const char *const again = "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
-                                     " SELECT ?1, ?2, ?3, max(seq) + 1, ?4, ?5 FROM metrics WHERE run_id=?1 AND key_id=?2 AND step=?3";
+    static const char *const again =
+        "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
+        " SELECT ?1, ?2, ?3, max(seq) + 1, ?4, ?5 FROM metrics WHERE run_id=?1 AND key_id=?2 AND step=?3";
     for (size_t i = 0; i < n; i++) {
         if (c->inserted[i]) continue;
         kl__st *st2 = NULL;
@@ -704,15 +711,17 @@ static int batch_append(kl_track *t, int64_t run_id, const batch_cols *c, size_t
  * share; each key once per statement). */
 #define LATEST_ROWS 256
 
-static int latest_chunk(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c, const size_t *touched,
-                        size_t m, kl_buf *sql, kl_err *e) {
+static int latest_chunk(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c,
+                        const size_t *touched, size_t m, kl_buf *sql, kl_err *e) {
     kl_buf_reset(sql);
     kl_buf_puts(sql, "INSERT INTO metric_latest(run_id, key_id, step, ts_us, value, n) VALUES");
     for (size_t j = 0; j < m; j++) kl_buf_puts(sql, j ? ", (?, ?, ?, ?, ?, ?)" : " (?, ?, ?, ?, ?, ?)");
-    kl_buf_puts(sql, " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
-                     " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
-                     " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
-                     " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END");
+    kl_buf_puts(
+        sql,
+        " ON CONFLICT(run_id, key_id) DO UPDATE SET n = metric_latest.n + excluded.n,"
+        " step = CASE WHEN excluded.step >= metric_latest.step THEN excluded.step ELSE metric_latest.step END,"
+        " ts_us = CASE WHEN excluded.step >= metric_latest.step THEN excluded.ts_us ELSE metric_latest.ts_us END,"
+        " value = CASE WHEN excluded.step >= metric_latest.step THEN excluded.value ELSE metric_latest.value END");
     if (sql->failed) return kl_err_set(e, KL_ENOMEM, "out of memory");
     kl__st *up = NULL;
     int rc = m == 1 ? kl__track_cached(t, t->latest_one ? t->latest_one : (t->latest_one = strdup(sql->data)), &up, e)
@@ -736,13 +745,14 @@ static int latest_chunk(kl_track *t, int64_t run_id, const kl_metric_point *pts,
     return rc;
 }
 
-static int batch_latest(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c, const size_t *touched,
-                        size_t ntouched, kl_err *e) {
+static int batch_latest(kl_track *t, int64_t run_id, const kl_metric_point *pts, const batch_cols *c,
+                        const size_t *touched, size_t ntouched, kl_err *e) {
     kl_buf sql;
     kl_buf_init(&sql);
     int rc = KL_OK;
     for (size_t off = 0; off < ntouched && !rc; off += LATEST_ROWS)
-        rc = latest_chunk(t, run_id, pts, c, touched + off, ntouched - off < LATEST_ROWS ? ntouched - off : LATEST_ROWS, &sql, e);
+        rc = latest_chunk(t, run_id, pts, c, touched + off, ntouched - off < LATEST_ROWS ? ntouched - off : LATEST_ROWS,
+                          &sql, e);
     kl_buf_free(&sql);
     return rc;
 }
@@ -838,12 +848,13 @@ int kl_track_set_lineage(kl_track_run *r, const kl_track_lineage *l, kl_err *e) 
     if (!code && !r->lineage_set && git_commit(commit, sizeof commit) == 0) code = commit;
     kl__st *st = NULL;
     kl__track_lock(t);
-    int rc = kl__track_prep(t,
-                            "INSERT INTO lineage(run_id, dataset_version, feature_hash, code_version, spec_hash) VALUES(?1, ?2, ?3, ?4, ?5)"
-                            " ON CONFLICT(run_id) DO UPDATE SET dataset_version=coalesce(?2, lineage.dataset_version),"
-                            " feature_hash=coalesce(?3, lineage.feature_hash), code_version=coalesce(?4, lineage.code_version),"
-                            " spec_hash=coalesce(?5, lineage.spec_hash)",
-                            &st, e);
+    int rc = kl__track_prep(
+        t,
+        "INSERT INTO lineage(run_id, dataset_version, feature_hash, code_version, spec_hash) VALUES(?1, ?2, ?3, ?4, ?5)"
+        " ON CONFLICT(run_id) DO UPDATE SET dataset_version=coalesce(?2, lineage.dataset_version),"
+        " feature_hash=coalesce(?3, lineage.feature_hash), code_version=coalesce(?4, lineage.code_version),"
+        " spec_hash=coalesce(?5, lineage.spec_hash)",
+        &st, e);
     if (!rc) {
         kl__bind_i64(st, 1, r->id);
         const char *v[4] = {l ? l->dataset_version : NULL, l ? l->feature_hash : NULL, code, l ? l->spec_hash : NULL};
@@ -868,10 +879,11 @@ void kl__track_object_path(const kl_track *t, const char *hex, char *buf, size_t
 
 int kl__track_need_objects(const kl_track *t, kl_err *e) {
     if (t->objects) return KL_OK;
-    return kl_err_set(e, KL_EUSAGE,
-                      "the experiment store %s keeps no files itself: give --artifacts DIR (a folder every machine of the team "
-                      "mounts) or KEEL_ARTIFACTS for its artifacts and model files",
-                      t->where);
+    return kl_err_set(
+        e, KL_EUSAGE,
+        "the experiment store %s keeps no files itself: give --artifacts DIR (a folder every machine of the team "
+        "mounts) or KEEL_ARTIFACTS for its artifacts and model files",
+        t->where);
 }
 
 int kl__track_put_object(kl_track *t, const char *path, char hex[65], int64_t *size, kl_err *e) {
@@ -1073,13 +1085,16 @@ static void add_int(cJSON *o, const char *name, kl__st *st, int col) {
  * i1, i2, i3, f. */
 static const char *const run_parts_fmt =
     "SELECT run_id AS rid, 0 AS part, key AS name, value AS v1, CAST(NULL AS TEXT) AS v2, CAST(NULL AS TEXT) AS v3,"
-    " CAST(NULL AS BIGINT) AS i1, CAST(NULL AS BIGINT) AS i2, CAST(NULL AS BIGINT) AS i3, CAST(NULL AS DOUBLE PRECISION) AS f"
+    " CAST(NULL AS BIGINT) AS i1, CAST(NULL AS BIGINT) AS i2, CAST(NULL AS BIGINT) AS i3, CAST(NULL AS DOUBLE "
+    "PRECISION) AS f"
     " FROM params WHERE run_id IN (%1$s)"
     " UNION ALL SELECT l.run_id, 1, k.name, NULL, NULL, NULL, l.step, l.ts_us, l.n, l.value FROM metric_latest l"
     " JOIN metric_keys k ON k.id = l.key_id WHERE l.run_id IN (%1$s)"
     " UNION ALL SELECT run_id, 2, key, value, NULL, NULL, NULL, NULL, NULL, NULL FROM tags WHERE run_id IN (%1$s)"
-    " UNION ALL SELECT run_id, 3, path, sha256, NULL, NULL, size, NULL, NULL, NULL FROM artifacts WHERE run_id IN (%1$s)"
-    " UNION ALL SELECT run_id, 4, dataset_version, feature_hash, code_version, spec_hash, NULL, NULL, NULL, NULL FROM lineage"
+    " UNION ALL SELECT run_id, 3, path, sha256, NULL, NULL, size, NULL, NULL, NULL FROM artifacts WHERE run_id IN "
+    "(%1$s)"
+    " UNION ALL SELECT run_id, 4, dataset_version, feature_hash, code_version, spec_hash, NULL, NULL, NULL, NULL FROM "
+    "lineage"
     " WHERE run_id IN (%1$s)"
     " UNION ALL SELECT parent_id, 5, substr(name, 1, 0), NULL, NULL, NULL, id, NULL, NULL, NULL FROM runs"
     " WHERE parent_id IN (%1$s)"
@@ -1149,7 +1164,8 @@ static int run_row(kl__st *st, run_obj *r) {
     add_int(o, "heartbeat_us", st, 9);
     const char *names[6] = {"params", "metrics", "tags", "artifacts", "lineage", "children"};
     for (int k = 0; k < 6; k++)
-        if (!(r->into[k] = k == 3 || k == 5 ? cJSON_AddArrayToObject(o, names[k]) : cJSON_AddObjectToObject(o, names[k])))
+        if (!(r->into[k] =
+                  k == 3 || k == 5 ? cJSON_AddArrayToObject(o, names[k]) : cJSON_AddObjectToObject(o, names[k])))
             return KL_ENOMEM;
     return KL_OK;
 }

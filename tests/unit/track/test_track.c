@@ -509,7 +509,8 @@ static char *dump_store(kl_track *t, int64_t nruns) {
         double *vals = NULL;
         size_t n = 0;
         if (!kl_track_metric_history(t, id, "loss", &steps, &ts, &vals, &n, &e))
-            for (size_t i = 0; i < n; i++) kl_buf_printf(&b, "%lld %lld %.17g\n", (long long)steps[i], (long long)ts[i], vals[i]);
+            for (size_t i = 0; i < n; i++)
+                kl_buf_printf(&b, "%lld %lld %.17g\n", (long long)steps[i], (long long)ts[i], vals[i]);
         free(steps);
         free(ts);
         free(vals);
@@ -541,7 +542,7 @@ KL_TEST(track_copy_exact) {
     KT_OK(kl_track_run_start(a, "other", NULL, kl_track_run_id(r), &c, &e), &e);
     kl_kv p[] = {{"lr", "0.01"}, {"opt", "adam"}};
     KT_OK(kl_track_log_params(r, p, 2, &e), &e);
-    kl_metric_point m[] = {{"loss", 0, 1000, 1.5},     {"loss", 1, 2000, NAN},  {"loss", 1, 3000, INFINITY},
+    kl_metric_point m[] = {{"loss", 0, 1000, 1.5},       {"loss", 1, 2000, NAN}, {"loss", 1, 3000, INFINITY},
                            {"loss", 2, 4000, -INFINITY}, {"loss", 2, 5000, 0.1}, {"acc", 7, 6000, 1.0 / 3.0}};
     KT_OK(kl_track_log_metrics(r, m, KL_ARRAY_LEN(m), &e), &e);
     KT_OK(kl_track_log_metrics(r, m, 2, &e), &e); /* repeated steps append after the earlier points */
