@@ -20,7 +20,7 @@ SANFLAGS := -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover
 endif
 
 PKGS := openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libbrotlidec libturbojpeg \
-        libpng libcurl libmicrohttpd sqlite3 libprotobuf-c ompi hiredis
+        libpng libcurl libmicrohttpd sqlite3 libpq libprotobuf-c ompi hiredis
 
 # Kernels use AVX2/FMA/F16C when the build machine has them (keel doctor reports it).
 ARCHFLAGS := $(shell grep -q ' avx2 ' /proc/cpuinfo 2>/dev/null && grep -q ' fma ' /proc/cpuinfo && echo -march=x86-64-v3)

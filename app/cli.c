@@ -192,7 +192,7 @@ int app_store_resolve(kl_store_loc *loc, kl_err *e) {
     kl_config *c = app_config();
     const char *given = NULL;
     if (c && kl_config_source(c, "tracking") == KL_SRC_FLAG) given = kl_config_get(c, "tracking");
-    return kl_track_store_resolve(given, "--tracking", loc, e);
+    return kl_track_store_resolve(given, "--tracking", loc, e); /* --artifacts: KEEL_ARTIFACTS (main.c) */
 }
 
 int app_store_open(int create, kl_track **t, kl_err *e) {
@@ -211,5 +211,11 @@ int app_store_open_list(kl_track **t, kl_err *e) {
         fprintf(stderr, "keel: no experiment store at %s (%s): nothing recorded yet\n", loc.dir, loc.how);
         return KL_OK;
     }
-    return kl_track_open_loc(&loc, 0, t, e);
+    rc = kl_track_open_loc(&loc, 0, t, e);
+    if (rc == KL_ENOTFOUND) { /* a server database keel has not written to yet: an empty list */
+        fprintf(stderr, "keel: %s\n", kl_err_what(e));
+        kl_err_clear(e);
+        return KL_OK;
+    }
+    return rc;
 }

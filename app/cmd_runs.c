@@ -124,12 +124,13 @@ static int runs_list(int argc, char **argv) {
         for (int k = 0; k < nk; k++) printf(" %14.14s", keys[k]);
         printf("\n");
     }
+    void *all = NULL; /* every listed run in a few queries (one round trip each on a server) */
+    if (n && kl_track_runs_json(t, ids, n, &all, &e)) {
+        rc = app_fail(&e);
+        goto done;
+    }
     for (size_t i = 0; i < n; i++) {
-        void *j = NULL;
-        if (kl_track_run_json(t, ids[i], &j, &e)) {
-            rc = app_fail(&e);
-            goto done;
-        }
+        cJSON *j = cJSON_DetachItemFromArray(all, 0);
         if (json) {
             cJSON_AddItemToArray(arr, j);
             continue;
@@ -154,6 +155,7 @@ static int runs_list(int argc, char **argv) {
     }
     rc = APP_EXIT_OK;
 done:
+    cJSON_Delete(all);
     cJSON_Delete(arr);
     free(ids);
     kl_track_close(t);
@@ -816,20 +818,84 @@ static int runs_where(int argc, char **argv) {
     kl_store_loc loc;
     kl_err e = {0};
     if (app_store_resolve(&loc, &e)) return app_fail(&e);
+    char shown[4096];
+    kl_track_redact(loc.dir, shown, sizeof shown);
     if (app_flag(&a, "json")) {
         kl_buf b;
         kl_buf_init(&b);
         kl_buf_puts(&b, "{\"dir\":");
-        kl_buf_json_str(&b, loc.dir);
+        kl_buf_json_str(&b, shown);
         kl_buf_printf(&b, ",\"rule\":\"%s\",\"how\":", rules[loc.rule]);
         kl_buf_json_str(&b, loc.how);
         kl_buf_printf(&b, ",\"exists\":%s}\n", loc.exists ? "true" : "false");
         fputs(b.data, stdout);
         kl_buf_free(&b);
     } else {
-        printf("%s\n  chosen by: %s\n  %s\n", loc.dir, loc.how,
+        printf("%s\n  chosen by: %s\n  %s\n", shown, loc.how,
                loc.exists ? "exists" : "not created yet (keel train, tune, pipeline or models register create it)");
     }
+    return APP_EXIT_OK;
+}
+
+static const app_opt migrate_opts[] = {
+    {"from", 0, 1, "PATH_OR_URL", "the store to copy (a folder or a postgresql:// URL)", 0},
+    {"to", 0, 1, "URL", "the new store (a postgresql:// URL, or a folder); must be empty", 0},
+    {"from-artifacts", 0, 1, "DIR", "object folder of a PostgreSQL source (default: --artifacts / KEEL_ARTIFACTS)", 0},
+    {"json", 0, 0, NULL, "machine-readable output", 0},
+};
+static const app_cmd_spec migrate_spec = {
+    "runs migrate",
+    "keel runs migrate --from PATH_OR_URL --to URL [--artifacts DIR] [--json]",
+    "Copy a whole experiment store into a new one, exactly.",
+    "Every run (ids kept), param, metric point (history in order), tag, artifact record and\n"
+    "lineage, and the whole registry (versions, files, signatures, tags, aliases and their\n"
+    "history) are copied in one transaction; the destination must be empty. The files the\n"
+    "store names (artifacts, model files) are copied into the destination's object folder\n"
+    "(--artifacts DIR for a PostgreSQL destination), each checked against its sha256.\n"
+    "Example: keel runs migrate --from ./keel-runs --to postgresql://keel@db:5432/keel --artifacts /shared/keel",
+    migrate_opts,
+    KL_ARRAY_LEN(migrate_opts),
+    0,
+    0};
+
+static int runs_migrate(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&migrate_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    const char *from = app_get(&a, "from"), *to = app_get(&a, "to");
+    if (!from || !to) return app_usage_error(&migrate_spec, "--from and --to are required");
+    kl_err e = {0};
+    kl_store_loc lf, lt;
+    kl_track *tf = NULL, *tt = NULL;
+    kl_track_copy_stats st;
+    if ((rc = kl_track_store_resolve(from, "--from", &lf, &e)) || (rc = kl_track_store_resolve(to, "--to", &lt, &e)))
+        return app_fail(&e);
+    kl_store_loc here;
+    if (!app_store_resolve(&here, &e) && here.artifacts[0]) { /* --artifacts / KEEL_ARTIFACTS: the destination's */
+        snprintf(lt.artifacts, sizeof lt.artifacts, "%s", here.artifacts);
+        snprintf(lf.artifacts, sizeof lf.artifacts, "%s", here.artifacts);
+    }
+    const char *fa = app_get(&a, "from-artifacts");
+    if (fa) snprintf(lf.artifacts, sizeof lf.artifacts, "%s", fa);
+    if ((rc = kl_track_open_loc(&lf, 0, &tf, &e)) || (rc = kl_track_open_loc(&lt, 1, &tt, &e)) ||
+        (rc = kl_track_copy(tf, tt, &st, &e))) {
+        kl_track_close(tf);
+        kl_track_close(tt);
+        return app_fail(&e);
+    }
+    if (app_flag(&a, "json"))
+        printf(
+            "{\"runs\":%lld,\"points\":%lld,\"versions\":%lld,\"alias_changes\":%lld,\"objects\":%lld,\"rows\":%lld}\n",
+            (long long)st.runs, (long long)st.points, (long long)st.versions, (long long)st.alias_changes,
+            (long long)st.objects, (long long)st.rows);
+    else
+        printf(
+            "copied %lld runs, %lld metric points, %lld model versions, %lld alias changes, %lld objects (%lld rows)\n"
+            "  from %s\n  to   %s\n",
+            (long long)st.runs, (long long)st.points, (long long)st.versions, (long long)st.alias_changes,
+            (long long)st.objects, (long long)st.rows, kl_track_where(tf), kl_track_where(tt));
+    kl_track_close(tf);
+    kl_track_close(tt);
     return APP_EXIT_OK;
 }
 
@@ -843,6 +909,7 @@ int cmd_runs(int argc, char **argv) {
         {"end", "set the final status of a run", runs_end},
         {"simulate", "log a synthetic run (demos, tests, benchmarks)", runs_simulate},
         {"where", "which experiment store, and the rule that chose it", runs_where},
+        {"migrate", "copy a whole store into a new one (SQLite or PostgreSQL), ids and history kept", runs_migrate},
     };
     return app_dispatch("runs", sub, KL_ARRAY_LEN(sub), argc, argv);
 }

@@ -727,7 +727,7 @@ int cmd_ui(int argc, char **argv) {
     unsigned real_port = info ? info->port : (unsigned)port;
     printf("keel ui: http://%s%s%s:%u/\n", v6 ? "[" : "", host, v6 ? "]" : "", real_port);
     fflush(stdout);
-    kl_log(KL_LOG_INFO, "ui", "serving %s on port %u (store %s)", host, real_port, kl_track_dir(c.t));
+    kl_log(KL_LOG_INFO, "ui", "serving %s on port %u (store %s)", host, real_port, kl_track_where(c.t));
     int sig;
     while ((sig = kl_signal_wait()) == SIGHUP) {}   /* nothing to reload */
     kl_log(KL_LOG_INFO, "ui", "stopping (signal %d)", sig);

@@ -31,8 +31,8 @@ static const app_command commands[] = {
 
 /* Options every command accepts, anywhere on the line; they set the
  * settings of the same name (flag > KEEL_* environment > spec > default). */
-static const char *const global_flags[] = {"--threads", "--log-level", "--log-format", "--tracking",
-                                           "--memory-limit", "--memory-snapshot"};
+static const char *const global_flags[] = {"--threads",   "--log-level",    "--log-format",     "--tracking",
+                                           "--artifacts", "--memory-limit", "--memory-snapshot"};
 
 static kl_config *config;
 kl_config *app_config(void) { return config; }
@@ -50,7 +50,10 @@ static void usage(FILE *out) {
             "  --log-level LEVEL      trace, debug, info, warn, error, off (KEEL_LOG_LEVEL)\n"
             "  --log-format FORMAT    auto, text, json (KEEL_LOG_FORMAT)\n"
             "  --tracking DIR         experiment store (KEEL_TRACKING; default: the nearest keel-runs/\n"
-            "                         here or above, else ~/.local/share/keel/runs; keel runs where)\n"
+            "                         here or above, else ~/.local/share/keel/runs; keel runs where),\n"
+            "                         or a PostgreSQL server: postgresql://user@host:port/db\n"
+            "  --artifacts DIR        object folder of a PostgreSQL store, a path every machine\n"
+            "                         mounts (KEEL_ARTIFACTS)\n"
             "  --memory-limit SIZE    memory budget: 512M, 2G, 70%% (KEEL_MEMORY_LIMIT)\n"
             "  --memory-snapshot PATH snapshot written when the budget refuses an allocation\n"
             "  -h, --help             help (also 'keel COMMAND --help')\n"
@@ -108,6 +111,10 @@ int main(int argc, char **argv) {
     }
     int rc = take_globals(&argc, argv);
     if (rc >= 0) return rc;
+    /* --artifacts reaches every store this process opens (train's run log, a
+     * pipeline's stages) and the processes it starts (tune's trials) */
+    if (kl_config_source(config, "artifacts") == KL_SRC_FLAG)
+        setenv("KEEL_ARTIFACTS", kl_config_get(config, "artifacts"), 1);
     if (kl_config_apply_common(config, &e)) {
         fprintf(stderr, "keel: %s\n", kl_err_what(&e));
         return APP_EXIT_USAGE;

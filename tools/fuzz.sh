@@ -10,7 +10,7 @@ secs=${FUZZ_SECONDS:-600}
 san=fuzzer-no-link,address
 lib=build/san-fuzzer-no-link-address/libkeel.a
 make --no-print-directory CC=clang SANITIZE=$san "$lib" >/dev/null || exit 1
-libs=$(pkg-config --libs openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libbrotlidec libturbojpeg libpng libcurl libmicrohttpd sqlite3 libprotobuf-c)
+libs=$(pkg-config --libs openblas libcrypto yaml-0.1 libcjson libzstd snappy zlib liblz4 libbrotlidec libturbojpeg libpng libcurl libmicrohttpd sqlite3 libpq libprotobuf-c)
 rc=0
 for src in fuzz/fuzz_*.c; do
   name=$(basename "$src" .c)

@@ -10,7 +10,7 @@ BUILD=${BUILD:-build}
 KEEL="$PWD/$BUILD/keel"
 mkdir -p "$BUILD/bench"
 gcc -O2 -std=c11 -D_GNU_SOURCE -pthread -Iinclude bench/track/track_bench.c "$BUILD/libkeel.a" \
-  $(pkg-config --libs sqlite3 libcrypto yaml-0.1 libcjson) -lm -o "$BUILD/bench/track_bench"
+  $(pkg-config --libs sqlite3 libpq libcrypto yaml-0.1 libcjson) -lm -o "$BUILD/bench/track_bench"
 W=$(mktemp -d "${TMPDIR:-/tmp}/keel-track-bench-XXXXXX")
 trap 'rm -rf "$W"' EXIT
 median() { sort -n | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }

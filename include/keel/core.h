@@ -338,7 +338,9 @@ int kl_simd_avx512_allowed(void);
  * resolver (src/track/where.c) as values: KEEL_TRACKING,
  * KEEL_TRACKING_CEILING, XDG_DATA_HOME, and HOME (else the account's home
  * directory). Each may be NULL; the strings live as long as the environment. */
-typedef struct { const char *tracking, *ceiling, *xdg_data_home, *home; } kl_store_env;
+typedef struct {
+    const char *tracking, *ceiling, *xdg_data_home, *home, *artifacts;
+} kl_store_env;
 void kl_config_store_env(kl_store_env *out);
 /* Sets the thread count of the default pool (before its first use, or it is recreated). */
 void kl_threads_set(int n);

@@ -6,6 +6,11 @@
  *   <dir>/keel.db              SQLite database (WAL mode)
  *   <dir>/objects/ab/cdef...   content-addressed files (sha256), read-only
  *
+ * or on a PostgreSQL server named by a URL in place of the folder
+ * (postgresql://user@host:port/db, postgres://...), its files in the
+ * content-addressed folder kl_store_loc.artifacts (--artifacts,
+ * KEEL_ARTIFACTS: a path every machine mounts).
+ *
  * The folder is found by kl_track_store_resolve: the caller's (--tracking),
  * else KEEL_TRACKING, else the nearest keel-runs/ in the current folder or a
  * parent, else the per-user default ($XDG_DATA_HOME/keel/runs or
@@ -47,7 +52,9 @@ typedef struct {
     kl_store_rule rule;
     /* how it was chosen: "--tracking", "KEEL_TRACKING", "the nearest keel-runs/ folder from /a/b", ... */
     char how[4352];
-    int exists; /* dir/keel.db exists */
+    int exists; /* dir/keel.db exists (a server URL: 1, checked when opened) */
+    /* the object folder of a server store (--artifacts, KEEL_ARTIFACTS; "" = none) */
+    char artifacts[4096];
 } kl_store_loc;
 /* The one resolver of the store's folder, the same from every folder and
  * command: given (how: what gave it, e.g. "--tracking"; NULL = "given"),
@@ -80,6 +87,21 @@ const char *kl_track_dir(const kl_track *t);
 const char *kl_track_where(const kl_track *t);
 /* Runs marked killed by the stale check of the last open. */
 int kl_track_stale_marked(const kl_track *t);
+
+/* Copies every run, metric point, param, tag, artifact, lineage record and
+ * the whole registry (versions, files, tags, aliases and their history)
+ * from one store into an empty one, ids kept, in one transaction on the
+ * destination; the objects the rows name are copied into the destination's
+ * object folder and verified against their sha256. A destination that is
+ * not empty is KL_EEXIST. Works between any two engines. */
+typedef struct {
+    int64_t rows, runs, points, versions, alias_changes, objects;
+} kl_track_copy_stats;
+int kl_track_copy(kl_track *from, kl_track *to, kl_track_copy_stats *stats, kl_err *e);
+/* The store's name for messages: a URL with its password replaced by ***. */
+void kl_track_redact(const char *dir, char *out, size_t n);
+/* 1 when s names a server store (postgresql://..., postgres://...), not a folder. */
+int kl_track_is_url(const char *s);
 
 /* Starts a run in experiment (created when new; NULL = "default"). run_name
  * may be NULL (then "run-<id>"); parent_id 0 = no parent. */
@@ -154,6 +176,10 @@ int kl_track_runs_find(kl_track *t, const char *filter, const char *sort_key, in
  *  "children":[ids],"points":N (metric points in the history)}
  * Non-finite metric values are the strings "NaN", "Infinity", "-Infinity". */
 int kl_track_run_json(kl_track *t, int64_t run_id, void **out_cjson, kl_err *e);
+
+/* The same for several runs at once (a few queries, whatever n): a cJSON
+ * array in the order of ids; a missing run is KL_ENOTFOUND. */
+int kl_track_runs_json(kl_track *t, const int64_t *ids, size_t n, void **out_cjson, kl_err *e);
 
 /* Metric history of one run and key, in (step, insertion) order. Arrays
  * malloc'ed (caller frees each). */

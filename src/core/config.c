@@ -123,7 +123,9 @@ int kl_config_define_common(kl_config *c) {
     rc |= kl_config_define(c, "log.format", KL_CFG_STR, "auto", "KEEL_LOG_FORMAT", "--log-format", "auto (text on a terminal, JSON lines otherwise), text, json");
     rc |= kl_config_define(c, "tracking", KL_CFG_STR, "", "KEEL_TRACKING", "--tracking",
                            "experiment store folder (unset: the nearest keel-runs/ here or above, else the per-user "
-                           "default; keel runs where)");
+                           "default; keel runs where), or a PostgreSQL URL postgresql://user@host:port/db");
+    rc |= kl_config_define(c, "artifacts", KL_CFG_STR, "", "KEEL_ARTIFACTS", "--artifacts",
+                           "object folder of a PostgreSQL store (artifacts, model files; a shared path)");
     rc |= kl_config_define(c, "memory.limit", KL_CFG_SIZE, "0", "KEEL_MEMORY_LIMIT", "--memory-limit", "memory budget (512M, 2G, 70%; 0 = none)");
     rc |= kl_config_define(c, "memory.snapshot", KL_CFG_STR, "", "KEEL_MEMORY_SNAPSHOT", "--memory-snapshot", "where a memory snapshot is written when the budget refuses an allocation");
     return rc ? KL_ENOMEM : KL_OK;
@@ -382,6 +384,7 @@ void kl_config_store_env(kl_store_env *out) {
     out->ceiling = getenv("KEEL_TRACKING_CEILING");
     out->xdg_data_home = getenv("XDG_DATA_HOME");
     out->home = getenv("HOME");
+    out->artifacts = getenv("KEEL_ARTIFACTS");
     if (out->home && out->home[0] == '/') return;
     struct passwd pw, *pwp = NULL;
     char buf[4096];

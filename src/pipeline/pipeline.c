@@ -284,7 +284,7 @@ static int open_run(pl_ctx *c, kl_track_run **prun, kl_err *e) {
         const char *tv;
         if ((rc = kl_spec_str(c->root, "tracking", "", &tv, e))) return rc;
         if (*tv) {
-            trk = trk_abs = pl_path(c, tv);
+            trk = kl_track_is_url(tv) ? tv : (trk_abs = pl_path(c, tv)); /* a server URL as it is */
             snprintf(how_file, sizeof how_file, "tracking: in %s", o->path);
             how = how_file;
         }
@@ -293,7 +293,7 @@ static int open_run(pl_ctx *c, kl_track_run **prun, kl_err *e) {
     rc = kl_track_store_resolve(trk, how, &loc, e);
     free(trk_abs);
     if (rc || (rc = kl_track_open_loc(&loc, 1, &c->t, e))) return rc;
-    snprintf(res->tracking, sizeof res->tracking, "%s", kl_track_dir(c->t));
+    kl_track_redact(kl_track_dir(c->t), res->tracking, sizeof res->tracking); /* shown: no password */
     if ((rc = kl_track_run_start(c->t, "pipeline", res->name, 0, prun, e))) return rc;
     c->run_id = res->run_id = kl_track_run_id(*prun);
     kl_track_set_tag(*prun, "pipeline_file", o->path, NULL);

@@ -51,15 +51,12 @@ static int bind_add(kl__binds *b, int is_num, double num, const char *s, size_t 
     return KL_OK;
 }
 
-int kl__binds_apply(const kl__binds *b, sqlite3_stmt *st, int first) {
+void kl__binds_apply(const kl__binds *b, kl__st *st, int first) {
     for (size_t i = 0; i < b->n; i++) {
         int idx = first + (int)i;
-        int rc;
-        if (b->v[i].is_num) rc = isnan(b->v[i].num) ? sqlite3_bind_null(st, idx) : sqlite3_bind_double(st, idx, b->v[i].num);
-        else rc = sqlite3_bind_text(st, idx, b->v[i].str, -1, SQLITE_TRANSIENT);
-        if (rc != SQLITE_OK) return KL_EINTERNAL;
+        if (b->v[i].is_num) kl__bind_f64(st, idx, b->v[i].num); /* NaN binds NULL */
+        else kl__bind_text(st, idx, b->v[i].str);
     }
-    return KL_OK;
 }
 
 /* ==================================================================
@@ -78,6 +75,7 @@ typedef struct {
     size_t slen;
     kl_buf *sql;
     kl__binds *b;
+    const kl__dialect *d;
     kl_err *e;
 } lexer;
 
@@ -288,7 +286,7 @@ static int parse_field(lexer *L, const char *text, size_t len, size_t col, field
 }
 
 /* Appends the SQL value expression of a field; numeric != 0 casts text to a number. */
-static int field_sql(const field *f, int numeric, kl_buf *sql, kl__binds *b) {
+static int field_sql(const kl__dialect *d, const field *f, int numeric, kl_buf *sql, kl__binds *b) {
     int rc = KL_OK;
     switch (f->kind) {
     case F_METRIC:
@@ -298,8 +296,8 @@ static int field_sql(const field *f, int numeric, kl_buf *sql, kl__binds *b) {
         break;
     case F_PARAM:
     case F_TAG:
-        kl_buf_printf(sql, "%s(SELECT value FROM %s WHERE run_id = r.id AND key = ?)%s", numeric ? "CAST(" : "",
-                      f->kind == F_PARAM ? "params" : "tags", numeric ? " AS REAL)" : "");
+        kl_buf_printf(sql, "%s(SELECT value FROM %s WHERE run_id = r.id AND key = ?)%s", numeric ? d->num_open : "",
+                      f->kind == F_PARAM ? "params" : "tags", numeric ? d->num_close : "");
         rc = bind_add(b, 0, 0, f->key, strlen(f->key));
         break;
     default:
@@ -387,9 +385,10 @@ static int parse_cmp(lexer *L) {
         if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
         return next(L);
     }
-    const char *cmp = like ? (not_like ? "NOT LIKE" : "LIKE") : op;
+    const char *cmp = like ? (not_like ? L->d->not_like : L->d->like) : op;
+    const char *tail = like ? L->d->like_tail : "";
     if (f.kind == F_ATTR_TEXT || f.kind == F_ATTR_NUM) {
-        kl_buf_printf(sql, "(%s %s ?)", f.expr, cmp);
+        kl_buf_printf(sql, "(%s %s ?%s)", f.expr, cmp, tail);
     } else if (f.kind == F_METRIC) {
         /* driven by the (key_id, value) index: only matching runs are visited */
         kl_buf_printf(sql, "r.id IN (SELECT ml.run_id FROM metric_latest ml WHERE ml.key_id = "
@@ -397,7 +396,8 @@ static int parse_cmp(lexer *L) {
         if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
     } else {
         const char *tab = f.kind == F_PARAM ? "params" : "tags";
-        kl_buf_printf(sql, "r.id IN (SELECT run_id FROM %s WHERE key = ? AND %s %s ?)", tab, numeric ? "CAST(value AS REAL)" : "value", cmp);
+        kl_buf_printf(sql, "r.id IN (SELECT run_id FROM %s WHERE key = ? AND %svalue%s %s ?%s)", tab,
+                      numeric ? L->d->num_open : "", numeric ? L->d->num_close : "", cmp, tail);
         if ((rc = bind_add(L->b, 0, 0, f.key, strlen(f.key)))) return kl_err_set(L->e, rc, "out of memory");
     }
     if (is_num) rc = bind_add(L->b, 1, num, NULL, 0);
@@ -449,8 +449,9 @@ static int parse_or(lexer *L) {
     return rc;
 }
 
-int kl__filter_sql(const char *filter, kl_buf *sql, kl__binds *b, kl_err *e) {
+int kl__filter_sql(const kl__dialect *d, const char *filter, kl_buf *sql, kl__binds *b, kl_err *e) {
     lexer L = {0};
+    L.d = d;
     L.src = filter;
     L.sql = sql;
     L.b = b;
@@ -469,7 +470,7 @@ int kl__filter_sql(const char *filter, kl_buf *sql, kl__binds *b, kl_err *e) {
     return rc;
 }
 
-int kl__sort_sql(const char *key, kl_buf *sql, kl__binds *b, kl_err *e) {
+int kl__sort_sql(const kl__dialect *d, const char *key, kl_buf *sql, kl__binds *b, kl_err *e) {
     while (isspace((unsigned char)*key)) key++;
     int desc = 0;
     if (*key == '-') {
@@ -498,7 +499,7 @@ int kl__sort_sql(const char *key, kl_buf *sql, kl__binds *b, kl_err *e) {
         return rc;
     }
     kl_buf_puts(sql, "(");
-    if ((rc = field_sql(&f, f.kind == F_PARAM, sql, b))) return kl_err_set(e, rc, "out of memory");
+    if ((rc = field_sql(d, &f, f.kind == F_PARAM, sql, b))) return kl_err_set(e, rc, "out of memory");
     kl_buf_printf(sql, ") %s NULLS LAST", desc ? "DESC" : "ASC");
     return KL_OK;
 }

@@ -25,21 +25,21 @@ static int valid_name(const char *s) {
 }
 
 static int model_id(kl_track *t, const char *name, int64_t *id, kl_err *e) {
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     int rc = kl__track_prep(t, "SELECT id FROM models WHERE name=?", &st, e);
     if (rc) return rc;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int s = sqlite3_step(st);
-    if (s == SQLITE_ROW) *id = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    if (s == SQLITE_ROW) return KL_OK;
-    if (s == SQLITE_DONE) return kl__track_notfound(t, e, "model '%s' not found", name);
+    kl__bind_text(st, 1, name);
+    int s = kl__step(st);
+    if (s == KL__ROW) *id = kl__col_i64(st, 0);
+    kl__free(st);
+    if (s == KL__ROW) return KL_OK;
+    if (s == KL__DONE) return kl__track_notfound(t, e, "model '%s' not found", name);
     return kl__track_sqlerr(t, s, e, "finding a model");
 }
 
-static int step_done(kl_track *t, sqlite3_stmt *st, kl_err *e, const char *what) {
-    int s = sqlite3_step(st);
-    return s == SQLITE_DONE ? KL_OK : kl__track_sqlerr(t, s, e, what);
+static int step_done(kl_track *t, kl__st *st, kl_err *e, const char *what) {
+    int s = kl__step(st);
+    return s == KL__DONE ? KL_OK : kl__track_sqlerr(t, s, e, what);
 }
 
 /* Files of a folder, recursively, as paths relative to it (sorted). */
@@ -127,15 +127,15 @@ static char *signature_from_meta(const char *dir, int64_t *run_id) {
  * ================================================================== */
 
 static int run_exists(kl_track *t, int64_t run_id) {
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     kl_err e = {0};
     kl__track_lock(t);
     int found = !kl__track_prep(t, "SELECT 1 FROM runs WHERE id=?", &st, &e);
     if (found) {
-        sqlite3_bind_int64(st, 1, run_id);
-        found = sqlite3_step(st) == SQLITE_ROW;
+        kl__bind_i64(st, 1, run_id);
+        found = kl__step(st) == KL__ROW;
     }
-    sqlite3_finalize(st);
+    kl__free(st);
     kl__track_unlock(t);
     return found;
 }
@@ -162,7 +162,7 @@ int kl_registry_register_files(kl_track *t, const char *name, const char *dir, c
     char **hex = NULL;
     int64_t *sizes = NULL;
     char *sig = NULL;
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     int rc, locked = 0;
     struct stat sb;
     if (stat(dir, &sb) != 0) return kl_err_set(e, -errno, "%s: %s", dir, strerror(errno));
@@ -236,42 +236,42 @@ int kl_registry_register_files(kl_track *t, const char *name, const char *dir, c
     if ((rc = kl__track_begin(t, e))) goto fail;
     int64_t now = kl_time_now_us();
     if ((rc = kl__track_prep(t, "INSERT INTO models(name, created_us) VALUES(?, ?) ON CONFLICT(name) DO NOTHING", &st, e))) goto fail_tx;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now);
+    kl__bind_text(st, 1, name);
+    kl__bind_i64(st, 2, now);
     if ((rc = step_done(t, st, e, "creating a model"))) goto fail_tx;
-    sqlite3_finalize(st);
+    kl__free(st);
     st = NULL;
     int64_t mid = 0;
     if ((rc = model_id(t, name, &mid, e))) goto fail_tx;
     if ((rc = kl__track_prep(t, "SELECT coalesce(max(version), 0) + 1 FROM model_versions WHERE model_id=?", &st, e))) goto fail_tx;
-    sqlite3_bind_int64(st, 1, mid);
-    int64_t v = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 1;
-    sqlite3_finalize(st);
+    kl__bind_i64(st, 1, mid);
+    int64_t v = kl__step(st) == KL__ROW ? kl__col_i64(st, 0) : 1;
+    kl__free(st);
     st = NULL;
     if ((rc = kl__track_prep(t, "INSERT INTO model_versions(model_id, version, created_us, run_id, signature, source) VALUES(?, ?, ?, ?, ?, ?)",
                              &st, e)))
         goto fail_tx;
-    sqlite3_bind_int64(st, 1, mid);
-    sqlite3_bind_int64(st, 2, v);
-    sqlite3_bind_int64(st, 3, now);
-    if (run_id > 0) sqlite3_bind_int64(st, 4, run_id);
-    if (sig) sqlite3_bind_text(st, 5, sig, -1, SQLITE_STATIC);
+    kl__bind_i64(st, 1, mid);
+    kl__bind_i64(st, 2, v);
+    kl__bind_i64(st, 3, now);
+    if (run_id > 0) kl__bind_i64(st, 4, run_id);
+    if (sig) kl__bind_text(st, 5, sig);
     char absdir[4096];
-    sqlite3_bind_text(st, 6, realpath(dir, absdir) ? absdir : dir, -1, SQLITE_TRANSIENT);
+    kl__bind_text(st, 6, realpath(dir, absdir) ? absdir : dir);
     if ((rc = step_done(t, st, e, "adding a model version"))) goto fail_tx;
-    sqlite3_finalize(st);
+    kl__free(st);
     st = NULL;
     if ((rc = kl__track_prep(t, "INSERT INTO model_files(model_id, version, path, size, sha256) VALUES(?, ?, ?, ?, ?)", &st, e))) goto fail_tx;
     for (size_t i = 0; i < files.n; i++) {
-        sqlite3_bind_int64(st, 1, mid);
-        sqlite3_bind_int64(st, 2, v);
-        sqlite3_bind_text(st, 3, files.v[i], -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 4, sizes[i]);
-        sqlite3_bind_text(st, 5, hex[i], -1, SQLITE_STATIC);
+        kl__bind_i64(st, 1, mid);
+        kl__bind_i64(st, 2, v);
+        kl__bind_text(st, 3, files.v[i]);
+        kl__bind_i64(st, 4, sizes[i]);
+        kl__bind_text(st, 5, hex[i]);
         if ((rc = step_done(t, st, e, "recording model files"))) goto fail_tx;
-        sqlite3_reset(st);
+        kl__reset(st);
     }
-    sqlite3_finalize(st);
+    kl__free(st);
     st = NULL;
     if ((rc = kl__track_commit(t, e))) goto fail;
     *version = v;
@@ -281,7 +281,7 @@ fail_tx:
 fail:
 done:
     if (locked) kl__track_unlock(t);
-    sqlite3_finalize(st);
+    kl__free(st);
     for (size_t i = 0; i < files.n; i++) {
         free(files.v[i]);
         if (hex) free(hex[i]);
@@ -310,19 +310,19 @@ int kl_registry_is_ref(const char *s) {
 }
 
 static int alias_at_locked(kl_track *t, int64_t mid, const char *alias, int64_t at_us, int64_t *version, kl_err *e) {
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     int rc = kl__track_prep(t,
                             at_us ? "SELECT version FROM alias_history WHERE model_id=? AND alias=? AND set_us<=? ORDER BY set_us DESC, id DESC LIMIT 1"
                                   : "SELECT version FROM model_aliases WHERE model_id=? AND alias=?",
                             &st, e);
     if (rc) return rc;
-    sqlite3_bind_int64(st, 1, mid);
-    sqlite3_bind_text(st, 2, alias, -1, SQLITE_STATIC);
-    if (at_us) sqlite3_bind_int64(st, 3, at_us);
-    int s = sqlite3_step(st);
-    *version = s == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_finalize(st);
-    if (s != SQLITE_ROW && s != SQLITE_DONE) return kl__track_sqlerr(t, s, e, "reading an alias");
+    kl__bind_i64(st, 1, mid);
+    kl__bind_text(st, 2, alias);
+    if (at_us) kl__bind_i64(st, 3, at_us);
+    int s = kl__step(st);
+    *version = s == KL__ROW && !kl__col_null(st, 0) ? kl__col_i64(st, 0) : 0;
+    kl__free(st);
+    if (s != KL__ROW && s != KL__DONE) return kl__track_sqlerr(t, s, e, "reading an alias");
     return KL_OK;
 }
 
@@ -337,20 +337,20 @@ int kl_registry_alias_at(kl_track *t, const char *name, const char *alias, int64
 }
 
 static int version_exists(kl_track *t, int64_t mid, int64_t v, kl_err *e, const char *name) {
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     int rc = kl__track_prep(t, "SELECT 1 FROM model_versions WHERE model_id=? AND version=?", &st, e);
     if (rc) return rc;
-    sqlite3_bind_int64(st, 1, mid);
-    sqlite3_bind_int64(st, 2, v);
-    int found = sqlite3_step(st) == SQLITE_ROW;
-    sqlite3_finalize(st);
+    kl__bind_i64(st, 1, mid);
+    kl__bind_i64(st, 2, v);
+    int found = kl__step(st) == KL__ROW;
+    kl__free(st);
     return found ? KL_OK : kl__track_notfound(t, e, "model %s has no version %lld", name, (long long)v);
 }
 
 int kl_registry_set_alias(kl_track *t, const char *name, const char *alias, int64_t version, kl_err *e) {
     if (!valid_name(alias) || isdigit((unsigned char)alias[0]))
         return kl_err_set(e, KL_EINVAL, "alias '%s' is not valid (a name starting with a letter)", alias ? alias : "");
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     kl__track_lock(t);
     int rc = kl__track_begin(t, e);
     if (rc) {
@@ -363,39 +363,39 @@ int kl_registry_set_alias(kl_track *t, const char *name, const char *alias, int6
     /* strictly increasing times so "at time T" is unambiguous */
     int64_t now = kl_time_now_us();
     if ((rc = kl__track_prep(t, "SELECT max(set_us) FROM alias_history WHERE model_id=? AND alias=?", &st, e))) goto fail;
-    sqlite3_bind_int64(st, 1, mid);
-    sqlite3_bind_text(st, 2, alias, -1, SQLITE_STATIC);
-    if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int64(st, 0) >= now) now = sqlite3_column_int64(st, 0) + 1;
-    sqlite3_finalize(st);
+    kl__bind_i64(st, 1, mid);
+    kl__bind_text(st, 2, alias);
+    if (kl__step(st) == KL__ROW && kl__col_i64(st, 0) >= now) now = kl__col_i64(st, 0) + 1;
+    kl__free(st);
     st = NULL;
     if (version > 0) {
         if ((rc = kl__track_prep(t, "INSERT INTO model_aliases(model_id, alias, version, set_us) VALUES(?, ?, ?, ?)"
                                     " ON CONFLICT(model_id, alias) DO UPDATE SET version=excluded.version, set_us=excluded.set_us",
                                  &st, e)))
             goto fail;
-        sqlite3_bind_int64(st, 3, version);
-        sqlite3_bind_int64(st, 4, now);
+        kl__bind_i64(st, 3, version);
+        kl__bind_i64(st, 4, now);
     } else if ((rc = kl__track_prep(t, "DELETE FROM model_aliases WHERE model_id=? AND alias=?", &st, e))) {
         goto fail;
     }
-    sqlite3_bind_int64(st, 1, mid);
-    sqlite3_bind_text(st, 2, alias, -1, SQLITE_STATIC);
+    kl__bind_i64(st, 1, mid);
+    kl__bind_text(st, 2, alias);
     if ((rc = step_done(t, st, e, "setting an alias"))) goto fail;
-    sqlite3_finalize(st);
+    kl__free(st);
     st = NULL;
     if ((rc = kl__track_prep(t, "INSERT INTO alias_history(model_id, alias, version, set_us) VALUES(?, ?, ?, ?)", &st, e))) goto fail;
-    sqlite3_bind_int64(st, 1, mid);
-    sqlite3_bind_text(st, 2, alias, -1, SQLITE_STATIC);
-    if (version > 0) sqlite3_bind_int64(st, 3, version);
-    sqlite3_bind_int64(st, 4, now);
+    kl__bind_i64(st, 1, mid);
+    kl__bind_text(st, 2, alias);
+    if (version > 0) kl__bind_i64(st, 3, version);
+    kl__bind_i64(st, 4, now);
     if ((rc = step_done(t, st, e, "recording alias history"))) goto fail;
-    sqlite3_finalize(st);
+    kl__free(st);
     st = NULL;
     rc = kl__track_commit(t, e);
     kl__track_unlock(t);
     return rc;
 fail:
-    sqlite3_finalize(st);
+    kl__free(st);
     kl__track_rollback(t);
     kl__track_unlock(t);
     return rc;
@@ -403,7 +403,7 @@ fail:
 
 int kl_registry_set_tag(kl_track *t, const char *name, int64_t version, const char *key, const char *value, kl_err *e) {
     if (!key || !*key) return kl_err_set(e, KL_EINVAL, "empty tag key");
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     kl__track_lock(t);
     int64_t mid = 0;
     int rc = model_id(t, name, &mid, e);
@@ -415,13 +415,13 @@ int kl_registry_set_tag(kl_track *t, const char *name, int64_t version, const ch
                                   : "DELETE FROM model_tags WHERE model_id=? AND version=? AND key=?",
                             &st, e);
     if (!rc) {
-        sqlite3_bind_int64(st, 1, mid);
-        sqlite3_bind_int64(st, 2, version);
-        sqlite3_bind_text(st, 3, key, -1, SQLITE_STATIC);
-        if (value) sqlite3_bind_text(st, 4, value, -1, SQLITE_STATIC);
+        kl__bind_i64(st, 1, mid);
+        kl__bind_i64(st, 2, version);
+        kl__bind_text(st, 3, key);
+        if (value) kl__bind_text(st, 4, value);
         rc = step_done(t, st, e, "setting a model tag");
     }
-    sqlite3_finalize(st);
+    kl__free(st);
     kl__track_unlock(t);
     return rc;
 }
@@ -456,11 +456,11 @@ int kl_registry_parse_ref(kl_track *t, const char *ref, char **name, int64_t *ve
     } else if (v) {
         if ((rc = version_exists(t, mid, v, e, buf))) goto done;
     } else {
-        sqlite3_stmt *st = NULL;
+        kl__st *st = NULL;
         if ((rc = kl__track_prep(t, "SELECT max(version) FROM model_versions WHERE model_id=?", &st, e))) goto done;
-        sqlite3_bind_int64(st, 1, mid);
-        if (sqlite3_step(st) == SQLITE_ROW) v = sqlite3_column_int64(st, 0);
-        sqlite3_finalize(st);
+        kl__bind_i64(st, 1, mid);
+        if (kl__step(st) == KL__ROW) v = kl__col_i64(st, 0);
+        kl__free(st);
         if (!v) {
             rc = kl__track_notfound(t, e, "model %s has no versions", buf);
             goto done;
@@ -495,7 +495,7 @@ static void vfiles_free(vfile *v, size_t n) {
 static int list_files(kl_track *t, const char *name, int64_t version, vfile **out, size_t *n, kl_err *e) {
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     vfile *v = NULL;
     size_t cnt = 0, cap = 0;
     kl__track_lock(t);
@@ -504,10 +504,10 @@ static int list_files(kl_track *t, const char *name, int64_t version, vfile **ou
                             " WHERE (?1 IS NULL OR m.name = ?1) AND (?2 = 0 OR f.version = ?2) ORDER BY m.name, f.version, f.path",
                             &st, e);
     if (rc) goto done;
-    if (name) sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, version);
+    kl__bind_text(st, 1, name); /* NULL: every model */
+    kl__bind_i64(st, 2, version);
     int s;
-    while ((s = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((s = kl__step(st)) == KL__ROW) {
         if (cnt == cap) {
             cap = cap ? cap * 2 : 16;
             vfile *nv = realloc(v, cap * sizeof *nv);
@@ -518,19 +518,19 @@ static int list_files(kl_track *t, const char *name, int64_t version, vfile **ou
             v = nv;
         }
         vfile *f = &v[cnt++];
-        f->name = strdup((const char *)sqlite3_column_text(st, 0));
-        f->version = sqlite3_column_int64(st, 1);
-        f->path = strdup((const char *)sqlite3_column_text(st, 2));
-        f->size = sqlite3_column_int64(st, 3);
-        f->sha = strdup((const char *)sqlite3_column_text(st, 4));
+        f->name = strdup(kl__col_text(st, 0));
+        f->version = kl__col_i64(st, 1);
+        f->path = strdup(kl__col_text(st, 2));
+        f->size = kl__col_i64(st, 3);
+        f->sha = strdup(kl__col_text(st, 4));
         if (!f->name || !f->path || !f->sha) {
             rc = kl_err_set(e, KL_ENOMEM, "out of memory");
             goto done;
         }
     }
-    if (s != SQLITE_DONE) rc = kl__track_sqlerr(t, s, e, "listing model files");
+    if (s != KL__DONE) rc = kl__track_sqlerr(t, s, e, "listing model files");
 done:
-    sqlite3_finalize(st);
+    kl__free(st);
     kl__track_unlock(t);
     if (rc) {
         vfiles_free(v, cnt);
@@ -661,18 +661,17 @@ done:
  * ================================================================== */
 
 static void add_tags(kl_track *t, cJSON *into, int64_t mid, int64_t version) {
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     if (kl__track_prep(t, "SELECT key, value FROM model_tags WHERE model_id=? AND version=? ORDER BY key", &st, NULL)) return;
-    sqlite3_bind_int64(st, 1, mid);
-    sqlite3_bind_int64(st, 2, version);
-    while (sqlite3_step(st) == SQLITE_ROW)
-        cJSON_AddStringToObject(into, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
-    sqlite3_finalize(st);
+    kl__bind_i64(st, 1, mid);
+    kl__bind_i64(st, 2, version);
+    while (kl__step(st) == KL__ROW) cJSON_AddStringToObject(into, kl__col_text(st, 0), kl__col_text(st, 1));
+    kl__free(st);
 }
 
 int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e) {
     *out_cjson = NULL;
-    sqlite3_stmt *ms = NULL, *vs = NULL, *fs = NULL, *as = NULL;
+    kl__st *ms = NULL, *vs = NULL, *fs = NULL, *as = NULL;
     cJSON *arr = cJSON_CreateArray();
     if (!arr) return kl_err_set(e, KL_ENOMEM, "out of memory");
     kl__track_lock(t);
@@ -681,58 +680,57 @@ int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e)
     if (!rc) rc = kl__track_prep(t, "SELECT path, size, sha256 FROM model_files WHERE model_id=? AND version=? ORDER BY path", &fs, e);
     if (!rc) rc = kl__track_prep(t, "SELECT alias, version, set_us FROM model_aliases WHERE model_id=? ORDER BY alias", &as, e);
     if (rc) goto done;
-    if (name) sqlite3_bind_text(ms, 1, name, -1, SQLITE_STATIC);
-    while (sqlite3_step(ms) == SQLITE_ROW) {
-        int64_t mid = sqlite3_column_int64(ms, 0);
+    kl__bind_text(ms, 1, name); /* NULL: every model */
+    while (kl__step(ms) == KL__ROW) {
+        int64_t mid = kl__col_i64(ms, 0);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, m);
-        cJSON_AddStringToObject(m, "name", (const char *)sqlite3_column_text(ms, 1));
-        cJSON_AddNumberToObject(m, "created_us", (double)sqlite3_column_int64(ms, 2));
+        cJSON_AddStringToObject(m, "name", kl__col_text(ms, 1));
+        cJSON_AddNumberToObject(m, "created_us", (double)kl__col_i64(ms, 2));
         cJSON *vers = cJSON_AddArrayToObject(m, "versions");
-        sqlite3_bind_int64(vs, 1, mid);
-        while (sqlite3_step(vs) == SQLITE_ROW) {
+        kl__bind_i64(vs, 1, mid);
+        while (kl__step(vs) == KL__ROW) {
             cJSON *v = cJSON_CreateObject();
             cJSON_AddItemToArray(vers, v);
-            int64_t ver = sqlite3_column_int64(vs, 0);
+            int64_t ver = kl__col_i64(vs, 0);
             cJSON_AddNumberToObject(v, "version", (double)ver);
-            cJSON_AddNumberToObject(v, "created_us", (double)sqlite3_column_int64(vs, 1));
-            if (sqlite3_column_type(vs, 2) == SQLITE_NULL) cJSON_AddNullToObject(v, "run_id");
-            else cJSON_AddNumberToObject(v, "run_id", (double)sqlite3_column_int64(vs, 2));
-            const char *sig = (const char *)sqlite3_column_text(vs, 3);
+            cJSON_AddNumberToObject(v, "created_us", (double)kl__col_i64(vs, 1));
+            if (kl__col_null(vs, 2)) cJSON_AddNullToObject(v, "run_id");
+            else cJSON_AddNumberToObject(v, "run_id", (double)kl__col_i64(vs, 2));
+            const char *sig = kl__col_text(vs, 3);
             void *sjv = NULL;
             if (sig) (void)kl_json_parse(sig, strlen(sig), "signature", &sjv, NULL); /* unparsable: null */
             cJSON *sj = sjv;
             if (sj) cJSON_AddItemToObject(v, "signature", sj);
             else cJSON_AddNullToObject(v, "signature");
-            const char *src = (const char *)sqlite3_column_text(vs, 4);
+            const char *src = kl__col_text(vs, 4);
             if (src) cJSON_AddStringToObject(v, "source", src);
             cJSON *files = cJSON_AddArrayToObject(v, "files");
-            sqlite3_bind_int64(fs, 1, mid);
-            sqlite3_bind_int64(fs, 2, ver);
-            while (sqlite3_step(fs) == SQLITE_ROW) {
+            kl__bind_i64(fs, 1, mid);
+            kl__bind_i64(fs, 2, ver);
+            while (kl__step(fs) == KL__ROW) {
                 cJSON *f = cJSON_CreateObject();
                 cJSON_AddItemToArray(files, f);
-                cJSON_AddStringToObject(f, "path", (const char *)sqlite3_column_text(fs, 0));
-                cJSON_AddNumberToObject(f, "size", (double)sqlite3_column_int64(fs, 1));
-                cJSON_AddStringToObject(f, "sha256", (const char *)sqlite3_column_text(fs, 2));
+                cJSON_AddStringToObject(f, "path", kl__col_text(fs, 0));
+                cJSON_AddNumberToObject(f, "size", (double)kl__col_i64(fs, 1));
+                cJSON_AddStringToObject(f, "sha256", kl__col_text(fs, 2));
             }
-            sqlite3_reset(fs);
+            kl__reset(fs);
             add_tags(t, cJSON_AddObjectToObject(v, "tags"), mid, ver);
         }
-        sqlite3_reset(vs);
+        kl__reset(vs);
         cJSON *al = cJSON_AddObjectToObject(m, "aliases");
-        sqlite3_bind_int64(as, 1, mid);
-        while (sqlite3_step(as) == SQLITE_ROW)
-            cJSON_AddNumberToObject(al, (const char *)sqlite3_column_text(as, 0), (double)sqlite3_column_int64(as, 1));
-        sqlite3_reset(as);
+        kl__bind_i64(as, 1, mid);
+        while (kl__step(as) == KL__ROW) cJSON_AddNumberToObject(al, kl__col_text(as, 0), (double)kl__col_i64(as, 1));
+        kl__reset(as);
         add_tags(t, cJSON_AddObjectToObject(m, "tags"), mid, 0);
     }
     if (name && cJSON_GetArraySize(arr) == 0) rc = kl__track_notfound(t, e, "model '%s' not found", name);
 done:
-    sqlite3_finalize(ms);
-    sqlite3_finalize(vs);
-    sqlite3_finalize(fs);
-    sqlite3_finalize(as);
+    kl__free(ms);
+    kl__free(vs);
+    kl__free(fs);
+    kl__free(as);
     kl__track_unlock(t);
     if (rc) {
         cJSON_Delete(arr);
@@ -744,7 +742,7 @@ done:
 
 int kl_registry_history_json(kl_track *t, const char *name, void **out_cjson, kl_err *e) {
     *out_cjson = NULL;
-    sqlite3_stmt *st = NULL;
+    kl__st *st = NULL;
     cJSON *arr = NULL;
     kl__track_lock(t);
     int64_t mid = 0;
@@ -752,17 +750,17 @@ int kl_registry_history_json(kl_track *t, const char *name, void **out_cjson, kl
     if (!rc) rc = kl__track_prep(t, "SELECT alias, version, set_us FROM alias_history WHERE model_id=? ORDER BY set_us, id", &st, e);
     if (!rc) {
         arr = cJSON_CreateArray();
-        sqlite3_bind_int64(st, 1, mid);
-        while (sqlite3_step(st) == SQLITE_ROW) {
+        kl__bind_i64(st, 1, mid);
+        while (kl__step(st) == KL__ROW) {
             cJSON *h = cJSON_CreateObject();
             cJSON_AddItemToArray(arr, h);
-            cJSON_AddStringToObject(h, "alias", (const char *)sqlite3_column_text(st, 0));
-            if (sqlite3_column_type(st, 1) == SQLITE_NULL) cJSON_AddNullToObject(h, "version");
-            else cJSON_AddNumberToObject(h, "version", (double)sqlite3_column_int64(st, 1));
-            cJSON_AddNumberToObject(h, "time_us", (double)sqlite3_column_int64(st, 2));
+            cJSON_AddStringToObject(h, "alias", kl__col_text(st, 0));
+            if (kl__col_null(st, 1)) cJSON_AddNullToObject(h, "version");
+            else cJSON_AddNumberToObject(h, "version", (double)kl__col_i64(st, 1));
+            cJSON_AddNumberToObject(h, "time_us", (double)kl__col_i64(st, 2));
         }
     }
-    sqlite3_finalize(st);
+    kl__free(st);
     kl__track_unlock(t);
     if (rc) return rc;
     *out_cjson = arr;

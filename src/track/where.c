@@ -55,6 +55,10 @@ static int find_nearest(const char *cwd, const char *ceiling, char *out, size_t 
 
 static void set_exists(kl_store_loc *o) {
     char p[4200];
+    if (kl__is_pg_url(o->dir)) { /* a server: whether keel wrote there is known when it is opened */
+        o->exists = 1;
+        return;
+    }
     snprintf(p, sizeof p, "%s/keel.db", o->dir);
     o->exists = kl_path_exists(p);
 }
@@ -105,6 +109,8 @@ int kl_track_store_resolve(const char *given, const char *how, kl_store_loc *out
     char cwd[4096];
     kl_store_env env;
     kl_config_store_env(&env);
-    return kl_track_store_resolve_in(given, how, env.tracking, getcwd(cwd, sizeof cwd) ? cwd : NULL, env.ceiling,
-                                     env.xdg_data_home, env.home, out, e);
+    int rc = kl_track_store_resolve_in(given, how, env.tracking, getcwd(cwd, sizeof cwd) ? cwd : NULL, env.ceiling,
+                                       env.xdg_data_home, env.home, out, e);
+    if (!rc && env.artifacts && *env.artifacts) snprintf(out->artifacts, sizeof out->artifacts, "%s", env.artifacts);
+    return rc;
 }

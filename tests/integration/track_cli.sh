@@ -1,14 +1,16 @@
 # Tracking and registry commands end to end: simulate runs, list with
 # filters (and a filter syntax error naming the column), show, compare,
 # plot, export, the registry (register, alias, history, resolve, verify of a
-# corrupted object).
+# corrupted object). tests/integration/track_pg.sh runs it again against
+# PostgreSQL: KEEL_TEST_TRACKING (the store URL) and KEEL_ARTIFACTS set.
 . "$KEEL_SRC/tests/integration/lib.sh"
-export KEEL_TRACKING="$T/store"
+export KEEL_TRACKING="${KEEL_TEST_TRACKING:-$T/store}"
+OBJECTS="${KEEL_ARTIFACTS:-$KEEL_TRACKING/objects}"
 K=$KEEL
 
 expect_rc track_cli_simulate_a 0 $K runs simulate --experiment ads --name a --steps 40 --param lr=0.001 --tag team=ads
 expect_rc track_cli_simulate_b 0 $K runs simulate --experiment ads --name b --steps 60 --metrics 3 --param lr=0.01 --tag team=search
-expect_rc track_cli_simulate_c 0 $K --tracking "$T/store" runs simulate --experiment other --name c --steps 20 --param lr=0.001 --tag team=ads --status failed
+expect_rc track_cli_simulate_c 0 $K --tracking "$KEEL_TRACKING" runs simulate --experiment other --name c --steps 20 --param lr=0.001 --tag team=ads --status failed
 
 expect_rc track_cli_list 0 $K runs list
 if [ "$(grep -c -E '^[0-9]+ ' "$T/out")" = 3 ]; then pass track_cli_list_rows; else fail track_cli_list_rows "$(cat "$T/out")"; fi
@@ -83,7 +85,7 @@ expect_rc track_cli_verify_ok 0 $K models verify
 
 # corrupt the stored object of version 1's model.onnx
 h=$(printf 'weights-1' | sha256sum | cut -d' ' -f1)
-obj="$KEEL_TRACKING/objects/${h:0:2}/${h:2}"
+obj="$OBJECTS/${h:0:2}/${h:2}"
 chmod u+w "$obj" && printf 'tampered!' > "$obj"
 expect_rc track_cli_verify_corrupt 1 $K models verify
 grep -q 'iris/1: model.onnx: sha256 mismatch' "$T/err" && pass track_cli_verify_names_file || fail track_cli_verify_names_file "$(cat "$T/err")"

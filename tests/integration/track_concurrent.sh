@@ -1,7 +1,7 @@
 # 4 processes logging into one store at once for a few seconds: zero lock
 # errors, zero lost points (every reported point is in the store).
 . "$KEEL_SRC/tests/integration/lib.sh"
-export KEEL_TRACKING="$T/store"
+export KEEL_TRACKING="${KEEL_TEST_TRACKING:-$T/store}" # track_pg.sh: a PostgreSQL URL
 $KEEL runs simulate --experiment init --steps 1 > /dev/null 2>&1   # create the store first (read-only commands never do)
 pids=""
 for i in 1 2 3 4; do

@@ -1,7 +1,7 @@
 # kill -9 during heavy logging: the next open marks the run killed and
 # every committed point is still there.
 . "$KEEL_SRC/tests/integration/lib.sh"
-export KEEL_TRACKING="$T/store"
+export KEEL_TRACKING="${KEEL_TEST_TRACKING:-$T/store}" # track_pg.sh: a PostgreSQL URL
 $KEEL runs simulate --name heavy --steps 100000000 --metrics 4 --batch 500 --progress > "$T/progress" 2> "$T/sim.err" &
 pid=$!
 # wait until a good number of batches are committed

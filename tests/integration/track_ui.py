@@ -12,7 +12,8 @@ from ui_browser import Ui, chromium  # noqa: E402
 KEEL = os.environ["KEEL"]
 T = tempfile.mkdtemp(dir=os.environ.get("KEEL_TEST_TMP"))
 BUILD = os.path.join(os.environ["KEEL_SRC"], os.environ.get("BUILD", "build"))
-env = dict(os.environ, KEEL_TRACKING=os.path.join(T, "store"))
+# track_pg.sh runs it again with KEEL_TEST_TRACKING, a PostgreSQL URL
+env = dict(os.environ, KEEL_TRACKING=os.environ.get("KEEL_TEST_TRACKING") or os.path.join(T, "store"))
 
 
 def keel(*args):

@@ -3,7 +3,7 @@
 # configurations, records crashing trials and goes on, reports a metric that
 # never appears, and `keel tune show` reports the study with its pictures.
 . "$KEEL_SRC/tests/integration/lib.sh"
-export KEEL_TRACKING="$T/runs"
+export KEEL_TRACKING="${KEEL_TEST_TRACKING:-$T/runs}" # track_pg.sh: a PostgreSQL URL
 cd "$T"
 $PYTHON "$KEEL_SRC/examples/digits/prepare.py" "$T/data" > /dev/null || { fail tune_prepare_data "prepare.py failed"; exit 0; }
 cat > spec.yaml <<'Y'

@@ -4,6 +4,8 @@
 #include "../harness.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
+#include <math.h>
 #include <keel/track.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -12,9 +14,32 @@
 
 #include "track/track_int.h"
 
+/* KEEL_TEST_TRACK_URL (postgresql://user@host:port, set by
+ * tests/integration/track_pg.sh): the same tests on a PostgreSQL store, a
+ * fresh database per test and store, objects in NAME/objects as on SQLite. */
+static const char *pg_server(void) {
+    const char *u = getenv("KEEL_TEST_TRACK_URL");
+    return u && *u ? u : NULL;
+}
+
 static kl_track *open_store(const char *name) {
     kl_err e = {0};
     kl_track *t = NULL;
+    if (pg_server()) {
+        kl_store_loc loc;
+        char db[64], url[4096], *p;
+        const char *base = strrchr(kt_tmpdir(), '/');
+        snprintf(db, sizeof db, "kt_%.40s_%.12s", base ? base + 1 : "x", name);
+        for (p = db; *p; p++)
+            if (!isalnum((unsigned char)*p)) *p = '_';
+        if (kl__pg_fresh_db(pg_server(), db, url, sizeof url, &e) || kl_track_store_resolve(url, "test", &loc, &e)) {
+            kt_fail(__FILE__, __LINE__, "PostgreSQL store: %s", kl_err_what(&e));
+            return NULL;
+        }
+        snprintf(loc.artifacts, sizeof loc.artifacts, "%s/objects", kt_path(name));
+        if (kl_track_open_loc(&loc, 1, &t, &e)) kt_fail(__FILE__, __LINE__, "open: %s", kl_err_what(&e));
+        return t;
+    }
     if (kl_track_open(kt_path(name), &t, &e)) {
         kt_fail(__FILE__, __LINE__, "open: %s", kl_err_what(&e));
         return NULL;
@@ -104,6 +129,7 @@ KL_TEST(track_metrics_nan_inf_roundtrip) {
 }
 
 KL_TEST(track_migration_forward) {
+    if (pg_server()) return; /* SQLite's user_version and file layout */
     kl_err e = {0};
     kl__track_target_version = 1; /* an old store: no registry tables */
     kl_track *t = NULL;
@@ -447,6 +473,7 @@ KL_TEST(track_artifacts_and_lineage) {
 KL_TEST(track_migration_dev_layout) {
     /* a schema-1 store written by a development build: metrics as a rowid
      * table without seq; opening rebuilds it and keeps every point in order */
+    if (pg_server()) return; /* SQLite's file layout */
     kl_err e = {0};
     kl__track_target_version = 1;
     kl_track *t = NULL;
@@ -481,4 +508,108 @@ KL_TEST(track_migration_dev_layout) {
     KT_OK(kl_track_metric_count(t, 1, "loss", &cnt, &e), &e);
     KT_EQ_INT(cnt, 4);
     kl_track_close(t);
+}
+
+/* JSON text of a run, the registry and the alias history (the copy's dump). */
+static char *dump_store(kl_track *t, int64_t nruns) {
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_err e = {0};
+    for (int64_t id = 1; id <= nruns; id++) {
+        void *j = NULL;
+        if (kl_track_run_json(t, id, &j, &e)) {
+            kl_buf_printf(&b, "run %lld: %s\n", (long long)id, e.msg);
+            continue;
+        }
+        cJSON_DeleteItemFromObject(j, "host"); /* the same; kept out for clarity */
+        char *s = cJSON_PrintUnformatted(j);
+        kl_buf_printf(&b, "%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+        int64_t *steps = NULL, *ts = NULL;
+        double *vals = NULL;
+        size_t n = 0;
+        if (!kl_track_metric_history(t, id, "loss", &steps, &ts, &vals, &n, &e))
+            for (size_t i = 0; i < n; i++)
+                kl_buf_printf(&b, "%lld %lld %.17g\n", (long long)steps[i], (long long)ts[i], vals[i]);
+        free(steps);
+        free(ts);
+        free(vals);
+    }
+    void *j = NULL;
+    if (!kl_registry_json(t, NULL, &j, &e)) {
+        char *s = cJSON_PrintUnformatted(j);
+        kl_buf_printf(&b, "%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+    }
+    if (!kl_registry_history_json(t, "clf", &j, &e)) {
+        char *s = cJSON_PrintUnformatted(j);
+        kl_buf_printf(&b, "%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+    }
+    return kl_buf_take(&b);
+}
+
+KL_TEST(track_copy_exact) {
+    /* a SQLite store copied into a new store (PostgreSQL under
+     * KEEL_TEST_TRACK_URL): the same dump, ids continue after the copied ones */
+    kl_err e = {0};
+    kl_track *a = NULL;
+    KT_OK(kl_track_open(kt_path("src"), &a, &e), &e);
+    kl_track_run *r = NULL, *c = NULL;
+    KT_OK(kl_track_run_start(a, "exp", "parent", 0, &r, &e), &e);
+    KT_OK(kl_track_run_start(a, "other", NULL, kl_track_run_id(r), &c, &e), &e);
+    kl_kv p[] = {{"lr", "0.01"}, {"opt", "adam"}};
+    KT_OK(kl_track_log_params(r, p, 2, &e), &e);
+    kl_metric_point m[] = {{"loss", 0, 1000, 1.5},       {"loss", 1, 2000, NAN}, {"loss", 1, 3000, INFINITY},
+                           {"loss", 2, 4000, -INFINITY}, {"loss", 2, 5000, 0.1}, {"acc", 7, 6000, 1.0 / 3.0}};
+    KT_OK(kl_track_log_metrics(r, m, KL_ARRAY_LEN(m), &e), &e);
+    KT_OK(kl_track_log_metrics(r, m, 2, &e), &e); /* repeated steps append after the earlier points */
+    KT_OK(kl_track_set_tag(r, "team", "ads", &e), &e);
+    kl_track_lineage lin = {"ds-1", "fh", "abc123", NULL};
+    KT_OK(kl_track_set_lineage(r, &lin, &e), &e);
+    write_file(kt_path("art.txt"), "artifact body");
+    KT_OK(kl_track_log_artifact(c, kt_path("art.txt"), &e), &e);
+    KT_OK(kl_track_run_end(c, KL_RUN_FAILED, &e), &e);
+    KT_OK(kl_track_run_end(r, KL_RUN_FINISHED, &e), &e);
+    char dir[512], f[600];
+    snprintf(dir, sizeof dir, "%s", kt_path("model"));
+    mkdir(dir, 0755);
+    snprintf(f, sizeof f, "%s/model.onnx", dir);
+    write_file(f, "w1");
+    int64_t v = 0;
+    KT_OK(kl_registry_register(a, "clf", dir, 1, "{\"inputs\":[]}", &v, &e), &e);
+    write_file(f, "w2");
+    KT_OK(kl_registry_register(a, "clf", dir, 0, NULL, &v, &e), &e);
+    KT_OK(kl_registry_set_alias(a, "clf", "champion", 1, &e), &e);
+    KT_OK(kl_registry_set_alias(a, "clf", "champion", 2, &e), &e);
+    KT_OK(kl_registry_set_alias(a, "clf", "champion", 0, &e), &e);
+    KT_OK(kl_registry_set_tag(a, "clf", 2, "stage", "prod", &e), &e);
+    kl_track *b = open_store("copy");
+    KT_CHECK(b);
+    kl_track_copy_stats st;
+    KT_OK(kl_track_copy(a, b, &st, &e), &e);
+    KT_EQ_INT(st.runs, 2);
+    KT_EQ_INT(st.points, 8);
+    KT_EQ_INT(st.versions, 2);
+    KT_EQ_INT(st.alias_changes, 3);
+    KT_EQ_INT(st.objects, 3);
+    char *da = dump_store(a, 2), *db = dump_store(b, 2);
+    KT_CHECKF(da && db && !strcmp(da, db), "dumps differ:\n%s\n---\n%s", da, db);
+    KT_CONTAINS(db, "1 3000 inf\n1 2000 nan\n2 4000 -inf");
+    free(da);
+    free(db);
+    KT_OK(kl_registry_verify(b, NULL, 0, NULL, &e), &e);
+    /* a second copy into the same store is refused; new ids follow the copied ones */
+    KT_CHECK(kl_track_copy(a, b, &st, &e) == KL_EEXIST);
+    KT_OK(kl_track_run_start(b, "exp", "next", 0, &r, &e), &e);
+    KT_EQ_INT(kl_track_run_id(r), 3);
+    KT_OK(kl_track_run_end(r, KL_RUN_FINISHED, &e), &e);
+    KT_OK(kl_registry_register(b, "clf", dir, 0, NULL, &v, &e), &e);
+    KT_EQ_INT(v, 3);
+    KT_OK(kl_registry_set_alias(b, "clf", "champion", 3, &e), &e);
+    kl_track_close(a);
+    kl_track_close(b);
 }

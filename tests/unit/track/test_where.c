@@ -99,3 +99,27 @@ KL_TEST(track_where_readonly_open_creates_nothing) {
     KT_CONTAINS(kl_track_where(t), "(--tracking)");
     kl_track_close(t);
 }
+
+KL_TEST(track_where_server_url) {
+    /* a PostgreSQL URL is a store as given (no folder rules, never made a
+     * path), shown without its password; its existence is known on open */
+    kl_err e = {0};
+    kl_store_loc l;
+    const char *u = "postgresql://ana:pw@db.internal:5432/keel?sslmode=require";
+    KT_OK(kl_track_store_resolve_in(u, "--tracking", NULL, "/tmp", NULL, NULL, "/home/u", &l, &e), &e);
+    KT_EQ_STR(l.dir, u);
+    KT_EQ_INT(l.rule, KL_STORE_GIVEN);
+    KT_EQ_INT(l.exists, 1);
+    KT_OK(kl_track_store_resolve_in(NULL, NULL, "postgres://db/keel", "/tmp", NULL, NULL, "/home/u", &l, &e), &e);
+    KT_EQ_INT(l.rule, KL_STORE_ENV);
+    KT_EQ_INT(kl_track_is_url(l.dir), 1);
+    KT_EQ_INT(kl_track_is_url("/srv/keel-runs"), 0);
+    KT_EQ_INT(kl_track_is_url("postgresql:/x"), 0);
+    char shown[256];
+    kl_track_redact(u, shown, sizeof shown);
+    KT_EQ_STR(shown, "postgresql://ana:***@db.internal:5432/keel?sslmode=require");
+    kl_track_redact("postgresql://ana@db/keel", shown, sizeof shown);
+    KT_EQ_STR(shown, "postgresql://ana@db/keel");
+    kl_track_redact("postgres://db:5432/x?password=a@b&sslmode=require", shown, sizeof shown);
+    KT_EQ_STR(shown, "postgres://db:5432/x?password=***&sslmode=require");
+}
