@@ -1,0 +1,457 @@
+/* The live monitor of a served model version (include/keel/profile.h):
+ * sliding-window counts of the raw inputs, feature slots and outputs in the
+ * reference profile's bins, updated on the request path without locks (each
+ * thread writes its own shard with relaxed atomics; the last shard is shared
+ * by threads beyond KL_MON_SHARDS - 1 and uses atomic adds), merged on read
+ * and compared with the reference (PSI, JS, KS, chi-squared, null, unknown
+ * and out-of-range rates). A window is a ring of KL_MON_SLOTS slots of
+ * window/KL_MON_SLOTS each; a writer that finds a slot of an older epoch
+ * clears it first. */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "feature/feature_int.h"
+#include "keel/profile.h"
+
+/* counters of a column: n, nulls, unknown, then its bins */
+enum { MC_N, MC_NULLS, MC_UNKNOWN, MC_BINS };
+
+typedef struct {
+    const kl_colprof *p;
+    uint32_t off, nb;   /* first counter; bins (numbers: nedges + 1; categories: ntop + 1, the last "other") */
+    fin in;             /* raw inputs: how the record field reads */
+    fmap keys;          /* categories: key -> bin */
+    int temporal;       /* a date or timestamp input: time moves on, so it is described, never flagged */
+} mcol;
+
+typedef struct {
+    _Atomic int64_t *epoch;   /* [nwin * KL_MON_SLOTS] */
+    _Atomic uint32_t *c;      /* [nwin * KL_MON_SLOTS * ncnt] */
+} mshard;
+
+struct kl_monitor {
+    kl_profile *ref;
+    const kl_features *f;
+    kl_monitor_cfg cfg;
+    int64_t slot_ns[KL_MON_MAX_WINDOWS];
+    mcol *c;
+    size_t nc;
+    int *raw;              /* mcol indices of the raw inputs */
+    size_t nraw;
+    int *feat;             /* feature slot s -> mcol index or -1 */
+    size_t width;
+    int *outs;             /* output k -> mcol index (outputs in profile order) */
+    size_t nouts;
+    uint32_t ncnt;
+    size_t shard_bytes;
+    _Atomic(mshard *) shard[KL_MON_SHARDS];
+};
+
+void kl_monitor_cfg_default(kl_monitor_cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->nwin = 3;
+    c->win_s[0] = 300;
+    c->win_s[1] = 3600;
+    c->win_s[2] = 86400;
+    c->psi = 0.2;
+    c->js = 0.1;
+    c->p_value = 0.001;
+    c->min_samples = 100;
+    c->min_expected = 5;
+    c->null_delta = 0.05;
+    c->unknown_ratio = 0.05;
+    c->oob_ratio = 0.05;
+}
+
+int kl_monitor_parse_window(const char *s, int64_t *out) {
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    int64_t mul = !*end ? 1 : !strcmp(end, "s") ? 1 : !strcmp(end, "m") ? 60 : !strcmp(end, "h") ? 3600
+                  : !strcmp(end, "d") ? 86400 : 0;
+    if (end == s || !mul || v <= 0 || v > 366LL * 86400 / mul) return KL_EINVAL;
+    *out = v * mul;
+    return KL_OK;
+}
+
+static void window_name(int64_t s, char *buf, size_t n) {
+    if (s % 86400 == 0 && s >= 2 * 86400) snprintf(buf, n, "%lldd", (long long)(s / 86400));
+    else if (s % 3600 == 0) snprintf(buf, n, "%lldh", (long long)(s / 3600));
+    else if (s % 60 == 0) snprintf(buf, n, "%lldm", (long long)(s / 60));
+    else snprintf(buf, n, "%llds", (long long)s);
+}
+
+/* ==================================================================
+ * Set-up
+ * ================================================================== */
+
+static const fcol *find_input(const kl_features *f, const char *name) {
+    for (size_t i = 0; f && i < f->ninputs; i++)
+        if (!strcmp(f->inputs[i].name, name)) return &f->inputs[i];
+    return NULL;
+}
+
+static int setup_col(kl_monitor *m, mcol *c, const kl_colprof *p, kl_err *e) {
+    c->p = p;
+    c->off = m->ncnt;
+    c->nb = p->categorical ? (uint32_t)p->ntop + 1 : p->nedges ? (uint32_t)p->nedges + 1 : 0;
+    m->ncnt += MC_BINS + c->nb;
+    if (!p->categorical) return KL_OK;
+    if (kl__fmap_init(&c->keys, p->ntop)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < p->ntop; i++) {
+        uint64_t *v = kl__fmap_put(&c->keys, p->top[i], strlen(p->top[i]), NULL);
+        if (!v) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        *v = i;
+    }
+    return KL_OK;
+}
+
+int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *cfg, kl_monitor **out, kl_err *e) {
+    *out = NULL;
+    kl_monitor *m = calloc(1, sizeof *m);
+    if (!m) { kl_profile_free(ref); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    m->ref = ref;
+    m->f = f;
+    m->cfg = *cfg;
+    int rc = KL_OK;
+    for (int w = 0; w < cfg->nwin; w++) m->slot_ns[w] = cfg->win_s[w] * 1000000000LL / KL_MON_SLOTS;
+    m->width = f ? kl_features_width(f) : 0;
+    m->c = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->c);
+    m->raw = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->raw);
+    m->outs = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->outs);
+    m->feat = malloc((m->width ? m->width : 1) * sizeof *m->feat);
+    if (!m->c || !m->raw || !m->outs || !m->feat) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    for (size_t s = 0; s < m->width; s++) m->feat[s] = -1;
+    for (size_t i = 0; i < ref->ncols && !rc; i++) {
+        const kl_colprof *p = &ref->cols[i];
+        mcol *c = &m->c[m->nc];
+        if (p->role == KL_PROF_INPUT) {
+            const fcol *fc = find_input(f, p->name);
+            if (!fc) continue; /* a column these features do not read */
+            c->in = (fin){.column = fc->name, .type = fc->type, .nullable = 1, .raw = fc->raw};
+            c->temporal = fc->type == KL_COL_DATE || fc->type == KL_COL_TIMESTAMP;
+            m->raw[m->nraw++] = (int)m->nc;
+        } else if (p->role == KL_PROF_FEATURE) {
+            size_t s = 0;
+            while (s < m->width && strcmp(kl_features_slot_name(f, s), p->name)) s++;
+            if (s == m->width) continue;
+            m->feat[s] = (int)m->nc;
+        } else {
+            m->outs[m->nouts++] = (int)m->nc;
+        }
+        rc = setup_col(m, c, p, e);
+        m->nc++;
+    }
+    if (rc) goto fail;
+    m->shard_bytes = (size_t)cfg->nwin * KL_MON_SLOTS * (sizeof(int64_t) + (size_t)m->ncnt * sizeof(uint32_t));
+    *out = m;
+    return KL_OK;
+fail:
+    kl_monitor_free(m);
+    return rc;
+}
+
+void kl_monitor_free(kl_monitor *m) {
+    if (!m) return;
+    for (size_t i = 0; i < m->nc; i++) kl__fmap_free(&m->c[i].keys);
+    for (int k = 0; k < KL_MON_SHARDS; k++) {
+        mshard *s = atomic_load(&m->shard[k]);
+        if (s) kl_mem_free((void *)s->epoch);
+        free(s);
+    }
+    free(m->c);
+    free(m->raw);
+    free(m->outs);
+    free(m->feat);
+    kl_profile_free(m->ref);
+    free(m);
+}
+
+const kl_profile *kl_monitor_profile(const kl_monitor *m) { return m->ref; }
+const kl_monitor_cfg *kl_monitor_config(const kl_monitor *m) { return &m->cfg; }
+int kl_monitor_has_outputs(const kl_monitor *m) { return m->nouts > 0; }
+
+size_t kl_monitor_bytes(const kl_monitor *m, size_t *max_bytes) {
+    size_t fixed = sizeof *m + m->nc * sizeof *m->c, n = 0;
+    for (size_t i = 0; i < m->nc; i++) fixed += m->c[i].keys.cap * sizeof(fmap_ent) + m->c[i].keys.pool_cap;
+    for (int k = 0; k < KL_MON_SHARDS; k++)
+        if (atomic_load_explicit(&m->shard[k], memory_order_acquire)) n++;
+    if (max_bytes) *max_bytes = fixed + KL_MON_SHARDS * (m->shard_bytes + sizeof(mshard));
+    return fixed + n * (m->shard_bytes + sizeof(mshard));
+}
+
+/* ==================================================================
+ * Hot path
+ * ================================================================== */
+
+static atomic_int next_tid;
+static _Thread_local int tl_tid = -1;
+
+typedef struct {
+    mshard *s;
+    int shared;
+    size_t base[KL_MON_MAX_WINDOWS];
+} wctx;
+
+static mshard *shard_get(kl_monitor *m, int k) {
+    mshard *s = atomic_load_explicit(&m->shard[k], memory_order_acquire);
+    if (s) return s;
+    s = calloc(1, sizeof *s);
+    size_t ne = (size_t)m->cfg.nwin * KL_MON_SLOTS;
+    void *blk = s ? kl_mem_alloc(m->shard_bytes ? m->shard_bytes : 1, KL_TAG_OTHER) : NULL;
+    if (!blk) { free(s); return NULL; }
+    memset(blk, 0, m->shard_bytes);
+    s->epoch = blk;
+    s->c = (_Atomic uint32_t *)((char *)blk + ne * sizeof(int64_t));
+    mshard *expect = NULL;
+    if (!atomic_compare_exchange_strong(&m->shard[k], &expect, s)) { /* another thread of the shared shard won */
+        kl_mem_free(blk);
+        free(s);
+        return expect;
+    }
+    return s;
+}
+
+/* picks the thread's shard and the current slot of every window (clearing a stale one) */
+static int wbegin(kl_monitor *m, int64_t now, wctx *w) {
+    if (tl_tid < 0) tl_tid = atomic_fetch_add(&next_tid, 1);
+    int k = tl_tid < KL_MON_SHARDS - 1 ? tl_tid : KL_MON_SHARDS - 1;
+    if (!(w->s = shard_get(m, k))) return -1;
+    w->shared = k == KL_MON_SHARDS - 1;
+    for (int i = 0; i < m->cfg.nwin; i++) {
+        int64_t ep = now / m->slot_ns[i];
+        size_t slot = (size_t)i * KL_MON_SLOTS + (size_t)(ep % KL_MON_SLOTS);
+        w->base[i] = slot * m->ncnt;
+        if (atomic_load_explicit(&w->s->epoch[slot], memory_order_relaxed) == ep) continue;
+        for (uint32_t j = 0; j < m->ncnt; j++) atomic_store_explicit(&w->s->c[w->base[i] + j], 0, memory_order_relaxed);
+        atomic_store_explicit(&w->s->epoch[slot], ep, memory_order_release);
+    }
+    return 0;
+}
+
+static inline void winc(const kl_monitor *m, const wctx *w, uint32_t k) {
+    for (int i = 0; i < m->cfg.nwin; i++) {
+        _Atomic uint32_t *p = &w->s->c[w->base[i] + k];
+        if (w->shared) atomic_fetch_add_explicit(p, 1, memory_order_relaxed);
+        else atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1, memory_order_relaxed);
+    }
+}
+
+static void observe_num(const kl_monitor *m, const wctx *w, const mcol *c, double x) {
+    winc(m, w, c->off + MC_N);
+    if (isnan(x)) { winc(m, w, c->off + MC_NULLS); return; }
+    if (c->nb) winc(m, w, c->off + MC_BINS + (uint32_t)kl_hist_bin(c->p->edges, c->p->nedges, x));
+}
+
+static void observe_cat(const kl_monitor *m, const wctx *w, const mcol *c, const char *k, size_t n) {
+    winc(m, w, c->off + MC_N);
+    if (!k) { winc(m, w, c->off + MC_NULLS); return; }
+    const uint64_t *b = kl__fmap_get(&c->keys, k, n);
+    if (!b && c->p->complete) winc(m, w, c->off + MC_UNKNOWN);
+    winc(m, w, c->off + MC_BINS + (b ? (uint32_t)*b : c->nb - 1));
+}
+
+void kl_monitor_record(kl_monitor *m, const void *rec, int64_t now) {
+    wctx w;
+    if (!m->nraw || wbegin(m, now, &w)) return;
+    kl_err e = {0};
+    for (size_t i = 0; i < m->nraw; i++) {
+        const mcol *c = &m->c[m->raw[i]];
+        fval v;
+        if (kl__fval_from_json(&c->in, kl__features_nulls(m->f), rec, &v, &e)) v.null = 1; /* a refused value: as a null */
+        if (c->p->categorical) {
+            char buf[24];
+            size_t n = 0;
+            const char *k = v.null ? NULL : kl__fval_key(&c->in, &v, buf, &n);
+            observe_cat(m, &w, c, k, n);
+        } else {
+            observe_num(m, &w, c, v.null ? NAN : v.d);
+        }
+    }
+}
+
+void kl_monitor_features(kl_monitor *m, const float *v, size_t width, int64_t now) {
+    wctx w;
+    if (width != m->width || wbegin(m, now, &w)) return;
+    for (size_t s = 0; s < width; s++)
+        if (m->feat[s] >= 0) observe_num(m, &w, &m->c[m->feat[s]], (double)v[s]);
+}
+
+void kl_monitor_outputs(kl_monitor *m, const float *v, size_t k, int64_t now) {
+    wctx w;
+    if (!m->nouts || wbegin(m, now, &w)) return;
+    for (size_t i = 0; i < k && i < m->nouts; i++) observe_num(m, &w, &m->c[m->outs[i]], (double)v[i]);
+}
+
+/* ==================================================================
+ * Reading: merge shards and slots, compare with the reference
+ * ================================================================== */
+
+/* live[w * ncnt + k]: counter k summed over the slots of window w still inside it */
+static void merge_live(kl_monitor *m, int64_t now, uint64_t *live) {
+    memset(live, 0, (size_t)m->cfg.nwin * m->ncnt * sizeof *live);
+    for (int k = 0; k < KL_MON_SHARDS; k++) {
+        mshard *s = atomic_load_explicit(&m->shard[k], memory_order_acquire);
+        if (!s) continue;
+        for (int w = 0; w < m->cfg.nwin; w++) {
+            int64_t cur = now / m->slot_ns[w];
+            for (int j = 0; j < KL_MON_SLOTS; j++) {
+                size_t slot = (size_t)w * KL_MON_SLOTS + (size_t)j;
+                int64_t ep = atomic_load_explicit(&s->epoch[slot], memory_order_acquire);
+                if (ep > cur || cur - ep >= KL_MON_SLOTS) continue;
+                const _Atomic uint32_t *c = &s->c[slot * m->ncnt];
+                uint64_t *o = &live[(size_t)w * m->ncnt];
+                for (uint32_t i = 0; i < m->ncnt; i++) o[i] += atomic_load_explicit(&c[i], memory_order_relaxed);
+            }
+        }
+    }
+}
+
+static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *cnt, kl_monitor_stat *st) {
+    const kl_colprof *p = c->p;
+    const kl_monitor_cfg *g = &m->cfg;
+    st->n = cnt[MC_N];
+    st->nulls = cnt[MC_NULLS];
+    uint64_t nn = st->n - st->nulls;
+    st->null_ratio = st->n ? (double)st->nulls / (double)st->n : NAN;
+    st->ref_null_ratio = p->count ? (double)p->nulls / (double)p->count : 0;
+    st->psi = st->js = st->ks = st->ks_p = st->chi2 = st->chi2_p = st->unknown_ratio = st->oob_ratio = NAN;
+    st->tested = nn >= g->min_samples && c->nb > 0;
+    if (st->n >= g->min_samples && st->null_ratio - st->ref_null_ratio > g->null_delta) st->drift |= KL_DRIFT_NULL;
+    if (!st->tested) return;
+    const uint64_t *q = cnt + MC_BINS;
+    uint64_t *ref = malloc(c->nb * sizeof *ref);
+    if (!ref) { st->tested = 0; return; }
+    if (p->categorical) {
+        for (size_t i = 0; i < p->ntop; i++) ref[i] = p->top_count[i];
+        ref[c->nb - 1] = p->other;
+    } else {
+        memcpy(ref, p->bins, c->nb * sizeof *ref);
+    }
+    st->psi = kl_stat_psi(ref, q, c->nb);
+    st->js = kl_stat_js(ref, q, c->nb);
+    uint64_t nref = 0;
+    for (uint32_t i = 0; i < c->nb; i++) nref += ref[i];
+    if (p->categorical) {
+        st->chi2 = kl_stat_chi2(ref, q, c->nb, g->min_expected, &st->chi2_dof);
+        st->chi2_p = kl_stat_chi2_pvalue(st->chi2, st->chi2_dof);
+        st->unknown_ratio = (double)cnt[MC_UNKNOWN] / (double)nn;
+        if (st->chi2_p < g->p_value) st->drift |= KL_DRIFT_CHI2;
+        if (st->unknown_ratio > g->unknown_ratio) st->drift |= KL_DRIFT_UNKNOWN;
+    } else {
+        st->ks = kl_stat_ks(ref, q, c->nb);
+        st->ks_p = kl_stat_ks_pvalue(st->ks, nref, nn);
+        st->oob_ratio = (double)(q[0] + q[c->nb - 1]) / (double)nn;
+        if (st->ks_p < g->p_value) st->drift |= KL_DRIFT_KS;
+        if (st->oob_ratio > g->oob_ratio) st->drift |= KL_DRIFT_OOB;
+    }
+    if (st->psi >= g->psi) st->drift |= KL_DRIFT_PSI;
+    if (st->js >= g->js) st->drift |= KL_DRIFT_JS;
+    if (c->temporal) st->drift = 0;
+    free(ref);
+}
+
+int kl_monitor_stats(kl_monitor *m, int64_t now, kl_monitor_stat **out, size_t *n, kl_err *e) {
+    *out = NULL;
+    *n = 0;
+    size_t nw = (size_t)m->cfg.nwin;
+    size_t nlive = nw * m->ncnt, nst = m->nc * nw;
+    uint64_t *live = malloc((nlive ? nlive : 1) * sizeof *live);
+    kl_monitor_stat *st = calloc(nst ? nst : 1, sizeof *st);
+    if (!live || !st) { free(live); free(st); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    merge_live(m, now, live);
+    for (size_t i = 0; i < m->nc; i++)
+        for (size_t w = 0; w < nw; w++) {
+            kl_monitor_stat *s = &st[i * nw + w];
+            s->column = m->c[i].p->name;
+            s->role = m->c[i].p->role;
+            s->categorical = m->c[i].p->categorical;
+            s->window = (int)w;
+            s->window_s = m->cfg.win_s[w];
+            col_stat(m, &m->c[i], live + w * m->ncnt + m->c[i].off, s);
+        }
+    free(live);
+    *out = st;
+    *n = m->nc * nw;
+    return KL_OK;
+}
+
+void kl_monitor_drift_names(int d, char *buf, size_t n) {
+    static const char *names[] = {"psi", "js", "ks", "chi2", "null_ratio", "unknown_ratio", "oob_ratio"};
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < 7; i++)
+        if (d & (1 << i)) len += (size_t)snprintf(buf + len, len < n ? n - len : 0, "%s%s", len ? "," : "", names[i]);
+}
+
+static void jnum(kl_buf *b, const char *k, double x) {
+    kl_buf_printf(b, ",\"%s\":", k);
+    if (isfinite(x)) kl_buf_printf(b, "%.6g", x);
+    else kl_buf_puts(b, "null");
+}
+
+static void stat_json(kl_buf *b, const kl_monitor_stat *s) {
+    kl_buf_printf(b, "{\"n\":%llu,\"nulls\":%llu,\"tested\":%s", (unsigned long long)s->n, (unsigned long long)s->nulls,
+                  s->tested ? "true" : "false");
+    jnum(b, "null_ratio", s->null_ratio);
+    jnum(b, "ref_null_ratio", s->ref_null_ratio);
+    jnum(b, "psi", s->psi);
+    jnum(b, "js", s->js);
+    if (s->categorical) {
+        jnum(b, "chi2", s->chi2);
+        kl_buf_printf(b, ",\"chi2_dof\":%d", s->chi2_dof);
+        jnum(b, "chi2_p_value", s->chi2_p);
+        jnum(b, "unknown_ratio", s->unknown_ratio);
+    } else {
+        jnum(b, "ks", s->ks);
+        jnum(b, "ks_p_value", s->ks_p);
+        jnum(b, "oob_ratio", s->oob_ratio);
+    }
+    kl_buf_puts(b, ",\"drift\":[");
+    char names[128];
+    kl_monitor_drift_names(s->drift, names, sizeof names);
+    for (char *t = names, *c; *t; t = c ? c + 1 : t + strlen(t)) {
+        c = strchr(t, ',');
+        kl_buf_printf(b, "%s\"%.*s\"", t == names ? "" : ",", c ? (int)(c - t) : (int)strlen(t), t);
+    }
+    kl_buf_puts(b, "]}");
+}
+
+int kl_monitor_json(kl_monitor *m, int64_t now, kl_buf *b, kl_err *e) {
+    kl_monitor_stat *st = NULL;
+    size_t n = 0, nw = (size_t)m->cfg.nwin, maxb = 0, cur = kl_monitor_bytes(m, &maxb);
+    int rc = kl_monitor_stats(m, now, &st, &n, e);
+    if (rc) return rc;
+    const kl_monitor_cfg *g = &m->cfg;
+    char wn[KL_MON_MAX_WINDOWS][24];
+    kl_buf_puts(b, "{\"windows\":[");
+    for (size_t w = 0; w < nw; w++) {
+        window_name(g->win_s[w], wn[w], sizeof wn[w]);
+        kl_buf_printf(b, "%s\"%s\"", w ? "," : "", wn[w]);
+    }
+    kl_buf_printf(b, "],\"thresholds\":{\"psi\":%g,\"js\":%g,\"p_value\":%g,\"min_samples\":%llu,\"min_expected\":%g,"
+                  "\"null_delta\":%g,\"unknown_ratio\":%g,\"oob_ratio\":%g},\"memory_bytes\":%zu,\"memory_max_bytes\":%zu,"
+                  "\"feature_hash\":\"%s\",\"reference_rows\":%llu,\"prediction_drift\":%s,\"columns\":[",
+                  g->psi, g->js, g->p_value, (unsigned long long)g->min_samples, g->min_expected, g->null_delta,
+                  g->unknown_ratio, g->oob_ratio, cur, maxb, m->ref->feature_hash, (unsigned long long)m->ref->rows,
+                  m->nouts ? "true" : "false");
+    for (size_t i = 0; i < m->nc; i++) {
+        const kl_colprof *p = m->c[i].p;
+        kl_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
+        kl_buf_json_str(b, p->name);
+        kl_buf_printf(b, ",\"role\":\"%s\",\"kind\":\"%s\",\"windows\":{", kl_prof_role_name(p->role),
+                      p->categorical ? "categorical" : "numeric");
+        for (size_t w = 0; w < nw; w++) {
+            kl_buf_printf(b, "%s\"%s\":", w ? "," : "", wn[w]);
+            stat_json(b, &st[i * nw + w]);
+        }
+        kl_buf_puts(b, "}}");
+    }
+    kl_buf_puts(b, "]}");
+    free(st);
+    return b->failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : KL_OK;
+}
