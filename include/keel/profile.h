@@ -159,6 +159,9 @@ typedef struct {
  * outputs over the same rows, pool NULL = default). */
 int kl_profile_build(const kl_features *f, kl_column *const *cols, size_t ncols, kl_pool *pool, kl_profile **out,
                      kl_err *e);
+/* kl_profile_build + kl_profile_save to path (what `features fit` and the
+ * pipeline's features stage write next to features.json). */
+int kl_profile_write(const kl_features *f, kl_column *const *cols, size_t ncols, const char *path, kl_err *e);
 /* Adds (or replaces) a numeric column of role `role` from n values v[i *
  * stride] (NaN = null) — the model outputs on the training or evaluation rows. */
 int kl_profile_add_numeric(kl_profile *p, const char *name, int role, const float *v, size_t n, size_t stride,

@@ -171,6 +171,14 @@ int kl_profile_build(const kl_features *f, kl_column *const *cols, size_t ncols,
     return KL_OK;
 }
 
+int kl_profile_write(const kl_features *f, kl_column *const *cols, size_t ncols, const char *path, kl_err *e) {
+    kl_profile *p = NULL;
+    int rc = kl_profile_build(f, cols, ncols, NULL, &p, e);
+    if (!rc) rc = kl_profile_save(p, path, e);
+    kl_profile_free(p);
+    return rc;
+}
+
 int kl_profile_add_numeric(kl_profile *p, const char *name, int role, const float *v, size_t n, size_t stride,
                            kl_err *e) {
     for (size_t i = 0; i < p->ncols; i++)
