@@ -63,13 +63,14 @@ int32_t kl_qs_index(double absx);
 /* ==================================================================
  * Fixed-bin histogram over edges e[0..n): bin 0 is x < e[0] (underflow),
  * bin i (1..n-1) is e[i-1] <= x < e[i] (the last one also takes x == e[n-1]),
- * bin n is x > e[n-1] (overflow). n >= 1; a NaN is never binned.
+ * bin n is x > e[n-1] (overflow). n >= 2; a NaN is never binned.
  * ================================================================== */
 
 size_t kl_hist_bin(const double *edges, size_t n, double x);
 /* Edges from exact quantiles of sorted values v[0..n): the values at ranks
  * floor(k (n-1) / nb) for k = 0..nb (min and max included), duplicates
- * dropped. Returns the edge count (<= nb + 1) written to edges. */
+ * dropped; a single value v gets the edges v, nextafter(v, +inf) (its own
+ * bin). Returns the edge count (2..nb + 1; 0 when n = 0) written to edges. */
 size_t kl_hist_edges(const double *sorted, size_t n, int nb, double *edges);
 
 /* ==================================================================

@@ -131,6 +131,7 @@ size_t kl_hist_edges(const double *v, size_t n, int nb, double *edges) {
         double x = v[(size_t)((double)k * (double)(n - 1) / nb)];
         if (!m || x > edges[m - 1]) edges[m++] = x;
     }
+    if (m == 1) edges[m++] = nextafter(edges[0], INFINITY); /* one value: its own closed bin, then overflow */
     return m;
 }
 

@@ -649,6 +649,7 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
         }
         float *row = (float *)t->data + (size_t)i * width;
         for (size_t k = 0; k < width; k++) row[k] = (float)tmp[k];
+        if (v->mon) sv_monitor_record(v, rec, row, width, kl_time_mono_ns());
         i++;
     }
     r->rows = n;

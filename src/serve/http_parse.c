@@ -17,7 +17,7 @@
  * Routing
  * ================================================================== */
 
-/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer]. */
+/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer|/monitor]. */
 static int route_models(const char *p, sv_req *r, int post) {
     const char *slash = strchr(p, '/');
     size_t n = slash ? (size_t)(slash - p) : strlen(p);
@@ -40,6 +40,7 @@ static int route_models(const char *p, sv_req *r, int post) {
     if (!*p) { r->method_ok = !post; return SV_RT_MODEL_META; }
     if (!strcmp(p, "/ready")) { r->method_ok = !post; return SV_RT_MODEL_READY; }
     if (!strcmp(p, "/infer")) { r->method_ok = post; return SV_RT_INFER; }
+    if (!strcmp(p, "/monitor")) { r->method_ok = !post; return SV_RT_MONITOR; }
     return SV_RT_NOT_FOUND;
 }
 

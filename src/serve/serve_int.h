@@ -6,6 +6,7 @@
 #define KEEL_SERVE_INT_H
 
 #include <keel/feature.h>
+#include <keel/profile.h>
 #include <keel/serve.h>
 
 #include <pthread.h>
@@ -119,6 +120,8 @@ typedef struct {
     int latest_n;
     int64_t specific[SV_MAX_VERSIONS];
     int n_specific;
+    int monitor_on;             /* monitor: (monitor.c): on by default for versions with a profile.json */
+    kl_monitor_cfg monitor;
 } sv_model_cfg;
 
 void sv_cfg_default(sv_model_cfg *c);
@@ -185,6 +188,8 @@ typedef struct sv_version {
     char **class_names; /* meta.json output.class_names: class k's name (NULL: labels are indices) */
     int nclass_names;
     kl_fstore *fstore;      /* features.db next to it: recent events for entity windows */
+    kl_monitor *mon;        /* live profiles against profile.json (monitor.c); NULL: not monitored, why in mon_off */
+    char mon_off[256];
 } sv_version;
 
 enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
@@ -407,6 +412,23 @@ struct kl_server {
     int64_t inline_ns;          /* inline batches of models below this compute time; 0 = off */
 };
 
+/* monitor.c: monitoring against the version's profile.json (docs/monitoring.md) */
+int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e);   /* config.yaml monitor: */
+void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg);             /* sets v->mon or v->mon_off */
+void sv_monitor_free(sv_version *v);
+/* hot path: a :predict record (cJSON object) and its feature row */
+void sv_monitor_record(sv_version *v, const void *cjson_record, const float *row, size_t width, int64_t now_ns);
+/* hot path: after a successful run of requests rq[0..n) of v with outputs out */
+void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out);
+/* GET .../monitor: the body into b; returns the HTTP status */
+int sv_monitor_json(kl_server *s, const char *model, int64_t want_version, kl_buf *b);
+void sv_monitor_metrics(kl_server *s, kl_buf *b);
+/* metrics.c: a Prometheus label value (quoted, escaped) and a family's HELP/TYPE lines */
+void sv_metrics_label(kl_buf *b, const char *v);
+void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
+/* lock held: the version want (-1: the latest) of m; NULL when none (http.c) */
+sv_version *sv_pick_version(sv_model *m, int64_t want);
+
 /* repo.c */
 int sv_repo_scan(kl_server *s, const char *only_model, kl_err *e);
 int sv_repo_unload(kl_server *s, const char *model, kl_err *e);
@@ -419,7 +441,7 @@ void sv_model_free(sv_model *m);
  * (fuzz/fuzz_http.c). */
 enum {
     SV_RT_NONE, SV_RT_LIVE, SV_RT_READY, SV_RT_SERVER, SV_RT_MODEL_META, SV_RT_MODEL_READY, SV_RT_INFER, SV_RT_REPO_INDEX,
-    SV_RT_REPO_LOAD, SV_RT_REPO_UNLOAD, SV_RT_METRICS, SV_RT_PREDICT, SV_RT_NOT_FOUND, SV_RT_BAD_TARGET
+    SV_RT_REPO_LOAD, SV_RT_REPO_UNLOAD, SV_RT_METRICS, SV_RT_PREDICT, SV_RT_NOT_FOUND, SV_RT_BAD_TARGET, SV_RT_MONITOR
 };
 /* The route of a (percent-decoded) path; sets r->model_name, want_version
  * and method_ok. SV_RT_BAD_TARGET: a control character in it. */
