@@ -162,7 +162,7 @@ int kl_profile_build(const kl_features *f, kl_column *const *cols, size_t ncols,
         if (col->len > p->rows) p->rows = col->len;
         rc = profile_column(p, col, name, KL_PROF_INPUT, e);
     }
-    if (!rc) rc = kl_features_apply(f, cols, ncols, pool, &slots, &nslots, NULL, e);
+    if (!rc) rc = kl__features_apply_slots(f, cols, ncols, 0, pool, &slots, &nslots, NULL, e);
     for (size_t s = 0; s < f->width && !rc; s++) rc = profile_column(p, slots[s], f->slot_names[s], KL_PROF_FEATURE, e);
     for (size_t s = 0; s < nslots; s++) kl_column_free(slots[s]);
     free(slots);

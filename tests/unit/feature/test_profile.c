@@ -357,3 +357,29 @@ KL_TEST(monitor_parse_window) {
     KT_CHECK(kl_monitor_parse_window("-1m", &s) != 0);
     KT_CHECK(kl_monitor_parse_window("", &s) != 0);
 }
+
+/* features fit reads no numeric label (it does not need it): the profile of
+ * the fit rows is built from the slots alone, the label is not required */
+KL_TEST(profile_build_without_label_column) {
+    const char *spec = "label: {column: clicked, type: int32}\n"
+                       "features:\n  - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}\n";
+    kl_err e = {0};
+    kl_features *f = NULL;
+    kl_column **cols = NULL;
+    size_t ncols = 0;
+    kl_profile *p = NULL;
+    KT_OK(kl_features_spec_parse(spec, strlen(spec), "spec.yaml", &f, &e), &e);
+    KT_OK(kl_features_read_data("clickgen:500:2", f, 0, &cols, &ncols, &e), &e);
+    kl_column *nolabel[8];
+    size_t n = 0;
+    for (size_t i = 0; i < ncols && n < 8; i++)
+        if (strcmp(cols[i]->name, "clicked")) nolabel[n++] = cols[i];
+    KT_CHECK(n == ncols - 1);
+    KT_OK(kl_features_fit(f, nolabel, n, &e), &e);
+    KT_OK(kl_profile_build(f, nolabel, n, NULL, &p, &e), &e);
+    KT_EQ_INT(p->ncols, 2); /* item_price, price_z: the label is not profiled */
+    KT_EQ_INT(p->cols[1].count, 500);
+    kl_profile_free(p);
+    kl_features_free_columns(cols, ncols);
+    kl_features_free(f);
+}

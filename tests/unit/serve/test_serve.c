@@ -36,6 +36,40 @@ KL_TEST(serve_cfg_parse_full) {
     KT_EQ_INT(c.latest_n, 2);
 }
 
+KL_TEST(serve_cfg_monitor_block) {
+    sv_model_cfg c;
+    kl_err e = {0};
+    const char *y = "max_batch_size: 8\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.monitor_on, 1); /* on by default, with the default windows */
+    KT_EQ_INT(c.monitor.nwin, 3);
+    KT_EQ_INT(c.monitor.win_s[2], 86400);
+    y = "monitor:\n  windows: [90s, 10m]\n  psi: 0.25\n  p_value: 0.01\n  min_samples: 50\n  null_delta: 0.1\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.monitor.nwin, 2);
+    KT_EQ_INT(c.monitor.win_s[0], 90);
+    KT_EQ_INT(c.monitor.win_s[1], 600);
+    KT_NEAR(c.monitor.psi, 0.25, 0);
+    KT_NEAR(c.monitor.p_value, 0.01, 0);
+    KT_EQ_INT(c.monitor.min_samples, 50);
+    KT_NEAR(c.monitor.null_delta, 0.1, 0);
+    KT_NEAR(c.monitor.js, 0.1, 0);
+    y = "monitor: false\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.monitor_on, 0);
+    y = "monitor:\n  psy: 0.3\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "psy");
+    kl_err_clear(&e);
+    y = "monitor:\n  windows: [5x]\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
+    kl_err_clear(&e);
+    y = "monitor:\n  js: 2\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "js");
+}
+
 KL_TEST(serve_cfg_reserve_level_batch_shed) {
     sv_model_cfg c;
     kl_err e = {0};
