@@ -69,8 +69,9 @@ int32_t kl_qs_index(double absx);
 size_t kl_hist_bin(const double *edges, size_t n, double x);
 /* Edges from exact quantiles of sorted values v[0..n): the values at ranks
  * floor(k (n-1) / nb) for k = 0..nb (min and max included), duplicates
- * dropped; a single value v gets the edges v, nextafter(v, +inf) (its own
- * bin). Returns the edge count (2..nb + 1; 0 when n = 0) written to edges. */
+ * dropped, then nextafter(max, +inf), so that the largest value has a bin of
+ * its own (a column of d <= nb + 1 distinct values gets one bin per value).
+ * Returns the edge count (2..nb + 2; 0 when n = 0) written to edges[nb + 2]. */
 size_t kl_hist_edges(const double *sorted, size_t n, int nb, double *edges);
 
 /* ==================================================================
@@ -208,10 +209,22 @@ typedef struct kl_monitor kl_monitor;
 int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *cfg, kl_monitor **out, kl_err *e);
 void kl_monitor_free(kl_monitor *m); /* NULL is a no-op */
 const kl_profile *kl_monitor_profile(const kl_monitor *m);
-/* Hot path, any thread, no locks; now_ns: a monotonic clock (tests inject it). */
+/* Hot path, any thread, no locks; now_ns: a monotonic clock (tests inject it).
+ * kl_monitor_observe: one row at once — its raw record (cJSON object; NULL:
+ * none), its feature slots (NULL or a width other than the features': none)
+ * and its outputs (NULL or fewer than the profile's: none); the three below
+ * are it with one part each. */
+void kl_monitor_observe(kl_monitor *m, const void *cjson_record, const float *slots, size_t width, const float *outs,
+                        size_t k, int64_t now_ns);
 void kl_monitor_record(kl_monitor *m, const void *cjson_record, int64_t now_ns);     /* raw inputs */
 void kl_monitor_features(kl_monitor *m, const float *v, size_t width, int64_t now_ns); /* one row of slots */
 void kl_monitor_outputs(kl_monitor *m, const float *v, size_t k, int64_t now_ns);     /* one row of outputs */
+/* :predict's transform with the monitor on: kl_features_transform_record of
+ * the monitor's features (out[width] in double), observing the record's raw
+ * values as the transform read them (no second parse) and the slots as
+ * float32, in one go. */
+int kl_monitor_transform(kl_monitor *m, const kl_fstore *store, const void *cjson_record, double *out, int64_t now_ns,
+                         kl_err *e);
 /* Whether the profile has output columns (prediction drift is computed). */
 int kl_monitor_has_outputs(const kl_monitor *m);
 /* Bytes the monitor holds now, and at most (every shard allocated). */

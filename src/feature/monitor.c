@@ -18,8 +18,11 @@
 #include "feature/feature_int.h"
 #include "keel/profile.h"
 
-/* counters of a column: n, nulls, unknown, then its bins */
-enum { MC_N, MC_NULLS, MC_UNKNOWN, MC_BINS };
+/* the first counters of a slot: rows seen per role (every column of a role
+ * sees every row: a column's n is its role's); then per column: nulls,
+ * unknown, its bins */
+enum { MG_ROWS = 0, MG_COUNT = 3 };
+enum { MC_NULLS, MC_UNKNOWN, MC_BINS };
 
 typedef struct {
     const kl_colprof *p;
@@ -29,9 +32,18 @@ typedef struct {
     int temporal;       /* a date or timestamp input: time moves on, so it is described, never flagged */
 } mcol;
 
+/* A shard. An exclusive shard's writer counts into `acc` only (one
+ * increment per value) for the current interval of gran_ns (the shortest
+ * slot), and adds acc into every window's slot of that time when the
+ * interval is over (once per interval: nwin x ncnt additions); a read adds
+ * acc to the windows its start lies in. The shared shard (several writers)
+ * counts into every window's slot directly, with atomic adds. */
 typedef struct {
     _Atomic int64_t *epoch;   /* [nwin * KL_MON_SLOTS] */
     _Atomic uint32_t *c;      /* [nwin * KL_MON_SLOTS * ncnt] */
+    _Atomic uint32_t *acc;    /* [ncnt] */
+    _Atomic int64_t acc_start; /* ns; 0: acc is empty */
+    int64_t acc_end;          /* the writer's own */
 } mshard;
 
 struct kl_monitor {
@@ -49,6 +61,7 @@ struct kl_monitor {
     size_t nouts;
     uint32_t ncnt;
     size_t shard_bytes;
+    int64_t gran_ns;       /* the shortest slot: an exclusive shard's accumulation interval */
     _Atomic(mshard *) shard[KL_MON_SHARDS];
 };
 
@@ -120,6 +133,7 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
     int rc = KL_OK;
     for (int w = 0; w < cfg->nwin; w++) m->slot_ns[w] = cfg->win_s[w] * 1000000000LL / KL_MON_SLOTS;
     m->width = f ? kl_features_width(f) : 0;
+    m->ncnt = MG_COUNT;
     m->c = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->c);
     m->raw = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->raw);
     m->outs = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->outs);
@@ -132,7 +146,7 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
         if (p->role == KL_PROF_INPUT) {
             const fcol *fc = find_input(f, p->name);
             if (!fc) continue; /* a column these features do not read */
-            c->in = (fin){.column = fc->name, .type = fc->type, .nullable = 1, .raw = fc->raw};
+            c->in = (fin){.column = fc->name, .type = fc->type, .nullable = 1, .raw = fc->raw, .col = (int)(fc - f->inputs)};
             c->temporal = fc->type == KL_COL_DATE || fc->type == KL_COL_TIMESTAMP;
             m->raw[m->nraw++] = (int)m->nc;
         } else if (p->role == KL_PROF_FEATURE) {
@@ -147,7 +161,11 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
         m->nc++;
     }
     if (rc) goto fail;
-    m->shard_bytes = (size_t)cfg->nwin * KL_MON_SLOTS * (sizeof(int64_t) + (size_t)m->ncnt * sizeof(uint32_t));
+    m->shard_bytes = (size_t)cfg->nwin * KL_MON_SLOTS * (sizeof(int64_t) + (size_t)m->ncnt * sizeof(uint32_t)) +
+                     (size_t)m->ncnt * sizeof(uint32_t);
+    m->gran_ns = m->slot_ns[0];
+    for (int w = 1; w < cfg->nwin; w++)
+        if (m->slot_ns[w] < m->gran_ns) m->gran_ns = m->slot_ns[w];
     *out = m;
     return KL_OK;
 fail:
@@ -194,7 +212,8 @@ static _Thread_local int tl_tid = -1;
 typedef struct {
     mshard *s;
     int shared;
-    size_t base[KL_MON_MAX_WINDOWS];
+    _Atomic uint32_t *acc;              /* exclusive: where the values go */
+    size_t base[KL_MON_MAX_WINDOWS];    /* shared: each window's slot */
 } wctx;
 
 static mshard *shard_get(kl_monitor *m, int k) {
@@ -207,6 +226,7 @@ static mshard *shard_get(kl_monitor *m, int k) {
     memset(blk, 0, m->shard_bytes);
     s->epoch = blk;
     s->c = (_Atomic uint32_t *)((char *)blk + ne * sizeof(int64_t));
+    s->acc = s->c + ne * m->ncnt;
     mshard *expect = NULL;
     if (!atomic_compare_exchange_strong(&m->shard[k], &expect, s)) { /* another thread of the shared shard won */
         kl_mem_free(blk);
@@ -216,53 +236,91 @@ static mshard *shard_get(kl_monitor *m, int k) {
     return s;
 }
 
-/* picks the thread's shard and the current slot of every window (clearing a stale one) */
+/* window i's slot of time t in shard s, cleared first when it held an older epoch */
+static size_t slot_at(const kl_monitor *m, mshard *s, int i, int64_t t) {
+    int64_t ep = t / m->slot_ns[i];
+    size_t slot = (size_t)i * KL_MON_SLOTS + (size_t)(ep % KL_MON_SLOTS), base = slot * m->ncnt;
+    if (atomic_load_explicit(&s->epoch[slot], memory_order_relaxed) != ep) {
+        for (uint32_t j = 0; j < m->ncnt; j++) atomic_store_explicit(&s->c[base + j], 0, memory_order_relaxed);
+        atomic_store_explicit(&s->epoch[slot], ep, memory_order_release);
+    }
+    return base;
+}
+
+/* exclusive shard: adds the finished interval's acc into its slot of every window */
+static void acc_flush(const kl_monitor *m, mshard *s) {
+    int64_t t = atomic_load_explicit(&s->acc_start, memory_order_relaxed);
+    if (!t) return;
+    for (int i = 0; i < m->cfg.nwin; i++) {
+        size_t base = slot_at(m, s, i, t);
+        for (uint32_t j = 0; j < m->ncnt; j++) {
+            uint32_t a = atomic_load_explicit(&s->acc[j], memory_order_relaxed);
+            if (a) atomic_store_explicit(&s->c[base + j], atomic_load_explicit(&s->c[base + j], memory_order_relaxed) + a,
+                                         memory_order_relaxed);
+        }
+    }
+    for (uint32_t j = 0; j < m->ncnt; j++) atomic_store_explicit(&s->acc[j], 0, memory_order_relaxed);
+    atomic_store_explicit(&s->acc_start, 0, memory_order_release);
+}
+
+/* picks the thread's shard: an exclusive one's accumulator (flushed when its
+ * interval is over), or the shared one's current slot of every window */
 static int wbegin(kl_monitor *m, int64_t now, wctx *w) {
     if (tl_tid < 0) tl_tid = atomic_fetch_add(&next_tid, 1);
     int k = tl_tid < KL_MON_SHARDS - 1 ? tl_tid : KL_MON_SHARDS - 1;
-    if (!(w->s = shard_get(m, k))) return -1;
+    mshard *s = w->s = shard_get(m, k);
+    if (!s) return -1;
     w->shared = k == KL_MON_SHARDS - 1;
-    for (int i = 0; i < m->cfg.nwin; i++) {
-        int64_t ep = now / m->slot_ns[i];
-        size_t slot = (size_t)i * KL_MON_SLOTS + (size_t)(ep % KL_MON_SLOTS);
-        w->base[i] = slot * m->ncnt;
-        if (atomic_load_explicit(&w->s->epoch[slot], memory_order_relaxed) == ep) continue;
-        for (uint32_t j = 0; j < m->ncnt; j++) atomic_store_explicit(&w->s->c[w->base[i] + j], 0, memory_order_relaxed);
-        atomic_store_explicit(&w->s->epoch[slot], ep, memory_order_release);
+    if (!w->shared) {
+        int64_t start = atomic_load_explicit(&s->acc_start, memory_order_relaxed);
+        if (!start || now >= s->acc_end || now < start) {
+            acc_flush(m, s);
+            start = now - now % m->gran_ns;
+            if (!start) start = 1; /* 0 means empty */
+            s->acc_end = start + m->gran_ns;
+            atomic_store_explicit(&s->acc_start, start, memory_order_release);
+        }
+        w->acc = s->acc;
+        return 0;
     }
+    for (int i = 0; i < m->cfg.nwin; i++) w->base[i] = slot_at(m, s, i, now);
     return 0;
 }
 
 static inline void winc(const kl_monitor *m, const wctx *w, uint32_t k) {
-    for (int i = 0; i < m->cfg.nwin; i++) {
-        _Atomic uint32_t *p = &w->s->c[w->base[i] + k];
-        if (w->shared) atomic_fetch_add_explicit(p, 1, memory_order_relaxed);
-        else atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1, memory_order_relaxed);
+    if (!w->shared) {
+        _Atomic uint32_t *p = &w->acc[k];
+        atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1, memory_order_relaxed);
+        return;
     }
+    for (int i = 0; i < m->cfg.nwin; i++) atomic_fetch_add_explicit(&w->s->c[w->base[i] + k], 1, memory_order_relaxed);
 }
 
 static void observe_num(const kl_monitor *m, const wctx *w, const mcol *c, double x) {
-    winc(m, w, c->off + MC_N);
     if (isnan(x)) { winc(m, w, c->off + MC_NULLS); return; }
     if (c->nb) winc(m, w, c->off + MC_BINS + (uint32_t)kl_hist_bin(c->p->edges, c->p->nedges, x));
 }
 
 static void observe_cat(const kl_monitor *m, const wctx *w, const mcol *c, const char *k, size_t n) {
-    winc(m, w, c->off + MC_N);
     if (!k) { winc(m, w, c->off + MC_NULLS); return; }
     const uint64_t *b = kl__fmap_get(&c->keys, k, n);
     if (!b && c->p->complete) winc(m, w, c->off + MC_UNKNOWN);
     winc(m, w, c->off + MC_BINS + (b ? (uint32_t)*b : c->nb - 1));
 }
 
-void kl_monitor_record(kl_monitor *m, const void *rec, int64_t now) {
-    wctx w;
-    if (!m->nraw || wbegin(m, now, &w)) return;
-    kl_err e = {0};
+/* raw values: from seen (what the transform read) or read from the record */
+static void observe_record(kl_monitor *m, const wctx *wp, const void *rec, const fval *seen) {
+    const wctx w = *wp;
+    winc(m, &w, MG_ROWS + KL_PROF_INPUT);
     for (size_t i = 0; i < m->nraw; i++) {
         const mcol *c = &m->c[m->raw[i]];
         fval v;
-        if (kl__fval_from_json(&c->in, kl__features_nulls(m->f), rec, &v, &e)) v.null = 1; /* a refused value: as a null */
+        if (seen) {
+            v = seen[c->in.col];
+        } else {
+            kl_err e = {0}; /* here only: zeroing a kl_err (1.2 KiB) per record was half the monitor's cost */
+            if (kl__fval_from_json(&c->in, kl__features_nulls(m->f), rec, &v, &e)) v.null = 1; /* refused: as a null */
+        }
         if (c->p->categorical) {
             char buf[24];
             size_t n = 0;
@@ -274,17 +332,51 @@ void kl_monitor_record(kl_monitor *m, const void *rec, int64_t now) {
     }
 }
 
-void kl_monitor_features(kl_monitor *m, const float *v, size_t width, int64_t now) {
+void kl_monitor_observe(kl_monitor *m, const void *rec, const float *slots, size_t width, const float *outs, size_t k,
+                        int64_t now) {
     wctx w;
-    if (width != m->width || wbegin(m, now, &w)) return;
-    for (size_t s = 0; s < width; s++)
-        if (m->feat[s] >= 0) observe_num(m, &w, &m->c[m->feat[s]], (double)v[s]);
+    int do_rec = rec && m->nraw, do_feat = slots && width == m->width && width, do_out = outs && m->nouts && k >= m->nouts;
+    if (!(do_rec || do_feat || do_out) || wbegin(m, now, &w)) return;
+    if (do_rec) observe_record(m, &w, rec, NULL);
+    if (do_feat) {
+        winc(m, &w, MG_ROWS + KL_PROF_FEATURE);
+        for (size_t s = 0; s < width; s++)
+            if (m->feat[s] >= 0) observe_num(m, &w, &m->c[m->feat[s]], (double)slots[s]);
+    }
+    if (do_out) {
+        winc(m, &w, MG_ROWS + KL_PROF_OUTPUT);
+        for (size_t i = 0; i < m->nouts; i++) observe_num(m, &w, &m->c[m->outs[i]], (double)outs[i]);
+    }
+}
+
+int kl_monitor_transform(kl_monitor *m, const kl_fstore *store, const void *rec, double *out, int64_t now, kl_err *e) {
+    const kl_features *f = m->f;
+    if (!f) return kl_err_set(e, KL_ESTATE, "the monitor has no features");
+    fval stack[16], *seen = f->ninputs <= 16 ? stack : malloc(f->ninputs * sizeof *seen);
+    if (!seen) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t i = 0; i < f->ninputs; i++) seen[i].null = 1;
+    int rc = kl__features_transform_seen(f, store, rec, out, NULL, seen, e);
+    wctx w;
+    if (!rc && !wbegin(m, now, &w)) {
+        if (m->nraw) observe_record(m, &w, rec, seen);
+        if (m->width) {
+            winc(m, &w, MG_ROWS + KL_PROF_FEATURE);
+            for (size_t s = 0; s < m->width; s++)
+                if (m->feat[s] >= 0) observe_num(m, &w, &m->c[m->feat[s]], (double)(float)out[s]);
+        }
+    }
+    if (seen != stack) free(seen);
+    return rc;
+}
+
+void kl_monitor_record(kl_monitor *m, const void *rec, int64_t now) { kl_monitor_observe(m, rec, NULL, 0, NULL, 0, now); }
+
+void kl_monitor_features(kl_monitor *m, const float *v, size_t width, int64_t now) {
+    kl_monitor_observe(m, NULL, v, width, NULL, 0, now);
 }
 
 void kl_monitor_outputs(kl_monitor *m, const float *v, size_t k, int64_t now) {
-    wctx w;
-    if (!m->nouts || wbegin(m, now, &w)) return;
-    for (size_t i = 0; i < k && i < m->nouts; i++) observe_num(m, &w, &m->c[m->outs[i]], (double)v[i]);
+    kl_monitor_observe(m, NULL, NULL, 0, v, k, now);
 }
 
 /* ==================================================================
@@ -297,6 +389,13 @@ static void merge_live(kl_monitor *m, int64_t now, uint64_t *live) {
     for (int k = 0; k < KL_MON_SHARDS; k++) {
         mshard *s = atomic_load_explicit(&m->shard[k], memory_order_acquire);
         if (!s) continue;
+        /* the accumulator of the current (or last) interval: in every window its start lies in */
+        int64_t as = atomic_load_explicit(&s->acc_start, memory_order_acquire);
+        for (int w = 0; as && w < m->cfg.nwin; w++) {
+            if (as > now || now - as >= m->cfg.win_s[w] * 1000000000LL) continue;
+            uint64_t *o = &live[(size_t)w * m->ncnt];
+            for (uint32_t i = 0; i < m->ncnt; i++) o[i] += atomic_load_explicit(&s->acc[i], memory_order_relaxed);
+        }
         for (int w = 0; w < m->cfg.nwin; w++) {
             int64_t cur = now / m->slot_ns[w];
             for (int j = 0; j < KL_MON_SLOTS; j++) {
@@ -311,10 +410,10 @@ static void merge_live(kl_monitor *m, int64_t now, uint64_t *live) {
     }
 }
 
-static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *cnt, kl_monitor_stat *st) {
+static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, const uint64_t *cnt, kl_monitor_stat *st) {
     const kl_colprof *p = c->p;
     const kl_monitor_cfg *g = &m->cfg;
-    st->n = cnt[MC_N];
+    st->n = grp[MG_ROWS + p->role];
     st->nulls = cnt[MC_NULLS];
     uint64_t nn = st->n - st->nulls;
     st->null_ratio = st->n ? (double)st->nulls / (double)st->n : NAN;
@@ -372,7 +471,7 @@ int kl_monitor_stats(kl_monitor *m, int64_t now, kl_monitor_stat **out, size_t *
             s->categorical = m->c[i].p->categorical;
             s->window = (int)w;
             s->window_s = m->cfg.win_s[w];
-            col_stat(m, &m->c[i], live + w * m->ncnt + m->c[i].off, s);
+            col_stat(m, &m->c[i], live + w * m->ncnt, live + w * m->ncnt + m->c[i].off, s);
         }
     free(live);
     *out = st;

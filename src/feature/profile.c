@@ -72,7 +72,7 @@ static int numeric_fill(kl_colprof *c, double *v, size_t n, uint64_t nulls) {
     }
     c->mean = n ? s / (double)n : NAN;
     if (n) { c->min = v[0]; c->max = v[n - 1]; }
-    c->edges = malloc((KL_PROF_BINS + 1) * sizeof *c->edges);
+    c->edges = malloc((KL_PROF_BINS + 2) * sizeof *c->edges);
     if (!c->edges) return KL_ENOMEM;
     c->nedges = kl_hist_edges(v, n, KL_PROF_BINS, c->edges);
     if (!c->nedges) return KL_OK;

@@ -113,15 +113,17 @@ double kl_qs_quantile(const kl_qsketch *q, double p) {
  * ================================================================== */
 
 size_t kl_hist_bin(const double *e, size_t n, double x) {
-    if (x < e[0]) return 0;
-    if (x > e[n - 1]) return n;
-    if (x == e[n - 1]) return n > 1 ? n - 1 : 1;
-    size_t lo = 0, hi = n; /* number of edges <= x */
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (e[mid] <= x) lo = mid + 1; else hi = mid;
+    size_t lo = 0; /* number of edges <= x */
+    if (n <= 16) { /* the profile's (<= KL_PROF_BINS + 2 edges): a count without branches */
+        for (size_t i = 0; i < n; i++) lo += e[i] <= x;
+    } else {
+        size_t hi = n;
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            if (e[mid] <= x) lo = mid + 1; else hi = mid;
+        }
     }
-    return lo;
+    return lo == n && x == e[n - 1] ? n - 1 : lo;
 }
 
 size_t kl_hist_edges(const double *v, size_t n, int nb, double *edges) {
@@ -131,8 +133,10 @@ size_t kl_hist_edges(const double *v, size_t n, int nb, double *edges) {
         double x = v[(size_t)((double)k * (double)(n - 1) / nb)];
         if (!m || x > edges[m - 1]) edges[m++] = x;
     }
-    if (m == 1) edges[m++] = nextafter(edges[0], INFINITY); /* one value: its own closed bin, then overflow */
-    return m;
+    /* the largest value gets a bin of its own: a column of few distinct
+     * values (a one-hot slot: 0 and 1) keeps each in its own bin */
+    edges[m] = nextafter(edges[m - 1], INFINITY);
+    return m + 1;
 }
 
 /* ==================================================================

@@ -640,16 +640,17 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
     }
     r->n_in = 1;
     int i = 0;
+    int64_t now = v->mon ? kl_time_mono_ns() : 0; /* the monitor's clock: once per request */
     const cJSON *rec;
     cJSON_ArrayForEach(rec, inst) {
         if (!cJSON_IsObject(rec)) { rc = kl_err_set(e, KL_EINVAL, "instances[%d]: expected an object of raw fields", i); goto done; }
-        if ((rc = kl_features_transform_record(v->feat, v->fstore, rec, tmp, NULL, e))) {
+        if ((rc = v->mon ? kl_monitor_transform(v->mon, v->fstore, rec, tmp, now, e)
+                         : kl_features_transform_record(v->feat, v->fstore, rec, tmp, NULL, e))) {
             kl_err_prefix(e, "instances[%d]", i);
             goto done;
         }
         float *row = (float *)t->data + (size_t)i * width;
         for (size_t k = 0; k < width; k++) row[k] = (float)tmp[k];
-        if (v->mon) sv_monitor_record(v, rec, row, width, kl_time_mono_ns());
         i++;
     }
     r->rows = n;

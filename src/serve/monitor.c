@@ -93,12 +93,6 @@ void sv_monitor_free(sv_version *v) {
     v->mon = NULL;
 }
 
-void sv_monitor_record(sv_version *v, const void *cjson_record, const float *row, size_t width, int64_t now) {
-    if (!v->mon) return;
-    kl_monitor_record(v->mon, cjson_record, now);
-    kl_monitor_features(v->mon, row, width, now);
-}
-
 /* after a successful run: the input rows of v2 requests (the feature slots
  * when the version has features.json; :predict rows were seen when decoded)
  * and the first output's rows of every request */
@@ -113,10 +107,11 @@ void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *
     for (int k = 0; k < n; k++) {
         const sv_req *r = rq[k];
         const sv_tensor *t = &r->in[0];
-        if (!r->predict && width && t->dtype == SV_FP32 && t->rank == 2 && (size_t)t->dims[1] == width)
-            for (int64_t i = 0; i < t->dims[0]; i++) kl_monitor_features(v->mon, (const float *)t->data + i * width, width, now);
-        for (int64_t i = 0; outs && i < r->rows; i++)
-            kl_monitor_outputs(v->mon, (const float *)out[0].data + (size_t)(row0 + i) * per, per, now);
+        int slots = !r->predict && width && t->dtype == SV_FP32 && t->rank == 2 && (size_t)t->dims[1] == width &&
+                    t->dims[0] == r->rows;
+        for (int64_t i = 0; (slots || outs) && i < r->rows; i++)
+            kl_monitor_observe(v->mon, NULL, slots ? (const float *)t->data + i * width : NULL, width,
+                               outs ? (const float *)out[0].data + (size_t)(row0 + i) * per : NULL, per, now);
         row0 += r->rows;
     }
 }

@@ -416,8 +416,7 @@ struct kl_server {
 int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e);   /* config.yaml monitor: */
 void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg);             /* sets v->mon or v->mon_off */
 void sv_monitor_free(sv_version *v);
-/* hot path: a :predict record (cJSON object) and its feature row */
-void sv_monitor_record(sv_version *v, const void *cjson_record, const float *row, size_t width, int64_t now_ns);
+/* (:predict records go through kl_monitor_transform in codec.c) */
 /* hot path: after a successful run of requests rq[0..n) of v with outputs out */
 void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out);
 /* GET .../monitor: the body into b; returns the HTTP status */

@@ -7,6 +7,7 @@
  * same-distribution rows and drift on a shifted mean, a new category and
  * rising nulls. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,15 +72,29 @@ KL_TEST(sketch_hist_bins_and_edges) {
     KT_EQ_INT(kl_hist_bin(e, 3, 2), 2);
     KT_EQ_INT(kl_hist_bin(e, 3, 4), 2); /* the last bin is closed */
     KT_EQ_INT(kl_hist_bin(e, 3, 4.5), 3);
-    double v[101], out[11];
+    double v[101], out[12];
     for (int i = 0; i <= 100; i++) v[i] = i;
     size_t m = kl_hist_edges(v, 101, 10, out);
-    KT_EQ_INT(m, 11);
+    KT_EQ_INT(m, 12);
     KT_NEAR(out[0], 0, 0);
     KT_NEAR(out[5], 50, 0);
     KT_NEAR(out[10], 100, 0);
+    KT_CHECK(out[11] > 100 && out[11] == nextafter(100, 200));
+    KT_EQ_INT(kl_hist_bin(out, 12, 100), 11); /* the max in a bin of its own */
+    KT_EQ_INT(kl_hist_bin(out, 12, 99.5), 10);
+    KT_EQ_INT(kl_hist_bin(out, 12, 100.5), 12);
+    /* a 0/1 column (a one-hot slot): duplicates dropped, each value its own bin */
     double d[6] = {0, 0, 0, 0, 1, 1};
-    KT_EQ_INT(kl_hist_edges(d, 6, 10, out), 2); /* duplicates dropped */
+    KT_EQ_INT(kl_hist_edges(d, 6, 10, out), 3);
+    KT_EQ_INT(kl_hist_bin(out, 3, 0), 1);
+    KT_EQ_INT(kl_hist_bin(out, 3, 1), 2);
+    /* the long edge lists of a loaded profile: binary search, same answers */
+    double big[40];
+    for (int i = 0; i < 40; i++) big[i] = i;
+    for (double x = -1; x <= 40; x += 0.5) {
+        size_t want = x < 0 ? 0 : x > 39 ? 40 : x == 39 ? 39 : (size_t)floor(x) + 1;
+        KT_EQ_INT(kl_hist_bin(big, 40, x), want);
+    }
     /* a constant column (an unknown-category slot never hit in training):
      * its value has a bin of its own, anything else is out of range */
     double z[3] = {0, 0, 0};
@@ -327,6 +342,9 @@ KL_TEST(monitor_windows_and_drift) {
     KT_CHECKF((s->drift & KL_DRIFT_CHI2) && (s->drift & KL_DRIFT_UNKNOWN), "new category: drift %d unknown %g", s->drift,
               s->unknown_ratio);
     KT_NEAR(s->unknown_ratio, 0.2, 0.01);
+    /* the one-hot slots see it too: 0 and 1 are separate bins */
+    s = find_stat(st, n, "cat=<unknown>", 0);
+    KT_CHECKF(s && (s->drift & (KL_DRIFT_PSI | KL_DRIFT_JS | KL_DRIFT_KS)), "cat=<unknown>: drift %d psi %g", s ? s->drift : -1, s ? s->psi : 0);
     s = find_stat(st, n, "item_price", 0);
     KT_CHECK(s->drift & KL_DRIFT_NULL);
     KT_NEAR(s->null_ratio, 0.2, 0.01);
@@ -344,6 +362,98 @@ KL_TEST(monitor_windows_and_drift) {
     kl_monitor_free(m);
     kl_features_free_columns(cols, ncols);
     kl_features_free_columns(live, nlive);
+    kl_features_free(f);
+}
+
+/* the server's path (kl_monitor_transform: the raw values as the transform
+ * read them) counts exactly what a separate parse of the record does */
+KL_TEST(monitor_transform_equals_record_path) {
+    kl_err e = {0};
+    kl_features *f = NULL;
+    kl_column **cols = NULL;
+    size_t ncols = 0;
+    KT_OK(fitted(&f, &cols, &ncols, &e), &e);
+    kl_profile *p1 = NULL, *p2 = NULL;
+    KT_OK(kl_profile_build(f, cols, ncols, NULL, &p1, &e), &e);
+    KT_OK(kl_profile_build(f, cols, ncols, NULL, &p2, &e), &e);
+    kl_monitor_cfg cfg;
+    kl_monitor_cfg_default(&cfg);
+    kl_monitor *a = NULL, *b = NULL;
+    KT_OK(kl_monitor_new(p1, f, &cfg, &a, &e), &e);
+    KT_OK(kl_monitor_new(p2, f, &cfg, &b, &e), &e);
+    int64_t t = 5LL * 86400 * 1000000000LL;
+    KT_CHECK(feed(a, f, cols, ncols, 0, 600, t, 1.0, "gadgets", 0.1) == 0);
+    double d[64];
+    for (size_t r = 0; r < 600; r++) {
+        cJSON *o = record(cols, ncols, r, 1.0, r % 5 == 0 ? "gadgets" : NULL, (double)(r % 100) < 10);
+        if (r == 7) cJSON_ReplaceItemInObject(o, "category", cJSON_CreateNumber(42)); /* a number as a string field */
+        int rc = kl_monitor_transform(b, NULL, o, d, t, &e);
+        cJSON_Delete(o);
+        KT_OK(rc, &e);
+    }
+    kl_monitor_stat *sa = NULL, *sb = NULL;
+    size_t na = 0, nb = 0;
+    KT_OK(kl_monitor_stats(a, t, &sa, &na, &e), &e);
+    KT_OK(kl_monitor_stats(b, t, &sb, &nb, &e), &e);
+    KT_EQ_INT(na, nb);
+    for (size_t i = 0; i < na; i++) {
+        KT_EQ_STR(sa[i].column, sb[i].column);
+        KT_EQ_INT(sa[i].n, sb[i].n);
+        KT_EQ_INT(sa[i].nulls, sb[i].nulls);
+        if (!strcmp(sa[i].column, "category")) /* b's row 7 is the unknown category "42" */
+            KT_NEAR(sb[i].unknown_ratio - sa[i].unknown_ratio, 1.0 / 600, 1e-12);
+        else if (strncmp(sa[i].column, "cat", 3)) /* the price columns: identical */
+            KT_CHECKF(sa[i].psi == sb[i].psi && sa[i].ks == sb[i].ks, "%s: psi %g vs %g", sa[i].column, sa[i].psi, sb[i].psi);
+    }
+    free(sa);
+    free(sb);
+    kl_monitor_free(a);
+    kl_monitor_free(b);
+    kl_features_free_columns(cols, ncols);
+    kl_features_free(f);
+}
+
+/* more threads than shards: exclusive shards (accumulators) and the shared
+ * one (atomic adds) together count every row once, merged on read */
+typedef struct { kl_monitor *m; size_t width; int64_t t; } thr_arg;
+static void *thr_feed(void *p) {
+    thr_arg *a = p;
+    float row[64] = {0};
+    for (int i = 0; i < 100; i++) {
+        row[0] = (float)(i % 10);
+        kl_monitor_features(a->m, row, a->width, a->t + i * 1000000LL);
+    }
+    return NULL;
+}
+
+KL_TEST(monitor_threads_merge) {
+    kl_err e = {0};
+    kl_features *f = NULL;
+    kl_column **cols = NULL;
+    size_t ncols = 0;
+    KT_OK(fitted(&f, &cols, &ncols, &e), &e);
+    kl_profile *p = NULL;
+    KT_OK(kl_profile_build(f, cols, ncols, NULL, &p, &e), &e);
+    kl_monitor_cfg cfg;
+    kl_monitor_cfg_default(&cfg);
+    kl_monitor *m = NULL;
+    KT_OK(kl_monitor_new(p, f, &cfg, &m, &e), &e);
+    enum { NT = KL_MON_SHARDS + 8 };
+    pthread_t th[NT];
+    thr_arg a = {m, kl_features_width(f), 9LL * 86400 * 1000000000LL};
+    for (int i = 0; i < NT; i++) KT_CHECK(pthread_create(&th[i], NULL, thr_feed, &a) == 0);
+    for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
+    kl_monitor_stat *st = NULL;
+    size_t n = 0;
+    KT_OK(kl_monitor_stats(m, a.t + 200000000LL, &st, &n, &e), &e);
+    const kl_monitor_stat *s = find_stat(st, n, "price_z", 0);
+    KT_EQ_INT(s->n, NT * 100);
+    KT_EQ_INT(find_stat(st, n, "price_z", 2)->n, NT * 100);
+    free(st);
+    size_t maxb = 0, cur = kl_monitor_bytes(m, &maxb);
+    KT_CHECK(cur > 0 && cur <= maxb);
+    kl_monitor_free(m);
+    kl_features_free_columns(cols, ncols);
     kl_features_free(f);
 }
 
