@@ -26,10 +26,10 @@ enum { MC_NULLS, MC_UNKNOWN, MC_BINS };
 
 typedef struct {
     const kl_colprof *p;
-    uint32_t off, nb;   /* first counter; bins (numbers: nedges + 1; categories: ntop + 1, the last "other") */
-    fin in;             /* raw inputs: how the record field reads */
-    fmap keys;          /* categories: key -> bin */
-    int temporal;       /* a date or timestamp input: time moves on, so it is described, never flagged */
+    uint32_t off, nb; /* first counter; bins (numbers: nedges + 1; categories: ntop + 1, the last "other") */
+    fin in;           /* raw inputs: how the record field reads */
+    fmap keys;        /* categories: key -> bin */
+    int temporal;     /* a date or timestamp input: time moves on, so it is described, never flagged */
 } mcol;
 
 /* A shard. An exclusive shard's writer counts into `acc` only (one
@@ -39,11 +39,11 @@ typedef struct {
  * acc to the windows its start lies in. The shared shard (several writers)
  * counts into every window's slot directly, with atomic adds. */
 typedef struct {
-    _Atomic int64_t *epoch;   /* [nwin * KL_MON_SLOTS] */
-    _Atomic uint32_t *c;      /* [nwin * KL_MON_SLOTS * ncnt] */
-    _Atomic uint32_t *acc;    /* [ncnt] */
+    _Atomic int64_t *epoch;    /* [nwin * KL_MON_SLOTS] */
+    _Atomic uint32_t *c;       /* [nwin * KL_MON_SLOTS * ncnt] */
+    _Atomic uint32_t *acc;     /* [ncnt] */
     _Atomic int64_t acc_start; /* ns; 0: acc is empty */
-    int64_t acc_end;          /* the writer's own */
+    int64_t acc_end;           /* the writer's own */
 } mshard;
 
 struct kl_monitor {
@@ -53,15 +53,15 @@ struct kl_monitor {
     int64_t slot_ns[KL_MON_MAX_WINDOWS];
     mcol *c;
     size_t nc;
-    int *raw;              /* mcol indices of the raw inputs */
+    int *raw; /* mcol indices of the raw inputs */
     size_t nraw;
-    int *feat;             /* feature slot s -> mcol index or -1 */
+    int *feat; /* feature slot s -> mcol index or -1 */
     size_t width;
-    int *outs;             /* output k -> mcol index (outputs in profile order) */
+    int *outs; /* output k -> mcol index (outputs in profile order) */
     size_t nouts;
     uint32_t ncnt;
     size_t shard_bytes;
-    int64_t gran_ns;       /* the shortest slot: an exclusive shard's accumulation interval */
+    int64_t gran_ns; /* the shortest slot: an exclusive shard's accumulation interval */
     _Atomic(mshard *) shard[KL_MON_SHARDS];
 };
 
@@ -84,8 +84,12 @@ void kl_monitor_cfg_default(kl_monitor_cfg *c) {
 int kl_monitor_parse_window(const char *s, int64_t *out) {
     char *end = NULL;
     long long v = strtoll(s, &end, 10);
-    int64_t mul = !*end ? 1 : !strcmp(end, "s") ? 1 : !strcmp(end, "m") ? 60 : !strcmp(end, "h") ? 3600
-                  : !strcmp(end, "d") ? 86400 : 0;
+    int64_t mul = !*end     ? 1
+        : !strcmp(end, "s") ? 1
+        : !strcmp(end, "m") ? 60
+        : !strcmp(end, "h") ? 3600
+        : !strcmp(end, "d") ? 86400
+                            : 0;
     if (end == s || !mul || v <= 0 || v > 366LL * 86400 / mul) return KL_EINVAL;
     *out = v * mul;
     return KL_OK;
@@ -126,7 +130,10 @@ static int setup_col(kl_monitor *m, mcol *c, const kl_colprof *p, kl_err *e) {
 int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *cfg, kl_monitor **out, kl_err *e) {
     *out = NULL;
     kl_monitor *m = calloc(1, sizeof *m);
-    if (!m) { kl_profile_free(ref); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (!m) {
+        kl_profile_free(ref);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
     m->ref = ref;
     m->f = f;
     m->cfg = *cfg;
@@ -138,7 +145,10 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
     m->raw = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->raw);
     m->outs = calloc(ref->ncols ? ref->ncols : 1, sizeof *m->outs);
     m->feat = malloc((m->width ? m->width : 1) * sizeof *m->feat);
-    if (!m->c || !m->raw || !m->outs || !m->feat) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (!m->c || !m->raw || !m->outs || !m->feat) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
     for (size_t s = 0; s < m->width; s++) m->feat[s] = -1;
     for (size_t i = 0; i < ref->ncols && !rc; i++) {
         const kl_colprof *p = &ref->cols[i];
@@ -146,7 +156,8 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
         if (p->role == KL_PROF_INPUT) {
             const fcol *fc = find_input(f, p->name);
             if (!fc) continue; /* a column these features do not read */
-            c->in = (fin){.column = fc->name, .type = fc->type, .nullable = 1, .raw = fc->raw, .col = (int)(fc - f->inputs)};
+            c->in = (fin){
+                .column = fc->name, .type = fc->type, .nullable = 1, .raw = fc->raw, .col = (int)(fc - f->inputs)};
             c->temporal = fc->type == KL_COL_DATE || fc->type == KL_COL_TIMESTAMP;
             m->raw[m->nraw++] = (int)m->nc;
         } else if (p->role == KL_PROF_FEATURE) {
@@ -162,7 +173,7 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
     }
     if (rc) goto fail;
     m->shard_bytes = (size_t)cfg->nwin * KL_MON_SLOTS * (sizeof(int64_t) + (size_t)m->ncnt * sizeof(uint32_t)) +
-                     (size_t)m->ncnt * sizeof(uint32_t);
+        (size_t)m->ncnt * sizeof(uint32_t);
     m->gran_ns = m->slot_ns[0];
     for (int w = 1; w < cfg->nwin; w++)
         if (m->slot_ns[w] < m->gran_ns) m->gran_ns = m->slot_ns[w];
@@ -212,8 +223,8 @@ static _Thread_local int tl_tid = -1;
 typedef struct {
     mshard *s;
     int shared;
-    _Atomic uint32_t *acc;              /* exclusive: where the values go */
-    size_t base[KL_MON_MAX_WINDOWS];    /* shared: each window's slot */
+    _Atomic uint32_t *acc;           /* exclusive: where the values go */
+    size_t base[KL_MON_MAX_WINDOWS]; /* shared: each window's slot */
 } wctx;
 
 static mshard *shard_get(kl_monitor *m, int k) {
@@ -222,7 +233,10 @@ static mshard *shard_get(kl_monitor *m, int k) {
     s = calloc(1, sizeof *s);
     size_t ne = (size_t)m->cfg.nwin * KL_MON_SLOTS;
     void *blk = s ? kl_mem_alloc(m->shard_bytes ? m->shard_bytes : 1, KL_TAG_OTHER) : NULL;
-    if (!blk) { free(s); return NULL; }
+    if (!blk) {
+        free(s);
+        return NULL;
+    }
     memset(blk, 0, m->shard_bytes);
     s->epoch = blk;
     s->c = (_Atomic uint32_t *)((char *)blk + ne * sizeof(int64_t));
@@ -255,8 +269,9 @@ static void acc_flush(const kl_monitor *m, mshard *s) {
         size_t base = slot_at(m, s, i, t);
         for (uint32_t j = 0; j < m->ncnt; j++) {
             uint32_t a = atomic_load_explicit(&s->acc[j], memory_order_relaxed);
-            if (a) atomic_store_explicit(&s->c[base + j], atomic_load_explicit(&s->c[base + j], memory_order_relaxed) + a,
-                                         memory_order_relaxed);
+            if (a)
+                atomic_store_explicit(&s->c[base + j], atomic_load_explicit(&s->c[base + j], memory_order_relaxed) + a,
+                                      memory_order_relaxed);
         }
     }
     for (uint32_t j = 0; j < m->ncnt; j++) atomic_store_explicit(&s->acc[j], 0, memory_order_relaxed);
@@ -297,12 +312,18 @@ static inline void winc(const kl_monitor *m, const wctx *w, uint32_t k) {
 }
 
 static void observe_num(const kl_monitor *m, const wctx *w, const mcol *c, double x) {
-    if (isnan(x)) { winc(m, w, c->off + MC_NULLS); return; }
+    if (isnan(x)) {
+        winc(m, w, c->off + MC_NULLS);
+        return;
+    }
     if (c->nb) winc(m, w, c->off + MC_BINS + (uint32_t)kl_hist_bin(c->p->edges, c->p->nedges, x));
 }
 
 static void observe_cat(const kl_monitor *m, const wctx *w, const mcol *c, const char *k, size_t n) {
-    if (!k) { winc(m, w, c->off + MC_NULLS); return; }
+    if (!k) {
+        winc(m, w, c->off + MC_NULLS);
+        return;
+    }
     const uint64_t *b = kl__fmap_get(&c->keys, k, n);
     if (!b && c->p->complete) winc(m, w, c->off + MC_UNKNOWN);
     winc(m, w, c->off + MC_BINS + (b ? (uint32_t)*b : c->nb - 1));
@@ -335,7 +356,8 @@ static void observe_record(kl_monitor *m, const wctx *wp, const void *rec, const
 void kl_monitor_observe(kl_monitor *m, const void *rec, const float *slots, size_t width, const float *outs, size_t k,
                         int64_t now) {
     wctx w;
-    int do_rec = rec && m->nraw, do_feat = slots && width == m->width && width, do_out = outs && m->nouts && k >= m->nouts;
+    int do_rec = rec && m->nraw, do_feat = slots && width == m->width && width,
+        do_out = outs && m->nouts && k >= m->nouts;
     if (!(do_rec || do_feat || do_out) || wbegin(m, now, &w)) return;
     if (do_rec) observe_record(m, &w, rec, NULL);
     if (do_feat) {
@@ -369,7 +391,9 @@ int kl_monitor_transform(kl_monitor *m, const kl_fstore *store, const void *rec,
     return rc;
 }
 
-void kl_monitor_record(kl_monitor *m, const void *rec, int64_t now) { kl_monitor_observe(m, rec, NULL, 0, NULL, 0, now); }
+void kl_monitor_record(kl_monitor *m, const void *rec, int64_t now) {
+    kl_monitor_observe(m, rec, NULL, 0, NULL, 0, now);
+}
 
 void kl_monitor_features(kl_monitor *m, const float *v, size_t width, int64_t now) {
     kl_monitor_observe(m, NULL, v, width, NULL, 0, now);
@@ -410,7 +434,8 @@ static void merge_live(kl_monitor *m, int64_t now, uint64_t *live) {
     }
 }
 
-static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, const uint64_t *cnt, kl_monitor_stat *st) {
+static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, const uint64_t *cnt,
+                     kl_monitor_stat *st) {
     const kl_colprof *p = c->p;
     const kl_monitor_cfg *g = &m->cfg;
     st->n = grp[MG_ROWS + p->role];
@@ -424,7 +449,10 @@ static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, co
     if (!st->tested) return;
     const uint64_t *q = cnt + MC_BINS;
     uint64_t *ref = malloc(c->nb * sizeof *ref);
-    if (!ref) { st->tested = 0; return; }
+    if (!ref) {
+        st->tested = 0;
+        return;
+    }
     if (p->categorical) {
         for (size_t i = 0; i < p->ntop; i++) ref[i] = p->top_count[i];
         ref[c->nb - 1] = p->other;
@@ -461,7 +489,11 @@ int kl_monitor_stats(kl_monitor *m, int64_t now, kl_monitor_stat **out, size_t *
     size_t nlive = nw * m->ncnt, nst = m->nc * nw;
     uint64_t *live = malloc((nlive ? nlive : 1) * sizeof *live);
     kl_monitor_stat *st = calloc(nst ? nst : 1, sizeof *st);
-    if (!live || !st) { free(live); free(st); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (!live || !st) {
+        free(live);
+        free(st);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
     merge_live(m, now, live);
     for (size_t i = 0; i < m->nc; i++)
         for (size_t w = 0; w < nw; w++) {
@@ -532,12 +564,13 @@ int kl_monitor_json(kl_monitor *m, int64_t now, kl_buf *b, kl_err *e) {
         window_name(g->win_s[w], wn[w], sizeof wn[w]);
         kl_buf_printf(b, "%s\"%s\"", w ? "," : "", wn[w]);
     }
-    kl_buf_printf(b, "],\"thresholds\":{\"psi\":%g,\"js\":%g,\"p_value\":%g,\"min_samples\":%llu,\"min_expected\":%g,"
-                  "\"null_delta\":%g,\"unknown_ratio\":%g,\"oob_ratio\":%g},\"memory_bytes\":%zu,\"memory_max_bytes\":%zu,"
-                  "\"feature_hash\":\"%s\",\"reference_rows\":%llu,\"prediction_drift\":%s,\"columns\":[",
-                  g->psi, g->js, g->p_value, (unsigned long long)g->min_samples, g->min_expected, g->null_delta,
-                  g->unknown_ratio, g->oob_ratio, cur, maxb, m->ref->feature_hash, (unsigned long long)m->ref->rows,
-                  m->nouts ? "true" : "false");
+    kl_buf_printf(
+        b,
+        "],\"thresholds\":{\"psi\":%g,\"js\":%g,\"p_value\":%g,\"min_samples\":%llu,\"min_expected\":%g,"
+        "\"null_delta\":%g,\"unknown_ratio\":%g,\"oob_ratio\":%g},\"memory_bytes\":%zu,\"memory_max_bytes\":%zu,"
+        "\"feature_hash\":\"%s\",\"reference_rows\":%llu,\"prediction_drift\":%s,\"columns\":[",
+        g->psi, g->js, g->p_value, (unsigned long long)g->min_samples, g->min_expected, g->null_delta, g->unknown_ratio,
+        g->oob_ratio, cur, maxb, m->ref->feature_hash, (unsigned long long)m->ref->rows, m->nouts ? "true" : "false");
     for (size_t i = 0; i < m->nc; i++) {
         const kl_colprof *p = m->c[i].p;
         kl_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");

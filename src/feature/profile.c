@@ -71,7 +71,10 @@ static int numeric_fill(kl_colprof *c, double *v, size_t n, uint64_t nulls) {
         if (kl_qs_add(&c->qs, v[i], 1)) return KL_ENOMEM;
     }
     c->mean = n ? s / (double)n : NAN;
-    if (n) { c->min = v[0]; c->max = v[n - 1]; }
+    if (n) {
+        c->min = v[0];
+        c->max = v[n - 1];
+    }
     c->edges = malloc((KL_PROF_BINS + 2) * sizeof *c->edges);
     if (!c->edges) return KL_ENOMEM;
     c->nedges = kl_hist_edges(v, n, KL_PROF_BINS, c->edges);
@@ -158,7 +161,10 @@ int kl_profile_build(const kl_features *f, kl_column *const *cols, size_t ncols,
         const kl_column *col = NULL;
         for (size_t j = 0; j < ncols; j++)
             if (!strcmp(cols[j]->name, name)) col = cols[j];
-        if (!col) { rc = kl_err_set(e, KL_EINVAL, "profile: no column %s in the data", name); break; }
+        if (!col) {
+            rc = kl_err_set(e, KL_EINVAL, "profile: no column %s in the data", name);
+            break;
+        }
         if (col->len > p->rows) p->rows = col->len;
         rc = profile_column(p, col, name, KL_PROF_INPUT, e);
     }
@@ -166,7 +172,10 @@ int kl_profile_build(const kl_features *f, kl_column *const *cols, size_t ncols,
     for (size_t s = 0; s < f->width && !rc; s++) rc = profile_column(p, slots[s], f->slot_names[s], KL_PROF_FEATURE, e);
     for (size_t s = 0; s < nslots; s++) kl_column_free(slots[s]);
     free(slots);
-    if (rc) { kl_profile_free(p); return rc; }
+    if (rc) {
+        kl_profile_free(p);
+        return rc;
+    }
     *out = p;
     return KL_OK;
 }
@@ -190,7 +199,10 @@ int kl_profile_add_numeric(kl_profile *p, const char *name, int role, const floa
         }
     double *d = malloc((n ? n : 1) * sizeof *d);
     kl_colprof *c = d ? add_col(p, name, role, 0) : NULL;
-    if (!c) { free(d); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    if (!c) {
+        free(d);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
     size_t m = 0;
     uint64_t nulls = 0;
     for (size_t i = 0; i < n; i++) {
@@ -254,8 +266,7 @@ static void put_col(kl_buf *b, const kl_colprof *c) {
     for (size_t i = 0; c->bins && i <= c->nedges; i++)
         kl_buf_printf(b, "%s%llu", i ? "," : "", (unsigned long long)c->bins[i]);
     kl_buf_printf(b, "],\"quantiles\":{\"alpha\":%g,\"count\":%llu,\"zero\":%llu,\"clamped\":%llu", KL_QS_ALPHA,
-                  (unsigned long long)c->qs.count, (unsigned long long)c->qs.zero,
-                  (unsigned long long)c->qs.clamped);
+                  (unsigned long long)c->qs.count, (unsigned long long)c->qs.zero, (unsigned long long)c->qs.clamped);
     put_side(b, "pos", &c->qs.pos);
     put_side(b, "neg", &c->qs.neg);
     kl_buf_puts(b, ",\"p01\":");
@@ -277,8 +288,8 @@ int kl_profile_save(const kl_profile *p, const char *path, kl_err *e) {
         kl_buf_puts(&b, i + 1 < p->ncols ? ",\n" : "\n");
     }
     kl_buf_puts(&b, "]}\n");
-    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "%s: out of memory", path)
-                      : kl_write_file_atomic(path, b.data, b.len, e);
+    int rc =
+        b.failed ? kl_err_set(e, KL_ENOMEM, "%s: out of memory", path) : kl_write_file_atomic(path, b.data, b.len, e);
     kl_buf_free(&b);
     return rc;
 }
@@ -374,9 +385,12 @@ static int read_categorical(kl_colprof *c, const cJSON *o) {
 static int read_col(kl_profile *p, const cJSON *o, const char *name, size_t i, kl_err *e) {
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(o, "name"), *role = cJSON_GetObjectItemCaseSensitive(o, "role"),
                 *kind = cJSON_GetObjectItemCaseSensitive(o, "kind");
-    if (!cJSON_IsString(nm) || !cJSON_IsString(role) || !cJSON_IsString(kind)) return bad(e, name, i, "expected name, role, kind");
-    int r = !strcmp(role->valuestring, "input") ? KL_PROF_INPUT : !strcmp(role->valuestring, "feature") ? KL_PROF_FEATURE
-            : !strcmp(role->valuestring, "output") ? KL_PROF_OUTPUT : -1;
+    if (!cJSON_IsString(nm) || !cJSON_IsString(role) || !cJSON_IsString(kind))
+        return bad(e, name, i, "expected name, role, kind");
+    int r = !strcmp(role->valuestring, "input") ? KL_PROF_INPUT
+        : !strcmp(role->valuestring, "feature") ? KL_PROF_FEATURE
+        : !strcmp(role->valuestring, "output")  ? KL_PROF_OUTPUT
+                                                : -1;
     if (r < 0) return bad(e, name, i, "role: expected input, feature or output");
     int cat = !strcmp(kind->valuestring, "categorical");
     if (!cat && strcmp(kind->valuestring, "numeric")) return bad(e, name, i, "kind: expected numeric or categorical");
@@ -395,7 +409,8 @@ int kl_profile_load_str(const char *text, size_t len, const char *name, kl_profi
     int rc = kl_json_parse(text, len, name, &root, e);
     if (rc) return rc;
     kl_profile *p = calloc(1, sizeof *p);
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format"), *h = cJSON_GetObjectItemCaseSensitive(root, "feature_hash"),
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format"),
+                *h = cJSON_GetObjectItemCaseSensitive(root, "feature_hash"),
                 *cols = cJSON_GetObjectItemCaseSensitive(root, "columns");
     if (!p) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
     else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "keel.profile/1"))
@@ -412,7 +427,10 @@ int kl_profile_load_str(const char *text, size_t len, const char *name, kl_profi
         }
     }
     cJSON_Delete(root);
-    if (rc) { kl_profile_free(p); return rc; }
+    if (rc) {
+        kl_profile_free(p);
+        return rc;
+    }
     *out = p;
     return KL_OK;
 }

@@ -67,7 +67,7 @@ void sv_metrics_request(kl_server *s, sv_req *r) {
     pthread_mutex_unlock(&s->mx);
 }
 
-void sv_metrics_label(kl_buf *b, const char *v) {
+static void label(kl_buf *b, const char *v) {
     kl_buf_puts(b, "\"");
     for (; *v; v++) {
         if (*v == '\\' || *v == '"') kl_buf_printf(b, "\\%c", *v);
@@ -77,9 +77,13 @@ void sv_metrics_label(kl_buf *b, const char *v) {
     kl_buf_puts(b, "\"");
 }
 
-void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help) {
+static void head(kl_buf *b, const char *name, const char *type, const char *help) {
     kl_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
+
+/* for the monitoring gauges (monitor.c) */
+void sv_metrics_label(kl_buf *b, const char *v) { label(b, v); }
+void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help) { head(b, name, type, help); }
 
 static void hist(kl_buf *b, const char *name, const char *labels, const uint64_t *bk, int nb, const double *le,
                  uint64_t count, double sum) {
@@ -101,7 +105,7 @@ static void version_label(char *out, size_t n, const char *model, int64_t versio
     kl_buf b;
     kl_buf_init(&b);
     kl_buf_puts(&b, "model=");
-    sv_metrics_label(&b, model);
+    label(&b, model);
     if (version >= 0) kl_buf_printf(&b, ",version=\"%lld\"", (long long)version);
     else if (version == -1) kl_buf_puts(&b, ",version=\"\"");
     if (level > 0) kl_buf_printf(&b, ",priority=\"%d\"", level);
@@ -149,7 +153,7 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     pthread_mutex_unlock(&s->lock);
 
     pthread_mutex_lock(&s->mx);
-    sv_metrics_head(&b, "keel_inference_request_duration_seconds", "histogram",
+    head(&b, "keel_inference_request_duration_seconds", "histogram",
          "Time from request received to response ready, successful inference requests.");
 #define EACH_VERSION(i, k) for (int i = 0; i < nm; i++) for (int k = 0; k < ms[i]->nvst; k++)
     EACH_VERSION(i, k)
@@ -158,25 +162,25 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
             version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, l + 1);
             hist(&b, "keel_inference_request_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
         }
-    sv_metrics_head(&b, "keel_inference_queue_duration_seconds", "histogram", "Time requests waited in the scheduler queue.");
+    head(&b, "keel_inference_queue_duration_seconds", "histogram", "Time requests waited in the scheduler queue.");
     EACH_VERSION(i, k) {
         const sv_hist *h = &ms[i]->vst[k].st.queue;
         version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, 0);
         hist(&b, "keel_inference_queue_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
     }
-    sv_metrics_head(&b, "keel_inference_compute_duration_seconds", "histogram", "Model execution time of the batch a request ran in.");
+    head(&b, "keel_inference_compute_duration_seconds", "histogram", "Model execution time of the batch a request ran in.");
     EACH_VERSION(i, k) {
         const sv_hist *h = &ms[i]->vst[k].st.compute;
         version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, 0);
         hist(&b, "keel_inference_compute_duration_seconds", lb, h->b, SV_LAT_BUCKETS, lat_le, h->count, h->sum);
     }
-    sv_metrics_head(&b, "keel_inference_batch_size", "histogram", "Rows of the batch each successful request ran in.");
+    head(&b, "keel_inference_batch_size", "histogram", "Rows of the batch each successful request ran in.");
     EACH_VERSION(i, k) {
         const sv_mstats *st = &ms[i]->vst[k].st;
         version_label(lb, sizeof lb, ms[i]->name, ms[i]->vst[k].version, 0);
         hist(&b, "keel_inference_batch_size", lb, st->batch, SV_BATCH_BUCKETS, batch_le, st->batch_count, st->batch_sum);
     }
-    sv_metrics_head(&b, "keel_inference_requests_total", "counter",
+    head(&b, "keel_inference_requests_total", "counter",
          "Inference requests answered (v2 infer and :predict), by model, version and result.");
     EACH_VERSION(i, k)
         for (int r = 0; r < SV_R_COUNT; r++) {
@@ -185,23 +189,23 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
                           (unsigned long long)ms[i]->vst[k].st.requests[r]);
         }
 #undef EACH_VERSION
-    sv_metrics_head(&b, "keel_http_connections_cut_total", "counter",
+    head(&b, "keel_http_connections_cut_total", "counter",
          "Slow clients cut: request headers late (header_timeout) or body below the minimum rate (slow_body).");
     kl_buf_printf(&b, "keel_http_connections_cut_total{reason=\"header_timeout\"} %llu\n",
                   (unsigned long long)atomic_load(&s->cut_head));
     kl_buf_printf(&b, "keel_http_connections_cut_total{reason=\"slow_body\"} %llu\n",
                   (unsigned long long)atomic_load(&s->cut_body));
-    sv_metrics_head(&b, "keel_http_requests_failed_total", "counter", "Requests refused before reaching a model, by reason.");
+    head(&b, "keel_http_requests_failed_total", "counter", "Requests refused before reaching a model, by reason.");
     for (int r = 1; r < SV_R_COUNT; r++)
         kl_buf_printf(&b, "keel_http_requests_failed_total{reason=\"%s\"} %llu\n", reason_names[r],
                       (unsigned long long)s->http_errors[r]);
-    sv_metrics_head(&b, "keel_model_loads_total", "counter", "Model version loads (integrity check, load, warm-up), by result.");
+    head(&b, "keel_model_loads_total", "counter", "Model version loads (integrity check, load, warm-up), by result.");
     for (int i = 0; i < nm; i++) {
         model_label(lb, sizeof lb, ms[i]->name, 0);
         kl_buf_printf(&b, "keel_model_loads_total{%s,result=\"success\"} %llu\n", lb, (unsigned long long)ms[i]->st.load_ok);
         kl_buf_printf(&b, "keel_model_loads_total{%s,result=\"failure\"} %llu\n", lb, (unsigned long long)ms[i]->st.load_fail);
     }
-    sv_metrics_head(&b, "keel_model_probes_total", "counter",
+    head(&b, "keel_model_probes_total", "counter",
          "Warm-up and background health-probe inferences of the model's versions, by result.");
     for (int i = 0; i < nm; i++) {
         model_label(lb, sizeof lb, ms[i]->name, 0);
@@ -210,44 +214,44 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     }
     pthread_mutex_unlock(&s->mx);
 
-    sv_metrics_head(&b, "keel_queue_length", "gauge", "Requests waiting in the scheduler, by model and priority.");
+    head(&b, "keel_queue_length", "gauge", "Requests waiting in the scheduler, by model and priority.");
     for (int i = 0; i < nm; i++)
         for (int l = 0; l < levels[i]; l++) {
             model_label(lb, sizeof lb, ms[i]->name, l + 1);
             kl_buf_printf(&b, "keel_queue_length{%s} %d\n", lb, qlen[i][l]);
         }
-    sv_metrics_head(&b, "keel_inference_running", "gauge", "Batches of the model being executed now.");
+    head(&b, "keel_inference_running", "gauge", "Batches of the model being executed now.");
     for (int i = 0; i < nm; i++) {
         model_label(lb, sizeof lb, ms[i]->name, 0);
         kl_buf_printf(&b, "keel_inference_running{%s} %d\n", lb, running[i]);
     }
-    sv_metrics_head(&b, "keel_model_ready", "gauge", "1 when the model has a ready version.");
+    head(&b, "keel_model_ready", "gauge", "1 when the model has a ready version.");
     for (int i = 0; i < nm; i++) {
         model_label(lb, sizeof lb, ms[i]->name, 0);
         kl_buf_printf(&b, "keel_model_ready{%s} %d\n", lb, ready[i]);
     }
-    sv_metrics_head(&b, "keel_memory_allocated_bytes", "gauge", "Bytes allocated through the core allocator, by tag.");
+    head(&b, "keel_memory_allocated_bytes", "gauge", "Bytes allocated through the core allocator, by tag.");
     for (int t = 0; t < KL_TAG_COUNT; t++) {
         kl_mem_stats ms;
         kl_mem_stats_get((kl_mem_tag)t, &ms);
         kl_buf_printf(&b, "keel_memory_allocated_bytes{tag=\"%s\"} %llu\n", kl_mem_tag_name((kl_mem_tag)t),
                       (unsigned long long)ms.allocated);
     }
-    sv_metrics_head(&b, "keel_memory_reserved_bytes", "gauge", "Bytes held from the OS by the core allocator, by tag.");
+    head(&b, "keel_memory_reserved_bytes", "gauge", "Bytes held from the OS by the core allocator, by tag.");
     for (int t = 0; t < KL_TAG_COUNT; t++) {
         kl_mem_stats ms;
         kl_mem_stats_get((kl_mem_tag)t, &ms);
         kl_buf_printf(&b, "keel_memory_reserved_bytes{tag=\"%s\"} %llu\n", kl_mem_tag_name((kl_mem_tag)t),
                       (unsigned long long)ms.reserved);
     }
-    sv_metrics_head(&b, "keel_memory_budget_bytes", "gauge", "Memory budgets by tag (0 = none); tag=\"total\" is the allocator cap.");
+    head(&b, "keel_memory_budget_bytes", "gauge", "Memory budgets by tag (0 = none); tag=\"total\" is the allocator cap.");
     for (int t = 0; t < KL_TAG_COUNT; t++)
         kl_buf_printf(&b, "keel_memory_budget_bytes{tag=\"%s\"} %llu\n", kl_mem_tag_name((kl_mem_tag)t),
                       (unsigned long long)kl_mem_get_tag_budget((kl_mem_tag)t));
     kl_buf_printf(&b, "keel_memory_budget_bytes{tag=\"total\"} %llu\n", (unsigned long long)kl_mem_get_budget());
-    sv_metrics_head(&b, "keel_serving_memory_budget_bytes", "gauge", "Serving budget that priority memory shares divide.");
+    head(&b, "keel_serving_memory_budget_bytes", "gauge", "Serving budget that priority memory shares divide.");
     kl_buf_printf(&b, "keel_serving_memory_budget_bytes %llu\n", (unsigned long long)s->budget);
-    sv_metrics_head(&b, "keel_serving_planned_bytes", "gauge", "Planned activation bytes of admitted requests, by priority.");
+    head(&b, "keel_serving_planned_bytes", "gauge", "Planned activation bytes of admitted requests, by priority.");
     for (int l = 0; l < SV_MAX_LEVELS; l++)
         kl_buf_printf(&b, "keel_serving_planned_bytes{priority=\"%d\"} %llu\n", l + 1, (unsigned long long)level_bytes[l]);
 
@@ -261,15 +265,15 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     s->cpu_last_s = cpu;
     s->cpu_last_ns = now;
     pthread_mutex_unlock(&s->mx);
-    sv_metrics_head(&b, "process_cpu_seconds_total", "counter", "User and system CPU time of the process.");
+    head(&b, "process_cpu_seconds_total", "counter", "User and system CPU time of the process.");
     kl_buf_printf(&b, "process_cpu_seconds_total %.3f\n", cpu);
-    sv_metrics_head(&b, "keel_process_cpu_utilisation_ratio", "gauge",
+    head(&b, "keel_process_cpu_utilisation_ratio", "gauge",
          "CPU seconds per second since the previous scrape (1 = one core busy).");
     kl_buf_printf(&b, "keel_process_cpu_utilisation_ratio %.4f\n", util);
-    sv_metrics_head(&b, "keel_cpu_cores", "gauge", "Online CPU cores.");
+    head(&b, "keel_cpu_cores", "gauge", "Online CPU cores.");
     kl_buf_printf(&b, "keel_cpu_cores %d\n", kl_cpu_count());
     sv_monitor_metrics(s, &b);
-    sv_metrics_head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
+    head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
     kl_buf_printf(&b, "keel_ready %d\n", sv_ready(s, NULL, 0));
     *len = b.len;
     return kl_buf_take(&b);

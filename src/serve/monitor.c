@@ -17,13 +17,15 @@
  * ================================================================== */
 
 int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
-    static const char *const keys[] = {"enabled", "windows", "psi", "js", "p_value", "min_samples",
-                                       "min_expected", "null_delta", "unknown_ratio", "oob_ratio"};
+    static const char *const keys[] = {"enabled",       "windows",     "psi",          "js",
+                                       "p_value",       "min_samples", "min_expected", "null_delta",
+                                       "unknown_ratio", "oob_ratio"};
     kl_monitor_cfg *m = &c->monitor;
     int rc;
     if (kl_node_kind_of(n) != KL_NODE_MAP) {
         int on;
-        if ((rc = kl_node_bool(n, &on, e))) return kl_node_error(n, e, KL_EINVAL, "monitor: expected a map or true/false");
+        if ((rc = kl_node_bool(n, &on, e)))
+            return kl_node_error(n, e, KL_EINVAL, "monitor: expected a map or true/false");
         c->monitor_on = on;
         return KL_OK;
     }
@@ -43,10 +45,17 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
                                      KL_MON_SLOTS);
         }
     }
-    struct { const char *k; double *v; double lo, hi; } d[] = {
-        {"psi", &m->psi, 0, 100}, {"js", &m->js, 0, 1}, {"p_value", &m->p_value, 0, 1},
-        {"min_expected", &m->min_expected, 0, 1e6}, {"null_delta", &m->null_delta, 0, 1},
-        {"unknown_ratio", &m->unknown_ratio, 0, 1}, {"oob_ratio", &m->oob_ratio, 0, 1}};
+    struct {
+        const char *k;
+        double *v;
+        double lo, hi;
+    } d[] = {{"psi", &m->psi, 0, 100},
+             {"js", &m->js, 0, 1},
+             {"p_value", &m->p_value, 0, 1},
+             {"min_expected", &m->min_expected, 0, 1e6},
+             {"null_delta", &m->null_delta, 0, 1},
+             {"unknown_ratio", &m->unknown_ratio, 0, 1},
+             {"oob_ratio", &m->oob_ratio, 0, 1}};
     for (size_t i = 0; i < KL_ARRAY_LEN(d); i++) {
         if ((rc = kl_spec_double(n, d[i].k, *d[i].v, d[i].v, e))) return rc;
         if (!(*d[i].v >= d[i].lo && *d[i].v <= d[i].hi))
@@ -55,7 +64,8 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
     }
     int64_t ms;
     if ((rc = kl_spec_int(n, "min_samples", (int64_t)m->min_samples, &ms, e))) return rc;
-    if (ms < 1 || ms > 1000000000) return kl_node_error(kl_node_get(n, "min_samples"), e, KL_EINVAL, "min_samples: 1..1e9");
+    if (ms < 1 || ms > 1000000000)
+        return kl_node_error(kl_node_get(n, "min_samples"), e, KL_EINVAL, "min_samples: 1..1e9");
     m->min_samples = (uint64_t)ms;
     return KL_OK;
 }
@@ -67,9 +77,13 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
 void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
     char p[1400];
     snprintf(p, sizeof p, "%s/profile.json", v->dir);
-    if (!cfg->monitor_on) { snprintf(v->mon_off, sizeof v->mon_off, "monitor: enabled: false in config.yaml"); return; }
+    if (!cfg->monitor_on) {
+        snprintf(v->mon_off, sizeof v->mon_off, "monitor: enabled: false in config.yaml");
+        return;
+    }
     if (!kl_path_exists(p)) {
-        snprintf(v->mon_off, sizeof v->mon_off, "no profile.json in the version (made before profiles, or without "
+        snprintf(v->mon_off, sizeof v->mon_off,
+                 "no profile.json in the version (made before profiles, or without "
                  "features fit / training): it serves unmonitored");
         return;
     }
@@ -101,14 +115,14 @@ void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *
     int64_t now = kl_time_mono_ns(), row0 = 0, total = 0;
     for (int k = 0; k < n; k++) total += rq[k]->rows;
     size_t width = v->feat ? kl_features_width(v->feat) : 0;
-    int outs = kl_monitor_has_outputs(v->mon) && out[0].dtype == SV_FP32 && out[0].rank >= 1 && out[0].dims[0] == total &&
-               total > 0;
+    int outs = kl_monitor_has_outputs(v->mon) && out[0].dtype == SV_FP32 && out[0].rank >= 1 &&
+        out[0].dims[0] == total && total > 0;
     size_t per = outs ? (size_t)(sv_numel(&out[0]) / total) : 0;
     for (int k = 0; k < n; k++) {
         const sv_req *r = rq[k];
         const sv_tensor *t = &r->in[0];
         int slots = !r->predict && width && t->dtype == SV_FP32 && t->rank == 2 && (size_t)t->dims[1] == width &&
-                    t->dims[0] == r->rows;
+            t->dims[0] == r->rows;
         for (int64_t i = 0; (slots || outs) && i < r->rows; i++)
             kl_monitor_observe(v->mon, NULL, slots ? (const float *)t->data + i * width : NULL, width,
                                outs ? (const float *)out[0].data + (size_t)(row0 + i) * per : NULL, per, now);
@@ -130,7 +144,9 @@ int sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
         kl_buf_puts(b, "{\"error\":");
         char msg[300];
         if (!m) snprintf(msg, sizeof msg, "unknown model '%s'", model);
-        else snprintf(msg, sizeof msg, "model '%s' has no %s loaded", model, want >= 0 ? "such version" : "ready version");
+        else
+            snprintf(msg, sizeof msg, "model '%s' has no %s loaded", model,
+                     want >= 0 ? "such version" : "ready version");
         kl_buf_json_str(b, msg);
         kl_buf_puts(b, "}");
         return 404;
@@ -168,7 +184,11 @@ static void window_label(int64_t s, char *buf, size_t n) {
     else snprintf(buf, n, "%llds", (long long)s);
 }
 
-typedef struct { const char *name; size_t off; int num, cat; } stat_field;
+typedef struct {
+    const char *name;
+    size_t off;
+    int num, cat;
+} stat_field;
 static const stat_field FIELDS[] = {
     {"psi", offsetof(kl_monitor_stat, psi), 1, 1},
     {"js", offsetof(kl_monitor_stat, js), 1, 1},
@@ -192,7 +212,12 @@ static void stat_labels(kl_buf *b, const char *model, int64_t ver, const kl_moni
     kl_buf_printf(b, ",window=\"%s\"", w);
 }
 
-typedef struct { const char *model; int64_t ver; kl_monitor_stat *st; size_t n; } vstats;
+typedef struct {
+    const char *model;
+    int64_t ver;
+    kl_monitor_stat *st;
+    size_t n;
+} vstats;
 
 static void render_family(kl_buf *b, const vstats *vs, int nv, const char *name, int outputs) {
     for (int i = 0; i < nv; i++)
@@ -235,7 +260,8 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
                     "profile.json, per window: psi, js, ks, ks_p_value, oob_ratio (numbers), chi2, chi2_p_value, "
                     "unknown_ratio (categories); windows with at least min_samples values.");
     render_family(b, vs, nv, "keel_feature_drift", 0);
-    sv_metrics_head(b, "keel_feature_null_ratio", "gauge", "Share of null or missing values of a raw input per window.");
+    sv_metrics_head(b, "keel_feature_null_ratio", "gauge",
+                    "Share of null or missing values of a raw input per window.");
     for (int i = 0; i < nv; i++)
         for (size_t k = 0; k < vs[i].n; k++) {
             const kl_monitor_stat *st = &vs[i].st[k];
@@ -244,8 +270,9 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
             stat_labels(b, vs[i].model, vs[i].ver, st);
             kl_buf_printf(b, "} %.6g\n", st->null_ratio);
         }
-    sv_metrics_head(b, "keel_feature_drift_detected", "gauge",
-                    "1 when a statistic of the input or feature passes its threshold in the window (monitor: in config.yaml).");
+    sv_metrics_head(
+        b, "keel_feature_drift_detected", "gauge",
+        "1 when a statistic of the input or feature passes its threshold in the window (monitor: in config.yaml).");
     for (int i = 0; i < nv; i++)
         for (size_t k = 0; k < vs[i].n; k++) {
             const kl_monitor_stat *st = &vs[i].st[k];
@@ -254,8 +281,9 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
             stat_labels(b, vs[i].model, vs[i].ver, st);
             kl_buf_printf(b, "} %d\n", st->drift ? 1 : 0);
         }
-    sv_metrics_head(b, "keel_prediction_drift", "gauge",
-                    "Drift of a model output against its distribution on the validation rows (profile.json), per window.");
+    sv_metrics_head(
+        b, "keel_prediction_drift", "gauge",
+        "Drift of a model output against its distribution on the validation rows (profile.json), per window.");
     render_family(b, vs, nv, "keel_prediction_drift", 1);
     sv_metrics_head(b, "keel_monitor_memory_bytes", "gauge", "Bytes the live monitor of a version holds.");
     for (int i = 0; i < nv; i++) {

@@ -120,7 +120,7 @@ typedef struct {
     int latest_n;
     int64_t specific[SV_MAX_VERSIONS];
     int n_specific;
-    int monitor_on;             /* monitor: (monitor.c): on by default for versions with a profile.json */
+    int monitor_on; /* monitor: (monitor.c): on by default for versions with a profile.json */
     kl_monitor_cfg monitor;
 } sv_model_cfg;
 
@@ -413,8 +413,8 @@ struct kl_server {
 };
 
 /* monitor.c: monitoring against the version's profile.json (docs/monitoring.md) */
-int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e);   /* config.yaml monitor: */
-void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg);             /* sets v->mon or v->mon_off */
+int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e); /* config.yaml monitor: */
+void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg);           /* sets v->mon or v->mon_off */
 void sv_monitor_free(sv_version *v);
 /* (:predict records go through kl_monitor_transform in codec.c) */
 /* hot path: after a successful run of requests rq[0..n) of v with outputs out */
@@ -440,8 +440,9 @@ void sv_model_free(sv_model *m);
  * (fuzz/fuzz_http.c). */
 enum {
     SV_RT_NONE, SV_RT_LIVE, SV_RT_READY, SV_RT_SERVER, SV_RT_MODEL_META, SV_RT_MODEL_READY, SV_RT_INFER, SV_RT_REPO_INDEX,
-    SV_RT_REPO_LOAD, SV_RT_REPO_UNLOAD, SV_RT_METRICS, SV_RT_PREDICT, SV_RT_NOT_FOUND, SV_RT_BAD_TARGET, SV_RT_MONITOR
+    SV_RT_REPO_LOAD, SV_RT_REPO_UNLOAD, SV_RT_METRICS, SV_RT_PREDICT, SV_RT_NOT_FOUND, SV_RT_BAD_TARGET
 };
+enum { SV_RT_MONITOR = SV_RT_BAD_TARGET + 1 }; /* GET /v2/models/M[/versions/V]/monitor (monitor.c) */
 /* The route of a (percent-decoded) path; sets r->model_name, want_version
  * and method_ok. SV_RT_BAD_TARGET: a control character in it. */
 int sv_route(const char *url, const char *method, sv_req *r);

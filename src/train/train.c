@@ -648,8 +648,8 @@ static const char *part_names[5] = {"params", "grads", "optimizer", "activations
 static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs,
                       const tr_pos *pos, int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train,
                       int best_used, double secs, const tr_dsinfo *dsi, int64_t run_id, kl_err *e) {
-    const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml", "metrics.csv", "curves.svg", "card.md", "features.json",
-                           "profile.json"};
+    const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml",     "metrics.csv",
+                           "curves.svg", "card.md",           "features.json", "profile.json"};
     cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
     char p[4096], hex[65];
     int rc = KL_OK;

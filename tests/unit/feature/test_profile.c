@@ -208,10 +208,12 @@ KL_TEST(profile_build_save_load) {
     for (size_t i = 0; i < p->ncols; i++) {
         const kl_colprof *a = &p->cols[i], *b = &q->cols[i];
         KT_EQ_STR(a->name, b->name);
-        KT_CHECK(a->role == b->role && a->categorical == b->categorical && a->count == b->count && a->nulls == b->nulls);
+        KT_CHECK(a->role == b->role && a->categorical == b->categorical && a->count == b->count &&
+                 a->nulls == b->nulls);
         KT_CHECK(a->nedges == b->nedges && a->ntop == b->ntop && a->other == b->other);
         for (size_t k = 0; k < a->nedges; k++) KT_CHECK(a->edges[k] == b->edges[k] && a->bins[k] == b->bins[k]);
-        for (size_t k = 0; k < a->ntop; k++) KT_CHECK(!strcmp(a->top[k], b->top[k]) && a->top_count[k] == b->top_count[k]);
+        for (size_t k = 0; k < a->ntop; k++)
+            KT_CHECK(!strcmp(a->top[k], b->top[k]) && a->top_count[k] == b->top_count[k]);
         KT_CHECK(kl_qs_quantile(&a->qs, 0.5) == kl_qs_quantile(&b->qs, 0.5) || (a->qs.count == 0 && b->qs.count == 0));
     }
     KT_EQ_INT(q->cols[q->ncols - 1].role, KL_PROF_OUTPUT);
@@ -265,12 +267,15 @@ static int feed(kl_monitor *m, const kl_features *f, kl_column **cols, size_t nc
     float slots[64];
     kl_err e = {0};
     for (size_t r = r0; r < r1; r++) {
-        const char *cat = newcat && r % 5 == 0 ? newcat : NULL;  /* 20 % */
+        const char *cat = newcat && r % 5 == 0 ? newcat : NULL; /* 20 % */
         int null_price = null_share > 0 && (double)(r % 100) < null_share * 100;
         cJSON *o = record(cols, ncols, r, shift, cat, null_price);
         kl_monitor_record(m, o, t);
         double d[64];
-        if (kl_features_transform_record(f, NULL, o, d, NULL, &e)) { cJSON_Delete(o); return -1; }
+        if (kl_features_transform_record(f, NULL, o, d, NULL, &e)) {
+            cJSON_Delete(o);
+            return -1;
+        }
         for (size_t k = 0; k < kl_features_width(f); k++) slots[k] = (float)d[k];
         kl_monitor_features(m, slots, kl_features_width(f), t);
         cJSON_Delete(o);
@@ -339,12 +344,13 @@ KL_TEST(monitor_windows_and_drift) {
     KT_CHECK(feed(m, f, live, nlive, 2000, 3000, t2, 0, "gadgets", 0.2) == 0);
     KT_OK(kl_monitor_stats(m, t2, &st, &n, &e), &e);
     s = find_stat(st, n, "category", 0);
-    KT_CHECKF((s->drift & KL_DRIFT_CHI2) && (s->drift & KL_DRIFT_UNKNOWN), "new category: drift %d unknown %g", s->drift,
-              s->unknown_ratio);
+    KT_CHECKF((s->drift & KL_DRIFT_CHI2) && (s->drift & KL_DRIFT_UNKNOWN), "new category: drift %d unknown %g",
+              s->drift, s->unknown_ratio);
     KT_NEAR(s->unknown_ratio, 0.2, 0.01);
     /* the one-hot slots see it too: 0 and 1 are separate bins */
     s = find_stat(st, n, "cat=<unknown>", 0);
-    KT_CHECKF(s && (s->drift & (KL_DRIFT_PSI | KL_DRIFT_JS | KL_DRIFT_KS)), "cat=<unknown>: drift %d psi %g", s ? s->drift : -1, s ? s->psi : 0);
+    KT_CHECKF(s && (s->drift & (KL_DRIFT_PSI | KL_DRIFT_JS | KL_DRIFT_KS)), "cat=<unknown>: drift %d psi %g",
+              s ? s->drift : -1, s ? s->psi : 0);
     s = find_stat(st, n, "item_price", 0);
     KT_CHECK(s->drift & KL_DRIFT_NULL);
     KT_NEAR(s->null_ratio, 0.2, 0.01);
@@ -403,7 +409,8 @@ KL_TEST(monitor_transform_equals_record_path) {
         if (!strcmp(sa[i].column, "category")) /* b's row 7 is the unknown category "42" */
             KT_NEAR(sb[i].unknown_ratio - sa[i].unknown_ratio, 1.0 / 600, 1e-12);
         else if (strncmp(sa[i].column, "cat", 3)) /* the price columns: identical */
-            KT_CHECKF(sa[i].psi == sb[i].psi && sa[i].ks == sb[i].ks, "%s: psi %g vs %g", sa[i].column, sa[i].psi, sb[i].psi);
+            KT_CHECKF(sa[i].psi == sb[i].psi && sa[i].ks == sb[i].ks, "%s: psi %g vs %g", sa[i].column, sa[i].psi,
+                      sb[i].psi);
     }
     free(sa);
     free(sb);
@@ -415,7 +422,11 @@ KL_TEST(monitor_transform_equals_record_path) {
 
 /* more threads than shards: exclusive shards (accumulators) and the shared
  * one (atomic adds) together count every row once, merged on read */
-typedef struct { kl_monitor *m; size_t width; int64_t t; } thr_arg;
+typedef struct {
+    kl_monitor *m;
+    size_t width;
+    int64_t t;
+} thr_arg;
 static void *thr_feed(void *p) {
     thr_arg *a = p;
     float row[64] = {0};
@@ -471,8 +482,9 @@ KL_TEST(monitor_parse_window) {
 /* features fit reads no numeric label (it does not need it): the profile of
  * the fit rows is built from the slots alone, the label is not required */
 KL_TEST(profile_build_without_label_column) {
-    const char *spec = "label: {column: clicked, type: int32}\n"
-                       "features:\n  - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}\n";
+    const char *spec =
+        "label: {column: clicked, type: int32}\n"
+        "features:\n  - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}\n";
     kl_err e = {0};
     kl_features *f = NULL;
     kl_column **cols = NULL;
