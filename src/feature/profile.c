@@ -300,11 +300,17 @@ static int bad(kl_err *e, const char *name, size_t col, const char *what) {
     return kl_err_set(e, KL_EPARSE, "%s: columns[%zu]: %s", name, col, what);
 }
 
-static int get_u64(const cJSON *o, const char *k, uint64_t *out) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(x) || x->valuedouble < 0) return -1;
+/* a count: a whole number in 0..2^53 (a larger double would not convert) */
+static int count_of(const cJSON *x, uint64_t *out) {
+    if (!cJSON_IsNumber(x) || !(x->valuedouble >= 0 && x->valuedouble <= 9007199254740992.0) ||
+        x->valuedouble != floor(x->valuedouble))
+        return -1;
     *out = (uint64_t)x->valuedouble;
     return 0;
+}
+
+static int get_u64(const cJSON *o, const char *k, uint64_t *out) {
+    return count_of(cJSON_GetObjectItemCaseSensitive(o, k), out);
 }
 
 static double get_num(const cJSON *o, const char *k) {
@@ -326,8 +332,7 @@ static int read_side(const cJSON *q, const char *name, kl_qs_side *s) {
     int i = 0;
     const cJSON *x;
     cJSON_ArrayForEach(x, a) {
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0) return -1;
-        s->c[i++] = (uint64_t)x->valuedouble;
+        if (count_of(x, &s->c[i++])) return -1;
     }
     return 0;
 }
@@ -348,13 +353,12 @@ static int read_numeric(kl_colprof *c, const cJSON *o) {
         int i = 0;
         const cJSON *x;
         cJSON_ArrayForEach(x, ed) {
-            if (!cJSON_IsNumber(x) || (i && x->valuedouble <= c->edges[i - 1])) return -1;
+            if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) || (i && x->valuedouble <= c->edges[i - 1])) return -1;
             c->edges[i++] = x->valuedouble;
         }
         i = 0;
         cJSON_ArrayForEach(x, bi) {
-            if (!cJSON_IsNumber(x) || x->valuedouble < 0) return -1;
-            c->bins[i++] = (uint64_t)x->valuedouble;
+            if (count_of(x, &c->bins[i++])) return -1;
         }
     }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(o, "quantiles");
@@ -374,9 +378,9 @@ static int read_categorical(kl_colprof *c, const cJSON *o) {
     const cJSON *x;
     cJSON_ArrayForEach(x, t) {
         const cJSON *k = cJSON_GetArrayItem(x, 0), *v = cJSON_GetArrayItem(x, 1);
-        if (cJSON_GetArraySize(x) != 2 || !cJSON_IsString(k) || !cJSON_IsNumber(v) || v->valuedouble < 0) return -1;
+        if (cJSON_GetArraySize(x) != 2 || !cJSON_IsString(k) || count_of(v, &c->top_count[c->ntop])) return -1;
         if (!(c->top[c->ntop] = strdup(k->valuestring))) return -1;
-        c->top_count[c->ntop++] = (uint64_t)v->valuedouble;
+        c->ntop++;
     }
     c->complete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "complete"));
     return get_u64(o, "other", &c->other) || get_u64(o, "distinct", &c->distinct) ? -1 : 0;
