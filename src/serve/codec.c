@@ -251,8 +251,14 @@ static int parse_priority(const cJSON *p, int *out) {
     }
     if (cJSON_IsString(p)) {
         int64_t v;
-        if (!strcmp(p->valuestring, "high")) { *out = 1; return 0; }
-        if (!strcmp(p->valuestring, "low")) { *out = SV_MAX_LEVELS + 1; return 0; } /* lowest level */
+        if (!strcmp(p->valuestring, "high")) {
+            *out = 1;
+            return 0;
+        }
+        if (!strcmp(p->valuestring, "low")) {
+            *out = SV_MAX_LEVELS + 1;
+            return 0;
+        } /* lowest level */
         if (kl_parse_int64(p->valuestring, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
         *out = (int)v;
         return 0;
@@ -623,6 +629,15 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
         sv_json_free(d);
         return rc;
     }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(sv_json_root(d), "id"); /* echoed; the key of feedback */
+    if (id && !cJSON_IsString(id)) {
+        sv_json_free(d);
+        return kl_err_set(e, KL_EINVAL, "id: expected a string");
+    }
+    if (id) {
+        snprintf(r->id, sizeof r->id, "%s", id->valuestring);
+        r->has_id = 1;
+    }
     size_t width = kl_features_width(v->feat);
     double *tmp = malloc((width ? width : 1) * sizeof *tmp);
     sv_tensor *t = &r->in[0];
@@ -735,6 +750,10 @@ static int encode_predict(sv_req *r, const sv_tensor *outs, size_t n_out, int64_
     kl_buf_json_str(&b, r->model->name);
     kl_buf_printf(&b, ",\"model_version\":\"%lld\",\"feature_hash\":", (long long)r->ver->version);
     kl_buf_json_str(&b, kl_features_hash(r->ver->feat));
+    if (r->has_id) {
+        kl_buf_puts(&b, ",\"id\":");
+        kl_buf_json_str(&b, r->id);
+    }
     kl_buf_puts(&b, "}");
     if (b.failed) { kl_buf_free(&b); return kl_err_set(e, KL_ENOMEM, "out of memory building the response"); }
     r->resp_header_len = -1;

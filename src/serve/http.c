@@ -213,8 +213,9 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
     /* dynamic_batching: whether this version's requests are batched (the
      * configuration's, default on, and the version can batch) */
     int batches = sv_version_batches(&m->cfg, v);
-    kl_buf_printf(&b, ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"max_queue_delay_us\":%lld,"
-                      "\"priority_levels\":%d,\"default_priority\":%d,\"instances\":%d}",
+    kl_buf_printf(&b,
+                  ",\"parameters\":{\"max_batch_size\":%d,\"dynamic_batching\":%s,\"max_queue_delay_us\":%lld,"
+                  "\"priority_levels\":%d,\"default_priority\":%d,\"instances\":%d}",
                   m->cfg.max_batch, batches ? "true" : "false", batches ? (long long)m->cfg.max_queue_delay_us : 0LL,
                   m->cfg.levels, m->cfg.default_level, m->cfg.instances);
     if (v->feat) predict_meta(&b, v);
@@ -792,6 +793,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     }
     case SV_RT_MONITOR: {
         int st = sv_monitor_json(s, r->model_name, r->want_version, &b);
+        return send_json(s, c, r, st, &b);
+    }
+    case SV_RT_FEEDBACK: {
+        int st = sv_monitor_feedback(s, r->model_name, r->want_version, r->body, r->body_len, &b);
         return send_json(s, c, r, st, &b);
     }
     case SV_RT_MODEL_META: return model_meta(s, c, r, 0);

@@ -17,7 +17,7 @@
  * Routing
  * ================================================================== */
 
-/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer|/monitor]. */
+/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer|/monitor|/feedback]. */
 static int route_models(const char *p, sv_req *r, int post) {
     const char *slash = strchr(p, '/');
     size_t n = slash ? (size_t)(slash - p) : strlen(p);
@@ -40,7 +40,14 @@ static int route_models(const char *p, sv_req *r, int post) {
     if (!*p) { r->method_ok = !post; return SV_RT_MODEL_META; }
     if (!strcmp(p, "/ready")) { r->method_ok = !post; return SV_RT_MODEL_READY; }
     if (!strcmp(p, "/infer")) { r->method_ok = post; return SV_RT_INFER; }
-    if (!strcmp(p, "/monitor")) { r->method_ok = !post; return SV_RT_MONITOR; }
+    if (!strcmp(p, "/monitor")) {
+        r->method_ok = !post;
+        return SV_RT_MONITOR;
+    }
+    if (!strcmp(p, "/feedback")) {
+        r->method_ok = post;
+        return SV_RT_FEEDBACK;
+    }
     return SV_RT_NOT_FOUND;
 }
 
@@ -162,8 +169,14 @@ int sv_http_header_len(const char *hl, size_t body_len, size_t *json_len) {
 
 int sv_http_prio_header(const char *h, int *out) {
     int64_t v;
-    if (!strcasecmp(h, "high")) { *out = 1; return 0; }
-    if (!strcasecmp(h, "low")) { *out = SV_MAX_LEVELS + 1; return 0; }
+    if (!strcasecmp(h, "high")) {
+        *out = 1;
+        return 0;
+    }
+    if (!strcasecmp(h, "low")) {
+        *out = SV_MAX_LEVELS + 1;
+        return 0;
+    }
     if (kl_parse_int64(h, &v) || v < 1 || v > SV_MAX_LEVELS) return -1;
     *out = (int)v;
     return 0;

@@ -17,9 +17,9 @@
  * ================================================================== */
 
 int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
-    static const char *const keys[] = {"enabled",       "windows",     "psi",          "js",
-                                       "p_value",       "min_samples", "min_expected", "null_delta",
-                                       "unknown_ratio", "oob_ratio"};
+    static const char *const keys[] = {
+        "enabled",      "windows",    "psi",           "js",        "p_value",          "min_samples",
+        "min_expected", "null_delta", "unknown_ratio", "oob_ratio", "feedback_horizon", "feedback_capacity"};
     kl_monitor_cfg *m = &c->monitor;
     int rc;
     if (kl_node_kind_of(n) != KL_NODE_MAP) {
@@ -62,6 +62,17 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
             return kl_node_error(kl_node_get(n, d[i].k), e, KL_EINVAL, "%s: must be within %g..%g", d[i].k, d[i].lo,
                                  d[i].hi);
     }
+    const kl_node *fh = kl_node_get(n, "feedback_horizon");
+    if (fh) {
+        const char *s = kl_node_scalar(fh);
+        if (!s || kl_monitor_parse_window(s, &c->fb_horizon_s))
+            return kl_node_error(fh, e, KL_EINVAL, "feedback_horizon: '%s' is not a duration (90s, 5m, 1h, 2d)",
+                                 s ? s : "?");
+    }
+    if ((rc = kl_spec_int(n, "feedback_capacity", c->fb_capacity, &c->fb_capacity, e))) return rc;
+    if (c->fb_capacity < 0 || c->fb_capacity > 10000000)
+        return kl_node_error(kl_node_get(n, "feedback_capacity"), e, KL_EINVAL,
+                             "feedback_capacity: 0..10000000 (0: off)");
     int64_t ms;
     if ((rc = kl_spec_int(n, "min_samples", (int64_t)m->min_samples, &ms, e))) return rc;
     if (ms < 1 || ms > 1000000000)
@@ -77,9 +88,14 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
 void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
     char p[1400];
     snprintf(p, sizeof p, "%s/profile.json", v->dir);
+    v->mcfg = cfg->monitor;
     if (!cfg->monitor_on) {
         snprintf(v->mon_off, sizeof v->mon_off, "monitor: enabled: false in config.yaml");
         return;
+    }
+    if (cfg->fb_capacity > 0 && !(v->fb = sv_feedback_new(v, cfg->fb_horizon_s, (size_t)cfg->fb_capacity))) {
+        kl_log(KL_LOG_WARN, "serve", "model %s version %lld: feedback off: out of memory", v->model->name,
+               (long long)v->version);
     }
     if (!kl_path_exists(p)) {
         snprintf(v->mon_off, sizeof v->mon_off,
@@ -105,15 +121,28 @@ void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
 void sv_monitor_free(sv_version *v) {
     kl_monitor_free(v->mon);
     v->mon = NULL;
+    sv_feedback_free(v->fb);
+    v->fb = NULL;
 }
 
 /* after a successful run: the input rows of v2 requests (the feature slots
  * when the version has features.json; :predict rows were seen when decoded)
  * and the first output's rows of every request */
 void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out) {
-    if (!v->mon) return;
     int64_t now = kl_time_mono_ns(), row0 = 0, total = 0;
     for (int k = 0; k < n; k++) total += rq[k]->rows;
+    if (v->fb && out[0].dtype == SV_FP32 && out[0].rank >= 1 && out[0].dims[0] == total && total > 0) {
+        size_t per = (size_t)(sv_numel(&out[0]) / total);
+        for (int k = 0; k < n; k++) { /* the first row of each request, under its id */
+            const sv_req *r = rq[k];
+            if (r->rows > 0)
+                sv_feedback_record(v->fb, r->has_id ? r->id : r->rid, now,
+                                   (const float *)out[0].data + (size_t)row0 * per, per);
+            row0 += r->rows;
+        }
+        row0 = 0;
+    }
+    if (!v->mon) return;
     size_t width = v->feat ? kl_features_width(v->feat) : 0;
     int outs = kl_monitor_has_outputs(v->mon) && out[0].dtype == SV_FP32 && out[0].rank >= 1 &&
         out[0].dims[0] == total && total > 0;
@@ -134,23 +163,83 @@ void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *
  * GET /v2/models/M[/versions/V]/monitor
  * ================================================================== */
 
-int sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
+static void window_label(int64_t s, char *buf, size_t n);
+
+/* the version asked for, referenced; NULL with a 404 body in b */
+static sv_version *find_version(kl_server *s, const char *model, int64_t want, kl_buf *b) {
     pthread_mutex_lock(&s->lock);
     sv_model *m = sv_model_find(s, model);
     sv_version *v = m ? sv_pick_version(m, want) : NULL;
     if (v) sv_version_ref(v);
     pthread_mutex_unlock(&s->lock);
-    if (!v) {
-        kl_buf_puts(b, "{\"error\":");
-        char msg[300];
-        if (!m) snprintf(msg, sizeof msg, "unknown model '%s'", model);
-        else
-            snprintf(msg, sizeof msg, "model '%s' has no %s loaded", model,
-                     want >= 0 ? "such version" : "ready version");
-        kl_buf_json_str(b, msg);
+    if (v) return v;
+    kl_buf_puts(b, "{\"error\":");
+    char msg[300];
+    if (!m) snprintf(msg, sizeof msg, "unknown model '%s'", model);
+    else snprintf(msg, sizeof msg, "model '%s' has no %s loaded", model, want >= 0 ? "such version" : "ready version");
+    kl_buf_json_str(b, msg);
+    kl_buf_puts(b, "}");
+    return NULL;
+}
+
+static void qnum(kl_buf *b, const char *k, double x) {
+    kl_buf_printf(b, ",\"%s\":", k);
+    if (isfinite(x)) kl_buf_printf(b, "%.6g", x);
+    else kl_buf_puts(b, "null");
+}
+
+/* ,"quality":{...}: live quality from the labels joined so far, per window */
+static void quality_json(const sv_version *v, kl_buf *b) {
+    int64_t now = kl_time_mono_ns();
+    sv_quality q;
+    kl_buf_puts(b, ",\"quality\":{\"windows\":{");
+    for (int w = 0; w < v->mcfg.nwin; w++) {
+        char wn[24];
+        window_label(v->mcfg.win_s[w], wn, sizeof wn);
+        sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
+        kl_buf_printf(b, "%s\"%s\":{\"n\":%llu", w ? "," : "", wn, (unsigned long long)q.n);
+        if (q.classifier) {
+            qnum(b, "auc", q.auc);
+            qnum(b, "accuracy", q.accuracy);
+            qnum(b, "log_loss", q.log_loss);
+            qnum(b, "brier", q.brier);
+        } else {
+            qnum(b, "mae", q.mae);
+            qnum(b, "rmse", q.rmse);
+        }
         kl_buf_puts(b, "}");
-        return 404;
     }
+    kl_buf_printf(b,
+                  "},\"task\":\"%s\",\"labels\":{\"matched\":%llu,\"unmatched\":%llu,\"late\":%llu,"
+                  "\"duplicate\":%llu,\"invalid\":%llu},\"pending\":%llu,\"memory_max_bytes\":%zu}",
+                  v->post == SV_POST_SIGMOID       ? "binary"
+                      : v->post == SV_POST_SOFTMAX ? "multiclass"
+                                                   : "regression",
+                  (unsigned long long)q.matched, (unsigned long long)q.unmatched, (unsigned long long)q.late,
+                  (unsigned long long)q.duplicate, (unsigned long long)q.invalid, (unsigned long long)q.pending,
+                  sv_feedback_bytes(v->fb));
+}
+
+int sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const char *body, size_t len, kl_buf *b) {
+    sv_version *v = find_version(s, model, want, b);
+    if (!v) return 404;
+    int st;
+    if (!v->fb) {
+        kl_buf_printf(b,
+                      "{\"error\":\"model '%s' version %lld takes no feedback (monitor: feedback_capacity: 0 or "
+                      "enabled: false in config.yaml)\"}",
+                      model, (long long)v->version);
+        st = 400;
+    } else {
+        st = sv_feedback_post(v->fb, body, len, kl_time_mono_ns(), b);
+    }
+    sv_version_unref(v);
+    return st;
+}
+
+int sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
+    sv_version *v = find_version(s, model, want, b);
+    if (!v) return 404;
     kl_buf_puts(b, "{\"model_name\":");
     kl_buf_json_str(b, model);
     kl_buf_printf(b, ",\"model_version\":\"%lld\",\"monitoring\":%s", (long long)v->version, v->mon ? "true" : "false");
@@ -168,6 +257,7 @@ int sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
             status = 500;
         }
     }
+    if (status == 200 && v->fb) quality_json(v, b);
     kl_buf_puts(b, "}");
     sv_version_unref(v);
     return b->failed ? 500 : status;
@@ -235,6 +325,58 @@ static void render_family(kl_buf *b, const vstats *vs, int nv, const char *name,
         }
 }
 
+/* keel_model_quality{metric, window}, keel_feedback_labels_total{result} */
+static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV_NAME_MAX], int nv, int64_t now) {
+    sv_metrics_head(b, "keel_model_quality", "gauge",
+                    "Live quality from labels joined with served predictions (POST .../feedback), per window: auc, "
+                    "accuracy, log_loss, brier (classifiers), mae, rmse (regression).");
+    for (int i = 0; i < nv; i++) {
+        const sv_version *v = vers[i];
+        for (int w = 0; v->fb && w < v->mcfg.nwin; w++) {
+            sv_quality q;
+            char wn[24];
+            window_label(v->mcfg.win_s[w], wn, sizeof wn);
+            sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
+            const struct {
+                const char *k;
+                double x;
+            } mt[] = {{"auc", q.auc},     {"accuracy", q.accuracy}, {"log_loss", q.log_loss},
+                      {"brier", q.brier}, {"mae", q.mae},           {"rmse", q.rmse}};
+            for (size_t k = 0; k < KL_ARRAY_LEN(mt); k++) {
+                if (!isfinite(mt[k].x)) continue;
+                kl_buf_puts(b, "keel_model_quality{model=");
+                sv_metrics_label(b, names[i]);
+                kl_buf_printf(b, ",version=\"%lld\",metric=\"%s\",window=\"%s\"} %.6g\n", (long long)v->version,
+                              mt[k].k, wn, mt[k].x);
+            }
+        }
+    }
+    sv_metrics_head(
+        b, "keel_feedback_labels_total", "counter",
+        "Labels posted to .../feedback: matched with a served prediction, unmatched (no prediction of that id "
+        "held), late (older than the horizon), duplicate, invalid.");
+    for (int i = 0; i < nv; i++) {
+        const sv_version *v = vers[i];
+        if (!v->fb) continue;
+        sv_quality q;
+        sv_feedback_quality(v->fb, now, 0, &q);
+        const struct {
+            const char *k;
+            uint64_t x;
+        } rs[] = {{"matched", q.matched},
+                  {"unmatched", q.unmatched},
+                  {"late", q.late},
+                  {"duplicate", q.duplicate},
+                  {"invalid", q.invalid}};
+        for (size_t k = 0; k < KL_ARRAY_LEN(rs); k++) {
+            kl_buf_puts(b, "keel_feedback_labels_total{model=");
+            sv_metrics_label(b, names[i]);
+            kl_buf_printf(b, ",version=\"%lld\",result=\"%s\"} %llu\n", (long long)v->version, rs[k].k,
+                          (unsigned long long)rs[k].x);
+        }
+    }
+}
+
 void sv_monitor_metrics(kl_server *s, kl_buf *b) {
     sv_version *vers[256];
     char names[256][SV_NAME_MAX];
@@ -242,7 +384,7 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->nmodels; i++)
         for (int j = 0; j < s->models[i]->nver && nv < 256; j++)
-            if (s->models[i]->ver[j]->mon) {
+            if (s->models[i]->ver[j]->mon || s->models[i]->ver[j]->fb) {
                 vers[nv] = s->models[i]->ver[j];
                 snprintf(names[nv], SV_NAME_MAX, "%s", s->models[i]->name);
                 sv_version_ref(vers[nv++]);
@@ -253,7 +395,7 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
     for (int i = 0; i < nv; i++) {
         kl_err e = {0};
         vs[i] = (vstats){names[i], vers[i]->version, NULL, 0};
-        kl_monitor_stats(vers[i]->mon, now, &vs[i].st, &vs[i].n, &e);
+        if (vers[i]->mon) kl_monitor_stats(vers[i]->mon, now, &vs[i].st, &vs[i].n, &e);
     }
     sv_metrics_head(b, "keel_feature_drift", "gauge",
                     "Drift of a raw input (source=input) or feature slot (source=feature) against the version's "
@@ -285,8 +427,10 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
         b, "keel_prediction_drift", "gauge",
         "Drift of a model output against its distribution on the validation rows (profile.json), per window.");
     render_family(b, vs, nv, "keel_prediction_drift", 1);
+    quality_metrics(b, vers, names, nv, now);
     sv_metrics_head(b, "keel_monitor_memory_bytes", "gauge", "Bytes the live monitor of a version holds.");
     for (int i = 0; i < nv; i++) {
+        if (!vers[i]->mon) continue;
         kl_buf_puts(b, "keel_monitor_memory_bytes{model=");
         sv_metrics_label(b, vs[i].model);
         kl_buf_printf(b, ",version=\"%lld\"} %zu\n", (long long)vs[i].ver, kl_monitor_bytes(vers[i]->mon, NULL));

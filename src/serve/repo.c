@@ -31,6 +31,8 @@ void sv_cfg_default(sv_model_cfg *c) {
     c->latest_n = 1;
     c->monitor_on = 1;
     kl_monitor_cfg_default(&c->monitor);
+    c->fb_horizon_s = 3600;
+    c->fb_capacity = 100000;
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;
@@ -71,9 +73,9 @@ static int parse_level(const kl_node *n, sv_level_cfg *l, kl_err *e) {
 }
 
 int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e) {
-    static const char *const keys[] = {"max_batch_size", "dynamic_batching", "instances", "priority_levels",
-                                       "default_priority", "queue_policy", "default_queue_policy",
-                                       "memory_quota", "version_policy", "monitor"};
+    static const char *const keys[] = {
+        "max_batch_size", "dynamic_batching",     "instances",    "priority_levels", "default_priority",
+        "queue_policy",   "default_queue_policy", "memory_quota", "version_policy",  "monitor"};
     kl_doc *d = NULL;
     sv_cfg_default(c);
     int rc = kl_doc_load_str(text, len, name, &d, e);

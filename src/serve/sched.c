@@ -102,7 +102,7 @@ static void write_snapshot(kl_server *s, char *path, size_t n) {
 
 int sv_sched_can_inline(kl_server *s, const sv_req *r) {
     return sv_cur_loop && r->loop == sv_cur_loop && s->inline_ns > 0 && r->level == 0 &&
-           est_ns(r->model, r->rows) < s->inline_ns;
+        est_ns(r->model, r->rows) < s->inline_ns;
 }
 
 void sv_sched_cancel(kl_server *s, sv_req *r) {
@@ -131,19 +131,24 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     const sv_level_cfg *lc = &m->cfg.level[r->level];
     int64_t now = kl_time_mono_ns();
     if (atomic_load(&s->draining)) {
-        status = 503; reason = SV_R_SHUTDOWN;
+        status = 503;
+        reason = SV_R_SHUTDOWN;
         snprintf(msg, sizeof msg, "server is shutting down");
         r->retry_after = 5;
         goto reject;
     }
     if (lc->rate_limit > 0) {
         double burst = lc->rate_limit < 1 ? 1 : lc->rate_limit;
-        if (!m->tok_ns[r->level]) { m->tokens[r->level] = burst; m->tok_ns[r->level] = now; }
+        if (!m->tok_ns[r->level]) {
+            m->tokens[r->level] = burst;
+            m->tok_ns[r->level] = now;
+        }
         m->tokens[r->level] += (double)(now - m->tok_ns[r->level]) * 1e-9 * lc->rate_limit;
         if (m->tokens[r->level] > burst) m->tokens[r->level] = burst;
         m->tok_ns[r->level] = now;
         if (m->tokens[r->level] < 1) {
-            status = 429; reason = SV_R_RATE;
+            status = 429;
+            reason = SV_R_RATE;
             snprintf(msg, sizeof msg, "model '%s' priority %d: over its rate limit of %g requests/s", m->name,
                      r->level + 1, lc->rate_limit);
             r->retry_after = 1;
@@ -152,7 +157,8 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
         m->tokens[r->level] -= 1;
     }
     if (lc->max_queue > 0 && m->qlen[r->level] >= lc->max_queue) {
-        status = 503; reason = SV_R_QUEUE_FULL;
+        status = 503;
+        reason = SV_R_QUEUE_FULL;
         snprintf(msg, sizeof msg, "model '%s' priority %d: queue full (%lld requests)", m->name, r->level + 1,
                  (long long)lc->max_queue);
         r->retry_after = 1;
@@ -161,14 +167,19 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
     if (r->plan_bytes) {
         uint64_t lim = (uint64_t)(lc->memory_share * (double)s->budget);
         if (lc->memory_share < 1 && s->level_bytes[r->level] + r->plan_bytes > lim) {
-            status = 503; reason = SV_R_MEMORY; snap = 1;
-            snprintf(msg, sizeof msg, "priority %d: memory quota exceeded (%llu planned bytes in flight + %llu > %.0f%% of %llu)",
+            status = 503;
+            reason = SV_R_MEMORY;
+            snap = 1;
+            snprintf(msg, sizeof msg,
+                     "priority %d: memory quota exceeded (%llu planned bytes in flight + %llu > %.0f%% of %llu)",
                      r->level + 1, (unsigned long long)s->level_bytes[r->level], (unsigned long long)r->plan_bytes,
                      lc->memory_share * 100, (unsigned long long)s->budget);
             goto reject;
         }
         if (m->cfg.memory_quota && m->inflight_bytes + r->plan_bytes > m->cfg.memory_quota) {
-            status = 503; reason = SV_R_MEMORY; snap = 1;
+            status = 503;
+            reason = SV_R_MEMORY;
+            snap = 1;
             snprintf(msg, sizeof msg, "model '%s': memory quota exceeded (%llu planned bytes in flight + %llu > %llu)",
                      m->name, (unsigned long long)m->inflight_bytes, (unsigned long long)r->plan_bytes,
                      (unsigned long long)m->cfg.memory_quota);
@@ -395,7 +406,7 @@ static void execute(kl_server *s, sv_req **rq, int n) {
         if (erc) sv_req_finish(r, 500, SV_R_INTERNAL, ee.msg);
         else sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
     }
-    if (!rc && v->mon) sv_monitor_batch(v, rq, n, out);
+    if (!rc && (v->mon || v->fb)) sv_monitor_batch(v, rq, n, out);
     for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
     for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
     sv_version_unref(v);

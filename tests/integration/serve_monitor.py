@@ -5,7 +5,9 @@ profile. Replays click-log rows (fixed seeds) through :predict: the same
 distribution raises no drift flag at the default thresholds; a 0.5 sigma mean
 shift in item_price, a new category at 20 % of traffic and nulls rising from
 ~1 % to 20 % each raise their statistic past its threshold within 1,000
-requests. Also: v2 infer updates the feature slots and the outputs, GET
+requests. Feedback: labels posted later are joined with the predictions the
+requests got (by id) and the live AUC, accuracy, log-loss and Brier score
+equal numpy's on the same pairs. Also: v2 infer updates the feature slots and the outputs, GET
 .../monitor of a version without profile.json says monitoring is off,
 config.yaml's monitor: block (windows, thresholds, unknown keys refused), and
 /metrics with the drift gauges stays clean under promtool check metrics."""
@@ -202,7 +204,65 @@ try:
 finally:
     srv.stop()
 
-# 6. config.yaml: an unknown key of monitor: is refused with its position, the model is not served
+# 6. feedback: labels that arrive later joined with the predictions the requests got
+srv = Server(repo, "--no-access-log")
+try:
+    conn = srv.conn()
+    logits, labels = [], []
+    for i, r in enumerate(rows[4000:4400]):
+        st, _, body = srv.json("POST", "/v1/models/ctr:predict", {"id": "q%d" % i, "instances": [record(r)]}, conn=conn)
+        if st != 200 or body.get("id") != "q%d" % i:
+            break
+        logits.append(body["predictions"][0] if not isinstance(body["predictions"][0], list) else body["predictions"][0][0])
+        labels.append(int(r["clicked"]))
+    check("feedback_predict_echoes_id", len(logits) == 400, (st, body))
+    batch = [{"id": "q%d" % i, "label": labels[i]} for i in range(0, 300)]
+    st, _, ans = srv.json("POST", "/v2/models/ctr/feedback", {"feedback": batch}, conn=conn)
+    check("feedback_batch_matched", st == 200 and ans.get("matched") == 300, (st, ans))
+    for i in range(300, 400):   # single labels, as booleans
+        srv.json("POST", "/v2/models/ctr/feedback", {"id": "q%d" % i, "label": bool(labels[i])}, conn=conn)
+    st, _, ans = srv.json("POST", "/v2/models/ctr/feedback", [{"id": "q5", "label": 1}, {"id": "nosuch", "label": 0},
+                                                              {"id": "q6", "label": 7}, {"label": 1}], conn=conn)
+    check("feedback_counts_duplicate_unmatched_invalid", st == 200 and ans == {"matched": 0, "unmatched": 1, "late": 0,
+          "duplicate": 1, "invalid": 2}, ans)
+    st, _, _ = srv.json("POST", "/v2/models/ctr/feedback", "[{", conn=conn)
+    check("feedback_malformed_400", st == 400, st)
+    _, _, mon = srv.json("GET", "/v2/models/ctr/monitor", conn=conn)
+    q = mon["quality"]
+    import numpy as np
+    z = np.array(logits, dtype=np.float64)
+    y = np.array(labels, dtype=np.float64)
+    p = 1 / (1 + np.exp(-z))
+    acc = float(np.mean((p >= 0.5) == (y == 1)))
+    ll = float(np.mean(-(y * np.log(p) + (1 - y) * np.log(1 - p))))
+    brier = float(np.mean((p - y) ** 2))
+    order = np.argsort(p, kind="mergesort")
+    ranks = np.empty(len(p))
+    ranks[order] = np.arange(1, len(p) + 1)
+    for v in np.unique(p):   # ties: average ranks
+        ranks[p == v] = ranks[p == v].mean()
+    npos = y.sum()
+    auc = float((ranks[y == 1].sum() - npos * (npos + 1) / 2) / (npos * (len(y) - npos)))
+    w = q["windows"]["5m"]
+    check("feedback_quality_equals_numpy", w["n"] == 400 and abs(w["accuracy"] - acc) < 1e-9 and
+          abs(w["log_loss"] - ll) < 1e-4 and abs(w["brier"] - brier) < 1e-5 and abs(w["auc"] - auc) < 1e-6,
+          (w, acc, ll, brier, auc))
+    print("feedback: 400 labels, accuracy %.4f, AUC %.4f, log-loss %.4f, Brier %.4f (numpy: %.4f %.4f %.4f %.4f)" %
+          (w["accuracy"], w["auc"], w["log_loss"], w["brier"], acc, auc, ll, brier))
+    check("feedback_label_counts", q["labels"] == {"matched": 400, "unmatched": 1, "late": 0, "duplicate": 1, "invalid": 2},
+          q["labels"])
+    metrics = srv.req("GET", "/metrics", conn=conn)[2].decode()
+    check("feedback_metrics", 'keel_model_quality{model="ctr",version="1",metric="auc",window="5m"}' in metrics and
+          'keel_feedback_labels_total{model="ctr",version="1",result="matched"} 400' in metrics,
+          [ln for ln in metrics.splitlines() if "quality" in ln or "feedback" in ln][:6])
+    if shutil.which("promtool"):
+        pr = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True, text=True)
+        check("feedback_metrics_promtool_clean", pr.returncode == 0, pr.stdout + pr.stderr)
+    conn.close()
+finally:
+    srv.stop()
+
+# 7. config.yaml: an unknown key of monitor: is refused with its position, the model is not served
 with open(os.path.join(repo, "ctr", "config.yaml"), "w") as f:
     f.write("monitor:\n  windows: [5m]\n  psy: 0.3\n")
 srv = Server(repo, "--no-access-log")

@@ -229,14 +229,16 @@ KL_TEST(profile_build_save_load) {
     KT_CONTAINS(e.msg, "columns[0]");
     KT_CHECK(bad == NULL);
     /* counts that are not whole numbers in 0..2^53 (1e300 would not convert to an integer) */
-    const char *huge = "{\"format\":\"keel.profile/1\",\"columns\":[{\"name\":\"x\",\"role\":\"output\","
-                       "\"kind\":\"numeric\",\"count\":2,\"nulls\":0,\"edges\":[0,1],\"bins\":[0,1e300,1],"
-                       "\"quantiles\":{\"count\":0,\"zero\":0,\"clamped\":0,\"pos_lo\":0,\"pos\":[],\"neg_lo\":0,\"neg\":[]}}]}";
+    const char *huge =
+        "{\"format\":\"keel.profile/1\",\"columns\":[{\"name\":\"x\",\"role\":\"output\","
+        "\"kind\":\"numeric\",\"count\":2,\"nulls\":0,\"edges\":[0,1],\"bins\":[0,1e300,1],"
+        "\"quantiles\":{\"count\":0,\"zero\":0,\"clamped\":0,\"pos_lo\":0,\"pos\":[],\"neg_lo\":0,\"neg\":[]}}]}";
     kl_err_clear(&e);
     KT_CHECK(kl_profile_load_str(huge, strlen(huge), "p.json", &bad, &e) != 0);
     KT_CONTAINS(e.msg, "malformed edges/bins");
-    const char *frac = "{\"format\":\"keel.profile/1\",\"columns\":[{\"name\":\"c\",\"role\":\"input\","
-                       "\"kind\":\"categorical\",\"count\":2,\"nulls\":0,\"top\":[[\"a\",1.5]],\"other\":0,\"distinct\":1}]}";
+    const char *frac =
+        "{\"format\":\"keel.profile/1\",\"columns\":[{\"name\":\"c\",\"role\":\"input\","
+        "\"kind\":\"categorical\",\"count\":2,\"nulls\":0,\"top\":[[\"a\",1.5]],\"other\":0,\"distinct\":1}]}";
     kl_err_clear(&e);
     KT_CHECK(kl_profile_load_str(frac, strlen(frac), "p.json", &bad, &e) != 0);
     kl_profile_free(p);
