@@ -183,7 +183,8 @@ static int make_pair(const sv_version *v, const fb_entry *x, double y, int64_t n
 
 /* one {"id", "label"}: its result (FB_*) */
 static int label_one(sv_feedback *f, const cJSON *item, int64_t now) {
-    const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "id"), *l = cJSON_GetObjectItemCaseSensitive(item, "label");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(item, "id");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(item, "label");
     double y;
     if (!cJSON_IsString(id) || !l || label_value(f->v, l, &y)) return FB_INVALID;
     char key[FB_ID];
