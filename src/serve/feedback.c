@@ -46,6 +46,7 @@ struct sv_feedback {
     fb_pair *p;           /* matched pairs, ring of cap */
     size_t phead, pn;
     uint64_t matched, unmatched, late, duplicate, invalid;
+    int alloc_failed;     /* the rings could not be allocated (memory budget): predictions are not kept */
     const sv_version *v;  /* post-processing and class names (the version outlives this) */
 };
 
@@ -81,6 +82,7 @@ size_t sv_feedback_bytes(const sv_feedback *f) {
 /* lock held: the rings on first use (nothing is held by a version never labelled) */
 static int fb_alloc(sv_feedback *f) {
     if (f->e) return 0;
+    if (f->alloc_failed) return -1;
     f->e = kl_mem_alloc(f->cap * sizeof *f->e, KL_TAG_OTHER);
     f->bucket = kl_mem_alloc(f->cap * sizeof *f->bucket, KL_TAG_OTHER);
     f->p = kl_mem_alloc(f->cap * sizeof *f->p, KL_TAG_OTHER);
@@ -91,6 +93,9 @@ static int fb_alloc(sv_feedback *f) {
         f->e = NULL;
         f->bucket = NULL;
         f->p = NULL;
+        f->alloc_failed = 1;
+        kl_log(KL_LOG_WARN, "serve", "feedback: no memory for %zu predictions (%zu bytes): predictions are not kept", f->cap,
+               sv_feedback_bytes(f));
         return -1;
     }
     for (size_t i = 0; i < f->cap; i++) f->bucket[i] = FB_NONE;

@@ -32,7 +32,7 @@ void sv_cfg_default(sv_model_cfg *c) {
     c->monitor_on = 1;
     kl_monitor_cfg_default(&c->monitor);
     c->fb_horizon_s = 3600;
-    c->fb_capacity = 100000;
+    c->fb_capacity = 0; /* feedback is asked for: monitor: {feedback_capacity: N} */
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;

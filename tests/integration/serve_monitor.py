@@ -81,7 +81,7 @@ for m in ("ctr", "old"):
     for fn in list(meta["files"]) + ["meta.json"]:   # what keel pipeline's export copies
         shutil.copy(os.path.join(d, "model", fn), vdir)
 with open(os.path.join(repo, "ctr", "config.yaml"), "w") as f:
-    f.write("monitor: {windows: [5m, 1h, 24h], psi: 0.2, p_value: 0.001, min_samples: 100}\n")
+    f.write("monitor: {windows: [5m, 1h, 24h], psi: 0.2, p_value: 0.001, min_samples: 100, feedback_capacity: 100000}\n")
 os.remove(os.path.join(repo, "old", "1", "profile.json"))  # and not listed in its meta.json
 om = dict(meta)
 om["files"] = {k: v for k, v in meta["files"].items() if k != "profile.json"}
@@ -197,6 +197,8 @@ try:
     st, _, old = srv.json("GET", "/v2/models/old/monitor")
     check("monitor_old_version_unmonitored", st == 200 and old["monitoring"] is False and "profile.json" in old["reason"],
           (st, old))
+    st, _, fb = srv.json("POST", "/v2/models/old/feedback", {"id": "x", "label": 1})
+    check("feedback_off_by_default", st == 400 and "feedback_capacity" in fb.get("error", ""), (st, fb))
     st, _, _ = srv.json("GET", "/v2/models/nosuch/monitor")
     check("monitor_unknown_model_404", st == 404, st)
     st, _, _ = srv.json("GET", "/v2/models/ctr/versions/7/monitor")
