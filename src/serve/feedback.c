@@ -17,9 +17,9 @@
 
 #include <cjson/cJSON.h>
 
-#define FB_ID 64  /* ids longer than this are cut (as stored and as looked up) */
-#define FB_K 16   /* output values kept per prediction (the first row's) */
-#define FB_NONE UINT32_MAX
+#define FB_ID        64 /* ids longer than this are cut (as stored and as looked up) */
+#define FB_K         16 /* output values kept per prediction (the first row's) */
+#define FB_NONE      UINT32_MAX
 #define FB_MAX_ITEMS 100000
 
 typedef struct {
@@ -40,14 +40,14 @@ struct sv_feedback {
     pthread_mutex_t lock;
     int64_t horizon_ns;
     size_t cap;
-    fb_entry *e;          /* ring: oldest at head, n of them */
-    uint32_t *bucket;     /* cap buckets: first entry of the chain */
+    fb_entry *e;      /* ring: oldest at head, n of them */
+    uint32_t *bucket; /* cap buckets: first entry of the chain */
     size_t head, n;
-    fb_pair *p;           /* matched pairs, ring of cap */
+    fb_pair *p; /* matched pairs, ring of cap */
     size_t phead, pn;
     uint64_t matched, unmatched, late, duplicate, invalid;
-    int alloc_failed;     /* the rings could not be allocated (memory budget): predictions are not kept */
-    const sv_version *v;  /* post-processing and class names (the version outlives this) */
+    int alloc_failed;    /* the rings could not be allocated (memory budget): predictions are not kept */
+    const sv_version *v; /* post-processing and class names (the version outlives this) */
 };
 
 static uint64_t id_hash(const char *s) {
@@ -94,8 +94,8 @@ static int fb_alloc(sv_feedback *f) {
         f->bucket = NULL;
         f->p = NULL;
         f->alloc_failed = 1;
-        kl_log(KL_LOG_WARN, "serve", "feedback: no memory for %zu predictions (%zu bytes): predictions are not kept", f->cap,
-               sv_feedback_bytes(f));
+        kl_log(KL_LOG_WARN, "serve", "feedback: no memory for %zu predictions (%zu bytes): predictions are not kept",
+               f->cap, sv_feedback_bytes(f));
         return -1;
     }
     for (size_t i = 0; i < f->cap; i++) f->bucket[i] = FB_NONE;
@@ -113,7 +113,10 @@ static void fb_evict(sv_feedback *f) {
 
 void sv_feedback_record(sv_feedback *f, const char *id, int64_t now, const float *out, size_t k) {
     pthread_mutex_lock(&f->lock);
-    if (fb_alloc(f)) { pthread_mutex_unlock(&f->lock); return; }
+    if (fb_alloc(f)) {
+        pthread_mutex_unlock(&f->lock);
+        return;
+    }
     while (f->n && (f->n == f->cap || f->e[f->head].t < now - f->horizon_ns)) fb_evict(f);
     uint32_t i = (uint32_t)((f->head + f->n) % f->cap);
     fb_entry *x = &f->e[i];
@@ -137,11 +140,20 @@ enum { FB_MATCHED, FB_UNMATCHED, FB_LATE, FB_DUPLICATE, FB_INVALID };
 
 /* the label as a number: a number, a bool, or a class name of the version */
 static int label_value(const sv_version *v, const cJSON *l, double *y) {
-    if (cJSON_IsBool(l)) { *y = cJSON_IsTrue(l); return 0; }
-    if (cJSON_IsNumber(l) && isfinite(l->valuedouble)) { *y = l->valuedouble; return 0; }
+    if (cJSON_IsBool(l)) {
+        *y = cJSON_IsTrue(l);
+        return 0;
+    }
+    if (cJSON_IsNumber(l) && isfinite(l->valuedouble)) {
+        *y = l->valuedouble;
+        return 0;
+    }
     if (cJSON_IsString(l))
         for (int c = 0; c < v->nclass_names; c++)
-            if (!strcmp(v->class_names[c], l->valuestring)) { *y = c; return 0; }
+            if (!strcmp(v->class_names[c], l->valuestring)) {
+                *y = c;
+                return 0;
+            }
     return -1;
 }
 
@@ -224,8 +236,10 @@ int sv_feedback_post(sv_feedback *f, const char *body, size_t len, int64_t now, 
     int n = cJSON_IsArray(items) ? cJSON_GetArraySize(items) : 1;
     if (!(cJSON_IsArray(items) || cJSON_IsObject(items)) || n > FB_MAX_ITEMS) {
         cJSON_Delete(doc);
-        kl_buf_printf(b, "{\"error\":\"feedback: expected {\\\"id\\\", \\\"label\\\"}, a list of them (at most %d) or "
-                         "{\\\"feedback\\\": [...]}\"}", FB_MAX_ITEMS);
+        kl_buf_printf(b,
+                      "{\"error\":\"feedback: expected {\\\"id\\\", \\\"label\\\"}, a list of them (at most %d) or "
+                      "{\\\"feedback\\\": [...]}\"}",
+                      FB_MAX_ITEMS);
         return 400;
     }
     uint64_t cnt[5] = {0};
@@ -267,7 +281,10 @@ static double auc_of(float *sv, size_t n) {
         while (j < n && sv[2 * j] == sv[2 * i]) j++;
         double avg = (double)(i + j + 1) / 2; /* ranks i+1..j */
         for (size_t k = i; k < j; k++)
-            if (sv[2 * k + 1] == 1) { pos++; rank_sum += avg; }
+            if (sv[2 * k + 1] == 1) {
+                pos++;
+                rank_sum += avg;
+            }
         i = j;
     }
     double neg = (double)n - pos;
@@ -289,7 +306,11 @@ int sv_feedback_quality(sv_feedback *f, int64_t now, int64_t win_s, sv_quality *
         correct += p->correct > 0;
         loss += p->loss;
         sq += p->sq;
-        if (sv && !isnan(p->score)) { sv[2 * ns] = p->score; sv[2 * ns + 1] = p->y; ns++; }
+        if (sv && !isnan(p->score)) {
+            sv[2 * ns] = p->score;
+            sv[2 * ns + 1] = p->y;
+            ns++;
+        }
     }
     q->matched = f->matched;
     q->unmatched = f->unmatched;
