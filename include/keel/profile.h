@@ -35,13 +35,13 @@ extern "C" {
  * seen per sign (at most ~2,800 per sign at a = 0.01).
  * ================================================================== */
 
-#define KL_QS_ALPHA 0.01
+#define KL_QS_ALPHA   0.01
 #define KL_QS_MIN_ABS 1e-9
 #define KL_QS_MAX_ABS 1e15
 
 typedef struct {
-    int32_t lo;    /* index of c[0] */
-    uint32_t n;    /* buckets held */
+    int32_t lo; /* index of c[0] */
+    uint32_t n; /* buckets held */
     uint64_t *c;
 } kl_qs_side;
 
@@ -126,27 +126,27 @@ double kl_stat_chi2_pvalue(double x, int dof);
 typedef enum { KL_PROF_INPUT, KL_PROF_FEATURE, KL_PROF_OUTPUT } kl_prof_role;
 const char *kl_prof_role_name(int role); /* "input", "feature", "output" */
 
-#define KL_PROF_BINS 10   /* histogram bins between min and max (deciles) */
-#define KL_PROF_TOPK 64   /* categories kept per column */
+#define KL_PROF_BINS   10 /* histogram bins between min and max (deciles) */
+#define KL_PROF_TOPK   64 /* categories kept per column */
 #define KL_PROF_CATCAP 65536
 
 typedef struct {
     char *name;
-    int role;            /* kl_prof_role */
-    int categorical;     /* strings: top-k counts; else numbers: histogram + quantiles */
-    uint64_t count;      /* rows seen (nulls included) */
+    int role;        /* kl_prof_role */
+    int categorical; /* strings: top-k counts; else numbers: histogram + quantiles */
+    uint64_t count;  /* rows seen (nulls included) */
     uint64_t nulls;
     double min, max, mean;
     kl_qsketch qs;
-    size_t nedges;       /* numbers: edges[nedges], bins[nedges + 1] */
+    size_t nedges; /* numbers: edges[nedges], bins[nedges + 1] */
     double *edges;
     uint64_t *bins;
-    size_t ntop;         /* categories: top[ntop], top_count[ntop], other */
+    size_t ntop; /* categories: top[ntop], top_count[ntop], other */
     char **top;
     uint64_t *top_count;
     uint64_t other;
     uint64_t distinct;
-    int complete;        /* every distinct value is in top (an unseen one is unknown) */
+    int complete; /* every distinct value is in top (an unseen one is unknown) */
 } kl_colprof;
 
 typedef struct {
@@ -154,6 +154,11 @@ typedef struct {
     uint64_t rows;
     size_t ncols;
     kl_colprof *cols;
+    /* the transforms' counted fallbacks on the fit rows (unknown categories,
+     * filled nulls, zero denominators, clamped log1p inputs, empty windows);
+     * has_fallbacks 0 for a profile without them */
+    int has_fallbacks;
+    kl_features_counts fallbacks;
 } kl_profile;
 
 /* Profile of the fitted features f on columns cols (the fit rows): every
@@ -185,20 +190,20 @@ void kl_profile_path_for(const char *features_json, char *buf, size_t n);
  * ================================================================== */
 
 #define KL_MON_MAX_WINDOWS 8
-#define KL_MON_SLOTS 12     /* a window is a ring of this many slots */
-#define KL_MON_SHARDS 64    /* threads with their own shard; the rest share the last one */
+#define KL_MON_SLOTS       12 /* a window is a ring of this many slots */
+#define KL_MON_SHARDS      64 /* threads with their own shard; the rest share the last one */
 
 typedef struct {
     int nwin;
-    int64_t win_s[KL_MON_MAX_WINDOWS];  /* default 300, 3600, 86400 */
-    double psi;            /* PSI at or above: drift (default 0.2, "significant shift") */
-    double js;             /* JS distance at or above: drift (default 0.1) */
-    double p_value;        /* KS / chi-squared p-value below: drift (default 0.001) */
-    uint64_t min_samples;  /* live values a window needs before it is tested (default 100) */
-    double min_expected;   /* chi-squared: expected count per pooled bin (default 5) */
-    double null_delta;     /* live null ratio above the reference's by more: drift (default 0.05) */
-    double unknown_ratio;  /* unknown categories above this share: drift (default 0.05) */
-    double oob_ratio;      /* values outside the reference [min, max] above this share (default 0.05) */
+    int64_t win_s[KL_MON_MAX_WINDOWS]; /* default 300, 3600, 86400 */
+    double psi;                        /* PSI at or above: drift (default 0.2, "significant shift") */
+    double js;                         /* JS distance at or above: drift (default 0.1) */
+    double p_value;                    /* KS / chi-squared p-value below: drift (default 0.001) */
+    uint64_t min_samples;              /* live values a window needs before it is tested (default 100) */
+    double min_expected;               /* chi-squared: expected count per pooled bin (default 5) */
+    double null_delta;                 /* live null ratio above the reference's by more: drift (default 0.05) */
+    double unknown_ratio;              /* unknown categories above this share: drift (default 0.05) */
+    double oob_ratio;                  /* values outside the reference [min, max] above this share (default 0.05) */
 } kl_monitor_cfg;
 void kl_monitor_cfg_default(kl_monitor_cfg *c);
 /* "5m", "1h", "24h", "90s", "2d" → seconds; KL_EINVAL. */
@@ -216,9 +221,9 @@ const kl_profile *kl_monitor_profile(const kl_monitor *m);
  * are it with one part each. */
 void kl_monitor_observe(kl_monitor *m, const void *cjson_record, const float *slots, size_t width, const float *outs,
                         size_t k, int64_t now_ns);
-void kl_monitor_record(kl_monitor *m, const void *cjson_record, int64_t now_ns);     /* raw inputs */
+void kl_monitor_record(kl_monitor *m, const void *cjson_record, int64_t now_ns);       /* raw inputs */
 void kl_monitor_features(kl_monitor *m, const float *v, size_t width, int64_t now_ns); /* one row of slots */
-void kl_monitor_outputs(kl_monitor *m, const float *v, size_t k, int64_t now_ns);     /* one row of outputs */
+void kl_monitor_outputs(kl_monitor *m, const float *v, size_t k, int64_t now_ns);      /* one row of outputs */
 /* :predict's transform with the monitor on: kl_features_transform_record of
  * the monitor's features (out[width] in double), observing the record's raw
  * values as the transform read them (no second parse) and the slots as
@@ -231,23 +236,40 @@ int kl_monitor_has_outputs(const kl_monitor *m);
 size_t kl_monitor_bytes(const kl_monitor *m, size_t *max_bytes);
 
 /* Statistics of one column over one window (NaN: not computed). */
-enum { KL_DRIFT_PSI = 1, KL_DRIFT_JS = 2, KL_DRIFT_KS = 4, KL_DRIFT_CHI2 = 8, KL_DRIFT_NULL = 16,
-       KL_DRIFT_UNKNOWN = 32, KL_DRIFT_OOB = 64 };
+enum {
+    KL_DRIFT_PSI = 1,
+    KL_DRIFT_JS = 2,
+    KL_DRIFT_KS = 4,
+    KL_DRIFT_CHI2 = 8,
+    KL_DRIFT_NULL = 16,
+    KL_DRIFT_UNKNOWN = 32,
+    KL_DRIFT_OOB = 64
+};
 typedef struct {
-    const char *column;   /* valid until kl_monitor_free */
+    const char *column; /* valid until kl_monitor_free */
     int role, categorical, window;
     int64_t window_s;
-    uint64_t n;           /* live rows (nulls included) */
+    uint64_t n; /* live rows (nulls included) */
     uint64_t nulls;
     double null_ratio, ref_null_ratio;
     double psi, js, ks, ks_p, chi2, chi2_p, unknown_ratio, oob_ratio;
     int chi2_dof;
-    int tested;           /* enough samples (min_samples non-null live values) */
-    int drift;            /* KL_DRIFT_* bits over the thresholds */
+    int tested; /* enough samples (min_samples non-null live values) */
+    int drift;  /* KL_DRIFT_* bits over the thresholds */
 } kl_monitor_stat;
 /* Every column x window (column-major: column c, window w at c * nwin + w);
  * *out malloc'ed (free()). */
 int kl_monitor_stats(kl_monitor *m, int64_t now_ns, kl_monitor_stat **out, size_t *n, kl_err *e);
+/* The transforms' fallbacks in a window: counts per kind over the :predict
+ * rows (a row may count several), and the reference's ratios. */
+#define KL_MON_FALLBACKS 5
+const char *kl_monitor_fallback_name(int kind); /* unknown, null_filled, div_zero, clamped, empty_window */
+typedef struct {
+    uint64_t rows;
+    uint64_t count[KL_MON_FALLBACKS];
+    double ratio[KL_MON_FALLBACKS], ref_ratio[KL_MON_FALLBACKS]; /* NaN: no rows / no reference */
+} kl_monitor_fallbacks;
+int kl_monitor_fallback_stats(kl_monitor *m, int64_t now_ns, int window, kl_monitor_fallbacks *out);
 /* Names of the KL_DRIFT_* bits set in d, comma separated, into buf. */
 void kl_monitor_drift_names(int d, char *buf, size_t n);
 /* JSON object {"windows": [...], "thresholds": {...}, "columns": [...]} */

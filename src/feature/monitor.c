@@ -21,7 +21,7 @@
 /* the first counters of a slot: rows seen per role (every column of a role
  * sees every row: a column's n is its role's); then per column: nulls,
  * unknown, its bins */
-enum { MG_ROWS = 0, MG_COUNT = 3 };
+enum { MG_ROWS = 0, MG_FB_ROWS = 3, MG_FB = 4, MG_COUNT = MG_FB + KL_MON_FALLBACKS };
 enum { MC_NULLS, MC_UNKNOWN, MC_BINS };
 
 typedef struct {
@@ -302,14 +302,16 @@ static int wbegin(kl_monitor *m, int64_t now, wctx *w) {
     return 0;
 }
 
-static inline void winc(const kl_monitor *m, const wctx *w, uint32_t k) {
+static inline void winc_n(const kl_monitor *m, const wctx *w, uint32_t k, uint32_t n) {
     if (!w->shared) {
         _Atomic uint32_t *p = &w->acc[k];
-        atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + 1, memory_order_relaxed);
+        atomic_store_explicit(p, atomic_load_explicit(p, memory_order_relaxed) + n, memory_order_relaxed);
         return;
     }
-    for (int i = 0; i < m->cfg.nwin; i++) atomic_fetch_add_explicit(&w->s->c[w->base[i] + k], 1, memory_order_relaxed);
+    for (int i = 0; i < m->cfg.nwin; i++) atomic_fetch_add_explicit(&w->s->c[w->base[i] + k], n, memory_order_relaxed);
 }
+
+static inline void winc(const kl_monitor *m, const wctx *w, uint32_t k) { winc_n(m, w, k, 1); }
 
 static void observe_num(const kl_monitor *m, const wctx *w, const mcol *c, double x) {
     if (isnan(x)) {
@@ -377,9 +379,15 @@ int kl_monitor_transform(kl_monitor *m, const kl_fstore *store, const void *rec,
     fval stack[16], *seen = f->ninputs <= 16 ? stack : malloc(f->ninputs * sizeof *seen);
     if (!seen) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (size_t i = 0; i < f->ninputs; i++) seen[i].null = 1;
-    int rc = kl__features_transform_seen(f, store, rec, out, NULL, seen, e);
+    kl_features_counts fc;
+    memset(&fc, 0, sizeof fc);
+    int rc = kl__features_transform_seen(f, store, rec, out, &fc, seen, e);
     wctx w;
     if (!rc && !wbegin(m, now, &w)) {
+        const uint64_t k[KL_MON_FALLBACKS] = {fc.unknown, fc.null_filled, fc.div_zero, fc.clamped, fc.empty_window};
+        winc(m, &w, MG_FB_ROWS);
+        for (int i = 0; i < KL_MON_FALLBACKS; i++)
+            if (k[i]) winc_n(m, &w, MG_FB + (uint32_t)i, (uint32_t)k[i]);
         if (m->nraw) observe_record(m, &w, rec, seen);
         if (m->width) {
             winc(m, &w, MG_ROWS + KL_PROF_FEATURE);
@@ -511,6 +519,31 @@ int kl_monitor_stats(kl_monitor *m, int64_t now, kl_monitor_stat **out, size_t *
     return KL_OK;
 }
 
+const char *kl_monitor_fallback_name(int kind) {
+    static const char *names[KL_MON_FALLBACKS] = {"unknown", "null_filled", "div_zero", "clamped", "empty_window"};
+    return kind >= 0 && kind < KL_MON_FALLBACKS ? names[kind] : "?";
+}
+
+int kl_monitor_fallback_stats(kl_monitor *m, int64_t now, int window, kl_monitor_fallbacks *out) {
+    memset(out, 0, sizeof *out);
+    if (window < 0 || window >= m->cfg.nwin) return KL_EINVAL;
+    size_t nw = (size_t)m->cfg.nwin;
+    uint64_t *live = malloc(nw * m->ncnt * sizeof *live);
+    if (!live) return KL_ENOMEM;
+    merge_live(m, now, live);
+    const uint64_t *g = live + (size_t)window * m->ncnt;
+    const kl_features_counts *r = &m->ref->fallbacks;
+    const uint64_t ref[KL_MON_FALLBACKS] = {r->unknown, r->null_filled, r->div_zero, r->clamped, r->empty_window};
+    out->rows = g[MG_FB_ROWS];
+    for (int i = 0; i < KL_MON_FALLBACKS; i++) {
+        out->count[i] = g[MG_FB + i];
+        out->ratio[i] = out->rows ? (double)out->count[i] / (double)out->rows : NAN;
+        out->ref_ratio[i] = m->ref->has_fallbacks && r->rows ? (double)ref[i] / (double)r->rows : NAN;
+    }
+    free(live);
+    return KL_OK;
+}
+
 void kl_monitor_drift_names(int d, char *buf, size_t n) {
     static const char *names[] = {"psi", "js", "ks", "chi2", "null_ratio", "unknown_ratio", "oob_ratio"};
     size_t len = 0;
@@ -568,9 +601,24 @@ int kl_monitor_json(kl_monitor *m, int64_t now, kl_buf *b, kl_err *e) {
         b,
         "],\"thresholds\":{\"psi\":%g,\"js\":%g,\"p_value\":%g,\"min_samples\":%llu,\"min_expected\":%g,"
         "\"null_delta\":%g,\"unknown_ratio\":%g,\"oob_ratio\":%g},\"memory_bytes\":%zu,\"memory_max_bytes\":%zu,"
-        "\"feature_hash\":\"%s\",\"reference_rows\":%llu,\"prediction_drift\":%s,\"columns\":[",
+        "\"feature_hash\":\"%s\",\"reference_rows\":%llu,\"prediction_drift\":%s",
         g->psi, g->js, g->p_value, (unsigned long long)g->min_samples, g->min_expected, g->null_delta, g->unknown_ratio,
         g->oob_ratio, cur, maxb, m->ref->feature_hash, (unsigned long long)m->ref->rows, m->nouts ? "true" : "false");
+    kl_buf_puts(b, ",\"fallbacks\":{");
+    for (size_t w = 0; w < nw; w++) {
+        kl_monitor_fallbacks fb;
+        kl_monitor_fallback_stats(m, now, (int)w, &fb);
+        kl_buf_printf(b, "%s\"%s\":{\"rows\":%llu", w ? "," : "", wn[w], (unsigned long long)fb.rows);
+        for (int k = 0; k < KL_MON_FALLBACKS; k++) {
+            char key[48];
+            snprintf(key, sizeof key, "%s_ratio", kl_monitor_fallback_name(k));
+            jnum(b, key, fb.ratio[k]);
+            snprintf(key, sizeof key, "ref_%s_ratio", kl_monitor_fallback_name(k));
+            jnum(b, key, fb.ref_ratio[k]);
+        }
+        kl_buf_puts(b, "}");
+    }
+    kl_buf_puts(b, "},\"columns\":[");
     for (size_t i = 0; i < m->nc; i++) {
         const kl_colprof *p = m->c[i].p;
         kl_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");

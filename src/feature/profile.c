@@ -168,7 +168,8 @@ int kl_profile_build(const kl_features *f, kl_column *const *cols, size_t ncols,
         if (col->len > p->rows) p->rows = col->len;
         rc = profile_column(p, col, name, KL_PROF_INPUT, e);
     }
-    if (!rc) rc = kl__features_apply_slots(f, cols, ncols, 0, pool, &slots, &nslots, NULL, e);
+    if (!rc) rc = kl__features_apply_slots(f, cols, ncols, 0, pool, &slots, &nslots, &p->fallbacks, e);
+    p->has_fallbacks = !rc;
     for (size_t s = 0; s < f->width && !rc; s++) rc = profile_column(p, slots[s], f->slot_names[s], KL_PROF_FEATURE, e);
     for (size_t s = 0; s < nslots; s++) kl_column_free(slots[s]);
     free(slots);
@@ -281,8 +282,18 @@ static void put_col(kl_buf *b, const kl_colprof *c) {
 int kl_profile_save(const kl_profile *p, const char *path, kl_err *e) {
     kl_buf b;
     kl_buf_init(&b);
-    kl_buf_printf(&b, "{\"format\":\"keel.profile/1\",\"feature_hash\":\"%s\",\"rows\":%llu,\"columns\":[\n",
-                  p->feature_hash, (unsigned long long)p->rows);
+    kl_buf_printf(&b, "{\"format\":\"keel.profile/1\",\"feature_hash\":\"%s\",\"rows\":%llu,", p->feature_hash,
+                  (unsigned long long)p->rows);
+    if (p->has_fallbacks) {
+        const kl_features_counts *c = &p->fallbacks;
+        kl_buf_printf(&b,
+                      "\"fallbacks\":{\"rows\":%llu,\"unknown\":%llu,\"null_filled\":%llu,\"div_zero\":%llu,"
+                      "\"clamped\":%llu,\"empty_window\":%llu},",
+                      (unsigned long long)c->rows, (unsigned long long)c->unknown, (unsigned long long)c->null_filled,
+                      (unsigned long long)c->div_zero, (unsigned long long)c->clamped,
+                      (unsigned long long)c->empty_window);
+    }
+    kl_buf_puts(&b, "\"columns\":[\n");
     for (size_t i = 0; i < p->ncols; i++) {
         put_col(&b, &p->cols[i]);
         kl_buf_puts(&b, i + 1 < p->ncols ? ",\n" : "\n");
@@ -424,10 +435,21 @@ int kl_profile_load_str(const char *text, size_t len, const char *name, kl_profi
     if (!rc) {
         if (h) snprintf(p->feature_hash, sizeof p->feature_hash, "%s", h->valuestring);
         get_u64(root, "rows", &p->rows);
+        const cJSON *fb = cJSON_GetObjectItemCaseSensitive(root, "fallbacks");
+        kl_features_counts *c = &p->fallbacks;
+        if (fb &&
+            (get_u64(fb, "rows", &c->rows) || get_u64(fb, "unknown", &c->unknown) ||
+             get_u64(fb, "null_filled", &c->null_filled) || get_u64(fb, "div_zero", &c->div_zero) ||
+             get_u64(fb, "clamped", &c->clamped) || get_u64(fb, "empty_window", &c->empty_window)))
+            rc = kl_err_set(e, KL_EPARSE,
+                            "%s: fallbacks: expected counts rows, unknown, null_filled, div_zero, clamped, "
+                            "empty_window",
+                            name);
+        p->has_fallbacks = fb != NULL;
         size_t i = 0;
-        const cJSON *c;
-        cJSON_ArrayForEach(c, cols) {
-            if ((rc = read_col(p, c, name, i++, e))) break;
+        const cJSON *col;
+        cJSON_ArrayForEach(col, cols) {
+            if (rc || (rc = read_col(p, col, name, i++, e))) break;
         }
     }
     cJSON_Delete(root);

@@ -427,6 +427,25 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
         b, "keel_prediction_drift", "gauge",
         "Drift of a model output against its distribution on the validation rows (profile.json), per window.");
     render_family(b, vs, nv, "keel_prediction_drift", 1);
+    sv_metrics_head(b, "keel_feature_fallback_ratio", "gauge",
+                    "Fallbacks of the feature transforms per :predict row (unknown, null_filled, div_zero, clamped, "
+                    "empty_window), per window; the reference's on the fit rows with window=\"reference\".");
+    for (int i = 0; i < nv; i++)
+        for (int w = 0; vers[i]->mon && w < vers[i]->mcfg.nwin; w++) {
+            kl_monitor_fallbacks fb;
+            char wn[24];
+            if (kl_monitor_fallback_stats(vers[i]->mon, now, w, &fb)) continue;
+            window_label(vers[i]->mcfg.win_s[w], wn, sizeof wn);
+            for (int k = 0; k < KL_MON_FALLBACKS; k++)
+                for (int ref = 0; ref < 2 && (w == 0 || !ref); ref++) {
+                    double x = ref ? fb.ref_ratio[k] : fb.ratio[k];
+                    if (!isfinite(x)) continue;
+                    kl_buf_puts(b, "keel_feature_fallback_ratio{model=");
+                    sv_metrics_label(b, names[i]);
+                    kl_buf_printf(b, ",version=\"%lld\",kind=\"%s\",window=\"%s\"} %.6g\n", (long long)vers[i]->version,
+                                  kl_monitor_fallback_name(k), ref ? "reference" : wn, x);
+                }
+        }
     quality_metrics(b, vers, names, nv, now);
     sv_metrics_head(b, "keel_monitor_memory_bytes", "gauge", "Bytes the live monitor of a version holds.");
     for (int i = 0; i < nv; i++) {

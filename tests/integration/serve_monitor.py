@@ -173,6 +173,9 @@ first, mon, _ = scenario("category", recs, lambda m: "chi2" in column(m, "catego
 c = column(mon, "category")
 check("monitor_new_category_caught_within_1000", first is not None and first <= 1000, (first, c))
 check("monitor_unknown_ratio", abs(c["unknown_ratio"] - 0.2) < 0.01, c)
+fb = mon["monitor"]["fallbacks"]["5m"]
+check("monitor_fallbacks_unknown", fb["rows"] == 1000 and abs(fb["unknown_ratio"] - 0.2) < 0.01 and fb["ref_unknown_ratio"] == 0,
+      fb)
 print("new category at 20%%: flagged after %s requests (chi2 p %.3g, unknown %.3f)" % (first, c["chi2_p_value"], c["unknown_ratio"]))
 
 # 4. nulls from ~1 % to 20 %

@@ -205,6 +205,9 @@ KL_TEST(profile_build_save_load) {
     KT_OK(kl_profile_save(p, kt_path("profile.json"), &e), &e);
     KT_OK(kl_profile_load(kt_path("profile.json"), &q, &e), &e);
     KT_EQ_INT(q->ncols, p->ncols);
+    KT_CHECK(p->has_fallbacks && q->has_fallbacks && q->fallbacks.rows == 4000);
+    KT_EQ_INT(q->fallbacks.null_filled, p->fallbacks.null_filled);
+    KT_EQ_INT(q->fallbacks.unknown, p->fallbacks.unknown);
     for (size_t i = 0; i < p->ncols; i++) {
         const kl_colprof *a = &p->cols[i], *b = &q->cols[i];
         KT_EQ_STR(a->name, b->name);
@@ -410,6 +413,14 @@ KL_TEST(monitor_transform_equals_record_path) {
         cJSON_Delete(o);
         KT_OK(rc, &e);
     }
+    /* the transforms' fallbacks on the server's path: nulls filled twice per null
+     * price (price_z, price_log), unknown categories (max_size 4 of 6, and gadgets) */
+    kl_monitor_fallbacks fb;
+    KT_OK(kl_monitor_fallback_stats(b, t, 0, &fb), &e);
+    KT_EQ_INT(fb.rows, 600);
+    KT_NEAR(fb.ratio[1], 2 * 0.1, 0.03);
+    KT_CHECK(fb.ref_ratio[1] > 0 && fb.ref_ratio[1] < 0.05);
+    KT_CHECK(fb.ratio[0] > fb.ref_ratio[0] + 0.1);
     kl_monitor_stat *sa = NULL, *sb = NULL;
     size_t na = 0, nb = 0;
     KT_OK(kl_monitor_stats(a, t, &sa, &na, &e), &e);
