@@ -477,9 +477,14 @@ KL_TEST(monitor_threads_merge) {
     pthread_t th[NT];
     thr_arg a = {m, kl_features_width(f), 9LL * 86400 * 1000000000LL};
     for (int i = 0; i < NT; i++) KT_CHECK(pthread_create(&th[i], NULL, thr_feed, &a) == 0);
-    for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
     kl_monitor_stat *st = NULL;
     size_t n = 0;
+    for (int r = 0; r < 20; r++) { /* reads while the writers write (a scrape during traffic) */
+        KT_OK(kl_monitor_stats(m, a.t + 50000000LL, &st, &n, &e), &e);
+        free(st);
+        st = NULL;
+    }
+    for (int i = 0; i < NT; i++) pthread_join(th[i], NULL);
     KT_OK(kl_monitor_stats(m, a.t + 200000000LL, &st, &n, &e), &e);
     const kl_monitor_stat *s = find_stat(st, n, "price_z", 0);
     KT_EQ_INT(s->n, NT * 100);
