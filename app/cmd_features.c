@@ -8,6 +8,7 @@
 #include <keel/column.h>
 #include <keel/data.h>
 #include <keel/feature.h>
+#include <keel/profile.h>
 #include <keel/parquet.h>
 #include <math.h>
 #include <stdlib.h>
@@ -69,17 +70,21 @@ static int fit(int argc, char **argv) {
         size_t keep = (size_t)ceil(frac * (double)nrows_of(cols, ncols));
         for (size_t i = 0; i < ncols; i++) if (cols[i]->len > keep) cols[i]->len = keep;
     }
-    if (kl_features_fit(f, cols, ncols, &e) || kl_features_save(f, out, &e)) {
+    char prof[1024];
+    kl_profile_path_for(out, prof, sizeof prof);
+    if (kl_features_fit(f, cols, ncols, &e) || kl_features_save(f, out, &e) ||
+        kl_profile_write(f, cols, ncols, prof, &e)) {
         kl_features_free_columns(cols, ncols);
         kl_features_free(f);
         return app_fail(&e);
     }
     if (app_flag(&a, "json"))
-        printf("{\"features\": %zu, \"width\": %zu, \"rows\": %zu, \"feature_hash\": \"%s\", \"out\": \"%s\"}\n",
-               kl_features_count(f), kl_features_width(f), nrows_of(cols, ncols), kl_features_hash(f), out);
+        printf("{\"features\": %zu, \"width\": %zu, \"rows\": %zu, \"feature_hash\": \"%s\", \"out\": \"%s\", "
+               "\"profile\": \"%s\"}\n",
+               kl_features_count(f), kl_features_width(f), nrows_of(cols, ncols), kl_features_hash(f), out, prof);
     else
-        printf("fitted %zu features (%zu outputs) on %zu rows\nfeature_hash %s\nwrote %s\n", kl_features_count(f),
-               kl_features_width(f), nrows_of(cols, ncols), kl_features_hash(f), out);
+        printf("fitted %zu features (%zu outputs) on %zu rows\nfeature_hash %s\nwrote %s\nwrote %s\n",
+               kl_features_count(f), kl_features_width(f), nrows_of(cols, ncols), kl_features_hash(f), out, prof);
     kl_features_free_columns(cols, ncols);
     kl_features_free(f);
     return APP_EXIT_OK;
@@ -130,6 +135,12 @@ static int apply(int argc, char **argv) {
     if (kl_features_write(f, res, nres, out, data, &wo, &e)) goto fail;
     size_t ol = strlen(out);
     path = ol >= 8 && !strcmp(out + ol - 8, ".parquet") ? strdup(out) : NULL;
+    if (!path) { /* a features dataset carries the reference profile of its features.json (training adds the outputs) */
+        char prof[1024], dst[4200];
+        kl_profile_path_for(a.pos[0], prof, sizeof prof);
+        snprintf(dst, sizeof dst, "%s/profile.json", out);
+        if (kl_path_exists(prof) && kl_copy_file(prof, dst, &e)) goto fail;
+    }
     if (!path) {
         kl_buf b;
         kl_buf_init(&b);

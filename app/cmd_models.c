@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 #include <keel/data.h>
 #include <keel/feature.h>
+#include <keel/profile.h>
 #include <keel/track.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,9 +121,15 @@ static int models_register(int argc, char **argv) {
     kl_track *t = NULL;
     int64_t v = 0;
     const char *features = app_get(&a, "features"), *store = app_get(&a, "store");
-    kl_registry_file extra[2];
+    kl_registry_file extra[3];
     size_t nextra = 0;
+    char prof[1024], own[4200];
     if (features) extra[nextra++] = (kl_registry_file){"features.json", features};
+    if (features) { /* its reference profile travels with it unless DIR has one (training's, with the outputs) */
+        kl_profile_path_for(features, prof, sizeof prof);
+        snprintf(own, sizeof own, "%s/profile.json", a.pos[0]);
+        if (kl_path_exists(prof) && !kl_path_exists(own)) extra[nextra++] = (kl_registry_file){"profile.json", prof};
+    }
     if (store && !kl_fstore_is_url(store)) extra[nextra++] = (kl_registry_file){"features.db", store};
     if (check_features(a.pos[0], features, store, name, &e)) return app_fail(&e);
     if (app_store_open(1, &t, &e) ||
@@ -222,6 +229,27 @@ static int models_list(int argc, char **argv) {
     return APP_EXIT_OK;
 }
 
+/* the summary of a version's reference profile (docs/monitoring.md) */
+static void show_profile(kl_track *t, const char *sha) {
+    char path[4096];
+    kl_registry_object_path(t, sha, path, sizeof path);
+    kl_profile *p = NULL;
+    kl_err e = {0};
+    if (kl_profile_load(path, &p, &e)) {
+        printf("  profile    unreadable: %s\n", e.msg);
+        return;
+    }
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_profile_summary(p, &b);
+    for (char *l = b.data, *nl; l && *l; l = nl ? nl + 1 : l + strlen(l)) {
+        nl = strchr(l, '\n');
+        printf("  %.*s\n", nl ? (int)(nl - l) : (int)strlen(l), l);
+    }
+    kl_buf_free(&b);
+    kl_profile_free(p);
+}
+
 static int models_show(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&show_spec, argc, argv, &a);
@@ -272,6 +300,9 @@ static int models_show(int argc, char **argv) {
             cJSON_ArrayForEach(f, cJSON_GetObjectItem(v, "files"))
                 printf("  file       %-28s %10.0f  %.16s...\n", cJSON_GetObjectItem(f, "path")->valuestring,
                        cJSON_GetObjectItem(f, "size")->valuedouble, cJSON_GetObjectItem(f, "sha256")->valuestring);
+            cJSON_ArrayForEach(f, cJSON_GetObjectItem(v, "files"))
+                if (!strcmp(cJSON_GetObjectItem(f, "path")->valuestring, "profile.json"))
+                    show_profile(t, cJSON_GetObjectItem(f, "sha256")->valuestring);
         }
     }
     cJSON_Delete(j);

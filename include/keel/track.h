@@ -273,6 +273,10 @@ int kl_registry_resolve(kl_track *t, const char *ref, const char *out_dir, kl_er
  * "run_id","signature","files":[{"path","size","sha256"}],"tags":{}}],
  * "aliases":{alias:version},"tags":{}}] (name NULL = all models). */
 int kl_registry_json(kl_track *t, const char *name, void **out_cjson, kl_err *e);
+/* Where the store keeps the object of a registered file (its sha256 from
+ * kl_registry_json), to read it in place (unverified: kl_registry_verify
+ * checks it). */
+void kl_registry_object_path(kl_track *t, const char *sha256_hex, char *buf, size_t n);
 /* Alias history: [{"alias","version" (null when removed),"time_us"}]. */
 int kl_registry_history_json(kl_track *t, const char *name, void **out_cjson, kl_err *e);
 

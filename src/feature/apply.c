@@ -495,16 +495,21 @@ static int copy_label(const kl_features *f, const kl_column *label, size_t n, kl
 
 int kl_features_apply(const kl_features *f, kl_column *const *cols, size_t ncols, kl_pool *pool,
                       kl_column ***out, size_t *nout, kl_features_counts *counts, kl_err *e) {
+    return kl__features_apply_slots(f, cols, ncols, 1, pool, out, nout, counts, e);
+}
+
+int kl__features_apply_slots(const kl_features *f, kl_column *const *cols, size_t ncols, int with_label, kl_pool *pool,
+                             kl_column ***out, size_t *nout, kl_features_counts *counts, kl_err *e) {
     *out = NULL;
     *nout = 0;
     if (!f->fitted) return kl_err_set(e, KL_ESTATE, "features are not fitted");
     const kl_column **in = calloc(f->ninputs + 1, sizeof *in);
     const kl_column *label = NULL;
-    size_t n = 0, total = f->width + (f->has_label ? 1 : 0);
+    size_t n = 0, total = f->width + (with_label && f->has_label ? 1 : 0);
     kl_column **slots = calloc(total + 1, sizeof *slots);
     int rc;
     if (!in || !slots) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-    if ((rc = kl__features_bind(f, cols, ncols, 1, in, &label, &n, e))) goto fail;
+    if ((rc = kl__features_bind(f, cols, ncols, with_label, in, &label, &n, e))) goto fail;
     if (n > UINT32_MAX) { rc = kl_err_set(e, KL_ERANGE, "more than 2^32 rows in one apply"); goto fail; }
     for (size_t s = 0; s < f->width; s++)
         if ((rc = new_slot(f->slot_names[s], kl_features_slot_type(f, s), n, &slots[s], e))) goto fail;

@@ -147,6 +147,15 @@ int kl__features_type_ok(kl_col_type declared, kl_col_type have);
 int kl__features_bind_raw(kl_features *f, kl_err *e);
 static inline const kl_dialect *kl__features_nulls(const kl_features *f) { return f->raw ? &f->raw->dialect : NULL; }
 void kl__fval_from_col(const kl_column *c, size_t row, fval *v);
+/* kl_features_transform_record that also gives every input column's value
+ * as read (seen[f->ninputs]; a column no feature reads is left as it was;
+ * strings point into obj). */
+int kl__features_transform_seen(const kl_features *f, const kl_fstore *store, const void *cjson_obj, double *out,
+                                kl_features_counts *counts, fval *seen, kl_err *e);
+/* kl_features_apply; with_label 0: the slots only, every row (the label is
+ * neither needed nor copied) — the reference profile of the fit rows. */
+int kl__features_apply_slots(const kl_features *f, kl_column *const *cols, size_t ncols, int with_label, kl_pool *pool,
+                             kl_column ***out, size_t *nout, kl_features_counts *counts, kl_err *e);
 /* Stores a double into slot column c at row as its dtype. */
 void kl__store_slot(kl_column *c, size_t row, double v);
 

@@ -580,6 +580,11 @@ static int window_eval(const kl_features *f, const kl_fstore *store, rec_reads *
 
 int kl_features_transform_record(const kl_features *f, const kl_fstore *store, const void *obj,
                                  double *out, kl_features_counts *counts, kl_err *e) {
+    return kl__features_transform_seen(f, store, obj, out, counts, NULL, e);
+}
+
+int kl__features_transform_seen(const kl_features *f, const kl_fstore *store, const void *obj, double *out,
+                                kl_features_counts *counts, fval *seen, kl_err *e) {
     if (!f->fitted) return kl_err_set(e, KL_ESTATE, "features are not fitted");
     if (!cJSON_IsObject((const cJSON *)obj)) return kl_err_set(e, KL_EINVAL, "record: expected a JSON object");
     rec_reads stackrr, *rr = &stackrr;
@@ -590,6 +595,12 @@ int kl_features_transform_record(const kl_features *f, const kl_fstore *store, c
         fval in[2];
         for (int k = 0; k < F->nin; k++)
             if ((rc = kl__fval_from_json(&F->in[k], kl__features_nulls(f), obj, &in[k], e))) { kl_err_prefix(e, "feature %s", F->name); return rc; }
+        if (seen) /* the raw values as read, per input column (the live monitor) */
+            for (int k = 0; k < F->nin; k++) {
+                fval *sv = &seen[F->in[k].col];
+                *sv = in[k];
+                if (in[k].s == in[k].num) sv->s = sv->num; /* a number read as text lives in the fval */
+            }
         rc = F->kind != TF_WINDOW ? kl__tf_eval(F, in, out + F->slot0, counts, e)
                                   : window_read(f, store, F, i, in, rr, e);
     }

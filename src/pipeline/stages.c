@@ -5,6 +5,7 @@
  * on the test split, with the generator's Bayes-optimal AUC when the click
  * log's true probability is attached), export (a model repository version
  * for keel serve), register (model registry + alias) and serve. */
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 #include "keel/data.h"
 #include "keel/feature.h"
 #include "keel/parquet.h"
+#include "keel/profile.h"
 #include "keel/serve.h"
 #include "keel/train.h"
 #include "pipeline/pipeline_int.h"
@@ -317,6 +319,10 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     if (!(lens = calloc(ncols + 1, sizeof *lens))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     for (size_t i = 0; i < ncols; i++) { lens[i] = cols[i]->len; if (cols[i]->len > keep) cols[i]->len = keep; }
     rc = kl_features_fit(f, cols, ncols, e);
+    /* the reference profile of the fit rows, next to features.json (docs/monitoring.md) */
+    outf(c, dir, sizeof dir, "features");
+    snprintf(p, sizeof p, "%s.profile.json", dir);
+    if (!rc) rc = kl_profile_write(f, cols, ncols, p, e);
     for (size_t i = 0; i < ncols; i++) cols[i]->len = lens[i];
     if (rc || (rc = kl_features_apply(f, cols, ncols, NULL, &res, &nres, &cnt, e))) goto done;
     if (*ref) {
@@ -332,6 +338,9 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     if ((rc = kl_rm_rf(dir, e))) goto done;
     snprintf(src, sizeof src, "%s@%s", pl_out_str(c, KL_STAGE_INGEST, "dataset_dir"), pl_out_str(c, KL_STAGE_INGEST, "id"));
     if ((rc = kl_features_write(f, res, nres, dir, src, NULL, e))) goto done;
+    snprintf(p, sizeof p, "%s.profile.json", dir);
+    snprintf(src, sizeof src, "%s/profile.json", dir);
+    if (rename(p, src)) { rc = kl_err_set(e, -errno, "%s: %s", p, strerror(errno)); goto done; }
     /* the online store of the window features, for keel serve's :predict */
     snprintf(p, sizeof p, "%s/features.db", dir);
     if ((rc = kl_fstore_open(f, *url ? url : p, &store, e)) ||

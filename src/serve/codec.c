@@ -628,6 +628,15 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
         kl_json_doc_free(d);
         return rc;
     }
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(d), "id"); /* echoed; the key of feedback */
+    if (id && !cJSON_IsString(id)) {
+        kl_json_doc_free(d);
+        return kl_err_set(e, KL_EINVAL, "id: expected a string");
+    }
+    if (id) {
+        snprintf(r->id, sizeof r->id, "%s", id->valuestring);
+        r->has_id = 1;
+    }
     size_t width = kl_features_width(v->feat);
     double *tmp = malloc((width ? width : 1) * sizeof *tmp);
     sv_tensor *t = &r->in[0];
@@ -645,10 +654,12 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
     }
     r->n_in = 1;
     int i = 0;
+    int64_t now = v->mon ? kl_time_mono_ns() : 0; /* the monitor's clock: once per request */
     const cJSON *rec;
     cJSON_ArrayForEach(rec, inst) {
         if (!cJSON_IsObject(rec)) { rc = kl_err_set(e, KL_EINVAL, "instances[%d]: expected an object of raw fields", i); goto done; }
-        if ((rc = kl_features_transform_record(v->feat, v->fstore, rec, tmp, NULL, e))) {
+        if ((rc = v->mon ? kl_monitor_transform(v->mon, v->fstore, rec, tmp, now, e)
+                         : kl_features_transform_record(v->feat, v->fstore, rec, tmp, NULL, e))) {
             kl_err_prefix(e, "instances[%d]", i);
             goto done;
         }
@@ -738,6 +749,10 @@ static int encode_predict(sv_req *r, const sv_tensor *outs, size_t n_out, int64_
     kl_buf_json_str(&b, r->model->name);
     kl_buf_printf(&b, ",\"model_version\":\"%lld\",\"feature_hash\":", (long long)r->ver->version);
     kl_buf_json_str(&b, kl_features_hash(r->ver->feat));
+    if (r->has_id) {
+        kl_buf_puts(&b, ",\"id\":");
+        kl_buf_json_str(&b, r->id);
+    }
     kl_buf_puts(&b, "}");
     if (b.failed) { kl_buf_free(&b); return kl_err_set(e, KL_ENOMEM, "out of memory building the response"); }
     r->resp_header_len = -1;

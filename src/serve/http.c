@@ -136,7 +136,7 @@ static void io_json(kl_buf *b, const sv_io *io, size_t n) {
 }
 
 /* lock held: the version r asks for (or the latest); NULL when none */
-static sv_version *pick_version(sv_model *m, int64_t want) {
+sv_version *sv_pick_version(sv_model *m, int64_t want) {
     for (int i = 0; i < m->nver; i++)
         if (want < 0 || m->ver[i]->version == want) return m->ver[i];
     return NULL;
@@ -176,7 +176,7 @@ static enum MHD_Result events(kl_server *s, struct MHD_Connection *c, sv_req *r)
     if (atomic_load(&s->draining)) return send_error(s, c, r, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
     pthread_mutex_lock(&s->lock);
     sv_model *m = sv_model_find(s, r->model_name);
-    sv_version *v = m ? pick_version(m, r->want_version) : NULL;
+    sv_version *v = m ? sv_pick_version(m, r->want_version) : NULL;
     if (v) sv_version_ref(v);
     pthread_mutex_unlock(&s->lock);
     if (!v)
@@ -207,7 +207,7 @@ static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req
         pthread_mutex_unlock(&s->lock);
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
     }
-    sv_version *v = pick_version(m, r->want_version);
+    sv_version *v = sv_pick_version(m, r->want_version);
     if (!v && r->want_version >= 0 && m->nver > 0) { /* an unknown version: 404, as for infer and metadata */
         pthread_mutex_unlock(&s->lock);
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "model '%s' has no version %lld loaded", r->model_name,
@@ -360,7 +360,7 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
     }
     r->model = m;
-    sv_version *v = pick_version(m, r->want_version);
+    sv_version *v = sv_pick_version(m, r->want_version);
     if (!v) {
         char reason[600];
         snprintf(reason, sizeof reason, "%s", m->reason);
@@ -821,6 +821,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         size_t len;
         char *body = sv_metrics_render(s, &len);
         return send_body(s, c, r, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, -1);
+    }
+    case SV_RT_MONITOR: {
+        int st = sv_monitor_json(s, r->model_name, r->want_version, &b);
+        return send_json(s, c, r, st, &b);
+    }
+    case SV_RT_FEEDBACK: {
+        int st = sv_monitor_feedback(s, r->model_name, r->want_version, r->body, r->body_len, &b);
+        return send_json(s, c, r, st, &b);
     }
     case SV_RT_MODEL_META: return model_meta(s, c, r, 0);
     case SV_RT_MODEL_READY: return model_meta(s, c, r, 1);

@@ -18,7 +18,7 @@
  * Routing
  * ================================================================== */
 
-/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer|/events]. */
+/* Parses /v2/models/{m}[/versions/{v}][/ready|/infer|/events|/monitor|/feedback]. */
 static int route_models(const char *p, sv_req *r, int post) {
     const char *slash = strchr(p, '/');
     size_t n = slash ? (size_t)(slash - p) : strlen(p);
@@ -44,6 +44,14 @@ static int route_models(const char *p, sv_req *r, int post) {
     if (!strcmp(p, "/events")) {
         r->method_ok = post;
         return SV_RT_EVENTS;
+    }
+    if (!strcmp(p, "/monitor")) {
+        r->method_ok = !post;
+        return SV_RT_MONITOR;
+    }
+    if (!strcmp(p, "/feedback")) {
+        r->method_ok = post;
+        return SV_RT_FEEDBACK;
     }
     return SV_RT_NOT_FOUND;
 }

@@ -81,6 +81,10 @@ static void head(kl_buf *b, const char *name, const char *type, const char *help
     kl_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* for the monitoring gauges (monitor.c) */
+void sv_metrics_label(kl_buf *b, const char *v) { label(b, v); }
+void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help) { head(b, name, type, help); }
+
 static void hist(kl_buf *b, const char *name, const char *labels, const uint64_t *bk, int nb, const double *le,
                  uint64_t count, double sum) {
     uint64_t cum = 0;
@@ -278,6 +282,7 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
                       (unsigned long long)sv_fstore_errors(s->models[i]));
     }
     pthread_mutex_unlock(&s->lock);
+    sv_monitor_metrics(s, &b);
     head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
     kl_buf_printf(&b, "keel_ready %d\n", sv_ready(s, NULL, 0));
     *len = b.len;

@@ -29,6 +29,10 @@ void sv_cfg_default(sv_model_cfg *c) {
     c->default_level = 0;
     c->policy = SV_POLICY_LATEST;
     c->latest_n = 1;
+    c->monitor_on = 1;
+    kl_monitor_cfg_default(&c->monitor);
+    c->fb_horizon_s = 3600;
+    c->fb_capacity = 0; /* feedback is asked for: monitor: {feedback_capacity: N} */
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;
@@ -85,7 +89,7 @@ static int parse_on_store_error(const kl_node *root, sv_model_cfg *c, kl_err *e)
 int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e) {
     static const char *const keys[] = {
         "max_batch_size", "dynamic_batching",     "instances",    "priority_levels", "default_priority",
-        "queue_policy",   "default_queue_policy", "memory_quota", "version_policy",  "on_store_error"};
+        "queue_policy",   "default_queue_policy", "memory_quota", "version_policy",  "on_store_error", "monitor"};
     kl_doc *d = NULL;
     sv_cfg_default(c);
     int rc = kl_doc_load_str(text, len, name, &d, e);
@@ -198,6 +202,7 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
             goto done;
         }
     }
+    if ((n = kl_node_get(root, "monitor")) && (rc = sv_monitor_cfg_parse(n, c, e))) goto done;
     rc = kl_node_check_used(root, e); /* e.g. version_policy {latest, specific}: one is read, the other refused */
 done:
     kl_doc_free(d);
@@ -214,6 +219,7 @@ static void version_free(sv_version *v) {
     if (!v) return;
     for (size_t i = 0; i < v->n_in; i++) sv_tensor_release(&v->warm[i]);
     sb_free(v->sess);
+    sv_monitor_free(v);
     kl_fstore_free(v->fstore);
     kl_features_free(v->feat);
     for (int i = 0; i < v->nclass_names; i++) free(v->class_names[i]);
@@ -242,6 +248,7 @@ static void version_sig(const char *dir, char *out, size_t n) {
     file_sig(dir, "model.onnx", &b);
     file_sig(dir, "meta.json", &b);
     file_sig(dir, "features.json", &b);
+    file_sig(dir, "profile.json", &b);
     snprintf(out, n, "%s", b.data ? b.data : "");
     kl_buf_free(&b);
 }
@@ -391,6 +398,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
             goto fail;
         }
     }
+    sv_monitor_load(v, cfg);
     int64_t t0 = kl_time_mono_ns();
     if ((rc = sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
     char batching[96];

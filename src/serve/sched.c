@@ -440,6 +440,7 @@ static void execute(kl_server *s, sv_req **rq, int n) {
         if (erc) sv_req_finish(r, 500, SV_R_INTERNAL, ee.msg);
         else sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
     }
+    if (!rc && (v->mon || v->fb)) sv_monitor_batch(v, rq, n, out);
     for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
     for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
     sv_version_unref(v);

@@ -6,6 +6,7 @@
 #define KEEL_SERVE_INT_H
 
 #include <keel/feature.h>
+#include <keel/profile.h>
 #include <keel/serve.h>
 
 #include <pthread.h>
@@ -120,6 +121,10 @@ typedef struct {
     int64_t specific[SV_MAX_VERSIONS];
     int n_specific;
     int on_store_error_empty; /* on_store_error: empty (windows read as empty, counted) | fail (503) */
+    int monitor_on; /* monitor: (monitor.c): on by default for versions with a profile.json */
+    kl_monitor_cfg monitor;
+    int64_t fb_horizon_s; /* monitor.feedback_horizon: predictions kept for labels (feedback.c) */
+    int64_t fb_capacity;  /* monitor.feedback_capacity: at most this many (0: no feedback) */
 } sv_model_cfg;
 
 void sv_cfg_default(sv_model_cfg *c);
@@ -186,6 +191,10 @@ typedef struct sv_version {
     char **class_names; /* meta.json output.class_names: class k's name (NULL: labels are indices) */
     int nclass_names;
     kl_fstore *fstore;      /* features.db next to it: recent events for entity windows */
+    kl_monitor *mon;        /* live profiles against profile.json (monitor.c); NULL: not monitored, why in mon_off */
+    char mon_off[256];
+    kl_monitor_cfg mcfg;    /* the windows and thresholds it was loaded with */
+    struct sv_feedback *fb; /* predictions waiting for labels (feedback.c); NULL: feedback off */
 } sv_version;
 
 enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
@@ -425,6 +434,40 @@ struct kl_server {
     int64_t inline_ns;          /* inline batches of models below this compute time; 0 = off */
 };
 
+/* feedback.c: labels joined with served predictions (docs/monitoring.md, "Feedback") */
+typedef struct sv_feedback sv_feedback;
+typedef struct {
+    int classifier;
+    uint64_t n;                                                     /* labelled predictions in the window */
+    double auc, accuracy, log_loss, brier, mae, rmse;               /* NaN: not defined here */
+    uint64_t matched, unmatched, late, duplicate, invalid, pending; /* since start; pending: predictions held */
+} sv_quality;
+sv_feedback *sv_feedback_new(const sv_version *v, int64_t horizon_s, size_t capacity);
+void sv_feedback_free(sv_feedback *f);
+size_t sv_feedback_bytes(const sv_feedback *f); /* at most */
+void sv_feedback_record(sv_feedback *f, const char *id, int64_t now_ns, const float *out, size_t k);
+/* labels posted at now_ns: the answer into b; returns the HTTP status */
+int sv_feedback_post(sv_feedback *f, const char *body, size_t len, int64_t now_ns, kl_buf *b);
+int sv_feedback_quality(sv_feedback *f, int64_t now_ns, int64_t window_s, sv_quality *q);
+
+/* monitor.c: monitoring against the version's profile.json (docs/monitoring.md) */
+int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e); /* config.yaml monitor: */
+void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg);           /* sets v->mon or v->mon_off */
+void sv_monitor_free(sv_version *v);
+/* (:predict records go through kl_monitor_transform in codec.c) */
+/* hot path: after a successful run of requests rq[0..n) of v with outputs out */
+void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out);
+/* GET .../monitor: the body into b; returns the HTTP status */
+int sv_monitor_json(kl_server *s, const char *model, int64_t want_version, kl_buf *b);
+/* POST .../feedback */
+int sv_monitor_feedback(kl_server *s, const char *model, int64_t want_version, const char *body, size_t len, kl_buf *b);
+void sv_monitor_metrics(kl_server *s, kl_buf *b);
+/* metrics.c: a Prometheus label value (quoted, escaped) and a family's HELP/TYPE lines */
+void sv_metrics_label(kl_buf *b, const char *v);
+void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
+/* lock held: the version want (-1: the latest) of m; NULL when none (http.c) */
+sv_version *sv_pick_version(sv_model *m, int64_t want);
+
 /* repo.c */
 int sv_repo_scan(kl_server *s, const char *only_model, kl_err *e);
 int sv_repo_unload(kl_server *s, const char *model, kl_err *e);
@@ -450,7 +493,9 @@ enum {
     SV_RT_PREDICT,
     SV_RT_NOT_FOUND,
     SV_RT_BAD_TARGET,
-    SV_RT_EVENTS
+    SV_RT_EVENTS,   /* POST .../events (fstore.c) */
+    SV_RT_MONITOR,  /* GET .../monitor (monitor.c) */
+    SV_RT_FEEDBACK  /* POST .../feedback (feedback.c) */
 };
 /* The route of a (percent-decoded) path; sets r->model_name, want_version
  * and method_ok. SV_RT_BAD_TARGET: a control character in it. */

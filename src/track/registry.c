@@ -541,6 +541,10 @@ done:
     return KL_OK;
 }
 
+void kl_registry_object_path(kl_track *t, const char *sha256_hex, char *buf, size_t n) {
+    kl__track_object_path(t, sha256_hex, buf, n);
+}
+
 /* Copies (or only hashes, when dst is NULL) an object, checking its sha256. */
 static int check_object(kl_track *t, const vfile *f, const char *dst, kl_err *e) {
     char obj[4096];

@@ -244,7 +244,8 @@ fail:
 
 int tr_runlog_finish(kl_track *t, kl_track_run *r, const tr_spec *s, const char *out_dir, const tr_dsinfo *dsi,
                      const kl_metric_point *pts, size_t npts, kl_err *e) {
-    static const char *files[] = {"model.onnx", "meta.json", "card.md", "metrics.csv", "curves.svg", "spec.yaml", "features.json"};
+    static const char *files[] = {"model.onnx", "meta.json", "card.md",       "metrics.csv",
+                                  "curves.svg", "spec.yaml", "features.json", "profile.json"};
     int rc = npts ? kl_track_log_metrics(r, pts, npts, e) : KL_OK;
     if (!rc && s->ds) {
         kl_track_lineage lin = {0};

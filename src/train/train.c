@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "keel/profile.h"
 #include "train/runlog.h"
 #include "train/train_data.h"
 #include "train/train_images.h"
@@ -596,12 +597,38 @@ static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n)
 
 /* ================================================================ the run */
 
+/* profile.json of the model (docs/monitoring.md): the features' reference
+ * profile (written by the fit next to features.json) with the model outputs
+ * on the validation rows (the training rows without a validation split) */
+static int write_profile(tr_model *m, const char *features_json, const char *out, tr_batches *bs, int64_t n,
+                         kl_err *e) {
+    char src[4096], dst[4096], name[64];
+    kl_profile_path_for(features_json, src, sizeof src);
+    if (!kl_path_exists(src) || n <= 0) return KL_OK;
+    kl_profile *p = NULL;
+    tr_eval ev;
+    float *z = kl_mem_alloc((size_t)n * (size_t)m->out_numel * sizeof *z, KL_TAG_WORKSPACE);
+    int rc = z ? kl_profile_load(src, &p, e) : kl_err_set(e, KL_ENOMEM, "out of memory for the output profile");
+    if (!rc) rc = evaluate(m, bs, n, &ev, z, NULL, e);
+    for (int64_t k = 0; !rc && k < m->out_numel; k++) {
+        if (m->out_numel == 1) snprintf(name, sizeof name, "output");
+        else snprintf(name, sizeof name, "output[%lld]", (long long)k);
+        rc = kl_profile_add_numeric(p, name, KL_PROF_OUTPUT, z + k, (size_t)n, (size_t)m->out_numel, e);
+    }
+    snprintf(dst, sizeof dst, "%s/profile.json", out);
+    if (!rc) rc = kl_profile_save(p, dst, e);
+    kl_profile_free(p);
+    kl_mem_free(z);
+    return rc;
+}
+
 static const char *part_names[5] = {"params", "grads", "optimizer", "activations", "workspace"};
 
 static int write_meta(const char *out, const tr_spec *s, const tr_model *m, const tr_data *d, const tr_rows *rs,
                       const tr_pos *pos, int64_t ntrain, int64_t nval, const tr_eval *fin_val, const tr_eval *fin_train,
                       int best_used, double secs, const tr_dsinfo *dsi, int64_t run_id, kl_err *e) {
-    const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml", "metrics.csv", "curves.svg", "card.md", "features.json"};
+    const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml",     "metrics.csv",
+                           "curves.svg", "card.md",           "features.json", "profile.json"};
     cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
     char p[4096], hex[65];
     int rc = KL_OK;
@@ -1328,6 +1355,8 @@ static int run_artifacts(tr_run *r, kl_err *e) {
     if (r->dsi.features_json[0]) { /* a feature output: the model carries its features.json (serve's :predict) */
         snprintf(r->p, sizeof r->p, "%s/features.json", out);
         if ((rc = kl_copy_file(r->dsi.features_json, r->p, e))) return rc;
+        if ((rc = write_profile(m, r->dsi.features_json, out, r->nva ? &r->bv : &r->bt, r->nva ? r->nva : r->ntr, e)))
+            return rc;
     }
     if ((rc = write_card(out, r->s, m, r->ntr, r->nva, &r->pos, &r->fin_val, r->best_used, &r->dsi, e))) return rc;
     return write_meta(out, r->s, m, &r->d, &r->rows, &r->pos, r->ntr, r->nva, &r->fin_val, &r->fin_train, r->best_used,

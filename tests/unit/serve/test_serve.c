@@ -36,6 +36,90 @@ KL_TEST(serve_cfg_parse_full) {
     KT_EQ_INT(c.latest_n, 2);
 }
 
+KL_TEST(serve_cfg_monitor_block) {
+    sv_model_cfg c;
+    kl_err e = {0};
+    const char *y = "max_batch_size: 8\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.monitor_on, 1); /* on by default, with the default windows */
+    KT_EQ_INT(c.monitor.nwin, 3);
+    KT_EQ_INT(c.monitor.win_s[2], 86400);
+    y = "monitor:\n  windows: [90s, 10m]\n  psi: 0.25\n  p_value: 0.01\n  min_samples: 50\n  null_delta: 0.1\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.monitor.nwin, 2);
+    KT_EQ_INT(c.monitor.win_s[0], 90);
+    KT_EQ_INT(c.monitor.win_s[1], 600);
+    KT_NEAR(c.monitor.psi, 0.25, 0);
+    KT_NEAR(c.monitor.p_value, 0.01, 0);
+    KT_EQ_INT(c.monitor.min_samples, 50);
+    KT_NEAR(c.monitor.null_delta, 0.1, 0);
+    KT_NEAR(c.monitor.js, 0.1, 0);
+    y = "monitor: false\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.monitor_on, 0);
+    y = "monitor:\n  feedback_horizon: 2h\n  feedback_capacity: 5000\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_EQ_INT(c.fb_horizon_s, 7200);
+    KT_EQ_INT(c.fb_capacity, 5000);
+    y = "monitor:\n  feedback_capacity: -1\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    kl_err_clear(&e);
+    y = "monitor:\n  psy: 0.3\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "psy");
+    kl_err_clear(&e);
+    y = "monitor:\n  windows: [5x]\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
+    kl_err_clear(&e);
+    y = "monitor:\n  js: 2\n";
+    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CONTAINS(kl_err_what(&e), "js");
+}
+
+/* predictions kept under their ids within capacity and horizon; labels
+ * joined, late, duplicate, unmatched and invalid ones counted */
+KL_TEST(serve_feedback_capacity_horizon) {
+    sv_version v;
+    memset(&v, 0, sizeof v);
+    v.post = SV_POST_SIGMOID;
+    sv_feedback *f = sv_feedback_new(&v, 10, 4); /* 10 s, 4 predictions */
+    KT_CHECK(f != NULL);
+    int64_t s = 1000000000LL, t0 = 100 * s;
+    float logit[6] = {2, -2, 0.5f, -0.5f, 3, -3};
+    char id[8];
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        sv_feedback_record(f, id, t0 + i, &logit[i], 1);
+    }
+    kl_buf b;
+    kl_buf_init(&b);
+    const char *labels = "[{\"id\":\"r0\",\"label\":1},{\"id\":\"r2\",\"label\":1},{\"id\":\"r3\",\"label\":true},"
+                         "{\"id\":\"r3\",\"label\":0},{\"id\":\"r4\",\"label\":0.5},{\"id\":\"r5\",\"label\":0}]";
+    /* r0, r1 went (capacity 4); r3 twice: the second is a duplicate; 0.5 is no binary label */
+    KT_EQ_INT(sv_feedback_post(f, labels, strlen(labels), t0 + 10, &b), 200);
+    KT_EQ_STR(b.data, "{\"matched\":3,\"unmatched\":1,\"late\":0,\"duplicate\":1,\"invalid\":1}");
+    sv_quality q;
+    sv_feedback_quality(f, t0 + 10, 300, &q);
+    KT_EQ_INT(q.n, 3);
+    KT_NEAR(q.accuracy, 2.0 / 3, 1e-12); /* r2 (p 0.62, y 1) right, r3 (p 0.38, y 1) wrong, r5 (p 0.05, y 0) right */
+    KT_NEAR(q.auc, 1.0, 1e-12);          /* the positives r2, r3 both score above the negative r5 */
+    /* a label past the horizon (10 s) is late; a new prediction evicts the old ones by age */
+    kl_buf_reset(&b);
+    const char *late = "{\"id\":\"r4\",\"label\":1}";
+    KT_EQ_INT(sv_feedback_post(f, late, strlen(late), t0 + 11 * s, &b), 200);
+    KT_EQ_STR(b.data, "{\"matched\":0,\"unmatched\":0,\"late\":1,\"duplicate\":0,\"invalid\":0}");
+    sv_feedback_record(f, "n0", t0 + 30 * s, &logit[0], 1);
+    sv_feedback_quality(f, t0 + 30 * s, 300, &q);
+    KT_EQ_INT(q.pending, 1);
+    KT_EQ_INT(q.late, 1);
+    sv_feedback_quality(f, t0 + 30 * s, 5, &q); /* the pairs are older than a 5 s window */
+    KT_EQ_INT(q.n, 0);
+    KT_CHECK(isnan(q.accuracy));
+    kl_buf_free(&b);
+    sv_feedback_free(f);
+}
+
 KL_TEST(serve_cfg_reserve_level_batch_shed) {
     sv_model_cfg c;
     kl_err e = {0};
