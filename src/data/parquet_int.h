@@ -43,38 +43,42 @@ void pq_buf_uvarint(pq_buf *b, uint64_t v);
 /* ---- Thrift compact protocol: writer ---- */
 enum { TT_STOP = 0, TT_TRUE = 1, TT_FALSE = 2, TT_BYTE = 3, TT_I16 = 4, TT_I32 = 5, TT_I64 = 6,
        TT_DOUBLE = 7, TT_BINARY = 8, TT_LIST = 9, TT_SET = 10, TT_MAP = 11, TT_STRUCT = 12 };
-typedef struct { pq_buf *b; int16_t last[32]; int depth; } tw;
-void tw_init(tw *w, pq_buf *b);
-void tw_field(tw *w, int16_t id, int type);  /* field header */
-void tw_i32(tw *w, int16_t id, int32_t v);
-void tw_i64(tw *w, int16_t id, int64_t v);
-void tw_bool(tw *w, int16_t id, int v);
-void tw_bin(tw *w, int16_t id, const void *d, size_t n);
-void tw_begin(tw *w, int16_t id);            /* struct field: opens a nested struct */
-void tw_end(tw *w);                          /* STOP of the current struct */
-void tw_list(tw *w, int16_t id, int etype, uint32_t n); /* then n elements: */
-void tw_elem_i32(tw *w, int64_t v);          /* zigzag varint (i16/i32/i64) */
-void tw_elem_bin(tw *w, const void *d, size_t n);
-void tw_elem_bool(tw *w, int v);
-void tw_elem_begin(tw *w);                   /* a struct element; close with tw_end */
+typedef struct {
+    pq_buf *b;
+    int16_t last[32];
+    int depth;
+} kl__tw;
+void kl__tw_init(kl__tw *w, pq_buf *b);
+void kl__tw_field(kl__tw *w, int16_t id, int type); /* field header */
+void kl__tw_i32(kl__tw *w, int16_t id, int32_t v);
+void kl__tw_i64(kl__tw *w, int16_t id, int64_t v);
+void kl__tw_bool(kl__tw *w, int16_t id, int v);
+void kl__tw_bin(kl__tw *w, int16_t id, const void *d, size_t n);
+void kl__tw_begin(kl__tw *w, int16_t id);                       /* struct field: opens a nested struct */
+void kl__tw_end(kl__tw *w);                                     /* STOP of the current struct */
+void kl__tw_list(kl__tw *w, int16_t id, int etype, uint32_t n); /* then n elements: */
+void kl__tw_elem_i32(kl__tw *w, int64_t v);                     /* zigzag varint (i16/i32/i64) */
+void kl__tw_elem_bin(kl__tw *w, const void *d, size_t n);
+void kl__tw_elem_bool(kl__tw *w, int v);
+void kl__tw_elem_begin(kl__tw *w); /* a struct element; close with kl__tw_end */
 
 /* ---- Thrift compact protocol: reader ---- */
 typedef struct {
     const uint8_t *p, *end;
     int err;            /* set on malformed/truncated input; all reads then return 0 */
     int depth;
-} tr;
+} kl__tr;
 /* Next field of the current struct: returns 0 at STOP (or error), else 1
  * with *type and *id. last: the struct's previous field id (start at 0). */
-int tr_field(tr *r, int16_t *last, int *type, int16_t *id);
-int64_t tr_int(tr *r);                          /* zigzag varint */
-uint64_t tr_uvarint(tr *r);
-double tr_double(tr *r);
-int tr_bin(tr *r, const uint8_t **d, uint32_t *n);
-int tr_list(tr *r, int *etype, uint32_t *n);    /* list/set header */
-int tr_bool_elem(tr *r);                        /* a bool inside a list */
-void tr_skip(tr *r, int type);                  /* any value of that type */
-static inline int tr_bool_field(int type) { return type == TT_TRUE; }
+int kl__tr_field(kl__tr *r, int16_t *last, int *type, int16_t *id);
+int64_t kl__tr_int(kl__tr *r); /* zigzag varint */
+uint64_t kl__tr_uvarint(kl__tr *r);
+double kl__tr_double(kl__tr *r);
+int kl__tr_bin(kl__tr *r, const uint8_t **d, uint32_t *n);
+int kl__tr_list(kl__tr *r, int *etype, uint32_t *n); /* list/set header */
+int kl__tr_bool_elem(kl__tr *r);                     /* a bool inside a list */
+void kl__tr_skip(kl__tr *r, int type);               /* any value of that type */
+static inline int kl__tr_bool_field(int type) { return type == TT_TRUE; }
 
 /* ---- codecs ---- */
 /* Compresses src into out (appended). */

@@ -21,26 +21,31 @@ static const char *ptype_name(int t) {
  * Thrift structs of the footer
  * ================================================================== */
 
-static void parse_stats(tr *r, pq_stats *s) {
+static void parse_stats(kl__tr *r, pq_stats *s) {
     int16_t last = 0, id; int t;
     const uint8_t *mn = NULL, *mx = NULL, *omn = NULL, *omx = NULL;
     uint32_t nmn = 0, nmx = 0, nomn = 0, nomx = 0;
-    while (tr_field(r, &last, &t, &id)) {
-        if (id == 1 && t == TT_BINARY) tr_bin(r, &omx, &nomx);
-        else if (id == 2 && t == TT_BINARY) tr_bin(r, &omn, &nomn);
-        else if (id == 3 && t == TT_I64) { s->null_count = tr_int(r); s->has_null_count = 1; }
-        else if (id == 5 && t == TT_BINARY) tr_bin(r, &mx, &nmx);
-        else if (id == 6 && t == TT_BINARY) tr_bin(r, &mn, &nmn);
-        else tr_skip(r, t);
+    while (kl__tr_field(r, &last, &t, &id)) {
+        if (id == 1 && t == TT_BINARY) kl__tr_bin(r, &omx, &nomx);
+        else if (id == 2 && t == TT_BINARY) kl__tr_bin(r, &omn, &nomn);
+        else if (id == 3 && t == TT_I64) {
+            s->null_count = kl__tr_int(r);
+            s->has_null_count = 1;
+        } else if (id == 5 && t == TT_BINARY) kl__tr_bin(r, &mx, &nmx);
+        else if (id == 6 && t == TT_BINARY) kl__tr_bin(r, &mn, &nmn);
+        else kl__tr_skip(r, t);
     }
     if (mn && mx) { s->min = mn; s->nmin = nmn; s->max = mx; s->nmax = nmx; s->has_minmax = 1; }
     else if (omn && omx) { s->min = omn; s->nmin = nomn; s->max = omx; s->nmax = nomx; s->has_minmax = 1; s->legacy = 1; }
 }
 
-static void parse_logical(tr *r, pq_schema_el *el) {
+static void parse_logical(kl__tr *r, pq_schema_el *el) {
     int16_t last = 0, id; int t;
-    while (tr_field(r, &last, &t, &id)) {
-        if (t != TT_STRUCT) { tr_skip(r, t); continue; }
+    while (kl__tr_field(r, &last, &t, &id)) {
+        if (t != TT_STRUCT) {
+            kl__tr_skip(r, t);
+            continue;
+        }
         /* known: STRING ENUM DECIMAL DATE TIME TIMESTAMP INTEGER JSON UUID FLOAT16;
          * others (MAP, LIST, UNKNOWN, BSON, future types) fall back to the converted type */
         if (id == 1 || id == 4 || id == 5 || id == 6 || id == 7 || id == 8 || id == 10 || id == 12 || id == 14 || id == 15)
@@ -48,83 +53,197 @@ static void parse_logical(tr *r, pq_schema_el *el) {
         else if (id == 2) el->group_kind = G_MAP;
         else if (id == 3) el->group_kind = G_LIST;
         int16_t l2 = 0, i2; int t2;
-        while (tr_field(r, &l2, &t2, &i2)) {
-            if (id == 5 && i2 == 1 && t2 == TT_I32) el->scale = (int)tr_int(r);
-            else if (id == 5 && i2 == 2 && t2 == TT_I32) el->precision = (int)tr_int(r);
-            else if ((id == 7 || id == 8) && i2 == 1) { el->utc = tr_bool_field(t2); if (t2 != TT_TRUE && t2 != TT_FALSE) tr_skip(r, t2); }
-            else if ((id == 7 || id == 8) && i2 == 2 && t2 == TT_STRUCT) {
+        while (kl__tr_field(r, &l2, &t2, &i2)) {
+            if (id == 5 && i2 == 1 && t2 == TT_I32) el->scale = (int)kl__tr_int(r);
+            else if (id == 5 && i2 == 2 && t2 == TT_I32) el->precision = (int)kl__tr_int(r);
+            else if ((id == 7 || id == 8) && i2 == 1) {
+                el->utc = kl__tr_bool_field(t2);
+                if (t2 != TT_TRUE && t2 != TT_FALSE) kl__tr_skip(r, t2);
+            } else if ((id == 7 || id == 8) && i2 == 2 && t2 == TT_STRUCT) {
                 int16_t l3 = 0, i3; int t3;
-                while (tr_field(r, &l3, &t3, &i3)) { el->unit = i3; tr_skip(r, t3); }
+                while (kl__tr_field(r, &l3, &t3, &i3)) {
+                    el->unit = i3;
+                    kl__tr_skip(r, t3);
+                }
             } else if (id == 10 && i2 == 1 && t2 == TT_BYTE) {
                 if (r->p < r->end) el->bit_width = (int8_t)*r->p++; else r->err = 1;
-            } else if (id == 10 && i2 == 2) { el->is_signed = tr_bool_field(t2); if (t2 != TT_TRUE && t2 != TT_FALSE) tr_skip(r, t2); }
-            else tr_skip(r, t2);
+            } else if (id == 10 && i2 == 2) {
+                el->is_signed = kl__tr_bool_field(t2);
+                if (t2 != TT_TRUE && t2 != TT_FALSE) kl__tr_skip(r, t2);
+            } else kl__tr_skip(r, t2);
         }
     }
 }
 
-static void parse_schema_el(tr *r, pq_schema_el *el) {
+static void parse_schema_el(kl__tr *r, pq_schema_el *el) {
     int16_t last = 0, id; int t;
     el->ptype = -1; el->conv = -1; el->rep = REP_REQUIRED;
-    while (tr_field(r, &last, &t, &id)) {
+    while (kl__tr_field(r, &last, &t, &id)) {
         switch (id) {
-        case 1: if (t == TT_I32) { el->ptype = (int)tr_int(r); continue; } break;
-        case 2: if (t == TT_I32) { el->type_length = (int)tr_int(r); continue; } break;
-        case 3: if (t == TT_I32) { el->rep = (int)tr_int(r); continue; } break;
-        case 4: if (t == TT_BINARY) { tr_bin(r, &el->name, &el->name_len); continue; } break;
-        case 5: if (t == TT_I32) { el->num_children = (int)tr_int(r); el->has_children = 1; continue; } break;
-        case 6: if (t == TT_I32) { el->conv = (int)tr_int(r); continue; } break;
-        case 7: if (t == TT_I32) { el->scale = (int)tr_int(r); continue; } break;
-        case 8: if (t == TT_I32) { el->precision = (int)tr_int(r); continue; } break;
+        case 1:
+            if (t == TT_I32) {
+                el->ptype = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 2:
+            if (t == TT_I32) {
+                el->type_length = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 3:
+            if (t == TT_I32) {
+                el->rep = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 4:
+            if (t == TT_BINARY) {
+                kl__tr_bin(r, &el->name, &el->name_len);
+                continue;
+            }
+            break;
+        case 5:
+            if (t == TT_I32) {
+                el->num_children = (int)kl__tr_int(r);
+                el->has_children = 1;
+                continue;
+            }
+            break;
+        case 6:
+            if (t == TT_I32) {
+                el->conv = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 7:
+            if (t == TT_I32) {
+                el->scale = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 8:
+            if (t == TT_I32) {
+                el->precision = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
         case 10: if (t == TT_STRUCT) { parse_logical(r, el); continue; } break;
         }
-        tr_skip(r, t);
+        kl__tr_skip(r, t);
     }
 }
 
-static void parse_col_meta(tr *r, pq_chunk *c) {
+static void parse_col_meta(kl__tr *r, pq_chunk *c) {
     int16_t last = 0, id; int t;
-    while (tr_field(r, &last, &t, &id)) {
+    while (kl__tr_field(r, &last, &t, &id)) {
         switch (id) {
-        case 1: if (t == TT_I32) { c->ptype = (int)tr_int(r); continue; } break;
-        case 4: if (t == TT_I32) { c->codec = (int)tr_int(r); continue; } break;
-        case 5: if (t == TT_I64) { c->num_values = tr_int(r); continue; } break;
-        case 6: if (t == TT_I64) { c->total_uncompressed = tr_int(r); continue; } break;
-        case 7: if (t == TT_I64) { c->total_compressed = tr_int(r); continue; } break;
-        case 9: if (t == TT_I64) { c->data_page_offset = tr_int(r); continue; } break;
-        case 11: if (t == TT_I64) { c->dict_page_offset = tr_int(r); continue; } break;
+        case 1:
+            if (t == TT_I32) {
+                c->ptype = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 4:
+            if (t == TT_I32) {
+                c->codec = (int)kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 5:
+            if (t == TT_I64) {
+                c->num_values = kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 6:
+            if (t == TT_I64) {
+                c->total_uncompressed = kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 7:
+            if (t == TT_I64) {
+                c->total_compressed = kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 9:
+            if (t == TT_I64) {
+                c->data_page_offset = kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 11:
+            if (t == TT_I64) {
+                c->dict_page_offset = kl__tr_int(r);
+                continue;
+            }
+            break;
         case 12: if (t == TT_STRUCT) { parse_stats(r, &c->stats); continue; } break;
         }
-        tr_skip(r, t);
+        kl__tr_skip(r, t);
     }
 }
 
-static void parse_chunk(tr *r, pq_chunk *c) {
+static void parse_chunk(kl__tr *r, pq_chunk *c) {
     int16_t last = 0, id; int t;
     c->dict_page_offset = -1;
     c->ci_off = c->oi_off = -1;
     c->ptype = -1;
-    while (tr_field(r, &last, &t, &id)) {
+    while (kl__tr_field(r, &last, &t, &id)) {
         switch (id) {
-        case 1: if (t == TT_BINARY) { const uint8_t *d; uint32_t n; tr_bin(r, &d, &n); c->external = n > 0; continue; } break;
+        case 1:
+            if (t == TT_BINARY) {
+                const uint8_t *d;
+                uint32_t n;
+                kl__tr_bin(r, &d, &n);
+                c->external = n > 0;
+                continue;
+            }
+            break;
         case 3: if (t == TT_STRUCT) { parse_col_meta(r, c); c->has_meta = 1; continue; } break;
-        case 4: if (t == TT_I64) { c->oi_off = tr_int(r); continue; } break;
-        case 5: if (t == TT_I32) { c->oi_len = tr_int(r); continue; } break;
-        case 6: if (t == TT_I64) { c->ci_off = tr_int(r); continue; } break;
-        case 7: if (t == TT_I32) { c->ci_len = tr_int(r); continue; } break;
+        case 4:
+            if (t == TT_I64) {
+                c->oi_off = kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 5:
+            if (t == TT_I32) {
+                c->oi_len = kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 6:
+            if (t == TT_I64) {
+                c->ci_off = kl__tr_int(r);
+                continue;
+            }
+            break;
+        case 7:
+            if (t == TT_I32) {
+                c->ci_len = kl__tr_int(r);
+                continue;
+            }
+            break;
         case 8: c->encrypted = 1; break;
         }
-        tr_skip(r, t);
+        kl__tr_skip(r, t);
     }
 }
 
-static int parse_rowgroup(tr *r, pq_reader_t *R, pq_rowgroup *g, kl_err *e) {
+static int parse_rowgroup(kl__tr *r, pq_reader_t *R, pq_rowgroup *g, kl_err *e) {
     int16_t last = 0, id; int t;
     int got_cols = 0;
-    while (tr_field(r, &last, &t, &id)) {
+    while (kl__tr_field(r, &last, &t, &id)) {
         if (id == 1 && t == TT_LIST) {
             int et; uint32_t n;
-            if (tr_list(r, &et, &n) || et != TT_STRUCT) { r->err = 1; break; }
+            if (kl__tr_list(r, &et, &n) || et != TT_STRUCT) {
+                r->err = 1;
+                break;
+            }
             if (n != R->nleaves)
                 return kl_err_set(e, KL_EPARSE, "%s: a row group has %u column chunks, the schema has %zu leaf columns", R->name, n, R->nleaves);
             if (got_cols) return kl_err_set(e, KL_EPARSE, "%s: a row group lists its columns twice", R->name);
@@ -132,8 +251,8 @@ static int parse_rowgroup(tr *r, pq_reader_t *R, pq_rowgroup *g, kl_err *e) {
             if (!g->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
             for (uint32_t i = 0; i < n && !r->err; i++) parse_chunk(r, &g->cols[i]);
             got_cols = 1;
-        } else if (id == 3 && t == TT_I64) g->num_rows = tr_int(r);
-        else tr_skip(r, t);
+        } else if (id == 3 && t == TT_I64) g->num_rows = kl__tr_int(r);
+        else kl__tr_skip(r, t);
     }
     if (r->err) return kl_err_set(e, KL_EPARSE, "%s: corrupt footer (row group)", R->name);
     if (!got_cols) return kl_err_set(e, KL_EPARSE, "%s: a row group has no column chunks", R->name);
@@ -343,15 +462,18 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
     memcpy(&flen, d + len - 8, 4);
     if ((uint64_t)flen + 12 > len) return kl_err_set(e, KL_EPARSE, "%s: footer length %u exceeds the file (%zu bytes)", R->name, flen, len);
     R->footer_start = len - 8 - flen;
-    tr r = {d + R->footer_start, d + len - 8, 0, 0};
+    kl__tr r = {d + R->footer_start, d + len - 8, 0, 0};
     int16_t last = 0, id; int t;
     int rc = KL_OK;
     int have_schema = 0;
-    while (tr_field(&r, &last, &t, &id)) {
+    while (kl__tr_field(&r, &last, &t, &id)) {
         if (id == 2 && t == TT_LIST) {
             int et; uint32_t n;
             if (have_schema) return kl_err_set(e, KL_EPARSE, "%s: the footer has two schemas", R->name);
-            if (tr_list(&r, &et, &n) || et != TT_STRUCT || n == 0) { r.err = 1; break; }
+            if (kl__tr_list(&r, &et, &n) || et != TT_STRUCT || n == 0) {
+                r.err = 1;
+                break;
+            }
             R->schema = calloc(n, sizeof *R->schema);
             if (!R->schema) return kl_err_set(e, KL_ENOMEM, "out of memory");
             R->nschema = n;
@@ -379,12 +501,15 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
                 if (!R->fields[f].info.supported) R->fields[f].info.why = R->fields[f].whybuf;
             have_schema = 1;
         } else if (id == 3 && t == TT_I64) {
-            R->num_rows = tr_int(&r);
+            R->num_rows = kl__tr_int(&r);
         } else if (id == 4 && t == TT_LIST) {
             int et; uint32_t n;
             if (!have_schema) return kl_err_set(e, KL_EPARSE, "%s: row groups before the schema in the footer", R->name);
             if (R->rgs) return kl_err_set(e, KL_EPARSE, "%s: the footer lists row groups twice", R->name);
-            if (tr_list(&r, &et, &n) || et != TT_STRUCT) { r.err = 1; break; }
+            if (kl__tr_list(&r, &et, &n) || et != TT_STRUCT) {
+                r.err = 1;
+                break;
+            }
             R->rgs = calloc(n ? n : 1, sizeof *R->rgs);
             if (!R->rgs) return kl_err_set(e, KL_ENOMEM, "out of memory");
             R->nrg = n;
@@ -392,28 +517,34 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
                 if ((rc = parse_rowgroup(&r, R, &R->rgs[i], e))) return rc;
         } else if (id == 5 && t == TT_LIST) {
             int et; uint32_t n;
-            if (tr_list(&r, &et, &n) || et != TT_STRUCT) { r.err = 1; break; }
+            if (kl__tr_list(&r, &et, &n) || et != TT_STRUCT) {
+                r.err = 1;
+                break;
+            }
             if (R->kv) return kl_err_set(e, KL_EPARSE, "%s: the footer lists key/value metadata twice", R->name);
             R->kv = calloc(2 * (size_t)n + 1, sizeof *R->kv);
             if (!R->kv) return kl_err_set(e, KL_ENOMEM, "out of memory");
             for (uint32_t i = 0; i < n && !r.err; i++) {
                 int16_t l2 = 0, i2; int t2;
                 char *k = NULL, *v = NULL;
-                while (tr_field(&r, &l2, &t2, &i2)) {
+                while (kl__tr_field(&r, &l2, &t2, &i2)) {
                     const uint8_t *s; uint32_t sn;
-                    if ((i2 == 1 || i2 == 2) && t2 == TT_BINARY && !tr_bin(&r, &s, &sn)) {
+                    if ((i2 == 1 || i2 == 2) && t2 == TT_BINARY && !kl__tr_bin(&r, &s, &sn)) {
                         char **dst = i2 == 1 ? &k : &v;
                         free(*dst);
                         *dst = strndup((const char *)s, sn);
-                    } else tr_skip(&r, t2);
+                    } else kl__tr_skip(&r, t2);
                 }
                 if (k) { R->kv[2 * R->nkv] = k; R->kv[2 * R->nkv + 1] = v ? v : strdup(""); R->nkv++; }
                 else free(v);
             }
         } else if (id == 6 && t == TT_BINARY) {
             const uint8_t *s; uint32_t sn;
-            if (!tr_bin(&r, &s, &sn)) { free(R->created_by); R->created_by = strndup((const char *)s, sn); }
-        } else tr_skip(&r, t);
+            if (!kl__tr_bin(&r, &s, &sn)) {
+                free(R->created_by);
+                R->created_by = strndup((const char *)s, sn);
+            }
+        } else kl__tr_skip(&r, t);
     }
     if (r.err) return kl_err_set(e, KL_EPARSE, "%s: corrupt or truncated footer (Thrift FileMetaData)", R->name);
     if (!have_schema) return kl_err_set(e, KL_EPARSE, "%s: the footer has no schema", R->name);

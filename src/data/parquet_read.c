@@ -717,42 +717,48 @@ typedef struct {
     int has_v1, has_v2, has_dict;
 } page_hdr;
 
-static void parse_dph(tr *r, page_hdr *h) {
+static void parse_dph(kl__tr *r, page_hdr *h) {
     int16_t last = 0, id; int t;
-    while (tr_field(r, &last, &t, &id)) {
-        if (id == 1 && t == TT_I32) h->nv = (int32_t)tr_int(r);
-        else if (id == 2 && t == TT_I32) h->enc = (int)tr_int(r);
-        else if (id == 3 && t == TT_I32) h->def_enc = (int)tr_int(r);
-        else if (id == 4 && t == TT_I32) h->rep_enc = (int)tr_int(r);
-        else tr_skip(r, t);
+    while (kl__tr_field(r, &last, &t, &id)) {
+        if (id == 1 && t == TT_I32) h->nv = (int32_t)kl__tr_int(r);
+        else if (id == 2 && t == TT_I32) h->enc = (int)kl__tr_int(r);
+        else if (id == 3 && t == TT_I32) h->def_enc = (int)kl__tr_int(r);
+        else if (id == 4 && t == TT_I32) h->rep_enc = (int)kl__tr_int(r);
+        else kl__tr_skip(r, t);
     }
 }
 
-static int parse_page_header(tr *r, page_hdr *h) {
+static int parse_page_header(kl__tr *r, page_hdr *h) {
     int16_t last = 0, id; int t;
     memset(h, 0, sizeof *h);
     h->type = -1;
     h->is_compressed = 1;
     h->def_enc = h->rep_enc = ENC_RLE;
-    while (tr_field(r, &last, &t, &id)) {
-        if (id == 1 && t == TT_I32) h->type = (int)tr_int(r);
-        else if (id == 2 && t == TT_I32) h->unc = (int32_t)tr_int(r);
-        else if (id == 3 && t == TT_I32) h->comp = (int32_t)tr_int(r);
-        else if (id == 4 && t == TT_I32) { h->crc = (uint32_t)tr_int(r); h->has_crc = 1; }
-        else if (id == 5 && t == TT_STRUCT) { parse_dph(r, h); h->has_v1 = 1; }
-        else if (id == 7 && t == TT_STRUCT) { parse_dph(r, h); h->has_dict = 1; }
-        else if (id == 8 && t == TT_STRUCT) {
+    while (kl__tr_field(r, &last, &t, &id)) {
+        if (id == 1 && t == TT_I32) h->type = (int)kl__tr_int(r);
+        else if (id == 2 && t == TT_I32) h->unc = (int32_t)kl__tr_int(r);
+        else if (id == 3 && t == TT_I32) h->comp = (int32_t)kl__tr_int(r);
+        else if (id == 4 && t == TT_I32) {
+            h->crc = (uint32_t)kl__tr_int(r);
+            h->has_crc = 1;
+        } else if (id == 5 && t == TT_STRUCT) {
+            parse_dph(r, h);
+            h->has_v1 = 1;
+        } else if (id == 7 && t == TT_STRUCT) {
+            parse_dph(r, h);
+            h->has_dict = 1;
+        } else if (id == 8 && t == TT_STRUCT) {
             h->has_v2 = 1;
             int16_t l2 = 0, i2; int t2;
-            while (tr_field(r, &l2, &t2, &i2)) {
+            while (kl__tr_field(r, &l2, &t2, &i2)) {
                 if (t2 == TT_I32) {
-                    int32_t v = (int32_t)tr_int(r);
+                    int32_t v = (int32_t)kl__tr_int(r);
                     if (i2 == 1) h->nv = v; else if (i2 == 2) h->nnulls = v; else if (i2 == 3) h->nrows = v;
                     else if (i2 == 4) h->enc = v; else if (i2 == 5) h->def_len = v; else if (i2 == 6) h->rep_len = v;
                 } else if (i2 == 7 && (t2 == TT_TRUE || t2 == TT_FALSE)) h->is_compressed = t2 == TT_TRUE;
-                else tr_skip(r, t2);
+                else kl__tr_skip(r, t2);
             }
-        } else tr_skip(r, t);
+        } else kl__tr_skip(r, t);
     }
     return r->err ? -1 : 0;
 }
@@ -895,7 +901,7 @@ static int decode_chunk(chunk_job *J, dec *d) {
             goto out;
         }
         page_hdr h;
-        tr t = {pos, end, 0, 0};
+        kl__tr t = {pos, end, 0, 0};
         if (parse_page_header(&t, &h)) { rc = BAD(&c, "corrupt page header at offset %lld", (long long)(pos - R->data)); goto out; }
         const uint8_t *src = t.p;
         if (h.comp < 0 || h.unc < 0 || h.comp > end - src) { rc = BAD(&c, "page at offset %lld: sizes %d/%d exceed the file", (long long)(pos - R->data), h.comp, h.unc); goto out; }
@@ -1214,48 +1220,48 @@ static int parse_page_index(const pq_reader_t *R, const pq_chunk *ch, page_index
     memset(pi, 0, sizeof *pi);
     if (ch->ci_off < 4 || ch->oi_off < 4 || ch->ci_len <= 0 || ch->oi_len <= 0) return -1;
     if ((uint64_t)ch->ci_off + (uint64_t)ch->ci_len > R->footer_start || (uint64_t)ch->oi_off + (uint64_t)ch->oi_len > R->footer_start) return -1;
-    tr r = {R->data + ch->ci_off, R->data + ch->ci_off + ch->ci_len, 0, 0};
+    kl__tr r = {R->data + ch->ci_off, R->data + ch->ci_off + ch->ci_len, 0, 0};
     int16_t last = 0, id; int t;
     size_t nmn = 0, nmx = 0, nnp = 0;
-    while (tr_field(&r, &last, &t, &id)) {
+    while (kl__tr_field(&r, &last, &t, &id)) {
         if (t == TT_LIST && id >= 1 && id <= 3) {
             int et; uint32_t n;
-            if (tr_list(&r, &et, &n)) break;
+            if (kl__tr_list(&r, &et, &n)) break;
             if (id == 1) {
                 free(pi->null_page);
                 pi->null_page = malloc(n + 1);
                 if (!pi->null_page) return -1;
-                for (uint32_t i = 0; i < n; i++) pi->null_page[i] = (uint8_t)tr_bool_elem(&r);
+                for (uint32_t i = 0; i < n; i++) pi->null_page[i] = (uint8_t)kl__tr_bool_elem(&r);
                 nnp = n;
             } else {
                 bref *b = malloc((n + 1) * sizeof *b);
                 if (!b) return -1;
-                for (uint32_t i = 0; i < n; i++) tr_bin(&r, &b[i].p, &b[i].n);
+                for (uint32_t i = 0; i < n; i++) kl__tr_bin(&r, &b[i].p, &b[i].n);
                 if (id == 2) { free(pi->mn); pi->mn = b; nmn = n; } else { free(pi->mx); pi->mx = b; nmx = n; }
             }
-        } else tr_skip(&r, t);
+        } else kl__tr_skip(&r, t);
     }
     if (r.err || !pi->null_page || !pi->mn || !pi->mx || nmn != nnp || nmx != nnp) { pi_free(pi); return -1; }
     pi->n = nnp;
-    tr o = {R->data + ch->oi_off, R->data + ch->oi_off + ch->oi_len, 0, 0};
+    kl__tr o = {R->data + ch->oi_off, R->data + ch->oi_off + ch->oi_len, 0, 0};
     last = 0;
     size_t nloc = 0;
-    while (tr_field(&o, &last, &t, &id)) {
+    while (kl__tr_field(&o, &last, &t, &id)) {
         if (id == 1 && t == TT_LIST) {
             int et; uint32_t n;
-            if (tr_list(&o, &et, &n) || et != TT_STRUCT) break;
+            if (kl__tr_list(&o, &et, &n) || et != TT_STRUCT) break;
             pi->first_row = malloc((n + 1) * sizeof *pi->first_row);
             if (!pi->first_row) break;
             for (uint32_t i = 0; i < n && !o.err; i++) {
                 int16_t l2 = 0, i2; int t2;
                 pi->first_row[i] = -1;
-                while (tr_field(&o, &l2, &t2, &i2)) {
-                    if (i2 == 3 && t2 == TT_I64) pi->first_row[i] = tr_int(&o);
-                    else tr_skip(&o, t2);
+                while (kl__tr_field(&o, &l2, &t2, &i2)) {
+                    if (i2 == 3 && t2 == TT_I64) pi->first_row[i] = kl__tr_int(&o);
+                    else kl__tr_skip(&o, t2);
                 }
             }
             nloc = n;
-        } else tr_skip(&o, t);
+        } else kl__tr_skip(&o, t);
     }
     if (o.err || !pi->first_row || nloc != pi->n) { pi_free(pi); return -1; }
     return 0;

@@ -175,19 +175,25 @@ static size_t stats_bytes(const wstats *s, kl_col_type t, int which, uint8_t *bu
 }
 
 /* Serializes a Statistics struct (fields only + STOP) as a nested struct. */
-static void write_stats(tw *w, int16_t id, const wstats *s, kl_col_type t) {
-    tw_begin(w, id);
+static void write_stats(kl__tw *w, int16_t id, const wstats *s, kl_col_type t) {
+    kl__tw_begin(w, id);
     uint8_t b1[8], b2[8];
     const char *pmin, *pmax;
     size_t nmin = 0, nmax = 0;
     if (s->has) {
         nmin = stats_bytes(s, t, 0, b1, &pmin);
         nmax = stats_bytes(s, t, 1, b2, &pmax);
-        if (!is_var(t)) { tw_bin(w, 1, pmax, nmax); tw_bin(w, 2, pmin, nmin); }
+        if (!is_var(t)) {
+            kl__tw_bin(w, 1, pmax, nmax);
+            kl__tw_bin(w, 2, pmin, nmin);
+        }
     }
-    tw_i64(w, 3, (int64_t)s->nulls);
-    if (s->has) { tw_bin(w, 5, pmax, nmax); tw_bin(w, 6, pmin, nmin); }
-    tw_end(w);
+    kl__tw_i64(w, 3, (int64_t)s->nulls);
+    if (s->has) {
+        kl__tw_bin(w, 5, pmax, nmax);
+        kl__tw_bin(w, 6, pmin, nmin);
+    }
+    kl__tw_end(w);
 }
 
 /* ==================================================================
@@ -446,18 +452,18 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         for (size_t j = 0; j < d.n; j++) plain_values(&vals, c, d.rows[j], d.rows[j] + 1);
         comp.len = 0;
         if ((rc = pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
-        tw w;
+        kl__tw w;
         hdr.len = 0;
-        tw_init(&w, &hdr);
-        tw_i32(&w, 1, PAGE_DICT);
-        tw_i32(&w, 2, (int32_t)vals.len);
-        tw_i32(&w, 3, (int32_t)comp.len);
-        tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
-        tw_begin(&w, 7);
-        tw_i32(&w, 1, (int32_t)d.n);
-        tw_i32(&w, 2, ENC_PLAIN);
-        tw_end(&w);
-        tw_end(&w);
+        kl__tw_init(&w, &hdr);
+        kl__tw_i32(&w, 1, PAGE_DICT);
+        kl__tw_i32(&w, 2, (int32_t)vals.len);
+        kl__tw_i32(&w, 3, (int32_t)comp.len);
+        kl__tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
+        kl__tw_begin(&w, 7);
+        kl__tw_i32(&w, 1, (int32_t)d.n);
+        kl__tw_i32(&w, 2, ENC_PLAIN);
+        kl__tw_end(&w);
+        kl__tw_end(&w);
         pq_buf_put(&out->bytes, hdr.p, hdr.len);
         pq_buf_put(&out->bytes, comp.p, comp.len);
         out->unc_size += (int64_t)(hdr.len + vals.len);
@@ -522,33 +528,33 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
             if ((rc = pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
             unc = lev.len + vals.len;
         }
-        tw w;
+        kl__tw w;
         hdr.len = 0;
-        tw_init(&w, &hdr);
-        tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
-        tw_i32(&w, 2, (int32_t)unc);
-        tw_i32(&w, 3, (int32_t)comp.len);
-        tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
+        kl__tw_init(&w, &hdr);
+        kl__tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
+        kl__tw_i32(&w, 2, (int32_t)unc);
+        kl__tw_i32(&w, 3, (int32_t)comp.len);
+        kl__tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
         if (!o->data_page_v2) {
-            tw_begin(&w, 5);
-            tw_i32(&w, 1, (int32_t)prow);
-            tw_i32(&w, 2, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
-            tw_i32(&w, 3, ENC_RLE);
-            tw_i32(&w, 4, ENC_RLE);
+            kl__tw_begin(&w, 5);
+            kl__tw_i32(&w, 1, (int32_t)prow);
+            kl__tw_i32(&w, 2, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
+            kl__tw_i32(&w, 3, ENC_RLE);
+            kl__tw_i32(&w, 4, ENC_RLE);
             if (o->page_stats) write_stats(&w, 5, &ps, c->type);
-            tw_end(&w);
+            kl__tw_end(&w);
         } else {
-            tw_begin(&w, 8);
-            tw_i32(&w, 1, (int32_t)prow);
-            tw_i32(&w, 2, (int32_t)ps.nulls);
-            tw_i32(&w, 3, (int32_t)prow);
-            tw_i32(&w, 4, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
-            tw_i32(&w, 5, (int32_t)lev.len);
-            tw_i32(&w, 6, 0);
+            kl__tw_begin(&w, 8);
+            kl__tw_i32(&w, 1, (int32_t)prow);
+            kl__tw_i32(&w, 2, (int32_t)ps.nulls);
+            kl__tw_i32(&w, 3, (int32_t)prow);
+            kl__tw_i32(&w, 4, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
+            kl__tw_i32(&w, 5, (int32_t)lev.len);
+            kl__tw_i32(&w, 6, 0);
             if (o->page_stats) write_stats(&w, 8, &ps, c->type);
-            tw_end(&w);
+            kl__tw_end(&w);
         }
-        tw_end(&w);
+        kl__tw_end(&w);
         if (out->npages == cap_pages) { rc = kl_err_set(e, KL_EINTERNAL, "page table overflow"); goto done; }
         page_loc *pl = &out->pages[out->npages];
         pl->rel_off = (int64_t)out->bytes.len;
@@ -567,28 +573,28 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
 
     /* statistics and column index */
     {
-        tw w;
-        tw_init(&w, &out->stats_ser);
+        kl__tw w;
+        kl__tw_init(&w, &out->stats_ser);
         write_stats(&w, 12, &out->st, c->type);
         if (o->page_stats) {
-            tw_init(&w, &out->ci);
-            tw_list(&w, 1, TT_TRUE, (uint32_t)out->npages);
-            for (size_t p = 0; p < out->npages; p++) tw_elem_bool(&w, pc.ci_nullpage[p]);
+            kl__tw_init(&w, &out->ci);
+            kl__tw_list(&w, 1, TT_TRUE, (uint32_t)out->npages);
+            for (size_t p = 0; p < out->npages; p++) kl__tw_elem_bool(&w, pc.ci_nullpage[p]);
             pq_buf *mm[2] = {&pc.ci_min, &pc.ci_max};
             for (int m = 0; m < 2; m++) {
-                tw_list(&w, (int16_t)(2 + m), TT_BINARY, (uint32_t)out->npages);
+                kl__tw_list(&w, (int16_t)(2 + m), TT_BINARY, (uint32_t)out->npages);
                 size_t off = 0;
                 for (size_t p = 0; p < out->npages; p++) {
                     uint32_t l;
                     memcpy(&l, mm[m]->p + off, 4);
-                    tw_elem_bin(&w, mm[m]->p + off + 4, l);
+                    kl__tw_elem_bin(&w, mm[m]->p + off + 4, l);
                     off += 4 + l;
                 }
             }
-            tw_i32(&w, 4, pc.asc ? 1 : pc.desc ? 2 : 0);
-            tw_list(&w, 5, TT_I64, (uint32_t)out->npages);
-            for (size_t p = 0; p < out->npages; p++) tw_elem_i32(&w, (int64_t)pc.ci_nulls[p]);
-            tw_end(&w);
+            kl__tw_i32(&w, 4, pc.asc ? 1 : pc.desc ? 2 : 0);
+            kl__tw_list(&w, 5, TT_I64, (uint32_t)out->npages);
+            for (size_t p = 0; p < out->npages; p++) kl__tw_elem_i32(&w, (int64_t)pc.ci_nulls[p]);
+            kl__tw_end(&w);
         }
     }
 done:
@@ -686,17 +692,17 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
         m->stats_ser = o->stats_ser; memset(&o->stats_ser, 0, sizeof o->stats_ser);
         m->ci = o->ci; memset(&o->ci, 0, sizeof o->ci);
         if (w->o.page_stats) {
-            tw t;
-            tw_init(&t, &m->oi);
-            tw_list(&t, 1, TT_STRUCT, (uint32_t)o->npages);
+            kl__tw t;
+            kl__tw_init(&t, &m->oi);
+            kl__tw_list(&t, 1, TT_STRUCT, (uint32_t)o->npages);
             for (size_t p = 0; p < o->npages; p++) {
-                tw_elem_begin(&t);
-                tw_i64(&t, 1, base + o->pages[p].rel_off);
-                tw_i32(&t, 2, o->pages[p].size);
-                tw_i64(&t, 3, o->pages[p].first_row);
-                tw_end(&t);
+                kl__tw_elem_begin(&t);
+                kl__tw_i64(&t, 1, base + o->pages[p].rel_off);
+                kl__tw_i32(&t, 2, o->pages[p].size);
+                kl__tw_i64(&t, 3, o->pages[p].first_row);
+                kl__tw_end(&t);
             }
-            tw_end(&t);
+            kl__tw_end(&t);
         }
         rg->unc += m->unc;
         rg->comp += m->comp;
@@ -869,32 +875,41 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
     return KL_OK;
 }
 
-static void write_schema_elem(tw *t, const kl_column *c) {
-    tw_elem_begin(t);
-    tw_i32(t, 1, phys_type(c->type));
-    tw_i32(t, 3, c->nullable ? REP_OPTIONAL : REP_REQUIRED);
-    tw_bin(t, 4, c->name, strlen(c->name));
+static void write_schema_elem(kl__tw *t, const kl_column *c) {
+    kl__tw_elem_begin(t);
+    kl__tw_i32(t, 1, phys_type(c->type));
+    kl__tw_i32(t, 3, c->nullable ? REP_OPTIONAL : REP_REQUIRED);
+    kl__tw_bin(t, 4, c->name, strlen(c->name));
     switch (c->type) {
     case KL_COL_STRING:
-        tw_i32(t, 6, CT_UTF8);
-        tw_begin(t, 10); tw_begin(t, 1); tw_end(t); tw_end(t);
+        kl__tw_i32(t, 6, CT_UTF8);
+        kl__tw_begin(t, 10);
+        kl__tw_begin(t, 1);
+        kl__tw_end(t);
+        kl__tw_end(t);
         break;
     case KL_COL_DATE:
-        tw_i32(t, 6, CT_DATE);
-        tw_begin(t, 10); tw_begin(t, 6); tw_end(t); tw_end(t);
+        kl__tw_i32(t, 6, CT_DATE);
+        kl__tw_begin(t, 10);
+        kl__tw_begin(t, 6);
+        kl__tw_end(t);
+        kl__tw_end(t);
         break;
     case KL_COL_TIMESTAMP:
-        tw_i32(t, 6, CT_TIMESTAMP_MICROS);
-        tw_begin(t, 10);
-        tw_begin(t, 8);
-        tw_bool(t, 1, 1);
-        tw_begin(t, 2); tw_begin(t, 2); tw_end(t); tw_end(t);
-        tw_end(t);
-        tw_end(t);
+        kl__tw_i32(t, 6, CT_TIMESTAMP_MICROS);
+        kl__tw_begin(t, 10);
+        kl__tw_begin(t, 8);
+        kl__tw_bool(t, 1, 1);
+        kl__tw_begin(t, 2);
+        kl__tw_begin(t, 2);
+        kl__tw_end(t);
+        kl__tw_end(t);
+        kl__tw_end(t);
+        kl__tw_end(t);
         break;
     default: break;
     }
-    tw_end(t);
+    kl__tw_end(t);
 }
 
 static void free_meta(kl_pq_writer *w) {
@@ -951,79 +966,86 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
 
     /* footer */
     pq_buf fb = {0};
-    tw t;
-    tw_init(&t, &fb);
-    tw_i32(&t, 1, 2);
-    tw_list(&t, 2, TT_STRUCT, (uint32_t)(w->ncols + 1));
-    tw_elem_begin(&t);
-    tw_bin(&t, 4, "schema", 6);
-    tw_i32(&t, 5, (int32_t)w->ncols);
-    tw_end(&t);
+    kl__tw t;
+    kl__tw_init(&t, &fb);
+    kl__tw_i32(&t, 1, 2);
+    kl__tw_list(&t, 2, TT_STRUCT, (uint32_t)(w->ncols + 1));
+    kl__tw_elem_begin(&t);
+    kl__tw_bin(&t, 4, "schema", 6);
+    kl__tw_i32(&t, 5, (int32_t)w->ncols);
+    kl__tw_end(&t);
     for (size_t j = 0; j < w->ncols; j++) write_schema_elem(&t, w->buf[j]);
-    tw_i64(&t, 3, (int64_t)w->total_rows);
-    tw_list(&t, 4, TT_STRUCT, (uint32_t)w->nrg);
+    kl__tw_i64(&t, 3, (int64_t)w->total_rows);
+    kl__tw_list(&t, 4, TT_STRUCT, (uint32_t)w->nrg);
     for (size_t r = 0; r < w->nrg; r++) {
         rg_meta *g = &w->rgs[r];
-        tw_elem_begin(&t);
-        tw_list(&t, 1, TT_STRUCT, (uint32_t)w->ncols);
+        kl__tw_elem_begin(&t);
+        kl__tw_list(&t, 1, TT_STRUCT, (uint32_t)w->ncols);
         for (size_t j = 0; j < w->ncols; j++) {
             chunk_meta *m = &g->cols[j];
             const kl_column *c = w->buf[j];
-            tw_elem_begin(&t);
-            tw_i64(&t, 2, m->has_dict ? m->dict_page_offset : m->data_page_offset);
-            tw_begin(&t, 3);
-            tw_i32(&t, 1, phys_type(c->type));
-            tw_list(&t, 2, TT_I32, m->has_dict ? 3 : 2);
-            tw_elem_i32(&t, ENC_PLAIN);
-            tw_elem_i32(&t, ENC_RLE);
-            if (m->has_dict) tw_elem_i32(&t, ENC_RLE_DICTIONARY);
-            tw_list(&t, 3, TT_BINARY, 1);
-            tw_elem_bin(&t, c->name, strlen(c->name));
-            tw_i32(&t, 4, codec_id(w->o.codec));
-            tw_i64(&t, 5, m->num_values);
-            tw_i64(&t, 6, m->unc);
-            tw_i64(&t, 7, m->comp);
-            tw_i64(&t, 9, m->data_page_offset);
-            if (m->has_dict) tw_i64(&t, 11, m->dict_page_offset);
-            tw_field(&t, 12, TT_STRUCT);
+            kl__tw_elem_begin(&t);
+            kl__tw_i64(&t, 2, m->has_dict ? m->dict_page_offset : m->data_page_offset);
+            kl__tw_begin(&t, 3);
+            kl__tw_i32(&t, 1, phys_type(c->type));
+            kl__tw_list(&t, 2, TT_I32, m->has_dict ? 3 : 2);
+            kl__tw_elem_i32(&t, ENC_PLAIN);
+            kl__tw_elem_i32(&t, ENC_RLE);
+            if (m->has_dict) kl__tw_elem_i32(&t, ENC_RLE_DICTIONARY);
+            kl__tw_list(&t, 3, TT_BINARY, 1);
+            kl__tw_elem_bin(&t, c->name, strlen(c->name));
+            kl__tw_i32(&t, 4, codec_id(w->o.codec));
+            kl__tw_i64(&t, 5, m->num_values);
+            kl__tw_i64(&t, 6, m->unc);
+            kl__tw_i64(&t, 7, m->comp);
+            kl__tw_i64(&t, 9, m->data_page_offset);
+            if (m->has_dict) kl__tw_i64(&t, 11, m->dict_page_offset);
+            kl__tw_field(&t, 12, TT_STRUCT);
             /* the serialized Statistics begins with its own field header: skip it */
             {
-                tr rr = {m->stats_ser.p, m->stats_ser.p + m->stats_ser.len, 0, 0};
+                kl__tr rr = {m->stats_ser.p, m->stats_ser.p + m->stats_ser.len, 0, 0};
                 int16_t last = 0, id; int ty;
-                tr_field(&rr, &last, &ty, &id);
+                kl__tr_field(&rr, &last, &ty, &id);
                 pq_buf_put(&fb, rr.p, (size_t)(rr.end - rr.p));
             }
-            tw_end(&t);
-            if (m->oi.len) { tw_i64(&t, 4, m->oi_off); tw_i32(&t, 5, (int32_t)m->oi.len); }
-            if (m->ci.len) { tw_i64(&t, 6, m->ci_off); tw_i32(&t, 7, (int32_t)m->ci.len); }
-            tw_end(&t);
+            kl__tw_end(&t);
+            if (m->oi.len) {
+                kl__tw_i64(&t, 4, m->oi_off);
+                kl__tw_i32(&t, 5, (int32_t)m->oi.len);
+            }
+            if (m->ci.len) {
+                kl__tw_i64(&t, 6, m->ci_off);
+                kl__tw_i32(&t, 7, (int32_t)m->ci.len);
+            }
+            kl__tw_end(&t);
         }
-        tw_i64(&t, 2, g->unc);
-        tw_i64(&t, 3, g->rows);
-        tw_i64(&t, 5, g->offset);
-        tw_i64(&t, 6, g->comp);
-        tw_field(&t, 7, TT_I16);
-        tw_elem_i32(&t, (int64_t)r);
-        tw_end(&t);
+        kl__tw_i64(&t, 2, g->unc);
+        kl__tw_i64(&t, 3, g->rows);
+        kl__tw_i64(&t, 5, g->offset);
+        kl__tw_i64(&t, 6, g->comp);
+        kl__tw_field(&t, 7, TT_I16);
+        kl__tw_elem_i32(&t, (int64_t)r);
+        kl__tw_end(&t);
     }
     if (w->nkv) {
-        tw_list(&t, 5, TT_STRUCT, (uint32_t)w->nkv);
+        kl__tw_list(&t, 5, TT_STRUCT, (uint32_t)w->nkv);
         for (size_t i = 0; i < w->nkv; i++) {
-            tw_elem_begin(&t);
-            tw_bin(&t, 1, w->kv[2 * i], strlen(w->kv[2 * i]));
-            tw_bin(&t, 2, w->kv[2 * i + 1], strlen(w->kv[2 * i + 1]));
-            tw_end(&t);
+            kl__tw_elem_begin(&t);
+            kl__tw_bin(&t, 1, w->kv[2 * i], strlen(w->kv[2 * i]));
+            kl__tw_bin(&t, 2, w->kv[2 * i + 1], strlen(w->kv[2 * i + 1]));
+            kl__tw_end(&t);
         }
     }
     static const char created[] = "keel version " KL_PQ_VERSION;
-    tw_bin(&t, 6, created, strlen(created));
-    tw_list(&t, 7, TT_STRUCT, (uint32_t)w->ncols);
+    kl__tw_bin(&t, 6, created, strlen(created));
+    kl__tw_list(&t, 7, TT_STRUCT, (uint32_t)w->ncols);
     for (size_t j = 0; j < w->ncols; j++) {
-        tw_elem_begin(&t);
-        tw_begin(&t, 1); tw_end(&t);
-        tw_end(&t);
+        kl__tw_elem_begin(&t);
+        kl__tw_begin(&t, 1);
+        kl__tw_end(&t);
+        kl__tw_end(&t);
     }
-    tw_end(&t);
+    kl__tw_end(&t);
     if (fb.failed) { pq_buf_free(&fb); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     uint32_t flen = (uint32_t)fb.len;
     rc = wr(w, fb.p, fb.len, e);

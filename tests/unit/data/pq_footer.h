@@ -16,13 +16,16 @@ static int kt_pq_patch_num_rows(const char *buf, size_t len, int64_t rows, char 
     uint32_t flen;
     memcpy(&flen, buf + len - 8, 4);
     size_t fs = len - 8 - flen;
-    tr r = {(const uint8_t *)buf + fs, (const uint8_t *)buf + len - 8, 0, 0};
+    kl__tr r = {(const uint8_t *)buf + fs, (const uint8_t *)buf + len - 8, 0, 0};
     int16_t last = 0, id;
     int t;
     const uint8_t *va = NULL, *vb = NULL;
-    while (tr_field(&r, &last, &t, &id)) {
-        if (id == 3 && t == TT_I64) { va = r.p; (void)tr_int(&r); vb = r.p; }
-        else tr_skip(&r, t);
+    while (kl__tr_field(&r, &last, &t, &id)) {
+        if (id == 3 && t == TT_I64) {
+            va = r.p;
+            (void)kl__tr_int(&r);
+            vb = r.p;
+        } else kl__tr_skip(&r, t);
     }
     if (!va || r.err) return -1;
     uint8_t v[10];
