@@ -451,9 +451,7 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
         kl_doctor_eval_mpi(mv && st == 0 ? mv : NULL, &c);
         free(mv);
         if ((rc = add(r, &c, e))) goto fail;
-        const char *lr = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); /* the launcher's contract: Open MPI, then Slurm */
-        if (!lr) lr = getenv("SLURM_STEP_TASKS_PER_NODE");
-        kl_doctor_eval_ranks(lr ? atoi(lr) : 0, kl_threads_default(), affinity_cpus(), &c);
+        kl_doctor_eval_ranks(kl_settings_get()->mpi_local_ranks, kl_threads_default(), affinity_cpus(), &c);
         if ((rc = add(r, &c, e))) goto fail;
     }
 

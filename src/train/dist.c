@@ -27,12 +27,7 @@ static double now_s(void) {
 
 /* The launcher's own contract (not a keel setting): Open MPI's mpirun, a PMI
  * launcher (MPICH hydra, srun --mpi=pmi2/pmix) or a Slurm step. */
-int tr_dist_launched(void) {
-    static const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "SLURM_STEP_NUM_TASKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i])) return 1;
-    return 0;
-}
+int tr_dist_launched(void) { return kl_settings_get()->mpi_launched; }
 
 static void at_exit(void) {
     int fin = 0;
