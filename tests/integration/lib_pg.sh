@@ -68,6 +68,23 @@ pg_start() {
   return 1
 }
 
+# Crashes the server as a power cut would: SIGKILL to the postmaster and every
+# backend at once (no shutdown checkpoint; the next start replays the WAL).
+pg_kill9() {
+  local pm
+  pm=$(head -1 "$PG_DIR/data/postmaster.pid" 2> /dev/null) || return 1
+  kill -9 "$pm" $(pgrep -P "$pm") 2> /dev/null
+  local _
+  for _ in $(seq 100); do kill -0 "$pm" 2> /dev/null || return 0; sleep 0.05; done
+  return 1
+}
+
+# Starts the server again on the same port after pg_kill9 (crash recovery).
+pg_restart() {
+  pg_as "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" -w -t 60 \
+    -o "-p $PG_PORT -k $PG_DIR -c listen_addresses=127.0.0.1 -c max_connections=200" start > /dev/null 2>&1
+}
+
 # psql against the test server (database postgres unless -d is given).
 pg_psql() { PGOPTIONS="-c client_min_messages=warning" "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$PG_PORT" -U keel -d postgres "$@"; }
 

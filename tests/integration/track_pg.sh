@@ -5,7 +5,8 @@
 # server store has: URL forms, connection errors naming host/port/database
 # without hanging, the password kept out of messages, two processes
 # migrating one new database at once, artifacts refused without --artifacts,
-# and `keel runs migrate` copying a SQLite store exactly.
+# `keel runs migrate` copying a SQLite store exactly, and a kill -9 of the
+# server itself mid-write losing no committed point.
 . "$KEEL_SRC/tests/integration/lib.sh"
 . "$KEEL_SRC/tests/integration/lib_pg.sh"
 if ! pg_available; then
@@ -134,4 +135,39 @@ expect_rc pg_migrate_resolve 0 $K --tracking "$g_url" --artifacts "$T/gart" mode
 expect_rc pg_migrate_not_empty 1 $K runs migrate --from "$T/lite" --to "$g_url" --artifacts "$T/gart"
 grep -q 'not empty' "$T/err" && pass pg_migrate_not_empty_message || fail pg_migrate_not_empty_message "$(cat "$T/err")"
 expect_rc pg_migrate_usage 2 $K runs migrate --from "$T/lite"
+# 9. kill -9 of the server (postmaster and backends) while a writer logs:
+# the writer fails at once with a message naming the server, every batch it
+# reported committed is there after crash recovery, and the run is marked killed
+s_url=$(pg_newdb srvkill)
+$K --tracking "$s_url" runs simulate --name heavy --steps 100000000 --metrics 4 --batch 500 --progress > "$T/sk.progress" 2> "$T/sk.err" &
+pid=$!
+for _ in $(seq 600); do
+  n=$(grep -c committed "$T/sk.progress" 2> /dev/null || true)
+  [ "${n:-0}" -ge 40 ] && break
+  sleep 0.05
+done
+pg_kill9 && pass pg_server_killed || fail pg_server_killed "the postmaster survived SIGKILL"
+start=$(date +%s%N)
+for _ in $(seq 300); do kill -0 "$pid" 2> /dev/null || break; sleep 0.05; done
+ms=$((($(date +%s%N) - start) / 1000000))
+if kill -0 "$pid" 2> /dev/null; then
+  fail pg_server_kill_writer_exits "the writer still runs ${ms} ms after the server died"
+  kill -9 "$pid"
+fi
+wait "$pid"
+rc=$?
+[ "$rc" = 1 ] && grep -q "127.0.0.1:$PG_PORT" "$T/sk.err" && pass pg_server_kill_writer_fails_clearly ||
+  fail pg_server_kill_writer_fails_clearly "rc=$rc after ${ms} ms: $(tail -c 400 "$T/sk.err")"
+committed=$(grep committed "$T/sk.progress" | tail -1 | awk '{print $2}')
+pg_restart && pass pg_server_restarted || fail pg_server_restarted "$(tail -c 400 "$PG_DIR/server.log")"
+expect_rc pg_server_kill_reopen 0 $K --tracking "$s_url" runs show 1 --json
+$PYTHON - "$T/out" "${committed:-0}" 2> "$T/py.err" <<'PY' && pass pg_server_kill_no_committed_point_lost || fail pg_server_kill_no_committed_point_lost "$(cat "$T/py.err")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+committed = int(sys.argv[2])
+assert committed > 0, "nothing was committed before the kill"
+assert committed <= r["points"] <= committed + 500, (committed, r["points"])
+assert r["points"] % 500 == 0, r["points"]
+assert r["status"] == "killed", r["status"]
+PY
 exit 0
