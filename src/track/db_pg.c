@@ -458,17 +458,14 @@ static int mark_inserted(PGresult *res, const int64_t *key_id, const int64_t *st
     return KL_OK;
 }
 
-/* One statement for the rows idx[0..m): checked (ON CONFLICT DO NOTHING,
- * the written ones returned and marked) or, for fresh rows, plain. */
+/* One statement for the rows idx[0..m) that may collide with logged points
+ * (ON CONFLICT DO NOTHING; the written ones returned and marked). */
 static int put_chunk(kl_track *t, const char *rid, const int64_t *key_id, const int64_t *step, const int64_t *ts,
-                     const double *value, const size_t *idx, size_t m, int checked, uint8_t *inserted, kl_buf a[4],
-                     kl_err *e) {
-    static const char *const head =
+                     const double *value, const size_t *idx, size_t m, uint8_t *inserted, kl_buf a[4], kl_err *e) {
+    static const char *const sql =
         "INSERT INTO metrics(run_id, key_id, step, seq, ts_us, value)"
         " SELECT $1, k, s, 0, ts, v FROM unnest($2::int8[], $3::int8[], $4::int8[], $5::float8[])"
-        " AS u(k, s, ts, v)";
-    char sql[512];
-    snprintf(sql, sizeof sql, "%s%s", head, checked ? " ON CONFLICT DO NOTHING RETURNING key_id, step" : "");
+        " AS u(k, s, ts, v) ON CONFLICT DO NOTHING RETURNING key_id, step";
     for (int i = 0; i < 4; i++) kl_buf_reset(&a[i]);
     arr_i64(&a[0], key_id, idx, m);
     arr_i64(&a[1], step, idx, m);
@@ -478,20 +475,96 @@ static int put_chunk(kl_track *t, const char *rid, const int64_t *key_id, const 
     const char *vals[5] = {rid, a[0].data, a[1].data, a[2].data, a[3].data};
     PGresult *res = PQexecParams(C(t), sql, 5, NULL, vals, NULL, NULL, 0);
     int rc = KL_OK;
-    if (PQresultStatus(res) != (checked ? PGRES_TUPLES_OK : PGRES_COMMAND_OK)) {
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         rc = p_note(t, res);
         kl_err_set(e, rc, "logging metrics: %s", t->errmsg);
-    } else if (checked) {
-        if (mark_inserted(res, key_id, step, idx, m, inserted)) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-    } else {
-        for (size_t i = 0; i < m; i++) inserted[idx[i]] = 1;
+    } else if (mark_inserted(res, key_id, step, idx, m, inserted)) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
     }
     PQclear(res);
     return rc;
 }
 
-/* Fresh rows (inserted[i] == 2) first, without a conflict check, then the
- * others checked; each in statements of PUT_CHUNK rows. */
+/* ---- fresh rows: one binary COPY ----
+ * COPY ... FROM STDIN (FORMAT binary): per row a field count (int16) and
+ * each field as a length (int32) and its value, all big-endian; NaN is a
+ * NULL value (length -1), as in the array path. No text formatting on
+ * either side: the fastest bulk path PostgreSQL has. */
+
+#define COPY_FLUSH (256 * 1024)
+
+static void be16(kl_buf *b, uint16_t v) {
+    unsigned char x[2] = {(unsigned char)(v >> 8), (unsigned char)v};
+    kl_buf_append(b, x, 2);
+}
+
+static void be32(kl_buf *b, uint32_t v) {
+    unsigned char x[4] = {(unsigned char)(v >> 24), (unsigned char)(v >> 16), (unsigned char)(v >> 8),
+                          (unsigned char)v};
+    kl_buf_append(b, x, 4);
+}
+
+static void be64_field(kl_buf *b, uint64_t v) {
+    unsigned char x[12] = {0, 0, 0, 8};
+    for (int i = 0; i < 8; i++) x[4 + i] = (unsigned char)(v >> (56 - 8 * i));
+    kl_buf_append(b, x, sizeof x);
+}
+
+static void copy_row(kl_buf *b, int64_t run_id, int64_t key_id, int64_t step, int64_t ts, double value) {
+    be16(b, 6);
+    be64_field(b, (uint64_t)run_id);
+    be64_field(b, (uint64_t)key_id);
+    be64_field(b, (uint64_t)step);
+    be64_field(b, 0); /* seq */
+    be64_field(b, (uint64_t)ts);
+    if (isnan(value)) be32(b, 0xffffffffu); /* NULL */
+    else {
+        uint64_t bits;
+        memcpy(&bits, &value, sizeof bits);
+        be64_field(b, bits);
+    }
+}
+
+static int copy_send(kl_track *t, kl_buf *b) {
+    if (b->failed) return KL_ENOMEM;
+    int ok = !b->len || PQputCopyData(C(t), b->data, (int)b->len) == 1;
+    kl_buf_reset(b);
+    return ok ? KL_OK : p_note(t, NULL);
+}
+
+/* Writes the fresh rows (inserted[i] == 2) and marks them written. */
+static int copy_fresh(kl_track *t, int64_t run_id, const int64_t *key_id, const int64_t *step, const int64_t *ts,
+                      const double *value, size_t n, uint8_t *inserted, kl_buf *b, kl_err *e) {
+    static const unsigned char header[19] = {'P', 'G', 'C', 'O', 'P', 'Y', '\n', 0xff, '\r', '\n', 0};
+    PGresult *res = PQexec(C(t), "COPY metrics(run_id, key_id, step, seq, ts_us, value) FROM STDIN (FORMAT binary)");
+    int rc = PQresultStatus(res) == PGRES_COPY_IN ? KL_OK : p_note(t, res);
+    PQclear(res);
+    if (rc) return kl_err_set(e, rc, "logging metrics: %s", t->errmsg);
+    kl_buf_reset(b);
+    kl_buf_append(b, header, sizeof header); /* signature, flags 0, no extension */
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (inserted[i] != 2) continue;
+        copy_row(b, run_id, key_id[i], step[i], ts[i], value[i]);
+        if (b->len >= COPY_FLUSH) rc = copy_send(t, b);
+    }
+    if (!rc) {
+        be16(b, 0xffff); /* trailer */
+        rc = copy_send(t, b);
+    }
+    if (PQputCopyEnd(C(t), rc == KL_ENOMEM ? "out of memory" : rc ? "send failed" : NULL) != 1 && !rc)
+        rc = p_note(t, NULL);
+    while ((res = PQgetResult(C(t)))) { /* the COPY's outcome, then NULL */
+        if (PQresultStatus(res) != PGRES_COMMAND_OK && !rc) rc = p_note(t, res);
+        PQclear(res);
+    }
+    if (rc) return kl_err_set(e, rc, "logging metrics: %s", rc == KL_ENOMEM ? "out of memory" : t->errmsg);
+    for (size_t i = 0; i < n; i++)
+        if (inserted[i] == 2) inserted[i] = 1;
+    return KL_OK;
+}
+
+/* Fresh rows (inserted[i] == 2) first, by binary COPY without a conflict
+ * check, then the others checked, in statements of PUT_CHUNK rows. */
 static int p_metrics_put(kl_track *t, int64_t run_id, const int64_t *key_id, const int64_t *step, const int64_t *ts,
                          const double *value, size_t n, uint8_t *inserted, kl_err *e) {
     size_t *idx = malloc(PUT_CHUNK * sizeof *idx);
@@ -500,14 +573,15 @@ static int p_metrics_put(kl_track *t, int64_t run_id, const int64_t *key_id, con
     char rid[32];
     snprintf(rid, sizeof rid, "%lld", (long long)run_id);
     int rc = idx ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
-    for (int checked = 0; checked < 2 && !rc; checked++) {
-        size_t m = 0;
-        for (size_t i = 0; i <= n && !rc; i++) {
-            if (i < n && inserted[i] == (checked ? 0 : 2)) idx[m++] = i;
-            if (m && (m == PUT_CHUNK || i == n)) {
-                rc = put_chunk(t, rid, key_id, step, ts, value, idx, m, checked, inserted, a, e);
-                m = 0;
-            }
+    size_t fresh = 0;
+    for (size_t i = 0; i < n; i++) fresh += inserted[i] == 2;
+    if (!rc && fresh) rc = copy_fresh(t, run_id, key_id, step, ts, value, n, inserted, &a[0], e);
+    size_t m = 0;
+    for (size_t i = 0; i <= n && !rc; i++) {
+        if (i < n && inserted[i] == 0) idx[m++] = i;
+        if (m && (m == PUT_CHUNK || i == n)) {
+            rc = put_chunk(t, rid, key_id, step, ts, value, idx, m, inserted, a, e);
+            m = 0;
         }
     }
     for (int i = 0; i < 4; i++) kl_buf_free(&a[i]);
