@@ -83,7 +83,8 @@ static const app_opt opts[] = {
     {"snapshot-dir", 0, 1, "DIR", "where memory-quota refusals write allocator snapshots (default $TMPDIR)", 0},
     {"no-access-log", 0, 0, NULL, "no log line per inference request", 0},
     {"feature-store", 0, 1, "URL",
-     "online store of window features shared by replicas: redis://HOST:PORT/DB (default: each version's features.db)",
+     "online store of window features shared by replicas: redis://HOST:PORT/DB (KEEL_FEATURE_STORE; default: each "
+     "version's features.db)",
      0},
     {"json", 0, 0, NULL, "print the listening address as JSON", 0},
 };
@@ -134,6 +135,8 @@ int cmd_serve(int argc, char **argv) {
     o.feature_store = app_get(&a, "feature-store");
     if (o.feature_store && !kl_fstore_is_url(o.feature_store))
         return app_usage_error(&spec, "--feature-store: expected redis://HOST:PORT/DB, got '%s'", o.feature_store);
+    if (!o.feature_store && (o.feature_store = kl_settings_get()->feature_store) && !kl_fstore_is_url(o.feature_store))
+        return app_usage_error(&spec, "KEEL_FEATURE_STORE: expected redis://HOST:PORT/DB"); /* may hold a password */
     int64_t v;
     double d;
     if ((rc = app_get_int(&a, &spec, "port", 8000, &v)) >= 0) return rc;

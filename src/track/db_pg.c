@@ -142,9 +142,17 @@ static void conn_name(PGconn *c, char *buf, size_t n) {
     snprintf(buf, n, "%s:%s database %s", h && *h ? h : "localhost", p && *p ? p : "5432", d && *d ? d : "?");
 }
 
+/* libpq's messages end in a newline and may span lines ("...failed:
+ * Connection refused\n\tIs the server running..."): one line, so that a log
+ * line stays one line. */
 static void trim(char *s) {
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == '\n' || s[n - 1] == ' ')) s[--n] = 0;
+    size_t w = 0;
+    for (size_t r = 0; s[r]; r++) {
+        if (s[r] != '\n' && s[r] != '\t' && s[r] != '\r') s[w++] = s[r];
+        else if (w && s[w - 1] != ' ') s[w++] = ' ';
+    }
+    while (w && s[w - 1] == ' ') w--;
+    s[w] = 0;
 }
 
 /* Maps an SQLSTATE to a KL_E* code. */

@@ -446,9 +446,11 @@ KL_TEST(settings_parse_every_variable) {
     KT_EQ_INT(s.fetch_retries, 0);
     KT_CHECK(s.progress_interval_s == 10.0);
     KT_CHECK(s.doctor_root == NULL);
+    KT_CHECK(s.feature_store == NULL);
     char *set[] = {"KEEL_THREADS=3", "KEEL_NO_AVX512=1", "KEEL_NO_NCHWC=yes", "KEEL_NCHWC_POOL_FUSE=0",
                    "KEEL_WINO=0", "KEEL_SPLIT=0", "KEEL_PROFILE=1", "KEEL_FETCH_RETRIES=0",
-                   "KEEL_PROGRESS_INTERVAL=2.5", "KEEL_DOCTOR_ROOT=/tmp/r", "KEEL_THREADSX=9", NULL};
+                   "KEEL_PROGRESS_INTERVAL=2.5", "KEEL_DOCTOR_ROOT=/tmp/r", "KEEL_FEATURE_STORE=redis://h:1/2",
+                   "KEEL_THREADSX=9", NULL};
     kl_settings_parse(&s, set);
     KT_EQ_INT(s.threads, 3);
     KT_EQ_INT(s.avx512_allowed, 0);
@@ -461,6 +463,7 @@ KL_TEST(settings_parse_every_variable) {
     KT_EQ_INT(s.fetch_retries, -1);
     KT_CHECK(s.progress_interval_s == 2.5);
     KT_CHECK(s.doctor_root && !strcmp(s.doctor_root, "/tmp/r"));
+    KT_CHECK(s.feature_store && !strcmp(s.feature_store, "redis://h:1/2"));
     char *odd[] = {"KEEL_THREADS=5000", "KEEL_NO_AVX512=0", "KEEL_WINO=1", "KEEL_SPLIT=x", "KEEL_FETCH_RETRIES=4",
                    "KEEL_PROGRESS_INTERVAL=-1", "KEEL_DOCTOR_ROOT=", NULL};
     kl_settings_parse(&s, odd);
