@@ -76,22 +76,13 @@ grep -q '^FAIL' manifest.out && fail team_manifests "see above"
 
 # ---- a model version with a window feature, registered as ctr@prod ----
 "$KEEL" data gen-clicks clicks.csv --rows 2000 --seed 5 > /dev/null
-cat > clicks.yaml <<'EOF'
-name: clicks
-columns:
-  - {name: user_id, type: int64, nullable: false, min: 1}
-  - {name: item_price, type: float64, min: 0, max_null_ratio: 0.05}
-  - {name: ts, type: timestamp, timezone: UTC, nullable: false}
-  - {name: category, type: category, nullable: false, values: [books, toys, home, sports, garden, beauty]}
-  - {name: clicked, type: bool, nullable: false}
-EOF
 cat > spec.yaml <<'EOF'
 label: {column: clicked, type: bool}
 features:
   - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}
   - {name: user_price3, transform: window, agg: mean, events: 3, entity: {column: user_id, type: int64}, time: {column: ts, type: timestamp}, value: {column: item_price, type: float64, fill: 0}}
 EOF
-"$KEEL" ingest clicks.csv --schema clicks.yaml --out ds > /dev/null 2> setup.err &&
+"$KEEL" ingest clicks.csv --schema "$KEEL_SRC/examples/clicks/schema.yaml" --out ds > /dev/null 2> setup.err &&
   "$KEEL" features fit spec.yaml --data ds --out f.json > /dev/null 2>> setup.err ||
   { fail team_setup "$(head -c 400 setup.err)"; exit 0; }
 W=$($PYTHON -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["outputs"]))' f.json)
