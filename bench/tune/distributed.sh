@@ -49,7 +49,7 @@ study() {
       --study "$name" --out "$W/out-$name" --json > "$W/$name-$w.json" 2> "$W/$name-$w.err" &
     pids+=($!)
   done
-  for w in "${pids[@]}"; do wait "$w" || { echo "worker failed: $(tail -3 "$W/$name"-*.err)" >&2; exit 1; }; done
+  for w in "${pids[@]}"; do wait "$w" || { echo "worker failed: $(tail -q -n 3 "$W/$name"-*.err)" >&2; return 1; }; done
   t1=$(now)
   local best
   best=$(/usr/bin/python3 -c 'import json,sys; print(max(json.load(open(f))["best"]["value"] for f in sys.argv[1:]))' "$W/$name"-*.json)
@@ -67,8 +67,9 @@ for r in $(seq "$RUNS"); do
   for eng in $engines; do
     if [ "$eng" = pg ]; then store=$(pg_newdb "bench_$r"); export KEEL_ARTIFACTS="$W/art"; mkdir -p "$W/art"
     else store="$W/runs-$r"; fi
-    read -r s1 b1 <<< "$(study "$store" "one-$r" 1)"
-    read -r s3 b3 <<< "$(study "$store" "three-$r" 3)"
+    out1=$(study "$store" "one-$r" 1) && out3=$(study "$store" "three-$r" 3) || exit 1
+    read -r s1 b1 <<< "$out1"
+    read -r s3 b3 <<< "$out3"
     echo "$eng round $r: 1 worker ${s1} ms (best $b1), 3 workers ${s3} ms (best $b3)"
     T1[$eng]="${T1[$eng]:-} $s1"; T3[$eng]="${T3[$eng]:-} $s3"; B1[$eng]="${B1[$eng]:-} $b1"; B3[$eng]="${B3[$eng]:-} $b3"
   done
@@ -85,8 +86,8 @@ r = {"id": "tune-distributed-" + eng, "order": 92 if eng == "sqlite" else 93, "a
      "what": "%s trials of the digits MLP (3 epochs, TPE) on the %s: 3 `keel tune` workers on one study, %s thread each, wall" % (trials, name, threads),
      "peer": "1 worker, same run and store",
      "ratio": round(float(m3) / float(m1), 2),
-     "unit": "× wall time (lower is better; %.1f s vs %.1f s, median of %s; best val_accuracy %s vs %s)" % (
-         float(m3) / 1000, float(m1) / 1000, runs, b3, b1),
+     "unit": "× wall time (lower is better; %.1f s vs %.1f s, median of %s; best val_accuracy %.4f vs %.4f)" % (
+         float(m3) / 1000, float(m1) / 1000, runs, float(b3), float(b1)),
      "machine": machine, "date": datetime.date.today().isoformat(),
      "command": "bash bench/tune/distributed.sh", "source": "bench/tune/distributed.sh"}
 p = os.path.join(root, "bench", "results", r["id"] + ".json")

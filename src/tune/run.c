@@ -63,7 +63,7 @@ typedef struct {
     pthread_t hb;
     pthread_mutex_t hbmu;
     pthread_cond_t hbcv;
-    int hb_on, hb_stop, nhb;
+    int hb_init, hb_on, hb_stop, nhb;
     int64_t hb_id[MAX_INFLIGHT + 1];
     int hb_lost[MAX_INFLIGHT + 1]; /* another worker marked it lost: its result is not recorded */
     double hb_interval_s, hb_timeout_s;
@@ -171,6 +171,7 @@ static int hb_start(run *R, kl_err *e) {
     R->hb_interval_s = KL_MAX(0.1, KL_MIN(5.0, to / 6)); /* several beats per timeout */
     pthread_mutex_init(&R->hbmu, NULL);
     pthread_cond_init(&R->hbcv, NULL);
+    R->hb_init = 1;
     int err = pthread_create(&R->hb, NULL, hb_main, R);
     if (err) return kl_err_set(e, -err, "tune: starting the heartbeat thread: %s", strerror(err));
     R->hb_on = 1;
@@ -178,6 +179,7 @@ static int hb_start(run *R, kl_err *e) {
 }
 
 static void hb_stop(run *R) {
+    if (!R->hb_init) return;
     if (R->hb_on) {
         pthread_mutex_lock(&R->hbmu);
         R->hb_stop = 1;
@@ -465,7 +467,10 @@ static int finish_trial(run *R, child *c, int status, kl_err *e) {
     kl_tune_params_str(R->s, tr->params, desc, sizeof desc);
     kl_err te = {0};
     int missing = 0;
-    if (hb_remove(R, c->run_id)) { /* another worker re-queued it: its re-run records the number */
+    kl_err he = {0};
+    int lost = hb_remove(R, c->run_id); /* the heartbeat thread saw it, or a last beat now says so */
+    if (!lost) lost = kl_study_trial_heartbeat(o->study, c->run_id, &he) == KL_ESTATE;
+    if (lost) { /* another worker re-queued it: its re-run records the number */
         tr->state = KL_TRIAL_FAILED;
         say(R, "trial %d: lost (another worker marked it failed after no heartbeat); not recorded [%s]\n",
             tr->number, desc);

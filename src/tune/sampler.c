@@ -417,24 +417,33 @@ static void grid_point(const kl_tune_space *s, const kl_sampler_opts *o, uint64_
 }
 
 /* A grid index is canonical when every parameter its point leaves out
- * (a condition not met) has digit 0: the one index of each distinct point. */
-static int grid_canonical(const kl_tune_space *s, const kl_sampler_opts *o, uint64_t idx, kl_tune_value *pt) {
-    grid_point(s, o, idx, pt);
-    for (int i = s->n - 1; i >= 0; i--) {
-        uint64_t c = (uint64_t)grid_count(&s->p[i], o);
-        if (!pt[i].present && idx % c) return 0;
-        idx /= c;
+ * (a condition not met) has digit 0: the one index of each distinct point.
+ * The first canonical index >= idx (size when there is none), its point in
+ * pt. A condition names an earlier parameter (a more significant digit),
+ * so while the digits above a left-out parameter stay, it stays out: the
+ * block of its non-zero digits is skipped at once. */
+static uint64_t grid_next_canonical(const kl_tune_space *s, const kl_sampler_opts *o, uint64_t idx, uint64_t size,
+                                    kl_tune_value *pt) {
+    while (idx < size) {
+        grid_point(s, o, idx, pt);
+        uint64_t rest = idx, stride = 1, block = 0;
+        for (int i = s->n - 1; i >= 0; i--) {
+            uint64_t c = (uint64_t)grid_count(&s->p[i], o);
+            if (!pt[i].present && rest % c) block = stride * c; /* the most significant one wins */
+            rest /= c;
+            stride *= c;
+        }
+        if (!block) return idx;
+        idx = (idx / block + 1) * block;
     }
-    return 1;
+    return size;
 }
 
 int kl_tune_grid_nth(const kl_tune_space *s, const kl_sampler_opts *o, uint64_t k, kl_tune_value *out,
                      uint64_t *distinct) {
     uint64_t size = kl_tune_grid_size(s, o), seen = 0;
-    for (uint64_t g = 0; g < size; g++) {
-        if (!grid_canonical(s, o, g, out)) continue;
+    for (uint64_t g = 0; (g = grid_next_canonical(s, o, g, size, out)) < size; g++)
         if (seen++ == k) return KL_OK;
-    }
     if (distinct) *distinct = seen;
     return KL_ENOTFOUND;
 }

@@ -192,6 +192,18 @@ KL_TEST(tune_grid_points_by_trial_number_distinct) {
     KT_EQ_INT(kl_tune_suggest(s, &o, NULL, 0, 1, 6, v, &e), KL_ENOTFOUND);
     KT_CONTAINS(kl_err_what(&e), "all 6 points");
     kl_tune_space_free(s);
+    /* 2 x 8^10 combinations, 1 + 8^10 distinct: the left-out block is skipped, not walked */
+    kl_buf y;
+    kl_buf_init(&y);
+    kl_buf_puts(&y, "opt: {type: categorical, choices: [adamw, sgd]}\n");
+    for (int i = 0; i < 10; i++) kl_buf_printf(&y, "p%d: {type: int, low: 1, high: 8, when: {opt: sgd}}\n", i);
+    s = space_of(y.data, &e);
+    kl_buf_free(&y);
+    KT_CHECK(s);
+    kl_tune_value w[11];
+    KT_OK(kl_tune_grid_nth(s, &o, 2, w, NULL), &e);
+    KT_CHECK(w[1].present && w[1].v == 1 && w[10].v == 2); /* sgd, 1, ..., 1, 2 */
+    kl_tune_space_free(s);
 }
 
 static kl_trial curve(int number, kl_trial_state st, const double *v, int n) {
