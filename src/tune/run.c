@@ -764,6 +764,9 @@ int kl_tune_run(const kl_tune_run_opts *o, kl_tune_run_result *res, kl_err *e) {
     if (!rc && R.failed_first_metric) rc = KL_ENOTFOUND; /* e says which trial */
     end_children(&R, NULL);
     hb_stop(&R);
+    kl_err fe = {0}; /* the result is the study as it is now: other workers' last trials too */
+    if (R.hb_init && refresh_history(&R, &fe))
+        kl_log(KL_LOG_WARN, "tune", "reading the study's last trials: %s", kl_err_what(&fe));
     free(R.kids);
     res->trials = R.all;
     res->n = R.nall;
