@@ -414,3 +414,78 @@ KL_TEST(tune_study_records_sets_and_model_dir) {
     kl_track_close(t);
     kl_tune_space_free(s);
 }
+
+/* A trainer for kl_tune_run without training: one epoch whose value comes
+ * from the trial's lr; on its first call it makes the running trial look
+ * lost, as another worker's claim does after the heartbeat timeout. */
+typedef struct {
+    kl_track *t;
+    int calls;
+} fake_trainer;
+
+static void mark_running_trials_lost(kl_track *t) {
+    kl_err e = {0};
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (kl_track_runs_find(t, "tags.kind = \"trial\" and status = \"running\"", NULL, 0, &ids, &n, &e)) return;
+    for (size_t i = 0; i < n; i++) {
+        kl_track_run *r = NULL;
+        if (kl_track_run_attach(t, ids[i], &r, &e)) continue;
+        kl_track_set_tag(r, "state", "failed", &e);
+        kl_track_set_tag(r, "lost", "1", &e);
+        kl_track_run_end(r, KL_RUN_FAILED, &e);
+    }
+    free(ids);
+}
+
+static int fake_train(void *ctx, const char *const *sets, int nsets, const char *dir, FILE *report,
+                      kl_tune_value_fn on_value, void *value_ctx, kl_err *e) {
+    fake_trainer *f = ctx;
+    (void)report;
+    double lr = 0;
+    for (int i = 0; i < nsets; i++)
+        if (!strncmp(sets[i], "lr=", 3)) lr = atof(sets[i] + 3);
+    if (kl_mkdir_p(dir, e)) return e->code;
+    if (f->calls++ == 0) mark_running_trials_lost(f->t);
+    on_value(value_ctx, 0, fabs(log10(lr) + 2)); /* best near lr = 0.01 */
+    return KL_OK;
+}
+
+/* A worker whose trial was marked lost meanwhile does not record its
+ * result; the number is re-queued and run again (here by the same worker):
+ * the study still ends with exactly N complete trials, one per number. */
+KL_TEST(tune_run_drops_result_of_trial_marked_lost) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of("lr: {type: float, low: 0.0001, high: 0.1, log: true}\n", &e);
+    KT_CHECK(s);
+    kl_track *t = NULL;
+    KT_OK(kl_track_open(kt_path("store"), &t, &e), &e);
+    kl_study_info info = {"lostst", "val_loss", 1, "tpe", "abc", "spec.yaml", "lr: {}", ""};
+    kl_study *st = NULL;
+    KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
+    kl_sampler_opts so;
+    kl_sampler_opts_default(&so);
+    kl_pruner_opts po;
+    kl_pruner_opts_default(&po);
+    fake_trainer f = {t, 0};
+    kl_tune_run_opts o = {.study = st, .space = s, .metric = "val_loss", .minimize = 1, .sampler = &so, .pruner = &po,
+                          .trials = 4, .parallel = 1, .out_dir = kt_path("out"), .heartbeat_timeout_s = 30,
+                          .train = fake_train, .train_ctx = &f};
+    kl_tune_run_result res;
+    KT_OK(kl_tune_run(&o, &res, &e), &e);
+    KT_EQ_INT(f.calls, 5); /* trial 0 twice */
+    int complete[4] = {0}, lost = 0;
+    for (size_t i = 0; i < res.n; i++) {
+        const kl_trial *tr = &res.trials[i];
+        KT_CHECK(tr->number >= 0 && tr->number < 4);
+        if (tr->state == KL_TRIAL_COMPLETE && tr->number >= 0 && tr->number < 4) complete[tr->number]++;
+        lost += tr->state == KL_TRIAL_FAILED;
+    }
+    for (int n = 0; n < 4; n++) KT_CHECKF(complete[n] == 1, "trial %d complete %d times", n, complete[n]);
+    KT_EQ_INT(lost, 1);
+    KT_EQ_INT((int)res.n, 5);
+    kl_tune_run_result_free(&res);
+    kl_study_free(st);
+    kl_track_close(t);
+    kl_tune_space_free(s);
+}
