@@ -222,8 +222,9 @@ int kl_loader_new(const kl_loader_source *src, const kl_loader_cfg *cfg, kl_load
     if (c.epochs < 0) return kl_err_set(e, KL_EINVAL, "loader: epochs must be >= 0");
     int64_t gb = (int64_t)c.batch * c.world; /* the global batch */
     int64_t nb = c.drop_last ? src->count / gb : (src->count + gb - 1) / gb;
-    if (nb < 1) return kl_err_set(e, KL_EINVAL, "loader: %lld records make no batch of %lld (%d per rank, world %d)%s", (long long)src->count,
-                                  (long long)gb, c.batch, c.world, c.drop_last ? " with drop_last" : "");
+    if (nb < 1)
+        return kl_err_set(e, KL_EINVAL, "loader: %lld records make no batch of %lld (%d per rank, world %d)%s",
+                          (long long)src->count, (long long)gb, c.batch, c.world, c.drop_last ? " with drop_last" : "");
     int64_t n_rank = rank_share(src->count, c.rank, c.world);
     kl_loader *l = calloc(1, sizeof *l);
     if (!l) return kl_err_set(e, KL_ENOMEM, "loader: out of memory");

@@ -258,7 +258,8 @@ static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t
             if (!(rc = kl_loader_seek(bs->im->ld, epoch, b, e))) rc = kl_loader_next(bs->im->ld, &kb, e);
         }
         if (rc) return rc;
-        if (kb.end) return kl_err_set(e, KL_EINTERNAL, "loader: no batch %lld of epoch %lld", (long long)b, (long long)epoch);
+        if (kb.end)
+            return kl_err_set(e, KL_EINTERNAL, "loader: no batch %lld of epoch %lld", (long long)b, (long long)epoch);
         *x = kb.images; *yi = kb.labels; *yf = NULL; *nb = kb.n;
         return KL_OK;
     }
