@@ -208,6 +208,10 @@ typedef struct {
 void kl_monitor_cfg_default(kl_monitor_cfg *c);
 /* "5m", "1h", "24h", "90s", "2d" → seconds; KL_EINVAL. */
 int kl_monitor_parse_window(const char *s, int64_t *out);
+/* The label of a window of s seconds in the shortest unit that divides it:
+ * 300 -> "5m", 86400 -> "24h", 172800 -> "2d", 90 -> "90s" (the inverse of
+ * kl_monitor_parse_window; /metrics' window label). */
+void kl_monitor_window_name(int64_t s, char *buf, size_t n);
 
 typedef struct kl_monitor kl_monitor;
 /* Takes ownership of ref. f (may be NULL: no raw inputs) must outlive the monitor. */
@@ -254,7 +258,8 @@ typedef struct {
     double null_ratio, ref_null_ratio;
     double psi, js, ks, ks_p, chi2, chi2_p, unknown_ratio, oob_ratio;
     int chi2_dof;
-    int tested; /* enough samples (min_samples non-null live values) */
+    int tested;   /* enough samples (min_samples non-null live values) */
+    int temporal; /* a date or timestamp input: described, never flagged (time moves on) */
     int drift;  /* KL_DRIFT_* bits over the thresholds */
 } kl_monitor_stat;
 /* Every column x window (column-major: column c, window w at c * nwin + w);

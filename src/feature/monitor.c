@@ -95,7 +95,7 @@ int kl_monitor_parse_window(const char *s, int64_t *out) {
     return KL_OK;
 }
 
-static void window_name(int64_t s, char *buf, size_t n) {
+void kl_monitor_window_name(int64_t s, char *buf, size_t n) {
     if (s % 86400 == 0 && s >= 2 * 86400) snprintf(buf, n, "%lldd", (long long)(s / 86400));
     else if (s % 3600 == 0) snprintf(buf, n, "%lldh", (long long)(s / 3600));
     else if (s % 60 == 0) snprintf(buf, n, "%lldm", (long long)(s / 60));
@@ -447,6 +447,7 @@ static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, co
     const kl_colprof *p = c->p;
     const kl_monitor_cfg *g = &m->cfg;
     st->n = grp[MG_ROWS + p->role];
+    st->temporal = c->temporal;
     st->nulls = cnt[MC_NULLS];
     uint64_t nn = st->n - st->nulls;
     st->null_ratio = st->n ? (double)st->nulls / (double)st->n : NAN;
@@ -594,7 +595,7 @@ int kl_monitor_json(kl_monitor *m, int64_t now, kl_buf *b, kl_err *e) {
     char wn[KL_MON_MAX_WINDOWS][24];
     kl_buf_puts(b, "{\"windows\":[");
     for (size_t w = 0; w < nw; w++) {
-        window_name(g->win_s[w], wn[w], sizeof wn[w]);
+        kl_monitor_window_name(g->win_s[w], wn[w], sizeof wn[w]);
         kl_buf_printf(b, "%s\"%s\"", w ? "," : "", wn[w]);
     }
     kl_buf_printf(
