@@ -49,13 +49,15 @@ def alerts_query(alertname, state="firing", **labels):
 def write_test(path, rule_files, cases):
     """cases: [{"name", "series": [(series, values)], "eval": "30m", "expect": [(query, [labels dict, ...])]}]
     — each case one promtool test group (its own series); each expectation a
-    promql_expr_test whose result must be exactly those series with value 1."""
+    promql_expr_test whose result must be exactly those series with value 1 (a
+    labels dict: an ALERTS series; a string: the labels as written, '{}' for an aggregate)."""
     tests = []
     for c in cases:
         exprs = []
         for q, want in c["expect"]:
             exprs.append({"expr": q, "eval_time": c.get("eval", "30m"),
-                          "exp_samples": [{"labels": series_name("ALERTS", w), "value": 1} for w in want]})
+                          "exp_samples": [{"labels": w if isinstance(w, str) else series_name("ALERTS", w), "value": 1}
+                                          for w in want]})
         tests.append({"name": c["name"], "interval": "1m",
                       "input_series": [{"series": s, "values": v} for s, v in c["series"]],
                       "promql_expr_test": exprs})
