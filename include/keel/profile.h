@@ -192,6 +192,7 @@ void kl_profile_path_for(const char *features_json, char *buf, size_t n);
 #define KL_MON_MAX_WINDOWS 8
 #define KL_MON_SLOTS       12 /* a window is a ring of this many slots */
 #define KL_MON_SHARDS      64 /* threads with their own shard; the rest share the last one */
+#define KL_MON_MAX_BYTES   (64ull << 20) /* a monitor that could hold more (every shard) is refused */
 
 typedef struct {
     int nwin;
@@ -214,7 +215,9 @@ int kl_monitor_parse_window(const char *s, int64_t *out);
 void kl_monitor_window_name(int64_t s, char *buf, size_t n);
 
 typedef struct kl_monitor kl_monitor;
-/* Takes ownership of ref. f (may be NULL: no raw inputs) must outlive the monitor. */
+/* Takes ownership of ref. f (may be NULL: no raw inputs) must outlive the
+ * monitor. KL_ERANGE when it could hold more than KL_MON_MAX_BYTES with
+ * every shard allocated (too many columns x windows). */
 int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *cfg, kl_monitor **out, kl_err *e);
 void kl_monitor_free(kl_monitor *m); /* NULL is a no-op */
 const kl_profile *kl_monitor_profile(const kl_monitor *m);

@@ -177,6 +177,15 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
     m->gran_ns = m->slot_ns[0];
     for (int w = 1; w < cfg->nwin; w++)
         if (m->slot_ns[w] < m->gran_ns) m->gran_ns = m->slot_ns[w];
+    size_t maxb = 0;
+    kl_monitor_bytes(m, &maxb);
+    if (maxb > KL_MON_MAX_BYTES) {
+        rc = kl_err_set(e, KL_ERANGE,
+                        "monitoring %zu columns over %d windows would hold up to %.1f MB, over the cap of %llu MB "
+                        "(fewer windows or columns)",
+                        m->nc, cfg->nwin, (double)maxb / 1e6, (unsigned long long)(KL_MON_MAX_BYTES >> 20));
+        goto fail;
+    }
     *out = m;
     return KL_OK;
 fail:

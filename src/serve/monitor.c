@@ -78,11 +78,26 @@ static int alert_cfg_parse(const kl_node *n, sv_alert_cfg *a, kl_err *e) {
 }
 
 int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
-    static const char *const keys[] = {
-        "enabled",      "windows",    "psi",           "js",        "p_value",          "min_samples",
-        "min_expected", "null_delta", "unknown_ratio", "oob_ratio", "feedback_horizon", "feedback_capacity",
-        "slo_availability", "slo_latency", "slo_latency_target", "accuracy_drop", "auc_drop", "rmse_rise",
-        "min_labels", "alert_for"};
+    static const char *const keys[] = {"enabled",
+                                       "windows",
+                                       "psi",
+                                       "js",
+                                       "p_value",
+                                       "min_samples",
+                                       "min_expected",
+                                       "null_delta",
+                                       "unknown_ratio",
+                                       "oob_ratio",
+                                       "feedback_horizon",
+                                       "feedback_capacity",
+                                       "slo_availability",
+                                       "slo_latency",
+                                       "slo_latency_target",
+                                       "accuracy_drop",
+                                       "auc_drop",
+                                       "rmse_rise",
+                                       "min_labels",
+                                       "alert_for"};
     kl_monitor_cfg *m = &c->monitor;
     int rc;
     if (kl_node_kind_of(n) != KL_NODE_MAP) {
@@ -168,9 +183,11 @@ void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
     }
     kl_err e = {0};
     kl_profile *prof = NULL;
-    if (kl_profile_load(p, &prof, &e) || kl_monitor_new(prof, v->feat, &cfg->monitor, &v->mon, &e)) {
-        /* a broken profile turns monitoring off, never the version */
-        snprintf(v->mon_off, sizeof v->mon_off, "profile.json unreadable: %s", e.msg);
+    int unread = kl_profile_load(p, &prof, &e) != KL_OK;
+    if (unread || kl_monitor_new(prof, v->feat, &cfg->monitor, &v->mon, &e)) {
+        /* a broken profile (or one over the memory cap) turns monitoring off, never the version */
+        snprintf(v->mon_off, sizeof v->mon_off, "%s: %s", unread ? "profile.json unreadable" : "monitor not started",
+                 e.msg);
         kl_log(KL_LOG_WARN, "serve", "model %s version %lld: monitoring off: %s", v->model->name, (long long)v->version,
                v->mon_off);
         return;
