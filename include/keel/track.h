@@ -176,6 +176,12 @@ int kl_track_run_ensure(kl_track *t, const char *experiment, const char *run_nam
  * e.g. a claim that found its heartbeat too old). */
 int kl_track_run_heartbeat(kl_track *t, int64_t run_id, kl_err *e);
 
+/* Ends a run that is still running with the given status and last tags,
+ * in one transaction: KL_ESTATE, and nothing written, when it is no longer
+ * running (a claim marked the trial lost meanwhile). */
+int kl_track_run_finish(kl_track *t, int64_t run_id, kl_run_status status, const kl_kv *tags, size_t ntags,
+                        kl_err *e);
+
 typedef struct {
     int number;            /* the claimed trial number (-1: none) */
     int64_t run_id;        /* its new trial run: running, tags kind, study, trial, state=running */

@@ -188,7 +188,9 @@ int kl_study_trial_report(kl_study *st, int64_t run_id, int step, double value, 
 int kl_study_trial_set_model_dir(kl_study *st, int64_t run_id, const char *dir, kl_err *e);
 /* The recorded model folder of a trial into out; KL_ENOTFOUND when none. */
 int kl_study_trial_model_dir(kl_study *st, int64_t run_id, char *out, size_t n, kl_err *e);
-/* Ends a trial: state, final value (COMPLETE), and an optional note (error or cache origin). */
+/* Ends a trial: state, final value (COMPLETE), and an optional note (error
+ * or cache origin). KL_ESTATE, and no state or end recorded, when the trial
+ * is no longer running (another worker marked it lost). */
 int kl_study_trial_end(kl_study *st, int64_t run_id, kl_trial_state state, double value, const char *note, kl_err *e);
 const char *kl_trial_state_name(kl_trial_state s);
 

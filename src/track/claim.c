@@ -42,6 +42,47 @@ static int set_status(kl_track *t, int64_t id, const char *status, kl_err *e) {
     return s == KL__DONE ? KL_OK : kl__track_sqlerr(t, s, e, "setting a run's status");
 }
 
+/* Inside a transaction: sets the status of run id when `where` (SQL over
+ * the run's columns) holds; *changed 1 when it did. Re-checked on the row
+ * as it is when the update runs, so two processes deciding about one run
+ * (a worker ending its trial, another worker finding it lost) never both
+ * win. */
+static int set_status_if(kl_track *t, int64_t id, const char *status, const char *where, int64_t arg, int *changed,
+                         kl_err *e) {
+    char sql[256];
+    snprintf(sql, sizeof sql, "UPDATE runs SET status=?, end_us=? WHERE id=? AND %s", where);
+    kl__st *st = NULL;
+    int rc = kl__track_prep(t, sql, &st, e);
+    if (rc) return rc;
+    kl__bind_text(st, 1, status);
+    kl__bind_i64(st, 2, kl_time_now_us());
+    kl__bind_i64(st, 3, id);
+    if (strchr(where, '?')) kl__bind_i64(st, 4, arg);
+    int s = kl__step(st);
+    *changed = s == KL__DONE && kl__changes(st) > 0;
+    kl__free(st);
+    return s == KL__DONE ? KL_OK : kl__track_sqlerr(t, s, e, "setting a run's status");
+}
+
+int kl_track_run_finish(kl_track *t, int64_t run_id, kl_run_status status, const kl_kv *tags, size_t ntags, kl_err *e) {
+    if (status == KL_RUN_RUNNING)
+        return kl_err_set(e, KL_EINVAL, "run %lld: finishing needs an end status", (long long)run_id);
+    kl__track_lock(t);
+    int rc = kl__track_begin_run(t, run_id, e), changed = 0;
+    if (rc) {
+        kl__track_unlock(t);
+        return rc;
+    }
+    rc = set_status_if(t, run_id, kl_run_status_name(status), "status = 'running'", 0, &changed, e);
+    if (!rc && !changed)
+        rc = kl_err_set(e, KL_ESTATE, "run %lld is no longer running (another process ended it)", (long long)run_id);
+    for (size_t i = 0; i < ntags && !rc; i++) rc = kl__tag_put(t, run_id, tags[i].key, tags[i].value, e);
+    if (rc) kl__track_rollback(t);
+    else rc = kl__track_commit(t, e);
+    kl__track_unlock(t);
+    return rc;
+}
+
 int kl_track_run_ensure(kl_track *t, const char *experiment, const char *run_name, const kl_kv *tags, size_t ntags,
                         kl_run_status status, int64_t *id, int *created, kl_err *e) {
     *id = 0;
@@ -163,8 +204,14 @@ static int mark_lost(kl_track *t, trial_rows *rows, double timeout_s, int *marke
     for (size_t i = 0; i < rows->n; i++) {
         trial_row *r = &rows->v[i];
         if (!r->state_running || (r->running && now - r->heartbeat_us <= limit)) continue;
-        int rc = set_status(t, r->id, "failed", e);
-        if (!rc) rc = kl__tag_put(t, r->id, "state", "failed", e);
+        /* decided on the row as it is now: a beat or an end since the read keeps it */
+        int changed = 0;
+        int rc = r->running ? set_status_if(t, r->id, "failed", "status = 'running' AND heartbeat_us < ?", now - limit,
+                                            &changed, e)
+                            : set_status_if(t, r->id, "failed", "status <> 'running'", 0, &changed, e);
+        if (rc) return rc;
+        if (!changed) continue;
+        rc = kl__tag_put(t, r->id, "state", "failed", e);
         if (!rc) rc = kl__tag_put(t, r->id, "error", why, e);
         if (!rc) rc = kl__tag_put(t, r->id, "lost", "1", e);
         if (rc) return rc;

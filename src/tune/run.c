@@ -451,9 +451,11 @@ static int end_done(run *R, child *c, double secs, const char *desc, kl_err *te,
     tr->state = KL_TRIAL_COMPLETE;
     tr->value = v;
     /* its exported model stays in c->dir: recorded for keel tune register */
-    kl_study_trial_set_model_dir(o->study, c->run_id, c->dir, te);
-    kl_study_trial_end(o->study, c->run_id, KL_TRIAL_COMPLETE, v, NULL, te->code ? NULL : te);
-    say(R, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, o->metric, v, secs, desc);
+    kl_err me = {0};
+    if (kl_study_trial_set_model_dir(o->study, c->run_id, c->dir, &me))
+        kl_log(KL_LOG_WARN, "tune", "recording trial %d's model folder: %s", tr->number, kl_err_what(&me));
+    if (kl_study_trial_end(o->study, c->run_id, KL_TRIAL_COMPLETE, v, NULL, te) != KL_ESTATE)
+        say(R, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, o->metric, v, secs, desc);
     return 0;
 }
 
@@ -467,22 +469,18 @@ static int finish_trial(run *R, child *c, int status, kl_err *e) {
     kl_tune_params_str(R->s, tr->params, desc, sizeof desc);
     kl_err te = {0};
     int missing = 0;
-    kl_err he = {0};
-    int lost = hb_remove(R, c->run_id); /* the heartbeat thread saw it, or a last beat now says so */
-    if (!lost) lost = kl_study_trial_heartbeat(o->study, c->run_id, &he) == KL_ESTATE;
-    if (lost) { /* another worker re-queued it: its re-run records the number */
-        tr->state = KL_TRIAL_FAILED;
-        say(R, "trial %d: lost (another worker marked it failed after no heartbeat); not recorded [%s]\n",
-            tr->number, desc);
-        return 0;
-    }
-    if (c->pruned) {
+    /* lost: the heartbeat thread found it so, or recording its end does (the
+     * end is written only while the trial is still running: another worker
+     * may have re-queued it, and its re-run records the number) */
+    int lost = hb_remove(R, c->run_id);
+    if (!lost && c->pruned) {
         tr->state = KL_TRIAL_PRUNED;
-        kl_study_trial_end(o->study, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
-        say(R, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
-    } else if (c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (!(lost = kl_study_trial_end(o->study, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te) == KL_ESTATE))
+            say(R, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
+    } else if (!lost && c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         missing = end_done(R, c, secs, desc, &te, e);
-    } else {
+        lost = te.code == KL_ESTATE;
+    } else if (!lost) {
         char err[768];
         snprintf(err, sizeof err, "%s", c->err);
         if (!err[0]) last_line(c->log, err, sizeof err);
@@ -490,8 +488,14 @@ static int finish_trial(run *R, child *c, int status, kl_err *e) {
             snprintf(err, sizeof err, "exited with status %d",
                      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
         tr->state = KL_TRIAL_FAILED;
-        kl_study_trial_end(o->study, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
-        say(R, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
+        if (!(lost = kl_study_trial_end(o->study, c->run_id, KL_TRIAL_FAILED, NAN, err, &te) == KL_ESTATE))
+            say(R, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
+    }
+    if (lost) {
+        tr->state = KL_TRIAL_FAILED;
+        say(R, "trial %d: lost (another worker marked it failed after no heartbeat); not recorded [%s]\n",
+            tr->number, desc);
+        return 0;
     }
     if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
     return missing;

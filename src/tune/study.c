@@ -397,18 +397,19 @@ int kl_study_trial_model_dir(kl_study *st, int64_t run_id, char *out, size_t n, 
 }
 
 int kl_study_trial_end(kl_study *st, int64_t run_id, kl_trial_state state, double value, const char *note, kl_err *e) {
-    kl_track_run *r;
-    int rc = kl_track_run_attach(st->t, run_id, &r, e);
-    if (rc) return rc;
+    int rc = KL_OK;
     if (state == KL_TRIAL_COMPLETE) {
+        kl_track_run *r;
+        if ((rc = kl_track_run_attach(st->t, run_id, &r, e))) return rc;
         kl_metric_point pt = {"objective", 0, 0, value};
         rc = kl_track_log_metrics(r, &pt, 1, e);
+        kl_track_run_free(r);
+        if (rc) return rc;
     }
-    if (!rc) rc = kl_track_set_tag(r, "state", state_names[state], e);
-    if (!rc && note) rc = kl_track_set_tag(r, state == KL_TRIAL_FAILED ? "error" : "note", note, e);
+    /* the state and the end in one step, only while the trial is still this worker's */
+    kl_kv tags[2] = {{"state", state_names[state]}, {state == KL_TRIAL_FAILED ? "error" : "note", note}};
     kl_run_status rs = state == KL_TRIAL_FAILED ? KL_RUN_FAILED : state == KL_TRIAL_PRUNED ? KL_RUN_KILLED : KL_RUN_FINISHED;
-    int rc2 = kl_track_run_end(r, rs, rc ? NULL : e);
-    return rc ? rc : rc2;
+    return kl_track_run_finish(st->t, run_id, rs, tags, note ? 2 : 1, e);
 }
 
 /* ---- importance ------------------------------------------------------------ */

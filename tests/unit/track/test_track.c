@@ -716,10 +716,18 @@ KL_TEST(track_trial_claim_requeues_lost_trial) {
     KT_OK(kl_track_run_json(t, a.run_id, &j, &e), &e);
     KT_EQ_STR(cJSON_GetObjectItem(j, "status")->valuestring, "failed");
     cJSON_Delete(j);
-    /* the lost worker's heartbeat now says so */
+    /* the lost worker's heartbeat now says so, and its end is not written */
     KT_EQ_INT(kl_track_run_heartbeat(t, a.run_id, &e), KL_ESTATE);
+    kl_kv done[] = {{"state", "complete"}};
+    KT_EQ_INT(kl_track_run_finish(t, a.run_id, KL_RUN_FINISHED, done, 1, &e), KL_ESTATE);
+    KT_EQ_STR(run_tag(t, a.run_id, "state", buf, sizeof buf), "failed");
+    /* the re-run's worker ends it: once */
+    KT_OK(kl_track_run_finish(t, c.run_id, KL_RUN_FINISHED, done, 1, &e), &e);
+    KT_EQ_STR(run_tag(t, c.run_id, "state", buf, sizeof buf), "complete");
+    KT_EQ_INT(kl_track_run_finish(t, c.run_id, KL_RUN_FAILED, done, 1, &e), KL_ESTATE);
     kl_track_claim x;
-    KT_EQ_INT(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), KL_EBUSY);
+    KT_EQ_INT(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), KL_EBUSY); /* b still runs */
+    KT_EQ_INT(x.running, 1);
     kl_track_close(t);
 }
 
