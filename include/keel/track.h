@@ -182,6 +182,12 @@ int kl_track_run_heartbeat(kl_track *t, int64_t run_id, kl_err *e);
 int kl_track_run_finish(kl_track *t, int64_t run_id, kl_run_status status, const kl_kv *tags, size_t ntags,
                         kl_err *e);
 
+/* A worker gives a running trial back (it was interrupted, not at fault):
+ * failed as lost (tags state=failed, error="WHY (re-queued)", lost=1), so
+ * the next claim runs its number again. KL_ESTATE when it is no longer
+ * running. */
+int kl_track_trial_release(kl_track *t, int64_t run_id, const char *why, kl_err *e);
+
 typedef struct {
     int number;            /* the claimed trial number (-1: none) */
     int64_t run_id;        /* its new trial run: running, tags kind, study, trial, state=running */
@@ -189,13 +195,17 @@ typedef struct {
     int lost_marked;       /* trials this claim marked failed (worker lost) */
     int running;           /* the study's trials running (before this claim's own) */
 } kl_track_claim;
+/* A trial number lost this many times is not re-queued again (the
+ * configuration may be what kills its workers): it counts as failed. */
+#define KL_TRACK_TRIAL_MAX_LOST 3
 /* Claims the next trial of the study with root run `root` in one write
  * transaction (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock on the
  * root run's id): first marks failed ("worker lost", tag lost=1) every
  * trial still running whose heartbeat is older than heartbeat_timeout_s
  * (or whose run ended without its state, e.g. marked killed), then picks
  * the lowest number of a lost trial not yet re-run (its params copied to
- * the new run), else the lowest number below ntrials with no run, and
+ * the new run; not after KL_TRACK_TRIAL_MAX_LOST losses of that number),
+ * else the lowest number below ntrials with no run, and
  * creates its run. KL_EBUSY when no number is free but trials are still
  * running (claim again later: one may be lost); KL_ENOTFOUND when none is
  * left (every number below ntrials is complete, pruned, failed or cached). */

@@ -179,6 +179,9 @@ typedef struct {
 int kl_study_trial_claim(kl_study *st, int ntrials, double heartbeat_timeout_s, kl_study_claim *out, kl_err *e);
 /* Records a claimed trial's parameters. */
 int kl_study_trial_params(kl_study *st, int64_t run_id, const kl_tune_value *params, kl_err *e);
+/* Gives an interrupted trial back: failed as lost ("WHY (re-queued)"), so
+ * the next claim of any worker runs its number again. */
+int kl_study_trial_release(kl_study *st, int64_t run_id, const char *why, kl_err *e);
 /* The trial's heartbeat (a worker's thread, every few seconds while it
  * runs); KL_ESTATE when another worker has marked it lost. */
 int kl_study_trial_heartbeat(kl_study *st, int64_t run_id, kl_err *e);

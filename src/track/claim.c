@@ -194,6 +194,37 @@ static int read_trials(kl_track *t, int64_t root, int ntrials, trial_rows *out, 
     return s == KL__DONE ? KL_OK : kl__track_sqlerr(t, s, e, "reading the study's trials");
 }
 
+/* Inside a transaction: when `where` holds for the trial's run, it fails
+ * as lost (tags state=failed, error=why, lost=1: re-queued by the next
+ * claim); *changed says whether it did. */
+static int lose_trial(kl_track *t, int64_t id, const char *where, int64_t arg, const char *why, int *changed,
+                      kl_err *e) {
+    int rc = set_status_if(t, id, "failed", where, arg, changed, e);
+    if (rc || !*changed) return rc;
+    rc = kl__tag_put(t, id, "state", "failed", e);
+    if (!rc) rc = kl__tag_put(t, id, "error", why, e);
+    if (!rc) rc = kl__tag_put(t, id, "lost", "1", e);
+    return rc;
+}
+
+int kl_track_trial_release(kl_track *t, int64_t run_id, const char *why, kl_err *e) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s (re-queued)", why && *why ? why : "given back");
+    kl__track_lock(t);
+    int changed = 0, rc = kl__track_begin_run(t, run_id, e);
+    if (rc) {
+        kl__track_unlock(t);
+        return rc;
+    }
+    rc = lose_trial(t, run_id, "status = 'running'", 0, msg, &changed, e);
+    if (!rc && !changed)
+        rc = kl_err_set(e, KL_ESTATE, "run %lld is no longer running (another process ended it)", (long long)run_id);
+    if (rc) kl__track_rollback(t);
+    else rc = kl__track_commit(t, e);
+    kl__track_unlock(t);
+    return rc;
+}
+
 /* Stage 2: a trial still "running" whose heartbeat is older than the
  * timeout (or whose run was ended without a state, e.g. marked killed when
  * its process died) is failed: worker lost. */
@@ -206,15 +237,11 @@ static int mark_lost(kl_track *t, trial_rows *rows, double timeout_s, int *marke
         if (!r->state_running || (r->running && now - r->heartbeat_us <= limit)) continue;
         /* decided on the row as it is now: a beat or an end since the read keeps it */
         int changed = 0;
-        int rc = r->running ? set_status_if(t, r->id, "failed", "status = 'running' AND heartbeat_us < ?", now - limit,
-                                            &changed, e)
-                            : set_status_if(t, r->id, "failed", "status <> 'running'", 0, &changed, e);
+        int rc = r->running
+            ? lose_trial(t, r->id, "status = 'running' AND heartbeat_us < ?", now - limit, why, &changed, e)
+            : lose_trial(t, r->id, "status <> 'running'", 0, why, &changed, e);
         if (rc) return rc;
         if (!changed) continue;
-        rc = kl__tag_put(t, r->id, "state", "failed", e);
-        if (!rc) rc = kl__tag_put(t, r->id, "error", why, e);
-        if (!rc) rc = kl__tag_put(t, r->id, "lost", "1", e);
-        if (rc) return rc;
         r->running = r->state_running = 0;
         r->lost = 1;
         (*marked)++;
@@ -227,10 +254,11 @@ static int mark_lost(kl_track *t, trial_rows *rows, double timeout_s, int *marke
  * -1: none left. *from: the lost run re-queued (0 for a fresh number). */
 static int pick_number(const trial_rows *rows, int ntrials, int64_t *from, kl_err *e) {
     /* per number: 1 = taken by a run that is not lost, 2 = only lost runs */
-    unsigned char *seen = calloc((size_t)ntrials, 1);
+    unsigned char *seen = calloc((size_t)ntrials, 1), *nlost = calloc((size_t)ntrials, 1);
     int64_t *lost_run = calloc((size_t)ntrials, sizeof *lost_run);
-    if (!seen || !lost_run) {
+    if (!seen || !nlost || !lost_run) {
         free(seen);
+        free(nlost);
         free(lost_run);
         return kl_err_set(e, KL_ENOMEM, "out of memory");
     }
@@ -238,8 +266,13 @@ static int pick_number(const trial_rows *rows, int ntrials, int64_t *from, kl_er
         const trial_row *r = &rows->v[i];
         if (!r->lost) seen[r->number] = 1;
         else if (!seen[r->number]) seen[r->number] = 2;
+        if (r->lost && nlost[r->number] < 255) nlost[r->number]++;
         if (r->lost && r->id > lost_run[r->number]) lost_run[r->number] = r->id; /* the latest attempt */
     }
+    /* a number lost again and again (a configuration that kills its worker) is not re-queued forever */
+    for (int n = 0; n < ntrials; n++)
+        if (seen[n] == 2 && nlost[n] >= KL_TRACK_TRIAL_MAX_LOST) seen[n] = 1;
+    free(nlost);
     int pick = -1;
     *from = 0;
     for (int n = 0; n < ntrials && pick < 0; n++)

@@ -602,7 +602,8 @@ static int launch(run *R, kl_trial *tr, const char *desc, kl_err *e) {
         R->train_seconds += now_s() - c->t0;
         if (stopped(R) && !c->pruned) {
             hb_remove(R, tr->run_id);
-            kl_study_trial_end(o->study, tr->run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
+            kl_study_trial_release(o->study, tr->run_id, "interrupted", NULL);
+            say(R, "trial %d: interrupted (re-queued)\n", tr->number);
             return KL_OK;
         }
         R->failed_first_metric |= finish_trial(R, c, 0, e);
@@ -706,7 +707,9 @@ static int watch_children(run *R, kl_err *e) {
     return KL_OK;
 }
 
-/* Ends the children still running (a stop or an error); `why` recorded when given. */
+/* Ends the children still running (a stop or an error); when `why` is
+ * given their trials are given back (re-queued), else they stay running in
+ * the store until a claim finds them lost. */
 static void end_children(run *R, const char *why) {
     for (int k = 0; k < R->nkids; k++) {
         kill(R->kids[k].pid, SIGTERM);
@@ -714,7 +717,7 @@ static void end_children(run *R, const char *why) {
         hb_remove(R, R->kids[k].run_id);
         close(R->kids[k].rfd);
         close(R->kids[k].wfd);
-        if (why) kl_study_trial_end(R->o->study, R->kids[k].run_id, KL_TRIAL_FAILED, NAN, why, NULL);
+        if (why) kl_study_trial_release(R->o->study, R->kids[k].run_id, why, NULL);
     }
     R->nkids = 0;
 }

@@ -361,6 +361,10 @@ int kl_study_trial_params(kl_study *st, int64_t run_id, const kl_tune_value *par
     return rc;
 }
 
+int kl_study_trial_release(kl_study *st, int64_t run_id, const char *why, kl_err *e) {
+    return kl_track_trial_release(st->t, run_id, why, e);
+}
+
 int kl_study_trial_heartbeat(kl_study *st, int64_t run_id, kl_err *e) {
     return kl_track_run_heartbeat(st->t, run_id, e);
 }

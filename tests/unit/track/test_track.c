@@ -728,6 +728,16 @@ KL_TEST(track_trial_claim_requeues_lost_trial) {
     kl_track_claim x;
     KT_EQ_INT(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), KL_EBUSY); /* b still runs */
     KT_EQ_INT(x.running, 1);
+    /* trial 1 given back, then lost twice more: re-queued, re-queued, then failed for good */
+    KT_OK(kl_track_trial_release(t, b.run_id, "interrupted", &e), &e);
+    KT_CONTAINS(run_tag(t, b.run_id, "error", buf, sizeof buf), "interrupted (re-queued)");
+    for (int k = 1; k < KL_TRACK_TRIAL_MAX_LOST; k++) {
+        KT_OK(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), &e);
+        KT_EQ_INT(x.number, 1);
+        KT_OK(kl_track_trial_release(t, x.run_id, "interrupted", &e), &e);
+    }
+    KT_EQ_INT(kl_track_trial_release(t, x.run_id, "again", &e), KL_ESTATE);
+    KT_EQ_INT(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), KL_ENOTFOUND);
     kl_track_close(t);
 }
 

@@ -421,6 +421,7 @@ KL_TEST(tune_study_records_sets_and_model_dir) {
 typedef struct {
     kl_track *t;
     int calls;
+    volatile sig_atomic_t *stop_on_first; /* instead of marking it lost: stop the run (Ctrl-C) */
 } fake_trainer;
 
 static void mark_running_trials_lost(kl_track *t) {
@@ -446,7 +447,10 @@ static int fake_train(void *ctx, const char *const *sets, int nsets, const char 
     for (int i = 0; i < nsets; i++)
         if (!strncmp(sets[i], "lr=", 3)) lr = atof(sets[i] + 3);
     if (kl_mkdir_p(dir, e)) return e->code;
-    if (f->calls++ == 0) mark_running_trials_lost(f->t);
+    if (f->calls++ == 0) {
+        if (f->stop_on_first) *f->stop_on_first = 1;
+        else mark_running_trials_lost(f->t);
+    }
     on_value(value_ctx, 0, fabs(log10(lr) + 2)); /* best near lr = 0.01 */
     return KL_OK;
 }
@@ -467,7 +471,7 @@ KL_TEST(tune_run_drops_result_of_trial_marked_lost) {
     kl_sampler_opts_default(&so);
     kl_pruner_opts po;
     kl_pruner_opts_default(&po);
-    fake_trainer f = {t, 0};
+    fake_trainer f = {t, 0, NULL};
     kl_tune_run_opts o = {.study = st, .space = s, .metric = "val_loss", .minimize = 1, .sampler = &so, .pruner = &po,
                           .trials = 4, .parallel = 1, .out_dir = kt_path("out"), .heartbeat_timeout_s = 30,
                           .train = fake_train, .train_ctx = &f};
@@ -484,6 +488,51 @@ KL_TEST(tune_run_drops_result_of_trial_marked_lost) {
     for (int n = 0; n < 4; n++) KT_CHECKF(complete[n] == 1, "trial %d complete %d times", n, complete[n]);
     KT_EQ_INT(lost, 1);
     KT_EQ_INT((int)res.n, 5);
+    kl_tune_run_result_free(&res);
+    kl_study_free(st);
+    kl_track_close(t);
+    kl_tune_space_free(s);
+}
+
+/* A worker stopped (Ctrl-C) gives its running trial back: failed as lost,
+ * and the next run of the study trains that number again. */
+KL_TEST(tune_run_interrupted_trial_is_requeued) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of("lr: {type: float, low: 0.0001, high: 0.1, log: true}\n", &e);
+    KT_CHECK(s);
+    kl_track *t = NULL;
+    KT_OK(kl_track_open(kt_path("store"), &t, &e), &e);
+    kl_study_info info = {"intst", "val_loss", 1, "tpe", "abc", "spec.yaml", "lr: {}", ""};
+    kl_study *st = NULL;
+    KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
+    kl_sampler_opts so;
+    kl_sampler_opts_default(&so);
+    kl_pruner_opts po;
+    kl_pruner_opts_default(&po);
+    volatile sig_atomic_t stop = 0;
+    fake_trainer f = {t, 0, &stop};
+    kl_tune_run_opts o = {.study = st, .space = s, .metric = "val_loss", .minimize = 1, .sampler = &so, .pruner = &po,
+                          .trials = 3, .parallel = 1, .out_dir = kt_path("out"), .heartbeat_timeout_s = 30,
+                          .train = fake_train, .train_ctx = &f, .stop = &stop};
+    kl_tune_run_result res;
+    KT_EQ_INT(kl_tune_run(&o, &res, &e), KL_ECANCELED);
+    KT_EQ_INT((int)res.n, 1);
+    KT_EQ_INT(res.trials[0].state, KL_TRIAL_FAILED);
+    kl_tune_run_result_free(&res);
+    stop = 0;
+    KT_OK(kl_tune_run(&o, &res, &e), &e);
+    KT_EQ_INT(f.calls, 4); /* trial 0 again, then 1 and 2 */
+    int complete = 0;
+    for (size_t i = 0; i < res.n; i++) complete += res.trials[i].state == KL_TRIAL_COMPLETE;
+    KT_EQ_INT(complete, 3);
+    KT_EQ_INT((int)res.n, 4);
+    int64_t *ids = NULL;
+    size_t n = 0;
+    KT_OK(kl_track_runs_find(t, "tags.study = \"intst\" and tags.lost = \"1\" and tags.error like \"interrupted%\"",
+                             NULL, 0, &ids, &n, &e),
+          &e);
+    KT_EQ_INT((int)n, 1);
+    free(ids);
     kl_tune_run_result_free(&res);
     kl_study_free(st);
     kl_track_close(t);
