@@ -28,3 +28,5 @@ if over:
 P
 # the real objective (slower: 90 keel train runs)
 [ "${DIGITS:-1}" = 1 ] && bash bench/tune/digits.sh
+# several workers on one study: 1 vs 3 `keel tune` processes (SQLite and PostgreSQL)
+[ "${DISTRIBUTED:-1}" = 1 ] && bash bench/tune/distributed.sh
