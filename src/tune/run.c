@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_SETS 64 /* the trial's own KEY=VALUE overrides, at most */

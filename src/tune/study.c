@@ -250,6 +250,11 @@ int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info
         if ((rc = create_root(t, info, &id, &created, e))) return rc;
         /* created now or by another worker a moment ago: read it back */
         rc = find_root(t, info->name, &id, &root, e);
+        if (rc == KL_ENOTFOUND)
+            return kl_err_set(e, KL_EEXIST,
+                              "run %lld is named study:%s in experiment tune but is not a study (no kind=study tag): "
+                              "use another --study name",
+                              (long long)id, info->name);
     }
     if (rc) return rc;
     kl_study *st;

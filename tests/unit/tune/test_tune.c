@@ -411,6 +411,13 @@ KL_TEST(tune_study_records_sets_and_model_dir) {
     KT_OK(kl_study_open(t, s, &old, &st, &e), &e);
     KT_EQ_STR(kl_study_get_info(st)->sets, "");
     kl_study_free(st);
+    /* a run that has a study's name but is not one: refused, naming it */
+    kl_track_run *imp = NULL;
+    KT_OK(kl_track_run_start(t, "tune", "study:impostor", 0, &imp, &e), &e);
+    kl_track_run_free(imp);
+    kl_study_info im = {"impostor", "val_loss", 1, "tpe", "abc", "spec.yaml", SPACE, NULL};
+    KT_EQ_INT(kl_study_open(t, s, &im, &st, &e), KL_EEXIST);
+    KT_CONTAINS(kl_err_what(&e), "is not a study");
     kl_track_close(t);
     kl_tune_space_free(s);
 }
