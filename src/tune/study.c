@@ -282,14 +282,14 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
     if (rc) return rc;
     st->trials = calloc(n + 1, sizeof *st->trials);
     if (!st->trials) { free(ids); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    void *all = NULL; /* every trial run in a few queries, whatever n */
+    if (n && (rc = kl_track_runs_json(st->t, ids, n, &all, e))) { free(ids); return rc; }
     for (size_t i = 0; i < n && !rc; i++) {
-        void *j;
-        if ((rc = kl_track_run_json(st->t, ids[i], &j, e))) break;
-        cJSON *run = j;
+        cJSON *run = cJSON_GetArrayItem(all, (int)i);
         kl_trial *t = &st->trials[st->ntrials];
         const char *num = tag(run, "trial"), *state = tag(run, "state");
         int64_t number;
-        if (!num || kl_parse_int64(num, &number)) { cJSON_Delete(run); continue; }
+        if (!num || kl_parse_int64(num, &number)) continue;
         t->number = (int)number;
         t->run_id = ids[i];
         t->state = KL_TRIAL_FAILED;
@@ -299,7 +299,7 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
         if (t->state == KL_TRIAL_RUNNING && cJSON_IsString(status) && strcmp(status->valuestring, "running"))
             t->state = KL_TRIAL_FAILED; /* its tune process died */
         t->params = calloc((size_t)st->s->n, sizeof *t->params);
-        if (!t->params) { cJSON_Delete(run); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+        if (!t->params) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
         cJSON *params = cJSON_GetObjectItem(run, "params");
         for (int p = 0; p < st->s->n; p++) {
             cJSON *v = cJSON_GetObjectItem(params, st->s->p[p].name);
@@ -309,7 +309,6 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
         cJSON *obj = cJSON_GetObjectItem(cJSON_GetObjectItem(run, "metrics"), "objective");
         cJSON *val = cJSON_GetObjectItem(obj, "value");
         t->value = cJSON_IsNumber(val) ? val->valuedouble : NAN;
-        cJSON_Delete(run);
         int64_t *steps = NULL, *ts = NULL;
         double *vals = NULL;
         size_t m = 0;
@@ -330,6 +329,7 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
         st->ntrials++;
     }
     free(ids);
+    cJSON_Delete(all);
     if (rc) return rc;
     qsort(st->trials, st->ntrials, sizeof *st->trials, cmp_trial);
     *out = st->trials;
