@@ -117,7 +117,7 @@ static void drift_alert(rules_ctx *x, const drift_rule *r, int outputs) {
     const char *samples = outputs ? "keel_prediction_window_samples" : "keel_feature_window_samples";
     const char *on = outputs ? "model, version, output, window" : "model, version, feature, source, window";
     const char *col = outputs ? "{{ $labels.output }}" : "{{ $labels.feature }} ({{ $labels.source }})";
-    char expr[1024], sum[256], desc[512];
+    char expr[4096], sum[256], desc[512];
     snprintf(expr, sizeof expr, "%s{%s, stat=\"%s\"} %s %.6g\nand on(%s)\n%s{%s} >= %llu", family, x->sel, r->stat,
              r->op, r->threshold, on, samples, x->sel, (unsigned long long)x->cfg->monitor.min_samples);
     snprintf(sum, sizeof sum, "%s of %s: %s", outputs ? "Prediction drift" : "Feature drift", col, r->what);
@@ -130,7 +130,7 @@ static void drift_alert(rules_ctx *x, const drift_rule *r, int outputs) {
 
 /* the live null share above the fit rows' by more than null_delta */
 static void null_alert(rules_ctx *x) {
-    char expr[1024], desc[512];
+    char expr[4096], desc[512];
     snprintf(expr, sizeof expr,
              "(\n  keel_feature_null_ratio{%s, window!=\"reference\"}\n  - ignoring(window) group_left\n"
              "  keel_feature_null_ratio{%s, window=\"reference\"}\n) > %.6g\nand on(model, version, feature, source, "
@@ -188,7 +188,7 @@ static void drop_expr(char *buf, size_t n, const char *sel, const char *metric, 
 static void accuracy_alert(rules_ctx *x) {
     const sv_alert_cfg *a = &x->cfg->alert;
     double p = a->quality_p_value, z = sqrt(kl_stat_chi2_quantile(2 * p, 1));
-    char d0[512], d1[512], ref[256], expr[3072], desc[640], sum[SV_NAME_MAX + 64];
+    char d0[1536], d1[1536], ref[640], expr[8192], desc[640], sum[SV_NAME_MAX + 64];
     drop_expr(d0, sizeof d0, x->sel, "accuracy", "");
     drop_expr(d1, sizeof d1, x->sel, "accuracy", "  ");
     snprintf(ref, sizeof ref, "keel_model_quality{%s, metric=\"accuracy\", window=\"reference\"}", x->sel);
@@ -210,7 +210,7 @@ static void accuracy_alert(rules_ctx *x) {
 
 static void quality_group(rules_ctx *x) {
     const sv_alert_cfg *a = &x->cfg->alert;
-    char expr[1024], desc[512], d0[512], sum[SV_NAME_MAX + 64];
+    char expr[4096], desc[512], d0[1536], sum[SV_NAME_MAX + 64];
     group(x, "quality");
     accuracy_alert(x);
     drop_expr(d0, sizeof d0, x->sel, "auc", "");
@@ -259,7 +259,7 @@ static void results_re(char *buf, size_t n, int with_success) {
 }
 
 static void slo_records(rules_ctx *x) {
-    char bad[256], all[256], expr[1024], name[128], le[32];
+    char bad[256], all[256], expr[2048], name[128], le[32];
     results_re(bad, sizeof bad, 0);
     results_re(all, sizeof all, 1);
     snprintf(le, sizeof le, "%g", x->cfg->alert.slo_latency_s); /* as metrics.c prints the bucket bound */
@@ -310,7 +310,7 @@ static void burn_alert(rules_ctx *x, const char *name, const char *series, doubl
 static void slo_group(rules_ctx *x, double slo) {
     const sv_alert_cfg *a = &x->cfg->alert;
     double avail_budget = 1 - slo / 100, lat_budget = 1 - a->slo_latency_target / 100;
-    char sum[SV_NAME_MAX + 96], what[128], expr[256];
+    char sum[SV_NAME_MAX + 96], what[128], expr[640];
     group(x, "slo");
     slo_records(x);
     snprintf(sum, sizeof sum, "Model %s failing requests (availability SLO %.6g%%)", x->model, slo);

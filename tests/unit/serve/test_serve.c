@@ -137,6 +137,9 @@ KL_TEST(serve_rules_thresholds_and_errors) {
     KT_CONTAINS(b.data, "le=\"0.1\"");
     KT_CONTAINS(b.data, "model:keel_inference_errors:ratio_rate1h{model=\"m\"} > (14.4 * 0.005)");
     KT_CONTAINS(b.data, "model:keel_inference_slow:ratio_rate3d{model=\"m\"} > (1 * 0.02)");
+    size_t nshort = 0; /* selectors in the rules of a short name */
+    for (const char *q = b.data; (q = strstr(q, "model=\"m\"")); q += 9) nshort++;
+    KT_CHECK(nshort > 50);
     kl_buf_free(&b);
     kl_buf_init(&b);
     o.model = "nosuch";
@@ -148,6 +151,24 @@ KL_TEST(serve_rules_thresholds_and_errors) {
     KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
     kl_err_clear(&e);
     o.slo = 0;
+    char longname[128]; /* the longest name, every byte escaped in PromQL: no rule truncated */
+    memset(longname, '"', 127);
+    longname[127] = 0;
+    snprintf(p, sizeof p, "%s/%s", dir, longname);
+    KT_OK(kl_mkdir_p(p, &e), &e);
+    snprintf(p, sizeof p, "%s/%s/config.yaml", dir, longname);
+    y = "monitor: {feedback_capacity: 10}\n";
+    KT_OK(kl_write_file_atomic(p, y, strlen(y), &e), &e);
+    o.model = longname;
+    kl_buf_reset(&b);
+    KT_OK(kl_serve_rules(&o, &b, &e), &e);
+    char sel[300] = "model=\"";
+    for (int i = 0; i < 127; i++) strcat(sel, "\\\"");
+    strcat(sel, "\"");
+    size_t nsel = 0;
+    for (const char *q = b.data; (q = strstr(q, sel)); q += strlen(sel)) nsel++;
+    KT_EQ_INT(nsel, nshort); /* every selector of every rule whole */
+    KT_CONTAINS(b.data, "KeelModelNotReady");
     o.model = "a\nb";
     KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
     KT_CONTAINS(kl_err_what(&e), "control character");
