@@ -118,6 +118,14 @@ double kl_stat_ks_pvalue(double d, uint64_t n, uint64_t m);
 double kl_stat_chi2(const uint64_t *p, const uint64_t *q, size_t n, double min_expected, int *dof);
 /* Upper tail P(X >= x) of a chi-squared variable with dof degrees. */
 double kl_stat_chi2_pvalue(double x, int dof);
+/* Its inverse: x with P(X >= x) = p (0 < p < 1); NaN otherwise. */
+double kl_stat_chi2_quantile(double p, int dof);
+/* The live values from which PSI and the JS distance over k bins holding
+ * reference mass (m reference values) stay under psi and js with
+ * probability 1 - alpha when the distribution has not changed (their
+ * asymptotic chi-squared law with k - 1 degrees of freedom; see stats.c);
+ * UINT64_MAX when no sample size is enough (k < 2, or a reference too small). */
+uint64_t kl_stat_min_samples(int k, uint64_t m, double psi, double js, double alpha);
 
 /* ==================================================================
  * Reference profile (src/feature/profile.c): profile.json
@@ -262,6 +270,7 @@ typedef struct {
     double psi, js, ks, ks_p, chi2, chi2_p, unknown_ratio, oob_ratio;
     int chi2_dof;
     int tested;   /* enough samples (min_samples non-null live values) */
+    uint64_t psi_js_min; /* non-null values before PSI and JS are computed (>= min_samples; kl_stat_min_samples) */
     int temporal; /* a date or timestamp input: described, never flagged (time moves on) */
     int drift;  /* KL_DRIFT_* bits over the thresholds */
 } kl_monitor_stat;

@@ -23,10 +23,11 @@ void sv_alert_cfg_default(sv_alert_cfg *a) {
     a->slo_availability = 99.9;
     a->slo_latency_s = 0.25;
     a->slo_latency_target = 99;
-    a->accuracy_drop = 0.04;
+    a->accuracy_drop = 0.02;
     a->auc_drop = 0.03;
     a->rmse_rise = 0.1;
-    a->min_labels = 500;
+    a->quality_p_value = 0.01;
+    a->min_labels = 200;
     a->alert_for_s = 600;
 }
 
@@ -54,7 +55,8 @@ static int alert_cfg_parse(const kl_node *n, sv_alert_cfg *a, kl_err *e) {
              {"slo_latency_target", &a->slo_latency_target, 50, 99.9999},
              {"accuracy_drop", &a->accuracy_drop, 0, 1},
              {"auc_drop", &a->auc_drop, 0, 1},
-             {"rmse_rise", &a->rmse_rise, 0, 100}};
+             {"rmse_rise", &a->rmse_rise, 0, 100},
+             {"quality_p_value", &a->quality_p_value, 1e-9, 0.5}};
     int rc;
     for (size_t i = 0; i < KL_ARRAY_LEN(d); i++) {
         if ((rc = kl_spec_double(n, d[i].k, *d[i].v, d[i].v, e))) return rc;
@@ -94,6 +96,7 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
                                        "slo_latency",
                                        "slo_latency_target",
                                        "accuracy_drop",
+                                       "quality_p_value",
                                        "auc_drop",
                                        "rmse_rise",
                                        "min_labels",
@@ -452,6 +455,12 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
                               mt[k].k, wn, mt[k].x);
             }
         }
+        if (v->fb && v->qref_n) { /* how many validation rows the reference is of */
+            kl_buf_puts(&nb, "keel_model_quality_samples{model=");
+            sv_metrics_label(&nb, names[i]);
+            kl_buf_printf(&nb, ",version=\"%lld\",window=\"reference\"} %llu\n", (long long)v->version,
+                          (unsigned long long)v->qref_n);
+        }
         for (int k = 0; v->fb && k < SV_QREF_COUNT; k++) { /* the validation rows' (meta.json final_metrics) */
             if (!isfinite(v->qref[k])) continue;
             kl_buf_puts(b, "keel_model_quality{model=");
@@ -461,7 +470,8 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
         }
     }
     sv_metrics_head(b, "keel_model_quality_samples", "gauge",
-                    "Labelled predictions in the window that keel_model_quality is computed from.");
+                    "Labelled predictions in the window that keel_model_quality is computed from; "
+                    "window=\"reference\": the validation rows of the reference (meta.json data.val_rows).");
     kl_buf_append(b, nb.data ? nb.data : "", nb.len);
     if (nb.failed) b->failed = 1;
     kl_buf_free(&nb);

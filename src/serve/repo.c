@@ -294,7 +294,8 @@ static void read_postprocess(const cJSON *root, sv_version *v) {
 
 /* meta.json "final_metrics": the version's quality on its validation rows
  * (val_accuracy, val_auc, val_mae, val_rmse; keel train writes the ones of
- * its task), the reference the live quality is compared with. */
+ * its task), the reference the live quality is compared with, and
+ * "data": {"val_rows"}: how many rows it was measured on. */
 static void read_quality_ref(const cJSON *root, sv_version *v) {
     static const char *const keys[SV_QREF_COUNT] = {"val_accuracy", "val_auc", "val_mae", "val_rmse"};
     const cJSON *fm = cJSON_GetObjectItemCaseSensitive(root, "final_metrics");
@@ -302,6 +303,8 @@ static void read_quality_ref(const cJSON *root, sv_version *v) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(fm, keys[k]);
         if (cJSON_IsNumber(x) && isfinite(x->valuedouble)) v->qref[k] = x->valuedouble;
     }
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "data"), "val_rows");
+    if (cJSON_IsNumber(n) && n->valuedouble >= 1 && n->valuedouble <= 1e15) v->qref_n = (uint64_t)n->valuedouble;
 }
 
 static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err *e) {

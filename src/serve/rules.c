@@ -117,7 +117,7 @@ static void drift_alert(rules_ctx *x, const drift_rule *r, int outputs) {
     const char *samples = outputs ? "keel_prediction_window_samples" : "keel_feature_window_samples";
     const char *on = outputs ? "model, version, output, window" : "model, version, feature, source, window";
     const char *col = outputs ? "{{ $labels.output }}" : "{{ $labels.feature }} ({{ $labels.source }})";
-    char expr[1024], sum[256], desc[512];
+    char expr[4096], sum[256], desc[512];
     snprintf(expr, sizeof expr, "%s{%s, stat=\"%s\"} %s %.6g\nand on(%s)\n%s{%s} >= %llu", family, x->sel, r->stat,
              r->op, r->threshold, on, samples, x->sel, (unsigned long long)x->cfg->monitor.min_samples);
     snprintf(sum, sizeof sum, "%s of %s: %s", outputs ? "Prediction drift" : "Feature drift", col, r->what);
@@ -130,7 +130,7 @@ static void drift_alert(rules_ctx *x, const drift_rule *r, int outputs) {
 
 /* the live null share above the fit rows' by more than null_delta */
 static void null_alert(rules_ctx *x) {
-    char expr[1024], desc[512];
+    char expr[4096], desc[512];
     snprintf(expr, sizeof expr,
              "(\n  keel_feature_null_ratio{%s, window!=\"reference\"}\n  - ignoring(window) group_left\n"
              "  keel_feature_null_ratio{%s, window=\"reference\"}\n) > %.6g\nand on(model, version, feature, source, "
@@ -170,41 +170,68 @@ static void drift_group(rules_ctx *x) {
  * Live quality (labels joined by POST .../feedback) against the reference
  * ================================================================== */
 
+/* reference - live of a quality metric, per window (labels model, version, metric, window) */
+static void drop_expr(char *buf, size_t n, const char *sel, const char *metric, const char *indent) {
+    snprintf(buf, n,
+             "%s(\n%s  keel_model_quality{%s, metric=\"%s\", window=\"reference\"}\n%s  - ignoring(window) "
+             "group_right\n%s  keel_model_quality{%s, metric=\"%s\", window!=\"reference\"}\n%s)",
+             indent, indent, sel, metric, indent, indent, sel, metric, indent);
+}
+
+/* Accuracy: the drop past accuracy_drop and significant — a two-proportion
+ * z-test of the live accuracy (n labels) against the reference's (its
+ * validation rows, keel_model_quality_samples{window="reference"}):
+ * (ref - live) / sqrt(ref (1 - ref) (1/n + 1/n_ref)) > z, z the one-sided
+ * normal quantile of quality_p_value (2.33 at 0.01). The reference
+ * is a sample too: without its variance a small validation split would flag
+ * same-distribution traffic. */
+static void accuracy_alert(rules_ctx *x) {
+    const sv_alert_cfg *a = &x->cfg->alert;
+    double p = a->quality_p_value, z = sqrt(kl_stat_chi2_quantile(2 * p, 1));
+    char d0[1536], d1[1536], ref[640], expr[8192], desc[640], sum[SV_NAME_MAX + 64];
+    drop_expr(d0, sizeof d0, x->sel, "accuracy", "");
+    drop_expr(d1, sizeof d1, x->sel, "accuracy", "  ");
+    snprintf(ref, sizeof ref, "keel_model_quality{%s, metric=\"accuracy\", window=\"reference\"}", x->sel);
+    snprintf(expr, sizeof expr,
+             "%s > %.6g\nand on(model, version, window)\n(\n%s\n  / on(model, version, window)\n  sqrt(\n    (\n"
+             "      1 / keel_model_quality_samples{%s, window!=\"reference\"}\n      + ignoring(window) group_left\n"
+             "      1 / keel_model_quality_samples{%s, window=\"reference\"}\n    )\n    * on(model, version) "
+             "group_left()\n    (%s * (1 - %s))\n  )\n) > %.4f\nand on(model, version, window)\n"
+             "keel_model_quality_samples{%s, window!=\"reference\"} >= %lld",
+             d0, a->accuracy_drop, d1, x->sel, x->sel, ref, ref, z, x->sel, (long long)a->min_labels);
+    snprintf(desc, sizeof desc,
+             "Accuracy on the labels of the last {{ $labels.window }} is {{ $value }} below the validation rows' "
+             "(meta.json; alert above %.6g when significant at p < %g, z > %.4f, with at least %lld labels; version "
+             "{{ $labels.version }}).",
+             a->accuracy_drop, p, z, (long long)a->min_labels);
+    snprintf(sum, sizeof sum, "Accuracy of model %s dropping", x->model);
+    alert(x, "KeelModelAccuracyDrop", expr, a->alert_for_s, "ticket", sum, desc);
+}
+
 static void quality_group(rules_ctx *x) {
     const sv_alert_cfg *a = &x->cfg->alert;
-    char expr[1024], desc[512];
+    char expr[4096], desc[512], d0[1536], sum[SV_NAME_MAX + 64];
     group(x, "quality");
-    const struct {
-        const char *alert, *metric, *what;
-        double drop;
-    } drops[] = {{"KeelModelAccuracyDrop", "accuracy", "Accuracy", a->accuracy_drop},
-                 {"KeelModelAUCDrop", "auc", "AUC", a->auc_drop}};
-    for (size_t i = 0; i < KL_ARRAY_LEN(drops); i++) {
-        snprintf(expr, sizeof expr,
-                 "(\n  keel_model_quality{%s, metric=\"%s\", window=\"reference\"}\n  - ignoring(window) group_right\n"
-                 "  keel_model_quality{%s, metric=\"%s\", window!=\"reference\"}\n) > %.6g\nand on(model, version, "
-                 "window)\nkeel_model_quality_samples{%s} >= %lld",
-                 x->sel, drops[i].metric, x->sel, drops[i].metric, drops[i].drop, x->sel, (long long)a->min_labels);
-        snprintf(desc, sizeof desc,
-                 "%s on the labels of the last {{ $labels.window }} is {{ $value }} below the validation rows' "
-                 "(meta.json; alert above %.6g, at least %lld labels; version {{ $labels.version }}).",
-                 drops[i].what, drops[i].drop, (long long)a->min_labels);
-        char sum[128];
-        snprintf(sum, sizeof sum, "%s of model %%s dropping", drops[i].what);
-        char sum2[SV_NAME_MAX + 128];
-        snprintf(sum2, sizeof sum2, sum, x->model);
-        alert(x, drops[i].alert, expr, a->alert_for_s, "ticket", sum2, desc);
-    }
+    accuracy_alert(x);
+    drop_expr(d0, sizeof d0, x->sel, "auc", "");
+    snprintf(expr, sizeof expr,
+             "%s > %.6g\nand on(model, version, window)\nkeel_model_quality_samples{%s, window!=\"reference\"} >= %lld",
+             d0, a->auc_drop, x->sel, (long long)a->min_labels);
+    snprintf(desc, sizeof desc,
+             "AUC on the labels of the last {{ $labels.window }} is {{ $value }} below the validation rows' "
+             "(meta.json; alert above %.6g, at least %lld labels; version {{ $labels.version }}).",
+             a->auc_drop, (long long)a->min_labels);
+    snprintf(sum, sizeof sum, "AUC of model %s dropping", x->model);
+    alert(x, "KeelModelAUCDrop", expr, a->alert_for_s, "ticket", sum, desc);
     snprintf(expr, sizeof expr,
              "(\n  keel_model_quality{%s, metric=\"rmse\", window!=\"reference\"}\n  / ignoring(window) group_left\n"
              "  keel_model_quality{%s, metric=\"rmse\", window=\"reference\"}\n) > %.6g\nand on(model, version, "
-             "window)\nkeel_model_quality_samples{%s} >= %lld",
+             "window)\nkeel_model_quality_samples{%s, window!=\"reference\"} >= %lld",
              x->sel, x->sel, 1 + a->rmse_rise, x->sel, (long long)a->min_labels);
     snprintf(desc, sizeof desc,
              "RMSE on the labels of the last {{ $labels.window }} is {{ $value }} times the validation rows' "
              "(meta.json; alert above %.6g, at least %lld labels; version {{ $labels.version }}).",
              1 + a->rmse_rise, (long long)a->min_labels);
-    char sum[SV_NAME_MAX + 64];
     snprintf(sum, sizeof sum, "RMSE of model %s rising", x->model);
     alert(x, "KeelModelRMSERise", expr, a->alert_for_s, "ticket", sum, desc);
 }
@@ -232,7 +259,7 @@ static void results_re(char *buf, size_t n, int with_success) {
 }
 
 static void slo_records(rules_ctx *x) {
-    char bad[256], all[256], expr[1024], name[128], le[32];
+    char bad[256], all[256], expr[2048], name[128], le[32];
     results_re(bad, sizeof bad, 0);
     results_re(all, sizeof all, 1);
     snprintf(le, sizeof le, "%g", x->cfg->alert.slo_latency_s); /* as metrics.c prints the bucket bound */
@@ -283,7 +310,7 @@ static void burn_alert(rules_ctx *x, const char *name, const char *series, doubl
 static void slo_group(rules_ctx *x, double slo) {
     const sv_alert_cfg *a = &x->cfg->alert;
     double avail_budget = 1 - slo / 100, lat_budget = 1 - a->slo_latency_target / 100;
-    char sum[SV_NAME_MAX + 96], what[128], expr[256];
+    char sum[SV_NAME_MAX + 96], what[128], expr[640];
     group(x, "slo");
     slo_records(x);
     snprintf(sum, sizeof sum, "Model %s failing requests (availability SLO %.6g%%)", x->model, slo);

@@ -103,10 +103,11 @@ typedef struct {
     double slo_availability;   /* percent of requests not failed by the server (default 99.9) */
     double slo_latency_s;      /* a successful request is fast under this (a histogram bound; default 0.25) */
     double slo_latency_target; /* percent of successful requests that are fast (default 99) */
-    double accuracy_drop;      /* live accuracy below the version's reference by more (default 0.04) */
+    double accuracy_drop;      /* live accuracy below the reference by more, and significantly (default 0.02) */
     double auc_drop;           /* live AUC below the reference by more (default 0.03) */
     double rmse_rise;          /* live RMSE above the reference by more than this share (default 0.1) */
-    int64_t min_labels;        /* labelled predictions a window needs before its quality alerts (default 500) */
+    double quality_p_value;    /* one-sided level of the accuracy drop's two-proportion z-test (default 0.01) */
+    int64_t min_labels;        /* labelled predictions a window needs before its quality alerts (default 200) */
     int64_t alert_for_s;       /* how long a drift or quality condition holds before it fires (default 600) */
 } sv_alert_cfg;
 void sv_alert_cfg_default(sv_alert_cfg *a);
@@ -217,6 +218,7 @@ typedef struct sv_version {
     kl_monitor_cfg mcfg;    /* the windows and thresholds it was loaded with */
     struct sv_feedback *fb; /* predictions waiting for labels (feedback.c); NULL: feedback off */
     double qref[SV_QREF_COUNT]; /* meta.json final_metrics on the validation rows, SV_QREF_* (NaN: absent) */
+    uint64_t qref_n;            /* meta.json data.val_rows: the labels qref was measured on (0: unknown) */
 } sv_version;
 
 enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };

@@ -9,9 +9,11 @@ errors spend no budget). Once with a config.yaml that sets every threshold
 (and --slo overriding it), once with the defaults. Also: errors of the
 command (unknown model, bad --slo, a config.yaml error with its position),
 `monitor: false` (SLO rules only) and --out."""
+import math
 import os
 import shutil
 import sys
+from statistics import NormalDist
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve"))
 from helpers import check, done, tmpdir  # noqa: E402
@@ -24,15 +26,15 @@ if not shutil.which("promtool"):
 d = tmpdir("rules-")
 repo = os.path.join(d, "repo")
 CUSTOM = {"psi": 0.25, "js": 0.15, "p_value": 0.01, "min_samples": 200, "null_delta": 0.1, "unknown_ratio": 0.02,
-          "oob_ratio": 0.03, "accuracy_drop": 0.05, "auc_drop": 0.02, "rmse_rise": 0.2, "min_labels": 300,
+          "oob_ratio": 0.03, "accuracy_drop": 0.05, "auc_drop": 0.02, "rmse_rise": 0.2, "min_labels": 300, "quality_p_value": 0.005,
           "for_min": 5, "slo": 99.5, "slo_latency": "0.1", "slo_latency_target": 95}
 DEFAULT = {"psi": 0.2, "js": 0.1, "p_value": 0.001, "min_samples": 100, "null_delta": 0.05, "unknown_ratio": 0.05,
-           "oob_ratio": 0.05, "accuracy_drop": 0.04, "auc_drop": 0.03, "rmse_rise": 0.1, "min_labels": 500,
+           "oob_ratio": 0.05, "accuracy_drop": 0.02, "auc_drop": 0.03, "rmse_rise": 0.1, "min_labels": 200, "quality_p_value": 0.01,
            "for_min": 10, "slo": 99.9, "slo_latency": "0.25", "slo_latency_target": 99}
 configs = {
     "ctr": "monitor:\n  psi: 0.25\n  js: 0.15\n  p_value: 0.01\n  min_samples: 200\n  null_delta: 0.1\n"
            "  unknown_ratio: 0.02\n  oob_ratio: 0.03\n  feedback_capacity: 1000\n  accuracy_drop: 0.05\n"
-           "  auc_drop: 0.02\n  rmse_rise: 0.2\n  min_labels: 300\n  alert_for: 5m\n  slo_availability: 98\n"
+           "  auc_drop: 0.02\n  rmse_rise: 0.2\n  min_labels: 300\n  quality_p_value: 0.005\n  alert_for: 5m\n  slo_availability: 98\n"
            "  slo_latency: 0.1\n  slo_latency_target: 95\n",
     "dflt": "monitor: {feedback_capacity: 1000}\n",
     "nomon": "monitor: false\n",
@@ -102,12 +104,41 @@ def drift_cases(model, t):
     return cases
 
 
+def accuracy_case(model, t):
+    """the accuracy drop must pass accuracy_drop and a two-proportion z-test at p_value against the
+    reference's validation rows: version 1 both; 2 past the drop, not significant; 3 significant, under
+    the drop; 4 one label short; 5 no reference count (meta.json without data.val_rows)"""
+    L, f, ref = t["min_labels"], t["for_min"], 0.8
+    z = NormalDist().inv_cdf(1 - t["quality_p_value"])
+
+    def zse(n, nref):
+        return z * math.sqrt(ref * (1 - ref) * (1 / n + 1 / nref))
+    assert zse(L, 1200) > t["accuracy_drop"] and zse(10 ** 6, 10 ** 6) < t["accuracy_drop"] - 0.005
+    vers = [("1", max(t["accuracy_drop"], zse(10 ** 5, 1200)) + 0.01, 10 ** 5, 1200),
+            ("2", (t["accuracy_drop"] + zse(L, 1200)) / 2, L, 1200),
+            ("3", t["accuracy_drop"] - 0.005, 10 ** 6, 10 ** 6),
+            ("4", 0.3, L - 1, 1200),
+            ("5", 0.3, 10 ** 5, None)]
+    series, want = [], []
+    for ver, drop, n, nref in vers:
+        lb = {"model": model, "version": ver}
+        series.append((series_name("keel_model_quality", dict(lb, metric="accuracy", window="reference")), "%r+0x40" % ref))
+        series.append((series_name("keel_model_quality", dict(lb, metric="accuracy", window="1h")),
+                       "%r+0x40" % (ref - drop)))
+        series.append((series_name("keel_model_quality_samples", dict(lb, window="1h")), "%d+0x40" % n))
+        if nref:
+            series.append((series_name("keel_model_quality_samples", dict(lb, window="reference")), "%d+0x40" % nref))
+    want = [alert("KeelModelAccuracyDrop", severity="ticket", keel_model=model, metric="accuracy", window="1h",
+                  model=model, version="1")]
+    return {"name": model + " KeelModelAccuracyDrop", "series": series, "eval": "%dm" % (f + 2),
+            "expect": [(series_name("ALERTS", {"alertname": "KeelModelAccuracyDrop"}), want)]}
+
+
 def quality_cases(model, t):
     """live quality against meta.json's (window="reference"): version 1 fires, 2 safe, 3 too few labels"""
     L, f = t["min_labels"], t["for_min"]
-    cases = []
+    cases = [accuracy_case(model, t)]
     for name, metric, ref, bad, good in (
-            ("KeelModelAccuracyDrop", "accuracy", 0.8, 0.8 - t["accuracy_drop"] - 0.005, 0.8 - t["accuracy_drop"] + 0.005),
             ("KeelModelAUCDrop", "auc", 0.75, 0.75 - t["auc_drop"] - 0.005, 0.75 - t["auc_drop"] + 0.005),
             ("KeelModelRMSERise", "rmse", 2.0, 2 * (1 + t["rmse_rise"]) + 0.01, 2 * (1 + t["rmse_rise"]) - 0.01)):
         series, want = [], []

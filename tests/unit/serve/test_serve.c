@@ -87,11 +87,12 @@ KL_TEST(serve_cfg_alert_thresholds) {
     KT_NEAR(c.alert.slo_availability, 99.9, 0);
     KT_NEAR(c.alert.slo_latency_s, 0.25, 0);
     KT_NEAR(c.alert.slo_latency_target, 99, 0);
-    KT_NEAR(c.alert.accuracy_drop, 0.04, 0);
-    KT_EQ_INT(c.alert.min_labels, 500);
+    KT_NEAR(c.alert.accuracy_drop, 0.02, 0);
+    KT_NEAR(c.alert.quality_p_value, 0.01, 0);
+    KT_EQ_INT(c.alert.min_labels, 200);
     KT_EQ_INT(c.alert.alert_for_s, 600);
     y = "monitor:\n  slo_availability: 99.95\n  slo_latency: 0.05\n  slo_latency_target: 95\n  auc_drop: 0.01\n"
-        "  rmse_rise: 0.3\n  min_labels: 50\n  alert_for: 0\n";
+        "  rmse_rise: 0.3\n  min_labels: 50\n  alert_for: 0\n  quality_p_value: 0.05\n";
     KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_NEAR(c.alert.slo_availability, 99.95, 0);
     KT_NEAR(c.alert.slo_latency_s, 0.05, 0);
@@ -100,6 +101,7 @@ KL_TEST(serve_cfg_alert_thresholds) {
     KT_NEAR(c.alert.rmse_rise, 0.3, 0);
     KT_EQ_INT(c.alert.min_labels, 50);
     KT_EQ_INT(c.alert.alert_for_s, 0);
+    KT_NEAR(c.alert.quality_p_value, 0.05, 0);
     const char *bad[][2] = {{"monitor:\n  slo_latency: 0.3\n", "config.yaml:2"},   /* not a histogram bound */
                             {"monitor:\n  slo_availability: 100\n", "slo_availability"},
                             {"monitor:\n  accuracy_drop: -0.1\n", "accuracy_drop"},
@@ -130,10 +132,14 @@ KL_TEST(serve_rules_thresholds_and_errors) {
     KT_OK(kl_serve_rules(&o, &b, &e), &e);
     KT_CONTAINS(b.data, "keel_feature_drift{model=\"m\", stat=\"psi\"} >= 0.3");
     KT_CONTAINS(b.data, "keel_feature_window_samples{model=\"m\"} >= 250");
-    KT_CONTAINS(b.data, ") > 0.07");
+    KT_CONTAINS(b.data, ") > 0.07\n"); /* the accuracy drop, then its z-test */
+    KT_CONTAINS(b.data, ") > 2.3263\n"); /* z of quality_p_value 0.01 */
     KT_CONTAINS(b.data, "le=\"0.1\"");
     KT_CONTAINS(b.data, "model:keel_inference_errors:ratio_rate1h{model=\"m\"} > (14.4 * 0.005)");
     KT_CONTAINS(b.data, "model:keel_inference_slow:ratio_rate3d{model=\"m\"} > (1 * 0.02)");
+    size_t nshort = 0; /* selectors in the rules of a short name */
+    for (const char *q = b.data; (q = strstr(q, "model=\"m\"")); q += 9) nshort++;
+    KT_CHECK(nshort > 50);
     kl_buf_free(&b);
     kl_buf_init(&b);
     o.model = "nosuch";
@@ -145,6 +151,24 @@ KL_TEST(serve_rules_thresholds_and_errors) {
     KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
     kl_err_clear(&e);
     o.slo = 0;
+    char longname[128]; /* the longest name, every byte escaped in PromQL: no rule truncated */
+    memset(longname, '"', 127);
+    longname[127] = 0;
+    snprintf(p, sizeof p, "%s/%s", dir, longname);
+    KT_OK(kl_mkdir_p(p, &e), &e);
+    snprintf(p, sizeof p, "%s/%s/config.yaml", dir, longname);
+    y = "monitor: {feedback_capacity: 10}\n";
+    KT_OK(kl_write_file_atomic(p, y, strlen(y), &e), &e);
+    o.model = longname;
+    kl_buf_reset(&b);
+    KT_OK(kl_serve_rules(&o, &b, &e), &e);
+    char sel[300] = "model=\"";
+    for (int i = 0; i < 127; i++) strcat(sel, "\\\"");
+    strcat(sel, "\"");
+    size_t nsel = 0;
+    for (const char *q = b.data; (q = strstr(q, sel)); q += strlen(sel)) nsel++;
+    KT_EQ_INT(nsel, nshort); /* every selector of every rule whole */
+    KT_CONTAINS(b.data, "KeelModelNotReady");
     o.model = "a\nb";
     KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
     KT_CONTAINS(kl_err_what(&e), "control character");
