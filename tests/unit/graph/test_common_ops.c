@@ -457,3 +457,87 @@ KL_TEST(graph_conv_geometry_consistent_runs) {
     kl_tensor_free(x), kl_tensor_free(y);
     kl_graph_free(g);
 }
+
+/* ---- MaxPool on int8/uint8 with indices in both storage orders (3-D) ---- */
+
+KL_TEST(graph_maxpool_8bit_storage_order) {
+    const int64_t xd[5] = {2, 2, 3, 4, 5}, ks[3] = {2, 2, 3}, st[3] = {1, 2, 2};
+    const kl_dtype dts[2] = {KL_I8, KL_U8};
+    for (int t = 0; t < 2; t++)
+        for (int order = 0; order < 2; order++) {
+            kl_err e = {0};
+            kl_graph *g = ktg_new(12);
+            ktg_io(g, "x", 0);
+            int k = ktg_node(g, "MaxPool", "x", "y,i");
+            ktg_attr_ints(g, k, "kernel_shape", 3, ks);
+            ktg_attr_ints(g, k, "strides", 3, st);
+            ktg_attr_i(g, k, "storage_order", order);
+            ktg_io(g, "y", 1);
+            ktg_io(g, "i", 1);
+            kl_tensor *x = ktg_tensor(dts[t], 5, xd, NULL), *outs[2] = {NULL, NULL};
+            for (int64_t j = 0; j < kl_tensor_numel(x); j++) /* distinct values: the argmax is unique */
+                ktg_set(x, j, dts[t] == KL_I8 ? (double)((j * 37) % 240) - 120 : (double)((j * 37) % 240));
+            KT_OK(ktg_run(g, &x, 1, outs, &e), &e);
+            KT_EQ_INT(outs[0]->dtype, dts[t]);
+            KT_EQ_INT(outs[0]->dims[2], 2);
+            KT_EQ_INT(outs[0]->dims[3], 2);
+            KT_EQ_INT(outs[0]->dims[4], 2);
+            int64_t o = 0;
+            for (int64_t nc = 0; nc < 4; nc++)
+                for (int64_t a = 0; a < 2; a++)
+                    for (int64_t b = 0; b < 2; b++)
+                        for (int64_t c = 0; c < 2; c++, o++) {
+                            double best = -1e9;
+                            int64_t arg = -1;
+                            for (int64_t u = 0; u < 2; u++)
+                                for (int64_t v = 0; v < 2; v++)
+                                    for (int64_t w = 0; w < 3; w++) {
+                                        int64_t z = a + u, y = 2 * b + v, xx = 2 * c + w;
+                                        double val = ktg_get(x, nc * 60 + (z * 4 + y) * 5 + xx);
+                                        if (val > best) {
+                                            best = val;
+                                            arg = nc * 60 + (order ? (xx * 4 + y) * 3 + z : (z * 4 + y) * 5 + xx);
+                                        }
+                                    }
+                            KT_NEAR(ktg_get(outs[0], o), best, 0);
+                            KT_EQ_INT(((int64_t *)outs[1]->data)[o], arg);
+                        }
+            kl_tensor_free(x), kl_tensor_free(outs[0]), kl_tensor_free(outs[1]);
+            kl_graph_free(g);
+        }
+}
+
+/* ---- variadic Sum/Mean/Max/Min on float16 and bfloat16, broadcasting ---- */
+
+KL_TEST(graph_variadic_half) {
+    const char *ops[4] = {"Sum", "Mean", "Max", "Min"};
+    const kl_dtype dts[2] = {KL_F16, KL_BF16};
+    const int64_t d0[2] = {3, 4}, d1[1] = {4}, d2[2] = {3, 1};
+    for (int t = 0; t < 2; t++)
+        for (int op = 0; op < 4; op++) {
+            kl_err e = {0};
+            kl_graph *g = ktg_new(13);
+            ktg_io(g, "a", 0), ktg_io(g, "b", 0), ktg_io(g, "c", 0);
+            ktg_node(g, ops[op], "a,b,c", "y");
+            ktg_io(g, "y", 1);
+            kl_tensor *in[3] = {ktg_tensor(dts[t], 2, d0, NULL), ktg_tensor(dts[t], 1, d1, NULL),
+                                ktg_tensor(dts[t], 2, d2, NULL)};
+            for (int i = 0; i < 3; i++)
+                for (int64_t j = 0; j < kl_tensor_numel(in[i]); j++)
+                    ktg_set(in[i], j, (double)((int)(ktg_rand() * 64) - 32) / 8);
+            kl_tensor *y = NULL;
+            KT_OK(ktg_run(g, in, 3, &y, &e), &e);
+            KT_EQ_INT(y->dtype, dts[t]);
+            KT_EQ_INT(kl_tensor_numel(y), 12);
+            for (int64_t r = 0; r < 3; r++)
+                for (int64_t c = 0; c < 4; c++) {
+                    double v[3] = {ktg_get(in[0], r * 4 + c), ktg_get(in[1], c), ktg_get(in[2], r)}, want;
+                    if (op < 2) want = (v[0] + v[1] + v[2]) / (op ? 3.0 : 1.0);
+                    else want = op == 2 ? fmax(fmax(v[0], v[1]), v[2]) : fmin(fmin(v[0], v[1]), v[2]);
+                    KT_NEAR(ktg_get(y, r * 4 + c), want, fabs(want) * 8e-3 + 1e-3);
+                }
+            for (int i = 0; i < 3; i++) kl_tensor_free(in[i]);
+            kl_tensor_free(y);
+            kl_graph_free(g);
+        }
+}
