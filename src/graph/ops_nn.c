@@ -244,6 +244,8 @@ static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
     const kl_tensor *X = in[0], *W = in[1];
     memset(p, 0, sizeof *p);
+    int rc = kl__same_dtype(n, X, "the input", W, "the weight", e);
+    if (rc || (n_in > 2 && in[2] && (rc = kl__same_dtype(n, X, "the input", in[2], "the bias", e)))) return rc;
     if (X->rank < 3 || X->rank > 5 || W->rank != X->rank) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d / weight rank %d (need 3-5, equal)", X->rank, W->rank);
     int nsp = X->rank - 2;
     p->nsp = nsp;
@@ -276,7 +278,7 @@ static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_para
     if (act == 1) p->act.kind = KL_ACT_RELU;
     else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_gnode_attr_float(n, "_act_a", 0); p->act.b = kl_gnode_attr_float(n, "_act_b", 6); }
     p->packed_w = n->priv;
-    int rc = kl_conv_prepare(p, e);
+    rc = kl_conv_prepare(p, e);
     if (rc) { char m[600]; snprintf(m, sizeof m, "%s", e ? e->msg : ""); return kl__fail_node(e, n, rc, "%s", m); }
     return KL_OK;
 }

@@ -541,3 +541,28 @@ KL_TEST(graph_variadic_half) {
             kl_graph_free(g);
         }
 }
+
+/* ---- Conv weight/bias of another dtype than the input (fuzz finding: an
+ * int16 weight was read as float32 past its end) ---- */
+
+KL_TEST(graph_conv_weight_dtype_refused) {
+    const int64_t wd[4] = {1, 1, 3, 3}, xd[4] = {1, 1, 7, 5}, m1 = 1;
+    const kl_dtype bad[3] = {KL_I16, KL_F64, KL_F16};
+    for (int b = 0; b < 4; b++) {
+        kl_err e = {0};
+        kl_graph *g = ktg_new(13);
+        ktg_io(g, "x", 0), ktg_io(g, "w", 0), ktg_io(g, "bias", 0);
+        const char *ins[3] = {"x", "w", "bias"}, *outs[1] = {"y"};
+        kl_graph_add_node(g, "Conv", "typed_conv", ins, 3, outs, 1);
+        ktg_io(g, "y", 1);
+        kl_tensor *in[3] = {ktg_tensor(KL_F32, 4, xd, NULL), ktg_tensor(b < 3 ? bad[b] : KL_F32, 4, wd, NULL),
+                            ktg_tensor(b < 3 ? KL_F32 : KL_I32, 1, &m1, NULL)},
+                  *y = NULL;
+        KT_CHECKF(ktg_run(g, in, 3, &y, &e) != KL_OK, "case %d accepted", b);
+        KT_CONTAINS(kl_err_what(&e), "typed_conv");
+        KT_CONTAINS(kl_err_what(&e), b < 3 ? "weight" : "bias");
+        for (int i = 0; i < 3; i++) kl_tensor_free(in[i]);
+        kl_tensor_free(y);
+        kl_graph_free(g);
+    }
+}
