@@ -566,3 +566,62 @@ KL_TEST(graph_conv_weight_dtype_refused) {
         kl_graph_free(g);
     }
 }
+
+/* ---- Pad through the graph: the row kernel (kl_pad) and the cases it
+ * refuses (reflect pads beyond the axis, non-constant pads of an empty
+ * axis) against NumPy's semantics element by element ---- */
+
+static int64_t pad_ref_src(int64_t i, int64_t d, int md) { /* -1: the constant */
+    if (i >= 0 && i < d) return i;
+    if (!md || !d) return -1;
+    if (md == 2) return i < 0 ? 0 : d - 1;
+    if (md == 3) return ((i % d) + d) % d;
+    if (d == 1) return 0;
+    int64_t p = 2 * (d - 1);
+    i = ((i % p) + p) % p;
+    return i < d ? i : p - i;
+}
+
+KL_TEST(graph_pad_modes_reference) {
+    const char *modes[4] = {"constant", "reflect", "edge", "wrap"};
+    const int64_t shapes[3][2] = {{3, 5}, {1, 4}, {2, 0}};
+    const int64_t padsets[4][4] = {{1, 2, 0, 3}, {0, 7, 2, 6}, {-1, 1, 1, -2}, {2, 0, 0, 1}};
+    for (int md = 0; md < 4; md++)
+        for (int sh = 0; sh < 3; sh++)
+            for (int ps = 0; ps < 4; ps++) {
+                const int64_t *d = shapes[sh], *p = padsets[ps];
+                int64_t od[2] = {d[0] + p[0] + p[2], d[1] + p[1] + p[3]}, pd[1] = {4};
+                if (od[0] < 0 || od[1] < 0 || (d[1] == 0 && p[1] + p[3] < 0)) continue;
+                kl_err e = {0};
+                kl_graph *g = ktg_new(13);
+                ktg_io(g, "x", 0);
+                kl_tensor *pt = ktg_tensor(KL_I64, 1, pd, p), *cv = ktg_tensor(KL_F32, 0, NULL, NULL);
+                ((float *)cv->data)[0] = 7.5f;
+                ktg_init(g, "p", pt);
+                ktg_init(g, "v", cv);
+                int k = ktg_node(g, "Pad", "x,p,v", "y");
+                ktg_attr_s(g, k, "mode", modes[md]);
+                ktg_io(g, "y", 1);
+                kl_tensor *x = ktg_tensor(KL_F32, 2, d, NULL), *y = NULL;
+                for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = (float)i + 1;
+                KT_OK(ktg_run(g, &x, 1, &y, &e), &e);
+                KT_EQ_INT(y->dims[0], od[0]);
+                KT_EQ_INT(y->dims[1], od[1]);
+                /* cropping first (negative pads), then padding of the cropped axes */
+                int64_t c0 = d[0] + KL_MIN(p[0], 0) + KL_MIN(p[2], 0), c1 = d[1] + KL_MIN(p[1], 0) + KL_MIN(p[3], 0);
+                for (int64_t a = 0; a < od[0]; a++)
+                    for (int64_t b = 0; b < od[1]; b++) {
+                        int64_t sa = pad_ref_src(a - KL_MAX(p[0], 0), c0, md),
+                                sb = pad_ref_src(b - KL_MAX(p[1], 0), c1, md);
+                        double want = sa < 0 || sb < 0
+                            ? 7.5
+                            : ((float *)x->data)[(sa + KL_MAX(-p[0], 0)) * d[1] + sb + KL_MAX(-p[1], 0)];
+                        KT_CHECKF(((float *)y->data)[a * od[1] + b] == want,
+                                  "%s %lldx%lld pads %d at (%lld,%lld): %g, want %g", modes[md], (long long)d[0],
+                                  (long long)d[1], ps, (long long)a, (long long)b, ((float *)y->data)[a * od[1] + b],
+                                  want);
+                    }
+                kl_tensor_free(pt), kl_tensor_free(cv), kl_tensor_free(x), kl_tensor_free(y);
+                kl_graph_free(g);
+            }
+}
