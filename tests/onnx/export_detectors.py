@@ -2,8 +2,9 @@
 """Exports torchvision's detectors with PyTorch 1.13 for the parity test
 tests/integration/onnx_detectors.py: ssdlite320_mobilenet_v3_large,
 fasterrcnn_mobilenet_v3_large_320_fpn and maskrcnn_resnet50_fpn, seeded
-random weights (no downloads), a small input image, score thresholds low
-enough that random weights give real detections. Writes OUT/NAME/model.onnx,
+random weights (no downloads; BatchNorm statistics and the heads' layers
+standardised on the image, so that the detections are many and distinct in
+score), a small input image, low score thresholds. Writes OUT/NAME/model.onnx,
 x.npy (one image, 3 x H x W) and the PyTorch outputs expected_<output>.npy
 (boxes, scores, labels and for Mask R-CNN masks). Usage: export_detectors.py
 OUT [NAME...]"""
@@ -71,43 +72,52 @@ def randomize(m, x):
         hk.remove()
 
 
-def score_layers(m):
-    """The layers whose outputs are class or objectness logits."""
-    out = []
+def head_layers(m):
+    """The layers whose outputs are class or objectness logits, and the
+    hidden layers of the heads without BatchNorm before them (FPN, RPN conv,
+    box and mask heads)."""
+    scores, hidden = [], []
     for name, mod in m.named_modules():
         last = name.rsplit(".", 1)[-1]
-        if name.startswith("head.classification_head.module_list.") and isinstance(mod, torch.nn.Conv2d):
-            out.append(mod)
-        elif last in ("cls_logits", "cls_score"):
-            out.append(mod)
-    return out
+        if not isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
+            continue
+        if name.startswith("head.classification_head.module_list.") or last in ("cls_logits", "cls_score"):
+            scores.append(mod)
+        elif name.startswith(("backbone.fpn.", "rpn.head.conv", "roi_heads.box_head.", "roi_heads.mask_head.")):
+            hidden.append(mod)
+    return scores, hidden
 
 
-def calibrate_scores(m, x, target=1.0):
-    # random weights give logits of arbitrary spread: all scores nearly equal
-    # (the heads' std 0.01 init) or saturated after random BatchNorm
-    # statistics, with ties that leave the order of the detections
-    # undefined. Each output channel of each score layer is standardised
-    # over the positions of this image: centred, std `target` (twice, as the
-    # RPN's choice of proposals moves what the box head sees).
-    layers = score_layers(m)
+def calibrate_heads(m, x):
+    # Random weights give logits of arbitrary spread: scores nearly equal or
+    # saturated, ties that leave the order of the detections undefined, and
+    # small differences between RoIs that only a large gain separates (which
+    # amplifies float32 rounding as much). Each output channel of the heads'
+    # hidden layers is standardised over the positions (RoIs) of this image
+    # as a BatchNorm would (mean 0, std 1), each score layer's to std 1,
+    # layer by layer in one pass (a forward hook rescales the layer and
+    # returns the rescaled output); twice, as the RPN's choice of proposals
+    # moves what the box head sees.
+    scores, hidden = head_layers(m)
+
+    def standardise(mod, inp, out):
+        o = out.detach().transpose(0, 1).reshape(out.shape[1], -1)
+        b = torch.zeros(o.shape[0]) if mod.bias is None else mod.bias.detach()
+        o = o - b[:, None]
+        sd = o.std(dim=1) if o.shape[1] > 1 else torch.zeros(o.shape[0])
+        f = torch.where(sd > 1e-6, 1.0 / sd.clamp_min(1e-6), torch.ones_like(sd))
+        mod.weight.data.mul_(f.reshape((-1,) + (1,) * (mod.weight.dim() - 1)))
+        if mod.bias is not None:
+            mod.bias.data.copy_(-o.mean(dim=1) * f)
+        return torch.nn.functional.linear(inp[0], mod.weight, mod.bias) if isinstance(mod, torch.nn.Linear) else \
+            mod._conv_forward(inp[0], mod.weight, mod.bias)
+
     for _ in range(2):
-        stats = {}
-        hooks = [l.register_forward_hook(lambda mod, i, o, k=k: stats.setdefault(k, []).append(o.detach()))
-                 for k, l in enumerate(layers)]
+        hooks = [l.register_forward_hook(standardise) for l in scores + hidden]
         with torch.no_grad():
             m([torch.from_numpy(x)])
         for hk in hooks:
             hk.remove()
-        for k, l in enumerate(layers):
-            o = torch.cat([t.transpose(0, 1).reshape(t.shape[1], -1) for t in stats[k]], dim=1)  # [channels, positions]
-            b = torch.zeros(o.shape[0]) if l.bias is None else l.bias.detach()
-            o = o - b[:, None]
-            sd = o.std(dim=1)
-            f = torch.where(sd > 1e-6, target / sd.clamp_min(1e-6), torch.ones_like(sd))
-            l.weight.data.mul_(f.reshape((-1,) + (1,) * (l.weight.dim() - 1)))
-            if l.bias is not None:
-                l.bias.data.copy_(-o.mean(dim=1) * f)
 
 
 def image(shape):
@@ -137,7 +147,7 @@ def main():
         f = Flat(m, keys)
         x = image(shape)
         randomize(m, x)
-        calibrate_scores(m, x)
+        calibrate_heads(m, x)
         np.save(os.path.join(d, "x.npy"), x)
         with torch.no_grad():
             want = f(torch.from_numpy(x))
