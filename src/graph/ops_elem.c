@@ -431,30 +431,56 @@ static int bin_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 }
 
 /* Variadic Sum/Mean/Max/Min: pairwise accumulation into the output. */
-static int var_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
-    binop op = binop_of(n);
-    kl_dtype dt = in[0]->dtype;
-    if (is_half(dt)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "dtype %s", kl_dtype_name(dt));
+static void var_accumulate(binop op, kl_dtype dt, kl_tensor *const *in, int n_in, kl_tensor *o, kl_pool *pool) {
     binctx c = {op == B_DIV ? B_ADD : op, dt};
     /* out = broadcast copy of in[0], then out = out op in[i] */
-    kl_tensor *o = out[0];
     if (n_in == 1) {
         kl_tensor *ins[2] = {in[0], in[0]};
         binctx cm = {B_MAX, dt};
-        if (op == B_ADD || op == B_DIV) { memcpy(o->data, in[0]->data, o->nbytes); }
-        else bcast_run(ins, 2, o, x->pool, bin_row, &cm);
+        if (op == B_ADD || op == B_DIV) memcpy(o->data, in[0]->data, o->nbytes);
+        else bcast_run(ins, 2, o, pool, bin_row, &cm);
     } else {
         kl_tensor *ins[2] = {in[0], in[1]};
-        bcast_run(ins, 2, o, x->pool, bin_row, &c);
+        bcast_run(ins, 2, o, pool, bin_row, &c);
         for (int i = 2; i < n_in; i++) {
             kl_tensor *ins2[2] = {o, in[i]};
-            bcast_run(ins2, 2, o, x->pool, bin_row, &c);
+            bcast_run(ins2, 2, o, pool, bin_row, &c);
         }
     }
     if (op == B_DIV) {
         int64_t m = kl_tensor_numel(o);
         for (int64_t i = 0; i < m; i++) kl__set_dbl(o, i, kl__dbl_at(o, i) / n_in);
     }
+}
+
+/* f16/bf16: every input widened to float32 in the workspace (bin_infer sized
+ * it), the float32 accumulation, one rounding back. */
+static void var_half(binop op, kl_tensor *const *in, int n_in, kl_tensor *o, kl_exec *x) {
+    kl_tensor w[8], *wp[8], wo = *o;
+    float *at = x->ws;
+    for (int i = 0; i < n_in; i++) {
+        w[i] = *in[i];
+        w[i].dtype = KL_F32;
+        w[i].data = at;
+        w[i].nbytes = (size_t)kl_tensor_numel(in[i]) * sizeof(float);
+        for (int64_t k = 0; k < kl_tensor_numel(in[i]); k++) at[k] = (float)kl__dbl_at(in[i], k);
+        at += kl_tensor_numel(in[i]) + 16;
+        wp[i] = &w[i];
+    }
+    wo.dtype = KL_F32;
+    wo.data = at;
+    wo.nbytes = (size_t)kl_tensor_numel(o) * sizeof(float);
+    var_accumulate(op, KL_F32, wp, n_in, &wo, x->pool);
+    for (int64_t k = 0; k < kl_tensor_numel(o); k++) kl__set_dbl(o, k, at[k]);
+}
+
+static int var_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
+                   kl_err *e) {
+    binop op = binop_of(n);
+    kl_dtype dt = in[0]->dtype;
+    if (!is_half(dt)) var_accumulate(op, dt, in, n_in, out[0], x->pool);
+    else if (n_in <= 8) var_half(op, in, n_in, out[0], x);
+    else return kl__fail_node(e, n, KL_EUNSUPPORTED, "%d inputs of %s (at most 8)", n_in, kl_dtype_name(dt));
     return KL_OK;
 }
 

@@ -244,6 +244,8 @@ static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
     const kl_tensor *X = in[0], *W = in[1];
     memset(p, 0, sizeof *p);
+    int rc = kl__same_dtype(n, X, "the input", W, "the weight", e);
+    if (rc || (n_in > 2 && in[2] && (rc = kl__same_dtype(n, X, "the input", in[2], "the bias", e)))) return rc;
     if (X->rank < 3 || X->rank > 5 || W->rank != X->rank) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d / weight rank %d (need 3-5, equal)", X->rank, W->rank);
     int nsp = X->rank - 2;
     p->nsp = nsp;
@@ -276,7 +278,7 @@ static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_para
     if (act == 1) p->act.kind = KL_ACT_RELU;
     else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_gnode_attr_float(n, "_act_a", 0); p->act.b = kl_gnode_attr_float(n, "_act_b", 6); }
     p->packed_w = n->priv;
-    int rc = kl_conv_prepare(p, e);
+    rc = kl_conv_prepare(p, e);
     if (rc) { char m[600]; snprintf(m, sizeof m, "%s", e ? e->msg : ""); return kl__fail_node(e, n, rc, "%s", m); }
     return KL_OK;
 }
@@ -542,19 +544,37 @@ static int pool_params(kl_gnode *n, const kl_tensor *X, kl_pooling_params *p, kl
     return KL_OK;
 }
 
+/* MaxPool on int8/uint8 runs the float32 kernel on a widened copy (exact:
+ * every 8-bit value is a float) in the workspace. */
+static int pool_8bit(const kl_gnode *n, kl_dtype dt) {
+    return (dt == KL_U8 || dt == KL_I8) && !strcmp(n->op_type, "MaxPool");
+}
+
 static int pool_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (in[0]->dtype == KL_F64) return kl__pool64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
-    int rc;
-    if ((rc = need_f32(n, in[0], e))) return rc;
+    int rc, b8 = pool_8bit(n, in[0]->dtype);
+    if (!b8 && (rc = need_f32(n, in[0], e))) return rc;
     kl_pooling_params p;
     if ((rc = pool_params(n, in[0], &p, e))) return rc;
     int64_t d[5] = {p.N, p.C, p.out[0], p.out[1], p.out[2]};
-    kl__set_shape(&out[0], KL_F32, p.nsp + 2, d);
-    if (n_out > 1) {
-        if (kl_gnode_attr_int(n, "storage_order", 0)) return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: storage_order=1 is not supported", n->opset);
-        kl__set_shape(&out[1], KL_I64, p.nsp + 2, d);
-    }
+    kl__set_shape(&out[0], in[0]->dtype, p.nsp + 2, d);
+    if (n_out > 1) kl__set_shape(&out[1], KL_I64, p.nsp + 2, d);
+    if (b8) *ws = (size_t)(kl_tensor_numel(in[0]) + kl_shape_numel(p.nsp + 2, d)) * sizeof(float) + 128;
     return KL_OK;
+}
+
+/* storage_order=1: the argmax indices of the spatial axes in column-major
+ * order (the last axis slowest), batch and channel offsets as in row-major. */
+static void indices_col_major(const kl_pooling_params *p, int64_t *idx, int64_t count) {
+    int64_t plane = 1;
+    for (int i = 0; i < p->nsp; i++) plane *= p->in[i];
+    for (int64_t k = 0; k < count; k++) {
+        int64_t nc = idx[k] / plane, r = idx[k] % plane, col = 0, mul = 1;
+        int64_t pos[3];
+        for (int i = p->nsp - 1; i >= 0; i--) pos[i] = r % p->in[i], r /= p->in[i];
+        for (int i = 0; i < p->nsp; i++) col += pos[i] * mul, mul *= p->in[i];
+        idx[k] = nc * plane + col;
+    }
 }
 
 static int pool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
@@ -562,8 +582,17 @@ static int pool_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
     kl_pooling_params p;
     int rc = pool_params(n, in[0], &p, e);
     if (rc) return rc;
-    if (!strcmp(n->op_type, "MaxPool")) kl_maxpool_f32(&p, in[0]->data, out[0]->data, n_out > 1 && out[1] ? out[1]->data : NULL, x->pool);
-    else kl_avgpool_f32(&p, in[0]->data, out[0]->data, x->pool);
+    int64_t *idx = n_out > 1 && out[1] ? out[1]->data : NULL;
+    if (pool_8bit(n, in[0]->dtype)) {
+        float *xf = x->ws, *yf = xf + kl_tensor_numel(in[0]) + 16;
+        for (int64_t i = 0; i < kl_tensor_numel(in[0]); i++) xf[i] = (float)kl__int_at(in[0], i);
+        kl_maxpool_f32(&p, xf, yf, idx, x->pool);
+        for (int64_t i = 0; i < kl_tensor_numel(out[0]); i++) kl__set_dbl(out[0], i, yf[i]);
+    } else if (!strcmp(n->op_type, "MaxPool"))
+        kl_maxpool_f32(&p, in[0]->data, out[0]->data, idx, x->pool);
+    else
+        kl_avgpool_f32(&p, in[0]->data, out[0]->data, x->pool);
+    if (idx && kl_gnode_attr_int(n, "storage_order", 0)) indices_col_major(&p, idx, kl_tensor_numel(out[1]));
     return KL_OK;
 }
 

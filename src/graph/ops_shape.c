@@ -714,6 +714,18 @@ static int pad_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     kl__set_shape(&out[0], in[0]->dtype, r, d);
     return KL_OK;
 }
+/* The row kernel kl_pad takes every pad except two it refuses: reflect pads
+ * as large as their axis (after cropping; NumPy reflects again) and a
+ * non-constant pad of an empty axis (the constant, as ONNX Runtime). */
+static int pad_by_kernel(int r, const int64_t *dims, const int64_t *pads, int md) {
+    for (int i = 0; i < r && md; i++) {
+        int64_t d = dims[i] + KL_MIN(pads[i], 0) + KL_MIN(pads[r + i], 0);
+        if (d == 0 && (pads[i] > 0 || pads[r + i] > 0)) return 0;
+        if (md == 1 && d > 1 && (pads[i] >= d || pads[r + i] >= d)) return 0;
+    }
+    return 1;
+}
+
 static int pad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     int64_t pads[2 * KL_MAX_DIMS];
     int rc = pad_params(n, in, n_in, pads, e);
@@ -729,11 +741,23 @@ static int pad_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     ct.data = cval;
     kl__set_dbl(&ct, 0, cv);
     int md = !strcmp(mode, "reflect") ? 1 : !strcmp(mode, "edge") ? 2 : !strcmp(mode, "wrap") ? 3 : 0;
+    if (pad_by_kernel(r, in[0]->dims, pads, md)) {
+        static const kl_pad_mode kmode[4] = {KL_PAD_CONSTANT, KL_PAD_REFLECT, KL_PAD_EDGE, KL_PAD_WRAP};
+        return kl_pad(es, r, in[0]->dims, in[0]->data, pads, kmode[md], cval, out[0]->data, x->pool, e);
+    }
+    /* element by element, on the input cropped by the negative pads as
+     * kl_pad does: reflect pads as large as the axis or larger (NumPy
+     * reflects again), the constant for an empty axis in every mode */
+    int64_t cd[KL_MAX_DIMS], base = 0;
+    for (int d = 0; d < r; d++) {
+        cd[d] = in[0]->dims[d] + KL_MIN(pads[d], 0) + KL_MIN(pads[r + d], 0);
+        base += KL_MAX(-pads[d], 0) * ist[d];
+    }
     for (int64_t i = 0; i < m; i++) {
-        int64_t rem = i, off = 0;
+        int64_t rem = i, off = base;
         int inside = 1;
         for (int d = r - 1; d >= 0; d--) {
-            int64_t c = rem % out[0]->dims[d] - pads[d], D = in[0]->dims[d];
+            int64_t c = rem % out[0]->dims[d] - KL_MAX(pads[d], 0), D = cd[d];
             rem /= out[0]->dims[d];
             if (c < 0 || c >= D) {
                 if (md == 0 || D == 0) { inside = 0; continue; }

@@ -347,14 +347,31 @@ static int nms_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
     return KL_OK;
 }
 
+/* A static step (inputs known when planning) writes into the planned
+ * output; a dynamic one (KL_OP_ALLOCS: an empty owned tensor) selects once
+ * into room for every possible triple and hands over the [selected, 3]
+ * result, instead of selecting for the shape and again for the values. */
 static int nms_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
                    kl_err *e) {
     (void)n_out, (void)x;
     nms_args a;
     int rc = nms_args_of(n, in, n_in, &a, e);
     if (rc) return rc;
-    int64_t cnt = nms_select(n, &a, in[0]->data, in[1]->data, out[0]->data, e);
-    return cnt < 0 ? (int)cnt : KL_OK;
+    if (!out[0]->owns) {
+        int64_t cnt = nms_select(n, &a, in[0]->data, in[1]->data, out[0]->data, e);
+        return cnt < 0 ? (int)cnt : KL_OK;
+    }
+    int64_t most = a.B * a.C * KL_MIN(a.N, a.max_out), d[2] = {most, 3};
+    kl_tensor *all = NULL, *res = NULL;
+    if ((rc = kl_tensor_new_uninit(KL_I64, 2, d, KL_TAG_WORKSPACE, &all, e))) return rc;
+    int64_t cnt = nms_select(n, &a, in[0]->data, in[1]->data, all->data, e);
+    d[0] = cnt < 0 ? 0 : cnt;
+    if (cnt >= 0 && !(rc = kl_tensor_new_uninit(KL_I64, 2, d, KL_TAG_ACTIVATIONS, &res, e))) {
+        memcpy(res->data, all->data, res->nbytes);
+        kl__tensor_move(out[0], res);
+    }
+    kl_tensor_free(all);
+    return cnt < 0 ? (int)cnt : rc;
 }
 
 /* ================================================================== *
@@ -690,7 +707,7 @@ const kl_op kl__ops_vision[] = {
     {"Resize", "", 11, 19, 1, 4, 1, 1, a_resize, resize_check, resize_infer, resize_run, 0},
     {"Upsample", "", 7, 8, 1, 1, 1, 1, a_upsample7, resize_check, resize_infer, resize_run, 0},
     {"Upsample", "", 9, 10, 2, 2, 1, 1, a_resize10, resize_check, resize_infer, resize_run, 0},
-    {"NonMaxSuppression", "", 10, 19, 2, 5, 1, 1, a_nms, NULL, nms_infer, nms_run, 0},
+    {"NonMaxSuppression", "", 10, 19, 2, 5, 1, 1, a_nms, NULL, nms_infer, nms_run, KL_OP_ALLOCS},
     {"RoiAlign", "", 10, 19, 3, 3, 1, 1, a_roi, roi_check, roi_infer, roi_run, 0},
     {"GridSample", "", 16, 19, 2, 2, 1, 1, a_gs, gs_check, gs_infer, gs_run, 0},
     {"MaxUnpool", "", 9, 19, 2, 3, 1, 1, a_unpool, NULL, unpool_infer, unpool_run, 0},

@@ -18,43 +18,65 @@ typedef struct {
     float *w[KL_MAX_DIMS];
     int interp[KL_MAX_DIMS];        /* linear along this axis */
     int nlin;
+    int ident_last;                 /* the last axis maps output j to input j */
     const float *x;
     float *y;
 } rs_ctx;
 
+/* Corners of one output row over the leading axes (all but the last): the
+ * input offset and the product of the weights (axis order) of each
+ * combination of low/high taps on the linear ones; returns their count. */
+static int rs_corners(const rs_ctx *c, const int64_t *o, int64_t *off, float *wt) {
+    int r = c->rank, nl = c->nlin - c->interp[r - 1], nc = 1 << nl;
+    for (int m = 0; m < nc; m++) {
+        int64_t at = 0;
+        float w = 1;
+        int b = 0;
+        for (int i = 0; i < r - 1; i++) {
+            if (c->interp[i]) {
+                int hi = (m >> b++) & 1;
+                float wi = c->w[i][o[i]];
+                at += (hi ? c->i1[i][o[i]] : c->i0[i][o[i]]) * c->ist[i];
+                w *= hi ? wi : 1.0f - wi;
+            } else at += c->i0[i][o[i]] * c->ist[i];
+        }
+        off[m] = at, wt[m] = w;
+    }
+    return nc;
+}
+
+/* Output rows r0..r1: the corners once per row, then along the last axis
+ * one tap (a copy where the axis is unchanged) or two. The sums run in the
+ * order of the n-linear formula (low taps of the last axis first). */
 static void rs_rows(void *vc, size_t r0, size_t r1, int chunk) {
     rs_ctx *c = vc;
-    int r = c->rank;
-    int64_t ow = c->od[r - 1];
+    int r = c->rank, last = c->interp[r - 1];
+    int64_t ow = c->od[r - 1], coff[1 << (KL_MAX_DIMS - 1)];
+    float cw[1 << (KL_MAX_DIMS - 1)];
+    const int64_t *i0 = c->i0[r - 1], *i1 = c->i1[r - 1];
+    const float *w = c->w[r - 1];
     for (size_t row = r0; row < r1; row++) {
         int64_t o[KL_MAX_DIMS], rem = (int64_t)row;
         for (int i = r - 2; i >= 0; i--) { o[i] = rem % c->od[i]; rem /= c->od[i]; }
+        int nc = rs_corners(c, o, coff, cw);
         float *y = c->y + (int64_t)row * ow;
-        for (int64_t j = 0; j < ow; j++) {
-            o[r - 1] = j;
-            if (c->nlin == 0) {
-                int64_t off = 0;
-                for (int i = 0; i < r; i++) off += c->i0[i][o[i]] * c->ist[i];
-                y[j] = c->x[off];
-                continue;
+        if (c->nlin == 0) {
+            const float *xr = c->x + coff[0];
+            if (c->ident_last) memcpy(y, xr, (size_t)ow * sizeof(float));
+            else for (int64_t j = 0; j < ow; j++) y[j] = xr[i0[j]];
+        } else if (!last) {
+            for (int64_t j = 0; j < ow; j++) {
+                float acc = 0;
+                for (int m = 0; m < nc; m++) acc += cw[m] * c->x[coff[m] + i0[j]];
+                y[j] = acc;
             }
-            float acc = 0;
-            /* corners over the linear axes */
-            for (int m = 0; m < (1 << c->nlin); m++) {
-                int64_t off = 0;
-                float wt = 1;
-                int b = 0;
-                for (int i = 0; i < r; i++) {
-                    if (c->interp[i]) {
-                        int hi = (m >> b++) & 1;
-                        float wi = c->w[i][o[i]];
-                        off += (hi ? c->i1[i][o[i]] : c->i0[i][o[i]]) * c->ist[i];
-                        wt *= hi ? wi : 1.0f - wi;
-                    } else off += c->i0[i][o[i]] * c->ist[i];
-                }
-                acc += wt * c->x[off];
+        } else {
+            for (int64_t j = 0; j < ow; j++) {
+                float acc = 0, wj = w[j], lo = 1.0f - wj;
+                for (int m = 0; m < nc; m++) acc += cw[m] * lo * c->x[coff[m] + i0[j]];
+                for (int m = 0; m < nc; m++) acc += cw[m] * wj * c->x[coff[m] + i1[j]];
+                y[j] = acc;
             }
-            y[j] = acc;
         }
     }
 }
@@ -142,6 +164,8 @@ int kl_resize_f32(int rank, const int64_t *dims, const float *x, const int64_t *
     }
     int64_t rows = 1;
     for (int i = 0; i < rank - 1; i++) rows *= out_dims[i];
+    c.ident_last = !c.interp[rank - 1] && dims[rank - 1] == out_dims[rank - 1];
+    for (int64_t j = 0; c.ident_last && j < out_dims[rank - 1]; j++) c.ident_last = c.i0[rank - 1][j] == j;
     kl_pool_parallel_for(pool, (size_t)rows, (size_t)KL_MAX(1, 2048 / KL_MAX(1, out_dims[rank - 1])), rs_rows, &c);
     kl_mem_free(iheap);
     kl_mem_free(wheap);

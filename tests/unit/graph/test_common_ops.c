@@ -457,3 +457,171 @@ KL_TEST(graph_conv_geometry_consistent_runs) {
     kl_tensor_free(x), kl_tensor_free(y);
     kl_graph_free(g);
 }
+
+/* ---- MaxPool on int8/uint8 with indices in both storage orders (3-D) ---- */
+
+KL_TEST(graph_maxpool_8bit_storage_order) {
+    const int64_t xd[5] = {2, 2, 3, 4, 5}, ks[3] = {2, 2, 3}, st[3] = {1, 2, 2};
+    const kl_dtype dts[2] = {KL_I8, KL_U8};
+    for (int t = 0; t < 2; t++)
+        for (int order = 0; order < 2; order++) {
+            kl_err e = {0};
+            kl_graph *g = ktg_new(12);
+            ktg_io(g, "x", 0);
+            int k = ktg_node(g, "MaxPool", "x", "y,i");
+            ktg_attr_ints(g, k, "kernel_shape", 3, ks);
+            ktg_attr_ints(g, k, "strides", 3, st);
+            ktg_attr_i(g, k, "storage_order", order);
+            ktg_io(g, "y", 1);
+            ktg_io(g, "i", 1);
+            kl_tensor *x = ktg_tensor(dts[t], 5, xd, NULL), *outs[2] = {NULL, NULL};
+            for (int64_t j = 0; j < kl_tensor_numel(x); j++) /* distinct values: the argmax is unique */
+                ktg_set(x, j, dts[t] == KL_I8 ? (double)((j * 37) % 240) - 120 : (double)((j * 37) % 240));
+            KT_OK(ktg_run(g, &x, 1, outs, &e), &e);
+            KT_EQ_INT(outs[0]->dtype, dts[t]);
+            KT_EQ_INT(outs[0]->dims[2], 2);
+            KT_EQ_INT(outs[0]->dims[3], 2);
+            KT_EQ_INT(outs[0]->dims[4], 2);
+            int64_t o = 0;
+            for (int64_t nc = 0; nc < 4; nc++)
+                for (int64_t a = 0; a < 2; a++)
+                    for (int64_t b = 0; b < 2; b++)
+                        for (int64_t c = 0; c < 2; c++, o++) {
+                            double best = -1e9;
+                            int64_t arg = -1;
+                            for (int64_t u = 0; u < 2; u++)
+                                for (int64_t v = 0; v < 2; v++)
+                                    for (int64_t w = 0; w < 3; w++) {
+                                        int64_t z = a + u, y = 2 * b + v, xx = 2 * c + w;
+                                        double val = ktg_get(x, nc * 60 + (z * 4 + y) * 5 + xx);
+                                        if (val > best) {
+                                            best = val;
+                                            arg = nc * 60 + (order ? (xx * 4 + y) * 3 + z : (z * 4 + y) * 5 + xx);
+                                        }
+                                    }
+                            KT_NEAR(ktg_get(outs[0], o), best, 0);
+                            KT_EQ_INT(((int64_t *)outs[1]->data)[o], arg);
+                        }
+            kl_tensor_free(x), kl_tensor_free(outs[0]), kl_tensor_free(outs[1]);
+            kl_graph_free(g);
+        }
+}
+
+/* ---- variadic Sum/Mean/Max/Min on float16 and bfloat16, broadcasting ---- */
+
+KL_TEST(graph_variadic_half) {
+    const char *ops[4] = {"Sum", "Mean", "Max", "Min"};
+    const kl_dtype dts[2] = {KL_F16, KL_BF16};
+    const int64_t d0[2] = {3, 4}, d1[1] = {4}, d2[2] = {3, 1};
+    for (int t = 0; t < 2; t++)
+        for (int op = 0; op < 4; op++) {
+            kl_err e = {0};
+            kl_graph *g = ktg_new(13);
+            ktg_io(g, "a", 0), ktg_io(g, "b", 0), ktg_io(g, "c", 0);
+            ktg_node(g, ops[op], "a,b,c", "y");
+            ktg_io(g, "y", 1);
+            kl_tensor *in[3] = {ktg_tensor(dts[t], 2, d0, NULL), ktg_tensor(dts[t], 1, d1, NULL),
+                                ktg_tensor(dts[t], 2, d2, NULL)};
+            for (int i = 0; i < 3; i++)
+                for (int64_t j = 0; j < kl_tensor_numel(in[i]); j++)
+                    ktg_set(in[i], j, (double)((int)(ktg_rand() * 64) - 32) / 8);
+            kl_tensor *y = NULL;
+            KT_OK(ktg_run(g, in, 3, &y, &e), &e);
+            KT_EQ_INT(y->dtype, dts[t]);
+            KT_EQ_INT(kl_tensor_numel(y), 12);
+            for (int64_t r = 0; r < 3; r++)
+                for (int64_t c = 0; c < 4; c++) {
+                    double v[3] = {ktg_get(in[0], r * 4 + c), ktg_get(in[1], c), ktg_get(in[2], r)}, want;
+                    if (op < 2) want = (v[0] + v[1] + v[2]) / (op ? 3.0 : 1.0);
+                    else want = op == 2 ? fmax(fmax(v[0], v[1]), v[2]) : fmin(fmin(v[0], v[1]), v[2]);
+                    KT_NEAR(ktg_get(y, r * 4 + c), want, fabs(want) * 8e-3 + 1e-3);
+                }
+            for (int i = 0; i < 3; i++) kl_tensor_free(in[i]);
+            kl_tensor_free(y);
+            kl_graph_free(g);
+        }
+}
+
+/* ---- Conv weight/bias of another dtype than the input (fuzz finding: an
+ * int16 weight was read as float32 past its end) ---- */
+
+KL_TEST(graph_conv_weight_dtype_refused) {
+    const int64_t wd[4] = {1, 1, 3, 3}, xd[4] = {1, 1, 7, 5}, m1 = 1;
+    const kl_dtype bad[3] = {KL_I16, KL_F64, KL_F16};
+    for (int b = 0; b < 4; b++) {
+        kl_err e = {0};
+        kl_graph *g = ktg_new(13);
+        ktg_io(g, "x", 0), ktg_io(g, "w", 0), ktg_io(g, "bias", 0);
+        const char *ins[3] = {"x", "w", "bias"}, *outs[1] = {"y"};
+        kl_graph_add_node(g, "Conv", "typed_conv", ins, 3, outs, 1);
+        ktg_io(g, "y", 1);
+        kl_tensor *in[3] = {ktg_tensor(KL_F32, 4, xd, NULL), ktg_tensor(b < 3 ? bad[b] : KL_F32, 4, wd, NULL),
+                            ktg_tensor(b < 3 ? KL_F32 : KL_I32, 1, &m1, NULL)},
+                  *y = NULL;
+        KT_CHECKF(ktg_run(g, in, 3, &y, &e) != KL_OK, "case %d accepted", b);
+        KT_CONTAINS(kl_err_what(&e), "typed_conv");
+        KT_CONTAINS(kl_err_what(&e), b < 3 ? "weight" : "bias");
+        for (int i = 0; i < 3; i++) kl_tensor_free(in[i]);
+        kl_tensor_free(y);
+        kl_graph_free(g);
+    }
+}
+
+/* ---- Pad through the graph: the row kernel (kl_pad) and the cases it
+ * refuses (reflect pads beyond the axis, non-constant pads of an empty
+ * axis) against NumPy's semantics element by element ---- */
+
+static int64_t pad_ref_src(int64_t i, int64_t d, int md) { /* -1: the constant */
+    if (i >= 0 && i < d) return i;
+    if (!md || !d) return -1;
+    if (md == 2) return i < 0 ? 0 : d - 1;
+    if (md == 3) return ((i % d) + d) % d;
+    if (d == 1) return 0;
+    int64_t p = 2 * (d - 1);
+    i = ((i % p) + p) % p;
+    return i < d ? i : p - i;
+}
+
+KL_TEST(graph_pad_modes_reference) {
+    const char *modes[4] = {"constant", "reflect", "edge", "wrap"};
+    const int64_t shapes[3][2] = {{3, 5}, {1, 4}, {2, 0}};
+    const int64_t padsets[4][4] = {{1, 2, 0, 3}, {0, 7, 2, 6}, {-1, 1, 1, -2}, {2, 0, 0, 1}};
+    for (int md = 0; md < 4; md++)
+        for (int sh = 0; sh < 3; sh++)
+            for (int ps = 0; ps < 4; ps++) {
+                const int64_t *d = shapes[sh], *p = padsets[ps];
+                int64_t od[2] = {d[0] + p[0] + p[2], d[1] + p[1] + p[3]}, pd[1] = {4};
+                if (od[0] < 0 || od[1] < 0 || (d[1] == 0 && p[1] + p[3] < 0)) continue;
+                kl_err e = {0};
+                kl_graph *g = ktg_new(13);
+                ktg_io(g, "x", 0);
+                kl_tensor *pt = ktg_tensor(KL_I64, 1, pd, p), *cv = ktg_tensor(KL_F32, 0, NULL, NULL);
+                ((float *)cv->data)[0] = 7.5f;
+                ktg_init(g, "p", pt);
+                ktg_init(g, "v", cv);
+                int k = ktg_node(g, "Pad", "x,p,v", "y");
+                ktg_attr_s(g, k, "mode", modes[md]);
+                ktg_io(g, "y", 1);
+                kl_tensor *x = ktg_tensor(KL_F32, 2, d, NULL), *y = NULL;
+                for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = (float)i + 1;
+                KT_OK(ktg_run(g, &x, 1, &y, &e), &e);
+                KT_EQ_INT(y->dims[0], od[0]);
+                KT_EQ_INT(y->dims[1], od[1]);
+                /* cropping first (negative pads), then padding of the cropped axes */
+                int64_t c0 = d[0] + KL_MIN(p[0], 0) + KL_MIN(p[2], 0), c1 = d[1] + KL_MIN(p[1], 0) + KL_MIN(p[3], 0);
+                for (int64_t a = 0; a < od[0]; a++)
+                    for (int64_t b = 0; b < od[1]; b++) {
+                        int64_t sa = pad_ref_src(a - KL_MAX(p[0], 0), c0, md),
+                                sb = pad_ref_src(b - KL_MAX(p[1], 0), c1, md);
+                        double want = sa < 0 || sb < 0
+                            ? 7.5
+                            : ((float *)x->data)[(sa + KL_MAX(-p[0], 0)) * d[1] + sb + KL_MAX(-p[1], 0)];
+                        KT_CHECKF(((float *)y->data)[a * od[1] + b] == want,
+                                  "%s %lldx%lld pads %d at (%lld,%lld): %g, want %g", modes[md], (long long)d[0],
+                                  (long long)d[1], ps, (long long)a, (long long)b, ((float *)y->data)[a * od[1] + b],
+                                  want);
+                    }
+                kl_tensor_free(pt), kl_tensor_free(cv), kl_tensor_free(x), kl_tensor_free(y);
+                kl_graph_free(g);
+            }
+}
