@@ -198,25 +198,14 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
     kl_buf_init(&pb);
     cJSON *rows = cJSON_GetObjectItem(m, "rows");
     double acc = cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted")), rej = cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));
-    double rd = acc + rej, files_rows = 0;
-    /* every file: sha256 and row count as the manifest says */
-    cJSON *f;
-    cJSON_ArrayForEach(f, cJSON_GetObjectItem(m, "files")) {
-        const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path")), *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
-        char fp[4600], hex[65];
-        snprintf(fp, sizeof fp, "%s/%s", vdir, rel ? rel : "?");
-        kl_err fe = {0};
-        if (kl_sha256_file_hex(fp, hex, &fe)) kl_buf_printf(&pb, "%s: %s\n", rel, kl_err_what(&fe));
-        else if (!sha || strcmp(sha, hex)) kl_buf_printf(&pb, "%s: sha256 %s, the manifest says %s\n", rel, hex, sha ? sha : "?");
-        kl_pq_reader *r = NULL;
-        if (!kl_pq_open(fp, &r, &fe)) {
-            double fr = cJSON_GetNumberValue(cJSON_GetObjectItem(f, "rows"));
-            if ((double)kl_pq_num_rows(r) != fr) kl_buf_printf(&pb, "%s: %llu rows, the manifest says %.0f\n", rel, (unsigned long long)kl_pq_num_rows(r), fr);
-            files_rows += (double)kl_pq_num_rows(r);
-            kl_pq_close(r);
-        }
+    double rd = acc + rej;
+    /* every file: sha256, size and row count as the manifest says (the audit of keel data validate) */
+    int naudit = 0;
+    if ((rc = kl_dataset_audit(vdir, &pb, &naudit, NULL, e))) {
+        cJSON_Delete(rep);
+        cJSON_Delete(m);
+        return rc;
     }
-    if (files_rows != acc) kl_buf_printf(&pb, "the files hold %.0f rows, the manifest accepted %.0f\n", files_rows, acc);
     double max_rej = cfg_num(c, s, "max_reject_ratio", 0.01), max_null = cfg_num(c, s, "max_null_ratio", 1.0), min_rows = cfg_num(c, s, "min_rows", 1);
     if (rd > 0 && rej / rd > max_rej) kl_buf_printf(&pb, "%.0f of %.0f rows rejected (%.2f%%), above max_reject_ratio %g\n", rej, rd, 100 * rej / rd, max_rej);
     if (acc < min_rows) kl_buf_printf(&pb, "%.0f rows, fewer than min_rows %.0f\n", acc, min_rows);
@@ -481,12 +470,15 @@ static int st_export(pl_ctx *c, cJSON *out, kl_err *e) {
     if (!rc) rc = kl_json_load_file(a, &mj, e);
     if (rc) return rc;
     /* every file meta.json lists (keel serve checks their sha256), meta.json, the online store */
-    cJSON *f;
-    cJSON_ArrayForEach(f, cJSON_GetObjectItem((cJSON *)mj, "files")) {
-        snprintf(a, sizeof a, "%s/%s", mdir, f->string);
-        snprintf(b, sizeof b, "%s/%s", dir, f->string);
-        if ((rc = kl_copy_file(a, b, e))) goto done;
+    kl_manifest_files mf = {0};
+    if ((rc = kl_manifest_files_read(mj, a, &mf, e))) goto done;
+    for (size_t i = 0; i < mf.n && !rc; i++) {
+        snprintf(a, sizeof a, "%s/%s", mdir, mf.v[i].name);
+        snprintf(b, sizeof b, "%s/%s", dir, mf.v[i].name);
+        rc = kl_copy_file(a, b, e);
     }
+    kl_manifest_files_free(&mf);
+    if (rc) goto done;
     snprintf(a, sizeof a, "%s/meta.json", mdir);
     snprintf(b, sizeof b, "%s/meta.json", dir);
     if ((rc = kl_copy_file(a, b, e))) goto done;

@@ -69,7 +69,7 @@ check("monitor_apply_carries_profile", os.path.exists(os.path.join(d, "fds", "pr
 meta = json.load(open(os.path.join(d, "model", "meta.json")))
 mprof = json.load(open(os.path.join(d, "model", "profile.json")))
 check("monitor_train_lists_profile_in_meta",
-      meta["files"].get("profile.json") == sha256(os.path.join(d, "model", "profile.json")), meta["files"])
+      meta["files"].get("profile.json", {}).get("sha256") == sha256(os.path.join(d, "model", "profile.json")), meta["files"])
 outs = [c for c in mprof["columns"] if c["role"] == "output"]
 check("monitor_train_profiles_outputs", len(outs) == 1 and outs[0]["count"] == 1200, [c["name"] for c in outs])
 

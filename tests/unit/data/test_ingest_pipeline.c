@@ -4,6 +4,7 @@
 #include "../harness.h"
 #include "../kt_ingest.h"
 
+#include <cjson/cJSON.h>
 #include <keel/clickgen.h>
 #include <keel/core.h>
 #include <keel/data.h>
@@ -171,4 +172,66 @@ KL_TEST(dataset_resolve_verifies_files_against_manifest) {
     KT_EQ_INT(m, KL_VERIFY_SIZE);
     KT_CHECK(kl_verify_mode_parse("md5", &m, &e) == KL_EINVAL);
     KT_EQ_STR(kl_verify_mode_name(KL_VERIFY_NONE), "none");
+}
+
+/* The one manifest shape (files: name -> {sha256, bytes, rows}); a dataset
+ * published before it (files as a list of {path, sha256, rows, bytes}) still
+ * verifies, audits and is reused, and tampering is named in both shapes. */
+KL_TEST(dataset_manifest_old_shape_still_reads) {
+    char csv[512], schema[512], out[512], mp[1200];
+    kl_err e = {0};
+    KT_OK(setup(csv, schema, sizeof csv, &e), &e);
+    snprintf(out, sizeof out, "%s", kt_path("dso"));
+    const char *srcs[] = {csv};
+    kl_ingest_opts o;
+    kt_ingest_opts(&o, srcs, schema, out);
+    o.chunk_bytes = 64 << 10;
+    kl_ingest_result r;
+    KT_OK(kl_ingest(&o, &r, &e), &e);
+    int64_t nfiles = r.files_written;
+    KT_CHECK(nfiles > 1);
+    snprintf(mp, sizeof mp, "%s/manifest.json", r.version_dir);
+    void *j = NULL;
+    KT_OK(kl_json_load_file_opts(mp, KL_JSON_KEEP_NUL, &j, &e), &e);
+    cJSON *fs = cJSON_GetObjectItem(j, "files"), *f;
+    KT_CHECK(cJSON_IsObject(fs) &&
+             cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(fs, "part-00000.parquet"), "rows")));
+    /* rewrite it in the old shape */
+    cJSON *arr = cJSON_CreateArray();
+    cJSON_ArrayForEach(f, fs) {
+        cJSON *x = cJSON_Duplicate(f, 1);
+        cJSON_AddStringToObject(x, "path", f->string);
+        cJSON_AddItemToArray(arr, x);
+    }
+    cJSON_ReplaceItemInObject(j, "files", arr);
+    KT_OK(kl_json_write_file(mp, j, 1, &e), &e);
+    cJSON_Delete(j);
+    KT_OK(resolve(out, KL_VERIFY_SHA256, &e), &e);
+    kl_buf pb;
+    kl_buf_init(&pb);
+    int np = -1;
+    uint64_t rows = 0;
+    KT_OK(kl_dataset_audit(out, &pb, &np, &rows, &e), &e);
+    KT_CHECKF(np == 0, "problems: %s", pb.data);
+    KT_EQ_INT(rows, 20000);
+    /* the same ingest again: the old-shape version is reused, its files counted */
+    KT_OK(kl_ingest(&o, &r, &e), &e);
+    KT_EQ_INT(r.reused, 1);
+    KT_EQ_INT(r.files_written, nfiles);
+    /* tampering: named by the open and by the audit */
+    char p1[1200];
+    snprintf(p1, sizeof p1, "%s/part-00001.parquet", r.version_dir);
+    char *b = NULL;
+    size_t n = 0;
+    KT_OK(kl_read_file(p1, &b, &n, &e), &e);
+    b[n / 2] ^= 1;
+    KT_OK(kl_write_file_atomic(p1, b, n, &e), &e);
+    kl_mem_free(b);
+    KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
+    KT_CONTAINS(e.msg, "part-00001.parquet: sha256 mismatch: the file has sha256 ");
+    KT_CONTAINS(e.msg, "manifest.json says ");
+    KT_OK(kl_dataset_audit(out, &pb, &np, &rows, &e), &e);
+    KT_EQ_INT(np, 1);
+    KT_CONTAINS(pb.data, "part-00001.parquet: sha256 mismatch");
+    kl_buf_free(&pb);
 }
