@@ -319,6 +319,7 @@ typedef struct {
     double progress_interval_s; /* KEEL_PROGRESS_INTERVAL: seconds between progress log lines (default 10) */
     const char *doctor_root;    /* KEEL_DOCTOR_ROOT: folder /proc, /sys and /dev/shm are read under; NULL */
     const char *feature_store;  /* KEEL_FEATURE_STORE: keel serve's --feature-store URL (a secret's home); NULL */
+    const char *tmpdir;         /* TMPDIR when set and not empty, else "/tmp": where temporary folders go */
     /* The MPI launcher's contract (not keel settings, read here with them): */
     int mpi_launched;    /* OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or SLURM_STEP_NUM_TASKS is set */
     int mpi_local_ranks; /* OMPI_COMM_WORLD_LOCAL_SIZE, else SLURM_STEP_TASKS_PER_NODE; 0 = none */

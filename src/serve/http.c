@@ -1209,8 +1209,7 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     s->o = *o;
     snprintf(s->repo, sizeof s->repo, "%s", o->repo);
     snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");
-    const char *tmp = getenv("TMPDIR");
-    snprintf(s->snapdir, sizeof s->snapdir, "%s", o->snapshot_dir ? o->snapshot_dir : tmp && *tmp ? tmp : "/tmp");
+    snprintf(s->snapdir, sizeof s->snapdir, "%s", o->snapshot_dir ? o->snapshot_dir : kl_settings_get()->tmpdir);
     if (!s->o.max_body) s->o.max_body = 64u << 20;
     if (s->o.exit_timeout_s <= 0) s->o.exit_timeout_s = 30;
     if (s->o.probe_interval_s <= 0) s->o.probe_interval_s = 10;

@@ -104,6 +104,18 @@ static int copy_file(const char *from, const char *to, kl_err *e) {
     return rc;
 }
 
+/* The click log ingested into kt_path(name) (out) in several part files. */
+static int ingest_parts(const char *name, char *out, size_t n, kl_ingest_result *r, kl_err *e) {
+    static char csv[512], schema[512];
+    int rc = setup(csv, schema, sizeof csv, e);
+    snprintf(out, n, "%s", kt_path(name));
+    const char *srcs[] = {csv};
+    kl_ingest_opts o;
+    kt_ingest_opts(&o, srcs, schema, out);
+    o.chunk_bytes = 64 << 10;
+    return rc ? rc : kl_ingest(&o, r, e);
+}
+
 static int resolve(const char *dir, kl_verify_mode m, kl_err *e) {
     char **files = NULL, *manifest = NULL;
     size_t nf = 0;
@@ -118,16 +130,10 @@ static int resolve(const char *dir, kl_verify_mode m, kl_err *e) {
  * every reader. Opening a dataset checks its files against the manifest:
  * sha256 (default), size, or none. */
 KL_TEST(dataset_resolve_verifies_files_against_manifest) {
-    char csv[512], schema[512], out[512];
+    char out[512];
     kl_err e = {0};
-    KT_OK(setup(csv, schema, sizeof csv, &e), &e);
-    snprintf(out, sizeof out, "%s", kt_path("dsv"));
-    const char *srcs[] = {csv};
-    kl_ingest_opts o;
-    kt_ingest_opts(&o, srcs, schema, out);
-    o.chunk_bytes = 64 << 10;
     kl_ingest_result r;
-    KT_OK(kl_ingest(&o, &r, &e), &e);
+    KT_OK(ingest_parts("dsv", out, sizeof out, &r, &e), &e);
     KT_CHECK(r.files_written > 1);
     KT_OK(resolve(out, KL_VERIFY_SHA256, &e), &e);
     char p0[1200], p1[1200], keep[1200], extra[1200];
@@ -178,16 +184,10 @@ KL_TEST(dataset_resolve_verifies_files_against_manifest) {
  * published before it (files as a list of {path, sha256, rows, bytes}) still
  * verifies, audits and is reused, and tampering is named in both shapes. */
 KL_TEST(dataset_manifest_old_shape_still_reads) {
-    char csv[512], schema[512], out[512], mp[1200];
+    char out[512], mp[1200];
     kl_err e = {0};
-    KT_OK(setup(csv, schema, sizeof csv, &e), &e);
-    snprintf(out, sizeof out, "%s", kt_path("dso"));
-    const char *srcs[] = {csv};
-    kl_ingest_opts o;
-    kt_ingest_opts(&o, srcs, schema, out);
-    o.chunk_bytes = 64 << 10;
     kl_ingest_result r;
-    KT_OK(kl_ingest(&o, &r, &e), &e);
+    KT_OK(ingest_parts("dso", out, sizeof out, &r, &e), &e);
     int64_t nfiles = r.files_written;
     KT_CHECK(nfiles > 1);
     snprintf(mp, sizeof mp, "%s/manifest.json", r.version_dir);
@@ -215,7 +215,7 @@ KL_TEST(dataset_manifest_old_shape_still_reads) {
     KT_CHECKF(np == 0, "problems: %s", pb.data);
     KT_EQ_INT(rows, 20000);
     /* the same ingest again: the old-shape version is reused, its files counted */
-    KT_OK(kl_ingest(&o, &r, &e), &e);
+    KT_OK(ingest_parts("dso", out, sizeof out, &r, &e), &e);
     KT_EQ_INT(r.reused, 1);
     KT_EQ_INT(r.files_written, nfiles);
     /* tampering: named by the open and by the audit */
