@@ -71,11 +71,13 @@ struct pq_scan {
  * Projection and predicates
  * ================================================================== */
 
+static void scan_free(pq_reader_t *R);
+
 static void scan_reset(pq_reader_t *R) {
-    pq_scan_free(R);
+    scan_free(R);
 }
 
-void pq_scan_free(pq_reader_t *R) {
+static void scan_free(pq_reader_t *R) {
     pq_scan *s = R->scan;
     if (s) {
         for (int k = 0; k < PQ_PREFETCH; k++) {
@@ -194,7 +196,7 @@ int kl_pq_filter(kl_pq_reader *r, const char *column, kl_pq_op op, const kl_pq_v
 }
 
 void pq_read_free(pq_reader_t *R) {
-    pq_scan_free(R);
+    scan_free(R);
     free_preds(R);
     free(R->sel);
     R->sel = NULL;
@@ -1581,7 +1583,7 @@ int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t 
     pq_reader_t *R = (pq_reader_t *)r;
     *nrows = 0;
     int rc;
-    if (!R->scan && (rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+    if (!R->scan && (rc = scan_init(R, e))) { scan_free(R); return rc; }
     if (R->scan->vec) return kl_err_set(e, KL_EINVAL, "%s: kl_pq_read_batch during a vector scan (kl_pq_rewind first)", R->name);
     return read_batch(R, max_rows, cols, nrows, e);
 }
@@ -1606,7 +1608,7 @@ int kl_pq_next_vectors(kl_pq_reader *r, const kl_pq_vector **vecs, size_t *nrows
     *vecs = NULL;
     int rc;
     if (!R->scan) {
-        if ((rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+        if ((rc = scan_init(R, e))) { scan_free(R); return rc; }
         R->scan->vec = 1;
     }
     pq_scan *s = R->scan;
@@ -1636,7 +1638,7 @@ void kl_pq_rewind(kl_pq_reader *r) { scan_reset((pq_reader_t *)r); }
 int kl_pq_next_row(kl_pq_reader *r, kl_pq_value *row, kl_err *e) {
     pq_reader_t *R = (pq_reader_t *)r;
     int rc;
-    if (!R->scan && (rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+    if (!R->scan && (rc = scan_init(R, e))) { scan_free(R); return rc; }
     pq_scan *s = R->scan;
     if (!s->rowbuf) {
         s->rowbuf = calloc(R->nsel + 1, sizeof *s->rowbuf);

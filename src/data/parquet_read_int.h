@@ -108,7 +108,6 @@ int pq_assemble(const pq_reader_t *R, size_t f, pq_levels *lv, size_t rows, kl_c
 int pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v);
 int pq_stats_usable(const pq_reader_t *R, const pq_leaf *L, const pq_stats *s);
 int pq_value_cmp(kl_col_type t, const kl_pq_value *a, const kl_pq_value *b);
-void pq_scan_free(pq_reader_t *R);
 void pq_read_free(pq_reader_t *R);  /* scan, predicates, selection */
 
 #endif

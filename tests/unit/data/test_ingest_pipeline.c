@@ -104,6 +104,18 @@ static int copy_file(const char *from, const char *to, kl_err *e) {
     return rc;
 }
 
+/* Changes one byte in the middle of a file (its size stays). */
+static int flip_middle_byte(const char *path, kl_err *e) {
+    char *b = NULL;
+    size_t n = 0;
+    int rc = kl_read_file(path, &b, &n, e);
+    if (rc) return rc;
+    b[n / 2] ^= 1;
+    rc = kl_write_file_atomic(path, b, n, e);
+    kl_mem_free(b);
+    return rc;
+}
+
 /* The click log ingested into kt_path(name) (out) in several part files. */
 static int ingest_parts(const char *name, char *out, size_t n, kl_ingest_result *r, kl_err *e) {
     static char csv[512], schema[512];
@@ -142,12 +154,7 @@ KL_TEST(dataset_resolve_verifies_files_against_manifest) {
     snprintf(keep, sizeof keep, "%s", kt_path("part0.keep"));
     KT_OK(copy_file(p0, keep, &e), &e);
     /* the same size, one byte changed: sha256 refuses, size and none accept */
-    char *b = NULL;
-    size_t n = 0;
-    KT_OK(kl_read_file(p0, &b, &n, &e), &e);
-    b[n / 2] ^= 1;
-    KT_OK(kl_write_file_atomic(p0, b, n, &e), &e);
-    kl_mem_free(b);
+    KT_OK(flip_middle_byte(p0, &e), &e);
     KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
     KT_CONTAINS(e.msg, "part-00000.parquet: sha256 ");
     KT_CONTAINS(e.msg, " bytes)");
@@ -221,12 +228,7 @@ KL_TEST(dataset_manifest_old_shape_still_reads) {
     /* tampering: named by the open and by the audit */
     char p1[1200];
     snprintf(p1, sizeof p1, "%s/part-00001.parquet", r.version_dir);
-    char *b = NULL;
-    size_t n = 0;
-    KT_OK(kl_read_file(p1, &b, &n, &e), &e);
-    b[n / 2] ^= 1;
-    KT_OK(kl_write_file_atomic(p1, b, n, &e), &e);
-    kl_mem_free(b);
+    KT_OK(flip_middle_byte(p1, &e), &e);
     KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
     KT_CONTAINS(e.msg, "part-00001.parquet: sha256 mismatch: the file has sha256 ");
     KT_CONTAINS(e.msg, "manifest.json says ");
