@@ -154,6 +154,34 @@ static int count_member(const cJSON *o, const char *k1, const char *k2, int64_t 
     return KL_OK;
 }
 
+/* A string (anywhere in o) that holds a \u0000: names, hashes and the other
+ * members are C strings here, so one is refused rather than cut short. */
+static int has_nul(const cJSON *o) {
+    if (cJSON_IsString(o)) return kl_json_string_len(o) != strlen(o->valuestring);
+    for (const cJSON *c = o ? o->child : NULL; c; c = c->next)
+        if (has_nul(c)) return 1;
+    return 0;
+}
+
+/* An entry's members (and those of objects inside it) have distinct names,
+ * at most ENTRY_MEMBERS_MAX of them, at most ENTRY_DEPTH_MAX deep: JSON
+ * readers differ on which of two "bytes" counts, so two are refused. */
+#define ENTRY_MEMBERS_MAX 64
+#define ENTRY_DEPTH_MAX   8
+static const char *entry_shape_bad(const cJSON *o, int depth) {
+    if (!cJSON_IsObject(o) && !cJSON_IsArray(o)) return NULL;
+    if (depth > ENTRY_DEPTH_MAX) return "nested too deep";
+    int n = 0;
+    for (const cJSON *c = o->child; c; c = c->next) {
+        if (++n > ENTRY_MEMBERS_MAX) return "too many members";
+        for (const cJSON *d = o->child; cJSON_IsObject(o) && d != c; d = d->next)
+            if (!strcmp(d->string, c->string)) return "a member is given twice";
+        const char *why = entry_shape_bad(c, depth + 1);
+        if (why) return why;
+    }
+    return NULL;
+}
+
 /* The members of an entry other than those this module reads, or NULL. */
 static cJSON *extra_of(const cJSON *o) {
     static const char *const known[] = {"path", "name", "file", "sha256", "bytes", "size", "rows", "records"};
@@ -179,6 +207,9 @@ static int read_entry(const cJSON *o, const char *name, const char *label, const
         return kl_err_set(e, KL_EPARSE, "%s: %s: expected an object with sha256 and bytes", where, label);
     if (cJSON_IsObject(o) && (count_member(o, "bytes", "size", &bytes) || count_member(o, "rows", "records", &rows)))
         return kl_err_set(e, KL_EPARSE, "%s: %s: bytes and rows must be whole numbers from 0 to 2^53", where, label);
+    if (has_nul(o)) return kl_err_set(e, KL_EPARSE, "%s: %s: a string holds \\u0000", where, label);
+    const char *why = entry_shape_bad(o, 0);
+    if (why) return kl_err_set(e, KL_EPARSE, "%s: %s: %s", where, label, why);
     if (!name) return kl_err_set(e, KL_EPARSE, "%s: %s: no file name (\"path\")", where, label);
     if (!sha) return kl_err_set(e, KL_EPARSE, "%s: %s: no sha256", where, label);
     cJSON *x = cJSON_IsObject(o) ? extra_of(o) : NULL;
@@ -277,7 +308,8 @@ int kl_manifest_write(const kl_manifest_files *m, void *obj, kl_err *e) {
         cJSON_AddItemToObject(map, m->v[i].name, o);
     }
     if (!map) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    cJSON_DeleteItemFromObjectCaseSensitive(obj, "sha256"); /* the older shape of serving versions */
+    if (cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(obj, "sha256"))) /* the older shape of serving versions */
+        cJSON_DeleteItemFromObjectCaseSensitive(obj, "sha256");
     if (cJSON_GetObjectItemCaseSensitive(obj, "files")) cJSON_ReplaceItemInObjectCaseSensitive(obj, "files", map);
     else cJSON_AddItemToObject(obj, "files", map);
     return KL_OK;

@@ -138,6 +138,10 @@ KL_TEST(manifest_bad_input_named) {
         {"{\"files\": [7]}", "t.json: files[0]: expected an object"},
         {"{\"files\": [{\"path\": \"a\", \"sha256\": \"" HEX_A "\"}, {\"path\": \"a\", \"sha256\": \"" HEX_A "\"}]}",
          "files[1]: manifest file 'a': listed twice"},
+        {"{\"files\": {\"a\": {\"sha256\": \"" HEX_A "\", \"bytes\": 1, \"bytes\": 2}}}",
+         "t.json: files[\"a\"]: a member is given twice"},
+        {"{\"files\": {\"a\": {\"sha256\": \"" HEX_A "\", \"p\": {\"k\": 1, \"k\": 2}}}}", "a member is given twice"},
+        {"{\"files\": {\"a\": {\"sha256\": \"" HEX_A "\", \"p\": [[[[[[[[[[1]]]]]]]]]]}}}", "nested too deep"},
         {"{\"files\": 3}", "t.json: \"files\" is neither a map nor a list"},
         {"{\"rows\": 3}", "t.json: no files list"},
         {"[1]", "t.json: not a JSON object"},
@@ -155,6 +159,13 @@ KL_TEST(manifest_bad_input_named) {
     put("bad.json", "{\"files\": {\"a\": ");
     KT_EQ_INT(kl_manifest_files_load(kt_path("bad.json"), &m, NULL, &e), KL_EPARSE);
     KT_CONTAINS(kl_err_what(&e), "bad.json:1:");
+    /* a \u0000 (kept by the loader for column statistics) in a name or a member: refused, not cut short */
+    put("nul.json", "{\"files\": [{\"path\": \"a\\u0000/../x\", \"sha256\": \"" HEX_A "\"}]}");
+    KT_EQ_INT(kl_manifest_files_load(kt_path("nul.json"), &m, NULL, &e), KL_EPARSE);
+    KT_CONTAINS(e.msg, "nul.json: files[0]: a string holds \\u0000");
+    put("nul.json", "{\"files\": {\"a\": {\"sha256\": \"" HEX_A "\", \"partition\": {\"k\": \"v\\u0000w\"}}}}");
+    KT_EQ_INT(kl_manifest_files_load(kt_path("nul.json"), &m, NULL, &e), KL_EPARSE);
+    KT_CONTAINS(e.msg, "files[\"a\"]: a string holds");
     void *doc = NULL;
     put("ok.json", "{\"format\": \"x\", \"files\": {\"a\": \"" HEX_A "\"}}");
     KT_OK(kl_manifest_files_load(kt_path("ok.json"), &m, &doc, &e), &e);
