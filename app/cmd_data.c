@@ -797,35 +797,9 @@ static int validate(int argc, char **argv) {
     kl_buf_init(&prob);
     int nprob = 0;
     uint64_t rows = 0;
-    if (d.manifest) {
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s", d.manifest_path);
-        *strrchr(dir, '/') = 0;
-        cJSON *files = cJSON_GetObjectItem(d.manifest, "files"), *f;
-        size_t listed = 0;
-        double total = 0;
-        cJSON_ArrayForEach(f, files) {
-            listed++;
-            const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
-            const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
-            double frows = cJSON_GetNumberValue(cJSON_GetObjectItem(f, "rows"));
-            total += frows;
-            char p[4400], hex[65];
-            snprintf(p, sizeof p, "%s/%s", dir, rel ? rel : "");
-            kl_err fe = {0};
-            if (kl_sha256_file_hex(p, hex, &fe)) { kl_buf_printf(&prob, "%s: %s\n", rel, kl_err_what(&fe)); nprob++; continue; }
-            if (!sha || strcmp(sha, hex)) { kl_buf_printf(&prob, "%s: sha256 %s, manifest says %s\n", rel, hex, sha ? sha : "?"); nprob++; }
-            kl_pq_reader *r;
-            if (kl_pq_open(p, &r, &fe)) { kl_buf_printf(&prob, "%s: %s\n", rel, kl_err_what(&fe)); nprob++; continue; }
-            if ((double)kl_pq_num_rows(r) != frows) {
-                kl_buf_printf(&prob, "%s: %llu rows, manifest says %.0f\n", rel, (unsigned long long)kl_pq_num_rows(r), frows);
-                nprob++;
-            }
-            kl_pq_close(r);
-        }
-        if (listed != d.nfiles) { kl_buf_printf(&prob, "%zu Parquet files present, manifest lists %zu\n", d.nfiles, listed); nprob++; }
-        double acc = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(d.manifest, "rows"), "accepted"));
-        if (acc != total) { kl_buf_printf(&prob, "files hold %.0f rows, manifest accepted %.0f\n", total, acc); nprob++; }
+    if (d.manifest && kl_dataset_audit(a.pos[0], &prob, &nprob, NULL, &e)) {
+        kl_buf_printf(&prob, "%s\n", kl_err_what(&e));
+        nprob++;
     }
     if (scan(&d, SIZE_MAX, NULL, count_batch, &rows, &e)) { kl_buf_printf(&prob, "%s\n", kl_err_what(&e)); nprob++; }
     if (app_flag(&a, "json")) {

@@ -120,8 +120,7 @@ int cmd_serve(int argc, char **argv) {
     kl_err re = {0};
     if (kl_registry_is_ref(o.repo)) {
         reg.ref = o.repo;
-        const char *tmp = getenv("TMPDIR");
-        snprintf(reg.repo, sizeof reg.repo, "%s/keel-serve-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+        snprintf(reg.repo, sizeof reg.repo, "%s/keel-serve-%d", kl_settings_get()->tmpdir, (int)getpid());
         if (kl_mkdir_p(reg.repo, &re) || reg_resolve(&reg, &re)) {
             kl_rm_rf(reg.repo, NULL);
             free(reg.name);

@@ -378,13 +378,7 @@ void kl_ingest_opts_default(kl_ingest_opts *o);
  * KL_EPARSE/KL_EINVAL... when the data failed validation (summary filled). */
 int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e);
 
-/* How the files of a dataset version are checked against its manifest.json
- * when the dataset is opened (`--verify MODE` of train, features, pipeline):
- * the full sha256 of every file (default), only the sizes, or nothing. */
-typedef enum { KL_VERIFY_SHA256 = 0, KL_VERIFY_SIZE, KL_VERIFY_NONE } kl_verify_mode;
-/* "sha256" | "size" | "none"; KL_EINVAL otherwise. */
-int kl_verify_mode_parse(const char *s, kl_verify_mode *m, kl_err *e);
-const char *kl_verify_mode_name(kl_verify_mode m);
+/* kl_verify_mode (how files are checked against a manifest) is in keel/core.h. */
 
 /* Resolves PATH (a dataset folder, a version folder or a .parquet file) to
  * the list of Parquet files (sorted) and the manifest path (or NULL). The
@@ -401,6 +395,15 @@ int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **
  * is NULL (and KL_OK) for a dataset without one (a lone .parquet file, a
  * features dataset). */
 int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e);
+/* Audits a dataset as found (`keel data validate`, the pipeline's validate
+ * stage): each file its manifest lists exists with the recorded sha256, size
+ * and Parquet row count, no unlisted Parquet file is present, and the files
+ * hold the rows the manifest accepted. Each problem is one line ("name:
+ * what") appended to problems and counted in *nproblems; *rows (may be
+ * NULL) gets the rows the listed files hold. A dataset without a manifest
+ * (a lone .parquet file) has none. KL_OK unless the dataset or its manifest
+ * cannot be read at all. */
+int kl_dataset_audit(const char *path, kl_buf *problems, int *nproblems, uint64_t *rows, kl_err *e);
 
 #ifdef __cplusplus
 }

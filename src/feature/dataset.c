@@ -5,7 +5,6 @@
  * manifest.json). Shared by `keel features` and `keel pipeline`. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "keel/clickgen.h"
 #include "keel/data.h"
@@ -109,14 +108,15 @@ done:
  * (`keel data validate DIR` checks it): the files with sha256 and rows, the
  * feature_hash and where the rows came from. */
 static int write_manifest(const char *dir, const kl_features *f, const char *data, uint64_t rows, kl_err *e) {
-    char p[4200], hp[65], hj[65];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/features.parquet", dir);
-    if (kl_sha256_file_hex(p, hp, e) || stat(p, &sb)) return e->code ? e->code : kl_err_set(e, KL_EINVAL, "%s: stat failed", p);
-    snprintf(p, sizeof p, "%s/features.json", dir);
-    if (kl_sha256_file_hex(p, hj, e)) return e->code;
+    char p[4200], hj[65];
+    kl_manifest_files m = {0};
     kl_buf b;
     kl_buf_init(&b);
+    snprintf(p, sizeof p, "%s/features.json", dir);
+    int rc = kl_manifest_add(&m, dir, "features.parquet", e);
+    if (!rc) rc = kl_sha256_file_hex(p, hj, e);
+    if (rc) goto done;
+    m.v[0].rows = (int64_t)rows;
     kl_buf_printf(&b, "{\n  \"format\": \"keel-features-dataset-1\",\n  \"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
     kl_buf_json_str(&b, data);
     const char *const *names;
@@ -129,12 +129,16 @@ static int write_manifest(const char *dir, const kl_features *f, const char *dat
         }
         kl_buf_puts(&b, "]");
     }
-    kl_buf_printf(&b, ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"},\n"
-                      "  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n"
-                      "  \"files\": [\n    {\"path\": \"features.parquet\", \"sha256\": \"%s\", \"rows\": %llu, \"bytes\": %lld}\n  ]\n}\n",
-                  hj, (unsigned long long)rows, (unsigned long long)rows, hp, (unsigned long long)rows, (long long)sb.st_size);
+    kl_buf_printf(&b,
+                  ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"},\n"
+                  "  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n  \"files\": ",
+                  hj, (unsigned long long)rows, (unsigned long long)rows);
+    if (!(rc = kl_manifest_json(&m, "  ", &b))) kl_buf_puts(&b, "\n}\n");
     snprintf(p, sizeof p, "%s/manifest.json", dir);
-    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    if (!rc) rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    else rc = kl_err_set(e, rc, "out of memory");
+done:
+    kl_manifest_files_free(&m);
     kl_buf_free(&b);
     return rc;
 }

@@ -67,16 +67,20 @@ static void sec_data(pl_ctx *c, kl_buf *b) {
 }
 
 static void sec_features(pl_ctx *c, kl_buf *b) {
-    const char *dir = pl_out_str(c, KL_STAGE_FEATURES, "dir");
+    const char *dir = kl__pl_out_str(c, KL_STAGE_FEATURES, "dir");
     cJSON *f = load_json(dir, "features.json");
     kl_buf_puts(b, "<h2>Features</h2>");
     if (!f) { kl_buf_puts(b, "<p>No features output.</p>"); return; }
-    kl_buf_printf(b, "<p>Feature hash <code>%s</code>; %.0f output values per row; fitted on %.0f of %.0f rows. Fallbacks over all rows: "
-                     "unknown categories %.0f, nulls filled %.0f, zero denominators %.0f, clamped %.0f, empty windows %.0f.</p>",
-                  cJSON_GetStringValue(cJSON_GetObjectItem(f, "feature_hash")), cJSON_GetNumberValue(cJSON_GetObjectItem(f, "width")),
-                  pl_out_num(c, KL_STAGE_FEATURES, "fit_rows"), pl_out_num(c, KL_STAGE_FEATURES, "rows"), pl_out_num(c, KL_STAGE_FEATURES, "unknown"),
-                  pl_out_num(c, KL_STAGE_FEATURES, "null_filled"), pl_out_num(c, KL_STAGE_FEATURES, "div_zero"), pl_out_num(c, KL_STAGE_FEATURES, "clamped"),
-                  pl_out_num(c, KL_STAGE_FEATURES, "empty_window"));
+    kl_buf_printf(
+        b,
+        "<p>Feature hash <code>%s</code>; %.0f output values per row; fitted on %.0f of %.0f rows. Fallbacks over all "
+        "rows: "
+        "unknown categories %.0f, nulls filled %.0f, zero denominators %.0f, clamped %.0f, empty windows %.0f.</p>",
+        cJSON_GetStringValue(cJSON_GetObjectItem(f, "feature_hash")),
+        cJSON_GetNumberValue(cJSON_GetObjectItem(f, "width")), kl__pl_out_num(c, KL_STAGE_FEATURES, "fit_rows"),
+        kl__pl_out_num(c, KL_STAGE_FEATURES, "rows"), kl__pl_out_num(c, KL_STAGE_FEATURES, "unknown"),
+        kl__pl_out_num(c, KL_STAGE_FEATURES, "null_filled"), kl__pl_out_num(c, KL_STAGE_FEATURES, "div_zero"),
+        kl__pl_out_num(c, KL_STAGE_FEATURES, "clamped"), kl__pl_out_num(c, KL_STAGE_FEATURES, "empty_window"));
     kl_buf_puts(b, "<table><tr><th>feature</th><th>transform</th><th>inputs</th><th>dtype</th><th>cost / row (ns)</th></tr>");
     cJSON *it, *cost = cJSON_GetObjectItem(cJSON_GetObjectItem(f, "measured"), "cost_ns");
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(f, "features")) {
@@ -111,7 +115,7 @@ static void sec_features(pl_ctx *c, kl_buf *b) {
 
 /* Per-epoch train/validation loss and validation accuracy from metrics.csv. */
 static void sec_training(pl_ctx *c, kl_buf *b) {
-    const char *dir = pl_out_str(c, KL_STAGE_TRAIN, "dir");
+    const char *dir = kl__pl_out_str(c, KL_STAGE_TRAIN, "dir");
     char p[4600];
     snprintf(p, sizeof p, "%s/metrics.csv", dir);
     char *txt = NULL;
@@ -136,7 +140,9 @@ static void sec_training(pl_ctx *c, kl_buf *b) {
         if (k == 1 && got == 5 && n[2] < MAXE) { x[2][n[2]] = epoch + 1; y[2][n[2]++] = acc; }
     }
     kl_buf_puts(b, "<p>Training ");
-    kl_buf_html(b, cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(pl_stage_state(c, KL_STAGE_TRAIN), "out"), "note")));
+    kl_buf_html(b,
+                cJSON_GetStringValue(
+                    cJSON_GetObjectItem(cJSON_GetObjectItem(kl__pl_stage_state(c, KL_STAGE_TRAIN), "out"), "note")));
     kl_buf_puts(b, ". Curves of the run's metrics.csv; the exported weights are the best epoch by validation loss.</p>");
     kl_chart_series loss[2] = {{"train loss", x[0], y[0], n[0], NULL, 0, 0},
                                {"validation loss", x[1], y[1], n[1], NULL, 0, 0}};
@@ -223,7 +229,7 @@ static void sec_card(pl_ctx *c, kl_buf *b) {
     char p[4600], *txt = NULL;
     size_t len;
     kl_err e = {0};
-    snprintf(p, sizeof p, "%s/card.md", pl_out_str(c, KL_STAGE_TRAIN, "dir"));
+    snprintf(p, sizeof p, "%s/card.md", kl__pl_out_str(c, KL_STAGE_TRAIN, "dir"));
     kl_buf_puts(b, "<h2>Model card</h2>");
     if (kl_read_file(p, &txt, &len, &e)) { kl_buf_puts(b, "<p>No card.md.</p>"); return; }
     kl_buf_puts(b, "<pre>");
@@ -274,7 +280,7 @@ static void sec_timings(pl_ctx *c, kl_buf *b) {
     kl_buf_puts(b, "</table>");
 }
 
-int pl_report_write(pl_ctx *c, const char *path, kl_err *e) {
+int kl__pl_report_write(pl_ctx *c, const char *path, kl_err *e) {
     kl_buf b;
     kl_buf_init(&b);
     char ts[40];

@@ -42,7 +42,7 @@ int sv_reason_is_server_error(int r) {
     }
 }
 
-void sv_hist_add(sv_hist *h, double x) {
+static void hist_add(sv_hist *h, double x) {
     int i = 0;
     while (i < SV_LAT_BUCKETS - 1 && x > lat_le[i]) i++;
     h->b[i]++;
@@ -74,10 +74,10 @@ void sv_metrics_request(kl_server *s, sv_req *r) {
     } else {
         sv_mstats *st = version_stats(r->model, r->ver ? r->ver->version : -1);
         st->requests[r->reason]++;
-        if (r->reason == SV_R_SUCCESS) sv_hist_add(&st->latency[r->level], total);
+        if (r->reason == SV_R_SUCCESS) hist_add(&st->latency[r->level], total);
         if (r->t_start) {
-            sv_hist_add(&st->queue, (r->t_start - r->t_enq) * 1e-9);
-            sv_hist_add(&st->compute, (r->t_end - r->t_start) * 1e-9);
+            hist_add(&st->queue, (r->t_start - r->t_enq) * 1e-9);
+            hist_add(&st->compute, (r->t_end - r->t_start) * 1e-9);
         }
         if (r->batch_size > 0 && r->reason == SV_R_SUCCESS) {
             int i = 0;

@@ -256,22 +256,6 @@ static void version_sig(const char *dir, char *out, size_t n) {
     kl_buf_free(&b);
 }
 
-/* meta.json: {"files": {"model.onnx": "<sha256>" | {"sha256": "..."}}} or
- * {"files": [{"path"|"name": "model.onnx", "sha256": "..."}]} or
- * {"sha256": {"model.onnx": "..."}}. Every listed file is verified. */
-static int check_one(const char *dir, const char *file, const char *want, kl_err *e) {
-    char p[1400], hex[65];
-    if (!file || !want) return kl_err_set(e, KL_EPARSE, "%s/meta.json: file entry without a name or sha256", dir);
-    if (strstr(file, "..") || file[0] == '/')
-        return kl_err_set(e, KL_EPARSE, "%s/meta.json: file '%s' is outside the version folder", dir, file);
-    snprintf(p, sizeof p, "%s/%s", dir, file);
-    int rc = kl_sha256_file_hex(p, hex, e);
-    if (rc) return rc;
-    if (strcasecmp(hex, want))
-        return kl_err_set(e, KL_ECHECKSUM, "%s: sha256 is %s, meta.json says %s", p, hex, want);
-    return KL_OK;
-}
-
 /* output.class_names: K names when the model's label was a string (the
  * index order of its outputs); anything else leaves labels as indices. */
 static void read_class_names(const cJSON *o, sv_version *v) {
@@ -318,23 +302,16 @@ static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err
     cJSON *root = j;
     read_postprocess(root, v);
     read_quality_ref(root, v);
-    cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
-    if (!files) files = cJSON_GetObjectItemCaseSensitive(root, "sha256");
-    if (cJSON_IsObject(files)) {
-        for (cJSON *f = files->child; f && !rc; f = f->next) {
-            const char *want = cJSON_IsString(f) ? f->valuestring
-                                                 : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "sha256"));
-            rc = check_one(dir, f->string, want, e);
-            (*nchecked)++;
-        }
-    } else if (cJSON_IsArray(files)) {
-        for (cJSON *f = files->child; f && !rc; f = f->next) {
-            const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
-            if (!name) name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "name"));
-            rc = check_one(dir, name, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "sha256")), e);
-            (*nchecked)++;
-        }
-    }
+    /* every file meta.json lists (any shape keel wrote: kl_manifest_files_read), by sha256 and size */
+    kl_manifest_files m;
+    rc = kl_manifest_files_read(root, p, &m, e);
+    if (rc == KL_ENOTFOUND) {
+        kl_err_clear(e);
+        rc = KL_OK;
+    } /* a version without a files list: nothing to check */
+    for (size_t i = 0; !rc && i < m.n; i++, (*nchecked)++)
+        rc = kl_manifest_file_verify(dir, &m.v[i], KL_VERIFY_SHA256, p, NULL, e);
+    kl_manifest_files_free(&m);
     cJSON_Delete(root);
     return rc;
 }

@@ -180,8 +180,6 @@ typedef struct {
     uint64_t probe_ok, probe_fail; /* warm-up and background health inferences */
 } sv_mstats;
 
-void sv_hist_add(sv_hist *h, double seconds);
-
 /* ==================================================================
  * Repository: models and versions (repo.c)
  * ================================================================== */
@@ -374,7 +372,7 @@ struct sv_loop {
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
     /* access log lines of this loop's requests not written yet: written in
-     * one go (sv_loop_log_flush) once the oldest is SV_LOG_FLUSH_NS old (a
+     * one go (http.c's loop_log_flush) once the oldest is SV_LOG_FLUSH_NS old (a
      * sleeping loop wakes for it), at SV_LOG_FLUSH_BYTES, and when the loop
      * stops (SIGTERM drain included) */
     kl_buf log;
@@ -383,8 +381,6 @@ struct sv_loop {
 };
 #define SV_LOG_FLUSH_NS 2000000LL
 #define SV_LOG_FLUSH_BYTES 16384
-/* Writes loop lp's buffered access log lines (its thread, or after it stopped). */
-void sv_loop_log_flush(sv_loop *lp);
 
 /* ==================================================================
  * The server
@@ -671,9 +667,6 @@ int sv_http_loops(const kl_serve_opts *o);
 #define SV_THREADS_PER_WORKER 1
 int sv_workers(const kl_serve_opts *o);
 int sv_threads_per_worker(const kl_serve_opts *o);
-int sv_http_start(kl_server *s, kl_err *e);
-void sv_http_stop(kl_server *s);
-void sv_req_resume(sv_req *r);
 /* Deep readiness: not draining and every model's versions probed fine
  * recently. reason (may be NULL) says why not. */
 int sv_ready(kl_server *s, char *reason, size_t n);

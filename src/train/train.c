@@ -630,15 +630,17 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
                       int best_used, double secs, const tr_dsinfo *dsi, int64_t run_id, kl_err *e) {
     const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml",     "metrics.csv",
                            "curves.svg", "card.md",           "features.json", "profile.json"};
-    cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
-    char p[4096], hex[65];
+    cJSON *j = cJSON_CreateObject();
+    char p[4096];
     int rc = KL_OK;
-    for (size_t i = 0; i < KL_ARRAY_LEN(files); i++) {
+    kl_manifest_files mf = {0};
+    for (size_t i = 0; i < KL_ARRAY_LEN(files) && !rc; i++) {
         snprintf(p, sizeof p, "%s/%s", out, files[i]);
-        if (!kl_path_exists(p)) continue;
-        if ((rc = kl_sha256_file_hex(p, hex, e))) goto done;
-        cJSON_AddStringToObject(fs, files[i], hex);
+        if (kl_path_exists(p)) rc = kl_manifest_add(&mf, out, files[i], e);
     }
+    if (!rc) rc = kl_manifest_write(&mf, j, e);
+    kl_manifest_files_free(&mf);
+    if (rc) goto done;
     cJSON_AddStringToObject(j, "format", "keel-model-1");
     cJSON_AddStringToObject(j, "code_version", KEEL_VERSION " (" KEEL_GIT_COMMIT ")");
     cJSON_AddNumberToObject(j, "seed", (double)s->seed);
