@@ -72,11 +72,21 @@ extern const kl_op kl__ops_random[];  /* Random*, Bernoulli, ai.onnx.preview.tra
 extern const kl_op kl__ops_control[]; /* If, Loop, Scan (ops_control.c) */
 extern const kl_op kl__ops_rnn[];     /* RNN, GRU, LSTM (ops_rnn.c) */
 extern const kl_op kl__ops_seq[];     /* sequence and optional ops (ops_seq.c) */
+extern const kl_op kl__ops_quant[];   /* quantized ops and keel::QConv/QGemm (ops_quant.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path
  * applies. (ops_nn.c) */
 int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e);
+/* Conv geometry of n from X = in[0], W = in[1] (its shape only), the
+ * attributes (kernel_shape, strides, dilations, pads, auto_pad, group) and
+ * a bias in[2] of M entries when n_in > 2; kl_conv_prepare'd, packed_w =
+ * n->priv. Errors name the node. (ops_nn.c) */
+int kl__conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e);
+/* Packs the constant weights of a quantized op (QLinearConv, ConvInteger,
+ * QLinearMatMul/MatMulInteger with a 2-D B, keel::QConv/QGemm) into n->priv
+ * (ops_quant.c); called by kl__prepack_node. */
+int kl__quant_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
 /* keel::NchwcConv: weights packed for the blocked kernel into n->priv (ops_nchwc.c). */
 int kl__nchwc_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
 /* 0 when a KL_OP_SAMPLEWISE node, run sample by sample, would not give the
