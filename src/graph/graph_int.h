@@ -93,6 +93,9 @@ int kl__nchwc_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
  * bits of the run over the whole batch (in: the full-batch shapes), e.g. an
  * NchwcConv whose kernel choice depends on the batch (ops_nchwc.c). */
 int kl__op_sample_ok(kl_gnode *n, kl_tensor *const *in, int n_in);
+/* The QDQ fusion pass (qdq.c): DQ -> Conv/MatMul/Gemm/Add -> Q chains to
+ * the int8 ops; run by kl_graph_optimize before constant folding. */
+int kl__pass_qdq(kl_graph *g, int *changed, kl_err *e);
 /* The NCHWc pass (nchwc.c): run by kl_graph_optimize after the fusions. */
 int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e);
 /* Pass helpers (passes.c): a live node of the default ONNX domain with this

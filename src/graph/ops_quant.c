@@ -3,9 +3,10 @@
  * axis, int8/uint8; int32 for DequantizeLinear), DynamicQuantizeLinear,
  * QLinearMatMul, MatMulInteger, QLinearConv, ConvInteger, and the keel ops
  * the QDQ fusion pass (qdq.c) writes: keel::QAdd (DQ + DQ -> Add -> Q in the
- * float operations of the unfused graph) and the `_act` attribute of
- * QLinearConv/QLinearMatMul (a Relu fused before the Q: the output clamped
- * at the zero point, exact). Constant weights are packed once at load
+ * float operations of the unfused graph), the `_qlo`/`_qhi` attributes of
+ * QLinearConv/QLinearMatMul/keel::QAdd (a Relu or Clip fused before the Q:
+ * the output clamped to the quantized bounds, exact since Q is monotone)
+ * and a 9th input of QLinearMatMul, an int32 bias per column (a Gemm's). Constant weights are packed once at load
  * (kl__quant_prepack), otherwise per run into the workspace.
  *
  * Requantization is ONNX Runtime's: multiplier = x_scale * w_scale[c] /
@@ -45,6 +46,13 @@ static int check_par(kl_gnode *n, const char *what, const kl_tensor *s, const kl
         return kl__fail_node(e, n, KL_ESHAPE, "opset %d: %s zero point has %lld entries, its scale %lld", n->opset,
                              what, (long long)kl_tensor_numel(z), (long long)c);
     return KL_OK;
+}
+
+/* A fused activation (Relu, Clip) before the Q as bounds in the output's
+ * quantized domain: attributes _qlo/_qhi (qdq.c), narrowing [lo, hi]. */
+static void clamp_of(const kl_gnode *n, int32_t *lo, int32_t *hi) {
+    *lo = (int32_t)KL_MAX(*lo, kl_gnode_attr_int(n, "_qlo", *lo));
+    *hi = (int32_t)KL_MIN(*hi, kl_gnode_attr_int(n, "_qhi", *hi));
 }
 
 static const kl_tensor *opt_in(kl_tensor *const *in, int n_in, int i) { return i < n_in ? in[i] : NULL; }
@@ -170,7 +178,7 @@ static int dyn_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 
 /* The inputs of a quantized matmul in one form. */
 typedef struct {
-    const kl_tensor *a, *b, *as, *az, *bs, *bz, *ys, *yz;
+    const kl_tensor *a, *b, *as, *az, *bs, *bz, *ys, *yz, *bias;
     int linear; /* QLinearMatMul (requantized output) vs MatMulInteger (int32) */
 } qmm;
 
@@ -180,6 +188,7 @@ static qmm qmm_of(kl_gnode *n, kl_tensor *const *in, int n_in) {
     q.a = in[0];
     if (q.linear) {
         q.as = in[1], q.az = in[2], q.b = in[3], q.bs = in[4], q.bz = in[5], q.ys = in[6], q.yz = in[7];
+        q.bias = opt_in(in, n_in, 8);
     } else {
         q.b = in[1], q.az = opt_in(in, n_in, 2), q.bz = opt_in(in, n_in, 3);
     }
@@ -219,6 +228,9 @@ static int qmm_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out
         if (kl_tensor_numel(q.as) != 1)
             return kl__fail_node(e, n, KL_EUNSUPPORTED, "opset %d: per-row a scale is not supported", n->opset);
         if (!q.yz) return kl__fail_node(e, n, KL_EPARSE, "opset %d: y_zero_point is missing", n->opset);
+        if (q.bias && (q.bias->dtype != KL_I32 || q.bias->rank != 1 || q.bias->dims[0] != N))
+            return kl__fail_node(e, n, KL_ESHAPE, "opset %d: bias must be int32 of %lld entries", n->opset,
+                                 (long long)N);
     }
     if ((rc = zp_dtype(n, "a", q.az, q.a, M, e)) || (rc = zp_dtype(n, "b", q.bz, q.b, N, e))) return rc;
     if (q.linear && q.az && kl_tensor_numel(q.az) != 1)
@@ -285,9 +297,9 @@ static int qmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     o.ysm = N, o.ysn = 1;
     if (q.linear) {
         o.mult = mult, o.mult_per_col = per_col, o.ydt = Y->dtype, o.yzp = zp_at(q.yz, 0);
+        o.bias = q.bias ? q.bias->data : NULL;
         o.lo = Y->dtype == KL_I8 ? -128 : 0, o.hi = Y->dtype == KL_I8 ? 127 : 255;
-        int64_t act = kl_gnode_attr_int(n, "_act", 0); /* a fused Relu: clamp at the zero point */
-        if (act == 1) o.lo = KL_MAX(o.lo, o.yzp);
+        clamp_of(n, &o.lo, &o.hi);
     }
     size_t es = kl_dtype_size(Y->dtype);
     for (int64_t bt = 0; bt < batch; bt++) {
@@ -385,7 +397,7 @@ static int qcv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
         for (int64_t c = 0; c < p.M; c++) mult[c] = xs[0] * wsc[pc ? c : 0] / ys[0];
         o.mult = mult, o.mult_per_col = 1, o.y = Y->data, o.ydt = Y->dtype, o.yzp = zp_at(q.yz, 0);
         o.lo = Y->dtype == KL_I8 ? -128 : 0, o.hi = Y->dtype == KL_I8 ? 127 : 255;
-        if (kl_gnode_attr_int(n, "_act", 0) == 1) o.lo = KL_MAX(o.lo, o.yzp); /* fused Relu */
+        clamp_of(n, &o.lo, &o.hi);
         o.bias = q.bias ? q.bias->data : NULL;
     } else {
         o.c = Y->data;
@@ -403,7 +415,7 @@ static int qcv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 /* ================================================================== *
  * keel::QAdd: Q(DQ(a) + DQ(b)) with the unfused graph's float operations
  * (inputs a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp; per tensor;
- * same shapes; `_act` 1: a Relu before the Q)
+ * same shapes; _qlo/_qhi: a fused Relu/Clip)
  * ================================================================== */
 
 static int qadd_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
@@ -422,20 +434,19 @@ static int qadd_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 typedef struct {
     const void *a, *b;
     void *y;
-    int au, yu, relu;
-    int32_t az, bz, yz;
+    int au, yu;
+    int32_t az, bz, yz, lo, hi;
     float as, bs, ys;
     int64_t n;
 } qadd_ctx;
 
 static void qadd_range(void *ctx, size_t b0, size_t b1, int chunk) {
     const qadd_ctx *c = ctx;
-    int32_t lo = c->yu ? 0 : -128, hi = c->yu ? 255 : 127;
+    int32_t lo = c->lo, hi = c->hi;
     for (int64_t i = (int64_t)b0 * 4096; i < KL_MIN(c->n, (int64_t)b1 * 4096); i++) {
         int32_t av = c->au ? ((const uint8_t *)c->a)[i] : ((const int8_t *)c->a)[i];
         int32_t bv = c->au ? ((const uint8_t *)c->b)[i] : ((const int8_t *)c->b)[i];
         float v = (float)(av - c->az) * c->as + (float)(bv - c->bz) * c->bs;
-        if (c->relu && v < 0.0f) v = 0.0f;
         float q = rintf(v / c->ys) + (float)c->yz;
         int32_t r = q < (float)lo ? lo : q > (float)hi ? hi : (int32_t)q;
         if (c->yu) ((uint8_t *)c->y)[i] = (uint8_t)r;
@@ -450,14 +461,17 @@ static int qadd_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *cons
                   out[0]->data,
                   in[0]->dtype == KL_U8,
                   out[0]->dtype == KL_U8,
-                  kl_gnode_attr_int(n, "_act", 0) == 1,
                   zp_at(in[2], 0),
                   zp_at(in[5], 0),
                   zp_at(in[7], 0),
+                  0,
+                  0,
                   *(const float *)in[1]->data,
                   *(const float *)in[4]->data,
                   *(const float *)in[6]->data,
                   kl_tensor_numel(in[0])};
+    c.lo = c.yu ? 0 : -128, c.hi = c.yu ? 255 : 127;
+    clamp_of(n, &c.lo, &c.hi);
     kl_pool_parallel_for(x->pool, (size_t)((c.n + 4095) / 4096), 1, qadd_range, &c);
     return KL_OK;
 }
@@ -504,15 +518,16 @@ int kl__quant_prepack(kl_graph *g, kl_gnode *n, kl_err *e) {
  * ================================================================== */
 
 static const char *const a_q[] = {"axis", "saturate", NULL};
-static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "_act", NULL};
-static const char *const a_mm[] = {"_act", NULL};
+static const char *const a_conv[] = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides",
+                                     "_qlo",     "_qhi",      NULL};
+static const char *const a_mm[] = {"_qlo", "_qhi", NULL};
 static const char *const a_none[] = {NULL};
 
 const kl_op kl__ops_quant[] = {
     {"QuantizeLinear", "", 10, 20, 2, 3, 1, 1, a_q, NULL, q_infer, q_run, 0},
     {"DequantizeLinear", "", 10, 20, 2, 3, 1, 1, a_q, NULL, dq_infer, dq_run, 0},
     {"DynamicQuantizeLinear", "", 11, 20, 1, 1, 3, 3, a_none, NULL, dyn_infer, dyn_run, 0},
-    {"QLinearMatMul", "", 10, 20, 8, 8, 1, 1, a_mm, NULL, qmm_infer, qmm_run, 0},
+    {"QLinearMatMul", "", 10, 20, 8, 9, 1, 1, a_mm, NULL, qmm_infer, qmm_run, 0},
     {"MatMulInteger", "", 10, 20, 2, 4, 1, 1, a_none, NULL, qmm_infer, qmm_run, 0},
     {"QLinearConv", "", 10, 20, 8, 9, 1, 1, a_conv, NULL, qcv_infer, qcv_run, 0},
     {"ConvInteger", "", 10, 20, 2, 4, 1, 1, a_conv, NULL, qcv_infer, qcv_run, 0},

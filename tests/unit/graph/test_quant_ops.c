@@ -133,7 +133,7 @@ static void qlconv_case(int relu) {
     ktg_attr_ints(g, k, "pads", 4, pads);
     ktg_attr_ints(g, k, "strides", 2, st);
     ktg_attr_i(g, k, "group", 2);
-    if (relu) ktg_attr_i(g, k, "_act", 1);
+    if (relu) ktg_attr_i(g, k, "_qlo", yz), ktg_attr_i(g, k, "_qhi", 100);
     ktg_io(g, "y", 1);
     kl_tensor *X = ktg_tensor(KL_I8, 4, dx, NULL);
     for (int i = 0; i < 2 * 4 * 42; i++) ktg_set(X, i, (int)(ktg_rand() * 256) - 128);
@@ -159,6 +159,7 @@ static void qlconv_case(int relu) {
                     float mult = xs * (float)ktg_get(WS, m) / ys;
                     int32_t q = sat(nearbyint((double)((float)acc * mult)) + yz, 1);
                     if (relu && q < yz) q = yz;
+                    if (relu && q > 100) q = 100;
                     KT_EQ_INT(ktg_get(out[0], ((n * 6 + m) * OH + oh) * OW + ow), q);
                 }
     kl_tensor_free(out[0]), kl_tensor_free(X);
