@@ -585,7 +585,8 @@ int kl_qgemm_level(void);
  * gives the per-channel arrays for channel 0 (kl_qconv offsets them by the
  * group's first channel) and ysm/ysn are ignored (NCHW output written). */
 size_t kl_qconv_packed_bytes(const kl_conv_params *p);
-void kl_qconv_pack(const kl_conv_params *p, const void *w, int w_unsigned, void *dst);
+/* KL_ENOMEM when its scratch cannot be had. */
+int kl_qconv_pack(const kl_conv_params *p, const void *w, int w_unsigned, void *dst, kl_err *e);
 /* Workspace bytes for kl_qconv (independent of the thread count). */
 size_t kl_qconv_workspace_bytes(const kl_conv_params *p);
 /* wz: weight zero points in the weights' dtype (w_unsigned: uint8; M

@@ -384,7 +384,7 @@ static int qcv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
     const void *pw = n->priv;
     int wu = q.w->dtype == KL_U8;
     if (!pw) {
-        kl_qconv_pack(&p, q.w->data, wu, w);
+        if ((rc = kl_qconv_pack(&p, q.w->data, wu, w, e))) return kl__fail_node(e, n, rc, "out of memory");
         pw = w;
         w += al64(kl_qconv_packed_bytes(&p));
     }
@@ -507,7 +507,10 @@ int kl__quant_prepack(kl_graph *g, kl_gnode *n, kl_err *e) {
     void *pk = kl_mem_alloc_e(bytes, KL_TAG_PARAMS, e);
     if (!pk) return e ? e->code : KL_ENOMEM;
     if (lin_mm || int_mm) kl_qgemm_pack_b(W->dims[0], W->dims[1], W->data, W->dtype == KL_U8, W->dims[1], 1, pk);
-    else kl_qconv_pack(&p, W->data, W->dtype == KL_U8, pk);
+    else if (kl_qconv_pack(&p, W->data, W->dtype == KL_U8, pk, e)) {
+        kl_mem_free(pk);
+        return KL_ENOMEM;
+    }
     n->priv = pk;
     n->priv_free = packed_free;
     return KL_OK;

@@ -4,10 +4,14 @@
  *   - depthwise (group == C == M): a direct kernel per channel plane over a
  *     zero-point-padded int16 copy of the plane (x - xz), int32 sums in tap
  *     order;
- *   - otherwise per image and group an im2col into rows of output positions
- *     (uint8, pads = the zero point, K rounded up to 4) and kl__qgemm with
- *     the weights packed once (kl_qgemm_pack_b per group), output channel =
- *     GEMM column, written straight into the NCHW output.
+ *   - otherwise per image: one strided copy into a zero-point-padded NHWC
+ *     image (uint8; int8 flipped by 0x80), then per group an im2col whose
+ *     rows are output positions and k = (tap, channel) — one memcpy of the
+ *     group's channels per tap (none at all for a 1x1 stride-1 conv: the
+ *     NHWC image is the A matrix) — and kl__qgemm with the weights packed
+ *     once in that k order (kl_qgemm_pack_b per group), writing rows of
+ *     output channels (the vector epilogue) into an NHWC buffer that one
+ *     strided copy turns into the NCHW output.
  * Integer sums are exact, so the results do not depend on the path's
  * blocking or the thread count. */
 #include "keel/tensor.h"
@@ -50,38 +54,76 @@ size_t kl_qconv_packed_bytes(const kl_conv_params *p) {
 
 /* Weights (M, C/group, k...). Depthwise: int16 copies; else per group
  * B (K x Mg) with B[k][n] = w[(g*Mg + n)*K + k]. */
-void kl_qconv_pack(const kl_conv_params *p, const void *w, int w_unsigned, void *dst) {
+int kl_qconv_pack(const kl_conv_params *p, const void *w, int w_unsigned, void *dst, kl_err *e) {
     qgeo g;
     geo_of(p, &g);
     if (is_dw(p)) {
         int16_t *d = dst;
         for (int64_t i = 0; i < p->M * g.kvol; i++)
             d[i] = w_unsigned ? (int16_t)((const uint8_t *)w)[i] : (int16_t)((const int8_t *)w)[i];
-        return;
+        return KL_OK;
     }
-    int64_t K = group_k(p, &g), Mg = p->M / p->group;
+    int64_t K = group_k(p, &g), Mg = p->M / p->group, Cg = p->C / p->group;
     size_t gb = kl_qgemm_packed_bytes(K, Mg);
+    /* w (M, Cg, taps) -> (M, taps, Cg): k = tap * Cg + c, the im2col order */
+    uint8_t *t = kl_mem_alloc_e((size_t)(p->M * K), KL_TAG_WORKSPACE, e);
+    if (!t) return KL_ENOMEM;
+    for (int64_t m = 0; m < p->M; m++)
+        for (int64_t c = 0; c < Cg; c++)
+            for (int64_t k = 0; k < g.kvol; k++)
+                t[(m * g.kvol + k) * Cg + c] = ((const uint8_t *)w)[(m * Cg + c) * g.kvol + k];
     for (int64_t gi = 0; gi < p->group; gi++)
-        kl_qgemm_pack_b(K, Mg, (const char *)w + gi * Mg * K, w_unsigned, 1, K, (char *)dst + gi * gb);
+        kl_qgemm_pack_b(K, Mg, t + gi * Mg * K, w_unsigned, 1, K, (char *)dst + gi * gb);
+    kl_mem_free(t);
+    return KL_OK;
+}
+
+/* The padded NHWC image: every tap of every output inside it. */
+static void padded_dims(const qgeo *g, int64_t *pd) {
+    for (int i = 0; i < 3; i++) {
+        int64_t need = (g->out[i] - 1) * g->s[i] + (g->k[i] - 1) * g->d[i] + 1;
+        pd[i] = KL_MAX(need, g->in[i] + g->pb[i]);
+    }
+}
+
+/* 1x1, stride 1, no padding, one group, C a multiple of 4: A is the image. */
+static int direct_a(const kl_conv_params *p, const qgeo *g) {
+    return g->kvol == 1 && p->group == 1 && p->C % 4 == 0 && g->s[0] * g->s[1] * g->s[2] == 1 &&
+        g->pb[0] + g->pb[1] + g->pb[2] == 0 && g->out[0] * g->out[1] * g->out[2] == g->ivol;
+}
+
+/* Workspace layout: padded image, im2col rows, NHWC output (int32-sized). */
+typedef struct {
+    size_t img, a, t, total;
+} qws;
+
+static qws ws_layout(const kl_conv_params *p, const qgeo *g) {
+    int64_t pd[3];
+    padded_dims(g, pd);
+    qws w;
+    w.img = (size_t)(pd[0] * pd[1] * pd[2] * p->C + 64 + 63) / 64 * 64;
+    w.a = direct_a(p, g) ? 0 : (size_t)(g->ovol * round4(group_k(p, g)) + 63) / 64 * 64;
+    w.t = (size_t)(g->ovol * p->M) * 4;
+    w.total = w.img + w.a + w.t + 64;
+    return w;
 }
 
 size_t kl_qconv_workspace_bytes(const kl_conv_params *p) {
     qgeo g;
     geo_of(p, &g);
     if (is_dw(p)) return 0; /* per-chunk planes come from the allocator */
-    return (size_t)(g.ovol * round4(group_k(p, &g))) + 64;
+    return ws_layout(p, &g).total;
 }
 
 /* ==================================================================
- * im2col: row = output position, k = (c, kd, kh, kw), uint8 (int8 input
- * flipped by 0x80), pads = the zero point, [K, Kp) zero
+ * im2col over the padded NHWC image: row = output position, k = (tap,
+ * channel of the group), [K, Kp) zero
  * ================================================================== */
 
 typedef struct {
     const qgeo *g;
-    const uint8_t *x; /* the group's first channel plane */
-    int64_t Cg, Kp;
-    uint8_t flip, padv;
+    const uint8_t *img; /* padded NHWC, channels C; the group's first channel */
+    int64_t pd[3], C, Cg, Kp;
     uint8_t *a;
 } i2c;
 
@@ -93,23 +135,15 @@ static void im2col_rows(void *ctx, size_t b, size_t e, int chunk) {
         int64_t o2 = (int64_t)pos % g->out[2], o1 = (int64_t)pos / g->out[2] % g->out[1],
                 o0 = (int64_t)pos / (g->out[2] * g->out[1]);
         uint8_t *d = c->a + (int64_t)pos * c->Kp;
-        int64_t k = 0;
-        for (int64_t ch = 0; ch < c->Cg; ch++) {
-            const uint8_t *xp = c->x + ch * g->ivol;
-            for (int64_t k0 = 0; k0 < g->k[0]; k0++) {
-                int64_t i0 = o0 * g->s[0] - g->pb[0] + k0 * g->d[0];
-                for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
-                    int64_t i1 = o1 * g->s[1] - g->pb[1] + k1 * g->d[1];
-                    int row_ok = i0 >= 0 && i0 < g->in[0] && i1 >= 0 && i1 < g->in[1];
-                    const uint8_t *xr = xp + (i0 * g->in[1] + i1) * g->in[2];
-                    for (int64_t k2 = 0; k2 < g->k[2]; k2++) {
-                        int64_t i2 = o2 * g->s[2] - g->pb[2] + k2 * g->d[2];
-                        d[k++] = row_ok && i2 >= 0 && i2 < g->in[2] ? (uint8_t)(xr[i2] ^ c->flip) : c->padv;
-                    }
-                }
+        for (int64_t k0 = 0; k0 < g->k[0]; k0++)
+            for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
+                const uint8_t *row =
+                    c->img + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
+                for (int64_t k2 = 0; k2 < g->k[2]; k2++, d += c->Cg)
+                    memcpy(d, row + (o2 * g->s[2] + k2 * g->d[2]) * c->C, (size_t)c->Cg);
             }
-        }
-        for (; k < c->Kp; k++) d[k] = 0;
+        int64_t used = g->kvol * c->Cg;
+        memset(c->a + (int64_t)pos * c->Kp + used, 0, (size_t)(c->Kp - used));
     }
 }
 
@@ -228,17 +262,19 @@ static int run_dw(const kl_conv_params *p, const qgeo *g, const void *x, int x_u
  * ================================================================== */
 
 /* o for image n, group gi: per-channel arrays from the group's first
- * channel, NCHW output (row = position, column = channel). */
-static kl_qgemm_out group_out(const kl_conv_params *p, const qgeo *g, const kl_qgemm_out *o, int64_t n, int64_t gi) {
+ * channel, rows of M channels in the NHWC buffer t. */
+static kl_qgemm_out group_out(const kl_conv_params *p, const kl_qgemm_out *o, void *t, int64_t gi) {
     kl_qgemm_out r = *o;
-    int64_t Mg = p->M / p->group, c0 = gi * Mg, off = (n * p->M + c0) * g->ovol;
+    int64_t Mg = p->M / p->group, c0 = gi * Mg;
+    size_t es = o->c ? 4 : o->yf ? 4 : 1;
     if (r.bias) r.bias += c0;
     if (r.mult && r.mult_per_col) r.mult += c0;
     if (r.fbias) r.fbias += c0;
-    if (r.c) r.c += off;
-    if (r.yf) r.yf += off;
-    if (r.y) r.y = (char *)r.y + off;
-    r.ysm = 1, r.ysn = g->ovol;
+    char *tc = (char *)t + (size_t)c0 * es;
+    if (r.c) r.c = (int32_t *)tc;
+    else if (r.yf) r.yf = (float *)tc;
+    else r.y = tc;
+    r.ysm = p->M, r.ysn = 1;
     return r;
 }
 
@@ -248,31 +284,51 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
     geo_of(p, &g);
     if (p->N <= 0 || g.ovol <= 0 || p->M <= 0) return KL_OK;
     if (is_dw(p)) return run_dw(p, &g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, pool, e);
-    int64_t K = group_k(p, &g), Kp = round4(K), Mg = p->M / p->group, Cg = p->C / p->group;
-    size_t gb = kl_qgemm_packed_bytes(K, Mg);
+    int64_t K = group_k(p, &g), Kp = round4(K), Mg = p->M / p->group, Cg = p->C / p->group, pd[3];
+    size_t gb = kl_qgemm_packed_bytes(K, Mg), es = o->c || o->yf ? 4 : 1;
+    padded_dims(&g, pd);
+    qws L = ws_layout(p, &g);
     void *own = NULL;
     if (!ws) {
-        ws = own = kl_mem_alloc_e(kl_qconv_workspace_bytes(p), KL_TAG_WORKSPACE, e);
+        ws = own = kl_mem_alloc_e(L.total, KL_TAG_WORKSPACE, e);
         if (!ws) return KL_ENOMEM;
     }
-    int esz = 1;
+    uint8_t *img = ws, *a = img + L.img;
+    void *t = (char *)ws + L.img + L.a;
     int32_t za = x_unsigned ? xz : xz + 128;
+    int direct = direct_a(p, &g);
     int rc = KL_OK;
-    for (int64_t n = 0; n < p->N && !rc; n++)
+    for (int64_t n = 0; n < p->N && !rc; n++) {
+        /* the image, NCHW -> padded NHWC (pads = the zero point), int8 flipped to uint8 */
+        size_t ibytes = (size_t)(pd[0] * pd[1] * pd[2] * p->C);
+        memset(img, (uint8_t)(x_unsigned ? xz : (int8_t)xz), ibytes);
+        int64_t cd[4] = {g.in[0], g.in[1], g.in[2], p->C};
+        int64_t ss[4] = {g.in[1] * g.in[2], g.in[2], 1, g.ivol};
+        int64_t ds[4] = {pd[1] * pd[2] * p->C, pd[2] * p->C, p->C, 1};
+        uint8_t *dst = img + ((g.pb[0] * pd[1] + g.pb[1]) * pd[2] + g.pb[2]) * p->C;
+        kl_copy_strided(1, 4, cd, (const uint8_t *)x + n * p->C * g.ivol, ss, dst, ds, pool);
+        if (!x_unsigned)
+            for (size_t i = 0; i < ibytes; i++) img[i] ^= 0x80;
         for (int64_t gi = 0; gi < p->group && !rc; gi++) {
-            i2c c = {&g,
-                     (const uint8_t *)x + (n * p->C + gi * Cg) * g.ivol * esz,
-                     Cg,
-                     Kp,
-                     (uint8_t)(x_unsigned ? 0 : 0x80),
-                     (uint8_t)za,
-                     ws};
-            kl_pool_parallel_for(pool, (size_t)g.ovol, 64, im2col_rows, &c);
-            kl_qgemm_out go = group_out(p, &g, o, n, gi);
+            const uint8_t *arows = img;
+            int64_t lda = p->C;
+            if (!direct) {
+                i2c c = {&g, img + gi * Cg, {pd[0], pd[1], pd[2]}, p->C, Cg, Kp, a};
+                kl_pool_parallel_for(pool, (size_t)g.ovol, 16, im2col_rows, &c);
+                arows = a, lda = Kp;
+            }
+            kl_qgemm_out go = group_out(p, o, t, gi);
             const void *wzg = wz && wz_per_ch ? (const char *)wz + gi * Mg : wz;
-            rc = kl__qgemm(g.ovol, Mg, K, ws, 1, Kp, 1, za, (const char *)packed_w + gi * gb, wzg, wz_per_ch, &go, pool,
-                           e);
+            rc = kl__qgemm(g.ovol, Mg, K, arows, 1, lda, 1, za, (const char *)packed_w + gi * gb, wzg, wz_per_ch, &go,
+                           pool, e);
         }
+        /* NHWC t -> NCHW output of image n */
+        void *yo = o->c ? (void *)(o->c + n * p->M * g.ovol)
+            : o->yf     ? (void *)(o->yf + n * p->M * g.ovol)
+                        : (void *)((char *)o->y + n * p->M * g.ovol);
+        int64_t td[2] = {p->M, g.ovol}, ts[2] = {1, p->M}, ys[2] = {g.ovol, 1};
+        kl_copy_strided(es, 2, td, t, ts, yo, ys, pool);
+    }
     kl_mem_free(own);
     return rc;
 }

@@ -175,7 +175,7 @@ static void conv_case(int64_t N, int64_t C, int64_t M, int64_t group, int64_t H,
     kl_conv_params p = {0};
     p.nsp = 2, p.N = N, p.C = C, p.M = M, p.group = group, p.in[0] = H, p.in[1] = W;
     p.k[0] = p.k[1] = k, p.stride[0] = p.stride[1] = s, p.dilation[0] = p.dilation[1] = d;
-    p.pad_begin[0] = p.pad_begin[1] = pad, p.pad_end[0] = pad + 1, p.pad_end[1] = pad;
+    p.pad_begin[0] = p.pad_begin[1] = pad, p.pad_end[0] = pad ? pad + 1 : 0, p.pad_end[1] = pad;
     kl_err e = {0};
     KT_OK(kl_conv_prepare(&p, &e), &e);
     int64_t OH = p.out[0], OW = p.out[1], Cg = C / group, Mg = M / group;
@@ -187,7 +187,7 @@ static void conv_case(int64_t N, int64_t C, int64_t M, int64_t group, int64_t H,
     uint8_t wz[64];
     for (int i = 0; i < 64; i++) wz[i] = (uint8_t)(wu ? 120 + i % 9 : i % 5);
     void *pw = malloc(kl_qconv_packed_bytes(&p));
-    kl_qconv_pack(&p, w, wu, pw);
+    KT_OK(kl_qconv_pack(&p, w, wu, pw, &e), &e);
     int32_t *y = malloc((size_t)ny * 4), *y2 = malloc((size_t)ny * 4);
     for (int th = 1; th <= 2; th++) {
         kl_qgemm_out o = {0};
@@ -227,6 +227,7 @@ KL_TEST(tensor_qconv_vs_ref) {
             conv_case(2, 16, 16, 16, 9, 9, 3, 2, 1, 1, xu, wu);
             conv_case(1, 6, 6, 6, 8, 13, 5, 1, 2, 2, xu, wu);
             conv_case(1, 7, 33, 1, 6, 5, 1, 1, 1, 0, xu, wu);
+            conv_case(3, 8, 20, 1, 5, 6, 1, 1, 1, 0, xu, wu); /* 1x1: the image is A */
             if (kt_failed()) return;
         }
 }
