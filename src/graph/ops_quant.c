@@ -415,38 +415,62 @@ static int qcv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 /* ================================================================== *
  * keel::QAdd: Q(DQ(a) + DQ(b)) with the unfused graph's float operations
  * (inputs a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp; per tensor;
- * same shapes; _qlo/_qhi: a fused Relu/Clip)
+ * NumPy broadcasting; _qlo/_qhi: a fused Relu/Clip). One shape: one pass;
+ * otherwise a and b are dequantized into the workspace and added by
+ * kl_binary_f32 (the same float operations per element).
  * ================================================================== */
+
+static int same_dims(const kl_tensor *a, const kl_tensor *b) {
+    return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank);
+}
 
 static int qadd_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     const kl_tensor *a = in[0], *b = in[3];
-    int rc;
+    int rc, r;
+    int64_t d[KL_MAX_DIMS];
     if ((rc = check_par(n, "a", in[1], in[2], 0, 0, e)) || (rc = check_par(n, "b", in[4], in[5], 0, 0, e)) ||
         (rc = check_par(n, "y", in[6], in[7], 0, 0, e)))
         return rc;
-    if (!is_q8(a->dtype) || a->dtype != b->dtype || a->rank != b->rank ||
-        memcmp(a->dims, b->dims, sizeof(int64_t) * (size_t)a->rank))
-        return kl__fail_node(e, n, KL_ESHAPE, "inputs must be int8/uint8 of one shape");
-    kl__set_shape(&out[0], in[7] ? in[7]->dtype : KL_U8, a->rank, a->dims);
+    if (!is_q8(a->dtype) || !is_q8(b->dtype))
+        return kl__fail_node(e, n, KL_ETYPE, "inputs are %s and %s (int8 or uint8)", kl_dtype_name(a->dtype),
+                             kl_dtype_name(b->dtype));
+    if ((in[2] && in[2]->dtype != a->dtype) || (in[5] && in[5]->dtype != b->dtype))
+        return kl__fail_node(e, n, KL_ETYPE, "zero points differ in dtype from their inputs");
+    if (kl_broadcast_shape(a->rank, a->dims, b->rank, b->dims, &r, d, e)) {
+        char m[600];
+        snprintf(m, sizeof m, "%s", e ? e->msg : "");
+        return kl__fail_node(e, n, KL_ESHAPE, "%s", m);
+    }
+    kl__set_shape(&out[0], in[7] ? in[7]->dtype : KL_U8, r, d);
+    if (!same_dims(a, b)) {
+        int64_t ny = 1;
+        for (int i = 0; i < r; i++) ny *= d[i];
+        *ws = al64((size_t)kl_tensor_numel(a) * 4) + al64((size_t)kl_tensor_numel(b) * 4) + al64((size_t)ny * 4);
+    }
     return KL_OK;
 }
 
 typedef struct {
     const void *a, *b;
+    const float *f; /* the float sums (broadcast path), else NULL */
     void *y;
-    int au, yu;
+    int au, bu, yu;
     int32_t az, bz, yz, lo, hi;
     float as, bs, ys;
     int64_t n;
 } qadd_ctx;
 
+static inline int32_t q8_at(const void *p, int u, int64_t i) {
+    return u ? ((const uint8_t *)p)[i] : ((const int8_t *)p)[i];
+}
+
 static void qadd_range(void *ctx, size_t b0, size_t b1, int chunk) {
     const qadd_ctx *c = ctx;
     int32_t lo = c->lo, hi = c->hi;
     for (int64_t i = (int64_t)b0 * 4096; i < KL_MIN(c->n, (int64_t)b1 * 4096); i++) {
-        int32_t av = c->au ? ((const uint8_t *)c->a)[i] : ((const int8_t *)c->a)[i];
-        int32_t bv = c->au ? ((const uint8_t *)c->b)[i] : ((const int8_t *)c->b)[i];
-        float v = (float)(av - c->az) * c->as + (float)(bv - c->bz) * c->bs;
+        float v = c->f
+            ? c->f[i]
+            : (float)(q8_at(c->a, c->au, i) - c->az) * c->as + (float)(q8_at(c->b, c->bu, i) - c->bz) * c->bs;
         float q = rintf(v / c->ys) + (float)c->yz;
         int32_t r = q < (float)lo ? lo : q > (float)hi ? hi : (int32_t)q;
         if (c->yu) ((uint8_t *)c->y)[i] = (uint8_t)r;
@@ -456,22 +480,24 @@ static void qadd_range(void *ctx, size_t b0, size_t b1, int chunk) {
 
 static int qadd_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
                     kl_err *e) {
-    qadd_ctx c = {in[0]->data,
-                  in[3]->data,
-                  out[0]->data,
-                  in[0]->dtype == KL_U8,
-                  out[0]->dtype == KL_U8,
-                  zp_at(in[2], 0),
-                  zp_at(in[5], 0),
-                  zp_at(in[7], 0),
-                  0,
-                  0,
-                  *(const float *)in[1]->data,
-                  *(const float *)in[4]->data,
-                  *(const float *)in[6]->data,
-                  kl_tensor_numel(in[0])};
+    const kl_tensor *A = in[0], *B = in[3];
+    qadd_ctx c = {0};
+    c.a = A->data, c.b = B->data, c.y = out[0]->data;
+    c.au = A->dtype == KL_U8, c.bu = B->dtype == KL_U8, c.yu = out[0]->dtype == KL_U8;
+    c.az = zp_at(in[2], 0), c.bz = zp_at(in[5], 0), c.yz = zp_at(in[7], 0);
+    c.as = *(const float *)in[1]->data, c.bs = *(const float *)in[4]->data, c.ys = *(const float *)in[6]->data;
+    c.n = kl_tensor_numel(out[0]);
     c.lo = c.yu ? 0 : -128, c.hi = c.yu ? 255 : 127;
     clamp_of(n, &c.lo, &c.hi);
+    if (!same_dims(A, B)) {
+        int64_t na = kl_tensor_numel(A), nb = kl_tensor_numel(B);
+        float *fa = x->ws, *fb = (float *)((char *)fa + al64((size_t)na * 4)),
+              *fy = (float *)((char *)fb + al64((size_t)nb * 4));
+        kl_dequantize_f32(A->data, A->dtype, 1, 1, na, &c.as, in[2] ? in[2]->data : NULL, 0, fa, x->pool);
+        kl_dequantize_f32(B->data, B->dtype, 1, 1, nb, &c.bs, in[5] ? in[5]->data : NULL, 0, fb, x->pool);
+        kl_binary_f32(KL_BIN_ADD, A->rank, A->dims, fa, B->rank, B->dims, fb, fy, x->pool);
+        c.f = fy;
+    }
     kl_pool_parallel_for(x->pool, (size_t)((c.n + 4095) / 4096), 1, qadd_range, &c);
     return KL_OK;
 }

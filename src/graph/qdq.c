@@ -6,7 +6,7 @@
  *   DQ(a) + DQ(B const 2-D) -> MatMul -> [Relu|Clip] -> Q  => QLinearMatMul
  *   DQ(a) + DQ(W const) [+ DQ(int32 bias)] -> Gemm -> [Relu|Clip] -> Q
  *     => QLinearMatMul with a transposed copy of W and a 9th (bias) input
- *   DQ(a) + DQ(b) -> Add -> [Relu|Clip] -> Q  (one shape)  => keel::QAdd
+ *   DQ(a) + DQ(b) -> Add -> [Relu|Clip] -> Q  => keel::QAdd (broadcasting)
  * A Relu or Clip with constant bounds between the op and the Q becomes
  * clamps in the quantized domain (_qlo/_qhi: Q is monotone, so
  * Q(clip(v)) = clamp(Q(v), Q(lo), Q(hi)) exactly). A bias is fused only
@@ -338,24 +338,11 @@ static int fuse_matmul(qctx *c, int i, int gemm, kl_err *e) {
     return emit(c, i, "QLinearMatMul", "", ins, has_b ? 9 : 8, &q, NULL, e);
 }
 
-/* Known equal shapes (the same dims, symbolic ones by name). */
-static int same_shape(const kl_value *a, const kl_value *b) {
-    if (a->rank < 0 || a->rank != b->rank) return 0;
-    for (int i = 0; i < a->rank; i++) {
-        if (a->dims[i] != b->dims[i]) return 0;
-        if (a->dims[i] < 0 && (!a->dim_names[i] || !b->dim_names[i] || strcmp(a->dim_names[i], b->dim_names[i])))
-            return 0;
-    }
-    return 1;
-}
-
 static int fuse_add(qctx *c, int i, kl_err *e) {
     const kl_gnode *n = &c->g->nodes[i];
     dqinfo a, b;
     qinfo q;
     if (n->n_in != 2 || !act_dq(c, n->inputs[0], &a) || !act_dq(c, n->inputs[1], &b)) return KL_OK;
-    const kl_value *va = &c->g->values[a.x], *vb = &c->g->values[b.x];
-    if (va->dtype != vb->dtype || !same_shape(&c->g->values[n->inputs[0]], &c->g->values[n->inputs[1]])) return KL_OK;
     if (!q_after(c, n->outputs[0], &q)) return KL_OK;
     int az, bz, yz, rc;
     const char *base = n->name;
