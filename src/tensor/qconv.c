@@ -17,6 +17,7 @@
 #include "keel/tensor.h"
 #include "tensor_int.h"
 
+#include <immintrin.h>
 #include <string.h>
 
 /* ---- geometry, padded to 3 spatial dims ---- */
@@ -92,6 +93,43 @@ static int direct_a(const kl_conv_params *p, const qgeo *g) {
         g->pb[0] + g->pb[1] + g->pb[2] == 0 && g->out[0] * g->out[1] * g->out[2] == g->ivol;
 }
 
+/* y[p * ldy + c] = x[c * ldx + p] for c < C, p < P (bytes, or 4-byte
+ * elements): 32 x 32 tiles. */
+typedef struct {
+    const void *x;
+    void *y;
+    int64_t C, P, ldx, ldy;
+    size_t es;
+} tctx;
+
+static void transpose_tiles(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const tctx *t = ctx;
+    int64_t tp = (t->P + 31) / 32;
+    for (size_t it = b; it < e; it++) {
+        int64_t c0 = (int64_t)it / tp * 32, p0 = (int64_t)it % tp * 32;
+        int64_t c1 = KL_MIN(t->C, c0 + 32), p1 = KL_MIN(t->P, p0 + 32);
+        if (t->es == 1) {
+            const uint8_t *x = t->x;
+            uint8_t *y = t->y;
+            for (int64_t p = p0; p < p1; p++)
+                for (int64_t c = c0; c < c1; c++) y[p * t->ldy + c] = x[c * t->ldx + p];
+        } else {
+            const uint32_t *x = t->x;
+            uint32_t *y = t->y;
+            for (int64_t p = p0; p < p1; p++)
+                for (int64_t c = c0; c < c1; c++) y[p * t->ldy + c] = x[c * t->ldx + p];
+        }
+    }
+}
+
+static void transpose(const void *x, int64_t C, int64_t P, int64_t ldx, void *y, int64_t ldy, size_t es,
+                      kl_pool *pool) {
+    tctx t = {x, y, C, P, ldx, ldy, es};
+    size_t tiles = (size_t)((C + 31) / 32 * ((P + 31) / 32));
+    kl_pool_parallel_for(pool, tiles, 8, transpose_tiles, &t);
+}
+
 /* Workspace layout: padded image, im2col rows, NHWC output (int32-sized). */
 typedef struct {
     size_t img, a, t, total;
@@ -126,6 +164,38 @@ typedef struct {
     int64_t pd[3], C, Cg, Kp;
     uint8_t *a;
 } i2c;
+
+/* n bytes (a channel run of one tap): 64-byte vector moves, a masked tail. */
+__attribute__((target("avx512f,avx512bw"))) static inline void copy_run512(uint8_t *d, const uint8_t *s, int64_t n) {
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) _mm512_storeu_si512(d + i, _mm512_loadu_si512(s + i));
+    if (i < n) {
+        __mmask64 m = (__mmask64)(~0ull >> (64 - (n - i)));
+        _mm512_mask_storeu_epi8(d + i, m, _mm512_maskz_loadu_epi8(m, s + i));
+    }
+}
+
+static void im2col_rows(void *ctx, size_t b, size_t e, int chunk);
+
+__attribute__((target("avx512f,avx512bw"))) static void im2col_rows512(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const i2c *c = ctx;
+    const qgeo *g = c->g;
+    for (size_t pos = b; pos < e; pos++) {
+        int64_t o2 = (int64_t)pos % g->out[2], o1 = (int64_t)pos / g->out[2] % g->out[1],
+                o0 = (int64_t)pos / (g->out[2] * g->out[1]);
+        uint8_t *d = c->a + (int64_t)pos * c->Kp;
+        for (int64_t k0 = 0; k0 < g->k[0]; k0++)
+            for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
+                const uint8_t *row =
+                    c->img + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
+                for (int64_t k2 = 0; k2 < g->k[2]; k2++, d += c->Cg)
+                    copy_run512(d, row + (o2 * g->s[2] + k2 * g->d[2]) * c->C, c->Cg);
+            }
+        int64_t used = g->kvol * c->Cg;
+        memset(c->a + (int64_t)pos * c->Kp + used, 0, (size_t)(c->Kp - used));
+    }
+}
 
 static void im2col_rows(void *ctx, size_t b, size_t e, int chunk) {
     (void)chunk;
@@ -302,11 +372,13 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
         /* the image, NCHW -> padded NHWC (pads = the zero point), int8 flipped to uint8 */
         size_t ibytes = (size_t)(pd[0] * pd[1] * pd[2] * p->C);
         memset(img, (uint8_t)(x_unsigned ? xz : (int8_t)xz), ibytes);
-        int64_t cd[4] = {g.in[0], g.in[1], g.in[2], p->C};
-        int64_t ss[4] = {g.in[1] * g.in[2], g.in[2], 1, g.ivol};
-        int64_t ds[4] = {pd[1] * pd[2] * p->C, pd[2] * p->C, p->C, 1};
-        uint8_t *dst = img + ((g.pb[0] * pd[1] + g.pb[1]) * pd[2] + g.pb[2]) * p->C;
-        kl_copy_strided(1, 4, cd, (const uint8_t *)x + n * p->C * g.ivol, ss, dst, ds, pool);
+        const uint8_t *xn = (const uint8_t *)x + n * p->C * g.ivol;
+        if (pd[0] * pd[1] * pd[2] == g.ivol) transpose(xn, p->C, g.ivol, g.ivol, img, p->C, 1, pool);
+        else
+            for (int64_t i0 = 0; i0 < g.in[0]; i0++)
+                for (int64_t i1 = 0; i1 < g.in[1]; i1++) /* one input row into the padded image */
+                    transpose(xn + (i0 * g.in[1] + i1) * g.in[2], p->C, g.in[2], g.ivol,
+                              img + (((i0 + g.pb[0]) * pd[1] + i1 + g.pb[1]) * pd[2] + g.pb[2]) * p->C, p->C, 1, pool);
         if (!x_unsigned)
             for (size_t i = 0; i < ibytes; i++) img[i] ^= 0x80;
         for (int64_t gi = 0; gi < p->group && !rc; gi++) {
@@ -314,7 +386,7 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
             int64_t lda = p->C;
             if (!direct) {
                 i2c c = {&g, img + gi * Cg, {pd[0], pd[1], pd[2]}, p->C, Cg, Kp, a};
-                kl_pool_parallel_for(pool, (size_t)g.ovol, 16, im2col_rows, &c);
+                kl_pool_parallel_for(pool, (size_t)g.ovol, 16, kl__pgemm_ok() ? im2col_rows512 : im2col_rows, &c);
                 arows = a, lda = Kp;
             }
             kl_qgemm_out go = group_out(p, o, t, gi);
@@ -326,8 +398,7 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
         void *yo = o->c ? (void *)(o->c + n * p->M * g.ovol)
             : o->yf     ? (void *)(o->yf + n * p->M * g.ovol)
                         : (void *)((char *)o->y + n * p->M * g.ovol);
-        int64_t td[2] = {p->M, g.ovol}, ts[2] = {1, p->M}, ys[2] = {g.ovol, 1};
-        kl_copy_strided(es, 2, td, t, ts, yo, ys, pool);
+        transpose(t, g.ovol, p->M, p->M, yo, g.ovol, es, pool);
     }
     kl_mem_free(own);
     return rc;

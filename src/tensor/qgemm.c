@@ -154,34 +154,35 @@ __attribute__((target("avx2"))) static void kern_avx2(const uint8_t *a, int64_t 
 
 VNNI_TARGET static void kern_vnni(const uint8_t *a, int64_t lda, int mr, const int8_t *p, int64_t Kp,
                                   int32_t t[QMR][QNR]) {
-    __m512i c[QMR][2];
-    for (int r = 0; r < QMR; r++) c[r][0] = c[r][1] = _mm512_setzero_si512();
-    const uint8_t *ar[QMR];
-    for (int r = 0; r < QMR; r++) ar[r] = a + (r < mr ? r : mr - 1) * lda;
-    for (int64_t k4 = 0; k4 < Kp / 4; k4++) {
-        const int8_t *pk = p + k4 * QNR * 4;
-        __m512i b0 = _mm512_loadu_si512(pk), b1 = _mm512_loadu_si512(pk + 64);
-#define VNNI_ROW(r)                                     \
-    do {                                                \
-        int32_t w;                                      \
-        memcpy(&w, ar[r] + k4 * 4, 4);                  \
-        __m512i av = _mm512_set1_epi32(w);              \
-        c[r][0] = _mm512_dpbusd_epi32(c[r][0], av, b0); \
-        c[r][1] = _mm512_dpbusd_epi32(c[r][1], av, b1); \
-    } while (0)
-        VNNI_ROW(0);
-        VNNI_ROW(1);
-        VNNI_ROW(2);
-        VNNI_ROW(3);
-        VNNI_ROW(4);
-        VNNI_ROW(5);
-        VNNI_ROW(6);
-        VNNI_ROW(7);
+    /* 16 named accumulators: rows r0..r7, column halves h0/h1 */
+    __m512i c00 = _mm512_setzero_si512(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00,
+            c40 = c00, c41 = c00, c50 = c00, c51 = c00, c60 = c00, c61 = c00, c70 = c00, c71 = c00;
+    const uint8_t *a0 = a, *a1 = a + (1 < mr ? 1 : 0) * lda, *a2 = a + (2 < mr ? 2 : 0) * lda,
+                  *a3 = a + (3 < mr ? 3 : 0) * lda, *a4 = a + (4 < mr ? 4 : 0) * lda, *a5 = a + (5 < mr ? 5 : 0) * lda,
+                  *a6 = a + (6 < mr ? 6 : 0) * lda, *a7 = a + (7 < mr ? 7 : 0) * lda;
+    int64_t n4 = Kp / 4;
+    for (int64_t k4 = 0; k4 < n4; k4++, p += QNR * 4) {
+        __m512i b0 = _mm512_loadu_si512(p), b1 = _mm512_loadu_si512(p + 64), av;
+        int64_t o = k4 * 4;
+#define VNNI_ROW(r)                                                     \
+    av = _mm512_set1_epi32(*(const int32_t *)(const void *)(a##r + o)); \
+    c##r##0 = _mm512_dpbusd_epi32(c##r##0, av, b0);                     \
+    c##r##1 = _mm512_dpbusd_epi32(c##r##1, av, b1);
+        VNNI_ROW(0)
+        VNNI_ROW(1)
+        VNNI_ROW(2)
+        VNNI_ROW(3)
+        VNNI_ROW(4)
+        VNNI_ROW(5)
+        VNNI_ROW(6)
+        VNNI_ROW(7)
 #undef VNNI_ROW
     }
+    __m512i out[QMR][2] = {{c00, c01}, {c10, c11}, {c20, c21}, {c30, c31},
+                           {c40, c41}, {c50, c51}, {c60, c61}, {c70, c71}};
     for (int r = 0; r < mr; r++) {
-        _mm512_storeu_si512(&t[r][0], c[r][0]);
-        _mm512_storeu_si512(&t[r][16], c[r][1]);
+        _mm512_storeu_si512(&t[r][0], out[r][0]);
+        _mm512_storeu_si512(&t[r][16], out[r][1]);
     }
 }
 
