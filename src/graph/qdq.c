@@ -27,22 +27,30 @@ typedef struct {
     kl_graph *g;
     int *prod;  /* value -> producing live node, -1 */
     int *nuse;  /* value -> live consumer count */
+    int *first; /* value -> its first live consumer, -1 */
     int qcount; /* fusions */
+    int nv;     /* values when the lists were built */
 } qctx;
 
 static int qctx_build(qctx *c, kl_graph *g) {
     c->g = g;
+    c->nv = g->n_values;
     c->prod = malloc(sizeof(int) * ((size_t)g->n_values + 1));
     c->nuse = calloc((size_t)g->n_values + 1, sizeof(int));
-    if (!c->prod || !c->nuse) return KL_ENOMEM;
-    for (int v = 0; v < g->n_values; v++) c->prod[v] = -1;
+    c->first = malloc(sizeof(int) * ((size_t)g->n_values + 1));
+    if (!c->prod || !c->nuse || !c->first) return KL_ENOMEM;
+    for (int v = 0; v < g->n_values; v++) c->prod[v] = c->first[v] = -1;
     for (int i = 0; i < g->n_nodes; i++) {
         const kl_gnode *n = &g->nodes[i];
         if (n->dead) continue;
         for (int k = 0; k < n->n_out; k++)
             if (n->outputs[k] >= 0) c->prod[n->outputs[k]] = i;
-        for (int k = 0; k < n->n_in; k++)
-            if (n->inputs[k] >= 0) c->nuse[n->inputs[k]]++;
+        for (int k = 0; k < n->n_in; k++) {
+            int v = n->inputs[k];
+            if (v < 0 || c->first[v] == i) continue; /* a node reading v twice is one consumer */
+            if (c->first[v] < 0) c->first[v] = i;
+            c->nuse[v]++;
+        }
     }
     return KL_OK;
 }
@@ -50,13 +58,14 @@ static int qctx_build(qctx *c, kl_graph *g) {
 static void qctx_free(qctx *c) {
     free(c->prod);
     free(c->nuse);
+    free(c->first);
 }
 
 /* The constant behind v: an initializer or a Constant node's value. */
 static const kl_tensor *const_of(const qctx *c, int v) {
     if (v < 0) return NULL;
     if (c->g->values[v].init) return c->g->values[v].init;
-    int p = c->prod[v];
+    int p = v < c->nv ? c->prod[v] : -1;
     if (p < 0 || !kl__is_onnx_op(&c->g->nodes[p], "Constant")) return NULL;
     const kl_attr *a = kl_gnode_attr(&c->g->nodes[p], "value");
     return a && a->type == KL_ATTR_TENSOR ? a->t : NULL;
@@ -72,7 +81,7 @@ typedef struct {
 } dqinfo;
 
 static int dq_of(const qctx *c, int v, int64_t count, int want_axis, int rank, dqinfo *d) {
-    int p = v >= 0 ? c->prod[v] : -1;
+    int p = v >= 0 && v < c->nv ? c->prod[v] : -1;
     if (p < 0) return 0;
     const kl_gnode *n = &c->g->nodes[p];
     if (!kl__is_onnx_op(n, "DequantizeLinear") || n->n_in < 2 || n->inputs[0] < 0) return 0;
@@ -108,15 +117,12 @@ typedef struct {
     int s8; /* the Q's output is int8 */
 } qinfo;
 
+/* v's only consumer, -1 when it has several or none or is a graph output
+ * (the consumer lists are those at the start of the pass: fused chains
+ * only ever remove consumers of the values they own). */
 static int only_use(const qctx *c, int v) {
-    if (v < 0 || c->g->values[v].is_output || c->nuse[v] != 1) return -1;
-    for (int i = 0; i < c->g->n_nodes; i++) {
-        const kl_gnode *n = &c->g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->n_in; k++)
-            if (n->inputs[k] == v) return i;
-    }
-    return -1;
+    if (v < 0 || v >= c->nv || c->g->values[v].is_output || c->nuse[v] != 1) return -1;
+    return c->first[v];
 }
 
 /* Q(v) of one float value through the Q node's parameters. */
