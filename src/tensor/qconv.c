@@ -332,18 +332,24 @@ static int run_dw(const kl_conv_params *p, const qgeo *g, const void *x, int x_u
  * ================================================================== */
 
 /* o for image n, group gi: per-channel arrays from the group's first
- * channel, rows of M channels in the NHWC buffer t. */
-static kl_qgemm_out group_out(const kl_conv_params *p, const kl_qgemm_out *o, void *t, int64_t gi) {
+ * channel; bytes go straight into the NCHW output (rows = positions,
+ * columns = channels: the GEMM's column store), int32/float rows of M
+ * channels into the NHWC buffer t (transposed afterwards). */
+static kl_qgemm_out group_out(const kl_conv_params *p, const qgeo *g, const kl_qgemm_out *o, void *t, int64_t n,
+                              int64_t gi) {
     kl_qgemm_out r = *o;
     int64_t Mg = p->M / p->group, c0 = gi * Mg;
-    size_t es = o->c ? 4 : o->yf ? 4 : 1;
     if (r.bias) r.bias += c0;
     if (r.mult && r.mult_per_col) r.mult += c0;
     if (r.fbias) r.fbias += c0;
-    char *tc = (char *)t + (size_t)c0 * es;
+    if (!o->c && !o->yf) {
+        r.y = (char *)o->y + (n * p->M + c0) * g->ovol;
+        r.ysm = 1, r.ysn = g->ovol;
+        return r;
+    }
+    char *tc = (char *)t + (size_t)c0 * 4;
     if (r.c) r.c = (int32_t *)tc;
-    else if (r.yf) r.yf = (float *)tc;
-    else r.y = tc;
+    else r.yf = (float *)tc;
     r.ysm = p->M, r.ysn = 1;
     return r;
 }
@@ -355,7 +361,7 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
     if (p->N <= 0 || g.ovol <= 0 || p->M <= 0) return KL_OK;
     if (is_dw(p)) return run_dw(p, &g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, pool, e);
     int64_t K = group_k(p, &g), Kp = round4(K), Mg = p->M / p->group, Cg = p->C / p->group, pd[3];
-    size_t gb = kl_qgemm_packed_bytes(K, Mg), es = o->c || o->yf ? 4 : 1;
+    size_t gb = kl_qgemm_packed_bytes(K, Mg);
     padded_dims(&g, pd);
     qws L = ws_layout(p, &g);
     void *own = NULL;
@@ -389,16 +395,14 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
                 kl_pool_parallel_for(pool, (size_t)g.ovol, 16, kl__pgemm_ok() ? im2col_rows512 : im2col_rows, &c);
                 arows = a, lda = Kp;
             }
-            kl_qgemm_out go = group_out(p, o, t, gi);
+            kl_qgemm_out go = group_out(p, &g, o, t, n, gi);
             const void *wzg = wz && wz_per_ch ? (const char *)wz + gi * Mg : wz;
             rc = kl__qgemm(g.ovol, Mg, K, arows, 1, lda, 1, za, (const char *)packed_w + gi * gb, wzg, wz_per_ch, &go,
                            pool, e);
         }
-        /* NHWC t -> NCHW output of image n */
-        void *yo = o->c ? (void *)(o->c + n * p->M * g.ovol)
-            : o->yf     ? (void *)(o->yf + n * p->M * g.ovol)
-                        : (void *)((char *)o->y + n * p->M * g.ovol);
-        transpose(t, g.ovol, p->M, p->M, yo, g.ovol, es, pool);
+        if (o->c || o->yf) /* NHWC t -> NCHW output of image n */
+            transpose(t, g.ovol, p->M, p->M,
+                      o->c ? (void *)(o->c + n * p->M * g.ovol) : (void *)(o->yf + n * p->M * g.ovol), g.ovol, 4, pool);
     }
     kl_mem_free(own);
     return rc;

@@ -234,9 +234,38 @@ static void finish(const qrun *g, int64_t m0, int mr, int64_t n0, int nr, int32_
 
 /* The AVX-512 epilogue of a full-width row block with byte output along
  * columns (ysn == 1) or int32/float output: the same operations as finish. */
+/* Eight rows of 16 bytes (q[r]: columns nb.. of row m0 + r) stored
+ * column by column (8 consecutive bytes per column at y + col * ysn + m0):
+ * an 8 x 16 byte transpose in three unpack levels. */
+VNNI_TARGET static void store_cols8(const __m128i q[8], uint8_t *y, int64_t ysn, int cnt) {
+    __m128i t[8], u[8], w[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm_unpacklo_epi8(q[2 * i], q[2 * i + 1]);
+        t[2 * i + 1] = _mm_unpackhi_epi8(q[2 * i], q[2 * i + 1]);
+    }
+    for (int h = 0; h < 2; h++) { /* rows 4h..4h+3 */
+        __m128i *a = t + 4 * h;
+        u[4 * h + 0] = _mm_unpacklo_epi16(a[0], a[2]); /* columns 0-3 */
+        u[4 * h + 1] = _mm_unpackhi_epi16(a[0], a[2]); /* 4-7 */
+        u[4 * h + 2] = _mm_unpacklo_epi16(a[1], a[3]); /* 8-11 */
+        u[4 * h + 3] = _mm_unpackhi_epi16(a[1], a[3]); /* 12-15 */
+    }
+    for (int i = 0; i < 4; i++) {
+        w[2 * i] = _mm_unpacklo_epi32(u[i], u[4 + i]);     /* columns 4i, 4i+1 */
+        w[2 * i + 1] = _mm_unpackhi_epi32(u[i], u[4 + i]); /* 4i+2, 4i+3 */
+    }
+    for (int j = 0; j < cnt; j++) {
+        __m128i v = w[j / 2];
+        if (j & 1) v = _mm_unpackhi_epi64(v, v);
+        _mm_storel_epi64((__m128i *)(void *)(y + j * ysn), v);
+    }
+}
+
 VNNI_TARGET static int finish_vnni(const qrun *g, int64_t m0, int mr, int64_t n0, int nr, int32_t t[QMR][QNR]) {
     const kl_qgemm_out *o = g->o;
-    if (o->ysn != 1) return 0;
+    /* rows contiguous along columns, or (bytes, a full block) along rows */
+    int cols8 = o->ysm == 1 && o->y && !o->c && !o->yf && mr == QMR;
+    if (o->ysn != 1 && !cols8) return 0;
     const int32_t *cs = colsums(g->pb);
     for (int h = 0; h < 2; h++) {
         int64_t nb = n0 + h * 16;
@@ -252,6 +281,7 @@ VNNI_TARGET static int finish_vnni(const qrun *g, int64_t m0, int mr, int64_t n0
                               : _mm512_set1_ps(1.0f);
         __m512 fb = o->fbias ? _mm512_maskz_loadu_ps(mk, o->fbias + nb) : _mm512_setzero_ps();
         __m512 zp = _mm512_set1_ps((float)o->yzp), lo = _mm512_set1_ps((float)o->lo), hi = _mm512_set1_ps((float)o->hi);
+        __m128i qr[QMR];
         for (int r = 0; r < mr; r++) {
             int64_t m = m0 + r;
             __m512i v = _mm512_add_epi32(_mm512_loadu_si512(&t[r][h * 16]), base);
@@ -268,9 +298,14 @@ VNNI_TARGET static int finish_vnni(const qrun *g, int64_t m0, int mr, int64_t n0
             f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
             f = _mm512_min_ps(_mm512_max_ps(f, lo), hi); /* NaN -> lo (max returns its second operand) */
             __m128i q = _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(f));
+            if (cols8) {
+                qr[r] = q;
+                continue;
+            }
             if (o->ydt == KL_I8) _mm_mask_storeu_epi8((int8_t *)o->y + m * o->ysm + nb, mk, q);
             else _mm_mask_storeu_epi8((uint8_t *)o->y + m * o->ysm + nb, mk, q);
         }
+        if (cols8) store_cols8(qr, (uint8_t *)o->y + nb * o->ysn + m0, o->ysn, cnt);
     }
     return 1;
 }
