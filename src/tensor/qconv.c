@@ -41,6 +41,8 @@ static void geo_of(const kl_conv_params *p, qgeo *g) {
     }
 }
 
+int kl__qconv_dw_direct = 0;
+
 static int is_dw(const kl_conv_params *p) { return p->group == p->C && p->group == p->M && p->group > 1; }
 static int64_t round4(int64_t k) { return (k + 3) / 4 * 4; }
 
@@ -302,12 +304,77 @@ static void dw_planes(void *ctx, size_t b, size_t e, int chunk) {
     }
 }
 
+/* Depthwise through the float kernel: (x - xz) and (w - wz) are integers of
+ * at most 255 in magnitude, so with at most 258 taps every product and
+ * partial sum is an integer below 2^24 and float arithmetic is exact in any
+ * order: kl_conv_f32's depthwise kernels give the int32 sums, requantized
+ * per channel here. */
+#define DW_FLOAT_TAPS 258
+
+typedef struct {
+    const kl_conv_params *p;
+    const qgeo *g;
+    const void *x;
+    int x_unsigned;
+    int32_t xz;
+    float *xf;
+    const float *acc;
+    const kl_qgemm_out *o;
+} dwf;
+
+static void dwf_in(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const dwf *c = ctx;
+    int64_t i0 = (int64_t)b * 4096, i1 = KL_MIN((int64_t)e * 4096, c->p->N * c->p->C * c->g->ivol);
+    if (c->x_unsigned)
+        for (int64_t i = i0; i < i1; i++) c->xf[i] = (float)(((const uint8_t *)c->x)[i] - c->xz);
+    else
+        for (int64_t i = i0; i < i1; i++) c->xf[i] = (float)(((const int8_t *)c->x)[i] - c->xz);
+}
+
+/* one (image, channel) plane of sums to the output */
+static void dwf_out(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const dwf *c = ctx;
+    int64_t S = c->g->ovol;
+    for (size_t item = b; item < e; item++) {
+        int64_t ch = (int64_t)item % c->p->M;
+        const float *a = c->acc + (int64_t)item * S;
+        for (int64_t j = 0; j < S; j++) dw_store(c->o, (int64_t)item * S + j, ch, (int32_t)a[j]);
+    }
+}
+
+static int run_dw_float(const kl_conv_params *p, const qgeo *g, const void *x, int x_unsigned, int32_t xz,
+                        const int16_t *w16, const void *wz, int wz_per_ch, int w_unsigned, const kl_qgemm_out *o,
+                        kl_pool *pool, kl_err *e) {
+    int64_t nx = p->N * p->C * g->ivol, nw = p->M * g->kvol, ny = p->N * p->M * g->ovol;
+    size_t bx = ((size_t)nx * 4 + 63) / 64 * 64, bw = ((size_t)nw * 4 + 63) / 64 * 64;
+    char *buf = kl_mem_alloc_e(bx + bw + (size_t)ny * 4 + 64, KL_TAG_WORKSPACE, e);
+    if (!buf) return KL_ENOMEM;
+    float *xf = (float *)buf, *wf = (float *)(buf + bx), *yf = (float *)(buf + bx + bw);
+    dwf c = {p, g, x, x_unsigned, xz, xf, yf, o};
+    kl_pool_parallel_for(pool, (size_t)((nx + 4095) / 4096), 4, dwf_in, &c);
+    for (int64_t ch = 0; ch < p->M; ch++) {
+        int64_t zi = wz_per_ch ? ch : 0;
+        int32_t z = !wz ? 0 : w_unsigned ? ((const uint8_t *)wz)[zi] : ((const int8_t *)wz)[zi];
+        for (int64_t t = 0; t < g->kvol; t++) wf[ch * g->kvol + t] = (float)(w16[ch * g->kvol + t] - z);
+    }
+    kl_conv_params q = *p;
+    q.packed_w = NULL, q.residual = NULL, q.act = (kl_act){KL_ACT_NONE, 0, 0};
+    int rc = kl_conv_f32(&q, xf, wf, NULL, yf, NULL, pool, e);
+    if (!rc) kl_pool_parallel_for(pool, (size_t)(p->N * p->M), 1, dwf_out, &c);
+    kl_mem_free(buf);
+    return rc;
+}
+
 static int run_dw(const kl_conv_params *p, const qgeo *g, const void *x, int x_unsigned, int32_t xz,
                   const void *packed_w, const void *wz, int wz_per_ch, int w_unsigned, const kl_qgemm_out *o,
                   kl_pool *pool, kl_err *e) {
     if (g->kvol > 512)
         return kl_err_set(e, KL_EUNSUPPORTED, "int8 depthwise conv: kernel of %lld taps (at most 512)",
                           (long long)g->kvol);
+    if (g->kvol <= DW_FLOAT_TAPS && !kl__qconv_dw_direct)
+        return run_dw_float(p, g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, pool, e);
     dwc c = {p, g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, NULL, {0}};
     for (int i = 0; i < 3; i++) {
         /* every tap of every output lies inside the padded plane */

@@ -189,12 +189,17 @@ static void conv_case(int64_t N, int64_t C, int64_t M, int64_t group, int64_t H,
     void *pw = malloc(kl_qconv_packed_bytes(&p));
     KT_OK(kl_qconv_pack(&p, w, wu, pw, &e), &e);
     int32_t *y = malloc((size_t)ny * 4), *y2 = malloc((size_t)ny * 4);
-    for (int th = 1; th <= 2; th++) {
+    memset(y2, 0, (size_t)ny * 4);
+    /* 1 and 2 threads; depthwise convs also through the direct int16 kernel */
+    for (int run = 0; run < 3; run++) {
         kl_qgemm_out o = {0};
-        o.c = th == 1 ? y : y2;
-        KT_OK(kl_qconv(&p, x, xu, xz, pw, wu, wz, 1, &o, NULL, tt_pool(th), &e), &e);
+        o.c = run == 0 ? y : y2;
+        kl__qconv_dw_direct = run == 2;
+        int rc = kl_qconv(&p, x, xu, xz, pw, wu, wz, 1, &o, NULL, tt_pool(run == 1 ? 2 : 1), &e);
+        kl__qconv_dw_direct = 0;
+        KT_OK(rc, &e);
+        KT_CHECK(run == 0 || !memcmp(y, y2, (size_t)ny * 4));
     }
-    KT_CHECK(!memcmp(y, y2, (size_t)ny * 4));
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++)
             for (int64_t oh = 0; oh < OH; oh++)
