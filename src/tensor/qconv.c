@@ -148,10 +148,16 @@ static qws ws_layout(const kl_conv_params *p, const qgeo *g) {
     return w;
 }
 
+#define DW_FLOAT_TAPS 258
+static size_t dwf_bytes(const kl_conv_params *p, const qgeo *g, size_t *bx, size_t *bw);
+
 size_t kl_qconv_workspace_bytes(const kl_conv_params *p) {
     qgeo g;
     geo_of(p, &g);
-    if (is_dw(p)) return 0; /* per-chunk planes come from the allocator */
+    if (is_dw(p)) { /* the float path's buffers (the direct kernel's planes come from the allocator) */
+        size_t bx, bw;
+        return g.kvol <= DW_FLOAT_TAPS ? dwf_bytes(p, &g, &bx, &bw) : 0;
+    }
     return ws_layout(p, &g).total;
 }
 
@@ -305,11 +311,10 @@ static void dw_planes(void *ctx, size_t b, size_t e, int chunk) {
 }
 
 /* Depthwise through the float kernel: (x - xz) and (w - wz) are integers of
- * at most 255 in magnitude, so with at most 258 taps every product and
- * partial sum is an integer below 2^24 and float arithmetic is exact in any
- * order: kl_conv_f32's depthwise kernels give the int32 sums, requantized
- * per channel here. */
-#define DW_FLOAT_TAPS 258
+ * at most 255 in magnitude, so with at most DW_FLOAT_TAPS taps every product
+ * and partial sum is an integer below 2^24 and float arithmetic is exact in
+ * any order: kl_conv_f32's depthwise kernels give the int32 sums,
+ * requantized per channel here. */
 
 typedef struct {
     const kl_conv_params *p;
@@ -332,25 +337,52 @@ static void dwf_in(void *ctx, size_t b, size_t e, int chunk) {
         for (int64_t i = i0; i < i1; i++) c->xf[i] = (float)(((const int8_t *)c->x)[i] - c->xz);
 }
 
+/* S float sums (exact integers) of channel ch -> bytes: + bias, float32
+ * requantization as kl_requant1, 16 at a time. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void dw_row_bytes512(const kl_qgemm_out *o, const float *a,
+                                                                                 int64_t S, int64_t ch, void *y) {
+    __m512i bias = _mm512_set1_epi32(o->bias ? o->bias[ch] : 0);
+    __m512 mult = _mm512_set1_ps(o->mult ? o->mult[o->mult_per_col ? ch : 0] : 1.0f);
+    __m512 zp = _mm512_set1_ps((float)o->yzp), lo = _mm512_set1_ps((float)o->lo), hi = _mm512_set1_ps((float)o->hi);
+    for (int64_t j = 0; j < S; j += 16) {
+        __mmask16 m = S - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (S - j)) - 1);
+        __m512i v = _mm512_add_epi32(_mm512_cvttps_epi32(_mm512_maskz_loadu_ps(m, a + j)), bias);
+        __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
+        f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
+        f = _mm512_min_ps(_mm512_max_ps(f, lo), hi);
+        _mm_mask_storeu_epi8((uint8_t *)y + j, m, _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(f)));
+    }
+}
+
 /* one (image, channel) plane of sums to the output */
 static void dwf_out(void *ctx, size_t b, size_t e, int chunk) {
     (void)chunk;
     const dwf *c = ctx;
     int64_t S = c->g->ovol;
+    int vec = c->o->y && kl__pgemm_ok();
     for (size_t item = b; item < e; item++) {
         int64_t ch = (int64_t)item % c->p->M;
         const float *a = c->acc + (int64_t)item * S;
-        for (int64_t j = 0; j < S; j++) dw_store(c->o, (int64_t)item * S + j, ch, (int32_t)a[j]);
+        if (vec) dw_row_bytes512(c->o, a, S, ch, (uint8_t *)c->o->y + (int64_t)item * S);
+        else
+            for (int64_t j = 0; j < S; j++) dw_store(c->o, (int64_t)item * S + j, ch, (int32_t)a[j]);
     }
+}
+
+/* Bytes of run_dw_float's buffers: (x - xz), (w - wz), the sums. */
+static size_t dwf_bytes(const kl_conv_params *p, const qgeo *g, size_t *bx, size_t *bw) {
+    *bx = ((size_t)(p->N * p->C * g->ivol) * 4 + 63) / 64 * 64;
+    *bw = ((size_t)(p->M * g->kvol) * 4 + 63) / 64 * 64;
+    return *bx + *bw + (size_t)(p->N * p->M * g->ovol) * 4 + 64;
 }
 
 static int run_dw_float(const kl_conv_params *p, const qgeo *g, const void *x, int x_unsigned, int32_t xz,
                         const int16_t *w16, const void *wz, int wz_per_ch, int w_unsigned, const kl_qgemm_out *o,
-                        kl_pool *pool, kl_err *e) {
-    int64_t nx = p->N * p->C * g->ivol, nw = p->M * g->kvol, ny = p->N * p->M * g->ovol;
-    size_t bx = ((size_t)nx * 4 + 63) / 64 * 64, bw = ((size_t)nw * 4 + 63) / 64 * 64;
-    char *buf = kl_mem_alloc_e(bx + bw + (size_t)ny * 4 + 64, KL_TAG_WORKSPACE, e);
-    if (!buf) return KL_ENOMEM;
+                        void *ws, kl_pool *pool, kl_err *e) {
+    int64_t nx = p->N * p->C * g->ivol;
+    size_t bx, bw, total = dwf_bytes(p, g, &bx, &bw);
+    char *own = NULL, *buf = ws;
+    if (!buf && !(buf = own = kl_mem_alloc_e(total, KL_TAG_WORKSPACE, e))) return KL_ENOMEM;
     float *xf = (float *)buf, *wf = (float *)(buf + bx), *yf = (float *)(buf + bx + bw);
     dwf c = {p, g, x, x_unsigned, xz, xf, yf, o};
     kl_pool_parallel_for(pool, (size_t)((nx + 4095) / 4096), 4, dwf_in, &c);
@@ -363,18 +395,18 @@ static int run_dw_float(const kl_conv_params *p, const qgeo *g, const void *x, i
     q.packed_w = NULL, q.residual = NULL, q.act = (kl_act){KL_ACT_NONE, 0, 0};
     int rc = kl_conv_f32(&q, xf, wf, NULL, yf, NULL, pool, e);
     if (!rc) kl_pool_parallel_for(pool, (size_t)(p->N * p->M), 1, dwf_out, &c);
-    kl_mem_free(buf);
+    kl_mem_free(own);
     return rc;
 }
 
 static int run_dw(const kl_conv_params *p, const qgeo *g, const void *x, int x_unsigned, int32_t xz,
-                  const void *packed_w, const void *wz, int wz_per_ch, int w_unsigned, const kl_qgemm_out *o,
+                  const void *packed_w, const void *wz, int wz_per_ch, int w_unsigned, const kl_qgemm_out *o, void *ws,
                   kl_pool *pool, kl_err *e) {
     if (g->kvol > 512)
         return kl_err_set(e, KL_EUNSUPPORTED, "int8 depthwise conv: kernel of %lld taps (at most 512)",
                           (long long)g->kvol);
     if (g->kvol <= DW_FLOAT_TAPS && !kl__qconv_dw_direct)
-        return run_dw_float(p, g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, pool, e);
+        return run_dw_float(p, g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, ws, pool, e);
     dwc c = {p, g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, NULL, {0}};
     for (int i = 0; i < 3; i++) {
         /* every tap of every output lies inside the padded plane */
@@ -426,7 +458,7 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
     qgeo g;
     geo_of(p, &g);
     if (p->N <= 0 || g.ovol <= 0 || p->M <= 0) return KL_OK;
-    if (is_dw(p)) return run_dw(p, &g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, pool, e);
+    if (is_dw(p)) return run_dw(p, &g, x, x_unsigned, xz, packed_w, wz, wz_per_ch, w_unsigned, o, ws, pool, e);
     int64_t K = group_k(p, &g), Kp = round4(K), Mg = p->M / p->group, Cg = p->C / p->group, pd[3];
     size_t gb = kl_qgemm_packed_bytes(K, Mg);
     padded_dims(&g, pd);
