@@ -402,6 +402,27 @@ int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **
  * features dataset). */
 int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e);
 
+/* A flat dataset folder's manifest.json (a features dataset, a prediction
+ * log): the one writer of it, so that every such folder reads and validates
+ * alike. A file is listed by its path relative to the folder, sha256, rows
+ * and bytes (kl_dataset_file_stat measures one). kl_dataset_manifest_write
+ * writes DIR/manifest.json atomically as {"format": format, <head>, "rows":
+ * {"read", "accepted", "rejected": 0}, "files": [...]} where head (may be
+ * NULL) is already formatted JSON members ("\"k\": v, ...", no braces);
+ * rows are the sum of the files'. kl_dataset_manifest_files reads the files
+ * list back (the caller frees it with kl_dataset_files_free); a folder
+ * without manifest.json gives none (KL_OK). */
+typedef struct {
+    char *path;      /* relative to the folder; owned */
+    char sha256[65];
+    uint64_t rows, bytes;
+} kl_dataset_file;
+int kl_dataset_file_stat(const char *dir, const char *rel, uint64_t rows, kl_dataset_file *out, kl_err *e);
+int kl_dataset_manifest_write(const char *dir, const char *format, const char *head, const kl_dataset_file *files,
+                              size_t n, kl_err *e);
+int kl_dataset_manifest_files(const char *dir, kl_dataset_file **files, size_t *n, kl_err *e);
+void kl_dataset_files_free(kl_dataset_file *files, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

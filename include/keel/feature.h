@@ -210,6 +210,12 @@ int kl_features_transform_row(const kl_features *f, const kl_fstore *store, cons
  * before the cast to each slot's dtype; cast it to compare with apply). */
 int kl_features_transform_record(const kl_features *f, const kl_fstore *store, const void *cjson,
                                  double *out, kl_features_counts *counts, kl_err *e);
+/* Appends raw input i of a record (a cJSON object) to column c, read with
+ * the same grammar as kl_features_transform_record (the recorded ingest
+ * field and null tokens): c has kl_features_input_type(f, i). A missing
+ * field, a null, or a value that does not read is appended as a null;
+ * returns 1 for a value that did not read, else 0 (KL_ENOMEM on failure). */
+int kl_features_input_append(const kl_features *f, size_t i, const void *cjson, kl_column *c);
 
 #ifdef __cplusplus
 }

@@ -206,3 +206,94 @@ int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e) {
     free(manifest);
     return rc;
 }
+
+/* ============================================== flat dataset manifests */
+
+int kl_dataset_file_stat(const char *dir, const char *rel, uint64_t rows, kl_dataset_file *out, kl_err *e) {
+    memset(out, 0, sizeof *out);
+    char p[4400];
+    snprintf(p, sizeof p, "%s/%s", dir, rel);
+    struct stat st;
+    if (stat(p, &st)) return kl_err_set(e, -errno, "%s: %s", p, strerror(errno));
+    int rc = kl_sha256_file_hex(p, out->sha256, e);
+    if (rc) return rc;
+    if (!(out->path = strdup(rel))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    out->rows = rows;
+    out->bytes = (uint64_t)st.st_size;
+    return KL_OK;
+}
+
+int kl_dataset_manifest_write(const char *dir, const char *format, const char *head, const kl_dataset_file *files,
+                              size_t n, kl_err *e) {
+    uint64_t rows = 0;
+    for (size_t i = 0; i < n; i++) rows += files[i].rows;
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "{\n  \"format\": ");
+    kl_buf_json_str(&b, format);
+    if (head && *head) kl_buf_printf(&b, ",\n  %s", head);
+    kl_buf_printf(&b, ",\n  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n  \"files\": [",
+                  (unsigned long long)rows, (unsigned long long)rows);
+    for (size_t i = 0; i < n; i++) {
+        kl_buf_puts(&b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
+        kl_buf_json_str(&b, files[i].path);
+        kl_buf_printf(&b, ", \"sha256\": \"%s\", \"rows\": %llu, \"bytes\": %llu}", files[i].sha256,
+                      (unsigned long long)files[i].rows, (unsigned long long)files[i].bytes);
+    }
+    kl_buf_puts(&b, n ? "\n  ]\n}\n" : "]\n}\n");
+    char p[4300];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    kl_buf_free(&b);
+    return rc;
+}
+
+void kl_dataset_files_free(kl_dataset_file *files, size_t n) {
+    for (size_t i = 0; files && i < n; i++) free(files[i].path);
+    free(files);
+}
+
+/* one entry of a manifest's files list, checked (the manifest is outside input) */
+static int manifest_file(const char *mp, const cJSON *f, size_t i, kl_dataset_file *out, kl_err *e) {
+    const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
+    const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
+    const cJSON *rows = cJSON_GetObjectItem(f, "rows"), *by = cJSON_GetObjectItem(f, "bytes");
+    if (!rel || !*rel || rel[0] == '/' || strstr(rel, ".."))
+        return kl_err_set(e, KL_EPARSE, "%s: files[%zu]: no valid path", mp, i);
+    if (!sha || strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64)
+        return kl_err_set(e, KL_EPARSE, "%s: files[%zu] (%s): sha256 is not 64 hex digits", mp, i, rel);
+    if (!cJSON_IsNumber(rows) || rows->valuedouble < 0 || rows->valuedouble > 9e15 || !cJSON_IsNumber(by) ||
+        by->valuedouble < 0 || by->valuedouble > 9e15)
+        return kl_err_set(e, KL_EPARSE, "%s: files[%zu] (%s): rows and bytes must be counts", mp, i, rel);
+    if (!(out->path = strdup(rel))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    memcpy(out->sha256, sha, 65);
+    out->rows = (uint64_t)rows->valuedouble;
+    out->bytes = (uint64_t)by->valuedouble;
+    return KL_OK;
+}
+
+int kl_dataset_manifest_files(const char *dir, kl_dataset_file **files, size_t *n, kl_err *e) {
+    *files = NULL;
+    *n = 0;
+    char mp[4300];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    if (!kl_path_exists(mp)) return KL_OK;
+    void *mj = NULL;
+    int rc = kl_json_load_file_opts(mp, 0, &mj, e);
+    if (rc) return rc;
+    const cJSON *list = cJSON_GetObjectItem((cJSON *)mj, "files"), *f;
+    kl_dataset_file *v = NULL;
+    size_t k = 0;
+    if (!cJSON_IsArray(list)) rc = kl_err_set(e, KL_EPARSE, "%s: no files list", mp);
+    else if (!(v = calloc((size_t)cJSON_GetArraySize(list) + 1, sizeof *v)))
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!rc) cJSON_ArrayForEach(f, list) {
+            if ((rc = manifest_file(mp, f, k, &v[k], e))) break;
+            k++;
+        }
+    cJSON_Delete(mj);
+    if (rc) { kl_dataset_files_free(v, k); return rc; }
+    *files = v;
+    *n = k;
+    return KL_OK;
+}
