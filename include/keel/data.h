@@ -423,6 +423,33 @@ int kl_dataset_manifest_write(const char *dir, const char *format, const char *h
 int kl_dataset_manifest_files(const char *dir, kl_dataset_file **files, size_t *n, kl_err *e);
 void kl_dataset_files_free(kl_dataset_file *files, size_t n);
 
+/* ==================================================================
+ * Joining a prediction log with its labels (src/data/joinlog.c)
+ * ================================================================== */
+
+/* `keel data join-log DIR --model M --out DS`: the prediction rows of
+ * DIR/M/predictions (`keel serve --log-predictions DIR`) joined by request
+ * id with the labels of DIR/M/labels into one dataset folder (DS/part-00000.parquet
+ * + manifest.json "keel-joined-log-1"), read by `keel features apply` and
+ * `keel train` like any dataset. A label joins record 0 of the request of
+ * its id (as the server's live quality does); a later label of an id
+ * replaces an earlier one. Every prediction column is kept (parts of
+ * several versions: the union of their columns, nulls where a part has
+ * none; one name with two types is an error naming both files), plus the
+ * label as column `label` of type label_type, and `labelled_at`. Both
+ * datasets are checked against their manifests first (full sha256). */
+typedef struct {
+    const char *log_dir, *model, *out;
+    const char *label;      /* the label column's name (NULL: "label") */
+    kl_col_type label_type; /* int32, int64, float32, float64, bool or string */
+    int64_t since_us;       /* predictions served at or after this (0: all) */
+    int keep_unlabelled;    /* also the predictions without a label (label null) */
+} kl_join_log_opts;
+typedef struct {
+    uint64_t predictions, labels, joined, unlabelled, unmatched_labels, replaced_labels;
+} kl_join_log_result;
+int kl_join_log(const kl_join_log_opts *o, kl_join_log_result *res, kl_err *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -39,6 +39,7 @@ size_t kl_features_num_inputs(const kl_features *f);
 const char *kl_features_input_name(const kl_features *f, size_t i);
 kl_col_type kl_features_input_type(const kl_features *f, size_t i);
 const char *kl_features_label(const kl_features *f);  /* NULL when none */
+kl_col_type kl_features_label_type(const kl_features *f); /* the label column's type (before class indexing) */
 /* A string label is a class name: fit learns the classes (sorted bytewise,
  * at most 65,536) from the label column, so it needs the label
  * (kl_features_fit_needs_label), and apply writes the int32 index of each
