@@ -449,6 +449,10 @@ typedef struct {
     uint64_t predictions, labels, joined, unlabelled, unmatched_labels, replaced_labels;
 } kl_join_log_result;
 int kl_join_log(const kl_join_log_opts *o, kl_join_log_result *res, kl_err *e);
+/* The joined rows in memory instead (o->out unused): *cols[*ncols], each
+ * freed with kl_column_free, the array with free(). A model without a
+ * labels dataset yet has no labels (not an error here). */
+int kl_join_log_read(const kl_join_log_opts *o, kl_column ***cols, size_t *ncols, kl_join_log_result *res, kl_err *e);
 
 #ifdef __cplusplus
 }

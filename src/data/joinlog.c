@@ -249,7 +249,8 @@ static int pick_rows(joinrun *J, const kl_join_log_opts *o, kl_join_log_result *
     return KL_OK;
 }
 
-static int write_joined(joinrun *J, const kl_join_log_opts *o, const kl_join_log_result *res, kl_err *e) {
+/* the output columns: every prediction column of the picked rows, the label, labelled_at */
+static int joined_columns(joinrun *J, const kl_join_log_opts *o, kl_column ***out, size_t *nout, kl_err *e) {
     const char *lname = o->label ? o->label : "label";
     if (table_find(&J->P, lname) >= 0 || !strcmp(lname, "labelled_at"))
         return kl_err_set(e, KL_EINVAL, "--label %s: the prediction log has a column of that name already", lname);
@@ -276,11 +277,22 @@ static int write_joined(joinrun *J, const kl_join_log_opts *o, const kl_join_log
                            : kl_column_push_i64(c[nc - 1], kl_column_get_i64(J->L.c[J->l_at], (size_t)J->lab[k]))))
             rc = kl_err_set(e, KL_ENOMEM, "out of memory");
     }
+    if (rc) {
+        for (size_t j = 0; j < nc; j++) kl_column_free(c[j]);
+        free(c);
+        return rc;
+    }
+    *out = c;
+    *nout = nc;
+    return KL_OK;
+}
+
+static int write_joined(kl_column **c, size_t nc, const kl_join_log_opts *o, const kl_join_log_result *res, kl_err *e) {
     char p[4300];
     snprintf(p, sizeof p, "%s/part-00000.parquet", o->out);
-    if (!rc) rc = kl_pq_write_file(p, c, nc, NULL, NULL, e);
+    int rc = kl_pq_write_file(p, c, nc, NULL, NULL, e);
     kl_dataset_file f = {0};
-    if (!rc) rc = kl_dataset_file_stat(o->out, "part-00000.parquet", J->npick, &f, e);
+    if (!rc) rc = kl_dataset_file_stat(o->out, "part-00000.parquet", nc ? c[0]->len : 0, &f, e);
     if (!rc) {
         kl_buf h;
         kl_buf_init(&h);
@@ -289,7 +301,7 @@ static int write_joined(joinrun *J, const kl_join_log_opts *o, const kl_join_log
         kl_buf_puts(&h, ",\n  \"model\": ");
         kl_buf_json_str(&h, o->model);
         kl_buf_puts(&h, ",\n  \"label\": ");
-        kl_buf_json_str(&h, lname);
+        kl_buf_json_str(&h, o->label ? o->label : "label");
         kl_buf_printf(
             &h,
             ",\n  \"join\": {\"predictions\": %llu, \"labels\": %llu, \"joined\": %llu, \"unlabelled\": %llu, "
@@ -302,9 +314,24 @@ static int write_joined(joinrun *J, const kl_join_log_opts *o, const kl_join_log
         kl_buf_free(&h);
     }
     free(f.path);
-    for (size_t j = 0; j < nc; j++) kl_column_free(c[j]);
-    free(c);
     return rc;
+}
+
+/* the labels table of a model no label was posted to yet */
+static int no_labels(table *t, kl_err *e) {
+    static const struct {
+        const char *name;
+        kl_col_type t;
+    } cols[] = {{"request_id", KL_COL_STRING},
+                {"received_at", KL_COL_TIMESTAMP},
+                {"label", KL_COL_FLOAT64},
+                {"label_text", KL_COL_STRING}};
+    if (!(t->c = calloc(4, sizeof *t->c))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (t->n = 0; t->n < 4; t->n++) {
+        int rc = kl_column_new(cols[t->n].name, cols[t->n].t, 1, 0, &t->c[t->n], e);
+        if (rc) return rc;
+    }
+    return KL_OK;
 }
 
 static int open_logs(joinrun *J, const kl_join_log_opts *o, kl_join_log_result *res, kl_err *e) {
@@ -317,7 +344,9 @@ static int open_logs(joinrun *J, const kl_join_log_opts *o, kl_join_log_result *
         (J->p_at = need_col(&J->P, dir, "served_at", KL_COL_TIMESTAMP, e)) < 0)
         return e->code;
     snprintf(dir, sizeof dir, "%s/%s/labels", o->log_dir, o->model);
-    if ((rc = read_log(dir, &J->L, e))) return rc;
+    if (kl_path_exists(dir)) rc = read_log(dir, &J->L, e);
+    else rc = no_labels(&J->L, e); /* nothing posted yet */
+    if (rc) return rc;
     if ((J->l_id = need_col(&J->L, dir, "request_id", KL_COL_STRING, e)) < 0 ||
         (J->l_at = need_col(&J->L, dir, "received_at", KL_COL_TIMESTAMP, e)) < 0 ||
         (J->l_num = need_col(&J->L, dir, "label", KL_COL_FLOAT64, e)) < 0 ||
@@ -327,21 +356,38 @@ static int open_logs(joinrun *J, const kl_join_log_opts *o, kl_join_log_result *
     return index_labels(&J->L, J->l_id, J->l_at, &J->lix, &J->nlab, &res->replaced_labels, e);
 }
 
-int kl_join_log(const kl_join_log_opts *o, kl_join_log_result *res, kl_err *e) {
+static void joinrun_free(joinrun *J) {
+    table_free(&J->P);
+    table_free(&J->L);
+    free(J->lix);
+    free(J->used);
+    free(J->rows);
+    free(J->lab);
+}
+
+int kl_join_log_read(const kl_join_log_opts *o, kl_column ***cols, size_t *ncols, kl_join_log_result *res, kl_err *e) {
     memset(res, 0, sizeof *res);
-    if (!o->log_dir || !o->model || !o->out)
-        return kl_err_set(e, KL_EINVAL, "join-log needs a log folder, a model and --out");
+    *cols = NULL;
+    *ncols = 0;
+    if (!o->log_dir || !o->model) return kl_err_set(e, KL_EINVAL, "join-log needs a log folder and a model");
     joinrun J;
     memset(&J, 0, sizeof J);
-    int rc = check_out(o->out, e);
-    if (!rc) rc = open_logs(&J, o, res, e);
+    int rc = open_logs(&J, o, res, e);
     if (!rc) rc = pick_rows(&J, o, res, e);
-    if (!rc) rc = write_joined(&J, o, res, e);
-    table_free(&J.P);
-    table_free(&J.L);
-    free(J.lix);
-    free(J.used);
-    free(J.rows);
-    free(J.lab);
+    if (!rc) rc = joined_columns(&J, o, cols, ncols, e);
+    joinrun_free(&J);
+    return rc;
+}
+
+int kl_join_log(const kl_join_log_opts *o, kl_join_log_result *res, kl_err *e) {
+    memset(res, 0, sizeof *res);
+    if (!o->out) return kl_err_set(e, KL_EINVAL, "join-log needs --out");
+    int rc = check_out(o->out, e);
+    kl_column **c = NULL;
+    size_t nc = 0;
+    if (!rc) rc = kl_join_log_read(o, &c, &nc, res, e);
+    if (!rc) rc = write_joined(c, nc, o, res, e);
+    for (size_t j = 0; j < nc; j++) kl_column_free(c[j]);
+    free(c);
     return rc;
 }

@@ -19,6 +19,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -57,6 +58,7 @@ typedef struct pl_entry {
     const sv_plog_schema *sc;
     size_t bytes;  /* counted against the queue's byte bound */
     int64_t at_us; /* wall clock: answered / received */
+    double latency_ms; /* arrival to outputs (queue + compute; not the answer's encoding and send) */
     char rid[256];
     int predict;
     int64_t rows, version;
@@ -157,6 +159,7 @@ static pl_entry *pred_entry(sv_req *r, const sv_plog_schema *sc, const sv_tensor
     x->kind = PL_PRED;
     x->sc = sc;
     x->at_us = kl_time_now_us();
+    x->latency_ms = r->t_recv ? (kl_time_mono_ns() - r->t_recv) / 1e6 : NAN;
     snprintf(x->rid, sizeof x->rid, "%s", r->has_id ? r->id : r->rid);
     x->predict = r->predict;
     x->rows = r->rows;
@@ -230,10 +233,36 @@ void sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t le
  * Layouts (at version load)
  * ================================================================== */
 
+/* DIR/<model>/versions/<V>/: the version's profile.json, features.json and
+ * meta.json, so that the log explains itself (`keel monitor report`, `keel
+ * data join-log --features`) after the repository has moved on */
+static void keep_version_files(const sv_plog *p, const sv_version *v) {
+    static const char *const names[] = {"profile.json", "features.json", "meta.json"};
+    char dir[1400], src[1400], dst[1500];
+    snprintf(dir, sizeof dir, "%s/%s/versions/%lld", p->dir, v->model->name, (long long)v->version);
+    kl_err e = {0};
+    if (kl_mkdir_p(dir, &e)) {
+        kl_log(KL_LOG_WARN, "serve", "prediction log: %s", kl_err_what(&e));
+        return;
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(src, sizeof src, "%s/%s", v->dir, names[i]);
+        snprintf(dst, sizeof dst, "%s/%s", dir, names[i]);
+        char *text = NULL;
+        size_t n = 0;
+        if (!kl_path_exists(src)) continue;
+        if (kl_read_file_max(src, (uint64_t)256 << 20, &text, &n, &e) || kl_write_file_atomic(dst, text, n, &e))
+            kl_log(KL_LOG_WARN, "serve", "prediction log: keeping %s: %s", names[i], kl_err_what(&e));
+        kl_mem_free(text);
+        kl_err_clear(&e);
+    }
+}
+
 const sv_plog_schema *sv_plog_schema_of(sv_plog *p, const sv_version *v) {
     const char *fh = v->feat ? kl_features_hash(v->feat) : "";
     pthread_mutex_lock(&p->lock);
     sv_plog_schema *sc = p->schemas;
+    int created = 0;
     while (sc && (sc->version != v->version || strcmp(sc->model, v->model->name) || strcmp(sc->feature_hash, fh)))
         sc = sc->next;
     if (!sc && (sc = calloc(1, sizeof *sc))) {
@@ -257,8 +286,10 @@ const sv_plog_schema *sv_plog_schema_of(sv_plog *p, const sv_version *v) {
         for (size_t i = 0; i < v->n_in; i++) snprintf(sc->in_name[i], SV_NAME_MAX, "%s", v->in[i].name);
         sc->next = p->schemas;
         p->schemas = sc;
+        created = 1;
     }
     pthread_mutex_unlock(&p->lock);
+    if (created) keep_version_files(p, v); /* file I/O: not under the lock requests take */
     return sc;
 }
 
@@ -273,7 +304,7 @@ static int pred_columns(const sv_plog_schema *sc, kl_column ***out, size_t *nout
         kl_col_type t;
     } fixed[] = {{"request_id", KL_COL_STRING}, {"record", KL_COL_INT32},        {"served_at", KL_COL_TIMESTAMP},
                  {"model", KL_COL_STRING},      {"model_version", KL_COL_INT64}, {"feature_hash", KL_COL_STRING},
-                 {"endpoint", KL_COL_STRING},   {"input", KL_COL_STRING}};
+                 {"endpoint", KL_COL_STRING},   {"latency_ms", KL_COL_FLOAT64}, {"input", KL_COL_STRING}};
     size_t nf = sizeof fixed / sizeof fixed[0], n = nf + sc->nraw + sc->width + sc->nout;
     kl_column **c = calloc(n, sizeof *c);
     if (!c) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -362,11 +393,12 @@ static int pred_rows(pl_set *s, const pl_entry *x, kl_err *e) {
     kl_buf_init(&b);
     int rc = KL_OK;
     for (int64_t r = 0; r < x->rows && !rc; r++, rec = rec ? rec->next : NULL) {
-        size_t k = 8;
+        size_t k = 9;
         rc = kl_column_push_str(c[0], x->rid, strlen(x->rid)) || kl_column_push_i64(c[1], r) ||
             kl_column_push_i64(c[2], x->at_us) || push_str(c[3], sc->model) || kl_column_push_i64(c[4], sc->version) ||
             push_str(c[5], sc->feature_hash) || push_str(c[6], x->predict ? "predict" : "infer") ||
-            push_input(c[7], x, rec, r, &b);
+            (isfinite(x->latency_ms) ? kl_column_push_f64(c[7], x->latency_ms) : kl_column_push_null(c[7])) ||
+            push_input(c[8], x, rec, r, &b);
         for (size_t i = 0; i < sc->nraw && !rc; i++, k++)
             rc = rec && cJSON_IsObject(rec) ? kl_features_input_append(sc->feat, sc->raw[i], rec, c[k]) == KL_ENOMEM
                                             : kl_column_push_null(c[k]);
