@@ -358,8 +358,76 @@ static int push_str(kl_column *c, const char *s) {
     return s && *s ? kl_column_push_str(c, s, strlen(s)) : kl_column_push_null(c);
 }
 
-/* the `input` column of one row: the :predict record, or {"input": row} of every v2 input */
-static int push_input(kl_column *c, const pl_entry *x, const cJSON *rec, int64_t row, kl_buf *b) {
+/* ---- the records' own text in a :predict body (the decoder accepted the
+ * body: valid JSON; every step is still bounded by its length) ---- */
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    return i;
+}
+
+/* the end of the JSON value starting at s[i] */
+static size_t skip_value(const char *s, size_t n, size_t i) {
+    int depth = 0;
+    while (i < n) {
+        char ch = s[i];
+        if (ch == '"') {
+            for (i++; i < n && s[i] != '"'; i++)
+                if (s[i] == '\\') i++;
+            i++;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+            i++;
+        } else if (ch == '}' || ch == ']') {
+            if (!depth) return i;
+            depth--;
+            i++;
+        } else if (!depth && (ch == ',' || ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r')) {
+            return i;
+        } else {
+            i++;
+        }
+        if (!depth && (ch == '"' || ch == '}' || ch == ']')) return i < n ? i : n;
+    }
+    return n;
+}
+
+/* the text spans of the elements of the top-level "instances" array: 1 when
+ * there are exactly rows of them (else the records are printed from the tree) */
+static int record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len) {
+    size_t i = skip_ws(s, n, 0);
+    if (i >= n || s[i] != '{') return 0;
+    for (i++;;) {
+        i = skip_ws(s, n, i);
+        if (i >= n || s[i] != '"') return 0;
+        size_t k0 = i + 1, k1 = skip_value(s, n, i);
+        i = skip_ws(s, n, k1);
+        if (i >= n || s[i] != ':') return 0;
+        i = skip_ws(s, n, i + 1);
+        if (k1 - k0 == 10 && !memcmp(s + k0, "instances\"", 10) && i < n && s[i] == '[') {
+            int64_t m = 0;
+            for (i++;;) {
+                i = skip_ws(s, n, i);
+                if (i >= n) return 0;
+                if (s[i] == ']') return m == rows;
+                if (m >= rows) return 0;
+                size_t e = skip_value(s, n, i);
+                off[m] = i;
+                len[m++] = e - i;
+                i = skip_ws(s, n, e);
+                if (i < n && s[i] == ',') i++;
+            }
+        }
+        i = skip_ws(s, n, skip_value(s, n, i));
+        if (i >= n || s[i] != ',') return 0;
+        i++;
+    }
+}
+
+/* the `input` column of one row: the :predict record's text, or {"input": row} of every v2 input */
+static int push_input(kl_column *c, const pl_entry *x, const cJSON *rec, int64_t row, const size_t *off,
+                      const size_t *len, kl_buf *b) {
+    if (x->predict && off) return kl_column_push_str(c, x->body + off[row], len[row]);
     if (x->predict) {
         char *t = rec ? cJSON_PrintUnformatted(rec) : NULL;
         int rc = t ? kl_column_push_str(c, t, strlen(t)) : kl_column_push_null(c);
@@ -383,11 +451,19 @@ static int push_input(kl_column *c, const pl_entry *x, const cJSON *rec, int64_t
 static int pred_rows(pl_set *s, const pl_entry *x, kl_err *e) {
     const sv_plog_schema *sc = x->sc;
     const cJSON *inst = NULL;
-    void *doc = NULL;
+    kl_json_doc *doc = NULL; /* the fast reader (one arena), as the decoder read it */
     if (x->predict && x->body &&
-        !kl_json_parse_opts(x->body, x->body_len, "request body", KL_JSON_KEEP_NUL, &doc, NULL))
-        inst = cJSON_GetObjectItemCaseSensitive((cJSON *)doc, "instances");
+        !kl_json_doc_parse(x->body, x->body_len, "request body", KL_JSON_KEEP_NUL, &doc, NULL))
+        inst = cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(doc), "instances");
     const cJSON *rec = inst ? inst->child : NULL;
+    size_t *off = NULL, *len = NULL;
+    if (inst && (off = malloc((size_t)x->rows * 2 * sizeof *off))) {
+        len = off + x->rows;
+        if (!record_spans(x->body, x->body_len, x->rows, off, len)) {
+            free(off);
+            off = len = NULL;
+        }
+    }
     kl_column **c = s->cols;
     kl_buf b;
     kl_buf_init(&b);
@@ -398,7 +474,7 @@ static int pred_rows(pl_set *s, const pl_entry *x, kl_err *e) {
             kl_column_push_i64(c[2], x->at_us) || push_str(c[3], sc->model) || kl_column_push_i64(c[4], sc->version) ||
             push_str(c[5], sc->feature_hash) || push_str(c[6], x->predict ? "predict" : "infer") ||
             (isfinite(x->latency_ms) ? kl_column_push_f64(c[7], x->latency_ms) : kl_column_push_null(c[7])) ||
-            push_input(c[8], x, rec, r, &b);
+            push_input(c[8], x, rec, r, off, len, &b);
         for (size_t i = 0; i < sc->nraw && !rc; i++, k++)
             rc = rec && cJSON_IsObject(rec) ? kl_features_input_append(sc->feat, sc->raw[i], rec, c[k]) == KL_ENOMEM
                                             : kl_column_push_null(c[k]);
@@ -408,7 +484,8 @@ static int pred_rows(pl_set *s, const pl_entry *x, kl_err *e) {
             rc = x->outv ? kl_column_push_f64(c[k], x->outv[(size_t)r * sc->nout + i]) : kl_column_push_null(c[k]);
     }
     kl_buf_free(&b);
-    cJSON_Delete(doc);
+    free(off);
+    kl_json_doc_free(doc);
     return rc ? kl_err_set(e, KL_ENOMEM, "prediction log: out of memory") : KL_OK;
 }
 
