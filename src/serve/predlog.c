@@ -56,8 +56,8 @@ typedef struct pl_entry {
     struct pl_entry *next;
     int kind;
     const sv_plog_schema *sc;
-    size_t bytes;  /* counted against the queue's byte bound */
-    int64_t at_us; /* wall clock: answered / received */
+    size_t bytes;      /* counted against the queue's byte bound */
+    int64_t at_us;     /* wall clock: answered / received */
     double latency_ms; /* arrival to outputs (queue + compute; not the answer's encoding and send) */
     char rid[256];
     int predict;
@@ -258,38 +258,69 @@ static void keep_version_files(const sv_plog *p, const sv_version *v) {
     }
 }
 
+/* a raw input's column would clash with one of the log's own */
+static int clashes(const char *name) {
+    static const char *const own[] = {"request_id",   "record",   "served_at",  "model", "model_version",
+                                      "feature_hash", "endpoint", "latency_ms", "input", "output"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (!strcmp(name, own[i])) return 1;
+    return !strncmp(name, "feature.", 8) || !strncmp(name, "output[", 7);
+}
+
+/* v's layout, built without the log's lock (it reads features.json) */
+static sv_plog_schema *schema_new(const sv_version *v) {
+    sv_plog_schema *sc = calloc(1, sizeof *sc);
+    if (!sc) return NULL;
+    snprintf(sc->model, sizeof sc->model, "%s", v->model->name);
+    sc->version = v->version;
+    snprintf(sc->feature_hash, sizeof sc->feature_hash, "%s", v->feat ? kl_features_hash(v->feat) : "");
+    char fp[1200];
+    snprintf(fp, sizeof fp, "%s/features.json", v->dir);
+    kl_err e = {0};
+    if (v->feat && kl_features_load(fp, &sc->feat, &e))
+        kl_log(KL_LOG_WARN, "serve", "prediction log of %s version %lld: %s (no raw inputs or feature columns)",
+               sc->model, (long long)sc->version, kl_err_what(&e));
+    const char *label = sc->feat ? kl_features_label(sc->feat) : NULL;
+    for (size_t i = 0; sc->feat && i < kl_features_num_inputs(sc->feat) && sc->nraw < 64; i++) {
+        const char *name = kl_features_input_name(sc->feat, i);
+        if (label && !strcmp(label, name)) continue;
+        if (clashes(name)) {
+            kl_log(KL_LOG_WARN, "serve",
+                   "prediction log of %s version %lld: raw input '%s' is not a column of its own "
+                   "(a log column has that name; the record is in `input`)",
+                   sc->model, (long long)sc->version, name);
+            continue;
+        }
+        sc->raw[sc->nraw++] = i;
+    }
+    sc->width = sc->feat ? kl_features_width(sc->feat) : 0; /* the slot names come from the copy */
+    int64_t per = 1;
+    for (int d = 1; v->n_out && d < v->out[0].rank; d++) per = v->out[0].dims[d] > 0 ? per * v->out[0].dims[d] : -1;
+    sc->nout = v->n_out && v->out[0].dtype == SV_FP32 && per > 0 && per <= 4096 ? (size_t)per : 0;
+    sc->n_in = v->n_in;
+    for (size_t i = 0; i < v->n_in; i++) snprintf(sc->in_name[i], SV_NAME_MAX, "%s", v->in[i].name);
+    return sc;
+}
+
 const sv_plog_schema *sv_plog_schema_of(sv_plog *p, const sv_version *v) {
     const char *fh = v->feat ? kl_features_hash(v->feat) : "";
+    sv_plog_schema *made = schema_new(v);
     pthread_mutex_lock(&p->lock);
     sv_plog_schema *sc = p->schemas;
-    int created = 0;
     while (sc && (sc->version != v->version || strcmp(sc->model, v->model->name) || strcmp(sc->feature_hash, fh)))
         sc = sc->next;
-    if (!sc && (sc = calloc(1, sizeof *sc))) {
-        snprintf(sc->model, sizeof sc->model, "%s", v->model->name);
-        sc->version = v->version;
-        snprintf(sc->feature_hash, sizeof sc->feature_hash, "%s", fh);
-        char fp[1200];
-        snprintf(fp, sizeof fp, "%s/features.json", v->dir);
-        kl_err e = {0};
-        if (v->feat && kl_features_load(fp, &sc->feat, &e))
-            kl_log(KL_LOG_WARN, "serve", "prediction log of %s version %lld: %s (raw inputs not logged as columns)",
-                   sc->model, (long long)sc->version, kl_err_what(&e));
-        const char *label = sc->feat ? kl_features_label(sc->feat) : NULL;
-        for (size_t i = 0; sc->feat && i < kl_features_num_inputs(sc->feat) && sc->nraw < 64; i++)
-            if (!label || strcmp(label, kl_features_input_name(sc->feat, i))) sc->raw[sc->nraw++] = i;
-        sc->width = v->feat ? kl_features_width(v->feat) : 0;
-        int64_t per = 1;
-        for (int d = 1; v->n_out && d < v->out[0].rank; d++) per = v->out[0].dims[d] > 0 ? per * v->out[0].dims[d] : -1;
-        sc->nout = v->n_out && v->out[0].dtype == SV_FP32 && per > 0 && per <= 4096 ? (size_t)per : 0;
-        sc->n_in = v->n_in;
-        for (size_t i = 0; i < v->n_in; i++) snprintf(sc->in_name[i], SV_NAME_MAX, "%s", v->in[i].name);
-        sc->next = p->schemas;
-        p->schemas = sc;
-        created = 1;
+    if (!sc && made) { /* a version seen before (a reload) keeps its layout */
+        made->next = p->schemas;
+        p->schemas = sc = made;
+        made = NULL;
     }
     pthread_mutex_unlock(&p->lock);
-    if (created) keep_version_files(p, v); /* file I/O: not under the lock requests take */
+    if (made) {
+        kl_features_free(made->feat);
+        free(made);
+    } else if (sc) {
+        keep_version_files(p, v);
+    }
     return sc;
 }
 
@@ -304,7 +335,7 @@ static int pred_columns(const sv_plog_schema *sc, kl_column ***out, size_t *nout
         kl_col_type t;
     } fixed[] = {{"request_id", KL_COL_STRING}, {"record", KL_COL_INT32},        {"served_at", KL_COL_TIMESTAMP},
                  {"model", KL_COL_STRING},      {"model_version", KL_COL_INT64}, {"feature_hash", KL_COL_STRING},
-                 {"endpoint", KL_COL_STRING},   {"latency_ms", KL_COL_FLOAT64}, {"input", KL_COL_STRING}};
+                 {"endpoint", KL_COL_STRING},   {"latency_ms", KL_COL_FLOAT64},  {"input", KL_COL_STRING}};
     size_t nf = sizeof fixed / sizeof fixed[0], n = nf + sc->nraw + sc->width + sc->nout;
     kl_column **c = calloc(n, sizeof *c);
     if (!c) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -452,8 +483,7 @@ static int pred_rows(pl_set *s, const pl_entry *x, kl_err *e) {
     const sv_plog_schema *sc = x->sc;
     const cJSON *inst = NULL;
     kl_json_doc *doc = NULL; /* the fast reader (one arena), as the decoder read it */
-    if (x->predict && x->body &&
-        !kl_json_doc_parse(x->body, x->body_len, "request body", KL_JSON_KEEP_NUL, &doc, NULL))
+    if (x->predict && x->body && !kl_json_doc_parse(x->body, x->body_len, "request body", KL_JSON_KEEP_NUL, &doc, NULL))
         inst = cJSON_GetObjectItemCaseSensitive(kl_json_doc_root(doc), "instances");
     const cJSON *rec = inst ? inst->child : NULL;
     size_t *off = NULL, *len = NULL;
