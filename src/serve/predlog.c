@@ -425,7 +425,7 @@ static size_t skip_value(const char *s, size_t n, size_t i) {
 
 /* the text spans of the elements of the top-level "instances" array: 1 when
  * there are exactly rows of them (else the records are printed from the tree) */
-static int record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len) {
+int sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len) {
     size_t i = skip_ws(s, n, 0);
     if (i >= n || s[i] != '{') return 0;
     for (i++;;) {
@@ -489,7 +489,7 @@ static int pred_rows(pl_set *s, const pl_entry *x, kl_err *e) {
     size_t *off = NULL, *len = NULL;
     if (inst && (off = malloc((size_t)x->rows * 2 * sizeof *off))) {
         len = off + x->rows;
-        if (!record_spans(x->body, x->body_len, x->rows, off, len)) {
+        if (!sv_plog_record_spans(x->body, x->body_len, x->rows, off, len)) {
             free(off);
             off = len = NULL;
         }

@@ -480,6 +480,10 @@ void sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out);
 /* Labels posted to v (POST .../feedback): the body is copied into the queue. */
 void sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t len);
 void sv_plog_metrics(const sv_plog *p, kl_buf *b);
+/* The text spans off[i], len[i] of the elements of a :predict body's
+ * top-level "instances" array (JSON the decoder accepted; bounded by n):
+ * 1 when there are exactly rows of them, else 0 (the log prints the records). */
+int sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len);
 /* metrics.c: a Prometheus label value (quoted, escaped) and a family's HELP/TYPE lines */
 void sv_metrics_label(kl_buf *b, const char *v);
 void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
