@@ -392,8 +392,11 @@ static int push_str(kl_column *c, const char *s) {
 /* ---- the records' own text in a :predict body (the decoder accepted the
  * body: valid JSON; every step is still bounded by its length) ---- */
 
+/* whitespace as the JSON readers skip it (cJSON: every byte up to 32) */
+static int is_ws(char c) { return (unsigned char)c <= 32; }
+
 static size_t skip_ws(const char *s, size_t n, size_t i) {
-    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r')) i++;
+    while (i < n && is_ws(s[i])) i++;
     return i;
 }
 
@@ -413,7 +416,7 @@ static size_t skip_value(const char *s, size_t n, size_t i) {
             if (!depth) return i;
             depth--;
             i++;
-        } else if (!depth && (ch == ',' || ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r')) {
+        } else if (!depth && (ch == ',' || is_ws(ch))) {
             return i;
         } else {
             i++;
