@@ -1300,4 +1300,7 @@ KL_TEST(serve_plog_record_spans) {
         KT_CHECK(sv_plog_record_spans(b, cut, 3, off, len) == (cut >= end));
     const char *one = "  {\"instances\":[{\"x\":1}]}";
     KT_CHECK(sv_plog_record_spans(one, strlen(one), 1, off, len) == 1 && len[0] == 7);
+    const char ctl[] =
+        "\001{\"instances\":[\001{}\002,\0011\037]}"; /* bytes up to 32 are whitespace to the readers (fuzz_predlog) */
+    KT_CHECK(sv_plog_record_spans(ctl, sizeof ctl - 1, 2, off, len) == 1 && len[0] == 2 && len[1] == 1);
 }
