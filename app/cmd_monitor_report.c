@@ -49,13 +49,3 @@ int cmd_monitor_report(int argc, char **argv) {
     printf("wrote %s\n", out);
     return APP_EXIT_OK;
 }
-
-/* TEMPORARY (h29-log): `keel monitor` until app/cmd_monitor.c (the monitor
- * dispatcher, with `rules`) is merged; the lead replaces this with an entry
- * {"report", ..., cmd_monitor_report} there. */
-int cmd_monitor_h29(int argc, char **argv) {
-    static const app_command sub[] = {
-        {"report", "HTML report of a prediction log: drift, quality, latency", cmd_monitor_report},
-    };
-    return app_dispatch("monitor", sub, KL_ARRAY_LEN(sub), argc, argv);
-}

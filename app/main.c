@@ -17,7 +17,7 @@ static const app_command commands[] = {
     {"inspect", "describe an ONNX model: inputs, outputs, ops, parameters, FLOPs, memory", cmd_inspect},
     {"loader", "measure the image data loader on a shard set (images/s, decode, wait share)", cmd_loader},
     {"models", "model registry: register, list, show, verify, alias, history", cmd_models},
-    {"monitor", "production monitoring: report (TEMPORARY dispatcher, h29-log)", cmd_monitor_h29},
+    {"monitor", "monitoring of served models: Prometheus alert rules, HTML report of a prediction log", cmd_monitor},
     {"pack", "pack a folder of images into mmap-able shard files for the data loader", cmd_pack},
     {"pipeline", "raw data to a served model: ingest, validate, features, train, evaluate, export, register",
      cmd_pipeline},

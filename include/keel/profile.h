@@ -192,6 +192,7 @@ void kl_profile_path_for(const char *features_json, char *buf, size_t n);
 #define KL_MON_MAX_WINDOWS 8
 #define KL_MON_SLOTS       12 /* a window is a ring of this many slots */
 #define KL_MON_SHARDS      64 /* threads with their own shard; the rest share the last one */
+#define KL_MON_MAX_BYTES   (64ull << 20) /* a monitor that could hold more (every shard) is refused */
 
 typedef struct {
     int nwin;
@@ -208,9 +209,15 @@ typedef struct {
 void kl_monitor_cfg_default(kl_monitor_cfg *c);
 /* "5m", "1h", "24h", "90s", "2d" → seconds; KL_EINVAL. */
 int kl_monitor_parse_window(const char *s, int64_t *out);
+/* The label of a window of s seconds in the shortest unit that divides it:
+ * 300 -> "5m", 86400 -> "24h", 172800 -> "2d", 90 -> "90s" (the inverse of
+ * kl_monitor_parse_window; /metrics' window label). */
+void kl_monitor_window_name(int64_t s, char *buf, size_t n);
 
 typedef struct kl_monitor kl_monitor;
-/* Takes ownership of ref. f (may be NULL: no raw inputs) must outlive the monitor. */
+/* Takes ownership of ref. f (may be NULL: no raw inputs) must outlive the
+ * monitor. KL_ERANGE when it could hold more than KL_MON_MAX_BYTES with
+ * every shard allocated (too many columns x windows). */
 int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *cfg, kl_monitor **out, kl_err *e);
 void kl_monitor_free(kl_monitor *m); /* NULL is a no-op */
 const kl_profile *kl_monitor_profile(const kl_monitor *m);
@@ -254,7 +261,8 @@ typedef struct {
     double null_ratio, ref_null_ratio;
     double psi, js, ks, ks_p, chi2, chi2_p, unknown_ratio, oob_ratio;
     int chi2_dof;
-    int tested; /* enough samples (min_samples non-null live values) */
+    int tested;   /* enough samples (min_samples non-null live values) */
+    int temporal; /* a date or timestamp input: described, never flagged (time moves on) */
     int drift;  /* KL_DRIFT_* bits over the thresholds */
 } kl_monitor_stat;
 /* Every column x window (column-major: column c, window w at c * nwin + w);

@@ -74,6 +74,22 @@ int kl_server_shutdown(kl_server *s, kl_err *e);
 /* Frees (stops first when still running). NULL is a no-op. */
 void kl_server_free(kl_server *s);
 
+/* Prometheus rules for model `model` of repository `repo` (keel monitor
+ * rules; docs/monitoring.md, "Alert rules"): alerting rules on feature and
+ * prediction drift, data quality and live quality with the thresholds of
+ * REPO/MODEL/config.yaml's monitor: block (defaults where absent), and
+ * multi-window, multi-burn-rate alerts of an availability and a latency SLO
+ * with their recording rules. */
+typedef struct {
+    const char *repo;  /* model repository (REPO/<model>/[config.yaml]) */
+    const char *model; /* the model's folder name, as served */
+    double slo;        /* availability objective in percent; 0 = config.yaml's slo_availability (99.9) */
+} kl_rules_opts;
+/* Appends the rules YAML to out. KL_ENOTFOUND (no such model folder),
+ * KL_EINVAL (a bad objective or model name), config.yaml's errors with
+ * their file:line:col, KL_ENOMEM. */
+int kl_serve_rules(const kl_rules_opts *o, kl_buf *out, kl_err *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -545,6 +545,27 @@ typedef struct kl_resize_opts {
 int kl_resize_ex_f32(int rank, const int64_t *dims, const float *x, const int64_t *out_dims, const float *scales,
                      const kl_resize_opts *o, float *y, kl_pool *pool, kl_err *e);
 
+/* ==================================================================
+ * FFT (fft.c): complex DFT of any length n >= 1 in double precision,
+ * iterative radix-2 for powers of two, Bluestein's chirp-z transform
+ * (through a power-of-two FFT of length >= 2n - 1) otherwise. Forward:
+ * X[k] = sum_j x[j] e^{-2 pi i jk/n}; inverse: the same with +i, unscaled
+ * (the caller divides by n). A plan holds the twiddles and, for Bluestein,
+ * the chirp and its transform; it is read-only once made (shareable by
+ * threads, each with its own scratch).
+ * ================================================================== */
+
+typedef struct kl_fft kl_fft;
+/* KL_ERANGE for n < 1 or n > KL_FFT_MAX_N; KL_ENOMEM from the allocator. */
+#define KL_FFT_MAX_N ((int64_t)1 << 28)
+int kl_fft_new(int64_t n, kl_fft **out, kl_err *e);
+void kl_fft_free(kl_fft *f);            /* NULL is a no-op */
+int64_t kl_fft_len(const kl_fft *f);
+size_t kl_fft_scratch_doubles(const kl_fft *f);
+/* x: n interleaved (re, im) pairs, transformed in place; scratch: at least
+ * kl_fft_scratch_doubles(f) doubles. */
+void kl_fft_run(const kl_fft *f, int inverse, double *x, double *scratch);
+
 #ifdef __cplusplus
 }
 #endif

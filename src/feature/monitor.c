@@ -95,7 +95,7 @@ int kl_monitor_parse_window(const char *s, int64_t *out) {
     return KL_OK;
 }
 
-static void window_name(int64_t s, char *buf, size_t n) {
+void kl_monitor_window_name(int64_t s, char *buf, size_t n) {
     if (s % 86400 == 0 && s >= 2 * 86400) snprintf(buf, n, "%lldd", (long long)(s / 86400));
     else if (s % 3600 == 0) snprintf(buf, n, "%lldh", (long long)(s / 3600));
     else if (s % 60 == 0) snprintf(buf, n, "%lldm", (long long)(s / 60));
@@ -177,6 +177,15 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
     m->gran_ns = m->slot_ns[0];
     for (int w = 1; w < cfg->nwin; w++)
         if (m->slot_ns[w] < m->gran_ns) m->gran_ns = m->slot_ns[w];
+    size_t maxb = 0;
+    kl_monitor_bytes(m, &maxb);
+    if (maxb > KL_MON_MAX_BYTES) {
+        rc = kl_err_set(e, KL_ERANGE,
+                        "monitoring %zu columns over %d windows would hold up to %.1f MB, over the cap of %llu MB "
+                        "(fewer windows or columns)",
+                        m->nc, cfg->nwin, (double)maxb / 1e6, (unsigned long long)(KL_MON_MAX_BYTES >> 20));
+        goto fail;
+    }
     *out = m;
     return KL_OK;
 fail:
@@ -447,6 +456,7 @@ static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, co
     const kl_colprof *p = c->p;
     const kl_monitor_cfg *g = &m->cfg;
     st->n = grp[MG_ROWS + p->role];
+    st->temporal = c->temporal;
     st->nulls = cnt[MC_NULLS];
     uint64_t nn = st->n - st->nulls;
     st->null_ratio = st->n ? (double)st->nulls / (double)st->n : NAN;
@@ -612,7 +622,7 @@ int kl_monitor_json(kl_monitor *m, int64_t now, kl_buf *b, kl_err *e) {
     char wn[KL_MON_MAX_WINDOWS][24];
     kl_buf_puts(b, "{\"windows\":[");
     for (size_t w = 0; w < nw; w++) {
-        window_name(g->win_s[w], wn[w], sizeof wn[w]);
+        kl_monitor_window_name(g->win_s[w], wn[w], sizeof wn[w]);
         kl_buf_printf(b, "%s\"%s\"", w ? "," : "", wn[w]);
     }
     kl_buf_printf(

@@ -72,6 +72,7 @@ extern const kl_op kl__ops_random[];  /* Random*, Bernoulli, ai.onnx.preview.tra
 extern const kl_op kl__ops_control[]; /* If, Loop, Scan (ops_control.c) */
 extern const kl_op kl__ops_rnn[];     /* RNN, GRU, LSTM (ops_rnn.c) */
 extern const kl_op kl__ops_seq[];     /* sequence and optional ops (ops_seq.c) */
+extern const kl_op kl__ops_audio[];   /* DFT, STFT, window ops, MelWeightMatrix (ops_audio.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path

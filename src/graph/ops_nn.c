@@ -252,10 +252,14 @@ static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_para
     if (p->group <= 0 || p->C % p->group || p->M % p->group || W->dims[1] != p->C / p->group)
         return kl__fail_node(e, n, KL_ESHAPE, "channels %lld, weight %lldx%lld, group %lld do not match", (long long)p->C, (long long)W->dims[0], (long long)W->dims[1], (long long)p->group);
     const kl_attr *ks = kl_gnode_attr(n, "kernel_shape"), *st = kl_gnode_attr(n, "strides"), *dl = kl_gnode_attr(n, "dilations"), *pd = kl_gnode_attr(n, "pads");
+    if ((st && st->n && st->n != nsp) || (dl && dl->n && dl->n != nsp) || (pd && pd->n && pd->n != 2 * nsp))
+        return kl__fail_node(e, n, KL_EINVAL, "strides/dilations/pads need %d/%d/%d entries for a rank-%d input", nsp,
+                             nsp, 2 * nsp, X->rank);
     for (int i = 0; i < nsp; i++) {
         p->in[i] = X->dims[2 + i];
         p->k[i] = W->dims[2 + i];
-        if (ks && ks->n == nsp && ks->ints[i] != p->k[i]) return kl__fail_node(e, n, KL_ESHAPE, "kernel_shape differs from the weight shape");
+        if (ks && ks->n && (ks->n != nsp || ks->ints[i] != p->k[i]))
+            return kl__fail_node(e, n, KL_ESHAPE, "kernel_shape differs from the weight shape");
         p->stride[i] = st && st->n == nsp ? st->ints[i] : 1;
         p->dilation[i] = dl && dl->n == nsp ? dl->ints[i] : 1;
         p->pad_begin[i] = pd && pd->n == 2 * nsp ? pd->ints[i] : 0;
@@ -274,6 +278,38 @@ static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_para
     p->packed_w = n->priv;
     int rc = kl_conv_prepare(p, e);
     if (rc) { char m[600]; snprintf(m, sizeof m, "%s", e ? e->msg : ""); return kl__fail_node(e, n, rc, "%s", m); }
+    return KL_OK;
+}
+
+/* Load-time check of a Conv's geometry attributes: kernel_shape, strides and
+ * dilations one entry per spatial axis, pads two, group >= 1, all agreeing
+ * with each other and, when the weight is an initializer, with its rank and
+ * spatial dims (the weight packing at load trusts them). */
+static int conv_attr_len(const kl_gnode *n, const char *name, int per_axis, int *nsp, kl_err *e) {
+    const kl_attr *a = kl_gnode_attr(n, name);
+    if (!a || (a->type == KL_ATTR_INTS && !a->n)) return KL_OK; /* empty: the default */
+    if (a->type != KL_ATTR_INTS || a->n % per_axis || a->n / per_axis < 1 || a->n / per_axis > 3)
+        return kl__fail_node(e, n, KL_EINVAL, "%s has %d entries (%d per axis, 1-3 axes)", name, a->n, per_axis);
+    if (*nsp && a->n / per_axis != *nsp)
+        return kl__fail_node(e, n, KL_EINVAL, "%s has %d entries for %d spatial axes", name, a->n, *nsp);
+    *nsp = a->n / per_axis;
+    return KL_OK;
+}
+
+static int conv_check(kl_gnode *n, const kl_graph *g, kl_err *e) {
+    int rc, nsp = 0;
+    const kl_tensor *W = n->n_in > 1 && n->inputs[1] >= 0 ? kl__init_of(g, n->inputs[1]) : NULL;
+    if (W && (W->rank < 3 || W->rank > 5)) return kl__fail_node(e, n, KL_ESHAPE, "weight rank %d (need 3-5)", W->rank);
+    if (W) nsp = W->rank - 2;
+    if ((rc = conv_attr_len(n, "kernel_shape", 1, &nsp, e)) || (rc = conv_attr_len(n, "strides", 1, &nsp, e)) ||
+        (rc = conv_attr_len(n, "dilations", 1, &nsp, e)) || (rc = conv_attr_len(n, "pads", 2, &nsp, e)))
+        return rc;
+    const kl_attr *ks = kl_gnode_attr(n, "kernel_shape");
+    for (int i = 0; ks && ks->n && W && i < nsp; i++)
+        if (ks->ints[i] != W->dims[2 + i])
+            return kl__fail_node(e, n, KL_ESHAPE, "kernel_shape[%d] = %lld differs from the weight's dim %d (%lld)", i,
+                                 (long long)ks->ints[i], 2 + i, (long long)W->dims[2 + i]);
+    if (kl_gnode_attr_int(n, "group", 1) < 1) return kl__fail_node(e, n, KL_EINVAL, "group must be >= 1");
     return KL_OK;
 }
 
@@ -1006,7 +1042,7 @@ const kl_op kl__ops_nn[] = {
     {"MatMul", "", 1, 17, 2, 2, 1, 1, no_attrs, NULL, matmul_infer, matmul_run, 0},
     {"FusedMatMul", "keel", 1, 1, 3, 4, 1, 1, a_fmm, NULL, fmm_infer, fmm_run, 0},
     {"Gemm", "", 7, 17, 2, 3, 1, 1, a_gemm, NULL, gemm_infer, gemm_run, 0},
-    {"Conv", "", 1, 17, 2, 4, 1, 1, a_conv, NULL, conv_infer, conv_run, 0},
+    {"Conv", "", 1, 17, 2, 4, 1, 1, a_conv, conv_check, conv_infer, conv_run, 0},
     {"ConvTranspose", "", 1, 17, 2, 3, 1, 1, a_convt, NULL, convt_infer, convt_run, 0},
     {"MaxPool", "", 8, 17, 1, 1, 1, 2, a_pool, NULL, pool_infer, pool_run, 0},
     {"AveragePool", "", 7, 17, 1, 1, 1, 1, a_pool, NULL, pool_infer, pool_run, 0},

@@ -19,6 +19,29 @@ static const char *const reason_names[SV_R_COUNT] = {
 
 const char *sv_reason_name(int r) { return r >= 0 && r < SV_R_COUNT ? reason_names[r] : "internal"; }
 
+size_t sv_metrics_latency_bounds(const double **le) {
+    *le = lat_le;
+    return KL_ARRAY_LEN(lat_le);
+}
+
+/* A request the server could not answer although it was well-formed and
+ * within its limits: full queues, timeouts, memory quotas, shutdown, no ready
+ * version, internal errors, overload shedding. A malformed request, an
+ * unknown model, a body over the limit or a client over its rate limit is
+ * the client's failure and spends no error budget. */
+int sv_reason_is_server_error(int r) {
+    switch (r) {
+    case SV_R_QUEUE_FULL:
+    case SV_R_TIMEOUT:
+    case SV_R_MEMORY:
+    case SV_R_SHUTDOWN:
+    case SV_R_NOT_READY:
+    case SV_R_INTERNAL:
+    case SV_R_OVERLOAD: return 1;
+    default: return 0;
+    }
+}
+
 void sv_hist_add(sv_hist *h, double x) {
     int i = 0;
     while (i < SV_LAT_BUCKETS - 1 && x > lat_le[i]) i++;

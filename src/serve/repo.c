@@ -8,6 +8,8 @@
  * that is serving. */
 #include "serve_int.h"
 
+#include <math.h>
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -33,6 +35,7 @@ void sv_cfg_default(sv_model_cfg *c) {
     kl_monitor_cfg_default(&c->monitor);
     c->fb_horizon_s = 3600;
     c->fb_capacity = 0; /* feedback is asked for: monitor: {feedback_capacity: N} */
+    sv_alert_cfg_default(&c->alert);
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;
@@ -289,6 +292,18 @@ static void read_postprocess(const cJSON *root, sv_version *v) {
     v->nclasses = cJSON_IsNumber(k) && k->valuedouble >= 1 && k->valuedouble <= 1e6 ? (int)k->valuedouble : 0;
 }
 
+/* meta.json "final_metrics": the version's quality on its validation rows
+ * (val_accuracy, val_auc, val_mae, val_rmse; keel train writes the ones of
+ * its task), the reference the live quality is compared with. */
+static void read_quality_ref(const cJSON *root, sv_version *v) {
+    static const char *const keys[SV_QREF_COUNT] = {"val_accuracy", "val_auc", "val_mae", "val_rmse"};
+    const cJSON *fm = cJSON_GetObjectItemCaseSensitive(root, "final_metrics");
+    for (int k = 0; k < SV_QREF_COUNT; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(fm, keys[k]);
+        if (cJSON_IsNumber(x) && isfinite(x->valuedouble)) v->qref[k] = x->valuedouble;
+    }
+}
+
 static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err *e) {
     char p[1400];
     *nchecked = 0;
@@ -299,6 +314,7 @@ static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err
     if (rc) return rc;
     cJSON *root = j;
     read_postprocess(root, v);
+    read_quality_ref(root, v);
     cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
     if (!files) files = cJSON_GetObjectItemCaseSensitive(root, "sha256");
     if (cJSON_IsObject(files)) {
@@ -362,6 +378,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
     version_sig(dir, v->sig, sizeof v->sig);
     int nchecked = 0;
     v->post = -1;
+    for (int k = 0; k < SV_QREF_COUNT; k++) v->qref[k] = NAN;
     int rc = check_integrity(dir, v, &nchecked, e);
     if (rc) goto fail;
     char p[1400];

@@ -96,6 +96,21 @@ typedef struct {
 
 typedef enum { SV_POLICY_LATEST, SV_POLICY_SPECIFIC, SV_POLICY_ALL } sv_policy;
 
+/* The alert-only thresholds of a model's monitor: block (docs/monitoring.md,
+ * "Alert rules"): the SLOs the burn-rate alerts defend and the live-quality
+ * drops; the drift thresholds are the kl_monitor_cfg the server flags with. */
+typedef struct {
+    double slo_availability;   /* percent of requests not failed by the server (default 99.9) */
+    double slo_latency_s;      /* a successful request is fast under this (a histogram bound; default 0.25) */
+    double slo_latency_target; /* percent of successful requests that are fast (default 99) */
+    double accuracy_drop;      /* live accuracy below the version's reference by more (default 0.04) */
+    double auc_drop;           /* live AUC below the reference by more (default 0.03) */
+    double rmse_rise;          /* live RMSE above the reference by more than this share (default 0.1) */
+    int64_t min_labels;        /* labelled predictions a window needs before its quality alerts (default 500) */
+    int64_t alert_for_s;       /* how long a drift or quality condition holds before it fires (default 600) */
+} sv_alert_cfg;
+void sv_alert_cfg_default(sv_alert_cfg *a);
+
 /* Dynamic batching is on by default (no config.yaml, or one without
  * `dynamic_batching`) for every version that can batch (sv_version.batchable):
  * at most SV_BATCH_DEFAULT_MAX rows, the oldest request waiting at most
@@ -125,6 +140,7 @@ typedef struct {
     kl_monitor_cfg monitor;
     int64_t fb_horizon_s; /* monitor.feedback_horizon: predictions kept for labels (feedback.c) */
     int64_t fb_capacity;  /* monitor.feedback_capacity: at most this many (0: no feedback) */
+    sv_alert_cfg alert;   /* monitor.slo_* and the quality drops: what `keel monitor rules` alerts on (rules.c) */
 } sv_model_cfg;
 
 void sv_cfg_default(sv_model_cfg *c);
@@ -171,6 +187,11 @@ void sv_hist_add(sv_hist *h, double seconds);
 
 typedef struct sv_model sv_model;
 
+/* The reference quality of a version (meta.json final_metrics): what the
+ * live quality is compared with (keel_model_quality{window="reference"}). */
+enum { SV_QREF_ACCURACY, SV_QREF_AUC, SV_QREF_MAE, SV_QREF_RMSE, SV_QREF_COUNT };
+extern const char *const sv_qref_metric[SV_QREF_COUNT]; /* "accuracy", "auc", "mae", "rmse" */
+
 typedef struct sv_version {
     sv_model *model;
     int64_t version;
@@ -195,6 +216,7 @@ typedef struct sv_version {
     char mon_off[256];
     kl_monitor_cfg mcfg;    /* the windows and thresholds it was loaded with */
     struct sv_feedback *fb; /* predictions waiting for labels (feedback.c); NULL: feedback off */
+    double qref[SV_QREF_COUNT]; /* meta.json final_metrics on the validation rows, SV_QREF_* (NaN: absent) */
     const struct sv_plog_schema *plog; /* its layout in the prediction log (predlog.c); NULL: not logged */
 } sv_version;
 
@@ -487,6 +509,11 @@ int sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, siz
 /* metrics.c: a Prometheus label value (quoted, escaped) and a family's HELP/TYPE lines */
 void sv_metrics_label(kl_buf *b, const char *v);
 void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
+/* the upper bounds of the latency histograms' buckets (le="..." as "%g"), +Inf not included */
+size_t sv_metrics_latency_bounds(const double **le);
+/* the request results (keel_inference_requests_total's result label) that spend the availability
+ * error budget: failures of the server, not of the request (rules.c) */
+int sv_reason_is_server_error(int reason);
 /* lock held: the version want (-1: the latest) of m; NULL when none (http.c) */
 sv_version *sv_pick_version(sv_model *m, int64_t want);
 

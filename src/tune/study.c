@@ -193,72 +193,72 @@ static const char *sets_list(const char *sets, char *buf, size_t n) {
     return buf;
 }
 
+/* An existing study's settings against this run's: a contradictory re-run
+ * is KL_EINVAL naming what differs. */
+static int check_same(const kl_study *st, const kl_study_info *info, kl_err *e) {
+    if (strcmp(st->metric, info->metric) || st->info.minimize != info->minimize)
+        return kl_err_set(e, KL_EINVAL,
+                          "study '%s' optimises %s (%s); this run asks for %s (%s): to continue the study give "
+                          "--metric %s --direction %s, or start a new one with --study NAME",
+                          info->name, st->metric, st->info.minimize ? "minimize" : "maximize", info->metric,
+                          info->minimize ? "minimize" : "maximize", st->metric,
+                          st->info.minimize ? "minimize" : "maximize");
+    if (strcmp(st->sets, info->sets ? info->sets : "")) {
+        char was[2048], now[2048];
+        return kl_err_set(e, KL_EINVAL,
+                          "study '%s' was run with other --set overrides (%s; now %s): give the same ones, or use "
+                          "another --study name",
+                          info->name, sets_list(st->sets, was, sizeof was), sets_list(info->sets, now, sizeof now));
+    }
+    if (strcmp(st->space_sha, info->space_sha256))
+        return kl_err_set(
+            e, KL_EINVAL,
+            "study '%s' was run with another search space (sha256 %.12s, now %.12s): use another --study name",
+            info->name, st->space_sha, info->space_sha256);
+    return KL_OK;
+}
+
+/* The root run of a new study, created once even when several workers
+ * start the study at once (kl_track_run_ensure); *created 0 when another
+ * process made it first. */
+static int create_root(kl_track *t, const kl_study_info *info, int64_t *id, int *created, kl_err *e) {
+    char rname[512];
+    snprintf(rname, sizeof rname, "study:%s", info->name);
+    const kl_kv kv[] = {{"kind", "study"},
+                        {"study", info->name},
+                        {"metric", info->metric},
+                        {"direction", info->minimize ? "minimize" : "maximize"},
+                        {"sampler", info->sampler},
+                        {"space_sha256", info->space_sha256},
+                        {"spec", info->spec ? info->spec : ""},
+                        {"space", info->space_text ? info->space_text : ""},
+                        {"sets", info->sets ? info->sets : ""}};
+    /* the root run is a container: finished at once, whatever its trials do */
+    return kl_track_run_ensure(t, "tune", rname, kv, KL_ARRAY_LEN(kv), KL_RUN_FINISHED, id, created, e);
+}
+
 int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info, kl_study **out, kl_err *e) {
     *out = NULL;
     int rc = check_name(info->name, e);
     if (rc) return rc;
     cJSON *root = NULL;
     int64_t id;
+    int created = 0;
     rc = find_root(t, info->name, &id, &root, e);
-    if (rc && rc != KL_ENOTFOUND) return rc;
+    if (rc == KL_ENOTFOUND) {
+        kl_err_clear(e);
+        if ((rc = create_root(t, info, &id, &created, e))) return rc;
+        /* created now or by another worker a moment ago: read it back */
+        rc = find_root(t, info->name, &id, &root, e);
+    }
+    if (rc) return rc;
     kl_study *st;
     if ((rc = study_new(t, s, info->name, &st, e))) { cJSON_Delete(root); return rc; }
-    if (root) {
-        st->root = id;
-        rc = fill_info(st, root) ? kl_err_set(e, KL_ENOMEM, "out of memory") : KL_OK;
-        cJSON_Delete(root);
-        if (!rc && (strcmp(st->metric, info->metric) || st->info.minimize != info->minimize))
-            rc = kl_err_set(e, KL_EINVAL,
-                            "study '%s' optimises %s (%s); this run asks for %s (%s): to continue the study give "
-                            "--metric %s --direction %s, or start a new one with --study NAME",
-                            info->name, st->metric, st->info.minimize ? "minimize" : "maximize", info->metric,
-                            info->minimize ? "minimize" : "maximize", st->metric, st->info.minimize ? "minimize" : "maximize");
-        if (!rc && strcmp(st->sets, info->sets ? info->sets : "")) {
-            char was[2048], now[2048];
-            rc = kl_err_set(e, KL_EINVAL,
-                            "study '%s' was run with other --set overrides (%s; now %s): give the same ones, or use "
-                            "another --study name",
-                            info->name, sets_list(st->sets, was, sizeof was), sets_list(info->sets, now, sizeof now));
-        }
-        if (!rc && strcmp(st->space_sha, info->space_sha256))
-            rc = kl_err_set(e, KL_EINVAL, "study '%s' was run with another search space (sha256 %.12s, now %.12s): use another --study name",
-                            info->name, st->space_sha, info->space_sha256);
-        if (rc) { kl_study_free(st); return rc; }
-        *out = st;
-        return KL_OK;
-    }
-    char rname[512];
-    snprintf(rname, sizeof rname, "study:%s", info->name);
-    kl_track_run *r;
-    if ((rc = kl_track_run_start(t, "tune", rname, 0, &r, e))) { kl_study_free(st); return rc; }
-    st->root = kl_track_run_id(r);
-    const char *kv[][2] = {{"kind", "study"},
-                           {"study", info->name},
-                           {"metric", info->metric},
-                           {"direction", info->minimize ? "minimize" : "maximize"},
-                           {"sampler", info->sampler},
-                           {"space_sha256", info->space_sha256},
-                           {"spec", info->spec ? info->spec : ""},
-                           {"space", info->space_text ? info->space_text : ""},
-                           {"sets", info->sets ? info->sets : ""}};
-    for (size_t i = 0; i < KL_ARRAY_LEN(kv) && !rc; i++) rc = kl_track_set_tag(r, kv[i][0], kv[i][1], e);
-    /* the root run stays "running" while the study can grow; it is a container */
-    kl_track_run_end(r, KL_RUN_FINISHED, rc ? NULL : e);
+    st->root = id;
+    rc = fill_info(st, root) ? kl_err_set(e, KL_ENOMEM, "out of memory") : KL_OK;
+    cJSON_Delete(root);
+    if (!rc && !created) rc = check_same(st, info, e);
     if (rc) { kl_study_free(st); return rc; }
-    st->metric = strdup(info->metric);
-    st->sampler = strdup(info->sampler);
-    st->space_sha = strdup(info->space_sha256);
-    st->spec = strdup(info->spec ? info->spec : "");
-    st->space_text = strdup(info->space_text ? info->space_text : "");
-    st->sets = strdup(info->sets ? info->sets : "");
-    st->info = *info;
-    st->info.sets = st->sets;
-    st->info.space_text = st->space_text;
-    st->info.name = st->name;
-    st->info.metric = st->metric;
-    st->info.sampler = st->sampler;
-    st->info.space_sha256 = st->space_sha;
-    st->info.spec = st->spec;
     *out = st;
     return KL_OK;
 }
@@ -332,13 +332,17 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
     return KL_OK;
 }
 
-int kl_study_trial_start(kl_study *st, int number, const kl_tune_value *params, int64_t *run_id, kl_err *e) {
-    char rname[512], num[32];
-    snprintf(rname, sizeof rname, "%s/trial-%d", st->name, number);
-    snprintf(num, sizeof num, "%d", number);
-    kl_track_run *r;
-    int rc = kl_track_run_start(st->t, "tune", rname, st->root, &r, e);
-    if (rc) return rc;
+int kl_study_trial_claim(kl_study *st, int ntrials, double heartbeat_timeout_s, kl_study_claim *out, kl_err *e) {
+    kl_track_claim c;
+    int rc = kl_track_trial_claim(st->t, st->root, st->name, ntrials, heartbeat_timeout_s, &c, e);
+    out->number = c.number;
+    out->run_id = c.run_id;
+    out->requeued = c.requeued_from != 0;
+    out->lost_marked = c.lost_marked;
+    return rc;
+}
+
+int kl_study_trial_params(kl_study *st, int64_t run_id, const kl_tune_value *params, kl_err *e) {
     kl_kv kv[64];
     char vals[64][96];
     size_t nkv = 0;
@@ -348,12 +352,17 @@ int kl_study_trial_start(kl_study *st, int number, const kl_tune_value *params, 
         kv[nkv] = (kl_kv){st->s->p[p].name, vals[nkv]};
         nkv++;
     }
-    if (!rc && nkv) rc = kl_track_log_params(r, kv, nkv, e);
-    const char *tags[][2] = {{"kind", "trial"}, {"study", st->name}, {"trial", num}, {"state", "running"}};
-    for (size_t i = 0; i < KL_ARRAY_LEN(tags) && !rc; i++) rc = kl_track_set_tag(r, tags[i][0], tags[i][1], e);
-    *run_id = kl_track_run_id(r);
-    kl_track_run_free(r); /* stays running until the trial ends */
+    if (!nkv) return KL_OK;
+    kl_track_run *r;
+    int rc = kl_track_run_attach(st->t, run_id, &r, e);
+    if (rc) return rc;
+    rc = kl_track_log_params(r, kv, nkv, e);
+    kl_track_run_free(r);
     return rc;
+}
+
+int kl_study_trial_heartbeat(kl_study *st, int64_t run_id, kl_err *e) {
+    return kl_track_run_heartbeat(st->t, run_id, e);
 }
 
 int kl_study_trial_report(kl_study *st, int64_t run_id, int step, double value, kl_err *e) {

@@ -534,3 +534,38 @@ KL_TEST(profile_build_without_label_column) {
     kl_features_free_columns(cols, ncols);
     kl_features_free(f);
 }
+
+/* the memory cap: a monitor that could hold more than KL_MON_MAX_BYTES with
+ * every shard allocated (500 numeric columns x 3 windows: ~71 MB) is refused
+ * naming the sizes; the same columns over one window fit */
+KL_TEST(monitor_memory_cap) {
+    kl_err e = {0};
+    float v[64];
+    for (int i = 0; i < 64; i++) v[i] = (float)i; /* 64 distinct values: 10 decile bins */
+    size_t maxb = 0;
+    for (int nwin = 3; nwin >= 1; nwin -= 2) {
+        kl_profile *p = calloc(1, sizeof *p);
+        KT_CHECK(p != NULL);
+        char name[32];
+        for (int c = 0; c < 500; c++) {
+            snprintf(name, sizeof name, "y[%d]", c);
+            KT_OK(kl_profile_add_numeric(p, name, KL_PROF_OUTPUT, v, 64, 1, &e), &e);
+        }
+        kl_monitor_cfg cfg;
+        kl_monitor_cfg_default(&cfg);
+        cfg.nwin = nwin;
+        kl_monitor *m = NULL;
+        int rc = kl_monitor_new(p, NULL, &cfg, &m, &e); /* takes p, also on failure */
+        if (nwin == 3) {
+            KT_EQ_INT(rc, KL_ERANGE);
+            KT_CHECK(m == NULL);
+            KT_CONTAINS(kl_err_what(&e), "cap of 64 MB");
+            kl_err_clear(&e);
+        } else {
+            KT_OK(rc, &e);
+            kl_monitor_bytes(m, &maxb);
+            KT_CHECK(maxb > 0 && maxb <= KL_MON_MAX_BYTES);
+            kl_monitor_free(m);
+        }
+    }
+}

@@ -380,3 +380,80 @@ KL_TEST(graph_cast_every_numeric_pair) {
                 kl_graph_free(g);
             }
 }
+
+/* ---- Conv geometry attributes (fuzz finding: a kernel_shape the weight
+ * disagrees with reached the weight packing at load) ---- */
+
+static kl_graph *conv_graph(const int64_t *wd, int wrank, const char *attr, int n, const int64_t *v, int w_init) {
+    kl_graph *g = ktg_new(13);
+    ktg_io(g, "x", 0);
+    const char *ins[2] = {"x", "w"}, *outs[1] = {"y"};
+    int k = kl_graph_add_node(g, "Conv", "bad_conv", ins, 2, outs, 1);
+    if (attr) ktg_attr_ints(g, k, attr, n, v);
+    if (w_init) {
+        kl_tensor *w = ktg_tensor(KL_F32, wrank, wd, NULL);
+        for (int64_t i = 0; i < kl_tensor_numel(w); i++) ((float *)w->data)[i] = (float)(i % 7) - 3;
+        ktg_init(g, "w", w);
+        kl_tensor_free(w);
+    } else ktg_io(g, "w", 0);
+    ktg_io(g, "y", 1);
+    return g;
+}
+
+KL_TEST(graph_conv_geometry_refused_at_load) {
+    const int64_t wd[4] = {4, 2, 3, 3};
+    const int64_t k55[2] = {5, 5}, k333[3] = {3, 3, 3}, k3[1] = {3}, s3[3] = {1, 1, 1}, p3[3] = {0, 0, 0}, d1[1] = {1};
+    struct { const char *attr; int n; const int64_t *v; const char *why; } bad[] = {
+        {"kernel_shape", 2, k55, "kernel_shape[0] = 5"}, {"kernel_shape", 3, k333, "kernel_shape has 3 entries"},
+        {"kernel_shape", 1, k3, "kernel_shape has 1 entries"}, {"strides", 3, s3, "strides has 3 entries"},
+        {"pads", 3, p3, "pads has 3 entries"}, {"dilations", 1, d1, "dilations has 1 entries"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        kl_err e = {0};
+        kl_graph *g = conv_graph(wd, 4, bad[b].attr, bad[b].n, bad[b].v, 1);
+        KT_CHECKF(kl_graph_finalize(g, &e) != KL_OK, "%s accepted", bad[b].why);
+        KT_CONTAINS(kl_err_what(&e), "bad_conv");
+        KT_CONTAINS(kl_err_what(&e), bad[b].why);
+        kl_graph_free(g);
+    }
+}
+
+KL_TEST(graph_conv_geometry_refused_at_plan) {
+    /* the weight a graph input: its rank is known only at plan time */
+    const int64_t wd[4] = {4, 2, 3, 3}, xd[4] = {1, 2, 6, 6}, s3[3] = {1, 1, 1}, k55[2] = {5, 5};
+    const int64_t *vals[2] = {s3, k55};
+    const char *names[2] = {"strides", "kernel_shape"};
+    int ns[2] = {3, 2};
+    for (int c = 0; c < 2; c++) {
+        kl_err e = {0};
+        kl_graph *g = conv_graph(wd, 4, names[c], ns[c], vals[c], 0);
+        kl_tensor *in[2] = {ktg_tensor(KL_F32, 4, xd, NULL), ktg_tensor(KL_F32, 4, wd, NULL)}, *y = NULL;
+        memset(in[0]->data, 0, in[0]->nbytes);
+        memset(in[1]->data, 0, in[1]->nbytes);
+        KT_CHECKF(ktg_run(g, in, 2, &y, &e) != KL_OK, "%s accepted", names[c]);
+        KT_CONTAINS(kl_err_what(&e), "bad_conv");
+        kl_tensor_free(in[0]), kl_tensor_free(in[1]), kl_tensor_free(y);
+        kl_graph_free(g);
+    }
+}
+
+KL_TEST(graph_conv_geometry_consistent_runs) {
+    /* agreeing attributes still load, optimise (weights packed) and run */
+    const int64_t wd[4] = {4, 2, 3, 3}, xd[4] = {1, 2, 5, 5}, k33[2] = {3, 3};
+    kl_err e = {0};
+    kl_graph *g = conv_graph(wd, 4, "kernel_shape", 2, k33, 1);
+    KT_OK(kl_graph_finalize(g, &e), &e);
+    KT_OK(kl_graph_optimize(g, 1, &e), &e);
+    kl_tensor *x = ktg_tensor(KL_F32, 4, xd, NULL), *y = NULL;
+    for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = 1;
+    KT_OK(ktg_run(g, &x, 1, &y, &e), &e);
+    KT_EQ_INT(y->dims[2], 3);
+    /* every output: the sum over the window of the weights (x is all ones) */
+    for (int64_t m = 0; m < 4; m++) {
+        double want = 0;
+        for (int64_t i = 0; i < 18; i++) want += (double)((m * 18 + i) % 7) - 3;
+        KT_NEAR(((float *)y->data)[m * 9 + 4], want, 1e-4);
+    }
+    kl_tensor_free(x), kl_tensor_free(y);
+    kl_graph_free(g);
+}

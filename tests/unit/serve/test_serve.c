@@ -77,6 +77,80 @@ KL_TEST(serve_cfg_monitor_block) {
     KT_CONTAINS(kl_err_what(&e), "js");
 }
 
+/* the alert thresholds of the monitor: block (keel monitor rules): defaults,
+ * set values, and errors naming the key and its position */
+KL_TEST(serve_cfg_alert_thresholds) {
+    sv_model_cfg c;
+    kl_err e = {0};
+    const char *y = "max_batch_size: 8\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_NEAR(c.alert.slo_availability, 99.9, 0);
+    KT_NEAR(c.alert.slo_latency_s, 0.25, 0);
+    KT_NEAR(c.alert.slo_latency_target, 99, 0);
+    KT_NEAR(c.alert.accuracy_drop, 0.04, 0);
+    KT_EQ_INT(c.alert.min_labels, 500);
+    KT_EQ_INT(c.alert.alert_for_s, 600);
+    y = "monitor:\n  slo_availability: 99.95\n  slo_latency: 0.05\n  slo_latency_target: 95\n  auc_drop: 0.01\n"
+        "  rmse_rise: 0.3\n  min_labels: 50\n  alert_for: 0\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_NEAR(c.alert.slo_availability, 99.95, 0);
+    KT_NEAR(c.alert.slo_latency_s, 0.05, 0);
+    KT_NEAR(c.alert.slo_latency_target, 95, 0);
+    KT_NEAR(c.alert.auc_drop, 0.01, 0);
+    KT_NEAR(c.alert.rmse_rise, 0.3, 0);
+    KT_EQ_INT(c.alert.min_labels, 50);
+    KT_EQ_INT(c.alert.alert_for_s, 0);
+    const char *bad[][2] = {{"monitor:\n  slo_latency: 0.3\n", "config.yaml:2"},   /* not a histogram bound */
+                            {"monitor:\n  slo_availability: 100\n", "slo_availability"},
+                            {"monitor:\n  accuracy_drop: -0.1\n", "accuracy_drop"},
+                            {"monitor:\n  min_labels: 0\n", "min_labels"},
+                            {"monitor:\n  alert_for: soon\n", "alert_for"}};
+    for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
+        KT_CHECK(sv_cfg_parse(bad[i][0], strlen(bad[i][0]), "config.yaml", &c, &e) != KL_OK);
+        KT_CONTAINS(kl_err_what(&e), bad[i][1]);
+        kl_err_clear(&e);
+    }
+}
+
+/* kl_serve_rules: the thresholds of config.yaml in the expressions; errors
+ * for a missing model, a bad objective, a control character in the name */
+KL_TEST(serve_rules_thresholds_and_errors) {
+    const char *dir = kt_tmpdir();
+    char p[1024];
+    kl_err e = {0};
+    snprintf(p, sizeof p, "%s/m", dir);
+    KT_OK(kl_mkdir_p(p, &e), &e);
+    snprintf(p, sizeof p, "%s/m/config.yaml", dir);
+    const char *y = "monitor: {psi: 0.3, min_samples: 250, feedback_capacity: 10, accuracy_drop: 0.07, "
+                    "slo_latency: 0.1, slo_latency_target: 98}\n";
+    KT_OK(kl_write_file_atomic(p, y, strlen(y), &e), &e);
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_rules_opts o = {dir, "m", 99.5};
+    KT_OK(kl_serve_rules(&o, &b, &e), &e);
+    KT_CONTAINS(b.data, "keel_feature_drift{model=\"m\", stat=\"psi\"} >= 0.3");
+    KT_CONTAINS(b.data, "keel_feature_window_samples{model=\"m\"} >= 250");
+    KT_CONTAINS(b.data, ") > 0.07");
+    KT_CONTAINS(b.data, "le=\"0.1\"");
+    KT_CONTAINS(b.data, "model:keel_inference_errors:ratio_rate1h{model=\"m\"} > (14.4 * 0.005)");
+    KT_CONTAINS(b.data, "model:keel_inference_slow:ratio_rate3d{model=\"m\"} > (1 * 0.02)");
+    kl_buf_free(&b);
+    kl_buf_init(&b);
+    o.model = "nosuch";
+    KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_ENOTFOUND);
+    KT_CONTAINS(kl_err_what(&e), "nosuch");
+    kl_err_clear(&e);
+    o.model = "m";
+    o.slo = 100;
+    KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
+    kl_err_clear(&e);
+    o.slo = 0;
+    o.model = "a\nb";
+    KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "control character");
+    kl_buf_free(&b);
+}
+
 /* predictions kept under their ids within capacity and horizon; labels
  * joined, late, duplicate, unmatched and invalid ones counted */
 KL_TEST(serve_feedback_capacity_horizon) {

@@ -162,6 +162,50 @@ KL_TEST(tune_grid_enumerates_then_exhausts) {
     kl_tune_space_free(s);
 }
 
+/* Grid trial k is the k-th distinct point: a float grid's points and a
+ * conditional parameter's combinations never repeat across numbers. */
+KL_TEST(tune_grid_points_by_trial_number_distinct) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of("opt: {type: categorical, choices: [adamw, sgd]}\n"
+                                "m: {type: float, low: 0.5, high: 0.9, when: {opt: sgd}}\n",
+                                &e);
+    KT_CHECK(s);
+    kl_sampler_opts o;
+    kl_sampler_opts_default(&o);
+    o.kind = KL_SAMPLER_GRID;
+    KT_EQ_INT(kl_tune_grid_size(s, &o), 10); /* 2 x 5 combinations, 6 distinct points */
+    kl_tune_value pts[6][2];
+    for (int k = 0; k < 6; k++) {
+        KT_OK(kl_tune_suggest(s, &o, NULL, 0, 1, k, pts[k], &e), &e);
+        for (int j = 0; j < k; j++)
+            KT_CHECKF(pts[j][0].v != pts[k][0].v || pts[j][1].present != pts[k][1].present ||
+                          (pts[k][1].present && pts[j][1].v != pts[k][1].v),
+                      "trials %d and %d got one point", j, k);
+    }
+    KT_EQ_INT(pts[0][1].present, 0);
+    KT_NEAR(pts[1][1].v, 0.5, 1e-12);
+    KT_NEAR(pts[5][1].v, 0.9, 1e-12);
+    kl_tune_value v[2];
+    uint64_t distinct = 0;
+    KT_EQ_INT(kl_tune_grid_nth(s, &o, 6, v, &distinct), KL_ENOTFOUND);
+    KT_EQ_INT((int)distinct, 6);
+    KT_EQ_INT(kl_tune_suggest(s, &o, NULL, 0, 1, 6, v, &e), KL_ENOTFOUND);
+    KT_CONTAINS(kl_err_what(&e), "all 6 points");
+    kl_tune_space_free(s);
+    /* 2 x 8^10 combinations, 1 + 8^10 distinct: the left-out block is skipped, not walked */
+    kl_buf y;
+    kl_buf_init(&y);
+    kl_buf_puts(&y, "opt: {type: categorical, choices: [adamw, sgd]}\n");
+    for (int i = 0; i < 10; i++) kl_buf_printf(&y, "p%d: {type: int, low: 1, high: 8, when: {opt: sgd}}\n", i);
+    s = space_of(y.data, &e);
+    kl_buf_free(&y);
+    KT_CHECK(s);
+    kl_tune_value w[11];
+    KT_OK(kl_tune_grid_nth(s, &o, 2, w, NULL), &e);
+    KT_CHECK(w[1].present && w[1].v == 1 && w[10].v == 2); /* sgd, 1, ..., 1, 2 */
+    kl_tune_space_free(s);
+}
+
 static kl_trial curve(int number, kl_trial_state st, const double *v, int n) {
     kl_trial t;
     memset(&t, 0, sizeof t);
@@ -323,8 +367,11 @@ KL_TEST(tune_study_records_sets_and_model_dir) {
     kl_study *st = NULL;
     KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
     kl_tune_value v[4] = {{1, 0.01}, {1, 64}, {1, 0}, {0, 0}};
-    int64_t run = 0;
-    KT_OK(kl_study_trial_start(st, 0, v, &run, &e), &e);
+    kl_study_claim c;
+    KT_OK(kl_study_trial_claim(st, 4, 30, &c, &e), &e);
+    KT_EQ_INT(c.number, 0);
+    int64_t run = c.run_id;
+    KT_OK(kl_study_trial_params(st, run, v, &e), &e);
     char dir[4096], got[4096];
     snprintf(dir, sizeof dir, "%s", kt_path("trial-0"));
     KT_EQ_INT(kl_study_trial_set_model_dir(st, run, dir, &e), KL_ENOTFOUND); /* not there yet */
