@@ -284,6 +284,11 @@ check("predlog_report_sections", all(s in html for s in (
     "Quality over time", "Latency over time", "item_price", "cat=books", "201 labelled")), html[:300])
 check("predlog_report_self_contained", "<script" not in html and not re.search(r"(src|href)=\"https?:", html) and
       "<link" not in html, re.findall(r"(?:src|href)=\"[^\"]*", html)[:3])
+r = keel("monitor", "report", "--log", "log", "--since", "2099-01-01T00:00Z", "--out", "later.html")
+check("predlog_report_since", r.returncode == 0 and
+      "No predictions in the log for this period" in open(os.path.join(d, "later.html")).read(), r.stderr[-300:])
+r = keel("monitor", "report", "--log", "log", "--since", "yesterday")
+check("predlog_report_bad_since_usage", r.returncode == 2 and "--since" in r.stderr, r.stderr[-300:])
 r = keel("monitor", "report", "--log", "f")
 check("predlog_report_no_log_error", r.returncode == 1 and "no prediction log" in r.stderr, r.stderr[-300:])
 
