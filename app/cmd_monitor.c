@@ -72,7 +72,8 @@ static int monitor_rules(int argc, char **argv) {
 int cmd_monitor(int argc, char **argv) {
     static const app_command sub[] = {
         {"rules", "Prometheus alerting rules: drift, data quality, live quality, SLO burn rates", monitor_rules},
-        /* {"report", "...", cmd_monitor_report}: app/cmd_monitor_report.c */
+        {"report", "HTML report of a prediction log: reference vs live histograms, drift, quality, latency",
+         cmd_monitor_report},
     };
     return app_dispatch("monitor", sub, KL_ARRAY_LEN(sub), argc, argv);
 }

@@ -277,6 +277,13 @@ typedef struct {
 /* Every column x window (column-major: column c, window w at c * nwin + w);
  * *out malloc'ed (free()). */
 int kl_monitor_stats(kl_monitor *m, int64_t now_ns, kl_monitor_stat **out, size_t *n, kl_err *e);
+/* The live counts the statistics of column col (kl_monitor_stats' order)
+ * compare in a window, over the reference's bins: numbers underflow, the
+ * bins between the edges, overflow (nedges + 1); categories the top ones
+ * and "other" (ntop + 1). *nb gets the count (at most cap written); ref
+ * (may be NULL) the reference's counts over the same bins. */
+int kl_monitor_live_bins(kl_monitor *m, int64_t now_ns, int window, size_t col, uint64_t *live, uint64_t *ref,
+                         size_t cap, size_t *nb);
 /* The transforms' fallbacks in a window: counts per kind over the :predict
  * rows (a row may count several), and the reference's ratios. */
 #define KL_MON_FALLBACKS 5

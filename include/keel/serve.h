@@ -46,6 +46,14 @@ typedef struct {
                                   recv per request); 0 = on, < 0 = suspend as for worker requests */
     const char *feature_store; /* online store of the versions' window features, shared by replicas
                                   (redis://HOST:PORT/DB); NULL = each version's features.db */
+    /* The prediction log (docs/monitoring.md, "Prediction log"): every answered inference request
+     * and posted label appended to Parquet datasets DIR/<model>/{predictions,labels}/ by a
+     * background thread; NULL = off */
+    const char *log_predictions;
+    int64_t log_queue;         /* entries its queue holds; a full queue drops (counted); 0 = 65536 */
+    int64_t log_queue_bytes;   /* ... and bytes; 0 = 256 MiB */
+    double log_rotate_s;       /* a part never spans a period of this length (UTC); 0 = 3600 (by hour) */
+    double log_flush_s;        /* gathered rows are written as a part at least this often; 0 = 60 s */
 } kl_serve_opts;
 
 /* Loads the repository (integrity checks, warm-up) and prepares the server.

@@ -223,3 +223,89 @@ int kl_dataset_audit(const char *path, kl_buf *pb, int *np, uint64_t *rows_out, 
     free(mpath);
     return rc;
 }
+
+/* ============================================== flat dataset manifests */
+
+/* (the shape and its checks are core/manifest.c's: this is the flat dataset
+ * folder's document around the files map) */
+
+int kl_dataset_file_stat(const char *dir, const char *rel, uint64_t rows, kl_dataset_file *out, kl_err *e) {
+    memset(out, 0, sizeof *out);
+    kl_manifest_files m = {0};
+    int rc = kl_manifest_add(&m, dir, rel, e);
+    if (!rc && !(out->path = strdup(rel))) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!rc) {
+        memcpy(out->sha256, m.v[0].sha256, sizeof out->sha256);
+        out->rows = rows;
+        out->bytes = (uint64_t)m.v[0].bytes;
+    }
+    kl_manifest_files_free(&m);
+    return rc;
+}
+
+int kl_dataset_manifest_write(const char *dir, const char *format, const char *head, const kl_dataset_file *files,
+                              size_t n, kl_err *e) {
+    uint64_t rows = 0;
+    kl_manifest_files m = {0};
+    int rc = KL_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        rows += files[i].rows;
+        rc = kl_manifest_push(&m, files[i].path, files[i].sha256, (int64_t)files[i].bytes, (int64_t)files[i].rows,
+                              NULL, e);
+    }
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "{\n  \"format\": ");
+    kl_buf_json_str(&b, format);
+    if (head && *head) kl_buf_printf(&b, ",\n  %s", head);
+    kl_buf_printf(&b, ",\n  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n  \"files\": ",
+                  (unsigned long long)rows, (unsigned long long)rows);
+    if (!rc && (rc = kl_manifest_json(&m, "  ", &b))) rc = kl_err_set(e, rc, "out of memory");
+    kl_buf_puts(&b, "\n}\n");
+    char p[4300];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    if (!rc) rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    kl_buf_free(&b);
+    kl_manifest_files_free(&m);
+    return rc;
+}
+
+void kl_dataset_files_free(kl_dataset_file *files, size_t n) {
+    for (size_t i = 0; files && i < n; i++) free(files[i].path);
+    free(files);
+}
+
+int kl_dataset_manifest_files(const char *dir, kl_dataset_file **files, size_t *n, kl_err *e) {
+    *files = NULL;
+    *n = 0;
+    char mp[4300];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    if (!kl_path_exists(mp)) return KL_OK;
+    kl_manifest_files m = {0};
+    int rc = kl_manifest_files_load(mp, &m, NULL, e);
+    kl_dataset_file *v = rc ? NULL : calloc(m.n + 1, sizeof *v);
+    if (!rc && !v) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (; !rc && k < m.n; k++) {
+        const kl_manifest_file *f = &m.v[k];
+        if (f->rows < 0 || f->bytes < 0) {
+            rc = kl_err_set(e, KL_EPARSE, "%s: files[\"%s\"]: rows and bytes must be counts", mp, f->name);
+            break;
+        }
+        if (!(v[k].path = strdup(f->name))) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(v[k].sha256, f->sha256, sizeof v[k].sha256);
+        v[k].rows = (uint64_t)f->rows;
+        v[k].bytes = (uint64_t)f->bytes;
+    }
+    kl_manifest_files_free(&m);
+    if (rc) {
+        kl_dataset_files_free(v, k);
+        return rc;
+    }
+    *files = v;
+    *n = k;
+    return KL_OK;
+}

@@ -106,18 +106,20 @@ done:
 
 /* manifest.json of an output folder, in the style of dataset versions
  * (`keel data validate DIR` checks it): the files with sha256 and rows, the
- * feature_hash and where the rows came from. */
+ * feature_hash and where the rows came from (kl_dataset_manifest_write). */
 static int write_manifest(const char *dir, const kl_features *f, const char *data, uint64_t rows, kl_err *e) {
     char p[4200], hj[65];
-    kl_manifest_files m = {0};
+    kl_dataset_file part;
+    int rc = kl_dataset_file_stat(dir, "features.parquet", rows, &part, e);
+    if (rc) return rc;
+    snprintf(p, sizeof p, "%s/features.json", dir);
+    if ((rc = kl_sha256_file_hex(p, hj, e))) {
+        free(part.path);
+        return rc;
+    }
     kl_buf b;
     kl_buf_init(&b);
-    snprintf(p, sizeof p, "%s/features.json", dir);
-    int rc = kl_manifest_add(&m, dir, "features.parquet", e);
-    if (!rc) rc = kl_sha256_file_hex(p, hj, e);
-    if (rc) goto done;
-    m.v[0].rows = (int64_t)rows;
-    kl_buf_printf(&b, "{\n  \"format\": \"keel-features-dataset-1\",\n  \"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
+    kl_buf_printf(&b, "\"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
     kl_buf_json_str(&b, data);
     const char *const *names;
     size_t nc = kl_features_label_classes(f, &names);
@@ -129,17 +131,11 @@ static int write_manifest(const char *dir, const kl_features *f, const char *dat
         }
         kl_buf_puts(&b, "]");
     }
-    kl_buf_printf(&b,
-                  ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"},\n"
-                  "  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n  \"files\": ",
-                  hj, (unsigned long long)rows, (unsigned long long)rows);
-    if (!(rc = kl_manifest_json(&m, "  ", &b))) kl_buf_puts(&b, "\n}\n");
-    snprintf(p, sizeof p, "%s/manifest.json", dir);
-    if (!rc) rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
-    else rc = kl_err_set(e, rc, "out of memory");
-done:
-    kl_manifest_files_free(&m);
+    kl_buf_printf(&b, ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"}", hj);
+    rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory")
+                  : kl_dataset_manifest_write(dir, "keel-features-dataset-1", b.data, &part, 1, e);
     kl_buf_free(&b);
+    free(part.path);
     return rc;
 }
 

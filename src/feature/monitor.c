@@ -550,6 +550,24 @@ int kl_monitor_stats(kl_monitor *m, int64_t now, kl_monitor_stat **out, size_t *
     return KL_OK;
 }
 
+int kl_monitor_live_bins(kl_monitor *m, int64_t now, int window, size_t col, uint64_t *out, uint64_t *ref, size_t cap,
+                         size_t *nb) {
+    *nb = 0;
+    if (window < 0 || window >= m->cfg.nwin || col >= m->nc) return KL_EINVAL;
+    const mcol *c = &m->c[col];
+    const kl_colprof *p = c->p;
+    size_t nw = (size_t)m->cfg.nwin, n = c->nb < cap ? c->nb : cap;
+    uint64_t *live = malloc(nw * m->ncnt * sizeof *live);
+    if (!live) return KL_ENOMEM;
+    merge_live(m, now, live);
+    memcpy(out, live + (size_t)window * m->ncnt + c->off + MC_BINS, n * sizeof *out);
+    free(live);
+    for (size_t i = 0; ref && i < n; i++) /* the reference over the same bins, as col_stat takes them */
+        ref[i] = !p->categorical ? p->bins[i] : i + 1 == c->nb ? p->other : p->top_count[i];
+    *nb = n;
+    return KL_OK;
+}
+
 const char *kl_monitor_fallback_name(int kind) {
     static const char *names[KL_MON_FALLBACKS] = {"unknown", "null_filled", "div_zero", "clamped", "empty_window"};
     return kind >= 0 && kind < KL_MON_FALLBACKS ? names[kind] : "?";

@@ -8,15 +8,6 @@
 
 #include "pipeline/pipeline_int.h"
 
-static const char *const css =
-    "body{font-family:sans-serif;max-width:980px;margin:24px auto;padding:0 16px;color:#222}"
-    "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}"
-    "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:13px}"
-    "th{background:#f4f4f4}td.n{text-align:right;font-family:monospace}code{font-size:12px}"
-    ".kpi{display:inline-block;margin:0 24px 8px 0}.kpi b{display:block;font-size:24px}"
-    ".bar{display:inline-block;height:10px;background:#1f77b4}.ok{color:#2ca02c}.bad{color:#d62728}"
-    "pre{background:#f8f8f8;padding:12px;white-space:pre-wrap;font-size:12px}"
-    ".chain span{display:inline-block;border:1px solid #bbb;border-radius:4px;padding:4px 8px;margin:2px}";
 
 static cJSON *load_json(const char *dir, const char *name) {
     char p[4600];
@@ -111,6 +102,11 @@ static void sec_features(pl_ctx *c, kl_buf *b) {
     }
     kl_buf_puts(b, "</table>");
     cJSON_Delete(f);
+    char pp[4400];
+    snprintf(pp, sizeof pp, "%s/profile.json", dir);
+    kl_profile *prof = NULL;
+    if (kl_path_exists(pp) && !kl_profile_load(pp, &prof, NULL)) pl_profile_section(b, prof);
+    kl_profile_free(prof);
 }
 
 /* Per-epoch train/validation loss and validation accuracy from metrics.csv. */
@@ -287,7 +283,7 @@ int kl__pl_report_write(pl_ctx *c, const char *path, kl_err *e) {
     kl_time_rfc3339(kl_time_now_us(), ts, sizeof ts);
     kl_buf_printf(&b, "<!doctype html><html><head><meta charset=\"utf-8\"><title>keel pipeline report: ");
     kl_buf_html(&b, c->res->name);
-    kl_buf_printf(&b, "</title><style>%s</style></head><body><h1>keel pipeline report: ", css);
+    kl_buf_printf(&b, "</title><style>%s</style></head><body><h1>keel pipeline report: ", pl_report_css);
     kl_buf_html(&b, c->res->name);
     kl_buf_printf(&b, "</h1><p>Written %s; output folder <code>", ts);
     kl_buf_html(&b, c->out);

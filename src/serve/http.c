@@ -412,10 +412,13 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
             return send_error(s, c, r, 503, SV_R_NOT_READY, 1, "feature store unavailable: %s", e.msg);
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
     }
-    /* the decoded tensors hold the data now */
-    kl_mem_free(r->body);
-    r->body = NULL;
-    r->body_len = r->body_cap = 0;
+    /* the decoded tensors hold the data now (a logged :predict keeps its
+     * body: the prediction log takes it, sv_plog_batch) */
+    if (!(r->predict && v->plog)) {
+        kl_mem_free(r->body);
+        r->body = NULL;
+        r->body_len = r->body_cap = 0;
+    }
     if (!hdr_prio) { /* the level came with the body (or is the default): its decode is paid, its run is not */
         r->level = sv_priority_level(&m->cfg, r->prio_param);
         if (r->level > 0 && refused(s, c, r, SV_ADMIT_DECODED, &res)) return res;
@@ -1241,6 +1244,12 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     atomic_init(&s->next_rid, 1);
     if (!sb_available())
         kl_log(KL_LOG_WARN, "serve", "this build has no ONNX runtime: models will be listed as unavailable");
+    /* before the scan: versions get their layouts */
+    int prc = o->log_predictions ? sv_plog_open(&s->o, &s->plog, e) : KL_OK;
+    if (prc) {
+        kl_server_free(s);
+        return prc;
+    }
     kl_err se = {0};
     if (sv_repo_scan(s, NULL, &se) && se.code != KL_OK) {
         if (!s->nmodels && (se.code == KL_ENOTFOUND || se.code < 0) && !kl_path_exists(s->repo)) {
@@ -1316,6 +1325,9 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     pthread_mutex_unlock(&s->lock);
     http_stop(s);
     s->started = 0;
+    /* every request is answered: what the prediction log holds goes out */
+    sv_plog_close(s->plog);
+    s->plog = NULL;
     kl_log(KL_LOG_INFO, "serve", "stopped after draining for %.2f s", (kl_time_mono_ns() - t0) / 1e9);
     return rc;
 }
@@ -1327,6 +1339,7 @@ void kl_server_free(kl_server *s) {
     http_stop(s);
     for (int i = 0; i < s->nmodels; i++) sv_model_free(s->models[i]);
     free(s->models);
+    sv_plog_close(s->plog); /* after the versions: none points at its layouts any more */
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->scan_lock);
     pthread_mutex_destroy(&s->mx);

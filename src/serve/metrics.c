@@ -306,6 +306,7 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     }
     pthread_mutex_unlock(&s->lock);
     sv_monitor_metrics(s, &b);
+    if (s->plog) sv_plog_metrics(s->plog, &b);
     head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
     kl_buf_printf(&b, "keel_ready %d\n", sv_ready(s, NULL, 0));
     *len = b.len;

@@ -6,6 +6,7 @@
  * the drift gauges of /metrics. */
 #include "serve_int.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -305,7 +306,20 @@ int sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const cha
     sv_version *v = find_version(s, model, want, b);
     if (!v) return 404;
     int st;
-    if (!v->fb) {
+    if (!v->fb && s->plog && v->plog) { /* no joining in the server, but the labels go to the log */
+        void *doc = NULL;
+        kl_err e = {0};
+        if (kl_json_parse_opts(body, len, "request body", 0, &doc, &e)) {
+            kl_buf_puts(b, "{\"error\":");
+            kl_buf_json_str(b, e.msg);
+            kl_buf_puts(b, "}");
+            st = 400;
+        } else {
+            cJSON_Delete(doc);
+            kl_buf_puts(b, "{\"logged\":true}");
+            st = 200;
+        }
+    } else if (!v->fb) {
         kl_buf_printf(b,
                       "{\"error\":\"model '%s' version %lld takes no feedback (monitor: feedback_capacity: 0 or "
                       "enabled: false in config.yaml)\"}",
@@ -314,6 +328,7 @@ int sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const cha
     } else {
         st = sv_feedback_post(v->fb, body, len, kl_time_mono_ns(), b);
     }
+    if (st == 200 && s->plog) sv_plog_labels(s->plog, v, body, len);
     sv_version_unref(v);
     return st;
 }

@@ -396,6 +396,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
         }
     }
     sv_monitor_load(v, cfg);
+    if (s->plog) v->plog = sv_plog_schema_of(s->plog, v);
     int64_t t0 = kl_time_mono_ns();
     if ((rc = sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
     char batching[96];

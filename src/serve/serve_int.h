@@ -217,6 +217,7 @@ typedef struct sv_version {
     struct sv_feedback *fb; /* predictions waiting for labels (feedback.c); NULL: feedback off */
     double qref[SV_QREF_COUNT]; /* meta.json final_metrics on the validation rows, SV_QREF_* (NaN: absent) */
     uint64_t qref_n;            /* meta.json data.val_rows: the labels qref was measured on (0: unknown) */
+    const struct sv_plog_schema *plog; /* its layout in the prediction log (predlog.c); NULL: not logged */
 } sv_version;
 
 enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
@@ -452,6 +453,7 @@ struct kl_server {
     double cpu_last_s;
     int64_t cpu_last_ns;
     int64_t inline_ns;          /* inline batches of models below this compute time; 0 = off */
+    struct sv_plog *plog;       /* --log-predictions (predlog.c); NULL: off */
 };
 
 /* feedback.c: labels joined with served predictions (docs/monitoring.md, "Feedback") */
@@ -482,6 +484,26 @@ int sv_monitor_json(kl_server *s, const char *model, int64_t want_version, kl_bu
 /* POST .../feedback */
 int sv_monitor_feedback(kl_server *s, const char *model, int64_t want_version, const char *body, size_t len, kl_buf *b);
 void sv_monitor_metrics(kl_server *s, kl_buf *b);
+
+/* predlog.c: the prediction log, `--log-predictions DIR` (docs/monitoring.md, "Prediction log") */
+typedef struct sv_plog sv_plog;
+typedef struct sv_plog_schema sv_plog_schema;
+int sv_plog_open(const kl_serve_opts *o, sv_plog **out, kl_err *e); /* starts its writer thread */
+/* Writes what is queued and gathered, stops the thread, frees p (NULL: a no-op). */
+void sv_plog_close(sv_plog *p);
+/* At version load: v's layout (owned by p, deduplicated). */
+const sv_plog_schema *sv_plog_schema_of(sv_plog *p, const sv_version *v);
+/* Hot path, after a successful run of rq[0..n) with outputs out and before
+ * they are answered: one queue entry per request (a :predict body is taken
+ * from its request); a full queue drops (counted), never waits. */
+void sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out);
+/* Labels posted to v (POST .../feedback): the body is copied into the queue. */
+void sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t len);
+void sv_plog_metrics(const sv_plog *p, kl_buf *b);
+/* The text spans off[i], len[i] of the elements of a :predict body's
+ * top-level "instances" array (JSON the decoder accepted; bounded by n):
+ * 1 when there are exactly rows of them, else 0 (the log prints the records). */
+int sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len);
 /* metrics.c: a Prometheus label value (quoted, escaped) and a family's HELP/TYPE lines */
 void sv_metrics_label(kl_buf *b, const char *v);
 void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
@@ -587,6 +609,8 @@ int sv_fmt_u64(char *out, uint64_t v);
 int sv_fmt_i64(char *out, int64_t v);
 /* {"error": msg} */
 char *sv_error_json(const char *msg, size_t *len);
+/* n values of dtype dt at p as a JSON array (BYTES: nulls) */
+void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n);
 
 /* sched.c */
 /* Admission — the one place a request is let in or refused — at three

@@ -1375,3 +1375,30 @@ KL_TEST(serve_http_header_rules) {
     KT_EQ_INT(sv_http_header_len("21", 20, &jl), KL_EPARSE);
     KT_EQ_INT(sv_http_header_len("-1", 20, &jl), KL_EPARSE);
 }
+
+/* The prediction log takes each :predict record's own text from the body
+ * (sv_plog_record_spans): nested values, strings holding brackets, quotes and
+ * escapes, "instances" after other members and inside a nested object, and
+ * the cases that fall back (a count that differs, no such array, a cut body). */
+KL_TEST(serve_plog_record_spans) {
+    size_t off[8], len[8];
+    const char *b =
+        "{\"id\": \"x\", \"parameters\": {\"instances\": [9]}, \"instances\" : [ {\"a\": [1, {\"b\": \"]}\\\"\"}]} ,"
+        "{\"c\":\"x,y\"},\n{} ], \"outputs\": [\"logit\"]}";
+    KT_CHECK(sv_plog_record_spans(b, strlen(b), 3, off, len) == 1);
+    KT_CHECK(len[0] == strlen("{\"a\": [1, {\"b\": \"]}\\\"\"}]}") && !strncmp(b + off[0], "{\"a\": [1,", 9));
+    KT_CHECK(len[1] == strlen("{\"c\":\"x,y\"}") && !strncmp(b + off[1], "{\"c\":\"x,y\"}", len[1]));
+    KT_CHECK(len[2] == 2 && !strncmp(b + off[2], "{}", 2));
+    KT_CHECK(sv_plog_record_spans(b, strlen(b), 2, off, len) == 0); /* not the row count */
+    KT_CHECK(sv_plog_record_spans(b, strlen(b), 4, off, len) == 0);
+    const char *none = "{\"inputs\": [{}]}";
+    KT_CHECK(sv_plog_record_spans(none, strlen(none), 1, off, len) == 0);
+    size_t end = (size_t)(strstr(b, "{} ]") - b) + 4; /* the array is whole from here on */
+    for (size_t cut = 0; cut < strlen(b); cut++)      /* a cut body: bounded, and found only once whole */
+        KT_CHECK(sv_plog_record_spans(b, cut, 3, off, len) == (cut >= end));
+    const char *one = "  {\"instances\":[{\"x\":1}]}";
+    KT_CHECK(sv_plog_record_spans(one, strlen(one), 1, off, len) == 1 && len[0] == 7);
+    const char ctl[] =
+        "\001{\"instances\":[\001{}\002,\0011\037]}"; /* bytes up to 32 are whitespace to the readers (fuzz_predlog) */
+    KT_CHECK(sv_plog_record_spans(ctl, sizeof ctl - 1, 2, off, len) == 1 && len[0] == 2 && len[1] == 1);
+}
