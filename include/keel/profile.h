@@ -126,6 +126,10 @@ double kl_stat_chi2_quantile(double p, int dof);
  * asymptotic chi-squared law with k - 1 degrees of freedom; see stats.c);
  * UINT64_MAX when no sample size is enough (k < 2, or a reference too small). */
 uint64_t kl_stat_min_samples(int k, uint64_t m, double psi, double js, double alpha);
+/* The standard error of an AUC measured on npos positives and nneg negatives
+ * (Hanley & McNeil 1982, Radiology 143:29, eq. 1 with Q1 = A / (2 - A), Q2 =
+ * 2A^2 / (1 + A)); NaN when A is not in [0, 1] or a class count is below 1. */
+double kl_stat_auc_se(double auc, double npos, double nneg);
 
 /* ==================================================================
  * Reference profile (src/feature/profile.c): profile.json

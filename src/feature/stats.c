@@ -168,3 +168,10 @@ uint64_t kl_stat_min_samples(int k, uint64_t m, double psi, double js, double al
     }
     return need >= 1e18 ? UINT64_MAX : (uint64_t)ceil(need);
 }
+
+double kl_stat_auc_se(double a, double npos, double nneg) {
+    if (!(a >= 0 && a <= 1) || !(npos >= 1) || !(nneg >= 1)) return NAN;
+    double q1 = a / (2 - a), q2 = 2 * a * a / (1 + a);
+    double v = (a * (1 - a) + (npos - 1) * (q1 - a * a) + (nneg - 1) * (q2 - a * a)) / (npos * nneg);
+    return v > 0 ? sqrt(v) : 0;
+}

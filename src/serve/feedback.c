@@ -273,7 +273,7 @@ static int score_cmp(const void *a, const void *b) {
 }
 
 /* AUC of (score, y) pairs sv[2i], sv[2i+1] (Mann-Whitney, ties counted half) */
-static double auc_of(float *sv, size_t n) {
+static double auc_of(float *sv, size_t n, uint64_t *npos) {
     qsort(sv, n, 2 * sizeof *sv, score_cmp);
     double pos = 0, rank_sum = 0;
     for (size_t i = 0; i < n;) {
@@ -288,6 +288,7 @@ static double auc_of(float *sv, size_t n) {
         i = j;
     }
     double neg = (double)n - pos;
+    *npos = (uint64_t)pos;
     return pos && neg ? (rank_sum - pos * (pos + 1) / 2) / (pos * neg) : NAN;
 }
 
@@ -324,7 +325,8 @@ int sv_feedback_quality(sv_feedback *f, int64_t now, int64_t win_s, sv_quality *
             q->accuracy = correct / (double)q->n;
             q->log_loss = loss / (double)q->n;
             q->brier = sq / (double)q->n;
-            if (ns) q->auc = auc_of(sv, ns);
+            if (ns) q->auc = auc_of(sv, ns, &q->auc_pos);
+            q->auc_n = ns;
         } else {
             q->mae = loss / (double)q->n;
             q->rmse = sqrt(sq / (double)q->n);

@@ -437,6 +437,17 @@ static void render_family(kl_buf *b, const vstats *vs, int nv, const char *name,
         }
 }
 
+/* The standard error of (reference AUC - live AUC): the live AUC's from its
+ * class counts, plus the reference's, of its validation rows with the live
+ * class balance (meta.json records no class counts); NaN without a live AUC. */
+static double auc_se(const sv_version *v, const sv_quality *q) {
+    if (!isfinite(q->auc) || !q->auc_n) return NAN;
+    double pos = (double)q->auc_pos, neg = (double)(q->auc_n - q->auc_pos), live = kl_stat_auc_se(q->auc, pos, neg);
+    double ref = NAN, nr = (double)v->qref_n, pi = pos / (double)q->auc_n;
+    if (isfinite(v->qref[SV_QREF_AUC]) && v->qref_n) ref = kl_stat_auc_se(v->qref[SV_QREF_AUC], nr * pi, nr * (1 - pi));
+    return isfinite(ref) ? sqrt(live * live + ref * ref) : live;
+}
+
 /* keel_model_quality{metric, window}, keel_model_quality_samples{window},
  * keel_feedback_labels_total{result} */
 static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV_NAME_MAX], int nv, int64_t now) {
@@ -461,7 +472,8 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
                 const char *k;
                 double x;
             } mt[] = {{"auc", q.auc},     {"accuracy", q.accuracy}, {"log_loss", q.log_loss},
-                      {"brier", q.brier}, {"mae", q.mae},           {"rmse", q.rmse}};
+                      {"brier", q.brier}, {"mae", q.mae},           {"rmse", q.rmse},
+                      {"auc_se", auc_se(v, &q)}};
             for (size_t k = 0; k < KL_ARRAY_LEN(mt); k++) {
                 if (!isfinite(mt[k].x)) continue;
                 kl_buf_puts(b, "keel_model_quality{model=");

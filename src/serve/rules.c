@@ -208,21 +208,36 @@ static void accuracy_alert(rules_ctx *x) {
     alert(x, "KeelModelAccuracyDrop", expr, a->alert_for_s, "ticket", sum, desc);
 }
 
-static void quality_group(rules_ctx *x) {
+/* AUC: the drop past auc_drop and significant — (ref - live) over the
+ * standard error of the difference the server computes (metric="auc_se":
+ * Hanley & McNeil's, live class counts, the reference's validation rows at
+ * the live class balance) above z, as the accuracy test. */
+static void auc_alert(rules_ctx *x) {
     const sv_alert_cfg *a = &x->cfg->alert;
-    char expr[4096], desc[512], d0[1536], sum[SV_NAME_MAX + 64];
-    group(x, "quality");
-    accuracy_alert(x);
+    double p = a->quality_p_value, z = sqrt(kl_stat_chi2_quantile(2 * p, 1));
+    char d0[1536], d1[1536], expr[8192], desc[640], sum[SV_NAME_MAX + 64];
     drop_expr(d0, sizeof d0, x->sel, "auc", "");
+    drop_expr(d1, sizeof d1, x->sel, "auc", "  ");
     snprintf(expr, sizeof expr,
-             "%s > %.6g\nand on(model, version, window)\nkeel_model_quality_samples{%s, window!=\"reference\"} >= %lld",
-             d0, a->auc_drop, x->sel, (long long)a->min_labels);
+             "%s > %.6g\nand on(model, version, window)\n(\n%s\n  / ignoring(metric)\n  keel_model_quality{%s, "
+             "metric=\"auc_se\", window!=\"reference\"}\n) > %.4f\nand on(model, version, window)\n"
+             "keel_model_quality_samples{%s, window!=\"reference\"} >= %lld",
+             d0, a->auc_drop, d1, x->sel, z, x->sel, (long long)a->min_labels);
     snprintf(desc, sizeof desc,
              "AUC on the labels of the last {{ $labels.window }} is {{ $value }} below the validation rows' "
-             "(meta.json; alert above %.6g, at least %lld labels; version {{ $labels.version }}).",
-             a->auc_drop, (long long)a->min_labels);
+             "(meta.json; alert above %.6g when significant at p < %g, z > %.4f, with at least %lld labels; version "
+             "{{ $labels.version }}).",
+             a->auc_drop, p, z, (long long)a->min_labels);
     snprintf(sum, sizeof sum, "AUC of model %s dropping", x->model);
     alert(x, "KeelModelAUCDrop", expr, a->alert_for_s, "ticket", sum, desc);
+}
+
+static void quality_group(rules_ctx *x) {
+    const sv_alert_cfg *a = &x->cfg->alert;
+    char expr[4096], desc[512], sum[SV_NAME_MAX + 64];
+    group(x, "quality");
+    accuracy_alert(x);
+    auc_alert(x);
     snprintf(expr, sizeof expr,
              "(\n  keel_model_quality{%s, metric=\"rmse\", window!=\"reference\"}\n  / ignoring(window) group_left\n"
              "  keel_model_quality{%s, metric=\"rmse\", window=\"reference\"}\n) > %.6g\nand on(model, version, "

@@ -462,6 +462,7 @@ typedef struct {
     int classifier;
     uint64_t n;                                                     /* labelled predictions in the window */
     double auc, accuracy, log_loss, brier, mae, rmse;               /* NaN: not defined here */
+    uint64_t auc_n, auc_pos;                                        /* the scored labels auc is of, positives */
     uint64_t matched, unmatched, late, duplicate, invalid, pending; /* since start; pending: predictions held */
 } sv_quality;
 sv_feedback *sv_feedback_new(const sv_version *v, int64_t horizon_s, size_t capacity);

@@ -170,9 +170,13 @@ typedef struct {
     int64_t correct, count;
     double abs_err, sq_err, sum_y, sum_y2; /* mse: over reg_n values */
     int64_t reg_n;
+    double auc; /* binary classifiers' AUC (val_auc_run; NaN: not measured) */
 } tr_eval;
 
 typedef struct { double mae, rmse, r2, base_rmse; } tr_reg;
+
+typedef struct { double s; int pos; } sc_lab;
+static double auc_roc(sc_lab *v, int64_t n, int npts, cJSON *roc);
 
 /* MAE, RMSE, R2 and the mean predictor's RMSE (the labels' standard
  * deviation) of an evaluation; 0 when it has no regression values. */
@@ -273,6 +277,7 @@ static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t
  * labels (n). */
 static int evaluate(tr_model *m, tr_batches *bs, int64_t n, tr_eval *out, float *all_out, int64_t *all_y, kl_err *e) {
     memset(out, 0, sizeof *out);
+    out->auc = NAN;
     double tot = 0;
     for (int64_t b0 = 0, b = 0; b0 < n; b0 += m->B, b++) {
         const float *x, *yf;
@@ -286,7 +291,9 @@ static int evaluate(tr_model *m, tr_batches *bs, int64_t n, tr_eval *out, float 
         batch_acc(m, z, B, yi, yf, out);
         tot += loss * (double)B;
         if (all_out) memcpy(all_out + b0 * m->out_numel, z, (size_t)(B * m->out_numel) * 4);
-        if (all_y && yi) memcpy(all_y + b0, yi, (size_t)B * 8);
+        if (all_y && yf && m->spec->loss == TR_LOSS_BCE) /* a BCE label is a float: 0/1 */
+            for (int64_t i = 0; i < B; i++) all_y[b0 + i] = yf[i * m->out_numel] > 0.5f;
+        else if (all_y && yi) memcpy(all_y + b0, yi, (size_t)B * 8);
     }
     out->loss = n ? tot / (double)n : NAN;
     return KL_OK;
@@ -703,6 +710,7 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
     if (nval && isfinite(fin_val->loss)) {
         cJSON_AddNumberToObject(fm, "val_loss", fin_val->loss);
         if (fin_val->count) cJSON_AddNumberToObject(fm, "val_accuracy", (double)fin_val->correct / (double)fin_val->count);
+        if (isfinite(fin_val->auc)) cJSON_AddNumberToObject(fm, "val_auc", fin_val->auc);
     }
     cJSON *bm = cJSON_AddObjectToObject(j, "best");
     cJSON_AddStringToObject(bm, "monitor", s->monitor);
@@ -1339,6 +1347,30 @@ static void run_memory_measured(tr_run *r) {
     fprintf(r->rep, "; total peak %s\n", kl_fmt_bytes(tot.peak_allocated, b, sizeof b));
 }
 
+/* A binary classifier's AUC on the validation rows (two-class CE: score z1 -
+ * z0; one BCE output: the logit), into fin_val.auc: the reference that
+ * serving's live AUC is compared with (meta.json final_metrics.val_auc). */
+static int val_auc_run(tr_run *r, kl_err *e) {
+    tr_model *m = r->m;
+    int64_t K = m->out_numel, n = r->nva;
+    int binary = (r->s->loss == TR_LOSS_CE && K == 2) || (r->s->loss == TR_LOSS_BCE && K == 1);
+    if (!binary || n < 1) return KL_OK;
+    float *all = kl_mem_alloc((size_t)(n * K) * 4, KL_TAG_WORKSPACE);
+    int64_t *y = malloc((size_t)n * 8);
+    sc_lab *sl = malloc((size_t)n * sizeof *sl);
+    tr_eval ev;
+    int rc = !all || !y || !sl
+        ? kl_err_set(e, KL_ENOMEM, "out of memory: the validation AUC of %lld rows", (long long)n)
+        : evaluate(m, &r->bv, n, &ev, all, y, e);
+    for (int64_t i = 0; !rc && i < n; i++)
+        sl[i] = (sc_lab){K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i], y[i] == 1};
+    if (!rc) r->fin_val.auc = auc_roc(sl, n, 0, NULL);
+    kl_mem_free(all);
+    free(y);
+    free(sl);
+    return rc;
+}
+
 /* the model folder: weights (the best epoch's when validating), export, metrics, curves, card, meta.json */
 static int run_artifacts(tr_run *r, kl_err *e) {
     const char *out = r->o->out_dir;
@@ -1352,6 +1384,7 @@ static int run_artifacts(tr_run *r, kl_err *e) {
         if ((rc = evaluate(m, &r->bv, r->nva, &r->fin_val, NULL, NULL, e))) return rc;
         if ((rc = weights_write(m, r->p, e))) return rc;
     }
+    if ((rc = val_auc_run(r, e))) return rc;
     snprintf(r->p, sizeof r->p, "%s/model.onnx", out);
     if ((rc = tr_export_onnx(m, r->p, e))) return rc;
     snprintf(r->p, sizeof r->p, "%s/metrics.csv", out);
@@ -1530,7 +1563,6 @@ int kl_train_spec_loss(const char *spec_path, const char **loss, kl_err *e) {
 
 /* ================================================================ eval */
 
-typedef struct { double s; int pos; } sc_lab;
 static int cmp_sc(const void *a, const void *b) {
     double x = ((const sc_lab *)a)->s, y = ((const sc_lab *)b)->s;
     return x < y ? -1 : x > y;

@@ -80,6 +80,28 @@ if j:
     report("eval_meta_declares_sigmoid", meta.get("output") == {"postprocess": "sigmoid", "classes": 2}, meta.get("output"))
     report("eval_auc_vs_sklearn", near(j.get("auc"), skm.roc_auc_score(yt, p)), (j.get("auc"), skm.roc_auc_score(yt, p)))
 
+# ---- meta.json final_metrics.val_auc: the binary model's AUC on its validation rows (given as val_x/val_y), the
+# reference serving's live AUC is compared with; against scikit-learn on keel eval's logits of the same rows
+# (tolerance 1e-3: the trainer's batches differ from eval's, and the last bits of a logit can reorder near-ties)
+xv = rng.normal(size=(300, 5))
+yv = (xv[:, 0] + 0.5 * xv[:, 1] + rng.normal(scale=0.8, size=300) > 0).astype(np.float32)
+for nm, a in (("binv_x", x), ("binv_y", y), ("binv_vx", xv), ("binv_vy", yv)):
+    np.save(os.path.join(d, nm + ".npy"), a.astype(np.float32))
+with open(os.path.join(d, "binv.yaml"), "w") as f:
+    f.write("seed: 3\ninput: {shape: [5]}\nlayers:\n  - {type: linear, out: 16}\n  - {type: relu}\n"
+            "  - {type: linear, out: 1}\nloss: {type: bce_with_logits}\noptimizer: {type: adamw, lr: 0.01}\n"
+            "train: {epochs: 3, batch_size: 32}\n"
+            "data: {x: binv_x.npy, y: binv_y.npy, val_x: binv_vx.npy, val_y: binv_vy.npy}\n")
+r = subprocess.run([KEEL, "train", "binv.yaml", "--out", "binv", "--quiet"], cwd=d, capture_output=True, text=True)
+r2 = subprocess.run([KEEL, "eval", "binv", "--data", "binv_vx.npy,binv_vy.npy", "--json", "--logits", "binv_out.npy"],
+                    cwd=d, capture_output=True, text=True)
+if r.returncode or r2.returncode:
+    report("train_meta_val_auc", False, (r.stderr[-300:], r2.stderr[-300:]))
+else:
+    va = json.load(open(os.path.join(d, "binv", "meta.json"))).get("final_metrics", {}).get("val_auc")
+    ref = skm.roc_auc_score(yv.astype(int), np.load(os.path.join(d, "binv_out.npy"))[:, 0])
+    report("train_meta_val_auc", va is not None and abs(va - ref) <= 1e-3 and 0.5 < ref, (va, ref))
+
 # ---- 3 classes (cross entropy) ----
 x = rng.normal(size=(500, 4))
 y = np.argmax(x[:, :3] + rng.normal(scale=0.7, size=(500, 3)), axis=1).astype(np.int64)

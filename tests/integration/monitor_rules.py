@@ -134,13 +134,38 @@ def accuracy_case(model, t):
             "expect": [(series_name("ALERTS", {"alertname": "KeelModelAccuracyDrop"}), want)]}
 
 
+def auc_case(model, t):
+    """the AUC drop must pass auc_drop and (ref - live) / auc_se (the server's standard error of the
+    difference) > z: version 1 both; 2 past the drop, not significant; 3 significant, under the drop;
+    4 one label short; 5 no auc_se (no live class counts)"""
+    L, f, ref = t["min_labels"], t["for_min"], 0.75
+    z = NormalDist().inv_cdf(1 - t["quality_p_value"])
+    d = t["auc_drop"]
+    vers = [("1", d + 0.01, (d + 0.01) / (z + 1), L),
+            ("2", d + 0.01, (d + 0.01) / (z - 0.2), L),
+            ("3", d - 0.005, (d - 0.005) / (z + 1), L),
+            ("4", d + 0.01, (d + 0.01) / (z + 1), L - 1),
+            ("5", d + 0.01, None, L)]
+    series = []
+    for ver, drop, se, n in vers:
+        lb = {"model": model, "version": ver}
+        series.append((series_name("keel_model_quality", dict(lb, metric="auc", window="reference")), "%r+0x40" % ref))
+        series.append((series_name("keel_model_quality", dict(lb, metric="auc", window="1h")), "%r+0x40" % (ref - drop)))
+        if se:
+            series.append((series_name("keel_model_quality", dict(lb, metric="auc_se", window="1h")), "%r+0x40" % se))
+        series.append((series_name("keel_model_quality_samples", dict(lb, window="1h")), "%d+0x40" % n))
+    want = [alert("KeelModelAUCDrop", severity="ticket", keel_model=model, metric="auc", window="1h",
+                  model=model, version="1")]
+    return {"name": model + " KeelModelAUCDrop", "series": series, "eval": "%dm" % (f + 2),
+            "expect": [(series_name("ALERTS", {"alertname": "KeelModelAUCDrop"}), want)]}
+
+
 def quality_cases(model, t):
     """live quality against meta.json's (window="reference"): version 1 fires, 2 safe, 3 too few labels"""
     L, f = t["min_labels"], t["for_min"]
-    cases = [accuracy_case(model, t)]
+    cases = [accuracy_case(model, t), auc_case(model, t)]
     for name, metric, ref, bad, good in (
-            ("KeelModelAUCDrop", "auc", 0.75, 0.75 - t["auc_drop"] - 0.005, 0.75 - t["auc_drop"] + 0.005),
-            ("KeelModelRMSERise", "rmse", 2.0, 2 * (1 + t["rmse_rise"]) + 0.01, 2 * (1 + t["rmse_rise"]) - 0.01)):
+            ("KeelModelRMSERise", "rmse", 2.0, 2 * (1 + t["rmse_rise"]) + 0.01, 2 * (1 + t["rmse_rise"]) - 0.01),):
         series, want = [], []
         for ver, x, n in (("1", bad, L), ("2", good, L), ("3", bad, L - 1)):
             lb = {"model": model, "version": ver}
