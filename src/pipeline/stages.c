@@ -202,6 +202,7 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
     /* every file: sha256, size and row count as the manifest says (the audit of keel data validate) */
     int naudit = 0;
     if ((rc = kl_dataset_audit(vdir, &pb, &naudit, NULL, e))) {
+        kl_buf_free(&pb);
         cJSON_Delete(rep);
         cJSON_Delete(m);
         return rc;
