@@ -403,7 +403,8 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
     int64_t *xs = calloc(nbk, sizeof *xs);
     for (int k = 0; k < 5; k++) y[k] = calloc(nbk, sizeof *y[k]);
     uint64_t labelled = 0;
-    for (size_t i = 0; xf && xs && y[4] && i < nbk; i++) {
+    int have = xf && xs && y[0] && y[1] && y[2] && y[3] && y[4];
+    for (size_t i = 0; have && i < nbk; i++) {
         bucket *q = &bk[i];
         xf[i] = (double)((int64_t)i * bw) / 60e6;
         xs[i] = (int64_t)i;
@@ -412,7 +413,7 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
         y[0][i] = n ? (task ? q->acc / n : q->ae / n) : NAN;
         y[1][i] = n ? (task ? q->ll / n : sqrt(q->se / n)) : NAN;
         y[2][i] = n && task ? q->brier / n : NAN;
-        qsort(q->lat, q->nlat, sizeof *q->lat, cmp_dbl);
+        if (q->nlat) qsort(q->lat, q->nlat, sizeof *q->lat, cmp_dbl);
         y[3][i] = q->nlat ? q->lat[(q->nlat - 1) / 2] : NAN;
         y[4][i] = q->nlat ? q->lat[(size_t)ceil(0.99 * (double)q->nlat) - 1] : NAN;
     }
@@ -426,7 +427,7 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
                   task == 1       ? "binary (sigmoid)"
                       : task == 2 ? "classes (softmax)"
                                   : "regression");
-    if (xf && xs && y[4] && labelled) {
+    if (have && labelled) {
         kl_chart_series qs[3] = {{task ? "accuracy" : "MAE", xs, y[0], nbk, xf, task != 0, 1},
                                  {task ? "log-loss" : "RMSE", xs, y[1], nbk, xf, 0, 1},
                                  {"Brier score", xs, y[2], nbk, xf, 0, 1}};
@@ -444,7 +445,7 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
         kl_buf_puts(b, "<p>No labels joined yet: post them to <code>POST /v2/models/M/feedback</code>.</p>");
     }
     kl_buf_puts(b, "<h3>Latency over time</h3><p>From a request's arrival to its outputs (queue and compute).</p>");
-    if (xf && xs && y[4]) {
+    if (have) {
         kl_chart_series ls[2] = {{"p50 ms", xs, y[3], nbk, xf, 0, 1}, {"p99 ms", xs, y[4], nbk, xf, 0, 1}};
         kl_chart c = {"latency per bucket", lab, "ms", NULL, ls, 2, 640, 260, 0};
         kl_svg_chart(b, &c);
