@@ -147,6 +147,36 @@ static void span_cfg(const kl_monitor_cfg *base, int64_t span_us, kl_monitor_cfg
     cfg->win_s[0] = 2 * s + 24; /* its 12 slots cover at least 11/12 of it: the whole span */
 }
 
+/* the thresholds the server monitored version dir with (monitor.json, kept
+ * by the prediction log from config.yaml's monitor:); 1 when read */
+static int served_thresholds(const char *dir, kl_monitor_cfg *c) {
+    char p[4500];
+    snprintf(p, sizeof p, "%s/monitor.json", dir);
+    void *j = NULL;
+    if (!kl_path_exists(p) || kl_json_load_file(p, &j, NULL)) return 0;
+    const cJSON *t = cJSON_GetObjectItem(j, "thresholds");
+    struct {
+        const char *k;
+        double *v;
+    } d[] = {{"psi", &c->psi},
+             {"js", &c->js},
+             {"p_value", &c->p_value},
+             {"min_expected", &c->min_expected},
+             {"null_delta", &c->null_delta},
+             {"unknown_ratio", &c->unknown_ratio},
+             {"oob_ratio", &c->oob_ratio}};
+    int ok = cJSON_IsObject(t);
+    for (size_t i = 0; ok && i < sizeof d / sizeof d[0]; i++) {
+        const cJSON *x = cJSON_GetObjectItem(t, d[i].k);
+        if (cJSON_IsNumber(x) && isfinite(x->valuedouble) && x->valuedouble >= 0) *d[i].v = x->valuedouble;
+    }
+    const cJSON *ms = ok ? cJSON_GetObjectItem(t, "min_samples") : NULL;
+    if (cJSON_IsNumber(ms) && ms->valuedouble >= 1 && ms->valuedouble <= 1e12)
+        c->min_samples = (uint64_t)ms->valuedouble;
+    cJSON_Delete(j);
+    return ok;
+}
+
 /* one version: its rows fed to a monitor of its profile, the drift table and the histograms */
 static void version_section(const kl_monitor_report_opts *o, const char *model, const logtab *t, int64_t version,
                             kl_buf *b) {
@@ -175,6 +205,7 @@ static void version_section(const kl_monitor_report_opts *o, const char *model, 
         }
     kl_monitor_cfg def, cfg;
     kl_monitor_cfg_default(&def);
+    int served = !o->cfg && served_thresholds(dir, &def);
     span_cfg(o->cfg ? o->cfg : &def, t1 - t0, &cfg);
     kl_profile *ref = prof;
     prof = NULL;
@@ -231,13 +262,13 @@ static void version_section(const kl_monitor_report_opts *o, const char *model, 
     size_t nst = 0;
     if (kl_monitor_stats(m, t1 * 1000, &st, &nst, &e)) goto fail;
     const kl_monitor_cfg *g = kl_monitor_config(m);
-    kl_buf_printf(
-        b,
-        "<p>%llu logged row(s) from %s; reference %llu rows. Thresholds: PSI &ge; %g, JS &ge; %g, KS / "
-        "&chi;&sup2; p &lt; %g, null ratio above the reference's by &gt; %g, unknown categories &gt; %g, "
-        "out of range &gt; %g; tested from %llu non-null values (the server's defaults, docs/monitoring.md).</p>",
-        (unsigned long long)fed, model, (unsigned long long)kl_monitor_profile(m)->rows, g->psi, g->js, g->p_value,
-        g->null_delta, g->unknown_ratio, g->oob_ratio, (unsigned long long)g->min_samples);
+    kl_buf_printf(b,
+                  "<p>%llu logged row(s) from %s; reference %llu rows. Thresholds: PSI &ge; %g, JS &ge; %g, KS / "
+                  "&chi;&sup2; p &lt; %g, null ratio above the reference's by &gt; %g, unknown categories &gt; %g, "
+                  "out of range &gt; %g; tested from %llu non-null values (%s, docs/monitoring.md).</p>",
+                  (unsigned long long)fed, model, (unsigned long long)kl_monitor_profile(m)->rows, g->psi, g->js,
+                  g->p_value, g->null_delta, g->unknown_ratio, g->oob_ratio, (unsigned long long)g->min_samples,
+                  served ? "the thresholds this version was served with" : "the server's defaults");
     kl_buf_puts(b,
                 "<table class=\"drift\"><tr><th>column</th><th>role</th><th>n</th><th>null %</th><th>ref null %</th>"
                 "<th>PSI</th><th>JS</th><th>KS (p)</th><th>&chi;&sup2; (p)</th><th>unknown / out of range</th>"
