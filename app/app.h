@@ -118,5 +118,7 @@ int cmd_pipeline(int argc, char **argv);
 int cmd_loader(int argc, char **argv);
 int cmd_datagen(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+int cmd_monitor(int argc, char **argv);
+int cmd_monitor_report(int argc, char **argv); /* app/cmd_monitor_report.c */
 
 #endif

@@ -8,6 +8,7 @@
 #include <keel/clickgen.h>
 #include <keel/column.h>
 #include <keel/data.h>
+#include <keel/feature.h>
 #include <keel/parquet.h>
 #include <math.h>
 #include <stdlib.h>
@@ -797,35 +798,9 @@ static int validate(int argc, char **argv) {
     kl_buf_init(&prob);
     int nprob = 0;
     uint64_t rows = 0;
-    if (d.manifest) {
-        char dir[4200];
-        snprintf(dir, sizeof dir, "%s", d.manifest_path);
-        *strrchr(dir, '/') = 0;
-        cJSON *files = cJSON_GetObjectItem(d.manifest, "files"), *f;
-        size_t listed = 0;
-        double total = 0;
-        cJSON_ArrayForEach(f, files) {
-            listed++;
-            const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
-            const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
-            double frows = cJSON_GetNumberValue(cJSON_GetObjectItem(f, "rows"));
-            total += frows;
-            char p[4400], hex[65];
-            snprintf(p, sizeof p, "%s/%s", dir, rel ? rel : "");
-            kl_err fe = {0};
-            if (kl_sha256_file_hex(p, hex, &fe)) { kl_buf_printf(&prob, "%s: %s\n", rel, kl_err_what(&fe)); nprob++; continue; }
-            if (!sha || strcmp(sha, hex)) { kl_buf_printf(&prob, "%s: sha256 %s, manifest says %s\n", rel, hex, sha ? sha : "?"); nprob++; }
-            kl_pq_reader *r;
-            if (kl_pq_open(p, &r, &fe)) { kl_buf_printf(&prob, "%s: %s\n", rel, kl_err_what(&fe)); nprob++; continue; }
-            if ((double)kl_pq_num_rows(r) != frows) {
-                kl_buf_printf(&prob, "%s: %llu rows, manifest says %.0f\n", rel, (unsigned long long)kl_pq_num_rows(r), frows);
-                nprob++;
-            }
-            kl_pq_close(r);
-        }
-        if (listed != d.nfiles) { kl_buf_printf(&prob, "%zu Parquet files present, manifest lists %zu\n", d.nfiles, listed); nprob++; }
-        double acc = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(d.manifest, "rows"), "accepted"));
-        if (acc != total) { kl_buf_printf(&prob, "files hold %.0f rows, manifest accepted %.0f\n", total, acc); nprob++; }
+    if (d.manifest && kl_dataset_audit(a.pos[0], &prob, &nprob, NULL, &e)) {
+        kl_buf_printf(&prob, "%s\n", kl_err_what(&e));
+        nprob++;
     }
     if (scan(&d, SIZE_MAX, NULL, count_batch, &rows, &e)) { kl_buf_printf(&prob, "%s\n", kl_err_what(&e)); nprob++; }
     if (app_flag(&a, "json")) {
@@ -1050,6 +1025,95 @@ static int gen_clicks(int argc, char **argv) {
     return APP_EXIT_OK;
 }
 
+/* ==================================================================
+ * join-log
+ * ================================================================== */
+
+static const app_opt join_opts[] = {
+    {"model", 0, 1, "M", "the model whose log is joined (DIR/M/predictions, DIR/M/labels)", 0},
+    {"out", 'o', 1, "DS", "the output dataset folder (new, or an earlier join-log output: replaced)", 0},
+    {"features", 0, 1, "F", "features.json the model was trained with: names and types the label as its label", 0},
+    {"label", 0, 1, "NAME", "the label column's name (default: the features' label, else label)", 0},
+    {"label-type", 0, 1, "T", "int32, int64, float32, float64, bool or string (default: the features', else float64)",
+     0},
+    {"since", 0, 1, "T", "only predictions served at or after T (ISO 8601, e.g. 2026-01-31T00:00Z)", 0},
+    {"all", 0, 0, NULL, "keep predictions without a label too (label null)", 0},
+    {"json", 0, 0, NULL, "print the counts as JSON", 0},
+};
+static const app_cmd_spec join_spec = {
+    "data join-log",
+    "keel data join-log DIR --model M --out DS [--features F] [--label NAME] [--since T] [--all]",
+    "Join a prediction log (keel serve --log-predictions DIR) with its feedback labels by request id.",
+    "The result is a dataset (part-00000.parquet + manifest.json) with every logged column (request_id,\n"
+    "served_at, model_version, the raw inputs, feature.<slot>, output ...) and the label: keel features\n"
+    "apply F --data DS and keel train read it. A label joins record 0 of its request; a later label of\n"
+    "an id replaces an earlier one.",
+    join_opts,
+    KL_ARRAY_LEN(join_opts),
+    1,
+    1};
+
+/* the label's name and type: the options, else the features', else label / float64 */
+static int join_label(const app_args *a, kl_join_log_opts *o, char **name, kl_err *e) {
+    const char *fp = app_get(a, "features"), *lt = app_get(a, "label-type");
+    o->label = app_get(a, "label");
+    o->label_type = KL_COL_FLOAT64;
+    if (fp) {
+        kl_features *f = NULL;
+        int rc = kl_features_load(fp, &f, e);
+        if (rc) return rc;
+        if (kl_features_label(f)) {
+            if (!o->label && !(*name = strdup(kl_features_label(f)))) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            o->label_type = kl_features_label_type(f);
+        }
+        kl_features_free(f);
+        if (rc) return rc;
+        if (!o->label) o->label = *name;
+    }
+    if (lt &&
+        (kl_col_type_parse(lt, &o->label_type) || o->label_type == KL_COL_DATE || o->label_type == KL_COL_TIMESTAMP ||
+         o->label_type == KL_COL_BINARY))
+        return kl_err_set(e, KL_EINVAL,
+                          "--label-type: expected int32, int64, float32, float64, bool or string, got '%s'", lt);
+    return KL_OK;
+}
+
+static int join_log(int argc, char **argv) {
+    app_args a;
+    int rc = app_parse(&join_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
+    kl_join_log_opts o = {0};
+    o.log_dir = a.pos[0];
+    o.model = app_get(&a, "model");
+    o.out = app_get(&a, "out");
+    o.keep_unlabelled = app_flag(&a, "all");
+    if (!o.model) return app_usage_error(&join_spec, "--model is required");
+    if (!o.out) return app_usage_error(&join_spec, "--out is required");
+    const char *since = app_get(&a, "since");
+    if (since && kl_parse_timestamp(since, strlen(since), NULL, &o.since_us))
+        return app_usage_error(&join_spec, "--since: expected an ISO 8601 time, got '%s'", since);
+    kl_err e = {0};
+    char *lname = NULL;
+    kl_join_log_result res;
+    rc = join_label(&a, &o, &lname, &e);
+    if (!rc) rc = kl_join_log(&o, &res, &e);
+    free(lname);
+    if (rc) return app_fail(&e);
+    if (app_flag(&a, "json"))
+        printf("{\"predictions\":%llu,\"labels\":%llu,\"joined\":%llu,\"unlabelled\":%llu,\"unmatched_labels\":%llu,"
+               "\"replaced_labels\":%llu}\n",
+               (unsigned long long)res.predictions, (unsigned long long)res.labels, (unsigned long long)res.joined,
+               (unsigned long long)res.unlabelled, (unsigned long long)res.unmatched_labels,
+               (unsigned long long)res.replaced_labels);
+    else
+        printf("%s: %llu prediction(s), %llu label(s): %llu joined, %llu without a label, %llu label(s) without a "
+               "prediction, %llu replaced by a later one\n",
+               o.out, (unsigned long long)res.predictions, (unsigned long long)res.labels,
+               (unsigned long long)res.joined, (unsigned long long)res.unlabelled,
+               (unsigned long long)res.unmatched_labels, (unsigned long long)res.replaced_labels);
+    return APP_EXIT_OK;
+}
+
 int cmd_data(int argc, char **argv) {
     static const app_command sub[] = {
         {"head", "print the first rows", head},
@@ -1059,6 +1123,7 @@ int cmd_data(int argc, char **argv) {
         {"validate", "check hashes, row counts and readability against the manifest", validate},
         {"report", "self-contained HTML data-quality report", report},
         {"gen-clicks", "write the deterministic synthetic click log", gen_clicks},
+        {"join-log", "join a prediction log with its feedback labels into a dataset", join_log},
     };
     return app_dispatch("data", sub, KL_ARRAY_LEN(sub), argc, argv);
 }

@@ -86,6 +86,15 @@ static const app_opt opts[] = {
      "online store of window features shared by replicas: redis://HOST:PORT/DB (KEEL_FEATURE_STORE; default: each "
      "version's features.db)",
      0},
+    {"log-predictions", 0, 1, "DIR",
+     "append every served request and posted label to Parquet datasets DIR/<model>/{predictions,labels} (off the "
+     "request path)",
+     0},
+    {"log-queue", 0, 1, "N", "entries the prediction log queue holds; when full it drops, counted (default 65536)", 0},
+    {"log-queue-bytes", 0, 1, "SIZE", "... and bytes (default 256M)", 0},
+    {"log-rotate", 0, 1, "S", "a prediction log part never spans a period of S seconds (default 3600: by hour)", 0},
+    {"log-flush", 0, 1, "S", "gathered prediction log rows are written as a part at least every S seconds (default 60)",
+     0},
     {"json", 0, 0, NULL, "print the listening address as JSON", 0},
 };
 static const app_cmd_spec spec = {
@@ -110,6 +119,32 @@ static const app_cmd_spec spec = {
     1,
     1};
 
+/* --log-predictions and its limits; -1 when they are fine, else the exit code */
+static int log_options(const app_args *a, kl_serve_opts *o) {
+    int rc;
+    int64_t v;
+    double d;
+    kl_err e = {0};
+    o->log_predictions = app_get(a, "log-predictions");
+    if (o->log_predictions && !*o->log_predictions)
+        return app_usage_error(&spec, "--log-predictions: expected a folder");
+    if ((rc = app_get_int(a, &spec, "log-queue", 65536, &v)) >= 0) return rc;
+    if (v < 1 || v > 100000000) return app_usage_error(&spec, "--log-queue must be 1..100000000");
+    o->log_queue = v;
+    const char *qb = app_get(a, "log-queue-bytes");
+    uint64_t bytes = 0;
+    if (qb && (kl_mem_parse_size(qb, &bytes, &e) || bytes < 4096))
+        return app_usage_error(&spec, "--log-queue-bytes: %s", e.code ? kl_err_what(&e) : "must be at least 4K");
+    o->log_queue_bytes = (int64_t)bytes;
+    if ((rc = app_get_double(a, &spec, "log-rotate", 3600, &d)) >= 0) return rc;
+    if (!(d >= 1 && d <= 86400 * 31)) return app_usage_error(&spec, "--log-rotate must be 1..2678400 seconds");
+    o->log_rotate_s = d;
+    if ((rc = app_get_double(a, &spec, "log-flush", 60, &d)) >= 0) return rc;
+    if (!(d >= 0.1 && d <= 86400)) return app_usage_error(&spec, "--log-flush must be 0.1..86400 seconds");
+    o->log_flush_s = d;
+    return -1;
+}
+
 int cmd_serve(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&spec, argc, argv, &a);
@@ -120,8 +155,7 @@ int cmd_serve(int argc, char **argv) {
     kl_err re = {0};
     if (kl_registry_is_ref(o.repo)) {
         reg.ref = o.repo;
-        const char *tmp = getenv("TMPDIR");
-        snprintf(reg.repo, sizeof reg.repo, "%s/keel-serve-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+        snprintf(reg.repo, sizeof reg.repo, "%s/keel-serve-%d", kl_settings_get()->tmpdir, (int)getpid());
         if (kl_mkdir_p(reg.repo, &re) || reg_resolve(&reg, &re)) {
             kl_rm_rf(reg.repo, NULL);
             free(reg.name);
@@ -176,6 +210,7 @@ int cmd_serve(int argc, char **argv) {
     const char *mb = app_get(&a, "max-body");
     if (mb && (kl_mem_parse_size(mb, &o.max_body, &e) || o.max_body == 0))
         return app_usage_error(&spec, "--max-body: %s", e.code ? kl_err_what(&e) : "must be positive");
+    if ((rc = log_options(&a, &o)) >= 0) return rc;
     const char *bud = app_get(&a, "memory-budget");
     if (bud && kl_mem_parse_size(bud, &o.memory_budget, &e)) return app_usage_error(&spec, "--memory-budget: %s", kl_err_what(&e));
 

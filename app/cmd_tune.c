@@ -76,6 +76,10 @@ static const app_opt run_opts[] = {
     {"parallel", 'p', 1, "P",
      "trials at once: 1 (default) in this process, P > 1 in forked processes with threads/P threads each", 0},
     {"timeout", 0, 1, "SECONDS", "start no new trial after this long", 0},
+    {"heartbeat-timeout", 0, 1, "SECONDS",
+     "several workers on one study: a trial whose worker sent no heartbeat for this long is failed and re-queued "
+     "(default 30)",
+     0},
     {"study", 0, 1, "NAME", "study name (default: SPEC's name and the space's hash)", 0},
     {"metric", 0, 1, "NAME",
      "per-epoch metric: val_accuracy, val_loss or train_loss (default: val_loss for an mse loss, else val_accuracy)",
@@ -104,6 +108,9 @@ static const app_cmd_spec run_spec = {
     "--set KEY=VALUE overrides the spec in every trial (the same parser as keel train); the\n"
     "study records them, and a re-run must give the same ones. Each complete trial keeps its\n"
     "exported model in OUT/trial-N, so the best one can be registered.\n"
+    "Several workers (processes or machines on one store) may run the same command at once: each\n"
+    "claims its trials in the store, and a trial whose worker died is re-queued after\n"
+    "--heartbeat-timeout.\n"
     "\n"
     "Commands:\n"
     "  show         print a study and draw its history (keel tune show STUDY)\n"
@@ -216,6 +223,10 @@ static int tune_run(int argc, char **argv) {
     if ((rc = app_get_int(&a, &run_spec, "parallel", 1, &parallel)) >= 0) return rc;
     if ((rc = app_get_int(&a, &run_spec, "seed", 0, &seed)) >= 0) return rc;
     if ((rc = app_get_double(&a, &run_spec, "timeout", 0, &timeout)) >= 0) return rc;
+    double hb_timeout;
+    if ((rc = app_get_double(&a, &run_spec, "heartbeat-timeout", 30, &hb_timeout)) >= 0) return rc;
+    if (!(hb_timeout >= 0.5 && hb_timeout <= 86400))
+        return app_usage_error(&run_spec, "--heartbeat-timeout must be in 0.5..86400 seconds");
     int verify = 0;
     if ((rc = app_get_verify(&a, &run_spec, &verify)) >= 0) return rc;
     if (trials < 1 || trials > 100000) return app_usage_error(&run_spec, "--trials must be in 1..100000");
@@ -295,7 +306,7 @@ static int tune_run(int argc, char **argv) {
     if ((rc = kl_study_open(t, s, &info, &st, &e))) goto done;
     trainer tr = {spec, metric, verify};
     kl_tune_run_opts ro = {st,     s,    metric, minimize, &q.so,       &q.po, (size_t)trials, (int)parallel, timeout,
-                           outdir, sets, nsets,  0,        train_trial, &tr,   &interrupted,   stderr};
+                           outdir, sets, nsets,  0,        hb_timeout,  train_trial, &tr, &interrupted, stderr};
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     if ((rc = kl_tune_run(&ro, &res, &e))) goto done;

@@ -27,4 +27,6 @@ if over:
     print("sampler time per trial at 1000 trials: %.2f ms CPU (%.2f ms wall)" % (over[0]["overhead_cpu_ms"], over[0]["overhead_ms_per_trial_at_1000"]))
 P
 # the real objective (slower: 90 keel train runs)
-[ "${DIGITS:-1}" = 1 ] && bash bench/tune/digits.sh
+if [ "${DIGITS:-1}" = 1 ]; then bash bench/tune/digits.sh; fi
+# several workers on one study: 1 vs 3 `keel tune` processes (SQLite and PostgreSQL)
+if [ "${DISTRIBUTED:-1}" = 1 ]; then bash bench/tune/distributed.sh; fi

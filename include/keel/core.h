@@ -319,6 +319,7 @@ typedef struct {
     double progress_interval_s; /* KEEL_PROGRESS_INTERVAL: seconds between progress log lines (default 10) */
     const char *doctor_root;    /* KEEL_DOCTOR_ROOT: folder /proc, /sys and /dev/shm are read under; NULL */
     const char *feature_store;  /* KEEL_FEATURE_STORE: keel serve's --feature-store URL (a secret's home); NULL */
+    const char *tmpdir;         /* TMPDIR when set and not empty, else "/tmp": where temporary folders go */
     /* The MPI launcher's contract (not keel settings, read here with them): */
     int mpi_launched;    /* OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK or SLURM_STEP_NUM_TASKS is set */
     int mpi_local_ranks; /* OMPI_COMM_WORLD_LOCAL_SIZE, else SLURM_STEP_TASKS_PER_NODE; 0 = none */
@@ -638,6 +639,84 @@ const char *kl_suggest(const char *word, const char *const *candidates, size_t n
 /* Human-readable sizes and durations into buf: "1.5 GiB", "230 ms". */
 const char *kl_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 const char *kl_fmt_duration(double seconds, char *buf, size_t n);
+
+/* ==================================================================
+ * Manifests (manifest.c): the files of a folder with their sha256 and
+ * size, one on-disk shape for datasets, feature datasets, image shards,
+ * model folders, serving versions and pipeline exports:
+ *   "files": {"<name>": {"sha256": "<64 hex>", "bytes": N[, "rows": N, ...]}}
+ * Older shapes are read by the one compatibility reader and written back
+ * in this shape by kl_manifest_write / kl_manifest_json (docs/formats.md).
+ * ================================================================== */
+
+/* How files are checked against their manifest (`--verify MODE` of train,
+ * features, pipeline): the full sha256 of every file (default), only the
+ * sizes, or nothing. */
+typedef enum { KL_VERIFY_SHA256 = 0, KL_VERIFY_SIZE, KL_VERIFY_NONE } kl_verify_mode;
+/* "sha256" | "size" | "none"; KL_EINVAL otherwise. */
+int kl_verify_mode_parse(const char *s, kl_verify_mode *m, kl_err *e);
+const char *kl_verify_mode_name(kl_verify_mode m);
+
+/* Limits on what a manifest from outside may hold. */
+#define KL_MANIFEST_MAX_FILES (1u << 20)
+#define KL_MANIFEST_NAME_MAX  1024
+
+typedef struct {
+    char *name;      /* relative path in the folder: no "..", not absolute */
+    char sha256[65]; /* lower-case hex */
+    int64_t bytes;   /* -1: an old manifest did not record it */
+    int64_t rows;    /* -1: none (datasets and shards record it) */
+    void *extra;     /* cJSON object of the entry's other members, or NULL */
+} kl_manifest_file;
+
+typedef struct {
+    kl_manifest_file *v;
+    size_t n, cap;
+    uint32_t *slots; /* name hash index: entry + 1, 0 = empty (nslots a power of two) */
+    size_t nslots;
+} kl_manifest_files;
+
+/* Frees every entry; m is empty (and reusable) after it. */
+void kl_manifest_files_free(kl_manifest_files *m);
+/* Appends an entry (copies of name and extra; rows -1 when unknown); a
+ * name that is not a safe relative path, a sha256 that is not 64 hex
+ * digits, a duplicate name or more than KL_MANIFEST_MAX_FILES entries
+ * are KL_EINVAL naming the file. */
+int kl_manifest_push(kl_manifest_files *m, const char *name, const char *sha256_hex, int64_t bytes, int64_t rows,
+                     const void *extra_cjson, kl_err *e);
+/* Hashes dir/name and appends it with its size (rows -1). */
+int kl_manifest_add(kl_manifest_files *m, const char *dir, const char *name, kl_err *e);
+/* The entry named name, or NULL (borrowed: valid until m changes). */
+const kl_manifest_file *kl_manifest_find(const kl_manifest_files *m, const char *name);
+/* The compatibility reader: the file list of a manifest document (a cJSON
+ * object) in any shape keel has written: "files" as the map above or as a
+ * map name -> hex; "files" as an array of {"path"|"name"|"file", "sha256",
+ * "bytes"|"size", ...}; "sha256" as a map name -> hex; "shards" as an array
+ * of {"file", "sha256", "bytes", "records"}. where names the manifest in
+ * errors ("dir/meta.json: files[\"x\"]: ..."); KL_ENOTFOUND when the
+ * document lists no files in any of these shapes. */
+int kl_manifest_files_read(const void *cjson_doc, const char *where, kl_manifest_files *out, kl_err *e);
+/* Loads a manifest file (JSON, at most 1 GiB, \u0000 kept in strings) and
+ * reads its files; *doc (may be NULL) gets the document for its other
+ * members (cJSON_Delete it). */
+int kl_manifest_files_load(const char *path, kl_manifest_files *out, void **doc, kl_err *e);
+/* Sets member "files" of a cJSON object to the map above (replacing an
+ * older shape, and a "sha256" map, when there). */
+int kl_manifest_write(const kl_manifest_files *m, void *cjson_obj, kl_err *e);
+/* Appends the map above as JSON text (entries in order, one per line,
+ * indented by indent): canonical, for manifests whose hash is an id. */
+int kl_manifest_json(const kl_manifest_files *m, const char *indent, struct kl_buf *b);
+/* Checks dir/f->name against f: its size (KL_VERIFY_SIZE, when recorded)
+ * or its sha256 and size (KL_VERIFY_SHA256). A mismatch is KL_ECHECKSUM
+ * "dir/name: sha256 mismatch: the file has sha256 X (N bytes), the
+ * manifest WHERE says Y (M bytes)" followed by hint (may be NULL); a
+ * missing file KL_ENOTFOUND naming it and the manifest. */
+int kl_manifest_file_verify(const char *dir, const kl_manifest_file *f, kl_verify_mode mode, const char *where,
+                            const char *hint, kl_err *e);
+/* The same check for a digest computed by the caller (a mapped file): path
+ * names the file in the message; got_bytes -1 when unknown. */
+int kl_manifest_digest_check(const char *path, const char *got_hex, int64_t got_bytes, const kl_manifest_file *f,
+                             const char *where, const char *hint, kl_err *e);
 
 #ifdef __cplusplus
 }

@@ -378,13 +378,7 @@ void kl_ingest_opts_default(kl_ingest_opts *o);
  * KL_EPARSE/KL_EINVAL... when the data failed validation (summary filled). */
 int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e);
 
-/* How the files of a dataset version are checked against its manifest.json
- * when the dataset is opened (`--verify MODE` of train, features, pipeline):
- * the full sha256 of every file (default), only the sizes, or nothing. */
-typedef enum { KL_VERIFY_SHA256 = 0, KL_VERIFY_SIZE, KL_VERIFY_NONE } kl_verify_mode;
-/* "sha256" | "size" | "none"; KL_EINVAL otherwise. */
-int kl_verify_mode_parse(const char *s, kl_verify_mode *m, kl_err *e);
-const char *kl_verify_mode_name(kl_verify_mode m);
+/* kl_verify_mode (how files are checked against a manifest) is in keel/core.h. */
 
 /* Resolves PATH (a dataset folder, a version folder or a .parquet file) to
  * the list of Parquet files (sorted) and the manifest path (or NULL). The
@@ -401,6 +395,67 @@ int kl_dataset_resolve(const char *path, char ***files, size_t *n_files, char **
  * is NULL (and KL_OK) for a dataset without one (a lone .parquet file, a
  * features dataset). */
 int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e);
+/* Audits a dataset as found (`keel data validate`, the pipeline's validate
+ * stage): each file its manifest lists exists with the recorded sha256, size
+ * and Parquet row count, no unlisted Parquet file is present, and the files
+ * hold the rows the manifest accepted. Each problem is one line ("name:
+ * what") appended to problems and counted in *nproblems; *rows (may be
+ * NULL) gets the rows the listed files hold. A dataset without a manifest
+ * (a lone .parquet file) has none. KL_OK unless the dataset or its manifest
+ * cannot be read at all. */
+int kl_dataset_audit(const char *path, kl_buf *problems, int *nproblems, uint64_t *rows, kl_err *e);
+
+/* A flat dataset folder's manifest.json (a features dataset, a prediction
+ * log): the one writer of it, so that every such folder reads and validates
+ * alike. A file is listed by its path relative to the folder, sha256, rows
+ * and bytes (kl_dataset_file_stat measures one). kl_dataset_manifest_write
+ * writes DIR/manifest.json atomically as {"format": format, <head>, "rows":
+ * {"read", "accepted", "rejected": 0}, "files": [...]} where head (may be
+ * NULL) is already formatted JSON members ("\"k\": v, ...", no braces);
+ * rows are the sum of the files'. kl_dataset_manifest_files reads the files
+ * list back (the caller frees it with kl_dataset_files_free); a folder
+ * without manifest.json gives none (KL_OK). */
+typedef struct {
+    char *path;      /* relative to the folder; owned */
+    char sha256[65];
+    uint64_t rows, bytes;
+} kl_dataset_file;
+int kl_dataset_file_stat(const char *dir, const char *rel, uint64_t rows, kl_dataset_file *out, kl_err *e);
+int kl_dataset_manifest_write(const char *dir, const char *format, const char *head, const kl_dataset_file *files,
+                              size_t n, kl_err *e);
+int kl_dataset_manifest_files(const char *dir, kl_dataset_file **files, size_t *n, kl_err *e);
+void kl_dataset_files_free(kl_dataset_file *files, size_t n);
+
+/* ==================================================================
+ * Joining a prediction log with its labels (src/data/joinlog.c)
+ * ================================================================== */
+
+/* `keel data join-log DIR --model M --out DS`: the prediction rows of
+ * DIR/M/predictions (`keel serve --log-predictions DIR`) joined by request
+ * id with the labels of DIR/M/labels into one dataset folder (DS/part-00000.parquet
+ * + manifest.json "keel-joined-log-1"), read by `keel features apply` and
+ * `keel train` like any dataset. A label joins record 0 of the request of
+ * its id (as the server's live quality does); a later label of an id
+ * replaces an earlier one. Every prediction column is kept (parts of
+ * several versions: the union of their columns, nulls where a part has
+ * none; one name with two types is an error naming both files), plus the
+ * label as column `label` of type label_type, and `labelled_at`. Both
+ * datasets are checked against their manifests first (full sha256). */
+typedef struct {
+    const char *log_dir, *model, *out;
+    const char *label;      /* the label column's name (NULL: "label") */
+    kl_col_type label_type; /* int32, int64, float32, float64, bool or string */
+    int64_t since_us;       /* predictions served at or after this (0: all) */
+    int keep_unlabelled;    /* also the predictions without a label (label null) */
+} kl_join_log_opts;
+typedef struct {
+    uint64_t predictions, labels, joined, unlabelled, unmatched_labels, replaced_labels;
+} kl_join_log_result;
+int kl_join_log(const kl_join_log_opts *o, kl_join_log_result *res, kl_err *e);
+/* The joined rows in memory instead (o->out unused): *cols[*ncols], each
+ * freed with kl_column_free, the array with free(). A model without a
+ * labels dataset yet has no labels (not an error here). */
+int kl_join_log_read(const kl_join_log_opts *o, kl_column ***cols, size_t *ncols, kl_join_log_result *res, kl_err *e);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,7 @@ size_t kl_features_num_inputs(const kl_features *f);
 const char *kl_features_input_name(const kl_features *f, size_t i);
 kl_col_type kl_features_input_type(const kl_features *f, size_t i);
 const char *kl_features_label(const kl_features *f);  /* NULL when none */
+kl_col_type kl_features_label_type(const kl_features *f); /* the label column's type (before class indexing) */
 /* A string label is a class name: fit learns the classes (sorted bytewise,
  * at most 65,536) from the label column, so it needs the label
  * (kl_features_fit_needs_label), and apply writes the int32 index of each
@@ -210,6 +211,12 @@ int kl_features_transform_row(const kl_features *f, const kl_fstore *store, cons
  * before the cast to each slot's dtype; cast it to compare with apply). */
 int kl_features_transform_record(const kl_features *f, const kl_fstore *store, const void *cjson,
                                  double *out, kl_features_counts *counts, kl_err *e);
+/* Appends raw input i of a record (a cJSON object) to column c, read with
+ * the same grammar as kl_features_transform_record (the recorded ingest
+ * field and null tokens): c has kl_features_input_type(f, i). A missing
+ * field, a null, or a value that does not read is appended as a null;
+ * returns 1 for a value that did not read, else 0 (KL_ENOMEM on failure). */
+int kl_features_input_append(const kl_features *f, size_t i, const void *cjson, kl_column *c);
 
 #ifdef __cplusplus
 }

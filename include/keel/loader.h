@@ -116,7 +116,8 @@ typedef struct kl_loader kl_loader;
 
 /* A ready batch: valid until the next kl_loader_next / seek / free. */
 typedef struct {
-    int64_t n;                 /* samples (0 = no more data) */
+    int64_t n;                 /* samples: 0 at the end, or a rank's empty share of the last global batch */
+    int end;                   /* 1: no more data (n is 0) */
     int64_t epoch, index;      /* epoch and batch index within it */
     float *images;             /* (n, channels, size, size), 64-byte aligned */
     int64_t *labels;           /* (n) */
@@ -150,7 +151,12 @@ void kl_loader_free(kl_loader *l);
 /* Next batch (blocks); out->n == 0 at the end. A worker's error (a corrupt
  * record names its key) is returned here. */
 int kl_loader_next(kl_loader *l, kl_batch *out, kl_err *e);
-/* Batches per epoch for this rank. */
+/* Batches per epoch (the same on every rank). With world W, global batch g
+ * is positions [g*batch*W, (g+1)*batch*W) of the epoch's order and rank r
+ * takes those congruent to r mod W: in the last, partial global batch the
+ * ranks' shares differ by one record at most and may be empty; the union of
+ * the ranks' batches is the one-process batch of batch*W records, and an
+ * epoch holds every record once (drop_last drops the partial global batch). */
 int64_t kl_loader_batches_per_epoch(const kl_loader *l);
 /* Samples per epoch for this rank (before drop_last). */
 int64_t kl_loader_samples_per_epoch(const kl_loader *l);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "keel/core.h"
+#include "keel/profile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -72,6 +73,24 @@ typedef struct {
  * stage name) with res->failed_stage set; earlier outputs and their state
  * stay, so the next run resumes at the failed stage. */
 int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *e);
+
+/* ==================================================================
+ * The monitoring report (src/pipeline/monitor_report.c)
+ * ================================================================== */
+
+/* `keel monitor report --log DIR`: a self-contained HTML page (appended to
+ * html) from a prediction log (keel serve --log-predictions DIR): per model
+ * and version the reference histograms (profile.json kept in the log) next
+ * to the live ones, the drift table with its thresholds (the server's
+ * monitor fed the logged rows: the same statistics as /monitor), quality
+ * (labels joined by request id) and latency over time. KL_ENOTFOUND when
+ * DIR holds no prediction log. */
+typedef struct {
+    const char *log_dir;
+    int64_t since_us;          /* only predictions served at or after (0: all) */
+    const kl_monitor_cfg *cfg; /* thresholds (NULL: the defaults) */
+} kl_monitor_report_opts;
+int kl_monitor_report(const kl_monitor_report_opts *o, kl_buf *html, kl_err *e);
 
 #ifdef __cplusplus
 }

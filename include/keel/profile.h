@@ -118,6 +118,14 @@ double kl_stat_ks_pvalue(double d, uint64_t n, uint64_t m);
 double kl_stat_chi2(const uint64_t *p, const uint64_t *q, size_t n, double min_expected, int *dof);
 /* Upper tail P(X >= x) of a chi-squared variable with dof degrees. */
 double kl_stat_chi2_pvalue(double x, int dof);
+/* Its inverse: x with P(X >= x) = p (0 < p < 1); NaN otherwise. */
+double kl_stat_chi2_quantile(double p, int dof);
+/* The live values from which PSI and the JS distance over k bins holding
+ * reference mass (m reference values) stay under psi and js with
+ * probability 1 - alpha when the distribution has not changed (their
+ * asymptotic chi-squared law with k - 1 degrees of freedom; see stats.c);
+ * UINT64_MAX when no sample size is enough (k < 2, or a reference too small). */
+uint64_t kl_stat_min_samples(int k, uint64_t m, double psi, double js, double alpha);
 
 /* ==================================================================
  * Reference profile (src/feature/profile.c): profile.json
@@ -192,6 +200,7 @@ void kl_profile_path_for(const char *features_json, char *buf, size_t n);
 #define KL_MON_MAX_WINDOWS 8
 #define KL_MON_SLOTS       12 /* a window is a ring of this many slots */
 #define KL_MON_SHARDS      64 /* threads with their own shard; the rest share the last one */
+#define KL_MON_MAX_BYTES   (64ull << 20) /* a monitor that could hold more (every shard) is refused */
 
 typedef struct {
     int nwin;
@@ -208,9 +217,15 @@ typedef struct {
 void kl_monitor_cfg_default(kl_monitor_cfg *c);
 /* "5m", "1h", "24h", "90s", "2d" → seconds; KL_EINVAL. */
 int kl_monitor_parse_window(const char *s, int64_t *out);
+/* The label of a window of s seconds in the shortest unit that divides it:
+ * 300 -> "5m", 86400 -> "24h", 172800 -> "2d", 90 -> "90s" (the inverse of
+ * kl_monitor_parse_window; /metrics' window label). */
+void kl_monitor_window_name(int64_t s, char *buf, size_t n);
 
 typedef struct kl_monitor kl_monitor;
-/* Takes ownership of ref. f (may be NULL: no raw inputs) must outlive the monitor. */
+/* Takes ownership of ref. f (may be NULL: no raw inputs) must outlive the
+ * monitor. KL_ERANGE when it could hold more than KL_MON_MAX_BYTES with
+ * every shard allocated (too many columns x windows). */
 int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *cfg, kl_monitor **out, kl_err *e);
 void kl_monitor_free(kl_monitor *m); /* NULL is a no-op */
 const kl_profile *kl_monitor_profile(const kl_monitor *m);
@@ -254,12 +269,21 @@ typedef struct {
     double null_ratio, ref_null_ratio;
     double psi, js, ks, ks_p, chi2, chi2_p, unknown_ratio, oob_ratio;
     int chi2_dof;
-    int tested; /* enough samples (min_samples non-null live values) */
+    int tested;   /* enough samples (min_samples non-null live values) */
+    uint64_t psi_js_min; /* non-null values before PSI and JS are computed (>= min_samples; kl_stat_min_samples) */
+    int temporal; /* a date or timestamp input: described, never flagged (time moves on) */
     int drift;  /* KL_DRIFT_* bits over the thresholds */
 } kl_monitor_stat;
 /* Every column x window (column-major: column c, window w at c * nwin + w);
  * *out malloc'ed (free()). */
 int kl_monitor_stats(kl_monitor *m, int64_t now_ns, kl_monitor_stat **out, size_t *n, kl_err *e);
+/* The live counts the statistics of column col (kl_monitor_stats' order)
+ * compare in a window, over the reference's bins: numbers underflow, the
+ * bins between the edges, overflow (nedges + 1); categories the top ones
+ * and "other" (ntop + 1). *nb gets the count (at most cap written); ref
+ * (may be NULL) the reference's counts over the same bins. */
+int kl_monitor_live_bins(kl_monitor *m, int64_t now_ns, int window, size_t col, uint64_t *live, uint64_t *ref,
+                         size_t cap, size_t *nb);
 /* The transforms' fallbacks in a window: counts per kind over the :predict
  * rows (a row may count several), and the reference's ratios. */
 #define KL_MON_FALLBACKS 5

@@ -46,6 +46,14 @@ typedef struct {
                                   recv per request); 0 = on, < 0 = suspend as for worker requests */
     const char *feature_store; /* online store of the versions' window features, shared by replicas
                                   (redis://HOST:PORT/DB); NULL = each version's features.db */
+    /* The prediction log (docs/monitoring.md, "Prediction log"): every answered inference request
+     * and posted label appended to Parquet datasets DIR/<model>/{predictions,labels}/ by a
+     * background thread; NULL = off */
+    const char *log_predictions;
+    int64_t log_queue;         /* entries its queue holds; a full queue drops (counted); 0 = 65536 */
+    int64_t log_queue_bytes;   /* ... and bytes; 0 = 256 MiB */
+    double log_rotate_s;       /* a part never spans a period of this length (UTC); 0 = 3600 (by hour) */
+    double log_flush_s;        /* gathered rows are written as a part at least this often; 0 = 60 s */
 } kl_serve_opts;
 
 /* Loads the repository (integrity checks, warm-up) and prepares the server.
@@ -65,6 +73,22 @@ int kl_server_rescan(kl_server *s, kl_err *e);
 int kl_server_shutdown(kl_server *s, kl_err *e);
 /* Frees (stops first when still running). NULL is a no-op. */
 void kl_server_free(kl_server *s);
+
+/* Prometheus rules for model `model` of repository `repo` (keel monitor
+ * rules; docs/monitoring.md, "Alert rules"): alerting rules on feature and
+ * prediction drift, data quality and live quality with the thresholds of
+ * REPO/MODEL/config.yaml's monitor: block (defaults where absent), and
+ * multi-window, multi-burn-rate alerts of an availability and a latency SLO
+ * with their recording rules. */
+typedef struct {
+    const char *repo;  /* model repository (REPO/<model>/[config.yaml]) */
+    const char *model; /* the model's folder name, as served */
+    double slo;        /* availability objective in percent; 0 = config.yaml's slo_availability (99.9) */
+} kl_rules_opts;
+/* Appends the rules YAML to out. KL_ENOTFOUND (no such model folder),
+ * KL_EINVAL (a bad objective or model name), config.yaml's errors with
+ * their file:line:col, KL_ENOMEM. */
+int kl_serve_rules(const kl_rules_opts *o, kl_buf *out, kl_err *e);
 
 #ifdef __cplusplus
 }

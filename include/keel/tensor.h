@@ -499,6 +499,104 @@ int kl_expand(size_t esize, int rx, const int64_t *dx, const void *x, int ry, co
               void *y, kl_pool *pool, kl_err *e);
 
 /* ==================================================================
+ * Quantization (quant.c) and int8 GEMM / convolution (qgemm.c, qconv.c)
+ * ==================================================================
+ * Linear quantization as ONNX defines it: q = saturate(rint(x / scale) + zp),
+ * x = (q - zp) * scale, rint rounding half to even, saturation to the range
+ * of int8 [-128, 127] or uint8 [0, 255]. Parameters are per tensor (one scale
+ * and zero point) or per axis: x viewed as (outer, len, inner), parameter i
+ * applies to index i of the middle axis. zp NULL means 0; zp has the dtype of
+ * the quantized side (int8/uint8; int32 for DequantizeLinear of int32). */
+
+/* x f32 (outer, len, inner) -> y (dt KL_I8 or KL_U8). per_axis: scale and zp
+ * have len entries, else one. NaN quantizes to the zero point. */
+void kl_quantize_f32(const float *x, int64_t outer, int64_t len, int64_t inner, const float *scale, const void *zp,
+                     int per_axis, kl_dtype dt, void *y, kl_pool *pool);
+/* x (dt KL_I8, KL_U8 or KL_I32) -> y f32: (x - zp) * scale. */
+void kl_dequantize_f32(const void *x, kl_dtype dt, int64_t outer, int64_t len, int64_t inner, const float *scale,
+                       const void *zp, int per_axis, float *y, kl_pool *pool);
+/* DynamicQuantizeLinear's parameters of n floats (uint8): scale =
+ * (max(0, max x) - min(0, min x)) / 255, zp = saturate(rint(-min / scale)),
+ * both in float32 as the ONNX reference; an all-zero x gives scale 0, zp 0
+ * (then kl_quantize_f32 maps everything to 0). NaNs are skipped. */
+void kl_dynamic_quant_params(const float *x, int64_t n, float *scale, uint8_t *zp);
+/* One requantized value: saturate(rint(acc * mult) + zp) clamped to
+ * [lo, hi] (within the dtype's range), as float arithmetic (ONNX Runtime's
+ * requantization; acc is rounded to float first). */
+static inline int32_t kl_requant1(int32_t acc, float mult, int32_t zp, int32_t lo, int32_t hi) {
+    float v = (float)acc * mult;
+    v = __builtin_rintf(v);
+    float f = v + (float)zp;
+    if (!(f >= (float)lo)) f = (float)lo; /* NaN -> lo */
+    if (f > (float)hi) f = (float)hi;
+    return (int32_t)f;
+}
+
+/* ---- int8 GEMM: C (M x N, int32) = (A - za) (B - zb) over K ----
+ * A is uint8 or int8 (int8 is shifted to uint8 by +128, za with it), B is
+ * packed once (int8, or uint8 shifted to int8 by -128, zb with it) so that
+ * every product is uint8 x int8: AVX-512 VNNI vpdpbusd where the CPU has it,
+ * AVX2 vpmaddubsw + vpmaddwd otherwise (A split into its low 7 bits and top
+ * bit, so no pair sum saturates: the results are exact), scalar code
+ * without AVX2. Integer arithmetic: every level gives the same bits. The
+ * zero points enter through row sums of A and column sums of B. */
+/* Bytes of the packed form of B (K x N). */
+size_t kl_qgemm_packed_bytes(int64_t K, int64_t N);
+/* Packs B (element (k,n) at b[k*rs + n*cs]; b_unsigned: uint8 else int8)
+ * with its column sums. */
+void kl_qgemm_pack_b(int64_t K, int64_t N, const void *b, int b_unsigned, int64_t rs, int64_t cs, void *dst);
+
+/* The output of an int8 GEMM: the int32 accumulator acc(m, n) (zero points
+ * applied) + bias[n] goes to element m*ysm + n*ysn of
+ *   c:  int32 (when c is set), or
+ *   yf: float (acc + bias) * mult[n | 0] (+ fbias[n]), or
+ *   y:  ydt (KL_I8/KL_U8) kl_requant1(acc + bias,
+ *       mult[n | 0], yzp, lo, hi) (lo/hi: the dtype's range, or narrower for
+ *       a fused Relu). */
+typedef struct kl_qgemm_out {
+    int32_t *c;
+    const int32_t *bias;   /* per column, or NULL */
+    const float *mult;     /* per column when mult_per_col, else one */
+    int mult_per_col;
+    void *y;
+    kl_dtype ydt;
+    int32_t yzp, lo, hi;
+    float *yf;
+    const float *fbias;    /* per column float bias of yf, or NULL */
+    int64_t ysm, ysn;
+} kl_qgemm_out;
+
+/* A (M x K) at a[m*lda + k], a_unsigned: uint8 else int8; za its zero point;
+ * packed_b from kl_qgemm_pack_b with its zero points zb (per column when
+ * zb_per_col, else zb[0]; NULL = 0; in B's dtype). Runs over the pool; A
+ * is read in place when it is uint8 with K and lda multiples of 4, else
+ * copied once (KL_ENOMEM when that copy cannot be had). */
+int kl_qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, int64_t lda, int32_t za,
+             const void *packed_b, const void *zb, int zb_per_col, const kl_qgemm_out *o, kl_pool *pool, kl_err *e);
+/* The dispatch level kl_qgemm runs at: 2 VNNI, 1 AVX2, 0 scalar (never above
+ * kl__isa_force's level when that is set: 2 there allows VNNI). */
+int kl_qgemm_level(void);
+
+/* ---- int8 convolution (qconv.c): NCHW, the kl_conv_params geometry ----
+ * x (N, C, in...) uint8/int8 with zero point xz (pads read as xz), weights
+ * (M, C/group, k...) packed by kl_qconv_pack (one kl_qgemm_pack_b per group,
+ * or a depthwise layout), output through o per image and group: column n =
+ * output channel of the group, row m = output position; the caller's o
+ * gives the per-channel arrays for channel 0 (kl_qconv offsets them by the
+ * group's first channel) and ysm/ysn are ignored (NCHW output written). */
+size_t kl_qconv_packed_bytes(const kl_conv_params *p);
+/* KL_ENOMEM when its scratch cannot be had. */
+int kl_qconv_pack(const kl_conv_params *p, const void *w, int w_unsigned, void *dst, kl_err *e);
+/* Workspace bytes for kl_qconv (independent of the thread count). */
+size_t kl_qconv_workspace_bytes(const kl_conv_params *p);
+/* wz: weight zero points in the weights' dtype (w_unsigned: uint8; M
+ * entries when wz_per_ch, else one; NULL = 0). ws: kl_qconv_workspace_bytes
+ * or NULL (allocated per call). KL_ENOMEM, or KL_EUNSUPPORTED for a
+ * depthwise kernel of more than 512 taps. */
+int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz, const void *packed_w, int w_unsigned,
+             const void *wz, int wz_per_ch, const kl_qgemm_out *o, void *ws, kl_pool *pool, kl_err *e);
+
+/* ==================================================================
  * Resize (ONNX Resize, f32): nearest, linear or cubic on any axes (scales 1
  * on unchanged axes), coordinate transformation modes below.
  * ================================================================== */

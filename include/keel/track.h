@@ -157,6 +157,62 @@ void kl_track_run_free(kl_track_run *r);
 int kl_track_run_set_status(kl_track *t, int64_t run_id, kl_run_status status, kl_err *e);
 
 /* ==================================================================
+ * Several workers on one study (keel tune on several machines or
+ * processes; src/track/claim.c). A study is a root run; its trials are
+ * child runs tagged kind=trial, study=NAME, trial=N (0-based), state
+ * (running, complete, pruned, failed); a trial lost by its worker also has
+ * lost=1, and its re-run requeued_from=<the lost run's id>.
+ * ================================================================== */
+
+/* Starts a run named run_name in experiment with the given tags and
+ * status, unless a run of that name is already there: in one write
+ * transaction, so two processes creating it at once end with one run.
+ * *id: the run (the existing one when *created is 0). */
+int kl_track_run_ensure(kl_track *t, const char *experiment, const char *run_name, const kl_kv *tags, size_t ntags,
+                        kl_run_status status, int64_t *id, int *created, kl_err *e);
+
+/* Updates a running run's heartbeat time (its own short transaction).
+ * KL_ESTATE when the run is no longer running (another process ended it,
+ * e.g. a claim that found its heartbeat too old). */
+int kl_track_run_heartbeat(kl_track *t, int64_t run_id, kl_err *e);
+
+/* Ends a run that is still running with the given status and last tags,
+ * in one transaction: KL_ESTATE, and nothing written, when it is no longer
+ * running (a claim marked the trial lost meanwhile). */
+int kl_track_run_finish(kl_track *t, int64_t run_id, kl_run_status status, const kl_kv *tags, size_t ntags,
+                        kl_err *e);
+
+/* A worker gives a running trial back (it was interrupted, not at fault):
+ * failed as lost (tags state=failed, error="WHY (re-queued)", lost=1), so
+ * the next claim runs its number again. KL_ESTATE when it is no longer
+ * running. */
+int kl_track_trial_release(kl_track *t, int64_t run_id, const char *why, kl_err *e);
+
+typedef struct {
+    int number;            /* the claimed trial number (-1: none) */
+    int64_t run_id;        /* its new trial run: running, tags kind, study, trial, state=running */
+    int64_t requeued_from; /* a re-queued trial: the lost run whose number and params it re-runs; 0 = fresh */
+    int lost_marked;       /* trials this claim marked failed (worker lost) */
+    int running;           /* the study's trials running (before this claim's own) */
+} kl_track_claim;
+/* A trial number lost this many times is not re-queued again (the
+ * configuration may be what kills its workers): it counts as failed. */
+#define KL_TRACK_TRIAL_MAX_LOST 3
+/* Claims the next trial of the study with root run `root` in one write
+ * transaction (SQLite: BEGIN IMMEDIATE; PostgreSQL: an advisory lock on the
+ * root run's id): first marks failed ("worker lost", tag lost=1) every
+ * trial still running whose heartbeat is older than heartbeat_timeout_s
+ * (or whose run ended without its state, e.g. marked killed), then picks
+ * the lowest number of a lost trial not yet re-run (its params copied to
+ * the new run; not after KL_TRACK_TRIAL_MAX_LOST losses of that number),
+ * else the lowest number below ntrials with no run, and
+ * creates its run. KL_EBUSY when no number is free but trials are still
+ * running (claim again later: one may be lost); KL_ENOTFOUND when none is
+ * left (every number below ntrials is complete, pruned, failed or cached). */
+int kl_track_trial_claim(kl_track *t, int64_t root, const char *study, int ntrials, double heartbeat_timeout_s,
+                         kl_track_claim *out, kl_err *e);
+
+/* ==================================================================
  * Queries
  * ================================================================== */
 

@@ -91,14 +91,20 @@ void kl_sampler_opts_default(kl_sampler_opts *o);
 int kl_sampler_kind_parse(const char *s, kl_sampler_kind *out);
 
 /* Suggests the parameters of trial `number` from the finished trials in
- * history (any order; RUNNING ones are ignored, except by GRID, which skips
- * points already taken, and by TPE with constant_liar, which counts them as
- * the worst). minimize: 1 to minimise, 0 to maximise. out has
- * space->n values. KL_ENOTFOUND when a grid is exhausted. */
+ * history (any order; RUNNING ones are ignored, except by TPE with
+ * constant_liar, which counts them as the worst). GRID ignores the history:
+ * trial k gets the k-th distinct grid point (kl_tune_grid_nth), so distinct
+ * trial numbers never repeat a point. minimize: 1 to minimise, 0 to
+ * maximise. out has space->n values. KL_ENOTFOUND when a grid is exhausted. */
 int kl_tune_suggest(const kl_tune_space *s, const kl_sampler_opts *o, const kl_trial *history, size_t n,
                     int minimize, int number, kl_tune_value *out, kl_err *e);
-/* Number of grid points (0 when the space has an unbounded float). */
+/* Number of grid points (0 when the space has too many), counting the
+ * combinations a condition makes equal. */
 uint64_t kl_tune_grid_size(const kl_tune_space *s, const kl_sampler_opts *o);
+/* The k-th distinct grid point (in grid order) into out; KL_ENOTFOUND when
+ * there are fewer, with *distinct (may be NULL) the number there are. */
+int kl_tune_grid_nth(const kl_tune_space *s, const kl_sampler_opts *o, uint64_t k, kl_tune_value *out,
+                     uint64_t *distinct);
 
 /* ---- pruners ----------------------------------------------------------- */
 
@@ -158,15 +164,36 @@ const kl_study_info *kl_study_get_info(const kl_study *st); /* valid until kl_st
 /* All trials, by number (params parsed against the space; trials of a dead
  * tune process count as FAILED). Valid until the next load or kl_study_free. */
 int kl_study_load(kl_study *st, const kl_trial **trials, size_t *n, kl_err *e);
-/* Records a new trial with its parameters; returns its run id. */
-int kl_study_trial_start(kl_study *st, int number, const kl_tune_value *params, int64_t *run_id, kl_err *e);
+/* Claims the study's next trial for this worker (kl_track_trial_claim:
+ * one write transaction, so workers on any machines never get one number
+ * twice): a trial lost by its worker (no heartbeat for heartbeat_timeout_s)
+ * re-queued with its params, else the next fresh number below ntrials.
+ * KL_EBUSY: none free now but some still running elsewhere (claim again
+ * later); KL_ENOTFOUND: none left. */
+typedef struct {
+    int number;
+    int64_t run_id;  /* the trial's run (running, state=running) */
+    int requeued;    /* a lost trial run again: its params are recorded already */
+    int lost_marked; /* trials this claim marked failed (worker lost) */
+} kl_study_claim;
+int kl_study_trial_claim(kl_study *st, int ntrials, double heartbeat_timeout_s, kl_study_claim *out, kl_err *e);
+/* Records a claimed trial's parameters. */
+int kl_study_trial_params(kl_study *st, int64_t run_id, const kl_tune_value *params, kl_err *e);
+/* Gives an interrupted trial back: failed as lost ("WHY (re-queued)"), so
+ * the next claim of any worker runs its number again. */
+int kl_study_trial_release(kl_study *st, int64_t run_id, const char *why, kl_err *e);
+/* The trial's heartbeat (a worker's thread, every few seconds while it
+ * runs); KL_ESTATE when another worker has marked it lost. */
+int kl_study_trial_heartbeat(kl_study *st, int64_t run_id, kl_err *e);
 int kl_study_trial_report(kl_study *st, int64_t run_id, int step, double value, kl_err *e);
 /* The folder a trial's model was exported to (keel tune register registers
  * the best one from it): recorded as the trial's tag model_dir (absolute). */
 int kl_study_trial_set_model_dir(kl_study *st, int64_t run_id, const char *dir, kl_err *e);
 /* The recorded model folder of a trial into out; KL_ENOTFOUND when none. */
 int kl_study_trial_model_dir(kl_study *st, int64_t run_id, char *out, size_t n, kl_err *e);
-/* Ends a trial: state, final value (COMPLETE), and an optional note (error or cache origin). */
+/* Ends a trial: state, final value (COMPLETE), and an optional note (error
+ * or cache origin). KL_ESTATE, and no state or end recorded, when the trial
+ * is no longer running (another worker marked it lost). */
 int kl_study_trial_end(kl_study *st, int64_t run_id, kl_trial_state state, double value, const char *note, kl_err *e);
 const char *kl_trial_state_name(kl_trial_state s);
 
@@ -201,6 +228,7 @@ typedef struct {
     const char *const *sets; /* fixed overrides of every trial */
     int nsets;
     int threads_per_trial; /* a forked trial's threads; 0 = the thread count / parallel */
+    double heartbeat_timeout_s; /* another worker's trial with no heartbeat for this long is lost (<= 0: 30) */
     kl_tune_train_fn train;
     void *train_ctx;
     volatile sig_atomic_t *stop; /* non-zero (a signal handler): end the running trials as interrupted */

@@ -363,6 +363,7 @@ void kl_settings_parse(kl_settings *s, char *const *envp) {
         (v = env_in(envp, "KEEL_PROGRESS_INTERVAL")) && kl_parse_double(v, &d) == KL_OK && d > 0 ? d : 10.0;
     s->doctor_root = (v = env_in(envp, "KEEL_DOCTOR_ROOT")) && *v ? v : NULL;
     s->feature_store = (v = env_in(envp, "KEEL_FEATURE_STORE")) && *v ? v : NULL;
+    s->tmpdir = (v = env_in(envp, "TMPDIR")) && *v ? v : "/tmp";
     s->mpi_launched = env_in(envp, "OMPI_COMM_WORLD_SIZE") || env_in(envp, "PMI_SIZE") || env_in(envp, "PMIX_RANK") ||
         env_in(envp, "SLURM_STEP_NUM_TASKS");
     if (!(v = env_in(envp, "OMPI_COMM_WORLD_LOCAL_SIZE"))) v = env_in(envp, "SLURM_STEP_TASKS_PER_NODE");

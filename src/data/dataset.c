@@ -2,10 +2,13 @@
  * version folder with manifest.json, or a single .parquet file) to its
  * Parquet files and manifest, verifying the files against the manifest
  * (sha256 or size) so that every reader of a dataset reads what was
- * published, and the ingest schema its manifest records. */
+ * published, the ingest schema its manifest records, and the audit of a
+ * dataset against its manifest (keel data validate, the pipeline). */
 #include "data_int.h"
 
 #include <cjson/cJSON.h>
+#include <keel/parquet.h>
+
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
@@ -49,78 +52,23 @@ static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, 
 
 /* ================================================================ verification */
 
-int kl_verify_mode_parse(const char *s, kl_verify_mode *m, kl_err *e) {
-    static const char *const names[] = {"sha256", "size", "none"};
-    for (int i = 0; i < 3; i++)
-        if (s && !strcmp(s, names[i])) { *m = (kl_verify_mode)i; return KL_OK; }
-    return kl_err_set(e, KL_EINVAL, "--verify %s: expected sha256, size or none", s ? s : "");
-}
-
-const char *kl_verify_mode_name(kl_verify_mode m) {
-    return m == KL_VERIFY_SIZE ? "size" : m == KL_VERIFY_NONE ? "none" : "sha256";
-}
-
-/* One listed file at dir/rel: its size and (sha256 mode) its hash. */
-static int verify_one(const char *dir, const char *mpath, const cJSON *f, kl_verify_mode mode, kl_err *e) {
-    const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
-    const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
-    const cJSON *by = cJSON_GetObjectItem(f, "bytes");
-    size_t rl = rel ? strlen(rel) : 0;
-    if (!rl || rel[0] == '/' || !strncmp(rel, "../", 3) || strstr(rel, "/../") || !strcmp(rel, "..") ||
-        (rl >= 3 && !strcmp(rel + rl - 3, "/..")))
-        return kl_err_set(e, KL_EPARSE, "%s: a files entry has no valid path", mpath);
-    char p[4400];
-    snprintf(p, sizeof p, "%s/%s", dir, rel);
-    struct stat st;
-    if (stat(p, &st)) return kl_err_set(e, KL_ENOTFOUND, "%s: listed in %s but missing (%s)", p, mpath, strerror(errno));
-    int size_ok = !cJSON_IsNumber(by) || (double)st.st_size == by->valuedouble;
-    if (mode == KL_VERIFY_SIZE) {
-        if (!size_ok)
-            return kl_err_set(e, KL_ECHECKSUM, "%s: %lld bytes, the manifest %s says %.0f (changed after the dataset was published; --verify none skips this check)",
-                              p, (long long)st.st_size, mpath, by->valuedouble);
-        return KL_OK;
-    }
-    if (!sha) return kl_err_set(e, KL_EPARSE, "%s: the files entry of %s has no sha256", mpath, rel);
-    char hex[65];
-    int rc = kl_sha256_file_hex(p, hex, e);
-    if (rc) return rc;
-    if (strcmp(hex, sha) || !size_ok)
-        return kl_err_set(e, KL_ECHECKSUM, "%s: sha256 %s (%lld bytes), the manifest %s says %s (%.0f bytes) (changed after the dataset was published; --verify none skips this check)",
-                          p, hex, (long long)st.st_size, mpath, sha, cJSON_IsNumber(by) ? by->valuedouble : (double)st.st_size);
-    return KL_OK;
-}
-
-static int cmp_rel(const void *key, const void *el) { return strcmp((const char *)key, *(char *const *)el); }
+#define CHANGED_HINT "(changed after the dataset was published; --verify none skips this check)"
 
 /* Every Parquet file found under dir (sorted, full paths) is listed in the
  * manifest and matches it; every listed file exists. */
 static int verify_files(const char *dir, const char *mpath, char **files, size_t n, kl_verify_mode mode, kl_err *e) {
     if (mode == KL_VERIFY_NONE) return KL_OK;
-    void *mj = NULL;
-    int rc = kl_json_load_file_opts(mpath, KL_JSON_KEEP_NUL, &mj, e); /* column stats may hold \u0000 */
-    if (rc) return rc;
-    cJSON *m = mj, *list = cJSON_GetObjectItem(m, "files"), *f;
-    size_t dl = strlen(dir) + 1, listed = 0;
-    unsigned char *seen = calloc(n ? n : 1, 1);
-    if (!seen) { cJSON_Delete(m); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
-    if (!cJSON_IsArray(list)) rc = kl_err_set(e, KL_EPARSE, "%s: no files list", mpath);
-    char **rels = calloc(n ? n : 1, sizeof *rels);
-    if (!rc && !rels) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < n; i++) rels[i] = files[i] + dl; /* same prefix: still sorted */
-    cJSON_ArrayForEach(f, list) {
-        if (rc) break;
-        if ((rc = verify_one(dir, mpath, f, mode, e))) break;
-        const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
-        char **hit = bsearch(rel, rels, n, sizeof *rels, cmp_rel);
-        if (hit) seen[hit - rels] = 1;
-        listed++;
-    }
+    kl_manifest_files m;
+    int rc = kl_manifest_files_load(mpath, &m, NULL, e);
+    for (size_t i = 0; !rc && i < m.n; i++) rc = kl_manifest_file_verify(dir, &m.v[i], mode, mpath, CHANGED_HINT, e);
+    size_t dl = strlen(dir) + 1;
     for (size_t i = 0; !rc && i < n; i++)
-        if (!seen[i]) rc = kl_err_set(e, KL_ECHECKSUM, "%s: not listed in %s (added after the dataset was published; --verify none skips this check)", files[i], mpath);
-    free(rels);
-    free(seen);
-    cJSON_Delete(m);
-    (void)listed;
+        if (!kl_manifest_find(&m, files[i] + dl))
+            rc = kl_err_set(
+                e, KL_ECHECKSUM,
+                "%s: not listed in %s (added after the dataset was published; --verify none skips this check)",
+                files[i], mpath);
+    kl_manifest_files_free(&m);
     return rc;
 }
 
@@ -205,4 +153,159 @@ int kl_dataset_schema(const char *path, kl_schema **out, kl_err *e) {
     kl_doc_free(d);
     free(manifest);
     return rc;
+}
+
+/* ================================================================ audit */
+
+/* One listed file: its sha256 and size, then (when it is there) its Parquet
+ * row count. */
+static void audit_file(const char *dir, const char *mpath, const kl_manifest_file *f, kl_buf *pb, int *np,
+                       uint64_t *rows) {
+    kl_err fe = {0};
+    char p[4400];
+    kl_pq_reader *r = NULL;
+    snprintf(p, sizeof p, "%s/%s", dir, f->name);
+    int rc = kl_manifest_file_verify(dir, f, KL_VERIFY_SHA256, mpath, NULL, &fe);
+    if (rc) {
+        kl_buf_printf(pb, "%s\n", kl_err_what(&fe));
+        (*np)++;
+        kl_err_clear(&fe);
+    }
+    if (rc == KL_ENOTFOUND) return;
+    if (kl_pq_open(p, &r, &fe)) {
+        kl_buf_printf(pb, "%s\n", kl_err_what(&fe));
+        (*np)++;
+        return;
+    }
+    uint64_t n = kl_pq_num_rows(r);
+    kl_pq_close(r);
+    *rows += n;
+    if (f->rows >= 0 && (uint64_t)f->rows == n) return;
+    if (f->rows >= 0)
+        kl_buf_printf(pb, "%s: %llu rows, the manifest says %lld\n", f->name, (unsigned long long)n,
+                      (long long)f->rows);
+    else kl_buf_printf(pb, "%s: the manifest %s records no row count\n", f->name, mpath);
+    (*np)++;
+}
+
+int kl_dataset_audit(const char *path, kl_buf *pb, int *np, uint64_t *rows_out, kl_err *e) {
+    char **files = NULL, *mpath = NULL;
+    size_t nfiles = 0;
+    uint64_t rows = 0;
+    void *doc = NULL;
+    kl_manifest_files m = {0};
+    *np = 0;
+    int rc = kl_dataset_resolve_verify(path, KL_VERIFY_NONE, &files, &nfiles, &mpath, e);
+    if (!rc && mpath) rc = kl_manifest_files_load(mpath, &m, &doc, e);
+    if (!rc && mpath) {
+        char dir[4400];
+        snprintf(dir, sizeof dir, "%s", mpath);
+        *strrchr(dir, '/') = 0;
+        size_t dl = strlen(dir) + 1;
+        for (size_t i = 0; i < m.n; i++) audit_file(dir, mpath, &m.v[i], pb, np, &rows);
+        for (size_t i = 0; i < nfiles; i++)
+            if (!kl_manifest_find(&m, files[i] + dl)) {
+                kl_buf_printf(pb, "%s: not listed in %s\n", files[i] + dl, mpath);
+                (*np)++;
+            }
+        const cJSON *acc = cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "rows"), "accepted");
+        if (cJSON_IsNumber(acc) && acc->valuedouble != (double)rows) {
+            kl_buf_printf(pb, "the files hold %llu rows, the manifest accepted %.0f\n", (unsigned long long)rows,
+                          acc->valuedouble);
+            (*np)++;
+        }
+    }
+    if (rows_out) *rows_out = rows;
+    kl_manifest_files_free(&m);
+    cJSON_Delete(doc);
+    for (size_t i = 0; i < nfiles; i++) free(files[i]);
+    free(files);
+    free(mpath);
+    return rc;
+}
+
+/* ============================================== flat dataset manifests */
+
+/* (the shape and its checks are core/manifest.c's: this is the flat dataset
+ * folder's document around the files map) */
+
+int kl_dataset_file_stat(const char *dir, const char *rel, uint64_t rows, kl_dataset_file *out, kl_err *e) {
+    memset(out, 0, sizeof *out);
+    kl_manifest_files m = {0};
+    int rc = kl_manifest_add(&m, dir, rel, e);
+    if (!rc && !(out->path = strdup(rel))) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!rc) {
+        memcpy(out->sha256, m.v[0].sha256, sizeof out->sha256);
+        out->rows = rows;
+        out->bytes = (uint64_t)m.v[0].bytes;
+    }
+    kl_manifest_files_free(&m);
+    return rc;
+}
+
+int kl_dataset_manifest_write(const char *dir, const char *format, const char *head, const kl_dataset_file *files,
+                              size_t n, kl_err *e) {
+    uint64_t rows = 0;
+    kl_manifest_files m = {0};
+    int rc = KL_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        rows += files[i].rows;
+        rc = kl_manifest_push(&m, files[i].path, files[i].sha256, (int64_t)files[i].bytes, (int64_t)files[i].rows,
+                              NULL, e);
+    }
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_buf_puts(&b, "{\n  \"format\": ");
+    kl_buf_json_str(&b, format);
+    if (head && *head) kl_buf_printf(&b, ",\n  %s", head);
+    kl_buf_printf(&b, ",\n  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n  \"files\": ",
+                  (unsigned long long)rows, (unsigned long long)rows);
+    if (!rc && (rc = kl_manifest_json(&m, "  ", &b))) rc = kl_err_set(e, rc, "out of memory");
+    kl_buf_puts(&b, "\n}\n");
+    char p[4300];
+    snprintf(p, sizeof p, "%s/manifest.json", dir);
+    if (!rc) rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    kl_buf_free(&b);
+    kl_manifest_files_free(&m);
+    return rc;
+}
+
+void kl_dataset_files_free(kl_dataset_file *files, size_t n) {
+    for (size_t i = 0; files && i < n; i++) free(files[i].path);
+    free(files);
+}
+
+int kl_dataset_manifest_files(const char *dir, kl_dataset_file **files, size_t *n, kl_err *e) {
+    *files = NULL;
+    *n = 0;
+    char mp[4300];
+    snprintf(mp, sizeof mp, "%s/manifest.json", dir);
+    if (!kl_path_exists(mp)) return KL_OK;
+    kl_manifest_files m = {0};
+    int rc = kl_manifest_files_load(mp, &m, NULL, e);
+    kl_dataset_file *v = rc ? NULL : calloc(m.n + 1, sizeof *v);
+    if (!rc && !v) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+    size_t k = 0;
+    for (; !rc && k < m.n; k++) {
+        const kl_manifest_file *f = &m.v[k];
+        if (f->rows < 0 || f->bytes < 0) {
+            rc = kl_err_set(e, KL_EPARSE, "%s: files[\"%s\"]: rows and bytes must be counts", mp, f->name);
+            break;
+        }
+        if (!(v[k].path = strdup(f->name))) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(v[k].sha256, f->sha256, sizeof v[k].sha256);
+        v[k].rows = (uint64_t)f->rows;
+        v[k].bytes = (uint64_t)f->bytes;
+    }
+    kl_manifest_files_free(&m);
+    if (rc) {
+        kl_dataset_files_free(v, k);
+        return rc;
+    }
+    *files = v;
+    *n = k;
+    return KL_OK;
 }

@@ -1826,6 +1826,23 @@ static void json_stat_value(kl_buf *b, kl_type t, const colstat *st, int is_max)
     }
 }
 
+/* The part files in the one manifest shape: name -> {sha256, bytes, rows[,
+ * partition]}. */
+static int manifest_files(const outfile *f, size_t nf, kl_buf *b) {
+    kl_manifest_files m = {0};
+    int rc = KL_OK;
+    for (size_t i = 0; i < nf && !rc; i++) {
+        cJSON *x = f[i].pkey ? cJSON_CreateObject() : NULL, *pv = x ? cJSON_AddObjectToObject(x, "partition") : NULL;
+        if (pv) cJSON_AddStringToObject(pv, f[i].pkey, f[i].pval);
+        rc = f[i].pkey && !pv ? KL_ENOMEM
+                              : kl_manifest_push(&m, f[i].rel, f[i].sha, f[i].bytes, f[i].rows_total, x, NULL);
+        cJSON_Delete(x);
+    }
+    if (!rc) rc = kl_manifest_json(&m, "  ", b);
+    kl_manifest_files_free(&m);
+    return rc;
+}
+
 /* The manifest body (everything but version_id and keel_version), canonical. */
 static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf, colstat *tot, int64_t accepted,
                          int64_t rejected, const int64_t *by_kind, int pcol, kl_buf *b) {
@@ -1869,22 +1886,9 @@ static int manifest_body(ictx *x, const char *ingest_key, outfile *f, size_t nf,
             }
         kl_buf_puts(b, "}");
     }
-    kl_buf_printf(b, "%s,\n  \"files\": [", rejected || nrep ? ",\n  \"rejects_file\": \"rejects.jsonl\"" : "");
-    for (size_t i = 0; i < nf; i++) {
-        kl_buf_puts(b, i ? ",\n    {\"path\": " : "\n    {\"path\": ");
-        kl_buf_json_str(b, f[i].rel);
-        kl_buf_printf(b, ", \"sha256\": \"%s\", \"rows\": %lld, \"bytes\": %lld", f[i].sha, (long long)f[i].rows_total,
-                      (long long)f[i].bytes);
-        if (f[i].pkey) {
-            kl_buf_puts(b, ", \"partition\": {");
-            kl_buf_json_str(b, f[i].pkey);
-            kl_buf_puts(b, ": ");
-            kl_buf_json_str(b, f[i].pval);
-            kl_buf_puts(b, "}");
-        }
-        kl_buf_puts(b, "}");
-    }
-    kl_buf_puts(b, "\n  ],\n  \"columns\": [");
+    kl_buf_printf(b, "%s,\n  \"files\": ", rejected || nrep ? ",\n  \"rejects_file\": \"rejects.jsonl\"" : "");
+    if (manifest_files(f, nf, b)) return KL_ENOMEM;
+    kl_buf_puts(b, ",\n  \"columns\": [");
     for (size_t j = 0; j < s->n_fields; j++) {
         const colstat *st = &tot[j];
         kl_buf_puts(b, j ? ",\n    {\"name\": " : "\n    {\"name\": ");
@@ -2300,9 +2304,11 @@ static int reuse_published(irun *R, kl_err *e) {
         res->rows_accepted = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted"));
         res->rows_rejected = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));
         res->rows_read = res->rows_accepted + res->rows_rejected;
-        res->files_written = cJSON_GetArraySize(cJSON_GetObjectItem(m, "files"));
         cJSON_Delete(m);
     }
+    kl_manifest_files mf;
+    if (kl_manifest_files_load(p, &mf, NULL, NULL) == KL_OK) res->files_written = (int64_t)mf.n;
+    kl_manifest_files_free(&mf);
     return 1;
 }
 

@@ -30,6 +30,7 @@ struct kl_loader {
     kl_loader_cfg cfg;
     kl_img_norm norm;
     int64_t n_rank, nb, total;       /* samples / batches per epoch for this rank; batches in all */
+    int64_t used;                    /* records per epoch of all ranks (count; whole global batches with drop_last) */
     size_t per_img;                  /* floats per image */
     int nslots;
     slot *slots;
@@ -74,9 +75,13 @@ static const int64_t *epoch_perm(kl_loader *l, int64_t epoch) {
     return p;
 }
 
+/* This rank's records in [0, n) of positions congruent to rank mod world. */
+static int64_t rank_share(int64_t n, int rank, int world) { return n > rank ? (n - rank + world - 1) / world : 0; }
+
+/* Records of batch g for this rank: its share of the global batch. */
 static int batch_len(const kl_loader *l, int64_t g) {
-    int64_t b = g % l->nb, left = l->n_rank - b * l->cfg.batch;
-    return (int)KL_MIN((int64_t)l->cfg.batch, left);
+    int64_t gb = (int64_t)l->cfg.batch * l->cfg.world, b = g % l->nb;
+    return (int)rank_share(KL_MIN(gb, l->used - b * gb), l->cfg.rank, l->cfg.world);
 }
 
 /* ================================================================ one sample */
@@ -215,16 +220,19 @@ int kl_loader_new(const kl_loader_source *src, const kl_loader_cfg *cfg, kl_load
     if (c.workers > 256) return kl_err_set(e, KL_EINVAL, "loader: at most 256 workers (got %d)", c.workers);
     if (c.rank < 0 || c.rank >= c.world) return kl_err_set(e, KL_EINVAL, "loader: rank %d outside [0, %d)", c.rank, c.world);
     if (c.epochs < 0) return kl_err_set(e, KL_EINVAL, "loader: epochs must be >= 0");
-    int64_t n_rank = src->count / c.world;
-    int64_t nb = c.drop_last ? n_rank / c.batch : (n_rank + c.batch - 1) / c.batch;
-    if (nb < 1) return kl_err_set(e, KL_EINVAL, "loader: %lld records for this rank (of %lld, world %d) make no batch of %d%s", (long long)n_rank,
-                                  (long long)src->count, c.world, c.batch, c.drop_last ? " with drop_last" : "");
+    int64_t gb = (int64_t)c.batch * c.world; /* the global batch */
+    int64_t nb = c.drop_last ? src->count / gb : (src->count + gb - 1) / gb;
+    if (nb < 1)
+        return kl_err_set(e, KL_EINVAL, "loader: %lld records make no batch of %lld (%d per rank, world %d)%s",
+                          (long long)src->count, (long long)gb, c.batch, c.world, c.drop_last ? " with drop_last" : "");
+    int64_t n_rank = rank_share(src->count, c.rank, c.world);
     kl_loader *l = calloc(1, sizeof *l);
     if (!l) return kl_err_set(e, KL_ENOMEM, "loader: out of memory");
     l->src = *src; l->cfg = c;
     l->norm.c = c.channels;
     for (int k = 0; k < 4; k++) { l->norm.mean[k] = c.mean[k]; l->norm.std[k] = c.std[k] != 0 ? c.std[k] : 1.f; }
     l->n_rank = n_rank; l->nb = nb;
+    l->used = c.drop_last ? nb * gb : src->count;
     l->total = c.epochs ? c.epochs * nb : INT64_MAX;
     l->per_img = (size_t)c.channels * (size_t)c.size * (size_t)c.size;
     l->nslots = c.prefetch + 1;
@@ -281,7 +289,10 @@ int kl_loader_next(kl_loader *l, kl_batch *out, kl_err *e) {
     int64_t t_in = kl_time_mono_ns();
     if (l->held >= 0) { l->slots[l->held].state = SLOT_FREE; l->held = -1; pthread_cond_broadcast(&l->cv_work); }
     int rc = KL_OK;
-    if (l->out_g >= l->total) goto done;
+    if (l->out_g >= l->total) {
+        out->end = 1;
+        goto done;
+    }
     for (int i = 0; i < l->nslots; i++) l->depth_sum += l->slots[i].state == SLOT_READY;
     slot *s = &l->slots[l->out_g % l->nslots];
     while (!l->err.code && !(s->state == SLOT_READY && s->g == l->out_g)) pthread_cond_wait(&l->cv_ready, &l->mu);

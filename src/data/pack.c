@@ -471,13 +471,22 @@ static int manifest_write(const char *out_dir, const plan *p, const progress_sta
     kl_buf_printf(&b, "],\n  \"skipped\": %zu,\n  \"labels\": ", s->ni);
     kl_buf_json_str(&b, label_source);
     kl_buf_printf(&b, ",\n  \"page_size\": %d,\n  \"shards\": [", KL_SHARD_PAGE);
-    for (size_t i = 0; i < s->n; i++)
-        kl_buf_printf(&b, "%s\n    {\"file\": \"%s\", \"records\": %lld, \"bytes\": %llu, \"sha256\": \"%s\"}", i ? "," : "",
-                      s->sh[i].file, (long long)s->sh[i].records, (unsigned long long)s->sh[i].bytes, s->sh[i].sha);
-    kl_buf_puts(&b, "\n  ]\n}\n");
+    /* the shards in order with their records; their sha256 and size in "files", the one manifest shape */
+    kl_manifest_files mf = {0};
+    int rc = KL_OK;
+    for (size_t i = 0; i < s->n && !rc; i++) {
+        kl_buf_printf(&b, "%s\n    {\"file\": \"%s\", \"records\": %lld}", i ? "," : "", s->sh[i].file,
+                      (long long)s->sh[i].records);
+        rc = kl_manifest_push(&mf, s->sh[i].file, s->sh[i].sha, (int64_t)s->sh[i].bytes, s->sh[i].records, NULL, e);
+    }
+    kl_buf_puts(&b, "\n  ],\n  \"files\": ");
+    if (!rc) rc = kl_manifest_json(&mf, "  ", &b) ? kl_err_set(e, KL_ENOMEM, "pack: out of memory") : KL_OK;
+    kl_manifest_files_free(&mf);
+    kl_buf_puts(&b, "\n}\n");
     char path[4096];
     snprintf(path, sizeof path, "%s/manifest.json", out_dir);
-    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "pack: out of memory") : kl_write_file_atomic(path, b.data, b.len, e);
+    if (!rc)
+        rc = b.failed ? kl_err_set(e, KL_ENOMEM, "pack: out of memory") : kl_write_file_atomic(path, b.data, b.len, e);
     if (rc == KL_OK) kl_sha256_buf_hex(b.data, b.len, id);
     kl_buf_free(&b);
     return rc;

@@ -16,7 +16,7 @@
  * Codecs
  * ================================================================== */
 
-int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out, kl_err *e) {
+int kl__pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out, kl_err *e) {
     size_t bound;
     switch (codec) {
     case CODEC_UNCOMPRESSED:
@@ -24,7 +24,7 @@ int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out,
         return KL_OK;
     case CODEC_SNAPPY: {
         bound = snappy_max_compressed_length(n);
-        if (pq_buf_reserve(out, bound)) goto oom;
+        if (kl__pq_buf_reserve(out, bound)) goto oom;
         size_t ol = bound;
         if (snappy_compress((const char *)src, n, (char *)out->p + out->len, &ol) != SNAPPY_OK)
             return kl_err_set(e, KL_EINTERNAL, "snappy: compression failed");
@@ -33,7 +33,7 @@ int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out,
     }
     case CODEC_GZIP: {
         bound = compressBound((uLong)n) + 64;
-        if (pq_buf_reserve(out, bound)) goto oom;
+        if (kl__pq_buf_reserve(out, bound)) goto oom;
         z_stream z;
         memset(&z, 0, sizeof z);
         if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
@@ -51,7 +51,7 @@ int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out,
     }
     case CODEC_ZSTD: {
         bound = ZSTD_compressBound(n);
-        if (pq_buf_reserve(out, bound)) goto oom;
+        if (kl__pq_buf_reserve(out, bound)) goto oom;
         size_t r = ZSTD_compress(out->p + out->len, bound, src, n, level);
         if (ZSTD_isError(r)) return kl_err_set(e, KL_EINTERNAL, "zstd: %s", ZSTD_getErrorName(r));
         out->len += r;
@@ -59,7 +59,7 @@ int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out,
     }
     case CODEC_LZ4_RAW: {
         bound = (size_t)LZ4_compressBound((int)n);
-        if (pq_buf_reserve(out, bound)) goto oom;
+        if (kl__pq_buf_reserve(out, bound)) goto oom;
         int r = LZ4_compress_default((const char *)src, (char *)out->p + out->len, (int)n, (int)bound);
         if (r <= 0 && n) return kl_err_set(e, KL_EINTERNAL, "lz4: compression failed");
         out->len += (size_t)r;
@@ -118,7 +118,7 @@ static int lz4_hadoop(const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len
     return ip == n && op == dst_len ? 0 : -1;
 }
 
-int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e) {
+int kl__pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e) {
     switch (codec) {
     case CODEC_UNCOMPRESSED:
         if (n != dst_len) return kl_err_set(e, KL_EPARSE, "uncompressed page: %zu bytes, header says %zu", n, dst_len);
@@ -167,7 +167,7 @@ int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t 
     }
 }
 
-const char *pq_codec_unsupported(int codec) {
+const char *kl__pq_codec_unsupported(int codec) {
     switch (codec) {
     case CODEC_UNCOMPRESSED: case CODEC_SNAPPY: case CODEC_GZIP: case CODEC_BROTLI: case CODEC_LZ4:
     case CODEC_ZSTD: case CODEC_LZ4_RAW: return NULL;
@@ -193,14 +193,14 @@ static void put_bitpacked(pq_buf *b, const uint32_t *v, int bw) { /* 8 values */
     pq_buf_put(b, out, (size_t)o);
 }
 
-void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw) {
+void kl__pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw) {
     size_t i = 0;
     int vb = (bw + 7) / 8;
     while (i < n) {
         size_t run = 1;
         while (i + run < n && v[i + run] == v[i]) run++;
         if (run >= 8 || i + run == n) {
-            pq_buf_uvarint(b, (uint64_t)run << 1);
+            kl__pq_buf_uvarint(b, (uint64_t)run << 1);
             uint32_t x = v[i];
             for (int k = 0; k < vb; k++) pq_buf_byte(b, (uint8_t)(x >> (8 * k)));
             i += run;
@@ -216,7 +216,7 @@ void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw) {
             while (i + r < n && r < 8 && v[i + r] == v[i]) r++;
             if (r >= 8) break;
         }
-        pq_buf_uvarint(b, (uint64_t)groups << 1 | 1);
+        kl__pq_buf_uvarint(b, (uint64_t)groups << 1 | 1);
         for (size_t g = 0; g < groups; g++) {
             uint32_t tmp[8] = {0};
             size_t base = start + g * 8;
@@ -335,7 +335,7 @@ static int rle_next(rle_it *it, int *packed, uint64_t *cnt, const uint8_t **data
     return 0;
 }
 
-int pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n) {
+int kl__pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n) {
     if (bw < 0 || bw > 8) return -1;
     int fast = __builtin_cpu_supports("bmi2");
     rle_it it = {p, p + len, bw};
@@ -363,7 +363,7 @@ int pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t 
     return 0;
 }
 
-int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n) {
+int kl__pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n) {
     if (bw < 0 || bw > 32) return -1;
     rle_it it = {p, p + len, bw};
     for (size_t got = 0; got < n;) {
@@ -459,7 +459,7 @@ static uint32_t crc_fold(const uint8_t *buf, size_t len, uint32_t crc) {
     return (uint32_t)_mm_extract_epi32(x1, 1);
 }
 
-uint32_t pq_crc32(const uint8_t *p, size_t n) {
+uint32_t kl__pq_crc32(const uint8_t *p, size_t n) {
     int pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
     uint32_t c = 0;
     if (n >= 64 && pclmul) {

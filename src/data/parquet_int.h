@@ -29,16 +29,16 @@ enum { CT_UTF8 = 0, CT_MAP = 1, CT_MAP_KEY_VALUE = 2, CT_LIST = 3, CT_ENUM = 4, 
 
 /* ---- growable byte buffer (core allocator, tag dataset) ---- */
 typedef struct { uint8_t *p; size_t len, cap; int failed; } pq_buf;
-int pq_buf_reserve(pq_buf *b, size_t extra);
-void pq_buf_free(pq_buf *b);
+int kl__pq_buf_reserve(pq_buf *b, size_t extra);
+void kl__pq_buf_free(pq_buf *b);
 static inline int pq_buf_put(pq_buf *b, const void *d, size_t n) {
-    if (b->len + n > b->cap && pq_buf_reserve(b, n)) return -1;
+    if (b->len + n > b->cap && kl__pq_buf_reserve(b, n)) return -1;
     if (n) memcpy(b->p + b->len, d, n);
     b->len += n;
     return 0;
 }
 static inline int pq_buf_byte(pq_buf *b, uint8_t v) { return pq_buf_put(b, &v, 1); }
-void pq_buf_uvarint(pq_buf *b, uint64_t v);
+void kl__pq_buf_uvarint(pq_buf *b, uint64_t v);
 
 /* ---- Thrift compact protocol: writer ---- */
 enum { TT_STOP = 0, TT_TRUE = 1, TT_FALSE = 2, TT_BYTE = 3, TT_I16 = 4, TT_I32 = 5, TT_I64 = 6,
@@ -82,20 +82,20 @@ static inline int kl__tr_bool_field(int type) { return type == TT_TRUE; }
 
 /* ---- codecs ---- */
 /* Compresses src into out (appended). */
-int pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out, kl_err *e);
+int kl__pq_compress(int codec, int level, const uint8_t *src, size_t n, pq_buf *out, kl_err *e);
 /* Decompresses exactly dst_len bytes. */
-int pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e);
+int kl__pq_decompress(int codec, const uint8_t *src, size_t n, uint8_t *dst, size_t dst_len, kl_err *e);
 /* Why keel cannot read a codec, or NULL when it can. */
-const char *pq_codec_unsupported(int codec);
+const char *kl__pq_codec_unsupported(int codec);
 
 /* ---- RLE / bit-packed hybrid ---- */
-void pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw);
+void kl__pq_rle_encode(pq_buf *b, const uint32_t *v, size_t n, int bw);
 /* Decodes n values into out; returns 0 or -1 when the input is short/bad. */
-int pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n);
+int kl__pq_rle_decode(const uint8_t *p, size_t len, int bw, uint32_t *out, size_t n);
 /* Same into bytes (bw <= 8; definition levels). */
-int pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n);
+int kl__pq_rle_decode_u8(const uint8_t *p, size_t len, int bw, uint8_t *out, size_t n);
 static inline int pq_bit_width(uint64_t maxv) { int w = 0; while (maxv) { w++; maxv >>= 1; } return w; }
 
-uint32_t pq_crc32(const uint8_t *p, size_t n);
+uint32_t kl__pq_crc32(const uint8_t *p, size_t n);
 
 #endif

@@ -570,8 +570,9 @@ static int parse_footer(pq_reader_t *R, kl_err *e) {
                 return kl_err_set(e, KL_EPARSE, "%s: column %s: chunk type %d differs from the schema type %d", R->name,
                                   L->name, ch->ptype, L->ptype);
             const char *why = ch->encrypted ? "encrypted columns are not supported"
-                              : ch->external ? "column data in an external file is not supported"
-                              : ch->has_meta ? pq_codec_unsupported(ch->codec) : NULL;
+                : ch->external              ? "column data in an external file is not supported"
+                : ch->has_meta              ? kl__pq_codec_unsupported(ch->codec)
+                                            : NULL;
             if (!why) continue;
             kl_pq_column_info *ci = L->field >= 0 ? &R->fields[L->field].info : &L->info;
             char *buf = L->field >= 0 ? R->fields[L->field].whybuf : L->whybuf;
@@ -631,7 +632,7 @@ int kl_pq_open(const char *path, kl_pq_reader **out, kl_err *e) {
 void kl_pq_close(kl_pq_reader *r) {
     pq_reader_t *R = (pq_reader_t *)r;
     if (!R) return;
-    pq_read_free(R);
+    kl__pq_read_free(R);
     for (size_t i = 0; i < R->nleaves; i++) free(R->leaves[i].name);
     free(R->leaves);
     for (size_t f = 0; f < R->nfields; f++) free(R->fields[f].name);
@@ -664,12 +665,14 @@ size_t kl_pq_num_all_columns(const kl_pq_reader *r) {
     const pq_reader_t *R = (const pq_reader_t *)r;
     return R->nleaves + R->nfields;
 }
-const kl_pq_column_info *pq_colinfo(const pq_reader_t *R, size_t i) {
+const kl_pq_column_info *kl__pq_colinfo(const pq_reader_t *R, size_t i) {
     if (i < R->nleaves) return &R->leaves[i].info;
     if (i - R->nleaves < R->nfields) return &R->fields[i - R->nleaves].info;
     return NULL;
 }
-const kl_pq_column_info *kl_pq_column(const kl_pq_reader *r, size_t i) { return pq_colinfo((const pq_reader_t *)r, i); }
+const kl_pq_column_info *kl_pq_column(const kl_pq_reader *r, size_t i) {
+    return kl__pq_colinfo((const pq_reader_t *)r, i);
+}
 size_t kl_pq_num_top(const kl_pq_reader *r) { return ((const pq_reader_t *)r)->ntop; }
 size_t kl_pq_top(const kl_pq_reader *r, size_t i) {
     const pq_reader_t *R = (const pq_reader_t *)r;
@@ -700,7 +703,7 @@ const char *kl_pq_kv(const kl_pq_reader *r, const char *key) {
 
 /* Converts a plain-encoded statistic into a value of the leaf's keel type.
  * Returns 0 when the bytes do not fit the type. */
-int pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v) {
+int kl__pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v) {
     memset(v, 0, sizeof *v);
     v->type = L->type;
     switch (L->kind) {
@@ -746,16 +749,17 @@ int kl_pq_stats(const kl_pq_reader *r, size_t rg, size_t col, kl_pq_col_stats *o
         if (!c->stats.has_null_count) out->has_null_count = 0;
         else out->null_count += (uint64_t)c->stats.null_count;
         kl_pq_value mn, mx;
-        if (!c->stats.has_minmax || !pq_stats_usable(R, L, &c->stats) ||
-            !pq_stat_value(L, c->stats.min, c->stats.nmin, &mn) || !pq_stat_value(L, c->stats.max, c->stats.nmax, &mx)) {
+        if (!c->stats.has_minmax || !kl__pq_stats_usable(R, L, &c->stats) ||
+            !kl__pq_stat_value(L, c->stats.min, c->stats.nmin, &mn) ||
+            !kl__pq_stat_value(L, c->stats.max, c->stats.nmax, &mx)) {
             if (c->stats.has_null_count && c->stats.null_count == R->rgs[g].num_rows) continue; /* all null */
             out->has_min_max = 0;
             any = -1;
             continue;
         }
         if (any == -1) continue;
-        if (!any || pq_value_cmp(L->type, &mn, &out->min) < 0) out->min = mn;
-        if (!any || pq_value_cmp(L->type, &mx, &out->max) > 0) out->max = mx;
+        if (!any || kl__pq_value_cmp(L->type, &mn, &out->min) < 0) out->min = mn;
+        if (!any || kl__pq_value_cmp(L->type, &mx, &out->max) > 0) out->max = mx;
         any = 1;
     }
     out->has_min_max = any == 1;
@@ -765,7 +769,7 @@ int kl_pq_stats(const kl_pq_reader *r, size_t rg, size_t col, kl_pq_col_stats *o
 }
 
 /* Whether min/max statistics of a chunk or page can be trusted for ordering. */
-int pq_stats_usable(const pq_reader_t *R, const pq_leaf *L, const pq_stats *s) {
+int kl__pq_stats_usable(const pq_reader_t *R, const pq_leaf *L, const pq_stats *s) {
     if (!s->has_minmax) return 0;
     if (L->unsigned_order || L->kind == K_DECBIN || L->kind == K_INT96 || L->kind == K_F16) return 0;
     /* legacy min/max of byte arrays used signed byte order */
@@ -774,7 +778,7 @@ int pq_stats_usable(const pq_reader_t *R, const pq_leaf *L, const pq_stats *s) {
     return 1;
 }
 
-int pq_value_cmp(kl_col_type t, const kl_pq_value *a, const kl_pq_value *b) {
+int kl__pq_value_cmp(kl_col_type t, const kl_pq_value *a, const kl_pq_value *b) {
     if (t == KL_COL_STRING || t == KL_COL_BINARY) {
         int c = memcmp(a->s, b->s, KL_MIN(a->n, b->n));
         if (c) return c < 0 ? -1 : 1;

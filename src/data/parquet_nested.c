@@ -137,14 +137,14 @@ static void emit_value(asm_t *A, uint32_t k) {
     kl_buf_puts(A->b, "}");
 }
 
-void pq_levels_free(pq_levels *l) {
+void kl__pq_levels_free(pq_levels *l) {
     kl_column_free(l->vals);
     kl_mem_free(l->def);
     kl_mem_free(l->rep);
     memset(l, 0, sizeof *l);
 }
 
-int pq_assemble(const pq_reader_t *R, size_t f, pq_levels *lv, size_t rows, kl_column *out, kl_err *e) {
+int kl__pq_assemble(const pq_reader_t *R, size_t f, pq_levels *lv, size_t rows, kl_column *out, kl_err *e) {
     const pq_field *F = &R->fields[f];
     size_t *pos = calloc(F->nleaf + 1, sizeof *pos);
     if (!pos) return kl_err_set(e, KL_ENOMEM, "out of memory");

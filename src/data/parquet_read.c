@@ -71,11 +71,13 @@ struct pq_scan {
  * Projection and predicates
  * ================================================================== */
 
+static void scan_free(pq_reader_t *R);
+
 static void scan_reset(pq_reader_t *R) {
-    pq_scan_free(R);
+    scan_free(R);
 }
 
-void pq_scan_free(pq_reader_t *R) {
+static void scan_free(pq_reader_t *R) {
     pq_scan *s = R->scan;
     if (s) {
         for (int k = 0; k < PQ_PREFETCH; k++) {
@@ -118,7 +120,8 @@ int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e)
     if (!sel) return kl_err_set(e, KL_ENOMEM, "out of memory");
     size_t k = 0;
     if (!names) {
-        for (size_t i = 0; i < R->ntop; i++) if (pq_colinfo(R, R->top[i])->supported) sel[k++] = R->top[i];
+        for (size_t i = 0; i < R->ntop; i++)
+            if (kl__pq_colinfo(R, R->top[i])->supported) sel[k++] = R->top[i];
     } else {
         for (size_t j = 0; j < n; j++) {
             int i = kl_pq_find_column(r, names[j]);
@@ -130,9 +133,9 @@ int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e)
                 free(sel);
                 return KL_ENOTFOUND;
             }
-            if (!pq_colinfo(R, (size_t)i)->supported) {
+            if (!kl__pq_colinfo(R, (size_t)i)->supported) {
                 free(sel);
-                return kl_err_set(e, KL_EUNSUPPORTED, "%s: %s", R->name, pq_colinfo(R, (size_t)i)->why);
+                return kl_err_set(e, KL_EUNSUPPORTED, "%s: %s", R->name, kl__pq_colinfo(R, (size_t)i)->why);
             }
             sel[k++] = (size_t)i;
         }
@@ -146,7 +149,7 @@ int kl_pq_select(kl_pq_reader *r, const char *const *names, size_t n, kl_err *e)
 size_t kl_pq_num_selected(const kl_pq_reader *r) { return ((const pq_reader_t *)r)->nsel; }
 const kl_pq_column_info *kl_pq_selected(const kl_pq_reader *r, size_t i) {
     const pq_reader_t *R = (const pq_reader_t *)r;
-    return i < R->nsel ? pq_colinfo(R, R->sel[i]) : NULL;
+    return i < R->nsel ? kl__pq_colinfo(R, R->sel[i]) : NULL;
 }
 
 int kl_pq_filter(kl_pq_reader *r, const char *column, kl_pq_op op, const kl_pq_value *vals, size_t nvals, kl_err *e) {
@@ -193,8 +196,8 @@ int kl_pq_filter(kl_pq_reader *r, const char *column, kl_pq_op op, const kl_pq_v
     return KL_OK;
 }
 
-void pq_read_free(pq_reader_t *R) {
-    pq_scan_free(R);
+void kl__pq_read_free(pq_reader_t *R) {
+    scan_free(R);
     free_preds(R);
     free(R->sel);
     R->sel = NULL;
@@ -213,15 +216,15 @@ void kl_pq_scan_stats_get(const kl_pq_reader *r, kl_pq_scan_stats *out) { *out =
 static int may_match(const pq_pred *p, kl_col_type t, const kl_pq_value *mn, const kl_pq_value *mx) {
     const kl_pq_value *v = p->vals;
     switch (p->op) {
-    case KL_PQ_EQ: return pq_value_cmp(t, &v[0], mn) >= 0 && pq_value_cmp(t, &v[0], mx) <= 0;
-    case KL_PQ_LT: return pq_value_cmp(t, mn, &v[0]) < 0;
-    case KL_PQ_LE: return pq_value_cmp(t, mn, &v[0]) <= 0;
-    case KL_PQ_GT: return pq_value_cmp(t, mx, &v[0]) > 0;
-    case KL_PQ_GE: return pq_value_cmp(t, mx, &v[0]) >= 0;
-    case KL_PQ_BETWEEN: return pq_value_cmp(t, mx, &v[0]) >= 0 && pq_value_cmp(t, mn, &v[1]) <= 0;
+    case KL_PQ_EQ: return kl__pq_value_cmp(t, &v[0], mn) >= 0 && kl__pq_value_cmp(t, &v[0], mx) <= 0;
+    case KL_PQ_LT: return kl__pq_value_cmp(t, mn, &v[0]) < 0;
+    case KL_PQ_LE: return kl__pq_value_cmp(t, mn, &v[0]) <= 0;
+    case KL_PQ_GT: return kl__pq_value_cmp(t, mx, &v[0]) > 0;
+    case KL_PQ_GE: return kl__pq_value_cmp(t, mx, &v[0]) >= 0;
+    case KL_PQ_BETWEEN: return kl__pq_value_cmp(t, mx, &v[0]) >= 0 && kl__pq_value_cmp(t, mn, &v[1]) <= 0;
     case KL_PQ_IN:
         for (size_t i = 0; i < p->n; i++)
-            if (pq_value_cmp(t, &v[i], mn) >= 0 && pq_value_cmp(t, &v[i], mx) <= 0) return 1;
+            if (kl__pq_value_cmp(t, &v[i], mn) >= 0 && kl__pq_value_cmp(t, &v[i], mx) <= 0) return 1;
         return 0;
     }
     return 1;
@@ -323,7 +326,7 @@ static int grow_(void **p, size_t *cap, size_t need, size_t elem) {
 
 static void dec_free(dec *d) {
     kl_mem_free(d->page); kl_mem_free(d->lev); kl_mem_free(d->pres); kl_mem_free(d->fx); kl_mem_free(d->br); kl_mem_free(d->tmp); kl_mem_free(d->idx);
-    pq_buf_free(&d->scratch);
+    kl__pq_buf_free(&d->scratch);
     kl_mem_free(d->dpage); kl_mem_free(d->dfx); kl_mem_free(d->dbr);
     memset(d, 0, sizeof *d);
 }
@@ -390,7 +393,7 @@ static int idx_decode(ctxt *c, dec *d, const uint8_t *p, const uint8_t *end, siz
     if (p >= end) return BAD(c, "dictionary page data is empty");
     int bw = *p++;
     if (bw > 32) return BAD(c, "dictionary index bit width %d", bw);
-    if (pq_rle_decode(p, (size_t)(end - p), bw, idx, nn)) return BAD(c, "dictionary indexes truncated or corrupt");
+    if (kl__pq_rle_decode(p, (size_t)(end - p), bw, idx, nn)) return BAD(c, "dictionary indexes truncated or corrupt");
     uint32_t bad = 0, dn = (uint32_t)KL_MIN(d->dn, (size_t)UINT32_MAX);
     for (size_t i = 0; i < nn; i++) bad |= idx[i] >= dn;
     if (bad)
@@ -433,7 +436,7 @@ static int decode_values(ctxt *c, dec *d, int enc, const uint8_t *p, const uint8
         uint32_t l; memcpy(&l, p, 4); p += 4;
         if (l > (size_t)(end - p)) return BAD(c, "RLE booleans: length %u exceeds the page", l);
         if (GROW(d->idx, d->idx_cap, nn + 8) || GROW(d->fx, d->fx_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-        if (pq_rle_decode(p, l, 1, d->idx, nn)) return BAD(c, "RLE booleans truncated or corrupt");
+        if (kl__pq_rle_decode(p, l, 1, d->idx, nn)) return BAD(c, "RLE booleans truncated or corrupt");
         for (size_t i = 0; i < nn; i++) d->fx[i] = (uint8_t)d->idx[i];
         *fx = d->fx;
         return KL_OK;
@@ -480,7 +483,7 @@ static int decode_values(ctxt *c, dec *d, int enc, const uint8_t *p, const uint8
             if (total > ((uint64_t)1 << 34)) return BAD(c, "DELTA_BYTE_ARRAY values too large");
         }
         d->scratch.len = 0;
-        if (pq_buf_reserve(&d->scratch, (size_t)total + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+        if (kl__pq_buf_reserve(&d->scratch, (size_t)total + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
         s = q2;
         size_t off = 0, prev_off = 0;
         for (size_t i = 0; i < nn; i++) {
@@ -507,7 +510,8 @@ static int decode_values(ctxt *c, dec *d, int enc, const uint8_t *p, const uint8
         uint8_t *dst;
         if (L->ptype == PT_FLBA) {
             d->scratch.len = 0;
-            if (pq_buf_reserve(&d->scratch, w * nn + 1) || GROW(d->br, d->br_cap, nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
+            if (kl__pq_buf_reserve(&d->scratch, w * nn + 1) || GROW(d->br, d->br_cap, nn + 1))
+                return kl_err_set(c->e, KL_ENOMEM, "out of memory");
             dst = d->scratch.p;
         } else {
             if (GROW(d->fx, d->fx_cap, w * nn + 1)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
@@ -771,7 +775,7 @@ static int read_dict(ctxt *c, dec *d, const pq_chunk *ch, const page_hdr *h, con
     d->has_dict = 0;
     /* +16: short values are copied 16 bytes at a time */
     if (GROW(d->dpage, d->dpage_cap, (size_t)h->unc + 16)) return kl_err_set(c->e, KL_ENOMEM, "out of memory");
-    int rc = pq_decompress(ch->codec, src, (size_t)h->comp, d->dpage, (size_t)h->unc, c->e);
+    int rc = kl__pq_decompress(ch->codec, src, (size_t)h->comp, d->dpage, (size_t)h->unc, c->e);
     if (rc) { kl_err_prefix(c->e, "%s: column %s: dictionary page", c->R->name, L->name); return rc; }
     size_t nn = (size_t)h->nv;
     uint8_t *fx = NULL; bref *br = NULL;
@@ -907,9 +911,10 @@ static int decode_chunk(chunk_job *J, dec *d) {
         if (h.comp < 0 || h.unc < 0 || h.comp > end - src) { rc = BAD(&c, "page at offset %lld: sizes %d/%d exceed the file", (long long)(pos - R->data), h.comp, h.unc); goto out; }
         if (h.unc > (1 << 30)) { rc = BAD(&c, "page of %d bytes is too large", h.unc); goto out; }
         pos = src + h.comp;
-        if (h.has_crc && pq_crc32(src, (size_t)h.comp) != h.crc) {
-            rc = kl_err_set(e, KL_ECHECKSUM, "%s: column %s%s: page at offset %lld: CRC mismatch (stored %08x, computed %08x)",
-                            R->name, L->name, where, (long long)(src - R->data), h.crc, pq_crc32(src, (size_t)h.comp));
+        if (h.has_crc && kl__pq_crc32(src, (size_t)h.comp) != h.crc) {
+            rc = kl_err_set(e, KL_ECHECKSUM,
+                            "%s: column %s%s: page at offset %lld: CRC mismatch (stored %08x, computed %08x)", R->name,
+                            L->name, where, (long long)(src - R->data), h.crc, kl__pq_crc32(src, (size_t)h.comp));
             goto out;
         }
         if (h.type == PAGE_DICT) {
@@ -967,7 +972,10 @@ static int decode_chunk(chunk_job *J, dec *d) {
         size_t lv_len = 0, rp_len = 0;
         if (h.type == PAGE_DATA) {
             if (GROW(d->page, d->page_cap, (size_t)h.unc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            if ((rc = pq_decompress(ch->codec, src, (size_t)h.comp, d->page, (size_t)h.unc, e))) { kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where); goto out; }
+            if ((rc = kl__pq_decompress(ch->codec, src, (size_t)h.comp, d->page, (size_t)h.unc, e))) {
+                kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where);
+                goto out;
+            }
             vals = d->page;
             vend = d->page + h.unc;
             if (max_rep > 0) {
@@ -1016,7 +1024,10 @@ static int decode_chunk(chunk_job *J, dec *d) {
                 memcpy(d->page, vsrc, vcomp);
             } else if (vunc == 0 && vcomp <= 1) {
                 /* empty values section */
-            } else if ((rc = pq_decompress(ch->codec, vsrc, vcomp, d->page, vunc, e))) { kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where); goto out; }
+            } else if ((rc = kl__pq_decompress(ch->codec, vsrc, vcomp, d->page, vunc, e))) {
+                kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where);
+                goto out;
+            }
             vals = d->page;
             vend = d->page + vunc;
             if (max_def == 0) lv_p = NULL;
@@ -1035,7 +1046,10 @@ static int decode_chunk(chunk_job *J, dec *d) {
             uint8_t *pres = d->pres;
             if (max_def == 1 && !lv && !(h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED)) {
                 /* flat optional column: the levels are the flags */
-                if (n && pq_rle_decode_u8(lv_p, lv_len, 1, pres, n)) { rc = BAD(&c, "definition levels truncated or corrupt"); goto out; }
+                if (n && kl__pq_rle_decode_u8(lv_p, lv_len, 1, pres, n)) {
+                    rc = BAD(&c, "definition levels truncated or corrupt");
+                    goto out;
+                }
                 size_t cnt = 0;
                 for (size_t i = 0; i < n; i++) cnt += pres[i];
                 nn = cnt;
@@ -1047,7 +1061,10 @@ static int decode_chunk(chunk_job *J, dec *d) {
                         for (int b = 0; b < bw; b++) { size_t bit = i * (size_t)bw + (size_t)b; v = v << 1 | ((lv_p[bit >> 3] >> (7 - (bit & 7))) & 1); }
                         d->lev[i] = v;
                     }
-                } else if (n && pq_rle_decode(lv_p, lv_len, bw, d->lev, n)) { rc = BAD(&c, "definition levels truncated or corrupt"); goto out; }
+                } else if (n && kl__pq_rle_decode(lv_p, lv_len, bw, d->lev, n)) {
+                    rc = BAD(&c, "definition levels truncated or corrupt");
+                    goto out;
+                }
                 nn = 0;
                 for (size_t i = 0; i < n; i++) {
                     if (d->lev[i] > (uint32_t)max_def) { rc = BAD(&c, "definition level %u above the maximum %d", d->lev[i], max_def); goto out; }
@@ -1065,7 +1082,7 @@ static int decode_chunk(chunk_job *J, dec *d) {
                     rc = kl_err_set(e, KL_ENOMEM, "out of memory");
                     goto out;
                 }
-                if (n && pq_rle_decode(rp_p, rp_len, rbw, d->lev, n)) {
+                if (n && kl__pq_rle_decode(rp_p, rp_len, rbw, d->lev, n)) {
                     rc = BAD(&c, "repetition levels truncated or corrupt");
                     goto out;
                 }
@@ -1163,9 +1180,9 @@ static int decode_field(chunk_job *J, dec *d) {
         if (rc) J->err = sj.err;
     }
     kl_column_clear(J->out);
-    if (!rc) rc = pq_assemble(R, f, lv, (size_t)R->rgs[J->rg].num_rows, J->out, &J->err);
+    if (!rc) rc = kl__pq_assemble(R, f, lv, (size_t)R->rgs[J->rg].num_rows, J->out, &J->err);
     if (!rc && !J->full) keep_ranges(J->out, 0, 0, J->out->len, J->ranges, J->nranges);
-    for (size_t k = 0; k < F->nleaf; k++) pq_levels_free(&lv[k]);
+    for (size_t k = 0; k < F->nleaf; k++) kl__pq_levels_free(&lv[k]);
     free(lv);
     return rc;
 }
@@ -1285,7 +1302,7 @@ static int page_ranges(const pq_reader_t *R, size_t rg, const pq_pred *p, range 
         if (pi.null_page[i]) m = 0;
         else {
             kl_pq_value mn, mx;
-            if (pq_stat_value(L, pi.mn[i].p, pi.mn[i].n, &mn) && pq_stat_value(L, pi.mx[i].p, pi.mx[i].n, &mx))
+            if (kl__pq_stat_value(L, pi.mn[i].p, pi.mn[i].n, &mn) && kl__pq_stat_value(L, pi.mx[i].p, pi.mx[i].n, &mx))
                 m = may_match(p, L->type, &mn, &mx);
         }
         if (m) {
@@ -1317,7 +1334,7 @@ static int page_ranges(const pq_reader_t *R, size_t rg, const pq_pred *p, range 
 static int scan_init(pq_reader_t *R, kl_err *e) {
     if (R->nsel == 0 && R->nleaves > 0) {
         const char *why = "";
-        for (size_t i = 0; i < R->ntop && !*why; i++) why = pq_colinfo(R, R->top[i])->why;
+        for (size_t i = 0; i < R->ntop && !*why; i++) why = kl__pq_colinfo(R, R->top[i])->why;
         return kl_err_set(e, KL_EUNSUPPORTED, "%s: no readable columns selected (%s)", R->name, *why ? why : "empty selection");
     }
     pq_scan *s = calloc(1, sizeof *s);
@@ -1341,7 +1358,7 @@ static int scan_init(pq_reader_t *R, kl_err *e) {
     if (!s->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
     s->slot[0] = s->cols;
     for (size_t k = 0; k < s->nneed; k++) {
-        const kl_pq_column_info *ci = pq_colinfo(R, s->need[k]);
+        const kl_pq_column_info *ci = kl__pq_colinfo(R, s->need[k]);
         int rc = kl_column_new(ci->name, ci->type, ci->nullable, 0, &s->cols[k], e);
         if (rc) return rc;
     }
@@ -1359,7 +1376,7 @@ static int slot_cols(pq_reader_t *R, pq_scan *s, int k, kl_err *e) {
         s->vout[k] = calloc(s->nneed + 1, sizeof **s->vout);
         if (!s->vout[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
         for (size_t j = 0; j < s->nneed; j++) {
-            int rc = kl_column_new("dictionary", pq_colinfo(R, s->need[j])->type, 0, 0, &s->vout[k][j].dict, e);
+            int rc = kl_column_new("dictionary", kl__pq_colinfo(R, s->need[j])->type, 0, 0, &s->vout[k][j].dict, e);
             if (rc) return rc;
         }
     }
@@ -1367,7 +1384,7 @@ static int slot_cols(pq_reader_t *R, pq_scan *s, int k, kl_err *e) {
     s->slot[k] = calloc(s->nneed + 1, sizeof **s->slot);
     if (!s->slot[k]) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (size_t j = 0; j < s->nneed; j++) {
-        const kl_pq_column_info *ci = pq_colinfo(R, s->need[j]);
+        const kl_pq_column_info *ci = kl__pq_colinfo(R, s->need[j]);
         int rc = kl_column_new(ci->name, ci->type, ci->nullable, 0, &s->slot[k][j], e);
         if (rc) return rc;
     }
@@ -1442,8 +1459,8 @@ static int load_next(pq_reader_t *R, kl_err *e) {
             const pq_chunk *ch = &R->rgs[g].cols[p->col];
             if (ch->stats.has_null_count && ch->stats.null_count >= rows) { skip = 1; break; }
             kl_pq_value mn, mx;
-            if (pq_stats_usable(R, L, &ch->stats) && pq_stat_value(L, ch->stats.min, ch->stats.nmin, &mn) &&
-                pq_stat_value(L, ch->stats.max, ch->stats.nmax, &mx) && !may_match(p, L->type, &mn, &mx))
+            if (kl__pq_stats_usable(R, L, &ch->stats) && kl__pq_stat_value(L, ch->stats.min, ch->stats.nmin, &mn) &&
+                kl__pq_stat_value(L, ch->stats.max, ch->stats.nmax, &mx) && !may_match(p, L->type, &mn, &mx))
                 skip = 1;
         }
         if (skip) { R->ss.row_groups_skipped++; continue; }
@@ -1536,7 +1553,7 @@ static int read_batch(pq_reader_t *R, size_t max_rows, kl_column **cols, size_t 
     pq_scan *s = R->scan;
     int rc;
     for (size_t i = 0; i < R->nsel; i++) {
-        const kl_pq_column_info *L = pq_colinfo(R, R->sel[i]);
+        const kl_pq_column_info *L = kl__pq_colinfo(R, R->sel[i]);
         if (!cols[i]) {
             if ((rc = kl_column_new(L->name, L->type, L->nullable, 0, &cols[i], e))) return rc;
         } else {
@@ -1581,7 +1598,7 @@ int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t 
     pq_reader_t *R = (pq_reader_t *)r;
     *nrows = 0;
     int rc;
-    if (!R->scan && (rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+    if (!R->scan && (rc = scan_init(R, e))) { scan_free(R); return rc; }
     if (R->scan->vec) return kl_err_set(e, KL_EINVAL, "%s: kl_pq_read_batch during a vector scan (kl_pq_rewind first)", R->name);
     return read_batch(R, max_rows, cols, nrows, e);
 }
@@ -1606,7 +1623,7 @@ int kl_pq_next_vectors(kl_pq_reader *r, const kl_pq_vector **vecs, size_t *nrows
     *vecs = NULL;
     int rc;
     if (!R->scan) {
-        if ((rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+        if ((rc = scan_init(R, e))) { scan_free(R); return rc; }
         R->scan->vec = 1;
     }
     pq_scan *s = R->scan;
@@ -1636,7 +1653,7 @@ void kl_pq_rewind(kl_pq_reader *r) { scan_reset((pq_reader_t *)r); }
 int kl_pq_next_row(kl_pq_reader *r, kl_pq_value *row, kl_err *e) {
     pq_reader_t *R = (pq_reader_t *)r;
     int rc;
-    if (!R->scan && (rc = scan_init(R, e))) { pq_scan_free(R); return rc; }
+    if (!R->scan && (rc = scan_init(R, e))) { scan_free(R); return rc; }
     pq_scan *s = R->scan;
     if (!s->rowbuf) {
         s->rowbuf = calloc(R->nsel + 1, sizeof *s->rowbuf);

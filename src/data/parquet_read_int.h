@@ -93,22 +93,21 @@ typedef struct {
 } pq_reader_t;
 
 /* Column index (leaf or nested field) → its description. */
-const kl_pq_column_info *pq_colinfo(const pq_reader_t *R, size_t col);
+const kl_pq_column_info *kl__pq_colinfo(const pq_reader_t *R, size_t col);
 /* Levels and values of one leaf chunk of a nested field. */
 typedef struct {
     kl_column *vals;     /* one entry per level entry, present where def == max_def */
     uint8_t *def, *rep;  /* core allocator */
     size_t n, cap;
 } pq_levels;
-void pq_levels_free(pq_levels *l);
+void kl__pq_levels_free(pq_levels *l);
 /* Assembles rows records of field f from its leaves' levels (lv[k]: leaf
  * leaf0 + k) into out (a STRING column of JSON text). */
-int pq_assemble(const pq_reader_t *R, size_t f, pq_levels *lv, size_t rows, kl_column *out, kl_err *e);
+int kl__pq_assemble(const pq_reader_t *R, size_t f, pq_levels *lv, size_t rows, kl_column *out, kl_err *e);
 /* One leaf value as JSON (json = 1) or text (kl_pq_format_value). */
-int pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v);
-int pq_stats_usable(const pq_reader_t *R, const pq_leaf *L, const pq_stats *s);
-int pq_value_cmp(kl_col_type t, const kl_pq_value *a, const kl_pq_value *b);
-void pq_scan_free(pq_reader_t *R);
-void pq_read_free(pq_reader_t *R);  /* scan, predicates, selection */
+int kl__pq_stat_value(const pq_leaf *L, const uint8_t *b, uint32_t n, kl_pq_value *v);
+int kl__pq_stats_usable(const pq_reader_t *R, const pq_leaf *L, const pq_stats *s);
+int kl__pq_value_cmp(kl_col_type t, const kl_pq_value *a, const kl_pq_value *b);
+void kl__pq_read_free(pq_reader_t *R); /* scan, predicates, selection */
 
 #endif

@@ -436,7 +436,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     out->num_values = (int64_t)rows;
 
     /* output: roughly the plain size, compressed */
-    pq_buf_reserve(&out->bytes, rows * (kl_col_type_size(c->type) ? kl_col_type_size(c->type) : 8) / 2 + 4096);
+    kl__pq_buf_reserve(&out->bytes, rows * (kl_col_type_size(c->type) ? kl_col_type_size(c->type) : 8) / 2 + 4096);
     /* chunk statistics */
     stats_range(&out->st, c, 0, rows);
 
@@ -451,14 +451,14 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     if (use_dict) {
         for (size_t j = 0; j < d.n; j++) plain_values(&vals, c, d.rows[j], d.rows[j] + 1);
         comp.len = 0;
-        if ((rc = pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
+        if ((rc = kl__pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
         kl__tw w;
         hdr.len = 0;
         kl__tw_init(&w, &hdr);
         kl__tw_i32(&w, 1, PAGE_DICT);
         kl__tw_i32(&w, 2, (int32_t)vals.len);
         kl__tw_i32(&w, 3, (int32_t)comp.len);
-        kl__tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
+        kl__tw_i32(&w, 4, (int32_t)kl__pq_crc32(comp.p, comp.len));
         kl__tw_begin(&w, 7);
         kl__tw_i32(&w, 1, (int32_t)d.n);
         kl__tw_i32(&w, 2, ENC_PLAIN);
@@ -502,14 +502,14 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         lev.len = 0;
         if (nullable) {
             for (size_t i = row; i < end; i++) lv[i - row] = !kl_column_is_null(c, i);
-            pq_rle_encode(&lev, lv, prow, 1);
+            kl__pq_rle_encode(&lev, lv, prow, 1);
         }
         /* values */
         vals.len = 0;
         size_t nn = prow - ps.nulls;
         if (use_dict) {
             pq_buf_byte(&vals, (uint8_t)bw);
-            pq_rle_encode(&vals, idx + ix, nn, bw);
+            kl__pq_rle_encode(&vals, idx + ix, nn, bw);
             ix += nn;
         } else {
             plain_values(&vals, c, row, end);
@@ -522,10 +522,10 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
             pq_buf_put(&page, vals.p, vals.len);
             if (page.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
             unc = page.len;
-            if ((rc = pq_compress(codec, o->zstd_level, page.p, page.len, &comp, e))) goto done;
+            if ((rc = kl__pq_compress(codec, o->zstd_level, page.p, page.len, &comp, e))) goto done;
         } else {
             pq_buf_put(&comp, lev.p, lev.len);
-            if ((rc = pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
+            if ((rc = kl__pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
             unc = lev.len + vals.len;
         }
         kl__tw w;
@@ -534,7 +534,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         kl__tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
         kl__tw_i32(&w, 2, (int32_t)unc);
         kl__tw_i32(&w, 3, (int32_t)comp.len);
-        kl__tw_i32(&w, 4, (int32_t)pq_crc32(comp.p, comp.len));
+        kl__tw_i32(&w, 4, (int32_t)kl__pq_crc32(comp.p, comp.len));
         if (!o->data_page_v2) {
             kl__tw_begin(&w, 5);
             kl__tw_i32(&w, 1, (int32_t)prow);
@@ -602,8 +602,13 @@ done:
     dict_free(&d);
     kl_mem_free(idx); kl_mem_free(lv);
     free(pc.ci_nullpage); free(pc.ci_nulls);
-    pq_buf_free(&pc.ci_min); pq_buf_free(&pc.ci_max);
-    pq_buf_free(&vals); pq_buf_free(&lev); pq_buf_free(&page); pq_buf_free(&comp); pq_buf_free(&hdr);
+    kl__pq_buf_free(&pc.ci_min);
+    kl__pq_buf_free(&pc.ci_max);
+    kl__pq_buf_free(&vals);
+    kl__pq_buf_free(&lev);
+    kl__pq_buf_free(&page);
+    kl__pq_buf_free(&comp);
+    kl__pq_buf_free(&hdr);
 }
 
 /* ==================================================================
@@ -710,7 +715,9 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
         rc = wr(w, o->bytes.p, o->bytes.len, e);
     }
     for (size_t j = 0; j < w->ncols; j++) {
-        pq_buf_free(&outs[j].bytes); pq_buf_free(&outs[j].stats_ser); pq_buf_free(&outs[j].ci);
+        kl__pq_buf_free(&outs[j].bytes);
+        kl__pq_buf_free(&outs[j].stats_ser);
+        kl__pq_buf_free(&outs[j].ci);
         free(outs[j].pages);
         memset(&outs[j], 0, sizeof outs[j]);
     }
@@ -732,7 +739,10 @@ static int write_rgs(kl_pq_writer *w, kl_column *const *src, size_t ngroups, siz
         if (rc == KL_OK) rc = emit_rg(w, src + g * w->ncols, rows, outs + g * w->ncols, e);
         else for (size_t j = 0; j < w->ncols; j++) {
             chunk_out *o = &outs[g * w->ncols + j];
-            pq_buf_free(&o->bytes); pq_buf_free(&o->stats_ser); pq_buf_free(&o->ci); free(o->pages);
+            kl__pq_buf_free(&o->bytes);
+            kl__pq_buf_free(&o->stats_ser);
+            kl__pq_buf_free(&o->ci);
+            free(o->pages);
         }
     }
     free(outs);
@@ -915,9 +925,9 @@ static void write_schema_elem(kl__tw *t, const kl_column *c) {
 static void free_meta(kl_pq_writer *w) {
     for (size_t r = 0; r < w->nrg; r++) {
         for (size_t j = 0; j < w->ncols; j++) {
-            pq_buf_free(&w->rgs[r].cols[j].stats_ser);
-            pq_buf_free(&w->rgs[r].cols[j].ci);
-            pq_buf_free(&w->rgs[r].cols[j].oi);
+            kl__pq_buf_free(&w->rgs[r].cols[j].stats_ser);
+            kl__pq_buf_free(&w->rgs[r].cols[j].ci);
+            kl__pq_buf_free(&w->rgs[r].cols[j].oi);
         }
         free(w->rgs[r].cols);
     }
@@ -1046,10 +1056,14 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
         kl__tw_end(&t);
     }
     kl__tw_end(&t);
-    if (fb.failed) { pq_buf_free(&fb); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
+    if (fb.failed) {
+        kl__pq_buf_free(&fb);
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto fail;
+    }
     uint32_t flen = (uint32_t)fb.len;
     rc = wr(w, fb.p, fb.len, e);
-    pq_buf_free(&fb);
+    kl__pq_buf_free(&fb);
     if (!rc) rc = wr(w, &flen, 4, e);
     if (!rc) rc = wr(w, "PAR1", 4, e);
     if (rc) goto fail;

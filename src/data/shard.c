@@ -157,6 +157,7 @@ typedef struct {
     int64_t n, first;        /* records, global index of the first */
     const uint8_t *index, *keys;
     uint64_t index_off, keys_size;
+    char sha256[65]; /* from the manifest's files */
 } shard;
 
 struct kl_shardset {
@@ -301,19 +302,28 @@ static int manifest_parse(kl_shardset *s, const char *text, size_t len, const ch
     if (!s->sh) return kl_err_set(e, KL_ENOMEM, "%s: out of memory", what);
     s->nsh = nsh;
     int64_t total = 0;
-    for (size_t i = 0; i < nsh; i++) {
+    kl_manifest_files mf;
+    if ((rc = kl_manifest_files_read(j, what, &mf, e))) return rc;
+    for (size_t i = 0; i < nsh && !rc; i++) {
         const cJSON *o = cJSON_GetArrayItem(sh, (int)i);
-        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "file"), *h = cJSON_GetObjectItemCaseSensitive(o, "sha256");
-        if (!cJSON_IsObject(o) || !cJSON_IsString(f) || !plain_name(f->valuestring) || !cJSON_IsString(h) ||
-            strlen(h->valuestring) != 64)
-            return kl_err_set(e, KL_EPARSE, "%s: shards[%zu] needs a plain \"file\" name and a hex \"sha256\"", what, i);
-        if (!(s->sh[i].file = strdup(f->valuestring))) return kl_err_set(e, KL_ENOMEM, "%s: out of memory", what);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "file");
+        const kl_manifest_file *mfe = cJSON_IsString(f) ? kl_manifest_find(&mf, f->valuestring) : NULL;
+        if (!cJSON_IsObject(o) || !cJSON_IsString(f) || !plain_name(f->valuestring))
+            rc = kl_err_set(e, KL_EPARSE, "%s: shards[%zu] needs a plain \"file\" name", what, i);
+        else if (!mfe || mfe->bytes < 0)
+            rc = kl_err_set(e, KL_EPARSE, "%s: shards[%zu] (%s) has no files entry with sha256 and bytes", what, i,
+                            f->valuestring);
+        else if (!(s->sh[i].file = strdup(f->valuestring))) rc = kl_err_set(e, KL_ENOMEM, "%s: out of memory", what);
+        if (rc) break;
+        memcpy(s->sh[i].sha256, mfe->sha256, 65);
         s->sh[i].n = jint(o, "records", 0, INT64_C(1) << 40, what, &rc, e);
-        s->sh[i].size = (size_t)jint(o, "bytes", 0, INT64_C(1) << 50, what, &rc, e);
-        if (rc) return rc;
+        s->sh[i].size = (size_t)mfe->bytes;
+        if (rc) break;
         s->sh[i].first = total;
         total += s->sh[i].n;
     }
+    kl_manifest_files_free(&mf);
+    if (rc) return rc;
     if (total != s->count)
         return kl_err_set(e, KL_EPARSE, "%s: shards hold %lld records, \"records\" says %lld", what, (long long)total,
                           (long long)s->count);
@@ -322,19 +332,19 @@ static int manifest_parse(kl_shardset *s, const char *text, size_t len, const ch
 }
 
 /* Checks a mapped shard against the manifest entry i. */
-static int shard_check(kl_shardset *s, size_t i, const cJSON *mj, int verify, kl_err *e) {
+static int shard_check(kl_shardset *s, size_t i, int verify, kl_err *e) {
     shard *sh = &s->sh[i];
     int64_t want_n = sh->n;
     char what[600];
     snprintf(what, sizeof what, "%s%s%s", s->dir ? s->dir : "", s->dir ? "/" : "", sh->file);
     if (verify) {
-        const cJSON *o = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(mj, "shards"), (int)i);
-        const char *want = cJSON_GetObjectItemCaseSensitive(o, "sha256")->valuestring;
-        char got[65];
+        kl_manifest_file f = {.name = sh->file, .bytes = (int64_t)sh->size, .rows = -1};
+        char got[65], mp[4200];
+        snprintf(mp, sizeof mp, "%s%smanifest.json", s->dir ? s->dir : "", s->dir ? "/" : "");
+        memcpy(f.sha256, sh->sha256, 65);
         kl_sha256_buf_hex(sh->base, sh->size, got);
-        if (strcmp(got, want) != 0)
-            return kl_err_set(e, KL_ECHECKSUM, "%s: sha256 mismatch (manifest %.16s..., file %.16s...): the shard is corrupt",
-                              what, want, got);
+        int rc = kl_manifest_digest_check(what, got, (int64_t)sh->size, &f, mp, "(the shard is corrupt)", e);
+        if (rc) return rc;
     }
     int rc = shard_parse(sh, s->nclass, what, e);
     if (rc) return rc;
@@ -363,7 +373,7 @@ int kl_shardset_open_mem(const char *manifest, size_t manifest_len, const void *
             goto fail;
         }
         s->sh[i].base = shards[i];
-        if ((rc = shard_check(s, i, j, verify, e))) goto fail;
+        if ((rc = shard_check(s, i, verify, e))) goto fail;
     }
     cJSON_Delete(j);
     *out = s;
@@ -415,7 +425,7 @@ int kl_shardset_open(const char *dir, int verify, kl_shardset **out, kl_err *e) 
         }
         close(fd);
         fd = -1;
-        if ((rc = shard_check(s, i, j, verify, e))) goto fail;
+        if ((rc = shard_check(s, i, verify, e))) goto fail;
     }
     kl_mem_free(text);
     cJSON_Delete(j);

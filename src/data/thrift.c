@@ -9,7 +9,7 @@
  * Buffers
  * ================================================================== */
 
-int pq_buf_reserve(pq_buf *b, size_t extra) {
+int kl__pq_buf_reserve(pq_buf *b, size_t extra) {
     if (b->failed) return -1;
     size_t need = b->len + extra;
     if (need <= b->cap) return 0;
@@ -22,12 +22,12 @@ int pq_buf_reserve(pq_buf *b, size_t extra) {
     return 0;
 }
 
-void pq_buf_free(pq_buf *b) {
+void kl__pq_buf_free(pq_buf *b) {
     kl_mem_free(b->p);
     memset(b, 0, sizeof *b);
 }
 
-void pq_buf_uvarint(pq_buf *b, uint64_t v) {
+void kl__pq_buf_uvarint(pq_buf *b, uint64_t v) {
     uint8_t tmp[10];
     int n = 0;
     while (v >= 0x80) { tmp[n++] = (uint8_t)(v | 0x80); v >>= 7; }
@@ -50,16 +50,19 @@ void kl__tw_init(kl__tw *w, pq_buf *b) {
 void kl__tw_field(kl__tw *w, int16_t id, int type) {
     int16_t d = (int16_t)(id - w->last[w->depth]);
     if (d > 0 && d <= 15) pq_buf_byte(w->b, (uint8_t)((d << 4) | type));
-    else { pq_buf_byte(w->b, (uint8_t)type); pq_buf_uvarint(w->b, zz(id)); }
+    else {
+        pq_buf_byte(w->b, (uint8_t)type);
+        kl__pq_buf_uvarint(w->b, zz(id));
+    }
     w->last[w->depth] = id;
 }
 void kl__tw_i32(kl__tw *w, int16_t id, int32_t v) {
     kl__tw_field(w, id, TT_I32);
-    pq_buf_uvarint(w->b, zz(v));
+    kl__pq_buf_uvarint(w->b, zz(v));
 }
 void kl__tw_i64(kl__tw *w, int16_t id, int64_t v) {
     kl__tw_field(w, id, TT_I64);
-    pq_buf_uvarint(w->b, zz(v));
+    kl__pq_buf_uvarint(w->b, zz(v));
 }
 void kl__tw_bool(kl__tw *w, int16_t id, int v) { kl__tw_field(w, id, v ? TT_TRUE : TT_FALSE); }
 void kl__tw_bin(kl__tw *w, int16_t id, const void *d, size_t n) {
@@ -81,11 +84,14 @@ void kl__tw_end(kl__tw *w) {
 void kl__tw_list(kl__tw *w, int16_t id, int etype, uint32_t n) {
     kl__tw_field(w, id, TT_LIST);
     if (n < 15) pq_buf_byte(w->b, (uint8_t)((n << 4) | (uint32_t)etype));
-    else { pq_buf_byte(w->b, (uint8_t)(0xF0 | etype)); pq_buf_uvarint(w->b, n); }
+    else {
+        pq_buf_byte(w->b, (uint8_t)(0xF0 | etype));
+        kl__pq_buf_uvarint(w->b, n);
+    }
 }
-void kl__tw_elem_i32(kl__tw *w, int64_t v) { pq_buf_uvarint(w->b, zz(v)); }
+void kl__tw_elem_i32(kl__tw *w, int64_t v) { kl__pq_buf_uvarint(w->b, zz(v)); }
 void kl__tw_elem_bin(kl__tw *w, const void *d, size_t n) {
-    pq_buf_uvarint(w->b, n);
+    kl__pq_buf_uvarint(w->b, n);
     pq_buf_put(w->b, d, n);
 }
 void kl__tw_elem_bool(kl__tw *w, int v) { pq_buf_byte(w->b, v ? 1 : 2); }

@@ -5,7 +5,6 @@
  * manifest.json). Shared by `keel features` and `keel pipeline`. */
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "keel/clickgen.h"
 #include "keel/data.h"
@@ -107,17 +106,20 @@ done:
 
 /* manifest.json of an output folder, in the style of dataset versions
  * (`keel data validate DIR` checks it): the files with sha256 and rows, the
- * feature_hash and where the rows came from. */
+ * feature_hash and where the rows came from (kl_dataset_manifest_write). */
 static int write_manifest(const char *dir, const kl_features *f, const char *data, uint64_t rows, kl_err *e) {
-    char p[4200], hp[65], hj[65];
-    struct stat sb;
-    snprintf(p, sizeof p, "%s/features.parquet", dir);
-    if (kl_sha256_file_hex(p, hp, e) || stat(p, &sb)) return e->code ? e->code : kl_err_set(e, KL_EINVAL, "%s: stat failed", p);
+    char p[4200], hj[65];
+    kl_dataset_file part;
+    int rc = kl_dataset_file_stat(dir, "features.parquet", rows, &part, e);
+    if (rc) return rc;
     snprintf(p, sizeof p, "%s/features.json", dir);
-    if (kl_sha256_file_hex(p, hj, e)) return e->code;
+    if ((rc = kl_sha256_file_hex(p, hj, e))) {
+        free(part.path);
+        return rc;
+    }
     kl_buf b;
     kl_buf_init(&b);
-    kl_buf_printf(&b, "{\n  \"format\": \"keel-features-dataset-1\",\n  \"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
+    kl_buf_printf(&b, "\"feature_hash\": \"%s\",\n  \"source\": ", kl_features_hash(f));
     kl_buf_json_str(&b, data);
     const char *const *names;
     size_t nc = kl_features_label_classes(f, &names);
@@ -129,13 +131,11 @@ static int write_manifest(const char *dir, const kl_features *f, const char *dat
         }
         kl_buf_puts(&b, "]");
     }
-    kl_buf_printf(&b, ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"},\n"
-                      "  \"rows\": {\"read\": %llu, \"accepted\": %llu, \"rejected\": 0},\n"
-                      "  \"files\": [\n    {\"path\": \"features.parquet\", \"sha256\": \"%s\", \"rows\": %llu, \"bytes\": %lld}\n  ]\n}\n",
-                  hj, (unsigned long long)rows, (unsigned long long)rows, hp, (unsigned long long)rows, (long long)sb.st_size);
-    snprintf(p, sizeof p, "%s/manifest.json", dir);
-    int rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory") : kl_write_file_atomic(p, b.data, b.len, e);
+    kl_buf_printf(&b, ",\n  \"features_json\": {\"path\": \"features.json\", \"sha256\": \"%s\"}", hj);
+    rc = b.failed ? kl_err_set(e, KL_ENOMEM, "out of memory")
+                  : kl_dataset_manifest_write(dir, "keel-features-dataset-1", b.data, &part, 1, e);
     kl_buf_free(&b);
+    free(part.path);
     return rc;
 }
 

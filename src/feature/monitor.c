@@ -30,6 +30,7 @@ typedef struct {
     fin in;           /* raw inputs: how the record field reads */
     fmap keys;        /* categories: key -> bin */
     int temporal;     /* a date or timestamp input: time moves on, so it is described, never flagged */
+    uint64_t psi_js_min; /* live values before PSI and JS: their noise under the thresholds (kl_stat_min_samples) */
 } mcol;
 
 /* A shard. An exclusive shard's writer counts into `acc` only (one
@@ -95,7 +96,7 @@ int kl_monitor_parse_window(const char *s, int64_t *out) {
     return KL_OK;
 }
 
-static void window_name(int64_t s, char *buf, size_t n) {
+void kl_monitor_window_name(int64_t s, char *buf, size_t n) {
     if (s % 86400 == 0 && s >= 2 * 86400) snprintf(buf, n, "%lldd", (long long)(s / 86400));
     else if (s % 3600 == 0) snprintf(buf, n, "%lldh", (long long)(s / 3600));
     else if (s % 60 == 0) snprintf(buf, n, "%lldm", (long long)(s / 60));
@@ -112,11 +113,28 @@ static const fcol *find_input(const kl_features *f, const char *name) {
     return NULL;
 }
 
+/* PSI and JS of few values are noise over many bins: the sample size from
+ * which same-distribution windows stay under the thresholds (at the tests'
+ * level p_value), over the bins the reference fills, and at least min_samples */
+static uint64_t psi_js_min(const kl_monitor_cfg *g, const kl_colprof *p) {
+    int k = 0;
+    uint64_t m = 0;
+    if (p->categorical) {
+        for (size_t i = 0; i < p->ntop; i++) k += p->top_count[i] > 0, m += p->top_count[i];
+        k += p->other > 0, m += p->other;
+    } else {
+        for (size_t i = 0; p->bins && i <= p->nedges; i++) k += p->bins[i] > 0, m += p->bins[i];
+    }
+    uint64_t n = kl_stat_min_samples(k, m, g->psi, g->js, g->p_value);
+    return n > g->min_samples ? n : g->min_samples;
+}
+
 static int setup_col(kl_monitor *m, mcol *c, const kl_colprof *p, kl_err *e) {
     c->p = p;
     c->off = m->ncnt;
     c->nb = p->categorical ? (uint32_t)p->ntop + 1 : p->nedges ? (uint32_t)p->nedges + 1 : 0;
     m->ncnt += MC_BINS + c->nb;
+    c->psi_js_min = psi_js_min(&m->cfg, p);
     if (!p->categorical) return KL_OK;
     if (kl__fmap_init(&c->keys, p->ntop)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->ntop; i++) {
@@ -177,6 +195,15 @@ int kl_monitor_new(kl_profile *ref, const kl_features *f, const kl_monitor_cfg *
     m->gran_ns = m->slot_ns[0];
     for (int w = 1; w < cfg->nwin; w++)
         if (m->slot_ns[w] < m->gran_ns) m->gran_ns = m->slot_ns[w];
+    size_t maxb = 0;
+    kl_monitor_bytes(m, &maxb);
+    if (maxb > KL_MON_MAX_BYTES) {
+        rc = kl_err_set(e, KL_ERANGE,
+                        "monitoring %zu columns over %d windows would hold up to %.1f MB, over the cap of %llu MB "
+                        "(fewer windows or columns)",
+                        m->nc, cfg->nwin, (double)maxb / 1e6, (unsigned long long)(KL_MON_MAX_BYTES >> 20));
+        goto fail;
+    }
     *out = m;
     return KL_OK;
 fail:
@@ -447,6 +474,8 @@ static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, co
     const kl_colprof *p = c->p;
     const kl_monitor_cfg *g = &m->cfg;
     st->n = grp[MG_ROWS + p->role];
+    st->temporal = c->temporal;
+    st->psi_js_min = c->psi_js_min;
     st->nulls = cnt[MC_NULLS];
     uint64_t nn = st->n - st->nulls;
     st->null_ratio = st->n ? (double)st->nulls / (double)st->n : NAN;
@@ -467,8 +496,10 @@ static void col_stat(const kl_monitor *m, const mcol *c, const uint64_t *grp, co
     } else {
         memcpy(ref, p->bins, c->nb * sizeof *ref);
     }
-    st->psi = kl_stat_psi(ref, q, c->nb);
-    st->js = kl_stat_js(ref, q, c->nb);
+    if (nn >= c->psi_js_min) {
+        st->psi = kl_stat_psi(ref, q, c->nb);
+        st->js = kl_stat_js(ref, q, c->nb);
+    }
     uint64_t nref = 0;
     for (uint32_t i = 0; i < c->nb; i++) nref += ref[i];
     if (p->categorical) {
@@ -516,6 +547,24 @@ int kl_monitor_stats(kl_monitor *m, int64_t now, kl_monitor_stat **out, size_t *
     free(live);
     *out = st;
     *n = m->nc * nw;
+    return KL_OK;
+}
+
+int kl_monitor_live_bins(kl_monitor *m, int64_t now, int window, size_t col, uint64_t *out, uint64_t *ref, size_t cap,
+                         size_t *nb) {
+    *nb = 0;
+    if (window < 0 || window >= m->cfg.nwin || col >= m->nc) return KL_EINVAL;
+    const mcol *c = &m->c[col];
+    const kl_colprof *p = c->p;
+    size_t nw = (size_t)m->cfg.nwin, n = c->nb < cap ? c->nb : cap;
+    uint64_t *live = malloc(nw * m->ncnt * sizeof *live);
+    if (!live) return KL_ENOMEM;
+    merge_live(m, now, live);
+    memcpy(out, live + (size_t)window * m->ncnt + c->off + MC_BINS, n * sizeof *out);
+    free(live);
+    for (size_t i = 0; ref && i < n; i++) /* the reference over the same bins, as col_stat takes them */
+        ref[i] = !p->categorical ? p->bins[i] : i + 1 == c->nb ? p->other : p->top_count[i];
+    *nb = n;
     return KL_OK;
 }
 
@@ -594,7 +643,7 @@ int kl_monitor_json(kl_monitor *m, int64_t now, kl_buf *b, kl_err *e) {
     char wn[KL_MON_MAX_WINDOWS][24];
     kl_buf_puts(b, "{\"windows\":[");
     for (size_t w = 0; w < nw; w++) {
-        window_name(g->win_s[w], wn[w], sizeof wn[w]);
+        kl_monitor_window_name(g->win_s[w], wn[w], sizeof wn[w]);
         kl_buf_printf(b, "%s\"%s\"", w ? "," : "", wn[w]);
     }
     kl_buf_printf(
@@ -623,8 +672,11 @@ int kl_monitor_json(kl_monitor *m, int64_t now, kl_buf *b, kl_err *e) {
         const kl_colprof *p = m->c[i].p;
         kl_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
         kl_buf_json_str(b, p->name);
-        kl_buf_printf(b, ",\"role\":\"%s\",\"kind\":\"%s\",\"windows\":{", kl_prof_role_name(p->role),
+        kl_buf_printf(b, ",\"role\":\"%s\",\"kind\":\"%s\"", kl_prof_role_name(p->role),
                       p->categorical ? "categorical" : "numeric");
+        if (m->c[i].psi_js_min == UINT64_MAX) kl_buf_puts(b, ",\"psi_js_min_samples\":null");
+        else kl_buf_printf(b, ",\"psi_js_min_samples\":%llu", (unsigned long long)m->c[i].psi_js_min);
+        kl_buf_puts(b, ",\"windows\":{");
         for (size_t w = 0; w < nw; w++) {
             kl_buf_printf(b, "%s\"%s\":", w ? "," : "", wn[w]);
             stat_json(b, &st[i * nw + w]);

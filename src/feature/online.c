@@ -636,3 +636,23 @@ int kl_features_transform_row(const kl_features *f, const kl_fstore *store, cons
     if (d != stackbuf) free(d);
     return rc;
 }
+
+int kl_features_input_append(const kl_features *f, size_t i, const void *cjson, kl_column *c) {
+    KL_ASSERT(i < f->ninputs && c->type == f->inputs[i].type);
+    const fcol *fc = &f->inputs[i];
+    fin in = {0};
+    in.column = fc->name;
+    in.type = fc->type;
+    in.raw = fc->raw;
+    fval v;
+    kl_err e = {0};
+    int bad = kl__fval_from_json(&in, kl__features_nulls(f), cjson, &v, &e) != KL_OK;
+    if (bad || v.null) return kl_column_push_null(c) ? KL_ENOMEM : bad;
+    int rc;
+    switch (c->type) {
+    case KL_COL_STRING: case KL_COL_BINARY: rc = kl_column_push_str(c, v.s ? v.s : "", v.n); break;
+    case KL_COL_FLOAT32: case KL_COL_FLOAT64: rc = kl_column_push_f64(c, v.d); break;
+    default: rc = kl_column_push_i64(c, v.i); break;
+    }
+    return rc ? KL_ENOMEM : 0;
+}

@@ -797,6 +797,7 @@ void kl_features_input_field(const kl_features *f, size_t i, kl_features_field *
     out->timezone = recorded && c->raw->type == KL_T_TIMESTAMP && c->raw->timezone ? c->raw->timezone : NULL;
 }
 const char *kl_features_label(const kl_features *f) { return f->has_label ? f->label : NULL; }
+kl_col_type kl_features_label_type(const kl_features *f) { return f->label_type; }
 size_t kl_features_label_classes(const kl_features *f, const char *const **names) {
     if (names) *names = (const char *const *)f->classes;
     return f->nclasses;

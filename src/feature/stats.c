@@ -137,3 +137,34 @@ double kl_stat_chi2_pvalue(double x, int dof) {
     double a = 0.5 * dof, y = 0.5 * x;
     return y < a + 1 ? 1.0 - gamma_p_series(a, y) : gamma_q_cf(a, y);
 }
+
+double kl_stat_chi2_quantile(double p, int dof) {
+    if (dof <= 0 || !(p > 0 && p < 1)) return NAN;
+    double lo = 0, hi = dof + 10.0;
+    while (kl_stat_chi2_pvalue(hi, dof) > p && hi < 1e7) hi *= 2;
+    for (int i = 0; i < 200 && hi - lo > 1e-12 * hi; i++) { /* the tail falls with x: bisect */
+        double mid = 0.5 * (lo + hi);
+        if (kl_stat_chi2_pvalue(mid, dof) > p) lo = mid;
+        else hi = mid;
+    }
+    return 0.5 * (lo + hi);
+}
+
+/* With nothing changed, PSI over k bins of n live and m reference values is
+ * about (1/n + 1/m) X, X chi-squared with k - 1 degrees of freedom
+ * (Yurdakul 2018), and the JS divergence in nats 1/8 of it (the quadratic
+ * term of KL against the mixture), so the squared JS distance in bits is
+ * (1/n + 1/m) X / (8 ln 2). Each stays under its threshold t with
+ * probability 1 - alpha once (1/n + 1/m) q <= t, q the 1 - alpha quantile of
+ * X: n >= 1 / (t / q - 1/m). */
+uint64_t kl_stat_min_samples(int k, uint64_t m, double psi, double js, double alpha) {
+    if (k < 2 || m == 0) return UINT64_MAX;
+    double q = kl_stat_chi2_quantile(alpha, k - 1);
+    double t[2] = {psi, 8 * M_LN2 * js * js}, need = 0;
+    for (int i = 0; i < 2; i++) {
+        double room = t[i] / q - 1.0 / (double)m;
+        if (!(room > 0)) return UINT64_MAX; /* the reference alone is that noisy */
+        if (1 / room > need) need = 1 / room;
+    }
+    return need >= 1e18 ? UINT64_MAX : (uint64_t)ceil(need);
+}

@@ -246,7 +246,7 @@ int kl__fail_node(kl_err *e, const kl_gnode *n, int code, const char *fmt, ...) 
 static const kl_op *const tables[] = {kl__ops_elem,   kl__ops_nn,      kl__ops_shape,   kl__ops_misc, kl__ops_grad,
                                       kl__ops_grad_nn, kl__ops_train,  kl__ops_nchwc,   kl__ops_vision, kl__ops_einsum,
                                       kl__ops_misc2,  kl__ops_random,  kl__ops_control, kl__ops_rnn,  kl__ops_seq,
-                                      kl__ops_audio};
+                                      kl__ops_audio,  kl__ops_quant};
 
 const kl_op *kl_op_find(const char *domain, const char *op_type) {
     for (size_t t = 0; t < KL_ARRAY_LEN(tables); t++)

@@ -73,17 +73,30 @@ extern const kl_op kl__ops_control[]; /* If, Loop, Scan (ops_control.c) */
 extern const kl_op kl__ops_rnn[];     /* RNN, GRU, LSTM (ops_rnn.c) */
 extern const kl_op kl__ops_seq[];     /* sequence and optional ops (ops_seq.c) */
 extern const kl_op kl__ops_audio[];   /* DFT, STFT, window ops, MelWeightMatrix (ops_audio.c) */
+extern const kl_op kl__ops_quant[];   /* quantized ops and keel::QConv/QGemm (ops_quant.c) */
 
 /* Packs the constant weights of n for keel's GEMM micro-kernel into n->priv
  * (Conv; Gemm/FusedMatMul with a constant B). No-op where no packed path
  * applies. (ops_nn.c) */
 int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e);
+/* Conv geometry of n from X = in[0], W = in[1] (its shape only), the
+ * attributes (kernel_shape, strides, dilations, pads, auto_pad, group) and
+ * a bias in[2] of M entries when n_in > 2; kl_conv_prepare'd, packed_w =
+ * n->priv. Errors name the node. (ops_nn.c) */
+int kl__conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e);
+/* Packs the constant weights of a quantized op (QLinearConv, ConvInteger,
+ * QLinearMatMul/MatMulInteger with a 2-D B, keel::QConv/QGemm) into n->priv
+ * (ops_quant.c); called by kl__prepack_node. */
+int kl__quant_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
 /* keel::NchwcConv: weights packed for the blocked kernel into n->priv (ops_nchwc.c). */
 int kl__nchwc_prepack(kl_graph *g, kl_gnode *n, kl_err *e);
 /* 0 when a KL_OP_SAMPLEWISE node, run sample by sample, would not give the
  * bits of the run over the whole batch (in: the full-batch shapes), e.g. an
  * NchwcConv whose kernel choice depends on the batch (ops_nchwc.c). */
 int kl__op_sample_ok(kl_gnode *n, kl_tensor *const *in, int n_in);
+/* The QDQ fusion pass (qdq.c): DQ -> Conv/MatMul/Gemm/Add -> Q chains to
+ * the int8 ops; run by kl_graph_optimize before constant folding. */
+int kl__pass_qdq(kl_graph *g, int *changed, kl_err *e);
 /* The NCHWc pass (nchwc.c): run by kl_graph_optimize after the fusions. */
 int kl__pass_nchwc(kl_graph *g, int *changed, kl_err *e);
 /* Pass helpers (passes.c): a live node of the default ONNX domain with this

@@ -241,7 +241,7 @@ static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
  * Conv
  * ================================================================== */
 
-static int conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
+int kl__conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
     const kl_tensor *X = in[0], *W = in[1];
     memset(p, 0, sizeof *p);
     int rc = kl__same_dtype(n, X, "the input", W, "the weight", e);
@@ -343,7 +343,7 @@ static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     int rc, rank, same;
     if ((rc = need_f32(n, in[0], e))) return rc;
     kl_conv_params p;
-    if ((rc = conv_params(n, in, n_in, &p, e))) return rc;
+    if ((rc = kl__conv_params(n, in, n_in, &p, e))) return rc;
     int64_t d[KL_MAX_DIMS];
     if ((rc = conv_res_shape(n, &p, n_in > 3 ? in[3] : NULL, &rank, d, &same, e))) return rc;
     kl__set_shape(&out[0], KL_F32, rank, d);
@@ -359,7 +359,7 @@ static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 static int conv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (in[0]->dtype == KL_F64) return kl__conv64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     kl_conv_params p;
-    int rc = conv_params(n, in, n_in, &p, e), rank, same;
+    int rc = kl__conv_params(n, in, n_in, &p, e), rank, same;
     if (rc) return rc;
     const kl_tensor *R = n_in > 3 ? in[3] : NULL;
     const float *bias = n_in > 2 && in[2] ? in[2]->data : NULL;
@@ -404,6 +404,8 @@ int kl__prepack_node(kl_graph *g, kl_gnode *n, kl_err *e) {
     int fmm = !strcmp(n->domain, "keel") && !strcmp(n->op_type, "FusedMatMul");
     if (fmm || (!*n->domain && (!strcmp(n->op_type, "Gemm") || !strcmp(n->op_type, "MatMul")))) return prepack_gemm(g, n, e);
     if (!strcmp(n->domain, "keel") && !strcmp(n->op_type, "NchwcConv")) return kl__nchwc_prepack(g, n, e);
+    if (!*n->domain && (strstr(n->op_type, "QLinear") || strstr(n->op_type, "Integer")))
+        return kl__quant_prepack(g, n, e);
     if (*n->domain || strcmp(n->op_type, "Conv")) return KL_OK;
     const kl_tensor *W = g->values[n->inputs[1]].init;
     if (!W || W->dtype != KL_F32 || W->rank < 3 || W->rank > 5 || !kl_tensor_is_contiguous(W)) return KL_OK;

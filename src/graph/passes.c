@@ -3,7 +3,8 @@
  * Identity/Dropout elimination, Conv+BatchNormalization folding, LayerNorm
  * and GELU pattern fusion (PyTorch's decompositions), MatMul+Add ->
  * Gemm/FusedMatMul, Conv/Gemm/FusedMatMul + Relu/Clip fusion, the residual
- * Add into Conv/FusedMatMul, Add + Softmax -> keel::AddSoftmax, and last the
+ * Add into Conv/FusedMatMul, Add + Softmax -> keel::AddSoftmax, the QDQ
+ * fusion of quantized chains into int8 ops (qdq.c, first), and last the
  * NCHWc rewrite of conv chains to channel-blocked tensors (nchwc.c). Shape
  * subgraphs that depend on input shapes (Shape -> Gather -> Concat ->
  * Reshape) are folded per input-shape signature by the planner (exec.c). */
@@ -544,6 +545,9 @@ int kl_graph_optimize(kl_graph *g, int level, kl_err *e) {
     if (level <= 0) return KL_OK;
     int rc, changed = 0;
     if ((rc = pass_eliminate(g, &changed, e))) return rc;
+    /* quantized chains first: folding would turn DQ(weights) into float weights */
+    if ((rc = kl__pass_qdq(g, &changed, e))) return rc;
+    if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_fold(g, &changed, e))) return rc;
     if ((rc = kl_graph_finalize(g, e))) return rc;
     if ((rc = pass_conv_bn(g, &changed, e))) return rc;

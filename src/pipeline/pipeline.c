@@ -27,7 +27,7 @@ int kl_pipeline_stage_parse(const char *name) {
 
 /* ================================================================ helpers */
 
-char *pl_path(const pl_ctx *c, const char *p) {
+char *kl__pl_path(const pl_ctx *c, const char *p) {
     kl_buf b;
     kl_buf_init(&b);
     if (p[0] == '/') kl_buf_puts(&b, p);
@@ -35,17 +35,17 @@ char *pl_path(const pl_ctx *c, const char *p) {
     return kl_buf_take(&b);
 }
 
-cJSON *pl_stage_state(const pl_ctx *c, int stage) {
+cJSON *kl__pl_stage_state(const pl_ctx *c, int stage) {
     return cJSON_GetObjectItem(cJSON_GetObjectItem(c->state, "stages"), stage_names[stage]);
 }
 
-const char *pl_out_str(const pl_ctx *c, int stage, const char *key) {
-    cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(pl_stage_state(c, stage), "out"), key);
+const char *kl__pl_out_str(const pl_ctx *c, int stage, const char *key) {
+    cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(kl__pl_stage_state(c, stage), "out"), key);
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-double pl_out_num(const pl_ctx *c, int stage, const char *key) {
-    cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(pl_stage_state(c, stage), "out"), key);
+double kl__pl_out_num(const pl_ctx *c, int stage, const char *key) {
+    cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(kl__pl_stage_state(c, stage), "out"), key);
     return cJSON_IsNumber(v) ? v->valuedouble : NAN;
 }
 
@@ -112,7 +112,8 @@ static int record_stage(pl_ctx *c, int s, int cached, const char *key, double se
     }
     if (!rc && s == KL_STAGE_FEATURES) {
         kl_track_lineage lin = {0};
-        lin.dataset_version = pl_out_str(c, KL_STAGE_INGEST, "id")[0] ? pl_out_str(c, KL_STAGE_INGEST, "id") : NULL;
+        lin.dataset_version =
+            kl__pl_out_str(c, KL_STAGE_INGEST, "id")[0] ? kl__pl_out_str(c, KL_STAGE_INGEST, "id") : NULL;
         lin.feature_hash = cJSON_GetStringValue(cJSON_GetObjectItem(out, "feature_hash"));
         rc = kl_track_set_lineage(r, &lin, e);
     }
@@ -124,16 +125,18 @@ static int record_stage(pl_ctx *c, int s, int cached, const char *key, double se
  * -> training run -> model version -> alias. */
 static int link_lineage(pl_ctx *c, kl_track_run *r, kl_err *e) {
     kl_track_lineage lin = {0};
-    const char *dv = pl_out_str(c, KL_STAGE_INGEST, "id"), *fh = pl_out_str(c, KL_STAGE_FEATURES, "feature_hash");
+    const char *dv = kl__pl_out_str(c, KL_STAGE_INGEST, "id"),
+               *fh = kl__pl_out_str(c, KL_STAGE_FEATURES, "feature_hash");
     lin.dataset_version = *dv ? dv : NULL;
     lin.feature_hash = *fh ? fh : NULL;
     lin.code_version = KEEL_VERSION " (" KEEL_GIT_COMMIT ")";
     int rc = kl_track_set_lineage(r, &lin, e);
     char v[256];
-    double tr = pl_out_num(c, KL_STAGE_TRAIN, "run_id");
+    double tr = kl__pl_out_num(c, KL_STAGE_TRAIN, "run_id");
     if (!rc && isfinite(tr)) { snprintf(v, sizeof v, "%.0f", tr); rc = kl_track_set_tag(r, "train_run", v, e); }
-    const char *model = pl_out_str(c, KL_STAGE_REGISTER, "model"), *alias = pl_out_str(c, KL_STAGE_REGISTER, "alias");
-    double ver = pl_out_num(c, KL_STAGE_REGISTER, "version");
+    const char *model = kl__pl_out_str(c, KL_STAGE_REGISTER, "model"),
+               *alias = kl__pl_out_str(c, KL_STAGE_REGISTER, "alias");
+    double ver = kl__pl_out_num(c, KL_STAGE_REGISTER, "version");
     if (!rc && *model && isfinite(ver)) { snprintf(v, sizeof v, "%s/%.0f", model, ver); rc = kl_track_set_tag(r, "model_version", v, e); }
     if (!rc && *model && *alias) { snprintf(v, sizeof v, "%s@%s", model, alias); rc = kl_track_set_tag(r, "alias", v, e); }
     if (!rc) rc = kl_track_set_tag(r, "out_dir", c->out, e);
@@ -142,23 +145,23 @@ static int link_lineage(pl_ctx *c, kl_track_run *r, kl_err *e) {
 
 static void fill_result(pl_ctx *c) {
     kl_pipeline_result *r = c->res;
-    snprintf(r->dataset_version, sizeof r->dataset_version, "%s", pl_out_str(c, KL_STAGE_INGEST, "id"));
-    snprintf(r->feature_hash, sizeof r->feature_hash, "%s", pl_out_str(c, KL_STAGE_FEATURES, "feature_hash"));
-    double v = pl_out_num(c, KL_STAGE_TRAIN, "run_id");
+    snprintf(r->dataset_version, sizeof r->dataset_version, "%s", kl__pl_out_str(c, KL_STAGE_INGEST, "id"));
+    snprintf(r->feature_hash, sizeof r->feature_hash, "%s", kl__pl_out_str(c, KL_STAGE_FEATURES, "feature_hash"));
+    double v = kl__pl_out_num(c, KL_STAGE_TRAIN, "run_id");
     r->train_run_id = isfinite(v) ? (int64_t)v : 0;
-    v = pl_out_num(c, KL_STAGE_REGISTER, "version");
+    v = kl__pl_out_num(c, KL_STAGE_REGISTER, "version");
     r->model_version = isfinite(v) ? (int64_t)v : 0;
-    snprintf(r->model, sizeof r->model, "%s", pl_out_str(c, KL_STAGE_REGISTER, "model"));
-    if (!r->model[0]) snprintf(r->model, sizeof r->model, "%s", pl_out_str(c, KL_STAGE_EXPORT, "model"));
-    snprintf(r->alias, sizeof r->alias, "%s", pl_out_str(c, KL_STAGE_REGISTER, "alias"));
-    snprintf(r->repo, sizeof r->repo, "%s", pl_out_str(c, KL_STAGE_EXPORT, "repo"));
-    r->test_auc = pl_out_num(c, KL_STAGE_EVALUATE, "auc");
-    r->bayes_auc = pl_out_num(c, KL_STAGE_EVALUATE, "reference_auc");
-    r->test_accuracy = pl_out_num(c, KL_STAGE_EVALUATE, "accuracy");
-    v = pl_out_num(c, KL_STAGE_EVALUATE, "rows");
+    snprintf(r->model, sizeof r->model, "%s", kl__pl_out_str(c, KL_STAGE_REGISTER, "model"));
+    if (!r->model[0]) snprintf(r->model, sizeof r->model, "%s", kl__pl_out_str(c, KL_STAGE_EXPORT, "model"));
+    snprintf(r->alias, sizeof r->alias, "%s", kl__pl_out_str(c, KL_STAGE_REGISTER, "alias"));
+    snprintf(r->repo, sizeof r->repo, "%s", kl__pl_out_str(c, KL_STAGE_EXPORT, "repo"));
+    r->test_auc = kl__pl_out_num(c, KL_STAGE_EVALUATE, "auc");
+    r->bayes_auc = kl__pl_out_num(c, KL_STAGE_EVALUATE, "reference_auc");
+    r->test_accuracy = kl__pl_out_num(c, KL_STAGE_EVALUATE, "accuracy");
+    v = kl__pl_out_num(c, KL_STAGE_EVALUATE, "rows");
     r->test_rows = isfinite(v) ? (int64_t)v : 0;
     for (int s = 0; s < KL_STAGE_COUNT; s++) {
-        cJSON *st = pl_stage_state(c, s);
+        cJSON *st = kl__pl_stage_state(c, s);
         double ls = cJSON_GetNumberValue(cJSON_GetObjectItem(st, "seconds"));
         r->st[s].last_seconds = isfinite(ls) ? ls : 0;
         const char *note = cJSON_GetStringValue(cJSON_GetObjectItem(st, "note"));
@@ -198,7 +201,7 @@ static int load_file(pl_ctx *c, kl_doc **doc, kl_err *e) {
         if (!c->cfg[required[i]])
             return kl_node_error(stages, e, KL_EINVAL, "stages.%s is required", stage_names[required[i]]);
     for (int s = 0; s < KL_STAGE_COUNT; s++) /* every stage's keys, before any stage runs */
-        if (c->cfg[s] && (rc = pl_stage_check_keys(c, s, e))) return rc;
+        if (c->cfg[s] && (rc = kl__pl_stage_check_keys(c, s, e))) return rc;
     (void)kl_node_get(c->root, "description"); /* for the reader only */
     const char *name;
     if ((rc = kl_spec_str(c->root, "name", "pipeline", &name, e))) return rc;
@@ -226,7 +229,7 @@ static int resolve_folders(pl_ctx *c, kl_err *e) {
         if (o->out_dir[0] == '/' || !getcwd(cwd, sizeof cwd)) snprintf(c->out, sizeof c->out, "%s", o->out_dir);
         else snprintf(c->out, sizeof c->out, "%s/%s", cwd, o->out_dir);
     } else {
-        char *p = pl_path(c, outv);
+        char *p = kl__pl_path(c, outv);
         snprintf(c->out, sizeof c->out, "%s", p ? p : outv);
         free(p);
     }
@@ -284,7 +287,7 @@ static int open_run(pl_ctx *c, kl_track_run **prun, kl_err *e) {
         const char *tv;
         if ((rc = kl_spec_str(c->root, "tracking", "", &tv, e))) return rc;
         if (*tv) {
-            trk = kl_track_is_url(tv) ? tv : (trk_abs = pl_path(c, tv)); /* a server URL as it is */
+            trk = kl_track_is_url(tv) ? tv : (trk_abs = kl__pl_path(c, tv)); /* a server URL as it is */
             snprintf(how_file, sizeof how_file, "tracking: in %s", o->path);
             how = how_file;
         }
@@ -309,7 +312,7 @@ static int open_run(pl_ctx *c, kl_track_run **prun, kl_err *e) {
 static int stage_key(pl_ctx *c, int s, const char *code, kl_buf *key, char hex[65], kl_err *e) {
     kl_pipeline_result *res = c->res;
     for (int u = 0; u < s; u++) /* inputs: every earlier stage's output identity must exist */
-        if (c->cfg[u] && u != KL_STAGE_SERVE && !*pl_out_str(c, u, "id")) {
+        if (c->cfg[u] && u != KL_STAGE_SERVE && !*kl__pl_out_str(c, u, "id")) {
             res->failed_stage = s;
             return kl_err_set(e, KL_ESTATE, "stage %s needs the outputs of stage %s, which has not run; %s",
                               stage_names[s], stage_names[u], "run without --from/--only first");
@@ -318,8 +321,8 @@ static int stage_key(pl_ctx *c, int s, const char *code, kl_buf *key, char hex[6
     kl_buf_printf(key, "keel-pipeline-1\ncode %s\nstage %s\nconfig ", code, stage_names[s]);
     canon(key, c->cfg[s]);
     for (int u = 0; u < s; u++)
-        if (c->cfg[u]) kl_buf_printf(key, "\ninput %s %s", stage_names[u], pl_out_str(c, u, "id"));
-    int rc = pl_stage_inputs(c, s, key, e);
+        if (c->cfg[u]) kl_buf_printf(key, "\ninput %s %s", stage_names[u], kl__pl_out_str(c, u, "id"));
+    int rc = kl__pl_stage_inputs(c, s, key, e);
     if (rc) {
         kl_err_prefix(e, "stage %s", stage_names[s]);
         res->failed_stage = s;
@@ -340,7 +343,7 @@ static int run_stage(pl_ctx *c, int s, const char *hex, kl_err *e) {
     if (rc) return rc;
     cJSON *out = cJSON_CreateObject();
     int64_t t0 = kl_time_mono_ns();
-    rc = pl_stage_run(c, s, out, c->run_id, e);
+    rc = kl__pl_stage_run(c, s, out, c->run_id, e);
     double secs = (double)(kl_time_mono_ns() - t0) / 1e9;
     res->st[s].seconds = secs;
     if (rc) {
@@ -385,7 +388,7 @@ static int run_stages(pl_ctx *c, int from, int only, kl_buf *key, kl_err *e) {
     for (int s = 0; s < KL_STAGE_COUNT; s++) {
         if (!c->cfg[s]) continue;
         int selected = only >= 0 ? s == only : from >= 0 ? s >= from : 1;
-        cJSON *st = pl_stage_state(c, s);
+        cJSON *st = kl__pl_stage_state(c, s);
         if (!selected) {
             res->st[s].state = 0;
             if (st) logf_stage(c, s, "kept", -1, "(not selected; outputs from an earlier run)");
@@ -397,7 +400,7 @@ static int run_stages(pl_ctx *c, int from, int only, kl_buf *key, kl_err *e) {
         if (rc) return rc;
         const char *old = cJSON_GetStringValue(cJSON_GetObjectItem(st, "key"));
         int forced = c->o->force || only >= 0 || from >= 0;
-        if (!forced && old && !strcmp(old, hex) && pl_stage_outputs_present(c, s)) {
+        if (!forced && old && !strcmp(old, hex) && kl__pl_stage_outputs_present(c, s)) {
             res->st[s].state = 2;
             logf_stage(c, s, "skipped", -1, "(cached: inputs, config and code unchanged)");
             if ((rc = record_stage(c, s, 1, hex, 0, cJSON_GetObjectItem(st, "out"), 0, e))) return rc;
@@ -414,12 +417,12 @@ static int finish_run(pl_ctx *c, kl_track_run **prun, int64_t t_start, kl_err *e
     kl_pipeline_result *res = c->res;
     fill_result(c);
     int rc;
-    if (pl_stage_state(c, KL_STAGE_TRAIN) && (rc = pl_report_write(c, res->report, e))) {
+    if (kl__pl_stage_state(c, KL_STAGE_TRAIN) && (rc = kl__pl_report_write(c, res->report, e))) {
         kl_err_prefix(e, "report");
         return rc;
     }
     if ((rc = link_lineage(c, *prun, e))) return rc;
-    if (!pl_stage_state(c, KL_STAGE_TRAIN)) res->report[0] = 0;
+    if (!kl__pl_stage_state(c, KL_STAGE_TRAIN)) res->report[0] = 0;
     else kl_track_log_artifact(*prun, res->report, NULL);
     res->seconds = (double)(kl_time_mono_ns() - t_start) / 1e9;
     kl_metric_point p = {"seconds", 0, 0, res->seconds};
@@ -456,7 +459,7 @@ int kl_pipeline_run(const kl_pipeline_opts *o, kl_pipeline_result *res, kl_err *
     if (o->on_done) o->on_done(res, o->ctx);
     if (c.cfg[KL_STAGE_SERVE] && (only < 0 || only == KL_STAGE_SERVE)) {
         logf_stage(&c, KL_STAGE_SERVE, "running", -1, "(until Ctrl-C)");
-        if ((rc = pl_stage_run(&c, KL_STAGE_SERVE, NULL, c.run_id, e))) {
+        if ((rc = kl__pl_stage_run(&c, KL_STAGE_SERVE, NULL, c.run_id, e))) {
             res->failed_stage = KL_STAGE_SERVE;
             kl_err_prefix(e, "stage serve");
             goto done;

@@ -24,25 +24,32 @@ typedef struct {
 } pl_ctx;
 
 /* A path from the pipeline file, relative to its folder (caller frees). */
-char *pl_path(const pl_ctx *c, const char *p);
+char *kl__pl_path(const pl_ctx *c, const char *p);
 /* The state entry of a stage (NULL when it has not run) and its outputs. */
-cJSON *pl_stage_state(const pl_ctx *c, int stage);
-const char *pl_out_str(const pl_ctx *c, int stage, const char *key); /* "" when absent */
-double pl_out_num(const pl_ctx *c, int stage, const char *key);      /* NaN when absent */
+cJSON *kl__pl_stage_state(const pl_ctx *c, int stage);
+const char *kl__pl_out_str(const pl_ctx *c, int stage, const char *key); /* "" when absent */
+double kl__pl_out_num(const pl_ctx *c, int stage, const char *key);      /* NaN when absent */
 
 /* Runs one stage; fills out (its outputs: identity strings and numbers)
  * and extra input hashes into key_in (already holding the config). A stage
  * adds the hashes of the files it reads (spec files, sources) to key_in
- * through pl_stage_inputs before it runs, so a skip can be decided. */
-int pl_stage_inputs(pl_ctx *c, int stage, kl_buf *key_in, kl_err *e);
+ * through kl__pl_stage_inputs before it runs, so a skip can be decided. */
+int kl__pl_stage_inputs(pl_ctx *c, int stage, kl_buf *key_in, kl_err *e);
 /* The stage's config keys against those it reads (unknown → KL_EINVAL with a
  * suggestion); run for every stage when the file is loaded. */
-int pl_stage_check_keys(const pl_ctx *c, int stage, kl_err *e);
-int pl_stage_run(pl_ctx *c, int stage, cJSON *out, int64_t stage_run, kl_err *e);
+int kl__pl_stage_check_keys(const pl_ctx *c, int stage, kl_err *e);
+int kl__pl_stage_run(pl_ctx *c, int stage, cJSON *out, int64_t stage_run, kl_err *e);
 /* Paths that must exist for a cached stage's outputs to be reused. */
-int pl_stage_outputs_present(const pl_ctx *c, int stage);
+int kl__pl_stage_outputs_present(const pl_ctx *c, int stage);
 
 /* report.html from the state and the stage outputs. */
-int pl_report_write(pl_ctx *c, const char *path, kl_err *e);
+int kl__pl_report_write(pl_ctx *c, const char *path, kl_err *e);
+
+/* monitor_report.c: the reports' stylesheet; a column's reference (and
+ * live, may be NULL) counts over its nb bins as an inline SVG; the reference
+ * profile's histograms (the pipeline report's features section) */
+extern const char *const pl_report_css;
+void pl_hist_svg(kl_buf *b, const kl_colprof *c, const uint64_t *ref, const uint64_t *live, size_t nb);
+void pl_profile_section(kl_buf *b, const kl_profile *p);
 
 #endif

@@ -8,15 +8,6 @@
 
 #include "pipeline/pipeline_int.h"
 
-static const char *const css =
-    "body{font-family:sans-serif;max-width:980px;margin:24px auto;padding:0 16px;color:#222}"
-    "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}"
-    "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:4px 8px;text-align:left;font-size:13px}"
-    "th{background:#f4f4f4}td.n{text-align:right;font-family:monospace}code{font-size:12px}"
-    ".kpi{display:inline-block;margin:0 24px 8px 0}.kpi b{display:block;font-size:24px}"
-    ".bar{display:inline-block;height:10px;background:#1f77b4}.ok{color:#2ca02c}.bad{color:#d62728}"
-    "pre{background:#f8f8f8;padding:12px;white-space:pre-wrap;font-size:12px}"
-    ".chain span{display:inline-block;border:1px solid #bbb;border-radius:4px;padding:4px 8px;margin:2px}";
 
 static cJSON *load_json(const char *dir, const char *name) {
     char p[4600];
@@ -67,16 +58,20 @@ static void sec_data(pl_ctx *c, kl_buf *b) {
 }
 
 static void sec_features(pl_ctx *c, kl_buf *b) {
-    const char *dir = pl_out_str(c, KL_STAGE_FEATURES, "dir");
+    const char *dir = kl__pl_out_str(c, KL_STAGE_FEATURES, "dir");
     cJSON *f = load_json(dir, "features.json");
     kl_buf_puts(b, "<h2>Features</h2>");
     if (!f) { kl_buf_puts(b, "<p>No features output.</p>"); return; }
-    kl_buf_printf(b, "<p>Feature hash <code>%s</code>; %.0f output values per row; fitted on %.0f of %.0f rows. Fallbacks over all rows: "
-                     "unknown categories %.0f, nulls filled %.0f, zero denominators %.0f, clamped %.0f, empty windows %.0f.</p>",
-                  cJSON_GetStringValue(cJSON_GetObjectItem(f, "feature_hash")), cJSON_GetNumberValue(cJSON_GetObjectItem(f, "width")),
-                  pl_out_num(c, KL_STAGE_FEATURES, "fit_rows"), pl_out_num(c, KL_STAGE_FEATURES, "rows"), pl_out_num(c, KL_STAGE_FEATURES, "unknown"),
-                  pl_out_num(c, KL_STAGE_FEATURES, "null_filled"), pl_out_num(c, KL_STAGE_FEATURES, "div_zero"), pl_out_num(c, KL_STAGE_FEATURES, "clamped"),
-                  pl_out_num(c, KL_STAGE_FEATURES, "empty_window"));
+    kl_buf_printf(
+        b,
+        "<p>Feature hash <code>%s</code>; %.0f output values per row; fitted on %.0f of %.0f rows. Fallbacks over all "
+        "rows: "
+        "unknown categories %.0f, nulls filled %.0f, zero denominators %.0f, clamped %.0f, empty windows %.0f.</p>",
+        cJSON_GetStringValue(cJSON_GetObjectItem(f, "feature_hash")),
+        cJSON_GetNumberValue(cJSON_GetObjectItem(f, "width")), kl__pl_out_num(c, KL_STAGE_FEATURES, "fit_rows"),
+        kl__pl_out_num(c, KL_STAGE_FEATURES, "rows"), kl__pl_out_num(c, KL_STAGE_FEATURES, "unknown"),
+        kl__pl_out_num(c, KL_STAGE_FEATURES, "null_filled"), kl__pl_out_num(c, KL_STAGE_FEATURES, "div_zero"),
+        kl__pl_out_num(c, KL_STAGE_FEATURES, "clamped"), kl__pl_out_num(c, KL_STAGE_FEATURES, "empty_window"));
     kl_buf_puts(b, "<table><tr><th>feature</th><th>transform</th><th>inputs</th><th>dtype</th><th>cost / row (ns)</th></tr>");
     cJSON *it, *cost = cJSON_GetObjectItem(cJSON_GetObjectItem(f, "measured"), "cost_ns");
     cJSON_ArrayForEach(it, cJSON_GetObjectItem(f, "features")) {
@@ -107,11 +102,16 @@ static void sec_features(pl_ctx *c, kl_buf *b) {
     }
     kl_buf_puts(b, "</table>");
     cJSON_Delete(f);
+    char pp[4400];
+    snprintf(pp, sizeof pp, "%s/profile.json", dir);
+    kl_profile *prof = NULL;
+    if (kl_path_exists(pp) && !kl_profile_load(pp, &prof, NULL)) pl_profile_section(b, prof);
+    kl_profile_free(prof);
 }
 
 /* Per-epoch train/validation loss and validation accuracy from metrics.csv. */
 static void sec_training(pl_ctx *c, kl_buf *b) {
-    const char *dir = pl_out_str(c, KL_STAGE_TRAIN, "dir");
+    const char *dir = kl__pl_out_str(c, KL_STAGE_TRAIN, "dir");
     char p[4600];
     snprintf(p, sizeof p, "%s/metrics.csv", dir);
     char *txt = NULL;
@@ -136,7 +136,9 @@ static void sec_training(pl_ctx *c, kl_buf *b) {
         if (k == 1 && got == 5 && n[2] < MAXE) { x[2][n[2]] = epoch + 1; y[2][n[2]++] = acc; }
     }
     kl_buf_puts(b, "<p>Training ");
-    kl_buf_html(b, cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(pl_stage_state(c, KL_STAGE_TRAIN), "out"), "note")));
+    kl_buf_html(b,
+                cJSON_GetStringValue(
+                    cJSON_GetObjectItem(cJSON_GetObjectItem(kl__pl_stage_state(c, KL_STAGE_TRAIN), "out"), "note")));
     kl_buf_puts(b, ". Curves of the run's metrics.csv; the exported weights are the best epoch by validation loss.</p>");
     kl_chart_series loss[2] = {{"train loss", x[0], y[0], n[0], NULL, 0, 0},
                                {"validation loss", x[1], y[1], n[1], NULL, 0, 0}};
@@ -223,7 +225,7 @@ static void sec_card(pl_ctx *c, kl_buf *b) {
     char p[4600], *txt = NULL;
     size_t len;
     kl_err e = {0};
-    snprintf(p, sizeof p, "%s/card.md", pl_out_str(c, KL_STAGE_TRAIN, "dir"));
+    snprintf(p, sizeof p, "%s/card.md", kl__pl_out_str(c, KL_STAGE_TRAIN, "dir"));
     kl_buf_puts(b, "<h2>Model card</h2>");
     if (kl_read_file(p, &txt, &len, &e)) { kl_buf_puts(b, "<p>No card.md.</p>"); return; }
     kl_buf_puts(b, "<pre>");
@@ -274,14 +276,14 @@ static void sec_timings(pl_ctx *c, kl_buf *b) {
     kl_buf_puts(b, "</table>");
 }
 
-int pl_report_write(pl_ctx *c, const char *path, kl_err *e) {
+int kl__pl_report_write(pl_ctx *c, const char *path, kl_err *e) {
     kl_buf b;
     kl_buf_init(&b);
     char ts[40];
     kl_time_rfc3339(kl_time_now_us(), ts, sizeof ts);
     kl_buf_printf(&b, "<!doctype html><html><head><meta charset=\"utf-8\"><title>keel pipeline report: ");
     kl_buf_html(&b, c->res->name);
-    kl_buf_printf(&b, "</title><style>%s</style></head><body><h1>keel pipeline report: ", css);
+    kl_buf_printf(&b, "</title><style>%s</style></head><body><h1>keel pipeline report: ", pl_report_css);
     kl_buf_html(&b, c->res->name);
     kl_buf_printf(&b, "</h1><p>Written %s; output folder <code>", ts);
     kl_buf_html(&b, c->out);

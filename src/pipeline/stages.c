@@ -46,7 +46,7 @@ static int check_keys(const pl_ctx *c, int s, const char *const *k, size_t n, kl
 
 /* Adds "file PATH SHA" to the cache key. */
 static int key_file(pl_ctx *c, kl_buf *key, const char *rel, kl_err *e) {
-    char *p = pl_path(c, rel), hex[65];
+    char *p = kl__pl_path(c, rel), hex[65];
     int rc = p ? kl_sha256_file_hex(p, hex, e) : kl_err_set(e, KL_ENOMEM, "out of memory");
     if (!rc) kl_buf_printf(key, "\nfile %s %s", p, hex);
     free(p);
@@ -63,7 +63,7 @@ static const char *const export_keys[] = {"model"};
 static const char *const register_keys[] = {"model", "alias"};
 static const char *const serve_keys[] = {"host", "port", "workers"};
 
-int pl_stage_check_keys(const pl_ctx *c, int s, kl_err *e) {
+int kl__pl_stage_check_keys(const pl_ctx *c, int s, kl_err *e) {
     static const char *const *keys[KL_STAGE_COUNT] = {ingest_keys, validate_keys, features_keys, train_keys, eval_keys, export_keys, register_keys, serve_keys};
     static const size_t nkeys[KL_STAGE_COUNT] = {KL_ARRAY_LEN(ingest_keys), KL_ARRAY_LEN(validate_keys), KL_ARRAY_LEN(features_keys),
                                                  KL_ARRAY_LEN(train_keys), KL_ARRAY_LEN(eval_keys), KL_ARRAY_LEN(export_keys),
@@ -79,8 +79,8 @@ int pl_stage_check_keys(const pl_ctx *c, int s, kl_err *e) {
     return rc;
 }
 
-int pl_stage_inputs(pl_ctx *c, int s, kl_buf *key, kl_err *e) {
-    int rc = pl_stage_check_keys(c, s, e);
+int kl__pl_stage_inputs(pl_ctx *c, int s, kl_buf *key, kl_err *e) {
+    int rc = kl__pl_stage_check_keys(c, s, e);
     if (rc) return rc;
     if (s == KL_STAGE_INGEST) {
         const kl_node *src = kl_node_get(c->cfg[s], "source");
@@ -104,20 +104,20 @@ int pl_stage_inputs(pl_ctx *c, int s, kl_buf *key, kl_err *e) {
 
 static void outf(const pl_ctx *c, char *buf, size_t n, const char *rel) { snprintf(buf, n, "%s/%s", c->out, rel); }
 
-int pl_stage_outputs_present(const pl_ctx *c, int s) {
+int kl__pl_stage_outputs_present(const pl_ctx *c, int s) {
     char p[4300];
     switch (s) {
-    case KL_STAGE_INGEST: return kl_path_exists(pl_out_str(c, s, "version_dir"));
+    case KL_STAGE_INGEST: return kl_path_exists(kl__pl_out_str(c, s, "version_dir"));
     case KL_STAGE_VALIDATE: outf(c, p, sizeof p, "validate.json"); return kl_path_exists(p);
     case KL_STAGE_FEATURES: outf(c, p, sizeof p, "features/manifest.json"); return kl_path_exists(p);
     case KL_STAGE_TRAIN: outf(c, p, sizeof p, "model/model.onnx"); return kl_path_exists(p);
     case KL_STAGE_EVALUATE: outf(c, p, sizeof p, "eval.json"); return kl_path_exists(p);
-    case KL_STAGE_EXPORT: snprintf(p, sizeof p, "%s/model.onnx", pl_out_str(c, s, "dir")); return kl_path_exists(p);
+    case KL_STAGE_EXPORT: snprintf(p, sizeof p, "%s/model.onnx", kl__pl_out_str(c, s, "dir")); return kl_path_exists(p);
     case KL_STAGE_REGISTER: { /* the version is still in the store */
         char *name = NULL;
         int64_t v = 0;
         kl_err e = {0};
-        int ok = c->t && !kl_registry_parse_ref(c->t, pl_out_str(c, s, "id"), &name, &v, &e);
+        int ok = c->t && !kl_registry_parse_ref(c->t, kl__pl_out_str(c, s, "id"), &name, &v, &e);
         free(name);
         return ok;
     }
@@ -137,11 +137,11 @@ static int st_ingest(pl_ctx *c, cJSON *out, kl_err *e) {
     const int s = KL_STAGE_INGEST;
     const kl_node *src = kl_node_get(c->cfg[s], "source");
     size_t n = kl_node_kind_of(src) == KL_NODE_SEQ ? kl_node_len(src) : 1;
-    char **paths = calloc(n + 1, sizeof *paths), *schema = pl_path(c, cfg_str(c, s, "schema", "")), dsdir[4300];
+    char **paths = calloc(n + 1, sizeof *paths), *schema = kl__pl_path(c, cfg_str(c, s, "schema", "")), dsdir[4300];
     int rc = KL_OK;
     for (size_t i = 0; i < n; i++) {
         const char *v = kl_node_scalar(kl_node_kind_of(src) == KL_NODE_SEQ ? kl_node_at(src, i) : src);
-        paths[i] = strstr(v, "://") ? strdup(v) : pl_path(c, v);
+        paths[i] = strstr(v, "://") ? strdup(v) : kl__pl_path(c, v);
     }
     outf(c, dsdir, sizeof dsdir, "dataset");
     kl_ingest_opts o;
@@ -187,7 +187,7 @@ done:
 
 static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
     const int s = KL_STAGE_VALIDATE;
-    const char *vdir = pl_out_str(c, KL_STAGE_INGEST, "version_dir");
+    const char *vdir = kl__pl_out_str(c, KL_STAGE_INGEST, "version_dir");
     char p[4300];
     snprintf(p, sizeof p, "%s/manifest.json", vdir);
     void *mj = NULL;
@@ -198,25 +198,14 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
     kl_buf_init(&pb);
     cJSON *rows = cJSON_GetObjectItem(m, "rows");
     double acc = cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "accepted")), rej = cJSON_GetNumberValue(cJSON_GetObjectItem(rows, "rejected"));
-    double rd = acc + rej, files_rows = 0;
-    /* every file: sha256 and row count as the manifest says */
-    cJSON *f;
-    cJSON_ArrayForEach(f, cJSON_GetObjectItem(m, "files")) {
-        const char *rel = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path")), *sha = cJSON_GetStringValue(cJSON_GetObjectItem(f, "sha256"));
-        char fp[4600], hex[65];
-        snprintf(fp, sizeof fp, "%s/%s", vdir, rel ? rel : "?");
-        kl_err fe = {0};
-        if (kl_sha256_file_hex(fp, hex, &fe)) kl_buf_printf(&pb, "%s: %s\n", rel, kl_err_what(&fe));
-        else if (!sha || strcmp(sha, hex)) kl_buf_printf(&pb, "%s: sha256 %s, the manifest says %s\n", rel, hex, sha ? sha : "?");
-        kl_pq_reader *r = NULL;
-        if (!kl_pq_open(fp, &r, &fe)) {
-            double fr = cJSON_GetNumberValue(cJSON_GetObjectItem(f, "rows"));
-            if ((double)kl_pq_num_rows(r) != fr) kl_buf_printf(&pb, "%s: %llu rows, the manifest says %.0f\n", rel, (unsigned long long)kl_pq_num_rows(r), fr);
-            files_rows += (double)kl_pq_num_rows(r);
-            kl_pq_close(r);
-        }
+    double rd = acc + rej;
+    /* every file: sha256, size and row count as the manifest says (the audit of keel data validate) */
+    int naudit = 0;
+    if ((rc = kl_dataset_audit(vdir, &pb, &naudit, NULL, e))) {
+        cJSON_Delete(rep);
+        cJSON_Delete(m);
+        return rc;
     }
-    if (files_rows != acc) kl_buf_printf(&pb, "the files hold %.0f rows, the manifest accepted %.0f\n", files_rows, acc);
     double max_rej = cfg_num(c, s, "max_reject_ratio", 0.01), max_null = cfg_num(c, s, "max_null_ratio", 1.0), min_rows = cfg_num(c, s, "min_rows", 1);
     if (rd > 0 && rej / rd > max_rej) kl_buf_printf(&pb, "%.0f of %.0f rows rejected (%.2f%%), above max_reject_ratio %g\n", rej, rd, 100 * rej / rd, max_rej);
     if (acc < min_rows) kl_buf_printf(&pb, "%.0f rows, fewer than min_rows %.0f\n", acc, min_rows);
@@ -227,7 +216,7 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
             kl_buf_printf(&pb, "column %s: %.2f%% nulls, above max_null_ratio %g\n", cJSON_GetStringValue(cJSON_GetObjectItem(col, "name")), 100 * nulls / cr, max_null);
     }
     /* the quality summary for the report */
-    cJSON_AddStringToObject(rep, "version_id", pl_out_str(c, KL_STAGE_INGEST, "id"));
+    cJSON_AddStringToObject(rep, "version_id", kl__pl_out_str(c, KL_STAGE_INGEST, "id"));
     cJSON_AddItemToObject(rep, "rows", cJSON_Duplicate(rows, 1));
     cJSON_AddItemToObject(rep, "rejects", cJSON_Duplicate(cJSON_GetObjectItem(m, "rejects"), 1));
     cJSON_AddItemToObject(rep, "columns", cJSON_Duplicate(cJSON_GetObjectItem(m, "columns"), 1));
@@ -242,7 +231,8 @@ static int st_validate(pl_ctx *c, cJSON *out, kl_err *e) {
         kl_buf eb;
         kl_buf_init(&eb);
         for (int i = 0; i < nprob; i++) kl_buf_printf(&eb, "%s%s", i ? "; " : "", cJSON_GetArrayItem(probs, i)->valuestring);
-        rc = kl_err_set(e, KL_EINVAL, "dataset %.12s failed validation: %s", pl_out_str(c, KL_STAGE_INGEST, "id"), eb.data ? eb.data : "");
+        rc = kl_err_set(e, KL_EINVAL, "dataset %.12s failed validation: %s", kl__pl_out_str(c, KL_STAGE_INGEST, "id"),
+                        eb.data ? eb.data : "");
         kl_buf_free(&eb);
     }
     if (!rc) {
@@ -298,8 +288,8 @@ done:
 
 static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     const int s = KL_STAGE_FEATURES;
-    const char *vdir = pl_out_str(c, KL_STAGE_INGEST, "version_dir");
-    char *spec = pl_path(c, cfg_str(c, s, "spec", "")), dir[4300], p[4400], src[4400];
+    const char *vdir = kl__pl_out_str(c, KL_STAGE_INGEST, "version_dir");
+    char *spec = kl__pl_path(c, cfg_str(c, s, "spec", "")), dir[4300], p[4400], src[4400];
     kl_features *f = NULL;
     kl_column **cols = NULL, **res = NULL;
     size_t ncols = 0, nres = 0, *lens = NULL;
@@ -336,7 +326,8 @@ static int st_features(pl_ctx *c, cJSON *out, kl_err *e) {
     }
     outf(c, dir, sizeof dir, "features");
     if ((rc = kl_rm_rf(dir, e))) goto done;
-    snprintf(src, sizeof src, "%s@%s", pl_out_str(c, KL_STAGE_INGEST, "dataset_dir"), pl_out_str(c, KL_STAGE_INGEST, "id"));
+    snprintf(src, sizeof src, "%s@%s", kl__pl_out_str(c, KL_STAGE_INGEST, "dataset_dir"),
+             kl__pl_out_str(c, KL_STAGE_INGEST, "id"));
     if ((rc = kl_features_write(f, res, nres, dir, src, NULL, e))) goto done;
     snprintf(p, sizeof p, "%s.profile.json", dir);
     snprintf(src, sizeof src, "%s/profile.json", dir);
@@ -379,9 +370,9 @@ done:
 /* ================================================================ train, evaluate */
 
 static int st_train(pl_ctx *c, cJSON *out, int64_t parent, kl_err *e) {
-    char *spec = pl_path(c, cfg_str(c, KL_STAGE_TRAIN, "spec", "")), dir[4300], set[4400], p[4400];
+    char *spec = kl__pl_path(c, cfg_str(c, KL_STAGE_TRAIN, "spec", "")), dir[4300], set[4400], p[4400];
     outf(c, dir, sizeof dir, "model");
-    snprintf(set, sizeof set, "data.dataset=%s", pl_out_str(c, KL_STAGE_FEATURES, "dir"));
+    snprintf(set, sizeof set, "data.dataset=%s", kl__pl_out_str(c, KL_STAGE_FEATURES, "dir"));
     const char *sets[1] = {set};
     kl_train_opts o = {0};
     int64_t run_id = 0;
@@ -424,12 +415,13 @@ static int st_evaluate(pl_ctx *c, cJSON *out, kl_err *e) {
     char p[4300];
     kl_eval_opts o = {0};
     o.split = cfg_str(c, s, "split", "test");
-    const char *ref = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(pl_stage_state(c, KL_STAGE_FEATURES), "out"), "reference_column"));
+    const char *ref = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(kl__pl_stage_state(c, KL_STAGE_FEATURES), "out"), "reference_column"));
     o.reference_column = ref;
-    o.dataset = pl_out_str(c, KL_STAGE_FEATURES, "dir");
+    o.dataset = kl__pl_out_str(c, KL_STAGE_FEATURES, "dir");
     void *res = NULL;
     o.verify = c->o->verify;
-    int rc = kl_train_evaluate(pl_out_str(c, KL_STAGE_TRAIN, "dir"), &o, &res, e);
+    int rc = kl_train_evaluate(kl__pl_out_str(c, KL_STAGE_TRAIN, "dir"), &o, &res, e);
     if (rc) return rc;
     cJSON *j = res;
     outf(c, p, sizeof p, "eval.json");
@@ -470,7 +462,7 @@ done:
 
 static int st_export(pl_ctx *c, cJSON *out, kl_err *e) {
     const char *model = cfg_str(c, KL_STAGE_EXPORT, "model", c->res->name);
-    const char *mdir = pl_out_str(c, KL_STAGE_TRAIN, "dir");
+    const char *mdir = kl__pl_out_str(c, KL_STAGE_TRAIN, "dir");
     char repo[4300], dir[4600], a[4800], b[4800];
     outf(c, repo, sizeof repo, "repo");
     snprintf(dir, sizeof dir, "%s/%s/1", repo, model);
@@ -481,20 +473,24 @@ static int st_export(pl_ctx *c, cJSON *out, kl_err *e) {
     if (!rc) rc = kl_json_load_file(a, &mj, e);
     if (rc) return rc;
     /* every file meta.json lists (keel serve checks their sha256), meta.json, the online store */
-    cJSON *f;
-    cJSON_ArrayForEach(f, cJSON_GetObjectItem((cJSON *)mj, "files")) {
-        snprintf(a, sizeof a, "%s/%s", mdir, f->string);
-        snprintf(b, sizeof b, "%s/%s", dir, f->string);
-        if ((rc = kl_copy_file(a, b, e))) goto done;
+    kl_manifest_files mf = {0};
+    if ((rc = kl_manifest_files_read(mj, a, &mf, e))) goto done;
+    for (size_t i = 0; i < mf.n && !rc; i++) {
+        snprintf(a, sizeof a, "%s/%s", mdir, mf.v[i].name);
+        snprintf(b, sizeof b, "%s/%s", dir, mf.v[i].name);
+        rc = kl_copy_file(a, b, e);
     }
+    kl_manifest_files_free(&mf);
+    if (rc) goto done;
     snprintf(a, sizeof a, "%s/meta.json", mdir);
     snprintf(b, sizeof b, "%s/meta.json", dir);
     if ((rc = kl_copy_file(a, b, e))) goto done;
-    snprintf(a, sizeof a, "%s/features.db", pl_out_str(c, KL_STAGE_FEATURES, "dir"));
+    snprintf(a, sizeof a, "%s/features.db", kl__pl_out_str(c, KL_STAGE_FEATURES, "dir"));
     snprintf(b, sizeof b, "%s/features.db", dir);
     if (kl_path_exists(a) && (rc = kl_copy_file(a, b, e))) goto done;
     char key[200], hex[65];
-    snprintf(key, sizeof key, "%s %s", pl_out_str(c, KL_STAGE_TRAIN, "id"), pl_out_str(c, KL_STAGE_FEATURES, "id"));
+    snprintf(key, sizeof key, "%s %s", kl__pl_out_str(c, KL_STAGE_TRAIN, "id"),
+             kl__pl_out_str(c, KL_STAGE_FEATURES, "id"));
     kl_sha256_buf_hex(key, strlen(key), hex);
     cJSON_AddStringToObject(out, "id", hex);
     cJSON_AddStringToObject(out, "repo", repo);
@@ -510,13 +506,15 @@ done:
 
 static int st_register(pl_ctx *c, cJSON *out, kl_err *e) {
     const int s = KL_STAGE_REGISTER;
-    const char *model = cfg_str(c, s, "model", pl_out_str(c, KL_STAGE_EXPORT, "model"));
+    const char *model = cfg_str(c, s, "model", kl__pl_out_str(c, KL_STAGE_EXPORT, "model"));
     const char *alias = cfg_str(c, s, "alias", "champion");
     int64_t ver = 0;
-    double tr = pl_out_num(c, KL_STAGE_TRAIN, "run_id");
-    int rc = kl_registry_register(c->t, model, pl_out_str(c, KL_STAGE_EXPORT, "dir"), isfinite(tr) ? (int64_t)tr : 0, NULL, &ver, e);
+    double tr = kl__pl_out_num(c, KL_STAGE_TRAIN, "run_id");
+    int rc = kl_registry_register(c->t, model, kl__pl_out_str(c, KL_STAGE_EXPORT, "dir"),
+                                  isfinite(tr) ? (int64_t)tr : 0, NULL, &ver, e);
     if (!rc && *alias) rc = kl_registry_set_alias(c->t, model, alias, ver, e);
-    const char *dv = pl_out_str(c, KL_STAGE_INGEST, "id"), *fh = pl_out_str(c, KL_STAGE_FEATURES, "feature_hash");
+    const char *dv = kl__pl_out_str(c, KL_STAGE_INGEST, "id"),
+               *fh = kl__pl_out_str(c, KL_STAGE_FEATURES, "feature_hash");
     if (!rc && *dv) rc = kl_registry_set_tag(c->t, model, ver, "dataset_version", dv, e);
     if (!rc && *fh) rc = kl_registry_set_tag(c->t, model, ver, "feature_hash", fh, e);
     if (rc) return rc;
@@ -535,13 +533,13 @@ static int st_register(pl_ctx *c, cJSON *out, kl_err *e) {
 static int st_serve(pl_ctx *c, kl_err *e) {
     const int s = KL_STAGE_SERVE;
     kl_serve_opts o = {0};
-    o.repo = pl_out_str(c, KL_STAGE_EXPORT, "repo");
+    o.repo = kl__pl_out_str(c, KL_STAGE_EXPORT, "repo");
     if (!*o.repo) return kl_err_set(e, KL_ESTATE, "serve needs the export stage's model repository");
     o.host = cfg_str(c, s, "host", "127.0.0.1");
     o.port = (int)cfg_num(c, s, "port", 8000);
     o.workers = (int)cfg_num(c, s, "workers", 0);
     o.access_log = 1;
-    const char *url = pl_out_str(c, KL_STAGE_FEATURES, "store"); /* the features stage's shared store */
+    const char *url = kl__pl_out_str(c, KL_STAGE_FEATURES, "store"); /* the features stage's shared store */
     o.feature_store = *url ? url : NULL;
     kl_server *srv = NULL;
     int rc = kl_signal_catch(e);   /* Ctrl-C / SIGTERM stop the server (whichever thread gets them) */
@@ -558,7 +556,7 @@ static int st_serve(pl_ctx *c, kl_err *e) {
     return rc;
 }
 
-int pl_stage_run(pl_ctx *c, int s, cJSON *out, int64_t parent, kl_err *e) {
+int kl__pl_stage_run(pl_ctx *c, int s, cJSON *out, int64_t parent, kl_err *e) {
     switch (s) {
     case KL_STAGE_INGEST: return st_ingest(c, out, e);
     case KL_STAGE_VALIDATE: return st_validate(c, out, e);

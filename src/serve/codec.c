@@ -558,7 +558,7 @@ static void put_int(kl_buf *b, long long v) {
     kl_buf_append(b, tmp, (size_t)sv_fmt_i64(tmp, v));
 }
 
-static void json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
+void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
     kl_buf_puts(b, "[");
     for (int64_t i = 0; i < n; i++) {
         if (i) kl_buf_append(b, ",", 1);
@@ -683,10 +683,10 @@ done:
 
 /* The first output's row of a record: a scalar when it has one value. */
 static void raw_entry(kl_buf *b, int dtype, const char *p, int64_t per_row) {
-    if (per_row != 1) { json_data(b, dtype, p, per_row); return; }
+    if (per_row != 1) { sv_json_data(b, dtype, p, per_row); return; }
     kl_buf b1;
     kl_buf_init(&b1);
-    json_data(&b1, dtype, p, 1);
+    sv_json_data(&b1, dtype, p, 1);
     if (b1.len >= 2) kl_buf_append(b, b1.data + 1, b1.len - 2); /* strip the brackets */
     kl_buf_free(&b1);
 }
@@ -815,7 +815,7 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
             bin_len[nbin++] = nbytes;
         } else {
             kl_buf_puts(&b, ",\"data\":");
-            json_data(&b, t->dtype, p, numel);
+            sv_json_data(&b, t->dtype, p, numel);
             kl_buf_puts(&b, "}");
         }
     }

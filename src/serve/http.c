@@ -25,6 +25,11 @@
 
 _Thread_local sv_loop *sv_cur_loop;
 
+static void req_resume(sv_req *r);
+/* Writes loop lp's buffered access log lines (its thread, or after it stopped). */
+static void loop_log_flush(sv_loop *lp);
+static void http_stop(kl_server *s);
+
 /* ==================================================================
  * Responses
  * ================================================================== */
@@ -407,10 +412,13 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
             return send_error(s, c, r, 503, SV_R_NOT_READY, 1, "feature store unavailable: %s", e.msg);
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
     }
-    /* the decoded tensors hold the data now */
-    kl_mem_free(r->body);
-    r->body = NULL;
-    r->body_len = r->body_cap = 0;
+    /* the decoded tensors hold the data now (a logged :predict keeps its
+     * body: the prediction log takes it, sv_plog_batch) */
+    if (!(r->predict && v->plog)) {
+        kl_mem_free(r->body);
+        r->body = NULL;
+        r->body_len = r->body_cap = 0;
+    }
     if (!hdr_prio) { /* the level came with the body (or is the default): its decode is paid, its run is not */
         r->level = sv_priority_level(&m->cfg, r->prio_param);
         if (r->level > 0 && refused(s, c, r, SV_ADMIT_DECODED, &res)) return res;
@@ -454,14 +462,14 @@ static void deliver(sv_req *r) {
         if (lp != sv_cur_loop) sv_loop_wake(lp);
         return;
     }
-    sv_req_resume(r);
+    req_resume(r);
 }
 
 static int on_own_loop(const sv_req *r) { return sv_cur_loop && r->loop == sv_cur_loop; }
 
 static int loop_all_waiting(const sv_loop *lp) { return lp->nwait >= lp->nconn; }
 
-void sv_req_resume(sv_req *r) {
+static void req_resume(sv_req *r) {
     if (!r->suspended) return; /* held requests: sv_req_finish wakes their loop */
     /* r may be answered and freed by its loop as soon as it is resumed: read it first */
     sv_loop *lp = r->loop;
@@ -506,10 +514,10 @@ static void log_request(kl_server *s, sv_req *r) {
         lp->log_fmt = (int)kl_log_get_format();
     }
     kl_log_format_line(&lp->log, (kl_log_format)lp->log_fmt, lvl, "serve", "request", f, KL_ARRAY_LEN(f));
-    if (lp->log.len >= SV_LOG_FLUSH_BYTES || lp->log.failed) sv_loop_log_flush(lp);
+    if (lp->log.len >= SV_LOG_FLUSH_BYTES || lp->log.failed) loop_log_flush(lp);
 }
 
-void sv_loop_log_flush(sv_loop *lp) {
+static void loop_log_flush(sv_loop *lp) {
     if (lp->log.len) kl_log_write_lines(lp->log.data, lp->log.len);
     if (lp->log.failed) kl_buf_free(&lp->log);
     else kl_buf_reset(&lp->log);
@@ -999,7 +1007,7 @@ static void *loop_main(void *arg) {
         /* answers to send (run here, or refused while libmicrohttpd ran): no waiting */
         if (sv_sched_inline(s, lp, &due) > 0 || lp->resumed) {
             int64_t now = kl_time_mono_ns();
-            if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) sv_loop_log_flush(lp);
+            if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) loop_log_flush(lp);
             /* a loop that never sleeps still takes new connections (every
              * 20 ms: an accept4 that finds nothing costs ~1 % of the CPU
              * at every 5 ms under the MLP bench's load) */
@@ -1008,7 +1016,7 @@ static void *loop_main(void *arg) {
         }
         int64_t now = kl_time_mono_ns(), wait_ns = 1000000000LL;
         lp->idle_ns = now; /* a round with nothing to do: the loop is not saturated */
-        if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) sv_loop_log_flush(lp);
+        if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) loop_log_flush(lp);
         MHD_UNSIGNED_LONG_LONG to;
         /* held requests keep libmicrohttpd's timeout at 0 (it calls their
          * handler each round): while their batch waits for its delay the
@@ -1034,7 +1042,7 @@ static void *loop_main(void *arg) {
             if (lon && (pf[2].revents & POLLIN)) accept_new(s, lp);
         }
     }
-    sv_loop_log_flush(lp);
+    loop_log_flush(lp);
     return NULL;
 }
 
@@ -1071,7 +1079,7 @@ int sv_http_loops(const kl_serve_opts *o) {
     return n < 1 ? 1 : n > SV_MAX_LOOPS ? SV_MAX_LOOPS : n;
 }
 
-int sv_http_start(kl_server *s, kl_err *e) {
+static int http_start(kl_server *s, kl_err *e) {
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -1129,7 +1137,7 @@ int sv_http_start(kl_server *s, kl_err *e) {
         if (prc) rc = kl_err_set(e, -prc, "starting the slow-client guard: %s", strerror(prc));
         else s->have_guard = 1;
     }
-    if (rc) sv_http_stop(s);
+    if (rc) http_stop(s);
     return rc;
 }
 
@@ -1158,7 +1166,7 @@ static void http_quiesce(kl_server *s) {
     pthread_mutex_unlock(&s->lock);
 }
 
-void sv_http_stop(kl_server *s) {
+static void http_stop(kl_server *s) {
     if (s->have_guard) {
         pthread_mutex_lock(&s->conn_lock);
         s->guard_stop = 1;
@@ -1180,7 +1188,7 @@ void sv_http_stop(kl_server *s) {
     for (int i = 0; i < s->nloops; i++) {
         sv_loop *lp = &s->loops[i];
         if (lp->d) MHD_stop_daemon(lp->d); /* may answer (and log) requests still open */
-        sv_loop_log_flush(lp);
+        loop_log_flush(lp);
         kl_buf_free(&lp->log);
         if (lp->wake_fd >= 0) close(lp->wake_fd);
         if (lp->aq_init) {
@@ -1209,8 +1217,7 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     s->o = *o;
     snprintf(s->repo, sizeof s->repo, "%s", o->repo);
     snprintf(s->host, sizeof s->host, "%s", o->host ? o->host : "127.0.0.1");
-    const char *tmp = getenv("TMPDIR");
-    snprintf(s->snapdir, sizeof s->snapdir, "%s", o->snapshot_dir ? o->snapshot_dir : tmp && *tmp ? tmp : "/tmp");
+    snprintf(s->snapdir, sizeof s->snapdir, "%s", o->snapshot_dir ? o->snapshot_dir : kl_settings_get()->tmpdir);
     if (!s->o.max_body) s->o.max_body = 64u << 20;
     if (s->o.exit_timeout_s <= 0) s->o.exit_timeout_s = 30;
     if (s->o.probe_interval_s <= 0) s->o.probe_interval_s = 10;
@@ -1237,6 +1244,12 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     atomic_init(&s->next_rid, 1);
     if (!sb_available())
         kl_log(KL_LOG_WARN, "serve", "this build has no ONNX runtime: models will be listed as unavailable");
+    /* before the scan: versions get their layouts */
+    int prc = o->log_predictions ? sv_plog_open(&s->o, &s->plog, e) : KL_OK;
+    if (prc) {
+        kl_server_free(s);
+        return prc;
+    }
     kl_err se = {0};
     if (sv_repo_scan(s, NULL, &se) && se.code != KL_OK) {
         if (!s->nmodels && (se.code == KL_ENOTFOUND || se.code < 0) && !kl_path_exists(s->repo)) {
@@ -1254,7 +1267,7 @@ int kl_server_start(kl_server *s, kl_err *e) {
     s->io = (sv_transport){deliver, on_own_loop, loop_all_waiting};
     int rc = sv_sched_start(s, e);
     if (rc) return rc;
-    rc = sv_http_start(s, e);
+    rc = http_start(s, e);
     if (rc) { sv_sched_stop(s); return rc; }
     s->started = 1;
     kl_log(KL_LOG_INFO, "serve", "%d HTTP loop(s), %d inference worker(s), access log %s", s->nloops, s->nworkers,
@@ -1310,8 +1323,11 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
         pthread_cond_timedwait(&s->dcond, &s->lock, &ts);
     }
     pthread_mutex_unlock(&s->lock);
-    sv_http_stop(s);
+    http_stop(s);
     s->started = 0;
+    /* every request is answered: what the prediction log holds goes out */
+    sv_plog_close(s->plog);
+    s->plog = NULL;
     kl_log(KL_LOG_INFO, "serve", "stopped after draining for %.2f s", (kl_time_mono_ns() - t0) / 1e9);
     return rc;
 }
@@ -1320,9 +1336,10 @@ void kl_server_free(kl_server *s) {
     if (!s) return;
     if (s->started) kl_server_shutdown(s, NULL);
     sv_sched_stop(s);
-    sv_http_stop(s);
+    http_stop(s);
     for (int i = 0; i < s->nmodels; i++) sv_model_free(s->models[i]);
     free(s->models);
+    sv_plog_close(s->plog); /* after the versions: none points at its layouts any more */
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->scan_lock);
     pthread_mutex_destroy(&s->mx);

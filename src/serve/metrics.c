@@ -19,7 +19,30 @@ static const char *const reason_names[SV_R_COUNT] = {
 
 const char *sv_reason_name(int r) { return r >= 0 && r < SV_R_COUNT ? reason_names[r] : "internal"; }
 
-void sv_hist_add(sv_hist *h, double x) {
+size_t sv_metrics_latency_bounds(const double **le) {
+    *le = lat_le;
+    return KL_ARRAY_LEN(lat_le);
+}
+
+/* A request the server could not answer although it was well-formed and
+ * within its limits: full queues, timeouts, memory quotas, shutdown, no ready
+ * version, internal errors, overload shedding. A malformed request, an
+ * unknown model, a body over the limit or a client over its rate limit is
+ * the client's failure and spends no error budget. */
+int sv_reason_is_server_error(int r) {
+    switch (r) {
+    case SV_R_QUEUE_FULL:
+    case SV_R_TIMEOUT:
+    case SV_R_MEMORY:
+    case SV_R_SHUTDOWN:
+    case SV_R_NOT_READY:
+    case SV_R_INTERNAL:
+    case SV_R_OVERLOAD: return 1;
+    default: return 0;
+    }
+}
+
+static void hist_add(sv_hist *h, double x) {
     int i = 0;
     while (i < SV_LAT_BUCKETS - 1 && x > lat_le[i]) i++;
     h->b[i]++;
@@ -51,10 +74,10 @@ void sv_metrics_request(kl_server *s, sv_req *r) {
     } else {
         sv_mstats *st = version_stats(r->model, r->ver ? r->ver->version : -1);
         st->requests[r->reason]++;
-        if (r->reason == SV_R_SUCCESS) sv_hist_add(&st->latency[r->level], total);
+        if (r->reason == SV_R_SUCCESS) hist_add(&st->latency[r->level], total);
         if (r->t_start) {
-            sv_hist_add(&st->queue, (r->t_start - r->t_enq) * 1e-9);
-            sv_hist_add(&st->compute, (r->t_end - r->t_start) * 1e-9);
+            hist_add(&st->queue, (r->t_start - r->t_enq) * 1e-9);
+            hist_add(&st->compute, (r->t_end - r->t_start) * 1e-9);
         }
         if (r->batch_size > 0 && r->reason == SV_R_SUCCESS) {
             int i = 0;
@@ -283,6 +306,7 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     }
     pthread_mutex_unlock(&s->lock);
     sv_monitor_metrics(s, &b);
+    if (s->plog) sv_plog_metrics(s->plog, &b);
     head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
     kl_buf_printf(&b, "keel_ready %d\n", sv_ready(s, NULL, 0));
     *len = b.len;

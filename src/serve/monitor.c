@@ -6,6 +6,7 @@
  * the drift gauges of /metrics. */
 #include "serve_int.h"
 
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +14,94 @@
 
 /* ==================================================================
  * config.yaml: monitor: {enabled, windows, psi, js, p_value, min_samples,
- * min_expected, null_delta, unknown_ratio, oob_ratio}
+ * min_expected, null_delta, unknown_ratio, oob_ratio, feedback_*, and the
+ * alert thresholds slo_*, *_drop, rmse_rise, min_labels, alert_for}
  * ================================================================== */
 
+const char *const sv_qref_metric[SV_QREF_COUNT] = {"accuracy", "auc", "mae", "rmse"};
+
+void sv_alert_cfg_default(sv_alert_cfg *a) {
+    a->slo_availability = 99.9;
+    a->slo_latency_s = 0.25;
+    a->slo_latency_target = 99;
+    a->accuracy_drop = 0.02;
+    a->auc_drop = 0.03;
+    a->rmse_rise = 0.1;
+    a->quality_p_value = 0.01;
+    a->min_labels = 200;
+    a->alert_for_s = 600;
+}
+
+/* slo_latency must be a bound of the latency histograms (the rules read its bucket) */
+static int check_latency_bound(const kl_node *n, double x, kl_err *e) {
+    const double *le;
+    size_t nb = sv_metrics_latency_bounds(&le);
+    char list[256] = "";
+    for (size_t i = 0; i < nb; i++) {
+        if (le[i] == x) return KL_OK;
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%g", i ? ", " : "", le[i]);
+    }
+    return kl_node_error(n, e, KL_EINVAL, "%g s is not a bound of the latency histogram (%s)", x, list);
+}
+
+/* the alert thresholds of the block (rules.c reads them) */
+static int alert_cfg_parse(const kl_node *n, sv_alert_cfg *a, kl_err *e) {
+    struct {
+        const char *k;
+        double *v;
+        double lo, hi;
+    } d[] = {{"slo_availability", &a->slo_availability, 50, 99.9999},
+             {"slo_latency", &a->slo_latency_s, 0, 1e6},
+             {"slo_latency_target", &a->slo_latency_target, 50, 99.9999},
+             {"accuracy_drop", &a->accuracy_drop, 0, 1},
+             {"auc_drop", &a->auc_drop, 0, 1},
+             {"rmse_rise", &a->rmse_rise, 0, 100},
+             {"quality_p_value", &a->quality_p_value, 1e-9, 0.5}};
+    int rc;
+    for (size_t i = 0; i < KL_ARRAY_LEN(d); i++) {
+        if ((rc = kl_spec_double(n, d[i].k, *d[i].v, d[i].v, e))) return rc;
+        if (!(*d[i].v >= d[i].lo && *d[i].v <= d[i].hi))
+            return kl_node_error(kl_node_get(n, d[i].k), e, KL_EINVAL, "must be within %g..%g", d[i].lo, d[i].hi);
+    }
+    if (kl_node_get(n, "slo_latency") && (rc = check_latency_bound(kl_node_get(n, "slo_latency"), a->slo_latency_s, e)))
+        return rc;
+    if ((rc = kl_spec_int(n, "min_labels", a->min_labels, &a->min_labels, e))) return rc;
+    if (a->min_labels < 1 || a->min_labels > 1000000000)
+        return kl_node_error(kl_node_get(n, "min_labels"), e, KL_EINVAL, "must be within 1..1e9");
+    const kl_node *af = kl_node_get(n, "alert_for");
+    if (af) {
+        const char *s = kl_node_scalar(af);
+        int64_t v = 0;
+        if (!s || (strcmp(s, "0") && kl_monitor_parse_window(s, &v)))
+            return kl_node_error(af, e, KL_EINVAL, "'%s' is not a duration (0, 90s, 10m, 1h)", s ? s : "?");
+        a->alert_for_s = v;
+    }
+    return KL_OK;
+}
+
 int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
-    static const char *const keys[] = {
-        "enabled",      "windows",    "psi",           "js",        "p_value",          "min_samples",
-        "min_expected", "null_delta", "unknown_ratio", "oob_ratio", "feedback_horizon", "feedback_capacity"};
+    static const char *const keys[] = {"enabled",
+                                       "windows",
+                                       "psi",
+                                       "js",
+                                       "p_value",
+                                       "min_samples",
+                                       "min_expected",
+                                       "null_delta",
+                                       "unknown_ratio",
+                                       "oob_ratio",
+                                       "feedback_horizon",
+                                       "feedback_capacity",
+                                       "slo_availability",
+                                       "slo_latency",
+                                       "slo_latency_target",
+                                       "accuracy_drop",
+                                       "quality_p_value",
+                                       "auc_drop",
+                                       "rmse_rise",
+                                       "min_labels",
+                                       "alert_for"};
     kl_monitor_cfg *m = &c->monitor;
     int rc;
     if (kl_node_kind_of(n) != KL_NODE_MAP) {
@@ -78,7 +160,7 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
     if (ms < 1 || ms > 1000000000)
         return kl_node_error(kl_node_get(n, "min_samples"), e, KL_EINVAL, "min_samples: 1..1e9");
     m->min_samples = (uint64_t)ms;
-    return KL_OK;
+    return alert_cfg_parse(n, &c->alert, e);
 }
 
 /* ==================================================================
@@ -105,9 +187,11 @@ void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
     }
     kl_err e = {0};
     kl_profile *prof = NULL;
-    if (kl_profile_load(p, &prof, &e) || kl_monitor_new(prof, v->feat, &cfg->monitor, &v->mon, &e)) {
-        /* a broken profile turns monitoring off, never the version */
-        snprintf(v->mon_off, sizeof v->mon_off, "profile.json unreadable: %s", e.msg);
+    int unread = kl_profile_load(p, &prof, &e) != KL_OK;
+    if (unread || kl_monitor_new(prof, v->feat, &cfg->monitor, &v->mon, &e)) {
+        /* a broken profile (or one over the memory cap) turns monitoring off, never the version */
+        snprintf(v->mon_off, sizeof v->mon_off, "%s: %s", unread ? "profile.json unreadable" : "monitor not started",
+                 e.msg);
         kl_log(KL_LOG_WARN, "serve", "model %s version %lld: monitoring off: %s", v->model->name, (long long)v->version,
                v->mon_off);
         return;
@@ -163,8 +247,6 @@ void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *
  * GET /v2/models/M[/versions/V]/monitor
  * ================================================================== */
 
-static void window_label(int64_t s, char *buf, size_t n);
-
 /* the version asked for, referenced; NULL with a 404 body in b */
 static sv_version *find_version(kl_server *s, const char *model, int64_t want, kl_buf *b) {
     pthread_mutex_lock(&s->lock);
@@ -195,7 +277,7 @@ static void quality_json(const sv_version *v, kl_buf *b) {
     kl_buf_puts(b, ",\"quality\":{\"windows\":{");
     for (int w = 0; w < v->mcfg.nwin; w++) {
         char wn[24];
-        window_label(v->mcfg.win_s[w], wn, sizeof wn);
+        kl_monitor_window_name(v->mcfg.win_s[w], wn, sizeof wn);
         sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
         kl_buf_printf(b, "%s\"%s\":{\"n\":%llu", w ? "," : "", wn, (unsigned long long)q.n);
         if (q.classifier) {
@@ -224,7 +306,20 @@ int sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const cha
     sv_version *v = find_version(s, model, want, b);
     if (!v) return 404;
     int st;
-    if (!v->fb) {
+    if (!v->fb && s->plog && v->plog) { /* no joining in the server, but the labels go to the log */
+        void *doc = NULL;
+        kl_err e = {0};
+        if (kl_json_parse_opts(body, len, "request body", 0, &doc, &e)) {
+            kl_buf_puts(b, "{\"error\":");
+            kl_buf_json_str(b, e.msg);
+            kl_buf_puts(b, "}");
+            st = 400;
+        } else {
+            cJSON_Delete(doc);
+            kl_buf_puts(b, "{\"logged\":true}");
+            st = 200;
+        }
+    } else if (!v->fb) {
         kl_buf_printf(b,
                       "{\"error\":\"model '%s' version %lld takes no feedback (monitor: feedback_capacity: 0 or "
                       "enabled: false in config.yaml)\"}",
@@ -233,6 +328,7 @@ int sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const cha
     } else {
         st = sv_feedback_post(v->fb, body, len, kl_time_mono_ns(), b);
     }
+    if (st == 200 && s->plog) sv_plog_labels(s->plog, v, body, len);
     sv_version_unref(v);
     return st;
 }
@@ -267,12 +363,6 @@ int sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
  * /metrics: keel_feature_drift, keel_feature_null_ratio, keel_prediction_drift
  * ================================================================== */
 
-static void window_label(int64_t s, char *buf, size_t n) {
-    if (s % 86400 == 0 && s >= 2 * 86400) snprintf(buf, n, "%lldd", (long long)(s / 86400));
-    else if (s % 3600 == 0) snprintf(buf, n, "%lldh", (long long)(s / 3600));
-    else if (s % 60 == 0) snprintf(buf, n, "%lldm", (long long)(s / 60));
-    else snprintf(buf, n, "%llds", (long long)s);
-}
 
 typedef struct {
     const char *name;
@@ -293,7 +383,7 @@ static const stat_field FIELDS[] = {
 /* the labels model, version, feature|output (+ source), window of one stat */
 static void stat_labels(kl_buf *b, const char *model, int64_t ver, const kl_monitor_stat *st) {
     char w[24];
-    window_label(st->window_s, w, sizeof w);
+    kl_monitor_window_name(st->window_s, w, sizeof w);
     kl_buf_puts(b, "model=");
     sv_metrics_label(b, model);
     kl_buf_printf(b, ",version=\"%lld\",%s=", (long long)ver, st->role == KL_PROF_OUTPUT ? "output" : "feature");
@@ -309,11 +399,33 @@ typedef struct {
     size_t n;
 } vstats;
 
+/* name{model, version, feature|output (+ source), window} = the non-null values the window holds */
+static void window_samples(kl_buf *b, const vstats *vs, int nv, const char *name, int outputs, const char *help) {
+    sv_metrics_head(b, name, "gauge", help);
+    for (int i = 0; i < nv; i++)
+        for (size_t k = 0; k < vs[i].n; k++) {
+            const kl_monitor_stat *st = &vs[i].st[k];
+            if ((st->role == KL_PROF_OUTPUT) != outputs) continue;
+            kl_buf_printf(b, "%s{", name);
+            stat_labels(b, vs[i].model, vs[i].ver, st);
+            kl_buf_printf(b, "} %llu\n", (unsigned long long)(st->n - st->nulls));
+        }
+}
+
+/* keel_feature_null_ratio{..., window="reference"}: the column's null share on the fit rows */
+static void null_reference(kl_buf *b, const char *model, int64_t ver, const kl_monitor_stat *st) {
+    kl_buf_puts(b, "keel_feature_null_ratio{model=");
+    sv_metrics_label(b, model);
+    kl_buf_printf(b, ",version=\"%lld\",feature=", (long long)ver);
+    sv_metrics_label(b, st->column);
+    kl_buf_printf(b, ",source=\"%s\",window=\"reference\"} %.6g\n", kl_prof_role_name(st->role), st->ref_null_ratio);
+}
+
 static void render_family(kl_buf *b, const vstats *vs, int nv, const char *name, int outputs) {
     for (int i = 0; i < nv; i++)
         for (size_t k = 0; k < vs[i].n; k++) {
             const kl_monitor_stat *st = &vs[i].st[k];
-            if ((st->role == KL_PROF_OUTPUT) != outputs || !st->tested) continue;
+            if ((st->role == KL_PROF_OUTPUT) != outputs || !st->tested || st->temporal) continue;
             for (size_t f = 0; f < KL_ARRAY_LEN(FIELDS); f++) {
                 if (!(st->categorical ? FIELDS[f].cat : FIELDS[f].num)) continue;
                 double x = *(const double *)((const char *)st + FIELDS[f].off);
@@ -325,18 +437,26 @@ static void render_family(kl_buf *b, const vstats *vs, int nv, const char *name,
         }
 }
 
-/* keel_model_quality{metric, window}, keel_feedback_labels_total{result} */
+/* keel_model_quality{metric, window}, keel_model_quality_samples{window},
+ * keel_feedback_labels_total{result} */
 static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV_NAME_MAX], int nv, int64_t now) {
+    kl_buf nb; /* keel_model_quality_samples, from the same sv_quality */
+    kl_buf_init(&nb);
     sv_metrics_head(b, "keel_model_quality", "gauge",
                     "Live quality from labels joined with served predictions (POST .../feedback), per window: auc, "
-                    "accuracy, log_loss, brier (classifiers), mae, rmse (regression).");
+                    "accuracy, log_loss, brier (classifiers), mae, rmse (regression); window=\"reference\": the "
+                    "validation rows' (meta.json final_metrics).");
     for (int i = 0; i < nv; i++) {
         const sv_version *v = vers[i];
         for (int w = 0; v->fb && w < v->mcfg.nwin; w++) {
             sv_quality q;
             char wn[24];
-            window_label(v->mcfg.win_s[w], wn, sizeof wn);
+            kl_monitor_window_name(v->mcfg.win_s[w], wn, sizeof wn);
             sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
+            kl_buf_puts(&nb, "keel_model_quality_samples{model="); /* the family after this one */
+            sv_metrics_label(&nb, names[i]);
+            kl_buf_printf(&nb, ",version=\"%lld\",window=\"%s\"} %llu\n", (long long)v->version, wn,
+                          (unsigned long long)q.n);
             const struct {
                 const char *k;
                 double x;
@@ -350,7 +470,26 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
                               mt[k].k, wn, mt[k].x);
             }
         }
+        if (v->fb && v->qref_n) { /* how many validation rows the reference is of */
+            kl_buf_puts(&nb, "keel_model_quality_samples{model=");
+            sv_metrics_label(&nb, names[i]);
+            kl_buf_printf(&nb, ",version=\"%lld\",window=\"reference\"} %llu\n", (long long)v->version,
+                          (unsigned long long)v->qref_n);
+        }
+        for (int k = 0; v->fb && k < SV_QREF_COUNT; k++) { /* the validation rows' (meta.json final_metrics) */
+            if (!isfinite(v->qref[k])) continue;
+            kl_buf_puts(b, "keel_model_quality{model=");
+            sv_metrics_label(b, names[i]);
+            kl_buf_printf(b, ",version=\"%lld\",metric=\"%s\",window=\"reference\"} %.6g\n", (long long)v->version,
+                          sv_qref_metric[k], v->qref[k]);
+        }
     }
+    sv_metrics_head(b, "keel_model_quality_samples", "gauge",
+                    "Labelled predictions in the window that keel_model_quality is computed from; "
+                    "window=\"reference\": the validation rows of the reference (meta.json data.val_rows).");
+    kl_buf_append(b, nb.data ? nb.data : "", nb.len);
+    if (nb.failed) b->failed = 1;
+    kl_buf_free(&nb);
     sv_metrics_head(
         b, "keel_feedback_labels_total", "counter",
         "Labels posted to .../feedback: matched with a served prediction, unmatched (no prediction of that id "
@@ -402,12 +541,17 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
                     "profile.json, per window: psi, js, ks, ks_p_value, oob_ratio (numbers), chi2, chi2_p_value, "
                     "unknown_ratio (categories); windows with at least min_samples values.");
     render_family(b, vs, nv, "keel_feature_drift", 0);
+    window_samples(b, vs, nv, "keel_feature_window_samples", 0,
+                   "Non-null values of a raw input or feature slot in the window (the statistics are computed from "
+                   "min_samples on; alert rules require it).");
     sv_metrics_head(b, "keel_feature_null_ratio", "gauge",
-                    "Share of null or missing values of a raw input per window.");
+                    "Share of null or missing values of a raw input per window; window=\"reference\": the fit rows'.");
     for (int i = 0; i < nv; i++)
         for (size_t k = 0; k < vs[i].n; k++) {
             const kl_monitor_stat *st = &vs[i].st[k];
-            if (st->role != KL_PROF_INPUT || !st->n) continue;
+            if (st->role != KL_PROF_INPUT) continue;
+            if (st->window == 0) null_reference(b, vs[i].model, vs[i].ver, st);
+            if (!st->n) continue;
             kl_buf_puts(b, "keel_feature_null_ratio{");
             stat_labels(b, vs[i].model, vs[i].ver, st);
             kl_buf_printf(b, "} %.6g\n", st->null_ratio);
@@ -427,6 +571,7 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
         b, "keel_prediction_drift", "gauge",
         "Drift of a model output against its distribution on the validation rows (profile.json), per window.");
     render_family(b, vs, nv, "keel_prediction_drift", 1);
+    window_samples(b, vs, nv, "keel_prediction_window_samples", 1, "Values of a model output in the window.");
     sv_metrics_head(b, "keel_feature_fallback_ratio", "gauge",
                     "Fallbacks of the feature transforms per :predict row (unknown, null_filled, div_zero, clamped, "
                     "empty_window), per window; the reference's on the fit rows with window=\"reference\".");
@@ -435,7 +580,7 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
             kl_monitor_fallbacks fb;
             char wn[24];
             if (kl_monitor_fallback_stats(vers[i]->mon, now, w, &fb)) continue;
-            window_label(vers[i]->mcfg.win_s[w], wn, sizeof wn);
+            kl_monitor_window_name(vers[i]->mcfg.win_s[w], wn, sizeof wn);
             for (int k = 0; k < KL_MON_FALLBACKS; k++)
                 for (int ref = 0; ref < 2 && (w == 0 || !ref); ref++) {
                     double x = ref ? fb.ref_ratio[k] : fb.ratio[k];

@@ -8,6 +8,8 @@
  * that is serving. */
 #include "serve_int.h"
 
+#include <math.h>
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -33,6 +35,7 @@ void sv_cfg_default(sv_model_cfg *c) {
     kl_monitor_cfg_default(&c->monitor);
     c->fb_horizon_s = 3600;
     c->fb_capacity = 0; /* feedback is asked for: monitor: {feedback_capacity: N} */
+    sv_alert_cfg_default(&c->alert);
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;
@@ -253,22 +256,6 @@ static void version_sig(const char *dir, char *out, size_t n) {
     kl_buf_free(&b);
 }
 
-/* meta.json: {"files": {"model.onnx": "<sha256>" | {"sha256": "..."}}} or
- * {"files": [{"path"|"name": "model.onnx", "sha256": "..."}]} or
- * {"sha256": {"model.onnx": "..."}}. Every listed file is verified. */
-static int check_one(const char *dir, const char *file, const char *want, kl_err *e) {
-    char p[1400], hex[65];
-    if (!file || !want) return kl_err_set(e, KL_EPARSE, "%s/meta.json: file entry without a name or sha256", dir);
-    if (strstr(file, "..") || file[0] == '/')
-        return kl_err_set(e, KL_EPARSE, "%s/meta.json: file '%s' is outside the version folder", dir, file);
-    snprintf(p, sizeof p, "%s/%s", dir, file);
-    int rc = kl_sha256_file_hex(p, hex, e);
-    if (rc) return rc;
-    if (strcasecmp(hex, want))
-        return kl_err_set(e, KL_ECHECKSUM, "%s: sha256 is %s, meta.json says %s", p, hex, want);
-    return KL_OK;
-}
-
 /* output.class_names: K names when the model's label was a string (the
  * index order of its outputs); anything else leaves labels as indices. */
 static void read_class_names(const cJSON *o, sv_version *v) {
@@ -289,6 +276,21 @@ static void read_postprocess(const cJSON *root, sv_version *v) {
     v->nclasses = cJSON_IsNumber(k) && k->valuedouble >= 1 && k->valuedouble <= 1e6 ? (int)k->valuedouble : 0;
 }
 
+/* meta.json "final_metrics": the version's quality on its validation rows
+ * (val_accuracy, val_auc, val_mae, val_rmse; keel train writes the ones of
+ * its task), the reference the live quality is compared with, and
+ * "data": {"val_rows"}: how many rows it was measured on. */
+static void read_quality_ref(const cJSON *root, sv_version *v) {
+    static const char *const keys[SV_QREF_COUNT] = {"val_accuracy", "val_auc", "val_mae", "val_rmse"};
+    const cJSON *fm = cJSON_GetObjectItemCaseSensitive(root, "final_metrics");
+    for (int k = 0; k < SV_QREF_COUNT; k++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(fm, keys[k]);
+        if (cJSON_IsNumber(x) && isfinite(x->valuedouble)) v->qref[k] = x->valuedouble;
+    }
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "data"), "val_rows");
+    if (cJSON_IsNumber(n) && n->valuedouble >= 1 && n->valuedouble <= 1e15) v->qref_n = (uint64_t)n->valuedouble;
+}
+
 static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err *e) {
     char p[1400];
     *nchecked = 0;
@@ -299,23 +301,17 @@ static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err
     if (rc) return rc;
     cJSON *root = j;
     read_postprocess(root, v);
-    cJSON *files = cJSON_GetObjectItemCaseSensitive(root, "files");
-    if (!files) files = cJSON_GetObjectItemCaseSensitive(root, "sha256");
-    if (cJSON_IsObject(files)) {
-        for (cJSON *f = files->child; f && !rc; f = f->next) {
-            const char *want = cJSON_IsString(f) ? f->valuestring
-                                                 : cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "sha256"));
-            rc = check_one(dir, f->string, want, e);
-            (*nchecked)++;
-        }
-    } else if (cJSON_IsArray(files)) {
-        for (cJSON *f = files->child; f && !rc; f = f->next) {
-            const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "path"));
-            if (!name) name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "name"));
-            rc = check_one(dir, name, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(f, "sha256")), e);
-            (*nchecked)++;
-        }
-    }
+    read_quality_ref(root, v);
+    /* every file meta.json lists (any shape keel wrote: kl_manifest_files_read), by sha256 and size */
+    kl_manifest_files m;
+    rc = kl_manifest_files_read(root, p, &m, e);
+    if (rc == KL_ENOTFOUND) {
+        kl_err_clear(e);
+        rc = KL_OK;
+    } /* a version without a files list: nothing to check */
+    for (size_t i = 0; !rc && i < m.n; i++, (*nchecked)++)
+        rc = kl_manifest_file_verify(dir, &m.v[i], KL_VERIFY_SHA256, p, NULL, e);
+    kl_manifest_files_free(&m);
     cJSON_Delete(root);
     return rc;
 }
@@ -362,6 +358,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
     version_sig(dir, v->sig, sizeof v->sig);
     int nchecked = 0;
     v->post = -1;
+    for (int k = 0; k < SV_QREF_COUNT; k++) v->qref[k] = NAN;
     int rc = check_integrity(dir, v, &nchecked, e);
     if (rc) goto fail;
     char p[1400];
@@ -399,6 +396,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
         }
     }
     sv_monitor_load(v, cfg);
+    if (s->plog) v->plog = sv_plog_schema_of(s->plog, v);
     int64_t t0 = kl_time_mono_ns();
     if ((rc = sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
     char batching[96];

@@ -419,6 +419,10 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     pthread_mutex_lock(&s->lock);
     for (int k = 0; k < n; k++) release_bytes(s, rq[k]);
     pthread_mutex_unlock(&s->lock);
+    /* the monitor and the prediction log read the requests before they are
+     * answered: an answered request may be freed at once (sv_req_finish) */
+    if (!rc && (v->mon || v->fb)) sv_monitor_batch(v, rq, n, out);
+    if (!rc && s->plog) sv_plog_batch(s->plog, rq, n, out);
     int64_t row0 = 0;
     for (int k = 0; k < n; k++) {
         sv_req *r = rq[k];
@@ -440,7 +444,6 @@ static void execute(kl_server *s, sv_req **rq, int n) {
         if (erc) sv_req_finish(r, 500, SV_R_INTERNAL, ee.msg);
         else sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
     }
-    if (!rc && (v->mon || v->fb)) sv_monitor_batch(v, rq, n, out);
     for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
     for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
     sv_version_unref(v);

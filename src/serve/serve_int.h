@@ -96,6 +96,22 @@ typedef struct {
 
 typedef enum { SV_POLICY_LATEST, SV_POLICY_SPECIFIC, SV_POLICY_ALL } sv_policy;
 
+/* The alert-only thresholds of a model's monitor: block (docs/monitoring.md,
+ * "Alert rules"): the SLOs the burn-rate alerts defend and the live-quality
+ * drops; the drift thresholds are the kl_monitor_cfg the server flags with. */
+typedef struct {
+    double slo_availability;   /* percent of requests not failed by the server (default 99.9) */
+    double slo_latency_s;      /* a successful request is fast under this (a histogram bound; default 0.25) */
+    double slo_latency_target; /* percent of successful requests that are fast (default 99) */
+    double accuracy_drop;      /* live accuracy below the reference by more, and significantly (default 0.02) */
+    double auc_drop;           /* live AUC below the reference by more (default 0.03) */
+    double rmse_rise;          /* live RMSE above the reference by more than this share (default 0.1) */
+    double quality_p_value;    /* one-sided level of the accuracy drop's two-proportion z-test (default 0.01) */
+    int64_t min_labels;        /* labelled predictions a window needs before its quality alerts (default 200) */
+    int64_t alert_for_s;       /* how long a drift or quality condition holds before it fires (default 600) */
+} sv_alert_cfg;
+void sv_alert_cfg_default(sv_alert_cfg *a);
+
 /* Dynamic batching is on by default (no config.yaml, or one without
  * `dynamic_batching`) for every version that can batch (sv_version.batchable):
  * at most SV_BATCH_DEFAULT_MAX rows, the oldest request waiting at most
@@ -125,6 +141,7 @@ typedef struct {
     kl_monitor_cfg monitor;
     int64_t fb_horizon_s; /* monitor.feedback_horizon: predictions kept for labels (feedback.c) */
     int64_t fb_capacity;  /* monitor.feedback_capacity: at most this many (0: no feedback) */
+    sv_alert_cfg alert;   /* monitor.slo_* and the quality drops: what `keel monitor rules` alerts on (rules.c) */
 } sv_model_cfg;
 
 void sv_cfg_default(sv_model_cfg *c);
@@ -163,13 +180,16 @@ typedef struct {
     uint64_t probe_ok, probe_fail; /* warm-up and background health inferences */
 } sv_mstats;
 
-void sv_hist_add(sv_hist *h, double seconds);
-
 /* ==================================================================
  * Repository: models and versions (repo.c)
  * ================================================================== */
 
 typedef struct sv_model sv_model;
+
+/* The reference quality of a version (meta.json final_metrics): what the
+ * live quality is compared with (keel_model_quality{window="reference"}). */
+enum { SV_QREF_ACCURACY, SV_QREF_AUC, SV_QREF_MAE, SV_QREF_RMSE, SV_QREF_COUNT };
+extern const char *const sv_qref_metric[SV_QREF_COUNT]; /* "accuracy", "auc", "mae", "rmse" */
 
 typedef struct sv_version {
     sv_model *model;
@@ -195,6 +215,9 @@ typedef struct sv_version {
     char mon_off[256];
     kl_monitor_cfg mcfg;    /* the windows and thresholds it was loaded with */
     struct sv_feedback *fb; /* predictions waiting for labels (feedback.c); NULL: feedback off */
+    double qref[SV_QREF_COUNT]; /* meta.json final_metrics on the validation rows, SV_QREF_* (NaN: absent) */
+    uint64_t qref_n;            /* meta.json data.val_rows: the labels qref was measured on (0: unknown) */
+    const struct sv_plog_schema *plog; /* its layout in the prediction log (predlog.c); NULL: not logged */
 } sv_version;
 
 enum { SV_M_READY, SV_M_UNAVAILABLE, SV_M_UNLOADED };
@@ -350,7 +373,7 @@ struct sv_loop {
     int nwait;                  /* of them, with a request in the scheduler (loop thread only) */
     int nheld;                  /* of them, held (sv_req.held) and not answered yet (loop thread only) */
     /* access log lines of this loop's requests not written yet: written in
-     * one go (sv_loop_log_flush) once the oldest is SV_LOG_FLUSH_NS old (a
+     * one go (http.c's loop_log_flush) once the oldest is SV_LOG_FLUSH_NS old (a
      * sleeping loop wakes for it), at SV_LOG_FLUSH_BYTES, and when the loop
      * stops (SIGTERM drain included) */
     kl_buf log;
@@ -359,8 +382,6 @@ struct sv_loop {
 };
 #define SV_LOG_FLUSH_NS 2000000LL
 #define SV_LOG_FLUSH_BYTES 16384
-/* Writes loop lp's buffered access log lines (its thread, or after it stopped). */
-void sv_loop_log_flush(sv_loop *lp);
 
 /* ==================================================================
  * The server
@@ -432,6 +453,7 @@ struct kl_server {
     double cpu_last_s;
     int64_t cpu_last_ns;
     int64_t inline_ns;          /* inline batches of models below this compute time; 0 = off */
+    struct sv_plog *plog;       /* --log-predictions (predlog.c); NULL: off */
 };
 
 /* feedback.c: labels joined with served predictions (docs/monitoring.md, "Feedback") */
@@ -462,9 +484,34 @@ int sv_monitor_json(kl_server *s, const char *model, int64_t want_version, kl_bu
 /* POST .../feedback */
 int sv_monitor_feedback(kl_server *s, const char *model, int64_t want_version, const char *body, size_t len, kl_buf *b);
 void sv_monitor_metrics(kl_server *s, kl_buf *b);
+
+/* predlog.c: the prediction log, `--log-predictions DIR` (docs/monitoring.md, "Prediction log") */
+typedef struct sv_plog sv_plog;
+typedef struct sv_plog_schema sv_plog_schema;
+int sv_plog_open(const kl_serve_opts *o, sv_plog **out, kl_err *e); /* starts its writer thread */
+/* Writes what is queued and gathered, stops the thread, frees p (NULL: a no-op). */
+void sv_plog_close(sv_plog *p);
+/* At version load: v's layout (owned by p, deduplicated). */
+const sv_plog_schema *sv_plog_schema_of(sv_plog *p, const sv_version *v);
+/* Hot path, after a successful run of rq[0..n) with outputs out and before
+ * they are answered: one queue entry per request (a :predict body is taken
+ * from its request); a full queue drops (counted), never waits. */
+void sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out);
+/* Labels posted to v (POST .../feedback): the body is copied into the queue. */
+void sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t len);
+void sv_plog_metrics(const sv_plog *p, kl_buf *b);
+/* The text spans off[i], len[i] of the elements of a :predict body's
+ * top-level "instances" array (JSON the decoder accepted; bounded by n):
+ * 1 when there are exactly rows of them, else 0 (the log prints the records). */
+int sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len);
 /* metrics.c: a Prometheus label value (quoted, escaped) and a family's HELP/TYPE lines */
 void sv_metrics_label(kl_buf *b, const char *v);
 void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
+/* the upper bounds of the latency histograms' buckets (le="..." as "%g"), +Inf not included */
+size_t sv_metrics_latency_bounds(const double **le);
+/* the request results (keel_inference_requests_total's result label) that spend the availability
+ * error budget: failures of the server, not of the request (rules.c) */
+int sv_reason_is_server_error(int reason);
 /* lock held: the version want (-1: the latest) of m; NULL when none (http.c) */
 sv_version *sv_pick_version(sv_model *m, int64_t want);
 
@@ -562,6 +609,8 @@ int sv_fmt_u64(char *out, uint64_t v);
 int sv_fmt_i64(char *out, int64_t v);
 /* {"error": msg} */
 char *sv_error_json(const char *msg, size_t *len);
+/* n values of dtype dt at p as a JSON array (BYTES: nulls) */
+void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n);
 
 /* sched.c */
 /* Admission — the one place a request is let in or refused — at three
@@ -642,9 +691,6 @@ int sv_http_loops(const kl_serve_opts *o);
 #define SV_THREADS_PER_WORKER 1
 int sv_workers(const kl_serve_opts *o);
 int sv_threads_per_worker(const kl_serve_opts *o);
-int sv_http_start(kl_server *s, kl_err *e);
-void sv_http_stop(kl_server *s);
-void sv_req_resume(sv_req *r);
 /* Deep readiness: not draining and every model's versions probed fine
  * recently. reason (may be NULL) says why not. */
 int sv_ready(kl_server *s, char *reason, size_t n);

@@ -275,4 +275,14 @@ size_t kl__nchwc_wino_workspace_bytes(const kl_conv_params *p);
 int kl__nchwc_wino_f32(const kl_conv_params *p, const float *x, const float *bias, const float *U, float *y, void *ws,
                        kl_pool *pool, kl_err *e);
 
+/* kl_qgemm, where a_padded says every row of A holds round4(K) readable
+ * bytes at stride lda (a multiple of 4; the bytes past K may be anything):
+ * then uint8 A is read in place (qconv.c's im2col rows). */
+int kl__qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, int64_t lda, int a_padded, int32_t za,
+              const void *packed_b, const void *zb, int zb_per_col, const kl_qgemm_out *o, kl_pool *pool, kl_err *e);
+
+/* 1: int8 depthwise convs always take the direct int16 kernel (tests run
+ * both paths), else the exact float path where its taps allow (qconv.c). */
+extern int kl__qconv_dw_direct;
+
 #endif

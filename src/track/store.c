@@ -376,36 +376,26 @@ static int experiment_id(kl_track *t, const char *name, int64_t *id, kl_err *e) 
     return s == KL__ROW ? KL_OK : kl__track_sqlerr(t, s, e, "finding an experiment");
 }
 
-int kl_track_run_start(kl_track *t, const char *experiment, const char *run_name, int64_t parent_id,
-                       kl_track_run **out, kl_err *e) {
-    *out = NULL;
-    if (!experiment || !*experiment) experiment = "default";
-    kl_track_run *r = calloc(1, sizeof *r);
-    if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    r->t = t;
+int kl__run_insert(kl_track *t, const char *experiment, const char *run_name, int64_t parent_id, int64_t *id,
+                   kl_err *e) {
     kl__st *st = NULL;
-    int rc;
-    kl__track_lock(t);
-    if ((rc = kl__track_begin(t, e))) goto fail_unlocked_tx;
     int64_t exp_id = 0;
-    if ((rc = experiment_id(t, experiment, &exp_id, e))) goto fail;
+    int rc = experiment_id(t, experiment && *experiment ? experiment : "default", &exp_id, e);
+    if (rc) return rc;
     if (parent_id > 0) {
-        if ((rc = kl__track_prep(t, "SELECT 1 FROM runs WHERE id=?", &st, e))) goto fail;
+        if ((rc = kl__track_prep(t, "SELECT 1 FROM runs WHERE id=?", &st, e))) return rc;
         kl__bind_i64(st, 1, parent_id);
         int found = kl__step(st) == KL__ROW;
         kl__free(st);
         st = NULL;
-        if (!found) {
-            rc = kl__track_notfound(t, e, "parent run %lld not found", (long long)parent_id);
-            goto fail;
-        }
+        if (!found) return kl__track_notfound(t, e, "parent run %lld not found", (long long)parent_id);
     }
     if ((rc = kl__track_prep(
              t,
              "INSERT INTO runs(experiment_id, name, status, start_us, parent_id, pid, pid_start, host, heartbeat_us)"
              " VALUES(?, ?, 'running', ?, ?, ?, ?, ?, ?) RETURNING id",
              &st, e)))
-        goto fail;
+        return rc;
     int64_t now = kl_time_now_us();
     kl__bind_i64(st, 1, exp_id);
     kl__bind_text(st, 2, run_name ? run_name : "");
@@ -417,19 +407,28 @@ int kl_track_run_start(kl_track *t, const char *experiment, const char *run_name
     kl__bind_text(st, 7, t->host);
     kl__bind_i64(st, 8, now);
     int s = kl__step(st);
-    if (s == KL__ROW) r->id = kl__col_i64(st, 0);
+    if (s == KL__ROW) *id = kl__col_i64(st, 0);
     kl__free(st);
-    st = NULL;
-    if (s != KL__ROW) {
-        rc = kl__track_sqlerr(t, s, e, "starting a run");
-        goto fail;
-    }
-    r->last_hb_us = now;
+    if (s != KL__ROW) return kl__track_sqlerr(t, s, e, "starting a run");
     if (!run_name || !*run_name) {
         char sql[128];
-        snprintf(sql, sizeof sql, "UPDATE runs SET name='run-%lld' WHERE id=%lld", (long long)r->id, (long long)r->id);
-        if ((rc = kl__track_exec(t, sql, e))) goto fail;
+        snprintf(sql, sizeof sql, "UPDATE runs SET name='run-%lld' WHERE id=%lld", (long long)*id, (long long)*id);
+        if ((rc = kl__track_exec(t, sql, e))) return rc;
     }
+    return KL_OK;
+}
+
+int kl_track_run_start(kl_track *t, const char *experiment, const char *run_name, int64_t parent_id,
+                       kl_track_run **out, kl_err *e) {
+    *out = NULL;
+    kl_track_run *r = calloc(1, sizeof *r);
+    if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    r->t = t;
+    int rc;
+    kl__track_lock(t);
+    if ((rc = kl__track_begin(t, e))) goto fail_unlocked_tx;
+    if ((rc = kl__run_insert(t, experiment, run_name, parent_id, &r->id, e))) goto fail;
+    r->last_hb_us = kl_time_now_us();
     if ((rc = kl__track_commit(t, e))) goto fail_unlocked_tx;
     kl__track_unlock(t);
     *out = r;
@@ -803,23 +802,28 @@ int kl_track_log_metrics(kl_track_run *r, const kl_metric_point *pts, size_t n, 
     return rc;
 }
 
-int kl_track_set_tag(kl_track_run *r, const char *key, const char *value, kl_err *e) {
-    kl_track *t = r->t;
+int kl__tag_put(kl_track *t, int64_t run_id, const char *key, const char *value, kl_err *e) {
     if (!key || !*key) return kl_err_set(e, KL_EINVAL, "empty tag key");
     kl__st *st = NULL;
-    kl__track_lock(t);
     int rc = kl__track_prep(t,
                             value ? "INSERT INTO tags(run_id, key, value) VALUES(?, ?, ?) ON CONFLICT(run_id, key) DO UPDATE SET value=excluded.value"
                                   : "DELETE FROM tags WHERE run_id=? AND key=?",
                             &st, e);
     if (!rc) {
-        kl__bind_i64(st, 1, r->id);
+        kl__bind_i64(st, 1, run_id);
         kl__bind_text(st, 2, key);
         if (value) kl__bind_text(st, 3, value);
         int s = kl__step(st);
         if (s != KL__DONE) rc = kl__track_sqlerr(t, s, e, "setting a tag");
     }
     kl__free(st);
+    return rc;
+}
+
+int kl_track_set_tag(kl_track_run *r, const char *key, const char *value, kl_err *e) {
+    kl_track *t = r->t;
+    kl__track_lock(t);
+    int rc = kl__tag_put(t, r->id, key, value, e);
     kl__track_unlock(t);
     return rc;
 }

@@ -78,6 +78,13 @@ void kl__track_rollback(kl_track *t);
 void kl__track_lock(kl_track *t);
 void kl__track_unlock(kl_track *t);
 
+/* Inside a write transaction: inserts a running run of this process
+ * (experiment created when new; run_name NULL or "" = "run-<id>"). */
+int kl__run_insert(kl_track *t, const char *experiment, const char *run_name, int64_t parent_id, int64_t *id,
+                   kl_err *e);
+/* Sets (value NULL: deletes) a tag of a run, in the caller's transaction or alone. */
+int kl__tag_put(kl_track *t, int64_t run_id, const char *key, const char *value, kl_err *e);
+
 /* Object store: copies a file in (sha256 computed while copying); an
  * existing object that no longer matches its name is replaced. */
 int kl__track_put_object(kl_track *t, const char *path, char hex[65], int64_t *size, kl_err *e);

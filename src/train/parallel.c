@@ -204,11 +204,13 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+int64_t tr_par_rank_share(int64_t nb, int rank, int world) { return nb > rank ? (nb - rank + world - 1) / world : 0; }
+
 /* Rows [off, off + cnt) of the batch of nb rows for leaf k. */
 static void leaf_rows(const tr_par *p, int64_t k, int64_t nb, int64_t *off, int64_t *cnt) {
-    if (p->even) { /* fast mode only: one leaf per rank */
+    if (p->even) { /* fast mode only: one leaf per rank, the rows its loader made */
         *off = 0;
-        *cnt = nb / p->d->world;
+        *cnt = tr_par_rank_share(nb, p->d->rank, p->d->world);
         return;
     }
     *off = k * p->L;

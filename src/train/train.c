@@ -254,11 +254,12 @@ static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t
     if (bs->im) {
         kl_batch kb;
         int rc = kl_loader_next(bs->im->ld, &kb, e);
-        if (!rc && (kb.n == 0 || kb.epoch != epoch || kb.index != b)) { /* a new pass or a resume: move the loader */
+        if (!rc && (kb.end || kb.epoch != epoch || kb.index != b)) { /* a new pass or a resume: move the loader */
             if (!(rc = kl_loader_seek(bs->im->ld, epoch, b, e))) rc = kl_loader_next(bs->im->ld, &kb, e);
         }
         if (rc) return rc;
-        if (!kb.n) return kl_err_set(e, KL_EINTERNAL, "loader: no batch %lld of epoch %lld", (long long)b, (long long)epoch);
+        if (kb.end)
+            return kl_err_set(e, KL_EINTERNAL, "loader: no batch %lld of epoch %lld", (long long)b, (long long)epoch);
         *x = kb.images; *yi = kb.labels; *yf = NULL; *nb = kb.n;
         return KL_OK;
     }
@@ -629,15 +630,17 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
                       int best_used, double secs, const tr_dsinfo *dsi, int64_t run_id, kl_err *e) {
     const char *files[] = {"model.onnx", "model.safetensors", "spec.yaml",     "metrics.csv",
                            "curves.svg", "card.md",           "features.json", "profile.json"};
-    cJSON *j = cJSON_CreateObject(), *fs = cJSON_AddObjectToObject(j, "files");
-    char p[4096], hex[65];
+    cJSON *j = cJSON_CreateObject();
+    char p[4096];
     int rc = KL_OK;
-    for (size_t i = 0; i < KL_ARRAY_LEN(files); i++) {
+    kl_manifest_files mf = {0};
+    for (size_t i = 0; i < KL_ARRAY_LEN(files) && !rc; i++) {
         snprintf(p, sizeof p, "%s/%s", out, files[i]);
-        if (!kl_path_exists(p)) continue;
-        if ((rc = kl_sha256_file_hex(p, hex, e))) goto done;
-        cJSON_AddStringToObject(fs, files[i], hex);
+        if (kl_path_exists(p)) rc = kl_manifest_add(&mf, out, files[i], e);
     }
+    if (!rc) rc = kl_manifest_write(&mf, j, e);
+    kl_manifest_files_free(&mf);
+    if (rc) goto done;
     cJSON_AddStringToObject(j, "format", "keel-model-1");
     cJSON_AddStringToObject(j, "code_version", KEEL_VERSION " (" KEEL_GIT_COMMIT ")");
     cJSON_AddNumberToObject(j, "seed", (double)s->seed);
@@ -883,7 +886,8 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
 
 /* The loaders of image shards. Fast mode at N ranks: each rank's training
  * loader makes its B / N rows of every global batch (the loader's rank
- * sharding of the (seed, epoch) order); one process or the deterministic
+ * sharding of the (seed, epoch) order; in the last, partial batch the ranks'
+ * shares differ by one row at most, tr_par_rank_share); one process or the deterministic
  * mode: the whole batch, which the step's leaves slice. Validation: in
  * batches of the rows a step run takes. */
 static int run_data_loaders(tr_run *r, kl_err *e) {
@@ -1189,11 +1193,13 @@ static int run_step(tr_run *r, kl_err *e) {
     tr_model *m = r->m;
     tr_pos *pos = &r->pos;
     step_rows sr = {r, NULL, NULL, NULL};
-    int64_t nb = KL_MIN(r->B, r->ntr - pos->batch * r->B); /* the global batch's rows */
+    int64_t nb = KL_MIN(r->B, r->ntr - pos->batch * r->B), mine; /* the global batch's rows */
     int rc;
-    if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &nb, e)))
+    if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &mine, e)))
         return rc;
-    if (r->imt.world > 1) nb *= r->imt.world; /* every rank's loader made the same share */
+    if (r->images && mine != (r->imt.world > 1 ? tr_par_rank_share(nb, r->dist.rank, r->imt.world) : nb))
+        return kl_err_set(e, KL_EINTERNAL, "step %lld: the loader made %lld rows of a %lld-row batch for rank %d of %d",
+                          (long long)pos->step, (long long)mine, (long long)nb, r->dist.rank, KL_MAX(1, r->imt.world));
     double loss; /* forward, loss and gradients (into m->grads) of the global batch, on every rank */
     if ((rc = tr_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e)))
         return rc;
@@ -1404,8 +1410,8 @@ static void run_summary(tr_run *r) {
     const kl_loader_stats *ls = &r->d.ls;
     double sps = r->secs > 0 ? (double)r->samples / r->secs : 0.0;
     if (r->o->json) {
-        fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples_per_s\":%.1f", (long long)pos->step,
-                (long long)pos->epoch, r->secs, sps);
+        fprintf(rep, "{\"steps\":%lld,\"epochs\":%lld,\"seconds\":%.3f,\"samples\":%lld,\"samples_per_s\":%.1f",
+                (long long)pos->step, (long long)pos->epoch, r->secs, (long long)r->samples, sps);
         if (r->nva) fprintf(rep, ",\"val_loss\":%.9g", fv->loss);
         if (r->nva && fv->count) fprintf(rep, ",\"val_accuracy\":%.6f", (double)fv->correct / (double)fv->count);
         if (r->images)

@@ -269,8 +269,12 @@ int tr_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn ge
 /* Every rank's weights hash the same; otherwise an error naming the step. */
 int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e);
 double tr_par_compute_s(const tr_par *p);
-/* Fast mode, image shards: each rank's rows are its loader's batch, an equal share of nb. */
+/* Fast mode, image shards: each rank's rows are its loader's batch, its share of nb (tr_par_rank_share). */
 void tr_par_even(tr_par *p);
+/* Rank rank's rows of an nb-row global batch whose rows are dealt to the
+ * world ranks in turn (the image loader's sharding): the shares differ by
+ * one row at most. */
+int64_t tr_par_rank_share(int64_t nb, int rank, int world);
 void tr_par_free(tr_par *p);
 
 #endif

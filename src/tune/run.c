@@ -7,13 +7,20 @@
  * reports the metric after every epoch over a pipe ("R epoch value") and
  * waits for the pruner's answer on another ('c' go on, 'p' stop now); it
  * ends with "D" or "E message". Everything is recorded in the study, so
- * running again continues it. */
+ * running again continues it. Several workers (processes, machines) may
+ * run one study at once: each trial is claimed in the store
+ * (kl_study_trial_claim), the history is re-read from the store before each
+ * suggestion (every worker's trials; running ones count for the constant
+ * liar), and a heartbeat thread keeps this worker's running trials alive
+ * in the store; another worker's trial whose heartbeat stops is re-queued
+ * by the next claim. */
 #include <keel/tune.h>
 
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,9 +28,11 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_SETS 64 /* the trial's own KEY=VALUE overrides, at most */
+#define MAX_INFLIGHT 64 /* trials at once (--parallel), at most */
 
 /* A trial in flight: a forked process, or the one trained in this process. */
 typedef struct {
@@ -44,13 +53,21 @@ typedef struct {
 typedef struct {
     const kl_tune_run_opts *o;
     const kl_tune_space *s;
-    kl_trial *all;
-    size_t nall;
-    int next; /* the next trial number */
+    kl_trial *all; /* the study's trials as last read from the store, this worker's live ones kept */
+    size_t nall, cap;
+    int ntrials; /* the study's size: --trials (a grid: at most its distinct points) */
     child *kids;
     int nkids;
-    int launched, failed_first_metric, grid_done;
+    int launched, failed_first_metric, none_left, busy; /* busy: no trial free, others still running */
     double t_start, train_seconds, train_cpu; /* summed over the trials trained now: wall, CPU */
+    /* the heartbeat thread: this worker's trials in flight */
+    pthread_t hb;
+    pthread_mutex_t hbmu;
+    pthread_cond_t hbcv;
+    int hb_init, hb_on, hb_stop, nhb;
+    int64_t hb_id[MAX_INFLIGHT + 1];
+    int hb_lost[MAX_INFLIGHT + 1]; /* another worker marked it lost: its result is not recorded */
+    double hb_interval_s, hb_timeout_s;
 } run;
 
 static double now_s(void) { return (double)kl_time_mono_ns() / 1e9; }
@@ -86,6 +103,94 @@ void kl_tune_params_str(const kl_tune_space *s, const kl_tune_value *v, char *ou
         k += (size_t)snprintf(out + k, n - k, "%s%s=%s", k ? ", " : "", s->p[p].name,
                               kl_tune_value_str(&s->p[p], v[p], val, sizeof val));
     }
+}
+
+/* ==================================================================
+ * Heartbeat: this worker's running trials stay alive in the store
+ * ================================================================== */
+
+static void *hb_main(void *arg) {
+    run *R = arg;
+    pthread_mutex_lock(&R->hbmu);
+    while (!R->hb_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        double t = (double)until.tv_sec + until.tv_nsec * 1e-9 + R->hb_interval_s;
+        until.tv_sec = (time_t)t;
+        until.tv_nsec = (long)((t - (double)until.tv_sec) * 1e9);
+        pthread_cond_timedwait(&R->hbcv, &R->hbmu, &until);
+        if (R->hb_stop) break;
+        int n = R->nhb;
+        int64_t ids[MAX_INFLIGHT + 1];
+        memcpy(ids, R->hb_id, (size_t)n * sizeof *ids);
+        pthread_mutex_unlock(&R->hbmu); /* the store is written without holding the list */
+        for (int i = 0; i < n; i++) {
+            kl_err e = {0};
+            int rc = kl_study_trial_heartbeat(R->o->study, ids[i], &e);
+            if (rc == KL_ESTATE) {
+                pthread_mutex_lock(&R->hbmu);
+                for (int k = 0; k < R->nhb; k++)
+                    if (R->hb_id[k] == ids[i]) R->hb_lost[k] = 1;
+                pthread_mutex_unlock(&R->hbmu);
+            } else if (rc) {
+                kl_log(KL_LOG_WARN, "tune", "heartbeat of run %lld: %s", (long long)ids[i], kl_err_what(&e));
+            }
+        }
+        pthread_mutex_lock(&R->hbmu);
+    }
+    pthread_mutex_unlock(&R->hbmu);
+    return NULL;
+}
+
+static void hb_add(run *R, int64_t id) {
+    pthread_mutex_lock(&R->hbmu);
+    if (R->nhb < MAX_INFLIGHT + 1) {
+        R->hb_id[R->nhb] = id;
+        R->hb_lost[R->nhb++] = 0;
+    }
+    pthread_mutex_unlock(&R->hbmu);
+}
+
+/* Drops a trial from the heartbeat; returns 1 when it was marked lost. */
+static int hb_remove(run *R, int64_t id) {
+    int lost = 0;
+    pthread_mutex_lock(&R->hbmu);
+    for (int k = 0; k < R->nhb; k++)
+        if (R->hb_id[k] == id) {
+            lost = R->hb_lost[k];
+            R->hb_id[k] = R->hb_id[--R->nhb];
+            R->hb_lost[k] = R->hb_lost[R->nhb];
+            break;
+        }
+    pthread_mutex_unlock(&R->hbmu);
+    return lost;
+}
+
+static int hb_start(run *R, kl_err *e) {
+    double to = R->o->heartbeat_timeout_s > 0 ? R->o->heartbeat_timeout_s : 30;
+    R->hb_timeout_s = to;
+    R->hb_interval_s = KL_MAX(0.1, KL_MIN(5.0, to / 6)); /* several beats per timeout */
+    pthread_mutex_init(&R->hbmu, NULL);
+    pthread_cond_init(&R->hbcv, NULL);
+    R->hb_init = 1;
+    int err = pthread_create(&R->hb, NULL, hb_main, R);
+    if (err) return kl_err_set(e, -err, "tune: starting the heartbeat thread: %s", strerror(err));
+    R->hb_on = 1;
+    return KL_OK;
+}
+
+static void hb_stop(run *R) {
+    if (!R->hb_init) return;
+    if (R->hb_on) {
+        pthread_mutex_lock(&R->hbmu);
+        R->hb_stop = 1;
+        pthread_cond_signal(&R->hbcv);
+        pthread_mutex_unlock(&R->hbmu);
+        pthread_join(R->hb, NULL);
+        R->hb_on = 0;
+    }
+    pthread_mutex_destroy(&R->hbmu);
+    pthread_cond_destroy(&R->hbcv);
 }
 
 /* ==================================================================
@@ -347,9 +452,11 @@ static int end_done(run *R, child *c, double secs, const char *desc, kl_err *te,
     tr->state = KL_TRIAL_COMPLETE;
     tr->value = v;
     /* its exported model stays in c->dir: recorded for keel tune register */
-    kl_study_trial_set_model_dir(o->study, c->run_id, c->dir, te);
-    kl_study_trial_end(o->study, c->run_id, KL_TRIAL_COMPLETE, v, NULL, te->code ? NULL : te);
-    say(R, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, o->metric, v, secs, desc);
+    kl_err me = {0};
+    if (kl_study_trial_set_model_dir(o->study, c->run_id, c->dir, &me))
+        kl_log(KL_LOG_WARN, "tune", "recording trial %d's model folder: %s", tr->number, kl_err_what(&me));
+    if (kl_study_trial_end(o->study, c->run_id, KL_TRIAL_COMPLETE, v, NULL, te) != KL_ESTATE)
+        say(R, "trial %d: %s = %.6g (%.1f s) [%s]\n", tr->number, o->metric, v, secs, desc);
     return 0;
 }
 
@@ -363,13 +470,18 @@ static int finish_trial(run *R, child *c, int status, kl_err *e) {
     kl_tune_params_str(R->s, tr->params, desc, sizeof desc);
     kl_err te = {0};
     int missing = 0;
-    if (c->pruned) {
+    /* lost: the heartbeat thread found it so, or recording its end does (the
+     * end is written only while the trial is still running: another worker
+     * may have re-queued it, and its re-run records the number) */
+    int lost = hb_remove(R, c->run_id);
+    if (!lost && c->pruned) {
         tr->state = KL_TRIAL_PRUNED;
-        kl_study_trial_end(o->study, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te);
-        say(R, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
-    } else if (c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (!(lost = kl_study_trial_end(o->study, c->run_id, KL_TRIAL_PRUNED, NAN, "pruned", &te) == KL_ESTATE))
+            say(R, "trial %d: pruned after %d epochs (%.1f s) [%s]\n", tr->number, tr->ninter, secs, desc);
+    } else if (!lost && c->done && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
         missing = end_done(R, c, secs, desc, &te, e);
-    } else {
+        lost = te.code == KL_ESTATE;
+    } else if (!lost) {
         char err[768];
         snprintf(err, sizeof err, "%s", c->err);
         if (!err[0]) last_line(c->log, err, sizeof err);
@@ -377,8 +489,14 @@ static int finish_trial(run *R, child *c, int status, kl_err *e) {
             snprintf(err, sizeof err, "exited with status %d",
                      WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
         tr->state = KL_TRIAL_FAILED;
-        kl_study_trial_end(o->study, c->run_id, KL_TRIAL_FAILED, NAN, err, &te);
-        say(R, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
+        if (!(lost = kl_study_trial_end(o->study, c->run_id, KL_TRIAL_FAILED, NAN, err, &te) == KL_ESTATE))
+            say(R, "trial %d: failed (%s) [%s]\n", tr->number, err, desc);
+    }
+    if (lost) {
+        tr->state = KL_TRIAL_FAILED;
+        say(R, "trial %d: lost (another worker marked it failed after no heartbeat); not recorded [%s]\n",
+            tr->number, desc);
+        return 0;
     }
     if (te.code) kl_log(KL_LOG_WARN, "tune", "recording trial %d: %s", tr->number, kl_err_what(&te));
     return missing;
@@ -396,25 +514,54 @@ static int same_params(const kl_tune_space *s, const kl_tune_value *a, const kl_
  * The study loop
  * ================================================================== */
 
-/* The recorded history, copied: new trials are appended to it. */
-static int load_history(run *R, kl_err *e) {
+/* 1 when slot i is a trial this worker is running now (its live values
+ * are newer than the store's). */
+static int in_flight(const run *R, size_t i) {
+    for (int k = 0; k < R->nkids; k++)
+        if (R->kids[k].slot == (int)i) return 1;
+    return 0;
+}
+
+static int copy_trial(kl_trial *dst, const kl_trial *src, int nparams) {
+    kl_tune_value *p = dst->params ? dst->params : malloc((size_t)nparams * sizeof *p);
+    double *inter = src->ninter ? malloc((size_t)src->ninter * sizeof *inter) : NULL;
+    if (!p || (src->ninter && !inter)) {
+        if (!dst->params) free(p);
+        free(inter);
+        return KL_ENOMEM;
+    }
+    memcpy(p, src->params, (size_t)nparams * sizeof *p);
+    if (inter) memcpy(inter, src->inter, (size_t)src->ninter * sizeof *inter);
+    free(dst->inter);
+    *dst = *src;
+    dst->params = p;
+    dst->inter = inter;
+    return KL_OK;
+}
+
+/* Re-reads the study from the store: every worker's trials. A trial seen
+ * before keeps its slot (updated, unless this worker runs it now); new
+ * ones are appended. */
+static int refresh_history(run *R, kl_err *e) {
     const kl_trial *loaded;
     size_t nloaded;
     int rc = kl_study_load(R->o->study, &loaded, &nloaded, e);
     if (rc) return rc;
-    R->all = calloc(nloaded + R->o->trials + 1, sizeof *R->all);
-    R->kids = calloc((size_t)R->o->parallel, sizeof *R->kids);
-    if (!R->all || !R->kids) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (size_t i = 0; i < nloaded; i++) {
-        kl_trial *t = &R->all[R->nall];
-        *t = loaded[i];
-        t->params = malloc((size_t)R->s->n * sizeof(kl_tune_value));
-        t->inter = loaded[i].ninter ? malloc((size_t)loaded[i].ninter * sizeof(double)) : NULL;
-        if (!t->params || (loaded[i].ninter && !t->inter)) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        memcpy(t->params, loaded[i].params, (size_t)R->s->n * sizeof(kl_tune_value));
-        if (t->inter) memcpy(t->inter, loaded[i].inter, (size_t)loaded[i].ninter * sizeof(double));
-        if (loaded[i].number >= R->next) R->next = loaded[i].number + 1;
-        R->nall++;
+        size_t slot = 0;
+        while (slot < R->nall && R->all[slot].run_id != loaded[i].run_id) slot++;
+        if (slot < R->nall && in_flight(R, slot)) continue;
+        if (slot == R->nall) {
+            if (R->nall == R->cap) {
+                size_t nc = R->cap ? R->cap * 2 : 64;
+                kl_trial *na = realloc(R->all, nc * sizeof *na);
+                if (!na) return kl_err_set(e, KL_ENOMEM, "out of memory");
+                R->all = na;
+                R->cap = nc;
+            }
+            memset(&R->all[R->nall++], 0, sizeof *R->all);
+        }
+        if (copy_trial(&R->all[slot], &loaded[i], R->s->n)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     }
     return KL_OK;
 }
@@ -441,7 +588,7 @@ static int launch(run *R, kl_trial *tr, const char *desc, kl_err *e) {
     const kl_tune_run_opts *o = R->o;
     child *c = &R->kids[R->nkids];
     memset(c, 0, sizeof *c);
-    c->slot = (int)R->nall - 1;
+    c->slot = (int)(tr - R->all);
     c->run_id = tr->run_id;
     c->rfd = c->wfd = -1;
     c->t0 = now_s();
@@ -450,11 +597,14 @@ static int launch(run *R, kl_trial *tr, const char *desc, kl_err *e) {
     kl_rm_rf(c->dir, NULL); /* a leftover of an interrupted run */
     R->launched++;
     say(R, "trial %d: started [%s]\n", tr->number, desc);
+    hb_add(R, tr->run_id);
     if (o->parallel == 1) { /* in this process: no fork, memory reused from trial to trial */
         R->train_cpu += run_inproc(R, c);
         R->train_seconds += now_s() - c->t0;
         if (stopped(R) && !c->pruned) {
-            kl_study_trial_end(o->study, tr->run_id, KL_TRIAL_FAILED, NAN, "interrupted", NULL);
+            hb_remove(R, tr->run_id);
+            kl_study_trial_release(o->study, tr->run_id, "interrupted", NULL);
+            say(R, "trial %d: interrupted (re-queued)\n", tr->number);
             return KL_OK;
         }
         R->failed_first_metric |= finish_trial(R, c, 0, e);
@@ -463,6 +613,7 @@ static int launch(run *R, kl_trial *tr, const char *desc, kl_err *e) {
     int threads = o->threads_per_trial > 0 ? o->threads_per_trial : KL_MAX(1, kl_threads_default() / o->parallel);
     int rc = fork_trial(o, threads, tr->params, c, e);
     if (rc) {
+        hb_remove(R, tr->run_id);
         kl_study_trial_end(o->study, tr->run_id, KL_TRIAL_FAILED, NAN, kl_err_what(e), NULL);
         return rc;
     }
@@ -470,36 +621,60 @@ static int launch(run *R, kl_trial *tr, const char *desc, kl_err *e) {
     return KL_OK;
 }
 
-/* Starts trials while there are free slots, trials to run and time. */
+/* Claims the next trial: its slot in the refreshed history, or NULL with
+ * R->none_left or R->busy set. */
+static int claim_next(run *R, kl_trial **out, int *requeued, kl_err *e) {
+    *out = NULL;
+    kl_study_claim c;
+    int rc = kl_study_trial_claim(R->o->study, R->ntrials, R->hb_timeout_s, &c, e);
+    R->busy = rc == KL_EBUSY;
+    R->none_left = rc == KL_ENOTFOUND;
+    if (R->busy || R->none_left) {
+        kl_err_clear(e);
+        return KL_OK;
+    }
+    if (rc) return rc;
+    if (c.lost_marked) kl_log(KL_LOG_INFO, "tune", "marked %d trial(s) of lost workers failed", c.lost_marked);
+    if ((rc = refresh_history(R, e))) return rc;
+    for (size_t i = 0; i < R->nall; i++)
+        if (R->all[i].run_id == c.run_id) *out = &R->all[i];
+    if (!*out) return kl_err_set(e, KL_EINTERNAL, "tune: claimed trial %d (run %lld) is not in the study", c.number,
+                                 (long long)c.run_id);
+    (*out)->state = KL_TRIAL_RUNNING;
+    *requeued = c.requeued;
+    return KL_OK;
+}
+
+/* The claimed trial's values: a re-queued trial keeps the recorded ones;
+ * else the sampler's, recorded now (other workers see them as running). */
+static int choose_params(run *R, kl_trial *tr, int requeued, kl_err *e) {
+    const kl_tune_run_opts *o = R->o;
+    if (requeued) return KL_OK;
+    int rc = kl_tune_suggest(R->s, o->sampler, R->all, R->nall, o->minimize, tr->number, tr->params, e);
+    return rc ? rc : kl_study_trial_params(o->study, tr->run_id, tr->params, e);
+}
+
+/* Starts trials while there are free slots, trials to claim and time. */
 static int start_trials(run *R, kl_err *e) {
     const kl_tune_run_opts *o = R->o;
     int rc;
-    while (!stopped(R) && !R->grid_done && R->nkids < o->parallel && R->nall < o->trials && !R->failed_first_metric &&
+    while (!stopped(R) && R->nkids < o->parallel && !R->failed_first_metric &&
            !(o->timeout_s > 0 && now_s() - R->t_start > o->timeout_s)) {
-        kl_trial *tr = &R->all[R->nall];
-        memset(tr, 0, sizeof *tr);
-        tr->number = R->next++;
-        tr->state = KL_TRIAL_RUNNING;
-        tr->params = calloc((size_t)R->s->n, sizeof(kl_tune_value));
-        if (!tr->params) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        rc = kl_tune_suggest(R->s, o->sampler, R->all, R->nall, o->minimize, tr->number, tr->params, e);
-        if (rc == KL_ENOTFOUND && o->sampler->kind == KL_SAMPLER_GRID) {
-            kl_log(KL_LOG_INFO, "tune", "%s", kl_err_what(e));
-            kl_err_clear(e);
-            free(tr->params);
-            tr->params = NULL;
-            R->grid_done = 1;
-            return KL_OK;
+        kl_trial *tr = NULL;
+        int requeued = 0;
+        if ((rc = claim_next(R, &tr, &requeued, e)) || !tr) return rc;
+        if ((rc = choose_params(R, tr, requeued, e))) {
+            kl_study_trial_end(o->study, tr->run_id, KL_TRIAL_FAILED, NAN, kl_err_what(e), NULL);
+            return rc;
         }
-        if (rc) return rc;
-        R->nall++;
         char desc[1024];
         kl_tune_params_str(R->s, tr->params, desc, sizeof desc);
+        if (requeued) say(R, "trial %d: re-queued (its worker was lost)\n", tr->number);
         const kl_trial *same = NULL;
-        for (size_t i = 0; i + 1 < R->nall && !same; i++)
-            if (R->all[i].state == KL_TRIAL_COMPLETE && same_params(R->s, R->all[i].params, tr->params))
+        for (size_t i = 0; i < R->nall && !same; i++)
+            if (&R->all[i] != tr && R->all[i].state == KL_TRIAL_COMPLETE &&
+                same_params(R->s, R->all[i].params, tr->params))
                 same = &R->all[i];
-        if ((rc = kl_study_trial_start(o->study, tr->number, tr->params, &tr->run_id, e))) return rc;
         rc = same ? reuse_cached(R, tr, same, desc, e) : launch(R, tr, desc, e);
         if (rc) return rc;
         if (o->parallel == 1 && stopped(R)) return KL_OK;
@@ -533,28 +708,61 @@ static int watch_children(run *R, kl_err *e) {
     return KL_OK;
 }
 
-/* Ends the children still running (a stop or an error); `why` recorded when given. */
+/* Ends the children still running (a stop or an error); when `why` is
+ * given their trials are given back (re-queued), else they stay running in
+ * the store until a claim finds them lost. */
 static void end_children(run *R, const char *why) {
     for (int k = 0; k < R->nkids; k++) {
         kill(R->kids[k].pid, SIGTERM);
         waitpid(R->kids[k].pid, NULL, 0);
+        hb_remove(R, R->kids[k].run_id);
         close(R->kids[k].rfd);
         close(R->kids[k].wfd);
-        if (why) kl_study_trial_end(R->o->study, R->kids[k].run_id, KL_TRIAL_FAILED, NAN, why, NULL);
+        if (why) kl_study_trial_release(R->o->study, R->kids[k].run_id, why, NULL);
     }
     R->nkids = 0;
+}
+
+/* The study's size: --trials, or a grid's distinct points when fewer. */
+static int study_size(run *R, kl_err *e) {
+    const kl_tune_run_opts *o = R->o;
+    R->ntrials = (int)o->trials;
+    if (o->sampler->kind != KL_SAMPLER_GRID) return KL_OK;
+    if (!kl_tune_grid_size(R->s, o->sampler)) return kl_err_set(e, KL_EINVAL, "grid: the space has too many points");
+    kl_tune_value *pt = malloc((size_t)R->s->n * sizeof *pt);
+    if (!pt) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    uint64_t distinct = 0;
+    if (kl_tune_grid_nth(R->s, o->sampler, o->trials - 1, pt, &distinct) == KL_ENOTFOUND) {
+        kl_log(KL_LOG_INFO, "tune", "grid: %llu points, fewer than --trials %zu", (unsigned long long)distinct,
+               o->trials);
+        R->ntrials = (int)distinct;
+    }
+    free(pt);
+    return KL_OK;
 }
 
 int kl_tune_run(const kl_tune_run_opts *o, kl_tune_run_result *res, kl_err *e) {
     memset(res, 0, sizeof *res);
     if (!o->study || !o->space || !o->train || !o->metric || !o->sampler || !o->pruner || !o->out_dir ||
-        o->trials < 1 || o->parallel < 1 || o->parallel > 64)
+        o->trials < 1 || o->trials > 1000000 || o->parallel < 1 || o->parallel > MAX_INFLIGHT)
         return kl_err_set(e, KL_EINVAL, "tune: incomplete run options");
     run R = {.o = o, .s = o->space, .t_start = now_s()};
-    int rc = load_history(&R, e);
+    R.kids = calloc((size_t)o->parallel, sizeof *R.kids);
+    int rc = R.kids ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!rc) rc = study_size(&R, e);
+    if (!rc) rc = refresh_history(&R, e);
     if (!rc && R.nall) kl_log(KL_LOG_INFO, "tune", "continuing the study with %zu trials recorded", R.nall);
+    if (!rc) rc = hb_start(&R, e);
     while (!rc && !stopped(&R)) {
-        if ((rc = start_trials(&R, e)) || R.nkids == 0) break;
+        if ((rc = start_trials(&R, e))) break;
+        if (R.nkids == 0) {
+            int out_of_time = o->timeout_s > 0 && now_s() - R.t_start > o->timeout_s;
+            if (!R.busy || R.failed_first_metric || out_of_time) break;
+            /* every trial is taken but some run elsewhere: one may be lost and re-queued */
+            struct timespec ts = {0, (long)(KL_MIN(1.0, R.hb_timeout_s / 4) * 1e9)};
+            nanosleep(&ts, NULL);
+            continue;
+        }
         rc = watch_children(&R, e);
     }
     if (!rc && stopped(&R)) {
@@ -563,6 +771,10 @@ int kl_tune_run(const kl_tune_run_opts *o, kl_tune_run_result *res, kl_err *e) {
     }
     if (!rc && R.failed_first_metric) rc = KL_ENOTFOUND; /* e says which trial */
     end_children(&R, NULL);
+    hb_stop(&R);
+    kl_err fe = {0}; /* the result is the study as it is now: other workers' last trials too */
+    if (R.hb_init && refresh_history(&R, &fe))
+        kl_log(KL_LOG_WARN, "tune", "reading the study's last trials: %s", kl_err_what(&fe));
     free(R.kids);
     res->trials = R.all;
     res->n = R.nall;

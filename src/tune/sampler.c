@@ -14,6 +14,9 @@
  * range with b = 0.03 by default (0.2 is the textbook value; the narrower
  * kernel exploits more). The defaults (b = 0.03, 64 candidates, 8 startup
  * trials) were chosen on bench/tune at 10 and 30 seeds; see bench/README.md.
+ * Grid: trial k gets the k-th distinct point of the grid (a point
+ * conditions make equal to an earlier one is skipped), so workers that
+ * claim distinct trial numbers never evaluate one point twice.
  * With constant_liar, RUNNING trials (parallel ones) join the "above"
  * group like pruned trials, so concurrent suggestions avoid each other.
  * Multivariate mode models the unconditional numerical parameters jointly
@@ -413,12 +416,36 @@ static void grid_point(const kl_tune_space *s, const kl_sampler_opts *o, uint64_
         if (!is_present(s, i, out)) { out[i].present = 0; out[i].v = 0; }
 }
 
-static int same_point(const kl_tune_space *s, const kl_tune_value *a, const kl_tune_value *b) {
-    for (int i = 0; i < s->n; i++) {
-        if (a[i].present != b[i].present) return 0;
-        if (a[i].present && fabs(a[i].v - b[i].v) > 1e-12 * (1 + fabs(a[i].v))) return 0;
+/* A grid index is canonical when every parameter its point leaves out
+ * (a condition not met) has digit 0: the one index of each distinct point.
+ * The first canonical index >= idx (size when there is none), its point in
+ * pt. A condition names an earlier parameter (a more significant digit),
+ * so while the digits above a left-out parameter stay, it stays out: the
+ * block of its non-zero digits is skipped at once. */
+static uint64_t grid_next_canonical(const kl_tune_space *s, const kl_sampler_opts *o, uint64_t idx, uint64_t size,
+                                    kl_tune_value *pt) {
+    while (idx < size) {
+        grid_point(s, o, idx, pt);
+        uint64_t rest = idx, stride = 1, block = 0;
+        for (int i = s->n - 1; i >= 0; i--) {
+            uint64_t c = (uint64_t)grid_count(&s->p[i], o);
+            if (!pt[i].present && rest % c) block = stride * c; /* the most significant one wins */
+            rest /= c;
+            stride *= c;
+        }
+        if (!block) return idx;
+        idx = (idx / block + 1) * block;
     }
-    return 1;
+    return size;
+}
+
+int kl_tune_grid_nth(const kl_tune_space *s, const kl_sampler_opts *o, uint64_t k, kl_tune_value *out,
+                     uint64_t *distinct) {
+    uint64_t size = kl_tune_grid_size(s, o), seen = 0;
+    for (uint64_t g = 0; (g = grid_next_canonical(s, o, g, size, out)) < size; g++)
+        if (seen++ == k) return KL_OK;
+    if (distinct) *distinct = seen;
+    return KL_ENOTFOUND;
 }
 
 /* ---- entry point --------------------------------------------------------- */
@@ -427,23 +454,13 @@ int kl_tune_suggest(const kl_tune_space *s, const kl_sampler_opts *o, const kl_t
                     int number, kl_tune_value *out, kl_err *e) {
     rng_t r = {o->seed * 0x9e3779b97f4a7c15ull ^ ((uint64_t)number + 1) * 0xd1b54a32d192ed03ull};
     for (int i = 0; i < s->n; i++) out[i] = (kl_tune_value){0, 0};
-    if (o->kind == KL_SAMPLER_GRID) {
-        uint64_t size = kl_tune_grid_size(s, o);
-        if (!size) return kl_err_set(e, KL_EINVAL, "grid: the space has too many points");
-        kl_tune_value *pt = malloc((size_t)s->n * sizeof *pt);
-        if (!pt) return kl_err_set(e, KL_ENOMEM, "out of memory");
-        for (uint64_t g = 0; g < size; g++) {
-            grid_point(s, o, g, pt);
-            int taken = 0;
-            for (size_t i = 0; i < n && !taken; i++) taken = same_point(s, pt, h[i].params);
-            if (!taken) {
-                memcpy(out, pt, (size_t)s->n * sizeof *pt);
-                free(pt);
-                return KL_OK;
-            }
-        }
-        free(pt);
-        return kl_err_set(e, KL_ENOTFOUND, "grid: all %llu points have been evaluated", (unsigned long long)size);
+    if (o->kind == KL_SAMPLER_GRID) { /* trial k: the k-th distinct point (workers claim numbers, never points) */
+        if (!kl_tune_grid_size(s, o)) return kl_err_set(e, KL_EINVAL, "grid: the space has too many points");
+        uint64_t distinct = 0;
+        if (number < 0 || kl_tune_grid_nth(s, o, (uint64_t)number, out, &distinct) == KL_ENOTFOUND)
+            return kl_err_set(e, KL_ENOTFOUND, "grid: all %llu points have been evaluated (trial %d)",
+                              (unsigned long long)distinct, number);
+        return KL_OK;
     }
     size_t finished = 0; /* startup: complete and pruned trials count (as in Optuna) */
     for (size_t i = 0; i < n; i++) finished += h[i].state == KL_TRIAL_COMPLETE || h[i].state == KL_TRIAL_PRUNED;

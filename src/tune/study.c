@@ -193,72 +193,77 @@ static const char *sets_list(const char *sets, char *buf, size_t n) {
     return buf;
 }
 
+/* An existing study's settings against this run's: a contradictory re-run
+ * is KL_EINVAL naming what differs. */
+static int check_same(const kl_study *st, const kl_study_info *info, kl_err *e) {
+    if (strcmp(st->metric, info->metric) || st->info.minimize != info->minimize)
+        return kl_err_set(e, KL_EINVAL,
+                          "study '%s' optimises %s (%s); this run asks for %s (%s): to continue the study give "
+                          "--metric %s --direction %s, or start a new one with --study NAME",
+                          info->name, st->metric, st->info.minimize ? "minimize" : "maximize", info->metric,
+                          info->minimize ? "minimize" : "maximize", st->metric,
+                          st->info.minimize ? "minimize" : "maximize");
+    if (strcmp(st->sets, info->sets ? info->sets : "")) {
+        char was[2048], now[2048];
+        return kl_err_set(e, KL_EINVAL,
+                          "study '%s' was run with other --set overrides (%s; now %s): give the same ones, or use "
+                          "another --study name",
+                          info->name, sets_list(st->sets, was, sizeof was), sets_list(info->sets, now, sizeof now));
+    }
+    if (strcmp(st->space_sha, info->space_sha256))
+        return kl_err_set(
+            e, KL_EINVAL,
+            "study '%s' was run with another search space (sha256 %.12s, now %.12s): use another --study name",
+            info->name, st->space_sha, info->space_sha256);
+    return KL_OK;
+}
+
+/* The root run of a new study, created once even when several workers
+ * start the study at once (kl_track_run_ensure); *created 0 when another
+ * process made it first. */
+static int create_root(kl_track *t, const kl_study_info *info, int64_t *id, int *created, kl_err *e) {
+    char rname[512];
+    snprintf(rname, sizeof rname, "study:%s", info->name);
+    const kl_kv kv[] = {{"kind", "study"},
+                        {"study", info->name},
+                        {"metric", info->metric},
+                        {"direction", info->minimize ? "minimize" : "maximize"},
+                        {"sampler", info->sampler},
+                        {"space_sha256", info->space_sha256},
+                        {"spec", info->spec ? info->spec : ""},
+                        {"space", info->space_text ? info->space_text : ""},
+                        {"sets", info->sets ? info->sets : ""}};
+    /* the root run is a container: finished at once, whatever its trials do */
+    return kl_track_run_ensure(t, "tune", rname, kv, KL_ARRAY_LEN(kv), KL_RUN_FINISHED, id, created, e);
+}
+
 int kl_study_open(kl_track *t, const kl_tune_space *s, const kl_study_info *info, kl_study **out, kl_err *e) {
     *out = NULL;
     int rc = check_name(info->name, e);
     if (rc) return rc;
     cJSON *root = NULL;
     int64_t id;
+    int created = 0;
     rc = find_root(t, info->name, &id, &root, e);
-    if (rc && rc != KL_ENOTFOUND) return rc;
+    if (rc == KL_ENOTFOUND) {
+        kl_err_clear(e);
+        if ((rc = create_root(t, info, &id, &created, e))) return rc;
+        /* created now or by another worker a moment ago: read it back */
+        rc = find_root(t, info->name, &id, &root, e);
+        if (rc == KL_ENOTFOUND)
+            return kl_err_set(e, KL_EEXIST,
+                              "run %lld is named study:%s in experiment tune but is not a study (no kind=study tag): "
+                              "use another --study name",
+                              (long long)id, info->name);
+    }
+    if (rc) return rc;
     kl_study *st;
     if ((rc = study_new(t, s, info->name, &st, e))) { cJSON_Delete(root); return rc; }
-    if (root) {
-        st->root = id;
-        rc = fill_info(st, root) ? kl_err_set(e, KL_ENOMEM, "out of memory") : KL_OK;
-        cJSON_Delete(root);
-        if (!rc && (strcmp(st->metric, info->metric) || st->info.minimize != info->minimize))
-            rc = kl_err_set(e, KL_EINVAL,
-                            "study '%s' optimises %s (%s); this run asks for %s (%s): to continue the study give "
-                            "--metric %s --direction %s, or start a new one with --study NAME",
-                            info->name, st->metric, st->info.minimize ? "minimize" : "maximize", info->metric,
-                            info->minimize ? "minimize" : "maximize", st->metric, st->info.minimize ? "minimize" : "maximize");
-        if (!rc && strcmp(st->sets, info->sets ? info->sets : "")) {
-            char was[2048], now[2048];
-            rc = kl_err_set(e, KL_EINVAL,
-                            "study '%s' was run with other --set overrides (%s; now %s): give the same ones, or use "
-                            "another --study name",
-                            info->name, sets_list(st->sets, was, sizeof was), sets_list(info->sets, now, sizeof now));
-        }
-        if (!rc && strcmp(st->space_sha, info->space_sha256))
-            rc = kl_err_set(e, KL_EINVAL, "study '%s' was run with another search space (sha256 %.12s, now %.12s): use another --study name",
-                            info->name, st->space_sha, info->space_sha256);
-        if (rc) { kl_study_free(st); return rc; }
-        *out = st;
-        return KL_OK;
-    }
-    char rname[512];
-    snprintf(rname, sizeof rname, "study:%s", info->name);
-    kl_track_run *r;
-    if ((rc = kl_track_run_start(t, "tune", rname, 0, &r, e))) { kl_study_free(st); return rc; }
-    st->root = kl_track_run_id(r);
-    const char *kv[][2] = {{"kind", "study"},
-                           {"study", info->name},
-                           {"metric", info->metric},
-                           {"direction", info->minimize ? "minimize" : "maximize"},
-                           {"sampler", info->sampler},
-                           {"space_sha256", info->space_sha256},
-                           {"spec", info->spec ? info->spec : ""},
-                           {"space", info->space_text ? info->space_text : ""},
-                           {"sets", info->sets ? info->sets : ""}};
-    for (size_t i = 0; i < KL_ARRAY_LEN(kv) && !rc; i++) rc = kl_track_set_tag(r, kv[i][0], kv[i][1], e);
-    /* the root run stays "running" while the study can grow; it is a container */
-    kl_track_run_end(r, KL_RUN_FINISHED, rc ? NULL : e);
+    st->root = id;
+    rc = fill_info(st, root) ? kl_err_set(e, KL_ENOMEM, "out of memory") : KL_OK;
+    cJSON_Delete(root);
+    if (!rc && !created) rc = check_same(st, info, e);
     if (rc) { kl_study_free(st); return rc; }
-    st->metric = strdup(info->metric);
-    st->sampler = strdup(info->sampler);
-    st->space_sha = strdup(info->space_sha256);
-    st->spec = strdup(info->spec ? info->spec : "");
-    st->space_text = strdup(info->space_text ? info->space_text : "");
-    st->sets = strdup(info->sets ? info->sets : "");
-    st->info = *info;
-    st->info.sets = st->sets;
-    st->info.space_text = st->space_text;
-    st->info.name = st->name;
-    st->info.metric = st->metric;
-    st->info.sampler = st->sampler;
-    st->info.space_sha256 = st->space_sha;
-    st->info.spec = st->spec;
     *out = st;
     return KL_OK;
 }
@@ -277,14 +282,14 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
     if (rc) return rc;
     st->trials = calloc(n + 1, sizeof *st->trials);
     if (!st->trials) { free(ids); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
+    void *all = NULL; /* every trial run in a few queries, whatever n */
+    if (n && (rc = kl_track_runs_json(st->t, ids, n, &all, e))) { free(ids); return rc; }
     for (size_t i = 0; i < n && !rc; i++) {
-        void *j;
-        if ((rc = kl_track_run_json(st->t, ids[i], &j, e))) break;
-        cJSON *run = j;
+        cJSON *run = cJSON_GetArrayItem(all, (int)i);
         kl_trial *t = &st->trials[st->ntrials];
         const char *num = tag(run, "trial"), *state = tag(run, "state");
         int64_t number;
-        if (!num || kl_parse_int64(num, &number)) { cJSON_Delete(run); continue; }
+        if (!num || kl_parse_int64(num, &number)) continue;
         t->number = (int)number;
         t->run_id = ids[i];
         t->state = KL_TRIAL_FAILED;
@@ -294,7 +299,7 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
         if (t->state == KL_TRIAL_RUNNING && cJSON_IsString(status) && strcmp(status->valuestring, "running"))
             t->state = KL_TRIAL_FAILED; /* its tune process died */
         t->params = calloc((size_t)st->s->n, sizeof *t->params);
-        if (!t->params) { cJSON_Delete(run); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
+        if (!t->params) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); break; }
         cJSON *params = cJSON_GetObjectItem(run, "params");
         for (int p = 0; p < st->s->n; p++) {
             cJSON *v = cJSON_GetObjectItem(params, st->s->p[p].name);
@@ -304,7 +309,6 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
         cJSON *obj = cJSON_GetObjectItem(cJSON_GetObjectItem(run, "metrics"), "objective");
         cJSON *val = cJSON_GetObjectItem(obj, "value");
         t->value = cJSON_IsNumber(val) ? val->valuedouble : NAN;
-        cJSON_Delete(run);
         int64_t *steps = NULL, *ts = NULL;
         double *vals = NULL;
         size_t m = 0;
@@ -325,6 +329,7 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
         st->ntrials++;
     }
     free(ids);
+    cJSON_Delete(all);
     if (rc) return rc;
     qsort(st->trials, st->ntrials, sizeof *st->trials, cmp_trial);
     *out = st->trials;
@@ -332,13 +337,17 @@ int kl_study_load(kl_study *st, const kl_trial **out, size_t *nout, kl_err *e) {
     return KL_OK;
 }
 
-int kl_study_trial_start(kl_study *st, int number, const kl_tune_value *params, int64_t *run_id, kl_err *e) {
-    char rname[512], num[32];
-    snprintf(rname, sizeof rname, "%s/trial-%d", st->name, number);
-    snprintf(num, sizeof num, "%d", number);
-    kl_track_run *r;
-    int rc = kl_track_run_start(st->t, "tune", rname, st->root, &r, e);
-    if (rc) return rc;
+int kl_study_trial_claim(kl_study *st, int ntrials, double heartbeat_timeout_s, kl_study_claim *out, kl_err *e) {
+    kl_track_claim c;
+    int rc = kl_track_trial_claim(st->t, st->root, st->name, ntrials, heartbeat_timeout_s, &c, e);
+    out->number = c.number;
+    out->run_id = c.run_id;
+    out->requeued = c.requeued_from != 0;
+    out->lost_marked = c.lost_marked;
+    return rc;
+}
+
+int kl_study_trial_params(kl_study *st, int64_t run_id, const kl_tune_value *params, kl_err *e) {
     kl_kv kv[64];
     char vals[64][96];
     size_t nkv = 0;
@@ -348,12 +357,21 @@ int kl_study_trial_start(kl_study *st, int number, const kl_tune_value *params, 
         kv[nkv] = (kl_kv){st->s->p[p].name, vals[nkv]};
         nkv++;
     }
-    if (!rc && nkv) rc = kl_track_log_params(r, kv, nkv, e);
-    const char *tags[][2] = {{"kind", "trial"}, {"study", st->name}, {"trial", num}, {"state", "running"}};
-    for (size_t i = 0; i < KL_ARRAY_LEN(tags) && !rc; i++) rc = kl_track_set_tag(r, tags[i][0], tags[i][1], e);
-    *run_id = kl_track_run_id(r);
-    kl_track_run_free(r); /* stays running until the trial ends */
+    if (!nkv) return KL_OK;
+    kl_track_run *r;
+    int rc = kl_track_run_attach(st->t, run_id, &r, e);
+    if (rc) return rc;
+    rc = kl_track_log_params(r, kv, nkv, e);
+    kl_track_run_free(r);
     return rc;
+}
+
+int kl_study_trial_release(kl_study *st, int64_t run_id, const char *why, kl_err *e) {
+    return kl_track_trial_release(st->t, run_id, why, e);
+}
+
+int kl_study_trial_heartbeat(kl_study *st, int64_t run_id, kl_err *e) {
+    return kl_track_run_heartbeat(st->t, run_id, e);
 }
 
 int kl_study_trial_report(kl_study *st, int64_t run_id, int step, double value, kl_err *e) {
@@ -388,18 +406,19 @@ int kl_study_trial_model_dir(kl_study *st, int64_t run_id, char *out, size_t n, 
 }
 
 int kl_study_trial_end(kl_study *st, int64_t run_id, kl_trial_state state, double value, const char *note, kl_err *e) {
-    kl_track_run *r;
-    int rc = kl_track_run_attach(st->t, run_id, &r, e);
-    if (rc) return rc;
+    int rc = KL_OK;
     if (state == KL_TRIAL_COMPLETE) {
+        kl_track_run *r;
+        if ((rc = kl_track_run_attach(st->t, run_id, &r, e))) return rc;
         kl_metric_point pt = {"objective", 0, 0, value};
         rc = kl_track_log_metrics(r, &pt, 1, e);
+        kl_track_run_free(r);
+        if (rc) return rc;
     }
-    if (!rc) rc = kl_track_set_tag(r, "state", state_names[state], e);
-    if (!rc && note) rc = kl_track_set_tag(r, state == KL_TRIAL_FAILED ? "error" : "note", note, e);
+    /* the state and the end in one step, only while the trial is still this worker's */
+    kl_kv tags[2] = {{"state", state_names[state]}, {state == KL_TRIAL_FAILED ? "error" : "note", note}};
     kl_run_status rs = state == KL_TRIAL_FAILED ? KL_RUN_FAILED : state == KL_TRIAL_PRUNED ? KL_RUN_KILLED : KL_RUN_FINISHED;
-    int rc2 = kl_track_run_end(r, rs, rc ? NULL : e);
-    return rc ? rc : rc2;
+    return kl_track_run_finish(st->t, run_id, rs, tags, note ? 2 : 1, e);
 }
 
 /* ---- importance ------------------------------------------------------------ */

@@ -30,7 +30,7 @@ if expect_rc ingest_clicks_ok 0 "$KEEL" ingest clicks.csv --schema clicks.yaml -
   src_sha=$(sha256sum clicks.csv | cut -d' ' -f1)
   [ "$(json_get "$m" "d['sources'][0]['sha256']")" = "$src_sha" ] && pass ingest_manifest_source_sha || fail ingest_manifest_source_sha "mismatch"
   ok=1
-  for f in $(json_get "$m" "' '.join(x['path']+':'+x['sha256'] for x in d['files'])"); do
+  for f in $(json_get "$m" "' '.join(k+':'+x['sha256'] for k, x in d['files'].items())"); do
     [ "$(sha256sum "ds/versions/$id/${f%%:*}" | cut -d' ' -f1)" = "${f##*:}" ] || ok=0
   done
   [ $ok = 1 ] && pass ingest_manifest_file_hashes || fail ingest_manifest_file_hashes "a file hash differs"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Parquet interoperability with DuckDB 1.5 (the oracle, npm @duckdb/node-api
-installed into build/npm): DuckDB reads every file keel writes with identical
-values, nulls and row counts; keel reads DuckDB-written files identically;
+installed into build/npm) and hyparquet (a second, pure-JavaScript reader):
+both read every file keel writes with identical values, nulls and row counts; keel reads DuckDB-written files identically;
 keel reads every file of parquet-testing/data like DuckDB does (nested
 columns compared as JSON values; counts of files read and refused printed);
 every file of parquet-testing/bad_data gives a clear error, never a crash.
@@ -24,6 +24,7 @@ TOOL = os.path.join(BUILD, "parquet-tool")
 TESTDATA = os.path.join(SRC, "tests", "data", "parquet-testing")
 NPM = os.path.join(SRC, "build", "npm")
 JS = os.path.join(SRC, "tests", "integration", "parquet_duckdb.mjs")
+HYP_JS = os.path.join(SRC, "tests", "integration", "parquet_hyparquet.mjs")
 TMP = tempfile.mkdtemp(prefix="pq-", dir=os.environ.get("KEEL_TEST_TMP"))
 
 
@@ -37,6 +38,14 @@ def duck(*args):
     if r.returncode != 0:
         raise RuntimeError("duckdb: " + r.stderr[-800:])
     return [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+
+
+def hyparquet(*files):
+    env = dict(os.environ, HYPARQUET_NODE_PATH=os.path.join(NPM, "node_modules"))
+    r = subprocess.run(["node", HYP_JS, "dump", *files], capture_output=True, text=True, env=env, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError("hyparquet: " + r.stderr[-800:])
+    return {g["file"]: g for g in (json.loads(l) for l in r.stdout.splitlines() if l.strip())}
 
 
 def keel(*args):
@@ -118,7 +127,7 @@ def compare(exp, got, label):
 
 
 def keel_writes():
-    """DuckDB reads what keel writes."""
+    """DuckDB and hyparquet read what keel writes."""
     cases = []
     for codec in ["none", "snappy", "gzip", "zstd", "lz4_raw"]:
         for d in ("1", "0"):
@@ -137,9 +146,14 @@ def keel_writes():
         expected[path] = (name, out[0])
         files.append(path)
     got = {g["file"]: g for g in duck("dump", *files)} if files else {}
+    ok, hwhy = duckdb_npm.ensure_hyparquet(NPM)
+    report("parquet_hyparquet_available", ok, hwhy)
+    hyp = hyparquet(*files) if files and ok else {}
     for path in files:
         name, exp = expected[path]
         why = compare(exp, got.get(path, {"ok": False, "error": "no output"}), f"DuckDB reading keel {name}")
+        if why is None:
+            why = compare(exp, hyp.get(path, {"ok": False, "error": "no output"}), f"hyparquet reading keel {name}")
         if why is None:  # keel reads its own file too
             _, mine = keel("dump", path)
             why = compare(exp, mine[0], f"keel reading keel {name}")

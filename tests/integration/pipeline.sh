@@ -39,6 +39,11 @@ miss = [n for n in need if n not in h]
 ext = re.findall(r"(?:src|href)=\"(?:https?:)?//", h) + re.findall(r"<script", h)
 print("missing", miss, "external", ext)
 sys.exit(1 if miss or ext else 0)' "$OUT/report.html"
+check pipeline_report_shows_reference_profile $PYTHON -c '
+import sys
+h = open(sys.argv[1]).read()
+ok = "Reference profile:" in h and h.count("class=\"ref\"") >= 10 and "item_price" in h
+sys.exit(0 if ok else 1)' "$OUT/report.html"
 for f in repo/ctr/1/model.onnx repo/ctr/1/features.json repo/ctr/1/features.db repo/ctr/1/meta.json pipeline-state.json; do
   [ -s "$OUT/$f" ] || { fail pipeline_outputs "$f missing"; break; }
 done && pass pipeline_outputs

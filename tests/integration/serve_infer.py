@@ -399,7 +399,7 @@ s.log.close()
 # what is still queued is answered 503, exit 0
 s = Server(repo, "--workers", "1", "--exit-timeout", "0.2")
 res = {}
-big = rng.standard_normal((3072, slow_sizes[0])).astype(np.float32)  # runs well over 0.3 s
+big = rng.standard_normal((12288, slow_sizes[0])).astype(np.float32)  # 78 GMAC on one thread: over 0.3 s on a fast core
 blk = threading.Thread(target=lambda: res.__setitem__("blocker", s.req("POST", "/v2/models/slow/infer",
                                                                         *bin_req(big, {"X-Priority": "1"}))[0]))
 blk.start()
@@ -411,15 +411,22 @@ queued = []
 qs = [threading.Thread(target=lambda: queued.append(s.json("POST", "/v2/models/slow/infer",
                                                            *bin_req(xs, {"X-Priority": "1"})))) for _ in range(3)]
 [t.start() for t in qs]
-time.sleep(0.1)
+queued_at_term = None
+for _ in range(300):  # SIGTERM once the three wait behind the running batch
+    m = s.req("GET", "/metrics")[2].decode()
+    qlen = sum(int(v) for v in re.findall(r'keel_queue_length\{model="slow"[^}]*\} (\d+)', m))
+    if qlen == 3 or 'keel_inference_running{model="slow"} 1' not in m:
+        queued_at_term = (qlen, 'keel_inference_running{model="slow"} 1' in m)
+        break
+    time.sleep(0.01)
 s.signal(signal.SIGTERM)
 [t.join(30) for t in qs]
 blk.join(30)
 rc = s.p.wait(30)
 s.log.close()
-check("serve_exit_timeout_running_finishes_queued_503", res.get("blocker") == 200 and len(queued) == 3
-      and all(st == 503 and "shutting down" in b.get("error", "") for st, h, b in queued) and rc == 0,
-      (res, [(st, b) for st, h, b in queued], rc))
+check("serve_exit_timeout_running_finishes_queued_503", queued_at_term == (3, True) and res.get("blocker") == 200
+      and len(queued) == 3 and all(st == 503 and "shutting down" in b.get("error", "") for st, h, b in queued) and rc == 0,
+      ("queued, running at SIGTERM", queued_at_term, res, [(st, str(b)[:80]) for st, h, b in queued], rc))
 
 # registry references: serve mlp@champion from the model registry; moving the
 # alias and SIGHUP swap the served version

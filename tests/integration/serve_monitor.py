@@ -69,7 +69,7 @@ check("monitor_apply_carries_profile", os.path.exists(os.path.join(d, "fds", "pr
 meta = json.load(open(os.path.join(d, "model", "meta.json")))
 mprof = json.load(open(os.path.join(d, "model", "profile.json")))
 check("monitor_train_lists_profile_in_meta",
-      meta["files"].get("profile.json") == sha256(os.path.join(d, "model", "profile.json")), meta["files"])
+      meta["files"].get("profile.json", {}).get("sha256") == sha256(os.path.join(d, "model", "profile.json")), meta["files"])
 outs = [c for c in mprof["columns"] if c["role"] == "output"]
 check("monitor_train_profiles_outputs", len(outs) == 1 and outs[0]["count"] == 1200, [c["name"] for c in outs])
 
@@ -84,7 +84,8 @@ with open(os.path.join(repo, "ctr", "config.yaml"), "w") as f:
     f.write("monitor: {windows: [5m, 1h, 24h], psi: 0.2, p_value: 0.001, min_samples: 100, feedback_capacity: 100000}\n")
 os.remove(os.path.join(repo, "old", "1", "profile.json"))  # and not listed in its meta.json
 om = dict(meta)
-om["files"] = {k: v for k, v in meta["files"].items() if k != "profile.json"}
+# and in the files shape keel train wrote before the one manifest shape (name -> hex): it still verifies and serves
+om["files"] = {k: v["sha256"] for k, v in meta["files"].items() if k != "profile.json"}
 json.dump(om, open(os.path.join(repo, "old", "1", "meta.json"), "w"))
 
 rows = list(csv.DictReader(open(os.path.join(d, "live.csv"))))
@@ -200,6 +201,10 @@ try:
     st, _, old = srv.json("GET", "/v2/models/old/monitor")
     check("monitor_old_version_unmonitored", st == 200 and old["monitoring"] is False and "profile.json" in old["reason"],
           (st, old))
+    _, _, md = srv.json("GET", "/v2/models/old")  # verified by its old-shape meta.json, and it serves
+    st, _, body = srv.json("POST", "/v2/models/old/infer", {"inputs": [
+        {"name": md["inputs"][0]["name"], "datatype": "FP32", "shape": [1, 9], "data": [0.1] * 9}]})
+    check("monitor_old_files_shape_serves", st == 200 and body["outputs"][0]["shape"][0] == 1, (st, body))
     st, _, fb = srv.json("POST", "/v2/models/old/feedback", {"id": "x", "label": 1})
     check("feedback_off_by_default", st == 400 and "feedback_capacity" in fb.get("error", ""), (st, fb))
     st, _, _ = srv.json("GET", "/v2/models/nosuch/monitor")

@@ -24,8 +24,9 @@ if expect_rc train_mlp_runs 0 $KEEL train "$T/mlp.yaml" --out "$T/mlp" --quiet; 
 import hashlib, json, sys, os
 d = sys.argv[1]
 m = json.load(open(os.path.join(d, "meta.json")))
-for f, h in m["files"].items():
-    assert hashlib.sha256(open(os.path.join(d, f), "rb").read()).hexdigest() == h, f
+for f, h in m["files"].items():  # the one manifest shape: name -> {sha256, bytes}
+    data = open(os.path.join(d, f), "rb").read()
+    assert hashlib.sha256(data).hexdigest() == h["sha256"] and len(data) == h["bytes"], f
 for k in ["seed", "spec", "code_version", "data", "final_metrics", "best"]:
     assert k in m, k
 assert m["data"]["x_sha256"] and "val_accuracy" in m["final_metrics"]

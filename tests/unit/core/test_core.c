@@ -447,10 +447,11 @@ KL_TEST(settings_parse_every_variable) {
     KT_CHECK(s.progress_interval_s == 10.0);
     KT_CHECK(s.doctor_root == NULL);
     KT_CHECK(s.feature_store == NULL);
+    KT_EQ_STR(s.tmpdir, "/tmp");
     char *set[] = {"KEEL_THREADS=3", "KEEL_NO_AVX512=1", "KEEL_NO_NCHWC=yes", "KEEL_NCHWC_POOL_FUSE=0",
                    "KEEL_WINO=0", "KEEL_SPLIT=0", "KEEL_PROFILE=1", "KEEL_FETCH_RETRIES=0",
                    "KEEL_PROGRESS_INTERVAL=2.5", "KEEL_DOCTOR_ROOT=/tmp/r", "KEEL_FEATURE_STORE=redis://h:1/2",
-                   "KEEL_THREADSX=9", NULL};
+                   "KEEL_THREADSX=9", "TMPDIR=/var/tmp/k", NULL};
     kl_settings_parse(&s, set);
     KT_EQ_INT(s.threads, 3);
     KT_EQ_INT(s.avx512_allowed, 0);
@@ -464,8 +465,9 @@ KL_TEST(settings_parse_every_variable) {
     KT_CHECK(s.progress_interval_s == 2.5);
     KT_CHECK(s.doctor_root && !strcmp(s.doctor_root, "/tmp/r"));
     KT_CHECK(s.feature_store && !strcmp(s.feature_store, "redis://h:1/2"));
+    KT_EQ_STR(s.tmpdir, "/var/tmp/k");
     char *odd[] = {"KEEL_THREADS=5000", "KEEL_NO_AVX512=0", "KEEL_WINO=1", "KEEL_SPLIT=x", "KEEL_FETCH_RETRIES=4",
-                   "KEEL_PROGRESS_INTERVAL=-1", "KEEL_DOCTOR_ROOT=", NULL};
+                   "KEEL_PROGRESS_INTERVAL=-1", "KEEL_DOCTOR_ROOT=", "TMPDIR=", NULL};
     kl_settings_parse(&s, odd);
     KT_EQ_INT(s.threads, 0); /* out of 1..1024: the online cores */
     KT_EQ_INT(s.avx512_allowed, 1);
@@ -475,4 +477,5 @@ KL_TEST(settings_parse_every_variable) {
     KT_EQ_INT(s.fetch_retries, 4);
     KT_CHECK(s.progress_interval_s == 10.0);
     KT_CHECK(s.doctor_root == NULL);
+    KT_EQ_STR(s.tmpdir, "/tmp"); /* empty: the default */
 }

@@ -4,6 +4,7 @@
 #include "../harness.h"
 #include "../kt_ingest.h"
 
+#include <cjson/cJSON.h>
 #include <keel/clickgen.h>
 #include <keel/core.h>
 #include <keel/data.h>
@@ -103,6 +104,30 @@ static int copy_file(const char *from, const char *to, kl_err *e) {
     return rc;
 }
 
+/* Changes one byte in the middle of a file (its size stays). */
+static int flip_middle_byte(const char *path, kl_err *e) {
+    char *b = NULL;
+    size_t n = 0;
+    int rc = kl_read_file(path, &b, &n, e);
+    if (rc) return rc;
+    b[n / 2] ^= 1;
+    rc = kl_write_file_atomic(path, b, n, e);
+    kl_mem_free(b);
+    return rc;
+}
+
+/* The click log ingested into kt_path(name) (out) in several part files. */
+static int ingest_parts(const char *name, char *out, size_t n, kl_ingest_result *r, kl_err *e) {
+    static char csv[512], schema[512];
+    int rc = setup(csv, schema, sizeof csv, e);
+    snprintf(out, n, "%s", kt_path(name));
+    const char *srcs[] = {csv};
+    kl_ingest_opts o;
+    kt_ingest_opts(&o, srcs, schema, out);
+    o.chunk_bytes = 64 << 10;
+    return rc ? rc : kl_ingest(&o, r, e);
+}
+
 static int resolve(const char *dir, kl_verify_mode m, kl_err *e) {
     char **files = NULL, *manifest = NULL;
     size_t nf = 0;
@@ -117,16 +142,10 @@ static int resolve(const char *dir, kl_verify_mode m, kl_err *e) {
  * every reader. Opening a dataset checks its files against the manifest:
  * sha256 (default), size, or none. */
 KL_TEST(dataset_resolve_verifies_files_against_manifest) {
-    char csv[512], schema[512], out[512];
+    char out[512];
     kl_err e = {0};
-    KT_OK(setup(csv, schema, sizeof csv, &e), &e);
-    snprintf(out, sizeof out, "%s", kt_path("dsv"));
-    const char *srcs[] = {csv};
-    kl_ingest_opts o;
-    kt_ingest_opts(&o, srcs, schema, out);
-    o.chunk_bytes = 64 << 10;
     kl_ingest_result r;
-    KT_OK(kl_ingest(&o, &r, &e), &e);
+    KT_OK(ingest_parts("dsv", out, sizeof out, &r, &e), &e);
     KT_CHECK(r.files_written > 1);
     KT_OK(resolve(out, KL_VERIFY_SHA256, &e), &e);
     char p0[1200], p1[1200], keep[1200], extra[1200];
@@ -135,12 +154,7 @@ KL_TEST(dataset_resolve_verifies_files_against_manifest) {
     snprintf(keep, sizeof keep, "%s", kt_path("part0.keep"));
     KT_OK(copy_file(p0, keep, &e), &e);
     /* the same size, one byte changed: sha256 refuses, size and none accept */
-    char *b = NULL;
-    size_t n = 0;
-    KT_OK(kl_read_file(p0, &b, &n, &e), &e);
-    b[n / 2] ^= 1;
-    KT_OK(kl_write_file_atomic(p0, b, n, &e), &e);
-    kl_mem_free(b);
+    KT_OK(flip_middle_byte(p0, &e), &e);
     KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
     KT_CONTAINS(e.msg, "part-00000.parquet: sha256 ");
     KT_CONTAINS(e.msg, " bytes)");
@@ -171,4 +185,55 @@ KL_TEST(dataset_resolve_verifies_files_against_manifest) {
     KT_EQ_INT(m, KL_VERIFY_SIZE);
     KT_CHECK(kl_verify_mode_parse("md5", &m, &e) == KL_EINVAL);
     KT_EQ_STR(kl_verify_mode_name(KL_VERIFY_NONE), "none");
+}
+
+/* The one manifest shape (files: name -> {sha256, bytes, rows}); a dataset
+ * published before it (files as a list of {path, sha256, rows, bytes}) still
+ * verifies, audits and is reused, and tampering is named in both shapes. */
+KL_TEST(dataset_manifest_old_shape_still_reads) {
+    char out[512], mp[1200];
+    kl_err e = {0};
+    kl_ingest_result r;
+    KT_OK(ingest_parts("dso", out, sizeof out, &r, &e), &e);
+    int64_t nfiles = r.files_written;
+    KT_CHECK(nfiles > 1);
+    snprintf(mp, sizeof mp, "%s/manifest.json", r.version_dir);
+    void *j = NULL;
+    KT_OK(kl_json_load_file_opts(mp, KL_JSON_KEEP_NUL, &j, &e), &e);
+    cJSON *fs = cJSON_GetObjectItem(j, "files"), *f;
+    KT_CHECK(cJSON_IsObject(fs) &&
+             cJSON_IsNumber(cJSON_GetObjectItem(cJSON_GetObjectItem(fs, "part-00000.parquet"), "rows")));
+    /* rewrite it in the old shape */
+    cJSON *arr = cJSON_CreateArray();
+    cJSON_ArrayForEach(f, fs) {
+        cJSON *x = cJSON_Duplicate(f, 1);
+        cJSON_AddStringToObject(x, "path", f->string);
+        cJSON_AddItemToArray(arr, x);
+    }
+    cJSON_ReplaceItemInObject(j, "files", arr);
+    KT_OK(kl_json_write_file(mp, j, 1, &e), &e);
+    cJSON_Delete(j);
+    KT_OK(resolve(out, KL_VERIFY_SHA256, &e), &e);
+    kl_buf pb;
+    kl_buf_init(&pb);
+    int np = -1;
+    uint64_t rows = 0;
+    KT_OK(kl_dataset_audit(out, &pb, &np, &rows, &e), &e);
+    KT_CHECKF(np == 0, "problems: %s", pb.data);
+    KT_EQ_INT(rows, 20000);
+    /* the same ingest again: the old-shape version is reused, its files counted */
+    KT_OK(ingest_parts("dso", out, sizeof out, &r, &e), &e);
+    KT_EQ_INT(r.reused, 1);
+    KT_EQ_INT(r.files_written, nfiles);
+    /* tampering: named by the open and by the audit */
+    char p1[1200];
+    snprintf(p1, sizeof p1, "%s/part-00001.parquet", r.version_dir);
+    KT_OK(flip_middle_byte(p1, &e), &e);
+    KT_EQ_INT(resolve(out, KL_VERIFY_SHA256, &e), KL_ECHECKSUM);
+    KT_CONTAINS(e.msg, "part-00001.parquet: sha256 mismatch: the file has sha256 ");
+    KT_CONTAINS(e.msg, "manifest.json says ");
+    KT_OK(kl_dataset_audit(out, &pb, &np, &rows, &e), &e);
+    KT_EQ_INT(np, 1);
+    KT_CONTAINS(pb.data, "part-00001.parquet: sha256 mismatch");
+    kl_buf_free(&pb);
 }

@@ -85,7 +85,7 @@ static int run_all(fake *f, kl_loader_cfg c, uint64_t *hs, int max, int64_t *lab
     int n = 0;
     int64_t nl = 0;
     kl_batch b;
-    while (n < max && !kl_loader_next(l, &b, &e) && b.n) {
+    while (n < max && !kl_loader_next(l, &b, &e) && !b.end) {
         KL_ASSERT(((uintptr_t)b.images & 63) == 0 && ((uintptr_t)b.labels & 63) == 0);
         hs[n++] = hash_batch(&b);
         if (labels) for (int64_t i = 0; i < b.n; i++) labels[nl++] = b.labels[i];
@@ -146,6 +146,7 @@ KL_TEST(data_loader_values_centre_crop) {
     }
     KT_OK(kl_loader_next(l, &b, &e), &e);
     KT_EQ_INT(b.n, 0);
+    KT_CHECK(b.end);
     kl_loader_stats st;
     kl_loader_stats_get(l, &st);
     KT_EQ_INT(st.batches, 1);
@@ -155,23 +156,62 @@ KL_TEST(data_loader_values_centre_crop) {
     fake_free(&f);
 }
 
+/* Labels of each batch of a run: lab[b * cap + i], n[b]; returns the batch count. */
+static int run_batches(fake *f, kl_loader_cfg c, int64_t *lab, int cap, int64_t *n, int max) {
+    kl_loader_source s = fake_src(f, "ds1");
+    kl_loader *l = NULL;
+    kl_err e = {0};
+    if (kl_loader_new(&s, &c, &l, &e)) return -1;
+    int k = 0;
+    kl_batch b;
+    while (k < max && !kl_loader_next(l, &b, &e) && !b.end) {
+        n[k] = b.n;
+        for (int64_t i = 0; i < b.n && i < cap; i++) lab[k * cap + i] = b.labels[i];
+        k++;
+    }
+    kl_loader_free(l);
+    return k;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* 50 records, 3 ranks of 4 (global batch 12): 5 batches on every rank, the
+ * last global batch of 2 dealt 1, 1, 0; each global batch holds the records
+ * of the one-process batch of 12, and the epoch every record once. */
 KL_TEST(data_loader_ranks_disjoint) {
     fake f;
     fake_make(&f, 50);
     kl_loader_cfg c = base_cfg();
-    c.world = 3; c.epochs = 1; c.batch = 4;
+    c.epochs = 1; c.batch = 12;
+    int64_t one[8 * 12], onen[8], lab[3][8 * 4], n[3][8];
+    KT_EQ_INT(run_batches(&f, c, one, 12, onen, 8), 5);
+    c.world = 3; c.batch = 4;
     int seen[50] = {0};
-    uint64_t hs[16];
     for (int r = 0; r < 3; r++) {
-        int64_t lab[64];
         c.rank = r;
-        int n = run_all(&f, c, hs, 16, lab);
-        KT_EQ_INT(n, 4); /* 50 / 3 = 16 per rank: 4 batches of 4 */
-        for (int i = 0; i < 16; i++) seen[lab[i]]++;
+        KT_EQ_INT(run_batches(&f, c, lab[r], 4, n[r], 8), 5);
+        KT_EQ_INT(n[r][4], r < 2 ? 1 : 0);
     }
-    int tot = 0;
-    for (int i = 0; i < 50; i++) { KT_CHECK(seen[i] <= 1); tot += seen[i]; }
-    KT_EQ_INT(tot, 48);
+    for (int g = 0; g < 5; g++) {
+        int64_t u[12];
+        int k = 0;
+        for (int r = 0; r < 3; r++)
+            for (int64_t i = 0; i < n[r][g]; i++) { u[k++] = lab[r][g * 4 + i]; seen[lab[r][g * 4 + i]]++; }
+        KT_EQ_INT(k, onen[g]);
+        qsort(u, (size_t)k, 8, cmp_i64);
+        qsort(one + g * 12, (size_t)k, 8, cmp_i64);
+        KT_CHECKF(!memcmp(u, one + g * 12, (size_t)k * 8), "global batch %d holds other records than one process's", g);
+    }
+    for (int i = 0; i < 50; i++) KT_EQ_INT(seen[i], 1);
+    /* drop_last drops the partial global batch on every rank alike */
+    c.drop_last = 1;
+    for (int r = 0; r < 3; r++) {
+        c.rank = r;
+        KT_EQ_INT(run_batches(&f, c, lab[r], 4, n[r], 8), 4);
+    }
     fake_free(&f);
 }
 

@@ -322,11 +322,11 @@ KL_TEST(parquet_rle_hybrid) {
         uint32_t mask = bw == 32 ? 0xFFFFFFFFu : ((1u << bw) - 1);
         for (size_t i = 0; i < n; i++) v[i] = (i / 50) % 2 ? (uint32_t)(i / 100) & mask : (uint32_t)rnd(&s) & mask;
         pq_buf b = {0};
-        pq_rle_encode(&b, v, n, bw);
-        KT_CHECK(pq_rle_decode(b.p, b.len, bw, w, n) == 0);
+        kl__pq_rle_encode(&b, v, n, bw);
+        KT_CHECK(kl__pq_rle_decode(b.p, b.len, bw, w, n) == 0);
         KT_CHECK(memcmp(v, w, n * sizeof *v) == 0);
-        KT_CHECK(pq_rle_decode(b.p, b.len / 2, bw, w, n) != 0 || bw == 0 || b.len < 4);
-        pq_buf_free(&b);
+        KT_CHECK(kl__pq_rle_decode(b.p, b.len / 2, bw, w, n) != 0 || bw == 0 || b.len < 4);
+        kl__pq_buf_free(&b);
         free(v); free(w);
     }
 }

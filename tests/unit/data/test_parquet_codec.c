@@ -31,18 +31,18 @@ KL_TEST(parquet_codec_lz4_hadoop_frames) {
     }
     kl_err e = {0};
     memset(out, 0, sizeof out);
-    KT_OK(pq_decompress(CODEC_LZ4, comp, o, out, N, &e), &e);
+    KT_OK(kl__pq_decompress(CODEC_LZ4, comp, o, out, N, &e), &e);
     KT_CHECK(!memcmp(out, src, N));
     /* a raw block (no framing) is read too */
     int rl = LZ4_compress_default((const char *)src, (char *)comp, N, (int)sizeof comp);
     KT_CHECK(rl > 0);
     memset(out, 0, sizeof out);
-    KT_OK(pq_decompress(CODEC_LZ4, comp, (size_t)rl, out, N, &e), &e);
+    KT_OK(kl__pq_decompress(CODEC_LZ4, comp, (size_t)rl, out, N, &e), &e);
     KT_CHECK(!memcmp(out, src, N));
     /* a frame claiming more than the page holds: a clean error */
     be32(comp, N + 1);
     be32(comp + 4, 5);
-    KT_CHECK(pq_decompress(CODEC_LZ4, comp, 13, out, N, &e) == KL_EPARSE);
-    KT_CHECK(pq_codec_unsupported(CODEC_LZ4) == NULL && pq_codec_unsupported(CODEC_BROTLI) == NULL);
-    KT_CHECK(pq_codec_unsupported(CODEC_LZO) != NULL && pq_codec_unsupported(99) != NULL);
+    KT_CHECK(kl__pq_decompress(CODEC_LZ4, comp, 13, out, N, &e) == KL_EPARSE);
+    KT_CHECK(kl__pq_codec_unsupported(CODEC_LZ4) == NULL && kl__pq_codec_unsupported(CODEC_BROTLI) == NULL);
+    KT_CHECK(kl__pq_codec_unsupported(CODEC_LZO) != NULL && kl__pq_codec_unsupported(99) != NULL);
 }

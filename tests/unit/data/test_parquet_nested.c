@@ -28,11 +28,11 @@ typedef struct {
 
 static void rle_levels(pq_buf *b, const uint32_t *lev, size_t n, int maxv) {
     pq_buf t = {0};
-    pq_rle_encode(&t, lev, n, pq_bit_width((uint64_t)maxv));
+    kl__pq_rle_encode(&t, lev, n, pq_bit_width((uint64_t)maxv));
     uint32_t l = (uint32_t)t.len;
     pq_buf_put(b, &l, 4);
     pq_buf_put(b, t.p, t.len);
-    pq_buf_free(&t);
+    kl__pq_buf_free(&t);
 }
 
 /* One row group of rows records; one uncompressed v1 page per leaf. */
@@ -65,7 +65,7 @@ static int write_nested(const char *path, const el_t *els, size_t nel, int ntop,
         kl__tw_end(&w);
         pq_buf_put(&f, h.p, h.len);
         pq_buf_put(&f, b.p, b.len);
-        pq_buf_free(&h);
+        kl__pq_buf_free(&h);
         len[k] = (int64_t)f.len - start[k];
     }
     kl__tw t;
@@ -121,9 +121,9 @@ static int write_nested(const char *path, const el_t *els, size_t nel, int ntop,
     FILE *fp = fopen(path, "wb");
     int rc = fp && fwrite(f.p, 1, f.len, fp) == f.len ? 0 : -1;
     if (fp) fclose(fp);
-    pq_buf_free(&f);
-    pq_buf_free(&b);
-    pq_buf_free(&fb);
+    kl__pq_buf_free(&f);
+    kl__pq_buf_free(&b);
+    kl__pq_buf_free(&fb);
     return rc;
 }
 

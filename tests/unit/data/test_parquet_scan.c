@@ -169,11 +169,11 @@ static void plain_strings(pq_buf *b, const char *const *v, size_t n) {
 
 static void levels(pq_buf *b, const uint32_t *lev, size_t n) {
     pq_buf t = {0};
-    pq_rle_encode(&t, lev, n, 1);
+    kl__pq_rle_encode(&t, lev, n, 1);
     uint32_t l = (uint32_t)t.len;
     pq_buf_put(b, &l, 4);
     pq_buf_put(b, t.p, t.len);
-    pq_buf_free(&t);
+    kl__pq_buf_free(&t);
 }
 
 static void page(pq_buf *f, int type, const pq_buf *body, int32_t nv, int enc) {
@@ -183,7 +183,7 @@ static void page(pq_buf *f, int type, const pq_buf *body, int32_t nv, int enc) {
     kl__tw_i32(&w, 1, type);
     kl__tw_i32(&w, 2, (int32_t)body->len);
     kl__tw_i32(&w, 3, (int32_t)body->len);
-    kl__tw_i32(&w, 4, (int32_t)pq_crc32(body->p, body->len));
+    kl__tw_i32(&w, 4, (int32_t)kl__pq_crc32(body->p, body->len));
     kl__tw_begin(&w, type == PAGE_DICT ? 7 : 5);
     kl__tw_i32(&w, 1, nv);
     kl__tw_i32(&w, 2, enc);
@@ -195,7 +195,7 @@ static void page(pq_buf *f, int type, const pq_buf *body, int32_t nv, int enc) {
     kl__tw_end(&w);
     pq_buf_put(f, h.p, h.len);
     pq_buf_put(f, body->p, body->len);
-    pq_buf_free(&h);
+    kl__pq_buf_free(&h);
 }
 
 /* rows: expected values (NULL = null), written as described above. */
@@ -222,7 +222,7 @@ static int write_fallback_file(const char *path, const char **rows, size_t *nrow
         b.len = 0;
         levels(&b, lev, 37);
         pq_buf_byte(&b, 2);
-        pq_rle_encode(&b, idx, ni, 2);
+        kl__pq_rle_encode(&b, idx, ni, 2);
         page(&f, PAGE_DATA, &b, 37, ENC_RLE_DICTIONARY);
     }
     /* a PLAIN page */
@@ -250,7 +250,7 @@ static int write_fallback_file(const char *path, const char **rows, size_t *nrow
         b.len = 0;
         levels(&b, lev, 20);
         pq_buf_byte(&b, 3);
-        pq_rle_encode(&b, idx, ni, 3);
+        kl__pq_rle_encode(&b, idx, ni, 3);
         page(&f, PAGE_DATA, &b, 20, ENC_RLE_DICTIONARY);
     }
     int64_t chunk_len = (int64_t)f.len - chunk_start;
@@ -303,9 +303,9 @@ static int write_fallback_file(const char *path, const char **rows, size_t *nrow
     FILE *fp = fopen(path, "wb");
     int rc = fp && fwrite(f.p, 1, f.len, fp) == f.len ? 0 : -1;
     if (fp) fclose(fp);
-    pq_buf_free(&f);
-    pq_buf_free(&b);
-    pq_buf_free(&fb);
+    kl__pq_buf_free(&f);
+    kl__pq_buf_free(&b);
+    kl__pq_buf_free(&fb);
     *nrows = nr;
     return rc;
 }
@@ -503,19 +503,19 @@ KL_TEST(parquet_scan_bitunpack_every_width) {
             do { buf[hl++] = (uint8_t)((h & 0x7F) | (h > 0x7F ? 0x80 : 0)); h >>= 7; } while (h);
             for (size_t i = 0; i < bytes; i++) buf[hl + i] = (uint8_t)rnd(&s);
             if (count == 0) continue;
-            KT_CHECKF(pq_rle_decode(buf, hl + bytes, bw, out, count) == 0, "bw %d count %zu", bw, count);
+            KT_CHECKF(kl__pq_rle_decode(buf, hl + bytes, bw, out, count) == 0, "bw %d count %zu", bw, count);
             for (size_t i = 0; i < count; i++)
                 KT_CHECKF(out[i] == (bw ? ref_bits(buf + hl, i, bw) : 0), "bw %d count %zu value %zu: %u vs %u", bw, count, i, out[i], ref_bits(buf + hl, i, bw));
             if (bw <= 8) {
-                KT_CHECKF(pq_rle_decode_u8(buf, hl + bytes, bw, out8, count) == 0, "u8 bw %d count %zu", bw, count);
+                KT_CHECKF(kl__pq_rle_decode_u8(buf, hl + bytes, bw, out8, count) == 0, "u8 bw %d count %zu", bw, count);
                 for (size_t i = 0; i < count; i++) KT_CHECKF(out8[i] == out[i], "u8 bw %d count %zu value %zu", bw, count, i);
             }
             /* a truncated last group decodes what its bytes hold, and no more */
             if (bw > 0 && bytes > 1) {
                 size_t have = (bytes - 1) * 8 / (size_t)bw;
                 if (have < count && have > 0) {
-                    KT_CHECK(pq_rle_decode(buf, hl + bytes - 1, bw, out, count) == -1);
-                    KT_CHECK(pq_rle_decode(buf, hl + bytes - 1, bw, out, have) == 0);
+                    KT_CHECK(kl__pq_rle_decode(buf, hl + bytes - 1, bw, out, count) == -1);
+                    KT_CHECK(kl__pq_rle_decode(buf, hl + bytes - 1, bw, out, have) == 0);
                     for (size_t i = 0; i < have; i++) KT_CHECK(out[i] == ref_bits(buf + hl, i, bw));
                 }
             }
@@ -527,18 +527,18 @@ KL_TEST(parquet_scan_bitunpack_every_width) {
             vals[i] = (uint32_t)((i / 50) % 3 == 0 ? (uint32_t)(i / 50) : (uint32_t)x) & (bw == 32 ? 0xFFFFFFFFu : ((1u << bw) - 1));
         }
         pq_buf b = {0};
-        pq_rle_encode(&b, vals, 4001, bw);
-        KT_CHECK(pq_rle_decode(b.p, b.len, bw, out, 4001) == 0);
+        kl__pq_rle_encode(&b, vals, 4001, bw);
+        KT_CHECK(kl__pq_rle_decode(b.p, b.len, bw, out, 4001) == 0);
         KT_CHECK(!memcmp(out, vals, 4001 * sizeof *out));
         if (bw <= 8) {
-            KT_CHECK(pq_rle_decode_u8(b.p, b.len, bw, out8, 4001) == 0);
+            KT_CHECK(kl__pq_rle_decode_u8(b.p, b.len, bw, out8, 4001) == 0);
             for (size_t i = 0; i < 4001; i++) KT_CHECK(out8[i] == vals[i]);
         }
-        pq_buf_free(&b);
+        kl__pq_buf_free(&b);
     }
     /* a run value wider than the bit width is corrupt */
     uint8_t bad[] = {2 << 1, 0x07};
-    KT_CHECK(pq_rle_decode_u8(bad, sizeof bad, 1, out8, 2) == -1);
+    KT_CHECK(kl__pq_rle_decode_u8(bad, sizeof bad, 1, out8, 2) == -1);
 }
 
 KL_TEST(parquet_scan_crc_matches_zlib) {
@@ -547,7 +547,7 @@ KL_TEST(parquet_scan_crc_matches_zlib) {
     for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)rnd(&s);
     for (size_t n = 0; n < 600; n++)
         for (size_t off = 0; off < 3; off++)
-            KT_CHECKF(pq_crc32(buf + off, n) == (uint32_t)crc32(0, buf + off, (uInt)n), "n %zu off %zu", n, off);
-    KT_CHECK(pq_crc32(buf, sizeof buf) == (uint32_t)crc32(0, buf, (uInt)sizeof buf));
-    KT_CHECK(pq_crc32(buf + 1, 65537) == (uint32_t)crc32(0, buf + 1, 65537));
+            KT_CHECKF(kl__pq_crc32(buf + off, n) == (uint32_t)crc32(0, buf + off, (uInt)n), "n %zu off %zu", n, off);
+    KT_CHECK(kl__pq_crc32(buf, sizeof buf) == (uint32_t)crc32(0, buf, (uInt)sizeof buf));
+    KT_CHECK(kl__pq_crc32(buf + 1, 65537) == (uint32_t)crc32(0, buf + 1, 65537));
 }

@@ -77,6 +77,104 @@ KL_TEST(serve_cfg_monitor_block) {
     KT_CONTAINS(kl_err_what(&e), "js");
 }
 
+/* the alert thresholds of the monitor: block (keel monitor rules): defaults,
+ * set values, and errors naming the key and its position */
+KL_TEST(serve_cfg_alert_thresholds) {
+    sv_model_cfg c;
+    kl_err e = {0};
+    const char *y = "max_batch_size: 8\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_NEAR(c.alert.slo_availability, 99.9, 0);
+    KT_NEAR(c.alert.slo_latency_s, 0.25, 0);
+    KT_NEAR(c.alert.slo_latency_target, 99, 0);
+    KT_NEAR(c.alert.accuracy_drop, 0.02, 0);
+    KT_NEAR(c.alert.quality_p_value, 0.01, 0);
+    KT_EQ_INT(c.alert.min_labels, 200);
+    KT_EQ_INT(c.alert.alert_for_s, 600);
+    y = "monitor:\n  slo_availability: 99.95\n  slo_latency: 0.05\n  slo_latency_target: 95\n  auc_drop: 0.01\n"
+        "  rmse_rise: 0.3\n  min_labels: 50\n  alert_for: 0\n  quality_p_value: 0.05\n";
+    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_NEAR(c.alert.slo_availability, 99.95, 0);
+    KT_NEAR(c.alert.slo_latency_s, 0.05, 0);
+    KT_NEAR(c.alert.slo_latency_target, 95, 0);
+    KT_NEAR(c.alert.auc_drop, 0.01, 0);
+    KT_NEAR(c.alert.rmse_rise, 0.3, 0);
+    KT_EQ_INT(c.alert.min_labels, 50);
+    KT_EQ_INT(c.alert.alert_for_s, 0);
+    KT_NEAR(c.alert.quality_p_value, 0.05, 0);
+    const char *bad[][2] = {{"monitor:\n  slo_latency: 0.3\n", "config.yaml:2"},   /* not a histogram bound */
+                            {"monitor:\n  slo_availability: 100\n", "slo_availability"},
+                            {"monitor:\n  accuracy_drop: -0.1\n", "accuracy_drop"},
+                            {"monitor:\n  min_labels: 0\n", "min_labels"},
+                            {"monitor:\n  alert_for: soon\n", "alert_for"}};
+    for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
+        KT_CHECK(sv_cfg_parse(bad[i][0], strlen(bad[i][0]), "config.yaml", &c, &e) != KL_OK);
+        KT_CONTAINS(kl_err_what(&e), bad[i][1]);
+        kl_err_clear(&e);
+    }
+}
+
+/* kl_serve_rules: the thresholds of config.yaml in the expressions; errors
+ * for a missing model, a bad objective, a control character in the name */
+KL_TEST(serve_rules_thresholds_and_errors) {
+    const char *dir = kt_tmpdir();
+    char p[1024];
+    kl_err e = {0};
+    snprintf(p, sizeof p, "%s/m", dir);
+    KT_OK(kl_mkdir_p(p, &e), &e);
+    snprintf(p, sizeof p, "%s/m/config.yaml", dir);
+    const char *y = "monitor: {psi: 0.3, min_samples: 250, feedback_capacity: 10, accuracy_drop: 0.07, "
+                    "slo_latency: 0.1, slo_latency_target: 98}\n";
+    KT_OK(kl_write_file_atomic(p, y, strlen(y), &e), &e);
+    kl_buf b;
+    kl_buf_init(&b);
+    kl_rules_opts o = {dir, "m", 99.5};
+    KT_OK(kl_serve_rules(&o, &b, &e), &e);
+    KT_CONTAINS(b.data, "keel_feature_drift{model=\"m\", stat=\"psi\"} >= 0.3");
+    KT_CONTAINS(b.data, "keel_feature_window_samples{model=\"m\"} >= 250");
+    KT_CONTAINS(b.data, ") > 0.07\n"); /* the accuracy drop, then its z-test */
+    KT_CONTAINS(b.data, ") > 2.3263\n"); /* z of quality_p_value 0.01 */
+    KT_CONTAINS(b.data, "le=\"0.1\"");
+    KT_CONTAINS(b.data, "model:keel_inference_errors:ratio_rate1h{model=\"m\"} > (14.4 * 0.005)");
+    KT_CONTAINS(b.data, "model:keel_inference_slow:ratio_rate3d{model=\"m\"} > (1 * 0.02)");
+    size_t nshort = 0; /* selectors in the rules of a short name */
+    for (const char *q = b.data; (q = strstr(q, "model=\"m\"")); q += 9) nshort++;
+    KT_CHECK(nshort > 50);
+    kl_buf_free(&b);
+    kl_buf_init(&b);
+    o.model = "nosuch";
+    KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_ENOTFOUND);
+    KT_CONTAINS(kl_err_what(&e), "nosuch");
+    kl_err_clear(&e);
+    o.model = "m";
+    o.slo = 100;
+    KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
+    kl_err_clear(&e);
+    o.slo = 0;
+    char longname[128]; /* the longest name, every byte escaped in PromQL: no rule truncated */
+    memset(longname, '"', 127);
+    longname[127] = 0;
+    snprintf(p, sizeof p, "%s/%s", dir, longname);
+    KT_OK(kl_mkdir_p(p, &e), &e);
+    snprintf(p, sizeof p, "%s/%s/config.yaml", dir, longname);
+    y = "monitor: {feedback_capacity: 10}\n";
+    KT_OK(kl_write_file_atomic(p, y, strlen(y), &e), &e);
+    o.model = longname;
+    kl_buf_reset(&b);
+    KT_OK(kl_serve_rules(&o, &b, &e), &e);
+    char sel[300] = "model=\"";
+    for (int i = 0; i < 127; i++) strcat(sel, "\\\"");
+    strcat(sel, "\"");
+    size_t nsel = 0;
+    for (const char *q = b.data; (q = strstr(q, sel)); q += strlen(sel)) nsel++;
+    KT_EQ_INT(nsel, nshort); /* every selector of every rule whole */
+    KT_CONTAINS(b.data, "KeelModelNotReady");
+    o.model = "a\nb";
+    KT_EQ_INT(kl_serve_rules(&o, &b, &e), KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "control character");
+    kl_buf_free(&b);
+}
+
 /* predictions kept under their ids within capacity and horizon; labels
  * joined, late, duplicate, unmatched and invalid ones counted */
 KL_TEST(serve_feedback_capacity_horizon) {
@@ -1276,4 +1374,31 @@ KL_TEST(serve_http_header_rules) {
     KT_EQ_INT(jl, 12);
     KT_EQ_INT(sv_http_header_len("21", 20, &jl), KL_EPARSE);
     KT_EQ_INT(sv_http_header_len("-1", 20, &jl), KL_EPARSE);
+}
+
+/* The prediction log takes each :predict record's own text from the body
+ * (sv_plog_record_spans): nested values, strings holding brackets, quotes and
+ * escapes, "instances" after other members and inside a nested object, and
+ * the cases that fall back (a count that differs, no such array, a cut body). */
+KL_TEST(serve_plog_record_spans) {
+    size_t off[8], len[8];
+    const char *b =
+        "{\"id\": \"x\", \"parameters\": {\"instances\": [9]}, \"instances\" : [ {\"a\": [1, {\"b\": \"]}\\\"\"}]} ,"
+        "{\"c\":\"x,y\"},\n{} ], \"outputs\": [\"logit\"]}";
+    KT_CHECK(sv_plog_record_spans(b, strlen(b), 3, off, len) == 1);
+    KT_CHECK(len[0] == strlen("{\"a\": [1, {\"b\": \"]}\\\"\"}]}") && !strncmp(b + off[0], "{\"a\": [1,", 9));
+    KT_CHECK(len[1] == strlen("{\"c\":\"x,y\"}") && !strncmp(b + off[1], "{\"c\":\"x,y\"}", len[1]));
+    KT_CHECK(len[2] == 2 && !strncmp(b + off[2], "{}", 2));
+    KT_CHECK(sv_plog_record_spans(b, strlen(b), 2, off, len) == 0); /* not the row count */
+    KT_CHECK(sv_plog_record_spans(b, strlen(b), 4, off, len) == 0);
+    const char *none = "{\"inputs\": [{}]}";
+    KT_CHECK(sv_plog_record_spans(none, strlen(none), 1, off, len) == 0);
+    size_t end = (size_t)(strstr(b, "{} ]") - b) + 4; /* the array is whole from here on */
+    for (size_t cut = 0; cut < strlen(b); cut++)      /* a cut body: bounded, and found only once whole */
+        KT_CHECK(sv_plog_record_spans(b, cut, 3, off, len) == (cut >= end));
+    const char *one = "  {\"instances\":[{\"x\":1}]}";
+    KT_CHECK(sv_plog_record_spans(one, strlen(one), 1, off, len) == 1 && len[0] == 7);
+    const char ctl[] =
+        "\001{\"instances\":[\001{}\002,\0011\037]}"; /* bytes up to 32 are whitespace to the readers (fuzz_predlog) */
+    KT_CHECK(sv_plog_record_spans(ctl, sizeof ctl - 1, 2, off, len) == 1 && len[0] == 2 && len[1] == 1);
 }

@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "track/track_int.h"
@@ -612,4 +613,238 @@ KL_TEST(track_copy_exact) {
     KT_OK(kl_registry_set_alias(b, "clf", "champion", 3, &e), &e);
     kl_track_close(a);
     kl_track_close(b);
+}
+
+/* ---- claims: several workers on one study (src/track/claim.c) ---------------- */
+
+static int64_t claim_study(kl_track *t, const char *name) {
+    kl_err e = {0};
+    kl_kv tags[] = {{"kind", "study"}, {"study", name}};
+    int64_t root = 0;
+    int created = 0;
+    char rname[128];
+    snprintf(rname, sizeof rname, "study:%s", name);
+    if (kl_track_run_ensure(t, "tune", rname, tags, 2, KL_RUN_FINISHED, &root, &created, &e))
+        kt_fail(__FILE__, __LINE__, "run_ensure: %s", kl_err_what(&e));
+    return root;
+}
+
+/* ends a claimed trial as a worker does: state tag, then the run's status */
+static int claim_finish(kl_track *t, int64_t run_id, const char *state, kl_err *e) {
+    kl_track_run *r = NULL;
+    int rc = kl_track_run_attach(t, run_id, &r, e);
+    if (!rc) rc = kl_track_set_tag(r, "state", state, e);
+    if (!rc) return kl_track_run_end(r, KL_RUN_FINISHED, e);
+    kl_track_run_free(r);
+    return rc;
+}
+
+static const char *run_tag(kl_track *t, int64_t id, const char *key, char *buf, size_t n) {
+    void *j = NULL;
+    kl_err e = {0};
+    buf[0] = 0;
+    if (kl_track_run_json(t, id, &j, &e)) return buf;
+    cJSON *v = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "tags"), key);
+    if (cJSON_IsString(v)) snprintf(buf, n, "%s", v->valuestring);
+    cJSON_Delete(j);
+    return buf;
+}
+
+KL_TEST(track_trial_claim_numbers_then_none_left) {
+    kl_err e = {0};
+    kl_track *t = open_store("claim1");
+    KT_CHECK(t);
+    int64_t root = claim_study(t, "s");
+    kl_track_claim c[3];
+    for (int i = 0; i < 3; i++) {
+        KT_OK(kl_track_trial_claim(t, root, "s", 3, 30, &c[i], &e), &e);
+        KT_EQ_INT(c[i].number, i);
+        KT_EQ_INT((int)c[i].requeued_from, 0);
+    }
+    char buf[64];
+    KT_EQ_STR(run_tag(t, c[1].run_id, "trial", buf, sizeof buf), "1");
+    KT_EQ_STR(run_tag(t, c[1].run_id, "state", buf, sizeof buf), "running");
+    kl_track_claim x;
+    KT_EQ_INT(kl_track_trial_claim(t, root, "s", 3, 30, &x, &e), KL_EBUSY); /* all taken, still running */
+    KT_EQ_INT(x.running, 3);
+    KT_OK(claim_finish(t, c[0].run_id, "complete", &e), &e);
+    KT_OK(claim_finish(t, c[1].run_id, "pruned", &e), &e);
+    KT_OK(claim_finish(t, c[2].run_id, "failed", &e), &e); /* a failure of the trial itself is not re-run */
+    KT_EQ_INT(kl_track_trial_claim(t, root, "s", 3, 30, &x, &e), KL_ENOTFOUND);
+    KT_CONTAINS(e.msg, "no trial left");
+    /* a larger study goes on with the next number */
+    KT_OK(kl_track_trial_claim(t, root, "s", 4, 30, &x, &e), &e);
+    KT_EQ_INT(x.number, 3);
+    KT_EQ_INT(kl_track_trial_claim(t, 0, "s", 4, 30, &x, &e), KL_EINVAL);
+    kl_track_close(t);
+}
+
+KL_TEST(track_trial_claim_requeues_lost_trial) {
+    kl_err e = {0};
+    kl_track *t = open_store("claim2");
+    KT_CHECK(t);
+    int64_t root = claim_study(t, "s");
+    kl_track_claim a, b, c;
+    KT_OK(kl_track_trial_claim(t, root, "s", 2, 5, &a, &e), &e);
+    kl_track_run *r = NULL;
+    KT_OK(kl_track_run_attach(t, a.run_id, &r, &e), &e);
+    kl_kv p[] = {{"lr", "0.01"}};
+    KT_OK(kl_track_log_params(r, p, 1, &e), &e);
+    kl_track_run_free(r);
+    KT_OK(kl_track_run_heartbeat(t, a.run_id, &e), &e);
+    KT_OK(kl_track_trial_claim(t, root, "s", 2, 5, &b, &e), &e);
+    KT_EQ_INT(b.number, 1);
+    KT_EQ_INT(b.lost_marked, 0); /* a's heartbeat is fresh */
+    /* a's worker stops heartbeating: 10 s ago */
+    char sql[160];
+    snprintf(sql, sizeof sql, "UPDATE runs SET heartbeat_us = %lld WHERE id = %lld",
+             (long long)(kl_time_now_us() - 10000000), (long long)a.run_id);
+    KT_OK(kl__track_exec(t, sql, &e), &e);
+    KT_OK(kl_track_trial_claim(t, root, "s", 2, 5, &c, &e), &e);
+    KT_EQ_INT(c.lost_marked, 1);
+    KT_EQ_INT(c.number, 0);
+    KT_CHECK(c.requeued_from == a.run_id);
+    char buf[128];
+    KT_EQ_STR(run_tag(t, a.run_id, "state", buf, sizeof buf), "failed");
+    KT_EQ_STR(run_tag(t, a.run_id, "lost", buf, sizeof buf), "1");
+    KT_CONTAINS(run_tag(t, a.run_id, "error", buf, sizeof buf), "worker lost");
+    void *j = NULL;
+    KT_OK(kl_track_run_json(t, c.run_id, &j, &e), &e);
+    KT_EQ_STR(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "params"), "lr")->valuestring, "0.01"); /* the same point */
+    KT_EQ_STR(cJSON_GetObjectItem(j, "status")->valuestring, "running");
+    cJSON_Delete(j);
+    KT_OK(kl_track_run_json(t, a.run_id, &j, &e), &e);
+    KT_EQ_STR(cJSON_GetObjectItem(j, "status")->valuestring, "failed");
+    cJSON_Delete(j);
+    /* the lost worker's heartbeat now says so, and its end is not written */
+    KT_EQ_INT(kl_track_run_heartbeat(t, a.run_id, &e), KL_ESTATE);
+    kl_kv done[] = {{"state", "complete"}};
+    KT_EQ_INT(kl_track_run_finish(t, a.run_id, KL_RUN_FINISHED, done, 1, &e), KL_ESTATE);
+    KT_EQ_STR(run_tag(t, a.run_id, "state", buf, sizeof buf), "failed");
+    /* the re-run's worker ends it: once */
+    KT_OK(kl_track_run_finish(t, c.run_id, KL_RUN_FINISHED, done, 1, &e), &e);
+    KT_EQ_STR(run_tag(t, c.run_id, "state", buf, sizeof buf), "complete");
+    KT_EQ_INT(kl_track_run_finish(t, c.run_id, KL_RUN_FAILED, done, 1, &e), KL_ESTATE);
+    kl_track_claim x;
+    KT_EQ_INT(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), KL_EBUSY); /* b still runs */
+    KT_EQ_INT(x.running, 1);
+    /* trial 1 given back, then lost twice more: re-queued, re-queued, then failed for good */
+    KT_OK(kl_track_trial_release(t, b.run_id, "interrupted", &e), &e);
+    KT_CONTAINS(run_tag(t, b.run_id, "error", buf, sizeof buf), "interrupted (re-queued)");
+    for (int k = 1; k < KL_TRACK_TRIAL_MAX_LOST; k++) {
+        KT_OK(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), &e);
+        KT_EQ_INT(x.number, 1);
+        KT_OK(kl_track_trial_release(t, x.run_id, "interrupted", &e), &e);
+    }
+    KT_EQ_INT(kl_track_trial_release(t, x.run_id, "again", &e), KL_ESTATE);
+    KT_EQ_INT(kl_track_trial_claim(t, root, "s", 2, 5, &x, &e), KL_ENOTFOUND);
+    kl_track_close(t);
+}
+
+/* Children claim from their own handles at once until none is left; each
+ * writes the numbers it got to its own file. */
+#define CLAIM_KIDS 4
+#define CLAIM_N 40
+static void claim_child(const char *store, int64_t root, int k) {
+    kl_err e = {0};
+    kl_track *t = NULL;
+    if (kl_track_open(store, &t, &e)) _exit(2);
+    char path[64];
+    snprintf(path, sizeof path, "got-%d", k);
+    FILE *f = fopen(kt_path(path), "w");
+    if (!f) _exit(3);
+    for (int tries = 0; tries < 10000; tries++) {
+        kl_track_claim c;
+        int rc = kl_track_trial_claim(t, root, "s", CLAIM_N, 30, &c, &e);
+        if (rc == KL_ENOTFOUND) break;
+        if (rc == KL_EBUSY) {
+            usleep(2000);
+            continue;
+        }
+        if (rc || claim_finish(t, c.run_id, "complete", &e)) _exit(4);
+        fprintf(f, "%d\n", c.number);
+    }
+    fclose(f);
+    kl_track_close(t);
+    _exit(0);
+}
+
+KL_TEST(track_trial_claim_concurrent_processes_no_number_twice) {
+    kl_err e = {0};
+    kl_track *t = open_store("claim3");
+    KT_CHECK(t);
+    int64_t root = claim_study(t, "s");
+    char store[4096];
+    snprintf(store, sizeof store, "%s", kl_track_dir(t));
+    pid_t kids[CLAIM_KIDS];
+    for (int k = 0; k < CLAIM_KIDS; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) claim_child(store, root, k);
+    }
+    for (int k = 0; k < CLAIM_KIDS; k++) {
+        int st = 0;
+        waitpid(kids[k], &st, 0);
+        KT_CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d: status %d", k, st);
+    }
+    int count[CLAIM_N] = {0}, total = 0;
+    for (int k = 0; k < CLAIM_KIDS; k++) {
+        char path[64];
+        snprintf(path, sizeof path, "got-%d", k);
+        FILE *f = fopen(kt_path(path), "r");
+        KT_CHECK(f);
+        int n;
+        while (f && fscanf(f, "%d", &n) == 1) {
+            KT_CHECK(n >= 0 && n < CLAIM_N);
+            if (n >= 0 && n < CLAIM_N) count[n]++;
+            total++;
+        }
+        if (f) fclose(f);
+    }
+    KT_EQ_INT(total, CLAIM_N);
+    for (int n = 0; n < CLAIM_N; n++) KT_CHECKF(count[n] == 1, "trial %d claimed %d times", n, count[n]);
+    char filter[128];
+    snprintf(filter, sizeof filter, "tags.kind = \"trial\" and tags.study = \"s\"");
+    int64_t *ids = NULL;
+    size_t nids = 0;
+    KT_OK(kl_track_runs_find(t, filter, NULL, 0, &ids, &nids, &e), &e);
+    KT_EQ_INT((int)nids, CLAIM_N);
+    free(ids);
+    kl_track_close(t);
+}
+
+KL_TEST(track_trial_claim_study_created_once) {
+    kl_err e = {0};
+    kl_track *t = open_store("claim4");
+    KT_CHECK(t);
+    char store[4096];
+    snprintf(store, sizeof store, "%s", kl_track_dir(t));
+    pid_t kids[CLAIM_KIDS];
+    for (int k = 0; k < CLAIM_KIDS; k++) {
+        kids[k] = fork();
+        if (kids[k] == 0) {
+            kl_track *u = NULL;
+            kl_err ce = {0};
+            if (kl_track_open(store, &u, &ce)) _exit(2);
+            int64_t root = claim_study(u, "race");
+            kl_track_close(u);
+            _exit(root > 0 ? 0 : 3);
+        }
+    }
+    for (int k = 0; k < CLAIM_KIDS; k++) {
+        int st = 0;
+        waitpid(kids[k], &st, 0);
+        KT_CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d: status %d", k, st);
+    }
+    int64_t *ids = NULL;
+    size_t nids = 0;
+    KT_OK(kl_track_runs_find(t, "name = \"study:race\"", NULL, 0, &ids, &nids, &e), &e);
+    KT_EQ_INT((int)nids, 1);
+    int64_t root = 0;
+    int created = 1;
+    kl_kv tags[] = {{"kind", "study"}};
+    KT_OK(kl_track_run_ensure(t, "tune", "study:race", tags, 1, KL_RUN_FINISHED, &root, &created, &e), &e);
+    KT_EQ_INT(created, 0);
+    KT_CHECK(nids == 1 && root == ids[0]);
+    free(ids);
+    kl_track_close(t);
 }

@@ -162,6 +162,50 @@ KL_TEST(tune_grid_enumerates_then_exhausts) {
     kl_tune_space_free(s);
 }
 
+/* Grid trial k is the k-th distinct point: a float grid's points and a
+ * conditional parameter's combinations never repeat across numbers. */
+KL_TEST(tune_grid_points_by_trial_number_distinct) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of("opt: {type: categorical, choices: [adamw, sgd]}\n"
+                                "m: {type: float, low: 0.5, high: 0.9, when: {opt: sgd}}\n",
+                                &e);
+    KT_CHECK(s);
+    kl_sampler_opts o;
+    kl_sampler_opts_default(&o);
+    o.kind = KL_SAMPLER_GRID;
+    KT_EQ_INT(kl_tune_grid_size(s, &o), 10); /* 2 x 5 combinations, 6 distinct points */
+    kl_tune_value pts[6][2];
+    for (int k = 0; k < 6; k++) {
+        KT_OK(kl_tune_suggest(s, &o, NULL, 0, 1, k, pts[k], &e), &e);
+        for (int j = 0; j < k; j++)
+            KT_CHECKF(pts[j][0].v != pts[k][0].v || pts[j][1].present != pts[k][1].present ||
+                          (pts[k][1].present && pts[j][1].v != pts[k][1].v),
+                      "trials %d and %d got one point", j, k);
+    }
+    KT_EQ_INT(pts[0][1].present, 0);
+    KT_NEAR(pts[1][1].v, 0.5, 1e-12);
+    KT_NEAR(pts[5][1].v, 0.9, 1e-12);
+    kl_tune_value v[2];
+    uint64_t distinct = 0;
+    KT_EQ_INT(kl_tune_grid_nth(s, &o, 6, v, &distinct), KL_ENOTFOUND);
+    KT_EQ_INT((int)distinct, 6);
+    KT_EQ_INT(kl_tune_suggest(s, &o, NULL, 0, 1, 6, v, &e), KL_ENOTFOUND);
+    KT_CONTAINS(kl_err_what(&e), "all 6 points");
+    kl_tune_space_free(s);
+    /* 2 x 8^10 combinations, 1 + 8^10 distinct: the left-out block is skipped, not walked */
+    kl_buf y;
+    kl_buf_init(&y);
+    kl_buf_puts(&y, "opt: {type: categorical, choices: [adamw, sgd]}\n");
+    for (int i = 0; i < 10; i++) kl_buf_printf(&y, "p%d: {type: int, low: 1, high: 8, when: {opt: sgd}}\n", i);
+    s = space_of(y.data, &e);
+    kl_buf_free(&y);
+    KT_CHECK(s);
+    kl_tune_value w[11];
+    KT_OK(kl_tune_grid_nth(s, &o, 2, w, NULL), &e);
+    KT_CHECK(w[1].present && w[1].v == 1 && w[10].v == 2); /* sgd, 1, ..., 1, 2 */
+    kl_tune_space_free(s);
+}
+
 static kl_trial curve(int number, kl_trial_state st, const double *v, int n) {
     kl_trial t;
     memset(&t, 0, sizeof t);
@@ -323,8 +367,11 @@ KL_TEST(tune_study_records_sets_and_model_dir) {
     kl_study *st = NULL;
     KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
     kl_tune_value v[4] = {{1, 0.01}, {1, 64}, {1, 0}, {0, 0}};
-    int64_t run = 0;
-    KT_OK(kl_study_trial_start(st, 0, v, &run, &e), &e);
+    kl_study_claim c;
+    KT_OK(kl_study_trial_claim(st, 4, 30, &c, &e), &e);
+    KT_EQ_INT(c.number, 0);
+    int64_t run = c.run_id;
+    KT_OK(kl_study_trial_params(st, run, v, &e), &e);
     char dir[4096], got[4096];
     snprintf(dir, sizeof dir, "%s", kt_path("trial-0"));
     KT_EQ_INT(kl_study_trial_set_model_dir(st, run, dir, &e), KL_ENOTFOUND); /* not there yet */
@@ -363,6 +410,137 @@ KL_TEST(tune_study_records_sets_and_model_dir) {
     kl_track_run_free(r);
     KT_OK(kl_study_open(t, s, &old, &st, &e), &e);
     KT_EQ_STR(kl_study_get_info(st)->sets, "");
+    kl_study_free(st);
+    /* a run that has a study's name but is not one: refused, naming it */
+    kl_track_run *imp = NULL;
+    KT_OK(kl_track_run_start(t, "tune", "study:impostor", 0, &imp, &e), &e);
+    kl_track_run_free(imp);
+    kl_study_info im = {"impostor", "val_loss", 1, "tpe", "abc", "spec.yaml", SPACE, NULL};
+    KT_EQ_INT(kl_study_open(t, s, &im, &st, &e), KL_EEXIST);
+    KT_CONTAINS(kl_err_what(&e), "is not a study");
+    kl_track_close(t);
+    kl_tune_space_free(s);
+}
+
+/* A trainer for kl_tune_run without training: one epoch whose value comes
+ * from the trial's lr; on its first call it makes the running trial look
+ * lost, as another worker's claim does after the heartbeat timeout. */
+typedef struct {
+    kl_track *t;
+    int calls;
+    volatile sig_atomic_t *stop_on_first; /* instead of marking it lost: stop the run (Ctrl-C) */
+} fake_trainer;
+
+static void mark_running_trials_lost(kl_track *t) {
+    kl_err e = {0};
+    int64_t *ids = NULL;
+    size_t n = 0;
+    if (kl_track_runs_find(t, "tags.kind = \"trial\" and status = \"running\"", NULL, 0, &ids, &n, &e)) return;
+    for (size_t i = 0; i < n; i++) {
+        kl_track_run *r = NULL;
+        if (kl_track_run_attach(t, ids[i], &r, &e)) continue;
+        kl_track_set_tag(r, "state", "failed", &e);
+        kl_track_set_tag(r, "lost", "1", &e);
+        kl_track_run_end(r, KL_RUN_FAILED, &e);
+    }
+    free(ids);
+}
+
+static int fake_train(void *ctx, const char *const *sets, int nsets, const char *dir, FILE *report,
+                      kl_tune_value_fn on_value, void *value_ctx, kl_err *e) {
+    fake_trainer *f = ctx;
+    (void)report;
+    double lr = 0;
+    for (int i = 0; i < nsets; i++)
+        if (!strncmp(sets[i], "lr=", 3)) lr = atof(sets[i] + 3);
+    if (kl_mkdir_p(dir, e)) return e->code;
+    if (f->calls++ == 0) {
+        if (f->stop_on_first) *f->stop_on_first = 1;
+        else mark_running_trials_lost(f->t);
+    }
+    on_value(value_ctx, 0, fabs(log10(lr) + 2)); /* best near lr = 0.01 */
+    return KL_OK;
+}
+
+/* A worker whose trial was marked lost meanwhile does not record its
+ * result; the number is re-queued and run again (here by the same worker):
+ * the study still ends with exactly N complete trials, one per number. */
+KL_TEST(tune_run_drops_result_of_trial_marked_lost) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of("lr: {type: float, low: 0.0001, high: 0.1, log: true}\n", &e);
+    KT_CHECK(s);
+    kl_track *t = NULL;
+    KT_OK(kl_track_open(kt_path("store"), &t, &e), &e);
+    kl_study_info info = {"lostst", "val_loss", 1, "tpe", "abc", "spec.yaml", "lr: {}", ""};
+    kl_study *st = NULL;
+    KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
+    kl_sampler_opts so;
+    kl_sampler_opts_default(&so);
+    kl_pruner_opts po;
+    kl_pruner_opts_default(&po);
+    fake_trainer f = {t, 0, NULL};
+    kl_tune_run_opts o = {.study = st, .space = s, .metric = "val_loss", .minimize = 1, .sampler = &so, .pruner = &po,
+                          .trials = 4, .parallel = 1, .out_dir = kt_path("out"), .heartbeat_timeout_s = 30,
+                          .train = fake_train, .train_ctx = &f};
+    kl_tune_run_result res;
+    KT_OK(kl_tune_run(&o, &res, &e), &e);
+    KT_EQ_INT(f.calls, 5); /* trial 0 twice */
+    int complete[4] = {0}, lost = 0;
+    for (size_t i = 0; i < res.n; i++) {
+        const kl_trial *tr = &res.trials[i];
+        KT_CHECK(tr->number >= 0 && tr->number < 4);
+        if (tr->state == KL_TRIAL_COMPLETE && tr->number >= 0 && tr->number < 4) complete[tr->number]++;
+        lost += tr->state == KL_TRIAL_FAILED;
+    }
+    for (int n = 0; n < 4; n++) KT_CHECKF(complete[n] == 1, "trial %d complete %d times", n, complete[n]);
+    KT_EQ_INT(lost, 1);
+    KT_EQ_INT((int)res.n, 5);
+    kl_tune_run_result_free(&res);
+    kl_study_free(st);
+    kl_track_close(t);
+    kl_tune_space_free(s);
+}
+
+/* A worker stopped (Ctrl-C) gives its running trial back: failed as lost,
+ * and the next run of the study trains that number again. */
+KL_TEST(tune_run_interrupted_trial_is_requeued) {
+    kl_err e = {0};
+    kl_tune_space *s = space_of("lr: {type: float, low: 0.0001, high: 0.1, log: true}\n", &e);
+    KT_CHECK(s);
+    kl_track *t = NULL;
+    KT_OK(kl_track_open(kt_path("store"), &t, &e), &e);
+    kl_study_info info = {"intst", "val_loss", 1, "tpe", "abc", "spec.yaml", "lr: {}", ""};
+    kl_study *st = NULL;
+    KT_OK(kl_study_open(t, s, &info, &st, &e), &e);
+    kl_sampler_opts so;
+    kl_sampler_opts_default(&so);
+    kl_pruner_opts po;
+    kl_pruner_opts_default(&po);
+    volatile sig_atomic_t stop = 0;
+    fake_trainer f = {t, 0, &stop};
+    kl_tune_run_opts o = {.study = st, .space = s, .metric = "val_loss", .minimize = 1, .sampler = &so, .pruner = &po,
+                          .trials = 3, .parallel = 1, .out_dir = kt_path("out"), .heartbeat_timeout_s = 30,
+                          .train = fake_train, .train_ctx = &f, .stop = &stop};
+    kl_tune_run_result res;
+    KT_EQ_INT(kl_tune_run(&o, &res, &e), KL_ECANCELED);
+    KT_EQ_INT((int)res.n, 1);
+    KT_EQ_INT(res.trials[0].state, KL_TRIAL_FAILED);
+    kl_tune_run_result_free(&res);
+    stop = 0;
+    KT_OK(kl_tune_run(&o, &res, &e), &e);
+    KT_EQ_INT(f.calls, 4); /* trial 0 again, then 1 and 2 */
+    int complete = 0;
+    for (size_t i = 0; i < res.n; i++) complete += res.trials[i].state == KL_TRIAL_COMPLETE;
+    KT_EQ_INT(complete, 3);
+    KT_EQ_INT((int)res.n, 4);
+    int64_t *ids = NULL;
+    size_t n = 0;
+    KT_OK(kl_track_runs_find(t, "tags.study = \"intst\" and tags.lost = \"1\" and tags.error like \"interrupted%\"",
+                             NULL, 0, &ids, &n, &e),
+          &e);
+    KT_EQ_INT((int)n, 1);
+    free(ids);
+    kl_tune_run_result_free(&res);
     kl_study_free(st);
     kl_track_close(t);
     kl_tune_space_free(s);

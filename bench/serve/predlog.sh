@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# bench/serve/predlog.sh: the cost of the prediction log (keel serve
+# --log-predictions DIR, docs/monitoring.md "Prediction log") on serving.
+# The clicks model of tests/integration/serve_predlog.py (2 raw inputs, 9
+# feature slots, 1 output; monitored, the default) served twice from the same
+# binary: A without the log, B with --log-predictions; :predict with 8
+# records per request, interleaved A, B, A, B rounds of wrk on one machine.
+# Prints one line per run, the medians (req/s, p50, p99 in ms, server CPU per
+# request including the log's writer thread) and B/A ratios, then what B
+# logged and dropped (keel_prediction_log_*).
+# Usage: bench/serve/predlog.sh [SECONDS] [CONNECTIONS] [ROUNDS]
+# env: B_LOG=0 runs B without the log too (an A/A control of the setup).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
+dur=${1:-5}; conns=${2:-16}; rounds=${3:-5}
+K=${KEEL:-$root/build/keel}
+PY=/usr/bin/python3
+w=$(mktemp -d "${TMPDIR:-/tmp}/keel-bench-predlog-XXXXXX"); pids=
+trap 'for p in $pids; do kill $p 2>/dev/null; done; rm -rf "$w"' EXIT
+cd "$w"
+cat > spec.yaml <<'EOF'
+label: {column: clicked, type: int32}
+features:
+  - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}
+  - {name: log_price, transform: log1p, input: item_price, type: float64, fill: 0}
+  - {name: cat, transform: onehot, input: category, type: string}
+EOF
+cat > model.yaml <<'EOF'
+seed: 1
+input: {shape: [9]}
+layers: [{type: linear, out: 8}, {type: relu}, {type: linear, out: 1}]
+loss: {type: bce_with_logits}
+optimizer: {type: adamw, lr: 0.01}
+train: {epochs: 2, batch_size: 64}
+data: {dataset: fds, label: clicked, split: {train: 0.8, val: 0.2, test: 0.0, shuffle: false}}
+EOF
+mkdir f
+"$K" features fit spec.yaml --data clickgen:6000:1 --out f/features.json > /dev/null
+"$K" features apply f/features.json --data clickgen:6000:1 --out fds > /dev/null
+"$K" train model.yaml --out model > /dev/null
+"$K" data gen-clicks live.csv --rows 64 --seed 9 > /dev/null
+for s in A B; do
+  mkdir -p "$s/ctr/1"
+  for f in $($PY -c 'import json,sys; print(" ".join(json.load(open("model/meta.json"))["files"]))') meta.json; do
+    cp "model/$f" "$s/ctr/1/"
+  done
+done
+$PY - <<'EOF'
+import csv, json
+rows = list(csv.DictReader(open("live.csv")))[:8]
+recs = [{"item_price": float(r["item_price"]) if r["item_price"] else None, "category": r["category"],
+         "ts": r["ts"].replace(" ", "T") + "Z"} for r in rows]
+json.dump({"instances": recs}, open("body.json", "w"))
+EOF
+export BODY_FILE="$w/body.json"
+start() { # side [serve options]
+  s=$1; shift
+  "$K" serve "$w/$s" --port 0 --workers 1 --http-threads 2 --no-access-log "$@" > "$w/$s.out" 2> "$w/$s.err" &
+  pids="$pids $!"; eval "pid_$s=$!"
+  for i in $(seq 150); do grep -q listening "$w/$s.out" 2>/dev/null && break; sleep 0.1; done
+  eval "port_$s=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/$s.out")"
+}
+start A
+if [ "${B_LOG:-1}" = 0 ]; then start B; else start B --log-predictions "$w/log"; fi
+for s in A B; do eval "p=\$port_$s"; wrk -t1 -c"$conns" -d1s -s "$here/post.lua" "http://127.0.0.1:$p/v1/models/ctr:predict" > /dev/null; done
+: > rows
+cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+for r in $(seq "$rounds"); do
+  for s in A B; do
+    eval "p=\$port_$s; pid=\$pid_$s"
+    c0=$(cpu "$pid")
+    wrk -t1 -c"$conns" -d"${dur}s" --latency -s "$here/post.lua" "http://127.0.0.1:$p/v1/models/ctr:predict" > wrk.out
+    c1=$(cpu "$pid")
+    awk -v s="$s" -v c0="$c0" -v c1="$c1" -v hz="$hz" '
+      function ms(x) { if (x ~ /us$/) return x/1000; if (x ~ /ms$/) return x+0; if (x ~ /s$/) return x*1000; return x }
+      /requests in/ {n=$1} /^Requests\/sec/ {rps=$2} $1=="50%" {p50=ms($2)} $1=="99%" {p99=ms($2)} /Non-2xx|Socket errors/ {err=err $0}
+      END {printf "%s %.0f %.3f %.3f %.2f%s\n", s, rps, p50, p99, (c1-c0)/hz*1e6/n, err ? " ERR:" err : ""}' wrk.out | tee -a rows
+  done
+done
+med() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+for k in 2 3 4 5; do
+  eval "a$k=$(awk -v k=$k '$1=="A" {print $k}' rows | med); b$k=$(awk -v k=$k '$1=="B" {print $k}' rows | med)"
+done
+echo "rows: side req/s p50_ms p99_ms server_cpu_us/request"
+echo "medians: off (A) $a2 req/s, p50 $a3 ms, p99 $a4 ms, $a5 us CPU/request; logged (B) $b2 req/s, p50 $b3 ms, p99 $b4 ms, $b5 us CPU/request"
+rr=$(awk '$1=="A" {a=$2} $1=="B" && a {printf "%.3f\n", $2/a}' rows | med)
+echo "logged/off req/s: medians $(awk -v a="$a2" -v b="$b2" 'BEGIN{printf "%.3f", b/a}'), median of per-round ratios $rr"
+echo "logged/off p99: medians $(awk -v a="$a4" -v b="$b4" 'BEGIN{printf "%.3f", b/a}')"
+echo "logged/off server CPU per request: medians $(awk -v a="$a5" -v b="$b5" 'BEGIN{printf "%.3f", b/a}')"
+curl -s "http://127.0.0.1:$port_B/metrics" | grep '^keel_prediction_log_' || true
