@@ -387,3 +387,17 @@ int kl_qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, int
              const void *packed_b, const void *zb, int zb_per_col, const kl_qgemm_out *o, kl_pool *pool, kl_err *e) {
     return kl__qgemm(M, N, K, a, a_unsigned, lda, 0, za, packed_b, zb, zb_per_col, o, pool, e);
 }
+
+void kl_qgemm_row_zp(int64_t M, int64_t N, int64_t K, const void *b, int b_unsigned, const void *zb, int zb_per_col,
+                     const void *za, int za_unsigned, int32_t *c) {
+    for (int64_t n = 0; n < N; n++) {
+        int32_t s = 0, z = zb_at(zb, zb_per_col, n, 0);
+        if (zb && b_unsigned) z = ((const uint8_t *)zb)[zb_per_col ? n : 0];
+        for (int64_t k = 0; k < K; k++)
+            s += (b_unsigned ? (int32_t)((const uint8_t *)b)[k * N + n] : (int32_t)((const int8_t *)b)[k * N + n]) - z;
+        for (int64_t m = 0; m < M; m++) {
+            int32_t a = za_unsigned ? ((const uint8_t *)za)[m] : ((const int8_t *)za)[m];
+            c[m * N + n] = (int32_t)((uint32_t)c[m * N + n] - (uint32_t)a * (uint32_t)s);
+        }
+    }
+}
