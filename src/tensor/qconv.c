@@ -104,13 +104,57 @@ typedef struct {
     size_t es;
 } tctx;
 
+/* A 16 x 16 byte block: y[p * ldy + c] = x[c * ldx + p], in four zmm
+ * registers (four channel rows each) and two VBMI byte permutes per output
+ * register (four positions of 16 channels). */
+#define VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+VBMI_TARGET static void t16x16(const uint8_t *x, int64_t ldx, uint8_t *y, int64_t ldy) {
+    __m512i z[4];
+    for (int q = 0; q < 4; q++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q) * ldx)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q + 1) * ldx)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q + 2) * ldx)), 2);
+        z[q] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q + 3) * ldx)), 3);
+    }
+    for (int k = 0; k < 4; k++) { /* positions 4k .. 4k+3 */
+        uint8_t idx[64];
+        for (int j = 0; j < 64; j++) {
+            int pl = j / 16, c = j % 16 % 8;
+            idx[j] = (uint8_t)((c / 4) * 64 + (c % 4) * 16 + 4 * k + pl);
+        }
+        __m512i ix = _mm512_loadu_si512(idx);
+        __m512i lo = _mm512_permutex2var_epi8(z[0], ix, z[1]), hi = _mm512_permutex2var_epi8(z[2], ix, z[3]);
+        __m512i o = _mm512_mask_blend_epi8((__mmask64)0xFF00FF00FF00FF00ull, lo, hi);
+        for (int pl = 0; pl < 4; pl++)
+            _mm_storeu_si128((__m128i *)(void *)(y + (4 * k + pl) * ldy), _mm512_extracti32x4_epi32(o, pl));
+    }
+}
+
+static int vbmi_ok(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = kl__pgemm_ok() && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+    }
+    return v;
+}
+
 static void transpose_tiles(void *ctx, size_t b, size_t e, int chunk) {
     (void)chunk;
     const tctx *t = ctx;
     int64_t tp = (t->P + 31) / 32;
+    int fast = t->es == 1 && vbmi_ok();
     for (size_t it = b; it < e; it++) {
         int64_t c0 = (int64_t)it / tp * 32, p0 = (int64_t)it % tp * 32;
         int64_t c1 = KL_MIN(t->C, c0 + 32), p1 = KL_MIN(t->P, p0 + 32);
+        if (fast && c1 - c0 == 32 && p1 - p0 == 32) {
+            const uint8_t *x = t->x;
+            uint8_t *y = t->y;
+            for (int64_t cc = c0; cc < c1; cc += 16)
+                for (int64_t pp = p0; pp < p1; pp += 16)
+                    t16x16(x + cc * t->ldx + pp, t->ldx, y + pp * t->ldy + cc, t->ldy);
+            continue;
+        }
         if (t->es == 1) {
             const uint8_t *x = t->x;
             uint8_t *y = t->y;
