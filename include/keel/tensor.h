@@ -564,6 +564,9 @@ typedef struct kl_qgemm_out {
     float *yf;
     const float *fbias;    /* per column float bias of yf, or NULL */
     int64_t ysm, ysn;
+    /* row segments (> 0): row m lies at (m / rseg) * rskip + (m % rseg) * ysm
+     * (a batch of images stacked as GEMM rows, each image's outputs apart) */
+    int64_t rseg, rskip;
 } kl_qgemm_out;
 
 /* A (M x K) at a[m*lda + k], a_unsigned: uint8 else int8; za its zero point;
