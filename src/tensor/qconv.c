@@ -147,12 +147,18 @@ static void transpose_tiles(void *ctx, size_t b, size_t e, int chunk) {
     for (size_t it = b; it < e; it++) {
         int64_t c0 = (int64_t)it / tp * 32, p0 = (int64_t)it % tp * 32;
         int64_t c1 = KL_MIN(t->C, c0 + 32), p1 = KL_MIN(t->P, p0 + 32);
-        if (fast && c1 - c0 == 32 && p1 - p0 == 32) {
+        if (fast) { /* full 16 x 16 blocks in registers, the edges by bytes */
             const uint8_t *x = t->x;
             uint8_t *y = t->y;
             for (int64_t cc = c0; cc < c1; cc += 16)
-                for (int64_t pp = p0; pp < p1; pp += 16)
-                    t16x16(x + cc * t->ldx + pp, t->ldx, y + pp * t->ldy + cc, t->ldy);
+                for (int64_t pp = p0; pp < p1; pp += 16) {
+                    if (c1 - cc >= 16 && p1 - pp >= 16) {
+                        t16x16(x + cc * t->ldx + pp, t->ldx, y + pp * t->ldy + cc, t->ldy);
+                        continue;
+                    }
+                    for (int64_t p = pp; p < KL_MIN(p1, pp + 16); p++)
+                        for (int64_t c = cc; c < KL_MIN(c1, cc + 16); c++) y[p * t->ldy + c] = x[c * t->ldx + p];
+                }
             continue;
         }
         if (t->es == 1) {
@@ -505,6 +511,19 @@ static void prep_rows(void *ctx, size_t b, size_t e, int chunk) {
     }
 }
 
+/* Unpadded images: one transpose each (the rows of prep_rows are contiguous). */
+static void prep_images(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const prep *c = ctx;
+    for (size_t im = b; im < e; im++) {
+        uint8_t *d = c->img + (int64_t)im * c->pimg;
+        tctx t = {c->x + (int64_t)im * c->C * c->g->ivol, d, c->C, c->g->ivol, c->g->ivol, c->C, 1};
+        transpose_tiles(&t, 0, (size_t)((c->C + 31) / 32 * ((c->g->ivol + 31) / 32)), 0);
+        if (c->flip)
+            for (int64_t i = 0; i < c->pimg; i++) d[i] ^= 0x80;
+    }
+}
+
 /* NHWC int32/float rows of images n0.. -> their NCHW outputs, one item per image */
 typedef struct {
     const void *t;
@@ -576,7 +595,9 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
         /* the images, NCHW -> padded NHWC (pads = the zero point, in the uint8 domain) */
         if (L.pimg != p->C * g.ivol) memset(img, (uint8_t)za, (size_t)(nb * L.pimg));
         prep pr = {&g, (const uint8_t *)x + n0 * p->C * g.ivol, img, p->C, L.pimg, {pd[0], pd[1], pd[2]}, !x_unsigned};
-        kl_pool_parallel_for(pool, (size_t)(nb * g.in[0] * g.in[1]), 4, prep_rows, &pr);
+        if (L.pimg == p->C * g.ivol) { /* unpadded: the images are one C x (nb positions) transpose per image */
+            kl_pool_parallel_for(pool, (size_t)nb, 1, prep_images, &pr);
+        } else kl_pool_parallel_for(pool, (size_t)(nb * g.in[0] * g.in[1]), 4, prep_rows, &pr);
         for (int64_t gi = 0; gi < p->group && !rc; gi++) {
             const uint8_t *arows = img;
             int64_t lda = p->C;
