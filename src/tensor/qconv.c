@@ -176,6 +176,30 @@ static void transpose_tiles(void *ctx, size_t b, size_t e, int chunk) {
 }
 
 
+/* kl_pool_parallel_for with items claimed from a counter in runs of
+ * grain: a worker slowed down (a busy core) takes fewer. Each item is
+ * computed whole by one worker, so results do not depend on who took it. */
+typedef struct {
+    kl_range_fn fn;
+    void *ctx;
+    size_t n, grain, next;
+} claim;
+
+static void claim_run(void *ctx, size_t b, size_t e, int chunk) {
+    (void)b, (void)e;
+    claim *c = ctx;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&c->next, c->grain, __ATOMIC_RELAXED);
+        if (i >= c->n) break;
+        c->fn(c->ctx, i, KL_MIN(c->n, i + c->grain), chunk);
+    }
+}
+
+static void claim_for(kl_pool *pool, size_t n, size_t grain, kl_range_fn fn, void *ctx) {
+    claim c = {fn, ctx, n, grain ? grain : 1, 0};
+    kl_pool_parallel_for(pool, (size_t)kl_pool_chunks(pool, (n + c.grain - 1) / c.grain, 1), 1, claim_run, &c);
+}
+
 /* Workspace layout for nb images at once (as many as fit QCONV_BATCH_BYTES,
  * at least one): padded images, im2col rows, NHWC int32/float output. */
 #define QCONV_BATCH_BYTES ((int64_t)48 << 20)
@@ -596,14 +620,14 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
         if (L.pimg != p->C * g.ivol) memset(img, (uint8_t)za, (size_t)(nb * L.pimg));
         prep pr = {&g, (const uint8_t *)x + n0 * p->C * g.ivol, img, p->C, L.pimg, {pd[0], pd[1], pd[2]}, !x_unsigned};
         if (L.pimg == p->C * g.ivol) { /* unpadded: the images are one C x (nb positions) transpose per image */
-            kl_pool_parallel_for(pool, (size_t)nb, 1, prep_images, &pr);
-        } else kl_pool_parallel_for(pool, (size_t)(nb * g.in[0] * g.in[1]), 4, prep_rows, &pr);
+            claim_for(pool, (size_t)nb, 1, prep_images, &pr);
+        } else claim_for(pool, (size_t)(nb * g.in[0] * g.in[1]), 4, prep_rows, &pr);
         for (int64_t gi = 0; gi < p->group && !rc; gi++) {
             const uint8_t *arows = img;
             int64_t lda = p->C;
             if (!direct) {
                 i2c c = {&g, img + gi * Cg, {pd[0], pd[1], pd[2]}, p->C, Cg, Kp, L.pimg, a};
-                kl_pool_parallel_for(pool, (size_t)rows, 16, kl__pgemm_ok() ? im2col_rows512 : im2col_rows, &c);
+                claim_for(pool, (size_t)rows, 64, kl__pgemm_ok() ? im2col_rows512 : im2col_rows, &c);
                 arows = a, lda = Kp;
             }
             kl_qgemm_out go = group_out(p, &g, o, t, n0, gi);
