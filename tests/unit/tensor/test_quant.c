@@ -233,6 +233,8 @@ KL_TEST(tensor_qconv_vs_ref) {
             conv_case(1, 6, 6, 6, 8, 13, 5, 1, 2, 2, xu, wu);
             conv_case(1, 7, 33, 1, 6, 5, 1, 1, 1, 0, xu, wu);
             conv_case(3, 8, 20, 1, 5, 6, 1, 1, 1, 0, xu, wu); /* 1x1: the image is A */
+            conv_case(2, 32, 40, 1, 8, 9, 3, 1, 1, 0, xu, wu); /* 32 x 32 transpose tiles */
+            conv_case(1, 64, 16, 1, 8, 8, 1, 1, 1, 0, xu, wu);
             if (kt_failed()) return;
         }
 }
