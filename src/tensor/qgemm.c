@@ -312,7 +312,7 @@ VNNI_TARGET static int finish_vnni(const qrun *g, int64_t m0, int mr, int64_t n0
             if (o->ydt == KL_I8) _mm_mask_storeu_epi8((int8_t *)o->y + row_off(o, m) + nb, mk, q);
             else _mm_mask_storeu_epi8((uint8_t *)o->y + row_off(o, m) + nb, mk, q);
         }
-        if (cols8) store_cols8(qr, (uint8_t *)o->y + nb * o->ysn + row_off(o, m0), o->ysn, cnt);
+        if (cols8) store_cols8(qr, (uint8_t *)o->y + nb * o->ysn + row_off(o, m0), o->ysn, KL_MIN(cnt, 16));
     }
     return 1;
 }
