@@ -393,6 +393,7 @@ static void plain_values(pq_buf *b, const kl_column *c, size_t from, size_t to) 
 typedef struct {
     const kl_pq_write_opts *o;
     int nullable;
+    size_t cap_pages;       /* of out->pages, ci_nullpage, ci_nulls */
     uint8_t *ci_nullpage; uint64_t *ci_nulls;
     pq_buf ci_min, ci_max;  /* concatenated [u32 len][bytes] */
     size_t ci_n;
@@ -418,6 +419,110 @@ static void ci_add(page_ctx *pc, const wstats *s, kl_col_type t) {
         if (cmin > 0 || cmax > 0) pc->desc = 0;
     }
     if (s->has) pc->prev = *s;
+}
+
+/* One data page to be written: RLE-encoded levels (NULL when the column
+ * has none), the encoded values and what the header says about them. */
+typedef struct {
+    const pq_buf *rep, *def, *vals;
+    size_t nvalues;       /* level entries (= rows for a flat column) */
+    size_t nrows;
+    size_t nnulls;        /* entries without a value */
+    int enc;              /* of the values */
+    size_t first_row;     /* in the row group */
+    const wstats *ps;     /* page statistics */
+    kl_col_type type;     /* of the values */
+} page_in;
+
+/* Room for one more page in the page table of out / pc. */
+static int page_room(chunk_out *out, page_ctx *pc, kl_err *e) {
+    if (out->npages < pc->cap_pages) return KL_OK;
+    size_t nc = pc->cap_pages ? 2 * pc->cap_pages : 16;
+    page_loc *pl = realloc(out->pages, nc * sizeof *pl);
+    if (pl) out->pages = pl;
+    uint8_t *np = realloc(pc->ci_nullpage, nc);
+    if (np) pc->ci_nullpage = np;
+    uint64_t *nn = realloc(pc->ci_nulls, nc * sizeof *nn);
+    if (nn) pc->ci_nulls = nn;
+    if (!pl || !np || !nn) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    pc->cap_pages = nc;
+    return KL_OK;
+}
+
+/* Appends a level run with its 4-byte length (data page v1). */
+static void put_levels_v1(pq_buf *page, const pq_buf *lev) {
+    if (!lev) return;
+    uint32_t l = (uint32_t)lev->len;
+    pq_buf_put(page, &l, 4);
+    pq_buf_put(page, lev->p, lev->len);
+}
+
+/* Compresses p's page (v1: levels and values; v2: values only, levels
+ * stored uncompressed in front), appends header and data to out and
+ * records the page in the page table and column index. page/comp/hdr are
+ * scratch buffers. */
+static int put_page(const kl_pq_write_opts *o, chunk_out *out, page_ctx *pc, const page_in *p, pq_buf *page,
+                    pq_buf *comp, pq_buf *hdr, kl_err *e) {
+    int codec = codec_id(o->codec), rc;
+    size_t rl = p->rep ? p->rep->len : 0, dl = p->def ? p->def->len : 0, unc;
+    page->len = 0;
+    comp->len = 0;
+    if (!o->data_page_v2) {
+        put_levels_v1(page, p->rep);
+        put_levels_v1(page, p->def);
+        pq_buf_put(page, p->vals->p, p->vals->len);
+        if (page->failed) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        unc = page->len;
+        if ((rc = kl__pq_compress(codec, o->zstd_level, page->p, page->len, comp, e))) return rc;
+    } else {
+        if (p->rep) pq_buf_put(comp, p->rep->p, rl);
+        if (p->def) pq_buf_put(comp, p->def->p, dl);
+        if ((rc = kl__pq_compress(codec, o->zstd_level, p->vals->p, p->vals->len, comp, e))) return rc;
+        unc = rl + dl + p->vals->len;
+    }
+    if (unc > INT32_MAX || comp->len > INT32_MAX || p->nvalues > INT32_MAX)
+        return kl_err_set(e, KL_ERANGE, "a data page of %zu values and %zu bytes is over the format's 2^31 limit (a row too large?)",
+                          p->nvalues, unc);
+    if ((rc = page_room(out, pc, e))) return rc;
+    kl__tw w;
+    hdr->len = 0;
+    kl__tw_init(&w, hdr);
+    kl__tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
+    kl__tw_i32(&w, 2, (int32_t)unc);
+    kl__tw_i32(&w, 3, (int32_t)comp->len);
+    kl__tw_i32(&w, 4, (int32_t)kl__pq_crc32(comp->p, comp->len));
+    if (!o->data_page_v2) {
+        kl__tw_begin(&w, 5);
+        kl__tw_i32(&w, 1, (int32_t)p->nvalues);
+        kl__tw_i32(&w, 2, p->enc);
+        kl__tw_i32(&w, 3, ENC_RLE);
+        kl__tw_i32(&w, 4, ENC_RLE);
+        if (o->page_stats) write_stats(&w, 5, p->ps, p->type);
+        kl__tw_end(&w);
+    } else {
+        kl__tw_begin(&w, 8);
+        kl__tw_i32(&w, 1, (int32_t)p->nvalues);
+        kl__tw_i32(&w, 2, (int32_t)p->nnulls);
+        kl__tw_i32(&w, 3, (int32_t)p->nrows);
+        kl__tw_i32(&w, 4, p->enc);
+        kl__tw_i32(&w, 5, (int32_t)dl);
+        kl__tw_i32(&w, 6, (int32_t)rl);
+        if (o->page_stats) write_stats(&w, 8, p->ps, p->type);
+        kl__tw_end(&w);
+    }
+    kl__tw_end(&w);
+    page_loc *pl = &out->pages[out->npages];
+    pl->rel_off = (int64_t)out->bytes.len;
+    pl->size = (int32_t)(hdr->len + comp->len);
+    pl->first_row = (int64_t)p->first_row;
+    pc->ci_nullpage[out->npages] = p->nvalues > 0 && p->nnulls == p->nvalues;
+    pc->ci_nulls[out->npages] = p->nnulls;
+    ci_add(pc, p->ps, p->type);
+    out->npages++;
+    pq_buf_put(&out->bytes, hdr->p, hdr->len);
+    pq_buf_put(&out->bytes, comp->p, comp->len);
+    out->unc_size += (int64_t)(hdr->len + unc);
+    return KL_OK;
 }
 
 /* Encodes one column chunk of rows [0, rows) of c. */
@@ -478,11 +583,6 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     size_t max_rows = (size_t)KL_MAX(pb / 8, 1);
     lv = kl_mem_alloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv, KL_TAG_WORKSPACE);
     if (!lv) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-    size_t cap_pages = rows / 64 + 16;
-    out->pages = malloc(cap_pages * sizeof *out->pages);
-    pc.ci_nullpage = malloc(cap_pages);
-    pc.ci_nulls = malloc(cap_pages * sizeof *pc.ci_nulls);
-    if (!out->pages || !pc.ci_nullpage || !pc.ci_nulls) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
     size_t row = 0, ix = 0;
     do {
         /* pick the page's rows */
@@ -514,59 +614,9 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         } else {
             plain_values(&vals, c, row, end);
         }
-        page.len = 0;
-        comp.len = 0;
-        size_t unc;
-        if (!o->data_page_v2) {
-            if (nullable) { uint32_t l = (uint32_t)lev.len; pq_buf_put(&page, &l, 4); pq_buf_put(&page, lev.p, lev.len); }
-            pq_buf_put(&page, vals.p, vals.len);
-            if (page.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-            unc = page.len;
-            if ((rc = kl__pq_compress(codec, o->zstd_level, page.p, page.len, &comp, e))) goto done;
-        } else {
-            pq_buf_put(&comp, lev.p, lev.len);
-            if ((rc = kl__pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
-            unc = lev.len + vals.len;
-        }
-        kl__tw w;
-        hdr.len = 0;
-        kl__tw_init(&w, &hdr);
-        kl__tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
-        kl__tw_i32(&w, 2, (int32_t)unc);
-        kl__tw_i32(&w, 3, (int32_t)comp.len);
-        kl__tw_i32(&w, 4, (int32_t)kl__pq_crc32(comp.p, comp.len));
-        if (!o->data_page_v2) {
-            kl__tw_begin(&w, 5);
-            kl__tw_i32(&w, 1, (int32_t)prow);
-            kl__tw_i32(&w, 2, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
-            kl__tw_i32(&w, 3, ENC_RLE);
-            kl__tw_i32(&w, 4, ENC_RLE);
-            if (o->page_stats) write_stats(&w, 5, &ps, c->type);
-            kl__tw_end(&w);
-        } else {
-            kl__tw_begin(&w, 8);
-            kl__tw_i32(&w, 1, (int32_t)prow);
-            kl__tw_i32(&w, 2, (int32_t)ps.nulls);
-            kl__tw_i32(&w, 3, (int32_t)prow);
-            kl__tw_i32(&w, 4, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
-            kl__tw_i32(&w, 5, (int32_t)lev.len);
-            kl__tw_i32(&w, 6, 0);
-            if (o->page_stats) write_stats(&w, 8, &ps, c->type);
-            kl__tw_end(&w);
-        }
-        kl__tw_end(&w);
-        if (out->npages == cap_pages) { rc = kl_err_set(e, KL_EINTERNAL, "page table overflow"); goto done; }
-        page_loc *pl = &out->pages[out->npages];
-        pl->rel_off = (int64_t)out->bytes.len;
-        pl->size = (int32_t)(hdr.len + comp.len);
-        pl->first_row = (int64_t)row;
-        pc.ci_nullpage[out->npages] = prow > 0 && ps.nulls == prow;
-        pc.ci_nulls[out->npages] = ps.nulls;
-        ci_add(&pc, &ps, c->type);
-        out->npages++;
-        pq_buf_put(&out->bytes, hdr.p, hdr.len);
-        pq_buf_put(&out->bytes, comp.p, comp.len);
-        out->unc_size += (int64_t)(hdr.len + unc);
+        page_in pin = {NULL, nullable ? &lev : NULL, &vals, prow, prow, ps.nulls, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN,
+                       row, &ps, c->type};
+        if ((rc = put_page(o, out, &pc, &pin, &page, &comp, &hdr, e))) goto done;
         row = end;
     } while (row < rows);
     if (out->bytes.failed || pc.ci_min.failed || pc.ci_max.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
