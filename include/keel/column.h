@@ -45,8 +45,8 @@ typedef struct kl_column {
     uint8_t *valid;           /* NULL = no nulls; else one byte per row, 1 = present */
     int64_t *offsets;         /* STRING/BINARY: len+1 offsets into data; LIST: into child */
     char *data; size_t data_len, data_cap;
-    struct kl_column *child;  /* LIST: the elements (owned) */
-    int32_t list_size;        /* LIST: > 0 for a FixedSizeList of that many elements */
+    struct kl_column *child; /* LIST: the elements (owned) */
+    int32_t list_size;       /* LIST: > 0 for a FixedSizeList of that many elements */
 } kl_column;
 
 /* A new empty column; cap_rows is the initial capacity (0 is fine). Memory
@@ -90,7 +90,7 @@ size_t kl_column_null_count(const kl_column *c);
 /* Bytes per value (0 for STRING/BINARY). */
 size_t kl_col_type_size(kl_col_type t);
 
-const char *kl_col_type_name(kl_col_type t);   /* "bool","int32",...,"timestamp","binary","list" */
+const char *kl_col_type_name(kl_col_type t);               /* "bool","int32",...,"timestamp","binary","list" */
 int kl_col_type_parse(const char *name, kl_col_type *out); /* the scalar names above (not "list") */
 
 #ifdef __cplusplus

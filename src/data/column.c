@@ -15,7 +15,10 @@ const char *kl_col_type_name(kl_col_type t) {
 
 int kl_col_type_parse(const char *name, kl_col_type *out) {
     for (int i = 0; i < KL_COL_TYPE_COUNT; i++)
-        if (i != KL_COL_LIST && name && strcmp(name, type_names[i]) == 0) { *out = (kl_col_type)i; return KL_OK; }
+        if (i != KL_COL_LIST && name && strcmp(name, type_names[i]) == 0) {
+            *out = (kl_col_type)i;
+            return KL_OK;
+        }
     return KL_EINVAL;
 }
 
@@ -37,7 +40,8 @@ static int column_new(const char *name, kl_col_type t, int nullable, size_t cap_
 int kl_column_new(const char *name, kl_col_type t, int nullable, size_t cap_rows, kl_column **out, kl_err *e) {
     *out = NULL;
     if ((unsigned)t >= KL_COL_TYPE_COUNT) return kl_err_set(e, KL_EINVAL, "column %s: bad type %d", name ? name : "?", (int)t);
-    if (t == KL_COL_LIST) return kl_err_set(e, KL_EINVAL, "column %s: a list column is made by kl_column_new_list", name ? name : "?");
+    if (t == KL_COL_LIST)
+        return kl_err_set(e, KL_EINVAL, "column %s: a list column is made by kl_column_new_list", name ? name : "?");
     return column_new(name, t, nullable, cap_rows, out, e);
 }
 
@@ -46,11 +50,15 @@ int kl_column_new_list(const char *name, kl_col_type elem, int nullable, int ele
     *out = NULL;
     if ((unsigned)elem >= KL_COL_TYPE_COUNT || elem == KL_COL_LIST)
         return kl_err_set(e, KL_EINVAL, "column %s: list elements must be of a scalar type", name ? name : "?");
-    if (list_size < 0) return kl_err_set(e, KL_EINVAL, "column %s: negative list size %d", name ? name : "?", (int)list_size);
+    if (list_size < 0)
+        return kl_err_set(e, KL_EINVAL, "column %s: negative list size %d", name ? name : "?", (int)list_size);
     kl_column *c;
     int rc = column_new(name, KL_COL_LIST, nullable, 0, &c, e);
     if (rc) return rc;
-    if ((rc = column_new("element", elem, elem_nullable, 0, &c->child, e))) { kl_column_free(c); return rc; }
+    if ((rc = column_new("element", elem, elem_nullable, 0, &c->child, e))) {
+        kl_column_free(c);
+        return rc;
+    }
     c->list_size = list_size;
     *out = c;
     return KL_OK;

@@ -60,11 +60,22 @@ static int phys_type(kl_col_type t) {
 
 static int is_var(kl_col_type t) { return t == KL_COL_STRING || t == KL_COL_BINARY; }
 
+/* The type of c's Parquet leaf: the element type of a list. */
+static kl_col_type leaf_type(const kl_column *c) { return c->type == KL_COL_LIST ? c->child->type : c->type; }
+
+/* Plain bytes of rows [a, b) of c (row-group sizing). */
+static uint64_t rows_bytes(const kl_column *c, size_t a, size_t b) {
+    if (c->type == KL_COL_LIST)
+        return 4 * (uint64_t)(b - a) + rows_bytes(c->child, (size_t)c->offsets[a], (size_t)c->offsets[b]);
+    if (is_var(c->type)) return (uint64_t)(c->offsets[b] - c->offsets[a]) + 4 * (uint64_t)(b - a);
+    return kl_col_type_size(c->type) * (uint64_t)(b - a);
+}
+
 void kl_pq_file_info_clear(kl_pq_file_info *info) {
     if (!info) return;
     for (size_t i = 0; i < info->ncols; i++) {
         free(info->cols[i].name);
-        if (is_var(info->cols[i].type)) {
+        if (is_var(info->cols[i].type) || is_var(info->cols[i].stats.min.type)) { /* a list: its leaf's */
             free((void *)info->cols[i].stats.min.s);
             free((void *)info->cols[i].stats.max.s);
         }
@@ -393,7 +404,7 @@ static void plain_values(pq_buf *b, const kl_column *c, size_t from, size_t to) 
 typedef struct {
     const kl_pq_write_opts *o;
     int nullable;
-    size_t cap_pages;       /* of out->pages, ci_nullpage, ci_nulls */
+    size_t cap_pages; /* of out->pages, ci_nullpage, ci_nulls */
     uint8_t *ci_nullpage; uint64_t *ci_nulls;
     pq_buf ci_min, ci_max;  /* concatenated [u32 len][bytes] */
     size_t ci_n;
@@ -425,13 +436,13 @@ static void ci_add(page_ctx *pc, const wstats *s, kl_col_type t) {
  * has none), the encoded values and what the header says about them. */
 typedef struct {
     const pq_buf *rep, *def, *vals;
-    size_t nvalues;       /* level entries (= rows for a flat column) */
+    size_t nvalues; /* level entries (= rows for a flat column) */
     size_t nrows;
-    size_t nnulls;        /* entries without a value */
-    int enc;              /* of the values */
-    size_t first_row;     /* in the row group */
-    const wstats *ps;     /* page statistics */
-    kl_col_type type;     /* of the values */
+    size_t nnulls;    /* entries without a value */
+    int enc;          /* of the values */
+    size_t first_row; /* in the row group */
+    const wstats *ps; /* page statistics */
+    kl_col_type type; /* of the values */
 } page_in;
 
 /* Room for one more page in the page table of out / pc. */
@@ -481,7 +492,8 @@ static int put_page(const kl_pq_write_opts *o, chunk_out *out, page_ctx *pc, con
         unc = rl + dl + p->vals->len;
     }
     if (unc > INT32_MAX || comp->len > INT32_MAX || p->nvalues > INT32_MAX)
-        return kl_err_set(e, KL_ERANGE, "a data page of %zu values and %zu bytes is over the format's 2^31 limit (a row too large?)",
+        return kl_err_set(e, KL_ERANGE,
+                          "a data page of %zu values and %zu bytes is over the format's 2^31 limit (a row too large?)",
                           p->nvalues, unc);
     if ((rc = page_room(out, pc, e))) return rc;
     kl__tw w;
@@ -523,6 +535,34 @@ static int put_page(const kl_pq_write_opts *o, chunk_out *out, page_ctx *pc, con
     pq_buf_put(&out->bytes, comp->p, comp->len);
     out->unc_size += (int64_t)(hdr->len + unc);
     return KL_OK;
+}
+
+/* The chunk's serialized Statistics and (with page statistics) its
+ * ColumnIndex, from out->st and the pages in pc. */
+static void chunk_indexes(const kl_pq_write_opts *o, chunk_out *out, page_ctx *pc, kl_col_type t) {
+    kl__tw w;
+    kl__tw_init(&w, &out->stats_ser);
+    write_stats(&w, 12, &out->st, t);
+    if (o->page_stats) {
+        kl__tw_init(&w, &out->ci);
+        kl__tw_list(&w, 1, TT_TRUE, (uint32_t)out->npages);
+        for (size_t p = 0; p < out->npages; p++) kl__tw_elem_bool(&w, pc->ci_nullpage[p]);
+        pq_buf *mm[2] = {&pc->ci_min, &pc->ci_max};
+        for (int m = 0; m < 2; m++) {
+            kl__tw_list(&w, (int16_t)(2 + m), TT_BINARY, (uint32_t)out->npages);
+            size_t off = 0;
+            for (size_t p = 0; p < out->npages; p++) {
+                uint32_t l;
+                memcpy(&l, mm[m]->p + off, 4);
+                kl__tw_elem_bin(&w, mm[m]->p + off + 4, l);
+                off += 4 + l;
+            }
+        }
+        kl__tw_i32(&w, 4, pc->asc ? 1 : pc->desc ? 2 : 0);
+        kl__tw_list(&w, 5, TT_I64, (uint32_t)out->npages);
+        for (size_t p = 0; p < out->npages; p++) kl__tw_elem_i32(&w, (int64_t)pc->ci_nulls[p]);
+        kl__tw_end(&w);
+    }
 }
 
 /* Encodes one column chunk of rows [0, rows) of c. */
@@ -582,7 +622,10 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     uint64_t pb = o->page_bytes ? o->page_bytes : (1u << 20);
     size_t max_rows = (size_t)KL_MAX(pb / 8, 1);
     lv = kl_mem_alloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv, KL_TAG_WORKSPACE);
-    if (!lv) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if (!lv) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
     size_t row = 0, ix = 0;
     do {
         /* pick the page's rows */
@@ -614,39 +657,22 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         } else {
             plain_values(&vals, c, row, end);
         }
-        page_in pin = {NULL, nullable ? &lev : NULL, &vals, prow, prow, ps.nulls, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN,
-                       row, &ps, c->type};
+        page_in pin = {NULL,
+                       nullable ? &lev : NULL,
+                       &vals,
+                       prow,
+                       prow,
+                       ps.nulls,
+                       use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN,
+                       row,
+                       &ps,
+                       c->type};
         if ((rc = put_page(o, out, &pc, &pin, &page, &comp, &hdr, e))) goto done;
         row = end;
     } while (row < rows);
     if (out->bytes.failed || pc.ci_min.failed || pc.ci_max.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
 
-    /* statistics and column index */
-    {
-        kl__tw w;
-        kl__tw_init(&w, &out->stats_ser);
-        write_stats(&w, 12, &out->st, c->type);
-        if (o->page_stats) {
-            kl__tw_init(&w, &out->ci);
-            kl__tw_list(&w, 1, TT_TRUE, (uint32_t)out->npages);
-            for (size_t p = 0; p < out->npages; p++) kl__tw_elem_bool(&w, pc.ci_nullpage[p]);
-            pq_buf *mm[2] = {&pc.ci_min, &pc.ci_max};
-            for (int m = 0; m < 2; m++) {
-                kl__tw_list(&w, (int16_t)(2 + m), TT_BINARY, (uint32_t)out->npages);
-                size_t off = 0;
-                for (size_t p = 0; p < out->npages; p++) {
-                    uint32_t l;
-                    memcpy(&l, mm[m]->p + off, 4);
-                    kl__tw_elem_bin(&w, mm[m]->p + off + 4, l);
-                    off += 4 + l;
-                }
-            }
-            kl__tw_i32(&w, 4, pc.asc ? 1 : pc.desc ? 2 : 0);
-            kl__tw_list(&w, 5, TT_I64, (uint32_t)out->npages);
-            for (size_t p = 0; p < out->npages; p++) kl__tw_elem_i32(&w, (int64_t)pc.ci_nulls[p]);
-            kl__tw_end(&w);
-        }
-    }
+    chunk_indexes(o, out, &pc, c->type);
 done:
     out->rc = rc;
     dict_free(&d);
@@ -656,6 +682,134 @@ done:
     kl__pq_buf_free(&pc.ci_max);
     kl__pq_buf_free(&vals);
     kl__pq_buf_free(&lev);
+    kl__pq_buf_free(&page);
+    kl__pq_buf_free(&comp);
+    kl__pq_buf_free(&hdr);
+}
+
+/* ==================================================================
+ * List columns: a 3-level LIST of one leaf with repetition and
+ * definition levels (max rep 1; max def = list nullable + 1 + element
+ * nullable). Dictionary off: the leaf is PLAIN. Pages split only between
+ * rows, so every page starts at repetition level 0.
+ * ================================================================== */
+
+/* Growable level arrays of one page. */
+typedef struct {
+    uint32_t *rep, *def;
+    size_t cap;
+} levels;
+
+static int levels_room(levels *L, size_t n) {
+    if (n <= L->cap) return KL_OK;
+    size_t nc = L->cap ? L->cap : 1024;
+    while (nc < n) nc *= 2;
+    uint32_t *r = kl_mem_realloc(L->rep, nc * sizeof *r, KL_TAG_WORKSPACE);
+    if (r) L->rep = r;
+    uint32_t *d = kl_mem_realloc(L->def, nc * sizeof *d, KL_TAG_WORKSPACE);
+    if (d) L->def = d;
+    if (!r || !d) return KL_ENOMEM;
+    L->cap = nc;
+    return KL_OK;
+}
+
+/* Level entries of list row i: one for a null or empty list, else one per element. */
+static size_t list_entries(const kl_column *c, size_t i) {
+    int64_t n = c->offsets[i + 1] - c->offsets[i];
+    return kl_column_is_null(c, i) || n == 0 ? 1 : (size_t)n;
+}
+
+/* The levels of rows [from, to) of c into L (sized by the caller). */
+static size_t list_levels(const kl_column *c, size_t from, size_t to, levels *L) {
+    uint32_t nl = c->nullable != 0, dmax = nl + 1 + (c->child->nullable != 0);
+    size_t k = 0;
+    for (size_t i = from; i < to; i++) {
+        int64_t a = c->offsets[i], b = c->offsets[i + 1];
+        if (kl_column_is_null(c, i) || a == b) {
+            L->rep[k] = 0;
+            L->def[k++] = kl_column_is_null(c, i) ? 0 : nl;
+            continue;
+        }
+        for (int64_t j = a; j < b; j++) {
+            L->rep[k] = j != a;
+            L->def[k++] = kl_column_is_null(c->child, (size_t)j) ? dmax - 1 : dmax;
+        }
+    }
+    return k;
+}
+
+/* Plain size of elements [a, b) of the leaf column v. */
+static uint64_t leaf_bytes(const kl_column *v, size_t a, size_t b) {
+    if (is_var(v->type)) return (uint64_t)(v->offsets[b] - v->offsets[a]) + 4 * (uint64_t)(b - a);
+    return (uint64_t)KL_MAX(kl_col_type_size(v->type), 1) * (b - a);
+}
+
+/* Statistics of the elements of rows [from, to); nulls counts every level
+ * entry without a value (null elements, null and empty lists). */
+static void list_stats(wstats *s, const kl_column *c, size_t from, size_t to, size_t entries) {
+    size_t a = (size_t)c->offsets[from], b = (size_t)c->offsets[to];
+    stats_range(s, c->child, a, b);
+    size_t present = (b - a) - (size_t)s->nulls;
+    s->nulls = entries - present;
+}
+
+/* Encodes one column chunk of list rows [0, rows) of c. */
+static void encode_list_chunk(const kl_pq_write_opts *o, const kl_column *c, size_t rows, chunk_out *out) {
+    kl_err *e = &out->err;
+    const kl_column *v = c->child;
+    levels L = {0};
+    pq_buf rep = {0}, def = {0}, vals = {0}, page = {0}, comp = {0}, hdr = {0};
+    page_ctx pc;
+    memset(&pc, 0, sizeof pc);
+    pc.asc = pc.desc = 1;
+    int rc = KL_OK, dbw = pq_bit_width((uint64_t)(c->nullable != 0) + 1 + (v->nullable != 0));
+    uint64_t pb = o->page_bytes ? o->page_bytes : (1u << 20), max_entries = KL_MAX(pb / 8, 1), total = 0;
+    size_t row = 0;
+    out->data_rel = 0;
+    do {
+        /* the page's rows: at least one, then up to the byte and entry targets */
+        size_t end = row, entries = 0;
+        uint64_t bytes = 0;
+        while (end < rows && (end == row || (bytes < pb && entries < max_entries))) {
+            entries += list_entries(c, end);
+            bytes += leaf_bytes(v, (size_t)c->offsets[end], (size_t)c->offsets[end + 1]) + 1;
+            end++;
+        }
+        if (levels_room(&L, entries)) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory for %zu levels", entries);
+            goto done;
+        }
+        list_levels(c, row, end, &L);
+        rep.len = def.len = vals.len = 0;
+        kl__pq_rle_encode(&rep, L.rep, entries, 1);
+        kl__pq_rle_encode(&def, L.def, entries, dbw);
+        plain_values(&vals, v, (size_t)c->offsets[row], (size_t)c->offsets[end]);
+        wstats ps;
+        memset(&ps, 0, sizeof ps);
+        list_stats(&ps, c, row, end, entries);
+        page_in pin = {&rep, &def, &vals, entries, end - row, (size_t)ps.nulls, ENC_PLAIN, row, &ps, v->type};
+        if ((rc = put_page(o, out, &pc, &pin, &page, &comp, &hdr, e))) goto done;
+        total += entries;
+        row = end;
+    } while (row < rows);
+    out->num_values = (int64_t)total;
+    list_stats(&out->st, c, 0, rows, (size_t)total);
+    if (out->bytes.failed || pc.ci_min.failed || pc.ci_max.failed || rep.failed || def.failed || vals.failed) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
+    chunk_indexes(o, out, &pc, v->type);
+done:
+    out->rc = rc;
+    kl_mem_free(L.rep);
+    kl_mem_free(L.def);
+    free(pc.ci_nullpage);
+    free(pc.ci_nulls);
+    kl__pq_buf_free(&pc.ci_min);
+    kl__pq_buf_free(&pc.ci_max);
+    kl__pq_buf_free(&rep);
+    kl__pq_buf_free(&def);
+    kl__pq_buf_free(&vals);
     kl__pq_buf_free(&page);
     kl__pq_buf_free(&comp);
     kl__pq_buf_free(&hdr);
@@ -679,7 +833,8 @@ static void enc_task(void *ctx, size_t begin, size_t end, int chunk) {
     size_t nc = x->w->ncols;
     for (size_t t = begin; t < end; t++) {
         size_t j = t % nc;
-        encode_chunk(&x->w->o, x->src[t], x->w->buf[j]->nullable, x->rows, &x->outs[t]);
+        if (x->src[t]->type == KL_COL_LIST) encode_list_chunk(&x->w->o, x->src[t], x->rows, &x->outs[t]);
+        else encode_chunk(&x->w->o, x->src[t], x->w->buf[j]->nullable, x->rows, &x->outs[t]);
     }
 }
 
@@ -761,7 +916,7 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
         }
         rg->unc += m->unc;
         rg->comp += m->comp;
-        stats_merge(&w->fst[j], &o->st, w->buf[j]->type, rows);
+        stats_merge(&w->fst[j], &o->st, leaf_type(w->buf[j]), rows);
         rc = wr(w, o->bytes.p, o->bytes.len, e);
     }
     for (size_t j = 0; j < w->ncols; j++) {
@@ -838,7 +993,10 @@ int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
         if ((unsigned)s->type >= KL_COL_TYPE_COUNT) { rc = kl_err_set(e, KL_EINVAL, "column %s: bad type", s->name); goto fail; }
         for (size_t k = 0; k < j; k++)
             if (!strcmp(schema[k]->name, s->name)) { rc = kl_err_set(e, KL_EINVAL, "%s: duplicate column name \"%s\"", path, s->name); goto fail; }
-        if ((rc = kl_column_new(s->name, s->type, s->nullable, 0, &w->buf[j], e))) goto fail;
+        if (s->type == KL_COL_LIST ? (rc = kl_column_new_list(s->name, s->child->type, s->nullable, s->child->nullable,
+                                                              s->list_size, &w->buf[j], e))
+                                   : (rc = kl_column_new(s->name, s->type, s->nullable, 0, &w->buf[j], e)))
+            goto fail;
         w->info.cols[j].name = strdup(s->name);
         w->info.cols[j].type = s->type;
         if (!w->info.cols[j].name) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
@@ -873,6 +1031,15 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
             return kl_err_set(e, KL_ESHAPE, "%s: column %s has %zu rows, column %s has %zu", w->path, c->name, c->len, cols[0]->name, n);
         if (!s->nullable && c->valid && kl_column_null_count(c))
             return kl_err_set(e, KL_EINVAL, "%s: column %s is not nullable but the batch has nulls", w->path, s->name);
+        if (s->type == KL_COL_LIST && (c->child->type != s->child->type || c->list_size != s->list_size))
+            return kl_err_set(e, KL_ETYPE,
+                              "%s: column %s holds lists of %s (size %d), the schema lists of %s (size %d)", w->path,
+                              s->name, kl_col_type_name(c->child->type), (int)c->list_size,
+                              kl_col_type_name(s->child->type), (int)s->list_size);
+        if (s->type == KL_COL_LIST && !s->child->nullable && c->child->valid && kl_column_null_count(c->child))
+            return kl_err_set(e, KL_EINVAL,
+                              "%s: column %s: the elements are not nullable but the batch has null elements", w->path,
+                              s->name);
     }
     uint64_t rg_rows = w->o.row_group_rows ? w->o.row_group_rows : UINT64_MAX;
     uint64_t rg_bytes = w->o.row_group_bytes ? w->o.row_group_bytes : UINT64_MAX;
@@ -886,11 +1053,7 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
             while (ng < 4 && (uint64_t)(n - at) >= (uint64_t)(ng + 1) * rg_rows) {
                 uint64_t bytes = 0;
                 size_t a = at + ng * rr;
-                for (size_t j = 0; j < ncols; j++) {
-                    const kl_column *c = cols[j];
-                    if (is_var(c->type)) bytes += (uint64_t)(c->offsets[a + rr] - c->offsets[a]) + 4 * (uint64_t)rr;
-                    else bytes += kl_col_type_size(c->type) * (uint64_t)rr;
-                }
+                for (size_t j = 0; j < ncols; j++) bytes += rows_bytes(cols[j], a, a + rr);
                 if (bytes > rg_bytes) break;
                 ng++;
             }
@@ -916,8 +1079,7 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
         uint64_t bytes = 0;
         for (size_t j = 0; j < ncols; j++) {
             const kl_column *c = cols[j];
-            if (is_var(c->type)) bytes += (uint64_t)(c->offsets[at + take] - c->offsets[at]) + 4 * take;
-            else bytes += kl_col_type_size(c->type) * take;
+            bytes += rows_bytes(c, at, at + take);
             if (kl_column_append(w->buf[j], c, at, at + take)) {
                 free(views); free(vp);
                 return kl_err_set(e, KL_ENOMEM, "%s: out of memory buffering column %s", w->path, c->name);
@@ -935,12 +1097,13 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
     return KL_OK;
 }
 
-static void write_schema_elem(kl__tw *t, const kl_column *c) {
+/* The schema element of a leaf of type ty. */
+static void write_leaf_elem(kl__tw *t, kl_col_type ty, int nullable, const char *name) {
     kl__tw_elem_begin(t);
-    kl__tw_i32(t, 1, phys_type(c->type));
-    kl__tw_i32(t, 3, c->nullable ? REP_OPTIONAL : REP_REQUIRED);
-    kl__tw_bin(t, 4, c->name, strlen(c->name));
-    switch (c->type) {
+    kl__tw_i32(t, 1, phys_type(ty));
+    kl__tw_i32(t, 3, nullable ? REP_OPTIONAL : REP_REQUIRED);
+    kl__tw_bin(t, 4, name, strlen(name));
+    switch (ty) {
     case KL_COL_STRING:
         kl__tw_i32(t, 6, CT_UTF8);
         kl__tw_begin(t, 10);
@@ -971,6 +1134,38 @@ static void write_schema_elem(kl__tw *t, const kl_column *c) {
     }
     kl__tw_end(t);
 }
+
+/* A group element: name, repetition, children and (list) the LIST annotation. */
+static void write_group_elem(kl__tw *t, int rep, const char *name, int list) {
+    kl__tw_elem_begin(t);
+    kl__tw_i32(t, 3, rep);
+    kl__tw_bin(t, 4, name, strlen(name));
+    kl__tw_i32(t, 5, 1);
+    if (list) {
+        kl__tw_i32(t, 6, CT_LIST);
+        kl__tw_begin(t, 10);
+        kl__tw_begin(t, 3);
+        kl__tw_end(t);
+        kl__tw_end(t);
+    }
+    kl__tw_end(t);
+}
+
+/* The schema elements of column c: one leaf, or for a list the 3-level
+ * form: <optional|required> group c (LIST) { repeated group list {
+ * <optional|required> element } }. */
+static void write_schema_elems(kl__tw *t, const kl_column *c) {
+    if (c->type != KL_COL_LIST) {
+        write_leaf_elem(t, c->type, c->nullable, c->name);
+        return;
+    }
+    write_group_elem(t, c->nullable ? REP_OPTIONAL : REP_REQUIRED, c->name, 1);
+    write_group_elem(t, REP_REPEATED, "list", 0);
+    write_leaf_elem(t, c->child->type, c->child->nullable, "element");
+}
+
+/* Number of schema elements of column c. */
+static uint32_t schema_elems(const kl_column *c) { return c->type == KL_COL_LIST ? 3 : 1; }
 
 static void free_meta(kl_pq_writer *w) {
     for (size_t r = 0; r < w->nrg; r++) {
@@ -1029,12 +1224,14 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
     kl__tw t;
     kl__tw_init(&t, &fb);
     kl__tw_i32(&t, 1, 2);
-    kl__tw_list(&t, 2, TT_STRUCT, (uint32_t)(w->ncols + 1));
+    uint32_t nel = 1;
+    for (size_t j = 0; j < w->ncols; j++) nel += schema_elems(w->buf[j]);
+    kl__tw_list(&t, 2, TT_STRUCT, nel);
     kl__tw_elem_begin(&t);
     kl__tw_bin(&t, 4, "schema", 6);
     kl__tw_i32(&t, 5, (int32_t)w->ncols);
     kl__tw_end(&t);
-    for (size_t j = 0; j < w->ncols; j++) write_schema_elem(&t, w->buf[j]);
+    for (size_t j = 0; j < w->ncols; j++) write_schema_elems(&t, w->buf[j]);
     kl__tw_i64(&t, 3, (int64_t)w->total_rows);
     kl__tw_list(&t, 4, TT_STRUCT, (uint32_t)w->nrg);
     for (size_t r = 0; r < w->nrg; r++) {
@@ -1047,13 +1244,20 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
             kl__tw_elem_begin(&t);
             kl__tw_i64(&t, 2, m->has_dict ? m->dict_page_offset : m->data_page_offset);
             kl__tw_begin(&t, 3);
-            kl__tw_i32(&t, 1, phys_type(c->type));
+            kl__tw_i32(&t, 1, phys_type(leaf_type(c)));
             kl__tw_list(&t, 2, TT_I32, m->has_dict ? 3 : 2);
             kl__tw_elem_i32(&t, ENC_PLAIN);
             kl__tw_elem_i32(&t, ENC_RLE);
             if (m->has_dict) kl__tw_elem_i32(&t, ENC_RLE_DICTIONARY);
-            kl__tw_list(&t, 3, TT_BINARY, 1);
-            kl__tw_elem_bin(&t, c->name, strlen(c->name));
+            if (c->type == KL_COL_LIST) {
+                kl__tw_list(&t, 3, TT_BINARY, 3);
+                kl__tw_elem_bin(&t, c->name, strlen(c->name));
+                kl__tw_elem_bin(&t, "list", 4);
+                kl__tw_elem_bin(&t, "element", 7);
+            } else {
+                kl__tw_list(&t, 3, TT_BINARY, 1);
+                kl__tw_elem_bin(&t, c->name, strlen(c->name));
+            }
             kl__tw_i32(&t, 4, codec_id(w->o.codec));
             kl__tw_i64(&t, 5, m->num_values);
             kl__tw_i64(&t, 6, m->unc);
