@@ -702,8 +702,7 @@ static int write_meta(const char *out, const tr_spec *s, const tr_model *m, cons
     }
     if (nval && isfinite(fin_val->loss)) {
         cJSON_AddNumberToObject(fm, "val_loss", fin_val->loss);
-        if (fin_val->count)
-            cJSON_AddNumberToObject(fm, "val_accuracy", (double)fin_val->correct / (double)fin_val->count);
+        if (fin_val->count) cJSON_AddNumberToObject(fm, "val_accuracy", (double)fin_val->correct / (double)fin_val->count);
     }
     cJSON *bm = cJSON_AddObjectToObject(j, "best");
     cJSON_AddStringToObject(bm, "monitor", s->monitor);
@@ -1531,10 +1530,7 @@ int kl_train_spec_loss(const char *spec_path, const char **loss, kl_err *e) {
 
 /* ================================================================ eval */
 
-typedef struct {
-    double s;
-    int pos;
-} sc_lab;
+typedef struct { double s; int pos; } sc_lab;
 static int cmp_sc(const void *a, const void *b) {
     double x = ((const sc_lab *)a)->s, y = ((const sc_lab *)b)->s;
     return x < y ? -1 : x > y;
