@@ -62,6 +62,14 @@ int kl_column_new_list(const char *name, kl_col_type elem, int nullable, int ele
  * c->child since the previous row. KL_ESHAPE when a FixedSizeList row has
  * another number of elements (they are dropped again); KL_ENOMEM. */
 int kl_column_list_end(kl_column *c);
+/* Packs n >= 1 numeric columns (BOOL, INT32, INT64, FLOAT32, FLOAT64) of
+ * one length into a new FixedSizeList column of n elem (FLOAT32 or
+ * FLOAT64) elements per row: row i holds the n values of row i, a null value
+ * a null element. Floats round to elem; an integer that elem cannot hold
+ * exactly is refused (KL_ERANGE naming column and row). KL_ETYPE naming a
+ * column of another type, KL_ESHAPE for another length, KL_ENOMEM. */
+int kl_column_pack_list(const char *name, kl_column *const *cols, size_t n, kl_col_type elem, kl_column **out,
+                        kl_err *e);
 void kl_column_free(kl_column *c);        /* NULL is a no-op */
 void kl_column_clear(kl_column *c);       /* len 0, keeps capacity; valid reset to NULL */
 /* Grows capacity to at least rows (and data bytes for STRING/BINARY). */

@@ -223,6 +223,79 @@ int kl_column_list_end(kl_column *c) {
     return KL_OK;
 }
 
+static int is_packable(kl_col_type t) {
+    return t == KL_COL_BOOL || t == KL_COL_INT32 || t == KL_COL_INT64 || t == KL_COL_FLOAT32 || t == KL_COL_FLOAT64;
+}
+
+/* The checks of kl_column_pack_list before anything is built. */
+static int pack_check(const char *name, kl_column *const *cols, size_t n, kl_col_type elem, kl_err *e) {
+    if (n == 0 || n > INT32_MAX) return kl_err_set(e, KL_EINVAL, "column %s: a list of %zu columns", name, n);
+    if (elem != KL_COL_FLOAT32 && elem != KL_COL_FLOAT64)
+        return kl_err_set(e, KL_ETYPE, "column %s: lists of %s are not packed (float32 or float64)", name,
+                          kl_col_type_name(elem));
+    for (size_t j = 0; j < n; j++) {
+        if (!is_packable(cols[j]->type))
+            return kl_err_set(e, KL_ETYPE, "column %s: %s is %s, not a number", name, cols[j]->name,
+                              kl_col_type_name(cols[j]->type));
+        if (cols[j]->len != cols[0]->len)
+            return kl_err_set(e, KL_ESHAPE, "column %s: %s has %zu rows, %s %zu", name, cols[j]->name, cols[j]->len,
+                              cols[0]->name, cols[0]->len);
+    }
+    return KL_OK;
+}
+
+/* Row i of numeric column s as an elem value; KL_ERANGE for an integer elem cannot hold exactly. */
+static int pack_value(const kl_column *s, size_t i, kl_col_type elem, double *v) {
+    if (s->type == KL_COL_FLOAT32 || s->type == KL_COL_FLOAT64) {
+        *v = kl_column_get_f64(s, i);
+        return KL_OK;
+    }
+    int64_t x = kl_column_get_i64(s, i);
+    double d = elem == KL_COL_FLOAT32 ? (double)(float)x : (double)x;
+    if (d != (double)x || d >= 9223372036854775808.0 || (int64_t)d != x) return KL_ERANGE;
+    *v = d;
+    return KL_OK;
+}
+
+int kl_column_pack_list(const char *name, kl_column *const *cols, size_t n, kl_col_type elem, kl_column **out,
+                        kl_err *e) {
+    *out = NULL;
+    int rc = pack_check(name, cols, n, elem, e);
+    if (rc) return rc;
+    int nulls = 0;
+    for (size_t j = 0; j < n; j++) nulls |= cols[j]->valid != NULL;
+    kl_column *c;
+    if ((rc = kl_column_new_list(name, elem, 0, nulls, (int32_t)n, &c, e))) return rc;
+    size_t rows = cols[0]->len;
+    if (rows && (size_t)-1 / rows < n) {
+        kl_column_free(c);
+        return kl_err_set(e, KL_ERANGE, "column %s: too many elements", name);
+    }
+    if (kl_column_reserve(c, rows, 0) || kl_column_reserve(c->child, rows * n, 0)) {
+        kl_column_free(c);
+        return kl_err_set(e, KL_ENOMEM, "column %s: out of memory for %zu rows of %zu", name, rows, n);
+    }
+    for (size_t i = 0; i < rows && !rc; i++) {
+        for (size_t j = 0; j < n && !rc; j++) {
+            double v;
+            if (kl_column_is_null(cols[j], i)) rc = kl_column_push_null(c->child);
+            else if (pack_value(cols[j], i, elem, &v)) {
+                rc = kl_err_set(e, KL_ERANGE, "column %s: %s row %zu: %lld is not exact as %s", name, cols[j]->name, i,
+                                (long long)kl_column_get_i64(cols[j], i), kl_col_type_name(elem));
+                kl_column_free(c);
+                return rc;
+            } else rc = kl_column_push_f64(c->child, v);
+        }
+        if (!rc) rc = kl_column_list_end(c);
+    }
+    if (rc) {
+        kl_column_free(c);
+        return kl_err_set(e, rc, "column %s: out of memory for %zu rows", name, rows);
+    }
+    *out = c;
+    return KL_OK;
+}
+
 int64_t kl_column_get_i64(const kl_column *c, size_t i) {
     switch (c->type) {
     case KL_COL_BOOL: return ((const uint8_t *)c->values)[i];

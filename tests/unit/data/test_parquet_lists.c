@@ -6,6 +6,7 @@
  * elements and lists longer than a page; pages split only between rows
  * (every data page starts at repetition level 0 and the page row counts add
  * up); mismatched batches refused. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "../harness.h"
@@ -314,4 +315,44 @@ KL_TEST(parquet_list_batches_checked) {
     kl_column_free(s);
     kl_column_free(b);
     kl_column_free(f);
+}
+
+KL_TEST(parquet_list_pack_columns) {
+    kl_err e = {0};
+    kl_column *c[3], *s, *l;
+    KT_OK(kl_column_new("a", KL_COL_FLOAT64, 1, 0, &c[0], &e), &e);
+    KT_OK(kl_column_new("b", KL_COL_INT32, 0, 0, &c[1], &e), &e);
+    KT_OK(kl_column_new("c", KL_COL_INT64, 0, 0, &c[2], &e), &e);
+    kl_column_push_f64(c[0], 0.1);
+    kl_column_push_null(c[0]);
+    kl_column_push_i64(c[1], 7);
+    kl_column_push_i64(c[1], -3);
+    kl_column_push_i64(c[2], 1 << 24);
+    kl_column_push_i64(c[2], (1 << 24) + 1); /* not exact as float32 */
+    KT_CHECK(kl_column_pack_list("v", c, 3, KL_COL_FLOAT32, &l, &e) == KL_ERANGE);
+    KT_CONTAINS(kl_err_what(&e), "c row 1: 16777217 is not exact as float32");
+    KT_OK(kl_column_pack_list("v", c, 3, KL_COL_FLOAT64, &l, &e), &e);
+    kl_buf b;
+    kl_buf_init(&b);
+    for (size_t i = 0; i < l->len; i++) {
+        kl_pq_format_value(&b, l, i, NULL, 1);
+        kl_buf_puts(&b, ";");
+    }
+    KT_EQ_STR(b.data, "[0.1,7,16777216];[null,-3,16777217];");
+    KT_EQ_INT(l->list_size, 3);
+    kl_column_free(l);
+    KT_OK(kl_column_pack_list("v", c, 2, KL_COL_FLOAT32, &l, &e), &e);
+    KT_CHECK(fabs(((const float *)l->child->values)[0] - 0.1f) == 0);
+    kl_column_free(l);
+    KT_OK(kl_column_new("s", KL_COL_STRING, 0, 0, &s, &e), &e);
+    kl_column *bad[2] = {c[1], s};
+    KT_CHECK(kl_column_pack_list("v", bad, 2, KL_COL_FLOAT32, &l, &e) == KL_ETYPE);
+    KT_CONTAINS(kl_err_what(&e), "s is string, not a number");
+    kl_column_push_str(s, "x", 1);
+    KT_CHECK(kl_column_pack_list("v", c, 3, KL_COL_INT32, &l, &e) == KL_ETYPE);
+    kl_column_push_i64(c[1], 1);
+    KT_CHECK(kl_column_pack_list("v", c, 3, KL_COL_FLOAT64, &l, &e) == KL_ESHAPE);
+    kl_buf_free(&b);
+    for (int i = 0; i < 3; i++) kl_column_free(c[i]);
+    kl_column_free(s);
 }
