@@ -972,6 +972,23 @@ static kl_column view_of(const kl_column *c, size_t at, size_t n) {
     return v;
 }
 
+/* A list column's shape: elements present, offsets from 0 and never
+ * decreasing, within the elements, FixedSizeList rows of their size. */
+static int list_check(const char *path, const kl_column *c, kl_err *e) {
+    if (!c->child || !c->offsets || c->child->type == KL_COL_LIST || (unsigned)c->child->type >= KL_COL_TYPE_COUNT)
+        return kl_err_set(e, KL_EINVAL, "%s: column %s: a list column without scalar elements", path, c->name);
+    for (size_t i = 0; i < c->len; i++) {
+        int64_t a = c->offsets[i], b = c->offsets[i + 1];
+        if (a < 0 || b < a || (uint64_t)b > c->child->len)
+            return kl_err_set(e, KL_EINVAL, "%s: column %s: row %zu: list offsets %lld..%lld outside the %zu elements",
+                              path, c->name, i, (long long)a, (long long)b, c->child->len);
+        if (c->list_size > 0 && !kl_column_is_null(c, i) && b - a != c->list_size)
+            return kl_err_set(e, KL_ESHAPE, "%s: column %s: row %zu has %lld elements, the fixed size is %d", path,
+                              c->name, i, (long long)(b - a), (int)c->list_size);
+    }
+    return KL_OK;
+}
+
 int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
                       const kl_pq_write_opts *o, kl_pq_writer **out, kl_err *e) {
     *out = NULL;
@@ -991,6 +1008,7 @@ int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
     for (size_t j = 0; j < ncols; j++) {
         const kl_column *s = schema[j];
         if ((unsigned)s->type >= KL_COL_TYPE_COUNT) { rc = kl_err_set(e, KL_EINVAL, "column %s: bad type", s->name); goto fail; }
+        if (s->type == KL_COL_LIST && (rc = list_check(path, s, e))) goto fail;
         for (size_t k = 0; k < j; k++)
             if (!strcmp(schema[k]->name, s->name)) { rc = kl_err_set(e, KL_EINVAL, "%s: duplicate column name \"%s\"", path, s->name); goto fail; }
         if (s->type == KL_COL_LIST ? (rc = kl_column_new_list(s->name, s->child->type, s->nullable, s->child->nullable,
@@ -1031,6 +1049,8 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
             return kl_err_set(e, KL_ESHAPE, "%s: column %s has %zu rows, column %s has %zu", w->path, c->name, c->len, cols[0]->name, n);
         if (!s->nullable && c->valid && kl_column_null_count(c))
             return kl_err_set(e, KL_EINVAL, "%s: column %s is not nullable but the batch has nulls", w->path, s->name);
+        int rc = c->type == KL_COL_LIST ? list_check(w->path, c, e) : KL_OK;
+        if (rc) return rc;
         if (s->type == KL_COL_LIST && (c->child->type != s->child->type || c->list_size != s->list_size))
             return kl_err_set(e, KL_ETYPE,
                               "%s: column %s holds lists of %s (size %d), the schema lists of %s (size %d)", w->path,

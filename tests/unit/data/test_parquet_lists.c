@@ -356,3 +356,22 @@ KL_TEST(parquet_list_pack_columns) {
     for (int i = 0; i < 3; i++) kl_column_free(c[i]);
     kl_column_free(s);
 }
+
+KL_TEST(parquet_list_bad_offsets_refused) {
+    kl_err e = {0};
+    kl_column *c;
+    KT_OK(kl_column_new_list("v", KL_COL_INT32, 0, 0, 0, &c, &e), &e);
+    for (int i = 0; i < 3; i++) {
+        kl_column_push_i64(c->child, i);
+        KT_OK(kl_column_list_end(c), &e);
+    }
+    c->offsets[2] = 7; /* beyond the 3 elements */
+    KT_CHECK(kl_pq_write_file(kt_path("bad.parquet"), &c, 1, NULL, NULL, &e) == KL_EINVAL);
+    KT_CONTAINS(kl_err_what(&e), "row 1: list offsets 1..7 outside the 3 elements");
+    c->offsets[2] = 2;
+    c->list_size = 2; /* rows of 1 element in a FixedSizeList of 2 */
+    KT_CHECK(kl_pq_write_file(kt_path("bad.parquet"), &c, 1, NULL, NULL, &e) == KL_ESHAPE);
+    KT_CONTAINS(kl_err_what(&e), "row 0 has 1 elements, the fixed size is 2");
+    KT_CHECK(!kl_path_exists(kt_path("bad.parquet")));
+    kl_column_free(c);
+}
