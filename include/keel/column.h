@@ -31,6 +31,11 @@ typedef enum {
      * list_size > 0 (FixedSizeList) every non-null row has list_size
      * elements. Built with kl_column_new_list; not a schema type name. */
     KL_COL_LIST,
+    /* A struct per row (written to Parquet as a group): fields[nfields],
+     * columns of scalar types with len rows each, always nullable (written
+     * OPTIONAL); a null row is null in every field. Built with
+     * kl_column_new_struct; not a schema type name. */
+    KL_COL_STRUCT,
     KL_COL_TYPE_COUNT
 } kl_col_type;
 /* Further reader mappings (no extra types): DECIMAL → FLOAT64 (value /
@@ -45,8 +50,10 @@ typedef struct kl_column {
     uint8_t *valid;           /* NULL = no nulls; else one byte per row, 1 = present */
     int64_t *offsets;         /* STRING/BINARY: len+1 offsets into data; LIST: into child */
     char *data; size_t data_len, data_cap;
-    struct kl_column *child; /* LIST: the elements (owned) */
-    int32_t list_size;       /* LIST: > 0 for a FixedSizeList of that many elements */
+    struct kl_column *child;   /* LIST: the elements (owned) */
+    int32_t list_size;         /* LIST: > 0 for a FixedSizeList of that many elements */
+    struct kl_column **fields; /* STRUCT: the fields (owned) */
+    size_t nfields;
 } kl_column;
 
 /* A new empty column; cap_rows is the initial capacity (0 is fine). Memory
@@ -70,6 +77,14 @@ int kl_column_list_end(kl_column *c);
  * column of another type, KL_ESHAPE for another length, KL_ENOMEM. */
 int kl_column_pack_list(const char *name, kl_column *const *cols, size_t n, kl_col_type elem, kl_column **out,
                         kl_err *e);
+/* A new empty STRUCT column of n >= 1 fields (names distinct, scalar
+ * types). A row is built by pushing one value (or null) into each field,
+ * then kl_column_struct_end; kl_column_push_null(c) pushes a null row. */
+int kl_column_new_struct(const char *name, int nullable, const char *const *names, const kl_col_type *types, size_t n,
+                         kl_column **out, kl_err *e);
+/* Closes row c->len of a STRUCT column. KL_ESHAPE when a field has not
+ * exactly one more row (the row is not added); KL_ENOMEM. */
+int kl_column_struct_end(kl_column *c);
 void kl_column_free(kl_column *c);        /* NULL is a no-op */
 void kl_column_clear(kl_column *c);       /* len 0, keeps capacity; valid reset to NULL */
 /* Grows capacity to at least rows (and data bytes for STRING/BINARY). */

@@ -6,7 +6,7 @@
 #include "keel/column.h"
 
 static const char *const type_names[KL_COL_TYPE_COUNT] = {
-    "bool", "int32", "int64", "float32", "float64", "string", "date", "timestamp", "binary", "list",
+    "bool", "int32", "int64", "float32", "float64", "string", "date", "timestamp", "binary", "list", "struct",
 };
 
 const char *kl_col_type_name(kl_col_type t) {
@@ -15,7 +15,7 @@ const char *kl_col_type_name(kl_col_type t) {
 
 int kl_col_type_parse(const char *name, kl_col_type *out) {
     for (int i = 0; i < KL_COL_TYPE_COUNT; i++)
-        if (i != KL_COL_LIST && name && strcmp(name, type_names[i]) == 0) {
+        if (i != KL_COL_LIST && i != KL_COL_STRUCT && name && strcmp(name, type_names[i]) == 0) {
             *out = (kl_col_type)i;
             return KL_OK;
         }
@@ -64,6 +64,36 @@ int kl_column_new_list(const char *name, kl_col_type elem, int nullable, int ele
     return KL_OK;
 }
 
+int kl_column_new_struct(const char *name, int nullable, const char *const *names, const kl_col_type *types, size_t n,
+                         kl_column **out, kl_err *e) {
+    *out = NULL;
+    if (n == 0) return kl_err_set(e, KL_EINVAL, "column %s: a struct needs at least one field", name ? name : "?");
+    for (size_t j = 0; j < n; j++) {
+        if ((unsigned)types[j] >= KL_COL_TYPE_COUNT || types[j] == KL_COL_LIST || types[j] == KL_COL_STRUCT)
+            return kl_err_set(e, KL_EINVAL, "column %s: field %s: struct fields must be of a scalar type",
+                              name ? name : "?", names[j]);
+        for (size_t k = 0; k < j; k++)
+            if (!strcmp(names[j], names[k]))
+                return kl_err_set(e, KL_EINVAL, "column %s: duplicate field name \"%s\"", name ? name : "?", names[j]);
+    }
+    kl_column *c;
+    int rc = column_new(name, KL_COL_STRUCT, nullable, 0, &c, e);
+    if (rc) return rc;
+    c->fields = calloc(n, sizeof *c->fields);
+    if (!c->fields) {
+        kl_column_free(c);
+        return kl_err_set(e, KL_ENOMEM, "column %s: out of memory", name);
+    }
+    c->nfields = n;
+    for (size_t j = 0; j < n; j++)
+        if ((rc = column_new(names[j], types[j], 1, 0, &c->fields[j], e))) {
+            kl_column_free(c);
+            return rc;
+        }
+    *out = c;
+    return KL_OK;
+}
+
 static int column_new(const char *name, kl_col_type t, int nullable, size_t cap_rows, kl_column **out, kl_err *e) {
     kl_column *c = calloc(1, sizeof *c);
     if (!c) return kl_err_set(e, KL_ENOMEM, "column: out of memory");
@@ -92,6 +122,8 @@ void kl_column_free(kl_column *c) {
     kl_mem_free(c->offsets);
     kl_mem_free(c->data);
     kl_column_free(c->child);
+    for (size_t j = 0; c->fields && j < c->nfields; j++) kl_column_free(c->fields[j]);
+    free(c->fields);
     free(c);
 }
 
@@ -101,6 +133,7 @@ void kl_column_clear(kl_column *c) {
     if (c->valid) { kl_mem_free(c->valid); c->valid = NULL; }
     if (c->offsets) c->offsets[0] = 0;
     if (c->child) kl_column_clear(c->child);
+    for (size_t j = 0; c->fields && j < c->nfields; j++) kl_column_clear(c->fields[j]);
 }
 
 static void *grow(void *p, size_t bytes) {
@@ -158,6 +191,8 @@ int kl_column_push_null(kl_column *c) {
     if (!c->nullable) return KL_EINVAL;
     int rc = room(c);
     if (rc) return rc;
+    for (size_t j = 0; j < c->nfields; j++) /* a null struct row is null in every field */
+        if (c->fields[j]->len == c->len && (rc = kl_column_push_null(c->fields[j]))) return rc;
     if ((rc = set_valid(c, 0))) return rc;
     if (c->type == KL_COL_LIST) c->offsets[c->len + 1] = c->offsets[c->len];
     else if (is_varlen(c->type)) c->offsets[c->len + 1] = (int64_t)c->data_len;
@@ -203,6 +238,27 @@ int kl_column_push_str(kl_column *c, const char *s, size_t n) {
     if (n) memcpy(c->data + c->data_len, s, n);
     c->data_len += n;
     c->offsets[c->len + 1] = (int64_t)c->data_len;
+    c->len++;
+    return KL_OK;
+}
+
+/* Drops the rows of scalar column c from n on. */
+static void truncate_rows(kl_column *c, size_t n) {
+    if (c->len <= n) return;
+    c->len = n;
+    if (is_varlen(c->type)) c->data_len = (size_t)c->offsets[n];
+}
+
+int kl_column_struct_end(kl_column *c) {
+    if (c->type != KL_COL_STRUCT) return KL_ETYPE;
+    for (size_t j = 0; j < c->nfields; j++)
+        if (c->fields[j]->len != c->len + 1) {
+            for (size_t k = 0; k < c->nfields; k++) truncate_rows(c->fields[k], c->len);
+            return KL_ESHAPE;
+        }
+    int rc = room(c);
+    if (rc) return rc;
+    if ((rc = set_valid(c, 1))) return rc;
     c->len++;
     return KL_OK;
 }
@@ -334,6 +390,12 @@ int kl_column_append(kl_column *dst, const kl_column *src, size_t a, size_t b) {
     if (dst->type != src->type) return KL_ETYPE;
     if (src->type == KL_COL_LIST && (dst->child->type != src->child->type || dst->list_size != src->list_size))
         return KL_ETYPE;
+    if (src->type == KL_COL_STRUCT) {
+        if (dst->nfields != src->nfields) return KL_ETYPE;
+        for (size_t j = 0; j < src->nfields; j++)
+            if (dst->fields[j]->type != src->fields[j]->type || strcmp(dst->fields[j]->name, src->fields[j]->name))
+                return KL_ETYPE;
+    }
     if (!dst->nullable && src->valid) for (size_t i = a; i < b; i++) if (!src->valid[i]) return KL_EINVAL;
     size_t n = b - a;
     if (!n) return KL_OK;
@@ -350,7 +412,10 @@ int kl_column_append(kl_column *dst, const kl_column *src, size_t a, size_t b) {
         if (src->valid) memcpy(dst->valid + dst->len, src->valid + a, n);
         else memset(dst->valid + dst->len, 1, n);
     }
-    if (src->type == KL_COL_LIST) {
+    if (src->type == KL_COL_STRUCT) {
+        for (size_t j = 0; j < src->nfields; j++)
+            if ((rc = kl_column_append(dst->fields[j], src->fields[j], a, b))) return rc;
+    } else if (src->type == KL_COL_LIST) {
         int64_t e0 = src->offsets[a], base = (int64_t)dst->child->len;
         rc = kl_column_append(dst->child, src->child, (size_t)e0, (size_t)src->offsets[b]);
         if (rc) return rc;

@@ -65,6 +65,11 @@ static kl_col_type leaf_type(const kl_column *c) { return c->type == KL_COL_LIST
 
 /* Plain bytes of rows [a, b) of c (row-group sizing). */
 static uint64_t rows_bytes(const kl_column *c, size_t a, size_t b) {
+    if (c->type == KL_COL_STRUCT) {
+        uint64_t n = b - a;
+        for (size_t j = 0; j < c->nfields; j++) n += rows_bytes(c->fields[j], a, b);
+        return n;
+    }
     if (c->type == KL_COL_LIST)
         return 4 * (uint64_t)(b - a) + rows_bytes(c->child, (size_t)c->offsets[a], (size_t)c->offsets[b]);
     if (is_var(c->type)) return (uint64_t)(c->offsets[b] - c->offsets[a]) + 4 * (uint64_t)(b - a);
@@ -356,11 +361,19 @@ typedef struct {
 
 typedef struct { int64_t rows, unc, comp, offset; chunk_meta *cols; } rg_meta;
 
+/* A Parquet leaf: column col, or field field (>= 0) of the struct column col. */
+typedef struct {
+    size_t col;
+    int field;
+} leaf_ref;
+
 struct kl_pq_writer {
     kl_afile *f;
     char *path;
     kl_pq_write_opts o;
     size_t ncols;
+    size_t nleaf; /* Parquet leaf columns: one per column, one per field of a struct */
+    leaf_ref *leaf;
     kl_column **buf;         /* buffered rows of the current row group */
     uint64_t buf_bytes;
     uint64_t offset;
@@ -565,8 +578,10 @@ static void chunk_indexes(const kl_pq_write_opts *o, chunk_out *out, page_ctx *p
     }
 }
 
-/* Encodes one column chunk of rows [0, rows) of c. */
-static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int nullable, size_t rows, chunk_out *out) {
+/* Encodes one column chunk of rows [0, rows) of c; parent: the struct c is
+ * a field of, or NULL. */
+static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, const kl_column *parent, int nullable,
+                         size_t rows, chunk_out *out) {
     kl_err *e = &out->err;
     int codec = codec_id(o->codec);
     dict d;
@@ -579,6 +594,8 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     pc.asc = pc.desc = 1;
     int rc = KL_OK;
     out->num_values = (int64_t)rows;
+    /* definition levels: a struct field's count the struct (when nullable) and the field */
+    uint32_t maxdef = parent ? (uint32_t)(parent->nullable != 0) + 1 : (uint32_t)(nullable != 0);
 
     /* output: roughly the plain size, compressed */
     kl__pq_buf_reserve(&out->bytes, rows * (kl_col_type_size(c->type) ? kl_col_type_size(c->type) : 8) / 2 + 4096);
@@ -643,9 +660,12 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         stats_range(&ps, c, row, end);
         /* levels */
         lev.len = 0;
-        if (nullable) {
-            for (size_t i = row; i < end; i++) lv[i - row] = !kl_column_is_null(c, i);
-            kl__pq_rle_encode(&lev, lv, prow, 1);
+        if (maxdef) {
+            for (size_t i = row; i < end; i++)
+                lv[i - row] = !kl_column_is_null(c, i)       ? maxdef
+                    : parent && kl_column_is_null(parent, i) ? 0
+                                                             : maxdef - 1;
+            kl__pq_rle_encode(&lev, lv, prow, pq_bit_width(maxdef));
         }
         /* values */
         vals.len = 0;
@@ -658,7 +678,7 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
             plain_values(&vals, c, row, end);
         }
         page_in pin = {NULL,
-                       nullable ? &lev : NULL,
+                       maxdef ? &lev : NULL,
                        &vals,
                        prow,
                        prow,
@@ -830,11 +850,14 @@ typedef struct { kl_pq_writer *w; kl_column *const *src; chunk_out *outs; size_t
 
 static void enc_task(void *ctx, size_t begin, size_t end, int chunk) {
     enc_ctx *x = ctx;
-    size_t nc = x->w->ncols;
+    const kl_pq_writer *w = x->w;
     for (size_t t = begin; t < end; t++) {
-        size_t j = t % nc;
-        if (x->src[t]->type == KL_COL_LIST) encode_list_chunk(&x->w->o, x->src[t], x->rows, &x->outs[t]);
-        else encode_chunk(&x->w->o, x->src[t], x->w->buf[j]->nullable, x->rows, &x->outs[t]);
+        size_t g = t / w->nleaf;
+        const leaf_ref *L = &w->leaf[t % w->nleaf];
+        const kl_column *c = x->src[g * w->ncols + L->col];
+        if (L->field >= 0) encode_chunk(&w->o, c->fields[L->field], c, 1, x->rows, &x->outs[t]);
+        else if (c->type == KL_COL_LIST) encode_list_chunk(&w->o, c, x->rows, &x->outs[t]);
+        else encode_chunk(&w->o, c, NULL, w->buf[L->col]->nullable, x->rows, &x->outs[t]);
     }
 }
 
@@ -881,16 +904,22 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
     }
     rg_meta *rg = &w->rgs[w->nrg];
     memset(rg, 0, sizeof *rg);
-    rg->cols = calloc(w->ncols, sizeof *rg->cols);
+    rg->cols = calloc(w->nleaf, sizeof *rg->cols);
     if (!rg->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
     w->nrg++;
     rg->rows = (int64_t)rows;
     rg->offset = (int64_t)w->offset;
 
 
-    for (size_t j = 0; j < w->ncols && rc == KL_OK; j++) {
+    for (size_t j = 0; j < w->nleaf && rc == KL_OK; j++) {
         chunk_out *o = &outs[j];
-        if (o->rc) { rc = o->rc; if (e) *e = o->err; kl_err_prefix(e, "column %s", w->buf[j]->name); break; }
+        const leaf_ref *L = &w->leaf[j];
+        if (o->rc) {
+            rc = o->rc;
+            if (e) *e = o->err;
+            kl_err_prefix(e, "column %s", w->buf[L->col]->name);
+            break;
+        }
         chunk_meta *m = &rg->cols[j];
         int64_t base = (int64_t)w->offset;
         m->has_dict = o->has_dict;
@@ -916,10 +945,10 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
         }
         rg->unc += m->unc;
         rg->comp += m->comp;
-        stats_merge(&w->fst[j], &o->st, leaf_type(w->buf[j]), rows);
+        if (L->field < 0) stats_merge(&w->fst[L->col], &o->st, leaf_type(w->buf[L->col]), rows);
         rc = wr(w, o->bytes.p, o->bytes.len, e);
     }
-    for (size_t j = 0; j < w->ncols; j++) {
+    for (size_t j = 0; j < w->nleaf; j++) {
         kl__pq_buf_free(&outs[j].bytes);
         kl__pq_buf_free(&outs[j].stats_ser);
         kl__pq_buf_free(&outs[j].ci);
@@ -934,21 +963,22 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
  * in parallel, then writes them in order. */
 static int write_rgs(kl_pq_writer *w, kl_column *const *src, size_t ngroups, size_t rows, kl_err *e) {
     if (rows == 0 || ngroups == 0) return KL_OK;
-    size_t nt = ngroups * w->ncols;
+    size_t nt = ngroups * w->nleaf;
     chunk_out *outs = calloc(nt, sizeof *outs);
     if (!outs) return kl_err_set(e, KL_ENOMEM, "out of memory");
     enc_ctx x = {w, src, outs, rows};
     kl_pool_parallel_for(NULL, nt, 1, enc_task, &x);
     int rc = KL_OK;
     for (size_t g = 0; g < ngroups; g++) {
-        if (rc == KL_OK) rc = emit_rg(w, src + g * w->ncols, rows, outs + g * w->ncols, e);
-        else for (size_t j = 0; j < w->ncols; j++) {
-            chunk_out *o = &outs[g * w->ncols + j];
-            kl__pq_buf_free(&o->bytes);
-            kl__pq_buf_free(&o->stats_ser);
-            kl__pq_buf_free(&o->ci);
-            free(o->pages);
-        }
+        if (rc == KL_OK) rc = emit_rg(w, src + g * w->ncols, rows, outs + g * w->nleaf, e);
+        else
+            for (size_t j = 0; j < w->nleaf; j++) {
+                chunk_out *o = &outs[g * w->nleaf + j];
+                kl__pq_buf_free(&o->bytes);
+                kl__pq_buf_free(&o->stats_ser);
+                kl__pq_buf_free(&o->ci);
+                free(o->pages);
+            }
     }
     free(outs);
     return rc;
@@ -989,6 +1019,55 @@ static int list_check(const char *path, const kl_column *c, kl_err *e) {
     return KL_OK;
 }
 
+/* A struct column's shape: scalar fields of its length. */
+static int struct_check(const char *path, const kl_column *c, kl_err *e) {
+    if (!c->fields || c->nfields == 0)
+        return kl_err_set(e, KL_EINVAL, "%s: column %s: a struct without fields", path, c->name);
+    for (size_t j = 0; j < c->nfields; j++) {
+        const kl_column *f = c->fields[j];
+        if ((unsigned)f->type >= KL_COL_TYPE_COUNT || f->type == KL_COL_LIST || f->type == KL_COL_STRUCT)
+            return kl_err_set(e, KL_EINVAL, "%s: column %s: field %s is not of a scalar type", path, c->name, f->name);
+        if (f->len != c->len)
+            return kl_err_set(e, KL_ESHAPE, "%s: column %s: field %s has %zu rows, the struct %zu", path, c->name,
+                              f->name, f->len, c->len);
+    }
+    return KL_OK;
+}
+
+/* An empty column of the type and shape of s (the writer's buffer). */
+static int new_like(const kl_column *s, kl_column **out, kl_err *e) {
+    if (s->type == KL_COL_LIST)
+        return kl_column_new_list(s->name, s->child->type, s->nullable, s->child->nullable, s->list_size, out, e);
+    if (s->type != KL_COL_STRUCT) return kl_column_new(s->name, s->type, s->nullable, 0, out, e);
+    const char **names = calloc(s->nfields, sizeof *names);
+    kl_col_type *types = calloc(s->nfields, sizeof *types);
+    int rc = names && types ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t j = 0; !rc && j < s->nfields; j++) {
+        names[j] = s->fields[j]->name;
+        types[j] = s->fields[j]->type;
+    }
+    if (!rc) rc = kl_column_new_struct(s->name, s->nullable, names, types, s->nfields, out, e);
+    free(names);
+    free(types);
+    return rc;
+}
+
+/* The Parquet leaves of the schema, in order. */
+static int map_leaves(kl_pq_writer *w, kl_err *e) {
+    size_t n = 0;
+    for (size_t j = 0; j < w->ncols; j++) n += w->buf[j]->type == KL_COL_STRUCT ? w->buf[j]->nfields : 1;
+    if (n > INT32_MAX) return kl_err_set(e, KL_ERANGE, "%s: %zu leaf columns", w->path, n);
+    w->leaf = calloc(n, sizeof *w->leaf);
+    if (!w->leaf) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    w->nleaf = 0;
+    for (size_t j = 0; j < w->ncols; j++) {
+        size_t nf = w->buf[j]->type == KL_COL_STRUCT ? w->buf[j]->nfields : 0;
+        if (!nf) w->leaf[w->nleaf++] = (leaf_ref){j, -1};
+        for (size_t f = 0; f < nf; f++) w->leaf[w->nleaf++] = (leaf_ref){j, (int)f};
+    }
+    return KL_OK;
+}
+
 int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
                       const kl_pq_write_opts *o, kl_pq_writer **out, kl_err *e) {
     *out = NULL;
@@ -1011,14 +1090,13 @@ int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
         if (s->type == KL_COL_LIST && (rc = list_check(path, s, e))) goto fail;
         for (size_t k = 0; k < j; k++)
             if (!strcmp(schema[k]->name, s->name)) { rc = kl_err_set(e, KL_EINVAL, "%s: duplicate column name \"%s\"", path, s->name); goto fail; }
-        if (s->type == KL_COL_LIST ? (rc = kl_column_new_list(s->name, s->child->type, s->nullable, s->child->nullable,
-                                                              s->list_size, &w->buf[j], e))
-                                   : (rc = kl_column_new(s->name, s->type, s->nullable, 0, &w->buf[j], e)))
-            goto fail;
+        if (s->type == KL_COL_STRUCT && (rc = struct_check(path, s, e))) goto fail;
+        if ((rc = new_like(s, &w->buf[j], e))) goto fail;
         w->info.cols[j].name = strdup(s->name);
         w->info.cols[j].type = s->type;
         if (!w->info.cols[j].name) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     }
+    if ((rc = map_leaves(w, e))) goto fail;
     if ((rc = kl_afile_open(path, &w->f, e))) goto fail;
     if ((rc = wr(w, "PAR1", 4, e))) goto fail;
     *out = w;
@@ -1040,6 +1118,7 @@ int kl_pq_writer_set_kv(kl_pq_writer *w, const char *key, const char *value, kl_
 
 int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl_err *e) {
     if (ncols != w->ncols) return kl_err_set(e, KL_ESHAPE, "%s: batch has %zu columns, schema has %zu", w->path, ncols, w->ncols);
+    int in_place = 1; /* whole row groups of the batch may be encoded from views */
     size_t n = cols[0]->len;
     for (size_t j = 0; j < ncols; j++) {
         const kl_column *c = cols[j], *s = w->buf[j];
@@ -1049,8 +1128,19 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
             return kl_err_set(e, KL_ESHAPE, "%s: column %s has %zu rows, column %s has %zu", w->path, c->name, c->len, cols[0]->name, n);
         if (!s->nullable && c->valid && kl_column_null_count(c))
             return kl_err_set(e, KL_EINVAL, "%s: column %s is not nullable but the batch has nulls", w->path, s->name);
-        int rc = c->type == KL_COL_LIST ? list_check(w->path, c, e) : KL_OK;
+        int rc = c->type == KL_COL_LIST ? list_check(w->path, c, e)
+            : c->type == KL_COL_STRUCT  ? struct_check(w->path, c, e)
+                                        : KL_OK;
         if (rc) return rc;
+        if (s->type == KL_COL_STRUCT) {
+            int same = c->nfields == s->nfields;
+            for (size_t f = 0; same && f < s->nfields; f++)
+                same = c->fields[f]->type == s->fields[f]->type && !strcmp(c->fields[f]->name, s->fields[f]->name);
+            if (!same)
+                return kl_err_set(e, KL_ETYPE, "%s: column %s: the batch's struct fields differ from the schema's",
+                                  w->path, s->name);
+            in_place = 0; /* the fields are separate columns: no views */
+        }
         if (s->type == KL_COL_LIST && (c->child->type != s->child->type || c->list_size != s->list_size))
             return kl_err_set(e, KL_ETYPE,
                               "%s: column %s holds lists of %s (size %d), the schema lists of %s (size %d)", w->path,
@@ -1067,7 +1157,7 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
     kl_column *views = NULL, **vp = NULL;
     while (at < n) {
         size_t have = w->buf[0]->len;
-        if (have == 0 && rg_rows != UINT64_MAX && (uint64_t)(n - at) >= rg_rows) {
+        if (in_place && have == 0 && rg_rows != UINT64_MAX && (uint64_t)(n - at) >= rg_rows) {
             /* whole row groups inside the batch: encode up to 4 in place, in parallel */
             size_t ng = 0, rr = (size_t)rg_rows;
             while (ng < 4 && (uint64_t)(n - at) >= (uint64_t)(ng + 1) * rg_rows) {
@@ -1156,11 +1246,11 @@ static void write_leaf_elem(kl__tw *t, kl_col_type ty, int nullable, const char 
 }
 
 /* A group element: name, repetition, children and (list) the LIST annotation. */
-static void write_group_elem(kl__tw *t, int rep, const char *name, int list) {
+static void write_group_elem(kl__tw *t, int rep, const char *name, size_t nchildren, int list) {
     kl__tw_elem_begin(t);
     kl__tw_i32(t, 3, rep);
     kl__tw_bin(t, 4, name, strlen(name));
-    kl__tw_i32(t, 5, 1);
+    kl__tw_i32(t, 5, (int32_t)nchildren);
     if (list) {
         kl__tw_i32(t, 6, CT_LIST);
         kl__tw_begin(t, 10);
@@ -1175,21 +1265,28 @@ static void write_group_elem(kl__tw *t, int rep, const char *name, int list) {
  * form: <optional|required> group c (LIST) { repeated group list {
  * <optional|required> element } }. */
 static void write_schema_elems(kl__tw *t, const kl_column *c) {
+    if (c->type == KL_COL_STRUCT) { /* a group of optional fields */
+        write_group_elem(t, c->nullable ? REP_OPTIONAL : REP_REQUIRED, c->name, c->nfields, 0);
+        for (size_t j = 0; j < c->nfields; j++) write_leaf_elem(t, c->fields[j]->type, 1, c->fields[j]->name);
+        return;
+    }
     if (c->type != KL_COL_LIST) {
         write_leaf_elem(t, c->type, c->nullable, c->name);
         return;
     }
-    write_group_elem(t, c->nullable ? REP_OPTIONAL : REP_REQUIRED, c->name, 1);
-    write_group_elem(t, REP_REPEATED, "list", 0);
+    write_group_elem(t, c->nullable ? REP_OPTIONAL : REP_REQUIRED, c->name, 1, 1);
+    write_group_elem(t, REP_REPEATED, "list", 1, 0);
     write_leaf_elem(t, c->child->type, c->child->nullable, "element");
 }
 
 /* Number of schema elements of column c. */
-static uint32_t schema_elems(const kl_column *c) { return c->type == KL_COL_LIST ? 3 : 1; }
+static uint32_t schema_elems(const kl_column *c) {
+    return c->type == KL_COL_LIST ? 3 : c->type == KL_COL_STRUCT ? 1 + (uint32_t)c->nfields : 1;
+}
 
 static void free_meta(kl_pq_writer *w) {
     for (size_t r = 0; r < w->nrg; r++) {
-        for (size_t j = 0; j < w->ncols; j++) {
+        for (size_t j = 0; j < w->nleaf; j++) {
             kl__pq_buf_free(&w->rgs[r].cols[j].stats_ser);
             kl__pq_buf_free(&w->rgs[r].cols[j].ci);
             kl__pq_buf_free(&w->rgs[r].cols[j].oi);
@@ -1205,6 +1302,7 @@ static void writer_free(kl_pq_writer *w) {
     if (w->buf) for (size_t j = 0; j < w->ncols; j++) kl_column_free(w->buf[j]);
     free(w->buf);
     free_meta(w);
+    free(w->leaf);
     for (size_t i = 0; i < 2 * w->nkv; i++) free(w->kv[i]);
     free(w->kv);
     for (size_t j = 0; j < w->info.ncols; j++) w->info.cols[j].stats = w->fst ? w->fst[j] : w->info.cols[j].stats;
@@ -1226,13 +1324,13 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
     if (rc) goto fail;
     /* column indexes, then offset indexes */
     for (size_t r = 0; r < w->nrg && !rc; r++)
-        for (size_t j = 0; j < w->ncols && !rc; j++) {
+        for (size_t j = 0; j < w->nleaf && !rc; j++) {
             chunk_meta *m = &w->rgs[r].cols[j];
             m->ci_off = m->ci.len ? (int64_t)w->offset : -1;
             if (m->ci.len) rc = wr(w, m->ci.p, m->ci.len, e);
         }
     for (size_t r = 0; r < w->nrg && !rc; r++)
-        for (size_t j = 0; j < w->ncols && !rc; j++) {
+        for (size_t j = 0; j < w->nleaf && !rc; j++) {
             chunk_meta *m = &w->rgs[r].cols[j];
             m->oi_off = m->oi.len ? (int64_t)w->offset : -1;
             if (m->oi.len) rc = wr(w, m->oi.p, m->oi.len, e);
@@ -1257,19 +1355,24 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
     for (size_t r = 0; r < w->nrg; r++) {
         rg_meta *g = &w->rgs[r];
         kl__tw_elem_begin(&t);
-        kl__tw_list(&t, 1, TT_STRUCT, (uint32_t)w->ncols);
-        for (size_t j = 0; j < w->ncols; j++) {
+        kl__tw_list(&t, 1, TT_STRUCT, (uint32_t)w->nleaf);
+        for (size_t j = 0; j < w->nleaf; j++) {
             chunk_meta *m = &g->cols[j];
-            const kl_column *c = w->buf[j];
+            const leaf_ref *L = &w->leaf[j];
+            const kl_column *c = w->buf[L->col], *lc = L->field >= 0 ? c->fields[L->field] : c;
             kl__tw_elem_begin(&t);
             kl__tw_i64(&t, 2, m->has_dict ? m->dict_page_offset : m->data_page_offset);
             kl__tw_begin(&t, 3);
-            kl__tw_i32(&t, 1, phys_type(leaf_type(c)));
+            kl__tw_i32(&t, 1, phys_type(leaf_type(lc)));
             kl__tw_list(&t, 2, TT_I32, m->has_dict ? 3 : 2);
             kl__tw_elem_i32(&t, ENC_PLAIN);
             kl__tw_elem_i32(&t, ENC_RLE);
             if (m->has_dict) kl__tw_elem_i32(&t, ENC_RLE_DICTIONARY);
-            if (c->type == KL_COL_LIST) {
+            if (L->field >= 0) {
+                kl__tw_list(&t, 3, TT_BINARY, 2);
+                kl__tw_elem_bin(&t, c->name, strlen(c->name));
+                kl__tw_elem_bin(&t, lc->name, strlen(lc->name));
+            } else if (c->type == KL_COL_LIST) {
                 kl__tw_list(&t, 3, TT_BINARY, 3);
                 kl__tw_elem_bin(&t, c->name, strlen(c->name));
                 kl__tw_elem_bin(&t, "list", 4);
@@ -1322,8 +1425,8 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
     }
     static const char created[] = "keel version " KL_PQ_VERSION;
     kl__tw_bin(&t, 6, created, strlen(created));
-    kl__tw_list(&t, 7, TT_STRUCT, (uint32_t)w->ncols);
-    for (size_t j = 0; j < w->ncols; j++) {
+    kl__tw_list(&t, 7, TT_STRUCT, (uint32_t)w->nleaf);
+    for (size_t j = 0; j < w->nleaf; j++) {
         kl__tw_elem_begin(&t);
         kl__tw_begin(&t, 1);
         kl__tw_end(&t);

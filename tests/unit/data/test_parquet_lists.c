@@ -375,3 +375,73 @@ KL_TEST(parquet_list_bad_offsets_refused) {
     KT_CHECK(!kl_path_exists(kt_path("bad.parquet")));
     kl_column_free(c);
 }
+
+/* A struct column of five fields; null rows and null fields when asked. */
+static int make_struct(kl_column **out, const char *name, int nullable, size_t rows, uint64_t seed, kl_err *e) {
+    static const char *names[] = {"a", "b", "c", "d", "e"};
+    static const kl_col_type types[] = {KL_COL_INT64, KL_COL_STRING, KL_COL_FLOAT64, KL_COL_BOOL, KL_COL_DATE};
+    int rc = kl_column_new_struct(name, nullable, names, types, 5, out, e);
+    uint64_t s = seed | 1;
+    for (size_t i = 0; i < rows && !rc; i++) {
+        if (nullable && rnd(&s) % 6 == 0) {
+            rc = kl_column_push_null(*out);
+            continue;
+        }
+        for (size_t j = 0; j < 5 && !rc; j++) {
+            uint64_t x = rnd(&s) % 40; /* low cardinality: the dictionary pays */
+            rc = x % 7 == 0 ? kl_column_push_null((*out)->fields[j]) : push_elem((*out)->fields[j], x);
+        }
+        if (!rc) rc = kl_column_struct_end(*out);
+    }
+    return rc ? kl_err_set(e, rc, "building struct %s", name) : KL_OK;
+}
+
+KL_TEST(parquet_struct_roundtrip) {
+    kl_err e = {0};
+    kl_column *c;
+    static const char *nm[] = {"x", "x"};
+    static const kl_col_type ty[] = {KL_COL_INT32, KL_COL_INT32};
+    KT_CHECK(kl_column_new_struct("s", 1, nm, ty, 2, &c, &e) == KL_EINVAL); /* duplicate field */
+    KT_OK(kl_column_new_struct("s", 1, nm, ty, 1, &c, &e), &e);
+    KT_CHECK(kl_column_struct_end(c) == KL_ESHAPE); /* no value in x */
+    kl_column_push_i64(c->fields[0], 4);
+    KT_OK(kl_column_struct_end(c), &e);
+    KT_OK(kl_column_push_null(c), &e);
+    KT_EQ_INT(c->fields[0]->len, 2);
+    KT_CHECK(kl_column_is_null(c->fields[0], 1));
+    kl_column_free(c);
+    const kl_pq_codec codecs[] = {KL_PQ_UNCOMPRESSED, KL_PQ_ZSTD, KL_PQ_SNAPPY};
+    for (size_t ci = 0; ci < 3; ci++)
+        for (int v2 = 0; v2 < 2; v2++)
+            for (int dict = 0; dict < 2; dict++) {
+                kl_column *cols[3];
+                KT_OK(make_struct(&cols[0], "s_n", 1, 900, ci * 5 + (size_t)v2, &e), &e);
+                KT_OK(make_struct(&cols[1], "s", 0, 900, ci * 7 + (size_t)dict, &e), &e);
+                KT_OK(make_list(&cols[2], "l", KL_COL_INT64, 1, 1, 900, 50, ci, &e), &e);
+                kl_pq_write_opts o;
+                kl_pq_write_opts_default(&o);
+                o.codec = codecs[ci];
+                o.data_page_v2 = v2;
+                o.dictionary = dict;
+                o.page_bytes = 512;
+                o.row_group_rows = 400;
+                const char *path = kt_path("struct.parquet");
+                KT_OK(kl_pq_write_file(path, cols, 3, &o, NULL, &e), &e);
+                kl_column **back;
+                size_t nb;
+                KT_OK(kl_pq_read_file(path, NULL, 0, &back, &nb, &e), &e);
+                KT_EQ_INT(nb, 3);
+                char why[512];
+                for (size_t j = 0; j < 3; j++)
+                    for (size_t i = 0; i < 900; i++)
+                        if (!row_matches(cols[j], back[j], i, why, sizeof why)) {
+                            KT_CHECKF(0, "codec=%s v2=%d dict=%d: %s", kl_pq_codec_name(codecs[ci]), v2, dict, why);
+                            break;
+                        }
+                for (size_t j = 0; j < 3; j++) {
+                    kl_column_free(cols[j]);
+                    kl_column_free(back[j]);
+                }
+                free(back);
+            }
+}
