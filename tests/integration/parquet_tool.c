@@ -3,8 +3,9 @@
  * interop tests can compare keel with DuckDB (tests/integration/parquet_*.py).
  *   dump FILE... [--cols a,b]   one JSON line per file: columns, rows, values
  *   write OUT [--codec C] [--dict 0|1] [--rows N] [--v2] [--page-bytes B]
- *         [--rg-rows R] [--seed S] [--lists]  writes the all-types test table
- *         (--lists: plus list columns, printed as JSON text, type "json"), prints its JSON
+ *         [--rg-rows R] [--seed S] [--lists] [--structs]  writes the all-types test
+ *         table (--lists / --structs: plus list / struct columns, printed as JSON
+ *         text, type "json"), prints its JSON
  *   meta FILE                   metadata and statistics as JSON
  *   gen OUT.parquet --rows N [--codec C]   the click log, timed write
  *   scan FILE... [--threads T] [--reps R] [--warmup W]  sum(item_price), count by
@@ -23,7 +24,8 @@ static kl_buf out;
 static void put_value(const kl_column *c, size_t i) {
     if (kl_column_is_null(c, i)) { kl_buf_puts(&out, "null"); return; }
     switch (c->type) {
-    case KL_COL_LIST: { /* the JSON text of the row, as a string */
+    case KL_COL_LIST:
+    case KL_COL_STRUCT: { /* the JSON text of the row, as a string */
         kl_buf j;
         kl_buf_init(&j);
         kl_pq_format_value(&j, c, i, NULL, 1);
@@ -64,7 +66,8 @@ static void put_columns(kl_column **cols, size_t n) {
         kl_buf_printf(&out, "%s{\"name\":", j ? "," : "");
         kl_buf_json_str(&out, cols[j]->name);
         kl_buf_printf(&out, ",\"type\":\"%s\"}",
-                      cols[j]->type == KL_COL_LIST ? "json" : kl_col_type_name(cols[j]->type));
+                      cols[j]->type == KL_COL_LIST || cols[j]->type == KL_COL_STRUCT ? "json"
+                                                                                     : kl_col_type_name(cols[j]->type));
     }
     kl_buf_puts(&out, "],\"data\":[");
     for (size_t j = 0; j < n; j++) {
@@ -199,6 +202,39 @@ static int make_lists(size_t rows, uint64_t seed, kl_column **c, size_t *nc, kl_
     return KL_OK;
 }
 
+/* The struct columns of the test table: a nullable struct of four fields
+ * and a required one of two; fields null now and then. */
+static int make_structs(size_t rows, uint64_t seed, kl_column **c, size_t *nc, kl_err *e) {
+    static const char *n1[] = {"id", "name", "score", "ok"}, *n2[] = {"x", "y"};
+    static const kl_col_type t1[] = {KL_COL_INT64, KL_COL_STRING, KL_COL_FLOAT64, KL_COL_BOOL},
+                             t2[] = {KL_COL_INT32, KL_COL_FLOAT32};
+    int rc = kl_column_new_struct("st_n", 1, n1, t1, 4, &c[*nc], e);
+    if (!rc) rc = kl_column_new_struct("st", 0, n2, t2, 2, &c[*nc + 1], e);
+    if (rc) return rc;
+    *nc += 2;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 11;
+    for (int k = 2; k >= 1 && !rc; k--) {
+        kl_column *col = c[*nc - k];
+        for (size_t i = 0; i < rows && !rc; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (col->nullable && x % 6 == 0) {
+                rc = kl_column_push_null(col);
+                continue;
+            }
+            for (size_t j = 0; j < col->nfields && !rc; j++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                rc = x % 9 == 0 ? kl_column_push_null(col->fields[j]) : push_elem(col->fields[j], x);
+            }
+            if (!rc) rc = kl_column_struct_end(col);
+        }
+    }
+    return rc ? kl_err_set(e, rc, "cannot build the struct columns") : KL_OK;
+}
+
 /* The all-types test table: every type, nullable and not, edge values. */
 static int make_table(size_t rows, uint64_t seed, kl_column **c, size_t *nc, kl_err *e) {
     static const struct { const char *name; kl_col_type t; } spec[] = {
@@ -268,6 +304,7 @@ static int cmd_write(int argc, char **argv) {
     kl_err e = {0};
     kl_pq_file_info info;
     if (make_table(rows, seed, c, &n, &e) || (flag(argc, argv, "--lists") && make_lists(rows, seed, c, &n, &e)) ||
+        (flag(argc, argv, "--structs") && make_structs(rows, seed, c, &n, &e)) ||
         kl_pq_write_file(argv[2], c, n, &o, &info, &e)) {
         fprintf(stderr, "parquet-tool write: %s\n", kl_err_what(&e));
         return 1;
