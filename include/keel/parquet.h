@@ -1,5 +1,6 @@
 /* keel Parquet: a writer (PLAIN / RLE_DICTIONARY, definition levels, page and
- * row-group statistics, zstd/snappy/gzip/lz4_raw/none) and a reader (every
+ * row-group statistics, zstd/snappy/gzip/lz4_raw/none; list and struct
+ * columns) and a reader (every
  * standard encoding and codec, data page v1 and v2, CRCs, statistics based
  * row-group and page skipping, projection, batched columnar reads into
  * kl_column and a row-at-a-time adapter; nested LIST/MAP/STRUCT columns read
