@@ -2,8 +2,8 @@
  * rows or bytes), encodes each column chunk (PLAIN or RLE_DICTIONARY values,
  * RLE definition levels, data page v1 or v2, page statistics, CRCs) in
  * parallel — a list column as a 3-level LIST with repetition levels, a
- * struct column as one chunk per field — compresses pages, then writes the column and offset indexes and
- * the Thrift footer. The file appears at its path only on a successful close
+ * struct column as one chunk per field — compresses pages, then writes the
+ * column and offset indexes and the Thrift footer. The file appears at its path only on a successful close
  * (temp file + fsync + rename). */
 #include <math.h>
 #include <stdlib.h>
