@@ -270,6 +270,24 @@ KL_TEST(parquet_list_pages_split_between_rows) {
     KT_CHECKF(np > 20, "%zu pages", np);
     KT_EQ_INT(rows, 1000);
     KT_EQ_INT(bad, 0);
+    /* a page target of 1 byte: one row per page, still read back whole */
+    o.page_bytes = 1;
+    KT_OK(kl_pq_write_file(path, &c, 1, &o, NULL, &e), &e);
+    KT_OK(walk_pages(path, &np, &rows, &bad, &e), &e);
+    KT_EQ_INT(np, 1000);
+    KT_EQ_INT(rows, 1000);
+    KT_EQ_INT(bad, 0);
+    kl_column **back;
+    size_t nb;
+    char why[512];
+    KT_OK(kl_pq_read_file(path, NULL, 0, &back, &nb, &e), &e);
+    for (size_t i = 0; i < 1000; i++)
+        if (!row_matches(c, back[0], i, why, sizeof why)) {
+            KT_CHECKF(0, "%s", why);
+            break;
+        }
+    kl_column_free(back[0]);
+    free(back);
     kl_column_free(c);
 }
 
