@@ -40,8 +40,9 @@ static int column_new(const char *name, kl_col_type t, int nullable, size_t cap_
 int kl_column_new(const char *name, kl_col_type t, int nullable, size_t cap_rows, kl_column **out, kl_err *e) {
     *out = NULL;
     if ((unsigned)t >= KL_COL_TYPE_COUNT) return kl_err_set(e, KL_EINVAL, "column %s: bad type %d", name ? name : "?", (int)t);
-    if (t == KL_COL_LIST)
-        return kl_err_set(e, KL_EINVAL, "column %s: a list column is made by kl_column_new_list", name ? name : "?");
+    if (t == KL_COL_LIST || t == KL_COL_STRUCT)
+        return kl_err_set(e, KL_EINVAL, "column %s: a %s column is made by kl_column_new_%s", name ? name : "?",
+                          kl_col_type_name(t), kl_col_type_name(t));
     return column_new(name, t, nullable, cap_rows, out, e);
 }
 
@@ -187,6 +188,13 @@ static int set_valid(kl_column *c, int present) {
     return KL_OK;
 }
 
+/* Drops the rows of scalar column c from n on. */
+static void truncate_rows(kl_column *c, size_t n) {
+    if (c->len <= n) return;
+    c->len = n;
+    if (is_varlen(c->type)) c->data_len = (size_t)c->offsets[n];
+}
+
 int kl_column_push_null(kl_column *c) {
     if (!c->nullable) return KL_EINVAL;
     int rc = room(c);
@@ -194,8 +202,10 @@ int kl_column_push_null(kl_column *c) {
     for (size_t j = 0; j < c->nfields; j++) /* a null struct row is null in every field */
         if (c->fields[j]->len == c->len && (rc = kl_column_push_null(c->fields[j]))) return rc;
     if ((rc = set_valid(c, 0))) return rc;
-    if (c->type == KL_COL_LIST) c->offsets[c->len + 1] = c->offsets[c->len];
-    else if (is_varlen(c->type)) c->offsets[c->len + 1] = (int64_t)c->data_len;
+    if (c->type == KL_COL_LIST) { /* no elements: any pushed since the last row are dropped */
+        truncate_rows(c->child, (size_t)c->offsets[c->len]);
+        c->offsets[c->len + 1] = c->offsets[c->len];
+    } else if (is_varlen(c->type)) c->offsets[c->len + 1] = (int64_t)c->data_len;
     else memset((char *)c->values + c->len * kl_col_type_size(c->type), 0, kl_col_type_size(c->type));
     c->len++;
     return KL_OK;
@@ -240,13 +250,6 @@ int kl_column_push_str(kl_column *c, const char *s, size_t n) {
     c->offsets[c->len + 1] = (int64_t)c->data_len;
     c->len++;
     return KL_OK;
-}
-
-/* Drops the rows of scalar column c from n on. */
-static void truncate_rows(kl_column *c, size_t n) {
-    if (c->len <= n) return;
-    c->len = n;
-    if (is_varlen(c->type)) c->data_len = (size_t)c->offsets[n];
 }
 
 int kl_column_struct_end(kl_column *c) {

@@ -96,13 +96,15 @@ KL_TEST(parquet_list_column_build) {
     KT_CHECK(kl_col_type_parse("list", &t) != KL_OK); /* not a schema type name */
     KT_EQ_STR(kl_col_type_name(KL_COL_LIST), "list");
     KT_CHECK(kl_column_new("x", KL_COL_LIST, 1, 0, &c, &e) == KL_EINVAL);
+    KT_CHECK(kl_column_new("x", KL_COL_STRUCT, 1, 0, &c, &e) == KL_EINVAL);
     KT_CHECK(kl_column_new_list("x", KL_COL_LIST, 1, 1, 0, &c, &e) == KL_EINVAL);
     KT_OK(kl_column_new_list("x", KL_COL_INT64, 1, 1, 0, &c, &e), &e);
     KT_OK(kl_column_push_i64(c->child, 1), &e);
     KT_OK(kl_column_push_null(c->child), &e);
-    KT_OK(kl_column_list_end(c), &e);  /* [1, null] */
-    KT_OK(kl_column_push_null(c), &e); /* null */
-    KT_OK(kl_column_list_end(c), &e);  /* [] */
+    KT_OK(kl_column_list_end(c), &e);           /* [1, null] */
+    KT_OK(kl_column_push_i64(c->child, 9), &e); /* pending, then dropped by the null row */
+    KT_OK(kl_column_push_null(c), &e);          /* null */
+    KT_OK(kl_column_list_end(c), &e);           /* [] */
     KT_CHECK(kl_column_push_i64(c, 3) == KL_ETYPE);
     KT_EQ_INT(c->len, 3);
     KT_EQ_INT(c->offsets[3], 2);
