@@ -98,16 +98,42 @@ static const app_opt apply_opts[] = {
     {"data", 0, 1, "DATASET", "dataset folder, .parquet file or clickgen:ROWS[:SEED]", 0},
     {"out", 'o', 1, "PATH", "output: a .parquet file, or a folder (features.parquet, features.json, manifest.json)", 0},
     {"codec", 0, 1, "CODEC", "Parquet codec: zstd (default), snappy, none, ...", 0},
+    {"list-column", 0, 1, "NAME", "write every output as one FixedSizeList column NAME (a .parquet --out)", 0},
     {"json", 0, 0, NULL, "machine-readable summary", 0},
     APP_OPT_VERIFY,
 };
-static const app_cmd_spec apply_spec = {"features apply", "keel features apply features.json --data DATASET --out OUT",
+static const app_cmd_spec apply_spec = {"features apply",
+                                        "keel features apply features.json --data DATASET --out OUT",
                                         "compute the features of every row (columnar, multi-threaded) into Parquet",
                                         "Windows use only events strictly before each row's timestamp. The output\n"
                                         "has one column per output slot (features.json \"outputs\") and the label.\n"
                                         "Unseen categories, filled nulls, zero denominators, clamped log1p inputs\n"
-                                        "and empty windows are counted and reported.",
-                                        apply_opts, KL_ARRAY_LEN(apply_opts), 1, 1};
+                                        "and empty windows are counted and reported. --list-column NAME writes the\n"
+                                        "outputs as one FixedSizeList<float32> column instead (element k: output\n"
+                                        "slot k; an integer float32 cannot hold exactly is refused), for readers\n"
+                                        "that take a vector per row (DuckDB, Arrow, Spark); a features dataset\n"
+                                        "folder keeps one column per output.",
+                                        apply_opts,
+                                        KL_ARRAY_LEN(apply_opts),
+                                        1,
+                                        1};
+
+/* The outputs of apply (res: width slots, then the label when present)
+ * with the slots replaced by one FixedSizeList column named name. */
+static int pack_outputs(const kl_features *f, const char *name, kl_column ***res, size_t *nres, kl_err *e) {
+    size_t w = kl_features_width(f);
+    kl_column *list;
+    int rc = kl_column_pack_list(name, *res, w, KL_COL_FLOAT32, &list, e);
+    if (rc) {
+        kl_err_prefix(e, "--list-column");
+        return rc;
+    }
+    for (size_t s = 0; s < w; s++) kl_column_free((*res)[s]);
+    (*res)[0] = list;
+    memmove(*res + 1, *res + w, (*nres - w) * sizeof **res);
+    *nres = *nres - w + 1;
+    return KL_OK;
+}
 
 static int apply(int argc, char **argv) {
     app_args a;
@@ -117,6 +143,13 @@ static int apply(int argc, char **argv) {
     if ((rc = app_get_verify(&a, &apply_spec, &verify)) >= 0) return rc;
     const char *data = app_get(&a, "data"), *out = app_get(&a, "out");
     if (!data || !out) return app_usage_error(&apply_spec, "--data and --out are required");
+    const char *listcol = app_get(&a, "list-column");
+    size_t outl = strlen(out);
+    if (listcol && (outl < 8 || strcmp(out + outl - 8, ".parquet")))
+        return app_usage_error(&apply_spec,
+                               "--list-column needs a .parquet --out (a features dataset folder keeps one "
+                               "column per output, as training reads it)");
+    if (listcol && !*listcol) return app_usage_error(&apply_spec, "--list-column needs a column name");
     kl_pq_write_opts wo;
     kl_pq_write_opts_default(&wo);
     if (app_get(&a, "codec") && kl_pq_codec_parse(app_get(&a, "codec"), &wo.codec))
@@ -132,6 +165,7 @@ static int apply(int argc, char **argv) {
     t1 = kl_time_mono_ns();
     if (kl_features_apply(f, cols, ncols, NULL, &res, &nres, &cnt, &e)) goto fail;
     t2 = kl_time_mono_ns();
+    if (listcol && pack_outputs(f, listcol, &res, &nres, &e)) goto fail;
     if (kl_features_write(f, res, nres, out, data, &wo, &e)) goto fail;
     size_t ol = strlen(out);
     path = ol >= 8 && !strcmp(out + ol - 8, ".parquet") ? strdup(out) : NULL;

@@ -5,16 +5,17 @@
 # 1 (one image), same model file and input, same thread counts, in one run.
 # Prints a markdown table of median latencies and keel/ORT, rounds
 # interleaved. Usage: bench/onnx/detect.sh [MODEL...] (default ssdlite).
-# Env: ITERS (default 20), THREADS ("1 2"), ROUNDS (default 3).
+# Env: ITERS (default 10), THREADS ("1 2"), ROUNDS (default 15: short
+# interleaved bursts, as the load of a shared machine hits one tool at a time).
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 BUILD=${BUILD:-build}
 KEEL="$root/$BUILD/keel"
 dir="$BUILD/onnx-detectors"
-ITERS=${ITERS:-20}
+ITERS=${ITERS:-10}
 THREADS=${THREADS:-"1 2"}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-15}
 if [ ! -d "$BUILD/npm/node_modules/onnxruntime-node" ]; then
   mkdir -p "$BUILD/npm"
   npm install --ignore-scripts --no-audit --no-fund --prefix "$BUILD/npm" onnxruntime-node@1.30.0 >&2

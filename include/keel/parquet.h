@@ -1,5 +1,6 @@
 /* keel Parquet: a writer (PLAIN / RLE_DICTIONARY, definition levels, page and
- * row-group statistics, zstd/snappy/gzip/lz4_raw/none) and a reader (every
+ * row-group statistics, zstd/snappy/gzip/lz4_raw/none; list and struct
+ * columns) and a reader (every
  * standard encoding and codec, data page v1 and v2, CRCs, statistics based
  * row-group and page skipping, projection, batched columnar reads into
  * kl_column and a row-at-a-time adapter; nested LIST/MAP/STRUCT columns read
@@ -241,7 +242,9 @@ int kl_pq_next_row(kl_pq_reader *r, kl_pq_value *row, kl_err *e);
 /* Appends row i of c (a column read from a column described by ci; ci may
  * be NULL) to b: json = 1 as a JSON value (strings quoted, dates and
  * timestamps as quoted ISO-8601, binary as quoted base64, UUID canonical
- * 8-4-4-4-12, UINT64 unsigned, nested columns as their JSON, NaN and
+ * 8-4-4-4-12, UINT64 unsigned, nested columns as their JSON, a
+ * KL_COL_LIST row as a JSON array of its elements and a KL_COL_STRUCT row
+ * as a JSON object of its fields (in both modes), NaN and
  * infinities quoted, NULL as null); json = 0 as text (the same without
  * quotes, a NUL byte in a string as \0, NULL as NULL). */
 void kl_pq_format_value(kl_buf *b, const kl_column *c, size_t i, const kl_pq_column_info *ci, int json);

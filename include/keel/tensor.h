@@ -564,6 +564,9 @@ typedef struct kl_qgemm_out {
     float *yf;
     const float *fbias;    /* per column float bias of yf, or NULL */
     int64_t ysm, ysn;
+    /* row segments (> 0): row m lies at (m / rseg) * rskip + (m % rseg) * ysm
+     * (a batch of images stacked as GEMM rows, each image's outputs apart) */
+    int64_t rseg, rskip;
 } kl_qgemm_out;
 
 /* A (M x K) at a[m*lda + k], a_unsigned: uint8 else int8; za its zero point;
@@ -573,6 +576,18 @@ typedef struct kl_qgemm_out {
  * copied once (KL_ENOMEM when that copy cannot be had). */
 int kl_qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, int64_t lda, int32_t za,
              const void *packed_b, const void *zb, int zb_per_col, const kl_qgemm_out *o, kl_pool *pool, kl_err *e);
+/* MatMulInteger's per-row a zero points za[m] (M entries, uint8 when
+ * za_unsigned): c (M x N, from kl_qgemm with za 0) -= za[m] * sum_k (b[k][n]
+ * - zb[n]); b (K x N) row-major uint8/int8, zb as kl_qgemm's. */
+void kl_qgemm_row_zp(int64_t M, int64_t N, int64_t K, const void *b, int b_unsigned, const void *zb, int zb_per_col,
+                     const void *za, int za_unsigned, int32_t *c);
+/* keel::QAdd (the QDQ fusion of DQ -> Add -> Q) on n elements of one shape:
+ * y = clamp(rint(((a - az) as + (b - bz) bs) / ys) + yz, lo, hi) in float32
+ * operations (those of the unfused graph); sum: when set, the float sums
+ * instead of a and b (a broadcasting Add). au/bu/yu: uint8 else int8.
+ * AVX-512 or scalar, the same bits. */
+void kl_qadd(const void *a, int au, int32_t az, float as, const void *b, int bu, int32_t bz, float bs, const float *sum,
+             void *y, int yu, int32_t yz, float ys, int32_t lo, int32_t hi, int64_t n, kl_pool *pool);
 /* The dispatch level kl_qgemm runs at: 2 VNNI, 1 AVX2, 0 scalar (never above
  * kl__isa_force's level when that is set: 2 there allows VNNI). */
 int kl_qgemm_level(void);

@@ -70,6 +70,24 @@ void kl_pq_format_value(kl_buf *b, const kl_column *c, size_t i, const kl_pq_col
         kl_buf_printf(b, "%s%s%s", q, t, q);
         return;
     }
+    case KL_COL_STRUCT: /* a JSON object of the fields, in either mode */
+        kl_buf_puts(b, "{");
+        for (size_t j = 0; j < c->nfields; j++) {
+            if (j) kl_buf_puts(b, ",");
+            kl_buf_json_str(b, c->fields[j]->name);
+            kl_buf_puts(b, ":");
+            kl_pq_format_value(b, c->fields[j], i, NULL, 1);
+        }
+        kl_buf_puts(b, "}");
+        return;
+    case KL_COL_LIST: /* a JSON array of the elements, in either mode */
+        kl_buf_puts(b, "[");
+        for (int64_t k = c->offsets[i]; k < c->offsets[i + 1]; k++) {
+            if (k > c->offsets[i]) kl_buf_puts(b, ",");
+            kl_pq_format_value(b, c->child, (size_t)k, NULL, 1);
+        }
+        kl_buf_puts(b, "]");
+        return;
     case KL_COL_BINARY: {
         size_t n;
         const unsigned char *s = (const unsigned char *)kl_column_get_str(c, i, &n);

@@ -1,8 +1,9 @@
 /* The Parquet writer: buffers batches of kl_columns into row groups (cut by
  * rows or bytes), encodes each column chunk (PLAIN or RLE_DICTIONARY values,
  * RLE definition levels, data page v1 or v2, page statistics, CRCs) in
- * parallel, compresses pages, then writes the column and offset indexes and
- * the Thrift footer. The file appears at its path only on a successful close
+ * parallel — a list column as a 3-level LIST with repetition levels, a
+ * struct column as one chunk per field — compresses pages, then writes the
+ * column and offset indexes and the Thrift footer. The file appears at its path only on a successful close
  * (temp file + fsync + rename). */
 #include <math.h>
 #include <stdlib.h>
@@ -60,11 +61,27 @@ static int phys_type(kl_col_type t) {
 
 static int is_var(kl_col_type t) { return t == KL_COL_STRING || t == KL_COL_BINARY; }
 
+/* The type of c's Parquet leaf: the element type of a list. */
+static kl_col_type leaf_type(const kl_column *c) { return c->type == KL_COL_LIST ? c->child->type : c->type; }
+
+/* Plain bytes of rows [a, b) of c (row-group sizing). */
+static uint64_t rows_bytes(const kl_column *c, size_t a, size_t b) {
+    if (c->type == KL_COL_STRUCT) {
+        uint64_t n = b - a;
+        for (size_t j = 0; j < c->nfields; j++) n += rows_bytes(c->fields[j], a, b);
+        return n;
+    }
+    if (c->type == KL_COL_LIST)
+        return 4 * (uint64_t)(b - a) + rows_bytes(c->child, (size_t)c->offsets[a], (size_t)c->offsets[b]);
+    if (is_var(c->type)) return (uint64_t)(c->offsets[b] - c->offsets[a]) + 4 * (uint64_t)(b - a);
+    return kl_col_type_size(c->type) * (uint64_t)(b - a);
+}
+
 void kl_pq_file_info_clear(kl_pq_file_info *info) {
     if (!info) return;
     for (size_t i = 0; i < info->ncols; i++) {
         free(info->cols[i].name);
-        if (is_var(info->cols[i].type)) {
+        if (is_var(info->cols[i].type) || is_var(info->cols[i].stats.min.type)) { /* a list: its leaf's */
             free((void *)info->cols[i].stats.min.s);
             free((void *)info->cols[i].stats.max.s);
         }
@@ -345,11 +362,19 @@ typedef struct {
 
 typedef struct { int64_t rows, unc, comp, offset; chunk_meta *cols; } rg_meta;
 
+/* A Parquet leaf: column col, or field field (>= 0) of the struct column col. */
+typedef struct {
+    size_t col;
+    int field;
+} leaf_ref;
+
 struct kl_pq_writer {
     kl_afile *f;
     char *path;
     kl_pq_write_opts o;
     size_t ncols;
+    size_t nleaf; /* Parquet leaf columns: one per column, one per field of a struct */
+    leaf_ref *leaf;
     kl_column **buf;         /* buffered rows of the current row group */
     uint64_t buf_bytes;
     uint64_t offset;
@@ -393,6 +418,7 @@ static void plain_values(pq_buf *b, const kl_column *c, size_t from, size_t to) 
 typedef struct {
     const kl_pq_write_opts *o;
     int nullable;
+    size_t cap_pages; /* of out->pages, ci_nullpage, ci_nulls */
     uint8_t *ci_nullpage; uint64_t *ci_nulls;
     pq_buf ci_min, ci_max;  /* concatenated [u32 len][bytes] */
     size_t ci_n;
@@ -420,8 +446,143 @@ static void ci_add(page_ctx *pc, const wstats *s, kl_col_type t) {
     if (s->has) pc->prev = *s;
 }
 
-/* Encodes one column chunk of rows [0, rows) of c. */
-static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int nullable, size_t rows, chunk_out *out) {
+/* One data page to be written: RLE-encoded levels (NULL when the column
+ * has none), the encoded values and what the header says about them. */
+typedef struct {
+    const pq_buf *rep, *def, *vals;
+    size_t nvalues; /* level entries (= rows for a flat column) */
+    size_t nrows;
+    size_t nnulls;    /* entries without a value */
+    int enc;          /* of the values */
+    size_t first_row; /* in the row group */
+    const wstats *ps; /* page statistics */
+    kl_col_type type; /* of the values */
+} page_in;
+
+/* Room for one more page in the page table of out / pc. */
+static int page_room(chunk_out *out, page_ctx *pc, kl_err *e) {
+    if (out->npages < pc->cap_pages) return KL_OK;
+    size_t nc = pc->cap_pages ? 2 * pc->cap_pages : 16;
+    page_loc *pl = realloc(out->pages, nc * sizeof *pl);
+    if (pl) out->pages = pl;
+    uint8_t *np = realloc(pc->ci_nullpage, nc);
+    if (np) pc->ci_nullpage = np;
+    uint64_t *nn = realloc(pc->ci_nulls, nc * sizeof *nn);
+    if (nn) pc->ci_nulls = nn;
+    if (!pl || !np || !nn) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    pc->cap_pages = nc;
+    return KL_OK;
+}
+
+/* Appends a level run with its 4-byte length (data page v1). */
+static void put_levels_v1(pq_buf *page, const pq_buf *lev) {
+    if (!lev) return;
+    uint32_t l = (uint32_t)lev->len;
+    pq_buf_put(page, &l, 4);
+    pq_buf_put(page, lev->p, lev->len);
+}
+
+/* Compresses p's page (v1: levels and values; v2: values only, levels
+ * stored uncompressed in front), appends header and data to out and
+ * records the page in the page table and column index. page/comp/hdr are
+ * scratch buffers. */
+static int put_page(const kl_pq_write_opts *o, chunk_out *out, page_ctx *pc, const page_in *p, pq_buf *page,
+                    pq_buf *comp, pq_buf *hdr, kl_err *e) {
+    int codec = codec_id(o->codec), rc;
+    size_t rl = p->rep ? p->rep->len : 0, dl = p->def ? p->def->len : 0, unc;
+    page->len = 0;
+    comp->len = 0;
+    if (!o->data_page_v2) {
+        put_levels_v1(page, p->rep);
+        put_levels_v1(page, p->def);
+        pq_buf_put(page, p->vals->p, p->vals->len);
+        if (page->failed) return kl_err_set(e, KL_ENOMEM, "out of memory");
+        unc = page->len;
+        if ((rc = kl__pq_compress(codec, o->zstd_level, page->p, page->len, comp, e))) return rc;
+    } else {
+        if (p->rep) pq_buf_put(comp, p->rep->p, rl);
+        if (p->def) pq_buf_put(comp, p->def->p, dl);
+        if ((rc = kl__pq_compress(codec, o->zstd_level, p->vals->p, p->vals->len, comp, e))) return rc;
+        unc = rl + dl + p->vals->len;
+    }
+    if (unc > INT32_MAX || comp->len > INT32_MAX || p->nvalues > INT32_MAX)
+        return kl_err_set(e, KL_ERANGE,
+                          "a data page of %zu values and %zu bytes is over the format's 2^31 limit (a row too large?)",
+                          p->nvalues, unc);
+    if ((rc = page_room(out, pc, e))) return rc;
+    kl__tw w;
+    hdr->len = 0;
+    kl__tw_init(&w, hdr);
+    kl__tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
+    kl__tw_i32(&w, 2, (int32_t)unc);
+    kl__tw_i32(&w, 3, (int32_t)comp->len);
+    kl__tw_i32(&w, 4, (int32_t)kl__pq_crc32(comp->p, comp->len));
+    if (!o->data_page_v2) {
+        kl__tw_begin(&w, 5);
+        kl__tw_i32(&w, 1, (int32_t)p->nvalues);
+        kl__tw_i32(&w, 2, p->enc);
+        kl__tw_i32(&w, 3, ENC_RLE);
+        kl__tw_i32(&w, 4, ENC_RLE);
+        if (o->page_stats) write_stats(&w, 5, p->ps, p->type);
+        kl__tw_end(&w);
+    } else {
+        kl__tw_begin(&w, 8);
+        kl__tw_i32(&w, 1, (int32_t)p->nvalues);
+        kl__tw_i32(&w, 2, (int32_t)p->nnulls);
+        kl__tw_i32(&w, 3, (int32_t)p->nrows);
+        kl__tw_i32(&w, 4, p->enc);
+        kl__tw_i32(&w, 5, (int32_t)dl);
+        kl__tw_i32(&w, 6, (int32_t)rl);
+        if (o->page_stats) write_stats(&w, 8, p->ps, p->type);
+        kl__tw_end(&w);
+    }
+    kl__tw_end(&w);
+    page_loc *pl = &out->pages[out->npages];
+    pl->rel_off = (int64_t)out->bytes.len;
+    pl->size = (int32_t)(hdr->len + comp->len);
+    pl->first_row = (int64_t)p->first_row;
+    pc->ci_nullpage[out->npages] = p->nvalues > 0 && p->nnulls == p->nvalues;
+    pc->ci_nulls[out->npages] = p->nnulls;
+    ci_add(pc, p->ps, p->type);
+    out->npages++;
+    pq_buf_put(&out->bytes, hdr->p, hdr->len);
+    pq_buf_put(&out->bytes, comp->p, comp->len);
+    out->unc_size += (int64_t)(hdr->len + unc);
+    return KL_OK;
+}
+
+/* The chunk's serialized Statistics and (with page statistics) its
+ * ColumnIndex, from out->st and the pages in pc. */
+static void chunk_indexes(const kl_pq_write_opts *o, chunk_out *out, page_ctx *pc, kl_col_type t) {
+    kl__tw w;
+    kl__tw_init(&w, &out->stats_ser);
+    write_stats(&w, 12, &out->st, t);
+    if (o->page_stats) {
+        kl__tw_init(&w, &out->ci);
+        kl__tw_list(&w, 1, TT_TRUE, (uint32_t)out->npages);
+        for (size_t p = 0; p < out->npages; p++) kl__tw_elem_bool(&w, pc->ci_nullpage[p]);
+        pq_buf *mm[2] = {&pc->ci_min, &pc->ci_max};
+        for (int m = 0; m < 2; m++) {
+            kl__tw_list(&w, (int16_t)(2 + m), TT_BINARY, (uint32_t)out->npages);
+            size_t off = 0;
+            for (size_t p = 0; p < out->npages; p++) {
+                uint32_t l;
+                memcpy(&l, mm[m]->p + off, 4);
+                kl__tw_elem_bin(&w, mm[m]->p + off + 4, l);
+                off += 4 + l;
+            }
+        }
+        kl__tw_i32(&w, 4, pc->asc ? 1 : pc->desc ? 2 : 0);
+        kl__tw_list(&w, 5, TT_I64, (uint32_t)out->npages);
+        for (size_t p = 0; p < out->npages; p++) kl__tw_elem_i32(&w, (int64_t)pc->ci_nulls[p]);
+        kl__tw_end(&w);
+    }
+}
+
+/* Encodes one column chunk of rows [0, rows) of c; parent: the struct c is
+ * a field of, or NULL. */
+static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, const kl_column *parent, int nullable,
+                         size_t rows, chunk_out *out) {
     kl_err *e = &out->err;
     int codec = codec_id(o->codec);
     dict d;
@@ -434,6 +595,8 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     pc.asc = pc.desc = 1;
     int rc = KL_OK;
     out->num_values = (int64_t)rows;
+    /* definition levels: a struct field's count the struct (when nullable) and the field */
+    uint32_t maxdef = parent ? (uint32_t)(parent->nullable != 0) + 1 : (uint32_t)(nullable != 0);
 
     /* output: roughly the plain size, compressed */
     kl__pq_buf_reserve(&out->bytes, rows * (kl_col_type_size(c->type) ? kl_col_type_size(c->type) : 8) / 2 + 4096);
@@ -477,12 +640,10 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
     uint64_t pb = o->page_bytes ? o->page_bytes : (1u << 20);
     size_t max_rows = (size_t)KL_MAX(pb / 8, 1);
     lv = kl_mem_alloc((KL_MIN(rows, max_rows) + 8) * sizeof *lv, KL_TAG_WORKSPACE);
-    if (!lv) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-    size_t cap_pages = rows / 64 + 16;
-    out->pages = malloc(cap_pages * sizeof *out->pages);
-    pc.ci_nullpage = malloc(cap_pages);
-    pc.ci_nulls = malloc(cap_pages * sizeof *pc.ci_nulls);
-    if (!out->pages || !pc.ci_nullpage || !pc.ci_nulls) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
+    if (!lv) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
     size_t row = 0, ix = 0;
     do {
         /* pick the page's rows */
@@ -500,9 +661,12 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         stats_range(&ps, c, row, end);
         /* levels */
         lev.len = 0;
-        if (nullable) {
-            for (size_t i = row; i < end; i++) lv[i - row] = !kl_column_is_null(c, i);
-            kl__pq_rle_encode(&lev, lv, prow, 1);
+        if (maxdef) {
+            for (size_t i = row; i < end; i++)
+                lv[i - row] = !kl_column_is_null(c, i)       ? maxdef
+                    : parent && kl_column_is_null(parent, i) ? 0
+                                                             : maxdef - 1;
+            kl__pq_rle_encode(&lev, lv, prow, pq_bit_width(maxdef));
         }
         /* values */
         vals.len = 0;
@@ -514,89 +678,22 @@ static void encode_chunk(const kl_pq_write_opts *o, const kl_column *c, int null
         } else {
             plain_values(&vals, c, row, end);
         }
-        page.len = 0;
-        comp.len = 0;
-        size_t unc;
-        if (!o->data_page_v2) {
-            if (nullable) { uint32_t l = (uint32_t)lev.len; pq_buf_put(&page, &l, 4); pq_buf_put(&page, lev.p, lev.len); }
-            pq_buf_put(&page, vals.p, vals.len);
-            if (page.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-            unc = page.len;
-            if ((rc = kl__pq_compress(codec, o->zstd_level, page.p, page.len, &comp, e))) goto done;
-        } else {
-            pq_buf_put(&comp, lev.p, lev.len);
-            if ((rc = kl__pq_compress(codec, o->zstd_level, vals.p, vals.len, &comp, e))) goto done;
-            unc = lev.len + vals.len;
-        }
-        kl__tw w;
-        hdr.len = 0;
-        kl__tw_init(&w, &hdr);
-        kl__tw_i32(&w, 1, o->data_page_v2 ? PAGE_DATA_V2 : PAGE_DATA);
-        kl__tw_i32(&w, 2, (int32_t)unc);
-        kl__tw_i32(&w, 3, (int32_t)comp.len);
-        kl__tw_i32(&w, 4, (int32_t)kl__pq_crc32(comp.p, comp.len));
-        if (!o->data_page_v2) {
-            kl__tw_begin(&w, 5);
-            kl__tw_i32(&w, 1, (int32_t)prow);
-            kl__tw_i32(&w, 2, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
-            kl__tw_i32(&w, 3, ENC_RLE);
-            kl__tw_i32(&w, 4, ENC_RLE);
-            if (o->page_stats) write_stats(&w, 5, &ps, c->type);
-            kl__tw_end(&w);
-        } else {
-            kl__tw_begin(&w, 8);
-            kl__tw_i32(&w, 1, (int32_t)prow);
-            kl__tw_i32(&w, 2, (int32_t)ps.nulls);
-            kl__tw_i32(&w, 3, (int32_t)prow);
-            kl__tw_i32(&w, 4, use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN);
-            kl__tw_i32(&w, 5, (int32_t)lev.len);
-            kl__tw_i32(&w, 6, 0);
-            if (o->page_stats) write_stats(&w, 8, &ps, c->type);
-            kl__tw_end(&w);
-        }
-        kl__tw_end(&w);
-        if (out->npages == cap_pages) { rc = kl_err_set(e, KL_EINTERNAL, "page table overflow"); goto done; }
-        page_loc *pl = &out->pages[out->npages];
-        pl->rel_off = (int64_t)out->bytes.len;
-        pl->size = (int32_t)(hdr.len + comp.len);
-        pl->first_row = (int64_t)row;
-        pc.ci_nullpage[out->npages] = prow > 0 && ps.nulls == prow;
-        pc.ci_nulls[out->npages] = ps.nulls;
-        ci_add(&pc, &ps, c->type);
-        out->npages++;
-        pq_buf_put(&out->bytes, hdr.p, hdr.len);
-        pq_buf_put(&out->bytes, comp.p, comp.len);
-        out->unc_size += (int64_t)(hdr.len + unc);
+        page_in pin = {NULL,
+                       maxdef ? &lev : NULL,
+                       &vals,
+                       prow,
+                       prow,
+                       ps.nulls,
+                       use_dict ? ENC_RLE_DICTIONARY : ENC_PLAIN,
+                       row,
+                       &ps,
+                       c->type};
+        if ((rc = put_page(o, out, &pc, &pin, &page, &comp, &hdr, e))) goto done;
         row = end;
     } while (row < rows);
     if (out->bytes.failed || pc.ci_min.failed || pc.ci_max.failed) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
 
-    /* statistics and column index */
-    {
-        kl__tw w;
-        kl__tw_init(&w, &out->stats_ser);
-        write_stats(&w, 12, &out->st, c->type);
-        if (o->page_stats) {
-            kl__tw_init(&w, &out->ci);
-            kl__tw_list(&w, 1, TT_TRUE, (uint32_t)out->npages);
-            for (size_t p = 0; p < out->npages; p++) kl__tw_elem_bool(&w, pc.ci_nullpage[p]);
-            pq_buf *mm[2] = {&pc.ci_min, &pc.ci_max};
-            for (int m = 0; m < 2; m++) {
-                kl__tw_list(&w, (int16_t)(2 + m), TT_BINARY, (uint32_t)out->npages);
-                size_t off = 0;
-                for (size_t p = 0; p < out->npages; p++) {
-                    uint32_t l;
-                    memcpy(&l, mm[m]->p + off, 4);
-                    kl__tw_elem_bin(&w, mm[m]->p + off + 4, l);
-                    off += 4 + l;
-                }
-            }
-            kl__tw_i32(&w, 4, pc.asc ? 1 : pc.desc ? 2 : 0);
-            kl__tw_list(&w, 5, TT_I64, (uint32_t)out->npages);
-            for (size_t p = 0; p < out->npages; p++) kl__tw_elem_i32(&w, (int64_t)pc.ci_nulls[p]);
-            kl__tw_end(&w);
-        }
-    }
+    chunk_indexes(o, out, &pc, c->type);
 done:
     out->rc = rc;
     dict_free(&d);
@@ -606,6 +703,134 @@ done:
     kl__pq_buf_free(&pc.ci_max);
     kl__pq_buf_free(&vals);
     kl__pq_buf_free(&lev);
+    kl__pq_buf_free(&page);
+    kl__pq_buf_free(&comp);
+    kl__pq_buf_free(&hdr);
+}
+
+/* ==================================================================
+ * List columns: a 3-level LIST of one leaf with repetition and
+ * definition levels (max rep 1; max def = list nullable + 1 + element
+ * nullable). Dictionary off: the leaf is PLAIN. Pages split only between
+ * rows, so every page starts at repetition level 0.
+ * ================================================================== */
+
+/* Growable level arrays of one page. */
+typedef struct {
+    uint32_t *rep, *def;
+    size_t cap;
+} levels;
+
+static int levels_room(levels *L, size_t n) {
+    if (n <= L->cap) return KL_OK;
+    size_t nc = L->cap ? L->cap : 1024;
+    while (nc < n) nc *= 2;
+    uint32_t *r = kl_mem_realloc(L->rep, nc * sizeof *r, KL_TAG_WORKSPACE);
+    if (r) L->rep = r;
+    uint32_t *d = kl_mem_realloc(L->def, nc * sizeof *d, KL_TAG_WORKSPACE);
+    if (d) L->def = d;
+    if (!r || !d) return KL_ENOMEM;
+    L->cap = nc;
+    return KL_OK;
+}
+
+/* Level entries of list row i: one for a null or empty list, else one per element. */
+static size_t list_entries(const kl_column *c, size_t i) {
+    int64_t n = c->offsets[i + 1] - c->offsets[i];
+    return kl_column_is_null(c, i) || n == 0 ? 1 : (size_t)n;
+}
+
+/* The levels of rows [from, to) of c into L (sized by the caller). */
+static size_t list_levels(const kl_column *c, size_t from, size_t to, levels *L) {
+    uint32_t nl = c->nullable != 0, dmax = nl + 1 + (c->child->nullable != 0);
+    size_t k = 0;
+    for (size_t i = from; i < to; i++) {
+        int64_t a = c->offsets[i], b = c->offsets[i + 1];
+        if (kl_column_is_null(c, i) || a == b) {
+            L->rep[k] = 0;
+            L->def[k++] = kl_column_is_null(c, i) ? 0 : nl;
+            continue;
+        }
+        for (int64_t j = a; j < b; j++) {
+            L->rep[k] = j != a;
+            L->def[k++] = kl_column_is_null(c->child, (size_t)j) ? dmax - 1 : dmax;
+        }
+    }
+    return k;
+}
+
+/* Plain size of elements [a, b) of the leaf column v. */
+static uint64_t leaf_bytes(const kl_column *v, size_t a, size_t b) {
+    if (is_var(v->type)) return (uint64_t)(v->offsets[b] - v->offsets[a]) + 4 * (uint64_t)(b - a);
+    return (uint64_t)KL_MAX(kl_col_type_size(v->type), 1) * (b - a);
+}
+
+/* Statistics of the elements of rows [from, to); nulls counts every level
+ * entry without a value (null elements, null and empty lists). */
+static void list_stats(wstats *s, const kl_column *c, size_t from, size_t to, size_t entries) {
+    size_t a = (size_t)c->offsets[from], b = (size_t)c->offsets[to];
+    stats_range(s, c->child, a, b);
+    size_t present = (b - a) - (size_t)s->nulls;
+    s->nulls = entries - present;
+}
+
+/* Encodes one column chunk of list rows [0, rows) of c. */
+static void encode_list_chunk(const kl_pq_write_opts *o, const kl_column *c, size_t rows, chunk_out *out) {
+    kl_err *e = &out->err;
+    const kl_column *v = c->child;
+    levels L = {0};
+    pq_buf rep = {0}, def = {0}, vals = {0}, page = {0}, comp = {0}, hdr = {0};
+    page_ctx pc;
+    memset(&pc, 0, sizeof pc);
+    pc.asc = pc.desc = 1;
+    int rc = KL_OK, dbw = pq_bit_width((uint64_t)(c->nullable != 0) + 1 + (v->nullable != 0));
+    uint64_t pb = o->page_bytes ? o->page_bytes : (1u << 20), max_entries = KL_MAX(pb / 8, 1), total = 0;
+    size_t row = 0;
+    out->data_rel = 0;
+    do {
+        /* the page's rows: at least one, then up to the byte and entry targets */
+        size_t end = row, entries = 0;
+        uint64_t bytes = 0;
+        while (end < rows && (end == row || (bytes < pb && entries < max_entries))) {
+            entries += list_entries(c, end);
+            bytes += leaf_bytes(v, (size_t)c->offsets[end], (size_t)c->offsets[end + 1]) + 1;
+            end++;
+        }
+        if (levels_room(&L, entries)) {
+            rc = kl_err_set(e, KL_ENOMEM, "out of memory for %zu levels", entries);
+            goto done;
+        }
+        list_levels(c, row, end, &L);
+        rep.len = def.len = vals.len = 0;
+        kl__pq_rle_encode(&rep, L.rep, entries, 1);
+        kl__pq_rle_encode(&def, L.def, entries, dbw);
+        plain_values(&vals, v, (size_t)c->offsets[row], (size_t)c->offsets[end]);
+        wstats ps;
+        memset(&ps, 0, sizeof ps);
+        list_stats(&ps, c, row, end, entries);
+        page_in pin = {&rep, &def, &vals, entries, end - row, (size_t)ps.nulls, ENC_PLAIN, row, &ps, v->type};
+        if ((rc = put_page(o, out, &pc, &pin, &page, &comp, &hdr, e))) goto done;
+        total += entries;
+        row = end;
+    } while (row < rows);
+    out->num_values = (int64_t)total;
+    list_stats(&out->st, c, 0, rows, (size_t)total);
+    if (out->bytes.failed || pc.ci_min.failed || pc.ci_max.failed || rep.failed || def.failed || vals.failed) {
+        rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+        goto done;
+    }
+    chunk_indexes(o, out, &pc, v->type);
+done:
+    out->rc = rc;
+    kl_mem_free(L.rep);
+    kl_mem_free(L.def);
+    free(pc.ci_nullpage);
+    free(pc.ci_nulls);
+    kl__pq_buf_free(&pc.ci_min);
+    kl__pq_buf_free(&pc.ci_max);
+    kl__pq_buf_free(&rep);
+    kl__pq_buf_free(&def);
+    kl__pq_buf_free(&vals);
     kl__pq_buf_free(&page);
     kl__pq_buf_free(&comp);
     kl__pq_buf_free(&hdr);
@@ -626,10 +851,14 @@ typedef struct { kl_pq_writer *w; kl_column *const *src; chunk_out *outs; size_t
 
 static void enc_task(void *ctx, size_t begin, size_t end, int chunk) {
     enc_ctx *x = ctx;
-    size_t nc = x->w->ncols;
+    const kl_pq_writer *w = x->w;
     for (size_t t = begin; t < end; t++) {
-        size_t j = t % nc;
-        encode_chunk(&x->w->o, x->src[t], x->w->buf[j]->nullable, x->rows, &x->outs[t]);
+        size_t g = t / w->nleaf;
+        const leaf_ref *L = &w->leaf[t % w->nleaf];
+        const kl_column *c = x->src[g * w->ncols + L->col];
+        if (L->field >= 0) encode_chunk(&w->o, c->fields[L->field], c, 1, x->rows, &x->outs[t]);
+        else if (c->type == KL_COL_LIST) encode_list_chunk(&w->o, c, x->rows, &x->outs[t]);
+        else encode_chunk(&w->o, c, NULL, w->buf[L->col]->nullable, x->rows, &x->outs[t]);
     }
 }
 
@@ -676,16 +905,22 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
     }
     rg_meta *rg = &w->rgs[w->nrg];
     memset(rg, 0, sizeof *rg);
-    rg->cols = calloc(w->ncols, sizeof *rg->cols);
+    rg->cols = calloc(w->nleaf, sizeof *rg->cols);
     if (!rg->cols) return kl_err_set(e, KL_ENOMEM, "out of memory");
     w->nrg++;
     rg->rows = (int64_t)rows;
     rg->offset = (int64_t)w->offset;
 
 
-    for (size_t j = 0; j < w->ncols && rc == KL_OK; j++) {
+    for (size_t j = 0; j < w->nleaf && rc == KL_OK; j++) {
         chunk_out *o = &outs[j];
-        if (o->rc) { rc = o->rc; if (e) *e = o->err; kl_err_prefix(e, "column %s", w->buf[j]->name); break; }
+        const leaf_ref *L = &w->leaf[j];
+        if (o->rc) {
+            rc = o->rc;
+            if (e) *e = o->err;
+            kl_err_prefix(e, "column %s", w->buf[L->col]->name);
+            break;
+        }
         chunk_meta *m = &rg->cols[j];
         int64_t base = (int64_t)w->offset;
         m->has_dict = o->has_dict;
@@ -711,10 +946,10 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
         }
         rg->unc += m->unc;
         rg->comp += m->comp;
-        stats_merge(&w->fst[j], &o->st, w->buf[j]->type, rows);
+        if (L->field < 0) stats_merge(&w->fst[L->col], &o->st, leaf_type(w->buf[L->col]), rows);
         rc = wr(w, o->bytes.p, o->bytes.len, e);
     }
-    for (size_t j = 0; j < w->ncols; j++) {
+    for (size_t j = 0; j < w->nleaf; j++) {
         kl__pq_buf_free(&outs[j].bytes);
         kl__pq_buf_free(&outs[j].stats_ser);
         kl__pq_buf_free(&outs[j].ci);
@@ -729,21 +964,22 @@ static int emit_rg(kl_pq_writer *w, kl_column *const *src, size_t rows, chunk_ou
  * in parallel, then writes them in order. */
 static int write_rgs(kl_pq_writer *w, kl_column *const *src, size_t ngroups, size_t rows, kl_err *e) {
     if (rows == 0 || ngroups == 0) return KL_OK;
-    size_t nt = ngroups * w->ncols;
+    size_t nt = ngroups * w->nleaf;
     chunk_out *outs = calloc(nt, sizeof *outs);
     if (!outs) return kl_err_set(e, KL_ENOMEM, "out of memory");
     enc_ctx x = {w, src, outs, rows};
     kl_pool_parallel_for(NULL, nt, 1, enc_task, &x);
     int rc = KL_OK;
     for (size_t g = 0; g < ngroups; g++) {
-        if (rc == KL_OK) rc = emit_rg(w, src + g * w->ncols, rows, outs + g * w->ncols, e);
-        else for (size_t j = 0; j < w->ncols; j++) {
-            chunk_out *o = &outs[g * w->ncols + j];
-            kl__pq_buf_free(&o->bytes);
-            kl__pq_buf_free(&o->stats_ser);
-            kl__pq_buf_free(&o->ci);
-            free(o->pages);
-        }
+        if (rc == KL_OK) rc = emit_rg(w, src + g * w->ncols, rows, outs + g * w->nleaf, e);
+        else
+            for (size_t j = 0; j < w->nleaf; j++) {
+                chunk_out *o = &outs[g * w->nleaf + j];
+                kl__pq_buf_free(&o->bytes);
+                kl__pq_buf_free(&o->stats_ser);
+                kl__pq_buf_free(&o->ci);
+                free(o->pages);
+            }
     }
     free(outs);
     return rc;
@@ -767,6 +1003,72 @@ static kl_column view_of(const kl_column *c, size_t at, size_t n) {
     return v;
 }
 
+/* A list column's shape: elements present, offsets from 0 and never
+ * decreasing, within the elements, FixedSizeList rows of their size. */
+static int list_check(const char *path, const kl_column *c, kl_err *e) {
+    if (!c->child || !c->offsets || c->child->type == KL_COL_LIST || (unsigned)c->child->type >= KL_COL_TYPE_COUNT)
+        return kl_err_set(e, KL_EINVAL, "%s: column %s: a list column without scalar elements", path, c->name);
+    for (size_t i = 0; i < c->len; i++) {
+        int64_t a = c->offsets[i], b = c->offsets[i + 1];
+        if (a < 0 || b < a || (uint64_t)b > c->child->len)
+            return kl_err_set(e, KL_EINVAL, "%s: column %s: row %zu: list offsets %lld..%lld outside the %zu elements",
+                              path, c->name, i, (long long)a, (long long)b, c->child->len);
+        if (c->list_size > 0 && !kl_column_is_null(c, i) && b - a != c->list_size)
+            return kl_err_set(e, KL_ESHAPE, "%s: column %s: row %zu has %lld elements, the fixed size is %d", path,
+                              c->name, i, (long long)(b - a), (int)c->list_size);
+    }
+    return KL_OK;
+}
+
+/* A struct column's shape: scalar fields of its length. */
+static int struct_check(const char *path, const kl_column *c, kl_err *e) {
+    if (!c->fields || c->nfields == 0)
+        return kl_err_set(e, KL_EINVAL, "%s: column %s: a struct without fields", path, c->name);
+    for (size_t j = 0; j < c->nfields; j++) {
+        const kl_column *f = c->fields[j];
+        if ((unsigned)f->type >= KL_COL_TYPE_COUNT || f->type == KL_COL_LIST || f->type == KL_COL_STRUCT)
+            return kl_err_set(e, KL_EINVAL, "%s: column %s: field %s is not of a scalar type", path, c->name, f->name);
+        if (f->len != c->len)
+            return kl_err_set(e, KL_ESHAPE, "%s: column %s: field %s has %zu rows, the struct %zu", path, c->name,
+                              f->name, f->len, c->len);
+    }
+    return KL_OK;
+}
+
+/* An empty column of the type and shape of s (the writer's buffer). */
+static int new_like(const kl_column *s, kl_column **out, kl_err *e) {
+    if (s->type == KL_COL_LIST)
+        return kl_column_new_list(s->name, s->child->type, s->nullable, s->child->nullable, s->list_size, out, e);
+    if (s->type != KL_COL_STRUCT) return kl_column_new(s->name, s->type, s->nullable, 0, out, e);
+    const char **names = calloc(s->nfields, sizeof *names);
+    kl_col_type *types = calloc(s->nfields, sizeof *types);
+    int rc = names && types ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (size_t j = 0; !rc && j < s->nfields; j++) {
+        names[j] = s->fields[j]->name;
+        types[j] = s->fields[j]->type;
+    }
+    if (!rc) rc = kl_column_new_struct(s->name, s->nullable, names, types, s->nfields, out, e);
+    free(names);
+    free(types);
+    return rc;
+}
+
+/* The Parquet leaves of the schema, in order. */
+static int map_leaves(kl_pq_writer *w, kl_err *e) {
+    size_t n = 0;
+    for (size_t j = 0; j < w->ncols; j++) n += w->buf[j]->type == KL_COL_STRUCT ? w->buf[j]->nfields : 1;
+    if (n > INT32_MAX) return kl_err_set(e, KL_ERANGE, "%s: %zu leaf columns", w->path, n);
+    w->leaf = calloc(n, sizeof *w->leaf);
+    if (!w->leaf) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    w->nleaf = 0;
+    for (size_t j = 0; j < w->ncols; j++) {
+        size_t nf = w->buf[j]->type == KL_COL_STRUCT ? w->buf[j]->nfields : 0;
+        if (!nf) w->leaf[w->nleaf++] = (leaf_ref){j, -1};
+        for (size_t f = 0; f < nf; f++) w->leaf[w->nleaf++] = (leaf_ref){j, (int)f};
+    }
+    return KL_OK;
+}
+
 int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
                       const kl_pq_write_opts *o, kl_pq_writer **out, kl_err *e) {
     *out = NULL;
@@ -786,13 +1088,16 @@ int kl_pq_writer_open(const char *path, kl_column *const *schema, size_t ncols,
     for (size_t j = 0; j < ncols; j++) {
         const kl_column *s = schema[j];
         if ((unsigned)s->type >= KL_COL_TYPE_COUNT) { rc = kl_err_set(e, KL_EINVAL, "column %s: bad type", s->name); goto fail; }
+        if (s->type == KL_COL_LIST && (rc = list_check(path, s, e))) goto fail;
         for (size_t k = 0; k < j; k++)
             if (!strcmp(schema[k]->name, s->name)) { rc = kl_err_set(e, KL_EINVAL, "%s: duplicate column name \"%s\"", path, s->name); goto fail; }
-        if ((rc = kl_column_new(s->name, s->type, s->nullable, 0, &w->buf[j], e))) goto fail;
+        if (s->type == KL_COL_STRUCT && (rc = struct_check(path, s, e))) goto fail;
+        if ((rc = new_like(s, &w->buf[j], e))) goto fail;
         w->info.cols[j].name = strdup(s->name);
         w->info.cols[j].type = s->type;
         if (!w->info.cols[j].name) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     }
+    if ((rc = map_leaves(w, e))) goto fail;
     if ((rc = kl_afile_open(path, &w->f, e))) goto fail;
     if ((rc = wr(w, "PAR1", 4, e))) goto fail;
     *out = w;
@@ -814,6 +1119,7 @@ int kl_pq_writer_set_kv(kl_pq_writer *w, const char *key, const char *value, kl_
 
 int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl_err *e) {
     if (ncols != w->ncols) return kl_err_set(e, KL_ESHAPE, "%s: batch has %zu columns, schema has %zu", w->path, ncols, w->ncols);
+    int in_place = 1; /* whole row groups of the batch may be encoded from views */
     size_t n = cols[0]->len;
     for (size_t j = 0; j < ncols; j++) {
         const kl_column *c = cols[j], *s = w->buf[j];
@@ -823,6 +1129,28 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
             return kl_err_set(e, KL_ESHAPE, "%s: column %s has %zu rows, column %s has %zu", w->path, c->name, c->len, cols[0]->name, n);
         if (!s->nullable && c->valid && kl_column_null_count(c))
             return kl_err_set(e, KL_EINVAL, "%s: column %s is not nullable but the batch has nulls", w->path, s->name);
+        int rc = c->type == KL_COL_LIST ? list_check(w->path, c, e)
+            : c->type == KL_COL_STRUCT  ? struct_check(w->path, c, e)
+                                        : KL_OK;
+        if (rc) return rc;
+        if (s->type == KL_COL_STRUCT) {
+            int same = c->nfields == s->nfields;
+            for (size_t f = 0; same && f < s->nfields; f++)
+                same = c->fields[f]->type == s->fields[f]->type && !strcmp(c->fields[f]->name, s->fields[f]->name);
+            if (!same)
+                return kl_err_set(e, KL_ETYPE, "%s: column %s: the batch's struct fields differ from the schema's",
+                                  w->path, s->name);
+            in_place = 0; /* the fields are separate columns: no views */
+        }
+        if (s->type == KL_COL_LIST && (c->child->type != s->child->type || c->list_size != s->list_size))
+            return kl_err_set(e, KL_ETYPE,
+                              "%s: column %s holds lists of %s (size %d), the schema lists of %s (size %d)", w->path,
+                              s->name, kl_col_type_name(c->child->type), (int)c->list_size,
+                              kl_col_type_name(s->child->type), (int)s->list_size);
+        if (s->type == KL_COL_LIST && !s->child->nullable && c->child->valid && kl_column_null_count(c->child))
+            return kl_err_set(e, KL_EINVAL,
+                              "%s: column %s: the elements are not nullable but the batch has null elements", w->path,
+                              s->name);
     }
     uint64_t rg_rows = w->o.row_group_rows ? w->o.row_group_rows : UINT64_MAX;
     uint64_t rg_bytes = w->o.row_group_bytes ? w->o.row_group_bytes : UINT64_MAX;
@@ -830,17 +1158,13 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
     kl_column *views = NULL, **vp = NULL;
     while (at < n) {
         size_t have = w->buf[0]->len;
-        if (have == 0 && rg_rows != UINT64_MAX && (uint64_t)(n - at) >= rg_rows) {
+        if (in_place && have == 0 && rg_rows != UINT64_MAX && (uint64_t)(n - at) >= rg_rows) {
             /* whole row groups inside the batch: encode up to 4 in place, in parallel */
             size_t ng = 0, rr = (size_t)rg_rows;
             while (ng < 4 && (uint64_t)(n - at) >= (uint64_t)(ng + 1) * rg_rows) {
                 uint64_t bytes = 0;
                 size_t a = at + ng * rr;
-                for (size_t j = 0; j < ncols; j++) {
-                    const kl_column *c = cols[j];
-                    if (is_var(c->type)) bytes += (uint64_t)(c->offsets[a + rr] - c->offsets[a]) + 4 * (uint64_t)rr;
-                    else bytes += kl_col_type_size(c->type) * (uint64_t)rr;
-                }
+                for (size_t j = 0; j < ncols; j++) bytes += rows_bytes(cols[j], a, a + rr);
                 if (bytes > rg_bytes) break;
                 ng++;
             }
@@ -866,8 +1190,7 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
         uint64_t bytes = 0;
         for (size_t j = 0; j < ncols; j++) {
             const kl_column *c = cols[j];
-            if (is_var(c->type)) bytes += (uint64_t)(c->offsets[at + take] - c->offsets[at]) + 4 * take;
-            else bytes += kl_col_type_size(c->type) * take;
+            bytes += rows_bytes(c, at, at + take);
             if (kl_column_append(w->buf[j], c, at, at + take)) {
                 free(views); free(vp);
                 return kl_err_set(e, KL_ENOMEM, "%s: out of memory buffering column %s", w->path, c->name);
@@ -885,12 +1208,13 @@ int kl_pq_writer_write(kl_pq_writer *w, kl_column *const *cols, size_t ncols, kl
     return KL_OK;
 }
 
-static void write_schema_elem(kl__tw *t, const kl_column *c) {
+/* The schema element of a leaf of type ty. */
+static void write_leaf_elem(kl__tw *t, kl_col_type ty, int nullable, const char *name) {
     kl__tw_elem_begin(t);
-    kl__tw_i32(t, 1, phys_type(c->type));
-    kl__tw_i32(t, 3, c->nullable ? REP_OPTIONAL : REP_REQUIRED);
-    kl__tw_bin(t, 4, c->name, strlen(c->name));
-    switch (c->type) {
+    kl__tw_i32(t, 1, phys_type(ty));
+    kl__tw_i32(t, 3, nullable ? REP_OPTIONAL : REP_REQUIRED);
+    kl__tw_bin(t, 4, name, strlen(name));
+    switch (ty) {
     case KL_COL_STRING:
         kl__tw_i32(t, 6, CT_UTF8);
         kl__tw_begin(t, 10);
@@ -922,9 +1246,48 @@ static void write_schema_elem(kl__tw *t, const kl_column *c) {
     kl__tw_end(t);
 }
 
+/* A group element: name, repetition, children and (list) the LIST annotation. */
+static void write_group_elem(kl__tw *t, int rep, const char *name, size_t nchildren, int list) {
+    kl__tw_elem_begin(t);
+    kl__tw_i32(t, 3, rep);
+    kl__tw_bin(t, 4, name, strlen(name));
+    kl__tw_i32(t, 5, (int32_t)nchildren);
+    if (list) {
+        kl__tw_i32(t, 6, CT_LIST);
+        kl__tw_begin(t, 10);
+        kl__tw_begin(t, 3);
+        kl__tw_end(t);
+        kl__tw_end(t);
+    }
+    kl__tw_end(t);
+}
+
+/* The schema elements of column c: one leaf, or for a list the 3-level
+ * form: <optional|required> group c (LIST) { repeated group list {
+ * <optional|required> element } }. */
+static void write_schema_elems(kl__tw *t, const kl_column *c) {
+    if (c->type == KL_COL_STRUCT) { /* a group of optional fields */
+        write_group_elem(t, c->nullable ? REP_OPTIONAL : REP_REQUIRED, c->name, c->nfields, 0);
+        for (size_t j = 0; j < c->nfields; j++) write_leaf_elem(t, c->fields[j]->type, 1, c->fields[j]->name);
+        return;
+    }
+    if (c->type != KL_COL_LIST) {
+        write_leaf_elem(t, c->type, c->nullable, c->name);
+        return;
+    }
+    write_group_elem(t, c->nullable ? REP_OPTIONAL : REP_REQUIRED, c->name, 1, 1);
+    write_group_elem(t, REP_REPEATED, "list", 1, 0);
+    write_leaf_elem(t, c->child->type, c->child->nullable, "element");
+}
+
+/* Number of schema elements of column c. */
+static uint32_t schema_elems(const kl_column *c) {
+    return c->type == KL_COL_LIST ? 3 : c->type == KL_COL_STRUCT ? 1 + (uint32_t)c->nfields : 1;
+}
+
 static void free_meta(kl_pq_writer *w) {
     for (size_t r = 0; r < w->nrg; r++) {
-        for (size_t j = 0; j < w->ncols; j++) {
+        for (size_t j = 0; j < w->nleaf; j++) {
             kl__pq_buf_free(&w->rgs[r].cols[j].stats_ser);
             kl__pq_buf_free(&w->rgs[r].cols[j].ci);
             kl__pq_buf_free(&w->rgs[r].cols[j].oi);
@@ -940,6 +1303,7 @@ static void writer_free(kl_pq_writer *w) {
     if (w->buf) for (size_t j = 0; j < w->ncols; j++) kl_column_free(w->buf[j]);
     free(w->buf);
     free_meta(w);
+    free(w->leaf);
     for (size_t i = 0; i < 2 * w->nkv; i++) free(w->kv[i]);
     free(w->kv);
     for (size_t j = 0; j < w->info.ncols; j++) w->info.cols[j].stats = w->fst ? w->fst[j] : w->info.cols[j].stats;
@@ -961,13 +1325,13 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
     if (rc) goto fail;
     /* column indexes, then offset indexes */
     for (size_t r = 0; r < w->nrg && !rc; r++)
-        for (size_t j = 0; j < w->ncols && !rc; j++) {
+        for (size_t j = 0; j < w->nleaf && !rc; j++) {
             chunk_meta *m = &w->rgs[r].cols[j];
             m->ci_off = m->ci.len ? (int64_t)w->offset : -1;
             if (m->ci.len) rc = wr(w, m->ci.p, m->ci.len, e);
         }
     for (size_t r = 0; r < w->nrg && !rc; r++)
-        for (size_t j = 0; j < w->ncols && !rc; j++) {
+        for (size_t j = 0; j < w->nleaf && !rc; j++) {
             chunk_meta *m = &w->rgs[r].cols[j];
             m->oi_off = m->oi.len ? (int64_t)w->offset : -1;
             if (m->oi.len) rc = wr(w, m->oi.p, m->oi.len, e);
@@ -979,31 +1343,45 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
     kl__tw t;
     kl__tw_init(&t, &fb);
     kl__tw_i32(&t, 1, 2);
-    kl__tw_list(&t, 2, TT_STRUCT, (uint32_t)(w->ncols + 1));
+    uint32_t nel = 1;
+    for (size_t j = 0; j < w->ncols; j++) nel += schema_elems(w->buf[j]);
+    kl__tw_list(&t, 2, TT_STRUCT, nel);
     kl__tw_elem_begin(&t);
     kl__tw_bin(&t, 4, "schema", 6);
     kl__tw_i32(&t, 5, (int32_t)w->ncols);
     kl__tw_end(&t);
-    for (size_t j = 0; j < w->ncols; j++) write_schema_elem(&t, w->buf[j]);
+    for (size_t j = 0; j < w->ncols; j++) write_schema_elems(&t, w->buf[j]);
     kl__tw_i64(&t, 3, (int64_t)w->total_rows);
     kl__tw_list(&t, 4, TT_STRUCT, (uint32_t)w->nrg);
     for (size_t r = 0; r < w->nrg; r++) {
         rg_meta *g = &w->rgs[r];
         kl__tw_elem_begin(&t);
-        kl__tw_list(&t, 1, TT_STRUCT, (uint32_t)w->ncols);
-        for (size_t j = 0; j < w->ncols; j++) {
+        kl__tw_list(&t, 1, TT_STRUCT, (uint32_t)w->nleaf);
+        for (size_t j = 0; j < w->nleaf; j++) {
             chunk_meta *m = &g->cols[j];
-            const kl_column *c = w->buf[j];
+            const leaf_ref *L = &w->leaf[j];
+            const kl_column *c = w->buf[L->col], *lc = L->field >= 0 ? c->fields[L->field] : c;
             kl__tw_elem_begin(&t);
             kl__tw_i64(&t, 2, m->has_dict ? m->dict_page_offset : m->data_page_offset);
             kl__tw_begin(&t, 3);
-            kl__tw_i32(&t, 1, phys_type(c->type));
+            kl__tw_i32(&t, 1, phys_type(leaf_type(lc)));
             kl__tw_list(&t, 2, TT_I32, m->has_dict ? 3 : 2);
             kl__tw_elem_i32(&t, ENC_PLAIN);
             kl__tw_elem_i32(&t, ENC_RLE);
             if (m->has_dict) kl__tw_elem_i32(&t, ENC_RLE_DICTIONARY);
-            kl__tw_list(&t, 3, TT_BINARY, 1);
-            kl__tw_elem_bin(&t, c->name, strlen(c->name));
+            if (L->field >= 0) {
+                kl__tw_list(&t, 3, TT_BINARY, 2);
+                kl__tw_elem_bin(&t, c->name, strlen(c->name));
+                kl__tw_elem_bin(&t, lc->name, strlen(lc->name));
+            } else if (c->type == KL_COL_LIST) {
+                kl__tw_list(&t, 3, TT_BINARY, 3);
+                kl__tw_elem_bin(&t, c->name, strlen(c->name));
+                kl__tw_elem_bin(&t, "list", 4);
+                kl__tw_elem_bin(&t, "element", 7);
+            } else {
+                kl__tw_list(&t, 3, TT_BINARY, 1);
+                kl__tw_elem_bin(&t, c->name, strlen(c->name));
+            }
             kl__tw_i32(&t, 4, codec_id(w->o.codec));
             kl__tw_i64(&t, 5, m->num_values);
             kl__tw_i64(&t, 6, m->unc);
@@ -1048,8 +1426,8 @@ int kl_pq_writer_close(kl_pq_writer *w, kl_pq_file_info *info, kl_err *e) {
     }
     static const char created[] = "keel version " KL_PQ_VERSION;
     kl__tw_bin(&t, 6, created, strlen(created));
-    kl__tw_list(&t, 7, TT_STRUCT, (uint32_t)w->ncols);
-    for (size_t j = 0; j < w->ncols; j++) {
+    kl__tw_list(&t, 7, TT_STRUCT, (uint32_t)w->nleaf);
+    for (size_t j = 0; j < w->nleaf; j++) {
         kl__tw_elem_begin(&t);
         kl__tw_begin(&t, 1);
         kl__tw_end(&t);

@@ -97,6 +97,7 @@ static int nconv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_par
         return kl__fail_node(e, n, KL_ESHAPE, "bias must have %lld float32 entries", (long long)p->M);
     int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (act == 1) p->act.kind = KL_ACT_RELU;
+    else if (act == 3) p->act.kind = KL_ACT_HARDSWISH;
     else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_gnode_attr_float(n, "_act_a", 0); p->act.b = kl_gnode_attr_float(n, "_act_b", 6); }
     p->packed_w = n->priv;
     if ((rc = kl_conv_prepare(p, e))) {

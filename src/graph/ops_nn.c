@@ -244,8 +244,7 @@ static int fmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
 int kl__conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params *p, kl_err *e) {
     const kl_tensor *X = in[0], *W = in[1];
     memset(p, 0, sizeof *p);
-    int rc = kl__same_dtype(n, X, "the input", W, "the weight", e);
-    if (rc || (n_in > 2 && in[2] && (rc = kl__same_dtype(n, X, "the input", in[2], "the bias", e)))) return rc;
+    int rc;
     if (X->rank < 3 || X->rank > 5 || W->rank != X->rank) return kl__fail_node(e, n, KL_ESHAPE, "input rank %d / weight rank %d (need 3-5, equal)", X->rank, W->rank);
     int nsp = X->rank - 2;
     p->nsp = nsp;
@@ -276,6 +275,7 @@ int kl__conv_params(kl_gnode *n, kl_tensor *const *in, int n_in, kl_conv_params 
     if (n_in > 2 && in[2] && (in[2]->rank != 1 || in[2]->dims[0] != p->M)) return kl__fail_node(e, n, KL_ESHAPE, "bias must have %lld entries", (long long)p->M);
     int act = (int)kl_gnode_attr_int(n, "_act", 0);
     if (act == 1) p->act.kind = KL_ACT_RELU;
+    else if (act == 3) p->act.kind = KL_ACT_HARDSWISH;
     else if (act == 2) { p->act.kind = KL_ACT_CLIP; p->act.a = kl_gnode_attr_float(n, "_act_a", 0); p->act.b = kl_gnode_attr_float(n, "_act_b", 6); }
     p->packed_w = n->priv;
     rc = kl_conv_prepare(p, e);
@@ -337,10 +337,18 @@ static int conv_res_shape(kl_gnode *n, const kl_conv_params *p, const kl_tensor 
     return KL_OK;
 }
 
+/* A float Conv: weight and bias of the input's dtype (kl__conv_params also
+ * serves QLinearConv, whose input and weight differ). */
+static int conv_dtypes(kl_gnode *n, kl_tensor *const *in, int n_in, kl_err *e) {
+    int rc = kl__same_dtype(n, in[0], "the input", in[1], "the weight", e);
+    if (!rc && n_in > 2 && in[2]) rc = kl__same_dtype(n, in[0], "the input", in[2], "the bias", e);
+    return rc;
+}
+
 static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *out, int n_out, size_t *ws, kl_err *e) {
     if (in[0]->dtype == KL_F64) return kl__conv64_infer(n, in, n_in, out, n_out, ws, e); /* float64: grad_nn.c */
     int rc, rank, same;
-    if ((rc = need_f32(n, in[0], e))) return rc;
+    if ((rc = need_f32(n, in[0], e)) || (rc = conv_dtypes(n, in, n_in, e))) return rc;
     kl_conv_params p;
     if ((rc = kl__conv_params(n, in, n_in, &p, e))) return rc;
     int64_t d[KL_MAX_DIMS];
@@ -358,8 +366,8 @@ static int conv_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
 static int conv_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x, kl_err *e) {
     if (in[0]->dtype == KL_F64) return kl__conv64_run(n, in, n_in, out, n_out, x, e); /* float64: grad_nn.c */
     kl_conv_params p;
-    int rc = kl__conv_params(n, in, n_in, &p, e), rank, same;
-    if (rc) return rc;
+    int rc = conv_dtypes(n, in, n_in, e), rank, same;
+    if (rc || (rc = kl__conv_params(n, in, n_in, &p, e))) return rc;
     const kl_tensor *R = n_in > 3 ? in[3] : NULL;
     const float *bias = n_in > 2 && in[2] ? in[2]->data : NULL;
     int64_t d[KL_MAX_DIMS];

@@ -262,17 +262,6 @@ static void batch_offsets(const kl_tensor *a, const kl_tensor *b, const kl_tenso
     }
 }
 
-/* MatMulInteger with a per-row a zero point: the product ran with za = 0;
- * subtract za[m] * sum_k (b[k][n] - zb[n]). */
-static void rowzp_fix(const qmm *q, const uint8_t *b, int64_t M, int64_t N, int64_t K, int32_t *c) {
-    int bu = q->b->dtype == KL_U8;
-    for (int64_t nn = 0; nn < N; nn++) {
-        int32_t s = 0, zb = zp_at(q->bz, nn);
-        for (int64_t k = 0; k < K; k++) s += (bu ? (int32_t)b[k * N + nn] : (int32_t)(int8_t)b[k * N + nn]) - zb;
-        for (int64_t m = 0; m < M; m++) c[m * N + nn] -= zp_at(q->az, m) * s;
-    }
-}
-
 static int qmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
                    kl_err *e) {
     qmm q = qmm_of(n, in, n_in);
@@ -313,7 +302,9 @@ static int qmm_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const
         int rc = kl_qgemm(M, N, K, ap, q.a->dtype == KL_U8, K, za, pb, zb, q.bz && kl_tensor_numel(q.bz) > 1, &o,
                           x->pool, e);
         if (rc) return kl__fail_node(e, n, rc, "int8 GEMM %lldx%lldx%lld", (long long)M, (long long)N, (long long)K);
-        if (row_zp) rowzp_fix(&q, bp, M, N, K, o.c);
+        if (row_zp)
+            kl_qgemm_row_zp(M, N, K, bp, q.b->dtype == KL_U8, zb, q.bz && kl_tensor_numel(q.bz) > 1, q.az->data,
+                            q.az->dtype == KL_U8, o.c);
     }
     return KL_OK;
 }
@@ -450,55 +441,25 @@ static int qadd_infer(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *ou
     return KL_OK;
 }
 
-typedef struct {
-    const void *a, *b;
-    const float *f; /* the float sums (broadcast path), else NULL */
-    void *y;
-    int au, bu, yu;
-    int32_t az, bz, yz, lo, hi;
-    float as, bs, ys;
-    int64_t n;
-} qadd_ctx;
-
-static inline int32_t q8_at(const void *p, int u, int64_t i) {
-    return u ? ((const uint8_t *)p)[i] : ((const int8_t *)p)[i];
-}
-
-static void qadd_range(void *ctx, size_t b0, size_t b1, int chunk) {
-    const qadd_ctx *c = ctx;
-    int32_t lo = c->lo, hi = c->hi;
-    for (int64_t i = (int64_t)b0 * 4096; i < KL_MIN(c->n, (int64_t)b1 * 4096); i++) {
-        float v = c->f
-            ? c->f[i]
-            : (float)(q8_at(c->a, c->au, i) - c->az) * c->as + (float)(q8_at(c->b, c->bu, i) - c->bz) * c->bs;
-        float q = rintf(v / c->ys) + (float)c->yz;
-        int32_t r = q < (float)lo ? lo : q > (float)hi ? hi : (int32_t)q;
-        if (c->yu) ((uint8_t *)c->y)[i] = (uint8_t)r;
-        else ((int8_t *)c->y)[i] = (int8_t)r;
-    }
-}
-
 static int qadd_run(kl_gnode *n, kl_tensor *const *in, int n_in, kl_tensor *const *out, int n_out, kl_exec *x,
                     kl_err *e) {
     const kl_tensor *A = in[0], *B = in[3];
-    qadd_ctx c = {0};
-    c.a = A->data, c.b = B->data, c.y = out[0]->data;
-    c.au = A->dtype == KL_U8, c.bu = B->dtype == KL_U8, c.yu = out[0]->dtype == KL_U8;
-    c.az = zp_at(in[2], 0), c.bz = zp_at(in[5], 0), c.yz = zp_at(in[7], 0);
-    c.as = *(const float *)in[1]->data, c.bs = *(const float *)in[4]->data, c.ys = *(const float *)in[6]->data;
-    c.n = kl_tensor_numel(out[0]);
-    c.lo = c.yu ? 0 : -128, c.hi = c.yu ? 255 : 127;
-    clamp_of(n, &c.lo, &c.hi);
+    int yu = out[0]->dtype == KL_U8;
+    int32_t az = zp_at(in[2], 0), bz = zp_at(in[5], 0), yz = zp_at(in[7], 0), lo = yu ? 0 : -128, hi = yu ? 255 : 127;
+    float as = *(const float *)in[1]->data, bs = *(const float *)in[4]->data, ys = *(const float *)in[6]->data;
+    clamp_of(n, &lo, &hi);
+    const float *sum = NULL;
     if (!same_dims(A, B)) {
         int64_t na = kl_tensor_numel(A), nb = kl_tensor_numel(B);
         float *fa = x->ws, *fb = (float *)((char *)fa + al64((size_t)na * 4)),
               *fy = (float *)((char *)fb + al64((size_t)nb * 4));
-        kl_dequantize_f32(A->data, A->dtype, 1, 1, na, &c.as, in[2] ? in[2]->data : NULL, 0, fa, x->pool);
-        kl_dequantize_f32(B->data, B->dtype, 1, 1, nb, &c.bs, in[5] ? in[5]->data : NULL, 0, fb, x->pool);
+        kl_dequantize_f32(A->data, A->dtype, 1, 1, na, &as, in[2] ? in[2]->data : NULL, 0, fa, x->pool);
+        kl_dequantize_f32(B->data, B->dtype, 1, 1, nb, &bs, in[5] ? in[5]->data : NULL, 0, fb, x->pool);
         kl_binary_f32(KL_BIN_ADD, A->rank, A->dims, fa, B->rank, B->dims, fb, fy, x->pool);
-        c.f = fy;
+        sum = fy;
     }
-    kl_pool_parallel_for(x->pool, (size_t)((c.n + 4095) / 4096), 1, qadd_range, &c);
+    kl_qadd(A->data, A->dtype == KL_U8, az, as, B->data, B->dtype == KL_U8, bz, bs, sum, out[0]->data, yu, yz, ys, lo,
+            hi, kl_tensor_numel(out[0]), x->pool);
     return KL_OK;
 }
 

@@ -250,11 +250,33 @@ static nms_box nms_box_at(const float *b, int center) {
     return r;
 }
 
-static float nms_iou(const nms_box *a, const nms_box *b) {
-    float w = fminf(a->x2, b->x2) - fmaxf(a->x1, b->x1), h = fminf(a->y2, b->y2) - fmaxf(a->y1, b->y1);
-    if (w <= 0 || h <= 0) return 0;
-    float inter = w * h, uni = a->area + b->area - inter;
-    return uni > 0 ? inter / uni : 0;
+/* The boxes kept so far, field by field: the test of a candidate against
+ * all of them runs as straight loops over blocks of 16 (vectorised). A pair
+ * suppresses when both overlaps and the union are positive and intersection
+ * / union > the threshold (in [0, 1]; NaN boxes never suppress). */
+typedef struct {
+    float *y1, *x1, *y2, *x2, *area;
+} nms_kept;
+
+/* min/max as compares (vectorised; fminf/fmaxf are library calls): they
+ * differ from fminf/fmaxf only for a NaN coordinate, whose box's area is
+ * NaN, so the union is NaN and the pair does not suppress with either. */
+#define NMS_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define NMS_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static int nms_suppressed(const nms_box *p, const nms_kept *k, int64_t nk, float thr) {
+    for (int64_t j0 = 0; j0 < nk; j0 += 16) {
+        int64_t m = KL_MIN(16, nk - j0);
+        int hit = 0;
+        for (int64_t j = j0; j < j0 + m; j++) {
+            float w = NMS_MIN(p->x2, k->x2[j]) - NMS_MAX(p->x1, k->x1[j]);
+            float h = NMS_MIN(p->y2, k->y2[j]) - NMS_MAX(p->y1, k->y1[j]);
+            float inter = w * h, uni = p->area + k->area[j] - inter;
+            hit |= (w > 0) & (h > 0) & (uni > 0) & (inter / uni > thr); /* no branch: vectorised */
+        }
+        if (hit) return 1;
+    }
+    return 0;
 }
 
 typedef struct {
@@ -306,12 +328,15 @@ static int nms_args_of(kl_gnode *n, kl_tensor *const *in, int n_in, nms_args *a,
  * Returns the number selected, or a negative error. */
 static int64_t nms_select(kl_gnode *n, const nms_args *a, const float *boxes, const float *scores, int64_t *sel,
                           kl_err *e) {
-    size_t bytes = (size_t)a->N * (sizeof(nms_cand) + sizeof(nms_box) + sizeof(int64_t)) + 64;
+    size_t bytes = (size_t)a->N * (sizeof(nms_cand) + sizeof(nms_box) + sizeof(int64_t) + 5 * sizeof(float)) + 64;
     char *mem = kl_mem_alloc_e(bytes, KL_TAG_WORKSPACE, e);
     if (!mem) return kl__fail_node(e, n, KL_ENOMEM, "out of memory for %lld boxes", (long long)a->N);
-    nms_cand *cand = (nms_cand *)mem; /* 16-byte entries, then 8-byte indices, then the 20-byte boxes */
+    nms_cand *cand = (nms_cand *)mem; /* 16-byte entries, 8-byte indices, the kept boxes by field, the 20-byte boxes */
     int64_t *kept = (int64_t *)(cand + a->N), total = 0;
-    nms_box *bx = (nms_box *)(kept + a->N);
+    nms_kept kb;
+    kb.y1 = (float *)(kept + a->N), kb.x1 = kb.y1 + a->N, kb.y2 = kb.x1 + a->N;
+    kb.x2 = kb.y2 + a->N, kb.area = kb.x2 + a->N;
+    nms_box *bx = (nms_box *)(kb.area + a->N);
     for (int64_t b = 0; b < a->B; b++) {
         for (int64_t i = 0; i < a->N; i++) bx[i] = nms_box_at(boxes + (b * a->N + i) * 4, a->center);
         for (int64_t c = 0; c < a->C; c++) {
@@ -322,9 +347,8 @@ static int64_t nms_select(kl_gnode *n, const nms_args *a, const float *boxes, co
             qsort(cand, (size_t)nc, sizeof *cand, nms_cmp);
             for (int64_t k = 0; k < nc && nk < a->max_out; k++) {
                 const nms_box *p = &bx[cand[k].i];
-                int keep = 1;
-                for (int64_t j = 0; j < nk && keep; j++) keep = !(nms_iou(p, &bx[kept[j]]) > a->iou);
-                if (!keep) continue;
+                if (nms_suppressed(p, &kb, nk, a->iou)) continue;
+                kb.y1[nk] = p->y1, kb.x1[nk] = p->x1, kb.y2[nk] = p->y2, kb.x2[nk] = p->x2, kb.area[nk] = p->area;
                 kept[nk++] = cand[k].i;
                 if (sel) sel[3 * total] = b, sel[3 * total + 1] = c, sel[3 * total + 2] = cand[k].i;
                 total++;

@@ -267,6 +267,7 @@ static int pass_act(kl_graph *g, int *changed, kl_err *e) {
         int act = 0;
         float lo = 0, hi = 0;
         if (is_op(a, "Relu")) act = 1;
+        else if (is_op(a, "HardSwish") && conv) act = 3; /* Conv only, as Clip */
         else if (is_op(a, "Clip")) {
             if (a->opset < 11) { lo = kl_gnode_attr_float(a, "min", -INFINITY); hi = kl_gnode_attr_float(a, "max", INFINITY); act = 2; }
             else {
@@ -498,23 +499,36 @@ static int pass_gelu(kl_graph *g, int *changed, kl_err *e) {
     return rc;
 }
 
+/* HardSigmoid with HardSwish's slope and offset (alpha 1/6 in float32, as
+ * PyTorch exports hardswish before opset 14; beta 0.5). */
+static int is_hardswish_gate(const kl_gnode *n) {
+    return is_op(n, "HardSigmoid") && kl_gnode_attr_float(n, "alpha", 0.2f) == (float)(1.0 / 6.0) &&
+           kl_gnode_attr_float(n, "beta", 0.5f) == 0.5f;
+}
+
 /* Mul(x, Sigmoid(x)) (either order; the Sigmoid's only consumer) -> keel::Silu(x):
- * the SiLU kernel computes x * sigmoid(x) with the same bits. */
+ * the SiLU kernel computes x * sigmoid(x) with the same bits. Mul(x,
+ * HardSigmoid(x) with alpha 1/6, beta 0.5) -> HardSwish(x) (ONNX defines
+ * HardSwish so; the kernel computes x * relu6(x + 3) / 6, as PyTorch's
+ * hardswish), which pass_act then fuses into a Conv before it. */
+
 static int pass_silu(kl_graph *g, int *changed, kl_err *e) {
     uses_t u;
     if (uses_build(g, &u)) return kl_err_set(e, KL_ENOMEM, "out of memory");
     int rc = KL_OK, n0 = g->n_nodes;
     for (int i = 0; i < n0; i++) {
         kl_gnode *sg = &g->nodes[i];
-        if (!is_op(sg, "Sigmoid") || sg->n_in != 1 || sg->n_out != 1) continue;
+        int hs = is_hardswish_gate(sg);
+        if ((!is_op(sg, "Sigmoid") && !hs) || sg->n_in != 1 || sg->n_out != 1) continue;
         int x = sg->inputs[0], s = sg->outputs[0];
         int imul = only_consumer(g, &u, s);
         if (imul < 0 || !is_op(&g->nodes[imul], "Mul") || other_input(&g->nodes[imul], s) != x) continue;
         char nm[512];
-        snprintf(nm, sizeof nm, "%s_silu", sg->name);
+        snprintf(nm, sizeof nm, "%s_%s", sg->name, hs ? "hardswish" : "silu");
         const char *ins[1] = {g->values[x].name}, *outs[1] = {g->values[g->nodes[imul].outputs[0]].name};
-        int ni = kl_graph_add_node(g, "Silu", nm, ins, 1, outs, 1);
-        if (ni < 0 || kl_gnode_set_domain(&g->nodes[ni], "keel", 1)) {
+        int ni = kl_graph_add_node(g, hs ? "HardSwish" : "Silu", nm, ins, 1, outs, 1);
+        if (ni >= 0 && hs && g->nodes[ni].opset < 14) g->nodes[ni].opset = 14; /* HardSwish is opset 14's */
+        if (ni < 0 || (!hs && kl_gnode_set_domain(&g->nodes[ni], "keel", 1))) {
             rc = kl_err_set(e, KL_ENOMEM, "out of memory");
             break;
         }

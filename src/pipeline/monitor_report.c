@@ -147,6 +147,36 @@ static void span_cfg(const kl_monitor_cfg *base, int64_t span_us, kl_monitor_cfg
     cfg->win_s[0] = 2 * s + 24; /* its 12 slots cover at least 11/12 of it: the whole span */
 }
 
+/* the thresholds the server monitored version dir with (monitor.json, kept
+ * by the prediction log from config.yaml's monitor:); 1 when read */
+static int served_thresholds(const char *dir, kl_monitor_cfg *c) {
+    char p[4500];
+    snprintf(p, sizeof p, "%s/monitor.json", dir);
+    void *j = NULL;
+    if (!kl_path_exists(p) || kl_json_load_file(p, &j, NULL)) return 0;
+    const cJSON *t = cJSON_GetObjectItem(j, "thresholds");
+    struct {
+        const char *k;
+        double *v;
+    } d[] = {{"psi", &c->psi},
+             {"js", &c->js},
+             {"p_value", &c->p_value},
+             {"min_expected", &c->min_expected},
+             {"null_delta", &c->null_delta},
+             {"unknown_ratio", &c->unknown_ratio},
+             {"oob_ratio", &c->oob_ratio}};
+    int ok = cJSON_IsObject(t);
+    for (size_t i = 0; ok && i < sizeof d / sizeof d[0]; i++) {
+        const cJSON *x = cJSON_GetObjectItem(t, d[i].k);
+        if (cJSON_IsNumber(x) && isfinite(x->valuedouble) && x->valuedouble >= 0) *d[i].v = x->valuedouble;
+    }
+    const cJSON *ms = ok ? cJSON_GetObjectItem(t, "min_samples") : NULL;
+    if (cJSON_IsNumber(ms) && ms->valuedouble >= 1 && ms->valuedouble <= 1e12)
+        c->min_samples = (uint64_t)ms->valuedouble;
+    cJSON_Delete(j);
+    return ok;
+}
+
 /* one version: its rows fed to a monitor of its profile, the drift table and the histograms */
 static void version_section(const kl_monitor_report_opts *o, const char *model, const logtab *t, int64_t version,
                             kl_buf *b) {
@@ -175,6 +205,7 @@ static void version_section(const kl_monitor_report_opts *o, const char *model, 
         }
     kl_monitor_cfg def, cfg;
     kl_monitor_cfg_default(&def);
+    int served = !o->cfg && served_thresholds(dir, &def);
     span_cfg(o->cfg ? o->cfg : &def, t1 - t0, &cfg);
     kl_profile *ref = prof;
     prof = NULL;
@@ -231,13 +262,13 @@ static void version_section(const kl_monitor_report_opts *o, const char *model, 
     size_t nst = 0;
     if (kl_monitor_stats(m, t1 * 1000, &st, &nst, &e)) goto fail;
     const kl_monitor_cfg *g = kl_monitor_config(m);
-    kl_buf_printf(
-        b,
-        "<p>%llu logged row(s) from %s; reference %llu rows. Thresholds: PSI &ge; %g, JS &ge; %g, KS / "
-        "&chi;&sup2; p &lt; %g, null ratio above the reference's by &gt; %g, unknown categories &gt; %g, "
-        "out of range &gt; %g; tested from %llu non-null values (the server's defaults, docs/monitoring.md).</p>",
-        (unsigned long long)fed, model, (unsigned long long)kl_monitor_profile(m)->rows, g->psi, g->js, g->p_value,
-        g->null_delta, g->unknown_ratio, g->oob_ratio, (unsigned long long)g->min_samples);
+    kl_buf_printf(b,
+                  "<p>%llu logged row(s) from %s; reference %llu rows. Thresholds: PSI &ge; %g, JS &ge; %g, KS / "
+                  "&chi;&sup2; p &lt; %g, null ratio above the reference's by &gt; %g, unknown categories &gt; %g, "
+                  "out of range &gt; %g; tested from %llu non-null values (%s, docs/monitoring.md).</p>",
+                  (unsigned long long)fed, model, (unsigned long long)kl_monitor_profile(m)->rows, g->psi, g->js,
+                  g->p_value, g->null_delta, g->unknown_ratio, g->oob_ratio, (unsigned long long)g->min_samples,
+                  served ? "the thresholds this version was served with" : "the server's defaults");
     kl_buf_puts(b,
                 "<table class=\"drift\"><tr><th>column</th><th>role</th><th>n</th><th>null %</th><th>ref null %</th>"
                 "<th>PSI</th><th>JS</th><th>KS (p)</th><th>&chi;&sup2; (p)</th><th>unknown / out of range</th>"
@@ -403,7 +434,8 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
     int64_t *xs = calloc(nbk, sizeof *xs);
     for (int k = 0; k < 5; k++) y[k] = calloc(nbk, sizeof *y[k]);
     uint64_t labelled = 0;
-    for (size_t i = 0; xf && xs && y[4] && i < nbk; i++) {
+    int have = xf && xs && y[0] && y[1] && y[2] && y[3] && y[4];
+    for (size_t i = 0; have && i < nbk; i++) {
         bucket *q = &bk[i];
         xf[i] = (double)((int64_t)i * bw) / 60e6;
         xs[i] = (int64_t)i;
@@ -412,7 +444,7 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
         y[0][i] = n ? (task ? q->acc / n : q->ae / n) : NAN;
         y[1][i] = n ? (task ? q->ll / n : sqrt(q->se / n)) : NAN;
         y[2][i] = n && task ? q->brier / n : NAN;
-        qsort(q->lat, q->nlat, sizeof *q->lat, cmp_dbl);
+        if (q->nlat) qsort(q->lat, q->nlat, sizeof *q->lat, cmp_dbl);
         y[3][i] = q->nlat ? q->lat[(q->nlat - 1) / 2] : NAN;
         y[4][i] = q->nlat ? q->lat[(size_t)ceil(0.99 * (double)q->nlat) - 1] : NAN;
     }
@@ -426,7 +458,7 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
                   task == 1       ? "binary (sigmoid)"
                       : task == 2 ? "classes (softmax)"
                                   : "regression");
-    if (xf && xs && y[4] && labelled) {
+    if (have && labelled) {
         kl_chart_series qs[3] = {{task ? "accuracy" : "MAE", xs, y[0], nbk, xf, task != 0, 1},
                                  {task ? "log-loss" : "RMSE", xs, y[1], nbk, xf, 0, 1},
                                  {"Brier score", xs, y[2], nbk, xf, 0, 1}};
@@ -444,7 +476,7 @@ static void over_time(const kl_monitor_report_opts *o, const char *model, const 
         kl_buf_puts(b, "<p>No labels joined yet: post them to <code>POST /v2/models/M/feedback</code>.</p>");
     }
     kl_buf_puts(b, "<h3>Latency over time</h3><p>From a request's arrival to its outputs (queue and compute).</p>");
-    if (xf && xs && y[4]) {
+    if (have) {
         kl_chart_series ls[2] = {{"p50 ms", xs, y[3], nbk, xf, 0, 1}, {"p99 ms", xs, y[4], nbk, xf, 0, 1}};
         kl_chart c = {"latency per bucket", lab, "ms", NULL, ls, 2, 640, 260, 0};
         kl_svg_chart(b, &c);

@@ -256,6 +256,18 @@ static void keep_version_files(const sv_plog *p, const sv_version *v) {
         kl_mem_free(text);
         kl_err_clear(&e);
     }
+    /* the thresholds it is monitored with (config.yaml's monitor:), for the report's drift table */
+    const kl_monitor_cfg *g = &v->mcfg;
+    char js[512];
+    int n =
+        snprintf(js, sizeof js,
+                 "{\"thresholds\": {\"psi\": %.17g, \"js\": %.17g, \"p_value\": %.17g, \"min_samples\": %llu, "
+                 "\"min_expected\": %.17g, \"null_delta\": %.17g, \"unknown_ratio\": %.17g, \"oob_ratio\": %.17g}}\n",
+                 g->psi, g->js, g->p_value, (unsigned long long)g->min_samples, g->min_expected, g->null_delta,
+                 g->unknown_ratio, g->oob_ratio);
+    snprintf(dst, sizeof dst, "%s/monitor.json", dir);
+    if (n > 0 && (size_t)n < sizeof js && kl_write_file_atomic(dst, js, (size_t)n, &e))
+        kl_log(KL_LOG_WARN, "serve", "prediction log: %s", kl_err_what(&e));
 }
 
 /* a raw input's column would clash with one of the log's own */

@@ -104,13 +104,63 @@ typedef struct {
     size_t es;
 } tctx;
 
+/* A 16 x 16 byte block: y[p * ldy + c] = x[c * ldx + p], in four zmm
+ * registers (four channel rows each) and two VBMI byte permutes per output
+ * register (four positions of 16 channels). */
+#define VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi")))
+VBMI_TARGET static void t16x16(const uint8_t *x, int64_t ldx, uint8_t *y, int64_t ldy) {
+    __m512i z[4];
+    for (int q = 0; q < 4; q++) {
+        __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q) * ldx)));
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q + 1) * ldx)), 1);
+        v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q + 2) * ldx)), 2);
+        z[q] = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)(const void *)(x + (4 * q + 3) * ldx)), 3);
+    }
+    for (int k = 0; k < 4; k++) { /* positions 4k .. 4k+3 */
+        uint8_t idx[64];
+        for (int j = 0; j < 64; j++) {
+            int pl = j / 16, c = j % 16 % 8;
+            idx[j] = (uint8_t)((c / 4) * 64 + (c % 4) * 16 + 4 * k + pl);
+        }
+        __m512i ix = _mm512_loadu_si512(idx);
+        __m512i lo = _mm512_permutex2var_epi8(z[0], ix, z[1]), hi = _mm512_permutex2var_epi8(z[2], ix, z[3]);
+        __m512i o = _mm512_mask_blend_epi8((__mmask64)0xFF00FF00FF00FF00ull, lo, hi);
+        for (int pl = 0; pl < 4; pl++)
+            _mm_storeu_si128((__m128i *)(void *)(y + (4 * k + pl) * ldy), _mm512_extracti32x4_epi32(o, pl));
+    }
+}
+
+static int vbmi_ok(void) {
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = kl__pgemm_ok() && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+    }
+    return v;
+}
+
 static void transpose_tiles(void *ctx, size_t b, size_t e, int chunk) {
     (void)chunk;
     const tctx *t = ctx;
     int64_t tp = (t->P + 31) / 32;
+    int fast = t->es == 1 && vbmi_ok();
     for (size_t it = b; it < e; it++) {
         int64_t c0 = (int64_t)it / tp * 32, p0 = (int64_t)it % tp * 32;
         int64_t c1 = KL_MIN(t->C, c0 + 32), p1 = KL_MIN(t->P, p0 + 32);
+        if (fast) { /* full 16 x 16 blocks in registers, the edges by bytes */
+            const uint8_t *x = t->x;
+            uint8_t *y = t->y;
+            for (int64_t cc = c0; cc < c1; cc += 16)
+                for (int64_t pp = p0; pp < p1; pp += 16) {
+                    if (c1 - cc >= 16 && p1 - pp >= 16) {
+                        t16x16(x + cc * t->ldx + pp, t->ldx, y + pp * t->ldy + cc, t->ldy);
+                        continue;
+                    }
+                    for (int64_t p = pp; p < KL_MIN(p1, pp + 16); p++)
+                        for (int64_t c = cc; c < KL_MIN(c1, cc + 16); c++) y[p * t->ldy + c] = x[c * t->ldx + p];
+                }
+            continue;
+        }
         if (t->es == 1) {
             const uint8_t *x = t->x;
             uint8_t *y = t->y;
@@ -125,15 +175,37 @@ static void transpose_tiles(void *ctx, size_t b, size_t e, int chunk) {
     }
 }
 
-static void transpose(const void *x, int64_t C, int64_t P, int64_t ldx, void *y, int64_t ldy, size_t es,
-                      kl_pool *pool) {
-    tctx t = {x, y, C, P, ldx, ldy, es};
-    size_t tiles = (size_t)((C + 31) / 32 * ((P + 31) / 32));
-    kl_pool_parallel_for(pool, tiles, 8, transpose_tiles, &t);
+
+/* kl_pool_parallel_for with items claimed from a counter in runs of
+ * grain: a worker slowed down (a busy core) takes fewer. Each item is
+ * computed whole by one worker, so results do not depend on who took it. */
+typedef struct {
+    kl_range_fn fn;
+    void *ctx;
+    size_t n, grain, next;
+} claim;
+
+static void claim_run(void *ctx, size_t b, size_t e, int chunk) {
+    (void)b, (void)e;
+    claim *c = ctx;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&c->next, c->grain, __ATOMIC_RELAXED);
+        if (i >= c->n) break;
+        c->fn(c->ctx, i, KL_MIN(c->n, i + c->grain), chunk);
+    }
 }
 
-/* Workspace layout: padded image, im2col rows, NHWC output (int32-sized). */
+static void claim_for(kl_pool *pool, size_t n, size_t grain, kl_range_fn fn, void *ctx) {
+    claim c = {fn, ctx, n, grain ? grain : 1, 0};
+    kl_pool_parallel_for(pool, (size_t)kl_pool_chunks(pool, (n + c.grain - 1) / c.grain, 1), 1, claim_run, &c);
+}
+
+/* Workspace layout for nb images at once (as many as fit QCONV_BATCH_BYTES,
+ * at least one): padded images, im2col rows, NHWC int32/float output. */
+#define QCONV_BATCH_BYTES ((int64_t)48 << 20)
+
 typedef struct {
+    int64_t nb, pimg, pa, pt; /* images per batch; bytes per image of each buffer */
     size_t img, a, t, total;
 } qws;
 
@@ -141,9 +213,13 @@ static qws ws_layout(const kl_conv_params *p, const qgeo *g) {
     int64_t pd[3];
     padded_dims(g, pd);
     qws w;
-    w.img = (size_t)(pd[0] * pd[1] * pd[2] * p->C + 64 + 63) / 64 * 64;
-    w.a = direct_a(p, g) ? 0 : (size_t)(g->ovol * round4(group_k(p, g)) + 63) / 64 * 64;
-    w.t = (size_t)(g->ovol * p->M) * 4;
+    w.pimg = pd[0] * pd[1] * pd[2] * p->C;
+    w.pa = direct_a(p, g) ? 0 : g->ovol * round4(group_k(p, g));
+    w.pt = g->ovol * p->M * 4;
+    w.nb = KL_MAX(1, KL_MIN(p->N, QCONV_BATCH_BYTES / KL_MAX(1, w.pimg + w.pa + w.pt)));
+    w.img = (size_t)(w.nb * w.pimg + 64 + 63) / 64 * 64;
+    w.a = (size_t)(w.nb * w.pa + 63) / 64 * 64;
+    w.t = (size_t)(w.nb * w.pt);
     w.total = w.img + w.a + w.t + 64;
     return w;
 }
@@ -168,9 +244,9 @@ size_t kl_qconv_workspace_bytes(const kl_conv_params *p) {
 
 typedef struct {
     const qgeo *g;
-    const uint8_t *img; /* padded NHWC, channels C; the group's first channel */
-    int64_t pd[3], C, Cg, Kp;
-    uint8_t *a;
+    const uint8_t *img; /* padded NHWC images (pimg bytes apart), channels C; the group's first channel */
+    int64_t pd[3], C, Cg, Kp, pimg;
+    uint8_t *a; /* rows of all images: image i's positions from i * ovol */
 } i2c;
 
 /* n bytes (a channel run of one tap): 64-byte vector moves, a masked tail. */
@@ -190,13 +266,14 @@ __attribute__((target("avx512f,avx512bw"))) static void im2col_rows512(void *ctx
     const i2c *c = ctx;
     const qgeo *g = c->g;
     for (size_t pos = b; pos < e; pos++) {
-        int64_t o2 = (int64_t)pos % g->out[2], o1 = (int64_t)pos / g->out[2] % g->out[1],
-                o0 = (int64_t)pos / (g->out[2] * g->out[1]);
+        int64_t lp = (int64_t)pos % g->ovol, o2 = lp % g->out[2], o1 = lp / g->out[2] % g->out[1],
+                o0 = lp / (g->out[2] * g->out[1]);
+        const uint8_t *im = c->img + (int64_t)pos / g->ovol * c->pimg;
         uint8_t *d = c->a + (int64_t)pos * c->Kp;
         for (int64_t k0 = 0; k0 < g->k[0]; k0++)
             for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
                 const uint8_t *row =
-                    c->img + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
+                    im + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
                 for (int64_t k2 = 0; k2 < g->k[2]; k2++, d += c->Cg)
                     copy_run512(d, row + (o2 * g->s[2] + k2 * g->d[2]) * c->C, c->Cg);
             }
@@ -210,13 +287,14 @@ static void im2col_rows(void *ctx, size_t b, size_t e, int chunk) {
     const i2c *c = ctx;
     const qgeo *g = c->g;
     for (size_t pos = b; pos < e; pos++) {
-        int64_t o2 = (int64_t)pos % g->out[2], o1 = (int64_t)pos / g->out[2] % g->out[1],
-                o0 = (int64_t)pos / (g->out[2] * g->out[1]);
+        int64_t lp = (int64_t)pos % g->ovol, o2 = lp % g->out[2], o1 = lp / g->out[2] % g->out[1],
+                o0 = lp / (g->out[2] * g->out[1]);
+        const uint8_t *im = c->img + (int64_t)pos / g->ovol * c->pimg;
         uint8_t *d = c->a + (int64_t)pos * c->Kp;
         for (int64_t k0 = 0; k0 < g->k[0]; k0++)
             for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
                 const uint8_t *row =
-                    c->img + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
+                    im + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
                 for (int64_t k2 = 0; k2 < g->k[2]; k2++, d += c->Cg)
                     memcpy(d, row + (o2 * g->s[2] + k2 * g->d[2]) * c->C, (size_t)c->Cg);
             }
@@ -430,11 +508,74 @@ static int run_dw(const kl_conv_params *p, const qgeo *g, const void *x, int x_u
  * Entry
  * ================================================================== */
 
-/* o for image n, group gi: per-channel arrays from the group's first
- * channel; bytes go straight into the NCHW output (rows = positions,
+/* The input rows of images n0.. into their padded NHWC images: item =
+ * (image, input row), each a serial tile transpose (one parallel region
+ * for the whole batch), int8 flipped to uint8. */
+typedef struct {
+    const qgeo *g;
+    const uint8_t *x;
+    uint8_t *img;
+    int64_t C, pimg, pd[3];
+    int flip;
+} prep;
+
+static void prep_rows(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const prep *c = ctx;
+    const qgeo *g = c->g;
+    int64_t rows = g->in[0] * g->in[1];
+    for (size_t it = b; it < e; it++) {
+        int64_t im = (int64_t)it / rows, r = (int64_t)it % rows, i0 = r / g->in[1], i1 = r % g->in[1];
+        uint8_t *d =
+            c->img + im * c->pimg + (((i0 + g->pb[0]) * c->pd[1] + i1 + g->pb[1]) * c->pd[2] + g->pb[2]) * c->C;
+        tctx t = {c->x + im * c->C * g->ivol + r * g->in[2], d, c->C, g->in[2], g->ivol, c->C, 1};
+        transpose_tiles(&t, 0, (size_t)((c->C + 31) / 32 * ((g->in[2] + 31) / 32)), 0);
+        if (c->flip)
+            for (int64_t i = 0; i < g->in[2] * c->C; i++) d[i] ^= 0x80;
+    }
+}
+
+/* Unpadded images: one transpose each (the rows of prep_rows are contiguous). */
+static void prep_images(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const prep *c = ctx;
+    for (size_t im = b; im < e; im++) {
+        uint8_t *d = c->img + (int64_t)im * c->pimg;
+        tctx t = {c->x + (int64_t)im * c->C * c->g->ivol, d, c->C, c->g->ivol, c->g->ivol, c->C, 1};
+        transpose_tiles(&t, 0, (size_t)((c->C + 31) / 32 * ((c->g->ivol + 31) / 32)), 0);
+        if (c->flip)
+            for (int64_t i = 0; i < c->pimg; i++) d[i] ^= 0x80;
+    }
+}
+
+/* NHWC int32/float rows of images n0.. -> their NCHW outputs, one item per image */
+typedef struct {
+    const void *t;
+    void *y;
+    int64_t S, M;
+} unprep;
+
+static void unprep_images(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    const unprep *c = ctx;
+    for (size_t i = b; i < e; i++) {
+        tctx t = {(const char *)c->t + (int64_t)i * c->S * c->M * 4,
+                  (char *)c->y + (int64_t)i * c->S * c->M * 4,
+                  c->S,
+                  c->M,
+                  c->M,
+                  c->S,
+                  4};
+        transpose_tiles(&t, 0, (size_t)((c->S + 31) / 32 * ((c->M + 31) / 32)), 0);
+    }
+}
+
+/* o for images n0.. (nb rows of ovol positions stacked), group gi:
+ * per-channel arrays from the group's first channel; bytes go straight
+ * into the NCHW output (rows = positions, one row segment per image;
  * columns = channels: the GEMM's column store), int32/float rows of M
  * channels into the NHWC buffer t (transposed afterwards). */
-static kl_qgemm_out group_out(const kl_conv_params *p, const qgeo *g, const kl_qgemm_out *o, void *t, int64_t n,
+static kl_qgemm_out group_out(const kl_conv_params *p, const qgeo *g, const kl_qgemm_out *o, void *t, int64_t n0,
                               int64_t gi) {
     kl_qgemm_out r = *o;
     int64_t Mg = p->M / p->group, c0 = gi * Mg;
@@ -442,14 +583,14 @@ static kl_qgemm_out group_out(const kl_conv_params *p, const qgeo *g, const kl_q
     if (r.mult && r.mult_per_col) r.mult += c0;
     if (r.fbias) r.fbias += c0;
     if (!o->c && !o->yf) {
-        r.y = (char *)o->y + (n * p->M + c0) * g->ovol;
-        r.ysm = 1, r.ysn = g->ovol;
+        r.y = (char *)o->y + (n0 * p->M + c0) * g->ovol;
+        r.ysm = 1, r.ysn = g->ovol, r.rseg = g->ovol, r.rskip = p->M * g->ovol;
         return r;
     }
     char *tc = (char *)t + (size_t)c0 * 4;
     if (r.c) r.c = (int32_t *)tc;
     else r.yf = (float *)tc;
-    r.ysm = p->M, r.ysn = 1;
+    r.ysm = p->M, r.ysn = 1, r.rseg = 0;
     return r;
 }
 
@@ -473,35 +614,32 @@ int kl_qconv(const kl_conv_params *p, const void *x, int x_unsigned, int32_t xz,
     int32_t za = x_unsigned ? xz : xz + 128;
     int direct = direct_a(p, &g);
     int rc = KL_OK;
-    for (int64_t n = 0; n < p->N && !rc; n++) {
-        /* the image, NCHW -> padded NHWC (pads = the zero point), int8 flipped to uint8 */
-        size_t ibytes = (size_t)(pd[0] * pd[1] * pd[2] * p->C);
-        memset(img, (uint8_t)(x_unsigned ? xz : (int8_t)xz), ibytes);
-        const uint8_t *xn = (const uint8_t *)x + n * p->C * g.ivol;
-        if (pd[0] * pd[1] * pd[2] == g.ivol) transpose(xn, p->C, g.ivol, g.ivol, img, p->C, 1, pool);
-        else
-            for (int64_t i0 = 0; i0 < g.in[0]; i0++)
-                for (int64_t i1 = 0; i1 < g.in[1]; i1++) /* one input row into the padded image */
-                    transpose(xn + (i0 * g.in[1] + i1) * g.in[2], p->C, g.in[2], g.ivol,
-                              img + (((i0 + g.pb[0]) * pd[1] + i1 + g.pb[1]) * pd[2] + g.pb[2]) * p->C, p->C, 1, pool);
-        if (!x_unsigned)
-            for (size_t i = 0; i < ibytes; i++) img[i] ^= 0x80;
+    for (int64_t n0 = 0; n0 < p->N && !rc; n0 += L.nb) {
+        int64_t nb = KL_MIN(L.nb, p->N - n0), rows = nb * g.ovol;
+        /* the images, NCHW -> padded NHWC (pads = the zero point, in the uint8 domain) */
+        if (L.pimg != p->C * g.ivol) memset(img, (uint8_t)za, (size_t)(nb * L.pimg));
+        prep pr = {&g, (const uint8_t *)x + n0 * p->C * g.ivol, img, p->C, L.pimg, {pd[0], pd[1], pd[2]}, !x_unsigned};
+        if (L.pimg == p->C * g.ivol) { /* unpadded: the images are one C x (nb positions) transpose per image */
+            claim_for(pool, (size_t)nb, 1, prep_images, &pr);
+        } else claim_for(pool, (size_t)(nb * g.in[0] * g.in[1]), 4, prep_rows, &pr);
         for (int64_t gi = 0; gi < p->group && !rc; gi++) {
             const uint8_t *arows = img;
             int64_t lda = p->C;
             if (!direct) {
-                i2c c = {&g, img + gi * Cg, {pd[0], pd[1], pd[2]}, p->C, Cg, Kp, a};
-                kl_pool_parallel_for(pool, (size_t)g.ovol, 16, kl__pgemm_ok() ? im2col_rows512 : im2col_rows, &c);
+                i2c c = {&g, img + gi * Cg, {pd[0], pd[1], pd[2]}, p->C, Cg, Kp, L.pimg, a};
+                claim_for(pool, (size_t)rows, 64, kl__pgemm_ok() ? im2col_rows512 : im2col_rows, &c);
                 arows = a, lda = Kp;
             }
-            kl_qgemm_out go = group_out(p, &g, o, t, n, gi);
+            kl_qgemm_out go = group_out(p, &g, o, t, n0, gi);
             const void *wzg = wz && wz_per_ch ? (const char *)wz + gi * Mg : wz;
-            rc = kl__qgemm(g.ovol, Mg, K, arows, 1, lda, 1, za, (const char *)packed_w + gi * gb, wzg, wz_per_ch, &go,
+            rc = kl__qgemm(rows, Mg, K, arows, 1, lda, 1, za, (const char *)packed_w + gi * gb, wzg, wz_per_ch, &go,
                            pool, e);
         }
-        if (o->c || o->yf) /* NHWC t -> NCHW output of image n */
-            transpose(t, g.ovol, p->M, p->M,
-                      o->c ? (void *)(o->c + n * p->M * g.ovol) : (void *)(o->yf + n * p->M * g.ovol), g.ovol, 4, pool);
+        if (!rc && (o->c || o->yf)) { /* NHWC t -> NCHW outputs */
+            unprep u = {t, o->c ? (void *)(o->c + n0 * p->M * g.ovol) : (void *)(o->yf + n0 * p->M * g.ovol), g.ovol,
+                        p->M};
+            kl_pool_parallel_for(pool, (size_t)nb, 1, unprep_images, &u);
+        }
     }
     kl_mem_free(own);
     return rc;

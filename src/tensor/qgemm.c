@@ -199,7 +199,8 @@ typedef struct {
     const void *pb;
     const kl_qgemm_out *o;
     int level;
-    int64_t tiles_n;
+    int64_t tiles_n, tiles;
+    int64_t next; /* the next unclaimed tile */
 } qrun;
 
 /* The corrected accumulator + bias of row m, column n from raw dot t. */
@@ -209,6 +210,11 @@ static inline int32_t fix1(const qrun *g, const int32_t *cs, int64_t m, int64_t 
     if (g->rowsum) v -= (uint32_t)g->zb[n] * (uint32_t)g->rowsum[m];
     if (g->o->bias) v += (uint32_t)g->o->bias[n];
     return (int32_t)v;
+}
+
+/* The element offset of row m (row segments: see kl_qgemm_out). */
+static inline int64_t row_off(const kl_qgemm_out *o, int64_t m) {
+    return o->rseg > 0 ? m / o->rseg * o->rskip + m % o->rseg * o->ysm : m * o->ysm;
 }
 
 /* Stores rows m0.. (mr) x columns n0.. (nr) of raw dots t through g->o. */
@@ -221,12 +227,13 @@ static void finish(const qrun *g, int64_t m0, int mr, int64_t n0, int nr, int32_
             int64_t n = n0 + j;
             int32_t v = fix1(g, cs, m, n, t[r][j]);
             float mult = o->mult ? o->mult[o->mult_per_col ? n : 0] : 1.0f;
-            if (o->c) o->c[m * o->ysm + n * o->ysn] = v;
-            else if (o->yf) o->yf[m * o->ysm + n * o->ysn] = (float)v * mult + (o->fbias ? o->fbias[n] : 0.0f);
+            int64_t at = row_off(o, m) + n * o->ysn;
+            if (o->c) o->c[at] = v;
+            else if (o->yf) o->yf[at] = (float)v * mult + (o->fbias ? o->fbias[n] : 0.0f);
             else {
                 int32_t q = kl_requant1(v, mult, o->yzp, o->lo, o->hi);
-                if (o->ydt == KL_I8) ((int8_t *)o->y)[m * o->ysm + n * o->ysn] = (int8_t)q;
-                else ((uint8_t *)o->y)[m * o->ysm + n * o->ysn] = (uint8_t)q;
+                if (o->ydt == KL_I8) ((int8_t *)o->y)[at] = (int8_t)q;
+                else ((uint8_t *)o->y)[at] = (uint8_t)q;
             }
         }
     }
@@ -264,7 +271,7 @@ VNNI_TARGET static void store_cols8(const __m128i q[8], uint8_t *y, int64_t ysn,
 VNNI_TARGET static int finish_vnni(const qrun *g, int64_t m0, int mr, int64_t n0, int nr, int32_t t[QMR][QNR]) {
     const kl_qgemm_out *o = g->o;
     /* rows contiguous along columns, or (bytes, a full block) along rows */
-    int cols8 = o->ysm == 1 && o->y && !o->c && !o->yf && mr == QMR;
+    int cols8 = o->ysm == 1 && o->y && !o->c && !o->yf && mr == QMR && (!o->rseg || m0 % o->rseg + QMR <= o->rseg);
     if (o->ysn != 1 && !cols8) return 0;
     const int32_t *cs = colsums(g->pb);
     for (int h = 0; h < 2; h++) {
@@ -287,12 +294,12 @@ VNNI_TARGET static int finish_vnni(const qrun *g, int64_t m0, int mr, int64_t n0
             __m512i v = _mm512_add_epi32(_mm512_loadu_si512(&t[r][h * 16]), base);
             if (g->rowsum) v = _mm512_sub_epi32(v, _mm512_mullo_epi32(zb, _mm512_set1_epi32(g->rowsum[m])));
             if (o->c) {
-                _mm512_mask_storeu_epi32(o->c + m * o->ysm + nb, mk, v);
+                _mm512_mask_storeu_epi32(o->c + row_off(o, m) + nb, mk, v);
                 continue;
             }
             __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(v), mult);
             if (o->yf) {
-                _mm512_mask_storeu_ps(o->yf + m * o->ysm + nb, mk, _mm512_add_ps(f, fb));
+                _mm512_mask_storeu_ps(o->yf + row_off(o, m) + nb, mk, _mm512_add_ps(f, fb));
                 continue;
             }
             f = _mm512_add_ps(_mm512_roundscale_ps(f, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), zp);
@@ -302,10 +309,10 @@ VNNI_TARGET static int finish_vnni(const qrun *g, int64_t m0, int mr, int64_t n0
                 qr[r] = q;
                 continue;
             }
-            if (o->ydt == KL_I8) _mm_mask_storeu_epi8((int8_t *)o->y + m * o->ysm + nb, mk, q);
-            else _mm_mask_storeu_epi8((uint8_t *)o->y + m * o->ysm + nb, mk, q);
+            if (o->ydt == KL_I8) _mm_mask_storeu_epi8((int8_t *)o->y + row_off(o, m) + nb, mk, q);
+            else _mm_mask_storeu_epi8((uint8_t *)o->y + row_off(o, m) + nb, mk, q);
         }
-        if (cols8) store_cols8(qr, (uint8_t *)o->y + nb * o->ysn + m0, o->ysn, cnt);
+        if (cols8) store_cols8(qr, (uint8_t *)o->y + nb * o->ysn + row_off(o, m0), o->ysn, KL_MIN(cnt, 16));
     }
     return 1;
 }
@@ -332,6 +339,19 @@ static void tile(void *ctx, size_t b, size_t e, int chunk) {
     }
 }
 
+/* Each worker claims tiles from a counter until none are left: a worker
+ * slowed down (a busy core) takes fewer. Every tile is computed whole by
+ * one worker, so the results do not depend on who took which. */
+static void claim_tiles(void *ctx, size_t b, size_t e, int chunk) {
+    (void)b, (void)e, (void)chunk;
+    qrun *g = ctx;
+    for (;;) {
+        int64_t it = __atomic_fetch_add(&g->next, 1, __ATOMIC_RELAXED);
+        if (it >= g->tiles) break;
+        tile(g, (size_t)it, (size_t)it + 1, 0);
+    }
+}
+
 static int32_t zb_at(const void *zb, int per_col, int64_t n, int b_unsigned) {
     if (!zb) return b_unsigned ? -128 : 0;
     int64_t i = per_col ? n : 0;
@@ -343,7 +363,7 @@ int kl__qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, in
     const qb_hdr *h = packed_b;
     KL_ASSERT(h->K == K && h->N == N);
     if (M <= 0 || N <= 0) return KL_OK;
-    qrun g = {M, N, K, h->Kp, lda, a, NULL, NULL, a_unsigned ? za : za + 128, packed_b, o, kl_qgemm_level(), 0};
+    qrun g = {M, N, K, h->Kp, lda, a, NULL, NULL, a_unsigned ? za : za + 128, packed_b, o, kl_qgemm_level(), 0, 0, 0};
     int copy = !a_unsigned || lda % 4 || (K % 4 && !a_padded);
     int64_t Npad = h->np * QNR;
     size_t abytes = copy ? (size_t)(M * h->Kp) : 0;
@@ -378,7 +398,8 @@ int kl__qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, in
     }
     g.tiles_n = (N + QTN - 1) / QTN;
     int64_t tiles = (M + QTM - 1) / QTM * g.tiles_n;
-    kl_pool_parallel_for(pool, (size_t)tiles, 1, tile, &g);
+    g.tiles = tiles, g.next = 0;
+    kl_pool_parallel_for(pool, (size_t)kl_pool_chunks(pool, (size_t)tiles, 1), 1, claim_tiles, &g);
     kl_mem_free(buf);
     return KL_OK;
 }
@@ -386,4 +407,18 @@ int kl__qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, in
 int kl_qgemm(int64_t M, int64_t N, int64_t K, const void *a, int a_unsigned, int64_t lda, int32_t za,
              const void *packed_b, const void *zb, int zb_per_col, const kl_qgemm_out *o, kl_pool *pool, kl_err *e) {
     return kl__qgemm(M, N, K, a, a_unsigned, lda, 0, za, packed_b, zb, zb_per_col, o, pool, e);
+}
+
+void kl_qgemm_row_zp(int64_t M, int64_t N, int64_t K, const void *b, int b_unsigned, const void *zb, int zb_per_col,
+                     const void *za, int za_unsigned, int32_t *c) {
+    for (int64_t n = 0; n < N; n++) {
+        int32_t s = 0, z = zb_at(zb, zb_per_col, n, 0);
+        if (zb && b_unsigned) z = ((const uint8_t *)zb)[zb_per_col ? n : 0];
+        for (int64_t k = 0; k < K; k++)
+            s += (b_unsigned ? (int32_t)((const uint8_t *)b)[k * N + n] : (int32_t)((const int8_t *)b)[k * N + n]) - z;
+        for (int64_t m = 0; m < M; m++) {
+            int32_t a = za_unsigned ? ((const uint8_t *)za)[m] : ((const int8_t *)za)[m];
+            c[m * N + n] = (int32_t)((uint32_t)c[m * N + n] - (uint32_t)a * (uint32_t)s);
+        }
+    }
 }

@@ -59,6 +59,28 @@ fi
 s1=$(sha256sum < out1.parquet); s2=$(sha256sum < out2.parquet); s3=$(sha256sum < out3.parquet)
 [ "$s1" = "$s2" ] && [ "$s1" = "$s3" ] && pass features_apply_deterministic || fail features_apply_deterministic "outputs differ across runs/threads"
 
+# every output as one FixedSizeList<float32> column: row by row the float32 values of out1's columns
+if expect_rc features_apply_list_column 0 "$KEEL" features apply f.json --data ds --out lst.parquet --list-column x; then
+  "$KEEL" data head lst.parquet -n 20000 --json > lst.jsonl 2> lst.err
+  "$KEEL" data head out1.parquet -n 20000 --json > flat.jsonl 2>> lst.err
+  r=$($PYTHON - lst.jsonl flat.jsonl <<'PY'
+import json, struct, sys
+f32 = lambda v: struct.unpack("f", struct.pack("f", v))[0]
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+bad = [i for i, (x, y) in enumerate(zip(a, b))
+       if list(x) != ["x", "clicked"] or x["clicked"] != y["clicked"]
+       or [f32(v) for v in x["x"]] != [f32(float(v)) for k, v in y.items() if k != "clicked"]]
+print(len(a), len(b), bad[:3])
+PY
+)
+  [ "$r" = "20000 20000 []" ] && pass features_apply_list_column_values || fail features_apply_list_column_values "$r $(head -c 300 lst.err)"
+fi
+expect_rc features_apply_list_column_folder 2 "$KEEL" features apply f.json --data ds --out lstds --list-column x
+grep -q "needs a .parquet --out" "$T/err" && pass features_apply_list_column_folder_msg || fail features_apply_list_column_folder_msg "$(cat "$T/err")"
+expect_rc features_apply_list_column_dup 1 "$KEEL" features apply f.json --data ds --out dup.parquet --list-column clicked
+grep -q 'duplicate column name "clicked"' "$T/err" && pass features_apply_list_column_dup_msg || fail features_apply_list_column_dup_msg "$(cat "$T/err")"
+
 expect_rc features_apply_dir 0 "$KEEL" features apply f.json --data ds --out fds && [ -f fds/features.parquet ] && [ -f fds/features.json ] \
   && [ -f fds/manifest.json ] && pass features_apply_dir_files || fail features_apply_dir_files "missing fds/features.parquet, features.json or manifest.json"
 expect_rc features_apply_dir_validates 0 "$KEEL" data validate fds

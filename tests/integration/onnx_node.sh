@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ONNX backend node tests: generated at test time with Debian's python3-onnx
 # 1.12 into $BUILD/onnx-node-tests (cached), then run by build/keel-onnx-test:
-# every test whose operators keel supports must pass, and at least 94.5 % of
+# every test whose operators keel supports must pass, and at least 95 % of
 # all node tests must pass.
 . "$KEEL_SRC/tests/integration/lib.sh"
 dir="$KEEL_SRC/${BUILD:-build}/onnx-node-tests"

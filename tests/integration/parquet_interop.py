@@ -127,7 +127,7 @@ def compare(exp, got, label):
 
 
 def keel_writes():
-    """DuckDB and hyparquet read what keel writes."""
+    """DuckDB and hyparquet read what keel writes, list and struct columns included."""
     cases = []
     for codec in ["none", "snappy", "gzip", "zstd", "lz4_raw"]:
         for d in ("1", "0"):
@@ -136,6 +136,17 @@ def keel_writes():
     cases.append(("snappy_v2_plain", ["--codec", "snappy", "--v2", "--dict", "0", "--rows", "2500"]))
     cases.append(("rowgroups_smallpages", ["--rows", "5000", "--rg-rows", "1200", "--page-bytes", "1000"]))
     cases.append(("empty", ["--rows", "0"]))
+    # list columns (3-level LIST, FixedSizeList): every codec, v1 and v2 pages, small pages so
+    # that long lists span several of them, several row groups, and a file of no rows
+    for codec in ["none", "snappy", "gzip", "zstd", "lz4_raw"]:
+        cases.append((f"lists_{codec}", ["--lists", "--codec", codec, "--rows", "1500"]))
+    cases.append(("lists_v2_smallpages", ["--lists", "--v2", "--rows", "2500", "--page-bytes", "700", "--rg-rows", "900"]))
+    cases.append(("lists_v1_smallpages", ["--lists", "--rows", "2500", "--page-bytes", "700", "--rg-rows", "900"]))
+    cases.append(("lists_empty", ["--lists", "--rows", "0"]))
+    # struct columns (a group of optional fields), with lists, dictionary and plain, v1 and v2
+    cases.append(("structs_zstd", ["--structs", "--lists", "--rows", "2500", "--rg-rows", "1000", "--page-bytes", "900"]))
+    cases.append(("structs_v2_plain", ["--structs", "--v2", "--dict", "0", "--codec", "snappy", "--rows", "2500"]))
+    cases.append(("structs_gzip_v2", ["--structs", "--v2", "--codec", "gzip", "--rows", "1200"]))
     files, expected = [], {}
     for name, args in cases:
         path = os.path.join(TMP, f"keel_{name}.parquet")

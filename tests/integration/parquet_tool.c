@@ -3,7 +3,9 @@
  * interop tests can compare keel with DuckDB (tests/integration/parquet_*.py).
  *   dump FILE... [--cols a,b]   one JSON line per file: columns, rows, values
  *   write OUT [--codec C] [--dict 0|1] [--rows N] [--v2] [--page-bytes B]
- *         [--rg-rows R] [--seed S]  writes the all-types test table, prints its JSON
+ *         [--rg-rows R] [--seed S] [--lists] [--structs]  writes the all-types test
+ *         table (--lists / --structs: plus list / struct columns, printed as JSON
+ *         text, type "json"), prints its JSON
  *   meta FILE                   metadata and statistics as JSON
  *   gen OUT.parquet --rows N [--codec C]   the click log, timed write
  *   scan FILE... [--threads T] [--reps R] [--warmup W]  sum(item_price), count by
@@ -22,6 +24,15 @@ static kl_buf out;
 static void put_value(const kl_column *c, size_t i) {
     if (kl_column_is_null(c, i)) { kl_buf_puts(&out, "null"); return; }
     switch (c->type) {
+    case KL_COL_LIST:
+    case KL_COL_STRUCT: { /* the JSON text of the row, as a string */
+        kl_buf j;
+        kl_buf_init(&j);
+        kl_pq_format_value(&j, c, i, NULL, 1);
+        kl_buf_json_strn(&out, j.data ? j.data : "", j.len);
+        kl_buf_free(&j);
+        return;
+    }
     case KL_COL_BOOL: kl_buf_puts(&out, kl_column_get_i64(c, i) ? "true" : "false"); return;
     case KL_COL_FLOAT32: case KL_COL_FLOAT64: {
         double v = kl_column_get_f64(c, i);
@@ -54,7 +65,9 @@ static void put_columns(kl_column **cols, size_t n) {
     for (size_t j = 0; j < n; j++) {
         kl_buf_printf(&out, "%s{\"name\":", j ? "," : "");
         kl_buf_json_str(&out, cols[j]->name);
-        kl_buf_printf(&out, ",\"type\":\"%s\"}", kl_col_type_name(cols[j]->type));
+        kl_buf_printf(&out, ",\"type\":\"%s\"}",
+                      cols[j]->type == KL_COL_LIST || cols[j]->type == KL_COL_STRUCT ? "json"
+                                                                                     : kl_col_type_name(cols[j]->type));
     }
     kl_buf_puts(&out, "],\"data\":[");
     for (size_t j = 0; j < n; j++) {
@@ -131,6 +144,97 @@ static int cmd_dump(int argc, char **argv) {
     return bad;
 }
 
+/* One element of a list column of the test table: floats are multiples of
+ * 1/8 (their JSON text is the same in every reader), int64 the full range. */
+static int push_elem(kl_column *v, uint64_t x) {
+    switch (v->type) {
+    case KL_COL_BOOL: return kl_column_push_i64(v, (int64_t)(x >> 11) & 1);
+    case KL_COL_INT32: return kl_column_push_i64(v, (int32_t)(x >> 5));
+    case KL_COL_INT64: return kl_column_push_i64(v, (int64_t)(x >> 1) - (int64_t)(x >> 2));
+    case KL_COL_FLOAT32:
+    case KL_COL_FLOAT64: return kl_column_push_f64(v, (double)((int64_t)(x % 200001) - 100000) / 8.0);
+    default: {
+        char b[48];
+        int n = snprintf(b, sizeof b, "el %llu \"q\" \\ δ", (unsigned long long)(x % 10000));
+        return kl_column_push_str(v, b, (size_t)(x % 13 == 0 ? 0 : n));
+    }
+    }
+}
+
+/* The list columns of the test table: nullable lists and elements or not,
+ * empty lists, lists of hundreds of elements (longer than a small page),
+ * and a FixedSizeList<float32>[4] (an embedding). */
+static int make_lists(size_t rows, uint64_t seed, kl_column **c, size_t *nc, kl_err *e) {
+    static const struct {
+        const char *name;
+        kl_col_type t;
+        int nullable, elem_nullable, size;
+    } spec[] = {
+        {"l_i64", KL_COL_INT64, 1, 1, 0},   {"l_f64", KL_COL_FLOAT64, 0, 1, 0}, {"l_s", KL_COL_STRING, 1, 0, 0},
+        {"l_i32", KL_COL_INT32, 0, 0, 0},   {"l_b", KL_COL_BOOL, 1, 1, 0},      {"emb", KL_COL_FLOAT32, 0, 0, 4},
+        {"emb_n", KL_COL_FLOAT32, 1, 1, 4},
+    };
+    uint64_t x = seed * 0xD1B54A32D192ED03ull + 7;
+    for (size_t j = 0; j < sizeof spec / sizeof spec[0]; j++) {
+        int rc = kl_column_new_list(spec[j].name, spec[j].t, spec[j].nullable, spec[j].elem_nullable, spec[j].size,
+                                    &c[*nc], e);
+        if (rc) return rc;
+        kl_column *col = c[(*nc)++];
+        for (size_t i = 0; i < rows; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (spec[j].nullable && x % 7 == 0) {
+                if ((rc = kl_column_push_null(col))) break;
+                continue;
+            }
+            size_t n = spec[j].size ? (size_t)spec[j].size : i % 211 == 100 ? 300 + x % 200 : (size_t)(x >> 20) % 6;
+            for (size_t k = 0; k < n && !rc; k++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                rc = spec[j].elem_nullable && x % 5 == 0 ? kl_column_push_null(col->child) : push_elem(col->child, x);
+            }
+            if (rc || (rc = kl_column_list_end(col))) break;
+        }
+        if (rc) return kl_err_set(e, rc, "column %s: cannot build row", spec[j].name);
+    }
+    return KL_OK;
+}
+
+/* The struct columns of the test table: a nullable struct of four fields
+ * and a required one of two; fields null now and then. */
+static int make_structs(size_t rows, uint64_t seed, kl_column **c, size_t *nc, kl_err *e) {
+    static const char *n1[] = {"id", "name", "score", "ok"}, *n2[] = {"x", "y"};
+    static const kl_col_type t1[] = {KL_COL_INT64, KL_COL_STRING, KL_COL_FLOAT64, KL_COL_BOOL},
+                             t2[] = {KL_COL_INT32, KL_COL_FLOAT32};
+    int rc = kl_column_new_struct("st_n", 1, n1, t1, 4, &c[*nc], e);
+    if (!rc) rc = kl_column_new_struct("st", 0, n2, t2, 2, &c[*nc + 1], e);
+    if (rc) return rc;
+    *nc += 2;
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 11;
+    for (int k = 2; k >= 1 && !rc; k--) {
+        kl_column *col = c[*nc - k];
+        for (size_t i = 0; i < rows && !rc; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (col->nullable && x % 6 == 0) {
+                rc = kl_column_push_null(col);
+                continue;
+            }
+            for (size_t j = 0; j < col->nfields && !rc; j++) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                rc = x % 9 == 0 ? kl_column_push_null(col->fields[j]) : push_elem(col->fields[j], x);
+            }
+            if (!rc) rc = kl_column_struct_end(col);
+        }
+    }
+    return rc ? kl_err_set(e, rc, "cannot build the struct columns") : KL_OK;
+}
+
 /* The all-types test table: every type, nullable and not, edge values. */
 static int make_table(size_t rows, uint64_t seed, kl_column **c, size_t *nc, kl_err *e) {
     static const struct { const char *name; kl_col_type t; } spec[] = {
@@ -199,7 +303,9 @@ static int cmd_write(int argc, char **argv) {
     kl_column *c[64]; size_t n = 0;
     kl_err e = {0};
     kl_pq_file_info info;
-    if (make_table(rows, seed, c, &n, &e) || kl_pq_write_file(argv[2], c, n, &o, &info, &e)) {
+    if (make_table(rows, seed, c, &n, &e) || (flag(argc, argv, "--lists") && make_lists(rows, seed, c, &n, &e)) ||
+        (flag(argc, argv, "--structs") && make_structs(rows, seed, c, &n, &e)) ||
+        kl_pq_write_file(argv[2], c, n, &o, &info, &e)) {
         fprintf(stderr, "parquet-tool write: %s\n", kl_err_what(&e));
         return 1;
     }

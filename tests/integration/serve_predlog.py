@@ -85,6 +85,8 @@ repo = os.path.join(d, "repo")
 os.makedirs(os.path.join(repo, "ctr", "1"))
 for fn in list(meta["files"]) + ["meta.json"]:
     shutil.copy(os.path.join(d, "model", fn), os.path.join(repo, "ctr", "1"))
+with open(os.path.join(repo, "ctr", "config.yaml"), "w") as f:
+    f.write("monitor: {psi: 0.25}\n")   # the report's drift table uses the served thresholds
 
 live = list(csv.DictReader(open(os.path.join(d, "live.csv"))))
 
@@ -227,7 +229,8 @@ check("predlog_manifest_lists_parts", man["format"] == "keel-prediction-log-1" a
       len(man["files"]) == len(parts) and man["rows"]["accepted"] == n_expected, man)
 check("predlog_keeps_version_files",
       sha256(os.path.join(log, "ctr", "versions", "1", "profile.json")) == sha256(os.path.join(repo, "ctr", "1", "profile.json"))
-      and os.path.exists(os.path.join(log, "ctr", "versions", "1", "features.json")))
+      and os.path.exists(os.path.join(log, "ctr", "versions", "1", "features.json")) and
+      json.load(open(os.path.join(log, "ctr", "versions", "1", "monitor.json")))["thresholds"]["psi"] == 0.25)
 L = rows_of(os.path.join(log, "ctr", "labels"))
 check("predlog_labels_logged", len(L) == 203 and {r["request_id"] for r in L} >= {"p0", "p199", "p200", "nope"}, len(L))
 
@@ -281,7 +284,8 @@ html = open(os.path.join(d, "report.html")).read() if r.returncode == 0 else ""
 check("predlog_report_written", r.returncode == 0, r.stderr[-400:])
 check("predlog_report_sections", all(s in html for s in (
     "<h2>Model ctr", "<h3>Version 1", "class=\"drift\"", "Thresholds: PSI", "class=\"ref\"", "class=\"live\"",
-    "Quality over time", "Latency over time", "item_price", "cat=books", "201 labelled")), html[:300])
+    "Quality over time", "Latency over time", "item_price", "cat=books", "201 labelled",
+    "PSI &ge; 0.25", "the thresholds this version was served with")), html[:300])
 check("predlog_report_self_contained", "<script" not in html and not re.search(r"(src|href)=\"https?:", html) and
       "<link" not in html, re.findall(r"(?:src|href)=\"[^\"]*", html)[:3])
 r = keel("monitor", "report", "--log", "log", "--since", "2099-01-01T00:00Z", "--out", "later.html")

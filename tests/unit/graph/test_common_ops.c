@@ -625,3 +625,66 @@ KL_TEST(graph_pad_modes_reference) {
                 kl_graph_free(g);
             }
 }
+
+/* ---- Mul(x, HardSigmoid(x)) -> HardSwish fused into the Conv before it
+ * (PyTorch's hardswish before opset 14; MobileNetV3) ---- */
+
+static kl_graph *conv_hswish_graph(float alpha, int optimize, kl_err *e) {
+    kl_graph *g = ktg_new(13);
+    ktg_rand_state = 0x5eed; /* the same weights in every graph */
+    ktg_io(g, "x", 0);
+    int64_t wd[4] = {20, 3, 3, 3}, m = 20;
+    kl_tensor *w = ktg_tensor(KL_F32, 4, wd, NULL), *b = ktg_tensor(KL_F32, 1, &m, NULL);
+    for (int64_t i = 0; i < kl_tensor_numel(w); i++) ((float *)w->data)[i] = (float)(ktg_rand() * 2 - 1);
+    for (int64_t i = 0; i < m; i++) ((float *)b->data)[i] = (float)(ktg_rand() * 4 - 2);
+    ktg_init(g, "w", w), ktg_init(g, "b", b);
+    kl_tensor_free(w), kl_tensor_free(b);
+    int64_t pads[4] = {1, 1, 1, 1};
+    ktg_attr_ints(g, ktg_node(g, "Conv", "x,w,b", "c"), "pads", 4, pads);
+    int hs = ktg_node(g, "HardSigmoid", "c", "h");
+    ktg_attr_f(g, hs, "alpha", alpha);
+    ktg_attr_f(g, hs, "beta", 0.5f);
+    ktg_node(g, "Mul", "h,c", "y"); /* either order */
+    ktg_io(g, "y", 1);
+    if (kl_graph_finalize(g, e) || (optimize && kl_graph_optimize(g, 1, e))) {
+        kl_graph_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static int live_ops(const kl_graph *g, const char *op) {
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++) c += !g->nodes[i].dead && !strcmp(g->nodes[i].op_type, op);
+    return c;
+}
+
+KL_TEST(graph_hardswish_fused_into_conv) {
+    kl_err e = {0};
+    const float sixth = (float)(1.0 / 6.0);
+    for (int variant = 0; variant < 2; variant++) { /* 0: the hardswish gate, 1: another slope (left alone) */
+        float alpha = variant ? 0.2f : sixth;
+        kl_graph *ref = conv_hswish_graph(alpha, 0, &e), *opt = conv_hswish_graph(alpha, 1, &e);
+        KT_CHECK(ref && opt);
+        KT_EQ_INT(live_ops(opt, "HardSigmoid"), variant);
+        KT_EQ_INT(live_ops(opt, "Mul"), variant);
+        KT_EQ_INT(live_ops(opt, "HardSwish"), 0); /* fused into the conv when made */
+        int fused = 0;
+        for (int i = 0; i < opt->n_nodes; i++)
+            if (!opt->nodes[i].dead && strstr(opt->nodes[i].op_type, "Conv"))
+                fused = kl_gnode_attr_int(&opt->nodes[i], "_act", 0) == 3;
+        KT_EQ_INT(fused, !variant);
+        int64_t xd[4] = {2, 3, 9, 11};
+        kl_tensor *x = ktg_tensor(KL_F32, 4, xd, NULL), *y0 = NULL, *y1 = NULL;
+        for (int64_t i = 0; i < kl_tensor_numel(x); i++) ((float *)x->data)[i] = (float)(ktg_rand() * 6 - 3);
+        KT_OK(ktg_run(ref, &x, 1, &y0, &e), &e);
+        KT_OK(ktg_run(opt, &x, 1, &y1, &e), &e);
+        KT_EQ_INT(kl_tensor_numel(y0), kl_tensor_numel(y1));
+        for (int64_t i = 0; i < kl_tensor_numel(y0); i++) {
+            float a = ((float *)y0->data)[i], b = ((float *)y1->data)[i];
+            KT_CHECKF(fabsf(a - b) <= 1e-5f * fmaxf(1.0f, fabsf(a)), "element %lld: %g vs %g", (long long)i, a, b);
+        }
+        kl_tensor_free(x), kl_tensor_free(y0), kl_tensor_free(y1);
+        kl_graph_free(ref), kl_graph_free(opt);
+    }
+}

@@ -217,3 +217,72 @@ KL_TEST(graph_quant_errors) {
     kl_graph_free(g);
     kl_tensor_free(S), kl_tensor_free(S1), kl_tensor_free(X), kl_tensor_free(XI);
 }
+
+/* A QDQ Conv chain: x -> Q -> DQ -> Conv(DQ(W), DQ(bias)) -> Relu -> Q -> DQ
+ * -> y, with the bias scale x_scale * w_scale (fused) or twice it (left in
+ * float); the live op counts after kl_graph_optimize. */
+static kl_graph *qdq_conv_graph(float bias_scale_factor) {
+    kl_graph *g = ktg_new(13);
+    int64_t dw[4] = {2, 3, 3, 3}, d2[1] = {2}, d1[1] = {1};
+    int8_t w[54];
+    for (int i = 0; i < 54; i++) w[i] = (int8_t)(i * 7 % 41 - 20);
+    float ws[2] = {0.02f, 0.03f}, xs = 0.1f, ys = 0.2f,
+          bs[2] = {xs * ws[0] * bias_scale_factor, xs * ws[1] * bias_scale_factor};
+    int8_t wz[2] = {0, 0};
+    int32_t bq[2] = {10, -20};
+    uint8_t xz = 128, yz = 0;
+    kl_tensor *t[] = {ktg_tensor(KL_I8, 4, dw, w),   ktg_tensor(KL_F32, 1, d2, ws),  ktg_tensor(KL_I8, 1, d2, wz),
+                      ktg_tensor(KL_I32, 1, d2, bq), ktg_tensor(KL_F32, 1, d2, bs),  ktg_tensor(KL_F32, 1, d1, &xs),
+                      ktg_tensor(KL_U8, 1, d1, &xz), ktg_tensor(KL_F32, 1, d1, &ys), ktg_tensor(KL_U8, 1, d1, &yz)};
+    const char *names[] = {"wq", "ws", "wz", "bq", "bs", "xs", "xz", "ys", "yz"};
+    for (int i = 0; i < 9; i++) ktg_init(g, names[i], t[i]), kl_tensor_free(t[i]);
+    ktg_io(g, "x", 0);
+    ktg_node(g, "QuantizeLinear", "x,xs,xz", "xq");
+    ktg_node(g, "DequantizeLinear", "xq,xs,xz", "xd");
+    int k = ktg_node(g, "DequantizeLinear", "wq,ws,wz", "wd");
+    ktg_attr_i(g, k, "axis", 0);
+    k = ktg_node(g, "DequantizeLinear", "bq,bs", "bd");
+    ktg_attr_i(g, k, "axis", 0);
+    k = ktg_node(g, "Conv", "xd,wd,bd", "c");
+    int64_t pads[4] = {1, 1, 1, 1};
+    ktg_attr_ints(g, k, "pads", 4, pads);
+    ktg_node(g, "Relu", "c", "r");
+    ktg_node(g, "QuantizeLinear", "r,ys,yz", "rq");
+    ktg_node(g, "DequantizeLinear", "rq,ys,yz", "y");
+    ktg_io(g, "y", 1);
+    return g;
+}
+
+static int live_ops(const kl_graph *g, const char *op) {
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++) c += !g->nodes[i].dead && !strcmp(g->nodes[i].op_type, op);
+    return c;
+}
+
+KL_TEST(graph_quant_qdq_pass) {
+    kl_err e = {0};
+    for (int variant = 0; variant < 2; variant++) {
+        kl_graph *g = qdq_conv_graph(variant ? 2.0f : 1.0f);
+        KT_OK(kl_graph_finalize(g, &e), &e);
+        KT_OK(kl_graph_optimize(g, 1, &e), &e);
+        if (variant == 0) { /* fused: Q(x), QLinearConv with the Relu as clamps, the last DQ */
+            KT_EQ_INT(live_ops(g, "QLinearConv"), 1);
+            KT_EQ_INT(live_ops(g, "Conv") + live_ops(g, "Relu"), 0);
+            KT_EQ_INT(live_ops(g, "DequantizeLinear"), 1);
+        } else { /* a bias of another scale: the chain stays float */
+            KT_EQ_INT(live_ops(g, "QLinearConv"), 0);
+            KT_CHECK(live_ops(g, "Conv") + live_ops(g, "NchwcConv") == 1); /* float (maybe channel-blocked) */
+        }
+        /* both run and give a uint8-grid result */
+        int64_t dx[4] = {1, 3, 5, 5};
+        kl_tensor *X = ktg_tensor(KL_F32, 4, dx, NULL), *out[1] = {0};
+        for (int i = 0; i < 75; i++) ktg_set(X, i, (ktg_rand() - 0.5) * 20);
+        KT_OK(ktg_run(g, &X, 1, out, &e), &e);
+        for (int i = 0; i < 50; i++) {
+            double v = ktg_get(out[0], i) / 0.2;
+            KT_CHECK(fabs(v - nearbyint(v)) < 1e-3 && v >= 0);
+        }
+        kl_tensor_free(out[0]), kl_tensor_free(X);
+        kl_graph_free(g);
+    }
+}

@@ -112,7 +112,10 @@ static void gemm_case(int64_t M, int64_t N, int64_t K, int au, int bu, int zb_co
             memset(c, 0x5a, (size_t)(M * N) * 4);
             kl_qgemm_out o = {0};
             o.bias = bias, o.ysm = N, o.ysn = 1;
-            if (out_kind == 0) o.c = c;
+            if (out_kind == 4) /* uint8 column by column (a conv's NCHW output): y[m + n * M] */
+                o.y = c, o.ydt = KL_U8, o.mult = mult, o.mult_per_col = 1, o.yzp = 7, o.lo = 0, o.hi = 255, o.ysm = 1,
+                o.ysn = M;
+            else if (out_kind == 0) o.c = c;
             else if (out_kind == 1) o.yf = yf, o.mult = mult, o.mult_per_col = 1, o.fbias = fb;
             else
                 o.y = c, o.ydt = out_kind == 2 ? KL_U8 : KL_I8, o.mult = mult, o.mult_per_col = 0,
@@ -127,6 +130,10 @@ static void gemm_case(int64_t M, int64_t N, int64_t K, int au, int bu, int zb_co
                     KT_CHECKF(c[i] == (int32_t)ref[i], "level %d M%lld N%lld K%lld: c[%lld] %d != %lld", f,
                               (long long)M, (long long)N, (long long)K, (long long)i, c[i], (long long)ref[i]);
                 else if (out_kind == 1) KT_CHECK(yf[i] == (float)(int32_t)ref[i] * mult[n] + fb[n]);
+                else if (out_kind == 4)
+                    KT_CHECKF(((uint8_t *)c)[i / N + n * M] == ref_requant(ref[i], mult[n], 7, 0, 255),
+                              "level %d M%lld N%lld: column store at %lld", f, (long long)M, (long long)N,
+                              (long long)i);
                 else if (out_kind == 2)
                     KT_CHECKF(((uint8_t *)c)[i] == ref_requant(ref[i], mult[0], 7, 7, 255), "level %d i %lld", f,
                               (long long)i);
@@ -144,7 +151,7 @@ KL_TEST(tensor_qgemm_vs_ref) {
     for (size_t s = 0; s < KL_ARRAY_LEN(shapes); s++)
         for (int au = 0; au < 2; au++)
             for (int bu = 0; bu < 2; bu++)
-                for (int kind = 0; kind < 4; kind++) {
+                for (int kind = 0; kind < 5; kind++) {
                     gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], au, bu, (int)(s + kind) % 2, kind);
                     if (kt_failed()) return;
                 }
@@ -232,7 +239,9 @@ KL_TEST(tensor_qconv_vs_ref) {
             conv_case(2, 16, 16, 16, 9, 9, 3, 2, 1, 1, xu, wu);
             conv_case(1, 6, 6, 6, 8, 13, 5, 1, 2, 2, xu, wu);
             conv_case(1, 7, 33, 1, 6, 5, 1, 1, 1, 0, xu, wu);
-            conv_case(3, 8, 20, 1, 5, 6, 1, 1, 1, 0, xu, wu); /* 1x1: the image is A */
+            conv_case(3, 8, 20, 1, 5, 6, 1, 1, 1, 0, xu, wu);  /* 1x1: the image is A */
+            conv_case(2, 32, 40, 1, 8, 9, 3, 1, 1, 0, xu, wu); /* 32 x 32 transpose tiles */
+            conv_case(1, 64, 16, 1, 8, 8, 1, 1, 1, 0, xu, wu);
             if (kt_failed()) return;
         }
 }
