@@ -178,58 +178,55 @@ static void drop_expr(char *buf, size_t n, const char *sel, const char *metric, 
              indent, indent, sel, metric, indent, indent, sel, metric, indent);
 }
 
-/* Accuracy: the drop past accuracy_drop and significant — a two-proportion
- * z-test of the live accuracy (n labels) against the reference's (its
- * validation rows, keel_model_quality_samples{window="reference"}):
- * (ref - live) / sqrt(ref (1 - ref) (1/n + 1/n_ref)) > z, z the one-sided
- * normal quantile of quality_p_value (2.33 at 0.01). The reference
- * is a sample too: without its variance a small validation split would flag
+/* A quality drop alert: (ref - live) of metric past drop, and significant —
+ * that difference over its standard error (se: PromQL dividing the drop,
+ * from "/" on) above z, the one-sided normal quantile of quality_p_value
+ * (2.33 at 0.01) — with at least min_labels labels. The reference is a
+ * sample too: without its variance a small validation split would flag
  * same-distribution traffic. */
-static void accuracy_alert(rules_ctx *x) {
-    const sv_alert_cfg *a = &x->cfg->alert;
-    double p = a->quality_p_value, z = sqrt(kl_stat_chi2_quantile(2 * p, 1));
-    char d0[1536], d1[1536], ref[640], expr[8192], desc[640], sum[SV_NAME_MAX + 64];
-    drop_expr(d0, sizeof d0, x->sel, "accuracy", "");
-    drop_expr(d1, sizeof d1, x->sel, "accuracy", "  ");
-    snprintf(ref, sizeof ref, "keel_model_quality{%s, metric=\"accuracy\", window=\"reference\"}", x->sel);
-    snprintf(expr, sizeof expr,
-             "%s > %.6g\nand on(model, version, window)\n(\n%s\n  / on(model, version, window)\n  sqrt(\n    (\n"
-             "      1 / keel_model_quality_samples{%s, window!=\"reference\"}\n      + ignoring(window) group_left\n"
-             "      1 / keel_model_quality_samples{%s, window=\"reference\"}\n    )\n    * on(model, version) "
-             "group_left()\n    (%s * (1 - %s))\n  )\n) > %.4f\nand on(model, version, window)\n"
-             "keel_model_quality_samples{%s, window!=\"reference\"} >= %lld",
-             d0, a->accuracy_drop, d1, x->sel, x->sel, ref, ref, z, x->sel, (long long)a->min_labels);
-    snprintf(desc, sizeof desc,
-             "Accuracy on the labels of the last {{ $labels.window }} is {{ $value }} below the validation rows' "
-             "(meta.json; alert above %.6g when significant at p < %g, z > %.4f, with at least %lld labels; version "
-             "{{ $labels.version }}).",
-             a->accuracy_drop, p, z, (long long)a->min_labels);
-    snprintf(sum, sizeof sum, "Accuracy of model %s dropping", x->model);
-    alert(x, "KeelModelAccuracyDrop", expr, a->alert_for_s, "ticket", sum, desc);
-}
-
-/* AUC: the drop past auc_drop and significant — (ref - live) over the
- * standard error of the difference the server computes (metric="auc_se":
- * Hanley & McNeil's, live class counts, the reference's validation rows at
- * the live class balance) above z, as the accuracy test. */
-static void auc_alert(rules_ctx *x) {
+static void drop_alert(rules_ctx *x, const char *name, const char *metric, const char *what, double drop,
+                       const char *se) {
     const sv_alert_cfg *a = &x->cfg->alert;
     double p = a->quality_p_value, z = sqrt(kl_stat_chi2_quantile(2 * p, 1));
     char d0[1536], d1[1536], expr[8192], desc[640], sum[SV_NAME_MAX + 64];
-    drop_expr(d0, sizeof d0, x->sel, "auc", "");
-    drop_expr(d1, sizeof d1, x->sel, "auc", "  ");
+    drop_expr(d0, sizeof d0, x->sel, metric, "");
+    drop_expr(d1, sizeof d1, x->sel, metric, "  ");
     snprintf(expr, sizeof expr,
-             "%s > %.6g\nand on(model, version, window)\n(\n%s\n  / ignoring(metric)\n  keel_model_quality{%s, "
-             "metric=\"auc_se\", window!=\"reference\"}\n) > %.4f\nand on(model, version, window)\n"
+             "%s > %.6g\nand on(model, version, window)\n(\n%s\n%s\n) > %.4f\nand on(model, version, window)\n"
              "keel_model_quality_samples{%s, window!=\"reference\"} >= %lld",
-             d0, a->auc_drop, d1, x->sel, z, x->sel, (long long)a->min_labels);
+             d0, drop, d1, se, z, x->sel, (long long)a->min_labels);
     snprintf(desc, sizeof desc,
-             "AUC on the labels of the last {{ $labels.window }} is {{ $value }} below the validation rows' "
+             "%s on the labels of the last {{ $labels.window }} is {{ $value }} below the validation rows' "
              "(meta.json; alert above %.6g when significant at p < %g, z > %.4f, with at least %lld labels; version "
              "{{ $labels.version }}).",
-             a->auc_drop, p, z, (long long)a->min_labels);
-    snprintf(sum, sizeof sum, "AUC of model %s dropping", x->model);
-    alert(x, "KeelModelAUCDrop", expr, a->alert_for_s, "ticket", sum, desc);
+             what, drop, p, z, (long long)a->min_labels);
+    snprintf(sum, sizeof sum, "%s of model %s dropping", what, x->model);
+    alert(x, name, expr, a->alert_for_s, "ticket", sum, desc);
+}
+
+/* Accuracy: a two-proportion z-test of the live accuracy (n labels) against
+ * the reference's (its validation rows, keel_model_quality_samples{window=
+ * "reference"}): se = sqrt(ref (1 - ref) (1/n + 1/n_ref)). */
+static void accuracy_alert(rules_ctx *x) {
+    char ref[640], se[2048];
+    snprintf(ref, sizeof ref, "keel_model_quality{%s, metric=\"accuracy\", window=\"reference\"}", x->sel);
+    snprintf(se, sizeof se,
+             "  / on(model, version, window)\n  sqrt(\n    (\n"
+             "      1 / keel_model_quality_samples{%s, window!=\"reference\"}\n      + ignoring(window) group_left\n"
+             "      1 / keel_model_quality_samples{%s, window=\"reference\"}\n    )\n    * on(model, version) "
+             "group_left()\n    (%s * (1 - %s))\n  )",
+             x->sel, x->sel, ref, ref);
+    drop_alert(x, "KeelModelAccuracyDrop", "accuracy", "Accuracy", x->cfg->alert.accuracy_drop, se);
+}
+
+/* AUC: se is the standard error of the difference the server computes
+ * (metric="auc_se": Hanley & McNeil's, live class counts, the reference's
+ * validation rows at the live class balance). */
+static void auc_alert(rules_ctx *x) {
+    char se[1024];
+    snprintf(se, sizeof se, "  / ignoring(metric)\n  keel_model_quality{%s, metric=\"auc_se\", window!=\"reference\"}",
+             x->sel);
+    drop_alert(x, "KeelModelAUCDrop", "auc", "AUC", x->cfg->alert.auc_drop, se);
 }
 
 static void quality_group(rules_ctx *x) {

@@ -9,6 +9,7 @@
 //   node parquet_duckdb.mjs sql STMT...    runs statements (COPY ... TO for test files)
 //   node parquet_duckdb.mjs time STMT      runs STMT 5 times (after a warm-up), prints seconds
 import { createRequire } from 'module';
+import { jsval, fmt } from './parquet_json.mjs';
 const require = createRequire(process.env.DUCKDB_NODE_PATH + '/');
 const { DuckDBInstance } = require('@duckdb/node-api');
 
@@ -17,26 +18,6 @@ const conn = await inst.connect();
 await conn.run('SET enable_geoparquet_conversion = false');
 const q = (s) => "'" + s.replace(/'/g, "''") + "'";
 const id = (s) => '"' + s.replace(/"/g, '""') + '"';
-
-function jsval(v, t) {
-  if (v === null || v === undefined) return null;
-  if (typeof v === 'bigint') {
-    if (v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER)) return Number(v);
-    return { big: v.toString() };
-  }
-  if (typeof v === 'number') {
-    if (Number.isNaN(v)) return 'NaN';
-    if (v === Infinity) return 'Infinity';
-    if (v === -Infinity) return '-Infinity';
-    return v;
-  }
-  return v;
-}
-
-function fmt(x) {
-  return JSON.stringify(x, (k, v) => (v && typeof v === 'object' && 'big' in v ? '@@' + v.big + '@@' : v))
-    .replace(/"@@(-?\d+)@@"/g, '$1');
-}
 
 async function dump(file) {
   const desc = await conn.runAndReadAll(`DESCRIBE SELECT * FROM read_parquet(${q(file)})`);

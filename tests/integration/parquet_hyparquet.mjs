@@ -6,6 +6,7 @@
 //                                             as hex, int64 outside ±2^53 exact; nested columns as JSON
 //                                             text: type "json")
 import { createRequire } from 'module';
+import { jsval as sharedJsval, fmt } from './parquet_json.mjs';
 import { readFileSync } from 'fs';
 const require = createRequire(process.env.HYPARQUET_NODE_PATH + '/');
 const { parquetMetadata, parquetRead } = await import(require.resolve('hyparquet'));
@@ -24,19 +25,7 @@ const parsers = {
 const hex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 
 function jsval(v) {
-  if (v === null || v === undefined) return null;
-  if (typeof v === 'bigint') {
-    if (v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER)) return Number(v);
-    return { big: v.toString() };
-  }
-  if (typeof v === 'number') {
-    if (Number.isNaN(v)) return 'NaN';
-    if (v === Infinity) return 'Infinity';
-    if (v === -Infinity) return '-Infinity';
-    return v;
-  }
-  if (v instanceof Uint8Array) return hex(v);
-  return v;
+  return v instanceof Uint8Array ? hex(v) : sharedJsval(v);
 }
 
 // nested values as JSON text (BigInts as numbers, bytes as hex)
@@ -46,11 +35,6 @@ function nestedJson(v) {
     if (x instanceof Uint8Array) return hex(x);
     return x;
   }).replace(/"@@(-?\d+)@@"/g, '$1');
-}
-
-function fmt(x) {
-  return JSON.stringify(x, (k, v) => (v && typeof v === 'object' && 'big' in v ? '@@' + v.big + '@@' : v))
-    .replace(/"@@(-?\d+)@@"/g, '$1');
 }
 
 // the top-level columns of the schema (flattened list: element 0 is the root) and their kinds
