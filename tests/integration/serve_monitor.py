@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve"))
-from helpers import KEEL, Server, check, done, sha256, tmpdir  # noqa: E402
+from helpers import KEEL, Server, check, clicks_model_steps, done, sha256, tmpdir  # noqa: E402
 
 d = tmpdir("monitor-")
 
@@ -28,33 +28,7 @@ def keel(*args):
     return subprocess.run([KEEL] + list(args), cwd=d, capture_output=True, text=True, timeout=300)
 
 
-with open(os.path.join(d, "spec.yaml"), "w") as f:
-    f.write("""label: {column: clicked, type: int32}
-features:
-  - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}
-  - {name: log_price, transform: log1p, input: item_price, type: float64, fill: 0}
-  - {name: cat, transform: onehot, input: category, type: string}
-""")
-with open(os.path.join(d, "model.yaml"), "w") as f:
-    f.write("""seed: 1
-input: {shape: [9]}
-layers:
-  - {type: linear, out: 8}
-  - {type: relu}
-  - {type: linear, out: 1}
-loss: {type: bce_with_logits}
-optimizer: {type: adamw, lr: 0.01}
-train: {epochs: 2, batch_size: 64}
-data:
-  dataset: fds
-  label: clicked
-  split: {train: 0.8, val: 0.2, test: 0.0, shuffle: false}
-""")
-os.makedirs(os.path.join(d, "f"))
-steps = [("fit", ["features", "fit", "spec.yaml", "--data", "clickgen:6000:1", "--out", "f/features.json"]),
-         ("apply", ["features", "apply", "f/features.json", "--data", "clickgen:6000:1", "--out", "fds"]),
-         ("train", ["train", "model.yaml", "--out", "model"]),
-         ("live", ["data", "gen-clicks", "live.csv", "--rows", "6000", "--seed", "9"])]
+steps = clicks_model_steps(d) + [("live", ["data", "gen-clicks", "live.csv", "--rows", "6000", "--seed", "9"])]
 for name, args in steps:
     r = keel(*args)
     if not check("monitor_setup_" + name, r.returncode == 0, r.stderr[-400:]):

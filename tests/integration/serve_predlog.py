@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "serve"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "pylib"))
-from helpers import KEEL, Server, check, done, sha256, tmpdir  # noqa: E402
+from helpers import KEEL, Server, check, clicks_model_spec, clicks_model_steps, done, sha256, tmpdir  # noqa: E402
 import duckdb_npm  # noqa: E402
 
 SRC = os.environ.get("KEEL_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -49,34 +49,9 @@ def metric(text, name):
     return float(m.group(1)) if m else None
 
 
-with open(os.path.join(d, "spec.yaml"), "w") as f:
-    f.write("""label: {column: clicked, type: int32}
-features:
-  - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}
-  - {name: log_price, transform: log1p, input: item_price, type: float64, fill: 0}
-  - {name: cat, transform: onehot, input: category, type: string}
-""")
-for name, ds in (("model.yaml", "fds"), ("retrain.yaml", "jf")):
-    with open(os.path.join(d, name), "w") as f:
-        f.write("""seed: 1
-input: {shape: [9]}
-layers:
-  - {type: linear, out: 8}
-  - {type: relu}
-  - {type: linear, out: 1}
-loss: {type: bce_with_logits}
-optimizer: {type: adamw, lr: 0.01}
-train: {epochs: 2, batch_size: 64}
-data:
-  dataset: %s
-  label: clicked
-  split: {train: 0.8, val: 0.2, test: 0.0, shuffle: false}
-""" % ds)
-os.makedirs(os.path.join(d, "f"))
-for name, args in [("fit", ["features", "fit", "spec.yaml", "--data", "clickgen:6000:1", "--out", "f/features.json"]),
-                   ("apply", ["features", "apply", "f/features.json", "--data", "clickgen:6000:1", "--out", "fds"]),
-                   ("train", ["train", "model.yaml", "--out", "model"]),
-                   ("live", ["data", "gen-clicks", "live.csv", "--rows", "2000", "--seed", "9"])]:
+with open(os.path.join(d, "retrain.yaml"), "w") as f:
+    f.write(clicks_model_spec("jf"))
+for name, args in clicks_model_steps(d) + [("live", ["data", "gen-clicks", "live.csv", "--rows", "2000", "--seed", "9"])]:
     r = keel(*args)
     if not check("predlog_setup_" + name, r.returncode == 0, r.stderr[-400:]):
         done()

@@ -150,3 +150,45 @@ def write_meta(vdir, files=("model.onnx",), override=None):
 
 def done():
     sys.exit(1 if failures else 0)
+
+
+# ------------------------------------------------------------------ the monitored clicks model
+# (serve_monitor.py, monitor_alerts.py, serve_predlog.py): three features of the click generator and a small
+# BCE model on them, trained on a features dataset with an 80/20 split
+CLICKS_FEATURES = """label: {column: clicked, type: int32}
+features:
+  - {name: price_z, transform: standardize, input: item_price, type: float64, fill: 0}
+  - {name: log_price, transform: log1p, input: item_price, type: float64, fill: 0}
+  - {name: cat, transform: onehot, input: category, type: string}
+"""
+
+
+def clicks_model_spec(dataset):
+    """the training spec of the clicks model on a features dataset folder"""
+    return """seed: 1
+input: {shape: [9]}
+layers:
+  - {type: linear, out: 8}
+  - {type: relu}
+  - {type: linear, out: 1}
+loss: {type: bce_with_logits}
+optimizer: {type: adamw, lr: 0.01}
+train: {epochs: 2, batch_size: 64}
+data:
+  dataset: %s
+  label: clicked
+  split: {train: 0.8, val: 0.2, test: 0.0, shuffle: false}
+""" % dataset
+
+
+def clicks_model_steps(d):
+    """writes spec.yaml and model.yaml into d; the keel commands (name, args) that fit the features on 6,000
+    generated rows (f/features.json), apply them (fds) and train the model (model), run in d"""
+    with open(os.path.join(d, "spec.yaml"), "w") as f:
+        f.write(CLICKS_FEATURES)
+    with open(os.path.join(d, "model.yaml"), "w") as f:
+        f.write(clicks_model_spec("fds"))
+    os.makedirs(os.path.join(d, "f"), exist_ok=True)
+    return [("fit", ["features", "fit", "spec.yaml", "--data", "clickgen:6000:1", "--out", "f/features.json"]),
+            ("apply", ["features", "apply", "f/features.json", "--data", "clickgen:6000:1", "--out", "fds"]),
+            ("train", ["train", "model.yaml", "--out", "model"])]
