@@ -131,10 +131,12 @@ VBMI_TARGET static void t16x16(const uint8_t *x, int64_t ldx, uint8_t *y, int64_
 }
 
 static int vbmi_ok(void) {
-    static int v = -1;
+    static int vbmi = -1; /* probed once, by whichever thread comes first: atomic */
+    int v = __atomic_load_n(&vbmi, __ATOMIC_RELAXED);
     if (v < 0) {
         __builtin_cpu_init();
         v = kl__pgemm_ok() && __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
+        __atomic_store_n(&vbmi, v, __ATOMIC_RELAXED);
     }
     return v;
 }
