@@ -1,7 +1,8 @@
 # bench/serve/lib_clicks.sh: sourced by the A/B serving benchmarks (monitor.sh, predlog.sh). clicks_ab builds,
 # in the current folder, the monitored clicks model of tests/integration/serve/helpers.py (fit, apply, train on
 # clickgen rows: 2 raw inputs, 9 feature slots, 1 output), two repositories A/ctr/1 and B/ctr/1 holding it, and
-# body.json: a :predict body of 8 records. Needs $K (the keel binary) and $PY.
+# body.json: a :predict body of 8 records. Needs $K (the keel binary) and $PY. ab_start SIDE [serve options]
+# starts `keel serve $w/SIDE` on a free port (pid_SIDE, port_SIDE; its pid appended to $pids).
 clicks_ab() {
   cat > spec.yaml <<'EOF'
 label: {column: clicked, type: int32}
@@ -38,4 +39,12 @@ recs = [{"item_price": float(r["item_price"]) if r["item_price"] else None, "cat
          "ts": r["ts"].replace(" ", "T") + "Z"} for r in rows]
 json.dump({"instances": recs}, open("body.json", "w"))
 EOF
+}
+
+ab_start() {
+  local s=$1 i; shift
+  "$K" serve "$w/$s" --port 0 --workers 1 --http-threads 2 --no-access-log "$@" > "$w/$s.out" 2> "$w/$s.err" &
+  pids="$pids $!"; eval "pid_$s=$!"
+  for i in $(seq 150); do grep -q listening "$w/$s.out" 2>/dev/null && break; sleep 0.1; done
+  eval "port_$s=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/$s.out")"
 }

@@ -22,13 +22,7 @@ clicks_ab
 printf 'monitor: false\n' > A/ctr/config.yaml
 printf 'monitor: %s\n' "${B_MONITOR:-true}" > B/ctr/config.yaml   # B_MONITOR=false: an A/A control run
 export BODY_FILE="$w/body.json"
-start() { # side
-  "$K" serve "$w/$1" --port 0 --workers 1 --http-threads 2 --no-access-log > "$w/$1.out" 2> "$w/$1.err" &
-  pids="$pids $!"; eval "pid_$1=$!"
-  for i in $(seq 150); do grep -q listening "$w/$1.out" 2>/dev/null && break; sleep 0.1; done
-  eval "port_$1=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/$1.out")"
-}
-start A; start B
+ab_start A; ab_start B
 [ "${B_MONITOR:-true}" = false ] || curl -sf "http://127.0.0.1:$port_B/v2/models/ctr/monitor" | grep -q '"monitoring":true' || { echo "B is not monitored" >&2; exit 1; }
 curl -sf "http://127.0.0.1:$port_A/v2/models/ctr/monitor" | grep -q '"monitoring":false' || { echo "A is monitored" >&2; exit 1; }
 for s in A B; do eval "p=\$port_$s"; wrk -t1 -c"$conns" -d1s -s "$here/post.lua" "http://127.0.0.1:$p/v1/models/ctr:predict" > /dev/null; done

@@ -21,15 +21,8 @@ cd "$w"
 . "$here/lib_clicks.sh"
 clicks_ab
 export BODY_FILE="$w/body.json"
-start() { # side [serve options]
-  s=$1; shift
-  "$K" serve "$w/$s" --port 0 --workers 1 --http-threads 2 --no-access-log "$@" > "$w/$s.out" 2> "$w/$s.err" &
-  pids="$pids $!"; eval "pid_$s=$!"
-  for i in $(seq 150); do grep -q listening "$w/$s.out" 2>/dev/null && break; sleep 0.1; done
-  eval "port_$s=$(sed -n 's/.*:\([0-9]*\)$/\1/p' "$w/$s.out")"
-}
-start A
-if [ "${B_LOG:-1}" = 0 ]; then start B; else start B --log-predictions "$w/log"; fi
+ab_start A
+if [ "${B_LOG:-1}" = 0 ]; then ab_start B; else ab_start B --log-predictions "$w/log"; fi
 for s in A B; do eval "p=\$port_$s"; wrk -t1 -c"$conns" -d1s -s "$here/post.lua" "http://127.0.0.1:$p/v1/models/ctr:predict" > /dev/null; done
 : > rows
 cpu() { awk '{print $14 + $15}' "/proc/$1/stat"; }

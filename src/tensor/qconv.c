@@ -261,11 +261,10 @@ __attribute__((target("avx512f,avx512bw"))) static inline void copy_run512(uint8
     }
 }
 
-static void im2col_rows(void *ctx, size_t b, size_t e, int chunk);
-
-__attribute__((target("avx512f,avx512bw"))) static void im2col_rows512(void *ctx, size_t b, size_t e, int chunk) {
-    (void)chunk;
-    const i2c *c = ctx;
+/* The rows [b, e) of the im2col matrix: each output position's receptive
+ * field, group channels contiguous, zero-padded to Kp. wide: the runs are
+ * copied with AVX-512 masked moves (the caller is compiled for it). */
+static inline __attribute__((always_inline)) void im2col_body(const i2c *c, size_t b, size_t e, int wide) {
     const qgeo *g = c->g;
     for (size_t pos = b; pos < e; pos++) {
         int64_t lp = (int64_t)pos % g->ovol, o2 = lp % g->out[2], o1 = lp / g->out[2] % g->out[1],
@@ -276,33 +275,25 @@ __attribute__((target("avx512f,avx512bw"))) static void im2col_rows512(void *ctx
             for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
                 const uint8_t *row =
                     im + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
-                for (int64_t k2 = 0; k2 < g->k[2]; k2++, d += c->Cg)
-                    copy_run512(d, row + (o2 * g->s[2] + k2 * g->d[2]) * c->C, c->Cg);
+                for (int64_t k2 = 0; k2 < g->k[2]; k2++, d += c->Cg) {
+                    const uint8_t *src = row + (o2 * g->s[2] + k2 * g->d[2]) * c->C;
+                    if (wide) copy_run512(d, src, c->Cg);
+                    else memcpy(d, src, (size_t)c->Cg);
+                }
             }
         int64_t used = g->kvol * c->Cg;
         memset(c->a + (int64_t)pos * c->Kp + used, 0, (size_t)(c->Kp - used));
     }
 }
 
+__attribute__((target("avx512f,avx512bw"))) static void im2col_rows512(void *ctx, size_t b, size_t e, int chunk) {
+    (void)chunk;
+    im2col_body(ctx, b, e, 1);
+}
+
 static void im2col_rows(void *ctx, size_t b, size_t e, int chunk) {
     (void)chunk;
-    const i2c *c = ctx;
-    const qgeo *g = c->g;
-    for (size_t pos = b; pos < e; pos++) {
-        int64_t lp = (int64_t)pos % g->ovol, o2 = lp % g->out[2], o1 = lp / g->out[2] % g->out[1],
-                o0 = lp / (g->out[2] * g->out[1]);
-        const uint8_t *im = c->img + (int64_t)pos / g->ovol * c->pimg;
-        uint8_t *d = c->a + (int64_t)pos * c->Kp;
-        for (int64_t k0 = 0; k0 < g->k[0]; k0++)
-            for (int64_t k1 = 0; k1 < g->k[1]; k1++) {
-                const uint8_t *row =
-                    im + ((o0 * g->s[0] + k0 * g->d[0]) * c->pd[1] + o1 * g->s[1] + k1 * g->d[1]) * c->pd[2] * c->C;
-                for (int64_t k2 = 0; k2 < g->k[2]; k2++, d += c->Cg)
-                    memcpy(d, row + (o2 * g->s[2] + k2 * g->d[2]) * c->C, (size_t)c->Cg);
-            }
-        int64_t used = g->kvol * c->Cg;
-        memset(c->a + (int64_t)pos * c->Kp + used, 0, (size_t)(c->Kp - used));
-    }
+    im2col_body(ctx, b, e, 0);
 }
 
 /* ==================================================================
