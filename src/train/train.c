@@ -170,7 +170,7 @@ typedef struct {
     int64_t correct, count;
     double abs_err, sq_err, sum_y, sum_y2; /* mse: over reg_n values */
     int64_t reg_n;
-    double auc; /* binary classifiers' AUC (val_auc_run; NaN: not measured) */
+    double auc; /* binary classifiers' AUC (final_validation; NaN: not measured) */
 } tr_eval;
 
 typedef struct { double mae, rmse, r2, base_rmse; } tr_reg;
@@ -1347,14 +1347,16 @@ static void run_memory_measured(tr_run *r) {
     fprintf(r->rep, "; total peak %s\n", kl_fmt_bytes(tot.peak_allocated, b, sizeof b));
 }
 
-/* A binary classifier's AUC on the validation rows (two-class CE: score z1 -
- * z0; one BCE output: the logit), into fin_val.auc: the reference that
- * serving's live AUC is compared with (meta.json final_metrics.val_auc). */
-static int val_auc_run(tr_run *r, kl_err *e) {
+/* The final validation pass when one is needed: with the best epoch's
+ * weights loaded (reload: fin_val from them), and for a binary classifier
+ * (two-class CE: score z1 - z0; one BCE output: the logit) its AUC into
+ * fin_val.auc, the reference serving's live AUC is compared with (meta.json
+ * final_metrics.val_auc). One pass gives both. */
+static int final_validation(tr_run *r, int reload, kl_err *e) {
     tr_model *m = r->m;
     int64_t K = m->out_numel, n = r->nva;
-    int binary = (r->s->loss == TR_LOSS_CE && K == 2) || (r->s->loss == TR_LOSS_BCE && K == 1);
-    if (!binary || n < 1) return KL_OK;
+    int binary = n > 0 && ((r->s->loss == TR_LOSS_CE && K == 2) || (r->s->loss == TR_LOSS_BCE && K == 1));
+    if (!binary) return reload ? evaluate(m, &r->bv, n, &r->fin_val, NULL, NULL, e) : KL_OK;
     float *all = kl_mem_alloc((size_t)(n * K) * 4, KL_TAG_WORKSPACE);
     int64_t *y = malloc((size_t)n * 8);
     sc_lab *sl = malloc((size_t)n * sizeof *sl);
@@ -1364,6 +1366,7 @@ static int val_auc_run(tr_run *r, kl_err *e) {
         : evaluate(m, &r->bv, n, &ev, all, y, e);
     for (int64_t i = 0; !rc && i < n; i++)
         sl[i] = (sc_lab){K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i], y[i] == 1};
+    if (!rc && reload) r->fin_val = ev;
     if (!rc) r->fin_val.auc = auc_roc(sl, n, 0, NULL);
     kl_mem_free(all);
     free(y);
@@ -1381,10 +1384,9 @@ static int run_artifacts(tr_run *r, kl_err *e) {
     if (r->nva && r->pos.best_epoch >= 0 && kl_path_exists(r->bestp)) {
         if ((rc = kl__train_load_weights(m, r->bestp, e))) return rc;
         r->best_used = 1;
-        if ((rc = evaluate(m, &r->bv, r->nva, &r->fin_val, NULL, NULL, e))) return rc;
-        if ((rc = weights_write(m, r->p, e))) return rc;
     }
-    if ((rc = val_auc_run(r, e))) return rc;
+    if ((rc = final_validation(r, r->best_used, e))) return rc;
+    if (r->best_used && (rc = weights_write(m, r->p, e))) return rc;
     snprintf(r->p, sizeof r->p, "%s/model.onnx", out);
     if ((rc = tr_export_onnx(m, r->p, e))) return rc;
     snprintf(r->p, sizeof r->p, "%s/metrics.csv", out);
