@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 KEEL = os.environ.get("KEEL", "build/keel")
 TMP = os.environ.get("KEEL_TEST_TMP", tempfile.gettempdir())
