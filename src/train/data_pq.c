@@ -532,6 +532,12 @@ void tr_pqs_close(tr_pqs *st) {
 int64_t tr_pqs_units(const tr_pqs *st) { return st->nu; }
 int64_t tr_pqs_unit_rows(const tr_pqs *st, int64_t u) { return st->u[u].nprt; }
 int64_t tr_pqs_rows(const tr_pqs *st) { return st->nprt; }
+void tr_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n) {
+    const pq_unit *un = &st->u[u];
+    snprintf(buf, n, "%s: row group %zu (file rows %lld..%lld, dataset rows %lld..%lld)", st->c.files[un->fi], un->rg,
+             (long long)un->f0, (long long)(un->f0 + un->rows - 1), (long long)un->g0,
+             (long long)(un->g0 + un->rows - 1));
+}
 void tr_pqs_decoded(const tr_pqs *st, int64_t *rows, int64_t *units) {
     *rows = st->rows_decoded;
     *units = st->units_decoded;

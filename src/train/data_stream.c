@@ -152,7 +152,11 @@ static int unit_get(tr_stream *st, int64_t u, st_entry **out, kl_err *e) {
         if (!en->rowid || !en->perm) return kl_err_set(e, KL_ENOMEM, "out of memory");
         tr_array X, Y;
         int rc = tr_pqs_read(st->src, u, &X, &Y, en->rowid, e);
-        if (!rc) rc = st->c.conv(st->c.ctx, &X, &Y, &en->rs, e);
+        if (!rc && (rc = st->c.conv(st->c.ctx, &X, &Y, &en->rs, e))) { /* its rows are numbered within the unit */
+            char where[600];
+            tr_pqs_unit_name(st->src, u, where, sizeof where);
+            kl_err_prefix(e, "%s, its training rows in file order", where);
+        }
         if (rc) return rc;
         if (en->rs.n != n)
             return kl_err_set(e, KL_EINTERNAL, "row group unit %lld: %lld rows, %lld expected", (long long)u,

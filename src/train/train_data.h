@@ -68,6 +68,8 @@ void tr_pqs_close(tr_pqs *st);
 int64_t tr_pqs_units(const tr_pqs *st);
 int64_t tr_pqs_unit_rows(const tr_pqs *st, int64_t u); /* rows of the part in unit u */
 int64_t tr_pqs_rows(const tr_pqs *st);                 /* rows of the part in all */
+/* "FILE: row group G (file rows a..b, dataset rows c..d)", for messages */
+void tr_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n);
 /* Unit u's rows of the part, in file order, as tr_dsrc_load gives them;
  * rowid (tr_pqs_unit_rows entries, or NULL): each one's dataset row. */
 int tr_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid, kl_err *e);

@@ -273,6 +273,12 @@ for j, n in zip(js[1:], (2, 4)):  # its 1/n of the streams: 1/n of the row group
     assert max(j["rank_row_groups_decoded"]) <= one / n + 2 * 2 * 2, (n, j["rank_row_groups_decoded"], one)
 PY
   then pass train_mpi_parquet_row_groups_disjoint_covering; else fail train_mpi_parquet_row_groups_disjoint_covering "$(tail -c 600 "$T/rgs.out")"; fi
+  # a label outside the model's classes (3 classes, 2 outputs): the error names the row group it is in
+  # (no validation rows: the training rows are the ones read by row group, checked as each is decoded)
+  sed 's/out: 3}]/out: 2}]/; s/val: 0.2, //' "$T/rg.yaml" > "$T/rgbad.yaml"
+  train1 "$T/rgbad.yaml" --out "$T/rgbad" --set train.val_fraction=0 > "$T/rgbad.log" 2>&1
+  if [ $? -ne 0 ] && grep -q "rgds/.*\.parquet: row group [0-9]* (file rows [0-9]*\.\.[0-9]*, dataset rows .*label 2 outside the class range" "$T/rgbad.log"; then
+    pass train_mpi_parquet_row_group_error_named; else fail train_mpi_parquet_row_group_error_named "$(tail -c 300 "$T/rgbad.log")"; fi
 else
   fail train_mpi_parquet_row_groups_data "ingest failed: $(tail -c 300 "$T/rg.log")"
 fi
