@@ -52,7 +52,7 @@ done
 import json, os, sys, datetime
 p, rows, rg, b2, a2, b1, a1 = sys.argv[1:8]
 b2, a2 = max(map(float, b2.split())), max(map(float, a2.split()))
-r = {"id": "train-pq-rowgroup-memory", "order": 146, "area": "train-mpi",
+r = {"id": "train-pq-rowgroup-memory", "order": 306, "area": "train-mpi",
      "what": "keel train on Parquet (%s rows x 32 float64, row groups of %s), 2 ranks: peak RSS per rank, whole "
              "arrays / by row group" % (rows, rg),
      "peer": "keel reading the training rows whole", "ratio": round(b2 / a2, 2), "unit": "× less memory per rank",
