@@ -213,6 +213,17 @@ int tr_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x
     return KL_OK;
 }
 
+int tr_stream_cache_grow(tr_stream *st, int cache, kl_err *e) {
+    if (cache <= st->c.cache) return KL_OK;
+    st_entry *ent = realloc(st->ent, (size_t)cache * sizeof *ent);
+    if (!ent) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    memset(ent + st->c.cache, 0, (size_t)(cache - st->c.cache) * sizeof *ent);
+    for (int i = st->c.cache; i < cache; i++) ent[i].unit = -1;
+    st->ent = ent;
+    st->c.cache = cache;
+    return KL_OK;
+}
+
 void tr_stream_stats_get(const tr_stream *st, tr_stream_stats *out) {
     *out = st->stats;
     int64_t rows, units;

@@ -108,4 +108,7 @@ void tr_stream_free(tr_stream *st);
  * [b * B, b * B + its rows)) into x (n, F) and yi or yf. */
 int tr_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf, kl_err *e);
 void tr_stream_stats_get(const tr_stream *st, tr_stream_stats *out);
+/* Keeps up to cache decoded units from now on (a pass over every stream in
+ * turn, as an evaluation of the training rows, needs one per stream). */
+int tr_stream_cache_grow(tr_stream *st, int cache, kl_err *e);
 #endif

@@ -273,6 +273,20 @@ for j, n in zip(js[1:], (2, 4)):  # its 1/n of the streams: 1/n of the row group
     assert max(j["rank_row_groups_decoded"]) <= one / n + 2 * 2 * 2, (n, j["rank_row_groups_decoded"], one)
 PY
   then pass train_mpi_parquet_row_groups_disjoint_covering; else fail train_mpi_parquet_row_groups_disjoint_covering "$(tail -c 600 "$T/rgs.out")"; fi
+  # the fast mode reads the same order: at 2 ranks (4 streams each) the ranks' rows add up to one process's
+  sed 's/, deterministic: true//' "$T/rg.yaml" > "$T/rgfast.yaml"
+  train1 "$T/rgfast.yaml" --out "$T/rgf1" --json > "$T/rgf1.json" 2> "$T/rgf1.err"
+  trainN 2 "$T/rgfast.yaml" --out "$T/rgf2" --json > "$T/rgf2.json" 2> "$T/rgf2.err"
+  if $PYTHON - "$T/rg1.json" "$T/rgf1.json" "$T/rgf2.json" > "$T/rgf.out" 2>&1 <<'PY'
+import json, sys
+d, f1, f2 = [json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:]]
+for k in ("rank_rows", "rank_rows_sum", "rank_rows_sumsq"):
+    assert sum(f1[k]) == sum(f2[k]) == sum(d[k]), (k, d[k], f1[k], f2[k])
+assert len(f2["rank_rows"]) == 2 and min(f2["rank_rows"]) > 0, f2
+assert max(f2["rank_row_groups_decoded"]) < f1["rank_row_groups_decoded"][0], (f1, f2)
+print(f1["rank_row_groups_decoded"], f2["rank_row_groups_decoded"])
+PY
+  then pass train_mpi_parquet_row_groups_fast_2; else fail train_mpi_parquet_row_groups_fast_2 "$(tail -c 400 "$T/rgf.out") $(tail -c 200 "$T/rgf2.err")"; fi
   # a label outside the model's classes (3 classes, 2 outputs): the error names the row group it is in
   # (no validation rows: the training rows are the ones read by row group, checked as each is decoded)
   sed 's/out: 3}]/out: 2}]/; s/val: 0.2, //' "$T/rg.yaml" > "$T/rgbad.yaml"
