@@ -7,7 +7,8 @@
 # DistributedDataParallel (gloo) 2 processes x 1 thread on the same model,
 # per-process batch and optimizer; MLP 784-512-512-10 and the 28x28 CNN of
 # bench/train/run.sh (batch 64 per rank). Medians of REPS runs; writes
-# bench/results/train-mpi-*.json (then tools/bench_table.py render).
+# bench/results/train-mpi-*.json (then tools/bench_table.py render). Meant for a quiet
+# machine (two idle cores): on a loaded one the ratios say little.
 # Usage: bench/train/mpi.sh   (REPS=3 STEPS_MLP=60 STEPS_CNN=30)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -68,8 +69,9 @@ with open(p + ".tmp", "w") as f:
 import os; os.replace(p + ".tmp", p)
 PY
 }
-rec train-mpi-mlp-scaling 140 "data-parallel MLP 784-512-512-10, b128/rank, 2 ranks x 1 thread vs 1 rank x 1 thread, samples/s" "keel 1 rank" "$sc_mlp" "× samples/s (goal >= 1.8)" "1 rank $k1_mlp, 2 ranks $k2_mlp samples/s"
-rec train-mpi-cnn-scaling 141 "data-parallel CNN 28×28, b64/rank, 2 ranks x 1 thread vs 1 rank x 1 thread, samples/s" "keel 1 rank" "$sc_cnn" "× samples/s (goal >= 1.8)" "1 rank $k1_cnn, 2 ranks $k2_cnn samples/s"
-rec train-mpi-mlp-allreduce 142 "data-parallel MLP, 2 ranks: step time with the gradient all-reduce / without (--no-allreduce)" "keel --no-allreduce" "$ar_mlp" "× step time (goal <= 1.1)" "without $k0_mlp, with $k2_mlp samples/s"
-rec train-mpi-mlp-ddp 143 "data-parallel MLP 784-512-512-10, b128/process, 2 x 1 thread, AdamW, samples/s" "PyTorch 1.13 DDP (gloo)" "$vd_mlp" "× samples/s (goal >= 1.5)" "keel $k2_mlp, DDP $p2_mlp samples/s"
-rec train-mpi-cnn-ddp 144 "data-parallel CNN 28×28, b64/process, 2 x 1 thread, AdamW, samples/s" "PyTorch 1.13 DDP (gloo)" "$vd_cnn" "× samples/s (goal >= 1.5)" "keel $k2_cnn, DDP $p2_cnn samples/s"
+rec train-mpi-mlp-scaling 300 "data-parallel MLP 784-512-512-10, b128/rank, 2 ranks x 1 thread vs 1 rank x 1 thread, samples/s" "keel 1 rank" "$sc_mlp" "× samples/s (goal >= 1.8)" "1 rank $k1_mlp, 2 ranks $k2_mlp samples/s"
+rec train-mpi-cnn-scaling 301 "data-parallel CNN 28×28, b64/rank, 2 ranks x 1 thread vs 1 rank x 1 thread, samples/s" "keel 1 rank" "$sc_cnn" "× samples/s (goal >= 1.8)" "1 rank $k1_cnn, 2 ranks $k2_cnn samples/s"
+rec train-mpi-mlp-allreduce 302 "data-parallel MLP, 2 ranks: step time with the gradient all-reduce / without (--no-allreduce)" "keel --no-allreduce" "$ar_mlp" "× step time (goal <= 1.1)" "without $k0_mlp, with $k2_mlp samples/s"
+rec train-mpi-cnn-allreduce 305 "data-parallel CNN 28×28, 2 ranks: step time with the gradient all-reduce / without (--no-allreduce)" "keel --no-allreduce" "$ar_cnn" "× step time (goal <= 1.1)" "without $k0_cnn, with $k2_cnn samples/s"
+rec train-mpi-mlp-ddp 303 "data-parallel MLP 784-512-512-10, b128/process, 2 x 1 thread, AdamW, samples/s" "PyTorch 1.13 DDP (gloo)" "$vd_mlp" "× samples/s (goal >= 1.5)" "keel $k2_mlp, DDP $p2_mlp samples/s"
+rec train-mpi-cnn-ddp 304 "data-parallel CNN 28×28, b64/process, 2 x 1 thread, AdamW, samples/s" "PyTorch 1.13 DDP (gloo)" "$vd_cnn" "× samples/s (goal >= 1.5)" "keel $k2_cnn, DDP $p2_cnn samples/s"

@@ -180,6 +180,11 @@ void kl_pq_scan_stats_get(const kl_pq_reader *r, kl_pq_scan_stats *out);
  * with kl_column_free); an existing one is cleared and refilled (it must be
  * the one the reader created or of the same type). *nrows = 0 at the end. */
 int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t *nrows, kl_err *e);
+/* Exactly row group rg of the selected columns into cols (as
+ * kl_pq_read_batch fills them; *nrows = its rows): random access for a
+ * reader that needs some row groups only (training data sharded by row
+ * group). Resets the read position; predicates are refused. */
+int kl_pq_read_row_group(kl_pq_reader *r, size_t rg, kl_column **cols, size_t *nrows, kl_err *e);
 /* Back to the first row (also ends a vector scan). */
 void kl_pq_rewind(kl_pq_reader *r);
 

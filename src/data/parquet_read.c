@@ -47,6 +47,7 @@ struct pq_vout {
 
 struct pq_scan {
     size_t rg;                 /* next row group */
+    size_t rg_end;             /* 0, or the row group the scan stops before (kl_pq_read_row_group) */
     size_t *need; size_t nneed;/* leaves decoded per row group (selected ∪ predicate) */
     size_t *sel_need;          /* position in need of each selected column */
     kl_column **cols;          /* decoded rows of the current row group, per need */
@@ -1397,7 +1398,7 @@ static int load_prefetch(pq_reader_t *R, kl_err *e) {
     pq_scan *s = R->scan;
     if (s->slot_at >= s->nslot) {
         s->nslot = s->slot_at = 0;
-        while (s->nslot < PQ_PREFETCH && s->rg < R->nrg) {
+        while (s->nslot < PQ_PREFETCH && s->rg < (s->rg_end ? s->rg_end : R->nrg)) {
             size_t g = s->rg++;
             if (R->rgs[g].num_rows == 0) { R->ss.row_groups_skipped++; continue; }
             int rc = slot_cols(R, s, (int)s->nslot, e);
@@ -1601,6 +1602,24 @@ int kl_pq_read_batch(kl_pq_reader *r, size_t max_rows, kl_column **cols, size_t 
     if (!R->scan && (rc = scan_init(R, e))) { scan_free(R); return rc; }
     if (R->scan->vec) return kl_err_set(e, KL_EINVAL, "%s: kl_pq_read_batch during a vector scan (kl_pq_rewind first)", R->name);
     return read_batch(R, max_rows, cols, nrows, e);
+}
+
+int kl_pq_read_row_group(kl_pq_reader *r, size_t rg, kl_column **cols, size_t *nrows, kl_err *e) {
+    pq_reader_t *R = (pq_reader_t *)r;
+    *nrows = 0;
+    if (rg >= R->nrg) return kl_err_set(e, KL_ERANGE, "%s: row group %zu of %zu", R->name, rg, R->nrg);
+    if (R->npreds) return kl_err_set(e, KL_EINVAL, "%s: kl_pq_read_row_group with predicates", R->name);
+    scan_reset(R);
+    int rc = scan_init(R, e);
+    if (rc) {
+        scan_free(R);
+        return rc;
+    }
+    R->scan->rg = rg;
+    R->scan->rg_end = rg + 1;
+    rc = read_batch(R, (size_t)R->rgs[rg].num_rows, cols, nrows, e);
+    scan_reset(R); /* the next read starts from the first row group again */
+    return rc;
 }
 
 static void vec_from(kl_pq_vector *v, const kl_column *c, const pq_vout *vo) {

@@ -227,105 +227,397 @@ static int identify(const char *manifest, char **files, size_t nfiles, tr_dsinfo
     return rc;
 }
 
+/* What every read of a source shares: its files (verified), the columns read
+ * (features, label, split, reference) and the dataset's row count. */
+typedef struct {
+    char **files, *manifest;
+    size_t nfiles, nn, split_i, ref_i;
+    const char **names;
+    int64_t F, total;
+} ds_ctx;
+
+static void ds_close(ds_ctx *c) {
+    free(c->names);
+    for (size_t i = 0; i < c->nfiles; i++) free(c->files[i]);
+    free(c->files);
+    free(c->manifest);
+    memset(c, 0, sizeof *c);
+}
+
+/* Resolves and verifies the files, picks the features from the first file's
+ * schema, counts the rows from every footer, reads the identity. */
+static int ds_open(const tr_dsrc *d, ds_ctx *c, tr_dsinfo *info, kl_err *e) {
+    kl_pq_reader *r = NULL;
+    memset(c, 0, sizeof *c);
+    int rc = kl_dataset_resolve_verify(d->path, (kl_verify_mode)d->verify, &c->files, &c->nfiles, &c->manifest, e);
+    if (rc) {
+        kl_err_prefix(e, "data.dataset");
+        return rc;
+    }
+    if (!c->nfiles) return kl_err_set(e, KL_ENOTFOUND, "data.dataset %s: no Parquet files", d->path);
+    for (size_t fi = 0; fi < c->nfiles; fi++) {
+        if ((rc = kl_pq_open(c->files[fi], &r, e))) return rc;
+        if (fi == 0 && (rc = pick_features(d, r, c->files[fi], info, e))) {
+            kl_pq_close(r);
+            return rc;
+        }
+        uint64_t fr = kl_pq_num_rows(r);
+        kl_pq_close(r);
+        if (fr > (uint64_t)(INT64_MAX / 16 - c->total))
+            return kl_err_set(e, KL_ERANGE, "%s: %llu rows: the dataset's row count overflows", c->files[fi],
+                              (unsigned long long)fr);
+        c->total += (int64_t)fr;
+    }
+    if ((rc = identify(c->manifest, c->files, c->nfiles, info, e))) return rc;
+    c->F = info->nnames;
+    if (c->F && c->total > (INT64_MAX / 16) / (c->F + 1))
+        return kl_err_set(e, KL_ERANGE, "data.dataset %s: %lld rows x %lld features overflow", d->path,
+                          (long long)c->total, (long long)c->F);
+    if (!(c->names = calloc((size_t)c->F + 3, sizeof *c->names))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < c->F; i++) c->names[c->nn++] = info->names[i];
+    c->names[c->nn++] = d->label;
+    c->split_i = c->nn;
+    if (d->split_col) c->names[c->nn++] = d->split_col;
+    c->ref_i = c->nn;
+    if (d->ref_col) c->names[c->nn++] = d->ref_col;
+    return KL_OK;
+}
+
+/* The file has every column the source reads (the error lists its columns). */
+static int ds_columns(const ds_ctx *c, kl_pq_reader *r, const char *file, kl_err *e) {
+    for (size_t i = 0; i < c->nn; i++)
+        if (kl_pq_find_column(r, c->names[i]) < 0)
+            return column_list_error(r, file, i < (size_t)c->F ? "feature" : "label/split", c->names[i], e);
+    return KL_OK;
+}
+
+/* Decoded columns (of one file or row group): numeric types, equal lengths. */
+static int cols_check(const tr_dsrc *d, const ds_ctx *c, const char *file, kl_column **cols, size_t ncols,
+                      int *label_int, kl_err *e) {
+    const kl_column *lc = cols[c->F];
+    if (!is_numeric(lc->type))
+        return kl_err_set(e, KL_ETYPE, "%s: label column '%s' is %s, not numeric", file, d->label,
+                          kl_col_type_name(lc->type));
+    for (int64_t j = 0; j < c->F; j++)
+        if (!is_numeric(cols[j]->type))
+            return kl_err_set(e, KL_ETYPE, "%s: feature column '%s' is %s, not numeric", file, c->names[j],
+                              kl_col_type_name(cols[j]->type));
+    if (lc->type == KL_COL_FLOAT32 || lc->type == KL_COL_FLOAT64) *label_int = 0;
+    for (size_t j = 0; j < ncols; j++)
+        if (cols[j]->len != lc->len)
+            return kl_err_set(e, KL_EPARSE, "%s: column '%s' has %zu rows, the label %zu", file, c->names[j],
+                              cols[j]->len, lc->len);
+    return KL_OK;
+}
+
+/* Output of take_rows: the part's rows appended at n (at most cap rows). */
+typedef struct {
+    double *X, *Y, *ref;
+    int64_t *rowid; /* the dataset row of each, or NULL */
+    int64_t n, cap;
+    int64_t *rows_part; /* [3]: rows counted per part, or NULL */
+} ds_out;
+
+/* The rows of part among len decoded rows (dataset rows g0..): nulls and
+ * non-finite features are errors naming the file, the row and the column. */
+static int take_rows(const tr_dsrc *d, const ds_ctx *c, int part, const char *file, kl_column **cols, size_t len,
+                     int64_t g0, int64_t f0, ds_out *o, kl_err *e) { /* f0: the file's row of decoded row 0 */
+    const kl_column *lc = cols[c->F], *sc = d->split_col ? cols[c->split_i] : NULL,
+                    *rcol = d->ref_col ? cols[c->ref_i] : NULL;
+    int64_t F = c->F;
+    for (size_t i = 0; i < len; i++) {
+        int64_t g = g0 + (int64_t)i;
+        long long fr = (long long)(f0 + (int64_t)i);
+        int p = row_part(d, sc, i, g, c->total);
+        if (p >= 0 && o->rows_part) o->rows_part[p]++;
+        if (part != TR_PART_ALL && p != part) continue;
+        if (o->n >= o->cap)
+            return kl_err_set(e, KL_EPARSE, "%s: more rows decoded than the footers announced (%lld)", file,
+                              (long long)o->cap);
+        int64_t n = o->n;
+        if (kl_column_is_null(lc, i))
+            return kl_err_set(e, KL_EINVAL, "%s: row %lld (dataset row %lld): label column '%s' is null", file, fr,
+                              (long long)g, d->label);
+        o->Y[n] = kl_column_get_f64(lc, i);
+        if (rcol) o->ref[n] = kl_column_is_null(rcol, i) ? NAN : kl_column_get_f64(rcol, i);
+        if (o->rowid) o->rowid[n] = g;
+        for (int64_t j = 0; j < F; j++) {
+            const kl_column *col = cols[j];
+            if (kl_column_is_null(col, i))
+                return kl_err_set(e, KL_EINVAL,
+                                  "%s: row %lld (dataset row %lld): feature column '%s' is null (fill it in the "
+                                  "feature spec or exclude the column)",
+                                  file, fr, (long long)g, c->names[j]);
+            double v = kl_column_get_f64(col, i);
+            if (!isfinite(v))
+                return kl_err_set(e, KL_EINVAL, "%s: row %lld (dataset row %lld): feature column '%s' is %s", file, fr,
+                                  (long long)g, c->names[j], isnan(v) ? "NaN" : "infinite");
+            o->X[n * F + j] = v;
+        }
+        o->n++;
+    }
+    return KL_OK;
+}
+
+static void cols_free(kl_column **cols, size_t ncols) {
+    for (size_t i = 0; i < ncols; i++) kl_column_free(cols[i]);
+    free(cols);
+}
+
+static void arrays_set(tr_array *X, tr_array *Y, int64_t n, int64_t F, int label_int) {
+    X->rank = 2;
+    X->dims[0] = n;
+    X->dims[1] = F;
+    X->n = n * F;
+    X->is_int = 0;
+    Y->rank = 1;
+    Y->dims[0] = n;
+    Y->n = n;
+    Y->is_int = label_int;
+}
+
+static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e);
+
 int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
-    char **files = NULL, *manifest = NULL;
-    size_t nfiles = 0, nn = 0;
-    const char **names = NULL;
+    if (tr_dsrc_streamable(d)) return load_by_units(d, part, X, Y, info_out, e);
+    ds_ctx c;
     kl_column **cols = NULL;
     size_t ncols = 0;
     kl_pq_reader *r = NULL;
     tr_dsinfo info = {0};
     memset(X, 0, sizeof *X);
     memset(Y, 0, sizeof *Y);
-    int rc = kl_dataset_resolve_verify(d->path, (kl_verify_mode)d->verify, &files, &nfiles, &manifest, e);
-    if (rc) { kl_err_prefix(e, "data.dataset"); goto done; }
-    if (!nfiles) { rc = kl_err_set(e, KL_ENOTFOUND, "data.dataset %s: no Parquet files", d->path); goto done; }
-    /* schema from the first file; the total row count from every footer */
-    int64_t total = 0;
-    for (size_t fi = 0; fi < nfiles; fi++) {
-        if ((rc = kl_pq_open(files[fi], &r, e))) goto done;
-        if (fi == 0 && (rc = pick_features(d, r, files[fi], &info, e))) goto done;
-        uint64_t fr = kl_pq_num_rows(r);
-        if (fr > (uint64_t)(INT64_MAX / 16 - total)) { rc = kl_err_set(e, KL_ERANGE, "%s: %llu rows: the dataset's row count overflows", files[fi], (unsigned long long)fr); goto done; }
-        total += (int64_t)fr;
-        kl_pq_close(r);
-        r = NULL;
-    }
-    if ((rc = identify(manifest, files, nfiles, &info, e))) goto done;
-    int64_t F = info.nnames;
-    if (F && total > (INT64_MAX / 16) / (F + 1)) { rc = kl_err_set(e, KL_ERANGE, "data.dataset %s: %lld rows x %lld features overflow", d->path, (long long)total, (long long)F); goto done; }
-    names = calloc((size_t)F + 3, sizeof *names);
-    if (!names) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto done; }
-    for (int64_t i = 0; i < F; i++) names[nn++] = info.names[i];
-    names[nn++] = d->label;
-    size_t split_i = nn, ref_i = 0;
-    if (d->split_col) names[nn++] = d->split_col;
-    if (d->ref_col) {
-        ref_i = nn;
-        names[nn++] = d->ref_col;
-        if (!(info.ref = kl_mem_alloc_e((size_t)(total + 1) * sizeof(double), KL_TAG_DATASET, e))) { rc = KL_ENOMEM; goto done; }
+    int rc = ds_open(d, &c, &info, e);
+    if (rc) goto done;
+    int64_t total = c.total, F = c.F;
+    if (d->ref_col && !(info.ref = kl_mem_alloc_e((size_t)(total + 1) * sizeof(double), KL_TAG_DATASET, e))) {
+        rc = KL_ENOMEM;
+        goto done;
     }
     X->f = kl_mem_alloc_e((size_t)(total * F + 1) * sizeof(double), KL_TAG_DATASET, e);
     Y->f = kl_mem_alloc_e((size_t)(total + 1) * sizeof(double), KL_TAG_DATASET, e);
     if (!X->f || !Y->f) { rc = KL_ENOMEM; goto done; }
-    int64_t g = 0, n = 0;
+    ds_out o = {X->f, Y->f, info.ref, NULL, 0, total, info.rows_part};
+    int64_t g = 0;
     int label_int = 1;
-    for (size_t fi = 0; fi < nfiles; fi++) {
-        if ((rc = kl_pq_open(files[fi], &r, e))) goto done;
-        for (size_t i = 0; i < nn; i++)
-            if (kl_pq_find_column(r, names[i]) < 0) { rc = column_list_error(r, files[fi], i < (size_t)F ? "feature" : "label/split", names[i], e); goto done; }
+    for (size_t fi = 0; fi < c.nfiles; fi++) {
+        if ((rc = kl_pq_open(c.files[fi], &r, e)) || (rc = ds_columns(&c, r, c.files[fi], e))) goto done;
         kl_pq_close(r);
         r = NULL;
-        if ((rc = kl_pq_read_file(files[fi], names, nn, &cols, &ncols, e))) goto done;
-        const kl_column *lc = cols[F], *sc = d->split_col ? cols[split_i] : NULL, *rcol = d->ref_col ? cols[ref_i] : NULL;
-        if (!is_numeric(lc->type)) { rc = kl_err_set(e, KL_ETYPE, "%s: label column '%s' is %s, not numeric", files[fi], d->label, kl_col_type_name(lc->type)); goto done; }
-        for (int64_t j = 0; j < F; j++)
-            if (!is_numeric(cols[j]->type)) { rc = kl_err_set(e, KL_ETYPE, "%s: feature column '%s' is %s, not numeric", files[fi], names[j], kl_col_type_name(cols[j]->type)); goto done; }
-        if (lc->type == KL_COL_FLOAT32 || lc->type == KL_COL_FLOAT64) label_int = 0;
-        size_t len = lc->len;
+        if ((rc = kl_pq_read_file(c.files[fi], c.names, c.nn, &cols, &ncols, e))) goto done;
+        if ((rc = cols_check(d, &c, c.files[fi], cols, ncols, &label_int, e))) goto done;
+        size_t len = cols[F]->len;
         /* X, Y and ref hold total rows: never write past them, whatever the
          * decoder returned (a file changed between the two passes) */
         if ((uint64_t)len > (uint64_t)(total - g)) {
-            rc = kl_err_set(e, KL_EPARSE, "%s: %zu rows decoded, beyond the %lld the footers announced", files[fi], len, (long long)total);
+            rc = kl_err_set(e, KL_EPARSE, "%s: %zu rows decoded, beyond the %lld the footers announced", c.files[fi],
+                            len, (long long)total);
             goto done;
         }
-        for (size_t j = 0; j < ncols; j++)
-            if (cols[j]->len != len) { rc = kl_err_set(e, KL_EPARSE, "%s: column '%s' has %zu rows, the label %zu", files[fi], names[j], cols[j]->len, len); goto done; }
-        for (size_t i = 0; i < len; i++, g++) {
-            int p = row_part(d, sc, i, g, total);
-            if (p >= 0) info.rows_part[p]++;
-            if (part != TR_PART_ALL && p != part) continue;
-            if (kl_column_is_null(lc, i)) { rc = kl_err_set(e, KL_EINVAL, "%s: row %zu (dataset row %lld): label column '%s' is null", files[fi], i, (long long)g, d->label); goto done; }
-            Y->f[n] = kl_column_get_f64(lc, i);
-            if (rcol) info.ref[n] = kl_column_is_null(rcol, i) ? NAN : kl_column_get_f64(rcol, i);
-            for (int64_t j = 0; j < F; j++) {
-                const kl_column *c = cols[j];
-                if (kl_column_is_null(c, i)) { rc = kl_err_set(e, KL_EINVAL, "%s: row %zu (dataset row %lld): feature column '%s' is null (fill it in the feature spec or exclude the column)", files[fi], i, (long long)g, names[j]); goto done; }
-                double v = kl_column_get_f64(c, i);
-                if (!isfinite(v)) { rc = kl_err_set(e, KL_EINVAL, "%s: row %zu (dataset row %lld): feature column '%s' is %s", files[fi], i, (long long)g, names[j], isnan(v) ? "NaN" : "infinite"); goto done; }
-                X->f[n * F + j] = v;
-            }
-            n++;
-        }
-        for (size_t i = 0; i < ncols; i++) kl_column_free(cols[i]);
-        free(cols);
+        if ((rc = take_rows(d, &c, part, c.files[fi], cols, len, g, 0, &o, e))) goto done;
+        g += (int64_t)len;
+        cols_free(cols, ncols);
         cols = NULL;
         ncols = 0;
     }
     info.rows_total = total;
-    X->rank = 2; X->dims[0] = n; X->dims[1] = F; X->n = n * F; X->is_int = 0;
-    Y->rank = 1; Y->dims[0] = n; Y->n = n; Y->is_int = label_int;
-    if (n == 0) { rc = kl_err_set(e, KL_EINVAL, "data.dataset %s: the %s split has no rows", d->path, part == TR_PART_VAL ? "val" : part == TR_PART_TEST ? "test" : "train"); goto done; }
+    arrays_set(X, Y, o.n, F, label_int);
+    if (o.n == 0) {
+        rc = kl_err_set(e, KL_EINVAL, "data.dataset %s: the %s split has no rows", d->path,
+                        part == TR_PART_VAL        ? "val"
+                            : part == TR_PART_TEST ? "test"
+                                                   : "train");
+        goto done;
+    }
 done:
     kl_pq_close(r);
-    for (size_t i = 0; i < ncols; i++) kl_column_free(cols[i]);
-    free(cols);
-    free(names);
-    for (size_t i = 0; i < nfiles; i++) free(files[i]);
-    free(files);
-    free(manifest);
+    cols_free(cols, ncols);
+    ds_close(&c);
     if (rc) { tr_array_free(X); tr_array_free(Y); tr_dsinfo_free(&info); }
     else if (info_out) *info_out = info;
+    else tr_dsinfo_free(&info);
+    return rc;
+}
+
+/* ================================================================ by row group */
+
+typedef struct {
+    size_t fi, rg;
+    int64_t g0, f0, rows, nprt; /* first dataset row, first row in its file, rows, rows of the part */
+} pq_unit;
+
+struct tr_pqs {
+    const tr_dsrc *d;
+    ds_ctx c;
+    int part;
+    pq_unit *u;
+    int64_t nu, nprt;
+    kl_pq_reader *r; /* the file of the last read */
+    size_t r_fi;
+    int64_t rows_decoded, units_decoded;
+};
+
+int tr_dsrc_streamable(const tr_dsrc *d) { return !d->split_col && !d->ref_col; }
+
+/* The row groups of every file; each one's rows of the part from the split's
+ * per-row rule (a function of the dataset row: no decoding). */
+static int pqs_units(tr_pqs *st, tr_dsinfo *info, kl_err *e) {
+    ds_ctx *c = &st->c;
+    int64_t g = 0, cap = 0;
+    for (size_t fi = 0; fi < c->nfiles; fi++) {
+        int64_t f0 = 0;
+        kl_pq_reader *r = NULL;
+        int rc = kl_pq_open(c->files[fi], &r, e);
+        if (!rc) rc = ds_columns(c, r, c->files[fi], e);
+        size_t nrg = rc ? 0 : kl_pq_num_row_groups(r);
+        for (size_t rg = 0; !rc && rg < nrg; rg++) {
+            int64_t rows = (int64_t)kl_pq_row_group_rows(r, rg), k = 0;
+            if (rows < 0 || rows > c->total - g)
+                rc = kl_err_set(e, KL_EPARSE, "%s: row group %zu: %lld rows, beyond the file's", c->files[fi], rg,
+                                (long long)rows);
+            for (int64_t i = 0; !rc && i < rows; i++) {
+                int p = row_part(st->d, NULL, 0, g + i, c->total);
+                if (p >= 0) info->rows_part[p]++;
+                k += st->part == TR_PART_ALL || p == st->part;
+            }
+            if (!rc && k && st->nu == cap) {
+                cap = cap ? 2 * cap : 64;
+                pq_unit *nu = realloc(st->u, (size_t)cap * sizeof *nu);
+                if (!nu) rc = kl_err_set(e, KL_ENOMEM, "out of memory");
+                else st->u = nu;
+            }
+            if (!rc && k) st->u[st->nu++] = (pq_unit){fi, rg, g, f0, rows, k};
+            st->nprt += k;
+            g += rows;
+            f0 += rows;
+        }
+        kl_pq_close(r);
+        if (rc) return rc;
+    }
+    info->rows_total = c->total;
+    return KL_OK;
+}
+
+int tr_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_err *e) {
+    *out = NULL;
+    tr_pqs *st = calloc(1, sizeof *st);
+    if (!st) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    st->d = d;
+    st->part = part;
+    memset(info, 0, sizeof *info);
+    int rc = ds_open(d, &st->c, info, e);
+    if (!rc) rc = pqs_units(st, info, e);
+    if (!rc && !st->nprt)
+        rc = kl_err_set(e, KL_EINVAL, "data.dataset %s: the %s split has no rows", d->path,
+                        part == TR_PART_VAL        ? "val"
+                            : part == TR_PART_TEST ? "test"
+                                                   : "train");
+    if (rc) {
+        tr_pqs_close(st);
+        tr_dsinfo_free(info);
+        return rc;
+    }
+    *out = st;
+    return KL_OK;
+}
+
+void tr_pqs_close(tr_pqs *st) {
+    if (!st) return;
+    kl_pq_close(st->r);
+    ds_close(&st->c);
+    free(st->u);
+    free(st);
+}
+
+int64_t tr_pqs_units(const tr_pqs *st) { return st->nu; }
+int64_t tr_pqs_unit_rows(const tr_pqs *st, int64_t u) { return st->u[u].nprt; }
+int64_t tr_pqs_rows(const tr_pqs *st) { return st->nprt; }
+void tr_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n) {
+    const pq_unit *un = &st->u[u];
+    snprintf(buf, n, "%s: row group %zu (file rows %lld..%lld, dataset rows %lld..%lld)", st->c.files[un->fi], un->rg,
+             (long long)un->f0, (long long)(un->f0 + un->rows - 1), (long long)un->g0,
+             (long long)(un->g0 + un->rows - 1));
+}
+void tr_pqs_decoded(const tr_pqs *st, int64_t *rows, int64_t *units) {
+    *rows = st->rows_decoded;
+    *units = st->units_decoded;
+}
+
+int tr_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid, kl_err *e) {
+    const pq_unit *un = &st->u[u];
+    const char *file = st->c.files[un->fi];
+    kl_column **cols = NULL;
+    size_t got = 0, ns = st->c.nn;
+    int label_int = 1, rc = KL_OK;
+    memset(X, 0, sizeof *X);
+    memset(Y, 0, sizeof *Y);
+    if (!st->r || st->r_fi != un->fi) {
+        kl_pq_close(st->r);
+        st->r = NULL;
+        if ((rc = kl_pq_open(file, &st->r, e)) || (rc = kl_pq_select(st->r, st->c.names, ns, e))) {
+            kl_pq_close(st->r);
+            st->r = NULL;
+            return rc;
+        }
+        st->r_fi = un->fi;
+    }
+    if (!(cols = calloc(ns + 1, sizeof *cols))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    rc = kl_pq_read_row_group(st->r, un->rg, cols, &got, e);
+    if (!rc && (int64_t)got != un->rows)
+        rc = kl_err_set(e, KL_EPARSE, "%s: row group %zu: %zu rows decoded, the footer says %lld", file, un->rg, got,
+                        (long long)un->rows);
+    if (!rc) rc = cols_check(st->d, &st->c, file, cols, ns, &label_int, e);
+    X->f = rc ? NULL : kl_mem_alloc_e((size_t)(un->nprt * st->c.F + 1) * sizeof(double), KL_TAG_DATASET, e);
+    Y->f = rc ? NULL : kl_mem_alloc_e((size_t)(un->nprt + 1) * sizeof(double), KL_TAG_DATASET, e);
+    if (!rc && (!X->f || !Y->f)) rc = KL_ENOMEM;
+    ds_out o = {X->f, Y->f, NULL, rowid, 0, un->nprt, NULL};
+    if (!rc) rc = take_rows(st->d, &st->c, st->part, file, cols, got, un->g0, un->f0, &o, e);
+    if (!rc && o.n != un->nprt)
+        rc = kl_err_set(e, KL_EPARSE, "%s: row group %zu: %lld rows of the part, %lld expected", file, un->rg,
+                        (long long)o.n, (long long)un->nprt);
+    cols_free(cols, ns);
+    if (rc) {
+        tr_array_free(X);
+        tr_array_free(Y);
+        return rc;
+    }
+    arrays_set(X, Y, o.n, st->c.F, label_int);
+    st->rows_decoded += un->rows;
+    st->units_decoded++;
+    return KL_OK;
+}
+
+/* tr_dsrc_load of a source whose split is a per-row rule: row group by row
+ * group, only those holding rows of the part (a contiguous split decodes its
+ * own row groups only), holding the part's rows and one row group. */
+static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
+    tr_pqs *st;
+    tr_dsinfo info;
+    memset(X, 0, sizeof *X);
+    memset(Y, 0, sizeof *Y);
+    int rc = tr_pqs_open(d, part, &st, &info, e), label_int = 1;
+    if (rc) return rc;
+    int64_t F = st->c.F, n = 0;
+    X->f = kl_mem_alloc_e((size_t)(st->nprt * F + 1) * sizeof(double), KL_TAG_DATASET, e);
+    Y->f = kl_mem_alloc_e((size_t)(st->nprt + 1) * sizeof(double), KL_TAG_DATASET, e);
+    if (!X->f || !Y->f) rc = KL_ENOMEM;
+    for (int64_t u = 0; !rc && u < st->nu; u++) {
+        tr_array ux, uy;
+        if ((rc = tr_pqs_read(st, u, &ux, &uy, NULL, e))) break;
+        memcpy(X->f + n * F, ux.f, (size_t)(ux.dims[0] * F) * sizeof(double));
+        memcpy(Y->f + n, uy.f, (size_t)uy.dims[0] * sizeof(double));
+        label_int &= uy.is_int;
+        n += ux.dims[0];
+        tr_array_free(&ux);
+        tr_array_free(&uy);
+    }
+    tr_pqs_close(st);
+    if (!rc) arrays_set(X, Y, n, F, label_int);
+    if (rc) {
+        tr_array_free(X);
+        tr_array_free(Y);
+        tr_dsinfo_free(&info);
+    } else if (info_out) *info_out = info;
     else tr_dsinfo_free(&info);
     return rc;
 }

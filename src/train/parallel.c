@@ -52,6 +52,7 @@ struct tr_par {
     float w;                    /* this step's weight of the rank's gradient */
     int hook_rc;                /* an error inside the hook (reported after the run) */
     kl_err hook_err;
+    uint64_t bytes; /* what the reduction allocated beyond the gradient block (tagged grads) */
 };
 
 static int ilog2(int64_t v) {
@@ -187,14 +188,18 @@ int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allr
         p->gath = kl_mem_alloc_e(v * (size_t)d->world, KL_TAG_GRADS, e);
         p->bufs0 = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e);
         if (!p->leaf || !p->acc || !p->gath || !p->bufs0) return KL_ENOMEM;
+        p->bytes = v * (size_t)(1 + p->levels + d->world) + (size_t)(m->nbuf + 1) * 4;
     } else if (d->world > 1) {
         if (!(p->leaf = kl_mem_alloc_e((size_t)(m->nbuf + 1) * 4, KL_TAG_GRADS, e))) return KL_ENOMEM;
+        p->bytes = (uint64_t)(m->nbuf + 1) * 4; /* the buckets are ranges of the gradient block: no copy */
         if (!no_allreduce && (rc = buckets_make(p, e))) return rc;
     }
     return KL_OK;
 }
 
 double tr_par_compute_s(const tr_par *p) { return p->compute_s; }
+
+uint64_t tr_par_alloc_bytes(const tr_par *p) { return p ? p->bytes : 0; }
 
 void tr_par_even(tr_par *p) { p->even = !p->det; }
 

@@ -78,6 +78,38 @@ static int classes_check(const tr_model *m, const tr_dsinfo *info, kl_err *e) {
     return KL_OK;
 }
 
+/* The Parquet source's feature columns (F) and label classes against the model. */
+static int ds_model_check(const tr_model *m, int64_t F, const tr_dsinfo *info, kl_err *e) {
+    if (F != m->in_numel && info) {
+        kl_buf b;
+        kl_buf_init(&b);
+        for (int i = 0; i < info->nnames; i++) kl_buf_printf(&b, "%s%s", i ? ", " : "", info->names[i]);
+        int rc = kl_err_set(e, KL_ESHAPE, "%s: %lld feature columns (%s), but input.shape has %lld values",
+                            m->spec->ds->path, (long long)F, b.data ? b.data : "", (long long)m->in_numel);
+        kl_buf_free(&b);
+        return rc;
+    }
+    return classes_check(m, info, e);
+}
+
+static void ds_label_name(const tr_model *m, char *yn, size_t n) {
+    snprintf(yn, n, "%s: label '%s'", m->spec->ds->path, m->spec->ds->label);
+}
+
+/* A row group's rows of a source read by row group (data_stream.c): the
+ * checks and conversion of data_check. */
+static int stream_conv(void *ctx, tr_array *X, tr_array *Y, tr_rowset *out, kl_err *e) {
+    const tr_model *m = ctx;
+    char yn[300];
+    tr_data d;
+    memset(&d, 0, sizeof d);
+    ds_label_name(m, yn, sizeof yn);
+    int rc = data_check(m, m->spec->ds->path, yn, X, Y, &d, e);
+    if (rc) return rc;
+    *out = (tr_rowset){d.n, d.x, d.yi, d.yf};
+    return KL_OK;
+}
+
 /* Loads part (TR_PART_*) of the spec's Parquet source (data.dataset). */
 static int data_load_ds(const tr_model *m, int part, tr_data *d, tr_dsinfo *info, kl_err *e) {
     tr_array X = {0}, Y = {0};
@@ -85,20 +117,8 @@ static int data_load_ds(const tr_model *m, int part, tr_data *d, tr_dsinfo *info
     int rc = tr_dsrc_load(m->spec->ds, part, &X, &Y, info, e);
     if (rc) return rc;
     char yn[300];
-    snprintf(yn, sizeof yn, "%s: label '%s'", m->spec->ds->path, m->spec->ds->label);
-    if (X.dims[1] != m->in_numel && info) {
-        kl_buf b;
-        kl_buf_init(&b);
-        for (int i = 0; i < info->nnames; i++) kl_buf_printf(&b, "%s%s", i ? ", " : "", info->names[i]);
-        rc = kl_err_set(e, KL_ESHAPE, "%s: %lld feature columns (%s), but input.shape has %lld values", m->spec->ds->path,
-                        (long long)X.dims[1], b.data ? b.data : "", (long long)m->in_numel);
-        kl_buf_free(&b);
-        tr_array_free(&X);
-        tr_array_free(&Y);
-        tr_dsinfo_free(info);
-        return rc;
-    }
-    rc = classes_check(m, info, e);
+    ds_label_name(m, yn, sizeof yn);
+    rc = ds_model_check(m, X.dims[1], info, e);
     if (!rc) rc = data_check(m, m->spec->ds->path, yn, &X, &Y, d, e);
     else tr_array_free(&X), tr_array_free(&Y);
     if (rc && info) tr_dsinfo_free(info);
@@ -233,22 +253,25 @@ typedef struct {
     int64_t *idx, idx_epoch;
     float *xb; int64_t *yb; float *yfb;
     tr_images *im;                                                  /* image shards */
+    tr_stream *st; /* a Parquet source read by row group (data_stream.c) */
 } tr_batches;
 
 /* Rows [r0, r0 + n) of epoch `epoch`'s order of the arrays: the order is a
  * function of (seed, epoch) only, so a rank takes its rows of a global batch
  * without any exchange. Pointers valid until the next call. */
-static void batch_rows(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t r0, int64_t n, const float **x,
-                       const int64_t **yi, const float **yf) {
+static int batch_rows(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t r0, int64_t n, const float **x,
+                      const int64_t **yi, const float **yf, kl_err *e) {
+    *x = bs->xb;
+    *yi = bs->yb;
+    *yf = bs->yfb;
+    if (bs->st) return tr_stream_rows(bs->st, epoch, r0, n, bs->xb, bs->yb, bs->yfb, e);
     if (bs->idx_epoch != epoch) {
         memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
         if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
         bs->idx_epoch = epoch;
     }
     gather_rows(m, bs->d, bs->idx + r0, n, bs->xb, bs->yb, bs->yfb);
-    *x = bs->xb;
-    *yi = bs->yb;
-    *yf = bs->yfb;
+    return KL_OK;
 }
 
 /* Batch b of epoch `epoch` (of size B, the last may be shorter). Pointers
@@ -268,8 +291,7 @@ static int batches_get(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t
         return KL_OK;
     }
     *nb = KL_MIN(B, bs->n - b * B);
-    batch_rows(bs, m, epoch, b * B, *nb, x, yi, yf);
-    return KL_OK;
+    return batch_rows(bs, m, epoch, b * B, *nb, x, yi, yf, e);
 }
 
 /* Eval-mode pass over the n rows of bs in batches of m->B; returns mean loss
@@ -828,6 +850,9 @@ typedef struct {
     int64_t L;             /* rows the step is planned for: B, or a rank's / micro-batch's share */
     int lead;              /* rank 0: writes every output */
     double rank_s[3 * 64]; /* per rank: step, compute, communication seconds (rank 0, at the end) */
+    tr_pqs *pqs;           /* the training rows of a Parquet source read by row group ... */
+    tr_stream *st;         /* ... in the epoch order of data_stream.c */
+    double rank_d[5 * 64]; /* with st, per rank: tr_stream_stats (rank 0, at the end) */
 } tr_run;
 
 static int run_open(tr_run *r, kl_err *e) {
@@ -874,7 +899,15 @@ static int run_data_images(tr_run *r, kl_err *e) {
 static int run_data_arrays(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
     int rc, ds_val = s->ds && s->ds->has_split && (s->ds->split_col ? s->ds->nvals[1] > 0 : s->ds->frac[1] > 0);
-    if (s->ds) {
+    /* by row group (data_stream.c) unless the validation rows are a seeded draw of the training rows */
+    if (s->ds && tr_dsrc_streamable(s->ds) && (ds_val || s->val_x || s->val_fraction <= 0)) {
+        if ((rc = tr_pqs_open(s->ds, TR_PART_TRAIN, &r->pqs, &r->dsi, e))) return rc;
+        if ((rc = ds_model_check(r->m, r->dsi.nnames, &r->dsi, e))) return rc;
+        if (!ds_val && !s->val_x) {
+            r->ntr = tr_pqs_rows(r->pqs);
+            return KL_OK;
+        }
+    } else if (s->ds) {
         if ((rc = data_load_ds(r->m, TR_PART_TRAIN, &r->d, &r->dsi, e))) return rc;
     } else if ((rc = data_load(r->m, s->x_path, s->y_path, &r->d, e))) return rc;
     if (!s->val_x && !ds_val)
@@ -886,9 +919,10 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
         if ((rc = data_load(r->m, s->val_x, s->val_y, &r->dv, e))) return rc;
     }
     r->vd = &r->dv;
-    r->ntr = r->d.n;
+    r->ntr = r->pqs ? tr_pqs_rows(r->pqs) : r->d.n;
     r->nva = r->dv.n;
-    if (!(r->idx_tr = iota_rows(r->ntr, e)) || !(r->idx_va = iota_rows(r->nva, e))) return KL_ENOMEM;
+    if (!r->pqs && !(r->idx_tr = iota_rows(r->ntr, e))) return KL_ENOMEM;
+    if (!(r->idx_va = iota_rows(r->nva, e))) return KL_ENOMEM;
     return KL_OK;
 }
 
@@ -942,6 +976,10 @@ static int memory_limit_error(const uint64_t plan[5], uint64_t need, uint64_t li
                       big == 3 || big == 4 ? " - a smaller batch_size reduces it" : "");
 }
 
+/* Decoded row groups kept per rank: two per stream of its rows (a leaf's rows
+ * may span two), and two more. */
+static int stream_cache(const tr_spec *s, int world) { return 2 * (int)((s->micro_batches + world - 1) / world) + 2; }
+
 /* steps per epoch and in all; the memory plan, before any allocation of the model */
 static int run_plan(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
@@ -958,6 +996,12 @@ static int run_plan(tr_run *r, kl_err *e) {
     uint64_t plan[5],
         tot = 0,
         data_bytes = (uint64_t)(r->d.n + r->dv.n) * (uint64_t)(m->in_numel * 4 + (r->d.yi ? 8 : m->out_numel * 4));
+    for (int64_t u = 0, big = 0; r->pqs && u < tr_pqs_units(r->pqs); u++) /* the decoded row groups kept */
+        if (tr_pqs_unit_rows(r->pqs, u) > big) {
+            big = tr_pqs_unit_rows(r->pqs, u);
+            data_bytes = (uint64_t)(r->dv.n + big * stream_cache(s, r->dist.world)) *
+                (uint64_t)(m->in_numel * 4 + (s->loss == TR_LOSS_CE ? 8 : m->out_numel * 4));
+        }
     if (r->images) /* the loaders' batch buffers: prefetch + 1 each */
         data_bytes =
             (uint64_t)(2 * (s->img.prefetch ? s->img.prefetch : 2 * (s->img.workers ? s->img.workers : 2)) + 2) *
@@ -983,6 +1027,18 @@ static int run_plan(tr_run *r, kl_err *e) {
         kl_mem_set_budget(r->o->memory_limit);
     }
     return KL_OK;
+}
+
+
+/* the order of a Parquet source read by row group: S = micro_batches streams at any rank count */
+static int run_stream(tr_run *r, kl_err *e) {
+    const tr_spec *s = r->s;
+    tr_stream_cfg c = {
+        s->seed,        s->shuffle,      s->drop_last, r->B, s->micro_batches, stream_cache(s, r->dist.world),
+        r->m->in_numel, r->m->out_numel, stream_conv,  r->m};
+    int rc = tr_stream_new(r->pqs, &c, &r->st, e);
+    r->bt.st = r->st;
+    return rc;
 }
 
 /* parameters (initialised, or train.init), optimizer state, batch buffers, output folders */
@@ -1020,11 +1076,12 @@ static int run_alloc(tr_run *r, kl_err *e) {
     r->lower_better = !strcmp(s->monitor, "val_loss");
     r->pos = (tr_pos){0, 0, 0, r->lower_better ? INFINITY : -INFINITY, -1, 0, 0, 0, 0, s->ls_init, 0, 0};
     r->fin_val = (tr_eval){.loss = NAN};
-    if (!(r->base_tr = malloc((size_t)(r->ntr + 1) * 8))) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    r->bt = (tr_batches){&r->d, r->idx_tr, r->ntr, s->shuffle, r->base_tr,
-                         -1,    r->xb,     r->yb,  r->yfb,     r->images ? &r->imt : NULL};
-    r->bv = (tr_batches){r->vd, r->idx_va, r->nva, 0, r->idx_va, 0, r->xb, r->yb, r->yfb, r->images ? &r->imv : NULL};
-    return KL_OK;
+    if (!(r->base_tr = malloc((size_t)(r->pqs ? 1 : r->ntr + 1) * 8))) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    r->bt = (tr_batches){
+        &r->d, r->idx_tr, r->ntr, s->shuffle, r->base_tr, -1, r->xb, r->yb, r->yfb, r->images ? &r->imt : NULL, NULL};
+    r->bv =
+        (tr_batches){r->vd, r->idx_va, r->nva, 0, r->idx_va, 0, r->xb, r->yb, r->yfb, r->images ? &r->imv : NULL, NULL};
+    return r->pqs ? run_stream(r, e) : KL_OK;
 }
 
 /* --resume with several ranks: rank 0 reads the checkpoint (its outcome first,
@@ -1191,8 +1248,7 @@ static int step_rows_get(void *ctx, int64_t off, int64_t cnt, const float **x, c
         *yf = NULL;
         return KL_OK;
     }
-    batch_rows(&r->bt, r->m, r->pos.epoch, r->pos.batch * r->B + off, cnt, x, yi, yf);
-    return KL_OK;
+    return batch_rows(&r->bt, r->m, r->pos.epoch, r->pos.batch * r->B + off, cnt, x, yi, yf, e);
 }
 
 /* one optimizer step: the batch, forward/loss/gradients, clipping and update */
@@ -1293,6 +1349,20 @@ static int run_epoch_end(tr_run *r, kl_err *e) {
     return KL_OK;
 }
 
+/* by row group: every rank's rows taken and decoded (to rank 0) */
+static int run_stream_stats(tr_run *r, kl_err *e) {
+    if (!r->st) return KL_OK;
+    tr_stream_stats t;
+    tr_stream_stats_get(r->st, &t);
+    double mine[5] = {t.taken, t.sum, t.sumsq, t.rows_decoded, t.units_decoded},
+           *all = calloc((size_t)r->dist.world * 5, sizeof(double));
+    if (!all) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    int rc = tr_dist_allgather(&r->dist, mine, all, sizeof mine, "row counts", e);
+    memcpy(r->rank_d, all, sizeof(double) * 5 * (size_t)KL_MIN(r->dist.world, 64));
+    free(all);
+    return rc;
+}
+
 /* after the last step, several ranks: the final weight check and every
  * rank's step, compute and communication seconds (to rank 0) */
 static int run_ranks_end(tr_run *r, kl_err *e) {
@@ -1305,7 +1375,7 @@ static int run_ranks_end(tr_run *r, kl_err *e) {
     rc = tr_dist_allgather(d, mine, all, sizeof mine, "timings", e);
     memcpy(r->rank_s, all, sizeof(double) * 3 * (size_t)KL_MIN(d->world, 64));
     free(all);
-    return rc;
+    return rc ? rc : run_stream_stats(r, e);
 }
 
 static int run_loop(tr_run *r, kl_err *e) {
@@ -1327,7 +1397,7 @@ static int run_loop(tr_run *r, kl_err *e) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     r->secs = (double)(t1.tv_sec - r->t0.tv_sec) + (double)(t1.tv_nsec - r->t0.tv_nsec) * 1e-9;
-    return r->dist.world > 1 ? run_ranks_end(r, e) : KL_OK;
+    return r->dist.world > 1 ? run_ranks_end(r, e) : run_stream_stats(r, e);
 }
 
 /* --memory-report: the plan against what the allocator measured */
@@ -1396,6 +1466,8 @@ static int run_artifacts(tr_run *r, kl_err *e) {
     if (r->dsi.features_json[0]) { /* a feature output: the model carries its features.json (serve's :predict) */
         snprintf(r->p, sizeof r->p, "%s/features.json", out);
         if ((rc = kl_copy_file(r->dsi.features_json, r->p, e))) return rc;
+        /* the profile's outputs on the training rows read by row group: every stream in turn */
+        if (!r->nva && r->st && (rc = tr_stream_cache_grow(r->st, 2 * (int)r->s->micro_batches + 2, e))) return rc;
         if ((rc = write_profile(m, r->dsi.features_json, out, r->nva ? &r->bv : &r->bt, r->nva ? r->nva : r->ntr, e)))
             return rc;
     }
@@ -1404,13 +1476,26 @@ static int run_artifacts(tr_run *r, kl_err *e) {
                       r->secs, &r->dsi, r->trun ? kl_track_run_id(r->trun) : 0, e);
 }
 
+/* The memory goal's figures (docs/training.md, "Data-parallel training"):
+ * the gradient block, what the reduction adds to it (tr_par_alloc_bytes) and
+ * the allocator's peaks of the grads tag and of everything, this process's. */
+static void mem_figures(const tr_run *r, double f[4]) {
+    kl_mem_stats g, t;
+    kl_mem_stats_get(KL_TAG_GRADS, &g);
+    kl_mem_stats_get(KL_TAG_COUNT, &t);
+    f[0] = (double)r->m->nparams * 4;
+    f[1] = (double)tr_par_alloc_bytes(r->par);
+    f[2] = (double)g.peak_allocated;
+    f[3] = (double)t.peak_allocated;
+}
+
 /* the per-epoch metrics not logged yet (each epoch logs its own), the final ones, the artifacts */
 static int run_track_end(tr_run *r, kl_err *e) {
     const tr_pos *pos = &r->pos;
     const tr_eval *fv = &r->fin_val;
     int rc;
     if ((rc = rows_log(r->trun, &r->rows, &r->rows_logged, e))) return rc;
-    kl_metric_point pts[12 + 3 * 64];
+    kl_metric_point pts[16 + 3 * 64];
     static const char *what[3] = {"step", "compute", "comm"};
     char names[3 * 64][40];
     size_t np = 0;
@@ -1423,6 +1508,10 @@ static int run_track_end(tr_run *r, kl_err *e) {
     if (r->dist.world > 1) pts[np++] = (kl_metric_point){"ranks", pos->step, 0, (double)r->dist.world};
     pts[np++] = (kl_metric_point){"steps", pos->step, 0, (double)pos->step};
     pts[np++] = (kl_metric_point){"train_seconds", pos->step, 0, r->secs};
+    static const char *mem[4] = {"grad_bytes", "bucket_bytes", "grads_peak_bytes", "mem_peak_bytes"};
+    double mf[4];
+    mem_figures(r, mf);
+    for (int j = 0; j < 4; j++) pts[np++] = (kl_metric_point){mem[j], pos->step, 0, mf[j]};
     if (r->nva) pts[np++] = (kl_metric_point){"final_val_loss", pos->step, 0, fv->loss};
     if (r->nva && fv->count)
         pts[np++] = (kl_metric_point){"final_val_accuracy", pos->step, 0, (double)fv->correct / (double)fv->count};
@@ -1436,6 +1525,19 @@ static int run_track_end(tr_run *r, kl_err *e) {
     r->trk = NULL;
     r->trun = NULL;
     return rc;
+}
+
+/* by row group: per rank, the rows taken (and the sums of their dataset
+ * rows + 1 and its squares: the ranks' rows are disjoint and cover the
+ * epochs when the sums add up to one process's), the rows and row groups decoded */
+static void json_stream_stats(FILE *rep, const tr_run *r) {
+    static const char *sn[5] = {"rank_rows", "rank_rows_sum", "rank_rows_sumsq", "rank_rows_decoded",
+                                "rank_row_groups_decoded"};
+    for (int j = 0; r->st && j < 5; j++) {
+        fprintf(rep, ",\"%s\":[", sn[j]);
+        for (int k = 0; k < KL_MIN(r->dist.world, 64); k++) fprintf(rep, "%s%.0f", k ? "," : "", r->rank_d[5 * k + j]);
+        fputc(']', rep);
+    }
 }
 
 static void run_summary(tr_run *r) {
@@ -1454,6 +1556,11 @@ static void run_summary(tr_run *r) {
         if (r->dist.world > 1)
             fprintf(rep, ",\"ranks\":%d,\"compute_seconds\":%.3f,\"comm_seconds\":%.3f", r->dist.world, r->rank_s[1],
                     r->rank_s[2]);
+        json_stream_stats(rep, r);
+        double mf[4];
+        mem_figures(r, mf);
+        fprintf(rep, ",\"grad_bytes\":%.0f,\"bucket_bytes\":%.0f,\"grads_peak_bytes\":%.0f,\"mem_peak_bytes\":%.0f",
+                mf[0], mf[1], mf[2], mf[3]);
         fprintf(rep, ",\"out\":\"%s\"}\n", r->o->out_dir);
         return;
     }
@@ -1493,6 +1600,8 @@ static void run_free(tr_run *r) {
     free(r->idx_va);
     free(r->base_tr);
     tr_optim_free(&r->opt);
+    tr_stream_free(r->st);
+    tr_pqs_close(r->pqs);
     data_free(&r->d);
     data_free(&r->dv);
     tr_dsinfo_free(&r->dsi);
@@ -1677,7 +1786,7 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     if (!xb || !yb || !yfb || !all || !idx || !labels) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
     for (int64_t i = 0; i < d.n; i++) idx[i] = i;
     tr_eval ev;
-    tr_batches bs = {&d, idx, d.n, 0, idx, 0, xb, yb, yfb, o->shards ? &im : NULL};
+    tr_batches bs = {&d, idx, d.n, 0, idx, 0, xb, yb, yfb, o->shards ? &im : NULL, NULL};
     if ((rc = evaluate(m, &bs, d.n, &ev, all, labels, e))) goto fail;
     if (!d.yi && s->loss == TR_LOSS_CE) d.yi = labels, labels = NULL;
     double acc = ev.count ? (double)ev.correct / (double)ev.count : NAN;

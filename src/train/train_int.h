@@ -269,6 +269,10 @@ int tr_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn ge
 /* Every rank's weights hash the same; otherwise an error naming the step. */
 int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e);
 double tr_par_compute_s(const tr_par *p);
+/* Bytes the reduction allocated beyond the gradient block (fast mode: the
+ * running statistics' and the loss's vector; the buckets are ranges of the
+ * gradient block itself; deterministic mode: the tree vectors). */
+uint64_t tr_par_alloc_bytes(const tr_par *p);
 /* Fast mode, image shards: each rank's rows are its loader's batch, its share of nb (tr_par_rank_share). */
 void tr_par_even(tr_par *p);
 /* Rank rank's rows of an nb-row global batch whose rows are dealt to the

@@ -118,7 +118,9 @@ sys.exit(0 if e["split"] == "test" and 0.5 < e["auc"] <= 1 and len(e["confusion"
 sed -e 's/label: clicked/label: clikced/' -e "s|dataset: .*|dataset: $T/o/features|" "$EX/model.yaml" > "$T/badlabel.yaml"
 expect_rc train_parquet_missing_label 1 $KEEL train "$T/badlabel.yaml" --out "$T/m1" --quiet
 if grep -q "label column 'clikced' not found" "$T/err"; then pass train_parquet_missing_label_message; else fail train_parquet_missing_label_message "$(head -c 300 "$T/err")"; fi
-sed -e "s|dataset: .*|dataset: $(dirname "$(ls "$T"/o/dataset/versions/*/part-00000.parquet | head -1)")\n  exclude: [ts]|" "$EX/model.yaml" > "$T/nulls.yaml"
+# (input.shape: the raw dataset's 2 numeric columns; the feature count is checked before any row is read)
+sed -e "s|dataset: .*|dataset: $(dirname "$(ls "$T"/o/dataset/versions/*/part-00000.parquet | head -1)")\n  exclude: [ts]|" \
+  -e 's/shape: \[12\]/shape: [2]/' "$EX/model.yaml" > "$T/nulls.yaml"
 expect_rc train_parquet_null 1 $KEEL train "$T/nulls.yaml" --out "$T/m2" --quiet
 if grep -q "feature column 'item_price' is null" "$T/err"; then pass train_parquet_null_message; else fail train_parquet_null_message "$(head -c 300 "$T/err")"; fi
 

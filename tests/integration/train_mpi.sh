@@ -6,7 +6,8 @@
 # ranks is within 1 % of one process's; a checkpoint taken at 4 ranks resumes
 # at 2 with the same weights as the straight run; kill -9 of one rank stops the
 # others (non-zero exit, a message naming it) and the last checkpoint resumes;
-# a hung rank (SIGSTOP) makes the others fail with the timeout's message.
+# a hung rank (SIGSTOP) makes the others fail with the timeout's message; a Parquet dataset of many
+# row groups is read by row group, each rank its share; the gradient buckets' memory is within the gradient's.
 . "$KEEL_SRC/tests/integration/lib.sh"
 if ! command -v mpirun > /dev/null; then
   fail train_mpi_mpirun "mpirun not found (openmpi-bin, mk/packages.txt: make deps)"; exit 0
@@ -93,6 +94,17 @@ print("val_loss N=1 %.6f N=2 %.6f rel %.4f" % (a["val_loss"], b["val_loss"], rel
 assert rel <= 0.01, rel
 PY
 then pass train_mpi_fast_val_loss_1pct; else fail train_mpi_fast_val_loss_1pct "$(tail -c 300 "$T/f.out") $(tail -c 200 "$T/f2.err")"; fi
+# the memory goal: the gradient buckets add at most the gradient size once per rank (the allocator's figures)
+if $PYTHON - "$T/f1.json" "$T/f2.json" > "$T/fm.out" 2>&1 <<'PY'
+import json, sys
+a, b = (json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:3])
+print(a, b)
+assert a["bucket_bytes"] == 0 and a["grad_bytes"] == b["grad_bytes"] > 0, (a, b)
+assert 0 < b["bucket_bytes"] <= b["grad_bytes"], b
+assert b["grad_bytes"] <= b["grads_peak_bytes"] <= 2 * b["grad_bytes"], b
+assert b["grads_peak_bytes"] <= b["mem_peak_bytes"], b
+PY
+then pass train_mpi_bucket_bytes_within_gradient; else fail train_mpi_bucket_bytes_within_gradient "$(tail -c 400 "$T/fm.out")"; fi
 
 # ---- a checkpoint taken at 4 ranks resumes at 2: the straight run's weights
 # (the crash is the test hook KEEL_TRAIN_CRASH_AT_STEP: the test build's binary where there is one)
@@ -211,6 +223,78 @@ YAML
   else fail train_mpi_parquet_deterministic_1_2 "$(tail -c 300 "$T/p1.log") $(tail -c 300 "$T/p2.log")"; fi
 else
   fail train_mpi_parquet_data "gen-clicks/ingest/features failed: $(tail -c 300 "$T/pq.log")"
+fi
+
+# ---- a Parquet dataset of many uneven row groups, read by row group (docs/training.md, "Parquet by row
+# group"): 1003 rows in row groups of 37 (the last 4 rows), the contiguous train split (802 rows) ends inside
+# a row group, the last global batch is partial (802 = 12 x 64 + 34). Deterministic N = 1, 2, 4: the same
+# weights; every rank's rows are disjoint and cover each epoch (the sums of their dataset rows + 1 and of
+# the squares add up to one process's, which are those of rows 0..801 twice); each rank decodes its share
+# of the row groups only
+$PYTHON - "$T/rg.csv" <<'PY'
+import sys, numpy as np
+r = np.random.RandomState(5); x = r.randn(1003, 4); y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(int) + (x[:, 2] > 1)
+with open(sys.argv[1], "w") as f:
+    f.write("a,b,c,d,y\n")
+    for i in range(1003): f.write("%.6f,%.6f,%.6f,%.6f,%d\n" % (*x[i], y[i]))
+PY
+printf '%s\n' "name: rg" "columns:" "  - {name: a, type: float64}" "  - {name: b, type: float64}" \
+  "  - {name: c, type: float64}" "  - {name: d, type: float64}" "  - {name: y, type: int64}" > "$T/rg_schema.yaml"
+if (cd "$T" && $KEEL ingest rg.csv --schema rg_schema.yaml --out rgds --row-group-rows 37) > "$T/rg.log" 2>&1; then
+  cat > "$T/rg.yaml" <<YAML
+seed: 2
+input: {shape: [4]}
+layers: [{type: linear, out: 16}, {type: relu}, {type: dropout, p: 0.1}, {type: linear, out: 3}]
+optimizer: {type: adamw, lr: 0.01}
+train: {epochs: 2, batch_size: 64, deterministic: true}
+data: {dataset: $T/rgds, label: y, split: {train: 0.8, val: 0.2, shuffle: false}}
+YAML
+  for n in 1 2 4; do
+    if [ $n = 1 ]; then train1 "$T/rg.yaml" --out "$T/rg$n" --json > "$T/rg$n.json" 2> "$T/rg$n.err"
+    else trainN $n "$T/rg.yaml" --out "$T/rg$n" --json > "$T/rg$n.json" 2> "$T/rg$n.err"; fi
+  done
+  hr=$(sha "$T/rg1/model.safetensors")
+  if [ -n "$hr" ] && [ "$(sha "$T/rg2/model.safetensors")" = "$hr" ] && [ "$(sha "$T/rg4/model.safetensors")" = "$hr" ] &&
+    cmp -s "$T/rg1/metrics.csv" "$T/rg4/metrics.csv"; then pass train_mpi_parquet_row_groups_deterministic_1_2_4;
+  else fail train_mpi_parquet_row_groups_deterministic_1_2_4 "$(tail -c 300 "$T/rg2.err") $(tail -c 300 "$T/rg4.err")"; fi
+  if $PYTHON - "$T/rg1.json" "$T/rg2.json" "$T/rg4.json" > "$T/rgs.out" 2>&1 <<'PY'
+import json, sys
+js = [json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:]]
+rows = range(1, 803)  # dataset rows 0..801 (+ 1), 2 epochs
+want = [2 * 802, 2 * sum(rows), 2 * sum(g * g for g in rows)]
+for j, n in zip(js, (1, 2, 4)):
+    got = [sum(j[k]) for k in ("rank_rows", "rank_rows_sum", "rank_rows_sumsq")]
+    print(n, got, want, j["rank_row_groups_decoded"], j["rank_rows_decoded"])
+    assert len(j["rank_rows"]) == n and got == want, (n, got, want)
+    assert min(j["rank_rows"]) > 0, j["rank_rows"]
+one = js[0]["rank_row_groups_decoded"][0]
+assert one >= 2 * 22, one  # 22 row groups hold training rows; each epoch decodes each at least once
+for j, n in zip(js[1:], (2, 4)):  # its 1/n of the streams: 1/n of the row groups, and the boundaries'
+    assert max(j["rank_row_groups_decoded"]) <= one / n + 2 * 2 * 2, (n, j["rank_row_groups_decoded"], one)
+PY
+  then pass train_mpi_parquet_row_groups_disjoint_covering; else fail train_mpi_parquet_row_groups_disjoint_covering "$(tail -c 600 "$T/rgs.out")"; fi
+  # the fast mode reads the same order: at 2 ranks (4 streams each) the ranks' rows add up to one process's
+  sed 's/, deterministic: true//' "$T/rg.yaml" > "$T/rgfast.yaml"
+  train1 "$T/rgfast.yaml" --out "$T/rgf1" --json > "$T/rgf1.json" 2> "$T/rgf1.err"
+  trainN 2 "$T/rgfast.yaml" --out "$T/rgf2" --json > "$T/rgf2.json" 2> "$T/rgf2.err"
+  if $PYTHON - "$T/rg1.json" "$T/rgf1.json" "$T/rgf2.json" > "$T/rgf.out" 2>&1 <<'PY'
+import json, sys
+d, f1, f2 = [json.loads(open(p).read().strip().splitlines()[-1]) for p in sys.argv[1:]]
+for k in ("rank_rows", "rank_rows_sum", "rank_rows_sumsq"):
+    assert sum(f1[k]) == sum(f2[k]) == sum(d[k]), (k, d[k], f1[k], f2[k])
+assert len(f2["rank_rows"]) == 2 and min(f2["rank_rows"]) > 0, f2
+assert max(f2["rank_row_groups_decoded"]) < f1["rank_row_groups_decoded"][0], (f1, f2)
+print(f1["rank_row_groups_decoded"], f2["rank_row_groups_decoded"])
+PY
+  then pass train_mpi_parquet_row_groups_fast_2; else fail train_mpi_parquet_row_groups_fast_2 "$(tail -c 400 "$T/rgf.out") $(tail -c 200 "$T/rgf2.err")"; fi
+  # a label outside the model's classes (3 classes, 2 outputs): the error names the row group it is in
+  # (no validation rows: the training rows are the ones read by row group, checked as each is decoded)
+  sed 's/out: 3}]/out: 2}]/; s/val: 0.2, //' "$T/rg.yaml" > "$T/rgbad.yaml"
+  train1 "$T/rgbad.yaml" --out "$T/rgbad" --set train.val_fraction=0 > "$T/rgbad.log" 2>&1
+  if [ $? -ne 0 ] && grep -q "rgds/.*\.parquet: row group [0-9]* (file rows [0-9]*\.\.[0-9]*, dataset rows .*label 2 outside the class range" "$T/rgbad.log"; then
+    pass train_mpi_parquet_row_group_error_named; else fail train_mpi_parquet_row_group_error_named "$(tail -c 300 "$T/rgbad.log")"; fi
+else
+  fail train_mpi_parquet_row_groups_data "ingest failed: $(tail -c 300 "$T/rg.log")"
 fi
 
 # ---- divergence: rank 1 trains with another weight decay (mpirun MPMD) -> the weight check names the step
