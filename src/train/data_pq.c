@@ -37,7 +37,7 @@ static void strv_free(char **v, int n) {
     free(v);
 }
 
-int tr_dsrc_parse(const kl_node *da, tr_dsrc **out, kl_err *e) {
+int kl__train_dsrc_parse(const kl_node *da, tr_dsrc **out, kl_err *e) {
     static const char *k[] = {"dataset", "label", "features", "exclude", "split"};
     static const char *parts[3] = {"train", "val", "test"};
     *out = NULL;
@@ -82,11 +82,11 @@ int tr_dsrc_parse(const kl_node *da, tr_dsrc **out, kl_err *e) {
     *out = d;
     return KL_OK;
 fail:
-    tr_dsrc_free(d);
+    kl__train_dsrc_free(d);
     return rc;
 }
 
-void tr_dsrc_free(tr_dsrc *d) {
+void kl__train_dsrc_free(tr_dsrc *d) {
     if (!d) return;
     free(d->path); free(d->label); free(d->split_col); free(d->ref_col);
     strv_free(d->features, d->nfeatures);
@@ -95,7 +95,7 @@ void tr_dsrc_free(tr_dsrc *d) {
     free(d);
 }
 
-void tr_dsinfo_free(tr_dsinfo *i) {
+void kl__train_dsinfo_free(tr_dsinfo *i) {
     if (!i) return;
     strv_free(i->names, i->nnames);
     strv_free(i->classes, i->nclasses);
@@ -378,7 +378,7 @@ static void arrays_set(tr_array *X, tr_array *Y, int64_t n, int64_t F, int label
 
 static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e);
 
-int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
+int kl__train_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
     if (tr_dsrc_streamable(d)) return load_by_units(d, part, X, Y, info_out, e);
     ds_ctx c;
     kl_column **cols = NULL;
@@ -433,9 +433,9 @@ done:
     kl_pq_close(r);
     cols_free(cols, ncols);
     ds_close(&c);
-    if (rc) { tr_array_free(X); tr_array_free(Y); tr_dsinfo_free(&info); }
+    if (rc) { kl__train_array_free(X); kl__train_array_free(Y); kl__train_dsinfo_free(&info); }
     else if (info_out) *info_out = info;
-    else tr_dsinfo_free(&info);
+    else kl__train_dsinfo_free(&info);
     return rc;
 }
 
@@ -514,7 +514,7 @@ int tr_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_er
                                                    : "train");
     if (rc) {
         tr_pqs_close(st);
-        tr_dsinfo_free(info);
+        kl__train_dsinfo_free(info);
         return rc;
     }
     *out = st;
@@ -577,8 +577,8 @@ int tr_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid,
                         (long long)o.n, (long long)un->nprt);
     cols_free(cols, ns);
     if (rc) {
-        tr_array_free(X);
-        tr_array_free(Y);
+        kl__train_array_free(X);
+        kl__train_array_free(Y);
         return rc;
     }
     arrays_set(X, Y, o.n, st->c.F, label_int);
@@ -587,7 +587,7 @@ int tr_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid,
     return KL_OK;
 }
 
-/* tr_dsrc_load of a source whose split is a per-row rule: row group by row
+/* kl__train_dsrc_load of a source whose split is a per-row rule: row group by row
  * group, only those holding rows of the part (a contiguous split decodes its
  * own row groups only), holding the part's rows and one row group. */
 static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
@@ -608,16 +608,16 @@ static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, t
         memcpy(Y->f + n, uy.f, (size_t)uy.dims[0] * sizeof(double));
         label_int &= uy.is_int;
         n += ux.dims[0];
-        tr_array_free(&ux);
-        tr_array_free(&uy);
+        kl__train_array_free(&ux);
+        kl__train_array_free(&uy);
     }
     tr_pqs_close(st);
     if (!rc) arrays_set(X, Y, n, F, label_int);
     if (rc) {
-        tr_array_free(X);
-        tr_array_free(Y);
-        tr_dsinfo_free(&info);
+        kl__train_array_free(X);
+        kl__train_array_free(Y);
+        kl__train_dsinfo_free(&info);
     } else if (info_out) *info_out = info;
-    else tr_dsinfo_free(&info);
+    else kl__train_dsinfo_free(&info);
     return rc;
 }

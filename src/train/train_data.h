@@ -10,9 +10,9 @@ typedef struct {
 } tr_array;
 /* Reads .npy through the tensor layer's reader (kl_npy_load_mem) into doubles
  * (src/train/data_npy.c). */
-int tr_npy_read(const char *path, tr_array *out, kl_err *e);
-int tr_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e);
-void tr_array_free(tr_array *a);
+int kl__train_npy_read(const char *path, tr_array *out, kl_err *e);
+int kl__train_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e);
+void kl__train_array_free(tr_array *a);
 
 /* A Parquet training source (spec `data: {dataset: ..., label: ...}`), read
  * through the data layer's Parquet reader (src/train/data_pq.c). */
@@ -47,17 +47,17 @@ typedef struct {
 } tr_dsinfo;
 
 struct kl_node;
-int tr_dsrc_parse(const struct kl_node *data, tr_dsrc **out, kl_err *e);
-void tr_dsrc_free(tr_dsrc *d);
+int kl__train_dsrc_parse(const struct kl_node *data, tr_dsrc **out, kl_err *e);
+void kl__train_dsrc_free(tr_dsrc *d);
 /* Reads part (TR_PART_*) of the source: X (rows, features) and y (rows) as
  * doubles. Nulls, non-numeric and missing columns are errors naming the
  * column (and the row). info may be NULL. */
-int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info, kl_err *e);
-void tr_dsinfo_free(tr_dsinfo *i);
+int kl__train_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info, kl_err *e);
+void kl__train_dsinfo_free(tr_dsinfo *i);
 
 /* The same source by row group (docs/training.md, "Parquet by row group"):
  * its units are the row groups holding rows of the part, each read on its
- * own (kl_pq_read_row_group) with the checks of tr_dsrc_load. Only for a
+ * own (kl_pq_read_row_group) with the checks of kl__train_dsrc_load. Only for a
  * source whose split is a per-row rule of the dataset row (no split column)
  * and without a reference column (tr_dsrc_streamable). */
 typedef struct tr_pqs tr_pqs;
@@ -70,7 +70,7 @@ int64_t tr_pqs_unit_rows(const tr_pqs *st, int64_t u); /* rows of the part in un
 int64_t tr_pqs_rows(const tr_pqs *st);                 /* rows of the part in all */
 /* "FILE: row group G (file rows a..b, dataset rows c..d)", for messages */
 void tr_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n);
-/* Unit u's rows of the part, in file order, as tr_dsrc_load gives them;
+/* Unit u's rows of the part, in file order, as kl__train_dsrc_load gives them;
  * rowid (tr_pqs_unit_rows entries, or NULL): each one's dataset row. */
 int tr_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid, kl_err *e);
 /* Rows and row groups decoded so far. */
