@@ -17,9 +17,9 @@ static const char *const reason_names[SV_R_COUNT] = {
     "success", "bad_request", "not_found", "queue_full", "timeout", "memory_quota",
     "rate_limited", "shutting_down", "not_ready", "body_too_large", "internal", "overloaded"};
 
-const char *sv_reason_name(int r) { return r >= 0 && r < SV_R_COUNT ? reason_names[r] : "internal"; }
+const char *kl__sv_reason_name(int r) { return r >= 0 && r < SV_R_COUNT ? reason_names[r] : "internal"; }
 
-size_t sv_metrics_latency_bounds(const double **le) {
+size_t kl__sv_metrics_latency_bounds(const double **le) {
     *le = lat_le;
     return KL_ARRAY_LEN(lat_le);
 }
@@ -29,7 +29,7 @@ size_t sv_metrics_latency_bounds(const double **le) {
  * version, internal errors, overload shedding. A malformed request, an
  * unknown model, a body over the limit or a client over its rate limit is
  * the client's failure and spends no error budget. */
-int sv_reason_is_server_error(int r) {
+int kl__sv_reason_is_server_error(int r) {
     switch (r) {
     case SV_R_QUEUE_FULL:
     case SV_R_TIMEOUT:
@@ -66,7 +66,7 @@ static sv_mstats *version_stats(sv_model *m, int64_t v) {
 }
 
 /* Records a finished request (called once per answered request). */
-void sv_metrics_request(kl_server *s, sv_req *r) {
+void kl__sv_metrics_request(kl_server *s, sv_req *r) {
     double total = (kl_time_mono_ns() - r->t_recv) * 1e-9;
     pthread_mutex_lock(&s->mx);
     if (!r->model) {
@@ -105,8 +105,8 @@ static void head(kl_buf *b, const char *name, const char *type, const char *help
 }
 
 /* for the monitoring gauges (monitor.c) */
-void sv_metrics_label(kl_buf *b, const char *v) { label(b, v); }
-void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help) { head(b, name, type, help); }
+void kl__sv_metrics_label(kl_buf *b, const char *v) { label(b, v); }
+void kl__sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help) { head(b, name, type, help); }
 
 static void hist(kl_buf *b, const char *name, const char *labels, const uint64_t *bk, int nb, const double *le,
                  uint64_t count, double sum) {
@@ -153,7 +153,7 @@ static void cpu_seconds(double *cpu) {
     kl_mem_free(text);
 }
 
-char *sv_metrics_render(kl_server *s, size_t *len) {
+char *kl__sv_metrics_render(kl_server *s, size_t *len) {
     kl_buf b;
     kl_buf_init(&b);
     char lb[512];
@@ -302,13 +302,13 @@ char *sv_metrics_render(kl_server *s, size_t *len) {
     for (int i = 0; i < s->nmodels && i < 256; i++) {
         model_label(lb, sizeof lb, s->models[i]->name, 0);
         kl_buf_printf(&b, "keel_feature_store_errors_total{%s} %llu\n", lb,
-                      (unsigned long long)sv_fstore_errors(s->models[i]));
+                      (unsigned long long)kl__sv_fstore_errors(s->models[i]));
     }
     pthread_mutex_unlock(&s->lock);
-    sv_monitor_metrics(s, &b);
-    if (s->plog) sv_plog_metrics(s->plog, &b);
+    kl__sv_monitor_metrics(s, &b);
+    if (s->plog) kl__sv_plog_metrics(s->plog, &b);
     head(&b, "keel_ready", "gauge", "1 while the server is ready (deep probe), 0 otherwise.");
-    kl_buf_printf(&b, "keel_ready %d\n", sv_ready(s, NULL, 0));
+    kl_buf_printf(&b, "keel_ready %d\n", kl__sv_ready(s, NULL, 0));
     *len = b.len;
     return kl_buf_take(&b);
 }
