@@ -1,6 +1,6 @@
 /* libFuzzer target of the .npy readers: the input is a .npy file, read by
  * the tensor layer (kl_npy_load_mem) and by the training data path
- * (tr_npy_read_mem, which converts through it to doubles); every element of
+ * (kl__train_npy_read_mem, which converts through it to doubles); every element of
  * what they return is touched, and the two must agree on the shape.
  * Any crash, leak or sanitizer report is a finding.
  * Run: make fuzz FUZZ=fuzz_npy FUZZ_SECONDS=600 (seed corpus: fuzz/corpus/fuzz_npy). */
@@ -23,12 +23,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         kl_tensor_free(t);
     }
     tr_array a;
-    if (tr_npy_read_mem(data, size, "fuzz.npy", &a, &e) == 0) {
+    if (kl__train_npy_read_mem(data, size, "fuzz.npy", &a, &e) == 0) {
         if (a.n != n) abort(); /* the training path reads what the tensor reader reads */
         volatile double s = 0;
         for (int64_t i = 0; i < a.n; i++) s += a.f[i];
         (void)s;
-        tr_array_free(&a);
+        kl__train_array_free(&a);
     } else if (n >= 0 && e.code != KL_ENOMEM) abort();
     return 0;
 }

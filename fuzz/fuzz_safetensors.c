@@ -1,4 +1,4 @@
-/* libFuzzer target of the safetensors reader (tr_safetensors_read_mem,
+/* libFuzzer target of the safetensors reader (kl__train_safetensors_read_mem,
  * checkpoints and train.init weights): the input is a safetensors file; the
  * callback checks that every tensor it is given has data_offsets that span
  * exactly numel * dtype size bytes inside the input, and reads them all.
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kl_err e = {0};
     span s = {data, data + size};
     char *meta = NULL;
-    tr_safetensors_read_mem(data, size, "fuzz.safetensors", on_tensor, &s, &meta, &e);
+    kl__train_safetensors_read_mem(data, size, "fuzz.safetensors", on_tensor, &s, &meta, &e);
     free(meta);
     return 0;
 }

@@ -1,5 +1,5 @@
 /* libFuzzer target: every spec parser that takes a YAML document, over the
- * same input: the train spec (tr_spec_load_str), the feature spec and
+ * same input: the train spec (kl__train_spec_load_str), the feature spec and
  * features.json (kl_features_spec_parse / _load_str), the schema
  * (kl_schema_load_str), a served model's config.yaml (kl__sv_cfg_parse) and a
  * tuning search space (kl_tune_space_parse). fuzz_doc covers the document
@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     text[size] = 0;
     kl_err e = {0};
     tr_spec *ts = NULL;
-    if (tr_spec_load_str(text, "fuzz.yaml", &ts, &e) == KL_OK) tr_spec_free(ts);
+    if (kl__train_spec_load_str(text, "fuzz.yaml", &ts, &e) == KL_OK) kl__train_spec_free(ts);
     kl_err_what(&e);
     kl_features *f = NULL;
     if (kl_features_spec_parse(text, size, "features.yaml", &f, &e) == KL_OK) kl_features_free(f);

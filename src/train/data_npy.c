@@ -21,28 +21,28 @@ static int from_tensor(const kl_tensor *t, tr_array *out, kl_err *e) {
     return KL_OK;
 }
 
-int tr_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e) {
+int kl__train_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e) {
     memset(out, 0, sizeof *out);
     kl_tensor *t = NULL;
     int rc = kl_npy_load_mem(bytes, len, name, &t, e);
     if (rc) return rc;
     rc = from_tensor(t, out, e);
     kl_tensor_free(t);
-    if (rc) tr_array_free(out);
+    if (rc) kl__train_array_free(out);
     return rc;
 }
 
-int tr_npy_read(const char *path, tr_array *out, kl_err *e) {
+int kl__train_npy_read(const char *path, tr_array *out, kl_err *e) {
     memset(out, 0, sizeof *out);
     char *buf = NULL;
     size_t len = 0;
     int rc = kl_read_file(path, &buf, &len, e);
     if (rc) return rc;
-    rc = tr_npy_read_mem(buf, len, path, out, e);
+    rc = kl__train_npy_read_mem(buf, len, path, out, e);
     kl_mem_free(buf);
     return rc;
 }
 
-void tr_array_free(tr_array *a) {
+void kl__train_array_free(tr_array *a) {
     if (a) { kl_mem_free(a->f); a->f = NULL; }
 }

@@ -37,7 +37,7 @@ static void strv_free(char **v, int n) {
     free(v);
 }
 
-int tr_dsrc_parse(const kl_node *da, tr_dsrc **out, kl_err *e) {
+int kl__train_dsrc_parse(const kl_node *da, tr_dsrc **out, kl_err *e) {
     static const char *k[] = {"dataset", "label", "features", "exclude", "split"};
     static const char *parts[3] = {"train", "val", "test"};
     *out = NULL;
@@ -82,11 +82,11 @@ int tr_dsrc_parse(const kl_node *da, tr_dsrc **out, kl_err *e) {
     *out = d;
     return KL_OK;
 fail:
-    tr_dsrc_free(d);
+    kl__train_dsrc_free(d);
     return rc;
 }
 
-void tr_dsrc_free(tr_dsrc *d) {
+void kl__train_dsrc_free(tr_dsrc *d) {
     if (!d) return;
     free(d->path); free(d->label); free(d->split_col); free(d->ref_col);
     strv_free(d->features, d->nfeatures);
@@ -95,7 +95,7 @@ void tr_dsrc_free(tr_dsrc *d) {
     free(d);
 }
 
-void tr_dsinfo_free(tr_dsinfo *i) {
+void kl__train_dsinfo_free(tr_dsinfo *i) {
     if (!i) return;
     strv_free(i->names, i->nnames);
     strv_free(i->classes, i->nclasses);
@@ -227,7 +227,7 @@ static int identify(const char *manifest, char **files, size_t nfiles, tr_dsinfo
     return rc;
 }
 
-int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
+int kl__train_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
     char **files = NULL, *manifest = NULL;
     size_t nfiles = 0, nn = 0;
     const char **names = NULL;
@@ -324,8 +324,8 @@ done:
     for (size_t i = 0; i < nfiles; i++) free(files[i]);
     free(files);
     free(manifest);
-    if (rc) { tr_array_free(X); tr_array_free(Y); tr_dsinfo_free(&info); }
+    if (rc) { kl__train_array_free(X); kl__train_array_free(Y); kl__train_dsinfo_free(&info); }
     else if (info_out) *info_out = info;
-    else tr_dsinfo_free(&info);
+    else kl__train_dsinfo_free(&info);
     return rc;
 }

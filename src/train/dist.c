@@ -25,9 +25,10 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The launcher's own contract (not a keel setting): Open MPI's mpirun, a PMI
- * launcher (MPICH hydra, srun --mpi=pmi2/pmix) or a Slurm step. */
-int tr_dist_launched(void) { return kl_settings_get()->mpi_launched; }
+/* A launcher in the environment, by the launcher's own contract (not a keel
+ * setting): Open MPI's mpirun (OMPI_COMM_WORLD_SIZE), a PMI launcher (PMI_SIZE:
+ * MPICH hydra, srun --mpi=pmi2/pmix) or a Slurm step (SLURM_NTASKS with SLURM_PROCID). */
+static int tr_dist_launched(void) { return kl_settings_get()->mpi_launched; }
 
 static void at_exit(void) {
     int fin = 0;
@@ -37,7 +38,7 @@ static void at_exit(void) {
     else MPI_Finalize();
 }
 
-void tr_dist_fail(tr_dist *d) {
+void kl__train_dist_fail(tr_dist *d) {
     if (d && d->on && d->world > 1) g_failed = 1;
 }
 
@@ -78,7 +79,7 @@ static void on_term(int sig) {
     _exit(128 + sig);
 }
 
-int tr_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e) {
+int kl__train_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e) {
     memset(d, 0, sizeof *d);
     d->world = 1;
     d->timeout_s = timeout_s > 0 ? timeout_s : 120;
@@ -105,7 +106,7 @@ int tr_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e) {
     return KL_OK;
 }
 
-void tr_dist_end(tr_dist *d) {
+void kl__train_dist_end(tr_dist *d) {
     if (g_dist != d) return;
     signal(SIGTERM, SIG_DFL);
     g_dist = NULL;
@@ -115,7 +116,7 @@ static int mpi_error(tr_dist *d, int code, const char *what, kl_err *e) {
     char msg[MPI_MAX_ERROR_STRING] = "";
     int len = 0;
     MPI_Error_string(code, msg, &len);
-    tr_dist_fail(d);
+    kl__train_dist_fail(d);
     return kl_err_set(
         e, KL_ESTATE,
         "step %lld: %s failed on rank %d of %d: %s (a rank died?); resume from the last checkpoint with --resume",
@@ -143,7 +144,7 @@ static int wait_reqs(tr_dist *d, MPI_Request *r, int n, const char *what, kl_err
         struct timespec ts = {0, 100000};
         nanosleep(&ts, NULL);
         if (t > deadline) {
-            tr_dist_fail(d);
+            kl__train_dist_fail(d);
             return kl_err_set(e, KL_ETIMEOUT,
                               "step %lld: %s: rank %d of %d waited %.0f s for the other ranks; a rank died or hangs "
                               "(train.distributed.timeout); resume from the last checkpoint with --resume",
@@ -168,14 +169,11 @@ static int allreduce(tr_dist *d, void *buf, int64_t n, MPI_Datatype t, size_t es
     return KL_OK;
 }
 
-int tr_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e) {
+int kl__train_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e) {
     return allreduce(d, buf, n, MPI_FLOAT, 4, what, e);
 }
-int tr_dist_allreduce_f64(tr_dist *d, double *buf, int64_t n, const char *what, kl_err *e) {
-    return allreduce(d, buf, n, MPI_DOUBLE, 8, what, e);
-}
 
-int tr_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e) {
+int kl__train_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e) {
     if (!d->on || d->world == 1) {
         if (recv != send) memmove(recv, send, bytes);
         return KL_OK;
@@ -188,7 +186,7 @@ int tr_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, co
     return wait_reqs(d, &r, 1, what, e);
 }
 
-int tr_dist_bcast(tr_dist *d, void *buf, size_t bytes, int root, const char *what, kl_err *e) {
+int kl__train_dist_bcast(tr_dist *d, void *buf, size_t bytes, int root, const char *what, kl_err *e) {
     if (!d->on || d->world == 1 || bytes == 0) return KL_OK;
     for (size_t off = 0; off < bytes;) { /* MPI counts are int */
         size_t n = bytes - off > (size_t)1 << 30 ? (size_t)1 << 30 : bytes - off;
@@ -201,7 +199,7 @@ int tr_dist_bcast(tr_dist *d, void *buf, size_t bytes, int root, const char *wha
     return KL_OK;
 }
 
-int tr_dist_barrier(tr_dist *d, const char *what, kl_err *e) {
+int kl__train_dist_barrier(tr_dist *d, const char *what, kl_err *e) {
     if (!d->on || d->world == 1) return KL_OK;
     MPI_Request r;
     int rc = MPI_Ibarrier(MPI_COMM_WORLD, &r);
@@ -209,19 +207,19 @@ int tr_dist_barrier(tr_dist *d, const char *what, kl_err *e) {
     return wait_reqs(d, &r, 1, what, e);
 }
 
-int tr_dist_reqs_init(tr_dist_reqs *q, kl_err *e) {
+int kl__train_dist_reqs_init(tr_dist_reqs *q, kl_err *e) {
     q->n = 0;
     q->req = calloc(TR_DIST_MAX_REQ, sizeof(MPI_Request));
     return q->req ? KL_OK : kl_err_set(e, KL_ENOMEM, "out of memory");
 }
 
-void tr_dist_reqs_free(tr_dist_reqs *q) {
+void kl__train_dist_reqs_free(tr_dist_reqs *q) {
     free(q->req);
     q->req = NULL;
     q->n = 0;
 }
 
-int tr_dist_iallreduce_f32(tr_dist *d, tr_dist_reqs *q, float *buf, int64_t n, kl_err *e) {
+int kl__train_dist_iallreduce_f32(tr_dist *d, tr_dist_reqs *q, float *buf, int64_t n, kl_err *e) {
     if (!d->on || d->world == 1 || n == 0) return KL_OK;
     for (int64_t off = 0; off < n;) { /* MPI counts are int */
         int64_t k = KL_MIN(n - off, (int64_t)1 << 30);
@@ -236,13 +234,13 @@ int tr_dist_iallreduce_f32(tr_dist *d, tr_dist_reqs *q, float *buf, int64_t n, k
     return KL_OK;
 }
 
-void tr_dist_progress(tr_dist *d, tr_dist_reqs *q) {
+void kl__train_dist_progress(tr_dist *d, tr_dist_reqs *q) {
     if (!d->on || !q->n) return;
     int flag;
     MPI_Testall(q->n, (MPI_Request *)q->req, &flag, MPI_STATUSES_IGNORE);
 }
 
-int tr_dist_wait_all(tr_dist *d, tr_dist_reqs *q, const char *what, kl_err *e) {
+int kl__train_dist_wait_all(tr_dist *d, tr_dist_reqs *q, const char *what, kl_err *e) {
     if (!q->n) return KL_OK;
     int rc = wait_reqs(d, (MPI_Request *)q->req, q->n, what, e);
     q->n = 0;

@@ -21,39 +21,35 @@ typedef struct {
     int64_t step;     /* the step being taken, for messages */
 } tr_dist;
 
-/* A launcher in the environment: Open MPI (OMPI_COMM_WORLD_SIZE), a PMI
- * launcher (PMI_SIZE) or Slurm (SLURM_NTASKS with SLURM_PROCID). */
-int tr_dist_launched(void);
 /* mode: KL_TRAIN_DIST_AUTO (MPI when launched), _MPI (required), _OFF.
  * Starts MPI once per process (finalized at exit; aborted instead when a
  * collective failed, so that the launcher stops every rank). */
-int tr_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e);
+int kl__train_dist_start(tr_dist *d, int mode, double timeout_s, kl_err *e);
 /* The run is over: SIGTERM is no longer reported as a stopped step. */
-void tr_dist_end(tr_dist *d);
+void kl__train_dist_end(tr_dist *d);
 /* Marks the run failed: the process ends with MPI_Abort (the launcher then
  * stops the other ranks) instead of MPI_Finalize. */
-void tr_dist_fail(tr_dist *d);
+void kl__train_dist_fail(tr_dist *d);
 
 /* Blocking, bounded by the timeout; sums in place over the ranks. */
-int tr_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e);
-int tr_dist_allreduce_f64(tr_dist *d, double *buf, int64_t n, const char *what, kl_err *e);
+int kl__train_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e);
 /* send (bytes) from every rank into recv (world x bytes, in rank order). */
-int tr_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e);
-int tr_dist_bcast(tr_dist *d, void *buf, size_t bytes, int root, const char *what, kl_err *e);
-int tr_dist_barrier(tr_dist *d, const char *what, kl_err *e);
+int kl__train_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e);
+int kl__train_dist_bcast(tr_dist *d, void *buf, size_t bytes, int root, const char *what, kl_err *e);
+int kl__train_dist_barrier(tr_dist *d, const char *what, kl_err *e);
 
 /* Non-blocking in-place sum of float buffers (the gradient buckets):
- * start each, tr_dist_progress to let MPI move data while the caller works,
- * tr_dist_wait_all to finish (bounded by the timeout). */
+ * start each, kl__train_dist_progress to let MPI move data while the caller works,
+ * kl__train_dist_wait_all to finish (bounded by the timeout). */
 #define TR_DIST_MAX_REQ 4096
 typedef struct {
     int n;
     void *req; /* MPI_Request[TR_DIST_MAX_REQ] */
 } tr_dist_reqs;
-int tr_dist_reqs_init(tr_dist_reqs *q, kl_err *e);
-void tr_dist_reqs_free(tr_dist_reqs *q);
-int tr_dist_iallreduce_f32(tr_dist *d, tr_dist_reqs *q, float *buf, int64_t n, kl_err *e);
-void tr_dist_progress(tr_dist *d, tr_dist_reqs *q);
-int tr_dist_wait_all(tr_dist *d, tr_dist_reqs *q, const char *what, kl_err *e);
+int kl__train_dist_reqs_init(tr_dist_reqs *q, kl_err *e);
+void kl__train_dist_reqs_free(tr_dist_reqs *q);
+int kl__train_dist_iallreduce_f32(tr_dist *d, tr_dist_reqs *q, float *buf, int64_t n, kl_err *e);
+void kl__train_dist_progress(tr_dist *d, tr_dist_reqs *q);
+int kl__train_dist_wait_all(tr_dist *d, tr_dist_reqs *q, const char *what, kl_err *e);
 
 #endif

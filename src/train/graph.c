@@ -128,7 +128,7 @@ static void graph_inputs(gb *b, kl_err *e) {
     kl_graph *g = b->g;
     add_input(b, "input", s->in_int ? KL_I64 : b->ft, 1, s->in_rank, s->in_dims);
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-    int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    int nt = kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     for (int i = 0; i < nt; i++) {
         if (!b->params_init) {
             add_input(b, refs[i].name, b->ft, 0, refs[i].rank, refs[i].dims);
@@ -388,7 +388,7 @@ static void emit_output(gb *b) {
 /* The build, stage by stage: graph_inputs; emit_layer for each layer; the
  * constants GELU layers share; emit_loss (training, eval with loss);
  * emit_output (eval, export); finalize (eval, export). */
-int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e) {
+int kl__train_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e) {
     *out = NULL;
     kl_graph *g = NULL;
     int rc = kl_graph_new(&g, e);
@@ -430,9 +430,9 @@ fail:
 
 /* ================================================================ export */
 
-int tr_export_onnx(tr_model *m, const char *path, kl_err *e) {
+int kl__train_export_onnx(tr_model *m, const char *path, kl_err *e) {
     kl_graph *g = NULL;
-    int rc = tr_graph_build(m, TR_G_EVAL, 1, &g, e);
+    int rc = kl__train_graph_build(m, TR_G_EVAL, 1, &g, e);
     if (!rc) rc = kl_onnx_save(g, path, e);
     kl_graph_free(g);
     return rc;
@@ -441,7 +441,7 @@ int tr_export_onnx(tr_model *m, const char *path, kl_err *e) {
 /* ================================================================ eval forward */
 
 
-void tr_eval_free(tr_model *m) {
+void kl__train_eval_free(tr_model *m) {
     for (int k = 0; k < 2; k++) {
         kl_plan_free(m->ev.plan[k]);
         kl_mem_free(m->ev.arena[k]);
@@ -454,16 +454,17 @@ void tr_eval_free(tr_model *m) {
     memset(&m->ev, 0, sizeof m->ev);
 }
 
-const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn, double *loss, kl_err *e) {
+const float *kl__train_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn,
+                               double *loss, kl_err *e) {
     tr_evalg *ev = &m->ev;
     const tr_spec *s = m->spec;
     if (!ev->g) {
-        if (tr_graph_build(m, TR_G_EVAL_LOSS, 0, &ev->g, e)) return NULL;
+        if (kl__train_graph_build(m, TR_G_EVAL_LOSS, 0, &ev->g, e)) return NULL;
         ev->n_in = ev->g->n_inputs;
         ev->in = calloc((size_t)ev->n_in, sizeof(kl_tensor));
         if (!ev->in) { kl_err_set(e, KL_ENOMEM, "out of memory"); return NULL; }
         tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-        int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+        int nt = kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
         KL_ASSERT(nt + 2 == ev->n_in);
         for (int i = 0; i < nt; i++) kl_tensor_view_init(&ev->in[i + 1], KL_F32, refs[i].rank, refs[i].dims, refs[i].data);
         if (s->in_int) {

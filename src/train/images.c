@@ -26,7 +26,7 @@ static int float_list(const kl_node *map, const char *key, float def, float *out
     return KL_OK;
 }
 
-int tr_image_spec_parse(const kl_node *n, tr_spec *s, kl_err *e) {
+int kl__train_image_spec_parse(const kl_node *n, tr_spec *s, kl_err *e) {
     tr_image_spec *im = &s->img;
     memset(im, 0, sizeof *im);
     im->crop = KL_CROP_RANDOM;
@@ -80,7 +80,8 @@ int tr_image_spec_parse(const kl_node *n, tr_spec *s, kl_err *e) {
 
 /* ================================================================ split */
 
-int tr_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va, int64_t *nva, kl_err *e) {
+int kl__train_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va,
+                      int64_t *nva, kl_err *e) {
     *idx_tr = *idx_va = NULL;
     *nva = (int64_t)floor((double)n * frac);
     *ntr = n - *nva;
@@ -123,7 +124,7 @@ static void sub_release(void *ctx, kl_loader_img *img) {
     im->base.release(im->base.ctx, img);
 }
 
-int tr_images_open_set(tr_images *im, const tr_spec *s, const tr_model *m, const char *path, kl_err *e) {
+int kl__train_images_open_set(tr_images *im, const tr_spec *s, const tr_model *m, const char *path, kl_err *e) {
     memset(im, 0, sizeof *im);
     if (s->in_rank != 3 || (s->in_dims[0] != 1 && s->in_dims[0] != 3) || s->in_dims[1] != s->in_dims[2])
         return kl_err_set(e, KL_ESHAPE, "%s: image data needs input.shape [C, S, S] with C 1 or 3", s->path);
@@ -134,14 +135,15 @@ int tr_images_open_set(tr_images *im, const tr_spec *s, const tr_model *m, const
     if (rc) return rc;
     if (kl_shardset_num_classes(im->set) > m->out_numel) {
         rc = kl_err_set(e, KL_ESHAPE, "%s: %d classes, the model gives %lld outputs", path, kl_shardset_num_classes(im->set), (long long)m->out_numel);
-        tr_images_close(im);
+        kl__train_images_close(im);
         return rc;
     }
     kl_loader_source_shards(im->set, (int)s->in_dims[0], &im->base);
     return KL_OK;
 }
 
-int tr_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch, int64_t epochs, kl_err *e) {
+int kl__train_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch,
+                        int64_t epochs, kl_err *e) {
     kl_loader_free(im->ld);
     im->ld = NULL;
     free(im->rows);
@@ -176,7 +178,7 @@ int tr_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_
     return kl_loader_new(&im->src, &c, &im->ld, e);
 }
 
-void tr_images_close(tr_images *im) {
+void kl__train_images_close(tr_images *im) {
     kl_loader_free(im->ld);
     free(im->rows);
     kl_shardset_free(im->set);

@@ -14,7 +14,7 @@
 
 /* ================================================================ model */
 
-void tr_round_f16(float *x, int64_t n) {
+void kl__train_round_f16(float *x, int64_t n) {
     int64_t i = 0;
 #ifdef __F16C__
     for (; i + 8 <= n; i += 8)
@@ -47,12 +47,12 @@ static int layer_err(kl_err *e, const tr_spec *s, const tr_lspec *L, const char 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    kl_err_setloc(e, KL_ESHAPE, s->path, L->line, 0, "layer %s (%s): %s", L->name, tr_ltype_name(L->type), msg);
+    kl_err_setloc(e, KL_ESHAPE, s->path, L->line, 0, "layer %s (%s): %s", L->name, kl__train_ltype_name(L->type), msg);
     kl_err_field(e, "layers.%s", L->name);
     return KL_ESHAPE;
 }
 
-int tr_model_new(tr_spec *s, tr_model **out, kl_err *e) {
+int kl__train_model_new(tr_spec *s, tr_model **out, kl_err *e) {
     *out = NULL;
     tr_model *m = calloc(1, sizeof *m);
     if (!m) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -149,7 +149,7 @@ fail:
     return rc;
 }
 
-void tr_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5]) {
+void kl__train_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5]) {
     bytes[0] = (uint64_t)(m->nparams + m->nbuf) * 4;
     bytes[1] = (uint64_t)m->nparams * 4;
     bytes[2] = (uint64_t)m->nparams * 4 * (uint64_t)opt_slots;
@@ -162,7 +162,7 @@ static void *zalloc(size_t n, kl_mem_tag tag, kl_err *e) {
     return p;
 }
 
-int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
+int kl__train_model_alloc(tr_model *m, int64_t B, kl_err *e) {
     openblas_set_num_threads(1); /* parallelism (and determinism) come from fixed GEMM blocks on the keel pool */
     m->B = B;
     m->params = zalloc((size_t)(m->nparams + m->nbuf) * 4, KL_TAG_PARAMS, e);
@@ -171,7 +171,7 @@ int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
     m->grads = zalloc((size_t)m->nparams * 4, KL_TAG_GRADS, e);
     if (!m->grads) return KL_ENOMEM;
     if (m->st) { /* the step's planned arena (activations, gradients of activations, workspace) */
-        m->arena_bytes = tr_step_arena_bytes(m);
+        m->arena_bytes = kl__train_step_arena_bytes(m);
         if (!(m->arena = kl_mem_alloc_e((size_t)m->arena_bytes, KL_TAG_ACTIVATIONS, e))) return KL_ENOMEM;
     }
     m->out = zalloc((size_t)(B * m->out_numel) * 4, KL_TAG_ACTIVATIONS, e);
@@ -180,16 +180,16 @@ int tr_model_alloc(tr_model *m, int64_t B, kl_err *e) {
     return KL_OK;
 }
 
-void tr_model_free(tr_model *m) {
+void kl__train_model_free(tr_model *m) {
     if (!m) return;
-    tr_eval_free(m);
-    tr_step_free(m);
+    kl__train_eval_free(m);
+    kl__train_step_free(m);
     kl_mem_free(m->arena);
     kl_mem_free(m->params); kl_mem_free(m->grads); kl_mem_free(m->out);
     free(m);
 }
 
-void tr_model_init(tr_model *m, kl_rng *rng) {
+void kl__train_model_init(tr_model *m, kl_rng *rng) {
     for (int i = 0; i < m->n; i++) {
         tr_layer *l = &m->L[i];
         float *w = l->w_off >= 0 ? m->params + l->w_off : NULL, *b = l->b_off >= 0 ? m->params + l->b_off : NULL;
@@ -214,7 +214,7 @@ void tr_model_init(tr_model *m, kl_rng *rng) {
     }
 }
 
-int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {
+int kl__train_model_tensors(tr_model *m, tr_tensor_ref *out, int max) {
     int n = 0;
     for (int i = 0; i < m->n && n + 4 <= max; i++) {
         tr_layer *l = &m->L[i];

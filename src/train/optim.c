@@ -9,13 +9,13 @@
 
 #include "train/train_int.h"
 
-int tr_optim_slots(const tr_spec *s) { return s->opt == TR_OPT_ADAMW ? 2 : (s->momentum > 0 ? 1 : 0); }
+int kl__train_optim_slots(const tr_spec *s) { return s->opt == TR_OPT_ADAMW ? 2 : (s->momentum > 0 ? 1 : 0); }
 
-int tr_optim_init(tr_optim *o, const tr_spec *s, int64_t n, kl_err *e) {
+int kl__train_optim_init(tr_optim *o, const tr_spec *s, int64_t n, kl_err *e) {
     memset(o, 0, sizeof *o);
     o->kind = s->opt;
     o->n = n;
-    int slots = tr_optim_slots(s);
+    int slots = kl__train_optim_slots(s);
     if (slots >= 1) {
         if (!(o->m = kl_mem_alloc_e((size_t)(n ? n : 1) * 4, KL_TAG_OPTIMIZER, e))) return KL_ENOMEM;
         memset(o->m, 0, (size_t)n * 4);
@@ -27,12 +27,12 @@ int tr_optim_init(tr_optim *o, const tr_spec *s, int64_t n, kl_err *e) {
     return KL_OK;
 }
 
-void tr_optim_free(tr_optim *o) {
+void kl__train_optim_free(tr_optim *o) {
     kl_mem_free(o->m); kl_mem_free(o->v);
     o->m = o->v = NULL;
 }
 
-void tr_optim_step(tr_optim *o, const tr_spec *s, float *p, const float *g, double lr) {
+void kl__train_optim_step(tr_optim *o, const tr_spec *s, float *p, const float *g, double lr) {
     int64_t n = o->n;
     o->t++;
     if (o->kind == TR_OPT_SGD) {
@@ -83,7 +83,7 @@ void tr_optim_step(tr_optim *o, const tr_spec *s, float *p, const float *g, doub
 }
 
 /* step: 0-based optimizer step; epoch: 0-based epoch of that step. */
-double tr_sched_lr(const tr_spec *s, int64_t step, int64_t epoch, int64_t total_steps) {
+double kl__train_sched_lr(const tr_spec *s, int64_t step, int64_t epoch, int64_t total_steps) {
     double lr = s->lr;
     if (s->warmup > 0 && step < s->warmup) return lr * (double)(step + 1) / (double)s->warmup;
     switch (s->sched) {
@@ -98,7 +98,7 @@ double tr_sched_lr(const tr_spec *s, int64_t step, int64_t epoch, int64_t total_
     }
 }
 
-double tr_clip_grad(float *g, int64_t n, double max_norm) {
+double kl__train_clip_grad(float *g, int64_t n, double max_norm) {
     /* four partial sums by index mod 4, combined in a fixed order */
     double s4[4] = {0, 0, 0, 0}, ss;
     int64_t i = 0;

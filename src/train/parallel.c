@@ -60,19 +60,19 @@ static int ilog2(int64_t v) {
     return l;
 }
 
-int64_t tr_par_leaf_rows(const tr_spec *s, int world, int64_t B) {
+int64_t kl__train_par_leaf_rows(const tr_spec *s, int world, int64_t B) {
     int64_t n = s->deterministic ? s->micro_batches : world;
     return (B + n - 1) / n;
 }
 
-uint64_t tr_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf) {
+uint64_t kl__train_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf) {
     uint64_t v = (uint64_t)(nparams + nbuf + 1) * 4, aux = (uint64_t)(nbuf + 1) * 4;
     if (!s->deterministic) return world > 1 ? aux : 0; /* the buckets are all-reduced in place */
     int64_t mine = s->micro_batches / world;
     return v * (uint64_t)(1 + ilog2(mine > world ? mine : world) + 1 + world) + aux;
 }
 
-int tr_par_check(const tr_spec *s, int world, int images, kl_err *e) {
+int kl__train_par_check(const tr_spec *s, int world, int images, kl_err *e) {
     (void)images;
     if (!s->deterministic) return KL_OK;
     if (world & (world - 1) || world > s->micro_batches)
@@ -83,7 +83,7 @@ int tr_par_check(const tr_spec *s, int world, int images, kl_err *e) {
     return KL_OK;
 }
 
-void tr_par_free(tr_par *p) {
+void kl__train_par_free(tr_par *p) {
     if (!p) return;
     free(p->bk);
     free(p->ref_node);
@@ -92,7 +92,7 @@ void tr_par_free(tr_par *p) {
     kl_mem_free(p->acc);
     kl_mem_free(p->gath);
     kl_mem_free(p->bufs0);
-    tr_dist_reqs_free(&p->q);
+    kl__train_dist_reqs_free(&p->q);
     free(p);
 }
 
@@ -107,7 +107,7 @@ static void on_node(void *ctx, int node) {
             tr_bucket *b = &p->bk[p->ref_bucket[r]];
             if (--b->pending == 0) bucket_start(p, b);
         }
-    tr_dist_progress(p->d, &p->q);
+    kl__train_dist_progress(p->d, &p->q);
 }
 
 /* Buckets over the trainable tensors from the last to the first (the order
@@ -116,7 +116,7 @@ static void on_node(void *ctx, int node) {
 static int buckets_make(tr_par *p, kl_err *e) {
     tr_model *m = p->m;
     tr_tensor_ref *refs = calloc(TR_MAX_LAYERS * 4, sizeof *refs);
-    int nt = refs ? tr_model_tensors(m, refs, TR_MAX_LAYERS * 4) : 0;
+    int nt = refs ? kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4) : 0;
     p->nref = nt;
     p->bk = calloc((size_t)nt + 1, sizeof *p->bk);
     p->ref_node = calloc((size_t)nt + 1, sizeof(int));
@@ -127,7 +127,7 @@ static int buckets_make(tr_par *p, kl_err *e) {
         free(order);
         return kl_err_set(e, KL_ENOMEM, "out of memory");
     }
-    tr_step_grad_producers(m, p->ref_node, nt);
+    kl__train_step_grad_producers(m, p->ref_node, nt);
     int n = 0;
     for (int r = 0; r < nt; r++) {
         p->ref_bucket[r] = -1;
@@ -158,11 +158,11 @@ static int buckets_make(tr_par *p, kl_err *e) {
     }
     free(refs);
     free(order);
-    tr_step_set_hook(m, on_node, p);
+    kl__train_step_set_hook(m, on_node, p);
     return KL_OK;
 }
 
-int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e) {
+int kl__train_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e) {
     tr_par *p = calloc(1, sizeof *p);
     if (!p) return kl_err_set(e, KL_ENOMEM, "out of memory");
     *out = p;
@@ -172,12 +172,12 @@ int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allr
     p->B = B;
     p->det = s->deterministic;
     p->no_reduce = no_allreduce;
-    p->L = tr_par_leaf_rows(s, d->world, B);
+    p->L = kl__train_par_leaf_rows(s, d->world, B);
     p->leaves = p->det ? s->micro_batches : d->world;
     p->mine = p->leaves / d->world;
     p->mine0 = (int64_t)d->rank * p->mine;
     p->V = m->nparams + m->nbuf + 1;
-    int rc = tr_dist_reqs_init(&p->q, e);
+    int rc = kl__train_dist_reqs_init(&p->q, e);
     if (rc) return rc;
     if (p->det) {
         p->levels = ilog2(p->mine > d->world ? p->mine : d->world) + 1;
@@ -194,9 +194,9 @@ int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allr
     return KL_OK;
 }
 
-double tr_par_compute_s(const tr_par *p) { return p->compute_s; }
+double kl__train_par_compute_s(const tr_par *p) { return p->compute_s; }
 
-void tr_par_even(tr_par *p) { p->even = !p->det; }
+void kl__train_par_even(tr_par *p) { p->even = !p->det; }
 
 static double now_s(void) {
     struct timespec t;
@@ -204,13 +204,15 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int64_t tr_par_rank_share(int64_t nb, int rank, int world) { return nb > rank ? (nb - rank + world - 1) / world : 0; }
+int64_t kl__train_par_rank_share(int64_t nb, int rank, int world) {
+    return nb > rank ? (nb - rank + world - 1) / world : 0;
+}
 
 /* Rows [off, off + cnt) of the batch of nb rows for leaf k. */
 static void leaf_rows(const tr_par *p, int64_t k, int64_t nb, int64_t *off, int64_t *cnt) {
     if (p->even) { /* fast mode only: one leaf per rank, the rows its loader made */
         *off = 0;
-        *cnt = tr_par_rank_share(nb, p->d->rank, p->d->world);
+        *cnt = kl__train_par_rank_share(nb, p->d->rank, p->d->world);
         return;
     }
     *off = k * p->L;
@@ -226,7 +228,7 @@ static int leaf_step(tr_par *p, int64_t k, int64_t off, int64_t cnt, int64_t ste
     int rc = get(ctx, off, cnt, &x, &yi, &yf, e);
     if (rc) return rc;
     double t0 = now_s();
-    rc = tr_step_run(p->m, x, yi, yf, cnt, step ^ (k << 40), scale, loss, e);
+    rc = kl__train_step_run(p->m, x, yi, yf, cnt, step ^ (k << 40), scale, loss, e);
     p->compute_s += now_s() - t0;
     return rc;
 }
@@ -265,7 +267,7 @@ static int grads_det(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_f
         tree_add(p, j, v);
     }
     const float *sub = p->acc + (size_t)ilog2(p->mine) * (size_t)p->V; /* this rank's subtree */
-    if ((rc = tr_dist_allgather(p->d, sub, p->gath, (size_t)p->V * 4, "deterministic gradient all-gather", e)))
+    if ((rc = kl__train_dist_allgather(p->d, sub, p->gath, (size_t)p->V * 4, "deterministic gradient all-gather", e)))
         return rc;
     for (int r = 0; r < p->d->world; r++) tree_add(p, r, p->gath + (size_t)r * (size_t)p->V);
     const float *tot = p->acc + (size_t)ilog2(p->d->world) * (size_t)p->V;
@@ -279,9 +281,9 @@ static void bucket_start(tr_par *p, tr_bucket *b) {
     float *g = p->m->grads + b->lo;
     int64_t n = b->hi - b->lo;
     b->started = 1;
-    if (p->m->fp16) tr_round_f16(g, n); /* the gradients at float16 precision, as the one-process step */
+    if (p->m->fp16) kl__train_round_f16(g, n); /* the gradients at float16 precision, as the one-process step */
     for (int64_t i = 0; i < n; i++) g[i] *= p->w;
-    if (!p->hook_rc) p->hook_rc = tr_dist_iallreduce_f32(p->d, &p->q, g, n, &p->hook_err);
+    if (!p->hook_rc) p->hook_rc = kl__train_dist_iallreduce_f32(p->d, &p->q, g, n, &p->hook_err);
 }
 
 /* fast mode: this rank's rows, weighted, summed over the ranks in buckets */
@@ -301,7 +303,7 @@ static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_
     if (cnt && (rc = leaf_step(p, p->mine0, off, cnt, step, scale, get, ctx, &l, e))) return rc;
     if (!cnt) memset(m->grads, 0, (size_t)P * 4);
     if (p->d->world == 1 || p->no_reduce) {
-        if (m->fp16 && p->nbk) tr_round_f16(m->grads, P);
+        if (m->fp16 && p->nbk) kl__train_round_f16(m->grads, P);
         *loss = l;
         return KL_OK;
     }
@@ -315,20 +317,21 @@ static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_
     float *aux = p->leaf; /* running statistics and the loss, weighted the same way */
     for (int64_t i = 0; i < NB; i++) aux[i] = cnt ? m->bufs[i] * p->w : 0;
     aux[NB] = (float)l * p->w;
-    if ((rc = tr_dist_allreduce_f32(p->d, aux, NB + 1, "running statistics all-reduce", e))) return rc;
-    if ((rc = tr_dist_wait_all(p->d, &p->q, "gradient all-reduce", e))) return rc;
+    if ((rc = kl__train_dist_allreduce_f32(p->d, aux, NB + 1, "running statistics all-reduce", e))) return rc;
+    if ((rc = kl__train_dist_wait_all(p->d, &p->q, "gradient all-reduce", e))) return rc;
     memcpy(m->bufs, aux, (size_t)NB * 4);
     *loss = aux[NB];
     return KL_OK;
 }
 
-int tr_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e) {
+int kl__train_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
+                     kl_err *e) {
     p->d->step = step;
     return p->det ? grads_det(p, nb, step, scale, get, ctx, loss, e)
                   : grads_fast(p, nb, step, scale, get, ctx, loss, e);
 }
 
-int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e) {
+int kl__train_par_same_weights(tr_par *p, int64_t step, kl_err *e) {
     tr_dist *d = p->d;
     if (!d->on || d->world == 1 || p->no_reduce) return KL_OK;
     uint8_t h[32], *all = malloc((size_t)d->world * 32);
@@ -343,10 +346,10 @@ int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e) {
     kl_sha256_final(sh, h);
     kl_sha256_free(sh);
     d->step = step;
-    int rc = tr_dist_allgather(d, h, all, 32, "weight check", e);
+    int rc = kl__train_dist_allgather(d, h, all, 32, "weight check", e);
     for (int r = 1; !rc && r < d->world; r++)
         if (memcmp(all, all + (size_t)r * 32, 32)) {
-            tr_dist_fail(d);
+            kl__train_dist_fail(d);
             rc = kl_err_set(e, KL_ESTATE,
                             "step %lld: the weights of rank %d differ from rank 0's (sha256 %02x%02x%02x%02x... vs "
                             "%02x%02x%02x%02x...): the ranks diverged",

@@ -90,7 +90,7 @@ static void layer_params(params *p, const tr_layer *l, int i) {
     const tr_lspec *L = &l->sp;
     char k[96], a[64], b[64];
 #define LK(name) (snprintf(k, sizeof k, "layers.%d.%s", i, name), k)
-    padd(p, LK("type"), "%s", tr_ltype_name(L->type));
+    padd(p, LK("type"), "%s", kl__train_ltype_name(L->type));
     padd(p, LK("name"), "%s", L->name);
     if (L->in_name[0][0] && L->type != TR_L_ADD) padd(p, LK("input"), "%s", L->in_name[0]);
     switch (L->type) {
@@ -204,8 +204,8 @@ static void spec_params(params *p, const tr_spec *s, const tr_model *m) {
     if (s->ds) padd(p, "data.dataset", "%s", s->ds->path);
 }
 
-int tr_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m, const char *spec_path, kl_track **tp,
-                    kl_track_run **rp, kl_err *e) {
+int kl__train_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m, const char *spec_path,
+                        kl_track **tp, kl_track_run **rp, kl_err *e) {
     *tp = NULL;
     *rp = NULL;
     kl_track *t = NULL;
@@ -242,7 +242,7 @@ fail:
     return rc;
 }
 
-int tr_runlog_finish(kl_track *t, kl_track_run *r, const tr_spec *s, const char *out_dir, const tr_dsinfo *dsi,
+int kl__train_runlog_finish(kl_track *t, kl_track_run *r, const tr_spec *s, const char *out_dir, const tr_dsinfo *dsi,
                      const kl_metric_point *pts, size_t npts, kl_err *e) {
     static const char *files[] = {"model.onnx", "meta.json", "card.md",       "metrics.csv",
                                   "curves.svg", "spec.yaml", "features.json", "profile.json"};
@@ -266,7 +266,7 @@ int tr_runlog_finish(kl_track *t, kl_track_run *r, const tr_spec *s, const char 
     return rc ? rc : rc2;
 }
 
-void tr_runlog_fail(kl_track *t, kl_track_run *r) {
+void kl__train_runlog_fail(kl_track *t, kl_track_run *r) {
     if (r) kl_track_run_end(r, KL_RUN_FAILED, NULL);
     kl_track_close(t);
 }

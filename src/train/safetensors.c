@@ -7,7 +7,7 @@
 
 #include "train/train_int.h"
 
-int tr_safetensors_write(const char *path, const tr_st_entry *t, int n, const char *meta_json, kl_err *e) {
+int kl__train_safetensors_write(const char *path, const tr_st_entry *t, int n, const char *meta_json, kl_err *e) {
     kl_buf h;
     kl_buf_init(&h);
     kl_buf_puts(&h, "{");
@@ -107,7 +107,8 @@ static int st_entry(const char *name, const cJSON *it, size_t dlen, int *rank, i
     return KL_OK;
 }
 
-int tr_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e) {
+int kl__train_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx,
+                                char **meta_out, kl_err *e) {
     const unsigned char *buf = bytes;
     cJSON *j = NULL;
     int rc = KL_OK;
@@ -139,13 +140,13 @@ done:
     return rc;
 }
 
-int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e) {
+int kl__train_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e) {
     char *buf = NULL;
     size_t len = 0;
     if (meta_out) *meta_out = NULL;
     int rc = kl_read_file(path, &buf, &len, e);
     if (rc) return rc;
-    rc = tr_safetensors_read_mem(buf, len, path, fn, ctx, meta_out, e);
+    rc = kl__train_safetensors_read_mem(buf, len, path, fn, ctx, meta_out, e);
     kl_mem_free(buf);
     return rc;
 }

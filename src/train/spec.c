@@ -12,7 +12,7 @@ static const char *const ltype_names[TR_L_COUNT] = {
     "linear", "conv2d", "batchnorm2d", "layernorm", "dropout", "embedding", "maxpool2d",
     "avgpool2d", "global_avgpool", "flatten", "relu", "gelu", "sigmoid", "tanh", "softmax", "add"};
 
-const char *tr_ltype_name(tr_ltype t) { return (unsigned)t < TR_L_COUNT ? ltype_names[t] : "?"; }
+const char *kl__train_ltype_name(tr_ltype t) { return (unsigned)t < TR_L_COUNT ? ltype_names[t] : "?"; }
 
 static int get_pair(const kl_node *map, const char *key, int64_t def, int64_t out[2], int64_t min,
                     kl_err *e) {
@@ -356,7 +356,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     /* data: paths relative to the spec's folder */
     const kl_node *da = kl_node_get(root, "data");
     if (da && kl_node_get(da, "dataset")) {   /* Parquet source (src/train/data_pq.c) */
-        if ((rc = tr_dsrc_parse(da, &s->ds, e))) return rc;
+        if ((rc = kl__train_dsrc_parse(da, &s->ds, e))) return rc;
         char *abs = NULL;
         if ((rc = rel_path(s, s->ds->path, &abs, e))) return rc;
         free(s->ds->path);
@@ -365,7 +365,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         static const char *k[] = {"x", "y", "val_x", "val_y", "shards", "val_shards", "image"};
         if ((rc = kl_spec_check_keys(da, k, 7, e))) return rc;
         char **dst[6] = {&s->x_path, &s->y_path, &s->val_x, &s->val_y, &s->shards, &s->val_shards};
-        if ((rc = tr_image_spec_parse(kl_node_get(da, "image"), s, e))) return rc;
+        if ((rc = kl__train_image_spec_parse(kl_node_get(da, "image"), s, e))) return rc;
         for (int i = 0; i < 6; i++) {
             const char *v;
             if ((rc = kl_spec_str(da, k[i], "", &v, e))) return rc;
@@ -376,7 +376,7 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     return KL_OK;
 }
 
-int tr_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *e) {
+int kl__train_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *e) {
     *out = NULL;
     kl_doc *d = NULL;
     tr_spec *s = calloc(1, sizeof *s);
@@ -391,23 +391,23 @@ int tr_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *
     return KL_OK;
 fail:
     kl_doc_free(d);
-    tr_spec_free(s);
+    kl__train_spec_free(s);
     return rc;
 }
 
-int tr_spec_load(const char *path, tr_spec **out, kl_err *e) {
+int kl__train_spec_load(const char *path, tr_spec **out, kl_err *e) {
     char *text = NULL;
     size_t len;
     *out = NULL;
     int rc = kl_read_file(path, &text, &len, e);
     if (rc) return rc;
-    rc = tr_spec_load_str(text, path, out, e);
+    rc = kl__train_spec_load_str(text, path, out, e);
     kl_mem_free(text);
     return rc;
 }
 
-int tr_spec_load_set(const char *path, const char *const *sets, int nsets, tr_spec **out, kl_err *e) {
-    if (nsets <= 0) return tr_spec_load(path, out, e);
+int kl__train_spec_load_set(const char *path, const char *const *sets, int nsets, tr_spec **out, kl_err *e) {
+    if (nsets <= 0) return kl__train_spec_load(path, out, e);
     *out = NULL;
     kl_doc *d = NULL;
     kl_buf b;
@@ -432,14 +432,14 @@ int tr_spec_load_set(const char *path, const char *const *sets, int nsets, tr_sp
 fail:
     kl_buf_free(&b);
     kl_doc_free(d);
-    tr_spec_free(s);
+    kl__train_spec_free(s);
     return rc;
 }
 
-void tr_spec_free(tr_spec *s) {
+void kl__train_spec_free(tr_spec *s) {
     if (!s) return;
     free(s->path); free(s->text); free(s->x_path); free(s->y_path); free(s->val_x); free(s->val_y); free(s->init_path);
-    tr_dsrc_free(s->ds);
+    kl__train_dsrc_free(s->ds);
     free(s->shards); free(s->val_shards);
     free(s);
 }

@@ -30,14 +30,14 @@ struct tr_stepg {
     float *stage;               /* BN running stats staging (nbuf floats) */
     int64_t *ids;               /* integer inputs converted from the float batch */
     uint64_t act_bytes, arena_bytes;
-    kl_plan_node_fn hook; /* tr_step_set_hook: after each node of the run */
+    kl_plan_node_fn hook; /* kl__train_step_set_hook: after each node of the run */
     void *hook_ctx;
 };
 
 enum { OUT_LOSS, OUT_GRAD, OUT_RMEAN, OUT_RVAR, OUT_OTHER };
 
 
-void tr_step_free(tr_model *m) {
+void kl__train_step_free(tr_model *m) {
     tr_stepg *st = m->st;
     if (!st) return;
     for (int k = 0; k < 2; k++) kl_plan_free(st->plan[k]);
@@ -79,14 +79,14 @@ static void shape_inputs(tr_model *m, int64_t Bn) {
     }
 }
 
-int tr_step_nodes(const tr_model *m) { return m->st ? m->st->g->n_nodes : 0; }
+int kl__train_step_nodes(const tr_model *m) { return m->st ? m->st->g->n_nodes : 0; }
 
-void tr_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx) {
+void kl__train_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx) {
     m->st->hook = fn;
     m->st->hook_ctx = ctx;
 }
 
-void tr_step_grad_producers(const tr_model *m, int *node_of_ref, int nref) {
+void kl__train_step_grad_producers(const tr_model *m, int *node_of_ref, int nref) {
     const tr_stepg *st = m->st;
     const kl_graph *g = st->g;
     for (int r = 0; r < nref; r++) node_of_ref[r] = -1;
@@ -98,17 +98,17 @@ void tr_step_grad_producers(const tr_model *m, int *node_of_ref, int nref) {
                 if (g->nodes[n].outputs[k] == v) node_of_ref[st->out_ref[i]] = n;
     }
 }
-uint64_t tr_step_arena_bytes(const tr_model *m) { return m->st ? m->st->arena_bytes : 0; }
+uint64_t kl__train_step_arena_bytes(const tr_model *m) { return m->st ? m->st->arena_bytes : 0; }
 
-int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e) {
-    tr_step_free(m);
+int kl__train_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e) {
+    kl__train_step_free(m);
     tr_stepg *st = calloc(1, sizeof *st);
     if (!st) return kl_err_set(e, KL_ENOMEM, "out of memory");
     m->st = st;
     int rc, *wrt = NULL, *grads = NULL;
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-    int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
-    if ((rc = tr_graph_build(m, TR_G_TRAIN, 0, &st->g, e))) goto fail;
+    int nt = kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    if ((rc = kl__train_graph_build(m, TR_G_TRAIN, 0, &st->g, e))) goto fail;
     kl_graph *g = st->g;
     /* inputs: what each one is */
     st->n_in = g->n_inputs;
@@ -188,15 +188,15 @@ int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_by
 fail:
     free(wrt);
     free(grads);
-    tr_step_free(m);
+    kl__train_step_free(m);
     return rc;
 }
 
-/* After tr_model_alloc: the parameter views, gradient views, staging. */
+/* After kl__train_model_alloc: the parameter views, gradient views, staging. */
 static int bind(tr_model *m, kl_err *e) {
     tr_stepg *st = m->st;
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-    tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     st->stage = kl_mem_alloc_e((size_t)(m->nbuf + 16) * 4, KL_TAG_WORKSPACE, e);
     if (!st->stage) return KL_ENOMEM;
     if (m->spec->in_int) {
@@ -227,8 +227,8 @@ static int64_t drop_seed(uint64_t seed, int64_t step, int l) {
     return (int64_t)((z ^ (z >> 31)) >> 1);
 }
 
-int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn, int64_t step, float scale,
-                double *loss, kl_err *e) {
+int kl__train_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn, int64_t step,
+                    float scale, double *loss, kl_err *e) {
     tr_stepg *st = m->st;
     int rc;
     if (!st->stage && (rc = bind(m, e))) return rc;
@@ -276,7 +276,7 @@ int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf,
         if (st->out_kind[i] == OUT_RMEAN || st->out_kind[i] == OUT_RVAR)
             memcpy((char *)m->bufs + ((char *)st->out[i].data - (char *)st->stage), st->out[i].data, st->out[i].nbytes);
     if (m->fp16 && !st->hook)
-        tr_round_f16(m->grads, m->nparams); /* gradients at float16 precision (with a hook: its job) */
+        kl__train_round_f16(m->grads, m->nparams); /* gradients at float16 precision (with a hook: its job) */
     *loss = st->loss;
     return KL_OK;
 }

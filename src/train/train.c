@@ -48,12 +48,12 @@ static int data_check(const tr_model *m, const char *xp, const char *yp, tr_arra
 static int data_load(const tr_model *m, const char *xp, const char *yp, tr_data *d, kl_err *e) {
     tr_array X = {0}, Y = {0};
     memset(d, 0, sizeof *d);
-    int rc = tr_npy_read(xp, &X, e);
-    if (!rc) rc = tr_npy_read(yp, &Y, e);
+    int rc = kl__train_npy_read(xp, &X, e);
+    if (!rc) rc = kl__train_npy_read(yp, &Y, e);
     if (!rc && !(rc = kl_sha256_file_hex(xp, d->x_sha, e))) rc = kl_sha256_file_hex(yp, d->y_sha, e);
     if (!rc) return data_check(m, xp, yp, &X, &Y, d, e);
-    tr_array_free(&X);
-    tr_array_free(&Y);
+    kl__train_array_free(&X);
+    kl__train_array_free(&Y);
     return rc;
 }
 
@@ -82,7 +82,7 @@ static int classes_check(const tr_model *m, const tr_dsinfo *info, kl_err *e) {
 static int data_load_ds(const tr_model *m, int part, tr_data *d, tr_dsinfo *info, kl_err *e) {
     tr_array X = {0}, Y = {0};
     memset(d, 0, sizeof *d);
-    int rc = tr_dsrc_load(m->spec->ds, part, &X, &Y, info, e);
+    int rc = kl__train_dsrc_load(m->spec->ds, part, &X, &Y, info, e);
     if (rc) return rc;
     char yn[300];
     snprintf(yn, sizeof yn, "%s: label '%s'", m->spec->ds->path, m->spec->ds->label);
@@ -93,15 +93,15 @@ static int data_load_ds(const tr_model *m, int part, tr_data *d, tr_dsinfo *info
         rc = kl_err_set(e, KL_ESHAPE, "%s: %lld feature columns (%s), but input.shape has %lld values", m->spec->ds->path,
                         (long long)X.dims[1], b.data ? b.data : "", (long long)m->in_numel);
         kl_buf_free(&b);
-        tr_array_free(&X);
-        tr_array_free(&Y);
-        tr_dsinfo_free(info);
+        kl__train_array_free(&X);
+        kl__train_array_free(&Y);
+        kl__train_dsinfo_free(info);
         return rc;
     }
     rc = classes_check(m, info, e);
     if (!rc) rc = data_check(m, m->spec->ds->path, yn, &X, &Y, d, e);
-    else tr_array_free(&X), tr_array_free(&Y);
-    if (rc && info) tr_dsinfo_free(info);
+    else kl__train_array_free(&X), kl__train_array_free(&Y);
+    if (rc && info) kl__train_dsinfo_free(info);
     return rc;
 }
 
@@ -155,8 +155,8 @@ static int data_check(const tr_model *m, const char *xp, const char *yp, tr_arra
         }
     }
 done:
-    tr_array_free(&X);
-    tr_array_free(&Y);
+    kl__train_array_free(&X);
+    kl__train_array_free(&Y);
     if (rc) data_free(d);
     return rc;
 }
@@ -286,7 +286,7 @@ static int evaluate(tr_model *m, tr_batches *bs, int64_t n, tr_eval *out, float 
         int rc = batches_get(bs, m, 0, b, m->B, &x, &yi, &yf, &B, e);
         if (rc) return rc;
         double loss;
-        const float *z = tr_model_eval(m, x, yi, yf, B, &loss, e);
+        const float *z = kl__train_model_eval(m, x, yi, yf, B, &loss, e);
         if (!z) return e->code ? e->code : KL_EINTERNAL;
         batch_acc(m, z, B, yi, yf, out);
         tot += loss * (double)B;
@@ -440,7 +440,7 @@ typedef struct {
 
 static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *loader_pos, const char *dir, int64_t step, kl_err *e) {
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-    int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    int nt = kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     tr_st_entry *ent = calloc((size_t)nt * 3 + 1, sizeof *ent);
     char (*names)[112] = calloc((size_t)nt * 3 + 1, sizeof *names);
     int n = 0, rc;
@@ -471,7 +471,7 @@ static int ckpt_write(tr_model *m, tr_optim *o, const tr_pos *pos, const char *l
              loader_pos ? ",\"loader\":\"" : "", loader_pos ? loader_pos : "", loader_pos ? "\"" : "");
     char path[4096];
     snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)step);
-    rc = tr_safetensors_write(path, ent, n, meta, e);
+    rc = kl__train_safetensors_write(path, ent, n, meta, e);
     if (!rc && step > 3 * m->spec->ckpt_every) { /* keep the newest three */
         snprintf(path, sizeof path, "%s/ckpt-%08lld.safetensors", dir, (long long)(step - 3 * m->spec->ckpt_every));
         remove(path);
@@ -488,7 +488,7 @@ typedef struct { tr_model *m; tr_optim *o; int found; } load_ctx;
 static int load_tensor(void *ctx, const char *name, const char *dtype, int rank, const int64_t *dims, const void *data, size_t nbytes, kl_err *e) {
     load_ctx *c = ctx;
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-    int nt = tr_model_tensors(c->m, refs, TR_MAX_LAYERS * 4);
+    int nt = kl__train_model_tensors(c->m, refs, TR_MAX_LAYERS * 4);
     const char *pname = name;
     float *base = NULL;
     if (!strncmp(name, "param.", 6)) pname = name + 6;
@@ -547,7 +547,7 @@ static int ckpt_find(const char *dir, char *best, size_t n) {
 static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, char *loader_pos, size_t lpn, const char *path, kl_err *e) {
     load_ctx c = {m, o, 0};
     char *meta = NULL;
-    int rc = tr_safetensors_read(path, load_tensor, &c, &meta, e);
+    int rc = kl__train_safetensors_read(path, load_tensor, &c, &meta, e);
     if (rc) return rc;
     void *doc = NULL;
     if (meta) (void)kl_json_parse(meta, strlen(meta), path, &doc, NULL); /* unparsable: "lacks 'step'" below */
@@ -579,15 +579,15 @@ static int ckpt_load(tr_model *m, tr_optim *o, tr_pos *pos, char *loader_pos, si
 
 static int weights_write(tr_model *m, const char *path, kl_err *e) {
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-    int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    int nt = kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     tr_st_entry ent[TR_MAX_LAYERS * 4];
     for (int i = 0; i < nt; i++) ent[i] = (tr_st_entry){refs[i].name, refs[i].data, refs[i].rank, {refs[i].dims[0], refs[i].dims[1], refs[i].dims[2], refs[i].dims[3]}};
-    return tr_safetensors_write(path, ent, nt, "{\"format\":\"keel-weights-1\"}", e);
+    return kl__train_safetensors_write(path, ent, nt, "{\"format\":\"keel-weights-1\"}", e);
 }
 
 int kl__train_load_weights(tr_model *m, const char *path, kl_err *e) {
     load_ctx c = {m, NULL, 0};
-    return tr_safetensors_read(path, load_tensor, &c, NULL, e);
+    return kl__train_safetensors_read(path, load_tensor, &c, NULL, e);
 }
 int kl__train_save_weights(tr_model *m, const char *path, kl_err *e) { return weights_write(m, path, e); }
 
@@ -732,7 +732,7 @@ static int write_card(const char *out, const tr_spec *s, const tr_model *m, int6
     kl_buf_printf(&b, "- Trained by keel %s on %s\n- Parameters: %lld (float32)\n- Input: ", KEEL_VERSION, "this machine", (long long)m->nparams);
     for (int i = 0; i < s->in_rank; i++) kl_buf_printf(&b, "%s%lld", i ? "x" : "", (long long)s->in_dims[i]);
     kl_buf_printf(&b, " %s per sample; output: %lld values\n- Layers:", s->in_int ? "int64 indices" : "float32", (long long)m->out_numel);
-    for (int i = 0; i < m->n; i++) kl_buf_printf(&b, "%s %s", i ? "," : "", tr_ltype_name(m->L[i].sp.type));
+    for (int i = 0; i < m->n; i++) kl_buf_printf(&b, "%s %s", i ? "," : "", kl__train_ltype_name(m->L[i].sp.type));
     kl_buf_printf(&b, "\n- Files: model.onnx (ONNX opset 17, eval mode), model.safetensors (weights), meta.json (hashes, lineage)\n\n");
     kl_buf_printf(&b, "## Intended use\n\n%s model for the task its training data describes. Not evaluated for use beyond the distribution of that data.\n\n",
                   s->loss == TR_LOSS_CE ? "A multi-class classification" : s->loss == TR_LOSS_BCE ? "A binary / multi-label classification" : "A regression");
@@ -833,12 +833,13 @@ typedef struct {
 static int run_open(tr_run *r, kl_err *e) {
     const kl_train_opts *o = r->o;
     int rc;
-    if ((rc = tr_spec_load_set(r->spec_path, o->sets, o->nsets, &r->s, e))) return rc;
+    if ((rc = kl__train_spec_load_set(r->spec_path, o->sets, o->nsets, &r->s, e))) return rc;
     if (r->s->ds) r->s->ds->verify = o->verify;
-    if ((rc = tr_dist_start(&r->dist, o->distributed, r->s->dist_timeout, e))) return rc;
+    if ((rc = kl__train_dist_start(&r->dist, o->distributed, r->s->dist_timeout, e))) return rc;
     r->lead = r->dist.rank == 0;
-    if ((rc = tr_model_new(r->s, &r->m, e))) return rc;
-    if (o->tracking && r->lead && (rc = tr_runlog_start(o, r->s, r->m, r->spec_path, &r->trk, &r->trun, e))) return rc;
+    if ((rc = kl__train_model_new(r->s, &r->m, e))) return rc;
+    if (o->tracking && r->lead && (rc = kl__train_runlog_start(o, r->s, r->m, r->spec_path, &r->trk, &r->trun, e)))
+        return rc;
     if (r->trun && o->run_id_out) *o->run_id_out = kl_track_run_id(r->trun);
     return KL_OK;
 }
@@ -858,12 +859,12 @@ static int64_t *iota_rows(int64_t n, kl_err *e) {
 static int run_data_images(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
     int rc;
-    if ((rc = tr_images_open_set(&r->imt, s, r->m, s->shards, e))) return rc;
+    if ((rc = kl__train_images_open_set(&r->imt, s, r->m, s->shards, e))) return rc;
     r->d.shards_id = kl_shardset_id(r->imt.set);
-    if ((rc = tr_images_open_set(&r->imv, s, r->m, s->val_shards ? s->val_shards : s->shards, e))) return rc;
+    if ((rc = kl__train_images_open_set(&r->imv, s, r->m, s->val_shards ? s->val_shards : s->shards, e))) return rc;
     if (!s->val_shards)
-        return tr_split_rows(kl_shardset_count(r->imt.set), s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va,
-                             &r->nva, e);
+        return kl__train_split_rows(kl_shardset_count(r->imt.set), s->seed, s->val_fraction, &r->idx_tr, &r->ntr,
+                                 &r->idx_va, &r->nva, e);
     r->ntr = kl_shardset_count(r->imt.set);
     r->nva = kl_shardset_count(r->imv.set);
     return (r->idx_tr = iota_rows(r->ntr, e)) ? KL_OK : KL_ENOMEM;
@@ -878,7 +879,7 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
         if ((rc = data_load_ds(r->m, TR_PART_TRAIN, &r->d, &r->dsi, e))) return rc;
     } else if ((rc = data_load(r->m, s->x_path, s->y_path, &r->d, e))) return rc;
     if (!s->val_x && !ds_val)
-        return tr_split_rows(r->d.n, s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va, &r->nva, e);
+        return kl__train_split_rows(r->d.n, s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va, &r->nva, e);
     if (ds_val) {
         if ((rc = data_load_ds(r->m, TR_PART_VAL, &r->dv, NULL, e))) return rc;
     } else {
@@ -895,7 +896,7 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
 /* The loaders of image shards. Fast mode at N ranks: each rank's training
  * loader makes its B / N rows of every global batch (the loader's rank
  * sharding of the (seed, epoch) order; in the last, partial batch the ranks'
- * shares differ by one row at most, tr_par_rank_share); one process or the deterministic
+ * shares differ by one row at most, kl__train_par_rank_share); one process or the deterministic
  * mode: the whole batch, which the step's leaves slice. Validation: in
  * batches of the rows a step run takes. */
 static int run_data_loaders(tr_run *r, kl_err *e) {
@@ -910,8 +911,8 @@ static int run_data_loaders(tr_run *r, kl_err *e) {
         r->imt.rank = r->dist.rank;
         r->imt.world = r->dist.world;
     }
-    if ((rc = tr_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, shard ? r->L : r->B, s->epochs, e))) return rc;
-    return r->nva ? tr_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->L, 1, e) : KL_OK;
+    if ((rc = kl__train_images_start(&r->imt, s, r->idx_tr, r->ntr, 1, shard ? r->L : r->B, s->epochs, e))) return rc;
+    return r->nva ? kl__train_images_start(&r->imv, s, r->idx_va, r->nva, 0, r->L, 1, e) : KL_OK;
 }
 
 static int run_data(tr_run *r, kl_err *e) {
@@ -924,9 +925,9 @@ static int run_data(tr_run *r, kl_err *e) {
                           r->spec_path);
     if ((rc = r->images ? run_data_images(r, e) : run_data_arrays(r, e))) return rc;
     if (r->ntr < 1) return kl_err_set(e, KL_EINVAL, "no training rows left after the validation split");
-    if ((rc = tr_par_check(s, r->dist.world, r->images, e))) return rc;
+    if ((rc = kl__train_par_check(s, r->dist.world, r->images, e))) return rc;
     r->B = KL_MIN(s->batch, r->ntr);
-    r->L = tr_par_leaf_rows(s, r->dist.world, r->B);
+    r->L = kl__train_par_leaf_rows(s, r->dist.world, r->B);
     return r->images ? run_data_loaders(r, e) : KL_OK;
 }
 
@@ -966,15 +967,16 @@ static int run_plan(tr_run *r, kl_err *e) {
      * autodiff): activations and workspace are that plan's */
     m->fp16 = s->fp16;
     uint64_t g_act = 0, g_ws = 0;
-    if ((rc = tr_step_prepare(m, L, &g_act, &g_ws, e))) return rc;
-    tr_model_plan(m, L, tr_optim_slots(s), plan);
-    plan[1] += tr_par_bytes(s, r->dist.world, m->nparams, m->nbuf); /* deterministic mode's tree vectors */
+    if ((rc = kl__train_step_prepare(m, L, &g_act, &g_ws, e))) return rc;
+    kl__train_model_plan(m, L, kl__train_optim_slots(s), plan);
+    plan[1] += kl__train_par_bytes(s, r->dist.world, m->nparams, m->nbuf); /* deterministic mode's tree vectors */
     plan[3] = g_act + (uint64_t)(L * m->out_numel) * 4;             /* + the eval output rows */
     plan[4] = g_ws + (uint64_t)L * (uint64_t)(m->in_numel * 4 + 8 + m->out_numel * 4); /* + batch, labels, targets */
     for (int i = 0; i < 5; i++) tot += plan[i];
     if (r->o->memory_report && r->lead) {
         print_plan(r->rep, plan, data_bytes);
-        fprintf(r->rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", tr_step_nodes(m));
+        fprintf(r->rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n",
+                kl__train_step_nodes(m));
     }
     if (r->o->memory_limit && tot + data_bytes > r->o->memory_limit)
         return memory_limit_error(plan, tot + data_bytes, r->o->memory_limit, e);
@@ -991,16 +993,16 @@ static int run_alloc(tr_run *r, kl_err *e) {
     tr_model *m = r->m;
     int64_t B = r->L; /* the batch buffers hold one step run's rows */
     int rc;
-    if ((rc = tr_model_alloc(m, B, e))) return rc;
-    if ((rc = tr_optim_init(&r->opt, s, m->nparams, e))) return rc;
+    if ((rc = kl__train_model_alloc(m, B, e))) return rc;
+    if ((rc = kl__train_optim_init(&r->opt, s, m->nparams, e))) return rc;
     kl_rng init_rng;
     kl_rng_seed(&init_rng, s->seed);
-    tr_model_init(m, &init_rng);
+    kl__train_model_init(m, &init_rng);
     if (s->init_path) {
         load_ctx lc = {m, NULL, 0};
         tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-        int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
-        if ((rc = tr_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) {
+        int nt = kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+        if ((rc = kl__train_safetensors_read(s->init_path, load_tensor, &lc, NULL, e))) {
             kl_err_prefix(e, "train.init %s", s->init_path);
             return rc;
         }
@@ -1012,8 +1014,8 @@ static int run_alloc(tr_run *r, kl_err *e) {
     r->yb = kl_mem_alloc_e((size_t)B * 8, KL_TAG_WORKSPACE, e);
     r->yfb = kl_mem_alloc_e((size_t)(B * m->out_numel) * 4, KL_TAG_WORKSPACE, e);
     if (!r->xb || !r->yb || !r->yfb) return KL_ENOMEM;
-    if ((rc = tr_par_new(m, s, &r->dist, r->B, r->o->dist_no_allreduce, &r->par, e))) return rc;
-    if (r->imt.world > 1) tr_par_even(r->par);
+    if ((rc = kl__train_par_new(m, s, &r->dist, r->B, r->o->dist_no_allreduce, &r->par, e))) return rc;
+    if (r->imt.world > 1) kl__train_par_even(r->par);
     snprintf(r->ckdir, sizeof r->ckdir, "%s/checkpoints", r->o->out_dir);
     if (r->lead && ((rc = kl_mkdir_p(r->o->out_dir, e)) || (rc = kl_mkdir_p(r->ckdir, e)))) return rc;
     snprintf(r->bestp, sizeof r->bestp, "%s/best.safetensors", r->ckdir);
@@ -1035,19 +1037,19 @@ static int run_resume_bcast(tr_run *r, int rc0, kl_err *e) {
     tr_dist *d = &r->dist;
     tr_model *m = r->m;
     int32_t st = rc0;
-    int rc = tr_dist_bcast(d, &st, sizeof st, 0, "resume", e);
+    int rc = kl__train_dist_bcast(d, &st, sizeof st, 0, "resume", e);
     if (rc || rc0) return rc ? rc : rc0;
     if (st)
         return kl_err_set(e, KL_ESTATE,
                           "--resume: rank 0 could not read the checkpoint (its error is in rank 0's output)");
     int64_t t = r->opt.t, hb = r->opt.has_buf;
-    if ((rc = tr_dist_bcast(d, m->params, (size_t)m->nparams * 4, 0, "resume", e)) ||
-        (rc = tr_dist_bcast(d, m->bufs, (size_t)m->nbuf * 4, 0, "resume", e)) ||
-        (r->opt.m && (rc = tr_dist_bcast(d, r->opt.m, (size_t)r->opt.n * 4, 0, "resume", e))) ||
-        (r->opt.v && (rc = tr_dist_bcast(d, r->opt.v, (size_t)r->opt.n * 4, 0, "resume", e))) ||
-        (rc = tr_dist_bcast(d, &t, sizeof t, 0, "resume", e)) ||
-        (rc = tr_dist_bcast(d, &hb, sizeof hb, 0, "resume", e)) ||
-        (rc = tr_dist_bcast(d, &r->pos, sizeof r->pos, 0, "resume", e)))
+    if ((rc = kl__train_dist_bcast(d, m->params, (size_t)m->nparams * 4, 0, "resume", e)) ||
+        (rc = kl__train_dist_bcast(d, m->bufs, (size_t)m->nbuf * 4, 0, "resume", e)) ||
+        (r->opt.m && (rc = kl__train_dist_bcast(d, r->opt.m, (size_t)r->opt.n * 4, 0, "resume", e))) ||
+        (r->opt.v && (rc = kl__train_dist_bcast(d, r->opt.v, (size_t)r->opt.n * 4, 0, "resume", e))) ||
+        (rc = kl__train_dist_bcast(d, &t, sizeof t, 0, "resume", e)) ||
+        (rc = kl__train_dist_bcast(d, &hb, sizeof hb, 0, "resume", e)) ||
+        (rc = kl__train_dist_bcast(d, &r->pos, sizeof r->pos, 0, "resume", e)))
         return rc;
     r->opt.t = t;
     r->opt.has_buf = (int)hb;
@@ -1114,8 +1116,8 @@ static int run_update_fp16(tr_run *r, double lr, double *gn, kl_err *e) {
     if (finite) {
         float inv = (float)(1.0 / (double)sc);
         for (int64_t k = 0; k < m->nparams; k++) m->grads[k] *= inv;
-        *gn = tr_clip_grad(m->grads, m->nparams, s->clip);
-        tr_optim_step(&r->opt, s, m->params, m->grads, lr);
+        *gn = kl__train_clip_grad(m->grads, m->nparams, s->clip);
+        kl__train_optim_step(&r->opt, s, m->params, m->grads, lr);
         if (++pos->tracker >= s->ls_interval) {
             pos->scale *= s->ls_growth;
             pos->tracker = 0;
@@ -1205,22 +1207,23 @@ static int run_step(tr_run *r, kl_err *e) {
     int rc;
     if (r->images && (rc = batches_get(&r->bt, m, pos->epoch, pos->batch, r->B, &sr.x, &sr.yi, &sr.yf, &mine, e)))
         return rc;
-    if (r->images && mine != (r->imt.world > 1 ? tr_par_rank_share(nb, r->dist.rank, r->imt.world) : nb))
+    if (r->images && mine != (r->imt.world > 1 ? kl__train_par_rank_share(nb, r->dist.rank, r->imt.world) : nb))
         return kl_err_set(e, KL_EINTERNAL, "step %lld: the loader made %lld rows of a %lld-row batch for rank %d of %d",
                           (long long)pos->step, (long long)mine, (long long)nb, r->dist.rank, KL_MAX(1, r->imt.world));
     double loss; /* forward, loss and gradients (into m->grads) of the global batch, on every rank */
-    if ((rc = tr_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e)))
+    if ((rc = kl__train_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss,
+                                  e)))
         return rc;
     if (!isfinite(loss))
         return kl_err_set(e, KL_ERANGE,
                           "step %lld (epoch %lld): the loss is %s; lower the learning rate or enable grad_clip",
                           (long long)pos->step, (long long)pos->epoch, isnan(loss) ? "NaN" : "infinite");
-    double lr = tr_sched_lr(s, pos->step, pos->epoch, r->total), gn;
+    double lr = kl__train_sched_lr(s, pos->step, pos->epoch, r->total), gn;
     if (s->fp16) {
         if ((rc = run_update_fp16(r, lr, &gn, e))) return rc;
     } else {
-        gn = tr_clip_grad(m->grads, m->nparams, s->clip);
-        tr_optim_step(&r->opt, s, m->params, m->grads, lr);
+        gn = kl__train_clip_grad(m->grads, m->nparams, s->clip);
+        kl__train_optim_step(&r->opt, s, m->params, m->grads, lr);
     }
     pos->step++;
     r->samples += nb;
@@ -1228,7 +1231,7 @@ static int run_step(tr_run *r, kl_err *e) {
     pos->ep_n += nb;
     rows_add(&r->rows, (tr_row){pos->step, pos->epoch, 0, loss, NAN, lr, gn});
     if (r->pr) run_progress(r, loss, lr);
-    if (s->check_every && pos->step % s->check_every == 0 && (rc = tr_par_same_weights(r->par, pos->step, e)))
+    if (s->check_every && pos->step % s->check_every == 0 && (rc = kl__train_par_same_weights(r->par, pos->step, e)))
         return rc;
     if (r->lead && s->ckpt_every && pos->step % s->ckpt_every == 0 && (rc = run_checkpoint(r, e))) return rc;
     if (r->crash_at == pos->step) raise(SIGKILL);
@@ -1297,12 +1300,12 @@ static int run_epoch_end(tr_run *r, kl_err *e) {
  * rank's step, compute and communication seconds (to rank 0) */
 static int run_ranks_end(tr_run *r, kl_err *e) {
     tr_dist *d = &r->dist;
-    int rc = tr_par_same_weights(r->par, r->pos.step, e);
+    int rc = kl__train_par_same_weights(r->par, r->pos.step, e);
     if (rc) return rc;
-    double mine[3] = {r->secs, tr_par_compute_s(r->par), d->comm_s},
+    double mine[3] = {r->secs, kl__train_par_compute_s(r->par), d->comm_s},
            *all = calloc((size_t)d->world * 3, sizeof(double));
     if (!all) return kl_err_set(e, KL_ENOMEM, "out of memory");
-    rc = tr_dist_allgather(d, mine, all, sizeof mine, "timings", e);
+    rc = kl__train_dist_allgather(d, mine, all, sizeof mine, "timings", e);
     memcpy(r->rank_s, all, sizeof(double) * 3 * (size_t)KL_MIN(d->world, 64));
     free(all);
     return rc;
@@ -1314,7 +1317,7 @@ static int run_loop(tr_run *r, kl_err *e) {
     r->crash_at = kl__test_hook("KEEL_TRAIN_CRASH_AT_STEP"); /* build/keel-hooks: SIGKILL itself after that step */
     if (!r->o->quiet && r->lead) r->pr = kl_progress_new("train", (uint64_t)r->total, "steps");
     if (r->pr) kl_progress_update(r->pr, (uint64_t)pos->step);
-    if ((rc = tr_dist_barrier(&r->dist, "start", e))) return rc; /* the clock starts when every rank is ready */
+    if ((rc = kl__train_dist_barrier(&r->dist, "start", e))) return rc; /* the clock starts when every rank is ready */
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     while (pos->step < r->total && pos->epoch < r->s->epochs && !pos->stopped && !r->cb_stop) {
         for (; pos->batch < r->steps_per_epoch && pos->step < r->total; pos->batch++)
@@ -1388,7 +1391,7 @@ static int run_artifacts(tr_run *r, kl_err *e) {
     if ((rc = final_validation(r, r->best_used, e))) return rc;
     if (r->best_used && (rc = weights_write(m, r->p, e))) return rc;
     snprintf(r->p, sizeof r->p, "%s/model.onnx", out);
-    if ((rc = tr_export_onnx(m, r->p, e))) return rc;
+    if ((rc = kl__train_export_onnx(m, r->p, e))) return rc;
     snprintf(r->p, sizeof r->p, "%s/metrics.csv", out);
     if ((rc = write_metrics_csv(r->p, &r->rows, e))) return rc;
     snprintf(r->p, sizeof r->p, "%s/curves.svg", out);
@@ -1432,7 +1435,7 @@ static int run_track_end(tr_run *r, kl_err *e) {
         pts[np++] = (kl_metric_point){"final_val_rmse", pos->step, 0, rg.rmse};
         if (isfinite(rg.r2)) pts[np++] = (kl_metric_point){"final_val_r2", pos->step, 0, rg.r2};
     }
-    rc = tr_runlog_finish(r->trk, r->trun, r->s, r->o->out_dir, &r->dsi, pts, np, e);
+    rc = kl__train_runlog_finish(r->trk, r->trun, r->s, r->o->out_dir, &r->dsi, pts, np, e);
     r->trk = NULL;
     r->trun = NULL;
     return rc;
@@ -1492,17 +1495,17 @@ static void run_free(tr_run *r) {
     free(r->idx_tr);
     free(r->idx_va);
     free(r->base_tr);
-    tr_optim_free(&r->opt);
+    kl__train_optim_free(&r->opt);
     data_free(&r->d);
     data_free(&r->dv);
-    tr_dsinfo_free(&r->dsi);
-    tr_runlog_fail(r->trk, r->trun);
-    tr_images_close(&r->imt);
-    tr_images_close(&r->imv);
-    tr_par_free(r->par);
-    tr_dist_end(&r->dist);
-    tr_model_free(r->m);
-    tr_spec_free(r->s);
+    kl__train_dsinfo_free(&r->dsi);
+    kl__train_runlog_fail(r->trk, r->trun);
+    kl__train_images_close(&r->imt);
+    kl__train_images_close(&r->imv);
+    kl__train_par_free(r->par);
+    kl__train_dist_end(&r->dist);
+    kl__train_model_free(r->m);
+    kl__train_spec_free(r->s);
 }
 
 /* what runs after the loop: a caller's stop (metrics only), or the artifacts and the summary */
@@ -1538,7 +1541,7 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
             !(rc = run_loop(r, e)))
             rc = run_finish(r, e);
     }
-    if (rc) tr_dist_fail(&r->dist); /* several ranks: MPI_Abort at exit stops the others */
+    if (rc) kl__train_dist_fail(&r->dist); /* several ranks: MPI_Abort at exit stops the others */
     run_free(r);
     free(r);
     return rc;
@@ -1547,19 +1550,19 @@ int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
 int kl_train_check(const char *spec_path, kl_err *e) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
-    int rc = tr_spec_load(spec_path, &s, e);
-    if (!rc) rc = tr_model_new(s, &m, e);
-    tr_model_free(m);
-    tr_spec_free(s);
+    int rc = kl__train_spec_load(spec_path, &s, e);
+    if (!rc) rc = kl__train_model_new(s, &m, e);
+    kl__train_model_free(m);
+    kl__train_spec_free(s);
     return rc;
 }
 
 int kl_train_spec_loss(const char *spec_path, const char **loss, kl_err *e) {
     tr_spec *s = NULL;
     *loss = NULL;
-    int rc = tr_spec_load(spec_path, &s, e);
+    int rc = kl__train_spec_load(spec_path, &s, e);
     if (!rc) *loss = s->loss == TR_LOSS_MSE ? "mse" : s->loss == TR_LOSS_BCE ? "bce_with_logits" : "cross_entropy";
-    tr_spec_free(s);
+    kl__train_spec_free(s);
     return rc;
 }
 
@@ -1626,11 +1629,11 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     *out_cjson = NULL;
     openblas_set_num_threads(1);
     snprintf(p, sizeof p, "%s/spec.yaml", dir);
-    if ((rc = tr_spec_load(p, &s, e))) goto fail;
-    if ((rc = tr_model_new(s, &m, e))) goto fail;
+    if ((rc = kl__train_spec_load(p, &s, e))) goto fail;
+    if ((rc = kl__train_model_new(s, &m, e))) goto fail;
     int part = TR_PART_TEST;
     if (o->shards) {
-        if ((rc = tr_images_open_set(&im, s, m, o->shards, e))) goto fail;
+        if ((rc = kl__train_images_open_set(&im, s, m, o->shards, e))) goto fail;
         d.n = kl_shardset_count(im.set);
     } else if (o->x_path) {
         if ((rc = data_load(m, o->x_path, o->y_path, &d, e))) goto fail;
@@ -1663,8 +1666,8 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
         if ((rc = data_load_ds(m, part == TR_PART_ALL || !s->ds->has_split ? TR_PART_ALL : part, &d, &dsi, e))) goto fail;
     }
     int64_t B = KL_MIN(256, KL_MAX(1, d.n));
-    if (o->shards && (rc = tr_images_start(&im, s, NULL, d.n, 0, B, 1, e))) goto fail;
-    if ((rc = tr_model_alloc(m, B, e))) goto fail;
+    if (o->shards && (rc = kl__train_images_start(&im, s, NULL, d.n, 0, B, 1, e))) goto fail;
+    if ((rc = kl__train_model_alloc(m, B, e))) goto fail;
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     if ((rc = kl__train_load_weights(m, p, e))) goto fail;
     int64_t K = m->out_numel;
@@ -1762,12 +1765,12 @@ fail:
     cJSON_Delete(j);
     free(sl); free(cm); free(idx); free(labels);
     if (d.yi && o->shards) free(d.yi), d.yi = NULL;
-    tr_images_close(&im);
+    kl__train_images_close(&im);
     kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(all);
     data_free(&d);
-    tr_dsinfo_free(&dsi);
-    tr_model_free(m);
-    tr_spec_free(s);
+    kl__train_dsinfo_free(&dsi);
+    kl__train_model_free(m);
+    kl__train_spec_free(s);
     return rc;
 }
 

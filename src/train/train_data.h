@@ -10,9 +10,9 @@ typedef struct {
 } tr_array;
 /* Reads .npy through the tensor layer's reader (kl_npy_load_mem) into doubles
  * (src/train/data_npy.c). */
-int tr_npy_read(const char *path, tr_array *out, kl_err *e);
-int tr_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e);
-void tr_array_free(tr_array *a);
+int kl__train_npy_read(const char *path, tr_array *out, kl_err *e);
+int kl__train_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e);
+void kl__train_array_free(tr_array *a);
 
 /* A Parquet training source (spec `data: {dataset: ..., label: ...}`), read
  * through the data layer's Parquet reader (src/train/data_pq.c). */
@@ -47,11 +47,11 @@ typedef struct {
 } tr_dsinfo;
 
 struct kl_node;
-int tr_dsrc_parse(const struct kl_node *data, tr_dsrc **out, kl_err *e);
-void tr_dsrc_free(tr_dsrc *d);
+int kl__train_dsrc_parse(const struct kl_node *data, tr_dsrc **out, kl_err *e);
+void kl__train_dsrc_free(tr_dsrc *d);
 /* Reads part (TR_PART_*) of the source: X (rows, features) and y (rows) as
  * doubles. Nulls, non-numeric and missing columns are errors naming the
  * column (and the row). info may be NULL. */
-int tr_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info, kl_err *e);
-void tr_dsinfo_free(tr_dsinfo *i);
+int kl__train_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info, kl_err *e);
+void kl__train_dsinfo_free(tr_dsinfo *i);
 #endif

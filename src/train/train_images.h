@@ -8,7 +8,7 @@
 #include "train/train_int.h"
 
 /* Parses data.image (node may be NULL: defaults). */
-int tr_image_spec_parse(const kl_node *node, tr_spec *s, kl_err *e);
+int kl__train_image_spec_parse(const kl_node *node, tr_spec *s, kl_err *e);
 
 typedef struct {
     kl_shardset *set;
@@ -21,14 +21,16 @@ typedef struct {
 
 /* Opens the shard set at path (checks it against the model: input shape
  * (C, size, size), classes <= outputs). */
-int tr_images_open_set(tr_images *im, const tr_spec *s, const tr_model *m, const char *path, kl_err *e);
+int kl__train_images_open_set(tr_images *im, const tr_spec *s, const tr_model *m, const char *path, kl_err *e);
 /* Starts the loader over rows [0, n) of `rows` (NULL = all records).
  * train: shuffled, augmented (random crop/flip as the spec says); else in
  * order, centre crop, no flip, no dropped batch. */
-int tr_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch, int64_t epochs, kl_err *e);
-void tr_images_close(tr_images *im);
+int kl__train_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch,
+                        int64_t epochs, kl_err *e);
+void kl__train_images_close(tr_images *im);
 
 /* The seeded train/validation split of n rows (val_fraction), train rows in
  * order: idx_tr (n - nva), idx_va (nva); shared with the .npy path. */
-int tr_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va, int64_t *nva, kl_err *e);
+int kl__train_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va,
+                      int64_t *nva, kl_err *e);
 #endif

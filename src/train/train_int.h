@@ -88,13 +88,13 @@ typedef struct {
     char *text;                 /* spec file contents (for meta.json) */
 } tr_spec;
 
-int tr_spec_load(const char *path, tr_spec **out, kl_err *e);
-/* As tr_spec_load with "key=value" overrides applied to the document first;
+int kl__train_spec_load(const char *path, tr_spec **out, kl_err *e);
+/* As kl__train_spec_load with "key=value" overrides applied to the document first;
  * the recorded spec text is then the overridden document as JSON. */
-int tr_spec_load_set(const char *path, const char *const *sets, int nsets, tr_spec **out, kl_err *e);
-int tr_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *e);
-void tr_spec_free(tr_spec *s);
-const char *tr_ltype_name(tr_ltype t);
+int kl__train_spec_load_set(const char *path, const char *const *sets, int nsets, tr_spec **out, kl_err *e);
+int kl__train_spec_load_str(const char *text, const char *name, tr_spec **out, kl_err *e);
+void kl__train_spec_free(tr_spec *s);
+const char *kl__train_ltype_name(tr_ltype t);
 
 /* ================================================================ model */
 
@@ -144,22 +144,23 @@ typedef struct tr_model {
 } tr_model;
 
 /* Builds the model from a spec: shapes, parameter layout (no memory). */
-int tr_model_new(tr_spec *s, tr_model **out, kl_err *e);
-void tr_model_free(tr_model *m);
+int kl__train_model_new(tr_spec *s, tr_model **out, kl_err *e);
+void kl__train_model_free(tr_model *m);
 /* Memory plan for batch B: bytes of params (+ buffers), gradients and
  * optimizer state in bytes[0..2]; bytes[3..4] (activations, workspace) come
- * from the step's plan (tr_step_prepare). */
-void tr_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5]);
+ * from the step's plan (kl__train_step_prepare). */
+void kl__train_model_plan(const tr_model *m, int64_t B, int opt_slots, uint64_t bytes[5]);
 /* Allocates parameters, gradients, buffers, the step's arena (when
  * prepared) and the output rows for B. */
-int tr_model_alloc(tr_model *m, int64_t B, kl_err *e);
+int kl__train_model_alloc(tr_model *m, int64_t B, kl_err *e);
 /* PyTorch default initialisation from rng. */
-void tr_model_init(tr_model *m, kl_rng *rng);
+void kl__train_model_init(tr_model *m, kl_rng *rng);
 /* Eval-mode forward and loss through the model's graph (kl_plan); returns
  * the output (B, out_numel) (valid until the next call), NULL with e set on
  * failure; *loss: the batch's mean loss against yi (CE) or yf. */
-const float *tr_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, double *loss, kl_err *e);
-void tr_eval_free(tr_model *m);
+const float *kl__train_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B,
+                                  double *loss, kl_err *e);
+void kl__train_eval_free(tr_model *m);
 /* Builds the model's graph. TR_G_EVAL (finalized): inputs "input" then every
  * parameter and buffer by its checkpoint name, output "output". TR_G_TRAIN
  * (not finalized: autodiff extends it): the same inputs, then "labels" (CE)
@@ -172,33 +173,33 @@ void tr_eval_free(tr_model *m);
  * labels/targets input and the "loss" output (eval-mode loss). */
 enum { TR_G_EVAL, TR_G_EVAL_LOSS, TR_G_TRAIN };
 #define TR_TRAIN_DOMAIN "ai.keel.train"
-int tr_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e);
-/* The training step on the graph (step.c). tr_step_prepare (before
- * tr_model_alloc): builds the train-mode graph, appends the gradients
+int kl__train_graph_build(tr_model *m, int mode, int params_init, kl_graph **out, kl_err *e);
+/* The training step on the graph (step.c). kl__train_step_prepare (before
+ * kl__train_model_alloc): builds the train-mode graph, appends the gradients
  * (kl_graph_autodiff) and plans it for batch B; gives the planned activation
  * and workspace bytes (KL_EUNSUPPORTED naming the node when an op has no
- * gradient rule). tr_step_run: one forward + loss +
+ * gradient rule). kl__train_step_run: one forward + loss +
  * backward; the gradients land in m->grads, the BatchNorm running statistics
  * in m->bufs; *loss is the unscaled batch loss. scale: the fp16 loss scale
  * (1 otherwise); step keys the dropout masks. */
 typedef struct tr_stepg tr_stepg;
-int tr_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e);
-uint64_t tr_step_arena_bytes(const tr_model *m);
-int tr_step_nodes(const tr_model *m);
+int kl__train_step_prepare(tr_model *m, int64_t B, uint64_t *act_bytes, uint64_t *ws_bytes, kl_err *e);
+uint64_t kl__train_step_arena_bytes(const tr_model *m);
+int kl__train_step_nodes(const tr_model *m);
 /* Calls fn(ctx, node) after each node of the step's plan run (NULL: none);
  * with a hook the fp16 rounding of the gradients is the hook's job. */
-void tr_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx);
+void kl__train_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx);
 /* node_of_ref[r]: the graph node writing tensor ref r's gradient (-1: none,
  * e.g. a buffer, or zeros off the loss path). */
-void tr_step_grad_producers(const tr_model *m, int *node_of_ref, int nref);
-int tr_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step, float scale,
-                double *loss, kl_err *e);
-void tr_step_free(tr_model *m);
+void kl__train_step_grad_producers(const tr_model *m, int *node_of_ref, int nref);
+int kl__train_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step,
+                    float scale, double *loss, kl_err *e);
+void kl__train_step_free(tr_model *m);
 /* Rounds n floats to float16 precision in place (F16C); overflow -> inf. */
-void tr_round_f16(float *x, int64_t n);
+void kl__train_round_f16(float *x, int64_t n);
 /* Parameter names and tensors, for checkpoints and export. */
 typedef struct { char name[96]; float *data; int rank; int64_t dims[4]; int64_t n; int buffer; } tr_tensor_ref;
-int tr_model_tensors(tr_model *m, tr_tensor_ref *out, int max);
+int kl__train_model_tensors(tr_model *m, tr_tensor_ref *out, int max);
 
 /* ================================================================ optim */
 
@@ -210,37 +211,37 @@ typedef struct {
     int has_buf;                /* SGD: momentum buffer initialised */
 } tr_optim;
 
-int tr_optim_init(tr_optim *o, const tr_spec *s, int64_t n, kl_err *e);
-void tr_optim_free(tr_optim *o);
-int tr_optim_slots(const tr_spec *s);
-void tr_optim_step(tr_optim *o, const tr_spec *s, float *p, const float *g, double lr);
-double tr_sched_lr(const tr_spec *s, int64_t step, int64_t epoch, int64_t total_steps);
+int kl__train_optim_init(tr_optim *o, const tr_spec *s, int64_t n, kl_err *e);
+void kl__train_optim_free(tr_optim *o);
+int kl__train_optim_slots(const tr_spec *s);
+void kl__train_optim_step(tr_optim *o, const tr_spec *s, float *p, const float *g, double lr);
+double kl__train_sched_lr(const tr_spec *s, int64_t step, int64_t epoch, int64_t total_steps);
 /* Scales g to max_norm when the global norm is above; returns the norm. */
-double tr_clip_grad(float *g, int64_t n, double max_norm);
+double kl__train_clip_grad(float *g, int64_t n, double max_norm);
 
 /* ================================================================ checkpoints */
 
 typedef struct { const char *name; const float *data; int rank; int64_t dims[4]; } tr_st_entry;
 /* Writes a safetensors file atomically (F32 tensors; metadata: string pairs
  * given as a JSON object text) and PATH.sha256. */
-int tr_safetensors_write(const char *path, const tr_st_entry *t, int n, const char *meta_json,
+int kl__train_safetensors_write(const char *path, const tr_st_entry *t, int n, const char *meta_json,
                          kl_err *e);
 /* Reads a safetensors file; calls back per tensor. meta_out: the
  * __metadata__ object as JSON text (caller frees). */
 typedef int (*tr_st_fn)(void *ctx, const char *name, const char *dtype, int rank,
                         const int64_t *dims, const void *data, size_t nbytes, kl_err *e);
-int tr_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e);
+int kl__train_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e);
 /* The same over bytes in memory (NAME for messages). Every entry is checked
  * before fn sees it: known dtype, rank <= 8, whole-number shape, offsets in
  * the data, and data_offsets spanning exactly numel * dtype size bytes. */
-int tr_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx, char **meta_out,
-                            kl_err *e);
+int kl__train_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx,
+                                char **meta_out, kl_err *e);
 
 /* ================================================================ export */
 
 /* Writes the eval-mode forward graph (parameters as initializers) as ONNX
  * opset 17 with kl_onnx_save (src/train/graph.c). */
-int tr_export_onnx(tr_model *m, const char *path, kl_err *e);
+int kl__train_export_onnx(tr_model *m, const char *path, kl_err *e);
 
 /* Evaluation metrics into a cJSON object (src/train/metrics.c): regression
  * (pred and y of n values), per-class precision/recall/F1 from a C x C
@@ -258,23 +259,24 @@ typedef struct tr_par tr_par;
 typedef int (*tr_rows_fn)(void *ctx, int64_t off, int64_t cnt, const float **x, const int64_t **yi, const float **yf,
                           kl_err *e);
 /* Rows per leaf: what the step is planned for (B at one process, not deterministic). */
-int64_t tr_par_leaf_rows(const tr_spec *s, int world, int64_t B);
+int64_t kl__train_par_leaf_rows(const tr_spec *s, int world, int64_t B);
 /* Memory the step's reduction adds to the gradient block (tagged grads). */
-uint64_t tr_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf);
-int tr_par_check(const tr_spec *s, int world, int images, kl_err *e);
-int tr_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e);
+uint64_t kl__train_par_bytes(const tr_spec *s, int world, int64_t nparams, int64_t nbuf);
+int kl__train_par_check(const tr_spec *s, int world, int images, kl_err *e);
+int kl__train_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e);
 /* The step's gradients (m->grads), running statistics (m->bufs) and loss of
  * the global batch of nb rows, the same on every rank. */
-int tr_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e);
+int kl__train_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
+                     kl_err *e);
 /* Every rank's weights hash the same; otherwise an error naming the step. */
-int tr_par_same_weights(tr_par *p, int64_t step, kl_err *e);
-double tr_par_compute_s(const tr_par *p);
-/* Fast mode, image shards: each rank's rows are its loader's batch, its share of nb (tr_par_rank_share). */
-void tr_par_even(tr_par *p);
+int kl__train_par_same_weights(tr_par *p, int64_t step, kl_err *e);
+double kl__train_par_compute_s(const tr_par *p);
+/* Fast mode, image shards: each rank's rows are its loader's batch, its share of nb (kl__train_par_rank_share). */
+void kl__train_par_even(tr_par *p);
 /* Rank rank's rows of an nb-row global batch whose rows are dealt to the
  * world ranks in turn (the image loader's sharding): the shares differ by
  * one row at most. */
-int64_t tr_par_rank_share(int64_t nb, int rank, int world);
-void tr_par_free(tr_par *p);
+int64_t kl__train_par_rank_share(int64_t nb, int rank, int world);
+void kl__train_par_free(tr_par *p);
 
 #endif

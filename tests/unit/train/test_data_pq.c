@@ -38,7 +38,7 @@ static const char *write_pq(const char *name, int rows, int null_row) {
 static int parse(const char *yaml, tr_dsrc **d, kl_err *e) {
     kl_doc *doc = NULL;
     int rc = kl_doc_load_str(yaml, strlen(yaml), "spec.yaml", &doc, e);
-    if (!rc) rc = tr_dsrc_parse(kl_doc_root(doc), d, e);
+    if (!rc) rc = kl__train_dsrc_parse(kl_doc_root(doc), d, e);
     kl_doc_free(doc);
     return rc;
 }
@@ -53,7 +53,7 @@ KL_TEST(train_pq_default_features_and_fraction_split) {
     KT_OK(parse(y, &d, &e), &e);
     tr_array X, Y;
     tr_dsinfo info;
-    KT_OK(tr_dsrc_load(d, TR_PART_TRAIN, &X, &Y, &info, &e), &e);
+    KT_OK(kl__train_dsrc_load(d, TR_PART_TRAIN, &X, &Y, &info, &e), &e);
     KT_EQ_INT(info.nnames, 2);                 /* x1, x2: not s (string), day (excluded), y, __ref */
     KT_EQ_STR(info.names[0], "x1");
     KT_EQ_STR(info.names[1], "x2");
@@ -62,15 +62,15 @@ KL_TEST(train_pq_default_features_and_fraction_split) {
     KT_NEAR(X.f[79 * 2 + 1], 79, 0);           /* contiguous: the first 80 rows */
     KT_EQ_INT(info.rows_part[TR_PART_TEST], 10);
     KT_CHECK(strlen(info.manifest_sha) == 64);
-    tr_array_free(&X); tr_array_free(&Y); tr_dsinfo_free(&info);
+    kl__train_array_free(&X); kl__train_array_free(&Y); kl__train_dsinfo_free(&info);
     d->ref_col = strdup("__ref");
-    KT_OK(tr_dsrc_load(d, TR_PART_TEST, &X, &Y, &info, &e), &e);
+    KT_OK(kl__train_dsrc_load(d, TR_PART_TEST, &X, &Y, &info, &e), &e);
     KT_EQ_INT(X.dims[0], 10);
     KT_NEAR(X.f[1], 90, 0);                    /* the last 10 rows */
     KT_NEAR(info.ref[0], 0.9, 0);              /* row 90: 90 % 3 == 0 */
     KT_NEAR(Y.f[0], 1, 0);
-    tr_array_free(&X); tr_array_free(&Y); tr_dsinfo_free(&info);
-    tr_dsrc_free(d);
+    kl__train_array_free(&X); kl__train_array_free(&Y); kl__train_dsinfo_free(&info);
+    kl__train_dsrc_free(d);
 }
 
 KL_TEST(train_pq_column_split_and_seeded_split) {
@@ -81,23 +81,23 @@ KL_TEST(train_pq_column_split_and_seeded_split) {
     kl_err e = {0};
     KT_OK(parse(y, &d, &e), &e);
     tr_array X, Y;
-    KT_OK(tr_dsrc_load(d, TR_PART_VAL, &X, &Y, NULL, &e), &e);
+    KT_OK(kl__train_dsrc_load(d, TR_PART_VAL, &X, &Y, NULL, &e), &e);
     KT_EQ_INT(X.dims[0], 20);
     for (int64_t i = 0; i < X.dims[0]; i++) KT_EQ_INT((int64_t)X.f[i] % 5, 3);
-    tr_array_free(&X); tr_array_free(&Y);
-    tr_dsrc_free(d);
+    kl__train_array_free(&X); kl__train_array_free(&Y);
+    kl__train_dsrc_free(d);
     snprintf(y, sizeof y, "{dataset: %s, label: y, split: {train: 0.5, test: 0.5, seed: 7}}", p);
     KT_OK(parse(y, &d, &e), &e);
     tr_dsinfo i1, i2;
-    KT_OK(tr_dsrc_load(d, TR_PART_TRAIN, &X, &Y, &i1, &e), &e);
+    KT_OK(kl__train_dsrc_load(d, TR_PART_TRAIN, &X, &Y, &i1, &e), &e);
     double first = X.f[0];
-    tr_array_free(&X); tr_array_free(&Y);
-    KT_OK(tr_dsrc_load(d, TR_PART_TRAIN, &X, &Y, &i2, &e), &e);
+    kl__train_array_free(&X); kl__train_array_free(&Y);
+    KT_OK(kl__train_dsrc_load(d, TR_PART_TRAIN, &X, &Y, &i2, &e), &e);
     KT_NEAR(X.f[0], first, 0);                 /* the seeded draw is deterministic */
     KT_EQ_INT(i1.rows_part[0] + i1.rows_part[2], 100);
     KT_CHECK(i1.rows_part[0] > 30 && i1.rows_part[0] < 70);
-    tr_array_free(&X); tr_array_free(&Y); tr_dsinfo_free(&i1); tr_dsinfo_free(&i2);
-    tr_dsrc_free(d);
+    kl__train_array_free(&X); kl__train_array_free(&Y); kl__train_dsinfo_free(&i1); kl__train_dsinfo_free(&i2);
+    kl__train_dsrc_free(d);
 }
 
 KL_TEST(train_pq_errors_name_column_and_row) {
@@ -108,20 +108,20 @@ KL_TEST(train_pq_errors_name_column_and_row) {
     tr_array X, Y;
     snprintf(y, sizeof y, "{dataset: %s, label: y}", p);
     KT_OK(parse(y, &d, &e), &e);
-    KT_CHECK(tr_dsrc_load(d, TR_PART_ALL, &X, &Y, NULL, &e) == KL_EINVAL);
+    KT_CHECK(kl__train_dsrc_load(d, TR_PART_ALL, &X, &Y, NULL, &e) == KL_EINVAL);
     KT_CONTAINS(e.msg, "row 7");
     KT_CONTAINS(e.msg, "'x1' is null");
-    tr_dsrc_free(d);
+    kl__train_dsrc_free(d);
     snprintf(y, sizeof y, "{dataset: %s, label: y, features: [s]}", p);
     KT_OK(parse(y, &d, &e), &e);
-    KT_CHECK(tr_dsrc_load(d, TR_PART_ALL, &X, &Y, NULL, &e) == KL_ETYPE);
+    KT_CHECK(kl__train_dsrc_load(d, TR_PART_ALL, &X, &Y, NULL, &e) == KL_ETYPE);
     KT_CONTAINS(e.msg, "'s' is string");
-    tr_dsrc_free(d);
+    kl__train_dsrc_free(d);
     snprintf(y, sizeof y, "{dataset: %s, label: nope}", p);
     KT_OK(parse(y, &d, &e), &e);
-    KT_CHECK(tr_dsrc_load(d, TR_PART_ALL, &X, &Y, NULL, &e) == KL_ENOTFOUND);
+    KT_CHECK(kl__train_dsrc_load(d, TR_PART_ALL, &X, &Y, NULL, &e) == KL_ENOTFOUND);
     KT_CONTAINS(e.msg, "label column 'nope' not found");
-    tr_dsrc_free(d);
+    kl__train_dsrc_free(d);
     snprintf(y, sizeof y, "{dataset: %s, label: y, split: {train: 0.9, test: 0.5}}", p);
     KT_CHECK(parse(y, &d, &e) == KL_EINVAL);
     KT_CONTAINS(e.msg, "sum to at most 1");
@@ -147,9 +147,9 @@ KL_TEST(train_pq_footer_row_count_lie_is_refused) {
         KT_OK(parse(y, &d, &e), &e);
         tr_array X, Y;
         tr_dsinfo info;
-        int rc = tr_dsrc_load(d, TR_PART_ALL, &X, &Y, &info, &e);
-        tr_dsrc_free(d);
-        if (rc == 0) { tr_array_free(&X); tr_array_free(&Y); tr_dsinfo_free(&info); }
+        int rc = kl__train_dsrc_load(d, TR_PART_ALL, &X, &Y, &info, &e);
+        kl__train_dsrc_free(d);
+        if (rc == 0) { kl__train_array_free(&X); kl__train_array_free(&Y); kl__train_dsinfo_free(&info); }
         KT_EQ_INT(rc, KL_EPARSE);
         KT_CONTAINS(e.msg, name);
         KT_CONTAINS(e.msg, "20000");

@@ -40,11 +40,11 @@ static int check_spec(const char *text, int64_t B, double *worst, kl_err *e) {
     int checked = -1, wrt[512], grads[512], nw = 0, is_p[512] = {0};
     kl_tensor *outs[256] = {0};
     *worst = 0;
-    if (tr_spec_load_str(text, "gc.yaml", &s, e) || tr_model_new(s, &m, e)) goto done;
+    if (kl__train_spec_load_str(text, "gc.yaml", &s, e) || kl__train_model_new(s, &m, e)) goto done;
     m->f64 = 1;
-    if (tr_graph_build(m, TR_G_TRAIN, 0, &c.g, e)) goto done;
+    if (kl__train_graph_build(m, TR_G_TRAIN, 0, &c.g, e)) goto done;
     tr_tensor_ref refs[TR_MAX_LAYERS * 4];
-    int nt = tr_model_tensors(m, refs, TR_MAX_LAYERS * 4);
+    int nt = kl__train_model_tensors(m, refs, TR_MAX_LAYERS * 4);
     c.n_in = c.g->n_inputs;
     c.in = calloc((size_t)c.n_in, sizeof *c.in);
     kl_rng r;
@@ -101,8 +101,8 @@ done:
     kl_mem_free(c.arena);
     kl_plan_free(c.plan);
     kl_graph_free(c.g);
-    tr_model_free(m);
-    tr_spec_free(s);
+    kl__train_model_free(m);
+    kl__train_spec_free(s);
     return checked;
 }
 

@@ -35,13 +35,13 @@ KL_TEST(train_step_hook_gradients_final_at_their_node) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
     uint64_t act, ws;
-    KT_OK(tr_spec_load_str(t, "t.yaml", &s, &e), &e);
-    KT_OK(tr_model_new(s, &m, &e), &e);
-    KT_OK(tr_step_prepare(m, 16, &act, &ws, &e), &e);
-    KT_OK(tr_model_alloc(m, 16, &e), &e);
+    KT_OK(kl__train_spec_load_str(t, "t.yaml", &s, &e), &e);
+    KT_OK(kl__train_model_new(s, &m, &e), &e);
+    KT_OK(kl__train_step_prepare(m, 16, &act, &ws, &e), &e);
+    KT_OK(kl__train_model_alloc(m, 16, &e), &e);
     kl_rng r;
     kl_rng_seed(&r, 5);
-    tr_model_init(m, &r);
+    kl__train_model_init(m, &r);
     float x[16 * 72];
     int64_t y[16];
     for (int i = 0; i < 16 * 72; i++) x[i] = (float)kl_rng_normal(&r);
@@ -49,17 +49,17 @@ KL_TEST(train_step_hook_gradients_final_at_their_node) {
     static hook_rec h;
     memset(&h, 0, sizeof h);
     h.m = m;
-    h.nt = tr_model_tensors(m, h.refs, 64);
-    tr_step_grad_producers(m, h.node_of, h.nt);
+    h.nt = kl__train_model_tensors(m, h.refs, 64);
+    kl__train_step_grad_producers(m, h.node_of, h.nt);
     h.snap = calloc((size_t)m->nparams + 1, 4);
     float *plain = calloc((size_t)m->nparams + 1, 4);
     double l0, l1;
-    KT_OK(tr_step_run(m, x, y, NULL, 16, 0, 1.0f, &l0, &e), &e); /* without the hook */
+    KT_OK(kl__train_step_run(m, x, y, NULL, 16, 0, 1.0f, &l0, &e), &e); /* without the hook */
     memcpy(plain, m->grads, (size_t)m->nparams * 4);
     memset(m->grads, 0, (size_t)m->nparams * 4);
-    tr_step_set_hook(m, record, &h);
-    KT_OK(tr_step_run(m, x, y, NULL, 16, 0, 1.0f, &l1, &e), &e);
-    tr_step_set_hook(m, NULL, NULL);
+    kl__train_step_set_hook(m, record, &h);
+    KT_OK(kl__train_step_run(m, x, y, NULL, 16, 0, 1.0f, &l1, &e), &e);
+    kl__train_step_set_hook(m, NULL, NULL);
     KT_CHECK(l0 == l1);
     KT_CHECK(!memcmp(plain, m->grads, (size_t)m->nparams * 4)); /* the hook changes nothing */
     int trainable = 0;
@@ -75,6 +75,6 @@ KL_TEST(train_step_hook_gradients_final_at_their_node) {
     KT_EQ_INT(trainable, 8); /* conv w/b, bn gamma/beta, two linears w/b */
     free(h.snap);
     free(plain);
-    tr_model_free(m);
-    tr_spec_free(s);
+    kl__train_model_free(m);
+    kl__train_spec_free(s);
 }

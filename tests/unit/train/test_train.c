@@ -12,10 +12,10 @@
 static int spec_err(const char *text, kl_err *e) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
-    int rc = tr_spec_load_str(text, "t.yaml", &s, e);
-    if (!rc) rc = tr_model_new(s, &m, e);
-    tr_model_free(m);
-    tr_spec_free(s);
+    int rc = kl__train_spec_load_str(text, "t.yaml", &s, e);
+    if (!rc) rc = kl__train_model_new(s, &m, e);
+    kl__train_model_free(m);
+    kl__train_spec_free(s);
     return rc;
 }
 
@@ -102,13 +102,13 @@ KL_TEST(train_model_shapes) {
                     "  - {type: batchnorm2d}\n  - {type: relu, name: r1}\n  - {type: conv2d, out: 8, kernel: 3, padding: 1}\n"
                     "  - {type: add, inputs: [r1, l3]}\n  - {type: maxpool2d, kernel: 2}\n  - {type: avgpool2d, kernel: 3, stride: 1, padding: 1}\n"
                     "  - {type: global_avgpool}\n  - {type: layernorm}\n  - {type: gelu}\n  - {type: linear, out: 5}\n";
-    KT_OK(tr_spec_load_str(t, "t.yaml", &s, &e), &e);
-    KT_OK(tr_model_new(s, &m, &e), &e);
+    KT_OK(kl__train_spec_load_str(t, "t.yaml", &s, &e), &e);
+    KT_OK(kl__train_model_new(s, &m, &e), &e);
     KT_EQ_INT(m->out_numel, 5);
     KT_EQ_INT(m->L[5].dims[1], 6);
     KT_EQ_INT(m->nparams, 8 * 3 * 9 + 8 + 16 + 8 * 8 * 9 + 8 + 16 + 8 * 5 + 5);
-    tr_model_free(m);
-    tr_spec_free(s);
+    kl__train_model_free(m);
+    kl__train_spec_free(s);
 }
 
 KL_TEST(train_sgd_and_adamw_semantics) {
@@ -116,31 +116,31 @@ KL_TEST(train_sgd_and_adamw_semantics) {
     s.opt = TR_OPT_SGD; s.momentum = 0.9; s.wd = 0.1; s.nesterov = 1;
     tr_optim o;
     kl_err e = {0};
-    KT_OK(tr_optim_init(&o, &s, 1, &e), &e);
+    KT_OK(kl__train_optim_init(&o, &s, 1, &e), &e);
     float p = 1, g = 0.5f;
-    tr_optim_step(&o, &s, &p, &g, 0.1); /* d = 0.5 + 0.1 = 0.6; buf = 0.6; d = 0.6 + 0.9*0.6 = 1.14 */
+    kl__train_optim_step(&o, &s, &p, &g, 0.1); /* d = 0.5 + 0.1 = 0.6; buf = 0.6; d = 0.6 + 0.9*0.6 = 1.14 */
     KT_NEAR(p, 1 - 0.1 * 1.14, 1e-6);
-    tr_optim_free(&o);
+    kl__train_optim_free(&o);
     s.opt = TR_OPT_ADAMW; s.beta1 = 0.9; s.beta2 = 0.999; s.adam_eps = 1e-8; s.wd = 0.01;
-    KT_OK(tr_optim_init(&o, &s, 1, &e), &e);
+    KT_OK(kl__train_optim_init(&o, &s, 1, &e), &e);
     p = 1;
-    tr_optim_step(&o, &s, &p, &g, 0.01); /* p*(1-1e-4) - 0.01 * m_hat/(sqrt(v_hat)+eps) = 0.9999 - 0.01 */
+    kl__train_optim_step(&o, &s, &p, &g, 0.01); /* p*(1-1e-4) - 0.01 * m_hat/(sqrt(v_hat)+eps) = 0.9999 - 0.01 */
     KT_NEAR(p, 0.9999 - 0.01, 1e-6);
-    tr_optim_free(&o);
+    kl__train_optim_free(&o);
 }
 
 KL_TEST(train_schedules_and_clip) {
     tr_spec s = {0};
     s.lr = 1; s.sched = TR_SCHED_COSINE; s.warmup = 10; s.min_lr = 0;
-    KT_NEAR(tr_sched_lr(&s, 0, 0, 110), 0.1, 1e-12);
-    KT_NEAR(tr_sched_lr(&s, 10, 0, 110), 1, 1e-12);
-    KT_NEAR(tr_sched_lr(&s, 60, 0, 110), 0.5, 1e-12);
+    KT_NEAR(kl__train_sched_lr(&s, 0, 0, 110), 0.1, 1e-12);
+    KT_NEAR(kl__train_sched_lr(&s, 10, 0, 110), 1, 1e-12);
+    KT_NEAR(kl__train_sched_lr(&s, 60, 0, 110), 0.5, 1e-12);
     s.warmup = 0; s.sched = TR_SCHED_STEP; s.gamma = 0.5; s.step_size = 2;
-    KT_NEAR(tr_sched_lr(&s, 0, 5, 0), 0.25, 1e-12);
+    KT_NEAR(kl__train_sched_lr(&s, 0, 5, 0), 0.25, 1e-12);
     s.sched = TR_SCHED_EXPONENTIAL;
-    KT_NEAR(tr_sched_lr(&s, 0, 3, 0), 0.125, 1e-12);
+    KT_NEAR(kl__train_sched_lr(&s, 0, 3, 0), 0.125, 1e-12);
     float g[2] = {3, 4};
-    double n = tr_clip_grad(g, 2, 1.0);
+    double n = kl__train_clip_grad(g, 2, 1.0);
     KT_NEAR(n, 5, 1e-9);
     KT_NEAR(g[0], 0.6, 1e-5);
     KT_NEAR(g[1], 0.8, 1e-5);
@@ -158,10 +158,10 @@ KL_TEST(train_safetensors_round_trip) {
     float a[6] = {1, 2, 3, 4, 5, 6}, b[2] = {7, 8};
     tr_st_entry t[2] = {{"a", a, 2, {2, 3}}, {"b", b, 1, {2}}};
     kl_err e = {0};
-    KT_OK(tr_safetensors_write(kt_path("x.safetensors"), t, 2, "{\"k\":\"v\"}", &e), &e);
+    KT_OK(kl__train_safetensors_write(kt_path("x.safetensors"), t, 2, "{\"k\":\"v\"}", &e), &e);
     st_ctx c = {0};
     char *meta = NULL;
-    KT_OK(tr_safetensors_read(kt_path("x.safetensors"), st_cb, &c, &meta, &e), &e);
+    KT_OK(kl__train_safetensors_read(kt_path("x.safetensors"), st_cb, &c, &meta, &e), &e);
     KT_EQ_INT(c.n, 2);
     KT_NEAR(c.sum, 36, 0);
     KT_CONTAINS(meta, "\"k\":\"v\"");
@@ -179,35 +179,35 @@ static int train_steps(int threads, float *out_params, int64_t *np, kl_err *e) {
     kl_pool *pool = NULL;
     tr_optim o = {0};
     uint64_t act, ws;
-    int rc = tr_spec_load_str(t, "t.yaml", &s, e);
-    if (!rc) rc = tr_model_new(s, &m, e);
+    int rc = kl__train_spec_load_str(t, "t.yaml", &s, e);
+    if (!rc) rc = kl__train_model_new(s, &m, e);
     if (!rc) rc = kl_pool_new(threads, &pool, e);
-    if (!rc) rc = tr_step_prepare(m, 130, &act, &ws, e);
-    if (!rc) rc = tr_model_alloc(m, 130, e);
-    if (!rc) rc = tr_optim_init(&o, s, m->nparams, e);
+    if (!rc) rc = kl__train_step_prepare(m, 130, &act, &ws, e);
+    if (!rc) rc = kl__train_model_alloc(m, 130, e);
+    if (!rc) rc = kl__train_optim_init(&o, s, m->nparams, e);
     if (!rc) {
         m->pool = pool;
         kl_rng r;
         kl_rng_seed(&r, 7);
-        tr_model_init(m, &r);
+        kl__train_model_init(m, &r);
         float *x = malloc(130 * 72 * 4);
         int64_t y[130];
         for (int i = 0; i < 130 * 72; i++) x[i] = (float)kl_rng_normal(&r);
         for (int i = 0; i < 130; i++) y[i] = i % 3;
         for (int step = 0; step < 5 && !rc; step++) {
             double loss;
-            rc = tr_step_run(m, x, y, NULL, 130, step, 1.0f, &loss, e);
-            tr_clip_grad(m->grads, m->nparams, 1.0);
-            tr_optim_step(&o, s, m->params, m->grads, 0.01);
+            rc = kl__train_step_run(m, x, y, NULL, 130, step, 1.0f, &loss, e);
+            kl__train_clip_grad(m->grads, m->nparams, 1.0);
+            kl__train_optim_step(&o, s, m->params, m->grads, 0.01);
         }
         memcpy(out_params, m->params, (size_t)(m->nparams + m->nbuf) * 4);
         *np = m->nparams + m->nbuf;
         free(x);
     }
-    tr_optim_free(&o);
+    kl__train_optim_free(&o);
     kl_pool_free(pool);
-    tr_model_free(m);
-    tr_spec_free(s);
+    kl__train_model_free(m);
+    kl__train_spec_free(s);
     return rc;
 }
 
@@ -249,10 +249,10 @@ KL_TEST(train_npy_reader_refuses_overflow_and_cut_header) {
     kl_err e = {0};
     tr_array a;
     const char *p = write_npy("ov.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }\n", 16);
-    KT_CHECK(tr_npy_read(p, &a, &e) != 0);
+    KT_CHECK(kl__train_npy_read(p, &a, &e) != 0);
     KT_CHECK(a.f == NULL);
     p = write_npy("cut.npy", "{'descr': '<f4', 'shape': (1,), 'fortran_order'", 0);
-    KT_CHECK(tr_npy_read(p, &a, &e) != 0);
+    KT_CHECK(kl__train_npy_read(p, &a, &e) != 0);
     KT_CONTAINS(e.msg, "cut.npy");
     /* what the tensor layer reads, the training path reads: big-endian, v2, ints */
     int64_t dims[2] = {2, 3};
@@ -262,13 +262,13 @@ KL_TEST(train_npy_reader_refuses_overflow_and_cut_header) {
     p = kt_path("i2.npy");
     KT_OK(kl_npy_save(p, t, &e), &e);
     kl_tensor_free(t);
-    KT_OK(tr_npy_read(p, &a, &e), &e);
+    KT_OK(kl__train_npy_read(p, &a, &e), &e);
     KT_EQ_INT(a.rank, 2);
     KT_EQ_INT(a.dims[1], 3);
     KT_EQ_INT(a.is_int, 1);
     KT_NEAR(a.f[0], -2, 0);
     KT_NEAR(a.f[5], 3, 0);
-    tr_array_free(&a);
+    kl__train_array_free(&a);
 }
 
 static int st_count(void *ctx, const char *name, const char *dtype, int rank, const int64_t *dims, const void *data,
@@ -300,7 +300,7 @@ KL_TEST(train_safetensors_reader_checks_entries) {
         memset(buf + 8 + hl, 0, 16);
         const char *p = write_bytes("bad.safetensors", buf, 8 + hl + 16);
         int n = 0;
-        KT_CHECK(tr_safetensors_read(p, st_count, &n, NULL, &e) == KL_EPARSE);
+        KT_CHECK(kl__train_safetensors_read(p, st_count, &n, NULL, &e) == KL_EPARSE);
         KT_EQ_INT(n, 0);
         KT_CONTAINS(e.msg, why[k]);
     }
