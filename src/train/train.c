@@ -1526,6 +1526,10 @@ static int run_finish(tr_run *r, kl_err *e) {
     return KL_OK;
 }
 
+/* The run, stage by stage: run_open (spec, MPI, the tracked run), run_data,
+ * run_plan, run_alloc, run_resume (--resume), the spec copy, run_loop (the
+ * epochs), run_finish (rank 0: artifacts, the tracked run's end, the
+ * summary). A failure on one rank aborts the others. */
 int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     tr_run *r = calloc(1, sizeof *r);
     if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
