@@ -1618,15 +1618,138 @@ static double auc_roc(sc_lab *v, int64_t n, int npts, cJSON *roc) {
 
 static const char *const part_label[4] = {"train", "val", "test", "all"};
 
+/* The rows kl_train_evaluate reads: image shards, .npy files, or the model's
+ * Parquet source (*part: the split read, TR_PART_TEST unless --split says). */
+static int eval_rows(const char *dir, const kl_eval_opts *o, tr_spec *s, tr_model *m, tr_images *im, tr_data *d,
+                     tr_dsinfo *dsi, int *part, kl_err *e) {
+    char p[4096];
+    int rc;
+    *part = TR_PART_TEST;
+    if (o->shards) {
+        if ((rc = kl__train_images_open_set(im, s, m, o->shards, e))) return rc;
+        d->n = kl_shardset_count(im->set);
+        return KL_OK;
+    }
+    if (o->x_path) return data_load(m, o->x_path, o->y_path, d, e);
+    /* the model's Parquet source: the path recorded in meta.json (the spec's own is relative to where it was) */
+    const char *sp = o->split ? o->split : "test";
+    int pt = 0;
+    while (pt < 4 && strcmp(part_label[pt], sp)) pt++;
+    if (pt == 4) return kl_err_set(e, KL_EINVAL, "split '%s': train, val, test or all", sp);
+    if (!s->ds)
+        return kl_err_set(e, KL_EINVAL, "%s: the model was trained on .npy files; give --data X.npy,y.npy", dir);
+    s->ds->verify = o->verify;
+    char *ds = NULL;
+    if (o->dataset) ds = strdup(o->dataset);
+    else {
+        void *doc = NULL;
+        snprintf(p, sizeof p, "%s/meta.json", dir);
+        if ((rc = kl_json_load_file(p, &doc, e))) return rc;
+        cJSON *mj = doc;
+        cJSON *dv = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "dataset");
+        ds = cJSON_IsString(dv) ? strdup(dv->valuestring) : NULL;
+        cJSON_Delete(mj);
+    }
+    if (!ds) return kl_err_set(e, KL_ENOTFOUND, "%s/meta.json: no data.dataset", dir);
+    free(s->ds->path);
+    s->ds->path = ds;
+    if (o->reference_column && !(s->ds->ref_col = strdup(o->reference_column)))
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (pt == TR_PART_TEST && s->ds->has_split && !(s->ds->split_col ? s->ds->nvals[2] : s->ds->frac[2] > 0))
+        return kl_err_set(e, KL_EINVAL, "%s: the spec's data.split has no test part; use --split val or all", dir);
+    *part = pt;
+    return data_load_ds(m, pt == TR_PART_ALL || !s->ds->has_split ? TR_PART_ALL : pt, d, dsi, e);
+}
+
+/* A binary model's metrics into j (score = z1 - z0 of two CE outputs, or one BCE logit): kl__eval_binary
+ * (thresholds, calibration), AUC and ROC, and the reference column's AUC on the same rows. */
+static int eval_binary(cJSON *j, const float *all, const tr_data *d, int64_t K, const tr_dsinfo *dsi,
+                       const kl_eval_opts *o, kl_err *e) {
+    sc_lab *sl = malloc((size_t)(d->n + 1) * sizeof *sl);
+    if (!sl) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < d->n; i++) {
+        sl[i].s = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
+        sl[i].pos = K == 2 ? d->yi[i] == 1 : d->yf[i] > 0.5f;
+    }
+    double *sc = malloc((size_t)(d->n + 1) * sizeof *sc);
+    uint8_t *ps = malloc((size_t)(d->n + 1));
+    if (!sc || !ps) {
+        free(sc);
+        free(ps);
+        free(sl);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < d->n; i++) {
+        sc[i] = sl[i].s;
+        ps[i] = (uint8_t)sl[i].pos;
+    }
+    int rc =
+        kl__eval_binary(sc, ps, d->n, o->has_threshold ? o->threshold : -1, o->roc_points ? o->roc_points : 101, j);
+    free(sc);
+    free(ps);
+    if (rc) {
+        free(sl);
+        return kl_err_set(e, rc, "out of memory");
+    }
+    cJSON *roc = cJSON_CreateObject();
+    double auc = auc_roc(sl, d->n, o->roc_points ? o->roc_points : 101, roc);
+    if (!isnan(auc)) { cJSON_AddNumberToObject(j, "auc", auc); cJSON_AddItemToObject(j, "roc", roc); }
+    else cJSON_Delete(roc);
+    if (dsi->ref) { /* the reference score's AUC on the same rows (e.g. the generator's true p) */
+        for (int64_t i = 0; i < d->n; i++) sl[i] = (sc_lab){dsi->ref[i], K == 2 ? d->yi[i] == 1 : d->yf[i] > 0.5f};
+        double ra = auc_roc(sl, d->n, 0, NULL);
+        if (!isnan(ra)) cJSON_AddNumberToObject(j, "reference_auc", ra);
+        cJSON_AddStringToObject(j, "reference_column", o->reference_column);
+    }
+    free(sl);
+    return KL_OK;
+}
+
+/* A classifier's confusion matrix, per-class metrics and class names into j. */
+static int eval_confusion(cJSON *j, const float *all, const tr_data *d, int64_t K, const tr_dsinfo *dsi, kl_err *e) {
+    int64_t C = K == 1 ? 2 : K;
+    int64_t *cm = calloc((size_t)(C * C), 8);
+    if (!cm) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < d->n; i++) {
+        int64_t best = 0, truth;
+        if (K == 1) { best = all[i] > 0; truth = d->yf[i] > 0.5f; }
+        else {
+            for (int64_t k = 1; k < K; k++) if (all[i * K + k] > all[i * K + best]) best = k;
+            truth = d->yi[i];
+        }
+        cm[truth * C + best]++;
+    }
+    cJSON *ca = cJSON_AddArrayToObject(j, "confusion");
+    for (int64_t a = 0; a < C; a++) {
+        cJSON *row = cJSON_CreateArray();
+        for (int64_t b = 0; b < C; b++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)cm[a * C + b]));
+        cJSON_AddItemToArray(ca, row);
+    }
+    kl__eval_classes(cm, C, j);
+    if (dsi->nclasses == C) { /* a string label: each class's name beside its index */
+        cJSON *names = cJSON_AddArrayToObject(j, "class_names");
+        for (int64_t c = 0; c < C; c++) {
+            cJSON_AddItemToArray(names, cJSON_CreateString(dsi->classes[c]));
+            cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_class"), (int)c), "name",
+                                    dsi->classes[c]);
+        }
+    }
+    free(cm);
+    return KL_OK;
+}
+
+/* keel eval, stage by stage: the spec and model, eval_rows (shards, .npy or
+ * the Parquet source), the weights, evaluate (one pass: loss, accuracy,
+ * logits), the --logits file, then into the JSON: eval_binary, eval_confusion,
+ * the regression metrics. */
 int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, kl_err *e) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
     tr_data d = {0};
     tr_dsinfo dsi = {0};
     float *xb = NULL, *yfb = NULL, *all = NULL;
-    int64_t *yb = NULL, *idx = NULL, *cm = NULL, *labels = NULL;
+    int64_t *yb = NULL, *idx = NULL, *labels = NULL;
     tr_images im = {0};
-    sc_lab *sl = NULL;
     cJSON *j = NULL;
     char p[4096];
     int rc;
@@ -1635,40 +1758,8 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     snprintf(p, sizeof p, "%s/spec.yaml", dir);
     if ((rc = kl__train_spec_load(p, &s, e))) goto fail;
     if ((rc = kl__train_model_new(s, &m, e))) goto fail;
-    int part = TR_PART_TEST;
-    if (o->shards) {
-        if ((rc = kl__train_images_open_set(&im, s, m, o->shards, e))) goto fail;
-        d.n = kl_shardset_count(im.set);
-    } else if (o->x_path) {
-        if ((rc = data_load(m, o->x_path, o->y_path, &d, e))) goto fail;
-    } else {
-        /* the model's Parquet source: the path recorded in meta.json (the spec's own is relative to where it was) */
-        const char *sp = o->split ? o->split : "test";
-        for (part = 0; part < 4 && strcmp(part_label[part], sp); part++) {}
-        if (part == 4) { rc = kl_err_set(e, KL_EINVAL, "split '%s': train, val, test or all", sp); goto fail; }
-        if (!s->ds) { rc = kl_err_set(e, KL_EINVAL, "%s: the model was trained on .npy files; give --data X.npy,y.npy", dir); goto fail; }
-        s->ds->verify = o->verify;
-        char *ds = NULL;
-        if (o->dataset) ds = strdup(o->dataset);
-        else {
-            void *doc = NULL;
-            snprintf(p, sizeof p, "%s/meta.json", dir);
-            if ((rc = kl_json_load_file(p, &doc, e))) goto fail;
-            cJSON *mj = doc;
-            cJSON *dv = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "dataset");
-            ds = cJSON_IsString(dv) ? strdup(dv->valuestring) : NULL;
-            cJSON_Delete(mj);
-        }
-        if (!ds) { rc = kl_err_set(e, KL_ENOTFOUND, "%s/meta.json: no data.dataset", dir); goto fail; }
-        free(s->ds->path);
-        s->ds->path = ds;
-        if (o->reference_column && !(s->ds->ref_col = strdup(o->reference_column))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        if (part == TR_PART_TEST && s->ds->has_split && !(s->ds->split_col ? s->ds->nvals[2] : s->ds->frac[2] > 0)) {
-            rc = kl_err_set(e, KL_EINVAL, "%s: the spec's data.split has no test part; use --split val or all", dir);
-            goto fail;
-        }
-        if ((rc = data_load_ds(m, part == TR_PART_ALL || !s->ds->has_split ? TR_PART_ALL : part, &d, &dsi, e))) goto fail;
-    }
+    int part;
+    if ((rc = eval_rows(dir, o, s, m, &im, &d, &dsi, &part, e))) goto fail;
     int64_t B = KL_MIN(256, KL_MAX(1, d.n));
     if (o->shards && (rc = kl__train_images_start(&im, s, NULL, d.n, 0, B, 1, e))) goto fail;
     if ((rc = kl__train_model_alloc(m, B, e))) goto fail;
@@ -1707,67 +1798,15 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     if (!isnan(acc)) cJSON_AddNumberToObject(j, "accuracy", acc);
     /* binary: two-class CE (score = z1 - z0) or one BCE output (score = logit) */
     int binary = (s->loss == TR_LOSS_CE && K == 2) || (s->loss == TR_LOSS_BCE && K == 1);
-    if (binary) {
-        if (!(sl = malloc((size_t)(d.n + 1) * sizeof *sl))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < d.n; i++) {
-            sl[i].s = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
-            sl[i].pos = K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f;
-        }
-        double *sc = malloc((size_t)(d.n + 1) * sizeof *sc);
-        uint8_t *ps = malloc((size_t)(d.n + 1));
-        if (!sc || !ps) { free(sc); free(ps); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < d.n; i++) { sc[i] = sl[i].s; ps[i] = (uint8_t)sl[i].pos; }
-        rc = kl__eval_binary(sc, ps, d.n, o->has_threshold ? o->threshold : -1, o->roc_points ? o->roc_points : 101, j);
-        free(sc);
-        free(ps);
-        if (rc) { rc = kl_err_set(e, rc, "out of memory"); goto fail; }
-        cJSON *roc = cJSON_CreateObject();
-        double auc = auc_roc(sl, d.n, o->roc_points ? o->roc_points : 101, roc);
-        if (!isnan(auc)) { cJSON_AddNumberToObject(j, "auc", auc); cJSON_AddItemToObject(j, "roc", roc); }
-        else cJSON_Delete(roc);
-        if (dsi.ref) { /* the reference score's AUC on the same rows (e.g. the generator's true p) */
-            for (int64_t i = 0; i < d.n; i++) sl[i] = (sc_lab){dsi.ref[i], K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f};
-            double ra = auc_roc(sl, d.n, 0, NULL);
-            if (!isnan(ra)) cJSON_AddNumberToObject(j, "reference_auc", ra);
-            cJSON_AddStringToObject(j, "reference_column", o->reference_column);
-        }
-    }
-    if (s->loss == TR_LOSS_CE || binary) {
-        int64_t C = K == 1 ? 2 : K;
-        cm = calloc((size_t)(C * C), 8);
-        if (!cm) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < d.n; i++) {
-            int64_t best = 0, truth;
-            if (K == 1) { best = all[i] > 0; truth = d.yf[i] > 0.5f; }
-            else {
-                for (int64_t k = 1; k < K; k++) if (all[i * K + k] > all[i * K + best]) best = k;
-                truth = d.yi[i];
-            }
-            cm[truth * C + best]++;
-        }
-        cJSON *ca = cJSON_AddArrayToObject(j, "confusion");
-        for (int64_t a = 0; a < C; a++) {
-            cJSON *row = cJSON_CreateArray();
-            for (int64_t b = 0; b < C; b++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)cm[a * C + b]));
-            cJSON_AddItemToArray(ca, row);
-        }
-        kl__eval_classes(cm, C, j);
-        if (dsi.nclasses == C) { /* a string label: each class's name beside its index */
-            cJSON *names = cJSON_AddArrayToObject(j, "class_names");
-            for (int64_t c = 0; c < C; c++) {
-                cJSON_AddItemToArray(names, cJSON_CreateString(dsi.classes[c]));
-                cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_class"), (int)c), "name",
-                                        dsi.classes[c]);
-            }
-        }
-    }
+    if (binary && (rc = eval_binary(j, all, &d, K, &dsi, o, e))) goto fail;
+    if ((s->loss == TR_LOSS_CE || binary) && (rc = eval_confusion(j, all, &d, K, &dsi, e))) goto fail;
     if (s->loss == TR_LOSS_MSE && d.yf) kl__eval_regression(all, d.yf, d.n * K, j);
     *out_cjson = j;
     j = NULL;
     rc = KL_OK;
 fail:
     cJSON_Delete(j);
-    free(sl); free(cm); free(idx); free(labels);
+    free(idx); free(labels);
     if (d.yi && o->shards) free(d.yi), d.yi = NULL;
     kl__train_images_close(&im);
     kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(all);
