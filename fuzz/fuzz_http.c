@@ -8,7 +8,7 @@
  * the previous header), checked by kl__sv_http_check_headers; the rest is the
  * body, whose length feeds the binary extension's
  * Inference-Header-Content-Length split (kl__sv_http_header_len) and X-Priority
- * (sv_http_prio_header). libmicrohttpd's own parsing is not fuzzed here. */
+ * (kl__sv_priority_parse: a 0-based level). libmicrohttpd's own parsing is not fuzzed here. */
 #include "serve/serve_int.h"
 
 #include <stdlib.h>
@@ -78,8 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!strcasecmp(h[i].key, "Inference-Header-Content-Length") &&
             !kl__sv_http_header_len(h[i].value, body_len, &json_len) && json_len > body_len)
             __builtin_trap(); /* the split stays within the body */
-        if (!strcasecmp(h[i].key, "X-Priority") && !sv_http_prio_header(h[i].value, &prio) &&
-            (prio < 1 || prio > SV_MAX_LEVELS + 1))
+        if (!strcasecmp(h[i].key, "X-Priority") && !kl__sv_priority_parse(h[i].value, &prio) &&
+            (prio < 0 || prio > SV_LEVEL_LOWEST))
             __builtin_trap();
     }
     free(r);
