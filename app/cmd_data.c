@@ -75,6 +75,18 @@ static int check_readable(kl_pq_reader *r, const char *file, unreadable *u, kl_e
     return KL_OK;
 }
 
+/* file opened for a scan of every column, after check_readable */
+static int open_scan(const char *file, unreadable *u, kl_pq_reader **r, kl_err *e) {
+    int rc = kl_pq_open(file, r, e);
+    if (rc) return rc;
+    if ((rc = check_readable(*r, file, u, e)) || (rc = kl_pq_select(*r, NULL, 0, e))) {
+        kl_pq_close(*r);
+        *r = NULL;
+        return rc;
+    }
+    return KL_OK;
+}
+
 /* Calls fn for every batch of every file (all readable columns; r describes them). */
 typedef int (*batch_fn)(void *ctx, kl_pq_reader *r, kl_column **cols, size_t ncols, size_t nrows, kl_err *e);
 
@@ -82,12 +94,8 @@ static int scan(dset *d, size_t max_rows, unreadable *u, batch_fn fn, void *ctx,
     size_t done = 0;
     for (size_t fi = 0; fi < d->nfiles && done < max_rows; fi++) {
         kl_pq_reader *r;
-        int rc = kl_pq_open(d->files[fi], &r, e);
+        int rc = open_scan(d->files[fi], u, &r, e);
         if (rc) return rc;
-        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) {
-            kl_pq_close(r);
-            return rc;
-        }
         size_t nc = kl_pq_num_selected(r);
         kl_column **cols = calloc(nc ? nc : 1, sizeof *cols);
         if (!cols) { kl_pq_close(r); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
@@ -529,12 +537,8 @@ static int stats_vectors(stats_ctx *s, const kl_pq_vector *v, size_t nc, size_t 
 static int stats_scan(dset *d, stats_ctx *s, unreadable *u, kl_err *e) {
     for (size_t fi = 0; fi < d->nfiles; fi++) {
         kl_pq_reader *r;
-        int rc = kl_pq_open(d->files[fi], &r, e);
+        int rc = open_scan(d->files[fi], u, &r, e);
         if (rc) return rc;
-        if ((rc = check_readable(r, d->files[fi], u, e)) || (rc = kl_pq_select(r, NULL, 0, e))) {
-            kl_pq_close(r);
-            return rc;
-        }
         size_t nc = kl_pq_num_selected(r);
         rc = stats_setup(s, r, e);
         while (!rc) {

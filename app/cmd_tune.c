@@ -211,6 +211,53 @@ static int parse_search(const app_args *a, const char *spec_arg, int64_t seed, s
     return -1;
 }
 
+/* tune run's stages: options (parse_search), the space, the fixed overrides
+ * (fixed_overrides), the study's name (study_name) and folder, the study in
+ * the store, then kl_tune_run with the trainer as its callback and the summary. */
+
+/* --set KEY=VALUE overrides, never a parameter of the space, as lines in text (n bytes). */
+static int fixed_overrides(const char *const *sets, int nsets, const kl_tune_space *s, const char *space_path,
+                           char *text, size_t n, kl_err *e) {
+    size_t stl = 0;
+    for (int i = 0; i < nsets; i++) {
+        const char *eq = strchr(sets[i], '=');
+        if (!eq || eq == sets[i]) return kl_err_set(e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", sets[i]);
+        char key[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
+        if (kl_tune_space_find(s, key) >= 0)
+            return kl_err_set(e, KL_EINVAL, "--set %s: %s is a parameter of the search space %s (the trials choose it)",
+                              sets[i], key, space_path);
+        if (stl < n) stl += (size_t)snprintf(text + stl, n - stl, "%s%s", i ? "\n" : "", sets[i]);
+    }
+    if (stl >= n) return kl_err_set(e, KL_EINVAL, "--set: the overrides are too long");
+    return KL_OK;
+}
+
+/* --study, or the spec's file name and the sha256 of the space (and of the --set overrides when any). */
+static int study_name(const app_args *a, const char *spec, const char *space_text, size_t space_len,
+                      const char *sets_text, char *name, size_t n, kl_err *e) {
+    char name_sha[65];
+    kl_sha256_buf_hex(space_text, space_len, name_sha);
+    if (sets_text[0]) {
+        kl_buf nb;
+        kl_buf_init(&nb);
+        kl_buf_printf(&nb, "%.*s\n--set\n%s", (int)space_len, space_text, sets_text);
+        if (nb.failed) {
+            kl_buf_free(&nb);
+            return kl_err_set(e, KL_ENOMEM, "out of memory");
+        }
+        kl_sha256_buf_hex(nb.data, nb.len, name_sha);
+        kl_buf_free(&nb);
+    }
+    if (app_get(a, "study")) snprintf(name, n, "%s", app_get(a, "study"));
+    else {
+        const char *b = strrchr(spec, '/');
+        b = b ? b + 1 : spec;
+        snprintf(name, n, "%.*s-%.8s", (int)strcspn(b, "."), b, name_sha);
+    }
+    return KL_OK;
+}
+
 static int tune_run(int argc, char **argv) {
     app_args a;
     int rc = app_parse(&run_spec, argc, argv, &a);
@@ -252,52 +299,13 @@ static int tune_run(int argc, char **argv) {
     int exit_code = APP_EXIT_FAIL;
     if ((rc = kl_read_file(space_path, &space_text, &space_len, &e)) || (rc = kl_tune_space_load(space_path, &s, &e)))
         goto done;
-    /* fixed overrides: KEY=VALUE, never a parameter of the space */
     char sets_text[8192] = "";
-    size_t stl = 0;
     int nsets = app_get_all(&a, "set", sets, APP_MAX_VALUES);
-    for (int i = 0; i < nsets; i++) {
-        const char *eq = strchr(sets[i], '=');
-        if (!eq || eq == sets[i]) {
-            rc = kl_err_set(&e, KL_EINVAL, "--set expects KEY=VALUE, got '%s'", sets[i]);
-            goto done;
-        }
-        char key[256];
-        snprintf(key, sizeof key, "%.*s", (int)(eq - sets[i]), sets[i]);
-        if (kl_tune_space_find(s, key) >= 0) {
-            rc = kl_err_set(&e, KL_EINVAL, "--set %s: %s is a parameter of the search space %s (the trials choose it)",
-                            sets[i], key, space_path);
-            goto done;
-        }
-        if (stl < sizeof sets_text)
-            stl += (size_t)snprintf(sets_text + stl, sizeof sets_text - stl, "%s%s", i ? "\n" : "", sets[i]);
-    }
-    if (stl >= sizeof sets_text) {
-        rc = kl_err_set(&e, KL_EINVAL, "--set: the overrides are too long");
-        goto done;
-    }
+    if ((rc = fixed_overrides(sets, nsets, s, space_path, sets_text, sizeof sets_text, &e))) goto done;
     /* a spec key that does not exist is caught by the first trial; check the spec loads at all */
-    char sha[65], name[256], outdir[1024], name_sha[65];
+    char sha[65], name[256], outdir[1024];
     kl_sha256_buf_hex(space_text, space_len, sha);
-    snprintf(name_sha, sizeof name_sha, "%s", sha); /* the default name: the space, and the --set overrides when any */
-    if (stl) {
-        kl_buf nb;
-        kl_buf_init(&nb);
-        kl_buf_printf(&nb, "%.*s\n--set\n%s", (int)space_len, space_text, sets_text);
-        if (nb.failed) {
-            kl_buf_free(&nb);
-            rc = kl_err_set(&e, KL_ENOMEM, "out of memory");
-            goto done;
-        }
-        kl_sha256_buf_hex(nb.data, nb.len, name_sha);
-        kl_buf_free(&nb);
-    }
-    if (app_get(&a, "study")) snprintf(name, sizeof name, "%s", app_get(&a, "study"));
-    else {
-        const char *b = strrchr(spec, '/');
-        b = b ? b + 1 : spec;
-        snprintf(name, sizeof name, "%.*s-%.8s", (int)strcspn(b, "."), b, name_sha);
-    }
+    if ((rc = study_name(&a, spec, space_text, space_len, sets_text, name, sizeof name, &e))) goto done;
     snprintf(outdir, sizeof outdir, "%s", app_get(&a, "out") ? app_get(&a, "out") : "");
     if (!outdir[0]) snprintf(outdir, sizeof outdir, "tune-%s", name);
     if ((rc = kl_mkdir_p(outdir, &e))) goto done;

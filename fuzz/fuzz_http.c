@@ -1,14 +1,14 @@
 /* libFuzzer target: the HTTP request handling keel owns (src/serve/
  * http_parse.c) without sockets. The input is a request head as text: the
  * first byte picks the method, the first line is the raw request target
- * (checked by sv_http_check_uri, then percent-decoded as libmicrohttpd
- * does, cut at a %00, and routed by sv_route), the following lines up to an
+ * (checked by kl__sv_http_check_uri, then percent-decoded as libmicrohttpd
+ * does, cut at a %00, and routed by kl__sv_route), the following lines up to an
  * empty one are headers split at the first ':' as libmicrohttpd splits
  * them (a line starting with a space or tab is an obs-fold continuation of
- * the previous header), checked by sv_http_check_headers; the rest is the
+ * the previous header), checked by kl__sv_http_check_headers; the rest is the
  * body, whose length feeds the binary extension's
- * Inference-Header-Content-Length split (sv_http_header_len) and X-Priority
- * (sv_http_prio_header). libmicrohttpd's own parsing is not fuzzed here. */
+ * Inference-Header-Content-Length split (kl__sv_http_header_len) and X-Priority
+ * (kl__sv_priority_parse: a 0-based level). libmicrohttpd's own parsing is not fuzzed here. */
 #include "serve/serve_int.h"
 
 #include <stdlib.h>
@@ -49,9 +49,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char why[200], *target = strdup(line);
     sv_req *r = calloc(1, sizeof *r);
     if (target && r) {
-        (void)sv_http_check_uri(target, why, sizeof why);
+        (void)kl__sv_http_check_uri(target, why, sizeof why);
         unescape(target);
-        (void)sv_route(target, method, r);
+        (void)kl__sv_route(target, method, r);
     }
     static sv_http_hdr h[SV_HTTP_MAX_HEADERS + 8];
     size_t nh = 0;
@@ -71,15 +71,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         line = next;
     }
-    (void)sv_http_check_headers(h, nh, why, sizeof why);
+    (void)kl__sv_http_check_headers(h, nh, why, sizeof why);
     size_t body_len = (size_t)(end - body), json_len = body_len;
     for (size_t i = 0; i < nh; i++) {
         int prio;
-        if (!strcasecmp(h[i].key, "Inference-Header-Content-Length") && !sv_http_header_len(h[i].value, body_len, &json_len) &&
-            json_len > body_len)
+        if (!strcasecmp(h[i].key, "Inference-Header-Content-Length") &&
+            !kl__sv_http_header_len(h[i].value, body_len, &json_len) && json_len > body_len)
             __builtin_trap(); /* the split stays within the body */
-        if (!strcasecmp(h[i].key, "X-Priority") && !sv_http_prio_header(h[i].value, &prio) &&
-            (prio < 1 || prio > SV_MAX_LEVELS + 1))
+        if (!strcasecmp(h[i].key, "X-Priority") && !kl__sv_priority_parse(h[i].value, &prio) &&
+            (prio < 0 || prio > SV_LEVEL_LOWEST))
             __builtin_trap();
     }
     free(r);

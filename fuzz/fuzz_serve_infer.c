@@ -38,14 +38,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     r.timeout_us = -1;
     r.resp_header_len = -1;
     kl_err e = {0};
-    if (sv_decode_infer(&r, json, split, json + split, size - 1 - split, &e) == KL_OK) {
+    if (kl__sv_decode_infer(&r, json, split, json + split, size - 1 - split, &e) == KL_OK) {
         /* answer with the first input as the output: exercises the encoder */
         sv_tensor out = r.in[0];
         out.release = NULL;
         out.own = 0;
         r.rows = out.rank ? out.dims[0] : 0;
-        if (sv_encode_infer(&r, &out, 1, 0, r.rows, &e) == KL_OK) free(r.resp);
+        if (kl__sv_encode_infer(&r, &out, 1, 0, r.rows, &e) == KL_OK) free(r.resp);
     }
-    for (int i = 0; i < SV_MAX_IO; i++) sv_tensor_release(&r.in[i]);
+    for (int i = 0; i < SV_MAX_IO; i++) kl__sv_tensor_release(&r.in[i]);
     return 0;
 }

@@ -1,7 +1,7 @@
 /* libFuzzer target: every spec parser that takes a YAML document, over the
  * same input: the train spec (kl__train_spec_load_str), the feature spec and
  * features.json (kl_features_spec_parse / _load_str), the schema
- * (kl_schema_load_str), a served model's config.yaml (sv_cfg_parse) and a
+ * (kl_schema_load_str), a served model's config.yaml (kl__sv_cfg_parse) and a
  * tuning search space (kl_tune_space_parse). fuzz_doc covers the document
  * loader itself; this one covers what the parsers do with its tree. Seeds:
  * the specs of examples/ (fuzz/corpus/fuzz_spec/). */
@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     kl_schema *sc = NULL;
     if (kl_schema_load_str(text, size, "schema.yaml", &sc, &e) == KL_OK) kl_schema_free(sc);
     sv_model_cfg cfg;
-    sv_cfg_parse(text, size, "config.yaml", &cfg, &e);
+    kl__sv_cfg_parse(text, size, "config.yaml", &cfg, &e);
     kl_doc *d = NULL;
     if (kl_doc_load_str(text, size, "space.yaml", &d, &e) == KL_OK) {
         kl_tune_space *sp = NULL;

@@ -554,6 +554,24 @@ static uint32_t *keep_offsets(parser *ps, const uint32_t *st, size_t n) {
     return o;
 }
 
+/* The packed node of the fast paths: n values (fl: the same as FP32, or NULL)
+ * and their starts st, kept; NULL when the arena is full (ps->p back at the
+ * '[' at a - 1, no error: the node form reads the array again). */
+static cJSON *packed_node(parser *ps, const char *a, const uint32_t *st, size_t n, double *vals, float *fl) {
+    cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
+    packed *pk = alloc(ps->doc, sizeof *pk);
+    uint32_t *off = keep_offsets(ps, st, n);
+    if (!nd || !pk || !off) {
+        ps->p = a - 1;
+        ps->err = NULL;
+        return NULL;
+    }
+    *pk = (packed){vals, fl, off, n, ps->start, ps->end};
+    nd->valuestring = (char *)pk;
+    nd->valueint = (int)n;
+    return nd;
+}
+
 /* Positions for a '[' at a: no more numbers than the bytes to the end / 2 + 1 */
 static size_t pos_cap(const char *a, const char *end) {
     size_t most = (size_t)(end - a) / 2 + 1;
@@ -677,18 +695,7 @@ static cJSON *packed_fast(parser *ps) {
             return NULL;
         }
     }
-    cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
-    packed *pk = alloc(ps->doc, sizeof *pk);
-    uint32_t *off = keep_offsets(ps, st, n);
-    if (!nd || !pk || !off) {
-        ps->p = a - 1;
-        ps->err = NULL;
-        return NULL;
-    }
-    *pk = (packed){vals, NULL, off, n, ps->start, ps->end};
-    nd->valuestring = (char *)pk;
-    nd->valueint = (int)n;
-    return nd;
+    return packed_node(ps, a, st, n, vals, NULL);
 }
 
 /* ------------------------------------------------------------------
@@ -921,18 +928,7 @@ static T512 cJSON *packed_fast512(parser *ps) {
                 fl[i + __builtin_ctz(k)] = hazard_f32(t + st[i + __builtin_ctz(k)], end);
         }
     }
-    cJSON *nd = node(ps, cJSON_Array | PACKED_FLAG);
-    packed *pk = alloc(ps->doc, sizeof *pk);
-    uint32_t *off = keep_offsets(ps, st, n);
-    if (!nd || !pk || !off) {
-        ps->p = a - 1;
-        ps->err = NULL;
-        return NULL;
-    }
-    *pk = (packed){vals, fl, off, n, ps->start, ps->end};
-    nd->valuestring = (char *)pk;
-    nd->valueint = (int)n;
-    return nd;
+    return packed_node(ps, a, st, n, vals, fl);
 }
 
 size_t kl_json_packed_count(const cJSON *a) {

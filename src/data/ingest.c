@@ -2540,6 +2540,10 @@ static void clean_up_failed(irun *R) {
     if (R->created_out) rmdir(R->o->out_dir);
 }
 
+/* The ingestion, stage by stage: ingest_options, ingest_sources (sha256 of
+ * each), ingest_key, reuse_published (the same inputs: the published version
+ * again), parse_validate, count_and_gate, column_stats, write_staging,
+ * write_manifest, publish; clean_up_failed on a failure. */
 int kl_ingest(const kl_ingest_opts *o, kl_ingest_result *res, kl_err *e) {
     if (!o->out_dir || !o->schema_path || !o->n_sources)
         return kl_err_set(e, KL_EINVAL, "ingest needs sources, a schema and an output folder");

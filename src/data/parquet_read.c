@@ -846,315 +846,450 @@ static int uncode(ctxt *c, kl_column *col, pq_vout *vo) {
     return KL_OK;
 }
 
-static int decode_chunk(chunk_job *J, dec *d) {
-    const pq_reader_t *R = J->R;
-    const pq_leaf *L = &R->leaves[J->leaf];
-    const pq_chunk *ch = &R->rgs[J->rg].cols[J->leaf];
-    int64_t rows = R->rgs[J->rg].num_rows;
-    kl_err *e = &J->err;
+/* decode_chunk, one column chunk of a row group into J->out, in stages:
+ *   chunk_open    the chunk's metadata, its byte range, room for the rows
+ *   then page by page (chunk_page):
+ *   next_page     the page header, its sizes and CRC
+ *   dict_page     a dictionary page (and the codes' dictionary of J->vo)
+ *   page_wanted   a data page outside the row ranges read is skipped
+ *   split_v1/v2   decompression; repetition levels, definition levels, values
+ *   page_levels   definition levels → present flags; a nested leaf's levels
+ *   page_values   dictionary codes, the fused dictionary path, or decode + materialize
+ */
+typedef struct {
+    chunk_job *J;
+    dec *d;
+    ctxt c;
     char where[64];
-    snprintf(where, sizeof where, " (row group %zu)", J->rg);
-    ctxt c = {R, L, e, where};
-    d->has_dict = 0;
-    d->dn = 0;
-    int rc = KL_OK;
-    kl_column *col = J->out;
-    kl_column_clear(col);
-    pq_vout *vo = J->vo && L->kind == K_BYTES && !J->lv ? J->vo : NULL;
-    pq_levels *lv = J->lv;
-    if (J->vo) J->vo->coded = 0;
-    if (!ch->has_meta) return BAD(&c, "column chunk has no metadata");
+    const pq_leaf *L;
+    const pq_chunk *ch;
+    kl_column *col;
+    pq_vout *vo;                         /* strings kept as dictionary codes (NULL: materialized) */
+    pq_levels *lv;                       /* a nested leaf's levels (NULL: a flat leaf) */
+    int max_def, bw, max_rep, rbw;       /* the levels' maxima and bit widths */
+    int64_t rows, total;                 /* the row group's rows; the entries to read (rows, or level entries) */
+    const uint8_t *pos, *end;            /* the next page header; the end of the chunk */
+} chunk_st;
+
+typedef struct {
+    page_hdr h;
+    const uint8_t *src;                  /* the page's bytes after its header */
+    const uint8_t *lv_p, *rp_p;          /* definition and repetition levels (NULL: none) */
+    size_t lv_len, rp_len;
+    const uint8_t *vals, *vend;          /* the values section, decompressed */
+    size_t n, nn;                        /* the page's level entries; the present values among them */
+} page_in;
+
+static int chunk_open(chunk_st *s) {
+    const pq_reader_t *R = s->J->R;
+    const pq_leaf *L = s->L;
+    const pq_chunk *ch = s->ch;
+    kl_err *e = s->c.e;
+    if (!ch->has_meta) return BAD(&s->c, "column chunk has no metadata");
     if (ch->external) return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s: data in an external file is not supported", R->name, L->name);
     if (ch->encrypted) return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s: encrypted columns are not supported", R->name, L->name);
-    if (ch->num_values < 0) return BAD(&c, "negative value count");
+    if (ch->num_values < 0) return BAD(&s->c, "negative value count");
     int64_t start = ch->data_page_offset;
     if (ch->dict_page_offset > 0 && ch->dict_page_offset < start) start = ch->dict_page_offset;
-    if (start < 4 || (uint64_t)start >= R->footer_start) return BAD(&c, "chunk offset %lld outside the data", (long long)start);
+    if (start < 4 || (uint64_t)start >= R->footer_start)
+        return BAD(&s->c, "chunk offset %lld outside the data", (long long)start);
     /* pages are bounded by the chunk (total_compressed_size), never by the
      * next column's data */
     if (ch->total_compressed <= 0 || ch->total_compressed > (int64_t)R->footer_start - start)
-        return BAD(&c, "chunk size %lld outside the data", (long long)ch->total_compressed);
-    const uint8_t *pos = R->data + start, *end = R->data + start + ch->total_compressed;
+        return BAD(&s->c, "chunk size %lld outside the data", (long long)ch->total_compressed);
+    s->pos = R->data + start;
+    s->end = R->data + start + ch->total_compressed;
 #ifdef MADV_POPULATE_READ
     if (R->map) {
         /* map the chunk's pages in one call: a page fault each costs more
          * than decoding the page's values (first scan of a file) */
-        uintptr_t a = (uintptr_t)pos & ~(uintptr_t)4095;
-        (void)madvise((void *)a, (size_t)((uintptr_t)end - a), MADV_POPULATE_READ);
+        uintptr_t a = (uintptr_t)s->pos & ~(uintptr_t)4095;
+        (void)madvise((void *)a, (size_t)((uintptr_t)s->end - a), MADV_POPULATE_READ);
     }
 #endif
-    int64_t done = 0;
-    if (ch->num_values != rows && L->max_rep == 0)
-        return BAD(&c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values, (long long)rows);
-    int max_def = L->max_def, bw = pq_bit_width((uint64_t)max_def), max_rep = L->max_rep,
-        rbw = pq_bit_width((uint64_t)max_rep);
+    if (ch->num_values != s->rows && L->max_rep == 0)
+        return BAD(&s->c, "chunk has %lld values, the row group %lld rows", (long long)ch->num_values,
+                   (long long)s->rows);
+    s->max_def = L->max_def;
+    s->bw = pq_bit_width((uint64_t)s->max_def);
+    s->max_rep = L->max_rep;
+    s->rbw = pq_bit_width((uint64_t)s->max_rep);
     /* a nested leaf holds level entries (values, nulls and empty lists), a flat one rows */
-    int64_t total = lv ? ch->num_values : rows;
-    if (lv) {
-        if (total > (int64_t)PQ_MAX_NESTED_VALUES)
+    s->total = s->lv ? ch->num_values : s->rows;
+    if (s->lv) {
+        if (s->total > (int64_t)PQ_MAX_NESTED_VALUES)
             return kl_err_set(
                 e, KL_EUNSUPPORTED,
                 "%s: column %s%s: %lld values in one column chunk (keel reads at most %u in a nested column)", R->name,
-                L->name, where, (long long)total, PQ_MAX_NESTED_VALUES);
-        lv->n = 0; /* the levels grow page by page (num_values is not trusted for memory) */
-    } else if (total > 0 && total <= (int64_t)1 << 31 && kl_column_reserve(col, (size_t)total, 0))
-        return kl_err_set(e, KL_ENOMEM, "out of memory for %lld rows of column %s", (long long)total, L->name);
-    int guard = 0;
-    while (done < total) {
-        if (pos >= end) {
-            rc = BAD(&c, "chunk ends after %lld of %lld %s", (long long)done, (long long)total, lv ? "values" : "rows");
-            goto out;
+                L->name, s->where, (long long)s->total, PQ_MAX_NESTED_VALUES);
+        s->lv->n = 0; /* the levels grow page by page (num_values is not trusted for memory) */
+    } else if (s->total > 0 && s->total <= (int64_t)1 << 31 && kl_column_reserve(s->col, (size_t)s->total, 0))
+        return kl_err_set(e, KL_ENOMEM, "out of memory for %lld rows of column %s", (long long)s->total, L->name);
+    return KL_OK;
+}
+
+/* The header at s->pos (done: the entries read so far, for the message); s->pos moves past the page. */
+static int next_page(chunk_st *s, page_in *p, int64_t done) {
+    const pq_reader_t *R = s->J->R;
+    page_hdr *h = &p->h;
+    if (s->pos >= s->end)
+        return BAD(&s->c, "chunk ends after %lld of %lld %s", (long long)done, (long long)s->total,
+                   s->lv ? "values" : "rows");
+    kl__tr t = {s->pos, s->end, 0, 0};
+    if (parse_page_header(&t, h))
+        return BAD(&s->c, "corrupt page header at offset %lld", (long long)(s->pos - R->data));
+    const uint8_t *src = t.p;
+    if (h->comp < 0 || h->unc < 0 || h->comp > s->end - src)
+        return BAD(&s->c, "page at offset %lld: sizes %d/%d exceed the file", (long long)(s->pos - R->data), h->comp,
+                   h->unc);
+    if (h->unc > (1 << 30)) return BAD(&s->c, "page of %d bytes is too large", h->unc);
+    s->pos = src + h->comp;
+    if (h->has_crc && kl__pq_crc32(src, (size_t)h->comp) != h->crc)
+        return kl_err_set(s->c.e, KL_ECHECKSUM,
+                          "%s: column %s%s: page at offset %lld: CRC mismatch (stored %08x, computed %08x)", R->name,
+                          s->L->name, s->where, (long long)(src - R->data), h->crc, kl__pq_crc32(src, (size_t)h->comp));
+    p->src = src;
+    return KL_OK;
+}
+
+static int dict_page(chunk_st *s, const page_in *p) {
+    pq_vout *vo = s->vo;
+    dec *d = s->d;
+    kl_column *col = s->col;
+    int rc;
+    if (!p->h.has_dict) return BAD(&s->c, "dictionary page without its header");
+    if (vo && vo->coded && (rc = uncode(&s->c, col, vo))) return rc; /* a second dictionary */
+    if ((rc = read_dict(&s->c, d, s->ch, &p->h, p->src))) return rc;
+    if (vo && col->len == 0) {
+        /* codes from here on while the pages stay dictionary-encoded */
+        kl_column *D = vo->dict;
+        size_t data = 0;
+        for (size_t i = 0; i < d->dn; i++) data += d->dbr[i].n;
+        kl_column_clear(D);
+        if (kl_column_reserve(D, d->dn + 1, data + 1)) return kl_err_set(s->c.e, KL_ENOMEM, "out of memory");
+        D->offsets[0] = 0;
+        for (size_t i = 0; i < d->dn; i++) {
+            if (d->dbr[i].n) memcpy(D->data + D->data_len, d->dbr[i].p, d->dbr[i].n);
+            D->data_len += d->dbr[i].n;
+            D->offsets[i + 1] = (int64_t)D->data_len;
         }
-        page_hdr h;
-        kl__tr t = {pos, end, 0, 0};
-        if (parse_page_header(&t, &h)) { rc = BAD(&c, "corrupt page header at offset %lld", (long long)(pos - R->data)); goto out; }
-        const uint8_t *src = t.p;
-        if (h.comp < 0 || h.unc < 0 || h.comp > end - src) { rc = BAD(&c, "page at offset %lld: sizes %d/%d exceed the file", (long long)(pos - R->data), h.comp, h.unc); goto out; }
-        if (h.unc > (1 << 30)) { rc = BAD(&c, "page of %d bytes is too large", h.unc); goto out; }
-        pos = src + h.comp;
-        if (h.has_crc && kl__pq_crc32(src, (size_t)h.comp) != h.crc) {
-            rc = kl_err_set(e, KL_ECHECKSUM,
-                            "%s: column %s%s: page at offset %lld: CRC mismatch (stored %08x, computed %08x)", R->name,
-                            L->name, where, (long long)(src - R->data), h.crc, kl__pq_crc32(src, (size_t)h.comp));
-            goto out;
-        }
-        if (h.type == PAGE_DICT) {
-            if (!h.has_dict) { rc = BAD(&c, "dictionary page without its header"); goto out; }
-            if (vo && vo->coded && (rc = uncode(&c, col, vo))) goto out; /* a second dictionary */
-            if ((rc = read_dict(&c, d, ch, &h, src))) goto out;
-            if (vo && col->len == 0) {
-                /* codes from here on while the pages stay dictionary-encoded */
-                kl_column *D = vo->dict;
-                size_t data = 0;
-                for (size_t i = 0; i < d->dn; i++) data += d->dbr[i].n;
-                kl_column_clear(D);
-                if (kl_column_reserve(D, d->dn + 1, data + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-                D->offsets[0] = 0;
-                for (size_t i = 0; i < d->dn; i++) {
-                    if (d->dbr[i].n) memcpy(D->data + D->data_len, d->dbr[i].p, d->dbr[i].n);
-                    D->data_len += d->dbr[i].n;
-                    D->offsets[i + 1] = (int64_t)D->data_len;
-                }
-                D->len = d->dn;
-                vo->coded = 1;
-            }
-            continue;
-        }
-        if (h.type != PAGE_DATA && h.type != PAGE_DATA_V2) {
-            if (++guard > 1000000) { rc = BAD(&c, "too many non-data pages"); goto out; }
-            continue; /* index pages and unknown page types are skipped */
-        }
-        if ((h.type == PAGE_DATA && !h.has_v1) || (h.type == PAGE_DATA_V2 && !h.has_v2)) { rc = BAD(&c, "data page without its header"); goto out; }
-        if (h.nv < 0) { rc = BAD(&c, "page has %d values", h.nv); goto out; }
-        size_t n = (size_t)h.nv;
-        if ((int64_t)n > total - done) {
-            rc = lv ? BAD(&c, "pages hold more values (%lld+) than the chunk (%lld)", (long long)(done + (int64_t)n),
-                          (long long)total)
-                    : BAD(&c, "pages hold more values (%lld+) than the row group has rows (%lld)",
-                          (long long)(done + (int64_t)n), (long long)rows);
-            goto out;
-        }
-        int64_t first = done;
-        done += (int64_t)n;
-        /* page skipping */
-        int partial = 0;
-        if (!J->full) {
-            int any = 0, all = 0;
-            for (size_t k = 0; k < J->nranges; k++) {
-                int64_t a = KL_MAX(J->ranges[k].a, first), b = KL_MIN(J->ranges[k].b, first + (int64_t)n);
-                if (a < b) { any = 1; if (a == first && b == first + (int64_t)n) all = 1; }
-            }
-            if (!any && n > 0) { J->pages_skipped++; continue; }
-            partial = !all;
-        }
-        J->pages_read++;
-        /* decompress and split levels / values */
-        const uint8_t *lv_p = NULL, *rp_p = NULL, *vals, *vend;
-        size_t lv_len = 0, rp_len = 0;
-        if (h.type == PAGE_DATA) {
-            if (GROW(d->page, d->page_cap, (size_t)h.unc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            if ((rc = kl__pq_decompress(ch->codec, src, (size_t)h.comp, d->page, (size_t)h.unc, e))) {
-                kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where);
-                goto out;
-            }
-            vals = d->page;
-            vend = d->page + h.unc;
-            if (max_rep > 0) {
-                if (h.rep_enc != ENC_RLE) {
-                    rc =
-                        kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: repetition level encoding %d is not supported",
-                                   R->name, L->name, where, h.rep_enc);
-                    goto out;
-                }
-                if (vend - vals < 4) {
-                    rc = BAD(&c, "truncated repetition levels");
-                    goto out;
-                }
-                uint32_t l;
-                memcpy(&l, vals, 4);
-                if (l > (size_t)(vend - vals - 4)) {
-                    rc = BAD(&c, "repetition levels length %u exceeds the page", l);
-                    goto out;
-                }
-                rp_p = vals + 4; rp_len = l;
-                vals += 4 + l;
-            }
-            if (max_def > 0) {
-                if (h.def_enc == ENC_RLE) {
-                    if (vend - vals < 4) { rc = BAD(&c, "truncated definition levels"); goto out; }
-                    uint32_t l; memcpy(&l, vals, 4);
-                    if (l > (size_t)(vend - vals - 4)) { rc = BAD(&c, "definition levels length %u exceeds the page", l); goto out; }
-                    lv_p = vals + 4; lv_len = l;
-                    vals += 4 + l;
-                } else if (h.def_enc == ENC_BIT_PACKED) {
-                    size_t l = (n * (size_t)bw + 7) / 8;
-                    if (l > (size_t)(vend - vals)) { rc = BAD(&c, "truncated definition levels"); goto out; }
-                    lv_p = vals; lv_len = l;
-                    vals += l;
-                } else { rc = BAD(&c, "definition level encoding %d", h.def_enc); goto out; }
-            }
-        } else {
-            if (h.rep_len < 0 || h.def_len < 0 || (int64_t)h.rep_len + h.def_len > h.comp || (int64_t)h.rep_len + h.def_len > h.unc) { rc = BAD(&c, "bad level lengths in data page v2"); goto out; }
-            lv_p = src + h.rep_len; lv_len = (size_t)h.def_len;
-            rp_p = src; rp_len = (size_t)h.rep_len;
-            const uint8_t *vsrc = src + h.rep_len + h.def_len;
-            size_t vcomp = (size_t)(h.comp - h.rep_len - h.def_len), vunc = (size_t)(h.unc - h.rep_len - h.def_len);
-            if (GROW(d->page, d->page_cap, vunc + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            if (!h.is_compressed || ch->codec == CODEC_UNCOMPRESSED) {
-                if (vcomp != vunc) { rc = BAD(&c, "uncompressed v2 page: %zu bytes, header says %zu", vcomp, vunc); goto out; }
-                memcpy(d->page, vsrc, vcomp);
-            } else if (vunc == 0 && vcomp <= 1) {
-                /* empty values section */
-            } else if ((rc = kl__pq_decompress(ch->codec, vsrc, vcomp, d->page, vunc, e))) {
-                kl_err_prefix(e, "%s: column %s%s", R->name, L->name, where);
-                goto out;
-            }
-            vals = d->page;
-            vend = d->page + vunc;
-            if (max_def == 0) lv_p = NULL;
-        }
-        size_t lcap = lv ? lv->cap : 0;
-        if (lv &&
-            (GROW(lv->def, lv->cap, lv->n + n + 1) ||
-             (lv->cap != lcap && !(lv->rep = kl_mem_realloc(lv->rep, lv->cap, KL_TAG_DATASET))))) {
-            rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-            goto out;
-        }
-        /* definition levels → present flags */
-        size_t nn = n;
-        if (max_def > 0) {
-            if (GROW(d->pres, d->pres_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            uint8_t *pres = d->pres;
-            if (max_def == 1 && !lv && !(h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED)) {
-                /* flat optional column: the levels are the flags */
-                if (n && kl__pq_rle_decode_u8(lv_p, lv_len, 1, pres, n)) {
-                    rc = BAD(&c, "definition levels truncated or corrupt");
-                    goto out;
-                }
-                size_t cnt = 0;
-                for (size_t i = 0; i < n; i++) cnt += pres[i];
-                nn = cnt;
-            } else {
-                if (GROW(d->lev, d->lev_cap, n + 8)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-                if (h.type == PAGE_DATA && h.def_enc == ENC_BIT_PACKED) {
-                    for (size_t i = 0; i < n; i++) { /* MSB first */
-                        uint32_t v = 0;
-                        for (int b = 0; b < bw; b++) { size_t bit = i * (size_t)bw + (size_t)b; v = v << 1 | ((lv_p[bit >> 3] >> (7 - (bit & 7))) & 1); }
-                        d->lev[i] = v;
-                    }
-                } else if (n && kl__pq_rle_decode(lv_p, lv_len, bw, d->lev, n)) {
-                    rc = BAD(&c, "definition levels truncated or corrupt");
-                    goto out;
-                }
-                nn = 0;
-                for (size_t i = 0; i < n; i++) {
-                    if (d->lev[i] > (uint32_t)max_def) { rc = BAD(&c, "definition level %u above the maximum %d", d->lev[i], max_def); goto out; }
-                    pres[i] = d->lev[i] == (uint32_t)max_def;
-                    nn += pres[i];
-                }
-                if (lv) for (size_t i = 0; i < n; i++) lv->def[lv->n + i] = (uint8_t)d->lev[i];
-            }
-        } else if (lv) memset(lv->def + lv->n, 0, n);
-        if (lv) {
-            /* repetition levels: 0 starts a record */
-            if (max_rep == 0) memset(lv->rep + lv->n, 0, n);
-            else {
-                if (GROW(d->lev, d->lev_cap, n + 8)) {
-                    rc = kl_err_set(e, KL_ENOMEM, "out of memory");
-                    goto out;
-                }
-                if (n && kl__pq_rle_decode(rp_p, rp_len, rbw, d->lev, n)) {
-                    rc = BAD(&c, "repetition levels truncated or corrupt");
-                    goto out;
-                }
-                for (size_t i = 0; i < n; i++) {
-                    if (d->lev[i] > (uint32_t)max_rep) {
-                        rc = BAD(&c, "repetition level %u above the maximum %d", d->lev[i], max_rep);
-                        goto out;
-                    }
-                    lv->rep[lv->n + i] = (uint8_t)d->lev[i];
-                }
-            }
-            lv->n += n;
-        }
-        uint8_t *fx = NULL; bref *br = NULL;
-        const uint8_t *pres = d->pres;
-        size_t base = col->len;
-        int is_dict = h.enc == ENC_PLAIN_DICTIONARY || h.enc == ENC_RLE_DICTIONARY;
-        size_t w = kl_col_type_size(col->type);
-        if (vo && vo->coded && !is_dict && (rc = uncode(&c, col, vo))) goto out;
-        if (n > 0 && (is_dict || (vo && vo->coded)) && kl_column_reserve(col, base + n, 0)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-        if (vo && vo->coded && n > 0) {
-            /* dictionary codes straight into the output: strings never materialized */
-            if (GROW(vo->codes, vo->codes_cap, base + n + 1)) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto out; }
-            uint32_t *dst = vo->codes + base;
-            if (nn == n) {
-                if ((rc = idx_decode(&c, d, vals, vend, nn, dst))) goto out;
-            } else {
-                if ((rc = decode_dict_idx(&c, d, vals, vend, nn, NULL, NULL))) goto out;
-                const uint32_t *ix = d->idx;
-                for (size_t r = 0, j = 0; r < n; r++) { /* branch-free: ix has slack */
-                    uint32_t k = ix[j];
-                    dst[r] = pres[r] ? k : 0;
-                    j += pres[r];
-                }
-            }
-            if ((rc = set_valid_rows(col, pres, n, nn < n))) { kl_err_set(e, rc, "out of memory"); goto out; }
-            col->len += n;
-        } else if (is_dict && (L->kind == K_I64 || L->kind == K_F64 || L->kind == K_I32 || L->kind == K_F32) && w == phys_size(L) && n > 0) {
-            /* fused path: dictionary indexes straight into the column */
-            if ((rc = decode_dict_idx(&c, d, vals, vend, nn, NULL, NULL))) goto out;
-            int has_nulls = nn < n;
-            if ((rc = set_valid_rows(col, pres, n, has_nulls))) { kl_err_set(e, rc, "out of memory"); goto out; }
-            const uint32_t *ix = d->idx;
-            size_t j = 0;
-            char *dst = (char *)col->values + base * w;
-            const char *dv = (const char *)d->dfx;
-            /* nulls: branch-free, entry dn of the dictionary is zero and ix has slack */
-            if (w == 8) {
-                uint64_t *d8 = (uint64_t *)(void *)dst;
-                const uint64_t *s8 = (const uint64_t *)(const void *)dv;
-                if (!has_nulls) for (size_t r = 0; r < n; r++) d8[r] = s8[ix[r]];
-                else for (size_t r = 0; r < n; r++) { uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn; d8[r] = s8[k]; j += pres[r]; }
-            } else {
-                uint32_t *d4 = (uint32_t *)(void *)dst;
-                const uint32_t *s4 = (const uint32_t *)(const void *)dv;
-                if (!has_nulls) for (size_t r = 0; r < n; r++) d4[r] = s4[ix[r]];
-                else for (size_t r = 0; r < n; r++) { uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn; d4[r] = s4[k]; j += pres[r]; }
-            }
-            col->len += n;
-        } else {
-            rc = decode_values(&c, d, h.enc, vals, vend, nn, &fx, &br);
-            if (rc == KL_OK) {
-                if (L->type != col->type) rc = BAD(&c, "internal type mismatch");
-                else rc = materialize(&c, col, pres, n, nn, fx, br, is_dict && L->kind == K_BYTES);
-            }
-        }
-        if (rc == KL_OK && partial) keep_ranges(col, base, first, n, J->ranges, J->nranges);
-        if (rc) goto out;
+        D->len = d->dn;
+        vo->coded = 1;
     }
-out:
+    return KL_OK;
+}
+
+/* Whether a page of rows [first, first + n) meets the row ranges read; *partial: only some of its rows do. */
+static int page_wanted(const chunk_job *J, int64_t first, size_t n, int *partial) {
+    *partial = 0;
+    if (J->full) return 1;
+    int any = 0, all = 0;
+    for (size_t k = 0; k < J->nranges; k++) {
+        int64_t a = KL_MAX(J->ranges[k].a, first), b = KL_MIN(J->ranges[k].b, first + (int64_t)n);
+        if (a < b) { any = 1; if (a == first && b == first + (int64_t)n) all = 1; }
+    }
+    if (!any && n > 0) return 0;
+    *partial = !all;
+    return 1;
+}
+
+/* Data page v1: the whole page decompressed, then [rep length][rep][def length][def] values. */
+static int split_v1(chunk_st *s, page_in *p) {
+    const page_hdr *h = &p->h;
+    dec *d = s->d;
+    kl_err *e = s->c.e;
+    int rc;
+    if (GROW(d->page, d->page_cap, (size_t)h->unc + 1)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if ((rc = kl__pq_decompress(s->ch->codec, p->src, (size_t)h->comp, d->page, (size_t)h->unc, e))) {
+        kl_err_prefix(e, "%s: column %s%s", s->J->R->name, s->L->name, s->where);
         return rc;
+    }
+    const uint8_t *vals = d->page, *vend = d->page + h->unc;
+    if (s->max_rep > 0) {
+        if (h->rep_enc != ENC_RLE)
+            return kl_err_set(e, KL_EUNSUPPORTED, "%s: column %s%s: repetition level encoding %d is not supported",
+                              s->J->R->name, s->L->name, s->where, h->rep_enc);
+        if (vend - vals < 4) return BAD(&s->c, "truncated repetition levels");
+        uint32_t l;
+        memcpy(&l, vals, 4);
+        if (l > (size_t)(vend - vals - 4)) return BAD(&s->c, "repetition levels length %u exceeds the page", l);
+        p->rp_p = vals + 4; p->rp_len = l;
+        vals += 4 + l;
+    }
+    if (s->max_def > 0) {
+        if (h->def_enc == ENC_RLE) {
+            if (vend - vals < 4) return BAD(&s->c, "truncated definition levels");
+            uint32_t l; memcpy(&l, vals, 4);
+            if (l > (size_t)(vend - vals - 4)) return BAD(&s->c, "definition levels length %u exceeds the page", l);
+            p->lv_p = vals + 4; p->lv_len = l;
+            vals += 4 + l;
+        } else if (h->def_enc == ENC_BIT_PACKED) {
+            size_t l = (p->n * (size_t)s->bw + 7) / 8;
+            if (l > (size_t)(vend - vals)) return BAD(&s->c, "truncated definition levels");
+            p->lv_p = vals; p->lv_len = l;
+            vals += l;
+        } else return BAD(&s->c, "definition level encoding %d", h->def_enc);
+    }
+    p->vals = vals;
+    p->vend = vend;
+    return KL_OK;
+}
+
+/* Data page v2: the levels uncompressed before the values section, which alone may be compressed. */
+static int split_v2(chunk_st *s, page_in *p) {
+    const page_hdr *h = &p->h;
+    dec *d = s->d;
+    kl_err *e = s->c.e;
+    int rc;
+    if (h->rep_len < 0 || h->def_len < 0 || (int64_t)h->rep_len + h->def_len > h->comp ||
+        (int64_t)h->rep_len + h->def_len > h->unc)
+        return BAD(&s->c, "bad level lengths in data page v2");
+    p->lv_p = p->src + h->rep_len; p->lv_len = (size_t)h->def_len;
+    p->rp_p = p->src; p->rp_len = (size_t)h->rep_len;
+    const uint8_t *vsrc = p->src + h->rep_len + h->def_len;
+    size_t vcomp = (size_t)(h->comp - h->rep_len - h->def_len), vunc = (size_t)(h->unc - h->rep_len - h->def_len);
+    if (GROW(d->page, d->page_cap, vunc + 1)) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (!h->is_compressed || s->ch->codec == CODEC_UNCOMPRESSED) {
+        if (vcomp != vunc) return BAD(&s->c, "uncompressed v2 page: %zu bytes, header says %zu", vcomp, vunc);
+        memcpy(d->page, vsrc, vcomp);
+    } else if (vunc == 0 && vcomp <= 1) {
+        /* empty values section */
+    } else if ((rc = kl__pq_decompress(s->ch->codec, vsrc, vcomp, d->page, vunc, e))) {
+        kl_err_prefix(e, "%s: column %s%s", s->J->R->name, s->L->name, s->where);
+        return rc;
+    }
+    p->vals = d->page;
+    p->vend = d->page + vunc;
+    if (s->max_def == 0) p->lv_p = NULL;
+    return KL_OK;
+}
+
+/* Definition levels → d->pres (present flags) and p->nn; a nested leaf keeps them in s->lv. */
+static int def_levels(chunk_st *s, page_in *p) {
+    dec *d = s->d;
+    size_t n = p->n;
+    int max_def = s->max_def, packed = p->h.type == PAGE_DATA && p->h.def_enc == ENC_BIT_PACKED;
+    if (GROW(d->pres, d->pres_cap, n + 8)) return kl_err_set(s->c.e, KL_ENOMEM, "out of memory");
+    uint8_t *pres = d->pres;
+    if (max_def == 1 && !s->lv && !packed) {
+        /* flat optional column: the levels are the flags */
+        if (n && kl__pq_rle_decode_u8(p->lv_p, p->lv_len, 1, pres, n))
+            return BAD(&s->c, "definition levels truncated or corrupt");
+        size_t cnt = 0;
+        for (size_t i = 0; i < n; i++) cnt += pres[i];
+        p->nn = cnt;
+        return KL_OK;
+    }
+    if (GROW(d->lev, d->lev_cap, n + 8)) return kl_err_set(s->c.e, KL_ENOMEM, "out of memory");
+    if (packed) {
+        int bw = s->bw;
+        const uint8_t *lv_p = p->lv_p;
+        for (size_t i = 0; i < n; i++) { /* MSB first */
+            uint32_t v = 0;
+            for (int b = 0; b < bw; b++) {
+                size_t bit = i * (size_t)bw + (size_t)b;
+                v = v << 1 | ((lv_p[bit >> 3] >> (7 - (bit & 7))) & 1);
+            }
+            d->lev[i] = v;
+        }
+    } else if (n && kl__pq_rle_decode(p->lv_p, p->lv_len, s->bw, d->lev, n))
+        return BAD(&s->c, "definition levels truncated or corrupt");
+    size_t nn = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d->lev[i] > (uint32_t)max_def)
+            return BAD(&s->c, "definition level %u above the maximum %d", d->lev[i], max_def);
+        pres[i] = d->lev[i] == (uint32_t)max_def;
+        nn += pres[i];
+    }
+    if (s->lv) for (size_t i = 0; i < n; i++) s->lv->def[s->lv->n + i] = (uint8_t)d->lev[i];
+    p->nn = nn;
+    return KL_OK;
+}
+
+/* A nested leaf's repetition levels (0 starts a record) into s->lv. */
+static int rep_levels(chunk_st *s, const page_in *p) {
+    pq_levels *lv = s->lv;
+    dec *d = s->d;
+    size_t n = p->n;
+    if (s->max_rep == 0) {
+        memset(lv->rep + lv->n, 0, n);
+        return KL_OK;
+    }
+    if (GROW(d->lev, d->lev_cap, n + 8)) return kl_err_set(s->c.e, KL_ENOMEM, "out of memory");
+    if (n && kl__pq_rle_decode(p->rp_p, p->rp_len, s->rbw, d->lev, n))
+        return BAD(&s->c, "repetition levels truncated or corrupt");
+    for (size_t i = 0; i < n; i++) {
+        if (d->lev[i] > (uint32_t)s->max_rep)
+            return BAD(&s->c, "repetition level %u above the maximum %d", d->lev[i], s->max_rep);
+        lv->rep[lv->n + i] = (uint8_t)d->lev[i];
+    }
+    return KL_OK;
+}
+
+static int page_levels(chunk_st *s, page_in *p) {
+    pq_levels *lv = s->lv;
+    size_t n = p->n;
+    size_t lcap = lv ? lv->cap : 0;
+    if (lv &&
+        (GROW(lv->def, lv->cap, lv->n + n + 1) ||
+         (lv->cap != lcap && !(lv->rep = kl_mem_realloc(lv->rep, lv->cap, KL_TAG_DATASET)))))
+        return kl_err_set(s->c.e, KL_ENOMEM, "out of memory");
+    p->nn = n;
+    int rc;
+    if (s->max_def > 0) {
+        if ((rc = def_levels(s, p))) return rc;
+    } else if (lv) memset(lv->def + lv->n, 0, n);
+    if (lv) {
+        if ((rc = rep_levels(s, p))) return rc;
+        lv->n += n;
+    }
+    return KL_OK;
+}
+
+/* Dictionary codes straight into s->vo->codes from row base: strings never materialized. */
+static int values_coded(chunk_st *s, const page_in *p, size_t base) {
+    pq_vout *vo = s->vo;
+    dec *d = s->d;
+    size_t n = p->n, nn = p->nn;
+    const uint8_t *pres = d->pres;
+    int rc;
+    if (GROW(vo->codes, vo->codes_cap, base + n + 1)) return kl_err_set(s->c.e, KL_ENOMEM, "out of memory");
+    uint32_t *dst = vo->codes + base;
+    if (nn == n) {
+        if ((rc = idx_decode(&s->c, d, p->vals, p->vend, nn, dst))) return rc;
+    } else {
+        if ((rc = decode_dict_idx(&s->c, d, p->vals, p->vend, nn, NULL, NULL))) return rc;
+        const uint32_t *ix = d->idx;
+        for (size_t r = 0, j = 0; r < n; r++) { /* branch-free: ix has slack */
+            uint32_t k = ix[j];
+            dst[r] = pres[r] ? k : 0;
+            j += pres[r];
+        }
+    }
+    if ((rc = set_valid_rows(s->col, pres, n, nn < n))) return kl_err_set(s->c.e, rc, "out of memory");
+    s->col->len += n;
+    return KL_OK;
+}
+
+/* The fused path of a fixed-width column: dictionary indexes straight into the column (w: 4 or 8 bytes). */
+static int values_dict_fused(chunk_st *s, const page_in *p, size_t base, size_t w) {
+    dec *d = s->d;
+    kl_column *col = s->col;
+    size_t n = p->n, nn = p->nn;
+    const uint8_t *pres = d->pres;
+    int rc;
+    if ((rc = decode_dict_idx(&s->c, d, p->vals, p->vend, nn, NULL, NULL))) return rc;
+    int has_nulls = nn < n;
+    if ((rc = set_valid_rows(col, pres, n, has_nulls))) return kl_err_set(s->c.e, rc, "out of memory");
+    const uint32_t *ix = d->idx;
+    size_t j = 0;
+    char *dst = (char *)col->values + base * w;
+    const char *dv = (const char *)d->dfx;
+    /* nulls: branch-free, entry dn of the dictionary is zero and ix has slack */
+    if (w == 8) {
+        uint64_t *d8 = (uint64_t *)(void *)dst;
+        const uint64_t *s8 = (const uint64_t *)(const void *)dv;
+        if (!has_nulls)
+            for (size_t r = 0; r < n; r++) d8[r] = s8[ix[r]];
+        else
+            for (size_t r = 0; r < n; r++) {
+                uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn;
+                d8[r] = s8[k];
+                j += pres[r];
+            }
+    } else {
+        uint32_t *d4 = (uint32_t *)(void *)dst;
+        const uint32_t *s4 = (const uint32_t *)(const void *)dv;
+        if (!has_nulls)
+            for (size_t r = 0; r < n; r++) d4[r] = s4[ix[r]];
+        else
+            for (size_t r = 0; r < n; r++) {
+                uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn;
+                d4[r] = s4[k];
+                j += pres[r];
+            }
+    }
+    col->len += n;
+    return KL_OK;
+}
+
+/* The page's values appended to s->col (rows [first, first + n) of the row group; partial: keep only the ranges'). */
+static int page_values(chunk_st *s, const page_in *p, int64_t first, int partial) {
+    kl_column *col = s->col;
+    pq_vout *vo = s->vo;
+    const pq_leaf *L = s->L;
+    size_t n = p->n, base = col->len;
+    int is_dict = p->h.enc == ENC_PLAIN_DICTIONARY || p->h.enc == ENC_RLE_DICTIONARY;
+    size_t w = kl_col_type_size(col->type);
+    int rc = KL_OK;
+    if (vo && vo->coded && !is_dict && (rc = uncode(&s->c, col, vo))) return rc;
+    if (n > 0 && (is_dict || (vo && vo->coded)) && kl_column_reserve(col, base + n, 0))
+        return kl_err_set(s->c.e, KL_ENOMEM, "out of memory");
+    if (vo && vo->coded && n > 0) rc = values_coded(s, p, base);
+    else if (is_dict && (L->kind == K_I64 || L->kind == K_F64 || L->kind == K_I32 || L->kind == K_F32) &&
+             w == phys_size(L) && n > 0)
+        rc = values_dict_fused(s, p, base, w);
+    else {
+        uint8_t *fx = NULL; bref *br = NULL;
+        rc = decode_values(&s->c, s->d, p->h.enc, p->vals, p->vend, p->nn, &fx, &br);
+        if (rc == KL_OK) {
+            if (L->type != col->type) rc = BAD(&s->c, "internal type mismatch");
+            else rc = materialize(&s->c, col, s->d->pres, n, p->nn, fx, br, is_dict && L->kind == K_BYTES);
+        }
+    }
+    if (rc == KL_OK && partial) keep_ranges(col, base, first, n, s->J->ranges, s->J->nranges);
+    return rc;
+}
+
+/* One page of the chunk; *done counts the entries of the data pages so far, *guard the non-data pages. */
+static int chunk_page(chunk_st *s, int64_t *done, int *guard) {
+    page_in p = {0};
+    int rc = next_page(s, &p, *done);
+    if (rc) return rc;
+    const page_hdr *h = &p.h;
+    if (h->type == PAGE_DICT) return dict_page(s, &p);
+    if (h->type != PAGE_DATA && h->type != PAGE_DATA_V2) {
+        if (++*guard > 1000000) return BAD(&s->c, "too many non-data pages");
+        return KL_OK; /* index pages and unknown page types are skipped */
+    }
+    if ((h->type == PAGE_DATA && !h->has_v1) || (h->type == PAGE_DATA_V2 && !h->has_v2))
+        return BAD(&s->c, "data page without its header");
+    if (h->nv < 0) return BAD(&s->c, "page has %d values", h->nv);
+    p.n = (size_t)h->nv;
+    if ((int64_t)p.n > s->total - *done)
+        return s->lv ? BAD(&s->c, "pages hold more values (%lld+) than the chunk (%lld)",
+                           (long long)(*done + (int64_t)p.n), (long long)s->total)
+                     : BAD(&s->c, "pages hold more values (%lld+) than the row group has rows (%lld)",
+                           (long long)(*done + (int64_t)p.n), (long long)s->rows);
+    int64_t first = *done;
+    *done += (int64_t)p.n;
+    int partial;
+    if (!page_wanted(s->J, first, p.n, &partial)) {
+        s->J->pages_skipped++;
+        return KL_OK;
+    }
+    s->J->pages_read++;
+    if ((rc = h->type == PAGE_DATA ? split_v1(s, &p) : split_v2(s, &p))) return rc;
+    if ((rc = page_levels(s, &p))) return rc;
+    return page_values(s, &p, first, partial);
+}
+
+static int decode_chunk(chunk_job *J, dec *d) {
+    const pq_reader_t *R = J->R;
+    chunk_st s = {.J = J, .d = d, .L = &R->leaves[J->leaf], .ch = &R->rgs[J->rg].cols[J->leaf], .col = J->out,
+                  .lv = J->lv, .rows = R->rgs[J->rg].num_rows};
+    snprintf(s.where, sizeof s.where, " (row group %zu)", J->rg);
+    s.c = (ctxt){R, s.L, &J->err, s.where};
+    d->has_dict = 0;
+    d->dn = 0;
+    kl_column_clear(s.col);
+    s.vo = J->vo && s.L->kind == K_BYTES && !J->lv ? J->vo : NULL;
+    if (J->vo) J->vo->coded = 0;
+    int rc = chunk_open(&s);
+    int64_t done = 0;
+    int guard = 0;
+    while (rc == KL_OK && done < s.total) rc = chunk_page(&s, &done, &guard);
+    return rc;
 }
 
 /* A nested column of one row group: each of its leaves decoded with its

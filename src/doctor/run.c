@@ -342,38 +342,21 @@ static int add_file_check(kl_doctor_report *r, const ctx *x, const char *id, con
     return rc ? rc : add(r, &c, e);
 }
 
-int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
-    kl_doctor_opts def = {0};
-    kl_doctor_report *r = NULL;
-    kl_doctor_check c;
-    char *meminfo = NULL, *cpuinfo = NULL, *nvver = NULL, *mountinfo = NULL;
-    char driver[64] = "";
+/* kernel and network settings */
+static int check_kernel(kl_doctor_report *r, const ctx *x, kl_err *e) {
     int rc;
-    ctx *x = calloc(1, sizeof *x);
-    *out = NULL;
-    if (!o) o = &def;
-    if (!x) return kl_err_set(e, KL_ENOMEM, "doctor: out of memory");
-    const char *root = o->root ? o->root : kl_settings_get()->doctor_root;
-    if (root && strlen(root) >= sizeof x->root - 64) {
-        rc = kl_err_set(e, KL_EINVAL, "doctor: root prefix too long");
-        goto fail;
-    }
-    snprintf(x->root, sizeof x->root, "%s", root ? root : "");
-    size_t rl = strlen(x->root);
-    while (rl > 0 && x->root[rl - 1] == '/') x->root[--rl] = 0; /* "/" and "" mean the real tree */
-    x->timeout_ms = o->exec_timeout_ms > 0 ? o->exec_timeout_ms : 2000;
-    x->no_exec = o->no_exec;
-    if ((rc = kl_doctor_report_new(&r, e)) != KL_OK) goto fail;
-
-    /* kernel */
-    if ((rc = add_file_check(r, x, "kernel.swappiness", "/proc/sys/vm/swappiness", e))) goto fail;
-    if ((rc = add_file_check(r, x, "kernel.overcommit_memory", "/proc/sys/vm/overcommit_memory", e))) goto fail;
-    if ((rc = add_file_check(r, x, "kernel.thp", "/sys/kernel/mm/transparent_hugepage/enabled", e))) goto fail;
-    if ((rc = add_file_check(r, x, "net.somaxconn", "/proc/sys/net/core/somaxconn", e))) goto fail;
+    if ((rc = add_file_check(r, x, "kernel.swappiness", "/proc/sys/vm/swappiness", e))) return rc;
+    if ((rc = add_file_check(r, x, "kernel.overcommit_memory", "/proc/sys/vm/overcommit_memory", e))) return rc;
+    if ((rc = add_file_check(r, x, "kernel.thp", "/sys/kernel/mm/transparent_hugepage/enabled", e))) return rc;
+    if ((rc = add_file_check(r, x, "net.somaxconn", "/proc/sys/net/core/somaxconn", e))) return rc;
     if ((rc = add_file_check(r, x, "net.tcp_max_syn_backlog", "/proc/sys/net/ipv4/tcp_max_syn_backlog", e)))
-        goto fail;
+        return rc;
+    return KL_OK;
+}
 
-    /* limits */
+/* the open-files limit */
+static int check_limits(kl_doctor_report *r, kl_err *e) {
+    kl_doctor_check c;
     struct rlimit rlim;
     if (getrlimit(RLIMIT_NOFILE, &rlim) == 0) {
         uint64_t soft = rlim.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rlim.rlim_cur;
@@ -385,90 +368,120 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
         kl__doctor_observed(&c, "unknown (getrlimit: %s)", strerror(errno));
         c.fix[0] = 0;
     }
-    if ((rc = add(r, &c, e))) goto fail;
+    return add(r, &c, e);
+}
 
-    /* /dev/shm */
-    {
-        char p[PATH_MAX + 16];
-        kl_doctor_fs fs;
-        rpath(x, "/dev/shm", p, sizeof p);
-        fs_of(p, &fs);
-        kl_doctor_eval_shm(&fs, &c);
-        if ((rc = add(r, &c, e))) goto fail;
-    }
+/* /dev/shm */
+static int check_shm(kl_doctor_report *r, const ctx *x, kl_err *e) {
+    kl_doctor_check c;
+    char p[PATH_MAX + 16];
+    kl_doctor_fs fs;
+    rpath(x, "/dev/shm", p, sizeof p);
+    fs_of(p, &fs);
+    kl_doctor_eval_shm(&fs, &c);
+    return add(r, &c, e);
+}
 
-    /* memory */
-    meminfo = rread(x, "/proc/meminfo");
+/* memory and swap */
+static int check_memory(kl_doctor_report *r, const ctx *x, kl_err *e) {
+    kl_doctor_check c;
+    int rc;
+    char *meminfo = rread(x, "/proc/meminfo");
     kl__doctor_eval_memory(meminfo, cgroup_mem_limit(x), &c);
     if ((rc = add(r, &c, e))) goto fail;
     if ((rc = kl_doctor_eval_text("memory.swap", meminfo, &c, e)) || (rc = add(r, &c, e))) goto fail;
+    rc = KL_OK;
+fail:
+    kl_mem_free(meminfo);
+    return rc;
+}
 
-    /* data folder: existence, space, mount */
-    {
-        kl_doctor_datadir d;
-        char probe[PATH_MAX], owner[256], real[PATH_MAX];
-        struct stat st;
-        memset(&d, 0, sizeof d);
-        d.path = o->data_dir && *o->data_dir ? o->data_dir : ".";
-        user_name(owner, sizeof owner);
-        d.owner = owner;
-        if (stat(d.path, &st) == 0) {
-            d.exists = 1;
-            d.is_dir = S_ISDIR(st.st_mode);
-            d.writable = d.is_dir && faccessat(AT_FDCWD, d.path, W_OK | X_OK, AT_EACCESS) == 0;
-            snprintf(probe, sizeof probe, "%s", d.path);
-        } else {
-            if (errno != ENOENT && errno != ENOTDIR) d.error = errno;
-            existing_parent(d.path, probe, sizeof probe);
-        }
-        d.probe = probe;
-        fs_of(probe, &d.fs);
-        kl_doctor_eval_data_dir(&d, &c);
-        if ((rc = add(r, &c, e))) goto fail;
-        kl_doctor_eval_disk_free(&d, &c);
-        if ((rc = add(r, &c, e))) goto fail;
-        mountinfo = rread(x, "/proc/self/mountinfo");
-        if (!realpath(probe, real)) snprintf(real, sizeof real, "/");
-        kl_doctor_eval_mount(mountinfo, real, &c);
-        if ((rc = add(r, &c, e))) goto fail;
+/* the data folder: existence, space, mount */
+static int check_data_dir(kl_doctor_report *r, const ctx *x, const kl_doctor_opts *o, kl_err *e) {
+    kl_doctor_check c;
+    int rc;
+    char *mountinfo = NULL;
+    kl_doctor_datadir d;
+    char probe[PATH_MAX], owner[256], real[PATH_MAX];
+    struct stat st;
+    memset(&d, 0, sizeof d);
+    d.path = o->data_dir && *o->data_dir ? o->data_dir : ".";
+    user_name(owner, sizeof owner);
+    d.owner = owner;
+    if (stat(d.path, &st) == 0) {
+        d.exists = 1;
+        d.is_dir = S_ISDIR(st.st_mode);
+        d.writable = d.is_dir && faccessat(AT_FDCWD, d.path, W_OK | X_OK, AT_EACCESS) == 0;
+        snprintf(probe, sizeof probe, "%s", d.path);
+    } else {
+        if (errno != ENOENT && errno != ENOTDIR) d.error = errno;
+        existing_parent(d.path, probe, sizeof probe);
     }
+    d.probe = probe;
+    fs_of(probe, &d.fs);
+    kl_doctor_eval_data_dir(&d, &c);
+    if ((rc = add(r, &c, e))) goto fail;
+    kl_doctor_eval_disk_free(&d, &c);
+    if ((rc = add(r, &c, e))) goto fail;
+    mountinfo = rread(x, "/proc/self/mountinfo");
+    if (!realpath(probe, real)) snprintf(real, sizeof real, "/");
+    kl_doctor_eval_mount(mountinfo, real, &c);
+    if ((rc = add(r, &c, e))) goto fail;
+    rc = KL_OK;
+fail:
+    kl_mem_free(mountinfo);
+    return rc;
+}
 
-    /* CPU */
-    cpuinfo = rread(x, "/proc/cpuinfo");
+/* CPU: model, SIMD, governor */
+static int check_cpu(kl_doctor_report *r, const ctx *x, kl_err *e) {
+    kl_doctor_check c;
+    int rc;
+    char *cpuinfo = rread(x, "/proc/cpuinfo");
     kl__doctor_eval_cpu_model(cpuinfo, affinity_cpus(), cgroup_cpu_quota(x), &c);
     if ((rc = add(r, &c, e))) goto fail;
     if ((rc = kl_doctor_eval_text("cpu.simd", cpuinfo, &c, e)) || (rc = add(r, &c, e))) goto fail;
     if ((rc = add_file_check(r, x, "cpu.governor", "/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", e)))
         goto fail;
+    rc = KL_OK;
+fail:
+    kl_mem_free(cpuinfo);
+    return rc;
+}
 
-    /* multi-rank training: mpirun, and the layout when a launcher started keel doctor */
-    {
-        char path[PATH_MAX + 64];
-        char *mv = NULL;
-        int st = 0;
-        if (!x->no_exec && kl__doctor_which("mpirun", path, sizeof path))
-            mv = run_prog(x, path, "--version", NULL, NULL, &st);
-        kl_doctor_eval_mpi(mv && st == 0 ? mv : NULL, &c);
-        free(mv);
-        if ((rc = add(r, &c, e))) goto fail;
-        kl_doctor_eval_ranks(kl_settings_get()->mpi_local_ranks, kl_threads_default(), affinity_cpus(), &c);
-        if ((rc = add(r, &c, e))) goto fail;
-    }
+/* multi-rank training: mpirun, and the layout when a launcher started keel doctor */
+static int check_ranks(kl_doctor_report *r, const ctx *x, kl_err *e) {
+    kl_doctor_check c;
+    int rc;
+    char path[PATH_MAX + 64];
+    char *mv = NULL;
+    int st = 0;
+    if (!x->no_exec && kl__doctor_which("mpirun", path, sizeof path))
+        mv = run_prog(x, path, "--version", NULL, NULL, &st);
+    kl_doctor_eval_mpi(mv && st == 0 ? mv : NULL, &c);
+    free(mv);
+    if ((rc = add(r, &c, e))) return rc;
+    kl_doctor_eval_ranks(kl_settings_get()->mpi_local_ranks, kl_threads_default(), affinity_cpus(), &c);
+    return add(r, &c, e);
+}
 
-    if (o->hostfile && (rc = hostfile_check(r, o->hostfile, &c, e))) goto fail;
+/* the clock */
+static int check_clock(kl_doctor_report *r, kl_err *e) {
+    kl_doctor_check c;
+    struct timex tx;
+    memset(&tx, 0, sizeof tx); /* modes 0: read only */
+    int t = adjtimex(&tx);
+    if (t < 0) t = -errno;
+    kl_doctor_eval_clock(t, tx.status, tx.maxerror, tx.esterror, &c);
+    return add(r, &c, e);
+}
 
-    /* clock */
-    {
-        struct timex tx;
-        memset(&tx, 0, sizeof tx); /* modes 0: read only */
-        int t = adjtimex(&tx);
-        if (t < 0) t = -errno;
-        kl_doctor_eval_clock(t, tx.status, tx.maxerror, tx.esterror, &c);
-        if ((rc = add(r, &c, e))) goto fail;
-    }
-
-    /* GPU */
-    nvver = rread(x, "/proc/driver/nvidia/version");
+/* GPU: driver, CUDA, memory */
+static int check_gpu(kl_doctor_report *r, const ctx *x, kl_err *e) {
+    kl_doctor_check c;
+    int rc;
+    char driver[64] = "";
+    char *nvver = rread(x, "/proc/driver/nvidia/version");
     if ((rc = kl_doctor_eval_text("gpu.driver", nvver, &c, e)) || (rc = add(r, &c, e))) goto fail;
     if (nvver && kl_doctor_parse_nvidia_version(nvver, driver, sizeof driver) != KL_OK) driver[0] = 0;
     {
@@ -502,15 +515,50 @@ int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
         free(smi_out);
         if ((rc = add(r, &c, e))) goto fail;
     }
+    rc = KL_OK;
+fail:
+    kl_mem_free(nvver);
+    return rc;
+}
 
+/* The report, check by check: check_kernel, check_limits, check_shm,
+ * check_memory, check_data_dir, check_cpu, check_ranks, the hostfile's
+ * (--hostfile), check_clock, check_gpu. */
+int kl_doctor_run(const kl_doctor_opts *o, kl_doctor_report **out, kl_err *e) {
+    kl_doctor_opts def = {0};
+    kl_doctor_report *r = NULL;
+    kl_doctor_check c; /* the hostfile check */
+    int rc;
+    ctx *x = calloc(1, sizeof *x);
+    *out = NULL;
+    if (!o) o = &def;
+    if (!x) return kl_err_set(e, KL_ENOMEM, "doctor: out of memory");
+    const char *root = o->root ? o->root : kl_settings_get()->doctor_root;
+    if (root && strlen(root) >= sizeof x->root - 64) {
+        rc = kl_err_set(e, KL_EINVAL, "doctor: root prefix too long");
+        goto fail;
+    }
+    snprintf(x->root, sizeof x->root, "%s", root ? root : "");
+    size_t rl = strlen(x->root);
+    while (rl > 0 && x->root[rl - 1] == '/') x->root[--rl] = 0; /* "/" and "" mean the real tree */
+    x->timeout_ms = o->exec_timeout_ms > 0 ? o->exec_timeout_ms : 2000;
+    x->no_exec = o->no_exec;
+    if ((rc = kl_doctor_report_new(&r, e)) != KL_OK) goto fail;
+
+    if ((rc = check_kernel(r, x, e))) goto fail;
+    if ((rc = check_limits(r, e))) goto fail;
+    if ((rc = check_shm(r, x, e))) goto fail;
+    if ((rc = check_memory(r, x, e))) goto fail;
+    if ((rc = check_data_dir(r, x, o, e))) goto fail;
+    if ((rc = check_cpu(r, x, e))) goto fail;
+    if ((rc = check_ranks(r, x, e))) goto fail;
+    if (o->hostfile && (rc = hostfile_check(r, o->hostfile, &c, e))) goto fail;
+    if ((rc = check_clock(r, e))) goto fail;
+    if ((rc = check_gpu(r, x, e))) goto fail;
     *out = r;
     r = NULL;
     rc = KL_OK;
 fail:
-    kl_mem_free(meminfo);
-    kl_mem_free(cpuinfo);
-    kl_mem_free(nvver);
-    kl_mem_free(mountinfo);
     free(x);
     kl_doctor_report_free(r);
     return rc;

@@ -7,7 +7,7 @@
  * window spanning them all), so the report and /monitor agree — and
  * quality (from the joined labels) and latency over time.
  * Also the reference-profile histograms the pipeline report shows
- * (pl_profile_section). */
+ * (kl__pl_profile_section). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@
 
 #include "pipeline/pipeline_int.h"
 
-const char *const pl_report_css =
+const char *const kl__pl_report_css =
     "body{font-family:sans-serif;max-width:980px;margin:24px auto;padding:0 16px;color:#222}"
     "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;padding-bottom:4px;margin-top:32px}"
     "h3{font-size:15px;margin-top:20px}"
@@ -45,8 +45,9 @@ static void bin_label(const kl_colprof *c, size_t i, size_t nb, char *buf, size_
     else snprintf(buf, n, "[%.4g, %.4g)", c->edges[i - 1], c->edges[i]);
 }
 
-/* one column: a bar pair per bin, the reference's (grey) and the live one's (blue) */
-void pl_hist_svg(kl_buf *b, const kl_colprof *c, const uint64_t *ref, const uint64_t *live, size_t nb) {
+/* one column: a bar pair per bin, the reference's (grey) and the live one's (blue, live may be NULL),
+ * counts over its nb bins as an inline SVG */
+static void pl_hist_svg(kl_buf *b, const kl_colprof *c, const uint64_t *ref, const uint64_t *live, size_t nb) {
     const int W = 300, H = 110, pad = 4;
     uint64_t nr = 0, nl = 0;
     for (size_t i = 0; i < nb; i++) {
@@ -96,7 +97,7 @@ static size_t ref_bins(const kl_colprof *c, uint64_t *out, size_t cap) {
     return nb;
 }
 
-void pl_profile_section(kl_buf *b, const kl_profile *p) {
+void kl__pl_profile_section(kl_buf *b, const kl_profile *p) {
     kl_buf_printf(
         b,
         "<p>Reference profile: %llu rows, %zu columns (<code>profile.json</code>, feature hash <code>%s</code>).</p>",
@@ -584,7 +585,7 @@ int kl_monitor_report(const kl_monitor_report_opts *o, kl_buf *b, kl_err *e) {
         b,
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>keel monitoring report</title>"
         "<style>%s</style></head><body><h1>keel monitoring report</h1><p>Written %s from the prediction log <code>",
-        pl_report_css, ts);
+        kl__pl_report_css, ts);
     kl_buf_html(b, o->log_dir);
     kl_buf_puts(b, "</code>");
     if (o->since_us) {

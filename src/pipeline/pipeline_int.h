@@ -45,11 +45,9 @@ int kl__pl_stage_outputs_present(const pl_ctx *c, int stage);
 /* report.html from the state and the stage outputs. */
 int kl__pl_report_write(pl_ctx *c, const char *path, kl_err *e);
 
-/* monitor_report.c: the reports' stylesheet; a column's reference (and
- * live, may be NULL) counts over its nb bins as an inline SVG; the reference
- * profile's histograms (the pipeline report's features section) */
-extern const char *const pl_report_css;
-void pl_hist_svg(kl_buf *b, const kl_colprof *c, const uint64_t *ref, const uint64_t *live, size_t nb);
-void pl_profile_section(kl_buf *b, const kl_profile *p);
+/* monitor_report.c: the reports' stylesheet; the reference profile's
+ * histograms (the pipeline report's features section) */
+extern const char *const kl__pl_report_css;
+void kl__pl_profile_section(kl_buf *b, const kl_profile *p);
 
 #endif

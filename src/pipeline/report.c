@@ -105,7 +105,7 @@ static void sec_features(pl_ctx *c, kl_buf *b) {
     char pp[4400];
     snprintf(pp, sizeof pp, "%s/profile.json", dir);
     kl_profile *prof = NULL;
-    if (kl_path_exists(pp) && !kl_profile_load(pp, &prof, NULL)) pl_profile_section(b, prof);
+    if (kl_path_exists(pp) && !kl_profile_load(pp, &prof, NULL)) kl__pl_profile_section(b, prof);
     kl_profile_free(prof);
 }
 
@@ -283,7 +283,7 @@ int kl__pl_report_write(pl_ctx *c, const char *path, kl_err *e) {
     kl_time_rfc3339(kl_time_now_us(), ts, sizeof ts);
     kl_buf_printf(&b, "<!doctype html><html><head><meta charset=\"utf-8\"><title>keel pipeline report: ");
     kl_buf_html(&b, c->res->name);
-    kl_buf_printf(&b, "</title><style>%s</style></head><body><h1>keel pipeline report: ", pl_report_css);
+    kl_buf_printf(&b, "</title><style>%s</style></head><body><h1>keel pipeline report: ", kl__pl_report_css);
     kl_buf_html(&b, c->res->name);
     kl_buf_printf(&b, "</h1><p>Written %s; output folder <code>", ts);
     kl_buf_html(&b, c->out);

@@ -24,7 +24,7 @@ struct sb_session {
     kl_session *s;
 };
 
-int sb_available(void) { return 1; }
+int kl__sb_available(void) { return 1; }
 
 static int to_sv(kl_dtype t, sv_dtype *out) {
     switch (t) {
@@ -56,7 +56,7 @@ static int to_kl(sv_dtype t, kl_dtype *out) {
     return 0;
 }
 
-int sb_load(const char *path, int threads, sb_session **out, kl_err *e) {
+int kl__sb_load(const char *path, int threads, sb_session **out, kl_err *e) {
     *out = NULL;
     sb_session *b = calloc(1, sizeof *b);
     if (!b) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -69,7 +69,7 @@ int sb_load(const char *path, int threads, sb_session **out, kl_err *e) {
     return KL_OK;
 }
 
-void sb_free(sb_session *b) {
+void kl__sb_free(sb_session *b) {
     if (!b) return;
     kl_session_free(b->s);
     free(b);
@@ -88,7 +88,7 @@ static int describe(const kl_value_info *vi, sv_io *io, const char *what, size_t
     return KL_OK;
 }
 
-int sb_describe(sb_session *b, sv_io *in, size_t *n_in, sv_io *out, size_t *n_out, kl_err *e) {
+int kl__sb_describe(sb_session *b, sv_io *in, size_t *n_in, sv_io *out, size_t *n_out, kl_err *e) {
     size_t ni = kl_session_num_inputs(b->s), no = kl_session_num_outputs(b->s);
     if (ni > SV_MAX_IO || no > SV_MAX_IO)
         return kl_err_set(e, KL_EUNSUPPORTED, "model has %zu inputs and %zu outputs (at most %d each)",
@@ -113,14 +113,14 @@ static int wrap_inputs(const sv_tensor *in, size_t n_in, kl_tensor **kin, kl_err
         kl_dtype dt;
         if (to_kl(in[i].dtype, &dt))
             return kl_err_set(e, KL_ETYPE, "input %zu: datatype %s is not supported by the runtime", i,
-                              sv_dtype_name(in[i].dtype));
+                              kl__sv_dtype_name(in[i].dtype));
         int rc = kl_tensor_wrap(dt, in[i].rank, in[i].dims, in[i].data, &kin[i], e);
         if (rc) return rc;
     }
     return KL_OK;
 }
 
-int sb_run(sb_session *b, const sv_tensor *in, size_t n_in, sv_tensor *out, size_t n_out, kl_err *e) {
+int kl__sb_run(sb_session *b, const sv_tensor *in, size_t n_in, sv_tensor *out, size_t n_out, kl_err *e) {
     kl_tensor *kin[SV_MAX_IO] = {0}, *kout[SV_MAX_IO] = {0};
     int rc = wrap_inputs(in, n_in, kin, e);
     if (rc) goto fail;
@@ -132,7 +132,7 @@ int sb_run(sb_session *b, const sv_tensor *in, size_t n_in, sv_tensor *out, size
         memset(o, 0, sizeof *o);
         if (!t || to_sv(t->dtype, &o->dtype) || t->rank > SV_MAX_DIMS || !kl_tensor_is_contiguous(t)) {
             rc = kl_err_set(e, KL_EINTERNAL, "output %zu: unexpected tensor from the runtime", i);
-            for (size_t j = 0; j < i; j++) sv_tensor_release(&out[j]);
+            for (size_t j = 0; j < i; j++) kl__sv_tensor_release(&out[j]);
             goto fail;
         }
         o->rank = t->rank;
@@ -150,7 +150,7 @@ fail:
     return rc;
 }
 
-int sb_plan_bytes(sb_session *b, const sv_tensor *in, size_t n_in, uint64_t *bytes, kl_err *e) {
+int kl__sb_plan_bytes(sb_session *b, const sv_tensor *in, size_t n_in, uint64_t *bytes, kl_err *e) {
     kl_tensor *kin[SV_MAX_IO] = {0};
     *bytes = 0;
     int rc = wrap_inputs(in, n_in, kin, e);
@@ -161,21 +161,21 @@ int sb_plan_bytes(sb_session *b, const sv_tensor *in, size_t n_in, uint64_t *byt
 
 #else /* no runtime in this build */
 
-int sb_available(void) { return 0; }
+int kl__sb_available(void) { return 0; }
 
-int sb_load(const char *path, int threads, sb_session **out, kl_err *e) {
+int kl__sb_load(const char *path, int threads, sb_session **out, kl_err *e) {
     *out = NULL;
     return kl_err_set(e, KL_EUNSUPPORTED,
                       "%s: the ONNX runtime (include/keel/runtime.h) is not part of this build", path);
 }
-void sb_free(sb_session *s) { (void)s; }
-int sb_describe(sb_session *s, sv_io *in, size_t *n_in, sv_io *out, size_t *n_out, kl_err *e) {
+void kl__sb_free(sb_session *s) { (void)s; }
+int kl__sb_describe(sb_session *s, sv_io *in, size_t *n_in, sv_io *out, size_t *n_out, kl_err *e) {
     return kl_err_set(e, KL_EUNSUPPORTED, "no ONNX runtime in this build");
 }
-int sb_run(sb_session *s, const sv_tensor *in, size_t n_in, sv_tensor *out, size_t n_out, kl_err *e) {
+int kl__sb_run(sb_session *s, const sv_tensor *in, size_t n_in, sv_tensor *out, size_t n_out, kl_err *e) {
     return kl_err_set(e, KL_EUNSUPPORTED, "no ONNX runtime in this build");
 }
-int sb_plan_bytes(sb_session *s, const sv_tensor *in, size_t n_in, uint64_t *bytes, kl_err *e) {
+int kl__sb_plan_bytes(sb_session *s, const sv_tensor *in, size_t n_in, uint64_t *bytes, kl_err *e) {
     *bytes = 0;
     return kl_err_set(e, KL_EUNSUPPORTED, "no ONNX runtime in this build");
 }

@@ -19,24 +19,24 @@ static const char *const dt_names[SV_DTYPE_COUNT] = {
     "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"};
 static const size_t dt_sizes[SV_DTYPE_COUNT] = {1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8, 0};
 
-const char *sv_dtype_name(sv_dtype t) {
+const char *kl__sv_dtype_name(sv_dtype t) {
     return (int)t >= 0 && t < SV_DTYPE_COUNT ? dt_names[t] : "?";
 }
-size_t sv_dtype_size(sv_dtype t) { return (int)t >= 0 && t < SV_DTYPE_COUNT ? dt_sizes[t] : 0; }
+size_t kl__sv_dtype_size(sv_dtype t) { return (int)t >= 0 && t < SV_DTYPE_COUNT ? dt_sizes[t] : 0; }
 
-int sv_dtype_parse(const char *name, sv_dtype *out) {
+int kl__sv_dtype_parse(const char *name, sv_dtype *out) {
     for (int i = 0; i < SV_DTYPE_COUNT; i++)
         if (!strcmp(name, dt_names[i])) { *out = (sv_dtype)i; return KL_OK; }
     return KL_EINVAL;
 }
 
-int64_t sv_numel(const sv_tensor *t) {
+int64_t kl__sv_numel(const sv_tensor *t) {
     int64_t n = 1;
     for (int i = 0; i < t->rank; i++) n *= t->dims[i];
     return n;
 }
 
-void sv_tensor_release(sv_tensor *t) {
+void kl__sv_tensor_release(sv_tensor *t) {
     if (!t) return;
     if (t->release) t->release(t->owner);
     else if (t->own) kl_mem_free(t->data);
@@ -245,8 +245,8 @@ static int fill_bytes(const cJSON *arr, kl_buf *b, int64_t *n, const char *field
 }
 
 static int parse_priority(const cJSON *p, int *level) {
-    if (cJSON_IsNumber(p)) return sv_priority_number(p->valuedouble, level);
-    if (cJSON_IsString(p)) return sv_priority_parse(p->valuestring, level);
+    if (cJSON_IsNumber(p)) return kl__sv_priority_number(p->valuedouble, level);
+    if (cJSON_IsString(p)) return kl__sv_priority_parse(p->valuestring, level);
     return -1;
 }
 
@@ -299,7 +299,7 @@ static int decode_signature(sv_req *r, const cJSON *in, const char *field, int *
     if (seen[*k]++) return kl_err_set(e, KL_EINVAL, "%s.name: input '%s' given twice", field, nm->valuestring);
     const sv_io *io = &v->in[*k];
     sv_dtype dtype;
-    if (!cJSON_IsString(dt) || sv_dtype_parse(dt->valuestring, &dtype))
+    if (!cJSON_IsString(dt) || kl__sv_dtype_parse(dt->valuestring, &dtype))
         return kl_err_set(
             e, KL_ETYPE, "%s.datatype: expected one of BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64, BYTES",
             field);
@@ -405,7 +405,7 @@ static int decode_inputs(sv_req *r, const cJSON *root, const char *bin, size_t b
     r->rows = -1;
     for (const cJSON *in = inputs->child; in; in = in->next, idx++) {
         char field[64] = "inputs[";
-        int fl = 7 + sv_fmt_i64(field + 7, idx);
+        int fl = 7 + kl__sv_fmt_i64(field + 7, idx);
         field[fl] = ']';
         field[fl + 1] = 0;
         if (!cJSON_IsObject(in)) return kl_err_set(e, KL_EPARSE, "%s: expected an object", field);
@@ -463,7 +463,7 @@ static int decode_outputs(sv_req *r, const cJSON *root, kl_err *e) {
 
 /* A v2 infer request: the JSON part (fast reader, packed arrays) read in
  * three stages — parameters, inputs, outputs. */
-int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin, size_t bin_len, kl_err *e) {
+int kl__sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin, size_t bin_len, kl_err *e) {
     kl_json_doc *doc = NULL;
     int rc = kl_json_doc_parse(json, json_len, "request body", KL_JSON_PACK | KL_JSON_KEEP_NUL, &doc, e);
     if (rc) return rc;
@@ -495,7 +495,7 @@ static double scale10(double x, int k) { return k >= 0 ? x * pow10_tab[k] : x / 
  * ~1e-16, far below the 9-digit rounding step), so each digit is exact or the
  * last one is off by at most one unit where printf would round a tie, which
  * still reads back to the same float. Returns the length (< 24). */
-int sv_fmt_f32(char *out, float f) {
+int kl__sv_fmt_f32(char *out, float f) {
     char *o = out;
     if (!isfinite(f)) { memcpy(o, "null", 4); return 4; }
     double x = f;
@@ -539,7 +539,7 @@ static void put_num(kl_buf *b, double d, int prec) {
     kl_buf_append(b, tmp, (size_t)n);
 }
 
-int sv_fmt_u64(char *out, uint64_t v) {
+int kl__sv_fmt_u64(char *out, uint64_t v) {
     char tmp[20];
     int n = 0;
     do { tmp[n++] = (char)('0' + v % 10); v /= 10; } while (v);
@@ -547,18 +547,18 @@ int sv_fmt_u64(char *out, uint64_t v) {
     return n;
 }
 
-int sv_fmt_i64(char *out, int64_t v) {
-    if (v >= 0) return sv_fmt_u64(out, (uint64_t)v);
+int kl__sv_fmt_i64(char *out, int64_t v) {
+    if (v >= 0) return kl__sv_fmt_u64(out, (uint64_t)v);
     out[0] = '-';
-    return 1 + sv_fmt_u64(out + 1, 0 - (uint64_t)v);
+    return 1 + kl__sv_fmt_u64(out + 1, 0 - (uint64_t)v);
 }
 
 static void put_int(kl_buf *b, long long v) {
     char tmp[24];
-    kl_buf_append(b, tmp, (size_t)sv_fmt_i64(tmp, v));
+    kl_buf_append(b, tmp, (size_t)kl__sv_fmt_i64(tmp, v));
 }
 
-void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
+void kl__sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
     kl_buf_puts(b, "[");
     for (int64_t i = 0; i < n; i++) {
         if (i) kl_buf_append(b, ",", 1);
@@ -567,7 +567,7 @@ void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
         case SV_UINT8: put_int(b, ((const uint8_t *)p)[i]); break;
         case SV_UINT16: put_int(b, ((const uint16_t *)p)[i]); break;
         case SV_UINT32: put_int(b, ((const uint32_t *)p)[i]); break;
-        case SV_UINT64: { char t[24]; kl_buf_append(b, t, (size_t)sv_fmt_u64(t, ((const uint64_t *)p)[i])); break; }
+        case SV_UINT64: { char t[24]; kl_buf_append(b, t, (size_t)kl__sv_fmt_u64(t, ((const uint64_t *)p)[i])); break; }
         case SV_INT8: put_int(b, ((const int8_t *)p)[i]); break;
         case SV_INT16: put_int(b, ((const int16_t *)p)[i]); break;
         case SV_INT32: put_int(b, ((const int32_t *)p)[i]); break;
@@ -576,7 +576,7 @@ void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n) {
         case SV_BF16: put_num(b, bf16_to_float(((const uint16_t *)p)[i]), 4); break;
         case SV_FP32: {
             char tmp[32];
-            kl_buf_append(b, tmp, (size_t)sv_fmt_f32(tmp, ((const float *)p)[i]));
+            kl_buf_append(b, tmp, (size_t)kl__sv_fmt_f32(tmp, ((const float *)p)[i]));
             break;
         }
         case SV_FP64: put_num(b, ((const double *)p)[i], 17); break;
@@ -610,7 +610,7 @@ static int predict_outputs(sv_req *r, const cJSON *o, kl_err *e) {
     return KL_OK;
 }
 
-int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
+int kl__sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
     sv_version *v = r->ver;
     if (!v->feat)
         return kl_err_set(e, KL_EUNSUPPORTED, "model '%s' version %lld has no features.json: send tensors to "
@@ -677,16 +677,16 @@ int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e) {
 done:
     free(tmp);
     kl_json_doc_free(d);
-    if (rc) { sv_tensor_release(t); r->n_in = 0; }
+    if (rc) { kl__sv_tensor_release(t); r->n_in = 0; }
     return rc;
 }
 
 /* The first output's row of a record: a scalar when it has one value. */
 static void raw_entry(kl_buf *b, int dtype, const char *p, int64_t per_row) {
-    if (per_row != 1) { sv_json_data(b, dtype, p, per_row); return; }
+    if (per_row != 1) { kl__sv_json_data(b, dtype, p, per_row); return; }
     kl_buf b1;
     kl_buf_init(&b1);
-    sv_json_data(&b1, dtype, p, 1);
+    kl__sv_json_data(&b1, dtype, p, 1);
     if (b1.len >= 2) kl_buf_append(b, b1.data + 1, b1.len - 2); /* strip the brackets */
     kl_buf_free(&b1);
 }
@@ -733,7 +733,7 @@ static int encode_predict(sv_req *r, const sv_tensor *outs, size_t n_out, int64_
     if (n_out < 1) return kl_err_set(e, KL_EINTERNAL, "no outputs");
     const sv_tensor *t = &outs[0];
     if (t->dtype == SV_BYTES || t->rank < 1) return kl_err_set(e, KL_EUNSUPPORTED, "output '%s': not a numeric batch", r->ver->out[0].name);
-    int64_t per_row = sv_numel(t) / (t->dims[0] ? t->dims[0] : 1);
+    int64_t per_row = kl__sv_numel(t) / (t->dims[0] ? t->dims[0] : 1);
     kl_buf b;
     kl_buf_init(&b);
     kl_buf_puts(&b, "{\"predictions\":[");
@@ -761,7 +761,7 @@ static int encode_predict(sv_req *r, const sv_tensor *outs, size_t n_out, int64_
     return KL_OK;
 }
 
-int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0, int64_t total_rows, kl_err *e) {
+int kl__sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0, int64_t total_rows, kl_err *e) {
     if (r->predict) return encode_predict(r, outs, n_out, row0, e);
     kl_buf b;
     kl_buf_init(&b);
@@ -786,7 +786,7 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
         int64_t dims[SV_MAX_DIMS];
         memcpy(dims, t->dims, sizeof dims);
         const char *p = t->data;
-        int64_t numel = sv_numel(t);
+        int64_t numel = kl__sv_numel(t);
         if (total_rows != r->rows || row0 != 0) { /* a slice of a batched output */
             if (t->rank < 1 || t->dims[0] != total_rows) {
                 kl_buf_free(&b);
@@ -815,7 +815,7 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
             bin_len[nbin++] = nbytes;
         } else {
             kl_buf_puts(&b, ",\"data\":");
-            sv_json_data(&b, t->dtype, p, numel);
+            kl__sv_json_data(&b, t->dtype, p, numel);
             kl_buf_puts(&b, "}");
         }
     }
@@ -828,7 +828,7 @@ int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0
     return KL_OK;
 }
 
-char *sv_error_json(const char *msg, size_t *len) {
+char *kl__sv_error_json(const char *msg, size_t *len) {
     kl_buf b;
     kl_buf_init(&b);
     kl_buf_puts(&b, "{\"error\":");

@@ -56,7 +56,7 @@ static uint64_t id_hash(const char *s) {
     return h;
 }
 
-sv_feedback *sv_feedback_new(const sv_version *v, int64_t horizon_s, size_t cap) {
+sv_feedback *kl__sv_feedback_new(const sv_version *v, int64_t horizon_s, size_t cap) {
     sv_feedback *f = calloc(1, sizeof *f);
     if (!f) return NULL;
     pthread_mutex_init(&f->lock, NULL);
@@ -66,7 +66,7 @@ sv_feedback *sv_feedback_new(const sv_version *v, int64_t horizon_s, size_t cap)
     return f;
 }
 
-void sv_feedback_free(sv_feedback *f) {
+void kl__sv_feedback_free(sv_feedback *f) {
     if (!f) return;
     pthread_mutex_destroy(&f->lock);
     kl_mem_free(f->e);
@@ -75,7 +75,7 @@ void sv_feedback_free(sv_feedback *f) {
     free(f);
 }
 
-size_t sv_feedback_bytes(const sv_feedback *f) {
+size_t kl__sv_feedback_bytes(const sv_feedback *f) {
     return f->cap * (sizeof(fb_entry) + sizeof(uint32_t) + sizeof(fb_pair));
 }
 
@@ -95,7 +95,7 @@ static int fb_alloc(sv_feedback *f) {
         f->p = NULL;
         f->alloc_failed = 1;
         kl_log(KL_LOG_WARN, "serve", "feedback: no memory for %zu predictions (%zu bytes): predictions are not kept",
-               f->cap, sv_feedback_bytes(f));
+               f->cap, kl__sv_feedback_bytes(f));
         return -1;
     }
     for (size_t i = 0; i < f->cap; i++) f->bucket[i] = FB_NONE;
@@ -111,7 +111,7 @@ static void fb_evict(sv_feedback *f) {
     f->n--;
 }
 
-void sv_feedback_record(sv_feedback *f, const char *id, int64_t now, const float *out, size_t k) {
+void kl__sv_feedback_record(sv_feedback *f, const char *id, int64_t now, const float *out, size_t k) {
     pthread_mutex_lock(&f->lock);
     if (fb_alloc(f)) {
         pthread_mutex_unlock(&f->lock);
@@ -222,7 +222,7 @@ static int label_one(sv_feedback *f, const cJSON *item, int64_t now) {
     return FB_MATCHED;
 }
 
-int sv_feedback_post(sv_feedback *f, const char *body, size_t len, int64_t now, kl_buf *b) {
+int kl__sv_feedback_post(sv_feedback *f, const char *body, size_t len, int64_t now, kl_buf *b) {
     void *doc = NULL;
     kl_err e = {0};
     if (kl_json_parse(body ? body : "", len, "feedback", &doc, &e)) {
@@ -292,7 +292,7 @@ static double auc_of(float *sv, size_t n, uint64_t *npos) {
     return pos && neg ? (rank_sum - pos * (pos + 1) / 2) / (pos * neg) : NAN;
 }
 
-int sv_feedback_quality(sv_feedback *f, int64_t now, int64_t win_s, sv_quality *q) {
+int kl__sv_feedback_quality(sv_feedback *f, int64_t now, int64_t win_s, sv_quality *q) {
     memset(q, 0, sizeof *q);
     q->auc = q->accuracy = q->log_loss = q->brier = q->mae = q->rmse = NAN;
     q->classifier = f->v->post == SV_POST_SIGMOID || f->v->post == SV_POST_SOFTMAX;

@@ -16,7 +16,7 @@
  * when the features have windows, else DIR/features.db when present. A
  * server store that does not answer yet is opened all the same (readiness
  * says so; calls reconnect). */
-int sv_fstore_open(kl_server *s, sv_version *v, const sv_model_cfg *cfg, kl_err *e) {
+int kl__sv_fstore_open(kl_server *s, sv_version *v, const sv_model_cfg *cfg, kl_err *e) {
     char p[1400];
     int rc = KL_OK;
     if (s->o.feature_store && kl_features_first_window(v->feat)) {
@@ -31,7 +31,7 @@ int sv_fstore_open(kl_server *s, sv_version *v, const sv_model_cfg *cfg, kl_err 
 
 /* Readiness: every served version's store answers. The stores are pinged
  * outside the server lock (each ping is bounded by the store's timeouts). */
-int sv_fstore_ready(kl_server *s, char *reason, size_t n) {
+int kl__sv_fstore_ready(kl_server *s, char *reason, size_t n) {
     sv_version *vs[64];
     int nv = 0;
     pthread_mutex_lock(&s->lock);
@@ -39,7 +39,7 @@ int sv_fstore_ready(kl_server *s, char *reason, size_t n) {
         for (int j = 0; j < s->models[i]->nver && nv < 64; j++) {
             sv_version *v = s->models[i]->ver[j];
             if (v->fstore && kl_fstore_is_url(s->o.feature_store)) {
-                sv_version_ref(v);
+                kl__sv_version_ref(v);
                 vs[nv++] = v;
             }
         }
@@ -53,7 +53,7 @@ int sv_fstore_ready(kl_server *s, char *reason, size_t n) {
                 snprintf(reason, n, "model %s version %lld: feature store: %s", vs[i]->model->name,
                          (long long)vs[i]->version, kl_err_what(&e));
         }
-        sv_version_unref(vs[i]);
+        kl__sv_version_unref(vs[i]);
     }
     return ok;
 }
@@ -79,7 +79,7 @@ static const cJSON *event_list(const cJSON *root, int *n, int *single) {
 /* Appends the records of body to v's store: every record is checked first
  * (a bad one appends nothing and is named: records[i]), then each is
  * appended in order (each record atomically). */
-int sv_events_append(sv_version *v, const char *body, size_t len, int *appended, kl_err *e) {
+int kl__sv_events_append(sv_version *v, const char *body, size_t len, int *appended, kl_err *e) {
     *appended = 0;
     if (!v->feat || !v->fstore || !kl_features_first_window(v->feat))
         return kl_err_set(
@@ -124,7 +124,7 @@ int sv_events_append(sv_version *v, const char *body, size_t len, int *appended,
 
 /* Errors of the version's store for /metrics (versions swapped out keep
  * counting in the model's total). */
-uint64_t sv_fstore_errors(const sv_model *m) {
+uint64_t kl__sv_fstore_errors(const sv_model *m) {
     uint64_t n = m->fstore_errors_gone;
     for (int j = 0; j < m->nver; j++)
         if (m->ver[j]->fstore) n += kl_fstore_errors(m->ver[j]->fstore);

@@ -23,7 +23,11 @@
 #include <time.h>
 #include <unistd.h>
 
-_Thread_local sv_loop *sv_cur_loop;
+/* The HTTP loop of the calling thread (NULL elsewhere). */
+static _Thread_local sv_loop *sv_cur_loop;
+
+/* Wakes loop lp (an eventfd write). */
+static void sv_loop_wake(sv_loop *lp);
 
 static void req_resume(sv_req *r);
 /* Writes loop lp's buffered access log lines (its thread, or after it stopped). */
@@ -77,10 +81,10 @@ static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     size_t len;
-    char *body = sv_error_json(msg, &len);
+    char *body = kl__sv_error_json(msg, &len);
     r->status = status;
     r->reason = reason;
-    if (inference_route(r) && !r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+    if (inference_route(r) && !r->counted) { r->counted = 1; kl__sv_metrics_request(s, r); }
     if (inference_route(r)) log_request(s, r);
     if (status == 503 && retry_after <= 0) retry_after = 1;
     return send_body(s, c, r, status, body, len, "application/json", retry_after, -1);
@@ -90,7 +94,7 @@ static enum MHD_Result send_error(kl_server *s, struct MHD_Connection *c, sv_req
  * Readiness
  * ================================================================== */
 
-int sv_ready(kl_server *s, char *reason, size_t n) {
+int kl__sv_ready(kl_server *s, char *reason, size_t n) {
     if (reason && n) reason[0] = 0;
     if (atomic_load(&s->draining)) {
         if (reason) snprintf(reason, n, "shutting down");
@@ -120,7 +124,7 @@ int sv_ready(kl_server *s, char *reason, size_t n) {
         }
     }
     pthread_mutex_unlock(&s->lock);
-    if (ok) ok = sv_fstore_ready(s, reason, n);
+    if (ok) ok = kl__sv_fstore_ready(s, reason, n);
     return ok;
 }
 
@@ -133,7 +137,7 @@ static void io_json(kl_buf *b, const sv_io *io, size_t n) {
     for (size_t i = 0; i < n; i++) {
         kl_buf_puts(b, i ? ",{\"name\":" : "{\"name\":");
         kl_buf_json_str(b, io[i].name);
-        kl_buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", sv_dtype_name(io[i].dtype));
+        kl_buf_printf(b, ",\"datatype\":\"%s\",\"shape\":[", kl__sv_dtype_name(io[i].dtype));
         for (int d = 0; d < io[i].rank; d++) kl_buf_printf(b, d ? ",%lld" : "%lld", (long long)io[i].dims[d]);
         kl_buf_puts(b, "]}");
     }
@@ -141,7 +145,7 @@ static void io_json(kl_buf *b, const sv_io *io, size_t n) {
 }
 
 /* lock held: the version r asks for (or the latest); NULL when none */
-sv_version *sv_pick_version(sv_model *m, int64_t want) {
+sv_version *kl__sv_pick_version(sv_model *m, int64_t want) {
     for (int i = 0; i < m->nver; i++)
         if (want < 0 || m->ver[i]->version == want) return m->ver[i];
     return NULL;
@@ -180,19 +184,19 @@ static void predict_meta(kl_buf *b, const sv_version *v) {
 static enum MHD_Result events(kl_server *s, struct MHD_Connection *c, sv_req *r) {
     if (atomic_load(&s->draining)) return send_error(s, c, r, 503, SV_R_SHUTDOWN, 5, "server is shutting down");
     pthread_mutex_lock(&s->lock);
-    sv_model *m = sv_model_find(s, r->model_name);
-    sv_version *v = m ? sv_pick_version(m, r->want_version) : NULL;
-    if (v) sv_version_ref(v);
+    sv_model *m = kl__sv_model_find(s, r->model_name);
+    sv_version *v = m ? kl__sv_pick_version(m, r->want_version) : NULL;
+    if (v) kl__sv_version_ref(v);
     pthread_mutex_unlock(&s->lock);
     if (!v)
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0,
                           m ? "model '%s' has no such version loaded" : "unknown model '%s'", r->model_name);
     kl_err e = {0};
     int n = 0,
-        rc = r->body_len ? sv_events_append(v, r->body, r->body_len, &n, &e)
+        rc = r->body_len ? kl__sv_events_append(v, r->body, r->body_len, &n, &e)
                          : kl_err_set(&e, KL_EINVAL, "request body: empty (expected JSON records)");
     int64_t ver = v->version;
-    sv_version_unref(v);
+    kl__sv_version_unref(v);
     if (rc == KL_ETIMEOUT) return send_error(s, c, r, 503, SV_R_NOT_READY, 1, "feature store unavailable: %s", e.msg);
     if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
     if (rc == KL_ERANGE) return send_error(s, c, r, 413, SV_R_TOO_LARGE, 0, "%s", e.msg);
@@ -207,12 +211,12 @@ static enum MHD_Result events(kl_server *s, struct MHD_Connection *c, sv_req *r)
 
 static enum MHD_Result model_meta(kl_server *s, struct MHD_Connection *c, sv_req *r, int ready_only) {
     pthread_mutex_lock(&s->lock);
-    sv_model *m = sv_model_find(s, r->model_name);
+    sv_model *m = kl__sv_model_find(s, r->model_name);
     if (!m) {
         pthread_mutex_unlock(&s->lock);
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
     }
-    sv_version *v = sv_pick_version(m, r->want_version);
+    sv_version *v = kl__sv_pick_version(m, r->want_version);
     if (!v && r->want_version >= 0 && m->nver > 0) { /* an unknown version: 404, as for infer and metadata */
         pthread_mutex_unlock(&s->lock);
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "model '%s' has no version %lld loaded", r->model_name,
@@ -307,15 +311,16 @@ static void *repo_job(void *arg) {
     sv_req *r = arg;
     kl_server *s = r->srv;
     kl_err e = {0};
-    int rc = r->route == SV_RT_REPO_LOAD ? sv_repo_scan(s, r->model_name, &e) : sv_repo_unload(s, r->model_name, &e);
+    int rc =
+        r->route == SV_RT_REPO_LOAD ? kl__sv_repo_scan(s, r->model_name, &e) : kl__sv_repo_unload(s, r->model_name, &e);
     if (!rc) {
         r->resp = strdup("{}");
         r->resp_len = 2;
         r->resp_header_len = -1;
-        sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
+        kl__sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
     } else {
         /* r is not ours after this call */
-        sv_req_finish(r, rc == KL_ENOTFOUND ? 404 : 400, rc == KL_ENOTFOUND ? SV_R_NOT_FOUND : SV_R_BAD_REQUEST,
+        kl__sv_req_finish(r, rc == KL_ENOTFOUND ? 404 : 400, rc == KL_ENOTFOUND ? SV_R_NOT_FOUND : SV_R_BAD_REQUEST,
                       kl_err_what(&e));
     }
     return NULL;
@@ -329,7 +334,7 @@ static void *repo_job(void *arg) {
 static enum MHD_Result answer(kl_server *s, struct MHD_Connection *c, sv_req *r) {
     if (r->counted_wait) { r->loop->nwait--; r->counted_wait = 0; }
     if (r->held) { r->loop->nheld--; r->held = 0; }
-    if (!r->counted) { r->counted = 1; sv_metrics_request(s, r); }
+    if (!r->counted) { r->counted = 1; kl__sv_metrics_request(s, r); }
     if (inference_route(r)) log_request(s, r);
     char *body = r->resp;
     size_t len = r->resp_len;
@@ -347,7 +352,7 @@ static int refused(kl_server *s, struct MHD_Connection *c, sv_req *r, sv_admit_s
     sv_verdict v;
     r->loop_idle_ns = r->loop ? r->loop->idle_ns : 0;
     pthread_mutex_lock(&s->lock);
-    int st = sv_sched_admit(s, r, stage, &v);
+    int st = kl__sv_sched_admit(s, r, stage, &v);
     pthread_mutex_unlock(&s->lock);
     if (st) *res = send_error(s, c, r, v.status, v.reason, v.retry_after, "%s", v.msg);
     return st != 0;
@@ -359,13 +364,13 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     atomic_fetch_add(&s->ninfer, 1);
     r->in_infer = 1;
     pthread_mutex_lock(&s->lock);
-    sv_model *m = sv_model_find(s, r->model_name);
+    sv_model *m = kl__sv_model_find(s, r->model_name);
     if (!m) {
         pthread_mutex_unlock(&s->lock);
         return send_error(s, c, r, 404, SV_R_NOT_FOUND, 0, "unknown model '%s'", r->model_name);
     }
     r->model = m;
-    sv_version *v = sv_pick_version(m, r->want_version);
+    sv_version *v = kl__sv_pick_version(m, r->want_version);
     if (!v) {
         char reason[600];
         snprintf(reason, sizeof reason, "%s", m->reason);
@@ -376,7 +381,7 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
                               (long long)r->want_version);
         return send_error(s, c, r, 503, SV_R_NOT_READY, 5, "model '%s' is not ready: %s", r->model_name, reason);
     }
-    sv_version_ref(v);
+    kl__sv_version_ref(v);
     r->ver = v;
     int levels = m->cfg.levels;
     int quota = m->cfg.memory_quota > 0;
@@ -386,24 +391,24 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
     /* body: JSON, or JSON header + binary tensors */
     size_t json_len = r->body_len;
     const char *hl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
-    if (hl && sv_http_header_len(hl, r->body_len, &json_len))
+    if (hl && kl__sv_http_header_len(hl, r->body_len, &json_len))
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0,
                           "Inference-Header-Content-Length: '%s' is not a length within the %zu-byte body", hl, r->body_len);
     if (!r->body_len) return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "request body: empty (expected a JSON object)");
     int asked = -1;
     enum MHD_Result res;
     const char *ph = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Priority");
-    if (ph && sv_priority_parse(ph, &asked))
+    if (ph && kl__sv_priority_parse(ph, &asked))
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "X-Priority: expected a level 1..%d, high or low, got '%s'",
                           levels, ph);
     int hdr_prio = asked >= 0; /* the header's level wins over the body's */
     if (hdr_prio) {            /* refuse a full or shed level before paying for the JSON decode */
-        r->level = sv_priority_level(&m->cfg, asked);
+        r->level = kl__sv_priority_level(&m->cfg, asked);
         if (refused(s, c, r, SV_ADMIT_HEADER, &res)) return res;
     }
     kl_err e = {0};
-    int rc = r->predict ? sv_decode_predict(r, r->body, r->body_len, &e)
-                        : sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
+    int rc = r->predict ? kl__sv_decode_predict(r, r->body, r->body_len, &e)
+                        : kl__sv_decode_infer(r, r->body, json_len, r->body + json_len, r->body_len - json_len, &e);
     if (rc) {
         if (rc == KL_ENOMEM) return send_error(s, c, r, 503, SV_R_MEMORY, 1, "%s", e.msg);
         if (rc == KL_ERANGE)
@@ -413,27 +418,27 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "%s", e.msg);
     }
     /* the decoded tensors hold the data now (a logged :predict keeps its
-     * body: the prediction log takes it, sv_plog_batch) */
+     * body: the prediction log takes it, kl__sv_plog_batch) */
     if (!(r->predict && v->plog)) {
         kl_mem_free(r->body);
         r->body = NULL;
         r->body_len = r->body_cap = 0;
     }
     if (!hdr_prio) { /* the level came with the body (or is the default): its decode is paid, its run is not */
-        r->level = sv_priority_level(&m->cfg, r->prio_param);
+        r->level = kl__sv_priority_level(&m->cfg, r->prio_param);
         if (r->level > 0 && refused(s, c, r, SV_ADMIT_DECODED, &res)) return res;
     }
     if (r->rows == -2 && v->batchable)
         return send_error(s, c, r, 400, SV_R_BAD_REQUEST, 0, "inputs: dimension 0 (the batch) differs between inputs");
     if (quota) {
         uint64_t bytes = 0;
-        if (sb_plan_bytes(v->sess, r->in, r->n_in, &bytes, &e) == KL_OK) {
+        if (kl__sb_plan_bytes(v->sess, r->in, r->n_in, &bytes, &e) == KL_OK) {
             for (size_t i = 0; i < r->n_in; i++) bytes += r->in[i].nbytes;
             r->plan_bytes = bytes ? bytes : 1;
         }
     }
     if (r->loop) { r->loop->nwait++; r->counted_wait = 1; }
-    r->inl = sv_sched_can_inline(s, r);
+    r->inl = kl__sv_sched_can_inline(s, r);
     if (r->inl && s->o.hold_inline >= 0) {
         /* runs on this thread after this round of network events: the
          * connection is not suspended (suspend + resume cost two epoll_ctl
@@ -441,13 +446,13 @@ static enum MHD_Result infer(kl_server *s, struct MHD_Connection *c, sv_req *r) 
          * handler again each round, which answers once the batch has run */
         r->held = 1;
         r->loop->nheld++;
-        sv_sched_submit(s, r);
+        kl__sv_sched_submit(s, r);
         if (sv_qstate(r) == SV_Q_DONE) return answer(s, c, r); /* refused at once */
         return MHD_YES;
     }
     MHD_suspend_connection(c);
     r->suspended = 1;
-    sv_sched_submit(s, r);
+    kl__sv_sched_submit(s, r);
     return MHD_YES;
 }
 
@@ -470,7 +475,7 @@ static int on_own_loop(const sv_req *r) { return sv_cur_loop && r->loop == sv_cu
 static int loop_all_waiting(const sv_loop *lp) { return lp->nwait >= lp->nconn; }
 
 static void req_resume(sv_req *r) {
-    if (!r->suspended) return; /* held requests: sv_req_finish wakes their loop */
+    if (!r->suspended) return; /* held requests: kl__sv_req_finish wakes their loop */
     /* r may be answered and freed by its loop as soon as it is resumed: read it first */
     sv_loop *lp = r->loop;
     MHD_resume_connection(r->conn);
@@ -489,20 +494,25 @@ static void log_request(kl_server *s, sv_req *r) {
         shapes[off++] = '[';
         for (int d = 0; d < r->in[i].rank && off < sizeof shapes - 24; d++) {
             if (d) shapes[off++] = ',';
-            off += (size_t)sv_fmt_i64(shapes + off, r->in[i].dims[d]);
+            off += (size_t)kl__sv_fmt_i64(shapes + off, r->in[i].dims[d]);
         }
         shapes[off++] = ']';
         shapes[off] = 0;
     }
-    if (r->ver) ver[sv_fmt_i64(ver, r->ver->version)] = 0;
+    if (r->ver) ver[kl__sv_fmt_i64(ver, r->ver->version)] = 0;
     double qms = r->t_start ? (r->t_start - r->t_enq) / 1e6 : r->t_enq ? (kl_time_mono_ns() - r->t_enq) / 1e6 : 0;
     double cms = r->t_start ? (r->t_end - r->t_start) / 1e6 : 0;
-    kl_log_field f[] = {
-        KL_LF_STR("request_id", r->has_id ? r->id : r->rid), KL_LF_STR("model", r->model_name), (kl_log_field){"version", ver, 0, 0},
-        KL_LF_INT("priority", r->level + 1), (kl_log_field){"input_shapes", shapes, 0, 0}, KL_LF_INT("batch_size", r->batch_size),
-        KL_LF_NUM("queue_ms", qms), KL_LF_NUM("compute_ms", cms),
-        KL_LF_NUM("total_ms", (kl_time_mono_ns() - r->t_recv) / 1e6), KL_LF_INT("status", r->status),
-        KL_LF_STR("result", sv_reason_name(r->reason))};
+    kl_log_field f[] = {KL_LF_STR("request_id", r->has_id ? r->id : r->rid),
+                        KL_LF_STR("model", r->model_name),
+                        (kl_log_field){"version", ver, 0, 0},
+                        KL_LF_INT("priority", r->level + 1),
+                        (kl_log_field){"input_shapes", shapes, 0, 0},
+                        KL_LF_INT("batch_size", r->batch_size),
+                        KL_LF_NUM("queue_ms", qms),
+                        KL_LF_NUM("compute_ms", cms),
+                        KL_LF_NUM("total_ms", (kl_time_mono_ns() - r->t_recv) / 1e6),
+                        KL_LF_INT("status", r->status),
+                        KL_LF_STR("result", kl__sv_reason_name(r->reason))};
     kl_log_level lvl = r->status >= 500 && r->reason == SV_R_INTERNAL ? KL_LOG_ERROR : KL_LOG_INFO;
     sv_loop *lp = sv_cur_loop;
     if (!lp || !kl_log_enabled(lvl)) { kl_log_fields(lvl, "serve", "request", f, KL_ARRAY_LEN(f)); return; }
@@ -589,13 +599,13 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
     sv_conn *sc = conn_of(c);
     conn_state(sc, SV_C_HEAD);
-    if (sc) sc->bad_uri = sv_http_check_uri(uri, sc->bad_uri_why, sizeof sc->bad_uri_why) != KL_OK;
+    if (sc) sc->bad_uri = kl__sv_http_check_uri(uri, sc->bad_uri_why, sizeof sc->bad_uri_why) != KL_OK;
     return NULL;
 }
 
 /* ==================================================================
  * Request headers: what libmicrohttpd parsed, checked by
- * sv_http_check_headers (http_parse.c)
+ * kl__sv_http_check_headers (http_parse.c)
  * ================================================================== */
 
 typedef struct {
@@ -644,7 +654,7 @@ static int request_bad(struct MHD_Connection *c, sv_req *r, char *why, size_t n)
     hdr_list l; /* (6 KiB of the loop thread's stack) */
     l.n = 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, collect_hdr, &l);
-    return sv_http_check_headers(l.h, l.n, why, n) != KL_OK;
+    return kl__sv_http_check_headers(l.h, l.n, why, n) != KL_OK;
 }
 
 static void *guard_main(void *arg) {
@@ -732,8 +742,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->prio_param = -1;
         r->resp_header_len = -1;
         r->rid[0] = 'r';
-        r->rid[1 + sv_fmt_u64(r->rid + 1, atomic_fetch_add(&s->next_rid, 1))] = 0;
-        r->route = sv_route(url, method, r);
+        r->rid[1 + kl__sv_fmt_u64(r->rid + 1, atomic_fetch_add(&s->next_rid, 1))] = 0;
+        r->route = kl__sv_route(url, method, r);
         r->sc = conn_of(c);
         conn_state(r->sc, SV_C_BODY); /* the headers are in */
         atomic_fetch_add(&s->nlive, 1);
@@ -813,7 +823,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_json(s, c, r, 200, &b);
     case SV_RT_READY: {
         char why[800];
-        int ok = sv_ready(s, why, sizeof why);
+        int ok = kl__sv_ready(s, why, sizeof why);
         kl_buf_printf(&b, "{\"ready\":%s", ok ? "true" : "false");
         if (!ok) { kl_buf_puts(&b, ",\"reason\":"); kl_buf_json_str(&b, why); }
         kl_buf_puts(&b, "}");
@@ -827,15 +837,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return send_json(s, c, r, 200, &b);
     case SV_RT_METRICS: {
         size_t len;
-        char *body = sv_metrics_render(s, &len);
+        char *body = kl__sv_metrics_render(s, &len);
         return send_body(s, c, r, 200, body, len, "text/plain; version=0.0.4; charset=utf-8", 0, -1);
     }
     case SV_RT_MONITOR: {
-        int st = sv_monitor_json(s, r->model_name, r->want_version, &b);
+        int st = kl__sv_monitor_json(s, r->model_name, r->want_version, &b);
         return send_json(s, c, r, st, &b);
     }
     case SV_RT_FEEDBACK: {
-        int st = sv_monitor_feedback(s, r->model_name, r->want_version, r->body, r->body_len, &b);
+        int st = kl__sv_monitor_feedback(s, r->model_name, r->want_version, r->body, r->body_len, &b);
         return send_json(s, c, r, st, &b);
     }
     case SV_RT_MODEL_META: return model_meta(s, c, r, 0);
@@ -851,7 +861,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         r->suspended = 1;
         if (pthread_create(&t, &at, repo_job, r)) {
             pthread_attr_destroy(&at);
-            sv_req_finish(r, 500, SV_R_INTERNAL, "could not start the repository job");
+            kl__sv_req_finish(r, 500, SV_R_INTERNAL, "could not start the repository job");
             return MHD_YES;
         }
         pthread_attr_destroy(&at);
@@ -871,7 +881,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
     conn_state(conn_of(c), SV_C_IDLE); /* keep-alive: waiting for the next request */
     if (r->held) { /* the client went away while its request was held: out of the queue first */
-        sv_sched_cancel(s, r);
+        kl__sv_sched_cancel(s, r);
         r->loop->nheld--;
     }
     int q = sv_qstate(r);
@@ -882,8 +892,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     }
     if (r->counted_wait) r->loop->nwait--; /* answered without the last handler call (client gone) */
     for (size_t i = 0; i < SV_MAX_IO; i++) /* (the empty ones need no clearing: r is freed) */
-        if (r->in[i].data || r->in[i].release) sv_tensor_release(&r->in[i]);
-    if (r->ver) sv_version_unref(r->ver);
+        if (r->in[i].data || r->in[i].release) kl__sv_tensor_release(&r->in[i]);
+    if (r->ver) kl__sv_version_unref(r->ver);
     int r_in_infer = r->in_infer;
     kl_mem_free(r->body);
     free(r->resp);
@@ -909,7 +919,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     kl_log(KL_LOG_DEBUG, "serve", "microhttpd: %s", msg);
 }
 
-void sv_loop_wake(sv_loop *lp) {
+static void sv_loop_wake(sv_loop *lp) {
     uint64_t one = 1;
     if (lp->wake_fd >= 0 && write(lp->wake_fd, &one, sizeof one) < 0) { /* full counter: a wake-up is pending */ }
 }
@@ -1005,7 +1015,7 @@ static void *loop_main(void *arg) {
         }
         int64_t due = 0;
         /* answers to send (run here, or refused while libmicrohttpd ran): no waiting */
-        if (sv_sched_inline(s, lp, &due) > 0 || lp->resumed) {
+        if (kl__sv_sched_inline(s, lp, &due) > 0 || lp->resumed) {
             int64_t now = kl_time_mono_ns();
             if (lp->log.len && now - lp->log_since >= SV_LOG_FLUSH_NS) loop_log_flush(lp);
             /* a loop that never sleeps still takes new connections (every
@@ -1074,7 +1084,7 @@ static int loop_daemon(kl_server *s, sv_loop *lp, const struct sockaddr *addr, i
     return KL_OK;
 }
 
-int sv_http_loops(const kl_serve_opts *o) {
+int kl__sv_http_loops(const kl_serve_opts *o) {
     int n = o->http_threads > 0 ? o->http_threads : kl_threads_default();
     return n < 1 ? 1 : n > SV_MAX_LOOPS ? SV_MAX_LOOPS : n;
 }
@@ -1088,7 +1098,7 @@ static int http_start(kl_server *s, kl_err *e) {
     snprintf(port, sizeof port, "%d", s->o.port);
     int grc = getaddrinfo(s->host, port, &hints, &ai);
     if (grc || !ai) return kl_err_set(e, KL_EINVAL, "--host %s: %s", s->host, gai_strerror(grc));
-    int n = sv_http_loops(&s->o), rc = KL_OK;
+    int n = kl__sv_http_loops(&s->o), rc = KL_OK;
     s->loops = calloc((size_t)n, sizeof *s->loops);
     if (!s->loops) { freeaddrinfo(ai); return kl_err_set(e, KL_ENOMEM, "out of memory"); }
     for (int i = 0; i < n; i++) s->loops[i].wake_fd = -1;
@@ -1242,16 +1252,16 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
     pthread_condattr_destroy(&ca);
     atomic_init(&s->draining, 0);
     atomic_init(&s->next_rid, 1);
-    if (!sb_available())
+    if (!kl__sb_available())
         kl_log(KL_LOG_WARN, "serve", "this build has no ONNX runtime: models will be listed as unavailable");
     /* before the scan: versions get their layouts */
-    int prc = o->log_predictions ? sv_plog_open(&s->o, &s->plog, e) : KL_OK;
+    int prc = o->log_predictions ? kl__sv_plog_open(&s->o, &s->plog, e) : KL_OK;
     if (prc) {
         kl_server_free(s);
         return prc;
     }
     kl_err se = {0};
-    if (sv_repo_scan(s, NULL, &se) && se.code != KL_OK) {
+    if (kl__sv_repo_scan(s, NULL, &se) && se.code != KL_OK) {
         if (!s->nmodels && (se.code == KL_ENOTFOUND || se.code < 0) && !kl_path_exists(s->repo)) {
             kl_server_free(s);
             if (e) *e = se;
@@ -1265,10 +1275,10 @@ int kl_server_new(const kl_serve_opts *o, kl_server **out, kl_err *e) {
 
 int kl_server_start(kl_server *s, kl_err *e) {
     s->io = (sv_transport){deliver, on_own_loop, loop_all_waiting};
-    int rc = sv_sched_start(s, e);
+    int rc = kl__sv_sched_start(s, e);
     if (rc) return rc;
     rc = http_start(s, e);
-    if (rc) { sv_sched_stop(s); return rc; }
+    if (rc) { kl__sv_sched_stop(s); return rc; }
     s->started = 1;
     kl_log(KL_LOG_INFO, "serve", "%d HTTP loop(s), %d inference worker(s), access log %s", s->nloops, s->nworkers,
            s->o.access_log ? "on" : "off");
@@ -1279,7 +1289,7 @@ int kl_server_port(const kl_server *s) { return s->port; }
 
 int kl_server_rescan(kl_server *s, kl_err *e) {
     kl_log(KL_LOG_INFO, "serve", "rescanning repository %s", s->repo);
-    return sv_repo_scan(s, NULL, e);
+    return kl__sv_repo_scan(s, NULL, e);
 }
 
 int kl_server_shutdown(kl_server *s, kl_err *e) {
@@ -1300,10 +1310,10 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     if (s->nqueued || s->nrunning) {
         rc = kl_err_set(e, KL_ETIMEOUT, "exit timeout: %d request(s) still queued, %d batch(es) running", s->nqueued,
                         s->nrunning);
-        sv_sched_flush(s, "server is shutting down (exit timeout reached before this request ran)");
+        kl__sv_sched_flush(s, "server is shutting down (exit timeout reached before this request ran)");
     }
     pthread_mutex_unlock(&s->lock);
-    sv_sched_stop(s); /* running batches finish */
+    kl__sv_sched_stop(s); /* running batches finish */
     /* stop accepting connections; requests already on open connections (even
      * half uploaded) are answered (503) before the daemon stops: wait until no
      * request has been in progress for 100 ms (at most 3 s) */
@@ -1326,7 +1336,7 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
     http_stop(s);
     s->started = 0;
     /* every request is answered: what the prediction log holds goes out */
-    sv_plog_close(s->plog);
+    kl__sv_plog_close(s->plog);
     s->plog = NULL;
     kl_log(KL_LOG_INFO, "serve", "stopped after draining for %.2f s", (kl_time_mono_ns() - t0) / 1e9);
     return rc;
@@ -1335,11 +1345,11 @@ int kl_server_shutdown(kl_server *s, kl_err *e) {
 void kl_server_free(kl_server *s) {
     if (!s) return;
     if (s->started) kl_server_shutdown(s, NULL);
-    sv_sched_stop(s);
+    kl__sv_sched_stop(s);
     http_stop(s);
-    for (int i = 0; i < s->nmodels; i++) sv_model_free(s->models[i]);
+    for (int i = 0; i < s->nmodels; i++) kl__sv_model_free(s->models[i]);
     free(s->models);
-    sv_plog_close(s->plog); /* after the versions: none points at its layouts any more */
+    kl__sv_plog_close(s->plog); /* after the versions: none points at its layouts any more */
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->scan_lock);
     pthread_mutex_destroy(&s->mx);

@@ -56,7 +56,7 @@ static int route_models(const char *p, sv_req *r, int post) {
     return SV_RT_NOT_FOUND;
 }
 
-int sv_route(const char *url, const char *method, sv_req *r) {
+int kl__sv_route(const char *url, const char *method, sv_req *r) {
     int post = !strcmp(method, "POST"), get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     r->method_ok = get;
     for (const unsigned char *u = (const unsigned char *)url; *u; u++)
@@ -103,7 +103,7 @@ static int hexval(int c) {
     return -1;
 }
 
-int sv_http_check_uri(const char *raw, char *why, size_t n) {
+int kl__sv_http_check_uri(const char *raw, char *why, size_t n) {
     for (const unsigned char *u = (const unsigned char *)raw; *u; u++) {
         int c = *u;
         if (c == '%' && hexval(u[1]) >= 0 && hexval(u[2]) >= 0) c = hexval(u[1]) * 16 + hexval(u[2]);
@@ -130,7 +130,7 @@ static int bad(char *why, size_t n, const char *fmt, const char *key, const char
 static const char *const once[] = {"Content-Length", "Transfer-Encoding", "Host", "Inference-Header-Content-Length",
                                    "X-Priority"};
 
-int sv_http_check_headers(const sv_http_hdr *h, size_t nh, char *why, size_t n) {
+int kl__sv_http_check_headers(const sv_http_hdr *h, size_t nh, char *why, size_t n) {
     int count[KL_ARRAY_LEN(once)] = {0};
     if (nh > SV_HTTP_MAX_HEADERS) {
         snprintf(why, n, "more than %d header lines", SV_HTTP_MAX_HEADERS);
@@ -165,14 +165,14 @@ int sv_http_check_headers(const sv_http_hdr *h, size_t nh, char *why, size_t n) 
     return KL_OK;
 }
 
-int sv_http_header_len(const char *hl, size_t body_len, size_t *json_len) {
+int kl__sv_http_header_len(const char *hl, size_t body_len, size_t *json_len) {
     int64_t n;
     if (kl_parse_int64(hl, &n) || n < 0 || (uint64_t)n > body_len) return KL_EPARSE;
     *json_len = (size_t)n;
     return KL_OK;
 }
 
-int sv_priority_parse(const char *s, int *level) {
+int kl__sv_priority_parse(const char *s, int *level) {
     int64_t v;
     if (!strcasecmp(s, "high")) {
         *level = 0;
@@ -189,13 +189,13 @@ int sv_priority_parse(const char *s, int *level) {
     return 0;
 }
 
-int sv_priority_number(double v, int *level) {
+int kl__sv_priority_number(double v, int *level) {
     if (!(v >= 1 && v <= SV_MAX_LEVELS) || v != floor(v)) return -1;
     *level = (int)v - 1;
     return 0;
 }
 
-int sv_priority_level(const sv_model_cfg *c, int asked) {
+int kl__sv_priority_level(const sv_model_cfg *c, int asked) {
     if (asked < 0) return c->default_level;
     return asked >= c->levels ? c->levels - 1 : asked;
 }

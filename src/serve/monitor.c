@@ -18,9 +18,9 @@
  * alert thresholds slo_*, *_drop, rmse_rise, min_labels, alert_for}
  * ================================================================== */
 
-const char *const sv_qref_metric[SV_QREF_COUNT] = {"accuracy", "auc", "mae", "rmse"};
+static const char *const sv_qref_metric[SV_QREF_COUNT] = {"accuracy", "auc", "mae", "rmse"};
 
-void sv_alert_cfg_default(sv_alert_cfg *a) {
+void kl__sv_alert_cfg_default(sv_alert_cfg *a) {
     a->slo_availability = 99.9;
     a->slo_latency_s = 0.25;
     a->slo_latency_target = 99;
@@ -35,7 +35,7 @@ void sv_alert_cfg_default(sv_alert_cfg *a) {
 /* slo_latency must be a bound of the latency histograms (the rules read its bucket) */
 static int check_latency_bound(const kl_node *n, double x, kl_err *e) {
     const double *le;
-    size_t nb = sv_metrics_latency_bounds(&le);
+    size_t nb = kl__sv_metrics_latency_bounds(&le);
     char list[256] = "";
     for (size_t i = 0; i < nb; i++) {
         if (le[i] == x) return KL_OK;
@@ -80,7 +80,7 @@ static int alert_cfg_parse(const kl_node *n, sv_alert_cfg *a, kl_err *e) {
     return KL_OK;
 }
 
-int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
+int kl__sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
     static const char *const keys[] = {"enabled",
                                        "windows",
                                        "psi",
@@ -167,7 +167,7 @@ int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e) {
  * Per version
  * ================================================================== */
 
-void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
+void kl__sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
     char p[1400];
     snprintf(p, sizeof p, "%s/profile.json", v->dir);
     v->mcfg = cfg->monitor;
@@ -175,7 +175,7 @@ void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
         snprintf(v->mon_off, sizeof v->mon_off, "monitor: enabled: false in config.yaml");
         return;
     }
-    if (cfg->fb_capacity > 0 && !(v->fb = sv_feedback_new(v, cfg->fb_horizon_s, (size_t)cfg->fb_capacity))) {
+    if (cfg->fb_capacity > 0 && !(v->fb = kl__sv_feedback_new(v, cfg->fb_horizon_s, (size_t)cfg->fb_capacity))) {
         kl_log(KL_LOG_WARN, "serve", "model %s version %lld: feedback off: out of memory", v->model->name,
                (long long)v->version);
     }
@@ -202,25 +202,25 @@ void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg) {
            v->model->name, (long long)v->version, kl_monitor_profile(v->mon)->ncols, (double)maxb / 1e6);
 }
 
-void sv_monitor_free(sv_version *v) {
+void kl__sv_monitor_free(sv_version *v) {
     kl_monitor_free(v->mon);
     v->mon = NULL;
-    sv_feedback_free(v->fb);
+    kl__sv_feedback_free(v->fb);
     v->fb = NULL;
 }
 
 /* after a successful run: the input rows of v2 requests (the feature slots
  * when the version has features.json; :predict rows were seen when decoded)
  * and the first output's rows of every request */
-void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out) {
+void kl__sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out) {
     int64_t now = kl_time_mono_ns(), row0 = 0, total = 0;
     for (int k = 0; k < n; k++) total += rq[k]->rows;
     if (v->fb && out[0].dtype == SV_FP32 && out[0].rank >= 1 && out[0].dims[0] == total && total > 0) {
-        size_t per = (size_t)(sv_numel(&out[0]) / total);
+        size_t per = (size_t)(kl__sv_numel(&out[0]) / total);
         for (int k = 0; k < n; k++) { /* the first row of each request, under its id */
             const sv_req *r = rq[k];
             if (r->rows > 0)
-                sv_feedback_record(v->fb, r->has_id ? r->id : r->rid, now,
+                kl__sv_feedback_record(v->fb, r->has_id ? r->id : r->rid, now,
                                    (const float *)out[0].data + (size_t)row0 * per, per);
             row0 += r->rows;
         }
@@ -230,7 +230,7 @@ void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *
     size_t width = v->feat ? kl_features_width(v->feat) : 0;
     int outs = kl_monitor_has_outputs(v->mon) && out[0].dtype == SV_FP32 && out[0].rank >= 1 &&
         out[0].dims[0] == total && total > 0;
-    size_t per = outs ? (size_t)(sv_numel(&out[0]) / total) : 0;
+    size_t per = outs ? (size_t)(kl__sv_numel(&out[0]) / total) : 0;
     for (int k = 0; k < n; k++) {
         const sv_req *r = rq[k];
         const sv_tensor *t = &r->in[0];
@@ -250,9 +250,9 @@ void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *
 /* the version asked for, referenced; NULL with a 404 body in b */
 static sv_version *find_version(kl_server *s, const char *model, int64_t want, kl_buf *b) {
     pthread_mutex_lock(&s->lock);
-    sv_model *m = sv_model_find(s, model);
-    sv_version *v = m ? sv_pick_version(m, want) : NULL;
-    if (v) sv_version_ref(v);
+    sv_model *m = kl__sv_model_find(s, model);
+    sv_version *v = m ? kl__sv_pick_version(m, want) : NULL;
+    if (v) kl__sv_version_ref(v);
     pthread_mutex_unlock(&s->lock);
     if (v) return v;
     kl_buf_puts(b, "{\"error\":");
@@ -278,7 +278,7 @@ static void quality_json(const sv_version *v, kl_buf *b) {
     for (int w = 0; w < v->mcfg.nwin; w++) {
         char wn[24];
         kl_monitor_window_name(v->mcfg.win_s[w], wn, sizeof wn);
-        sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
+        kl__sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
         kl_buf_printf(b, "%s\"%s\":{\"n\":%llu", w ? "," : "", wn, (unsigned long long)q.n);
         if (q.classifier) {
             qnum(b, "auc", q.auc);
@@ -299,10 +299,10 @@ static void quality_json(const sv_version *v, kl_buf *b) {
                                                    : "regression",
                   (unsigned long long)q.matched, (unsigned long long)q.unmatched, (unsigned long long)q.late,
                   (unsigned long long)q.duplicate, (unsigned long long)q.invalid, (unsigned long long)q.pending,
-                  sv_feedback_bytes(v->fb));
+                  kl__sv_feedback_bytes(v->fb));
 }
 
-int sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const char *body, size_t len, kl_buf *b) {
+int kl__sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const char *body, size_t len, kl_buf *b) {
     sv_version *v = find_version(s, model, want, b);
     if (!v) return 404;
     int st;
@@ -326,14 +326,14 @@ int sv_monitor_feedback(kl_server *s, const char *model, int64_t want, const cha
                       model, (long long)v->version);
         st = 400;
     } else {
-        st = sv_feedback_post(v->fb, body, len, kl_time_mono_ns(), b);
+        st = kl__sv_feedback_post(v->fb, body, len, kl_time_mono_ns(), b);
     }
-    if (st == 200 && s->plog) sv_plog_labels(s->plog, v, body, len);
-    sv_version_unref(v);
+    if (st == 200 && s->plog) kl__sv_plog_labels(s->plog, v, body, len);
+    kl__sv_version_unref(v);
     return st;
 }
 
-int sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
+int kl__sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
     sv_version *v = find_version(s, model, want, b);
     if (!v) return 404;
     kl_buf_puts(b, "{\"model_name\":");
@@ -355,7 +355,7 @@ int sv_monitor_json(kl_server *s, const char *model, int64_t want, kl_buf *b) {
     }
     if (status == 200 && v->fb) quality_json(v, b);
     kl_buf_puts(b, "}");
-    sv_version_unref(v);
+    kl__sv_version_unref(v);
     return b->failed ? 500 : status;
 }
 
@@ -385,9 +385,9 @@ static void stat_labels(kl_buf *b, const char *model, int64_t ver, const kl_moni
     char w[24];
     kl_monitor_window_name(st->window_s, w, sizeof w);
     kl_buf_puts(b, "model=");
-    sv_metrics_label(b, model);
+    kl__sv_metrics_label(b, model);
     kl_buf_printf(b, ",version=\"%lld\",%s=", (long long)ver, st->role == KL_PROF_OUTPUT ? "output" : "feature");
-    sv_metrics_label(b, st->column);
+    kl__sv_metrics_label(b, st->column);
     if (st->role != KL_PROF_OUTPUT) kl_buf_printf(b, ",source=\"%s\"", kl_prof_role_name(st->role));
     kl_buf_printf(b, ",window=\"%s\"", w);
 }
@@ -401,7 +401,7 @@ typedef struct {
 
 /* name{model, version, feature|output (+ source), window} = the non-null values the window holds */
 static void window_samples(kl_buf *b, const vstats *vs, int nv, const char *name, int outputs, const char *help) {
-    sv_metrics_head(b, name, "gauge", help);
+    kl__sv_metrics_head(b, name, "gauge", help);
     for (int i = 0; i < nv; i++)
         for (size_t k = 0; k < vs[i].n; k++) {
             const kl_monitor_stat *st = &vs[i].st[k];
@@ -415,9 +415,9 @@ static void window_samples(kl_buf *b, const vstats *vs, int nv, const char *name
 /* keel_feature_null_ratio{..., window="reference"}: the column's null share on the fit rows */
 static void null_reference(kl_buf *b, const char *model, int64_t ver, const kl_monitor_stat *st) {
     kl_buf_puts(b, "keel_feature_null_ratio{model=");
-    sv_metrics_label(b, model);
+    kl__sv_metrics_label(b, model);
     kl_buf_printf(b, ",version=\"%lld\",feature=", (long long)ver);
-    sv_metrics_label(b, st->column);
+    kl__sv_metrics_label(b, st->column);
     kl_buf_printf(b, ",source=\"%s\",window=\"reference\"} %.6g\n", kl_prof_role_name(st->role), st->ref_null_ratio);
 }
 
@@ -453,7 +453,7 @@ static double auc_se(const sv_version *v, const sv_quality *q) {
 static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV_NAME_MAX], int nv, int64_t now) {
     kl_buf nb; /* keel_model_quality_samples, from the same sv_quality */
     kl_buf_init(&nb);
-    sv_metrics_head(b, "keel_model_quality", "gauge",
+    kl__sv_metrics_head(b, "keel_model_quality", "gauge",
                     "Live quality from labels joined with served predictions (POST .../feedback), per window: auc, "
                     "accuracy, log_loss, brier (classifiers), mae, rmse (regression); window=\"reference\": the "
                     "validation rows' (meta.json final_metrics).");
@@ -463,9 +463,9 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
             sv_quality q;
             char wn[24];
             kl_monitor_window_name(v->mcfg.win_s[w], wn, sizeof wn);
-            sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
+            kl__sv_feedback_quality(v->fb, now, v->mcfg.win_s[w], &q);
             kl_buf_puts(&nb, "keel_model_quality_samples{model="); /* the family after this one */
-            sv_metrics_label(&nb, names[i]);
+            kl__sv_metrics_label(&nb, names[i]);
             kl_buf_printf(&nb, ",version=\"%lld\",window=\"%s\"} %llu\n", (long long)v->version, wn,
                           (unsigned long long)q.n);
             const struct {
@@ -477,32 +477,32 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
             for (size_t k = 0; k < KL_ARRAY_LEN(mt); k++) {
                 if (!isfinite(mt[k].x)) continue;
                 kl_buf_puts(b, "keel_model_quality{model=");
-                sv_metrics_label(b, names[i]);
+                kl__sv_metrics_label(b, names[i]);
                 kl_buf_printf(b, ",version=\"%lld\",metric=\"%s\",window=\"%s\"} %.6g\n", (long long)v->version,
                               mt[k].k, wn, mt[k].x);
             }
         }
         if (v->fb && v->qref_n) { /* how many validation rows the reference is of */
             kl_buf_puts(&nb, "keel_model_quality_samples{model=");
-            sv_metrics_label(&nb, names[i]);
+            kl__sv_metrics_label(&nb, names[i]);
             kl_buf_printf(&nb, ",version=\"%lld\",window=\"reference\"} %llu\n", (long long)v->version,
                           (unsigned long long)v->qref_n);
         }
         for (int k = 0; v->fb && k < SV_QREF_COUNT; k++) { /* the validation rows' (meta.json final_metrics) */
             if (!isfinite(v->qref[k])) continue;
             kl_buf_puts(b, "keel_model_quality{model=");
-            sv_metrics_label(b, names[i]);
+            kl__sv_metrics_label(b, names[i]);
             kl_buf_printf(b, ",version=\"%lld\",metric=\"%s\",window=\"reference\"} %.6g\n", (long long)v->version,
                           sv_qref_metric[k], v->qref[k]);
         }
     }
-    sv_metrics_head(b, "keel_model_quality_samples", "gauge",
+    kl__sv_metrics_head(b, "keel_model_quality_samples", "gauge",
                     "Labelled predictions in the window that keel_model_quality is computed from; "
                     "window=\"reference\": the validation rows of the reference (meta.json data.val_rows).");
     kl_buf_append(b, nb.data ? nb.data : "", nb.len);
     if (nb.failed) b->failed = 1;
     kl_buf_free(&nb);
-    sv_metrics_head(
+    kl__sv_metrics_head(
         b, "keel_feedback_labels_total", "counter",
         "Labels posted to .../feedback: matched with a served prediction, unmatched (no prediction of that id "
         "held), late (older than the horizon), duplicate, invalid.");
@@ -510,7 +510,7 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
         const sv_version *v = vers[i];
         if (!v->fb) continue;
         sv_quality q;
-        sv_feedback_quality(v->fb, now, 0, &q);
+        kl__sv_feedback_quality(v->fb, now, 0, &q);
         const struct {
             const char *k;
             uint64_t x;
@@ -521,14 +521,14 @@ static void quality_metrics(kl_buf *b, sv_version *const *vers, char (*names)[SV
                   {"invalid", q.invalid}};
         for (size_t k = 0; k < KL_ARRAY_LEN(rs); k++) {
             kl_buf_puts(b, "keel_feedback_labels_total{model=");
-            sv_metrics_label(b, names[i]);
+            kl__sv_metrics_label(b, names[i]);
             kl_buf_printf(b, ",version=\"%lld\",result=\"%s\"} %llu\n", (long long)v->version, rs[k].k,
                           (unsigned long long)rs[k].x);
         }
     }
 }
 
-void sv_monitor_metrics(kl_server *s, kl_buf *b) {
+void kl__sv_monitor_metrics(kl_server *s, kl_buf *b) {
     sv_version *vers[256];
     char names[256][SV_NAME_MAX];
     int nv = 0;
@@ -538,7 +538,7 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
             if (s->models[i]->ver[j]->mon || s->models[i]->ver[j]->fb) {
                 vers[nv] = s->models[i]->ver[j];
                 snprintf(names[nv], SV_NAME_MAX, "%s", s->models[i]->name);
-                sv_version_ref(vers[nv++]);
+                kl__sv_version_ref(vers[nv++]);
             }
     pthread_mutex_unlock(&s->lock);
     vstats vs[256];
@@ -548,7 +548,7 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
         vs[i] = (vstats){names[i], vers[i]->version, NULL, 0};
         if (vers[i]->mon) kl_monitor_stats(vers[i]->mon, now, &vs[i].st, &vs[i].n, &e);
     }
-    sv_metrics_head(b, "keel_feature_drift", "gauge",
+    kl__sv_metrics_head(b, "keel_feature_drift", "gauge",
                     "Drift of a raw input (source=input) or feature slot (source=feature) against the version's "
                     "profile.json, per window: psi, js, ks, ks_p_value, oob_ratio (numbers), chi2, chi2_p_value, "
                     "unknown_ratio (categories); windows with at least min_samples values.");
@@ -556,8 +556,9 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
     window_samples(b, vs, nv, "keel_feature_window_samples", 0,
                    "Non-null values of a raw input or feature slot in the window (the statistics are computed from "
                    "min_samples on; alert rules require it).");
-    sv_metrics_head(b, "keel_feature_null_ratio", "gauge",
-                    "Share of null or missing values of a raw input per window; window=\"reference\": the fit rows'.");
+    kl__sv_metrics_head(
+        b, "keel_feature_null_ratio", "gauge",
+        "Share of null or missing values of a raw input per window; window=\"reference\": the fit rows'.");
     for (int i = 0; i < nv; i++)
         for (size_t k = 0; k < vs[i].n; k++) {
             const kl_monitor_stat *st = &vs[i].st[k];
@@ -568,7 +569,7 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
             stat_labels(b, vs[i].model, vs[i].ver, st);
             kl_buf_printf(b, "} %.6g\n", st->null_ratio);
         }
-    sv_metrics_head(
+    kl__sv_metrics_head(
         b, "keel_feature_drift_detected", "gauge",
         "1 when a statistic of the input or feature passes its threshold in the window (monitor: in config.yaml).");
     for (int i = 0; i < nv; i++)
@@ -579,14 +580,15 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
             stat_labels(b, vs[i].model, vs[i].ver, st);
             kl_buf_printf(b, "} %d\n", st->drift ? 1 : 0);
         }
-    sv_metrics_head(
+    kl__sv_metrics_head(
         b, "keel_prediction_drift", "gauge",
         "Drift of a model output against its distribution on the validation rows (profile.json), per window.");
     render_family(b, vs, nv, "keel_prediction_drift", 1);
     window_samples(b, vs, nv, "keel_prediction_window_samples", 1, "Values of a model output in the window.");
-    sv_metrics_head(b, "keel_feature_fallback_ratio", "gauge",
-                    "Fallbacks of the feature transforms per :predict row (unknown, null_filled, div_zero, clamped, "
-                    "empty_window), per window; the reference's on the fit rows with window=\"reference\".");
+    kl__sv_metrics_head(
+        b, "keel_feature_fallback_ratio", "gauge",
+        "Fallbacks of the feature transforms per :predict row (unknown, null_filled, div_zero, clamped, "
+        "empty_window), per window; the reference's on the fit rows with window=\"reference\".");
     for (int i = 0; i < nv; i++)
         for (int w = 0; vers[i]->mon && w < vers[i]->mcfg.nwin; w++) {
             kl_monitor_fallbacks fb;
@@ -598,21 +600,21 @@ void sv_monitor_metrics(kl_server *s, kl_buf *b) {
                     double x = ref ? fb.ref_ratio[k] : fb.ratio[k];
                     if (!isfinite(x)) continue;
                     kl_buf_puts(b, "keel_feature_fallback_ratio{model=");
-                    sv_metrics_label(b, names[i]);
+                    kl__sv_metrics_label(b, names[i]);
                     kl_buf_printf(b, ",version=\"%lld\",kind=\"%s\",window=\"%s\"} %.6g\n", (long long)vers[i]->version,
                                   kl_monitor_fallback_name(k), ref ? "reference" : wn, x);
                 }
         }
     quality_metrics(b, vers, names, nv, now);
-    sv_metrics_head(b, "keel_monitor_memory_bytes", "gauge", "Bytes the live monitor of a version holds.");
+    kl__sv_metrics_head(b, "keel_monitor_memory_bytes", "gauge", "Bytes the live monitor of a version holds.");
     for (int i = 0; i < nv; i++) {
         if (!vers[i]->mon) continue;
         kl_buf_puts(b, "keel_monitor_memory_bytes{model=");
-        sv_metrics_label(b, vs[i].model);
+        kl__sv_metrics_label(b, vs[i].model);
         kl_buf_printf(b, ",version=\"%lld\"} %zu\n", (long long)vs[i].ver, kl_monitor_bytes(vers[i]->mon, NULL));
     }
     for (int i = 0; i < nv; i++) {
         free(vs[i].st);
-        sv_version_unref(vers[i]);
+        kl__sv_version_unref(vers[i]);
     }
 }

@@ -147,7 +147,7 @@ static void *copy_of(const void *src, size_t n) {
 /* rows [row0, row0 + rows) of the first output as FP32 (other dtypes: none) */
 static float *output_rows(const sv_plog_schema *sc, const sv_tensor *out, int64_t total, int64_t row0, int64_t rows) {
     if (!sc->nout || out->dtype != SV_FP32 || out->rank < 1 || out->dims[0] != total || total <= 0) return NULL;
-    if ((size_t)(sv_numel(out) / total) != sc->nout) return NULL;
+    if ((size_t)(kl__sv_numel(out) / total) != sc->nout) return NULL;
     return copy_of((const float *)out->data + (size_t)row0 * sc->nout, (size_t)rows * sc->nout * sizeof(float));
 }
 
@@ -184,7 +184,7 @@ static pl_entry *pred_entry(sv_req *r, const sv_plog_schema *sc, const sv_tensor
             if (u->dtype == SV_BYTES || u->rank < 1 || u->dims[0] != r->rows || r->rows <= 0) continue;
             pt->dt = u->dtype;
             pt->rows_dim = u->dims[0];
-            pt->per = sv_numel(u) / r->rows;
+            pt->per = kl__sv_numel(u) / r->rows;
             if (!(pt->data = copy_of(u->data, u->nbytes))) continue;
             x->bytes += u->nbytes;
             x->nin++;
@@ -193,7 +193,7 @@ static pl_entry *pred_entry(sv_req *r, const sv_plog_schema *sc, const sv_tensor
     return x;
 }
 
-void sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out) {
+void kl__sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out) {
     int64_t total = 0, row0 = 0;
     for (int k = 0; k < n; k++) total += rq[k]->rows;
     for (int k = 0; k < n; k++) {
@@ -208,7 +208,7 @@ void sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out) {
     }
 }
 
-void sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t len) {
+void kl__sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t len) {
     pl_entry *x = v->plog ? calloc(1, sizeof *x) : NULL;
     if (x && !(x->body = kl_mem_alloc(len + 1, KL_TAG_REQUEST))) {
         free(x);
@@ -314,7 +314,7 @@ static sv_plog_schema *schema_new(const sv_version *v) {
     return sc;
 }
 
-const sv_plog_schema *sv_plog_schema_of(sv_plog *p, const sv_version *v) {
+const sv_plog_schema *kl__sv_plog_schema_of(sv_plog *p, const sv_version *v) {
     const char *fh = v->feat ? kl_features_hash(v->feat) : "";
     sv_plog_schema *made = schema_new(v);
     pthread_mutex_lock(&p->lock);
@@ -440,7 +440,7 @@ static size_t skip_value(const char *s, size_t n, size_t i) {
 
 /* the text spans of the elements of the top-level "instances" array: 1 when
  * there are exactly rows of them (else the records are printed from the tree) */
-int sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len) {
+int kl__sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len) {
     size_t i = skip_ws(s, n, 0);
     if (i >= n || s[i] != '{') return 0;
     for (i++;;) {
@@ -484,11 +484,11 @@ static int push_input(kl_column *c, const pl_entry *x, const cJSON *rec, int64_t
     kl_buf_puts(b, "{");
     for (int i = 0; i < x->nin; i++) {
         const pl_tensor *t = &x->in[i];
-        size_t es = sv_dtype_size(t->dt);
+        size_t es = kl__sv_dtype_size(t->dt);
         if (i) kl_buf_puts(b, ",");
         kl_buf_json_str(b, x->sc->in_name[i]);
         kl_buf_puts(b, ":");
-        sv_json_data(b, t->dt, (const char *)t->data + (size_t)(row * t->per) * es, t->per);
+        kl__sv_json_data(b, t->dt, (const char *)t->data + (size_t)(row * t->per) * es, t->per);
     }
     kl_buf_puts(b, "}");
     return b->failed ? KL_ENOMEM : kl_column_push_str(c, b->data, b->len);
@@ -504,7 +504,7 @@ static int pred_rows(pl_set *s, const pl_entry *x, kl_err *e) {
     size_t *off = NULL, *len = NULL;
     if (inst && (off = malloc((size_t)x->rows * 2 * sizeof *off))) {
         len = off + x->rows;
-        if (!sv_plog_record_spans(x->body, x->body_len, x->rows, off, len)) {
+        if (!kl__sv_plog_record_spans(x->body, x->body_len, x->rows, off, len)) {
             free(off);
             off = len = NULL;
         }
@@ -769,7 +769,7 @@ static void *writer_main(void *arg) {
  * Open, close, counters
  * ================================================================== */
 
-int sv_plog_open(const kl_serve_opts *o, sv_plog **out, kl_err *e) {
+int kl__sv_plog_open(const kl_serve_opts *o, sv_plog **out, kl_err *e) {
     *out = NULL;
     sv_plog *p = calloc(1, sizeof *p);
     if (!p) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -805,7 +805,7 @@ int sv_plog_open(const kl_serve_opts *o, sv_plog **out, kl_err *e) {
     return KL_OK;
 }
 
-void sv_plog_close(sv_plog *p) {
+void kl__sv_plog_close(sv_plog *p) {
     if (!p) return;
     if (p->have_thr) {
         pthread_mutex_lock(&p->lock);
@@ -837,17 +837,17 @@ void sv_plog_close(sv_plog *p) {
     free(p);
 }
 
-void sv_plog_metrics(const sv_plog *p, kl_buf *b) {
-    sv_metrics_head(b, "keel_prediction_log_dropped_total", "counter",
+void kl__sv_plog_metrics(const sv_plog *p, kl_buf *b) {
+    kl__sv_metrics_head(b, "keel_prediction_log_dropped_total", "counter",
                     "Served requests and label posts the prediction log dropped (its queue was full)");
     kl_buf_printf(b, "keel_prediction_log_dropped_total %llu\n", (unsigned long long)atomic_load(&p->dropped));
-    sv_metrics_head(b, "keel_prediction_log_rows_total", "counter", "Rows the prediction log wrote, by dataset");
+    kl__sv_metrics_head(b, "keel_prediction_log_rows_total", "counter", "Rows the prediction log wrote, by dataset");
     for (int k = 0; k < PL_KINDS; k++)
         kl_buf_printf(b, "keel_prediction_log_rows_total{dataset=\"%s\"} %llu\n", kind_dir[k],
                       (unsigned long long)atomic_load(&p->rows[k]));
-    sv_metrics_head(b, "keel_prediction_log_parts_total", "counter", "Parquet parts the prediction log wrote");
+    kl__sv_metrics_head(b, "keel_prediction_log_parts_total", "counter", "Parquet parts the prediction log wrote");
     kl_buf_printf(b, "keel_prediction_log_parts_total %llu\n", (unsigned long long)atomic_load(&p->parts));
-    sv_metrics_head(b, "keel_prediction_log_errors_total", "counter",
+    kl__sv_metrics_head(b, "keel_prediction_log_errors_total", "counter",
                     "Rows or parts the prediction log could not write (each one logged)");
     kl_buf_printf(b, "keel_prediction_log_errors_total %llu\n", (unsigned long long)atomic_load(&p->errors));
 }

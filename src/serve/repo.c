@@ -21,7 +21,7 @@
  * config.yaml
  * ================================================================== */
 
-void sv_cfg_default(sv_model_cfg *c) {
+void kl__sv_cfg_default(sv_model_cfg *c) {
     memset(c, 0, sizeof *c);
     c->max_batch = SV_BATCH_DEFAULT_MAX;
     c->dynamic_batching = 1;
@@ -35,7 +35,7 @@ void sv_cfg_default(sv_model_cfg *c) {
     kl_monitor_cfg_default(&c->monitor);
     c->fb_horizon_s = 3600;
     c->fb_capacity = 0; /* feedback is asked for: monitor: {feedback_capacity: N} */
-    sv_alert_cfg_default(&c->alert);
+    kl__sv_alert_cfg_default(&c->alert);
     for (int i = 0; i < SV_MAX_LEVELS; i++) {
         c->level[i].allow_timeout_override = 1;
         c->level[i].memory_share = 1.0;
@@ -89,12 +89,12 @@ static int parse_on_store_error(const kl_node *root, sv_model_cfg *c, kl_err *e)
     return KL_OK;
 }
 
-int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e) {
+int kl__sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e) {
     static const char *const keys[] = {
         "max_batch_size", "dynamic_batching",     "instances",    "priority_levels", "default_priority",
         "queue_policy",   "default_queue_policy", "memory_quota", "version_policy",  "on_store_error", "monitor"};
     kl_doc *d = NULL;
-    sv_cfg_default(c);
+    kl__sv_cfg_default(c);
     int rc = kl_doc_load_str(text, len, name, &d, e);
     if (rc) return rc;
     const kl_node *root = kl_doc_root(d);
@@ -120,7 +120,7 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
         goto done;
     }
     c->default_level = (int)v - 1;
-    /* batching: on by default (sv_cfg_default); `dynamic_batching: false`
+    /* batching: on by default (kl__sv_cfg_default); `dynamic_batching: false`
      * or `max_batch_size: 0` (without dynamic_batching) turn it off */
     const kl_node *n = kl_node_get(root, "dynamic_batching");
     if (!n && c->max_batch == 0) c->dynamic_batching = 0;
@@ -205,7 +205,7 @@ int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c
             goto done;
         }
     }
-    if ((n = kl_node_get(root, "monitor")) && (rc = sv_monitor_cfg_parse(n, c, e))) goto done;
+    if ((n = kl_node_get(root, "monitor")) && (rc = kl__sv_monitor_cfg_parse(n, c, e))) goto done;
     rc = kl_node_check_used(root, e); /* e.g. version_policy {latest, specific}: one is read, the other refused */
 done:
     kl_doc_free(d);
@@ -216,13 +216,13 @@ done:
  * Versions
  * ================================================================== */
 
-void sv_version_ref(sv_version *v) { atomic_fetch_add(&v->refs, 1); }
+void kl__sv_version_ref(sv_version *v) { atomic_fetch_add(&v->refs, 1); }
 
 static void version_free(sv_version *v) {
     if (!v) return;
-    for (size_t i = 0; i < v->n_in; i++) sv_tensor_release(&v->warm[i]);
-    sb_free(v->sess);
-    sv_monitor_free(v);
+    for (size_t i = 0; i < v->n_in; i++) kl__sv_tensor_release(&v->warm[i]);
+    kl__sb_free(v->sess);
+    kl__sv_monitor_free(v);
     kl_fstore_free(v->fstore);
     kl_features_free(v->feat);
     for (int i = 0; i < v->nclass_names; i++) free(v->class_names[i]);
@@ -230,7 +230,7 @@ static void version_free(sv_version *v) {
     free(v);
 }
 
-void sv_version_unref(sv_version *v) {
+void kl__sv_version_unref(sv_version *v) {
     if (v && atomic_fetch_sub(&v->refs, 1) == 1) {
         kl_log(KL_LOG_INFO, "serve", "model %s version %lld drained and freed", v->model->name, (long long)v->version);
         version_free(v);
@@ -316,7 +316,7 @@ static int check_integrity(const char *dir, sv_version *v, int *nchecked, kl_err
     return rc;
 }
 
-int sv_version_probe(kl_server *s, sv_version *v, kl_err *e) {
+int kl__sv_version_probe(kl_server *s, sv_version *v, kl_err *e) {
     /* the first compute time of a model decides inline batches or workers
      * until real batches tell: its first run pays one-time costs (weight
      * packing, planning), so the second one is timed */
@@ -326,9 +326,9 @@ int sv_version_probe(kl_server *s, sv_version *v, kl_err *e) {
         sv_tensor out[SV_MAX_IO];
         memset(out, 0, sizeof out);
         int64_t t0 = kl_time_mono_ns();
-        rc = sb_run(v->sess, v->warm, v->n_in, out, v->n_out, e);
+        rc = kl__sb_run(v->sess, v->warm, v->n_in, out, v->n_out, e);
         dt = kl_time_mono_ns() - t0;
-        for (size_t i = 0; i < v->n_out && !rc; i++) sv_tensor_release(&out[i]);
+        for (size_t i = 0; i < v->n_out && !rc; i++) kl__sv_tensor_release(&out[i]);
     }
     if (!rc && v->model) atomic_compare_exchange_strong(&v->model->row_ns, &none, dt > 0 ? dt : 1);
     if (v->model) {
@@ -363,9 +363,9 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
     if (rc) goto fail;
     char p[1400];
     snprintf(p, sizeof p, "%s/model.onnx", dir);
-    int threads = sv_threads_per_worker(&s->o);
-    if ((rc = sb_load(p, threads, &v->sess, e))) goto fail;
-    if ((rc = sb_describe(v->sess, v->in, &v->n_in, v->out, &v->n_out, e))) goto fail;
+    int threads = kl__sv_threads_per_worker(&s->o);
+    if ((rc = kl__sb_load(p, threads, &v->sess, e))) goto fail;
+    if ((rc = kl__sb_describe(v->sess, v->in, &v->n_in, v->out, &v->n_out, e))) goto fail;
     if (v->n_in == 0 || v->n_out == 0) { rc = kl_err_set(e, KL_EUNSUPPORTED, "%s: model has no inputs or outputs", p); goto fail; }
     v->batchable = 1;
     for (size_t i = 0; i < v->n_in; i++) {
@@ -376,7 +376,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
         t->dtype = io->dtype;
         t->rank = io->rank;
         for (int d = 0; d < io->rank; d++) t->dims[d] = io->dims[d] < 0 ? 1 : io->dims[d];
-        t->nbytes = (size_t)sv_numel(t) * sv_dtype_size(t->dtype);
+        t->nbytes = (size_t)kl__sv_numel(t) * kl__sv_dtype_size(t->dtype);
         t->data = kl_mem_calloc(1, t->nbytes ? t->nbytes : 1, KL_TAG_WORKSPACE);
         if (!t->data) { rc = kl_err_set(e, KL_ENOMEM, "warm-up input '%s': out of memory", io->name); goto fail; }
         t->own = 1;
@@ -387,7 +387,7 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
     snprintf(p, sizeof p, "%s/features.json", dir);
     if (kl_path_exists(p)) {
         if ((rc = kl_features_load(p, &v->feat, e))) goto fail;
-        if ((rc = sv_fstore_open(s, v, cfg, e))) goto fail;
+        if ((rc = kl__sv_fstore_open(s, v, cfg, e))) goto fail;
         if (v->n_in != 1 || v->in[0].rank != 2 || v->in[0].dtype != SV_FP32 ||
             (v->in[0].dims[1] >= 0 && (size_t)v->in[0].dims[1] != kl_features_width(v->feat))) {
             rc = kl_err_set(e, KL_ESHAPE, "%s/features.json: %zu feature values per record, but the model's input is not "
@@ -395,10 +395,10 @@ static int version_load(kl_server *s, sv_model *m, const sv_model_cfg *cfg, cons
             goto fail;
         }
     }
-    sv_monitor_load(v, cfg);
-    if (s->plog) v->plog = sv_plog_schema_of(s->plog, v);
+    kl__sv_monitor_load(v, cfg);
+    if (s->plog) v->plog = kl__sv_plog_schema_of(s->plog, v);
     int64_t t0 = kl_time_mono_ns();
-    if ((rc = sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
+    if ((rc = kl__sv_version_probe(s, v, e))) { kl_err_prefix(e, "warm-up inference"); goto fail; }
     char batching[96];
     if (sv_version_batches(cfg, v))
         snprintf(batching, sizeof batching, "dynamic batching: up to %d rows, %lld us delay", cfg->max_batch,
@@ -420,7 +420,7 @@ fail:
  * Scanning
  * ================================================================== */
 
-sv_model *sv_model_find(kl_server *s, const char *name) {
+sv_model *kl__sv_model_find(kl_server *s, const char *name) {
     for (int i = 0; i < s->nmodels; i++)
         if (!strcmp(s->models[i]->name, name)) return s->models[i];
     return NULL;
@@ -428,7 +428,7 @@ sv_model *sv_model_find(kl_server *s, const char *name) {
 
 static sv_model *model_get(kl_server *s, const char *name) {
     pthread_mutex_lock(&s->lock);
-    sv_model *m = sv_model_find(s, name);
+    sv_model *m = kl__sv_model_find(s, name);
     if (!m) {
         if (s->nmodels == s->capmodels) {
             int cap = s->capmodels ? 2 * s->capmodels : 16;
@@ -440,7 +440,7 @@ static sv_model *model_get(kl_server *s, const char *name) {
         m = calloc(1, sizeof *m);
         if (m) {
             snprintf(m->name, sizeof m->name, "%s", name);
-            sv_cfg_default(&m->cfg);
+            kl__sv_cfg_default(&m->cfg);
             m->state = SV_M_UNAVAILABLE;
             snprintf(m->reason, sizeof m->reason, "loading");
             s->models[s->nmodels++] = m;
@@ -450,9 +450,9 @@ static sv_model *model_get(kl_server *s, const char *name) {
     return m;
 }
 
-void sv_model_free(sv_model *m) {
+void kl__sv_model_free(sv_model *m) {
     if (!m) return;
-    for (int i = 0; i < m->nver; i++) sv_version_unref(m->ver[i]);
+    for (int i = 0; i < m->nver; i++) kl__sv_version_unref(m->ver[i]);
     free(m);
 }
 
@@ -492,20 +492,20 @@ static void swap_versions(kl_server *s, sv_model *m, sv_version **nv, int n, con
     snprintf(m->reason, sizeof m->reason, "%s", n ? "" : reason);
     pthread_cond_broadcast(&s->qcond);
     pthread_mutex_unlock(&s->lock);
-    for (int i = 0; i < nold; i++) sv_version_unref(old[i]);
+    for (int i = 0; i < nold; i++) kl__sv_version_unref(old[i]);
 }
 
 static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
     char p[1400];
     sv_model_cfg cfg;
-    sv_cfg_default(&cfg);
+    kl__sv_cfg_default(&cfg);
     int rc = KL_OK;
     snprintf(p, sizeof p, "%s/config.yaml", mdir);
     if (kl_path_exists(p)) {
         char *text = NULL;
         size_t len = 0;
         rc = kl_read_file(p, &text, &len, e);
-        if (!rc) rc = sv_cfg_parse(text, len, p, &cfg, e);
+        if (!rc) rc = kl__sv_cfg_parse(text, len, p, &cfg, e);
         kl_mem_free(text);
         if (rc) {
             kl_log(KL_LOG_ERROR, "serve", "model %s: %s (keeping the current configuration)", m->name, kl_err_what(e));
@@ -545,14 +545,14 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
     sv_version *cur[SV_MAX_VERSIONS];
     int ncur = 0;
     pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < m->nver; i++) { cur[ncur++] = m->ver[i]; sv_version_ref(m->ver[i]); }
+    for (int i = 0; i < m->nver; i++) { cur[ncur++] = m->ver[i]; kl__sv_version_ref(m->ver[i]); }
     pthread_mutex_unlock(&s->lock);
 
     sv_version *nv[SV_MAX_VERSIONS];
     int n = 0, nref = 0;
     sv_refused *ref = calloc(SV_MAX_VERSIONS, sizeof *ref);
     if (!ref) {
-        for (int j = 0; j < ncur; j++) sv_version_unref(cur[j]);
+        for (int j = 0; j < ncur; j++) kl__sv_version_unref(cur[j]);
         return kl_err_set(e, KL_ENOMEM, "out of memory");
     }
     char reason[512] = "no version folder with a model.onnx";
@@ -564,7 +564,7 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
         sv_version *have = NULL;
         for (int j = 0; j < ncur; j++)
             if (cur[j]->version == want[i]) have = cur[j];
-        if (have && !strcmp(have->sig, sig)) { sv_version_ref(have); nv[n++] = have; continue; }
+        if (have && !strcmp(have->sig, sig)) { kl__sv_version_ref(have); nv[n++] = have; continue; }
         sv_version *v = NULL;
         kl_err le = {0};
         int lrc = version_load(s, m, &cfg, vdir, want[i], &v, &le);
@@ -574,7 +574,7 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
                    kl_err_what(&le), have ? " (the loaded copy keeps serving)" : "");
             snprintf(reason, sizeof reason, "version %lld: %s", (long long)want[i], kl_err_what(&le));
             if (!rc) { rc = lrc; if (e) *e = le; }
-            if (have) { sv_version_ref(have); nv[n++] = have; }
+            if (have) { kl__sv_version_ref(have); nv[n++] = have; }
             else {
                 ref[nref].version = want[i];
                 snprintf(ref[nref++].reason, sizeof ref->reason, "%s", kl_err_what(&le));
@@ -585,16 +585,16 @@ static int scan_model(kl_server *s, sv_model *m, const char *mdir, kl_err *e) {
     }
     /* a refused newer version must not take away the serving older one */
     if (n == 0 && ncur > 0 && nwant > 0) {
-        for (int j = 0; j < ncur && n < SV_MAX_VERSIONS; j++) { sv_version_ref(cur[j]); nv[n++] = cur[j]; }
+        for (int j = 0; j < ncur && n < SV_MAX_VERSIONS; j++) { kl__sv_version_ref(cur[j]); nv[n++] = cur[j]; }
         kl_log(KL_LOG_WARN, "serve", "model %s: no new version could be loaded; the current one(s) keep serving", m->name);
     }
     swap_versions(s, m, nv, n, &cfg, reason, ref, nref);
     free(ref);
-    for (int j = 0; j < ncur; j++) sv_version_unref(cur[j]);
+    for (int j = 0; j < ncur; j++) kl__sv_version_unref(cur[j]);
     return rc;
 }
 
-int sv_repo_scan(kl_server *s, const char *only, kl_err *e) {
+int kl__sv_repo_scan(kl_server *s, const char *only, kl_err *e) {
     pthread_mutex_lock(&s->scan_lock);
     int rc = KL_OK, found_only = 0;
     char **names = NULL;
@@ -655,10 +655,10 @@ done:
     return rc;
 }
 
-int sv_repo_unload(kl_server *s, const char *name, kl_err *e) {
+int kl__sv_repo_unload(kl_server *s, const char *name, kl_err *e) {
     pthread_mutex_lock(&s->scan_lock);
     pthread_mutex_lock(&s->lock);
-    sv_model *m = sv_model_find(s, name);
+    sv_model *m = kl__sv_model_find(s, name);
     if (m) m->unloaded = 1;
     pthread_mutex_unlock(&s->lock);
     int rc = KL_OK;

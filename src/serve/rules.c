@@ -266,8 +266,8 @@ static void results_re(char *buf, size_t n, int with_success) {
     size_t l = 0;
     buf[0] = 0;
     for (int r = 0; r < SV_R_COUNT; r++)
-        if (sv_reason_is_server_error(r) || (with_success && r == SV_R_SUCCESS))
-            l += (size_t)snprintf(buf + l, l < n ? n - l : 0, "%s%s", l ? "|" : "", sv_reason_name(r));
+        if (kl__sv_reason_is_server_error(r) || (with_success && r == SV_R_SUCCESS))
+            l += (size_t)snprintf(buf + l, l < n ? n - l : 0, "%s%s", l ? "|" : "", kl__sv_reason_name(r));
 }
 
 static void slo_records(rules_ctx *x) {
@@ -347,13 +347,13 @@ static void slo_group(rules_ctx *x, double slo) {
 
 static int load_cfg(const char *mdir, sv_model_cfg *cfg, kl_err *e) {
     char p[1400];
-    sv_cfg_default(cfg);
+    kl__sv_cfg_default(cfg);
     snprintf(p, sizeof p, "%s/config.yaml", mdir);
     if (!kl_path_exists(p)) return KL_OK;
     char *text = NULL;
     size_t len = 0;
     int rc = kl_read_file(p, &text, &len, e);
-    if (!rc) rc = sv_cfg_parse(text, len, p, cfg, e);
+    if (!rc) rc = kl__sv_cfg_parse(text, len, p, cfg, e);
     kl_mem_free(text);
     return rc;
 }

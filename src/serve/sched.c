@@ -35,12 +35,12 @@ static void abs_time(struct timespec *ts, int64_t mono_deadline_ns) {
  * Finishing a request
  * ================================================================== */
 
-void sv_req_finish(sv_req *r, int status, int reason, const char *msg) {
+void kl__sv_req_finish(sv_req *r, int status, int reason, const char *msg) {
     r->status = status;
     r->reason = reason;
     if (msg) {
         free(r->resp);
-        r->resp = sv_error_json(msg, &r->resp_len);
+        r->resp = kl__sv_error_json(msg, &r->resp_len);
         r->resp_header_len = -1;
     }
     if (status == 503 && !r->retry_after) r->retry_after = 1;
@@ -91,11 +91,11 @@ static void write_snapshot(kl_server *s, char *path, size_t n) {
     }
 }
 
-int sv_sched_can_inline(kl_server *s, const sv_req *r) {
+int kl__sv_sched_can_inline(kl_server *s, const sv_req *r) {
     return s->inline_ns > 0 && r->level == 0 && s->io.on_own_loop(r) && est_ns(r->model, r->rows) < s->inline_ns;
 }
 
-void sv_sched_cancel(kl_server *s, sv_req *r) {
+void kl__sv_sched_cancel(kl_server *s, sv_req *r) {
     pthread_mutex_lock(&s->lock);
     if (sv_qstate(r) == SV_Q_QUEUED) {
         unqueue(s, r);
@@ -106,7 +106,7 @@ void sv_sched_cancel(kl_server *s, sv_req *r) {
     pthread_mutex_unlock(&s->lock);
 }
 
-int64_t sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us) {
+int64_t kl__sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us) {
     int64_t to = lc->default_timeout_us;
     /* 0 asks for no timeout: that would raise a default, never lower it */
     if (req_us > 0 && lc->allow_timeout_override && (to == 0 || req_us < to)) to = req_us;
@@ -146,7 +146,7 @@ static int shed(const sv_model *m, const sv_req *r, int64_t now, sv_verdict *v) 
     int lvl = r->level;
     if (lvl <= 0 || lvl >= SV_MAX_LEVELS || !r->loop_idle_ns) return 0;
     int64_t busy = m->cfg.level[lvl].shed_busy_us;
-    if (busy <= 0 || now - r->loop_idle_ns < busy * 1000 || !sv_sched_higher_active(m, lvl, now, NULL)) return 0;
+    if (busy <= 0 || now - r->loop_idle_ns < busy * 1000 || !kl__sv_sched_higher_active(m, lvl, now, NULL)) return 0;
     return verdict(v, 503, SV_R_OVERLOAD, 1,
                    "model '%s' priority %d: shed, the server is saturated while higher priorities have traffic",
                    m->name, lvl + 1);
@@ -198,7 +198,7 @@ static int over_memory(kl_server *s, sv_model *m, sv_req *r, sv_verdict *v) {
     return 0;
 }
 
-int sv_sched_admit(kl_server *s, sv_req *r, sv_admit_stage stage, sv_verdict *v) {
+int kl__sv_sched_admit(kl_server *s, sv_req *r, sv_admit_stage stage, sv_verdict *v) {
     sv_model *m = r->model;
     int64_t now = kl_time_mono_ns();
     v->snapshot = 0;
@@ -214,15 +214,15 @@ int sv_sched_admit(kl_server *s, sv_req *r, sv_admit_stage stage, sv_verdict *v)
     return 0;
 }
 
-int sv_sched_submit(kl_server *s, sv_req *r) {
+int kl__sv_sched_submit(kl_server *s, sv_req *r) {
     sv_model *m = r->model;
     sv_verdict v;
     pthread_mutex_lock(&s->lock);
     const sv_level_cfg *lc = &m->cfg.level[r->level];
     int64_t now = kl_time_mono_ns();
-    if (sv_sched_admit(s, r, SV_ADMIT_QUEUE, &v)) goto reject;
+    if (kl__sv_sched_admit(s, r, SV_ADMIT_QUEUE, &v)) goto reject;
     /* timeout: the level's default, or the request's when allowed */
-    int64_t to = sv_sched_timeout_us(lc, r->timeout_us);
+    int64_t to = kl__sv_sched_timeout_us(lc, r->timeout_us);
     r->deadline = to > 0 ? now + to * 1000 : 0;
     r->t_enq = now;
     m->last_arrival[r->level] = now;
@@ -245,7 +245,7 @@ int sv_sched_submit(kl_server *s, sv_req *r) {
      * every request the loop has not read yet, higher ones included */
     if (r->inl) wake = 0;
     /* a level held back by its reserve: no worker may take it now */
-    else if (!sv_sched_level_may_run(m, r->level, now, NULL)) wake = 0;
+    else if (!kl__sv_sched_level_may_run(m, r->level, now, NULL)) wake = 0;
     else if (s->ntimed > 0 && s->timed_model == m && s->timed_level == r->level) {
         int64_t rows = m->qrows[r->level];
         wake = rows >= m->cfg.max_batch;
@@ -267,7 +267,7 @@ reject:
         }
     }
     if (v.retry_after) r->retry_after = v.retry_after;
-    sv_req_finish(r, v.status, v.reason, v.msg);
+    kl__sv_req_finish(r, v.status, v.reason, v.msg);
     return -1;
 }
 
@@ -277,7 +277,7 @@ reject:
  * request finds a free worker instead of waiting behind a low batch
  * ================================================================== */
 
-int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at) {
+int kl__sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at) {
     const sv_model_cfg *c = &m->cfg;
     if (m->running >= c->instances) return 0;
     int res = l > 0 && l < SV_MAX_LEVELS ? c->level[l].reserve_instances : 0;
@@ -287,12 +287,12 @@ int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry
      * starts only while fewer than instances - res batches run */
     if (m->running < c->instances - res) return 1;
     int64_t until = 0;
-    if (!sv_sched_higher_active(m, l, now, &until)) return 1;
+    if (!kl__sv_sched_higher_active(m, l, now, &until)) return 1;
     if (until && retry_at && (!*retry_at || until < *retry_at)) *retry_at = until;
     return 0;
 }
 
-int sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until) {
+int kl__sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until) {
     int64_t u = 0;
     for (int h = 0; h < l && h < SV_MAX_LEVELS; h++) {
         if (m->qlen[h] > 0 || m->lrun[h] > 0) { if (until) *until = 0; return 1; }
@@ -361,7 +361,7 @@ static int same_shape_tail(const sv_req *a, const sv_req *b) {
 
 static void execute(kl_server *s, sv_req **rq, int n) {
     sv_version *v = rq[0]->ver;
-    sv_version_ref(v); /* answered requests may drop theirs before we are done */
+    kl__sv_version_ref(v); /* answered requests may drop theirs before we are done */
     sv_tensor in[SV_MAX_IO], out[SV_MAX_IO];
     void *cat[SV_MAX_IO] = {0};
     memset(out, 0, sizeof out);
@@ -394,7 +394,7 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     int64_t t0 = kl_time_mono_ns();
     for (int k = 0; k < n; k++) rq[k]->t_start = t0;
     worker_nice(nice_want);
-    if (!rc) rc = sb_run(v->sess, in, v->n_in, out, v->n_out, &e);
+    if (!rc) rc = kl__sb_run(v->sess, in, v->n_in, out, v->n_out, &e);
     int64_t t1 = kl_time_mono_ns();
     worker_nice(0);
     if (!rc && total > 0) { /* moving average (1/8) of the time per row: decides inline or worker */
@@ -407,12 +407,12 @@ static void execute(kl_server *s, sv_req **rq, int n) {
         /* one request's data (an index out of range, a shape only it has)
          * must not fail the requests batched with it: each runs alone and
          * only the guilty one is answered with the error */
-        for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
+        for (size_t i = 0; i < v->n_out; i++) kl__sv_tensor_release(&out[i]);
         for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
         kl_log(KL_LOG_INFO, "serve", "model %s version %lld: a batch of %d requests failed (%s); running them one by one",
                v->model->name, (long long)v->version, n, e.msg);
         for (int k = 0; k < n; k++) execute(s, &rq[k], 1);
-        sv_version_unref(v);
+        kl__sv_version_unref(v);
         return;
     }
     /* give back the planned bytes before answering: an answered request may be freed at once */
@@ -420,9 +420,9 @@ static void execute(kl_server *s, sv_req **rq, int n) {
     for (int k = 0; k < n; k++) release_bytes(s, rq[k]);
     pthread_mutex_unlock(&s->lock);
     /* the monitor and the prediction log read the requests before they are
-     * answered: an answered request may be freed at once (sv_req_finish) */
-    if (!rc && (v->mon || v->fb)) sv_monitor_batch(v, rq, n, out);
-    if (!rc && s->plog) sv_plog_batch(s->plog, rq, n, out);
+     * answered: an answered request may be freed at once (kl__sv_req_finish) */
+    if (!rc && (v->mon || v->fb)) kl__sv_monitor_batch(v, rq, n, out);
+    if (!rc && s->plog) kl__sv_plog_batch(s->plog, rq, n, out);
     int64_t row0 = 0;
     for (int k = 0; k < n; k++) {
         sv_req *r = rq[k];
@@ -434,19 +434,19 @@ static void execute(kl_server *s, sv_req **rq, int n) {
             char msg[900];
             snprintf(msg, sizeof msg, "%s%s", bad ? "" : "inference failed: ", e.msg);
             if (!bad) kl_log(KL_LOG_ERROR, "serve", "model %s version %lld: %s", v->model->name, (long long)v->version, e.msg);
-            sv_req_finish(r, bad ? 400 : rc == KL_ENOMEM ? 503 : 500,
+            kl__sv_req_finish(r, bad ? 400 : rc == KL_ENOMEM ? 503 : 500,
                           bad ? SV_R_BAD_REQUEST : rc == KL_ENOMEM ? SV_R_MEMORY : SV_R_INTERNAL, msg);
             continue;
         }
         kl_err ee = {0};
-        int erc = sv_encode_infer(r, out, v->n_out, n == 1 ? 0 : row0, n == 1 ? r->rows : total, &ee);
+        int erc = kl__sv_encode_infer(r, out, v->n_out, n == 1 ? 0 : row0, n == 1 ? r->rows : total, &ee);
         row0 += r->rows;
-        if (erc) sv_req_finish(r, 500, SV_R_INTERNAL, ee.msg);
-        else sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
+        if (erc) kl__sv_req_finish(r, 500, SV_R_INTERNAL, ee.msg);
+        else kl__sv_req_finish(r, 200, SV_R_SUCCESS, NULL);
     }
-    for (size_t i = 0; i < v->n_out; i++) sv_tensor_release(&out[i]);
+    for (size_t i = 0; i < v->n_out; i++) kl__sv_tensor_release(&out[i]);
     for (size_t i = 0; i < v->n_in; i++) kl_mem_free(cat[i]);
-    sv_version_unref(v);
+    kl__sv_version_unref(v);
 }
 
 /* whether r is for loop lp (an inline request of it) or, lp NULL, for the workers */
@@ -477,7 +477,7 @@ static int pick(kl_server *s, sv_loop *lp, sv_req **rq, int64_t *wait_until, sv_
             if (!f) continue;
             /* strict priority: when the model's top waiting level is held
              * back by its reserve, nothing lower of the model runs either */
-            if (!lp && !sv_sched_level_may_run(m, l, now, retry_at)) break;
+            if (!lp && !kl__sv_sched_level_may_run(m, l, now, retry_at)) break;
             if (!best || l < bl || (l == bl && f->t_enq < bt)) { best = m; bl = l; bt = f->t_enq; h = f; }
             break;
         }
@@ -533,7 +533,7 @@ static int runnable(const kl_server *s) {
         if (m->running >= m->cfg.instances) continue;
         for (int l = 0; l < SV_MAX_LEVELS; l++)
             if (first_of(m->qhead[l], NULL)) {
-                if (sv_sched_level_may_run(m, l, now, NULL)) return 1;
+                if (kl__sv_sched_level_may_run(m, l, now, NULL)) return 1;
                 break;
             }
     }
@@ -599,7 +599,7 @@ static void *worker_main(void *arg) {
  * Inline batches on the HTTP loop thread
  * ================================================================== */
 
-int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until) {
+int kl__sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until) {
     sv_req *rq[SV_MAX_BATCH_REQS];
     int ran = 0;
     *wait_until = 0;
@@ -647,7 +647,7 @@ static void *reaper_main(void *arg) {
                         char msg[256];
                         snprintf(msg, sizeof msg, "timed out after %.0f us in the queue of model '%s' (not executed)",
                                  (now - r->t_enq) / 1e3, m->name);
-                        sv_req_finish(r, 503, SV_R_TIMEOUT, msg);
+                        kl__sv_req_finish(r, 503, SV_R_TIMEOUT, msg);
                         pthread_cond_broadcast(&s->dcond);
                     } else if (r->deadline && r->deadline < next) {
                         next = r->deadline;
@@ -665,7 +665,7 @@ static void *reaper_main(void *arg) {
 }
 
 /* lock held: answers everything still queued (shutdown timed out) */
-void sv_sched_flush(kl_server *s, const char *why) {
+void kl__sv_sched_flush(kl_server *s, const char *why) {
     for (int i = 0; i < s->nmodels; i++) {
         sv_model *m = s->models[i];
         for (int l = 0; l < SV_MAX_LEVELS; l++)
@@ -673,7 +673,7 @@ void sv_sched_flush(kl_server *s, const char *why) {
                 sv_req *r = m->qhead[l];
                 unqueue(s, r);
                 release_bytes(s, r);
-                sv_req_finish(r, 503, SV_R_SHUTDOWN, why);
+                kl__sv_req_finish(r, 503, SV_R_SHUTDOWN, why);
             }
     }
 }
@@ -696,15 +696,15 @@ static void *prober_main(void *arg) {
         for (int i = 0; i < s->nmodels; i++)
             for (int j = 0; j < s->models[i]->nver && n < 256; j++) {
                 vs[n] = s->models[i]->ver[j];
-                sv_version_ref(vs[n++]);
+                kl__sv_version_ref(vs[n++]);
             }
         pthread_mutex_unlock(&s->lock);
         for (int i = 0; i < n; i++) {
             kl_err e = {0};
-            if (sv_version_probe(s, vs[i], &e))
+            if (kl__sv_version_probe(s, vs[i], &e))
                 kl_log(KL_LOG_ERROR, "serve", "health probe of model %s version %lld failed: %s", vs[i]->model->name,
                        (long long)vs[i]->version, kl_err_what(&e));
-            sv_version_unref(vs[i]);
+            kl__sv_version_unref(vs[i]);
         }
         pthread_mutex_lock(&s->lock);
     }
@@ -716,32 +716,32 @@ static void *prober_main(void *arg) {
  * Start / stop
  * ================================================================== */
 
-int sv_workers(const kl_serve_opts *o) {
+int kl__sv_workers(const kl_serve_opts *o) {
     int n = o->workers > 0 ? o->workers : kl_threads_default();
     return n < 1 ? 1 : n;
 }
 
-int sv_threads_per_worker(const kl_serve_opts *o) {
+int kl__sv_threads_per_worker(const kl_serve_opts *o) {
     return o->threads_per_worker > 0 ? o->threads_per_worker : SV_THREADS_PER_WORKER;
 }
 
-int sv_sched_start(kl_server *s, kl_err *e) {
-    int n = sv_workers(&s->o);
+int kl__sv_sched_start(kl_server *s, kl_err *e) {
+    int n = kl__sv_workers(&s->o);
     s->workers = calloc((size_t)n, sizeof *s->workers);
     if (!s->workers) return kl_err_set(e, KL_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         int rc = pthread_create(&s->workers[i], NULL, worker_main, s);
-        if (rc) { sv_sched_stop(s); return kl_err_set(e, -rc, "starting worker %d: %s", i, strerror(rc)); }
+        if (rc) { kl__sv_sched_stop(s); return kl_err_set(e, -rc, "starting worker %d: %s", i, strerror(rc)); }
         s->nworkers++;
     }
     int rc = pthread_create(&s->reaper, NULL, reaper_main, s);
     if (!rc) { s->have_reaper = 1; rc = pthread_create(&s->prober, NULL, prober_main, s); }
     if (!rc) s->have_prober = 1;
-    if (rc) { sv_sched_stop(s); return kl_err_set(e, -rc, "starting scheduler threads: %s", strerror(rc)); }
+    if (rc) { kl__sv_sched_stop(s); return kl_err_set(e, -rc, "starting scheduler threads: %s", strerror(rc)); }
     return KL_OK;
 }
 
-void sv_sched_stop(kl_server *s) {
+void kl__sv_sched_stop(kl_server *s) {
     pthread_mutex_lock(&s->lock);
     s->stop = 1;
     pthread_cond_broadcast(&s->qcond);

@@ -30,9 +30,9 @@ typedef enum {
     SV_INT64, SV_FP16, SV_BF16, SV_FP32, SV_FP64, SV_BYTES, SV_DTYPE_COUNT
 } sv_dtype;
 
-const char *sv_dtype_name(sv_dtype t);          /* KServe name: "FP32" */
-int sv_dtype_parse(const char *name, sv_dtype *out); /* KL_EINVAL when unknown */
-size_t sv_dtype_size(sv_dtype t);               /* 0 for BYTES */
+const char *kl__sv_dtype_name(sv_dtype t);          /* KServe name: "FP32" */
+int kl__sv_dtype_parse(const char *name, sv_dtype *out); /* KL_EINVAL when unknown */
+size_t kl__sv_dtype_size(sv_dtype t);               /* 0 for BYTES */
 
 typedef struct sv_tensor {
     sv_dtype dtype;
@@ -45,8 +45,8 @@ typedef struct sv_tensor {
     int own;               /* data is a kl_mem block freed on release */
 } sv_tensor;
 
-int64_t sv_numel(const sv_tensor *t);
-void sv_tensor_release(sv_tensor *t);  /* frees what it owns; leaves it empty */
+int64_t kl__sv_numel(const sv_tensor *t);
+void kl__sv_tensor_release(sv_tensor *t);  /* frees what it owns; leaves it empty */
 
 /* Declared input/output of a model version. dims -1 = symbolic. */
 typedef struct {
@@ -61,13 +61,13 @@ typedef struct {
  * ================================================================== */
 
 typedef struct sb_session sb_session;
-int sb_available(void);
-int sb_load(const char *path, int threads, sb_session **out, kl_err *e);
-void sb_free(sb_session *s);
-int sb_describe(sb_session *s, sv_io *in, size_t *n_in, sv_io *out, size_t *n_out, kl_err *e);
-/* out[] are filled with new tensors (release with sv_tensor_release). */
-int sb_run(sb_session *s, const sv_tensor *in, size_t n_in, sv_tensor *out, size_t n_out, kl_err *e);
-int sb_plan_bytes(sb_session *s, const sv_tensor *in, size_t n_in, uint64_t *bytes, kl_err *e);
+int kl__sb_available(void);
+int kl__sb_load(const char *path, int threads, sb_session **out, kl_err *e);
+void kl__sb_free(sb_session *s);
+int kl__sb_describe(sb_session *s, sv_io *in, size_t *n_in, sv_io *out, size_t *n_out, kl_err *e);
+/* out[] are filled with new tensors (release with kl__sv_tensor_release). */
+int kl__sb_run(sb_session *s, const sv_tensor *in, size_t n_in, sv_tensor *out, size_t n_out, kl_err *e);
+int kl__sb_plan_bytes(sb_session *s, const sv_tensor *in, size_t n_in, uint64_t *bytes, kl_err *e);
 
 /* ==================================================================
  * Configuration of a model (config.yaml) (repo.c)
@@ -110,7 +110,7 @@ typedef struct {
     int64_t min_labels;        /* labelled predictions a window needs before its quality alerts (default 200) */
     int64_t alert_for_s;       /* how long a drift or quality condition holds before it fires (default 600) */
 } sv_alert_cfg;
-void sv_alert_cfg_default(sv_alert_cfg *a);
+void kl__sv_alert_cfg_default(sv_alert_cfg *a);
 
 /* Dynamic batching is on by default (no config.yaml, or one without
  * `dynamic_batching`) for every version that can batch (sv_version.batchable):
@@ -144,9 +144,9 @@ typedef struct {
     sv_alert_cfg alert;   /* monitor.slo_* and the quality drops: what `keel monitor rules` alerts on (rules.c) */
 } sv_model_cfg;
 
-void sv_cfg_default(sv_model_cfg *c);
+void kl__sv_cfg_default(sv_model_cfg *c);
 /* Parses config.yaml text (name for error positions). */
-int sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e);
+int kl__sv_cfg_parse(const char *text, size_t len, const char *name, sv_model_cfg *c, kl_err *e);
 
 /* ==================================================================
  * Metrics (metrics.c)
@@ -165,7 +165,7 @@ enum {
     SV_R_MEMORY, SV_R_RATE, SV_R_SHUTDOWN, SV_R_NOT_READY, SV_R_TOO_LARGE, SV_R_INTERNAL, SV_R_OVERLOAD,
     SV_R_COUNT
 };
-const char *sv_reason_name(int r);
+const char *kl__sv_reason_name(int r);
 
 #define SV_VSTATS 16 /* versions of a model with request metrics (the lowest goes when more come) */
 
@@ -189,7 +189,6 @@ typedef struct sv_model sv_model;
 /* The reference quality of a version (meta.json final_metrics): what the
  * live quality is compared with (keel_model_quality{window="reference"}). */
 enum { SV_QREF_ACCURACY, SV_QREF_AUC, SV_QREF_MAE, SV_QREF_RMSE, SV_QREF_COUNT };
-extern const char *const sv_qref_metric[SV_QREF_COUNT]; /* "accuracy", "auc", "mae", "rmse" */
 
 typedef struct sv_version {
     sv_model *model;
@@ -266,8 +265,8 @@ struct sv_model {
 static inline int sv_version_batches(const sv_model_cfg *c, const sv_version *v) {
     return v->batchable && c->dynamic_batching && c->max_batch > 0;
 }
-void sv_version_ref(sv_version *v);
-void sv_version_unref(sv_version *v);
+void kl__sv_version_ref(sv_version *v);
+void kl__sv_version_unref(sv_version *v);
 
 /* ==================================================================
  * Requests (http.c, sched.c)
@@ -281,7 +280,7 @@ enum { SV_C_NEW, SV_C_IDLE, SV_C_HEAD, SV_C_BODY, SV_C_BUSY, SV_C_CUT };
 typedef struct sv_conn {
     struct sv_conn *next, *prev;   /* server conn list (conn_lock) */
     int fd;
-    int bad_uri;                   /* the current request's target failed sv_http_check_uri */
+    int bad_uri;                   /* the current request's target failed kl__sv_http_check_uri */
     char bad_uri_why[160];
     atomic_int state;              /* SV_C_* */
     _Atomic int64_t since;         /* monotonic ns: when the state began */
@@ -343,7 +342,7 @@ struct sv_req {
     int held;               /* inline, connection not suspended: libmicrohttpd calls the handler
                                again each round until the answer is there (no epoll_ctl pair) */
     int counted_wait;       /* counted in loop->nwait */
-    int64_t loop_idle_ns;   /* its loop's idle_ns when admission looked (sv_sched_admit) */
+    int64_t loop_idle_ns;   /* its loop's idle_ns when admission looked (kl__sv_sched_admit) */
 };
 
 /* An HTTP loop (http.c): one thread running one libmicrohttpd daemon (all
@@ -465,64 +464,65 @@ typedef struct {
     uint64_t auc_n, auc_pos;                                        /* the scored labels auc is of, positives */
     uint64_t matched, unmatched, late, duplicate, invalid, pending; /* since start; pending: predictions held */
 } sv_quality;
-sv_feedback *sv_feedback_new(const sv_version *v, int64_t horizon_s, size_t capacity);
-void sv_feedback_free(sv_feedback *f);
-size_t sv_feedback_bytes(const sv_feedback *f); /* at most */
-void sv_feedback_record(sv_feedback *f, const char *id, int64_t now_ns, const float *out, size_t k);
+sv_feedback *kl__sv_feedback_new(const sv_version *v, int64_t horizon_s, size_t capacity);
+void kl__sv_feedback_free(sv_feedback *f);
+size_t kl__sv_feedback_bytes(const sv_feedback *f); /* at most */
+void kl__sv_feedback_record(sv_feedback *f, const char *id, int64_t now_ns, const float *out, size_t k);
 /* labels posted at now_ns: the answer into b; returns the HTTP status */
-int sv_feedback_post(sv_feedback *f, const char *body, size_t len, int64_t now_ns, kl_buf *b);
-int sv_feedback_quality(sv_feedback *f, int64_t now_ns, int64_t window_s, sv_quality *q);
+int kl__sv_feedback_post(sv_feedback *f, const char *body, size_t len, int64_t now_ns, kl_buf *b);
+int kl__sv_feedback_quality(sv_feedback *f, int64_t now_ns, int64_t window_s, sv_quality *q);
 
 /* monitor.c: monitoring against the version's profile.json (docs/monitoring.md) */
-int sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e); /* config.yaml monitor: */
-void sv_monitor_load(sv_version *v, const sv_model_cfg *cfg);           /* sets v->mon or v->mon_off */
-void sv_monitor_free(sv_version *v);
+int kl__sv_monitor_cfg_parse(const kl_node *n, sv_model_cfg *c, kl_err *e); /* config.yaml monitor: */
+void kl__sv_monitor_load(sv_version *v, const sv_model_cfg *cfg);           /* sets v->mon or v->mon_off */
+void kl__sv_monitor_free(sv_version *v);
 /* (:predict records go through kl_monitor_transform in codec.c) */
 /* hot path: after a successful run of requests rq[0..n) of v with outputs out */
-void sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out);
+void kl__sv_monitor_batch(sv_version *v, sv_req *const *rq, int n, const sv_tensor *out);
 /* GET .../monitor: the body into b; returns the HTTP status */
-int sv_monitor_json(kl_server *s, const char *model, int64_t want_version, kl_buf *b);
+int kl__sv_monitor_json(kl_server *s, const char *model, int64_t want_version, kl_buf *b);
 /* POST .../feedback */
-int sv_monitor_feedback(kl_server *s, const char *model, int64_t want_version, const char *body, size_t len, kl_buf *b);
-void sv_monitor_metrics(kl_server *s, kl_buf *b);
+int kl__sv_monitor_feedback(kl_server *s, const char *model, int64_t want_version, const char *body, size_t len,
+                            kl_buf *b);
+void kl__sv_monitor_metrics(kl_server *s, kl_buf *b);
 
 /* predlog.c: the prediction log, `--log-predictions DIR` (docs/monitoring.md, "Prediction log") */
 typedef struct sv_plog sv_plog;
 typedef struct sv_plog_schema sv_plog_schema;
-int sv_plog_open(const kl_serve_opts *o, sv_plog **out, kl_err *e); /* starts its writer thread */
+int kl__sv_plog_open(const kl_serve_opts *o, sv_plog **out, kl_err *e); /* starts its writer thread */
 /* Writes what is queued and gathered, stops the thread, frees p (NULL: a no-op). */
-void sv_plog_close(sv_plog *p);
+void kl__sv_plog_close(sv_plog *p);
 /* At version load: v's layout (owned by p, deduplicated). */
-const sv_plog_schema *sv_plog_schema_of(sv_plog *p, const sv_version *v);
+const sv_plog_schema *kl__sv_plog_schema_of(sv_plog *p, const sv_version *v);
 /* Hot path, after a successful run of rq[0..n) with outputs out and before
  * they are answered: one queue entry per request (a :predict body is taken
  * from its request); a full queue drops (counted), never waits. */
-void sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out);
+void kl__sv_plog_batch(sv_plog *p, sv_req *const *rq, int n, const sv_tensor *out);
 /* Labels posted to v (POST .../feedback): the body is copied into the queue. */
-void sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t len);
-void sv_plog_metrics(const sv_plog *p, kl_buf *b);
+void kl__sv_plog_labels(sv_plog *p, const sv_version *v, const char *body, size_t len);
+void kl__sv_plog_metrics(const sv_plog *p, kl_buf *b);
 /* The text spans off[i], len[i] of the elements of a :predict body's
  * top-level "instances" array (JSON the decoder accepted; bounded by n):
  * 1 when there are exactly rows of them, else 0 (the log prints the records). */
-int sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len);
+int kl__sv_plog_record_spans(const char *s, size_t n, int64_t rows, size_t *off, size_t *len);
 /* metrics.c: a Prometheus label value (quoted, escaped) and a family's HELP/TYPE lines */
-void sv_metrics_label(kl_buf *b, const char *v);
-void sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
+void kl__sv_metrics_label(kl_buf *b, const char *v);
+void kl__sv_metrics_head(kl_buf *b, const char *name, const char *type, const char *help);
 /* the upper bounds of the latency histograms' buckets (le="..." as "%g"), +Inf not included */
-size_t sv_metrics_latency_bounds(const double **le);
+size_t kl__sv_metrics_latency_bounds(const double **le);
 /* the request results (keel_inference_requests_total's result label) that spend the availability
  * error budget: failures of the server, not of the request (rules.c) */
-int sv_reason_is_server_error(int reason);
+int kl__sv_reason_is_server_error(int reason);
 /* lock held: the version want (-1: the latest) of m; NULL when none (http.c) */
-sv_version *sv_pick_version(sv_model *m, int64_t want);
+sv_version *kl__sv_pick_version(sv_model *m, int64_t want);
 
 /* repo.c */
-int sv_repo_scan(kl_server *s, const char *only_model, kl_err *e);
-int sv_repo_unload(kl_server *s, const char *model, kl_err *e);
-sv_model *sv_model_find(kl_server *s, const char *name); /* lock held */
+int kl__sv_repo_scan(kl_server *s, const char *only_model, kl_err *e);
+int kl__sv_repo_unload(kl_server *s, const char *model, kl_err *e);
+sv_model *kl__sv_model_find(kl_server *s, const char *name); /* lock held */
 /* Runs the warm-up inference of v; records the probe result. */
-int sv_version_probe(kl_server *s, sv_version *v, kl_err *e);
-void sv_model_free(sv_model *m);
+int kl__sv_version_probe(kl_server *s, sv_version *v, kl_err *e);
+void kl__sv_model_free(sv_model *m);
 
 /* http_parse.c: the HTTP request handling keel owns, as pure functions
  * (fuzz/fuzz_http.c). */
@@ -547,11 +547,11 @@ enum {
 };
 /* The route of a (percent-decoded) path; sets r->model_name, want_version
  * and method_ok. SV_RT_BAD_TARGET: a control character in it. */
-int sv_route(const char *url, const char *method, sv_req *r);
+int kl__sv_route(const char *url, const char *method, sv_req *r);
 /* The raw request target (before percent-decoding): KL_EPARSE, with the
  * reason in why, when it holds a control character or a space, raw or
  * percent-encoded (%00 would cut the decoded path short). */
-int sv_http_check_uri(const char *raw, char *why, size_t n);
+int kl__sv_http_check_uri(const char *raw, char *why, size_t n);
 /* A request header as libmicrohttpd gave it; folded: it came from an
  * obs-fold continuation line (http.c detects it). */
 typedef struct {
@@ -569,27 +569,27 @@ typedef struct {
  * Inference-Header-Content-Length or X-Priority, a Content-Length that is
  * not 1..19 digits, a Transfer-Encoding other than "chunked", both
  * Content-Length and Transfer-Encoding, more than SV_HTTP_MAX_HEADERS. */
-int sv_http_check_headers(const sv_http_hdr *h, size_t nh, char *why, size_t n);
+int kl__sv_http_check_headers(const sv_http_hdr *h, size_t nh, char *why, size_t n);
 /* Inference-Header-Content-Length: the JSON part's length, within body_len. */
-int sv_http_header_len(const char *hl, size_t body_len, size_t *json_len);
+int kl__sv_http_header_len(const char *hl, size_t body_len, size_t *json_len);
 /* The priority grammar, one for the X-Priority header, the v2 body's
  * parameters.priority (the header serves :predict too): a level 1..SV_MAX_LEVELS in plain
  * digits (1 = highest), or the words "high" (level 1) and "low" (the model's
  * lowest level) in any case; a JSON body may give the level as a number
- * (sv_priority_number: an integer 1..SV_MAX_LEVELS). *level is 0-based, as
+ * (kl__sv_priority_number: an integer 1..SV_MAX_LEVELS). *level is 0-based, as
  * everywhere inside serve (SV_LEVEL_LOWEST for "low"); -1 when the text is
- * none of these. sv_priority_level: the level a request runs at for model
+ * none of these. kl__sv_priority_level: the level a request runs at for model
  * config c — asked (0-based; -1 = not asked: the model's default_priority)
  * capped at the model's lowest level. */
 #define SV_LEVEL_LOWEST SV_MAX_LEVELS
-int sv_priority_parse(const char *s, int *level);
-int sv_priority_number(double v, int *level);
-int sv_priority_level(const sv_model_cfg *c, int asked);
+int kl__sv_priority_parse(const char *s, int *level);
+int kl__sv_priority_number(double v, int *level);
+int kl__sv_priority_level(const sv_model_cfg *c, int asked);
 
 /* codec.c */
 /* Parses a KServe v2 infer request (JSON, or JSON + binary tail) into r->in,
  * checked against the version's inputs; 400-style errors name the field. */
-int sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin,
+int kl__sv_decode_infer(sv_req *r, const char *json, size_t json_len, const char *bin,
                     size_t bin_len, kl_err *e);
 enum { SV_POST_NONE, SV_POST_SIGMOID, SV_POST_SOFTMAX };
 enum { SV_PRED_LOGIT = 1, SV_PRED_PROBABILITY = 2, SV_PRED_LABEL = 4 };
@@ -597,21 +597,21 @@ enum { SV_PRED_LOGIT = 1, SV_PRED_PROBABILITY = 2, SV_PRED_LABEL = 4 };
 /* Parses a :predict request {"instances":[{...raw fields...}]} through the
  * version's features.json (the same code as offline feature computation)
  * into r->in; errors name the instance and field. */
-int sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e);
+int kl__sv_decode_predict(sv_req *r, const char *json, size_t json_len, kl_err *e);
 /* Builds the response of r from outputs (rows [row0, row0+rows) of each). */
-int sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0,
+int kl__sv_encode_infer(sv_req *r, const sv_tensor *outs, size_t n_out, int64_t row0,
                     int64_t total_rows, kl_err *e);
 /* A float as JSON: 9 significant digits (reads back exactly), %g layout,
  * "null" for NaN/Inf; writes < 24 bytes, returns the length. */
-int sv_fmt_f32(char *out, float f);
+int kl__sv_fmt_f32(char *out, float f);
 /* v in decimal (no NUL); returns the length (<= 20). printf's %lld/%llu
  * without the format parsing: a handful of these per request. */
-int sv_fmt_u64(char *out, uint64_t v);
-int sv_fmt_i64(char *out, int64_t v);
+int kl__sv_fmt_u64(char *out, uint64_t v);
+int kl__sv_fmt_i64(char *out, int64_t v);
 /* {"error": msg} */
-char *sv_error_json(const char *msg, size_t *len);
+char *kl__sv_error_json(const char *msg, size_t *len);
 /* n values of dtype dt at p as a JSON array (BYTES: nulls) */
-void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n);
+void kl__sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n);
 
 /* sched.c */
 /* Admission — the one place a request is let in or refused — at three
@@ -621,7 +621,7 @@ void sv_json_data(kl_buf *b, sv_dtype dt, const char *p, int64_t n);
  * with the body or is the default (shedding); SV_ADMIT_QUEUE, at submit
  * (shutdown, the level's rate limit → 429, queue full, memory shares and the
  * model's quota → 503 with an allocator snapshot; admitted planned bytes are
- * reserved). Lock held for HEADER and DECODED (sv_sched_submit takes it for
+ * reserved). Lock held for HEADER and DECODED (kl__sv_sched_submit takes it for
  * QUEUE). r->model and r->level set; r->loop_idle_ns is when its HTTP loop
  * last had a round with nothing to do (0: not on a loop). Returns 0 when
  * admitted, else the HTTP status with *v filled in. */
@@ -631,82 +631,78 @@ typedef struct {
     int snapshot;                    /* a memory refusal: write an allocator snapshot */
     char msg[768];
 } sv_verdict;
-int sv_sched_admit(kl_server *s, sv_req *r, sv_admit_stage stage, sv_verdict *v);
+int kl__sv_sched_admit(kl_server *s, sv_req *r, sv_admit_stage stage, sv_verdict *v);
 /* Queues r (or answers it at once when SV_ADMIT_QUEUE refuses it); 0 = queued. */
-int sv_sched_submit(kl_server *s, sv_req *r);
+int kl__sv_sched_submit(kl_server *s, sv_req *r);
 /* The queue timeout (µs, 0 = none) of a request of level lc that asked for
  * req_us (-1: no `timeout` parameter; 0: none asked). A request may only
  * lower its level's default_timeout_us, and only when the level allows it
  * (allow_timeout_override); asking for none (0) keeps the default. */
-int64_t sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us);
+int64_t kl__sv_sched_timeout_us(const sv_level_cfg *lc, int64_t req_us);
 /* Whether r (decoded, level set) runs on its HTTP loop's thread: called on
  * that thread; its estimated compute is below s->inline_ns and it is of its
  * model's top level. The caller sets r->inl from it before submitting. */
-int sv_sched_can_inline(kl_server *s, const sv_req *r);
+int kl__sv_sched_can_inline(kl_server *s, const sv_req *r);
 /* lock held: whether a worker may start a batch of level l (0-based) of m
  * at time now: m is below its instances and, for l > 0 while a higher level
  * has recent traffic, fewer than instances minus level l's
  * reserve_instances (at most instances - 1) batches of m run. When only the window keeps
  * it back, *retry_at (if not NULL) gets when the window ends. */
-int sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at);
+int kl__sv_sched_level_may_run(const sv_model *m, int l, int64_t now, int64_t *retry_at);
 /* lock held: whether a level above l of m has recent traffic (queued,
  * running, or arrived within SV_RESERVE_WINDOW_NS); *until (if not NULL)
  * gets when the arrival window ends (0 while requests are queued or run). */
-int sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until);
+int kl__sv_sched_higher_active(const sv_model *m, int l, int64_t now, int64_t *until);
 /* A held request whose connection closed: taken out of its queue (or left
  * alone when it has been answered meanwhile). */
-void sv_sched_cancel(kl_server *s, sv_req *r);
-int sv_sched_start(kl_server *s, kl_err *e);
-void sv_sched_stop(kl_server *s);
+void kl__sv_sched_cancel(kl_server *s, sv_req *r);
+int kl__sv_sched_start(kl_server *s, kl_err *e);
+void kl__sv_sched_stop(kl_server *s);
 /* lock held: answers every queued request with 503 (why) */
-void sv_sched_flush(kl_server *s, const char *why);
+void kl__sv_sched_flush(kl_server *s, const char *why);
 /* On HTTP loop lp's thread: runs the queued batches of lp's inline requests
  * (those whose estimated compute is below s->inline_ns), wakes workers for the rest;
  * *wait_until (monotonic ns, 0 = none) is when a batch waiting for its
  * max_queue_delay_us is due. Returns the number of batches run. */
-int sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until);
-/* The HTTP loop of the calling thread (NULL elsewhere). */
-extern _Thread_local sv_loop *sv_cur_loop;
-/* Wakes loop lp (an eventfd write). */
-void sv_loop_wake(sv_loop *lp);
+int kl__sv_sched_inline(kl_server *s, sv_loop *lp, int64_t *wait_until);
 /* The scheduling state of r (SV_Q_*): read and written with acquire/release
  * (a held request is answered by its loop after another thread set it). */
 static inline int sv_qstate(const sv_req *r) { return __atomic_load_n(&r->qstate, __ATOMIC_ACQUIRE); }
 /* Sets r's answer and hands it to the transport (sv_transport.deliver). */
-void sv_req_finish(sv_req *r, int status, int reason, const char *msg);
+void kl__sv_req_finish(sv_req *r, int status, int reason, const char *msg);
 
 /* metrics.c */
-void sv_metrics_request(kl_server *s, sv_req *r);
-char *sv_metrics_render(kl_server *s, size_t *len);
+void kl__sv_metrics_request(kl_server *s, sv_req *r);
+char *kl__sv_metrics_render(kl_server *s, size_t *len);
 
 /* http.c */
 #define SV_MAX_LOOPS 64
 /* The number of HTTP loops of o: http_threads, or (0) one per core of the
  * thread-count setting (kl_threads_default: --threads, KEEL_THREADS, the
  * online cores), at most SV_MAX_LOOPS. */
-int sv_http_loops(const kl_serve_opts *o);
+int kl__sv_http_loops(const kl_serve_opts *o);
 /* sched.c: the inference workers of o (workers, or 0: the thread-count
  * setting, like the HTTP loops) and the intra-op threads of each session run
  * (threads_per_worker, or 0: SV_THREADS_PER_WORKER) — the one place either
  * default is decided. */
 #define SV_THREADS_PER_WORKER 1
-int sv_workers(const kl_serve_opts *o);
-int sv_threads_per_worker(const kl_serve_opts *o);
+int kl__sv_workers(const kl_serve_opts *o);
+int kl__sv_threads_per_worker(const kl_serve_opts *o);
 /* Deep readiness: not draining and every model's versions probed fine
  * recently. reason (may be NULL) says why not. */
-int sv_ready(kl_server *s, char *reason, size_t n);
+int kl__sv_ready(kl_server *s, char *reason, size_t n);
 
 /* ==================================================================
  * The online feature store of the versions (fstore.c)
  * ================================================================== */
 
 /* Opens v->fstore (--feature-store, else DIR/features.db) under cfg. */
-int sv_fstore_open(kl_server *s, sv_version *v, const sv_model_cfg *cfg, kl_err *e);
+int kl__sv_fstore_open(kl_server *s, sv_version *v, const sv_model_cfg *cfg, kl_err *e);
 /* 1 when every served version's shared store answers; else 0 and why. */
-int sv_fstore_ready(kl_server *s, char *reason, size_t n);
+int kl__sv_fstore_ready(kl_server *s, char *reason, size_t n);
 /* POST /v2/models/M/events: appends the body's records to v's store. */
-int sv_events_append(sv_version *v, const char *body, size_t len, int *appended, kl_err *e);
+int kl__sv_events_append(sv_version *v, const char *body, size_t len, int *appended, kl_err *e);
 /* The model's feature store errors (server lock held). */
-uint64_t sv_fstore_errors(const sv_model *m);
+uint64_t kl__sv_fstore_errors(const sv_model *m);
 
 #endif

@@ -21,10 +21,8 @@ static int from_tensor(const kl_tensor *t, tr_array *out, kl_err *e) {
     return KL_OK;
 }
 
-int kl__train_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e) {
-    memset(out, 0, sizeof *out);
-    kl_tensor *t = NULL;
-    int rc = kl_npy_load_mem(bytes, len, name, &t, e);
+/* The tensor kl_npy_load(_mem) returned with rc, as doubles in out; t is freed. */
+static int take_tensor(int rc, kl_tensor *t, tr_array *out, kl_err *e) {
     if (rc) return rc;
     rc = from_tensor(t, out, e);
     kl_tensor_free(t);
@@ -32,15 +30,18 @@ int kl__train_npy_read_mem(const void *bytes, size_t len, const char *name, tr_a
     return rc;
 }
 
+int kl__train_npy_read_mem(const void *bytes, size_t len, const char *name, tr_array *out, kl_err *e) {
+    memset(out, 0, sizeof *out);
+    kl_tensor *t = NULL;
+    int rc = kl_npy_load_mem(bytes, len, name, &t, e);
+    return take_tensor(rc, t, out, e);
+}
+
 int kl__train_npy_read(const char *path, tr_array *out, kl_err *e) {
     memset(out, 0, sizeof *out);
-    char *buf = NULL;
-    size_t len = 0;
-    int rc = kl_read_file(path, &buf, &len, e);
-    if (rc) return rc;
-    rc = kl__train_npy_read_mem(buf, len, path, out, e);
-    kl_mem_free(buf);
-    return rc;
+    kl_tensor *t = NULL;
+    int rc = kl_npy_load(path, &t, e);
+    return take_tensor(rc, t, out, e);
 }
 
 void kl__train_array_free(tr_array *a) {

@@ -379,7 +379,7 @@ static void arrays_set(tr_array *X, tr_array *Y, int64_t n, int64_t F, int label
 static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e);
 
 int kl__train_dsrc_load(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, tr_dsinfo *info_out, kl_err *e) {
-    if (tr_dsrc_streamable(d)) return load_by_units(d, part, X, Y, info_out, e);
+    if (kl__train_dsrc_streamable(d)) return load_by_units(d, part, X, Y, info_out, e);
     ds_ctx c;
     kl_column **cols = NULL;
     size_t ncols = 0;
@@ -457,7 +457,7 @@ struct tr_pqs {
     int64_t rows_decoded, units_decoded;
 };
 
-int tr_dsrc_streamable(const tr_dsrc *d) { return !d->split_col && !d->ref_col; }
+int kl__train_dsrc_streamable(const tr_dsrc *d) { return !d->split_col && !d->ref_col; }
 
 /* The row groups of every file; each one's rows of the part from the split's
  * per-row rule (a function of the dataset row: no decoding). */
@@ -498,7 +498,7 @@ static int pqs_units(tr_pqs *st, tr_dsinfo *info, kl_err *e) {
     return KL_OK;
 }
 
-int tr_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_err *e) {
+int kl__train_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_err *e) {
     *out = NULL;
     tr_pqs *st = calloc(1, sizeof *st);
     if (!st) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -513,7 +513,7 @@ int tr_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_er
                             : part == TR_PART_TEST ? "test"
                                                    : "train");
     if (rc) {
-        tr_pqs_close(st);
+        kl__train_pqs_close(st);
         kl__train_dsinfo_free(info);
         return rc;
     }
@@ -521,7 +521,7 @@ int tr_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_er
     return KL_OK;
 }
 
-void tr_pqs_close(tr_pqs *st) {
+void kl__train_pqs_close(tr_pqs *st) {
     if (!st) return;
     kl_pq_close(st->r);
     ds_close(&st->c);
@@ -529,21 +529,21 @@ void tr_pqs_close(tr_pqs *st) {
     free(st);
 }
 
-int64_t tr_pqs_units(const tr_pqs *st) { return st->nu; }
-int64_t tr_pqs_unit_rows(const tr_pqs *st, int64_t u) { return st->u[u].nprt; }
-int64_t tr_pqs_rows(const tr_pqs *st) { return st->nprt; }
-void tr_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n) {
+int64_t kl__train_pqs_units(const tr_pqs *st) { return st->nu; }
+int64_t kl__train_pqs_unit_rows(const tr_pqs *st, int64_t u) { return st->u[u].nprt; }
+int64_t kl__train_pqs_rows(const tr_pqs *st) { return st->nprt; }
+void kl__train_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n) {
     const pq_unit *un = &st->u[u];
     snprintf(buf, n, "%s: row group %zu (file rows %lld..%lld, dataset rows %lld..%lld)", st->c.files[un->fi], un->rg,
              (long long)un->f0, (long long)(un->f0 + un->rows - 1), (long long)un->g0,
              (long long)(un->g0 + un->rows - 1));
 }
-void tr_pqs_decoded(const tr_pqs *st, int64_t *rows, int64_t *units) {
+void kl__train_pqs_decoded(const tr_pqs *st, int64_t *rows, int64_t *units) {
     *rows = st->rows_decoded;
     *units = st->units_decoded;
 }
 
-int tr_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid, kl_err *e) {
+int kl__train_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid, kl_err *e) {
     const pq_unit *un = &st->u[u];
     const char *file = st->c.files[un->fi];
     kl_column **cols = NULL;
@@ -595,7 +595,7 @@ static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, t
     tr_dsinfo info;
     memset(X, 0, sizeof *X);
     memset(Y, 0, sizeof *Y);
-    int rc = tr_pqs_open(d, part, &st, &info, e), label_int = 1;
+    int rc = kl__train_pqs_open(d, part, &st, &info, e), label_int = 1;
     if (rc) return rc;
     int64_t F = st->c.F, n = 0;
     X->f = kl_mem_alloc_e((size_t)(st->nprt * F + 1) * sizeof(double), KL_TAG_DATASET, e);
@@ -603,7 +603,7 @@ static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, t
     if (!X->f || !Y->f) rc = KL_ENOMEM;
     for (int64_t u = 0; !rc && u < st->nu; u++) {
         tr_array ux, uy;
-        if ((rc = tr_pqs_read(st, u, &ux, &uy, NULL, e))) break;
+        if ((rc = kl__train_pqs_read(st, u, &ux, &uy, NULL, e))) break;
         memcpy(X->f + n * F, ux.f, (size_t)(ux.dims[0] * F) * sizeof(double));
         memcpy(Y->f + n, uy.f, (size_t)uy.dims[0] * sizeof(double));
         label_int &= uy.is_int;
@@ -611,7 +611,7 @@ static int load_by_units(const tr_dsrc *d, int part, tr_array *X, tr_array *Y, t
         kl__train_array_free(&ux);
         kl__train_array_free(&uy);
     }
-    tr_pqs_close(st);
+    kl__train_pqs_close(st);
     if (!rc) arrays_set(X, Y, n, F, label_int);
     if (rc) {
         kl__train_array_free(X);

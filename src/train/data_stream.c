@@ -65,7 +65,7 @@ static void rowset_free(tr_rowset *rs) {
     memset(rs, 0, sizeof *rs);
 }
 
-void tr_stream_free(tr_stream *st) {
+void kl__train_stream_free(tr_stream *st) {
     if (!st) return;
     for (int i = 0; st->ent && i < st->c.cache; i++) {
         rowset_free(&st->ent[i].rs);
@@ -91,7 +91,7 @@ static void streams_plan(tr_stream *st) {
     }
 }
 
-int tr_stream_new(tr_pqs *src, const tr_stream_cfg *cfg, tr_stream **out, kl_err *e) {
+int kl__train_stream_new(tr_pqs *src, const tr_stream_cfg *cfg, tr_stream **out, kl_err *e) {
     *out = NULL;
     tr_stream *st = calloc(1, sizeof *st);
     if (!st) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -99,8 +99,8 @@ int tr_stream_new(tr_pqs *src, const tr_stream_cfg *cfg, tr_stream **out, kl_err
     st->c = *cfg;
     if (st->c.streams < 1) st->c.streams = 1;
     if (st->c.cache < 2) st->c.cache = 2;
-    st->U = tr_pqs_units(src);
-    st->ntr = tr_pqs_rows(src);
+    st->U = kl__train_pqs_units(src);
+    st->ntr = kl__train_pqs_rows(src);
     st->L = (cfg->B + st->c.streams - 1) / st->c.streams;
     st->full = st->ntr / cfg->B;
     st->rem = cfg->drop_last ? 0 : st->ntr % cfg->B;
@@ -112,7 +112,7 @@ int tr_stream_new(tr_pqs *src, const tr_stream_cfg *cfg, tr_stream **out, kl_err
     st->start = calloc((size_t)st->c.streams, 8);
     st->ent = calloc((size_t)st->c.cache, sizeof *st->ent);
     if (!st->useq || !st->upre || !st->ck || !st->start || !st->ent) {
-        tr_stream_free(st);
+        kl__train_stream_free(st);
         return kl_err_set(e, KL_ENOMEM, "out of memory");
     }
     for (int i = 0; i < st->c.cache; i++) st->ent[i].unit = -1;
@@ -126,7 +126,7 @@ static void epoch_set(tr_stream *st, int64_t epoch) {
     for (int64_t u = 0; u < st->U; u++) st->useq[u] = u;
     if (st->c.shuffle) shuffle(st->useq, st->U, epoch_key(st, epoch, 0));
     st->upre[0] = 0;
-    for (int64_t j = 0; j < st->U; j++) st->upre[j + 1] = st->upre[j] + tr_pqs_unit_rows(st->src, st->useq[j]);
+    for (int64_t j = 0; j < st->U; j++) st->upre[j + 1] = st->upre[j] + kl__train_pqs_unit_rows(st->src, st->useq[j]);
     st->epoch = epoch;
 }
 
@@ -139,7 +139,7 @@ static int unit_get(tr_stream *st, int64_t u, st_entry **out, kl_err *e) {
         else if (st->ent[i].tick < st->ent[old].tick) old = i;
     }
     st_entry *en;
-    int64_t n = tr_pqs_unit_rows(st->src, u);
+    int64_t n = kl__train_pqs_unit_rows(st->src, u);
     if (at < 0) { /* decode it into the least recently used entry */
         at = old;
         en = &st->ent[at];
@@ -151,10 +151,10 @@ static int unit_get(tr_stream *st, int64_t u, st_entry **out, kl_err *e) {
         en->perm = malloc((size_t)(n + 1) * 8);
         if (!en->rowid || !en->perm) return kl_err_set(e, KL_ENOMEM, "out of memory");
         tr_array X, Y;
-        int rc = tr_pqs_read(st->src, u, &X, &Y, en->rowid, e);
+        int rc = kl__train_pqs_read(st->src, u, &X, &Y, en->rowid, e);
         if (!rc && (rc = st->c.conv(st->c.ctx, &X, &Y, &en->rs, e))) { /* its rows are numbered within the unit */
             char where[600];
-            tr_pqs_unit_name(st->src, u, where, sizeof where);
+            kl__train_pqs_unit_name(st->src, u, where, sizeof where);
             kl_err_prefix(e, "%s, its training rows in file order", where);
         }
         if (rc) return rc;
@@ -188,7 +188,7 @@ static void q_locate(const tr_stream *st, int64_t q, int64_t *unit, int64_t *off
     *off = q - st->upre[lo];
 }
 
-int tr_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf, kl_err *e) {
+int kl__train_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf, kl_err *e) {
     if (st->epoch != epoch) epoch_set(st, epoch);
     int64_t B = st->c.B, L = st->L, F = st->c.F, K = st->c.K;
     for (int64_t r = 0; r < n; r++) {
@@ -213,7 +213,7 @@ int tr_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x
     return KL_OK;
 }
 
-int tr_stream_cache_grow(tr_stream *st, int cache, kl_err *e) {
+int kl__train_stream_cache_grow(tr_stream *st, int cache, kl_err *e) {
     if (cache <= st->c.cache) return KL_OK;
     st_entry *ent = realloc(st->ent, (size_t)cache * sizeof *ent);
     if (!ent) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -224,10 +224,10 @@ int tr_stream_cache_grow(tr_stream *st, int cache, kl_err *e) {
     return KL_OK;
 }
 
-void tr_stream_stats_get(const tr_stream *st, tr_stream_stats *out) {
+void kl__train_stream_stats_get(const tr_stream *st, tr_stream_stats *out) {
     *out = st->stats;
     int64_t rows, units;
-    tr_pqs_decoded(st->src, &rows, &units);
+    kl__train_pqs_decoded(st->src, &rows, &units);
     out->rows_decoded = (double)rows;
     out->units_decoded = (double)units;
 }

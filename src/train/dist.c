@@ -25,9 +25,10 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The launcher's own contract (not a keel setting): Open MPI's mpirun, a PMI
- * launcher (MPICH hydra, srun --mpi=pmi2/pmix) or a Slurm step. */
-int tr_dist_launched(void) { return kl_settings_get()->mpi_launched; }
+/* A launcher in the environment, by the launcher's own contract (not a keel
+ * setting): Open MPI's mpirun (OMPI_COMM_WORLD_SIZE), a PMI launcher (PMI_SIZE:
+ * MPICH hydra, srun --mpi=pmi2/pmix) or a Slurm step (SLURM_NTASKS with SLURM_PROCID). */
+static int tr_dist_launched(void) { return kl_settings_get()->mpi_launched; }
 
 static void at_exit(void) {
     int fin = 0;
@@ -170,9 +171,6 @@ static int allreduce(tr_dist *d, void *buf, int64_t n, MPI_Datatype t, size_t es
 
 int kl__train_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e) {
     return allreduce(d, buf, n, MPI_FLOAT, 4, what, e);
-}
-int tr_dist_allreduce_f64(tr_dist *d, double *buf, int64_t n, const char *what, kl_err *e) {
-    return allreduce(d, buf, n, MPI_DOUBLE, 8, what, e);
 }
 
 int kl__train_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e) {

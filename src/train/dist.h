@@ -21,9 +21,6 @@ typedef struct {
     int64_t step;     /* the step being taken, for messages */
 } tr_dist;
 
-/* A launcher in the environment: Open MPI (OMPI_COMM_WORLD_SIZE), a PMI
- * launcher (PMI_SIZE) or Slurm (SLURM_NTASKS with SLURM_PROCID). */
-int tr_dist_launched(void);
 /* mode: KL_TRAIN_DIST_AUTO (MPI when launched), _MPI (required), _OFF.
  * Starts MPI once per process (finalized at exit; aborted instead when a
  * collective failed, so that the launcher stops every rank). */
@@ -36,7 +33,6 @@ void kl__train_dist_fail(tr_dist *d);
 
 /* Blocking, bounded by the timeout; sums in place over the ranks. */
 int kl__train_dist_allreduce_f32(tr_dist *d, float *buf, int64_t n, const char *what, kl_err *e);
-int tr_dist_allreduce_f64(tr_dist *d, double *buf, int64_t n, const char *what, kl_err *e);
 /* send (bytes) from every rank into recv (world x bytes, in rank order). */
 int kl__train_dist_allgather(tr_dist *d, const void *send, void *recv, size_t bytes, const char *what, kl_err *e);
 int kl__train_dist_bcast(tr_dist *d, void *buf, size_t bytes, int root, const char *what, kl_err *e);

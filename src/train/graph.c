@@ -454,7 +454,8 @@ void kl__train_eval_free(tr_model *m) {
     memset(&m->ev, 0, sizeof m->ev);
 }
 
-const float *kl__train_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn, double *loss, kl_err *e) {
+const float *kl__train_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn,
+                               double *loss, kl_err *e) {
     tr_evalg *ev = &m->ev;
     const tr_spec *s = m->spec;
     if (!ev->g) {

@@ -80,7 +80,8 @@ int kl__train_image_spec_parse(const kl_node *n, tr_spec *s, kl_err *e) {
 
 /* ================================================================ split */
 
-int kl__train_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va, int64_t *nva, kl_err *e) {
+int kl__train_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va,
+                      int64_t *nva, kl_err *e) {
     *idx_tr = *idx_va = NULL;
     *nva = (int64_t)floor((double)n * frac);
     *ntr = n - *nva;
@@ -141,7 +142,8 @@ int kl__train_images_open_set(tr_images *im, const tr_spec *s, const tr_model *m
     return KL_OK;
 }
 
-int kl__train_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch, int64_t epochs, kl_err *e) {
+int kl__train_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch,
+                        int64_t epochs, kl_err *e) {
     kl_loader_free(im->ld);
     im->ld = NULL;
     free(im->rows);

@@ -199,7 +199,7 @@ int kl__train_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int 
 
 double kl__train_par_compute_s(const tr_par *p) { return p->compute_s; }
 
-uint64_t tr_par_alloc_bytes(const tr_par *p) { return p ? p->bytes : 0; }
+uint64_t kl__train_par_alloc_bytes(const tr_par *p) { return p ? p->bytes : 0; }
 
 void kl__train_par_even(tr_par *p) { p->even = !p->det; }
 
@@ -209,7 +209,9 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-int64_t kl__train_par_rank_share(int64_t nb, int rank, int world) { return nb > rank ? (nb - rank + world - 1) / world : 0; }
+int64_t kl__train_par_rank_share(int64_t nb, int rank, int world) {
+    return nb > rank ? (nb - rank + world - 1) / world : 0;
+}
 
 /* Rows [off, off + cnt) of the batch of nb rows for leaf k. */
 static void leaf_rows(const tr_par *p, int64_t k, int64_t nb, int64_t *off, int64_t *cnt) {
@@ -327,7 +329,8 @@ static int grads_fast(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_
     return KL_OK;
 }
 
-int kl__train_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e) {
+int kl__train_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
+                     kl_err *e) {
     p->d->step = step;
     return p->det ? grads_det(p, nb, step, scale, get, ctx, loss, e)
                   : grads_fast(p, nb, step, scale, get, ctx, loss, e);

@@ -204,8 +204,8 @@ static void spec_params(params *p, const tr_spec *s, const tr_model *m) {
     if (s->ds) padd(p, "data.dataset", "%s", s->ds->path);
 }
 
-int kl__train_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m, const char *spec_path, kl_track **tp,
-                    kl_track_run **rp, kl_err *e) {
+int kl__train_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m, const char *spec_path,
+                        kl_track **tp, kl_track_run **rp, kl_err *e) {
     *tp = NULL;
     *rp = NULL;
     kl_track *t = NULL;

@@ -9,8 +9,8 @@
 /* Opens the store, starts the run and logs params and the spec's lineage. */
 /* params: the resolved spec in full (every key under its dotted spec name,
  * defaults filled in, each layer's resolved sizes from m). */
-int kl__train_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m, const char *spec_path, kl_track **t,
-                    kl_track_run **r, kl_err *e);
+int kl__train_runlog_start(const kl_train_opts *o, const tr_spec *s, const tr_model *m, const char *spec_path,
+                        kl_track **t, kl_track_run **r, kl_err *e);
 /* Logs the final metrics, artifacts of out_dir, dataset lineage; ends the run and
  * closes the store (always). */
 int kl__train_runlog_finish(kl_track *t, kl_track_run *r, const tr_spec *s, const char *out_dir, const tr_dsinfo *dsi,

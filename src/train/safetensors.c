@@ -107,7 +107,8 @@ static int st_entry(const char *name, const cJSON *it, size_t dlen, int *rank, i
     return KL_OK;
 }
 
-int kl__train_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx, char **meta_out, kl_err *e) {
+int kl__train_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx,
+                                char **meta_out, kl_err *e) {
     const unsigned char *buf = bytes;
     cJSON *j = NULL;
     int rc = KL_OK;

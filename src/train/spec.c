@@ -183,16 +183,9 @@ static int rel_path(const tr_spec *s, const char *v, char **out, kl_err *e) {
     return KL_OK;
 }
 
-static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
+/* the per-sample input: shape (1 to 3 dims) and dtype */
+static int parse_input(tr_spec *s, const kl_node *root, kl_err *e) {
     int rc;
-    if (kl_node_kind_of(root) != KL_NODE_MAP) return kl_node_error(root, e, KL_EINVAL, "a model spec must be a map");
-    static const char *top[] = {"seed", "input", "layers", "loss", "optimizer", "schedule", "train", "data", "name", "description"};
-    if ((rc = kl_spec_check_keys(root, top, KL_ARRAY_LEN(top), e))) return rc;
-    (void)kl_node_get(root, "description"); /* for the reader only */
-    int64_t seed;
-    if ((rc = kl_spec_int(root, "seed", 0, &seed, e))) return rc;
-    s->seed = (uint64_t)seed;
-    /* input */
     const kl_node *in;
     if ((rc = kl_spec_require(root, "input", &in, e))) return rc;
     static const char *ink[] = {"shape", "dtype"};
@@ -210,7 +203,12 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
     if ((rc = kl_spec_str(in, "dtype", "float32", &dt, e))) return rc;
     if (!strcmp(dt, "int64")) s->in_int = 1;
     else if (strcmp(dt, "float32")) return kl_node_error(kl_node_get(in, "dtype"), e, KL_EINVAL, "input.dtype: float32 or int64 (indices for an embedding)");
-    /* layers */
+    return KL_OK;
+}
+
+/* the layers, each by parse_layer, names unique */
+static int parse_layers(tr_spec *s, const kl_node *root, kl_err *e) {
+    int rc;
     const kl_node *ls;
     if ((rc = kl_spec_require(root, "layers", &ls, e))) return rc;
     if (kl_node_kind_of(ls) != KL_NODE_SEQ || kl_node_len(ls) == 0) return kl_node_error(ls, e, KL_EINVAL, "layers: a non-empty list");
@@ -222,7 +220,12 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         for (int j = 0; j < i; j++)
             if (!strcmp(s->layers[i].name, s->layers[j].name))
                 return kl_node_error(kl_node_at(ls, (size_t)i), e, KL_EINVAL, "duplicate layer name '%s'", s->layers[i].name);
-    /* loss */
+    return KL_OK;
+}
+
+/* loss: type, label smoothing, classes, class weights */
+static int parse_loss(tr_spec *s, const kl_node *root, kl_err *e) {
+    int rc;
     const kl_node *lo = kl_node_get(root, "loss");
     s->loss = TR_LOSS_CE;
     if (lo) {
@@ -249,7 +252,12 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
             }
         }
     }
-    /* optimizer */
+    return KL_OK;
+}
+
+/* optimizer: sgd or adamw and the keys of the one chosen */
+static int parse_optimizer(tr_spec *s, const kl_node *root, kl_err *e) {
+    int rc;
     const kl_node *op = kl_node_get(root, "optimizer");
     s->opt = TR_OPT_ADAMW; s->lr = 1e-3; s->beta1 = 0.9; s->beta2 = 0.999; s->adam_eps = 1e-8; s->wd = 0.01;
     if (op) {
@@ -280,7 +288,12 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
         if (s->nesterov && (s->momentum <= 0 || s->dampening != 0))
             return kl_node_error(kl_node_get(op, "nesterov"), e, KL_EINVAL, "nesterov needs momentum > 0 and dampening 0");
     }
-    /* schedule */
+    return KL_OK;
+}
+
+/* schedule: the learning-rate schedule and its keys */
+static int parse_schedule(tr_spec *s, const kl_node *root, kl_err *e) {
+    int rc;
     const kl_node *sc = kl_node_get(root, "schedule");
     s->sched = TR_SCHED_CONSTANT; s->gamma = 0.1; s->step_size = 1;
     if (sc) {
@@ -302,7 +315,12 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
             return rc;
         if (s->sched == TR_SCHED_STEP && (rc = pos_int(sc, "step_size", 1, 1, &s->step_size, e))) return rc;
     }
-    /* train */
+    return KL_OK;
+}
+
+/* train: epochs, batches, precision and loss scaling, distribution, init, early stopping */
+static int parse_train(tr_spec *s, const kl_node *root, kl_err *e) {
+    int rc;
     const kl_node *tr = kl_node_get(root, "train");
     s->micro_batches = 8;
     s->bucket_mb = 25;
@@ -353,7 +371,12 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
             snprintf(s->monitor, sizeof s->monitor, "%s", m);
         }
     }
-    /* data: paths relative to the spec's folder */
+    return KL_OK;
+}
+
+/* data: a Parquet dataset, or .npy files / image shards (paths relative to the spec's folder) */
+static int parse_data(tr_spec *s, const kl_node *root, kl_err *e) {
+    int rc;
     const kl_node *da = kl_node_get(root, "data");
     if (da && kl_node_get(da, "dataset")) {   /* Parquet source (src/train/data_pq.c) */
         if ((rc = kl__train_dsrc_parse(da, &s->ds, e))) return rc;
@@ -373,6 +396,29 @@ static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
             if ((rc = rel_path(s, v, dst[i], e))) return rc;
         }
     }
+    return KL_OK;
+}
+
+/* A model spec, section by section: the top-level keys and seed, then
+ * parse_input, parse_layers, parse_loss, parse_optimizer, parse_schedule,
+ * parse_train, parse_data. */
+static int parse(tr_spec *s, const kl_node *root, kl_err *e) {
+    int rc;
+    if (kl_node_kind_of(root) != KL_NODE_MAP) return kl_node_error(root, e, KL_EINVAL, "a model spec must be a map");
+    static const char *top[] = {"seed",     "input", "layers", "loss", "optimizer",
+                                "schedule", "train", "data",   "name", "description"};
+    if ((rc = kl_spec_check_keys(root, top, KL_ARRAY_LEN(top), e))) return rc;
+    (void)kl_node_get(root, "description"); /* for the reader only */
+    int64_t seed;
+    if ((rc = kl_spec_int(root, "seed", 0, &seed, e))) return rc;
+    s->seed = (uint64_t)seed;
+    if ((rc = parse_input(s, root, e))) return rc;
+    if ((rc = parse_layers(s, root, e))) return rc;
+    if ((rc = parse_loss(s, root, e))) return rc;
+    if ((rc = parse_optimizer(s, root, e))) return rc;
+    if ((rc = parse_schedule(s, root, e))) return rc;
+    if ((rc = parse_train(s, root, e))) return rc;
+    if ((rc = parse_data(s, root, e))) return rc;
     return KL_OK;
 }
 

@@ -227,8 +227,8 @@ static int64_t drop_seed(uint64_t seed, int64_t step, int l) {
     return (int64_t)((z ^ (z >> 31)) >> 1);
 }
 
-int kl__train_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn, int64_t step, float scale,
-                double *loss, kl_err *e) {
+int kl__train_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t Bn, int64_t step,
+                    float scale, double *loss, kl_err *e) {
     tr_stepg *st = m->st;
     int rc;
     if (!st->stage && (rc = bind(m, e))) return rc;

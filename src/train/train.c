@@ -264,7 +264,7 @@ static int batch_rows(tr_batches *bs, const tr_model *m, int64_t epoch, int64_t 
     *x = bs->xb;
     *yi = bs->yb;
     *yf = bs->yfb;
-    if (bs->st) return tr_stream_rows(bs->st, epoch, r0, n, bs->xb, bs->yb, bs->yfb, e);
+    if (bs->st) return kl__train_stream_rows(bs->st, epoch, r0, n, bs->xb, bs->yb, bs->yfb, e);
     if (bs->idx_epoch != epoch) {
         memcpy(bs->idx, bs->rows, (size_t)bs->n * 8);
         if (bs->shuffle) epoch_perm(m->spec, epoch, bs->idx, bs->n);
@@ -863,7 +863,8 @@ static int run_open(tr_run *r, kl_err *e) {
     if ((rc = kl__train_dist_start(&r->dist, o->distributed, r->s->dist_timeout, e))) return rc;
     r->lead = r->dist.rank == 0;
     if ((rc = kl__train_model_new(r->s, &r->m, e))) return rc;
-    if (o->tracking && r->lead && (rc = kl__train_runlog_start(o, r->s, r->m, r->spec_path, &r->trk, &r->trun, e))) return rc;
+    if (o->tracking && r->lead && (rc = kl__train_runlog_start(o, r->s, r->m, r->spec_path, &r->trk, &r->trun, e)))
+        return rc;
     if (r->trun && o->run_id_out) *o->run_id_out = kl_track_run_id(r->trun);
     return KL_OK;
 }
@@ -887,8 +888,8 @@ static int run_data_images(tr_run *r, kl_err *e) {
     r->d.shards_id = kl_shardset_id(r->imt.set);
     if ((rc = kl__train_images_open_set(&r->imv, s, r->m, s->val_shards ? s->val_shards : s->shards, e))) return rc;
     if (!s->val_shards)
-        return kl__train_split_rows(kl_shardset_count(r->imt.set), s->seed, s->val_fraction, &r->idx_tr, &r->ntr, &r->idx_va,
-                             &r->nva, e);
+        return kl__train_split_rows(kl_shardset_count(r->imt.set), s->seed, s->val_fraction, &r->idx_tr, &r->ntr,
+                                 &r->idx_va, &r->nva, e);
     r->ntr = kl_shardset_count(r->imt.set);
     r->nva = kl_shardset_count(r->imv.set);
     return (r->idx_tr = iota_rows(r->ntr, e)) ? KL_OK : KL_ENOMEM;
@@ -900,11 +901,11 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
     const tr_spec *s = r->s;
     int rc, ds_val = s->ds && s->ds->has_split && (s->ds->split_col ? s->ds->nvals[1] > 0 : s->ds->frac[1] > 0);
     /* by row group (data_stream.c) unless the validation rows are a seeded draw of the training rows */
-    if (s->ds && tr_dsrc_streamable(s->ds) && (ds_val || s->val_x || s->val_fraction <= 0)) {
-        if ((rc = tr_pqs_open(s->ds, TR_PART_TRAIN, &r->pqs, &r->dsi, e))) return rc;
+    if (s->ds && kl__train_dsrc_streamable(s->ds) && (ds_val || s->val_x || s->val_fraction <= 0)) {
+        if ((rc = kl__train_pqs_open(s->ds, TR_PART_TRAIN, &r->pqs, &r->dsi, e))) return rc;
         if ((rc = ds_model_check(r->m, r->dsi.nnames, &r->dsi, e))) return rc;
         if (!ds_val && !s->val_x) {
-            r->ntr = tr_pqs_rows(r->pqs);
+            r->ntr = kl__train_pqs_rows(r->pqs);
             return KL_OK;
         }
     } else if (s->ds) {
@@ -919,7 +920,7 @@ static int run_data_arrays(tr_run *r, kl_err *e) {
         if ((rc = data_load(r->m, s->val_x, s->val_y, &r->dv, e))) return rc;
     }
     r->vd = &r->dv;
-    r->ntr = r->pqs ? tr_pqs_rows(r->pqs) : r->d.n;
+    r->ntr = r->pqs ? kl__train_pqs_rows(r->pqs) : r->d.n;
     r->nva = r->dv.n;
     if (!r->pqs && !(r->idx_tr = iota_rows(r->ntr, e))) return KL_ENOMEM;
     if (!(r->idx_va = iota_rows(r->nva, e))) return KL_ENOMEM;
@@ -996,9 +997,9 @@ static int run_plan(tr_run *r, kl_err *e) {
     uint64_t plan[5],
         tot = 0,
         data_bytes = (uint64_t)(r->d.n + r->dv.n) * (uint64_t)(m->in_numel * 4 + (r->d.yi ? 8 : m->out_numel * 4));
-    for (int64_t u = 0, big = 0; r->pqs && u < tr_pqs_units(r->pqs); u++) /* the decoded row groups kept */
-        if (tr_pqs_unit_rows(r->pqs, u) > big) {
-            big = tr_pqs_unit_rows(r->pqs, u);
+    for (int64_t u = 0, big = 0; r->pqs && u < kl__train_pqs_units(r->pqs); u++) /* the decoded row groups kept */
+        if (kl__train_pqs_unit_rows(r->pqs, u) > big) {
+            big = kl__train_pqs_unit_rows(r->pqs, u);
             data_bytes = (uint64_t)(r->dv.n + big * stream_cache(s, r->dist.world)) *
                 (uint64_t)(m->in_numel * 4 + (s->loss == TR_LOSS_CE ? 8 : m->out_numel * 4));
         }
@@ -1018,7 +1019,8 @@ static int run_plan(tr_run *r, kl_err *e) {
     for (int i = 0; i < 5; i++) tot += plan[i];
     if (r->o->memory_report && r->lead) {
         print_plan(r->rep, plan, data_bytes);
-        fprintf(r->rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n", kl__train_step_nodes(m));
+        fprintf(r->rep, "training step: one planned graph (%d nodes: forward, loss, gradients)\n",
+                kl__train_step_nodes(m));
     }
     if (r->o->memory_limit && tot + data_bytes > r->o->memory_limit)
         return memory_limit_error(plan, tot + data_bytes, r->o->memory_limit, e);
@@ -1036,7 +1038,7 @@ static int run_stream(tr_run *r, kl_err *e) {
     tr_stream_cfg c = {
         s->seed,        s->shuffle,      s->drop_last, r->B, s->micro_batches, stream_cache(s, r->dist.world),
         r->m->in_numel, r->m->out_numel, stream_conv,  r->m};
-    int rc = tr_stream_new(r->pqs, &c, &r->st, e);
+    int rc = kl__train_stream_new(r->pqs, &c, &r->st, e);
     r->bt.st = r->st;
     return rc;
 }
@@ -1265,7 +1267,8 @@ static int run_step(tr_run *r, kl_err *e) {
         return kl_err_set(e, KL_EINTERNAL, "step %lld: the loader made %lld rows of a %lld-row batch for rank %d of %d",
                           (long long)pos->step, (long long)mine, (long long)nb, r->dist.rank, KL_MAX(1, r->imt.world));
     double loss; /* forward, loss and gradients (into m->grads) of the global batch, on every rank */
-    if ((rc = kl__train_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss, e)))
+    if ((rc = kl__train_par_grads(r->par, nb, pos->step, s->fp16 ? (float)pos->scale : 1.0f, step_rows_get, &sr, &loss,
+                                  e)))
         return rc;
     if (!isfinite(loss))
         return kl_err_set(e, KL_ERANGE,
@@ -1353,7 +1356,7 @@ static int run_epoch_end(tr_run *r, kl_err *e) {
 static int run_stream_stats(tr_run *r, kl_err *e) {
     if (!r->st) return KL_OK;
     tr_stream_stats t;
-    tr_stream_stats_get(r->st, &t);
+    kl__train_stream_stats_get(r->st, &t);
     double mine[5] = {t.taken, t.sum, t.sumsq, t.rows_decoded, t.units_decoded},
            *all = calloc((size_t)r->dist.world * 5, sizeof(double));
     if (!all) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -1467,7 +1470,7 @@ static int run_artifacts(tr_run *r, kl_err *e) {
         snprintf(r->p, sizeof r->p, "%s/features.json", out);
         if ((rc = kl_copy_file(r->dsi.features_json, r->p, e))) return rc;
         /* the profile's outputs on the training rows read by row group: every stream in turn */
-        if (!r->nva && r->st && (rc = tr_stream_cache_grow(r->st, 2 * (int)r->s->micro_batches + 2, e))) return rc;
+        if (!r->nva && r->st && (rc = kl__train_stream_cache_grow(r->st, 2 * (int)r->s->micro_batches + 2, e))) return rc;
         if ((rc = write_profile(m, r->dsi.features_json, out, r->nva ? &r->bv : &r->bt, r->nva ? r->nva : r->ntr, e)))
             return rc;
     }
@@ -1477,14 +1480,14 @@ static int run_artifacts(tr_run *r, kl_err *e) {
 }
 
 /* The memory goal's figures (docs/training.md, "Data-parallel training"):
- * the gradient block, what the reduction adds to it (tr_par_alloc_bytes) and
+ * the gradient block, what the reduction adds to it (kl__train_par_alloc_bytes) and
  * the allocator's peaks of the grads tag and of everything, this process's. */
 static void mem_figures(const tr_run *r, double f[4]) {
     kl_mem_stats g, t;
     kl_mem_stats_get(KL_TAG_GRADS, &g);
     kl_mem_stats_get(KL_TAG_COUNT, &t);
     f[0] = (double)r->m->nparams * 4;
-    f[1] = (double)tr_par_alloc_bytes(r->par);
+    f[1] = (double)kl__train_par_alloc_bytes(r->par);
     f[2] = (double)g.peak_allocated;
     f[3] = (double)t.peak_allocated;
 }
@@ -1600,8 +1603,8 @@ static void run_free(tr_run *r) {
     free(r->idx_va);
     free(r->base_tr);
     kl__train_optim_free(&r->opt);
-    tr_stream_free(r->st);
-    tr_pqs_close(r->pqs);
+    kl__train_stream_free(r->st);
+    kl__train_pqs_close(r->pqs);
     data_free(&r->d);
     data_free(&r->dv);
     kl__train_dsinfo_free(&r->dsi);
@@ -1632,6 +1635,10 @@ static int run_finish(tr_run *r, kl_err *e) {
     return KL_OK;
 }
 
+/* The run, stage by stage: run_open (spec, MPI, the tracked run), run_data,
+ * run_plan, run_alloc, run_resume (--resume), the spec copy, run_loop (the
+ * epochs), run_finish (rank 0: artifacts, the tracked run's end, the
+ * summary). A failure on one rank aborts the others. */
 int kl_train_run(const char *spec_path, const kl_train_opts *o, kl_err *e) {
     tr_run *r = calloc(1, sizeof *r);
     if (!r) return kl_err_set(e, KL_ENOMEM, "out of memory");
@@ -1720,15 +1727,138 @@ static double auc_roc(sc_lab *v, int64_t n, int npts, cJSON *roc) {
 
 static const char *const part_label[4] = {"train", "val", "test", "all"};
 
+/* The rows kl_train_evaluate reads: image shards, .npy files, or the model's
+ * Parquet source (*part: the split read, TR_PART_TEST unless --split says). */
+static int eval_rows(const char *dir, const kl_eval_opts *o, tr_spec *s, tr_model *m, tr_images *im, tr_data *d,
+                     tr_dsinfo *dsi, int *part, kl_err *e) {
+    char p[4096];
+    int rc;
+    *part = TR_PART_TEST;
+    if (o->shards) {
+        if ((rc = kl__train_images_open_set(im, s, m, o->shards, e))) return rc;
+        d->n = kl_shardset_count(im->set);
+        return KL_OK;
+    }
+    if (o->x_path) return data_load(m, o->x_path, o->y_path, d, e);
+    /* the model's Parquet source: the path recorded in meta.json (the spec's own is relative to where it was) */
+    const char *sp = o->split ? o->split : "test";
+    int pt = 0;
+    while (pt < 4 && strcmp(part_label[pt], sp)) pt++;
+    if (pt == 4) return kl_err_set(e, KL_EINVAL, "split '%s': train, val, test or all", sp);
+    if (!s->ds)
+        return kl_err_set(e, KL_EINVAL, "%s: the model was trained on .npy files; give --data X.npy,y.npy", dir);
+    s->ds->verify = o->verify;
+    char *ds = NULL;
+    if (o->dataset) ds = strdup(o->dataset);
+    else {
+        void *doc = NULL;
+        snprintf(p, sizeof p, "%s/meta.json", dir);
+        if ((rc = kl_json_load_file(p, &doc, e))) return rc;
+        cJSON *mj = doc;
+        cJSON *dv = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "dataset");
+        ds = cJSON_IsString(dv) ? strdup(dv->valuestring) : NULL;
+        cJSON_Delete(mj);
+    }
+    if (!ds) return kl_err_set(e, KL_ENOTFOUND, "%s/meta.json: no data.dataset", dir);
+    free(s->ds->path);
+    s->ds->path = ds;
+    if (o->reference_column && !(s->ds->ref_col = strdup(o->reference_column)))
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    if (pt == TR_PART_TEST && s->ds->has_split && !(s->ds->split_col ? s->ds->nvals[2] : s->ds->frac[2] > 0))
+        return kl_err_set(e, KL_EINVAL, "%s: the spec's data.split has no test part; use --split val or all", dir);
+    *part = pt;
+    return data_load_ds(m, pt == TR_PART_ALL || !s->ds->has_split ? TR_PART_ALL : pt, d, dsi, e);
+}
+
+/* A binary model's metrics into j (score = z1 - z0 of two CE outputs, or one BCE logit): kl__eval_binary
+ * (thresholds, calibration), AUC and ROC, and the reference column's AUC on the same rows. */
+static int eval_binary(cJSON *j, const float *all, const tr_data *d, int64_t K, const tr_dsinfo *dsi,
+                       const kl_eval_opts *o, kl_err *e) {
+    sc_lab *sl = malloc((size_t)(d->n + 1) * sizeof *sl);
+    if (!sl) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < d->n; i++) {
+        sl[i].s = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
+        sl[i].pos = K == 2 ? d->yi[i] == 1 : d->yf[i] > 0.5f;
+    }
+    double *sc = malloc((size_t)(d->n + 1) * sizeof *sc);
+    uint8_t *ps = malloc((size_t)(d->n + 1));
+    if (!sc || !ps) {
+        free(sc);
+        free(ps);
+        free(sl);
+        return kl_err_set(e, KL_ENOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < d->n; i++) {
+        sc[i] = sl[i].s;
+        ps[i] = (uint8_t)sl[i].pos;
+    }
+    int rc =
+        kl__eval_binary(sc, ps, d->n, o->has_threshold ? o->threshold : -1, o->roc_points ? o->roc_points : 101, j);
+    free(sc);
+    free(ps);
+    if (rc) {
+        free(sl);
+        return kl_err_set(e, rc, "out of memory");
+    }
+    cJSON *roc = cJSON_CreateObject();
+    double auc = auc_roc(sl, d->n, o->roc_points ? o->roc_points : 101, roc);
+    if (!isnan(auc)) { cJSON_AddNumberToObject(j, "auc", auc); cJSON_AddItemToObject(j, "roc", roc); }
+    else cJSON_Delete(roc);
+    if (dsi->ref) { /* the reference score's AUC on the same rows (e.g. the generator's true p) */
+        for (int64_t i = 0; i < d->n; i++) sl[i] = (sc_lab){dsi->ref[i], K == 2 ? d->yi[i] == 1 : d->yf[i] > 0.5f};
+        double ra = auc_roc(sl, d->n, 0, NULL);
+        if (!isnan(ra)) cJSON_AddNumberToObject(j, "reference_auc", ra);
+        cJSON_AddStringToObject(j, "reference_column", o->reference_column);
+    }
+    free(sl);
+    return KL_OK;
+}
+
+/* A classifier's confusion matrix, per-class metrics and class names into j. */
+static int eval_confusion(cJSON *j, const float *all, const tr_data *d, int64_t K, const tr_dsinfo *dsi, kl_err *e) {
+    int64_t C = K == 1 ? 2 : K;
+    int64_t *cm = calloc((size_t)(C * C), 8);
+    if (!cm) return kl_err_set(e, KL_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < d->n; i++) {
+        int64_t best = 0, truth;
+        if (K == 1) { best = all[i] > 0; truth = d->yf[i] > 0.5f; }
+        else {
+            for (int64_t k = 1; k < K; k++) if (all[i * K + k] > all[i * K + best]) best = k;
+            truth = d->yi[i];
+        }
+        cm[truth * C + best]++;
+    }
+    cJSON *ca = cJSON_AddArrayToObject(j, "confusion");
+    for (int64_t a = 0; a < C; a++) {
+        cJSON *row = cJSON_CreateArray();
+        for (int64_t b = 0; b < C; b++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)cm[a * C + b]));
+        cJSON_AddItemToArray(ca, row);
+    }
+    kl__eval_classes(cm, C, j);
+    if (dsi->nclasses == C) { /* a string label: each class's name beside its index */
+        cJSON *names = cJSON_AddArrayToObject(j, "class_names");
+        for (int64_t c = 0; c < C; c++) {
+            cJSON_AddItemToArray(names, cJSON_CreateString(dsi->classes[c]));
+            cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_class"), (int)c), "name",
+                                    dsi->classes[c]);
+        }
+    }
+    free(cm);
+    return KL_OK;
+}
+
+/* keel eval, stage by stage: the spec and model, eval_rows (shards, .npy or
+ * the Parquet source), the weights, evaluate (one pass: loss, accuracy,
+ * logits), the --logits file, then into the JSON: eval_binary, eval_confusion,
+ * the regression metrics. */
 int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, kl_err *e) {
     tr_spec *s = NULL;
     tr_model *m = NULL;
     tr_data d = {0};
     tr_dsinfo dsi = {0};
     float *xb = NULL, *yfb = NULL, *all = NULL;
-    int64_t *yb = NULL, *idx = NULL, *cm = NULL, *labels = NULL;
+    int64_t *yb = NULL, *idx = NULL, *labels = NULL;
     tr_images im = {0};
-    sc_lab *sl = NULL;
     cJSON *j = NULL;
     char p[4096];
     int rc;
@@ -1737,40 +1867,8 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     snprintf(p, sizeof p, "%s/spec.yaml", dir);
     if ((rc = kl__train_spec_load(p, &s, e))) goto fail;
     if ((rc = kl__train_model_new(s, &m, e))) goto fail;
-    int part = TR_PART_TEST;
-    if (o->shards) {
-        if ((rc = kl__train_images_open_set(&im, s, m, o->shards, e))) goto fail;
-        d.n = kl_shardset_count(im.set);
-    } else if (o->x_path) {
-        if ((rc = data_load(m, o->x_path, o->y_path, &d, e))) goto fail;
-    } else {
-        /* the model's Parquet source: the path recorded in meta.json (the spec's own is relative to where it was) */
-        const char *sp = o->split ? o->split : "test";
-        for (part = 0; part < 4 && strcmp(part_label[part], sp); part++) {}
-        if (part == 4) { rc = kl_err_set(e, KL_EINVAL, "split '%s': train, val, test or all", sp); goto fail; }
-        if (!s->ds) { rc = kl_err_set(e, KL_EINVAL, "%s: the model was trained on .npy files; give --data X.npy,y.npy", dir); goto fail; }
-        s->ds->verify = o->verify;
-        char *ds = NULL;
-        if (o->dataset) ds = strdup(o->dataset);
-        else {
-            void *doc = NULL;
-            snprintf(p, sizeof p, "%s/meta.json", dir);
-            if ((rc = kl_json_load_file(p, &doc, e))) goto fail;
-            cJSON *mj = doc;
-            cJSON *dv = cJSON_GetObjectItem(cJSON_GetObjectItem(mj, "data"), "dataset");
-            ds = cJSON_IsString(dv) ? strdup(dv->valuestring) : NULL;
-            cJSON_Delete(mj);
-        }
-        if (!ds) { rc = kl_err_set(e, KL_ENOTFOUND, "%s/meta.json: no data.dataset", dir); goto fail; }
-        free(s->ds->path);
-        s->ds->path = ds;
-        if (o->reference_column && !(s->ds->ref_col = strdup(o->reference_column))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        if (part == TR_PART_TEST && s->ds->has_split && !(s->ds->split_col ? s->ds->nvals[2] : s->ds->frac[2] > 0)) {
-            rc = kl_err_set(e, KL_EINVAL, "%s: the spec's data.split has no test part; use --split val or all", dir);
-            goto fail;
-        }
-        if ((rc = data_load_ds(m, part == TR_PART_ALL || !s->ds->has_split ? TR_PART_ALL : part, &d, &dsi, e))) goto fail;
-    }
+    int part;
+    if ((rc = eval_rows(dir, o, s, m, &im, &d, &dsi, &part, e))) goto fail;
     int64_t B = KL_MIN(256, KL_MAX(1, d.n));
     if (o->shards && (rc = kl__train_images_start(&im, s, NULL, d.n, 0, B, 1, e))) goto fail;
     if ((rc = kl__train_model_alloc(m, B, e))) goto fail;
@@ -1809,67 +1907,15 @@ int kl_train_evaluate(const char *dir, const kl_eval_opts *o, void **out_cjson, 
     if (!isnan(acc)) cJSON_AddNumberToObject(j, "accuracy", acc);
     /* binary: two-class CE (score = z1 - z0) or one BCE output (score = logit) */
     int binary = (s->loss == TR_LOSS_CE && K == 2) || (s->loss == TR_LOSS_BCE && K == 1);
-    if (binary) {
-        if (!(sl = malloc((size_t)(d.n + 1) * sizeof *sl))) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < d.n; i++) {
-            sl[i].s = K == 2 ? (double)all[i * 2 + 1] - all[i * 2] : all[i];
-            sl[i].pos = K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f;
-        }
-        double *sc = malloc((size_t)(d.n + 1) * sizeof *sc);
-        uint8_t *ps = malloc((size_t)(d.n + 1));
-        if (!sc || !ps) { free(sc); free(ps); rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < d.n; i++) { sc[i] = sl[i].s; ps[i] = (uint8_t)sl[i].pos; }
-        rc = kl__eval_binary(sc, ps, d.n, o->has_threshold ? o->threshold : -1, o->roc_points ? o->roc_points : 101, j);
-        free(sc);
-        free(ps);
-        if (rc) { rc = kl_err_set(e, rc, "out of memory"); goto fail; }
-        cJSON *roc = cJSON_CreateObject();
-        double auc = auc_roc(sl, d.n, o->roc_points ? o->roc_points : 101, roc);
-        if (!isnan(auc)) { cJSON_AddNumberToObject(j, "auc", auc); cJSON_AddItemToObject(j, "roc", roc); }
-        else cJSON_Delete(roc);
-        if (dsi.ref) { /* the reference score's AUC on the same rows (e.g. the generator's true p) */
-            for (int64_t i = 0; i < d.n; i++) sl[i] = (sc_lab){dsi.ref[i], K == 2 ? d.yi[i] == 1 : d.yf[i] > 0.5f};
-            double ra = auc_roc(sl, d.n, 0, NULL);
-            if (!isnan(ra)) cJSON_AddNumberToObject(j, "reference_auc", ra);
-            cJSON_AddStringToObject(j, "reference_column", o->reference_column);
-        }
-    }
-    if (s->loss == TR_LOSS_CE || binary) {
-        int64_t C = K == 1 ? 2 : K;
-        cm = calloc((size_t)(C * C), 8);
-        if (!cm) { rc = kl_err_set(e, KL_ENOMEM, "out of memory"); goto fail; }
-        for (int64_t i = 0; i < d.n; i++) {
-            int64_t best = 0, truth;
-            if (K == 1) { best = all[i] > 0; truth = d.yf[i] > 0.5f; }
-            else {
-                for (int64_t k = 1; k < K; k++) if (all[i * K + k] > all[i * K + best]) best = k;
-                truth = d.yi[i];
-            }
-            cm[truth * C + best]++;
-        }
-        cJSON *ca = cJSON_AddArrayToObject(j, "confusion");
-        for (int64_t a = 0; a < C; a++) {
-            cJSON *row = cJSON_CreateArray();
-            for (int64_t b = 0; b < C; b++) cJSON_AddItemToArray(row, cJSON_CreateNumber((double)cm[a * C + b]));
-            cJSON_AddItemToArray(ca, row);
-        }
-        kl__eval_classes(cm, C, j);
-        if (dsi.nclasses == C) { /* a string label: each class's name beside its index */
-            cJSON *names = cJSON_AddArrayToObject(j, "class_names");
-            for (int64_t c = 0; c < C; c++) {
-                cJSON_AddItemToArray(names, cJSON_CreateString(dsi.classes[c]));
-                cJSON_AddStringToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "per_class"), (int)c), "name",
-                                        dsi.classes[c]);
-            }
-        }
-    }
+    if (binary && (rc = eval_binary(j, all, &d, K, &dsi, o, e))) goto fail;
+    if ((s->loss == TR_LOSS_CE || binary) && (rc = eval_confusion(j, all, &d, K, &dsi, e))) goto fail;
     if (s->loss == TR_LOSS_MSE && d.yf) kl__eval_regression(all, d.yf, d.n * K, j);
     *out_cjson = j;
     j = NULL;
     rc = KL_OK;
 fail:
     cJSON_Delete(j);
-    free(sl); free(cm); free(idx); free(labels);
+    free(idx); free(labels);
     if (d.yi && o->shards) free(d.yi), d.yi = NULL;
     kl__train_images_close(&im);
     kl_mem_free(xb); kl_mem_free(yb); kl_mem_free(yfb); kl_mem_free(all);

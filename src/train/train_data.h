@@ -59,22 +59,22 @@ void kl__train_dsinfo_free(tr_dsinfo *i);
  * its units are the row groups holding rows of the part, each read on its
  * own (kl_pq_read_row_group) with the checks of kl__train_dsrc_load. Only for a
  * source whose split is a per-row rule of the dataset row (no split column)
- * and without a reference column (tr_dsrc_streamable). */
+ * and without a reference column (kl__train_dsrc_streamable). */
 typedef struct tr_pqs tr_pqs;
-int tr_dsrc_streamable(const tr_dsrc *d);
+int kl__train_dsrc_streamable(const tr_dsrc *d);
 /* Opens the source and counts each row group's rows of part (footers only). */
-int tr_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_err *e);
-void tr_pqs_close(tr_pqs *st);
-int64_t tr_pqs_units(const tr_pqs *st);
-int64_t tr_pqs_unit_rows(const tr_pqs *st, int64_t u); /* rows of the part in unit u */
-int64_t tr_pqs_rows(const tr_pqs *st);                 /* rows of the part in all */
+int kl__train_pqs_open(const tr_dsrc *d, int part, tr_pqs **out, tr_dsinfo *info, kl_err *e);
+void kl__train_pqs_close(tr_pqs *st);
+int64_t kl__train_pqs_units(const tr_pqs *st);
+int64_t kl__train_pqs_unit_rows(const tr_pqs *st, int64_t u); /* rows of the part in unit u */
+int64_t kl__train_pqs_rows(const tr_pqs *st);                 /* rows of the part in all */
 /* "FILE: row group G (file rows a..b, dataset rows c..d)", for messages */
-void tr_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n);
+void kl__train_pqs_unit_name(const tr_pqs *st, int64_t u, char *buf, size_t n);
 /* Unit u's rows of the part, in file order, as kl__train_dsrc_load gives them;
- * rowid (tr_pqs_unit_rows entries, or NULL): each one's dataset row. */
-int tr_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid, kl_err *e);
+ * rowid (kl__train_pqs_unit_rows entries, or NULL): each one's dataset row. */
+int kl__train_pqs_read(tr_pqs *st, int64_t u, tr_array *X, tr_array *Y, int64_t *rowid, kl_err *e);
 /* Rows and row groups decoded so far. */
-void tr_pqs_decoded(const tr_pqs *st, int64_t *rows, int64_t *units);
+void kl__train_pqs_decoded(const tr_pqs *st, int64_t *rows, int64_t *units);
 
 /* The epoch order over a tr_pqs source (src/train/data_stream.c): rows at
  * positions of the epoch's global batches, decoding the row groups they are
@@ -102,13 +102,13 @@ typedef struct {
     double rows_decoded, units_decoded; /* row groups decoded and their rows */
 } tr_stream_stats;
 typedef struct tr_stream tr_stream;
-int tr_stream_new(tr_pqs *src, const tr_stream_cfg *cfg, tr_stream **out, kl_err *e);
-void tr_stream_free(tr_stream *st);
+int kl__train_stream_new(tr_pqs *src, const tr_stream_cfg *cfg, tr_stream **out, kl_err *e);
+void kl__train_stream_free(tr_stream *st);
 /* Rows at positions [P0, P0 + n) of epoch's order (batch b holds positions
  * [b * B, b * B + its rows)) into x (n, F) and yi or yf. */
-int tr_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf, kl_err *e);
-void tr_stream_stats_get(const tr_stream *st, tr_stream_stats *out);
+int kl__train_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf, kl_err *e);
+void kl__train_stream_stats_get(const tr_stream *st, tr_stream_stats *out);
 /* Keeps up to cache decoded units from now on (a pass over every stream in
  * turn, as an evaluation of the training rows, needs one per stream). */
-int tr_stream_cache_grow(tr_stream *st, int cache, kl_err *e);
+int kl__train_stream_cache_grow(tr_stream *st, int cache, kl_err *e);
 #endif

@@ -25,10 +25,12 @@ int kl__train_images_open_set(tr_images *im, const tr_spec *s, const tr_model *m
 /* Starts the loader over rows [0, n) of `rows` (NULL = all records).
  * train: shuffled, augmented (random crop/flip as the spec says); else in
  * order, centre crop, no flip, no dropped batch. */
-int kl__train_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch, int64_t epochs, kl_err *e);
+int kl__train_images_start(tr_images *im, const tr_spec *s, const int64_t *rows, int64_t n, int train, int64_t batch,
+                        int64_t epochs, kl_err *e);
 void kl__train_images_close(tr_images *im);
 
 /* The seeded train/validation split of n rows (val_fraction), train rows in
  * order: idx_tr (n - nva), idx_va (nva); shared with the .npy path. */
-int kl__train_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va, int64_t *nva, kl_err *e);
+int kl__train_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr, int64_t *ntr, int64_t **idx_va,
+                      int64_t *nva, kl_err *e);
 #endif

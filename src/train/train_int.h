@@ -158,7 +158,8 @@ void kl__train_model_init(tr_model *m, kl_rng *rng);
 /* Eval-mode forward and loss through the model's graph (kl_plan); returns
  * the output (B, out_numel) (valid until the next call), NULL with e set on
  * failure; *loss: the batch's mean loss against yi (CE) or yf. */
-const float *kl__train_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, double *loss, kl_err *e);
+const float *kl__train_model_eval(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B,
+                                  double *loss, kl_err *e);
 void kl__train_eval_free(tr_model *m);
 /* Builds the model's graph. TR_G_EVAL (finalized): inputs "input" then every
  * parameter and buffer by its checkpoint name, output "output". TR_G_TRAIN
@@ -191,8 +192,8 @@ void kl__train_step_set_hook(tr_model *m, kl_plan_node_fn fn, void *ctx);
 /* node_of_ref[r]: the graph node writing tensor ref r's gradient (-1: none,
  * e.g. a buffer, or zeros off the loss path). */
 void kl__train_step_grad_producers(const tr_model *m, int *node_of_ref, int nref);
-int kl__train_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step, float scale,
-                double *loss, kl_err *e);
+int kl__train_step_run(tr_model *m, const float *x, const int64_t *yi, const float *yf, int64_t B, int64_t step,
+                    float scale, double *loss, kl_err *e);
 void kl__train_step_free(tr_model *m);
 /* Rounds n floats to float16 precision in place (F16C); overflow -> inf. */
 void kl__train_round_f16(float *x, int64_t n);
@@ -233,8 +234,8 @@ int kl__train_safetensors_read(const char *path, tr_st_fn fn, void *ctx, char **
 /* The same over bytes in memory (NAME for messages). Every entry is checked
  * before fn sees it: known dtype, rank <= 8, whole-number shape, offsets in
  * the data, and data_offsets spanning exactly numel * dtype size bytes. */
-int kl__train_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx, char **meta_out,
-                            kl_err *e);
+int kl__train_safetensors_read_mem(const void *bytes, size_t len, const char *name, tr_st_fn fn, void *ctx,
+                                char **meta_out, kl_err *e);
 
 /* ================================================================ export */
 
@@ -272,7 +273,7 @@ double kl__train_par_compute_s(const tr_par *p);
 /* Bytes the reduction allocated beyond the gradient block (fast mode: the
  * running statistics' and the loss's vector; the buckets are ranges of the
  * gradient block itself; deterministic mode: the tree vectors). */
-uint64_t tr_par_alloc_bytes(const tr_par *p);
+uint64_t kl__train_par_alloc_bytes(const tr_par *p);
 /* Fast mode, image shards: each rank's rows are its loader's batch, its share of nb (kl__train_par_rank_share). */
 void kl__train_par_even(tr_par *p);
 /* Rank rank's rows of an nb-row global batch whose rows are dealt to the

@@ -741,6 +741,10 @@ static int study_size(run *R, kl_err *e) {
     return KL_OK;
 }
 
+/* The study's run, stage by stage: study_size, refresh_history (trials
+ * recorded so far), hb_start (heartbeats), then until done or stopped:
+ * start_trials (forked trainers), watch_children; end_children, hb_stop and a
+ * last refresh_history for the result. */
 int kl_tune_run(const kl_tune_run_opts *o, kl_tune_run_result *res, kl_err *e) {
     memset(res, 0, sizeof *res);
     if (!o->study || !o->space || !o->train || !o->metric || !o->sampler || !o->pruner || !o->out_dir ||

@@ -17,7 +17,7 @@ KL_TEST(serve_cfg_parse_full) {
                     "memory_quota: 64M\nversion_policy: {latest: 2}\n";
     sv_model_cfg c;
     kl_err e = {0};
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.max_batch, 16);
     KT_EQ_INT(c.dynamic_batching, 1);
     KT_EQ_INT(c.max_queue_delay_us, 200);
@@ -40,12 +40,12 @@ KL_TEST(serve_cfg_monitor_block) {
     sv_model_cfg c;
     kl_err e = {0};
     const char *y = "max_batch_size: 8\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.monitor_on, 1); /* on by default, with the default windows */
     KT_EQ_INT(c.monitor.nwin, 3);
     KT_EQ_INT(c.monitor.win_s[2], 86400);
     y = "monitor:\n  windows: [90s, 10m]\n  psi: 0.25\n  p_value: 0.01\n  min_samples: 50\n  null_delta: 0.1\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.monitor.nwin, 2);
     KT_EQ_INT(c.monitor.win_s[0], 90);
     KT_EQ_INT(c.monitor.win_s[1], 600);
@@ -55,25 +55,25 @@ KL_TEST(serve_cfg_monitor_block) {
     KT_NEAR(c.monitor.null_delta, 0.1, 0);
     KT_NEAR(c.monitor.js, 0.1, 0);
     y = "monitor: false\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.monitor_on, 0);
     y = "monitor:\n  feedback_horizon: 2h\n  feedback_capacity: 5000\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.fb_horizon_s, 7200);
     KT_EQ_INT(c.fb_capacity, 5000);
     y = "monitor:\n  feedback_capacity: -1\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     kl_err_clear(&e);
     y = "monitor:\n  psy: 0.3\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "psy");
     kl_err_clear(&e);
     y = "monitor:\n  windows: [5x]\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
     kl_err_clear(&e);
     y = "monitor:\n  js: 2\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "js");
 }
 
@@ -83,7 +83,7 @@ KL_TEST(serve_cfg_alert_thresholds) {
     sv_model_cfg c;
     kl_err e = {0};
     const char *y = "max_batch_size: 8\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_NEAR(c.alert.slo_availability, 99.9, 0);
     KT_NEAR(c.alert.slo_latency_s, 0.25, 0);
     KT_NEAR(c.alert.slo_latency_target, 99, 0);
@@ -93,7 +93,7 @@ KL_TEST(serve_cfg_alert_thresholds) {
     KT_EQ_INT(c.alert.alert_for_s, 600);
     y = "monitor:\n  slo_availability: 99.95\n  slo_latency: 0.05\n  slo_latency_target: 95\n  auc_drop: 0.01\n"
         "  rmse_rise: 0.3\n  min_labels: 50\n  alert_for: 0\n  quality_p_value: 0.05\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_NEAR(c.alert.slo_availability, 99.95, 0);
     KT_NEAR(c.alert.slo_latency_s, 0.05, 0);
     KT_NEAR(c.alert.slo_latency_target, 95, 0);
@@ -108,7 +108,7 @@ KL_TEST(serve_cfg_alert_thresholds) {
                             {"monitor:\n  min_labels: 0\n", "min_labels"},
                             {"monitor:\n  alert_for: soon\n", "alert_for"}};
     for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
-        KT_CHECK(sv_cfg_parse(bad[i][0], strlen(bad[i][0]), "config.yaml", &c, &e) != KL_OK);
+        KT_CHECK(kl__sv_cfg_parse(bad[i][0], strlen(bad[i][0]), "config.yaml", &c, &e) != KL_OK);
         KT_CONTAINS(kl_err_what(&e), bad[i][1]);
         kl_err_clear(&e);
     }
@@ -181,41 +181,41 @@ KL_TEST(serve_feedback_capacity_horizon) {
     sv_version v;
     memset(&v, 0, sizeof v);
     v.post = SV_POST_SIGMOID;
-    sv_feedback *f = sv_feedback_new(&v, 10, 4); /* 10 s, 4 predictions */
+    sv_feedback *f = kl__sv_feedback_new(&v, 10, 4); /* 10 s, 4 predictions */
     KT_CHECK(f != NULL);
     int64_t s = 1000000000LL, t0 = 100 * s;
     float logit[6] = {2, -2, 0.5f, -0.5f, 3, -3};
     char id[8];
     for (int i = 0; i < 6; i++) {
         snprintf(id, sizeof id, "r%d", i);
-        sv_feedback_record(f, id, t0 + i, &logit[i], 1);
+        kl__sv_feedback_record(f, id, t0 + i, &logit[i], 1);
     }
     kl_buf b;
     kl_buf_init(&b);
     const char *labels = "[{\"id\":\"r0\",\"label\":1},{\"id\":\"r2\",\"label\":1},{\"id\":\"r3\",\"label\":true},"
                          "{\"id\":\"r3\",\"label\":0},{\"id\":\"r4\",\"label\":0.5},{\"id\":\"r5\",\"label\":0}]";
     /* r0, r1 went (capacity 4); r3 twice: the second is a duplicate; 0.5 is no binary label */
-    KT_EQ_INT(sv_feedback_post(f, labels, strlen(labels), t0 + 10, &b), 200);
+    KT_EQ_INT(kl__sv_feedback_post(f, labels, strlen(labels), t0 + 10, &b), 200);
     KT_EQ_STR(b.data, "{\"matched\":3,\"unmatched\":1,\"late\":0,\"duplicate\":1,\"invalid\":1}");
     sv_quality q;
-    sv_feedback_quality(f, t0 + 10, 300, &q);
+    kl__sv_feedback_quality(f, t0 + 10, 300, &q);
     KT_EQ_INT(q.n, 3);
     KT_NEAR(q.accuracy, 2.0 / 3, 1e-12); /* r2 (p 0.62, y 1) right, r3 (p 0.38, y 1) wrong, r5 (p 0.05, y 0) right */
     KT_NEAR(q.auc, 1.0, 1e-12);          /* the positives r2, r3 both score above the negative r5 */
     /* a label past the horizon (10 s) is late; a new prediction evicts the old ones by age */
     kl_buf_reset(&b);
     const char *late = "{\"id\":\"r4\",\"label\":1}";
-    KT_EQ_INT(sv_feedback_post(f, late, strlen(late), t0 + 11 * s, &b), 200);
+    KT_EQ_INT(kl__sv_feedback_post(f, late, strlen(late), t0 + 11 * s, &b), 200);
     KT_EQ_STR(b.data, "{\"matched\":0,\"unmatched\":0,\"late\":1,\"duplicate\":0,\"invalid\":0}");
-    sv_feedback_record(f, "n0", t0 + 30 * s, &logit[0], 1);
-    sv_feedback_quality(f, t0 + 30 * s, 300, &q);
+    kl__sv_feedback_record(f, "n0", t0 + 30 * s, &logit[0], 1);
+    kl__sv_feedback_quality(f, t0 + 30 * s, 300, &q);
     KT_EQ_INT(q.pending, 1);
     KT_EQ_INT(q.late, 1);
-    sv_feedback_quality(f, t0 + 30 * s, 5, &q); /* the pairs are older than a 5 s window */
+    kl__sv_feedback_quality(f, t0 + 30 * s, 5, &q); /* the pairs are older than a 5 s window */
     KT_EQ_INT(q.n, 0);
     KT_CHECK(isnan(q.accuracy));
     kl_buf_free(&b);
-    sv_feedback_free(f);
+    kl__sv_feedback_free(f);
 }
 
 KL_TEST(serve_cfg_reserve_level_batch_shed) {
@@ -223,7 +223,7 @@ KL_TEST(serve_cfg_reserve_level_batch_shed) {
     kl_err e = {0};
     const char *y = "instances: 3\npriority_levels: 3\nmax_batch_size: 16\n"
                     "queue_policy:\n  2: {reserve_instances: 2, max_batch_size: 2, nice: 10}\n  3: {reserve_instances: 0, shed_busy_us: 0}\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.level[0].reserve_instances, SV_RESERVE_DEFAULT);
     KT_EQ_INT(c.level[0].max_batch, 0);
     KT_EQ_INT(c.level[1].reserve_instances, 2);
@@ -234,14 +234,14 @@ KL_TEST(serve_cfg_reserve_level_batch_shed) {
     KT_EQ_INT(c.level[1].shed_busy_us, SV_SHED_BUSY_DEFAULT_US);
     KT_EQ_INT(c.level[2].shed_busy_us, 0);
     y = "queue_policy:\n  2: {shed_busy_us: -5}\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     kl_err_clear(&e);
     y = "queue_policy:\n  1: {reserve_instances: -1}\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "reserve_instances");
     kl_err_clear(&e);
     y = "queue_policy:\n  1: {nice: 20}\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "nice");
     kl_err_clear(&e);
 }
@@ -252,39 +252,39 @@ KL_TEST(serve_cfg_reserve_level_batch_shed) {
 KL_TEST(serve_cfg_batching_default_on) {
     sv_model_cfg c;
     kl_err e = {0};
-    sv_cfg_default(&c);
+    kl__sv_cfg_default(&c);
     KT_EQ_INT(c.dynamic_batching, 1);
     KT_EQ_INT(c.max_batch, SV_BATCH_DEFAULT_MAX);
     KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
     KT_CHECK(SV_BATCH_DEFAULT_DELAY_US > 0 && SV_BATCH_DEFAULT_DELAY_US <= 1000);
     const char *y = "instances: 2\n"; /* a config.yaml about something else */
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.dynamic_batching, 1);
     KT_EQ_INT(c.max_batch, SV_BATCH_DEFAULT_MAX);
     KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
     y = "";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.dynamic_batching, 1);
     const char *off[] = {"dynamic_batching: false\n", "dynamic_batching: off\n", "max_batch_size: 0\n"};
     for (int i = 0; i < 3; i++) {
-        KT_OK(sv_cfg_parse(off[i], strlen(off[i]), "config.yaml", &c, &e), &e);
+        KT_OK(kl__sv_cfg_parse(off[i], strlen(off[i]), "config.yaml", &c, &e), &e);
         KT_EQ_INT(c.dynamic_batching, 0);
         KT_EQ_INT(c.max_batch, 0);
     }
     y = "max_batch_size: 8\n"; /* the size alone: batching on with the default delay */
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.dynamic_batching, 1);
     KT_EQ_INT(c.max_batch, 8);
     KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
     y = "dynamic_batching: {max_queue_delay_us: 0}\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.dynamic_batching, 1);
     KT_EQ_INT(c.max_queue_delay_us, 0);
     y = "dynamic_batching: {preferred_batch_sizes: [4]}\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.max_queue_delay_us, SV_BATCH_DEFAULT_DELAY_US);
     y = "dynamic_batching:\n  max_queue_delay_us: -1\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
     kl_err_clear(&e);
 }
@@ -293,14 +293,14 @@ KL_TEST(serve_cfg_batching_default_on) {
 KL_TEST(serve_http_loops_default_per_core) {
     kl_serve_opts o = {0};
     int was = kl_threads_default();
-    KT_EQ_INT(sv_http_loops(&o), was < SV_MAX_LOOPS ? was : SV_MAX_LOOPS);
+    KT_EQ_INT(kl__sv_http_loops(&o), was < SV_MAX_LOOPS ? was : SV_MAX_LOOPS);
     kl_threads_set(3); /* --threads 3 / KEEL_THREADS=3 / threads: 3 */
-    KT_EQ_INT(sv_http_loops(&o), 3);
+    KT_EQ_INT(kl__sv_http_loops(&o), 3);
     kl_threads_set(1000);
-    KT_EQ_INT(sv_http_loops(&o), SV_MAX_LOOPS);
+    KT_EQ_INT(kl__sv_http_loops(&o), SV_MAX_LOOPS);
     kl_threads_set(was);
     o.http_threads = 5;
-    KT_EQ_INT(sv_http_loops(&o), 5);
+    KT_EQ_INT(kl__sv_http_loops(&o), 5);
 }
 
 /* inference workers follow the same thread-count setting as the HTTP loops
@@ -310,58 +310,58 @@ KL_TEST(serve_workers_follow_thread_setting) {
     kl_serve_opts o = {0};
     int was = kl_threads_default();
     kl_threads_set(3);
-    KT_EQ_INT(sv_workers(&o), 3);
+    KT_EQ_INT(kl__sv_workers(&o), 3);
     kl_threads_set(was);
     o.workers = 7;
-    KT_EQ_INT(sv_workers(&o), 7);
-    KT_EQ_INT(sv_threads_per_worker(&o), 1);
+    KT_EQ_INT(kl__sv_workers(&o), 7);
+    KT_EQ_INT(kl__sv_threads_per_worker(&o), 1);
     o.threads_per_worker = 4;
-    KT_EQ_INT(sv_threads_per_worker(&o), 4);
+    KT_EQ_INT(kl__sv_threads_per_worker(&o), 4);
 }
 
 /* the reserve rule on a hand-built model: 3 instances, level 2 leaves 1 */
 KL_TEST(serve_sched_level_may_run_reserve) {
     sv_model m;
     memset(&m, 0, sizeof m);
-    sv_cfg_default(&m.cfg);
+    kl__sv_cfg_default(&m.cfg);
     m.cfg.instances = 3;
     m.cfg.levels = 3;
     m.cfg.level[2].reserve_instances = 0;
     int64_t now = 10 * SV_RESERVE_WINDOW_NS, at = 0;
     /* no higher-level traffic yet: level 2 may take every instance */
     m.running = m.lrun[1] = 2;
-    KT_CHECK(sv_sched_level_may_run(&m, 1, now, NULL));
+    KT_CHECK(kl__sv_sched_level_may_run(&m, 1, now, NULL));
     /* a level-1 request arrived recently: level 2 starts no batch while 3 - 1 = 2 run */
     m.last_arrival[0] = now - SV_RESERVE_WINDOW_NS / 2;
-    KT_CHECK(!sv_sched_level_may_run(&m, 1, now, &at));
+    KT_CHECK(!kl__sv_sched_level_may_run(&m, 1, now, &at));
     KT_EQ_INT(at, m.last_arrival[0] + SV_RESERVE_WINDOW_NS); /* when to look again */
-    KT_CHECK(sv_sched_level_may_run(&m, 0, now, NULL));     /* level 1 takes the third */
+    KT_CHECK(kl__sv_sched_level_may_run(&m, 0, now, NULL));     /* level 1 takes the third */
     /* level 3 reserves nothing but counts: levels >= 3 run 0 batches */
-    KT_CHECK(sv_sched_level_may_run(&m, 2, now, NULL));
+    KT_CHECK(kl__sv_sched_level_may_run(&m, 2, now, NULL));
     /* the window passed: level 2 may use them all again */
-    KT_CHECK(sv_sched_level_may_run(&m, 1, now + SV_RESERVE_WINDOW_NS, NULL));
+    KT_CHECK(kl__sv_sched_level_may_run(&m, 1, now + SV_RESERVE_WINDOW_NS, NULL));
     /* a level-1 request queued or running counts as recent whatever its age */
     m.qlen[0] = 1;
-    KT_CHECK(!sv_sched_level_may_run(&m, 1, now + 5 * SV_RESERVE_WINDOW_NS, NULL));
+    KT_CHECK(!kl__sv_sched_level_may_run(&m, 1, now + 5 * SV_RESERVE_WINDOW_NS, NULL));
     m.qlen[0] = 0;
     /* one level-2 batch of two: the reserve never blocks a level entirely */
     m.running = m.lrun[1] = 0;
     m.cfg.level[1].reserve_instances = 9;
-    KT_CHECK(sv_sched_level_may_run(&m, 1, now, NULL));
+    KT_CHECK(kl__sv_sched_level_may_run(&m, 1, now, NULL));
     m.running = m.lrun[1] = 1;
-    KT_CHECK(!sv_sched_level_may_run(&m, 1, now, NULL));
+    KT_CHECK(!kl__sv_sched_level_may_run(&m, 1, now, NULL));
     /* never above instances, whatever the level */
     m.running = 3;
-    KT_CHECK(!sv_sched_level_may_run(&m, 0, now, NULL));
+    KT_CHECK(!kl__sv_sched_level_may_run(&m, 0, now, NULL));
     /* higher-level traffic (what shedding on saturation also asks): the top
      * level has none above it; a recent arrival counts until its window ends */
     int64_t until = -1;
-    KT_CHECK(!sv_sched_higher_active(&m, 0, now, &until));
-    KT_CHECK(sv_sched_higher_active(&m, 1, now, &until));
+    KT_CHECK(!kl__sv_sched_higher_active(&m, 0, now, &until));
+    KT_CHECK(kl__sv_sched_higher_active(&m, 1, now, &until));
     KT_EQ_INT(until, m.last_arrival[0] + SV_RESERVE_WINDOW_NS);
-    KT_CHECK(!sv_sched_higher_active(&m, 1, now + SV_RESERVE_WINDOW_NS, NULL));
+    KT_CHECK(!kl__sv_sched_higher_active(&m, 1, now + SV_RESERVE_WINDOW_NS, NULL));
     m.lrun[0] = 1; /* running: active whatever the arrival's age, no window end */
-    KT_CHECK(sv_sched_higher_active(&m, 2, now + 5 * SV_RESERVE_WINDOW_NS, &until));
+    KT_CHECK(kl__sv_sched_higher_active(&m, 2, now + 5 * SV_RESERVE_WINDOW_NS, &until));
     KT_EQ_INT(until, 0);
 }
 
@@ -370,41 +370,41 @@ KL_TEST(serve_sched_timeout_override) {
     sv_level_cfg l;
     memset(&l, 0, sizeof l);
     l.allow_timeout_override = 1;
-    KT_EQ_INT(sv_sched_timeout_us(&l, -1), 0);      /* no default, none asked */
-    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 500);   /* no default: the request's */
-    KT_EQ_INT(sv_sched_timeout_us(&l, 0), 0);
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, -1), 0);      /* no default, none asked */
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, 500), 500);   /* no default: the request's */
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, 0), 0);
     l.default_timeout_us = 2000;
-    KT_EQ_INT(sv_sched_timeout_us(&l, -1), 2000);
-    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 500);   /* lowered */
-    KT_EQ_INT(sv_sched_timeout_us(&l, 9000), 2000); /* never raised */
-    KT_EQ_INT(sv_sched_timeout_us(&l, 0), 2000);    /* "none" would raise it */
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, -1), 2000);
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, 500), 500);   /* lowered */
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, 9000), 2000); /* never raised */
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, 0), 2000);    /* "none" would raise it */
     l.allow_timeout_override = 0;
-    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 2000);  /* the level's, whatever asked */
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, 500), 2000);  /* the level's, whatever asked */
     l.default_timeout_us = 0;
-    KT_EQ_INT(sv_sched_timeout_us(&l, 500), 0);
+    KT_EQ_INT(kl__sv_sched_timeout_us(&l, 500), 0);
 }
 
 KL_TEST(serve_cfg_errors_name_the_key) {
     sv_model_cfg c;
     kl_err e = {0};
     const char *y = "max_batch_size: 4\nmax_bach: 3\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "max_bach");
     KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
     kl_err_clear(&e);
     y = "priority_levels: 2\ndefault_priority: 3\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) != KL_OK);
     KT_CONTAINS(kl_err_what(&e), "default_priority");
     kl_err_clear(&e);
     y = "version_policy: {specific: [1, 3]}\n";
-    KT_OK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
+    KT_OK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e), &e);
     KT_EQ_INT(c.policy, SV_POLICY_SPECIFIC);
     KT_EQ_INT(c.n_specific, 2);
     KT_EQ_INT(c.specific[1], 3);
     /* a key nothing reads in this configuration: latest wins, specific was ignored */
     kl_err_clear(&e);
     y = "version_policy: {latest: 2,\n  specific: [1]}\n";
-    KT_CHECK(sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) == KL_EINVAL);
+    KT_CHECK(kl__sv_cfg_parse(y, strlen(y), "config.yaml", &c, &e) == KL_EINVAL);
     KT_CONTAINS(kl_err_what(&e), "'specific'");
     KT_CONTAINS(kl_err_what(&e), "config.yaml:2");
 }
@@ -443,7 +443,7 @@ static void req_init(sv_req *r, sv_model *m, sv_version *v) {
 }
 
 static void req_clear(sv_req *r) {
-    for (int i = 0; i < SV_MAX_IO; i++) sv_tensor_release(&r->in[i]);
+    for (int i = 0; i < SV_MAX_IO; i++) kl__sv_tensor_release(&r->in[i]);
     free(r->resp);
     r->resp = NULL;
 }
@@ -464,7 +464,7 @@ KL_TEST(serve_priority_one_grammar_header_and_body) {
     sv_version v;
     fake_version(&m, &v);
     for (size_t i = 0; i < KL_ARRAY_LEN(cs); i++) {
-        int hl = -2, rc = sv_priority_parse(cs[i].text, &hl);
+        int hl = -2, rc = kl__sv_priority_parse(cs[i].text, &hl);
         KT_CHECKF(cs[i].level < 0 ? rc != 0 : rc == 0 && hl == cs[i].level, "header '%s': rc %d level %d", cs[i].text,
                   rc, hl);
         char j[512];
@@ -476,22 +476,23 @@ KL_TEST(serve_priority_one_grammar_header_and_body) {
         sv_req r;
         req_init(&r, &m, &v);
         kl_err e = {0};
-        rc = sv_decode_infer(&r, j, strlen(j), NULL, 0, &e);
+        rc = kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e);
         KT_CHECKF(cs[i].level < 0 ? rc != 0 : rc == 0 && r.prio_param == cs[i].level, "body '%s': rc %d level %d (%s)",
                   cs[i].text, rc, r.prio_param, e.msg);
         req_clear(&r);
     }
     int lv = -1;
-    KT_CHECK(sv_priority_number(3, &lv) == 0 && lv == 2);
-    KT_CHECK(sv_priority_number(2.5, &lv) != 0 && sv_priority_number(0, &lv) != 0 && sv_priority_number(NAN, &lv) != 0);
+    KT_CHECK(kl__sv_priority_number(3, &lv) == 0 && lv == 2);
+    KT_CHECK(kl__sv_priority_number(2.5, &lv) != 0 && kl__sv_priority_number(0, &lv) != 0 &&
+             kl__sv_priority_number(NAN, &lv) != 0);
     sv_model_cfg c;
-    sv_cfg_default(&c);
+    kl__sv_cfg_default(&c);
     c.levels = 3;
     c.default_level = 1;
-    KT_EQ_INT(sv_priority_level(&c, -1), 1);              /* not asked: default_priority */
-    KT_EQ_INT(sv_priority_level(&c, SV_LEVEL_LOWEST), 2); /* "low": the model's lowest */
-    KT_EQ_INT(sv_priority_level(&c, 7), 2);
-    KT_EQ_INT(sv_priority_level(&c, 0), 0);
+    KT_EQ_INT(kl__sv_priority_level(&c, -1), 1);              /* not asked: default_priority */
+    KT_EQ_INT(kl__sv_priority_level(&c, SV_LEVEL_LOWEST), 2); /* "low": the model's lowest */
+    KT_EQ_INT(kl__sv_priority_level(&c, 7), 2);
+    KT_EQ_INT(kl__sv_priority_level(&c, 0), 0);
 }
 
 KL_TEST(serve_decode_nested_and_flat) {
@@ -505,7 +506,7 @@ KL_TEST(serve_decode_nested_and_flat) {
                     "{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,3],\"data\":[[1,2,3],[4.5,5,-6]]}],"
                     "\"outputs\":[{\"name\":\"k\"}]}";
     kl_err e = {0};
-    KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
+    KT_OK(kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
     KT_EQ_STR(r.id, "abc");
     KT_EQ_INT(r.prio_param + 1, 2); /* kept 0-based */
     KT_EQ_INT(r.timeout_us, 1500);
@@ -521,7 +522,7 @@ KL_TEST(serve_decode_nested_and_flat) {
     req_init(&r, &m, &v);
     j = "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\",\"shape\":[2,3],\"data\":[1,2,3,4.5,5,-6]},"
         "{\"name\":\"mask\",\"datatype\":\"BOOL\",\"shape\":[2],\"data\":[1,0]}]}";
-    KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
+    KT_OK(kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
     x = r.in[0].data;
     KT_NEAR(x[3], 4.5, 0);
     KT_EQ_INT(r.n_out_sel, 2);
@@ -535,7 +536,7 @@ static void expect_error(const char *json, const char *needle) {
     fake_version(&m, &v);
     req_init(&r, &m, &v);
     kl_err e = {0};
-    int rc = sv_decode_infer(&r, json, strlen(json), NULL, 0, &e);
+    int rc = kl__sv_decode_infer(&r, json, strlen(json), NULL, 0, &e);
     req_clear(&r);
     KT_CHECKF(rc != KL_OK, "accepted: %s", json);
     KT_CONTAINS(e.msg, needle);
@@ -596,7 +597,7 @@ KL_TEST(serve_decode_binary_and_encode) {
     bin[24] = 1;
     bin[25] = 0;
     kl_err e = {0};
-    KT_OK(sv_decode_infer(&r, j, strlen(j), bin, sizeof bin, &e), &e);
+    KT_OK(kl__sv_decode_infer(&r, j, strlen(j), bin, sizeof bin, &e), &e);
     KT_NEAR(((float *)r.in[0].data)[5], 6, 0);
     /* this request is rows 1..2 of a batch of 3 */
     float y[3 * 2] = {0, 0, 1.5f, 2.5f, 3.5f, 4.5f};
@@ -612,7 +613,7 @@ KL_TEST(serve_decode_binary_and_encode) {
     outs[1].rank = 1;
     outs[1].dims[0] = 3;
     outs[1].data = k;
-    KT_OK(sv_encode_infer(&r, outs, 2, 1, 3, &e), &e);
+    KT_OK(kl__sv_encode_infer(&r, outs, 2, 1, 3, &e), &e);
     KT_CHECK(r.resp_header_len > 0);
     char *hdr = strndup(r.resp, (size_t)r.resp_header_len);
     KT_CONTAINS(hdr, "\"model_version\":\"3\"");
@@ -627,7 +628,7 @@ KL_TEST(serve_decode_binary_and_encode) {
     req_clear(&r);
     /* binary sizes that do not match the shape are refused */
     req_init(&r, &m, &v);
-    KT_CHECK(sv_decode_infer(&r, j, strlen(j), bin, 20, &e) != KL_OK);
+    KT_CHECK(kl__sv_decode_infer(&r, j, strlen(j), bin, 20, &e) != KL_OK);
     KT_CONTAINS(e.msg, "binary_data_size");
     req_clear(&r);
 }
@@ -661,7 +662,7 @@ KL_TEST(serve_decode_int64_exact) {
         "\"data\":[18446744073709551615,9007199254740993,3,0,0,0,0,0,0,0,1e3,12345678901234567890]}]}"};
     for (int f = 0; f < 2; f++) {
         req_init(&r, &m, &v);
-        KT_OK(sv_decode_infer(&r, forms[f], strlen(forms[f]), NULL, 0, &e), &e);
+        KT_OK(kl__sv_decode_infer(&r, forms[f], strlen(forms[f]), NULL, 0, &e), &e);
         const int64_t *i = r.in[0].data;
         const uint64_t *u = r.in[1].data;
         KT_CHECK(i[0] == 9007199254740993LL && i[1] == INT64_MIN && i[2] == INT64_MAX);
@@ -674,14 +675,14 @@ KL_TEST(serve_decode_int64_exact) {
     snprintf(j, sizeof j, "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[2],"
                           "\"data\":[1,9223372036854775808]},%s]}", u);
     req_init(&r, &m, &v);
-    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CHECK(kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
     KT_CONTAINS(e.msg, "inputs[0].data[1]: 9223372036854775808 is not a valid INT64");
     req_clear(&r);
     snprintf(j, sizeof j, "{\"inputs\":[{\"name\":\"i\",\"datatype\":\"INT64\",\"shape\":[1],\"data\":[1]},"
                           "{\"name\":\"u\",\"datatype\":\"UINT64\",\"shape\":[9],"
                           "\"data\":[0,1,2,3,4,5,6,7,18446744073709551616]}]}");
     req_init(&r, &m, &v);
-    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CHECK(kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
     KT_CONTAINS(e.msg, "inputs[1].data[8]: 18446744073709551616 is not a valid UINT64");
     req_clear(&r);
 }
@@ -702,19 +703,19 @@ KL_TEST(serve_decode_bytes_layout) {
                     "\"data\":[[\"ab\",\"\"],[\"\\u00e9\",\"xyz\"]]}]}";
     kl_err e = {0};
     req_init(&r, &m, &v);
-    KT_OK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
+    KT_OK(kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e), &e);
     static const unsigned char want[] = {2, 0, 0, 0, 'a', 'b', 0, 0, 0, 0, 2, 0, 0, 0, 0xc3, 0xa9, 3, 0, 0, 0, 'x', 'y', 'z'};
     KT_EQ_INT(r.in[0].nbytes, sizeof want);
     KT_CHECK(r.in[0].nbytes == sizeof want && !memcmp(r.in[0].data, want, sizeof want));
     req_clear(&r);
     req_init(&r, &m, &v);
     j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1,2],\"data\":[\"a\",5]}]}";
-    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CHECK(kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
     KT_CONTAINS(e.msg, "inputs[0].data[1]: expected a string");
     req_clear(&r);
     req_init(&r, &m, &v);
     j = "{\"inputs\":[{\"name\":\"s\",\"datatype\":\"BYTES\",\"shape\":[1,2],\"data\":[\"a\"]}]}";
-    KT_CHECK(sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
+    KT_CHECK(kl__sv_decode_infer(&r, j, strlen(j), NULL, 0, &e) != KL_OK);
     KT_CONTAINS(e.msg, "inputs[0].data: 1 values, shape holds 2");
     req_clear(&r);
 }
@@ -724,11 +725,11 @@ KL_TEST(serve_dtypes_all_kserve_names) {
                            "INT32", "INT64", "FP16", "BF16", "FP32", "FP64", "BYTES"};
     for (size_t i = 0; i < KL_ARRAY_LEN(names); i++) {
         sv_dtype t;
-        KT_EQ_INT(sv_dtype_parse(names[i], &t), KL_OK);
-        KT_EQ_STR(sv_dtype_name(t), names[i]);
+        KT_EQ_INT(kl__sv_dtype_parse(names[i], &t), KL_OK);
+        KT_EQ_STR(kl__sv_dtype_name(t), names[i]);
     }
     sv_dtype t;
-    KT_CHECK(sv_dtype_parse("float32", &t) != KL_OK);
+    KT_CHECK(kl__sv_dtype_parse("float32", &t) != KL_OK);
 }
 
 #include <cjson/cJSON.h>
@@ -1101,7 +1102,7 @@ KL_TEST(serve_fmt_f32_reads_back) {
                            3.40282347e+38f, 1.17549435e-38f, 1.4e-45f, 999999.9f, 0.0001f, 123.456f};
     char buf[32], ref[64];
     for (size_t i = 0; i < KL_ARRAY_LEN(fixed); i++) { /* the same text as printf for these */
-        buf[sv_fmt_f32(buf, fixed[i])] = 0;
+        buf[kl__sv_fmt_f32(buf, fixed[i])] = 0;
         snprintf(ref, sizeof ref, "%.9g", fixed[i]);
         KT_EQ_STR(buf, ref);
     }
@@ -1110,7 +1111,7 @@ KL_TEST(serve_fmt_f32_reads_back) {
         x ^= x << 13; x ^= x >> 17; x ^= x << 5;
         float f;
         memcpy(&f, &x, 4);
-        int n = sv_fmt_f32(buf, f);
+        int n = kl__sv_fmt_f32(buf, f);
         buf[n] = 0;
         if (!isfinite(f)) { KT_EQ_STR(buf, "null"); continue; }
         float back = strtof(buf, NULL);
@@ -1123,7 +1124,7 @@ KL_TEST(serve_fmt_int_matches_printf) {
     const int64_t fixed[] = {0, 1, -1, 9, 10, -10, 99, 100, 123456789, -987654321012LL, INT64_MAX, INT64_MIN};
     char a[32], b[32];
     for (size_t i = 0; i < KL_ARRAY_LEN(fixed); i++) {
-        int n = sv_fmt_i64(a, fixed[i]);
+        int n = kl__sv_fmt_i64(a, fixed[i]);
         a[n] = 0;
         snprintf(b, sizeof b, "%lld", (long long)fixed[i]);
         KT_EQ_STR(a, b);
@@ -1132,12 +1133,12 @@ KL_TEST(serve_fmt_int_matches_printf) {
     for (int i = 0; i < 2000; i++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         uint64_t v = x >> (x % 64);
-        int n = sv_fmt_u64(a, v);
+        int n = kl__sv_fmt_u64(a, v);
         a[n] = 0;
         snprintf(b, sizeof b, "%llu", (unsigned long long)v);
         KT_EQ_STR(a, b);
     }
-    int n = sv_fmt_u64(a, UINT64_MAX);
+    int n = kl__sv_fmt_u64(a, UINT64_MAX);
     a[n] = 0;
     KT_EQ_STR(a, "18446744073709551615");
 }
@@ -1338,46 +1339,53 @@ KL_TEST(serve_json_nested_arrays_memory_bounded) {
 KL_TEST(serve_http_header_rules) {
     char why[200];
 #define HDRS(...) ((sv_http_hdr[]){__VA_ARGS__}), (sizeof((sv_http_hdr[]){__VA_ARGS__}) / sizeof(sv_http_hdr))
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "x", 0}, {"Content-Length", "12", 0}, {"X-Priority", "high", 0}), why, sizeof why), KL_OK);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "x", 0}, {"Transfer-Encoding", "Chunked", 0}), why, sizeof why), KL_OK);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "0", 0}, {"content-length", "35", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Host", "x", 0}, {"Content-Length", "12", 0}, {"X-Priority", "high", 0}),
+                                        why, sizeof why),
+              KL_OK);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Host", "x", 0}, {"Transfer-Encoding", "Chunked", 0}), why, sizeof why),
+              KL_OK);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Content-Length", "0", 0}, {"content-length", "35", 0}), why, sizeof why),
+              KL_EPARSE);
     KT_CONTAINS(why, "more than once");
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "2", 0}, {"Content-Length", "2", 0}), why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "5", 0}, {"Transfer-Encoding", "chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Content-Length", "2", 0}, {"Content-Length", "2", 0}), why, sizeof why),
+              KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Content-Length", "5", 0}, {"Transfer-Encoding", "chunked", 0}), why,
+                                        sizeof why),
+              KL_EPARSE);
     KT_CONTAINS(why, "both Content-Length and Transfer-Encoding");
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Transfer-Encoding ", "chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Transfer-Encoding ", "chunked", 0}), why, sizeof why), KL_EPARSE);
     KT_CONTAINS(why, "whitespace before the colon");
-    KT_EQ_INT(sv_http_check_headers(HDRS({"X-Pad", "1", 1}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"X-Pad", "1", 1}), why, sizeof why), KL_EPARSE);
     KT_CONTAINS(why, "obs-fold");
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Transfer-Encoding", "gzip, chunked", 0}), why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "+5", 0}), why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Content-Length", "", 0}), why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"Host", "a", 0}, {"HOST", "b", 0}), why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"X-A", "a\x01", 0}), why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_headers(HDRS({"X-A", "a\tb c", 0}), why, sizeof why), KL_OK);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Transfer-Encoding", "gzip, chunked", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Content-Length", "+5", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Content-Length", "", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"Host", "a", 0}, {"HOST", "b", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"X-A", "a\x01", 0}), why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_headers(HDRS({"X-A", "a\tb c", 0}), why, sizeof why), KL_OK);
 #undef HDRS
-    KT_EQ_INT(sv_http_check_uri("/v2/models/m/ready", why, sizeof why), KL_OK);
-    KT_EQ_INT(sv_http_check_uri("/v2/models/m%2Fx%41", why, sizeof why), KL_OK);
-    KT_EQ_INT(sv_http_check_uri("/v2/models/m%00x/ready", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_uri("/v2/models/m/ready", why, sizeof why), KL_OK);
+    KT_EQ_INT(kl__sv_http_check_uri("/v2/models/m%2Fx%41", why, sizeof why), KL_OK);
+    KT_EQ_INT(kl__sv_http_check_uri("/v2/models/m%00x/ready", why, sizeof why), KL_EPARSE);
     KT_CONTAINS(why, "0x00");
-    KT_EQ_INT(sv_http_check_uri("/v2/models/m%1fx", why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_uri("/v2/models/m%7F", why, sizeof why), KL_EPARSE);
-    KT_EQ_INT(sv_http_check_uri("/v2/models/m\x01", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_uri("/v2/models/m%1fx", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_uri("/v2/models/m%7F", why, sizeof why), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_check_uri("/v2/models/m\x01", why, sizeof why), KL_EPARSE);
     sv_req r;
     memset(&r, 0, sizeof r);
-    KT_EQ_INT(sv_route("/v2/models/m\x01x/ready", "GET", &r), SV_RT_BAD_TARGET);
-    KT_EQ_INT(sv_route("/v2/models/m/versions/3/infer", "POST", &r), SV_RT_INFER);
+    KT_EQ_INT(kl__sv_route("/v2/models/m\x01x/ready", "GET", &r), SV_RT_BAD_TARGET);
+    KT_EQ_INT(kl__sv_route("/v2/models/m/versions/3/infer", "POST", &r), SV_RT_INFER);
     KT_EQ_INT(r.want_version, 3);
     KT_EQ_STR(r.model_name, "m");
     size_t jl = 0;
-    KT_EQ_INT(sv_http_header_len("12", 20, &jl), KL_OK);
+    KT_EQ_INT(kl__sv_http_header_len("12", 20, &jl), KL_OK);
     KT_EQ_INT(jl, 12);
-    KT_EQ_INT(sv_http_header_len("21", 20, &jl), KL_EPARSE);
-    KT_EQ_INT(sv_http_header_len("-1", 20, &jl), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_header_len("21", 20, &jl), KL_EPARSE);
+    KT_EQ_INT(kl__sv_http_header_len("-1", 20, &jl), KL_EPARSE);
 }
 
 /* The prediction log takes each :predict record's own text from the body
- * (sv_plog_record_spans): nested values, strings holding brackets, quotes and
+ * (kl__sv_plog_record_spans): nested values, strings holding brackets, quotes and
  * escapes, "instances" after other members and inside a nested object, and
  * the cases that fall back (a count that differs, no such array, a cut body). */
 KL_TEST(serve_plog_record_spans) {
@@ -1385,20 +1393,20 @@ KL_TEST(serve_plog_record_spans) {
     const char *b =
         "{\"id\": \"x\", \"parameters\": {\"instances\": [9]}, \"instances\" : [ {\"a\": [1, {\"b\": \"]}\\\"\"}]} ,"
         "{\"c\":\"x,y\"},\n{} ], \"outputs\": [\"logit\"]}";
-    KT_CHECK(sv_plog_record_spans(b, strlen(b), 3, off, len) == 1);
+    KT_CHECK(kl__sv_plog_record_spans(b, strlen(b), 3, off, len) == 1);
     KT_CHECK(len[0] == strlen("{\"a\": [1, {\"b\": \"]}\\\"\"}]}") && !strncmp(b + off[0], "{\"a\": [1,", 9));
     KT_CHECK(len[1] == strlen("{\"c\":\"x,y\"}") && !strncmp(b + off[1], "{\"c\":\"x,y\"}", len[1]));
     KT_CHECK(len[2] == 2 && !strncmp(b + off[2], "{}", 2));
-    KT_CHECK(sv_plog_record_spans(b, strlen(b), 2, off, len) == 0); /* not the row count */
-    KT_CHECK(sv_plog_record_spans(b, strlen(b), 4, off, len) == 0);
+    KT_CHECK(kl__sv_plog_record_spans(b, strlen(b), 2, off, len) == 0); /* not the row count */
+    KT_CHECK(kl__sv_plog_record_spans(b, strlen(b), 4, off, len) == 0);
     const char *none = "{\"inputs\": [{}]}";
-    KT_CHECK(sv_plog_record_spans(none, strlen(none), 1, off, len) == 0);
+    KT_CHECK(kl__sv_plog_record_spans(none, strlen(none), 1, off, len) == 0);
     size_t end = (size_t)(strstr(b, "{} ]") - b) + 4; /* the array is whole from here on */
     for (size_t cut = 0; cut < strlen(b); cut++)      /* a cut body: bounded, and found only once whole */
-        KT_CHECK(sv_plog_record_spans(b, cut, 3, off, len) == (cut >= end));
+        KT_CHECK(kl__sv_plog_record_spans(b, cut, 3, off, len) == (cut >= end));
     const char *one = "  {\"instances\":[{\"x\":1}]}";
-    KT_CHECK(sv_plog_record_spans(one, strlen(one), 1, off, len) == 1 && len[0] == 7);
+    KT_CHECK(kl__sv_plog_record_spans(one, strlen(one), 1, off, len) == 1 && len[0] == 7);
     const char ctl[] =
         "\001{\"instances\":[\001{}\002,\0011\037]}"; /* bytes up to 32 are whitespace to the readers (fuzz_predlog) */
-    KT_CHECK(sv_plog_record_spans(ctl, sizeof ctl - 1, 2, off, len) == 1 && len[0] == 2 && len[1] == 1);
+    KT_CHECK(kl__sv_plog_record_spans(ctl, sizeof ctl - 1, 2, off, len) == 1 && len[0] == 2 && len[1] == 1);
 }

@@ -317,7 +317,7 @@ static void *watch_main(void *arg) {
     lrun_watch *w = arg;
     while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&w->s->lock);
-        sv_model *m = sv_model_find(w->s, "relu");
+        sv_model *m = kl__sv_model_find(w->s, "relu");
         if (m) {
             if (m->lrun[1] > w->max_low) w->max_low = m->lrun[1];
             if (m->running > w->max_all) w->max_all = m->running;
@@ -421,34 +421,34 @@ KL_TEST(serve_ready_follows_the_health_probe) {
     kl_server *s = relu_server("repo5", NULL, o, &e);
     KT_CHECKF(s, "relu server: %s", e.msg);
     char why[800];
-    KT_CHECKF(sv_ready(s, why, sizeof why), "not ready at start: %s", why);
+    KT_CHECKF(kl__sv_ready(s, why, sizeof why), "not ready at start: %s", why);
     pthread_mutex_lock(&s->lock);
-    sv_version *v = sv_model_find(s, "relu")->ver[0];
-    sv_version_ref(v);
+    sv_version *v = kl__sv_model_find(s, "relu")->ver[0];
+    kl__sv_version_ref(v);
     pthread_mutex_unlock(&s->lock);
     v->warm[0].dims[1] = 2; /* the model takes [N, 4]: the probe inference fails */
     v->warm[0].nbytes = 2 * sizeof(float);
     kl_err pe = {0};
-    KT_CHECK(sv_version_probe(s, v, &pe) != KL_OK);
-    KT_CHECK(!sv_ready(s, why, sizeof why));
+    KT_CHECK(kl__sv_version_probe(s, v, &pe) != KL_OK);
+    KT_CHECK(!kl__sv_ready(s, why, sizeof why));
     KT_CONTAINS(why, "model relu version 1");
     KT_CONTAINS(why, pe.msg);
     v->warm[0].dims[1] = 4;
     v->warm[0].nbytes = 4 * sizeof(float);
-    KT_OK(sv_version_probe(s, v, &e), &e);
-    KT_CHECKF(sv_ready(s, why, sizeof why), "not ready after a good probe: %s", why);
+    KT_OK(kl__sv_version_probe(s, v, &e), &e);
+    KT_CHECKF(kl__sv_ready(s, why, sizeof why), "not ready after a good probe: %s", why);
     pthread_mutex_lock(&s->lock);
     v->probe_ns -= (int64_t)((3 * 600 + 11) * 1e9); /* the last probe is stale */
     pthread_mutex_unlock(&s->lock);
-    KT_CHECK(!sv_ready(s, why, sizeof why));
+    KT_CHECK(!kl__sv_ready(s, why, sizeof why));
     KT_CONTAINS(why, "no recent health probe");
-    KT_OK(sv_version_probe(s, v, &e), &e);
-    KT_CHECK(sv_ready(s, NULL, 0));
+    KT_OK(kl__sv_version_probe(s, v, &e), &e);
+    KT_CHECK(kl__sv_ready(s, NULL, 0));
     size_t len = 0;
-    char *m = sv_metrics_render(s, &len);
+    char *m = kl__sv_metrics_render(s, &len);
     KT_CONTAINS(m, "keel_model_probes_total{model=\"relu\",result=\"failure\"} 1\n");
     free(m);
-    sv_version_unref(v);
+    kl__sv_version_unref(v);
     int rc = kl_server_shutdown(s, &e);
     kl_server_free(s);
     KT_EQ_INT(rc, KL_OK);
