@@ -188,7 +188,8 @@ static void q_locate(const tr_stream *st, int64_t q, int64_t *unit, int64_t *off
     *off = q - st->upre[lo];
 }
 
-int kl__train_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf, kl_err *e) {
+int kl__train_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf,
+                          kl_err *e) {
     if (st->epoch != epoch) epoch_set(st, epoch);
     int64_t B = st->c.B, L = st->L, F = st->c.F, K = st->c.K;
     for (int64_t r = 0; r < n; r++) {

@@ -1470,7 +1470,8 @@ static int run_artifacts(tr_run *r, kl_err *e) {
         snprintf(r->p, sizeof r->p, "%s/features.json", out);
         if ((rc = kl_copy_file(r->dsi.features_json, r->p, e))) return rc;
         /* the profile's outputs on the training rows read by row group: every stream in turn */
-        if (!r->nva && r->st && (rc = kl__train_stream_cache_grow(r->st, 2 * (int)r->s->micro_batches + 2, e))) return rc;
+        if (!r->nva && r->st && (rc = kl__train_stream_cache_grow(r->st, 2 * (int)r->s->micro_batches + 2, e)))
+            return rc;
         if ((rc = write_profile(m, r->dsi.features_json, out, r->nva ? &r->bv : &r->bt, r->nva ? r->nva : r->ntr, e)))
             return rc;
     }

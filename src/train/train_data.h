@@ -106,7 +106,8 @@ int kl__train_stream_new(tr_pqs *src, const tr_stream_cfg *cfg, tr_stream **out,
 void kl__train_stream_free(tr_stream *st);
 /* Rows at positions [P0, P0 + n) of epoch's order (batch b holds positions
  * [b * B, b * B + its rows)) into x (n, F) and yi or yf. */
-int kl__train_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf, kl_err *e);
+int kl__train_stream_rows(tr_stream *st, int64_t epoch, int64_t P0, int64_t n, float *x, int64_t *yi, float *yf,
+                          kl_err *e);
 void kl__train_stream_stats_get(const tr_stream *st, tr_stream_stats *out);
 /* Keeps up to cache decoded units from now on (a pass over every stream in
  * turn, as an evaluation of the training rows, needs one per stream). */

@@ -266,7 +266,8 @@ int kl__train_par_check(const tr_spec *s, int world, int images, kl_err *e);
 int kl__train_par_new(tr_model *m, const tr_spec *s, tr_dist *d, int64_t B, int no_allreduce, tr_par **out, kl_err *e);
 /* The step's gradients (m->grads), running statistics (m->bufs) and loss of
  * the global batch of nb rows, the same on every rank. */
-int kl__train_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss, kl_err *e);
+int kl__train_par_grads(tr_par *p, int64_t nb, int64_t step, float scale, tr_rows_fn get, void *ctx, double *loss,
+                        kl_err *e);
 /* Every rank's weights hash the same; otherwise an error naming the step. */
 int kl__train_par_same_weights(tr_par *p, int64_t step, kl_err *e);
 double kl__train_par_compute_s(const tr_par *p);
