@@ -273,6 +273,9 @@ double kl_rng_uniform(kl_rng *r);
 double kl_rng_normal(kl_rng *r);
 /* Unbiased in [0, n) by rejection; n <= 1 gives 0 without drawing. */
 uint64_t kl_rng_below(kl_rng *r, uint64_t n);
+/* Shuffles v[0..n) in place (Fisher–Yates from the back, one kl_rng_below per
+ * position): the one permutation of every seeded shuffle in keel. */
+void kl_rng_shuffle_i64(kl_rng *r, int64_t *v, int64_t n);
 /* Next value of the splitmix64 stream *state (advances it). */
 uint64_t kl_splitmix64(uint64_t *state);
 /* [0, 1) with 53 bits from the splitmix64 stream. */

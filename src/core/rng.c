@@ -41,3 +41,11 @@ uint64_t kl_rng_below(kl_rng *r, uint64_t n) {
     do v = kl_rng_next(r); while (v >= lim);
     return v % n;
 }
+
+void kl_rng_shuffle_i64(kl_rng *r, int64_t *v, int64_t n) {
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)kl_rng_below(r, (uint64_t)i + 1), t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}

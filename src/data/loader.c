@@ -66,10 +66,7 @@ static const int64_t *epoch_perm(kl_loader *l, int64_t epoch) {
     if (l->cfg.shuffle) {
         kl_rng r;
         kl_rng_seed(&r, mix(l->cfg.seed, (uint64_t)epoch + 1));
-        for (int64_t i = n - 1; i > 0; i--) {
-            int64_t j = (int64_t)kl_rng_below(&r, (uint64_t)i + 1), t = p[i];
-            p[i] = p[j]; p[j] = t;
-        }
+        kl_rng_shuffle_i64(&r, p, n);
     }
     l->perm_epoch[k] = epoch;
     return p;

@@ -51,11 +51,7 @@ static uint64_t epoch_key(const tr_stream *st, int64_t epoch, uint64_t what) {
 static void shuffle(int64_t *v, int64_t n, uint64_t key) {
     kl_rng r;
     kl_rng_seed(&r, key);
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)kl_rng_below(&r, (uint64_t)i + 1), t = v[i];
-        v[i] = v[j];
-        v[j] = t;
-    }
+    kl_rng_shuffle_i64(&r, v, n);
 }
 
 static void rowset_free(tr_rowset *rs) {

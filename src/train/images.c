@@ -90,10 +90,7 @@ int kl__train_split_rows(int64_t n, uint64_t seed, double frac, int64_t **idx_tr
     for (int64_t i = 0; i < n; i++) all[i] = i;
     kl_rng r;
     kl_rng_seed(&r, seed ^ 0x73706c6974ull);
-    for (int64_t i = n - 1; i > 0 && *nva > 0; i--) {
-        int64_t j = (int64_t)kl_rng_below(&r, (uint64_t)i + 1), t = all[i];
-        all[i] = all[j]; all[j] = t;
-    }
+    if (*nva > 0) kl_rng_shuffle_i64(&r, all, n);
     /* train rows keep their file order (sorted) so the shuffle alone decides batches */
     memcpy(va, all + *ntr, (size_t)*nva * 8);
     /* sorted by marking them in one pass over all rows */

@@ -619,10 +619,7 @@ static void epoch_perm(const tr_spec *s, int64_t epoch, int64_t *idx, int64_t n)
     if (!s->shuffle) return;
     kl_rng r;
     kl_rng_seed(&r, s->seed * 0x9E3779B97F4A7C15ull + (uint64_t)epoch * 0xD1B54A32D192ED03ull + 7);
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)kl_rng_below(&r, (uint64_t)i + 1), t = idx[i];
-        idx[i] = idx[j]; idx[j] = t;
-    }
+    kl_rng_shuffle_i64(&r, idx, n);
 }
 
 /* ================================================================ the run */

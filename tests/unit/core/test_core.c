@@ -479,3 +479,31 @@ KL_TEST(settings_parse_every_variable) {
     KT_CHECK(s.doctor_root == NULL);
     KT_EQ_STR(s.tmpdir, "/tmp"); /* empty: the default */
 }
+
+/* kl_rng_shuffle_i64 is the Fisher–Yates every seeded shuffle used before it
+ * (one kl_rng_below per position from the back): same seed, same order; a
+ * permutation; n = 0 and 1 untouched. */
+KL_TEST(rng_shuffle_is_the_reference_fisher_yates) {
+    enum { N = 1000 };
+    int64_t a[N], b[N];
+    for (int64_t i = 0; i < N; i++) a[i] = b[i] = i;
+    kl_rng r1, r2;
+    kl_rng_seed(&r1, 42);
+    kl_rng_seed(&r2, 42);
+    kl_rng_shuffle_i64(&r1, a, N);
+    for (int64_t i = N - 1; i > 0; i--) {
+        int64_t j = (int64_t)kl_rng_below(&r2, (uint64_t)i + 1), t = b[i];
+        b[i] = b[j];
+        b[j] = t;
+    }
+    int same = 1, moved = 0;
+    long long sum = 0;
+    for (int64_t i = 0; i < N; i++) same &= a[i] == b[i], moved += a[i] != i, sum += a[i];
+    KT_CHECK(same);
+    KT_CHECK(moved > N / 2);
+    KT_EQ_INT(sum, (long long)N * (N - 1) / 2);
+    int64_t one = 7;
+    kl_rng_shuffle_i64(&r1, &one, 1);
+    kl_rng_shuffle_i64(&r1, NULL, 0);
+    KT_EQ_INT(one, 7);
+}
