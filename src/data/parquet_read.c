@@ -1171,6 +1171,24 @@ static int values_coded(chunk_st *s, const page_in *p, size_t base) {
     return KL_OK;
 }
 
+/* Dictionary entries ix[] of w bytes (a constant where it is inlined) into dst,
+ * one per row; a null row (pres[r] == 0) takes entry dn, which is zero:
+ * branch-free, ix has slack. */
+static inline __attribute__((always_inline)) void dict_gather(char *dst, const void *dict, const uint32_t *ix,
+                                                              const uint8_t *pres, size_t n, int has_nulls,
+                                                              uint32_t dn, size_t w) {
+    const char *dv = (const char *)dict;
+    if (!has_nulls) {
+        for (size_t r = 0; r < n; r++) memcpy(dst + r * w, dv + (size_t)ix[r] * w, w);
+        return;
+    }
+    for (size_t r = 0, j = 0; r < n; r++) {
+        uint32_t k = pres[r] ? ix[j] : dn;
+        memcpy(dst + r * w, dv + (size_t)k * w, w);
+        j += pres[r];
+    }
+}
+
 /* The fused path of a fixed-width column: dictionary indexes straight into the column (w: 4 or 8 bytes). */
 static int values_dict_fused(chunk_st *s, const page_in *p, size_t base, size_t w) {
     dec *d = s->d;
@@ -1181,34 +1199,9 @@ static int values_dict_fused(chunk_st *s, const page_in *p, size_t base, size_t 
     if ((rc = decode_dict_idx(&s->c, d, p->vals, p->vend, nn, NULL, NULL))) return rc;
     int has_nulls = nn < n;
     if ((rc = set_valid_rows(col, pres, n, has_nulls))) return kl_err_set(s->c.e, rc, "out of memory");
-    const uint32_t *ix = d->idx;
-    size_t j = 0;
     char *dst = (char *)col->values + base * w;
-    const char *dv = (const char *)d->dfx;
-    /* nulls: branch-free, entry dn of the dictionary is zero and ix has slack */
-    if (w == 8) {
-        uint64_t *d8 = (uint64_t *)(void *)dst;
-        const uint64_t *s8 = (const uint64_t *)(const void *)dv;
-        if (!has_nulls)
-            for (size_t r = 0; r < n; r++) d8[r] = s8[ix[r]];
-        else
-            for (size_t r = 0; r < n; r++) {
-                uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn;
-                d8[r] = s8[k];
-                j += pres[r];
-            }
-    } else {
-        uint32_t *d4 = (uint32_t *)(void *)dst;
-        const uint32_t *s4 = (const uint32_t *)(const void *)dv;
-        if (!has_nulls)
-            for (size_t r = 0; r < n; r++) d4[r] = s4[ix[r]];
-        else
-            for (size_t r = 0; r < n; r++) {
-                uint32_t k = pres[r] ? ix[j] : (uint32_t)d->dn;
-                d4[r] = s4[k];
-                j += pres[r];
-            }
-    }
+    if (w == 8) dict_gather(dst, d->dfx, d->idx, pres, n, has_nulls, (uint32_t)d->dn, 8);
+    else dict_gather(dst, d->dfx, d->idx, pres, n, has_nulls, (uint32_t)d->dn, 4);
     col->len += n;
     return KL_OK;
 }
